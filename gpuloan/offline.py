@@ -1,0 +1,272 @@
+"""Run the real Pulumi program (__main__.py) in-process under Pulumi's mocks and record what it declares.
+
+This is the offline preview: no Pulumi CLI, no provider plugins, no cloud account. The mock engine answers
+every resource with plausible generic outputs (id, ARN, name) plus the few type-specific outputs the program
+reads (a cluster's endpoint, an OIDC issuer, ...), and every invoke the program uses with canned data. The
+recording keeps each resource's type, name, parent, inputs and options (ignore_changes, protect), which is
+what the preview prints and what the tests assert on.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import runpy
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+ACCOUNT_ID = "123456789012"  # a documentation account id: the recording never reaches AWS
+
+
+@dataclass
+class RecordedResource:
+    urn: str
+    type: str
+    name: str
+    parent: str
+    inputs: dict[str, Any]
+    outputs: dict[str, Any]
+    custom: bool
+    ignore_changes: list[str] = field(default_factory=list)
+    protect: bool = False
+    provider: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "urn": self.urn,
+            "type": self.type,
+            "name": self.name,
+            "parent": self.parent,
+            "inputs": self.inputs,
+            "ignore_changes": self.ignore_changes,
+            "protect": self.protect,
+        }
+
+
+@dataclass
+class Recording:
+    stack: str
+    resources: list[RecordedResource]
+    outputs: dict[str, Any]
+    invokes: list[str]
+
+    def of_type(self, type_: str) -> list[RecordedResource]:
+        return [r for r in self.resources if r.type == type_]
+
+    def named(self, name: str) -> RecordedResource:
+        matches = [r for r in self.resources if r.name == name]
+        if len(matches) != 1:
+            raise KeyError(f"{len(matches)} resources named {name!r}")
+        return matches[0]
+
+    def children_of(self, urn: str) -> list[RecordedResource]:
+        return [r for r in self.resources if r.parent == urn]
+
+
+def _service_of(type_: str) -> str:
+    # "aws:eks/nodeGroup:NodeGroup" -> "eks"
+    pkg, _, rest = type_.partition(":")
+    module = rest.split("/", 1)[0].split(":", 1)[0]
+    return module if pkg == "aws" else pkg
+
+
+def _short_hash(*parts: str) -> str:
+    return hashlib.sha256("/".join(parts).encode()).hexdigest()[:8]
+
+
+# Type-specific outputs the program reads. Everything else echoes the inputs plus id/arn/name.
+OutputFn = Callable[[str, dict[str, Any], str], dict[str, Any]]
+TYPE_OUTPUTS: dict[str, OutputFn] = {}
+
+
+def outputs_for(type_: str):
+    def register(fn: OutputFn) -> OutputFn:
+        TYPE_OUTPUTS[type_] = fn
+        return fn
+
+    return register
+
+
+@outputs_for("aws:eks/cluster:Cluster")
+def _eks_cluster(name: str, inputs: dict[str, Any], region: str) -> dict[str, Any]:
+    oidc = f"https://oidc.eks.{region}.amazonaws.com/id/{_short_hash(name).upper()}0000000000000000000000"
+    return {
+        "endpoint": f"https://{_short_hash(name).upper()}.gr7.{region}.eks.amazonaws.com",
+        "certificateAuthority": {"data": "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCm9mZmxpbmUKLS0tLS1FTkQgQ0VSVElGSUNBVEUtLS0tLQo="},
+        "identities": [{"oidcs": [{"issuer": oidc}]}],
+        "vpcConfig": {**inputs.get("vpcConfig", {}), "clusterSecurityGroupId": f"sg-{_short_hash(name, 'cluster')}"},
+        "version": inputs.get("version", "1.33"),
+        "status": "ACTIVE",
+    }
+
+
+@outputs_for("aws:ec2/capacityReservation:CapacityReservation")
+def _odcr(name: str, inputs: dict[str, Any], region: str) -> dict[str, Any]:
+    return {"id": f"cr-{_short_hash(name)}{_short_hash(name, 'x')[:9]}"}
+
+
+@outputs_for("aws:ec2/launchTemplate:LaunchTemplate")
+def _launch_template(name: str, inputs: dict[str, Any], region: str) -> dict[str, Any]:
+    return {"id": f"lt-{_short_hash(name)}{_short_hash(name, 'x')[:9]}", "latestVersion": 1}
+
+
+@outputs_for("aws:eks/nodeGroup:NodeGroup")
+def _node_group(name: str, inputs: dict[str, Any], region: str) -> dict[str, Any]:
+    return {"resources": [{"autoscalingGroups": [{"name": f"eks-{name}-{_short_hash(name)}"}]}], "status": "ACTIVE"}
+
+
+class OfflineMocks:
+    """pulumi.runtime.Mocks: generic, deterministic outputs for any resource type and invoke."""
+
+    def __init__(self, region: str, stack: str):
+        self.region = region
+        self.stack = stack
+        self.invokes: list[str] = []
+
+    def new_resource(self, args) -> tuple[str, dict[str, Any]]:
+        if args.typ.startswith("pulumi:providers:"):
+            return f"{args.name}-provider-id", dict(args.inputs)
+        service = _service_of(args.typ)
+        rid = args.resource_id or f"{args.name}-{_short_hash(self.stack, args.typ, args.name)}"
+        state = dict(args.inputs)
+        state.setdefault("name", args.inputs.get("name", args.name))
+        if args.typ.startswith("aws:"):
+            state.setdefault("arn", f"arn:aws:{service}:{self.region}:{ACCOUNT_ID}:{args.typ.rsplit(':', 1)[-1].lower()}/{rid}")
+        extra = TYPE_OUTPUTS.get(args.typ)
+        if extra is not None:
+            extra_state = extra(args.name, args.inputs, self.region)
+            rid = extra_state.pop("id", rid)
+            state.update(extra_state)
+        return rid, state
+
+    def call(self, args) -> dict[str, Any]:
+        self.invokes.append(args.token)
+        handler = INVOKES.get(args.token)
+        return handler(args.args, self) if handler else {}
+
+
+InvokeFn = Callable[[dict[str, Any], OfflineMocks], dict[str, Any]]
+INVOKES: dict[str, InvokeFn] = {
+    "aws:index/getCallerIdentity:getCallerIdentity": lambda a, m: {
+        "accountId": ACCOUNT_ID, "arn": f"arn:aws:iam::{ACCOUNT_ID}:user/offline", "userId": "AIDAOFFLINE", "id": ACCOUNT_ID},
+    "aws:index/getRegion:getRegion": lambda a, m: {"name": m.region, "region": m.region, "id": m.region},
+    "aws:index/getPartition:getPartition": lambda a, m: {"partition": "aws", "dnsSuffix": "amazonaws.com", "id": "aws"},
+    "aws:eks/getCluster:getCluster": lambda a, m: {
+        "name": a.get("name"),
+        "arn": f"arn:aws:eks:{m.region}:{ACCOUNT_ID}:cluster/{a.get('name')}",
+        "endpoint": f"https://{_short_hash(a.get('name', '')).upper()}.gr7.{m.region}.eks.amazonaws.com",
+        "version": "1.33",
+        "certificateAuthorities": [{"data": "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCm9mZmxpbmUKLS0tLS1FTkQgQ0VSVElGSUNBVEUtLS0tLQo="}],
+        "identities": [{"oidcs": [{"issuer": f"https://oidc.eks.{m.region}.amazonaws.com/id/OFFLINE"}]}],
+        "vpcConfig": {"vpcId": "vpc-0offline", "subnetIds": ["subnet-0offline1", "subnet-0offline2"],
+                      "clusterSecurityGroupId": "sg-0offline", "securityGroupIds": [], "endpointPrivateAccess": True,
+                      "endpointPublicAccess": False, "publicAccessCidrs": []},
+        "roleArn": f"arn:aws:iam::{ACCOUNT_ID}:role/{a.get('name')}-cluster",
+        "id": a.get("name"),
+    },
+    "aws:ecr/getAuthorizationToken:getAuthorizationToken": lambda a, m: {
+        "userName": "AWS", "password": "offline-token", "proxyEndpoint": f"https://{ACCOUNT_ID}.dkr.ecr.{m.region}.amazonaws.com",
+        "authorizationToken": "QVdTOm9mZmxpbmU=", "id": m.region},
+}
+
+
+def register_invoke(token: str):
+    def register(fn: InvokeFn) -> InvokeFn:
+        INVOKES[token] = fn
+        return fn
+
+    return register
+
+
+def _make_monitor(mocks: OfflineMocks, records: list[RecordedResource], outputs: dict[str, Any]):
+    from pulumi.runtime import rpc
+    from pulumi.runtime.mocks import MockMonitor
+
+    class RecordingMonitor(MockMonitor):
+        def RegisterResource(self, request):
+            response = super().RegisterResource(request)
+            if request.type != "pulumi:pulumi:Stack":
+                inputs = rpc.deserialize_properties(request.object)
+                reg = self.resources.get(response.urn)
+                records.append(RecordedResource(
+                    urn=response.urn,
+                    type=request.type,
+                    name=request.name,
+                    parent=request.parent,
+                    inputs=_plain(inputs),
+                    outputs=_plain(reg.state if reg else {}),
+                    custom=bool(request.custom),
+                    ignore_changes=list(request.ignoreChanges),
+                    protect=bool(request.protect),
+                    provider=request.provider,
+                ))
+            return response
+
+    return RecordingMonitor(mocks)
+
+
+def _plain(value: Any) -> Any:
+    """Make deserialized property values JSON-friendly (resource references become their URN)."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    urn = getattr(value, "urn", None)
+    if urn is not None:
+        return f"<resource {type(value).__name__}>"
+    return str(value)
+
+
+def config_to_pulumi(config: dict[str, Any]) -> dict[str, str]:
+    """Stack YAML config values → the string map the Pulumi engine hands a Python program."""
+    return {k: (v if isinstance(v, str) else json.dumps(v)) for k, v in config.items()}
+
+
+def run_program(stack: str, config: dict[str, Any], program: Path | None = None) -> Recording:
+    """Run __main__.py with `config` (the stack YAML's `config:` map) and return what it declared."""
+    import pulumi
+    from pulumi.runtime import settings as pulumi_settings
+    from pulumi.runtime.stack import run_pulumi_func
+    from pulumi.runtime.sync_await import _sync_await
+
+    program = program or REPO_ROOT / "__main__.py"
+    region = str(config.get("gpuloan:region") or config.get("aws:region") or "us-east-1")
+    mocks = OfflineMocks(region, stack)
+    records: list[RecordedResource] = []
+    monitor = _make_monitor(mocks, records, {})
+
+    pulumi_settings.ROOT.set(None)
+    pulumi.runtime.set_mocks(mocks, project="gpuloan", stack=stack, preview=False, monitor=monitor)
+    pulumi.runtime.set_all_config(config_to_pulumi(config))
+    pulumi_settings.SETTINGS.rpc_manager.clear()
+    pulumi_settings.SETTINGS.outputs.clear()
+
+    exported: dict[str, Any] = {}
+
+    def body():
+        sys_path_added = str(program.parent) not in sys.path
+        if sys_path_added:
+            sys.path.insert(0, str(program.parent))
+        try:
+            runpy.run_path(str(program), run_name="__main__")
+        finally:
+            if sys_path_added:
+                sys.path.remove(str(program.parent))
+        root = pulumi_settings.get_root_resource()
+        resolved = _sync_await(pulumi.Output.from_input(dict(root.outputs)).future())
+        exported.update(_plain(resolved or {}))
+
+    cwd = os.getcwd()
+    os.chdir(program.parent)
+    try:
+        _sync_await(run_pulumi_func(body))
+    finally:
+        os.chdir(cwd)
+        pulumi_settings.ROOT.set(None)
+    return Recording(stack=stack, resources=records, outputs=exported, invokes=list(mocks.invokes))

@@ -1,0 +1,501 @@
+"""The one typed config of a gpuloan environment (the `gpuloan:` namespace of Pulumi.<env>.yaml).
+
+Two passes, both before any resource exists:
+1. pydantic checks shape, types, ranges and per-field rules (unknown keys are errors: extra="forbid");
+2. `cross_field_problems` checks rules that span fields (AZs, reservations, budgets vs. floor cost, ...).
+Every problem carries its path (`pools[1].elastic.max_nodes`) and all problems of a pass are reported at once.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections import Counter
+from enum import StrEnum
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, EmailStr, Field, ValidationError, field_validator
+
+from stacks import catalog
+
+HOURS_PER_MONTH = 730  # AWS's convention for monthly estimates
+
+SLUG = r"^[a-z][a-z0-9-]{0,30}[a-z0-9]$"
+AWS_REGION = r"^[a-z]{2}(-gov)?-[a-z]+-\d$"
+AZ_SUFFIX = re.compile(r"^[a-z]{2}(-gov)?-[a-z]+-\d[a-z]$")
+RESERVATION_ID = r"^cr-[0-9a-f]{8,17}$"
+# AWS Budgets limits: notifications per budget and email subscribers per notification.
+MAX_BUDGET_NOTIFICATIONS = 10
+MAX_BUDGET_EMAILS = 10
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+
+
+class Tier(StrEnum):
+    production = "production"
+    experiment = "experiment"
+    learning = "learning"
+
+
+class Reservation(StrEnum):
+    none = "none"
+    odcr = "odcr"
+    capacity_block = "capacity_block"
+
+
+class ElasticCapacity(StrEnum):
+    spot = "spot"
+    on_demand = "on_demand"
+    spot_then_on_demand = "spot_then_on_demand"
+
+
+class Enforcement(StrEnum):
+    alert_only = "alert_only"
+    cap_elastic = "cap_elastic"
+
+
+class MigStrategy(StrEnum):
+    none = "none"
+    single = "single"
+    mixed = "mixed"
+
+
+def _known_gpu_instance(name: str) -> str:
+    if catalog.lookup(name) is None:
+        close = catalog.suggest(name)
+        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        raise ValueError(f"unknown GPU instance type '{name}' (not in data/prices/aws_gpu_prices.csv){hint}")
+    if not catalog.lookup(name).is_nvidia:
+        raise ValueError(f"'{name}' has {catalog.lookup(name).gpu_model} accelerators; gpuloan supports NVIDIA GPUs only")
+    return name
+
+
+GpuInstanceType = Annotated[str, Field(min_length=1)]
+Slug = Annotated[str, Field(pattern=SLUG)]
+Percent = Annotated[float, Field(ge=0, le=100)]
+ThresholdPct = Annotated[float, Field(gt=0, le=1000)]
+
+
+class SystemNodes(Strict):
+    """Small on-demand, non-GPU, untainted nodes for CoreDNS, operators and metrics agents."""
+
+    instance_type: str = Field("m7i.large", pattern=r"^[a-z][a-z0-9-]*\.[a-z0-9]+$")
+    nodes: int = Field(2, ge=1, le=20)
+
+
+class NewCluster(Strict):
+    mode: Literal["new"] = "new"
+    kubernetes_version: str = Field("1.33", pattern=r"^1\.(2[89]|3\d)$")
+    vpc_cidr: str = "10.40.0.0/16"
+    availability_zones: list[str] = Field(min_length=2, max_length=6)
+    public_endpoint_cidrs: list[str] = Field(
+        default_factory=list,
+        description="CIDRs allowed to reach the public API endpoint; empty means a private endpoint only.",
+    )
+    system_nodes: SystemNodes = SystemNodes()
+
+    @field_validator("vpc_cidr")
+    @classmethod
+    def _vpc_cidr(cls, v: str) -> str:
+        net = ipaddress.ip_network(v, strict=True)
+        if net.version != 4 or not 16 <= net.prefixlen <= 20:
+            raise ValueError("vpc_cidr must be an IPv4 network between /16 and /20 (room for public and private subnets)")
+        return v
+
+    @field_validator("public_endpoint_cidrs")
+    @classmethod
+    def _endpoint_cidrs(cls, v: list[str]) -> list[str]:
+        for cidr in v:
+            ipaddress.ip_network(cidr, strict=True)
+        return v
+
+    @field_validator("availability_zones")
+    @classmethod
+    def _azs(cls, v: list[str]) -> list[str]:
+        for az in v:
+            if not AZ_SUFFIX.match(az):
+                raise ValueError(f"'{az}' is not an availability zone name like us-east-1a")
+        if len(set(v)) != len(v):
+            raise ValueError("availability zones must be distinct")
+        return v
+
+
+class ExistingCluster(Strict):
+    mode: Literal["existing"]
+    name: str = Field(pattern=r"^[0-9A-Za-z][A-Za-z0-9\-_]{0,99}$")
+    kubernetes_version: str = Field("1.33", pattern=r"^1\.(2[89]|3\d)$")
+    availability_zones: list[str] = Field(
+        default_factory=list, description="AZs whose cluster subnets GPU nodes may use; empty means all."
+    )
+
+
+Cluster = Annotated[Union[NewCluster, ExistingCluster], Field(discriminator="mode")]
+
+
+class Guaranteed(Strict):
+    """The floor: nodes that are always there and never preempted."""
+
+    instance_type: GpuInstanceType
+    nodes: int = Field(ge=1, le=64)
+    reservation: Reservation = Reservation.none
+    reservation_id: str | None = Field(None, pattern=RESERVATION_ID)
+    availability_zone: str | None = None
+
+    @field_validator("instance_type")
+    @classmethod
+    def _type(cls, v: str) -> str:
+        return _known_gpu_instance(v)
+
+
+class Elastic(Strict):
+    """Borrowed GPUs: spot first, on-demand fallback, sized by the policy function between 0 and max_nodes."""
+
+    instance_types: list[GpuInstanceType] = Field(min_length=1, max_length=20)
+    capacity: ElasticCapacity = ElasticCapacity.spot_then_on_demand
+    max_nodes: int = Field(ge=1, le=500)
+    on_demand_max_nodes: int | None = Field(None, ge=1, le=500, description="Fallback group max; default max_nodes.")
+    scale_up_utilization_pct: Percent = 80
+    scale_up_window_minutes: int = Field(10, ge=1, le=120)
+    idle_utilization_pct: Percent = 5
+    idle_timeout_minutes: int = Field(30, ge=5, le=1440)
+    cooldown_minutes: int = Field(5, ge=0, le=120)
+    max_step_nodes: int = Field(4, ge=1, le=100)
+    fallback_after_minutes: int = Field(10, ge=1, le=240)
+
+    @field_validator("instance_types")
+    @classmethod
+    def _types(cls, v: list[str]) -> list[str]:
+        for name in v:
+            _known_gpu_instance(name)
+        dupes = [n for n, c in Counter(v).items() if c > 1]
+        if dupes:
+            raise ValueError(f"instance types listed twice: {', '.join(dupes)}")
+        return v
+
+
+class Budget(Strict):
+    monthly_usd: float = Field(gt=0, le=10_000_000)
+    alert_emails: list[EmailStr] = Field(default_factory=list, max_length=MAX_BUDGET_EMAILS)
+    actual_thresholds_pct: list[ThresholdPct] = Field(default_factory=lambda: [50.0, 80.0, 100.0])
+    forecasted_thresholds_pct: list[ThresholdPct] = Field(default_factory=lambda: [100.0])
+    enforcement: Enforcement = Enforcement.cap_elastic
+
+    @field_validator("actual_thresholds_pct", "forecasted_thresholds_pct")
+    @classmethod
+    def _distinct(cls, v: list[float]) -> list[float]:
+        if len(set(v)) != len(v):
+            raise ValueError("thresholds must be distinct")
+        return sorted(v)
+
+
+class Pool(Strict):
+    name: Slug
+    team: Slug
+    tier: Tier
+    guaranteed: Guaranteed | None = None
+    elastic: Elastic | None = None
+    budget: Budget | None = None
+
+
+class PyTorch(Strict):
+    version: str = Field(pattern=r"^\d+\.\d+\.\d+$")
+    cuda_tag: str = Field(pattern=r"^cu\d{3}$", description="The wheel index tag, e.g. cu124.")
+
+
+class Image(Strict):
+    name: Slug
+    cuda_version: str = Field(pattern=r"^\d+\.\d+\.\d+$", description="nvidia/cuda base image version, e.g. 12.4.1")
+    python_version: str = Field(pattern=r"^3\.\d+$")
+    pytorch: PyTorch | None = None
+    packages: list[str] = Field(default_factory=list, description="Extra pip packages, each pinned with ==.")
+
+    @field_validator("packages")
+    @classmethod
+    def _pinned(cls, v: list[str]) -> list[str]:
+        for spec in v:
+            if not re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9,._-]+\])?==[A-Za-z0-9.+!_-]+$", spec):
+                raise ValueError(f"'{spec}' is not pinned: write name==version so images are reproducible")
+        return v
+
+
+class GpuOperator(Strict):
+    enabled: bool = True
+    chart_version: str | None = Field(None, pattern=r"^v\d+\.\d+\.\d+$", description="Default: stacks/versions.py")
+    mig_strategy: MigStrategy = MigStrategy.none
+    time_slicing_replicas: int | None = Field(None, ge=2, le=48)
+
+
+class Policy(Strict):
+    enabled: bool = True
+    schedule_minutes: int = Field(1, ge=1, le=60)
+    dry_run: bool = False
+    metric_namespace: str = "ContainerInsights"
+    utilization_metric: str = "node_gpu_utilization"
+    budget_refresh_minutes: int = Field(60, ge=60, le=1440, description="AWS Budgets lags hours; read at most hourly.")
+    notify_min_interval_minutes: int = Field(30, ge=1, le=1440)
+    log_retention_days: Literal[1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365] = 30
+
+
+class Alarms(Strict):
+    idle_utilization_pct: Percent = 10
+    idle_hours: int = Field(3, ge=1, le=24)
+    saturation_minutes: int = Field(60, ge=5, le=1440)
+    fallback_minutes: int = Field(120, ge=5, le=1440)
+
+
+class GitHub(Strict):
+    repository: str = Field(pattern=r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
+    create_oidc_provider: bool = True
+
+
+class GpuLoanConfig(Strict):
+    environment: Slug
+    region: str = Field(pattern=AWS_REGION)
+    default_tags: dict[str, str] = Field(default_factory=dict)
+    cluster: Cluster
+    pools: list[Pool] = Field(min_length=1, max_length=200)
+    budget: Budget
+    images: list[Image] = Field(default_factory=list)
+    gpu_operator: GpuOperator = GpuOperator()
+    policy: Policy = Policy()
+    alarms: Alarms = Alarms()
+    github: GitHub | None = None
+
+    @field_validator("default_tags")
+    @classmethod
+    def _tags(cls, v: dict[str, str]) -> dict[str, str]:
+        for key, value in v.items():
+            if key.lower().startswith("aws:"):
+                raise ValueError(f"tag key '{key}' uses the reserved aws: prefix")
+            if key.startswith("gpuloan:"):
+                raise ValueError(f"tag key '{key}': gpuloan:* tags are set by gpuloan itself")
+            if not 1 <= len(key) <= 128 or len(value) > 256:
+                raise ValueError(f"tag '{key}' is too long (keys <= 128, values <= 256 characters)")
+        return v
+
+    # Convenience views used by components, the preview and the policy settings.
+    def pool(self, name: str) -> Pool:
+        return next(p for p in self.pools if p.name == name)
+
+    @property
+    def teams(self) -> list[str]:
+        return sorted({p.team for p in self.pools})
+
+
+# --- errors ------------------------------------------------------------------------------------------------
+
+
+class ConfigError(Exception):
+    """One or more problems in a stack config; each is (path, message)."""
+
+    def __init__(self, problems: list[tuple[str, str]], source: str = "config"):
+        self.problems = problems
+        self.source = source
+        lines = "\n".join(f" - {path}: {msg}" for path, msg in problems)
+        super().__init__(f"{len(problems)} problem(s) in {source}:\n{lines}")
+
+
+def format_path(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif part in ("new", "existing") and out == "cluster":
+            continue  # the discriminator tag, not a key the user wrote
+        else:
+            out += ("." if out else "") + str(part)
+    return out or "(root)"
+
+
+def _pydantic_problems(err: ValidationError) -> list[tuple[str, str]]:
+    problems = []
+    for e in err.errors():
+        msg = e["msg"].removeprefix("Value error, ")
+        if e["type"] == "extra_forbidden":
+            msg = "unknown key (check the spelling; see docs/config.md)"
+        elif e["type"] == "union_tag_invalid":
+            msg = "cluster.mode must be 'new' or 'existing'"
+        problems.append((format_path(tuple(e["loc"])), msg))
+    return problems
+
+
+# --- cross-field rules -------------------------------------------------------------------------------------
+
+
+def guaranteed_monthly_usd(cfg: GpuLoanConfig, pool: Pool) -> float | None:
+    if pool.guaranteed is None:
+        return 0.0
+    p = catalog.price(pool.guaranteed.instance_type, cfg.region)
+    return None if p is None else p.ondemand_usd_per_hour * pool.guaranteed.nodes * HOURS_PER_MONTH
+
+
+def cross_field_problems(cfg: GpuLoanConfig) -> list[tuple[str, str]]:
+    problems: list[tuple[str, str]] = []
+    add = lambda path, msg: problems.append((path, msg))  # noqa: E731
+
+    cluster_azs = list(cfg.cluster.availability_zones)
+    for i, az in enumerate(cluster_azs):
+        if not az.startswith(cfg.region):
+            add(f"cluster.availability_zones[{i}]", f"'{az}' is not in region {cfg.region}")
+
+    for name, count in Counter(p.name for p in cfg.pools).items():
+        if count > 1:
+            idx = [i for i, p in enumerate(cfg.pools) if p.name == name][1]
+            add(f"pools[{idx}].name", f"pool name '{name}' is used {count} times; names must be unique")
+
+    for i, pool in enumerate(cfg.pools):
+        at = f"pools[{i}]"
+        if pool.guaranteed is None and pool.elastic is None:
+            add(at, "a pool needs a guaranteed floor, elastic capacity, or both")
+        g = pool.guaranteed
+        if g is not None:
+            if g.reservation in (Reservation.capacity_block,) and not g.reservation_id:
+                add(f"{at}.guaranteed.reservation_id", "capacity_block needs the id of a Capacity Block you bought "
+                    "(gpuloan never buys one: they cannot be cancelled)")
+            if g.reservation == Reservation.none and g.reservation_id:
+                add(f"{at}.guaranteed.reservation_id", "set reservation: odcr or capacity_block to use a reservation id")
+            if g.reservation != Reservation.none and not g.availability_zone:
+                add(f"{at}.guaranteed.availability_zone", "a reservation lives in one AZ; name it")
+            if g.availability_zone:
+                if not g.availability_zone.startswith(cfg.region):
+                    add(f"{at}.guaranteed.availability_zone", f"'{g.availability_zone}' is not in region {cfg.region}")
+                elif cluster_azs and g.availability_zone not in cluster_azs:
+                    add(f"{at}.guaranteed.availability_zone",
+                        f"'{g.availability_zone}' is not one of the cluster AZs ({', '.join(cluster_azs)})")
+            if catalog.price(g.instance_type, cfg.region) is None:
+                add(f"{at}.guaranteed.instance_type", f"no price for {g.instance_type} in {cfg.region}; "
+                    f"it is offered in {', '.join(catalog.regions_for(g.instance_type)[:6])}")
+        e = pool.elastic
+        if e is not None:
+            gpus = {t: catalog.lookup(t).gpus for t in e.instance_types}
+            if len(set(gpus.values())) > 1:
+                listing = ", ".join(f"{t}={n}" for t, n in gpus.items())
+                add(f"{at}.elastic.instance_types", f"all types of a pool need the same GPUs per node ({listing}); "
+                    "the policy sizes the group in nodes")
+            if g is not None and catalog.lookup(g.instance_type).gpus not in set(gpus.values()):
+                add(f"{at}.elastic.instance_types", f"the floor ({g.instance_type}) has "
+                    f"{catalog.lookup(g.instance_type).gpus} GPUs per node, the elastic types have "
+                    f"{sorted(set(gpus.values()))}; jobs sized for one would not fit the other")
+            if e.idle_utilization_pct >= e.scale_up_utilization_pct:
+                add(f"{at}.elastic.idle_utilization_pct", f"must be below scale_up_utilization_pct "
+                    f"({e.scale_up_utilization_pct}), or the policy would scale up and reclaim the same nodes")
+            if e.on_demand_max_nodes is not None and e.capacity != ElasticCapacity.spot_then_on_demand:
+                add(f"{at}.elastic.on_demand_max_nodes", "only applies to capacity: spot_then_on_demand")
+            if e.capacity != ElasticCapacity.on_demand and len(e.instance_types) < 2:
+                pass  # advisory only (guardrails); one type is allowed
+            for j, t in enumerate(e.instance_types):
+                if catalog.price(t, cfg.region) is None:
+                    add(f"{at}.elastic.instance_types[{j}]", f"no price for {t} in {cfg.region}")
+        if pool.budget is not None:
+            _budget_problems(pool.budget, f"{at}.budget", add)
+            fixed = guaranteed_monthly_usd(cfg, pool)
+            if fixed and fixed > pool.budget.monthly_usd:
+                add(f"{at}.budget.monthly_usd", f"the guaranteed floor alone costs ${fixed:,.0f}/month on demand, more "
+                    f"than the pool budget (${pool.budget.monthly_usd:,.0f})")
+
+    _budget_problems(cfg.budget, "budget", add)
+    total_fixed = sum(guaranteed_monthly_usd(cfg, p) or 0 for p in cfg.pools)
+    if total_fixed > cfg.budget.monthly_usd:
+        add("budget.monthly_usd", f"the guaranteed floors alone cost ${total_fixed:,.0f}/month, more than the "
+            f"environment budget (${cfg.budget.monthly_usd:,.0f})")
+    pool_budgets = sum(p.budget.monthly_usd for p in cfg.pools if p.budget)
+    if pool_budgets > cfg.budget.monthly_usd:
+        add("budget.monthly_usd", f"is below the sum of the pool budgets (${pool_budgets:,.0f})")
+
+    names = Counter(img.name for img in cfg.images)
+    for j, img in enumerate(cfg.images):
+        if names[img.name] > 1:
+            add(f"images[{j}].name", f"image name '{img.name}' is used {names[img.name]} times")
+    if isinstance(cfg.cluster, NewCluster) and cfg.cluster.public_endpoint_cidrs:
+        for j, cidr in enumerate(cfg.cluster.public_endpoint_cidrs):
+            if ipaddress.ip_network(cidr).prefixlen == 0:
+                add(f"cluster.public_endpoint_cidrs[{j}]", "0.0.0.0/0 opens the API endpoint to the internet; "
+                    "list your office/VPN CIDRs or leave empty for a private endpoint")
+    for extra in _extra_rules:
+        problems.extend(extra(cfg))
+    return problems
+
+
+def _budget_problems(b: Budget, at: str, add) -> None:
+    n = len(b.actual_thresholds_pct) + len(b.forecasted_thresholds_pct)
+    if n > MAX_BUDGET_NOTIFICATIONS:
+        add(f"{at}.actual_thresholds_pct", f"{n} notifications; AWS Budgets allows {MAX_BUDGET_NOTIFICATIONS} per budget")
+    if not b.alert_emails and at == "budget":
+        add(f"{at}.alert_emails", "name at least one address: budget alerts are the point of a budget")
+    if b.enforcement == Enforcement.cap_elastic and 100.0 not in b.actual_thresholds_pct:
+        add(f"{at}.actual_thresholds_pct", "cap_elastic drains elastic capacity at 100%; include 100 so people hear of it")
+
+
+# Other modules (e.g. CUDA image compatibility) register rules here so there is still one validation entry point.
+_extra_rules: list = []
+
+
+def register_rule(fn):
+    _extra_rules.append(fn)
+    return fn
+
+
+# --- entry points ------------------------------------------------------------------------------------------
+
+
+def parse(data: dict[str, Any], source: str = "config") -> GpuLoanConfig:
+    """Validate a `gpuloan:` namespace (keys without the prefix). Raises ConfigError with every problem."""
+    try:
+        cfg = GpuLoanConfig.model_validate(data)
+    except ValidationError as err:
+        raise ConfigError(_pydantic_problems(err), source) from None
+    problems = cross_field_problems(cfg)
+    if problems:
+        raise ConfigError(problems, source)
+    return cfg
+
+
+def from_stack_yaml(doc: dict[str, Any], source: str) -> GpuLoanConfig:
+    """Pulumi.<env>.yaml's `config:` map → the `gpuloan:` namespace → GpuLoanConfig."""
+    config = (doc or {}).get("config") or {}
+    if not isinstance(config, dict):
+        raise ConfigError([("config", "must be a mapping of 'namespace:key' to values")], source)
+    data = {k.split(":", 1)[1]: v for k, v in config.items() if k.startswith("gpuloan:")}
+    problems = []
+    aws_region = config.get("aws:region")
+    try:
+        cfg = parse(data, source)
+    except ConfigError as err:
+        problems = err.problems
+        cfg = None
+    if aws_region and data.get("region") and aws_region != data.get("region"):
+        problems.append(("region", f"gpuloan:region is {data.get('region')} but aws:region is {aws_region}; "
+                         "they must match (the stack's provider uses gpuloan:region)"))
+    if problems:
+        raise ConfigError(problems, source)
+    return cfg
+
+
+def from_pulumi_config() -> GpuLoanConfig:
+    """Inside `pulumi up/preview`: read every `gpuloan:` key the engine passed to the program."""
+    import json
+
+    import pulumi
+    from pulumi.runtime.config import CONFIG, get_config_env
+
+    data: dict[str, Any] = {}
+    # The language host hands config over in-process (CONFIG); older hosts use the PULUMI_CONFIG variable.
+    for key, raw in {**get_config_env(), **CONFIG.get()}.items():
+        namespace, _, name = key.partition(":")
+        if namespace != "gpuloan":
+            continue
+        name = name.removeprefix("config:")  # legacy "project:config:key" form
+        try:
+            data[name] = json.loads(raw)
+        except (json.JSONDecodeError, TypeError):
+            data[name] = raw
+    return parse(data, f"the config of stack {pulumi.get_stack()}")
+
+
+def json_schema() -> dict[str, Any]:
+    schema = GpuLoanConfig.model_json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "gpuloan stack config (the gpuloan: namespace of Pulumi.<env>.yaml)"
+    return schema

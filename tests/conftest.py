@@ -1,0 +1,43 @@
+"""Shared fixtures: the shipped stack configs and the offline (mocked) run of the Pulumi program."""
+
+from __future__ import annotations
+
+import copy
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from gpuloan import offline  # noqa: E402
+
+STACKS = ("dev", "prod")
+
+
+def stack_config(stack: str) -> dict:
+    """The `config:` map of Pulumi.<stack>.yaml (a fresh copy each call, safe to modify)."""
+    return copy.deepcopy(yaml.safe_load((REPO / f"Pulumi.{stack}.yaml").read_text())["config"])
+
+
+def run_stack(stack: str, config: dict | None = None) -> offline.Recording:
+    """Run __main__.py under the offline mocks with a stack's config (or a modified copy of it)."""
+    return offline.run_program(stack, config if config is not None else stack_config(stack))
+
+
+_CACHE: dict[str, offline.Recording] = {}
+
+
+@pytest.fixture(scope="session")
+def recorded():
+    """recorded('prod') -> Recording of the shipped stack, computed once per test session."""
+
+    def get(stack: str) -> offline.Recording:
+        if stack not in _CACHE:
+            _CACHE[stack] = run_stack(stack)
+        return _CACHE[stack]
+
+    return get
