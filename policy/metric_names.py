@@ -21,3 +21,4 @@ ESTIMATED_ELASTIC_SPEND_USD = "EstimatedElasticSpendUsd"  # Environment, Pool: m
 MONTH_TO_DATE_SPEND_USD = "MonthToDateSpendUsd"  # Environment, Pool: last actual + estimate since
 FALLBACK_ACTIVE = "FallbackActive"  # Environment, Pool: 1 while on-demand fallback is in use
 POLICY_ERRORS = "PolicyErrors"  # Environment: failed reads/writes in a tick (the tick itself may succeed)
+POOL_GPU_UTILIZATION = "PoolGpuUtilization"  # Environment, Pool, Tier (guaranteed|elastic): mean GPU utilization %

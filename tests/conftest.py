@@ -10,8 +10,9 @@ import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parent.parent
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
+for p in (str(REPO), str(REPO / "tests")):
+    if p not in sys.path:
+        sys.path.insert(0, p)
 
 from gpuloan import offline  # noqa: E402
 
@@ -41,3 +42,7 @@ def recorded():
         return _CACHE[stack]
 
     return get
+
+
+# The moto server fixtures (moto_server, aws_env) for the integration tests.
+from aws_emulator import aws_env, moto_server  # noqa: E402,F401

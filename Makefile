@@ -1,0 +1,52 @@
+# The two commands a newcomer needs: `make preview` (the main job) and `make test`.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STACK ?= dev
+
+.PHONY: preview test install dev-install lint bench-config bench-policy bench-sim benchmark schema clean
+
+# The venv is rebuilt when a requirements file changes; the stamp files record what was installed.
+$(BIN)/python:
+	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "gpuloan needs Python 3.11+"'
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(VENV)/.runtime: $(BIN)/python requirements.txt pyproject.toml
+	$(BIN)/python -m pip install --quiet -r requirements.txt
+	$(BIN)/python -m pip install --quiet --no-deps -e .
+	touch $@
+
+$(VENV)/.dev: $(VENV)/.runtime requirements-dev.txt
+	$(BIN)/python -m pip install --quiet -r requirements-dev.txt
+	touch $@
+
+install: $(VENV)/.runtime
+dev-install: $(VENV)/.dev
+
+## preview: validate the dev stack and show its offline preview (resources and monthly cost); STACK=prod for prod
+preview: $(VENV)/.runtime
+	$(BIN)/gpuloan validate $(STACK)
+	$(BIN)/gpuloan preview $(STACK)
+
+## test: the whole test suite (unit, mocked infrastructure, emulator integration, linters)
+test: $(VENV)/.dev
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile
+
+schema: $(VENV)/.runtime
+	$(BIN)/python -m gpuloan schema > docs/config.schema.json
+
+bench-config: $(VENV)/.runtime
+	$(BIN)/python scripts/bench_config.py
+
+bench-policy: $(VENV)/.dev
+	$(BIN)/python scripts/bench_policy.py
+
+bench-sim: $(VENV)/.runtime
+	$(BIN)/python scripts/bench_sim.py
+
+benchmark: $(VENV)/.runtime
+	$(BIN)/python scripts/benchmark.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis

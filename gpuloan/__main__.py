@@ -1,0 +1,5 @@
+import sys
+
+from gpuloan.cli import main
+
+sys.exit(main())
