@@ -13,6 +13,7 @@ import sys
 COMMANDS = [
     "gpuloan.cmd_validate",
     "gpuloan.cmd_preview",
+    "gpuloan.cmd_schema",
 ]
 
 

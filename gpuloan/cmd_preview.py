@@ -1,0 +1,43 @@
+"""`gpuloan preview STACK [--json]`: the offline plan (Pulumi mocks) and the monthly cost estimate."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from gpuloan import stackfile
+from gpuloan.cmd_validate import EXIT_INVALID
+from stacks import config
+
+
+def register(sub) -> None:
+    p = sub.add_parser("preview", help="offline preview: resources the program declares and their monthly cost")
+    p.add_argument("stack", metavar="STACK_OR_FILE")
+    p.add_argument("--json", action="store_true", help="print one JSON document instead of the tree")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from gpuloan.preview import preview_document, render
+
+    try:
+        stack, path = stackfile.resolve(args.stack)
+        doc = stackfile.load(path)
+        # The program next to the stack file is the one previewed (a git worktree previews its own code).
+        program = path.parent / "__main__.py"
+        result = preview_document(stack, doc.get("config") or {}, program if program.is_file() else None)
+    except stackfile.StackFileError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_INVALID
+    except config.ConfigError as err:
+        print(err, file=sys.stderr)
+        print("nothing was previewed: fix the config first", file=sys.stderr)
+        return EXIT_INVALID
+    if args.json:
+        json.dump(result, sys.stdout, indent=2, sort_keys=True, default=str)
+        print()
+    else:
+        from rich.console import Console
+
+        render(result, Console(width=160))
+    return 0
