@@ -142,6 +142,9 @@ class Guaranteed(Strict):
     reservation: Reservation = Reservation.none
     reservation_id: str | None = Field(None, pattern=RESERVATION_ID)
     availability_zone: str | None = None
+    capacity_block_active: bool = Field(
+        False, description="capacity_block only: false keeps the node group at 0 nodes (AWS requires desired 0 "
+        "before the block starts); set true once the block is active to scale the floor to `nodes`.")
 
     @field_validator("instance_type")
     @classmethod
@@ -499,3 +502,30 @@ def json_schema() -> dict[str, Any]:
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["title"] = "gpuloan stack config (the gpuloan: namespace of Pulumi.<env>.yaml)"
     return schema
+
+
+# --- capacity rules (stacks/cluster.py, guaranteed.py, elastic.py) -------------------------------------------
+
+EKS_NODE_GROUP_NAME_MAX = 63
+# The longest node group name suffix gpuloan uses (see stacks/capacity.py: <env>-<pool>-<suffix>).
+_LONGEST_GROUP_SUFFIX = "guaranteed"
+
+
+@register_rule
+def _capacity_problems(cfg: GpuLoanConfig) -> list[tuple[str, str]]:
+    from stacks import versions
+
+    problems: list[tuple[str, str]] = []
+    if isinstance(cfg.cluster, NewCluster) and cfg.cluster.kubernetes_version not in versions.EKS_ADDON_VERSIONS:
+        problems.append(("cluster.kubernetes_version", f"no pinned EKS add-on versions for "
+                         f"{cfg.cluster.kubernetes_version} (pinned: {', '.join(sorted(versions.EKS_ADDON_VERSIONS))}); "
+                         "add them to stacks/versions.py EKS_ADDON_VERSIONS"))
+    for i, pool in enumerate(cfg.pools):
+        longest = f"{cfg.environment}-{pool.name}-{_LONGEST_GROUP_SUFFIX}"
+        if len(longest) > EKS_NODE_GROUP_NAME_MAX:
+            problems.append((f"pools[{i}].name", f"node group name '{longest}' would be {len(longest)} characters; "
+                             f"EKS allows {EKS_NODE_GROUP_NAME_MAX}: shorten the pool or environment name"))
+        g = pool.guaranteed
+        if g is not None and g.capacity_block_active and g.reservation != Reservation.capacity_block:
+            problems.append((f"pools[{i}].guaranteed.capacity_block_active", "only applies to reservation: capacity_block"))
+    return problems

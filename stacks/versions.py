@@ -13,3 +13,16 @@ SYSTEM_AMI_TYPE = "AL2023_x86_64_STANDARD"
 # Lambda runtime of the policy function (boto3 is part of the runtime; the zip is stdlib + our code).
 POLICY_LAMBDA_RUNTIME = "python3.12"
 POLICY_LAMBDA_ARCHITECTURE = "arm64"
+
+# EKS managed add-ons of a new cluster, per Kubernetes minor (coredns and kube-proxy follow the control plane;
+# vpc-cni and the Pod Identity agent do not). Checked against published EKS add-on versions for 1.33
+# (`aws eks describe-addon-versions --kubernetes-version 1.33 --addon-name <name>`). A cluster version
+# without an entry here is rejected by config validation rather than silently getting "latest".
+EKS_ADDON_VERSIONS: dict[str, dict[str, str]] = {
+    "1.33": {
+        "vpc-cni": "v1.20.2-eksbuild.1",
+        "kube-proxy": "v1.33.3-eksbuild.6",
+        "coredns": "v1.12.4-eksbuild.1",
+        "eks-pod-identity-agent": "v1.3.8-eksbuild.2",
+    },
+}
