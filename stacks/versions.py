@@ -26,3 +26,16 @@ EKS_ADDON_VERSIONS: dict[str, dict[str, str]] = {
         "eks-pod-identity-agent": "v1.3.8-eksbuild.2",
     },
 }
+
+# NVIDIA GPU Operator Helm chart (repo https://helm.ngc.nvidia.com/nvidia, calendar versions). v25.10.1 is listed
+# in NVIDIA/gpu-operator ("Add helm chart for GPU Operator 25.10.1"); a stack may override it with
+# gpuloan:gpu_operator.chart_version.
+GPU_OPERATOR_CHART = "gpu-operator"
+GPU_OPERATOR_CHART_REPO = "https://helm.ngc.nvidia.com/nvidia"
+GPU_OPERATOR_CHART_VERSION = "v25.10.1"
+
+# amazon-cloudwatch-observability EKS add-on: enhanced Container Insights (classic CloudWatch metrics, which the
+# policy reads with GetMetricData) incl. its own DCGM exporter for GPU metrics. v4.10.3-eksbuild.1 is the version
+# aws-observability/application-signals-demo pins (2026-04; v5.3.0 dropped a ClusterRole rule the agent's EKS
+# resource detector uses). Check availability: aws eks describe-addon-versions --addon-name amazon-cloudwatch-observability
+CLOUDWATCH_OBSERVABILITY_ADDON_VERSION = "v4.10.3-eksbuild.1"
