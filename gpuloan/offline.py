@@ -228,8 +228,12 @@ def config_to_pulumi(config: dict[str, Any]) -> dict[str, str]:
     return {k: (v if isinstance(v, str) else json.dumps(v)) for k, v in config.items()}
 
 
-def run_program(stack: str, config: dict[str, Any], program: Path | None = None) -> Recording:
-    """Run __main__.py with `config` (the stack YAML's `config:` map) and return what it declared."""
+def run_program(stack: str, config: dict[str, Any], program: Path | None = None,
+                records: list[RecordedResource] | None = None) -> Recording:
+    """Run __main__.py with `config` (the stack YAML's `config:` map) and return what it declared.
+
+    `records` (optional) receives each resource as it is registered, also when the program fails.
+    """
     import pulumi
     from pulumi.runtime import settings as pulumi_settings
     from pulumi.runtime.stack import run_pulumi_func
@@ -238,7 +242,7 @@ def run_program(stack: str, config: dict[str, Any], program: Path | None = None)
     program = program or REPO_ROOT / "__main__.py"
     region = str(config.get("gpuloan:region") or config.get("aws:region") or "us-east-1")
     mocks = OfflineMocks(region, stack)
-    records: list[RecordedResource] = []
+    records = records if records is not None else []
     monitor = _make_monitor(mocks, records, {})
 
     pulumi_settings.ROOT.set(None)
