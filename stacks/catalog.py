@@ -139,11 +139,11 @@ def price(instance_type: str, region: str) -> Price | None:
     if snapshot is not None:
         snap_od, snap_spot = _float(snapshot["ondemand_usd_per_hour"]), _float(snapshot["spot_usd_per_hour"])
         if snap_od and snap_spot:
-            spot, basis = round(ondemand * snap_spot / snap_od, 4), "observed-ratio"
+            spot, basis = ondemand * snap_spot / snap_od, "observed-ratio"
     if spot is None:
         savings = _float(base["advisor_savings_pct"])
         if savings is not None and 0 < savings < 100:
-            spot, basis = round(ondemand * (1 - savings / 100), 4), "advisor-estimate"
+            spot, basis = ondemand * (1 - savings / 100), "advisor-estimate"
     bucket = base["advisor_interruption_freq"] or (snapshot or {}).get("advisor_interruption_freq") or None
     return Price(instance_type, region, ondemand, spot, basis, bucket)
 
