@@ -1,0 +1,407 @@
+"""The decision core: `decide(settings, observation, now) -> Plan`. Pure: no I/O, no clock, no randomness.
+
+The same function runs in the Lambda every tick and in the simulator every simulated minute, so it is kept
+cheap (one pass over each pool's nodes, no copies of the observation).
+
+Rules per pool, in order (docs/policy.md explains each with its reason code):
+1. A configured elastic group that could not be read holds the whole pool (HOLD_MISSING_DATA).
+2. Budget drain: with cap_elastic, once month-to-date spend reaches a budget (pool or environment), launches
+   still in flight are cancelled and in-service elastic nodes are terminated by instance id, idle first,
+   max_step_nodes per tick (BUDGET_DRAIN). Unknown spend never drains.
+3. Scale-up: pending pods targeting the pool are packed (first fit, decreasing) onto nodes of gpus_per_node;
+   the nodes they need beyond those already launching are added (SCALE_UP_PENDING). Sustained mean GPU
+   utilization at or above the threshold adds one node when nothing is launching and no group is in cooldown
+   (SCALE_UP_UTILIZATION). Additions go to spot; while spot stays short of its desired size for
+   fallback_after_minutes, or its activities report insufficient capacity, they go to on-demand
+   (SPOT_FALLBACK), and the spot shortfall no longer counts as capacity. Bounded by group max, max_step_nodes
+   and the budget projection (BUDGET_CAP).
+4. Idle reclaim (only when nothing is added): in-service elastic nodes whose max GPU utilization over the idle
+   timeout stayed below the idle threshold, up at least that long, are terminated by instance id, on-demand
+   first, max_step_nodes per tick (RECLAIM_IDLE). A node without metrics is busy; unknown pending pods hold.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime, timedelta, timezone
+
+from policy.model import (
+    ACTION_HOLD,
+    ACTION_SET_DESIRED,
+    ACTION_TERMINATE,
+    CAPACITY_GUARANTEED,
+    ENFORCEMENT_CAP,
+    LIFECYCLE_IN_SERVICE,
+    Action,
+    Group,
+    Node,
+    Observation,
+    Plan,
+    PoolDecision,
+    PoolObservation,
+    PoolSettings,
+    Reason,
+    Settings,
+    Spend,
+)
+
+_MIN_HOURS_LEFT = 1.0 / 60  # the last minute of a month must not divide by zero
+
+
+def hours_left_in_month(now: datetime) -> float:
+    """Hours from `now` to the start of the next calendar month (UTC), the horizon of the budget projection."""
+    now = now.astimezone(timezone.utc)
+    first_next = datetime(now.year + (now.month == 12), now.month % 12 + 1, 1, tzinfo=timezone.utc)
+    return max((first_next - now).total_seconds() / 3600.0, _MIN_HOURS_LEFT)
+
+
+def pack_pods(pod_gpus: tuple[int, ...], gpus_per_node: int) -> tuple[int, int]:
+    """First fit decreasing: (nodes needed, pods that fit no node). Pods asking for 0 GPUs are ignored."""
+    bins: list[int] = []  # free GPUs per new node
+    unfittable = 0
+    for need in sorted(pod_gpus, reverse=True):
+        if need <= 0:
+            continue
+        if need > gpus_per_node:
+            unfittable += 1
+            continue
+        for i, free in enumerate(bins):
+            if free >= need:
+                bins[i] = free - need
+                break
+        else:
+            bins.append(gpus_per_node - need)
+    return len(bins), unfittable
+
+
+class _Scope:
+    """A budget scope (one pool, or the environment) while a tick is being decided.
+
+    headroom_usd_per_hour is how much more hourly spend fits: (budget - month-to-date) / hours left, minus
+    the hourly rate of everything already running in the scope (floor + elastic). Scale-ups consume it.
+    """
+
+    __slots__ = ("budget_usd", "month_to_date_usd", "known", "headroom_usd_per_hour", "capped", "name")
+
+    def __init__(self, name: str, budget_usd: float, spend: Spend | None, rate_usd_per_hour: float, hours: float,
+                 enforcement: str):
+        self.name = name
+        self.budget_usd = budget_usd
+        mtd = spend.month_to_date_usd if spend is not None else None
+        self.known = mtd is not None
+        # Without an actual figure the projection still caps: spend so far counts as the running estimate only.
+        self.month_to_date_usd = mtd if mtd is not None else (spend.estimated_since_usd if spend else 0.0)
+        self.headroom_usd_per_hour = (budget_usd - self.month_to_date_usd) / hours - rate_usd_per_hour
+        self.capped = enforcement == ENFORCEMENT_CAP
+
+    @property
+    def exhausted(self) -> bool:
+        """Actual spend (last Budgets figure + estimate since) reached the budget: drain, if capped."""
+        return self.capped and self.known and self.month_to_date_usd >= self.budget_usd
+
+
+def decide(settings: Settings, observation: Observation, now: datetime) -> Plan:
+    """Decide one tick for every pool of `settings`. Same inputs, same plan."""
+    hours = hours_left_in_month(now)
+    rates = {}
+    for ps in settings.pools:
+        po = observation.pool(ps.name)
+        rates[ps.name] = ps.guaranteed_usd_per_hour + (_elastic_rate(ps, po) if po is not None else 0.0)
+    env_scope = None
+    if settings.budget_monthly_usd is not None:
+        env_scope = _Scope("environment", settings.budget_monthly_usd, observation.environment_spend,
+                           sum(rates.values()), hours, settings.budget_enforcement)
+    decisions = []
+    for ps in settings.pools:
+        po = observation.pool(ps.name)
+        scopes = []
+        if ps.budget_monthly_usd is not None:
+            scopes.append(_Scope(f"pool {ps.name}", ps.budget_monthly_usd, po.spend if po else None,
+                                 rates[ps.name], hours, ps.budget_enforcement))
+        if env_scope is not None:
+            scopes.append(env_scope)
+        decisions.append(_decide_pool(ps, po, scopes, now, hours))
+    return Plan(tuple(decisions), dry_run=settings.dry_run, decided_at=now)
+
+
+def _elastic_rate(ps: PoolSettings, po: PoolObservation) -> float:
+    rate = 0.0
+    for name in ps.elastic_groups:
+        g = po.group(name)
+        if g is not None:
+            rate += g.desired_nodes * ps.usd_per_hour(name)
+    return rate
+
+
+def _hold(pool: str, reason: Reason, detail: str, group: str | None = None) -> Action:
+    return Action(pool, ACTION_HOLD, reason, group=group, detail=detail)
+
+
+def _decide_pool(ps: PoolSettings, po: PoolObservation | None, scopes: list[_Scope], now: datetime,
+                 hours: float) -> PoolDecision:
+    name = ps.name
+    if po is None:
+        return PoolDecision(name, (_hold(name, Reason.HOLD_MISSING_DATA, "no observation for this pool"),))
+    groups: dict[str, Group] = {}
+    for gname in ps.elastic_groups:
+        g = po.group(gname)
+        if g is None:
+            return PoolDecision(name, (_hold(name, Reason.HOLD_MISSING_DATA, f"node group {gname} could not be read",
+                                             group=gname),))
+        groups[gname] = g
+
+    # One pass over the nodes: counts per group, utilization per tier, idle candidates.
+    in_service = dict.fromkeys(groups, 0)
+    util_sum = {"guaranteed": 0.0, "elastic": 0.0}
+    util_n = {"guaranteed": 0, "elastic": 0}
+    elastic_nodes: list[Node] = []
+    for node in po.nodes:
+        elastic = node.group in groups
+        if node.lifecycle == LIFECYCLE_IN_SERVICE:
+            if elastic:
+                in_service[node.group] += 1
+                elastic_nodes.append(node)
+            if node.avg_utilization_pct is not None:
+                tier = "elastic" if elastic else "guaranteed"
+                util_sum[tier] += node.avg_utilization_pct
+                util_n[tier] += 1
+    utilization = {t: util_sum[t] / util_n[t] for t in util_sum if util_n[t]}
+
+    spot = groups.get(ps.spot_group) if ps.spot_group else None
+    od = groups.get(ps.on_demand_group) if ps.on_demand_group else None
+    spot_short = False
+    if spot is not None and spot.desired_nodes > in_service[spot.name]:
+        waited = spot.last_change_at is not None and now - spot.last_change_at >= timedelta(
+            minutes=ps.fallback_after_minutes)
+        spot_short = spot.capacity_shortage or waited
+    fallback_active = spot is not None and od is not None and od.desired_nodes > 0
+
+    desired = {g: groups[g].desired_nodes for g in groups}
+    pending_gpus = sum(p for p in po.pending_pod_gpus if p > 0) if po.pending_pod_gpus is not None else None
+    mtd = None
+    for s in scopes:
+        if s.name.startswith("pool"):
+            mtd = s.month_to_date_usd if s.known else None
+    if mtd is None and po.spend is not None:
+        mtd = po.spend.month_to_date_usd
+
+    actions: list[Action] = []
+    drain = next((s for s in scopes if s.exhausted), None)
+    if drain is not None:
+        actions = _drain(ps, groups, in_service, elastic_nodes, drain, desired)
+    else:
+        actions = _scale(ps, po, groups, in_service, spot, od, spot_short, utilization, scopes, now, desired)
+        if not any(a.kind == ACTION_SET_DESIRED for a in actions):
+            actions += _reclaim(ps, po, groups, elastic_nodes, now, desired)
+        if spot is not None and od is not None and od.desired_nodes > 0 and not spot_short:
+            actions.append(_hold(name, Reason.SPOT_RECOVERED, f"spot {spot.name} is filled; new demand goes to "
+                                 f"spot and on-demand nodes are reclaimed first when idle", group=od.name))
+    if not actions:
+        actions.append(_hold(name, Reason.STEADY, "nothing to do"))
+
+    elastic_rate = sum(desired[g] * ps.usd_per_hour(g) for g in desired)
+    projected = None
+    if mtd is not None:
+        projected = mtd + (elastic_rate + ps.guaranteed_usd_per_hour) * hours
+    return PoolDecision(
+        name,
+        tuple(actions),
+        desired_after=desired,
+        pending_gpus=pending_gpus,
+        elastic_usd_per_hour=elastic_rate,
+        month_to_date_usd=mtd,
+        projected_month_usd=projected,
+        fallback_active=fallback_active or (spot_short and od is not None and desired.get(od.name, 0) > 0),
+        utilization_pct=utilization,
+    )
+
+
+def _drain(ps: PoolSettings, groups: dict[str, Group], in_service: dict[str, int], nodes: list[Node],
+           scope: _Scope, desired: dict[str, int]) -> list[Action]:
+    name = ps.name
+    why = f"{scope.name} month-to-date ${scope.month_to_date_usd:,.0f} reached its budget ${scope.budget_usd:,.0f}"
+    actions: list[Action] = []
+    cancelled = False
+    for gname, g in groups.items():
+        if g.status != "ACTIVE":
+            actions.append(_hold(name, Reason.UPDATE_IN_PROGRESS, f"{gname} is {g.status}", group=gname))
+            continue
+        if g.desired_nodes > in_service[gname]:
+            cancelled = True
+            desired[gname] = in_service[gname]
+            actions.append(Action(name, ACTION_SET_DESIRED, Reason.BUDGET_DRAIN, group=gname,
+                                  desired_from=g.desired_nodes, desired_to=in_service[gname],
+                                  detail=f"{why}; cancel launches in flight"))
+    if cancelled:
+        return actions
+    order = sorted((n for n in nodes if groups[n.group].status == "ACTIVE"), key=_drain_key(ps))
+    for node in order[: ps.max_step_nodes]:
+        desired[node.group] -= 1
+        actions.append(Action(name, ACTION_TERMINATE, Reason.BUDGET_DRAIN, group=node.group,
+                              instance_id=node.instance_id, desired_from=desired[node.group] + 1,
+                              desired_to=desired[node.group], detail=why))
+    return actions
+
+
+def _drain_key(ps: PoolSettings):
+    def key(n: Node):
+        util = n.max_utilization_pct
+        # idle first, nodes without metrics last (they may be busy), on-demand before spot at equal use
+        return (util is None, util if util is not None else 0.0, n.group != ps.on_demand_group, n.instance_id)
+
+    return key
+
+
+def _scale(ps: PoolSettings, po: PoolObservation, groups: dict[str, Group], in_service: dict[str, int],
+           spot: Group | None, od: Group | None, spot_short: bool, utilization: dict[str, float],
+           scopes: list[_Scope], now: datetime, desired: dict[str, int]) -> list[Action]:
+    name = ps.name
+    actions: list[Action] = []
+    # Capacity that is up or on its way; a spot shortfall past the fallback delay is no longer "on its way".
+    capacity = 0
+    up = 0
+    for gname, g in groups.items():
+        up += in_service[gname]
+        capacity += in_service[gname] if (g is spot and spot_short) else max(g.desired_nodes, in_service[gname])
+    coming = capacity - up
+
+    add_pending = 0
+    if po.pending_pod_gpus:
+        needed, unfittable = pack_pods(po.pending_pod_gpus, ps.gpus_per_node)
+        add_pending = max(0, needed - coming)
+        if unfittable:
+            actions.append(_hold(name, Reason.HOLD_MISSING_DATA, f"{unfittable} pending pod(s) ask for more than "
+                                 f"{ps.gpus_per_node} GPUs per node and can never fit this pool"))
+    add_util = 0
+    mean = _mean_utilization(po)
+    if mean is not None and mean >= ps.scale_up_utilization_pct and coming == 0:
+        cooling = _cooling(groups.values(), now, ps.cooldown_minutes)
+        if cooling is not None:
+            actions.append(_hold(name, Reason.COOLDOWN, f"utilization {mean:.0f}% but {cooling} changed less than "
+                                 f"{ps.cooldown_minutes} min ago", group=cooling))
+        else:
+            add_util = 1
+    want = max(add_pending, add_util)
+    if want == 0:
+        return actions
+    reason = Reason.SCALE_UP_PENDING if add_pending >= add_util else Reason.SCALE_UP_UTILIZATION
+    why = (f"{sum(po.pending_pod_gpus)} pending GPU(s) need {add_pending} more node(s)" if reason is
+           Reason.SCALE_UP_PENDING else f"mean GPU utilization {mean:.0f}% >= {ps.scale_up_utilization_pct:.0f}%")
+
+    target = spot if (spot is not None and not spot_short) else od
+    if target is None:  # spot-only pool and spot is short: nothing else to ask for
+        actions.append(_hold(name, reason, f"{why}, but spot {spot.name} is short of capacity and the pool has no "
+                             "on-demand fallback", group=spot.name))
+        return actions
+    if target is od and spot is not None:
+        why = f"{why}; spot {spot.name} short ({in_service[spot.name]}/{spot.desired_nodes} up)"
+        reason = Reason.SPOT_FALLBACK
+    if target.status != "ACTIVE":
+        actions.append(_hold(name, Reason.UPDATE_IN_PROGRESS, f"{why}, but {target.name} is {target.status}",
+                             group=target.name))
+        return actions
+    limit = ps.max_nodes(target.name)
+    if target.max_nodes > 0:
+        limit = min(limit, target.max_nodes)
+    room = max(0, limit - target.desired_nodes)
+    add = min(want, ps.max_step_nodes, room)
+    if add < want and room < want:
+        actions.append(_hold(name, Reason.AT_MAX, f"{why}; {target.name} is at {target.desired_nodes}/{limit}",
+                             group=target.name))
+    price = ps.usd_per_hour(target.name)
+    for s in scopes:
+        if not s.capped:
+            continue
+        affordable = max(0, math.floor(s.headroom_usd_per_hour / price + 1e-9)) if price > 0 else add
+        if affordable < add:
+            actions.append(_hold(name, Reason.BUDGET_CAP, f"{why}; {s.name} budget ${s.budget_usd:,.0f} affords "
+                                 f"{affordable} more node(s) (month-to-date ${s.month_to_date_usd:,.0f} + projection)",
+                                 group=target.name))
+            add = affordable
+    if add <= 0:
+        return actions
+    for s in scopes:
+        s.headroom_usd_per_hour -= add * price
+    desired[target.name] = target.desired_nodes + add
+    actions.insert(0, Action(name, ACTION_SET_DESIRED, reason, group=target.name, desired_from=target.desired_nodes,
+                             desired_to=target.desired_nodes + add, detail=why))
+    return actions
+
+
+def _mean_utilization(po: PoolObservation) -> float | None:
+    """Mean over every in-service node of the pool with data (floor and elastic): the load the pool carries."""
+    total = 0.0
+    n = 0
+    for node in po.nodes:
+        if node.lifecycle == LIFECYCLE_IN_SERVICE and node.avg_utilization_pct is not None:
+            total += node.avg_utilization_pct
+            n += 1
+    return total / n if n else None
+
+
+def _cooling(groups, now: datetime, cooldown_minutes: int) -> str | None:
+    limit = timedelta(minutes=cooldown_minutes)
+    for g in groups:
+        if g.last_change_at is not None and now - g.last_change_at < limit:
+            return g.name
+    return None
+
+
+def _reclaim(ps: PoolSettings, po: PoolObservation, groups: dict[str, Group], nodes: list[Node], now: datetime,
+             desired: dict[str, int]) -> list[Action]:
+    name = ps.name
+    timeout = timedelta(minutes=ps.idle_timeout_minutes)
+    idle: list[Node] = []
+    unknown = 0
+    for node in nodes:
+        if now - node.launched_at < timeout:
+            continue
+        if node.max_utilization_pct is None:
+            unknown += 1
+        elif node.max_utilization_pct < ps.idle_utilization_pct:
+            idle.append(node)
+    actions: list[Action] = []
+    if unknown:
+        actions.append(_hold(name, Reason.HOLD_MISSING_DATA, f"{unknown} elastic node(s) without GPU metrics for "
+                             f"{ps.idle_timeout_minutes} min count as busy"))
+    if not idle:
+        return actions
+    if po.pending_pod_gpus is None:
+        actions.append(_hold(name, Reason.HOLD_MISSING_DATA, f"{len(idle)} idle node(s) kept: pending pods unknown "
+                             "(Kubernetes API unreachable)"))
+        return actions
+    if any(0 < p <= ps.gpus_per_node for p in po.pending_pod_gpus):
+        actions.append(_hold(name, Reason.STEADY, f"{len(idle)} idle node(s) kept: pods are pending and may land "
+                             "on them"))
+        return actions
+    idle.sort(key=lambda n: (n.group != ps.on_demand_group, n.max_utilization_pct, n.launched_at, n.instance_id))
+    taken = 0
+    reported: set[str] = set()
+    for node in idle:
+        if taken >= ps.max_step_nodes:
+            break
+        g = groups[node.group]
+        if g.status != "ACTIVE":
+            if g.name not in reported:
+                reported.add(g.name)
+                actions.append(_hold(name, Reason.UPDATE_IN_PROGRESS, f"idle node(s) kept: {g.name} is {g.status}",
+                                     group=g.name))
+            continue
+        if _cooling((g,), now, ps.cooldown_minutes) is not None:
+            if g.name not in reported:
+                reported.add(g.name)
+                actions.append(_hold(name, Reason.COOLDOWN, f"idle node(s) kept: {g.name} changed less than "
+                                     f"{ps.cooldown_minutes} min ago", group=g.name))
+            continue
+        if desired[g.name] - 1 < g.min_nodes:
+            continue
+        desired[g.name] -= 1
+        taken += 1
+        actions.append(Action(name, ACTION_TERMINATE, Reason.RECLAIM_IDLE, group=g.name, instance_id=node.instance_id,
+                              desired_from=desired[g.name] + 1, desired_to=desired[g.name],
+                              detail=f"max GPU utilization {node.max_utilization_pct:.1f}% < "
+                                     f"{ps.idle_utilization_pct:.0f}% for {ps.idle_timeout_minutes} min"))
+    return actions
+
+
+__all__ = ["decide", "hours_left_in_month", "pack_pods", "CAPACITY_GUARANTEED"]

@@ -1,0 +1,343 @@
+"""The data the policy engine reads and writes: frozen dataclasses, standard library only.
+
+    Settings     what the operator configured (built at plan time by stacks/policy_settings.py, shipped to the
+                 Lambda as JSON: `Settings.to_json()` / `Settings.from_json()`).
+    Observation  what one tick saw: per pool, the node groups, the nodes with their GPU utilization, the GPUs
+                 requested by pending pods and the spend. Built by policy/observe.py in the Lambda, or directly
+                 by the simulator (nothing here needs AWS).
+    Plan         what the engine decided: per pool, the actions (each with a reason code) and figures.
+
+Times are timezone-aware UTC datetimes. Money is USD. Utilization is percent (0-100) of a node's GPUs.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, fields
+from datetime import datetime
+from enum import Enum
+from typing import Any
+
+SETTINGS_VERSION = 1
+
+# Auto Scaling instance lifecycle states the engine distinguishes (the adapter passes AWS's names through).
+LIFECYCLE_IN_SERVICE = "InService"
+LIFECYCLE_PENDING = "Pending"  # also "Pending:Wait", "Pending:Proceed": the node is still booting
+# "Terminating*", "Terminated", "Detaching", "Standby", ... are neither capacity nor launching.
+
+CAPACITY_SPOT = "spot"
+CAPACITY_ON_DEMAND = "on_demand"
+CAPACITY_GUARANTEED = "guaranteed"
+
+ENFORCEMENT_CAP = "cap_elastic"
+ENFORCEMENT_ALERT = "alert_only"
+
+
+class Reason(str, Enum):
+    """Why the engine did (or did not do) something. Metric dimension values and log fields use `.value`."""
+
+    SCALE_UP_PENDING = "SCALE_UP_PENDING"  # pending pods that target the pool need more nodes
+    SCALE_UP_UTILIZATION = "SCALE_UP_UTILIZATION"  # sustained high average GPU utilization
+    RECLAIM_IDLE = "RECLAIM_IDLE"  # a node stayed idle for the idle timeout: terminate it by instance id
+    BUDGET_CAP = "BUDGET_CAP"  # a wanted scale-up was cut or refused because of the budget
+    BUDGET_DRAIN = "BUDGET_DRAIN"  # actual spend reached the budget: drain elastic capacity (idle first)
+    SPOT_FALLBACK = "SPOT_FALLBACK"  # spot stayed short: the on-demand group takes the shortfall
+    SPOT_RECOVERED = "SPOT_RECOVERED"  # spot filled again while on-demand nodes run: new demand goes to spot
+    COOLDOWN = "COOLDOWN"  # a group changed too recently for a utilization-driven change
+    AT_MAX = "AT_MAX"  # demand exceeds the elastic maximum
+    UPDATE_IN_PROGRESS = "UPDATE_IN_PROGRESS"  # the node group is being updated: leave it alone this tick
+    HOLD_MISSING_DATA = "HOLD_MISSING_DATA"  # data missing or stale: hold, never shrink
+    STEADY = "STEADY"  # nothing to do
+
+
+ACTION_SET_DESIRED = "set_desired"  # EKS UpdateNodegroupConfig(desiredSize)
+ACTION_TERMINATE = "terminate"  # ASG TerminateInstanceInAutoScalingGroup(ShouldDecrementDesiredCapacity=True)
+ACTION_HOLD = "hold"  # no change; the reason says why
+
+
+# --- settings ------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PoolSettings:
+    """One pool's elastic capacity. A group name is None when the pool has no such group.
+
+    `spot_group` is the primary group when present; `on_demand_group` is the fallback (or the only group for
+    capacity: on_demand). Prices are per node and hour; for a group of several instance types the engine is
+    given the most expensive type's price (a cap must not under-estimate).
+    """
+
+    name: str
+    team: str
+    tier: str
+    gpus_per_node: int
+    spot_group: str | None
+    on_demand_group: str | None
+    spot_max_nodes: int
+    on_demand_max_nodes: int
+    spot_usd_per_hour: float
+    on_demand_usd_per_hour: float
+    guaranteed_group: str | None = None
+    guaranteed_nodes: int = 0
+    guaranteed_usd_per_hour: float = 0.0  # the whole floor, per hour (fixed spend in the budget projection)
+    scale_up_utilization_pct: float = 80.0
+    scale_up_window_minutes: int = 10
+    idle_utilization_pct: float = 5.0
+    idle_timeout_minutes: int = 30
+    cooldown_minutes: int = 5
+    max_step_nodes: int = 4
+    fallback_after_minutes: int = 10
+    budget_monthly_usd: float | None = None
+    budget_enforcement: str = ENFORCEMENT_CAP
+    budget_name: str | None = None
+
+    @property
+    def primary_group(self) -> str | None:
+        return self.spot_group or self.on_demand_group
+
+    @property
+    def elastic_groups(self) -> tuple[str, ...]:
+        return tuple(g for g in (self.spot_group, self.on_demand_group) if g)
+
+    @property
+    def elastic_max_nodes(self) -> int:
+        return (self.spot_max_nodes if self.spot_group else 0) + (self.on_demand_max_nodes if self.on_demand_group else 0)
+
+    def max_nodes(self, group: str) -> int:
+        return self.spot_max_nodes if group == self.spot_group else self.on_demand_max_nodes
+
+    def usd_per_hour(self, group: str) -> float:
+        return self.spot_usd_per_hour if group == self.spot_group else self.on_demand_usd_per_hour
+
+    def capacity_of(self, group: str) -> str:
+        if group == self.spot_group:
+            return CAPACITY_SPOT
+        if group == self.on_demand_group:
+            return CAPACITY_ON_DEMAND
+        return CAPACITY_GUARANTEED
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything the policy function needs that does not change between ticks."""
+
+    environment: str
+    region: str
+    cluster_name: str
+    pools: tuple[PoolSettings, ...]
+    budget_monthly_usd: float | None = None  # the environment budget (all pools together)
+    budget_enforcement: str = ENFORCEMENT_CAP
+    budget_name: str | None = None
+    dry_run: bool = False
+    schedule_minutes: int = 1
+    metric_namespace: str = "ContainerInsights"
+    utilization_metric: str = "node_gpu_utilization"
+    budget_refresh_minutes: int = 60
+    notify_min_interval_minutes: int = 30
+
+    def pool(self, name: str) -> PoolSettings:
+        for p in self.pools:
+            if p.name == name:
+                return p
+        raise KeyError(name)
+
+    def to_json(self) -> str:
+        data = asdict(self)
+        data["version"] = SETTINGS_VERSION
+        return json.dumps(data, sort_keys=True, separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str) -> "Settings":
+        """Parse settings JSON; unknown or missing keys raise BadSettings naming them (never a silent default)."""
+        from policy.errors import BadSettings
+
+        try:
+            data = json.loads(text)
+        except (TypeError, json.JSONDecodeError) as err:
+            raise BadSettings(f"settings are not valid JSON: {err}") from None
+        if not isinstance(data, dict):
+            raise BadSettings("settings must be a JSON object")
+        version = data.pop("version", None)
+        if version != SETTINGS_VERSION:
+            raise BadSettings(f"settings version {version!r}; this policy function reads version {SETTINGS_VERSION}")
+        pools = data.pop("pools", None)
+        if not isinstance(pools, list) or not pools:
+            raise BadSettings("settings.pools must be a non-empty list")
+        parsed = tuple(_build(PoolSettings, p, f"pools[{i}]") for i, p in enumerate(pools))
+        return _build(cls, {**data, "pools": parsed}, "settings")
+
+
+def _build(cls, data: Any, path: str):
+    from policy.errors import BadSettings
+
+    if not isinstance(data, dict):
+        raise BadSettings(f"{path} must be an object")
+    known = {f.name for f in fields(cls)}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise BadSettings(f"{path}: unknown keys {', '.join(unknown)}")
+    try:
+        return cls(**data)
+    except TypeError as err:
+        raise BadSettings(f"{path}: {err}") from None
+
+
+# --- observation ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Node:
+    """One instance of a pool's node group (guaranteed nodes included, so pool utilization can be reported).
+
+    Utilization is None when CloudWatch had no datapoint for the window: the engine treats it as busy.
+    """
+
+    instance_id: str
+    group: str
+    launched_at: datetime
+    lifecycle: str = LIFECYCLE_IN_SERVICE
+    max_utilization_pct: float | None = None  # max over the last idle_timeout_minutes
+    avg_utilization_pct: float | None = None  # mean over the last scale_up_window_minutes
+
+    @property
+    def in_service(self) -> bool:
+        return self.lifecycle == LIFECYCLE_IN_SERVICE
+
+    @property
+    def launching(self) -> bool:
+        return self.lifecycle.startswith(LIFECYCLE_PENDING)
+
+
+@dataclass(frozen=True)
+class Group:
+    """A managed node group as EKS and its Auto Scaling group report it."""
+
+    name: str
+    desired_nodes: int
+    min_nodes: int = 0
+    max_nodes: int = 0
+    status: str = "ACTIVE"  # EKS node group status; anything but ACTIVE means "do not touch this tick"
+    last_change_at: datetime | None = None  # latest of the node group's modifiedAt and its last scaling activity
+    capacity_shortage: bool = False  # a recent scaling activity failed for lack of capacity (spot)
+
+
+@dataclass(frozen=True)
+class Spend:
+    """Month-to-date spend of a budget scope: the last actual figure from AWS Budgets (it lags hours) plus the
+    policy's own running estimate of elastic spend since that figure was read. actual_usd None = never read."""
+
+    actual_usd: float | None
+    estimated_since_usd: float = 0.0
+    actual_as_of: datetime | None = None
+
+    @property
+    def month_to_date_usd(self) -> float | None:
+        if self.actual_usd is None:
+            return None
+        return self.actual_usd + self.estimated_since_usd
+
+
+@dataclass(frozen=True)
+class PoolObservation:
+    """groups: the pool's elastic groups that could be read (a missing one makes the engine hold the pool).
+    pending_pod_gpus: GPUs requested by each pending pod that targets the pool; None when unknown."""
+
+    name: str
+    groups: tuple[Group, ...] = ()
+    nodes: tuple[Node, ...] = ()
+    pending_pod_gpus: tuple[int, ...] | None = ()
+    spend: Spend | None = None
+
+    def group(self, name: str | None) -> Group | None:
+        for g in self.groups:
+            if g.name == name:
+                return g
+        return None
+
+
+@dataclass(frozen=True)
+class Observation:
+    pools: tuple[PoolObservation, ...]
+    environment_spend: Spend | None = None
+
+    def pool(self, name: str) -> PoolObservation | None:
+        for p in self.pools:
+            if p.name == name:
+                return p
+        return None
+
+
+# --- plan ----------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Action:
+    """One change (or a hold) with its reason. set_desired: desired_from -> desired_to on `group`.
+    terminate: `instance_id` in `group`, desired drops by one. hold: nothing changes."""
+
+    pool: str
+    kind: str
+    reason: Reason
+    group: str | None = None
+    desired_from: int | None = None
+    desired_to: int | None = None
+    instance_id: str | None = None
+    detail: str = ""
+
+    @property
+    def changes(self) -> bool:
+        return self.kind != ACTION_HOLD
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {"kind": self.kind, "reason": self.reason.value}
+        for key in ("group", "desired_from", "desired_to", "instance_id"):
+            value = getattr(self, key)
+            if value is not None:
+                out[key] = value
+        if self.detail:
+            out["detail"] = self.detail
+        return out
+
+
+@dataclass(frozen=True)
+class PoolDecision:
+    """The engine's verdict for one pool, with the figures the handler logs and publishes."""
+
+    pool: str
+    actions: tuple[Action, ...]
+    desired_after: dict[str, int] = field(default_factory=dict)  # elastic group -> desired size after the plan
+    pending_gpus: int | None = None
+    elastic_usd_per_hour: float = 0.0  # spend rate of the elastic nodes after the plan (for the running estimate)
+    month_to_date_usd: float | None = None
+    projected_month_usd: float | None = None
+    fallback_active: bool = False
+    utilization_pct: dict[str, float] = field(default_factory=dict)  # "guaranteed"/"elastic" -> mean avg util
+
+    @property
+    def reasons(self) -> tuple[Reason, ...]:
+        return tuple(a.reason for a in self.actions)
+
+    @property
+    def changes(self) -> tuple[Action, ...]:
+        return tuple(a for a in self.actions if a.changes)
+
+
+@dataclass(frozen=True)
+class Plan:
+    decisions: tuple[PoolDecision, ...]
+    dry_run: bool = False
+    decided_at: datetime | None = None
+
+    @property
+    def actions(self) -> tuple[Action, ...]:
+        return tuple(a for d in self.decisions for a in d.actions)
+
+    @property
+    def changes(self) -> tuple[Action, ...]:
+        return tuple(a for a in self.actions if a.changes)
+
+    def decision(self, pool: str) -> PoolDecision:
+        for d in self.decisions:
+            if d.pool == pool:
+                return d
+        raise KeyError(pool)
