@@ -114,6 +114,12 @@ def _launch_template(name: str, inputs: dict[str, Any], region: str) -> dict[str
     return {"id": f"lt-{_short_hash(name)}{_short_hash(name, 'x')[:9]}", "latestVersion": 1}
 
 
+@outputs_for("aws:iam/openIdConnectProvider:OpenIdConnectProvider")
+def _oidc_provider(name: str, inputs: dict[str, Any], region: str) -> dict[str, Any]:
+    host = str(inputs.get("url", "")).removeprefix("https://")
+    return {"arn": f"arn:aws:iam::{ACCOUNT_ID}:oidc-provider/{host}"}
+
+
 @outputs_for("aws:eks/nodeGroup:NodeGroup")
 def _node_group(name: str, inputs: dict[str, Any], region: str) -> dict[str, Any]:
     return {"resources": [{"autoscalingGroups": [{"name": f"eks-{name}-{_short_hash(name)}"}]}], "status": "ACTIVE"}

@@ -251,6 +251,11 @@ class Alarms(Strict):
 class GitHub(Strict):
     repository: str = Field(pattern=r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
     create_oidc_provider: bool = True
+    deploy_environment: str | None = Field(
+        None, pattern=r"^[A-Za-z0-9_.-]{1,255}$",
+        description="GitHub environment the deploy job of this stack runs in (required reviewers); the deploy role "
+        "then trusts that environment instead of refs/heads/main. Restrict the environment to the main branch.",
+    )
 
 
 class GpuLoanConfig(Strict):

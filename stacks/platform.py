@@ -28,12 +28,39 @@ def build(cfg: GpuLoanConfig) -> dict[str, object]:
     outputs: dict[str, object] = {"environment": cfg.environment, "region": cfg.region}
 
     # 1. alerts topic (stacks/alerts.py)                      -- issue: budgets & alarms
+    from stacks.alerts import Alerts, AlertsArgs
+
+    identity = pulumi.InvokeOutputOptions(provider=provider)
+    alerts = Alerts(f"{cfg.environment}-alerts", AlertsArgs.from_config(
+        cfg, aws.get_caller_identity_output(opts=identity).account_id,
+        aws.get_partition_output(opts=identity).partition), opts=opts)
+    outputs["alerts_topic_arn"] = alerts.topic_arn
     # 2. network + cluster (stacks/network.py, stacks/cluster.py) -- issue: capacity
     # 3. per pool: guaranteed + elastic node groups (stacks/guaranteed.py, stacks/elastic.py)
     # 4. Kubernetes layer (stacks/kubernetes.py, gpu_operator.py, ...) -- issue: kubernetes
     # 5. CUDA images (stacks/images.py)                        -- issue: images
     # 6. budgets, alarms, dashboard (stacks/budgets.py, alarms.py, dashboard.py)
+    from stacks import alarms, budgets, dashboard
+
+    monitoring_cluster = cfg.cluster.name if cfg.cluster.mode == "existing" else f"gpuloan-{cfg.environment}"
+    budgets.Budgets(f"{cfg.environment}-budgets", budgets.BudgetsArgs(
+        tuple(budgets.budget_specs(cfg)), alerts.topic_arn), opts=opts)
+    pool_alarms = alarms.Alarms(f"{cfg.environment}-alarms", alarms.AlarmsArgs(
+        tuple(alarms.alarm_specs(cfg, monitoring_cluster)), alerts.topic_arn), opts=opts)
+    board = dashboard.Dashboard(f"{cfg.environment}-dashboard", dashboard.DashboardArgs(
+        cfg, monitoring_cluster, pool_alarms.alarm_arns), opts=opts)
+    outputs["dashboard_name"] = board.dashboard_name
     # 7. policy function (stacks/policy_function.py)          -- issue: policy engine
     # 8. GitHub OIDC roles (stacks/github_oidc.py)             -- issue: gitops
+    if cfg.github is not None:
+        from stacks.github_oidc import GitHubOidc
+
+        invoke = pulumi.InvokeOutputOptions(provider=provider)
+        github = GitHubOidc(f"{cfg.environment}-github", cfg,
+                            account_id=aws.get_caller_identity_output(opts=invoke).account_id,
+                            partition=aws.get_partition_output(opts=invoke).partition, opts=opts)
+        outputs["github_oidc_provider_arn"] = github.provider_arn
+        outputs["github_preview_role_arn"] = github.preview_role_arn
+        outputs["github_deploy_role_arn"] = github.deploy_role_arn
     del opts
     return outputs

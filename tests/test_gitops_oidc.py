@@ -1,0 +1,141 @@
+"""GitHub OIDC roles as code: who may assume them (trust policies parsed) and what they may do."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from conftest import run_stack, stack_config
+
+from stacks import config as config_mod
+from stacks import github_oidc
+
+REPO_NAME = "example-org/ml-infra"
+SUB = "token.actions.githubusercontent.com:sub"
+AUD = "token.actions.githubusercontent.com:aud"
+
+
+def _github_resources(recording):
+    return [r for r in recording.resources if "gpuloan:gitops:GitHubOidc" in r.urn]
+
+
+def _role(recording, suffix):
+    (role,) = [r for r in recording.of_type("aws:iam/role:Role") if r.name.endswith(f"-github-{suffix}")]
+    return role
+
+
+def _role_policy(recording, role):
+    (pol,) = [r for r in recording.of_type("aws:iam/rolePolicy:RolePolicy") if r.name.startswith(role.name + "-")]
+    return json.loads(pol.inputs["policy"])
+
+
+def _trust(role):
+    (stmt,) = json.loads(role.inputs["assumeRolePolicy"])["Statement"]
+    return stmt
+
+
+def test_prod_preview_role_trusts_only_pull_requests_of_the_repository(recorded):
+    rec = recorded("prod")
+    stmt = _trust(_role(rec, "preview"))
+    assert stmt["Action"] == "sts:AssumeRoleWithWebIdentity"
+    assert stmt["Principal"]["Federated"] == rec.outputs["github_oidc_provider_arn"]
+    assert stmt["Condition"] == {"StringEquals": {AUD: "sts.amazonaws.com", SUB: f"repo:{REPO_NAME}:pull_request"}}
+    assert "StringLike" not in stmt["Condition"]  # no wildcard subjects
+
+
+def test_prod_deploy_role_trusts_only_the_gated_environment(recorded):
+    # Pulumi.prod.yaml deploys through the "prod" GitHub environment (required reviewers, main only).
+    stmt = _trust(_role(recorded("prod"), "deploy"))
+    assert stmt["Condition"]["StringEquals"][SUB] == f"repo:{REPO_NAME}:environment:prod"
+
+
+def test_deploy_role_without_environment_trusts_only_main(recorded):
+    stmt = _trust(_role(recorded("dev"), "deploy"))
+    assert stmt["Condition"] == {"StringEquals": {AUD: "sts.amazonaws.com", SUB: f"repo:{REPO_NAME}:ref:refs/heads/main"}}
+
+
+def test_preview_role_is_read_only(recorded):
+    rec = recorded("prod")
+    doc = _role_policy(rec, _role(rec, "preview"))
+    actions = [a for s in doc["Statement"] for a in s["Action"]]
+    assert actions and all(s["Effect"] == "Allow" for s in doc["Statement"])
+    for action in actions:
+        assert re.fullmatch(r"[a-z0-9-]+:(Describe|Get|List)[A-Za-z]*\*?", action), action
+    # data, not configuration: table items, log lines and queue messages stay unreadable
+    for forbidden in ("dynamodb:Get*", "logs:Get*", "sqs:Get*", "sqs:ReceiveMessage", "s3:GetObject"):
+        assert forbidden not in actions
+    assert "sqs:GetQueueAttributes" in actions
+
+
+def test_deploy_role_regional_actions_are_pinned_to_the_stack_region(recorded):
+    rec = recorded("prod")
+    doc = _role_policy(rec, _role(rec, "deploy"))
+    regional = next(s for s in doc["Statement"] if s["Sid"] == "ManageRegional")
+    assert regional["Condition"] == {"StringEquals": {"aws:RequestedRegion": "us-east-1"}}
+    assert "ec2:*" in regional["Action"] and "eks:*" in regional["Action"]
+    for stmt in doc["Statement"]:
+        assert "*" not in stmt["Action"]  # never a bare "*" action
+
+
+def test_roles_have_short_sessions_and_deterministic_names(recorded):
+    rec = recorded("prod")
+    assert _role(rec, "preview").inputs["name"] == "gpuloan-prod-github-preview"
+    assert _role(rec, "deploy").inputs["name"] == "gpuloan-prod-github-deploy"
+    for suffix in ("preview", "deploy"):
+        assert _role(rec, suffix).inputs["maxSessionDuration"] == 3600
+
+
+def test_oidc_provider_is_githubs_with_the_sts_audience(recorded):
+    (provider,) = recorded("prod").of_type("aws:iam/openIdConnectProvider:OpenIdConnectProvider")
+    assert provider.inputs["url"] == "https://token.actions.githubusercontent.com"
+    assert provider.inputs["clientIdLists"] == ["sts.amazonaws.com"]
+    assert "gpuloan:gitops:GitHubOidc" in provider.urn
+
+
+def test_existing_oidc_provider_is_referenced_not_created():
+    cfg = stack_config("prod")
+    cfg["gpuloan:github"]["create_oidc_provider"] = False
+    rec = run_stack("prod", cfg)
+    assert rec.of_type("aws:iam/openIdConnectProvider:OpenIdConnectProvider") == []
+    arn = "arn:aws:iam::123456789012:oidc-provider/token.actions.githubusercontent.com"
+    assert rec.outputs["github_oidc_provider_arn"] == arn
+    assert _trust(_role(rec, "preview"))["Principal"]["Federated"] == arn
+
+
+def test_no_github_config_means_no_oidc_resources():
+    cfg = stack_config("dev")
+    cfg.pop("gpuloan:github")
+    rec = run_stack("dev", cfg)
+    assert _github_resources(rec) == []
+    assert not any(k.startswith("github_") for k in rec.outputs)
+
+
+def test_every_oidc_child_is_parented_to_the_component(recorded):
+    rec = recorded("prod")
+    (component,) = rec.of_type("gpuloan:gitops:GitHubOidc")
+    children = [r for r in _github_resources(rec) if r is not component]
+    assert len(children) == 5
+    assert all(r.parent == component.urn for r in children)
+
+
+@pytest.mark.parametrize("github, path", [
+    ({"repository": "not-a-repo"}, "github.repository"),
+    ({"repository": "o/r", "deploy_environment": "prod env"}, "github.deploy_environment"),
+    ({"repository": "o/r", "trust": "*"}, "github.trust"),
+])
+def test_bad_github_config_names_the_field(github, path):
+    data = {k.split(":", 1)[1]: v for k, v in stack_config("prod").items() if k.startswith("gpuloan:")}
+    data["github"] = github
+    with pytest.raises(config_mod.ConfigError) as err:
+        config_mod.parse(data)
+    assert path in [p for p, _ in err.value.problems]
+
+
+def test_trust_subjects_are_exact():
+    data = {k.split(":", 1)[1]: v for k, v in stack_config("prod").items() if k.startswith("gpuloan:")}
+    cfg = config_mod.parse(data)
+    assert github_oidc.trust_subjects(cfg) == {
+        "preview": ["repo:example-org/ml-infra:pull_request"],
+        "deploy": ["repo:example-org/ml-infra:environment:prod"],
+    }
