@@ -35,6 +35,7 @@ test: $(VENV)/.dev
 
 schema: $(VENV)/.runtime
 	$(BIN)/python -m gpuloan schema > docs/config.schema.json
+	$(BIN)/python -m gpuloan schema --markdown > docs/config.md
 
 bench-config: $(VENV)/.runtime
 	$(BIN)/python scripts/bench_config.py

@@ -1,0 +1,58 @@
+"""Prints how long config validation takes for 100 pools and how long `gpuloan preview dev` takes end to end.
+
+Targets (issue: foundation): validation of 100 pools < 1 s; `gpuloan preview dev` < 10 s on a 2-core machine.
+Run: make bench-config
+"""
+
+from __future__ import annotations
+
+import copy
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from stacks import config  # noqa: E402
+
+
+def hundred_pools() -> dict:
+    data = {k.split(":", 1)[1]: v for k, v in yaml.safe_load((REPO / "Pulumi.dev.yaml").read_text())["config"].items()
+            if k.startswith("gpuloan:")}
+    pool = data["pools"][0]
+    data["pools"] = []
+    for i in range(100):
+        p = copy.deepcopy(pool)
+        p["name"], p["team"] = f"pool-{i:03d}", f"team-{i % 10}"
+        data["pools"].append(p)
+    data["budget"]["monthly_usd"] = 1_000_000
+    return data
+
+
+def main() -> None:
+    data = hundred_pools()
+    config.parse(data)  # warm the price table cache once, as a long-lived process would
+    times = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        config.parse(data)
+        times.append(time.perf_counter() - t0)
+    t0 = time.perf_counter()
+    subprocess.run([sys.executable, "-c", f"import sys; sys.path.insert(0, {str(REPO)!r}); "
+                    "import yaml; from stacks import config; from scripts.bench_config import hundred_pools; "
+                    "config.parse(hundred_pools())"], cwd=REPO, check=True)
+    cold_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "gpuloan", "preview", "dev"], cwd=REPO, check=True, capture_output=True)
+    preview_s = time.perf_counter() - t0
+    print(f"validate 100 pools: median {statistics.median(times) * 1000:.1f} ms warm, {cold_s:.2f} s in a fresh "
+          f"process (incl. imports) [target < 1 s] | gpuloan preview dev: {preview_s:.2f} s wall [target < 10 s]")
+
+
+if __name__ == "__main__":
+    main()
