@@ -1,0 +1,35 @@
+"""The Kubernetes layer (platform slot 4): provider, GPU Operator, GPU metrics add-on, tiers and team quotas.
+
+Everything in the cluster waits for the system node group (operators need somewhere to run); in existing-cluster
+mode there is none to wait for and the cluster's own nodes are used.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pulumi
+
+from stacks import gpu_metrics, gpu_operator, k8s_provider, tenancy
+from stacks.config import GpuLoanConfig
+
+
+def build(cfg: GpuLoanConfig, cluster: k8s_provider.ClusterLike, opts: pulumi.ResourceOptions) -> dict[str, Any]:
+    """Declare the layer; `opts` carries the explicit aws provider. Returns stack outputs."""
+    aws_providers = dict(opts.providers) if isinstance(opts.providers, dict) else {}
+    waits = [r for r in [getattr(cluster, "system_node_group", None)] if r is not None]
+    k8s = k8s_provider.make_provider("k8s", cluster, cfg.region,
+                                     opts=pulumi.ResourceOptions(depends_on=waits))
+    in_cluster = pulumi.ResourceOptions(providers={**aws_providers, "kubernetes": k8s}, depends_on=waits)
+
+    outputs: dict[str, Any] = {}
+    if cfg.gpu_operator.enabled:
+        operator = gpu_operator.GpuOperator("gpu-operator", cfg, opts=in_cluster)
+        outputs["gpu_operator_chart_version"] = operator.chart_version
+    metrics = gpu_metrics.GpuMetrics("gpu-metrics", cluster.name, cfg.region, opts=in_cluster)
+    outputs["gpu_metric"] = f"{metrics.metric_namespace}/{metrics.utilization_metric}"
+    tiers = tenancy.Tenancy("tenancy", cfg, opts=in_cluster)
+    outputs["team_namespaces"] = sorted(tiers.namespaces)
+    outputs["team_gpu_quotas"] = tiers.gpu_quotas
+    outputs["priority_classes"] = {t: tenancy.priority_class_name(t) for t in tiers.priority_classes}
+    return outputs

@@ -1,0 +1,155 @@
+"""Tiers and teams inside the cluster: PriorityClasses, a namespace per team with a GPU quota, policy read access.
+
+Preemption policy (docs/kubernetes.md): only `production` preempts. Preemption kills running work, and only
+production work (what the guaranteed floor exists for) justifies killing someone's job. `experiment` and
+`learning` pods never preempt: they wait, ordered by priority in the scheduler queue, while the policy function
+adds elastic nodes for pending GPU pods. Pods without a class get priority 0 and are the first victims.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from stacks import catalog, tags
+from stacks.config import GpuLoanConfig, Pool, Tier
+
+MANAGED_BY = {"app.kubernetes.io/managed-by": "gpuloan"}
+
+# Values stay far below 1e9 (reserved for system-cluster-critical / system-node-critical) and far apart so a
+# team can slot its own classes in between without renumbering these.
+PRIORITY_VALUES: dict[Tier, int] = {Tier.production: 1_000_000, Tier.experiment: 100_000, Tier.learning: 10_000}
+PREEMPTION_POLICIES: dict[Tier, str] = {
+    Tier.production: "PreemptLowerPriority",
+    Tier.experiment: "Never",
+    Tier.learning: "Never",
+}
+TIER_RANK = {tier: rank for rank, tier in enumerate(sorted(PRIORITY_VALUES, key=PRIORITY_VALUES.get))}
+
+# Defaults for containers that set no requests: the scheduler then packs by something real instead of zero.
+# No default limits: a default memory limit would OOM-kill a training job that simply forgot to set one.
+CONTAINER_DEFAULT_REQUESTS = {"cpu": "500m", "memory": "1Gi"}
+
+POLICY_READER_CLUSTER_ROLE = "gpuloan-policy-pod-reader"
+
+
+def priority_class_name(tier: Tier | str) -> str:
+    # Prefixed: an existing cluster may already have a class called "production".
+    return f"gpuloan-{Tier(tier).value}"
+
+
+def pool_gpus(pool: Pool) -> int:
+    """Guaranteed nodes + elastic max nodes, times GPUs per node (all types of a pool have the same count)."""
+    gpus = 0
+    if pool.guaranteed is not None:
+        gpus += pool.guaranteed.nodes * catalog.lookup(pool.guaranteed.instance_type).gpus
+    if pool.elastic is not None:
+        gpus += pool.elastic.max_nodes * catalog.lookup(pool.elastic.instance_types[0]).gpus
+    return gpus
+
+
+def team_gpu_quota(cfg: GpuLoanConfig, team: str) -> int:
+    """`requests.nvidia.com/gpu` for a team: its pools' GPUs, in device-plugin units.
+
+    With time-slicing every physical GPU is advertised as `replicas` nvidia.com/gpu, so the quota scales with it.
+    """
+    physical = sum(pool_gpus(p) for p in cfg.pools if p.team == team)
+    return physical * (cfg.gpu_operator.time_slicing_replicas or 1)
+
+
+def team_max_tier(cfg: GpuLoanConfig, team: str) -> Tier:
+    return max((p.tier for p in cfg.pools if p.team == team), key=TIER_RANK.get)
+
+
+def forbidden_priority_classes(cfg: GpuLoanConfig, team: str) -> list[str]:
+    """Classes above the team's highest pool tier: a learning-only team cannot preempt production work."""
+    top = TIER_RANK[team_max_tier(cfg, team)]
+    return [priority_class_name(t) for t, rank in sorted(TIER_RANK.items(), key=lambda kv: kv[1]) if rank > top]
+
+
+def priority_class_spec(tier: Tier) -> dict[str, Any]:
+    return {
+        "value": PRIORITY_VALUES[tier],
+        "preemption_policy": PREEMPTION_POLICIES[tier],
+        "global_default": False,
+        "description": f"gpuloan {tier.value} tier ({'may preempt lower tiers' if PREEMPTION_POLICIES[tier] != 'Never' else 'never preempts; waits for capacity'})",
+    }
+
+
+class Tenancy(pulumi.ComponentResource):
+    def __init__(self, name: str, cfg: GpuLoanConfig, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("gpuloan:tenancy:Tenancy", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+
+        self.priority_classes: dict[str, k8s.scheduling.v1.PriorityClass] = {}
+        for tier in Tier:
+            spec = priority_class_spec(tier)
+            self.priority_classes[tier.value] = k8s.scheduling.v1.PriorityClass(
+                f"{name}-{tier.value}",
+                metadata={"name": priority_class_name(tier), "labels": MANAGED_BY},
+                **spec,
+                opts=child,
+            )
+
+        self.namespaces: dict[str, k8s.core.v1.Namespace] = {}
+        self.gpu_quotas: dict[str, int] = {}
+        for team in cfg.teams:
+            ns = k8s.core.v1.Namespace(
+                f"{name}-{team}",
+                metadata={"name": team, "labels": {
+                    **MANAGED_BY,
+                    tags.LABEL_TEAM: team,
+                    # Baseline blocks privileged/host-access pods in team namespaces; warn on restricted so
+                    # teams see what to tighten.
+                    "pod-security.kubernetes.io/enforce": "baseline",
+                    "pod-security.kubernetes.io/warn": "restricted",
+                }},
+                opts=child,
+            )
+            self.namespaces[team] = ns
+            in_ns = pulumi.ResourceOptions(parent=self, depends_on=[ns])
+            self.gpu_quotas[team] = team_gpu_quota(cfg, team)
+            k8s.core.v1.ResourceQuota(
+                f"{name}-{team}-gpus",
+                metadata={"name": "gpus", "namespace": team, "labels": MANAGED_BY},
+                spec={"hard": {"requests.nvidia.com/gpu": str(self.gpu_quotas[team])}},
+                opts=in_ns,
+            )
+            forbidden = forbidden_priority_classes(cfg, team)
+            if forbidden:
+                # A quota of zero pods for the higher classes: the API server rejects such pods at admission.
+                k8s.core.v1.ResourceQuota(
+                    f"{name}-{team}-tiers",
+                    metadata={"name": "tier-ceiling", "namespace": team, "labels": MANAGED_BY},
+                    spec={"hard": {"pods": "0"}, "scopeSelector": {"matchExpressions": [
+                        {"scopeName": "PriorityClass", "operator": "In", "values": forbidden}]}},
+                    opts=in_ns,
+                )
+            k8s.core.v1.LimitRange(
+                f"{name}-{team}-defaults",
+                metadata={"name": "defaults", "namespace": team, "labels": MANAGED_BY},
+                spec={"limits": [{"type": "Container", "defaultRequest": CONTAINER_DEFAULT_REQUESTS}]},
+                opts=in_ns,
+            )
+
+        # The policy Lambda's IAM role maps to this group through an EKS access entry (stacks/policy_function.py);
+        # it needs to see pending GPU pods and nothing else.
+        reader = k8s.rbac.v1.ClusterRole(
+            f"{name}-policy-reader",
+            metadata={"name": POLICY_READER_CLUSTER_ROLE, "labels": MANAGED_BY},
+            rules=[{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}],
+            opts=child,
+        )
+        k8s.rbac.v1.ClusterRoleBinding(
+            f"{name}-policy-reader",
+            metadata={"name": POLICY_READER_CLUSTER_ROLE, "labels": MANAGED_BY},
+            role_ref={"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": POLICY_READER_CLUSTER_ROLE},
+            subjects=[{"kind": "Group", "apiGroup": "rbac.authorization.k8s.io", "name": tags.POLICY_READER_GROUP}],
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[reader]),
+        )
+        self.register_outputs({
+            "priority_classes": {t: priority_class_name(t) for t in self.priority_classes},
+            "team_gpu_quotas": self.gpu_quotas,
+        })
