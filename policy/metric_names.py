@@ -11,6 +11,7 @@ DIM_ENVIRONMENT = "Environment"
 DIM_POOL = "Pool"
 DIM_CAPACITY = "Capacity"  # spot | on_demand
 DIM_REASON = "Reason"
+DIM_TIER = "Tier"  # guaranteed | elastic (PoolGpuUtilization)
 
 # Metrics (dimension sets in comments)
 ELASTIC_NODES = "ElasticNodes"  # Environment, Pool, Capacity: desired size after the tick

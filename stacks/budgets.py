@@ -1,0 +1,128 @@
+"""AWS Budgets for the environment and each pool, and activation of the cost-allocation tags they filter on.
+
+A budget only sees spend that carries an *active* cost-allocation tag, so the tag keys of stacks/tags.py are
+activated here. AWS applies activation to spend from then on (not retroactively) and needs up to 24 hours;
+a key that no billed resource carries yet cannot be activated at all (docs/budgets.md says what to do).
+Budget status itself lags spend by hours: the policy function's own running estimate fills that gap.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_aws as aws
+
+from stacks import tags
+from stacks.config import Budget, GpuLoanConfig
+
+COMPARISON = "GREATER_THAN"
+
+
+def tag_filter_value(key: str, value: str) -> str:
+    """AWS Budgets' TagKeyValue form for user-defined tags: `user:<key>$<value>`."""
+    return f"user:{key}${value}"
+
+
+@dataclass(frozen=True)
+class BudgetSpec:
+    """One budget, decided from the config alone (pure; the tests read these and the recorded resources)."""
+
+    resource_name: str
+    budget_name: str
+    monthly_usd: float
+    tag_key: str
+    tag_value: str
+    emails: tuple[str, ...]
+    actual_thresholds_pct: tuple[float, ...]
+    forecasted_thresholds_pct: tuple[float, ...]
+    resource_tags: dict[str, str]
+
+    @property
+    def filter_value(self) -> str:
+        return tag_filter_value(self.tag_key, self.tag_value)
+
+
+def _spec(resource_name: str, budget_name: str, b: Budget, key: str, value: str, resource_tags) -> BudgetSpec:
+    return BudgetSpec(
+        resource_name=resource_name,
+        budget_name=budget_name,
+        monthly_usd=b.monthly_usd,
+        tag_key=key,
+        tag_value=value,
+        emails=tuple(dict.fromkeys(str(e) for e in b.alert_emails)),
+        actual_thresholds_pct=tuple(b.actual_thresholds_pct),
+        forecasted_thresholds_pct=tuple(b.forecasted_thresholds_pct),
+        resource_tags=resource_tags,
+    )
+
+
+def budget_specs(cfg: GpuLoanConfig) -> list[BudgetSpec]:
+    env = cfg.environment
+    specs = [_spec("budget-environment", f"gpuloan-{env}", cfg.budget, tags.TAG_ENVIRONMENT, env,
+                   tags.environment_tags(env))]
+    for pool in cfg.pools:
+        if pool.budget is None:
+            continue
+        specs.append(_spec(
+            f"budget-pool-{pool.name}", f"gpuloan-{env}-{pool.name}", pool.budget, tags.TAG_POOL, pool.name,
+            tags.pool_tags(env, pool.name, pool.team, "platform"),
+        ))
+    return specs
+
+
+def notifications(spec: BudgetSpec, topic_arn: pulumi.Input[str]) -> list[aws.budgets.BudgetNotificationArgs]:
+    # Every notification goes to the emails (AWS Budgets mails them directly, no confirmation needed) and to the
+    # alerts topic (the platform team's subscriptions, chat hooks). AWS allows one topic per notification.
+    def one(kind: str, pct: float) -> aws.budgets.BudgetNotificationArgs:
+        return aws.budgets.BudgetNotificationArgs(
+            comparison_operator=COMPARISON,
+            notification_type=kind,
+            threshold=pct,
+            threshold_type="PERCENTAGE",
+            subscriber_email_addresses=list(spec.emails) or None,
+            subscriber_sns_topic_arns=[topic_arn],
+        )
+
+    return ([one("ACTUAL", p) for p in spec.actual_thresholds_pct]
+            + [one("FORECASTED", p) for p in spec.forecasted_thresholds_pct])
+
+
+@dataclass(frozen=True)
+class BudgetsArgs:
+    specs: tuple[BudgetSpec, ...]
+    topic_arn: pulumi.Input[str]
+    activate_tag_keys: tuple[str, ...] = tags.COST_ALLOCATION_KEYS
+
+
+class Budgets(pulumi.ComponentResource):
+    """Monthly cost budgets (environment + pools) and the cost-allocation tag activations."""
+
+    budget_names: pulumi.Output[list[str]]
+
+    def __init__(self, name: str, args: BudgetsArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("gpuloan:budgets:Budgets", name, None, opts)
+        # Activation is account-wide and shared with every other stack of the account: destroying this stack
+        # must not switch chargeback off for the others, so the activation is left in place on delete.
+        tag_opts = pulumi.ResourceOptions(parent=self, retain_on_delete=True)
+        self.tag_activations = [
+            aws.costexplorer.CostAllocationTag(
+                f"{name}-tag-{key.replace(':', '-')}", tag_key=key, status="Active", opts=tag_opts)
+            for key in args.activate_tag_keys
+        ]
+        self.budgets: dict[str, aws.budgets.Budget] = {}
+        for spec in args.specs:
+            self.budgets[spec.budget_name] = aws.budgets.Budget(
+                f"{name}-{spec.resource_name.removeprefix('budget-')}",
+                name=spec.budget_name,
+                budget_type="COST",
+                time_unit="MONTHLY",
+                limit_amount=f"{spec.monthly_usd:.2f}",
+                limit_unit="USD",
+                cost_filters=[aws.budgets.BudgetCostFilterArgs(name="TagKeyValue", values=[spec.filter_value])],
+                notifications=notifications(spec, args.topic_arn),
+                tags=spec.resource_tags,
+                opts=pulumi.ResourceOptions(parent=self),
+            )
+        self.budget_names = pulumi.Output.from_input(list(self.budgets))
+        self.register_outputs({"budget_names": self.budget_names})
