@@ -36,19 +36,26 @@ def build(cfg: GpuLoanConfig) -> dict[str, object]:
         aws.get_partition_output(opts=identity).partition), opts=opts)
     outputs["alerts_topic_arn"] = alerts.topic_arn
     # 2. network + cluster (stacks/network.py, stacks/cluster.py) -- issue: capacity
+    from stacks import capacity as pool_capacity
+    from stacks.cluster import Cluster
+
+    cluster = Cluster(f"{cfg.environment}-cluster", cfg, opts=opts)
+    outputs["cluster_name"] = cluster.name
+    outputs["cluster_endpoint"] = cluster.endpoint
     # 3. per pool: guaranteed + elastic node groups (stacks/guaranteed.py, stacks/elastic.py)
+    capacity = {pool.name: pool_capacity.build_pool(cfg, pool, cluster, opts) for pool in cfg.pools}
+    outputs["pools"] = {name: pool_capacity.pool_outputs(cfg.pool(name), *groups) for name, groups in capacity.items()}
     # 4. Kubernetes layer (stacks/kubernetes.py, gpu_operator.py, ...) -- issue: kubernetes
     # 5. CUDA images (stacks/images.py)                        -- issue: images
     # 6. budgets, alarms, dashboard (stacks/budgets.py, alarms.py, dashboard.py)
     from stacks import alarms, budgets, dashboard
 
-    monitoring_cluster = cfg.cluster.name if cfg.cluster.mode == "existing" else f"gpuloan-{cfg.environment}"
     budgets.Budgets(f"{cfg.environment}-budgets", budgets.BudgetsArgs(
         tuple(budgets.budget_specs(cfg)), alerts.topic_arn), opts=opts)
     pool_alarms = alarms.Alarms(f"{cfg.environment}-alarms", alarms.AlarmsArgs(
-        tuple(alarms.alarm_specs(cfg, monitoring_cluster)), alerts.topic_arn), opts=opts)
+        tuple(alarms.alarm_specs(cfg, cluster.name)), alerts.topic_arn), opts=opts)
     board = dashboard.Dashboard(f"{cfg.environment}-dashboard", dashboard.DashboardArgs(
-        cfg, monitoring_cluster, pool_alarms.alarm_arns), opts=opts)
+        cfg, cluster.name, pool_alarms.alarm_arns), opts=opts)
     outputs["dashboard_name"] = board.dashboard_name
     # 7. policy function (stacks/policy_function.py)          -- issue: policy engine
     # 8. GitHub OIDC roles (stacks/github_oidc.py)             -- issue: gitops

@@ -1,0 +1,74 @@
+"""Elastic capacity of one pool: GPUs borrowed only while needed, sized by the policy function.
+
+A SPOT managed node group over the pool's diversified instance types (more spot pools, fewer interruptions),
+and for `spot_then_on_demand` a second ON_DEMAND group the policy scales only when spot cannot be had. Both
+start at 0 nodes. Spot nodes carry an extra taint so only interruption-tolerant workloads land there.
+"""
+
+from __future__ import annotations
+
+import pulumi
+import pulumi_aws as aws
+
+from stacks import launch_templates, tags
+from stacks.capacity import GPU_TAINT, GROUP_ON_DEMAND, GROUP_SPOT, SPOT_TAINT, instance_tags, node_group_name
+from stacks.config import ElasticCapacity as CapacityMode
+from stacks.config import GpuLoanConfig, Pool
+from stacks.guaranteed import gpu_ami_type
+
+TIER = "elastic"
+# The policy function owns the desired size (EKS UpdateNodegroupConfig). Without this, every `pulumi up`
+# would reset live elastic capacity to 0 and kill running jobs. min and max stay Pulumi's.
+DESIRED_SIZE_PATH = "scalingConfig.desiredSize"
+
+
+class ElasticCapacity(pulumi.ComponentResource):
+    spot_group: aws.eks.NodeGroup | None
+    on_demand_group: aws.eks.NodeGroup | None
+    group_names: dict[str, pulumi.Output[str]]
+
+    def __init__(self, name: str, cfg: GpuLoanConfig, pool: Pool, cluster, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("gpuloan:capacity:ElasticCapacity", name, None, opts)
+        e = pool.elastic
+        assert e is not None
+        self._cfg, self._pool, self._cluster = cfg, pool, cluster
+        self.spot_group = None
+        self.on_demand_group = None
+        self.group_names = {}
+        if e.capacity in (CapacityMode.spot, CapacityMode.spot_then_on_demand):
+            self.spot_group = self._group(f"{name}-spot", GROUP_SPOT, "SPOT", "spot", e.max_nodes, [GPU_TAINT, SPOT_TAINT])
+            self.group_names["spot"] = self.spot_group.node_group_name
+        if e.capacity in (CapacityMode.on_demand, CapacityMode.spot_then_on_demand):
+            max_nodes = e.on_demand_max_nodes or e.max_nodes
+            self.on_demand_group = self._group(f"{name}-on-demand", GROUP_ON_DEMAND, "ON_DEMAND", "on-demand",
+                                               max_nodes, [GPU_TAINT])
+            self.group_names["on_demand"] = self.on_demand_group.node_group_name
+        self.register_outputs({"group_names": self.group_names})
+
+    def _group(self, name: str, group: str, capacity_type: str, capacity: str, max_nodes: int,
+               taints: list[aws.eks.NodeGroupTaintArgs]) -> aws.eks.NodeGroup:
+        cfg, pool, cluster = self._cfg, self._pool, self._cluster
+        e = pool.elastic
+        template = launch_templates.node_launch_template(
+            f"{name}-lt", tags=instance_tags(cfg, pool, TIER, capacity, group),
+            root_volume_gib=launch_templates.GPU_ROOT_VOLUME_GIB, parent=self,
+            description=f"gpuloan {cfg.environment}/{pool.name}: elastic {capacity}")
+        depends_on = [cluster.system_node_group] if cluster.system_node_group is not None else []
+        return aws.eks.NodeGroup(
+            name,
+            cluster_name=cluster.name,
+            node_group_name=node_group_name(cfg.environment, pool.name, group),
+            node_role_arn=cluster.node_role_arn,
+            subnet_ids=cluster.subnet_ids_in(None),
+            ami_type=gpu_ami_type(list(e.instance_types)),
+            capacity_type=capacity_type,
+            # Listed in preference order; for SPOT, EKS uses the price-capacity-optimized strategy across them.
+            instance_types=list(e.instance_types),
+            scaling_config=aws.eks.NodeGroupScalingConfigArgs(min_size=0, desired_size=0, max_size=max_nodes),
+            update_config=aws.eks.NodeGroupUpdateConfigArgs(max_unavailable_percentage=50),
+            launch_template=launch_templates.template_ref(template),
+            labels={tags.LABEL_POOL: pool.name, tags.LABEL_TIER: TIER, tags.LABEL_CAPACITY: capacity},
+            taints=taints,
+            tags=tags.pool_tags(cfg.environment, pool.name, pool.team, TIER, capacity),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=depends_on, ignore_changes=[DESIRED_SIZE_PATH]),
+        )

@@ -1,0 +1,92 @@
+"""The guaranteed floor of one pool: nodes that are always there and never preempted.
+
+`reservation: odcr` creates an On-Demand Capacity Reservation (targeted, so only this pool's launch template
+consumes it); `odcr` or `capacity_block` with a `reservation_id` use one the user already holds. gpuloan never
+purchases a Capacity Block (`aws.ec2.CapacityBlockReservation` cannot be cancelled or deleted).
+
+The node group's desired size is owned by Pulumi (min = desired = max = the floor): unlike the elastic groups
+there is no `ignore_changes`, so drift on the floor is corrected by the next `pulumi up`.
+"""
+
+from __future__ import annotations
+
+import pulumi
+import pulumi_aws as aws
+
+from stacks import catalog, launch_templates, tags, versions
+from stacks.capacity import GPU_TAINT, GROUP_GUARANTEED, instance_tags, node_group_name
+from stacks.config import GpuLoanConfig, Pool, Reservation
+
+TIER = "guaranteed"
+
+
+def gpu_ami_type(instance_types: list[str]) -> str:
+    arm = {catalog.lookup(t).cpu_architecture == "arm64" for t in instance_types}
+    return versions.GPU_AMI_TYPE_ARM if arm == {True} else versions.GPU_AMI_TYPE
+
+
+def floor_scaling(nodes: int, reservation: Reservation, capacity_block_active: bool) -> tuple[int, int, int]:
+    """(min, desired, max) of the floor. A Capacity Block before it starts must sit at 0 (AWS requires desired 0
+    until the reservation is active); `capacity_block_active: true` in the config raises it to the floor."""
+    if reservation == Reservation.capacity_block and not capacity_block_active:
+        return 0, 0, nodes
+    return nodes, nodes, nodes
+
+
+class GuaranteedCapacity(pulumi.ComponentResource):
+    node_group: aws.eks.NodeGroup
+    reservation_id: pulumi.Output[str] | None
+    capacity_reservation: aws.ec2.CapacityReservation | None
+    launch_template: aws.ec2.LaunchTemplate
+
+    def __init__(self, name: str, cfg: GpuLoanConfig, pool: Pool, cluster, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("gpuloan:capacity:GuaranteedCapacity", name, None, opts)
+        g = pool.guaranteed
+        assert g is not None
+        child = pulumi.ResourceOptions(parent=self)
+        capacity = "on-demand" if g.reservation == Reservation.none else "reserved"
+        resource_tags = tags.pool_tags(cfg.environment, pool.name, pool.team, TIER, capacity)
+
+        self.capacity_reservation = None
+        if g.reservation == Reservation.odcr and not g.reservation_id:
+            # Targeted: only launches that name this reservation use it, so no other workload eats the floor.
+            # Unlimited: the reservation lives as long as the pool; removing the pool releases it.
+            self.capacity_reservation = aws.ec2.CapacityReservation(
+                f"{name}-odcr", instance_type=g.instance_type, instance_platform="Linux/UNIX",
+                availability_zone=g.availability_zone, instance_count=g.nodes, instance_match_criteria="targeted",
+                end_date_type="unlimited", tags=resource_tags, opts=child)
+            self.reservation_id = self.capacity_reservation.id
+        elif g.reservation_id:
+            self.reservation_id = pulumi.Output.from_input(g.reservation_id)
+        else:
+            self.reservation_id = None
+
+        is_block = g.reservation == Reservation.capacity_block
+        self.launch_template = launch_templates.node_launch_template(
+            f"{name}-lt", tags=instance_tags(cfg, pool, TIER, capacity, GROUP_GUARANTEED),
+            root_volume_gib=launch_templates.GPU_ROOT_VOLUME_GIB, parent=self,
+            # The type lives in the template: Capacity Block node groups require it there.
+            instance_type=g.instance_type, reservation_id=self.reservation_id, capacity_block=is_block,
+            description=f"gpuloan {cfg.environment}/{pool.name}: guaranteed floor")
+
+        low, desired, high = floor_scaling(g.nodes, g.reservation, g.capacity_block_active)
+        depends_on = [cluster.system_node_group] if cluster.system_node_group is not None else []
+        self.node_group = aws.eks.NodeGroup(
+            f"{name}-ng",
+            cluster_name=cluster.name,
+            node_group_name=node_group_name(cfg.environment, pool.name, GROUP_GUARANTEED),
+            node_role_arn=cluster.node_role_arn,
+            # A reservation lives in one AZ; subnets elsewhere would launch instances outside it.
+            subnet_ids=cluster.subnet_ids_in(g.availability_zone),
+            ami_type=gpu_ami_type([g.instance_type]),
+            capacity_type="CAPACITY_BLOCK" if is_block else "ON_DEMAND",
+            scaling_config=aws.eks.NodeGroupScalingConfigArgs(min_size=low, desired_size=desired, max_size=high),
+            update_config=aws.eks.NodeGroupUpdateConfigArgs(max_unavailable=1),
+            launch_template=launch_templates.template_ref(self.launch_template),
+            labels={tags.LABEL_POOL: pool.name, tags.LABEL_TIER: TIER, tags.LABEL_CAPACITY: capacity},
+            taints=[GPU_TAINT],
+            tags=resource_tags,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=depends_on),
+        )
+        self.register_outputs({"node_group_name": self.node_group.node_group_name,
+                               "reservation_id": self.reservation_id})
