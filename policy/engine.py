@@ -152,6 +152,7 @@ def _decide_pool(ps: PoolSettings, po: PoolObservation | None, scopes: list[_Sco
 
     # One pass over the nodes: counts per group, utilization per tier, idle candidates.
     in_service = dict.fromkeys(groups, 0)
+    launching = dict.fromkeys(groups, 0)
     util_sum = {"guaranteed": 0.0, "elastic": 0.0}
     util_n = {"guaranteed": 0, "elastic": 0}
     elastic_nodes: list[Node] = []
@@ -165,12 +166,15 @@ def _decide_pool(ps: PoolSettings, po: PoolObservation | None, scopes: list[_Sco
                 tier = "elastic" if elastic else "guaranteed"
                 util_sum[tier] += node.avg_utilization_pct
                 util_n[tier] += 1
+        elif elastic and node.launching:
+            launching[node.group] += 1
     utilization = {t: util_sum[t] / util_n[t] for t in util_sum if util_n[t]}
 
     spot = groups.get(ps.spot_group) if ps.spot_group else None
     od = groups.get(ps.on_demand_group) if ps.on_demand_group else None
     spot_short = False
-    if spot is not None and spot.desired_nodes > in_service[spot.name]:
+    # Short = desired instances that do not exist at all; a spot instance that is booting was granted.
+    if spot is not None and spot.desired_nodes > in_service[spot.name] + launching[spot.name]:
         waited = spot.last_change_at is not None and now - spot.last_change_at >= timedelta(
             minutes=ps.fallback_after_minutes)
         spot_short = spot.capacity_shortage or waited
@@ -234,6 +238,8 @@ def _drain(ps: PoolSettings, groups: dict[str, Group], in_service: dict[str, int
                                   detail=f"{why}; cancel launches in flight"))
     if cancelled:
         return actions
+    if not nodes:
+        actions.append(_hold(name, Reason.BUDGET_DRAIN, f"{why}; no elastic nodes left to drain"))
     order = sorted((n for n in nodes if groups[n.group].status == "ACTIVE"), key=_drain_key(ps))
     for node in order[: ps.max_step_nodes]:
         desired[node.group] -= 1

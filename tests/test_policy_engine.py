@@ -1,0 +1,198 @@
+"""Table-driven cases for policy.engine.decide: one named case per rule and edge (STYLE.md 9)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pytest
+
+from policy.engine import decide, hours_left_in_month, pack_pods
+from policy.model import LIFECYCLE_PENDING, Observation, PoolObservation, Reason, Settings
+from policy_cases import FLOOR, NOW, OD, SPOT, ago, group, node, observe, pool_settings, settings, spend
+
+R = Reason
+
+
+@dataclass
+class Case:
+    name: str
+    obs: Observation
+    changes: list[tuple]  # ("set", group, desired_to, reason) | ("term", instance_id, reason)
+    reasons: set[Reason] = field(default_factory=set)  # must appear among the pool's actions
+    settings: Settings = field(default_factory=settings)
+
+
+def _busy(n: int, group_name: str = SPOT, util: float = 50.0):
+    return [node(f"i-{group_name}-{k}", group_name, max_util=util) for k in range(n)]
+
+
+CASES = [
+    Case("steady_without_demand", observe(), [], {R.STEADY}),
+    Case("pending_one_gpu_adds_one_spot_node", observe(pending=(1,)), [("set", SPOT, 1, R.SCALE_UP_PENDING)]),
+    Case("pending_pods_are_packed_onto_multi_gpu_nodes", observe(pending=(4, 4, 2, 6)),
+         [("set", "research-spot", 2, R.SCALE_UP_PENDING)], settings=settings(pool_settings(gpus_per_node=8))),
+    Case("launching_nodes_count_as_capacity",
+         observe(groups=[group(SPOT, 2), group(OD, 0)],
+                 nodes=[node("i-a", lifecycle=LIFECYCLE_PENDING), node("i-b", lifecycle="Pending:Wait")],
+                 pending=(1, 1)), [], {R.STEADY}),
+    Case("desired_without_instances_yet_counts_as_capacity", observe(groups=[group(SPOT, 2, changed=1), group(OD, 0)],
+                                                                  pending=(1, 1)), []),
+    Case("pending_beyond_launching_adds_the_difference",
+         observe(groups=[group(SPOT, 1, changed=1), group(OD, 0)], pending=(1, 1, 1)), [("set", SPOT, 3, R.SCALE_UP_PENDING)]),
+    Case("scale_up_limited_by_max_step", observe(pending=(1,) * 10), [("set", SPOT, 2, R.SCALE_UP_PENDING)],
+         settings=settings(pool_settings(max_step_nodes=2, spot_max_nodes=10))),
+    Case("scale_up_limited_by_group_max", observe(groups=[group(SPOT, 3), group(OD, 0)], nodes=_busy(3), pending=(1, 1, 1)),
+         [("set", SPOT, 4, R.SCALE_UP_PENDING)], {R.AT_MAX}),
+    Case("at_max_holds", observe(groups=[group(SPOT, 4), group(OD, 0)], nodes=_busy(4), pending=(1,)), [], {R.AT_MAX}),
+    Case("aws_group_max_below_configured_max_wins",
+         observe(groups=[group(SPOT, 1, max_nodes=2), group(OD, 0)], nodes=_busy(1), pending=(1, 1, 1)),
+         [("set", SPOT, 2, R.SCALE_UP_PENDING)], {R.AT_MAX}),
+    Case("pod_bigger_than_a_node_is_reported_not_scaled", observe(pending=(2,)), [], {R.HOLD_MISSING_DATA}),
+    Case("unknown_pending_neither_scales_nor_reclaims",
+         observe(nodes=[node("i-idle", max_util=0.0)], pending=None), [], {R.HOLD_MISSING_DATA}),
+    Case("high_utilization_adds_one_node", observe(nodes=_busy(2, util=90)), [("set", SPOT, 3, R.SCALE_UP_UTILIZATION)]),
+    Case("high_utilization_waits_for_launching_nodes",
+         observe(groups=[group(SPOT, 3, changed=1), group(OD, 0)], nodes=_busy(2, util=95)), []),
+    Case("high_utilization_in_cooldown_holds",
+         observe(groups=[group(SPOT, 2, changed=2), group(OD, 0)], nodes=_busy(2, util=95)), [], {R.COOLDOWN}),
+    Case("utilization_below_threshold_is_steady", observe(nodes=_busy(2, util=60)), [], {R.STEADY}),
+    Case("missing_utilization_never_scales_on_a_guess", observe(nodes=_busy(2, util=None)), []),
+    Case("busy_floor_drives_utilization_scale_up", observe(nodes=_busy(2, FLOOR, util=92)),
+         [("set", SPOT, 1, R.SCALE_UP_UTILIZATION)]),
+    Case("idle_node_is_terminated_by_instance_id", observe(nodes=[node("i-idle", max_util=1.0), node("i-busy")]),
+         [("term", "i-idle", R.RECLAIM_IDLE)]),
+    Case("busy_node_is_never_reclaimed", observe(nodes=[node("i-busy", max_util=40.0)]), [], {R.STEADY}),
+    Case("young_idle_node_is_kept", observe(nodes=[node("i-new", age=10, max_util=0.0)]), []),
+    Case("node_without_metrics_counts_as_busy", observe(nodes=[node("i-quiet", max_util=None)]), [], {R.HOLD_MISSING_DATA}),
+    Case("idle_on_demand_goes_before_idle_spot",
+         observe(nodes=[node("i-spot", SPOT, max_util=0.0), node("i-od", OD, max_util=2.0)]),
+         [("term", "i-od", R.RECLAIM_IDLE)], settings=settings(pool_settings(max_step_nodes=1))),
+    Case("reclaim_limited_by_max_step", observe(nodes=[node(f"i-{k}", max_util=0.0) for k in range(4)]),
+         [("term", "i-0", R.RECLAIM_IDLE), ("term", "i-1", R.RECLAIM_IDLE)],
+         settings=settings(pool_settings(max_step_nodes=2))),
+    Case("reclaim_waits_for_cooldown", observe(groups=[group(SPOT, 1, changed=2), group(OD, 0)],
+                                               nodes=[node("i-idle", max_util=0.0)]), [], {R.COOLDOWN}),
+    Case("pending_pods_keep_idle_nodes",
+         observe(groups=[group(SPOT, 3), group(OD, 0)],
+                 nodes=[node("i-idle", max_util=0.0), node("i-b"), node("i-c", lifecycle=LIFECYCLE_PENDING)],
+                 pending=(1,)),
+         [], {R.STEADY}),
+    Case("idle_guaranteed_node_is_never_touched", observe(nodes=[node("i-floor", FLOOR, max_util=0.0)]), [], {R.STEADY}),
+    Case("update_in_progress_blocks_scale_up",
+         observe(groups=[group(SPOT, 0, status="UPDATING"), group(OD, 0)], pending=(1,)), [], {R.UPDATE_IN_PROGRESS}),
+    Case("update_in_progress_blocks_reclaim",
+         observe(groups=[group(SPOT, 1, status="UPDATING"), group(OD, 0)], nodes=[node("i-idle", max_util=0.0)]),
+         [], {R.UPDATE_IN_PROGRESS}),
+    Case("unreadable_group_holds_the_pool", observe(groups=[group(SPOT, 1)], nodes=[node("i-idle", max_util=0.0)]),
+         [], {R.HOLD_MISSING_DATA}),
+    Case("missing_pool_observation_holds", Observation(()), [], {R.HOLD_MISSING_DATA}),
+    Case("spot_short_within_fallback_delay_waits",
+         observe(groups=[group(SPOT, 2, changed=5), group(OD, 0)], pending=(1, 1)), []),
+    Case("spot_short_past_fallback_delay_uses_on_demand",
+         observe(groups=[group(SPOT, 2, changed=20), group(OD, 0)], pending=(1, 1)), [("set", OD, 2, R.SPOT_FALLBACK)]),
+    Case("spot_insufficient_capacity_activity_falls_back_at_once",
+         observe(groups=[group(SPOT, 2, changed=1, shortage=True), group(OD, 0)], pending=(1,)),
+         [("set", OD, 1, R.SPOT_FALLBACK)]),
+    Case("spot_only_pool_short_of_spot_holds",
+         observe(groups=[group(SPOT, 2, changed=30)], pending=(1, 1)), [],
+         settings=settings(pool_settings(on_demand_group=None))),
+    Case("spot_recovered_sends_new_demand_to_spot",
+         observe(groups=[group(SPOT, 1), group(OD, 1)], nodes=[node("i-s"), node("i-o", OD)], pending=(1,)),
+         [("set", SPOT, 2, R.SCALE_UP_PENDING)], {R.SPOT_RECOVERED}),
+    Case("on_demand_only_pool_scales_on_demand", observe(groups=[group(OD, 0)], pending=(1,)),
+         [("set", OD, 1, R.SCALE_UP_PENDING)], settings=settings(pool_settings(spot_group=None))),
+    Case("pool_budget_refuses_scale_up",
+         observe(pending=(1,), spend=spend(1950.0)), [], {R.BUDGET_CAP},
+         settings=settings(pool_settings(budget_monthly_usd=2000.0))),
+    Case("pool_budget_affords_part_of_the_scale_up",
+         # 2000 - 1000 = 1000 over 516 h -> 1.94 $/h; floor 0.80 leaves room for 2 spot nodes at 0.41
+         observe(pending=(1, 1, 1, 1), spend=spend(900.0, since=100.0)), [("set", SPOT, 2, R.SCALE_UP_PENDING)],
+         {R.BUDGET_CAP}, settings=settings(pool_settings(budget_monthly_usd=2000.0))),
+    Case("alert_only_budget_does_not_cap",
+         observe(pending=(1,), spend=spend(5000.0)), [("set", SPOT, 1, R.SCALE_UP_PENDING)],
+         settings=settings(pool_settings(budget_monthly_usd=2000.0, budget_enforcement="alert_only"))),
+    Case("exhausted_budget_drains_idle_first",
+         observe(nodes=[node("i-busy", max_util=90), node("i-idle", max_util=0), node("i-nodata", max_util=None)],
+                 spend=spend(1990.0, since=20.0)),
+         [("term", "i-idle", R.BUDGET_DRAIN)], settings=settings(pool_settings(budget_monthly_usd=2000.0,
+                                                                            max_step_nodes=1))),
+    Case("exhausted_budget_cancels_launches_first",
+         observe(groups=[group(SPOT, 3, changed=1), group(OD, 0)], nodes=[node("i-a")], spend=spend(2100.0)),
+         [("set", SPOT, 1, R.BUDGET_DRAIN)], settings=settings(pool_settings(budget_monthly_usd=2000.0))),
+    Case("exhausted_budget_with_nothing_to_drain_says_so", observe(pending=(1,), env_spend=spend(10_000.0)), [],
+         {R.BUDGET_DRAIN}, settings=settings(env_budget=10_000.0)),
+    Case("spot_instance_still_booting_is_not_a_shortage",
+         observe(groups=[group(SPOT, 1, changed=30), group(OD, 0)], nodes=[node("i-a", lifecycle=LIFECYCLE_PENDING)],
+                 pending=(1,)), []),
+    Case("unknown_spend_never_drains",
+         observe(nodes=[node("i-busy", max_util=90)], spend=spend(None, since=5000.0)), [],
+         settings=settings(pool_settings(budget_monthly_usd=2000.0))),
+    Case("environment_budget_caps_too", observe(pending=(1,), env_spend=spend(9_800.0)), [], {R.BUDGET_CAP},
+         settings=settings(env_budget=10_000.0)),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_decide(case: Case):
+    plan = decide(case.settings, case.obs, NOW)
+    got = []
+    for a in plan.changes:
+        if a.kind == "set_desired":
+            got.append(("set", a.group, a.desired_to, a.reason))
+        else:
+            assert a.kind == "terminate"
+            got.append(("term", a.instance_id, a.reason))
+    assert got == case.changes, [a.to_dict() for a in plan.actions]
+    reasons = set(plan.decisions[0].reasons)
+    assert case.reasons <= reasons, [a.to_dict() for a in plan.actions]
+    assert all(a.detail for a in plan.actions), "every action explains itself"
+
+
+def test_at_least_thirty_named_cases():
+    assert len(CASES) >= 30 and len({c.name for c in CASES}) == len(CASES)
+
+
+def test_environment_budget_is_shared_across_pools_in_order():
+    a, b = pool_settings("alpha"), pool_settings("beta")
+    # A budget whose headroom over the two floors (2 x 0.80 $/h) is 1.5 spot nodes: alpha gets one, beta none.
+    hours = hours_left_in_month(NOW)
+    budget = 500.0 + hours * (1.60 + 0.41 * 1.5)
+    obs = Observation((PoolObservation("alpha", (group("alpha-spot"), group("alpha-od")), (), (1, 1)),
+                       PoolObservation("beta", (group("beta-spot"), group("beta-od")), (), (1,))), spend(500.0))
+    plan = decide(settings(a, b, env_budget=budget), obs, NOW)
+    assert [(x.pool, x.desired_to) for x in plan.changes] == [("alpha", 1)]
+    assert Reason.BUDGET_CAP in plan.decision("alpha").reasons and Reason.BUDGET_CAP in plan.decision("beta").reasons
+
+
+def test_dry_run_is_carried_on_the_plan_and_decisions_are_the_same():
+    obs = observe(pending=(1,))
+    live, dry = decide(settings(), obs, NOW), decide(settings(dry_run=True), obs, NOW)
+    assert dry.dry_run and not live.dry_run and dry.decisions == live.decisions
+
+
+def test_decision_figures():
+    obs = observe(nodes=[node("i-1", max_util=30, avg_util=20), node("i-f", FLOOR, avg_util=60)], pending=(1,),
+                  spend=spend(100.0, since=10.0))
+    d = decide(settings(pool_settings(budget_monthly_usd=5000.0)), obs, NOW).decision("research")
+    assert d.desired_after == {SPOT: 2, OD: 0}
+    assert d.pending_gpus == 1
+    assert d.elastic_usd_per_hour == pytest.approx(0.82)
+    assert d.month_to_date_usd == pytest.approx(110.0)
+    assert d.projected_month_usd == pytest.approx(110.0 + (0.82 + 0.80) * hours_left_in_month(NOW))
+    assert d.utilization_pct == {"elastic": 20.0, "guaranteed": 60.0}
+
+
+@pytest.mark.parametrize("pods,gpn,expected", [
+    ((), 8, (0, 0)), ((8, 8), 8, (2, 0)), ((5, 3, 4, 4), 8, (2, 0)), ((9, 1), 8, (1, 1)), ((0, 1), 1, (1, 0)),
+    ((2, 2, 2, 2, 2), 4, (3, 0)),
+])
+def test_pack_pods(pods, gpn, expected):
+    assert pack_pods(pods, gpn) == expected
+
+
+def test_hours_left_in_month_crosses_december():
+    from datetime import datetime, timezone
+
+    assert hours_left_in_month(datetime(2026, 12, 31, 23, 0, tzinfo=timezone.utc)) == pytest.approx(1.0)
+    assert hours_left_in_month(datetime(2026, 2, 1, tzinfo=timezone.utc)) == pytest.approx(28 * 24)
+    assert ago(0) == NOW
