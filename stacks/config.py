@@ -81,15 +81,15 @@ ThresholdPct = Annotated[float, Field(gt=0, le=1000)]
 class SystemNodes(Strict):
     """Small on-demand, non-GPU, untainted nodes for CoreDNS, operators and metrics agents."""
 
-    instance_type: str = Field("m7i.large", pattern=r"^[a-z][a-z0-9-]*\.[a-z0-9]+$")
-    nodes: int = Field(2, ge=1, le=20)
+    instance_type: str = Field("m7i.large", pattern=r"^[a-z][a-z0-9-]*\.[a-z0-9]+$", description="Non-GPU instance type.")
+    nodes: int = Field(2, ge=1, le=20, description="Fixed size of the system node group.")
 
 
 class NewCluster(Strict):
-    mode: Literal["new"] = "new"
-    kubernetes_version: str = Field("1.33", pattern=r"^1\.(2[89]|3\d)$")
-    vpc_cidr: str = "10.40.0.0/16"
-    availability_zones: list[str] = Field(min_length=2, max_length=6)
+    mode: Literal["new"] = Field("new", description="`new`: gpuloan creates the VPC and the EKS cluster.")
+    kubernetes_version: str = Field("1.33", pattern=r"^1\.(2[89]|3\d)$", description="EKS Kubernetes version.")
+    vpc_cidr: str = Field("10.40.0.0/16", description="IPv4 CIDR of the new VPC (/16 to /20).")
+    availability_zones: list[str] = Field(min_length=2, max_length=6, description="AZs for subnets and nodes (EKS needs two or more).")
     public_endpoint_cidrs: list[str] = Field(
         default_factory=list,
         description="CIDRs allowed to reach the public API endpoint; empty means a private endpoint only.",
@@ -123,9 +123,9 @@ class NewCluster(Strict):
 
 
 class ExistingCluster(Strict):
-    mode: Literal["existing"]
-    name: str = Field(pattern=r"^[0-9A-Za-z][A-Za-z0-9\-_]{0,99}$")
-    kubernetes_version: str = Field("1.33", pattern=r"^1\.(2[89]|3\d)$")
+    mode: Literal["existing"] = Field(description="`existing`: use a cluster you already run; no network is created.")
+    name: str = Field(pattern=r"^[0-9A-Za-z][A-Za-z0-9\-_]{0,99}$", description="Name of the existing EKS cluster.")
+    kubernetes_version: str = Field("1.33", pattern=r"^1\.(2[89]|3\d)$", description="The cluster's version (manifests are validated against it).")
     availability_zones: list[str] = Field(
         default_factory=list, description="AZs whose cluster subnets GPU nodes may use; empty means all."
     )
@@ -137,11 +137,11 @@ Cluster = Annotated[Union[NewCluster, ExistingCluster], Field(discriminator="mod
 class Guaranteed(Strict):
     """The floor: nodes that are always there and never preempted."""
 
-    instance_type: GpuInstanceType
-    nodes: int = Field(ge=1, le=64)
-    reservation: Reservation = Reservation.none
-    reservation_id: str | None = Field(None, pattern=RESERVATION_ID)
-    availability_zone: str | None = None
+    instance_type: GpuInstanceType = Field(description="GPU instance type of the floor, e.g. p4d.24xlarge.")
+    nodes: int = Field(ge=1, le=64, description="Nodes always up (min = desired = max of the node group).")
+    reservation: Reservation = Field(Reservation.none, description="`none`; `odcr`: an on-demand capacity reservation (created, or yours with reservation_id); `capacity_block`: a Capacity Block you bought.")
+    reservation_id: str | None = Field(None, pattern=RESERVATION_ID, description="Id of an existing reservation (cr-...).")
+    availability_zone: str | None = Field(None, description="AZ of the reservation; the floor's nodes launch only there.")
     capacity_block_active: bool = Field(
         False, description="capacity_block only: false keeps the node group at 0 nodes (AWS requires desired 0 "
         "before the block starts); set true once the block is active to scale the floor to `nodes`.")
@@ -155,17 +155,17 @@ class Guaranteed(Strict):
 class Elastic(Strict):
     """Borrowed GPUs: spot first, on-demand fallback, sized by the policy function between 0 and max_nodes."""
 
-    instance_types: list[GpuInstanceType] = Field(min_length=1, max_length=20)
-    capacity: ElasticCapacity = ElasticCapacity.spot_then_on_demand
-    max_nodes: int = Field(ge=1, le=500)
+    instance_types: list[GpuInstanceType] = Field(min_length=1, max_length=20, description="Diversified types with the same GPUs per node (more types, fewer spot shortages).")
+    capacity: ElasticCapacity = Field(ElasticCapacity.spot_then_on_demand, description="`spot`, `on_demand`, or `spot_then_on_demand` (an on-demand fallback group used when spot stays short).")
+    max_nodes: int = Field(ge=1, le=500, description="Most elastic nodes (the spot group's max).")
     on_demand_max_nodes: int | None = Field(None, ge=1, le=500, description="Fallback group max; default max_nodes.")
-    scale_up_utilization_pct: Percent = 80
-    scale_up_window_minutes: int = Field(10, ge=1, le=120)
-    idle_utilization_pct: Percent = 5
-    idle_timeout_minutes: int = Field(30, ge=5, le=1440)
-    cooldown_minutes: int = Field(5, ge=0, le=120)
-    max_step_nodes: int = Field(4, ge=1, le=100)
-    fallback_after_minutes: int = Field(10, ge=1, le=240)
+    scale_up_utilization_pct: Percent = Field(80, description="Average GPU utilization over the window that adds a node (for services that do not queue).")
+    scale_up_window_minutes: int = Field(10, ge=1, le=120, description="Window for the scale-up average.")
+    idle_utilization_pct: Percent = Field(5, description="A node whose max GPU utilization stays below this for idle_timeout_minutes is reclaimed.")
+    idle_timeout_minutes: int = Field(30, ge=5, le=1440, description="How long a node must be idle (and up) before it is terminated by instance id.")
+    cooldown_minutes: int = Field(5, ge=0, le=120, description="Quiet time after a change before a utilization-driven change.")
+    max_step_nodes: int = Field(4, ge=1, le=100, description="Most nodes added or removed in one tick.")
+    fallback_after_minutes: int = Field(10, ge=1, le=240, description="How long spot may stay short of its desired size before on-demand takes the shortfall.")
 
     @field_validator("instance_types")
     @classmethod
@@ -179,11 +179,11 @@ class Elastic(Strict):
 
 
 class Budget(Strict):
-    monthly_usd: float = Field(gt=0, le=10_000_000)
-    alert_emails: list[EmailStr] = Field(default_factory=list, max_length=MAX_BUDGET_EMAILS)
-    actual_thresholds_pct: list[ThresholdPct] = Field(default_factory=lambda: [50.0, 80.0, 100.0])
-    forecasted_thresholds_pct: list[ThresholdPct] = Field(default_factory=lambda: [100.0])
-    enforcement: Enforcement = Enforcement.cap_elastic
+    monthly_usd: float = Field(gt=0, le=10_000_000, description="Monthly budget in USD.")
+    alert_emails: list[EmailStr] = Field(default_factory=list, max_length=MAX_BUDGET_EMAILS, description="Who gets budget alerts (AWS allows 10).")
+    actual_thresholds_pct: list[ThresholdPct] = Field(default_factory=lambda: [50.0, 80.0, 100.0], description="ACTUAL-spend notifications, percent of the budget.")
+    forecasted_thresholds_pct: list[ThresholdPct] = Field(default_factory=lambda: [100.0], description="FORECASTED-spend notifications, percent of the budget.")
+    enforcement: Enforcement = Field(Enforcement.cap_elastic, description="`cap_elastic`: the policy refuses scale-ups past the budget and drains elastic nodes at 100%; `alert_only`: emails only.")
 
     @field_validator("actual_thresholds_pct", "forecasted_thresholds_pct")
     @classmethod
@@ -194,24 +194,24 @@ class Budget(Strict):
 
 
 class Pool(Strict):
-    name: Slug
-    team: Slug
-    tier: Tier
-    guaranteed: Guaranteed | None = None
-    elastic: Elastic | None = None
-    budget: Budget | None = None
+    name: Slug = Field(description="Pool name: node label gpuloan.io/pool and cost tag gpuloan:pool.")
+    team: Slug = Field(description="Owning team: a namespace with a GPU quota, cost tag gpuloan:team.")
+    tier: Tier = Field(description="Priority of the pool's workloads: production > experiment > learning.")
+    guaranteed: Guaranteed | None = Field(None, description="The floor; omit for elastic-only pools.")
+    elastic: Elastic | None = Field(None, description="Borrowed capacity; omit for floor-only pools.")
+    budget: Budget | None = Field(None, description="Optional per-pool budget (a cost filter on the pool tag).")
 
 
 class PyTorch(Strict):
-    version: str = Field(pattern=r"^\d+\.\d+\.\d+$")
+    version: str = Field(pattern=r"^\d+\.\d+\.\d+$", description="PyTorch version, e.g. 2.5.1.")
     cuda_tag: str = Field(pattern=r"^cu\d{3}$", description="The wheel index tag, e.g. cu124.")
 
 
 class Image(Strict):
-    name: Slug
+    name: Slug = Field(description="Image (and ECR repository) name.")
     cuda_version: str = Field(pattern=r"^\d+\.\d+\.\d+$", description="nvidia/cuda base image version, e.g. 12.4.1")
-    python_version: str = Field(pattern=r"^3\.\d+$")
-    pytorch: PyTorch | None = None
+    python_version: str = Field(pattern=r"^3\.\d+$", description="Python in the image, e.g. 3.11.")
+    pytorch: PyTorch | None = Field(None, description="PyTorch pin; omit for a base-only image.")
     packages: list[str] = Field(default_factory=list, description="Extra pip packages, each pinned with ==.")
 
     @field_validator("packages")
@@ -224,33 +224,33 @@ class Image(Strict):
 
 
 class GpuOperator(Strict):
-    enabled: bool = True
+    enabled: bool = Field(True, description="Install the NVIDIA GPU Operator.")
     chart_version: str | None = Field(None, pattern=r"^v\d+\.\d+\.\d+$", description="Default: stacks/versions.py")
-    mig_strategy: MigStrategy = MigStrategy.none
-    time_slicing_replicas: int | None = Field(None, ge=2, le=48)
+    mig_strategy: MigStrategy = Field(MigStrategy.none, description="MIG strategy of the device plugin.")
+    time_slicing_replicas: int | None = Field(None, ge=2, le=48, description="Share each GPU between this many pods (time-slicing); omit to disable.")
 
 
 class Policy(Strict):
-    enabled: bool = True
-    schedule_minutes: int = Field(1, ge=1, le=60)
-    dry_run: bool = False
-    metric_namespace: str = "ContainerInsights"
-    utilization_metric: str = "node_gpu_utilization"
+    enabled: bool = Field(True, description="Deploy the policy function.")
+    schedule_minutes: int = Field(1, ge=1, le=60, description="How often the policy function runs.")
+    dry_run: bool = Field(False, description="Decide and report, change nothing.")
+    metric_namespace: str = Field("ContainerInsights", description="CloudWatch namespace of the per-node GPU metric.")
+    utilization_metric: str = Field("node_gpu_utilization", description="Per-node GPU utilization metric (dimensions ClusterName, InstanceId, NodeName).")
     budget_refresh_minutes: int = Field(60, ge=60, le=1440, description="AWS Budgets lags hours; read at most hourly.")
-    notify_min_interval_minutes: int = Field(30, ge=1, le=1440)
+    notify_min_interval_minutes: int = Field(30, ge=1, le=1440, description="Least time between two notifications of the same kind for a pool.")
     log_retention_days: Literal[1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365] = 30
 
 
 class Alarms(Strict):
-    idle_utilization_pct: Percent = 10
-    idle_hours: int = Field(3, ge=1, le=24)
-    saturation_minutes: int = Field(60, ge=5, le=1440)
-    fallback_minutes: int = Field(120, ge=5, le=1440)
+    idle_utilization_pct: Percent = Field(10, description="Idle-waste alarm: elastic nodes up while pool GPU utilization stays below this.")
+    idle_hours: int = Field(3, ge=1, le=24, description="... for this many hours.")
+    saturation_minutes: int = Field(60, ge=5, le=1440, description="Saturation alarm: the pool at its elastic max this long.")
+    fallback_minutes: int = Field(120, ge=5, le=1440, description="Fallback alarm: on-demand fallback active this long.")
 
 
 class GitHub(Strict):
-    repository: str = Field(pattern=r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
-    create_oidc_provider: bool = True
+    repository: str = Field(pattern=r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$", description="owner/name of the repository whose workflows may assume the roles.")
+    create_oidc_provider: bool = Field(True, description="False when the account already has the GitHub OIDC provider.")
     deploy_environment: str | None = Field(
         None, pattern=r"^[A-Za-z0-9_.-]{1,255}$",
         description="GitHub environment the deploy job of this stack runs in (required reviewers); the deploy role "
@@ -259,9 +259,9 @@ class GitHub(Strict):
 
 
 class GpuLoanConfig(Strict):
-    environment: Slug
-    region: str = Field(pattern=AWS_REGION)
-    default_tags: dict[str, str] = Field(default_factory=dict)
+    environment: Slug = Field(description="Environment name (dev, prod, ...): cost tag gpuloan:environment and resource name prefix.")
+    region: str = Field(pattern=AWS_REGION, description="AWS region; equal to aws:region when that is set.")
+    default_tags: dict[str, str] = Field(default_factory=dict, description="Extra tags on every resource.")
     cluster: Cluster
     pools: list[Pool] = Field(min_length=1, max_length=200)
     budget: Budget
@@ -534,3 +534,7 @@ def _capacity_problems(cfg: GpuLoanConfig) -> list[tuple[str, str]]:
         if g is not None and g.capacity_block_active and g.reservation != Reservation.capacity_block:
             problems.append((f"pools[{i}].guaranteed.capacity_block_active", "only applies to reservation: capacity_block"))
     return problems
+
+
+# Rule modules register themselves on import; import them here so every `parse` applies them.
+from stacks import compat  # noqa: E402,F401
