@@ -1,0 +1,293 @@
+"""The Kubernetes layer under mocks: operator release and values, metrics add-on and its IAM, tiers and quotas."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+from conftest import stack_config
+from kube_checks import HELM_RELEASE, kube_objects, layer, run_layer, schema_version, validate_strict
+
+from stacks import catalog, config, gpu_metrics, gpu_operator, k8s_provider, tags, tenancy, versions
+
+STACKS = ("dev", "prod")
+
+
+def _one(rec, type_):
+    found = rec.of_type(type_)
+    assert len(found) == 1, f"expected one {type_}, found {len(found)}"
+    return found[0]
+
+
+def _objects(rec, kind):
+    return [o for o in kube_objects(rec) if o["kind"] == kind]
+
+
+# --- every declared Kubernetes object validates (strict: unknown fields fail) -------------------------------
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_every_kubernetes_object_validates_strictly(stack):
+    rec = layer(stack)
+    version = stack_config(stack)["gpuloan:cluster"]["kubernetes_version"]
+    objects = kube_objects(rec)
+    assert {o["kind"] for o in objects} >= {"Namespace", "PriorityClass", "ResourceQuota", "LimitRange",
+                                            "ClusterRole", "ClusterRoleBinding"}
+    for obj in objects:
+        validate_strict(obj, version)
+
+
+def test_time_slicing_configmap_validates_strictly():
+    cfg = stack_config("dev")
+    cfg["gpuloan:gpu_operator"] = {"time_slicing_replicas": 4}
+    for obj in kube_objects(run_layer("dev", cfg)):
+        validate_strict(obj, "1.33")
+
+
+def test_strict_validation_rejects_an_unknown_field():
+    # Proves the validator is strict, so the tests above can fail.
+    bad = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "x"}, "spec": {"finalisers": []}}
+    with pytest.raises(Exception, match="finalisers"):
+        validate_strict(bad, "1.33")
+
+
+def test_schema_version_is_the_cluster_minor_when_shipped_else_nearest():
+    assert schema_version("1.33") == "1.33"
+    assert schema_version("1.28") == "1.28"
+    assert schema_version("1.24") == "1.25"  # oldest schema kubernetes-validate ships
+
+
+def test_all_kubernetes_objects_use_the_explicit_kubernetes_provider():
+    rec = layer("prod")
+    k8s_resources = [r for r in rec.resources if r.type.startswith("kubernetes:")]
+    assert k8s_resources
+    for r in k8s_resources:
+        assert "pulumi:providers:kubernetes::k8s::" in r.provider, r.name
+
+
+# --- provider ----------------------------------------------------------------------------------------------
+
+
+def test_kubeconfig_authenticates_with_aws_eks_get_token_for_the_stack_region():
+    rec = layer("prod")
+    provider = _one(rec, "pulumi:providers:kubernetes")
+    kubeconfig = json.loads(provider.inputs["kubeconfig"])
+    cluster = kubeconfig["clusters"][0]["cluster"]
+    assert cluster["server"].startswith("https://") and cluster["certificate-authority-data"]
+    exec_ = kubeconfig["users"][0]["user"]["exec"]
+    assert exec_["command"] == "aws"
+    assert exec_["args"][:2] == ["eks", "get-token"]
+    assert exec_["args"][exec_["args"].index("--cluster-name") + 1] == "prod-gpuloan"
+    assert exec_["args"][exec_["args"].index("--region") + 1] == "us-east-1"
+    # No static credential may sit in the kubeconfig (it is stored in state).
+    assert "token" not in kubeconfig["users"][0]["user"]
+
+
+def test_kubeconfig_is_a_pure_function_of_the_cluster():
+    a = k8s_provider.kubeconfig("c", "https://e", "Q0E=", "eu-west-1")
+    assert a == k8s_provider.kubeconfig("c", "https://e", "Q0E=", "eu-west-1")
+    assert a["contexts"][0]["context"]["cluster"] == "c"
+
+
+# --- GPU Operator --------------------------------------------------------------------------------------------
+
+
+def test_gpu_operator_release_chart_repo_and_pinned_version():
+    release = _one(layer("prod"), HELM_RELEASE)
+    assert release.inputs["chart"] == "gpu-operator"
+    assert release.inputs["repositoryOpts"]["repo"] == "https://helm.ngc.nvidia.com/nvidia"
+    assert release.inputs["version"] == versions.GPU_OPERATOR_CHART_VERSION
+    assert release.inputs["namespace"] == gpu_operator.NAMESPACE
+
+
+def test_chart_version_is_overridable_from_config():
+    cfg = stack_config("dev")
+    cfg["gpuloan:gpu_operator"] = {"chart_version": "v26.3.0"}
+    assert _one(run_layer("dev", cfg), HELM_RELEASE).inputs["version"] == "v26.3.0"
+
+
+def test_helm_values_for_the_al2023_nvidia_ami():
+    values = _one(layer("prod"), HELM_RELEASE).inputs["values"]
+    assert values["driver"]["enabled"] is False
+    assert values["toolkit"]["enabled"] is False
+    assert values["devicePlugin"]["enabled"] is True
+    assert values["gfd"]["enabled"] is True and values["nfd"]["enabled"] is True
+    assert values["mig"]["strategy"] == "none"
+    assert values["migManager"]["enabled"] is False
+
+
+def test_operator_dcgm_exporter_is_off_so_container_insights_is_the_one_exporter():
+    values = _one(layer("prod"), HELM_RELEASE).inputs["values"]
+    assert values["dcgmExporter"]["enabled"] is False
+    assert values["dcgm"]["enabled"] is False
+    assert len(layer("prod").of_type("aws:eks/addon:Addon")) == 1
+
+
+def test_operator_daemonsets_and_nfd_tolerate_gpu_and_spot_taints():
+    values = _one(layer("prod"), HELM_RELEASE).inputs["values"]
+    for tolerations in (values["daemonsets"]["tolerations"], values["node-feature-discovery"]["worker"]["tolerations"]):
+        keys = {(t["key"], t["operator"], t["effect"]) for t in tolerations}
+        assert (tags.GPU_TAINT_KEY, "Exists", "NoSchedule") in keys
+        assert (tags.SPOT_TAINT_KEY, "Exists", "NoSchedule") in keys
+
+
+@pytest.mark.parametrize("strategy", ["single", "mixed"])
+def test_mig_strategy_from_config_enables_the_mig_manager(strategy):
+    cfg = config.parse({**_gpuloan(stack_config("prod")), "gpu_operator": {"mig_strategy": strategy}})
+    values = gpu_operator.helm_values(cfg)
+    assert values["mig"]["strategy"] == strategy
+    assert values["migManager"]["enabled"] is True
+
+
+def test_no_time_slicing_configmap_unless_configured():
+    rec = layer("prod")
+    assert _objects(rec, "ConfigMap") == []
+    assert "config" not in _one(rec, HELM_RELEASE).inputs["values"]["devicePlugin"]
+
+
+def test_time_slicing_configmap_has_the_configured_replicas_and_is_referenced():
+    cfg = stack_config("dev")
+    cfg["gpuloan:gpu_operator"] = {"time_slicing_replicas": 4}
+    rec = run_layer("dev", cfg)
+    [cm] = _objects(rec, "ConfigMap")
+    assert cm["metadata"] == {"name": gpu_operator.TIME_SLICING_CONFIGMAP, "namespace": gpu_operator.NAMESPACE}
+    sharing = yaml.safe_load(cm["data"][gpu_operator.TIME_SLICING_PROFILE])["sharing"]["timeSlicing"]
+    assert sharing["resources"] == [{"name": "nvidia.com/gpu", "replicas": 4}]
+    plugin = _one(rec, HELM_RELEASE).inputs["values"]["devicePlugin"]
+    assert plugin["config"]["name"] == cm["metadata"]["name"]
+    assert plugin["config"]["default"] == gpu_operator.TIME_SLICING_PROFILE
+
+
+def test_operator_disabled_declares_no_release():
+    cfg = stack_config("dev")
+    cfg["gpuloan:gpu_operator"] = {"enabled": False}
+    rec = run_layer("dev", cfg)
+    assert rec.of_type(HELM_RELEASE) == []
+    assert "gpu_operator_chart_version" not in rec.outputs
+
+
+# --- GPU metrics add-on ----------------------------------------------------------------------------------------
+
+
+def test_cloudwatch_observability_addon_pinned_with_gpu_metrics_on():
+    addon = _one(layer("prod"), "aws:eks/addon:Addon")
+    assert addon.inputs["addonName"] == "amazon-cloudwatch-observability"
+    assert addon.inputs["addonVersion"] == versions.CLOUDWATCH_OBSERVABILITY_ADDON_VERSION
+    kube = json.loads(addon.inputs["configurationValues"])["agent"]["config"]["logs"]["metrics_collected"]["kubernetes"]
+    assert kube == {"enhanced_container_insights": True, "accelerated_compute_metrics": True}
+
+
+def test_agent_gets_its_role_through_pod_identity_for_its_service_account_only():
+    rec = layer("prod")
+    assoc = _one(rec, "aws:eks/podIdentityAssociation:PodIdentityAssociation")
+    assert (assoc.inputs["namespace"], assoc.inputs["serviceAccount"]) == ("amazon-cloudwatch", "cloudwatch-agent")
+    role = _one(rec, "aws:iam/role:Role")
+    trust = json.loads(role.inputs["assumeRolePolicy"])
+    [stmt] = trust["Statement"]
+    assert stmt["Principal"] == {"Service": "pods.eks.amazonaws.com"}
+    assert sorted(stmt["Action"]) == ["sts:AssumeRole", "sts:TagSession"]
+    assert stmt["Condition"]["StringEquals"] == {
+        "aws:RequestTag/eks-cluster-name": "prod-gpuloan",
+        "aws:RequestTag/kubernetes-namespace": "amazon-cloudwatch",
+        "aws:RequestTag/kubernetes-service-account": "cloudwatch-agent",
+    }
+
+
+def test_agent_role_has_only_the_cloudwatch_agent_managed_policy():
+    rec = layer("prod")
+    [attachment] = rec.of_type("aws:iam/rolePolicyAttachment:RolePolicyAttachment")
+    assert attachment.inputs["policyArn"] == "arn:aws:iam::aws:policy/CloudWatchAgentServerPolicy"
+    assert rec.of_type("aws:iam/rolePolicy:RolePolicy") == []
+    assert gpu_metrics.partition_of("us-gov-west-1") == "aws-us-gov"
+
+
+def test_policy_default_metric_is_what_the_addon_publishes():
+    policy = config.Policy()
+    assert policy.metric_namespace == gpu_metrics.GPU_METRIC_NAMESPACE == "ContainerInsights"
+    assert policy.utilization_metric == gpu_metrics.GPU_UTILIZATION_METRIC == "node_gpu_utilization"
+    assert layer("prod").outputs["gpu_metric"] == "ContainerInsights/node_gpu_utilization"
+
+
+# --- tiers, namespaces, quotas, RBAC -----------------------------------------------------------------------------
+
+
+def test_priority_classes_order_and_preemption():
+    classes = {o["metadata"]["name"]: o for o in _objects(layer("prod"), "PriorityClass")}
+    prod, exp, learn = (classes[f"gpuloan-{t}"] for t in ("production", "experiment", "learning"))
+    assert prod["value"] > exp["value"] > learn["value"] > 0
+    assert prod["value"] < 1_000_000_000  # above that is reserved for system classes
+    assert prod["preemptionPolicy"] == "PreemptLowerPriority"
+    assert exp["preemptionPolicy"] == learn["preemptionPolicy"] == "Never"
+    assert not any(c["globalDefault"] for c in classes.values())
+
+
+@pytest.mark.parametrize("stack,teams", [("dev", ["research"]), ("prod", ["research", "serving"])])
+def test_one_namespace_per_team(stack, teams):
+    rec = layer(stack)
+    names = sorted(o["metadata"]["name"] for o in _objects(rec, "Namespace") if o["metadata"]["name"] != "gpu-operator")
+    assert names == teams
+    assert rec.outputs["team_namespaces"] == teams
+
+
+# Hand-computed: prod research = 2 p4d floor + 6 elastic, 8 GPUs each; serving = 2 + 8 g6e.xlarge, 1 GPU each;
+# dev research = 1 + 4 g6/g5.xlarge, 1 GPU each.
+@pytest.mark.parametrize("stack,expected", [("prod", {"research": 64, "serving": 10}), ("dev", {"research": 5})])
+def test_gpu_quota_is_guaranteed_plus_elastic_max_gpus(stack, expected):
+    quotas = {o["metadata"]["namespace"]: o["spec"]["hard"] for o in _objects(layer(stack), "ResourceQuota")
+              if o["metadata"]["name"] == "gpus"}
+    assert quotas == {team: {"requests.nvidia.com/gpu": str(n)} for team, n in expected.items()}
+
+
+def test_gpu_quota_sums_every_pool_of_a_team_and_counts_gpus_per_node():
+    cfg = stack_config("prod")
+    pools = cfg["gpuloan:pools"]
+    pools[1]["team"] = "research"  # research now owns both pools
+    parsed = config.from_stack_yaml({"config": cfg}, "test")
+    assert tenancy.team_gpu_quota(parsed, "research") == 64 + 10
+    assert catalog.lookup("p4d.24xlarge").gpus == 8
+
+
+def test_time_slicing_multiplies_the_quota_in_device_plugin_units():
+    cfg = stack_config("dev")
+    cfg["gpuloan:gpu_operator"] = {"time_slicing_replicas": 4}
+    parsed = config.from_stack_yaml({"config": cfg}, "test")
+    assert tenancy.team_gpu_quota(parsed, "research") == 5 * 4
+
+
+def test_team_cannot_use_priority_classes_above_its_pools_tier():
+    rec = layer("dev")  # research's only pool is tier experiment
+    [ceiling] = [o for o in _objects(rec, "ResourceQuota") if o["metadata"]["name"] == "tier-ceiling"]
+    assert ceiling["spec"]["hard"] == {"pods": "0"}
+    [expr] = ceiling["spec"]["scopeSelector"]["matchExpressions"]
+    assert (expr["scopeName"], expr["operator"], expr["values"]) == ("PriorityClass", "In", ["gpuloan-production"])
+    # prod teams are production-tier: no ceiling
+    assert [o for o in _objects(layer("prod"), "ResourceQuota") if o["metadata"]["name"] == "tier-ceiling"] == []
+
+
+def test_limit_range_gives_default_requests_but_no_default_gpu_or_limits():
+    [lr] = _objects(layer("dev"), "LimitRange")
+    [limit] = lr["spec"]["limits"]
+    assert limit["type"] == "Container"
+    assert set(limit["defaultRequest"]) == {"cpu", "memory"}
+    assert "default" not in limit  # a default memory limit would OOM-kill jobs that did not set one
+
+
+def test_policy_reader_can_only_read_pods_and_is_bound_to_the_policy_group():
+    rec = layer("prod")
+    [role] = _objects(rec, "ClusterRole")
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]
+    [binding] = _objects(rec, "ClusterRoleBinding")
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    assert binding["subjects"] == [{"kind": "Group", "apiGroup": "rbac.authorization.k8s.io",
+                                    "name": tags.POLICY_READER_GROUP}]
+
+
+def test_team_namespaces_enforce_baseline_pod_security_and_operator_namespace_is_privileged():
+    namespaces = {o["metadata"]["name"]: o["metadata"]["labels"] for o in _objects(layer("prod"), "Namespace")}
+    assert namespaces["research"]["pod-security.kubernetes.io/enforce"] == "baseline"
+    assert namespaces["gpu-operator"]["pod-security.kubernetes.io/enforce"] == "privileged"
+
+
+def _gpuloan(cfg: dict) -> dict:
+    return {k.split(":", 1)[1]: v for k, v in cfg.items() if k.startswith("gpuloan:")}
