@@ -39,3 +39,33 @@ GPU_OPERATOR_CHART_VERSION = "v25.10.1"
 # aws-observability/application-signals-demo pins (2026-04; v5.3.0 dropped a ClusterRole rule the agent's EKS
 # resource detector uses). Check availability: aws eks describe-addon-versions --addon-name amazon-cloudwatch-observability
 CLOUDWATCH_OBSERVABILITY_ADDON_VERSION = "v4.10.3-eksbuild.1"
+
+# --- CUDA images (stacks/images.py, images/, checked by stacks/compat.py) -------------------------------------
+# NVIDIA driver on GPU nodes: the EKS-optimized AL2023 NVIDIA AMI (GPU_AMI_TYPE) ships the R580 branch; the GPU
+# Operator runs with driver.enabled=false, so this is the driver every image meets. Sources: awslabs/amazon-eks-ami
+# issue #2470 (AL2023 NVIDIA AMIs moved to the 580 branch, 2025-10/11) and aws-samples/sample-eks-enterprise-quickstart
+# docs/AMI_VERSIONS.md (release v20260512: driver 580.159.03). Managed node groups follow the latest AMI release
+# of their Kubernetes version, so bump this when the AMI's driver branch changes.
+EKS_AL2023_NVIDIA_DRIVER_VERSION = "580.159.03"
+EKS_AL2023_NVIDIA_DRIVER_SOURCE_NAME = "EKS AL2023 NVIDIA AMI, R580 branch"
+# nvidia/cuda runtime image tag per CUDA major.minor: the last patch release and its Ubuntu (Docker Hub nvidia/cuda).
+CUDA_IMAGE_PATCH = {
+    (11, 8): "11.8.0",
+    (12, 1): "12.1.1",
+    (12, 2): "12.2.2",
+    (12, 4): "12.4.1",
+    (12, 6): "12.6.3",
+    (12, 8): "12.8.1",
+    (12, 9): "12.9.1",
+    (13, 0): "13.0.1",
+}
+CUDA_IMAGE_UBUNTU = {11: "22.04", 12: "22.04", 13: "24.04"}
+# CPython (python-build-standalone, installed with uv) per minor version the config may ask for.
+IMAGE_PYTHON_PATCH = {
+    "3.10": "3.10.16",
+    "3.11": "3.11.11",
+    "3.12": "3.12.9",
+    "3.13": "3.13.2",
+}
+IMAGE_UV_VERSION = "0.6.14"
+IMAGE_PIP_VERSION = "25.0.1"
