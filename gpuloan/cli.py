@@ -14,6 +14,7 @@ COMMANDS = [
     "gpuloan.cmd_validate",
     "gpuloan.cmd_preview",
     "gpuloan.cmd_schema",
+    "gpuloan.cmd_cost_report",
 ]
 
 

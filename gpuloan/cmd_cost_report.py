@@ -1,0 +1,59 @@
+"""`gpuloan cost-report --month YYYY-MM [--stack S] [--csv FILE]`: per-pool chargeback from Cost Explorer.
+
+Exit codes: 0 report printed (also for an empty month, with a message saying so), 2 bad input (month, stack
+file, config), 3 Cost Explorer refused or could not be reached.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from gpuloan import cost_report, stackfile
+from stacks import config
+
+EXIT_INVALID = 2
+EXIT_AWS = 3
+# Cost Explorer's API has a single endpoint, in us-east-1, whatever region the stack runs in.
+CE_REGION = "us-east-1"
+
+
+def register(sub) -> None:
+    p = sub.add_parser("cost-report", help="one month's spend per pool (guaranteed vs elastic) against the budgets")
+    p.add_argument("--month", required=True, metavar="YYYY-MM", help="calendar month, e.g. 2026-07")
+    p.add_argument("--stack", default="dev", metavar="STACK_OR_FILE",
+                   help="stack name (reads ./Pulumi.<stack>.yaml) or a stack file; default: dev")
+    p.add_argument("--csv", type=Path, metavar="FILE", help="also write the rows as CSV to FILE")
+    p.set_defaults(func=run)
+
+
+def run(args, ce=None) -> int:
+    try:
+        _, path = stackfile.resolve(args.stack)
+        cfg = config.from_stack_yaml(stackfile.load(path), path.name)
+        period = cost_report.parse_month(args.month)
+    except (stackfile.StackFileError, cost_report.CostReportError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_INVALID
+    except config.ConfigError as err:
+        print(err, file=sys.stderr)
+        return EXIT_INVALID
+    if ce is None:
+        import boto3
+
+        ce = boto3.client("ce", region_name=CE_REGION)
+    try:
+        fetched = cost_report.fetch(ce, cfg.environment, period)
+    except cost_report.CostReportError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_AWS
+    report = cost_report.build_report(cfg, period, fetched, cost_report.tag_status(ce))
+    print(cost_report.render_table(report))
+    if args.csv:
+        try:
+            cost_report.write_csv(report, args.csv)
+        except OSError as err:
+            print(f"error: --csv {args.csv}: {err.strerror}", file=sys.stderr)
+            return EXIT_INVALID
+        print(f"wrote {len(report.all_rows)} rows to {args.csv}")
+    return 0

@@ -1,0 +1,267 @@
+"""Chargeback: one month's billed spend per pool, split into guaranteed (fixed) and elastic (usage) cost.
+
+Reads Cost Explorer's GetCostAndUsage for the environment (filter: tag gpuloan:environment), grouped by the
+tags gpuloan:pool and gpuloan:tier (stacks/tags.py puts them on every resource and activates them as
+cost-allocation tags). Spend without a pool tag (shared platform: control plane, NAT, system nodes; or anything
+untagged) is its own row. Budgets come from the stack config. The boto3 client is injected (STYLE.md 3).
+
+Cost Explorer charges per request (USD 0.01): one report is one request per result page.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from stacks import tags
+from stacks.config import GpuLoanConfig
+
+METRIC = "UnblendedCost"  # what AWS Budgets tracks by default, so the report and the budget mails agree
+UNTAGGED = "(no pool tag)"
+TIER_GUARANTEED = "guaranteed"
+TIER_ELASTIC = "elastic"
+MAX_PAGES = 100  # a runaway NextPageToken loop must not keep spending USD 0.01 a call
+
+
+class CostReportError(Exception):
+    """A problem the user can fix (bad month, missing stack file, API refusal); the message says which."""
+
+
+@dataclass(frozen=True)
+class Period:
+    month: str  # YYYY-MM
+    start: dt.date
+    end: dt.date  # exclusive, as Cost Explorer wants it
+    partial: bool  # the month is not over: figures are month-to-date
+
+    @property
+    def as_time_period(self) -> dict[str, str]:
+        return {"Start": self.start.isoformat(), "End": self.end.isoformat()}
+
+
+def _today() -> dt.date:
+    return dt.date.today()
+
+
+def parse_month(text: str, today: dt.date | None = None) -> Period:
+    today = today or _today()
+    match = re.fullmatch(r"(\d{4})-(\d{2})", text or "")
+    if not match or not 1 <= int(match.group(2)) <= 12:
+        raise CostReportError(f"--month '{text}': write the month as YYYY-MM, e.g. {today:%Y-%m}")
+    start = dt.date(int(match.group(1)), int(match.group(2)), 1)
+    next_month = dt.date(start.year + start.month // 12, start.month % 12 + 1, 1)
+    if start > today:
+        raise CostReportError(f"--month {text} has not started yet (today is {today.isoformat()})")
+    # Cost Explorer rejects an end after tomorrow: a running month is queried up to today, inclusive.
+    end = min(next_month, today + dt.timedelta(days=1))
+    return Period(text, start, end, partial=end < next_month)
+
+
+def request(environment: str, period: Period, page_token: str | None = None) -> dict[str, Any]:
+    req: dict[str, Any] = {
+        "TimePeriod": period.as_time_period,
+        "Granularity": "MONTHLY",
+        "Metrics": [METRIC],
+        "Filter": {"Tags": {"Key": tags.TAG_ENVIRONMENT, "Values": [environment], "MatchOptions": ["EQUALS"]}},
+        "GroupBy": [{"Type": "TAG", "Key": tags.TAG_POOL}, {"Type": "TAG", "Key": tags.TAG_TIER}],
+    }
+    if page_token:
+        req["NextPageToken"] = page_token
+    return req
+
+
+@dataclass
+class Fetched:
+    amounts: dict[tuple[str, str], float]  # (pool, tier) -> USD; "" = tag absent
+    pages: int
+    estimated: bool
+    currency: str = "USD"
+
+
+def _tag_value(key: str) -> str:
+    # Cost Explorer group keys look like "gpuloan:pool$training"; "gpuloan:pool$" means "no such tag".
+    return key.split("$", 1)[1] if "$" in key else ""
+
+
+def fetch(ce, environment: str, period: Period) -> Fetched:
+    """Every page of GetCostAndUsage for the month, summed per (pool, tier)."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    amounts: dict[tuple[str, str], float] = {}
+    token: str | None = None
+    pages, estimated, currency = 0, False, "USD"
+    while True:
+        try:
+            resp = ce.get_cost_and_usage(**request(environment, period, token))
+        except ClientError as err:
+            code = err.response.get("Error", {}).get("Code", "")
+            msg = err.response.get("Error", {}).get("Message", str(err))
+            hint = ""
+            if code in ("AccessDeniedException", "AccessDenied"):
+                hint = " (the caller needs ce:GetCostAndUsage; Cost Explorer must be enabled for the account)"
+            raise CostReportError(f"Cost Explorer refused the query: {code} {msg}{hint}") from None
+        except BotoCoreError as err:
+            raise CostReportError(f"could not reach Cost Explorer: {err}") from None
+        pages += 1
+        for result in resp.get("ResultsByTime", []):
+            estimated = estimated or bool(result.get("Estimated"))
+            for group in result.get("Groups", []):
+                keys = group.get("Keys", [])
+                pool = _tag_value(keys[0]) if keys else ""
+                tier = _tag_value(keys[1]) if len(keys) > 1 else ""
+                metric = group.get("Metrics", {}).get(METRIC, {})
+                currency = metric.get("Unit", currency)
+                amounts[(pool, tier)] = amounts.get((pool, tier), 0.0) + float(metric.get("Amount", 0) or 0)
+        token = resp.get("NextPageToken")
+        if not token:
+            return Fetched(amounts, pages, estimated, currency)
+        if pages >= MAX_PAGES:
+            raise CostReportError(f"Cost Explorer kept paginating after {MAX_PAGES} pages; stopped to limit cost")
+
+
+def tag_status(ce, keys: tuple[str, ...] = tags.COST_ALLOCATION_KEYS) -> dict[str, str] | None:
+    """Activation status of the tag keys ('Active' / 'Inactive' / 'missing'), or None when it cannot be read
+    (no permission, or an endpoint that does not implement ListCostAllocationTags)."""
+    try:
+        resp = ce.list_cost_allocation_tags(TagKeys=list(keys), Type="UserDefined")
+    except Exception:  # noqa: BLE001 - advisory only; the report stands without it
+        return None
+    found = {t["TagKey"]: t.get("Status", "") for t in resp.get("CostAllocationTags", [])}
+    return {k: found.get(k, "missing") for k in keys}
+
+
+@dataclass(frozen=True)
+class Row:
+    pool: str
+    team: str
+    guaranteed_usd: float
+    elastic_usd: float
+    other_usd: float  # pool-tagged spend with neither tier (e.g. the pool's own budget) or an unknown tier
+    budget_usd: float | None
+    note: str = ""
+
+    @property
+    def total_usd(self) -> float:
+        return self.guaranteed_usd + self.elastic_usd + self.other_usd
+
+    @property
+    def pct_of_budget(self) -> float | None:
+        return None if not self.budget_usd else 100.0 * self.total_usd / self.budget_usd
+
+
+@dataclass
+class Report:
+    environment: str
+    period: Period
+    rows: list[Row]
+    untagged: Row
+    total: Row
+    messages: list[str] = field(default_factory=list)
+    pages: int = 1
+    currency: str = "USD"
+
+    @property
+    def all_rows(self) -> list[Row]:
+        return [*self.rows, self.untagged, self.total]
+
+
+def build_report(cfg: GpuLoanConfig, period: Period, fetched: Fetched,
+                 status: dict[str, str] | None = None) -> Report:
+    by_pool: dict[str, dict[str, float]] = {}
+    for (pool, tier), usd in fetched.amounts.items():
+        slot = tier if tier in (TIER_GUARANTEED, TIER_ELASTIC) else "other"
+        by_pool.setdefault(pool, {}).setdefault(slot, 0.0)
+        by_pool[pool][slot] += usd
+
+    def row(pool: str, team: str, budget: float | None, note: str = "") -> Row:
+        parts = by_pool.get(pool, {})
+        return Row(pool, team, parts.get(TIER_GUARANTEED, 0.0), parts.get(TIER_ELASTIC, 0.0),
+                   parts.get("other", 0.0), budget, note)
+
+    rows = [row(p.name, p.team, p.budget.monthly_usd if p.budget else None) for p in cfg.pools]
+    configured = {p.name for p in cfg.pools}
+    for pool in sorted(set(by_pool) - configured - {""}):
+        rows.append(row(pool, "?", None, "not in the stack config (removed or renamed pool?)"))
+    untagged = row("", "", None)
+    untagged = Row(UNTAGGED, "", untagged.guaranteed_usd, untagged.elastic_usd, untagged.other_usd, None,
+                   "shared platform (control plane, NAT, system nodes) and spend without a pool tag")
+    every = [*rows, untagged]
+    total = Row("total", "", sum(r.guaranteed_usd for r in every), sum(r.elastic_usd for r in every),
+                sum(r.other_usd for r in every), cfg.budget.monthly_usd, f"environment {cfg.environment}")
+
+    messages: list[str] = []
+    month, env = period.month, cfg.environment
+    inactive = sorted(k for k, s in (status or {}).items() if s != "Active")
+    if inactive:
+        messages.append(f"cost-allocation tag(s) not active: {', '.join(inactive)}. `pulumi up` activates them "
+                        "(stacks/budgets.py); AWS needs up to 24 hours, and activation only applies from then on.")
+    if not fetched.amounts or abs(total.total_usd) < 0.005:
+        messages.append(f"No spend tagged {tags.TAG_ENVIRONMENT}={env} in {month}. Either nothing ran that month, "
+                        f"or the {tags.TAG_ENVIRONMENT} cost-allocation tag was not active yet (activation takes "
+                        "up to 24 hours and is not retroactive).")
+    elif all(r.total_usd == 0 for r in rows) and untagged.total_usd > 0:
+        messages.append(f"None of the {month} spend carries a {tags.TAG_POOL} value, so it cannot be split per "
+                        f"pool: the {tags.TAG_POOL} cost-allocation tag is probably not active yet (up to 24 hours "
+                        "after activation, and only for spend from then on).")
+    if period.partial:
+        messages.append(f"{month} is not over: figures are month to date (up to {period.end - dt.timedelta(days=1)}).")
+    if fetched.estimated:
+        messages.append("Cost Explorer marks these figures as estimated: they can still change until the bill closes.")
+    if fetched.currency != "USD":
+        messages.append(f"amounts are in {fetched.currency}; budgets are in USD.")
+    return Report(env, period, rows, untagged, total, messages, fetched.pages, fetched.currency)
+
+
+def _usd(v: float | None) -> str:
+    return "-" if v is None else f"{v:,.2f}"
+
+
+def _pct(v: float | None) -> str:
+    return "-" if v is None else f"{v:.1f}%"
+
+
+HEADERS = ("pool", "team", "guaranteed_usd", "elastic_usd", "other_usd", "total_usd", "budget_usd", "pct_of_budget")
+
+
+def render_table(report: Report) -> str:
+    show_other = any(r.other_usd for r in report.all_rows)
+    header = ["pool", "team", "guaranteed (fixed)", "elastic (usage)"] + (["other"] if show_other else []) + [
+        "total", "budget", "% of budget"]
+    lines = []
+    for r in report.all_rows:
+        cells = [r.pool, r.team, _usd(r.guaranteed_usd), _usd(r.elastic_usd)]
+        cells += [_usd(r.other_usd)] if show_other else []
+        cells += [_usd(r.total_usd), _usd(r.budget_usd), _pct(r.pct_of_budget)]
+        lines.append(cells)
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *lines)]
+
+    def fmt(cells):
+        return "  ".join(str(c).ljust(w) if i < 2 else str(c).rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
+
+    out = [f"gpuloan cost report: environment {report.environment}, {report.period.month} "
+           f"({report.period.start} to {report.period.end - dt.timedelta(days=1)}), {report.currency}, "
+           f"{METRIC}, Cost Explorer",
+           fmt(header), fmt(["-" * w for w in widths])]
+    for r, cells in zip(report.all_rows, lines):
+        if r is report.total:
+            out.append(fmt(["-" * w for w in widths]))
+        out.append(fmt(cells))
+    notes = [f"{r.pool}: {r.note}" for r in [*report.rows, report.untagged] if r.note]
+    out += [f"note: {n}" for n in notes] + [f"note: {m}" for m in report.messages]
+    return "\n".join(out)
+
+
+def write_csv(report: Report, path: Path) -> None:
+    with path.open("w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(("month", *HEADERS, "note"))
+        for r in report.all_rows:
+            pct = r.pct_of_budget
+            w.writerow((report.period.month, r.pool, r.team, f"{r.guaranteed_usd:.2f}", f"{r.elastic_usd:.2f}",
+                        f"{r.other_usd:.2f}", f"{r.total_usd:.2f}",
+                        "" if r.budget_usd is None else f"{r.budget_usd:.2f}", "" if pct is None else f"{pct:.1f}",
+                        r.note))
