@@ -1,0 +1,209 @@
+"""The simulated pool: one pool of a stack config turned into node types, prices and limits.
+
+Prices come from stacks/catalog.py (see its docstring for which rows of data/prices are used):
+- the guaranteed floor is billed at the on-demand price of its type around the clock (an ODCR bills whether used
+  or not);
+- the spot group is billed at the cheapest spot price among the pool's elastic types (EC2's price-capacity-optimized
+  allocation launches the cheapest pool that has capacity), and is interrupted at that type's Spot Advisor rate;
+- the on-demand group is billed at the first elastic type's on-demand price (EKS managed node groups launch
+  on-demand types in the listed order, the "prioritized" allocation strategy).
+Every policy in a comparison uses the same PoolSpec: same floor, same types, same prices.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+from stacks import catalog
+from stacks.config import ElasticCapacity, GpuLoanConfig, Pool
+
+HOURS_PER_MONTH = 730
+
+# Spot Instance Advisor "frequency of interruption" buckets (share of instances interrupted over a month) ->
+# the rate used here: the bucket's midpoint (">20%" taken as 25%).
+ADVISOR_BUCKET_PER_MONTH = {"<5%": 0.025, "5-10%": 0.075, "10-15%": 0.125, "15-20%": 0.175, ">20%": 0.25}
+DEFAULT_INTERRUPTIONS_PER_MONTH = 0.125  # no bucket in the data: the middle bucket
+
+
+class PoolError(ValueError):
+    """The pool cannot be simulated (unknown name, no prices, nothing elastic ...)."""
+
+
+@dataclass(frozen=True)
+class PoolSpec:
+    name: str
+    region: str
+    tier: str
+    team: str
+    gpus_per_node: int
+    floor_nodes: int
+    floor_type: str | None
+    floor_usd_per_hour: float  # per node, on-demand
+    capacity: str  # spot | on_demand | spot_then_on_demand | none (no elastic group)
+    spot_type: str | None
+    spot_usd_per_hour: float
+    spot_interruptions_per_month: float
+    spot_interruption_bucket: str | None
+    on_demand_type: str | None
+    on_demand_usd_per_hour: float
+    spot_max_nodes: int
+    on_demand_max_nodes: int
+    budget_monthly_usd: float | None
+    oracle_usd_per_gpu_hour: float  # cheapest spot (or on-demand where no spot) price per GPU-hour of the types
+    pool: Pool  # the config pool this spec was made from (knobs for our policy)
+
+    @property
+    def has_spot(self) -> bool:
+        return self.capacity in (ElasticCapacity.spot, ElasticCapacity.spot_then_on_demand)
+
+    @property
+    def has_on_demand(self) -> bool:
+        return self.capacity in (ElasticCapacity.on_demand, ElasticCapacity.spot_then_on_demand)
+
+    @property
+    def elastic_max_nodes(self) -> int:
+        """The most elastic nodes the pool may run at once: the peak the pool is sized for."""
+        return max(self.spot_max_nodes if self.has_spot else 0, self.on_demand_max_nodes if self.has_on_demand else 0)
+
+    @property
+    def peak_nodes(self) -> int:
+        return self.floor_nodes + self.elastic_max_nodes
+
+    def describe(self) -> dict:
+        return {
+            "name": self.name,
+            "region": self.region,
+            "gpus_per_node": self.gpus_per_node,
+            "floor_nodes": self.floor_nodes,
+            "floor_type": self.floor_type,
+            "capacity": str(self.capacity),
+            "spot_type": self.spot_type,
+            "on_demand_type": self.on_demand_type,
+            "spot_max_nodes": self.spot_max_nodes if self.has_spot else 0,
+            "on_demand_max_nodes": self.on_demand_max_nodes if self.has_on_demand else 0,
+            "floor_usd_per_hour": self.floor_usd_per_hour,
+            "spot_usd_per_hour": self.spot_usd_per_hour,
+            "on_demand_usd_per_hour": self.on_demand_usd_per_hour,
+            "spot_interruptions_per_month": self.spot_interruptions_per_month,
+            "spot_interruption_bucket": self.spot_interruption_bucket,
+            "oracle_usd_per_gpu_hour": self.oracle_usd_per_gpu_hour,
+            "budget_monthly_usd": self.budget_monthly_usd,
+        }
+
+
+def _price(t: str, region: str) -> catalog.Price:
+    p = catalog.price(t, region)
+    if p is None:
+        raise PoolError(f"no price for {t} in {region} in data/prices/aws_gpu_prices.csv")
+    return p
+
+
+def spec_from_config(cfg: GpuLoanConfig, pool_name: str | None = None) -> PoolSpec:
+    """The pool `pool_name` (default: the stack's first pool) of a validated config."""
+    if pool_name is None:
+        pool = cfg.pools[0]
+    else:
+        names = [p.name for p in cfg.pools]
+        if pool_name not in names:
+            raise PoolError(f"no pool '{pool_name}' in this stack; pools: {', '.join(names)}")
+        pool = cfg.pool(pool_name)
+    return _spec(cfg.region, pool)
+
+
+def _spec(region: str, pool: Pool) -> PoolSpec:
+    g, e = pool.guaranteed, pool.elastic
+    types = ([g.instance_type] if g else []) + (list(e.instance_types) if e else [])
+    gpus = catalog.lookup(types[0]).gpus
+    floor_price = _price(g.instance_type, region).ondemand_usd_per_hour if g else 0.0
+    spot_type = od_type = None
+    spot_price = od_price = 0.0
+    rate, bucket = DEFAULT_INTERRUPTIONS_PER_MONTH, None
+    capacity = "none"
+    if e:
+        capacity = e.capacity
+        prices = {t: _price(t, region) for t in e.instance_types}
+        od_type = e.instance_types[0]
+        od_price = prices[od_type].ondemand_usd_per_hour
+        spot_type = min(e.instance_types, key=lambda t: prices[t].spot_or_ondemand_usd_per_hour)
+        spot_price = prices[spot_type].spot_or_ondemand_usd_per_hour
+        bucket = prices[spot_type].interruption_bucket
+        rate = ADVISOR_BUCKET_PER_MONTH.get(bucket or "", DEFAULT_INTERRUPTIONS_PER_MONTH)
+    oracle = min(_price(t, region).spot_or_ondemand_usd_per_hour / catalog.lookup(t).gpus for t in types)
+    budget = pool.budget.monthly_usd if pool.budget else None
+    return PoolSpec(
+        name=pool.name, region=region, tier=str(pool.tier), team=pool.team, gpus_per_node=gpus,
+        floor_nodes=g.nodes if g else 0, floor_type=g.instance_type if g else None, floor_usd_per_hour=floor_price,
+        capacity=capacity, spot_type=spot_type, spot_usd_per_hour=spot_price, spot_interruptions_per_month=rate,
+        spot_interruption_bucket=bucket, on_demand_type=od_type, on_demand_usd_per_hour=od_price,
+        spot_max_nodes=e.max_nodes if e else 0,
+        on_demand_max_nodes=(e.on_demand_max_nodes or e.max_nodes) if e else 0,
+        budget_monthly_usd=budget, oracle_usd_per_gpu_hour=oracle, pool=pool,
+    )
+
+
+# --- auto-size ---------------------------------------------------------------------------------------------
+
+FLOOR_QUANTILE = 0.25  # the floor covers the demand level exceeded 75% of the time
+
+
+def demand_profile(trace, horizon_minutes: int | None = None) -> list[int]:
+    """GPUs demanded per minute if every job started on submission (the oracle's schedule)."""
+    from sim.traces import JobsTrace
+
+    if not isinstance(trace, JobsTrace):
+        return list(trace.gpus_demanded)
+    if horizon_minutes is None:
+        horizon_minutes = max((int((j.submit_s + j.duration_s) // 60) + 1 for j in trace.jobs), default=1)
+    delta = [0] * (horizon_minutes + 1)
+    for j in trace.jobs:
+        a = int(j.submit_s // 60)
+        b = min(horizon_minutes, int(math.ceil((j.submit_s + j.duration_s) / 60)))
+        if a < horizon_minutes:
+            delta[a] += j.gpus
+            delta[b] -= j.gpus
+    out, level = [], 0
+    for m in range(horizon_minutes):
+        level += delta[m]
+        out.append(level)
+    return out
+
+
+def auto_size(spec: PoolSpec, trace, quantile: float = FLOOR_QUANTILE, horizon_minutes: int | None = None,
+              floor_nodes: int | None = None) -> PoolSpec:
+    """Size the pool from the trace: floor = the demand `quantile` in whole nodes (rounded down), elastic max =
+    the nodes that cover the peak on top of the floor. Types, prices and knobs stay the stack's.
+
+    The budget is dropped: a stack's budget was set for its own pool size, not for this trace (a simulated
+    budget cap would then measure the mismatch, not the policy)."""
+    profile = sorted(demand_profile(trace, horizon_minutes))
+    if not profile or profile[-1] == 0:
+        raise PoolError(f"trace {trace.name} has no GPU demand to size a pool from")
+    gpn = spec.gpus_per_node
+    peak_nodes = math.ceil(profile[-1] / gpn)
+    if floor_nodes is None:
+        floor_nodes = profile[min(len(profile) - 1, int(quantile * len(profile)))] // gpn
+        if spec.floor_nodes:  # the stack has a floor: keep at least one node of it
+            floor_nodes = max(1, floor_nodes)
+    floor_nodes = min(floor_nodes, peak_nodes)
+    elastic = max(1, peak_nodes - floor_nodes)
+    floor_type = spec.floor_type or spec.on_demand_type or spec.spot_type
+    floor_price = spec.floor_usd_per_hour or _price(floor_type, spec.region).ondemand_usd_per_hour
+    capacity = spec.capacity if spec.capacity != "none" else ElasticCapacity.spot_then_on_demand
+    spot_type, od_type = spec.spot_type or floor_type, spec.on_demand_type or floor_type
+    spot_price = spec.spot_usd_per_hour or _price(spot_type, spec.region).spot_or_ondemand_usd_per_hour
+    od_price = spec.on_demand_usd_per_hour or _price(od_type, spec.region).ondemand_usd_per_hour
+    return replace(spec, floor_nodes=floor_nodes, floor_type=floor_type, floor_usd_per_hour=floor_price,
+                   capacity=capacity, spot_type=spot_type, on_demand_type=od_type, spot_usd_per_hour=spot_price,
+                   on_demand_usd_per_hour=od_price, spot_max_nodes=elastic, on_demand_max_nodes=elastic,
+                   budget_monthly_usd=None)
+
+
+def with_floor(spec: PoolSpec, floor_nodes: int) -> PoolSpec:
+    """Same pool, another floor; elastic max keeps covering the same peak."""
+    peak = spec.peak_nodes
+    floor_type = spec.floor_type or spec.on_demand_type
+    price = spec.floor_usd_per_hour or _price(floor_type, spec.region).ondemand_usd_per_hour
+    elastic = max(1, peak - floor_nodes)
+    return replace(spec, floor_nodes=floor_nodes, floor_type=floor_type, floor_usd_per_hour=price,
+                   spot_max_nodes=elastic, on_demand_max_nodes=elastic)
