@@ -122,7 +122,15 @@ def _oidc_provider(name: str, inputs: dict[str, Any], region: str) -> dict[str, 
 
 @outputs_for("aws:eks/nodeGroup:NodeGroup")
 def _node_group(name: str, inputs: dict[str, Any], region: str) -> dict[str, Any]:
-    return {"resources": [{"autoscalingGroups": [{"name": f"eks-{name}-{_short_hash(name)}"}]}], "status": "ACTIVE"}
+    out: dict[str, Any] = {
+        "resources": [{"autoscalingGroups": [{"name": f"eks-{name}-{_short_hash(name)}"}]}], "status": "ACTIVE"}
+    if inputs.get("clusterName") and inputs.get("nodeGroupName"):
+        # EKS's real ARN shape: nodegroup/<cluster>/<node group name>/<uuid> (IAM patterns match on it).
+        uuid = hashlib.sha256(name.encode()).hexdigest()
+        uuid = f"{uuid[:8]}-{uuid[8:12]}-{uuid[12:16]}-{uuid[16:20]}-{uuid[20:32]}"
+        out["arn"] = (f"arn:aws:eks:{region}:{ACCOUNT_ID}:nodegroup/{inputs['clusterName']}/"
+                      f"{inputs['nodeGroupName']}/{uuid}")
+    return out
 
 
 class OfflineMocks:
@@ -178,6 +186,19 @@ INVOKES: dict[str, InvokeFn] = {
         "userName": "AWS", "password": "offline-token", "proxyEndpoint": f"https://{ACCOUNT_ID}.dkr.ecr.{m.region}.amazonaws.com",
         "authorizationToken": "QVdTOm9mZmxpbmU=", "id": m.region},
 }
+
+
+def _get_subnets(args: dict[str, Any], mocks: "OfflineMocks") -> dict[str, Any]:
+    # An existing cluster's private subnets: one per requested AZ, else the ids the filter named.
+    filters = {f.get("name"): list(f.get("values") or []) for f in args.get("filters") or []}
+    if filters.get("availability-zone"):
+        ids = [f"subnet-0{_short_hash(az)}" for az in filters["availability-zone"]]
+    else:
+        ids = filters.get("subnet-id") or ["subnet-0offline1", "subnet-0offline2"]
+    return {"ids": ids, "filters": args.get("filters") or [], "id": mocks.region}
+
+
+INVOKES["aws:ec2/getSubnets:getSubnets"] = _get_subnets
 
 
 def register_invoke(token: str):
@@ -280,3 +301,17 @@ def run_program(stack: str, config: dict[str, Any], program: Path | None = None,
         os.chdir(cwd)
         pulumi_settings.ROOT.set(None)
     return Recording(stack=stack, resources=records, outputs=exported, invokes=list(mocks.invokes))
+
+
+@outputs_for("aws:ecr/repository:Repository")
+def _ecr_repository(name: str, inputs: dict[str, Any], region: str) -> dict[str, Any]:
+    repo = inputs.get("name", name)
+    return {"registryId": ACCOUNT_ID, "repositoryUrl": f"{ACCOUNT_ID}.dkr.ecr.{region}.amazonaws.com/{repo}"}
+
+
+@outputs_for("docker-build:index:Image")
+def _docker_build_image(name: str, inputs: dict[str, Any], region: str) -> dict[str, Any]:
+    # A pushed build's ref is its first tag pinned to the digest; the digest follows the build inputs.
+    digest = "sha256:" + hashlib.sha256(json.dumps(inputs, sort_keys=True, default=str).encode()).hexdigest()
+    tags = inputs.get("tags") or []
+    return {"digest": digest, "ref": f"{tags[0]}@{digest}" if tags else ""}
