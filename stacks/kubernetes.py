@@ -18,17 +18,17 @@ def build(cfg: GpuLoanConfig, cluster: k8s_provider.ClusterLike, opts: pulumi.Re
     """Declare the layer; `opts` carries the explicit aws provider. Returns stack outputs."""
     aws_providers = dict(opts.providers) if isinstance(opts.providers, dict) else {}
     waits = [r for r in [getattr(cluster, "system_node_group", None)] if r is not None]
-    k8s = k8s_provider.make_provider("k8s", cluster, cfg.region,
+    k8s = k8s_provider.make_provider(f"{cfg.environment}-k8s", cluster, cfg.region,
                                      opts=pulumi.ResourceOptions(depends_on=waits))
     in_cluster = pulumi.ResourceOptions(providers={**aws_providers, "kubernetes": k8s}, depends_on=waits)
 
     outputs: dict[str, Any] = {}
     if cfg.gpu_operator.enabled:
-        operator = gpu_operator.GpuOperator("gpu-operator", cfg, opts=in_cluster)
+        operator = gpu_operator.GpuOperator(f"{cfg.environment}-gpu-operator", cfg, opts=in_cluster)
         outputs["gpu_operator_chart_version"] = operator.chart_version
-    metrics = gpu_metrics.GpuMetrics("gpu-metrics", cluster.name, cfg.region, opts=in_cluster)
+    metrics = gpu_metrics.GpuMetrics(f"{cfg.environment}-gpu-metrics", cluster.name, cfg.region, opts=in_cluster)
     outputs["gpu_metric"] = f"{metrics.metric_namespace}/{metrics.utilization_metric}"
-    tiers = tenancy.Tenancy("tenancy", cfg, opts=in_cluster)
+    tiers = tenancy.Tenancy(f"{cfg.environment}-tenancy", cfg, opts=in_cluster)
     outputs["team_namespaces"] = sorted(tiers.namespaces)
     outputs["team_gpu_quotas"] = tiers.gpu_quotas
     outputs["priority_classes"] = {t: tenancy.priority_class_name(t) for t in tiers.priority_classes}

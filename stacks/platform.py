@@ -46,7 +46,15 @@ def build(cfg: GpuLoanConfig) -> dict[str, object]:
     capacity = {pool.name: pool_capacity.build_pool(cfg, pool, cluster, opts) for pool in cfg.pools}
     outputs["pools"] = {name: pool_capacity.pool_outputs(cfg.pool(name), *groups) for name, groups in capacity.items()}
     # 4. Kubernetes layer (stacks/kubernetes.py, gpu_operator.py, ...) -- issue: kubernetes
+    from stacks import kubernetes
+
+    outputs.update(kubernetes.build(cfg, cluster, opts))
     # 5. CUDA images (stacks/images.py)                        -- issue: images
+    if cfg.images:
+        from stacks.images import CudaImages
+
+        images = CudaImages(f"{cfg.environment}-images", cfg, opts=opts)
+        outputs["image_uris"] = images.image_uris
     # 6. budgets, alarms, dashboard (stacks/budgets.py, alarms.py, dashboard.py)
     from stacks import alarms, budgets, dashboard
 

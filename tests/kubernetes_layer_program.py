@@ -6,7 +6,7 @@ and node groups of the capacity layer; tests/test_kubernetes_stack.py checks the
 
 import pulumi
 
-from stacks import config, kubernetes, platform
+from stacks import cluster, config, kubernetes, platform
 
 cfg = config.from_pulumi_config()
 
@@ -14,7 +14,7 @@ cfg = config.from_pulumi_config()
 class StandInCluster:
     """The attributes the Kubernetes layer reads, with values shaped like an EKS cluster's outputs."""
 
-    name = pulumi.Output.from_input(f"{cfg.environment}-gpuloan")
+    name = pulumi.Output.from_input(cluster.cluster_name_for(cfg))
     endpoint = pulumi.Output.from_input(f"https://0A1B2C3D.gr7.{cfg.region}.eks.amazonaws.com")
     certificate_authority_data = pulumi.Output.from_input("LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCg==")
     kubernetes_version = cfg.cluster.kubernetes_version

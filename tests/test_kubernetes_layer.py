@@ -63,7 +63,7 @@ def test_all_kubernetes_objects_use_the_explicit_kubernetes_provider():
     k8s_resources = [r for r in rec.resources if r.type.startswith("kubernetes:")]
     assert k8s_resources
     for r in k8s_resources:
-        assert "pulumi:providers:kubernetes::k8s::" in r.provider, r.name
+        assert "pulumi:providers:kubernetes::prod-k8s::" in r.provider, r.name
 
 
 # --- provider ----------------------------------------------------------------------------------------------
@@ -78,7 +78,7 @@ def test_kubeconfig_authenticates_with_aws_eks_get_token_for_the_stack_region():
     exec_ = kubeconfig["users"][0]["user"]["exec"]
     assert exec_["command"] == "aws"
     assert exec_["args"][:2] == ["eks", "get-token"]
-    assert exec_["args"][exec_["args"].index("--cluster-name") + 1] == "prod-gpuloan"
+    assert exec_["args"][exec_["args"].index("--cluster-name") + 1] == "gpuloan-prod"
     assert exec_["args"][exec_["args"].index("--region") + 1] == "us-east-1"
     # No static credential may sit in the kubeconfig (it is stored in state).
     assert "token" not in kubeconfig["users"][0]["user"]
@@ -188,7 +188,7 @@ def test_agent_gets_its_role_through_pod_identity_for_its_service_account_only()
     assert stmt["Principal"] == {"Service": "pods.eks.amazonaws.com"}
     assert sorted(stmt["Action"]) == ["sts:AssumeRole", "sts:TagSession"]
     assert stmt["Condition"]["StringEquals"] == {
-        "aws:RequestTag/eks-cluster-name": "prod-gpuloan",
+        "aws:RequestTag/eks-cluster-name": "gpuloan-prod",
         "aws:RequestTag/kubernetes-namespace": "amazon-cloudwatch",
         "aws:RequestTag/kubernetes-service-account": "cloudwatch-agent",
     }
