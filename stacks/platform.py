@@ -50,6 +50,11 @@ def build(cfg: GpuLoanConfig) -> dict[str, object]:
 
     outputs.update(kubernetes.build(cfg, cluster, opts))
     # 5. CUDA images (stacks/images.py)                        -- issue: images
+    if cfg.images:
+        from stacks.images import CudaImages
+
+        images = CudaImages(f"{cfg.environment}-images", cfg, opts=opts)
+        outputs["image_uris"] = images.image_uris
     # 6. budgets, alarms, dashboard (stacks/budgets.py, alarms.py, dashboard.py)
     from stacks import alarms, budgets, dashboard
 
