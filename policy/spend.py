@@ -1,0 +1,82 @@
+"""Month-to-date spend per budget scope: the last actual from AWS Budgets + the policy's running estimate since.
+
+AWS Budgets lags hours and is read at most every `budget_refresh_minutes` (>= 60). Between reads, each tick
+adds (floor + elastic hourly rate) x (time since the previous tick) to `estimated_since_usd`; a fresh actual
+resets it to 0. A new month resets everything. The figures live in the tick state (policy/state.py).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Callable, Protocol
+
+from policy.aws_errors import classify
+from policy.model import Spend
+
+# A gap longer than this (outage, disabled schedule) is not billed in full: the nodes may have been scaled by
+# hand meanwhile, and the next Budgets read corrects the figure anyway.
+MAX_ACCRUAL_GAP = timedelta(minutes=60)
+
+
+class BudgetReader(Protocol):
+    def actual_usd(self, budget_name: str) -> float: ...
+
+
+class AwsBudgets:
+    def __init__(self, budgets, account_id: str):
+        self._budgets = budgets
+        self._account = account_id
+        self.calls = 0
+
+    def actual_usd(self, budget_name: str) -> float:
+        self.calls += 1
+        try:
+            resp = self._budgets.describe_budget(AccountId=self._account, BudgetName=budget_name)
+        except Exception as err:  # noqa: BLE001
+            raise classify(err, f"Budgets DescribeBudget {budget_name}") from err
+        spend = ((resp.get("Budget") or {}).get("CalculatedSpend") or {}).get("ActualSpend") or {}
+        return float(spend.get("Amount", 0.0))
+
+
+def _month(now: datetime) -> str:
+    return now.strftime("%Y-%m")
+
+
+def observe_spend(state: dict, scopes: dict[str, str | None], reader: BudgetReader | None, now: datetime,
+                  refresh_minutes: int, on_error: Callable[[Exception], None]) -> dict[str, Spend]:
+    """Spend per scope ("environment", "pool:<name>"), refreshing stale actuals from Budgets. Mutates `state`."""
+    out = {}
+    spend_state = state.setdefault("spend", {})
+    for scope, budget_name in scopes.items():
+        s = spend_state.get(scope)
+        if s is None or s.get("month") != _month(now):
+            s = spend_state[scope] = {"month": _month(now), "actual_usd": None, "actual_as_of": None,
+                                      "estimated_since_usd": 0.0, "elastic_month_usd": 0.0}
+        as_of = datetime.fromisoformat(s["actual_as_of"]) if s.get("actual_as_of") else None
+        due = as_of is None or now - as_of >= timedelta(minutes=refresh_minutes)
+        if due and budget_name and reader is not None:
+            try:
+                s["actual_usd"] = reader.actual_usd(budget_name)
+                s["actual_as_of"] = now.isoformat()
+                s["estimated_since_usd"] = 0.0
+                as_of = now
+            except Exception as err:  # noqa: BLE001 - a failed read keeps the last figure (stale, not wrong)
+                on_error(err)
+        out[scope] = Spend(s.get("actual_usd"), float(s.get("estimated_since_usd", 0.0)), as_of)
+    return out
+
+
+def accrue(state: dict, rates: dict[str, tuple[float, float]], now: datetime) -> None:
+    """Add spend since the previous tick: rates[scope] = (total USD/hour, elastic USD/hour)."""
+    last = state.get("last_tick_at")
+    state["last_tick_at"] = now.isoformat()
+    if not last:
+        return
+    gap = min(now - datetime.fromisoformat(last), MAX_ACCRUAL_GAP)
+    hours = max(gap.total_seconds(), 0.0) / 3600.0
+    for scope, (total, elastic) in rates.items():
+        s = state.get("spend", {}).get(scope)
+        if s is None:
+            continue
+        s["estimated_since_usd"] = float(s.get("estimated_since_usd", 0.0)) + total * hours
+        s["elastic_month_usd"] = float(s.get("elastic_month_usd", 0.0)) + elastic * hours

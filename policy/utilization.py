@@ -1,0 +1,107 @@
+"""Per-node GPU utilization from CloudWatch (Container Insights by default): one port, one boto3 adapter.
+
+Two queries per node (Average and Maximum per minute) over one window long enough for every pool's idle
+timeout and scale-up window, batched <= 500 queries per GetMetricData call (DESIGN.md decision 7).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Iterable, Protocol
+
+from policy.aws_errors import classify
+
+MAX_QUERIES_PER_CALL = 500
+PERIOD_SECONDS = 60
+# A node counts as idle only when its datapoints cover most of the idle window and are fresh; anything less is
+# missing data, which never shrinks capacity.
+MIN_COVERAGE = 0.8
+MAX_STALENESS = timedelta(minutes=5)
+
+
+@dataclass(frozen=True)
+class NodeRef:
+    instance_id: str
+    node_name: str  # the Kubernetes node name = the instance's private DNS name on EKS
+
+
+@dataclass(frozen=True)
+class Series:
+    """Per-minute datapoints of one node, newest first: (timestamp, average, maximum)."""
+
+    points: tuple[tuple[datetime, float | None, float | None], ...]
+
+    def max_over(self, now: datetime, minutes: int) -> float | None:
+        start = now - timedelta(minutes=minutes)
+        vals = [mx for ts, _, mx in self.points if ts >= start and mx is not None]
+        if not vals or len(vals) < MIN_COVERAGE * minutes:
+            return None
+        newest = max(ts for ts, _, mx in self.points if mx is not None)
+        if now - newest > MAX_STALENESS:
+            return None
+        return max(vals)
+
+    def avg_over(self, now: datetime, minutes: int) -> float | None:
+        start = now - timedelta(minutes=minutes)
+        vals = [av for ts, av, _ in self.points if ts >= start and av is not None]
+        return sum(vals) / len(vals) if vals else None
+
+
+class UtilizationSource(Protocol):
+    def read(self, nodes: Iterable[NodeRef], now: datetime, window_minutes: int) -> dict[str, Series]: ...
+
+
+class CloudWatchUtilization:
+    """GetMetricData over `namespace`/`metric` with dimensions ClusterName, InstanceId, NodeName."""
+
+    def __init__(self, cloudwatch, cluster_name: str, namespace: str = "ContainerInsights",
+                 metric: str = "node_gpu_utilization"):
+        self._cw = cloudwatch
+        self._cluster = cluster_name
+        self._namespace = namespace
+        self._metric = metric
+        self.calls = 0
+
+    def _query(self, qid: str, node: NodeRef, stat: str) -> dict:
+        dims = [{"Name": "ClusterName", "Value": self._cluster}, {"Name": "InstanceId", "Value": node.instance_id},
+                {"Name": "NodeName", "Value": node.node_name}]
+        return {"Id": qid, "ReturnData": True, "MetricStat": {
+            "Metric": {"Namespace": self._namespace, "MetricName": self._metric, "Dimensions": dims},
+            "Period": PERIOD_SECONDS, "Stat": stat}}
+
+    def read(self, nodes: Iterable[NodeRef], now: datetime, window_minutes: int) -> dict[str, Series]:
+        nodes = list(nodes)
+        queries: list[dict] = []
+        owner: dict[str, tuple[str, str]] = {}
+        for i, node in enumerate(nodes):
+            for stat, tag in (("Average", "a"), ("Maximum", "m")):
+                qid = f"{tag}{i}"
+                owner[qid] = (node.instance_id, tag)
+                queries.append(self._query(qid, node, stat))
+        raw: dict[str, dict[str, dict[datetime, float]]] = {n.instance_id: {"a": {}, "m": {}} for n in nodes}
+        start = now - timedelta(minutes=window_minutes)
+        for k in range(0, len(queries), MAX_QUERIES_PER_CALL):
+            batch = queries[k:k + MAX_QUERIES_PER_CALL]
+            token = None
+            while True:
+                kwargs = {"MetricDataQueries": batch, "StartTime": start, "EndTime": now, "ScanBy": "TimestampDescending"}
+                if token:
+                    kwargs["NextToken"] = token
+                try:
+                    self.calls += 1
+                    resp = self._cw.get_metric_data(**kwargs)
+                except Exception as err:  # noqa: BLE001 - every failure becomes a typed PolicyError
+                    raise classify(err, "CloudWatch GetMetricData") from err
+                for result in resp.get("MetricDataResults", []):
+                    iid, tag = owner[result["Id"]]
+                    for ts, value in zip(result.get("Timestamps", []), result.get("Values", [])):
+                        raw[iid][tag][ts] = value
+                token = resp.get("NextToken")
+                if not token:
+                    break
+        out = {}
+        for iid, by in raw.items():
+            stamps = sorted(set(by["a"]) | set(by["m"]), reverse=True)
+            out[iid] = Series(tuple((ts, by["a"].get(ts), by["m"].get(ts)) for ts in stamps))
+        return out
