@@ -1,0 +1,1 @@
+"""The gpuloan guardrails policy pack (CrossGuard). The rules live in guardrails/policies.py."""

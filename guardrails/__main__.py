@@ -1,0 +1,17 @@
+"""Entry point of the policy pack: the Pulumi CLI runs this file from guardrails/ with the pack's virtualenv."""
+
+import sys
+from pathlib import Path
+
+# The rules read the project's tag keys and price data (stacks/tags.py, stacks/catalog.py: stdlib only), so the
+# pack and the program can never disagree on a tag name or a price.
+HERE = Path(__file__).resolve().parent
+for path in (str(HERE), str(HERE.parent)):
+    if path not in sys.path:
+        sys.path.insert(0, path)
+
+from pulumi_policy import EnforcementLevel, PolicyPack  # noqa: E402
+
+from policies import POLICIES  # noqa: E402
+
+PolicyPack(name="gpuloan-guardrails", enforcement_level=EnforcementLevel.MANDATORY, policies=POLICIES)
