@@ -1,0 +1,105 @@
+"""Typed config (stacks/config.py) -> policy.model.Settings: a pure mapping, used by the stack (Lambda settings
+JSON) and by the simulator, so both run the policy with the same knobs.
+
+Group names are plain strings; the stack passes resolved node group names (inside an `apply`), the simulator
+any labels it likes. Prices per node come from stacks/catalog.py: for a pool of several instance types the
+most expensive type's price (a budget cap must not under-estimate); a type without a spot price counts at
+its on-demand price.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from stacks import catalog
+from stacks.config import ElasticCapacity, GpuLoanConfig, Pool
+
+from policy.model import PoolSettings, Settings
+
+
+@dataclass(frozen=True)
+class GroupNames:
+    """Node group names of one pool; None where the pool has no such group."""
+
+    spot: str | None = None
+    on_demand: str | None = None
+    guaranteed: str | None = None
+
+
+def _prices(cfg: GpuLoanConfig, types: list[str]) -> tuple[float, float]:
+    spot, ondemand = 0.0, 0.0
+    for t in types:
+        p = catalog.price(t, cfg.region)
+        if p is None:  # config validation rejects this; keep the mapping total anyway
+            raise ValueError(f"no price for {t} in {cfg.region}")
+        spot = max(spot, p.spot_or_ondemand_usd_per_hour)
+        ondemand = max(ondemand, p.ondemand_usd_per_hour)
+    return spot, ondemand
+
+
+def pool_settings(cfg: GpuLoanConfig, pool: Pool, names: GroupNames, budget_name: str | None = None) -> PoolSettings:
+    e, g = pool.elastic, pool.guaranteed
+    floor_gpus = catalog.lookup(g.instance_type).gpus if g else 0
+    floor_rate = catalog.price(g.instance_type, cfg.region).ondemand_usd_per_hour * g.nodes if g else 0.0
+    if e is None:
+        gpus = floor_gpus or 1
+        spot_usd = od_usd = 0.0
+        spot_group = od_group = None
+        spot_max = od_max = 0
+        knobs = {}
+    else:
+        gpus = catalog.lookup(e.instance_types[0]).gpus
+        spot_usd, od_usd = _prices(cfg, list(e.instance_types))
+        has_spot = e.capacity in (ElasticCapacity.spot, ElasticCapacity.spot_then_on_demand)
+        has_od = e.capacity in (ElasticCapacity.on_demand, ElasticCapacity.spot_then_on_demand)
+        spot_group = names.spot if has_spot else None
+        od_group = names.on_demand if has_od else None
+        spot_max = e.max_nodes if has_spot else 0
+        od_max = (e.on_demand_max_nodes or e.max_nodes) if has_od else 0
+        knobs = dict(scale_up_utilization_pct=e.scale_up_utilization_pct,
+                     scale_up_window_minutes=e.scale_up_window_minutes, idle_utilization_pct=e.idle_utilization_pct,
+                     idle_timeout_minutes=e.idle_timeout_minutes, cooldown_minutes=e.cooldown_minutes,
+                     max_step_nodes=e.max_step_nodes, fallback_after_minutes=e.fallback_after_minutes)
+    budget = {}
+    if pool.budget is not None:
+        budget = dict(budget_monthly_usd=pool.budget.monthly_usd, budget_enforcement=str(pool.budget.enforcement),
+                      budget_name=budget_name)
+    return PoolSettings(
+        name=pool.name, team=pool.team, tier=str(pool.tier), gpus_per_node=gpus,
+        spot_group=spot_group, on_demand_group=od_group, spot_max_nodes=spot_max, on_demand_max_nodes=od_max,
+        spot_usd_per_hour=spot_usd, on_demand_usd_per_hour=od_usd,
+        guaranteed_group=names.guaranteed if g else None, guaranteed_nodes=g.nodes if g else 0,
+        guaranteed_usd_per_hour=floor_rate, **knobs, **budget,
+    )
+
+
+def default_budget_names(cfg: GpuLoanConfig) -> dict[str, str]:
+    """Budget names as stacks/budgets.py creates them: "" -> environment budget, pool name -> pool budget."""
+    from stacks.budgets import budget_specs
+
+    out = {}
+    for spec in budget_specs(cfg):
+        out[spec.tag_value if spec.resource_name.startswith("budget-pool-") else ""] = spec.budget_name
+    return out
+
+
+def settings_for(cfg: GpuLoanConfig, cluster_name: str, group_names: dict[str, GroupNames | dict[str, str]],
+                 budget_names: dict[str, str] | None = None) -> Settings:
+    """The policy settings of a whole environment. group_names[pool] is a GroupNames or a dict with keys
+    spot / on_demand / guaranteed (the shape of ElasticCapacity.group_names)."""
+    if budget_names is None:
+        budget_names = default_budget_names(cfg)
+    pools = []
+    for pool in cfg.pools:
+        names = group_names.get(pool.name, GroupNames())
+        if isinstance(names, dict):
+            names = GroupNames(names.get("spot"), names.get("on_demand"), names.get("guaranteed"))
+        pools.append(pool_settings(cfg, pool, names, budget_names.get(pool.name)))
+    return Settings(
+        environment=cfg.environment, region=cfg.region, cluster_name=cluster_name, pools=tuple(pools),
+        budget_monthly_usd=cfg.budget.monthly_usd, budget_enforcement=str(cfg.budget.enforcement),
+        budget_name=budget_names.get(""), dry_run=cfg.policy.dry_run, schedule_minutes=cfg.policy.schedule_minutes,
+        metric_namespace=cfg.policy.metric_namespace, utilization_metric=cfg.policy.utilization_metric,
+        budget_refresh_minutes=cfg.policy.budget_refresh_minutes,
+        notify_min_interval_minutes=cfg.policy.notify_min_interval_minutes,
+    )
