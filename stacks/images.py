@@ -171,7 +171,7 @@ class CudaImages(pulumi.ComponentResource):
                     encryption_type="KMS", kms_key=self.key.arn)],
                 opts=child,
             )
-            aws.ecr.LifecyclePolicy(f"{name}-{plan.name}", repository=repo.name, policy=lifecycle_policy(),
+            aws.ecr.LifecyclePolicy(f"{name}-{plan.name}-lifecycle", repository=repo.name, policy=lifecycle_policy(),
                                     opts=child)
             self.repositories[plan.name] = repo
 
@@ -182,10 +182,10 @@ class CudaImages(pulumi.ComponentResource):
                 username=token.user_name,
                 password=pulumi.Output.secret(token.password),
             )
-            base = self._build(f"{name}-{plan.name}-base", plan, plan.base, repo, registry, {})
+            base = self._build(f"{name}-{plan.name}-base-image", plan, plan.base, repo, registry, {})
             final = base
             if plan.framework is not None:
-                final = self._build(f"{name}-{plan.name}", plan, plan.framework, repo, registry,
+                final = self._build(f"{name}-{plan.name}-image", plan, plan.framework, repo, registry,
                                     {"BASE_IMAGE": base.ref}, depends_on=[base])
             self.images[plan.name] = final
             uris[plan.name] = final.ref
