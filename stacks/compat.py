@@ -26,6 +26,11 @@ def fmt(version: Version) -> str:
     return ".".join(str(p) for p in version)
 
 
+def fmt_driver(version: Version) -> str:
+    """NVIDIA writes driver versions with two-digit parts after the branch: 580.65.06, 570.26."""
+    return ".".join([str(version[0]), *(f"{p:02d}" for p in version[1:])])
+
+
 def cuda_of_tag(tag: str) -> Version:
     """'cu124' -> (12, 4); 'cu118' -> (11, 8); 'cu130' -> (13, 0). The last digit is the minor version."""
     digits = tag.removeprefix("cu")
@@ -191,7 +196,7 @@ def _cuda_choices_for(release: TorchRelease, driver: Version) -> list[str]:
 def image_problems(cfg: config.GpuLoanConfig, driver: Version | None = None) -> list[tuple[str, str]]:
     """Every compatibility problem of cfg.images against the node driver and the pools' GPUs."""
     driver = driver or parse_version(versions.EKS_AL2023_NVIDIA_DRIVER_VERSION)
-    driver_text = f"{fmt(driver)} ({versions.EKS_AL2023_NVIDIA_DRIVER_SOURCE_NAME})"
+    driver_text = f"{fmt_driver(driver)} ({versions.EKS_AL2023_NVIDIA_DRIVER_SOURCE_NAME})"
     gpus = _pool_gpus(cfg)
     problems: list[tuple[str, str]] = []
     for j, img in enumerate(cfg.images):
@@ -213,7 +218,7 @@ def image_problems(cfg: config.GpuLoanConfig, driver: Version | None = None) -> 
                 runnable = [versions.CUDA_IMAGE_PATCH[v] for v in sorted(versions.CUDA_IMAGE_PATCH)
                             if driver_supports(v, driver).ok]
                 problems.append((f"{at}.cuda_version", f"CUDA {img.cuda_version} needs NVIDIA driver >= "
-                                 f"{fmt(verdict.needed)}, but GPU nodes run driver {driver_text}; "
+                                 f"{fmt_driver(verdict.needed)}, but GPU nodes run driver {driver_text}; "
                                  f"use cuda_version {runnable[-1] if runnable else '(none)'} or older"))
 
         for itype, where in gpus:
@@ -291,3 +296,28 @@ def _pytorch_problems(img, at: str, cuda: Version, driver: Version, gpus) -> lis
 @config.register_rule
 def _images_rule(cfg: config.GpuLoanConfig) -> list[tuple[str, str]]:
     return image_problems(cfg)
+
+
+def matrix_markdown() -> str:
+    """The supported matrix as docs/images.md shows it (a test keeps the doc in step with these tables)."""
+    driver = parse_version(versions.EKS_AL2023_NVIDIA_DRIVER_VERSION)
+    lines = ["| PyTorch | Python | wheel tag -> `cuda_version` | GPU architectures with kernels |", "|---|---|---|---|"]
+    for tv, rel in sorted(TORCH_RELEASES.items()):
+        pairs = ", ".join(f"{t} -> {versions.CUDA_IMAGE_PATCH.get(cuda_of_tag(t), fmt(cuda_of_tag(t)) + '.x')}"
+                          for t in rel.cuda_tags)
+        arches = "; ".join(f"{t}: {', '.join(a for a in ARCH_CUDA if a in torch_wheel_architectures(cuda_of_tag(t)))}"
+                           for t in rel.cuda_tags)
+        lines.append(f"| {fmt(tv)}.{'/'.join(str(p) for p in rel.patches)} | {fmt(rel.python_min)}-"
+                     f"{fmt(rel.python_max)} | {pairs} | {arches} |")
+    lines += ["", "| CUDA | driver it shipped with | runs on the node driver "
+              f"{fmt_driver(driver)} |", "|---|---|---|"]
+    for cuda, drv in sorted(TOOLKIT_DRIVER.items()):
+        verdict = driver_supports(cuda, driver)
+        how = "yes" if verdict.native else ("yes (minor-version compatibility)" if verdict.ok else "no")
+        lines.append(f"| {fmt(cuda)} | >= {fmt_driver(drv)} | {how} |")
+    lines += ["", "| GPU architecture | compute capability | CUDA |", "|---|---|---|"]
+    for arch, sup in ARCH_CUDA.items():
+        rng = f">= {fmt(sup.min_cuda)}" + (f", < {fmt(sup.removed_in)}" if sup.removed_in else "")
+        extra = ", ".join(f"{m} >= {fmt(v)}" for m, v in MODEL_MIN_CUDA.items() if m in sup.compute_capabilities)
+        lines.append(f"| {arch} | {sup.compute_capabilities} | {rng}{' (' + extra + ')' if extra else ''} |")
+    return "\n".join(lines) + "\n"

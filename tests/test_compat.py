@@ -116,7 +116,7 @@ def test_old_node_driver_rejects_cuda13_with_the_driver_named():
     bumped = cfg.model_copy(update={"images": [config.Image(name="xx", cuda_version="13.0.1", python_version="3.12")]})
     problems = compat.image_problems(bumped, driver=(570, 172, 8))
     assert [p for p, _ in problems] == ["images[0].cuda_version"]
-    assert "needs NVIDIA driver >= 580" in problems[0][1] and "570.172.8" in problems[0][1]
+    assert "needs NVIDIA driver >= 580" in problems[0][1] and "570.172.08" in problems[0][1]
     assert "use cuda_version 12.9.1 or older" in problems[0][1]
     assert compat.image_problems(bumped) == []  # the shipped R580 driver runs it
 
