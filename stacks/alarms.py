@@ -118,6 +118,11 @@ def pool_alarm_specs(cfg: GpuLoanConfig, pool: Pool) -> list[AlarmSpec]:
         ))
         period, periods = alarm_window(a.saturation_minutes, schedule)
         nodes, nodes_sum = _node_queries(env, pool, "Maximum")
+        # ElasticMaxNodes is spot max + on-demand max, but on-demand only stands in for missing spot: a pool whose
+        # spot group is full (elastic.max_nodes) is at its max too, with the fallback group empty.
+        at_max = f"({nodes_sum}) >= max_nodes"
+        if "spot" in CAPACITY_DIMENSIONS[pool.elastic.capacity]:
+            at_max = f"({at_max} OR FILL(nodes_spot, 0) >= {pool.elastic.max_nodes})"
         specs.append(AlarmSpec(
             key=f"{pool.name}-saturation",
             alarm_name=f"{prefix}-saturation",
@@ -129,7 +134,7 @@ def pool_alarm_specs(cfg: GpuLoanConfig, pool: Pool) -> list[AlarmSpec]:
             queries=(*nodes,
                      Query("max_nodes", m.NAMESPACE, m.ELASTIC_MAX_NODES, _pool_dims(env, pool.name), "Maximum"),
                      Query("pending", m.NAMESPACE, m.PENDING_GPUS, _pool_dims(env, pool.name), "Minimum"),
-                     Query("saturated", expression=f"IF(({nodes_sum}) >= max_nodes AND FILL(pending, 0) > 0, 1, 0)",
+                     Query("saturated", expression=f"IF({at_max} AND FILL(pending, 0) > 0, 1, 0)",
                            label="at elastic max with GPUs pending")),
         ))
         if pool.elastic.capacity == ElasticCapacity.spot_then_on_demand:

@@ -256,3 +256,14 @@ def test_docs_name_every_alarm_kind():
     text = (REPO / "docs" / "budgets.md").read_text()
     for kind in ("idle-waste", "saturation", "fallback-too-long", "gpu-metrics-missing"):
         assert kind in text
+
+
+def test_saturation_counts_a_full_spot_group_as_at_max(recorded):
+    # ElasticMaxNodes = spot max + on-demand max (6 + 2 for training); on-demand only replaces missing spot, so a
+    # full spot group (elastic.max_nodes = 6) with GPUs pending is saturation even though 6 < 8.
+    a = alarms_by_name(recorded("prod"))["gpuloan-prod-training-saturation"].inputs
+    (expr,) = [q["expression"] for q in a["metricQueries"] if "expression" in q]
+    assert "FILL(nodes_spot, 0) >= 6" in expr and ">= max_nodes" in expr and "FILL(pending, 0) > 0" in expr
+    ids = {q["id"]: q["metric"]["metricName"] for q in a["metricQueries"] if "metric" in q}
+    assert ids["max_nodes"] == m.ELASTIC_MAX_NODES and ids["pending"] == m.PENDING_GPUS
+    assert a["metricQueries"][0]["metric"]["period"] * a["evaluationPeriods"] == 60 * 60  # saturation_minutes
