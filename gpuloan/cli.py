@@ -15,6 +15,7 @@ COMMANDS = [
     "gpuloan.cmd_preview",
     "gpuloan.cmd_schema",
     "gpuloan.cmd_cost_report",
+    "gpuloan.cmd_cost_diff",
 ]
 
 

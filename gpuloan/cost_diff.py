@@ -1,0 +1,315 @@
+"""`gpuloan cost-diff`: what a change does to each stack's resources and monthly GPU cost.
+
+Both sides run the offline preview (`python -m gpuloan preview STACK --json`) in a subprocess with their own
+code: the base ref from a temporary `git worktree`, the head from the working tree. Nothing reaches AWS.
+A side whose config fails validation is reported with its problems, never crashed on. The figures are the
+preview's cost model (gpuloan/costs.py, prices from stacks/catalog.py): the guaranteed floor is a fixed monthly
+cost, the elastic figure a ceiling (every elastic node up all month), the headroom what the budget leaves above
+the floor.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+PREVIEW_TIMEOUT_SECONDS = 600
+MARKER = "<!-- gpuloan-cost-diff -->"  # lets CI find and update its own PR comment
+
+
+class CostDiffError(Exception):
+    """The diff could not be made at all (not a git repository, unknown ref); the message says which."""
+
+
+@dataclass
+class Side:
+    """One stack at one side: the preview document, or why there is none."""
+
+    doc: dict[str, Any] | None = None
+    missing: bool = False  # no Pulumi.<stack>.yaml on this side
+    problems: list[str] = field(default_factory=list)  # config validation problems, one line each
+    error: str | None = None  # the preview failed for another reason
+
+    @property
+    def ok(self) -> bool:
+        return self.doc is not None
+
+
+@dataclass
+class StackDiff:
+    stack: str
+    base: Side
+    head: Side
+    added: list[dict] = field(default_factory=list)
+    removed: list[dict] = field(default_factory=list)
+    changed: list[tuple[dict, list[str]]] = field(default_factory=list)  # (resource, changed input keys)
+    pools: list[dict] = field(default_factory=list)  # rows of the cost table
+    totals: dict = field(default_factory=dict)
+
+    @property
+    def head_invalid(self) -> bool:
+        return not self.head.missing and not self.head.ok
+
+
+# --- running the two sides ---------------------------------------------------------------------------------
+
+
+def _git(repo: Path, *args: str) -> str:
+    result = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, timeout=120)
+    if result.returncode != 0:
+        raise CostDiffError(f"git {' '.join(args)}: {result.stderr.strip() or result.stdout.strip()}")
+    return result.stdout.strip()
+
+
+def repo_root(path: Path) -> Path:
+    try:
+        return Path(_git(path, "rev-parse", "--show-toplevel"))
+    except CostDiffError:
+        raise CostDiffError(f"{path} is not inside a git repository; cost-diff compares against a git ref") from None
+
+
+def resolve_ref(repo: Path, ref: str) -> str:
+    try:
+        return _git(repo, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
+    except CostDiffError:
+        raise CostDiffError(f"unknown git ref '{ref}' (fetch it first; CI needs `fetch-depth: 0`)") from None
+
+
+@contextlib.contextmanager
+def worktree(repo: Path, commit: str) -> Iterator[Path]:
+    """A detached checkout of `commit` in a temporary directory, removed afterwards."""
+    tmp = Path(tempfile.mkdtemp(prefix="gpuloan-base-"))
+    path = tmp / "base"
+    _git(repo, "worktree", "add", "--detach", "--quiet", str(path), commit)
+    try:
+        yield path
+    finally:
+        with contextlib.suppress(CostDiffError):
+            _git(repo, "worktree", "remove", "--force", str(path))
+        with contextlib.suppress(OSError):
+            tmp.rmdir()
+        with contextlib.suppress(CostDiffError):
+            _git(repo, "worktree", "prune")
+
+
+def stacks_in(root: Path) -> list[str]:
+    return sorted(p.name[len("Pulumi."):-len(".yaml")] for p in root.glob("Pulumi.*.yaml"))
+
+
+def preview_side(root: Path, stack: str) -> Side:
+    """Run that tree's own `gpuloan preview STACK --json` (its code first on sys.path)."""
+    if not (root / f"Pulumi.{stack}.yaml").is_file():
+        return Side(missing=True)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
+    try:
+        result = subprocess.run([sys.executable, "-m", "gpuloan", "preview", stack, "--json"], cwd=root, env=env,
+                                capture_output=True, text=True, timeout=PREVIEW_TIMEOUT_SECONDS)
+    except subprocess.TimeoutExpired:
+        return Side(error=f"the offline preview took over {PREVIEW_TIMEOUT_SECONDS} s")
+    if result.returncode == 0:
+        try:
+            return Side(doc=json.loads(result.stdout))
+        except json.JSONDecodeError:
+            return Side(error="the offline preview printed no JSON document")
+    problems = [line.strip()[2:] for line in result.stderr.splitlines() if line.startswith(" - ")]
+    if problems:
+        return Side(problems=problems)
+    tail = [line for line in result.stderr.strip().splitlines() if line.strip()][-3:]
+    return Side(error=" / ".join(tail) or f"the offline preview exited with {result.returncode}")
+
+
+# --- comparing ---------------------------------------------------------------------------------------------
+
+
+def _resource_key(r: dict) -> str:
+    return r["urn"]
+
+
+def diff_resources(base: dict | None, head: dict | None) -> tuple[list[dict], list[dict], list[tuple[dict, list[str]]]]:
+    old = {_resource_key(r): r for r in (base or {}).get("resources", [])}
+    new = {_resource_key(r): r for r in (head or {}).get("resources", [])}
+    added = [new[k] for k in new if k not in old]
+    removed = [old[k] for k in old if k not in new]
+    changed = []
+    for k in new:
+        if k in old:
+            a, b = old[k], new[k]
+            keys = sorted({key for key in set(a["inputs"]) | set(b["inputs"])
+                           if a["inputs"].get(key) != b["inputs"].get(key)})
+            keys += [opt for opt in ("ignore_changes", "protect") if a.get(opt) != b.get(opt)]
+            if keys:
+                changed.append((b, keys))
+    return added, removed, changed
+
+
+COST_FIELDS = ("guaranteed_monthly_usd", "elastic_max_monthly_usd", "budget_monthly_usd", "headroom_monthly_usd")
+
+
+def _pool_figures(pool: dict) -> dict[str, float | None]:
+    budget = pool.get("budget_monthly_usd")
+    guaranteed = pool.get("guaranteed_monthly_usd") or 0.0
+    return {
+        "guaranteed_monthly_usd": guaranteed,
+        "elastic_max_monthly_usd": pool.get("elastic_max_monthly_usd") or 0.0,
+        "budget_monthly_usd": budget,
+        "headroom_monthly_usd": None if budget is None else budget - guaranteed,
+    }
+
+
+def _total_figures(cost: dict) -> dict[str, float | None]:
+    return {
+        "guaranteed_monthly_usd": cost.get("guaranteed_monthly_usd") or 0.0,
+        "elastic_max_monthly_usd": cost.get("elastic_max_monthly_usd") or 0.0,
+        "budget_monthly_usd": cost.get("budget_monthly_usd"),
+        "headroom_monthly_usd": (cost["budget_monthly_usd"] - (cost.get("guaranteed_monthly_usd") or 0.0)
+                                 if cost.get("budget_monthly_usd") is not None else None),
+    }
+
+
+def diff_costs(base: dict | None, head: dict | None) -> tuple[list[dict], dict]:
+    """Rows {pool, base: figures|None, head: figures|None} in head order (removed pools last), and totals."""
+    old = {p["pool"]: p for p in (base or {}).get("cost", {}).get("pools", [])}
+    new = {p["pool"]: p for p in (head or {}).get("cost", {}).get("pools", [])}
+    names = list(new) + [n for n in old if n not in new]
+    rows = [{"pool": n, "base": _pool_figures(old[n]) if n in old else None,
+             "head": _pool_figures(new[n]) if n in new else None} for n in names]
+    totals = {"base": _total_figures(base["cost"]) if base else None,
+              "head": _total_figures(head["cost"]) if head else None}
+    return rows, totals
+
+
+def diff_stack(stack: str, base: Side, head: Side) -> StackDiff:
+    d = StackDiff(stack, base, head)
+    if (base.ok or base.missing) and (head.ok or head.missing):
+        d.added, d.removed, d.changed = diff_resources(base.doc, head.doc)
+    if base.ok or head.ok:
+        d.pools, d.totals = diff_costs(base.doc, head.doc)
+    return d
+
+
+def cost_diff(repo: Path, base_ref: str, stacks: list[str] | None = None, parallel: int = 2) -> list[StackDiff]:
+    root = repo_root(repo)
+    commit = resolve_ref(root, base_ref)
+    with worktree(root, commit) as base_root:
+        names = stacks or sorted(set(stacks_in(base_root)) | set(stacks_in(root)))
+        if not names:
+            raise CostDiffError(f"no Pulumi.<stack>.yaml in {root} or at {base_ref}")
+        jobs = [(base_root, s) for s in names] + [(root, s) for s in names]
+        with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
+            sides = list(pool.map(lambda job: preview_side(*job), jobs))
+    return [diff_stack(s, sides[i], sides[len(names) + i]) for i, s in enumerate(names)]
+
+
+# --- rendering ---------------------------------------------------------------------------------------------
+
+
+def _usd(value: float | None) -> str:
+    return "—" if value is None else f"${value:,.0f}"
+
+
+def _delta(value: float) -> str:
+    sign = "+" if value > 0 else "−"
+    return f"{sign}${abs(value):,.0f}"
+
+
+def money_cell(base: float | None, head: float | None, base_known: bool = True) -> str:
+    if not base_known:
+        return _usd(head)
+    if base is None and head is None:
+        return "—"
+    if base is not None and head is not None and round(base) == round(head):
+        return _usd(head)
+    return f"{_usd(base)} → {_usd(head)} ({_delta((head or 0.0) - (base or 0.0))})"
+
+
+HEADERS = ("pool", "guaranteed (fixed)", "elastic max", "budget", "budget headroom")
+
+
+def cost_rows(d: StackDiff) -> list[list[str]]:
+    base_known = d.base.ok or d.base.missing
+    out = []
+    for row in [*d.pools, {"pool": "total", **d.totals}]:
+        b, h = row["base"] or {}, row["head"] or {}
+        label = row["pool"]
+        if row["base"] is None and base_known and row["head"] is not None and label != "total":
+            label += " (new)"
+        if row["head"] is None and label != "total":
+            label += " (removed)"
+        out.append([label] + [money_cell(b.get(f), h.get(f), base_known) for f in COST_FIELDS])
+    return out
+
+
+def _side_notes(d: StackDiff) -> list[str]:
+    notes = []
+    for name, side in (("base", d.base), ("head", d.head)):
+        if side.missing:
+            notes.append(f"{name}: no Pulumi.{d.stack}.yaml" + (" (new stack)" if name == "base" else " (stack removed)"))
+        elif side.problems:
+            notes.append(f"{name}: config fails validation:" + "".join(f"\n  - {p}" for p in side.problems))
+        elif side.error:
+            notes.append(f"{name}: no offline preview: {side.error}")
+    return notes
+
+
+def summary(d: StackDiff) -> str:
+    return f"{len(d.added)} to add, {len(d.changed)} to change, {len(d.removed)} to remove"
+
+
+def render_markdown(diffs: list[StackDiff], base_label: str) -> str:
+    lines = [MARKER, f"## GPU cost diff: `{base_label}` → this change", ""]
+    for d in diffs:
+        lines.append(f"### stack `{d.stack}`")
+        for note in _side_notes(d):
+            head, *rest = note.split("\n")
+            lines.append(f"> **{head}**")
+            lines += [f"> {r.strip()}" for r in rest]
+            lines.append("")
+        if d.base.ok or d.head.ok:
+            if (d.base.ok or d.base.missing) and (d.head.ok or d.head.missing):
+                lines += [f"Resources: {summary(d)}", ""]
+            lines.append("| " + " | ".join(HEADERS) + " |")
+            lines.append("|---|" + "---:|" * (len(HEADERS) - 1))
+            for row in cost_rows(d):
+                cells = [f"**{c}**" if row[0] == "total" else c for c in row]
+                lines.append("| " + " | ".join(cells) + " |")
+            lines.append("")
+        resource_lines = ([f"| + add | `{r['type']}` | {r['name']} |" for r in d.added]
+                          + [f"| ~ change | `{r['type']}` | {r['name']} ({', '.join(keys)}) |" for r, keys in d.changed]
+                          + [f"| − remove | `{r['type']}` | {r['name']} |" for r in d.removed])
+        if resource_lines:
+            lines += ["<details><summary>resources</summary>", "", "| | type | name |", "|---|---|---|",
+                      *resource_lines, "", "</details>", ""]
+    lines.append("Monthly USD at 730 h/month, prices from data/prices (stacks/catalog.py); guaranteed = on-demand "
+                 "rate of the floor, elastic max = every elastic node up all month (a ceiling), headroom = budget "
+                 "minus floor. Offline preview: nothing was created.")
+    return "\n".join(lines) + "\n"
+
+
+def render_text(diffs: list[StackDiff], base_label: str) -> str:
+    lines = [f"GPU cost diff: {base_label} -> working tree"]
+    for d in diffs:
+        lines += ["", f"stack {d.stack}"]
+        lines += [f"  {n}" for note in _side_notes(d) for n in note.split("\n")]
+        if (d.base.ok or d.base.missing) and (d.head.ok or d.head.missing):
+            lines.append(f"  resources: {summary(d)}")
+            for r in d.added:
+                lines.append(f"    + {r['name']} ({r['type']})")
+            for r, keys in d.changed:
+                lines.append(f"    ~ {r['name']} ({r['type']}): {', '.join(keys)}")
+            for r in d.removed:
+                lines.append(f"    - {r['name']} ({r['type']})")
+        if d.base.ok or d.head.ok:
+            rows = [list(HEADERS), *cost_rows(d)]
+            widths = [max(len(r[i]) for r in rows) for i in range(len(HEADERS))]
+            for r in rows:
+                lines.append("  " + "  ".join(c.ljust(w) if i == 0 else c.rjust(w)
+                                              for i, (c, w) in enumerate(zip(r, widths))))
+    return "\n".join(lines) + "\n"
