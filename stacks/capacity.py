@@ -50,8 +50,11 @@ def build_pool(cfg: GpuLoanConfig, pool: Pool, cluster, opts: pulumi.ResourceOpt
     from stacks.elastic import ElasticCapacity
     from stacks.guaranteed import GuaranteedCapacity
 
-    guaranteed = GuaranteedCapacity(f"{pool.name}-guaranteed", cfg, pool, cluster, opts=opts) if pool.guaranteed else None
-    elastic = ElasticCapacity(f"{pool.name}-elastic", cfg, pool, cluster, opts=opts) if pool.elastic else None
+    guaranteed = elastic = None
+    if pool.guaranteed is not None:
+        guaranteed = GuaranteedCapacity(f"{pool.name}-guaranteed", cfg, pool, cluster, opts=opts)
+    if pool.elastic is not None:
+        elastic = ElasticCapacity(f"{pool.name}-elastic", cfg, pool, cluster, opts=opts)
     return guaranteed, elastic
 
 

@@ -239,7 +239,9 @@ class Cluster(pulumi.ComponentResource):
                 out.append(aws.ec2.GetSubnetsFilterArgs(name="availability-zone", values=availability_zones))
             return out
 
-        return aws.ec2.get_subnets_output(filters=self._found.vpc_config.apply(filters), opts=pulumi.InvokeOptions(parent=self)).ids
+        found = aws.ec2.get_subnets_output(filters=self._found.vpc_config.apply(filters),
+                                           opts=pulumi.InvokeOptions(parent=self))
+        return found.ids
 
 
 def irsa_trust_policy(provider_arn: pulumi.Input[str], issuer_url: pulumi.Input[str], namespace: str,

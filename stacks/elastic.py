@@ -36,7 +36,8 @@ class ElasticCapacity(pulumi.ComponentResource):
         self.on_demand_group = None
         self.group_names = {}
         if e.capacity in (CapacityMode.spot, CapacityMode.spot_then_on_demand):
-            self.spot_group = self._group(f"{name}-spot", GROUP_SPOT, "SPOT", "spot", e.max_nodes, [GPU_TAINT, SPOT_TAINT])
+            self.spot_group = self._group(f"{name}-spot", GROUP_SPOT, "SPOT", "spot", e.max_nodes,
+                                          [GPU_TAINT, SPOT_TAINT])
             self.group_names["spot"] = self.spot_group.node_group_name
         if e.capacity in (CapacityMode.on_demand, CapacityMode.spot_then_on_demand):
             max_nodes = e.on_demand_max_nodes or e.max_nodes

@@ -44,9 +44,9 @@ def node_launch_template(
         raise ValueError("a Capacity Block launch template needs the block's reservation id")
     reservation = None
     if reservation_id is not None:
-        reservation = aws.ec2.LaunchTemplateCapacityReservationSpecificationArgs(
-            capacity_reservation_target=aws.ec2.LaunchTemplateCapacityReservationSpecificationCapacityReservationTargetArgs(
-                capacity_reservation_id=reservation_id))
+        target = aws.ec2.LaunchTemplateCapacityReservationSpecificationCapacityReservationTargetArgs(
+            capacity_reservation_id=reservation_id)
+        reservation = aws.ec2.LaunchTemplateCapacityReservationSpecificationArgs(capacity_reservation_target=target)
     return aws.ec2.LaunchTemplate(
         name,
         description=description or None,

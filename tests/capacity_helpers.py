@@ -56,7 +56,8 @@ def parent_of(rec, resource):
 def template_of(rec, node_group):
     """The launch template a node group points at (the offline mocks derive template ids from their names)."""
     lt_id = node_group.inputs["launchTemplate"]["id"]
-    matches = [r for r in rec.of_type(LAUNCH_TEMPLATE) if offline.TYPE_OUTPUTS[LAUNCH_TEMPLATE](r.name, {}, "")["id"] == lt_id]
+    id_of = offline.TYPE_OUTPUTS[LAUNCH_TEMPLATE]
+    matches = [r for r in rec.of_type(LAUNCH_TEMPLATE) if id_of(r.name, {}, "")["id"] == lt_id]
     assert len(matches) == 1, f"{node_group.name}: {len(matches)} launch templates have id {lt_id}"
     return matches[0]
 

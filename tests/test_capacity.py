@@ -6,6 +6,7 @@ elastic spot / on_demand / spot_then_on_demand; new vs existing cluster).
 
 from __future__ import annotations
 
+import fnmatch
 import json
 
 import pytest
@@ -295,7 +296,8 @@ INVALID = {
     "reservation without AZ": (dict(guaranteed={"reservation": "odcr"}), "pools[0].guaranteed.availability_zone"),
     "reservation AZ outside cluster": (dict(guaranteed={"reservation": "odcr", "availability_zone": "us-east-1d"}),
                                        "pools[0].guaranteed.availability_zone"),
-    "id without reservation": (dict(guaranteed={"reservation_id": RESERVATION_ID}), "pools[0].guaranteed.reservation_id"),
+    "id without reservation": (dict(guaranteed={"reservation_id": RESERVATION_ID}),
+                               "pools[0].guaranteed.reservation_id"),
     "active flag on odcr": (dict(guaranteed={"reservation": "odcr", "availability_zone": "us-east-1a",
                                              "capacity_block_active": True}),
                             "pools[0].guaranteed.capacity_block_active"),
@@ -328,13 +330,15 @@ def test_invalid_combinations_fail_before_any_resource(case, monkeypatch):
     assert path in [p for p, _ in direct.value.problems]
 
 
-def test_the_floor_ignores_nothing_even_where_the_policy_could_reach_it(recorded):
-    # The ARN patterns the policy IAM uses cannot match the floor's node group name.
+def test_elastic_arn_patterns_match_elastic_groups_and_never_the_floor(recorded):
+    # The policy's IAM is scoped with these patterns; EKS node group ARNs end in <name>/<uuid>.
     rec = recorded("prod")
-    for ng in groups(rec, GUARANTEED):
-        for group in (capacity.GROUP_SPOT, capacity.GROUP_ON_DEMAND):
-            pattern = capacity.node_group_arn_pattern("us-east-1", offline.ACCOUNT_ID, "gpuloan-prod", "prod",
-                                                      ng.inputs["labels"][tags.LABEL_POOL], group)
-            assert f"/{ng.inputs['nodeGroupName']}/" not in pattern
-    assert all(d.type != NODE_GROUP or d.ignore_changes == [] for c in rec.of_type(GUARANTEED)
-               for d in descendants(rec, c.urn))
+    for pool, out in rec.outputs["pools"].items():
+        spot, on_demand = (capacity.node_group_arn_pattern("us-east-1", offline.ACCOUNT_ID, "gpuloan-prod", "prod",
+                                                           pool, group)
+                           for group in (capacity.GROUP_SPOT, capacity.GROUP_ON_DEMAND))
+        assert fnmatch.fnmatchcase(out["elastic_spot_node_group_arn"], spot)
+        assert fnmatch.fnmatchcase(out["elastic_on_demand_node_group_arn"], on_demand)
+        assert not fnmatch.fnmatchcase(out["guaranteed_node_group_arn"], spot)
+        assert not fnmatch.fnmatchcase(out["guaranteed_node_group_arn"], on_demand)
+        assert not fnmatch.fnmatchcase(out["elastic_on_demand_node_group_arn"], spot)

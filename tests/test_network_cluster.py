@@ -95,12 +95,13 @@ def test_eks_cluster_is_encrypted_logged_and_uses_access_entries(recorded, stack
     [eks] = in_cluster(rec, EKS)
     assert eks.inputs["name"] == f"gpuloan-{stack}"
     assert eks.inputs["version"] == cfg.cluster.kubernetes_version
-    [enc] = eks.inputs["encryptionConfig"] if isinstance(eks.inputs["encryptionConfig"], list) else [eks.inputs["encryptionConfig"]]
+    enc = eks.inputs["encryptionConfig"]
     assert enc["resources"] == ["secrets"]
     [key] = in_cluster(rec, "aws:kms/key:Key")
     assert enc["provider"]["keyArn"].endswith("/" + mock_id(rec, key))
     assert key.inputs["enableKeyRotation"] is True
-    assert set(eks.inputs["enabledClusterLogTypes"]) == {"api", "audit", "authenticator", "controllerManager", "scheduler"}
+    assert set(eks.inputs["enabledClusterLogTypes"]) == {
+        "api", "audit", "authenticator", "controllerManager", "scheduler"}
     [logs] = in_cluster(rec, "aws:cloudwatch/logGroup:LogGroup")
     assert logs.inputs["name"] == f"/aws/eks/gpuloan-{stack}/cluster" and logs.inputs["retentionInDays"] > 0
     assert eks.inputs["accessConfig"]["authenticationMode"] == "API"
