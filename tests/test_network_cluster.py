@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from capacity_helpers import CLUSTER, NODE_GROUP, descendants, dev_variant
+from capacity_helpers import CLUSTER, NODE_GROUP, descendants, dev_variant, is_taggable
 from conftest import STACKS, run_stack, stack_config
 from gpuloan import offline
 from stacks import cluster as cluster_mod
@@ -219,3 +219,13 @@ def test_existing_cluster_gpu_groups_use_its_subnets_and_a_role_with_cni(existin
     node_policies = {a.inputs["policyArn"].rsplit("/", 1)[1] for a in in_cluster(existing)
                      if a.type == "aws:iam/rolePolicyAttachment:RolePolicyAttachment"}
     assert node_policies == set(cluster_mod.NODE_POLICIES_EXISTING_CLUSTER)
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_every_taggable_cluster_resource_is_tagged_as_platform(recorded, stack):
+    # Shared resources are split from pool costs by gpuloan:tier=platform (environment comes from the provider).
+    rec = recorded(stack)
+    taggable = [r for r in in_cluster(rec) if r.custom and is_taggable(r.type)]
+    assert len(taggable) > 20
+    for r in taggable:
+        assert r.inputs.get("tags", {}).get(tags.TAG_TIER) == "platform", f"{r.type} {r.name}"
