@@ -33,7 +33,7 @@ GPU_ARCHITECTURE = {
     "M60": "maxwell",
     "V100": "volta",
     "T4": "turing",
-    "T4g": "turing",
+    "T4G": "turing",
     "A10G": "ampere",
     "A100": "ampere",
     "L4": "ada",
@@ -42,9 +42,10 @@ GPU_ARCHITECTURE = {
     "H200": "hopper",
     "B200": "blackwell",
     "B300": "blackwell",
-    "RTX PRO 6000": "blackwell",
-    "Radeon Pro V520": "amd",
-    "Gaudi HL-205": "gaudi",
+    "RTX-PRO-SERVER-6000": "blackwell",
+    "RTX-PRO-4500": "blackwell",
+    "RADEON-PRO-V520": "amd",
+    "GAUDI-HL-205": "gaudi",
 }
 
 

@@ -386,6 +386,12 @@ def cross_field_problems(cfg: GpuLoanConfig) -> list[tuple[str, str]]:
                 add(f"{at}.elastic.instance_types", f"the floor ({g.instance_type}) has "
                     f"{catalog.lookup(g.instance_type).gpus} GPUs per node, the elastic types have "
                     f"{sorted(set(gpus.values()))}; jobs sized for one would not fit the other")
+            archs = {catalog.lookup(t).cpu_architecture for t in e.instance_types}
+            if g is not None:
+                archs.add(catalog.lookup(g.instance_type).cpu_architecture)
+            if len(archs) > 1:
+                add(f"{at}.elastic.instance_types", "mixes x86_64 and arm64 (Graviton) types; a node group has one "
+                    "AMI, so keep one CPU architecture per pool")
             if e.idle_utilization_pct >= e.scale_up_utilization_pct:
                 add(f"{at}.elastic.idle_utilization_pct", f"must be below scale_up_utilization_pct "
                     f"({e.scale_up_utilization_pct}), or the policy would scale up and reclaim the same nodes")

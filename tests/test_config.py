@@ -106,6 +106,8 @@ INVALID = [
     ("reserved tag prefix", "dev", {"default_tags": {"aws:owner": "x"}}, "default_tags", "reserved aws: prefix"),
     ("on-demand max without fallback", "dev", {"pools[0].elastic.on_demand_max_nodes": 2},
      "pools[0].elastic.on_demand_max_nodes", "only applies to capacity: spot_then_on_demand"),
+    ("mixed CPU architectures", "dev", {"pools[0].elastic.instance_types": ["g6.xlarge", "g5g.xlarge"]},
+     "pools[0].elastic.instance_types", "mixes x86_64 and arm64"),
     ("bad pool name", "dev", {"pools[0].name": "Research Pool"}, "pools.0.name", "should match pattern"),
     ("schedule out of range", "dev", {"policy.schedule_minutes": 0}, "policy.schedule_minutes", "greater than or equal to 1"),
     ("budget refresh too often", "dev", {"policy.budget_refresh_minutes": 5},
