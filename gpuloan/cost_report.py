@@ -56,7 +56,8 @@ def parse_month(text: str, today: dt.date | None = None) -> Period:
     next_month = dt.date(start.year + start.month // 12, start.month % 12 + 1, 1)
     if start > today:
         raise CostReportError(f"--month {text} has not started yet (today is {today.isoformat()})")
-    # Cost Explorer rejects an end after tomorrow: a running month is queried up to today, inclusive.
+    # A running month is queried up to today inclusive (Cost Explorer's end is exclusive and may not pass the
+    # next month's first day), so the printed period says what the figures cover. On the 1st, start < end still.
     end = min(next_month, today + dt.timedelta(days=1))
     return Period(text, start, end, partial=end < next_month)
 

@@ -202,3 +202,9 @@ def test_unknown_pool_gets_its_own_row_without_budget():
     assert old.budget_usd is None and "not in the stack config" in old.note
     assert report.total.total_usd == pytest.approx(17.0)
     json.dumps([r.__dict__ for r in report.all_rows])  # plain data, serialisable
+
+
+def test_first_day_of_a_month_still_has_start_before_end():
+    # Cost Explorer rejects Start == End ("Start date should be before end date"), a classic 1st-of-month bug.
+    p = cost_report.parse_month("2026-08", today=dt.date(2026, 8, 1))
+    assert p.start < p.end == dt.date(2026, 8, 2)
