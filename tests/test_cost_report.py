@@ -208,3 +208,21 @@ def test_first_day_of_a_month_still_has_start_before_end():
     # Cost Explorer rejects Start == End ("Start date should be before end date"), a classic 1st-of-month bug.
     p = cost_report.parse_month("2026-08", today=dt.date(2026, 8, 1))
     assert p.start < p.end == dt.date(2026, 8, 2)
+
+
+def test_the_installed_command_end_to_end(aws_env, tmp_path):
+    """The real entry point (`gpuloan cost-report`, its own boto3 client) in a subprocess against the emulator."""
+    import subprocess
+
+    from aws_emulator import emulator_env
+    from conftest import REPO
+
+    supply(aws_env, page([group("research", "guaranteed", 580.0), group("research", "elastic", 120.5)]))
+    out_csv = tmp_path / "dev.csv"
+    result = subprocess.run([str(REPO / ".venv" / "bin" / "gpuloan"), "cost-report", "--month", "2026-07",
+                             "--stack", "dev", "--csv", str(out_csv)],
+                            cwd=REPO, env=emulator_env(aws_env), capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    rows = {r["pool"]: r for r in csv.DictReader(out_csv.open())}
+    assert rows["research"]["total_usd"] == "700.50"  # test-supplied 580 + 120.50
+    assert rows["total"]["budget_usd"] == "2500.00" and rows["total"]["pct_of_budget"] == "28.0"
