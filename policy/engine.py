@@ -182,12 +182,12 @@ def _decide_pool(ps: PoolSettings, po: PoolObservation | None, scopes: list[_Sco
 
     desired = {g: groups[g].desired_nodes for g in groups}
     pending_gpus = sum(p for p in po.pending_pod_gpus if p > 0) if po.pending_pod_gpus is not None else None
+    # Reported figure: last actual + estimate since, or the running estimate alone when no actual was ever read.
     mtd = None
-    for s in scopes:
-        if s.name.startswith("pool"):
-            mtd = s.month_to_date_usd if s.known else None
-    if mtd is None and po.spend is not None:
+    if po.spend is not None:
         mtd = po.spend.month_to_date_usd
+        if mtd is None:
+            mtd = po.spend.estimated_since_usd
 
     actions: list[Action] = []
     drain = next((s for s in scopes if s.exhausted), None)

@@ -96,9 +96,8 @@ def observe(settings: Settings, ports: Ports, state: dict, now: datetime, errors
     scopes: dict[str, str | None] = {}
     if settings.budget_monthly_usd is not None:
         scopes[ENV_SCOPE] = settings.budget_name
-    for ps in settings.pools:
-        if ps.budget_monthly_usd is not None:
-            scopes[pool_scope(ps.name)] = ps.budget_name
+    for ps in settings.pools:  # every pool, budget or not: the running estimate feeds the spend metrics
+        scopes[pool_scope(ps.name)] = ps.budget_name if ps.budget_monthly_usd is not None else None
     spends = observe_spend(state, scopes, ports.budgets, now, settings.budget_refresh_minutes, record)
 
     pools = []

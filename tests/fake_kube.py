@@ -1,0 +1,126 @@
+"""A local fake of the Kubernetes API's pod list, over HTTPS with a throwaway self-signed CA.
+
+Serves GET /api/v1/pods (paged with limit/continue), checks the EKS bearer token's shape (k8s-aws-v1.<base64url
+of a presigned STS GetCallerIdentity URL carrying x-k8s-aws-id>), and can be switched to fail (503) or to
+refuse connections, for the fault tests.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import json
+import ssl
+import tempfile
+import threading
+import urllib.parse
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+
+def _self_signed() -> tuple[str, str]:
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "fake-kube")])
+    now = dt.datetime.now(dt.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now - dt.timedelta(minutes=5))
+            .not_valid_after(now + dt.timedelta(hours=2))
+            .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost")]), critical=False)
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .sign(key, hashes.SHA256()))
+    cert_pem = cert.public_bytes(serialization.Encoding.PEM).decode()
+    key_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                serialization.NoEncryption()).decode()
+    return cert_pem, key_pem
+
+
+def gpu_pod(name: str, gpus: int, pool: str | None = None, affinity_pools: list[str] | None = None,
+            node_name: str | None = None) -> dict:
+    spec: dict = {"containers": [{"name": "main", "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}]}
+    if pool:
+        spec["nodeSelector"] = {"gpuloan.io/pool": pool}
+    if affinity_pools:
+        spec["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [{"matchExpressions": [
+                {"key": "gpuloan.io/pool", "operator": "In", "values": affinity_pools}]}]}}}
+    if node_name:
+        spec["nodeName"] = node_name
+    return {"metadata": {"name": name, "namespace": "default"}, "spec": spec, "status": {"phase": "Pending"}}
+
+
+class FakeKube:
+    def __init__(self, cluster_name: str, page_size: int = 2):
+        self.cluster_name = cluster_name
+        self.pods: list[dict] = []
+        self.page_size = page_size
+        self.fail_status: int | None = None
+        self.requests: list[str] = []
+        self.bad_tokens = 0
+        cert_pem, key_pem = _self_signed()
+        self.ca_pem = cert_pem
+        self._dir = tempfile.TemporaryDirectory()
+        cert_file, key_file = Path(self._dir.name, "c.pem"), Path(self._dir.name, "k.pem")
+        cert_file.write_text(cert_pem)
+        key_file.write_text(key_pem)
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(cert_file, key_file)
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):  # keep test output clean
+                pass
+
+            def do_GET(self):  # noqa: N802
+                fake.requests.append(self.path)
+                if not fake._token_ok(self.headers.get("Authorization", "")):
+                    fake.bad_tokens += 1
+                    return self._send(401, {"kind": "Status", "reason": "Unauthorized"})
+                if fake.fail_status:
+                    return self._send(fake.fail_status, {"kind": "Status", "reason": "fake failure"})
+                url = urllib.parse.urlparse(self.path)
+                if url.path != "/api/v1/pods":
+                    return self._send(404, {"kind": "Status", "reason": "NotFound"})
+                q = urllib.parse.parse_qs(url.query)
+                start = int((q.get("continue") or ["0"])[0])
+                limit = min(int((q.get("limit") or ["500"])[0]), fake.page_size)
+                selected = [p for p in fake.pods if p["status"]["phase"] == "Pending"]
+                page = selected[start:start + limit]
+                more = start + limit < len(selected)
+                return self._send(200, {"kind": "PodList", "items": page,
+                                        "metadata": {"continue": str(start + limit) if more else ""}})
+
+            def _send(self, code: int, body: dict):
+                data = json.dumps(body).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.socket = ctx.wrap_socket(self.server.socket, server_side=True)
+        self.endpoint = f"https://localhost:{self.server.server_address[1]}"
+        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self._thread.start()
+
+    def _token_ok(self, header: str) -> bool:
+        if not header.startswith("Bearer k8s-aws-v1."):
+            return False
+        raw = header.removeprefix("Bearer k8s-aws-v1.")
+        try:
+            url = base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4)).decode()
+        except ValueError:
+            return False
+        q = urllib.parse.parse_qs(urllib.parse.urlparse(url).query)
+        return (q.get("Action") == ["GetCallerIdentity"] and "X-Amz-Signature" in q
+                and "x-k8s-aws-id" in (q.get("X-Amz-SignedHeaders") or [""])[0])
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self._dir.cleanup()

@@ -1,0 +1,263 @@
+"""End to end: the packaged Lambda (build_zip(), extracted) runs lambda_handler in a subprocess against the moto
+server (EKS node groups, Auto Scaling, EC2, CloudWatch, Budgets, DynamoDB, SNS->SQS) and a fake Kubernetes API
+over HTTPS. Asserts what changed in the emulator, not what the code says it did."""
+
+from __future__ import annotations
+
+import io
+import json
+import socket
+import subprocess
+import sys
+import zipfile
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import boto3
+import pytest
+
+from aws_emulator import REGION, emulator_env
+from conftest import stack_config
+from fake_kube import FakeKube, gpu_pod
+from stacks import config
+from stacks.policy_package import build_zip
+from stacks.policy_settings import settings_for
+
+CLUSTER = "gpuloan-dev"
+ACCOUNT = "123456789012"
+NOW = datetime.now(timezone.utc).replace(second=0, microsecond=0) + timedelta(minutes=45)
+PYTHON = sys.executable
+
+
+def _cfg():
+    raw = stack_config("dev")
+    data = {k.split(":", 1)[1]: v for k, v in raw.items() if k.startswith("gpuloan:")}
+    data["pools"].append({"name": "train", "team": "research", "tier": "experiment",
+                          "elastic": {"instance_types": ["g6.xlarge"], "capacity": "spot_then_on_demand",
+                                      "max_nodes": 3}})
+    return config.parse(data)
+
+
+@pytest.fixture(scope="module")
+def lambda_dir(tmp_path_factory):
+    root = tmp_path_factory.mktemp("lambda")
+    zipfile.ZipFile(io.BytesIO(build_zip())).extractall(root)
+    return root
+
+
+@pytest.fixture
+def kube():
+    k = FakeKube(CLUSTER)
+    yield k
+    k.close()
+
+
+class World:
+    """The emulated account: a cluster with node groups whose ASGs have instances, metrics, budget, topic."""
+
+    def __init__(self, endpoint: str):
+        s = boto3.Session(region_name=REGION)
+        self.eks, self.asg, self.ec2 = s.client("eks"), s.client("autoscaling"), s.client("ec2")
+        self.cw, self.sns, self.sqs = s.client("cloudwatch"), s.client("sns"), s.client("sqs")
+        self.ddb, self.budgets = s.client("dynamodb"), s.client("budgets")
+        vpc = self.ec2.create_vpc(CidrBlock="10.40.0.0/16")["Vpc"]["VpcId"]
+        subnet = self.ec2.create_subnet(VpcId=vpc, CidrBlock="10.40.1.0/24", AvailabilityZone=f"{REGION}a")
+        self.subnet = subnet["Subnet"]["SubnetId"]
+        role = f"arn:aws:iam::{ACCOUNT}:role/eks"
+        self.eks.create_cluster(name=CLUSTER, roleArn=role, resourcesVpcConfig={"subnetIds": [self.subnet]})
+        image = self.ec2.describe_images()["Images"][0]["ImageId"]
+        self.ec2.create_launch_template(LaunchTemplateName="gpu", LaunchTemplateData={
+            "ImageId": image, "InstanceType": "g6.xlarge"})
+        self.asg_of: dict[str, str] = {}
+        self.table = "gpuloan-dev-policy-state"
+        self.ddb.create_table(TableName=self.table, AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
+                              KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}], BillingMode="PAY_PER_REQUEST")
+        self.topic = self.sns.create_topic(Name="gpuloan-dev-alerts")["TopicArn"]
+        self.queue = self.sqs.create_queue(QueueName="alerts")["QueueUrl"]
+        qarn = self.sqs.get_queue_attributes(QueueUrl=self.queue, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+        self.sns.subscribe(TopicArn=self.topic, Protocol="sqs", Endpoint=qarn,
+                           Attributes={"RawMessageDelivery": "false"})
+        self.budgets.create_budget(AccountId=ACCOUNT, Budget={
+            "BudgetName": "gpuloan-dev", "BudgetLimit": {"Amount": "2500", "Unit": "USD"}, "TimeUnit": "MONTHLY",
+            "BudgetType": "COST",
+            "CalculatedSpend": {"ActualSpend": {"Amount": "310.5", "Unit": "USD"}}})
+
+    def group(self, name: str, desired: int, max_nodes: int = 4) -> list[str]:
+        self.eks.create_nodegroup(clusterName=CLUSTER, nodegroupName=name, nodeRole=f"arn:aws:iam::{ACCOUNT}:role/n",
+                                  subnets=[self.subnet], scalingConfig={"minSize": 0, "maxSize": max_nodes,
+                                                                        "desiredSize": desired})
+        ng = self.eks.describe_nodegroup(clusterName=CLUSTER, nodegroupName=name)["nodegroup"]
+        asg_name = ng["resources"]["autoScalingGroups"][0]["name"]  # moto names it eks-<uuid>; mirror that
+        self.asg_of[name] = asg_name
+        self.asg.create_auto_scaling_group(AutoScalingGroupName=asg_name, MinSize=0, MaxSize=max_nodes,
+                                           DesiredCapacity=desired, VPCZoneIdentifier=self.subnet,
+                                           LaunchTemplate={"LaunchTemplateName": "gpu", "Version": "$Latest"})
+        return self.instances(name)
+
+    def instances(self, name: str) -> list[str]:
+        g = self.asg.describe_auto_scaling_groups(AutoScalingGroupNames=[self.asg_of[name]])["AutoScalingGroups"][0]
+        return sorted(i["InstanceId"] for i in g["Instances"])
+
+    def desired(self, name: str) -> int:
+        return self.eks.describe_nodegroup(clusterName=CLUSTER, nodegroupName=name)["nodegroup"]["scalingConfig"][
+            "desiredSize"]
+
+    def utilization(self, instance_id: str, pct: float, minutes: int = 40) -> None:
+        dns = self.ec2.describe_instances(InstanceIds=[instance_id])["Reservations"][0]["Instances"][0]["PrivateDnsName"]
+        dims = [{"Name": "ClusterName", "Value": CLUSTER}, {"Name": "InstanceId", "Value": instance_id},
+                {"Name": "NodeName", "Value": dns}]
+        data = [{"MetricName": "node_gpu_utilization", "Dimensions": dims, "Timestamp": NOW - timedelta(minutes=m),
+                 "Value": pct, "Unit": "Percent"} for m in range(minutes)]
+        for k in range(0, len(data), 20):
+            self.cw.put_metric_data(Namespace="ContainerInsights", MetricData=data[k:k + 20])
+
+    def messages(self) -> list[dict]:
+        out = []
+        while True:
+            resp = self.sqs.receive_message(QueueUrl=self.queue, MaxNumberOfMessages=10, WaitTimeSeconds=0)
+            msgs = resp.get("Messages", [])
+            if not msgs:
+                return out
+            for m in msgs:
+                out.append(json.loads(m["Body"]))
+                self.sqs.delete_message(QueueUrl=self.queue, ReceiptHandle=m["ReceiptHandle"])
+
+
+@pytest.fixture
+def world(aws_env, kube):
+    w = World(aws_env)
+    w.floor = w.group("dev-research-guaranteed", 1)
+    w.idle, w.busy = w.group("dev-research-spot", 2)
+    w.group("dev-train-spot", 0, 3)
+    w.group("dev-train-on-demand", 0, 3)
+    w.utilization(w.idle, 0.5)
+    w.utilization(w.busy, 60.0)
+    w.utilization(w.floor[0], 40.0)
+    kube.pods = [gpu_pod("train-a", 1, pool="train"), gpu_pod("train-b", 1, affinity_pools=["train"]),
+                 gpu_pod("research-running", 1, pool="research", node_name="ip-10-40-1-5.ec2.internal"),
+                 gpu_pod("cpu-only", 0, pool="train")]
+    cfg = _cfg()
+    w.settings = settings_for(cfg, CLUSTER, {
+        "research": {"spot": "dev-research-spot", "guaranteed": "dev-research-guaranteed"},
+        "train": {"spot": "dev-train-spot", "on_demand": "dev-train-on-demand"}})
+    return w
+
+
+def run_lambda(lambda_dir: Path, endpoint: str, settings_json: str, env_extra: dict, event: dict) -> tuple[dict, list]:
+    env = {**emulator_env(endpoint), "GPULOAN_SETTINGS": settings_json, "AWS_MAX_ATTEMPTS": "2", **env_extra}
+    env.pop("PYTHONPATH", None)
+    code = ("import json,sys,types; import policy; from policy.handler import lambda_handler; "
+            "ctx=types.SimpleNamespace(invoked_function_arn='arn:aws:lambda:us-east-1:123456789012:function:p'); "
+            "r=lambda_handler(json.loads(sys.argv[1]), ctx); "
+            "print(json.dumps({'result': r, 'module': policy.__file__}))")
+    proc = subprocess.run([PYTHON, "-c", code, json.dumps(event)], cwd=lambda_dir, env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = [json.loads(x) for x in proc.stdout.splitlines() if x.startswith("{")]
+    final = lines[-1]
+    assert final["module"].startswith(str(lambda_dir)), "the test must run the zip's code, not the repo's"
+    return final["result"], lines[:-1]
+
+
+def _env(w: World, kube: FakeKube) -> dict:
+    return {"GPULOAN_STATE_TABLE": w.table, "GPULOAN_TOPIC_ARN": w.topic, "GPULOAN_KUBE_ENDPOINT": kube.endpoint,
+            "GPULOAN_KUBE_CA_PEM": kube.ca_pem}
+
+
+def test_tick_scales_up_reclaims_the_idle_node_and_notifies(world, kube, lambda_dir, aws_env):
+    result, logs = run_lambda(lambda_dir, aws_env, world.settings.to_json(), _env(world, kube), {"now": NOW.isoformat()})
+    assert result["errors"] == []
+    # pending pods for "train" (node selector and affinity) -> 2 spot nodes; the scheduled and CPU pods do not count
+    assert world.desired("dev-train-spot") == 2
+    assert world.desired("dev-train-on-demand") == 0
+    # the idle research node is terminated by id, the busy one and the floor are untouched
+    assert world.instances("dev-research-spot") == [world.busy]
+    assert world.instances("dev-research-guaranteed") == world.floor
+    decisions = [x for x in logs if x.get("message") == "pool decision"]
+    assert {d["pool"] for d in decisions} == {"research", "train"}
+    research = next(d for d in decisions if d["pool"] == "research")
+    assert research["actions"][0] == {**research["actions"][0], "kind": "terminate", "instance_id": world.idle,
+                                      "reason": "RECLAIM_IDLE"}
+    emf = [x for x in logs if "_aws" in x]
+    published = {m["Name"] for x in emf for m in x["_aws"]["CloudWatchMetrics"][0]["Metrics"]}
+    from policy import metric_names as M
+
+    assert published == {M.ELASTIC_NODES, M.ELASTIC_MAX_NODES, M.PENDING_GPUS, M.DECISIONS, M.ESTIMATED_ELASTIC_SPEND_USD,
+                         M.MONTH_TO_DATE_SPEND_USD, M.FALLBACK_ACTIVE, M.POLICY_ERRORS, M.POOL_GPU_UTILIZATION}
+    subjects = sorted(json.loads(json.dumps(m))["Subject"] for m in world.messages())
+    assert subjects == ["[gpuloan dev] research: reclaimed 1 idle GPU node(s)",
+                        "[gpuloan dev] train: added 2 elastic GPU node(s)"]
+    # state persisted with a conditional write: the budget actual was read once
+    item = world.ddb.get_item(TableName=world.table, Key={"pk": {"S": "tick"}})["Item"]
+    assert json.loads(item["data"]["S"])["spend"]["environment"]["actual_usd"] == 310.5
+    assert kube.bad_tokens == 0 and any("fieldSelector" in r for r in kube.requests)
+
+
+def test_dry_run_changes_nothing(world, kube, lambda_dir, aws_env):
+    result, logs = run_lambda(lambda_dir, aws_env, world.settings.to_json(), _env(world, kube),
+                              {"now": NOW.isoformat(), "dry_run": True})
+    assert result["dry_run"] and result["applied"] == 0 and len(result["changes"]) == 2
+    assert world.desired("dev-train-spot") == 0
+    assert world.instances("dev-research-spot") == sorted([world.idle, world.busy])
+    assert all(m["Subject"].startswith("[gpuloan dev] [dry run]") for m in world.messages())
+
+
+def test_kubernetes_down_holds_and_reports(world, kube, lambda_dir, aws_env):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = f"https://localhost:{s.getsockname()[1]}"
+    env = {**_env(world, kube), "GPULOAN_KUBE_ENDPOINT": dead}
+    result, logs = run_lambda(lambda_dir, aws_env, world.settings.to_json(), env, {"now": NOW.isoformat()})
+    assert any("Kubernetes API unreachable" in e for e in result["errors"])
+    assert world.desired("dev-train-spot") == 0  # no scale-up on unknown demand
+    assert world.instances("dev-research-spot") == sorted([world.idle, world.busy])  # and no reclaim
+    errors = [x for x in logs if "_aws" in x and "PolicyErrors" in x]
+    assert errors and errors[0]["PolicyErrors"] >= 1
+    assert any("could not complete a tick" in m["Subject"] for m in world.messages())
+
+
+def test_kubernetes_5xx_holds(world, kube, lambda_dir, aws_env):
+    kube.fail_status = 503
+    result, _ = run_lambda(lambda_dir, aws_env, world.settings.to_json(), _env(world, kube), {"now": NOW.isoformat()})
+    assert any("Throttled" in e for e in result["errors"])
+    assert world.instances("dev-research-spot") == sorted([world.idle, world.busy])
+
+
+def test_missing_metrics_keep_the_node(world, kube, lambda_dir, aws_env):
+    later = NOW + timedelta(hours=3)  # every datapoint is now outside the windows
+    kube.pods = []
+    result, _ = run_lambda(lambda_dir, aws_env, world.settings.to_json(), _env(world, kube), {"now": later.isoformat()})
+    assert result["errors"] == [] and result["changes"] == []
+    assert world.instances("dev-research-spot") == sorted([world.idle, world.busy])
+
+
+def test_cloudwatch_throttling_and_5xx_change_nothing(world, kube, lambda_dir, aws_env):
+    """A CloudWatch endpoint that answers 503 / Throttling: no utilization, so no reclaim; pending still scales."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Throttle(BaseHTTPRequestHandler):
+        def log_message(self, *a):
+            pass
+
+        def do_POST(self):  # noqa: N802
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            body = b"Rate exceeded"  # the status alone must be enough, whatever the wire protocol
+            self.send_response(429 if self.server.calls % 2 else 503)
+            self.server.calls += 1
+            self.send_header("Content-Type", "text/plain")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Throttle)
+    server.calls = 0
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        env = {**_env(world, kube), "AWS_ENDPOINT_URL_CLOUDWATCH": f"http://127.0.0.1:{server.server_address[1]}"}
+        result, _ = run_lambda(lambda_dir, aws_env, world.settings.to_json(), env, {"now": NOW.isoformat()})
+    finally:
+        server.shutdown()
+    assert any("Throttled" in e and "GetMetricData" in e for e in result["errors"]), result["errors"]
+    assert world.instances("dev-research-spot") == sorted([world.idle, world.busy])
+    assert world.desired("dev-train-spot") == 2  # pending pods are hard demand; metrics are not needed for them
