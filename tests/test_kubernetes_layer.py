@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 
 import pytest
@@ -38,10 +39,15 @@ def test_every_kubernetes_object_validates_strictly(stack):
         validate_strict(obj, version)
 
 
-def test_time_slicing_configmap_validates_strictly():
+@functools.cache
+def _time_sliced_dev():
     cfg = stack_config("dev")
     cfg["gpuloan:gpu_operator"] = {"time_slicing_replicas": 4}
-    for obj in kube_objects(run_layer("dev", cfg)):
+    return run_layer("dev", cfg)
+
+
+def test_time_slicing_configmap_validates_strictly():
+    for obj in kube_objects(_time_sliced_dev()):
         validate_strict(obj, "1.33")
 
 
@@ -147,9 +153,7 @@ def test_no_time_slicing_configmap_unless_configured():
 
 
 def test_time_slicing_configmap_has_the_configured_replicas_and_is_referenced():
-    cfg = stack_config("dev")
-    cfg["gpuloan:gpu_operator"] = {"time_slicing_replicas": 4}
-    rec = run_layer("dev", cfg)
+    rec = _time_sliced_dev()
     [cm] = _objects(rec, "ConfigMap")
     assert cm["metadata"] == {"name": gpu_operator.TIME_SLICING_CONFIGMAP, "namespace": gpu_operator.NAMESPACE}
     sharing = yaml.safe_load(cm["data"][gpu_operator.TIME_SLICING_PROFILE])["sharing"]["timeSlicing"]
