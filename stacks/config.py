@@ -536,12 +536,6 @@ def _capacity_problems(cfg: GpuLoanConfig) -> list[tuple[str, str]]:
         if len(longest) > EKS_NODE_GROUP_NAME_MAX:
             problems.append((f"pools[{i}].name", f"node group name '{longest}' would be {len(longest)} characters; "
                              f"EKS allows {EKS_NODE_GROUP_NAME_MAX}: shorten the pool or environment name"))
-        if pool.elastic is not None:
-            arches = {t: catalog.lookup(t).cpu_architecture for t in pool.elastic.instance_types}
-            if len(set(arches.values())) > 1:
-                listing = ", ".join(f"{t}={a}" for t, a in arches.items())
-                problems.append((f"pools[{i}].elastic.instance_types", f"mixes CPU architectures ({listing}); "
-                                 "a node group runs one AMI type: split them into two pools"))
         g = pool.guaranteed
         if g is not None and g.capacity_block_active and g.reservation != Reservation.capacity_block:
             problems.append((f"pools[{i}].guaranteed.capacity_block_active", "only applies to reservation: capacity_block"))

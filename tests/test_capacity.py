@@ -281,11 +281,12 @@ def test_pool_without_floor_or_without_elastic():
     assert not only_floor.of_type(ELASTIC) and len(groups(only_floor, GUARANTEED)) == 1
 
 
-def test_gpu_ami_type_follows_the_cpu_architecture():
-    # Graviton GPU types (g5g) need the ARM NVIDIA AMI. Not exercised through a stack: the catalog currently
-    # rejects g5g as non-NVIDIA (its T4G model is spelled T4g in catalog.GPU_ARCHITECTURE).
+def test_graviton_pool_gets_the_arm_gpu_ami():
+    rec = run_stack("dev", dev_variant(guaranteed={"instance_type": "g5g.xlarge"},
+                                       elastic={"instance_types": ["g5g.xlarge", "g5g.2xlarge"]}))
+    for ng in groups(rec, GUARANTEED) + groups(rec, ELASTIC):
+        assert ng.inputs["amiType"] == versions.GPU_AMI_TYPE_ARM
     assert gpu_ami_type(["g6.xlarge", "g5.xlarge"]) == versions.GPU_AMI_TYPE
-    assert gpu_ami_type(["g5g.xlarge", "g5g.2xlarge"]) == versions.GPU_AMI_TYPE_ARM
 
 
 # --- invalid combinations never reach the engine -------------------------------------------------------------
@@ -303,6 +304,8 @@ INVALID = {
                             "pools[0].guaranteed.capacity_block_active"),
     "mixed GPUs per node": (dict(elastic={"instance_types": ["g6.xlarge", "g6.12xlarge"]}),
                             "pools[0].elastic.instance_types"),
+    "mixed CPU architectures": (dict(elastic={"instance_types": ["g5g.xlarge", "g5.xlarge"]}),
+                                "pools[0].elastic.instance_types"),
     "fallback max on spot-only": (dict(elastic={"on_demand_max_nodes": 2}), "pools[0].elastic.on_demand_max_nodes"),
     "no add-on pins for version": (dict(cluster={**stack_config("dev")["gpuloan:cluster"], "kubernetes_version": "1.29"}),
                                    "cluster.kubernetes_version"),
