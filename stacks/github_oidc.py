@@ -20,6 +20,7 @@ import json
 import pulumi
 import pulumi_aws as aws
 
+from stacks import tags
 from stacks.config import GpuLoanConfig
 
 GITHUB_OIDC_HOST = "token.actions.githubusercontent.com"
@@ -110,10 +111,12 @@ class GitHubOidc(pulumi.ComponentResource):
         if cfg.github is None:
             raise ValueError("GitHubOidc needs cfg.github (the repository to trust)")
         child = pulumi.ResourceOptions(parent=self)
+        # Shared, not a pool's: the platform tier (the provider's default tags add the environment).
+        platform = {tags.TAG_TIER: "platform"}
         if cfg.github.create_oidc_provider:
             # AWS validates GitHub's certificate against its own trusted CAs, so no thumbprint is pinned here.
             oidc = aws.iam.OpenIdConnectProvider(f"{name}-provider", url=GITHUB_OIDC_URL,
-                                                 client_id_lists=[STS_AUDIENCE], opts=child)
+                                                 client_id_lists=[STS_AUDIENCE], tags=platform, opts=child)
             self.provider_arn = oidc.arn
         else:
             # One provider per URL per account: a second stack in the same account reuses the first one's.
@@ -128,6 +131,7 @@ class GitHubOidc(pulumi.ComponentResource):
             description=f"pulumi preview from pull requests of {cfg.github.repository} (read-only)",
             assume_role_policy=self.provider_arn.apply(lambda arn: trust_policy(arn, subjects["preview"])),
             max_session_duration=ROLE_MAX_SESSION_SECONDS,
+            tags=platform,
             opts=child,
         )
         aws.iam.RolePolicy(f"{name}-preview-read", role=preview.id, policy=preview_policy(), opts=child)
@@ -137,6 +141,7 @@ class GitHubOidc(pulumi.ComponentResource):
             description=f"pulumi up from {cfg.github.repository} on {DEPLOY_REF}",
             assume_role_policy=self.provider_arn.apply(lambda arn: trust_policy(arn, subjects["deploy"])),
             max_session_duration=ROLE_MAX_SESSION_SECONDS,
+            tags=platform,
             opts=child,
         )
         aws.iam.RolePolicy(f"{name}-deploy-manage", role=deploy.id, policy=deploy_policy(cfg.region), opts=child)

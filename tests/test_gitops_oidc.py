@@ -87,7 +87,8 @@ def test_roles_have_short_sessions_and_deterministic_names(recorded):
 
 
 def test_oidc_provider_is_githubs_with_the_sts_audience(recorded):
-    (provider,) = recorded("prod").of_type("aws:iam/openIdConnectProvider:OpenIdConnectProvider")
+    (provider,) = [r for r in _github_resources(recorded("prod"))
+                   if r.type == "aws:iam/openIdConnectProvider:OpenIdConnectProvider"]
     assert provider.inputs["url"] == "https://token.actions.githubusercontent.com"
     assert provider.inputs["clientIdLists"] == ["sts.amazonaws.com"]
     assert "gpuloan:gitops:GitHubOidc" in provider.urn
@@ -97,7 +98,7 @@ def test_existing_oidc_provider_is_referenced_not_created():
     cfg = stack_config("prod")
     cfg["gpuloan:github"]["create_oidc_provider"] = False
     rec = run_stack("prod", cfg)
-    assert rec.of_type("aws:iam/openIdConnectProvider:OpenIdConnectProvider") == []
+    assert [r for r in _github_resources(rec) if r.type == "aws:iam/openIdConnectProvider:OpenIdConnectProvider"] == []
     arn = "arn:aws:iam::123456789012:oidc-provider/token.actions.githubusercontent.com"
     assert rec.outputs["github_oidc_provider_arn"] == arn
     assert _trust(_role(rec, "preview"))["Principal"]["Federated"] == arn
@@ -139,3 +140,11 @@ def test_trust_subjects_are_exact():
         "preview": ["repo:example-org/ml-infra:pull_request"],
         "deploy": ["repo:example-org/ml-infra:environment:prod"],
     }
+
+
+def test_oidc_resources_are_tagged_as_shared_platform_cost(recorded):
+    rec = recorded("prod")
+    taggable = [r for r in _github_resources(rec) if r.type in (
+        "aws:iam/role:Role", "aws:iam/openIdConnectProvider:OpenIdConnectProvider")]
+    assert len(taggable) == 3
+    assert all(r.inputs["tags"] == {"gpuloan:tier": "platform"} for r in taggable)
