@@ -66,6 +66,15 @@ def build(cfg: GpuLoanConfig) -> dict[str, object]:
         cfg, cluster.name, pool_alarms.alarm_arns), opts=opts)
     outputs["dashboard_name"] = board.dashboard_name
     # 7. policy function (stacks/policy_function.py)          -- issue: policy engine
+    if cfg.policy.enabled:
+        from stacks.policy_function import PolicyFunction, PolicyFunctionArgs
+
+        ids = pulumi.InvokeOutputOptions(provider=provider)
+        policy_fn = PolicyFunction(f"{cfg.environment}-policy", PolicyFunctionArgs(
+            cfg, cluster, aws.get_caller_identity_output(opts=ids).account_id,
+            aws.get_partition_output(opts=ids).partition, alerts.topic_arn, alerts.kms_key_arn,
+            depends_on=[c for groups in capacity.values() for c in groups if c is not None]), opts=opts)
+        outputs["policy_function_name"] = policy_fn.function_name
     # 8. GitHub OIDC roles (stacks/github_oidc.py)             -- issue: gitops
     if cfg.github is not None:
         from stacks.github_oidc import GitHubOidc

@@ -1,0 +1,242 @@
+"""The policy function: Lambda (zip of policy/), its least-privilege role, schedule, state table, DLQ, alarms,
+VPC placement and its read-only Kubernetes access entry.
+
+Least privilege (DESIGN.md decision 5): mutating EKS / Auto Scaling actions are scoped to this stack's
+*elastic* node groups (EKS node group ARNs by name; ASG termination by the eks:nodegroup-name tag EKS puts on
+each group's ASG). The guaranteed groups appear only in read actions. Reads that AWS cannot scope
+(DescribeAutoScalingGroups, DescribeScalingActivities, DescribeInstances, GetMetricData) are on "*".
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import pulumi
+import pulumi_aws as aws
+
+from stacks import tags, versions
+from stacks.capacity import GROUP_GUARANTEED, GROUP_ON_DEMAND, GROUP_SPOT, node_group_name
+from stacks.config import ElasticCapacity as CapacityMode
+from stacks.config import GpuLoanConfig
+from stacks.policy_package import HANDLER, build_zip, source_code_hash
+from stacks.policy_settings import GroupNames, settings_for
+
+BUILD_DIR = Path(__file__).resolve().parent.parent / "build"
+TIMEOUT_SECONDS = 50  # below the 1-minute schedule, so ticks do not overlap
+MEMORY_MB = 256
+LAMBDA_PRINCIPAL = "lambda.amazonaws.com"
+SCHEDULER_PRINCIPAL = "scheduler.amazonaws.com"
+EKS_NODEGROUP_TAG = "eks:nodegroup-name"  # EKS tags each managed node group's ASG with its name
+
+MUTATING_EKS = ["eks:UpdateNodegroupConfig"]
+MUTATING_ASG = ["autoscaling:TerminateInstanceInAutoScalingGroup"]
+
+
+def group_names(cfg: GpuLoanConfig) -> dict[str, GroupNames]:
+    """The node group names the capacity component gives each pool (stacks/capacity.node_group_name)."""
+    out = {}
+    for pool in cfg.pools:
+        e = pool.elastic
+        spot = od = None
+        if e is not None and e.capacity in (CapacityMode.spot, CapacityMode.spot_then_on_demand):
+            spot = node_group_name(cfg.environment, pool.name, GROUP_SPOT)
+        if e is not None and e.capacity in (CapacityMode.on_demand, CapacityMode.spot_then_on_demand):
+            od = node_group_name(cfg.environment, pool.name, GROUP_ON_DEMAND)
+        floor = node_group_name(cfg.environment, pool.name, GROUP_GUARANTEED) if pool.guaranteed else None
+        out[pool.name] = GroupNames(spot, od, floor)
+    return out
+
+
+def policy_document(*, partition: str, region: str, account: str, cluster_name: str, elastic: list[str],
+                    guaranteed: list[str], table_arn: str, log_group_arn: str, dlq_arn: str,
+                    topic_arn: str | None, kms_key_arn: str | None, budget_names: list[str], subnet_ids: list[str],
+                    security_group_id: str) -> dict:
+    """The role's inline policy (pure, so tests can check it without running the program)."""
+    base = f"arn:{partition}"
+
+    def nodegroup(name: str) -> str:
+        return f"{base}:eks:{region}:{account}:nodegroup/{cluster_name}/{name}/*"
+
+    statements = [
+        {"Sid": "Logs", "Effect": "Allow", "Action": ["logs:CreateLogStream", "logs:PutLogEvents"],
+         "Resource": [f"{log_group_arn}:*"]},
+        {"Sid": "ReadCluster", "Effect": "Allow", "Action": ["eks:DescribeCluster"],
+         "Resource": [f"{base}:eks:{region}:{account}:cluster/{cluster_name}"]},
+        {"Sid": "ReadNodeGroups", "Effect": "Allow", "Action": ["eks:DescribeNodegroup"],
+         "Resource": [nodegroup(n) for n in sorted(elastic + guaranteed)]},
+        {"Sid": "ResizeElasticNodeGroups", "Effect": "Allow", "Action": MUTATING_EKS,
+         "Resource": [nodegroup(n) for n in sorted(elastic)]},
+        {"Sid": "ReclaimIdleElasticInstances", "Effect": "Allow", "Action": MUTATING_ASG,
+         "Resource": [f"{base}:autoscaling:{region}:{account}:autoScalingGroup:*:autoScalingGroupName/eks-*"],
+         "Condition": {"StringEquals": {f"autoscaling:ResourceTag/{EKS_NODEGROUP_TAG}": sorted(elastic)}}},
+        {"Sid": "ReadUnscopable", "Effect": "Allow", "Resource": ["*"], "Action": [
+            "autoscaling:DescribeAutoScalingGroups", "autoscaling:DescribeScalingActivities",
+            "ec2:DescribeInstances", "cloudwatch:GetMetricData"]},
+        {"Sid": "State", "Effect": "Allow", "Action": ["dynamodb:GetItem", "dynamodb:PutItem"], "Resource": [table_arn]},
+        {"Sid": "DeadLetters", "Effect": "Allow", "Action": ["sqs:SendMessage"], "Resource": [dlq_arn]},
+        # Lambda creates the function's ENIs with this role: only in the cluster's subnets, with its own SG.
+        {"Sid": "VpcNetworkInterfaces", "Effect": "Allow", "Action": [
+            "ec2:CreateNetworkInterface", "ec2:DeleteNetworkInterface", "ec2:AssignPrivateIpAddresses",
+            "ec2:UnassignPrivateIpAddresses"], "Resource": [
+            f"{base}:ec2:{region}:{account}:network-interface/*",
+            *[f"{base}:ec2:{region}:{account}:subnet/{s}" for s in subnet_ids],
+            f"{base}:ec2:{region}:{account}:security-group/{security_group_id}"]},
+        {"Sid": "VpcDescribe", "Effect": "Allow", "Action": ["ec2:DescribeNetworkInterfaces", "ec2:DescribeSubnets",
+                                                             "ec2:DescribeSecurityGroups"], "Resource": ["*"]},
+    ]
+    if budget_names:
+        statements.append({"Sid": "ReadBudgets", "Effect": "Allow", "Action": ["budgets:ViewBudget"],
+                           "Resource": [f"{base}:budgets::{account}:budget/{n}" for n in sorted(budget_names)]})
+    if topic_arn:
+        statements.append({"Sid": "Notify", "Effect": "Allow", "Action": ["sns:Publish"], "Resource": [topic_arn]})
+    if kms_key_arn:
+        statements.append({"Sid": "NotifyEncryptedTopic", "Effect": "Allow",
+                           "Action": ["kms:GenerateDataKey", "kms:Decrypt"], "Resource": [kms_key_arn]})
+    return {"Version": "2012-10-17", "Statement": statements}
+
+
+@dataclass
+class PolicyFunctionArgs:
+    cfg: GpuLoanConfig
+    cluster: object  # stacks.cluster.Cluster: name, arn, private_subnet_ids, vpc_id, cluster_security_group_id
+    account_id: pulumi.Input[str]
+    partition: pulumi.Input[str]
+    alerts_topic_arn: pulumi.Input[str] | None = None
+    alerts_kms_key_arn: pulumi.Input[str] | None = None
+    depends_on: list | None = None  # the node groups, so the function never runs before its groups exist
+
+
+class PolicyFunction(pulumi.ComponentResource):
+    function_name: pulumi.Output[str]
+    role_arn: pulumi.Output[str]
+
+    def __init__(self, name: str, args: PolicyFunctionArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("gpuloan:policy:PolicyFunction", name, None, opts)
+        cfg, cluster = args.cfg, args.cluster
+        child = pulumi.ResourceOptions(parent=self)
+        env = cfg.environment
+        fn_name = f"gpuloan-{env}-policy"
+        names = group_names(cfg)
+        elastic = sorted(n for g in names.values() for n in (g.spot, g.on_demand) if n)
+        guaranteed = sorted(g.guaranteed for g in names.values() if g.guaranteed)
+        from stacks.policy_settings import default_budget_names
+
+        budget_names = default_budget_names(cfg)
+
+        self.table = aws.dynamodb.Table(
+            f"{name}-state", name=f"{fn_name}-state", billing_mode="PAY_PER_REQUEST", hash_key="pk",
+            attributes=[aws.dynamodb.TableAttributeArgs(name="pk", type="S")],
+            server_side_encryption=aws.dynamodb.TableServerSideEncryptionArgs(enabled=True),
+            point_in_time_recovery=aws.dynamodb.TablePointInTimeRecoveryArgs(enabled=True), opts=child)
+        self.dlq = aws.sqs.Queue(f"{name}-dlq", name=f"{fn_name}-dlq", sqs_managed_sse_enabled=True,
+                                 message_retention_seconds=14 * 24 * 3600, opts=child)
+        self.log_group = aws.cloudwatch.LogGroup(f"{name}-logs", name=f"/aws/lambda/{fn_name}",
+                                                 retention_in_days=cfg.policy.log_retention_days, opts=child)
+        self.role = aws.iam.Role(f"{name}-role", name=f"{fn_name}-{cfg.region}", assume_role_policy=json.dumps({
+            "Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "sts:AssumeRole",
+                                                    "Principal": {"Service": LAMBDA_PRINCIPAL}}]}), opts=child)
+        self.security_group = aws.ec2.SecurityGroup(
+            f"{name}-sg", vpc_id=cluster.vpc_id, description=f"gpuloan {env} policy function: HTTPS out only",
+            egress=[aws.ec2.SecurityGroupEgressArgs(protocol="tcp", from_port=443, to_port=443,
+                                                    cidr_blocks=["0.0.0.0/0"],
+                                                    description="AWS APIs (NAT or VPC endpoints) and the EKS API")],
+            opts=child)
+        # The cluster's own SG must accept the function on 443 for a private (or CIDR-limited) endpoint.
+        aws.vpc.SecurityGroupIngressRule(
+            f"{name}-to-cluster", security_group_id=cluster.cluster_security_group_id, ip_protocol="tcp",
+            from_port=443, to_port=443, referenced_security_group_id=self.security_group.id,
+            description="gpuloan policy function -> EKS API", opts=child)
+        document = pulumi.Output.all(
+            args.partition, args.account_id, cluster.name, self.table.arn, self.log_group.arn, self.dlq.arn,
+            args.alerts_topic_arn, args.alerts_kms_key_arn, cluster.private_subnet_ids, self.security_group.id,
+        ).apply(lambda v: json.dumps(policy_document(
+            partition=v[0], region=cfg.region, account=v[1], cluster_name=v[2], elastic=elastic,
+            guaranteed=guaranteed, table_arn=v[3], log_group_arn=v[4], dlq_arn=v[5], topic_arn=v[6],
+            kms_key_arn=v[7], budget_names=list(budget_names.values()), subnet_ids=list(v[8] or []),
+            security_group_id=v[9])))
+        policy = aws.iam.RolePolicy(f"{name}-policy", role=self.role.id, policy=document, opts=child)
+
+        data = build_zip()
+        BUILD_DIR.mkdir(exist_ok=True)
+        zip_path = BUILD_DIR / "policy-function.zip"
+        if not zip_path.exists() or zip_path.read_bytes() != data:
+            zip_path.write_bytes(data)
+        settings_json = cluster.name.apply(lambda cname: settings_for(cfg, cname, names, budget_names).to_json())
+        variables = {"GPULOAN_SETTINGS": settings_json, "GPULOAN_STATE_TABLE": self.table.name}
+        if args.alerts_topic_arn is not None:
+            variables["GPULOAN_TOPIC_ARN"] = args.alerts_topic_arn
+        self.function = aws.lambda_.Function(
+            f"{name}-fn", name=fn_name, role=self.role.arn, runtime=versions.POLICY_LAMBDA_RUNTIME,
+            architectures=[versions.POLICY_LAMBDA_ARCHITECTURE], handler=HANDLER,
+            code=pulumi.FileArchive(str(zip_path)), source_code_hash=source_code_hash(data),
+            timeout=TIMEOUT_SECONDS, memory_size=MEMORY_MB, reserved_concurrent_executions=1,
+            environment=aws.lambda_.FunctionEnvironmentArgs(variables=variables),
+            vpc_config=aws.lambda_.FunctionVpcConfigArgs(subnet_ids=cluster.private_subnet_ids,
+                                                         security_group_ids=[self.security_group.id]),
+            logging_config=aws.lambda_.FunctionLoggingConfigArgs(log_format="Text", log_group=self.log_group.name),
+            description=f"gpuloan {env}: resize elastic GPU node groups from GPU metrics, pending pods and budget",
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[policy, self.log_group, *(args.depends_on or [])]))
+        # Scheduler invokes asynchronously: no retries (the next tick is a retry), failures to the DLQ.
+        aws.lambda_.FunctionEventInvokeConfig(
+            f"{name}-async", function_name=self.function.name, maximum_retry_attempts=0,
+            maximum_event_age_in_seconds=60 * max(cfg.policy.schedule_minutes, 1),
+            destination_config=aws.lambda_.FunctionEventInvokeConfigDestinationConfigArgs(
+                on_failure=aws.lambda_.FunctionEventInvokeConfigDestinationConfigOnFailureArgs(
+                    destination=self.dlq.arn)), opts=child)
+
+        scheduler_role = aws.iam.Role(f"{name}-scheduler-role", name=f"{fn_name}-scheduler-{cfg.region}",
+                                      assume_role_policy=pulumi.Output.from_input(args.account_id).apply(
+                                          lambda acct: json.dumps({"Version": "2012-10-17", "Statement": [{
+                                              "Effect": "Allow", "Action": "sts:AssumeRole",
+                                              "Principal": {"Service": SCHEDULER_PRINCIPAL},
+                                              "Condition": {"StringEquals": {"aws:SourceAccount": acct}}}]})),
+                                      opts=child)
+        aws.iam.RolePolicy(f"{name}-scheduler-policy", role=scheduler_role.id, policy=pulumi.Output.all(
+            self.function.arn, self.dlq.arn).apply(lambda v: json.dumps({"Version": "2012-10-17", "Statement": [
+                {"Effect": "Allow", "Action": ["lambda:InvokeFunction"], "Resource": [v[0]]},
+                {"Effect": "Allow", "Action": ["sqs:SendMessage"], "Resource": [v[1]]}]})), opts=child)
+        minutes = cfg.policy.schedule_minutes
+        aws.scheduler.Schedule(
+            f"{name}-schedule", name=f"{fn_name}-tick",
+            schedule_expression=f"rate({minutes} minute{'s' if minutes > 1 else ''})",
+            flexible_time_window=aws.scheduler.ScheduleFlexibleTimeWindowArgs(mode="OFF"),
+            target=aws.scheduler.ScheduleTargetArgs(
+                arn=self.function.arn, role_arn=scheduler_role.arn, input=json.dumps({}),
+                retry_policy=aws.scheduler.ScheduleTargetRetryPolicyArgs(maximum_retry_attempts=0,
+                                                                         maximum_event_age_in_seconds=60),
+                dead_letter_config=aws.scheduler.ScheduleTargetDeadLetterConfigArgs(arn=self.dlq.arn)),
+            opts=child)
+
+        alarm_actions = [args.alerts_topic_arn] if args.alerts_topic_arn is not None else []
+        for metric, threshold, detail in (
+            ("Errors", 1, "the function failed in 3 of the last 5 minutes (bad settings or a crash); capacity is "
+                          "left as it was"),
+            ("Throttles", 1, "invocations were throttled (reserved concurrency 1: a tick ran longer than the "
+                             "schedule)"),
+        ):
+            aws.cloudwatch.MetricAlarm(
+                f"{name}-{metric.lower()}", name=f"{fn_name}-{metric.lower()}", namespace="AWS/Lambda",
+                metric_name=metric, dimensions={"FunctionName": self.function.name}, statistic="Sum", period=60,
+                evaluation_periods=5, datapoints_to_alarm=3, threshold=threshold,
+                comparison_operator="GreaterThanOrEqualToThreshold", treat_missing_data="notBreaching",
+                alarm_description=f"gpuloan {env} policy function: {detail}", alarm_actions=alarm_actions,
+                ok_actions=alarm_actions, opts=child)
+        aws.cloudwatch.MetricAlarm(
+            f"{name}-dead-letters", name=f"{fn_name}-dead-letters", namespace="AWS/SQS",
+            metric_name="ApproximateNumberOfMessagesVisible", dimensions={"QueueName": self.dlq.name},
+            statistic="Maximum", period=300, evaluation_periods=1, threshold=1,
+            comparison_operator="GreaterThanOrEqualToThreshold", treat_missing_data="notBreaching",
+            alarm_description=f"gpuloan {env} policy function: failed invocations in the dead-letter queue",
+            alarm_actions=alarm_actions, opts=child)
+
+        # Read-only Kubernetes identity: the group is bound to a ClusterRole that can list pods (stacks/kubernetes).
+        self.access_entry = aws.eks.AccessEntry(
+            f"{name}-access", cluster_name=cluster.name, principal_arn=self.role.arn,
+            kubernetes_groups=[tags.POLICY_READER_GROUP], type="STANDARD", opts=child)
+
+        self.function_name = self.function.name
+        self.role_arn = self.role.arn
+        self.register_outputs({"function_name": self.function_name, "role_arn": self.role_arn,
+                               "state_table": self.table.name, "dlq_arn": self.dlq.arn})
