@@ -51,13 +51,15 @@ IAM_ROLE_POLICY_ATTACHMENT = "aws:iam/rolePolicyAttachment:RolePolicyAttachment"
 
 # The component types of the policy function (stacks/policy_function.py): any type token under gpuloan:policy.
 POLICY_COMPONENT = re.compile(r"(^|\$)gpuloan:policy[\w]*:")
-READ_ACTION = re.compile(r"^[\w-]+:(Describe|Get|List|BatchGet)[\w*]*$")
+READ_ACTION = re.compile(r"^[\w-]+:(Describe|Get|List|BatchGet|View|Query|Scan|Search|Lookup)[\w*]*$")
 # Conditions that scope an action on "*" to this stack's resources or to one metric namespace.
 SCOPING_CONDITION_KEY = re.compile(r"(ResourceTag/|^cloudwatch:namespace$)", re.I)
-# A VPC Lambda's network-interface lifecycle has no resource to scope to (AWSLambdaVPCAccessExecutionRole uses "*").
+# Actions AWS only grants on "*": a VPC Lambda's network interfaces (AWSLambdaVPCAccessExecutionRole) and
+# X-Ray trace upload (AWSXRayDaemonWriteAccess). None of them can touch a node group.
 UNSCOPABLE_ACTIONS = frozenset({
     "ec2:CreateNetworkInterface", "ec2:DeleteNetworkInterface",
     "ec2:AssignPrivateIpAddresses", "ec2:UnassignPrivateIpAddresses",
+    "xray:PutTraceSegments", "xray:PutTelemetryRecords",
 })
 NARROW_EXCLUSION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{2,}\*?$")
 BROAD_MANAGED_POLICY = re.compile(r":policy/(AdministratorAccess|PowerUserAccess|IAMFullAccess|[A-Za-z0-9]+FullAccess)$")

@@ -226,6 +226,10 @@ def test_policy_role_with_mutating_star_violates(recorded):
      "Resource": "arn:aws:eks:us-east-1:123456789012:nodegroup/gpuloan-prod/prod-training-spot/*"}, []),
     ("vpc lambda enis", {"Action": ["ec2:CreateNetworkInterface", "ec2:DeleteNetworkInterface"], "Resource": "*"}, []),
     ("deny is fine", {"Effect": "Deny", "Action": "*", "Resource": "*"}, []),
+    ("budget reads", {"Action": ["budgets:ViewBudget", "dynamodb:Query"], "Resource": "*"}, []),
+    ("everything", {"Action": "*", "Resource": "*"}, ["*"]),
+    ("wildcard verb", {"Action": ["autoscaling:Terminate*", "eks:Update*"], "Resource": ["*"]},
+     ["autoscaling:Terminate*", "eks:Update*"]),
 ])
 def test_unscoped_mutating_actions_table(name, statement, bad):
     stmt = {"Effect": "Allow", **statement}
@@ -344,3 +348,17 @@ def test_floor_under_budget_compliant_and_violating(recorded):
 
     (msg,) = violations("floor-under-budget", stack_args(rec, edit={budget.name: shrink}))
     assert "training" in msg and re.search(r"\$[\d,]+/month", msg)
+
+
+def test_lambda_trusted_role_inline_policies_are_checked_wherever_declared(recorded):
+    rec = recorded("prod")
+    role = rec.named("prod-github-preview")
+    lambda_trust = json.dumps({"Version": "2012-10-17", "Statement": [{
+        "Effect": "Allow", "Principal": {"Service": "lambda.amazonaws.com"}, "Action": "sts:AssumeRole"}]})
+    wide = rec.named("prod-github-deploy-manage").inputs["policy"]
+    props = {**copy.deepcopy(role.inputs), "assumeRolePolicy": lambda_trust,
+             "inlinePolicies": [{"name": "resize", "policy": wide}]}
+    (msg,) = violations("policy-role-no-mutating-star", resource_args(rec, role, props))
+    assert "ec2:*" in msg
+    props["inlinePolicies"] = [{"name": "read", "policy": rec.named("prod-github-preview-read").inputs["policy"]}]
+    assert violations("policy-role-no-mutating-star", resource_args(rec, role, props)) == []
