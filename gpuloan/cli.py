@@ -16,6 +16,7 @@ COMMANDS = [
     "gpuloan.cmd_schema",
     "gpuloan.cmd_cost_report",
     "gpuloan.cmd_cost_diff",
+    "gpuloan.cmd_simulate",
 ]
 
 

@@ -212,42 +212,51 @@ class GpuLoan(Controller):
         self.ps = ps
         self.settings = Settings(environment="sim", region=sim.spec.region, cluster_name="sim", pools=(ps,))
         sim.hist_keep = max(sim.hist_keep, ps.idle_timeout_minutes, ps.scale_up_window_minutes) + 1
-        self._epoch_min = {}
+        self._node_cache: dict = {}
+        self._group_cache: dict = {}
+        self._last_obs = None
         self._month_spend_at_refresh = 0.0
 
     def observe(self, sim: Simulation, now_dt: datetime) -> Observation:
+        """The Observation the Lambda would build this minute. Unchanged parts reuse last minute's objects
+        (frozen dataclasses are slow to build and the engine does not care about identity)."""
         ps = self.ps
         now = sim.now
         nodes = []
-        launched_dt = self._epoch_min
+        cache = self._node_cache
+        used: dict = {}
+        idle_w, up_w = ps.idle_timeout_minutes, ps.scale_up_window_minutes
         for n in sim.nodes.values():
-            if n.group == GUARANTEED:
-                continue  # the floor is not the engine's business beyond utilization; elastic nodes carry it
-            dt = launched_dt.get(n.launched)
-            if dt is None:
-                dt = launched_dt[n.launched] = SIM_EPOCH + timedelta(minutes=n.launched)
             if n.ready_at > now:
-                nodes.append(Node(n.id, n.group, dt, LIFECYCLE_PENDING))
-                continue
-            cache = n.obs_cache
-            if cache is not None and cache[0] == now - 1 and n.busy == 0 and cache[1] == 0.0 and cache[2] == 0.0:
-                mx, avg = 0.0, 0.0  # idle and unchanged since the last minute
+                key = (n.id, None, None)
+            elif n.group == GUARANTEED:
+                _, avg = sim.window_utilization(n, up_w)
+                key = (n.id, avg, avg)
             else:
-                mx, _ = sim.window_utilization(n, ps.idle_timeout_minutes)
-                _, avg = sim.window_utilization(n, ps.scale_up_window_minutes)
-            n.obs_cache = (now, mx, avg)
-            nodes.append(Node(n.id, n.group, dt, LIFECYCLE_IN_SERVICE, mx, avg))
-        for n in sim.nodes.values():
-            if n.group == GUARANTEED and n.ready_at <= now:
-                _, avg = sim.window_utilization(n, ps.scale_up_window_minutes)
-                nodes.append(Node(n.id, GUARANTEED, SIM_EPOCH, LIFECYCLE_IN_SERVICE, None if avg is None else 100.0,
-                                  avg))
+                mx, _ = sim.window_utilization(n, idle_w)
+                _, avg = sim.window_utilization(n, up_w)
+                key = (n.id, mx, avg)
+            node = cache.get(key)
+            if node is None:
+                launched = SIM_EPOCH + timedelta(minutes=n.launched)
+                if n.ready_at > now:
+                    node = Node(n.id, n.group, launched, LIFECYCLE_PENDING)
+                else:
+                    node = Node(n.id, n.group, launched, LIFECYCLE_IN_SERVICE, key[1], key[2])
+            used[key] = node
+            nodes.append(node)
+        self._node_cache = used  # only this minute's nodes can repeat next minute
         groups = []
         for g in ps.elastic_groups:
-            last = sim.last_change[g]
-            groups.append(Group(g, sim.desired[g], 0, ps.max_nodes(g),
-                                last_change_at=None if last is None else SIM_EPOCH + timedelta(minutes=last),
-                                capacity_shortage=(g == SPOT and sim.short_since[g] is not None)))
+            key = (g, sim.desired[g], sim.last_change[g], g == SPOT and sim.short_since[g] is not None)
+            group = self._group_cache.get(key)
+            if group is None:
+                last = key[2]
+                group = Group(g, key[1], 0, ps.max_nodes(g),
+                              last_change_at=None if last is None else SIM_EPOCH + timedelta(minutes=last),
+                              capacity_shortage=key[3])
+                self._group_cache = {key: group, **{k: v for k, v in self._group_cache.items() if k[0] != g}}
+            groups.append(group)
         gpn = ps.gpus_per_node
         pods = []
         for g in sim.workload.pending_list():
@@ -255,10 +264,13 @@ class GpuLoan(Controller):
                 pods.append(gpn)
                 g -= gpn
             pods.append(g)
-        spend = None
-        if ps.budget_monthly_usd is not None:
-            spend = self._spend(sim, now)
-        return Observation((PoolObservation(ps.name, tuple(groups), tuple(nodes), tuple(pods), spend),))
+        spend = self._spend(sim, now) if ps.budget_monthly_usd is not None else None
+        key = (tuple(nodes), tuple(groups), tuple(pods), spend)
+        if self._last_obs is not None and self._last_obs[0] == key:
+            return self._last_obs[1]
+        obs = Observation((PoolObservation(ps.name, key[1], key[0], key[2], spend),))
+        self._last_obs = (key, obs)
+        return obs
 
     def _spend(self, sim: Simulation, now: int) -> Spend:
         """Budgets' actual figure refreshed hourly (it lags), plus the running estimate since."""

@@ -88,9 +88,11 @@ def run_one(spec: PoolSpec, trace, controller: Controller, settings: SimSettings
             horizon: int | None = None, progress=None) -> tuple[Simulation, dict]:
     horizon = horizon if horizon is not None else default_horizon(trace)
     oracle_cost = oracle_gpu_hours(trace, horizon) * spec.oracle_usd_per_gpu_hour
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     sim = Simulation(spec, trace, controller, settings, horizon).run(progress)
-    return sim, metrics_of(sim, controller, oracle_cost, time.perf_counter() - t0)
+    m = metrics_of(sim, controller, oracle_cost, time.perf_counter() - t0)
+    m["sim_cpu_seconds"] = round(time.process_time() - c0, 3)
+    return sim, m
 
 
 def compare(spec: PoolSpec, trace, settings: SimSettings = SimSettings(), policies: list[Controller] | None = None,

@@ -1,0 +1,179 @@
+"""`gpuloan simulate --trace FILE --stack S`: replay a demand trace through our policy and the baselines.
+
+Exit codes: 0 done, 2 bad input (trace, stack, pool, options).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+EXIT_BAD_INPUT = 2
+
+
+def register(sub) -> None:
+    p = sub.add_parser("simulate", help="replay a GPU demand trace: our policy vs baselines vs the oracle")
+    p.add_argument("--trace", required=True, help="CSV: ITP jobs, generic submit_s,duration_s,gpus, or minute,gpus_demanded")
+    p.add_argument("--stack", required=True, help="stack name (reads ./Pulumi.<stack>.yaml) or a file path")
+    p.add_argument("--pool", help="pool name (default: the stack's first pool)")
+    p.add_argument("--days", help="A:B, days counted from 0, both included (e.g. 1:57)")
+    p.add_argument("--json", action="store_true", help="print the JSON document instead of the table")
+    p.add_argument("--plot", metavar="PNG", help="write demand vs capacity and cumulative cost to this PNG")
+    p.add_argument("--auto-size", action="store_true",
+                   help="size the pool from the trace: floor at the 25th percentile of demand, elastic max at the peak")
+    p.add_argument("--sweep-floor", action="store_true", help="run our policy with floors from 0 to the peak")
+    p.add_argument("--seed", type=int, default=0, help="seed of spot interruptions and shortages (default 0)")
+    p.add_argument("--provisioning-delay", type=int, default=None, metavar="MINUTES")
+    p.add_argument("--checkpoint-interval", type=int, default=None, metavar="MINUTES")
+    p.add_argument("--spot-episodes-per-week", type=float, default=None)
+    p.set_defaults(func=run)
+
+
+def _settings(args):
+    from sim.engine import SimSettings
+
+    s = SimSettings(seed=args.seed)
+    for opt, field in (("provisioning_delay", "provisioning_delay_minutes"),
+                       ("checkpoint_interval", "checkpoint_interval_minutes"),
+                       ("spot_episodes_per_week", "spot_unavailable_episodes_per_week")):
+        value = getattr(args, opt)
+        if value is not None:
+            if value < 0:
+                raise ValueError(f"--{opt.replace('_', '-')} must be >= 0")
+            s = replace(s, **{field: value})
+    return s
+
+
+def run(args) -> int:
+    from gpuloan import stackfile
+    from sim import pool as simpool
+    from sim import runner, traces
+    from stacks import config
+
+    try:
+        trace = traces.read_trace(args.trace)
+        if args.days:
+            trace = trace.window(*traces.parse_days(args.days))
+        _, path = stackfile.resolve(args.stack)
+        cfg = config.from_stack_yaml(stackfile.load(path), path.name)
+        spec = simpool.spec_from_config(cfg, args.pool)
+        horizon = None
+        if args.auto_size or args.sweep_floor:
+            from sim.engine import default_horizon
+
+            horizon = default_horizon(trace)
+            if args.auto_size:
+                spec = simpool.auto_size(spec, trace, horizon_minutes=horizon)
+        settings = _settings(args)
+    except (traces.TraceError, config.ConfigError, simpool.PoolError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except stackfile.StackFileError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if not getattr(trace, "jobs", None) and not getattr(trace, "gpus_demanded", None):
+        print(f"error: trace {trace.name} has no demand in the chosen days", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if args.sweep_floor:
+        return _sweep(args, spec, trace, settings)
+    doc = _with_progress(lambda progress: runner.compare(spec, trace, settings, progress=progress), args.json)
+    if args.plot:
+        from sim.plot import plot
+
+        plot(doc, args.plot)
+    series = doc.pop("_series")
+    del series
+    doc["dominated_by"] = runner.dominated_by(doc)
+    peak_gpus = spec.peak_nodes * spec.gpus_per_node
+    doc["jobs_larger_than_pool"] = sum(1 for j in getattr(trace, "jobs", ()) if j.gpus > peak_gpus)
+    if args.json:
+        print(json.dumps(doc, indent=2))
+    else:
+        _table(doc)
+    return 0
+
+
+def _with_progress(fn, quiet: bool):
+    """A rich progress bar on stderr for long runs (not when printing JSON to a pipe)."""
+    if quiet or not sys.stderr.isatty():
+        return fn(None)
+    from rich.progress import Progress
+
+    with Progress(transient=True) as bar:
+        task = bar.add_task("simulating", total=100)
+
+        def progress(done, total, name):
+            bar.update(task, completed=100 * done / max(1, total), description=f"simulating {name}")
+
+        return fn(progress)
+
+
+def _table(doc: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    p = doc["pool"]
+    title = (f"{doc['trace']} on pool {p['name']}: floor {p['floor_nodes']} x {p['floor_type']}, elastic "
+             f"{p['capacity']} up to {max(p['spot_max_nodes'], p['on_demand_max_nodes'])} x "
+             f"{p['spot_type'] or p['on_demand_type']}; oracle ${doc['oracle_cost_usd']:,.0f}")
+    jobs = doc["policies"][0].get("p95_wait_minutes") is not None
+    table = Table(title=title)
+    cols = ["policy", "total $", "guaranteed $", "spot $", "on-demand $", "cost/oracle", "GPU-h served"]
+    cols += ["wait p50/p95/p99 min"] if jobs else []
+    cols += ["unmet GPU-h", "interruptions", "lost GPU-h"]
+    for c in cols:
+        table.add_column(c, justify="left" if c == "policy" else "right")
+    for r in doc["policies"]:
+        row = [r["name"], f"{r['total_cost_usd']:,.0f}", f"{r['guaranteed_cost_usd']:,.0f}",
+               f"{r['elastic_spot_cost_usd']:,.0f}", f"{r['elastic_on_demand_cost_usd']:,.0f}",
+               f"{r['cost_over_oracle']:.2f}" if r["cost_over_oracle"] is not None else "-",
+               f"{r['gpu_hours_served']:,.0f}"]
+        if jobs:
+            row.append(f"{r['p50_wait_minutes']:g} / {r['p95_wait_minutes']:g} / {r['p99_wait_minutes']:g}")
+        row += [f"{r['unmet_gpu_hours']:,.1f}", str(r["interruptions"]), f"{r['lost_gpu_hours']:,.1f}"]
+        table.add_row(*row)
+    console = Console(width=max(160, Console().width))
+    big = doc.get("jobs_larger_than_pool", 0)
+    if big:
+        console.print(f"[yellow]warning: {big} job(s) need more GPUs than the pool can ever hold; use --auto-size "
+                      "or a larger pool[/yellow]")
+    console.print(table)
+    dom = doc["dominated_by"]
+    console.print(f"gpuloan is dominated (cheaper and shorter waits) by: {', '.join(dom)}" if dom
+                  else "no baseline is both cheaper and faster than gpuloan")
+
+
+def _sweep(args, spec, trace, settings) -> int:
+    from sim import pool as simpool
+    from sim import runner
+    from sim.engine import default_horizon
+    from sim.policies import GpuLoan
+
+    horizon = default_horizon(trace)
+    peak = spec.peak_nodes
+    step = max(1, peak // 12)
+    floors = sorted(set(list(range(0, peak + 1, step)) + [peak]))
+    rows = []
+    for floor in floors:
+        s = simpool.with_floor(spec, floor)
+        _, m = runner.run_one(s, trace, GpuLoan(), settings, horizon)
+        rows.append({"floor_nodes": floor, "floor_gpus": floor * spec.gpus_per_node, **{
+            k: m[k] for k in ("total_cost_usd", "cost_over_oracle", "p95_wait_minutes", "unmet_gpu_hours",
+                              "interruptions")}})
+    if args.json:
+        print(json.dumps({"trace": trace.name, "pool": spec.name, "sweep_floor": rows}, indent=2))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"floor sweep: {trace.name} on pool {spec.name} (our policy)")
+    for c in ("floor nodes", "floor GPUs", "total $", "cost/oracle", "p95 wait min", "unmet GPU-h", "interruptions"):
+        table.add_column(c, justify="right")
+    for r in rows:
+        table.add_row(str(r["floor_nodes"]), str(r["floor_gpus"]), f"{r['total_cost_usd']:,.0f}",
+                      f"{r['cost_over_oracle']:.2f}", str(r["p95_wait_minutes"]), f"{r['unmet_gpu_hours']:,.1f}",
+                      str(r["interruptions"]))
+    Console(width=max(120, Console().width)).print(table)
+    return 0

@@ -1,0 +1,250 @@
+"""Simulator: hand-checked costs and waits, conservation, the oracle bound, determinism, the real decide."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+import yaml
+
+import policy.engine
+from gpuloan import cli
+from sim import pool as simpool
+from sim import runner, traces
+from sim.engine import ON_DEMAND, SPOT, SimSettings, Simulation
+from sim.policies import Controller, FloorOnly, GpuLoan, Karpenter, StaticPeak, ThresholdScript, all_policies
+from stacks import config
+from conftest import REPO
+
+CALM = SimSettings(spot_interruptions_per_month=0.0, spot_unavailable_episodes_per_week=0.0)
+
+
+def dev_spec() -> simpool.PoolSpec:
+    cfg = config.from_stack_yaml(yaml.safe_load((REPO / "Pulumi.dev.yaml").read_text()), "dev")
+    return simpool.spec_from_config(cfg)  # floor 1 x g6.xlarge (1 GPU), spot g6/g5.xlarge up to 4
+
+
+def jobs(tmp_path, rows, name="t.csv"):
+    path = tmp_path / name
+    path.write_text("submit_s,duration_s,gpus\n" + "".join(f"{a},{b},{c}\n" for a, b, c in rows))
+    return traces.read_trace(path)
+
+
+# --- trace readers -----------------------------------------------------------------------------------------
+
+
+def test_itp_format_is_detected_and_sorted():
+    t = traces.read_trace(REPO / "data/traces/itp/cluster10.csv")
+    assert t.fmt == "itp" and len(t.jobs) == 260  # SOURCE.md: 260 jobs
+    assert [j.submit_s for j in t.jobs] == sorted(j.submit_s for j in t.jobs)
+
+
+def test_series_format(tmp_path):
+    p = tmp_path / "s.csv"
+    p.write_text("minute,gpus_demanded\n0,2\n3,1\n")
+    t = traces.read_trace(p)
+    assert t.kind == "series" and t.gpus_demanded == (2, 0, 0, 1)
+
+
+@pytest.mark.parametrize("text,needle", [
+    ("a,b,c\n1,2,3\n", "unknown header"),
+    ("", "empty file"),
+    ("submit_s,duration_s,gpus\n0,60,x\n", ":2: gpus is 'x', not a number"),
+    ("submit_s,duration_s,gpus\n0,0,1\n", "duration_s is 0; it must be positive"),
+    ("submit_s,duration_s,gpus\n0,60,1.5\n", "whole number of GPUs"),
+    ("submit_s,duration_s,gpus\n-5,60,1\n", "submit_s is -5"),
+    ("submit_s,duration_s,gpus\n0,60\n", "2 field(s), the header has 3"),
+    ("minute,gpus_demanded\n1,2\n1,3\n", "minute 1 appears twice"),
+    ("submit_s,duration_s,gpus\n", "no jobs"),
+])
+def test_bad_traces_name_line_and_column(tmp_path, text, needle):
+    p = tmp_path / "bad.csv"
+    p.write_text(text)
+    with pytest.raises(traces.TraceError) as err:
+        traces.read_trace(p)
+    assert needle in str(err.value)
+
+
+def test_every_bad_line_is_reported_at_once(tmp_path):
+    p = tmp_path / "bad.csv"
+    p.write_text("submit_s,duration_s,gpus\n0,60,x\n0,60,1\n0,y,1\n")
+    with pytest.raises(traces.TraceError) as err:
+        traces.read_trace(p)
+    assert [w.rsplit(":", 1)[1] for w, _ in err.value.problems] == ["2", "4"]
+
+
+# --- hand-checked costs and waits --------------------------------------------------------------------------
+
+
+def test_floor_only_two_jobs_one_gpu(tmp_path):
+    spec = dev_spec()
+    t = jobs(tmp_path, [(0, 3600, 1), (0, 3600, 1)])
+    sim, m = runner.run_one(spec, t, FloorOnly(), CALM, horizon=180)
+    assert m["total_cost_usd"] == pytest.approx(round(3 * spec.floor_usd_per_hour, 2), abs=0.01)
+    assert (m["p50_wait_minutes"], m["p95_wait_minutes"]) == (0, 60)  # the second job waits for the first
+    assert m["gpu_hours_served"] == pytest.approx(2.0) and m["unmet_gpu_hours"] == 0
+
+
+def test_karpenter_launches_at_once_and_consolidates_after_15_minutes(tmp_path):
+    spec = dev_spec()
+    t = jobs(tmp_path, [(0, 3600, 1), (0, 3600, 1)])
+    sim, m = runner.run_one(spec, t, Karpenter(), CALM, horizon=180)
+    # spot node launched at minute 0, ready at 6 (wait 6), job ends at 66, empty 15 min -> removed at 81
+    assert m["p95_wait_minutes"] == 6
+    assert m["elastic_spot_cost_usd"] == pytest.approx(round(81 * spec.spot_usd_per_hour / 60, 2), abs=0.01)
+    assert m["elastic_on_demand_cost_usd"] == 0
+
+
+def test_static_peak_never_waits_and_pays_on_demand_for_the_peak(tmp_path):
+    spec = dev_spec()
+    t = jobs(tmp_path, [(0, 3600, 1), (0, 3600, 1), (120, 600, 3)])
+    _, m = runner.run_one(spec, t, StaticPeak(), CALM, horizon=120)
+    assert m["p99_wait_minutes"] == 0
+    assert m["elastic_on_demand_cost_usd"] == pytest.approx(round(4 * spec.on_demand_usd_per_hour * 2, 2), abs=0.01)
+
+
+def test_multi_node_job_needs_whole_nodes(tmp_path):
+    spec = dev_spec()  # 1 GPU per node: a 3-GPU job needs 3 nodes
+    t = jobs(tmp_path, [(0, 600, 3)])
+    sim, m = runner.run_one(spec, t, Karpenter(), CALM, horizon=60)
+    assert m["p50_wait_minutes"] == 6 and m["gpu_hours_served"] == pytest.approx(0.5)
+    assert m["node_launches"] == 2  # the floor node plus two spot nodes
+
+
+def test_spot_interruption_loses_work_since_checkpoint_and_requeues(tmp_path):
+    spec = replace(dev_spec(), floor_nodes=0)
+    t = jobs(tmp_path, [(0, 3600, 1)])
+
+    class OneSpot(Controller):
+        name = "one-spot"
+
+        def tick(self, sim):
+            if sim.now == 0:
+                node = sim.nodes[next(iter(sim.nodes))] if sim.nodes else None
+                assert node is None
+                sim.launch(SPOT, 1)
+                node = next(iter(sim.nodes.values()))
+                node.reclaim_at = 40  # the node is reclaimed at 40 (warning at 38)
+                sim._next_event = 0
+            if sim.now == 41:
+                sim.launch(ON_DEMAND, 1)
+
+    sim, m = runner.run_one(spec, t, OneSpot(), CALM, horizon=200)
+    # ran 6..40 = 34 min, checkpoint every 30: 4 min lost, requeued, restarts at 47 on on-demand for 30 min
+    assert m["interruptions"] == 1 and m["jobs_interrupted"] == 1
+    assert m["lost_gpu_hours"] == pytest.approx(4 / 60, abs=1e-3)  # metrics carry 3 decimals
+    assert m["gpu_hours_served"] == pytest.approx(1.0) and m["unmet_gpu_hours"] == pytest.approx(0)
+
+
+def test_series_mode_carries_unmet_demand_as_backlog(tmp_path):
+    p = tmp_path / "s.csv"
+    p.write_text("minute,gpus_demanded\n" + "".join(f"{m},2\n" for m in range(10)))
+    spec = dev_spec()
+    _, m = runner.run_one(spec, traces.read_trace(p), FloorOnly(), CALM, horizon=10)
+    assert m["gpu_hours_served"] == pytest.approx(10 / 60, abs=1e-3)
+    assert m["unmet_gpu_hours"] == pytest.approx(10 / 60, abs=1e-3)
+
+
+# --- invariants --------------------------------------------------------------------------------------------
+
+
+def _random_trace(tmp_path, seed=3, n=60):
+    import random
+
+    rng = random.Random(seed)
+    rows = [(rng.randrange(0, 3 * 86400), rng.randrange(600, 6 * 3600), rng.choice([1, 1, 1, 2, 4]))
+            for _ in range(n)]
+    return jobs(tmp_path, rows, f"r{seed}.csv")
+
+
+@pytest.fixture(scope="module")
+def compared(tmp_path_factory):
+    t = _random_trace(tmp_path_factory.mktemp("r"))
+    spec = simpool.auto_size(dev_spec(), t)
+    stormy = SimSettings(seed=5, spot_interruptions_per_month=30.0, spot_unavailable_episodes_per_week=7.0)
+    return spec, t, runner.compare(spec, t, stormy)
+
+
+def test_conservation_served_plus_unmet_is_demand(compared):
+    _, t, doc = compared
+    for p in doc["policies"]:
+        assert p["gpu_hours_served"] + p["unmet_gpu_hours"] == pytest.approx(t.demand_gpu_hours, abs=1e-3), p["name"]
+
+
+def test_oracle_is_a_lower_bound(compared):
+    spec, _, doc = compared
+    for p in doc["policies"]:
+        assert p["total_cost_usd"] + 0.01 >= spec.oracle_usd_per_gpu_hour * p["gpu_hours_served"], p["name"]
+        if p["unmet_gpu_hours"] == 0:
+            assert p["total_cost_usd"] >= doc["oracle_cost_usd"], p["name"]
+    assert any(p["interruptions"] for p in doc["policies"])  # the storm did interrupt spot users
+
+
+def test_same_seed_same_result_other_seed_other_storm(tmp_path):
+    t = _random_trace(tmp_path, seed=7, n=30)
+    spec = simpool.auto_size(dev_spec(), t)
+    s = SimSettings(seed=11, spot_interruptions_per_month=20.0, spot_unavailable_episodes_per_week=5.0)
+    a = runner.run_one(spec, t, GpuLoan(), s)[1]
+    b = runner.run_one(spec, t, GpuLoan(), s)[1]
+    strip = lambda m: {k: v for k, v in m.items() if not k.startswith("sim_")}  # noqa: E731
+    assert strip(a) == strip(b)
+    sims = [Simulation(spec, t, FloorOnly(), replace(s, seed=k)).episodes for k in (11, 12)]
+    assert sims[0] != sims[1]
+
+
+def test_simulator_calls_the_real_decide(tmp_path, monkeypatch):
+    calls = []
+    real = policy.engine.decide
+
+    def spy(settings, observation, now):
+        calls.append(now)
+        return real(settings, observation, now)
+
+    monkeypatch.setattr(policy.engine, "decide", spy)
+    t = jobs(tmp_path, [(0, 3600, 2)])
+    sim, m = runner.run_one(dev_spec(), t, GpuLoan(), CALM, horizon=90)
+    assert len(calls) == 90 and m["decide_calls"] == 90
+    assert m["elastic_spot_cost_usd"] > 0  # decide's plan was applied: a spot node was launched for the job
+    assert GpuLoan().decide is policy.engine.decide
+
+
+def test_threshold_script_adds_on_demand_when_busy(tmp_path):
+    t = jobs(tmp_path, [(0, 7200, 1), (0, 7200, 1)])
+    _, m = runner.run_one(dev_spec(), t, ThresholdScript(), CALM, horizon=120)
+    assert m["elastic_on_demand_cost_usd"] > 0 and m["p95_wait_minutes"] == 6
+
+
+def test_auto_size_covers_the_peak(tmp_path):
+    t = jobs(tmp_path, [(0, 3600, 1), (0, 3600, 4), (60, 60, 1)])
+    spec = simpool.auto_size(dev_spec(), t)
+    # 6 GPUs at minute 1 (1 + 4 + 1); 5 GPUs most of the time, so the 25th percentile floor is 5 nodes
+    assert spec.peak_nodes == 6 and spec.floor_nodes == 5
+    assert {p.name for p in all_policies(spec)} >= {"gpuloan", "karpenter", "static-peak", "floor-only",
+                                                      "threshold-script"}
+
+
+# --- the command -------------------------------------------------------------------------------------------
+
+
+def test_simulate_json(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(REPO)
+    t = tmp_path / "t.csv"
+    t.write_text("submit_s,duration_s,gpus\n0,3600,1\n600,1200,2\n")
+    png = tmp_path / "out.png"
+    assert cli.main(["simulate", "--trace", str(t), "--stack", "dev", "--json", "--plot", str(png)]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    names = [p["name"] for p in doc["policies"]]
+    assert names[0] == "gpuloan" and "karpenter" in names and doc["oracle_cost_usd"] > 0
+    for key in ("total_cost_usd", "cost_over_oracle", "p95_wait_minutes", "unmet_gpu_hours", "interruptions"):
+        assert key in doc["policies"][0]
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_simulate_bad_input_exit_2(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(REPO)
+    t = tmp_path / "t.csv"
+    t.write_text("submit_s,duration_s,gpus\n0,3600,1\n")
+    assert cli.main(["simulate", "--trace", str(t), "--stack", "dev", "--pool", "nope"]) == 2
+    assert "no pool 'nope'" in capsys.readouterr().err
+    assert cli.main(["simulate", "--trace", str(t), "--stack", "dev", "--days", "5:1"]) == 2
