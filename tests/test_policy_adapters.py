@@ -1,0 +1,229 @@
+"""Adapters and the tick over in-memory fakes: notification templates, rate limits, batching, pod parsing,
+spend accounting, and write faults (update in progress, throttling) that must leave capacity alone."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from fake_kube import gpu_pod
+from policy import notifications as N
+from policy.errors import ConflictingUpdate, Throttled
+from policy.kube import pod_gpus, pod_pools
+from policy.model import ACTION_SET_DESIRED, ACTION_TERMINATE, Action, PoolDecision, Reason
+from policy.nodegroups import GroupState, Instance
+from policy.spend import accrue, observe_spend
+from policy.state import MemoryState
+from policy.tick import Ports, run_tick
+from policy.utilization import MAX_QUERIES_PER_CALL, CloudWatchUtilization, NodeRef, Series
+from policy_cases import NOW, OD, SPOT, ago, group, pool_settings, settings
+
+
+def _decision(*actions, **kw) -> PoolDecision:
+    return PoolDecision("training", tuple(actions), desired_after={"prod-training-spot": 3, "prod-training-on-demand": 0},
+                        month_to_date_usd=1234.5, projected_month_usd=5000.0, **kw)
+
+
+KINDS = {
+    N.KIND_SCALE_UP: _decision(Action("training", ACTION_SET_DESIRED, Reason.SCALE_UP_PENDING, "prod-training-spot", 1, 3,
+                                      detail="2 pending GPU(s) need 2 more node(s)")),
+    N.KIND_RECLAIM: _decision(Action("training", ACTION_TERMINATE, Reason.RECLAIM_IDLE, "prod-training-spot", 4, 3,
+                                     instance_id="i-0abc", detail="max GPU utilization 0.5% < 5% for 30 min")),
+    N.KIND_BUDGET_CAP: _decision(Action("training", "hold", Reason.BUDGET_CAP, "prod-training-spot",
+                                        detail="pool training budget $60,000 affords 0 more node(s)")),
+    N.KIND_BUDGET_DRAIN: _decision(Action("training", ACTION_TERMINATE, Reason.BUDGET_DRAIN, "prod-training-spot", 3, 2,
+                                          instance_id="i-0def", detail="month-to-date reached the budget")),
+    N.KIND_FALLBACK: _decision(Action("training", ACTION_SET_DESIRED, Reason.SPOT_FALLBACK, "prod-training-on-demand",
+                                      0, 1, detail="spot short (0/1 up)"), fallback_active=True),
+    N.KIND_RECOVERED: _decision(Action("training", "hold", Reason.SPOT_RECOVERED, "prod-training-on-demand",
+                                       detail="spot is filled")),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_each_notification_kind_renders_readably(kind):
+    d = KINDS[kind]
+    assert kind in N.kinds_of(d)
+    msg = N.render(kind, "prod", d, 60000.0)
+    assert msg.subject.startswith("[gpuloan prod] training: ") and len(msg.subject) <= N.SUBJECT_MAX
+    assert msg.subject.isascii() and "\n" not in msg.subject
+    assert "Environment: prod" in msg.body and "Pool: training" in msg.body
+    assert "$1,234.50 of $60,000.00 budget" in msg.body
+    assert d.actions[0].reason.value in msg.body and d.actions[0].detail in msg.body
+    assert N._ADVICE[kind] in msg.body
+
+
+def test_subjects_say_what_happened():
+    subjects = {k: N.render(k, "prod", d).subject for k, d in KINDS.items()}
+    assert subjects[N.KIND_SCALE_UP] == "[gpuloan prod] training: added 2 elastic GPU node(s)"
+    assert subjects[N.KIND_RECLAIM] == "[gpuloan prod] training: reclaimed 1 idle GPU node(s)"
+    assert subjects[N.KIND_FALLBACK] == "[gpuloan prod] training: spot short, using on-demand fallback"
+    assert N.render(N.KIND_SCALE_UP, "prod", KINDS[N.KIND_SCALE_UP], dry_run=True).subject.startswith(
+        "[gpuloan prod] [dry run] training:")
+    err = N.render_error("prod", "Throttled: CloudWatch GetMetricData")
+    assert err.subject == "[gpuloan prod] all pools: policy function could not complete a tick"
+    assert "Capacity was left as it was" in err.body
+
+
+def test_rate_limit():
+    state: dict = {}
+    assert N.due(state, "training:scale_up", NOW, 30)
+    assert not N.due(state, "training:scale_up", NOW + timedelta(minutes=29), 30)
+    assert N.due(state, "training:reclaim", NOW + timedelta(minutes=1), 30)
+    assert N.due(state, "training:scale_up", NOW + timedelta(minutes=30), 30)
+
+
+def test_pod_parsing():
+    assert pod_gpus(gpu_pod("a", 2, pool="p")) == 2
+    pod = gpu_pod("b", 1, pool="p")
+    pod["spec"]["initContainers"] = [{"resources": {"requests": {"nvidia.com/gpu": 4}}}]
+    assert pod_gpus(pod) == 4  # the largest init container wins when bigger than the app containers' sum
+    assert pod_pools(gpu_pod("c", 1, pool="p")) == {"p"}
+    assert pod_pools(gpu_pod("d", 1, affinity_pools=["p", "q"])) == {"p", "q"}
+    assert pod_pools(gpu_pod("e", 1)) == set()
+
+
+class FakeCloudWatch:
+    def __init__(self):
+        self.batches = []
+
+    def get_metric_data(self, **kw):
+        self.batches.append(len(kw["MetricDataQueries"]))
+        return {"MetricDataResults": [{"Id": q["Id"], "Timestamps": [NOW - timedelta(minutes=m) for m in range(30)],
+                                       "Values": [3.0] * 30} for q in kw["MetricDataQueries"]]}
+
+
+def test_get_metric_data_is_batched_at_500_queries():
+    cw = FakeCloudWatch()
+    nodes = [NodeRef(f"i-{k}", f"ip-{k}") for k in range(600)]
+    series = CloudWatchUtilization(cw, "c").read(nodes, NOW, 30)
+    assert cw.batches == [MAX_QUERIES_PER_CALL, MAX_QUERIES_PER_CALL, 200]
+    assert len(series) == 600 and series["i-599"].max_over(NOW, 30) == 3.0
+
+
+def test_series_needs_coverage_and_freshness():
+    full = Series(tuple((NOW - timedelta(minutes=m), 1.0, 1.0) for m in range(30)))
+    assert full.max_over(NOW, 30) == 1.0 and full.avg_over(NOW, 10) == 1.0
+    sparse = Series(tuple((NOW - timedelta(minutes=m), 1.0, 1.0) for m in range(0, 30, 3)))
+    assert sparse.max_over(NOW, 30) is None  # a third of the window is not "idle for 30 minutes"
+    stale = Series(tuple((NOW - timedelta(minutes=m), 1.0, 1.0) for m in range(10, 40)))
+    assert stale.max_over(NOW, 30) is None
+
+
+def test_spend_refreshes_at_most_hourly_and_accrues_between():
+    class Reader:
+        calls = 0
+
+        def actual_usd(self, name):
+            Reader.calls += 1
+            return 100.0
+
+    state: dict = {}
+    errors = []
+    s = observe_spend(state, {"environment": "b"}, Reader(), NOW, 60, errors.append)
+    assert s["environment"].actual_usd == 100.0 and Reader.calls == 1
+    accrue(state, {"environment": (10.0, 4.0)}, NOW)
+    accrue(state, {"environment": (10.0, 4.0)}, NOW + timedelta(minutes=30))
+    s = observe_spend(state, {"environment": "b"}, Reader(), NOW + timedelta(minutes=30), 60, errors.append)
+    assert Reader.calls == 1 and s["environment"].month_to_date_usd == pytest.approx(105.0)
+    s = observe_spend(state, {"environment": "b"}, Reader(), NOW + timedelta(minutes=61), 60, errors.append)
+    assert Reader.calls == 2 and s["environment"].estimated_since_usd == 0.0
+    assert state["spend"]["environment"]["elastic_month_usd"] == pytest.approx(2.0)
+
+
+class FakeGroups:
+    """In-memory node group port; write failures are injectable."""
+
+    def __init__(self, groups, instances, fail=None):
+        self.groups = {g.name: g for g in groups}
+        self.instances = instances
+        self.fail = fail
+        self.writes = []
+
+    def read(self, names, now, activities_for=frozenset()):
+        return {n: GroupState(self.groups[n], tuple(i for i in self.instances if i.group == n))
+                for n in names if n in self.groups}
+
+    def set_desired(self, group, desired):
+        if self.fail:
+            raise self.fail
+        self.writes.append(("set", group, desired))
+
+    def terminate(self, instance_id):
+        if self.fail:
+            raise self.fail
+        self.writes.append(("terminate", instance_id))
+
+
+class FakeUtil:
+    def __init__(self, util):
+        self.util = util
+
+    def read(self, nodes, now, window):
+        return {n.instance_id: Series(tuple((now - timedelta(minutes=m), self.util[n.instance_id],
+                                             self.util[n.instance_id]) for m in range(window)))
+                for n in nodes if n.instance_id in self.util}
+
+
+class FakePods:
+    def __init__(self, pending):
+        self.pending = pending
+
+    def pending_gpus(self, pools):
+        if isinstance(self.pending, Exception):
+            raise self.pending
+        return self.pending
+
+
+class FakePublisher:
+    def __init__(self):
+        self.sent = []
+
+    def publish(self, subject, body):
+        self.sent.append(subject)
+
+
+def _ports(fail=None, pending=None):
+    groups = FakeGroups([group(SPOT, 2), group(OD, 0)],
+                        [Instance("i-idle", SPOT, "InService", ago(120), "n1"),
+                         Instance("i-busy", SPOT, "InService", ago(120), "n2")], fail)
+    return Ports(groups, FakeUtil({"i-idle": 0.0, "i-busy": 70.0}),
+                 FakePods({"research": ()} if pending is None else pending), None, MemoryState(), FakePublisher())
+
+
+@pytest.mark.parametrize("fail", [ConflictingUpdate("EKS UpdateNodegroupConfig: ResourceInUseException"),
+                                  Throttled("Auto Scaling: Throttling")], ids=["update_in_progress", "throttled"])
+def test_write_faults_are_recorded_not_raised(fail):
+    ports = _ports(fail)
+    logs = []
+    result = run_tick(settings(pool_settings()), ports, NOW, logs.append)
+    assert result.applied == [] and len(result.failed) == 1 and result.errors
+    assert ports.groups.writes == []
+    assert any('"PolicyErrors":1' in line for line in logs)
+    assert any("could not complete a tick" in s for s in ports.publisher.sent)
+
+
+def test_tick_applies_reclaim_and_keeps_state_between_ticks():
+    ports = _ports()
+    logs = []
+    first = run_tick(settings(pool_settings()), ports, NOW, logs.append)
+    assert ports.groups.writes == [("terminate", "i-idle")] and first.errors == []
+    assert ports.publisher.sent == ["[gpuloan dev] research: reclaimed 1 idle GPU node(s)"]
+    # same world a minute later: the rate limit holds the notification back
+    run_tick(settings(pool_settings()), ports, NOW + timedelta(minutes=1), logs.append)
+    assert len(ports.publisher.sent) == 1
+    assert ports.state.items["tick"][1] == 2  # two conditional writes
+
+
+def test_tick_refuses_to_touch_a_group_outside_the_pool():
+    from policy.tick import TickResult, _apply
+
+    ps = pool_settings()
+    a = Action("research", ACTION_SET_DESIRED, Reason.SCALE_UP_PENDING, "research-floor", 1, 5, detail="x")
+    from policy.model import Observation, Plan
+
+    result = TickResult(Plan(()))
+    ports = _ports()
+    _apply(settings(ps), Plan((PoolDecision("research", (a,)),)), Observation(()), ports, result)
+    assert ports.groups.writes == [] and "not an elastic group" in result.failed[0][1]
