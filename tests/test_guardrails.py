@@ -196,7 +196,8 @@ def _as_policy_function_child(r):
 def test_policy_role_documents_in_the_program_are_compliant(recorded):
     rec = recorded("prod")
     in_function = [r for r in rec.resources if g.in_policy_function(r.urn)]
-    for r in in_function:  # the policy function's own role and policies, once stacks/policy_function.py is wired
+    assert any(r.type == g.IAM_ROLE_POLICY for r in in_function)  # stacks/policy_function.py's role policy
+    for r in in_function:
         assert violations("policy-role-no-mutating-star", resource_args(rec, r)) == [], r.name
     read_only = rec.named("prod-github-preview-read")
     assert violations("policy-role-no-mutating-star",
@@ -362,3 +363,16 @@ def test_lambda_trusted_role_inline_policies_are_checked_wherever_declared(recor
     assert "ec2:*" in msg
     props["inlinePolicies"] = [{"name": "read", "policy": rec.named("prod-github-preview-read").inputs["policy"]}]
     assert violations("policy-role-no-mutating-star", resource_args(rec, role, props)) == []
+
+
+def test_policy_function_role_widened_to_every_node_group_violates(recorded):
+    rec = recorded("prod")
+    (policy,) = [r for r in rec.of_type(g.IAM_ROLE_POLICY)
+                 if g.in_policy_function(r.urn) and "UpdateNodegroupConfig" in r.inputs["policy"]]
+    doc = json.loads(policy.inputs["policy"])
+    for stmt in doc["Statement"]:
+        if "eks:UpdateNodegroupConfig" in stmt["Action"]:
+            stmt["Resource"] = "*"  # the guaranteed floor's node groups would be resizable too
+    props = {**copy.deepcopy(policy.inputs), "policy": json.dumps(doc)}
+    (msg,) = violations("policy-role-no-mutating-star", resource_args(rec, policy, props))
+    assert "eks:UpdateNodegroupConfig" in msg and "guaranteed floor" in msg
