@@ -99,6 +99,9 @@ def test_preview_posts_one_cost_diff_comment_updated_in_place():
     assert "gpuloan cost-diff --base \"$BASE_SHA\" --markdown" in script
     assert "--method PATCH" in script and "--method POST" in script  # edit the existing comment, else create one
     assert "github-actions[bot]" in script
+    from gpuloan.cost_diff import MARKER
+
+    assert f"marker='{MARKER}'" in script  # the workflow finds the comment by the marker cost-diff prints
     checkout = steps_using(job, "actions/checkout")[0]
     assert checkout["with"]["fetch-depth"] == 0  # the base commit must be present for the worktree
 
