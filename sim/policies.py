@@ -161,29 +161,26 @@ class ThresholdScript(Controller):
 
 
 def pool_settings(spec: PoolSpec) -> PoolSettings:
-    """The policy settings of the simulated pool: the stack's knobs for this pool, with the simulated sizes and
-    prices. Knobs come from the same mapping the Lambda's settings are built with when it is available
-    (stacks/policy_settings.py), else straight from the typed config."""
-    e = spec.pool.elastic
-    knobs = {}
-    if e is not None:
-        knobs = dict(scale_up_utilization_pct=e.scale_up_utilization_pct,
-                     scale_up_window_minutes=e.scale_up_window_minutes,
-                     idle_utilization_pct=e.idle_utilization_pct, idle_timeout_minutes=e.idle_timeout_minutes,
-                     cooldown_minutes=e.cooldown_minutes, max_step_nodes=e.max_step_nodes,
-                     fallback_after_minutes=e.fallback_after_minutes)
+    """The policy settings of the simulated pool: stacks/policy_settings.py's mapping of the stack's pool (the
+    knobs and prices the Lambda gets), with the simulated sizes (auto-size and floor sweeps change them)."""
+    from types import SimpleNamespace
+
+    from stacks import policy_settings
+
+    base = policy_settings.pool_settings(SimpleNamespace(region=spec.region), spec.pool,
+                                         policy_settings.GroupNames(SPOT, ON_DEMAND, GUARANTEED))
     budget = {}
-    if spec.budget_monthly_usd is not None and spec.pool.budget is not None:
-        budget = dict(budget_monthly_usd=spec.budget_monthly_usd,
-                      budget_enforcement=str(spec.pool.budget.enforcement))
-    return PoolSettings(
-        name=spec.name, team=spec.team, tier=spec.tier, gpus_per_node=spec.gpus_per_node,
+    if spec.budget_monthly_usd is None:
+        budget = dict(budget_monthly_usd=None)
+    return dataclasses.replace(
+        base, gpus_per_node=spec.gpus_per_node,
         spot_group=SPOT if spec.has_spot else None, on_demand_group=ON_DEMAND if spec.has_on_demand else None,
         spot_max_nodes=spec.spot_max_nodes if spec.has_spot else 0,
         on_demand_max_nodes=spec.on_demand_max_nodes if spec.has_on_demand else 0,
-        spot_usd_per_hour=spec.spot_usd_per_hour, on_demand_usd_per_hour=spec.on_demand_usd_per_hour,
+        spot_usd_per_hour=base.spot_usd_per_hour or spec.spot_usd_per_hour,
+        on_demand_usd_per_hour=base.on_demand_usd_per_hour or spec.on_demand_usd_per_hour,
         guaranteed_group=GUARANTEED if spec.floor_nodes else None, guaranteed_nodes=spec.floor_nodes,
-        guaranteed_usd_per_hour=spec.floor_nodes * spec.floor_usd_per_hour, **knobs, **budget,
+        guaranteed_usd_per_hour=spec.floor_nodes * spec.floor_usd_per_hour, **budget,
     )
 
 

@@ -248,3 +248,11 @@ def test_simulate_bad_input_exit_2(tmp_path, capsys, monkeypatch):
     assert cli.main(["simulate", "--trace", str(t), "--stack", "dev", "--pool", "nope"]) == 2
     assert "no pool 'nope'" in capsys.readouterr().err
     assert cli.main(["simulate", "--trace", str(t), "--stack", "dev", "--days", "5:1"]) == 2
+
+
+def test_policy_knobs_come_from_the_stack_mapping():
+    from sim.policies import pool_settings
+
+    ps = pool_settings(dev_spec())
+    assert ps.idle_timeout_minutes == 20 and ps.gpus_per_node == 1 and ps.spot_group == SPOT
+    assert ps.on_demand_group is None  # dev is capacity: spot
