@@ -62,9 +62,6 @@ def build(cfg: GpuLoanConfig) -> dict[str, object]:
         tuple(budgets.budget_specs(cfg)), alerts.topic_arn), opts=opts)
     pool_alarms = alarms.Alarms(f"{cfg.environment}-alarms", alarms.AlarmsArgs(
         tuple(alarms.alarm_specs(cfg, cluster.name)), alerts.topic_arn), opts=opts)
-    board = dashboard.Dashboard(f"{cfg.environment}-dashboard", dashboard.DashboardArgs(
-        cfg, cluster.name, pool_alarms.alarm_arns), opts=opts)
-    outputs["dashboard_name"] = board.dashboard_name
     # 7. policy function (stacks/policy_function.py)          -- issue: policy engine
     if cfg.policy.enabled:
         from stacks.policy_function import PolicyFunction, PolicyFunctionArgs
@@ -75,6 +72,13 @@ def build(cfg: GpuLoanConfig) -> dict[str, object]:
             aws.get_partition_output(opts=ids).partition, alerts.topic_arn, alerts.kms_key_arn,
             depends_on=[c for groups in capacity.values() for c in groups if c is not None]), opts=opts)
         outputs["policy_function_name"] = policy_fn.function_name
+    # the dashboard (slot 6) comes after the policy function so its alarm widget shows the function's alarms too
+    dashboard_alarms = pool_alarms.alarm_arns
+    if cfg.policy.enabled:
+        dashboard_alarms = pulumi.Output.all(pool_alarms.alarm_arns, policy_fn.alarm_arns).apply(lambda v: v[0] + v[1])
+    board = dashboard.Dashboard(f"{cfg.environment}-dashboard", dashboard.DashboardArgs(
+        cfg, cluster.name, dashboard_alarms), opts=opts)
+    outputs["dashboard_name"] = board.dashboard_name
     # 8. GitHub OIDC roles (stacks/github_oidc.py)             -- issue: gitops
     if cfg.github is not None:
         from stacks.github_oidc import GitHubOidc

@@ -111,6 +111,7 @@ class PolicyFunctionArgs:
 class PolicyFunction(pulumi.ComponentResource):
     function_name: pulumi.Output[str]
     role_arn: pulumi.Output[str]
+    alarm_arns: pulumi.Output[list[str]]  # for the dashboard's alarm widget
 
     def __init__(self, name: str, args: PolicyFunctionArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("gpuloan:policy:PolicyFunction", name, None, opts)
@@ -210,26 +211,28 @@ class PolicyFunction(pulumi.ComponentResource):
             opts=child)
 
         alarm_actions = [args.alerts_topic_arn] if args.alerts_topic_arn is not None else []
+        alarms = []
         for metric, threshold, detail in (
             ("Errors", 1, "the function failed in 3 of the last 5 minutes (bad settings or a crash); capacity is "
                           "left as it was"),
             ("Throttles", 1, "invocations were throttled (reserved concurrency 1: a tick ran longer than the "
                              "schedule)"),
         ):
-            aws.cloudwatch.MetricAlarm(
+            alarms.append(aws.cloudwatch.MetricAlarm(
                 f"{name}-{metric.lower()}", name=f"{fn_name}-{metric.lower()}", namespace="AWS/Lambda",
                 metric_name=metric, dimensions={"FunctionName": self.function.name}, statistic="Sum", period=60,
                 evaluation_periods=5, datapoints_to_alarm=3, threshold=threshold,
                 comparison_operator="GreaterThanOrEqualToThreshold", treat_missing_data="notBreaching",
                 alarm_description=f"gpuloan {env} policy function: {detail}", alarm_actions=alarm_actions,
-                ok_actions=alarm_actions, opts=child)
-        aws.cloudwatch.MetricAlarm(
+                ok_actions=alarm_actions, opts=child))
+        alarms.append(aws.cloudwatch.MetricAlarm(
             f"{name}-dead-letters", name=f"{fn_name}-dead-letters", namespace="AWS/SQS",
             metric_name="ApproximateNumberOfMessagesVisible", dimensions={"QueueName": self.dlq.name},
             statistic="Maximum", period=300, evaluation_periods=1, threshold=1,
             comparison_operator="GreaterThanOrEqualToThreshold", treat_missing_data="notBreaching",
             alarm_description=f"gpuloan {env} policy function: failed invocations in the dead-letter queue",
-            alarm_actions=alarm_actions, opts=child)
+            alarm_actions=alarm_actions, ok_actions=alarm_actions, opts=child))
+        self.alarm_arns = pulumi.Output.all(*[a.arn for a in alarms]).apply(list)
 
         # Read-only Kubernetes identity: the group is bound to a ClusterRole that can list pods (stacks/kubernetes).
         self.access_entry = aws.eks.AccessEntry(
