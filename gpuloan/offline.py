@@ -242,6 +242,8 @@ def _plain(value: Any) -> Any:
         return {k: _plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_plain(v) for v in value]
+    if isinstance(value, float) and value.is_integer():
+        return int(value)  # the wire format has only doubles; show node counts as 2, not 2.0
     if isinstance(value, (str, int, float, bool)) or value is None:
         return value
     urn = getattr(value, "urn", None)

@@ -144,10 +144,11 @@ def test_subscription_names_do_not_change_when_the_list_is_reordered():
     assert alerts.email_key("a@example.com") != alerts.email_key("b@example.com")
 
 
-def test_alerts_is_the_first_component_and_exports_its_topic(recorded):
+def test_alerts_component_exports_its_topic(recorded):
+    # Registration order under the engine is not deterministic (and does not matter: dependencies do), so
+    # this checks the wiring, not the order.
     rec = recorded("prod")
-    components = [r for r in rec.resources if not r.custom]
-    assert components[0].type == "gpuloan:alerts:Alerts"
+    assert len(rec.of_type("gpuloan:alerts:Alerts")) == 1
     assert rec.outputs["alerts_topic_arn"] == topic(rec).outputs["arn"]
 
 
