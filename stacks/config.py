@@ -397,8 +397,6 @@ def cross_field_problems(cfg: GpuLoanConfig) -> list[tuple[str, str]]:
                     f"({e.scale_up_utilization_pct}), or the policy would scale up and reclaim the same nodes")
             if e.on_demand_max_nodes is not None and e.capacity != ElasticCapacity.spot_then_on_demand:
                 add(f"{at}.elastic.on_demand_max_nodes", "only applies to capacity: spot_then_on_demand")
-            if e.capacity != ElasticCapacity.on_demand and len(e.instance_types) < 2:
-                pass  # advisory only (guardrails); one type is allowed
             for j, t in enumerate(e.instance_types):
                 if catalog.price(t, cfg.region) is None:
                     add(f"{at}.elastic.instance_types[{j}]", f"no price for {t} in {cfg.region}")
