@@ -1,8 +1,11 @@
 """Month-to-date spend per budget scope: the last actual from AWS Budgets + the policy's running estimate since.
 
 AWS Budgets lags hours and is read at most every `budget_refresh_minutes` (>= 60). Between reads, each tick
-adds (floor + elastic hourly rate) x (time since the previous tick) to `estimated_since_usd`; a fresh actual
-resets it to 0. A new month resets everything. The figures live in the tick state (policy/state.py).
+adds (floor + elastic hourly rate) x (time since the previous tick) to `estimated_since_usd`. Budgets refreshes
+its figure only a few times a day, so a fresh read is usually the same (or a still-lagging) figure: it only
+replaces what the estimate already counted where it is higher, so month-to-date never drops on a read and the
+estimate keeps covering the Budgets lag. A new month resets everything. The figures live in the tick state
+(policy/state.py).
 """
 
 from __future__ import annotations
@@ -56,9 +59,13 @@ def observe_spend(state: dict, scopes: dict[str, str | None], reader: BudgetRead
         due = as_of is None or now - as_of >= timedelta(minutes=refresh_minutes)
         if due and budget_name and reader is not None:
             try:
-                s["actual_usd"] = reader.actual_usd(budget_name)
+                actual = reader.actual_usd(budget_name)
+                # Month-to-date so far (last actual + estimate since, or the estimate alone): a lagging actual
+                # must not erase spend the estimate already counted, only a higher one supersedes it.
+                before = (s.get("actual_usd") or 0.0) + float(s.get("estimated_since_usd", 0.0))
+                s["actual_usd"] = actual
                 s["actual_as_of"] = now.isoformat()
-                s["estimated_since_usd"] = 0.0
+                s["estimated_since_usd"] = max(0.0, before - actual)
                 as_of = now
             except Exception as err:  # noqa: BLE001 - a failed read keeps the last figure (stale, not wrong)
                 on_error(err)

@@ -84,6 +84,31 @@ def test_pod_parsing():
     assert pod_pools(gpu_pod("e", 1)) == set()
 
 
+def test_only_pods_the_scheduler_could_not_place_are_demand():
+    """A gated pod (e.g. held by a queueing controller) or one the scheduler has not tried yet is Pending with no
+    node too; counting it would add nodes it may never use, and block idle reclaim while it waits."""
+    import base64
+
+    from fake_kube import FakeKube
+    from policy.kube import KubePendingPods
+
+    kube = FakeKube("c", page_size=2)
+    try:
+        kube.pods = [gpu_pod("unschedulable", 2, pool="p"),
+                     gpu_pod("gated", 4, pool="p", scheduled="SchedulingGated", gates=["kueue.x-k8s.io/admission"]),
+                     gpu_pod("gated-no-condition-yet", 4, pool="p", scheduled=None, gates=["example.com/hold"]),
+                     gpu_pod("not-tried-yet", 1, pool="p", scheduled=None),
+                     gpu_pod("other-pool", 1, pool="q")]
+        url = "https://sts.us-east-1.amazonaws.com/?Action=GetCallerIdentity&X-Amz-SignedHeaders=host%3Bx-k8s-aws-id" \
+              "&X-Amz-Signature=abc"
+        token = "k8s-aws-v1." + base64.urlsafe_b64encode(url.encode()).decode().rstrip("=")
+        pods = KubePendingPods(kube.endpoint, kube.ca_pem, lambda: token)
+        assert pods.pending_gpus(["p", "q"]) == {"p": (2,), "q": (1,)}
+        assert kube.bad_tokens == 0
+    finally:
+        kube.close()
+
+
 class FakeCloudWatch:
     def __init__(self):
         self.batches = []
@@ -128,8 +153,39 @@ def test_spend_refreshes_at_most_hourly_and_accrues_between():
     s = observe_spend(state, {"environment": "b"}, Reader(), NOW + timedelta(minutes=30), 60, errors.append)
     assert Reader.calls == 1 and s["environment"].month_to_date_usd == pytest.approx(105.0)
     s = observe_spend(state, {"environment": "b"}, Reader(), NOW + timedelta(minutes=61), 60, errors.append)
-    assert Reader.calls == 2 and s["environment"].estimated_since_usd == 0.0
+    # Budgets has not refreshed (same $100): the $5 the estimate counted since is kept, not erased.
+    assert Reader.calls == 2 and s["environment"].month_to_date_usd == pytest.approx(105.0)
     assert state["spend"]["environment"]["elastic_month_usd"] == pytest.approx(2.0)
+
+
+def test_a_lagging_budgets_figure_never_lowers_month_to_date():
+    """AWS Budgets refreshes a few times a day: hourly reads of the same figure must not reset the running
+    estimate, or month-to-date would stay at the stale figure + at most an hour and the cap would let spend run
+    past the budget. A figure that has caught up (higher than the estimate) replaces it."""
+    figures = iter([1000.0] * 12 + [1500.0, 1400.0])
+
+    class Reader:
+        def actual_usd(self, name):
+            return next(figures)
+
+    state: dict = {}
+    errors: list = []
+    t = NOW
+    observe_spend(state, {"environment": "b"}, Reader(), t, 60, errors.append)
+    accrue(state, {"environment": (40.0, 30.0)}, t)
+    for _ in range(11):  # 11 hours at $40/h while Budgets still says $1,000
+        for _ in range(60):
+            t += timedelta(minutes=1)
+            accrue(state, {"environment": (40.0, 30.0)}, t)
+        s = observe_spend(state, {"environment": "b"}, Reader(), t, 60, errors.append)
+    assert s["environment"].month_to_date_usd == pytest.approx(1000.0 + 11 * 40.0)
+    t += timedelta(minutes=60)
+    s = observe_spend(state, {"environment": "b"}, Reader(), t, 60, errors.append)  # Budgets caught up: $1,500
+    assert s["environment"].actual_usd == 1500.0 and s["environment"].estimated_since_usd == 0.0
+    t += timedelta(minutes=60)
+    s = observe_spend(state, {"environment": "b"}, Reader(), t, 60, errors.append)  # a lower figure: keep $1,500
+    assert s["environment"].month_to_date_usd == pytest.approx(1500.0)
+    assert not errors
 
 
 class FakeGroups:
