@@ -76,12 +76,25 @@ def pod_pools(pod: dict) -> set[str]:
     return pools
 
 
+def unschedulable(pod: dict) -> bool:
+    """The scheduler tried the pod and found no node for it: condition PodScheduled=False, reason Unschedulable
+    (what cluster-autoscaler scales for). A pod behind scheduling gates (reason SchedulingGated) waits for a
+    controller, not for capacity; one the scheduler has not tried yet usually lands on a free GPU within seconds.
+    Neither is demand for a new node: the next tick sees the pod again if it does turn out unschedulable."""
+    if (pod.get("spec") or {}).get("schedulingGates"):
+        return False
+    for cond in (pod.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "PodScheduled":
+            return cond.get("status") == "False" and cond.get("reason") == "Unschedulable"
+    return False
+
+
 class PendingPodsPort(Protocol):
     def pending_gpus(self, pools: list[str]) -> dict[str, tuple[int, ...]]: ...
 
 
 class KubePendingPods:
-    """Lists unscheduled Pending pods (paged) and groups their GPU requests by target pool."""
+    """Lists Pending pods the scheduler could not place (paged) and groups their GPU requests by target pool."""
 
     def __init__(self, endpoint: str, ca_pem: str | None, token: Callable[[], str]):
         self._endpoint = endpoint.rstrip("/")
@@ -117,6 +130,8 @@ class KubePendingPods:
             for pod in page.get("items") or []:
                 if (pod.get("spec") or {}).get("nodeName"):
                     continue  # scheduled, only pulling images: not demand for a new node
+                if not unschedulable(pod):
+                    continue  # gated or not yet tried by the scheduler: not (yet) demand for a new node
                 gpus = pod_gpus(pod)
                 if gpus <= 0:
                     continue

@@ -40,7 +40,10 @@ def _self_signed() -> tuple[str, str]:
 
 
 def gpu_pod(name: str, gpus: int, pool: str | None = None, affinity_pools: list[str] | None = None,
-            node_name: str | None = None) -> dict:
+            node_name: str | None = None, scheduled: str | None = "Unschedulable",
+            gates: list[str] | None = None) -> dict:
+    """A pod as the API server returns it. `scheduled`: the reason of its PodScheduled=False condition as the
+    scheduler sets it (Unschedulable: no node fits; SchedulingGated: held by `gates`), None = not tried yet."""
     spec: dict = {"containers": [{"name": "main", "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}]}
     if pool:
         spec["nodeSelector"] = {"gpuloan.io/pool": pool}
@@ -48,9 +51,15 @@ def gpu_pod(name: str, gpus: int, pool: str | None = None, affinity_pools: list[
         spec["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
             "nodeSelectorTerms": [{"matchExpressions": [
                 {"key": "gpuloan.io/pool", "operator": "In", "values": affinity_pools}]}]}}}
+    if gates:
+        spec["schedulingGates"] = [{"name": g} for g in gates]
+    status: dict = {"phase": "Pending"}
     if node_name:
         spec["nodeName"] = node_name
-    return {"metadata": {"name": name, "namespace": "default"}, "spec": spec, "status": {"phase": "Pending"}}
+        status["conditions"] = [{"type": "PodScheduled", "status": "True"}]
+    elif scheduled:
+        status["conditions"] = [{"type": "PodScheduled", "status": "False", "reason": scheduled}]
+    return {"metadata": {"name": name, "namespace": "default"}, "spec": spec, "status": status}
 
 
 class FakeKube:
