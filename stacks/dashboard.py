@@ -21,6 +21,9 @@ from stacks.config import GpuLoanConfig
 
 PERIOD_S = 300
 WIDTH = 24  # the dashboard grid is 24 units wide
+# An alarm widget takes 1-100 alarm ARNs (CloudWatch dashboard body structure, "alarm" widget); PutDashboard
+# rejects more, so a stack with many pools gets several alarm widgets.
+MAX_ALARMS_PER_WIDGET = 100
 
 
 def _grid(widgets: list[dict[str, Any]], height: int = 6) -> list[dict[str, Any]]:
@@ -125,9 +128,12 @@ def dashboard_body(cfg: GpuLoanConfig, cluster_name: str, alarm_arns: list[str])
                         {"label": "GPU memory utilization (avg)"}])
     widgets.append(_metric_widget(f"Cluster GPUs ({ns})", region, cluster, "Average", unit_label="%", y_max=100))
 
-    if alarm_arns:
+    arns = sorted(alarm_arns)
+    chunks = [arns[i:i + MAX_ALARMS_PER_WIDGET] for i in range(0, len(arns), MAX_ALARMS_PER_WIDGET)]
+    for n, chunk in enumerate(chunks, 1):
+        title = "Alarms" if len(chunks) == 1 else f"Alarms ({n}/{len(chunks)})"
         widgets.append({"type": "alarm", "_height": 3,
-                        "properties": {"title": "Alarms", "alarms": sorted(alarm_arns), "sortBy": "stateUpdatedTimestamp"}})
+                        "properties": {"title": title, "alarms": chunk, "sortBy": "stateUpdatedTimestamp"}})
     return {"widgets": _grid(widgets)}
 
 

@@ -267,3 +267,17 @@ def test_saturation_counts_a_full_spot_group_as_at_max(recorded):
     ids = {q["id"]: q["metric"]["metricName"] for q in a["metricQueries"] if "metric" in q}
     assert ids["max_nodes"] == m.ELASTIC_MAX_NODES and ids["pending"] == m.PENDING_GPUS
     assert a["metricQueries"][0]["metric"]["period"] * a["evaluationPeriods"] == 60 * 60  # saturation_minutes
+
+
+def test_dashboard_splits_alarms_into_widgets_of_at_most_100():
+    # CloudWatch's alarm widget takes 1-100 alarm ARNs; PutDashboard rejects a bigger one, which a stack with
+    # ~35 spot+on-demand pools (3 alarms each, plus the environment's and the policy function's) reaches.
+    from stacks.dashboard import dashboard_body
+
+    arns = [f"arn:aws:cloudwatch:us-east-1:123456789012:alarm:a{i:03d}" for i in range(250)]
+    ns = {k.split(":", 1)[1]: v for k, v in stack_config("dev").items() if k.startswith("gpuloan:")}
+    body = dashboard_body(parse(ns), "gpuloan-dev", arns)
+    widgets = [w for w in body["widgets"] if w["type"] == "alarm"]
+    assert [len(w["properties"]["alarms"]) for w in widgets] == [100, 100, 50]
+    assert sorted(a for w in widgets for a in w["properties"]["alarms"]) == sorted(arns)
+    assert all(0 <= w["x"] and w["x"] + w["width"] <= 24 for w in widgets)
