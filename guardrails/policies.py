@@ -263,11 +263,19 @@ def pools_in_stack(args: StackValidationArgs) -> dict[str, list]:
 
 
 def _budget_filter_values(budget_props: dict, key: str) -> list[str]:
+    """Values of tag `key` a budget filters on: a classic `TagKeyValue` filter (`user:<key>$<value>`) or a
+    filter expression (a `tags` block, alone or among `ands`)."""
     prefix = f"user:{key}$"
     values = []
     for f in budget_props.get("costFilters") or []:
         if isinstance(f, dict) and f.get("name") == "TagKeyValue":
             values += [v[len(prefix):] for v in f.get("values") or [] if isinstance(v, str) and v.startswith(prefix)]
+    expression = budget_props.get("filterExpression")
+    if isinstance(expression, dict):
+        for block in [expression, *(expression.get("ands") or [])]:
+            tag = block.get("tags") if isinstance(block, dict) else None
+            if isinstance(tag, dict) and tag.get("key") == key:
+                values += [v for v in tag.get("values") or [] if isinstance(v, str)]
     return values
 
 
@@ -287,7 +295,8 @@ def pool_budgets(args: StackValidationArgs) -> dict[str, list]:
 def validate_pool_budgets(args: StackValidationArgs, report: ReportViolation) -> None:
     pools = pools_in_stack(args)
     budgets = pool_budgets(args)
-    env_budgets = [b for b in _resources(args, BUDGET) if _budget_filter_values(dict(b.props), tags.TAG_ENVIRONMENT)]
+    env_budgets = [b for b in _resources(args, BUDGET) if _budget_filter_values(dict(b.props), tags.TAG_ENVIRONMENT)
+                   and not _budget_filter_values(dict(b.props), tags.TAG_POOL)]
     for pool, groups in sorted(pools.items()):
         own = budgets.get(pool, [])
         # With a single pool the environment budget watches exactly that pool's spend (plus shared platform

@@ -37,13 +37,22 @@ class BudgetSpec:
     actual_thresholds_pct: tuple[float, ...]
     forecasted_thresholds_pct: tuple[float, ...]
     resource_tags: dict[str, str]
+    # Extra tags the spend must also carry (AND). A pool budget also requires the environment tag: pool names
+    # repeat across stacks (dev and prod both have "training"), often in one account.
+    also_tags: tuple[tuple[str, str], ...] = ()
 
     @property
     def filter_value(self) -> str:
         return tag_filter_value(self.tag_key, self.tag_value)
 
+    @property
+    def scope_tags(self) -> tuple[tuple[str, str], ...]:
+        """Every (key, value) the budget's spend must carry."""
+        return (*self.also_tags, (self.tag_key, self.tag_value))
 
-def _spec(resource_name: str, budget_name: str, b: Budget, key: str, value: str, resource_tags) -> BudgetSpec:
+
+def _spec(resource_name: str, budget_name: str, b: Budget, key: str, value: str, resource_tags,
+          also_tags: tuple[tuple[str, str], ...] = ()) -> BudgetSpec:
     return BudgetSpec(
         resource_name=resource_name,
         budget_name=budget_name,
@@ -54,6 +63,7 @@ def _spec(resource_name: str, budget_name: str, b: Budget, key: str, value: str,
         actual_thresholds_pct=tuple(b.actual_thresholds_pct),
         forecasted_thresholds_pct=tuple(b.forecasted_thresholds_pct),
         resource_tags=resource_tags,
+        also_tags=also_tags,
     )
 
 
@@ -66,7 +76,7 @@ def budget_specs(cfg: GpuLoanConfig) -> list[BudgetSpec]:
             continue
         specs.append(_spec(
             f"budget-pool-{pool.name}", f"gpuloan-{env}-{pool.name}", pool.budget, tags.TAG_POOL, pool.name,
-            tags.pool_tags(env, pool.name, pool.team, "platform"),
+            tags.pool_tags(env, pool.name, pool.team, "platform"), also_tags=((tags.TAG_ENVIRONMENT, env),),
         ))
     return specs
 
@@ -86,6 +96,21 @@ def notifications(spec: BudgetSpec, topic_arn: pulumi.Input[str]) -> list[aws.bu
 
     return ([one("ACTUAL", p) for p in spec.actual_thresholds_pct]
             + [one("FORECASTED", p) for p in spec.forecasted_thresholds_pct])
+
+
+def spend_filter(spec: BudgetSpec) -> dict:
+    """Which spend a budget counts: one tag as a classic cost filter (`TagKeyValue`, `user:<key>$<value>`);
+    several tags, which classic filters can only OR, as a filter expression that ANDs them (the Budgets
+    Expression API; its tag keys are plain, without the `user:` prefix, as in Cost Explorer)."""
+    if not spec.also_tags:
+        return {"cost_filters": [aws.budgets.BudgetCostFilterArgs(name="TagKeyValue", values=[spec.filter_value])]}
+    return {
+        "filter_expression": aws.budgets.BudgetFilterExpressionArgs(ands=[
+            aws.budgets.BudgetFilterExpressionAndArgs(tags=aws.budgets.BudgetFilterExpressionAndTagsArgs(
+                key=key, values=[value], match_options=["EQUALS"]))
+            for key, value in spec.scope_tags]),
+        "metrics": "UnblendedCost",  # what the classic filter's default cost types amount to
+    }
 
 
 @dataclass(frozen=True)
@@ -119,7 +144,7 @@ class Budgets(pulumi.ComponentResource):
                 time_unit="MONTHLY",
                 limit_amount=f"{spec.monthly_usd:.2f}",
                 limit_unit="USD",
-                cost_filters=[aws.budgets.BudgetCostFilterArgs(name="TagKeyValue", values=[spec.filter_value])],
+                **spend_filter(spec),
                 notifications=notifications(spec, args.topic_arn),
                 tags=spec.resource_tags,
                 opts=pulumi.ResourceOptions(parent=self),

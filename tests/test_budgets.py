@@ -44,20 +44,29 @@ def test_dev_pool_without_budget_gets_none(recorded):
     assert set(budgets_by_name(recorded("dev"))) == {"gpuloan-dev"}
 
 
-@pytest.mark.parametrize("name, filter_value, limit, emails, actual, forecasted", [
-    ("gpuloan-prod", "user:gpuloan:environment$prod", "75000.00",
-     ["ml-platform@example.com", "finance@example.com"], [50, 80, 100], [100]),
-    ("gpuloan-prod-training", "user:gpuloan:pool$training", "60000.00",
-     ["research-leads@example.com", "finance@example.com"], [50, 80, 100], [100]),
+def _and_tags(*pairs):
+    return {"ands": [{"tags": {"key": k, "values": [v], "matchOptions": ["EQUALS"]}} for k, v in pairs]}
+
+
+@pytest.mark.parametrize("name, spend_filter, limit, emails, actual, forecasted", [
+    ("gpuloan-prod", {"costFilters": [{"name": "TagKeyValue", "values": ["user:gpuloan:environment$prod"]}]},
+     "75000.00", ["ml-platform@example.com", "finance@example.com"], [50, 80, 100], [100]),
+    # Pool budgets AND the environment tag: dev and prod may both have a "training" pool in one account.
+    ("gpuloan-prod-training", {"filterExpression": _and_tags(("gpuloan:environment", "prod"),
+                                                             ("gpuloan:pool", "training")), "metrics": "UnblendedCost"},
+     "60000.00", ["research-leads@example.com", "finance@example.com"], [50, 80, 100], [100]),
     # inference leaves thresholds at their defaults (50/80/100 actual, 100 forecasted)
-    ("gpuloan-prod-inference", "user:gpuloan:pool$inference", "8000.00",
-     ["serving-oncall@example.com"], [50, 80, 100], [100]),
+    ("gpuloan-prod-inference", {"filterExpression": _and_tags(("gpuloan:environment", "prod"),
+                                                              ("gpuloan:pool", "inference")), "metrics": "UnblendedCost"},
+     "8000.00", ["serving-oncall@example.com"], [50, 80, 100], [100]),
 ])
-def test_budget_filter_limit_thresholds_and_subscribers(recorded, name, filter_value, limit, emails, actual,
+def test_budget_filter_limit_thresholds_and_subscribers(recorded, name, spend_filter, limit, emails, actual,
                                                         forecasted):
     rec = recorded("prod")
     b = budgets_by_name(rec)[name]
-    assert b["costFilters"] == [{"name": "TagKeyValue", "values": [filter_value]}]
+    assert {k: b.get(k) for k in spend_filter} == spend_filter
+    # classic filters and an expression are exclusive in the API
+    assert not ("costFilters" in b and "filterExpression" in b)
     assert (b["budgetType"], b["timeUnit"], b["limitUnit"], b["limitAmount"]) == ("COST", "MONTHLY", "USD", limit)
     kinds = [(n["notificationType"], n["threshold"]) for n in b["notifications"]]
     assert kinds == [("ACTUAL", t) for t in actual] + [("FORECASTED", t) for t in forecasted]
