@@ -37,6 +37,12 @@ REGIONAL_SERVICES = (
 )
 GLOBAL_SERVICES = ("iam", "budgets", "ce")
 
+# Kubernetes access of the CI roles (EKS access policies, cluster scope): `pulumi up` manages the Helm release,
+# namespaces, quotas and RBAC; `pulumi preview` diffs them, which reads every object including the Helm
+# release's state Secrets. Without access entries only the identity that created the cluster can do either.
+DEPLOY_ACCESS_POLICY = "AmazonEKSClusterAdminPolicy"
+PREVIEW_ACCESS_POLICY = "AmazonEKSAdminViewPolicy"
+
 # Read actions that return data rather than configuration (items, log lines, messages) are left out of the
 # preview role: a refresh needs the Describe/List calls of these services, not their contents.
 PREVIEW_NO_GET = ("dynamodb", "logs", "sqs")
@@ -106,7 +112,7 @@ class GitHubOidc(pulumi.ComponentResource):
     deploy_role_arn: pulumi.Output[str]
 
     def __init__(self, name: str, cfg: GpuLoanConfig, account_id: pulumi.Input[str], partition: pulumi.Input[str],
-                 opts: pulumi.ResourceOptions | None = None):
+                 cluster_name: pulumi.Input[str] | None = None, opts: pulumi.ResourceOptions | None = None):
         super().__init__("gpuloan:gitops:GitHubOidc", name, None, opts)
         if cfg.github is None:
             raise ValueError("GitHubOidc needs cfg.github (the repository to trust)")
@@ -145,6 +151,17 @@ class GitHubOidc(pulumi.ComponentResource):
             opts=child,
         )
         aws.iam.RolePolicy(f"{name}-deploy-manage", role=deploy.id, policy=deploy_policy(cfg.region), opts=child)
+
+        if cluster_name is not None:
+            for role, role_name, policy in ((preview, "preview", PREVIEW_ACCESS_POLICY),
+                                            (deploy, "deploy", DEPLOY_ACCESS_POLICY)):
+                entry = aws.eks.AccessEntry(f"{name}-{role_name}-access", cluster_name=cluster_name,
+                                            principal_arn=role.arn, type="STANDARD", tags=platform, opts=child)
+                aws.eks.AccessPolicyAssociation(
+                    f"{name}-{role_name}-access-policy", cluster_name=cluster_name, principal_arn=role.arn,
+                    policy_arn=pulumi.Output.concat("arn:", partition, ":eks::aws:cluster-access-policy/", policy),
+                    access_scope=aws.eks.AccessPolicyAssociationAccessScopeArgs(type="cluster"),
+                    opts=pulumi.ResourceOptions(parent=self, depends_on=[entry]))
 
         self.preview_role_arn = preview.arn
         self.deploy_role_arn = deploy.arn

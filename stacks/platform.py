@@ -82,7 +82,8 @@ def build(cfg: GpuLoanConfig) -> dict[str, object]:
     if cfg.github is not None:
         from stacks.github_oidc import GitHubOidc
 
-        github = GitHubOidc(f"{env}-github", cfg, account_id=account_id, partition=partition, opts=opts)
+        github = GitHubOidc(f"{env}-github", cfg, account_id=account_id, partition=partition,
+                            cluster_name=cluster.name, opts=opts)
         outputs["github_oidc_provider_arn"] = github.provider_arn
         outputs["github_preview_role_arn"] = github.preview_role_arn
         outputs["github_deploy_role_arn"] = github.deploy_role_arn

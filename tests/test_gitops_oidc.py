@@ -116,7 +116,7 @@ def test_every_oidc_child_is_parented_to_the_component(recorded):
     rec = recorded("prod")
     (component,) = rec.of_type("gpuloan:gitops:GitHubOidc")
     children = [r for r in _github_resources(rec) if r is not component]
-    assert len(children) == 5
+    assert len(children) == 9  # provider, 2 roles, 2 role policies, 2 access entries, 2 access policy associations
     assert all(r.parent == component.urn for r in children)
 
 
@@ -148,3 +148,21 @@ def test_oidc_resources_are_tagged_as_shared_platform_cost(recorded):
         "aws:iam/role:Role", "aws:iam/openIdConnectProvider:OpenIdConnectProvider")]
     assert len(taggable) == 3
     assert all(r.inputs["tags"] == {"gpuloan:tier": "platform"} for r in taggable)
+
+
+def test_ci_roles_get_cluster_access_admin_for_deploy_and_view_for_preview(recorded):
+    """Without an access entry only the cluster's creator can reach the Kubernetes API, so CI's `pulumi up` would
+    be Unauthorized on the Helm release, namespaces and quotas, and its preview could not diff them."""
+    rec = recorded("prod")
+    cluster_name = rec.outputs["cluster_name"]
+    entries = {r.name: r.inputs for r in rec.of_type("aws:eks/accessEntry:AccessEntry") if "-github-" in r.name}
+    assocs = {r.name: r.inputs for r in rec.of_type("aws:eks/accessPolicyAssociation:AccessPolicyAssociation")
+              if "-github-" in r.name}
+    for role, policy in (("preview", "AmazonEKSAdminViewPolicy"), ("deploy", "AmazonEKSClusterAdminPolicy")):
+        arn = _role(rec, role).outputs["arn"]
+        (entry,) = [e for name, e in entries.items() if name.endswith(f"-{role}-access")]
+        assert entry["principalArn"] == arn and entry["clusterName"] == cluster_name and entry["type"] == "STANDARD"
+        (assoc,) = [a for name, a in assocs.items() if name.endswith(f"-{role}-access-policy")]
+        assert assoc["principalArn"] == arn and assoc["clusterName"] == cluster_name
+        assert assoc["policyArn"] == f"arn:aws:eks::aws:cluster-access-policy/{policy}"
+        assert assoc["accessScope"] == {"type": "cluster"}
