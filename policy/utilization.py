@@ -15,7 +15,9 @@ from policy.aws_errors import classify
 MAX_QUERIES_PER_CALL = 500
 PERIOD_SECONDS = 60
 # A node counts as idle only when its datapoints cover most of the idle window and are fresh; anything less is
-# missing data, which never shrinks capacity.
+# missing data, which never shrinks capacity. Container Insights publishes a minute's datapoint a few minutes
+# late, so the idle window ends at the newest datapoint (at most MAX_STALENESS old), not at `now`: anchored at
+# `now`, the minutes still in flight count as gaps and a short idle timeout (5-10 min) could never be met.
 MIN_COVERAGE = 0.8
 MAX_STALENESS = timedelta(minutes=5)
 
@@ -33,12 +35,17 @@ class Series:
     points: tuple[tuple[datetime, float | None, float | None], ...]
 
     def max_over(self, now: datetime, minutes: int) -> float | None:
-        start = now - timedelta(minutes=minutes)
-        vals = [mx for ts, _, mx in self.points if ts >= start and mx is not None]
-        if not vals or len(vals) < MIN_COVERAGE * minutes:
+        """Max over the `minutes` one-minute periods up to the newest datapoint; None when that is stale or the
+        periods are not mostly covered."""
+        stamps = [ts for ts, _, mx in self.points if mx is not None and ts <= now]
+        if not stamps:
             return None
-        newest = max(ts for ts, _, mx in self.points if mx is not None)
+        newest = max(stamps)
         if now - newest > MAX_STALENESS:
+            return None
+        start = newest - timedelta(minutes=minutes)
+        vals = [mx for ts, _, mx in self.points if start < ts <= newest and mx is not None]
+        if len(vals) < MIN_COVERAGE * minutes:
             return None
         return max(vals)
 
@@ -80,7 +87,7 @@ class CloudWatchUtilization:
                 owner[qid] = (node.instance_id, tag)
                 queries.append(self._query(qid, node, stat))
         raw: dict[str, dict[str, dict[datetime, float]]] = {n.instance_id: {"a": {}, "m": {}} for n in nodes}
-        start = now - timedelta(minutes=window_minutes)
+        start = now - timedelta(minutes=window_minutes) - MAX_STALENESS  # the idle window may end that early
         for k in range(0, len(queries), MAX_QUERIES_PER_CALL):
             batch = queries[k:k + MAX_QUERIES_PER_CALL]
             token = None

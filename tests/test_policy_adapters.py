@@ -136,6 +136,31 @@ def test_series_needs_coverage_and_freshness():
     assert stale.max_over(NOW, 30) is None
 
 
+@pytest.mark.parametrize("delay", [1, 2, 3, 4])
+def test_idle_window_allows_for_the_publication_delay(delay):
+    """Container Insights datapoints arrive minutes late: a node idle for longer than a short timeout, with every
+    published minute present, is idle; a busy minute inside the window still counts, one before it does not."""
+    idle = Series(tuple((NOW - timedelta(minutes=m), 1.0, 1.0) for m in range(delay, 60)))
+    for timeout in (5, 10, 15, 30):
+        assert idle.max_over(NOW, timeout) == 1.0, timeout
+    busy_inside = Series(tuple((NOW - timedelta(minutes=m), 1.0, 90.0 if m == delay + 4 else 1.0)
+                               for m in range(delay, 60)))
+    assert busy_inside.max_over(NOW, 5) == 90.0
+    busy_before = Series(tuple((NOW - timedelta(minutes=m), 1.0, 90.0 if m == delay + 5 else 1.0)
+                               for m in range(delay, 60)))
+    assert busy_before.max_over(NOW, 5) == 1.0
+    gappy = Series(tuple((NOW - timedelta(minutes=m), 1.0, 1.0) for m in range(delay, 60) if m % 3))
+    assert gappy.max_over(NOW, 10) is None  # 3 or 4 of 10 minutes missing is not "idle for 10 minutes"
+
+
+def test_utilization_query_reaches_back_past_the_window_by_the_staleness_allowance():
+    cw = FakeCloudWatch()
+    calls = []
+    cw.get_metric_data = lambda **kw: calls.append(kw) or {"MetricDataResults": []}
+    CloudWatchUtilization(cw, "c").read([NodeRef("i-1", "ip-1")], NOW, 10)
+    assert calls[0]["StartTime"] == NOW - timedelta(minutes=15) and calls[0]["EndTime"] == NOW
+
+
 def test_spend_refreshes_at_most_hourly_and_accrues_between():
     class Reader:
         calls = 0
