@@ -156,6 +156,7 @@ def _decide_pool(ps: PoolSettings, po: PoolObservation | None, scopes: list[_Sco
     util_sum = {"guaranteed": 0.0, "elastic": 0.0}
     util_n = {"guaranteed": 0, "elastic": 0}
     elastic_nodes: list[Node] = []
+    launching_nodes: list[Node] = []
     for node in po.nodes:
         elastic = node.group in groups
         if node.lifecycle == LIFECYCLE_IN_SERVICE:
@@ -168,6 +169,7 @@ def _decide_pool(ps: PoolSettings, po: PoolObservation | None, scopes: list[_Sco
                 util_n[tier] += 1
         elif elastic and node.launching:
             launching[node.group] += 1
+            launching_nodes.append(node)
     utilization = {t: util_sum[t] / util_n[t] for t in util_sum if util_n[t]}
 
     spot = groups.get(ps.spot_group) if ps.spot_group else None
@@ -192,7 +194,7 @@ def _decide_pool(ps: PoolSettings, po: PoolObservation | None, scopes: list[_Sco
     actions: list[Action] = []
     drain = next((s for s in scopes if s.exhausted), None)
     if drain is not None:
-        actions = _drain(ps, groups, in_service, elastic_nodes, drain, desired)
+        actions = _drain(ps, groups, in_service, elastic_nodes, launching_nodes, drain, desired)
     else:
         actions = _scale(ps, po, groups, in_service, spot, od, spot_short, utilization, scopes, now, desired)
         if not any(a.kind == ACTION_SET_DESIRED for a in actions):
@@ -221,21 +223,35 @@ def _decide_pool(ps: PoolSettings, po: PoolObservation | None, scopes: list[_Sco
 
 
 def _drain(ps: PoolSettings, groups: dict[str, Group], in_service: dict[str, int], nodes: list[Node],
-           scope: _Scope, desired: dict[str, int]) -> list[Action]:
+           launching_nodes: list[Node], scope: _Scope, desired: dict[str, int]) -> list[Action]:
     name = ps.name
     why = f"{scope.name} month-to-date ${scope.month_to_date_usd:,.0f} reached its budget ${scope.budget_usd:,.0f}"
     actions: list[Action] = []
     cancelled = False
+    cancelled_by_id = 0  # terminations, max_step_nodes per tick as for any other
     for gname, g in groups.items():
         if g.status != "ACTIVE":
             actions.append(_hold(name, Reason.UPDATE_IN_PROGRESS, f"{gname} is {g.status}", group=gname))
             continue
-        if g.desired_nodes > in_service[gname]:
-            cancelled = True
-            desired[gname] = in_service[gname]
+        if g.desired_nodes <= in_service[gname]:
+            continue
+        cancelled = True
+        # Booting instances are cancelled by id: lowering desired by their number would let the Auto Scaling
+        # group pick which instances go, possibly a busy in-service one. Desired drops by itself for those
+        # (ShouldDecrementDesiredCapacity); only capacity with no instance yet is cancelled through desired.
+        booting = sorted((n for n in launching_nodes if n.group == gname), key=lambda n: n.instance_id)
+        not_launched = max(0, g.desired_nodes - in_service[gname] - len(booting))
+        if not_launched:
+            desired[gname] = g.desired_nodes - not_launched
             actions.append(Action(name, ACTION_SET_DESIRED, Reason.BUDGET_DRAIN, group=gname,
-                                  desired_from=g.desired_nodes, desired_to=in_service[gname],
-                                  detail=f"{why}; cancel launches in flight"))
+                                  desired_from=g.desired_nodes, desired_to=desired[gname],
+                                  detail=f"{why}; cancel {not_launched} launch(es) not started"))
+        for n in booting[: max(0, ps.max_step_nodes - cancelled_by_id)]:
+            cancelled_by_id += 1
+            desired[gname] -= 1
+            actions.append(Action(name, ACTION_TERMINATE, Reason.BUDGET_DRAIN, group=gname, instance_id=n.instance_id,
+                                  desired_from=desired[gname] + 1, desired_to=desired[gname],
+                                  detail=f"{why}; cancel a launch in flight"))
     if cancelled:
         return actions
     if not nodes:
@@ -357,6 +373,7 @@ def _reclaim(ps: PoolSettings, po: PoolObservation, groups: dict[str, Group], no
              desired: dict[str, int]) -> list[Action]:
     name = ps.name
     timeout = timedelta(minutes=ps.idle_timeout_minutes)
+    threshold = node_idle_threshold_pct(ps)
     idle: list[Node] = []
     unknown = 0
     for node in nodes:
@@ -364,7 +381,7 @@ def _reclaim(ps: PoolSettings, po: PoolObservation, groups: dict[str, Group], no
             continue
         if node.max_utilization_pct is None:
             unknown += 1
-        elif node.max_utilization_pct < ps.idle_utilization_pct:
+        elif node.max_utilization_pct < threshold:
             idle.append(node)
     actions: list[Action] = []
     if unknown:
@@ -405,9 +422,19 @@ def _reclaim(ps: PoolSettings, po: PoolObservation, groups: dict[str, Group], no
         taken += 1
         actions.append(Action(name, ACTION_TERMINATE, Reason.RECLAIM_IDLE, group=g.name, instance_id=node.instance_id,
                               desired_from=desired[g.name] + 1, desired_to=desired[g.name],
-                              detail=f"max GPU utilization {node.max_utilization_pct:.1f}% < "
-                                     f"{ps.idle_utilization_pct:.0f}% for {ps.idle_timeout_minutes} min"))
+                              detail=f"max GPU utilization {node.max_utilization_pct:.2f}% < {threshold:.2f}% "
+                                     f"for {ps.idle_timeout_minutes} min"))
     return actions
 
 
-__all__ = ["decide", "hours_left_in_month", "pack_pods", "CAPACITY_GUARANTEED"]
+def node_idle_threshold_pct(ps: PoolSettings) -> float:
+    """The node-level utilization under which a node is idle.
+
+    `idle_utilization_pct` is meant per GPU, but the per-node metric averages the node's GPUs: on an 8-GPU node
+    one job keeping one GPU at 30 % reads 3.75 %. Dividing by the GPUs per node keeps such a node busy, so a
+    node is reclaimed only when even a single GPU at the threshold would have shown up in its average.
+    """
+    return ps.idle_utilization_pct / max(ps.gpus_per_node, 1)
+
+
+__all__ = ["decide", "hours_left_in_month", "node_idle_threshold_pct", "pack_pods", "CAPACITY_GUARANTEED"]

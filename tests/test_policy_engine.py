@@ -119,6 +119,21 @@ CASES = [
     Case("exhausted_budget_cancels_launches_first",
          observe(groups=[group(SPOT, 3, changed=1), group(OD, 0)], nodes=[node("i-a")], spend=spend(2100.0)),
          [("set", SPOT, 1, R.BUDGET_DRAIN)], settings=settings(pool_settings(budget_monthly_usd=2000.0))),
+    Case("exhausted_budget_cancels_booting_instances_by_id_never_by_desired",
+         # desired 4: one in service, two booting, one not launched yet. Lowering desired to 1 would let the ASG
+         # choose which instances die (possibly i-a, the busy one); instead the booting ones go by id.
+         observe(groups=[group(SPOT, 4, changed=1), group(OD, 0)],
+                 nodes=[node("i-a", max_util=90), node("i-b", lifecycle=LIFECYCLE_PENDING),
+                        node("i-c", lifecycle="Pending:Wait")], spend=spend(2100.0)),
+         [("set", SPOT, 3, R.BUDGET_DRAIN), ("term", "i-b", R.BUDGET_DRAIN), ("term", "i-c", R.BUDGET_DRAIN)],
+         settings=settings(pool_settings(budget_monthly_usd=2000.0))),
+    Case("multi_gpu_node_with_one_busy_gpu_is_not_idle",
+         # 8 GPUs, one at 24 %: the node-average metric reads 3 %, under the 5 % threshold, yet a job is running.
+         observe(nodes=[node("i-one-gpu-busy", max_util=3.0)], pending=()), [], {R.STEADY},
+         settings=settings(pool_settings(gpus_per_node=8))),
+    Case("multi_gpu_node_with_all_gpus_idle_is_reclaimed",
+         observe(nodes=[node("i-idle8", max_util=0.2)], pending=()), [("term", "i-idle8", R.RECLAIM_IDLE)],
+         settings=settings(pool_settings(gpus_per_node=8))),
     Case("exhausted_budget_with_nothing_to_drain_says_so", observe(pending=(1,), env_spend=spend(10_000.0)), [],
          {R.BUDGET_DRAIN}, settings=settings(env_budget=10_000.0)),
     Case("spot_instance_still_booting_is_not_a_shortage",
