@@ -109,11 +109,14 @@ class AwsNodeGroups:
         return out
 
     def _describe_instances(self, ids: list[str]) -> dict[str, tuple[datetime | None, str]]:
+        # An instance-id *filter*, not InstanceIds: an instance the Auto Scaling group launched seconds ago may
+        # not be visible to EC2's API yet, and InstanceIds fails the whole call (InvalidInstanceID.NotFound) for
+        # it, which would hold every pool for the tick. A filter just leaves it out (it counts as just launched).
         out = {}
-        for chunk in _chunks(sorted(ids), 1000):
+        for chunk in _chunks(sorted(ids), 200):  # EC2 accepts at most 200 values per filter
             token = None
             while True:
-                kwargs = {"InstanceIds": chunk}
+                kwargs = {"Filters": [{"Name": "instance-id", "Values": chunk}]}
                 if token:
                     kwargs["NextToken"] = token
                 resp = self._call("EC2 DescribeInstances", self._ec2.describe_instances, **kwargs)

@@ -308,3 +308,23 @@ def test_tick_refuses_to_touch_a_group_outside_the_pool():
     ports = _ports()
     _apply(settings(ps), Plan((PoolDecision("research", (a,)),)), Observation(()), ports, result)
     assert ports.groups.writes == [] and "not an elastic group" in result.failed[0][1]
+
+
+def test_an_instance_ec2_does_not_know_yet_does_not_fail_the_read(aws_env):
+    """Against the moto server: InstanceIds fails the whole DescribeInstances for one unknown id, as AWS does for
+    an instance launched seconds ago; the adapter's filter returns the known ones and leaves the new one out."""
+    import boto3
+    from botocore.exceptions import ClientError
+
+    from policy.nodegroups import AwsNodeGroups
+
+    ec2 = boto3.client("ec2")
+    image = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
+    known = ec2.run_instances(ImageId=image, MinCount=1, MaxCount=1, InstanceType="g6.xlarge")["Instances"][0]
+    unknown = "i-0123456789abcdef0"
+    with pytest.raises(ClientError):
+        ec2.describe_instances(InstanceIds=[known["InstanceId"], unknown])
+    adapter = AwsNodeGroups(boto3.client("eks"), boto3.client("autoscaling"), ec2, "gpuloan-dev")
+    details = adapter._describe_instances([known["InstanceId"], unknown])
+    assert set(details) == {known["InstanceId"]}
+    assert details[known["InstanceId"]][1] == known["PrivateDnsName"]
