@@ -53,6 +53,7 @@ class Recording:
     resources: list[RecordedResource]
     outputs: dict[str, Any]
     invokes: list[str]
+    invoke_args: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
 
     def of_type(self, type_: str) -> list[RecordedResource]:
         return [r for r in self.resources if r.type == type_]
@@ -140,6 +141,7 @@ class OfflineMocks:
         self.region = region
         self.stack = stack
         self.invokes: list[str] = []
+        self.invoke_args: list[tuple[str, dict[str, Any]]] = []
 
     def new_resource(self, args) -> tuple[str, dict[str, Any]]:
         if args.typ.startswith("pulumi:providers:"):
@@ -159,6 +161,7 @@ class OfflineMocks:
 
     def call(self, args) -> dict[str, Any]:
         self.invokes.append(args.token)
+        self.invoke_args.append((args.token, _plain(args.args)))
         handler = INVOKES.get(args.token)
         return handler(args.args, self) if handler else {}
 
@@ -302,7 +305,8 @@ def run_program(stack: str, config: dict[str, Any], program: Path | None = None,
     finally:
         os.chdir(cwd)
         pulumi_settings.ROOT.set(None)
-    return Recording(stack=stack, resources=records, outputs=exported, invokes=list(mocks.invokes))
+    return Recording(stack=stack, resources=records, outputs=exported, invokes=list(mocks.invokes),
+                     invoke_args=list(mocks.invoke_args))
 
 
 @outputs_for("aws:ecr/repository:Repository")

@@ -215,6 +215,7 @@ class Cluster(pulumi.ComponentResource):
         invoke = pulumi.InvokeOptions(parent=self)
         found = aws.eks.get_cluster_output(name=spec.name, opts=invoke)
         self._found = found
+        self._node_subnet_ids = list(spec.node_subnet_ids)
         self.name = found.name
         self.arn = found.arn
         self.endpoint = found.endpoint
@@ -231,10 +232,15 @@ class Cluster(pulumi.ComponentResource):
         self.private_subnet_ids = self._lookup_subnets(list(spec.availability_zones))
 
     def _lookup_subnets(self, availability_zones: list[str]) -> pulumi.Output[list[str]]:
-        # The cluster's own subnets, private ones only (nodes get no public IPs), optionally in given AZs.
+        # The subnets named in config (cluster.node_subnet_ids), or else the cluster's own subnets that assign no
+        # public IPs; optionally only those in given AZs. The default is a guess: some VPC modules create public
+        # subnets that do not assign public IPs either, and nodes there have no NAT route, hence the config key.
         def filters(vpc_config) -> list[aws.ec2.GetSubnetsFilterArgs]:
-            out = [aws.ec2.GetSubnetsFilterArgs(name="subnet-id", values=list(vpc_config.subnet_ids)),
-                   aws.ec2.GetSubnetsFilterArgs(name="map-public-ip-on-launch", values=["false"])]
+            if self._node_subnet_ids:
+                out = [aws.ec2.GetSubnetsFilterArgs(name="subnet-id", values=self._node_subnet_ids)]
+            else:
+                out = [aws.ec2.GetSubnetsFilterArgs(name="subnet-id", values=list(vpc_config.subnet_ids)),
+                       aws.ec2.GetSubnetsFilterArgs(name="map-public-ip-on-launch", values=["false"])]
             if availability_zones:
                 out.append(aws.ec2.GetSubnetsFilterArgs(name="availability-zone", values=availability_zones))
             return out

@@ -129,6 +129,9 @@ class ExistingCluster(Strict):
     availability_zones: list[str] = Field(
         default_factory=list, description="AZs whose cluster subnets GPU nodes may use; empty means all."
     )
+    node_subnet_ids: list[Annotated[str, Field(pattern=r"^subnet-[0-9a-f]{8,17}$")]] = Field(
+        default_factory=list, description="Private subnets (with a NAT or VPC endpoints) for the node groups and the "
+        "policy function; empty means the cluster's subnets that assign no public IPs.")
 
 
 Cluster = Annotated[Union[NewCluster, ExistingCluster], Field(discriminator="mode")]

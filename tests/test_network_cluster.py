@@ -229,3 +229,35 @@ def test_every_taggable_cluster_resource_is_tagged_as_platform(recorded, stack):
     assert len(taggable) > 20
     for r in taggable:
         assert r.inputs.get("tags", {}).get(tags.TAG_TIER) == "platform", f"{r.type} {r.name}"
+
+
+def _subnet_filters(recording) -> list[dict]:
+    return [{f["name"]: f["values"] for f in args.get("filters", [])}
+            for token, args in recording.invoke_args if token == "aws:ec2/getSubnets:getSubnets"]
+
+
+def test_existing_cluster_default_subnets_are_those_without_public_ips(existing):
+    lookups = _subnet_filters(existing)
+    assert lookups and all(f.get("map-public-ip-on-launch") == ["false"] for f in lookups)
+
+
+def test_existing_cluster_node_subnets_from_config_are_used_exactly():
+    # Some VPC modules make public subnets that assign no public IPs: a user names the private ones instead.
+    chosen = ["subnet-0aaaaaaaaaaaaaaa1", "subnet-0bbbbbbbbbbbbbbb2"]
+    rec = run_stack("dev", dev_variant(cluster={**EXISTING, "node_subnet_ids": chosen}))
+    lookups = _subnet_filters(rec)
+    assert lookups
+    for f in lookups:
+        assert f["subnet-id"] == chosen
+        assert "map-public-ip-on-launch" not in f
+
+
+def test_node_subnet_ids_must_be_subnet_ids():
+    from conftest import stack_config
+    from stacks import config as config_mod
+
+    data = {k.split(":", 1)[1]: v for k, v in stack_config("dev").items() if k.startswith("gpuloan:")}
+    data["cluster"] = {**EXISTING, "node_subnet_ids": ["vpc-123"]}
+    with pytest.raises(config_mod.ConfigError) as err:
+        config_mod.parse(data)
+    assert any(p.startswith("cluster.node_subnet_ids") for p, _ in err.value.problems)
