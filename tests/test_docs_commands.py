@@ -83,3 +83,14 @@ def test_config_reference_is_current():
     from gpuloan.cmd_schema import config_markdown
 
     assert (REPO / "docs" / "config.md").read_text() == config_markdown(), "run `make schema` to regenerate docs/config.md"
+
+
+def test_readme_cost_table_matches_the_real_preview():
+    readme = (REPO / "README.md").read_text()
+    block = readme.split("For the prod example it ends with:", 1)[1].split("```", 2)[1]
+    rows = [line for line in block.splitlines() if line.startswith(("┃", "│"))]
+    assert len(rows) == 4
+    out = subprocess.run([str(REPO / ".venv" / "bin" / "gpuloan"), "preview", "prod"], cwd=REPO,
+                         capture_output=True, text=True, timeout=300).stdout
+    for row in rows:
+        assert row in out, f"README row is stale (prices or config changed?): {row}"
