@@ -22,7 +22,8 @@ def register(sub) -> None:
     p.add_argument("--json", action="store_true", help="print the JSON document instead of the table")
     p.add_argument("--plot", metavar="PNG", help="write demand vs capacity and cumulative cost to this PNG")
     p.add_argument("--auto-size", action="store_true",
-                   help="size the pool from the trace: floor at the 25th percentile of demand, elastic max at the peak")
+                   help="size the pool from the trace: floor at the 25th percentile of demand (0 nodes when demand is "
+                        "below one node a quarter of the time), elastic max at the peak")
     p.add_argument("--sweep-floor", action="store_true", help="run our policy with floors from 0 to the peak")
     p.add_argument("--seed", type=int, default=0, help="seed of spot interruptions and shortages (default 0)")
     p.add_argument("--provisioning-delay", type=int, default=None, metavar="MINUTES")

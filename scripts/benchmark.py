@@ -1,8 +1,9 @@
 """The docs/benchmarks.md benchmark: ITP clusters 01, 05, 08, 09, 10, days 1-57, every policy on the same pool.
 
 The pool is the prod stack's `training` pool (p4d.24xlarge floor, spot p4d/p5 with on-demand fallback) auto-sized
-from each cluster's demand (floor at the 25th percentile of demand, elastic max covering the peak). One command:
-`make benchmark` (or `.venv/bin/python scripts/benchmark.py [--json out.json] [--seed N]`).
+from each cluster's demand (floor at the 25th percentile of demand, 0 nodes included, elastic max covering the
+peak). One command: `make benchmark` (or `.venv/bin/python scripts/benchmark.py [--json out.json] [--seed N]
+[--floor-nodes N]`).
 """
 
 from __future__ import annotations
@@ -23,18 +24,18 @@ DAYS = (1, 57)
 STACK, POOL = "prod", "training"
 
 
-def run_cluster(args: tuple[str, int]) -> dict:
+def run_cluster(args: tuple[str, int, int | None]) -> dict:
     import yaml
 
     from sim import pool, runner, traces
     from sim.engine import SimSettings
     from stacks import config
 
-    cluster, seed = args
+    cluster, seed, floor_nodes = args
     cfg = config.from_stack_yaml(yaml.safe_load((REPO / f"Pulumi.{STACK}.yaml").read_text()), f"Pulumi.{STACK}.yaml")
     trace = traces.read_trace(REPO / "data" / "traces" / "itp" / f"{cluster}.csv").window(*DAYS)
     horizon = (DAYS[1] - DAYS[0] + 1) * 1440
-    spec = pool.auto_size(pool.spec_from_config(cfg, POOL), trace, horizon_minutes=horizon)
+    spec = pool.auto_size(pool.spec_from_config(cfg, POOL), trace, horizon_minutes=horizon, floor_nodes=floor_nodes)
     t0 = time.perf_counter()
     doc = runner.compare(spec, trace, SimSettings(seed=seed), horizon=horizon)
     doc.pop("_series")
@@ -48,11 +49,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", help="write every result here")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--floor-nodes", type=int, default=None,
+                        help="floor size instead of the auto-size quantile (e.g. 1: one always-on node per cluster)")
     parser.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1))
     args = parser.parse_args(argv)
     t0 = time.perf_counter()
     with ProcessPoolExecutor(args.workers) as pool:
-        docs = list(pool.map(run_cluster, [(c, args.seed) for c in CLUSTERS]))
+        docs = list(pool.map(run_cluster, [(c, args.seed, args.floor_nodes) for c in CLUSTERS]))
     wall = time.perf_counter() - t0
     cols = ("name", "total_cost_usd", "cost_over_oracle", "p95_wait_minutes", "interruptions", "unmet_gpu_hours")
     for doc in docs:

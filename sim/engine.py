@@ -384,6 +384,11 @@ class JobsWorkload:
         self.running_gpus = 0
         self.ends: list = []  # heap (end minute, job, run id)
         self.demand_gpu_minutes = sum(j.gpus * j.duration_s for j in jobs) / 60
+        # A job larger than the whole pool (floor + elastic max) can never start. It is reported (never started,
+        # its work unmet, its wait censored at the horizon) but does not enter the FIFO queue: as the head job it
+        # would reserve every node and block every later job, for every policy alike.
+        self.pool_gpus = sim.spec.peak_nodes * sim.spec.gpus_per_node
+        self.larger_than_pool = sum(1 for g in self.gpus if g > self.pool_gpus)
 
     def demand_gpus(self) -> int:
         return self.running_gpus + self.pending_gpus
@@ -404,6 +409,8 @@ class JobsWorkload:
         while self._next < len(jobs_submit) and jobs_submit[self._next] < limit:
             i = self._next
             self._next += 1
+            if self.gpus[i] > self.pool_gpus:
+                continue
             heapq.heappush(self.queues.setdefault(self.gpus[i], []), i)
             self.pending_gpus += self.gpus[i]
             sim.changed = True

@@ -64,7 +64,10 @@ class Karpenter(Controller):
     - capacity type: spot first (price-capacity-optimized); an insufficient-capacity error falls back to
       on-demand within the same provisioning round when the NodePool allows on-demand;
     - disruption: consolidationPolicy WhenEmpty, consolidateAfter 15m (empty nodes only: running training pods
-      are not evicted to consolidate), interruption handling via the 2-minute notice (the node is cordoned).
+      are not evicted to consolidate; a node that never received a pod counts as empty from when it is ready);
+    - interruption handling: at the 2-minute notice the node is cordoned and "the NodePool will start a new node
+      as soon as it sees the Spot interruption warning" (karpenter.sh docs, Disruption > Interruption): the pods
+      on a warned node are provisioned for like pending pods.
     """
 
     name = "karpenter"
@@ -77,7 +80,7 @@ class Karpenter(Controller):
         spec = sim.spec
         now = sim.now
         gpn = spec.gpus_per_node
-        pending = sim.workload.pending_list()
+        pending = sim.workload.pending_list() + self._displaced(sim)
         if pending:
             # free GPUs that pending pods may land on: ready, not cordoned; nodes in flight count as empty
             free = sorted((n.gpus - n.busy for n in sim.nodes.values() if not n.warned and n.gpus > n.busy),
@@ -109,9 +112,21 @@ class Karpenter(Controller):
             if new_nodes:
                 self._provision(sim, new_nodes)
         for node in list(sim.nodes.values()):
-            if node.group != GUARANTEED and node.ready_at <= now and node.busy == 0 and node.empty_since is not None:
-                if now - max(node.empty_since, node.ready_at) >= self.consolidate_after:
+            if node.group != GUARANTEED and node.ready_at <= now and node.busy == 0:
+                empty_since = node.ready_at if node.empty_since is None else max(node.empty_since, node.ready_at)
+                if now - empty_since >= self.consolidate_after:
                     sim.terminate(node.id)
+
+    @staticmethod
+    def _displaced(sim: Simulation) -> list[int]:
+        """GPU requests of the pods on nodes under an interruption notice (one pod per node and job)."""
+        warned = [n for n in sim.nodes.values() if n.warned and n.busy]
+        if not warned:
+            return []
+        on_nodes = getattr(sim.workload, "on_nodes", None)
+        if on_nodes is None:  # series mode: fluid GPUs
+            return [1] * sum(n.busy for n in warned)
+        return [used for n in warned for i in n.jobs for node, used in on_nodes[i] if node is n]
 
     def _provision(self, sim: Simulation, count: int) -> None:
         spec = sim.spec
@@ -134,7 +149,9 @@ class ThresholdScript(Controller):
     every 5 minutes (its cron), if the average GPU utilization of the pool's nodes is above 80 % it launches one
     on-demand instance (`aws ec2 run-instances`); an elastic instance whose average utilization over the last hour
     is below 10 % is terminated, whatever runs on it. Instances younger than the hour have no datapoint and stay.
-    Capped at the pool's elastic maximum (the script has no cap; the same pool config for every policy)."""
+    Capped at the pool's elastic maximum (the script has no cap; the same pool config for every policy). With no
+    ready node there is nothing to measure (the script runs nvidia-smi on a GPU machine) and nothing is launched.
+    Deviations from the script, all in its favour, are listed in docs/simulator.md."""
 
     name = "threshold-script"
 

@@ -144,7 +144,12 @@ def _spec(region: str, pool: Pool) -> PoolSpec:
 
 # --- auto-size ---------------------------------------------------------------------------------------------
 
-FLOOR_QUANTILE = 0.25  # the floor covers the demand level exceeded 75% of the time
+# The floor covers the demand level exceeded 75% of the time, in whole nodes rounded down, and may be 0: a trace
+# whose demand is below one node a quarter of the time gets no floor. Forcing one node there would add the same
+# always-on on-demand node to every policy: it raises every cost / oracle ratio by a constant that is not a policy
+# difference, hides how close the elastic policies are to the oracle, and makes floor-only look like it serves
+# something. What a floor is worth on a trace is what --sweep-floor shows.
+FLOOR_QUANTILE = 0.25
 
 
 def demand_profile(trace, horizon_minutes: int | None = None) -> list[int]:
@@ -171,8 +176,8 @@ def demand_profile(trace, horizon_minutes: int | None = None) -> list[int]:
 
 def auto_size(spec: PoolSpec, trace, quantile: float = FLOOR_QUANTILE, horizon_minutes: int | None = None,
               floor_nodes: int | None = None) -> PoolSpec:
-    """Size the pool from the trace: floor = the demand `quantile` in whole nodes (rounded down), elastic max =
-    the nodes that cover the peak on top of the floor. Types, prices and knobs stay the stack's.
+    """Size the pool from the trace: floor = the demand `quantile` in whole nodes (rounded down, 0 included; see
+    FLOOR_QUANTILE), elastic max = the nodes that cover the peak on top of the floor. Types, prices and knobs stay the stack's.
 
     The budget is dropped: a stack's budget was set for its own pool size, not for this trace (a simulated
     budget cap would then measure the mismatch, not the policy)."""
@@ -183,8 +188,6 @@ def auto_size(spec: PoolSpec, trace, quantile: float = FLOOR_QUANTILE, horizon_m
     peak_nodes = math.ceil(profile[-1] / gpn)
     if floor_nodes is None:
         floor_nodes = profile[min(len(profile) - 1, int(quantile * len(profile)))] // gpn
-        if spec.floor_nodes:  # the stack has a floor: keep at least one node of it
-            floor_nodes = max(1, floor_nodes)
     floor_nodes = min(floor_nodes, peak_nodes)
     elastic = max(1, peak_nodes - floor_nodes)
     floor_type = spec.floor_type or spec.on_demand_type or spec.spot_type

@@ -62,7 +62,8 @@ def metrics_of(sim: Simulation, controller: Controller, oracle_cost: float, seco
     if isinstance(wl, JobsWorkload):
         waits, never = wl.waits_minutes(sim.horizon)
         out.update(p50_wait_minutes=round(percentile(waits, 50), 1), p95_wait_minutes=round(percentile(waits, 95), 1),
-                   p99_wait_minutes=round(percentile(waits, 99), 1), jobs=len(waits), jobs_never_started=never)
+                   p99_wait_minutes=round(percentile(waits, 99), 1), jobs=len(waits), jobs_never_started=never,
+                   jobs_larger_than_pool=wl.larger_than_pool)
     else:
         out.update(p50_wait_minutes=None, p95_wait_minutes=None, p99_wait_minutes=None)
     if isinstance(controller, GpuLoan):

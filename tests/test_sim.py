@@ -256,3 +256,55 @@ def test_policy_knobs_come_from_the_stack_mapping():
     ps = pool_settings(dev_spec())
     assert ps.idle_timeout_minutes == 20 and ps.gpus_per_node == 1 and ps.spot_group == SPOT
     assert ps.on_demand_group is None  # dev is capacity: spot
+
+
+# --- honesty of the baselines and the sizing ---------------------------------------------------------------
+
+
+def test_karpenter_consolidates_a_node_that_never_got_a_pod(tmp_path):
+    spec = dev_spec()  # floor 1 x 1 GPU
+    # the second job is pending at minute 0 (a spot node is launched), but the first job frees the floor at
+    # minute 2 and the second starts there: the spot node is ready at 6 and never gets a pod
+    t = jobs(tmp_path, [(0, 120, 1), (0, 3600, 1)])
+    sim, m = runner.run_one(spec, t, Karpenter(), CALM, horizon=300)
+    # WhenEmpty after 15 minutes counts from when the node is ready: billed 6 + 15 = 21 minutes, not 300
+    assert m["elastic_spot_cost_usd"] == pytest.approx(round(21 * spec.spot_usd_per_hour / 60, 2), abs=0.01)
+    assert sim.count(SPOT) == 0
+
+
+def test_karpenter_provisions_a_replacement_at_the_interruption_notice(tmp_path):
+    spec = replace(dev_spec(), floor_nodes=0)
+    t = jobs(tmp_path, [(0, 3 * 3600, 1)])
+
+    class Reclaimed(Karpenter):
+        def tick(self, sim):
+            super().tick(sim)
+            if sim.now == 0:
+                node = next(iter(sim.nodes.values()))
+                node.reclaim_at = 40  # notice at 38
+                sim._next_event = 0
+
+    sim, m = runner.run_one(spec, t, Reclaimed(), CALM, horizon=100)
+    assert m["interruptions"] == 1 and m["jobs_interrupted"] == 1
+    # the replacement is launched at the notice (38), ready at 44; the job restarts there, not at 46
+    launched = sorted(sim.nodes.values(), key=lambda n: n.serial)
+    assert [n.launched for n in launched] == [38]
+    assert sim.workload.run_start[0] == 44
+
+
+def test_a_job_larger_than_the_pool_is_reported_and_blocks_nobody(tmp_path):
+    spec = dev_spec()  # peak: 1 floor + 4 spot nodes of 1 GPU = 5 GPUs
+    t = jobs(tmp_path, [(0, 600, 8)] + [(60 * k, 600, 1) for k in range(1, 6)])
+    for controller in (FloorOnly(), Karpenter(), GpuLoan()):
+        _, m = runner.run_one(spec, t, controller, CALM, horizon=600)
+        assert m["jobs_larger_than_pool"] == 1 and m["jobs_never_started"] == 1, controller.name
+        assert m["gpu_hours_served"] == pytest.approx(5 * 10 / 60, abs=1e-3), controller.name  # the small jobs ran
+        assert m["unmet_gpu_hours"] == pytest.approx(8 * 10 / 60, abs=1e-3), controller.name
+
+
+def test_auto_size_floor_is_the_quantile_even_when_it_is_zero(tmp_path):
+    # one 1-GPU job for an hour in a 4-hour trace: demand is 0 three quarters of the time
+    t = jobs(tmp_path, [(3 * 3600, 3600, 1)])
+    spec = simpool.auto_size(dev_spec(), t)
+    assert dev_spec().floor_nodes == 1 and spec.floor_nodes == 0 and spec.elastic_max_nodes == 1
+    assert simpool.auto_size(dev_spec(), t, floor_nodes=1).floor_nodes == 1  # an explicit floor is kept
