@@ -373,16 +373,26 @@ def _reclaim(ps: PoolSettings, po: PoolObservation, groups: dict[str, Group], no
              desired: dict[str, int]) -> list[Action]:
     name = ps.name
     timeout = timedelta(minutes=ps.idle_timeout_minutes)
+    empty_timeout = timedelta(minutes=ps.empty_timeout_minutes)
     threshold = node_idle_threshold_pct(ps)
     idle: list[Node] = []
+    why: dict[str, str] = {}
     unknown = 0
     for node in nodes:
-        if now - node.launched_at < timeout:
+        up = now - node.launched_at
+        # Empty: no pod requested any of its GPUs for empty_timeout_minutes (data, not a guess: None is not empty).
+        if node.max_reserved_pct is not None and node.max_reserved_pct <= 0 and up >= empty_timeout:
+            idle.append(node)
+            why[node.instance_id] = f"no pod requested its GPUs for {ps.empty_timeout_minutes} min"
+            continue
+        if up < timeout:
             continue
         if node.max_utilization_pct is None:
             unknown += 1
         elif node.max_utilization_pct < threshold:
             idle.append(node)
+            why[node.instance_id] = (f"max GPU utilization {node.max_utilization_pct:.2f}% < {threshold:.2f}% "
+                                     f"for {ps.idle_timeout_minutes} min")
     actions: list[Action] = []
     if unknown:
         actions.append(_hold(name, Reason.HOLD_MISSING_DATA, f"{unknown} elastic node(s) without GPU metrics for "
@@ -397,7 +407,8 @@ def _reclaim(ps: PoolSettings, po: PoolObservation, groups: dict[str, Group], no
         actions.append(_hold(name, Reason.STEADY, f"{len(idle)} idle node(s) kept: pods are pending and may land "
                              "on them"))
         return actions
-    idle.sort(key=lambda n: (n.group != ps.on_demand_group, n.max_utilization_pct, n.launched_at, n.instance_id))
+    idle.sort(key=lambda n: (n.group != ps.on_demand_group, n.max_utilization_pct or 0.0, n.launched_at,
+                             n.instance_id))
     taken = 0
     reported: set[str] = set()
     for node in idle:
@@ -422,8 +433,7 @@ def _reclaim(ps: PoolSettings, po: PoolObservation, groups: dict[str, Group], no
         taken += 1
         actions.append(Action(name, ACTION_TERMINATE, Reason.RECLAIM_IDLE, group=g.name, instance_id=node.instance_id,
                               desired_from=desired[g.name] + 1, desired_to=desired[g.name],
-                              detail=f"max GPU utilization {node.max_utilization_pct:.2f}% < {threshold:.2f}% "
-                                     f"for {ps.idle_timeout_minutes} min"))
+                              detail=why[node.instance_id]))
     return actions
 
 

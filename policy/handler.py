@@ -64,7 +64,7 @@ def build_ports(settings: Settings, session, context) -> Ports:
     eks = session.client("eks")
     groups = AwsNodeGroups(eks, session.client("autoscaling"), session.client("ec2"), settings.cluster_name)
     util = CloudWatchUtilization(session.client("cloudwatch"), settings.cluster_name, settings.metric_namespace,
-                                 settings.utilization_metric)
+                                 settings.utilization_metric, settings.reserved_metric)
     endpoint = os.environ.get("GPULOAN_KUBE_ENDPOINT")
     ca_pem = os.environ.get("GPULOAN_KUBE_CA_PEM")
     pods = None

@@ -84,8 +84,11 @@ class PoolSettings:
     scale_up_window_minutes: int = 10
     idle_utilization_pct: float = 5.0
     idle_timeout_minutes: int = 30
+    # A node on which no pod has requested a GPU for this long is reclaimed sooner than an idle one: with no GPU
+    # pod there is nothing to interrupt (Karpenter's "empty" nodes), so it need not wait out idle_timeout_minutes.
+    empty_timeout_minutes: int = 10
     cooldown_minutes: int = 5
-    max_step_nodes: int = 4
+    max_step_nodes: int = 8
     fallback_after_minutes: int = 10
     budget_monthly_usd: float | None = None
     budget_enforcement: str = ENFORCEMENT_CAP
@@ -132,6 +135,7 @@ class Settings:
     schedule_minutes: int = 1
     metric_namespace: str = "ContainerInsights"
     utilization_metric: str = "node_gpu_utilization"
+    reserved_metric: str = "node_gpu_reserved_capacity"  # % of a node's GPUs requested by pods (Container Insights)
     budget_refresh_minutes: int = 60
     notify_min_interval_minutes: int = 30
 
@@ -198,6 +202,7 @@ class Node:
     lifecycle: str = LIFECYCLE_IN_SERVICE
     max_utilization_pct: float | None = None  # max over the last idle_timeout_minutes
     avg_utilization_pct: float | None = None  # mean over the last scale_up_window_minutes
+    max_reserved_pct: float | None = None  # max % of the node's GPUs requested by pods, last empty_timeout_minutes
 
     @property
     def in_service(self) -> bool:

@@ -80,7 +80,8 @@ def observe(settings: Settings, ports: Ports, state: dict, now: datetime, errors
         read = {}
     refs = [NodeRef(i.instance_id, i.node_name) for gs in read.values() for i in gs.instances
             if i.lifecycle == LIFECYCLE_IN_SERVICE]
-    window = max(max(ps.idle_timeout_minutes, ps.scale_up_window_minutes) for ps in settings.pools)
+    window = max(max(ps.idle_timeout_minutes, ps.empty_timeout_minutes, ps.scale_up_window_minutes)
+                 for ps in settings.pools)
     series = {}
     if refs:
         try:
@@ -117,6 +118,7 @@ def observe(settings: Settings, ports: Ports, state: dict, now: datetime, errors
                     inst.lifecycle,
                     s.max_over(now, ps.idle_timeout_minutes) if s else None,
                     s.avg_over(now, ps.scale_up_window_minutes) if s else None,
+                    s.reserved_max_over(now, ps.empty_timeout_minutes) if s else None,
                 ))
         pools.append(PoolObservation(ps.name, tuple(groups), tuple(nodes),
                                      None if pending is None else pending.get(ps.name, ()),

@@ -1,7 +1,8 @@
 """Per-node GPU utilization from CloudWatch (Container Insights by default): one port, one boto3 adapter.
 
-Two queries per node (Average and Maximum per minute) over one window long enough for every pool's idle
-timeout and scale-up window, batched <= 500 queries per GetMetricData call (DESIGN.md decision 7).
+Three queries per node (utilization Average and Maximum, GPU reserved-capacity Maximum, per minute) over one
+window long enough for every pool's idle timeout, empty timeout and scale-up window, batched <= 500 queries per
+GetMetricData call (DESIGN.md decision 7).
 """
 
 from __future__ import annotations
@@ -33,26 +34,35 @@ class Series:
     """Per-minute datapoints of one node, newest first: (timestamp, average, maximum)."""
 
     points: tuple[tuple[datetime, float | None, float | None], ...]
+    reserved: tuple[tuple[datetime, float], ...] = ()  # (timestamp, max % of GPUs requested by pods)
 
     def max_over(self, now: datetime, minutes: int) -> float | None:
-        """Max over the `minutes` one-minute periods up to the newest datapoint; None when that is stale or the
-        periods are not mostly covered."""
-        stamps = [ts for ts, _, mx in self.points if mx is not None and ts <= now]
-        if not stamps:
-            return None
-        newest = max(stamps)
-        if now - newest > MAX_STALENESS:
-            return None
-        start = newest - timedelta(minutes=minutes)
-        vals = [mx for ts, _, mx in self.points if start < ts <= newest and mx is not None]
-        if len(vals) < MIN_COVERAGE * minutes:
-            return None
-        return max(vals)
+        """Max utilization over the `minutes` one-minute periods up to the newest datapoint; None when that is
+        stale or the periods are not mostly covered."""
+        return _covered_max([(ts, mx) for ts, _, mx in self.points if mx is not None], now, minutes)
+
+    def reserved_max_over(self, now: datetime, minutes: int) -> float | None:
+        """Max GPU reserved capacity over the window, with the same freshness and coverage rules."""
+        return _covered_max(list(self.reserved), now, minutes)
 
     def avg_over(self, now: datetime, minutes: int) -> float | None:
         start = now - timedelta(minutes=minutes)
         vals = [av for ts, av, _ in self.points if ts >= start and av is not None]
         return sum(vals) / len(vals) if vals else None
+
+
+def _covered_max(points: list[tuple[datetime, float]], now: datetime, minutes: int) -> float | None:
+    stamps = [ts for ts, _ in points if ts <= now]
+    if not stamps:
+        return None
+    newest = max(stamps)
+    if now - newest > MAX_STALENESS:
+        return None
+    start = newest - timedelta(minutes=minutes)
+    vals = [v for ts, v in points if start < ts <= newest]
+    if len(vals) < MIN_COVERAGE * minutes:
+        return None
+    return max(vals)
 
 
 class UtilizationSource(Protocol):
@@ -63,18 +73,19 @@ class CloudWatchUtilization:
     """GetMetricData over `namespace`/`metric` with dimensions ClusterName, InstanceId, NodeName."""
 
     def __init__(self, cloudwatch, cluster_name: str, namespace: str = "ContainerInsights",
-                 metric: str = "node_gpu_utilization"):
+                 metric: str = "node_gpu_utilization", reserved_metric: str = "node_gpu_reserved_capacity"):
         self._cw = cloudwatch
         self._cluster = cluster_name
         self._namespace = namespace
         self._metric = metric
+        self._reserved_metric = reserved_metric
         self.calls = 0
 
-    def _query(self, qid: str, node: NodeRef, stat: str) -> dict:
+    def _query(self, qid: str, node: NodeRef, stat: str, metric: str | None = None) -> dict:
         dims = [{"Name": "ClusterName", "Value": self._cluster}, {"Name": "InstanceId", "Value": node.instance_id},
                 {"Name": "NodeName", "Value": node.node_name}]
         return {"Id": qid, "ReturnData": True, "MetricStat": {
-            "Metric": {"Namespace": self._namespace, "MetricName": self._metric, "Dimensions": dims},
+            "Metric": {"Namespace": self._namespace, "MetricName": metric or self._metric, "Dimensions": dims},
             "Period": PERIOD_SECONDS, "Stat": stat}}
 
     def read(self, nodes: Iterable[NodeRef], now: datetime, window_minutes: int) -> dict[str, Series]:
@@ -82,11 +93,12 @@ class CloudWatchUtilization:
         queries: list[dict] = []
         owner: dict[str, tuple[str, str]] = {}
         for i, node in enumerate(nodes):
-            for stat, tag in (("Average", "a"), ("Maximum", "m")):
+            for stat, tag, metric in (("Average", "a", None), ("Maximum", "m", None),
+                                      ("Maximum", "r", self._reserved_metric)):
                 qid = f"{tag}{i}"
                 owner[qid] = (node.instance_id, tag)
-                queries.append(self._query(qid, node, stat))
-        raw: dict[str, dict[str, dict[datetime, float]]] = {n.instance_id: {"a": {}, "m": {}} for n in nodes}
+                queries.append(self._query(qid, node, stat, metric))
+        raw: dict[str, dict[str, dict[datetime, float]]] = {n.instance_id: {"a": {}, "m": {}, "r": {}} for n in nodes}
         start = now - timedelta(minutes=window_minutes) - MAX_STALENESS  # the idle window may end that early
         for k in range(0, len(queries), MAX_QUERIES_PER_CALL):
             batch = queries[k:k + MAX_QUERIES_PER_CALL]
@@ -110,5 +122,6 @@ class CloudWatchUtilization:
         out = {}
         for iid, by in raw.items():
             stamps = sorted(set(by["a"]) | set(by["m"]), reverse=True)
-            out[iid] = Series(tuple((ts, by["a"].get(ts), by["m"].get(ts)) for ts in stamps))
+            out[iid] = Series(tuple((ts, by["a"].get(ts), by["m"].get(ts)) for ts in stamps),
+                              tuple(sorted(by["r"].items(), reverse=True)))
         return out

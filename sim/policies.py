@@ -221,11 +221,13 @@ class GpuLoan(Controller):
                                 spot_max_nodes=0, on_demand_max_nodes=0, spot_usd_per_hour=0,
                                 on_demand_usd_per_hour=0)
             knobs = ("scale_up_utilization_pct", "scale_up_window_minutes", "idle_utilization_pct",
-                     "idle_timeout_minutes", "cooldown_minutes", "max_step_nodes", "fallback_after_minutes")
+                     "idle_timeout_minutes", "empty_timeout_minutes", "cooldown_minutes", "max_step_nodes",
+                     "fallback_after_minutes")
             ps = dataclasses.replace(ps, **{k: getattr(base, k) for k in knobs})
         self.ps = ps
         self.settings = Settings(environment="sim", region=sim.spec.region, cluster_name="sim", pools=(ps,))
-        sim.hist_keep = max(sim.hist_keep, ps.idle_timeout_minutes, ps.scale_up_window_minutes) + 1
+        sim.hist_keep = max(sim.hist_keep, ps.idle_timeout_minutes, ps.empty_timeout_minutes,
+                            ps.scale_up_window_minutes) + 1
         self._node_cache: dict = {}
         self._group_cache: dict = {}
         self._last_obs = None
@@ -239,24 +241,27 @@ class GpuLoan(Controller):
         nodes = []
         cache = self._node_cache
         used: dict = {}
-        idle_w, up_w = ps.idle_timeout_minutes, ps.scale_up_window_minutes
+        idle_w, up_w, empty_w = ps.idle_timeout_minutes, ps.scale_up_window_minutes, ps.empty_timeout_minutes
         for n in sim.nodes.values():
             if n.ready_at > now:
-                key = (n.id, None, None)
+                key = (n.id, None, None, None)
             elif n.group == GUARANTEED:
                 _, avg = sim.window_utilization(n, up_w)
-                key = (n.id, avg, avg)
+                key = (n.id, avg, avg, None)
             else:
                 mx, _ = sim.window_utilization(n, idle_w)
                 _, avg = sim.window_utilization(n, up_w)
-                key = (n.id, mx, avg)
+                # In the simulator a GPU is requested exactly while a job runs on it, so the reserved capacity
+                # Container Insights would report equals the busy share the utilization is computed from.
+                reserved, _ = sim.window_utilization(n, empty_w)
+                key = (n.id, mx, avg, reserved)
             node = cache.get(key)
             if node is None:
                 launched = SIM_EPOCH + timedelta(minutes=n.launched)
                 if n.ready_at > now:
                     node = Node(n.id, n.group, launched, LIFECYCLE_PENDING)
                 else:
-                    node = Node(n.id, n.group, launched, LIFECYCLE_IN_SERVICE, key[1], key[2])
+                    node = Node(n.id, n.group, launched, LIFECYCLE_IN_SERVICE, key[1], key[2], key[3])
             used[key] = node
             nodes.append(node)
         self._node_cache = used  # only this minute's nodes can repeat next minute

@@ -166,8 +166,9 @@ class Elastic(Strict):
     scale_up_window_minutes: int = Field(10, ge=1, le=120, description="Window for the scale-up average.")
     idle_utilization_pct: Percent = Field(5, description="A node whose max GPU utilization stays below this for idle_timeout_minutes is reclaimed.")
     idle_timeout_minutes: int = Field(30, ge=5, le=1440, description="How long a node must be idle (and up) before it is terminated by instance id.")
+    empty_timeout_minutes: int = Field(10, ge=2, le=1440, description="A node on which no pod has requested a GPU for this long (GPU reserved capacity 0) is reclaimed without waiting for idle_timeout_minutes: there is nothing on it to interrupt.")
     cooldown_minutes: int = Field(5, ge=0, le=120, description="Quiet time after a change before a utilization-driven change.")
-    max_step_nodes: int = Field(4, ge=1, le=100, description="Most nodes added or removed in one tick.")
+    max_step_nodes: int = Field(8, ge=1, le=100, description="Most nodes added or removed in one tick (8 starts a 64-GPU job on 8-GPU nodes in one tick).")
     fallback_after_minutes: int = Field(10, ge=1, le=240, description="How long spot may stay short of its desired size before on-demand takes the shortfall.")
 
     @field_validator("instance_types")
@@ -239,6 +240,7 @@ class Policy(Strict):
     dry_run: bool = Field(False, description="Decide and report, change nothing.")
     metric_namespace: str = Field("ContainerInsights", description="CloudWatch namespace of the per-node GPU metric.")
     utilization_metric: str = Field("node_gpu_utilization", description="Per-node GPU utilization metric (dimensions ClusterName, InstanceId, NodeName).")
+    reserved_metric: str = Field("node_gpu_reserved_capacity", description="Per-node % of GPUs requested by pods (same dimensions); 0 for empty_timeout_minutes makes a node empty.")
     budget_refresh_minutes: int = Field(60, ge=60, le=1440, description="AWS Budgets lags hours; read at most hourly.")
     notify_min_interval_minutes: int = Field(30, ge=1, le=1440, description="Least time between two notifications of the same kind for a pool.")
     log_retention_days: Literal[1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365] = 30

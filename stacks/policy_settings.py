@@ -58,7 +58,8 @@ def pool_settings(cfg: GpuLoanConfig, pool: Pool, names: GroupNames, budget_name
         od_max = (e.on_demand_max_nodes or e.max_nodes) if has_od else 0
         knobs = dict(scale_up_utilization_pct=e.scale_up_utilization_pct,
                      scale_up_window_minutes=e.scale_up_window_minutes, idle_utilization_pct=e.idle_utilization_pct,
-                     idle_timeout_minutes=e.idle_timeout_minutes, cooldown_minutes=e.cooldown_minutes,
+                     idle_timeout_minutes=e.idle_timeout_minutes, empty_timeout_minutes=e.empty_timeout_minutes,
+                     cooldown_minutes=e.cooldown_minutes,
                      max_step_nodes=e.max_step_nodes, fallback_after_minutes=e.fallback_after_minutes)
     budget = {}
     if pool.budget is not None:
@@ -100,6 +101,7 @@ def settings_for(cfg: GpuLoanConfig, cluster_name: str, group_names: dict[str, G
         budget_monthly_usd=cfg.budget.monthly_usd, budget_enforcement=str(cfg.budget.enforcement),
         budget_name=budget_names.get(""), dry_run=cfg.policy.dry_run, schedule_minutes=cfg.policy.schedule_minutes,
         metric_namespace=cfg.policy.metric_namespace, utilization_metric=cfg.policy.utilization_metric,
+        reserved_metric=cfg.policy.reserved_metric,
         budget_refresh_minutes=cfg.policy.budget_refresh_minutes,
         notify_min_interval_minutes=cfg.policy.notify_min_interval_minutes,
     )

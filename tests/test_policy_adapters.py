@@ -110,21 +110,35 @@ def test_only_pods_the_scheduler_could_not_place_are_demand():
 
 
 class FakeCloudWatch:
+    """Answers every query with 30 one-minute datapoints: 3.0 for utilization, 0.0 for GPU reserved capacity."""
+
     def __init__(self):
         self.batches = []
+        self.metrics = set()
 
     def get_metric_data(self, **kw):
         self.batches.append(len(kw["MetricDataQueries"]))
-        return {"MetricDataResults": [{"Id": q["Id"], "Timestamps": [NOW - timedelta(minutes=m) for m in range(30)],
-                                       "Values": [3.0] * 30} for q in kw["MetricDataQueries"]]}
+        out = []
+        for q in kw["MetricDataQueries"]:
+            metric = q["MetricStat"]["Metric"]["MetricName"]
+            self.metrics.add((metric, q["MetricStat"]["Stat"]))
+            value = 0.0 if metric == "node_gpu_reserved_capacity" else 3.0
+            out.append({"Id": q["Id"], "Timestamps": [NOW - timedelta(minutes=m) for m in range(30)],
+                        "Values": [value] * 30})
+        return {"MetricDataResults": out}
 
 
 def test_get_metric_data_is_batched_at_500_queries():
     cw = FakeCloudWatch()
     nodes = [NodeRef(f"i-{k}", f"ip-{k}") for k in range(600)]
     series = CloudWatchUtilization(cw, "c").read(nodes, NOW, 30)
-    assert cw.batches == [MAX_QUERIES_PER_CALL, MAX_QUERIES_PER_CALL, 200]
+    # three queries per node: utilization Average and Maximum, GPU reserved capacity Maximum
+    assert cw.batches == [MAX_QUERIES_PER_CALL, MAX_QUERIES_PER_CALL, MAX_QUERIES_PER_CALL, 300]
+    assert cw.metrics == {("node_gpu_utilization", "Average"), ("node_gpu_utilization", "Maximum"),
+                          ("node_gpu_reserved_capacity", "Maximum")}
     assert len(series) == 600 and series["i-599"].max_over(NOW, 30) == 3.0
+    assert series["i-599"].reserved_max_over(NOW, 10) == 0.0
+    assert Series(series["i-599"].points).reserved_max_over(NOW, 10) is None  # no reserved data: not "empty"
 
 
 def test_series_needs_coverage_and_freshness():

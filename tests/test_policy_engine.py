@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from policy.engine import decide, hours_left_in_month, pack_pods
-from policy.model import LIFECYCLE_PENDING, Observation, PoolObservation, Reason, Settings
+from policy.model import LIFECYCLE_IN_SERVICE, LIFECYCLE_PENDING, Node, Observation, PoolObservation, Reason, Settings
 from policy_cases import FLOOR, NOW, OD, SPOT, ago, group, node, observe, pool_settings, settings, spend
 
 R = Reason
@@ -24,6 +24,11 @@ class Case:
 
 def _busy(n: int, group_name: str = SPOT, util: float = 50.0):
     return [node(f"i-{group_name}-{k}", group_name, max_util=util) for k in range(n)]
+
+
+def _node_reserved(iid: str, age: float, reserved: float | None):
+    """An elastic node too young for the idle rule (utilization data not yet covering 30 min)."""
+    return Node(iid, SPOT, ago(age), LIFECYCLE_IN_SERVICE, None, 0.0, reserved)
 
 
 CASES = [
@@ -127,6 +132,20 @@ CASES = [
                         node("i-c", lifecycle="Pending:Wait")], spend=spend(2100.0)),
          [("set", SPOT, 3, R.BUDGET_DRAIN), ("term", "i-b", R.BUDGET_DRAIN), ("term", "i-c", R.BUDGET_DRAIN)],
          settings=settings(pool_settings(budget_monthly_usd=2000.0))),
+    Case("empty_node_is_reclaimed_before_the_idle_timeout",
+         # up 15 min: too young for the 30-min idle rule, but no pod has requested a GPU on it for 10 min
+         observe(nodes=[_node_reserved("i-empty", age=15, reserved=0.0)], pending=()),
+         [("term", "i-empty", R.RECLAIM_IDLE)]),
+    Case("node_with_a_gpu_pod_is_not_empty",
+         observe(nodes=[_node_reserved("i-holding", age=15, reserved=12.5)], pending=()), []),
+    Case("node_without_reserved_data_is_not_empty",
+         observe(nodes=[_node_reserved("i-unknown", age=15, reserved=None)], pending=()), []),
+    Case("empty_but_younger_than_the_empty_timeout_is_kept",
+         observe(nodes=[_node_reserved("i-new", age=8, reserved=0.0)], pending=()), []),
+    Case("empty_node_is_not_reclaimed_in_a_tick_that_adds",
+         observe(groups=[group(SPOT, 2), group(OD, 0)],
+                 nodes=[_node_reserved("i-empty", age=15, reserved=0.0), node("i-b", max_util=90)],
+                 pending=(1,)), [("set", SPOT, 3, R.SCALE_UP_PENDING)]),
     Case("multi_gpu_node_with_one_busy_gpu_is_not_idle",
          # 8 GPUs, one at 24 %: the node-average metric reads 3 %, under the 5 % threshold, yet a job is running.
          observe(nodes=[node("i-one-gpu-busy", max_util=3.0)], pending=()), [], {R.STEADY},

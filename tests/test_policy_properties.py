@@ -49,7 +49,9 @@ def worlds(draw, missing_data: bool = False):
             lifecycle = LIFECYCLE_IN_SERVICE if k < n_up else LIFECYCLE_PENDING
             mu = None if missing_data else draw(util)
             au = None if missing_data else draw(util)
-            nodes.append(Node(f"i-{gname}-{k}", gname, ago(draw(st.integers(0, 240))), lifecycle, mu, au))
+            # GPU reserved capacity: mostly 0 (empty) or one GPU's share, sometimes missing
+            rv = None if missing_data else draw(st.one_of(st.none(), st.sampled_from([0.0, 12.5, 100.0])))
+            nodes.append(Node(f"i-{gname}-{k}", gname, ago(draw(st.integers(0, 240))), lifecycle, mu, au, rv))
         if gname != FLOOR:
             groups.append(Group(gname, n_up + n_boot + extra, 0, 0, draw(st.sampled_from(["ACTIVE", "ACTIVE", "UPDATING"])),
                                 draw(st.one_of(st.none(), st.integers(0, 120).map(ago))), draw(st.booleans())))
