@@ -12,6 +12,7 @@ Times are timezone-aware UTC datetimes. Money is USD. Utilization is percent (0-
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime
@@ -98,8 +99,9 @@ class PoolSettings:
     def primary_group(self) -> str | None:
         return self.spot_group or self.on_demand_group
 
-    @property
+    @functools.cached_property
     def elastic_groups(self) -> tuple[str, ...]:
+        # cached: decide() asks for it several times per pool and tick (the simulator ticks 82,080 times a run)
         return tuple(g for g in (self.spot_group, self.on_demand_group) if g)
 
     @property

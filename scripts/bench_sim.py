@@ -22,12 +22,17 @@ def main() -> int:
     cfg = config.from_stack_yaml(yaml.safe_load((REPO / "Pulumi.prod.yaml").read_text()), "Pulumi.prod.yaml")
     trace = traces.read_trace(REPO / "data/traces/itp/cluster08.csv").window(1, 57)
     spec = pool.auto_size(pool.spec_from_config(cfg, "training"), trace, horizon_minutes=57 * 1440)
-    t0 = time.perf_counter()
-    _, m = runner.run_one(spec, trace, GpuLoan(), SimSettings(seed=1), horizon=57 * 1440)
-    wall = time.perf_counter() - t0
-    print(f"bench-sim: 57 days x 1 pool (cluster08, {len(trace.jobs)} jobs): {wall:.2f} s wall, "
-          f"{m['sim_cpu_seconds']:.2f} s CPU, {m['decide_calls']} decide calls, "
-          f"{1000 * m['sim_cpu_seconds'] / 57:.0f} ms CPU per simulated day (target < 5 s)")
+    # Three runs, the median reported: a shared 2-core machine's timings vary by 20 % from run to run.
+    walls, cpus = [], []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        _, m = runner.run_one(spec, trace, GpuLoan(), SimSettings(seed=1), horizon=57 * 1440)
+        walls.append(time.perf_counter() - t0)
+        cpus.append(m["sim_cpu_seconds"])
+    wall, cpu = sorted(walls)[1], sorted(cpus)[1]
+    print(f"bench-sim: 57 days x 1 pool (cluster08, {len(trace.jobs)} jobs): {wall:.2f} s wall median of 3 "
+          f"(min {min(walls):.2f}, max {max(walls):.2f}), {cpu:.2f} s CPU, {m['decide_calls']} decide calls, "
+          f"{1000 * cpu / 57:.0f} ms CPU per simulated day (target < 5 s)")
     return 0
 
 

@@ -308,3 +308,28 @@ def test_auto_size_floor_is_the_quantile_even_when_it_is_zero(tmp_path):
     spec = simpool.auto_size(dev_spec(), t)
     assert dev_spec().floor_nodes == 1 and spec.floor_nodes == 0 and spec.elastic_max_nodes == 1
     assert simpool.auto_size(dev_spec(), t, floor_nodes=1).floor_nodes == 1  # an explicit floor is kept
+
+
+def test_window_stats_equals_window_utilization_for_every_window():
+    """The hot-path multi-window walk must report exactly what the one-window definition does."""
+    import random as _random
+    from types import SimpleNamespace
+
+    from sim.engine import Simulation
+
+    rnd = _random.Random(3)
+    for trial in range(2000):
+        launched = rnd.randint(0, 50)
+        now = launched + rnd.randint(0, 80)
+        t, hist = launched, [(launched, rnd.randint(0, 8))]
+        while (t := t + rnd.randint(1, 15)) <= now:
+            hist.append((t, rnd.randint(0, 8)))
+        node = SimpleNamespace(gpus=8, launched=launched, hist=hist, busy=hist[-1][1])
+        sim = SimpleNamespace(now=now)
+        windows = (30, 10, 10) if trial % 2 else (5, 17, 40)
+        got = Simulation.window_stats(sim, node, windows)
+        want = [Simulation.window_utilization(sim, node, w) for w in windows]
+        for (g_max, g_mean), (w_max, w_mean) in zip(got, want):
+            assert (g_max is None) == (w_max is None) and (g_mean is None) == (w_mean is None)
+            if w_max is not None:
+                assert g_max == pytest.approx(w_max) and g_mean == pytest.approx(w_mean)
