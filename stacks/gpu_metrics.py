@@ -25,6 +25,7 @@ CLOUDWATCH_AGENT_POLICY = "CloudWatchAgentServerPolicy"
 # What the add-on publishes and the policy reads (stacks/config.py Policy defaults must equal these).
 GPU_METRIC_NAMESPACE = "ContainerInsights"
 GPU_UTILIZATION_METRIC = "node_gpu_utilization"
+GPU_RESERVED_METRIC = "node_gpu_reserved_capacity"  # % of the node's GPUs requested by pods: the "empty node" signal
 GPU_NODE_METRICS = ("node_gpu_utilization", "node_gpu_memory_utilization", "node_gpu_limit",
                     "node_gpu_usage_total", "node_gpu_reserved_capacity")
 GPU_NODE_DIMENSIONS = (("ClusterName",), ("ClusterName", "InstanceId", "NodeName"))

@@ -210,6 +210,7 @@ def test_policy_default_metric_is_what_the_addon_publishes():
     policy = config.Policy()
     assert policy.metric_namespace == gpu_metrics.GPU_METRIC_NAMESPACE == "ContainerInsights"
     assert policy.utilization_metric == gpu_metrics.GPU_UTILIZATION_METRIC == "node_gpu_utilization"
+    assert policy.reserved_metric == gpu_metrics.GPU_RESERVED_METRIC == "node_gpu_reserved_capacity"
     assert layer("prod").outputs["gpu_metric"] == "ContainerInsights/node_gpu_utilization"
 
 
