@@ -102,11 +102,12 @@ class World:
         return self.eks.describe_nodegroup(clusterName=CLUSTER, nodegroupName=name)["nodegroup"]["scalingConfig"][
             "desiredSize"]
 
-    def utilization(self, instance_id: str, pct: float, minutes: int = 40) -> None:
+    def utilization(self, instance_id: str, pct: float, minutes: int = 40,
+                    metric: str = "node_gpu_utilization") -> None:
         dns = self.ec2.describe_instances(InstanceIds=[instance_id])["Reservations"][0]["Instances"][0]["PrivateDnsName"]
         dims = [{"Name": "ClusterName", "Value": CLUSTER}, {"Name": "InstanceId", "Value": instance_id},
                 {"Name": "NodeName", "Value": dns}]
-        data = [{"MetricName": "node_gpu_utilization", "Dimensions": dims, "Timestamp": NOW - timedelta(minutes=m),
+        data = [{"MetricName": metric, "Dimensions": dims, "Timestamp": NOW - timedelta(minutes=m),
                  "Value": pct, "Unit": "Percent"} for m in range(minutes)]
         for k in range(0, len(data), 20):
             self.cw.put_metric_data(Namespace="ContainerInsights", MetricData=data[k:k + 20])
@@ -191,6 +192,19 @@ def test_tick_scales_up_reclaims_the_idle_node_and_notifies(world, kube, lambda_
     item = world.ddb.get_item(TableName=world.table, Key={"pk": {"S": "tick"}})["Item"]
     assert json.loads(item["data"]["S"])["spend"]["environment"]["actual_usd"] == 310.5
     assert kube.bad_tokens == 0 and any("fieldSelector" in r for r in kube.requests)
+
+
+def test_empty_node_is_reclaimed_from_the_reserved_capacity_metric(world, kube, lambda_dir, aws_env):
+    """Container Insights' node_gpu_reserved_capacity read end to end: 0 for the idle node makes it empty (reclaimed
+    as such), 12.5 % on the busy one (one of its GPUs requested) keeps it."""
+    world.utilization(world.idle, 0.0, minutes=15, metric="node_gpu_reserved_capacity")
+    world.utilization(world.busy, 12.5, minutes=15, metric="node_gpu_reserved_capacity")
+    result, logs = run_lambda(lambda_dir, aws_env, world.settings.to_json(), _env(world, kube), {"now": NOW.isoformat()})
+    assert result["errors"] == []
+    assert world.instances("dev-research-spot") == [world.busy]
+    research = next(x for x in logs if x.get("message") == "pool decision" and x["pool"] == "research")
+    (term,) = [a for a in research["actions"] if a["kind"] == "terminate"]
+    assert term["instance_id"] == world.idle and "no pod requested its GPUs" in term["detail"]
 
 
 def test_dry_run_changes_nothing(world, kube, lambda_dir, aws_env):
