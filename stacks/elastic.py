@@ -18,7 +18,8 @@ from stacks.guaranteed import gpu_ami_type
 
 TIER = "elastic"
 # The policy function owns the desired size (EKS UpdateNodegroupConfig). Without this, every `pulumi up`
-# would reset live elastic capacity to 0 and kill running jobs. min and max stay Pulumi's.
+# would reset live elastic capacity to 0 and kill running jobs. min and max stay Pulumi's. An update of the scaling
+# config still sends the desired size held in state, so Pulumi.yaml sets `options.refresh: always` to keep it live.
 DESIRED_SIZE_PATH = "scalingConfig.desiredSize"
 
 
