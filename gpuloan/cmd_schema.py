@@ -155,8 +155,9 @@ def config_markdown() -> str:
     out += [
         "## Rules that span fields",
         "",
-        "Checked after the shapes above are valid, all reported at once (see `cross_field_problems` in",
-        "stacks/config.py and rules registered by other modules, e.g. CUDA image compatibility):",
+        "Reported in the same run as shape errors (a pool or image whose shape is wrong is set aside and the rules",
+        "check the rest; a broken section such as `cluster` or `budget` postpones them). See `cross_field_problems`",
+        "in stacks/config.py and rules registered by other modules, e.g. CUDA image compatibility:",
         "",
     ]
     out += [f"- {line}" for line in RULES]

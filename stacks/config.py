@@ -457,16 +457,61 @@ def register_rule(fn):
 # --- entry points ------------------------------------------------------------------------------------------
 
 
+# List sections whose broken items can be set aside so the cross-field rules still check the rest.
+_ITEM_SECTIONS = ("pools", "images")
+
+
 def parse(data: dict[str, Any], source: str = "config") -> GpuLoanConfig:
     """Validate a `gpuloan:` namespace (keys without the prefix). Raises ConfigError with every problem."""
     try:
         cfg = GpuLoanConfig.model_validate(data)
     except ValidationError as err:
-        raise ConfigError(_pydantic_problems(err), source) from None
+        problems = _pydantic_problems(err)
+        raise ConfigError(problems + _cross_field_problems_of_the_rest(data, err), source) from None
     problems = cross_field_problems(cfg)
     if problems:
         raise ConfigError(problems, source)
     return cfg
+
+
+def _cross_field_problems_of_the_rest(data: dict[str, Any], err: ValidationError) -> list[tuple[str, str]]:
+    """So that one run reports everything: set aside the pools/images that failed their shape checks (and unknown
+    top-level keys), validate what is left, and run the cross-field rules on it, with paths mapped back to the
+    original indices. A broken section that cannot be set aside (cluster, budget, ...) skips this: the rules
+    would only guess. Rules over a subset of pools can miss problems but not invent them."""
+    if not isinstance(data, dict):
+        return []
+    drop: dict[str, set[int]] = {name: set() for name in _ITEM_SECTIONS}
+    extra_keys: set[str] = set()
+    for e in err.errors():
+        loc = tuple(e["loc"])
+        if len(loc) >= 2 and loc[0] in _ITEM_SECTIONS and isinstance(loc[1], int):
+            drop[loc[0]].add(loc[1])
+        elif len(loc) == 1 and e["type"] == "extra_forbidden":
+            extra_keys.add(str(loc[0]))
+        else:
+            return []
+    rest = {k: v for k, v in data.items() if k not in extra_keys}
+    kept: dict[str, list[int]] = {}
+    for name in _ITEM_SECTIONS:
+        items = rest.get(name)
+        if isinstance(items, list):
+            kept[name] = [i for i in range(len(items)) if i not in drop[name]]
+            rest[name] = [items[i] for i in kept[name]]
+    if not rest.get("pools"):
+        return []
+    try:
+        partial = GpuLoanConfig.model_validate(rest)
+    except ValidationError:
+        return []
+
+    def original(path: str) -> str:
+        m = re.match(r"^(pools|images)\[(\d+)\]", path)
+        if not m or m.group(1) not in kept:
+            return path
+        return f"{m.group(1)}[{kept[m.group(1)][int(m.group(2))]}]" + path[m.end():]
+
+    return [(original(path), msg) for path, msg in cross_field_problems(partial)]
 
 
 def from_stack_yaml(doc: dict[str, Any], source: str) -> GpuLoanConfig:

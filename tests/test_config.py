@@ -175,6 +175,28 @@ def test_all_problems_are_reported_at_once(tmp_path):
         assert fragment in result.stderr
 
 
+def test_shape_errors_and_cross_field_errors_come_in_one_run(tmp_path):
+    """A typo in pools[0] does not hide a rule broken by pools[1]: the broken pool is set aside, the rules check
+    the rest, and paths keep the original indices."""
+    stack_file = _write_stack(tmp_path, "prod", {
+        "pools[0].elastic.max_node": 3,
+        "pools[1].elastic.idle_utilization_pct": 95,
+    })
+    result = _validate(stack_file)
+    assert result.returncode == 2
+    assert "2 problem(s)" in result.stderr
+    assert "pools[0].elastic.max_node: unknown key" in result.stderr
+    assert "pools[1].elastic.idle_utilization_pct: must be below scale_up_utilization_pct" in result.stderr
+
+
+def test_a_broken_section_postpones_the_cross_field_rules_instead_of_guessing(tmp_path):
+    stack_file = _write_stack(tmp_path, "prod", {"budget.monthly_usd": "lots",
+                                                 "pools[1].elastic.idle_utilization_pct": 95})
+    result = _validate(stack_file)
+    assert result.returncode == 2
+    assert "budget.monthly_usd" in result.stderr and "idle_utilization_pct" not in result.stderr
+
+
 @pytest.mark.parametrize("stack", ["dev", "prod"])
 def test_shipped_stacks_are_valid(stack):
     result = _validate(REPO / f"Pulumi.{stack}.yaml")
