@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import weakref
 from datetime import datetime, timezone
 
 from policy.errors import BadSettings, PolicyError
@@ -50,7 +51,7 @@ def _account_id(context, session) -> str:
     parts = arn.split(":")
     if len(parts) > 4 and parts[4]:
         return parts[4]
-    return session.client("sts").get_caller_identity()["Account"]
+    return _client(session, "sts").get_caller_identity()["Account"]
 
 
 def build_ports(settings: Settings, session, context) -> Ports:
@@ -61,9 +62,9 @@ def build_ports(settings: Settings, session, context) -> Ports:
     from policy.state import DynamoState
     from policy.utilization import CloudWatchUtilization
 
-    eks = session.client("eks")
-    groups = AwsNodeGroups(eks, session.client("autoscaling"), session.client("ec2"), settings.cluster_name)
-    util = CloudWatchUtilization(session.client("cloudwatch"), settings.cluster_name, settings.metric_namespace,
+    eks = _client(session, "eks")
+    groups = AwsNodeGroups(eks, _client(session, "autoscaling"), _client(session, "ec2"), settings.cluster_name)
+    util = CloudWatchUtilization(_client(session, "cloudwatch"), settings.cluster_name, settings.metric_namespace,
                                  settings.utilization_metric, settings.reserved_metric)
     endpoint = os.environ.get("GPULOAN_KUBE_ENDPOINT")
     ca_pem = os.environ.get("GPULOAN_KUBE_CA_PEM")
@@ -75,17 +76,17 @@ def build_ports(settings: Settings, session, context) -> Ports:
                 ca = base64.b64decode(cluster["certificateAuthority"]["data"]).decode()
                 _cluster_cache[settings.cluster_name] = (cluster["endpoint"], ca)
             endpoint, ca_pem = _cluster_cache[settings.cluster_name]
-        sts = session.client("sts")
+        sts = _client(session, "sts")
         credentials = session.get_credentials()
         pods = KubePendingPods(endpoint, ca_pem, lambda: eks_token(sts, credentials, settings.cluster_name))
     except Exception as err:  # noqa: BLE001 - no API server known: pending pods are unknown, which holds
         print(json.dumps({"level": "ERROR", "message": "cluster endpoint unavailable", "error": str(err)[:300]}))
     needs_budgets = settings.budget_name or any(p.budget_name for p in settings.pools)
-    budgets = AwsBudgets(session.client("budgets"), _account_id(context, session)) if needs_budgets else None
+    budgets = AwsBudgets(_client(session, "budgets"), _account_id(context, session)) if needs_budgets else None
     table = os.environ.get("GPULOAN_STATE_TABLE")
-    state = DynamoState(session.client("dynamodb"), table) if table else None
+    state = DynamoState(_client(session, "dynamodb"), table) if table else None
     topic = os.environ.get("GPULOAN_TOPIC_ARN")
-    publisher = SnsPublisher(session.client("sns"), topic) if topic else None
+    publisher = SnsPublisher(_client(session, "sns"), topic) if topic else None
     return Ports(groups, util, pods, budgets, state, publisher)
 
 
@@ -96,11 +97,30 @@ def handle(event: dict, context, session=None) -> TickResult:
 
         settings = replace(settings, dry_run=True)
     now = _now(event or {})
-    if session is None:
+    return run_tick(settings, build_ports(settings, session or _warm_session(), context), now)
+
+
+_session = None
+_clients: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # session -> {service: client}
+
+
+def _client(session, service: str):
+    """boto3 clients are thread-safe and reusable: build each once per session, not once per tick."""
+    per_session = _clients.setdefault(session, {})
+    if service not in per_session:
+        per_session[service] = session.client(service)
+    return per_session[service]
+
+
+def _warm_session():
+    """One boto3 Session per warm Lambda container: a Session loads each service's API model once, and the EC2
+    model alone is megabytes, so a new Session every minute would re-parse it on every tick."""
+    global _session
+    if _session is None:
         import boto3
 
-        session = boto3.Session()
-    return run_tick(settings, build_ports(settings, session, context), now)
+        _session = boto3.Session()
+    return _session
 
 
 def lambda_handler(event, context):

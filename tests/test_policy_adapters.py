@@ -342,3 +342,16 @@ def test_an_instance_ec2_does_not_know_yet_does_not_fail_the_read(aws_env):
     details = adapter._describe_instances([known["InstanceId"], unknown])
     assert set(details) == {known["InstanceId"]}
     assert details[known["InstanceId"]][1] == known["PrivateDnsName"]
+
+
+def test_warm_container_reuses_its_session_and_clients(monkeypatch):
+    """A new boto3 Session every tick re-parses each service's API model (the EC2 one is megabytes): the
+    handler keeps one Session per warm container and one client per service."""
+    from policy import handler
+
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    monkeypatch.setattr(handler, "_session", None)
+    first = handler._warm_session()
+    assert handler._warm_session() is first
+    assert handler._client(first, "sns") is handler._client(first, "sns")
+    assert handler._client(first, "sns") is not handler._client(first, "sqs")
