@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from stacks import catalog
-from stacks.config import HOURS_PER_MONTH, ElasticCapacity, GpuLoanConfig, Pool, Reservation
+from stacks.config import HOURS_PER_MONTH, ElasticCapacity, GpuLoanConfig, Pool, Reservation, guaranteed_monthly_usd
 
 
 @dataclass(frozen=True)
@@ -119,7 +119,8 @@ def pool_cost(cfg: GpuLoanConfig, pool: Pool) -> PoolCost:
         guaranteed_nodes=g.nodes if g else 0,
         guaranteed_gpus=(g.nodes * gpus_per_node) if g else 0,
         guaranteed_usd_per_hour=g_rate,
-        guaranteed_monthly_usd=_monthly(g_rate, g.nodes) if g else 0.0,
+        # the same figure the config rules check against the budgets
+        guaranteed_monthly_usd=round(guaranteed_monthly_usd(cfg, pool) or 0.0, 2),
         guaranteed_note=g_note,
         elastic_instance_types=list(e.instance_types) if e else [],
         elastic_max_nodes=spot_nodes,

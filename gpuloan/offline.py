@@ -212,7 +212,7 @@ def register_invoke(token: str):
     return register
 
 
-def _make_monitor(mocks: OfflineMocks, records: list[RecordedResource], outputs: dict[str, Any]):
+def _make_monitor(mocks: OfflineMocks, records: list[RecordedResource]):
     from pulumi.runtime import rpc
     from pulumi.runtime.mocks import MockMonitor
 
@@ -275,7 +275,7 @@ def run_program(stack: str, config: dict[str, Any], program: Path | None = None,
     region = str(config.get("gpuloan:region") or config.get("aws:region") or "us-east-1")
     mocks = OfflineMocks(region, stack)
     records = records if records is not None else []
-    monitor = _make_monitor(mocks, records, {})
+    monitor = _make_monitor(mocks, records)
 
     pulumi_settings.ROOT.set(None)
     pulumi.runtime.set_mocks(mocks, project="gpuloan", stack=stack, preview=False, monitor=monitor)

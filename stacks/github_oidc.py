@@ -131,40 +131,38 @@ class GitHubOidc(pulumi.ComponentResource):
 
         subjects = trust_subjects(cfg)
         env = cfg.environment
-        preview = aws.iam.Role(
-            f"{name}-preview",
-            name=f"gpuloan-{env}-github-preview",
-            description=f"pulumi preview from pull requests of {cfg.github.repository} (read-only)",
-            assume_role_policy=self.provider_arn.apply(lambda arn: trust_policy(arn, subjects["preview"])),
-            max_session_duration=ROLE_MAX_SESSION_SECONDS,
-            tags=platform,
-            opts=child,
+        repo = cfg.github.repository
+        # (role, who may assume it, what it may do in AWS, what it may do in the cluster)
+        roles = (
+            ("preview", f"pulumi preview from pull requests of {repo} (read-only)", preview_policy(),
+             PREVIEW_ACCESS_POLICY),
+            ("deploy", f"pulumi up from {repo} on {DEPLOY_REF}", deploy_policy(cfg.region), DEPLOY_ACCESS_POLICY),
         )
-        aws.iam.RolePolicy(f"{name}-preview-read", role=preview.id, policy=preview_policy(), opts=child)
-        deploy = aws.iam.Role(
-            f"{name}-deploy",
-            name=f"gpuloan-{env}-github-deploy",
-            description=f"pulumi up from {cfg.github.repository} on {DEPLOY_REF}",
-            assume_role_policy=self.provider_arn.apply(lambda arn: trust_policy(arn, subjects["deploy"])),
-            max_session_duration=ROLE_MAX_SESSION_SECONDS,
-            tags=platform,
-            opts=child,
-        )
-        aws.iam.RolePolicy(f"{name}-deploy-manage", role=deploy.id, policy=deploy_policy(cfg.region), opts=child)
-
-        if cluster_name is not None:
-            for role, role_name, policy in ((preview, "preview", PREVIEW_ACCESS_POLICY),
-                                            (deploy, "deploy", DEPLOY_ACCESS_POLICY)):
-                entry = aws.eks.AccessEntry(f"{name}-{role_name}-access", cluster_name=cluster_name,
+        created: dict[str, aws.iam.Role] = {}
+        for kind, description, permissions, access_policy in roles:
+            role = aws.iam.Role(
+                f"{name}-{kind}",
+                name=f"gpuloan-{env}-github-{kind}",
+                description=description,
+                assume_role_policy=self.provider_arn.apply(lambda arn, k=kind: trust_policy(arn, subjects[k])),
+                max_session_duration=ROLE_MAX_SESSION_SECONDS,
+                tags=platform,
+                opts=child,
+            )
+            suffix = "read" if kind == "preview" else "manage"
+            aws.iam.RolePolicy(f"{name}-{kind}-{suffix}", role=role.id, policy=permissions, opts=child)
+            if cluster_name is not None:
+                entry = aws.eks.AccessEntry(f"{name}-{kind}-access", cluster_name=cluster_name,
                                             principal_arn=role.arn, type="STANDARD", tags=platform, opts=child)
                 aws.eks.AccessPolicyAssociation(
-                    f"{name}-{role_name}-access-policy", cluster_name=cluster_name, principal_arn=role.arn,
-                    policy_arn=pulumi.Output.concat("arn:", partition, ":eks::aws:cluster-access-policy/", policy),
+                    f"{name}-{kind}-access-policy", cluster_name=cluster_name, principal_arn=role.arn,
+                    policy_arn=pulumi.Output.concat("arn:", partition, ":eks::aws:cluster-access-policy/", access_policy),
                     access_scope=aws.eks.AccessPolicyAssociationAccessScopeArgs(type="cluster"),
                     opts=pulumi.ResourceOptions(parent=self, depends_on=[entry]))
+            created[kind] = role
 
-        self.preview_role_arn = preview.arn
-        self.deploy_role_arn = deploy.arn
+        self.preview_role_arn = created["preview"].arn
+        self.deploy_role_arn = created["deploy"].arn
         self.register_outputs({
             "provider_arn": self.provider_arn,
             "preview_role_arn": self.preview_role_arn,

@@ -12,7 +12,7 @@ import json
 import pytest
 
 from capacity_helpers import (
-    DESIRED, ELASTIC, GUARANTEED, LAUNCH_TEMPLATE, NODE_GROUP, ODCR, RESERVATION_ID, descendants, dev_variant,
+    DESIRED, ELASTIC, GUARANTEED, LAUNCH_TEMPLATE, NODE_GROUP, ODCR, RESERVATION_ID, dev_variant,
     is_taggable, parent_of, template_of, under,
 )
 from conftest import STACKS, run_stack, stack_config

@@ -47,7 +47,9 @@ def _time_sliced_dev():
 
 
 def test_time_slicing_configmap_validates_strictly():
-    for obj in kube_objects(_time_sliced_dev()):
+    objects = kube_objects(_time_sliced_dev())
+    assert any(o.get("kind") == "ConfigMap" for o in objects), "the time-slicing ConfigMap was not declared"
+    for obj in objects:
         validate_strict(obj, "1.33")
 
 
