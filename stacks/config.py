@@ -263,6 +263,37 @@ class GitHub(Strict):
     )
 
 
+class TeamSharing(Strict):
+    """How much of a team's floor the cohort may borrow, and how much the team may borrow (docs/scheduling.md)."""
+
+    lending_limit_pct: Percent = Field(100, description="Share of each of the team's floors that other teams' "
+                                       "queues may borrow while it is idle (lent GPUs are reclaimed, by preemption, "
+                                       "when the team's own work arrives). 0 keeps the floor to the team.")
+    borrowing_limit_gpus: int | None = Field(None, ge=0, le=100_000, description="Most GPUs each of the team's "
+                                             "experiment/learning queues may borrow from any one other pool's idle "
+                                             "floor; omit for no limit beyond what that floor lends.")
+
+
+class Kueue(Strict):
+    """Kueue queues generated from the pools: the scheduler-side form of the loan."""
+
+    enabled: bool = Field(True, description="Install Kueue and generate its flavors, queues and cohort from the "
+                          "pools. On by default: quota follows the config, idle floors lend, and jobs over quota wait "
+                          "suspended instead of as pending pods (docs/scheduling.md). Off if the cluster runs another "
+                          "batch scheduler or its own Kueue.")
+    chart_version: str | None = Field(None, pattern=r"^\d+\.\d+\.\d+$", description="Default: stacks/versions.py")
+    production_spot_pools: list[Slug] = Field(default_factory=list, description="Production pools whose work may "
+                                              "run on their spot capacity. Other production pools use the floor, "
+                                              "then on-demand; their elastic capacity may not include spot.")
+    teams: dict[str, TeamSharing] = Field(default_factory=dict, description="Lending and borrowing limits per team "
+                                          "(key: team name); teams not listed lend their whole floor and borrow "
+                                          "without limit.")
+
+
+class Scheduling(Strict):
+    kueue: Kueue = Kueue()
+
+
 class GpuLoanConfig(Strict):
     environment: Slug = Field(description="Environment name (dev, prod, ...): cost tag gpuloan:environment and resource name prefix.")
     region: str = Field(pattern=AWS_REGION, description="AWS region; equal to aws:region when that is set.")
@@ -275,6 +306,7 @@ class GpuLoanConfig(Strict):
     policy: Policy = Policy()
     alarms: Alarms = Alarms()
     github: GitHub | None = None
+    scheduling: Scheduling = Scheduling()
 
     @field_validator("default_tags")
     @classmethod
@@ -592,3 +624,4 @@ def _capacity_problems(cfg: GpuLoanConfig) -> list[tuple[str, str]]:
 
 # Rule modules register themselves on import; import them here so every `parse` applies them.
 from stacks import compat  # noqa: E402,F401
+from stacks import scheduling as _scheduling_rules  # noqa: E402,F401
