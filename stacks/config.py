@@ -11,6 +11,7 @@ from __future__ import annotations
 import ipaddress
 import re
 from collections import Counter
+from contextvars import ContextVar
 from enum import StrEnum
 from typing import Annotated, Any, Literal, Union
 
@@ -491,6 +492,8 @@ def register_rule(fn):
 
 # List sections whose broken items can be set aside so the cross-field rules still check the rest.
 _ITEM_SECTIONS = ("pools", "images")
+# Names and teams of the pools set aside during that partial run (empty otherwise).
+SET_ASIDE: ContextVar[frozenset[str]] = ContextVar("SET_ASIDE", default=frozenset())
 
 
 def parse(data: dict[str, Any], source: str = "config") -> GpuLoanConfig:
@@ -543,7 +546,14 @@ def _cross_field_problems_of_the_rest(data: dict[str, Any], err: ValidationError
             return path
         return f"{m.group(1)}[{kept[m.group(1)][int(m.group(2))]}]" + path[m.end():]
 
-    return [(original(path), msg) for path, msg in cross_field_problems(partial)]
+    # Rules that look pools or teams up by name (scheduling.kueue) must not report the set-aside ones as missing.
+    items = data.get("pools") if isinstance(data.get("pools"), list) else []
+    aside = [items[i] for i in drop["pools"] if i < len(items) and isinstance(items[i], dict)]
+    token = SET_ASIDE.set(frozenset(str(p.get(k)) for p in aside for k in ("name", "team") if p.get(k)))
+    try:
+        return [(original(path), msg) for path, msg in cross_field_problems(partial)]
+    finally:
+        SET_ASIDE.reset(token)
 
 
 def from_stack_yaml(doc: dict[str, Any], source: str) -> GpuLoanConfig:

@@ -25,7 +25,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from stacks import catalog, tags
-from stacks.config import ElasticCapacity, GpuLoanConfig, Pool, Reservation, TeamSharing, Tier, register_rule
+from stacks.config import (SET_ASIDE, ElasticCapacity, GpuLoanConfig, Pool, Reservation, TeamSharing, Tier,
+                           register_rule)
 
 GPU_RESOURCE = "nvidia.com/gpu"
 FLOOR, SPOT, ON_DEMAND = "floor", "spot", "on-demand"
@@ -214,8 +215,11 @@ def _scheduling_problems(cfg: GpuLoanConfig) -> list[tuple[str, str]]:
     at = "scheduling.kueue"
     problems: list[tuple[str, str]] = []
     pools = {p.name: p for p in cfg.pools}
+    set_aside = SET_ASIDE.get()  # pools whose own shape errors are reported already
     for j, name in enumerate(k.production_spot_pools):
         pool = pools.get(name)
+        if pool is None and name in set_aside:
+            continue
         if pool is None:
             problems.append((f"{at}.production_spot_pools[{j}]", f"no pool named '{name}' "
                              f"(pools: {', '.join(sorted(pools))})"))
@@ -225,7 +229,7 @@ def _scheduling_problems(cfg: GpuLoanConfig) -> list[tuple[str, str]]:
         elif pool.elastic is None or pool.elastic.capacity == ElasticCapacity.on_demand:
             problems.append((f"{at}.production_spot_pools[{j}]", f"pool '{name}' has no spot capacity"))
     for team in k.teams:
-        if team not in cfg.teams:
+        if team not in cfg.teams and team not in set_aside:
             problems.append((f"{at}.teams.{team}", f"no pool belongs to team '{team}' (teams: {', '.join(cfg.teams)})"))
     if not k.enabled:
         return problems
