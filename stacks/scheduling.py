@@ -22,7 +22,7 @@ capacity cannot satisfy each other, before any resource exists. docs/scheduling.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from stacks import catalog, tags
 from stacks.config import (SET_ASIDE, ElasticCapacity, GpuLoanConfig, Pool, Reservation, TeamSharing, Tier,
@@ -77,7 +77,6 @@ class Plan:
     cohort: str
     flavors: tuple[Flavor, ...]
     queues: tuple[PoolQueue, ...]
-    problems: tuple[tuple[str, str], ...] = field(default=())
 
 
 def cohort_name(cfg: GpuLoanConfig) -> str:

@@ -155,6 +155,10 @@ def test_kueue_off_declares_nothing_and_quota_is_the_physical_pools():
     assert [r.inputs["chart"] for r in rec.resources if r.type == "kubernetes:helm.sh/v3:Release"] == ["gpu-operator"]
     assert _kueue_objects(rec) == []
     assert "kueue_local_queues" not in rec.outputs
+    # Without Kueue there is no borrowing: the team quota is its own pools' GPUs again.
+    off = _two_experiment_teams(enabled=False)
+    assert tenancy.team_gpu_quota(off, "research") == 3 + 4
+    assert tenancy.team_gpu_quota(_two_experiment_teams(), "research") == 3 + 4 + 2
 
 
 # --- quotas are derived from config ----------------------------------------------------------------------------
