@@ -292,6 +292,8 @@ class Kueue(Strict):
 
 
 class Scheduling(Strict):
+    """Batch admission inside the cluster: which job may start, on which capacity (docs/scheduling.md)."""
+
     kueue: Kueue = Kueue()
 
 
