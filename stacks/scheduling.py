@@ -164,18 +164,19 @@ def borrowable_floors(cfg: GpuLoanConfig, pool: Pool) -> list[Pool]:
 
 def pool_queue(cfg: GpuLoanConfig, pool: Pool) -> PoolQueue:
     own = pool_flavors(cfg, pool)
+    floor = [f for f in own if f.kind == FLOOR]
+    elastic = [f for f in own if f.kind != FLOOR]
     entries: list[QueueFlavor] = []
-    for f in own[:1] if own and own[0].kind == FLOOR else []:
+    for f in floor:
         lendable = lendable_gpus(cfg, pool)
         entries.append(QueueFlavor(f.name, f.gpus, lendable if lendable < f.gpus else None))
     borrow_limit = _sharing(cfg, pool.team).borrowing_limit_gpus
     for lender in borrowable_floors(cfg, pool):
         entries.append(QueueFlavor(flavor_name(cfg, lender, FLOOR), 0, None, borrow_limit))
-    for f in own:
-        if f.kind != FLOOR:
-            # Elastic quota is never lent: another team's work on it would make this pool's policy buy nodes on
-            # this pool's budget.
-            entries.append(QueueFlavor(f.name, f.gpus, 0))
+    for f in elastic:
+        # Elastic quota is never lent: another team's work on it would make this pool's policy buy nodes on this
+        # pool's budget.
+        entries.append(QueueFlavor(f.name, f.gpus, 0))
     return PoolQueue(pool.name, pool.team, pool.tier, cluster_queue_name(cfg, pool), local_queue_name(pool),
                      tuple(entries), preempt_lower_priority=pool.tier == Tier.production)
 
