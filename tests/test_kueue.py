@@ -9,6 +9,9 @@ import functools
 import jsonschema
 import pytest
 import yaml
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
 from conftest import REPO, run_stack, stack_config
 from kube_checks import KUEUE_CRDS, NO_KUEUE_CRDS, kube_objects, layer, release, run_layer, validate_kueue
 from policy_cases import NOW, spend
@@ -544,3 +547,64 @@ def test_existing_cluster_mode_still_generates_the_queues():
     rec = run_stack("dev", data)
     assert {o["kind"] for o in _kueue_objects(rec)} == set(KUEUE_KINDS)
     assert "controllerManager" not in release(rec, "kueue").inputs["values"]
+
+
+# --- invariants over generated configs (hypothesis) ----------------------------------------------------------------
+
+
+_TYPES = {1: ["g6e.xlarge", "g6.xlarge"], 8: ["p4d.24xlarge", "p5.48xlarge"]}
+
+
+@st.composite
+def _configs(draw):
+    data = stack_config("dev")
+    data["gpuloan:budget"]["monthly_usd"] = 5_000_000  # floors of up to 12 p5 nodes fit
+    pools, spot_ok = [], []
+    for i in range(draw(st.integers(1, 4))):
+        gpus = draw(st.sampled_from(sorted(_TYPES)))
+        pool = {"name": f"p{i}", "team": draw(st.sampled_from(["alpha", "beta"])),
+                "tier": draw(st.sampled_from(["production", "experiment", "learning"]))}
+        has_floor, has_elastic = draw(st.sampled_from([(True, False), (False, True), (True, True)]))
+        if has_floor:
+            pool["guaranteed"] = {"instance_type": _TYPES[gpus][0], "nodes": draw(st.integers(1, 3))}
+        if has_elastic:
+            capacity = draw(st.sampled_from(["spot", "on_demand", "spot_then_on_demand"]))
+            pool["elastic"] = {"instance_types": _TYPES[gpus], "capacity": capacity, "max_nodes": draw(st.integers(1, 6))}
+            if pool["tier"] == "production" and capacity != "on_demand":
+                spot_ok.append(pool["name"])
+        pools.append(pool)
+    data["gpuloan:pools"] = pools
+    teams = {t: {"lending_limit_pct": draw(st.sampled_from([0, 50, 100]))} for t in {p["team"] for p in pools}}
+    data["gpuloan:scheduling"] = {"kueue": {"production_spot_pools": spot_ok, "teams": teams}}
+    data["gpuloan:gpu_operator"] = {"time_slicing_replicas": draw(st.sampled_from([None, 2]))}
+    return config.from_stack_yaml({"config": data}, "generated")
+
+
+@hsettings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_configs())
+def test_quota_invariants_over_generated_configs(cfg):
+    plan = scheduling.plan(cfg)
+    replicas = cfg.gpu_operator.time_slicing_replicas or 1
+    owners: dict[str, list[int]] = {}
+    for q in plan.queues:
+        pool = cfg.pool(q.pool)
+        per_node = scheduling.gpus_per_node(cfg, pool)
+        reach = ((pool.guaranteed.nodes if pool.guaranteed else 0) + (pool.elastic.max_nodes if pool.elastic else 0))
+        assert sum(e.nominal_gpus for e in q.flavors) <= reach * per_node  # never more than the groups reach
+        assert per_node % replicas == 0
+        for e in q.flavors:
+            if e.nominal_gpus:
+                owners.setdefault(e.flavor, []).append(e.nominal_gpus)
+            elif not e.flavor.endswith(f"-{q.pool}-floor"):
+                # borrowed: another pool's floor only, by a non-production queue, same GPUs per node
+                lender = next(p for p in cfg.pools if scheduling.flavor_name(cfg, p, scheduling.FLOOR) == e.flavor)
+                assert q.tier != Tier.production and lender.name != q.pool
+                assert scheduling.gpus_per_node(cfg, lender) == per_node
+        assert tenancy.team_gpu_quota(cfg, q.team) >= sum(e.nominal_gpus for e in q.flavors)
+    # each flavor's quota is owned by exactly one queue and equals what its group reaches
+    flavors = {f.name: f for f in plan.flavors}
+    for name, quotas in owners.items():
+        assert quotas == [flavors[name].gpus]
+    if KUEUE_CRDS.is_dir():
+        for q in plan.queues:
+            validate_kueue(kueue.cluster_queue_manifest(cfg, q))
