@@ -220,14 +220,11 @@ def _scheduling_problems(cfg: GpuLoanConfig) -> list[tuple[str, str]]:
         pool = pools.get(name)
         if pool is None and name in set_aside:
             continue
+        # A name that matches no pool is a typo or a leftover; listing a pool that is not production or has no spot
+        # is harmless (nothing to allow) and stays valid, so a pool can change tier or capacity on its own.
         if pool is None:
             problems.append((f"{at}.production_spot_pools[{j}]", f"no pool named '{name}' "
                              f"(pools: {', '.join(sorted(pools))})"))
-        elif pool.tier != Tier.production:
-            problems.append((f"{at}.production_spot_pools[{j}]", f"pool '{name}' is tier {pool.tier.value}; "
-                             "only production pools are kept off spot, so only they need listing"))
-        elif pool.elastic is None or pool.elastic.capacity == ElasticCapacity.on_demand:
-            problems.append((f"{at}.production_spot_pools[{j}]", f"pool '{name}' has no spot capacity"))
     for team in k.teams:
         if team not in cfg.teams and team not in set_aside:
             problems.append((f"{at}.teams.{team}", f"no pool belongs to team '{team}' (teams: {', '.join(cfg.teams)})"))

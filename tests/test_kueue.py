@@ -420,15 +420,15 @@ def test_production_spot_pools_must_name_pools(entry, fragment):
     assert any(p == "scheduling.kueue.production_spot_pools[2]" and fragment in m for p, m in _problems(data))
 
 
-def test_production_spot_pools_rejects_non_production_or_spotless_pools():
+def test_production_spot_pools_may_list_pools_that_need_no_permission():
+    # A tier or capacity change of the pool alone must not break the config: the entry then allows nothing.
     data = stack_config("dev")  # research is tier experiment
     data["gpuloan:scheduling"] = {"kueue": {"production_spot_pools": ["research"]}}
-    assert _problems(data) == [("scheduling.kueue.production_spot_pools[0]",
-                                "pool 'research' is tier experiment; only production pools are kept off spot, "
-                                "so only they need listing")]
+    config.from_stack_yaml({"config": data}, "test")
     data = stack_config("prod")
     data["gpuloan:pools"][1]["elastic"]["capacity"] = "on_demand"
-    assert ("scheduling.kueue.production_spot_pools[1]", "pool 'inference' has no spot capacity") in _problems(data)
+    cfg = config.from_stack_yaml({"config": data}, "test")
+    assert [f.kind for f in scheduling.pool_flavors(cfg, cfg.pool("inference"))] == ["floor", "on-demand"]
 
 
 def test_team_limits_must_name_a_team():
