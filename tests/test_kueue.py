@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import re
 
 import jsonschema
 import pytest
@@ -608,3 +609,17 @@ def test_quota_invariants_over_generated_configs(cfg):
     if KUEUE_CRDS.is_dir():
         for q in plan.queues:
             validate_kueue(kueue.cluster_queue_manifest(cfg, q))
+
+
+def test_scheduling_doc_names_what_the_code_declares():
+    doc = (REPO / "docs" / "scheduling.md").read_text()
+    assert versions.KUEUE_CHART in doc and kueue.NAMESPACE in doc
+    for prefix in kueue.EXCLUDED_RESOURCE_PREFIXES:
+        assert f"`{prefix}`" in doc
+    cq = _cq(_cfg("prod"), "training")["spec"]
+    assert f"reclaimWithinCohort: {cq['preemption']['reclaimWithinCohort']}" in doc
+    assert f"whenCanPreempt: {cq['flavorFungibility']['whenCanPreempt']}" in doc
+    assert kueue.QUEUE_NAME_LABEL in doc and kueue.PRIORITY_CLASS_LABEL in doc
+    # the hand-drawn picture's quotas are the prod plan's
+    for name, quota in _quotas(_cq(_cfg("prod"), "training")).items():
+        assert re.search(rf"{name}\s+{quota['nominalQuota']} GPUs", doc), name
