@@ -34,6 +34,7 @@ class RecordedResource:
     ignore_changes: list[str] = field(default_factory=list)
     protect: bool = False
     provider: str = ""
+    dependencies: list[str] = field(default_factory=list)  # URNs of depends_on (creation order the engine keeps)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -233,6 +234,7 @@ def _make_monitor(mocks: OfflineMocks, records: list[RecordedResource]):
                     ignore_changes=list(request.ignoreChanges),
                     protect=bool(request.protect),
                     provider=request.provider,
+                    dependencies=list(request.dependencies),
                 ))
             return response
 

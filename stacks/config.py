@@ -11,6 +11,7 @@ from __future__ import annotations
 import ipaddress
 import re
 from collections import Counter
+from contextvars import ContextVar
 from enum import StrEnum
 from typing import Annotated, Any, Literal, Union
 
@@ -263,6 +264,39 @@ class GitHub(Strict):
     )
 
 
+class TeamSharing(Strict):
+    """How much of a team's floor the cohort may borrow, and how much the team may borrow (docs/scheduling.md)."""
+
+    lending_limit_pct: Percent = Field(100, description="Share of each of the team's floors that other teams' "
+                                       "queues may borrow while it is idle (lent GPUs are reclaimed, by preemption, "
+                                       "when the team's own work arrives). 0 keeps the floor to the team.")
+    borrowing_limit_gpus: int | None = Field(None, ge=0, le=100_000, description="Most GPUs each of the team's "
+                                             "experiment/learning queues may borrow from any one other pool's idle "
+                                             "floor; omit for no limit beyond what that floor lends.")
+
+
+class Kueue(Strict):
+    """Kueue queues generated from the pools: the scheduler-side form of the loan."""
+
+    enabled: bool = Field(True, description="Install Kueue and generate its flavors, queues and cohort from the "
+                          "pools. On by default: quota follows the config, idle floors lend, and jobs over quota wait "
+                          "suspended instead of as pending pods (docs/scheduling.md). Off if the cluster runs another "
+                          "batch scheduler or its own Kueue.")
+    chart_version: str | None = Field(None, pattern=r"^\d+\.\d+\.\d+$", description="Default: stacks/versions.py")
+    production_spot_pools: list[Slug] = Field(default_factory=list, description="Production pools whose work may "
+                                              "run on their spot capacity. Other production pools use the floor, "
+                                              "then on-demand; their elastic capacity may not include spot.")
+    teams: dict[str, TeamSharing] = Field(default_factory=dict, description="Lending and borrowing limits per team "
+                                          "(key: team name); teams not listed lend their whole floor and borrow "
+                                          "without limit.")
+
+
+class Scheduling(Strict):
+    """Batch admission inside the cluster: which job may start, on which capacity (docs/scheduling.md)."""
+
+    kueue: Kueue = Kueue()
+
+
 class GpuLoanConfig(Strict):
     environment: Slug = Field(description="Environment name (dev, prod, ...): cost tag gpuloan:environment and resource name prefix.")
     region: str = Field(pattern=AWS_REGION, description="AWS region; equal to aws:region when that is set.")
@@ -275,6 +309,7 @@ class GpuLoanConfig(Strict):
     policy: Policy = Policy()
     alarms: Alarms = Alarms()
     github: GitHub | None = None
+    scheduling: Scheduling = Scheduling()
 
     @field_validator("default_tags")
     @classmethod
@@ -459,6 +494,8 @@ def register_rule(fn):
 
 # List sections whose broken items can be set aside so the cross-field rules still check the rest.
 _ITEM_SECTIONS = ("pools", "images")
+# Names and teams of the pools set aside during that partial run (empty otherwise).
+SET_ASIDE: ContextVar[frozenset[str]] = ContextVar("SET_ASIDE", default=frozenset())
 
 
 def parse(data: dict[str, Any], source: str = "config") -> GpuLoanConfig:
@@ -511,7 +548,14 @@ def _cross_field_problems_of_the_rest(data: dict[str, Any], err: ValidationError
             return path
         return f"{m.group(1)}[{kept[m.group(1)][int(m.group(2))]}]" + path[m.end():]
 
-    return [(original(path), msg) for path, msg in cross_field_problems(partial)]
+    # Rules that look pools or teams up by name (scheduling.kueue) must not report the set-aside ones as missing.
+    items = data.get("pools") if isinstance(data.get("pools"), list) else []
+    aside = [items[i] for i in drop["pools"] if i < len(items) and isinstance(items[i], dict)]
+    token = SET_ASIDE.set(frozenset(str(p.get(k)) for p in aside for k in ("name", "team") if p.get(k)))
+    try:
+        return [(original(path), msg) for path, msg in cross_field_problems(partial)]
+    finally:
+        SET_ASIDE.reset(token)
 
 
 def from_stack_yaml(doc: dict[str, Any], source: str) -> GpuLoanConfig:
@@ -592,3 +636,4 @@ def _capacity_problems(cfg: GpuLoanConfig) -> list[tuple[str, str]]:
 
 # Rule modules register themselves on import; import them here so every `parse` applies them.
 from stacks import compat  # noqa: E402,F401
+from stacks import scheduling as _scheduling_rules  # noqa: E402,F401

@@ -1,4 +1,5 @@
-"""The Kubernetes layer (platform slot 4): provider, GPU Operator, GPU metrics add-on, tiers and team quotas.
+"""The Kubernetes layer (platform slot 4): provider, GPU Operator, GPU metrics add-on, tiers and team quotas,
+Kueue queues (docs/scheduling.md).
 
 Everything in the cluster waits for the system node group (operators need somewhere to run); in existing-cluster
 mode there is none to wait for and the cluster's own nodes are used.
@@ -10,7 +11,7 @@ from typing import Any
 
 import pulumi
 
-from stacks import gpu_metrics, gpu_operator, k8s_provider, tenancy
+from stacks import gpu_metrics, gpu_operator, k8s_provider, kueue, tenancy
 from stacks.config import GpuLoanConfig
 
 
@@ -32,4 +33,8 @@ def build(cfg: GpuLoanConfig, cluster: k8s_provider.ClusterLike, opts: pulumi.Re
     outputs["team_namespaces"] = sorted(tiers.namespaces)
     outputs["team_gpu_quotas"] = tiers.gpu_quotas
     outputs["priority_classes"] = {t: tenancy.priority_class_name(t) for t in tiers.priority_classes}
+    if cfg.scheduling.kueue.enabled:
+        queues = kueue.Kueue(f"{cfg.environment}-kueue", cfg, tiers.namespaces, opts=in_cluster)
+        outputs["kueue_chart_version"] = queues.chart_version
+        outputs["kueue_local_queues"] = queues.local_queues
     return outputs

@@ -13,7 +13,7 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from stacks import catalog, tags
+from stacks import catalog, scheduling, tags
 from stacks.config import GpuLoanConfig, Pool, Tier
 
 MANAGED_BY = {"app.kubernetes.io/managed-by": "gpuloan"}
@@ -54,7 +54,11 @@ def team_gpu_quota(cfg: GpuLoanConfig, team: str) -> int:
     """`requests.nvidia.com/gpu` for a team: its pools' GPUs, in device-plugin units.
 
     With time-slicing every physical GPU is advertised as `replicas` nvidia.com/gpu, so the quota scales with it.
+    With Kueue on, Kueue's queues are the admission control and this quota only bounds pods that bypass them: it is
+    what Kueue can admit for the team at once, borrowed floors included, so it never refuses an admitted job's pods.
     """
+    if cfg.scheduling.kueue.enabled:
+        return scheduling.team_gpu_ceiling(cfg, team)
     physical = sum(pool_gpus(p) for p in cfg.pools if p.team == team)
     return physical * (cfg.gpu_operator.time_slicing_replicas or 1)
 

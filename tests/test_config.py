@@ -170,8 +170,10 @@ def test_all_problems_are_reported_at_once(tmp_path):
     })
     result = _validate(stack_file)
     assert result.returncode == 2
-    assert "3 problem(s)" in result.stderr
-    for fragment in ("pools[0].guaranteed.availability_zone", "pools[1].elastic.idle_utilization_pct", "pools[1].name"):
+    # The rename also leaves scheduling.kueue.production_spot_pools naming a pool that no longer exists.
+    assert "4 problem(s)" in result.stderr
+    for fragment in ("pools[0].guaranteed.availability_zone", "pools[1].elastic.idle_utilization_pct", "pools[1].name",
+                     "scheduling.kueue.production_spot_pools[1]: no pool named 'inference'"):
         assert fragment in result.stderr
 
 

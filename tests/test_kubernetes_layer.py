@@ -8,7 +8,7 @@ import json
 import pytest
 import yaml
 from conftest import stack_config
-from kube_checks import HELM_RELEASE, kube_objects, layer, run_layer, schema_version, validate_strict
+from kube_checks import HELM_RELEASE, kube_objects, layer, release, run_layer, schema_version, validate_strict
 
 from stacks import catalog, config, gpu_metrics, gpu_operator, k8s_provider, tags, tenancy, versions
 
@@ -102,21 +102,21 @@ def test_kubeconfig_is_a_pure_function_of_the_cluster():
 
 
 def test_gpu_operator_release_chart_repo_and_pinned_version():
-    release = _one(layer("prod"), HELM_RELEASE)
-    assert release.inputs["chart"] == "gpu-operator"
-    assert release.inputs["repositoryOpts"]["repo"] == "https://helm.ngc.nvidia.com/nvidia"
-    assert release.inputs["version"] == versions.GPU_OPERATOR_CHART_VERSION
-    assert release.inputs["namespace"] == gpu_operator.NAMESPACE
+    operator = release(layer("prod"), "gpu-operator")
+    assert operator.inputs["chart"] == "gpu-operator"
+    assert operator.inputs["repositoryOpts"]["repo"] == "https://helm.ngc.nvidia.com/nvidia"
+    assert operator.inputs["version"] == versions.GPU_OPERATOR_CHART_VERSION
+    assert operator.inputs["namespace"] == gpu_operator.NAMESPACE
 
 
 def test_chart_version_is_overridable_from_config():
     cfg = stack_config("dev")
     cfg["gpuloan:gpu_operator"] = {"chart_version": "v26.3.0"}
-    assert _one(run_layer("dev", cfg), HELM_RELEASE).inputs["version"] == "v26.3.0"
+    assert release(run_layer("dev", cfg), "gpu-operator").inputs["version"] == "v26.3.0"
 
 
 def test_helm_values_for_the_al2023_nvidia_ami():
-    values = _one(layer("prod"), HELM_RELEASE).inputs["values"]
+    values = release(layer("prod"), "gpu-operator").inputs["values"]
     assert values["driver"]["enabled"] is False
     assert values["toolkit"]["enabled"] is False
     assert values["devicePlugin"]["enabled"] is True
@@ -126,14 +126,14 @@ def test_helm_values_for_the_al2023_nvidia_ami():
 
 
 def test_operator_dcgm_exporter_is_off_so_container_insights_is_the_one_exporter():
-    values = _one(layer("prod"), HELM_RELEASE).inputs["values"]
+    values = release(layer("prod"), "gpu-operator").inputs["values"]
     assert values["dcgmExporter"]["enabled"] is False
     assert values["dcgm"]["enabled"] is False
     assert len(layer("prod").of_type("aws:eks/addon:Addon")) == 1
 
 
 def test_operator_daemonsets_and_nfd_tolerate_gpu_and_spot_taints():
-    values = _one(layer("prod"), HELM_RELEASE).inputs["values"]
+    values = release(layer("prod"), "gpu-operator").inputs["values"]
     for tolerations in (values["daemonsets"]["tolerations"], values["node-feature-discovery"]["worker"]["tolerations"]):
         keys = {(t["key"], t["operator"], t["effect"]) for t in tolerations}
         assert (tags.GPU_TAINT_KEY, "Exists", "NoSchedule") in keys
@@ -151,7 +151,7 @@ def test_mig_strategy_from_config_enables_the_mig_manager(strategy):
 def test_no_time_slicing_configmap_unless_configured():
     rec = layer("prod")
     assert _objects(rec, "ConfigMap") == []
-    assert "config" not in _one(rec, HELM_RELEASE).inputs["values"]["devicePlugin"]
+    assert "config" not in release(rec, "gpu-operator").inputs["values"]["devicePlugin"]
 
 
 def test_time_slicing_configmap_has_the_configured_replicas_and_is_referenced():
@@ -160,7 +160,7 @@ def test_time_slicing_configmap_has_the_configured_replicas_and_is_referenced():
     assert cm["metadata"] == {"name": gpu_operator.TIME_SLICING_CONFIGMAP, "namespace": gpu_operator.NAMESPACE}
     sharing = yaml.safe_load(cm["data"][gpu_operator.TIME_SLICING_PROFILE])["sharing"]["timeSlicing"]
     assert sharing["resources"] == [{"name": "nvidia.com/gpu", "replicas": 4}]
-    plugin = _one(rec, HELM_RELEASE).inputs["values"]["devicePlugin"]
+    plugin = release(rec, "gpu-operator").inputs["values"]["devicePlugin"]
     assert plugin["config"]["name"] == cm["metadata"]["name"]
     assert plugin["config"]["default"] == gpu_operator.TIME_SLICING_PROFILE
 
@@ -169,7 +169,7 @@ def test_operator_disabled_declares_no_release():
     cfg = stack_config("dev")
     cfg["gpuloan:gpu_operator"] = {"enabled": False}
     rec = run_layer("dev", cfg)
-    assert rec.of_type(HELM_RELEASE) == []
+    assert [r.inputs["chart"] for r in rec.of_type(HELM_RELEASE)] == [versions.KUEUE_CHART]
     assert "gpu_operator_chart_version" not in rec.outputs
 
 
@@ -232,7 +232,7 @@ def test_priority_classes_order_and_preemption():
 @pytest.mark.parametrize("stack,teams", [("dev", ["research"]), ("prod", ["research", "serving"])])
 def test_one_namespace_per_team(stack, teams):
     rec = layer(stack)
-    names = sorted(o["metadata"]["name"] for o in _objects(rec, "Namespace") if o["metadata"]["name"] != "gpu-operator")
+    names = sorted(o["metadata"]["name"] for o in _objects(rec, "Namespace") if o["metadata"]["name"] not in ("gpu-operator", "kueue-system"))
     assert names == teams
     assert rec.outputs["team_namespaces"] == teams
 

@@ -8,8 +8,11 @@ import pytest
 from conftest import run_stack, stack_config
 from kube_checks import HELM_RELEASE, kube_objects, validate_strict
 
+from stacks import versions
+
 STACKS = ("dev", "prod")
-LAYER_TYPES = ("gpuloan:gpu_operator:GpuOperator", "gpuloan:gpu_metrics:GpuMetrics", "gpuloan:tenancy:Tenancy")
+LAYER_TYPES = ("gpuloan:gpu_operator:GpuOperator", "gpuloan:gpu_metrics:GpuMetrics", "gpuloan:tenancy:Tenancy",
+               "gpuloan:kueue:Kueue")
 
 
 @pytest.mark.parametrize("stack", STACKS)
@@ -17,7 +20,7 @@ def test_program_declares_the_kubernetes_layer(recorded, stack):
     rec = recorded(stack)
     for type_ in LAYER_TYPES:
         assert len(rec.of_type(type_)) == 1, type_
-    assert len(rec.of_type(HELM_RELEASE)) == 1
+    assert sorted(r.inputs["chart"] for r in rec.of_type(HELM_RELEASE)) == ["gpu-operator", versions.KUEUE_CHART]
     assert rec.outputs["priority_classes"] == {
         "production": "gpuloan-production", "experiment": "gpuloan-experiment", "learning": "gpuloan-learning"}
 

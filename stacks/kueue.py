@@ -1,0 +1,221 @@
+"""Kueue from the one config: the Helm release, and the flavors, queues and cohort of stacks/scheduling.py.
+
+Kueue holds a Job suspended until its queue has quota for it, so a Job that is not admitted creates no pods and
+the policy function (which counts unschedulable GPU pods) never buys nodes for it; Deployment/StatefulSet pods
+wait behind a scheduling gate, which the policy ignores too (policy/kube.py `unschedulable`). What the policy sees
+pending is admitted work, and admitted work never exceeds what the groups can reach (docs/scheduling.md).
+
+Manifests are pure functions (tests validate them against the CRD schemas); the component declares each one
+after the release, whose chart installs the CRDs and the admission webhooks that must be up before any object.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pulumi
+import pulumi_kubernetes as k8s
+import yaml
+
+from stacks import scheduling, system_nodes, tags, tenancy, versions
+from stacks.config import GpuLoanConfig, NewCluster, Tier
+
+NAMESPACE = "kueue-system"
+RELEASE_NAME = "kueue"
+QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
+PRIORITY_CLASS_LABEL = "kueue.x-k8s.io/priority-class"
+MANAGED_BY = tenancy.MANAGED_BY
+
+# Kueue refuses a workload that requests a resource its ClusterQueue does not cover ("resource cpu unavailable in
+# ClusterQueue"). The loan is counted in GPUs only: a GPU node's CPU, memory and EFA interfaces come with its GPUs,
+# and the catalog has no per-type CPU/memory to derive quotas from. So everything else is left out of admission.
+EXCLUDED_RESOURCE_PREFIXES = ["cpu", "memory", "ephemeral-storage", "hugepages-", "vpc.amazonaws.com/"]
+# Job kinds Kueue manages when they carry a queue-name label. `pod` is what `deployment`/`statefulset` build on.
+INTEGRATIONS = [
+    "batch/job",
+    "jobset.x-k8s.io/jobset",
+    "kubeflow.org/mpijob",
+    "kubeflow.org/pytorchjob",
+    "trainer.kubeflow.org/trainjob",
+    "ray.io/rayjob",
+    "ray.io/raycluster",
+    "pod",
+    "deployment",
+    "statefulset",
+    "leaderworkerset.x-k8s.io/leaderworkerset",
+]
+
+
+def chart_version(cfg: GpuLoanConfig) -> str:
+    return cfg.scheduling.kueue.chart_version or versions.KUEUE_CHART_VERSION
+
+
+def manager_config() -> dict[str, Any]:
+    """The controller's Configuration. Setting it replaces the chart's default file, so the chart defaults (ports
+    the chart's Services and probes point at, leader election) are repeated here; compare with the chart's
+    values.yaml `managerConfig.controllerManagerConfigYaml` when bumping KUEUE_CHART_VERSION."""
+    return {
+        "apiVersion": versions.KUEUE_CONFIG_API_VERSION,
+        "kind": "Configuration",
+        "health": {"healthProbeBindAddress": ":8081"},
+        "metrics": {"bindAddress": ":8443"},
+        "webhook": {"port": 9443},
+        "leaderElection": {"leaderElect": True, "resourceName": "c1f6bfd2.kueue.x-k8s.io"},
+        "controller": {"groupKindConcurrency": {
+            "Job.batch": 5, "Pod": 5, "Workload.kueue.x-k8s.io": 5, "LocalQueue.kueue.x-k8s.io": 1,
+            "ClusterQueue.kueue.x-k8s.io": 1, "ResourceFlavor.kueue.x-k8s.io": 1}},
+        "clientConnection": {"qps": 50, "burst": 100},
+        # Only jobs that name a queue are managed, and only in team namespaces: system pods are never gated.
+        "manageJobsWithoutQueueName": False,
+        "managedJobsNamespaceSelector": {"matchExpressions": [{"key": tags.LABEL_TEAM, "operator": "Exists"}]},
+        "integrations": {"frameworks": INTEGRATIONS},
+        "resources": {"excludeResourcePrefixes": EXCLUDED_RESOURCE_PREFIXES},
+    }
+
+
+def helm_values(cfg: GpuLoanConfig) -> dict[str, Any]:
+    values: dict[str, Any] = {
+        "managerConfig": {"controllerManagerConfigYaml": yaml.safe_dump(manager_config(), sort_keys=False)},
+    }
+    if isinstance(cfg.cluster, NewCluster):
+        # The system node group is untainted, so a selector is all it takes; GPU nodes are tainted and would
+        # refuse the controller anyway. An existing cluster has no gpuloan system nodes to select.
+        values["controllerManager"] = {"nodeSelector": {tags.LABEL_TIER: system_nodes.SYSTEM_TIER_LABEL}}
+    return values
+
+
+def _meta(name: str, namespace: str | None = None, extra: dict[str, str] | None = None) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "labels": {**MANAGED_BY, **(extra or {})}}
+    if namespace:
+        meta["namespace"] = namespace
+    return meta
+
+
+def resource_flavor_manifest(flavor: scheduling.Flavor) -> dict[str, Any]:
+    return {
+        "apiVersion": versions.KUEUE_API_VERSION, "kind": "ResourceFlavor",
+        "metadata": _meta(flavor.name, extra={tags.LABEL_POOL: flavor.pool}),
+        # Kueue adds these to admitted pods: the node selector pins them to the group, the tolerations let them in.
+        "spec": {"nodeLabels": dict(flavor.node_labels), "tolerations": [dict(t) for t in flavor.tolerations]},
+    }
+
+
+def cohort_manifest(cfg: GpuLoanConfig) -> dict[str, Any]:
+    return {"apiVersion": versions.KUEUE_API_VERSION, "kind": "Cohort",
+            "metadata": _meta(scheduling.cohort_name(cfg)), "spec": {}}
+
+
+def cluster_queue_manifest(cfg: GpuLoanConfig, queue: scheduling.PoolQueue) -> dict[str, Any]:
+    flavors = []
+    for entry in queue.flavors:
+        quota: dict[str, Any] = {"name": scheduling.GPU_RESOURCE, "nominalQuota": entry.nominal_gpus}
+        if entry.lending_limit_gpus is not None:
+            quota["lendingLimit"] = entry.lending_limit_gpus
+        if entry.borrowing_limit_gpus is not None:
+            quota["borrowingLimit"] = entry.borrowing_limit_gpus
+        flavors.append({"name": entry.flavor, "resources": [quota]})
+    return {
+        "apiVersion": versions.KUEUE_API_VERSION, "kind": "ClusterQueue",
+        "metadata": _meta(queue.name, extra={tags.LABEL_POOL: queue.pool, tags.LABEL_TEAM: queue.team}),
+        "spec": {
+            "cohortName": scheduling.cohort_name(cfg),
+            # Only the owning team's namespace may submit here (its LocalQueue is the only one pointing at it).
+            "namespaceSelector": {"matchLabels": {tags.LABEL_TEAM: queue.team}},
+            "queueingStrategy": "BestEffortFIFO",
+            # Stop at the first flavor that fits even if it needs borrowing or preemption: the owner's work takes
+            # its lent floor back (reclaim) instead of moving on to elastic nodes it would pay for.
+            "flavorFungibility": {"whenCanBorrow": "MayStopSearch", "whenCanPreempt": "MayStopSearch"},
+            "preemption": {
+                "reclaimWithinCohort": "Any",
+                "borrowWithinCohort": {"policy": "Never"},
+                "withinClusterQueue": "LowerPriority" if queue.preempt_lower_priority else "Never",
+            },
+            "resourceGroups": [{"coveredResources": [scheduling.GPU_RESOURCE], "flavors": flavors}],
+        },
+    }
+
+
+def local_queue_manifest(queue: scheduling.PoolQueue) -> dict[str, Any]:
+    return {
+        "apiVersion": versions.KUEUE_API_VERSION, "kind": "LocalQueue",
+        "metadata": _meta(queue.local_queue, namespace=queue.team, extra={tags.LABEL_POOL: queue.pool}),
+        "spec": {"clusterQueue": queue.name},
+    }
+
+
+def workload_priority_class_manifest(tier: Tier) -> dict[str, Any]:
+    # Same names and values as the PriorityClasses (stacks/tenancy.py), so a Job's queue order and its pods'
+    # scheduling priority agree whichever of the two labels a user sets.
+    return {
+        "apiVersion": versions.KUEUE_API_VERSION, "kind": "WorkloadPriorityClass",
+        "metadata": _meta(tenancy.priority_class_name(tier)),
+        "value": tenancy.PRIORITY_VALUES[tier],
+        "description": f"gpuloan {tier.value} tier (Kueue admission order; same value as the PriorityClass)",
+    }
+
+
+def manifests(cfg: GpuLoanConfig) -> list[dict[str, Any]]:
+    """Every Kueue object of the environment, in creation order."""
+    p = scheduling.plan(cfg)
+    return ([workload_priority_class_manifest(t) for t in Tier]
+            + [cohort_manifest(cfg)]
+            + [resource_flavor_manifest(f) for f in p.flavors]
+            + [cluster_queue_manifest(cfg, q) for q in p.queues]
+            + [local_queue_manifest(q) for q in p.queues])
+
+
+class KueueObject(pulumi.CustomResource):
+    """Any Kueue custom resource, declared with exactly its manifest (the kubernetes provider's generic
+    `kubernetes:<apiVersion>:<kind>` type; WorkloadPriorityClass has top-level fields that
+    apiextensions.CustomResource cannot carry)."""
+
+    def __init__(self, name: str, manifest: dict[str, Any], opts: pulumi.ResourceOptions):
+        super().__init__(f"kubernetes:{manifest['apiVersion']}:{manifest['kind']}", name, dict(manifest), opts)
+
+
+class Kueue(pulumi.ComponentResource):
+    """Namespace, the kueue Helm release, and the queue objects of stacks/scheduling.py's plan."""
+
+    def __init__(self, name: str, cfg: GpuLoanConfig, team_namespaces: dict[str, pulumi.Resource],
+                 opts: pulumi.ResourceOptions | None = None):
+        super().__init__("gpuloan:kueue:Kueue", name, None, opts)
+        self.chart_version = chart_version(cfg)
+        self.values = helm_values(cfg)
+        namespace = k8s.core.v1.Namespace(
+            f"{name}-ns",
+            metadata={"name": NAMESPACE, "labels": {**MANAGED_BY, "pod-security.kubernetes.io/enforce": "baseline",
+                                                    "pod-security.kubernetes.io/warn": "restricted"}},
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        self.release = k8s.helm.v3.Release(
+            f"{name}-release",
+            name=RELEASE_NAME,
+            chart=versions.KUEUE_CHART,
+            version=self.chart_version,
+            namespace=NAMESPACE,
+            create_namespace=False,
+            values=self.values,
+            # Queues created against a half-installed Kueue (CRDs without a ready webhook) fail: roll back instead.
+            atomic=True,
+            cleanup_on_fail=True,
+            timeout=600,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[namespace]),
+        )
+        after_release = pulumi.ResourceOptions(parent=self, depends_on=[self.release])
+        p = scheduling.plan(cfg)
+        for tier in Tier:
+            KueueObject(f"{name}-priority-{tier.value}", workload_priority_class_manifest(tier), after_release)
+        cohort = KueueObject(f"{name}-cohort", cohort_manifest(cfg), after_release)
+        flavors = [KueueObject(f"{name}-flavor-{f.pool}-{f.kind}", resource_flavor_manifest(f), after_release)
+                   for f in p.flavors]
+        self.cluster_queues: dict[str, KueueObject] = {}
+        self.local_queues: dict[str, str] = {}
+        for q in p.queues:
+            cq = KueueObject(f"{name}-cq-{q.pool}", cluster_queue_manifest(cfg, q),
+                             pulumi.ResourceOptions(parent=self, depends_on=[self.release, cohort, *flavors]))
+            self.cluster_queues[q.pool] = cq
+            waits = [self.release, cq] + ([team_namespaces[q.team]] if q.team in team_namespaces else [])
+            KueueObject(f"{name}-lq-{q.pool}", local_queue_manifest(q),
+                        pulumi.ResourceOptions(parent=self, depends_on=waits))
+            self.local_queues[q.pool] = f"{q.team}/{q.local_queue}"
+        self.register_outputs({"chart_version": self.chart_version, "local_queues": self.local_queues})

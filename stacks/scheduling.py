@@ -1,0 +1,252 @@
+"""The loan in Kueue terms, as data: resource flavors, one cluster queue per pool, the cohort (pure).
+
+stacks/kueue.py turns this plan into Kueue objects; the config rules at the bottom refuse configs whose tiers and
+capacity cannot satisfy each other, before any resource exists. docs/scheduling.md explains the choices:
+
+- A flavor per kind of node group a pool has, matched by the labels the node groups carry (stacks/guaranteed.py,
+  stacks/elastic.py) and tolerating their taints:
+  `floor` = the guaranteed group (tier=guaranteed);
+  `spot` = the pool's elastic capacity as the policy provides it (tier=elastic): spot nodes, and the on-demand
+  fallback nodes the policy adds while spot is short. The flavor does not pin capacity=spot on purpose: the policy
+  adds on-demand nodes *for* pending spot-flavored pods when spot is short, and a capacity=spot selector would leave
+  those nodes idle and paid for. A separate fallback flavor would also promise quota the policy never provides: it
+  uses on-demand only to replace missing spot, never on top of a full spot group;
+  `on-demand` = the elastic group of a pool whose elastic capacity is on-demand only.
+- Quotas are what the groups can reach: floor = nodes x GPUs per node (0 while a Capacity Block is not active);
+  elastic = max nodes x GPUs per node. GPUs are counted in device-plugin units (x time-slicing replicas).
+- Flavor order per tier: production uses its floor, then its elastic capacity, and never spot unless the pool is
+  listed in scheduling.kueue.production_spot_pools; experiment and learning use their floor, then idle floors that
+  other pools lend (already paid for, so cheaper than any elastic node; reclaimed when the owner needs them), then
+  their own spot/on-demand capacity.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from stacks import catalog, tags
+from stacks.config import (SET_ASIDE, ElasticCapacity, GpuLoanConfig, Pool, Reservation, TeamSharing, Tier,
+                           register_rule)
+
+GPU_RESOURCE = "nvidia.com/gpu"
+FLOOR, SPOT, ON_DEMAND = "floor", "spot", "on-demand"
+# Kueue limits (ClusterQueue CRD v1beta2): 64 flavors per resource group.
+MAX_FLAVORS_PER_GROUP = 64
+
+GPU_TOLERATION = {"key": tags.GPU_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}
+SPOT_TOLERATION = {"key": tags.SPOT_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}
+
+
+@dataclass(frozen=True)
+class Flavor:
+    """A ResourceFlavor: one kind of node group of one pool."""
+
+    name: str
+    pool: str
+    kind: str  # FLOOR | SPOT | ON_DEMAND
+    node_labels: dict[str, str]
+    tolerations: tuple[dict[str, str], ...]
+    gpus: int  # what the group can reach, in device-plugin units
+
+
+@dataclass(frozen=True)
+class QueueFlavor:
+    """One entry of a cluster queue's flavor list (admission order)."""
+
+    flavor: str
+    nominal_gpus: int
+    lending_limit_gpus: int | None = None  # None: all of the nominal quota may be lent while unused
+    borrowing_limit_gpus: int | None = None  # None: no limit beyond what the cohort has unused
+
+
+@dataclass(frozen=True)
+class PoolQueue:
+    """A ClusterQueue for one pool, and the LocalQueue its team submits to."""
+
+    pool: str
+    team: str
+    tier: Tier
+    name: str
+    local_queue: str
+    flavors: tuple[QueueFlavor, ...]
+    preempt_lower_priority: bool  # within the queue: production preempts, the others wait (as PriorityClasses)
+
+
+@dataclass(frozen=True)
+class Plan:
+    cohort: str
+    flavors: tuple[Flavor, ...]
+    queues: tuple[PoolQueue, ...]
+
+
+def cohort_name(cfg: GpuLoanConfig) -> str:
+    # Prefixed: ResourceFlavors, ClusterQueues and Cohorts are cluster-scoped and an existing cluster may have its own.
+    return f"gpuloan-{cfg.environment}"
+
+
+def cluster_queue_name(cfg: GpuLoanConfig, pool: Pool) -> str:
+    return f"gpuloan-{cfg.environment}-{pool.name}"
+
+
+def local_queue_name(pool: Pool) -> str:
+    """What a user writes in `kueue.x-k8s.io/queue-name`: the pool's name, in the team's namespace."""
+    return pool.name
+
+
+def flavor_name(cfg: GpuLoanConfig, pool: Pool, kind: str) -> str:
+    return f"gpuloan-{cfg.environment}-{pool.name}-{kind}"
+
+
+def _units(cfg: GpuLoanConfig, instance_type: str, nodes: int) -> int:
+    return nodes * catalog.lookup(instance_type).gpus * (cfg.gpu_operator.time_slicing_replicas or 1)
+
+
+def gpus_per_node(cfg: GpuLoanConfig, pool: Pool) -> int:
+    t = pool.guaranteed.instance_type if pool.guaranteed else pool.elastic.instance_types[0]
+    return _units(cfg, t, 1)
+
+
+def floor_gpus(cfg: GpuLoanConfig, pool: Pool) -> int:
+    """GPUs the floor actually has up: a Capacity Block that is not active yet keeps its group at 0 nodes."""
+    g = pool.guaranteed
+    if g is None or (g.reservation == Reservation.capacity_block and not g.capacity_block_active):
+        return 0
+    return _units(cfg, g.instance_type, g.nodes)
+
+
+def spot_allowed(cfg: GpuLoanConfig, pool: Pool) -> bool:
+    return pool.tier != Tier.production or pool.name in cfg.scheduling.kueue.production_spot_pools
+
+
+def pool_flavors(cfg: GpuLoanConfig, pool: Pool) -> list[Flavor]:
+    """The pool's own flavors in admission order (floor first). A production pool whose elastic capacity is spot
+    that it may not use gets no elastic flavor (the config rules report it)."""
+    out: list[Flavor] = []
+    base = {tags.LABEL_POOL: pool.name}
+    if pool.guaranteed is not None:
+        out.append(Flavor(flavor_name(cfg, pool, FLOOR), pool.name, FLOOR,
+                          {**base, tags.LABEL_TIER: "guaranteed"}, (GPU_TOLERATION,), floor_gpus(cfg, pool)))
+    e = pool.elastic
+    if e is None:
+        return out
+    elastic_labels = {**base, tags.LABEL_TIER: "elastic"}
+    if e.capacity == ElasticCapacity.on_demand:
+        out.append(Flavor(flavor_name(cfg, pool, ON_DEMAND), pool.name, ON_DEMAND,
+                          {**elastic_labels, tags.LABEL_CAPACITY: "on-demand"}, (GPU_TOLERATION,),
+                          _units(cfg, e.instance_types[0], e.max_nodes)))
+    elif spot_allowed(cfg, pool):
+        # Quota = the spot group's max: the on-demand fallback replaces missing spot nodes, it never adds to them.
+        out.append(Flavor(flavor_name(cfg, pool, SPOT), pool.name, SPOT, elastic_labels,
+                          (GPU_TOLERATION, SPOT_TOLERATION), _units(cfg, e.instance_types[0], e.max_nodes)))
+    return out
+
+
+def _sharing(cfg: GpuLoanConfig, team: str) -> TeamSharing:
+    return cfg.scheduling.kueue.teams.get(team) or TeamSharing()
+
+
+def lendable_gpus(cfg: GpuLoanConfig, pool: Pool) -> int:
+    return floor_gpus(cfg, pool) * int(_sharing(cfg, pool.team).lending_limit_pct) // 100
+
+
+def borrowable_floors(cfg: GpuLoanConfig, pool: Pool) -> list[Pool]:
+    """Other pools' floors this pool's queue may borrow while they are idle.
+
+    Production queues borrow nothing: borrowed GPUs are taken back by preemption when their owner's work arrives,
+    which is the interruption production work pays a floor to avoid. Only floors with the same GPUs per node: a job
+    sized for 8-GPU nodes would sit pending forever on 1-GPU nodes its quota admitted it to.
+    """
+    if pool.tier == Tier.production:
+        return []
+    return [p for p in cfg.pools if p.name != pool.name and lendable_gpus(cfg, p) > 0
+            and gpus_per_node(cfg, p) == gpus_per_node(cfg, pool)]
+
+
+def pool_queue(cfg: GpuLoanConfig, pool: Pool) -> PoolQueue:
+    own = pool_flavors(cfg, pool)
+    floor = [f for f in own if f.kind == FLOOR]
+    elastic = [f for f in own if f.kind != FLOOR]
+    entries: list[QueueFlavor] = []
+    for f in floor:
+        lendable = lendable_gpus(cfg, pool)
+        entries.append(QueueFlavor(f.name, f.gpus, lendable if lendable < f.gpus else None))
+    borrow_limit = _sharing(cfg, pool.team).borrowing_limit_gpus
+    for lender in borrowable_floors(cfg, pool):
+        entries.append(QueueFlavor(flavor_name(cfg, lender, FLOOR), 0, None, borrow_limit))
+    for f in elastic:
+        # Elastic quota is never lent: another team's work on it would make this pool's policy buy nodes on this
+        # pool's budget.
+        entries.append(QueueFlavor(f.name, f.gpus, 0))
+    return PoolQueue(pool.name, pool.team, pool.tier, cluster_queue_name(cfg, pool), local_queue_name(pool),
+                     tuple(entries), preempt_lower_priority=pool.tier == Tier.production)
+
+
+def plan(cfg: GpuLoanConfig) -> Plan:
+    flavors = tuple(f for p in cfg.pools for f in pool_flavors(cfg, p))
+    return Plan(cohort_name(cfg), flavors, tuple(pool_queue(cfg, p) for p in cfg.pools))
+
+
+def queue_reach_gpus(cfg: GpuLoanConfig, queue: PoolQueue) -> int:
+    """Most GPUs a queue can ever have admitted: its nominal quotas plus what it can borrow."""
+    lenders = {flavor_name(cfg, p, FLOOR): lendable_gpus(cfg, p) for p in cfg.pools}
+    total = 0
+    for entry in queue.flavors:
+        if entry.nominal_gpus:
+            total += entry.nominal_gpus
+        else:
+            reach = lenders.get(entry.flavor, 0)
+            total += reach if entry.borrowing_limit_gpus is None else min(reach, entry.borrowing_limit_gpus)
+    return total
+
+
+def team_gpu_ceiling(cfg: GpuLoanConfig, team: str) -> int:
+    """The most GPUs Kueue can admit for a team at once (own quotas + borrowable): the team namespace's
+    ResourceQuota is set to this, so it never refuses pods of admitted work and still bounds pods that bypass
+    the queue (stacks/tenancy.py)."""
+    return sum(queue_reach_gpus(cfg, q) for q in plan(cfg).queues if q.team == team)
+
+
+# --- config rules ----------------------------------------------------------------------------------------------
+
+
+@register_rule
+def _scheduling_problems(cfg: GpuLoanConfig) -> list[tuple[str, str]]:
+    k = cfg.scheduling.kueue
+    at = "scheduling.kueue"
+    problems: list[tuple[str, str]] = []
+    pools = {p.name: p for p in cfg.pools}
+    set_aside = SET_ASIDE.get()  # pools whose own shape errors are reported already
+    for j, name in enumerate(k.production_spot_pools):
+        pool = pools.get(name)
+        if pool is None and name in set_aside:
+            continue
+        # A name that matches no pool is a typo or a leftover; listing a pool that is not production or has no spot
+        # is harmless (nothing to allow) and stays valid, so a pool can change tier or capacity on its own.
+        if pool is None:
+            problems.append((f"{at}.production_spot_pools[{j}]", f"no pool named '{name}' "
+                             f"(pools: {', '.join(sorted(pools))})"))
+    for team in k.teams:
+        if team not in cfg.teams and team not in set_aside:
+            problems.append((f"{at}.teams.{team}", f"no pool belongs to team '{team}' (teams: {', '.join(cfg.teams)})"))
+    if not k.enabled:
+        return problems
+    for i, pool in enumerate(cfg.pools):
+        e = pool.elastic
+        if e is None or e.capacity == ElasticCapacity.on_demand or spot_allowed(cfg, pool):
+            continue
+        # A production pool whose elastic capacity includes spot it may not use.
+        if pool.guaranteed is None and e.capacity == ElasticCapacity.spot:
+            why = "this pool has no floor and spot-only elastic capacity, so production work could never be admitted"
+        elif e.capacity == ElasticCapacity.spot:
+            why = "its spot-only elastic group could never run this pool's work"
+        else:
+            why = ("the policy adds spot nodes first for pending pods and on-demand only while spot is short, so "
+                   "production work kept off spot would wait while spot nodes it cannot use are bought")
+        problems.append((f"pools[{i}].elastic.capacity", f"production work stays off spot under Kueue, and {why}: "
+                         f"set capacity: on_demand, or list '{pool.name}' in {at}.production_spot_pools"))
+    for i, pool in enumerate(cfg.pools):
+        n = len(pool_queue(cfg, pool).flavors)
+        if n > MAX_FLAVORS_PER_GROUP:
+            problems.append((f"pools[{i}]", f"its Kueue queue would list {n} flavors (own + borrowable floors); "
+                             f"Kueue allows {MAX_FLAVORS_PER_GROUP}: lower lending_limit_pct of some teams to 0"))
+    return problems
