@@ -9,6 +9,9 @@ import json
 import sys
 from dataclasses import replace
 
+from gpuloan import price_args
+from stacks import catalog
+
 EXIT_BAD_INPUT = 2
 
 
@@ -28,6 +31,7 @@ def register(sub) -> None:
     p.add_argument("--provisioning-delay", type=int, default=None, metavar="MINUTES")
     p.add_argument("--checkpoint-interval", type=int, default=None, metavar="MINUTES")
     p.add_argument("--spot-episodes-per-week", type=float, default=None)
+    price_args.add(p)
     p.set_defaults(func=run)
 
 
@@ -53,6 +57,7 @@ def run(args) -> int:
     from stacks import config
 
     try:
+        price_args.apply(args)
         trace = traces.read_trace(args.trace)
         if args.days:
             trace = trace.window(*traces.parse_days(args.days))
@@ -88,10 +93,12 @@ def run(args) -> int:
     doc["dominated_by"] = runner.dominated_by(doc)
     peak_gpus = spec.peak_nodes * spec.gpus_per_node
     doc["jobs_larger_than_pool"] = sum(1 for j in getattr(trace, "jobs", ()) if j.gpus > peak_gpus)
+    doc["price_source"] = catalog.price_source(spec.region)
     if args.json:
         print(json.dumps(doc, indent=2))
     else:
         _table(doc)
+        print(doc["price_source"])
     return 0
 
 

@@ -287,10 +287,16 @@ def render_markdown(diffs: list[StackDiff], base_label: str) -> str:
         if resource_lines:
             lines += ["<details><summary>resources</summary>", "", "| | type | name |", "|---|---|---|",
                       *resource_lines, "", "</details>", ""]
-    lines.append("Monthly USD at 730 h/month, prices from data/prices (stacks/catalog.py); guaranteed = on-demand "
+    lines.append("Monthly USD at 730 h/month; guaranteed = on-demand "
                  "rate of the floor, elastic max = every elastic node up all month (a ceiling), headroom = budget "
                  "minus floor. Offline preview: nothing was created.")
+    lines += [f"{d.stack}: {src}" for d, src in _price_sources(diffs)]
     return "\n".join(lines) + "\n"
+
+
+def _price_sources(diffs: list[StackDiff]) -> list[tuple[StackDiff, str]]:
+    """Each stack's price line (source and date of its prices, or how to get prices), from the working tree."""
+    return [(d, d.head.doc["cost"]["price_source"]) for d in diffs if d.head.ok and "price_source" in d.head.doc["cost"]]
 
 
 def render_text(diffs: list[StackDiff], base_label: str) -> str:
@@ -312,4 +318,5 @@ def render_text(diffs: list[StackDiff], base_label: str) -> str:
             for r in rows:
                 lines.append("  " + "  ".join(c.ljust(w) if i == 0 else c.rjust(w)
                                               for i, (c, w) in enumerate(zip(r, widths))))
+    lines += [f"{d.stack}: {src}" for d, src in _price_sources(diffs)]
     return "\n".join(lines) + "\n"
