@@ -53,6 +53,7 @@ class NoPrice(PriceFetchError):
 def _call(what: str, fn, **kwargs):
     """Call one AWS API; throttling becomes Throttled, other API errors a PriceFetchError naming the call."""
     from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
+    from botocore.parsers import ResponseParserError
 
     try:
         return fn(**kwargs)
@@ -64,7 +65,7 @@ def _call(what: str, fn, **kwargs):
             raise Throttled(f"{what}: AWS throttled the call ({code}); wait a minute and run "
                             "`gpuloan prices refresh` again (the cache keeps the prices already read)") from None
         raise PriceFetchError(f"{what}: {code or 'error'}: {err.response.get('Error', {}).get('Message', err)}") from None
-    except BotoCoreError as err:
+    except (BotoCoreError, ResponseParserError) as err:  # the latter: a non-AWS answer (proxy, emulator)
         raise PriceFetchError(f"{what}: {err}") from None
 
 
