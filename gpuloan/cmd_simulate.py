@@ -170,7 +170,8 @@ def _sweep(args, spec, trace, settings) -> int:
             k: m[k] for k in ("total_cost_usd", "cost_over_oracle", "p95_wait_minutes", "unmet_gpu_hours",
                               "interruptions")}})
     if args.json:
-        print(json.dumps({"trace": trace.name, "pool": spec.name, "sweep_floor": rows}, indent=2))
+        print(json.dumps({"trace": trace.name, "pool": spec.name, "sweep_floor": rows,
+                          "price_source": catalog.price_source(spec.region)}, indent=2))
         return 0
     from rich.console import Console
     from rich.table import Table
@@ -183,4 +184,5 @@ def _sweep(args, spec, trace, settings) -> int:
                       f"{r['cost_over_oracle']:.2f}", str(r["p95_wait_minutes"]), f"{r['unmet_gpu_hours']:,.1f}",
                       str(r["interruptions"]))
     Console(width=max(120, Console().width)).print(table)
+    print(catalog.price_source(spec.region))
     return 0
