@@ -165,7 +165,9 @@ def unknown_prices(cfg: GpuLoanConfig) -> list[str]:
     """One line per instance type of the stack that the price source cannot price, saying why and the fix."""
     types = []
     for p in cfg.pools:
-        for t in ([p.guaranteed.instance_type] if p.guaranteed else []) + (list(p.elastic.instance_types) if p.elastic else []):
+        pool_types = [p.guaranteed.instance_type] if p.guaranteed else []
+        pool_types += list(p.elastic.instance_types) if p.elastic else []
+        for t in pool_types:
             if t not in types and catalog.price(t, cfg.region) is None:
                 types.append(t)
     return [f"{t}: {catalog.missing_price_reason(t, cfg.region)}" for t in types]

@@ -82,7 +82,8 @@ def render(doc: dict[str, Any], console) -> None:
              if p["guaranteed_nodes"] else "—")
         e = (f"0–{p['elastic_max_nodes']} nodes {money(p['elastic_max_monthly_usd'])}" if p["elastic_max_nodes"] else "—")
         f = (f"0–{p['fallback_max_nodes']} nodes {money(p['fallback_max_monthly_usd'])}" if p["fallback_max_nodes"] else "—")
-        table.add_row(p["pool"], p["team"], g, e, f, "—" if p["budget_monthly_usd"] is None else money(p["budget_monthly_usd"]))
+        budget = "—" if p["budget_monthly_usd"] is None else money(p["budget_monthly_usd"])  # no pool budget
+        table.add_row(p["pool"], p["team"], g, e, f, budget)
     table.add_row("[bold]total[/]", "", money(cost["guaranteed_monthly_usd"]), money(cost["elastic_max_monthly_usd"]),
                   money(cost["fallback_max_monthly_usd"]), money(cost["budget_monthly_usd"]))
     console.print(table)

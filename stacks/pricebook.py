@@ -183,7 +183,8 @@ class PriceBook:
         """The one line every cost table prints: where its prices come from and how old they are."""
         r = self.regions.get(region)
         if self.origin is None or r is None:
-            return f"prices: unknown ({'no price source' if self.origin is None else 'no ' + region + ' prices in ' + self.origin}); {FIX}"
+            why = "no price source" if self.origin is None else f"no {region} prices in {self.origin}"
+            return f"prices: unknown ({why}); {FIX}"
         line = f"prices: {r.source}, as of {r.read_at[:10]} ({self.origin})"
         age = _age_days(r.read_at, today or dt.date.today())
         if age is not None and age > STALE_AFTER_DAYS and self.origin.startswith("cache"):
