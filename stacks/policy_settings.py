@@ -52,6 +52,16 @@ def unknown_prices_allowed() -> bool:
     return _offline_preview
 
 
+def missing_prices(cfg: GpuLoanConfig) -> list[str]:
+    """One line per instance type the policy would need a price for and the price source lacks."""
+    types = []
+    for pool in cfg.pools:
+        names = ([pool.guaranteed.instance_type] if pool.guaranteed else [])
+        names += list(pool.elastic.instance_types) if pool.elastic else []
+        types += [t for t in names if t not in types and catalog.price(t, cfg.region) is None]
+    return [f"{t}: {catalog.missing_price_reason(t, cfg.region)}" for t in types]
+
+
 def _price(cfg: GpuLoanConfig, t: str, allow_unknown: bool) -> catalog.Price | None:
     p = catalog.price(t, cfg.region)
     if p is None and not allow_unknown:

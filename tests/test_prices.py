@@ -204,6 +204,23 @@ def test_a_deployment_without_prices_stops_with_the_fix(book_file):
     assert "g6.xlarge in us-east-1" in str(err.value) and "prices refresh" in str(err.value)
 
 
+def test_a_deployment_without_prices_registers_nothing(book_file, monkeypatch):
+    """Run the program as a deployment (not the offline preview) with a price source lacking the stack's region:
+    it stops before the first resource with one line per missing price."""
+    import contextlib
+
+    from gpuloan import offline
+    from stacks import policy_settings
+
+    catalog.use_price_file(book_file(region="eu-west-1"))
+    monkeypatch.setattr(policy_settings, "offline_preview", contextlib.nullcontext)
+    records: list = []
+    with pytest.raises(Exception) as err:
+        offline.run_program("dev", stack_config("dev"), records=records)
+    assert "prices needed to deploy are missing" in str(err.value) and "g6.xlarge: " in str(err.value)
+    assert records == []
+
+
 def test_simulate_without_prices_says_how_to_get_them(tmp_path):
     trace = tmp_path / "t.csv"
     trace.write_text("submit_s,duration_s,gpus\n0,3600,1\n")
