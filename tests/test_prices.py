@@ -402,3 +402,20 @@ def test_refresh_without_credentials_points_at_the_offline_file(tmp_path, monkey
     rc = cmd_prices.run_refresh(SimpleNamespace(stack="dev", instance_type=[], profile=None))
     assert rc == cmd_prices.EXIT_BAD_INPUT
     assert "no AWS credentials" in capsys.readouterr().err
+
+
+def test_cost_diff_shows_unknown_prices_as_unknown_never_as_zero():
+    from gpuloan import cost_diff
+
+    def doc(guaranteed):
+        pool = {"pool": "research", "guaranteed_monthly_usd": guaranteed, "elastic_max_monthly_usd": None,
+                "budget_monthly_usd": None}
+        return {"resources": [], "cost": {"pools": [pool], "guaranteed_monthly_usd": guaranteed,
+                                          "elastic_max_monthly_usd": None, "budget_monthly_usd": 2500.0}}
+
+    both_unknown = cost_diff.diff_stack("dev", cost_diff.Side(doc(None)), cost_diff.Side(doc(None)))
+    rows = cost_diff.cost_rows(both_unknown)
+    assert rows[0] == ["research", "unknown", "unknown", "—", "—"]
+    assert rows[1] == ["total", "unknown", "unknown", "$2,500", "unknown"]
+    newly_priced = cost_diff.diff_stack("dev", cost_diff.Side(doc(None)), cost_diff.Side(doc(730.0)))
+    assert cost_diff.cost_rows(newly_priced)[0][1] == "unknown → $730"  # no made-up delta
