@@ -66,8 +66,12 @@ def _known_gpu_instance(name: str) -> str:
     if catalog.lookup(name) is None:
         close = catalog.suggest(name)
         hint = f"; did you mean {', '.join(close)}?" if close else ""
-        raise ValueError(f"unknown GPU instance type '{name}' (not a GPU type in stacks/instance_types.py nor in "
-                         f"the instance facts `gpuloan prices refresh` caches){hint}")
+        raise ValueError(f"unknown GPU instance type '{name}' (not in gpuloan's table of GPU types nor in the "
+                         f"facts `gpuloan prices refresh -s STACK` reads from EC2){hint}")
+    if catalog.lookup(name).architecture == "unknown":
+        # A family newer than stacks/instance_types.py, its facts read from EC2: CUDA rules need its architecture.
+        raise ValueError(f"'{name}' has {catalog.lookup(name).gpu_model} GPUs, which gpuloan has no CUDA support "
+                         "rules for yet (stacks/instance_types.py GPU_ARCHITECTURE)")
     if not catalog.lookup(name).is_nvidia:
         raise ValueError(f"'{name}' has {catalog.lookup(name).gpu_model} accelerators; gpuloan supports NVIDIA GPUs only")
     return name

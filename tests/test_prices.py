@@ -419,3 +419,42 @@ def test_cost_diff_shows_unknown_prices_as_unknown_never_as_zero():
     assert rows[1] == ["total", "unknown", "unknown", "$2,500", "unknown"]
     newly_priced = cost_diff.diff_stack("dev", cost_diff.Side(doc(None)), cost_diff.Side(doc(730.0)))
     assert cost_diff.cost_rows(newly_priced)[0][1] == "unknown → $730"  # no made-up delta
+
+
+def test_instance_facts_of_a_type_missing_from_the_table_come_from_ec2_and_are_cached(aws_env, tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    ec2 = boto3.client("ec2", region_name="us-east-1")
+    pricing = _client("pricing")
+    with Stubber(pricing) as stub:
+        _stub_products(stub, [_product("g6.xlarge", ondemand="0.8048")], "g6.xlarge")
+        result = aws_prices.refresh("us-east-1", ["g6.xlarge"], pricing_client=pricing, ec2_client=ec2,
+                                    known_facts={}, now=NOW)  # as if g6 were newer than the table
+    facts = result.book.instance_facts["g6.xlarge"]
+    assert (facts.gpus, facts.gpu_model, facts.cpu_architecture) == (1, "L4", "x86_64")
+    pricebook.write_cache(result.book)
+    assert pricebook.load_cache().instance_facts["g6.xlarge"] == facts
+
+
+def test_a_cached_type_whose_gpu_gpuloan_cannot_classify_is_refused_clearly(book_file, tmp_path):
+    path = book_file()
+    doc = json.loads(path.read_text())
+    doc["instance_facts"] = {"g99.xlarge": {"gpus": 1, "gpu_model": "X9", "gpu_memory_gib": 64,
+                                            "cpu_architecture": "x86_64"}}
+    path.write_text(json.dumps(doc))
+    catalog.use_price_file(path)
+    assert catalog.lookup("g99.xlarge").gpus == 1
+    cfg = stack_config("dev")
+    cfg["gpuloan:pools"][0]["elastic"]["instance_types"] = ["g99.xlarge"]
+    with pytest.raises(ConfigError) as err:
+        from_stack_yaml({"config": cfg}, "dev")
+    assert "pools[0].elastic.instance_types" in str(err.value) and "no CUDA support rules" in str(err.value)
+
+
+@requires_shared_prices
+def test_the_simulator_reads_the_interruption_bucket_from_the_offline_file():
+    from sim import pool as simpool
+
+    spec = simpool.spec_from_config(from_stack_yaml({"config": stack_config("prod")}, "prod"), "training")
+    assert spec.spot_interruption_bucket == catalog.price(spec.spot_type, "us-east-1").interruption_bucket
+    assert spec.spot_interruption_bucket is not None
+    assert spec.spot_interruptions_per_month == simpool.ADVISOR_BUCKET_PER_MONTH[spec.spot_interruption_bucket]
