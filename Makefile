@@ -6,6 +6,14 @@ STACK ?= dev
 
 .PHONY: preview test install dev-install lint bench-config bench-policy bench-sim benchmark schema clean
 
+# Public data beside the project (never copied into it): the price table is the offline price file when present,
+# unless the caller set one; otherwise prices come from the cache `gpuloan prices refresh` fills (docs/prices.md).
+SHARED_DATA ?= ../shared/data
+ifneq ($(wildcard $(SHARED_DATA)/prices/aws_gpu_prices.csv),)
+export GPULOAN_PRICE_FILE ?= $(SHARED_DATA)/prices
+endif
+TRACES ?= $(SHARED_DATA)/traces/itp
+
 # The venv is rebuilt when a requirements file changes; the stamp files record what was installed.
 $(BIN)/python:
 	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "gpuloan needs Python 3.11+"'
@@ -44,10 +52,10 @@ bench-policy: $(VENV)/.dev
 	$(BIN)/python scripts/bench_policy.py
 
 bench-sim: $(VENV)/.runtime
-	$(BIN)/python scripts/bench_sim.py
+	$(BIN)/python scripts/bench_sim.py --traces $(TRACES)
 
 benchmark: $(VENV)/.runtime
-	$(BIN)/python scripts/benchmark.py
+	$(BIN)/python scripts/benchmark.py --traces $(TRACES)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

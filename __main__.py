@@ -5,13 +5,20 @@ Config problems stop the program before any resource is registered (stacks/confi
 
 import pulumi
 
-from stacks import config, platform
+from stacks import catalog, config, platform, policy_settings
 
 try:
     cfg = config.from_pulumi_config()
-except config.ConfigError as err:
+except (config.ConfigError, catalog.PriceSourceError) as err:
     # A clean, complete list of problems instead of a traceback; nothing has been registered yet.
     raise pulumi.RunError(str(err)) from None
+
+# A deployment spends by these prices (the policy's budget cap), so it needs all of them before anything is
+# registered; a preview shows unknown ones as unknown (docs/prices.md).
+if not (pulumi.runtime.is_dry_run() or policy_settings.unknown_prices_allowed()):
+    missing = policy_settings.missing_prices(cfg)
+    if missing:
+        raise pulumi.RunError("prices needed to deploy are missing:\n - " + "\n - ".join(missing))
 
 for name, value in platform.build(cfg).items():
     pulumi.export(name, value)

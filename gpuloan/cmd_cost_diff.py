@@ -9,7 +9,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from gpuloan import price_args
 from gpuloan.cmd_validate import EXIT_INVALID
+from stacks import catalog
 
 
 def register(sub) -> None:
@@ -17,6 +19,7 @@ def register(sub) -> None:
     p.add_argument("--base", required=True, metavar="REF", help="git ref to compare against (branch, tag, commit)")
     p.add_argument("--stack", action="append", metavar="S", help="a stack to compare (repeatable); default: all")
     p.add_argument("--markdown", action="store_true", help="print a Markdown PR comment instead of plain text")
+    price_args.add(p)
     p.set_defaults(func=run)
 
 
@@ -24,8 +27,9 @@ def run(args) -> int:
     from gpuloan import cost_diff
 
     try:
+        price_args.apply(args)
         diffs = cost_diff.cost_diff(Path.cwd(), args.base, args.stack)
-    except cost_diff.CostDiffError as err:
+    except (cost_diff.CostDiffError, catalog.PriceSourceError) as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_INVALID
     render = cost_diff.render_markdown if args.markdown else cost_diff.render_text

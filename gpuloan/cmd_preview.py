@@ -5,15 +5,16 @@ from __future__ import annotations
 import json
 import sys
 
-from gpuloan import stackfile
+from gpuloan import price_args, stackfile
 from gpuloan.cmd_validate import EXIT_INVALID
-from stacks import config
+from stacks import catalog, config
 
 
 def register(sub) -> None:
     p = sub.add_parser("preview", help="offline preview: resources the program declares and their monthly cost")
     p.add_argument("stack", metavar="STACK_OR_FILE")
     p.add_argument("--json", action="store_true", help="print one JSON document instead of the tree")
+    price_args.add(p)
     p.set_defaults(func=run)
 
 
@@ -21,12 +22,13 @@ def run(args) -> int:
     from gpuloan.preview import preview_document, render
 
     try:
+        price_args.apply(args)
         stack, path = stackfile.resolve(args.stack)
         doc = stackfile.load(path)
         # The program next to the stack file is the one previewed (a git worktree previews its own code).
         program = path.parent / "__main__.py"
         result = preview_document(stack, doc.get("config") or {}, program if program.is_file() else None)
-    except stackfile.StackFileError as err:
+    except (stackfile.StackFileError, catalog.PriceSourceError) as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_INVALID
     except config.ConfigError as err:

@@ -9,6 +9,9 @@ import json
 import sys
 from dataclasses import replace
 
+from gpuloan import price_args
+from stacks import catalog
+
 EXIT_BAD_INPUT = 2
 
 
@@ -28,6 +31,7 @@ def register(sub) -> None:
     p.add_argument("--provisioning-delay", type=int, default=None, metavar="MINUTES")
     p.add_argument("--checkpoint-interval", type=int, default=None, metavar="MINUTES")
     p.add_argument("--spot-episodes-per-week", type=float, default=None)
+    price_args.add(p)
     p.set_defaults(func=run)
 
 
@@ -53,6 +57,7 @@ def run(args) -> int:
     from stacks import config
 
     try:
+        price_args.apply(args)
         trace = traces.read_trace(args.trace)
         if args.days:
             trace = trace.window(*traces.parse_days(args.days))
@@ -88,10 +93,12 @@ def run(args) -> int:
     doc["dominated_by"] = runner.dominated_by(doc)
     peak_gpus = spec.peak_nodes * spec.gpus_per_node
     doc["jobs_larger_than_pool"] = sum(1 for j in getattr(trace, "jobs", ()) if j.gpus > peak_gpus)
+    doc["price_source"] = catalog.price_source(spec.region)
     if args.json:
         print(json.dumps(doc, indent=2))
     else:
         _table(doc)
+        print(doc["price_source"])
     return 0
 
 
@@ -163,7 +170,8 @@ def _sweep(args, spec, trace, settings) -> int:
             k: m[k] for k in ("total_cost_usd", "cost_over_oracle", "p95_wait_minutes", "unmet_gpu_hours",
                               "interruptions")}})
     if args.json:
-        print(json.dumps({"trace": trace.name, "pool": spec.name, "sweep_floor": rows}, indent=2))
+        print(json.dumps({"trace": trace.name, "pool": spec.name, "sweep_floor": rows,
+                          "price_source": catalog.price_source(spec.region)}, indent=2))
         return 0
     from rich.console import Console
     from rich.table import Table
@@ -176,4 +184,5 @@ def _sweep(args, spec, trace, settings) -> int:
                       f"{r['cost_over_oracle']:.2f}", str(r["p95_wait_minutes"]), f"{r['unmet_gpu_hours']:,.1f}",
                       str(r["interruptions"]))
     Console(width=max(120, Console().width)).print(table)
+    print(catalog.price_source(spec.region))
     return 0

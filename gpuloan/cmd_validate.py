@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import sys
 
-from gpuloan import stackfile
-from stacks import config
+from gpuloan import price_args, stackfile
+from stacks import catalog, config
 
 EXIT_INVALID = 2
 
@@ -13,6 +13,7 @@ EXIT_INVALID = 2
 def register(sub) -> None:
     p = sub.add_parser("validate", help="validate Pulumi.<stack>.yaml (every problem, with its path)")
     p.add_argument("stack", metavar="STACK_OR_FILE", help="a stack name (reads ./Pulumi.<stack>.yaml) or a file path")
+    price_args.add(p)
     p.set_defaults(func=run)
 
 
@@ -24,8 +25,9 @@ def load_config(stack_or_file: str) -> tuple[str, config.GpuLoanConfig]:
 
 def run(args) -> int:
     try:
+        price_args.apply(args)
         stack, cfg = load_config(args.stack)
-    except stackfile.StackFileError as err:
+    except (stackfile.StackFileError, catalog.PriceSourceError) as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_INVALID
     except config.ConfigError as err:

@@ -151,26 +151,38 @@ def diff_resources(base: dict | None, head: dict | None) -> tuple[list[dict], li
 
 
 COST_FIELDS = ("guaranteed_monthly_usd", "elastic_max_monthly_usd", "budget_monthly_usd", "headroom_monthly_usd")
+# A cost whose price the price source lacks (the preview's null): shown as such, never as $0 (docs/prices.md).
+UNKNOWN = "unknown"
 
 
-def _pool_figures(pool: dict) -> dict[str, float | None]:
+def _cost(value: float | None) -> float | str:
+    return UNKNOWN if value is None else value
+
+
+def _headroom(budget: float | None, guaranteed: float | str) -> float | str | None:
+    if budget is None:
+        return None
+    return UNKNOWN if guaranteed == UNKNOWN else budget - guaranteed
+
+
+def _pool_figures(pool: dict) -> dict[str, float | str | None]:
     budget = pool.get("budget_monthly_usd")
-    guaranteed = pool.get("guaranteed_monthly_usd") or 0.0
+    guaranteed = _cost(pool.get("guaranteed_monthly_usd"))
     return {
         "guaranteed_monthly_usd": guaranteed,
-        "elastic_max_monthly_usd": pool.get("elastic_max_monthly_usd") or 0.0,
+        "elastic_max_monthly_usd": _cost(pool.get("elastic_max_monthly_usd")),
         "budget_monthly_usd": budget,
-        "headroom_monthly_usd": None if budget is None else budget - guaranteed,
+        "headroom_monthly_usd": _headroom(budget, guaranteed),
     }
 
 
-def _total_figures(cost: dict) -> dict[str, float | None]:
+def _total_figures(cost: dict) -> dict[str, float | str | None]:
+    guaranteed = _cost(cost.get("guaranteed_monthly_usd"))
     return {
-        "guaranteed_monthly_usd": cost.get("guaranteed_monthly_usd") or 0.0,
-        "elastic_max_monthly_usd": cost.get("elastic_max_monthly_usd") or 0.0,
+        "guaranteed_monthly_usd": guaranteed,
+        "elastic_max_monthly_usd": _cost(cost.get("elastic_max_monthly_usd")),
         "budget_monthly_usd": cost.get("budget_monthly_usd"),
-        "headroom_monthly_usd": (cost["budget_monthly_usd"] - (cost.get("guaranteed_monthly_usd") or 0.0)
-                                 if cost.get("budget_monthly_usd") is not None else None),
+        "headroom_monthly_usd": _headroom(cost.get("budget_monthly_usd"), guaranteed),
     }
 
 
@@ -211,7 +223,9 @@ def cost_diff(repo: Path, base_ref: str, stacks: list[str] | None = None, parall
 # --- rendering ---------------------------------------------------------------------------------------------
 
 
-def _usd(value: float | None) -> str:
+def _usd(value: float | str | None) -> str:
+    if value == UNKNOWN:
+        return UNKNOWN
     return "—" if value is None else f"${value:,.0f}"
 
 
@@ -225,6 +239,8 @@ def money_cell(base: float | None, head: float | None, base_known: bool = True) 
         return _usd(head)
     if base is None and head is None:
         return "—"
+    if UNKNOWN in (base, head):  # no difference can be computed from an unknown price
+        return UNKNOWN if base == head else f"{_usd(base)} → {_usd(head)}"
     if base is not None and head is not None and round(base) == round(head):
         return _usd(head)
     return f"{_usd(base)} → {_usd(head)} ({_delta((head or 0.0) - (base or 0.0))})"
@@ -287,10 +303,16 @@ def render_markdown(diffs: list[StackDiff], base_label: str) -> str:
         if resource_lines:
             lines += ["<details><summary>resources</summary>", "", "| | type | name |", "|---|---|---|",
                       *resource_lines, "", "</details>", ""]
-    lines.append("Monthly USD at 730 h/month, prices from data/prices (stacks/catalog.py); guaranteed = on-demand "
+    lines.append("Monthly USD at 730 h/month; guaranteed = on-demand "
                  "rate of the floor, elastic max = every elastic node up all month (a ceiling), headroom = budget "
                  "minus floor. Offline preview: nothing was created.")
+    lines += [f"{d.stack}: {src}" for d, src in _price_sources(diffs)]
     return "\n".join(lines) + "\n"
+
+
+def _price_sources(diffs: list[StackDiff]) -> list[tuple[StackDiff, str]]:
+    """Each stack's price line (source and date of its prices, or how to get prices), from the working tree."""
+    return [(d, d.head.doc["cost"]["price_source"]) for d in diffs if d.head.ok and "price_source" in d.head.doc["cost"]]
 
 
 def render_text(diffs: list[StackDiff], base_label: str) -> str:
@@ -312,4 +334,5 @@ def render_text(diffs: list[StackDiff], base_label: str) -> str:
             for r in rows:
                 lines.append("  " + "  ".join(c.ljust(w) if i == 0 else c.rjust(w)
                                               for i, (c, w) in enumerate(zip(r, widths))))
+    lines += [f"{d.stack}: {src}" for d, src in _price_sources(diffs)]
     return "\n".join(lines) + "\n"

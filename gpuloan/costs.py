@@ -1,7 +1,8 @@
 """Monthly cost estimate of a stack config: the guaranteed floor (fixed) and the elastic ceiling (variable).
 
-Used by `gpuloan preview` and `gpuloan cost-diff`. Prices come from stacks/catalog.py (the price data copied
-into data/prices/); nothing here invents a price. A month is 730 hours, AWS's own convention.
+Used by `gpuloan preview` and `gpuloan cost-diff`. Prices come from stacks/catalog.py (the price book in force:
+a price file or the cache filled from AWS, see docs/prices.md). Nothing here invents a price: a figure whose
+price is unknown is None, and so is every total it would enter. A month is 730 hours, AWS's own convention.
 """
 
 from __future__ import annotations
@@ -20,27 +21,31 @@ class PoolCost:
     guaranteed_instance_type: str | None
     guaranteed_nodes: int
     guaranteed_gpus: int
-    guaranteed_usd_per_hour: float
-    guaranteed_monthly_usd: float
+    guaranteed_usd_per_hour: float | None  # None: no price for the type in the price source
+    guaranteed_monthly_usd: float | None
     guaranteed_note: str
     elastic_instance_types: list[str]
     elastic_max_nodes: int
     elastic_max_gpus: int
-    elastic_spot_usd_per_hour: float  # per node, the priciest of the pool's types (an upper bound)
-    elastic_max_monthly_usd: float  # all elastic nodes up for the whole month at that price
+    elastic_spot_usd_per_hour: float | None  # per node, the priciest of the pool's types (an upper bound)
+    elastic_max_monthly_usd: float | None  # all elastic nodes up for the whole month at that price
     fallback_max_nodes: int
-    fallback_usd_per_hour: float
-    fallback_max_monthly_usd: float  # the on-demand fallback group at its max for the whole month
+    fallback_usd_per_hour: float | None
+    fallback_max_monthly_usd: float | None  # the on-demand fallback group at its max for the whole month
     elastic_note: str
     budget_monthly_usd: float | None
 
     @property
-    def worst_case_monthly_usd(self) -> float:
+    def worst_case_monthly_usd(self) -> float | None:
+        parts = (self.guaranteed_monthly_usd, self.elastic_max_monthly_usd, self.fallback_max_monthly_usd)
+        if any(v is None for v in parts):
+            return None
         return self.guaranteed_monthly_usd + max(self.elastic_max_monthly_usd, self.fallback_max_monthly_usd)
 
     def to_json(self) -> dict:
         d = asdict(self)
-        d["worst_case_monthly_usd"] = round(self.worst_case_monthly_usd, 2)
+        worst = self.worst_case_monthly_usd
+        d["worst_case_monthly_usd"] = None if worst is None else round(worst, 2)
         return d
 
 
@@ -49,42 +54,54 @@ class StackCost:
     region: str
     pools: list[PoolCost]
     budget_monthly_usd: float
-    price_source: str
+    price_source: str  # one line: where the prices come from and their date, or how to get prices
+    unknown_prices: list[str]  # one line per instance type without a price (empty when every cost is known)
+    has_price_source: bool  # False: no price file, no cache: every cost is unknown for the same one reason
+
+    def _total(self, name: str) -> float | None:
+        values = [getattr(p, name) for p in self.pools]
+        return None if any(v is None for v in values) else round(sum(values), 2)
 
     @property
-    def guaranteed_monthly_usd(self) -> float:
-        return sum(p.guaranteed_monthly_usd for p in self.pools)
+    def guaranteed_monthly_usd(self) -> float | None:
+        return self._total("guaranteed_monthly_usd")
 
     @property
-    def elastic_max_monthly_usd(self) -> float:
-        return sum(p.elastic_max_monthly_usd for p in self.pools)
+    def elastic_max_monthly_usd(self) -> float | None:
+        return self._total("elastic_max_monthly_usd")
 
     @property
-    def fallback_max_monthly_usd(self) -> float:
-        return sum(p.fallback_max_monthly_usd for p in self.pools)
+    def fallback_max_monthly_usd(self) -> float | None:
+        return self._total("fallback_max_monthly_usd")
 
     def to_json(self) -> dict:
+        fixed = self.guaranteed_monthly_usd
         return {
             "region": self.region,
             "pools": [p.to_json() for p in self.pools],
-            "guaranteed_monthly_usd": round(self.guaranteed_monthly_usd, 2),
-            "elastic_max_monthly_usd": round(self.elastic_max_monthly_usd, 2),
-            "fallback_max_monthly_usd": round(self.fallback_max_monthly_usd, 2),
+            "guaranteed_monthly_usd": fixed,
+            "elastic_max_monthly_usd": self.elastic_max_monthly_usd,
+            "fallback_max_monthly_usd": self.fallback_max_monthly_usd,
             "budget_monthly_usd": self.budget_monthly_usd,
-            "budget_headroom_monthly_usd": round(self.budget_monthly_usd - self.guaranteed_monthly_usd, 2),
+            "budget_headroom_monthly_usd": None if fixed is None else round(self.budget_monthly_usd - fixed, 2),
             "price_source": self.price_source,
+            "unknown_prices": self.unknown_prices,
+            "has_price_source": self.has_price_source,
         }
 
 
-def _monthly(usd_per_hour: float, nodes: int) -> float:
-    return round(usd_per_hour * nodes * HOURS_PER_MONTH, 2)
+def _monthly(usd_per_hour: float | None, nodes: int) -> float | None:
+    if nodes == 0:
+        return 0.0  # no node costs nothing, priced or not
+    return None if usd_per_hour is None else round(usd_per_hour * nodes * HOURS_PER_MONTH, 2)
 
 
 def pool_cost(cfg: GpuLoanConfig, pool: Pool) -> PoolCost:
     g, e = pool.guaranteed, pool.elastic
     g_rate, g_note = 0.0, ""
     if g is not None:
-        g_rate = catalog.price(g.instance_type, cfg.region).ondemand_usd_per_hour
+        g_price = catalog.price(g.instance_type, cfg.region)
+        g_rate = g_price.ondemand_usd_per_hour if g_price else None
         g_note = {
             Reservation.none: "on-demand price; no reservation, so the floor is not guaranteed to launch",
             Reservation.odcr: "on-demand price (a capacity reservation bills at the on-demand rate, used or not)",
@@ -96,6 +113,14 @@ def pool_cost(cfg: GpuLoanConfig, pool: Pool) -> PoolCost:
     spot_nodes = fallback_nodes = 0
     if e is not None:
         prices = [catalog.price(t, cfg.region) for t in e.instance_types]
+    if e is not None and None in prices:
+        # The pool's ceiling is its priciest type: one unknown type makes the whole ceiling unknown.
+        spot_rate = fallback_rate = None
+        spot_nodes = e.max_nodes
+        if e.capacity == ElasticCapacity.spot_then_on_demand:
+            fallback_nodes = e.on_demand_max_nodes or e.max_nodes
+        e_note = "price unknown for " + ", ".join(t for t, p in zip(e.instance_types, prices) if p is None)
+    elif e is not None:
         if e.capacity == ElasticCapacity.on_demand:
             spot_rate = max(p.ondemand_usd_per_hour for p in prices)
             e_note = "on-demand elastic group; priciest type"
@@ -109,6 +134,7 @@ def pool_cost(cfg: GpuLoanConfig, pool: Pool) -> PoolCost:
         if e.capacity == ElasticCapacity.spot_then_on_demand:
             fallback_nodes = e.on_demand_max_nodes or e.max_nodes
             fallback_rate = max(p.ondemand_usd_per_hour for p in prices)
+    fixed = guaranteed_monthly_usd(cfg, pool)
     gpus_per_node = catalog.lookup(g.instance_type).gpus if g else 0
     e_gpus_per_node = catalog.lookup(e.instance_types[0]).gpus if e else 0
     return PoolCost(
@@ -120,7 +146,7 @@ def pool_cost(cfg: GpuLoanConfig, pool: Pool) -> PoolCost:
         guaranteed_gpus=(g.nodes * gpus_per_node) if g else 0,
         guaranteed_usd_per_hour=g_rate,
         # the same figure the config rules check against the budgets
-        guaranteed_monthly_usd=round(guaranteed_monthly_usd(cfg, pool) or 0.0, 2),
+        guaranteed_monthly_usd=None if fixed is None else round(fixed, 2),
         guaranteed_note=g_note,
         elastic_instance_types=list(e.instance_types) if e else [],
         elastic_max_nodes=spot_nodes,
@@ -135,10 +161,24 @@ def pool_cost(cfg: GpuLoanConfig, pool: Pool) -> PoolCost:
     )
 
 
+def unknown_prices(cfg: GpuLoanConfig) -> list[str]:
+    """One line per instance type of the stack that the price source cannot price, saying why and the fix."""
+    types = []
+    for p in cfg.pools:
+        pool_types = [p.guaranteed.instance_type] if p.guaranteed else []
+        pool_types += list(p.elastic.instance_types) if p.elastic else []
+        for t in pool_types:
+            if t not in types and catalog.price(t, cfg.region) is None:
+                types.append(t)
+    return [f"{t}: {catalog.missing_price_reason(t, cfg.region)}" for t in types]
+
+
 def stack_cost(cfg: GpuLoanConfig) -> StackCost:
     return StackCost(
         region=cfg.region,
         pools=[pool_cost(cfg, p) for p in cfg.pools],
         budget_monthly_usd=cfg.budget.monthly_usd,
-        price_source=catalog.PRICE_SOURCE,
+        price_source=catalog.price_source(cfg.region),
+        unknown_prices=unknown_prices(cfg),
+        has_price_source=catalog.book().origin is not None,
     )

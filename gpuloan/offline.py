@@ -300,10 +300,13 @@ def run_program(stack: str, config: dict[str, Any], program: Path | None = None,
         resolved = _sync_await(pulumi.Output.from_input(dict(root.outputs)).future())
         exported.update(_plain(resolved or {}))
 
+    from stacks.policy_settings import offline_preview
+
     cwd = os.getcwd()
     os.chdir(program.parent)
     try:
-        _sync_await(run_pulumi_func(body))
+        with offline_preview():
+            _sync_await(run_pulumi_func(body))
     finally:
         os.chdir(cwd)
         pulumi_settings.ROOT.set(None)

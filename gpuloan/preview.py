@@ -76,13 +76,14 @@ def render(doc: dict[str, Any], console) -> None:
     table = Table(title=f"Estimated monthly cost ({cost['region']}, 730 h/month)")
     for col in ("pool", "team", "guaranteed (fixed)", "elastic max (spot)", "fallback max (on-demand)", "budget"):
         table.add_column(col, justify="left" if col in ("pool", "team") else "right")
-    money = lambda v: "—" if v is None else f"${v:,.0f}"  # noqa: E731
+    money = lambda v: "unknown" if v is None else f"${v:,.0f}"  # noqa: E731
     for p in cost["pools"]:
         g = (f"{p['guaranteed_nodes']}× {p['guaranteed_instance_type']} {money(p['guaranteed_monthly_usd'])}"
              if p["guaranteed_nodes"] else "—")
         e = (f"0–{p['elastic_max_nodes']} nodes {money(p['elastic_max_monthly_usd'])}" if p["elastic_max_nodes"] else "—")
         f = (f"0–{p['fallback_max_nodes']} nodes {money(p['fallback_max_monthly_usd'])}" if p["fallback_max_nodes"] else "—")
-        table.add_row(p["pool"], p["team"], g, e, f, money(p["budget_monthly_usd"]))
+        budget = "—" if p["budget_monthly_usd"] is None else money(p["budget_monthly_usd"])  # no pool budget
+        table.add_row(p["pool"], p["team"], g, e, f, budget)
     table.add_row("[bold]total[/]", "", money(cost["guaranteed_monthly_usd"]), money(cost["elastic_max_monthly_usd"]),
                   money(cost["fallback_max_monthly_usd"]), money(cost["budget_monthly_usd"]))
     console.print(table)
@@ -90,6 +91,10 @@ def render(doc: dict[str, Any], console) -> None:
         notes = "; ".join(n for n in (p["guaranteed_note"], p["elastic_note"]) if n)
         if notes:
             console.print(f"  [dim]{p['pool']}: {notes}[/]")
-    console.print(f"  [dim]prices: {cost['price_source']}[/]")
+    # Without any price source the one reason and fix is the price line below; otherwise each gap has its reason.
+    for line in cost["unknown_prices"] if cost["has_price_source"] else ():
+        console.print(f"  [yellow]cost unknown[/] {line}", soft_wrap=True)
+    # Always said, so a reader knows how old the figures are (or that there are none, and how to get them).
+    console.print(f"  [dim]{cost['price_source']}[/]", soft_wrap=True)
     console.print("  [dim]elastic figures are ceilings (every elastic node up all month); the policy keeps actual "
                   "elastic spend under the budget when enforcement is cap_elastic[/]")

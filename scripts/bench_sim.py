@@ -11,8 +11,17 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 
-def main() -> int:
+DEFAULT_TRACES = REPO.parent / "shared" / "data" / "traces" / "itp"  # public traces, beside the project
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
     import yaml
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--traces", default=str(DEFAULT_TRACES), metavar="DIR", help="folder holding cluster08.csv")
+    args = parser.parse_args(argv)
 
     from sim import pool, runner, traces
     from sim.engine import SimSettings
@@ -20,7 +29,7 @@ def main() -> int:
     from stacks import config
 
     cfg = config.from_stack_yaml(yaml.safe_load((REPO / "Pulumi.prod.yaml").read_text()), "Pulumi.prod.yaml")
-    trace = traces.read_trace(REPO / "data/traces/itp/cluster08.csv").window(1, 57)
+    trace = traces.read_trace(Path(args.traces) / "cluster08.csv").window(1, 57)
     spec = pool.auto_size(pool.spec_from_config(cfg, "training"), trace, horizon_minutes=57 * 1440)
     # Three runs, the median reported: a shared 2-core machine's timings vary by 20 % from run to run.
     walls, cpus = [], []

@@ -22,18 +22,20 @@ sys.path.insert(0, str(REPO))
 CLUSTERS = ("cluster01", "cluster05", "cluster08", "cluster09", "cluster10")
 DAYS = (1, 57)
 STACK, POOL = "prod", "training"
+# The public ITP traces live beside the project, never in it (docs/simulator.md says where to get them).
+DEFAULT_TRACES = REPO.parent / "shared" / "data" / "traces" / "itp"
 
 
-def run_cluster(args: tuple[str, int, int | None]) -> dict:
+def run_cluster(args: tuple[str, int, int | None, str]) -> dict:
     import yaml
 
     from sim import pool, runner, traces
     from sim.engine import SimSettings
     from stacks import config
 
-    cluster, seed, floor_nodes = args
+    cluster, seed, floor_nodes, traces_dir = args
     cfg = config.from_stack_yaml(yaml.safe_load((REPO / f"Pulumi.{STACK}.yaml").read_text()), f"Pulumi.{STACK}.yaml")
-    trace = traces.read_trace(REPO / "data" / "traces" / "itp" / f"{cluster}.csv").window(*DAYS)
+    trace = traces.read_trace(Path(traces_dir) / f"{cluster}.csv").window(*DAYS)
     horizon = (DAYS[1] - DAYS[0] + 1) * 1440
     spec = pool.auto_size(pool.spec_from_config(cfg, POOL), trace, horizon_minutes=horizon, floor_nodes=floor_nodes)
     t0 = time.perf_counter()
@@ -52,10 +54,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--floor-nodes", type=int, default=None,
                         help="floor size instead of the auto-size quantile (e.g. 1: one always-on node per cluster)")
     parser.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1))
+    parser.add_argument("--traces", default=str(DEFAULT_TRACES), metavar="DIR",
+                        help=f"folder of the ITP cluster CSVs (default {DEFAULT_TRACES})")
     args = parser.parse_args(argv)
+    missing = [c for c in CLUSTERS if not (Path(args.traces) / f"{c}.csv").is_file()]
+    if missing:
+        parser.error(f"--traces {args.traces}: no {', '.join(m + '.csv' for m in missing)} (see docs/simulator.md)")
     t0 = time.perf_counter()
     with ProcessPoolExecutor(args.workers) as pool:
-        docs = list(pool.map(run_cluster, [(c, args.seed, args.floor_nodes) for c in CLUSTERS]))
+        docs = list(pool.map(run_cluster, [(c, args.seed, args.floor_nodes, args.traces) for c in CLUSTERS]))
     wall = time.perf_counter() - t0
     cols = ("name", "total_cost_usd", "cost_over_oracle", "p95_wait_minutes", "interruptions", "unmet_gpu_hours")
     for doc in docs:
@@ -70,6 +77,9 @@ def main(argv: list[str] | None = None) -> int:
     slowest = max(r["sim_seconds"] for d in docs for r in d["policies"] if r["name"] == "gpuloan")
     print(f"\nbenchmark wall time {wall:.1f} s on {args.workers} worker(s); slowest gpuloan run (57 days x 1 pool) "
           f"{slowest:.2f} s")
+    from stacks import catalog
+
+    print(catalog.price_source(docs[0]["pool"]["region"]) if docs else "")
     if args.json:
         Path(args.json).write_text(json.dumps(docs, indent=2))
     return 0

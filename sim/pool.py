@@ -1,6 +1,7 @@
 """The simulated pool: one pool of a stack config turned into node types, prices and limits.
 
-Prices come from stacks/catalog.py (see its docstring for which rows of data/prices are used):
+Prices come from stacks/catalog.py (the price book in force: --price-file, $GPULOAN_PRICE_FILE or the cache filled
+from AWS; docs/prices.md). The interruption rate comes from the price book's Spot Instance Advisor bucket:
 - the guaranteed floor is billed at the on-demand price of its type around the clock (an ODCR bills whether used
   or not);
 - the spot group is billed at the cheapest spot price among the pool's elastic types (EC2's price-capacity-optimized
@@ -95,7 +96,7 @@ class PoolSpec:
 def _price(t: str, region: str) -> catalog.Price:
     p = catalog.price(t, region)
     if p is None:
-        raise PoolError(f"no price for {t} in {region} in data/prices/aws_gpu_prices.csv")
+        raise PoolError(f"cannot simulate without prices: {catalog.missing_price_reason(t, region)}")
     return p
 
 

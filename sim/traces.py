@@ -1,7 +1,7 @@
 """Trace readers: GPU demand as jobs or as a per-minute series, format detected from the CSV header.
 
 Three formats (the header decides; column order does not matter, extra columns are ignored):
-- ITP jobs (data/traces/itp): `job_id,submission_time,duration,num_gpu` (seconds, seconds, GPUs);
+- ITP jobs (Microsoft's public ITP traces, see docs/simulator.md): `job_id,submission_time,duration,num_gpu` (seconds, seconds, GPUs);
 - generic jobs: `submit_s,duration_s,gpus` (an optional `job_id` column names the jobs);
 - demand series: `minute,gpus_demanded` (fluid model: unmet demand carries over as backlog).
 

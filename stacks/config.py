@@ -67,7 +67,12 @@ def _known_gpu_instance(name: str) -> str:
     if catalog.lookup(name) is None:
         close = catalog.suggest(name)
         hint = f"; did you mean {', '.join(close)}?" if close else ""
-        raise ValueError(f"unknown GPU instance type '{name}' (not in data/prices/aws_gpu_prices.csv){hint}")
+        raise ValueError(f"unknown GPU instance type '{name}' (not in gpuloan's table of GPU types nor in the "
+                         f"facts `gpuloan prices refresh -s STACK` reads from EC2){hint}")
+    if catalog.lookup(name).architecture == "unknown":
+        # A family newer than stacks/instance_types.py, its facts read from EC2: CUDA rules need its architecture.
+        raise ValueError(f"'{name}' has {catalog.lookup(name).gpu_model} GPUs, which gpuloan has no CUDA support "
+                         "rules for yet (stacks/instance_types.py GPU_ARCHITECTURE)")
     if not catalog.lookup(name).is_nvidia:
         raise ValueError(f"'{name}' has {catalog.lookup(name).gpu_model} accelerators; gpuloan supports NVIDIA GPUs only")
     return name
@@ -373,6 +378,7 @@ def _pydantic_problems(err: ValidationError) -> list[tuple[str, str]]:
 
 
 def guaranteed_monthly_usd(cfg: GpuLoanConfig, pool: Pool) -> float | None:
+    """The floor's monthly cost at on-demand rates; None when the price source has no price for it."""
     if pool.guaranteed is None:
         return 0.0
     p = catalog.price(pool.guaranteed.instance_type, cfg.region)
@@ -412,9 +418,10 @@ def cross_field_problems(cfg: GpuLoanConfig) -> list[tuple[str, str]]:
                 elif cluster_azs and g.availability_zone not in cluster_azs:
                     add(f"{at}.guaranteed.availability_zone",
                         f"'{g.availability_zone}' is not one of the cluster AZs ({', '.join(cluster_azs)})")
-            if catalog.price(g.instance_type, cfg.region) is None:
-                add(f"{at}.guaranteed.instance_type", f"no price for {g.instance_type} in {cfg.region}; "
-                    f"it is offered in {', '.join(catalog.regions_for(g.instance_type)[:6])}")
+            # Only a price source that covers the region can tell a type is missing there; with no prices at
+            # all the plan is still valid, its costs are shown as unknown.
+            if catalog.prices_cover(cfg.region) and catalog.price(g.instance_type, cfg.region) is None:
+                add(f"{at}.guaranteed.instance_type", catalog.missing_price_reason(g.instance_type, cfg.region))
         e = pool.elastic
         if e is not None:
             gpus = {t: catalog.lookup(t).gpus for t in e.instance_types}
@@ -438,8 +445,8 @@ def cross_field_problems(cfg: GpuLoanConfig) -> list[tuple[str, str]]:
             if e.on_demand_max_nodes is not None and e.capacity != ElasticCapacity.spot_then_on_demand:
                 add(f"{at}.elastic.on_demand_max_nodes", "only applies to capacity: spot_then_on_demand")
             for j, t in enumerate(e.instance_types):
-                if catalog.price(t, cfg.region) is None:
-                    add(f"{at}.elastic.instance_types[{j}]", f"no price for {t} in {cfg.region}")
+                if catalog.prices_cover(cfg.region) and catalog.price(t, cfg.region) is None:
+                    add(f"{at}.elastic.instance_types[{j}]", catalog.missing_price_reason(t, cfg.region))
         if pool.budget is not None:
             _budget_problems(pool.budget, f"{at}.budget", add)
             fixed = guaranteed_monthly_usd(cfg, pool)

@@ -21,7 +21,7 @@ from stacks.capacity import GROUP_GUARANTEED, GROUP_ON_DEMAND, GROUP_SPOT, node_
 from stacks.config import ElasticCapacity as CapacityMode
 from stacks.config import GpuLoanConfig
 from stacks.policy_package import HANDLER, build_zip, source_code_hash
-from stacks.policy_settings import GroupNames, settings_for
+from stacks.policy_settings import GroupNames, settings_for, unknown_prices_allowed
 
 BUILD_DIR = Path(__file__).resolve().parent.parent / "build"
 TIMEOUT_SECONDS = 50  # below the 1-minute schedule, so ticks do not overlap
@@ -164,7 +164,10 @@ class PolicyFunction(pulumi.ComponentResource):
         zip_path = BUILD_DIR / "policy-function.zip"
         if not zip_path.exists() or zip_path.read_bytes() != data:
             zip_path.write_bytes(data)
-        settings_json = cluster.name.apply(lambda cname: settings_for(cfg, cname, names, budget_names).to_json())
+        # A deployment needs every price (the budget cap spends by them); a preview may show them as unknown.
+        preview_only = pulumi.runtime.is_dry_run() or unknown_prices_allowed()
+        settings_json = cluster.name.apply(lambda cname: settings_for(
+            cfg, cname, names, budget_names, allow_unknown_prices=preview_only).to_json())
         variables = {"GPULOAN_SETTINGS": settings_json, "GPULOAN_STATE_TABLE": self.table.name}
         if args.alerts_topic_arn is not None:
             variables["GPULOAN_TOPIC_ARN"] = args.alerts_topic_arn

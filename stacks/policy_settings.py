@@ -4,11 +4,13 @@ JSON) and by the simulator, so both run the policy with the same knobs.
 Group names are plain strings; the stack passes resolved node group names (inside an `apply`), the simulator
 any labels it likes. Prices per node come from stacks/catalog.py: for a pool of several instance types the
 most expensive type's price (a budget cap must not under-estimate); a type without a spot price counts at
-its on-demand price.
+its on-demand price. With no price for a type, `settings_for` raises PriceUnknown, unless the caller allows
+unknown prices (an offline or `pulumi preview` run, where nothing is deployed): then those rates are null.
 """
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 from stacks import catalog
@@ -26,21 +28,67 @@ class GroupNames:
     guaranteed: str | None = None
 
 
-def _prices(cfg: GpuLoanConfig, types: list[str]) -> tuple[float, float]:
+class PriceUnknown(ValueError):
+    """The policy's budget cap needs a price the price source does not have."""
+
+
+_offline_preview = False
+
+
+@contextlib.contextmanager
+def offline_preview():
+    """While the offline preview (gpuloan/offline.py) runs the program: nothing is deployed, so the Lambda
+    settings may carry unknown (null) prices. The offline engine runs as an update (outputs must resolve), so
+    pulumi.runtime.is_dry_run() cannot tell it apart from a real deployment."""
+    global _offline_preview
+    before, _offline_preview = _offline_preview, True
+    try:
+        yield
+    finally:
+        _offline_preview = before
+
+
+def unknown_prices_allowed() -> bool:
+    return _offline_preview
+
+
+def missing_prices(cfg: GpuLoanConfig) -> list[str]:
+    """One line per instance type the policy would need a price for and the price source lacks."""
+    types = []
+    for pool in cfg.pools:
+        names = ([pool.guaranteed.instance_type] if pool.guaranteed else [])
+        names += list(pool.elastic.instance_types) if pool.elastic else []
+        types += [t for t in names if t not in types and catalog.price(t, cfg.region) is None]
+    return [f"{t}: {catalog.missing_price_reason(t, cfg.region)}" for t in types]
+
+
+def _price(cfg: GpuLoanConfig, t: str, allow_unknown: bool) -> catalog.Price | None:
+    p = catalog.price(t, cfg.region)
+    if p is None and not allow_unknown:
+        raise PriceUnknown(f"the policy function needs the price of {t} in {cfg.region} for its budget cap: "
+                           f"{catalog.missing_price_reason(t, cfg.region)}")
+    return p
+
+
+def _prices(cfg: GpuLoanConfig, types: list[str], allow_unknown: bool = False) -> tuple[float | None, float | None]:
     spot, ondemand = 0.0, 0.0
     for t in types:
-        p = catalog.price(t, cfg.region)
-        if p is None:  # config validation rejects this; keep the mapping total anyway
-            raise ValueError(f"no price for {t} in {cfg.region}")
+        p = _price(cfg, t, allow_unknown)
+        if p is None:
+            return None, None  # one unknown type makes the pool's (priciest-type) rate unknown
         spot = max(spot, p.spot_or_ondemand_usd_per_hour)
         ondemand = max(ondemand, p.ondemand_usd_per_hour)
     return spot, ondemand
 
 
-def pool_settings(cfg: GpuLoanConfig, pool: Pool, names: GroupNames, budget_name: str | None = None) -> PoolSettings:
+def pool_settings(cfg: GpuLoanConfig, pool: Pool, names: GroupNames, budget_name: str | None = None,
+                  allow_unknown_prices: bool = False) -> PoolSettings:
     e, g = pool.elastic, pool.guaranteed
     floor_gpus = catalog.lookup(g.instance_type).gpus if g else 0
-    floor_rate = catalog.price(g.instance_type, cfg.region).ondemand_usd_per_hour * g.nodes if g else 0.0
+    floor_rate = 0.0
+    if g is not None:
+        floor_price = _price(cfg, g.instance_type, allow_unknown_prices)
+        floor_rate = floor_price.ondemand_usd_per_hour * g.nodes if floor_price else None
     if e is None:
         gpus = floor_gpus or 1
         spot_usd = od_usd = 0.0
@@ -49,7 +97,7 @@ def pool_settings(cfg: GpuLoanConfig, pool: Pool, names: GroupNames, budget_name
         knobs = {}
     else:
         gpus = catalog.lookup(e.instance_types[0]).gpus
-        spot_usd, od_usd = _prices(cfg, list(e.instance_types))
+        spot_usd, od_usd = _prices(cfg, list(e.instance_types), allow_unknown_prices)
         has_spot = e.capacity in (ElasticCapacity.spot, ElasticCapacity.spot_then_on_demand)
         has_od = e.capacity in (ElasticCapacity.on_demand, ElasticCapacity.spot_then_on_demand)
         spot_group = names.spot if has_spot else None
@@ -85,7 +133,7 @@ def default_budget_names(cfg: GpuLoanConfig) -> dict[str, str]:
 
 
 def settings_for(cfg: GpuLoanConfig, cluster_name: str, group_names: dict[str, GroupNames | dict[str, str]],
-                 budget_names: dict[str, str] | None = None) -> Settings:
+                 budget_names: dict[str, str] | None = None, allow_unknown_prices: bool = False) -> Settings:
     """The policy settings of a whole environment. group_names[pool] is a GroupNames or a dict with keys
     spot / on_demand / guaranteed (the shape of ElasticCapacity.group_names)."""
     if budget_names is None:
@@ -95,7 +143,7 @@ def settings_for(cfg: GpuLoanConfig, cluster_name: str, group_names: dict[str, G
         names = group_names.get(pool.name, GroupNames())
         if isinstance(names, dict):
             names = GroupNames(names.get("spot"), names.get("on_demand"), names.get("guaranteed"))
-        pools.append(pool_settings(cfg, pool, names, budget_names.get(pool.name)))
+        pools.append(pool_settings(cfg, pool, names, budget_names.get(pool.name), allow_unknown_prices))
     return Settings(
         environment=cfg.environment, region=cfg.region, cluster_name=cluster_name, pools=tuple(pools),
         budget_monthly_usd=cfg.budget.monthly_usd, budget_enforcement=str(cfg.budget.enforcement),

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import copy
+import os
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -13,6 +15,21 @@ REPO = Path(__file__).resolve().parent.parent
 for p in (str(REPO), str(REPO / "tests")):
     if p not in sys.path:
         sys.path.insert(0, p)
+
+# Public data the tests read by path (never copied into the repository; see docs/prices.md).
+SHARED_DATA = REPO.parent / "shared" / "data"
+SHARED_PRICES = SHARED_DATA / "prices"
+SHARED_TRACES = SHARED_DATA / "traces"
+# Tests that need prices read the public table through the offline price file, as a user without AWS access
+# would; without ../shared the tests that need it skip (see requires_shared_prices), the others see no prices.
+# An explicit GPULOAN_PRICE_FILE from the caller is kept.
+if SHARED_PRICES.is_dir():
+    os.environ.setdefault("GPULOAN_PRICE_FILE", str(SHARED_PRICES))
+# Never read the developer's own price cache: tests must not depend on what a past refresh left there.
+os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="gpuloan-test-cache-")
+
+requires_shared_prices = pytest.mark.skipif(not SHARED_PRICES.is_dir(), reason="../shared/data/prices is absent")
+requires_shared_traces = pytest.mark.skipif(not SHARED_TRACES.is_dir(), reason="../shared/data/traces is absent")
 
 from gpuloan import offline  # noqa: E402
 

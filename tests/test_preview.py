@@ -8,7 +8,7 @@ import sys
 
 import pytest
 import yaml
-from conftest import REPO, STACKS, stack_config
+from conftest import REPO, SHARED_PRICES, STACKS, requires_shared_prices, stack_config
 
 
 def _preview_json(stack_or_file: str, cwd=REPO) -> tuple[int, dict | None, str]:
@@ -42,10 +42,11 @@ def test_preview_json_has_the_documented_shape(previews, stack):
 def _csv_rows(instance_type: str, region: str) -> list[dict]:
     import csv
 
-    with (REPO / "data" / "prices" / "aws_gpu_prices.csv").open() as f:
+    with (SHARED_PRICES / "aws_gpu_prices.csv").open() as f:
         return [r for r in csv.DictReader(f) if r["instance_type"] == instance_type and r["region"] == region]
 
 
+@requires_shared_prices
 def test_dev_pool_cost_matches_a_hand_computation(previews):
     """dev: 1 x g6.xlarge on demand; up to 4 spot nodes of g6.xlarge / g5.xlarge (priced at the dearer one)."""
     _, doc, _ = previews["dev"]
@@ -66,6 +67,7 @@ def test_dev_pool_cost_matches_a_hand_computation(previews):
     assert doc["cost"]["budget_monthly_usd"] == 2500
 
 
+@requires_shared_prices
 def test_prod_totals_add_up(previews):
     _, doc, _ = previews["prod"]
     cost = doc["cost"]
@@ -76,6 +78,7 @@ def test_prod_totals_add_up(previews):
     assert "capacity reservation" in training["guaranteed_note"]
 
 
+@requires_shared_prices
 def test_preview_text_shows_tree_and_costs():
     result = subprocess.run([sys.executable, "-m", "gpuloan", "preview", "prod"], cwd=REPO,
                             capture_output=True, text=True, timeout=300)
@@ -83,7 +86,8 @@ def test_preview_text_shows_tree_and_costs():
     assert "stack prod" in result.stdout
     assert "Estimated monthly cost" in result.stdout
     assert "training" in result.stdout and "p4d.24xlarge" in result.stdout
-    assert "prices: data/prices/aws_gpu_prices.csv" in result.stdout
+    # the cost table says where its prices come from and their date
+    assert "prices: public table aws_gpu_prices.csv" in result.stdout and "as of 2026-" in result.stdout
 
 
 def test_preview_stops_on_bad_config_before_running(tmp_path):

@@ -15,7 +15,7 @@ from sim import runner, traces
 from sim.engine import ON_DEMAND, SPOT, SimSettings, Simulation
 from sim.policies import Controller, FloorOnly, GpuLoan, Karpenter, StaticPeak, ThresholdScript, all_policies
 from stacks import config
-from conftest import REPO
+from conftest import REPO, SHARED_TRACES, requires_shared_traces
 
 CALM = SimSettings(spot_interruptions_per_month=0.0, spot_unavailable_episodes_per_week=0.0)
 
@@ -34,8 +34,9 @@ def jobs(tmp_path, rows, name="t.csv"):
 # --- trace readers -----------------------------------------------------------------------------------------
 
 
+@requires_shared_traces
 def test_itp_format_is_detected_and_sorted():
-    t = traces.read_trace(REPO / "data/traces/itp/cluster10.csv")
+    t = traces.read_trace(SHARED_TRACES / "itp" / "cluster10.csv")
     assert t.fmt == "itp" and len(t.jobs) == 260  # SOURCE.md: 260 jobs
     assert [j.submit_s for j in t.jobs] == sorted(j.submit_s for j in t.jobs)
 

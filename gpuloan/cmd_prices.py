@@ -1,0 +1,123 @@
+"""`gpuloan prices refresh -s STACK`: read the stack's GPU prices from AWS into the cache;
+`gpuloan prices show -s STACK`: the prices in force for the stack and where they come from.
+
+Exit codes: 0 done, 1 some prices could not be read (the others are cached), 2 bad input (stack, price file).
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from gpuloan import price_args, stackfile
+from stacks import catalog, pricebook
+
+EXIT_PARTIAL = 1
+EXIT_BAD_INPUT = 2
+
+
+def register(sub) -> None:
+    p = sub.add_parser("prices", help="read GPU prices from AWS into the local cache, or show the prices in force")
+    verbs = p.add_subparsers(dest="verb", required=True, metavar="VERB")
+    r = verbs.add_parser("refresh", help="read the stack's prices from AWS (your credentials) into the cache")
+    r.add_argument("-s", "--stack", required=True, help="stack name (reads ./Pulumi.<stack>.yaml) or a file path")
+    r.add_argument("--instance-type", action="append", default=[], metavar="TYPE",
+                   help="also read this type (repeatable), e.g. one the config does not use yet")
+    r.add_argument("--profile", help="AWS profile (default: the usual AWS credential chain)")
+    r.set_defaults(func=run_refresh)
+    s = verbs.add_parser("show", help="the prices in force for the stack's instance types, with source and date")
+    s.add_argument("-s", "--stack", required=True, help="stack name (reads ./Pulumi.<stack>.yaml) or a file path")
+    price_args.add(s)
+    s.set_defaults(func=run_show)
+
+
+def stack_targets(doc: dict[str, Any]) -> tuple[str, list[str], list[str]]:
+    """(region, instance types, cluster AZs) read straight from the stack file, before validation: a refresh must
+    work for a config whose types have no price yet (validation would stop on exactly that)."""
+    cfg = doc.get("config") or {}
+    region = str(cfg.get("gpuloan:region") or cfg.get("aws:region") or "")
+    types: list[str] = []
+    for pool in cfg.get("gpuloan:pools") or []:
+        if not isinstance(pool, dict):
+            continue
+        g, e = pool.get("guaranteed") or {}, pool.get("elastic") or {}
+        if isinstance(g, dict) and g.get("instance_type"):
+            types.append(str(g["instance_type"]))
+        if isinstance(e, dict):
+            types += [str(t) for t in e.get("instance_types") or []]
+    cluster = cfg.get("gpuloan:cluster") or {}
+    zones = [str(z) for z in (cluster.get("availability_zones") or [])] if isinstance(cluster, dict) else []
+    return region, list(dict.fromkeys(types)), zones
+
+
+def _clients(region: str, profile: str | None):
+    import boto3
+
+    session = boto3.Session(profile_name=profile) if profile else boto3.Session()
+    # The Price List and Savings Plans APIs answer from us-east-1 for every region priced.
+    return (session.client("pricing", region_name="us-east-1"), session.client("ec2", region_name=region),
+            session.client("savingsplans", region_name="us-east-1"))
+
+
+def run_refresh(args, clients=None) -> int:
+    from botocore.exceptions import BotoCoreError, NoCredentialsError
+
+    from gpuloan import aws_prices
+
+    try:
+        _, path = stackfile.resolve(args.stack)
+        region, types, zones = stack_targets(stackfile.load(path))
+    except stackfile.StackFileError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    types = list(dict.fromkeys(types + list(args.instance_type)))
+    if not region or not types:
+        print(f"error: {path.name} names no region or no GPU instance types to price", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    try:
+        pricing, ec2, plans = clients or _clients(region, args.profile)
+        print(f"reading {len(types)} instance type(s) in {region} from AWS ...", file=sys.stderr)
+        result = aws_prices.refresh(region, types, pricing_client=pricing, ec2_client=ec2, savingsplans_client=plans,
+                                    zones=zones, known_facts=catalog.KNOWN)
+    except NoCredentialsError:
+        print("error: no AWS credentials; configure them (aws configure / AWS_PROFILE), or use an offline price "
+              f"file instead ({pricebook.ENV_PRICE_FILE}, see docs/prices.md)", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except (aws_prices.PriceFetchError, BotoCoreError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_PARTIAL
+    written = pricebook.write_cache(result.book)
+    catalog.reset()
+    body = result.book.regions[region]
+    for t, p in sorted(body.prices.items()):
+        spot = f"${p.spot_usd_per_hour:,.4f}/h spot" if p.spot_usd_per_hour is not None else "no spot price"
+        commits = len(body.commitments.get(t, []))
+        print(f"{t:<22} ${p.ondemand_usd_per_hour:,.4f}/h on demand, {spot}, {commits} commitment rate(s)")
+    for note in result.notes:
+        print(f"note: {note}", file=sys.stderr)
+    for problem in result.problems:
+        print(f"error: {problem}", file=sys.stderr)
+    print(f"cached {len(body.prices)} price(s) for {region}, read {body.read_at}, in {', '.join(map(str, written))}")
+    return EXIT_PARTIAL if result.problems else 0
+
+
+def run_show(args) -> int:
+    try:
+        price_args.apply(args)
+        _, path = stackfile.resolve(args.stack)
+        region, types, _ = stack_targets(stackfile.load(path))
+    except (stackfile.StackFileError, catalog.PriceSourceError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    for t in types:
+        p = catalog.price(t, region)
+        if p is None:
+            print(f"{t:<22} unknown: {catalog.missing_price_reason(t, region)}")
+            continue
+        spot = (f"${p.spot_usd_per_hour:,.4f}/h spot ({p.spot_basis})" if p.spot_usd_per_hour is not None
+                else "no spot price")
+        print(f"{t:<22} ${p.ondemand_usd_per_hour:,.4f}/h on demand (as of {p.as_of}), {spot}")
+        for c in catalog.commitments(t, region):
+            print(f"{'':<22} {c.offer}: ${c.usd_per_hour:,.4f}/h ({c.source}, {c.as_of})")
+    print(catalog.price_source(region))
+    return 0
