@@ -197,6 +197,14 @@ class Budget(Strict):
         return sorted(v)
 
 
+class EnvironmentBudget(Budget):
+    activate_cost_allocation_tags: bool = Field(
+        False, description="Activate the gpuloan:* cost-allocation tags from this stack. Off by default: AWS "
+        "refuses activation of a key no billed resource carried yet, so turning it on in the first `pulumi up` "
+        "would fail it; set it true the day after the first deploy (or run the `aws ce` command of "
+        "docs/budgets.md once per account).")
+
+
 class Pool(Strict):
     name: Slug = Field(description="Pool name: node label gpuloan.io/pool and cost tag gpuloan:pool.")
     team: Slug = Field(description="Owning team: a namespace with a GPU quota, cost tag gpuloan:team.")
@@ -269,12 +277,16 @@ class GpuLoanConfig(Strict):
     default_tags: dict[str, str] = Field(default_factory=dict, description="Extra tags on every resource.")
     cluster: Cluster
     pools: list[Pool] = Field(min_length=1, max_length=200)
-    budget: Budget
+    budget: EnvironmentBudget
     images: list[Image] = Field(default_factory=list)
     gpu_operator: GpuOperator = GpuOperator()
     policy: Policy = Policy()
     alarms: Alarms = Alarms()
     github: GitHub | None = None
+    protect_critical: bool = Field(
+        True, description="Protect the floors' reservations and node groups, the EKS cluster and the policy state "
+        "table: Pulumi refuses to delete or replace them (the update fails instead). Set false for a change that "
+        "is meant to replace one, then back to true.")
 
     @field_validator("default_tags")
     @classmethod
@@ -565,8 +577,7 @@ def json_schema() -> dict[str, Any]:
 
 # --- capacity rules (stacks/cluster.py, guaranteed.py, elastic.py) -------------------------------------------
 
-EKS_NODE_GROUP_NAME_MAX = 63
-# The longest node group name suffix gpuloan uses (see stacks/capacity.py: <env>-<pool>-<suffix>).
+# The longest node group kind gpuloan uses (see stacks/capacity.py: <env>-<pool>-<kind>_ + generated suffix).
 _LONGEST_GROUP_SUFFIX = "guaranteed"
 
 
@@ -579,11 +590,14 @@ def _capacity_problems(cfg: GpuLoanConfig) -> list[tuple[str, str]]:
         problems.append(("cluster.kubernetes_version", f"no pinned EKS add-on versions for "
                          f"{cfg.cluster.kubernetes_version} (pinned: {', '.join(sorted(versions.EKS_ADDON_VERSIONS))}); "
                          "add them to stacks/versions.py EKS_ADDON_VERSIONS"))
+    from stacks.capacity import GENERATED_SUFFIX_LENGTH, NODE_GROUP_PREFIX_MAX, node_group_name_prefix
+
     for i, pool in enumerate(cfg.pools):
-        longest = f"{cfg.environment}-{pool.name}-{_LONGEST_GROUP_SUFFIX}"
-        if len(longest) > EKS_NODE_GROUP_NAME_MAX:
-            problems.append((f"pools[{i}].name", f"node group name '{longest}' would be {len(longest)} characters; "
-                             f"EKS allows {EKS_NODE_GROUP_NAME_MAX}: shorten the pool or environment name"))
+        longest = node_group_name_prefix(cfg.environment, pool.name, _LONGEST_GROUP_SUFFIX)
+        if len(longest) > NODE_GROUP_PREFIX_MAX:
+            problems.append((f"pools[{i}].name", f"node group name prefix '{longest}' would be {len(longest)} "
+                             f"characters; with the {GENERATED_SUFFIX_LENGTH}-character suffix the provider adds, EKS's "
+                             f"63-character limit leaves {NODE_GROUP_PREFIX_MAX}: shorten the pool or environment name"))
         g = pool.guaranteed
         if g is not None and g.capacity_block_active and g.reservation != Reservation.capacity_block:
             problems.append((f"pools[{i}].guaranteed.capacity_block_active", "only applies to reservation: capacity_block"))

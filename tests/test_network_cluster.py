@@ -207,12 +207,12 @@ def test_existing_cluster_creates_no_network_no_cluster_no_addons(existing):
 
 def test_existing_cluster_gpu_groups_use_its_subnets_and_a_role_with_cni(existing):
     groups = existing.of_type(NODE_GROUP)
-    assert {g.inputs["nodeGroupName"] for g in groups} == {"dev-research-guaranteed", "dev-research-spot"}
+    assert {g.inputs["nodeGroupNamePrefix"] for g in groups} == {"dev-research-guaranteed_", "dev-research-spot_"}
     for g in groups:
         assert g.inputs["clusterName"] == "ml-shared"
         assert all(s.startswith("subnet-") for s in g.inputs["subnetIds"])
-    [floor] = [g for g in groups if g.inputs["nodeGroupName"].endswith("guaranteed")]
-    [spot] = [g for g in groups if g.inputs["nodeGroupName"].endswith("spot")]
+    [floor] = [g for g in groups if g.inputs["nodeGroupNamePrefix"].endswith("guaranteed_")]
+    [spot] = [g for g in groups if g.inputs["nodeGroupNamePrefix"].endswith("spot_")]
     # The reservation's AZ only (the mocked lookup answers one subnet per requested AZ).
     assert len(floor.inputs["subnetIds"]) == 1 and len(spot.inputs["subnetIds"]) == 2
     assert floor.inputs["subnetIds"][0] in spot.inputs["subnetIds"]
