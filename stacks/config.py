@@ -601,7 +601,16 @@ def _capacity_problems(cfg: GpuLoanConfig) -> list[tuple[str, str]]:
         g = pool.guaranteed
         if g is not None and g.capacity_block_active and g.reservation != Reservation.capacity_block:
             problems.append((f"pools[{i}].guaranteed.capacity_block_active", "only applies to reservation: capacity_block"))
+    # IAM refuses role names over 64 characters; the longest fixed name gpuloan gives a role is the policy
+    # scheduler's (stacks/policy_function.py).
+    longest_role = f"gpuloan-{cfg.environment}-policy-scheduler-{cfg.region}"
+    if cfg.policy.enabled and len(longest_role) > IAM_ROLE_NAME_MAX:
+        problems.append(("environment", f"the IAM role '{longest_role}' would be {len(longest_role)} characters; IAM "
+                         f"allows {IAM_ROLE_NAME_MAX}: shorten the environment name"))
     return problems
+
+
+IAM_ROLE_NAME_MAX = 64
 
 
 # Rule modules register themselves on import; import them here so every `parse` applies them.

@@ -152,7 +152,10 @@ class PolicyFunction(pulumi.ComponentResource):
             egress=[aws.ec2.SecurityGroupEgressArgs(protocol="tcp", from_port=443, to_port=443,
                                                     cidr_blocks=["0.0.0.0/0"],
                                                     description="AWS APIs (NAT or VPC endpoints) and the EKS API")],
-            opts=child)
+            # Lambda releases a VPC function's network interfaces only some time after the function is deleted
+            # (often 20+ minutes); until then deleting the group fails with DependencyViolation. The provider
+            # retries for its delete timeout, so give it longer than Lambda takes.
+            opts=pulumi.ResourceOptions(parent=self, custom_timeouts=pulumi.CustomTimeouts(delete="60m")))
         # The cluster's own SG must accept the function on 443 for a private (or CIDR-limited) endpoint.
         aws.vpc.SecurityGroupIngressRule(
             f"{name}-to-cluster", security_group_id=cluster.cluster_security_group_id, ip_protocol="tcp",
