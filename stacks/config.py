@@ -29,6 +29,11 @@ MAX_BUDGET_NOTIFICATIONS = 10
 MAX_BUDGET_EMAILS = 10
 
 
+# AWS allows 50 user tags per resource; gpuloan adds up to 6 of its own (stacks/tags.py pool_tags + Name).
+MAX_TAGS_PER_RESOURCE = 50
+GPULOAN_TAGS_PER_RESOURCE = 6
+
+
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
 
@@ -291,9 +296,16 @@ class GpuLoanConfig(Strict):
     @field_validator("default_tags")
     @classmethod
     def _tags(cls, v: dict[str, str]) -> dict[str, str]:
+        if len(v) + GPULOAN_TAGS_PER_RESOURCE > MAX_TAGS_PER_RESOURCE:
+            raise ValueError(f"{len(v)} tags plus the {GPULOAN_TAGS_PER_RESOURCE} gpuloan adds to each resource is "
+                             f"{len(v) + GPULOAN_TAGS_PER_RESOURCE}; AWS allows {MAX_TAGS_PER_RESOURCE} per resource, "
+                             f"so list at most {MAX_TAGS_PER_RESOURCE - GPULOAN_TAGS_PER_RESOURCE}")
         for key, value in v.items():
             if key.lower().startswith("aws:"):
                 raise ValueError(f"tag key '{key}' uses the reserved aws: prefix")
+            if key.lower().startswith("eks:"):
+                raise ValueError(f"tag key '{key}': eks:* tags are set by EKS itself (eks:cluster-name, "
+                                 "eks:nodegroup-name)")
             if key.startswith("gpuloan:"):
                 raise ValueError(f"tag key '{key}': gpuloan:* tags are set by gpuloan itself")
             if not 1 <= len(key) <= 128 or len(value) > 256:
@@ -334,12 +346,51 @@ def format_path(loc: tuple[Any, ...]) -> str:
     return out or "(root)"
 
 
+def _model_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:
+    """The config model that holds the key at `loc` (the last element), or None when it cannot be told."""
+    import typing
+
+    model: Any = GpuLoanConfig
+    for part in loc[:-1]:
+        if isinstance(part, int):
+            continue
+        if model is None:
+            return None
+        if part in ("new", "existing") and model is GpuLoanConfig.model_fields["cluster"].annotation:
+            model = NewCluster if part == "new" else ExistingCluster
+            continue
+        field = getattr(model, "model_fields", {}).get(part)
+        if field is None:
+            return None
+        model = field.annotation
+        # Unwrap Optional / list / Annotated until a model (or a discriminated union) is left.
+        for _ in range(4):
+            args = [a for a in typing.get_args(model) if a is not type(None)]
+            if isinstance(model, type) and issubclass(model, BaseModel):
+                break
+            if part == "cluster":
+                model = GpuLoanConfig.model_fields["cluster"].annotation
+                break
+            model = args[0] if args else None
+    return model if isinstance(model, type) and issubclass(model, BaseModel) else None
+
+
+def did_you_mean(word: str, choices) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(word, list(choices), n=2, cutoff=0.6)
+    return f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+
+
 def _pydantic_problems(err: ValidationError) -> list[tuple[str, str]]:
     problems = []
     for e in err.errors():
         msg = e["msg"].removeprefix("Value error, ")
         if e["type"] == "extra_forbidden":
-            msg = "unknown key (check the spelling; see docs/config.md)"
+            loc = tuple(e["loc"])
+            model = _model_at(loc)
+            hint = did_you_mean(str(loc[-1]), model.model_fields) if model is not None else ""
+            msg = f"unknown key{hint or ' (check the spelling; see docs/config.md)'}"
         elif e["type"] == "union_tag_invalid":
             msg = "cluster.mode must be 'new' or 'existing'"
         problems.append((format_path(tuple(e["loc"])), msg))
@@ -438,13 +489,36 @@ def cross_field_problems(cfg: GpuLoanConfig) -> list[tuple[str, str]]:
         if names[img.name] > 1:
             add(f"images[{j}].name", f"image name '{img.name}' is used {names[img.name]} times")
     if isinstance(cfg.cluster, NewCluster) and cfg.cluster.public_endpoint_cidrs:
-        for j, cidr in enumerate(cfg.cluster.public_endpoint_cidrs):
+        cidrs = cfg.cluster.public_endpoint_cidrs
+        for j, cidr in enumerate(cidrs):
             if ipaddress.ip_network(cidr).prefixlen == 0:
                 add(f"cluster.public_endpoint_cidrs[{j}]", "0.0.0.0/0 opens the API endpoint to the internet; "
                     "list your office/VPN CIDRs or leave empty for a private endpoint")
+        # Several CIDRs can open it just as wide (0.0.0.0/1 + 128.0.0.0/1).
+        nets = [ipaddress.ip_network(c) for c in cidrs]
+        for version in (4, 6):
+            union = list(ipaddress.collapse_addresses(n for n in nets if n.version == version))
+            if any(n.prefixlen == 0 for n in union) and not any(n.prefixlen == 0 for n in nets):
+                add("cluster.public_endpoint_cidrs", "together these CIDRs cover the whole internet "
+                    f"({', '.join(str(n) for n in nets if n.version == version)}), which opens the API endpoint to "
+                    "everyone; list your office/VPN CIDRs or leave empty for a private endpoint")
+    reserved = system_namespaces()
+    for i, pool in enumerate(cfg.pools):
+        if pool.team in reserved or pool.team.startswith("kube-"):
+            add(f"pools[{i}].team", f"team '{pool.team}' would be the Kubernetes namespace '{pool.team}', which the "
+                "cluster or gpuloan's add-ons use (kube-*, default, "
+                f"{', '.join(sorted(reserved - {'default'}))}); pick another team name")
     for extra in _extra_rules:
         problems.extend(extra(cfg))
     return problems
+
+
+def system_namespaces() -> set[str]:
+    """Namespaces a team may not take: Kubernetes' own and those of the add-ons gpuloan installs."""
+    from stacks.gpu_metrics import AGENT_NAMESPACE
+    from stacks.gpu_operator import NAMESPACE as GPU_OPERATOR_NAMESPACE
+
+    return {"default", "kube-system", "kube-public", "kube-node-lease", GPU_OPERATOR_NAMESPACE, AGENT_NAMESPACE}
 
 
 def _budget_problems(b: Budget, at: str, add) -> None:
@@ -526,25 +600,49 @@ def _cross_field_problems_of_the_rest(data: dict[str, Any], err: ValidationError
     return [(original(path), msg) for path, msg in cross_field_problems(partial)]
 
 
+NAMESPACE = "gpuloan"
+
+
+def namespace_problems(keys) -> list[tuple[str, str]]:
+    """Config keys whose namespace is not a string or looks like a misspelt `gpuloan` (`gpulaon:policy`): their
+    settings would be ignored silently."""
+    import difflib
+
+    problems = []
+    for key in keys:
+        if not isinstance(key, str):
+            problems.append((str(key), "config keys are strings of the form namespace:key"))
+            continue
+        namespace, sep, name = key.partition(":")
+        if sep and namespace != NAMESPACE and difflib.get_close_matches(namespace, [NAMESPACE], n=1, cutoff=0.7):
+            problems.append((key, f"unknown config namespace '{namespace}'; did you mean '{NAMESPACE}:{name}'?"))
+    return problems
+
+
 def from_stack_yaml(doc: dict[str, Any], source: str) -> GpuLoanConfig:
     """Pulumi.<env>.yaml's `config:` map → the `gpuloan:` namespace → GpuLoanConfig."""
     config = (doc or {}).get("config") or {}
     if not isinstance(config, dict):
         raise ConfigError([("config", "must be a mapping of 'namespace:key' to values")], source)
-    data = {k.split(":", 1)[1]: v for k, v in config.items() if k.startswith("gpuloan:")}
-    problems = []
+    data = {k.split(":", 1)[1]: v for k, v in config.items() if isinstance(k, str) and k.startswith("gpuloan:")}
+    problems = namespace_problems(config)
     aws_region = config.get("aws:region")
     try:
         cfg = parse(data, source)
     except ConfigError as err:
-        problems = err.problems
+        problems += err.problems
         cfg = None
-    if aws_region and data.get("region") and aws_region != data.get("region"):
-        problems.append(("region", f"gpuloan:region is {data.get('region')} but aws:region is {aws_region}; "
-                         "they must match (the stack's provider uses gpuloan:region)"))
+    problems += region_problems(aws_region, data.get("region"))
     if problems:
         raise ConfigError(problems, source)
     return cfg
+
+
+def region_problems(aws_region: Any, gpuloan_region: Any) -> list[tuple[str, str]]:
+    if aws_region and gpuloan_region and aws_region != gpuloan_region:
+        return [("region", f"gpuloan:region is {gpuloan_region} but aws:region is {aws_region}; they must match "
+                 "(the stack's provider uses gpuloan:region, tools and other providers use aws:region)")]
+    return []
 
 
 def from_pulumi_config() -> GpuLoanConfig:
@@ -555,17 +653,30 @@ def from_pulumi_config() -> GpuLoanConfig:
     from pulumi.runtime.config import CONFIG, get_config_env
 
     data: dict[str, Any] = {}
+    source = f"the config of stack {pulumi.get_stack()}"
     # The language host hands config over in-process (CONFIG); older hosts use the PULUMI_CONFIG variable.
-    for key, raw in {**get_config_env(), **CONFIG.get()}.items():
+    raw_config = {**get_config_env(), **CONFIG.get()}
+    problems = namespace_problems(raw_config)
+    for key, raw in raw_config.items():
         namespace, _, name = key.partition(":")
-        if namespace != "gpuloan":
+        if namespace != NAMESPACE:
             continue
         name = name.removeprefix("config:")  # legacy "project:config:key" form
         try:
             data[name] = json.loads(raw)
         except (json.JSONDecodeError, TypeError):
             data[name] = raw
-    return parse(data, f"the config of stack {pulumi.get_stack()}")
+        except RecursionError:
+            problems.append((name, "nested too deeply"))
+    # The CLI checks this too (from_stack_yaml); `pulumi up` must not depend on someone having run it.
+    problems += region_problems(raw_config.get("aws:region"), data.get("region"))
+    try:
+        cfg = parse(data, source)
+    except ConfigError as err:
+        raise ConfigError(problems + err.problems, source) from None
+    if problems:
+        raise ConfigError(problems, source)
+    return cfg
 
 
 def json_schema() -> dict[str, Any]:
