@@ -122,6 +122,9 @@ class NewCluster(Strict):
         for az in v:
             if not AZ_SUFFIX.match(az):
                 raise ValueError(f"'{az}' is not an availability zone name like us-east-1a")
+            if az[-1] > "f":
+                # stacks/network.py places each AZ's subnets by its letter, so a reorder renumbers nothing.
+                raise ValueError(f"'{az}': gpuloan's subnet layout has slots for AZs lettered a-f")
         if len(set(v)) != len(v):
             raise ValueError("availability zones must be distinct")
         return v

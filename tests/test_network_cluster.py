@@ -64,6 +64,17 @@ def test_subnet_plan_is_stable_when_an_az_is_added():
     assert three[:4] == two
 
 
+def test_subnet_plan_ignores_the_order_of_the_azs_and_where_one_is_added():
+    # A subnet's CIDR forces a new subnet, which EC2 cannot do under running nodes: order must not matter.
+    def by_az(azs):
+        return {(x.availability_zone, x.kind): x.cidr_block for x in plan_subnets("10.40.0.0/16", azs)}
+
+    ab = by_az(["us-east-1b", "us-east-1c"])
+    assert by_az(["us-east-1c", "us-east-1b"]) == ab
+    with_a = by_az(["us-east-1a", "us-east-1b", "us-east-1c"])
+    assert {k: v for k, v in with_a.items() if k[0] != "us-east-1a"} == ab
+
+
 # --- new cluster -------------------------------------------------------------------------------------------
 
 
