@@ -94,7 +94,7 @@ class NewCluster(Strict):
     mode: Literal["new"] = Field("new", description="`new`: gpuloan creates the VPC and the EKS cluster.")
     kubernetes_version: str = Field("1.33", pattern=r"^1\.(2[89]|3\d)$", description="EKS Kubernetes version.")
     vpc_cidr: str = Field("10.40.0.0/16", description="IPv4 CIDR of the new VPC (/16 to /20).")
-    availability_zones: list[str] = Field(min_length=2, max_length=6, description="AZs for subnets and nodes (EKS needs two or more).")
+    availability_zones: list[str] = Field(min_length=2, max_length=6, description="AZs for subnets and nodes (EKS needs two or more; lettered a-f; the order does not matter: each AZ's subnets sit at its letter's slot).")
     public_endpoint_cidrs: list[str] = Field(
         default_factory=list,
         description="CIDRs allowed to reach the public API endpoint; empty means a private endpoint only.",
