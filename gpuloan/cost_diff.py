@@ -53,6 +53,7 @@ class StackDiff:
     changed: list[tuple[dict, list[str]]] = field(default_factory=list)  # (resource, changed input keys)
     pools: list[dict] = field(default_factory=list)  # rows of the cost table
     totals: dict = field(default_factory=dict)
+    node_groups: list = field(default_factory=list)  # gpuloan.rollout.GroupChange: replaced / rolled / deleted
 
     @property
     def head_invalid(self) -> bool:
@@ -202,6 +203,10 @@ def diff_stack(stack: str, base: Side, head: Side) -> StackDiff:
     d = StackDiff(stack, base, head)
     if (base.ok or base.missing) and (head.ok or head.missing):
         d.added, d.removed, d.changed = diff_resources(base.doc, head.doc)
+    if base.ok and head.ok:
+        from gpuloan.rollout import group_changes
+
+        d.node_groups = group_changes(base.doc, head.doc)
     if base.ok or head.ok:
         d.pools, d.totals = diff_costs(base.doc, head.doc)
     return d
@@ -297,6 +302,7 @@ def render_markdown(diffs: list[StackDiff], base_label: str) -> str:
                 cells = [f"**{c}**" if row[0] == "total" else c for c in row]
                 lines.append("| " + " | ".join(cells) + " |")
             lines.append("")
+        lines += node_group_lines(d)
         resource_lines = ([f"| + add | `{r['type']}` | {r['name']} |" for r in d.added]
                           + [f"| ~ change | `{r['type']}` | {r['name']} ({', '.join(keys)}) |" for r, keys in d.changed]
                           + [f"| − remove | `{r['type']}` | {r['name']} |" for r in d.removed])
@@ -315,6 +321,20 @@ def _price_sources(diffs: list[StackDiff]) -> list[tuple[StackDiff, str]]:
     return [(d, d.head.doc["cost"]["price_source"]) for d in diffs if d.head.ok and "price_source" in d.head.doc["cost"]]
 
 
+def node_group_lines(d: StackDiff) -> list[str]:
+    """The PR comment's node group section: what this change does to running nodes (gpuloan/rollout.py)."""
+    if not d.node_groups:
+        return []
+    out = ["**Node groups this change replaces or rolls** (running pods on them are evicted):", ""]
+    for change in d.node_groups:
+        mark = "⚠️ **floor**: " if change.is_floor else ""
+        out.append(f"- {mark}{change.sentence()}")
+    if any(c.is_floor and c.action in ("replaces", "deletes") for c in d.node_groups):
+        out.append("- the floor is `protect`ed (protect_critical): `pulumi up` refuses this until protection is "
+                   "lifted on purpose")
+    return out + [""]
+
+
 def render_text(diffs: list[StackDiff], base_label: str) -> str:
     lines = [f"GPU cost diff: {base_label} -> working tree"]
     for d in diffs:
@@ -328,6 +348,8 @@ def render_text(diffs: list[StackDiff], base_label: str) -> str:
                 lines.append(f"    ~ {r['name']} ({r['type']}): {', '.join(keys)}")
             for r in d.removed:
                 lines.append(f"    - {r['name']} ({r['type']})")
+            for change in d.node_groups:
+                lines.append(f"  node group: {'FLOOR ' if change.is_floor else ''}{change.sentence()}")
         if d.base.ok or d.head.ok:
             rows = [list(HEADERS), *cost_rows(d)]
             widths = [max(len(r[i]) for r in rows) for i in range(len(HEADERS))]

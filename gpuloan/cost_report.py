@@ -198,8 +198,10 @@ def build_report(cfg: GpuLoanConfig, period: Period, fetched: Fetched,
     month, env = period.month, cfg.environment
     inactive = sorted(k for k, s in (status or {}).items() if s != "Active")
     if inactive:
-        messages.append(f"cost-allocation tag(s) not active: {', '.join(inactive)}. `pulumi up` activates them "
-                        "(stacks/budgets.py); AWS needs up to 24 hours, and activation only applies from then on.")
+        messages.append(f"cost-allocation tag(s) not active: {', '.join(inactive)}. Activate them once the "
+                        "stack's resources have run for a day: `budget.activate_cost_allocation_tags: true` and "
+                        "`pulumi up`, or the `aws ce update-cost-allocation-tags-status` command of docs/budgets.md; "
+                        "AWS needs up to 24 hours, and activation only applies from then on.")
     if not fetched.amounts or abs(total.total_usd) < 0.005:
         messages.append(f"No spend tagged {tags.TAG_ENVIRONMENT}={env} in {month}. Either nothing ran that month, "
                         f"or the {tags.TAG_ENVIRONMENT} cost-allocation tag was not active yet (activation takes "

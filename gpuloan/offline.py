@@ -122,16 +122,26 @@ def _oidc_provider(name: str, inputs: dict[str, Any], region: str) -> dict[str, 
     return {"arn": f"arn:aws:iam::{ACCOUNT_ID}:oidc-provider/{host}"}
 
 
+def generated_name(prefix: str, logical_name: str) -> str:
+    """What the provider does with a name prefix: prefix + a 26-character unique suffix (a timestamp and a
+    counter there; a hash of the logical name here, so the recording is deterministic)."""
+    digits = str(int(hashlib.sha256(logical_name.encode()).hexdigest(), 16))
+    return prefix + digits[:26]
+
+
 @outputs_for("aws:eks/nodeGroup:NodeGroup")
 def _node_group(name: str, inputs: dict[str, Any], region: str) -> dict[str, Any]:
     out: dict[str, Any] = {
         "resources": [{"autoscalingGroups": [{"name": f"eks-{name}-{_short_hash(name)}"}]}], "status": "ACTIVE"}
-    if inputs.get("clusterName") and inputs.get("nodeGroupName"):
+    group_name = inputs.get("nodeGroupName")
+    if not group_name and inputs.get("nodeGroupNamePrefix"):
+        group_name = generated_name(inputs["nodeGroupNamePrefix"], name)
+        out["nodeGroupName"] = group_name
+    if inputs.get("clusterName") and group_name:
         # EKS's real ARN shape: nodegroup/<cluster>/<node group name>/<uuid> (IAM patterns match on it).
         uuid = hashlib.sha256(name.encode()).hexdigest()
         uuid = f"{uuid[:8]}-{uuid[8:12]}-{uuid[12:16]}-{uuid[16:20]}-{uuid[20:32]}"
-        out["arn"] = (f"arn:aws:eks:{region}:{ACCOUNT_ID}:nodegroup/{inputs['clusterName']}/"
-                      f"{inputs['nodeGroupName']}/{uuid}")
+        out["arn"] = f"arn:aws:eks:{region}:{ACCOUNT_ID}:nodegroup/{inputs['clusterName']}/{group_name}/{uuid}"
     return out
 
 
@@ -190,6 +200,27 @@ INVOKES: dict[str, InvokeFn] = {
         "userName": "AWS", "password": "offline-token", "proxyEndpoint": f"https://{ACCOUNT_ID}.dkr.ecr.{m.region}.amazonaws.com",
         "authorizationToken": "QVdTOm9mZmxpbmU=", "id": m.region},
 }
+
+
+# Live node groups the offline account "has": {(cluster, node group name): desired size}. Empty: a first deploy.
+# Tests put groups here (monkeypatch) to play a later `pulumi up` against a running stack.
+LIVE_NODE_GROUPS: dict[tuple[str, str], int] = {}
+
+
+def _get_node_groups(args: dict[str, Any], mocks: "OfflineMocks") -> dict[str, Any]:
+    cluster = args.get("clusterName")
+    return {"clusterName": cluster, "names": sorted(n for c, n in LIVE_NODE_GROUPS if c == cluster), "id": cluster}
+
+
+def _get_node_group(args: dict[str, Any], mocks: "OfflineMocks") -> dict[str, Any]:
+    key = (args.get("clusterName"), args.get("nodeGroupName"))
+    size = LIVE_NODE_GROUPS[key]
+    return {"clusterName": key[0], "nodeGroupName": key[1], "id": f"{key[0]}:{key[1]}",
+            "scalingConfigs": [{"desiredSize": size, "minSize": 0, "maxSize": max(size, 1)}]}
+
+
+INVOKES["aws:eks/getNodeGroups:getNodeGroups"] = _get_node_groups
+INVOKES["aws:eks/getNodeGroup:getNodeGroup"] = _get_node_group
 
 
 def _get_subnets(args: dict[str, Any], mocks: "OfflineMocks") -> dict[str, Any]:

@@ -10,7 +10,8 @@ from stacks import config as config_mod
 
 # Inputs worth showing per resource in the tree; the JSON output has every input.
 KEY_INPUTS = (
-    "nodeGroupName", "capacityType", "instanceTypes", "amiType", "scalingConfig", "labels", "taints",
+    "nodeGroupName", "nodeGroupNamePrefix", "updateConfig", "capacityType", "instanceTypes", "amiType",
+    "scalingConfig", "labels", "taints",
     "instanceType", "instanceCount", "availabilityZone", "instanceMatchCriteria", "version", "chart",
     "repositoryOpts", "budgetType", "limitAmount", "runtime", "architectures", "reservedConcurrentExecutions",
     "imageTagMutability", "cidrBlock", "scheduleExpression", "metricName", "threshold", "addonName",

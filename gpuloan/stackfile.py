@@ -1,4 +1,4 @@
-"""Find and read a Pulumi stack file (Pulumi.<stack>.yaml) without the Pulumi engine."""
+"""Find and read a Pulumi stack file (Pulumi.<stack>.yaml) without the Pulumi engine, strictly (see `load`)."""
 
 from __future__ import annotations
 
@@ -29,16 +29,124 @@ def resolve(stack_or_file: str, cwd: Path | None = None) -> tuple[str, Path]:
     return stack, path
 
 
+# Limits on what a stack file may be (a real one is a few hundred nodes, nested about 6 deep).
+MAX_DEPTH = 64
+# Nodes after alias expansion: a "billion laughs" document is a few lines that expand to billions of values,
+# which json.dumps (the offline preview, the Pulumi config wire format) would try to build.
+MAX_EXPANDED_NODES = 100_000
+STR_TAG = "tag:yaml.org,2002:str"
+MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
 def load(path: Path) -> dict[str, Any]:
+    """Read a stack file strictly: valid UTF-8, bounded nesting and alias expansion, string keys, no duplicate
+    keys (a later duplicate silently wins in plain YAML: `dry_run: true` then `dry_run: false`). Every problem is
+    a StackFileError naming the key path and line, checked before anything is built from the document."""
     try:
-        doc = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(err, "problem", None) or str(err)
-        raise StackFileError(f"{path.name}: invalid YAML{where}: {problem}") from None
-    if doc is None:
-        raise StackFileError(f"{path.name}: the file is empty; it needs a 'config:' map")
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise StackFileError(f"{path.name}: not valid UTF-8 (byte 0x{err.object[err.start]:02x} at offset "
+                             f"{err.start}); save the file as UTF-8") from None
+    return loads(text, path.name)
+
+
+def loads(text: str, name: str = "stack file") -> dict[str, Any]:
+    loader = yaml.SafeLoader(text)
+    try:
+        try:
+            node = loader.get_single_node()
+        except RecursionError:
+            raise StackFileError(f"{name}: nested too deeply (more than {MAX_DEPTH} levels)") from None
+        except yaml.YAMLError as err:
+            mark = getattr(err, "problem_mark", None)
+            where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+            problem = getattr(err, "problem", None) or str(err)
+            raise StackFileError(f"{name}: invalid YAML{where}: {problem}") from None
+        if node is None:
+            raise StackFileError(f"{name}: the file is empty; it needs a 'config:' map")
+        _check_size(node, name)
+        _check_keys(node, name)
+        try:
+            doc = loader.construct_document(node)
+        except yaml.YAMLError as err:
+            raise StackFileError(f"{name}: invalid YAML: {err}") from None
+    finally:
+        loader.dispose()
     if not isinstance(doc, dict):
-        raise StackFileError(f"{path.name}: the top level must be a mapping with a 'config:' key")
+        raise StackFileError(f"{name}: the top level must be a mapping with a 'config:' key")
     return doc
+
+
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.MappingNode):
+        return [n for pair in node.value for n in pair]
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    return []
+
+
+def _line(node: yaml.Node) -> str:
+    return f"line {node.start_mark.line + 1}"
+
+
+def _check_size(root: yaml.Node, name: str) -> None:
+    """Expanded size and depth of the node graph, each shared (aliased) node computed once; refuses cycles."""
+    size: dict[int, int] = {}
+    depth: dict[int, int] = {}
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    open_: set[int] = set()
+    while stack:
+        node, done = stack.pop()
+        key = id(node)
+        if done:
+            kids = _children(node)
+            size[key] = 1 + sum(size[id(k)] for k in kids)
+            depth[key] = 1 + max((depth[id(k)] for k in kids), default=0)
+            open_.discard(key)
+            if size[key] > MAX_EXPANDED_NODES:
+                raise StackFileError(f"{name}: the value at {_line(node)} expands to more than {MAX_EXPANDED_NODES:,} "
+                                     "values through YAML aliases (*name); a stack file needs far fewer, so it is "
+                                     "refused before anything expands it")
+            if depth[key] > MAX_DEPTH:
+                raise StackFileError(f"{name}: nested too deeply at {_line(node)} (more than {MAX_DEPTH} levels)")
+            continue
+        if key in size:
+            continue
+        if key in open_:
+            raise StackFileError(f"{name}: the alias at {_line(node)} refers to a value that contains itself")
+        open_.add(key)
+        stack.append((node, True))
+        stack.extend((k, False) for k in _children(node) if id(k) not in size)
+
+
+def _key_text(node: yaml.Node) -> str:
+    return node.value if isinstance(node, yaml.ScalarNode) else f"<{type(node).__name__}>"
+
+
+def _check_keys(root: yaml.Node, name: str) -> None:
+    """Every mapping key is a plain string and appears once (each shared node visited once)."""
+    seen_nodes: set[int] = set()
+    todo: list[tuple[yaml.Node, str]] = [(root, "")]
+    while todo:
+        node, path = todo.pop()
+        if id(node) in seen_nodes:
+            continue
+        seen_nodes.add(id(node))
+        if isinstance(node, yaml.MappingNode):
+            first_line: dict[str, int] = {}
+            for key_node, value_node in node.value:
+                if key_node.tag == MERGE_TAG:
+                    todo.append((value_node, path))
+                    continue
+                text = _key_text(key_node)
+                where = f"{path}.{text}" if path else text
+                if not isinstance(key_node, yaml.ScalarNode) or key_node.tag != STR_TAG:
+                    raise StackFileError(f"{name}: {where}: key at {_line(key_node)} is not a string "
+                                         f"({key_node.tag.rsplit(':', 1)[-1]}); quote it")
+                if text in first_line:
+                    raise StackFileError(f"{name}: {where}: duplicate key (lines {first_line[text]} and "
+                                         f"{key_node.start_mark.line + 1}); YAML would silently keep the last one")
+                first_line[text] = key_node.start_mark.line + 1
+                todo.append((value_node, where))
+        elif isinstance(node, yaml.SequenceNode):
+            todo.extend((item, f"{path}[{i}]") for i, item in enumerate(node.value))

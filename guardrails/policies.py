@@ -4,7 +4,8 @@ Mandatory (a violation blocks the update):
 - gpu-resources-tagged: GPU node groups, launch templates and capacity reservations carry the pool, team and
   environment cost-allocation tags (the environment may come from the provider's default tags).
 - elastic-node-groups-bounded: elastic node groups have a max size and ignore desiredSize (the policy Lambda
-  owns it; without ignore_changes every `pulumi up` would reset the live size).
+  owns it; without ignore_changes every `pulumi up` would reset the live size). The one exception is the clamp
+  of stacks/elastic.py: an update that lowers max_nodes below the live size sends desiredSize = maxSize.
 - policy-role-no-mutating-star: the policy function's IAM policies grant no mutating action on Resource "*"
   unless a condition scopes it (resource tag, metric namespace).
 - ecr-immutable-and-scanned: ECR repositories have IMMUTABLE tags (exclusions only for literal-prefix tags such
@@ -15,6 +16,11 @@ Mandatory (a violation blocks the update):
 Advisory (reported, never blocking):
 - spot-pools-diversified: spot node groups list at least two instance types.
 - floor-under-budget: a pool's guaranteed floor costs less per month than its budget.
+- floor-protected: the guaranteed floor's node groups and capacity reservations are `protect`ed, so a change that
+  would replace or delete the floor (an AZ, instance type or reservation edit) stops the update instead of
+  taking the floor down. CrossGuard sees a resource's new inputs and options, not the planned operation, so the
+  floor is guarded through `protect`; `gpuloan preview`/`cost-diff` name the replacement itself (gpuloan/rollout.py).
+  Advisory, because `protect_critical: false` is how a deliberate floor replacement is done.
 
 Props are the engine's (camelCase) resource inputs, as in `gpuloan preview --json`. Values unknown during a
 preview (computed from other resources) are skipped, never reported as violations.
@@ -190,9 +196,20 @@ def validate_elastic_bounded(args: ResourceValidationArgs, report: ReportViolati
         report(f"elastic node group '{args.name}' has no max size (scalingConfig.maxSize): the policy could grow "
                "it without bound")
     ignored = {_normalize_path(p) for p in args.opts.ignore_changes or []}
-    if not ignored & {"scalingconfig.desiredsize", "scalingconfig"}:
+    clamp = isinstance(max_size, (int, float)) and scaling.get("desiredSize") == max_size
+    if not ignored & {"scalingconfig.desiredsize", "scalingconfig"} and not clamp:
         report(f"elastic node group '{args.name}' must ignore_changes scalingConfig.desiredSize: the policy Lambda "
                "sets it, and each `pulumi up` would otherwise reset the live size")
+
+
+def validate_floor_protected(args: ResourceValidationArgs, report: ReportViolation) -> None:
+    props = dict(args.props)
+    floor_group = args.resource_type == NODE_GROUP and tier_of(props) == "guaranteed"
+    if not (floor_group or args.resource_type == CAPACITY_RESERVATION):
+        return
+    if not args.opts.protect:
+        report(f"guaranteed floor resource '{args.name}' is not protected: a change that replaces it would take the "
+               "floor down (set protect_critical: true, the default, unless a replacement is meant)")
 
 
 def validate_policy_role(args: ResourceValidationArgs, report: ReportViolation) -> None:
@@ -385,4 +402,6 @@ POLICIES = [
                      validate_spot_diversified, ADVISORY),
     StackValidationPolicy(name="floor-under-budget", description="A pool's guaranteed floor costs less than its budget.",
                           validate=validate_floor_under_budget, enforcement_level=ADVISORY),
+    _resource_policy("floor-protected", "The guaranteed floor's node groups and reservations are protected.",
+                     validate_floor_protected, ADVISORY),
 ]

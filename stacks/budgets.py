@@ -1,8 +1,10 @@
-"""AWS Budgets for the environment and each pool, and activation of the cost-allocation tags they filter on.
+"""AWS Budgets for the environment and each pool, and (opt-in) activation of the cost-allocation tags they filter on.
 
-A budget only sees spend that carries an *active* cost-allocation tag, so the tag keys of stacks/tags.py are
-activated here. AWS applies activation to spend from then on (not retroactively) and needs up to 24 hours;
-a key that no billed resource carries yet cannot be activated at all (docs/budgets.md says what to do).
+A budget only sees spend that carries an *active* cost-allocation tag. AWS applies activation to spend from then
+on (not retroactively) and needs up to 24 hours; a key that no billed resource carries yet cannot be activated at
+all: UpdateCostAllocationTagsStatus fails, and with it the `pulumi up`. The gpuloan tags first appear on a bill
+once the node groups have run, so activation can never be part of the first deploy: it is a second step,
+`budget.activate_cost_allocation_tags: true` the next day (or one `aws ce` command), see docs/budgets.md.
 Budget status itself lags spend by hours: the policy function's own running estimate fills that gap.
 """
 
@@ -117,7 +119,13 @@ def spend_filter(spec: BudgetSpec) -> dict:
 class BudgetsArgs:
     specs: tuple[BudgetSpec, ...]
     topic_arn: pulumi.Input[str]
-    activate_tag_keys: tuple[str, ...] = tags.COST_ALLOCATION_KEYS
+    # Empty by default: see the module docstring. `activation_keys(cfg)` fills it when the config opts in.
+    activate_tag_keys: tuple[str, ...] = ()
+
+
+def activation_keys(cfg: GpuLoanConfig) -> tuple[str, ...]:
+    """The tag keys this stack activates: none unless `budget.activate_cost_allocation_tags` is set."""
+    return tags.COST_ALLOCATION_KEYS if cfg.budget.activate_cost_allocation_tags else ()
 
 
 class Budgets(pulumi.ComponentResource):

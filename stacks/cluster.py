@@ -164,7 +164,10 @@ class Cluster(pulumi.ComponentResource):
             # The networking add-ons are managed below with pinned versions instead of unmanaged defaults.
             bootstrap_self_managed_addons=False,
             tags=platform,
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[log_group, cluster_policy]),
+            # Deleting or replacing the cluster takes every workload with it: protected unless protect_critical
+            # is false (a `name`, subnet or encryption change would otherwise replace it).
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[log_group, cluster_policy],
+                                        protect=cfg.protect_critical),
         )
 
         self.name = eks.name

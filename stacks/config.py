@@ -30,6 +30,11 @@ MAX_BUDGET_NOTIFICATIONS = 10
 MAX_BUDGET_EMAILS = 10
 
 
+# AWS allows 50 user tags per resource; gpuloan adds up to 6 of its own (stacks/tags.py pool_tags + Name).
+MAX_TAGS_PER_RESOURCE = 50
+GPULOAN_TAGS_PER_RESOURCE = 6
+
+
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
 
@@ -95,7 +100,7 @@ class NewCluster(Strict):
     mode: Literal["new"] = Field("new", description="`new`: gpuloan creates the VPC and the EKS cluster.")
     kubernetes_version: str = Field("1.33", pattern=r"^1\.(2[89]|3\d)$", description="EKS Kubernetes version.")
     vpc_cidr: str = Field("10.40.0.0/16", description="IPv4 CIDR of the new VPC (/16 to /20).")
-    availability_zones: list[str] = Field(min_length=2, max_length=6, description="AZs for subnets and nodes (EKS needs two or more).")
+    availability_zones: list[str] = Field(min_length=2, max_length=6, description="AZs for subnets and nodes (EKS needs two or more; lettered a-f; the order does not matter: each AZ's subnets sit at its letter's slot).")
     public_endpoint_cidrs: list[str] = Field(
         default_factory=list,
         description="CIDRs allowed to reach the public API endpoint; empty means a private endpoint only.",
@@ -123,6 +128,9 @@ class NewCluster(Strict):
         for az in v:
             if not AZ_SUFFIX.match(az):
                 raise ValueError(f"'{az}' is not an availability zone name like us-east-1a")
+            if az[-1] > "f":
+                # stacks/network.py places each AZ's subnets by its letter, so a reorder renumbers nothing.
+                raise ValueError(f"'{az}': gpuloan's subnet layout has slots for AZs lettered a-f")
         if len(set(v)) != len(v):
             raise ValueError("availability zones must be distinct")
         return v
@@ -201,6 +209,14 @@ class Budget(Strict):
         if len(set(v)) != len(v):
             raise ValueError("thresholds must be distinct")
         return sorted(v)
+
+
+class EnvironmentBudget(Budget):
+    activate_cost_allocation_tags: bool = Field(
+        False, description="Activate the gpuloan:* cost-allocation tags from this stack. Off by default: AWS "
+        "refuses activation of a key no billed resource carried yet, so turning it on in the first `pulumi up` "
+        "would fail it; set it true the day after the first deploy (or run the `aws ce` command of "
+        "docs/budgets.md once per account).")
 
 
 class Pool(Strict):
@@ -308,20 +324,31 @@ class GpuLoanConfig(Strict):
     default_tags: dict[str, str] = Field(default_factory=dict, description="Extra tags on every resource.")
     cluster: Cluster
     pools: list[Pool] = Field(min_length=1, max_length=200)
-    budget: Budget
+    budget: EnvironmentBudget
     images: list[Image] = Field(default_factory=list)
     gpu_operator: GpuOperator = GpuOperator()
     policy: Policy = Policy()
     alarms: Alarms = Alarms()
     github: GitHub | None = None
     scheduling: Scheduling = Scheduling()
+    protect_critical: bool = Field(
+        True, description="Protect the floors' reservations and node groups, the EKS cluster and the policy state "
+        "table: Pulumi refuses to delete or replace them (the update fails instead). Set false for a change that "
+        "is meant to replace one, then back to true.")
 
     @field_validator("default_tags")
     @classmethod
     def _tags(cls, v: dict[str, str]) -> dict[str, str]:
+        if len(v) + GPULOAN_TAGS_PER_RESOURCE > MAX_TAGS_PER_RESOURCE:
+            raise ValueError(f"{len(v)} tags plus the {GPULOAN_TAGS_PER_RESOURCE} gpuloan adds to each resource is "
+                             f"{len(v) + GPULOAN_TAGS_PER_RESOURCE}; AWS allows {MAX_TAGS_PER_RESOURCE} per resource, "
+                             f"so list at most {MAX_TAGS_PER_RESOURCE - GPULOAN_TAGS_PER_RESOURCE}")
         for key, value in v.items():
             if key.lower().startswith("aws:"):
                 raise ValueError(f"tag key '{key}' uses the reserved aws: prefix")
+            if key.lower().startswith("eks:"):
+                raise ValueError(f"tag key '{key}': eks:* tags are set by EKS itself (eks:cluster-name, "
+                                 "eks:nodegroup-name)")
             if key.startswith("gpuloan:"):
                 raise ValueError(f"tag key '{key}': gpuloan:* tags are set by gpuloan itself")
             if not 1 <= len(key) <= 128 or len(value) > 256:
@@ -362,12 +389,51 @@ def format_path(loc: tuple[Any, ...]) -> str:
     return out or "(root)"
 
 
+def _model_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:
+    """The config model that holds the key at `loc` (the last element), or None when it cannot be told."""
+    import typing
+
+    model: Any = GpuLoanConfig
+    for part in loc[:-1]:
+        if isinstance(part, int):
+            continue
+        if model is None:
+            return None
+        if part in ("new", "existing") and model is GpuLoanConfig.model_fields["cluster"].annotation:
+            model = NewCluster if part == "new" else ExistingCluster
+            continue
+        field = getattr(model, "model_fields", {}).get(part)
+        if field is None:
+            return None
+        model = field.annotation
+        # Unwrap Optional / list / Annotated until a model (or a discriminated union) is left.
+        for _ in range(4):
+            args = [a for a in typing.get_args(model) if a is not type(None)]
+            if isinstance(model, type) and issubclass(model, BaseModel):
+                break
+            if part == "cluster":
+                model = GpuLoanConfig.model_fields["cluster"].annotation
+                break
+            model = args[0] if args else None
+    return model if isinstance(model, type) and issubclass(model, BaseModel) else None
+
+
+def did_you_mean(word: str, choices) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(word, list(choices), n=2, cutoff=0.6)
+    return f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+
+
 def _pydantic_problems(err: ValidationError) -> list[tuple[str, str]]:
     problems = []
     for e in err.errors():
         msg = e["msg"].removeprefix("Value error, ")
         if e["type"] == "extra_forbidden":
-            msg = "unknown key (check the spelling; see docs/config.md)"
+            loc = tuple(e["loc"])
+            model = _model_at(loc)
+            hint = did_you_mean(str(loc[-1]), model.model_fields) if model is not None else ""
+            msg = f"unknown key{hint or ' (check the spelling; see docs/config.md)'}"
         elif e["type"] == "union_tag_invalid":
             msg = "cluster.mode must be 'new' or 'existing'"
         problems.append((format_path(tuple(e["loc"])), msg))
@@ -468,13 +534,36 @@ def cross_field_problems(cfg: GpuLoanConfig) -> list[tuple[str, str]]:
         if names[img.name] > 1:
             add(f"images[{j}].name", f"image name '{img.name}' is used {names[img.name]} times")
     if isinstance(cfg.cluster, NewCluster) and cfg.cluster.public_endpoint_cidrs:
-        for j, cidr in enumerate(cfg.cluster.public_endpoint_cidrs):
+        cidrs = cfg.cluster.public_endpoint_cidrs
+        for j, cidr in enumerate(cidrs):
             if ipaddress.ip_network(cidr).prefixlen == 0:
                 add(f"cluster.public_endpoint_cidrs[{j}]", "0.0.0.0/0 opens the API endpoint to the internet; "
                     "list your office/VPN CIDRs or leave empty for a private endpoint")
+        # Several CIDRs can open it just as wide (0.0.0.0/1 + 128.0.0.0/1).
+        nets = [ipaddress.ip_network(c) for c in cidrs]
+        for version in (4, 6):
+            union = list(ipaddress.collapse_addresses(n for n in nets if n.version == version))
+            if any(n.prefixlen == 0 for n in union) and not any(n.prefixlen == 0 for n in nets):
+                add("cluster.public_endpoint_cidrs", "together these CIDRs cover the whole internet "
+                    f"({', '.join(str(n) for n in nets if n.version == version)}), which opens the API endpoint to "
+                    "everyone; list your office/VPN CIDRs or leave empty for a private endpoint")
+    reserved = system_namespaces()
+    for i, pool in enumerate(cfg.pools):
+        if pool.team in reserved or pool.team.startswith("kube-"):
+            add(f"pools[{i}].team", f"team '{pool.team}' would be the Kubernetes namespace '{pool.team}', which the "
+                "cluster or gpuloan's add-ons use (kube-*, default, "
+                f"{', '.join(sorted(reserved - {'default'}))}); pick another team name")
     for extra in _extra_rules:
         problems.extend(extra(cfg))
     return problems
+
+
+def system_namespaces() -> set[str]:
+    """Namespaces a team may not take: Kubernetes' own and those of the add-ons gpuloan installs."""
+    from stacks.gpu_metrics import AGENT_NAMESPACE
+    from stacks.gpu_operator import NAMESPACE as GPU_OPERATOR_NAMESPACE
+
+    return {"default", "kube-system", "kube-public", "kube-node-lease", GPU_OPERATOR_NAMESPACE, AGENT_NAMESPACE}
 
 
 def _budget_problems(b: Budget, at: str, add) -> None:
@@ -565,25 +654,49 @@ def _cross_field_problems_of_the_rest(data: dict[str, Any], err: ValidationError
         SET_ASIDE.reset(token)
 
 
+NAMESPACE = "gpuloan"
+
+
+def namespace_problems(keys) -> list[tuple[str, str]]:
+    """Config keys whose namespace is not a string or looks like a misspelt `gpuloan` (`gpulaon:policy`): their
+    settings would be ignored silently."""
+    import difflib
+
+    problems = []
+    for key in keys:
+        if not isinstance(key, str):
+            problems.append((str(key), "config keys are strings of the form namespace:key"))
+            continue
+        namespace, sep, name = key.partition(":")
+        if sep and namespace != NAMESPACE and difflib.get_close_matches(namespace, [NAMESPACE], n=1, cutoff=0.7):
+            problems.append((key, f"unknown config namespace '{namespace}'; did you mean '{NAMESPACE}:{name}'?"))
+    return problems
+
+
 def from_stack_yaml(doc: dict[str, Any], source: str) -> GpuLoanConfig:
     """Pulumi.<env>.yaml's `config:` map → the `gpuloan:` namespace → GpuLoanConfig."""
     config = (doc or {}).get("config") or {}
     if not isinstance(config, dict):
         raise ConfigError([("config", "must be a mapping of 'namespace:key' to values")], source)
-    data = {k.split(":", 1)[1]: v for k, v in config.items() if k.startswith("gpuloan:")}
-    problems = []
+    data = {k.split(":", 1)[1]: v for k, v in config.items() if isinstance(k, str) and k.startswith("gpuloan:")}
+    problems = namespace_problems(config)
     aws_region = config.get("aws:region")
     try:
         cfg = parse(data, source)
     except ConfigError as err:
-        problems = err.problems
+        problems += err.problems
         cfg = None
-    if aws_region and data.get("region") and aws_region != data.get("region"):
-        problems.append(("region", f"gpuloan:region is {data.get('region')} but aws:region is {aws_region}; "
-                         "they must match (the stack's provider uses gpuloan:region)"))
+    problems += region_problems(aws_region, data.get("region"))
     if problems:
         raise ConfigError(problems, source)
     return cfg
+
+
+def region_problems(aws_region: Any, gpuloan_region: Any) -> list[tuple[str, str]]:
+    if aws_region and gpuloan_region and aws_region != gpuloan_region:
+        return [("region", f"gpuloan:region is {gpuloan_region} but aws:region is {aws_region}; they must match "
+                 "(the stack's provider uses gpuloan:region, tools and other providers use aws:region)")]
+    return []
 
 
 def from_pulumi_config() -> GpuLoanConfig:
@@ -594,17 +707,30 @@ def from_pulumi_config() -> GpuLoanConfig:
     from pulumi.runtime.config import CONFIG, get_config_env
 
     data: dict[str, Any] = {}
+    source = f"the config of stack {pulumi.get_stack()}"
     # The language host hands config over in-process (CONFIG); older hosts use the PULUMI_CONFIG variable.
-    for key, raw in {**get_config_env(), **CONFIG.get()}.items():
+    raw_config = {**get_config_env(), **CONFIG.get()}
+    problems = namespace_problems(raw_config)
+    for key, raw in raw_config.items():
         namespace, _, name = key.partition(":")
-        if namespace != "gpuloan":
+        if namespace != NAMESPACE:
             continue
         name = name.removeprefix("config:")  # legacy "project:config:key" form
         try:
             data[name] = json.loads(raw)
         except (json.JSONDecodeError, TypeError):
             data[name] = raw
-    return parse(data, f"the config of stack {pulumi.get_stack()}")
+        except RecursionError:
+            problems.append((name, "nested too deeply"))
+    # The CLI checks this too (from_stack_yaml); `pulumi up` must not depend on someone having run it.
+    problems += region_problems(raw_config.get("aws:region"), data.get("region"))
+    try:
+        cfg = parse(data, source)
+    except ConfigError as err:
+        raise ConfigError(problems + err.problems, source) from None
+    if problems:
+        raise ConfigError(problems, source)
+    return cfg
 
 
 def json_schema() -> dict[str, Any]:
@@ -616,8 +742,7 @@ def json_schema() -> dict[str, Any]:
 
 # --- capacity rules (stacks/cluster.py, guaranteed.py, elastic.py) -------------------------------------------
 
-EKS_NODE_GROUP_NAME_MAX = 63
-# The longest node group name suffix gpuloan uses (see stacks/capacity.py: <env>-<pool>-<suffix>).
+# The longest node group kind gpuloan uses (see stacks/capacity.py: <env>-<pool>-<kind>_ + generated suffix).
 _LONGEST_GROUP_SUFFIX = "guaranteed"
 
 
@@ -630,15 +755,27 @@ def _capacity_problems(cfg: GpuLoanConfig) -> list[tuple[str, str]]:
         problems.append(("cluster.kubernetes_version", f"no pinned EKS add-on versions for "
                          f"{cfg.cluster.kubernetes_version} (pinned: {', '.join(sorted(versions.EKS_ADDON_VERSIONS))}); "
                          "add them to stacks/versions.py EKS_ADDON_VERSIONS"))
+    from stacks.capacity import GENERATED_SUFFIX_LENGTH, NODE_GROUP_PREFIX_MAX, node_group_name_prefix
+
     for i, pool in enumerate(cfg.pools):
-        longest = f"{cfg.environment}-{pool.name}-{_LONGEST_GROUP_SUFFIX}"
-        if len(longest) > EKS_NODE_GROUP_NAME_MAX:
-            problems.append((f"pools[{i}].name", f"node group name '{longest}' would be {len(longest)} characters; "
-                             f"EKS allows {EKS_NODE_GROUP_NAME_MAX}: shorten the pool or environment name"))
+        longest = node_group_name_prefix(cfg.environment, pool.name, _LONGEST_GROUP_SUFFIX)
+        if len(longest) > NODE_GROUP_PREFIX_MAX:
+            problems.append((f"pools[{i}].name", f"node group name prefix '{longest}' would be {len(longest)} "
+                             f"characters; with the {GENERATED_SUFFIX_LENGTH}-character suffix the provider adds, EKS's "
+                             f"63-character limit leaves {NODE_GROUP_PREFIX_MAX}: shorten the pool or environment name"))
         g = pool.guaranteed
         if g is not None and g.capacity_block_active and g.reservation != Reservation.capacity_block:
             problems.append((f"pools[{i}].guaranteed.capacity_block_active", "only applies to reservation: capacity_block"))
+    # IAM refuses role names over 64 characters; the longest fixed name gpuloan gives a role is the policy
+    # scheduler's (stacks/policy_function.py).
+    longest_role = f"gpuloan-{cfg.environment}-policy-scheduler-{cfg.region}"
+    if cfg.policy.enabled and len(longest_role) > IAM_ROLE_NAME_MAX:
+        problems.append(("environment", f"the IAM role '{longest_role}' would be {len(longest_role)} characters; IAM "
+                         f"allows {IAM_ROLE_NAME_MAX}: shorten the environment name"))
     return problems
+
+
+IAM_ROLE_NAME_MAX = 64
 
 
 # Rule modules register themselves on import; import them here so every `parse` applies them.

@@ -11,7 +11,10 @@ import pulumi
 import pulumi_aws as aws
 
 from stacks import launch_templates, tags
-from stacks.capacity import GPU_TAINT, GROUP_ON_DEMAND, GROUP_SPOT, SPOT_TAINT, instance_tags, node_group_name
+from stacks.capacity import (
+    GPU_TAINT, GROUP_ON_DEMAND, GROUP_SPOT, SPOT_TAINT, gpu_update_config, instance_tags, instance_types_for,
+    node_group_name_prefix,
+)
 from stacks.config import ElasticCapacity as CapacityMode
 from stacks.config import GpuLoanConfig, Pool
 from stacks.guaranteed import gpu_ami_type
@@ -23,13 +26,29 @@ TIER = "elastic"
 DESIRED_SIZE_PATH = "scalingConfig.desiredSize"
 
 
+def scaling(max_nodes: int, live_desired: int | None) -> tuple[int, list[str]]:
+    """(desired_size, ignore_changes) of an elastic group.
+
+    EKS refuses a scaling config whose desired size is above its max (InvalidParameterException), and an update
+    under `ignore_changes` sends the live desired size: lowering `max_nodes` below the live size would fail the
+    update. So when the live size (stacks/live_sizes.py) is known to exceed the new max, this one update takes the
+    desired size over and sends the max (the group shrinks to it, as it must); otherwise the policy function keeps
+    owning it. An unknown live size (first deploy, group unreadable) keeps ownership with the policy."""
+    if live_desired is not None and live_desired > max_nodes:
+        return max_nodes, []
+    return 0, [DESIRED_SIZE_PATH]
+
+
 class ElasticCapacity(pulumi.ComponentResource):
     spot_group: aws.eks.NodeGroup | None
     on_demand_group: aws.eks.NodeGroup | None
     group_names: dict[str, pulumi.Output[str]]
 
-    def __init__(self, name: str, cfg: GpuLoanConfig, pool: Pool, cluster, opts: pulumi.ResourceOptions | None = None):
+    def __init__(self, name: str, cfg: GpuLoanConfig, pool: Pool, cluster, opts: pulumi.ResourceOptions | None = None,
+                 live_desired: dict[str, int] | None = None):
+        """`live_desired`: the live desired size per group kind ("spot", "on_demand") where it could be read."""
         super().__init__("gpuloan:capacity:ElasticCapacity", name, None, opts)
+        self._live = live_desired or {}
         e = pool.elastic
         assert e is not None
         self._cfg, self._pool, self._cluster = cfg, pool, cluster
@@ -38,17 +57,17 @@ class ElasticCapacity(pulumi.ComponentResource):
         self.group_names = {}
         if e.capacity in (CapacityMode.spot, CapacityMode.spot_then_on_demand):
             self.spot_group = self._group(f"{name}-spot", GROUP_SPOT, "SPOT", "spot", e.max_nodes,
-                                          [GPU_TAINT, SPOT_TAINT])
+                                          [GPU_TAINT, SPOT_TAINT], self._live.get("spot"))
             self.group_names["spot"] = self.spot_group.node_group_name
         if e.capacity in (CapacityMode.on_demand, CapacityMode.spot_then_on_demand):
             max_nodes = e.on_demand_max_nodes or e.max_nodes
             self.on_demand_group = self._group(f"{name}-on-demand", GROUP_ON_DEMAND, "ON_DEMAND", "on-demand",
-                                               max_nodes, [GPU_TAINT])
+                                               max_nodes, [GPU_TAINT], self._live.get("on_demand"))
             self.group_names["on_demand"] = self.on_demand_group.node_group_name
         self.register_outputs({"group_names": self.group_names})
 
     def _group(self, name: str, group: str, capacity_type: str, capacity: str, max_nodes: int,
-               taints: list[aws.eks.NodeGroupTaintArgs]) -> aws.eks.NodeGroup:
+               taints: list[aws.eks.NodeGroupTaintArgs], live_desired: int | None) -> aws.eks.NodeGroup:
         cfg, pool, cluster = self._cfg, self._pool, self._cluster
         e = pool.elastic
         template = launch_templates.node_launch_template(
@@ -56,21 +75,24 @@ class ElasticCapacity(pulumi.ComponentResource):
             root_volume_gib=launch_templates.GPU_ROOT_VOLUME_GIB, parent=self,
             description=f"gpuloan {cfg.environment}/{pool.name}: elastic {capacity}")
         depends_on = [cluster.system_node_group] if cluster.system_node_group is not None else []
+        desired, ignore = scaling(max_nodes, live_desired)
         return aws.eks.NodeGroup(
             name,
             cluster_name=cluster.name,
-            node_group_name=node_group_name(cfg.environment, pool.name, group),
+            node_group_name_prefix=node_group_name_prefix(cfg.environment, pool.name, group),
             node_role_arn=cluster.node_role_arn,
-            subnet_ids=cluster.subnet_ids_in(None),
+            subnet_ids=cluster.subnet_ids_in(None).apply(sorted),  # a set to EKS: order-free
             ami_type=gpu_ami_type(list(e.instance_types)),
             capacity_type=capacity_type,
-            # Listed in preference order; for SPOT, EKS uses the price-capacity-optimized strategy across them.
-            instance_types=list(e.instance_types),
-            scaling_config=aws.eks.NodeGroupScalingConfigArgs(min_size=0, desired_size=0, max_size=max_nodes),
-            update_config=aws.eks.NodeGroupUpdateConfigArgs(max_unavailable_percentage=50),
+            # Sorted for SPOT (order-free), config order for ON_DEMAND (its preference): stacks/capacity.py.
+            instance_types=instance_types_for(capacity_type, list(e.instance_types)),
+            scaling_config=aws.eks.NodeGroupScalingConfigArgs(min_size=0, desired_size=desired, max_size=max_nodes),
+            # MINIMAL: no surge of scarce GPU capacity during a roll (stacks/capacity.py); elastic work tolerates
+            # losing half the group at once.
+            update_config=gpu_update_config(max_unavailable_percentage=50),
             launch_template=launch_templates.template_ref(template),
             labels={tags.LABEL_POOL: pool.name, tags.LABEL_TIER: TIER, tags.LABEL_CAPACITY: capacity},
             taints=taints,
             tags=tags.pool_tags(cfg.environment, pool.name, pool.team, TIER, capacity),
-            opts=pulumi.ResourceOptions(parent=self, depends_on=depends_on, ignore_changes=[DESIRED_SIZE_PATH]),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=depends_on, ignore_changes=ignore),
         )

@@ -14,7 +14,7 @@ import pulumi
 import pulumi_aws as aws
 
 from stacks import catalog, launch_templates, tags, versions
-from stacks.capacity import GPU_TAINT, GROUP_GUARANTEED, instance_tags, node_group_name
+from stacks.capacity import GPU_TAINT, GROUP_GUARANTEED, gpu_update_config, instance_tags, node_group_name_prefix
 from stacks.config import GpuLoanConfig, Pool, Reservation
 
 TIER = "guaranteed"
@@ -43,7 +43,10 @@ class GuaranteedCapacity(pulumi.ComponentResource):
         super().__init__("gpuloan:capacity:GuaranteedCapacity", name, None, opts)
         g = pool.guaranteed
         assert g is not None
-        child = pulumi.ResourceOptions(parent=self)
+        # The reservation and the floor's node group are what a team counts on: `protect` makes Pulumi refuse to
+        # delete or replace them (a config change that would, fails the update instead) until
+        # `protect_critical: false` says it is meant.
+        critical = pulumi.ResourceOptions(parent=self, protect=cfg.protect_critical)
         capacity = "on-demand" if g.reservation == Reservation.none else "reserved"
         resource_tags = tags.pool_tags(cfg.environment, pool.name, pool.team, TIER, capacity)
 
@@ -54,7 +57,7 @@ class GuaranteedCapacity(pulumi.ComponentResource):
             self.capacity_reservation = aws.ec2.CapacityReservation(
                 f"{name}-odcr", instance_type=g.instance_type, instance_platform="Linux/UNIX",
                 availability_zone=g.availability_zone, instance_count=g.nodes, instance_match_criteria="targeted",
-                end_date_type="unlimited", tags=resource_tags, opts=child)
+                end_date_type="unlimited", tags=resource_tags, opts=critical)
             self.reservation_id = self.capacity_reservation.id
         elif g.reservation_id:
             self.reservation_id = pulumi.Output.from_input(g.reservation_id)
@@ -74,19 +77,20 @@ class GuaranteedCapacity(pulumi.ComponentResource):
         self.node_group = aws.eks.NodeGroup(
             f"{name}-ng",
             cluster_name=cluster.name,
-            node_group_name=node_group_name(cfg.environment, pool.name, GROUP_GUARANTEED),
+            node_group_name_prefix=node_group_name_prefix(cfg.environment, pool.name, GROUP_GUARANTEED),
             node_role_arn=cluster.node_role_arn,
             # A reservation lives in one AZ; subnets elsewhere would launch instances outside it.
-            subnet_ids=cluster.subnet_ids_in(g.availability_zone),
+            subnet_ids=cluster.subnet_ids_in(g.availability_zone).apply(sorted),  # a set to EKS: order-free
             ami_type=gpu_ami_type([g.instance_type]),
             capacity_type="CAPACITY_BLOCK" if is_block else "ON_DEMAND",
             scaling_config=aws.eks.NodeGroupScalingConfigArgs(min_size=low, desired_size=desired, max_size=high),
-            update_config=aws.eks.NodeGroupUpdateConfigArgs(max_unavailable=1),
+            # MINIMAL: a reservation sized to the floor has no room for surge nodes (stacks/capacity.py).
+            update_config=gpu_update_config(max_unavailable=1),
             launch_template=launch_templates.template_ref(self.launch_template),
             labels={tags.LABEL_POOL: pool.name, tags.LABEL_TIER: TIER, tags.LABEL_CAPACITY: capacity},
             taints=[GPU_TAINT],
             tags=resource_tags,
-            opts=pulumi.ResourceOptions(parent=self, depends_on=depends_on),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=depends_on, protect=cfg.protect_critical),
         )
         self.register_outputs({"node_group_name": self.node_group.node_group_name,
                                "reservation_id": self.reservation_id})

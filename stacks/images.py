@@ -7,8 +7,11 @@ parsed (stacks/compat.py), so every plan here is for an image the nodes can run.
 
 Per image: the base Dockerfile (images/base: CUDA runtime + Python + non-root user) is pushed as
 `base-<versions>-<hash>`; when the image has PyTorch or packages, the framework Dockerfile (images/framework)
-builds on that exact base digest and is pushed as `<versions>-<hash>`. The hash covers the Dockerfiles and the
-build args, so a changed Dockerfile or pin is a new, immutable tag and an unchanged one is no diff at all.
+builds on that exact base digest and is pushed as `<versions>-<hash>`. The hash covers everything that goes into
+the pushed image (`BuildPlan.pushed_inputs`: every file of the build context, the build args, the platforms and
+the labels; the framework's also the base's tag), so anything that changes what is pushed is a new tag. That
+matters because tags are immutable: pushing different content under an existing tag fails with
+ImageTagAlreadyExistsException (a PyTorch version change used to relabel the base under the same base tag).
 """
 
 from __future__ import annotations
@@ -32,10 +35,13 @@ FRAMEWORK_DIR = Path("images/framework")
 
 # Build cache tags are overwritten by every build, so they are the one exception to immutable tags.
 CACHE_TAG_PREFIX = "buildcache-"
-# Lifecycle: untagged manifests (replaced build caches) go after a week; at most this many images are kept.
-# ECR ties a multi-platform index's untagged children to the index, so these rules never strip a kept image.
+# Lifecycle: only untagged manifests expire (a build cache replaced by a newer one, an image whose tag moved),
+# after a week. Nothing that carries a tag is ever selected, so no image a stack runs and no current build cache
+# can expire; and ECR does not expire an untagged manifest that a tagged image index still references ("If an
+# image is referenced by a manifest list, it cannot be expired ... without the manifest list being deleted
+# first", ECR lifecycle evaluation rules), so multi-platform children and attestations stay with their index.
+# There is deliberately no count cap: a "keep the newest N" rule also counts live tags and build caches.
 UNTAGGED_EXPIRE_DAYS = 7
-KEEP_IMAGES = 30
 
 PLATFORM_OF_CPU = {"x86_64": docker_build.Platform.LINUX_AMD64, "arm64": docker_build.Platform.LINUX_ARM64}
 
@@ -46,6 +52,15 @@ class BuildPlan:
     build_args: dict[str, str]  # BASE_IMAGE is added at deploy time (the pushed base's digest ref)
     tag: str
     cache_tag: str
+    platforms: tuple[str, ...] = ()
+    labels: dict[str, str] = field(default_factory=dict)
+    context_digest: str = ""  # sha256 over every file of the build context (the Dockerfile's directory)
+    parent_tag: str = ""  # the framework's base tag (its BASE_IMAGE)
+
+    def pushed_inputs(self) -> dict:
+        """Everything that decides what is pushed under `tag` (the tag is a hash of exactly this)."""
+        return {"dockerfile": str(self.dockerfile), "context": self.context_digest, "build_args": self.build_args,
+                "platforms": list(self.platforms), "labels": self.labels, "parent": self.parent_tag}
 
 
 @dataclass(frozen=True)
@@ -60,6 +75,22 @@ class ImagePlan:
     @property
     def final(self) -> BuildPlan:
         return self.framework or self.base
+
+
+def context_digest(directory: Path) -> str:
+    """sha256 of every file under a build context (relative path and bytes), in a stable order."""
+    h = hashlib.sha256()
+    for path in sorted(p for p in directory.rglob("*") if p.is_file()):
+        h.update(path.relative_to(directory).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def _build(dockerfile: Path, args: dict[str, str], platforms: tuple[str, ...], labels: dict[str, str],
+           tag_prefix: str, cache_tag: str, parent_tag: str = "") -> BuildPlan:
+    plan = BuildPlan(dockerfile, args, "", cache_tag, platforms, labels,
+                     context_digest(REPO_ROOT / dockerfile.parent), parent_tag)
+    tag = f"{tag_prefix}-{content_hash(plan.pushed_inputs())}"
+    return BuildPlan(dockerfile, args, tag, cache_tag, platforms, labels, plan.context_digest, parent_tag)
 
 
 def content_hash(*parts: str | bytes | dict) -> str:
@@ -96,17 +127,19 @@ def plan_image(cfg: GpuLoanConfig, img: Image) -> ImagePlan:
         "UV_VERSION": versions.IMAGE_UV_VERSION,
     }
     platforms = platforms_for(cfg)
-    base_dockerfile = (REPO_ROOT / BASE_DIR / "Dockerfile").read_bytes()
-    base_hash = content_hash(base_dockerfile, base_args, ",".join(platforms))
     versions_part = f"cuda{img.cuda_version}-py{python_patch}"
-    base = BuildPlan(BASE_DIR / "Dockerfile", base_args, f"base-{versions_part}-{base_hash}", f"{CACHE_TAG_PREFIX}base")
-
-    framework = None
-    labels = {
+    # The base carries only labels about the base: a PyTorch label on it would change the base image (and so
+    # need a new base tag) whenever PyTorch changes.
+    base_labels = {
         "org.opencontainers.image.title": img.name,
         "io.gpuloan.cuda-version": img.cuda_version,
         "io.gpuloan.python-version": python_patch,
     }
+    base = _build(BASE_DIR / "Dockerfile", base_args, platforms, base_labels, f"base-{versions_part}",
+                  f"{CACHE_TAG_PREFIX}base")
+
+    framework = None
+    labels = dict(base_labels)
     if img.pytorch is not None or img.packages:
         fw_args = {
             "TORCH_VERSION": img.pytorch.version if img.pytorch else "",
@@ -114,12 +147,11 @@ def plan_image(cfg: GpuLoanConfig, img: Image) -> ImagePlan:
             "TORCH_EXPECTED_CUDA": compat.fmt(compat.cuda_of_tag(img.pytorch.cuda_tag)) if img.pytorch else "",
             "EXTRA_PACKAGES": " ".join(img.packages),
         }
-        fw_hash = content_hash((REPO_ROOT / FRAMEWORK_DIR / "Dockerfile").read_bytes(), fw_args, base_hash)
         if img.pytorch:
             versions_part += f"-torch{img.pytorch.version}-{img.pytorch.cuda_tag}"
             labels["io.gpuloan.pytorch-version"] = f"{img.pytorch.version}+{img.pytorch.cuda_tag}"
-        framework = BuildPlan(FRAMEWORK_DIR / "Dockerfile", fw_args, f"{versions_part}-{fw_hash}",
-                              f"{CACHE_TAG_PREFIX}framework")
+        framework = _build(FRAMEWORK_DIR / "Dockerfile", fw_args, platforms, labels, versions_part,
+                           f"{CACHE_TAG_PREFIX}framework", parent_tag=base.tag)
     return ImagePlan(img.name, f"gpuloan/{cfg.environment}/{img.name}", platforms, base, framework, labels)
 
 
@@ -132,9 +164,6 @@ def lifecycle_policy() -> str:
         {"rulePriority": 1, "description": f"expire untagged manifests after {UNTAGGED_EXPIRE_DAYS} days",
          "selection": {"tagStatus": "untagged", "countType": "sinceImagePushed", "countUnit": "days",
                        "countNumber": UNTAGGED_EXPIRE_DAYS},
-         "action": {"type": "expire"}},
-        {"rulePriority": 2, "description": f"keep the newest {KEEP_IMAGES} images",
-         "selection": {"tagStatus": "any", "countType": "imageCountMoreThan", "countNumber": KEEP_IMAGES},
          "action": {"type": "expire"}},
     ]})
 
@@ -169,6 +198,10 @@ class CudaImages(pulumi.ComponentResource):
                 image_scanning_configuration=aws.ecr.RepositoryImageScanningConfigurationArgs(scan_on_push=True),
                 encryption_configurations=[aws.ecr.RepositoryEncryptionConfigurationArgs(
                     encryption_type="KMS", kms_key=self.key.arn)],
+                # ECR refuses to delete a repository that still holds images (RepositoryNotEmptyException), and
+                # the build caches belong to no Pulumi resource: without this `pulumi destroy` stops here.
+                # Every image is rebuilt from the repository's Dockerfiles and pins.
+                force_delete=True,
                 opts=child,
             )
             aws.ecr.LifecyclePolicy(f"{name}-{plan.name}-lifecycle", repository=repo.name, policy=lifecycle_policy(),
@@ -203,9 +236,9 @@ class CudaImages(pulumi.ComponentResource):
             context=docker_build.BuildContextArgs(location=str(build.dockerfile.parent)),
             dockerfile=docker_build.DockerfileArgs(location=str(build.dockerfile)),
             build_args={**build.build_args, **extra_args},
-            platforms=[docker_build.Platform(p) for p in plan.platforms],
+            platforms=[docker_build.Platform(p) for p in build.platforms],
             tags=[url.apply(lambda u: f"{u}:{build.tag}")],
-            labels=plan.labels,
+            labels=build.labels,  # part of the tag's hash (BuildPlan.pushed_inputs)
             push=True,
             # A CUDA + PyTorch build takes many minutes and GBs; a PR preview shows the new tag instead.
             build_on_preview=False,

@@ -27,17 +27,30 @@ class SubnetSpec:
     cidr_block: str
 
 
+MAX_AZ_SLOTS = 6  # private blocks 0-5 (the 7th is spare, the 8th holds the public subnets)
+
+
+def az_slot(availability_zone: str) -> int:
+    """An AZ's block: its letter (us-east-1a -> 0, ...-1f -> 5), not its position in the config list.
+
+    A subnet's CIDR cannot change (a new subnet, and EC2 refuses to delete one with nodes in it), so the layout
+    must not depend on the list's order: reordering `availability_zones` or adding an AZ anywhere leaves every
+    existing subnet as it is."""
+    return ord(availability_zone[-1]) - ord("a")
+
+
 def plan_subnets(vpc_cidr: str, availability_zones: list[str]) -> list[SubnetSpec]:
-    """Deterministic, non-overlapping subnets: stable across runs so adding an AZ never renumbers the others."""
+    """Deterministic, non-overlapping subnets, each AZ's at its letter's slot (az_slot)."""
     vpc = ipaddress.ip_network(vpc_cidr)
     blocks = list(vpc.subnets(prefixlen_diff=_PRIVATE_SPLIT_BITS))
     public_blocks = list(blocks[-1].subnets(prefixlen_diff=_PUBLIC_SPLIT_BITS))
-    if len(availability_zones) > len(blocks) - 2:
-        raise ValueError(f"at most {len(blocks) - 2} availability zones fit this layout")
     specs = []
-    for i, az in enumerate(availability_zones):
-        specs.append(SubnetSpec(az, "private", str(blocks[i])))
-        specs.append(SubnetSpec(az, "public", str(public_blocks[i])))
+    for az in availability_zones:
+        slot = az_slot(az)
+        if not 0 <= slot < MAX_AZ_SLOTS:
+            raise ValueError(f"{az}: only AZs lettered a-f fit this layout")
+        specs.append(SubnetSpec(az, "private", str(blocks[slot])))
+        specs.append(SubnetSpec(az, "public", str(public_blocks[slot])))
     return specs
 
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 import pulumi
 import pulumi_aws as aws
 
-from stacks import alarms, budgets, dashboard, kubernetes, tags
+from stacks import alarms, budgets, dashboard, kubernetes, live_sizes, tags
 from stacks import capacity as pool_capacity
 from stacks.alerts import Alerts, AlertsArgs
-from stacks.cluster import Cluster
+from stacks.cluster import Cluster, cluster_name_for
 from stacks.config import GpuLoanConfig
 
 
@@ -45,7 +45,10 @@ def build(cfg: GpuLoanConfig) -> dict[str, object]:
     outputs["cluster_endpoint"] = cluster.endpoint
 
     # 3. Per pool: the guaranteed floor and the elastic spot / on-demand groups.
-    capacity = {pool.name: pool_capacity.build_pool(cfg, pool, cluster, opts) for pool in cfg.pools}
+    #    The elastic groups' live sizes are read first: lowering max_nodes below one must not fail (live_sizes.py).
+    live = live_sizes.read_live_desired(cfg, cluster_name_for(cfg), provider)
+    capacity = {pool.name: pool_capacity.build_pool(cfg, pool, cluster, opts, live.get(pool.name))
+                for pool in cfg.pools}
     outputs["pools"] = {name: pool_capacity.pool_outputs(cfg.pool(name), *groups) for name, groups in capacity.items()}
 
     # 4. Kubernetes layer: GPU Operator, GPU metrics add-on, tiers, team namespaces and quotas.
@@ -58,7 +61,8 @@ def build(cfg: GpuLoanConfig) -> dict[str, object]:
         outputs["image_uris"] = CudaImages(f"{env}-images", cfg, opts=opts).image_uris
 
     # 6. Budgets and pool alarms.
-    budgets.Budgets(f"{env}-budgets", budgets.BudgetsArgs(tuple(budgets.budget_specs(cfg)), alerts.topic_arn), opts=opts)
+    budgets.Budgets(f"{env}-budgets", budgets.BudgetsArgs(
+        tuple(budgets.budget_specs(cfg)), alerts.topic_arn, budgets.activation_keys(cfg)), opts=opts)
     pool_alarms = alarms.Alarms(f"{env}-alarms", alarms.AlarmsArgs(
         tuple(alarms.alarm_specs(cfg, cluster.name)), alerts.topic_arn), opts=opts)
     dashboard_alarms = pool_alarms.alarm_arns
@@ -69,7 +73,8 @@ def build(cfg: GpuLoanConfig) -> dict[str, object]:
 
         policy_fn = PolicyFunction(f"{env}-policy", PolicyFunctionArgs(
             cfg, cluster, account_id, partition, alerts.topic_arn, alerts.kms_key_arn,
-            depends_on=[c for groups in capacity.values() for c in groups if c is not None]), opts=opts)
+            depends_on=[c for groups in capacity.values() for c in groups if c is not None],
+            group_names={name: pool_capacity.group_names(*groups) for name, groups in capacity.items()}), opts=opts)
         outputs["policy_function_name"] = policy_fn.function_name
         dashboard_alarms = pulumi.Output.all(pool_alarms.alarm_arns, policy_fn.alarm_arns).apply(lambda v: v[0] + v[1])
 

@@ -2,8 +2,10 @@
 VPC placement and its read-only Kubernetes access entry.
 
 Least privilege (DESIGN.md decision 5): mutating EKS / Auto Scaling actions are scoped to this stack's
-*elastic* node groups (EKS node group ARNs by name; ASG termination by the eks:nodegroup-name tag EKS puts on
-each group's ASG). The guaranteed groups appear only in read actions. Reads that AWS cannot scope
+*elastic* node groups (EKS node group ARNs by name prefix; ASG termination by the eks:nodegroup-name tag EKS puts
+on each group's ASG, matched on the same prefix). Node group names are generated from a prefix
+(stacks/capacity.py), so the role is scoped to `<env>-<pool>-spot_*` / `<env>-<pool>-on-demand_*` and stays valid
+across a create-before-delete replacement; the settings carry the groups' actual names. The guaranteed groups appear only in read actions. Reads that AWS cannot scope
 (DescribeAutoScalingGroups, DescribeScalingActivities, DescribeInstances, GetMetricData) are on "*".
 """
 
@@ -17,7 +19,7 @@ import pulumi
 import pulumi_aws as aws
 
 from stacks import tags, versions
-from stacks.capacity import GROUP_GUARANTEED, GROUP_ON_DEMAND, GROUP_SPOT, node_group_name
+from stacks.capacity import GROUP_GUARANTEED, GROUP_ON_DEMAND, GROUP_SPOT, node_group_name_pattern
 from stacks.config import ElasticCapacity as CapacityMode
 from stacks.config import GpuLoanConfig
 from stacks.policy_package import HANDLER, build_zip, source_code_hash
@@ -34,17 +36,18 @@ MUTATING_EKS = ["eks:UpdateNodegroupConfig"]
 MUTATING_ASG = ["autoscaling:TerminateInstanceInAutoScalingGroup"]
 
 
-def group_names(cfg: GpuLoanConfig) -> dict[str, GroupNames]:
-    """The node group names the capacity component gives each pool (stacks/capacity.node_group_name)."""
+def group_patterns(cfg: GpuLoanConfig) -> dict[str, GroupNames]:
+    """Per pool, the name patterns (`<prefix>*`) of the groups the capacity components create: what IAM is
+    scoped to (the actual names are generated at create time)."""
     out = {}
     for pool in cfg.pools:
         e = pool.elastic
         spot = od = None
         if e is not None and e.capacity in (CapacityMode.spot, CapacityMode.spot_then_on_demand):
-            spot = node_group_name(cfg.environment, pool.name, GROUP_SPOT)
+            spot = node_group_name_pattern(cfg.environment, pool.name, GROUP_SPOT)
         if e is not None and e.capacity in (CapacityMode.on_demand, CapacityMode.spot_then_on_demand):
-            od = node_group_name(cfg.environment, pool.name, GROUP_ON_DEMAND)
-        floor = node_group_name(cfg.environment, pool.name, GROUP_GUARANTEED) if pool.guaranteed else None
+            od = node_group_name_pattern(cfg.environment, pool.name, GROUP_ON_DEMAND)
+        floor = node_group_name_pattern(cfg.environment, pool.name, GROUP_GUARANTEED) if pool.guaranteed else None
         out[pool.name] = GroupNames(spot, od, floor)
     return out
 
@@ -53,7 +56,8 @@ def policy_document(*, partition: str, region: str, account: str, cluster_name: 
                     guaranteed: list[str], table_arn: str, log_group_arn: str, dlq_arn: str,
                     topic_arn: str | None, kms_key_arn: str | None, budget_names: list[str], subnet_ids: list[str],
                     security_group_id: str) -> dict:
-    """The role's inline policy (pure, so tests can check it without running the program)."""
+    """The role's inline policy (pure, so tests can check it without running the program). `elastic` and
+    `guaranteed` are node group name patterns (`<prefix>*`, group_patterns)."""
     base = f"arn:{partition}"
 
     def nodegroup(name: str) -> str:
@@ -70,7 +74,7 @@ def policy_document(*, partition: str, region: str, account: str, cluster_name: 
          "Resource": [nodegroup(n) for n in sorted(elastic)]},
         {"Sid": "ReclaimIdleElasticInstances", "Effect": "Allow", "Action": MUTATING_ASG,
          "Resource": [f"{base}:autoscaling:{region}:{account}:autoScalingGroup:*:autoScalingGroupName/eks-*"],
-         "Condition": {"StringEquals": {f"autoscaling:ResourceTag/{EKS_NODEGROUP_TAG}": sorted(elastic)}}},
+         "Condition": {"StringLike": {f"autoscaling:ResourceTag/{EKS_NODEGROUP_TAG}": sorted(elastic)}}},
         {"Sid": "ReadUnscopable", "Effect": "Allow", "Resource": ["*"], "Action": [
             "autoscaling:DescribeAutoScalingGroups", "autoscaling:DescribeScalingActivities",
             "ec2:DescribeInstances", "cloudwatch:GetMetricData"]},
@@ -106,6 +110,8 @@ class PolicyFunctionArgs:
     alerts_topic_arn: pulumi.Input[str] | None = None
     alerts_kms_key_arn: pulumi.Input[str] | None = None
     depends_on: list | None = None  # the node groups, so the function never runs before its groups exist
+    # pool -> {"spot" | "on_demand" | "guaranteed": the group's generated name}, from the capacity components.
+    group_names: dict[str, dict[str, pulumi.Input[str]]] | None = None
 
 
 class PolicyFunction(pulumi.ComponentResource):
@@ -119,9 +125,9 @@ class PolicyFunction(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self)
         env = cfg.environment
         fn_name = f"gpuloan-{env}-policy"
-        names = group_names(cfg)
-        elastic = sorted(n for g in names.values() for n in (g.spot, g.on_demand) if n)
-        guaranteed = sorted(g.guaranteed for g in names.values() if g.guaranteed)
+        patterns = group_patterns(cfg)
+        elastic = sorted(n for g in patterns.values() for n in (g.spot, g.on_demand) if n)
+        guaranteed = sorted(g.guaranteed for g in patterns.values() if g.guaranteed)
         from stacks.policy_settings import default_budget_names
 
         budget_names = default_budget_names(cfg)
@@ -130,7 +136,10 @@ class PolicyFunction(pulumi.ComponentResource):
             f"{name}-state", name=f"{fn_name}-state", billing_mode="PAY_PER_REQUEST", hash_key="pk",
             attributes=[aws.dynamodb.TableAttributeArgs(name="pk", type="S")],
             server_side_encryption=aws.dynamodb.TableServerSideEncryptionArgs(enabled=True),
-            point_in_time_recovery=aws.dynamodb.TablePointInTimeRecoveryArgs(enabled=True), opts=child)
+            point_in_time_recovery=aws.dynamodb.TablePointInTimeRecoveryArgs(enabled=True),
+            # The policy's memory (spend estimate, fallback clocks, notification times): losing it resets the
+            # budget estimate. Protected unless protect_critical is false.
+            opts=pulumi.ResourceOptions(parent=self, protect=cfg.protect_critical))
         self.dlq = aws.sqs.Queue(f"{name}-dlq", name=f"{fn_name}-dlq", sqs_managed_sse_enabled=True,
                                  message_retention_seconds=14 * 24 * 3600, opts=child)
         self.log_group = aws.cloudwatch.LogGroup(f"{name}-logs", name=f"/aws/lambda/{fn_name}",
@@ -143,7 +152,10 @@ class PolicyFunction(pulumi.ComponentResource):
             egress=[aws.ec2.SecurityGroupEgressArgs(protocol="tcp", from_port=443, to_port=443,
                                                     cidr_blocks=["0.0.0.0/0"],
                                                     description="AWS APIs (NAT or VPC endpoints) and the EKS API")],
-            opts=child)
+            # Lambda releases a VPC function's network interfaces only some time after the function is deleted
+            # (often 20+ minutes); until then deleting the group fails with DependencyViolation. The provider
+            # retries for its delete timeout, so give it longer than Lambda takes.
+            opts=pulumi.ResourceOptions(parent=self, custom_timeouts=pulumi.CustomTimeouts(delete="60m")))
         # The cluster's own SG must accept the function on 443 for a private (or CIDR-limited) endpoint.
         aws.vpc.SecurityGroupIngressRule(
             f"{name}-to-cluster", security_group_id=cluster.cluster_security_group_id, ip_protocol="tcp",
@@ -166,8 +178,8 @@ class PolicyFunction(pulumi.ComponentResource):
             zip_path.write_bytes(data)
         # A deployment needs every price (the budget cap spends by them); a preview may show them as unknown.
         preview_only = pulumi.runtime.is_dry_run() or unknown_prices_allowed()
-        settings_json = cluster.name.apply(lambda cname: settings_for(
-            cfg, cname, names, budget_names, allow_unknown_prices=preview_only).to_json())
+        settings_json = pulumi.Output.all(cluster.name, pulumi.Output.from_input(args.group_names or {})).apply(
+            lambda v: settings_for(cfg, v[0], v[1], budget_names, allow_unknown_prices=preview_only).to_json())
         variables = {"GPULOAN_SETTINGS": settings_json, "GPULOAN_STATE_TABLE": self.table.name}
         if args.alerts_topic_arn is not None:
             variables["GPULOAN_TOPIC_ARN"] = args.alerts_topic_arn

@@ -92,10 +92,35 @@ def test_a_pool_budget_without_emails_still_notifies_the_topic():
     assert first.subscriber_sns_topic_arns == ["arn:aws:sns:us-east-1:123456789012:t"]
 
 
-def test_every_cost_allocation_key_is_activated(recorded):
-    acts = recorded("prod").of_type("aws:costexplorer/costAllocationTag:CostAllocationTag")
+COST_ALLOCATION_TAG = "aws:costexplorer/costAllocationTag:CostAllocationTag"
+
+
+@pytest.mark.parametrize("stack", ["dev", "prod"])
+def test_first_deploy_declares_no_tag_activation(recorded, stack):
+    # AWS refuses to activate a key no billed resource carried yet ("empty result"), and the gpuloan keys only
+    # reach a bill once the node groups ran: an activation in the first `pulumi up` would fail the deploy.
+    assert recorded(stack).of_type(COST_ALLOCATION_TAG) == []
+    assert config.parse(gpuloan_ns(stack)).budget.activate_cost_allocation_tags is False
+
+
+def test_opting_in_activates_every_cost_allocation_key_and_retains_it():
+    cfg = stack_config("prod")
+    cfg["gpuloan:budget"]["activate_cost_allocation_tags"] = True
+    rec = run_stack("prod", cfg)
+    acts = rec.of_type(COST_ALLOCATION_TAG)
     assert sorted(a.inputs["tagKey"] for a in acts) == sorted(tags.COST_ALLOCATION_KEYS)
     assert {a.inputs["status"] for a in acts} == {"Active"}
+    # Nothing waits on the activations: a refused activation cannot hold back budgets or capacity.
+    budgets_comp = rec.of_type("gpuloan:budgets:Budgets")[0]
+    assert all(r.parent == budgets_comp.urn for r in acts)
+
+
+def test_activation_flag_belongs_to_the_environment_budget_only():
+    ns = gpuloan_ns("prod")
+    ns["pools"][0]["budget"]["activate_cost_allocation_tags"] = True
+    with pytest.raises(config.ConfigError) as err:
+        config.parse(ns)
+    assert "pools[0].budget.activate_cost_allocation_tags" in [p for p, _ in err.value.problems]
 
 
 # --- topic, key, policies ----------------------------------------------------------------------------------------

@@ -58,7 +58,9 @@ def test_floor_is_fixed_size_on_demand_and_tainted(recorded, stack):
         assert ng.inputs["scalingConfig"] == {"minSize": nodes, "desiredSize": nodes, "maxSize": nodes}
         assert ng.inputs["capacityType"] == "ON_DEMAND"
         assert ng.inputs["amiType"] == versions.GPU_AMI_TYPE
-        assert ng.inputs["nodeGroupName"] == f"{stack}-{pool}-guaranteed"
+        # A prefix, not a name: a replacement is created before the old group is deleted.
+        assert "nodeGroupName" not in ng.inputs
+        assert ng.inputs["nodeGroupNamePrefix"] == f"{stack}-{pool}-guaranteed_"
         assert ng.inputs["labels"][tags.LABEL_TIER] == "guaranteed"
         assert ng.inputs["taints"] == [GPU_TAINT]
         assert "instanceTypes" not in ng.inputs  # the type is in the launch template
@@ -99,18 +101,20 @@ def test_elastic_groups_labels_taints_and_types(recorded, stack):
         pool = cfg.pool(ng.inputs["labels"][tags.LABEL_POOL])
         labels = ng.inputs["labels"]
         assert labels[tags.LABEL_TIER] == "elastic"
-        assert ng.inputs["instanceTypes"] == pool.elastic.instance_types
+        # Spot: sorted (price-capacity-optimized ignores the order); on-demand: the config's preference order.
+        want = sorted(pool.elastic.instance_types) if ng.inputs["capacityType"] == "SPOT" else pool.elastic.instance_types
+        assert ng.inputs["instanceTypes"] == want
         assert "instanceType" not in template_of(rec, ng).inputs
         if ng.inputs["capacityType"] == "SPOT":
             assert labels[tags.LABEL_CAPACITY] == "spot"
             assert ng.inputs["taints"] == [GPU_TAINT, SPOT_TAINT]
-            assert ng.inputs["nodeGroupName"] == f"{stack}-{pool.name}-spot"
+            assert ng.inputs["nodeGroupNamePrefix"] == f"{stack}-{pool.name}-spot_"
             assert ng.inputs["scalingConfig"]["maxSize"] == pool.elastic.max_nodes
         else:
             assert ng.inputs["capacityType"] == "ON_DEMAND"
             assert labels[tags.LABEL_CAPACITY] == "on-demand"
             assert ng.inputs["taints"] == [GPU_TAINT]
-            assert ng.inputs["nodeGroupName"] == f"{stack}-{pool.name}-on-demand"
+            assert ng.inputs["nodeGroupNamePrefix"] == f"{stack}-{pool.name}-on-demand_"
             assert ng.inputs["scalingConfig"]["maxSize"] == (pool.elastic.on_demand_max_nodes or pool.elastic.max_nodes)
 
 
@@ -184,13 +188,13 @@ def test_stack_outputs_name_every_group(recorded, stack):
     for pool in cfg.pools:
         out = rec.outputs["pools"][pool.name]
         if pool.guaranteed:
-            assert out["guaranteed_node_group_name"] == f"{stack}-{pool.name}-guaranteed"
-        assert out["elastic_spot_node_group_name"] == f"{stack}-{pool.name}-spot"
+            assert out["guaranteed_node_group_name"].startswith(f"{stack}-{pool.name}-guaranteed_")
+        assert out["elastic_spot_node_group_name"].startswith(f"{stack}-{pool.name}-spot_")
+        assert len(out["elastic_spot_node_group_name"]) <= capacity.NODE_GROUP_NAME_MAX
         # The ARN the policy's IAM pattern must match (EKS appends the group's UUID).
         pattern = capacity.node_group_arn_pattern("us-east-1", offline.ACCOUNT_ID, f"gpuloan-{stack}", stack,
                                                   pool.name, capacity.GROUP_SPOT)
-        assert out["elastic_spot_node_group_arn"].startswith(pattern[:-1])
-        assert len(out["elastic_spot_node_group_arn"]) > len(pattern)
+        assert fnmatch.fnmatchcase(out["elastic_spot_node_group_arn"], pattern)
 
 
 # --- config variants --------------------------------------------------------------------------------------

@@ -112,6 +112,10 @@ INVALID = [
     ("schedule out of range", "dev", {"policy.schedule_minutes": 0}, "policy.schedule_minutes", "greater than or equal to 1"),
     ("budget refresh too often", "dev", {"policy.budget_refresh_minutes": 5},
      "policy.budget_refresh_minutes", "greater than or equal to 60"),
+    ("IAM role name too long", "dev", {"environment": "e" * 30}, "environment", "IAM allows 64"),
+    ("node group prefix too long", "dev", {"pools[0].name": "a" * 26}, "pools[0].name", "leaves 37"),
+    ("AZ without a subnet slot", "dev", {"cluster.availability_zones": ["us-east-1a", "us-east-1g"]},
+     "cluster.availability_zones", "lettered a-f"),
 ]
 
 

@@ -101,7 +101,7 @@ def test_mandatory_and_advisory_rules_are_the_issues():
         "gpu-resources-tagged", "elastic-node-groups-bounded", "policy-role-no-mutating-star",
         "ecr-immutable-and-scanned", "pool-budget-with-email", "launch-templates-imdsv2"}
     assert {n for n, lvl in levels.items() if lvl == EnforcementLevel.ADVISORY} == {
-        "spot-pools-diversified", "floor-under-budget"}
+        "spot-pools-diversified", "floor-under-budget", "floor-protected"}
 
 
 def test_pack_files_are_pinned_like_the_project():
@@ -173,6 +173,42 @@ def test_elastic_group_without_max_size_violates(recorded):
     del props["scalingConfig"]["maxSize"]
     (msg,) = violations("elastic-node-groups-bounded", resource_args(rec, ng, props))
     assert "max size" in msg
+
+
+def test_elastic_group_clamped_to_a_lower_max_is_compliant(recorded):
+    # stacks/elastic.py: lowering max_nodes below the live size sends desiredSize = maxSize, without ignore_changes.
+    rec = recorded("prod")
+    ng = elastic_groups(rec)[0]
+    props = copy.deepcopy(ng.inputs)
+    props["scalingConfig"]["desiredSize"] = props["scalingConfig"]["maxSize"]
+    assert violations("elastic-node-groups-bounded", resource_args(rec, ng, props, ignore_changes=[])) == []
+
+
+# --- floor-protected ---------------------------------------------------------------------------------------
+
+
+def _floor_resources(rec):
+    return [r for r in rec.resources if (r.type == g.NODE_GROUP and r.inputs["labels"].get("gpuloan.io/tier")
+                                         == "guaranteed") or r.type == g.CAPACITY_RESERVATION]
+
+
+def test_protected_floor_is_compliant(recorded):
+    rec = recorded("prod")
+    floor = _floor_resources(rec)
+    assert {r.type for r in floor} == {g.NODE_GROUP, g.CAPACITY_RESERVATION}
+    assert all(violations("floor-protected", resource_args(rec, r)) == [] for r in floor)
+
+
+def test_unprotected_floor_is_flagged():
+    config = stack_config("prod")
+    config["gpuloan:protect_critical"] = False
+    rec = run_stack("prod", config)
+    floor = _floor_resources(rec)
+    for r in floor:
+        (msg,) = violations("floor-protected", resource_args(rec, r))
+        assert "not protected" in msg and r.name in msg
+    elastic = elastic_groups(rec)[0]
+    assert violations("floor-protected", resource_args(rec, elastic)) == []
 
 
 def test_guaranteed_groups_are_not_elastic(recorded):

@@ -100,6 +100,73 @@ def test_a_changed_dockerfile_changes_base_and_framework_tags(tmp_path, monkeypa
     assert after.base.tag != before.base.tag and after.framework.tag != before.framework.tag
 
 
+IMAGE_VARIANTS = {
+    "name": ["pytorch", "trainer"],
+    "cuda_version": ["12.4.1", "12.6.3"],
+    "python_version": ["3.11", "3.12"],
+    "pytorch": [None, {"version": "2.5.1", "cuda_tag": "cu124"}, {"version": "2.6.0", "cuda_tag": "cu124"},
+                {"version": "2.6.0", "cuda_tag": "cu126"}],
+    "packages": [[], ["transformers==4.46.3"], ["transformers==4.46.2"]],
+}
+
+
+def _all_builds(monkeypatch, tmp_path) -> list[images.BuildPlan]:
+    """Base and framework builds of every valid combination of every image field, with two versions of the
+    base Dockerfile's build context (a file added next to it)."""
+    import itertools
+
+    builds = []
+    for extra_file in (False, True):
+        if extra_file:
+            shutil.copytree(REPO / "images", tmp_path / "images")
+            (tmp_path / images.BASE_DIR / "entrypoint.sh").write_text("#!/bin/sh\nexec \"$@\"\n")
+            monkeypatch.setattr(images, "REPO_ROOT", tmp_path)
+        for values in itertools.product(*IMAGE_VARIANTS.values()):
+            img = {k: v for k, v in zip(IMAGE_VARIANTS, values) if v is not None}
+            try:
+                cfg = _cfg(images_=[img])
+            except config.ConfigError:
+                continue  # an incompatible combination never reaches a build
+            plan = images.plan_images(cfg)[0]
+            builds += [b for b in (plan.base, plan.framework) if b is not None]
+    return builds
+
+
+def test_same_tag_means_same_pushed_content(monkeypatch, tmp_path):
+    # Tags are immutable: two builds that would push different content under one tag fail the second push
+    # (ImageTagAlreadyExistsException). So the tag must be a function of everything pushed, labels included.
+    builds = _all_builds(monkeypatch, tmp_path)
+    assert len(builds) > 40
+    by_tag: dict[str, str] = {}
+    for b in builds:
+        pushed = json.dumps(b.pushed_inputs(), sort_keys=True)
+        assert by_tag.setdefault(b.tag, pushed) == pushed, f"{b.tag} would be pushed with different content"
+    distinct_inputs = {json.dumps(b.pushed_inputs(), sort_keys=True) for b in builds}
+    assert len(by_tag) == len(distinct_inputs)
+
+
+def test_a_pytorch_change_leaves_the_base_image_and_its_tag_alone():
+    img = {"name": "pytorch", "cuda_version": "12.4.1", "python_version": "3.11",
+           "pytorch": {"version": "2.5.1", "cuda_tag": "cu124"}}
+    a = images.plan_images(_cfg(images_=[img]))[0]
+    b = images.plan_images(_cfg(images_=[img | {"pytorch": {"version": "2.6.0", "cuda_tag": "cu124"}}]))[0]
+    assert a.base.pushed_inputs() == b.base.pushed_inputs() and a.base.tag == b.base.tag
+    assert a.framework.tag != b.framework.tag
+    assert "io.gpuloan.pytorch-version" not in a.base.labels
+
+
+def test_the_resources_push_exactly_the_planned_inputs(recorded):
+    rec = recorded("prod")
+    plan = images.plan_images(_cfg())[0]
+    for build, resource in ((plan.base, "prod-images-pytorch-base-image"), (plan.framework, "prod-images-pytorch-image")):
+        inputs = rec.named(resource).inputs
+        assert inputs["labels"] == build.labels
+        assert inputs["platforms"] == list(build.platforms)
+        assert {k: v for k, v in inputs["buildArgs"].items() if k != "BASE_IMAGE"} == build.build_args
+        assert inputs["tags"][0].endswith(":" + build.tag)
+        assert inputs["dockerfile"]["location"] == str(build.dockerfile)
+
+
 def test_image_without_framework_builds_the_base_only_and_packages_only_skip_torch():
     bare, pkgs = images.plan_images(_cfg(images_=[
         {"name": "bare", "cuda_version": "12.6.3", "python_version": "3.12"},
@@ -122,13 +189,12 @@ def test_platforms_follow_the_pools_cpu_architectures(monkeypatch):
     assert images.platforms_for(cfg) == ("linux/amd64", "linux/arm64")
 
 
-def test_lifecycle_policy_expires_untagged_then_caps_the_count():
+def test_lifecycle_policy_never_selects_a_tagged_image():
+    # A live tag (what a stack runs) and the build caches are tagged: no rule may select them. A count rule
+    # ("keep the newest N", tagStatus any) would, once N newer pushes exist.
     rules = json.loads(images.lifecycle_policy())["rules"]
-    assert [r["rulePriority"] for r in rules] == [1, 2]
-    assert rules[0]["selection"]["tagStatus"] == "untagged" and rules[0]["selection"]["countType"] == "sinceImagePushed"
-    # ECR requires the tagStatus=any rule to have the lowest priority (highest number).
-    assert rules[-1]["selection"] == {"tagStatus": "any", "countType": "imageCountMoreThan",
-                                      "countNumber": images.KEEP_IMAGES}
+    assert rules and all(r["selection"]["tagStatus"] == "untagged" for r in rules)
+    assert rules[0]["selection"]["countType"] == "sinceImagePushed"
     assert all(r["action"] == {"type": "expire"} for r in rules)
 
 
@@ -150,7 +216,8 @@ def test_one_repository_per_image_scanned_immutable_kms(prod):
     key = prod.named("prod-images-ecr")
     assert key.inputs["enableKeyRotation"] is True
     assert repo["encryptionConfigurations"][0]["kmsKey"] == key.outputs["arn"]
-    assert not repo.get("forceDelete")
+    # ECR refuses to delete a non-empty repository, and the build caches belong to no resource.
+    assert repo["forceDelete"] is True
 
 
 def test_each_repository_has_the_lifecycle_policy(prod):

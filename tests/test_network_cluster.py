@@ -64,6 +64,17 @@ def test_subnet_plan_is_stable_when_an_az_is_added():
     assert three[:4] == two
 
 
+def test_subnet_plan_ignores_the_order_of_the_azs_and_where_one_is_added():
+    # A subnet's CIDR forces a new subnet, which EC2 cannot do under running nodes: order must not matter.
+    def by_az(azs):
+        return {(x.availability_zone, x.kind): x.cidr_block for x in plan_subnets("10.40.0.0/16", azs)}
+
+    ab = by_az(["us-east-1b", "us-east-1c"])
+    assert by_az(["us-east-1c", "us-east-1b"]) == ab
+    with_a = by_az(["us-east-1a", "us-east-1b", "us-east-1c"])
+    assert {k: v for k, v in with_a.items() if k[0] != "us-east-1a"} == ab
+
+
 # --- new cluster -------------------------------------------------------------------------------------------
 
 
@@ -207,12 +218,12 @@ def test_existing_cluster_creates_no_network_no_cluster_no_addons(existing):
 
 def test_existing_cluster_gpu_groups_use_its_subnets_and_a_role_with_cni(existing):
     groups = existing.of_type(NODE_GROUP)
-    assert {g.inputs["nodeGroupName"] for g in groups} == {"dev-research-guaranteed", "dev-research-spot"}
+    assert {g.inputs["nodeGroupNamePrefix"] for g in groups} == {"dev-research-guaranteed_", "dev-research-spot_"}
     for g in groups:
         assert g.inputs["clusterName"] == "ml-shared"
         assert all(s.startswith("subnet-") for s in g.inputs["subnetIds"])
-    [floor] = [g for g in groups if g.inputs["nodeGroupName"].endswith("guaranteed")]
-    [spot] = [g for g in groups if g.inputs["nodeGroupName"].endswith("spot")]
+    [floor] = [g for g in groups if g.inputs["nodeGroupNamePrefix"].endswith("guaranteed_")]
+    [spot] = [g for g in groups if g.inputs["nodeGroupNamePrefix"].endswith("spot_")]
     # The reservation's AZ only (the mocked lookup answers one subnet per requested AZ).
     assert len(floor.inputs["subnetIds"]) == 1 and len(spot.inputs["subnetIds"]) == 2
     assert floor.inputs["subnetIds"][0] in spot.inputs["subnetIds"]

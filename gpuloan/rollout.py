@@ -1,0 +1,151 @@
+"""Which node groups a change replaces or rolls, from two offline preview documents (base and head).
+
+A Pulumi diff lists changed inputs; what a reviewer needs is what happens to running nodes:
+- **replaces**: an input the provider cannot update in place (ForceNew) changed, so Pulumi creates a new node
+  group and deletes the old one: every node of the group is new, running pods are evicted;
+- **rolls**: the group stays, but EKS replaces every node (UpdateNodegroupVersion): a new launch-template version
+  (any template change: tags, volume, reservation target), an AMI release or Kubernetes version change;
+- **deletes**: the group is gone from the plan.
+
+The tables below are the provider's (terraform-provider-aws `internal/service/eks/node_group.go` and
+`internal/service/ec2/ec2_launch_template.go`, which pulumi-aws bridges; docs/aws-rules.md): inputs marked
+ForceNew replace, `launch_template.version` / `release_version` / `version` go through UpdateNodegroupVersion.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+NODE_GROUP = "aws:eks/nodeGroup:NodeGroup"
+LAUNCH_TEMPLATE = "aws:ec2/launchTemplate:LaunchTemplate"
+CAPACITY_RESERVATION = "aws:ec2/capacityReservation:CapacityReservation"
+
+# aws_eks_node_group: ForceNew arguments (engine/camelCase names). `subnetIds` is a set: order is not a change.
+NODE_GROUP_REPLACE_FORCING = (
+    "amiType", "capacityType", "clusterName", "diskSize", "instanceTypes", "launchTemplate.id",
+    "launchTemplate.name", "nodeGroupName", "nodeGroupNamePrefix", "nodeRoleArn", "remoteAccess", "subnetIds",
+)
+SET_VALUED = frozenset({"subnetIds"})
+# aws_eks_node_group: updated in place by UpdateNodegroupVersion, which replaces every node.
+NODE_GROUP_ROLLING = ("launchTemplate.version", "releaseVersion", "version")
+# aws_launch_template: ForceNew (a new template, so a new launchTemplate.id on the group: a replacement).
+LAUNCH_TEMPLATE_REPLACE_FORCING = ("name", "namePrefix")
+# aws_launch_template inputs whose change does NOT make a new template version (template-level metadata).
+LAUNCH_TEMPLATE_NO_NEW_VERSION = frozenset({"tags", "tagsAll", "updateDefaultVersion", "defaultVersion"})
+# aws_ec2_capacity_reservation: ForceNew arguments (a new reservation id, so a new template version).
+CAPACITY_RESERVATION_REPLACE_FORCING = (
+    "availabilityZone", "instanceType", "instancePlatform", "tenancy", "ebsOptimized", "ephemeralStorage",
+    "outpostArn", "placementGroupArn",
+)
+
+
+@dataclass(frozen=True)
+class GroupChange:
+    action: str  # "replaces" | "rolls" | "deletes"
+    group: str  # e.g. prod-training-guaranteed
+    tier: str  # guaranteed | elastic | platform
+    size: str  # e.g. "2× p4d.24xlarge", "0–8× p4d.24xlarge, p5.48xlarge"
+    reasons: tuple[str, ...]
+
+    @property
+    def is_floor(self) -> bool:
+        return self.tier == "guaranteed"
+
+    def sentence(self) -> str:
+        why = f": {', '.join(self.reasons)}" if self.reasons else ""
+        return f"{self.action} `{self.group}` ({self.size}){why}"
+
+
+def _get(inputs: dict[str, Any], path: str) -> Any:
+    value: Any = inputs
+    for part in path.split("."):
+        if not isinstance(value, dict):
+            return None
+        value = value.get(part)
+    return value
+
+
+def _changed(old: dict[str, Any], new: dict[str, Any], path: str) -> bool:
+    a, b = _get(old, path), _get(new, path)
+    if path in SET_VALUED and isinstance(a, list) and isinstance(b, list):
+        return sorted(map(str, a)) != sorted(map(str, b))
+    return a != b
+
+
+def group_label(inputs: dict[str, Any]) -> str:
+    name = inputs.get("nodeGroupName") or str(inputs.get("nodeGroupNamePrefix") or "?").rstrip("_-")
+    return str(name)
+
+
+def _tier(inputs: dict[str, Any]) -> str:
+    return str((inputs.get("labels") or {}).get("gpuloan.io/tier") or "platform")
+
+
+def _size(inputs: dict[str, Any], template: dict[str, Any] | None) -> str:
+    """Nodes × instance types; a floor's type lives in its launch template (`template`, the resource)."""
+    scaling = inputs.get("scalingConfig") or {}
+    types = list(inputs.get("instanceTypes") or [])
+    template_inputs = (template or {}).get("inputs") or {}
+    if not types and template_inputs.get("instanceType"):
+        types = [template_inputs["instanceType"]]
+    kinds = ", ".join(types) or "?"
+    if _tier(inputs) == "elastic":
+        return f"0–{scaling.get('maxSize', '?')}× {kinds}"
+    return f"{scaling.get('desiredSize', scaling.get('maxSize', '?'))}× {kinds}"
+
+
+def _template_id(resource: dict[str, Any]) -> str:
+    """The launch template id a node group points at, as the offline preview assigns it (from the template's
+    logical name), so a template's change can be traced to its group."""
+    from gpuloan import offline
+
+    return offline.TYPE_OUTPUTS[LAUNCH_TEMPLATE](resource["name"], {}, "")["id"]
+
+
+def _by_urn(doc: dict[str, Any] | None) -> dict[str, dict]:
+    return {r["urn"]: r for r in (doc or {}).get("resources", [])}
+
+
+def group_changes(base: dict[str, Any] | None, head: dict[str, Any] | None) -> list[GroupChange]:
+    """Every node group of `base` that `head` replaces, rolls or deletes (floors first)."""
+    old, new = _by_urn(base), _by_urn(head)
+    templates_old = {_template_id(r): r for r in old.values() if r["type"] == LAUNCH_TEMPLATE}
+    templates_new = {_template_id(r): r for r in new.values() if r["type"] == LAUNCH_TEMPLATE}
+    # Reservations whose replacement gives the floor a new reservation id (its template targets it).
+    replaced_reservations = [
+        (r, [k for k in CAPACITY_RESERVATION_REPLACE_FORCING if _changed(r["inputs"], new[u]["inputs"], k)])
+        for u, r in old.items() if r["type"] == CAPACITY_RESERVATION and u in new]
+    replaced_reservations = [(r, keys) for r, keys in replaced_reservations if keys]
+
+    out: list[GroupChange] = []
+    for urn, before in old.items():
+        if before["type"] != NODE_GROUP:
+            continue
+        a = before["inputs"]
+        lt_id = _get(a, "launchTemplate.id")
+        tmpl_a = templates_old.get(lt_id)
+        if urn not in new:
+            out.append(GroupChange("deletes", group_label(a), _tier(a), _size(a, tmpl_a), ()))
+            continue
+        b = new[urn]["inputs"]
+        tmpl_b = templates_new.get(_get(b, "launchTemplate.id"))
+        replace = [k for k in NODE_GROUP_REPLACE_FORCING if _changed(a, b, k)]
+        roll = [k for k in NODE_GROUP_ROLLING if _changed(a, b, k)]
+        if tmpl_a is not None and tmpl_b is not None:
+            ta, tb = tmpl_a["inputs"], tmpl_b["inputs"]
+            replace += [f"launch template {k}" for k in LAUNCH_TEMPLATE_REPLACE_FORCING if _changed(ta, tb, k)]
+            versioned = sorted(k for k in set(ta) | set(tb)
+                               if k not in LAUNCH_TEMPLATE_NO_NEW_VERSION and ta.get(k) != tb.get(k))
+            if versioned:
+                roll.append(f"new launch template version ({', '.join(versioned)})")
+        if _tier(a) == "guaranteed":
+            for reservation, keys in replaced_reservations:
+                if reservation["parent"] == before["parent"]:
+                    roll.append(f"new capacity reservation ({', '.join(keys)})")
+        if replace:
+            out.append(GroupChange("replaces", group_label(b), _tier(b), _size(b, tmpl_b), tuple(replace + roll)))
+        elif roll:
+            out.append(GroupChange("rolls", group_label(b), _tier(b), _size(b, tmpl_b), tuple(roll)))
+    order = {"guaranteed": 0, "elastic": 1}
+    return sorted(out, key=lambda c: (order.get(c.tier, 2), c.action != "replaces", c.group))

@@ -1,0 +1,141 @@
+"""Config hardening (issue 14): each named invalid stack file is refused by `gpuloan validate` with exit 2, the
+offending path in the message and no traceback; the YAML-level cases are refused while loading, before any config
+is built; the Pulumi program itself refuses a region mismatch."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+import yaml
+
+from conftest import run_stack, stack_config
+from gpuloan import cmd_validate, offline, stackfile
+from stacks import config
+
+GOOD_DEV = (stackfile.Path(__file__).resolve().parent.parent / "Pulumi.dev.yaml").read_text()
+
+
+def _with(stack: str, edit) -> str:
+    cfg = stack_config(stack)
+    edit(cfg)
+    return yaml.safe_dump({"config": cfg}, sort_keys=False)
+
+
+def _pool(cfg, **changes):
+    cfg["gpuloan:pools"][0].update(changes)
+
+
+def _tags(n: int) -> dict[str, str]:
+    return {f"k{i}": "v" for i in range(n)}
+
+
+# name -> (stack file text, expected path in the message, expected fragment)
+CASES = {
+    "namespace typo": (GOOD_DEV + "  gpulaon:policy:\n    dry_run: true\n", "gpulaon:policy",
+                       "did you mean 'gpuloan:policy'"),
+    "unknown key suggests": (_with("dev", lambda c: c["gpuloan:policy"].update(dry_rn=True)), "policy.dry_rn",
+                             "did you mean 'dry_run'"),
+    "unknown nested key suggests": (_with("dev", lambda c: c["gpuloan:cluster"].update(vpc_cdr="10.0.0.0/16")),
+                                    "cluster.vpc_cdr", "did you mean 'vpc_cidr'"),
+    "duplicate key": (GOOD_DEV.replace("    dry_run: false\n", "    dry_run: true\n    dry_run: false\n"),
+                      "config.gpuloan:policy.dry_run", "duplicate key"),
+    "duplicate top-level config key": (GOOD_DEV + "  gpuloan:region: us-west-2\n", "config.gpuloan:region",
+                                       "duplicate key"),
+    "endpoint open through a union": (
+        _with("dev", lambda c: c["gpuloan:cluster"].update(public_endpoint_cidrs=["0.0.0.0/1", "128.0.0.0/1"])),
+        "cluster.public_endpoint_cidrs", "cover the whole internet"),
+    "endpoint open through four quarters": (
+        _with("dev", lambda c: c["gpuloan:cluster"].update(
+            public_endpoint_cidrs=["0.0.0.0/2", "64.0.0.0/2", "128.0.0.0/2", "192.0.0.0/2"])),
+        "cluster.public_endpoint_cidrs", "cover the whole internet"),
+    "team is kube-system": (_with("dev", lambda c: _pool(c, team="kube-system")), "pools[0].team", "namespace"),
+    "team is kube-anything": (_with("dev", lambda c: _pool(c, team="kube-extra")), "pools[0].team", "kube-*"),
+    "team is default": (_with("dev", lambda c: _pool(c, team="default")), "pools[0].team", "namespace"),
+    "team is the GPU operator's namespace": (_with("dev", lambda c: _pool(c, team="gpu-operator")), "pools[0].team",
+                                             "namespace"),
+    "team is the metrics add-on's namespace": (_with("dev", lambda c: _pool(c, team="amazon-cloudwatch")),
+                                               "pools[0].team", "namespace"),
+    "aws: tag key": (_with("dev", lambda c: c["gpuloan:default_tags"].update({"AWS:owner": "x"})), "default_tags",
+                     "reserved aws: prefix"),
+    "eks: tag key": (_with("dev", lambda c: c["gpuloan:default_tags"].update({"eks:cluster-name": "x"})),
+                     "default_tags", "set by EKS itself"),
+    "too many tags": (_with("dev", lambda c: c.update({"gpuloan:default_tags": _tags(45)})), "default_tags",
+                      "AWS allows 50 per resource"),
+    "non-string key": (GOOD_DEV.replace("    cost-center: ml-platform\n", "    cost-center: ml-platform\n    7: x\n"),
+                       "config.gpuloan:default_tags.7", "not a string"),
+    "non-string value for a string map": (_with("dev", lambda c: c["gpuloan:default_tags"].update({"team": [1]})),
+                                          "default_tags.team", "valid string"),
+    "deep nesting": (GOOD_DEV + "  gpuloan:extra: " + "[" * 200 + "]" * 200 + "\n", "", "nested too deeply"),
+    "billion laughs": (GOOD_DEV + "".join(
+        f"  gpuloan:l{i}: &l{i} [" + ", ".join([f"*l{i - 1}"] * 10 if i else ['"lol"'] * 10) + "]\n"
+        for i in range(9)), "", "expands to more than 100,000 values"),
+    "recursive alias": (GOOD_DEV + "  gpuloan:loop: &loop [1, *loop]\n", "", "contains itself"),
+}
+
+
+def _validate(tmp_path, capsys, text: str | bytes) -> tuple[int, str]:
+    path = tmp_path / "Pulumi.dev.yaml"
+    path.write_bytes(text if isinstance(text, bytes) else text.encode())
+    code = cmd_validate.run(argparse.Namespace(stack=str(path)))
+    return code, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_invalid_stack_file_is_refused_cleanly(tmp_path, capsys, name):
+    text, path, fragment = CASES[name]
+    code, err = _validate(tmp_path, capsys, text)
+    assert code == cmd_validate.EXIT_INVALID, err
+    assert "Traceback" not in err
+    assert fragment in err, err
+    assert path in err, err
+
+
+def test_invalid_utf8_is_refused_cleanly(tmp_path, capsys):
+    code, err = _validate(tmp_path, capsys, GOOD_DEV.encode().replace(b"ml-platform", b"ml-\xffplatform", 1))
+    assert code == cmd_validate.EXIT_INVALID and "Traceback" not in err
+    assert "not valid UTF-8 (byte 0xff" in err
+
+
+def test_the_shipped_stacks_load_strictly():
+    for stack in ("dev", "prod"):
+        doc = stackfile.load(stackfile.Path(__file__).resolve().parent.parent / f"Pulumi.{stack}.yaml")
+        assert doc == {"config": stack_config(stack)}
+
+
+def test_billion_laughs_is_refused_before_it_is_expanded(monkeypatch):
+    # The refusal comes from the node graph; constructing the document (which would share, then json.dumps would
+    # expand) is never reached.
+    called = []
+    monkeypatch.setattr(yaml.SafeLoader, "construct_document", lambda self, node: called.append(1))
+    with pytest.raises(stackfile.StackFileError, match="expands to more than"):
+        stackfile.loads(CASES["billion laughs"][0])
+    assert called == []
+
+
+def test_a_namespace_far_from_gpuloan_is_left_to_its_owner():
+    # kubernetes:, aws:, pulumi: and other providers' keys are theirs, not typos.
+    assert config.namespace_problems(["aws:region", "kubernetes:context", "pulumi:tags", "docker-build:x"]) == []
+    assert [p for p, _ in config.namespace_problems(["gpuloa:budget", "gpu-loan:pools"])] == \
+        ["gpuloa:budget", "gpu-loan:pools"]
+
+
+def test_the_program_refuses_a_region_mismatch_before_any_resource(monkeypatch):
+    cfg = stack_config("dev")
+    cfg["aws:region"] = "us-west-2"
+    registered = []
+    original = offline.OfflineMocks.new_resource
+    monkeypatch.setattr(offline.OfflineMocks, "new_resource",
+                        lambda self, args: registered.append(args.typ) or original(self, args))
+    with pytest.raises(Exception) as err:
+        run_stack("dev", cfg)
+    assert "aws:region is us-west-2" in str(err.value)
+    assert registered == []
+
+
+def test_the_program_refuses_a_namespace_typo(monkeypatch):
+    cfg = stack_config("dev")
+    cfg["gpulaon:policy"] = {"dry_run": True}
+    with pytest.raises(Exception) as err:
+        run_stack("dev", cfg)
+    assert "did you mean 'gpuloan:policy'" in str(err.value)
