@@ -562,8 +562,10 @@ def system_namespaces() -> set[str]:
     """Namespaces a team may not take: Kubernetes' own and those of the add-ons gpuloan installs."""
     from stacks.gpu_metrics import AGENT_NAMESPACE
     from stacks.gpu_operator import NAMESPACE as GPU_OPERATOR_NAMESPACE
+    from stacks.kueue import NAMESPACE as KUEUE_NAMESPACE
 
-    return {"default", "kube-system", "kube-public", "kube-node-lease", GPU_OPERATOR_NAMESPACE, AGENT_NAMESPACE}
+    return {"default", "kube-system", "kube-public", "kube-node-lease", GPU_OPERATOR_NAMESPACE, AGENT_NAMESPACE,
+            KUEUE_NAMESPACE}
 
 
 def _budget_problems(b: Budget, at: str, add) -> None:

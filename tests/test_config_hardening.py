@@ -52,6 +52,8 @@ CASES = {
     "team is kube-system": (_with("dev", lambda c: _pool(c, team="kube-system")), "pools[0].team", "namespace"),
     "team is kube-anything": (_with("dev", lambda c: _pool(c, team="kube-extra")), "pools[0].team", "kube-*"),
     "team is default": (_with("dev", lambda c: _pool(c, team="default")), "pools[0].team", "namespace"),
+    "team is Kueue's namespace": (_with("dev", lambda c: _pool(c, team="kueue-system")), "pools[0].team",
+                                   "namespace"),
     "team is the GPU operator's namespace": (_with("dev", lambda c: _pool(c, team="gpu-operator")), "pools[0].team",
                                              "namespace"),
     "team is the metrics add-on's namespace": (_with("dev", lambda c: _pool(c, team="amazon-cloudwatch")),
