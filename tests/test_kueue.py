@@ -255,9 +255,9 @@ def test_each_flavor_selects_node_groups_of_its_pool_and_tolerates_their_taints(
             assert g.inputs["labels"][tags.LABEL_POOL] == labels[tags.LABEL_POOL]
             for taint in g.inputs.get("taints") or []:
                 assert (taint["key"], "NoSchedule") in tolerated, (f["metadata"]["name"], taint)
-            covered.add(g.inputs["nodeGroupName"])
+            covered.add(g.inputs["nodeGroupNamePrefix"])
     # Every GPU node group is reachable through some flavor (quota and capacity cannot disagree by omission).
-    assert covered == {g.inputs["nodeGroupName"] for g in groups}
+    assert covered == {g.inputs["nodeGroupNamePrefix"] for g in groups}
 
 
 def test_production_flavor_order_without_spot_is_floor_then_on_demand():

@@ -77,7 +77,14 @@ def test_a_default_tags_edit_rolls_every_node(prod_base):
 
 
 def test_removing_a_pool_deletes_its_groups(prod_base):
-    changes = _by_group(_changes(prod_base, lambda c: c["gpuloan:pools"].pop(1) and c["gpuloan:budget"]))
+    def remove_inference(c):
+        c["gpuloan:pools"].pop(1)
+        # Kueue's list of production pools allowed on spot must not name the removed pool (validation refuses it).
+        kueue = c["gpuloan:scheduling"]["kueue"]
+        kueue["production_spot_pools"] = [p for p in kueue["production_spot_pools"] if p != "inference"]
+        return c["gpuloan:budget"]
+
+    changes = _by_group(_changes(prod_base, remove_inference))
     assert {g for g, c in changes.items() if c.action == "deletes"} == {
         "prod-inference-guaranteed", "prod-inference-spot", "prod-inference-on-demand"}
 
