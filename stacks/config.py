@@ -255,7 +255,12 @@ class Alarms(Strict):
 
 class GitHub(Strict):
     repository: str = Field(pattern=r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$", description="owner/name of the repository whose workflows may assume the roles.")
-    create_oidc_provider: bool = Field(True, description="False when the account already has the GitHub OIDC provider.")
+    create_oidc_provider: bool = Field(True, description="Create the account's GitHub OIDC provider (IAM allows one per URL per account). False in every other stack of the account: the roles then trust the existing provider.")
+    oidc_provider_arn: str | None = Field(
+        None, pattern=r"^arn:aws(-[a-z]+)*:iam::\d{12}:oidc-provider/token\.actions\.githubusercontent\.com$",
+        description="ARN of the account's existing GitHub OIDC provider (with create_oidc_provider: false). Default: "
+        "arn:<partition>:iam::<this account>:oidc-provider/token.actions.githubusercontent.com.",
+    )
     deploy_environment: str | None = Field(
         None, pattern=r"^[A-Za-z0-9_.-]{1,255}$",
         description="GitHub environment the deploy job of this stack runs in (required reviewers); the deploy role "
