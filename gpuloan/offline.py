@@ -328,7 +328,3 @@ def _iam_policy(name: str, inputs: dict[str, Any], region: str) -> dict[str, Any
     # IAM's real ARN shape: global (no region), the path inside the ARN (IAM patterns match on it).
     return {"arn": f"arn:aws:iam::{ACCOUNT_ID}:policy{inputs.get('path') or '/'}{inputs.get('name', name)}"}
 
-
-@outputs_for("aws:iam/role:Role")
-def _iam_role(name: str, inputs: dict[str, Any], region: str) -> dict[str, Any]:
-    return {"arn": f"arn:aws:iam::{ACCOUNT_ID}:role{inputs.get('path') or '/'}{inputs.get('name', name)}"}
