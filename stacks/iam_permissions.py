@@ -465,8 +465,8 @@ def deploy_policy_document(types: Iterable[str], scope: Scope, invokes: Iterable
             # action needs the key to carry that tag already; aliases are also checked by their name.
             create = [a for a in actions if a == "kms:CreateKey"]
             if create:
-                statements.append(_stmt("CreateKmsKeyTagged", create, "*",
-                                        {"StringEquals": {f"aws:RequestTag/{ENV_TAG}": s.env}}))
+                statements.append(_stmt("CreateKmsKeyTagged", create, "*", {"StringEquals": {
+                    f"aws:RequestTag/{ENV_TAG}": s.env, "aws:RequestedRegion": s.region}}))
             alias = [a for a in actions if "Alias" in a]
             key = [a for a in actions if a not in create]
             statements.append(_stmt("ChangeOwnKmsKeys", key, s.arn("kms", "key/*"),
@@ -495,10 +495,12 @@ def _ec2_statements(actions: list[str], s: Scope) -> list[dict]:
         out.append(_stmt(f"Ec2{a.split(':')[1]}Tagged", [a], s.arn("ec2", f"{TAG_ON_CREATE[a]}/*"),
                          {"StringEquals": {f"aws:RequestTag/{ENV_TAG}": s.env}}))
     # ...and tagging is only allowed as part of such a create, or on a resource this environment already owns.
-    out.append(_stmt("Ec2TagOnCreate", ["ec2:CreateTags"], "*", {"StringEquals": {"ec2:CreateAction": create}}))
+    out.append(_stmt("Ec2TagOnCreate", ["ec2:CreateTags"], s.arn("ec2", "*"),
+                     {"StringEquals": {"ec2:CreateAction": create}}))
     # Everything else (including the existing resources a create refers to: the VPC of a new subnet, the group of
     # a new rule) needs the environment's tag on the resource.
-    out.append(_stmt("Ec2ChangeOwn", actions, "*", {"StringEquals": {f"aws:ResourceTag/{ENV_TAG}": s.env}}))
+    out.append(_stmt("Ec2ChangeOwn", actions, s.arn("ec2", "*"),
+                     {"StringEquals": {f"aws:ResourceTag/{ENV_TAG}": s.env}}))
     # The cluster security group is created by EKS, which tags it with the cluster's name, not ours.
     sg_rules = [a for a in actions if "SecurityGroup" in a]
     if sg_rules:
