@@ -17,6 +17,7 @@ COMMANDS = [
     "gpuloan.cmd_cost_report",
     "gpuloan.cmd_cost_diff",
     "gpuloan.cmd_simulate",
+    "gpuloan.cmd_ci_runner",
 ]
 
 

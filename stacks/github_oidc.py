@@ -77,6 +77,16 @@ def trust_policy(provider_arn: str, subjects: list[str]) -> str:
     }, sort_keys=True)
 
 
+# Where the pulumi jobs run when the config names no runner labels (GitHub-hosted, pinned image).
+HOSTED_RUNNER = "ubuntu-24.04"
+
+
+def runs_on(cfg: GpuLoanConfig) -> str | list[str]:
+    """The `runs-on` of the stack's pulumi jobs: they reach the cluster API (github.cluster_access)."""
+    assert cfg.github is not None
+    return list(cfg.github.runner_labels) if cfg.github.runner_labels else HOSTED_RUNNER
+
+
 def provider_arn_for(cfg: GpuLoanConfig, account_id: str, partition: str) -> str:
     """The ARN of an existing provider: the configured one, else the account's (one per URL per account)."""
     assert cfg.github is not None

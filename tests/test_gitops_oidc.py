@@ -50,8 +50,10 @@ def test_prod_deploy_role_trusts_only_the_gated_environment(recorded):
     assert stmt["Condition"]["StringEquals"][SUB] == f"repo:{REPO_NAME}:environment:prod"
 
 
-def test_deploy_role_without_environment_trusts_only_main(recorded):
-    stmt = _trust(_role(recorded("dev"), "deploy"))
+def test_deploy_role_without_environment_trusts_only_main():
+    cfg = stack_config("dev")
+    del cfg["gpuloan:github"]["deploy_environment"]  # the shipped dev deploys through its "dev" environment
+    stmt = _trust(_role(run_stack("dev", cfg), "deploy"))
     assert stmt["Condition"] == {"StringEquals": {AUD: "sts.amazonaws.com", SUB: f"repo:{REPO_NAME}:ref:refs/heads/main"}}
 
 
@@ -181,3 +183,84 @@ def test_ci_roles_get_cluster_access_admin_for_deploy_and_a_reader_group_for_pre
     assert assoc["accessScope"] == {"type": "cluster"}
     (preview_entry,) = [e for name, e in entries.items() if name.endswith("-preview-access")]
     assert preview_entry["kubernetesGroups"] == ["gpuloan-ci-preview"]
+
+
+# --- issue 12 item 9: an existing provider, referenced by config ----------------------------------------------
+
+
+def _parse_with_github(github: dict, stack: str = "prod", cluster: dict | None = None):
+    data = {k.split(":", 1)[1]: v for k, v in stack_config(stack).items() if k.startswith("gpuloan:")}
+    data["github"] = github
+    if cluster is not None:
+        data["cluster"] = cluster
+    return config_mod.parse(data)
+
+
+def _problems(github: dict, **kw) -> dict[str, str]:
+    with pytest.raises(config_mod.ConfigError) as err:
+        _parse_with_github(github, **kw)
+    return dict(err.value.problems)
+
+
+SELF_HOSTED = {"cluster_access": "self_hosted", "runner_labels": ["self-hosted", "vpc"]}
+
+
+def test_an_existing_provider_arn_from_config_is_trusted_and_nothing_is_created():
+    cfg = stack_config("prod")
+    arn = "arn:aws:iam::123456789012:oidc-provider/token.actions.githubusercontent.com"
+    cfg["gpuloan:github"].update(create_oidc_provider=False, oidc_provider_arn=arn)
+    rec = run_stack("prod", cfg)
+    assert rec.of_type("aws:iam/openIdConnectProvider:OpenIdConnectProvider") == [rec.named("prod-cluster-oidc")]
+    assert rec.outputs["github_oidc_provider_arn"] == arn
+    for role in ("preview", "deploy"):
+        assert _trust(_role(rec, role))["Principal"]["Federated"] == arn
+
+
+def test_the_default_creates_the_provider_once():
+    cfg = _parse_with_github({"repository": "o/r", **SELF_HOSTED})
+    assert cfg.github.create_oidc_provider is True and cfg.github.oidc_provider_arn is None
+
+
+@pytest.mark.parametrize("github, path, words", [
+    ({"oidc_provider_arn": "arn:aws:iam::123456789012:oidc-provider/token.actions.githubusercontent.com"},
+     "github.oidc_provider_arn", "create_oidc_provider: false"),
+    ({"create_oidc_provider": False, "oidc_provider_arn": "arn:aws:iam::123456789012:oidc-provider/example.com"},
+     "github.oidc_provider_arn", "pattern"),
+    ({"create_oidc_provider": False, "oidc_provider_arn": "arn:aws:iam::12345:oidc-provider/token.actions.githubusercontent.com"},
+     "github.oidc_provider_arn", "pattern"),
+])
+def test_bad_provider_reference_names_the_field(github, path, words):
+    problems = _problems({"repository": "o/r", **SELF_HOSTED, **github})
+    assert path in problems and words in problems[path]
+
+
+# --- issue 12 item 10: CI reach to the cluster API -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("github, cluster, path, words", [
+    ({}, None, "github.cluster_access", "pick how CI reaches the cluster API"),
+    ({"cluster_access": "self_hosted"}, None, "github.runner_labels", "self-hosted runners"),
+    ({**SELF_HOSTED, "runner_cidrs": ["192.0.2.0/28"]}, None, "github.runner_cidrs", "only with"),
+    ({"cluster_access": "runner_cidrs"}, None, "github.runner_cidrs", "egress CIDRs"),
+    ({"cluster_access": "runner_cidrs", "runner_cidrs": ["10.1.0.0/16"]}, None, "github.runner_cidrs", "public IPv4"),
+    ({"cluster_access": "runner_cidrs", "runner_cidrs": ["0.0.0.0/0"]}, None, "github.runner_cidrs", "public IPv4"),
+    ({"cluster_access": "hosted"}, None, "github.cluster_access", "self_hosted"),
+    ({"cluster_access": "runner_cidrs", "runner_cidrs": ["192.0.2.0/28"]},
+     {"mode": "new", "availability_zones": ["us-east-1a", "us-east-1b", "us-east-1c"], "public_endpoint_cidrs": []},
+     "github.cluster_access", "endpoint is private"),
+    ({"cluster_access": "runner_cidrs", "runner_cidrs": ["192.0.2.0/28"]},
+     {"mode": "existing", "name": "shared"}, "github.cluster_access", "existing cluster"),
+])
+def test_a_gitops_config_must_pick_how_ci_reaches_the_cluster(github, cluster, path, words):
+    problems = _problems({"repository": "o/r", **github}, cluster=cluster)
+    assert path in problems and words in problems[path], problems
+
+
+def test_runner_cidrs_join_the_endpoint_allow_list(recorded):
+    (cluster,) = recorded("dev").of_type("aws:eks/cluster:Cluster")
+    vpc = cluster.inputs["vpcConfig"]
+    assert vpc["publicAccessCidrs"] == ["203.0.113.0/24", "192.0.2.0/28"]  # the config's, then CI's
+    assert stack_config("dev")["gpuloan:github"]["runner_cidrs"] == ["192.0.2.0/28"]
+    (prod,) = recorded("prod").of_type("aws:eks/cluster:Cluster")  # self_hosted: the allow-list is unchanged
+    assert prod.inputs["vpcConfig"]["publicAccessCidrs"] == ["198.51.100.0/24"]
+    assert prod.inputs["vpcConfig"]["endpointPrivateAccess"] is True  # runners in the VPC reach it privately
