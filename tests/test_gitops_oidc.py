@@ -257,10 +257,11 @@ def test_a_gitops_config_must_pick_how_ci_reaches_the_cluster(github, cluster, p
 
 
 def test_runner_cidrs_join_the_endpoint_allow_list(recorded):
-    (cluster,) = recorded("dev").of_type("aws:eks/cluster:Cluster")
+    cfg = stack_config("dev")
+    cfg["gpuloan:github"].update(cluster_access="runner_cidrs", runner_cidrs=["192.0.2.0/28"], runner_labels=[])
+    (cluster,) = run_stack("dev", cfg).of_type("aws:eks/cluster:Cluster")
     vpc = cluster.inputs["vpcConfig"]
     assert vpc["publicAccessCidrs"] == ["203.0.113.0/24", "192.0.2.0/28"]  # the config's, then CI's
-    assert stack_config("dev")["gpuloan:github"]["runner_cidrs"] == ["192.0.2.0/28"]
     (prod,) = recorded("prod").of_type("aws:eks/cluster:Cluster")  # self_hosted: the allow-list is unchanged
     assert prod.inputs["vpcConfig"]["publicAccessCidrs"] == ["198.51.100.0/24"]
     assert prod.inputs["vpcConfig"]["endpointPrivateAccess"] is True  # runners in the VPC reach it privately

@@ -164,9 +164,9 @@ def _ci_runner(*stacks: str, cwd=REPO) -> dict:
 
 
 def test_pulumi_jobs_run_where_each_stack_config_says_ci_reaches_the_cluster():
-    assert _ci_runner("dev", "prod") == {
-        "dev": "ubuntu-24.04",  # runner_cidrs: hosted runners whose egress the endpoint allows
-        "prod": ["self-hosted", "linux", "x64", "gpuloan-prod"],  # self_hosted: runners in the VPC
+    assert _ci_runner("dev", "prod") == {  # self_hosted: runners in each stack's VPC
+        "dev": ["self-hosted", "linux", "x64", "gpuloan-dev"],
+        "prod": ["self-hosted", "linux", "x64", "gpuloan-prod"],
     }
     deploy = load("deploy.yml")["jobs"]
     for stack in ("dev", "prod"):
@@ -184,8 +184,11 @@ def test_pulumi_jobs_run_where_each_stack_config_says_ci_reaches_the_cluster():
 
 def test_ci_runner_follows_a_changed_config(tmp_path):
     config = stack_config("dev")
-    config["gpuloan:github"] = {"repository": "o/r", "cluster_access": "self_hosted",
-                                "runner_labels": ["self-hosted", "vpc-dev"]}
+    config["gpuloan:github"] = {"repository": "o/r", "cluster_access": "runner_cidrs",
+                                "runner_cidrs": ["192.0.2.0/28"]}
     path = tmp_path / "Pulumi.dev.yaml"
     path.write_text(yaml.safe_dump({"config": config}))
-    assert _ci_runner(str(path)) == {"dev": ["self-hosted", "vpc-dev"]}
+    assert _ci_runner(str(path)) == {"dev": "ubuntu-24.04"}  # hosted runners whose egress the endpoint allows
+    config["gpuloan:github"].update(runner_labels=["gpu-larger-runner"])
+    path.write_text(yaml.safe_dump({"config": config}))
+    assert _ci_runner(str(path)) == {"dev": ["gpu-larger-runner"]}
