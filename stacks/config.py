@@ -286,6 +286,15 @@ class GitHub(Strict):
         description="Public egress CIDRs of the CI runners, e.g. GitHub larger runners with static IP ranges "
         "(cluster_access: runner_cidrs); added to the cluster endpoint's public allow-list.")
 
+    state_bucket: str | None = Field(
+        None, pattern=r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$",
+        description="S3 bucket of a self-managed Pulumi backend (PULUMI_BACKEND_URL=s3://<bucket>) instead of Pulumi "
+        "Cloud: the preview role may read this stack's state in it, the deploy role write it; no Pulumi token then.")
+    state_kms_key_arn: str | None = Field(
+        None, pattern=r"^arn:aws(-[a-z]+)*:kms:[a-z0-9-]+:\d{12}:key/[0-9a-f-]{36}$",
+        description="KMS key of an awskms:// secrets provider: both roles may decrypt with it (a preview decrypts the "
+        "stack's secret config), the deploy role also encrypt. Only with state_bucket.")
+
     @field_validator("runner_cidrs")
     @classmethod
     def _runner_cidrs(cls, v: list[str]) -> list[str]:
@@ -480,6 +489,8 @@ def _github_problems(cfg: GpuLoanConfig) -> list[tuple[str, str]]:
     if gh.oidc_provider_arn and gh.create_oidc_provider:
         out.append(("github.oidc_provider_arn", "set create_oidc_provider: false to use an existing provider (IAM "
                     "allows one provider per URL per account, so creating a second one fails)"))
+    if gh.state_kms_key_arn and not gh.state_bucket:
+        out.append(("github.state_kms_key_arn", "only with state_bucket (Pulumi Cloud encrypts secrets itself)"))
     if gh.cluster_access is None:
         out.append(("github.cluster_access", "pick how CI reaches the cluster API: self_hosted (runner_labels: "
                     "runners inside the VPC) or runner_cidrs (runner egress CIDRs added to the endpoint allow-list); "

@@ -77,6 +77,8 @@ def trust_policy(provider_arn: str, subjects: list[str]) -> str:
     }, sort_keys=True)
 
 
+PULUMI_PROJECT = "gpuloan"  # Pulumi.yaml's name: the DIY backend keys state by project and stack
+
 # Where the pulumi jobs run when the config names no runner labels (GitHub-hosted, pinned image).
 HOSTED_RUNNER = "ubuntu-24.04"
 
@@ -93,8 +95,12 @@ def provider_arn_for(cfg: GpuLoanConfig, account_id: str, partition: str) -> str
     return cfg.github.oidc_provider_arn or f"arn:{partition}:iam::{account_id}:oidc-provider/{GITHUB_OIDC_HOST}"
 
 
-def preview_policy(types: Iterable[str]) -> str:
-    return json.dumps(perms.preview_policy_document(types, perms.INVOKES), sort_keys=True)
+def state_backend(cfg: GpuLoanConfig) -> perms.StateBackend | None:
+    """The self-managed S3 backend the roles reach the stack's state in, if the config names one."""
+    assert cfg.github is not None
+    if not cfg.github.state_bucket:
+        return None
+    return perms.StateBackend(cfg.github.state_bucket, PULUMI_PROJECT, cfg.environment, cfg.github.state_kms_key_arn)
 
 
 class GitHubOidc(pulumi.ComponentResource):
@@ -138,6 +144,7 @@ class GitHubOidc(pulumi.ComponentResource):
         deploy_from = (f"environment {cfg.github.deploy_environment}" if cfg.github.deploy_environment
                        else DEPLOY_REF)
         deploy_types = sorted(types)
+        state = state_backend(cfg)
         created: dict[str, aws.iam.Role] = {}
         for kind, description in (
             ("preview", f"pulumi preview from pull requests of {repo} (read-only)"),
@@ -155,12 +162,14 @@ class GitHubOidc(pulumi.ComponentResource):
                 opts=child,
             )
             if kind == "preview":
-                aws.iam.RolePolicy(f"{name}-preview-read", role=role.id, policy=preview_policy(sorted(types)),
-                                   opts=child)
+                aws.iam.RolePolicy(f"{name}-preview-read", role=role.id, opts=child, policy=scope.apply(
+                    lambda sc: json.dumps(perms.preview_policy_document(sorted(types), perms.INVOKES, state,
+                                                                        sc.partition), sort_keys=True)))
             else:
                 # Larger than a role's inline policies may be: managed policies, planned with the widest ARNs.
-                document = scope.apply(lambda s: perms.deploy_policy_document(deploy_types, s, perms.INVOKES))
-                for i, sids in enumerate(perms.deploy_policy_chunks(deploy_types, env, cfg.region, stack_cluster)):
+                document = scope.apply(lambda s: perms.deploy_policy_document(deploy_types, s, perms.INVOKES, state))
+                for i, sids in enumerate(perms.deploy_policy_chunks(deploy_types, env, cfg.region, stack_cluster,
+                                                                    state)):
                     policy = aws.iam.Policy(
                         f"{name}-deploy-manage-{i + 1}", name=f"gpuloan-{env}-github-deploy-{i + 1}",
                         path=perms.ci_path(env), description=f"gpuloan {env} deploy role, part {i + 1}",

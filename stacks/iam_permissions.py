@@ -438,13 +438,53 @@ def _stmt(sid: str, actions: Iterable[str], resources: list[str] | str, conditio
     return st
 
 
-def preview_policy_document(types: Iterable[str], invokes: Iterable[str] = ()) -> dict:
-    """Exactly the refresh reads of the declared types, the invokes' reads and the price lookups."""
-    return {"Version": "2012-10-17", "Statement": [
-        _stmt("RefreshDeclaredResources", read_actions(types, invokes), "*")]}
+@dataclass(frozen=True)
+class StateBackend:
+    """A self-managed Pulumi backend in S3 (`s3://<bucket>`) and the key of its awskms:// secrets provider.
+
+    Object layout of Pulumi's DIY backend, per project and stack: `.pulumi/stacks/<project>/<stack>.json` (the
+    checkpoint, plus `.bak`/`.gz` variants), `.pulumi/history/<project>/<stack>/...`, `.pulumi/backups/...`, and
+    `.pulumi/locks/organization/<project>/<stack>/<lock>.json` (docs: "State and backends", DIY backend).
+    """
+
+    bucket: str
+    project: str
+    stack: str
+    kms_key_arn: str | None = None
 
 
-def deploy_policy_document(types: Iterable[str], scope: Scope, invokes: Iterable[str] = ()) -> dict:
+def _state_statements(state: StateBackend, partition: str, write: bool) -> list[dict]:
+    b = f"arn:{partition}:s3:::{state.bucket}"
+    stack_state = [f"{b}/.pulumi/stacks/{state.project}/{state.stack}.json*", f"{b}/.pulumi/meta.yaml"]
+    # A lock file is written and removed around every operation, a preview's too; it is not state.
+    locks = f"{b}/.pulumi/locks/organization/{state.project}/{state.stack}/*"
+    out = [
+        _stmt("StateList", ["s3:ListBucket"], b, {"StringLike": {"s3:prefix": [".pulumi/*"]}}),
+        _stmt("StateRead", ["s3:GetObject"], stack_state),
+        _stmt("StateLock", ["s3:GetObject", "s3:PutObject", "s3:DeleteObject"], locks),
+    ]
+    if write:
+        out.append(_stmt("StateWrite", ["s3:PutObject", "s3:DeleteObject"], [
+            stack_state[0], f"{b}/.pulumi/history/{state.project}/{state.stack}/*",
+            f"{b}/.pulumi/backups/{state.project}/{state.stack}/*"]))
+    if state.kms_key_arn:
+        actions = ["kms:Decrypt"] + (["kms:Encrypt", "kms:GenerateDataKey"] if write else [])
+        out.append(_stmt("StateSecrets", actions, state.kms_key_arn))
+    return out
+
+
+def preview_policy_document(types: Iterable[str], invokes: Iterable[str] = (), state: StateBackend | None = None,
+                            partition: str = "aws") -> dict:
+    """Exactly the refresh reads of the declared types, the invokes' reads and the price lookups (and, with a
+    self-managed backend, this stack's state, read-only)."""
+    statements = [_stmt("RefreshDeclaredResources", read_actions(types, invokes), "*")]
+    if state is not None:
+        statements += _state_statements(state, partition, write=False)
+    return {"Version": "2012-10-17", "Statement": statements}
+
+
+def deploy_policy_document(types: Iterable[str], scope: Scope, invokes: Iterable[str] = (),
+                           state: StateBackend | None = None) -> dict:
     """Read what refresh reads; change only this environment's resources (SERVICE_SCOPE in docs/gitops.md)."""
     types = sorted(set(types))
     s = scope
@@ -484,6 +524,8 @@ def deploy_policy_document(types: Iterable[str], scope: Scope, invokes: Iterable
     unscopable = sorted(a for a in mutating if a in UNSCOPABLE)
     if unscopable:
         statements.append(_stmt("UnscopableByAws", unscopable, "*"))
+    if state is not None:
+        statements += _state_statements(state, s.partition, write=True)
     return {"Version": "2012-10-17", "Statement": statements}
 
 
@@ -601,10 +643,11 @@ def plan_chunks(document: dict, limit: int = MANAGED_POLICY_MAX_CHARS) -> list[l
     return chunks
 
 
-def deploy_policy_chunks(types: Iterable[str], env: str, region: str, cluster_name: str) -> list[list[str]]:
+def deploy_policy_chunks(types: Iterable[str], env: str, region: str, cluster_name: str,
+                         state: StateBackend | None = None) -> list[list[str]]:
     """The statement ids of each deploy managed policy, planned with the widest ARNs this stack could have."""
     widest = Scope(_WIDEST.partition, _WIDEST.account, region, env, cluster_name)
-    return plan_chunks(deploy_policy_document(types, widest, INVOKES))
+    return plan_chunks(deploy_policy_document(types, widest, INVOKES, state))
 
 
 def select(document: dict, sids: list[str]) -> dict:

@@ -281,3 +281,52 @@ def test_boundary_grants_no_iam_and_nothing_on_another_environment(recorded, sta
                    "organizations:LeaveOrganization", "sts:AssumeRole"):
         assert not allowed(doc, action, "*"), action
     assert allowed(doc, "iam:CreateServiceLinkedRole", "*", {"iam:AWSServiceName": "elasticloadbalancing.amazonaws.com"})
+
+
+# --- a self-managed S3 backend through the roles (no Pulumi token in CI) ------------------------------------
+
+
+KEY = f"arn:aws:kms:us-east-1:{ACCOUNT}:key/0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0"
+
+
+@pytest.fixture(scope="module")
+def s3_backend_dev():
+    from conftest import run_stack, stack_config
+
+    cfg = stack_config("dev")
+    cfg["gpuloan:github"].update(state_bucket="example-pulumi-state", state_kms_key_arn=KEY)
+    return run_stack("dev", cfg)
+
+
+def test_preview_reads_only_its_own_state_and_never_writes_it(s3_backend_dev):
+    doc = preview_doc(s3_backend_dev)
+    bucket = "arn:aws:s3:::example-pulumi-state"
+    own, other = f"{bucket}/.pulumi/stacks/gpuloan/dev.json", f"{bucket}/.pulumi/stacks/gpuloan/prod.json"
+    assert allowed(doc, "s3:GetObject", own)
+    assert not allowed(doc, "s3:GetObject", other)
+    assert not allowed(doc, "s3:PutObject", own) and not allowed(doc, "s3:DeleteObject", own)
+    assert allowed(doc, "s3:PutObject", f"{bucket}/.pulumi/locks/organization/gpuloan/dev/l.json")
+    assert allowed(doc, "kms:Decrypt", KEY) and not allowed(doc, "kms:Encrypt", KEY)
+    assert not allowed(doc, "kms:Decrypt", KEY.replace("0f1e", "aaaa"))
+
+
+def test_deploy_writes_its_own_state_only(s3_backend_dev):
+    docs = deploy_docs(s3_backend_dev)
+    bucket = "arn:aws:s3:::example-pulumi-state"
+    assert allowed(docs, "s3:PutObject", f"{bucket}/.pulumi/stacks/gpuloan/dev.json")
+    assert allowed(docs, "s3:PutObject", f"{bucket}/.pulumi/history/gpuloan/dev/dev-1.checkpoint.json")
+    assert not allowed(docs, "s3:PutObject", f"{bucket}/.pulumi/stacks/gpuloan/prod.json")
+    assert allowed(docs, "kms:Encrypt", KEY)
+    assert all(perms.policy_size(d) <= perms.MANAGED_POLICY_MAX_CHARS for d in docs)
+
+
+def test_state_key_without_a_bucket_is_refused():
+    from conftest import stack_config
+
+    from stacks import config
+
+    data = {k.split(":", 1)[1]: v for k, v in stack_config("dev").items() if k.startswith("gpuloan:")}
+    data["github"]["state_kms_key_arn"] = KEY
+    with pytest.raises(config.ConfigError) as err:
+        config.parse(data)
+    assert "github.state_kms_key_arn" in dict(err.value.problems)
