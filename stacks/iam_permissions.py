@@ -653,3 +653,65 @@ def deploy_policy_chunks(types: Iterable[str], env: str, region: str, cluster_na
 def select(document: dict, sids: list[str]) -> dict:
     by_sid = {st["Sid"]: st for st in document["Statement"]}
     return {"Version": document["Version"], "Statement": [by_sid[s] for s in sids]}
+
+
+# --- the table as documentation (docs/iam-permissions.md is this output; a test keeps it fresh) ---------------
+
+SCOPE_BY_SERVICE: dict[str, str] = {
+    "budgets": "budget ARN `budget/gpuloan-<env>` and `budget/gpuloan-<env>-*`",
+    "ce": "not scopable: `ce:UpdateCostAllocationTagsStatus` has no resource type (see UNSCOPABLE)",
+    "cloudwatch": "alarm ARN `alarm:gpuloan-<env>-*`, dashboard ARN `dashboard/gpuloan-<env>`",
+    "dynamodb": "table ARN `table/gpuloan-<env>-*`",
+    "ec2": "creates: `aws:RequestTag/gpuloan:environment=<env>` on the new resource; everything else: "
+           "`aws:ResourceTag/gpuloan:environment=<env>` (the cluster security group: `aws:eks:cluster-name`); tags "
+           "only on create (`ec2:CreateAction`) or on own resources; region in the ARN",
+    "ecr": "repository ARN `repository/gpuloan/<env>/*`; `ecr:GetAuthorizationToken` has no resource type",
+    "eks": "cluster name in every EKS ARN: `cluster/<cluster>`, `*/<cluster>/*` (node groups, add-ons, access "
+           "entries, pod identity associations)",
+    "iam": "roles and policies under the path `/gpuloan/<env>/`; CreateRole/PutRolePolicy/AttachRolePolicy/"
+           "PutRolePermissionsBoundary only with `iam:PermissionsBoundary` = the environment's boundary; PassRole to "
+           "EKS/Lambda/Scheduler/Pod Identity only; the cluster's IRSA provider by the environment tag; CI roles, "
+           "boundary and GitHub provider (`/gpuloan-ci/<env>/`, untagged) are out of reach",
+    "kms": "CreateKey only with the request tag; keys by `aws:ResourceTag`; aliases `alias/gpuloan-<env>-*`",
+    "lambda": "function ARN `function:gpuloan-<env>-*`",
+    "logs": "log-group ARNs `/aws/eks/<cluster>/*`, `/aws/lambda/gpuloan-<env>-*`",
+    "scheduler": "schedule ARN `schedule/default/gpuloan-<env>-*`",
+    "sns": "topic ARN `gpuloan-<env>-*`; `sns:Unsubscribe` has no resource-level permission",
+    "sqs": "queue ARN `gpuloan-<env>-*`",
+    "ssm": "parameter ARN `parameter/gpuloan/<env>/*`",
+}
+
+
+def markdown() -> str:
+    lines = [
+        "# What each resource type needs from IAM",
+        "",
+        "Generated from `stacks/iam_permissions.py` (`python -m stacks.iam_permissions > docs/iam-permissions.md`;",
+        "tests/test_gitops_permissions.py checks it is fresh). The preview role gets the **read** column of the types",
+        "a stack declares; the deploy role all four, scoped as in the second table. docs/gitops.md explains the model.",
+        "",
+        "| resource type | refresh (read) | create | update | delete | source |",
+        "|---|---|---|---|---|---|",
+    ]
+    cell = lambda actions: "<br>".join(f"`{a}`" for a in actions) or "—"  # noqa: E731
+    for type_, n in sorted(TABLE.items()):
+        lines.append(f"| `{type_}` | {cell(n.read)} | {cell(n.create)} | {cell(n.update)} | {cell(n.delete)} | "
+                     f"[source]({n.source.split(' ')[0]}) |")
+    lines += ["", "Data sources the program calls:", "", "| invoke | read |", "|---|---|"]
+    lines += [f"| `{t}` | {cell(a)} |" for t, a in sorted(INVOKES.items())]
+    lines += ["", "Price lookups, both roles: " + ", ".join(f"`{a}`" for a in PRICING_ACTIONS) + ".",
+              "Not granted (no workflow runs `gpuloan cost-report` with these roles): "
+              + ", ".join(f"`{a}`" for a in COST_REPORT_ACTIONS) + ".",
+              "", "## How the deploy role's changes are scoped, per service", "",
+              "| service | scoped by |", "|---|---|"]
+    lines += [f"| {svc} | {text} |" for svc, text in sorted(SCOPE_BY_SERVICE.items())]
+    lines += ["", "## Actions AWS only authorizes on `*`", "", "| action | why that is acceptable |", "|---|---|"]
+    lines += [f"| `{a}` | {why} |" for a, why in sorted(UNSCOPABLE.items())]
+    lines += ["", "## Kubernetes kinds the preview role may read (no IAM action; EKS access entry + RBAC)", "",
+              "| type | API group | resource |", "|---|---|---|"]
+    lines += [f"| `{t}` | `{g or 'core'}` | {r} |" for t, (g, r) in sorted(KUBERNETES_KINDS.items())]
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    print(markdown(), end="")

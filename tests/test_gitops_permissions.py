@@ -330,3 +330,15 @@ def test_state_key_without_a_bucket_is_refused():
     with pytest.raises(config.ConfigError) as err:
         config.parse(data)
     assert "github.state_kms_key_arn" in dict(err.value.problems)
+
+
+def test_docs_permission_table_is_generated_from_the_code():
+    from conftest import REPO
+
+    assert (REPO / "docs" / "iam-permissions.md").read_text() == perms.markdown(), \
+        "run: python -m stacks.iam_permissions > docs/iam-permissions.md"
+
+
+def test_every_service_the_deploy_role_changes_has_its_scope_documented(recorded):
+    services = {a.split(":")[0] for stack in STACKS for a in perms.mutating_actions(declared_types(recorded(stack)))}
+    assert services <= set(perms.SCOPE_BY_SERVICE), services - set(perms.SCOPE_BY_SERVICE)
