@@ -24,8 +24,8 @@ import pulumi
 import pulumi_aws as aws
 
 from stacks import iam_permissions as perms
-from stacks.ci_rbac import PREVIEW_GROUP
 from stacks import tags
+from stacks.ci_rbac import PREVIEW_GROUP
 from stacks.cluster import cluster_name_for
 from stacks.config import GpuLoanConfig
 

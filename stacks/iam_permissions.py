@@ -17,7 +17,7 @@ Pure module: no Pulumi resources, so the table, the policies and the docs table 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Iterable
 
 from stacks import tags
