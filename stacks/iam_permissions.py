@@ -4,7 +4,7 @@ The table below lists, per Pulumi resource type the program declares, the IAM ac
 refresh (read), create, update and delete it, with the source each list was read from. The preview role gets the
 read actions of the types the stack declares (nothing else); the deploy role gets all four, each mutation scoped
 to this environment by resource name (ARN pattern), IAM path, or the `gpuloan:environment` tag, per service
-(SERVICE_SCOPE). tests/test_gitops_permissions.py walks every resource of the dev and prod plans: a type without
+(SCOPE_BY_SERVICE). tests/test_gitops_permissions.py walks every resource of the dev and prod plans: a type without
 an entry, or an action the roles do not grant, fails it.
 
 Sources, by service (AWS Service Authorization Reference, "Actions, resources, and condition keys for <service>",
@@ -91,7 +91,7 @@ TABLE: dict[str, Needs] = {
         f"ec2:RevokeSecurityGroupEgress {_EC2_TAGS}",
         "", _EC2 + " (the provider adopts the VPC's default group; delete only forgets it)"),
     "aws:ec2/eip:Eip": _n(
-        "ec2:DescribeAddresses", f"ec2:AllocateAddress {_EC2_TAGS}", _EC2_TAGS,
+        "ec2:DescribeAddresses ec2:DescribeAddressesAttribute", f"ec2:AllocateAddress {_EC2_TAGS}", _EC2_TAGS,
         "ec2:ReleaseAddress ec2:DisassociateAddress", _EC2),
     "aws:ec2/internetGateway:InternetGateway": _n(
         "ec2:DescribeInternetGateways", f"ec2:CreateInternetGateway ec2:AttachInternetGateway {_EC2_TAGS}",
@@ -345,9 +345,10 @@ def inner_reads(types: Iterable[str]) -> list[str]:
 # --- scoping -----------------------------------------------------------------------------------------------
 
 ENV_TAG = tags.TAG_ENVIRONMENT
-# IAM paths. The stack's workload roles live under WORKLOAD_PATH, which the deploy role may manage; the CI roles
-# and the permissions boundary live under CI_PATH, which only an administrator's `pulumi up` may change (a deploy
-# role that could edit its own policy or the boundary could lift both).
+
+# IAM paths. The stack's workload roles live under workload_path, which the deploy role may manage; the CI roles,
+# their policies and the permissions boundary live under ci_path, which only an administrator's `pulumi up` may
+# change (a deploy role that could edit its own policy or the boundary could lift both).
 def workload_path(env: str) -> str:
     return f"/gpuloan/{env}/"
 
@@ -485,7 +486,7 @@ def preview_policy_document(types: Iterable[str], invokes: Iterable[str] = (), s
 
 def deploy_policy_document(types: Iterable[str], scope: Scope, invokes: Iterable[str] = (),
                            state: StateBackend | None = None) -> dict:
-    """Read what refresh reads; change only this environment's resources (SERVICE_SCOPE in docs/gitops.md)."""
+    """Read what refresh reads; change only this environment's resources (SCOPE_BY_SERVICE, docs/gitops.md)."""
     types = sorted(set(types))
     s = scope
     reads = sorted(set(read_actions(types, invokes)) | set(inner_reads(types)))
