@@ -357,3 +357,10 @@ def _docker_build_image(name: str, inputs: dict[str, Any], region: str) -> dict[
     digest = "sha256:" + hashlib.sha256(json.dumps(inputs, sort_keys=True, default=str).encode()).hexdigest()
     tags = inputs.get("tags") or []
     return {"digest": digest, "ref": f"{tags[0]}@{digest}" if tags else ""}
+
+
+@outputs_for("aws:iam/policy:Policy")
+def _iam_policy(name: str, inputs: dict[str, Any], region: str) -> dict[str, Any]:
+    # IAM's real ARN shape: global (no region), the path inside the ARN (IAM patterns match on it).
+    return {"arn": f"arn:aws:iam::{ACCOUNT_ID}:policy{inputs.get('path') or '/'}{inputs.get('name', name)}"}
+

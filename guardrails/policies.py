@@ -12,6 +12,8 @@ Mandatory (a violation blocks the update):
   as the registry build cache's) and scan on push.
 - pool-budget-with-email: every pool has a budget with at least one email subscriber.
 - launch-templates-imdsv2: launch templates require IMDSv2 tokens.
+- roles-no-star-on-star: no IAM policy of the stack (inline, role policy, managed policy or an attached AWS managed
+  policy) allows every action ("*", or NotAction) on every resource ("*"): that is an administrator role.
 
 Advisory (reported, never blocking):
 - spot-pools-diversified: spot node groups list at least two instance types.
@@ -235,6 +237,46 @@ def validate_policy_role(args: ResourceValidationArgs, report: ReportViolation) 
                    "condition, so the guaranteed floor stays untouchable")
 
 
+# AWS managed policies that allow "*" on "*" (AdministratorAccess is literally that).
+ADMIN_MANAGED_POLICY = re.compile(r":policy/AdministratorAccess$")
+
+
+def star_on_star_statements(document: Any) -> list[str]:
+    """Sids (or positions) of Allow statements granting every action on every resource."""
+    found = []
+    for i, stmt in enumerate(_statements(document)):
+        if stmt.get("Effect") != "Allow" or "*" not in _listify(stmt.get("Resource")):
+            continue
+        # NotAction on "*" allows everything not listed: as good as "*" for an attacker.
+        if "*" in _listify(stmt.get("Action")) or "NotAction" in stmt:
+            found.append(str(stmt.get("Sid") or f"Statement[{i}]"))
+    return found
+
+
+def validate_no_star_on_star(args: ResourceValidationArgs, report: ReportViolation) -> None:
+    props = dict(args.props)
+    documents: list[Any] = []
+    arns: list[str] = []
+    if args.resource_type == IAM_ROLE:
+        documents = [p.get("policy") for p in props.get("inlinePolicies") or [] if isinstance(p, dict)]
+        arns = [str(a) for a in props.get("managedPolicyArns") or []]
+    elif args.resource_type in (IAM_ROLE_POLICY, IAM_POLICY):
+        documents = [props.get("policy")]
+    elif args.resource_type == IAM_ROLE_POLICY_ATTACHMENT:
+        arns = [str(props.get("policyArn") or "")]
+    for arn in arns:
+        if ADMIN_MANAGED_POLICY.search(arn):
+            report(f"'{args.name}' gives a role {arn}: every action on every resource. Grant the actions the role "
+                   "needs (stacks/iam_permissions.py lists them per resource type)")
+    for doc in documents:
+        if not isinstance(doc, (str, dict)):
+            continue  # unknown during preview
+        bad = star_on_star_statements(doc)
+        if bad:
+            report(f"IAM policy '{args.name}' allows every action on Resource \"*\" ({', '.join(bad)}): an "
+                   "administrator. Grant the actions the role needs (stacks/iam_permissions.py)")
+
+
 def validate_ecr(args: ResourceValidationArgs, report: ReportViolation) -> None:
     if args.resource_type != ECR_REPOSITORY:
         return
@@ -398,6 +440,8 @@ POLICIES = [
                           validate=validate_pool_budgets, enforcement_level=MANDATORY),
     _resource_policy("launch-templates-imdsv2", "Launch templates require IMDSv2.",
                      validate_imdsv2, MANDATORY),
+    _resource_policy("roles-no-star-on-star", "No role of the stack may do every action on every resource.",
+                     validate_no_star_on_star, MANDATORY),
     _resource_policy("spot-pools-diversified", "Spot node groups use at least two instance types.",
                      validate_spot_diversified, ADVISORY),
     StackValidationPolicy(name="floor-under-budget", description="A pool's guaranteed floor costs less than its budget.",

@@ -14,7 +14,7 @@ import pulumi
 import pulumi_aws as aws
 
 from stacks import tags, versions
-from stacks.config import ExistingCluster, GpuLoanConfig, NewCluster
+from stacks.config import ExistingCluster, GpuLoanConfig, NewCluster, endpoint_public_cidrs
 from stacks.network import Network
 from stacks.system_nodes import system_node_group
 
@@ -142,7 +142,9 @@ class Cluster(pulumi.ComponentResource):
             f"{name}-cluster-AmazonEKSClusterPolicy", role=cluster_role.name,
             policy_arn=managed_policy_arn(cfg.region, "AmazonEKSClusterPolicy"), opts=child)
 
-        public = bool(spec.public_endpoint_cidrs)
+        # The configured CIDRs plus the CI runners' egress CIDRs (github.cluster_access: runner_cidrs).
+        public_cidrs = endpoint_public_cidrs(cfg)
+        public = bool(public_cidrs)
         eks = aws.eks.Cluster(
             f"{name}-eks",
             name=cluster_name,
@@ -152,7 +154,7 @@ class Cluster(pulumi.ComponentResource):
                 subnet_ids=self.network.private_subnet_ids,
                 endpoint_private_access=True,
                 endpoint_public_access=public,
-                public_access_cidrs=list(spec.public_endpoint_cidrs) if public else None,
+                public_access_cidrs=public_cidrs if public else None,
             ),
             # Access entries, not the aws-auth ConfigMap: IAM-managed, auditable, no ConfigMap to corrupt.
             # The identity running `pulumi up` becomes cluster admin so the Kubernetes layer can be installed.

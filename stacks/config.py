@@ -275,14 +275,59 @@ class Alarms(Strict):
     fallback_minutes: int = Field(120, ge=5, le=1440, description="Fallback alarm: on-demand fallback active this long.")
 
 
+class CiClusterAccess(StrEnum):
+    self_hosted = "self_hosted"
+    runner_cidrs = "runner_cidrs"
+
+
 class GitHub(Strict):
     repository: str = Field(pattern=r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$", description="owner/name of the repository whose workflows may assume the roles.")
-    create_oidc_provider: bool = Field(True, description="False when the account already has the GitHub OIDC provider.")
+    create_oidc_provider: bool = Field(True, description="Create the account's GitHub OIDC provider (IAM allows one per URL per account). False in every other stack of the account: the roles then trust the existing provider.")
+    oidc_provider_arn: str | None = Field(
+        None, pattern=r"^arn:aws(-[a-z]+)*:iam::\d{12}:oidc-provider/token\.actions\.githubusercontent\.com$",
+        description="ARN of the account's existing GitHub OIDC provider (with create_oidc_provider: false). Default: "
+        "arn:<partition>:iam::<this account>:oidc-provider/token.actions.githubusercontent.com.",
+    )
     deploy_environment: str | None = Field(
         None, pattern=r"^[A-Za-z0-9_.-]{1,255}$",
         description="GitHub environment the deploy job of this stack runs in (required reviewers); the deploy role "
         "then trusts that environment instead of refs/heads/main. Restrict the environment to the main branch.",
     )
+    cluster_access: CiClusterAccess | None = Field(
+        None, description="How the CI jobs reach the cluster's Kubernetes API (required): `self_hosted` runs the "
+        "pulumi jobs on self-hosted runners inside the cluster's VPC (runner_labels); `runner_cidrs` adds the "
+        "runners' egress CIDRs to the public endpoint's allow-list (new clusters only).",
+    )
+    runner_labels: list[Annotated[str, Field(pattern=r"^[A-Za-z0-9_.:-]{1,100}$")]] = Field(
+        default_factory=list, max_length=10,
+        description="`runs-on` labels of the runners the pulumi jobs use: the self-hosted runners in the cluster's "
+        "VPC (self_hosted, required), or the larger runners whose static IPs are runner_cidrs (optional; default "
+        "ubuntu-24.04).")
+    runner_cidrs: list[str] = Field(
+        default_factory=list, max_length=20,
+        description="Public egress CIDRs of the CI runners, e.g. GitHub larger runners with static IP ranges "
+        "(cluster_access: runner_cidrs); added to the cluster endpoint's public allow-list.")
+
+    state_bucket: str | None = Field(
+        None, pattern=r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$",
+        description="S3 bucket of a self-managed Pulumi backend (PULUMI_BACKEND_URL=s3://<bucket>) instead of Pulumi "
+        "Cloud: the preview role may read this stack's state in it, the deploy role write it; no Pulumi token then.")
+    state_kms_key_arn: str | None = Field(
+        None, pattern=r"^arn:aws(-[a-z]+)*:kms:[a-z0-9-]+:\d{12}:key/[0-9a-f-]{36}$",
+        description="KMS key of an awskms:// secrets provider: both roles may decrypt with it (a preview decrypts the "
+        "stack's secret config), the deploy role also encrypt. Only with state_bucket.")
+
+    @field_validator("runner_cidrs")
+    @classmethod
+    def _runner_cidrs(cls, v: list[str]) -> list[str]:
+        for cidr in v:
+            net = ipaddress.ip_network(cidr, strict=True)
+            rfc1918 = any(net.subnet_of(ipaddress.ip_network(n)) for n in ("10.0.0.0/8", "172.16.0.0/12",
+                                                                              "192.168.0.0/16"))
+            if net.version != 4 or net.prefixlen == 0 or rfc1918:
+                raise ValueError(f"'{cidr}' must be a public IPv4 CIDR narrower than /0 (the endpoint allow-list "
+                                 "is matched against the runners' public egress address)")
+        return v
 
 
 class TeamSharing(Strict):
@@ -553,6 +598,7 @@ def cross_field_problems(cfg: GpuLoanConfig) -> list[tuple[str, str]]:
             add(f"pools[{i}].team", f"team '{pool.team}' would be the Kubernetes namespace '{pool.team}', which the "
                 "cluster or gpuloan's add-ons use (kube-*, default, "
                 f"{', '.join(sorted(reserved - {'default'}))}); pick another team name")
+    problems.extend(_github_problems(cfg))
     for extra in _extra_rules:
         problems.extend(extra(cfg))
     return problems
@@ -566,6 +612,47 @@ def system_namespaces() -> set[str]:
 
     return {"default", "kube-system", "kube-public", "kube-node-lease", GPU_OPERATOR_NAMESPACE, AGENT_NAMESPACE,
             KUEUE_NAMESPACE}
+
+
+def _github_problems(cfg: GpuLoanConfig) -> list[tuple[str, str]]:
+    gh = cfg.github
+    if gh is None:
+        return []
+    out = []
+    if gh.oidc_provider_arn and gh.create_oidc_provider:
+        out.append(("github.oidc_provider_arn", "set create_oidc_provider: false to use an existing provider (IAM "
+                    "allows one provider per URL per account, so creating a second one fails)"))
+    if gh.state_kms_key_arn and not gh.state_bucket:
+        out.append(("github.state_kms_key_arn", "only with state_bucket (Pulumi Cloud encrypts secrets itself)"))
+    if gh.cluster_access is None:
+        out.append(("github.cluster_access", "pick how CI reaches the cluster API: self_hosted (runner_labels: "
+                    "runners inside the VPC) or runner_cidrs (runner egress CIDRs added to the endpoint allow-list); "
+                    "GitHub-hosted runners cannot reach a private or CIDR-restricted endpoint"))
+    elif gh.cluster_access == CiClusterAccess.self_hosted:
+        if not gh.runner_labels:
+            out.append(("github.runner_labels", "name the labels of the self-hosted runners in the cluster's VPC"))
+        if gh.runner_cidrs:
+            out.append(("github.runner_cidrs", "only with cluster_access: runner_cidrs"))
+    else:
+        if not gh.runner_cidrs:
+            out.append(("github.runner_cidrs", "list the runners' public egress CIDRs"))
+        if not isinstance(cfg.cluster, NewCluster):
+            out.append(("github.cluster_access", "runner_cidrs changes the endpoint allow-list, which only a cluster "
+                        "this stack creates can have; add the CIDRs to the existing cluster yourself and use "
+                        "self_hosted, or run CI inside its VPC"))
+        elif not cfg.cluster.public_endpoint_cidrs:
+            out.append(("github.cluster_access", "the cluster endpoint is private (cluster.public_endpoint_cidrs is "
+                        "empty), so no runner CIDR can reach it; use self_hosted runners in the VPC"))
+    return out
+
+
+def endpoint_public_cidrs(cfg: GpuLoanConfig) -> list[str]:
+    """The new cluster's public endpoint allow-list: the configured CIDRs plus the CI runners' (runner_cidrs)."""
+    cidrs = list(cfg.cluster.public_endpoint_cidrs) if isinstance(cfg.cluster, NewCluster) else []
+    gh = cfg.github
+    if cidrs and gh is not None and gh.cluster_access == CiClusterAccess.runner_cidrs:
+        cidrs += [c for c in gh.runner_cidrs if c not in cidrs]
+    return cidrs
 
 
 def _budget_problems(b: Budget, at: str, add) -> None:

@@ -1,8 +1,10 @@
 """GitHub Actions OIDC: the identity provider and the two roles CI assumes (no stored AWS keys anywhere).
 
-- preview role: read-only (Describe/Get/List on the services this stack manages), assumable only by
-  `pull_request` workflow runs of the configured repository. `pulumi preview` refreshes state with it.
-- deploy role: may change this stack's services, assumable only by runs on `refs/heads/main` of that repository,
+- preview role: exactly the read actions a refresh of the declared resource types calls (stacks/iam_permissions.py),
+  assumable only by `pull_request` workflow runs of the configured repository. `pulumi preview` refreshes with it.
+- deploy role: reads the same and changes only this environment's resources (by name, IAM path or the environment
+  tag, per service; roles it creates must carry the environment's permissions boundary, stacks/role_guard.py),
+  assumable only by runs on `refs/heads/main` of that repository,
   or, when the stack deploys through a GitHub environment (github.deploy_environment), only by jobs of that
   environment: GitHub then puts `environment:<name>` in the token's subject instead of the ref, and the
   environment's deployment-branch rule (main only) plus its required reviewers are what gate the job.
@@ -16,11 +18,15 @@ aws-actions/configure-aws-credentials requests.
 from __future__ import annotations
 
 import json
+from typing import Iterable
 
 import pulumi
 import pulumi_aws as aws
 
+from stacks import iam_permissions as perms
 from stacks import tags
+from stacks.ci_rbac import PREVIEW_GROUP
+from stacks.cluster import cluster_name_for
 from stacks.config import GpuLoanConfig
 
 GITHUB_OIDC_HOST = "token.actions.githubusercontent.com"
@@ -30,32 +36,20 @@ DEPLOY_REF = "refs/heads/main"
 # A CI job needs minutes; an hour bounds what a leaked session token is worth.
 ROLE_MAX_SESSION_SECONDS = 3600
 
-# Services the program declares resources in. The preview role reads them, the deploy role manages them.
-REGIONAL_SERVICES = (
-    "ec2", "eks", "autoscaling", "ecr", "sns", "lambda", "events", "scheduler", "sqs", "cloudwatch", "logs",
-    "ssm", "dynamodb", "kms",
-)
-GLOBAL_SERVICES = ("iam", "budgets", "ce")
-
 # Kubernetes access of the CI roles (EKS access policies, cluster scope): `pulumi up` manages the Helm release,
-# namespaces, quotas and RBAC; `pulumi preview` diffs them, which reads every object including the Helm
-# release's state Secrets. Without access entries only the identity that created the cluster can do either.
+# namespaces, quotas and RBAC, so the deploy role is cluster admin. The preview role is not given an access policy
+# (AmazonEKSAdminViewPolicy would read every Secret): its access entry maps it to PREVIEW_GROUP, which
+# stacks/ci_rbac.py binds to a reader of exactly the kinds the stack declares, Secrets only in the Helm release's
+# namespace (Helm keeps the release record there and a refresh of the release reads it).
 DEPLOY_ACCESS_POLICY = "AmazonEKSClusterAdminPolicy"
-PREVIEW_ACCESS_POLICY = "AmazonEKSAdminViewPolicy"
 
-# Read actions that return data rather than configuration (items, log lines, messages) are left out of the
-# preview role: a refresh needs the Describe/List calls of these services, not their contents.
-PREVIEW_NO_GET = ("dynamodb", "logs", "sqs")
-
-
-def preview_actions() -> list[str]:
-    actions = []
-    for svc in (*REGIONAL_SERVICES, *GLOBAL_SERVICES):
-        actions += [f"{svc}:Describe*", f"{svc}:List*"]
-        if svc not in PREVIEW_NO_GET:
-            actions.append(f"{svc}:Get*")
-    actions.append("sqs:GetQueueAttributes")  # the one sqs Get a refresh needs (no messages)
-    return sorted(set(actions))
+# Resource types this component declares itself (the program's other types come from stacks/role_guard.py).
+OWN_TYPES = (
+    "aws:iam/role:Role", "aws:iam/rolePolicy:RolePolicy", "aws:eks/accessEntry:AccessEntry",
+    "aws:eks/accessPolicyAssociation:AccessPolicyAssociation", "aws:iam/policy:Policy",
+    "aws:iam/rolePolicyAttachment:RolePolicyAttachment",
+)
+OIDC_PROVIDER = "aws:iam/openIdConnectProvider:OpenIdConnectProvider"
 
 
 def trust_subjects(cfg: GpuLoanConfig) -> dict[str, list[str]]:
@@ -83,82 +77,117 @@ def trust_policy(provider_arn: str, subjects: list[str]) -> str:
     }, sort_keys=True)
 
 
-def preview_policy() -> str:
-    return json.dumps({
-        "Version": "2012-10-17",
-        "Statement": [{"Sid": "ReadOnlyRefresh", "Effect": "Allow", "Action": preview_actions(), "Resource": "*"}],
-    }, sort_keys=True)
+PULUMI_PROJECT = "gpuloan"  # Pulumi.yaml's name: the DIY backend keys state by project and stack
+
+# Where the pulumi jobs run when the config names no runner labels (GitHub-hosted, pinned image).
+HOSTED_RUNNER = "ubuntu-24.04"
 
 
-def deploy_policy(region: str) -> str:
-    # Regional services only in the stack's region: a compromised main branch cannot spread into other regions.
-    return json.dumps({
-        "Version": "2012-10-17",
-        "Statement": [
-            {"Sid": "ManageRegional", "Effect": "Allow", "Action": [f"{s}:*" for s in REGIONAL_SERVICES],
-             "Resource": "*", "Condition": {"StringEquals": {"aws:RequestedRegion": region}}},
-            {"Sid": "ManageGlobal", "Effect": "Allow",
-             "Action": ["iam:*", "budgets:*", "ce:ListCostAllocationTags", "ce:UpdateCostAllocationTagsStatus"],
-             "Resource": "*"},
-        ],
-    }, sort_keys=True)
+def runs_on(cfg: GpuLoanConfig) -> str | list[str]:
+    """The `runs-on` of the stack's pulumi jobs: they reach the cluster API (github.cluster_access)."""
+    assert cfg.github is not None
+    return list(cfg.github.runner_labels) if cfg.github.runner_labels else HOSTED_RUNNER
+
+
+def provider_arn_for(cfg: GpuLoanConfig, account_id: str, partition: str) -> str:
+    """The ARN of an existing provider: the configured one, else the account's (one per URL per account)."""
+    assert cfg.github is not None
+    return cfg.github.oidc_provider_arn or f"arn:{partition}:iam::{account_id}:oidc-provider/{GITHUB_OIDC_HOST}"
+
+
+def state_backend(cfg: GpuLoanConfig) -> perms.StateBackend | None:
+    """The self-managed S3 backend the roles reach the stack's state in, if the config names one."""
+    assert cfg.github is not None
+    if not cfg.github.state_bucket:
+        return None
+    return perms.StateBackend(cfg.github.state_bucket, PULUMI_PROJECT, cfg.environment, cfg.github.state_kms_key_arn)
 
 
 class GitHubOidc(pulumi.ComponentResource):
-    """The GitHub OIDC provider (or a reference to the account's existing one) and the preview/deploy roles."""
+    """The GitHub OIDC provider (or a reference to the account's existing one) and the preview/deploy roles.
+
+    `declared_types` are the resource types the rest of the program declared (stacks/role_guard.py): the roles'
+    policies grant what those types need (stacks/iam_permissions.py), nothing for types the stack does not have.
+    """
 
     provider_arn: pulumi.Output[str]
     preview_role_arn: pulumi.Output[str]
     deploy_role_arn: pulumi.Output[str]
 
     def __init__(self, name: str, cfg: GpuLoanConfig, account_id: pulumi.Input[str], partition: pulumi.Input[str],
-                 cluster_name: pulumi.Input[str] | None = None, opts: pulumi.ResourceOptions | None = None):
+                 declared_types: Iterable[str], cluster_name: pulumi.Input[str] | None = None,
+                 opts: pulumi.ResourceOptions | None = None):
         super().__init__("gpuloan:gitops:GitHubOidc", name, None, opts)
         if cfg.github is None:
             raise ValueError("GitHubOidc needs cfg.github (the repository to trust)")
         child = pulumi.ResourceOptions(parent=self)
         # Shared, not a pool's: the platform tier (the provider's default tags add the environment).
         platform = {tags.TAG_TIER: "platform"}
+        types = set(declared_types) | set(OWN_TYPES)
         if cfg.github.create_oidc_provider:
             # AWS validates GitHub's certificate against its own trusted CAs, so no thumbprint is pinned here.
+            # One provider per URL per account: a second stack in the same account references this one.
             oidc = aws.iam.OpenIdConnectProvider(f"{name}-provider", url=GITHUB_OIDC_URL,
                                                  client_id_lists=[STS_AUDIENCE], tags=platform, opts=child)
             self.provider_arn = oidc.arn
+            types.add(OIDC_PROVIDER)
         else:
-            # One provider per URL per account: a second stack in the same account reuses the first one's.
-            self.provider_arn = pulumi.Output.concat(
-                "arn:", partition, ":iam::", account_id, ":oidc-provider/", GITHUB_OIDC_HOST)
+            self.provider_arn = pulumi.Output.all(account_id, partition).apply(
+                lambda v: provider_arn_for(cfg, v[0], v[1]))
 
         subjects = trust_subjects(cfg)
         env = cfg.environment
         repo = cfg.github.repository
-        # (role, who may assume it, what it may do in AWS, what it may do in the cluster)
-        roles = (
-            ("preview", f"pulumi preview from pull requests of {repo} (read-only)", preview_policy(),
-             PREVIEW_ACCESS_POLICY),
-            ("deploy", f"pulumi up from {repo} on {DEPLOY_REF}", deploy_policy(cfg.region), DEPLOY_ACCESS_POLICY),
-        )
+        stack_cluster = cluster_name_for(cfg)
+        scope = pulumi.Output.all(partition, account_id).apply(
+            lambda v: perms.Scope(v[0], v[1], cfg.region, env, stack_cluster))
+        deploy_from = (f"environment {cfg.github.deploy_environment}" if cfg.github.deploy_environment
+                       else DEPLOY_REF)
+        deploy_types = sorted(types)
+        state = state_backend(cfg)
         created: dict[str, aws.iam.Role] = {}
-        for kind, description, permissions, access_policy in roles:
+        for kind, description in (
+            ("preview", f"pulumi preview from pull requests of {repo} (read-only)"),
+            ("deploy", f"pulumi up from {repo} ({deploy_from})"),
+        ):
             role = aws.iam.Role(
                 f"{name}-{kind}",
                 name=f"gpuloan-{env}-github-{kind}",
+                # Outside the deploy role's IAM path: only an administrator changes what CI may do.
+                path=perms.ci_path(env),
                 description=description,
                 assume_role_policy=self.provider_arn.apply(lambda arn, k=kind: trust_policy(arn, subjects[k])),
                 max_session_duration=ROLE_MAX_SESSION_SECONDS,
                 tags=platform,
                 opts=child,
             )
-            suffix = "read" if kind == "preview" else "manage"
-            aws.iam.RolePolicy(f"{name}-{kind}-{suffix}", role=role.id, policy=permissions, opts=child)
+            if kind == "preview":
+                aws.iam.RolePolicy(f"{name}-preview-read", role=role.id, opts=child, policy=scope.apply(
+                    lambda sc: json.dumps(perms.preview_policy_document(sorted(types), perms.INVOKES, state,
+                                                                        sc.partition), sort_keys=True)))
+            else:
+                # Larger than a role's inline policies may be: managed policies, planned with the widest ARNs.
+                document = scope.apply(lambda s: perms.deploy_policy_document(deploy_types, s, perms.INVOKES, state))
+                for i, sids in enumerate(perms.deploy_policy_chunks(deploy_types, env, cfg.region, stack_cluster,
+                                                                    state)):
+                    policy = aws.iam.Policy(
+                        f"{name}-deploy-manage-{i + 1}", name=f"gpuloan-{env}-github-deploy-{i + 1}",
+                        path=perms.ci_path(env), description=f"gpuloan {env} deploy role, part {i + 1}",
+                        policy=document.apply(lambda d, ids=sids: json.dumps(perms.select(d, ids), sort_keys=True)),
+                        tags=platform, opts=child)
+                    aws.iam.RolePolicyAttachment(f"{name}-deploy-manage-{i + 1}", role=role.name,
+                                                 policy_arn=policy.arn, opts=child)
             if cluster_name is not None:
-                entry = aws.eks.AccessEntry(f"{name}-{kind}-access", cluster_name=cluster_name,
-                                            principal_arn=role.arn, type="STANDARD", tags=platform, opts=child)
-                aws.eks.AccessPolicyAssociation(
-                    f"{name}-{kind}-access-policy", cluster_name=cluster_name, principal_arn=role.arn,
-                    policy_arn=pulumi.Output.concat("arn:", partition, ":eks::aws:cluster-access-policy/", access_policy),
-                    access_scope=aws.eks.AccessPolicyAssociationAccessScopeArgs(type="cluster"),
-                    opts=pulumi.ResourceOptions(parent=self, depends_on=[entry]))
+                entry = aws.eks.AccessEntry(
+                    f"{name}-{kind}-access", cluster_name=cluster_name, principal_arn=role.arn, type="STANDARD",
+                    kubernetes_groups=[PREVIEW_GROUP] if kind == "preview" else None, tags=platform, opts=child)
+                if kind == "deploy":
+                    aws.eks.AccessPolicyAssociation(
+                        f"{name}-{kind}-access-policy", cluster_name=cluster_name, principal_arn=role.arn,
+                        policy_arn=pulumi.Output.concat("arn:", partition, ":eks::aws:cluster-access-policy/",
+                                                        DEPLOY_ACCESS_POLICY),
+                        access_scope=aws.eks.AccessPolicyAssociationAccessScopeArgs(type="cluster"),
+                        opts=pulumi.ResourceOptions(parent=self, depends_on=[entry]))
             created[kind] = role
 
         self.preview_role_arn = created["preview"].arn

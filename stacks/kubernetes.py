@@ -24,9 +24,16 @@ def build(cfg: GpuLoanConfig, cluster: k8s_provider.ClusterLike, opts: pulumi.Re
     in_cluster = pulumi.ResourceOptions(providers={**aws_providers, "kubernetes": k8s}, depends_on=waits)
 
     outputs: dict[str, Any] = {}
+    operator = None
     if cfg.gpu_operator.enabled:
         operator = gpu_operator.GpuOperator(f"{cfg.environment}-gpu-operator", cfg, opts=in_cluster)
         outputs["gpu_operator_chart_version"] = operator.chart_version
+    if cfg.github is not None:
+        # What the GitHub preview role may read in the cluster (no Secrets outside the Helm release namespace).
+        from stacks.ci_rbac import CiRbac
+
+        CiRbac(f"{cfg.environment}-ci-rbac", cfg, opts=pulumi.ResourceOptions.merge(
+            in_cluster, pulumi.ResourceOptions(depends_on=[operator] if operator else [])))
     metrics = gpu_metrics.GpuMetrics(f"{cfg.environment}-gpu-metrics", cluster.name, cfg.region, opts=in_cluster)
     outputs["gpu_metric"] = f"{metrics.metric_namespace}/{metrics.utilization_metric}"
     tiers = tenancy.Tenancy(f"{cfg.environment}-tenancy", cfg, opts=in_cluster)

@@ -16,6 +16,7 @@ from stacks import capacity as pool_capacity
 from stacks.alerts import Alerts, AlertsArgs
 from stacks.cluster import Cluster, cluster_name_for
 from stacks.config import GpuLoanConfig
+from stacks.role_guard import RoleGuard
 
 
 def aws_provider(cfg: GpuLoanConfig) -> aws.Provider:
@@ -34,6 +35,9 @@ def build(cfg: GpuLoanConfig) -> dict[str, object]:
     account_id = aws.get_caller_identity_output(opts=invoke).account_id
     partition = aws.get_partition_output(opts=invoke).partition
     outputs: dict[str, object] = {"environment": env, "region": cfg.region}
+    # Every role below gets the environment's IAM path (and, with CI roles, its permissions boundary); the types
+    # declared are recorded for the CI roles' policies (stacks/role_guard.py).
+    guard = RoleGuard(cfg, opts, account_id, partition, cluster_name_for(cfg))
 
     # 1. Alerts topic first: budgets, alarms and the policy function all publish to it.
     alerts = Alerts(f"{env}-alerts", AlertsArgs.from_config(cfg, account_id, partition), opts=opts)
@@ -88,7 +92,7 @@ def build(cfg: GpuLoanConfig) -> dict[str, object]:
         from stacks.github_oidc import GitHubOidc
 
         github = GitHubOidc(f"{env}-github", cfg, account_id=account_id, partition=partition,
-                            cluster_name=cluster.name, opts=opts)
+                            declared_types=guard.declared_types, cluster_name=cluster.name, opts=opts)
         outputs["github_oidc_provider_arn"] = github.provider_arn
         outputs["github_preview_role_arn"] = github.preview_role_arn
         outputs["github_deploy_role_arn"] = github.deploy_role_arn

@@ -99,7 +99,8 @@ def test_mandatory_and_advisory_rules_are_the_issues():
     levels = {p.name: p.enforcement_level for p in g.POLICIES}
     assert {n for n, lvl in levels.items() if lvl == EnforcementLevel.MANDATORY} == {
         "gpu-resources-tagged", "elastic-node-groups-bounded", "policy-role-no-mutating-star",
-        "ecr-immutable-and-scanned", "pool-budget-with-email", "launch-templates-imdsv2"}
+        "ecr-immutable-and-scanned", "pool-budget-with-email", "launch-templates-imdsv2",
+        "roles-no-star-on-star"}
     assert {n for n, lvl in levels.items() if lvl == EnforcementLevel.ADVISORY} == {
         "spot-pools-diversified", "floor-under-budget", "floor-protected"}
 
@@ -240,12 +241,17 @@ def test_policy_role_documents_in_the_program_are_compliant(recorded):
                       resource_args(rec, read_only, urn=_as_policy_function_child(read_only))) == []
 
 
+WIDE = json.dumps({"Version": "2012-10-17", "Statement": [
+    {"Effect": "Allow", "Action": ["ec2:*", "eks:*", "iam:*"], "Resource": "*"}]})
+
+
 def test_policy_role_with_mutating_star_violates(recorded):
     rec = recorded("prod")
-    deploy = rec.named("prod-github-deploy-manage")  # ec2:*, eks:*, iam:* ... on "*"
-    assert violations("policy-role-no-mutating-star", resource_args(rec, deploy)) == []  # not the policy role
+    wide = rec.named("prod-github-preview-read")
+    props = {**copy.deepcopy(wide.inputs), "policy": WIDE}
+    assert violations("policy-role-no-mutating-star", resource_args(rec, wide, props)) == []  # not the policy role
     (msg,) = violations("policy-role-no-mutating-star",
-                        resource_args(rec, deploy, urn=_as_policy_function_child(deploy)))
+                        resource_args(rec, wide, props, urn=_as_policy_function_child(wide)))
     assert "eks:*" in msg and "iam:*" in msg
 
 
@@ -392,9 +398,8 @@ def test_lambda_trusted_role_inline_policies_are_checked_wherever_declared(recor
     role = rec.named("prod-github-preview")
     lambda_trust = json.dumps({"Version": "2012-10-17", "Statement": [{
         "Effect": "Allow", "Principal": {"Service": "lambda.amazonaws.com"}, "Action": "sts:AssumeRole"}]})
-    wide = rec.named("prod-github-deploy-manage").inputs["policy"]
     props = {**copy.deepcopy(role.inputs), "assumeRolePolicy": lambda_trust,
-             "inlinePolicies": [{"name": "resize", "policy": wide}]}
+             "inlinePolicies": [{"name": "resize", "policy": WIDE}]}
     (msg,) = violations("policy-role-no-mutating-star", resource_args(rec, role, props))
     assert "ec2:*" in msg
     props["inlinePolicies"] = [{"name": "read", "policy": rec.named("prod-github-preview-read").inputs["policy"]}]
@@ -412,3 +417,48 @@ def test_policy_function_role_widened_to_every_node_group_violates(recorded):
     props = {**copy.deepcopy(policy.inputs), "policy": json.dumps(doc)}
     (msg,) = violations("policy-role-no-mutating-star", resource_args(rec, policy, props))
     assert "eks:UpdateNodegroupConfig" in msg and "guaranteed floor" in msg
+
+
+# --- roles-no-star-on-star ---------------------------------------------------------------------------------
+
+IAM_DOCUMENT_TYPES = (g.IAM_ROLE, g.IAM_ROLE_POLICY, g.IAM_POLICY, g.IAM_ROLE_POLICY_ATTACHMENT)
+
+
+@pytest.mark.parametrize("stack", ["dev", "prod"])
+def test_no_role_of_the_shipped_stacks_gets_star_on_star(recorded, stack):
+    rec = recorded(stack)
+    checked = [r for r in rec.resources if r.type in IAM_DOCUMENT_TYPES]
+    assert len(checked) > 15  # every role, role policy, managed policy (deploy parts, boundary) and attachment
+    for r in checked:
+        assert violations("roles-no-star-on-star", resource_args(rec, r)) == [], r.name
+
+
+@pytest.mark.parametrize("name, statement, bad", [
+    ("admin", {"Effect": "Allow", "Action": "*", "Resource": "*"}, True),
+    ("admin in a list", {"Effect": "Allow", "Action": ["s3:GetObject", "*"], "Resource": ["*"]}, True),
+    ("not-action on star", {"Effect": "Allow", "NotAction": ["iam:*"], "Resource": "*"}, True),
+    ("every action on one bucket", {"Effect": "Allow", "Action": "*", "Resource": "arn:aws:s3:::b/*"}, False),
+    ("service wildcard", {"Effect": "Allow", "Action": "ec2:*", "Resource": "*"}, False),
+    ("deny everything", {"Effect": "Deny", "Action": "*", "Resource": "*"}, False),
+])
+def test_star_on_star_statements_table(name, statement, bad):
+    doc = {"Version": "2012-10-17", "Statement": [statement]}
+    assert bool(g.star_on_star_statements(doc)) is bad, name
+
+
+def test_star_on_star_violates_in_every_place_a_policy_can_live(recorded):
+    rec = recorded("prod")
+    admin = json.dumps({"Version": "2012-10-17", "Statement": [
+        {"Sid": "Everything", "Effect": "Allow", "Action": "*", "Resource": "*"}]})
+    role_policy = next(r for r in rec.of_type(g.IAM_ROLE_POLICY))
+    (msg,) = violations("roles-no-star-on-star", resource_args(rec, role_policy, {**role_policy.inputs, "policy": admin}))
+    assert "Everything" in msg and role_policy.name in msg
+    managed = next(r for r in rec.of_type(g.IAM_POLICY))
+    assert violations("roles-no-star-on-star", resource_args(rec, managed, {**managed.inputs, "policy": admin}))
+    role = next(r for r in rec.of_type(g.IAM_ROLE))
+    assert violations("roles-no-star-on-star", resource_args(
+        rec, role, {**role.inputs, "inlinePolicies": [{"name": "x", "policy": admin}]}))
+    attachment = next(r for r in rec.of_type(g.IAM_ROLE_POLICY_ATTACHMENT))
+    (msg,) = violations("roles-no-star-on-star", resource_args(
+        rec, attachment, {**attachment.inputs, "policyArn": "arn:aws:iam::aws:policy/AdministratorAccess"}))
+    assert "AdministratorAccess" in msg

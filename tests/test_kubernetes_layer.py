@@ -282,9 +282,10 @@ def test_limit_range_gives_default_requests_but_no_default_gpu_or_limits():
 
 def test_policy_reader_can_only_read_pods_and_is_bound_to_the_policy_group():
     rec = layer("prod")
-    [role] = _objects(rec, "ClusterRole")
+    # (the CI preview reader, stacks/ci_rbac.py, is another ClusterRole of the layer)
+    [role] = [o for o in _objects(rec, "ClusterRole") if o["metadata"]["name"] == "gpuloan-policy-pod-reader"]
     assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]
-    [binding] = _objects(rec, "ClusterRoleBinding")
+    [binding] = [o for o in _objects(rec, "ClusterRoleBinding") if o["metadata"]["name"] == role["metadata"]["name"]]
     assert binding["roleRef"]["name"] == role["metadata"]["name"]
     assert binding["subjects"] == [{"kind": "Group", "apiGroup": "rbac.authorization.k8s.io",
                                     "name": tags.POLICY_READER_GROUP}]

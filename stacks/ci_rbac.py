@@ -1,0 +1,70 @@
+"""Kubernetes read access of the GitHub preview role: every kind the stack declares, Secrets only where needed.
+
+EKS's AmazonEKSAdminViewPolicy would let any same-repository pull request read every Secret of the cluster. The
+preview role's access entry instead maps it to the Kubernetes group `gpuloan-ci-preview` (stacks/github_oidc.py),
+bound here to:
+- a ClusterRole that gets/lists/watches the kinds in stacks/iam_permissions.KUBERNETES_KINDS (what the stack
+  declares) plus the kinds the GPU Operator chart installs (a preview of the Helm release diffs them), no Secrets;
+- a Role in the Helm release's namespace that reads Secrets there: Helm stores each release's record as a Secret
+  (`sh.helm.release.v1.<release>.v<revision>`) in the release namespace, and refreshing the release reads it.
+  Nothing else of value lives in that namespace (the chart's pods use no Secret of ours).
+"""
+
+from __future__ import annotations
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from stacks import gpu_operator
+from stacks import iam_permissions as perms
+from stacks.config import GpuLoanConfig
+
+PREVIEW_GROUP = "gpuloan-ci-preview"
+READER = "gpuloan-ci-preview-reader"
+READ = ["get", "list", "watch"]
+MANAGED_BY = {"app.kubernetes.io/managed-by": "gpuloan"}
+
+# What the GPU Operator chart creates, by API group (a release preview renders and diffs them).
+CHART_KINDS: dict[str, list[str]] = {
+    "": ["serviceaccounts", "services", "configmaps", "pods"],
+    "apps": ["daemonsets", "deployments"],
+    "apiextensions.k8s.io": ["customresourcedefinitions"],
+    "nvidia.com": ["clusterpolicies", "nvidiadrivers"],
+    "nfd.k8s-sigs.io": ["nodefeaturerules"],
+    "rbac.authorization.k8s.io": ["roles", "rolebindings", "clusterroles", "clusterrolebindings"],
+}
+
+
+def reader_rules() -> list[dict]:
+    """ClusterRole rules: read every declared kind and every chart kind, never Secrets."""
+    groups: dict[str, set[str]] = {g: set(r) for g, r in CHART_KINDS.items()}
+    for group, resource in perms.KUBERNETES_KINDS.values():
+        if resource != "secrets":
+            groups.setdefault(group, set()).add(resource)
+    return [{"apiGroups": [g], "resources": sorted(r), "verbs": READ} for g, r in sorted(groups.items())]
+
+
+class CiRbac(pulumi.ComponentResource):
+    def __init__(self, name: str, cfg: GpuLoanConfig, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("gpuloan:gitops:CiRbac", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        subjects = [{"kind": "Group", "apiGroup": "rbac.authorization.k8s.io", "name": PREVIEW_GROUP}]
+        reader = k8s.rbac.v1.ClusterRole(f"{name}-reader", metadata={"name": READER, "labels": MANAGED_BY},
+                                         rules=reader_rules(), opts=child)
+        k8s.rbac.v1.ClusterRoleBinding(
+            f"{name}-reader", metadata={"name": READER, "labels": MANAGED_BY},
+            role_ref={"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": READER},
+            subjects=subjects, opts=pulumi.ResourceOptions(parent=self, depends_on=[reader]))
+        if cfg.gpu_operator.enabled:
+            releases = k8s.rbac.v1.Role(
+                f"{name}-helm-releases",
+                metadata={"name": f"{READER}-helm-releases", "namespace": gpu_operator.NAMESPACE,
+                          "labels": MANAGED_BY},
+                rules=[{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list"]}], opts=child)
+            k8s.rbac.v1.RoleBinding(
+                f"{name}-helm-releases",
+                metadata={"name": f"{READER}-helm-releases", "namespace": gpu_operator.NAMESPACE,
+                          "labels": MANAGED_BY},
+                role_ref={"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": f"{READER}-helm-releases"},
+                subjects=subjects, opts=pulumi.ResourceOptions(parent=self, depends_on=[releases]))
+        self.register_outputs({"group": PREVIEW_GROUP})

@@ -1,0 +1,718 @@
+"""What each declared resource type needs from IAM, and the CI roles' policies derived from it.
+
+The table below lists, per Pulumi resource type the program declares, the IAM actions the provider calls to
+refresh (read), create, update and delete it, with the source each list was read from. The preview role gets the
+read actions of the types the stack declares (nothing else); the deploy role gets all four, each mutation scoped
+to this environment by resource name (ARN pattern), IAM path, or the `gpuloan:environment` tag, per service
+(SCOPE_BY_SERVICE). tests/test_gitops_permissions.py walks every resource of the dev and prod plans: a type without
+an entry, or an action the roles do not grant, fails it.
+
+Sources, by service (AWS Service Authorization Reference, "Actions, resources, and condition keys for <service>",
+https://docs.aws.amazon.com/service-authorization/latest/reference/list_<service>.html) name the actions, their
+resource types and condition keys; which API calls the Terraform-based provider makes per operation is read from
+the provider's resource docs (https://www.pulumi.com/registry/packages/aws/api-docs/) and its CRUD functions.
+
+Pure module: no Pulumi resources, so the table, the policies and the docs table are plain data tests can read.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable
+
+from stacks import tags
+
+SAR = "https://docs.aws.amazon.com/service-authorization/latest/reference/list_{}.html"
+
+
+@dataclass(frozen=True)
+class Needs:
+    """IAM actions per Pulumi operation of one resource type."""
+
+    read: tuple[str, ...]
+    create: tuple[str, ...]
+    update: tuple[str, ...]
+    delete: tuple[str, ...]
+    source: str
+
+    @property
+    def mutating(self) -> tuple[str, ...]:
+        return tuple(sorted(set(self.create) | set(self.update) | set(self.delete)))
+
+
+def _n(read: str, create: str, update: str, delete: str, source: str) -> Needs:
+    split = lambda s: tuple(sorted(set(s.split())))  # noqa: E731 - one-line table cells
+    return Needs(split(read), split(create), split(update), split(delete), source)
+
+
+_EC2 = SAR.format("amazonec2")
+_EC2_TAGS = "ec2:CreateTags ec2:DeleteTags"
+
+# Pulumi type token -> what refresh / create / update / delete call.
+TABLE: dict[str, Needs] = {
+    "aws:budgets/budget:Budget": _n(
+        # ViewBudget is the one read action of the Budgets API (DescribeBudget, DescribeNotificationsForBudget,
+        # DescribeSubscribersForNotification all authorize as it); no Describe*/Get* wildcard matches it.
+        "budgets:ViewBudget budgets:ListTagsForResource",
+        "budgets:ModifyBudget budgets:TagResource",
+        "budgets:ModifyBudget budgets:TagResource budgets:UntagResource",
+        "budgets:ModifyBudget", SAR.format("awsbudgetservice")),
+    "aws:cloudwatch/dashboard:Dashboard": _n(
+        "cloudwatch:GetDashboard", "cloudwatch:PutDashboard", "cloudwatch:PutDashboard",
+        "cloudwatch:DeleteDashboards", SAR.format("amazoncloudwatch")),
+    "aws:cloudwatch/logGroup:LogGroup": _n(
+        "logs:DescribeLogGroups logs:ListTagsForResource",
+        "logs:CreateLogGroup logs:PutRetentionPolicy logs:TagResource",
+        "logs:PutRetentionPolicy logs:DeleteRetentionPolicy logs:TagResource logs:UntagResource",
+        "logs:DeleteLogGroup", SAR.format("amazoncloudwatchlogs")),
+    "aws:cloudwatch/metricAlarm:MetricAlarm": _n(
+        "cloudwatch:DescribeAlarms cloudwatch:ListTagsForResource",
+        "cloudwatch:PutMetricAlarm cloudwatch:TagResource",
+        "cloudwatch:PutMetricAlarm cloudwatch:TagResource cloudwatch:UntagResource",
+        "cloudwatch:DeleteAlarms", SAR.format("amazoncloudwatch")),
+    "aws:costexplorer/costAllocationTag:CostAllocationTag": _n(
+        "ce:ListCostAllocationTags", "ce:UpdateCostAllocationTagsStatus", "ce:UpdateCostAllocationTagsStatus",
+        "ce:UpdateCostAllocationTagsStatus", SAR.format("awscostexplorerservice")),
+    "aws:dynamodb/table:Table": _n(
+        # Table configuration only: GetItem/Query/Scan (the policy state) are never needed to refresh it.
+        "dynamodb:DescribeTable dynamodb:DescribeContinuousBackups dynamodb:DescribeTimeToLive "
+        "dynamodb:ListTagsOfResource",
+        "dynamodb:CreateTable dynamodb:UpdateContinuousBackups dynamodb:TagResource",
+        "dynamodb:UpdateTable dynamodb:UpdateContinuousBackups dynamodb:UpdateTimeToLive dynamodb:TagResource "
+        "dynamodb:UntagResource",
+        "dynamodb:DeleteTable", SAR.format("amazondynamodb")),
+    "aws:ec2/capacityReservation:CapacityReservation": _n(
+        "ec2:DescribeCapacityReservations", f"ec2:CreateCapacityReservation {_EC2_TAGS}",
+        f"ec2:ModifyCapacityReservation {_EC2_TAGS}", "ec2:CancelCapacityReservation", _EC2),
+    "aws:ec2/defaultSecurityGroup:DefaultSecurityGroup": _n(
+        "ec2:DescribeSecurityGroups ec2:DescribeSecurityGroupRules",
+        f"ec2:RevokeSecurityGroupIngress ec2:RevokeSecurityGroupEgress {_EC2_TAGS}",
+        f"ec2:AuthorizeSecurityGroupIngress ec2:AuthorizeSecurityGroupEgress ec2:RevokeSecurityGroupIngress "
+        f"ec2:RevokeSecurityGroupEgress {_EC2_TAGS}",
+        "", _EC2 + " (the provider adopts the VPC's default group; delete only forgets it)"),
+    "aws:ec2/eip:Eip": _n(
+        "ec2:DescribeAddresses ec2:DescribeAddressesAttribute", f"ec2:AllocateAddress {_EC2_TAGS}", _EC2_TAGS,
+        "ec2:ReleaseAddress ec2:DisassociateAddress", _EC2),
+    "aws:ec2/internetGateway:InternetGateway": _n(
+        "ec2:DescribeInternetGateways", f"ec2:CreateInternetGateway ec2:AttachInternetGateway {_EC2_TAGS}",
+        f"ec2:AttachInternetGateway ec2:DetachInternetGateway {_EC2_TAGS}",
+        "ec2:DetachInternetGateway ec2:DeleteInternetGateway", _EC2),
+    "aws:ec2/launchTemplate:LaunchTemplate": _n(
+        "ec2:DescribeLaunchTemplates ec2:DescribeLaunchTemplateVersions", f"ec2:CreateLaunchTemplate {_EC2_TAGS}",
+        f"ec2:CreateLaunchTemplateVersion ec2:ModifyLaunchTemplate {_EC2_TAGS}", "ec2:DeleteLaunchTemplate", _EC2),
+    "aws:ec2/natGateway:NatGateway": _n(
+        "ec2:DescribeNatGateways", f"ec2:CreateNatGateway {_EC2_TAGS}", _EC2_TAGS, "ec2:DeleteNatGateway", _EC2),
+    "aws:ec2/routeTable:RouteTable": _n(
+        "ec2:DescribeRouteTables", f"ec2:CreateRouteTable ec2:CreateRoute {_EC2_TAGS}",
+        f"ec2:CreateRoute ec2:ReplaceRoute ec2:DeleteRoute {_EC2_TAGS}", "ec2:DeleteRouteTable ec2:DeleteRoute",
+        _EC2),
+    "aws:ec2/routeTableAssociation:RouteTableAssociation": _n(
+        "ec2:DescribeRouteTables", "ec2:AssociateRouteTable", "ec2:ReplaceRouteTableAssociation",
+        "ec2:DisassociateRouteTable", _EC2),
+    "aws:ec2/securityGroup:SecurityGroup": _n(
+        "ec2:DescribeSecurityGroups ec2:DescribeSecurityGroupRules",
+        # The provider removes the default allow-all egress rule AWS adds, then authorizes the declared ones.
+        f"ec2:CreateSecurityGroup ec2:AuthorizeSecurityGroupEgress ec2:RevokeSecurityGroupEgress "
+        f"ec2:AuthorizeSecurityGroupIngress {_EC2_TAGS}",
+        f"ec2:AuthorizeSecurityGroupEgress ec2:RevokeSecurityGroupEgress ec2:AuthorizeSecurityGroupIngress "
+        f"ec2:RevokeSecurityGroupIngress ec2:UpdateSecurityGroupRuleDescriptionsEgress "
+        f"ec2:UpdateSecurityGroupRuleDescriptionsIngress {_EC2_TAGS}",
+        "ec2:DeleteSecurityGroup ec2:DescribeNetworkInterfaces", _EC2),
+    "aws:ec2/subnet:Subnet": _n(
+        "ec2:DescribeSubnets", f"ec2:CreateSubnet ec2:ModifySubnetAttribute {_EC2_TAGS}",
+        f"ec2:ModifySubnetAttribute {_EC2_TAGS}", "ec2:DeleteSubnet ec2:DescribeNetworkInterfaces", _EC2),
+    "aws:ec2/vpc:Vpc": _n(
+        # The provider also reads the VPC's default security group, main route table and default network ACL.
+        "ec2:DescribeVpcs ec2:DescribeVpcAttribute ec2:DescribeSecurityGroups ec2:DescribeRouteTables "
+        "ec2:DescribeNetworkAcls",
+        f"ec2:CreateVpc ec2:ModifyVpcAttribute {_EC2_TAGS}", f"ec2:ModifyVpcAttribute {_EC2_TAGS}", "ec2:DeleteVpc",
+        _EC2),
+    "aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule": _n(
+        "ec2:DescribeSecurityGroupRules", f"ec2:AuthorizeSecurityGroupIngress {_EC2_TAGS}",
+        f"ec2:ModifySecurityGroupRules {_EC2_TAGS}", "ec2:RevokeSecurityGroupIngress", _EC2),
+    "aws:ecr/repository:Repository": _n(
+        "ecr:DescribeRepositories ecr:ListTagsForResource",
+        "ecr:CreateRepository ecr:TagResource",
+        "ecr:PutImageTagMutability ecr:PutImageScanningConfiguration ecr:TagResource ecr:UntagResource",
+        # force_delete deletes the images with the repository (issue 12 item 6).
+        "ecr:DeleteRepository ecr:ListImages ecr:BatchDeleteImage", SAR.format("amazonelasticcontainerregistry")),
+    "aws:ecr/lifecyclePolicy:LifecyclePolicy": _n(
+        "ecr:GetLifecyclePolicy", "ecr:PutLifecyclePolicy", "ecr:PutLifecyclePolicy", "ecr:DeleteLifecyclePolicy",
+        SAR.format("amazonelasticcontainerregistry")),
+    "aws:eks/accessEntry:AccessEntry": _n(
+        "eks:DescribeAccessEntry eks:ListTagsForResource", "eks:CreateAccessEntry eks:TagResource",
+        "eks:UpdateAccessEntry eks:TagResource eks:UntagResource", "eks:DeleteAccessEntry",
+        SAR.format("amazonelastickubernetesservice")),
+    "aws:eks/accessPolicyAssociation:AccessPolicyAssociation": _n(
+        "eks:ListAssociatedAccessPolicies", "eks:AssociateAccessPolicy", "eks:AssociateAccessPolicy",
+        "eks:DisassociateAccessPolicy", SAR.format("amazonelastickubernetesservice")),
+    "aws:eks/addon:Addon": _n(
+        "eks:DescribeAddon eks:ListTagsForResource",
+        "eks:CreateAddon eks:TagResource iam:PassRole",  # service_account_role_arn is passed to EKS
+        "eks:UpdateAddon eks:TagResource eks:UntagResource iam:PassRole", "eks:DeleteAddon",
+        SAR.format("amazonelastickubernetesservice")),
+    "aws:eks/cluster:Cluster": _n(
+        "eks:DescribeCluster eks:ListTagsForResource",
+        # CreateCluster passes the cluster role; secrets encryption needs DescribeKey and CreateGrant on the key
+        # (EKS user guide "Encrypt Kubernetes secrets with KMS"); the first cluster creates EKS's service role.
+        "eks:CreateCluster eks:TagResource iam:PassRole kms:DescribeKey kms:CreateGrant "
+        "iam:CreateServiceLinkedRole",
+        "eks:UpdateClusterConfig eks:UpdateClusterVersion eks:AssociateEncryptionConfig eks:TagResource "
+        "eks:UntagResource eks:DescribeUpdate", "eks:DeleteCluster", SAR.format("amazonelastickubernetesservice")),
+    "aws:eks/nodeGroup:NodeGroup": _n(
+        "eks:DescribeNodegroup eks:ListTagsForResource",
+        "eks:CreateNodegroup eks:TagResource iam:PassRole iam:CreateServiceLinkedRole "
+        "ec2:DescribeLaunchTemplateVersions",
+        "eks:UpdateNodegroupConfig eks:UpdateNodegroupVersion eks:TagResource eks:UntagResource eks:DescribeUpdate",
+        "eks:DeleteNodegroup", SAR.format("amazonelastickubernetesservice")),
+    "aws:eks/podIdentityAssociation:PodIdentityAssociation": _n(
+        "eks:DescribePodIdentityAssociation eks:ListTagsForResource",
+        "eks:CreatePodIdentityAssociation eks:TagResource iam:PassRole iam:GetRole",
+        "eks:UpdatePodIdentityAssociation eks:TagResource eks:UntagResource iam:PassRole iam:GetRole",
+        "eks:DeletePodIdentityAssociation", SAR.format("amazonelastickubernetesservice")),
+    "aws:iam/openIdConnectProvider:OpenIdConnectProvider": _n(
+        "iam:GetOpenIDConnectProvider", "iam:CreateOpenIDConnectProvider iam:TagOpenIDConnectProvider",
+        "iam:UpdateOpenIDConnectProviderThumbprint iam:AddClientIDToOpenIDConnectProvider "
+        "iam:RemoveClientIDFromOpenIDConnectProvider iam:TagOpenIDConnectProvider iam:UntagOpenIDConnectProvider",
+        "iam:DeleteOpenIDConnectProvider", SAR.format("awsidentityandaccessmanagementiam")),
+    "aws:iam/policy:Policy": _n(
+        "iam:GetPolicy iam:GetPolicyVersion iam:ListPolicyVersions iam:ListPolicyTags",
+        "iam:CreatePolicy iam:TagPolicy",
+        "iam:CreatePolicyVersion iam:DeletePolicyVersion iam:ListPolicyVersions iam:TagPolicy iam:UntagPolicy",
+        "iam:DeletePolicy iam:DeletePolicyVersion iam:ListPolicyVersions",
+        SAR.format("awsidentityandaccessmanagementiam")),
+    "aws:iam/role:Role": _n(
+        # The provider reads inline and attached policies too (its inline_policy/managed_policy_arns outputs).
+        "iam:GetRole iam:ListRolePolicies iam:ListAttachedRolePolicies",
+        "iam:CreateRole iam:TagRole iam:PutRolePermissionsBoundary",
+        "iam:UpdateRole iam:UpdateRoleDescription iam:UpdateAssumeRolePolicy iam:TagRole iam:UntagRole "
+        "iam:PutRolePermissionsBoundary",
+        "iam:DeleteRole iam:ListInstanceProfilesForRole", SAR.format("awsidentityandaccessmanagementiam")),
+    "aws:iam/rolePolicy:RolePolicy": _n(
+        "iam:GetRolePolicy", "iam:PutRolePolicy", "iam:PutRolePolicy", "iam:DeleteRolePolicy",
+        SAR.format("awsidentityandaccessmanagementiam")),
+    "aws:iam/rolePolicyAttachment:RolePolicyAttachment": _n(
+        "iam:ListAttachedRolePolicies", "iam:AttachRolePolicy", "iam:AttachRolePolicy", "iam:DetachRolePolicy",
+        SAR.format("awsidentityandaccessmanagementiam")),
+    "aws:kms/alias:Alias": _n(
+        "kms:ListAliases", "kms:CreateAlias", "kms:UpdateAlias", "kms:DeleteAlias",
+        SAR.format("awskeymanagementservice")),
+    "aws:kms/key:Key": _n(
+        # Key metadata, policy, rotation and tags. Never kms:Decrypt: refreshing a key reads no ciphertext.
+        "kms:DescribeKey kms:GetKeyPolicy kms:GetKeyRotationStatus kms:ListResourceTags",
+        "kms:CreateKey kms:EnableKeyRotation kms:PutKeyPolicy kms:TagResource",
+        "kms:PutKeyPolicy kms:EnableKeyRotation kms:DisableKeyRotation kms:UpdateKeyDescription kms:TagResource "
+        "kms:UntagResource", "kms:ScheduleKeyDeletion", SAR.format("awskeymanagementservice")),
+    "aws:lambda/function:Function": _n(
+        # GetFunction is the provider's read and returns the environment variables and a code download URL; no
+        # narrower read exists (GetFunctionConfiguration returns the environment too). The function's environment
+        # holds settings, never a secret (stacks/policy_function.py).
+        "lambda:GetFunction lambda:GetFunctionCodeSigningConfig lambda:ListVersionsByFunction",
+        "lambda:CreateFunction lambda:PutFunctionConcurrency lambda:TagResource iam:PassRole",
+        "lambda:UpdateFunctionCode lambda:UpdateFunctionConfiguration lambda:PutFunctionConcurrency "
+        "lambda:DeleteFunctionConcurrency lambda:TagResource lambda:UntagResource iam:PassRole",
+        "lambda:DeleteFunction", SAR.format("awslambda")),
+    "aws:lambda/functionEventInvokeConfig:FunctionEventInvokeConfig": _n(
+        "lambda:GetFunctionEventInvokeConfig", "lambda:PutFunctionEventInvokeConfig",
+        "lambda:PutFunctionEventInvokeConfig lambda:UpdateFunctionEventInvokeConfig",
+        "lambda:DeleteFunctionEventInvokeConfig", SAR.format("awslambda")),
+    "aws:scheduler/schedule:Schedule": _n(
+        "scheduler:GetSchedule", "scheduler:CreateSchedule iam:PassRole", "scheduler:UpdateSchedule iam:PassRole",
+        "scheduler:DeleteSchedule", SAR.format("amazoneventbridgescheduler")),
+    "aws:sns/topic:Topic": _n(
+        "sns:GetTopicAttributes sns:ListTagsForResource", "sns:CreateTopic sns:SetTopicAttributes sns:TagResource",
+        "sns:SetTopicAttributes sns:TagResource sns:UntagResource", "sns:DeleteTopic", SAR.format("amazonsns")),
+    "aws:sns/topicPolicy:TopicPolicy": _n(
+        "sns:GetTopicAttributes", "sns:SetTopicAttributes", "sns:SetTopicAttributes", "sns:SetTopicAttributes",
+        SAR.format("amazonsns")),
+    "aws:sns/topicSubscription:TopicSubscription": _n(
+        "sns:GetSubscriptionAttributes", "sns:Subscribe sns:GetSubscriptionAttributes",
+        "sns:SetSubscriptionAttributes", "sns:Unsubscribe", SAR.format("amazonsns")),
+    "aws:sqs/queue:Queue": _n(
+        # Attributes and tags only: ReceiveMessage (the dead letters) is never needed to refresh the queue.
+        "sqs:GetQueueAttributes sqs:GetQueueUrl sqs:ListQueueTags",
+        "sqs:CreateQueue sqs:SetQueueAttributes sqs:TagQueue", "sqs:SetQueueAttributes sqs:TagQueue sqs:UntagQueue",
+        "sqs:DeleteQueue", SAR.format("amazonsqs")),
+    "aws:ssm/parameter:Parameter": _n(
+        # Listed ahead of use (policy settings may move to a parameter, issue 12 item 7). A String parameter's
+        # value comes with GetParameter; the roles never get kms:Decrypt, so a SecureString stays unreadable.
+        "ssm:GetParameter ssm:DescribeParameters ssm:ListTagsForResource",
+        "ssm:PutParameter ssm:AddTagsToResource", "ssm:PutParameter ssm:AddTagsToResource ssm:RemoveTagsFromResource",
+        "ssm:DeleteParameter", SAR.format("awssystemsmanager")),
+    # Images are pushed to this stack's ECR repositories (ECR user guide "Required IAM permissions for pushing an
+    # image"); a refresh reads the pushed manifest only (BatchGetImage), never a layer. Deleting the resource does
+    # not delete the image from the registry (docker-build provider docs), the repository's force_delete does.
+    "docker-build:index:Image": _n(
+        "ecr:BatchGetImage ecr:DescribeImages ecr:GetAuthorizationToken",
+        "ecr:GetAuthorizationToken ecr:BatchCheckLayerAvailability ecr:InitiateLayerUpload ecr:UploadLayerPart "
+        "ecr:CompleteLayerUpload ecr:PutImage ecr:BatchGetImage ecr:GetDownloadUrlForLayer",
+        "ecr:GetAuthorizationToken ecr:BatchCheckLayerAvailability ecr:InitiateLayerUpload ecr:UploadLayerPart "
+        "ecr:CompleteLayerUpload ecr:PutImage ecr:BatchGetImage ecr:GetDownloadUrlForLayer",
+        "", "https://docs.aws.amazon.com/AmazonECR/latest/userguide/image-push-iam.html"),
+}
+
+# Data sources (invokes) the program calls, with the read actions they need. getCallerIdentity needs no
+# permission (STS GetCallerIdentity is always allowed); getPartition/getRegion answer from the provider config.
+INVOKES: dict[str, tuple[str, ...]] = {
+    "aws:index/getCallerIdentity:getCallerIdentity": (),
+    "aws:index/getPartition:getPartition": (),
+    "aws:index/getRegion:getRegion": (),
+    "aws:ec2/getSubnets:getSubnets": ("ec2:DescribeSubnets",),
+    "aws:eks/getCluster:getCluster": ("eks:DescribeCluster",),
+    "aws:ecr/getAuthorizationToken:getAuthorizationToken": ("ecr:GetAuthorizationToken",),
+}
+
+# Read-only price lookups of the live-prices work (Price List, spot history, Savings Plans and Capacity Block
+# offerings), granted to both roles so previews and deploys can price the plan. None of them can change anything.
+PRICING_ACTIONS = (
+    "ec2:DescribeCapacityBlockOfferings",
+    "ec2:DescribeSpotPriceHistory",
+    "pricing:GetProducts",
+    "savingsplans:DescribeSavingsPlansOfferingRates",
+)
+# `gpuloan cost-report` reads actual spend; no workflow runs it with these roles, so neither role has it.
+COST_REPORT_ACTIONS = ("ce:GetCostAndUsage",)
+
+# Types that need no IAM action of the CI roles, and why.
+NO_IAM_NEEDED = {
+    "pulumi:providers:aws": "a provider configuration, not a cloud resource",
+    "pulumi:providers:kubernetes": "a provider configuration; its kubeconfig runs `aws eks get-token`, a presigned "
+                                   "sts:GetCallerIdentity that needs no permission",
+}
+
+# Kubernetes kinds: no IAM action (the EKS access entry admits the role), but the preview reader ClusterRole must
+# list them: type token -> (API group, resource).
+KUBERNETES_KINDS: dict[str, tuple[str, str]] = {
+    "kubernetes:core/v1:ConfigMap": ("", "configmaps"),
+    "kubernetes:core/v1:LimitRange": ("", "limitranges"),
+    "kubernetes:core/v1:Namespace": ("", "namespaces"),
+    "kubernetes:core/v1:ResourceQuota": ("", "resourcequotas"),
+    "kubernetes:core/v1:ServiceAccount": ("", "serviceaccounts"),
+    "kubernetes:helm.sh/v3:Release": ("", "secrets"),  # Helm's release records: see preview_kubernetes_rules
+    "kubernetes:rbac.authorization.k8s.io/v1:ClusterRole": ("rbac.authorization.k8s.io", "clusterroles"),
+    "kubernetes:rbac.authorization.k8s.io/v1:ClusterRoleBinding": ("rbac.authorization.k8s.io", "clusterrolebindings"),
+    "kubernetes:rbac.authorization.k8s.io/v1:Role": ("rbac.authorization.k8s.io", "roles"),
+    "kubernetes:rbac.authorization.k8s.io/v1:RoleBinding": ("rbac.authorization.k8s.io", "rolebindings"),
+    "kubernetes:scheduling.k8s.io/v1:PriorityClass": ("scheduling.k8s.io", "priorityclasses"),
+}
+
+
+def needs_for(type_: str) -> Needs | None:
+    return TABLE.get(type_)
+
+
+def missing_types(types: Iterable[str]) -> list[str]:
+    """Declared types the table says nothing about (components are not resources and need nothing)."""
+    return sorted({t for t in types if t not in TABLE and t not in NO_IAM_NEEDED and t not in KUBERNETES_KINDS})
+
+
+def _service(action: str) -> str:
+    return action.split(":", 1)[0]
+
+
+def _is_read(action: str) -> bool:
+    return action.split(":", 1)[1].startswith(("Describe", "Get", "List", "View", "BatchGet"))
+
+
+def read_actions(types: Iterable[str], invokes: Iterable[str] = ()) -> list[str]:
+    out: set[str] = set(PRICING_ACTIONS)
+    for t in types:
+        if t in TABLE:
+            out |= set(TABLE[t].read)
+    for token in invokes:
+        out |= set(INVOKES.get(token, ()))
+    return sorted(out)
+
+
+def mutating_actions(types: Iterable[str]) -> list[str]:
+    out: set[str] = set()
+    for t in types:
+        if t in TABLE:
+            out |= set(TABLE[t].mutating)
+    # Reads needed inside a create/update (e.g. DescribeLaunchTemplateVersions) join the read statement.
+    return sorted(a for a in out if not _is_read(a))
+
+
+def inner_reads(types: Iterable[str]) -> list[str]:
+    """Read actions the provider calls while creating/updating (waiters), beyond the refresh reads."""
+    out: set[str] = set()
+    for t in types:
+        if t in TABLE:
+            out |= {a for a in TABLE[t].mutating if _is_read(a)}
+    return sorted(out)
+
+
+# --- scoping -----------------------------------------------------------------------------------------------
+
+ENV_TAG = tags.TAG_ENVIRONMENT
+
+# IAM paths. The stack's workload roles live under workload_path, which the deploy role may manage; the CI roles,
+# their policies and the permissions boundary live under ci_path, which only an administrator's `pulumi up` may
+# change (a deploy role that could edit its own policy or the boundary could lift both).
+def workload_path(env: str) -> str:
+    return f"/gpuloan/{env}/"
+
+
+def ci_path(env: str) -> str:
+    return f"/gpuloan-ci/{env}/"
+
+
+def boundary_name(env: str) -> str:
+    return f"gpuloan-{env}-boundary"
+
+
+@dataclass(frozen=True)
+class Scope:
+    """Where the deploy role's mutations of this environment may land."""
+
+    partition: str
+    account: str
+    region: str
+    env: str
+    cluster_name: str
+
+    def arn(self, service: str, rest: str, region: bool = True, account: bool = True) -> str:
+        return (f"arn:{self.partition}:{service}:{self.region if region else ''}:"
+                f"{self.account if account else ''}:{rest}")
+
+    @property
+    def prefix(self) -> str:
+        return f"gpuloan-{self.env}"
+
+    @property
+    def boundary_arn(self) -> str:
+        return self.arn("iam", f"policy{ci_path(self.env)}{boundary_name(self.env)}", region=False)
+
+
+# Services whose mutations are scoped by resource ARN (name prefix): service -> ARN patterns for a Scope.
+def _named_resources(s: Scope) -> dict[str, list[str]]:
+    p = s.prefix
+    return {
+        "budgets": [s.arn("budgets", f"budget/{p}", region=False), s.arn("budgets", f"budget/{p}-*", region=False)],
+        "cloudwatch": [s.arn("cloudwatch", f"alarm:{p}-*"), s.arn("cloudwatch", f"dashboard/{p}", region=False),
+                       s.arn("cloudwatch", f"dashboard/{p}-*", region=False)],
+        "logs": [s.arn("logs", f"log-group:/aws/eks/{s.cluster_name}/*"),
+                 s.arn("logs", f"log-group:/aws/lambda/{p}-*")],
+        "dynamodb": [s.arn("dynamodb", f"table/{p}-*")],
+        "sqs": [s.arn("sqs", f"{p}-*")],
+        "sns": [s.arn("sns", f"{p}-*")],
+        "lambda": [s.arn("lambda", f"function:{p}-*")],
+        "scheduler": [s.arn("scheduler", f"schedule/default/{p}-*")],
+        "ecr": [s.arn("ecr", f"repository/gpuloan/{s.env}/*")],
+        "ssm": [s.arn("ssm", f"parameter/gpuloan/{s.env}/*")],
+        # Every EKS ARN below the cluster carries the cluster's name: cluster/<name>, nodegroup/<name>/...,
+        # addon/<name>/..., access-entry/<name>/..., podidentityassociation/<name>/... .
+        "eks": [s.arn("eks", f"cluster/{s.cluster_name}"), s.arn("eks", f"*/{s.cluster_name}/*")],
+        "kms": [s.arn("kms", f"alias/{p}-*")],
+    }
+
+
+# Actions AWS authorizes only on "*" (no resource-level permission), with why that is acceptable.
+UNSCOPABLE: dict[str, str] = {
+    "ce:UpdateCostAllocationTagsStatus": "account-wide setting without a resource type; it only switches tag "
+                                         "keys on or off for cost reports and cannot spend or read",
+    "ecr:GetAuthorizationToken": "no resource type; the registry token it returns is limited to what the role "
+                                 "may do in ECR (its own repositories)",
+    "sns:Unsubscribe": "authorized on the subscription, which has no resource-level permission; it can only remove "
+                       "an email/SNS subscription (alerts of another stack could be muted, not read or changed)",
+}
+# Create actions authorized with a tag the request must carry (aws:RequestTag), the new resource has no tags yet.
+TAG_ON_CREATE: dict[str, str] = {
+    # EC2 action -> the resource type it creates (its ARN "type/")
+    "ec2:CreateVpc": "vpc", "ec2:CreateSubnet": "subnet", "ec2:CreateRouteTable": "route-table",
+    "ec2:CreateInternetGateway": "internet-gateway", "ec2:CreateNatGateway": "natgateway",
+    "ec2:AllocateAddress": "elastic-ip", "ec2:CreateSecurityGroup": "security-group",
+    "ec2:CreateLaunchTemplate": "launch-template", "ec2:CreateCapacityReservation": "capacity-reservation",
+    "ec2:AuthorizeSecurityGroupIngress": "security-group-rule",
+    "ec2:AuthorizeSecurityGroupEgress": "security-group-rule",
+}
+
+
+def _region_condition(region: str) -> dict:
+    return {"StringEquals": {"aws:RequestedRegion": region}}
+
+
+def _stmt(sid: str, actions: Iterable[str], resources: list[str] | str, condition: dict | None = None) -> dict:
+    st: dict = {"Sid": sid, "Effect": "Allow", "Action": sorted(set(actions)), "Resource": resources}
+    if condition:
+        st["Condition"] = condition
+    return st
+
+
+@dataclass(frozen=True)
+class StateBackend:
+    """A self-managed Pulumi backend in S3 (`s3://<bucket>`) and the key of its awskms:// secrets provider.
+
+    Object layout of Pulumi's DIY backend, per project and stack: `.pulumi/stacks/<project>/<stack>.json` (the
+    checkpoint, plus `.bak`/`.gz` variants), `.pulumi/history/<project>/<stack>/...`, `.pulumi/backups/...`, and
+    `.pulumi/locks/organization/<project>/<stack>/<lock>.json` (docs: "State and backends", DIY backend).
+    """
+
+    bucket: str
+    project: str
+    stack: str
+    kms_key_arn: str | None = None
+
+
+def _state_statements(state: StateBackend, partition: str, write: bool) -> list[dict]:
+    b = f"arn:{partition}:s3:::{state.bucket}"
+    stack_state = [f"{b}/.pulumi/stacks/{state.project}/{state.stack}.json*", f"{b}/.pulumi/meta.yaml"]
+    # A lock file is written and removed around every operation, a preview's too; it is not state.
+    locks = f"{b}/.pulumi/locks/organization/{state.project}/{state.stack}/*"
+    out = [
+        _stmt("StateList", ["s3:ListBucket"], b, {"StringLike": {"s3:prefix": [".pulumi/*"]}}),
+        _stmt("StateRead", ["s3:GetObject"], stack_state),
+        _stmt("StateLock", ["s3:GetObject", "s3:PutObject", "s3:DeleteObject"], locks),
+    ]
+    if write:
+        out.append(_stmt("StateWrite", ["s3:PutObject", "s3:DeleteObject"], [
+            stack_state[0], f"{b}/.pulumi/history/{state.project}/{state.stack}/*",
+            f"{b}/.pulumi/backups/{state.project}/{state.stack}/*"]))
+    if state.kms_key_arn:
+        actions = ["kms:Decrypt"] + (["kms:Encrypt", "kms:GenerateDataKey"] if write else [])
+        out.append(_stmt("StateSecrets", actions, state.kms_key_arn))
+    return out
+
+
+def preview_policy_document(types: Iterable[str], invokes: Iterable[str] = (), state: StateBackend | None = None,
+                            partition: str = "aws") -> dict:
+    """Exactly the refresh reads of the declared types, the invokes' reads and the price lookups (and, with a
+    self-managed backend, this stack's state, read-only)."""
+    statements = [_stmt("RefreshDeclaredResources", read_actions(types, invokes), "*")]
+    if state is not None:
+        statements += _state_statements(state, partition, write=False)
+    return {"Version": "2012-10-17", "Statement": statements}
+
+
+def deploy_policy_document(types: Iterable[str], scope: Scope, invokes: Iterable[str] = (),
+                           state: StateBackend | None = None) -> dict:
+    """Read what refresh reads; change only this environment's resources (SCOPE_BY_SERVICE, docs/gitops.md)."""
+    types = sorted(set(types))
+    s = scope
+    reads = sorted(set(read_actions(types, invokes)) | set(inner_reads(types)))
+    statements = [_stmt("Refresh", reads, "*")]
+    mutating = mutating_actions(types)
+    by_service: dict[str, list[str]] = {}
+    for a in mutating:
+        by_service.setdefault(_service(a), []).append(a)
+
+    named = _named_resources(s)
+    for service in sorted(by_service):
+        actions = [a for a in by_service[service] if a not in UNSCOPABLE]
+        if service in named and service != "kms":
+            statements.append(_stmt(f"Change{service.capitalize()}ByName", actions, named[service]))
+        elif service == "kms":
+            # CreateKey has no resource; the request must tag the key with this environment. Every other key
+            # action needs the key to carry that tag already; aliases are also checked by their name.
+            create = [a for a in actions if a == "kms:CreateKey"]
+            if create:
+                statements.append(_stmt("CreateKmsKeyTagged", create, "*", {"StringEquals": {
+                    f"aws:RequestTag/{ENV_TAG}": s.env, "aws:RequestedRegion": s.region}}))
+            alias = [a for a in actions if "Alias" in a]
+            key = [a for a in actions if a not in create]
+            statements.append(_stmt("ChangeOwnKmsKeys", key, s.arn("kms", "key/*"),
+                                    {"StringEquals": {f"aws:ResourceTag/{ENV_TAG}": s.env}}))
+            if alias:
+                statements.append(_stmt("ChangeOwnKmsAliases", alias, named["kms"]))
+        elif service == "ec2":
+            statements += _ec2_statements(actions, s)
+        elif service == "iam":
+            statements += _iam_statements(actions, s)
+        elif service == "ce":
+            pass  # only UNSCOPABLE actions
+        else:
+            raise ValueError(f"no deploy scope for service {service!r}: add it to stacks/iam_permissions.py")
+    unscopable = sorted(a for a in mutating if a in UNSCOPABLE)
+    if unscopable:
+        statements.append(_stmt("UnscopableByAws", unscopable, "*"))
+    if state is not None:
+        statements += _state_statements(state, s.partition, write=True)
+    return {"Version": "2012-10-17", "Statement": statements}
+
+
+def _ec2_statements(actions: list[str], s: Scope) -> list[dict]:
+    create = sorted(a for a in actions if a in TAG_ON_CREATE)
+    out = []
+    for a in create:
+        # The new resource is only authorized when the request tags it with this environment...
+        out.append(_stmt(f"Ec2{a.split(':')[1]}Tagged", [a], s.arn("ec2", f"{TAG_ON_CREATE[a]}/*"),
+                         {"StringEquals": {f"aws:RequestTag/{ENV_TAG}": s.env}}))
+    # ...and tagging is only allowed as part of such a create, or on a resource this environment already owns.
+    out.append(_stmt("Ec2TagOnCreate", ["ec2:CreateTags"], s.arn("ec2", "*"),
+                     {"StringEquals": {"ec2:CreateAction": create}}))
+    # Everything else (including the existing resources a create refers to: the VPC of a new subnet, the group of
+    # a new rule) needs the environment's tag on the resource.
+    out.append(_stmt("Ec2ChangeOwn", actions, s.arn("ec2", "*"),
+                     {"StringEquals": {f"aws:ResourceTag/{ENV_TAG}": s.env}}))
+    # The cluster security group is created by EKS, which tags it with the cluster's name, not ours.
+    sg_rules = [a for a in actions if "SecurityGroup" in a]
+    if sg_rules:
+        out.append(_stmt("Ec2ChangeClusterSecurityGroup", sg_rules, s.arn("ec2", "security-group/*"),
+                         {"StringEquals": {"aws:ResourceTag/aws:eks:cluster-name": s.cluster_name}}))
+    return out
+
+
+def _iam_statements(actions: list[str], s: Scope) -> list[dict]:
+    roles = s.arn("iam", f"role{workload_path(s.env)}*", region=False)
+    policies = s.arn("iam", f"policy{workload_path(s.env)}*", region=False)
+    boundary = {"StringEquals": {"iam:PermissionsBoundary": s.boundary_arn}}
+    out = []
+    # Creating a role, or changing what it may do, requires the boundary on it: no role it makes can exceed it.
+    with_boundary = [a for a in actions if a in (
+        "iam:CreateRole", "iam:PutRolePermissionsBoundary", "iam:PutRolePolicy", "iam:AttachRolePolicy")]
+    out.append(_stmt("IamRolesWithBoundary", with_boundary, roles, boundary))
+    role_other = [a for a in actions if ("Role" in a and a not in with_boundary and a != "iam:PassRole"
+                                         and "ServiceLinked" not in a)]
+    out.append(_stmt("IamChangeOwnRoles", role_other, roles))
+    policy_actions = [a for a in actions if "Policy" in a and "Role" not in a]
+    if policy_actions:
+        out.append(_stmt("IamChangeOwnPolicies", policy_actions, policies))
+    if "iam:PassRole" in actions:
+        out.append(_stmt("IamPassOwnRoles", ["iam:PassRole"], roles, {"StringEquals": {"iam:PassedToService": [
+            "eks.amazonaws.com", "lambda.amazonaws.com", "scheduler.amazonaws.com", "pods.eks.amazonaws.com"]}}))
+    if "iam:CreateServiceLinkedRole" in actions:
+        out.append(_stmt("IamServiceLinkedRoles", ["iam:CreateServiceLinkedRole"],
+                         s.arn("iam", "role/aws-service-role/*", region=False),
+                         {"StringEquals": {"iam:AWSServiceName": [
+                             "eks.amazonaws.com", "eks-nodegroup.amazonaws.com", "autoscaling.amazonaws.com"]}}))
+    oidc = [a for a in actions if "OpenIDConnectProvider" in a]
+    if oidc:
+        # The cluster's IRSA provider: created tagged with this environment, changed only while it carries the tag.
+        # The account's GitHub provider is not tagged by the deploy role and is therefore never changed by it.
+        create = [a for a in oidc if a in ("iam:CreateOpenIDConnectProvider", "iam:TagOpenIDConnectProvider")]
+        out.append(_stmt("IamCreateClusterOidcTagged", create, s.arn("iam", "oidc-provider/*", region=False),
+                         {"StringEquals": {f"aws:RequestTag/{ENV_TAG}": s.env}}))
+        out.append(_stmt("IamChangeOwnClusterOidc", [a for a in oidc if a != "iam:CreateOpenIDConnectProvider"],
+                         s.arn("iam", "oidc-provider/*", region=False),
+                         {"StringEquals": {f"aws:ResourceTag/{ENV_TAG}": s.env}}))
+    return out
+
+
+def boundary_policy_document(scope: Scope) -> dict:
+    """The most any role this stack creates may do: the services its workloads use, in its region, no IAM.
+
+    Its job is to make the deploy role unable to mint an administrator: a role it creates must carry this
+    boundary (deploy_policy_document), and this boundary grants no IAM, Organizations or account action.
+    """
+    services = ("autoscaling", "cloudwatch", "dynamodb", "ec2", "ecr", "eks", "eks-auth", "elasticloadbalancing",
+                "kms", "lambda", "logs", "sns", "sqs", "ssm", "xray", "budgets", "ce", "pricing")
+    return {"Version": "2012-10-17", "Statement": [
+        {"Sid": "WorkloadServices", "Effect": "Allow", "Action": [f"{svc}:*" for svc in services], "Resource": "*"},
+        # A role of this environment never touches a resource tagged for another one, whatever its own policy
+        # says (the deploy role writes those policies, so this is what keeps dev's roles out of prod).
+        {"Sid": "NoOtherEnvironment", "Effect": "Deny", "Action": "*", "Resource": "*", "Condition": {
+            "StringNotEquals": {f"aws:ResourceTag/{ENV_TAG}": scope.env},
+            "Null": {f"aws:ResourceTag/{ENV_TAG}": "false"}}},
+        # The EKS cluster role creates the load balancer service-linked role; nothing else in IAM.
+        {"Sid": "ServiceLinkedRolesOnly", "Effect": "Allow", "Action": ["iam:CreateServiceLinkedRole"],
+         "Resource": "*", "Condition": {"StringEquals": {"iam:AWSServiceName": [
+             "elasticloadbalancing.amazonaws.com", "autoscaling.amazonaws.com"]}}},
+    ]}
+
+
+# IAM quotas: a customer managed policy holds at most 6,144 characters (whitespace not counted), a role at most 10
+# attached managed policies by default (IAM and AWS STS quotas page). The deploy role's policy is larger than the
+# 10,240 characters a role's inline policies may total, so it is split into managed policies by statement.
+MANAGED_POLICY_MAX_CHARS = 6144
+ROLE_MANAGED_POLICIES_MAX = 10
+# The longest partition name ("aws-us-gov"): chunks are planned with it so the real ARNs never make one overflow.
+_WIDEST = Scope("aws-us-gov", "123456789012", "ap-southeast-5", "x", "x")
+
+
+def policy_size(document: dict) -> int:
+    import json
+
+    return len(json.dumps(document, separators=(",", ":")))
+
+
+def plan_chunks(document: dict, limit: int = MANAGED_POLICY_MAX_CHARS) -> list[list[str]]:
+    """Group a document's statements (by Sid) into policies under `limit` characters, in order."""
+    chunks: list[list[str]] = [[]]
+    current: list[dict] = []
+    for st in document["Statement"]:
+        trial = {"Version": document["Version"], "Statement": [*current, st]}
+        if current and policy_size(trial) > limit:
+            chunks.append([])
+            current = []
+        if policy_size({"Version": document["Version"], "Statement": [st]}) > limit:
+            raise ValueError(f"statement {st['Sid']} alone exceeds {limit} characters; split it")
+        chunks[-1].append(st["Sid"])
+        current.append(st)
+    if len(chunks) > ROLE_MANAGED_POLICIES_MAX:
+        raise ValueError(f"the deploy policy needs {len(chunks)} managed policies; a role takes "
+                         f"{ROLE_MANAGED_POLICIES_MAX}")
+    return chunks
+
+
+def deploy_policy_chunks(types: Iterable[str], env: str, region: str, cluster_name: str,
+                         state: StateBackend | None = None) -> list[list[str]]:
+    """The statement ids of each deploy managed policy, planned with the widest ARNs this stack could have."""
+    widest = Scope(_WIDEST.partition, _WIDEST.account, region, env, cluster_name)
+    return plan_chunks(deploy_policy_document(types, widest, INVOKES, state))
+
+
+def select(document: dict, sids: list[str]) -> dict:
+    by_sid = {st["Sid"]: st for st in document["Statement"]}
+    return {"Version": document["Version"], "Statement": [by_sid[s] for s in sids]}
+
+
+# --- the table as documentation (docs/iam-permissions.md is this output; a test keeps it fresh) ---------------
+
+SCOPE_BY_SERVICE: dict[str, str] = {
+    "budgets": "budget ARN `budget/gpuloan-<env>` and `budget/gpuloan-<env>-*`",
+    "ce": "not scopable: `ce:UpdateCostAllocationTagsStatus` has no resource type (see UNSCOPABLE)",
+    "cloudwatch": "alarm ARN `alarm:gpuloan-<env>-*`, dashboard ARN `dashboard/gpuloan-<env>`",
+    "dynamodb": "table ARN `table/gpuloan-<env>-*`",
+    "ec2": "creates: `aws:RequestTag/gpuloan:environment=<env>` on the new resource; everything else: "
+           "`aws:ResourceTag/gpuloan:environment=<env>` (the cluster security group: `aws:eks:cluster-name`); tags "
+           "only on create (`ec2:CreateAction`) or on own resources; region in the ARN",
+    "ecr": "repository ARN `repository/gpuloan/<env>/*`; `ecr:GetAuthorizationToken` has no resource type",
+    "eks": "cluster name in every EKS ARN: `cluster/<cluster>`, `*/<cluster>/*` (node groups, add-ons, access "
+           "entries, pod identity associations)",
+    "iam": "roles and policies under the path `/gpuloan/<env>/`; CreateRole/PutRolePolicy/AttachRolePolicy/"
+           "PutRolePermissionsBoundary only with `iam:PermissionsBoundary` = the environment's boundary; PassRole to "
+           "EKS/Lambda/Scheduler/Pod Identity only; the cluster's IRSA provider by the environment tag; CI roles, "
+           "boundary and GitHub provider (`/gpuloan-ci/<env>/`, untagged) are out of reach",
+    "kms": "CreateKey only with the request tag; keys by `aws:ResourceTag`; aliases `alias/gpuloan-<env>-*`",
+    "lambda": "function ARN `function:gpuloan-<env>-*`",
+    "logs": "log-group ARNs `/aws/eks/<cluster>/*`, `/aws/lambda/gpuloan-<env>-*`",
+    "scheduler": "schedule ARN `schedule/default/gpuloan-<env>-*`",
+    "sns": "topic ARN `gpuloan-<env>-*`; `sns:Unsubscribe` has no resource-level permission",
+    "sqs": "queue ARN `gpuloan-<env>-*`",
+    "ssm": "parameter ARN `parameter/gpuloan/<env>/*`",
+}
+
+
+def markdown() -> str:
+    lines = [
+        "# What each resource type needs from IAM",
+        "",
+        "Generated from `stacks/iam_permissions.py` (`python -m stacks.iam_permissions > docs/iam-permissions.md`;",
+        "tests/test_gitops_permissions.py checks it is fresh). The preview role gets the **read** column of the types",
+        "a stack declares; the deploy role all four, scoped as in the second table. docs/gitops.md explains the model.",
+        "",
+        "| resource type | refresh (read) | create | update | delete | source |",
+        "|---|---|---|---|---|---|",
+    ]
+    cell = lambda actions: "<br>".join(f"`{a}`" for a in actions) or "—"  # noqa: E731
+    for type_, n in sorted(TABLE.items()):
+        lines.append(f"| `{type_}` | {cell(n.read)} | {cell(n.create)} | {cell(n.update)} | {cell(n.delete)} | "
+                     f"[source]({n.source.split(' ')[0]}) |")
+    lines += ["", "Data sources the program calls:", "", "| invoke | read |", "|---|---|"]
+    lines += [f"| `{t}` | {cell(a)} |" for t, a in sorted(INVOKES.items())]
+    lines += ["", "Price lookups, both roles: " + ", ".join(f"`{a}`" for a in PRICING_ACTIONS) + ".",
+              "Not granted (no workflow runs `gpuloan cost-report` with these roles): "
+              + ", ".join(f"`{a}`" for a in COST_REPORT_ACTIONS) + ".",
+              "", "## How the deploy role's changes are scoped, per service", "",
+              "| service | scoped by |", "|---|---|"]
+    lines += [f"| {svc} | {text} |" for svc, text in sorted(SCOPE_BY_SERVICE.items())]
+    lines += ["", "## Actions AWS only authorizes on `*`", "", "| action | why that is acceptable |", "|---|---|"]
+    lines += [f"| `{a}` | {why} |" for a, why in sorted(UNSCOPABLE.items())]
+    lines += ["", "## Kubernetes kinds the preview role may read (no IAM action; EKS access entry + RBAC)", "",
+              "| type | API group | resource |", "|---|---|---|"]
+    lines += [f"| `{t}` | `{g or 'core'}` | {r} |" for t, (g, r) in sorted(KUBERNETES_KINDS.items())]
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    print(markdown(), end="")
