@@ -15,7 +15,7 @@ from __future__ import annotations
 import pulumi
 import pulumi_kubernetes as k8s
 
-from stacks import gpu_operator
+from stacks import gpu_operator, kueue
 from stacks import iam_permissions as perms
 from stacks.config import GpuLoanConfig
 
@@ -32,6 +32,9 @@ CHART_KINDS: dict[str, list[str]] = {
     "nvidia.com": ["clusterpolicies", "nvidiadrivers"],
     "nfd.k8s-sigs.io": ["nodefeaturerules"],
     "rbac.authorization.k8s.io": ["roles", "rolebindings", "clusterroles", "clusterrolebindings"],
+    # The Kueue chart adds its admission webhooks and the visibility API service.
+    "admissionregistration.k8s.io": ["mutatingwebhookconfigurations", "validatingwebhookconfigurations"],
+    "apiregistration.k8s.io": ["apiservices"],
 }
 
 
@@ -55,16 +58,20 @@ class CiRbac(pulumi.ComponentResource):
             f"{name}-reader", metadata={"name": READER, "labels": MANAGED_BY},
             role_ref={"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": READER},
             subjects=subjects, opts=pulumi.ResourceOptions(parent=self, depends_on=[reader]))
-        if cfg.gpu_operator.enabled:
+        # Helm keeps each release's records as Secrets in the release's namespace; a preview of the release reads
+        # them there and nowhere else.
+        release_namespaces = [gpu_operator.NAMESPACE] if cfg.gpu_operator.enabled else []
+        if cfg.scheduling.kueue.enabled:
+            release_namespaces.append(kueue.NAMESPACE)
+        for namespace in release_namespaces:
+            suffix = "" if namespace == gpu_operator.NAMESPACE else f"-{namespace}"
             releases = k8s.rbac.v1.Role(
-                f"{name}-helm-releases",
-                metadata={"name": f"{READER}-helm-releases", "namespace": gpu_operator.NAMESPACE,
-                          "labels": MANAGED_BY},
+                f"{name}-helm-releases{suffix}",
+                metadata={"name": f"{READER}-helm-releases", "namespace": namespace, "labels": MANAGED_BY},
                 rules=[{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list"]}], opts=child)
             k8s.rbac.v1.RoleBinding(
-                f"{name}-helm-releases",
-                metadata={"name": f"{READER}-helm-releases", "namespace": gpu_operator.NAMESPACE,
-                          "labels": MANAGED_BY},
+                f"{name}-helm-releases{suffix}",
+                metadata={"name": f"{READER}-helm-releases", "namespace": namespace, "labels": MANAGED_BY},
                 role_ref={"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": f"{READER}-helm-releases"},
                 subjects=subjects, opts=pulumi.ResourceOptions(parent=self, depends_on=[releases]))
         self.register_outputs({"group": PREVIEW_GROUP})

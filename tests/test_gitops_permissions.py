@@ -137,10 +137,12 @@ def test_preview_kubernetes_reader_lists_every_declared_kind_and_no_secret(recor
     for type_ in declared_types(rec):
         if type_.startswith("kubernetes:") and type_ != "kubernetes:helm.sh/v3:Release":
             assert perms.KUBERNETES_KINDS[type_] in readable, type_
-    (secrets,) = [r for r in rec.of_type("kubernetes:rbac.authorization.k8s.io/v1:Role")
-                  if r.inputs["metadata"]["name"].startswith(ci_rbac.READER)]
-    assert secrets.inputs["metadata"]["namespace"] == "gpu-operator"  # the Helm release records, nowhere else
-    assert secrets.inputs["rules"] == [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list"]}]
+    secrets = [r for r in rec.of_type("kubernetes:rbac.authorization.k8s.io/v1:Role")
+               if r.inputs["metadata"]["name"].startswith(ci_rbac.READER)]
+    # The Helm release records of the two charts (GPU Operator, Kueue), nowhere else.
+    assert sorted(r.inputs["metadata"]["namespace"] for r in secrets) == ["gpu-operator", "kueue-system"]
+    for role in secrets:
+        assert role.inputs["rules"] == [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list"]}]
 
 
 def test_preview_access_entry_maps_to_the_reader_group_without_an_access_policy(recorded):
