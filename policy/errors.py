@@ -30,3 +30,8 @@ class DataUnavailable(PolicyError):
 
 class ConflictingUpdate(PolicyError):
     """The node group is already being updated (EKS ResourceInUseException); leave it for the next tick."""
+
+
+class DeadlineExceeded(PolicyError):
+    """The tick's deadline (the Lambda's remaining time minus a margin) passed: what was not read yet is missing
+    data, and nothing more is changed this tick."""
