@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STACK ?= dev
 
-.PHONY: preview test install dev-install lint bench-config bench-policy bench-sim benchmark schema clean
+.PHONY: preview test test-deep install dev-install lint bench-config bench-policy bench-sim benchmark schema clean
 
 # The venv is rebuilt when a requirements file changes; the stamp files record what was installed.
 $(BIN)/python:
@@ -32,6 +32,10 @@ preview: $(VENV)/.runtime
 ## test: the whole test suite (unit, mocked infrastructure, emulator integration, linters)
 test: $(VENV)/.dev
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile
+
+## test-deep: the policy's property tests at 10,000 examples each (hypothesis profile "deep", tests/conftest.py)
+test-deep: $(VENV)/.dev
+	GPULOAN_HYPOTHESIS_PROFILE=deep $(BIN)/python -m pytest -q -n 0 tests/test_policy_properties.py
 
 schema: $(VENV)/.runtime
 	$(BIN)/python -m gpuloan schema > docs/config.schema.json
