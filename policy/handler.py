@@ -1,7 +1,10 @@
 """AWS Lambda entry point: `lambda_handler(event, context)`. Thin (STYLE.md 7): parse, build adapters, run a tick.
 
+Settings: policy/settings.json inside the deployment package (stacks/policy_package.py puts the validated
+settings there: Lambda's 4 KB environment limit is too small for them). GPULOAN_SETTINGS (the same JSON) is read
+only when the package carries no settings file, e.g. when the code runs from a source checkout.
+
 Environment:
-  GPULOAN_SETTINGS      the validated policy settings JSON (policy.model.Settings.to_json), required
   GPULOAN_STATE_TABLE   DynamoDB table for spend estimates and notification timestamps (optional)
   GPULOAN_TOPIC_ARN     SNS topic for notifications (optional)
   GPULOAN_KUBE_ENDPOINT, GPULOAN_KUBE_CA_PEM  override the API server found by EKS DescribeCluster (tests)
@@ -19,8 +22,10 @@ from __future__ import annotations
 import base64
 import json
 import os
+import uuid
 import weakref
 from datetime import datetime, timezone
+from pathlib import Path
 
 from policy.deadline import Deadline
 from policy.errors import BadSettings, PolicyError
@@ -36,16 +41,22 @@ READ_TIMEOUT_S = 4
 MAX_ATTEMPTS = 2
 WORST_CALL_S = MAX_ATTEMPTS * (CONNECT_TIMEOUT_S + READ_TIMEOUT_S) + 1  # + standard mode's first backoff (<= 1 s)
 DEADLINE_MARGIN_S = 2 * WORST_CALL_S + 1
+DEFAULT_LEASE_S = 60.0  # outside Lambda (no context): about one schedule interval
 
+SETTINGS_FILE = Path(__file__).with_name("settings.json")
 _settings_cache: tuple[str, Settings] | None = None
 _cluster_cache: dict[str, tuple[str, str]] = {}  # read-through cache of endpoint + CA (they do not change)
 
 
 def load_settings() -> Settings:
     global _settings_cache
-    raw = os.environ.get("GPULOAN_SETTINGS")
+    if SETTINGS_FILE.is_file():
+        raw = SETTINGS_FILE.read_text(encoding="utf-8")
+    else:
+        raw = os.environ.get("GPULOAN_SETTINGS")
     if not raw:
-        raise BadSettings("environment variable GPULOAN_SETTINGS is not set")
+        raise BadSettings(f"no policy settings: the package has no {SETTINGS_FILE.name} and GPULOAN_SETTINGS is "
+                          "not set")
     if _settings_cache is None or _settings_cache[0] != raw:
         _settings_cache = (raw, Settings.from_json(raw))
     return _settings_cache[1]
@@ -137,7 +148,18 @@ def handle(event: dict, context, session=None) -> TickResult:
     deadline = Deadline.from_context(context, DEADLINE_MARGIN_S)
     errors: list[str] = []
     ports = build_ports(settings, session or _warm_session(), context, deadline, errors)
-    return run_tick(settings, ports, now, deadline=deadline, persist=not replay, errors=errors)
+    return run_tick(settings, ports, now, deadline=deadline, persist=not replay, errors=errors,
+                    lease=(_lease_holder(context), _lease_seconds(context)))
+
+
+def _lease_holder(context) -> str:
+    return str(getattr(context, "aws_request_id", "") or uuid.uuid4())
+
+
+def _lease_seconds(context) -> float:
+    """Held at most for the invocation's remaining time (Lambda kills the tick then), plus a little for clocks."""
+    remaining = getattr(context, "get_remaining_time_in_millis", None)
+    return (remaining() / 1000.0 if callable(remaining) else DEFAULT_LEASE_S) + 5.0
 
 
 _session = None

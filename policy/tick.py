@@ -65,10 +65,11 @@ class TickResult:
     blocked: list[tuple[Action, str]] = field(default_factory=list)  # terminations a pod on the node forbade
     errors: list[str] = field(default_factory=list)
     notified: list[str] = field(default_factory=list)  # subjects
+    skipped: str = ""  # why the tick did nothing at all (another tick holds the lease)
 
     def summary(self) -> dict:
         return {"dry_run": self.plan.dry_run, "applied": len(self.applied), "failed": len(self.failed),
-                "blocked": len(self.blocked), "errors": self.errors, "notified": self.notified,
+                "blocked": len(self.blocked), "skipped": self.skipped, "errors": self.errors, "notified": self.notified,
                 "changes": [{"pool": a.pool, **a.to_dict()} for a in self.plan.changes]}
 
 
@@ -250,11 +251,39 @@ def _uncordon(ports: Ports, node_name: str, cordoned: bool) -> None:
 
 
 def run_tick(settings: Settings, ports: Ports, now: datetime, log: Callable[[str], None] = print,
-             deadline: Deadline | None = None, persist: bool = True, errors: list[str] | None = None) -> TickResult:
+             deadline: Deadline | None = None, persist: bool = True, errors: list[str] | None = None,
+             lease: tuple[str, float] | None = None) -> TickResult:
     """One tick. `deadline`: when reads and writes stop (policy/deadline.py). `persist`: write the state back
     (False for a replay at an explicit time, which must not move spend or notification timestamps). `errors`:
-    failures already met while building the ports (e.g. the cluster endpoint could not be read)."""
+    failures already met while building the ports (e.g. the cluster endpoint could not be read). `lease`:
+    (holder, seconds): a live tick with a state table acts only while it holds the table's lease
+    (policy/state.py), so two overlapping ticks never both change capacity."""
     errors = list(errors or [])
+    holder = None
+    if lease is not None and ports.state is not None and persist and not settings.dry_run:
+        try:
+            if not ports.state.acquire_lease(lease[0], now.timestamp(), lease[1]):
+                log(json.dumps({"level": "WARNING", "message": "another tick holds the lease: this one does "
+                                "nothing", "environment": settings.environment}))
+                return TickResult(Plan((), dry_run=False, decided_at=now), errors=errors, skipped="lease held")
+            holder = lease[0]
+        except PolicyError as err:
+            _recorder(errors)(err)
+            log(emf.error_line(settings.environment, len(errors), now))
+            log(json.dumps({"level": "ERROR", "message": "tick errors", "errors": errors}, sort_keys=True))
+            return TickResult(Plan((), dry_run=False, decided_at=now), errors=errors, skipped="lease unreadable")
+    try:
+        return _run(settings, ports, now, log, deadline, persist, errors)
+    finally:
+        if holder is not None:
+            try:
+                ports.state.release_lease(holder)
+            except PolicyError:
+                pass  # it expires by itself; the next tick takes it over then
+
+
+def _run(settings: Settings, ports: Ports, now: datetime, log: Callable[[str], None], deadline: Deadline | None,
+         persist: bool, errors: list[str]) -> TickResult:
     state, version = {}, 0
     if ports.state is not None:
         try:

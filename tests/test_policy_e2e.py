@@ -38,10 +38,19 @@ def _cfg():
     return config.parse(data)
 
 
+GROUPS = {"research": {"spot": "dev-research-spot", "guaranteed": "dev-research-guaranteed"},
+          "train": {"spot": "dev-train-spot", "on_demand": "dev-train-on-demand"}}
+
+
+def _settings():
+    return settings_for(_cfg(), CLUSTER, GROUPS)
+
+
 @pytest.fixture(scope="module")
 def lambda_dir(tmp_path_factory):
+    """The package as the stack builds it: the code and the settings (policy/settings.json), no env variable."""
     root = tmp_path_factory.mktemp("lambda")
-    zipfile.ZipFile(io.BytesIO(build_zip())).extractall(root)
+    zipfile.ZipFile(io.BytesIO(build_zip(settings_json=_settings().to_json()))).extractall(root)
     return root
 
 
@@ -147,10 +156,7 @@ def world(aws_env, kube):
     kube.pods = [gpu_pod("train-a", 1, pool="train"), gpu_pod("train-b", 1, affinity_pools=["train"]),
                  gpu_pod("research-running", 1, pool="research", node_name=w.node_name[w.busy], phase="Running"),
                  gpu_pod("cpu-only", 0, pool="train")]
-    cfg = _cfg()
-    w.settings = settings_for(cfg, CLUSTER, {
-        "research": {"spot": "dev-research-spot", "guaranteed": "dev-research-guaranteed"},
-        "train": {"spot": "dev-train-spot", "on_demand": "dev-train-on-demand"}})
+    w.settings = _settings()
     return w
 
 
@@ -159,8 +165,11 @@ def run_lambda(lambda_dir: Path, endpoint: str, settings_json: str, env_extra: d
     """Run the zip's lambda_handler in a fresh interpreter. The test sets the function's clock (the emulated
     instances were launched at the real time, the metrics are laid out around NOW) and a Lambda context with
     the remaining time a 50 s function has at its start."""
-    env = {**emulator_env(endpoint), "GPULOAN_SETTINGS": settings_json, "AWS_MAX_ATTEMPTS": "2", **env_extra}
+    env = {**emulator_env(endpoint), "AWS_MAX_ATTEMPTS": "2", **env_extra}
     env.pop("PYTHONPATH", None)
+    env.pop("GPULOAN_SETTINGS", None)
+    packaged = (lambda_dir / "policy" / "settings.json").read_text()
+    assert settings_json == packaged, "the package carries the settings the test expects"
     code = ("import datetime,json,sys,time,types; import policy; import policy.handler as h; "
             "h.clock = lambda: datetime.datetime.fromisoformat(sys.argv[2]); "
             "end = time.monotonic() + int(sys.argv[3]) / 1000; "
@@ -376,3 +385,48 @@ def test_cloudwatch_throttling_and_5xx_change_nothing(world, kube, lambda_dir, a
     assert any("Throttled" in e and "GetMetricData" in e for e in result["errors"]), result["errors"]
     assert world.instances("dev-research-spot") == sorted([world.idle, world.busy])
     assert world.desired("dev-train-spot") == 2  # pending pods are hard demand; metrics are not needed for them
+
+
+def test_a_tick_never_acts_while_another_holds_the_lease(world, kube, lambda_dir, aws_env):
+    """Issue 12 item 8: no reserved concurrency by default, so two ticks may overlap (a slow tick and the next
+    schedule, a manual invocation). The one that finds the other's unexpired lease does nothing at all."""
+    lease = {"pk": {"S": "lease"}, "holder": {"S": "other-tick"},
+             "expires_at": {"N": str(NOW.timestamp() + 30)}}
+    world.ddb.put_item(TableName=world.table, Item=lease)
+    result, logs = run_lambda(lambda_dir, aws_env, world.settings.to_json(), _env(world, kube), {})
+    assert result["skipped"] == "lease held" and result["applied"] == 0
+    assert world.desired("dev-train-spot") == 0
+    assert world.instances("dev-research-spot") == sorted([world.idle, world.busy])
+    assert any(x.get("message", "").startswith("another tick holds the lease") for x in logs)
+    held = world.ddb.get_item(TableName=world.table, Key={"pk": {"S": "lease"}})["Item"]
+    assert held["holder"]["S"] == "other-tick", "the other tick's lease is left alone"
+
+
+def test_an_expired_lease_is_taken_over_and_released(world, kube, lambda_dir, aws_env):
+    lease = {"pk": {"S": "lease"}, "holder": {"S": "dead-tick"}, "expires_at": {"N": str(NOW.timestamp() - 1)}}
+    world.ddb.put_item(TableName=world.table, Item=lease)
+    result, _ = run_lambda(lambda_dir, aws_env, world.settings.to_json(), _env(world, kube), {})
+    assert result["skipped"] == "" and world.desired("dev-train-spot") == 2
+    assert "Item" not in world.ddb.get_item(TableName=world.table, Key={"pk": {"S": "lease"}})
+
+
+def test_the_lease_is_exclusive_on_dynamodb(aws_env):
+    """DynamoState's lease against the emulated DynamoDB: one holder at a time, its own release only, and an
+    expired lease can be taken."""
+    import boto3
+
+    from policy.state import DynamoState
+
+    ddb = boto3.client("dynamodb")
+    ddb.create_table(TableName="t", AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
+                     KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}], BillingMode="PAY_PER_REQUEST")
+    state = DynamoState(ddb, "t")
+    assert state.acquire_lease("a", 1000.0, 60) is True
+    assert state.acquire_lease("b", 1030.0, 60) is False
+    from policy.errors import ConflictingUpdate
+
+    with pytest.raises(ConflictingUpdate):
+        state.release_lease("b")  # not b's to release
+    assert state.acquire_lease("b", 1061.0, 60) is True  # a's expired
+    state.release_lease("b")
+    assert state.acquire_lease("c", 1062.0, 60) is True
