@@ -170,7 +170,7 @@ def boto_config():
     from botocore.config import Config
 
     return Config(connect_timeout=CONNECT_TIMEOUT_S, read_timeout=READ_TIMEOUT_S,
-                  retries={"mode": "standard", "max_attempts": MAX_ATTEMPTS})
+                  retries={"mode": "standard", "total_max_attempts": MAX_ATTEMPTS})
 
 
 def _client(session, service: str):

@@ -167,13 +167,47 @@ def test_every_client_has_timeouts_and_standard_retries(monkeypatch):
         cfg = handler._client(session, service).meta.config
         assert cfg.connect_timeout == handler.CONNECT_TIMEOUT_S and cfg.read_timeout == handler.READ_TIMEOUT_S
         assert cfg.retries["mode"] == "standard"
-        assert cfg.retries.get("total_max_attempts", cfg.retries.get("max_attempts")) in (
-            handler.MAX_ATTEMPTS, handler.MAX_ATTEMPTS + 1)
+        # total_max_attempts counts the first try (botocore's "max_attempts" would count retries only)
+        assert cfg.retries == {"mode": "standard", "total_max_attempts": handler.MAX_ATTEMPTS}
     # one call in flight past the deadline plus the final state write still end before Lambda's timeout
     from stacks.policy_function import TIMEOUT_SECONDS
 
     assert handler.DEADLINE_MARGIN_S >= 2 * handler.WORST_CALL_S
     assert TIMEOUT_SECONDS - handler.DEADLINE_MARGIN_S >= 15, "the tick keeps most of its time for work"
+
+
+def test_a_throttling_endpoint_is_tried_exactly_max_attempts_times(monkeypatch):
+    """The worst case the deadline margin is sized for: every answer a 503, retried MAX_ATTEMPTS times in all."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    import boto3
+
+    hits = []
+
+    class Busy(BaseHTTPRequestHandler):
+        def log_message(self, *a):
+            pass
+
+        def do_POST(self):  # noqa: N802
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            hits.append(1)
+            self.send_response(503)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Busy)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.setenv(key, "x")
+    try:
+        sns = boto3.Session(region_name="us-east-1").client(
+            "sns", endpoint_url=f"http://127.0.0.1:{server.server_address[1]}", config=handler.boto_config())
+        with pytest.raises(Exception):
+            sns.list_topics()
+    finally:
+        server.shutdown()
+    assert len(hits) == handler.MAX_ATTEMPTS
 
 
 def test_the_deadline_comes_from_the_context():
