@@ -18,6 +18,7 @@ from datetime import datetime
 from typing import Callable
 
 from policy import emf, notifications
+from policy.deadline import MESSAGE as DEADLINE_MESSAGE
 from policy.deadline import Deadline
 from policy.engine import decide
 from policy.errors import DeadlineExceeded, PolicyError
@@ -89,7 +90,7 @@ def observe(settings: Settings, ports: Ports, state: dict, now: datetime, errors
 
     def in_time() -> bool:
         if deadline is not None and deadline.expired:
-            record(DeadlineExceeded("tick deadline reached: the remaining reads and writes were skipped"))
+            record(DeadlineExceeded(DEADLINE_MESSAGE))
             return False
         return True
 
@@ -183,7 +184,7 @@ def _apply(settings: Settings, plan: Plan, obs: Observation, ports: Ports, resul
                 result.failed.append((a, f"not terminated: {blind}"))
                 continue
         if deadline is not None and deadline.expired:
-            record(DeadlineExceeded("tick deadline reached: the remaining reads and writes were skipped"))
+            record(DeadlineExceeded(DEADLINE_MESSAGE))
             result.failed.append((a, "not applied: tick deadline reached"))
             continue
         try:
