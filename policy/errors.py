@@ -13,7 +13,8 @@ class PolicyError(Exception):
 
 
 class BadSettings(PolicyError):
-    """The settings (environment variable GPULOAN_SETTINGS) are missing, malformed or of another version."""
+    """The settings (policy/settings.json in the package, or GPULOAN_SETTINGS) are missing, malformed or of another
+    version."""
 
 
 class CapacityShortage(PolicyError):

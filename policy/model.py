@@ -1,9 +1,9 @@
 """The data the policy engine reads and writes: frozen dataclasses, standard library only.
 
-    Settings     what the operator configured (built at plan time by stacks/policy_settings.py, shipped to the
-                 Lambda as JSON: `Settings.to_json()` / `Settings.from_json()`).
+    Settings     what the operator configured (built at plan time by stacks/policy_settings.py, shipped inside the
+                 Lambda package as policy/settings.json: `Settings.to_json()` / `Settings.from_json()`).
     Observation  what one tick saw: per pool, the node groups, the nodes with their GPU utilization, the GPUs
-                 requested by pending pods and the spend. Built by policy/observe.py in the Lambda, or directly
+                 requested by pending pods and the spend. Built by policy/tick.py:observe in the Lambda, or directly
                  by the simulator (nothing here needs AWS).
     Plan         what the engine decided: per pool, the actions (each with a reason code) and figures.
 
