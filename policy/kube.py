@@ -144,6 +144,7 @@ class KubeClient:
         self._ctx = None
         if self._endpoint.startswith("https://"):
             self._ctx = ssl.create_default_context(cadata=ca_pem) if ca_pem else ssl.create_default_context()
+        self._protected: dict[str, str] = {}  # node name -> why the Node object itself forbids disruption
         self.calls = 0
 
     def _timeout(self) -> float:
@@ -194,7 +195,7 @@ class KubeClient:
 
     def blockers(self, node_name: str) -> list[str]:
         """Pods bound to the node that forbid terminating it (raises when the pods cannot be read)."""
-        found = []
+        found = [self._protected[node_name]] if node_name in self._protected else []
         for pod in self._pods(f"spec.nodeName={node_name}"):
             why = blocking_reason(pod)
             if why:
@@ -205,10 +206,16 @@ class KubeClient:
         """Mark the node unschedulable so nothing new lands on it while it goes. True when this call cordoned it;
         False when it was cordoned already (by someone else: leave it so) or is not registered (still booting)."""
         path = f"/api/v1/nodes/{urllib.parse.quote(node_name, safe='')}"
+        self._protected.pop(node_name, None)
         try:
             node = self._get(path)
         except NotFound:
             return False
+        annotations = (node.get("metadata") or {}).get("annotations") or {}
+        for key in DO_NOT_DISRUPT:  # on the Node itself too, as Karpenter reads it: left as it is, not cordoned
+            if str(annotations.get(key, "")).lower() == "true":
+                self._protected[node_name] = f"node {node_name} has {key}=true"
+                return False
         if (node.get("spec") or {}).get("unschedulable"):
             return False
         self._request(path, "PATCH", {"spec": {"unschedulable": True}}, "application/merge-patch+json")

@@ -177,9 +177,9 @@ class FakeKube:
         self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self._thread.start()
 
-    def add_node(self, name: str, unschedulable: bool = False) -> None:
-        self.nodes[name] = {"kind": "Node", "metadata": {"name": name},
-                            "spec": {"unschedulable": True} if unschedulable else {}}
+    def add_node(self, name: str, unschedulable: bool = False, annotations: dict | None = None) -> None:
+        meta = {"name": name, **({"annotations": annotations} if annotations else {})}
+        self.nodes[name] = {"kind": "Node", "metadata": meta, "spec": {"unschedulable": True} if unschedulable else {}}
 
     def _token_ok(self, header: str) -> bool:
         if not header.startswith("Bearer k8s-aws-v1."):

@@ -270,3 +270,18 @@ def test_policy_errors_never_stop_a_tick():
     ports.utilization = Broken()
     result = run_tick(settings(pool_settings()), ports, NOW, lambda _: None)
     assert "PolicyError: boom" in result.errors and ports.groups.writes == []
+
+
+def test_a_node_annotated_do_not_disrupt_is_neither_cordoned_nor_terminated():
+    """Karpenter reads karpenter.sh/do-not-disrupt on the Node too; so does the check before a termination."""
+    kube = FakeKube("c")
+    try:
+        kube.add_node("node-0", annotations={"karpenter.sh/do-not-disrupt": "true"})
+        client = KubeClient(kube.endpoint, kube.ca_pem, _token)
+        ports = _world(n_idle=1, pods=client)
+        ports.nodes = client
+        result = run_tick(settings(pool_settings()), ports, NOW, lambda _: None)
+    finally:
+        kube.close()
+    assert ports.groups.writes == [] and kube.patches == []
+    assert "node node-0 has karpenter.sh/do-not-disrupt=true" in result.blocked[0][1]
