@@ -15,7 +15,17 @@ from policy import handler
 from policy.deadline import Deadline
 from policy.errors import DataUnavailable, PolicyError
 from policy.kube import KubeClient
-from policy.model import ACTION_SET_DESIRED, ACTION_TERMINATE, Action, Observation, Plan, PoolDecision, Reason
+from policy.model import (
+    ACTION_SET_DESIRED,
+    ACTION_TERMINATE,
+    Action,
+    Node,
+    Observation,
+    Plan,
+    PoolDecision,
+    PoolObservation,
+    Reason,
+)
 from policy.nodegroups import Instance
 from policy.state import MemoryState
 from policy.tick import Ports, TickResult, _apply, run_tick
@@ -85,9 +95,6 @@ def test_the_tick_refuses_two_kinds_of_change_on_one_group():
     budget drain once produced) gets only its first change applied."""
     ps = pool_settings()
     ports = _world()
-    obs = Observation(())
-    from policy.model import Node, PoolObservation
-
     obs = Observation((PoolObservation("research", (group(SPOT, 3),), (Node("i-idle0", SPOT, ago(120)),)),))
     plan = Plan((PoolDecision("research", (
         Action("research", ACTION_SET_DESIRED, Reason.BUDGET_DRAIN, SPOT, 3, 2, detail="x"),
