@@ -155,7 +155,11 @@ class KubeClient:
 
     def _request(self, path: str, method: str = "GET", body: dict | None = None,
                  content_type: str = "application/json") -> dict:
-        headers = {"Authorization": f"Bearer {self._token()}", "Accept": "application/json"}
+        try:
+            token = self._token()
+        except Exception as err:  # noqa: BLE001 - no credentials or signer failure: a read failure like any other
+            raise DataUnavailable(f"EKS token could not be made: {type(err).__name__}: {err}") from err
+        headers = {"Authorization": f"Bearer {token}", "Accept": "application/json"}
         data = None
         if body is not None:
             data = json.dumps(body).encode()

@@ -292,3 +292,15 @@ def test_a_node_annotated_do_not_disrupt_is_neither_cordoned_nor_terminated():
         kube.close()
     assert ports.groups.writes == [] and kube.patches == []
     assert "node node-0 has karpenter.sh/do-not-disrupt=true" in result.blocked[0][1]
+
+
+def test_a_token_that_cannot_be_made_is_a_read_failure_not_a_crash():
+    def no_credentials():
+        raise RuntimeError("Unable to locate credentials")
+
+    client = KubeClient("https://127.0.0.1:1", None, no_credentials)
+    ports = _world(pods=client)
+    ports.nodes = client
+    result = run_tick(settings(pool_settings()), ports, NOW, lambda _: None)
+    assert any("EKS token could not be made" in e for e in result.errors)
+    assert ports.groups.writes == []
