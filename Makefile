@@ -33,7 +33,8 @@ preview: $(VENV)/.runtime
 test: $(VENV)/.dev
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile
 
-## test-deep: the policy's property tests at 10,000 examples each (hypothesis profile "deep", tests/conftest.py)
+## test-deep: the policy's property tests at 10,000 examples each (hypothesis profile "deep", tests/conftest.py);
+## about 36 minutes on 2 shared cores
 test-deep: $(VENV)/.dev
 	GPULOAN_HYPOTHESIS_PROFILE=deep $(BIN)/python -m pytest -q -n 0 tests/test_policy_properties.py
 
