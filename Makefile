@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STACK ?= dev
 
-.PHONY: preview test install dev-install lint bench-config bench-policy bench-sim benchmark schema clean
+.PHONY: preview test test-deep install dev-install lint bench-config bench-policy bench-sim benchmark schema clean
 
 # Public data beside the project (never copied into it): the price table is the offline price file when present,
 # unless the caller set one; otherwise prices come from the cache `gpuloan prices refresh` fills (docs/prices.md).
@@ -40,6 +40,11 @@ preview: $(VENV)/.runtime
 ## test: the whole test suite (unit, mocked infrastructure, emulator integration, linters)
 test: $(VENV)/.dev
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile
+
+## test-deep: the policy's property tests at 10,000 examples each (hypothesis profile "deep", tests/conftest.py);
+## about 36 minutes on 2 shared cores
+test-deep: $(VENV)/.dev
+	GPULOAN_HYPOTHESIS_PROFILE=deep $(BIN)/python -m pytest -q -n 0 tests/test_policy_properties.py
 
 schema: $(VENV)/.runtime
 	$(BIN)/python -m gpuloan schema > docs/config.schema.json

@@ -5,9 +5,10 @@ cheap (one pass over each pool's nodes, no copies of the observation).
 
 Rules per pool, in order (docs/policy.md explains each with its reason code):
 1. A configured elastic group that could not be read holds the whole pool (HOLD_MISSING_DATA).
-2. Budget drain: with cap_elastic, once month-to-date spend reaches a budget (pool or environment), launches
-   still in flight are cancelled and in-service elastic nodes are terminated by instance id, idle first,
-   max_step_nodes per tick (BUDGET_DRAIN). Unknown spend never drains.
+2. Budget drain: with cap_elastic, once month-to-date spend reaches a budget (pool or environment; the running
+   estimate alone counts when no actual figure could be read), launches still in flight are cancelled and idle
+   in-service elastic nodes are terminated by instance id, max_step_nodes per tick (BUDGET_DRAIN). A node with
+   GPU work is never drained: it goes once it is idle.
 3. Scale-up: pending pods targeting the pool are packed (first fit, decreasing) onto nodes of gpus_per_node;
    the nodes they need beyond those already launching are added (SCALE_UP_PENDING). Sustained mean GPU
    utilization at or above the threshold adds one node when nothing is launching and no group is in cooldown
@@ -15,9 +16,15 @@ Rules per pool, in order (docs/policy.md explains each with its reason code):
    fallback_after_minutes, or its activities report insufficient capacity, they go to on-demand
    (SPOT_FALLBACK), and the spot shortfall no longer counts as capacity. Bounded by group max, max_step_nodes
    and the budget projection (BUDGET_CAP).
-4. Idle reclaim (only when nothing is added): in-service elastic nodes whose max GPU utilization over the idle
-   timeout stayed below the idle threshold, up at least that long, are terminated by instance id, on-demand
-   first, max_step_nodes per tick (RECLAIM_IDLE). A node without metrics is busy; unknown pending pods hold.
+4. Idle reclaim (only when nothing is added): in-service elastic nodes on which EVERY signal says idle (no GPU
+   requested by a pod over the empty window, and GPU utilization below the idle threshold over the window the
+   node is judged on, every known utilization figure below it) are terminated by instance id, on-demand first,
+   max_step_nodes per tick (RECLAIM_IDLE). A missing signal is busy; unknown pending pods hold.
+
+Safety rules every plan keeps (tests/test_policy_properties.py): the floor is never touched; a group gets one
+kind of change per tick (set_desired or terminate, never both: UpdateNodegroupConfig is asynchronous, so an
+absolute size could land after the terminations and relaunch them); no node with any sign of GPU work is
+terminated. The tick adds the last check the engine cannot make: the node's pods, read just before terminating.
 """
 
 from __future__ import annotations
@@ -96,8 +103,9 @@ class _Scope:
 
     @property
     def exhausted(self) -> bool:
-        """Actual spend (last Budgets figure + estimate since) reached the budget: drain, if capped."""
-        return self.capped and self.known and self.month_to_date_usd >= self.budget_usd
+        """Spend reached the budget: drain, if capped. Without an actual figure (Budgets unreadable, e.g. access
+        denied) the running estimate alone decides: it only undercounts, so a drain it triggers is due anyway."""
+        return self.capped and self.month_to_date_usd >= self.budget_usd
 
 
 def decide(settings: Settings, observation: Observation, now: datetime) -> Plan:
@@ -194,7 +202,7 @@ def _decide_pool(ps: PoolSettings, po: PoolObservation | None, scopes: list[_Sco
     actions: list[Action] = []
     drain = next((s for s in scopes if s.exhausted), None)
     if drain is not None:
-        actions = _drain(ps, groups, in_service, elastic_nodes, launching_nodes, drain, desired)
+        actions = _drain(ps, groups, in_service, elastic_nodes, launching_nodes, drain, desired, now)
     else:
         actions = _scale(ps, po, groups, in_service, spot, od, spot_short, utilization, scopes, now, desired)
         if not any(a.kind == ACTION_SET_DESIRED for a in actions):
@@ -223,7 +231,7 @@ def _decide_pool(ps: PoolSettings, po: PoolObservation | None, scopes: list[_Sco
 
 
 def _drain(ps: PoolSettings, groups: dict[str, Group], in_service: dict[str, int], nodes: list[Node],
-           launching_nodes: list[Node], scope: _Scope, desired: dict[str, int]) -> list[Action]:
+           launching_nodes: list[Node], scope: _Scope, desired: dict[str, int], now: datetime) -> list[Action]:
     name = ps.name
     why = f"{scope.name} month-to-date ${scope.month_to_date_usd:,.0f} reached its budget ${scope.budget_usd:,.0f}"
     actions: list[Action] = []
@@ -239,13 +247,18 @@ def _drain(ps: PoolSettings, groups: dict[str, Group], in_service: dict[str, int
         # Booting instances are cancelled by id: lowering desired by their number would let the Auto Scaling
         # group pick which instances go, possibly a busy in-service one. Desired drops by itself for those
         # (ShouldDecrementDesiredCapacity); only capacity with no instance yet is cancelled through desired.
-        booting = sorted((n for n in launching_nodes if n.group == gname), key=lambda n: n.instance_id)
+        booting = sorted((n for n in launching_nodes if n.group == gname and not _shows_work(ps, n)),
+                         key=lambda n: n.instance_id)
         not_launched = max(0, g.desired_nodes - in_service[gname] - len(booting))
         if not_launched:
+            # One kind of change per group per tick: the new desired size first; the booting instances go by id
+            # next tick (EKS applies UpdateNodegroupConfig later, and an absolute size that lands after the
+            # terminations would relaunch them).
             desired[gname] = g.desired_nodes - not_launched
             actions.append(Action(name, ACTION_SET_DESIRED, Reason.BUDGET_DRAIN, group=gname,
                                   desired_from=g.desired_nodes, desired_to=desired[gname],
                                   detail=f"{why}; cancel {not_launched} launch(es) not started"))
+            continue
         for n in booting[: max(0, ps.max_step_nodes - cancelled_by_id)]:
             cancelled_by_id += 1
             desired[gname] -= 1
@@ -256,12 +269,24 @@ def _drain(ps: PoolSettings, groups: dict[str, Group], in_service: dict[str, int
         return actions
     if not nodes:
         actions.append(_hold(name, Reason.BUDGET_DRAIN, f"{why}; no elastic nodes left to drain"))
-    order = sorted((n for n in nodes if groups[n.group].status == "ACTIVE"), key=_drain_key(ps))
-    for node in order[: ps.max_step_nodes]:
+        return actions
+    idle, working = [], 0
+    for n in nodes:
+        if groups[n.group].status != "ACTIVE":
+            continue
+        verdict, _ = _idle_verdict(ps, n, now)
+        if verdict:
+            idle.append(n)
+        else:
+            working += 1
+    for node in sorted(idle, key=_drain_key(ps))[: ps.max_step_nodes]:
         desired[node.group] -= 1
         actions.append(Action(name, ACTION_TERMINATE, Reason.BUDGET_DRAIN, group=node.group,
                               instance_id=node.instance_id, desired_from=desired[node.group] + 1,
-                              desired_to=desired[node.group], detail=why))
+                              desired_to=desired[node.group], detail=f"{why}; the node is idle"))
+    if working:
+        actions.append(_hold(name, Reason.BUDGET_DRAIN, f"{why}; {working} elastic node(s) with GPU work (or without "
+                             "the data to tell) are kept and drained once idle: a working GPU is never taken"))
     return actions
 
 
@@ -369,34 +394,60 @@ def _cooling(groups, now: datetime, cooldown_minutes: int) -> str | None:
     return None
 
 
+def _shows_work(ps: PoolSettings, node: Node) -> bool:
+    """Any known signal of GPU work: a utilization figure at or above the idle threshold, or a GPU requested."""
+    threshold = node_idle_threshold_pct(ps)
+    for v in (node.max_utilization_pct, node.recent_max_utilization_pct, node.avg_utilization_pct):
+        if v is not None and v >= threshold:
+            return True
+    return node.max_reserved_pct is not None and node.max_reserved_pct > 0
+
+
+def _idle_verdict(ps: PoolSettings, node: Node, now: datetime) -> tuple[bool | None, str]:
+    """(True, why) when every signal agrees the node is idle; (False, "") when one says it works or the node is
+    too young to judge; (None, what is missing) when a signal is missing (missing counts as busy).
+
+    Signals: GPU reserved capacity (a pod requested a GPU) over the empty window, and GPU utilization over the
+    window the node is judged on: the empty window (it goes sooner: nothing requested, nothing running) or the
+    idle window. Every known utilization figure must be below the per-GPU idle threshold.
+    """
+    if _shows_work(ps, node):
+        return False, ""
+    up = now - node.launched_at
+    empty_w, idle_w = timedelta(minutes=ps.empty_timeout_minutes), timedelta(minutes=ps.idle_timeout_minutes)
+    if up < min(empty_w, idle_w):
+        return False, ""
+    threshold = node_idle_threshold_pct(ps)
+    if node.max_reserved_pct is None:
+        return None, "no GPU reserved-capacity data"
+    if up >= empty_w and node.recent_max_utilization_pct is not None:
+        return True, (f"no pod requested its GPUs and max GPU utilization {node.recent_max_utilization_pct:.2f}% < "
+                      f"{threshold:.2f}% for {ps.empty_timeout_minutes} min")
+    if up >= idle_w and node.max_utilization_pct is not None:
+        return True, (f"max GPU utilization {node.max_utilization_pct:.2f}% < {threshold:.2f}% for "
+                      f"{ps.idle_timeout_minutes} min and no pod requested its GPUs")
+    if up >= idle_w:
+        return None, "no GPU utilization data"
+    return False, ""
+
+
 def _reclaim(ps: PoolSettings, po: PoolObservation, groups: dict[str, Group], nodes: list[Node], now: datetime,
              desired: dict[str, int]) -> list[Action]:
     name = ps.name
-    timeout = timedelta(minutes=ps.idle_timeout_minutes)
-    empty_timeout = timedelta(minutes=ps.empty_timeout_minutes)
-    threshold = node_idle_threshold_pct(ps)
     idle: list[Node] = []
     why: dict[str, str] = {}
     unknown = 0
     for node in nodes:
-        up = now - node.launched_at
-        # Empty: no pod requested any of its GPUs for empty_timeout_minutes (data, not a guess: None is not empty).
-        if node.max_reserved_pct is not None and node.max_reserved_pct <= 0 and up >= empty_timeout:
-            idle.append(node)
-            why[node.instance_id] = f"no pod requested its GPUs for {ps.empty_timeout_minutes} min"
-            continue
-        if up < timeout:
-            continue
-        if node.max_utilization_pct is None:
+        verdict, reason = _idle_verdict(ps, node, now)
+        if verdict is None:
             unknown += 1
-        elif node.max_utilization_pct < threshold:
+        elif verdict:
             idle.append(node)
-            why[node.instance_id] = (f"max GPU utilization {node.max_utilization_pct:.2f}% < {threshold:.2f}% "
-                                     f"for {ps.idle_timeout_minutes} min")
+            why[node.instance_id] = reason
     actions: list[Action] = []
     if unknown:
-        actions.append(_hold(name, Reason.HOLD_MISSING_DATA, f"{unknown} elastic node(s) without GPU metrics for "
-                             f"{ps.idle_timeout_minutes} min count as busy"))
+        actions.append(_hold(name, Reason.HOLD_MISSING_DATA, f"{unknown} elastic node(s) without GPU utilization or "
+                             "reserved-capacity data count as busy"))
     if not idle:
         return actions
     if po.pending_pod_gpus is None:

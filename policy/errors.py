@@ -13,7 +13,8 @@ class PolicyError(Exception):
 
 
 class BadSettings(PolicyError):
-    """The settings (environment variable GPULOAN_SETTINGS) are missing, malformed or of another version."""
+    """The settings (policy/settings.json in the package, or GPULOAN_SETTINGS) are missing, malformed or of another
+    version."""
 
 
 class CapacityShortage(PolicyError):
@@ -30,3 +31,8 @@ class DataUnavailable(PolicyError):
 
 class ConflictingUpdate(PolicyError):
     """The node group is already being updated (EKS ResourceInUseException); leave it for the next tick."""
+
+
+class DeadlineExceeded(PolicyError):
+    """The tick's deadline (the Lambda's remaining time minus a margin) passed: what was not read yet is missing
+    data, and nothing more is changed this tick."""

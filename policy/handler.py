@@ -1,12 +1,20 @@
 """AWS Lambda entry point: `lambda_handler(event, context)`. Thin (STYLE.md 7): parse, build adapters, run a tick.
 
+Settings: policy/settings.json inside the deployment package (stacks/policy_package.py puts the validated
+settings there: Lambda's 4 KB environment limit is too small for them). GPULOAN_SETTINGS (the same JSON) is read
+only when the package carries no settings file, e.g. when the code runs from a source checkout.
+
 Environment:
-  GPULOAN_SETTINGS      the validated policy settings JSON (policy.model.Settings.to_json), required
   GPULOAN_STATE_TABLE   DynamoDB table for spend estimates and notification timestamps (optional)
   GPULOAN_TOPIC_ARN     SNS topic for notifications (optional)
   GPULOAN_KUBE_ENDPOINT, GPULOAN_KUBE_CA_PEM  override the API server found by EKS DescribeCluster (tests)
 Event (all optional): {"dry_run": true} forces a dry run for this invocation (it can never force a live one);
-{"now": "<ISO-8601>"} replays a tick at another time (tests, replays; the schedule never sends it).
+{"now": "<ISO-8601>"} replays a dry run at another time, and is honoured ONLY in a dry run: a live tick always
+uses the clock (a crafted or replayed time could otherwise unlock scale-ups past the budget cap or push
+notification timestamps weeks ahead). A replay at an explicit time never writes the state back.
+
+Every boto3 client has connect/read timeouts and standard retries (BOTO_CONFIG), and the whole tick has one
+deadline: the context's remaining time minus DEADLINE_MARGIN_S (policy/deadline.py).
 """
 
 from __future__ import annotations
@@ -14,31 +22,52 @@ from __future__ import annotations
 import base64
 import json
 import os
+import uuid
 import weakref
 from datetime import datetime, timezone
+from pathlib import Path
 
+from policy.deadline import Deadline
 from policy.errors import BadSettings, PolicyError
 from policy.model import Settings
 from policy.tick import Ports, TickResult, run_tick
 
+# botocore client settings (https://docs.aws.amazon.com/sdkref/latest/guide/feature-retry-behavior.html): a slow
+# endpoint fails fast, and "standard" retries back off with jitter and honour throttling. MAX_ATTEMPTS counts
+# the first try. One call can then take at most WORST_CALL_S; the tick's deadline keeps room for one such call
+# in flight plus the final state write, so the tick ends before Lambda's own timeout.
+CONNECT_TIMEOUT_S = 2
+READ_TIMEOUT_S = 4
+MAX_ATTEMPTS = 2
+WORST_CALL_S = MAX_ATTEMPTS * (CONNECT_TIMEOUT_S + READ_TIMEOUT_S) + 1  # + standard mode's first backoff (<= 1 s)
+DEADLINE_MARGIN_S = 2 * WORST_CALL_S + 1
+DEFAULT_LEASE_S = 60.0  # outside Lambda (no context): about one schedule interval
+
+SETTINGS_FILE = Path(__file__).with_name("settings.json")
 _settings_cache: tuple[str, Settings] | None = None
 _cluster_cache: dict[str, tuple[str, str]] = {}  # read-through cache of endpoint + CA (they do not change)
 
 
 def load_settings() -> Settings:
     global _settings_cache
-    raw = os.environ.get("GPULOAN_SETTINGS")
+    if SETTINGS_FILE.is_file():
+        raw = SETTINGS_FILE.read_text(encoding="utf-8")
+    else:
+        raw = os.environ.get("GPULOAN_SETTINGS")
     if not raw:
-        raise BadSettings("environment variable GPULOAN_SETTINGS is not set")
+        raise BadSettings(f"no policy settings: the package has no {SETTINGS_FILE.name} and GPULOAN_SETTINGS is "
+                          "not set")
     if _settings_cache is None or _settings_cache[0] != raw:
         _settings_cache = (raw, Settings.from_json(raw))
     return _settings_cache[1]
 
 
-def _now(event: dict) -> datetime:
-    value = event.get("now") if isinstance(event, dict) else None
-    if not value:
-        return datetime.now(timezone.utc)
+def clock() -> datetime:
+    """The only time a live tick uses."""
+    return datetime.now(timezone.utc)
+
+
+def _explicit_time(value) -> datetime:
     try:
         parsed = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
     except ValueError:
@@ -54,8 +83,11 @@ def _account_id(context, session) -> str:
     return _client(session, "sts").get_caller_identity()["Account"]
 
 
-def build_ports(settings: Settings, session, context) -> Ports:
-    from policy.kube import KubePendingPods, eks_token
+def build_ports(settings: Settings, session, context, deadline: Deadline | None = None,
+                errors: list[str] | None = None) -> Ports:
+    """The adapters of one tick. A failure to find the cluster's API server goes into `errors` (the tick's
+    errors and PolicyErrors): without it pending pods are unknown and nothing is terminated."""
+    from policy.kube import KubeClient, eks_token
     from policy.nodegroups import AwsNodeGroups
     from policy.notifications import SnsPublisher
     from policy.spend import AwsBudgets
@@ -63,9 +95,10 @@ def build_ports(settings: Settings, session, context) -> Ports:
     from policy.utilization import CloudWatchUtilization
 
     eks = _client(session, "eks")
-    groups = AwsNodeGroups(eks, _client(session, "autoscaling"), _client(session, "ec2"), settings.cluster_name)
+    groups = AwsNodeGroups(eks, _client(session, "autoscaling"), _client(session, "ec2"), settings.cluster_name,
+                           deadline)
     util = CloudWatchUtilization(_client(session, "cloudwatch"), settings.cluster_name, settings.metric_namespace,
-                                 settings.utilization_metric, settings.reserved_metric)
+                                 settings.utilization_metric, settings.reserved_metric, deadline)
     endpoint = os.environ.get("GPULOAN_KUBE_ENDPOINT")
     ca_pem = os.environ.get("GPULOAN_KUBE_CA_PEM")
     pods = None
@@ -78,37 +111,74 @@ def build_ports(settings: Settings, session, context) -> Ports:
             endpoint, ca_pem = _cluster_cache[settings.cluster_name]
         sts = _client(session, "sts")
         credentials = session.get_credentials()
-        pods = KubePendingPods(endpoint, ca_pem, lambda: eks_token(sts, credentials, settings.cluster_name))
+        pods = KubeClient(endpoint, ca_pem, lambda: eks_token(sts, credentials, settings.cluster_name), deadline)
     except Exception as err:  # noqa: BLE001 - no API server known: pending pods are unknown, which holds
-        print(json.dumps({"level": "ERROR", "message": "cluster endpoint unavailable", "error": str(err)[:300]}))
+        if errors is not None:
+            errors.append(f"cluster endpoint unavailable (EKS DescribeCluster): {type(err).__name__}: "
+                          f"{str(err)[:300]}")
     needs_budgets = settings.budget_name or any(p.budget_name for p in settings.pools)
-    budgets = AwsBudgets(_client(session, "budgets"), _account_id(context, session)) if needs_budgets else None
+    budgets = None
+    if needs_budgets:
+        try:
+            budgets = AwsBudgets(_client(session, "budgets"), _account_id(context, session), deadline)
+        except Exception as err:  # noqa: BLE001 - no account id: spend runs on the estimate alone (still caps)
+            if errors is not None:
+                errors.append(f"budgets unreadable (account id unknown): {type(err).__name__}: {str(err)[:300]}")
     table = os.environ.get("GPULOAN_STATE_TABLE")
     state = DynamoState(_client(session, "dynamodb"), table) if table else None
     topic = os.environ.get("GPULOAN_TOPIC_ARN")
-    publisher = SnsPublisher(_client(session, "sns"), topic) if topic else None
-    return Ports(groups, util, pods, budgets, state, publisher)
+    publisher = SnsPublisher(_client(session, "sns"), topic, deadline) if topic else None
+    return Ports(groups, util, pods, budgets, state, publisher, pods)
 
 
 def handle(event: dict, context, session=None) -> TickResult:
     settings = load_settings()
-    if isinstance(event, dict) and event.get("dry_run") is True and not settings.dry_run:
+    event = event if isinstance(event, dict) else {}
+    if event.get("dry_run") is True and not settings.dry_run:
         from dataclasses import replace
 
         settings = replace(settings, dry_run=True)
-    now = _now(event or {})
-    return run_tick(settings, build_ports(settings, session or _warm_session(), context), now)
+    now, replay = clock(), False
+    if event.get("now"):
+        if settings.dry_run:
+            now, replay = _explicit_time(event["now"]), True
+        else:
+            print(json.dumps({"level": "WARNING", "message": "event.now ignored: a live tick uses the clock",
+                              "event_now": str(event["now"])[:64]}))
+    deadline = Deadline.from_context(context, DEADLINE_MARGIN_S)
+    errors: list[str] = []
+    ports = build_ports(settings, session or _warm_session(), context, deadline, errors)
+    return run_tick(settings, ports, now, deadline=deadline, persist=not replay, errors=errors,
+                    lease=(_lease_holder(context), _lease_seconds(context)))
+
+
+def _lease_holder(context) -> str:
+    return str(getattr(context, "aws_request_id", "") or uuid.uuid4())
+
+
+def _lease_seconds(context) -> float:
+    """Held at most for the invocation's remaining time (Lambda kills the tick then), plus a little for clocks."""
+    remaining = getattr(context, "get_remaining_time_in_millis", None)
+    return (remaining() / 1000.0 if callable(remaining) else DEFAULT_LEASE_S) + 5.0
 
 
 _session = None
 _clients: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # session -> {service: client}
 
 
+def boto_config():
+    from botocore.config import Config
+
+    return Config(connect_timeout=CONNECT_TIMEOUT_S, read_timeout=READ_TIMEOUT_S,
+                  retries={"mode": "standard", "total_max_attempts": MAX_ATTEMPTS})
+
+
 def _client(session, service: str):
-    """boto3 clients are thread-safe and reusable: build each once per session, not once per tick."""
+    """boto3 clients are thread-safe and reusable: build each once per session, not once per tick. Every one
+    gets the timeouts and retries of boto_config()."""
     per_session = _clients.setdefault(session, {})
     if service not in per_session:
-        per_session[service] = session.client(service)
+        per_session[service] = session.client(service, config=boto_config())
     return per_session[service]
 
 

@@ -1,4 +1,7 @@
-"""Pending GPU pods per pool from the cluster's Kubernetes API: standard-library HTTPS, EKS bearer token.
+"""The cluster's Kubernetes API, standard-library HTTPS with an EKS bearer token: pending GPU pods per pool, and
+the last check before a node is terminated (cordon it, then read its pods).
+
+RBAC (stacks/tenancy.py, the policy ClusterRole): pods `list`, nodes `get` and `patch`, nothing else.
 
 The token is what `aws eks get-token` makes: a presigned STS GetCallerIdentity URL (header x-k8s-aws-id =
 cluster name), base64url-encoded behind `k8s-aws-v1.`. The API server's CA comes from EKS DescribeCluster, so
@@ -15,12 +18,17 @@ import urllib.parse
 import urllib.request
 from typing import Callable, Protocol
 
-from policy.errors import DataUnavailable, Throttled
+from policy.deadline import Deadline
+from policy.errors import DataUnavailable, DeadlineExceeded, Throttled
 
 GPU_RESOURCE = "nvidia.com/gpu"
 POOL_LABEL = "gpuloan.io/pool"  # same key as stacks.tags.LABEL_POOL (the Lambda zip does not ship stacks/)
 PAGE_SIZE = 500
-TIMEOUT_SECONDS = 10
+TIMEOUT_SECONDS = 10  # per request; less when the tick's deadline is nearer
+# Pod annotations that forbid terminating the pod's node: gpuloan's own, and Karpenter's, which users already put
+# on jobs that must not be interrupted (https://karpenter.sh/docs/concepts/disruption/).
+DO_NOT_DISRUPT = ("gpuloan.io/do-not-disrupt", "karpenter.sh/do-not-disrupt")
+TERMINAL_PHASES = ("Succeeded", "Failed")
 TOKEN_TTL_SECONDS = 60
 
 
@@ -89,56 +97,150 @@ def unschedulable(pod: dict) -> bool:
     return False
 
 
+class NotFound(DataUnavailable):
+    """The API server answered 404 for the object."""
+
+
+def blocking_reason(pod: dict) -> str | None:
+    """Why this pod forbids terminating its node, or None. A terminal pod (Succeeded/Failed) never blocks; any
+    other pod blocks when it requests a GPU (running, or bound and still starting) or carries a do-not-disrupt
+    annotation set to "true"."""
+    meta = pod.get("metadata") or {}
+    if (pod.get("status") or {}).get("phase") in TERMINAL_PHASES:
+        return None
+    who = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+    annotations = meta.get("annotations") or {}
+    for key in DO_NOT_DISRUPT:
+        if str(annotations.get(key, "")).lower() == "true":
+            return f"{who} has {key}=true"
+    gpus = pod_gpus(pod)
+    if gpus > 0:
+        return f"{who} requests {gpus} GPU(s)"
+    return None
+
+
 class PendingPodsPort(Protocol):
     def pending_gpus(self, pools: list[str]) -> dict[str, tuple[int, ...]]: ...
 
 
-class KubePendingPods:
-    """Lists Pending pods the scheduler could not place (paged) and groups their GPU requests by target pool."""
+class NodeGuardPort(Protocol):
+    """The check before a termination: cordon, then the node's pods (policy/tick.py)."""
 
-    def __init__(self, endpoint: str, ca_pem: str | None, token: Callable[[], str]):
+    def cordon(self, node_name: str) -> bool: ...
+
+    def uncordon(self, node_name: str) -> None: ...
+
+    def blockers(self, node_name: str) -> list[str]: ...
+
+
+class KubeClient:
+    """Pending pods the scheduler could not place (paged), grouped by target pool; and per node: cordon,
+    uncordon, and the pods that forbid terminating it."""
+
+    def __init__(self, endpoint: str, ca_pem: str | None, token: Callable[[], str], deadline: Deadline | None = None):
         self._endpoint = endpoint.rstrip("/")
         self._token = token
+        self._deadline = deadline
         self._ctx = None
         if self._endpoint.startswith("https://"):
             self._ctx = ssl.create_default_context(cadata=ca_pem) if ca_pem else ssl.create_default_context()
+        self._protected: dict[str, str] = {}  # node name -> why the Node object itself forbids disruption
         self.calls = 0
 
-    def _get(self, path: str) -> dict:
-        req = urllib.request.Request(self._endpoint + path, headers={
-            "Authorization": f"Bearer {self._token()}", "Accept": "application/json"})
+    def _timeout(self) -> float:
+        if self._deadline is None:
+            return TIMEOUT_SECONDS
+        self._deadline.check()
+        return max(0.05, min(TIMEOUT_SECONDS, self._deadline.remaining_s()))
+
+    def _request(self, path: str, method: str = "GET", body: dict | None = None,
+                 content_type: str = "application/json") -> dict:
+        try:
+            token = self._token()
+        except Exception as err:  # noqa: BLE001 - no credentials or signer failure: a read failure like any other
+            raise DataUnavailable(f"EKS token could not be made: {type(err).__name__}: {err}") from err
+        headers = {"Authorization": f"Bearer {token}", "Accept": "application/json"}
+        data = None
+        if body is not None:
+            data = json.dumps(body).encode()
+            headers["Content-Type"] = content_type
+        req = urllib.request.Request(self._endpoint + path, data=data, method=method, headers=headers)
+        timeout = self._timeout()  # the time left to the tick's deadline, as the socket timeout
         self.calls += 1
         try:
-            with urllib.request.urlopen(req, timeout=TIMEOUT_SECONDS, context=self._ctx) as resp:
+            with urllib.request.urlopen(req, timeout=timeout, context=self._ctx) as resp:
                 return json.load(resp)
         except urllib.error.HTTPError as err:
             if err.code == 429 or err.code >= 500:
-                raise Throttled(f"Kubernetes API {err.code} on {path}") from err
-            raise DataUnavailable(f"Kubernetes API {err.code} on {path}: {err.reason}") from err
+                raise Throttled(f"Kubernetes API {err.code} on {method} {path}") from err
+            if err.code == 404:
+                raise NotFound(f"Kubernetes API 404 on {method} {path}") from err
+            raise DataUnavailable(f"Kubernetes API {err.code} on {method} {path}: {err.reason}") from err
         except (urllib.error.URLError, OSError, ValueError) as err:
+            if self._deadline is not None and self._deadline.expired:
+                raise DeadlineExceeded(f"Kubernetes API {method} {path} ran into the tick deadline: {err}") from err
             raise DataUnavailable(f"Kubernetes API unreachable: {err}") from err
+
+    def _get(self, path: str) -> dict:
+        return self._request(path)
+
+    def _pods(self, field_selector: str) -> list[dict]:
+        items: list[dict] = []
+        cont = ""
+        while True:
+            query = {"fieldSelector": field_selector, "limit": str(PAGE_SIZE)}
+            if cont:
+                query["continue"] = cont
+            page = self._get("/api/v1/pods?" + urllib.parse.urlencode(query))
+            items += page.get("items") or []
+            cont = (page.get("metadata") or {}).get("continue") or ""
+            if not cont:
+                return items
+
+    def blockers(self, node_name: str) -> list[str]:
+        """Pods bound to the node that forbid terminating it (raises when the pods cannot be read)."""
+        found = [self._protected[node_name]] if node_name in self._protected else []
+        for pod in self._pods(f"spec.nodeName={node_name}"):
+            why = blocking_reason(pod)
+            if why:
+                found.append(why)
+        return found
+
+    def cordon(self, node_name: str) -> bool:
+        """Mark the node unschedulable so nothing new lands on it while it goes. True when this call cordoned it;
+        False when it was cordoned already (by someone else: leave it so) or is not registered (still booting)."""
+        path = f"/api/v1/nodes/{urllib.parse.quote(node_name, safe='')}"
+        self._protected.pop(node_name, None)
+        try:
+            node = self._get(path)
+        except NotFound:
+            return False
+        annotations = (node.get("metadata") or {}).get("annotations") or {}
+        for key in DO_NOT_DISRUPT:  # on the Node itself too, as Karpenter reads it: left as it is, not cordoned
+            if str(annotations.get(key, "")).lower() == "true":
+                self._protected[node_name] = f"node {node_name} has {key}=true"
+                return False
+        if (node.get("spec") or {}).get("unschedulable"):
+            return False
+        self._request(path, "PATCH", {"spec": {"unschedulable": True}}, "application/merge-patch+json")
+        return True
+
+    def uncordon(self, node_name: str) -> None:
+        path = f"/api/v1/nodes/{urllib.parse.quote(node_name, safe='')}"
+        self._request(path, "PATCH", {"spec": {"unschedulable": None}}, "application/merge-patch+json")
 
     def pending_gpus(self, pools: list[str]) -> dict[str, tuple[int, ...]]:
         wanted = set(pools)
         found: dict[str, list[int]] = {p: [] for p in pools}
-        cont = ""
-        while True:
-            query = {"fieldSelector": "status.phase=Pending,spec.nodeName=", "limit": str(PAGE_SIZE)}
-            if cont:
-                query["continue"] = cont
-            page = self._get("/api/v1/pods?" + urllib.parse.urlencode(query))
-            for pod in page.get("items") or []:
-                if (pod.get("spec") or {}).get("nodeName"):
-                    continue  # scheduled, only pulling images: not demand for a new node
-                if not unschedulable(pod):
-                    continue  # gated or not yet tried by the scheduler: not (yet) demand for a new node
-                gpus = pod_gpus(pod)
-                if gpus <= 0:
-                    continue
-                targets = pod_pools(pod) & wanted
-                if len(targets) == 1:  # a pod that may go to several pools is not counted twice
-                    found[targets.pop()].append(gpus)
-            cont = (page.get("metadata") or {}).get("continue") or ""
-            if not cont:
-                break
+        for pod in self._pods("status.phase=Pending,spec.nodeName="):
+            if (pod.get("spec") or {}).get("nodeName"):
+                continue  # scheduled, only pulling images: not demand for a new node
+            if not unschedulable(pod):
+                continue  # gated or not yet tried by the scheduler: not (yet) demand for a new node
+            gpus = pod_gpus(pod)
+            if gpus <= 0:
+                continue
+            targets = pod_pools(pod) & wanted
+            if len(targets) == 1:  # a pod that may go to several pools is not counted twice
+                found[targets.pop()].append(gpus)
         return {p: tuple(v) for p, v in found.items()}

@@ -1,9 +1,9 @@
 """The data the policy engine reads and writes: frozen dataclasses, standard library only.
 
-    Settings     what the operator configured (built at plan time by stacks/policy_settings.py, shipped to the
-                 Lambda as JSON: `Settings.to_json()` / `Settings.from_json()`).
+    Settings     what the operator configured (built at plan time by stacks/policy_settings.py, shipped inside the
+                 Lambda package as policy/settings.json: `Settings.to_json()` / `Settings.from_json()`).
     Observation  what one tick saw: per pool, the node groups, the nodes with their GPU utilization, the GPUs
-                 requested by pending pods and the spend. Built by policy/observe.py in the Lambda, or directly
+                 requested by pending pods and the spend. Built by policy/tick.py:observe in the Lambda, or directly
                  by the simulator (nothing here needs AWS).
     Plan         what the engine decided: per pool, the actions (each with a reason code) and figures.
 
@@ -205,6 +205,9 @@ class Node:
     max_utilization_pct: float | None = None  # max over the last idle_timeout_minutes
     avg_utilization_pct: float | None = None  # mean over the last scale_up_window_minutes
     max_reserved_pct: float | None = None  # max % of the node's GPUs requested by pods, last empty_timeout_minutes
+    # max utilization over the last empty_timeout_minutes: an empty node goes before the idle timeout only when
+    # its GPUs were also idle over that window (0 GPUs requested is one signal, not proof: issue 14)
+    recent_max_utilization_pct: float | None = None
 
     @property
     def in_service(self) -> bool:
@@ -231,7 +234,8 @@ class Group:
 @dataclass(frozen=True)
 class Spend:
     """Month-to-date spend of a budget scope: the last actual figure from AWS Budgets (it lags hours) plus the
-    policy's own running estimate of elastic spend since that figure was read. actual_usd None = never read."""
+    policy's own running estimate of elastic spend since that figure was read. actual_usd None = never read
+    (e.g. Budgets denied access): the running estimate alone then still caps and drains."""
 
     actual_usd: float | None
     estimated_since_usd: float = 0.0

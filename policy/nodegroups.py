@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from typing import Protocol
+from typing import Callable, Protocol
 
 from policy.aws_errors import classify
+from policy.deadline import Deadline
+from policy.errors import PolicyError
 from policy.model import Group
 
 # Scaling activity messages that mean "AWS had no capacity" (spot or on-demand).
@@ -36,7 +38,8 @@ class GroupState:
 
 
 class NodeGroupPort(Protocol):
-    def read(self, names: list[str], now: datetime, activities_for: set[str]) -> dict[str, GroupState]: ...
+    def read(self, names: list[str], now: datetime, activities_for: set[str],
+             on_error: Callable[[PolicyError], None]) -> dict[str, GroupState]: ...
 
     def set_desired(self, group: str, desired: int) -> None: ...
 
@@ -51,52 +54,84 @@ def _chunks(items: list, n: int):
 class AwsNodeGroups:
     """EKS DescribeNodegroup/UpdateNodegroupConfig + Auto Scaling + EC2 DescribeInstances (launch time, DNS)."""
 
-    def __init__(self, eks, autoscaling, ec2, cluster_name: str):
+    def __init__(self, eks, autoscaling, ec2, cluster_name: str, deadline: Deadline | None = None):
         self._eks, self._asg, self._ec2 = eks, autoscaling, ec2
         self._cluster = cluster_name
+        self._deadline = deadline
         self.calls = 0
 
     def _call(self, what: str, fn, **kwargs):
+        if self._deadline is not None:
+            self._deadline.check()
         self.calls += 1
         try:
             return fn(**kwargs)
         except Exception as err:  # noqa: BLE001 - every failure becomes a typed PolicyError
             raise classify(err, what) from err
 
-    def read(self, names: list[str], now: datetime, activities_for: set[str] = frozenset()) -> dict[str, GroupState]:
-        """Groups that could be read; a group missing from the result could not be (the engine then holds)."""
+    def read(self, names: list[str], now: datetime, activities_for: set[str] = frozenset(),
+             on_error: Callable[[PolicyError], None] | None = None) -> dict[str, GroupState]:
+        """Groups that could be read in full (node group, its Auto Scaling group, its recent activities when
+        asked). A group missing from the result could not be: the engine holds its pool, and only its pool.
+        Each failure goes to `on_error` (raised when None)."""
+        def fail(err: PolicyError) -> None:
+            if on_error is None:
+                raise err
+            on_error(err)
+
         ngs: dict[str, dict] = {}
         for name in names:
-            resp = self._call("EKS DescribeNodegroup", self._eks.describe_nodegroup, clusterName=self._cluster,
-                              nodegroupName=name)
-            ngs[name] = resp["nodegroup"]
+            try:
+                resp = self._call("EKS DescribeNodegroup", self._eks.describe_nodegroup, clusterName=self._cluster,
+                                  nodegroupName=name)
+                ngs[name] = resp["nodegroup"]
+            except PolicyError as err:
+                fail(err)
         asg_of = {name: ng["resources"]["autoScalingGroups"][0]["name"]
                   for name, ng in ngs.items() if (ng.get("resources") or {}).get("autoScalingGroups")}
         asgs: dict[str, dict] = {}
+        unread: set[str] = set()
         for chunk in _chunks(sorted(set(asg_of.values())), 50):
             token = None
-            while True:
-                kwargs = {"AutoScalingGroupNames": chunk, "MaxRecords": 100}
-                if token:
-                    kwargs["NextToken"] = token
-                resp = self._call("Auto Scaling DescribeAutoScalingGroups", self._asg.describe_auto_scaling_groups,
-                                  **kwargs)
-                for g in resp.get("AutoScalingGroups", []):
-                    asgs[g["AutoScalingGroupName"]] = g
-                token = resp.get("NextToken")
-                if not token:
-                    break
+            try:
+                while True:
+                    kwargs = {"AutoScalingGroupNames": chunk, "MaxRecords": 100}
+                    if token:
+                        kwargs["NextToken"] = token
+                    resp = self._call("Auto Scaling DescribeAutoScalingGroups",
+                                      self._asg.describe_auto_scaling_groups, **kwargs)
+                    for g in resp.get("AutoScalingGroups", []):
+                        asgs[g["AutoScalingGroupName"]] = g
+                    token = resp.get("NextToken")
+                    if not token:
+                        break
+            except PolicyError as err:
+                unread.update(chunk)
+                fail(err)
         instance_ids = [i["InstanceId"] for g in asgs.values() for i in g.get("Instances", [])]
-        details = self._describe_instances(instance_ids)
+        try:
+            details = self._describe_instances(instance_ids)
+        except PolicyError as err:
+            # Without launch times every node counts as just launched (never idle) and without node names none
+            # can be checked for pods (never terminated): the groups stay usable for scale-up.
+            details = {}
+            fail(err)
         out: dict[str, GroupState] = {}
         for name, ng in ngs.items():
-            asg = asgs.get(asg_of.get(name, ""))
+            asg_name = asg_of.get(name, "")
+            if asg_name in unread:
+                continue
+            asg = asgs.get(asg_name)
             scaling = ng.get("scalingConfig") or {}
             desired = asg["DesiredCapacity"] if asg else scaling.get("desiredSize", 0)
             changed = [ng.get("modifiedAt")]
             shortage = False
             if asg is not None and name in activities_for:
-                last, shortage = self._activities(asg["AutoScalingGroupName"], now)
+                try:
+                    last, shortage = self._activities(asg["AutoScalingGroupName"], now)
+                except PolicyError as err:
+                    fail(err)  # cooldown and shortage unknown: the group is not usable this tick
+                    continue
                 changed.append(last)
             stamps = [_utc(t) for t in changed if t is not None]
             group = Group(name, int(desired), int(scaling.get("minSize", 0)), int(scaling.get("maxSize", 0)),

@@ -12,6 +12,7 @@ from datetime import datetime, timedelta
 from typing import Protocol
 
 from policy.aws_errors import classify
+from policy.deadline import Deadline, check
 from policy.model import ACTION_SET_DESIRED, ACTION_TERMINATE, PoolDecision, Reason
 
 SUBJECT_MAX = 100
@@ -121,12 +122,14 @@ class Publisher(Protocol):
 
 
 class SnsPublisher:
-    def __init__(self, sns, topic_arn: str):
+    def __init__(self, sns, topic_arn: str, deadline: Deadline | None = None):
         self._sns = sns
         self._topic = topic_arn
+        self._deadline = deadline
         self.calls = 0
 
     def publish(self, subject: str, body: str) -> None:
+        check(self._deadline)
         self.calls += 1
         try:
             self._sns.publish(TopicArn=self._topic, Subject=subject, Message=body)

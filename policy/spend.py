@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 from typing import Callable, Protocol
 
 from policy.aws_errors import classify
+from policy.deadline import Deadline, check
 from policy.model import Spend
 
 # A gap longer than this (outage, disabled schedule) is not billed in full: the nodes may have been scaled by
@@ -26,12 +27,14 @@ class BudgetReader(Protocol):
 
 
 class AwsBudgets:
-    def __init__(self, budgets, account_id: str):
+    def __init__(self, budgets, account_id: str, deadline: Deadline | None = None):
         self._budgets = budgets
         self._account = account_id
+        self._deadline = deadline
         self.calls = 0
 
     def actual_usd(self, budget_name: str) -> float:
+        check(self._deadline)
         self.calls += 1
         try:
             resp = self._budgets.describe_budget(AccountId=self._account, BudgetName=budget_name)

@@ -1,21 +1,28 @@
 """One tick of the policy function over injected ports: read the world, decide, apply, report.
 
-Every read failure is recorded and turned into missing data (which never shrinks capacity); every write
-failure is recorded and left for the next tick (level-triggered). Nothing here raises for an AWS or
-Kubernetes failure, so a bad minute never becomes a crash-and-retry loop.
+Every read failure is recorded (the tick's errors, the PolicyErrors metric) and turned into missing data (which
+never shrinks capacity); every write failure is recorded and left for the next tick (level-triggered). Nothing
+here raises for an AWS or Kubernetes failure, so a bad minute never becomes a crash-and-retry loop.
+
+Before a node is terminated the tick makes the check the engine cannot: it cordons the node, then reads the
+pods bound to it; a non-terminal pod that requests a GPU or carries a do-not-disrupt annotation keeps the node
+(and it is uncordoned again). If the pods cannot be read, nothing more is terminated this tick.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Callable
 
 from policy import emf, notifications
+from policy.deadline import MESSAGE as DEADLINE_MESSAGE
+from policy.deadline import Deadline
 from policy.engine import decide
-from policy.errors import PolicyError
-from policy.kube import PendingPodsPort
+from policy.errors import DeadlineExceeded, PolicyError
+from policy.kube import NodeGuardPort, PendingPodsPort
 from policy.model import (
     ACTION_SET_DESIRED,
     ACTION_TERMINATE,
@@ -48,6 +55,7 @@ class Ports:
     budgets: BudgetReader | None = None
     state: StatePort | None = None
     publisher: notifications.Publisher | None = None
+    nodes: NodeGuardPort | None = None  # cordon + pods on a node; without it nothing is terminated
 
 
 @dataclass
@@ -55,41 +63,64 @@ class TickResult:
     plan: Plan
     applied: list[Action] = field(default_factory=list)
     failed: list[tuple[Action, str]] = field(default_factory=list)
+    blocked: list[tuple[Action, str]] = field(default_factory=list)  # terminations a pod on the node forbade
     errors: list[str] = field(default_factory=list)
     notified: list[str] = field(default_factory=list)  # subjects
+    skipped: str = ""  # why the tick did nothing at all (another tick holds the lease)
 
     def summary(self) -> dict:
         return {"dry_run": self.plan.dry_run, "applied": len(self.applied), "failed": len(self.failed),
-                "errors": self.errors, "notified": self.notified,
+                "blocked": len(self.blocked), "skipped": self.skipped, "errors": self.errors, "notified": self.notified,
                 "changes": [{"pool": a.pool, **a.to_dict()} for a in self.plan.changes]}
 
 
-def observe(settings: Settings, ports: Ports, state: dict, now: datetime, errors: list[str]) -> Observation:
+def _recorder(errors: list[str]) -> Callable[[Exception], None]:
     def record(err: Exception) -> None:
-        errors.append(f"{type(err).__name__}: {err}")
+        line = f"{type(err).__name__}: {err}"
+        if line not in errors:  # a passed deadline fails every later call with the same message
+            errors.append(line)
+
+    return record
+
+
+def observe(settings: Settings, ports: Ports, state: dict, now: datetime, errors: list[str],
+            deadline: Deadline | None = None, node_names: dict[str, str] | None = None) -> Observation:
+    """What this tick can see. `node_names` (filled when given): instance id -> Kubernetes node name."""
+    record = _recorder(errors)
+
+    def in_time() -> bool:
+        if deadline is not None and deadline.expired:
+            record(DeadlineExceeded(DEADLINE_MESSAGE))
+            return False
+        return True
 
     names, spot_groups = [], set()
     for ps in settings.pools:
         names += list(ps.elastic_groups) + ([ps.guaranteed_group] if ps.guaranteed_group else [])
         if ps.spot_group:
             spot_groups.add(ps.spot_group)
-    try:
-        read = ports.groups.read(names, now, spot_groups)
-    except PolicyError as err:
-        record(err)
-        read = {}
+    read = {}
+    if in_time():
+        try:  # each group that fails is left out (its pool holds), the others are kept
+            read = ports.groups.read(names, now, spot_groups, record)
+        except PolicyError as err:
+            record(err)
     refs = [NodeRef(i.instance_id, i.node_name) for gs in read.values() for i in gs.instances
             if i.lifecycle == LIFECYCLE_IN_SERVICE]
+    if node_names is not None:
+        node_names.update({i.instance_id: i.node_name for gs in read.values() for i in gs.instances})
     window = max(max(ps.idle_timeout_minutes, ps.empty_timeout_minutes, ps.scale_up_window_minutes)
                  for ps in settings.pools)
     series = {}
-    if refs:
+    if refs and in_time():
         try:
             series = ports.utilization.read(refs, now, window)
         except PolicyError as err:
             record(err)
     pending: dict[str, tuple[int, ...]] | None = None
-    if ports.pods is not None:
+    if ports.pods is None:
+        record(PolicyError("Kubernetes API not configured or its endpoint unknown: pending pods are unknown"))
+    elif in_time():
         try:
             pending = ports.pods.pending_gpus([ps.name for ps in settings.pools])
         except PolicyError as err:
@@ -99,7 +130,8 @@ def observe(settings: Settings, ports: Ports, state: dict, now: datetime, errors
         scopes[ENV_SCOPE] = settings.budget_name
     for ps in settings.pools:  # every pool, budget or not: the running estimate feeds the spend metrics
         scopes[pool_scope(ps.name)] = ps.budget_name if ps.budget_monthly_usd is not None else None
-    spends = observe_spend(state, scopes, ports.budgets, now, settings.budget_refresh_minutes, record)
+    spends = observe_spend(state, scopes, ports.budgets if in_time() else None, now, settings.budget_refresh_minutes,
+                           record)
 
     pools = []
     for ps in settings.pools:
@@ -119,6 +151,7 @@ def observe(settings: Settings, ports: Ports, state: dict, now: datetime, errors
                     s.max_over(now, ps.idle_timeout_minutes) if s else None,
                     s.avg_over(now, ps.scale_up_window_minutes) if s else None,
                     s.reserved_max_over(now, ps.empty_timeout_minutes) if s else None,
+                    s.max_over(now, ps.empty_timeout_minutes) if s else None,
                 ))
         pools.append(PoolObservation(ps.name, tuple(groups), tuple(nodes),
                                      None if pending is None else pending.get(ps.name, ()),
@@ -126,31 +159,132 @@ def observe(settings: Settings, ports: Ports, state: dict, now: datetime, errors
     return Observation(tuple(pools), spends.get(ENV_SCOPE))
 
 
-def _apply(settings: Settings, plan: Plan, obs: Observation, ports: Ports, result: TickResult) -> None:
+def _apply(settings: Settings, plan: Plan, obs: Observation, ports: Ports, result: TickResult,
+           deadline: Deadline | None = None, node_names: dict[str, str] | None = None) -> None:
+    record = _recorder(result.errors)
+    kinds: dict[str, str] = {}
+    blind = ""  # set once the pods of a node could not be read: no further termination this tick
     for a in plan.changes:
         ps = settings.pool(a.pool)
         # Defence in depth behind IAM: only this pool's elastic groups, only instances observed in them.
         if a.group not in ps.elastic_groups:
             result.failed.append((a, f"refused: {a.group} is not an elastic group of {a.pool}"))
             continue
+        if kinds.setdefault(a.group, a.kind) != a.kind:
+            # The engine never plans this (a property test); refuse it here too: EKS applies a desired size
+            # asynchronously, so it could land after the terminations and relaunch them.
+            result.failed.append((a, f"refused: {a.group} already gets a {kinds[a.group]} this tick"))
+            continue
         if a.kind == ACTION_TERMINATE:
             po = obs.pool(a.pool)
             if not any(n.instance_id == a.instance_id and n.group == a.group for n in po.nodes):
                 result.failed.append((a, f"refused: {a.instance_id} is not in {a.group}"))
                 continue
+            if blind:
+                result.failed.append((a, f"not terminated: {blind}"))
+                continue
+        if deadline is not None and deadline.expired:
+            record(DeadlineExceeded(DEADLINE_MESSAGE))
+            result.failed.append((a, "not applied: tick deadline reached"))
+            continue
         try:
             if a.kind == ACTION_SET_DESIRED:
                 ports.groups.set_desired(a.group, a.desired_to)
             elif a.kind == ACTION_TERMINATE:
-                ports.groups.terminate(a.instance_id)
+                why = _guard_and_terminate(a, ports, (node_names or {}).get(a.instance_id, ""))
+                if why is not None:
+                    result.blocked.append((a, why))
+                    continue
             result.applied.append(a)
+        except _Blind as err:
+            blind = str(err)
+            result.failed.append((a, f"not terminated: {blind}"))
+            record(err.cause)
         except PolicyError as err:
             result.failed.append((a, f"{type(err).__name__}: {err}"))
-            result.errors.append(f"{type(err).__name__}: {err}")
+            record(err)
 
 
-def run_tick(settings: Settings, ports: Ports, now: datetime, log: Callable[[str], None] = print) -> TickResult:
-    errors: list[str] = []
+class _Blind(Exception):
+    """The pods of a node could not be read: terminate nothing more this tick."""
+
+    def __init__(self, message: str, cause: PolicyError):
+        super().__init__(message)
+        self.cause = cause
+
+
+def _guard_and_terminate(a: Action, ports: Ports, node_name: str) -> str | None:
+    """Cordon the node, read its pods, terminate it if none forbids it. Returns why it was kept, or None when it
+    was terminated. Raises _Blind when the pods could not be read (the node is uncordoned again, if we cordoned
+    it), PolicyError when the termination itself failed."""
+    if ports.nodes is None:
+        raise _Blind("the Kubernetes API is unavailable, so the node's pods cannot be checked",
+                     PolicyError("no Kubernetes access: terminations skipped"))
+    if not node_name:
+        return f"{a.instance_id} has no known Kubernetes node name, so its pods cannot be checked"
+    try:
+        cordoned = ports.nodes.cordon(node_name)  # first, so no pod lands between the check and the termination
+    except PolicyError as err:
+        raise _Blind(f"{node_name} could not be cordoned ({type(err).__name__})", err) from err
+    try:
+        blockers = ports.nodes.blockers(node_name)
+    except PolicyError as err:
+        _uncordon(ports, node_name, cordoned)
+        raise _Blind(f"the pods on {node_name} could not be read ({type(err).__name__})", err) from err
+    if blockers:
+        _uncordon(ports, node_name, cordoned)
+        return f"kept: {'; '.join(blockers[:3])}{' ...' if len(blockers) > 3 else ''}"
+    try:
+        ports.groups.terminate(a.instance_id)
+    except PolicyError:
+        _uncordon(ports, node_name, cordoned)
+        raise
+    return None
+
+
+def _uncordon(ports: Ports, node_name: str, cordoned: bool) -> None:
+    """Undo our own cordon only: a node someone else cordoned stays cordoned."""
+    if cordoned and ports.nodes is not None:
+        try:
+            ports.nodes.uncordon(node_name)
+        except PolicyError:
+            pass  # the next tick's check cordons/reads again; a cordoned idle node is reclaimed anyway
+
+
+def run_tick(settings: Settings, ports: Ports, now: datetime, log: Callable[[str], None] = print,
+             deadline: Deadline | None = None, persist: bool = True, errors: list[str] | None = None,
+             lease: tuple[str, float] | None = None) -> TickResult:
+    """One tick. `deadline`: when reads and writes stop (policy/deadline.py). `persist`: write the state back
+    (False for a replay at an explicit time, which must not move spend or notification timestamps). `errors`:
+    failures already met while building the ports (e.g. the cluster endpoint could not be read). `lease`:
+    (holder, seconds): a live tick with a state table acts only while it holds the table's lease
+    (policy/state.py), so two overlapping ticks never both change capacity."""
+    errors = list(errors or [])
+    holder = None
+    if lease is not None and ports.state is not None and persist and not settings.dry_run:
+        try:
+            if not ports.state.acquire_lease(lease[0], now.timestamp(), lease[1]):
+                log(json.dumps({"level": "WARNING", "message": "another tick holds the lease: this one does "
+                                "nothing", "environment": settings.environment}))
+                return TickResult(Plan((), dry_run=False, decided_at=now), errors=errors, skipped="lease held")
+            holder = lease[0]
+        except PolicyError as err:
+            _recorder(errors)(err)
+            log(emf.error_line(settings.environment, len(errors), now))
+            log(json.dumps({"level": "ERROR", "message": "tick errors", "errors": errors}, sort_keys=True))
+            return TickResult(Plan((), dry_run=False, decided_at=now), errors=errors, skipped="lease unreadable")
+    try:
+        return _run(settings, ports, now, log, deadline, persist, errors)
+    finally:
+        if holder is not None:
+            try:
+                ports.state.release_lease(holder)
+            except PolicyError:
+                pass  # it expires by itself; the next tick takes it over then
+
+
+def _run(settings: Settings, ports: Ports, now: datetime, log: Callable[[str], None], deadline: Deadline | None,
+         persist: bool, errors: list[str]) -> TickResult:
     state, version = {}, 0
     if ports.state is not None:
         try:
@@ -158,11 +292,12 @@ def run_tick(settings: Settings, ports: Ports, now: datetime, log: Callable[[str
         except PolicyError as err:
             errors.append(f"{type(err).__name__}: {err}")
             ports = Ports(**{**ports.__dict__, "state": None})  # never overwrite state we could not read
-    obs = observe(settings, ports, state, now, errors)
+    node_names: dict[str, str] = {}
+    obs = observe(settings, ports, state, now, errors, deadline, node_names)
     plan = decide(settings, obs, now)
     result = TickResult(plan, errors=errors)
     if not plan.dry_run:
-        _apply(settings, plan, obs, ports, result)
+        _apply(settings, plan, obs, ports, result, deadline, node_names)
 
     rates = {}
     total_env = elastic_env = 0.0
@@ -175,8 +310,12 @@ def run_tick(settings: Settings, ports: Ports, now: datetime, log: Callable[[str
     rates[ENV_SCOPE] = (total_env, elastic_env)
     accrue(state, rates, now)
 
+    # Notify what was done: an action that failed or that a pod on the node forbade did not happen.
+    not_done = {id(a) for a, _ in result.failed} | {id(a) for a, _ in result.blocked}
     for d in plan.decisions:
         ps = settings.pool(d.pool)
+        if not_done:
+            d = dataclasses.replace(d, actions=tuple(a for a in d.actions if id(a) not in not_done))
         for kind in notifications.kinds_of(d):
             if ports.publisher is None or not notifications.due(state, f"{d.pool}:{kind}", now,
                                                                 settings.notify_min_interval_minutes):
@@ -187,7 +326,7 @@ def run_tick(settings: Settings, ports: Ports, now: datetime, log: Callable[[str
                 ports.publisher.publish(msg.subject, msg.body)
                 result.notified.append(msg.subject)
             except PolicyError as err:
-                result.errors.append(f"{type(err).__name__}: {err}")
+                _recorder(result.errors)(err)
     if result.errors and ports.publisher is not None and notifications.due(
             state, "all:error", now, settings.notify_min_interval_minutes):
         msg = notifications.render_error(settings.environment, "; ".join(result.errors)[:1000])
@@ -197,20 +336,22 @@ def run_tick(settings: Settings, ports: Ports, now: datetime, log: Callable[[str
         except PolicyError:
             pass  # already counted in PolicyErrors; SNS itself is down
 
-    if ports.state is not None:
+    if ports.state is not None and persist:
         try:
             ports.state.save(STATE_KEY, state, version)
         except PolicyError as err:
             result.errors.append(f"{type(err).__name__}: {err}")
 
     failed = {id(a): why for a, why in result.failed}
+    blocked = {id(a): why for a, why in result.blocked}
     for d in plan.decisions:
         ps = settings.pool(d.pool)
         spend_state = (state.get("spend") or {}).get(pool_scope(d.pool)) or {}
         log(json.dumps({
             "level": "INFO", "message": "pool decision", "environment": settings.environment, "pool": d.pool,
             "dry_run": plan.dry_run, "decided_at": now.isoformat(),
-            "actions": [{**a.to_dict(), **({"failed": failed[id(a)]} if id(a) in failed else {})} for a in d.actions],
+            "actions": [{**a.to_dict(), **({"failed": failed[id(a)]} if id(a) in failed else {}),
+                         **({"blocked": blocked[id(a)]} if id(a) in blocked else {})} for a in d.actions],
             "desired_after": d.desired_after, "pending_gpus": d.pending_gpus,
             "elastic_usd_per_hour": round(d.elastic_usd_per_hour, 4),
             "month_to_date_usd": d.month_to_date_usd, "projected_month_usd": d.projected_month_usd,

@@ -12,6 +12,7 @@ from datetime import datetime, timedelta
 from typing import Iterable, Protocol
 
 from policy.aws_errors import classify
+from policy.deadline import Deadline, check
 
 MAX_QUERIES_PER_CALL = 500
 PERIOD_SECONDS = 60
@@ -73,8 +74,10 @@ class CloudWatchUtilization:
     """GetMetricData over `namespace`/`metric` with dimensions ClusterName, InstanceId, NodeName."""
 
     def __init__(self, cloudwatch, cluster_name: str, namespace: str = "ContainerInsights",
-                 metric: str = "node_gpu_utilization", reserved_metric: str = "node_gpu_reserved_capacity"):
+                 metric: str = "node_gpu_utilization", reserved_metric: str = "node_gpu_reserved_capacity",
+                 deadline: Deadline | None = None):
         self._cw = cloudwatch
+        self._deadline = deadline
         self._cluster = cluster_name
         self._namespace = namespace
         self._metric = metric
@@ -107,6 +110,7 @@ class CloudWatchUtilization:
                 kwargs = {"MetricDataQueries": batch, "StartTime": start, "EndTime": now, "ScanBy": "TimestampDescending"}
                 if token:
                     kwargs["NextToken"] = token
+                check(self._deadline)
                 try:
                     self.calls += 1
                     resp = self._cw.get_metric_data(**kwargs)

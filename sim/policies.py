@@ -265,7 +265,8 @@ class GpuLoan(Controller):
                 if n.ready_at > now:
                     node = Node(n.id, n.group, launched, LIFECYCLE_PENDING)
                 else:
-                    node = Node(n.id, n.group, launched, LIFECYCLE_IN_SERVICE, key[1], key[2], key[3])
+                    # utilization over the empty window = the busy share = the reserved figure in the simulator
+                    node = Node(n.id, n.group, launched, LIFECYCLE_IN_SERVICE, key[1], key[2], key[3], key[3])
             used[key] = node
             nodes.append(node)
         self._node_cache = used  # only this minute's nodes can repeat next minute

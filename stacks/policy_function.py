@@ -18,6 +18,7 @@ from pathlib import Path
 import pulumi
 import pulumi_aws as aws
 
+from policy import metric_names
 from stacks import tags, versions
 from stacks.capacity import GROUP_GUARANTEED, GROUP_ON_DEMAND, GROUP_SPOT, node_group_name_pattern
 from stacks.config import ElasticCapacity as CapacityMode
@@ -31,6 +32,9 @@ MEMORY_MB = 256
 LAMBDA_PRINCIPAL = "lambda.amazonaws.com"
 SCHEDULER_PRINCIPAL = "scheduler.amazonaws.com"
 EKS_NODEGROUP_TAG = "eks:nodegroup-name"  # EKS tags each managed node group's ASG with its name
+LAMBDA_ENV_LIMIT_BYTES = 4096  # all keys and values together (Lambda quotas)
+POLICY_ERRORS_TICKS = 5  # the PolicyErrors alarm looks at the last 5 ticks ...
+POLICY_ERRORS_DATAPOINTS = 3  # ... and fires when 3 of them had errors (one throttled call is not an outage)
 
 MUTATING_EKS = ["eks:UpdateNodegroupConfig"]
 MUTATING_ASG = ["autoscaling:TerminateInstanceInAutoScalingGroup"]
@@ -78,7 +82,9 @@ def policy_document(*, partition: str, region: str, account: str, cluster_name: 
         {"Sid": "ReadUnscopable", "Effect": "Allow", "Resource": ["*"], "Action": [
             "autoscaling:DescribeAutoScalingGroups", "autoscaling:DescribeScalingActivities",
             "ec2:DescribeInstances", "cloudwatch:GetMetricData"]},
-        {"Sid": "State", "Effect": "Allow", "Action": ["dynamodb:GetItem", "dynamodb:PutItem"], "Resource": [table_arn]},
+        # PutItem/DeleteItem also take and release the tick lease (policy/state.py)
+        {"Sid": "State", "Effect": "Allow", "Action": ["dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:DeleteItem"],
+         "Resource": [table_arn]},
         {"Sid": "DeadLetters", "Effect": "Allow", "Action": ["sqs:SendMessage"], "Resource": [dlq_arn]},
         # Lambda creates the function's ENIs with this role: only in the cluster's subnets, with its own SG.
         {"Sid": "VpcNetworkInterfaces", "Effect": "Allow", "Action": [
@@ -99,6 +105,24 @@ def policy_document(*, partition: str, region: str, account: str, cluster_name: 
         statements.append({"Sid": "NotifyEncryptedTopic", "Effect": "Allow",
                            "Action": ["kms:GenerateDataKey", "kms:Decrypt"], "Resource": [kms_key_arn]})
     return {"Version": "2012-10-17", "Statement": statements}
+
+
+def function_environment(state_table: pulumi.Input[str], topic_arn: pulumi.Input[str] | None) -> dict:
+    """The function's environment variables: names of resources only, a few hundred bytes whatever the config
+    (the settings are in the package), far under Lambda's 4 KB limit."""
+    variables = {"GPULOAN_STATE_TABLE": state_table}
+    if topic_arn is not None:
+        variables["GPULOAN_TOPIC_ARN"] = topic_arn
+    return variables
+
+
+def write_package(environment: str, data: bytes) -> Path:
+    """The zip on disk for FileArchive, one per environment (the settings differ); rewritten only on change."""
+    BUILD_DIR.mkdir(exist_ok=True)
+    path = BUILD_DIR / f"policy-function-{environment}.zip"
+    if not path.exists() or path.read_bytes() != data:
+        path.write_bytes(data)
+    return path
 
 
 @dataclass
@@ -171,23 +195,29 @@ class PolicyFunction(pulumi.ComponentResource):
             security_group_id=v[9])))
         policy = aws.iam.RolePolicy(f"{name}-policy", role=self.role.id, policy=document, opts=child)
 
-        data = build_zip()
-        BUILD_DIR.mkdir(exist_ok=True)
-        zip_path = BUILD_DIR / "policy-function.zip"
-        if not zip_path.exists() or zip_path.read_bytes() != data:
-            zip_path.write_bytes(data)
+        # The settings go inside the package (stacks/policy_package.py): Lambda's environment variables are
+        # limited to 4 KB in total and the settings of about six pools exceed it. They name the node groups' generated
+        # names (known once the groups exist), so the package is built from those outputs; a preview of a new stack
+        # shows the code as computed, every later preview as the exact package.
         # A deployment needs every price (the budget cap spends by them); a preview may show them as unknown.
         preview_only = pulumi.runtime.is_dry_run() or unknown_prices_allowed()
-        settings_json = pulumi.Output.all(cluster.name, pulumi.Output.from_input(args.group_names or {})).apply(
-            lambda v: settings_for(cfg, v[0], v[1], budget_names, allow_unknown_prices=preview_only).to_json())
-        variables = {"GPULOAN_SETTINGS": settings_json, "GPULOAN_STATE_TABLE": self.table.name}
-        if args.alerts_topic_arn is not None:
-            variables["GPULOAN_TOPIC_ARN"] = args.alerts_topic_arn
+
+        def package(v) -> tuple[str, str]:
+            settings_json = settings_for(cfg, v[0], v[1], budget_names, allow_unknown_prices=preview_only).to_json()
+            data = build_zip(settings_json=settings_json)
+            return str(write_package(env, data)), source_code_hash(data)
+
+        built = pulumi.Output.all(cluster.name, pulumi.Output.from_input(args.group_names or {})).apply(package)
+        variables = function_environment(self.table.name, args.alerts_topic_arn)
         self.function = aws.lambda_.Function(
             f"{name}-fn", name=fn_name, role=self.role.arn, runtime=versions.POLICY_LAMBDA_RUNTIME,
             architectures=[versions.POLICY_LAMBDA_ARCHITECTURE], handler=HANDLER,
-            code=pulumi.FileArchive(str(zip_path)), source_code_hash=source_code_hash(data),
-            timeout=TIMEOUT_SECONDS, memory_size=MEMORY_MB, reserved_concurrent_executions=1,
+            code=built.apply(lambda b: pulumi.FileArchive(b[0])), source_code_hash=built.apply(lambda b: b[1]),
+            timeout=TIMEOUT_SECONDS, memory_size=MEMORY_MB,
+            # Optional (policy.reserve_concurrency): Lambda rejects any reservation that would leave the account
+            # under 100 unreserved executions, which is every new account. The state table's lease keeps two
+            # ticks from both acting whether or not it is set.
+            reserved_concurrent_executions=1 if cfg.policy.reserve_concurrency else None,
             environment=aws.lambda_.FunctionEnvironmentArgs(variables=variables),
             vpc_config=aws.lambda_.FunctionVpcConfigArgs(subnet_ids=cluster.private_subnet_ids,
                                                          security_group_ids=[self.security_group.id]),
@@ -230,8 +260,8 @@ class PolicyFunction(pulumi.ComponentResource):
         for metric, threshold, detail in (
             ("Errors", 1, "the function failed in 3 of the last 5 minutes (bad settings or a crash); capacity is "
                           "left as it was"),
-            ("Throttles", 1, "invocations were throttled (reserved concurrency 1: a tick ran longer than the "
-                             "schedule)"),
+            ("Throttles", 1, "invocations were throttled (a tick ran longer than the schedule, or the account's "
+                             "concurrency is exhausted)"),
         ):
             alarms.append(aws.cloudwatch.MetricAlarm(
                 f"{name}-{metric.lower()}", name=f"{fn_name}-{metric.lower()}", namespace="AWS/Lambda",
@@ -240,6 +270,19 @@ class PolicyFunction(pulumi.ComponentResource):
                 comparison_operator="GreaterThanOrEqualToThreshold", treat_missing_data="notBreaching",
                 alarm_description=f"gpuloan {env} policy function: {detail}", alarm_actions=alarm_actions,
                 ok_actions=alarm_actions, opts=child))
+        # A tick that could not read something (or whose writes failed) still succeeds: Errors stays 0, so
+        # blindness would be silent without this alarm on the policy's own PolicyErrors metric (issue 14).
+        alarms.append(aws.cloudwatch.MetricAlarm(
+            f"{name}-policy-errors", name=f"{fn_name}-policy-errors", namespace=metric_names.NAMESPACE,
+            metric_name=metric_names.POLICY_ERRORS, dimensions={metric_names.DIM_ENVIRONMENT: env},
+            statistic="Sum", period=60 * minutes, evaluation_periods=POLICY_ERRORS_TICKS,
+            datapoints_to_alarm=POLICY_ERRORS_DATAPOINTS, threshold=1,
+            comparison_operator="GreaterThanOrEqualToThreshold", treat_missing_data="notBreaching",
+            alarm_description=(f"gpuloan {env} policy function: reads or writes failed in {POLICY_ERRORS_DATAPOINTS} of "
+                               f"the last {POLICY_ERRORS_TICKS} ticks (Kubernetes API, CloudWatch, Budgets, node "
+                               "groups...). Missing data never shrinks capacity, so reclaim, drain or scale-up may "
+                               "have stopped; the 'tick errors' log lines say which read failed."),
+            alarm_actions=alarm_actions, ok_actions=alarm_actions, opts=child))
         alarms.append(aws.cloudwatch.MetricAlarm(
             f"{name}-dead-letters", name=f"{fn_name}-dead-letters", namespace="AWS/SQS",
             metric_name="ApproximateNumberOfMessagesVisible", dimensions={"QueueName": self.dlq.name},

@@ -33,6 +33,14 @@ TIER_RANK = {tier: rank for rank, tier in enumerate(sorted(PRIORITY_VALUES, key=
 CONTAINER_DEFAULT_REQUESTS = {"cpu": "500m", "memory": "1Gi"}
 
 POLICY_READER_CLUSTER_ROLE = "gpuloan-policy-pod-reader"
+# Exactly what policy/kube.py calls (tests/test_kubernetes_layer.py derives it from the client's requests): list
+# pods (pending GPU pods; the pods bound to a node before it is terminated), get and patch nodes (cordon it
+# first: spec.unschedulable). No watch, no pod get, no delete or eviction: the node goes through Auto Scaling.
+# The name stays "pod-reader" so existing clusters keep the same object; it now also cordons nodes.
+POLICY_RBAC_RULES = [
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
+    {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]},
+]
 
 
 def priority_class_name(tier: Tier | str) -> str:
@@ -139,11 +147,11 @@ class Tenancy(pulumi.ComponentResource):
             )
 
         # The policy Lambda's IAM role maps to this group through an EKS access entry (stacks/policy_function.py);
-        # it needs to see pending GPU pods and nothing else.
+        # it lists pods and cordons a node before terminating it, nothing else (POLICY_RBAC_RULES).
         reader = k8s.rbac.v1.ClusterRole(
             f"{name}-policy-reader",
             metadata={"name": POLICY_READER_CLUSTER_ROLE, "labels": MANAGED_BY},
-            rules=[{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}],
+            rules=POLICY_RBAC_RULES,
             opts=child,
         )
         k8s.rbac.v1.ClusterRoleBinding(

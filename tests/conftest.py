@@ -33,6 +33,17 @@ requires_shared_traces = pytest.mark.skipif(not SHARED_TRACES.is_dir(), reason="
 
 from gpuloan import offline  # noqa: E402
 
+# Hypothesis profiles: "ci" (the default, what `make test` and CI run) and "deep" (10,000 examples per property,
+# `make test-deep`), chosen by GPULOAN_HYPOTHESIS_PROFILE. Property tests set no example count of their own, so
+# the profile decides. The engine is pure and fast; generation dominates, so no per-example deadline.
+from hypothesis import HealthCheck, settings as _hypothesis_settings  # noqa: E402
+
+_hypothesis_settings.register_profile("ci", max_examples=120, deadline=None,
+                                      suppress_health_check=[HealthCheck.too_slow])
+_hypothesis_settings.register_profile("deep", max_examples=10_000, deadline=None,
+                                      suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+_hypothesis_settings.load_profile(os.environ.get("GPULOAN_HYPOTHESIS_PROFILE", "ci"))
+
 STACKS = ("dev", "prod")
 
 

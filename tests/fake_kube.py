@@ -1,8 +1,9 @@
-"""A local fake of the Kubernetes API's pod list, over HTTPS with a throwaway self-signed CA.
+"""A local fake of the Kubernetes API, over HTTPS with a throwaway self-signed CA.
 
-Serves GET /api/v1/pods (paged with limit/continue), checks the EKS bearer token's shape (k8s-aws-v1.<base64url
-of a presigned STS GetCallerIdentity URL carrying x-k8s-aws-id>), and can be switched to fail (503) or to
-refuse connections, for the fault tests.
+Serves GET /api/v1/pods (paged with limit/continue, fieldSelector on status.phase and spec.nodeName as the API
+server applies them), GET and PATCH (merge patch) /api/v1/nodes/<name>; checks the EKS bearer token's shape
+(k8s-aws-v1.<base64url of a presigned STS GetCallerIdentity URL carrying x-k8s-aws-id>), and can be switched to
+fail (503), to fail only node-scoped pod lists, or to answer slowly (`delay_s`), for the fault tests.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import json
 import ssl
 import tempfile
 import threading
+import time
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -41,7 +43,7 @@ def _self_signed() -> tuple[str, str]:
 
 def gpu_pod(name: str, gpus: int, pool: str | None = None, affinity_pools: list[str] | None = None,
             node_name: str | None = None, scheduled: str | None = "Unschedulable",
-            gates: list[str] | None = None) -> dict:
+            gates: list[str] | None = None, phase: str = "Pending", annotations: dict | None = None) -> dict:
     """A pod as the API server returns it. `scheduled`: the reason of its PodScheduled=False condition as the
     scheduler sets it (Unschedulable: no node fits; SchedulingGated: held by `gates`), None = not tried yet."""
     spec: dict = {"containers": [{"name": "main", "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}]}
@@ -53,13 +55,34 @@ def gpu_pod(name: str, gpus: int, pool: str | None = None, affinity_pools: list[
                 {"key": "gpuloan.io/pool", "operator": "In", "values": affinity_pools}]}]}}}
     if gates:
         spec["schedulingGates"] = [{"name": g} for g in gates]
-    status: dict = {"phase": "Pending"}
+    status: dict = {"phase": phase}
     if node_name:
         spec["nodeName"] = node_name
         status["conditions"] = [{"type": "PodScheduled", "status": "True"}]
     elif scheduled:
         status["conditions"] = [{"type": "PodScheduled", "status": "False", "reason": scheduled}]
-    return {"metadata": {"name": name, "namespace": "default"}, "spec": spec, "status": status}
+    meta = {"name": name, "namespace": "default"}
+    if annotations:
+        meta["annotations"] = annotations
+    return {"metadata": meta, "spec": spec, "status": status}
+
+
+def _field_selector(text: str):
+    """The API server's fieldSelector for pods: comma-separated `field=value` terms, all of which must match."""
+    terms = []
+    for term in filter(None, text.split(",")):
+        key, _, value = term.partition("=")
+        terms.append((key, value))
+
+    def match(pod: dict) -> bool:
+        for key, value in terms:
+            if key == "status.phase" and pod["status"].get("phase", "") != value:
+                return False
+            if key == "spec.nodeName" and (pod["spec"].get("nodeName") or "") != value:
+                return False
+        return True
+
+    return match
 
 
 class FakeKube:
@@ -68,6 +91,10 @@ class FakeKube:
         self.pods: list[dict] = []
         self.page_size = page_size
         self.fail_status: int | None = None
+        self.fail_node_pods: int | None = None  # status for pod lists scoped to a node only
+        self.delay_s = 0.0
+        self.nodes: dict[str, dict] = {}  # name -> Node object
+        self.patches: list[tuple[str, dict]] = []
         self.requests: list[str] = []
         self.bad_tokens = 0
         cert_pem, key_pem = _self_signed()
@@ -84,20 +111,53 @@ class FakeKube:
             def log_message(self, *args):  # keep test output clean
                 pass
 
-            def do_GET(self):  # noqa: N802
-                fake.requests.append(self.path)
+            def _common(self) -> bool:
+                fake.requests.append(f"{self.command} {self.path}")
+                if fake.delay_s:
+                    time.sleep(fake.delay_s)
                 if not fake._token_ok(self.headers.get("Authorization", "")):
                     fake.bad_tokens += 1
-                    return self._send(401, {"kind": "Status", "reason": "Unauthorized"})
+                    self._send(401, {"kind": "Status", "reason": "Unauthorized"})
+                    return False
                 if fake.fail_status:
-                    return self._send(fake.fail_status, {"kind": "Status", "reason": "fake failure"})
+                    self._send(fake.fail_status, {"kind": "Status", "reason": "fake failure"})
+                    return False
+                return True
+
+            def do_PATCH(self):  # noqa: N802
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+                if not self._common():
+                    return
+                name = urllib.parse.unquote(urllib.parse.urlparse(self.path).path.removeprefix("/api/v1/nodes/"))
+                if name not in fake.nodes or self.headers.get("Content-Type") != "application/merge-patch+json":
+                    return self._send(404 if name not in fake.nodes else 415, {"kind": "Status"})
+                fake.patches.append((name, body))
+                spec = fake.nodes[name].setdefault("spec", {})
+                for key, value in (body.get("spec") or {}).items():
+                    if value is None:
+                        spec.pop(key, None)
+                    else:
+                        spec[key] = value
+                return self._send(200, fake.nodes[name])
+
+            def do_GET(self):  # noqa: N802
+                if not self._common():
+                    return
                 url = urllib.parse.urlparse(self.path)
+                if url.path.startswith("/api/v1/nodes/"):
+                    name = urllib.parse.unquote(url.path.removeprefix("/api/v1/nodes/"))
+                    if name not in fake.nodes:
+                        return self._send(404, {"kind": "Status", "reason": "NotFound"})
+                    return self._send(200, fake.nodes[name])
                 if url.path != "/api/v1/pods":
                     return self._send(404, {"kind": "Status", "reason": "NotFound"})
                 q = urllib.parse.parse_qs(url.query)
+                selector = (q.get("fieldSelector") or [""])[0]
+                if fake.fail_node_pods and "spec.nodeName=" in selector and not selector.endswith("spec.nodeName="):
+                    return self._send(fake.fail_node_pods, {"kind": "Status", "reason": "fake failure"})
                 start = int((q.get("continue") or ["0"])[0])
                 limit = min(int((q.get("limit") or ["500"])[0]), fake.page_size)
-                selected = [p for p in fake.pods if p["status"]["phase"] == "Pending"]
+                selected = [p for p in fake.pods if _field_selector(selector)(p)]
                 page = selected[start:start + limit]
                 more = start + limit < len(selected)
                 return self._send(200, {"kind": "PodList", "items": page,
@@ -116,6 +176,10 @@ class FakeKube:
         self.endpoint = f"https://localhost:{self.server.server_address[1]}"
         self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self._thread.start()
+
+    def add_node(self, name: str, unschedulable: bool = False, annotations: dict | None = None) -> None:
+        meta = {"name": name, **({"annotations": annotations} if annotations else {})}
+        self.nodes[name] = {"kind": "Node", "metadata": meta, "spec": {"unschedulable": True} if unschedulable else {}}
 
     def _token_ok(self, header: str) -> bool:
         if not header.startswith("Bearer k8s-aws-v1."):

@@ -37,8 +37,17 @@ def settings(*pools: PoolSettings, env_budget: float | None = None, enforcement:
 
 
 def node(iid: str, group: str = SPOT, age: float = 120, max_util: float | None = 50.0,
-         avg_util: float | None = None, lifecycle: str = LIFECYCLE_IN_SERVICE) -> Node:
-    return Node(iid, group, ago(age), lifecycle, max_util, max_util if avg_util is None else avg_util)
+         avg_util: float | None = None, lifecycle: str = LIFECYCLE_IN_SERVICE, reserved: float | None = None,
+         recent_util: float | None = None) -> Node:
+    """An elastic node; `recent_util` (max over the empty window) defaults to `max_util` (the longer window's
+    max bounds it from above, so the default never makes a node look idler than its max)."""
+    return Node(iid, group, ago(age), lifecycle, max_util, max_util if avg_util is None else avg_util, reserved,
+                max_util if recent_util is None else recent_util)
+
+
+def idle(iid: str, group: str = SPOT, max_util: float = 0.0, age: float = 120) -> Node:
+    """A node every signal calls idle: low utilization over every window and no GPU requested by a pod."""
+    return node(iid, group, age, max_util, reserved=0.0)
 
 
 def group(name: str = SPOT, desired: int = 0, changed: float | None = 60, status: str = "ACTIVE",

@@ -280,11 +280,12 @@ def test_limit_range_gives_default_requests_but_no_default_gpu_or_limits():
     assert "default" not in limit  # a default memory limit would OOM-kill jobs that did not set one
 
 
-def test_policy_reader_can_only_read_pods_and_is_bound_to_the_policy_group():
+def test_policy_role_lists_pods_and_cordons_nodes_only_and_is_bound_to_the_policy_group():
     rec = layer("prod")
     # (the CI preview reader, stacks/ci_rbac.py, is another ClusterRole of the layer)
     [role] = [o for o in _objects(rec, "ClusterRole") if o["metadata"]["name"] == "gpuloan-policy-pod-reader"]
-    assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
+                             {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]}]
     [binding] = [o for o in _objects(rec, "ClusterRoleBinding") if o["metadata"]["name"] == role["metadata"]["name"]]
     assert binding["roleRef"]["name"] == role["metadata"]["name"]
     assert binding["subjects"] == [{"kind": "Group", "apiGroup": "rbac.authorization.k8s.io",
@@ -299,3 +300,37 @@ def test_team_namespaces_enforce_baseline_pod_security_and_operator_namespace_is
 
 def _gpuloan(cfg: dict) -> dict:
     return {k.split(":", 1)[1]: v for k, v in cfg.items() if k.startswith("gpuloan:")}
+
+
+def test_policy_role_grants_exactly_the_verbs_the_policy_client_uses():
+    """Least privilege, both ways: every request policy/kube.py makes (pending pods, then before a termination:
+    cordon, the node's pods, uncordon) is allowed by the role, and the role allows nothing it does not make."""
+    import base64
+    import urllib.parse
+
+    from fake_kube import FakeKube, gpu_pod
+    from policy.kube import KubeClient
+
+    kube = FakeKube("c")
+    try:
+        kube.add_node("n1")
+        kube.pods = [gpu_pod("a", 1, pool="p"), gpu_pod("b", 1, node_name="n1", phase="Running")]
+        url = ("https://sts.us-east-1.amazonaws.com/?Action=GetCallerIdentity&X-Amz-SignedHeaders=host%3Bx-k8s-aws-id"
+               "&X-Amz-Signature=abc")
+        client = KubeClient(kube.endpoint, kube.ca_pem,
+                            lambda: "k8s-aws-v1." + base64.urlsafe_b64encode(url.encode()).decode().rstrip("="))
+        client.pending_gpus(["p"])
+        assert client.cordon("n1") is True
+        assert client.blockers("n1") == ["default/b requests 1 GPU(s)"]
+        client.uncordon("n1")
+    finally:
+        kube.close()
+    used: dict[str, set[str]] = {}
+    for request in kube.requests:
+        method, target = request.split(" ", 1)
+        parts = urllib.parse.urlparse(target).path.strip("/").split("/")  # api, v1, <resource>[, <name>]
+        resource, named = parts[2], len(parts) > 3
+        verb = {"GET": "get" if named else "list", "PATCH": "patch"}[method]
+        used.setdefault(resource, set()).add(verb)
+    granted = {r: set(rule["verbs"]) for rule in tenancy.POLICY_RBAC_RULES for r in rule["resources"]}
+    assert used == granted == {"pods": {"list"}, "nodes": {"get", "patch"}}

@@ -90,7 +90,7 @@ def test_only_pods_the_scheduler_could_not_place_are_demand():
     import base64
 
     from fake_kube import FakeKube
-    from policy.kube import KubePendingPods
+    from policy.kube import KubeClient
 
     kube = FakeKube("c", page_size=2)
     try:
@@ -102,7 +102,7 @@ def test_only_pods_the_scheduler_could_not_place_are_demand():
         url = "https://sts.us-east-1.amazonaws.com/?Action=GetCallerIdentity&X-Amz-SignedHeaders=host%3Bx-k8s-aws-id" \
               "&X-Amz-Signature=abc"
         token = "k8s-aws-v1." + base64.urlsafe_b64encode(url.encode()).decode().rstrip("=")
-        pods = KubePendingPods(kube.endpoint, kube.ca_pem, lambda: token)
+        pods = KubeClient(kube.endpoint, kube.ca_pem, lambda: token)
         assert pods.pending_gpus(["p", "q"]) == {"p": (2,), "q": (1,)}
         assert kube.bad_tokens == 0
     finally:
@@ -236,7 +236,7 @@ class FakeGroups:
         self.fail = fail
         self.writes = []
 
-    def read(self, names, now, activities_for=frozenset()):
+    def read(self, names, now, activities_for=frozenset(), on_error=None):
         return {n: GroupState(self.groups[n], tuple(i for i in self.instances if i.group == n))
                 for n in names if n in self.groups}
 
@@ -252,13 +252,21 @@ class FakeGroups:
 
 
 class FakeUtil:
+    """Flat utilization per instance over the window; GPU reserved capacity 0 on a node under 5 %, else 100."""
+
     def __init__(self, util):
         self.util = util
 
     def read(self, nodes, now, window):
-        return {n.instance_id: Series(tuple((now - timedelta(minutes=m), self.util[n.instance_id],
-                                             self.util[n.instance_id]) for m in range(window)))
-                for n in nodes if n.instance_id in self.util}
+        out = {}
+        for n in nodes:
+            u = self.util.get(n.instance_id)
+            if u is None:
+                continue
+            stamps = [now - timedelta(minutes=m) for m in range(window)]
+            out[n.instance_id] = Series(tuple((t, u, u) for t in stamps),
+                                        tuple((t, 0.0 if u < 5 else 100.0) for t in stamps))
+        return out
 
 
 class FakePods:
@@ -271,6 +279,33 @@ class FakePods:
         return self.pending
 
 
+class FakeNodes:
+    """In-memory node guard: pods per node name (as blocking reasons), cordon state, injectable read failure."""
+
+    def __init__(self, blockers=None, fail=None):
+        self.blockers_of = blockers or {}
+        self.fail = fail
+        self.cordoned: set[str] = set()
+        self.log: list[tuple[str, str]] = []
+
+    def cordon(self, name):
+        self.log.append(("cordon", name))
+        if name in self.cordoned:
+            return False
+        self.cordoned.add(name)
+        return True
+
+    def uncordon(self, name):
+        self.log.append(("uncordon", name))
+        self.cordoned.discard(name)
+
+    def blockers(self, name):
+        self.log.append(("pods", name))
+        if self.fail:
+            raise self.fail
+        return list(self.blockers_of.get(name, []))
+
+
 class FakePublisher:
     def __init__(self):
         self.sent = []
@@ -279,12 +314,13 @@ class FakePublisher:
         self.sent.append(subject)
 
 
-def _ports(fail=None, pending=None):
+def _ports(fail=None, pending=None, nodes=None):
     groups = FakeGroups([group(SPOT, 2), group(OD, 0)],
                         [Instance("i-idle", SPOT, "InService", ago(120), "n1"),
                          Instance("i-busy", SPOT, "InService", ago(120), "n2")], fail)
     return Ports(groups, FakeUtil({"i-idle": 0.0, "i-busy": 70.0}),
-                 FakePods({"research": ()} if pending is None else pending), None, MemoryState(), FakePublisher())
+                 FakePods({"research": ()} if pending is None else pending), None, MemoryState(), FakePublisher(),
+                 FakeNodes() if nodes is None else nodes)
 
 
 @pytest.mark.parametrize("fail", [ConflictingUpdate("EKS UpdateNodegroupConfig: ResourceInUseException"),

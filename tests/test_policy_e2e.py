@@ -38,10 +38,19 @@ def _cfg():
     return config.parse(data)
 
 
+GROUPS = {"research": {"spot": "dev-research-spot", "guaranteed": "dev-research-guaranteed"},
+          "train": {"spot": "dev-train-spot", "on_demand": "dev-train-on-demand"}}
+
+
+def _settings():
+    return settings_for(_cfg(), CLUSTER, GROUPS)
+
+
 @pytest.fixture(scope="module")
 def lambda_dir(tmp_path_factory):
+    """The package as the stack builds it: the code and the settings (policy/settings.json), no env variable."""
     root = tmp_path_factory.mktemp("lambda")
-    zipfile.ZipFile(io.BytesIO(build_zip())).extractall(root)
+    zipfile.ZipFile(io.BytesIO(build_zip(settings_json=_settings().to_json()))).extractall(root)
     return root
 
 
@@ -102,9 +111,13 @@ class World:
         return self.eks.describe_nodegroup(clusterName=CLUSTER, nodegroupName=name)["nodegroup"]["scalingConfig"][
             "desiredSize"]
 
+    def dns(self, instance_id: str) -> str:
+        return self.ec2.describe_instances(InstanceIds=[instance_id])["Reservations"][0]["Instances"][0][
+            "PrivateDnsName"]
+
     def utilization(self, instance_id: str, pct: float, minutes: int = 40,
                     metric: str = "node_gpu_utilization") -> None:
-        dns = self.ec2.describe_instances(InstanceIds=[instance_id])["Reservations"][0]["Instances"][0]["PrivateDnsName"]
+        dns = self.dns(instance_id)
         dims = [{"Name": "ClusterName", "Value": CLUSTER}, {"Name": "InstanceId", "Value": instance_id},
                 {"Name": "NodeName", "Value": dns}]
         data = [{"MetricName": metric, "Dimensions": dims, "Timestamp": NOW - timedelta(minutes=m),
@@ -134,25 +147,38 @@ def world(aws_env, kube):
     w.utilization(w.idle, 0.5)
     w.utilization(w.busy, 60.0)
     w.utilization(w.floor[0], 40.0)
+    # no pod requested a GPU on the idle node; one of the busy node's GPUs is requested
+    w.utilization(w.idle, 0.0, minutes=15, metric="node_gpu_reserved_capacity")
+    w.utilization(w.busy, 12.5, minutes=15, metric="node_gpu_reserved_capacity")
+    w.node_name = {i: w.dns(i) for i in [*w.floor, w.idle, w.busy]}
+    for name in w.node_name.values():
+        kube.add_node(name)
     kube.pods = [gpu_pod("train-a", 1, pool="train"), gpu_pod("train-b", 1, affinity_pools=["train"]),
-                 gpu_pod("research-running", 1, pool="research", node_name="ip-10-40-1-5.ec2.internal"),
+                 gpu_pod("research-running", 1, pool="research", node_name=w.node_name[w.busy], phase="Running"),
                  gpu_pod("cpu-only", 0, pool="train")]
-    cfg = _cfg()
-    w.settings = settings_for(cfg, CLUSTER, {
-        "research": {"spot": "dev-research-spot", "guaranteed": "dev-research-guaranteed"},
-        "train": {"spot": "dev-train-spot", "on_demand": "dev-train-on-demand"}})
+    w.settings = _settings()
     return w
 
 
-def run_lambda(lambda_dir: Path, endpoint: str, settings_json: str, env_extra: dict, event: dict) -> tuple[dict, list]:
-    env = {**emulator_env(endpoint), "GPULOAN_SETTINGS": settings_json, "AWS_MAX_ATTEMPTS": "2", **env_extra}
+def run_lambda(lambda_dir: Path, endpoint: str, settings_json: str, env_extra: dict, event: dict,
+               clock: datetime = NOW, remaining_ms: int = 50_000) -> tuple[dict, list]:
+    """Run the zip's lambda_handler in a fresh interpreter. The test sets the function's clock (the emulated
+    instances were launched at the real time, the metrics are laid out around NOW) and a Lambda context with
+    the remaining time a 50 s function has at its start."""
+    env = {**emulator_env(endpoint), "AWS_MAX_ATTEMPTS": "2", **env_extra}
     env.pop("PYTHONPATH", None)
-    code = ("import json,sys,types; import policy; from policy.handler import lambda_handler; "
-            "ctx=types.SimpleNamespace(invoked_function_arn='arn:aws:lambda:us-east-1:123456789012:function:p'); "
-            "r=lambda_handler(json.loads(sys.argv[1]), ctx); "
+    env.pop("GPULOAN_SETTINGS", None)
+    packaged = (lambda_dir / "policy" / "settings.json").read_text()
+    assert settings_json == packaged, "the package carries the settings the test expects"
+    code = ("import datetime,json,sys,time,types; import policy; import policy.handler as h; "
+            "h.clock = lambda: datetime.datetime.fromisoformat(sys.argv[2]); "
+            "end = time.monotonic() + int(sys.argv[3]) / 1000; "
+            "ctx=types.SimpleNamespace(invoked_function_arn='arn:aws:lambda:us-east-1:123456789012:function:p', "
+            "get_remaining_time_in_millis=lambda: int((end - time.monotonic()) * 1000)); "
+            "r=h.lambda_handler(json.loads(sys.argv[1]), ctx); "
             "print(json.dumps({'result': r, 'module': policy.__file__}))")
-    proc = subprocess.run([PYTHON, "-c", code, json.dumps(event)], cwd=lambda_dir, env=env, capture_output=True,
-                          text=True, timeout=120)
+    proc = subprocess.run([PYTHON, "-c", code, json.dumps(event), clock.isoformat(), str(remaining_ms)],
+                          cwd=lambda_dir, env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = [json.loads(x) for x in proc.stdout.splitlines() if x.startswith("{")]
     final = lines[-1]
@@ -166,7 +192,7 @@ def _env(w: World, kube: FakeKube) -> dict:
 
 
 def test_tick_scales_up_reclaims_the_idle_node_and_notifies(world, kube, lambda_dir, aws_env):
-    result, logs = run_lambda(lambda_dir, aws_env, world.settings.to_json(), _env(world, kube), {"now": NOW.isoformat()})
+    result, logs = run_lambda(lambda_dir, aws_env, world.settings.to_json(), _env(world, kube), {})
     assert result["errors"] == []
     # pending pods for "train" (node selector and affinity) -> 2 spot nodes; the scheduled and CPU pods do not count
     assert world.desired("dev-train-spot") == 2
@@ -192,6 +218,88 @@ def test_tick_scales_up_reclaims_the_idle_node_and_notifies(world, kube, lambda_
     item = world.ddb.get_item(TableName=world.table, Key={"pk": {"S": "tick"}})["Item"]
     assert json.loads(item["data"]["S"])["spend"]["environment"]["actual_usd"] == 310.5
     assert kube.bad_tokens == 0 and any("fieldSelector" in r for r in kube.requests)
+    # the idle node was cordoned, then its pods read, before TerminateInstanceInAutoScalingGroup
+    idle_node = world.node_name[world.idle]
+    assert kube.patches == [(idle_node, {"spec": {"unschedulable": True}})]
+    cordon = kube.requests.index(f"PATCH /api/v1/nodes/{idle_node}")
+    pods = next(i for i, r in enumerate(kube.requests) if "spec.nodeName%3D" + idle_node in r)
+    assert cordon < pods
+    assert result["blocked"] == 0
+
+
+def _research(logs: list) -> dict:
+    return next(x for x in logs if x.get("message") == "pool decision" and x["pool"] == "research")
+
+
+@pytest.mark.parametrize("pod", [
+    {"phase": "Running"},
+    {"phase": "Pending"},  # bound to the node, still pulling its image: the GPU metrics cannot see it yet
+], ids=["running_gpu_pod", "starting_gpu_pod"])
+def test_a_gpu_pod_on_the_node_keeps_it(world, kube, lambda_dir, aws_env, pod):
+    """Issue 14 item 2: the metrics say idle (a job landed in the last minutes), the pods say otherwise."""
+    idle_node = world.node_name[world.idle]
+    kube.pods.append(gpu_pod("late-job", 1, pool="research", node_name=idle_node, **pod))
+    result, logs = run_lambda(lambda_dir, aws_env, world.settings.to_json(), _env(world, kube), {})
+    assert world.instances("dev-research-spot") == sorted([world.idle, world.busy])
+    assert result["blocked"] == 1 and result["errors"] == []
+    (term,) = [a for a in _research(logs)["actions"] if a["kind"] == "terminate"]
+    assert "default/late-job requests 1 GPU(s)" in term["blocked"]
+    assert kube.nodes[idle_node]["spec"] == {}, "our own cordon is undone when the node stays"
+    assert not any("reclaimed" in m["Subject"] for m in world.messages())
+
+
+@pytest.mark.parametrize("annotation", ["karpenter.sh/do-not-disrupt", "gpuloan.io/do-not-disrupt"])
+def test_do_not_disrupt_keeps_the_node(world, kube, lambda_dir, aws_env, annotation):
+    idle_node = world.node_name[world.idle]
+    kube.pods.append(gpu_pod("checkpointer", 0, node_name=idle_node, phase="Running",
+                             annotations={annotation: "true"}))
+    result, logs = run_lambda(lambda_dir, aws_env, world.settings.to_json(), _env(world, kube), {})
+    assert world.instances("dev-research-spot") == sorted([world.idle, world.busy])
+    (term,) = [a for a in _research(logs)["actions"] if a["kind"] == "terminate"]
+    assert f"{annotation}=true" in term["blocked"]
+
+
+def test_finished_pods_do_not_keep_the_node(world, kube, lambda_dir, aws_env):
+    idle_node = world.node_name[world.idle]
+    kube.pods += [gpu_pod("done", 1, node_name=idle_node, phase="Succeeded"),
+                  gpu_pod("crashed", 1, node_name=idle_node, phase="Failed"),
+                  gpu_pod("daemon", 0, node_name=idle_node, phase="Running")]
+    run_lambda(lambda_dir, aws_env, world.settings.to_json(), _env(world, kube), {})
+    assert world.instances("dev-research-spot") == [world.busy]
+
+
+def test_unreadable_node_pods_terminate_nothing(world, kube, lambda_dir, aws_env):
+    kube.fail_node_pods = 403
+    result, _ = run_lambda(lambda_dir, aws_env, world.settings.to_json(), _env(world, kube), {})
+    assert world.instances("dev-research-spot") == sorted([world.idle, world.busy])
+    assert any("403" in e for e in result["errors"])
+    assert kube.nodes[world.node_name[world.idle]]["spec"] == {}, "uncordoned again"
+    assert world.desired("dev-train-spot") == 2  # scale-ups are not affected
+
+
+def test_a_live_tick_ignores_event_now(world, kube, lambda_dir, aws_env):
+    """Issue 14 item 4: a crafted time 40 days ahead would reset the month's spend and push every notification
+    timestamp weeks ahead; a live tick uses its clock and says so."""
+    crafted = NOW + timedelta(days=40)
+    result, logs = run_lambda(lambda_dir, aws_env, world.settings.to_json(), _env(world, kube),
+                              {"now": crafted.isoformat()})
+    item = world.ddb.get_item(TableName=world.table, Key={"pk": {"S": "tick"}})["Item"]
+    state = json.loads(item["data"]["S"])
+    assert state["last_tick_at"] == NOW.isoformat()
+    assert all(t == NOW.isoformat() for t in state["notified"].values())
+    assert any(x.get("message") == "event.now ignored: a live tick uses the clock" for x in logs)
+    assert world.instances("dev-research-spot") == [world.busy]  # it acted, at the real time
+
+
+def test_one_unreadable_group_holds_only_its_pool(world, kube, lambda_dir, aws_env):
+    """Issue 14 item 6: train's on-demand group is gone; train holds, research still reclaims."""
+    world.eks.delete_nodegroup(clusterName=CLUSTER, nodegroupName="dev-train-on-demand")
+    result, logs = run_lambda(lambda_dir, aws_env, world.settings.to_json(), _env(world, kube), {})
+    assert any("DescribeNodegroup" in e for e in result["errors"])
+    assert world.desired("dev-train-spot") == 0
+    assert world.instances("dev-research-spot") == [world.busy]
+    errors = [x for x in logs if "_aws" in x and "PolicyErrors" in x]
+    assert errors[0]["PolicyErrors"] >= 1
 
 
 def test_empty_node_is_reclaimed_from_the_reserved_capacity_metric(world, kube, lambda_dir, aws_env):
@@ -199,7 +307,7 @@ def test_empty_node_is_reclaimed_from_the_reserved_capacity_metric(world, kube, 
     as such), 12.5 % on the busy one (one of its GPUs requested) keeps it."""
     world.utilization(world.idle, 0.0, minutes=15, metric="node_gpu_reserved_capacity")
     world.utilization(world.busy, 12.5, minutes=15, metric="node_gpu_reserved_capacity")
-    result, logs = run_lambda(lambda_dir, aws_env, world.settings.to_json(), _env(world, kube), {"now": NOW.isoformat()})
+    result, logs = run_lambda(lambda_dir, aws_env, world.settings.to_json(), _env(world, kube), {})
     assert result["errors"] == []
     assert world.instances("dev-research-spot") == [world.busy]
     research = next(x for x in logs if x.get("message") == "pool decision" and x["pool"] == "research")
@@ -214,6 +322,8 @@ def test_dry_run_changes_nothing(world, kube, lambda_dir, aws_env):
     assert world.desired("dev-train-spot") == 0
     assert world.instances("dev-research-spot") == sorted([world.idle, world.busy])
     assert all(m["Subject"].startswith("[gpuloan dev] [dry run]") for m in world.messages())
+    # a replay at an explicit time reads the state but never writes it back
+    assert "Item" not in world.ddb.get_item(TableName=world.table, Key={"pk": {"S": "tick"}})
 
 
 def test_kubernetes_down_holds_and_reports(world, kube, lambda_dir, aws_env):
@@ -221,7 +331,7 @@ def test_kubernetes_down_holds_and_reports(world, kube, lambda_dir, aws_env):
         s.bind(("127.0.0.1", 0))
         dead = f"https://localhost:{s.getsockname()[1]}"
     env = {**_env(world, kube), "GPULOAN_KUBE_ENDPOINT": dead}
-    result, logs = run_lambda(lambda_dir, aws_env, world.settings.to_json(), env, {"now": NOW.isoformat()})
+    result, logs = run_lambda(lambda_dir, aws_env, world.settings.to_json(), env, {})
     assert any("Kubernetes API unreachable" in e for e in result["errors"])
     assert world.desired("dev-train-spot") == 0  # no scale-up on unknown demand
     assert world.instances("dev-research-spot") == sorted([world.idle, world.busy])  # and no reclaim
@@ -232,7 +342,7 @@ def test_kubernetes_down_holds_and_reports(world, kube, lambda_dir, aws_env):
 
 def test_kubernetes_5xx_holds(world, kube, lambda_dir, aws_env):
     kube.fail_status = 503
-    result, _ = run_lambda(lambda_dir, aws_env, world.settings.to_json(), _env(world, kube), {"now": NOW.isoformat()})
+    result, _ = run_lambda(lambda_dir, aws_env, world.settings.to_json(), _env(world, kube), {})
     assert any("Throttled" in e for e in result["errors"])
     assert world.instances("dev-research-spot") == sorted([world.idle, world.busy])
 
@@ -240,7 +350,7 @@ def test_kubernetes_5xx_holds(world, kube, lambda_dir, aws_env):
 def test_missing_metrics_keep_the_node(world, kube, lambda_dir, aws_env):
     later = NOW + timedelta(hours=3)  # every datapoint is now outside the windows
     kube.pods = []
-    result, _ = run_lambda(lambda_dir, aws_env, world.settings.to_json(), _env(world, kube), {"now": later.isoformat()})
+    result, _ = run_lambda(lambda_dir, aws_env, world.settings.to_json(), _env(world, kube), {}, clock=later)
     assert result["errors"] == [] and result["changes"] == []
     assert world.instances("dev-research-spot") == sorted([world.idle, world.busy])
 
@@ -269,9 +379,54 @@ def test_cloudwatch_throttling_and_5xx_change_nothing(world, kube, lambda_dir, a
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         env = {**_env(world, kube), "AWS_ENDPOINT_URL_CLOUDWATCH": f"http://127.0.0.1:{server.server_address[1]}"}
-        result, _ = run_lambda(lambda_dir, aws_env, world.settings.to_json(), env, {"now": NOW.isoformat()})
+        result, _ = run_lambda(lambda_dir, aws_env, world.settings.to_json(), env, {})
     finally:
         server.shutdown()
     assert any("Throttled" in e and "GetMetricData" in e for e in result["errors"]), result["errors"]
     assert world.instances("dev-research-spot") == sorted([world.idle, world.busy])
     assert world.desired("dev-train-spot") == 2  # pending pods are hard demand; metrics are not needed for them
+
+
+def test_a_tick_never_acts_while_another_holds_the_lease(world, kube, lambda_dir, aws_env):
+    """Issue 12 item 8: no reserved concurrency by default, so two ticks may overlap (a slow tick and the next
+    schedule, a manual invocation). The one that finds the other's unexpired lease does nothing at all."""
+    lease = {"pk": {"S": "lease"}, "holder": {"S": "other-tick"},
+             "expires_at": {"N": str(NOW.timestamp() + 30)}}
+    world.ddb.put_item(TableName=world.table, Item=lease)
+    result, logs = run_lambda(lambda_dir, aws_env, world.settings.to_json(), _env(world, kube), {})
+    assert result["skipped"] == "lease held" and result["applied"] == 0
+    assert world.desired("dev-train-spot") == 0
+    assert world.instances("dev-research-spot") == sorted([world.idle, world.busy])
+    assert any(x.get("message", "").startswith("another tick holds the lease") for x in logs)
+    held = world.ddb.get_item(TableName=world.table, Key={"pk": {"S": "lease"}})["Item"]
+    assert held["holder"]["S"] == "other-tick", "the other tick's lease is left alone"
+
+
+def test_an_expired_lease_is_taken_over_and_released(world, kube, lambda_dir, aws_env):
+    lease = {"pk": {"S": "lease"}, "holder": {"S": "dead-tick"}, "expires_at": {"N": str(NOW.timestamp() - 1)}}
+    world.ddb.put_item(TableName=world.table, Item=lease)
+    result, _ = run_lambda(lambda_dir, aws_env, world.settings.to_json(), _env(world, kube), {})
+    assert result["skipped"] == "" and world.desired("dev-train-spot") == 2
+    assert "Item" not in world.ddb.get_item(TableName=world.table, Key={"pk": {"S": "lease"}})
+
+
+def test_the_lease_is_exclusive_on_dynamodb(aws_env):
+    """DynamoState's lease against the emulated DynamoDB: one holder at a time, its own release only, and an
+    expired lease can be taken."""
+    import boto3
+
+    from policy.state import DynamoState
+
+    ddb = boto3.client("dynamodb")
+    ddb.create_table(TableName="t", AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
+                     KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}], BillingMode="PAY_PER_REQUEST")
+    state = DynamoState(ddb, "t")
+    assert state.acquire_lease("a", 1000.0, 60) is True
+    assert state.acquire_lease("b", 1030.0, 60) is False
+    from policy.errors import ConflictingUpdate
+
+    with pytest.raises(ConflictingUpdate):
+        state.release_lease("b")  # not b's to release
+    assert state.acquire_lease("b", 1061.0, 60) is True  # a's expired
+    state.release_lease("b")
+    assert state.acquire_lease("c", 1062.0, 60) is True

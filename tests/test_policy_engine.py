@@ -8,7 +8,7 @@ import pytest
 
 from policy.engine import decide, hours_left_in_month, pack_pods
 from policy.model import LIFECYCLE_IN_SERVICE, LIFECYCLE_PENDING, Node, Observation, PoolObservation, Reason, Settings
-from policy_cases import FLOOR, NOW, OD, SPOT, ago, group, node, observe, pool_settings, settings, spend
+from policy_cases import FLOOR, NOW, OD, SPOT, ago, group, idle, node, observe, pool_settings, settings, spend
 
 R = Reason
 
@@ -26,9 +26,9 @@ def _busy(n: int, group_name: str = SPOT, util: float = 50.0):
     return [node(f"i-{group_name}-{k}", group_name, max_util=util) for k in range(n)]
 
 
-def _node_reserved(iid: str, age: float, reserved: float | None):
+def _node_reserved(iid: str, age: float, reserved: float | None, recent_util: float | None = None):
     """An elastic node too young for the idle rule (utilization data not yet covering 30 min)."""
-    return Node(iid, SPOT, ago(age), LIFECYCLE_IN_SERVICE, None, 0.0, reserved)
+    return Node(iid, SPOT, ago(age), LIFECYCLE_IN_SERVICE, None, 0.0, reserved, recent_util)
 
 
 CASES = [
@@ -64,29 +64,29 @@ CASES = [
     Case("missing_utilization_never_scales_on_a_guess", observe(nodes=_busy(2, util=None)), []),
     Case("busy_floor_drives_utilization_scale_up", observe(nodes=_busy(2, FLOOR, util=92)),
          [("set", SPOT, 1, R.SCALE_UP_UTILIZATION)]),
-    Case("idle_node_is_terminated_by_instance_id", observe(nodes=[node("i-idle", max_util=1.0), node("i-busy")]),
+    Case("idle_node_is_terminated_by_instance_id", observe(nodes=[idle("i-idle", max_util=1.0), node("i-busy")]),
          [("term", "i-idle", R.RECLAIM_IDLE)]),
     Case("busy_node_is_never_reclaimed", observe(nodes=[node("i-busy", max_util=40.0)]), [], {R.STEADY}),
     Case("young_idle_node_is_kept", observe(nodes=[node("i-new", age=10, max_util=0.0)]), []),
     Case("node_without_metrics_counts_as_busy", observe(nodes=[node("i-quiet", max_util=None)]), [], {R.HOLD_MISSING_DATA}),
     Case("idle_on_demand_goes_before_idle_spot",
-         observe(nodes=[node("i-spot", SPOT, max_util=0.0), node("i-od", OD, max_util=2.0)]),
+         observe(nodes=[idle("i-spot", SPOT, max_util=0.0), idle("i-od", OD, max_util=2.0)]),
          [("term", "i-od", R.RECLAIM_IDLE)], settings=settings(pool_settings(max_step_nodes=1))),
-    Case("reclaim_limited_by_max_step", observe(nodes=[node(f"i-{k}", max_util=0.0) for k in range(4)]),
+    Case("reclaim_limited_by_max_step", observe(nodes=[idle(f"i-{k}") for k in range(4)]),
          [("term", "i-0", R.RECLAIM_IDLE), ("term", "i-1", R.RECLAIM_IDLE)],
          settings=settings(pool_settings(max_step_nodes=2))),
     Case("reclaim_waits_for_cooldown", observe(groups=[group(SPOT, 1, changed=2), group(OD, 0)],
-                                               nodes=[node("i-idle", max_util=0.0)]), [], {R.COOLDOWN}),
+                                               nodes=[idle("i-idle")]), [], {R.COOLDOWN}),
     Case("pending_pods_keep_idle_nodes",
          observe(groups=[group(SPOT, 3), group(OD, 0)],
-                 nodes=[node("i-idle", max_util=0.0), node("i-b"), node("i-c", lifecycle=LIFECYCLE_PENDING)],
+                 nodes=[idle("i-idle"), node("i-b"), node("i-c", lifecycle=LIFECYCLE_PENDING)],
                  pending=(1,)),
          [], {R.STEADY}),
     Case("idle_guaranteed_node_is_never_touched", observe(nodes=[node("i-floor", FLOOR, max_util=0.0)]), [], {R.STEADY}),
     Case("update_in_progress_blocks_scale_up",
          observe(groups=[group(SPOT, 0, status="UPDATING"), group(OD, 0)], pending=(1,)), [], {R.UPDATE_IN_PROGRESS}),
     Case("update_in_progress_blocks_reclaim",
-         observe(groups=[group(SPOT, 1, status="UPDATING"), group(OD, 0)], nodes=[node("i-idle", max_util=0.0)]),
+         observe(groups=[group(SPOT, 1, status="UPDATING"), group(OD, 0)], nodes=[idle("i-idle")]),
          [], {R.UPDATE_IN_PROGRESS}),
     Case("unreadable_group_holds_the_pool", observe(groups=[group(SPOT, 1)], nodes=[node("i-idle", max_util=0.0)]),
          [], {R.HOLD_MISSING_DATA}),
@@ -117,10 +117,18 @@ CASES = [
          observe(pending=(1,), spend=spend(5000.0)), [("set", SPOT, 1, R.SCALE_UP_PENDING)],
          settings=settings(pool_settings(budget_monthly_usd=2000.0, budget_enforcement="alert_only"))),
     Case("exhausted_budget_drains_idle_first",
-         observe(nodes=[node("i-busy", max_util=90), node("i-idle", max_util=0), node("i-nodata", max_util=None)],
+         observe(nodes=[node("i-busy", max_util=90), idle("i-idle2", max_util=1.0), idle("i-idle"),
+                        node("i-nodata", max_util=None)],
                  spend=spend(1990.0, since=20.0)),
          [("term", "i-idle", R.BUDGET_DRAIN)], settings=settings(pool_settings(budget_monthly_usd=2000.0,
                                                                             max_step_nodes=1))),
+    Case("budget_drain_never_takes_a_working_gpu",
+         # issue 14: a drain terminates idle nodes only; the busy one and the one without data are kept
+         observe(nodes=[node("i-busy", max_util=90, reserved=100.0), idle("i-idle"), node("i-nodata", max_util=None),
+                        node("i-requested", max_util=0.0, reserved=12.5)],
+                 spend=spend(1990.0, since=20.0)),
+         [("term", "i-idle", R.BUDGET_DRAIN)], {R.BUDGET_DRAIN},
+         settings=settings(pool_settings(budget_monthly_usd=2000.0))),
     Case("exhausted_budget_cancels_launches_first",
          observe(groups=[group(SPOT, 3, changed=1), group(OD, 0)], nodes=[node("i-a")], spend=spend(2100.0)),
          [("set", SPOT, 1, R.BUDGET_DRAIN)], settings=settings(pool_settings(budget_monthly_usd=2000.0))),
@@ -128,14 +136,38 @@ CASES = [
          # desired 4: one in service, two booting, one not launched yet. Lowering desired to 1 would let the ASG
          # choose which instances die (possibly i-a, the busy one); instead the booting ones go by id.
          observe(groups=[group(SPOT, 4, changed=1), group(OD, 0)],
-                 nodes=[node("i-a", max_util=90), node("i-b", lifecycle=LIFECYCLE_PENDING),
-                        node("i-c", lifecycle="Pending:Wait")], spend=spend(2100.0)),
-         [("set", SPOT, 3, R.BUDGET_DRAIN), ("term", "i-b", R.BUDGET_DRAIN), ("term", "i-c", R.BUDGET_DRAIN)],
+                 nodes=[node("i-a", max_util=90), node("i-b", lifecycle=LIFECYCLE_PENDING, max_util=None),
+                        node("i-c", lifecycle="Pending:Wait", max_util=None)], spend=spend(2100.0)),
+         # One kind of change per group per tick (issue 14): the launch not started is cancelled through desired
+         # now; the booting instances go by id next tick.
+         [("set", SPOT, 3, R.BUDGET_DRAIN)],
+         settings=settings(pool_settings(budget_monthly_usd=2000.0))),
+    Case("exhausted_budget_cancels_booting_instances_by_id",
+         observe(groups=[group(SPOT, 3, changed=1), group(OD, 0)],
+                 nodes=[node("i-a", max_util=90), node("i-b", lifecycle=LIFECYCLE_PENDING, max_util=None),
+                        node("i-c", lifecycle="Pending:Wait", max_util=None)], spend=spend(2100.0)),
+         [("term", "i-b", R.BUDGET_DRAIN), ("term", "i-c", R.BUDGET_DRAIN)],
          settings=settings(pool_settings(budget_monthly_usd=2000.0))),
     Case("empty_node_is_reclaimed_before_the_idle_timeout",
-         # up 15 min: too young for the 30-min idle rule, but no pod has requested a GPU on it for 10 min
-         observe(nodes=[_node_reserved("i-empty", age=15, reserved=0.0)], pending=()),
+         # up 15 min: too young for the 30-min idle rule, but no pod has requested a GPU on it for 10 min and
+         # its GPUs were idle over those 10 min
+         observe(nodes=[_node_reserved("i-empty", age=15, reserved=0.0, recent_util=0.5)], pending=()),
          [("term", "i-empty", R.RECLAIM_IDLE)]),
+    Case("busy_gpus_with_no_reserved_gpu_are_not_reclaimed",
+         # issue 14 item 1: 0 GPUs requested (the pod's request is not visible to the metric, or it just left)
+         # but the GPUs are busy: one signal says idle, another says busy, so the node stays
+         observe(nodes=[_node_reserved("i-busy-empty", age=15, reserved=0.0, recent_util=60.0),
+                        node("i-old-busy-empty", max_util=70.0, reserved=0.0)], pending=()), [], {R.STEADY}),
+    Case("empty_node_without_recent_utilization_is_kept",
+         observe(nodes=[_node_reserved("i-empty-nodata", age=15, reserved=0.0, recent_util=None)], pending=()), []),
+    Case("idle_node_with_a_requested_gpu_is_not_reclaimed",
+         # utilization idle for 30 min, but a pod holds one of its GPUs: the reserved signal says "in use"
+         observe(nodes=[node("i-held", max_util=0.0, reserved=12.5)], pending=()), [], {R.STEADY}),
+    Case("idle_node_without_reserved_data_counts_as_busy",
+         observe(nodes=[node("i-idle-noreserved", max_util=0.0, reserved=None)], pending=()), [],
+         {R.HOLD_MISSING_DATA}),
+    Case("high_average_utilization_keeps_an_otherwise_idle_node",
+         observe(nodes=[node("i-avg", max_util=0.0, avg_util=50.0, reserved=0.0)], pending=()), []),
     Case("node_with_a_gpu_pod_is_not_empty",
          observe(nodes=[_node_reserved("i-holding", age=15, reserved=12.5)], pending=()), []),
     Case("node_without_reserved_data_is_not_empty",
@@ -151,15 +183,23 @@ CASES = [
          observe(nodes=[node("i-one-gpu-busy", max_util=3.0)], pending=()), [], {R.STEADY},
          settings=settings(pool_settings(gpus_per_node=8))),
     Case("multi_gpu_node_with_all_gpus_idle_is_reclaimed",
-         observe(nodes=[node("i-idle8", max_util=0.2)], pending=()), [("term", "i-idle8", R.RECLAIM_IDLE)],
+         observe(nodes=[idle("i-idle8", max_util=0.2)], pending=()), [("term", "i-idle8", R.RECLAIM_IDLE)],
          settings=settings(pool_settings(gpus_per_node=8))),
     Case("exhausted_budget_with_nothing_to_drain_says_so", observe(pending=(1,), env_spend=spend(10_000.0)), [],
          {R.BUDGET_DRAIN}, settings=settings(env_budget=10_000.0)),
     Case("spot_instance_still_booting_is_not_a_shortage",
          observe(groups=[group(SPOT, 1, changed=30), group(OD, 0)], nodes=[node("i-a", lifecycle=LIFECYCLE_PENDING)],
                  pending=(1,)), []),
-    Case("unknown_spend_never_drains",
-         observe(nodes=[node("i-busy", max_util=90)], spend=spend(None, since=5000.0)), [],
+    Case("unknown_actual_spend_drains_on_the_running_estimate",
+         # issue 14 item 6: Budgets unreadable (e.g. AccessDenied) must not disable the drain
+         observe(nodes=[node("i-busy", max_util=90), idle("i-idle")], spend=spend(None, since=5000.0)),
+         [("term", "i-idle", R.BUDGET_DRAIN)], {R.BUDGET_DRAIN},
+         settings=settings(pool_settings(budget_monthly_usd=2000.0))),
+    Case("unknown_actual_spend_still_caps_on_the_running_estimate",
+         observe(pending=(1,), spend=spend(None, since=1990.0)), [], {R.BUDGET_CAP},
+         settings=settings(pool_settings(budget_monthly_usd=2000.0))),
+    Case("no_spend_at_all_never_drains",
+         observe(nodes=[idle("i-idle")], spend=None), [("term", "i-idle", R.RECLAIM_IDLE)],
          settings=settings(pool_settings(budget_monthly_usd=2000.0))),
     Case("environment_budget_caps_too", observe(pending=(1,), env_spend=spend(9_800.0)), [], {R.BUDGET_CAP},
          settings=settings(env_budget=10_000.0)),

@@ -22,6 +22,14 @@ def _policy(rec, env):
     return json.loads(rec.named(f"{env}-policy-policy").inputs["policy"])
 
 
+def _packaged_settings(env: str) -> Settings:
+    from stacks.policy_function import BUILD_DIR
+    from stacks.policy_package import SETTINGS_ENTRY
+
+    with zipfile.ZipFile(BUILD_DIR / f"policy-function-{env}.zip") as zf:
+        return Settings.from_json(zf.read(SETTINGS_ENTRY).decode())
+
+
 def _node_groups(rec):
     """{generated node group name: resource} (names come from the provider's prefix auto-naming)."""
     return {r.outputs["nodeGroupName"]: r for r in rec.of_type("aws:eks/nodeGroup:NodeGroup")}
@@ -79,11 +87,12 @@ def test_lambda_shape(recorded):
     fn = rec.named("prod-policy-fn").inputs
     assert fn["runtime"] == versions.POLICY_LAMBDA_RUNTIME == "python3.12"
     assert fn["architectures"] == ["arm64"]
-    assert fn["reservedConcurrentExecutions"] == 1
+    assert fn.get("reservedConcurrentExecutions") is None, "off by default: new accounts refuse it"
     assert fn["handler"] == "policy.handler.lambda_handler"
     assert fn["vpcConfig"]["securityGroupIds"] and fn["vpcConfig"]["subnetIds"]
     assert fn["timeout"] < 60
-    settings = Settings.from_json(fn["environment"]["variables"]["GPULOAN_SETTINGS"])
+    assert "GPULOAN_SETTINGS" not in fn["environment"]["variables"]
+    settings = _packaged_settings("prod")
     groups = _node_groups(rec)
     for ps in settings.pools:
         for g in (ps.spot_group, ps.on_demand_group, ps.guaranteed_group):
@@ -108,6 +117,14 @@ def test_schedule_alarms_network_access(recorded):
     for metric in ("errors", "throttles"):
         alarm = rec.named(f"prod-policy-{metric}").inputs
         assert alarm["namespace"] == "AWS/Lambda" and alarm["alarmActions"] == [topic]
+    # issue 14: a tick that cannot read something still succeeds, so its own PolicyErrors metric is alarmed
+    from policy import metric_names as M
+
+    alarm = rec.named("prod-policy-policy-errors").inputs
+    assert (alarm["namespace"], alarm["metricName"]) == (M.NAMESPACE, M.POLICY_ERRORS) == ("gpuloan", "PolicyErrors")
+    assert alarm["dimensions"] == {M.DIM_ENVIRONMENT: "prod"} and alarm["statistic"] == "Sum"
+    assert alarm["alarmActions"] == [topic] and alarm["okActions"] == [topic]
+    assert alarm["threshold"] == 1 and alarm["period"] == 60 and alarm["treatMissingData"] == "notBreaching"
     sg = rec.named("prod-policy-sg").inputs
     assert [(e["fromPort"], e["toPort"]) for e in sg["egress"]] == [(443, 443)]
     assert not sg.get("ingress")
@@ -154,3 +171,79 @@ def test_package_imports_nothing_outside_stdlib_and_boto3():
                 mods = [node.module]
             for m in mods:
                 assert m.split(".")[0] in allowed, f"{name} imports {m}"
+
+
+def test_reserved_concurrency_is_opt_in():
+    from conftest import run_stack, stack_config
+
+    cfg = stack_config("dev")
+    cfg["gpuloan:policy"] = {**cfg["gpuloan:policy"], "reserve_concurrency": True}
+    [fn] = run_stack("dev", cfg).of_type("aws:lambda/function:Function")
+    assert fn.inputs["reservedConcurrentExecutions"] == 1
+
+
+def test_state_table_permissions_cover_the_lease(recorded):
+    [state] = [st for st in _policy(recorded("prod"), "prod")["Statement"] if st["Sid"] == "State"]
+    assert state["Action"] == ["dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:DeleteItem"]
+
+
+def _largest_config():
+    """The most pools validation allows (200), each with both elastic groups and a budget, two with a guaranteed
+    floor (200 floors would cost more than any budget validation accepts), the longest names the slug allows."""
+    from conftest import stack_config
+    from stacks import config
+
+    raw = stack_config("prod")
+    data = {k.split(":", 1)[1]: v for k, v in raw.items() if k.startswith("gpuloan:")}
+    template = next(p for p in data["pools"] if p.get("elastic"))
+    limit = config.GpuLoanConfig.model_fields["pools"].metadata
+    most = next(m.max_length for m in limit if hasattr(m, "max_length"))
+    pools = []
+    for k in range(most):
+        name = f"p{k:03d}-" + "x" * 27  # 32 characters, the slug's maximum
+        pools.append({**template, "name": name, "team": template["team"],
+                      "budget": {"monthly_usd": 10_000_000, "enforcement": "cap_elastic"}})
+    data["pools"] = pools
+    data["budget"] = {**data["budget"], "monthly_usd": 10_000_000}
+    for p in pools:  # the floors and pool budgets must fit the environment budget (a cross-field rule)
+        p["budget"] = {"monthly_usd": 10_000_000 / most, "enforcement": "cap_elastic"}
+        p.pop("guaranteed", None)
+    for p in pools[:2]:
+        p["guaranteed"] = template.get("guaranteed")
+    pools[:] = [{k: v for k, v in p.items() if v is not None} for p in pools]
+    return config.parse(data), most
+
+
+def test_settings_of_the_largest_config_travel_in_the_package_not_the_environment(tmp_path, monkeypatch):
+    """Issue 12 item 7: at about six pools the settings passed Lambda's 4 KB environment limit. With the most
+    pools validation allows, the environment stays a few hundred bytes and the package's handler loads them."""
+    from policy import handler
+    from stacks.cluster import cluster_name_for
+    from stacks.policy_function import LAMBDA_ENV_LIMIT_BYTES, function_environment, group_names
+    from stacks.policy_package import SETTINGS_ENTRY
+    from stacks.policy_settings import default_budget_names, settings_for
+
+    cfg, most = _largest_config()
+    assert most == 200 and len(cfg.pools) == most
+    settings_json = settings_for(cfg, cluster_name_for(cfg), group_names(cfg), default_budget_names(cfg)).to_json()
+    assert len(settings_json.encode()) > 30 * LAMBDA_ENV_LIMIT_BYTES  # ~150 KB: far past what an env var carries
+    table = "gpuloan-" + "e" * 40 + "-policy-state"
+    topic = "arn:aws:sns:ap-southeast-2:123456789012:" + "t" * 256
+    variables = function_environment(table, topic)
+    assert sum(len(k) + len(v) for k, v in variables.items()) < LAMBDA_ENV_LIMIT_BYTES // 4
+    data = build_zip(settings_json=settings_json)
+    zipfile.ZipFile(io.BytesIO(data)).extractall(tmp_path)
+    monkeypatch.setattr(handler, "SETTINGS_FILE", tmp_path / SETTINGS_ENTRY)
+    monkeypatch.setattr(handler, "_settings_cache", None)
+    monkeypatch.delenv("GPULOAN_SETTINGS", raising=False)
+    loaded = handler.load_settings()
+    assert len(loaded.pools) == most and loaded.to_json() == settings_json
+
+
+def test_recorded_function_environment_is_small(recorded):
+    from stacks.policy_function import LAMBDA_ENV_LIMIT_BYTES
+
+    for env in ("dev", "prod"):
+        variables = recorded(env).named(f"{env}-policy-fn").inputs["environment"]["variables"]
+        assert set(variables) <= {"GPULOAN_STATE_TABLE", "GPULOAN_TOPIC_ARN"}
+        assert sum(len(k) + len(str(v)) for k, v in variables.items()) < LAMBDA_ENV_LIMIT_BYTES
