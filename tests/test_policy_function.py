@@ -189,7 +189,7 @@ def test_state_table_permissions_cover_the_lease(recorded):
 
 def _largest_config():
     """The most pools validation allows (200), each with both elastic groups and a budget, two with a guaranteed
-    floor (200 floors would cost more than any budget validation accepts), the longest names the slug allows."""
+    floor (200 floors would cost more than any budget validation accepts), the longest names validation allows."""
     from conftest import stack_config
     from stacks import config
 
@@ -198,9 +198,13 @@ def _largest_config():
     template = next(p for p in data["pools"] if p.get("elastic"))
     limit = config.GpuLoanConfig.model_fields["pools"].metadata
     most = next(m.max_length for m in limit if hasattr(m, "max_length"))
+    from stacks.capacity import NODE_GROUP_PREFIX_MAX, node_group_name_prefix
+
+    # The longest pool name the node group name rule allows (EKS's 63 characters less the generated suffix).
+    spare = NODE_GROUP_PREFIX_MAX - len(node_group_name_prefix(data["environment"], "", config._LONGEST_GROUP_SUFFIX))
     pools = []
     for k in range(most):
-        name = f"p{k:03d}-" + "x" * 27  # 32 characters, the slug's maximum
+        name = f"p{k:03d}-" + "x" * (min(spare, 32) - 5)
         pools.append({**template, "name": name, "team": template["team"],
                       "budget": {"monthly_usd": 10_000_000, "enforcement": "cap_elastic"}})
     data["pools"] = pools
@@ -210,6 +214,8 @@ def _largest_config():
         p.pop("guaranteed", None)
     for p in pools[:2]:
         p["guaranteed"] = template.get("guaranteed")
+    # The prod template pools are production tier on spot: Kueue must list each of them as allowed on spot.
+    data["scheduling"] = {"kueue": {**data["scheduling"]["kueue"], "production_spot_pools": [p["name"] for p in pools]}}
     pools[:] = [{k: v for k, v in p.items() if v is not None} for p in pools]
     return config.parse(data), most
 
@@ -219,13 +225,18 @@ def test_settings_of_the_largest_config_travel_in_the_package_not_the_environmen
     pools validation allows, the environment stays a few hundred bytes and the package's handler loads them."""
     from policy import handler
     from stacks.cluster import cluster_name_for
-    from stacks.policy_function import LAMBDA_ENV_LIMIT_BYTES, function_environment, group_names
+    from stacks.capacity import GROUP_GUARANTEED, GROUP_ON_DEMAND, GROUP_SPOT, node_group_name_prefix
+    from stacks.policy_function import LAMBDA_ENV_LIMIT_BYTES, function_environment
     from stacks.policy_package import SETTINGS_ENTRY
     from stacks.policy_settings import default_budget_names, settings_for
 
     cfg, most = _largest_config()
     assert most == 200 and len(cfg.pools) == most
-    settings_json = settings_for(cfg, cluster_name_for(cfg), group_names(cfg), default_budget_names(cfg)).to_json()
+    # Generated names as EKS returns them: the prefix plus the provider's 26-character unique suffix.
+    suffix = "20261203072755123400000001"
+    names = {p.name: {g: node_group_name_prefix(cfg.environment, p.name, g) + suffix
+                      for g in (GROUP_SPOT, GROUP_ON_DEMAND, GROUP_GUARANTEED)} for p in cfg.pools}
+    settings_json = settings_for(cfg, cluster_name_for(cfg), names, default_budget_names(cfg)).to_json()
     assert len(settings_json.encode()) > 30 * LAMBDA_ENV_LIMIT_BYTES  # ~150 KB: far past what an env var carries
     table = "gpuloan-" + "e" * 40 + "-policy-state"
     topic = "arn:aws:sns:ap-southeast-2:123456789012:" + "t" * 256
