@@ -66,6 +66,7 @@ def metrics_of(sim: Simulation, controller: Controller, oracle_cost: float, seco
                    jobs_larger_than_pool=wl.larger_than_pool)
     else:
         out.update(p50_wait_minutes=None, p95_wait_minutes=None, p99_wait_minutes=None)
+    out["ticks_skipped"] = sim.ticks_skipped
     if isinstance(controller, GpuLoan):
         out["decide_calls"] = controller.calls
         out["decisions_by_reason"] = dict(sorted(controller.reasons.items()))
