@@ -394,6 +394,7 @@ class Simulation:
                         # The 2-minute notice: the node is cordoned (no new work lands), its Auto Scaling group
                         # starts a replacement, and EventBridge tells whoever listens (sim/policies.py).
                         node.warned = True
+                        node.obs_cache = None
                         self.leaving[node.group] += 1
                         self.changed = True
                         self.version += 1
@@ -816,10 +817,13 @@ class SeriesWorkload:
         self._minute = now
         self._backlog_before = self.backlog
         work = self.backlog + d
-        nodes = sorted((n for n in sim.nodes.values() if n.ready_at <= now),
-                       key=lambda n: (n.warned, FILL_RANK[n.group], n.serial))
+        # fill order without a sort: the nodes dict is in launch (serial) order already
+        tiers: list[list[SimNode]] = [[], [], [], []]
+        for n in sim.nodes.values():
+            if n.ready_at <= now:
+                tiers[3 if n.warned else FILL_RANK[n.group]].append(n)
         served = 0
-        for n in nodes:
+        for n in (n for tier in tiers for n in tier):
             use = min(n.gpus, work - served)
             sim.set_busy(n, use)
             served += use

@@ -271,6 +271,10 @@ class GpuLoan(Controller):
         windows = (idle_w, up_w, empty_w)
         window_start = now - max(windows) + 1
         for n in sim.nodes.values():
+            stable = n.obs_cache
+            if stable is not None and now >= stable[0]:
+                nodes.append(stable[1])  # ready, and every window past its last change: the same Node as before
+                continue
             if n.warned:
                 # EventBridge's "EC2 Spot Instance Interruption Warning" names the instance: the function treats
                 # it as leaving (not capacity) and its pods as needing a place (added to the pending pods below).
@@ -298,6 +302,12 @@ class GpuLoan(Controller):
                     node = Node(n.id, n.group, launched, LIFECYCLE_PENDING)
                 else:
                     node = Node(n.id, n.group, launched, LIFECYCLE_IN_SERVICE, key[1], key[2], key[3])
+            if not n.warned and n.ready_at <= now:
+                # From this minute on the node reads the same until it changes (set_busy and the spot notice
+                # clear obs_cache).
+                settled = n.hist[-1][0] + (up_w if n.group == GUARANTEED else max(windows)) - 1
+                n.obs_cache = (max(now, n.launched + 1, settled), node) if now >= settled and now > n.launched \
+                    else None
             used[key] = node
             nodes.append(node)
         self._node_cache = used  # only this minute's nodes can repeat next minute
