@@ -463,10 +463,11 @@ class Simulation:
         node.empty_since = self.now if busy == 0 else None
         node.obs_cache = None
 
-    def window_utilization(self, node: SimNode, minutes: int) -> tuple[float | None, float | None]:
+    def window_utilization(self, node: SimNode, minutes: int, at: int | None = None) -> tuple[float | None, float | None]:
         """(max %, mean %) of the node's GPUs busy over the last `minutes` (including this minute); None when the
-        node has been up for less than one full minute (no datapoint yet)."""
-        now = self.now
+        node has been up for less than one full minute (no datapoint yet). `at`: a later minute, as the node would
+        read then if nothing changes before it."""
+        now = self.now if at is None else at
         start = max(node.launched, now - minutes + 1)
         if start > now or now <= node.launched:
             return None, None

@@ -403,16 +403,19 @@ class GpuLoan(Controller):
         ps = self.ps
         up_w, idle_w, empty_w = ps.scale_up_window_minutes, ps.idle_timeout_minutes, ps.empty_timeout_minutes
         wake = sim.horizon
-        total = 0.0
+        settled_pct = 0.0  # sum of the mean utilization of nodes whose scale-up window no longer changes
+        moving: list = []
         n_util = 0
         for n in sim.nodes.values():
             if n.warned or n.ready_at > now:
                 continue
             if n.launched >= nxt:
                 return nxt
-            peak = sim.peak_busy_since(n, max(n.launched, nxt - up_w))
-            total += 100.0 * peak / n.gpus
             n_util += 1
+            if n.hist[-1][0] <= max(n.launched, now - up_w + 1):
+                settled_pct += 100.0 * n.busy / n.gpus
+            else:
+                moving.append(n)
             if n.group == GUARANTEED:
                 continue
             for t in (n.launched + idle_w, n.launched + empty_w):
@@ -424,14 +427,29 @@ class GpuLoan(Controller):
                     for t in (e + idle_w - 1, e + empty_w - 1):
                         if t > now:
                             wake = min(wake, t)
-        if n_util and total / n_util >= ps.scale_up_utilization_pct:
-            return nxt
         for g in ps.elastic_groups:
             last = sim.last_change[g]
             if last is not None:
                 for t in (last + ps.cooldown_minutes, last + ps.fallback_after_minutes):
                     if t > now:
                         wake = min(wake, t)
+        if n_util:
+            # The pool's mean utilization minute by minute until every moving window has settled: the first
+            # minute it crosses the scale-up threshold either way (or comes within rounding of it) the plan may
+            # differ.
+            threshold = ps.scale_up_utilization_pct
+            last = max((n.hist[-1][0] + up_w - 1 for n in moving), default=now)
+            above = None
+            for t in range(now, min(max(last, now), wake) + 1):
+                mean = (settled_pct + sum(sim.window_utilization(n, up_w, at=t)[1] for n in moving)) / n_util
+                if abs(mean - threshold) < 1e-6:
+                    wake = t
+                    break
+                if above is None:
+                    above = mean >= threshold
+                elif (mean >= threshold) != above:
+                    wake = t
+                    break
         return max(nxt, wake)
 
 
