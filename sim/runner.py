@@ -195,6 +195,11 @@ def compare_seeds(spec: PoolSpec, trace, settings: SimSettings = SimSettings(), 
         doc = compare(spec, trace, replace(settings, seed=settings.seed + k), policies(), horizon, cb)
         doc.pop("_series")
         runs.append(doc)
+    return summarize(runs)
+
+
+def summarize(runs: list[dict]) -> dict:
+    """One document from `compare` documents of the same pool and trace under several seeds."""
     summary = []
     for i, first in enumerate(runs[0]["policies"]):
         row = {"name": first["name"], "floor_nodes": first["floor_nodes"]}
