@@ -35,7 +35,7 @@ def jobs(tmp_path, rows, name="t.csv"):
 
 
 def test_itp_format_is_detected_and_sorted():
-    t = traces.read_trace(REPO / "data/traces/itp/cluster10.csv")
+    t = traces.read_trace(REPO.parent / "shared" / "data" / "traces" / "itp" / "cluster10.csv")
     assert t.fmt == "itp" and len(t.jobs) == 260  # SOURCE.md: 260 jobs
     assert [j.submit_s for j in t.jobs] == sorted(j.submit_s for j in t.jobs)
 
