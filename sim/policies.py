@@ -269,6 +269,8 @@ class GpuLoan(Controller):
         used: dict = {}
         idle_w, up_w, empty_w = ps.idle_timeout_minutes, ps.scale_up_window_minutes, ps.empty_timeout_minutes
         windows = (idle_w, up_w, empty_w)
+        distinct = tuple(sorted(set(windows)))  # one walk per distinct window length (up and empty are often equal)
+        at = tuple(distinct.index(w) for w in windows)
         window_start = now - max(windows) + 1
         for n in sim.nodes.values():
             stable = n.obs_cache
@@ -291,7 +293,8 @@ class GpuLoan(Controller):
             else:
                 # In the simulator a GPU is requested exactly while a job runs on it, so the reserved capacity
                 # Container Insights would report equals the busy share the utilization is computed from.
-                (mx, _), (_, avg), (reserved, _) = sim.window_stats(n, windows)
+                stats = sim.window_stats(n, distinct)
+                (mx, _), (_, avg), (reserved, _) = stats[at[0]], stats[at[1]], stats[at[2]]
                 key = (n.id, mx, avg, reserved)
             node = cache.get(key)
             if node is None:
