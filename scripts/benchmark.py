@@ -64,26 +64,33 @@ def _pm(r: dict, key: str, fmt: str) -> str:
 
 
 def print_tables(docs: list[dict], title: str) -> None:
-    print(f"\n## {title}")
+    """One Markdown table of every cluster and policy (mean ± sd over the seeds), then the verdicts against
+    karpenter: docs/benchmarks.md is this output."""
+    print(f"\n### {title}\n")
+    print("| cluster | policy | cost USD | cost / oracle | elastic cost / oracle | p50 / p95 wait min | unmet GPU-h | "
+          "interruptions | node launches |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for doc in docs:
-        p = doc["pool"]
-        print(f"\n{doc['trace']}: floor {p['floor_nodes']} x {p['floor_type']}, elastic max {p['spot_max_nodes']} "
-              f"nodes; oracle ${doc['oracle_cost_usd']:,.0f}; seeds {doc['seeds'][0]}-{doc['seeds'][-1]}")
-        print("| policy | cost USD | cost / oracle | elastic cost / oracle | p50 wait min | p95 wait min | "
-              "unmet GPU-h | interruptions | node launches |")
-        print("|---|---|---|---|---|---|---|---|---|")
+        cluster = doc["trace"].split("[")[0].replace("cluster", "")
+        lead = f"{cluster} (oracle ${doc['oracle_cost_usd']:,.0f})"
         for r in doc["summary"]:
-            name = r["name"] if r["floor_nodes"] == p["floor_nodes"] else f"{r['name']} (floor {r['floor_nodes']})"
-            print(f"| {name} | {_pm(r, 'total_cost_usd', ',.0f')} | {_pm(r, 'cost_over_oracle', '.2f')} | "
-                  f"{_pm(r, 'elastic_cost_over_oracle', '.2f')} | {_pm(r, 'p50_wait_minutes', '.1f')} | "
+            floor = doc["pool"]["floor_nodes"]
+            name = r["name"] if r["floor_nodes"] == floor else f"{r['name']} (floor {r['floor_nodes']})"
+            print(f"| {lead} | {name} | {_pm(r, 'total_cost_usd', ',.0f')} | {_pm(r, 'cost_over_oracle', '.2f')} | "
+                  f"{_pm(r, 'elastic_cost_over_oracle', '.2f')} | {r['p50_wait_minutes']:.1f} / "
                   f"{_pm(r, 'p95_wait_minutes', '.1f')} | {_pm(r, 'unmet_gpu_hours', ',.1f')} | "
                   f"{_pm(r, 'interruptions', '.1f')} | {_pm(r, 'node_launches', '.0f')} |")
-        for v in doc["verdicts"]:
-            if v["baseline"] != "karpenter":
-                continue
-            print(f"- {v['ours']} vs karpenter: **{v['verdict']}** (cost {v['cost_diff_pct']:+.1f} %, "
-                  f"${v['cost_diff_usd']:+,.0f} ± {v['cost_noise_usd'] or 0:,.0f}; p95 wait "
-                  f"{v['service_diff']:+.2f} ± {v['service_noise'] or 0:.2f} min)")
+            lead = ""
+    print("\n| cluster | gpuloan vs karpenter | gpuloan-defaults vs karpenter |")
+    print("|---|---|---|")
+    for doc in docs:
+        cells = []
+        for ours in ("gpuloan", "gpuloan-defaults"):
+            v = next(v for v in doc["verdicts"] if v["ours"] == ours and v["baseline"] == "karpenter")
+            cells.append(f"**{v['verdict'].replace(ours + ' ', '')}**: cost {v['cost_diff_pct']:+.1f} % "
+                         f"(${v['cost_diff_usd']:+,.0f} ± {v['cost_noise_usd'] or 0:,.0f}), p95 "
+                         f"{v['service_diff']:+.2f} ± {v['service_noise'] or 0:.2f} min")
+        print(f"| {doc['trace'].split('[')[0].replace('cluster', '')} | {cells[0]} | {cells[1]} |")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -119,7 +126,8 @@ def main(argv: list[str] | None = None) -> int:
         out["spot_shortage" if shortage else "default"] = docs
     print_tables(out["default"], "Default: spot interruptions at the Spot Advisor rate, no spot shortage")
     if "spot_shortage" in out:
-        print_tables(out["spot_shortage"], "Scenario: spot shortages (one 3-hour spot-unavailable episode a week)")
+        print_tables(out["spot_shortage"], "Scenario: spot shortages (one 3-hour spot-unavailable episode a week; "
+                                           "the policies that use spot)")
     slowest = max(r["sim_seconds"] for docs in out.values() for d in docs for run in d["runs"] for r in run)
     print(f"\nbenchmark: {len(CLUSTERS)} clusters x {args.seeds} seeds: default table done at {done_at[False]:.1f} s"
           + (f", with the shortage scenario {done_at[True]:.1f} s" if True in done_at else "")
