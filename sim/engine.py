@@ -384,6 +384,7 @@ class Simulation:
 
     def _node_events(self, now: int, warn: int) -> None:
         upcoming = self.horizon + 1
+        noticed = False
         for node in list(self.nodes.values()):
             if node.reclaim_at is not None:
                 if now >= node.reclaim_at:
@@ -394,6 +395,7 @@ class Simulation:
                         # The 2-minute notice: the node is cordoned (no new work lands), its Auto Scaling group
                         # starts a replacement, and EventBridge tells whoever listens (sim/policies.py).
                         node.warned = True
+                        noticed = True
                         node.obs_cache = None
                         self.leaving[node.group] += 1
                         self.changed = True
@@ -408,6 +410,10 @@ class Simulation:
             elif node.ready_at > now:
                 upcoming = min(upcoming, node.ready_at)
         self._next_event = upcoming
+        if noticed and self.node_groups and self.desired[SPOT] > self.group_size(SPOT):
+            # Capacity Rebalancing acts on EC2's signal itself (the rebalance recommendation comes at the latest
+            # with the notice), before the policy's next tick reads the group: the replacement is already launching.
+            self._reconcile(SPOT)
 
     def _settle(self, upto: int) -> None:
         """Bill minutes [billed_to, upto) at the current rates (the rates a minute ends with), split by month.

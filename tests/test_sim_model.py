@@ -301,3 +301,21 @@ def _parser_actions(bench):
     finally:
         argparse.ArgumentParser.parse_args = orig
     return seen["actions"]
+
+
+def test_a_notice_is_not_mistaken_for_a_spot_shortage(tmp_path):
+    """The group's replacement is already launching when the policy reads the group at the notice: no on-demand
+    fallback for one interrupted node."""
+    spec = replace(prod_spec(), floor_nodes=0)  # spot with on-demand fallback
+    t = jobs(tmp_path, [(0, 3 * 3600, 8)])
+
+    class Reclaimed(GpuLoan):
+        def tick(self, sim):
+            if sim.now == 10:
+                sim.set_reclaim(next(iter(sim.nodes.values())), 60)  # notice at 58, long after the last change
+            super().tick(sim)
+
+    controller = Reclaimed(settings=pending_only(spec))
+    sim, m = runner.run_one(spec, t, controller, CALM, horizon=120)
+    assert m["interruptions"] == 1 and m["node_launches"] == 2
+    assert m["elastic_on_demand_cost_usd"] == 0 and "SPOT_FALLBACK" not in controller.reasons
