@@ -528,17 +528,6 @@ class Simulation:
         g = node.gpus
         return [(100.0 * peaks[k] / g, 100.0 * areas[k] / ((now + 1 - starts[k]) * g)) for k in range(len(windows))]
 
-    def peak_busy_since(self, node: SimNode, start: int) -> int:
-        """The most GPUs of the node busy at any minute from `start` to now (the segment in effect at `start`
-        included)."""
-        peak = node.busy
-        for t, busy in reversed(node.hist):
-            if busy > peak:
-                peak = busy
-            if t <= start:
-                break
-        return peak
-
 
 def default_horizon(trace) -> int:
     if isinstance(trace, SeriesTrace):
