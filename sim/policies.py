@@ -14,6 +14,7 @@ from policy import engine
 from policy.model import (
     ACTION_SET_DESIRED,
     ACTION_TERMINATE,
+    ENFORCEMENT_CAP,
     LIFECYCLE_IN_SERVICE,
     LIFECYCLE_PENDING,
     Group,
@@ -21,10 +22,11 @@ from policy.model import (
     Observation,
     PoolObservation,
     PoolSettings,
+    Reason,
     Settings,
     Spend,
 )
-from sim.engine import GUARANTEED, LEAVING, ON_DEMAND, SPOT, Simulation
+from sim.engine import GUARANTEED, LEAVING, MINUTES_PER_MONTH, ON_DEMAND, SPOT, Simulation
 from sim.packing import new_nodes_needed
 from sim.pool import PoolSpec
 
@@ -380,10 +382,19 @@ class GpuLoan(Controller):
         self._quiet_plan = quiet
         self._version = sim.version
 
+    @property
+    def reads_spend_each_minute(self) -> bool:
+        """With a budget the Lambda reads month-to-date spend every tick (the hourly Budgets refresh included):
+        skipped minutes replay those reads one by one, so billing is settled at the same minutes either way."""
+        return self.ps.budget_monthly_usd is not None
+
     def repeat(self, sim: Simulation, ticks: int) -> None:
         """The skipped ticks would have decided the same plan (see wake): count its reasons for each."""
         for r in self._last_reasons:
             self.reasons[r] += ticks
+        if self.reads_spend_each_minute:
+            for _ in range(ticks):
+                self._spend(sim, sim.now)
 
     def wake(self, sim: Simulation) -> int:
         """The first minute after now at which policy.engine.decide could plan differently if the world stays as
@@ -391,7 +402,10 @@ class GpuLoan(Controller):
         that reads them in another way must be added here (tests/test_sim_speed.py compares with deciding every
         minute and fails otherwise):
         - the last plan changed nothing, and nothing changed since it was made (sim.version);
-        - no budget: the budget projection divides by the hours left in the month, which change every minute;
+        - with a budget, the plan was only holds that need no scale-up (STEADY, SPOT_RECOVERED, COOLDOWN): the
+          budget's headroom, which moves every minute with the hours left, is read only to size a scale-up; the
+          drain starts when month-to-date spend reaches the budget, a minute computed from the running rate
+          (woken one minute early), and the month's spend restarts at the next 730-hour month;
         - scale-up on utilization: the pool's mean utilization cannot reach the threshold before the windows
           settle (bounded by each node's peak over its scale-up window) -- else decide every minute;
         - reclaim: `up >= idle_timeout / empty_timeout` switches at launch + timeout; a node empty since e reads
@@ -401,11 +415,24 @@ class GpuLoan(Controller):
         - a node's first datapoint: utilization is unknown until a minute after launch."""
         now = sim.now
         nxt = now + 1
-        if not self._quiet_plan or sim.version != self._version or self.ps.budget_monthly_usd is not None:
+        if not self._quiet_plan or sim.version != self._version:
             return nxt
         ps = self.ps
-        up_w, idle_w, empty_w = ps.scale_up_window_minutes, ps.idle_timeout_minutes, ps.empty_timeout_minutes
         wake = sim.horizon
+        if ps.budget_monthly_usd is not None:
+            if not set(self._last_reasons) <= _NO_SCALE_UP:
+                return nxt
+            month = now // MINUTES_PER_MONTH
+            wake = (month + 1) * MINUTES_PER_MONTH
+            if ps.budget_enforcement == ENFORCEMENT_CAP:
+                usd_per_minute = sum(sim.rates.values()) / 60
+                left = ps.budget_monthly_usd - sim.c.monthly_usd.get(month, 0.0)
+                if left <= 0:
+                    return nxt
+                if usd_per_minute > 0:
+                    wake = min(wake, now + int(left / usd_per_minute))  # one minute early at least
+
+        up_w, idle_w, empty_w = ps.scale_up_window_minutes, ps.idle_timeout_minutes, ps.empty_timeout_minutes
         settled_pct = 0.0  # sum of the mean utilization of nodes whose scale-up window no longer changes
         moving: list = []
         n_util = 0
@@ -454,6 +481,11 @@ class GpuLoan(Controller):
                     wake = t
                     break
         return max(nxt, wake)
+
+
+# Plans made of these only were decided without a scale-up (want == 0 in policy.engine._scale: a wanted node ends
+# in an action or in an AT_MAX / BUDGET_CAP / UPDATE_IN_PROGRESS / scale-up hold), so the budget was not read.
+_NO_SCALE_UP = {Reason.STEADY.value, Reason.SPOT_RECOVERED.value, Reason.COOLDOWN.value}
 
 
 def all_policies(spec: PoolSpec) -> list[Controller]:

@@ -14,7 +14,7 @@ from sim import pool as simpool
 from sim import runner, traces
 from sim.engine import SPOT_SHORTAGE, SimSettings
 from sim.packing import new_nodes_needed
-from sim.policies import all_policies
+from sim.policies import GpuLoan, all_policies
 from stacks import config
 from conftest import REPO
 
@@ -121,6 +121,29 @@ CASES = [
 ]
 
 
+def test_skipping_quiet_ticks_with_a_budget_gives_the_tick_by_tick_result():
+    """The stack's own pool keeps its budget (no auto-size): the budget-aware part of the proof."""
+    from sim.policies import pool_settings
+
+    trace = traces.read_trace(ITP / "cluster05.csv").window(1, 6)
+    horizon = 6 * 1440
+    settings = SimSettings(seed=3, spot_interruptions_per_month=8.0)
+    spec = _prod_training()
+    ps = pool_settings(spec)
+    assert ps.budget_monthly_usd is not None
+    # the stack's budget, and one small enough that the drain starts within the run
+    for budget in (ps.budget_monthly_usd, 3000.0):
+        fast_ctl = GpuLoan(settings=replace(ps, budget_monthly_usd=budget))
+        slow_ctl = GpuLoan(settings=replace(ps, budget_monthly_usd=budget))
+        fast_sim, fast = runner.run_one(spec, trace, fast_ctl, settings, horizon)
+        slow_sim, slow = runner.run_one(spec, trace, slow_ctl, replace(settings, skip_quiet_ticks=False), horizon)
+        assert _strip(fast) == _strip(slow), budget
+        assert fast_sim.samples == slow_sim.samples
+        assert fast["ticks_skipped"] > 0
+        if budget == 3000.0:
+            assert "BUDGET_DRAIN" in fast["decisions_by_reason"] or "BUDGET_CAP" in fast["decisions_by_reason"]
+
+
 @pytest.mark.parametrize("cluster,a,b,mode,scenario", CASES)
 def test_skipping_quiet_ticks_gives_the_tick_by_tick_result(cluster, a, b, mode, scenario):
     trace = traces.read_trace(ITP / f"{cluster}.csv").window(a, b)
@@ -139,3 +162,21 @@ def test_skipping_quiet_ticks_gives_the_tick_by_tick_result(cluster, a, b, mode,
             assert fast_sim.samples == slow_sim.samples
             assert slow["ticks_skipped"] == 0
         assert fast["ticks_skipped"] >= 0
+
+
+def test_a_quiet_pool_still_starts_its_budget_drain_on_time(tmp_path):
+    """Nothing happens after the first job; the floor's spend alone reaches the budget after ~11 hours: the skip
+    must stop there (the drain's hold appears at the same minute as deciding every minute)."""
+    from sim.policies import pool_settings
+
+    spec = _prod_training()  # floor 2 x p4d.24xlarge
+    path = tmp_path / "t.csv"
+    path.write_text("submit_s,duration_s,gpus\n0,600,8\n")
+    trace = traces.read_trace(path)
+    ps = replace(pool_settings(spec), budget_monthly_usd=500.0)
+    calm = SimSettings(spot_interruptions_per_month=0.0)
+    fast_ctl, slow_ctl = GpuLoan(settings=ps), GpuLoan(settings=ps)
+    _, fast = runner.run_one(spec, trace, fast_ctl, calm, 1440)
+    _, slow = runner.run_one(spec, trace, slow_ctl, replace(calm, skip_quiet_ticks=False), 1440)
+    assert slow["decisions_by_reason"].get("BUDGET_DRAIN", 0) > 0
+    assert _strip(fast) == _strip(slow) and fast["ticks_skipped"] > 600
