@@ -402,8 +402,8 @@ class GpuLoan(Controller):
         that reads them in another way must be added here (tests/test_sim_speed.py compares with deciding every
         minute and fails otherwise):
         - the last plan changed nothing, and nothing changed since it was made (sim.version);
-        - with a budget, the plan was only holds that need no scale-up (STEADY, SPOT_RECOVERED, COOLDOWN): the
-          budget's headroom, which moves every minute with the hours left, is read only to size a scale-up; the
+        - with a budget, the plan was only holds that read no budget (_BUDGET_UNREAD): the budget's headroom,
+          which moves every minute with the hours left, is read only to size a scale-up; the
           drain starts when month-to-date spend reaches the budget, a minute computed from the running rate
           (woken one minute early), and the month's spend restarts at the next 730-hour month;
         - scale-up on utilization: the pool's mean utilization cannot reach the threshold before the windows
@@ -420,7 +420,7 @@ class GpuLoan(Controller):
         ps = self.ps
         wake = sim.horizon
         if ps.budget_monthly_usd is not None:
-            if not set(self._last_reasons) <= _NO_SCALE_UP:
+            if not set(self._last_reasons) <= _BUDGET_UNREAD:
                 return nxt
             month = now // MINUTES_PER_MONTH
             wake = (month + 1) * MINUTES_PER_MONTH
@@ -483,9 +483,10 @@ class GpuLoan(Controller):
         return max(nxt, wake)
 
 
-# Plans made of these only were decided without a scale-up (want == 0 in policy.engine._scale: a wanted node ends
-# in an action or in an AT_MAX / BUDGET_CAP / UPDATE_IN_PROGRESS / scale-up hold), so the budget was not read.
-_NO_SCALE_UP = {Reason.STEADY.value, Reason.SPOT_RECOVERED.value, Reason.COOLDOWN.value}
+# Plans made of these only (and no action) were decided without reading the budget: policy.engine._scale reads it
+# only to size a scale-up, and a wanted node ends in an action or in a BUDGET_CAP / UPDATE_IN_PROGRESS / scale-up
+# hold -- except at the group's maximum, where AT_MAX is held with nothing to add and the budget cannot bind.
+_BUDGET_UNREAD = {Reason.STEADY.value, Reason.SPOT_RECOVERED.value, Reason.COOLDOWN.value, Reason.AT_MAX.value}
 
 
 def all_policies(spec: PoolSpec) -> list[Controller]:
