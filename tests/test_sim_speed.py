@@ -66,16 +66,11 @@ def test_pack_pods_by_size_equals_pod_by_pod(seed):
     assert pack_pods(counts, gpn) == naive_ffd(pods, gpn)
 
 
-def test_pack_pods_thousands_of_pods_is_instant():
-    import time
-
+def test_pack_pods_work_does_not_grow_with_the_number_of_pods():
     pods = [1] * 3000 + [3] * 1001 + [8] * 7 + [5] * 40
-    want = naive_ffd(pods, 8)
-    t0 = time.perf_counter()
-    got = pack_pods({1: 3000, 3: 1001, 8: 7, 5: 40}, 8)
-    assert time.perf_counter() - t0 < 0.01  # independent of the number of pods
-    assert got == want
-    assert pack_pods({1: 10**9}, 8) == (125_000_000, 0)
+    assert pack_pods({1: 3000, 3: 1001, 8: 7, 5: 40}, 8) == naive_ffd(pods, 8)
+    # a billion pods of three sizes: one pass per size (pod by pod this would never finish)
+    assert pack_pods({1: 10**9, 2: 10**9, 16: 5}, 8) == (375_000_000, 5)
 
 
 @pytest.mark.parametrize("seed", range(300))
