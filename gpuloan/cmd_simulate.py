@@ -142,7 +142,8 @@ def _table(doc: dict) -> None:
     for c in cols:
         table.add_column(c, justify="left" if c == "policy" else "right")
     for r in doc["policies"]:
-        row = [r["name"], f"{r['total_cost_usd']:,.0f}", f"{r['guaranteed_cost_usd']:,.0f}",
+        name = r["name"] if r["floor_nodes"] == p["floor_nodes"] else f"{r['name']} (floor {r['floor_nodes']})"
+        row = [name, f"{r['total_cost_usd']:,.0f}", f"{r['guaranteed_cost_usd']:,.0f}",
                f"{r['elastic_spot_cost_usd']:,.0f}", f"{r['elastic_on_demand_cost_usd']:,.0f}",
                f"{r['cost_over_oracle']:.2f}" if r["cost_over_oracle"] is not None else "-",
                f"{r['gpu_hours_served']:,.0f}"]
