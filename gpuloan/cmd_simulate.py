@@ -27,7 +27,11 @@ def register(sub) -> None:
                    help="size the pool from the trace: floor at the 25th percentile of demand (0 nodes when demand is "
                         "below one node a quarter of the time), elastic max at the peak")
     p.add_argument("--sweep-floor", action="store_true", help="run our policy with floors from 0 to the peak")
-    p.add_argument("--seed", type=int, default=0, help="seed of spot interruptions and shortages (default 0)")
+    p.add_argument("--seed", type=int, default=1, help="seed of spot interruptions and shortages (default 1, as in "
+                   "docs/benchmarks.md)")
+    p.add_argument("--seeds", type=int, default=1, metavar="N",
+                   help="run seeds SEED .. SEED+N-1 (the same events for every policy in each) and report the mean "
+                        "and spread per policy, with a verdict saying when a difference is within the noise")
     p.add_argument("--provisioning-delay", type=int, default=None, metavar="MINUTES")
     p.add_argument("--checkpoint-interval", type=int, default=None, metavar="MINUTES")
     p.add_argument("--spot-episodes-per-week", type=float, default=None)
@@ -72,6 +76,10 @@ def run(args) -> int:
             if args.auto_size:
                 spec = simpool.auto_size(spec, trace, horizon_minutes=horizon)
         settings = _settings(args)
+        if args.seeds < 1:
+            raise ValueError("--seeds must be >= 1")
+        if args.seeds > 1 and (args.sweep_floor or args.plot):
+            raise ValueError("--seeds runs the comparison table; use one seed with --sweep-floor or --plot")
     except (traces.TraceError, config.ConfigError, simpool.PoolError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -83,6 +91,14 @@ def run(args) -> int:
         return EXIT_BAD_INPUT
     if args.sweep_floor:
         return _sweep(args, spec, trace, settings)
+    if args.seeds > 1:
+        doc = _with_progress(lambda progress: runner.compare_seeds(spec, trace, settings, args.seeds,
+                                                                    progress=progress), args.json)
+        if args.json:
+            print(json.dumps(doc, indent=2))
+        else:
+            _seeds_table(doc)
+        return 0
     doc = _with_progress(lambda progress: runner.compare(spec, trace, settings, progress=progress), args.json)
     if args.plot:
         from sim.plot import plot
@@ -133,7 +149,8 @@ def _table(doc: dict) -> None:
     for c in cols:
         table.add_column(c, justify="left" if c == "policy" else "right")
     for r in doc["policies"]:
-        row = [r["name"], f"{r['total_cost_usd']:,.0f}", f"{r['guaranteed_cost_usd']:,.0f}",
+        name = r["name"] if r["floor_nodes"] == p["floor_nodes"] else f"{r['name']} (floor {r['floor_nodes']})"
+        row = [name, f"{r['total_cost_usd']:,.0f}", f"{r['guaranteed_cost_usd']:,.0f}",
                f"{r['elastic_spot_cost_usd']:,.0f}", f"{r['elastic_on_demand_cost_usd']:,.0f}",
                f"{r['cost_over_oracle']:.2f}" if r["cost_over_oracle"] is not None else "-",
                f"{r['gpu_hours_served']:,.0f}"]
@@ -186,3 +203,41 @@ def _sweep(args, spec, trace, settings) -> int:
     Console(width=max(120, Console().width)).print(table)
     print(catalog.price_source(spec.region))
     return 0
+
+
+def _seeds_table(doc: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    p = doc["pool"]
+    seeds = doc["seeds"]
+    table = Table(title=f"{doc['trace']} on pool {p['name']} (floor {p['floor_nodes']}), seeds {seeds[0]}-{seeds[-1]}: "
+                        f"mean ± sd; oracle ${doc['oracle_cost_usd']:,.0f}")
+    jobs = doc["summary"][0].get("p95_wait_minutes") is not None
+    cols = ["policy", "total $", "cost/oracle", "elastic cost/oracle"]
+    cols += ["wait p50 min", "wait p95 min"] if jobs else []
+    cols += ["unmet GPU-h", "interruptions", "node launches"]
+    for c in cols:
+        table.add_column(c, justify="left" if c == "policy" else "right")
+
+    def pm(r, key, fmt):
+        if r[key] is None:
+            return "-"
+        return f"{format(r[key], fmt)} ± {format(r[key + '_sd'], fmt)}"
+
+    for r in doc["summary"]:
+        name = r["name"] if r["floor_nodes"] == p["floor_nodes"] else f"{r['name']} (floor {r['floor_nodes']})"
+        row = [name, pm(r, "total_cost_usd", ",.0f"), pm(r, "cost_over_oracle", ".2f"),
+               pm(r, "elastic_cost_over_oracle", ".2f")]
+        if jobs:
+            row += [pm(r, "p50_wait_minutes", ".1f"), pm(r, "p95_wait_minutes", ".1f")]
+        row += [pm(r, "unmet_gpu_hours", ",.1f"), pm(r, "interruptions", ".1f"), pm(r, "node_launches", ".0f")]
+        table.add_row(*row)
+    console = Console(width=max(160, Console().width))
+    console.print(table)
+    for v in doc["verdicts"]:
+        console.print(f"{v['ours']} vs {v['baseline']}: {v['verdict']} (cost {v['cost_diff_pct']:+.1f} % "
+                      f"± ${v['cost_noise_usd'] or 0:,.0f}, {v['service_metric']} {v['service_diff']:+.2f} "
+                      f"± {v['service_noise'] or 0:.2f})" if v["cost_diff_pct"] is not None else
+                      f"{v['ours']} vs {v['baseline']}: {v['verdict']} (cost {v['cost_diff_usd']:+,.0f} $, "
+                      f"{v['service_metric']} {v['service_diff']:+.2f})")

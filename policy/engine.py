@@ -30,6 +30,8 @@ terminated. The tick adds the last check the engine cannot make: the node's pods
 from __future__ import annotations
 
 import math
+from collections import Counter
+from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta, timezone
 
 from policy.model import (
@@ -62,23 +64,55 @@ def hours_left_in_month(now: datetime) -> float:
     return max((first_next - now).total_seconds() / 3600.0, _MIN_HOURS_LEFT)
 
 
-def pack_pods(pod_gpus: tuple[int, ...], gpus_per_node: int) -> tuple[int, int]:
-    """First fit decreasing: (nodes needed, pods that fit no node). Pods asking for 0 GPUs are ignored."""
-    bins: list[int] = []  # free GPUs per new node
-    unfittable = 0
-    for need in sorted(pod_gpus, reverse=True):
-        if need <= 0:
+def pack_pods(pod_gpus: Iterable[int] | Mapping[int, int], gpus_per_node: int) -> tuple[int, int]:
+    """First fit decreasing: (nodes needed, pods that fit no node). Pods asking for 0 GPUs are ignored.
+
+    `pod_gpus` is one GPU request per pod, or a mapping GPUs -> number of pods. The bins are kept as runs of
+    equal free GPUs in creation order, and all pods of one size go in at once (first fit puts identical pods into
+    the earliest bins with room, as many as fit in each): the work grows with the number of distinct sizes
+    (each size adds at most three runs), not with the number of pods. A spot outage can leave thousands of
+    pending pods of a few sizes; packing them one by one was quadratic in the pods."""
+    counts = pod_gpus if isinstance(pod_gpus, Mapping) else Counter(pod_gpus)
+    runs: list[list[int]] = []  # [free GPUs per bin, bins], in the order the bins were opened
+    nodes = unfittable = 0
+    for need in sorted(counts, reverse=True):
+        left = counts[need]
+        if need <= 0 or left <= 0:
             continue
         if need > gpus_per_node:
-            unfittable += 1
+            unfittable += left
             continue
-        for i, free in enumerate(bins):
-            if free >= need:
-                bins[i] = free - need
-                break
-        else:
-            bins.append(gpus_per_node - need)
-    return len(bins), unfittable
+        i = 0
+        while left and i < len(runs):
+            free, bins = runs[i]
+            per_bin = free // need
+            if per_bin == 0:
+                i += 1
+                continue
+            filled = min(bins, left // per_bin)  # bins that take per_bin pods each
+            if filled == bins:
+                runs[i][0] = free - per_bin * need
+                left -= per_bin * bins
+                i += 1
+                continue
+            rest = left - filled * per_bin  # < per_bin: one more bin takes them, the run's other bins none
+            split = [[free - per_bin * need, filled]] if filled else []
+            if rest:
+                split.append([free - rest * need, 1])
+            untouched = bins - filled - (1 if rest else 0)
+            if untouched:
+                split.append([free, untouched])
+            runs[i:i + 1] = split
+            left = 0
+        if left:
+            per_bin = gpus_per_node // need
+            filled, rest = divmod(left, per_bin)
+            if filled:
+                runs.append([gpus_per_node - per_bin * need, filled])
+            if rest:
+                runs.append([gpus_per_node - rest * need, 1])
+            nodes += filled + (1 if rest else 0)
+    return nodes, unfittable
 
 
 class _Scope:

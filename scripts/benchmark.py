@@ -1,9 +1,16 @@
-"""The docs/benchmarks.md benchmark: ITP clusters 01, 05, 08, 09, 10, days 1-57, every policy on the same pool.
+"""The docs/benchmarks.md benchmark: ITP clusters 01, 05, 08, 09, 10, days 1-57, every policy on the same pool,
+several seeds, with and without spot shortages.
 
 The pool is the prod stack's `training` pool (p4d.24xlarge floor, spot p4d/p5 with on-demand fallback) auto-sized
 from each cluster's demand (floor at the 25th percentile of demand, 0 nodes included, elastic max covering the
-peak). One command: `make benchmark` (or `.venv/bin/python scripts/benchmark.py [--json out.json] [--seed N]
-[--floor-nodes N]`).
+peak). Each seed draws the spot interruptions per spot slot and time (common random numbers: every policy meets
+the same events); per policy the table shows the mean and standard deviation over the seeds, and each verdict
+compares gpuloan with a baseline on the per-seed differences (within the noise = within two standard errors).
+The spot-shortage scenario (one spot-unavailable episode a week, 3 h mean: no public source gives that rate) is
+reported separately, for the policies that use spot.
+
+One command: `make benchmark` (or `.venv/bin/python scripts/benchmark.py [--traces DIR] [--seeds N] [--seed S]
+[--json out.json] [--floor-nodes N] [--no-shortage]`).
 """
 
 from __future__ import annotations
@@ -22,66 +29,117 @@ sys.path.insert(0, str(REPO))
 CLUSTERS = ("cluster01", "cluster05", "cluster08", "cluster09", "cluster10")
 DAYS = (1, 57)
 STACK, POOL = "prod", "training"
-# The public ITP traces live beside the project, never in it (docs/simulator.md says where to get them).
-DEFAULT_TRACES = REPO.parent / "shared" / "data" / "traces" / "itp"
+SPOT_USERS = ("gpuloan", "gpuloan-defaults", "karpenter")
 
 
-def run_cluster(args: tuple[str, int, int | None, str]) -> dict:
+def run_cluster(args: tuple[str, str, int, int | None, bool]) -> dict:
     import yaml
 
     from sim import pool, runner, traces
-    from sim.engine import SimSettings
+    from sim.engine import SPOT_SHORTAGE, SimSettings
+    from sim.policies import all_policies
     from stacks import config
 
-    cluster, seed, floor_nodes, traces_dir = args
+    traces_dir, cluster, seed, floor_nodes, shortage = args
     cfg = config.from_stack_yaml(yaml.safe_load((REPO / f"Pulumi.{STACK}.yaml").read_text()), f"Pulumi.{STACK}.yaml")
     trace = traces.read_trace(Path(traces_dir) / f"{cluster}.csv").window(*DAYS)
     horizon = (DAYS[1] - DAYS[0] + 1) * 1440
     spec = pool.auto_size(pool.spec_from_config(cfg, POOL), trace, horizon_minutes=horizon, floor_nodes=floor_nodes)
+    policies = all_policies(spec)
+    settings = SimSettings(seed=seed)
+    if shortage:
+        policies = [p for p in policies if p.name in SPOT_USERS]
+        settings = SimSettings(seed=seed, **SPOT_SHORTAGE)
     t0 = time.perf_counter()
-    doc = runner.compare(spec, trace, SimSettings(seed=seed), horizon=horizon)
+    doc = runner.compare(spec, trace, settings, policies, horizon=horizon)
     doc.pop("_series")
     doc["wall_seconds"] = round(time.perf_counter() - t0, 2)
-    doc["dominated_by"] = runner.dominated_by(doc, "gpuloan")
-    doc["defaults_dominated_by"] = runner.dominated_by(doc, "gpuloan-defaults")
     return doc
 
 
+def _pm(r: dict, key: str, fmt: str) -> str:
+    if r.get(key) is None:
+        return "-"
+    return f"{format(r[key], fmt)} ± {format(r[key + '_sd'], fmt)}"
+
+
+def print_tables(docs: list[dict], title: str) -> None:
+    """One Markdown table of every cluster and policy (mean ± sd over the seeds), then the verdicts against
+    karpenter: docs/benchmarks.md is this output."""
+    print(f"\n### {title}\n")
+    print("| cluster | policy | cost USD | cost / oracle | elastic cost / oracle | p50 / p95 wait min | unmet GPU-h | "
+          "interruptions | node launches |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for doc in docs:
+        cluster = doc["trace"].split("[")[0].replace("cluster", "")
+        lead = f"{cluster} (oracle ${doc['oracle_cost_usd']:,.0f})"
+        for r in doc["summary"]:
+            floor = doc["pool"]["floor_nodes"]
+            name = r["name"] if r["floor_nodes"] == floor else f"{r['name']} (floor {r['floor_nodes']})"
+            print(f"| {lead} | {name} | {_pm(r, 'total_cost_usd', ',.0f')} | {_pm(r, 'cost_over_oracle', '.2f')} | "
+                  f"{_pm(r, 'elastic_cost_over_oracle', '.2f')} | {r['p50_wait_minutes']:.1f} / "
+                  f"{_pm(r, 'p95_wait_minutes', '.1f')} | {_pm(r, 'unmet_gpu_hours', ',.1f')} | "
+                  f"{_pm(r, 'interruptions', '.1f')} | {_pm(r, 'node_launches', '.0f')} |")
+            lead = ""
+    print("\n| cluster | gpuloan vs karpenter | gpuloan-defaults vs karpenter |")
+    print("|---|---|---|")
+    for doc in docs:
+        cells = []
+        for ours in ("gpuloan", "gpuloan-defaults"):
+            v = next(v for v in doc["verdicts"] if v["ours"] == ours and v["baseline"] == "karpenter")
+            cells.append(f"**{v['verdict'].replace(ours + ' ', '')}**: cost {v['cost_diff_pct']:+.1f} % "
+                         f"(${v['cost_diff_usd']:+,.0f} ± {v['cost_noise_usd'] or 0:,.0f}), p95 "
+                         f"{v['service_diff']:+.2f} ± {v['service_noise'] or 0:.2f} min")
+        print(f"| {doc['trace'].split('[')[0].replace('cluster', '')} | {cells[0]} | {cells[1]} |")
+
+
 def main(argv: list[str] | None = None) -> int:
+    from sim import runner
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--traces", default=str(REPO.parent / "shared" / "data" / "traces" / "itp"),
+                        help="folder of the ITP cluster CSVs (default ../shared/data/traces/itp)")
     parser.add_argument("--json", help="write every result here")
-    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--seed", type=int, default=1, help="first seed (default 1, as `gpuloan simulate`)")
+    parser.add_argument("--seeds", type=int, default=3, help="seeds per cluster (default 3)")
     parser.add_argument("--floor-nodes", type=int, default=None,
                         help="floor size instead of the auto-size quantile (e.g. 1: one always-on node per cluster)")
+    parser.add_argument("--no-shortage", action="store_true", help="skip the spot-shortage scenario")
     parser.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1))
-    parser.add_argument("--traces", default=str(DEFAULT_TRACES), metavar="DIR",
-                        help=f"folder of the ITP cluster CSVs (default {DEFAULT_TRACES})")
     args = parser.parse_args(argv)
     missing = [c for c in CLUSTERS if not (Path(args.traces) / f"{c}.csv").is_file()]
     if missing:
         parser.error(f"--traces {args.traces}: no {', '.join(m + '.csv' for m in missing)} (see docs/simulator.md)")
+    scenarios = [False] if args.no_shortage else [False, True]
+    tasks = [(args.traces, c, args.seed + k, args.floor_nodes, shortage)
+             for shortage in scenarios for c in CLUSTERS for k in range(args.seeds)]
     t0 = time.perf_counter()
+    done_at = {}
     with ProcessPoolExecutor(args.workers) as pool:
-        docs = list(pool.map(run_cluster, [(c, args.seed, args.floor_nodes, args.traces) for c in CLUSTERS]))
-    wall = time.perf_counter() - t0
-    cols = ("name", "total_cost_usd", "cost_over_oracle", "p95_wait_minutes", "interruptions", "unmet_gpu_hours")
-    for doc in docs:
-        p = doc["pool"]
-        print(f"\n{doc['trace']}: floor {p['floor_nodes']} x {p['floor_type']}, elastic max {p['spot_max_nodes']} "
-              f"nodes; oracle ${doc['oracle_cost_usd']:,.0f}; {doc['wall_seconds']} s")
-        print("  " + " | ".join(cols))
-        for r in doc["policies"]:
-            print("  " + " | ".join(f"{r[c]:,.2f}" if isinstance(r[c], float) else str(r[c]) for c in cols))
-        print(f"  gpuloan dominated by: {doc['dominated_by'] or 'none'}; "
-              f"gpuloan-defaults dominated by: {doc['defaults_dominated_by'] or 'none'}")
-    slowest = max(r["sim_seconds"] for d in docs for r in d["policies"] if r["name"] == "gpuloan")
-    print(f"\nbenchmark wall time {wall:.1f} s on {args.workers} worker(s); slowest gpuloan run (57 days x 1 pool) "
-          f"{slowest:.2f} s")
+        results = []
+        for task, doc in zip(tasks, pool.map(run_cluster, tasks)):
+            results.append(doc)
+            done_at[task[4]] = time.perf_counter() - t0
+    out = {}
+    for shortage in scenarios:
+        docs = []
+        for c in CLUSTERS:
+            runs = [d for t, d in zip(tasks, results) if t[1] == c and t[4] == shortage]
+            docs.append(runner.summarize(runs))
+        out["spot_shortage" if shortage else "default"] = docs
+    print_tables(out["default"], "Default: spot interruptions at the Spot Advisor rate, no spot shortage")
+    if "spot_shortage" in out:
+        print_tables(out["spot_shortage"], "Scenario: spot shortages (one 3-hour spot-unavailable episode a week; "
+                                           "the policies that use spot)")
+    slowest = max(r["sim_seconds"] for docs in out.values() for d in docs for run in d["runs"] for r in run)
+    print(f"\nbenchmark: {len(CLUSTERS)} clusters x {args.seeds} seeds: default table done at {done_at[False]:.1f} s"
+          + (f", with the shortage scenario {done_at[True]:.1f} s" if True in done_at else "")
+          + f" wall on {args.workers} worker(s); slowest single run (57 days x 1 pool) {slowest:.2f} s")
     from stacks import catalog
 
-    print(catalog.price_source(docs[0]["pool"]["region"]) if docs else "")
+    print(catalog.price_source(out["default"][0]["pool"]["region"]) if out["default"] else "")
     if args.json:
-        Path(args.json).write_text(json.dumps(docs, indent=2))
+        Path(args.json).write_text(json.dumps(out, indent=2))
     return 0
 
 

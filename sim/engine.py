@@ -1,19 +1,29 @@
 """The discrete-time (1-minute) simulated cloud and cluster for one pool.
 
-Each tick, in order: spot reclaims and warnings, nodes finishing their boot, jobs finishing, arrivals,
-scheduling (FIFO with EASY backfill), the policy's tick (it may set group sizes, launch or terminate nodes),
-billing. A controller (sim/policies.py) sees the whole simulated state; the `gpuloan` controller turns it into the
+Each tick, in order: spot reclaims and 2-minute notices, nodes finishing their boot, jobs finishing, arrivals,
+scheduling (what kube-scheduler does: any pending pod that fits is placed, a gang only with all its pods), the
+policy's tick (it may set group sizes, launch or terminate nodes), the node groups converging to their desired
+size, billing. A controller (sim/policies.py) sees the simulated state; the `gpuloan` controller turns it into the
 Observation the real Lambda would build and calls the real policy.engine.decide.
 
-Modelled: a provisioning delay for every new node; spot interruptions (exponential time to interruption at the
-Spot Advisor rate, drawn per node; a 2-minute warning during which the node takes no new work); spot-unavailable
-episodes (spot launches fail; the same episodes for every policy with the same seed); checkpoints (an interrupted
-job loses the work since its last checkpoint and requeues in its original submission order); multi-node jobs
-(a job larger than a node needs whole free nodes). Not modelled: AZs, per-type spot pools, partial GPU use.
+Modelled: a provisioning delay for every new node; spot interruptions with common random numbers (each spot
+*slot* -- the k-th spot node running at once -- has its own Poisson stream of interruption times at the Spot
+Advisor rate, drawn from the seed alone, so every policy meets the same events at the same times in the same
+slots); a 2-minute notice during which the node takes no new work and, in a node group, the Auto Scaling group
+launches its replacement (EKS managed node groups enable Capacity Rebalancing for spot); optional
+spot-unavailable episodes (an explicit scenario, off by default: no public source gives their rate); checkpoints
+(an interrupted job loses the work since its last checkpoint and requeues in its original submission order);
+multi-node jobs (gangs of whole free nodes). Not modelled: AZs, per-type spot pools, partial GPU use.
+
+Speed: a tick costs work only where something happens. Quiet runs of minutes -- no node event, no arrival or
+completion, no change of demand, and a controller that proves its decision cannot change before a known minute
+(`Controller.wake`) -- are skipped in one step; billing and served work are settled lazily at the same points in
+both paths, so the fast path gives exactly the tick-by-tick result (tests/test_sim_speed.py compares them).
 """
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
 import random
@@ -24,6 +34,14 @@ from sim.traces import JobsTrace, SeriesTrace
 
 GUARANTEED, SPOT, ON_DEMAND = "guaranteed", "spot", "on_demand"
 MINUTES_PER_MONTH = HOURS_PER_MONTH * 60
+# Fill order of the scheduler: the cheaper capacity first, as preferred node affinities (weight per capacity
+# type) make kube-scheduler do: the floor (paid anyway), then spot, then on-demand.
+FILL_RANK = {GUARANTEED: 0, SPOT: 1, ON_DEMAND: 2}
+LEAVING = "Terminating"  # a node under a spot notice, as the policy sees it (neither capacity nor launching)
+
+# The spot-shortage scenario: spot launches fail for episodes of this mean length at this rate. No public source
+# gives GPU spot availability history, so it is a named scenario reported beside the default, never inside it.
+SPOT_SHORTAGE = {"spot_unavailable_episodes_per_week": 1.0, "spot_unavailable_mean_hours": 3.0}
 
 
 @dataclass(frozen=True)
@@ -36,16 +54,17 @@ class SimSettings:
     checkpoint_interval_minutes: int = 30
     spot_warning_minutes: int = 2
     spot_interruptions_per_month: float | None = None  # None: the Spot Advisor bucket of the pool's spot type
-    spot_unavailable_episodes_per_week: float = 1.0
+    spot_unavailable_episodes_per_week: float = 0.0  # SPOT_SHORTAGE is the scenario with episodes
     spot_unavailable_mean_hours: float = 3.0
     sample_every_minutes: int = 10  # time series for the plot
-    seed: int = 0
+    seed: int = 1  # the same default in `gpuloan simulate`, scripts/benchmark.py and the docs
+    skip_quiet_ticks: bool = True  # False: decide every minute (the reference the fast path is tested against)
 
 
 @dataclass
 class SimNode:
     __slots__ = ("id", "serial", "group", "gpus", "usd_per_hour", "launched", "ready_at", "reclaim_at", "warned",
-                 "busy", "jobs", "hist", "empty_since", "obs_cache")
+                 "busy", "jobs", "hist", "empty_since", "obs_cache", "slot")
     id: str
     serial: int
     group: str
@@ -60,6 +79,7 @@ class SimNode:
     hist: list  # [(minute, busy_gpus)] change points, pruned to the longest window anyone asks about
     empty_since: int | None
     obs_cache: object
+    slot: int | None  # spot slot (common random numbers), None for other capacity
 
     @property
     def free(self) -> int:
@@ -101,6 +121,34 @@ def spot_episodes(seed: int, horizon: int, per_week: float, mean_hours: float) -
         t += length
 
 
+class SlotInterruptions:
+    """Common random numbers for spot interruptions: slot k's interruption minutes are a Poisson stream drawn
+    from (seed, k) alone. A spot node that takes slot k at minute t is reclaimed at the slot's first event after
+    t: by memorylessness its time to interruption is exponential at the same rate as a per-node draw, but two
+    policies running k spot nodes at the same minute meet the same interruption, whatever their launch order."""
+
+    def __init__(self, seed: int, rate_per_minute: float):
+        self.seed = seed
+        self.rate = rate_per_minute
+        self.events: list[list[int]] = []
+        self._clock: list[float] = []
+        self._rngs: list[random.Random] = []
+
+    def next_after(self, slot: int, minute: int) -> int | None:
+        if self.rate <= 0:
+            return None
+        while len(self.events) <= slot:
+            k = len(self.events)
+            self.events.append([])
+            self._clock.append(0.0)
+            self._rngs.append(random.Random(f"spot-slot-{self.seed}-{k}"))
+        ev = self.events[slot]
+        while not ev or ev[-1] <= minute:
+            self._clock[slot] += self._rngs[slot].expovariate(self.rate)
+            ev.append(int(self._clock[slot]) + 1)  # at least one minute after the stream starts
+        return ev[bisect.bisect_right(ev, minute)]
+
+
 class Simulation:
     def __init__(self, spec: PoolSpec, trace: JobsTrace | SeriesTrace, controller, settings: SimSettings = SimSettings(),
                  horizon_minutes: int | None = None):
@@ -110,11 +158,13 @@ class Simulation:
         self.settings = settings
         self.now = 0
         self.horizon = horizon_minutes if horizon_minutes is not None else default_horizon(trace)
-        self.rng = random.Random(f"nodes-{settings.seed}")
         rate = settings.spot_interruptions_per_month
         if rate is None:
             rate = spec.spot_interruptions_per_month
         self.spot_interrupt_rate_per_minute = rate / MINUTES_PER_MONTH
+        self.interruptions = SlotInterruptions(settings.seed, self.spot_interrupt_rate_per_minute)
+        self._free_slots: list[int] = []  # heap of released spot slots; the lowest is taken first
+        self._next_slot = 0
         self.episodes = spot_episodes(settings.seed, self.horizon, settings.spot_unavailable_episodes_per_week,
                                       settings.spot_unavailable_mean_hours) if spec.has_spot else []
         self._episode_i = 0
@@ -123,14 +173,21 @@ class Simulation:
         self.desired = {SPOT: 0, ON_DEMAND: 0}
         self.last_change = {SPOT: None, ON_DEMAND: None}  # minute of the last size change (cooldown)
         self.short_since = {SPOT: None, ON_DEMAND: None}
+        # Node groups (Auto Scaling groups) converge to their desired size; a controller that launches instances
+        # itself (Karpenter, run-instances) has no group to converge, and a reclaimed node is not replaced for it.
+        self.node_groups = getattr(controller, "node_groups", True)
         self.c = Counters()
         self.hist_keep = 60
         self.workload = JobsWorkload(self) if isinstance(trace, JobsTrace) else SeriesWorkload(self)
         self.samples: list[tuple] = []  # (minute, demand_gpus, guaranteed_gpus, spot_gpus, on_demand_gpus, cost)
         self.changed = True
+        self.version = 0  # bumped by every change a controller could observe (the quiet-tick proof reads it)
         self.counts = {GUARANTEED: 0, SPOT: 0, ON_DEMAND: 0}
+        self.leaving = {GUARANTEED: 0, SPOT: 0, ON_DEMAND: 0}  # nodes under a spot notice
         self.rates = {GUARANTEED: 0.0, SPOT: 0.0, ON_DEMAND: 0.0}
-        self._next_event = 0  # earliest ready / warning / reclaim minute among the nodes
+        self._billed_to = 0  # minutes before this one are billed
+        self._next_event = 0  # earliest ready / notice / reclaim minute among the nodes
+        self.ticks_skipped = 0
         for _ in range(spec.floor_nodes):
             self._new_node(GUARANTEED, ready_at=0)
 
@@ -144,15 +201,21 @@ class Simulation:
         return not (self._episode_i < len(self.episodes) and self.episodes[self._episode_i][0] <= self.now)
 
     def _new_node(self, group: str, ready_at: int) -> SimNode:
+        self._settle(self.now)
         self._serial += 1
         spec = self.spec
         price = {GUARANTEED: spec.floor_usd_per_hour, SPOT: spec.spot_usd_per_hour,
                  ON_DEMAND: spec.on_demand_usd_per_hour}[group]
-        reclaim = None
-        if group == SPOT and self.spot_interrupt_rate_per_minute > 0:
-            reclaim = self.now + max(1, int(self.rng.expovariate(self.spot_interrupt_rate_per_minute)))
+        reclaim = slot = None
+        if group == SPOT:
+            if self._free_slots:
+                slot = heapq.heappop(self._free_slots)
+            else:
+                slot = self._next_slot
+                self._next_slot += 1
+            reclaim = self.interruptions.next_after(slot, self.now)
         node = SimNode(f"i-{group[0]}{self._serial:07d}", self._serial, group, spec.gpus_per_node, price, self.now,
-                       ready_at, reclaim, False, 0, set(), [(self.now, 0)], None, None)
+                       ready_at, reclaim, False, 0, set(), [(self.now, 0)], None, None, slot)
         self.nodes[node.id] = node
         self.counts[group] += 1
         self.rates[group] += price
@@ -161,7 +224,13 @@ class Simulation:
         if group != GUARANTEED:
             self.c.node_launches += 1
         self.changed = True
+        self.version += 1
         return node
+
+    def set_reclaim(self, node: SimNode, minute: int) -> None:
+        """Force a node's interruption minute (tests)."""
+        node.reclaim_at = minute
+        self._next_event = min(self._next_event, minute - self.settings.spot_warning_minutes)
 
     def launch(self, group: str, count: int) -> int:
         """Launch nodes directly (Karpenter-style); returns how many launched (spot fails during an episode)."""
@@ -189,6 +258,7 @@ class Simulation:
         if desired != self.desired[group]:
             self.desired[group] = desired
             self.last_change[group] = self.now
+            self.version += 1
 
     def terminate(self, node_id: str, decrement: bool = True) -> None:
         node = self.nodes.get(node_id)
@@ -202,30 +272,42 @@ class Simulation:
             self.last_change[node.group] = self.now
 
     def _remove(self, node: SimNode, spot_reclaim: bool) -> None:
+        self._settle(self.now)
         self.workload.evict(node)
         del self.nodes[node.id]
         self.counts[node.group] -= 1
+        if node.warned:
+            self.leaving[node.group] -= 1
+        if node.slot is not None:
+            heapq.heappush(self._free_slots, node.slot)
         self.rates[node.group] -= node.usd_per_hour
         if not self.counts[node.group]:
             self.rates[node.group] = 0.0  # no float drift once a group is empty
         if spot_reclaim:
             self.c.spot_interruptions += 1
         self.changed = True
+        self.version += 1
 
     def count(self, group: str) -> int:
         return self.counts[group]
+
+    def group_size(self, group: str) -> int:
+        """What the Auto Scaling group counts towards its desired size: a node under a spot notice is already
+        being replaced (Capacity Rebalancing), so it no longer counts."""
+        return self.counts[group] - self.leaving[group]
 
     def group_nodes(self, group: str) -> list[SimNode]:
         return [n for n in self.nodes.values() if n.group == group]
 
     def _reconcile(self, group: str) -> None:
-        nodes = self.group_nodes(group)
+        nodes = [n for n in self.nodes.values() if n.group == group and not n.warned]
         have, want = len(nodes), self.desired[group]
         if have < want:
             if group == SPOT and not self.spot_available:
                 self.c.spot_launch_failures += 1
                 if self.short_since[group] is None:
                     self.short_since[group] = self.now
+                    self.version += 1
                 return
             for _ in range(want - have):
                 self._new_node(group, ready_at=self.now + self.settings.provisioning_delay_minutes)
@@ -236,37 +318,81 @@ class Simulation:
                 if n.busy:
                     self.c.busy_terminations += 1
                 self._remove(n, spot_reclaim=False)
-        self.short_since[group] = None
+        if self.short_since[group] is not None:
+            self.short_since[group] = None
+            self.version += 1
 
     # --- time --------------------------------------------------------------------------------------------------
 
     def run(self, progress=None) -> "Simulation":
         self.controller.start(self)
-        step = max(1, self.horizon // 100)
+        horizon = self.horizon
+        step = max(1, horizon // 100)
         warn = self.settings.spot_warning_minutes
-        for now in range(self.horizon):
+        sample_every = self.settings.sample_every_minutes
+        skip = self.settings.skip_quiet_ticks
+        workload, controller = self.workload, self.controller
+        now = 0
+        while now < horizon:
             self.now = now
             if now >= self._next_event:
                 self._node_events(now, warn)
-            self.workload.tick(now)
+            workload.tick(now)
             if self.changed:
-                self.workload.schedule(now)
-            self.controller.tick(self)
-            for group in (SPOT, ON_DEMAND):
-                if self.desired[group] != self.count(group):
-                    self._reconcile(group)
+                workload.schedule(now)
+            controller.tick(self)
+            if self.node_groups:
+                for group in (SPOT, ON_DEMAND):
+                    if self.desired[group] != self.group_size(group):
+                        self._reconcile(group)
             if self.changed:
-                self.workload.schedule(now)
-            self._bill(now)
-            if now % self.settings.sample_every_minutes == 0:
+                workload.schedule(now)
+            if now % sample_every == 0:
                 self._sample(now)
             if progress is not None and now % step == 0:
-                progress(now, self.horizon)
-        self.workload.finish(self.horizon)
+                progress(now, horizon)
+            nxt = now + 1
+            if skip and nxt < horizon:
+                nxt = self._quiet_until(now)
+                if nxt > now + 1:
+                    self._skip(now, nxt, sample_every)
+            now = nxt
+        self.now = horizon
+        self._settle(horizon)
+        workload.finish(horizon)
         return self
+
+    def _quiet_until(self, now: int) -> int:
+        """The next minute at which anything can differ from a repeat of minute `now`."""
+        nxt = min(self.horizon, self._next_event, self.workload.next_event(now))
+        if nxt <= now + 1:
+            return now + 1
+        if self.node_groups and any(self.desired[g] != self.group_size(g) for g in (SPOT, ON_DEMAND)):
+            return now + 1  # a group still converging (e.g. spot launches failing each minute)
+        return min(nxt, max(now + 1, self.controller.wake(self)))
+
+    def _skip(self, now: int, nxt: int, sample_every: int) -> None:
+        """Minutes now+1 .. nxt-1 repeat minute `now`: account them in one step."""
+        k = nxt - now - 1
+        self.ticks_skipped += k
+        self.workload.repeat(k)
+        if getattr(self.controller, "reads_spend_each_minute", False):
+            # the controller reads billed spend every minute: replay the minutes in order, samples between
+            for m in range(now + 1, nxt):
+                self.now = m
+                self.controller.repeat(self, 1)
+                if m % sample_every == 0:
+                    self._sample(m)
+            return
+        self.controller.repeat(self, k)
+        first = -(-(now + 1) // sample_every) * sample_every
+        for m in range(first, nxt, sample_every):
+            self.now = m
+            self._sample(m)
 
     def _node_events(self, now: int, warn: int) -> None:
         upcoming = self.horizon + 1
+        noticed = False
         for node in list(self.nodes.values()):
             if node.reclaim_at is not None:
                 if now >= node.reclaim_at:
@@ -274,29 +400,57 @@ class Simulation:
                     continue
                 if not node.warned:
                     if now >= node.reclaim_at - warn:
-                        node.warned = True  # the 2-minute notice: no new work lands here
+                        # The 2-minute notice: the node is cordoned (no new work lands), its Auto Scaling group
+                        # starts a replacement, and EventBridge tells whoever listens (sim/policies.py).
+                        node.warned = True
+                        noticed = True
+                        node.obs_cache = None
+                        self.leaving[node.group] += 1
                         self.changed = True
+                        self.version += 1
                     else:
                         upcoming = min(upcoming, node.reclaim_at - warn)
                 if node.warned:
                     upcoming = min(upcoming, node.reclaim_at)
             if node.ready_at == now and now > 0:
                 self.changed = True
+                self.version += 1
             elif node.ready_at > now:
                 upcoming = min(upcoming, node.ready_at)
         self._next_event = upcoming
+        if noticed and self.node_groups and self.desired[SPOT] > self.group_size(SPOT):
+            # Capacity Rebalancing acts on EC2's signal itself (the rebalance recommendation comes at the latest
+            # with the notice), before the policy's next tick reads the group: the replacement is already launching.
+            self._reconcile(SPOT)
 
-    def _bill(self, now: int) -> None:
+    def _settle(self, upto: int) -> None:
+        """Bill minutes [billed_to, upto) at the current rates (the rates a minute ends with), split by month.
+        Billing is settled only when a rate changes, a sample or a budget figure is read, and at the end: the
+        same points whether quiet minutes are skipped or not, so both paths add the same floats."""
+        start = self._billed_to
+        if upto <= start:
+            return
         r = self.rates
         g, s, o = r[GUARANTEED], r[SPOT], r[ON_DEMAND]
         c = self.c
-        c.guaranteed_usd += g / 60
-        c.spot_usd += s / 60
-        c.on_demand_usd += o / 60
-        month = now // MINUTES_PER_MONTH
-        c.monthly_usd[month] = c.monthly_usd.get(month, 0.0) + (g + s + o) / 60
+        while start < upto:
+            month = start // MINUTES_PER_MONTH
+            end = min(upto, (month + 1) * MINUTES_PER_MONTH)
+            minutes = end - start
+            c.guaranteed_usd += g * minutes / 60
+            c.spot_usd += s * minutes / 60
+            c.on_demand_usd += o * minutes / 60
+            c.monthly_usd[month] = c.monthly_usd.get(month, 0.0) + (g + s + o) * minutes / 60
+            start = end
+        self._billed_to = upto
+
+    def month_usd(self, month: int) -> float:
+        """Spend of a 730-hour month billed before the current minute."""
+        self._settle(self.now)
+        return self.c.monthly_usd.get(month, 0.0)
 
     def _sample(self, now: int) -> None:
+        self._settle(now + 1)
         gpus = {GUARANTEED: 0, SPOT: 0, ON_DEMAND: 0}
         for n in self.nodes.values():
             if n.ready(now):
@@ -311,6 +465,7 @@ class Simulation:
         if busy == node.busy:
             return
         node.busy = busy
+        self.version += 1
         hist = node.hist
         if hist[-1][0] == self.now:
             hist[-1] = (self.now, busy)
@@ -322,10 +477,11 @@ class Simulation:
         node.empty_since = self.now if busy == 0 else None
         node.obs_cache = None
 
-    def window_utilization(self, node: SimNode, minutes: int) -> tuple[float | None, float | None]:
+    def window_utilization(self, node: SimNode, minutes: int, at: int | None = None) -> tuple[float | None, float | None]:
         """(max %, mean %) of the node's GPUs busy over the last `minutes` (including this minute); None when the
-        node has been up for less than one full minute (no datapoint yet)."""
-        now = self.now
+        node has been up for less than one full minute (no datapoint yet). `at`: a later minute, as the node would
+        read then if nothing changes before it."""
+        now = self.now if at is None else at
         start = max(node.launched, now - minutes + 1)
         if start > now or now <= node.launched:
             return None, None
@@ -347,7 +503,6 @@ class Simulation:
                 break
         span = now + 1 - start
         return 100.0 * peak / node.gpus, 100.0 * area / (span * node.gpus)
-
 
     def window_stats(self, node: SimNode, windows: tuple[int, ...]) -> list[tuple[float | None, float | None]]:
         """window_utilization for several windows in one walk over the node's history (the simulator's hot path:
@@ -395,9 +550,16 @@ def default_horizon(trace) -> int:
 
 
 class JobsWorkload:
-    """Jobs queue FIFO (by submission) with EASY backfill: the first job that does not fit reserves the nodes it
-    will need; later jobs may start only on other nodes. A job no larger than a node runs on one node (best fit,
-    floor nodes first); a larger job needs ceil(gpus / gpus_per_node) whole free nodes."""
+    """What kube-scheduler does with the pods of the trace's jobs. Pending pods are tried in submission order
+    (the scheduling queue orders pods of equal priority by creation time) and every pod that fits is placed: a
+    pod that does not fit goes back to wait and the next one is tried, nothing is reserved. A job no larger than a
+    node is one pod on one node: the cheaper capacity first (preferred node affinity: floor, then spot, then
+    on-demand), then the fullest node that fits (MostAllocated, the bin-packing score GPU clusters configure),
+    then the oldest. A larger job is a gang of ceil(gpus / gpus_per_node) pods that starts only with all of them
+    placed, each on a whole free node (coscheduling / Kueue's all-or-nothing admission).
+
+    Pending work is kept as one queue per job size, so a pass costs work per size and per placement, not per
+    pending pod: once a size does not fit, no later pod of that size or larger can fit in the same pass."""
 
     def __init__(self, sim: Simulation):
         self.sim = sim
@@ -418,16 +580,26 @@ class JobsWorkload:
         self.ends: list = []  # heap (end minute, job, run id)
         self.demand_gpu_minutes = sum(j.gpus * j.duration_s for j in jobs) / 60
         # A job larger than the whole pool (floor + elastic max) can never start. It is reported (never started,
-        # its work unmet, its wait censored at the horizon) but does not enter the FIFO queue: as the head job it
-        # would reserve every node and block every later job, for every policy alike.
+        # its work unmet, its wait censored at the horizon) but never pending: no policy could serve it.
         self.pool_gpus = sim.spec.peak_nodes * sim.spec.gpus_per_node
         self.larger_than_pool = sum(1 for g in self.gpus if g > self.pool_gpus)
+        self._arrival_minute = [int(s // 60) for s in self.submit_s]
 
     def demand_gpus(self) -> int:
         return self.running_gpus + self.pending_gpus
 
-    def pending_list(self) -> list[int]:
-        return [self.gpus[i] for q in self.queues.values() for i in q]
+    def pending_counts(self) -> dict[int, int]:
+        """GPUs requested by a pending job -> number of such jobs."""
+        return {size: len(q) for size, q in self.queues.items() if q}
+
+    def next_event(self, now: int) -> int:
+        nxt = self.ends[0][0] if self.ends else self.sim.horizon
+        if self._next < len(self._arrival_minute):
+            nxt = min(nxt, self._arrival_minute[self._next])
+        return nxt
+
+    def repeat(self, minutes: int) -> None:
+        pass  # running jobs are accounted when they stop
 
     def tick(self, now: int) -> None:
         sim = self.sim
@@ -447,6 +619,7 @@ class JobsWorkload:
             heapq.heappush(self.queues.setdefault(self.gpus[i], []), i)
             self.pending_gpus += self.gpus[i]
             sim.changed = True
+            sim.version += 1
 
     def _stop(self, i: int, now: int, finished: bool) -> None:
         sim = self.sim
@@ -474,6 +647,7 @@ class JobsWorkload:
         self.on_nodes[i] = []
         self.run_start[i] = None
         sim.changed = True
+        sim.version += 1
 
     def evict(self, node: SimNode) -> None:
         for i in list(node.jobs):
@@ -485,51 +659,68 @@ class JobsWorkload:
         if not self.pending_gpus:
             return
         gpn = sim.spec.gpus_per_node
-        nodes = [n for n in sim.nodes.values() if n.ready_at <= now and not n.warned]
+        nodes = [n for n in sim.nodes.values() if n.ready_at <= now and not n.warned and n.busy < n.gpus]
         if not nodes:
             return
-        # floor first, then on-demand, then spot; oldest first: new elastic nodes stay empty and get reclaimed
-        rank = {GUARANTEED: 0, ON_DEMAND: 1, SPOT: 2}
-        nodes.sort(key=lambda n: (rank[n.group], n.serial))
-        reserved: set = set()
-        blocked: set = set()
+        nodes.sort(key=lambda n: (FILL_RANK[n.group], n.serial))
+        single_fits_below = gpn + 1  # single-node sizes >= this no longer fit in this pass
+        gang_fits_below = math.inf  # gangs of this many nodes or more no longer fit
         heads = [(q[0], size) for size, q in self.queues.items() if q]
         heapq.heapify(heads)
         while heads:
             i, size = heapq.heappop(heads)
-            placed = self._place(i, nodes, reserved, gpn, now)
+            if size <= gpn:
+                if size >= single_fits_below:
+                    continue
+                placed = self._place_single(i, nodes, now)
+                if not placed:
+                    single_fits_below = size
+                    if size == gpn or not any(n.busy == 0 for n in nodes):
+                        gang_fits_below = 0
+            else:
+                k = -(-size // gpn)
+                if k >= gang_fits_below:
+                    continue
+                placed = self._place_gang(i, k, nodes, now)
+                if not placed:
+                    gang_fits_below = k
             if placed:
                 q = self.queues[size]
                 heapq.heappop(q)
                 if q:
                     heapq.heappush(heads, (q[0], size))
-                continue
-            blocked.add(size)
-            if not reserved:
-                self._reserve(i, nodes, reserved, gpn)
-            if not any(n.free for n in nodes if n.id not in reserved):
+                nodes = [n for n in nodes if n.busy < n.gpus]
+                if not nodes:
+                    break
+            if single_fits_below == 1 and gang_fits_below == 0:
                 break
 
-    def _place(self, i: int, nodes: list, reserved: set, gpn: int, now: int) -> bool:
+    def _place_single(self, i: int, nodes: list, now: int) -> bool:
         g = self.gpus[i]
+        best = None
+        best_key = None
+        for n in nodes:
+            free = n.gpus - n.busy
+            if free >= g:
+                key = (FILL_RANK[n.group], free)  # cheaper tier, then the fullest node; ties: the oldest
+                if best is None or key < best_key:
+                    best, best_key = n, key
+        if best is None:
+            return False
+        self._start(i, [(best, g)], now)
+        return True
+
+    def _place_gang(self, i: int, k: int, nodes: list, now: int) -> bool:
+        gpn = self.sim.spec.gpus_per_node
+        whole = [n for n in nodes if n.busy == 0]  # already in fill order
+        if len(whole) < k:
+            return False
+        g = self.gpus[i]
+        self._start(i, [(n, gpn) for n in whole[: k - 1]] + [(whole[k - 1], g - gpn * (k - 1))], now)
+        return True
+
+    def _start(self, i: int, chosen: list, now: int) -> None:
         sim = self.sim
-        if g <= gpn:
-            best = None
-            for n in nodes:
-                free = n.gpus - n.busy
-                if free >= g and n.id not in reserved and (best is None or free < best.gpus - best.busy):
-                    best = n
-                    if free == g:
-                        break
-            if best is None:
-                return False
-            chosen = [(best, g)]
-        else:
-            k = -(-g // gpn)
-            whole = [n for n in nodes if n.busy == 0 and n.id not in reserved]
-            if len(whole) < k:
-                return False
-            chosen = [(n, gpn) for n in whole[: k - 1]] + [(whole[k - 1], g - gpn * (k - 1))]
         for n, used in chosen:
             n.jobs.add(i)
             sim.set_busy(n, n.busy + used)
@@ -537,18 +728,11 @@ class JobsWorkload:
         self.run_start[i] = now
         if self.first_start[i] is None:
             self.first_start[i] = now
+        g = self.gpus[i]
         self.pending_gpus -= g
         self.running_gpus += g
         end = now + max(1, math.ceil(self.remaining_s[i] / 60))
         heapq.heappush(self.ends, (end, i, self.run_id[i]))
-        return True
-
-    def _reserve(self, i: int, nodes: list, reserved: set, gpn: int) -> None:
-        g = self.gpus[i]
-        k = 1 if g <= gpn else -(-g // gpn)
-        by_free = sorted(nodes, key=lambda n: -(n.gpus - n.busy))
-        for n in by_free[:k]:
-            reserved.add(n.id)
 
     def finish(self, horizon: int) -> None:
         """Account work still running at the horizon (done so far counts as served, the rest as unmet)."""
@@ -576,51 +760,86 @@ class JobsWorkload:
 
 
 class SeriesWorkload:
-    """Fluid demand: each minute adds gpus_demanded GPU-minutes of work; capacity serves what it can (floor first,
-    then on-demand, then spot, oldest first); the rest carries over as backlog. A reclaimed node loses the work
-    its GPUs did since the last checkpoint boundary (it returns to the backlog)."""
+    """Fluid demand: minute t asks for gpus_demanded[t] GPUs. Capacity serves the level first and the backlog
+    (GPU-minutes delayed earlier) with what is left, filling the cheaper capacity first (floor, spot, on-demand;
+    a node under a spot notice last). What is waiting *now* -- the part of this minute's level that found no GPU
+    -- is what the cluster shows as pending 1-GPU pods; the backlog is delayed work, not pods asking for GPUs at
+    once (showing it as pods made the policy order up to 6x the real shortfall during each boot). A reclaimed node
+    loses the work its GPUs did since the last checkpoint boundary (it returns to the backlog)."""
 
     def __init__(self, sim: Simulation):
         self.sim = sim
         self.series = sim.trace.gpus_demanded
-        self.backlog = 0.0
+        n = len(self.series)
+        # next_change[t]: the first minute after t whose level differs (n when none): quiet minutes are skipped
+        self._next_change = [n] * (n + 1)
+        for t in range(n - 2, -1, -1):
+            self._next_change[t] = t + 1 if self.series[t + 1] != self.series[t] else self._next_change[t + 1]
+        self.backlog = 0
         self.demand_gpu_minutes = float(sum(self.series[: sim.horizon]))
-        self.last_demand = 0
+        self.level = 0  # GPUs demanded this minute
+        self.waiting = 0  # of them, GPUs that found no capacity
         self._minute = -1
-        self._backlog_before = 0.0
+        self._served_now = 0
+        self._backlog_before = 0
+        self._backlog_after = 0
+
+    def _level(self, now: int) -> int:
+        return self.series[now] if now < len(self.series) else 0
 
     def demand_gpus(self) -> int:
-        return int(math.ceil(self.backlog)) + self.last_demand
+        return self.level + self.backlog
 
-    def pending_list(self) -> list[int]:
-        return [1] * int(math.ceil(self.backlog)) if self.backlog > 0 else []
+    def pending_counts(self) -> dict[int, int]:
+        return {1: self.waiting} if self.waiting else {}
+
+    def next_event(self, now: int) -> int:
+        if self.backlog or self.waiting:
+            return now + 1
+        return self._next_change[now] if now < len(self.series) else self.sim.horizon
 
     def tick(self, now: int) -> None:
-        self.sim.changed = True  # fluid: capacity is re-filled every minute
+        d = self._level(now)
+        if now == 0 or d != self.level or self.backlog or self.waiting:
+            self.sim.changed = True  # the fill changes this minute
+            return
+        # Same level, nothing delayed, same capacity (a change would have set `changed`): the fill repeats.
+        self.repeat(1)
+        self._minute = now
+        self._backlog_before = self._backlog_after = 0
+
+    def repeat(self, minutes: int) -> None:
+        self.sim.c.served_gpu_minutes += self._served_now * minutes
 
     def schedule(self, now: int) -> None:
         sim = self.sim
         sim.changed = False
-        d = self.series[now] if now < len(self.series) else 0
+        d = self._level(now)
         if self._minute == now:  # capacity changed within the minute: re-fill from the same starting point
             sim.c.served_gpu_minutes -= self._served_now
             self.backlog = self._backlog_before + (self.backlog - self._backlog_after)
         self._minute = now
         self._backlog_before = self.backlog
         work = self.backlog + d
-        rank = {GUARANTEED: 0, ON_DEMAND: 1, SPOT: 2}
-        nodes = sorted((n for n in sim.nodes.values() if n.ready_at <= now), key=lambda n: (rank[n.group], n.serial))
+        # fill order without a sort: the nodes dict is in launch (serial) order already
+        tiers: list[list[SimNode]] = [[], [], [], []]
+        for n in sim.nodes.values():
+            if n.ready_at <= now:
+                tiers[3 if n.warned else FILL_RANK[n.group]].append(n)
         served = 0
-        for n in nodes:
-            use = int(min(n.gpus, max(0.0, work - served)))
+        for n in (n for tier in tiers for n in tier):
+            use = min(n.gpus, work - served)
             sim.set_busy(n, use)
             served += use
-        served = min(served, work)
         sim.c.served_gpu_minutes += served
         self._served_now = served
         self.backlog = work - served
         self._backlog_after = self.backlog
-        self.last_demand = int(min(d, served))
+        self.level = d
+        waiting = max(0, d - served)
+        if waiting != self.waiting:
+            self.waiting = waiting
+            sim.version += 1
 
     def evict(self, node: SimNode) -> None:
         interval = self.sim.settings.checkpoint_interval_minutes

@@ -14,6 +14,7 @@ from policy import engine
 from policy.model import (
     ACTION_SET_DESIRED,
     ACTION_TERMINATE,
+    ENFORCEMENT_CAP,
     LIFECYCLE_IN_SERVICE,
     LIFECYCLE_PENDING,
     Group,
@@ -21,10 +22,12 @@ from policy.model import (
     Observation,
     PoolObservation,
     PoolSettings,
+    Reason,
     Settings,
     Spend,
 )
-from sim.engine import GUARANTEED, ON_DEMAND, SPOT, Simulation
+from sim.engine import GUARANTEED, LEAVING, MINUTES_PER_MONTH, ON_DEMAND, SPOT, Simulation
+from sim.packing import new_nodes_needed
 from sim.pool import PoolSpec
 
 # The ITP traces start on 2021-03-04; any fixed UTC origin works (it only places the month boundaries).
@@ -32,13 +35,24 @@ SIM_EPOCH = datetime(2021, 3, 4, tzinfo=timezone.utc)
 
 
 class Controller:
+    """A policy under test. `wake(sim)` is the first minute after now at which its tick could act differently
+    when nothing else happens (no node event, arrival, completion or demand change): the simulator skips the
+    minutes before it, and calls `repeat(sim, k)` for the k skipped ticks."""
+
     name = "base"
     uses_spot = False
+    node_groups = True  # capacity through Auto Scaling groups that converge to a desired size
 
     def start(self, sim: Simulation) -> None:
         pass
 
     def tick(self, sim: Simulation) -> None:
+        pass
+
+    def wake(self, sim: Simulation) -> int:
+        return sim.horizon
+
+    def repeat(self, sim: Simulation, ticks: int) -> None:
         pass
 
 
@@ -57,6 +71,24 @@ class StaticPeak(Controller):
         sim.start_static(ON_DEMAND, sim.spec.elastic_max_nodes)
 
 
+def displaced_pods(sim: Simulation) -> dict[int, int]:
+    """GPU requests of the pods on nodes under a spot interruption notice (one pod per node and job), as counts
+    per size. In series mode every busy GPU of such a node is one 1-GPU pod."""
+    out: dict[int, int] = {}
+    on_nodes = getattr(sim.workload, "on_nodes", None)
+    for n in sim.nodes.values():
+        if not (n.warned and n.busy):
+            continue
+        if on_nodes is None:
+            out[1] = out.get(1, 0) + n.busy
+            continue
+        for i in n.jobs:
+            for node, used in on_nodes[i]:
+                if node is n:
+                    out[used] = out.get(used, 0) + 1
+    return out
+
+
 class Karpenter(Controller):
     """What Karpenter does with a NodePool of the pool's types and capacity types, done well:
     - provisioning: pending pods are bin-packed (first fit decreasing) onto free GPUs of existing nodes and
@@ -68,65 +100,50 @@ class Karpenter(Controller):
     - interruption handling: at the 2-minute notice the node is cordoned and "the NodePool will start a new node
       as soon as it sees the Spot interruption warning" (karpenter.sh docs, Disruption > Interruption): the pods
       on a warned node are provisioned for like pending pods.
+    Karpenter launches instances itself (no Auto Scaling group): a reclaimed node is replaced only by this
+    provisioning, never a second time by a group converging to a desired size.
     """
 
     name = "karpenter"
+    node_groups = False
 
     def __init__(self, consolidate_after_minutes: int = 15):
         self.consolidate_after = consolidate_after_minutes
         self.uses_spot = True
 
+    def _demand(self, sim: Simulation) -> dict[int, int]:
+        pending = sim.workload.pending_counts()
+        displaced = displaced_pods(sim)
+        for size, count in displaced.items():
+            pending[size] = pending.get(size, 0) + count
+        return pending
+
     def tick(self, sim: Simulation) -> None:
-        spec = sim.spec
         now = sim.now
-        gpn = spec.gpus_per_node
-        pending = sim.workload.pending_list() + self._displaced(sim)
+        pending = self._demand(sim)
         if pending:
-            # free GPUs that pending pods may land on: ready, not cordoned; nodes in flight count as empty
-            free = sorted((n.gpus - n.busy for n in sim.nodes.values() if not n.warned and n.gpus > n.busy),
-                          reverse=True)
-            whole = sum(1 for f in free if f == gpn)
-            new_nodes = 0
-            bins: list[int] = []
-            for need in sorted(pending, reverse=True):
-                if need > gpn:
-                    k = -(-need // gpn)
-                    use = min(k, whole)
-                    whole -= use
-                    new_nodes += k - use
-                    continue
-                for i, f in enumerate(free):
-                    if f >= need:
-                        if f == gpn:
-                            whole -= 1
-                        free[i] = f - need
-                        break
-                else:
-                    for i, f in enumerate(bins):
-                        if f >= need:
-                            bins[i] = f - need
-                            break
-                    else:
-                        bins.append(gpn - need)
-            new_nodes += len(bins)
+            # free GPUs that pending pods may land on: not cordoned; nodes in flight count as empty
+            free = [n.gpus - n.busy for n in sim.nodes.values() if not n.warned and n.gpus > n.busy]
+            new_nodes = new_nodes_needed(pending, sim.spec.gpus_per_node, free)
             if new_nodes:
                 self._provision(sim, new_nodes)
         for node in list(sim.nodes.values()):
-            if node.group != GUARANTEED and node.ready_at <= now and node.busy == 0:
-                empty_since = node.ready_at if node.empty_since is None else max(node.empty_since, node.ready_at)
-                if now - empty_since >= self.consolidate_after:
+            if node.group != GUARANTEED and node.ready_at <= now and node.busy == 0 and not node.warned:
+                if now - self._empty_since(node) >= self.consolidate_after:
                     sim.terminate(node.id)
 
     @staticmethod
-    def _displaced(sim: Simulation) -> list[int]:
-        """GPU requests of the pods on nodes under an interruption notice (one pod per node and job)."""
-        warned = [n for n in sim.nodes.values() if n.warned and n.busy]
-        if not warned:
-            return []
-        on_nodes = getattr(sim.workload, "on_nodes", None)
-        if on_nodes is None:  # series mode: fluid GPUs
-            return [1] * sum(n.busy for n in warned)
-        return [used for n in warned for i in n.jobs for node, used in on_nodes[i] if node is n]
+    def _empty_since(node) -> int:
+        return node.ready_at if node.empty_since is None else max(node.empty_since, node.ready_at)
+
+    def wake(self, sim: Simulation) -> int:
+        if sim.workload.pending_counts() or any(n.warned and n.busy for n in sim.nodes.values()):
+            return sim.now + 1  # it provisions (or retries a failed spot launch) every minute something waits
+        wake = sim.horizon
+        for node in sim.nodes.values():
+            if node.group != GUARANTEED and node.busy == 0 and not node.warned:
+                wake = min(wake, self._empty_since(node) + self.consolidate_after)
+        return wake
 
     def _provision(self, sim: Simulation, count: int) -> None:
         spec = sim.spec
@@ -151,9 +168,13 @@ class ThresholdScript(Controller):
     is below 10 % is terminated, whatever runs on it. Instances younger than the hour have no datapoint and stay.
     Capped at the pool's elastic maximum (the script has no cap; the same pool config for every policy). With no
     ready node there is nothing to measure (the script runs nvidia-smi on a GPU machine) and nothing is launched.
-    Deviations from the script, all in its favour, are listed in docs/simulator.md."""
+    Its premise is 1-2 reserved cards to measure on: on a pool without a floor it runs with `floor_nodes_needed`
+    (sim.runner.compare reports that row with its own floor). Deviations from the script, all in its favour, are
+    listed in docs/simulator.md."""
 
     name = "threshold-script"
+    node_groups = False  # run-instances / terminate-instances: no Auto Scaling group replaces anything
+    floor_nodes_needed = 1
 
     def __init__(self, every_minutes: int = 5, up_pct: float = 80.0, idle_pct: float = 10.0, window_minutes: int = 60):
         self.every, self.up, self.idle, self.window = every_minutes, up_pct, idle_pct, window_minutes
@@ -172,6 +193,9 @@ class ThresholdScript(Controller):
             _, mean = sim.window_utilization(n, self.window)
             if mean is not None and mean < self.idle:
                 sim.terminate(n.id)
+
+    def wake(self, sim: Simulation) -> int:
+        return (sim.now // self.every + 1) * self.every  # its cron
 
 
 # --- our policy ---------------------------------------------------------------------------------------------
@@ -232,6 +256,10 @@ class GpuLoan(Controller):
         self._group_cache: dict = {}
         self._last_obs = None
         self._month_spend_at_refresh = 0.0
+        self._pods_key, self._pods_value = None, ()
+        self._last_reasons: list[str] = []
+        self._quiet_plan = False
+        self._version = -1
 
     def observe(self, sim: Simulation, now_dt: datetime) -> Observation:
         """The Observation the Lambda would build this minute. Unchanged parts reuse last minute's objects
@@ -243,9 +271,19 @@ class GpuLoan(Controller):
         used: dict = {}
         idle_w, up_w, empty_w = ps.idle_timeout_minutes, ps.scale_up_window_minutes, ps.empty_timeout_minutes
         windows = (idle_w, up_w, empty_w)
+        distinct = tuple(sorted(set(windows)))  # one walk per distinct window length (up and empty are often equal)
+        at = tuple(distinct.index(w) for w in windows)
         window_start = now - max(windows) + 1
         for n in sim.nodes.values():
-            if n.ready_at > now:
+            stable = n.obs_cache
+            if stable is not None and now >= stable[0]:
+                nodes.append(stable[1])  # ready, and every window past its last change: the same Node as before
+                continue
+            if n.warned:
+                # EventBridge's "EC2 Spot Instance Interruption Warning" names the instance: the function treats
+                # it as leaving (not capacity) and its pods as needing a place (added to the pending pods below).
+                key = (n.id, LEAVING, None, None)
+            elif n.ready_at > now:
                 key = (n.id, None, None, None)
             elif n.group == GUARANTEED:
                 _, avg = sim.window_utilization(n, up_w)
@@ -257,16 +295,25 @@ class GpuLoan(Controller):
             else:
                 # In the simulator a GPU is requested exactly while a job runs on it, so the reserved capacity
                 # Container Insights would report equals the busy share the utilization is computed from.
-                (mx, _), (_, avg), (reserved, _) = sim.window_stats(n, windows)
+                stats = sim.window_stats(n, distinct)
+                (mx, _), (_, avg), (reserved, _) = stats[at[0]], stats[at[1]], stats[at[2]]
                 key = (n.id, mx, avg, reserved)
             node = cache.get(key)
             if node is None:
                 launched = SIM_EPOCH + timedelta(minutes=n.launched)
-                if n.ready_at > now:
+                if n.warned:
+                    node = Node(n.id, n.group, launched, LEAVING)
+                elif n.ready_at > now:
                     node = Node(n.id, n.group, launched, LIFECYCLE_PENDING)
                 else:
                     # utilization over the empty window = the busy share = the reserved figure in the simulator
                     node = Node(n.id, n.group, launched, LIFECYCLE_IN_SERVICE, key[1], key[2], key[3], key[3])
+            if not n.warned and n.ready_at <= now:
+                # From this minute on the node reads the same until it changes (set_busy and the spot notice
+                # clear obs_cache).
+                settled = n.hist[-1][0] + (up_w if n.group == GUARANTEED else max(windows)) - 1
+                n.obs_cache = (max(now, n.launched + 1, settled), node) if now >= settled and now > n.launched \
+                    else None
             used[key] = node
             nodes.append(node)
         self._node_cache = used  # only this minute's nodes can repeat next minute
@@ -281,13 +328,7 @@ class GpuLoan(Controller):
                               capacity_shortage=key[3])
                 self._group_cache = {key: group, **{k: v for k, v in self._group_cache.items() if k[0] != g}}
             groups.append(group)
-        gpn = ps.gpus_per_node
-        pods = []
-        for g in sim.workload.pending_list():
-            while g > gpn:  # a multi-node job is one pod per node
-                pods.append(gpn)
-                g -= gpn
-            pods.append(g)
+        pods = self._pods(sim)
         spend = self._spend(sim, now) if ps.budget_monthly_usd is not None else None
         key = (tuple(nodes), tuple(groups), tuple(pods), spend)
         if self._last_obs is not None and self._last_obs[0] == key:
@@ -296,10 +337,29 @@ class GpuLoan(Controller):
         self._last_obs = (key, obs)
         return obs
 
+    def _pods(self, sim: Simulation) -> tuple[int, ...]:
+        """Pending pods (a multi-node job is one pod per node) plus the pods of nodes under a spot notice, as the
+        sorted tuple the Observation carries; rebuilt only when the counts change."""
+        counts = sim.workload.pending_counts()
+        for size, n in displaced_pods(sim).items():
+            counts[size] = counts.get(size, 0) + n
+        key = tuple(sorted(counts.items()))
+        if key == self._pods_key:
+            return self._pods_value
+        gpn = self.ps.gpus_per_node
+        pods: list[int] = []
+        for size, n in key:
+            whole, last = divmod(size, gpn) if size > gpn else (0, size)
+            if size > gpn and last == 0:
+                whole, last = whole - 1, gpn
+            pods += [gpn] * (whole * n) + [last] * n
+        self._pods_key, self._pods_value = key, tuple(pods)
+        return self._pods_value
+
     def _spend(self, sim: Simulation, now: int) -> Spend:
         """Budgets' actual figure refreshed hourly (it lags), plus the running estimate since."""
         month = now // (730 * 60)
-        total = sim.c.monthly_usd.get(month, 0.0)
+        total = sim.month_usd(month)
         if now % 60 == 0:
             self._month_spend_at_refresh = total
         return Spend(self._month_spend_at_refresh, max(0.0, total - self._month_spend_at_refresh))
@@ -308,12 +368,126 @@ class GpuLoan(Controller):
         now_dt = SIM_EPOCH + timedelta(minutes=sim.now)
         plan = self.decide(self.settings, self.observe(sim, now_dt), now_dt)
         self.calls += 1
+        reasons = []
+        quiet = True
         for action in plan.actions:
+            reasons.append(action.reason.value)
             self.reasons[action.reason.value] = self.reasons.get(action.reason.value, 0) + 1
             if action.kind == ACTION_SET_DESIRED:
+                quiet = False
                 sim.set_desired(action.group, action.desired_to)
             elif action.kind == ACTION_TERMINATE:
+                quiet = False
                 sim.terminate(action.instance_id, decrement=True)
+        self._last_reasons = reasons
+        self._quiet_plan = quiet
+        self._version = sim.version
+
+    @property
+    def reads_spend_each_minute(self) -> bool:
+        """With a budget the Lambda reads month-to-date spend every tick (the hourly Budgets refresh included):
+        skipped minutes replay those reads one by one, so billing is settled at the same minutes either way."""
+        return self.ps.budget_monthly_usd is not None
+
+    def repeat(self, sim: Simulation, ticks: int) -> None:
+        """The skipped ticks would have decided the same plan (see wake): count its reasons for each."""
+        for r in self._last_reasons:
+            self.reasons[r] += ticks
+        if self.reads_spend_each_minute:
+            for _ in range(ticks):
+                self._spend(sim, sim.now)
+
+    def wake(self, sim: Simulation) -> int:
+        """The first minute after now at which policy.engine.decide could plan differently if the world stays as
+        it is. It lists every rule of the engine that reads the clock or a metric window; a rule added there
+        that reads them in another way must be added here (tests/test_sim_speed.py compares with deciding every
+        minute and fails otherwise):
+        - the last plan changed nothing, and nothing changed since it was made (sim.version);
+        - with a budget, the plan was only holds that read no budget (_BUDGET_UNREAD): the budget's headroom,
+          which moves every minute with the hours left, is read only to size a scale-up; the
+          drain starts when month-to-date spend reaches the budget, a minute computed from the running rate
+          (woken one minute early), and the month's spend restarts at the next 730-hour month;
+        - scale-up on utilization: the pool's mean utilization cannot reach the threshold before the windows
+          settle (bounded by each node's peak over its scale-up window) -- else decide every minute;
+        - reclaim: `up >= idle_timeout / empty_timeout` switches at launch + timeout; a node empty since e reads
+          max utilization and max reserved 0 from e + window - 1 on (one busy GPU is always above the idle
+          threshold, which is idle_utilization_pct / gpus_per_node < one GPU's share);
+        - cooldown and spot fallback switch at the group's last change + cooldown / fallback_after;
+        - a node's first datapoint: utilization is unknown until a minute after launch."""
+        now = sim.now
+        nxt = now + 1
+        if not self._quiet_plan or sim.version != self._version:
+            return nxt
+        ps = self.ps
+        wake = sim.horizon
+        if ps.budget_monthly_usd is not None:
+            if not set(self._last_reasons) <= _BUDGET_UNREAD:
+                return nxt
+            month = now // MINUTES_PER_MONTH
+            wake = (month + 1) * MINUTES_PER_MONTH
+            if ps.budget_enforcement == ENFORCEMENT_CAP:
+                usd_per_minute = sum(sim.rates.values()) / 60
+                left = ps.budget_monthly_usd - sim.c.monthly_usd.get(month, 0.0)
+                if left <= 0:
+                    return nxt
+                if usd_per_minute > 0:
+                    wake = min(wake, now + int(left / usd_per_minute))  # one minute early at least
+
+        up_w, idle_w, empty_w = ps.scale_up_window_minutes, ps.idle_timeout_minutes, ps.empty_timeout_minutes
+        settled_pct = 0.0  # sum of the mean utilization of nodes whose scale-up window no longer changes
+        moving: list = []
+        n_util = 0
+        for n in sim.nodes.values():
+            if n.warned or n.ready_at > now:
+                continue
+            if n.launched >= nxt:
+                return nxt
+            n_util += 1
+            if n.hist[-1][0] <= max(n.launched, now - up_w + 1):
+                settled_pct += 100.0 * n.busy / n.gpus
+            else:
+                moving.append(n)
+            if n.group == GUARANTEED:
+                continue
+            for t in (n.launched + idle_w, n.launched + empty_w):
+                if t > now:
+                    wake = min(wake, t)
+            if n.busy == 0:
+                e = n.launched if n.empty_since is None else n.empty_since
+                if e > n.launched:
+                    for t in (e + idle_w - 1, e + empty_w - 1):
+                        if t > now:
+                            wake = min(wake, t)
+        for g in ps.elastic_groups:
+            last = sim.last_change[g]
+            if last is not None:
+                for t in (last + ps.cooldown_minutes, last + ps.fallback_after_minutes):
+                    if t > now:
+                        wake = min(wake, t)
+        if n_util:
+            # The pool's mean utilization minute by minute until every moving window has settled: the first
+            # minute it crosses the scale-up threshold either way (or comes within rounding of it) the plan may
+            # differ.
+            threshold = ps.scale_up_utilization_pct
+            last = max((n.hist[-1][0] + up_w - 1 for n in moving), default=now)
+            above = None
+            for t in range(now, min(max(last, now), wake) + 1):
+                mean = (settled_pct + sum(sim.window_utilization(n, up_w, at=t)[1] for n in moving)) / n_util
+                if abs(mean - threshold) < 1e-6:
+                    wake = t
+                    break
+                if above is None:
+                    above = mean >= threshold
+                elif (mean >= threshold) != above:
+                    wake = t
+                    break
+        return max(nxt, wake)
+
+
+# Plans made of these only (and no action) were decided without reading the budget: policy.engine._scale reads it
+# only to size a scale-up, and a wanted node ends in an action or in a BUDGET_CAP / UPDATE_IN_PROGRESS / scale-up
+# hold -- except at the group's maximum, where AT_MAX is held with nothing to add and the budget cannot bind.
+_BUDGET_UNREAD = {Reason.STEADY.value, Reason.SPOT_RECOVERED.value, Reason.COOLDOWN.value, Reason.AT_MAX.value}
 
 
 def all_policies(spec: PoolSpec) -> list[Controller]:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from sim.engine import MINUTES_PER_MONTH, JobsWorkload, SimSettings, Simulation, default_horizon
 from sim.policies import Controller, GpuLoan, all_policies
-from sim.pool import PoolSpec
+from sim.pool import PoolSpec, demand_profile, with_floor
 from sim.traces import JobsTrace
 
 
@@ -36,17 +36,27 @@ class PolicyResult:
     samples: list
 
 
-def metrics_of(sim: Simulation, controller: Controller, oracle_cost: float, seconds: float) -> dict:
+def elastic_oracle_gpu_hours(profile: list[int], floor_gpus: int) -> float:
+    """The part of the oracle's demand above the floor: what the elastic capacity has to serve at best."""
+    return sum(d - floor_gpus for d in profile if d > floor_gpus) / 60
+
+
+def metrics_of(sim: Simulation, controller: Controller, oracle_cost: float, seconds: float,
+               elastic_oracle_cost: float | None = None) -> dict:
     c = sim.c
     total = c.guaranteed_usd + c.spot_usd + c.on_demand_usd
+    elastic = c.spot_usd + c.on_demand_usd
     wl = sim.workload
     out = {
         "name": controller.name,
+        "floor_nodes": sim.spec.floor_nodes,
         "total_cost_usd": round(total, 2),
         "guaranteed_cost_usd": round(c.guaranteed_usd, 2),
         "elastic_spot_cost_usd": round(c.spot_usd, 2),
         "elastic_on_demand_cost_usd": round(c.on_demand_usd, 2),
         "cost_over_oracle": round(total / oracle_cost, 3) if oracle_cost > 0 else None,
+        # the floor is a reliability premium every policy pays alike; this is what the policies differ on
+        "elastic_cost_over_oracle": round(elastic / elastic_oracle_cost, 3) if elastic_oracle_cost else None,
         "demand_gpu_hours": round(wl.demand_gpu_minutes / 60, 3),
         "gpu_hours_served": round(c.served_gpu_minutes / 60, 3),
         "unmet_gpu_hours": round(wl.unmet_gpu_minutes / 60, 3),
@@ -66,6 +76,7 @@ def metrics_of(sim: Simulation, controller: Controller, oracle_cost: float, seco
                    jobs_larger_than_pool=wl.larger_than_pool)
     else:
         out.update(p50_wait_minutes=None, p95_wait_minutes=None, p99_wait_minutes=None)
+    out["ticks_skipped"] = sim.ticks_skipped
     if isinstance(controller, GpuLoan):
         out["decide_calls"] = controller.calls
         out["decisions_by_reason"] = dict(sorted(controller.reasons.items()))
@@ -89,9 +100,11 @@ def run_one(spec: PoolSpec, trace, controller: Controller, settings: SimSettings
             horizon: int | None = None, progress=None) -> tuple[Simulation, dict]:
     horizon = horizon if horizon is not None else default_horizon(trace)
     oracle_cost = oracle_gpu_hours(trace, horizon) * spec.oracle_usd_per_gpu_hour
+    elastic_oracle = elastic_oracle_gpu_hours(demand_profile(trace, horizon), spec.floor_nodes * spec.gpus_per_node)
     t0, c0 = time.perf_counter(), time.process_time()
     sim = Simulation(spec, trace, controller, settings, horizon).run(progress)
-    m = metrics_of(sim, controller, oracle_cost, time.perf_counter() - t0)
+    m = metrics_of(sim, controller, oracle_cost, time.perf_counter() - t0,
+                   elastic_oracle * spec.oracle_usd_per_gpu_hour)
     m["sim_cpu_seconds"] = round(time.process_time() - c0, 3)
     return sim, m
 
@@ -107,7 +120,13 @@ def compare(spec: PoolSpec, trace, settings: SimSettings = SimSettings(), polici
         cb = None
         if progress is not None:
             cb = lambda now, total, k=k: progress(k * total + now, len(policies) * total, controller.name)  # noqa: E731
-        sim, m = run_one(spec, trace, controller, settings, horizon, cb)
+        # The design notes' threshold script measures utilization on the 1-2 reserved cards it assumes: on a
+        # pool without them it runs with its own floor (the row says so in floor_nodes).
+        own = spec
+        needed = getattr(controller, "floor_nodes_needed", 0)
+        if spec.floor_nodes < needed:
+            own = with_floor(spec, needed)
+        sim, m = run_one(own, trace, controller, settings, horizon, cb)
         results.append(m)
         series[controller.name] = sim.samples
     return {
@@ -124,6 +143,7 @@ def compare(spec: PoolSpec, trace, settings: SimSettings = SimSettings(), polici
             if settings.spot_interruptions_per_month is not None else spec.spot_interruptions_per_month,
             "spot_unavailable_episodes_per_week": settings.spot_unavailable_episodes_per_week,
             "spot_unavailable_mean_hours": settings.spot_unavailable_mean_hours,
+            "spot_interruptions": "common random numbers per spot slot (the same events for every policy)",
         },
         "oracle_gpu_hours": round(oracle_hours, 3),
         "oracle_cost_usd": round(oracle_hours * spec.oracle_usd_per_gpu_hour, 2),
@@ -142,4 +162,119 @@ def dominated_by(doc: dict, name: str = "gpuloan") -> list[str]:
             continue
         if p["total_cost_usd"] < ours["total_cost_usd"] and p[key] < ours[key]:
             out.append(p["name"])
+    return out
+
+
+# --- several seeds -------------------------------------------------------------------------------------------
+
+SUMMARY_METRICS = ("total_cost_usd", "cost_over_oracle", "elastic_cost_over_oracle", "p50_wait_minutes",
+                   "p95_wait_minutes", "unmet_gpu_hours", "interruptions", "node_launches")
+
+
+def mean_sd(values: list[float]) -> tuple[float, float]:
+    n = len(values)
+    mean = sum(values) / n
+    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1)) if n > 1 else 0.0
+    return mean, sd
+
+
+def compare_seeds(spec: PoolSpec, trace, settings: SimSettings = SimSettings(), seeds: int = 3,
+                  horizon: int | None = None, policies=None, progress=None) -> dict:
+    """(policies: a function returning fresh controllers, called once per seed; None: all_policies.)"""
+    """`compare` for seeds settings.seed .. settings.seed + seeds - 1 (common random numbers: in each seed every
+    policy meets the same interruption and shortage events), then per policy the mean and standard deviation of
+    each metric across seeds, and a verdict of `gpuloan` against every baseline."""
+    from dataclasses import replace
+
+    policies = policies or (lambda: None)
+    runs = []
+    for k in range(seeds):
+        cb = None
+        if progress is not None:
+            cb = lambda done, total, name, k=k: progress(k * total + done, seeds * total, name)  # noqa: E731
+        doc = compare(spec, trace, replace(settings, seed=settings.seed + k), policies(), horizon, cb)
+        doc.pop("_series")
+        runs.append(doc)
+    return summarize(runs)
+
+
+def summarize(runs: list[dict]) -> dict:
+    """One document from `compare` documents of the same pool and trace under several seeds."""
+    summary = []
+    for i, first in enumerate(runs[0]["policies"]):
+        row = {"name": first["name"], "floor_nodes": first["floor_nodes"]}
+        for key in SUMMARY_METRICS:
+            values = [r["policies"][i][key] for r in runs]
+            if any(v is None for v in values):
+                row[key] = row[key + "_sd"] = None
+                continue
+            row[key], row[key + "_sd"] = (round(x, 3) for x in mean_sd([float(v) for v in values]))
+        summary.append(row)
+    doc = {k: v for k, v in runs[0].items() if k not in ("policies", "seed")}
+    doc.update(seeds=[r["seed"] for r in runs], summary=summary, runs=[r["policies"] for r in runs])
+    doc["verdicts"] = verdicts(doc, "gpuloan") + verdicts(doc, "gpuloan-defaults")
+    return doc
+
+
+def _paired(runs: list[list[dict]], ours: int, theirs: int, key: str) -> tuple[float, float] | None:
+    """Mean of the per-seed differences ours - theirs, and the noise band around it: two standard errors of
+    those differences (about a 95 % interval). With common random numbers the differences vary far less from
+    seed to seed than either policy does, which is what lets a few seeds rank policies a few percent apart."""
+    diffs = [r[ours][key] - r[theirs][key] for r in runs]
+    if any(d is None for d in diffs):
+        return None
+    mean, sd = mean_sd(diffs)
+    return mean, 2 * sd / math.sqrt(len(diffs)) if len(diffs) > 1 else math.inf
+
+
+def _outcome(paired: tuple[float, float] | None, rel_floor: float) -> str:
+    """'better' / 'worse' for ours (lower is better), or 'tie' when the difference is within the noise band (or
+    below rel_floor, the smallest difference worth reporting)."""
+    if paired is None:
+        return "tie"
+    mean, noise = paired
+    if abs(mean) <= max(noise, rel_floor):
+        return "tie"
+    return "better" if mean < 0 else "worse"
+
+
+def verdicts(doc: dict, ours_name: str) -> list[dict]:
+    """For `ours_name` against each baseline that serves anything: cost and service (p95 wait on job traces,
+    unmet GPU-hours on series), each better / worse / within the noise, and one sentence."""
+    names = [p["name"] for p in doc["summary"]]
+    if ours_name not in names:
+        return []
+    ours = names.index(ours_name)
+    runs = doc["runs"]
+    jobs = doc["summary"][ours]["p95_wait_minutes"] is not None
+    service = "p95_wait_minutes" if jobs else "unmet_gpu_hours"
+    out = []
+    for i, name in enumerate(names):
+        if name.startswith("gpuloan") or i == ours:
+            continue
+        if doc["summary"][i]["floor_nodes"] != doc["summary"][ours]["floor_nodes"]:
+            continue  # another pool (the threshold script's own floor): not a like-for-like comparison
+        cost = _paired(runs, ours, i, "total_cost_usd")
+        wait = _paired(runs, ours, i, service)
+        base_cost = doc["summary"][i]["total_cost_usd"] or 0.0
+        c = _outcome(cost, 0.0)
+        w = _outcome(wait, 0.05 if jobs else 0.0)  # p95 waits are rounded to 0.1 min
+        if len(runs) < 2:
+            text = "one seed: no noise estimate"
+        elif c == "tie" and w == "tie":
+            text = "within the noise"
+        elif c != "worse" and w != "worse":
+            text = f"{ours_name} better"
+        elif c != "better" and w != "better":
+            text = f"{ours_name} dominated"
+        else:
+            text = "trade-off"
+        out.append({
+            "ours": ours_name, "baseline": name, "verdict": text, "cost": c, "service": w, "service_metric": service,
+            "cost_diff_usd": round(cost[0], 2) if cost else None,
+            "cost_noise_usd": round(cost[1], 2) if cost and math.isfinite(cost[1]) else None,
+            "cost_diff_pct": round(100 * cost[0] / base_cost, 2) if cost and base_cost else None,
+            "service_diff": round(wait[0], 3) if wait else None,
+            "service_noise": round(wait[1], 3) if wait and math.isfinite(wait[1]) else None,
+        })
     return out

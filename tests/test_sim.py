@@ -126,8 +126,7 @@ def test_spot_interruption_loses_work_since_checkpoint_and_requeues(tmp_path):
                 assert node is None
                 sim.launch(SPOT, 1)
                 node = next(iter(sim.nodes.values()))
-                node.reclaim_at = 40  # the node is reclaimed at 40 (warning at 38)
-                sim._next_event = 0
+                sim.set_reclaim(node, 40)  # the node is reclaimed at 40 (warning at 38)
             if sim.now == 41:
                 sim.launch(ON_DEMAND, 1)
 
@@ -204,8 +203,12 @@ def test_simulator_calls_the_real_decide(tmp_path, monkeypatch):
 
     monkeypatch.setattr(policy.engine, "decide", spy)
     t = jobs(tmp_path, [(0, 3600, 2)])
-    sim, m = runner.run_one(dev_spec(), t, GpuLoan(), CALM, horizon=90)
+    sim, m = runner.run_one(dev_spec(), t, GpuLoan(), replace(CALM, skip_quiet_ticks=False), horizon=90)
     assert len(calls) == 90 and m["decide_calls"] == 90
+    calls.clear()
+    sim, m = runner.run_one(dev_spec(), t, GpuLoan(), CALM, horizon=90)
+    # quiet minutes are skipped (each one proven to decide the same): every minute is decided or skipped
+    assert len(calls) == m["decide_calls"] < 90 and m["decide_calls"] + m["ticks_skipped"] == 90
     assert m["elastic_spot_cost_usd"] > 0  # decide's plan was applied: a spot node was launched for the job
     assert GpuLoan().decide is policy.engine.decide
 
@@ -282,8 +285,7 @@ def test_karpenter_provisions_a_replacement_at_the_interruption_notice(tmp_path)
             super().tick(sim)
             if sim.now == 0:
                 node = next(iter(sim.nodes.values()))
-                node.reclaim_at = 40  # notice at 38
-                sim._next_event = 0
+                sim.set_reclaim(node, 40)  # notice at 38
 
     sim, m = runner.run_one(spec, t, Reclaimed(), CALM, horizon=100)
     assert m["interruptions"] == 1 and m["jobs_interrupted"] == 1
