@@ -11,7 +11,9 @@ across a create-before-delete replacement; the settings carry the groups' actual
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -116,12 +118,20 @@ def function_environment(state_table: pulumi.Input[str], topic_arn: pulumi.Input
     return variables
 
 
+def package_path(environment: str, data: bytes) -> Path:
+    """Where the package with these bytes lives: named by its content, so two programs of the same environment
+    (a preview and a cost-diff of another commit, say) never overwrite each other's package."""
+    return BUILD_DIR / f"policy-function-{environment}-{hashlib.sha256(data).hexdigest()[:16]}.zip"
+
+
 def write_package(environment: str, data: bytes) -> Path:
-    """The zip on disk for FileArchive, one per environment (the settings differ); rewritten only on change."""
+    """The zip on disk for FileArchive; written once per content (build/ is a cache, safe to delete)."""
     BUILD_DIR.mkdir(exist_ok=True)
-    path = BUILD_DIR / f"policy-function-{environment}.zip"
+    path = package_path(environment, data)
     if not path.exists() or path.read_bytes() != data:
-        path.write_bytes(data)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_bytes(data)
+        tmp.replace(path)  # atomic: a reader never sees half a zip
     return path
 
 

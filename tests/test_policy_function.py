@@ -22,11 +22,16 @@ def _policy(rec, env):
     return json.loads(rec.named(f"{env}-policy-policy").inputs["policy"])
 
 
-def _packaged_settings(env: str) -> Settings:
+def _packaged_settings(env: str, fn: dict) -> Settings:
+    """The settings inside the package the recorded function names (by its sourceCodeHash: files are named by
+    content)."""
+    import base64
+
     from stacks.policy_function import BUILD_DIR
     from stacks.policy_package import SETTINGS_ENTRY
 
-    with zipfile.ZipFile(BUILD_DIR / f"policy-function-{env}.zip") as zf:
+    digest = base64.b64decode(fn["sourceCodeHash"]).hex()[:16]
+    with zipfile.ZipFile(BUILD_DIR / f"policy-function-{env}-{digest}.zip") as zf:
         return Settings.from_json(zf.read(SETTINGS_ENTRY).decode())
 
 
@@ -92,7 +97,7 @@ def test_lambda_shape(recorded):
     assert fn["vpcConfig"]["securityGroupIds"] and fn["vpcConfig"]["subnetIds"]
     assert fn["timeout"] < 60
     assert "GPULOAN_SETTINGS" not in fn["environment"]["variables"]
-    settings = _packaged_settings("prod")
+    settings = _packaged_settings("prod", fn)
     groups = _node_groups(rec)
     for ps in settings.pools:
         for g in (ps.spot_group, ps.on_demand_group, ps.guaranteed_group):

@@ -190,7 +190,16 @@ def test_preview_json_without_prices_has_null_costs_and_null_lambda_prices(tmp_p
     doc = json.loads(result.stdout)
     assert doc["cost"]["pools"][0]["guaranteed_monthly_usd"] is None
     fn = next(r for r in doc["resources"] if r["type"] == "aws:lambda/function:Function")
-    settings = json.loads(fn["inputs"]["environment"]["variables"]["GPULOAN_SETTINGS"])
+    # The settings travel in the package (stacks/policy_package.py); its file is named by its content.
+    import base64
+    import zipfile
+
+    from stacks.policy_function import BUILD_DIR
+    from stacks.policy_package import SETTINGS_ENTRY
+
+    digest = base64.b64decode(fn["inputs"]["sourceCodeHash"]).hex()[:16]
+    with zipfile.ZipFile(BUILD_DIR / f"policy-function-dev-{digest}.zip") as package:
+        settings = json.loads(package.read(SETTINGS_ENTRY))
     assert settings["pools"][0]["spot_usd_per_hour"] is None  # never a made-up number
 
 
