@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from gpuloan import cost_report, stackfile
+from gpuloan import cost_report, stack_arg, stackfile
 from stacks import config
 
 EXIT_INVALID = 2
@@ -21,18 +21,17 @@ CE_REGION = "us-east-1"
 def register(sub) -> None:
     p = sub.add_parser("cost-report", help="one month's spend per pool (guaranteed vs elastic) against the budgets")
     p.add_argument("--month", required=True, metavar="YYYY-MM", help="calendar month, e.g. 2026-07")
-    p.add_argument("--stack", default="dev", metavar="STACK_OR_FILE",
-                   help="stack name (reads ./Pulumi.<stack>.yaml) or a stack file; default: dev")
+    stack_arg.add(p)
     p.add_argument("--csv", type=Path, metavar="FILE", help="also write the rows as CSV to FILE")
     p.set_defaults(func=run)
 
 
 def run(args, ce=None) -> int:
     try:
-        _, path = stackfile.resolve(args.stack)
+        _, path = stackfile.resolve(stack_arg.resolve(args))
         cfg = config.from_stack_yaml(stackfile.load(path), path.name)
         period = cost_report.parse_month(args.month)
-    except (stackfile.StackFileError, cost_report.CostReportError) as err:
+    except (stackfile.StackFileError, cost_report.CostReportError, stack_arg.NoStackError) as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_INVALID
     except config.ConfigError as err:

@@ -5,14 +5,14 @@ from __future__ import annotations
 import json
 import sys
 
-from gpuloan import price_args, stackfile
+from gpuloan import price_args, stack_arg, stackfile
 from gpuloan.cmd_validate import EXIT_INVALID
 from stacks import catalog, config
 
 
 def register(sub) -> None:
     p = sub.add_parser("preview", help="offline preview: resources the program declares and their monthly cost")
-    p.add_argument("stack", metavar="STACK_OR_FILE")
+    stack_arg.add(p, positional=True)
     p.add_argument("--json", action="store_true", help="print one JSON document instead of the tree")
     price_args.add(p)
     p.set_defaults(func=run)
@@ -23,12 +23,12 @@ def run(args) -> int:
 
     try:
         price_args.apply(args)
-        stack, path = stackfile.resolve(args.stack)
+        stack, path = stackfile.resolve(stack_arg.resolve(args))
         doc = stackfile.load(path)
         # The program next to the stack file is the one previewed (a git worktree previews its own code).
         program = path.parent / "__main__.py"
         result = preview_document(stack, doc.get("config") or {}, program if program.is_file() else None)
-    except (stackfile.StackFileError, catalog.PriceSourceError) as err:
+    except (stackfile.StackFileError, catalog.PriceSourceError, stack_arg.NoStackError) as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_INVALID
     except config.ConfigError as err:

@@ -9,7 +9,7 @@ import json
 import sys
 from dataclasses import replace
 
-from gpuloan import price_args
+from gpuloan import price_args, stack_arg
 from stacks import catalog
 
 EXIT_BAD_INPUT = 2
@@ -18,7 +18,7 @@ EXIT_BAD_INPUT = 2
 def register(sub) -> None:
     p = sub.add_parser("simulate", help="replay a GPU demand trace: our policy vs baselines vs the oracle")
     p.add_argument("--trace", required=True, help="CSV: ITP jobs, generic submit_s,duration_s,gpus, or minute,gpus_demanded")
-    p.add_argument("--stack", required=True, help="stack name (reads ./Pulumi.<stack>.yaml) or a file path")
+    stack_arg.add(p)
     p.add_argument("--pool", help="pool name (default: the stack's first pool)")
     p.add_argument("--days", help="A:B, days counted from 0, both included (e.g. 1:57)")
     p.add_argument("--json", action="store_true", help="print the JSON document instead of the table")
@@ -61,7 +61,7 @@ def run(args) -> int:
         trace = traces.read_trace(args.trace)
         if args.days:
             trace = trace.window(*traces.parse_days(args.days))
-        _, path = stackfile.resolve(args.stack)
+        _, path = stackfile.resolve(stack_arg.resolve(args))
         cfg = config.from_stack_yaml(stackfile.load(path), path.name)
         spec = simpool.spec_from_config(cfg, args.pool)
         horizon = None
@@ -72,7 +72,7 @@ def run(args) -> int:
             if args.auto_size:
                 spec = simpool.auto_size(spec, trace, horizon_minutes=horizon)
         settings = _settings(args)
-    except (traces.TraceError, config.ConfigError, simpool.PoolError, ValueError) as err:
+    except (traces.TraceError, config.ConfigError, simpool.PoolError, ValueError, stack_arg.NoStackError) as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except stackfile.StackFileError as err:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from gpuloan import price_args, stackfile
+from gpuloan import price_args, stack_arg, stackfile
 from stacks import catalog, config
 
 EXIT_INVALID = 2
@@ -12,7 +12,7 @@ EXIT_INVALID = 2
 
 def register(sub) -> None:
     p = sub.add_parser("validate", help="validate Pulumi.<stack>.yaml (every problem, with its path)")
-    p.add_argument("stack", metavar="STACK_OR_FILE", help="a stack name (reads ./Pulumi.<stack>.yaml) or a file path")
+    stack_arg.add(p, positional=True)
     price_args.add(p)
     p.set_defaults(func=run)
 
@@ -26,8 +26,8 @@ def load_config(stack_or_file: str) -> tuple[str, config.GpuLoanConfig]:
 def run(args) -> int:
     try:
         price_args.apply(args)
-        stack, cfg = load_config(args.stack)
-    except (stackfile.StackFileError, catalog.PriceSourceError) as err:
+        stack, cfg = load_config(stack_arg.resolve(args))
+    except (stackfile.StackFileError, catalog.PriceSourceError, stack_arg.NoStackError) as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_INVALID
     except config.ConfigError as err:

@@ -53,6 +53,7 @@ class StackDiff:
     changed: list[tuple[dict, list[str]]] = field(default_factory=list)  # (resource, changed input keys)
     pools: list[dict] = field(default_factory=list)  # rows of the cost table
     totals: dict = field(default_factory=dict)
+    platform: list[dict] = field(default_factory=list)  # {item, base, head}: monthly USD, UNKNOWN or None
 
     @property
     def head_invalid(self) -> bool:
@@ -150,13 +151,19 @@ def diff_resources(base: dict | None, head: dict | None) -> tuple[list[dict], li
     return added, removed, changed
 
 
-COST_FIELDS = ("guaranteed_monthly_usd", "elastic_max_monthly_usd", "budget_monthly_usd", "headroom_monthly_usd")
+# Every money column the preview's cost table shows is diffed (the on-demand fallback ceiling included).
+COST_FIELDS = ("guaranteed_monthly_usd", "elastic_max_monthly_usd", "fallback_max_monthly_usd", "budget_monthly_usd",
+               "headroom_monthly_usd")
 # A cost whose price the price source lacks (the preview's null): shown as such, never as $0 (docs/prices.md).
 UNKNOWN = "unknown"
 
 
 def _cost(value: float | None) -> float | str:
     return UNKNOWN if value is None else value
+
+
+class UpperBound(float):
+    """A figure that is at most this (the budget headroom while some platform rows have no price): shown as ≤$N."""
 
 
 def _headroom(budget: float | None, guaranteed: float | str) -> float | str | None:
@@ -171,6 +178,7 @@ def _pool_figures(pool: dict) -> dict[str, float | str | None]:
     return {
         "guaranteed_monthly_usd": guaranteed,
         "elastic_max_monthly_usd": _cost(pool.get("elastic_max_monthly_usd")),
+        "fallback_max_monthly_usd": _cost(pool.get("fallback_max_monthly_usd")),
         "budget_monthly_usd": budget,
         "headroom_monthly_usd": _headroom(budget, guaranteed),
     }
@@ -178,11 +186,16 @@ def _pool_figures(pool: dict) -> dict[str, float | str | None]:
 
 def _total_figures(cost: dict) -> dict[str, float | str | None]:
     guaranteed = _cost(cost.get("guaranteed_monthly_usd"))
+    headroom = _headroom(cost.get("budget_monthly_usd"), guaranteed)
+    if "platform" in cost and headroom not in (None, UNKNOWN):  # the environment budget pays for the platform too
+        headroom = cost["budget_headroom_monthly_usd"]
+        headroom = UpperBound(headroom) if cost.get("budget_headroom_is_upper_bound") else headroom
     return {
         "guaranteed_monthly_usd": guaranteed,
         "elastic_max_monthly_usd": _cost(cost.get("elastic_max_monthly_usd")),
+        "fallback_max_monthly_usd": _cost(cost.get("fallback_max_monthly_usd")),
         "budget_monthly_usd": cost.get("budget_monthly_usd"),
-        "headroom_monthly_usd": _headroom(cost.get("budget_monthly_usd"), guaranteed),
+        "headroom_monthly_usd": headroom,
     }
 
 
@@ -204,7 +217,16 @@ def diff_stack(stack: str, base: Side, head: Side) -> StackDiff:
         d.added, d.removed, d.changed = diff_resources(base.doc, head.doc)
     if base.ok or head.ok:
         d.pools, d.totals = diff_costs(base.doc, head.doc)
+        d.platform = diff_platform(base.doc, head.doc)
     return d
+
+
+def diff_platform(base: dict | None, head: dict | None) -> list[dict]:
+    """Rows {item, base, head} of the platform cost (monthly USD, UNKNOWN, or None where the side lacks it)."""
+    def rows(doc):
+        return {r["item"]: _cost(r["monthly_usd"]) for r in (doc or {}).get("cost", {}).get("platform", [])}
+    old, new = rows(base), rows(head)
+    return [{"item": i, "base": old.get(i), "head": new.get(i)} for i in [*new, *(i for i in old if i not in new)]]
 
 
 def cost_diff(repo: Path, base_ref: str, stacks: list[str] | None = None, parallel: int = 2) -> list[StackDiff]:
@@ -226,7 +248,7 @@ def cost_diff(repo: Path, base_ref: str, stacks: list[str] | None = None, parall
 def _usd(value: float | str | None) -> str:
     if value == UNKNOWN:
         return UNKNOWN
-    return "—" if value is None else f"${value:,.0f}"
+    return "—" if value is None else f"{'≤' if isinstance(value, UpperBound) else ''}${value:,.0f}"
 
 
 def _delta(value: float) -> str:
@@ -246,7 +268,7 @@ def money_cell(base: float | None, head: float | None, base_known: bool = True) 
     return f"{_usd(base)} → {_usd(head)} ({_delta((head or 0.0) - (base or 0.0))})"
 
 
-HEADERS = ("pool", "guaranteed (fixed)", "elastic max", "budget", "budget headroom")
+HEADERS = ("pool", "guaranteed (fixed)", "elastic max", "fallback max", "budget", "budget headroom")
 
 
 def cost_rows(d: StackDiff) -> list[list[str]]:
@@ -304,7 +326,8 @@ def render_markdown(diffs: list[StackDiff], base_label: str) -> str:
             lines += ["<details><summary>resources</summary>", "", "| | type | name |", "|---|---|---|",
                       *resource_lines, "", "</details>", ""]
     lines.append("Monthly USD at 730 h/month; guaranteed = on-demand "
-                 "rate of the floor, elastic max = every elastic node up all month (a ceiling), headroom = budget "
+                 "rate of the floor, elastic max = every elastic (spot) node up all month (a ceiling), fallback max = the "
+                 "on-demand fallback group at its max all month (a ceiling), headroom = budget "
                  "minus floor. Offline preview: nothing was created.")
     lines += [f"{d.stack}: {src}" for d, src in _price_sources(diffs)]
     return "\n".join(lines) + "\n"

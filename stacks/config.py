@@ -302,6 +302,15 @@ class Scheduling(Strict):
     kueue: Kueue = Kueue()
 
 
+class CostAssumptions(Strict):
+    """Usage the platform cost estimate cannot read from the plan: assumptions, shown as such (docs/budgets.md)."""
+
+    nat_data_gb_per_month: float = Field(100, ge=0, le=10_000_000, description="GB per month through the NAT gateways (image pulls, AWS APIs without a VPC endpoint); an assumption for the cost estimate.")
+    log_ingest_gb_per_month: float = Field(10, ge=0, le=10_000_000, description="GB per month ingested into CloudWatch Logs (control plane, Container Insights, the policy function); an assumption for the cost estimate.")
+    container_insights_metrics_per_node: int = Field(50, ge=0, le=100_000, description="CloudWatch metrics Container Insights publishes per node (billed as custom metrics); an assumption for the cost estimate.")
+    policy_duration_ms: int = Field(2000, ge=1, le=900_000, description="Average run time of one policy function tick; an assumption for the cost estimate.")
+
+
 class GpuLoanConfig(Strict):
     environment: Slug = Field(description="Environment name (dev, prod, ...): cost tag gpuloan:environment and resource name prefix.")
     region: str = Field(pattern=AWS_REGION, description="AWS region; equal to aws:region when that is set.")
@@ -315,6 +324,7 @@ class GpuLoanConfig(Strict):
     alarms: Alarms = Alarms()
     github: GitHub | None = None
     scheduling: Scheduling = Scheduling()
+    cost_assumptions: CostAssumptions = CostAssumptions()
 
     @field_validator("default_tags")
     @classmethod
