@@ -1,4 +1,4 @@
-"""`gpuloan cost-report --month YYYY-MM [--stack S] [--csv FILE]`: per-pool chargeback from Cost Explorer.
+"""`gpuloan cost-report --month YYYY-MM [-s STACK] [--csv FILE] [--json]`: per-pool chargeback from Cost Explorer.
 
 Exit codes: 0 report printed (also for an empty month, with a message saying so), 2 bad input (month, stack
 file, config), 3 Cost Explorer refused or could not be reached.
@@ -6,6 +6,7 @@ file, config), 3 Cost Explorer refused or could not be reached.
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -23,6 +24,7 @@ def register(sub) -> None:
     p.add_argument("--month", required=True, metavar="YYYY-MM", help="calendar month, e.g. 2026-07")
     stack_arg.add(p)
     p.add_argument("--csv", type=Path, metavar="FILE", help="also write the rows as CSV to FILE")
+    p.add_argument("--json", action="store_true", help="print one JSON document instead of the table")
     p.set_defaults(func=run)
 
 
@@ -47,12 +49,15 @@ def run(args, ce=None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_AWS
     report = cost_report.build_report(cfg, period, fetched, cost_report.tag_status(ce))
-    print(cost_report.render_table(report))
+    if args.json:
+        print(json.dumps(cost_report.to_json(report), indent=2, sort_keys=True))
+    else:
+        print(cost_report.render_table(report))
     if args.csv:
         try:
             cost_report.write_csv(report, args.csv)
         except OSError as err:
             print(f"error: --csv {args.csv}: {err.strerror}", file=sys.stderr)
             return EXIT_INVALID
-        print(f"wrote {len(report.all_rows)} rows to {args.csv}")
+        print(f"wrote {len(report.all_rows)} rows to {args.csv}", file=sys.stderr if args.json else sys.stdout)
     return 0

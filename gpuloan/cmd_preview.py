@@ -14,6 +14,7 @@ def register(sub) -> None:
     p = sub.add_parser("preview", help="offline preview: resources the program declares and their monthly cost")
     stack_arg.add(p, positional=True)
     p.add_argument("--json", action="store_true", help="print one JSON document instead of the tree")
+    p.add_argument("--summary", action="store_true", help="the count line and the cost tables, without the tree")
     price_args.add(p)
     p.set_defaults(func=run)
 
@@ -27,6 +28,7 @@ def run(args) -> int:
         doc = stackfile.load(path)
         # The program next to the stack file is the one previewed (a git worktree previews its own code).
         program = path.parent / "__main__.py"
+        print(f"running the {stack} program offline (Pulumi mocks) ...", file=sys.stderr)
         result = preview_document(stack, doc.get("config") or {}, program if program.is_file() else None)
     except (stackfile.StackFileError, catalog.PriceSourceError, stack_arg.NoStackError) as err:
         print(f"error: {err}", file=sys.stderr)
@@ -39,7 +41,7 @@ def run(args) -> int:
         json.dump(result, sys.stdout, indent=2, sort_keys=True, default=str)
         print()
     else:
-        from rich.console import Console
+        from gpuloan import tables
 
-        render(result, Console(width=160))
+        render(result, tables.console(), summary=args.summary)
     return 0

@@ -70,12 +70,19 @@ def _side_doc(side) -> dict | None:
     return side.doc if side.ok else None
 
 
+def _figure(side, fn) -> float | str | None:
+    """A side's figure: None where the stack does not exist there, UNKNOWN where its preview failed."""
+    if side.missing:
+        return None
+    return fn(side.doc) if side.ok else UNKNOWN
+
+
 def fixed_change(d: StackDiff) -> Change:
-    return Change(_fixed(_side_doc(d.base)), _fixed(_side_doc(d.head)))
+    return Change(_figure(d.base, _fixed), _figure(d.head, _fixed))
 
 
 def ceiling_change(d: StackDiff) -> Change:
-    return Change(_ceiling(_side_doc(d.base)), _ceiling(_side_doc(d.head)))
+    return Change(_figure(d.base, _ceiling), _figure(d.head, _ceiling))
 
 
 def _sum(changes: list[Change]) -> Change:
@@ -191,6 +198,9 @@ def render_markdown(diffs: list[StackDiff], base_label: str, warnings: list[str]
         ceiling = ceiling_change(d)
         if ceiling.known and round(ceiling.delta or 0) != 0:
             lines += [f"{headline(ceiling, 'Most it can cost (every elastic and fallback node up all month)')}", ""]
+        unknown = (_side_doc(d.head) or {}).get("cost", {}).get("platform_unknown") or []
+        if unknown:
+            lines += [f"Not in these figures (no price in the price source, docs/prices.md): {', '.join(unknown)}.", ""]
         for note in cost_diff._side_notes(d):
             head, *rest = note.split("\n")
             lines += [f"> **{head}**", *[f"> {r.strip()}" for r in rest], ""]
@@ -220,12 +230,13 @@ def render_markdown(diffs: list[StackDiff], base_label: str, warnings: list[str]
     return "\n".join(lines) + "\n"
 
 
-def render_table(diffs: list[StackDiff], base_label: str, warnings: list[str] | None = None) -> str:
+def render_table(diffs: list[StackDiff], base_label: str, warnings: list[str] | None = None,
+                 width: int | None = None) -> str:
     lines = [headline(_sum([fixed_change(d) for d in diffs])) + f" (all stacks, {base_label} -> working tree)"]
     lines += [f"warning: {w}" for w in warnings or []]
     for d in diffs:
         lines.append(f"{d.stack}: {headline(fixed_change(d))}")
-    return "\n".join(lines) + "\n" + cost_diff.render_text(diffs, base_label)
+    return "\n".join(lines) + "\n" + cost_diff.render_text(diffs, base_label, width)
 
 
 def to_json(diffs: list[StackDiff], base_label: str, warnings: list[str] | None = None) -> dict:

@@ -338,7 +338,7 @@ def _price_sources(diffs: list[StackDiff]) -> list[tuple[StackDiff, str]]:
     return [(d, d.head.doc["cost"]["price_source"]) for d in diffs if d.head.ok and "price_source" in d.head.doc["cost"]]
 
 
-def render_text(diffs: list[StackDiff], base_label: str) -> str:
+def render_text(diffs: list[StackDiff], base_label: str, width: int | None = None) -> str:
     lines = [f"GPU cost diff: {base_label} -> working tree"]
     for d in diffs:
         lines += ["", f"stack {d.stack}"]
@@ -352,10 +352,11 @@ def render_text(diffs: list[StackDiff], base_label: str) -> str:
             for r in d.removed:
                 lines.append(f"    - {r['name']} ({r['type']})")
         if d.base.ok or d.head.ok:
-            rows = [list(HEADERS), *cost_rows(d)]
-            widths = [max(len(r[i]) for r in rows) for i in range(len(HEADERS))]
-            for r in rows:
-                lines.append("  " + "  ".join(c.ljust(w) if i == 0 else c.rjust(w)
-                                              for i, (c, w) in enumerate(zip(r, widths))))
+            from gpuloan import tables  # the one table style; folds to the terminal's width
+
+            t = tables.table(None, HEADERS)
+            for r in cost_rows(d):
+                t.add_row(*r)
+            lines.append(tables.to_text(t, width=width).rstrip("\n"))
     lines += [f"{d.stack}: {src}" for d, src in _price_sources(diffs)]
     return "\n".join(lines) + "\n"

@@ -70,10 +70,11 @@ def _short(value: Any, width: int = 90) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def render(doc: dict[str, Any], console) -> None:
-    """Print the resource tree grouped by component, then the cost table."""
-    from rich.table import Table
+def render(doc: dict[str, Any], console, summary: bool = False) -> None:
+    """Print the resource tree grouped by component (not with `summary`), the count line, then the cost tables."""
     from rich.tree import Tree
+
+    from gpuloan import tables
 
     resources = doc["resources"]
     by_parent: dict[str, list[dict]] = {}
@@ -97,14 +98,18 @@ def render(doc: dict[str, Any], console) -> None:
             add(child, c)
 
     tree = Tree(f"[bold]stack {doc['stack']}[/] — {len(resources)} resources (offline preview, nothing is created)")
+    # Pulumi's count line: everything is new to an offline preview (it has no state to compare with).
+    counts = f"+ {len(resources)} to create"
     for r in roots:
         add(tree, r)
-    console.print(tree)
+    if not summary:
+        console.print(tree)
+    console.print(f"[bold]Resources:[/] [green]{counts}[/] (stack {doc['stack']}, offline preview, nothing is created)")
 
     cost = doc["cost"]
-    table = Table(title=f"Estimated monthly cost ({cost['region']}, 730 h/month)")
-    for col in ("pool", "team", "guaranteed (fixed)", "elastic max (spot)", "fallback max (on-demand)", "budget"):
-        table.add_column(col, justify="left" if col in ("pool", "team") else "right")
+    table = tables.table(f"Estimated monthly cost ({cost['region']}, 730 h/month)",
+                         ("pool", "team", "guaranteed\n(fixed)", "elastic max\n(spot)", "fallback max\n(on-demand)",
+                          "budget"), left=("pool", "team"))
     money = lambda v: "unknown" if v is None else f"${v:,.0f}"  # noqa: E731
     for p in cost["pools"]:
         g = (f"{p['guaranteed_nodes']}× {p['guaranteed_instance_type']} {money(p['guaranteed_monthly_usd'])}"
@@ -132,15 +137,14 @@ def render(doc: dict[str, Any], console) -> None:
 
 def render_platform(cost: dict[str, Any], console) -> None:
     """The platform rows (EKS, NAT, system nodes, volumes, KMS, CloudWatch, Lambda) and the fixed monthly total."""
-    from rich.table import Table
+    from gpuloan import tables
 
     rows = cost.get("platform") or []
     if not rows:
         return
     money = lambda v: "unknown" if v is None else f"${v:,.2f}"  # noqa: E731
-    table = Table(title="Platform (monthly)")
-    for col in ("item", "quantity", "rate", "monthly", "price model"):
-        table.add_column(col, justify="left" if col in ("item", "price model") else "right")
+    table = tables.table("Platform (monthly)", ("item", "quantity", "rate", "monthly", "price model"),
+                         left=("item", "price model"))
     for r in rows:
         rate = "unknown" if r["usd_per_unit"] is None else f"${r['usd_per_unit']:g}/{r['unit']}"
         table.add_row(r["item"], f"{r['quantity']:,.6g} {r['unit']}", rate, money(r["monthly_usd"]),
