@@ -118,20 +118,17 @@ def _with_progress(fn, quiet: bool):
 
 
 def _table(doc: dict) -> None:
-    from rich.console import Console
-    from rich.table import Table
+    from gpuloan import tables
 
     p = doc["pool"]
     title = (f"{doc['trace']} on pool {p['name']}: floor {p['floor_nodes']} x {p['floor_type']}, elastic "
              f"{p['capacity']} up to {max(p['spot_max_nodes'], p['on_demand_max_nodes'])} x "
              f"{p['spot_type'] or p['on_demand_type']}; oracle ${doc['oracle_cost_usd']:,.0f}")
     jobs = doc["policies"][0].get("p95_wait_minutes") is not None
-    table = Table(title=title)
-    cols = ["policy", "total $", "guaranteed $", "spot $", "on-demand $", "cost/oracle", "GPU-h served"]
-    cols += ["wait p50/p95/p99 min"] if jobs else []
-    cols += ["unmet GPU-h", "interruptions", "lost GPU-h"]
-    for c in cols:
-        table.add_column(c, justify="left" if c == "policy" else "right")
+    cols = ["policy", "total\n$", "guaranteed\n$", "spot\n$", "on-demand\n$", "cost/\noracle", "GPU-h\nserved"]
+    cols += ["wait min\np50/p95/p99"] if jobs else []
+    cols += ["unmet\nGPU-h", "interrup-\ntions", "lost\nGPU-h"]
+    table = tables.table(title, cols, whole=("policy",))
     for r in doc["policies"]:
         row = [r["name"], f"{r['total_cost_usd']:,.0f}", f"{r['guaranteed_cost_usd']:,.0f}",
                f"{r['elastic_spot_cost_usd']:,.0f}", f"{r['elastic_on_demand_cost_usd']:,.0f}",
@@ -141,7 +138,7 @@ def _table(doc: dict) -> None:
             row.append(f"{r['p50_wait_minutes']:g} / {r['p95_wait_minutes']:g} / {r['p99_wait_minutes']:g}")
         row += [f"{r['unmet_gpu_hours']:,.1f}", str(r["interruptions"]), f"{r['lost_gpu_hours']:,.1f}"]
         table.add_row(*row)
-    console = Console(width=max(160, Console().width))
+    console = tables.console()
     big = doc.get("jobs_larger_than_pool", 0)
     if big:
         console.print(f"[yellow]warning: {big} job(s) need more GPUs than the pool can ever hold; use --auto-size "
@@ -173,16 +170,15 @@ def _sweep(args, spec, trace, settings) -> int:
         print(json.dumps({"trace": trace.name, "pool": spec.name, "sweep_floor": rows,
                           "price_source": catalog.price_source(spec.region)}, indent=2))
         return 0
-    from rich.console import Console
-    from rich.table import Table
+    from gpuloan import tables
 
-    table = Table(title=f"floor sweep: {trace.name} on pool {spec.name} (our policy)")
-    for c in ("floor nodes", "floor GPUs", "total $", "cost/oracle", "p95 wait min", "unmet GPU-h", "interruptions"):
-        table.add_column(c, justify="right")
+    table = tables.table(f"floor sweep: {trace.name} on pool {spec.name} (our policy)",
+                         ("floor nodes", "floor GPUs", "total $", "cost/oracle", "p95 wait min", "unmet GPU-h",
+                          "interruptions"), left=("floor nodes",))
     for r in rows:
         table.add_row(str(r["floor_nodes"]), str(r["floor_gpus"]), f"{r['total_cost_usd']:,.0f}",
                       f"{r['cost_over_oracle']:.2f}", str(r["p95_wait_minutes"]), f"{r['unmet_gpu_hours']:,.1f}",
                       str(r["interruptions"]))
-    Console(width=max(120, Console().width)).print(table)
+    tables.console().print(table)
     print(catalog.price_source(spec.region))
     return 0

@@ -159,4 +159,4 @@ def render_platform(cost: dict[str, Any], console) -> None:
                   + f"; budget headroom: {bound}{money(headroom)}")
     if cost["platform_unknown"]:
         console.print(f"  [yellow]platform cost unknown[/] for {', '.join(cost['platform_unknown'])}: the price "
-                      "source has no platform rates for them (docs/prices.md#platform-rates)", soft_wrap=True)
+                      "source has no platform rates for them (docs/prices.md#platform-rates)")

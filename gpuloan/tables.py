@@ -19,15 +19,18 @@ def console(file=None, stderr: bool = False) -> Console:
     return Console(file=file, stderr=stderr, soft_wrap=False)
 
 
-def table(title: str | None, columns: Sequence[str], left: Iterable[str] = ()) -> Table:
-    """A table with `columns`; those in `left` (labels) are left-aligned, the others (numbers) right-aligned."""
+def table(title: str | None, columns: Sequence[str], left: Iterable[str] = (), whole: Iterable[str] = ()) -> Table:
+    """A table with `columns`; those in `left` (labels) are left-aligned, the others (numbers) right-aligned.
+    Columns in `whole` (short names a reader looks up) never fold; the others give way first. A header with a
+    newline stays as narrow as its longest line."""
     left = set(left) or {columns[0]}
+    whole = set(whole)
     # A rule under the header and above the total, no vertical borders: two characters between columns, so eight
     # columns of figures still fit 80 without splitting a figure.
     t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, header_style="bold", pad_edge=False,
               show_edge=False, collapse_padding=True)
     for c in columns:
-        t.add_column(c, justify="left" if c in left else "right", overflow="fold")
+        t.add_column(c, justify="left" if c in left else "right", overflow="fold", no_wrap=c in whole)
     return t
 
 

@@ -61,17 +61,23 @@ def main(argv: list[str] | None = None) -> int:
     if missing:
         parser.error(f"--traces {args.traces}: no {', '.join(m + '.csv' for m in missing)} (see docs/simulator.md)")
     t0 = time.perf_counter()
+    print(f"simulating {len(CLUSTERS)} clusters on {args.workers} worker(s) ...", file=sys.stderr)  # progress: stderr
     with ProcessPoolExecutor(args.workers) as pool:
         docs = list(pool.map(run_cluster, [(c, args.seed, args.floor_nodes, args.traces) for c in CLUSTERS]))
     wall = time.perf_counter() - t0
+    from gpuloan import tables  # the one table style of the gpuloan commands
+
     cols = ("name", "total_cost_usd", "cost_over_oracle", "p95_wait_minutes", "interruptions", "unmet_gpu_hours")
+    console = tables.console()
     for doc in docs:
         p = doc["pool"]
-        print(f"\n{doc['trace']}: floor {p['floor_nodes']} x {p['floor_type']}, elastic max {p['spot_max_nodes']} "
-              f"nodes; oracle ${doc['oracle_cost_usd']:,.0f}; {doc['wall_seconds']} s")
-        print("  " + " | ".join(cols))
+        table = tables.table(f"{doc['trace']}: floor {p['floor_nodes']} x {p['floor_type']}, elastic max "
+                             f"{p['spot_max_nodes']} nodes; oracle ${doc['oracle_cost_usd']:,.0f}; "
+                             f"{doc['wall_seconds']} s", ("policy", "total $", "cost/oracle", "p95 wait min",
+                                                         "interruptions", "unmet GPU-h"))
         for r in doc["policies"]:
-            print("  " + " | ".join(f"{r[c]:,.2f}" if isinstance(r[c], float) else str(r[c]) for c in cols))
+            table.add_row(*(f"{r[c]:,.2f}" if isinstance(r[c], float) else str(r[c]) for c in cols))
+        console.print(table)
         print(f"  gpuloan dominated by: {doc['dominated_by'] or 'none'}; "
               f"gpuloan-defaults dominated by: {doc['defaults_dominated_by'] or 'none'}")
     slowest = max(r["sim_seconds"] for d in docs for r in d["policies"] if r["name"] == "gpuloan")

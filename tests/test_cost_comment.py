@@ -157,3 +157,16 @@ def test_a_money_change_alone_counts_as_a_change():
     same = _doc(1000.0)
     assert not cost_comment.changed([_diff(same, copy.deepcopy(same))])
     assert cost_comment.changed([_diff(same, _doc(1000.0, fallback=60.0))])
+
+
+@requires_shared_prices
+def test_table_format_fits_80_columns_and_json_format_parses(fallback_raised, monkeypatch, capsys):
+    repo, _ = fallback_raised
+    monkeypatch.chdir(repo)
+    monkeypatch.setenv("COLUMNS", "80")
+    assert cli.main(["cost-diff", "--base", "HEAD~1", "-s", "prod", "--format", "table", "--fail-above", "1%"]) == 0
+    captured = capsys.readouterr()
+    wide = [line for line in captured.out.splitlines() if len(line) > 80 and "prices:" not in line]
+    assert wide == []
+    assert captured.out.startswith("Monthly cost will not change")  # a ceiling change alone passes --fail-above
+    assert "previewing prod" in captured.err  # progress goes to stderr
