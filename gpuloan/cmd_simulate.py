@@ -22,7 +22,8 @@ def register(sub) -> None:
     p.add_argument("--pool", help="pool name (default: the stack's first pool)")
     p.add_argument("--days", help="A:B, days counted from 0, both included (e.g. 1:57)")
     p.add_argument("--json", action="store_true", help="print the JSON document instead of the table")
-    p.add_argument("--plot", metavar="PNG", help="write demand vs capacity and cumulative cost to this PNG")
+    p.add_argument("--plot", metavar="FILE", help="write demand vs capacity and cumulative cost to FILE "
+                   "(.png, .svg, or .html: one self-contained page), after the results table")
     p.add_argument("--auto-size", action="store_true",
                    help="size the pool from the trace: floor at the 25th percentile of demand (0 nodes when demand is "
                         "below one node a quarter of the time), elastic max at the peak")
@@ -56,6 +57,12 @@ def run(args) -> int:
     from sim import runner, traces
     from stacks import config
 
+    from gpuloan import plot_args
+
+    problem = plot_args.check(args.plot) if args.plot else None
+    if problem:  # before the run: a bad path must not cost a long simulation
+        print(f"error: {problem}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     try:
         price_args.apply(args)
         trace = traces.read_trace(args.trace)
@@ -84,12 +91,7 @@ def run(args) -> int:
     if args.sweep_floor:
         return _sweep(args, spec, trace, settings)
     doc = _with_progress(lambda progress: runner.compare(spec, trace, settings, progress=progress), args.json)
-    if args.plot:
-        from sim.plot import plot
-
-        plot(doc, args.plot)
     series = doc.pop("_series")
-    del series
     doc["dominated_by"] = runner.dominated_by(doc)
     peak_gpus = spec.peak_nodes * spec.gpus_per_node
     doc["jobs_larger_than_pool"] = sum(1 for j in getattr(trace, "jobs", ()) if j.gpus > peak_gpus)
@@ -99,6 +101,13 @@ def run(args) -> int:
     else:
         _table(doc)
         print(doc["price_source"])
+    if args.plot:  # after the table: the figures are worth reading while the plot is drawn
+        from gpuloan import plot_args
+        from sim.plot import plot
+
+        sys.stdout.flush()
+        written = plot_args.write(plot, {**doc, "_series": series}, args.plot)
+        print(f"wrote the plot to {written}", file=sys.stderr)
     return 0
 
 

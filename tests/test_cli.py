@@ -117,3 +117,24 @@ def test_simulate_fits_80_columns():
                    "--days", "1:7"], columns=80)
     assert result.returncode == 0, result.stderr
     assert _too_wide(result.stdout) == [] and "gpuloan-defaults" in result.stdout  # a policy name never folds
+
+
+@pytest.mark.parametrize("name, message", [("plot.gif", "must end in .png, .svg, .html"),
+                                            ("no-such-folder/plot.png", "does not exist")])
+def test_plot_path_is_checked_before_the_run(tmp_path, name, message):
+    result = _run(["simulate", "--trace", str(tmp_path / "missing.csv"), "-s", "dev", "--plot", str(tmp_path / name)])
+    assert result.returncode == 2
+    assert message in result.stderr and "missing.csv" not in result.stderr  # refused before the trace is read
+
+
+@requires_shared_prices
+@requires_shared_traces
+def test_plot_html_is_written_after_the_table_and_named(tmp_path):
+    trace = SHARED_TRACES / "itp" / "cluster05.csv"
+    out = tmp_path / "c05.html"
+    result = _run(["simulate", "--trace", str(trace), "-s", "prod", "--pool", "training", "--auto-size",
+                   "--days", "1:3", "--plot", str(out)], columns=120)
+    assert result.returncode == 0, result.stderr
+    assert f"wrote the plot to {out}" in result.stderr and "gpuloan" in result.stdout
+    page = out.read_text()
+    assert page.startswith("<!doctype html>") and "<svg" in page and "<script" not in page
