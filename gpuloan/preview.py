@@ -49,8 +49,8 @@ def preview_document(stack: str, stack_config: dict[str, Any], program: Path | N
 
 
 def round_money(value: Any, key: str = "") -> Any:
-    """Money to cents (monthly figures) and hourly or per-unit rates to 1/10,000 of a cent, so float noise from
-    the arithmetic never changes the bytes of `preview --json` between runs of the same tree."""
+    """Money to cents (monthly figures) and hourly or per-unit rates to 6 significant digits (a Lambda request
+    costs fractions of a millionth), so float noise never changes the bytes of `preview --json` between runs."""
     if isinstance(value, dict):
         return {k: round_money(v, k) for k, v in value.items()}
     if isinstance(value, list):
@@ -59,7 +59,7 @@ def round_money(value: Any, key: str = "") -> Any:
         if key.endswith("_usd"):
             return round(value, 2)
         if "usd_per" in key:
-            return round(value, 6)
+            return float(f"{value:.6g}")
     return value
 
 

@@ -143,3 +143,9 @@ def test_total_separates_known_from_unknown():
     rows = [platform_costs.PlatformCost("a", 1, "hour", "eks_cluster", 1.0, 730.0, "on_demand", "", "x"),
             platform_costs.PlatformCost("b", 1, "month", "kms_key", None, None, "on_demand", "", "")]
     assert platform_costs.total(rows) == (730.0, ["b"])
+
+
+def test_tiny_per_unit_rates_survive_the_rounding():
+    doc = preview.round_money({"cost": {"usd_per_unit": 0.0000002, "monthly_usd": 12.345678,
+                                        "elastic_spot_usd_per_hour": 1.23456789}})
+    assert doc["cost"] == {"usd_per_unit": 0.0000002, "monthly_usd": 12.35, "elastic_spot_usd_per_hour": 1.23457}
