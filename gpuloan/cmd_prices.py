@@ -139,5 +139,10 @@ def run_show(args) -> int:
         print(f"{t:<22} ${p.ondemand_usd_per_hour:,.4f}/h on demand (as of {p.as_of}), {spot}")
         for c in catalog.commitments(t, region):
             print(f"{'':<22} {c.offer}: ${c.usd_per_hour:,.4f}/h ({c.source}, {c.as_of})")
+    for key, rate in sorted(catalog.book().regions.get(region, pricebook.RegionPrices(region, "", "")).platform.items()):
+        print(f"{key:<22} ${rate.usd_per_unit:g}/{rate.unit} ({rate.source}, {rate.as_of})")
+    if not catalog.book().regions.get(region) or not catalog.book().regions[region].platform:
+        print(f"{'platform':<22} no platform rates (EKS, NAT, EBS ...): those preview rows are unknown "
+              "(docs/prices.md, \"Platform rates\")")
     print(catalog.price_source(region))
     return 0

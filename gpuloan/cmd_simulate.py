@@ -168,6 +168,7 @@ def _sweep(args, spec, trace, settings) -> int:
     peak = spec.peak_nodes
     step = max(1, peak // 12)
     floors = sorted(set(list(range(0, peak + 1, step)) + [peak]))
+    print(f"sweeping {len(floors)} floors from 0 to {peak} node(s) ...", file=sys.stderr)  # progress: stderr
     rows = []
     for floor in floors:
         s = simpool.with_floor(spec, floor)
