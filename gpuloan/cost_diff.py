@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -134,6 +135,19 @@ def _resource_key(r: dict) -> str:
     return r["urn"]
 
 
+_OBJECT_REPR = re.compile(r"^<pulumi\.asset\.\w+ object at 0x[0-9a-f]+>$")
+
+
+def _same_input(a: Any, b: Any) -> bool:
+    """Equal inputs; an asset a preview from before content hashing printed as `<pulumi.asset.X object at 0x…>`
+    carries nothing to compare, so it matches any asset (a code change still shows in `sourceCodeHash`)."""
+    if a == b:
+        return True
+    legacy = lambda v: isinstance(v, str) and _OBJECT_REPR.match(v) is not None  # noqa: E731
+    asset = lambda v: legacy(v) or isinstance(v, dict) and "asset" in v  # noqa: E731
+    return (legacy(a) or legacy(b)) and asset(a) and asset(b)
+
+
 def diff_resources(base: dict | None, head: dict | None) -> tuple[list[dict], list[dict], list[tuple[dict, list[str]]]]:
     old = {_resource_key(r): r for r in (base or {}).get("resources", [])}
     new = {_resource_key(r): r for r in (head or {}).get("resources", [])}
@@ -144,7 +158,7 @@ def diff_resources(base: dict | None, head: dict | None) -> tuple[list[dict], li
         if k in old:
             a, b = old[k], new[k]
             keys = sorted({key for key in set(a["inputs"]) | set(b["inputs"])
-                           if a["inputs"].get(key) != b["inputs"].get(key)})
+                           if not _same_input(a["inputs"].get(key), b["inputs"].get(key))})
             keys += [opt for opt in ("ignore_changes", "protect") if a.get(opt) != b.get(opt)]
             if keys:
                 changed.append((b, keys))

@@ -170,3 +170,13 @@ def test_table_format_fits_80_columns_and_json_format_parses(fallback_raised, mo
     assert wide == []
     assert captured.out.startswith("Monthly cost will not change")  # a ceiling change alone passes --fail-above
     assert "previewing prod" in captured.err  # progress goes to stderr
+
+
+def test_a_base_previewed_before_content_hashing_does_not_show_the_lambda_code_as_changed():
+    fn = lambda code, digest: {"urn": "u", "type": "aws:lambda/function:Function", "name": "f",  # noqa: E731
+                               "inputs": {"code": code, "sourceCodeHash": digest}, "ignore_changes": [], "protect": False}
+    old = {"resources": [fn("<pulumi.asset.FileArchive object at 0x7f3a2c1d0e50>", "h1")]}
+    same = {"resources": [fn({"asset": "FileArchive", "sha256": "ab" * 32}, "h1")]}
+    new_code = {"resources": [fn({"asset": "FileArchive", "sha256": "cd" * 32}, "h2")]}
+    assert cost_diff.diff_resources(old, same)[2] == []
+    assert [keys for _, keys in cost_diff.diff_resources(old, new_code)[2]] == [["sourceCodeHash"]]
