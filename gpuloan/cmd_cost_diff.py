@@ -48,7 +48,7 @@ def run(args) -> int:
         price_args.apply(args)
         print(f"previewing {', '.join(args.stack) if args.stack else 'every stack'} at {args.base} and in the "
               "working tree ...", file=sys.stderr)
-        diffs = cost_diff.cost_diff(Path.cwd(), args.base, args.stack)
+        diffs = cost_diff.cost_diff(Path.cwd(), args.base, args.stack, price_file=args.price_file)
     except (cost_diff.CostDiffError, catalog.PriceSourceError) as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_INVALID

@@ -106,11 +106,22 @@ def stacks_in(root: Path) -> list[str]:
     return sorted(p.name[len("Pulumi."):-len(".yaml")] for p in root.glob("Pulumi.*.yaml"))
 
 
-def preview_side(root: Path, stack: str) -> Side:
+def _price_env(price_file: Path | str | None) -> dict[str, str]:
+    """The price source for both sides, as an absolute path: each side runs in its own directory (the base in a
+    temporary worktree), where `--price-file` or a relative $GPULOAN_PRICE_FILE (the Makefile's
+    `../shared/data/prices`) would otherwise name nothing, or another file."""
+    from stacks.pricebook import ENV_PRICE_FILE
+
+    chosen = price_file or os.environ.get(ENV_PRICE_FILE)
+    return {ENV_PRICE_FILE: str(Path(chosen).resolve())} if chosen else {}
+
+
+def preview_side(root: Path, stack: str, price_file: Path | str | None = None) -> Side:
     """Run that tree's own `gpuloan preview STACK --json` (its code first on sys.path)."""
     if not (root / f"Pulumi.{stack}.yaml").is_file():
         return Side(missing=True)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
+    env = {**os.environ, **_price_env(price_file),
+           "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
     try:
         result = subprocess.run([sys.executable, "-m", "gpuloan", "preview", stack, "--json"], cwd=root, env=env,
                                 capture_output=True, text=True, timeout=PREVIEW_TIMEOUT_SECONDS)
@@ -243,7 +254,8 @@ def diff_platform(base: dict | None, head: dict | None) -> list[dict]:
     return [{"item": i, "base": old.get(i), "head": new.get(i)} for i in [*new, *(i for i in old if i not in new)]]
 
 
-def cost_diff(repo: Path, base_ref: str, stacks: list[str] | None = None, parallel: int = 2) -> list[StackDiff]:
+def cost_diff(repo: Path, base_ref: str, stacks: list[str] | None = None, parallel: int = 2,
+              price_file: Path | str | None = None) -> list[StackDiff]:
     root = repo_root(repo)
     commit = resolve_ref(root, base_ref)
     with worktree(root, commit) as base_root:
@@ -252,7 +264,7 @@ def cost_diff(repo: Path, base_ref: str, stacks: list[str] | None = None, parall
             raise CostDiffError(f"no Pulumi.<stack>.yaml in {root} or at {base_ref}")
         jobs = [(base_root, s) for s in names] + [(root, s) for s in names]
         with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
-            sides = list(pool.map(lambda job: preview_side(*job), jobs))
+            sides = list(pool.map(lambda job: preview_side(*job, price_file=price_file), jobs))
     return [diff_stack(s, sides[i], sides[len(names) + i]) for i, s in enumerate(names)]
 
 

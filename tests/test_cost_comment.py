@@ -180,3 +180,18 @@ def test_a_base_previewed_before_content_hashing_does_not_show_the_lambda_code_a
     new_code = {"resources": [fn({"asset": "FileArchive", "sha256": "cd" * 32}, "h2")]}
     assert cost_diff.diff_resources(old, same)[2] == []
     assert [keys for _, keys in cost_diff.diff_resources(old, new_code)[2]] == [["sourceCodeHash"]]
+
+
+@requires_shared_prices
+def test_a_relative_price_file_prices_both_sides(fallback_raised, monkeypatch):
+    """The Makefile exports GPULOAN_PRICE_FILE=../shared/data/prices; the base side runs in a temporary worktree."""
+    from conftest import SHARED_PRICES
+
+    repo, _ = fallback_raised
+    link = repo.parent / "prices"  # beside the checkout, as ../shared/data is beside this one (a link, no copy)
+    if not link.exists():
+        link.symlink_to(SHARED_PRICES, target_is_directory=True)
+    monkeypatch.chdir(repo)
+    monkeypatch.setenv("GPULOAN_PRICE_FILE", "../prices")
+    (diff,) = cost_diff.cost_diff(repo, "HEAD", ["prod"])
+    assert diff.base.ok and diff.head.ok, (diff.base.error, diff.head.error)
