@@ -44,6 +44,7 @@ def run(args, ce=None) -> int:
 
         ce = boto3.client("ce", region_name=CE_REGION)
     try:
+        print(f"reading {period.month} from Cost Explorer ...", file=sys.stderr)  # progress: stderr, never stdout
         fetched = cost_report.fetch(ce, cfg.environment, period)
     except cost_report.CostReportError as err:
         print(f"error: {err}", file=sys.stderr)

@@ -54,7 +54,8 @@ class PriceSourceError(ValueError):
 
 @dataclass(frozen=True)
 class Rate:
-    """One hourly rate and where it was read: the shape shared by platform rates and user-supplied rates."""
+    """One hourly rate and where it was read. Platform rates use PlatformRate (any unit); a price file's platform
+    entry in this hourly shape (`usd_per_hour`) is still read, as unit "hour"."""
 
     usd_per_hour: float
     source: str
