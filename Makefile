@@ -3,8 +3,9 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STACK ?= dev
+.DEFAULT_GOAL := help  # `make` alone lists the targets
 
-.PHONY: preview test test-deep install dev-install lint bench-config bench-policy bench-sim benchmark schema clean
+.PHONY: help preview test test-deep install dev-install lint bench-config bench-policy bench-sim benchmark schema clean
 
 # Public data beside the project (never copied into it): the price table is the offline price file when present,
 # unless the caller set one; otherwise prices come from the cache `gpuloan prices refresh` fills (docs/prices.md).
@@ -29,7 +30,13 @@ $(VENV)/.dev: $(VENV)/.runtime requirements-dev.txt
 	$(BIN)/python -m pip install --quiet -r requirements-dev.txt
 	touch $@
 
+## help: list the targets with what they do (this list)
+help:
+	@sed -n 's/^## \([a-z-]*\): \(.*\)/\1\t\2/p' $(MAKEFILE_LIST) | awk -F '\t' '{ printf "  %-14s %s\n", $$1, $$2 }'
+
+## install: the virtual environment with gpuloan and its runtime dependencies (.venv)
 install: $(VENV)/.runtime
+## dev-install: install plus the test and lint tools
 dev-install: $(VENV)/.dev
 
 ## preview: validate the dev stack and show its offline preview (resources and monthly cost); STACK=prod for prod
@@ -46,21 +53,27 @@ test: $(VENV)/.dev
 test-deep: $(VENV)/.dev
 	GPULOAN_HYPOTHESIS_PROFILE=deep $(BIN)/python -m pytest -q -n 0 tests/test_policy_properties.py
 
+## schema: regenerate docs/config.schema.json and docs/config.md from the config model
 schema: $(VENV)/.runtime
 	$(BIN)/python -m gpuloan schema > docs/config.schema.json
 	$(BIN)/python -m gpuloan schema --markdown > docs/config.md
 
+## bench-config: time config validation
 bench-config: $(VENV)/.runtime
 	$(BIN)/python scripts/bench_config.py
 
+## bench-policy: time the policy decision function
 bench-policy: $(VENV)/.dev
 	$(BIN)/python scripts/bench_policy.py
 
+## bench-sim: time the simulator on the ITP traces (../shared/data/traces)
 bench-sim: $(VENV)/.runtime
 	$(BIN)/python scripts/bench_sim.py --traces $(TRACES)
 
+## benchmark: our policy vs the baselines on the ITP traces
 benchmark: $(VENV)/.runtime
 	$(BIN)/python scripts/benchmark.py --traces $(TRACES)
 
+## clean: remove the virtual environment and test caches
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -23,7 +23,7 @@ import statistics
 from dataclasses import dataclass, field
 
 from stacks.instance_types import InstanceType
-from stacks.pricebook import CommitmentRate, Price, PriceBook, RegionPrices
+from stacks.pricebook import EC2_PLATFORM_PREFIX, CommitmentRate, PlatformRate, Price, PriceBook, RegionPrices
 
 PRICE_LIST_SOURCE = "AWS Price List Query API (pricing:GetProducts)"
 SPOT_SOURCE = "EC2 DescribeSpotPriceHistory"
@@ -153,6 +153,115 @@ def _reserved_rate(instance_type: str, region: str, term: dict) -> CommitmentRat
     return CommitmentRate(instance_type, region, f"reserved_{years}yr_{option}{klass}", round(effective, 6),
                           PRICE_LIST_SOURCE, term.get("effectiveDate", "")[:10],
                           notes=f"hourly {hourly} + upfront {upfront} over {years} year(s)")
+
+
+# --- Price List: platform rates (EKS, NAT, EBS, KMS, CloudWatch, Lambda) -----------------------------------
+
+# key -> (service code, filters besides regionCode, usage type suffix, Price List unit). Usage types carry a
+# region prefix ("USE1-NatGateway-Hours"; none in some regions), so the query narrows with CONTAINS and the answer
+# is kept only where the usage type is the suffix itself or ends with "-" + suffix ("RegionalNatGateway-Hours"
+# and "Lambda-GB-Second-ARM" are other products). Exactly one SKU must remain, as for instances.
+PLATFORM_QUERIES: dict[str, tuple[str, tuple[tuple[str, str, str], ...], str, str]] = {
+    "eks_cluster": ("AmazonEKS", (), "AmazonEKS-Hours:perCluster", "Hrs"),
+    "nat_gateway": ("AmazonEC2", (("TERM_MATCH", "productFamily", "NAT Gateway"),), "NatGateway-Hours", "Hrs"),
+    "nat_gateway_data": ("AmazonEC2", (("TERM_MATCH", "productFamily", "NAT Gateway"),), "NatGateway-Bytes", "GB"),
+    "ebs_gp3_storage": ("AmazonEC2", (("TERM_MATCH", "productFamily", "Storage"),
+                                      ("TERM_MATCH", "volumeApiName", "gp3")), "EBS:VolumeUsage.gp3", "GB-Mo"),
+    "kms_key": ("awskms", (), "KMS-Keys", "Keys"),
+    "cloudwatch_alarm": ("AmazonCloudWatch", (), "CW:AlarmMonitorUsage", "Alarms"),
+    "cloudwatch_dashboard": ("AmazonCloudWatch", (), "DashboardsUsageHour", "Dashboards"),
+    "cloudwatch_metric": ("AmazonCloudWatch", (), "CW:MetricMonitorUsage", "Metrics"),
+    "cloudwatch_logs_ingest": ("AmazonCloudWatch", (), "DataProcessing-Bytes", "GB"),
+    "lambda_request": ("AWSLambda", (), "Request", "Requests"),
+    "lambda_gb_second_x86_64": ("AWSLambda", (), "Lambda-GB-Second", "Lambda-GB-Second"),
+    "lambda_gb_second_arm64": ("AWSLambda", (), "Lambda-GB-Second-ARM", "Lambda-GB-Second"),
+}
+
+
+def _usage_type_matches(usage_type: str, suffix: str) -> bool:
+    return usage_type == suffix or usage_type.endswith("-" + suffix)
+
+
+def platform_filters(key: str, region: str) -> list[dict]:
+    _, extra, suffix, _ = PLATFORM_QUERIES[key]
+    return ([{"Type": "TERM_MATCH", "Field": "regionCode", "Value": region}]
+            + [{"Type": t, "Field": f, "Value": v} for t, f, v in extra]
+            + [{"Type": "CONTAINS", "Field": "usagetype", "Value": suffix}])
+
+
+def _first_paid_tier(dimensions: list[dict]) -> float | None:
+    """The list price of the first tier that costs money (tiered items: CloudWatch, Lambda): free tiers are not
+    subtracted and volume discounts not applied, so the estimate is an upper bound for small stacks."""
+    paid = sorted(((float(d.get("beginRange") or 0), float(d.get("pricePerUnit", {}).get("USD", "0")))
+                   for d in dimensions), key=lambda x: x[0])
+    return next((usd for _, usd in paid if usd > 0), None)
+
+
+class PlatformPriceReader:
+    def __init__(self, pricing_client):
+        self._client = pricing_client
+
+    def _products(self, service: str, filters: list[dict], what: str) -> list[dict]:
+        out, token = [], None
+        while True:
+            kwargs = {"ServiceCode": service, "Filters": filters, "FormatVersion": "aws_v1", "MaxResults": 100}
+            if token:
+                kwargs["NextToken"] = token
+            page = _call(f"Price List for {what}", self._client.get_products, **kwargs)
+            out += [json.loads(p) if isinstance(p, str) else p for p in page.get("PriceList", [])]
+            token = page.get("NextToken")
+            if not token:
+                return out
+
+    def rate(self, key: str, region: str) -> PlatformRate:
+        from stacks.pricebook import platform_unit
+
+        service, _, suffix, unit = PLATFORM_QUERIES[key]
+        what = f"{key} ({service} {suffix}) in {region}"
+        products = [p for p in self._products(service, platform_filters(key, region), what)
+                    if _usage_type_matches(p.get("product", {}).get("attributes", {}).get("usagetype", ""), suffix)]
+        if not products:
+            raise NoPrice(f"the Price List has no {service} product with usage type {suffix} in {region} (empty answer)")
+        if len(products) > 1:
+            skus = ", ".join(sorted(p.get("product", {}).get("sku", "?") for p in products))
+            raise NoPrice(f"the Price List has {len(products)} SKUs for {what} ({skus}); refusing to guess")
+        product = products[0]
+        sku = product.get("product", {}).get("sku", "?")
+        terms = list(product.get("terms", {}).get("OnDemand", {}).values())
+        dims = [d for t in terms for d in t.get("priceDimensions", {}).values()]
+        # The unit names are the Price List's ("Hrs", "GB-Mo" ...); where a product spells it otherwise, its
+        # dimensions are still one item's tiers (the usage type fixes what is billed).
+        dims = [d for d in dims if d.get("unit") == unit] or dims
+        usd = _first_paid_tier(dims)
+        if usd is None:
+            raise NoPrice(f"the Price List SKU {sku} for {what} has no on-demand USD price per {unit} (missing price)")
+        as_of = (terms[0].get("effectiveDate", "") if terms else "")[:10]
+        return PlatformRate(usd, platform_unit(key), f"{PRICE_LIST_SOURCE}: {service} {sku} ({suffix})", as_of)
+
+    def instance_rate(self, instance_type: str, region: str) -> PlatformRate:
+        """A non-GPU instance's on-demand hourly rate (the system nodes), keyed ec2:<type> in the price book."""
+        listed = PriceListReader(self._client).price(instance_type, region)
+        return PlatformRate(listed.ondemand_usd_per_hour, "hour", f"{PRICE_LIST_SOURCE}: AmazonEC2 {instance_type}",
+                            listed.as_of)
+
+
+def refresh_platform(region: str, system_instance_types: list[str], *, pricing_client,
+                     keys: list[str] | None = None) -> tuple[dict[str, PlatformRate], list[str]]:
+    """The platform rates of `region` ({key: rate}) and one problem line per rate that could not be read."""
+    reader = PlatformPriceReader(pricing_client)
+    rates: dict[str, PlatformRate] = {}
+    problems: list[str] = []
+    for key in keys or list(PLATFORM_QUERIES):
+        try:
+            rates[key] = reader.rate(key, region)
+        except PriceFetchError as err:
+            problems.append(f"platform {key}: {err}")
+    for t in system_instance_types:
+        try:
+            rates[EC2_PLATFORM_PREFIX + t] = reader.instance_rate(t, region)
+        except PriceFetchError as err:
+            problems.append(f"platform {EC2_PLATFORM_PREFIX}{t}: {err}")
+    return rates, problems
 
 
 # --- spot --------------------------------------------------------------------------------------------------

@@ -1,7 +1,11 @@
-"""`gpuloan cost-diff --base REF [--stack S ...] [--markdown]`: resources and monthly GPU cost, base vs working tree.
+"""`gpuloan cost-diff --base REF [-s STACK ...] [--format markdown|table|json] [--fail-above $N|N%]`: resources and
+monthly cost, base vs working tree, with an Infracost-style headline (gpuloan/cost_comment.py).
 
 Exit 0 when the diff was made (a base whose config fails validation is reported, not an error), 2 when the
-working tree's config of a stack fails validation or the diff cannot be made (unknown ref, not a git repo).
+working tree's config of a stack fails validation or the diff cannot be made (unknown ref, not a git repo),
+3 when the fixed monthly cost of all stacks rises above `--fail-above` (a required check fails on it).
+With `--format markdown` and nothing changed (no resource, no money figure), nothing is printed on stdout (the
+workflow then leaves the PR comment alone) and stderr says so.
 """
 
 from __future__ import annotations
@@ -13,29 +17,54 @@ from gpuloan import price_args
 from gpuloan.cmd_validate import EXIT_INVALID
 from stacks import catalog
 
+EXIT_ABOVE_THRESHOLD = 3
+
 
 def register(sub) -> None:
     p = sub.add_parser("cost-diff", help="resources added/changed/removed and the monthly cost change vs a git ref")
     p.add_argument("--base", required=True, metavar="REF", help="git ref to compare against (branch, tag, commit)")
-    p.add_argument("--stack", action="append", metavar="S", help="a stack to compare (repeatable); default: all")
-    p.add_argument("--markdown", action="store_true", help="print a Markdown PR comment instead of plain text")
+    p.add_argument("-s", "--stack", action="append", metavar="S", help="a stack to compare (repeatable); default: all")
+    p.add_argument("--format", choices=("markdown", "table", "json"), default=None,
+                   help="markdown: the PR comment; table: plain text (default); json: one document")
+    p.add_argument("--markdown", action="store_true", help="same as --format markdown")
+    p.add_argument("--fail-above", metavar="$N|N%", default=None,
+                   help="exit 3 when the fixed monthly cost of all stacks rises by more than $N (or N percent)")
     price_args.add(p)
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
-    from gpuloan import cost_diff
+    from gpuloan import cost_comment, cost_diff
 
+    fmt = args.format or ("markdown" if args.markdown else "table")
+    threshold = None
+    if args.fail_above is not None:
+        try:
+            threshold = cost_comment.parse_threshold(args.fail_above)
+        except ValueError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return EXIT_INVALID
     try:
         price_args.apply(args)
-        diffs = cost_diff.cost_diff(Path.cwd(), args.base, args.stack)
+        print(f"previewing {', '.join(args.stack) if args.stack else 'every stack'} at {args.base} and in the "
+              "working tree ...", file=sys.stderr)
+        diffs = cost_diff.cost_diff(Path.cwd(), args.base, args.stack, price_file=args.price_file)
     except (cost_diff.CostDiffError, catalog.PriceSourceError) as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_INVALID
-    render = cost_diff.render_markdown if args.markdown else cost_diff.render_text
-    sys.stdout.write(render(diffs, args.base))
+    # Replace/roll warnings of the change, where the rollout module supplies them (one line each).
+    warnings = [w for d in diffs for w in getattr(d, "warnings", None) or []]
+    if fmt == "markdown" and not cost_comment.changed(diffs):
+        print("no resource and no cost changed: nothing to comment", file=sys.stderr)
+    else:
+        sys.stdout.write(cost_comment.RENDERERS[fmt](diffs, args.base, warnings))
     invalid = [d.stack for d in diffs if d.head_invalid]
     if invalid:
         print(f"the working tree's config of {', '.join(invalid)} does not validate", file=sys.stderr)
         return EXIT_INVALID
+    if threshold is not None:
+        why = cost_comment.exceeds(diffs, threshold)
+        if why:
+            print(f"error: {why}", file=sys.stderr)
+            return EXIT_ABOVE_THRESHOLD
     return 0

@@ -1,4 +1,4 @@
-"""`gpuloan cost-report --month YYYY-MM [--stack S] [--csv FILE]`: per-pool chargeback from Cost Explorer.
+"""`gpuloan cost-report --month YYYY-MM [-s STACK] [--csv FILE] [--json]`: per-pool chargeback from Cost Explorer.
 
 Exit codes: 0 report printed (also for an empty month, with a message saying so), 2 bad input (month, stack
 file, config), 3 Cost Explorer refused or could not be reached.
@@ -6,10 +6,11 @@ file, config), 3 Cost Explorer refused or could not be reached.
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
-from gpuloan import cost_report, stackfile
+from gpuloan import cost_report, stack_arg, stackfile
 from stacks import config
 
 EXIT_INVALID = 2
@@ -21,18 +22,18 @@ CE_REGION = "us-east-1"
 def register(sub) -> None:
     p = sub.add_parser("cost-report", help="one month's spend per pool (guaranteed vs elastic) against the budgets")
     p.add_argument("--month", required=True, metavar="YYYY-MM", help="calendar month, e.g. 2026-07")
-    p.add_argument("--stack", default="dev", metavar="STACK_OR_FILE",
-                   help="stack name (reads ./Pulumi.<stack>.yaml) or a stack file; default: dev")
+    stack_arg.add(p)
     p.add_argument("--csv", type=Path, metavar="FILE", help="also write the rows as CSV to FILE")
+    p.add_argument("--json", action="store_true", help="print one JSON document instead of the table")
     p.set_defaults(func=run)
 
 
 def run(args, ce=None) -> int:
     try:
-        _, path = stackfile.resolve(args.stack)
+        _, path = stackfile.resolve(stack_arg.resolve(args))
         cfg = config.from_stack_yaml(stackfile.load(path), path.name)
         period = cost_report.parse_month(args.month)
-    except (stackfile.StackFileError, cost_report.CostReportError) as err:
+    except (stackfile.StackFileError, cost_report.CostReportError, stack_arg.NoStackError) as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_INVALID
     except config.ConfigError as err:
@@ -43,17 +44,21 @@ def run(args, ce=None) -> int:
 
         ce = boto3.client("ce", region_name=CE_REGION)
     try:
+        print(f"reading {period.month} from Cost Explorer ...", file=sys.stderr)  # progress: stderr, never stdout
         fetched = cost_report.fetch(ce, cfg.environment, period)
     except cost_report.CostReportError as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_AWS
     report = cost_report.build_report(cfg, period, fetched, cost_report.tag_status(ce))
-    print(cost_report.render_table(report))
+    if args.json:
+        print(json.dumps(cost_report.to_json(report), indent=2, sort_keys=True))
+    else:
+        print(cost_report.render_table(report))
     if args.csv:
         try:
             cost_report.write_csv(report, args.csv)
         except OSError as err:
             print(f"error: --csv {args.csv}: {err.strerror}", file=sys.stderr)
             return EXIT_INVALID
-        print(f"wrote {len(report.all_rows)} rows to {args.csv}")
+        print(f"wrote {len(report.all_rows)} rows to {args.csv}", file=sys.stderr if args.json else sys.stdout)
     return 0

@@ -5,15 +5,19 @@ from __future__ import annotations
 import json
 import sys
 
-from gpuloan import price_args, stackfile
+from gpuloan import price_args, stack_arg, stackfile
+from gpuloan import cmd_validate
 from gpuloan.cmd_validate import EXIT_INVALID
+from gpuloan.config_json import ConfigJsonError
 from stacks import catalog, config
 
 
 def register(sub) -> None:
     p = sub.add_parser("preview", help="offline preview: resources the program declares and their monthly cost")
-    p.add_argument("stack", metavar="STACK_OR_FILE")
+    stack_arg.add(p, positional=True)
     p.add_argument("--json", action="store_true", help="print one JSON document instead of the tree")
+    p.add_argument("--summary", action="store_true", help="the count line and the cost tables, without the tree")
+    cmd_validate.add_config_json(p)
     price_args.add(p)
     p.set_defaults(func=run)
 
@@ -23,12 +27,13 @@ def run(args) -> int:
 
     try:
         price_args.apply(args)
-        stack, path = stackfile.resolve(args.stack)
-        doc = stackfile.load(path)
+        stack, path = stackfile.resolve(stack_arg.resolve(args))
+        _, doc, _ = cmd_validate.stack_document(str(path), args.config_json)
         # The program next to the stack file is the one previewed (a git worktree previews its own code).
         program = path.parent / "__main__.py"
+        print(f"running the {stack} program offline (Pulumi mocks) ...", file=sys.stderr)
         result = preview_document(stack, doc.get("config") or {}, program if program.is_file() else None)
-    except (stackfile.StackFileError, catalog.PriceSourceError) as err:
+    except (stackfile.StackFileError, catalog.PriceSourceError, stack_arg.NoStackError, ConfigJsonError) as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_INVALID
     except config.ConfigError as err:
@@ -39,7 +44,7 @@ def run(args) -> int:
         json.dump(result, sys.stdout, indent=2, sort_keys=True, default=str)
         print()
     else:
-        from rich.console import Console
+        from gpuloan import tables
 
-        render(result, Console(width=160))
+        render(result, tables.console(), summary=args.summary)
     return 0

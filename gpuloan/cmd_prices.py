@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from gpuloan import price_args, stackfile
+from gpuloan import price_args, stack_arg, stackfile
 from stacks import catalog, pricebook
 
 EXIT_PARTIAL = 1
@@ -20,13 +20,13 @@ def register(sub) -> None:
     p = sub.add_parser("prices", help="read GPU prices from AWS into the local cache, or show the prices in force")
     verbs = p.add_subparsers(dest="verb", required=True, metavar="VERB")
     r = verbs.add_parser("refresh", help="read the stack's prices from AWS (your credentials) into the cache")
-    r.add_argument("-s", "--stack", required=True, help="stack name (reads ./Pulumi.<stack>.yaml) or a file path")
+    stack_arg.add(r)
     r.add_argument("--instance-type", action="append", default=[], metavar="TYPE",
                    help="also read this type (repeatable), e.g. one the config does not use yet")
     r.add_argument("--profile", help="AWS profile (default: the usual AWS credential chain)")
     r.set_defaults(func=run_refresh)
     s = verbs.add_parser("show", help="the prices in force for the stack's instance types, with source and date")
-    s.add_argument("-s", "--stack", required=True, help="stack name (reads ./Pulumi.<stack>.yaml) or a file path")
+    stack_arg.add(s)
     price_args.add(s)
     s.set_defaults(func=run_show)
 
@@ -50,6 +50,18 @@ def stack_targets(doc: dict[str, Any]) -> tuple[str, list[str], list[str]]:
     return region, list(dict.fromkeys(types)), zones
 
 
+def system_instance_types(doc: dict[str, Any]) -> list[str]:
+    """The system node type of a stack that creates its cluster (priced as a platform rate, `ec2:<type>`)."""
+    from stacks.config import SystemNodes
+
+    cluster = (doc.get("config") or {}).get("gpuloan:cluster") or {}
+    if not isinstance(cluster, dict) or cluster.get("mode", "new") != "new":
+        return []
+    nodes = cluster.get("system_nodes") or {}
+    default = SystemNodes.model_fields["instance_type"].default
+    return [str(nodes.get("instance_type") or default) if isinstance(nodes, dict) else default]
+
+
 def _clients(region: str, profile: str | None):
     import boto3
 
@@ -65,9 +77,10 @@ def run_refresh(args, clients=None) -> int:
     from gpuloan import aws_prices
 
     try:
-        _, path = stackfile.resolve(args.stack)
-        region, types, zones = stack_targets(stackfile.load(path))
-    except stackfile.StackFileError as err:
+        _, path = stackfile.resolve(stack_arg.resolve(args))
+        doc = stackfile.load(path)
+        region, types, zones = stack_targets(doc)
+    except (stackfile.StackFileError, stack_arg.NoStackError) as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
     types = list(dict.fromkeys(types + list(args.instance_type)))
@@ -79,6 +92,8 @@ def run_refresh(args, clients=None) -> int:
         print(f"reading {len(types)} instance type(s) in {region} from AWS ...", file=sys.stderr)
         result = aws_prices.refresh(region, types, pricing_client=pricing, ec2_client=ec2, savingsplans_client=plans,
                                     zones=zones, known_facts=catalog.KNOWN)
+        print(f"reading platform rates (EKS, NAT, EBS, KMS, CloudWatch, Lambda) in {region} ...", file=sys.stderr)
+        platform, platform_gaps = aws_prices.refresh_platform(region, system_instance_types(doc), pricing_client=pricing)
     except NoCredentialsError:
         print("error: no AWS credentials; configure them (aws configure / AWS_PROFILE), or use an offline price "
               f"file instead ({pricebook.ENV_PRICE_FILE}, see docs/prices.md)", file=sys.stderr)
@@ -86,9 +101,12 @@ def run_refresh(args, clients=None) -> int:
     except (aws_prices.PriceFetchError, BotoCoreError) as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_PARTIAL
+    body = result.book.regions[region]
+    body.platform.update(platform)
+    # A platform gap leaves that preview row unknown; the GPU prices are still worth caching.
+    result.notes += platform_gaps
     written = pricebook.write_cache(result.book)
     catalog.reset()
-    body = result.book.regions[region]
     for t, p in sorted(body.prices.items()):
         spot = f"${p.spot_usd_per_hour:,.4f}/h spot" if p.spot_usd_per_hour is not None else "no spot price"
         commits = len(body.commitments.get(t, []))
@@ -97,16 +115,18 @@ def run_refresh(args, clients=None) -> int:
         print(f"note: {note}", file=sys.stderr)
     for problem in result.problems:
         print(f"error: {problem}", file=sys.stderr)
-    print(f"cached {len(body.prices)} price(s) for {region}, read {body.read_at}, in {', '.join(map(str, written))}")
+    for key, rate in sorted(body.platform.items()):
+        print(f"{key:<22} ${rate.usd_per_unit:g}/{rate.unit} ({rate.source}, {rate.as_of})")
+    print(f"cached {len(body.prices)} price(s) and {len(body.platform)} platform rate(s) for {region}, read {body.read_at}, in {', '.join(map(str, written))}")
     return EXIT_PARTIAL if result.problems else 0
 
 
 def run_show(args) -> int:
     try:
         price_args.apply(args)
-        _, path = stackfile.resolve(args.stack)
+        _, path = stackfile.resolve(stack_arg.resolve(args))
         region, types, _ = stack_targets(stackfile.load(path))
-    except (stackfile.StackFileError, catalog.PriceSourceError) as err:
+    except (stackfile.StackFileError, catalog.PriceSourceError, stack_arg.NoStackError) as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
     for t in types:
@@ -119,5 +139,10 @@ def run_show(args) -> int:
         print(f"{t:<22} ${p.ondemand_usd_per_hour:,.4f}/h on demand (as of {p.as_of}), {spot}")
         for c in catalog.commitments(t, region):
             print(f"{'':<22} {c.offer}: ${c.usd_per_hour:,.4f}/h ({c.source}, {c.as_of})")
+    for key, rate in sorted(catalog.book().regions.get(region, pricebook.RegionPrices(region, "", "")).platform.items()):
+        print(f"{key:<22} ${rate.usd_per_unit:g}/{rate.unit} ({rate.source}, {rate.as_of})")
+    if not catalog.book().regions.get(region) or not catalog.book().regions[region].platform:
+        print(f"{'platform':<22} no platform rates (EKS, NAT, EBS ...): those preview rows are unknown "
+              "(docs/prices.md, \"Platform rates\")")
     print(catalog.price_source(region))
     return 0

@@ -9,7 +9,7 @@ import json
 import sys
 from dataclasses import replace
 
-from gpuloan import price_args
+from gpuloan import price_args, stack_arg
 from stacks import catalog
 
 EXIT_BAD_INPUT = 2
@@ -18,11 +18,12 @@ EXIT_BAD_INPUT = 2
 def register(sub) -> None:
     p = sub.add_parser("simulate", help="replay a GPU demand trace: our policy vs baselines vs the oracle")
     p.add_argument("--trace", required=True, help="CSV: ITP jobs, generic submit_s,duration_s,gpus, or minute,gpus_demanded")
-    p.add_argument("--stack", required=True, help="stack name (reads ./Pulumi.<stack>.yaml) or a file path")
+    stack_arg.add(p)
     p.add_argument("--pool", help="pool name (default: the stack's first pool)")
     p.add_argument("--days", help="A:B, days counted from 0, both included (e.g. 1:57)")
     p.add_argument("--json", action="store_true", help="print the JSON document instead of the table")
-    p.add_argument("--plot", metavar="PNG", help="write demand vs capacity and cumulative cost to this PNG")
+    p.add_argument("--plot", metavar="FILE", help="write demand vs capacity and cumulative cost to FILE "
+                   "(.png, .svg, or .html: one self-contained page), after the results table")
     p.add_argument("--auto-size", action="store_true",
                    help="size the pool from the trace: floor at the 25th percentile of demand (0 nodes when demand is "
                         "below one node a quarter of the time), elastic max at the peak")
@@ -60,12 +61,18 @@ def run(args) -> int:
     from sim import runner, traces
     from stacks import config
 
+    from gpuloan import plot_args
+
+    problem = plot_args.check(args.plot) if args.plot else None
+    if problem:  # before the run: a bad path must not cost a long simulation
+        print(f"error: {problem}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     try:
         price_args.apply(args)
         trace = traces.read_trace(args.trace)
         if args.days:
             trace = trace.window(*traces.parse_days(args.days))
-        _, path = stackfile.resolve(args.stack)
+        _, path = stackfile.resolve(stack_arg.resolve(args))
         cfg = config.from_stack_yaml(stackfile.load(path), path.name)
         spec = simpool.spec_from_config(cfg, args.pool)
         horizon = None
@@ -80,7 +87,7 @@ def run(args) -> int:
             raise ValueError("--seeds must be >= 1")
         if args.seeds > 1 and (args.sweep_floor or args.plot):
             raise ValueError("--seeds runs the comparison table; use one seed with --sweep-floor or --plot")
-    except (traces.TraceError, config.ConfigError, simpool.PoolError, ValueError) as err:
+    except (traces.TraceError, config.ConfigError, simpool.PoolError, ValueError, stack_arg.NoStackError) as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except stackfile.StackFileError as err:
@@ -100,12 +107,7 @@ def run(args) -> int:
             _seeds_table(doc)
         return 0
     doc = _with_progress(lambda progress: runner.compare(spec, trace, settings, progress=progress), args.json)
-    if args.plot:
-        from sim.plot import plot
-
-        plot(doc, args.plot)
     series = doc.pop("_series")
-    del series
     doc["dominated_by"] = runner.dominated_by(doc)
     peak_gpus = spec.peak_nodes * spec.gpus_per_node
     doc["jobs_larger_than_pool"] = sum(1 for j in getattr(trace, "jobs", ()) if j.gpus > peak_gpus)
@@ -115,6 +117,13 @@ def run(args) -> int:
     else:
         _table(doc)
         print(doc["price_source"])
+    if args.plot:  # after the table: the figures are worth reading while the plot is drawn
+        from gpuloan import plot_args
+        from sim.plot import plot
+
+        sys.stdout.flush()
+        written = plot_args.write(plot, {**doc, "_series": series}, args.plot)
+        print(f"wrote the plot to {written}", file=sys.stderr)
     return 0
 
 
@@ -134,20 +143,17 @@ def _with_progress(fn, quiet: bool):
 
 
 def _table(doc: dict) -> None:
-    from rich.console import Console
-    from rich.table import Table
+    from gpuloan import tables
 
     p = doc["pool"]
     title = (f"{doc['trace']} on pool {p['name']}: floor {p['floor_nodes']} x {p['floor_type']}, elastic "
              f"{p['capacity']} up to {max(p['spot_max_nodes'], p['on_demand_max_nodes'])} x "
              f"{p['spot_type'] or p['on_demand_type']}; oracle ${doc['oracle_cost_usd']:,.0f}")
     jobs = doc["policies"][0].get("p95_wait_minutes") is not None
-    table = Table(title=title)
-    cols = ["policy", "total $", "guaranteed $", "spot $", "on-demand $", "cost/oracle", "GPU-h served"]
-    cols += ["wait p50/p95/p99 min"] if jobs else []
-    cols += ["unmet GPU-h", "interruptions", "lost GPU-h"]
-    for c in cols:
-        table.add_column(c, justify="left" if c == "policy" else "right")
+    cols = ["policy", "total\n$", "guaranteed\n$", "spot\n$", "on-demand\n$", "cost/\noracle", "GPU-h\nserved"]
+    cols += ["wait min\np50/p95/p99"] if jobs else []
+    cols += ["unmet\nGPU-h", "interrup-\ntions", "lost\nGPU-h"]
+    table = tables.table(title, cols, whole=("policy",))
     for r in doc["policies"]:
         name = r["name"] if r["floor_nodes"] == p["floor_nodes"] else f"{r['name']} (floor {r['floor_nodes']})"
         row = [name, f"{r['total_cost_usd']:,.0f}", f"{r['guaranteed_cost_usd']:,.0f}",
@@ -158,7 +164,7 @@ def _table(doc: dict) -> None:
             row.append(f"{r['p50_wait_minutes']:g} / {r['p95_wait_minutes']:g} / {r['p99_wait_minutes']:g}")
         row += [f"{r['unmet_gpu_hours']:,.1f}", str(r["interruptions"]), f"{r['lost_gpu_hours']:,.1f}"]
         table.add_row(*row)
-    console = Console(width=max(160, Console().width))
+    console = tables.console()
     big = doc.get("jobs_larger_than_pool", 0)
     if big:
         console.print(f"[yellow]warning: {big} job(s) need more GPUs than the pool can ever hold; use --auto-size "
@@ -179,6 +185,7 @@ def _sweep(args, spec, trace, settings) -> int:
     peak = spec.peak_nodes
     step = max(1, peak // 12)
     floors = sorted(set(list(range(0, peak + 1, step)) + [peak]))
+    print(f"sweeping {len(floors)} floors from 0 to {peak} node(s) ...", file=sys.stderr)  # progress: stderr
     rows = []
     for floor in floors:
         s = simpool.with_floor(spec, floor)
@@ -190,17 +197,16 @@ def _sweep(args, spec, trace, settings) -> int:
         print(json.dumps({"trace": trace.name, "pool": spec.name, "sweep_floor": rows,
                           "price_source": catalog.price_source(spec.region)}, indent=2))
         return 0
-    from rich.console import Console
-    from rich.table import Table
+    from gpuloan import tables
 
-    table = Table(title=f"floor sweep: {trace.name} on pool {spec.name} (our policy)")
-    for c in ("floor nodes", "floor GPUs", "total $", "cost/oracle", "p95 wait min", "unmet GPU-h", "interruptions"):
-        table.add_column(c, justify="right")
+    table = tables.table(f"floor sweep: {trace.name} on pool {spec.name} (our policy)",
+                         ("floor nodes", "floor GPUs", "total $", "cost/oracle", "p95 wait min", "unmet GPU-h",
+                          "interruptions"), left=("floor nodes",))
     for r in rows:
         table.add_row(str(r["floor_nodes"]), str(r["floor_gpus"]), f"{r['total_cost_usd']:,.0f}",
                       f"{r['cost_over_oracle']:.2f}", str(r["p95_wait_minutes"]), f"{r['unmet_gpu_hours']:,.1f}",
                       str(r["interruptions"]))
-    Console(width=max(120, Console().width)).print(table)
+    tables.console().print(table)
     print(catalog.price_source(spec.region))
     return 0
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import sys
 
-from gpuloan import price_args, stackfile
+from gpuloan import price_args, stack_arg, stackfile
+from gpuloan.config_json import ConfigJsonError
 from stacks import catalog, config
 
 EXIT_INVALID = 2
@@ -12,22 +13,40 @@ EXIT_INVALID = 2
 
 def register(sub) -> None:
     p = sub.add_parser("validate", help="validate Pulumi.<stack>.yaml (every problem, with its path)")
-    p.add_argument("stack", metavar="STACK_OR_FILE", help="a stack name (reads ./Pulumi.<stack>.yaml) or a file path")
+    stack_arg.add(p, positional=True)
+    add_config_json(p)
     price_args.add(p)
     p.set_defaults(func=run)
 
 
-def load_config(stack_or_file: str) -> tuple[str, config.GpuLoanConfig]:
-    """Resolve, read and validate; raises StackFileError or ConfigError."""
+def add_config_json(p) -> None:
+    p.add_argument("--config-json", metavar="FILE",
+                   help="read the config from `pulumi config --show-secrets --json` output instead of the stack "
+                        "file (secrets and keys from an imported ESC environment)")
+
+
+def stack_document(stack_or_file: str, config_json: str | None = None) -> tuple[str, dict, str]:
+    """(stack, a stack-file document, its name for messages): the stack file, or the `--config-json` dump."""
+    from gpuloan import config_json as dump
+
+    if config_json:
+        stack = stackfile.resolve(stack_or_file)[0] if stack_or_file else "stack"
+        return stack, {"config": dump.load(config_json)}, f"{config_json} (pulumi config --json)"
     stack, path = stackfile.resolve(stack_or_file)
-    return stack, config.from_stack_yaml(stackfile.load(path), path.name)
+    return stack, stackfile.load(path), path.name
+
+
+def load_config(stack_or_file: str, config_json: str | None = None) -> tuple[str, config.GpuLoanConfig]:
+    """Resolve, read and validate; raises StackFileError, ConfigJsonError or ConfigError."""
+    stack, doc, source = stack_document(stack_or_file, config_json)
+    return stack, config.from_stack_yaml(doc, source)
 
 
 def run(args) -> int:
     try:
         price_args.apply(args)
-        stack, cfg = load_config(args.stack)
-    except (stackfile.StackFileError, catalog.PriceSourceError) as err:
+        stack, cfg = load_config(stack_arg.resolve(args), getattr(args, "config_json", None))
+    except (stackfile.StackFileError, catalog.PriceSourceError, stack_arg.NoStackError, ConfigJsonError) as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_INVALID
     except config.ConfigError as err:

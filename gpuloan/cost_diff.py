@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -54,6 +55,7 @@ class StackDiff:
     pools: list[dict] = field(default_factory=list)  # rows of the cost table
     totals: dict = field(default_factory=dict)
     node_groups: list = field(default_factory=list)  # gpuloan.rollout.GroupChange: replaced / rolled / deleted
+    platform: list[dict] = field(default_factory=list)  # {item, base, head}: monthly USD, UNKNOWN or None
 
     @property
     def head_invalid(self) -> bool:
@@ -105,11 +107,22 @@ def stacks_in(root: Path) -> list[str]:
     return sorted(p.name[len("Pulumi."):-len(".yaml")] for p in root.glob("Pulumi.*.yaml"))
 
 
-def preview_side(root: Path, stack: str) -> Side:
+def _price_env(price_file: Path | str | None) -> dict[str, str]:
+    """The price source for both sides, as an absolute path: each side runs in its own directory (the base in a
+    temporary worktree), where `--price-file` or a relative $GPULOAN_PRICE_FILE (the Makefile's
+    `../shared/data/prices`) would otherwise name nothing, or another file."""
+    from stacks.pricebook import ENV_PRICE_FILE
+
+    chosen = price_file or os.environ.get(ENV_PRICE_FILE)
+    return {ENV_PRICE_FILE: str(Path(chosen).resolve())} if chosen else {}
+
+
+def preview_side(root: Path, stack: str, price_file: Path | str | None = None) -> Side:
     """Run that tree's own `gpuloan preview STACK --json` (its code first on sys.path)."""
     if not (root / f"Pulumi.{stack}.yaml").is_file():
         return Side(missing=True)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
+    env = {**os.environ, **_price_env(price_file),
+           "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
     try:
         result = subprocess.run([sys.executable, "-m", "gpuloan", "preview", stack, "--json"], cwd=root, env=env,
                                 capture_output=True, text=True, timeout=PREVIEW_TIMEOUT_SECONDS)
@@ -134,6 +147,19 @@ def _resource_key(r: dict) -> str:
     return r["urn"]
 
 
+_OBJECT_REPR = re.compile(r"^<pulumi\.asset\.\w+ object at 0x[0-9a-f]+>$")
+
+
+def _same_input(a: Any, b: Any) -> bool:
+    """Equal inputs; an asset a preview from before content hashing printed as `<pulumi.asset.X object at 0x…>`
+    carries nothing to compare, so it matches any asset (a code change still shows in `sourceCodeHash`)."""
+    if a == b:
+        return True
+    legacy = lambda v: isinstance(v, str) and _OBJECT_REPR.match(v) is not None  # noqa: E731
+    asset = lambda v: legacy(v) or isinstance(v, dict) and "asset" in v  # noqa: E731
+    return (legacy(a) or legacy(b)) and asset(a) and asset(b)
+
+
 def diff_resources(base: dict | None, head: dict | None) -> tuple[list[dict], list[dict], list[tuple[dict, list[str]]]]:
     old = {_resource_key(r): r for r in (base or {}).get("resources", [])}
     new = {_resource_key(r): r for r in (head or {}).get("resources", [])}
@@ -144,20 +170,26 @@ def diff_resources(base: dict | None, head: dict | None) -> tuple[list[dict], li
         if k in old:
             a, b = old[k], new[k]
             keys = sorted({key for key in set(a["inputs"]) | set(b["inputs"])
-                           if a["inputs"].get(key) != b["inputs"].get(key)})
+                           if not _same_input(a["inputs"].get(key), b["inputs"].get(key))})
             keys += [opt for opt in ("ignore_changes", "protect") if a.get(opt) != b.get(opt)]
             if keys:
                 changed.append((b, keys))
     return added, removed, changed
 
 
-COST_FIELDS = ("guaranteed_monthly_usd", "elastic_max_monthly_usd", "budget_monthly_usd", "headroom_monthly_usd")
+# Every money column the preview's cost table shows is diffed (the on-demand fallback ceiling included).
+COST_FIELDS = ("guaranteed_monthly_usd", "elastic_max_monthly_usd", "fallback_max_monthly_usd", "budget_monthly_usd",
+               "headroom_monthly_usd")
 # A cost whose price the price source lacks (the preview's null): shown as such, never as $0 (docs/prices.md).
 UNKNOWN = "unknown"
 
 
 def _cost(value: float | None) -> float | str:
     return UNKNOWN if value is None else value
+
+
+class UpperBound(float):
+    """A figure that is at most this (the budget headroom while some platform rows have no price): shown as ≤$N."""
 
 
 def _headroom(budget: float | None, guaranteed: float | str) -> float | str | None:
@@ -172,6 +204,7 @@ def _pool_figures(pool: dict) -> dict[str, float | str | None]:
     return {
         "guaranteed_monthly_usd": guaranteed,
         "elastic_max_monthly_usd": _cost(pool.get("elastic_max_monthly_usd")),
+        "fallback_max_monthly_usd": _cost(pool.get("fallback_max_monthly_usd")),
         "budget_monthly_usd": budget,
         "headroom_monthly_usd": _headroom(budget, guaranteed),
     }
@@ -179,11 +212,16 @@ def _pool_figures(pool: dict) -> dict[str, float | str | None]:
 
 def _total_figures(cost: dict) -> dict[str, float | str | None]:
     guaranteed = _cost(cost.get("guaranteed_monthly_usd"))
+    headroom = _headroom(cost.get("budget_monthly_usd"), guaranteed)
+    if "platform" in cost and headroom not in (None, UNKNOWN):  # the environment budget pays for the platform too
+        headroom = cost["budget_headroom_monthly_usd"]
+        headroom = UpperBound(headroom) if cost.get("budget_headroom_is_upper_bound") else headroom
     return {
         "guaranteed_monthly_usd": guaranteed,
         "elastic_max_monthly_usd": _cost(cost.get("elastic_max_monthly_usd")),
+        "fallback_max_monthly_usd": _cost(cost.get("fallback_max_monthly_usd")),
         "budget_monthly_usd": cost.get("budget_monthly_usd"),
-        "headroom_monthly_usd": _headroom(cost.get("budget_monthly_usd"), guaranteed),
+        "headroom_monthly_usd": headroom,
     }
 
 
@@ -209,10 +247,20 @@ def diff_stack(stack: str, base: Side, head: Side) -> StackDiff:
         d.node_groups = group_changes(base.doc, head.doc)
     if base.ok or head.ok:
         d.pools, d.totals = diff_costs(base.doc, head.doc)
+        d.platform = diff_platform(base.doc, head.doc)
     return d
 
 
-def cost_diff(repo: Path, base_ref: str, stacks: list[str] | None = None, parallel: int = 2) -> list[StackDiff]:
+def diff_platform(base: dict | None, head: dict | None) -> list[dict]:
+    """Rows {item, base, head} of the platform cost (monthly USD, UNKNOWN, or None where the side lacks it)."""
+    def rows(doc):
+        return {r["item"]: _cost(r["monthly_usd"]) for r in (doc or {}).get("cost", {}).get("platform", [])}
+    old, new = rows(base), rows(head)
+    return [{"item": i, "base": old.get(i), "head": new.get(i)} for i in [*new, *(i for i in old if i not in new)]]
+
+
+def cost_diff(repo: Path, base_ref: str, stacks: list[str] | None = None, parallel: int = 2,
+              price_file: Path | str | None = None) -> list[StackDiff]:
     root = repo_root(repo)
     commit = resolve_ref(root, base_ref)
     with worktree(root, commit) as base_root:
@@ -221,7 +269,7 @@ def cost_diff(repo: Path, base_ref: str, stacks: list[str] | None = None, parall
             raise CostDiffError(f"no Pulumi.<stack>.yaml in {root} or at {base_ref}")
         jobs = [(base_root, s) for s in names] + [(root, s) for s in names]
         with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
-            sides = list(pool.map(lambda job: preview_side(*job), jobs))
+            sides = list(pool.map(lambda job: preview_side(*job, price_file=price_file), jobs))
     return [diff_stack(s, sides[i], sides[len(names) + i]) for i, s in enumerate(names)]
 
 
@@ -231,7 +279,7 @@ def cost_diff(repo: Path, base_ref: str, stacks: list[str] | None = None, parall
 def _usd(value: float | str | None) -> str:
     if value == UNKNOWN:
         return UNKNOWN
-    return "—" if value is None else f"${value:,.0f}"
+    return "—" if value is None else f"{'≤' if isinstance(value, UpperBound) else ''}${value:,.0f}"
 
 
 def _delta(value: float) -> str:
@@ -251,7 +299,7 @@ def money_cell(base: float | None, head: float | None, base_known: bool = True) 
     return f"{_usd(base)} → {_usd(head)} ({_delta((head or 0.0) - (base or 0.0))})"
 
 
-HEADERS = ("pool", "guaranteed (fixed)", "elastic max", "budget", "budget headroom")
+HEADERS = ("pool", "guaranteed (fixed)", "elastic max", "fallback max", "budget", "budget headroom")
 
 
 def cost_rows(d: StackDiff) -> list[list[str]]:
@@ -310,7 +358,8 @@ def render_markdown(diffs: list[StackDiff], base_label: str) -> str:
             lines += ["<details><summary>resources</summary>", "", "| | type | name |", "|---|---|---|",
                       *resource_lines, "", "</details>", ""]
     lines.append("Monthly USD at 730 h/month; guaranteed = on-demand "
-                 "rate of the floor, elastic max = every elastic node up all month (a ceiling), headroom = budget "
+                 "rate of the floor, elastic max = every elastic (spot) node up all month (a ceiling), fallback max = the "
+                 "on-demand fallback group at its max all month (a ceiling), headroom = budget "
                  "minus floor. Offline preview: nothing was created.")
     lines += [f"{d.stack}: {src}" for d, src in _price_sources(diffs)]
     return "\n".join(lines) + "\n"
@@ -335,7 +384,7 @@ def node_group_lines(d: StackDiff) -> list[str]:
     return out + [""]
 
 
-def render_text(diffs: list[StackDiff], base_label: str) -> str:
+def render_text(diffs: list[StackDiff], base_label: str, width: int | None = None) -> str:
     lines = [f"GPU cost diff: {base_label} -> working tree"]
     for d in diffs:
         lines += ["", f"stack {d.stack}"]
@@ -351,10 +400,11 @@ def render_text(diffs: list[StackDiff], base_label: str) -> str:
             for change in d.node_groups:
                 lines.append(f"  node group: {'FLOOR ' if change.is_floor else ''}{change.sentence()}")
         if d.base.ok or d.head.ok:
-            rows = [list(HEADERS), *cost_rows(d)]
-            widths = [max(len(r[i]) for r in rows) for i in range(len(HEADERS))]
-            for r in rows:
-                lines.append("  " + "  ".join(c.ljust(w) if i == 0 else c.rjust(w)
-                                              for i, (c, w) in enumerate(zip(r, widths))))
+            from gpuloan import tables  # the one table style; folds to the terminal's width
+
+            t = tables.table(None, HEADERS)
+            for r in cost_rows(d):
+                t.add_row(*r)
+            lines.append(tables.to_text(t, width=width).rstrip("\n"))
     lines += [f"{d.stack}: {src}" for d, src in _price_sources(diffs)]
     return "\n".join(lines) + "\n"

@@ -230,32 +230,42 @@ def _pct(v: float | None) -> str:
 HEADERS = ("pool", "team", "guaranteed_usd", "elastic_usd", "other_usd", "total_usd", "budget_usd", "pct_of_budget")
 
 
-def render_table(report: Report) -> str:
+def render_table(report: Report, width: int | None = None) -> str:
+    from gpuloan import tables  # the one table style of every command; folds to the terminal's width
+
     show_other = any(r.other_usd for r in report.all_rows)
-    header = ["pool", "team", "guaranteed (fixed)", "elastic (usage)"] + (["other"] if show_other else []) + [
-        "total", "budget", "% of budget"]
-    lines = []
+    # Two-line headers keep the columns as narrow as their figures (a table of eight columns fits 80).
+    header = ["pool", "team", "guaranteed\n(fixed)", "elastic\n(usage)"] + (["other"] if show_other else []) + [
+        "total", "budget", "% of\nbudget"]
+    title = (f"gpuloan cost report: environment {report.environment}, {report.period.month} "
+             f"({report.period.start} to {report.period.end - dt.timedelta(days=1)})\n"
+             f"{report.currency}, {METRIC}, from Cost Explorer")
+    t = tables.table(None, header, left=("pool", "team"))
     for r in report.all_rows:
         cells = [r.pool, r.team, _usd(r.guaranteed_usd), _usd(r.elastic_usd)]
         cells += [_usd(r.other_usd)] if show_other else []
-        cells += [_usd(r.total_usd), _usd(r.budget_usd), _pct(r.pct_of_budget)]
-        lines.append(cells)
-    widths = [max(len(str(x)) for x in col) for col in zip(header, *lines)]
-
-    def fmt(cells):
-        return "  ".join(str(c).ljust(w) if i < 2 else str(c).rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
-
-    out = [f"gpuloan cost report: environment {report.environment}, {report.period.month} "
-           f"({report.period.start} to {report.period.end - dt.timedelta(days=1)}), {report.currency}, "
-           f"{METRIC}, Cost Explorer",
-           fmt(header), fmt(["-" * w for w in widths])]
-    for r, cells in zip(report.all_rows, lines):
-        if r is report.total:
-            out.append(fmt(["-" * w for w in widths]))
-        out.append(fmt(cells))
+        # A budget is a round figure set in the config: whole dollars (one column narrower)
+        cells += [_usd(r.total_usd), "-" if r.budget_usd is None else f"{r.budget_usd:,.0f}", _pct(r.pct_of_budget)]
+        t.add_row(*cells, end_section=r is report.all_rows[-2])  # a rule above the total
+    out = [title, tables.to_text(t, width=width).rstrip("\n")]
     notes = [f"{r.pool}: {r.note}" for r in [*report.rows, report.untagged] if r.note]
     out += [f"note: {n}" for n in notes] + [f"note: {m}" for m in report.messages]
     return "\n".join(out)
+
+
+def to_json(report: Report) -> dict:
+    """`cost-report --json`: the rows as numbers, with the period and the notes."""
+    return {
+        "environment": report.environment, "month": report.period.month, "start": str(report.period.start),
+        "end_exclusive": str(report.period.end), "currency": report.currency, "metric": METRIC,
+        "rows": [{"pool": r.pool, "team": r.team, "guaranteed_usd": round(r.guaranteed_usd, 2),
+                  "elastic_usd": round(r.elastic_usd, 2), "other_usd": round(r.other_usd, 2),
+                  "total_usd": round(r.total_usd, 2),
+                  "budget_usd": None if r.budget_usd is None else round(r.budget_usd, 2),
+                  "pct_of_budget": None if r.pct_of_budget is None else round(r.pct_of_budget, 1),
+                  "note": r.note} for r in report.all_rows],
+        "messages": list(report.messages),
+    }
 
 
 def write_csv(report: Report, path: Path) -> None:

@@ -24,6 +24,8 @@ class PoolCost:
     guaranteed_usd_per_hour: float | None  # None: no price for the type in the price source
     guaranteed_monthly_usd: float | None
     guaranteed_note: str
+    # Which price each figure uses (on_demand, spot, ...); the floor-economics work adds commitment models.
+    guaranteed_price_model: str
     elastic_instance_types: list[str]
     elastic_max_nodes: int
     elastic_max_gpus: int
@@ -32,6 +34,8 @@ class PoolCost:
     fallback_max_nodes: int
     fallback_usd_per_hour: float | None
     fallback_max_monthly_usd: float | None  # the on-demand fallback group at its max for the whole month
+    elastic_price_model: str
+    fallback_price_model: str
     elastic_note: str
     budget_monthly_usd: float | None
 
@@ -148,6 +152,7 @@ def pool_cost(cfg: GpuLoanConfig, pool: Pool) -> PoolCost:
         # the same figure the config rules check against the budgets
         guaranteed_monthly_usd=None if fixed is None else round(fixed, 2),
         guaranteed_note=g_note,
+        guaranteed_price_model="on_demand" if g else "none",
         elastic_instance_types=list(e.instance_types) if e else [],
         elastic_max_nodes=spot_nodes,
         elastic_max_gpus=spot_nodes * e_gpus_per_node,
@@ -156,6 +161,8 @@ def pool_cost(cfg: GpuLoanConfig, pool: Pool) -> PoolCost:
         fallback_max_nodes=fallback_nodes,
         fallback_usd_per_hour=fallback_rate,
         fallback_max_monthly_usd=_monthly(fallback_rate, fallback_nodes),
+        elastic_price_model=("none" if e is None else "on_demand" if e.capacity == ElasticCapacity.on_demand else "spot"),
+        fallback_price_model="on_demand" if fallback_nodes else "none",
         elastic_note=e_note,
         budget_monthly_usd=pool.budget.monthly_usd if pool.budget else None,
     )

@@ -272,8 +272,45 @@ def _make_monitor(mocks: OfflineMocks, records: list[RecordedResource]):
     return RecordingMonitor(mocks)
 
 
+def _asset_json(value: Any) -> dict[str, Any] | None:
+    """A Pulumi asset or archive as its content hash, or None when `value` is neither.
+
+    Its repr names a memory address (`<pulumi.asset.FileArchive object at 0x…>`), which differs on every run and
+    made every cost-diff report the Lambda's code as changed. The path is left out on purpose: the base side of a
+    cost-diff runs from another checkout, and only the bytes decide whether Pulumi uploads new code.
+    """
+    from pulumi import asset
+
+    if not isinstance(value, (asset.Asset, asset.Archive)):
+        return None
+    kind = type(value).__name__
+    digest = hashlib.sha256()
+    if isinstance(value, asset.StringAsset):
+        digest.update(value.text.encode())
+    elif isinstance(value, (asset.FileAsset, asset.FileArchive)):
+        path = Path(value.path)
+        if path.is_dir():
+            for f in sorted(p for p in path.rglob("*") if p.is_file()):
+                digest.update(f.relative_to(path).as_posix().encode() + b"\0" + f.read_bytes() + b"\0")
+        elif path.is_file():
+            digest.update(path.read_bytes())
+        else:
+            return {"asset": kind, "missing": path.name}
+    elif isinstance(value, (asset.RemoteAsset, asset.RemoteArchive)):
+        digest.update(value.uri.encode())
+    elif isinstance(value, asset.AssetArchive):
+        for name in sorted(value.assets):
+            digest.update(name.encode() + b"\0" + json.dumps(_plain(value.assets[name]), sort_keys=True).encode())
+    else:
+        return {"asset": kind}
+    return {"asset": kind, "sha256": digest.hexdigest()}
+
+
 def _plain(value: Any) -> Any:
-    """Make deserialized property values JSON-friendly (resource references become their URN)."""
+    """Make deserialized property values JSON-friendly (resource references become their URN, assets their hash)."""
+    described = _asset_json(value)
+    if described is not None:
+        return described
     if isinstance(value, dict):
         return {k: _plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):

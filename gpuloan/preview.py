@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from gpuloan import costs, offline
+from gpuloan import costs, offline, platform_costs
 from stacks import config as config_mod
 
 # Inputs worth showing per resource in the tree; the JSON output has every input.
@@ -27,12 +27,41 @@ def preview_document(stack: str, stack_config: dict[str, Any], program: Path | N
     """The `gpuloan preview --json` document. Raises ConfigError before running the program when config is bad."""
     cfg = validated_config(stack_config, f"Pulumi.{stack}.yaml")
     recording = offline.run_program(stack, stack_config, program)
-    return {
+    # Registration order follows the async resolution of outputs and varies run to run; URN order does not.
+    resources = sorted((r.to_json() for r in recording.resources), key=lambda r: r["urn"])
+    cost = costs.stack_cost(cfg).to_json()
+    platform = platform_costs.platform_costs(cfg, resources)
+    known, unknown = platform_costs.total(platform)
+    cost["platform"] = [row.to_json() for row in platform]
+    cost["platform_known_monthly_usd"] = known
+    cost["platform_unknown"] = unknown
+    floor = cost["guaranteed_monthly_usd"]
+    # The fixed monthly bill: the floor plus the platform rows that have a price (the unknown ones are listed).
+    cost["fixed_monthly_usd"] = None if floor is None else round(floor + known, 2)
+    # The environment budget pays for the platform too; with unknown platform rows the headroom is an upper bound.
+    cost["budget_headroom_monthly_usd"] = None if floor is None else round(cost["budget_monthly_usd"] - floor - known, 2)
+    cost["budget_headroom_is_upper_bound"] = bool(unknown)
+    return round_money({
         "stack": stack,
-        "resources": [r.to_json() for r in recording.resources],
+        "resources": resources,
         "outputs": recording.outputs,
-        "cost": costs.stack_cost(cfg).to_json(),
-    }
+        "cost": cost,
+    })
+
+
+def round_money(value: Any, key: str = "") -> Any:
+    """Money to cents (monthly figures) and hourly or per-unit rates to 6 significant digits (a Lambda request
+    costs fractions of a millionth), so float noise never changes the bytes of `preview --json` between runs."""
+    if isinstance(value, dict):
+        return {k: round_money(v, k) for k, v in value.items()}
+    if isinstance(value, list):
+        return [round_money(v, key) for v in value]
+    if isinstance(value, float) and not isinstance(value, bool):
+        if key.endswith("_usd"):
+            return round(value, 2)
+        if "usd_per" in key:
+            return float(f"{value:.6g}")
+    return value
 
 
 def _short(value: Any, width: int = 90) -> str:
@@ -42,10 +71,11 @@ def _short(value: Any, width: int = 90) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def render(doc: dict[str, Any], console) -> None:
-    """Print the resource tree grouped by component, then the cost table."""
-    from rich.table import Table
+def render(doc: dict[str, Any], console, summary: bool = False) -> None:
+    """Print the resource tree grouped by component (not with `summary`), the count line, then the cost tables."""
     from rich.tree import Tree
+
+    from gpuloan import tables
 
     resources = doc["resources"]
     by_parent: dict[str, list[dict]] = {}
@@ -69,14 +99,18 @@ def render(doc: dict[str, Any], console) -> None:
             add(child, c)
 
     tree = Tree(f"[bold]stack {doc['stack']}[/] — {len(resources)} resources (offline preview, nothing is created)")
+    # Pulumi's count line: everything is new to an offline preview (it has no state to compare with).
+    counts = f"+ {len(resources)} to create"
     for r in roots:
         add(tree, r)
-    console.print(tree)
+    if not summary:
+        console.print(tree)
+    console.print(f"[bold]Resources:[/] [green]{counts}[/] (stack {doc['stack']}, offline preview, nothing is created)")
 
     cost = doc["cost"]
-    table = Table(title=f"Estimated monthly cost ({cost['region']}, 730 h/month)")
-    for col in ("pool", "team", "guaranteed (fixed)", "elastic max (spot)", "fallback max (on-demand)", "budget"):
-        table.add_column(col, justify="left" if col in ("pool", "team") else "right")
+    table = tables.table(f"Estimated monthly cost ({cost['region']}, 730 h/month)",
+                         ("pool", "team", "guaranteed\n(fixed)", "elastic max\n(spot)", "fallback max\n(on-demand)",
+                          "budget"), left=("pool", "team"))
     money = lambda v: "unknown" if v is None else f"${v:,.0f}"  # noqa: E731
     for p in cost["pools"]:
         g = (f"{p['guaranteed_nodes']}× {p['guaranteed_instance_type']} {money(p['guaranteed_monthly_usd'])}"
@@ -88,6 +122,7 @@ def render(doc: dict[str, Any], console) -> None:
     table.add_row("[bold]total[/]", "", money(cost["guaranteed_monthly_usd"]), money(cost["elastic_max_monthly_usd"]),
                   money(cost["fallback_max_monthly_usd"]), money(cost["budget_monthly_usd"]))
     console.print(table)
+    render_platform(cost, console)
     for p in cost["pools"]:
         notes = "; ".join(n for n in (p["guaranteed_note"], p["elastic_note"]) if n)
         if notes:
@@ -99,3 +134,30 @@ def render(doc: dict[str, Any], console) -> None:
     console.print(f"  [dim]{cost['price_source']}[/]", soft_wrap=True)
     console.print("  [dim]elastic figures are ceilings (every elastic node up all month); the policy keeps actual "
                   "elastic spend under the budget when enforcement is cap_elastic[/]")
+
+
+def render_platform(cost: dict[str, Any], console) -> None:
+    """The platform rows (EKS, NAT, system nodes, volumes, KMS, CloudWatch, Lambda) and the fixed monthly total."""
+    from gpuloan import tables
+
+    rows = cost.get("platform") or []
+    if not rows:
+        return
+    money = lambda v: "unknown" if v is None else f"${v:,.2f}"  # noqa: E731
+    table = tables.table("Platform (monthly)", ("item", "quantity", "rate", "monthly", "price model"),
+                         left=("item", "price model"))
+    for r in rows:
+        rate = "unknown" if r["usd_per_unit"] is None else f"${r['usd_per_unit']:g}/{r['unit']}"
+        table.add_row(r["item"], f"{r['quantity']:,.6g} {r['unit']}", rate, money(r["monthly_usd"]),
+                      r["price_model"].replace("_", " "))
+    known = cost["platform_known_monthly_usd"]
+    table.add_row("[bold]total[/]", "", "", money(known) + (" + unknown" if cost["platform_unknown"] else ""), "")
+    console.print(table)
+    fixed, headroom = cost.get("fixed_monthly_usd"), cost.get("budget_headroom_monthly_usd")
+    bound = "at most " if cost.get("budget_headroom_is_upper_bound") else ""
+    console.print(f"  fixed monthly (floor + platform): {money(fixed)}"
+                  + (" + unknown platform items" if cost["platform_unknown"] else "")
+                  + f"; budget headroom: {bound}{money(headroom)}")
+    if cost["platform_unknown"]:
+        console.print(f"  [yellow]platform cost unknown[/] for {', '.join(cost['platform_unknown'])}: the price "
+                      "source has no platform rates for them (docs/prices.md#platform-rates)")

@@ -115,6 +115,7 @@ def main(argv: list[str] | None = None) -> int:
              for shortage in scenarios for c in CLUSTERS for k in range(args.seeds)]
     t0 = time.perf_counter()
     done_at = {}
+    print(f"simulating {len(tasks)} runs on {args.workers} worker(s) ...", file=sys.stderr)  # progress: stderr
     with ProcessPoolExecutor(args.workers) as pool:
         results = []
         for task, doc in zip(tasks, pool.map(run_cluster, tasks)):

@@ -19,6 +19,16 @@ from stacks.pricebook import CommitmentRate, Price, PriceSourceError  # noqa: F4
 
 _explicit_file: Path | None = None
 _book: pricebook.PriceBook | None = None
+# (instance type, region) -> Price from the config's `instance_prices` (the user's own, with a source)
+_config_prices: dict[tuple[str, str], Price] = {}
+
+
+def use_config_prices(region: str, prices: dict[str, tuple[float, float | None, str]]) -> None:
+    """Prices a stack config gives for types the price source lacks (replacing those of a config read before)."""
+    _config_prices.clear()
+    for t, (ondemand, spot, source) in prices.items():
+        _config_prices[(t, region)] = Price(t, region, ondemand, spot, "user-config" if spot else "none", None,
+                                            source=f"config gpuloan:instance_prices ({source})", as_of="")
 
 
 def use_price_file(path: Path | str | None) -> None:
@@ -56,8 +66,8 @@ def suggest(name: str, n: int = 3) -> list[str]:
 
 
 def price(instance_type: str, region: str) -> Price | None:
-    """The hourly price of one instance in a region, or None when no price source has the pair."""
-    return book().price(instance_type, region)
+    """The hourly price of one instance in a region (the price source's, else the config's own), or None."""
+    return book().price(instance_type, region) or _config_prices.get((instance_type, region))
 
 
 def commitments(instance_type: str, region: str) -> list[CommitmentRate]:

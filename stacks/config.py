@@ -364,6 +364,23 @@ class Scheduling(Strict):
     kueue: Kueue = Kueue()
 
 
+class CostAssumptions(Strict):
+    """Usage the platform cost estimate cannot read from the plan: assumptions, shown as such (docs/budgets.md)."""
+
+    nat_data_gb_per_month: float = Field(100, ge=0, le=10_000_000, description="GB per month through the NAT gateways (image pulls, AWS APIs without a VPC endpoint); an assumption for the cost estimate.")
+    log_ingest_gb_per_month: float = Field(10, ge=0, le=10_000_000, description="GB per month ingested into CloudWatch Logs (control plane, Container Insights, the policy function); an assumption for the cost estimate.")
+    container_insights_metrics_per_node: int = Field(50, ge=0, le=100_000, description="CloudWatch metrics Container Insights publishes per node (billed as custom metrics); an assumption for the cost estimate.")
+    policy_duration_ms: int = Field(2000, ge=1, le=900_000, description="Average run time of one policy function tick; an assumption for the cost estimate.")
+
+
+class InstancePrice(Strict):
+    """A price the user read somewhere, for an instance type the price source lacks (docs/prices.md)."""
+
+    ondemand_usd_per_hour: float = Field(gt=0, le=10_000, description="On-demand USD per instance-hour.")
+    spot_usd_per_hour: float | None = Field(None, gt=0, le=10_000, description="Spot USD per instance-hour; omit to price spot at on-demand.")
+    source: str = Field(min_length=3, description="Where the price was read (AWS pricing page, a quote, a contract) and when.")
+
+
 class GpuLoanConfig(Strict):
     environment: Slug = Field(description="Environment name (dev, prod, ...): cost tag gpuloan:environment and resource name prefix.")
     region: str = Field(pattern=AWS_REGION, description="AWS region; equal to aws:region when that is set.")
@@ -381,6 +398,8 @@ class GpuLoanConfig(Strict):
         True, description="Protect the floors' reservations and node groups, the EKS cluster and the policy state "
         "table: Pulumi refuses to delete or replace them (the update fails instead). Set false for a change that "
         "is meant to replace one, then back to true.")
+    cost_assumptions: CostAssumptions = CostAssumptions()
+    instance_prices: dict[str, InstancePrice] = Field(default_factory=dict, description="Prices for instance types the price source lacks, each with its source; the price source wins where it has the type.")
 
     @field_validator("default_tags")
     @classmethod
@@ -691,6 +710,9 @@ def parse(data: dict[str, Any], source: str = "config") -> GpuLoanConfig:
     except ValidationError as err:
         problems = _pydantic_problems(err)
         raise ConfigError(problems + _cross_field_problems_of_the_rest(data, err), source) from None
+    # Prices the user gave for types the price source lacks fill those gaps for everything that prices this config.
+    catalog.use_config_prices(cfg.region, {t: (p.ondemand_usd_per_hour, p.spot_usd_per_hour, p.source)
+                                           for t, p in cfg.instance_prices.items()})
     problems = cross_field_problems(cfg)
     if problems:
         raise ConfigError(problems, source)
@@ -763,20 +785,60 @@ def namespace_problems(keys) -> list[tuple[str, str]]:
     return problems
 
 
+CONFIG_JSON_HINT = ("validate the decrypted values with `pulumi config --show-secrets --json -s STACK > cfg.json` "
+                    "and `gpuloan validate -s STACK --config-json cfg.json` (delete cfg.json afterwards)")
+
+
+def secure_paths(value: Any, path: str = "") -> list[str]:
+    """Paths of Pulumi secrets (`{secure: <ciphertext>}`) in a stack file's values: gpuloan cannot decrypt them."""
+    if isinstance(value, dict):
+        if set(value) == {"secure"} and isinstance(value["secure"], str):
+            return [path or "(root)"]
+        return [p for k, v in value.items() for p in secure_paths(v, f"{path}.{k}" if path else str(k))]
+    if isinstance(value, list):
+        return [p for i, v in enumerate(value) for p in secure_paths(v, f"{path}[{i}]")]
+    return []
+
+
+def _esc_environments(doc: dict[str, Any]) -> list[str]:
+    """The Pulumi ESC environments a stack file imports (`environment: [a, b]` or `environment: {imports: [...]}`)."""
+    env = (doc or {}).get("environment")
+    if isinstance(env, dict):
+        env = env.get("imports")
+    if isinstance(env, str):
+        env = [env]
+    return [str(e) for e in env or [] if isinstance(e, (str, int))]
+
+
 def from_stack_yaml(doc: dict[str, Any], source: str) -> GpuLoanConfig:
-    """Pulumi.<env>.yaml's `config:` map → the `gpuloan:` namespace → GpuLoanConfig."""
+    """Pulumi.<env>.yaml's `config:` map → the `gpuloan:` namespace → GpuLoanConfig.
+
+    A value the file holds only encrypted (`secure:`), or a key an imported ESC environment may supply, gets a
+    message saying so and how to validate the real values, instead of a type error or "Field required"."""
     config = (doc or {}).get("config") or {}
     if not isinstance(config, dict):
         raise ConfigError([("config", "must be a mapping of 'namespace:key' to values")], source)
     data = {k.split(":", 1)[1]: v for k, v in config.items() if isinstance(k, str) and k.startswith("gpuloan:")}
     problems = namespace_problems(config)
     aws_region = config.get("aws:region")
+    secrets = secure_paths(data)
     try:
         cfg = parse(data, source)
     except ConfigError as err:
         problems += err.problems
         cfg = None
     problems += region_problems(aws_region, data.get("region"))
+    if secrets:
+        secret_set = set(secrets)
+        problems = [(path, msg) for path, msg in problems
+                    if not any(path == s or path.startswith(s + ".") or path.startswith(s + "[") for s in secret_set)]
+        problems += [(path, "a Pulumi secret (`secure:`), encrypted in the stack file: gpuloan cannot read it "
+                      f"offline; {CONFIG_JSON_HINT}") for path in secrets]
+    imported = _esc_environments(doc)
+    if imported:
+        problems = [(path, f"{msg}: not in {source}; the stack imports the ESC environment(s) "
+                     f"{', '.join(imported)}, which may supply it: {CONFIG_JSON_HINT}")
+                    if msg == "Field required" else (path, msg) for path, msg in problems]
     if problems:
         raise ConfigError(problems, source)
     return cfg

@@ -17,9 +17,10 @@ table's CSV (`aws_gpu_prices.csv`, columns in its SOURCE.md), or a folder holdin
   row, the Spot Instance Advisor estimate (on-demand x (1 - savings)), labelled as an estimate; else no spot price;
 - interruption frequency: the Spot Instance Advisor bucket (the simulator's interruption rate).
 
-Room for later: `commitments` (Reserved Instance, Savings Plans, Capacity Block rates; floors paid at commitment
-rates) and `platform` rates (EKS, NAT, EBS ...) per region use the same Rate shape, a user-supplied rate included
-(its `source` says where the user read it).
+`commitments` hold Reserved Instance, Savings Plans and Capacity Block rates; `platform` holds per-region rates of
+the non-GPU parts of a stack (EKS, NAT, EBS, KMS, CloudWatch, Lambda, system node types), each per its billing unit
+(PLATFORM_UNITS) with its `source`. The public CSV has no platform rates: offline they come only from a user's
+price file.
 
 Stdlib only: the policy pack (guardrails/) imports it through stacks/catalog.py.
 """
@@ -53,11 +54,50 @@ class PriceSourceError(ValueError):
 
 @dataclass(frozen=True)
 class Rate:
-    """One hourly rate and where it was read: the shape shared by platform rates and user-supplied rates."""
+    """One hourly rate and where it was read. Platform rates use PlatformRate (any unit); a price file's platform
+    entry in this hourly shape (`usd_per_hour`) is still read, as unit "hour"."""
 
     usd_per_hour: float
     source: str
     as_of: str  # ISO date the rate was read or published
+
+
+# The platform (non-GPU) rates a stack's cost needs, per region: key -> (unit, what it prices). The unit is the
+# Price List's billing unit; a file giving another unit for a key is refused (an hourly rate read as per-month
+# would be off 730 times). System node instance types are keyed `ec2:<instance type>` (unit hour).
+PLATFORM_UNITS: dict[str, tuple[str, str]] = {
+    "eks_cluster": ("hour", "EKS cluster (control plane), standard support"),
+    "nat_gateway": ("hour", "NAT gateway"),
+    "nat_gateway_data": ("GB", "NAT gateway data processed"),
+    "ebs_gp3_storage": ("GB-month", "EBS gp3 volume storage"),
+    "kms_key": ("month", "KMS customer managed key"),
+    "cloudwatch_alarm": ("month", "CloudWatch standard-resolution metric alarm"),
+    "cloudwatch_dashboard": ("month", "CloudWatch dashboard"),
+    "cloudwatch_metric": ("month", "CloudWatch custom metric (Container Insights metrics are billed as these)"),
+    "cloudwatch_logs_ingest": ("GB", "CloudWatch Logs ingestion (standard class)"),
+    "lambda_request": ("request", "Lambda request"),
+    "lambda_gb_second_arm64": ("GB-second", "Lambda duration, arm64"),
+    "lambda_gb_second_x86_64": ("GB-second", "Lambda duration, x86_64"),
+}
+EC2_PLATFORM_PREFIX = "ec2:"
+
+
+def platform_unit(key: str) -> str | None:
+    """The unit a platform rate key must carry, or None for a key gpuloan does not know."""
+    if key.startswith(EC2_PLATFORM_PREFIX) and len(key) > len(EC2_PLATFORM_PREFIX):
+        return "hour"
+    spec = PLATFORM_UNITS.get(key)
+    return spec[0] if spec else None
+
+
+@dataclass(frozen=True)
+class PlatformRate:
+    """One platform rate per unit (an hour, a GB, a request ...) and where it was read."""
+
+    usd_per_unit: float
+    unit: str
+    source: str
+    as_of: str
 
 
 @dataclass(frozen=True)
@@ -99,7 +139,7 @@ class RegionPrices:
     prices: dict[str, Price] = field(default_factory=dict)
     not_offered: dict[str, str] = field(default_factory=dict)  # type -> why it has no price here
     commitments: dict[str, list[CommitmentRate]] = field(default_factory=dict)
-    platform: dict[str, Rate] = field(default_factory=dict)
+    platform: dict[str, PlatformRate] = field(default_factory=dict)
 
     def to_json(self) -> dict:
         types: dict[str, dict] = {}
@@ -139,11 +179,29 @@ class RegionPrices:
                         reference_ondemand_usd_per_hour=c.get("reference_ondemand_usd_per_hour"),
                         notes=str(c.get("notes") or "")))
             for k, r in (d.get("platform") or {}).items():
-                out.platform[k] = Rate(_positive(r["usd_per_hour"], f"{where}: regions.{region}.platform.{k}"),
-                                       str(r["source"]), str(r["as_of"]))
+                out.platform[k] = _platform_rate(k, r, f"{where}: regions.{region}.platform.{k}")
         except KeyError as err:
             raise PriceSourceError(f"{where}: regions.{region}: missing key {err}") from None
         return out
+
+
+def _platform_rate(key: str, r: dict, at: str) -> PlatformRate:
+    """`{usd_per_unit, unit, source, as_of}`; `{usd_per_hour, ...}` is the same with unit "hour"."""
+    unit = platform_unit(key)
+    if unit is None:
+        known = ", ".join([*PLATFORM_UNITS, EC2_PLATFORM_PREFIX + "<instance type>"])
+        raise PriceSourceError(f"{at}: unknown platform rate (known: {known})")
+    if not isinstance(r, dict):
+        raise PriceSourceError(f"{at}: expected {{usd_per_unit, unit, source, as_of}}")
+    given_unit = str(r.get("unit") or ("hour" if "usd_per_hour" in r else ""))
+    if given_unit != unit:
+        raise PriceSourceError(f"{at}.unit: {key} is priced per {unit}, not {given_unit or '(missing)'}")
+    value = r.get("usd_per_unit", r.get("usd_per_hour"))
+    if value is None:
+        raise PriceSourceError(f"{at}: missing key 'usd_per_unit'")
+    if not str(r.get("source") or "").strip():
+        raise PriceSourceError(f"{at}.source: say where the rate was read (an AWS page, an API, a contract)")
+    return PlatformRate(_positive(value, f"{at}.usd_per_unit"), unit, str(r["source"]), str(r.get("as_of") or ""))
 
 
 @dataclass
@@ -159,6 +217,10 @@ class PriceBook:
     def commitments(self, instance_type: str, region: str) -> list[CommitmentRate]:
         r = self.regions.get(region)
         return list(r.commitments.get(instance_type, [])) if r else []
+
+    def platform_rate(self, key: str, region: str) -> PlatformRate | None:
+        r = self.regions.get(region)
+        return r.platform.get(key) if r else None
 
     def covers(self, region: str) -> bool:
         return region in self.regions

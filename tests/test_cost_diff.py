@@ -52,12 +52,13 @@ def floor_raised(tmp_path_factory):
     return repo, cost_diff.cost_diff(repo, "HEAD~1", ["prod"])
 
 
+# The total headroom counts the platform rows too; the shared data has no platform prices, so it is an upper bound.
 EXPECTED_TABLE = """\
-| pool | guaranteed (fixed) | elastic max | budget | budget headroom |
-|---|---:|---:|---:|---:|
-| training | $32,058 → $48,087 (+$16,029) | $65,678 | $60,000 | $27,942 → $11,913 (−$16,029) |
-| inference | $2,717 | $4,869 | $8,000 | $5,283 |
-| **total** | **$34,775 → $50,804 (+$16,029)** | **$70,547** | **$75,000** | **$40,225 → $24,196 (−$16,029)** |
+| pool | guaranteed (fixed) | elastic max | fallback max | budget | budget headroom |
+|---|---:|---:|---:|---:|---:|
+| training | $32,058 → $48,087 (+$16,029) | $65,678 | $80,358 | $60,000 | $27,942 → $11,913 (−$16,029) |
+| inference | $2,717 | $4,869 | $13,094 | $8,000 | $5,283 |
+| **total** | **$34,775 → $50,804 (+$16,029)** | **$70,547** | **$93,452** | **$75,000** | **≤$40,225 → ≤$24,196 (−$16,029)** |
 """
 
 
@@ -87,7 +88,7 @@ def test_raising_the_floor_changes_the_floor_resources_only(floor_raised):
 
 def test_plain_text_output(floor_raised):
     _, (diff,) = floor_raised
-    out = cost_diff.render_text([diff], "HEAD~1")
+    out = cost_diff.render_text([diff], "HEAD~1", width=200)  # wide enough that no cell folds
     assert "stack prod" in out and "resources: 0 to add" in out
     assert "~ training-guaranteed-ng (aws:eks/nodeGroup:NodeGroup): scalingConfig" in out
     training = next(line for line in out.splitlines() if line.strip().startswith("training"))
@@ -113,7 +114,7 @@ def test_invalid_base_with_valid_head_shows_head_figures(floor_raised):
     diff = cost_diff.diff_stack("prod", cost_diff.Side(problems=["pools[0].guaranteed.nodes: must be >= 1"]), good.head)
     md = cost_diff.render_markdown([diff], "main")
     assert "> **base: config fails validation:**" in md and "> - pools[0].guaranteed.nodes: must be >= 1" in md
-    assert "| training | $48,087 | $65,678 | $60,000 | $11,913 |" in md
+    assert "| training | $48,087 | $65,678 | $80,358 | $60,000 | $11,913 |" in md
     assert "Resources:" not in md  # no resource diff against an unknown base
     assert not diff.head_invalid
 
@@ -140,3 +141,17 @@ def test_unknown_ref_and_non_repository_are_clear_errors(floor_raised, tmp_path,
 def test_worktree_is_removed_afterwards(floor_raised):
     repo, _ = floor_raised
     assert _git(repo, "worktree", "list").count("\n") == 1
+
+
+def test_the_gitops_example_shows_the_real_headline_and_table(floor_raised):
+    """docs/gitops.md's floor 2 -> 3 example is the comment the command really prints."""
+    from gpuloan import cost_comment
+
+    _, (diff,) = floor_raised
+    md = cost_comment.render_markdown([diff], "main")
+    headline = "## 💰 Monthly cost will increase by $16,029 (+46 %)"
+    assert headline in md.splitlines()
+    assert "### stack `prod`: Monthly cost will increase by $16,029 (+46 %)" in md
+    assert EXPECTED_TABLE in md
+    docs = (REPO / "docs" / "gitops.md").read_text()
+    assert headline in docs.splitlines() and EXPECTED_TABLE in docs

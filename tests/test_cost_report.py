@@ -226,3 +226,22 @@ def test_the_installed_command_end_to_end(aws_env, tmp_path):
     rows = {r["pool"]: r for r in csv.DictReader(out_csv.open())}
     assert rows["research"]["total_usd"] == "700.50"  # test-supplied 580 + 120.50
     assert rows["total"]["budget_usd"] == "2500.00" and rows["total"]["pct_of_budget"] == "28.0"
+
+
+def test_json_output_and_an_80_column_table(ce, aws_env, in_repo, capsys, monkeypatch):
+    monkeypatch.setattr(cost_report, "_today", lambda: TODAY)
+    monkeypatch.setenv("COLUMNS", "80")
+    groups = [group("training", "guaranteed", 23_500.0), group("training", "elastic", 10_000.25),
+              group("inference", "guaranteed", 2_700.0), group("", "platform", 1_234.0)]
+    supply(aws_env, page(groups))
+    code, out, err = run_cli(["cost-report", "--month", "2026-07", "-s", "prod", "--json"], ce, capsys)
+    assert code == 0, err
+    doc = json.loads(out)
+    rows = {r["pool"]: r for r in doc["rows"]}
+    assert doc["month"] == "2026-07" and doc["environment"] == "prod"
+    assert rows["training"]["total_usd"] == 33500.25 and rows["training"]["pct_of_budget"] == 55.8
+    supply(aws_env, page(groups))
+    code, out, err = run_cli(["cost-report", "--month", "2026-07", "-s", "prod"], ce, capsys)
+    assert code == 0, err
+    assert "33,500.25" in out  # a figure is never split across lines
+    assert [line for line in out.splitlines() if len(line) > 80 and not line.startswith("note: ")] == []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import subprocess
@@ -87,10 +88,13 @@ def test_config_reference_is_current():
 
 def test_readme_cost_table_matches_the_real_preview():
     readme = (REPO / "README.md").read_text()
-    block = readme.split("For the prod example it ends with:", 1)[1].split("```", 2)[1]
-    rows = [line for line in block.splitlines() if line.startswith(("┃", "│"))]
-    assert len(rows) == 4
-    out = subprocess.run([str(REPO / ".venv" / "bin" / "gpuloan"), "preview", "prod"], cwd=REPO,
-                         capture_output=True, text=True, timeout=300).stdout
+    block = readme.split("For the prod example (`.venv/bin/gpuloan preview -s prod --summary`, 80 columns) it shows:",
+                         1)[1].split("```", 2)[1]
+    rows = [line for line in block.splitlines() if line.strip()]
+    assert any(r.startswith("total") for r in rows) and any(r.startswith("training") for r in rows)
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    out = subprocess.run([str(REPO / ".venv" / "bin" / "gpuloan"), "preview", "-s", "prod", "--summary"], cwd=REPO,
+                         capture_output=True, text=True, timeout=300, env={**env, "COLUMNS": "80"}).stdout
+    lines = [line.rstrip() for line in out.splitlines()]
     for row in rows:
-        assert row in out, f"README row is stale (prices or config changed?): {row}"
+        assert row in lines, f"README row is stale (prices or config changed?): {row}"

@@ -28,6 +28,7 @@ def test_preview_json_has_the_documented_shape(previews, stack):
     rc, doc, err = previews[stack]
     assert rc == 0, err
     assert set(doc) == {"stack", "resources", "outputs", "cost"}
+    assert {"platform", "fixed_monthly_usd", "budget_headroom_monthly_usd", "fallback_max_monthly_usd"} <= set(doc["cost"])
     assert doc["stack"] == stack
     assert doc["resources"], "the program declared no resources"
     for r in doc["resources"]:
@@ -98,3 +99,15 @@ def test_preview_stops_on_bad_config_before_running(tmp_path):
     assert rc == 2 and doc is None
     assert "pools[0].elastic.max_nodes" in err
     assert "nothing was previewed" in err
+
+
+def test_preview_json_is_byte_identical_across_runs():
+    """Same tree, same bytes: assets by content hash, resources in URN order, money rounded (cost-diff relies on it)."""
+    runs = [subprocess.run([sys.executable, "-m", "gpuloan", "preview", "-s", "prod", "--json"], cwd=REPO,
+                           capture_output=True, timeout=300) for _ in range(2)]
+    assert runs[0].returncode == 0, runs[0].stderr
+    assert runs[0].stdout == runs[1].stdout
+    doc = json.loads(runs[0].stdout)
+    code = next(r for r in doc["resources"] if r["type"] == "aws:lambda/function:Function")["inputs"]["code"]
+    assert code["asset"] == "FileArchive" and len(code["sha256"]) == 64  # not `<... object at 0x...>`
+    assert b" object at 0x" not in runs[0].stdout

@@ -177,7 +177,10 @@ def test_preview_without_prices_or_credentials_prints_the_plan_with_costs_unknow
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     assert "stack dev" in result.stdout and "dev-research" in result.stdout  # the whole plan
-    [row] = [line for line in result.stdout.splitlines() if line.startswith("│ research")]
+    lines = result.stdout.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("research "))
+    end = next(i for i in range(start + 1, len(lines)) if not lines[i].startswith(" "))
+    row = " ".join(lines[start:end])  # the pool's row, folded over lines to fit the terminal
     assert row.count("unknown") == 2 and "$" not in row  # floor and elastic ceiling: unknown, no figure
     fix = [line for line in result.stdout.splitlines() if "prices: unknown" in line]
     assert len(fix) == 1 and "gpuloan prices refresh -s STACK" in fix[0] and "GPULOAN_PRICE_FILE" in fix[0]
@@ -390,7 +393,9 @@ def test_refresh_caches_prices_and_says_which_type_the_region_lacks(aws_env, tmp
     with Stubber(pricing) as stub:
         _stub_products(stub, [_product("g6.xlarge", ondemand="0.8048")], "g6.xlarge")
         _stub_products(stub, [], "p4d.24xlarge")
-        rc = cmd_prices.run_refresh(SimpleNamespace(stack=str(stack), instance_type=[], profile=None),
+        _stub_platform(stub, {"eks_cluster": [_platform_product("AmazonEKS", "USE1-AmazonEKS-Hours:perCluster", "Hrs",
+                                                                 "0.1000000000")]}, system_types=["m7i.large"])
+        rc = cmd_prices.run_refresh(SimpleNamespace(stack_option=str(stack), instance_type=[], profile=None),
                                     clients=(pricing, ec2, None))
     assert rc == cmd_prices.EXIT_PARTIAL  # two types could not be priced; the third is cached
     cached = pricebook.load_cache()
@@ -399,6 +404,10 @@ def test_refresh_caches_prices_and_says_which_type_the_region_lacks(aws_env, tmp
     assert "not offered in us-east-1" in cached.why_missing("p9.huge", "us-east-1")
     assert cached.price("p4d.24xlarge", "us-east-1") is None  # empty Price List answer: nothing invented
     assert cached.describe("us-east-1").startswith("prices: AWS APIs")
+    # platform rates are cached beside the GPU prices; the ones AWS did not answer stay absent (unknown)
+    eks = cached.platform_rate("eks_cluster", "us-east-1")
+    assert eks.usd_per_unit == pytest.approx(0.1) and eks.unit == "hour" and "AmazonEKS" in eks.source
+    assert cached.platform_rate("nat_gateway", "us-east-1") is None
 
 
 def test_refresh_without_credentials_points_at_the_offline_file(tmp_path, monkeypatch, capsys):
@@ -408,7 +417,7 @@ def test_refresh_without_credentials_points_at_the_offline_file(tmp_path, monkey
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
     monkeypatch.chdir(REPO)
-    rc = cmd_prices.run_refresh(SimpleNamespace(stack="dev", instance_type=[], profile=None))
+    rc = cmd_prices.run_refresh(SimpleNamespace(stack_option="dev", instance_type=[], profile=None))
     assert rc == cmd_prices.EXIT_BAD_INPUT
     assert "no AWS credentials" in capsys.readouterr().err
 
@@ -418,14 +427,15 @@ def test_cost_diff_shows_unknown_prices_as_unknown_never_as_zero():
 
     def doc(guaranteed):
         pool = {"pool": "research", "guaranteed_monthly_usd": guaranteed, "elastic_max_monthly_usd": None,
-                "budget_monthly_usd": None}
+                "fallback_max_monthly_usd": None, "budget_monthly_usd": None}
         return {"resources": [], "cost": {"pools": [pool], "guaranteed_monthly_usd": guaranteed,
-                                          "elastic_max_monthly_usd": None, "budget_monthly_usd": 2500.0}}
+                                          "elastic_max_monthly_usd": None, "fallback_max_monthly_usd": None,
+                                          "budget_monthly_usd": 2500.0}}
 
     both_unknown = cost_diff.diff_stack("dev", cost_diff.Side(doc(None)), cost_diff.Side(doc(None)))
     rows = cost_diff.cost_rows(both_unknown)
-    assert rows[0] == ["research", "unknown", "unknown", "—", "—"]
-    assert rows[1] == ["total", "unknown", "unknown", "$2,500", "unknown"]
+    assert rows[0] == ["research", "unknown", "unknown", "unknown", "—", "—"]
+    assert rows[1] == ["total", "unknown", "unknown", "unknown", "$2,500", "unknown"]
     newly_priced = cost_diff.diff_stack("dev", cost_diff.Side(doc(None)), cost_diff.Side(doc(730.0)))
     assert cost_diff.cost_rows(newly_priced)[0][1] == "unknown → $730"  # no made-up delta
 
@@ -467,3 +477,81 @@ def test_the_simulator_reads_the_interruption_bucket_from_the_offline_file():
     assert spec.spot_interruption_bucket == catalog.price(spec.spot_type, "us-east-1").interruption_bucket
     assert spec.spot_interruption_bucket is not None
     assert spec.spot_interruptions_per_month == simpool.ADVISOR_BUCKET_PER_MONTH[spec.spot_interruption_bucket]
+
+
+# --- platform rates from the Price List (Stubber) ----------------------------------------------------------
+
+
+def _platform_product(service: str, usage_type: str, unit: str, *tiers: str, sku: str = "PLATFORMSKU0001") -> str:
+    """One Price List entry shaped like AWS's GetProducts example, with one OnDemand term of `tiers` (USD per unit,
+    beginning at 0, 1000, 2000 ...)."""
+    dims = {f"{sku}.JRTCKXETXF.{i}": {"unit": unit, "beginRange": str(i * 1000), "endRange": "Inf",
+                                       "description": f"tier {i}", "appliesTo": [], "rateCode": f"{sku}.{i}",
+                                       "pricePerUnit": {"USD": usd}} for i, usd in enumerate(tiers)}
+    return json.dumps({
+        "product": {"productFamily": "x", "sku": sku, "attributes": {"usagetype": usage_type, "servicecode": service,
+                                                                     "regionCode": "us-east-1"}},
+        "serviceCode": service, "version": "20261101000000", "publicationDate": "2026-11-01T00:00:00Z",
+        "terms": {"OnDemand": {f"{sku}.JRTCKXETXF": {"priceDimensions": dims, "sku": sku,
+                                                     "effectiveDate": "2026-11-01T00:00:00Z",
+                                                     "offerTermCode": "JRTCKXETXF", "termAttributes": {}}}}})
+
+
+def _stub_platform(stub: Stubber, answers: dict[str, list[str]], region="us-east-1", system_types=()):
+    """Every platform query refresh makes, in order; keys not in `answers` get an empty answer."""
+    for key, (service, *_rest) in aws_prices.PLATFORM_QUERIES.items():
+        stub.add_response("get_products", {"FormatVersion": "aws_v1", "PriceList": answers.get(key, [])},
+                          {"ServiceCode": service, "Filters": aws_prices.platform_filters(key, region),
+                           "FormatVersion": "aws_v1", "MaxResults": 100})
+    for t in system_types:
+        _stub_products(stub, answers.get(f"ec2:{t}", []), t, region)
+
+
+def test_platform_filters_narrow_by_region_and_usage_type():
+    filters = aws_prices.platform_filters("ebs_gp3_storage", "eu-west-1")
+    assert {"Type": "TERM_MATCH", "Field": "regionCode", "Value": "eu-west-1"} in filters
+    assert {"Type": "TERM_MATCH", "Field": "volumeApiName", "Value": "gp3"} in filters
+    assert {"Type": "CONTAINS", "Field": "usagetype", "Value": "EBS:VolumeUsage.gp3"} in filters
+
+
+def test_platform_rates_are_read_per_unit_with_their_source():
+    pricing = _client("pricing")
+    answers = {
+        "eks_cluster": [_platform_product("AmazonEKS", "USE1-AmazonEKS-Hours:perCluster", "Hrs", "0.1000000000")],
+        # the zonal gateway's product; the regional one (RegionalNatGateway-Hours) is another product, set aside
+        "nat_gateway": [_platform_product("AmazonEC2", "NatGateway-Hours", "Hrs", "0.0450000000"),
+                        _platform_product("AmazonEC2", "USE1-RegionalNatGateway-Hours", "Hrs", "0.0900000000",
+                                          sku="REGIONALNAT0001")],
+        # tiered, with a free first tier: the first paid tier is used (free tiers are not subtracted)
+        "cloudwatch_logs_ingest": [_platform_product("AmazonCloudWatch", "USE1-DataProcessing-Bytes", "GB",
+                                                     "0.0000000000", "0.5000000000", "0.2500000000")],
+        # x86 and arm64 duration share "Lambda-GB-Second" in their usage types; the suffix tells them apart
+        "lambda_gb_second_x86_64": [_platform_product("AWSLambda", "USE1-Lambda-GB-Second", "Lambda-GB-Second",
+                                                      "0.0000166667"),
+                                    _platform_product("AWSLambda", "USE1-Lambda-GB-Second-ARM", "Lambda-GB-Second",
+                                                      "0.0000133334", sku="ARMSKU000000001")],
+        "ec2:m7i.large": [_product("m7i.large", ondemand="0.1008", reserved=False)],
+    }
+    with Stubber(pricing) as stub:
+        _stub_platform(stub, answers, system_types=["m7i.large"])
+        rates, problems = aws_prices.refresh_platform("us-east-1", ["m7i.large"], pricing_client=pricing)
+    assert rates["eks_cluster"].usd_per_unit == pytest.approx(0.1) and rates["eks_cluster"].unit == "hour"
+    assert rates["eks_cluster"].as_of == "2026-11-01" and "pricing:GetProducts" in rates["eks_cluster"].source
+    assert rates["nat_gateway"].usd_per_unit == pytest.approx(0.045)
+    assert rates["cloudwatch_logs_ingest"].usd_per_unit == pytest.approx(0.5) and rates["cloudwatch_logs_ingest"].unit == "GB"
+    assert rates["lambda_gb_second_x86_64"].usd_per_unit == pytest.approx(0.0000166667)
+    assert rates["ec2:m7i.large"].usd_per_unit == pytest.approx(0.1008)
+    # what AWS did not answer is a problem line, never a made-up rate
+    assert "kms_key" not in rates and any(p.startswith("platform kms_key:") and "empty answer" in p for p in problems)
+
+
+def test_two_platform_skus_for_one_item_are_refused():
+    pricing = _client("pricing")
+    two = [_platform_product("awskms", "USE1-KMS-Keys", "Keys", "1.0"),
+           _platform_product("awskms", "KMS-Keys", "Keys", "1.0", sku="OTHERSKU0000001")]
+    with Stubber(pricing) as stub:
+        stub.add_response("get_products", {"FormatVersion": "aws_v1", "PriceList": two},
+                          {"ServiceCode": "awskms", "Filters": aws_prices.platform_filters("kms_key", "us-east-1"),
+                           "FormatVersion": "aws_v1", "MaxResults": 100})
+        with pytest.raises(aws_prices.NoPrice, match="2 SKUs"):
+            aws_prices.PlatformPriceReader(pricing).rate("kms_key", "us-east-1")
