@@ -79,7 +79,7 @@ CASES = {
 def _validate(tmp_path, capsys, text: str | bytes) -> tuple[int, str]:
     path = tmp_path / "Pulumi.dev.yaml"
     path.write_bytes(text if isinstance(text, bytes) else text.encode())
-    code = cmd_validate.run(argparse.Namespace(stack=str(path)))
+    code = cmd_validate.run(argparse.Namespace(stack_option=str(path), stack_positional=None))
     return code, capsys.readouterr().err
 
 
