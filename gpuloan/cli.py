@@ -18,6 +18,7 @@ COMMANDS = [
     "gpuloan.cmd_cost_diff",
     "gpuloan.cmd_simulate",
     "gpuloan.cmd_prices",
+    "gpuloan.cmd_advise",
 ]
 
 
