@@ -117,7 +117,7 @@ def _meets(point: dict, target: ServiceTarget, jobs: bool) -> list[str]:
 
 def advise(cfg: GpuLoanConfig, pool_name: str, trace, *, target: ServiceTarget | None = None,
            production_share_pct: float | None = None, settings: SimSettings = SimSettings(),
-           sizes: list[int] | None = None, progress=None) -> dict:
+           sizes: list[int] | None = None, peak_from_demand: bool = False, progress=None) -> dict:
     """The advice document of one pool (every point, the recommendation, break-evens); JSON-ready."""
     try:
         spec = simpool.spec_from_config(cfg, pool_name)
@@ -132,6 +132,10 @@ def advise(cfg: GpuLoanConfig, pool_name: str, trace, *, target: ServiceTarget |
     # The stack's budget cap was set for its own floor; simulated under other floors it would measure the
     # mismatch, not the floor. Each point says instead whether it fits the budget.
     spec = replace(spec, budget_monthly_usd=None)
+    if peak_from_demand:
+        # The pool's peak (floor + elastic max) sized to the demand's peak, types and prices kept: for demand the
+        # stack was not sized for (another cluster's trace, a team that has outgrown its elastic max).
+        spec = simpool.auto_size(spec, trace, horizon_minutes=horizon, floor_nodes=0)
     floor_type = spec.floor_type or spec.on_demand_type or spec.spot_type
     rates, missing = payment_rates(cfg, pool_name, floor_type)
     if not rates:
@@ -190,6 +194,7 @@ def advise(cfg: GpuLoanConfig, pool_name: str, trace, *, target: ServiceTarget |
         "floor_instance_type": floor_type,
         "gpus_per_node": spec.gpus_per_node,
         "peak_nodes": spec.peak_nodes,
+        "peak_from_demand": peak_from_demand,
         "elastic": {"capacity": str(spec.capacity), "spot_type": spec.spot_type,
                     "spot_usd_per_hour": spec.spot_usd_per_hour, "on_demand_type": spec.on_demand_type,
                     "on_demand_usd_per_hour": spec.on_demand_usd_per_hour},
@@ -210,7 +215,7 @@ def advise(cfg: GpuLoanConfig, pool_name: str, trace, *, target: ServiceTarget |
     if best is None:
         doc["recommendation"] = None
         doc["summary"] = (f"no floor from 0 to {spec.peak_nodes} nodes meets the target with this pool's elastic "
-                          "capacity; raise elastic.max_nodes or relax service_target")
+                          "capacity; raise elastic.max_nodes (or try --peak-from-demand) or relax service_target")
     else:
         n, p, usd = best
         current = next((pt for pt in points if pt["floor_nodes"] == current_nodes), None)

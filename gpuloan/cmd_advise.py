@@ -38,6 +38,8 @@ def register(sub) -> None:
     p.add_argument("--production-share", type=float, metavar="PCT",
                    help="share of the demand that is production work (default: the pool's service target, else "
                         "100 for tier production, 0 otherwise)")
+    p.add_argument("--peak-from-demand", action="store_true",
+                   help="size the pool's peak (floor + elastic max) to the demand's peak instead of the stack's")
     p.add_argument("--seed", type=int, default=0, help="seed of spot interruptions and shortages (default 0)")
     p.add_argument("--json", action="store_true", help="print one JSON document with every point")
     p.add_argument("--plot", metavar="PNG", help="cost vs floor size per payment (one file per pool: POOL- prefix "
@@ -96,7 +98,8 @@ def run(args) -> int:
             trace = _demand(args, cfg, name)
             target = _target(args, cfg.pool(name).service_target)
             docs.append(advisor.advise(cfg, name, trace, target=target, production_share_pct=args.production_share,
-                                       settings=replace(SimSettings(), seed=args.seed)))
+                                       settings=replace(SimSettings(), seed=args.seed),
+                                       peak_from_demand=args.peak_from_demand))
     except (stackfile.StackFileError, config.ConfigError, traces.TraceError, advisor.AdviceError,
             catalog.PriceSourceError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
