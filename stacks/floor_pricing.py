@@ -47,11 +47,11 @@ OFFERS = {
 BILLING = {
     ON_DEMAND: "on-demand rate around the clock (an ODCR bills whether its capacity is used or not)",
     RESERVED_1YR: "1-year Standard RI, no upfront: billed every hour of the term, used or not; a regional RI "
-    "covers the floor's instance-hours (ODCR ones included), which otherwise bill at on-demand",
+    "covers the floor's instance-hours (those in a capacity reservation too), which otherwise bill at on-demand",
     RESERVED_3YR: "3-year Standard RI, no upfront: billed every hour of the term, used or not; a regional RI "
-    "covers the floor's instance-hours (ODCR ones included), which otherwise bill at on-demand",
+    "covers the floor's instance-hours (those in a capacity reservation too), which otherwise bill at on-demand",
     SAVINGS_PLAN: "Savings Plan, 1 year, no upfront: a committed spend per hour that covers the floor's usage "
-    "(ODCR included) at the plan rate; usage it does not cover bills at on-demand",
+    "(in a capacity reservation too) at the plan rate; usage it does not cover bills at on-demand",
     CAPACITY_BLOCK: "Capacity Block: paid up front for its whole duration at the price quoted when bought; "
     "shown per hour (the OS fee while instances run is extra)",
 }

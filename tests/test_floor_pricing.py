@@ -173,7 +173,7 @@ def test_preview_table_shows_the_price_model_and_its_source(capsys):
     out = capsys.readouterr().out
     assert "2× p4d.24xlarge $19,735 (reserved_1yr)" in out
     assert "training floor rate (reserved_1yr): 0.616 x today's on-demand" in out
-    assert "covers the floor's instance-hours (ODCR ones included)" in out  # how AWS bills it
+    assert "covers the floor's instance-hours (those in a capacity reservation too)" in out  # how AWS bills it
 
 
 def test_pool_budget_rule_uses_the_floors_real_rate():
