@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STACK ?= dev
 
-.PHONY: preview test install dev-install lint bench-config bench-policy bench-sim benchmark schema clean
+.PHONY: preview test install dev-install lint bench-config bench-policy bench-sim bench-advise benchmark schema clean
 
 # Public data beside the project (never copied into it): the price table is the offline price file when present,
 # unless the caller set one; otherwise prices come from the cache `gpuloan prices refresh` fills (docs/prices.md).
@@ -53,6 +53,9 @@ bench-policy: $(VENV)/.dev
 
 bench-sim: $(VENV)/.runtime
 	$(BIN)/python scripts/bench_sim.py --traces $(TRACES)
+
+bench-advise: $(VENV)/.runtime
+	$(BIN)/python scripts/bench_advise.py --traces $(TRACES)
 
 benchmark: $(VENV)/.runtime
 	$(BIN)/python scripts/benchmark.py --traces $(TRACES)
