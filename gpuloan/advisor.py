@@ -9,7 +9,8 @@ the floor is paid, so one simulation per size serves every payment; the floor's 
 
 and the monthly cost of a point is that plus the simulated elastic spend scaled to a 730-hour month.
 
-Service per point: p95 job wait (job traces), unmet share of the demanded GPU-hours, and interruptions of
+Service per point: p95 job wait (job traces), unmet share of the GPU-hours an instant, infinite cluster would
+have served by the horizon (runner.oracle_gpu_hours), and interruptions of
 production work: the simulator runs every job on whatever node is free, so the share of jobs that is production
 work (ServiceTarget.production_share_pct; by default all of a production-tier pool) is charged with that share of
 the interrupted jobs — the expected count when production jobs are a random share of the jobs.
@@ -144,6 +145,7 @@ def advise(cfg: GpuLoanConfig, pool_name: str, trace, *, target: ServiceTarget |
     jobs = hasattr(trace, "jobs")
     profile = simpool.demand_profile(trace, horizon)
     demand_gpu_hours = sum(profile) / 60
+    oracle_hours = runner.oracle_gpu_hours(trace, horizon)
     points = []
     sizes = sizes if sizes is not None else floor_sizes(spec.peak_nodes)
     t0 = time.perf_counter()
@@ -151,7 +153,10 @@ def advise(cfg: GpuLoanConfig, pool_name: str, trace, *, target: ServiceTarget |
         s = simpool.with_floor(spec, n)
         _, m = runner.run_one(s, trace, GpuLoan(), settings, horizon)
         elastic = (m["elastic_spot_cost_usd"] + m["elastic_on_demand_cost_usd"]) * scale
-        demanded = m["demand_gpu_hours"] or 0.0
+        # Unmet: the work an instant, infinite cluster would have done by the horizon, less the useful work done
+        # (the simulator's own unmet figure also counts the tail of jobs still running at the horizon, which no
+        # floor size changes).
+        unmet = max(0.0, oracle_hours - m["gpu_hours_served"])
         point = {
             "floor_nodes": n, "floor_gpus": n * spec.gpus_per_node,
             "elastic_monthly_usd": round(elastic, 2),
@@ -159,8 +164,8 @@ def advise(cfg: GpuLoanConfig, pool_name: str, trace, *, target: ServiceTarget |
             "elastic_on_demand_monthly_usd": round(m["elastic_on_demand_cost_usd"] * scale, 2),
             "monthly_usd": {p: round(n * r.usd_per_hour * HOURS_PER_MONTH + elastic, 2) for p, r in rates.items()},
             "p95_wait_minutes": m["p95_wait_minutes"],
-            "unmet_gpu_hours": m["unmet_gpu_hours"],
-            "unmet_pct": round(100 * m["unmet_gpu_hours"] / demanded, 3) if demanded else 0.0,
+            "unmet_gpu_hours": round(unmet, 3),
+            "unmet_pct": round(100 * unmet / oracle_hours, 3) if oracle_hours else 0.0,
             "jobs_interrupted": m["jobs_interrupted"],
             "spot_interruptions": m["interruptions"],
             "production_interruptions_per_month": round(m["jobs_interrupted"] * share * scale, 2),
