@@ -116,9 +116,31 @@ def _meets(point: dict, target: ServiceTarget, jobs: bool) -> list[str]:
     return missed
 
 
+def _run_size(args) -> tuple[int, dict]:
+    spec, trace, settings, horizon, n = args
+    _, m = runner.run_one(simpool.with_floor(spec, n), trace, GpuLoan(), settings, horizon)
+    return n, m
+
+
+def _simulate(spec, trace, settings: SimSettings, horizon: int, sizes: list[int], jobs: int):
+    """(size, metrics) per floor size, in order; `jobs` > 1 runs the sizes in that many processes (each run is
+    independent and seeded the same way, so the results do not depend on `jobs`)."""
+    work = [(spec, trace, settings, horizon, n) for n in sizes]
+    if jobs <= 1 or len(sizes) <= 1:
+        yield from map(_run_size, work)
+        return
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    # fork: the workers inherit the price book already read (catalog's module state), no re-reading per process.
+    with ProcessPoolExecutor(max_workers=min(jobs, len(sizes)), mp_context=multiprocessing.get_context("fork")) as pool:
+        yield from pool.map(_run_size, work)
+
+
 def advise(cfg: GpuLoanConfig, pool_name: str, trace, *, target: ServiceTarget | None = None,
            production_share_pct: float | None = None, settings: SimSettings = SimSettings(),
-           sizes: list[int] | None = None, peak_from_demand: bool = False, progress=None) -> dict:
+           sizes: list[int] | None = None, peak_from_demand: bool = False, jobs: int = 1,
+           progress=None) -> dict:
     """The advice document of one pool (every point, the recommendation, break-evens); JSON-ready."""
     try:
         spec = simpool.spec_from_config(cfg, pool_name)
@@ -149,9 +171,7 @@ def advise(cfg: GpuLoanConfig, pool_name: str, trace, *, target: ServiceTarget |
     points = []
     sizes = sizes if sizes is not None else floor_sizes(spec.peak_nodes)
     t0 = time.perf_counter()
-    for i, n in enumerate(sizes):
-        s = simpool.with_floor(spec, n)
-        _, m = runner.run_one(s, trace, GpuLoan(), settings, horizon)
+    for i, (n, m) in enumerate(_simulate(spec, trace, settings, horizon, sizes, jobs)):
         elastic = (m["elastic_spot_cost_usd"] + m["elastic_on_demand_cost_usd"]) * scale
         # Unmet: the work an instant, infinite cluster would have done by the horizon, less the useful work done
         # (the simulator's own unmet figure also counts the tail of jobs still running at the horizon, which no
@@ -216,6 +236,7 @@ def advise(cfg: GpuLoanConfig, pool_name: str, trace, *, target: ServiceTarget |
                        for p, r in rates.items() if od is not None and p != floor_pricing.ON_DEMAND},
         "seed": settings.seed,
         "sweep_seconds": round(sweep_seconds, 3),
+        "jobs": jobs,
     }
     if best is None:
         doc["recommendation"] = None

@@ -40,6 +40,8 @@ def register(sub) -> None:
                         "100 for tier production, 0 otherwise)")
     p.add_argument("--peak-from-demand", action="store_true",
                    help="size the pool's peak (floor + elastic max) to the demand's peak instead of the stack's")
+    p.add_argument("--jobs", type=int, default=1, metavar="N",
+                   help="simulate N floor sizes at once in separate processes (default 1; results do not change)")
     p.add_argument("--seed", type=int, default=0, help="seed of spot interruptions and shortages (default 0)")
     p.add_argument("--json", action="store_true", help="print one JSON document with every point")
     p.add_argument("--plot", metavar="PNG", help="cost vs floor size per payment (one file per pool: POOL- prefix "
@@ -88,6 +90,8 @@ def run(args) -> int:
         price_args.apply(args)
         _, path = stackfile.resolve(args.stack)
         cfg = config.from_stack_yaml(stackfile.load(path), path.name)
+        if args.jobs < 1:
+            raise ValueError("--jobs must be at least 1")
         names = [p.name for p in cfg.pools]
         pools = args.pool or names
         for name in pools:
@@ -99,7 +103,7 @@ def run(args) -> int:
             target = _target(args, cfg.pool(name).service_target)
             docs.append(advisor.advise(cfg, name, trace, target=target, production_share_pct=args.production_share,
                                        settings=replace(SimSettings(), seed=args.seed),
-                                       peak_from_demand=args.peak_from_demand))
+                                       peak_from_demand=args.peak_from_demand, jobs=args.jobs))
     except (stackfile.StackFileError, config.ConfigError, traces.TraceError, advisor.AdviceError,
             catalog.PriceSourceError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)

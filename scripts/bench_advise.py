@@ -23,6 +23,7 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--traces", default=str(DEFAULT_TRACES), metavar="DIR", help="folder holding cluster02.csv")
+    parser.add_argument("--jobs", type=int, default=1, help="floor sizes simulated at once (processes); default 1")
     parser.add_argument("--cluster", default="cluster02", help="ITP cluster file name without .csv")
     args = parser.parse_args(argv)
     # Prices: the caller's price file, else the public table beside the project (the advisor needs rates).
@@ -35,11 +36,12 @@ def main(argv: list[str] | None = None) -> int:
     cfg = config.from_stack_yaml(yaml.safe_load((REPO / "Pulumi.prod.yaml").read_text()), "Pulumi.prod.yaml")
     trace = traces.read_trace(Path(args.traces) / f"{args.cluster}.csv").window(0, 29)
     t0, c0 = time.perf_counter(), time.process_time()
-    doc = advisor.advise(cfg, "training", trace, peak_from_demand=True)
-    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    doc = advisor.advise(cfg, "training", trace, peak_from_demand=True, jobs=args.jobs)
+    wall = time.perf_counter() - t0
+    cpu = time.process_time() - c0 if args.jobs == 1 else float("nan")  # workers' CPU is not this process's
     n = len(doc["points"])
     print(f"bench-advise: 30 days x 1 pool ({args.cluster}, {len(trace.jobs)} jobs), {n} floor sizes 0..{doc['peak_nodes']} "
-          f"x {len(doc['rates'])} payments: {wall:.1f} s wall, {cpu:.1f} s CPU, {cpu / n:.2f} s CPU per simulated "
+          f"x {len(doc['rates'])} payments, {args.jobs} job(s): {wall:.1f} s wall, {cpu:.1f} s CPU, {cpu / n:.2f} s CPU per simulated "
           f"pool-month; {doc['summary']}")
     return 0
 

@@ -137,3 +137,9 @@ def test_cli_on_an_itp_cluster_prints_a_recommendation_and_a_plot(tmp_path, monk
     assert "cheapest meeting the target" in out or "no floor from 0" in out
     assert "pays for itself when it is busy more than 62 % of the hours" in out
     assert png.is_file()
+
+
+def test_parallel_sweep_gives_the_same_points():
+    one = advisor.advise(_prod(), "training", _steady(16, days=1), settings=STORMY, sizes=[0, 1, 2])
+    two = advisor.advise(_prod(), "training", _steady(16, days=1), settings=STORMY, sizes=[0, 1, 2], jobs=2)
+    assert one["points"] == two["points"] and one["recommendation"] == two["recommendation"]
