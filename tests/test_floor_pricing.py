@@ -202,3 +202,21 @@ def test_simulator_bills_the_floor_at_its_rate():
     cfg = _cfg()
     spec = simpool.spec_from_config(cfg, "training")
     assert spec.floor_usd_per_hour == floor_pricing.floor_rate("p4d.24xlarge", "us-east-1", "reserved_1yr").usd_per_hour
+
+
+def test_without_any_price_source_a_committed_floor_is_unknown_and_a_user_rate_still_counts(tmp_path, monkeypatch):
+    from stacks import pricebook
+
+    monkeypatch.delenv(pricebook.ENV_PRICE_FILE, raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "empty-cache"))
+    catalog.use_price_file(None)
+    try:
+        cfg = _cfg()  # valid: with no prices at all every cost is unknown, nothing is guessed
+        assert costs.pool_cost(cfg, cfg.pool("training")).guaranteed_monthly_usd is None
+        cfg = _cfg(rate={"usd_per_hour": 10.0, "source": "our RI invoice, 2026-11"})
+        training = costs.pool_cost(cfg, cfg.pool("training"))
+        assert training.guaranteed_monthly_usd == pytest.approx(2 * 10.0 * 730)
+        assert training.guaranteed_rate_source == "your rate: our RI invoice, 2026-11"
+    finally:
+        monkeypatch.undo()
+        catalog.use_price_file(None)
