@@ -25,7 +25,6 @@ import math
 from policy import metric_names as M
 from sim.traces import SeriesTrace
 
-MAX_QUERIES_PER_CALL = 500  # GetMetricData
 
 
 class HistoryError(Exception):
