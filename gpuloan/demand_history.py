@@ -26,7 +26,6 @@ from policy import metric_names as M
 from sim.traces import SeriesTrace
 
 
-
 class HistoryError(Exception):
     """The history could not be read (no credentials, an API error) or holds no data."""
 
