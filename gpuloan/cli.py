@@ -20,6 +20,7 @@ COMMANDS = [
     "gpuloan.cmd_simulate",
     "gpuloan.cmd_prices",
     "gpuloan.cmd_ci_runner",
+    "gpuloan.cmd_advise",
 ]
 
 

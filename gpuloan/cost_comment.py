@@ -224,7 +224,7 @@ def render_markdown(diffs: list[StackDiff], base_label: str, warnings: list[str]
         if changes:
             lines += ["<details><summary>resources</summary>", "", "| | type | name |", "|---|---|---|", *changes,
                       "", "</details>", ""]
-    lines.append("Guaranteed = on-demand rate of the floor; elastic max / fallback max = every spot / on-demand "
+    lines.append("Guaranteed = the floor at the rate it is paid (its price model in the per-resource table); elastic max / fallback max = every spot / on-demand "
                  "fallback node up all month (ceilings); headroom = budget minus floor and platform (≤: some platform "
                  "rows have no price). Offline preview: nothing was created.")
     lines += [f"{d.stack}: {src}" for d, src in cost_diff._price_sources(diffs)]

@@ -357,11 +357,13 @@ def render_markdown(diffs: list[StackDiff], base_label: str) -> str:
         if resource_lines:
             lines += ["<details><summary>resources</summary>", "", "| | type | name |", "|---|---|---|",
                       *resource_lines, "", "</details>", ""]
-    lines.append("Monthly USD at 730 h/month; guaranteed = on-demand "
-                 "rate of the floor, elastic max = every elastic (spot) node up all month (a ceiling), fallback max = the "
+    lines.append("Monthly USD at 730 h/month; guaranteed = the floor at the rate it is paid (price model and "
+                 "source below), elastic max = every elastic (spot) node up all month (a ceiling), fallback max = the "
                  "on-demand fallback group at its max all month (a ceiling), headroom = budget "
                  "minus floor. Offline preview: nothing was created.")
     lines += [f"{d.stack}: {src}" for d, src in _price_sources(diffs)]
+    lines += [f"{d.stack}/{p['pool']} floor: {p['guaranteed_price_model']}, {p['guaranteed_rate_source'] or 'rate unknown'}"
+              for d in diffs if d.head.ok for p in d.head.doc["cost"]["pools"] if p.get("guaranteed_price_model")]
     return "\n".join(lines) + "\n"
 
 

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from stacks import catalog
-from stacks.config import HOURS_PER_MONTH, ElasticCapacity, GpuLoanConfig, Pool, Reservation, guaranteed_monthly_usd
+from stacks import catalog, floor_pricing
+from stacks.config import (HOURS_PER_MONTH, ElasticCapacity, GpuLoanConfig, Pool, Reservation, floor_rate,
+                           guaranteed_monthly_usd)
 
 
 @dataclass(frozen=True)
@@ -24,8 +25,8 @@ class PoolCost:
     guaranteed_usd_per_hour: float | None  # None: no price for the type in the price source
     guaranteed_monthly_usd: float | None
     guaranteed_note: str
-    # Which price each figure uses (on_demand, spot, ...); the floor-economics work adds commitment models.
-    guaranteed_price_model: str
+    guaranteed_price_model: str | None  # how the floor is paid (stacks/floor_pricing.py PAYMENTS); None: no floor
+    guaranteed_rate_source: str  # where the floor's rate was read ("" when unknown or no floor)
     elastic_instance_types: list[str]
     elastic_max_nodes: int
     elastic_max_gpus: int
@@ -102,16 +103,13 @@ def _monthly(usd_per_hour: float | None, nodes: int) -> float | None:
 
 def pool_cost(cfg: GpuLoanConfig, pool: Pool) -> PoolCost:
     g, e = pool.guaranteed, pool.elastic
-    g_rate, g_note = 0.0, ""
+    g_rate, g_note, g_model, g_source = 0.0, "", None, ""
     if g is not None:
-        g_price = catalog.price(g.instance_type, cfg.region)
-        g_rate = g_price.ondemand_usd_per_hour if g_price else None
-        g_note = {
-            Reservation.none: "on-demand price; no reservation, so the floor is not guaranteed to launch",
-            Reservation.odcr: "on-demand price (a capacity reservation bills at the on-demand rate, used or not)",
-            Reservation.capacity_block: "shown at the on-demand rate; a Capacity Block is billed up front at the "
-            "price quoted when you bought it",
-        }[g.reservation]
+        rate = floor_rate(cfg, pool)
+        g_rate = rate.usd_per_hour if rate else None
+        g_model, g_source = g.price_model, (rate.source if rate else "")
+        g_note = floor_pricing.BILLING[g_model] + (
+            "; no reservation, so the floor is not guaranteed to launch" if g.reservation == Reservation.none else "")
     spot_rate = fallback_rate = 0.0
     e_note = ""
     spot_nodes = fallback_nodes = 0
@@ -152,7 +150,8 @@ def pool_cost(cfg: GpuLoanConfig, pool: Pool) -> PoolCost:
         # the same figure the config rules check against the budgets
         guaranteed_monthly_usd=None if fixed is None else round(fixed, 2),
         guaranteed_note=g_note,
-        guaranteed_price_model="on_demand" if g else "none",
+        guaranteed_price_model=g_model,
+        guaranteed_rate_source=g_source,
         elastic_instance_types=list(e.instance_types) if e else [],
         elastic_max_nodes=spot_nodes,
         elastic_max_gpus=spot_nodes * e_gpus_per_node,

@@ -113,8 +113,8 @@ def render(doc: dict[str, Any], console, summary: bool = False) -> None:
                           "budget"), left=("pool", "team"))
     money = lambda v: "unknown" if v is None else f"${v:,.0f}"  # noqa: E731
     for p in cost["pools"]:
-        g = (f"{p['guaranteed_nodes']}× {p['guaranteed_instance_type']} {money(p['guaranteed_monthly_usd'])}"
-             if p["guaranteed_nodes"] else "—")
+        g = (f"{p['guaranteed_nodes']}× {p['guaranteed_instance_type']} {money(p['guaranteed_monthly_usd'])} "
+             f"({p['guaranteed_price_model']})" if p["guaranteed_nodes"] else "—")
         e = (f"0–{p['elastic_max_nodes']} nodes {money(p['elastic_max_monthly_usd'])}" if p["elastic_max_nodes"] else "—")
         f = (f"0–{p['fallback_max_nodes']} nodes {money(p['fallback_max_monthly_usd'])}" if p["fallback_max_nodes"] else "—")
         budget = "—" if p["budget_monthly_usd"] is None else money(p["budget_monthly_usd"])  # no pool budget
@@ -126,7 +126,10 @@ def render(doc: dict[str, Any], console, summary: bool = False) -> None:
     for p in cost["pools"]:
         notes = "; ".join(n for n in (p["guaranteed_note"], p["elastic_note"]) if n)
         if notes:
-            console.print(f"  [dim]{p['pool']}: {notes}[/]")
+            console.print(f"  [dim]{p['pool']}: {notes}[/]", soft_wrap=True)
+        if p["guaranteed_rate_source"]:
+            console.print(f"  [dim]{p['pool']} floor rate ({p['guaranteed_price_model']}): "
+                          f"{p['guaranteed_rate_source']}[/]", soft_wrap=True)
     # Without any price source the one reason and fix is the price line below; otherwise each gap has its reason.
     for line in cost["unknown_prices"] if cost["has_price_source"] else ():
         console.print(f"  [yellow]cost unknown[/] {line}", soft_wrap=True)

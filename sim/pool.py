@@ -2,8 +2,8 @@
 
 Prices come from stacks/catalog.py (the price book in force: --price-file, $GPULOAN_PRICE_FILE or the cache filled
 from AWS; docs/prices.md). The interruption rate comes from the price book's Spot Instance Advisor bucket:
-- the guaranteed floor is billed at the on-demand price of its type around the clock (an ODCR bills whether used
-  or not);
+- the guaranteed floor is billed around the clock at the rate it is paid (guaranteed.payment: on-demand, an RI or
+  Savings Plan rate, a Capacity Block price or the user's own rate; stacks/floor_pricing.py);
 - the spot group is billed at the cheapest spot price among the pool's elastic types (EC2's price-capacity-optimized
   allocation launches the cheapest pool that has capacity), and is interrupted at that type's Spot Advisor rate;
 - the on-demand group is billed at the first elastic type's on-demand price (EKS managed node groups launch
@@ -100,6 +100,22 @@ def _price(t: str, region: str) -> catalog.Price:
     return p
 
 
+def _floor_price(region: str, pool: Pool) -> float:
+    """One floor node at the rate it is paid (guaranteed.payment; stacks/floor_pricing.py)."""
+    from types import SimpleNamespace
+
+    from stacks.config import floor_rate
+    from stacks.floor_pricing import missing_rate_reason
+
+    rate = floor_rate(SimpleNamespace(region=region), pool)
+    if rate is None:
+        g = pool.guaranteed
+        _price(g.instance_type, region)  # no on-demand price at all: that message first
+        raise PoolError(f"cannot simulate without the floor's rate: "
+                        f"{missing_rate_reason(g.instance_type, region, g.price_model)}")
+    return rate.usd_per_hour
+
+
 def spec_from_config(cfg: GpuLoanConfig, pool_name: str | None = None) -> PoolSpec:
     """The pool `pool_name` (default: the stack's first pool) of a validated config."""
     if pool_name is None:
@@ -116,7 +132,7 @@ def _spec(region: str, pool: Pool) -> PoolSpec:
     g, e = pool.guaranteed, pool.elastic
     types = ([g.instance_type] if g else []) + (list(e.instance_types) if e else [])
     gpus = catalog.lookup(types[0]).gpus
-    floor_price = _price(g.instance_type, region).ondemand_usd_per_hour if g else 0.0
+    floor_price = _floor_price(region, pool) if g else 0.0
     spot_type = od_type = None
     spot_price = od_price = 0.0
     rate, bucket = DEFAULT_INTERRUPTIONS_PER_MONTH, None

@@ -17,7 +17,7 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, EmailStr, Field, ValidationError, field_validator
 
-from stacks import catalog
+from stacks import catalog, floor_pricing
 
 HOURS_PER_MONTH = 730  # AWS's convention for monthly estimates
 
@@ -48,6 +48,14 @@ class Tier(StrEnum):
 class Reservation(StrEnum):
     none = "none"
     odcr = "odcr"
+    capacity_block = "capacity_block"
+
+
+class FloorPayment(StrEnum):
+    on_demand = "on_demand"
+    reserved_1yr = "reserved_1yr"
+    reserved_3yr = "reserved_3yr"
+    savings_plan = "savings_plan"
     capacity_block = "capacity_block"
 
 
@@ -151,6 +159,14 @@ class ExistingCluster(Strict):
 Cluster = Annotated[Union[NewCluster, ExistingCluster], Field(discriminator="mode")]
 
 
+class UserRate(Strict):
+    """Your own price of one floor node-hour: it always wins over the price book (docs/floor.md)."""
+
+    usd_per_hour: float = Field(gt=0, le=1000, description="USD per instance-hour of one floor node, as you pay it.")
+    source: str = Field(min_length=3, max_length=300, description="Where the rate comes from (your RI/Savings Plan "
+                        "invoice, a Capacity Block quote, a contract; with its date): printed beside the cost.")
+
+
 class Guaranteed(Strict):
     """The floor: nodes that are always there and never preempted."""
 
@@ -163,10 +179,26 @@ class Guaranteed(Strict):
         False, description="capacity_block only: false keeps the node group at 0 nodes (AWS requires desired 0 "
         "before the block starts); set true once the block is active to scale the floor to `nodes`.")
 
+    payment: FloorPayment | None = Field(
+        None, description="How the floor is paid: `on_demand` (no commitment; an ODCR bills at on-demand), "
+        "`reserved_1yr` / `reserved_3yr` (Standard Reserved Instances, no upfront), `savings_plan` (EC2 Instance "
+        "Savings Plan, 1 year, no upfront), `capacity_block` (paid up front). Default: capacity_block for "
+        "reservation: capacity_block, else on_demand. Prices the preview, budgets and the policy's budget cap; "
+        "buying the commitment is yours to do (docs/floor.md).")
+    rate: UserRate | None = Field(None, description="Your own rate for this floor; without it the rate of `payment` "
+                                  "comes from the price book, and validation asks for it where the book has none.")
+
     @field_validator("instance_type")
     @classmethod
     def _type(cls, v: str) -> str:
         return _known_gpu_instance(v)
+
+    @property
+    def price_model(self) -> str:
+        """The payment in force (the default follows the reservation)."""
+        if self.payment is not None:
+            return str(self.payment)
+        return "capacity_block" if self.reservation == Reservation.capacity_block else "on_demand"
 
 
 class Elastic(Strict):
@@ -219,6 +251,20 @@ class EnvironmentBudget(Budget):
         "docs/budgets.md once per account).")
 
 
+class ServiceTarget(Strict):
+    """The service `gpuloan advise` must keep when it picks this pool's floor size (docs/floor.md)."""
+
+    p95_wait_minutes: float = Field(30, ge=0, le=10080, description="Most p95 wait of a job before it starts "
+                                    "(job traces; a minute,gpus_demanded series has no jobs and uses unmet_pct).")
+    unmet_pct: Percent = Field(1, description="Most share of the demanded GPU-hours left unserved by the horizon.")
+    production_interruptions_per_month: float = Field(
+        0, ge=0, le=100_000, description="Most interruptions of production work per month (a spot reclaim or a busy "
+        "node reclaimed under a production job is a violation, not just lost minutes).")
+    production_share_pct: Percent | None = Field(
+        None, description="Share of the pool's demand that is production work; default 100 for tier production, "
+        "0 otherwise. Its interruptions count against production_interruptions_per_month.")
+
+
 class Pool(Strict):
     name: Slug = Field(description="Pool name: node label gpuloan.io/pool and cost tag gpuloan:pool.")
     team: Slug = Field(description="Owning team: a namespace with a GPU quota, cost tag gpuloan:team.")
@@ -226,6 +272,8 @@ class Pool(Strict):
     guaranteed: Guaranteed | None = Field(None, description="The floor; omit for elastic-only pools.")
     elastic: Elastic | None = Field(None, description="Borrowed capacity; omit for floor-only pools.")
     budget: Budget | None = Field(None, description="Optional per-pool budget (a cost filter on the pool tag).")
+    service_target: ServiceTarget = Field(ServiceTarget(), description="What `gpuloan advise` keeps when it sizes "
+                                          "the floor; changes nothing deployed.")
 
 
 class PyTorch(Strict):
@@ -508,12 +556,22 @@ def _pydantic_problems(err: ValidationError) -> list[tuple[str, str]]:
 # --- cross-field rules -------------------------------------------------------------------------------------
 
 
+def floor_rate(cfg: GpuLoanConfig, pool: Pool) -> floor_pricing.FloorRate | None:
+    """The hourly rate of one node of the pool's floor as it is paid (stacks/floor_pricing.py); None when no
+    source has it (or the pool has no floor)."""
+    g = pool.guaranteed
+    if g is None:
+        return None
+    return floor_pricing.floor_rate(g.instance_type, cfg.region, g.price_model,
+                                    g.rate.usd_per_hour if g.rate else None, g.rate.source if g.rate else None)
+
+
 def guaranteed_monthly_usd(cfg: GpuLoanConfig, pool: Pool) -> float | None:
-    """The floor's monthly cost at on-demand rates; None when the price source has no price for it."""
+    """The floor's monthly cost at the rate it is paid; None when no source has that rate."""
     if pool.guaranteed is None:
         return 0.0
-    p = catalog.price(pool.guaranteed.instance_type, cfg.region)
-    return None if p is None else p.ondemand_usd_per_hour * pool.guaranteed.nodes * HOURS_PER_MONTH
+    r = floor_rate(cfg, pool)
+    return None if r is None else r.usd_per_hour * pool.guaranteed.nodes * HOURS_PER_MONTH
 
 
 def cross_field_problems(cfg: GpuLoanConfig) -> list[tuple[str, str]]:
@@ -553,6 +611,7 @@ def cross_field_problems(cfg: GpuLoanConfig) -> list[tuple[str, str]]:
             # all the plan is still valid, its costs are shown as unknown.
             if catalog.prices_cover(cfg.region) and catalog.price(g.instance_type, cfg.region) is None:
                 add(f"{at}.guaranteed.instance_type", catalog.missing_price_reason(g.instance_type, cfg.region))
+            _floor_payment_problems(cfg, pool, f"{at}.guaranteed", add)
         e = pool.elastic
         if e is not None:
             gpus = {t: catalog.lookup(t).gpus for t in e.instance_types}
@@ -582,7 +641,8 @@ def cross_field_problems(cfg: GpuLoanConfig) -> list[tuple[str, str]]:
             _budget_problems(pool.budget, f"{at}.budget", add)
             fixed = guaranteed_monthly_usd(cfg, pool)
             if fixed and fixed > pool.budget.monthly_usd:
-                add(f"{at}.budget.monthly_usd", f"the guaranteed floor alone costs ${fixed:,.0f}/month on demand, more "
+                add(f"{at}.budget.monthly_usd", f"the guaranteed floor alone costs ${fixed:,.0f}/month "
+                    f"({pool.guaranteed.price_model}), more "
                     f"than the pool budget (${pool.budget.monthly_usd:,.0f})")
 
     _budget_problems(cfg.budget, "budget", add)
@@ -673,6 +733,21 @@ def endpoint_public_cidrs(cfg: GpuLoanConfig) -> list[str]:
     if cidrs and gh is not None and gh.cluster_access == CiClusterAccess.runner_cidrs:
         cidrs += [c for c in gh.runner_cidrs if c not in cidrs]
     return cidrs
+
+
+def _floor_payment_problems(cfg: GpuLoanConfig, pool: Pool, at: str, add) -> None:
+    g = pool.guaranteed
+    if g.payment == FloorPayment.capacity_block and g.reservation != Reservation.capacity_block:
+        add(f"{at}.payment", "capacity_block payment needs reservation: capacity_block (the floor runs in the "
+            "Capacity Block you bought)")
+    elif g.reservation == Reservation.capacity_block and g.payment not in (None, FloorPayment.capacity_block):
+        add(f"{at}.payment", f"a Capacity Block is paid up front at its own price; {g.payment} does not apply to "
+            "it (Reserved Instances and Savings Plans do not cover Capacity Block usage): use capacity_block")
+    # As with on-demand prices: only a price source that covers the region can tell a rate is missing there;
+    # with no prices at all the floor's cost is shown as unknown. A missing on-demand price is reported above.
+    if (g.rate is None and catalog.prices_cover(cfg.region) and catalog.price(g.instance_type, cfg.region) is not None
+            and floor_rate(cfg, pool) is None):
+        add(f"{at}.rate", floor_pricing.missing_rate_reason(g.instance_type, cfg.region, g.price_model))
 
 
 def _budget_problems(b: Budget, at: str, add) -> None:

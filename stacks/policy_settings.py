@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 from stacks import catalog
 from stacks.config import ElasticCapacity, GpuLoanConfig, Pool
+from stacks.config import floor_rate as config_floor_rate
+from stacks.floor_pricing import missing_rate_reason
 
 from policy.model import PoolSettings, Settings
 
@@ -87,8 +89,16 @@ def pool_settings(cfg: GpuLoanConfig, pool: Pool, names: GroupNames, budget_name
     floor_gpus = catalog.lookup(g.instance_type).gpus if g else 0
     floor_rate = 0.0
     if g is not None:
-        floor_price = _price(cfg, g.instance_type, allow_unknown_prices)
-        floor_rate = floor_price.ondemand_usd_per_hour * g.nodes if floor_price else None
+        # The floor at the rate it is paid (RI, Savings Plan, Capacity Block or on-demand): the fixed part of the
+        # budget projection. A user rate needs no price book.
+        rate = config_floor_rate(cfg, pool)
+        if rate is None:
+            _price(cfg, g.instance_type, allow_unknown_prices)  # no on-demand price: the usual message
+            if not allow_unknown_prices:
+                raise PriceUnknown(f"the policy function needs the {g.price_model} rate of the floor ({g.instance_type} "
+                                   f"in {cfg.region}) for its budget cap: "
+                                   f"{missing_rate_reason(g.instance_type, cfg.region, g.price_model)}")
+        floor_rate = rate.usd_per_hour * g.nodes if rate else None
     if e is None:
         gpus = floor_gpus or 1
         spot_usd = od_usd = 0.0

@@ -199,6 +199,9 @@ def test_stack_outputs_name_every_group(recorded, stack):
 
 # --- config variants --------------------------------------------------------------------------------------
 
+# A user's own rate, as a test value (the config path under test, not a price claim).
+BLOCK_RATE = {"usd_per_hour": 1.0, "source": "test value standing in for the block's quote"}
+
 VARIANTS = {
     # name: (guaranteed changes, elastic changes)
     "none+spot": ({}, {"capacity": "spot"}),
@@ -206,11 +209,13 @@ VARIANTS = {
     "odcr-by-id+spot_then_on_demand": (
         {"reservation": "odcr", "reservation_id": RESERVATION_ID, "availability_zone": "us-east-1a"},
         {"capacity": "spot_then_on_demand", "on_demand_max_nodes": 2}),
+    # The price book has no Capacity Block rate for g6.xlarge: the block's buyer states its price (docs/floor.md).
     "capacity_block-inactive": (
-        {"reservation": "capacity_block", "reservation_id": RESERVATION_ID, "availability_zone": "us-east-1a"}, {}),
+        {"reservation": "capacity_block", "reservation_id": RESERVATION_ID, "availability_zone": "us-east-1a",
+         "rate": BLOCK_RATE}, {}),
     "capacity_block-active": (
         {"reservation": "capacity_block", "reservation_id": RESERVATION_ID, "availability_zone": "us-east-1a",
-         "capacity_block_active": True}, {}),
+         "capacity_block_active": True, "rate": BLOCK_RATE}, {}),
 }
 
 

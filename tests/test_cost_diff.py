@@ -10,7 +10,7 @@ import pytest
 from conftest import REPO
 
 from gpuloan import cli, cost_diff
-from stacks import catalog
+from stacks import floor_pricing
 
 SKIP = shutil.ignore_patterns(".git", ".venv", "__pycache__", ".pytest_cache", ".hypothesis", "traces", "tests",
                               "*.egg-info", "venv", "out", "build", "dist")
@@ -56,9 +56,9 @@ def floor_raised(tmp_path_factory):
 EXPECTED_TABLE = """\
 | pool | guaranteed (fixed) | elastic max | fallback max | budget | budget headroom |
 |---|---:|---:|---:|---:|---:|
-| training | $32,058 → $48,087 (+$16,029) | $65,678 | $80,358 | $60,000 | $27,942 → $11,913 (−$16,029) |
+| training | $19,735 → $29,602 (+$9,867) | $65,678 | $80,358 | $60,000 | $40,265 → $30,398 (−$9,867) |
 | inference | $2,717 | $4,869 | $13,094 | $8,000 | $5,283 |
-| **total** | **$34,775 → $50,804 (+$16,029)** | **$70,547** | **$93,452** | **$75,000** | **≤$40,225 → ≤$24,196 (−$16,029)** |
+| **total** | **$22,452 → $32,320 (+$9,867)** | **$70,547** | **$93,452** | **$75,000** | **≤$52,548 → ≤$42,680 (−$9,867)** |
 """
 
 
@@ -67,11 +67,11 @@ def test_raising_the_floor_shows_the_added_cost_per_month(floor_raised):
     md = cost_diff.render_markdown([diff], "HEAD~1")
     assert md.startswith(cost_diff.MARKER)
     assert EXPECTED_TABLE in md
-    # The added cost is one p4d.24xlarge at the catalog's on-demand price for 730 hours.
-    one_node = catalog.price("p4d.24xlarge", "us-east-1").ondemand_usd_per_hour * 730
+    # The added cost is one p4d.24xlarge at the floor's rate (prod pays it reserved_1yr) for 730 hours.
+    one_node = floor_pricing.floor_rate("p4d.24xlarge", "us-east-1", "reserved_1yr").usd_per_hour * 730
     row = next(r for r in diff.pools if r["pool"] == "training")
     assert row["head"]["guaranteed_monthly_usd"] - row["base"]["guaranteed_monthly_usd"] == pytest.approx(one_node, abs=0.02)
-    assert f"+${one_node:,.0f}" == "+$16,029"
+    assert f"+${one_node:,.0f}" == "+$9,867"
 
 
 def test_raising_the_floor_changes_the_floor_resources_only(floor_raised):
@@ -92,7 +92,7 @@ def test_plain_text_output(floor_raised):
     assert "stack prod" in out and "resources: 0 to add" in out
     assert "~ training-guaranteed-ng (aws:eks/nodeGroup:NodeGroup): scalingConfig" in out
     training = next(line for line in out.splitlines() if line.strip().startswith("training"))
-    assert "$32,058 → $48,087 (+$16,029)" in training
+    assert "$19,735 → $29,602 (+$9,867)" in training
 
 
 def test_invalid_config_on_either_side_is_reported_not_crashed_on(tmp_path, monkeypatch, capsys):
@@ -114,7 +114,7 @@ def test_invalid_base_with_valid_head_shows_head_figures(floor_raised):
     diff = cost_diff.diff_stack("prod", cost_diff.Side(problems=["pools[0].guaranteed.nodes: must be >= 1"]), good.head)
     md = cost_diff.render_markdown([diff], "main")
     assert "> **base: config fails validation:**" in md and "> - pools[0].guaranteed.nodes: must be >= 1" in md
-    assert "| training | $48,087 | $65,678 | $80,358 | $60,000 | $11,913 |" in md
+    assert "| training | $29,602 | $65,678 | $80,358 | $60,000 | $30,398 |" in md
     assert "Resources:" not in md  # no resource diff against an unknown base
     assert not diff.head_invalid
 
@@ -125,7 +125,7 @@ def test_new_stack_lists_every_resource_as_added(floor_raised):
     assert len(diff.added) == len(good.head.doc["resources"]) and diff.changed == diff.removed == []
     md = cost_diff.render_markdown([diff], "main")
     assert "no Pulumi.prod.yaml (new stack)" in md
-    assert "| training (new) | — → $48,087 (+$48,087) |" in md
+    assert "| training (new) | — → $29,602 (+$29,602) |" in md
 
 
 def test_unknown_ref_and_non_repository_are_clear_errors(floor_raised, tmp_path, monkeypatch, capsys):
@@ -149,9 +149,9 @@ def test_the_gitops_example_shows_the_real_headline_and_table(floor_raised):
 
     _, (diff,) = floor_raised
     md = cost_comment.render_markdown([diff], "main")
-    headline = "## 💰 Monthly cost will increase by $16,029 (+46 %)"
+    headline = "## 💰 Monthly cost will increase by $9,867 (+44 %)"
     assert headline in md.splitlines()
-    assert "### stack `prod`: Monthly cost will increase by $16,029 (+46 %)" in md
+    assert "### stack `prod`: Monthly cost will increase by $9,867 (+44 %)" in md
     assert EXPECTED_TABLE in md
     docs = (REPO / "docs" / "gitops.md").read_text()
     assert headline in docs.splitlines() and EXPECTED_TABLE in docs

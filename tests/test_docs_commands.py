@@ -88,8 +88,7 @@ def test_config_reference_is_current():
 
 def test_readme_cost_table_matches_the_real_preview():
     readme = (REPO / "README.md").read_text()
-    block = readme.split("For the prod example (`.venv/bin/gpuloan preview -s prod --summary`, 80 columns) it shows:",
-                         1)[1].split("```", 2)[1]
+    block = readme.split("`.venv/bin/gpuloan preview -s prod\n--summary`, 80 columns) it shows:", 1)[1].split("```", 2)[1]
     rows = [line for line in block.splitlines() if line.strip()]
     assert any(r.startswith("total") for r in rows) and any(r.startswith("training") for r in rows)
     env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}

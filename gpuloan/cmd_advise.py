@@ -1,0 +1,179 @@
+"""`gpuloan advise -s STACK`: how big each pool's floor should be, and how to pay it (docs/floor.md).
+
+Demand comes from one of: `--trace FILE` (ITP jobs, generic jobs, or a minute,gpus_demanded series),
+`--series FILE` (a minute,gpus_demanded series), or, by default, the stack's own history: the metrics its policy
+function published to CloudWatch over the last `--history-days` days (needs AWS credentials).
+
+Exit codes: 0 done, 2 bad input (stack, pool, demand, options, prices), 3 AWS could not be read.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import replace
+
+from gpuloan import price_args
+from stacks import catalog
+
+EXIT_BAD_INPUT = 2
+EXIT_AWS = 3
+
+
+def register(sub) -> None:
+    p = sub.add_parser("advise", help="recommend each pool's floor size and payment from its demand (simulated)")
+    p.add_argument("-s", "--stack", required=True, help="stack name (reads ./Pulumi.<stack>.yaml) or a file path")
+    p.add_argument("--pool", action="append", help="pool to advise on (repeatable; default: every pool)")
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--trace", help="demand: a job trace (ITP or submit_s,duration_s,gpus) or a series CSV")
+    src.add_argument("--series", help="demand: a minute,gpus_demanded CSV")
+    p.add_argument("--history-days", type=int, default=30, metavar="N",
+                   help="without --trace/--series: read the stack's own CloudWatch metrics of the last N days "
+                        "(default 30)")
+    p.add_argument("--days", help="A:B, days of the trace to use, counted from 0, both included")
+    p.add_argument("--target-p95-wait", type=float, metavar="MINUTES", help="overrides service_target.p95_wait_minutes")
+    p.add_argument("--target-unmet-pct", type=float, metavar="PCT", help="overrides service_target.unmet_pct")
+    p.add_argument("--target-production-interruptions", type=float, metavar="N",
+                   help="overrides service_target.production_interruptions_per_month")
+    p.add_argument("--production-share", type=float, metavar="PCT",
+                   help="share of the demand that is production work (default: the pool's service target, else "
+                        "100 for tier production, 0 otherwise)")
+    p.add_argument("--peak-from-demand", action="store_true",
+                   help="size the pool's peak (floor + elastic max) to the demand's peak instead of the stack's")
+    p.add_argument("--jobs", type=int, default=1, metavar="N",
+                   help="simulate N floor sizes at once in separate processes (default 1; results do not change)")
+    p.add_argument("--seed", type=int, default=0, help="seed of spot interruptions and shortages (default 0)")
+    p.add_argument("--json", action="store_true", help="print one JSON document with every point")
+    p.add_argument("--plot", metavar="PNG", help="cost vs floor size per payment (one file per pool: POOL- prefix "
+                   "when several pools)")
+    price_args.add(p)
+    p.set_defaults(func=run)
+
+
+def _target(args, base):
+    changes = {}
+    for opt, field in (("target_p95_wait", "p95_wait_minutes"), ("target_unmet_pct", "unmet_pct"),
+                       ("target_production_interruptions", "production_interruptions_per_month")):
+        value = getattr(args, opt)
+        if value is not None:
+            if value < 0:
+                raise ValueError(f"--{opt.replace('_', '-')} must be >= 0")
+            changes[field] = value
+    return base.model_copy(update=changes) if changes else base
+
+
+def _demand(args, cfg, pool_name):
+    from sim import traces
+
+    if args.trace or args.series:
+        trace = traces.read_trace(args.trace or args.series)
+        if args.series and getattr(trace, "fmt", "") != "series":
+            raise ValueError(f"--series {args.series}: not a minute,gpus_demanded file (use --trace for job traces)")
+    else:
+        from gpuloan import demand_history
+
+        if args.history_days < 1:
+            raise ValueError("--history-days must be at least 1")
+        trace = demand_history.read(cfg, pool_name, args.history_days)
+    if args.days:
+        trace = trace.window(*traces.parse_days(args.days))
+    return trace
+
+
+def run(args) -> int:
+    from gpuloan import advisor, stackfile
+    from sim import traces
+    from sim.engine import SimSettings
+    from stacks import config
+
+    try:
+        price_args.apply(args)
+        _, path = stackfile.resolve(args.stack)
+        cfg = config.from_stack_yaml(stackfile.load(path), path.name)
+        if args.jobs < 1:
+            raise ValueError("--jobs must be at least 1")
+        names = [p.name for p in cfg.pools]
+        pools = args.pool or names
+        for name in pools:
+            if name not in names:
+                raise ValueError(f"no pool '{name}' in this stack; pools: {', '.join(names)}")
+        docs = []
+        for name in pools:
+            trace = _demand(args, cfg, name)
+            target = _target(args, cfg.pool(name).service_target)
+            docs.append(advisor.advise(cfg, name, trace, target=target, production_share_pct=args.production_share,
+                                       settings=replace(SimSettings(), seed=args.seed),
+                                       peak_from_demand=args.peak_from_demand, jobs=args.jobs))
+    except (stackfile.StackFileError, config.ConfigError, traces.TraceError, advisor.AdviceError,
+            catalog.PriceSourceError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except _aws_errors() as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_AWS
+    if args.plot:
+        from gpuloan.advisor_plot import plot
+
+        for doc in docs:
+            out = args.plot if len(docs) == 1 else _prefixed(args.plot, doc["pool"])
+            plot(doc, out)
+            doc["plot"] = out
+    if args.json:
+        print(json.dumps({"stack": args.stack, "price_source": catalog.price_source(cfg.region), "pools": docs},
+                         indent=2))
+    else:
+        for doc in docs:
+            render(doc)
+        print(catalog.price_source(cfg.region))
+    return 0
+
+
+def _aws_errors():
+    from gpuloan.demand_history import HistoryError
+
+    return (HistoryError,)
+
+
+def _prefixed(path: str, pool: str) -> str:
+    from pathlib import Path
+
+    p = Path(path)
+    return str(p.with_name(f"{pool}-{p.name}"))
+
+
+def render(doc: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(width=max(140, Console().width))
+    payments = list(doc["rates"])
+    t = doc["target"]
+    title = (f"pool {doc['pool']}: monthly cost vs floor size ({doc['floor_instance_type']}, {doc['gpus_per_node']} "
+             f"GPUs/node) on {doc['demand']}; target p95 wait <= {t['p95_wait_minutes']:g} min, unmet <= "
+             f"{t['unmet_pct']:g} %, production interruptions <= {t['production_interruptions_per_month']:g}/month "
+             f"(production share {100 * doc['production_share']:.0f} %)")
+    table = Table(title=title)
+    for c in ["floor nodes", "elastic $/mo", *[f"{p} $/mo" for p in payments], "p95 wait min", "unmet %",
+              "prod. interruptions/mo", "meets"]:
+        table.add_column(c, justify="right")
+    rec = doc["recommendation"] or {}
+    for pt in doc["points"]:
+        cells = [str(pt["floor_nodes"]), f"{pt['elastic_monthly_usd']:,.0f}"]
+        for p in payments:
+            text = f"{pt['monthly_usd'][p]:,.0f}"
+            if rec.get("floor_nodes") == pt["floor_nodes"] and rec.get("payment") == p:
+                text = f"[bold green]{text} *[/]"
+            cells.append(text)
+        cells += ["-" if pt["p95_wait_minutes"] is None else f"{pt['p95_wait_minutes']:g}", f"{pt['unmet_pct']:.2f}",
+                  f"{pt['production_interruptions_per_month']:.1f}", "yes" if pt["meets_target"] else "no"]
+        table.add_row(*cells)
+    console.print(table)
+    console.print(f"[bold]{doc['summary']}[/]", soft_wrap=True)
+    for p, words in doc["break_even"].items():
+        console.print(f"  {words}", soft_wrap=True)
+    for p, r in doc["rates"].items():
+        console.print(f"  [dim]{p}: ${r['usd_per_hour']:,.4f}/h — {r['source']}[/]", soft_wrap=True)
+    for p, why in doc["no_rate"].items():
+        console.print(f"  [yellow]{p}: not priced[/] — {why}", soft_wrap=True)
+    if doc.get("plot"):
+        console.print(f"  plot: {doc['plot']}")
