@@ -13,7 +13,7 @@ import yaml
 from hypothesis import HealthCheck, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
-from conftest import REPO, run_stack, stack_config
+from conftest import REPO, requires_shared_prices, run_stack, stack_config
 from kube_checks import KUEUE_CRDS, NO_KUEUE_CRDS, kube_objects, layer, release, run_layer, validate_kueue
 from policy_cases import NOW, spend
 
@@ -477,6 +477,7 @@ def _pool_observation(pending, spent):
     return Observation((PoolObservation("research", groups, (), pending, None),), spent)
 
 
+@requires_shared_prices
 def test_kueue_quota_never_asks_the_policy_for_more_than_the_group_max():
     cfg = _cfg("dev")
     quota = _quotas(_cq(cfg, "research"))["gpuloan-dev-research-spot"]["nominalQuota"]
@@ -487,6 +488,7 @@ def test_kueue_quota_never_asks_the_policy_for_more_than_the_group_max():
     assert Reason.AT_MAX not in plan.decision("research").reasons
 
 
+@requires_shared_prices
 def test_budget_cap_wins_over_kueue_quota_admitted_pods_wait():
     cfg = _cfg("dev")
     quota = _quotas(_cq(cfg, "research"))["gpuloan-dev-research-spot"]["nominalQuota"]

@@ -8,10 +8,12 @@ product never ships a price.
 from __future__ import annotations
 
 import datetime as dt
+import io
 import json
 import os
 import subprocess
 import sys
+import zipfile
 from types import SimpleNamespace
 
 import boto3
@@ -23,6 +25,8 @@ from conftest import REPO, requires_shared_prices, stack_config
 from gpuloan import aws_prices, cmd_prices
 from stacks import catalog, pricebook
 from stacks.config import ConfigError, from_stack_yaml
+from stacks.policy_function import BUILD_DIR
+from stacks.policy_package import SETTINGS_ENTRY, source_code_hash
 
 NOW = dt.datetime(2026, 12, 1, 12, 0, tzinfo=dt.timezone.utc)
 
@@ -190,7 +194,11 @@ def test_preview_json_without_prices_has_null_costs_and_null_lambda_prices(tmp_p
     doc = json.loads(result.stdout)
     assert doc["cost"]["pools"][0]["guaranteed_monthly_usd"] is None
     fn = next(r for r in doc["resources"] if r["type"] == "aws:lambda/function:Function")
-    settings = json.loads(fn["inputs"]["environment"]["variables"]["GPULOAN_SETTINGS"])
+    # The settings travel in the package (stacks/policy_function.py), not the environment: read the zip this
+    # preview wrote, the one whose hash the function was given.
+    data = (BUILD_DIR / "policy-function-dev.zip").read_bytes()
+    assert source_code_hash(data) == fn["inputs"]["sourceCodeHash"]
+    settings = json.loads(zipfile.ZipFile(io.BytesIO(data)).read(SETTINGS_ENTRY))
     assert settings["pools"][0]["spot_usd_per_hour"] is None  # never a made-up number
 
 
