@@ -11,6 +11,7 @@ import datetime as dt
 import io
 import json
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -188,7 +189,10 @@ def test_preview_without_prices_or_credentials_prints_the_plan_with_costs_unknow
 
 
 def test_preview_json_without_prices_has_null_costs_and_null_lambda_prices(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "gpuloan", "preview", "dev", "--json"], cwd=REPO,
+    # A copy of the project: the preview writes the package into its build/, which no other test rewrites meanwhile.
+    project = tmp_path / "project"
+    shutil.copytree(REPO, project, ignore=shutil.ignore_patterns(".git", ".venv", "build", "tests", "__pycache__"))
+    result = subprocess.run([sys.executable, "-m", "gpuloan", "preview", "dev", "--json"], cwd=project,
                             env=_clean_env(tmp_path), capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     doc = json.loads(result.stdout)
@@ -196,7 +200,7 @@ def test_preview_json_without_prices_has_null_costs_and_null_lambda_prices(tmp_p
     fn = next(r for r in doc["resources"] if r["type"] == "aws:lambda/function:Function")
     # The settings travel in the package (stacks/policy_function.py), not the environment: read the zip this
     # preview wrote, the one whose hash the function was given.
-    data = (BUILD_DIR / "policy-function-dev.zip").read_bytes()
+    data = (project / BUILD_DIR.relative_to(REPO) / "policy-function-dev.zip").read_bytes()
     assert source_code_hash(data) == fn["inputs"]["sourceCodeHash"]
     settings = json.loads(zipfile.ZipFile(io.BytesIO(data)).read(SETTINGS_ENTRY))
     assert settings["pools"][0]["spot_usd_per_hour"] is None  # never a made-up number
