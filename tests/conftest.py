@@ -20,6 +20,7 @@ for p in (str(REPO), str(REPO / "tests")):
 SHARED_DATA = REPO.parent / "shared" / "data"
 SHARED_PRICES = SHARED_DATA / "prices"
 SHARED_TRACES = SHARED_DATA / "traces"
+SHARED_KUEUE_CRDS = SHARED_DATA / "kueue-crds-v0.19.2"  # the CRDs of the pinned Kueue chart (stacks/versions.py)
 # Tests that need prices read the public table through the offline price file, as a user without AWS access
 # would; without ../shared the tests that need it skip (see requires_shared_prices), the others see no prices.
 # An explicit GPULOAN_PRICE_FILE from the caller is kept.
@@ -30,6 +31,8 @@ os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="gpuloan-test-cache-")
 
 requires_shared_prices = pytest.mark.skipif(not SHARED_PRICES.is_dir(), reason="../shared/data/prices is absent")
 requires_shared_traces = pytest.mark.skipif(not SHARED_TRACES.is_dir(), reason="../shared/data/traces is absent")
+requires_shared_kueue_crds = pytest.mark.skipif(not SHARED_KUEUE_CRDS.is_dir(),
+                                                reason="../shared/data/kueue-crds-v0.19.2 is absent")
 
 from gpuloan import offline  # noqa: E402
 

@@ -9,7 +9,7 @@ from typing import Any
 import jsonschema
 import kubernetes_validate
 import yaml
-from conftest import REPO, stack_config
+from conftest import REPO, SHARED_KUEUE_CRDS, stack_config
 from kubernetes_validate import utils as kv_utils
 from packaging.version import Version
 
@@ -19,9 +19,8 @@ LAYER_PROGRAM = Path(__file__).resolve().parent / "kubernetes_layer_program.py"
 WORKLOADS = sorted((REPO / "docs" / "workloads").glob("*.yaml"))
 HELM_RELEASE = "kubernetes:helm.sh/v3:Release"
 # Kueue's CRDs of the pinned chart (read by path, never copied into the repository; see its SOURCE.md).
-KUEUE_CRDS = REPO.parent / "shared" / "data" / "kueue-crds-v0.19.2"
+KUEUE_CRDS = SHARED_KUEUE_CRDS
 KUEUE_GROUP = "kueue.x-k8s.io"
-NO_KUEUE_CRDS = f"Kueue CRDs not found at {KUEUE_CRDS} (the shared data folder is absent)"
 
 
 def run_layer(stack: str, config: dict | None = None) -> offline.Recording:

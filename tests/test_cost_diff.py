@@ -7,7 +7,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import REPO
+from conftest import REPO, requires_shared_prices
 
 from gpuloan import cli, cost_diff
 from stacks import floor_pricing
@@ -62,6 +62,7 @@ EXPECTED_TABLE = """\
 """
 
 
+@requires_shared_prices
 def test_raising_the_floor_shows_the_added_cost_per_month(floor_raised):
     _, (diff,) = floor_raised
     md = cost_diff.render_markdown([diff], "HEAD~1")
@@ -86,6 +87,7 @@ def test_raising_the_floor_changes_the_floor_resources_only(floor_raised):
     assert "Resources: 0 to add" in cost_diff.render_markdown([diff], "HEAD~1")
 
 
+@requires_shared_prices
 def test_plain_text_output(floor_raised):
     _, (diff,) = floor_raised
     out = cost_diff.render_text([diff], "HEAD~1", width=200)  # wide enough that no cell folds
@@ -109,6 +111,7 @@ def test_invalid_config_on_either_side_is_reported_not_crashed_on(tmp_path, monk
     assert "does not validate" in captured.err
 
 
+@requires_shared_prices
 def test_invalid_base_with_valid_head_shows_head_figures(floor_raised):
     _, (good,) = floor_raised
     diff = cost_diff.diff_stack("prod", cost_diff.Side(problems=["pools[0].guaranteed.nodes: must be >= 1"]), good.head)
@@ -119,6 +122,7 @@ def test_invalid_base_with_valid_head_shows_head_figures(floor_raised):
     assert not diff.head_invalid
 
 
+@requires_shared_prices
 def test_new_stack_lists_every_resource_as_added(floor_raised):
     _, (good,) = floor_raised
     diff = cost_diff.diff_stack("prod", cost_diff.Side(missing=True), good.head)

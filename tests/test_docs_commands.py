@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import REPO
+from conftest import REPO, requires_shared_prices
 
 # Examples that need what a test machine cannot have; each says why, and is still parsed for its subcommand.
 NEEDS_AWS_MARK = "# needs AWS"
@@ -60,7 +60,15 @@ def test_ci_runs_the_readme_test_command():
 EXAMPLES = _gpuloan_examples()
 
 
-@pytest.mark.parametrize("doc,cmd", EXAMPLES, ids=[f"{d}:{c[:60]}" for d, c in EXAMPLES])
+def _example(doc: str, cmd: str):
+    """An example that reads the public data beside the project (../shared/data) skips where that is absent."""
+    args = [a.split("=", 1)[-1] for a in shlex.split(cmd.split(NEEDS_AWS_MARK)[0])]
+    missing = [a for a in args if a.startswith("../shared/") and not (REPO / a).exists()]
+    marks = pytest.mark.skip(reason=f"{', '.join(missing)} is absent") if missing else ()
+    return pytest.param(doc, cmd, id=f"{doc}:{cmd[:60]}", marks=marks)
+
+
+@pytest.mark.parametrize("doc,cmd", [_example(d, c) for d, c in EXAMPLES])
 def test_documented_gpuloan_command_runs(doc, cmd):
     argv = shlex.split(cmd.split(NEEDS_AWS_MARK)[0])
     if argv[0] == "gpuloan":
@@ -86,6 +94,7 @@ def test_config_reference_is_current():
     assert (REPO / "docs" / "config.md").read_text() == config_markdown(), "run `make schema` to regenerate docs/config.md"
 
 
+@requires_shared_prices
 def test_readme_cost_table_matches_the_real_preview():
     readme = (REPO / "README.md").read_text()
     block = readme.split("`.venv/bin/gpuloan preview -s prod\n--summary`, 80 columns) it shows:", 1)[1].split("```", 2)[1]

@@ -9,7 +9,7 @@ import re
 
 import pytest
 import yaml
-from conftest import REPO, run_stack, stack_config
+from conftest import REPO, requires_shared_prices, run_stack, stack_config
 from pulumi_policy import (
     EnforcementLevel,
     PolicyCustomTimeouts,
@@ -372,6 +372,7 @@ def test_spot_groups_diversified_and_single_type_reported(recorded):
 # --- advisory: floor-under-budget --------------------------------------------------------------------------
 
 
+@requires_shared_prices
 def test_floor_cost_is_computed_from_catalog_prices(recorded):
     floors = g.floor_monthly_usd(stack_args(recorded("prod")))
     p4d = catalog.price("p4d.24xlarge", "us-east-1").ondemand_usd_per_hour
@@ -380,6 +381,7 @@ def test_floor_cost_is_computed_from_catalog_prices(recorded):
     assert floors["inference"][0] == pytest.approx(2 * g6e * 730)
 
 
+@requires_shared_prices
 def test_floor_under_budget_compliant_and_violating(recorded):
     rec = recorded("prod")
     assert violations("floor-under-budget", stack_args(rec)) == []

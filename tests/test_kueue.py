@@ -13,8 +13,8 @@ import yaml
 from hypothesis import HealthCheck, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
-from conftest import REPO, run_stack, stack_config
-from kube_checks import KUEUE_CRDS, NO_KUEUE_CRDS, kube_objects, layer, release, run_layer, validate_kueue
+from conftest import REPO, requires_shared_kueue_crds, requires_shared_prices, run_stack, stack_config
+from kube_checks import KUEUE_CRDS, kube_objects, layer, release, run_layer, validate_kueue
 from policy_cases import NOW, spend
 
 from policy import kube as policy_kube
@@ -25,7 +25,7 @@ from stacks.config import ConfigError, Tier
 
 STACKS = ("dev", "prod")
 KUEUE_KINDS = ("WorkloadPriorityClass", "Cohort", "ResourceFlavor", "ClusterQueue", "LocalQueue")
-needs_crds = pytest.mark.skipif(not KUEUE_CRDS.is_dir(), reason=NO_KUEUE_CRDS)
+needs_crds = requires_shared_kueue_crds
 
 
 def _cfg(stack: str, **sections) -> config.GpuLoanConfig:
@@ -479,6 +479,7 @@ def _pool_observation(pending, spent):
     return Observation((PoolObservation("research", groups, (), pending, None),), spent)
 
 
+@requires_shared_prices
 def test_kueue_quota_never_asks_the_policy_for_more_than_the_group_max():
     cfg = _cfg("dev")
     quota = _quotas(_cq(cfg, "research"))["gpuloan-dev-research-spot"]["nominalQuota"]
@@ -489,6 +490,7 @@ def test_kueue_quota_never_asks_the_policy_for_more_than_the_group_max():
     assert Reason.AT_MAX not in plan.decision("research").reasons
 
 
+@requires_shared_prices
 def test_budget_cap_wins_over_kueue_quota_admitted_pods_wait():
     cfg = _cfg("dev")
     quota = _quotas(_cq(cfg, "research"))["gpuloan-dev-research-spot"]["nominalQuota"]

@@ -17,7 +17,7 @@ import boto3
 import pytest
 
 from aws_emulator import REGION, emulator_env
-from conftest import stack_config
+from conftest import requires_shared_prices, stack_config
 from fake_kube import FakeKube, gpu_pod
 from stacks import config
 from stacks.policy_package import build_zip
@@ -191,6 +191,7 @@ def _env(w: World, kube: FakeKube) -> dict:
             "GPULOAN_KUBE_CA_PEM": kube.ca_pem}
 
 
+@requires_shared_prices
 def test_tick_scales_up_reclaims_the_idle_node_and_notifies(world, kube, lambda_dir, aws_env):
     result, logs = run_lambda(lambda_dir, aws_env, world.settings.to_json(), _env(world, kube), {})
     assert result["errors"] == []
@@ -231,6 +232,7 @@ def _research(logs: list) -> dict:
     return next(x for x in logs if x.get("message") == "pool decision" and x["pool"] == "research")
 
 
+@requires_shared_prices
 @pytest.mark.parametrize("pod", [
     {"phase": "Running"},
     {"phase": "Pending"},  # bound to the node, still pulling its image: the GPU metrics cannot see it yet
@@ -248,6 +250,7 @@ def test_a_gpu_pod_on_the_node_keeps_it(world, kube, lambda_dir, aws_env, pod):
     assert not any("reclaimed" in m["Subject"] for m in world.messages())
 
 
+@requires_shared_prices
 @pytest.mark.parametrize("annotation", ["karpenter.sh/do-not-disrupt", "gpuloan.io/do-not-disrupt"])
 def test_do_not_disrupt_keeps_the_node(world, kube, lambda_dir, aws_env, annotation):
     idle_node = world.node_name[world.idle]
@@ -259,6 +262,7 @@ def test_do_not_disrupt_keeps_the_node(world, kube, lambda_dir, aws_env, annotat
     assert f"{annotation}=true" in term["blocked"]
 
 
+@requires_shared_prices
 def test_finished_pods_do_not_keep_the_node(world, kube, lambda_dir, aws_env):
     idle_node = world.node_name[world.idle]
     kube.pods += [gpu_pod("done", 1, node_name=idle_node, phase="Succeeded"),
@@ -268,6 +272,7 @@ def test_finished_pods_do_not_keep_the_node(world, kube, lambda_dir, aws_env):
     assert world.instances("dev-research-spot") == [world.busy]
 
 
+@requires_shared_prices
 def test_unreadable_node_pods_terminate_nothing(world, kube, lambda_dir, aws_env):
     kube.fail_node_pods = 403
     result, _ = run_lambda(lambda_dir, aws_env, world.settings.to_json(), _env(world, kube), {})
@@ -277,6 +282,7 @@ def test_unreadable_node_pods_terminate_nothing(world, kube, lambda_dir, aws_env
     assert world.desired("dev-train-spot") == 2  # scale-ups are not affected
 
 
+@requires_shared_prices
 def test_a_live_tick_ignores_event_now(world, kube, lambda_dir, aws_env):
     """Issue 14 item 4: a crafted time 40 days ahead would reset the month's spend and push every notification
     timestamp weeks ahead; a live tick uses its clock and says so."""
@@ -291,6 +297,7 @@ def test_a_live_tick_ignores_event_now(world, kube, lambda_dir, aws_env):
     assert world.instances("dev-research-spot") == [world.busy]  # it acted, at the real time
 
 
+@requires_shared_prices
 def test_one_unreadable_group_holds_only_its_pool(world, kube, lambda_dir, aws_env):
     """Issue 14 item 6: train's on-demand group is gone; train holds, research still reclaims."""
     world.eks.delete_nodegroup(clusterName=CLUSTER, nodegroupName="dev-train-on-demand")
@@ -302,6 +309,7 @@ def test_one_unreadable_group_holds_only_its_pool(world, kube, lambda_dir, aws_e
     assert errors[0]["PolicyErrors"] >= 1
 
 
+@requires_shared_prices
 def test_empty_node_is_reclaimed_from_the_reserved_capacity_metric(world, kube, lambda_dir, aws_env):
     """Container Insights' node_gpu_reserved_capacity read end to end: 0 for the idle node makes it empty (reclaimed
     as such), 12.5 % on the busy one (one of its GPUs requested) keeps it."""
@@ -315,6 +323,7 @@ def test_empty_node_is_reclaimed_from_the_reserved_capacity_metric(world, kube, 
     assert term["instance_id"] == world.idle and "no pod requested its GPUs" in term["detail"]
 
 
+@requires_shared_prices
 def test_dry_run_changes_nothing(world, kube, lambda_dir, aws_env):
     result, logs = run_lambda(lambda_dir, aws_env, world.settings.to_json(), _env(world, kube),
                               {"now": NOW.isoformat(), "dry_run": True})
@@ -326,6 +335,7 @@ def test_dry_run_changes_nothing(world, kube, lambda_dir, aws_env):
     assert "Item" not in world.ddb.get_item(TableName=world.table, Key={"pk": {"S": "tick"}})
 
 
+@requires_shared_prices
 def test_kubernetes_down_holds_and_reports(world, kube, lambda_dir, aws_env):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -340,6 +350,7 @@ def test_kubernetes_down_holds_and_reports(world, kube, lambda_dir, aws_env):
     assert any("could not complete a tick" in m["Subject"] for m in world.messages())
 
 
+@requires_shared_prices
 def test_kubernetes_5xx_holds(world, kube, lambda_dir, aws_env):
     kube.fail_status = 503
     result, _ = run_lambda(lambda_dir, aws_env, world.settings.to_json(), _env(world, kube), {})
@@ -347,6 +358,7 @@ def test_kubernetes_5xx_holds(world, kube, lambda_dir, aws_env):
     assert world.instances("dev-research-spot") == sorted([world.idle, world.busy])
 
 
+@requires_shared_prices
 def test_missing_metrics_keep_the_node(world, kube, lambda_dir, aws_env):
     later = NOW + timedelta(hours=3)  # every datapoint is now outside the windows
     kube.pods = []
@@ -355,6 +367,7 @@ def test_missing_metrics_keep_the_node(world, kube, lambda_dir, aws_env):
     assert world.instances("dev-research-spot") == sorted([world.idle, world.busy])
 
 
+@requires_shared_prices
 def test_cloudwatch_throttling_and_5xx_change_nothing(world, kube, lambda_dir, aws_env):
     """A CloudWatch endpoint that answers 503 / Throttling: no utilization, so no reclaim; pending still scales."""
     import threading
@@ -387,6 +400,7 @@ def test_cloudwatch_throttling_and_5xx_change_nothing(world, kube, lambda_dir, a
     assert world.desired("dev-train-spot") == 2  # pending pods are hard demand; metrics are not needed for them
 
 
+@requires_shared_prices
 def test_a_tick_never_acts_while_another_holds_the_lease(world, kube, lambda_dir, aws_env):
     """Issue 12 item 8: no reserved concurrency by default, so two ticks may overlap (a slow tick and the next
     schedule, a manual invocation). The one that finds the other's unexpired lease does nothing at all."""
@@ -402,6 +416,7 @@ def test_a_tick_never_acts_while_another_holds_the_lease(world, kube, lambda_dir
     assert held["holder"]["S"] == "other-tick", "the other tick's lease is left alone"
 
 
+@requires_shared_prices
 def test_an_expired_lease_is_taken_over_and_released(world, kube, lambda_dir, aws_env):
     lease = {"pk": {"S": "lease"}, "holder": {"S": "dead-tick"}, "expires_at": {"N": str(NOW.timestamp() - 1)}}
     world.ddb.put_item(TableName=world.table, Item=lease)

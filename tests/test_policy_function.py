@@ -10,6 +10,7 @@ import zipfile
 
 import pytest
 
+from conftest import requires_shared_prices
 from policy.model import Settings
 from stacks import tags, versions
 from stacks.policy_package import build_zip
@@ -225,6 +226,7 @@ def _largest_config():
     return config.parse(data), most
 
 
+@requires_shared_prices
 def test_settings_of_the_largest_config_travel_in_the_package_not_the_environment(tmp_path, monkeypatch):
     """Issue 12 item 7: at about six pools the settings passed Lambda's 4 KB environment limit. With the most
     pools validation allows, the environment stays a few hundred bytes and the package's handler loads them."""

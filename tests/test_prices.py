@@ -7,11 +7,15 @@ product never ships a price.
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
+import io
 import json
 import os
+import shutil
 import subprocess
 import sys
+import zipfile
 from types import SimpleNamespace
 
 import boto3
@@ -23,6 +27,8 @@ from conftest import REPO, requires_shared_prices, stack_config
 from gpuloan import aws_prices, cmd_prices
 from stacks import catalog, pricebook
 from stacks.config import ConfigError, from_stack_yaml
+from stacks.policy_function import BUILD_DIR
+from stacks.policy_package import SETTINGS_ENTRY, source_code_hash
 
 NOW = dt.datetime(2026, 12, 1, 12, 0, tzinfo=dt.timezone.utc)
 
@@ -187,22 +193,21 @@ def test_preview_without_prices_or_credentials_prints_the_plan_with_costs_unknow
 
 
 def test_preview_json_without_prices_has_null_costs_and_null_lambda_prices(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "gpuloan", "preview", "dev", "--json"], cwd=REPO,
+    # A copy of the project: the preview writes the package into its build/, which no other test rewrites meanwhile.
+    project = tmp_path / "project"
+    shutil.copytree(REPO, project, ignore=shutil.ignore_patterns(".git", ".venv", "build", "tests", "__pycache__"))
+    result = subprocess.run([sys.executable, "-m", "gpuloan", "preview", "dev", "--json"], cwd=project,
                             env=_clean_env(tmp_path), capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     doc = json.loads(result.stdout)
     assert doc["cost"]["pools"][0]["guaranteed_monthly_usd"] is None
     fn = next(r for r in doc["resources"] if r["type"] == "aws:lambda/function:Function")
-    # The settings travel in the package (stacks/policy_package.py); its file is named by its content.
-    import base64
-    import zipfile
-
-    from stacks.policy_function import BUILD_DIR
-    from stacks.policy_package import SETTINGS_ENTRY
-
+    # The settings travel in the package (stacks/policy_package.py), not the environment: read the zip this
+    # preview wrote (files are named by content), the one whose hash the function was given.
     digest = base64.b64decode(fn["inputs"]["sourceCodeHash"]).hex()[:16]
-    with zipfile.ZipFile(BUILD_DIR / f"policy-function-dev-{digest}.zip") as package:
-        settings = json.loads(package.read(SETTINGS_ENTRY))
+    data = (project / BUILD_DIR.relative_to(REPO) / f"policy-function-dev-{digest}.zip").read_bytes()
+    assert source_code_hash(data) == fn["inputs"]["sourceCodeHash"]
+    settings = json.loads(zipfile.ZipFile(io.BytesIO(data)).read(SETTINGS_ENTRY))
     assert settings["pools"][0]["spot_usd_per_hour"] is None  # never a made-up number
 
 

@@ -15,7 +15,7 @@ from sim import runner, traces
 from sim.engine import ON_DEMAND, SPOT, SimSettings, Simulation
 from sim.policies import Controller, FloorOnly, GpuLoan, Karpenter, StaticPeak, ThresholdScript, all_policies
 from stacks import config
-from conftest import REPO, SHARED_TRACES, requires_shared_traces
+from conftest import REPO, SHARED_TRACES, requires_shared_prices, requires_shared_traces
 
 CALM = SimSettings(spot_interruptions_per_month=0.0, spot_unavailable_episodes_per_week=0.0)
 
@@ -78,6 +78,7 @@ def test_every_bad_line_is_reported_at_once(tmp_path):
 # --- hand-checked costs and waits --------------------------------------------------------------------------
 
 
+@requires_shared_prices
 def test_floor_only_two_jobs_one_gpu(tmp_path):
     spec = dev_spec()
     t = jobs(tmp_path, [(0, 3600, 1), (0, 3600, 1)])
@@ -87,6 +88,7 @@ def test_floor_only_two_jobs_one_gpu(tmp_path):
     assert m["gpu_hours_served"] == pytest.approx(2.0) and m["unmet_gpu_hours"] == 0
 
 
+@requires_shared_prices
 def test_karpenter_launches_at_once_and_consolidates_after_15_minutes(tmp_path):
     spec = dev_spec()
     t = jobs(tmp_path, [(0, 3600, 1), (0, 3600, 1)])
@@ -97,6 +99,7 @@ def test_karpenter_launches_at_once_and_consolidates_after_15_minutes(tmp_path):
     assert m["elastic_on_demand_cost_usd"] == 0
 
 
+@requires_shared_prices
 def test_static_peak_never_waits_and_pays_on_demand_for_the_peak(tmp_path):
     spec = dev_spec()
     t = jobs(tmp_path, [(0, 3600, 1), (0, 3600, 1), (120, 600, 3)])
@@ -105,6 +108,7 @@ def test_static_peak_never_waits_and_pays_on_demand_for_the_peak(tmp_path):
     assert m["elastic_on_demand_cost_usd"] == pytest.approx(round(4 * spec.on_demand_usd_per_hour * 2, 2), abs=0.01)
 
 
+@requires_shared_prices
 def test_multi_node_job_needs_whole_nodes(tmp_path):
     spec = dev_spec()  # 1 GPU per node: a 3-GPU job needs 3 nodes
     t = jobs(tmp_path, [(0, 600, 3)])
@@ -113,6 +117,7 @@ def test_multi_node_job_needs_whole_nodes(tmp_path):
     assert m["node_launches"] == 2  # the floor node plus two spot nodes
 
 
+@requires_shared_prices
 def test_spot_interruption_loses_work_since_checkpoint_and_requeues(tmp_path):
     spec = replace(dev_spec(), floor_nodes=0)
     t = jobs(tmp_path, [(0, 3600, 1)])
@@ -137,6 +142,7 @@ def test_spot_interruption_loses_work_since_checkpoint_and_requeues(tmp_path):
     assert m["gpu_hours_served"] == pytest.approx(1.0) and m["unmet_gpu_hours"] == pytest.approx(0)
 
 
+@requires_shared_prices
 def test_series_mode_carries_unmet_demand_as_backlog(tmp_path):
     p = tmp_path / "s.csv"
     p.write_text("minute,gpus_demanded\n" + "".join(f"{m},2\n" for m in range(10)))
@@ -166,12 +172,14 @@ def compared(tmp_path_factory):
     return spec, t, runner.compare(spec, t, stormy)
 
 
+@requires_shared_prices
 def test_conservation_served_plus_unmet_is_demand(compared):
     _, t, doc = compared
     for p in doc["policies"]:
         assert p["gpu_hours_served"] + p["unmet_gpu_hours"] == pytest.approx(t.demand_gpu_hours, abs=1e-3), p["name"]
 
 
+@requires_shared_prices
 def test_oracle_is_a_lower_bound(compared):
     spec, _, doc = compared
     for p in doc["policies"]:
@@ -181,6 +189,7 @@ def test_oracle_is_a_lower_bound(compared):
     assert any(p["interruptions"] for p in doc["policies"])  # the storm did interrupt spot users
 
 
+@requires_shared_prices
 def test_same_seed_same_result_other_seed_other_storm(tmp_path):
     t = _random_trace(tmp_path, seed=7, n=30)
     spec = simpool.auto_size(dev_spec(), t)
@@ -193,6 +202,7 @@ def test_same_seed_same_result_other_seed_other_storm(tmp_path):
     assert sims[0] != sims[1]
 
 
+@requires_shared_prices
 def test_simulator_calls_the_real_decide(tmp_path, monkeypatch):
     calls = []
     real = policy.engine.decide
@@ -213,12 +223,14 @@ def test_simulator_calls_the_real_decide(tmp_path, monkeypatch):
     assert GpuLoan().decide is policy.engine.decide
 
 
+@requires_shared_prices
 def test_threshold_script_adds_on_demand_when_busy(tmp_path):
     t = jobs(tmp_path, [(0, 7200, 1), (0, 7200, 1)])
     _, m = runner.run_one(dev_spec(), t, ThresholdScript(), CALM, horizon=120)
     assert m["elastic_on_demand_cost_usd"] > 0 and m["p95_wait_minutes"] == 6
 
 
+@requires_shared_prices
 def test_auto_size_covers_the_peak(tmp_path):
     t = jobs(tmp_path, [(0, 3600, 1), (0, 3600, 4), (60, 60, 1)])
     spec = simpool.auto_size(dev_spec(), t)
@@ -231,6 +243,7 @@ def test_auto_size_covers_the_peak(tmp_path):
 # --- the command -------------------------------------------------------------------------------------------
 
 
+@requires_shared_prices
 def test_simulate_json(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(REPO)
     t = tmp_path / "t.csv"
@@ -254,6 +267,7 @@ def test_simulate_bad_input_exit_2(tmp_path, capsys, monkeypatch):
     assert cli.main(["simulate", "--trace", str(t), "--stack", "dev", "--days", "5:1"]) == 2
 
 
+@requires_shared_prices
 def test_policy_knobs_come_from_the_stack_mapping():
     from sim.policies import pool_settings
 
@@ -265,6 +279,7 @@ def test_policy_knobs_come_from_the_stack_mapping():
 # --- honesty of the baselines and the sizing ---------------------------------------------------------------
 
 
+@requires_shared_prices
 def test_karpenter_consolidates_a_node_that_never_got_a_pod(tmp_path):
     spec = dev_spec()  # floor 1 x 1 GPU
     # the second job is pending at minute 0 (a spot node is launched), but the first job frees the floor at
@@ -276,6 +291,7 @@ def test_karpenter_consolidates_a_node_that_never_got_a_pod(tmp_path):
     assert sim.count(SPOT) == 0
 
 
+@requires_shared_prices
 def test_karpenter_provisions_a_replacement_at_the_interruption_notice(tmp_path):
     spec = replace(dev_spec(), floor_nodes=0)
     t = jobs(tmp_path, [(0, 3 * 3600, 1)])
@@ -295,6 +311,7 @@ def test_karpenter_provisions_a_replacement_at_the_interruption_notice(tmp_path)
     assert sim.workload.run_start[0] == 44
 
 
+@requires_shared_prices
 def test_a_job_larger_than_the_pool_is_reported_and_blocks_nobody(tmp_path):
     spec = dev_spec()  # peak: 1 floor + 4 spot nodes of 1 GPU = 5 GPUs
     t = jobs(tmp_path, [(0, 600, 8)] + [(60 * k, 600, 1) for k in range(1, 6)])
@@ -305,6 +322,7 @@ def test_a_job_larger_than_the_pool_is_reported_and_blocks_nobody(tmp_path):
         assert m["unmet_gpu_hours"] == pytest.approx(8 * 10 / 60, abs=1e-3), controller.name
 
 
+@requires_shared_prices
 def test_auto_size_floor_is_the_quantile_even_when_it_is_zero(tmp_path):
     # one 1-GPU job for an hour in a 4-hour trace: demand is 0 three quarters of the time
     t = jobs(tmp_path, [(3 * 3600, 3600, 1)])

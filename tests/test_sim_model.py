@@ -15,7 +15,7 @@ from sim import runner, traces
 from sim.engine import GUARANTEED, LEAVING, ON_DEMAND, SPOT, SimSettings, Simulation, SlotInterruptions
 from sim.policies import Controller, FloorOnly, GpuLoan, Karpenter, ThresholdScript
 from stacks import config
-from conftest import REPO
+from conftest import REPO, requires_shared_prices
 
 CALM = SimSettings(spot_interruptions_per_month=0.0, spot_unavailable_episodes_per_week=0.0)
 
@@ -52,6 +52,7 @@ def pending_only(spec):
 # --- kube-scheduler ----------------------------------------------------------------------------------------
 
 
+@requires_shared_prices
 def test_a_pod_that_fits_is_placed_even_behind_one_that_does_not(tmp_path):
     # floor 2 nodes x 8 GPUs; a 16-GPU gang first needs both whole nodes, but a 4-GPU job already runs on one:
     # kube-scheduler places the later 2-GPU job at once (the old FIFO reserved the nodes for the gang)
@@ -63,6 +64,7 @@ def test_a_pod_that_fits_is_placed_even_behind_one_that_does_not(tmp_path):
     assert wl.first_start[1] == 60  # the gang waits for both whole nodes: the 4-GPU job ends at 60
 
 
+@requires_shared_prices
 def test_a_gang_starts_only_with_all_its_pods(tmp_path):
     spec = replace(dev_spec(), floor_nodes=2)  # two 1-GPU floor nodes
     t = jobs(tmp_path, [(0, 600, 3)])
@@ -70,6 +72,7 @@ def test_a_gang_starts_only_with_all_its_pods(tmp_path):
     assert m["jobs_never_started"] == 1 and all(n.busy == 0 for n in sim.nodes.values())
 
 
+@requires_shared_prices
 def test_jobs_fill_the_floor_then_spot_then_on_demand(tmp_path):
     spec = replace(prod_spec(), floor_nodes=1)
 
@@ -86,6 +89,7 @@ def test_jobs_fill_the_floor_then_spot_then_on_demand(tmp_path):
     assert busy == {GUARANTEED: 8, SPOT: 8, ON_DEMAND: 4}
 
 
+@requires_shared_prices
 def test_series_fills_the_cheaper_capacity_first(tmp_path):
     spec = replace(prod_spec(), floor_nodes=1)
 
@@ -104,6 +108,7 @@ def test_series_fills_the_cheaper_capacity_first(tmp_path):
 # --- series mode: what waits now ---------------------------------------------------------------------------
 
 
+@requires_shared_prices
 def test_series_shows_the_policy_what_waits_now_not_the_backlog(tmp_path):
     spec = replace(dev_spec(), floor_nodes=0)  # 1-GPU nodes, up to 4 spot
     seen = []
@@ -127,6 +132,7 @@ def test_series_shows_the_policy_what_waits_now_not_the_backlog(tmp_path):
 # --- spot notice on both sides, common random numbers ------------------------------------------------------
 
 
+@requires_shared_prices
 def test_the_policy_sees_the_notice_and_the_group_replaces_the_node_once(tmp_path):
     spec = replace(dev_spec(), floor_nodes=0)
     t = jobs(tmp_path, [(0, 3 * 3600, 1)])
@@ -153,6 +159,7 @@ def test_the_policy_sees_the_notice_and_the_group_replaces_the_node_once(tmp_pat
     assert sim.workload.run_start[0] == 44
 
 
+@requires_shared_prices
 def test_karpenter_is_not_replaced_twice_after_a_reclaim(tmp_path):
     spec = replace(dev_spec(), floor_nodes=0)
     t = jobs(tmp_path, [(0, 3 * 3600, 1)])
@@ -176,6 +183,7 @@ def test_interruptions_are_common_random_numbers_per_slot():
     assert SlotInterruptions(8, 1 / 500).next_after(0, 0) != a.next_after(0, 0)
 
 
+@requires_shared_prices
 def test_two_policies_with_the_same_spot_nodes_meet_the_same_interruptions(tmp_path):
     """Both keep two spot nodes (replaced when reclaimed); the second also runs a third node for a while and
     launches in another order. Slots 0 and 1 see the same interruptions at the same minutes in both."""
@@ -219,6 +227,7 @@ def test_two_policies_with_the_same_spot_nodes_meet_the_same_interruptions(tmp_p
 # --- the threshold script at its own premise ---------------------------------------------------------------
 
 
+@requires_shared_prices
 def test_threshold_script_runs_with_the_reserved_card_it_was_written_for(tmp_path):
     spec = replace(dev_spec(), floor_nodes=0)
     t = jobs(tmp_path, [(0, 3 * 3600, 1), (0, 3 * 3600, 1)])
@@ -253,6 +262,7 @@ def test_verdict_says_when_a_difference_is_within_the_noise(ours, theirs, wo, wt
     assert v["verdict"] == verdict
 
 
+@requires_shared_prices
 def test_simulate_seeds_json(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(REPO)
     t = tmp_path / "t.csv"
@@ -303,6 +313,7 @@ def _parser_actions(bench):
     return seen["actions"]
 
 
+@requires_shared_prices
 def test_a_notice_is_not_mistaken_for_a_spot_shortage(tmp_path):
     """The group's replacement is already launching when the policy reads the group at the notice: no on-demand
     fallback for one interrupted node."""

@@ -16,9 +16,9 @@ from sim.engine import SPOT_SHORTAGE, SimSettings
 from sim.packing import new_nodes_needed
 from sim.policies import GpuLoan, all_policies
 from stacks import config
-from conftest import REPO
+from conftest import REPO, SHARED_TRACES, requires_shared_prices, requires_shared_traces
 
-ITP = REPO.parent / "shared" / "data" / "traces" / "itp"
+ITP = SHARED_TRACES / "itp"
 
 
 def naive_ffd(pods, gpn, free=()):
@@ -116,6 +116,8 @@ CASES = [
 ]
 
 
+@requires_shared_prices
+@requires_shared_traces
 def test_skipping_quiet_ticks_with_a_budget_gives_the_tick_by_tick_result():
     """The stack's own pool keeps its budget (no auto-size): the budget-aware part of the proof."""
     from sim.policies import pool_settings
@@ -139,6 +141,8 @@ def test_skipping_quiet_ticks_with_a_budget_gives_the_tick_by_tick_result():
             assert "BUDGET_DRAIN" in fast["decisions_by_reason"] or "BUDGET_CAP" in fast["decisions_by_reason"]
 
 
+@requires_shared_prices
+@requires_shared_traces
 @pytest.mark.parametrize("cluster,a,b,mode,scenario", CASES)
 def test_skipping_quiet_ticks_gives_the_tick_by_tick_result(cluster, a, b, mode, scenario):
     trace = traces.read_trace(ITP / f"{cluster}.csv").window(a, b)
@@ -159,6 +163,7 @@ def test_skipping_quiet_ticks_gives_the_tick_by_tick_result(cluster, a, b, mode,
         assert fast["ticks_skipped"] >= 0
 
 
+@requires_shared_prices
 def test_a_quiet_pool_still_starts_its_budget_drain_on_time(tmp_path):
     """Nothing happens after the first job; the floor's spend alone reaches the budget after ~11 hours: the skip
     must stop there (the drain's hold appears at the same minute as deciding every minute)."""
