@@ -11,7 +11,8 @@ STACK ?= dev
 # unless the caller set one; otherwise prices come from the cache `gpuloan prices refresh` fills (docs/prices.md).
 SHARED_DATA ?= ../shared/data
 ifneq ($(wildcard $(SHARED_DATA)/prices/aws_gpu_prices.csv),)
-export GPULOAN_PRICE_FILE ?= $(SHARED_DATA)/prices
+# Absolute, so commands and tests that run from another folder (cost-diff's base checkout) find it too.
+export GPULOAN_PRICE_FILE ?= $(abspath $(SHARED_DATA)/prices)
 endif
 TRACES ?= $(SHARED_DATA)/traces/itp
 

@@ -126,10 +126,10 @@ def render(doc: dict[str, Any], console, summary: bool = False) -> None:
     for p in cost["pools"]:
         notes = "; ".join(n for n in (p["guaranteed_note"], p["elastic_note"]) if n)
         if notes:
-            console.print(f"  [dim]{p['pool']}: {notes}[/]", soft_wrap=True)
+            console.print(f"  [dim]{p['pool']}: {notes}[/]")  # folds to the terminal's width
         if p["guaranteed_rate_source"]:
             console.print(f"  [dim]{p['pool']} floor rate ({p['guaranteed_price_model']}): "
-                          f"{p['guaranteed_rate_source']}[/]", soft_wrap=True)
+                          f"{p['guaranteed_rate_source']}[/]")
     # Without any price source the one reason and fix is the price line below; otherwise each gap has its reason.
     for line in cost["unknown_prices"] if cost["has_price_source"] else ():
         console.print(f"  [yellow]cost unknown[/] {line}", soft_wrap=True)

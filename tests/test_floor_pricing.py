@@ -168,9 +168,10 @@ def test_shipped_prod_training_floor_is_paid_reserved_1yr_and_costs_less():
     assert inference.guaranteed_price_model == "on_demand"
 
 
-def test_preview_table_shows_the_price_model_and_its_source(capsys):
+def test_preview_table_shows_the_price_model_and_its_source(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")  # wide enough that no cell folds
     assert cli.main(["preview", "prod"]) == 0
-    out = capsys.readouterr().out
+    out = " ".join(capsys.readouterr().out.split())  # notes fold to the terminal's width
     assert "2× p4d.24xlarge $19,735 (reserved_1yr)" in out
     assert "training floor rate (reserved_1yr): 0.616 x today's on-demand" in out
     assert "covers the floor's instance-hours (those in a capacity reservation too)" in out  # how AWS bills it

@@ -128,11 +128,9 @@ def test_an_unknown_platform_key_is_refused(tmp_path):
         pricebook.load(path)
 
 
+@requires_shared_prices
 def test_platform_rates_round_trip_through_the_cache_format(tmp_path):
-    path = _price_file(tmp_path, {"eks_cluster": (1.0, "hour"), "ec2:m7i.large": (0.5, "hour")}) \
-        if SHARED_PRICES.is_dir() else None
-    if path is None:
-        pytest.skip("../shared/data/prices is absent")
+    path = _price_file(tmp_path, {"eks_cluster": (1.0, "hour"), "ec2:m7i.large": (0.5, "hour")})
     book = pricebook.load(path)
     assert book.platform_rate("eks_cluster", "us-east-1") == pricebook.PlatformRate(1.0, "hour", "test fixture",
                                                                                     "2026-12-01")

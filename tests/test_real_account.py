@@ -12,6 +12,9 @@ from conftest import run_stack, stack_config
 from gpuloan import offline
 from stacks import capacity, elastic, live_sizes
 
+# A Capacity Block's price is its quote, which the user states (docs/floor.md); the figure only stands in for one.
+BLOCK_RATE = {"usd_per_hour": 1.0, "source": "test value standing in for the block's quote"}
+
 CLUSTER = "aws:eks/cluster:Cluster"
 TABLE = "aws:dynamodb/table:Table"
 
@@ -26,8 +29,9 @@ def groups(rec, component_type):
 @pytest.mark.parametrize("guaranteed", [
     {},
     {"reservation": "odcr", "availability_zone": "us-east-1a"},
+    # The price book has no Capacity Block rate for g6.xlarge: the block's buyer states its price (docs/floor.md).
     {"reservation": "capacity_block", "reservation_id": RESERVATION_ID, "availability_zone": "us-east-1a",
-     "capacity_block_active": True},
+     "capacity_block_active": True, "rate": BLOCK_RATE},
 ], ids=["on-demand", "odcr", "capacity-block"])
 def test_every_gpu_group_replaces_nodes_without_surge(guaranteed):
     # EKS's DEFAULT update strategy launches the new node first; a reservation sized to the floor has no room
