@@ -61,22 +61,29 @@ def comparison_figure(doc: dict, focus: str = "gpuloan"):
                   "baselines' capacity overlaid")
     top.legend(loc="upper left", fontsize=8)
 
-    for name, b in series.items():
-        bottom.plot([r[0] / 1440 for r in b], [r[5] for r in b], label=name,
-                    linewidth=2.0 if name == focus else 1.0)
-    bottom.axhline(doc["oracle_cost_usd"], color="grey", linestyle="--", label="oracle (total)")
     budget = doc["pool"].get("budget_monthly_usd")
     end = max((r[0] for b in series.values() for r in b), default=0)
+    budget_end = budget * end / MINUTES_PER_MONTH if budget else 0.0
+    # A linear axis scaled to the policy in focus, the oracle and the budget: static-peak (the whole peak all the
+    # time) costs many times more and would flatten every other line to the floor; lines that leave the axis say
+    # where they end in the legend instead.
+    top_usd = 2.5 * max([series[focus][-1][5] if series[focus] else 0.0, doc["oracle_cost_usd"], budget_end]) or 1.0
+    for name, b in series.items():
+        final = b[-1][5] if b else 0.0
+        label = name if final <= top_usd else f"{name} (ends at ${final:,.0f}, off the axis)"
+        bottom.plot([r[0] / 1440 for r in b], [r[5] for r in b], label=label,
+                    linewidth=2.0 if name == focus else 1.0)
+    bottom.axhline(doc["oracle_cost_usd"], color="grey", linestyle="--", label="oracle (total)")
     if budget:
         # The budget is monthly; over the run it allows budget x elapsed months (pro rata, as the simulator counts
         # budget_months_exceeded), so it is a straight line through the origin on the cumulative cost.
         bottom.plot([0, end / 1440], [0, budget * end / MINUTES_PER_MONTH], color="#937860", linestyle="-.",
                     linewidth=1.5, label=f"budget ${budget:,.0f}/month (cumulative, pro rata)")
     else:
-        bottom.text(0.99, 0.03, "no budget on this pool (--auto-size drops the stack's)", transform=bottom.transAxes,
-                    ha="right", va="bottom", fontsize=8, color="#937860")
+        bottom.text(0.99, 0.97, "no budget on this pool (--auto-size drops the stack's)", transform=bottom.transAxes,
+                    ha="right", va="top", fontsize=8, color="#937860")
     bottom.set_yscale("linear")
-    bottom.set_ylim(bottom=0)
+    bottom.set_ylim(0, top_usd)
     bottom.set_ylabel("cumulative cost, USD")
     bottom.set_xlabel("day (from the start of the window)")
     bottom.legend(loc="upper left", fontsize=8)
@@ -84,11 +91,12 @@ def comparison_figure(doc: dict, focus: str = "gpuloan"):
     return fig
 
 
-def service_key(rows: list[dict]) -> tuple[str, str]:
-    """The service metric of a sweep: p95 wait on job traces, unmet GPU-hours on series (no jobs, no waits)."""
+def service_key(rows: list[dict]) -> tuple[str, str, str]:
+    """The service metric of a sweep (key, axis label, short name): p95 wait on job traces, unmet GPU-hours on
+    series (no jobs, no waits)."""
     if rows and all(r.get("p95_wait_minutes") is not None for r in rows):
-        return "p95_wait_minutes", "p95 wait, minutes"
-    return "unmet_gpu_hours", "unmet GPU-hours"
+        return "p95_wait_minutes", "p95 wait, minutes", "p95 wait min"
+    return "unmet_gpu_hours", "unmet GPU-hours", "unmet GPU-h"
 
 
 def pareto(rows: list[dict], key: str) -> list[dict]:
@@ -111,7 +119,7 @@ def frontier_figure(doc: dict):
     unmet_gpu_hours], optional "baselines": [policy metrics with name, floor_nodes and the same keys]}."""
     rows = doc["sweep_floor"]
     baselines = doc.get("baselines") or []
-    key, label = service_key(rows + baselines)
+    key, label, short = service_key(rows + baselines)
     fig, ax = plt.subplots(figsize=(9, 6.5))
     ax.scatter([r[key] for r in rows], [r["total_cost_usd"] for r in rows], color="#4c72b0", zorder=3,
                label="gpuloan, one point per floor size")
@@ -121,17 +129,26 @@ def frontier_figure(doc: dict):
     front = pareto(rows, key)
     ax.plot([r[key] for r in front], [r["total_cost_usd"] for r in front], color="#4c72b0", linewidth=1.5,
             zorder=2, label="Pareto frontier (no floor is both cheaper and faster)")
+    # The axis is scaled to the sweep (what the user chooses from): a baseline far slower (floor-only waits days)
+    # would squeeze every floor into one column; it is listed in the legend with its figures instead.
+    widest = max([r[key] for r in rows] + [1.0])
+    right = 1.15 * max([widest] + [b[key] for b in baselines if b[key] <= 3 * widest])
     markers = "s^DvP*X"
     for i, b in enumerate(baselines):
-        ax.scatter([b[key]], [b["total_cost_usd"]], marker=markers[i % len(markers)], s=60, color="#c44e52",
-                   zorder=4, label=f"{b['name']} (floor {b['floor_nodes']})")
-        ax.annotate(b["name"], (b[key], b["total_cost_usd"]), textcoords="offset points", xytext=(5, -10),
-                    fontsize=8, color="#c44e52")
+        name = f"{b['name']} (floor {b['floor_nodes']})"
+        if b[key] > right:
+            name += f": {b[key]:,.1f} {short}, ${b['total_cost_usd']:,.0f}, off the axis"
+        ax.scatter([min(b[key], right)], [b["total_cost_usd"]], marker=markers[i % len(markers)], s=60,
+                   color="#c44e52", zorder=4, label=name, clip_on=True, alpha=1.0 if b[key] <= right else 0.0)
+        if b[key] <= right:
+            ax.annotate(b["name"], (b[key], b["total_cost_usd"]), textcoords="offset points", xytext=(5, -10),
+                        fontsize=8, color="#c44e52")
+    ax.set_xlim(-0.03 * right, right)
     ax.set_xscale("linear")
     ax.set_yscale("linear")
     ax.set_xlabel(label)
     ax.set_ylabel("total cost over the window, USD")
-    ax.set_title(f"floor sweep: {doc['trace']} on pool {doc['pool']}: cost vs {label}")
+    ax.set_title(f"floor sweep: {doc['trace']} on pool {doc['pool']}: cost vs {short}")
     ax.legend(loc="upper right", fontsize=8)
     ax.grid(True, alpha=0.3)
     fig.tight_layout()

@@ -7,15 +7,14 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import matplotlib.pyplot as plt
 import pytest
 
-from sim import plot as simplot
-from tests.conftest import SHARED_TRACES, requires_shared_prices, requires_shared_traces
+from conftest import REPO, SHARED_TRACES, requires_shared_prices, requires_shared_traces
 
-REPO = Path(__file__).resolve().parents[1]
+from sim import plot as simplot
+
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
@@ -43,8 +42,12 @@ def test_comparison_overlays_baselines_capacity_with_a_linear_cost_axis():
     karp = next(line for line in top.get_lines() if line.get_label().startswith("karpenter"))
     assert max(karp.get_ydata()) == 6  # guaranteed + spot + on-demand of karpenter's samples, not ours (4)
     assert bottom.get_yscale() == "linear" and bottom.get_ylim()[0] == 0
-    # one cumulative-cost line per policy plus the oracle
-    assert len([line for line in bottom.get_lines() if line.get_label() in _doc()["_series"]]) == 6
+    # one cumulative-cost line per policy; the axis is scaled to ours and the oracle (2.5 x $59), so static-peak
+    # ($177) leaves it and says where it ends
+    cost_labels = [line.get_label() for line in bottom.get_lines()]
+    assert len([label for label in cost_labels if label.split(" ")[0] in _doc()["_series"]]) == 6
+    assert "static-peak (ends at $177, off the axis)" in cost_labels and "karpenter" in cost_labels
+    assert bottom.get_ylim()[1] == pytest.approx(2.5 * 59.0)
     assert any("no budget" in t.get_text() for t in bottom.texts)  # says why no budget line is drawn
     plt.close(fig)
 
@@ -96,6 +99,19 @@ def test_frontier_has_one_labelled_point_per_floor_the_frontier_and_the_baseline
     plt.close(fig)
 
 
+def test_frontier_axis_follows_the_sweep_and_names_a_far_baseline_in_the_legend():
+    doc = _sweep_doc()
+    doc["baselines"].append({"name": "floor-only", "floor_nodes": 0, "total_cost_usd": 0.0,
+                             "p95_wait_minutes": 11_329.3, "unmet_gpu_hours": 0.0})
+    fig = simplot.frontier_figure(doc)
+    (ax,) = fig.axes
+    assert ax.get_xlim()[1] < 100  # the floors (0..30 min) stay readable
+    labels = _labels(ax)
+    assert "floor-only (floor 0): 11,329.3 p95 wait min, $0, off the axis" in labels
+    assert "karpenter (floor 0)" in labels  # within the axis: plotted and named as such
+    plt.close(fig)
+
+
 def test_frontier_without_baselines_and_on_a_series_uses_unmet_gpu_hours():
     doc = _sweep_doc(baselines=False)
     for r in doc["sweep_floor"]:
@@ -127,7 +143,7 @@ def test_both_figures_write_the_requested_format(tmp_path, suffix):
 def _run(args: list[str]) -> subprocess.CompletedProcess:
     env = {**os.environ, "COLUMNS": "120"}
     env.pop("PULUMI_STACK", None)
-    return subprocess.run([sys.executable, "-m", "gpuloan.cli", *args], cwd=REPO, env=env, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "gpuloan", *args], cwd=REPO, env=env, capture_output=True,
                           text=True, timeout=600)
 
 
