@@ -170,3 +170,23 @@ def test_sweep_floor_json_plot_keeps_stdout_json(tmp_path):
     doc = json.loads(result.stdout)
     assert doc["sweep_floor"] and "baselines" not in doc  # the JSON stays the sweep's
     assert out.read_bytes()[:8] == PNG_MAGIC
+
+
+@requires_shared_traces
+def test_documented_plot_windows_are_busy():
+    """The docs' --plot examples must draw something: jobs submitted on most days of the window, not a spike or two
+    (cluster10 days 20:30, the old example, held two jobs)."""
+    import re
+    import shlex
+
+    from sim import traces
+
+    text = (REPO / "docs" / "simulator.md").read_text()
+    commands = [c for c in re.findall(r"^\.venv/bin/gpuloan simulate .*$", text, flags=re.M) if "--plot" in c]
+    assert len(commands) >= 2  # the comparison and the sweep
+    for cmd in commands:
+        argv = shlex.split(cmd)
+        days = traces.parse_days(argv[argv.index("--days") + 1])
+        trace = traces.read_trace(str(REPO / argv[argv.index("--trace") + 1])).window(*days)
+        active = {int(j.submit_s // 86400) for j in trace.jobs}
+        assert len(trace.jobs) >= 50 and len(active) >= (days[1] - days[0] + 1) // 2, (cmd, len(trace.jobs), active)
