@@ -193,9 +193,12 @@ def _sweep(args, spec, trace, settings) -> int:
         rows.append({"floor_nodes": floor, "floor_gpus": floor * spec.gpus_per_node, **{
             k: m[k] for k in ("total_cost_usd", "cost_over_oracle", "p95_wait_minutes", "unmet_gpu_hours",
                               "interruptions")}})
+    doc = {"trace": trace.name, "pool": spec.name, "sweep_floor": rows,
+           "price_source": catalog.price_source(spec.region)}
     if args.json:
-        print(json.dumps({"trace": trace.name, "pool": spec.name, "sweep_floor": rows,
-                          "price_source": catalog.price_source(spec.region)}, indent=2))
+        print(json.dumps(doc, indent=2))
+        if args.plot:
+            _plot_sweep(args, doc, spec, trace, settings, horizon)
         return 0
     from gpuloan import tables
 
@@ -208,7 +211,25 @@ def _sweep(args, spec, trace, settings) -> int:
                       str(r["interruptions"]))
     tables.console().print(table)
     print(catalog.price_source(spec.region))
+    if args.plot:  # after the table, as for the comparison
+        _plot_sweep(args, doc, spec, trace, settings, horizon)
     return 0
+
+
+def _plot_sweep(args, doc, spec, trace, settings, horizon) -> None:
+    """The cost vs p95 wait frontier of the sweep, with the baselines on the stack's pool as reference points (run
+    only for the plot: the sweep's table and JSON stay our policy's)."""
+    from gpuloan import plot_args
+    from sim import runner
+    from sim.plot import plot_frontier
+    from sim.policies import GpuLoan, all_policies
+
+    sys.stdout.flush()
+    baselines = [c for c in all_policies(spec) if not isinstance(c, GpuLoan)]
+    print(f"running {len(baselines)} baseline(s) for the plot ...", file=sys.stderr)
+    ref = runner.compare(spec, trace, settings, policies=baselines, horizon=horizon)["policies"]
+    written = plot_args.write(plot_frontier, {**doc, "baselines": ref}, args.plot)
+    print(f"wrote the plot to {written}", file=sys.stderr)
 
 
 def _seeds_table(doc: dict) -> None:
