@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Callable
 
 from policy import emf, notifications
@@ -125,6 +125,14 @@ def observe(settings: Settings, ports: Ports, state: dict, now: datetime, errors
             pending = ports.pods.pending_gpus([ps.name for ps in settings.pools])
         except PolicyError as err:
             record(err)
+    arrivals: dict[str, tuple] | None = None
+    if pending is not None and in_time():
+        window = max(ps.arrival_window_minutes for ps in settings.pools)
+        try:
+            arrivals = ports.pods.gpu_pod_arrivals([ps.name for ps in settings.pools],
+                                                   now - timedelta(minutes=window))
+        except PolicyError as err:
+            record(err)  # unknown arrivals keep no idle node warm: they go as before, once idle
     scopes: dict[str, str | None] = {}
     if settings.budget_monthly_usd is not None:
         scopes[ENV_SCOPE] = settings.budget_name
@@ -155,7 +163,8 @@ def observe(settings: Settings, ports: Ports, state: dict, now: datetime, errors
                 ))
         pools.append(PoolObservation(ps.name, tuple(groups), tuple(nodes),
                                      None if pending is None else pending.get(ps.name, ()),
-                                     spends.get(pool_scope(ps.name))))
+                                     spends.get(pool_scope(ps.name)),
+                                     None if arrivals is None else arrivals.get(ps.name, ())))
     return Observation(tuple(pools), spends.get(ENV_SCOPE))
 
 

@@ -278,6 +278,9 @@ class FakePods:
             raise self.pending
         return self.pending
 
+    def gpu_pod_arrivals(self, pools, since):
+        return {p: () for p in pools}
+
 
 class FakeNodes:
     """In-memory node guard: pods per node name (as blocking reasons), cordon state, injectable read failure."""
