@@ -87,7 +87,7 @@ class PoolSettings:
     scale_up_utilization_pct: float = 80.0
     scale_up_window_minutes: int = 10
     idle_utilization_pct: float = 5.0
-    idle_timeout_minutes: int = 30
+    idle_timeout_minutes: int = 10
     # A node on which no pod has requested a GPU for this long is reclaimed sooner than an idle one: with no GPU
     # pod there is nothing to interrupt (Karpenter's "empty" nodes), so it need not wait out idle_timeout_minutes.
     empty_timeout_minutes: int = 10

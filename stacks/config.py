@@ -184,7 +184,7 @@ class Elastic(Strict):
     scale_up_utilization_pct: Percent = Field(80, description="Average GPU utilization over the window that adds a node (for services that do not queue).")
     scale_up_window_minutes: int = Field(10, ge=1, le=120, description="Window for the scale-up average.")
     idle_utilization_pct: Percent = Field(5, description="A node whose max GPU utilization stays below this for idle_timeout_minutes is reclaimed.")
-    idle_timeout_minutes: int = Field(30, ge=5, le=1440, description="How long a node must be idle (and up) before it is terminated by instance id.")
+    idle_timeout_minutes: int = Field(10, ge=5, le=1440, description="How far back GPU utilization must stay below idle_utilization_pct (and the node be up) before it counts as idle: a measurement window, not a keep timer (how long an idle node is kept is the release-on-cost rule, docs/policy.md). Longer keeps every node that long after its last work.")
     empty_timeout_minutes: int = Field(10, ge=2, le=1440, description="A node on which no pod has requested a GPU for this long (GPU reserved capacity 0) is reclaimed without waiting for idle_timeout_minutes: there is nothing on it to interrupt.")
     workload: Workload = Field(Workload.batch, description="`batch`: jobs that queue; pending pods are the whole scale-up signal. `service`: traffic that does not queue; sustained utilization (scale_up_utilization_pct) adds a node too.")
     cooldown_minutes: int = Field(5, ge=0, le=120, description="Quiet time after a group's change before a utilization-driven scale-up (service pools only); never delays a reclaim.")
