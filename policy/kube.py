@@ -131,6 +131,8 @@ class NodeGuardPort(Protocol):
 
     def cordon(self, node_name: str) -> bool: ...
 
+    def node_pod_gpus(self, node_name: str) -> tuple[int, ...]: ...
+
     def uncordon(self, node_name: str) -> None: ...
 
     def blockers(self, node_name: str) -> list[str]: ...
@@ -208,6 +210,18 @@ class KubeClient:
             if why:
                 found.append(why)
         return found
+
+    def node_pod_gpus(self, node_name: str) -> tuple[int, ...]:
+        """GPU requests of the pods on the node that have not finished: on a node under a spot notice they are
+        about to need a place elsewhere (raises when the pods cannot be read)."""
+        out = []
+        for pod in self._pods(f"spec.nodeName={node_name}"):
+            if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+                continue
+            gpus = pod_gpus(pod)
+            if gpus > 0:
+                out.append(gpus)
+        return tuple(out)
 
     def cordon(self, node_name: str) -> bool:
         """Mark the node unschedulable so nothing new lands on it while it goes. True when this call cordoned it;

@@ -31,6 +31,9 @@ CAPACITY_ON_DEMAND = "on_demand"
 CAPACITY_GUARANTEED = "guaranteed"
 
 ENFORCEMENT_CAP = "cap_elastic"
+# Auto Scaling's lifecycle state of an instance on its way out; the tick also gives it to a spot instance under
+# EC2's 2-minute interruption notice: neither capacity nor launching, never reclaimed.
+LIFECYCLE_LEAVING = "Terminating"
 WORKLOAD_BATCH = "batch"  # jobs that queue: pending pods are the scale-up signal
 WORKLOAD_SERVICE = "service"  # traffic that does not queue: sustained utilization adds a node too
 ENFORCEMENT_ALERT = "alert_only"

@@ -308,6 +308,9 @@ class FakeNodes:
             raise self.fail
         return list(self.blockers_of.get(name, []))
 
+    def node_pod_gpus(self, name):
+        return ()
+
 
 class FakePublisher:
     def __init__(self):
