@@ -501,15 +501,22 @@ def _reclaim(ps: PoolSettings, po: PoolObservation, groups: dict[str, Group], no
     # scheduler not yet through): keep as many idle nodes as they would fill, no more.
     for_pending = pack_pods([p for p in po.pending_pod_gpus if 0 < p <= ps.gpus_per_node], ps.gpus_per_node)[0]
     warm = keep_warm_nodes(ps, po.arrivals, now)
-    keep = min(len(idle), max(for_pending, warm))
-    if keep:
-        if for_pending >= warm:
-            actions.append(_hold(name, Reason.STEADY, f"{keep} idle node(s) kept: pods are pending and may land "
-                                 "on them"))
+    # A node that never got a pod is not kept warm: the demand it was launched for went elsewhere (Karpenter
+    # counts such a node empty from the moment it is ready).
+    used = [n for n in idle if not never_got_a_pod(ps, n, now)]
+    kept = {n.instance_id for n in used[len(used) - min(len(used), warm):]}
+    for n in reversed(idle):
+        if len(kept) >= min(len(idle), for_pending):
+            break
+        kept.add(n.instance_id)
+    if kept:
+        if for_pending >= warm or for_pending >= len(kept):
+            actions.append(_hold(name, Reason.STEADY, f"{len(kept)} idle node(s) kept: pods are pending and may "
+                                 "land on them"))
         else:
-            actions.append(_hold(name, Reason.KEEP_WARM, f"{keep} idle node(s) kept: "
+            actions.append(_hold(name, Reason.KEEP_WARM, f"{len(kept)} idle node(s) kept: "
                                  f"{_rate_why(ps, po.arrivals, now)}"))
-        idle = idle[: len(idle) - keep]
+        idle = [n for n in idle if n.instance_id not in kept]
     taken = 0
     reported: set[str] = set()
     for node in idle:
@@ -565,6 +572,12 @@ def keep_warm_nodes(ps: PoolSettings, arrivals, now: datetime) -> int:
     if rate <= 0:
         return 0
     return max(0, math.ceil(2.0 * ps.launch_minutes * rate - 1e-9) - 1)
+
+
+def never_got_a_pod(ps: PoolSettings, node: Node, now: datetime) -> bool:
+    """The node's empty window (no GPU requested over it) reaches back into its boot: it has had no GPU pod in
+    its whole ready life. launch_minutes stands for the boot (the Lambda keeps no per-node history)."""
+    return now - node.launched_at <= timedelta(minutes=ps.empty_timeout_minutes + ps.launch_minutes)
 
 
 def _rate_why(ps: PoolSettings, arrivals, now: datetime) -> str:

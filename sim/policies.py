@@ -455,7 +455,7 @@ class GpuLoan(Controller):
           max utilization and max reserved 0 from e + window - 1 on (one busy GPU is always above the idle
           threshold, which is idle_utilization_pct / gpus_per_node < one GPU's share);
         - cooldown and spot fallback switch at the group's last change + cooldown / fallback_after;
-        - keep-or-release: an arrival created at minute a leaves the arrival window at a + window (arrivals and
+        - keep-or-release: a node stops counting as never used at launch + empty_timeout + launch_minutes; an arrival created at minute a leaves the arrival window at a + window (arrivals and
           finished jobs are events themselves);
         - a node's first datapoint: utilization is unknown until a minute after launch."""
         now = sim.now
@@ -493,7 +493,8 @@ class GpuLoan(Controller):
                 moving.append(n)
             if n.group == GUARANTEED:
                 continue
-            for t in (n.launched + idle_w, n.launched + empty_w):
+            for t in (n.launched + idle_w, n.launched + empty_w, n.launched + empty_w + ps.launch_minutes,
+                      n.launched + empty_w + ps.launch_minutes + 1):
                 if t > now:
                     wake = min(wake, t)
             if n.busy == 0:

@@ -108,6 +108,10 @@ CASES = [
          # 6 pods in the hour: 0.1 node/min; the 1st idle node waits 10 min < 12 (kept), the 2nd 20 (released)
          _arrivals(observe(nodes=[idle("i-a"), idle("i-b"), idle("i-c", OD)]), [(m, 1) for m in range(0, 60, 10)]),
          [("term", "i-c", R.RECLAIM_IDLE), ("term", "i-a", R.RECLAIM_IDLE)], {R.KEEP_WARM}),
+    Case("a_node_that_never_got_a_pod_is_not_kept_warm",
+         # launched 14 min ago: its 10-minute empty window reaches into its 6-minute boot; the older one is kept
+         _arrivals(observe(nodes=[idle("i-new", age=14), idle("i-old")]), [(m, 1) for m in range(0, 60, 10)]),
+         [("term", "i-new", R.RECLAIM_IDLE)], {R.KEEP_WARM}),
     Case("arrivals_older_than_the_window_keep_nothing",
          _arrivals(observe(nodes=[idle("i-a")]), [(m, 1) for m in range(60, 200)]),
          [("term", "i-a", R.RECLAIM_IDLE)]),
