@@ -10,16 +10,18 @@ Rules per pool, in order (docs/policy.md explains each with its reason code):
    in-service elastic nodes are terminated by instance id, max_step_nodes per tick (BUDGET_DRAIN). A node with
    GPU work is never drained: it goes once it is idle.
 3. Scale-up: pending pods targeting the pool are packed (first fit, decreasing) onto nodes of gpus_per_node;
-   the nodes they need beyond those already launching are added (SCALE_UP_PENDING). Sustained mean GPU
-   utilization at or above the threshold adds one node when nothing is launching and no group is in cooldown
-   (SCALE_UP_UTILIZATION). Additions go to spot; while spot stays short of its desired size for
-   fallback_after_minutes, or its activities report insufficient capacity, they go to on-demand
-   (SPOT_FALLBACK), and the spot shortfall no longer counts as capacity. Bounded by group max, max_step_nodes
-   and the budget projection (BUDGET_CAP).
-4. Idle reclaim (only when nothing is added): in-service elastic nodes on which EVERY signal says idle (no GPU
-   requested by a pod over the empty window, and GPU utilization below the idle threshold over the window the
-   node is judged on, every known utilization figure below it) are terminated by instance id, on-demand first,
-   max_step_nodes per tick (RECLAIM_IDLE). A missing signal is busy; unknown pending pods hold.
+   the nodes they need beyond those already launching are added (SCALE_UP_PENDING). For a `service` pool only,
+   sustained mean GPU utilization at or above the threshold adds one node when nothing is launching and no group
+   is in cooldown (SCALE_UP_UTILIZATION); a `batch` pool scales to what is pending, exactly. Additions go to
+   spot; while spot stays short of its desired size for fallback_after_minutes, or its activities report
+   insufficient capacity, they go to on-demand (SPOT_FALLBACK), and the spot shortfall no longer counts as
+   capacity. Bounded by group max, max_step_nodes when set, and the budget projection (BUDGET_CAP).
+4. Idle reclaim (groups not resized this tick): in-service elastic nodes on which EVERY signal says idle (no
+   GPU requested by a pod over the empty window, and GPU utilization below the idle threshold over the window
+   the node is judged on, every known utilization figure below it) are terminated by instance id, on-demand
+   first (RECLAIM_IDLE), except those kept for pending pods that would fill them and those that pay for
+   themselves at the pool's recent arrival rate (KEEP_WARM, `keep_warm_nodes`). A missing signal is busy;
+   unknown pending pods hold.
 
 Safety rules every plan keeps (tests/test_policy_properties.py): the floor is never touched; a group gets one
 kind of change per tick (set_desired or terminate, never both: UpdateNodegroupConfig is asynchronous, so an
@@ -41,6 +43,7 @@ from policy.model import (
     CAPACITY_GUARANTEED,
     ENFORCEMENT_CAP,
     LIFECYCLE_IN_SERVICE,
+    WORKLOAD_SERVICE,
     Action,
     Group,
     Node,
@@ -239,8 +242,9 @@ def _decide_pool(ps: PoolSettings, po: PoolObservation | None, scopes: list[_Sco
         actions = _drain(ps, groups, in_service, elastic_nodes, launching_nodes, drain, desired, now)
     else:
         actions = _scale(ps, po, groups, in_service, spot, od, spot_short, utilization, scopes, now, desired)
-        if not any(a.kind == ACTION_SET_DESIRED for a in actions):
-            actions += _reclaim(ps, po, groups, elastic_nodes, now, desired)
+        # One kind of change per group per tick: a group that was resized now is not also reclaimed from.
+        resized = {a.group for a in actions if a.kind == ACTION_SET_DESIRED}
+        actions += _reclaim(ps, po, groups, elastic_nodes, now, desired, resized)
         if spot is not None and od is not None and od.desired_nodes > 0 and not spot_short:
             actions.append(_hold(name, Reason.SPOT_RECOVERED, f"spot {spot.name} is filled; new demand goes to "
                                  f"spot and on-demand nodes are reclaimed first when idle", group=od.name))
@@ -293,7 +297,7 @@ def _drain(ps: PoolSettings, groups: dict[str, Group], in_service: dict[str, int
                                   desired_from=g.desired_nodes, desired_to=desired[gname],
                                   detail=f"{why}; cancel {not_launched} launch(es) not started"))
             continue
-        for n in booting[: max(0, ps.max_step_nodes - cancelled_by_id)]:
+        for n in booting[: max(0, _step(ps) - cancelled_by_id)]:
             cancelled_by_id += 1
             desired[gname] -= 1
             actions.append(Action(name, ACTION_TERMINATE, Reason.BUDGET_DRAIN, group=gname, instance_id=n.instance_id,
@@ -313,7 +317,7 @@ def _drain(ps: PoolSettings, groups: dict[str, Group], in_service: dict[str, int
             idle.append(n)
         else:
             working += 1
-    for node in sorted(idle, key=_drain_key(ps))[: ps.max_step_nodes]:
+    for node in sorted(idle, key=_drain_key(ps))[: _step(ps)]:
         desired[node.group] -= 1
         actions.append(Action(name, ACTION_TERMINATE, Reason.BUDGET_DRAIN, group=node.group,
                               instance_id=node.instance_id, desired_from=desired[node.group] + 1,
@@ -354,7 +358,9 @@ def _scale(ps: PoolSettings, po: PoolObservation, groups: dict[str, Group], in_s
             actions.append(_hold(name, Reason.HOLD_MISSING_DATA, f"{unfittable} pending pod(s) ask for more than "
                                  f"{ps.gpus_per_node} GPUs per node and can never fit this pool"))
     add_util = 0
-    mean = _mean_utilization(po)
+    # Utilization adds a node only for a service pool: in a batch pool a node added with nothing pending mostly
+    # waits for the next job (docs/policy.md, rule 3).
+    mean = _mean_utilization(po) if ps.workload == WORKLOAD_SERVICE else None
     if mean is not None and mean >= ps.scale_up_utilization_pct and coming == 0:
         cooling = _cooling(groups.values(), now, ps.cooldown_minutes)
         if cooling is not None:
@@ -385,7 +391,7 @@ def _scale(ps: PoolSettings, po: PoolObservation, groups: dict[str, Group], in_s
     if target.max_nodes > 0:
         limit = min(limit, target.max_nodes)
     room = max(0, limit - target.desired_nodes)
-    add = min(want, ps.max_step_nodes, room)
+    add = min(want, _step(ps), room)
     if add < want and room < want:
         actions.append(_hold(name, Reason.AT_MAX, f"{why}; {target.name} is at {target.desired_nodes}/{limit}",
                              group=target.name))
@@ -466,7 +472,7 @@ def _idle_verdict(ps: PoolSettings, node: Node, now: datetime) -> tuple[bool | N
 
 
 def _reclaim(ps: PoolSettings, po: PoolObservation, groups: dict[str, Group], nodes: list[Node], now: datetime,
-             desired: dict[str, int]) -> list[Action]:
+             desired: dict[str, int], resized: set[str]) -> list[Action]:
     name = ps.name
     idle: list[Node] = []
     why: dict[str, str] = {}
@@ -488,29 +494,42 @@ def _reclaim(ps: PoolSettings, po: PoolObservation, groups: dict[str, Group], no
         actions.append(_hold(name, Reason.HOLD_MISSING_DATA, f"{len(idle)} idle node(s) kept: pending pods unknown "
                              "(Kubernetes API unreachable)"))
         return actions
-    if any(0 < p <= ps.gpus_per_node for p in po.pending_pod_gpus):
-        actions.append(_hold(name, Reason.STEADY, f"{len(idle)} idle node(s) kept: pods are pending and may land "
-                             "on them"))
-        return actions
+    # The nodes that go first come first: on-demand before spot, then the idlest, the oldest.
     idle.sort(key=lambda n: (n.group != ps.on_demand_group, n.max_utilization_pct or 0.0, n.launched_at,
                              n.instance_id))
+    # Pending pods that fit a node may land on an idle one (a gang waiting for the rest of its nodes, the
+    # scheduler not yet through): keep as many idle nodes as they would fill, no more.
+    for_pending = pack_pods([p for p in po.pending_pod_gpus if 0 < p <= ps.gpus_per_node], ps.gpus_per_node)[0]
+    warm = keep_warm_nodes(ps, po.arrivals, now)
+    # A node that never got a pod is not kept warm: the demand it was launched for went elsewhere (Karpenter
+    # counts such a node empty from the moment it is ready).
+    used = [n for n in idle if not never_got_a_pod(ps, n, now)]
+    kept = {n.instance_id for n in used[len(used) - min(len(used), warm):]}
+    for n in reversed(idle):
+        if len(kept) >= min(len(idle), for_pending):
+            break
+        kept.add(n.instance_id)
+    if kept:
+        if for_pending >= warm or for_pending >= len(kept):
+            actions.append(_hold(name, Reason.STEADY, f"{len(kept)} idle node(s) kept: pods are pending and may "
+                                 "land on them"))
+        else:
+            actions.append(_hold(name, Reason.KEEP_WARM, f"{len(kept)} idle node(s) kept: "
+                                 f"{_rate_why(ps, po.arrivals, now)}"))
+        idle = [n for n in idle if n.instance_id not in kept]
     taken = 0
     reported: set[str] = set()
     for node in idle:
-        if taken >= ps.max_step_nodes:
+        if taken >= _step(ps):
             break
         g = groups[node.group]
+        if g.name in resized:
+            continue
         if g.status != "ACTIVE":
             if g.name not in reported:
                 reported.add(g.name)
                 actions.append(_hold(name, Reason.UPDATE_IN_PROGRESS, f"idle node(s) kept: {g.name} is {g.status}",
                                      group=g.name))
-            continue
-        if _cooling((g,), now, ps.cooldown_minutes) is not None:
-            if g.name not in reported:
-                reported.add(g.name)
-                actions.append(_hold(name, Reason.COOLDOWN, f"idle node(s) kept: {g.name} changed less than "
-                                     f"{ps.cooldown_minutes} min ago", group=g.name))
             continue
         if desired[g.name] - 1 < g.min_nodes:
             continue
@@ -520,6 +539,52 @@ def _reclaim(ps: PoolSettings, po: PoolObservation, groups: dict[str, Group], no
                               desired_from=desired[g.name] + 1, desired_to=desired[g.name],
                               detail=why[node.instance_id]))
     return actions
+
+
+_NO_STEP_LIMIT = 1 << 30
+
+
+def _step(ps: PoolSettings) -> int:
+    """Most nodes added or terminated per tick: max_step_nodes, or no limit when unset (the group maximum and the
+    budget cap bound every tick already; docs/policy.md, "No artificial brakes")."""
+    return ps.max_step_nodes if ps.max_step_nodes is not None else _NO_STEP_LIMIT
+
+
+def arrival_rate_nodes_per_minute(ps: PoolSettings, arrivals, now: datetime) -> float:
+    """The pool's recent demand in nodes per minute: GPUs of the pods created within arrival_window_minutes
+    (and not finished), in nodes' worth, over the window. No look-ahead: only pods that exist at `now` count."""
+    if not arrivals:
+        return 0.0
+    window = timedelta(minutes=ps.arrival_window_minutes)
+    gpus = sum(g for t, g in arrivals if g > 0 and timedelta(0) <= now - t < window)
+    return gpus / max(ps.gpus_per_node, 1) / ps.arrival_window_minutes
+
+
+def keep_warm_nodes(ps: PoolSettings, arrivals, now: datetime) -> int:
+    """How many idle elastic nodes are worth keeping (docs/policy.md, "Release on cost").
+
+    Keeping the k-th idle node costs its price until the k-th next node's worth of demand arrives: k / rate
+    minutes on average (arrivals as a Poisson process at the recent rate). Releasing it costs, when that demand
+    comes, a relaunch: launch_minutes paid for a node that boots, plus launch_minutes that the job waits, a
+    minute of waiting valued at the price of the capacity it waits for. So the k-th node is kept while
+    k / rate < 2 x launch_minutes, i.e. k < 2 x launch_minutes x rate."""
+    rate = arrival_rate_nodes_per_minute(ps, arrivals, now)
+    if rate <= 0:
+        return 0
+    return max(0, math.ceil(2.0 * ps.launch_minutes * rate - 1e-9) - 1)
+
+
+def never_got_a_pod(ps: PoolSettings, node: Node, now: datetime) -> bool:
+    """The node's empty window (no GPU requested over it) reaches back into its boot: it has had no GPU pod in
+    its whole ready life. launch_minutes stands for the boot (the Lambda keeps no per-node history)."""
+    return now - node.launched_at <= timedelta(minutes=ps.empty_timeout_minutes + ps.launch_minutes)
+
+
+def _rate_why(ps: PoolSettings, arrivals, now: datetime) -> str:
+    rate = arrival_rate_nodes_per_minute(ps, arrivals, now)
+    return (f"{rate * 60:.1f} node(s) of demand arrived per hour over the last {ps.arrival_window_minutes} min; "
+            f"a relaunch costs {2 * ps.launch_minutes} node-minutes ({ps.launch_minutes} booting, paid, + "
+            f"{ps.launch_minutes} a job waits)")
 
 
 def node_idle_threshold_pct(ps: PoolSettings) -> float:

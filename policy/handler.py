@@ -22,6 +22,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import uuid
 import weakref
 from datetime import datetime, timezone
@@ -149,7 +150,20 @@ def handle(event: dict, context, session=None) -> TickResult:
     errors: list[str] = []
     ports = build_ports(settings, session or _warm_session(), context, deadline, errors)
     return run_tick(settings, ports, now, deadline=deadline, persist=not replay, errors=errors,
-                    lease=(_lease_holder(context), _lease_seconds(context)))
+                    lease=(_lease_holder(context), _lease_seconds(context)), leaving=spot_warning(event))
+
+
+SPOT_WARNING = "EC2 Spot Instance Interruption Warning"
+_INSTANCE_ID = re.compile(r"i-[0-9a-f]{8,17}")
+
+
+def spot_warning(event: dict) -> tuple[str, ...]:
+    """The instance an EventBridge "EC2 Spot Instance Interruption Warning" names (stacks/policy_function.py
+    routes it here), or () for any other event. An id that is not an instance id is ignored, not trusted."""
+    if event.get("source") != "aws.ec2" or event.get("detail-type") != SPOT_WARNING:
+        return ()
+    iid = (event.get("detail") or {}).get("instance-id")
+    return (iid,) if isinstance(iid, str) and _INSTANCE_ID.fullmatch(iid) else ()
 
 
 def _lease_holder(context) -> str:

@@ -16,6 +16,7 @@ import ssl
 import urllib.error
 import urllib.parse
 import urllib.request
+from datetime import datetime, timezone
 from typing import Callable, Protocol
 
 from policy.deadline import Deadline
@@ -122,11 +123,15 @@ def blocking_reason(pod: dict) -> str | None:
 class PendingPodsPort(Protocol):
     def pending_gpus(self, pools: list[str]) -> dict[str, tuple[int, ...]]: ...
 
+    def gpu_pod_arrivals(self, pools: list[str], since: datetime) -> dict[str, tuple[tuple[datetime, int], ...]]: ...
+
 
 class NodeGuardPort(Protocol):
     """The check before a termination: cordon, then the node's pods (policy/tick.py)."""
 
     def cordon(self, node_name: str) -> bool: ...
+
+    def node_pod_gpus(self, node_name: str) -> tuple[int, ...]: ...
 
     def uncordon(self, node_name: str) -> None: ...
 
@@ -206,6 +211,18 @@ class KubeClient:
                 found.append(why)
         return found
 
+    def node_pod_gpus(self, node_name: str) -> tuple[int, ...]:
+        """GPU requests of the pods on the node that have not finished: on a node under a spot notice they are
+        about to need a place elsewhere (raises when the pods cannot be read)."""
+        out = []
+        for pod in self._pods(f"spec.nodeName={node_name}"):
+            if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+                continue
+            gpus = pod_gpus(pod)
+            if gpus > 0:
+                out.append(gpus)
+        return tuple(out)
+
     def cordon(self, node_name: str) -> bool:
         """Mark the node unschedulable so nothing new lands on it while it goes. True when this call cordoned it;
         False when it was cordoned already (by someone else: leave it so) or is not registered (still booting)."""
@@ -244,3 +261,35 @@ class KubeClient:
             if len(targets) == 1:  # a pod that may go to several pools is not counted twice
                 found[targets.pop()].append(gpus)
         return {p: tuple(v) for p, v in found.items()}
+
+    def gpu_pod_arrivals(self, pools: list[str], since: datetime) -> dict[str, tuple[tuple[datetime, int], ...]]:
+        """(creation time, GPUs) of each pool's GPU pods created at or after `since` that have not finished
+        (pending or running): the pool's recent arrivals for the keep-or-release rule (policy/engine.py). Pods
+        that landed at once on a free node count too (a pending-only view would miss exactly the jobs a kept node
+        serves). Pods already finished and gone are missed: the rate errs low, so idle nodes go sooner."""
+        wanted = set(pools)
+        found: dict[str, list[tuple[datetime, int]]] = {p: [] for p in pools}
+        for pod in self._pods("status.phase!=Succeeded,status.phase!=Failed"):
+            created = creation_time(pod)
+            if created is None or created < since:
+                continue
+            gpus = pod_gpus(pod)
+            if gpus <= 0:
+                continue
+            targets = pod_pools(pod) & wanted
+            if len(targets) == 1:
+                found[targets.pop()].append((created, gpus))
+        return {p: tuple(sorted(v)) for p, v in found.items()}
+
+
+def creation_time(pod: dict) -> datetime | None:
+    """metadata.creationTimestamp (RFC 3339, UTC, e.g. 2026-03-10T11:30:00Z) as an aware datetime; None if absent
+    or malformed (such a pod is not counted)."""
+    text = (pod.get("metadata") or {}).get("creationTimestamp")
+    if not isinstance(text, str):
+        return None
+    try:
+        t = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return t if t.tzinfo is not None else t.replace(tzinfo=timezone.utc)

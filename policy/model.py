@@ -31,6 +31,11 @@ CAPACITY_ON_DEMAND = "on_demand"
 CAPACITY_GUARANTEED = "guaranteed"
 
 ENFORCEMENT_CAP = "cap_elastic"
+# Auto Scaling's lifecycle state of an instance on its way out; the tick also gives it to a spot instance under
+# EC2's 2-minute interruption notice: neither capacity nor launching, never reclaimed.
+LIFECYCLE_LEAVING = "Terminating"
+WORKLOAD_BATCH = "batch"  # jobs that queue: pending pods are the scale-up signal
+WORKLOAD_SERVICE = "service"  # traffic that does not queue: sustained utilization adds a node too
 ENFORCEMENT_ALERT = "alert_only"
 
 
@@ -48,6 +53,7 @@ class Reason(str, Enum):
     AT_MAX = "AT_MAX"  # demand exceeds the elastic maximum
     UPDATE_IN_PROGRESS = "UPDATE_IN_PROGRESS"  # the node group is being updated: leave it alone this tick
     HOLD_MISSING_DATA = "HOLD_MISSING_DATA"  # data missing or stale: hold, never shrink
+    KEEP_WARM = "KEEP_WARM"  # idle nodes kept: the next job is expected sooner than a relaunch would cost
     STEADY = "STEADY"  # nothing to do
 
 
@@ -84,13 +90,21 @@ class PoolSettings:
     scale_up_utilization_pct: float = 80.0
     scale_up_window_minutes: int = 10
     idle_utilization_pct: float = 5.0
-    idle_timeout_minutes: int = 30
+    idle_timeout_minutes: int = 10
     # A node on which no pod has requested a GPU for this long is reclaimed sooner than an idle one: with no GPU
     # pod there is nothing to interrupt (Karpenter's "empty" nodes), so it need not wait out idle_timeout_minutes.
     empty_timeout_minutes: int = 10
-    cooldown_minutes: int = 5
-    max_step_nodes: int = 8
+    cooldown_minutes: int = 5  # after a group's change, before a utilization-driven scale-up (service pools)
+    # Most nodes added or removed per tick; None = no step limit (the group max and the budget cap bound a tick).
+    max_step_nodes: int | None = None
     fallback_after_minutes: int = 10
+    # WORKLOAD_BATCH: jobs queue, pending pods are the whole scale-up signal. WORKLOAD_SERVICE: traffic that does
+    # not queue; sustained utilization adds a node too.
+    workload: str = "batch"
+    # Minutes from a scale-up to a node that takes pods (boot, join, driver): what a relaunch costs, paid and
+    # waited; and how far back the pool's GPU pod arrivals are counted for the keep-or-release rule.
+    launch_minutes: int = 6
+    arrival_window_minutes: int = 60
     budget_monthly_usd: float | None = None
     budget_enforcement: str = ENFORCEMENT_CAP
     budget_name: str | None = None
@@ -258,6 +272,9 @@ class PoolObservation:
     nodes: tuple[Node, ...] = ()
     pending_pod_gpus: tuple[int, ...] | None = ()
     spend: Spend | None = None
+    # (creation time, GPUs) of the pool's GPU pods not yet finished and created within arrival_window_minutes
+    # (pending or running): the arrivals the keep-or-release rule estimates the pool's rate from. None = unknown.
+    arrivals: tuple[tuple[datetime, int], ...] | None = None
 
     def group(self, name: str | None) -> Group | None:
         for g in self.groups:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Callable
 
 from policy import emf, notifications
@@ -27,6 +27,7 @@ from policy.model import (
     ACTION_SET_DESIRED,
     ACTION_TERMINATE,
     LIFECYCLE_IN_SERVICE,
+    LIFECYCLE_LEAVING,
     Action,
     Node,
     Observation,
@@ -84,8 +85,11 @@ def _recorder(errors: list[str]) -> Callable[[Exception], None]:
 
 
 def observe(settings: Settings, ports: Ports, state: dict, now: datetime, errors: list[str],
-            deadline: Deadline | None = None, node_names: dict[str, str] | None = None) -> Observation:
-    """What this tick can see. `node_names` (filled when given): instance id -> Kubernetes node name."""
+            deadline: Deadline | None = None, node_names: dict[str, str] | None = None,
+            leaving: frozenset[str] = frozenset()) -> Observation:
+    """What this tick can see. `node_names` (filled when given): instance id -> Kubernetes node name.
+    `leaving`: spot instances under EC2's 2-minute interruption notice: seen as leaving (not capacity, never
+    reclaimed), and the GPU pods on them as pending (they need a place before the instance goes)."""
     record = _recorder(errors)
 
     def in_time() -> bool:
@@ -125,6 +129,26 @@ def observe(settings: Settings, ports: Ports, state: dict, now: datetime, errors
             pending = ports.pods.pending_gpus([ps.name for ps in settings.pools])
         except PolicyError as err:
             record(err)
+    arrivals: dict[str, tuple] | None = None
+    if pending is not None and in_time():
+        window = max(ps.arrival_window_minutes for ps in settings.pools)
+        try:
+            arrivals = ports.pods.gpu_pod_arrivals([ps.name for ps in settings.pools],
+                                                   now - timedelta(minutes=window))
+        except PolicyError as err:
+            record(err)  # unknown arrivals keep no idle node warm: they go as before, once idle
+    displaced: dict[str, list[int]] = {}
+    if leaving and pending is not None and ports.nodes is not None:
+        for ps in settings.pools:
+            for gname in ps.elastic_groups:
+                gs = read.get(gname)
+                for inst in gs.instances if gs is not None else ():
+                    if inst.instance_id not in leaving or not inst.node_name or not in_time():
+                        continue
+                    try:
+                        displaced.setdefault(ps.name, []).extend(ports.nodes.node_pod_gpus(inst.node_name))
+                    except PolicyError as err:
+                        record(err)  # its pods stay unseen: replaced when they come back pending
     scopes: dict[str, str | None] = {}
     if settings.budget_monthly_usd is not None:
         scopes[ENV_SCOPE] = settings.budget_name
@@ -147,15 +171,17 @@ def observe(settings: Settings, ports: Ports, state: dict, now: datetime, errors
                 nodes.append(Node(
                     inst.instance_id, gname,
                     inst.launched_at or now,  # unknown launch time = just launched: never idle on a guess
-                    inst.lifecycle,
+                    LIFECYCLE_LEAVING if inst.instance_id in leaving else inst.lifecycle,
                     s.max_over(now, ps.idle_timeout_minutes) if s else None,
                     s.avg_over(now, ps.scale_up_window_minutes) if s else None,
                     s.reserved_max_over(now, ps.empty_timeout_minutes) if s else None,
                     s.max_over(now, ps.empty_timeout_minutes) if s else None,
                 ))
         pools.append(PoolObservation(ps.name, tuple(groups), tuple(nodes),
-                                     None if pending is None else pending.get(ps.name, ()),
-                                     spends.get(pool_scope(ps.name))))
+                                     None if pending is None else pending.get(ps.name, ())
+                                     + tuple(displaced.get(ps.name, ())),
+                                     spends.get(pool_scope(ps.name)),
+                                     None if arrivals is None else arrivals.get(ps.name, ())))
     return Observation(tuple(pools), spends.get(ENV_SCOPE))
 
 
@@ -253,12 +279,14 @@ def _uncordon(ports: Ports, node_name: str, cordoned: bool) -> None:
 
 def run_tick(settings: Settings, ports: Ports, now: datetime, log: Callable[[str], None] = print,
              deadline: Deadline | None = None, persist: bool = True, errors: list[str] | None = None,
-             lease: tuple[str, float] | None = None) -> TickResult:
+             lease: tuple[str, float] | None = None, leaving: tuple[str, ...] = ()) -> TickResult:
     """One tick. `deadline`: when reads and writes stop (policy/deadline.py). `persist`: write the state back
     (False for a replay at an explicit time, which must not move spend or notification timestamps). `errors`:
     failures already met while building the ports (e.g. the cluster endpoint could not be read). `lease`:
     (holder, seconds): a live tick with a state table acts only while it holds the table's lease
-    (policy/state.py), so two overlapping ticks never both change capacity."""
+    (policy/state.py), so two overlapping ticks never both change capacity. `leaving`: instance ids named by a
+    spot interruption warning this invocation received; kept in the state for the notice's length so the next
+    ticks see them too."""
     errors = list(errors or [])
     holder = None
     if lease is not None and ports.state is not None and persist and not settings.dry_run:
@@ -274,7 +302,7 @@ def run_tick(settings: Settings, ports: Ports, now: datetime, log: Callable[[str
             log(json.dumps({"level": "ERROR", "message": "tick errors", "errors": errors}, sort_keys=True))
             return TickResult(Plan((), dry_run=False, decided_at=now), errors=errors, skipped="lease unreadable")
     try:
-        return _run(settings, ports, now, log, deadline, persist, errors)
+        return _run(settings, ports, now, log, deadline, persist, errors, leaving)
     finally:
         if holder is not None:
             try:
@@ -283,8 +311,24 @@ def run_tick(settings: Settings, ports: Ports, now: datetime, log: Callable[[str
                 pass  # it expires by itself; the next tick takes it over then
 
 
+SPOT_NOTICE_MINUTES = 2  # EC2 reclaims a spot instance 2 minutes after its interruption warning
+
+
+def _leaving(state: dict, new: tuple[str, ...], now: datetime) -> frozenset[str]:
+    """Instances under a spot notice: those of this invocation plus those earlier ticks stored, until the notice
+    (plus a minute for clocks) has run out; the state keeps them with their expiry (epoch seconds)."""
+    kept = {i: t for i, t in (state.get("leaving") or {}).items() if isinstance(t, (int, float)) and t > now.timestamp()}
+    for iid in new:
+        kept[iid] = now.timestamp() + (SPOT_NOTICE_MINUTES + 1) * 60
+    if kept:
+        state["leaving"] = kept
+    else:
+        state.pop("leaving", None)
+    return frozenset(kept)
+
+
 def _run(settings: Settings, ports: Ports, now: datetime, log: Callable[[str], None], deadline: Deadline | None,
-         persist: bool, errors: list[str]) -> TickResult:
+         persist: bool, errors: list[str], leaving: tuple[str, ...] = ()) -> TickResult:
     state, version = {}, 0
     if ports.state is not None:
         try:
@@ -293,7 +337,7 @@ def _run(settings: Settings, ports: Ports, now: datetime, log: Callable[[str], N
             errors.append(f"{type(err).__name__}: {err}")
             ports = Ports(**{**ports.__dict__, "state": None})  # never overwrite state we could not read
     node_names: dict[str, str] = {}
-    obs = observe(settings, ports, state, now, errors, deadline, node_names)
+    obs = observe(settings, ports, state, now, errors, deadline, node_names, _leaving(state, leaving, now))
     plan = decide(settings, obs, now)
     result = TickResult(plan, errors=errors)
     if not plan.dry_run:

@@ -7,6 +7,7 @@ and the answer to a launch request.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 from datetime import datetime, timedelta, timezone
 
@@ -17,6 +18,7 @@ from policy.model import (
     ENFORCEMENT_CAP,
     LIFECYCLE_IN_SERVICE,
     LIFECYCLE_PENDING,
+    WORKLOAD_SERVICE,
     Group,
     Node,
     Observation,
@@ -246,7 +248,7 @@ class GpuLoan(Controller):
                                 on_demand_usd_per_hour=0)
             knobs = ("scale_up_utilization_pct", "scale_up_window_minutes", "idle_utilization_pct",
                      "idle_timeout_minutes", "empty_timeout_minutes", "cooldown_minutes", "max_step_nodes",
-                     "fallback_after_minutes")
+                     "fallback_after_minutes", "workload", "launch_minutes", "arrival_window_minutes")
             ps = dataclasses.replace(ps, **{k: getattr(base, k) for k in knobs})
         self.ps = ps
         self.settings = Settings(environment="sim", region=sim.spec.region, cluster_name="sim", pools=(ps,))
@@ -260,6 +262,13 @@ class GpuLoan(Controller):
         self._last_reasons: list[str] = []
         self._quiet_plan = False
         self._version = -1
+        self._arrivals_key, self._arrivals_value = None, ()
+        self._when: dict[int, datetime] = {}
+        series = getattr(sim.trace, "gpus_demanded", None)
+        self._rises = None
+        if series is not None:
+            # A demand series has no pods: a rise of the level is that many 1-GPU pods created that minute.
+            self._rises = [max(0, series[t] - (series[t - 1] if t else 0)) for t in range(len(series))]
 
     def observe(self, sim: Simulation, now_dt: datetime) -> Observation:
         """The Observation the Lambda would build this minute. Unchanged parts reuse last minute's objects
@@ -330,10 +339,11 @@ class GpuLoan(Controller):
             groups.append(group)
         pods = self._pods(sim)
         spend = self._spend(sim, now) if ps.budget_monthly_usd is not None else None
-        key = (tuple(nodes), tuple(groups), tuple(pods), spend)
+        arrivals = self._arrivals(sim)
+        key = (tuple(nodes), tuple(groups), tuple(pods), spend, arrivals)
         if self._last_obs is not None and self._last_obs[0] == key:
             return self._last_obs[1]
-        obs = Observation((PoolObservation(ps.name, key[1], key[0], key[2], spend),))
+        obs = Observation((PoolObservation(ps.name, key[1], key[0], key[2], spend, arrivals),))
         self._last_obs = (key, obs)
         return obs
 
@@ -355,6 +365,38 @@ class GpuLoan(Controller):
             pods += [gpn] * (whole * n) + [last] * n
         self._pods_key, self._pods_value = key, tuple(pods)
         return self._pods_value
+
+    def arrival_minutes(self, sim: Simulation) -> list[tuple[int, int]]:
+        """(minute, GPUs) of the pods created within the arrival window that have not finished: what the
+        Lambda's pod list shows (policy/kube.py `gpu_pod_arrivals`). Only the past: no look-ahead."""
+        now, window = sim.now, self.ps.arrival_window_minutes
+        lo = now - window + 1
+        if self._rises is not None:
+            rises = self._rises
+            return [(t, rises[t]) for t in range(max(0, lo), min(now + 1, len(rises))) if rises[t]]
+        w = sim.workload
+        start = bisect.bisect_left(w._arrival_minute, lo, 0, w._next)
+        out: dict[int, int] = {}
+        for i in range(start, w._next):
+            if not w.done[i] and w.gpus[i] <= w.pool_gpus:
+                m = w._arrival_minute[i]
+                out[m] = out.get(m, 0) + w.gpus[i]
+        return sorted(out.items())
+
+    def _arrivals(self, sim: Simulation) -> tuple:
+        key = tuple(self.arrival_minutes(sim))
+        if key != self._arrivals_key:
+            when = self._when
+            if len(when) > 4096:
+                when.clear()
+            out = []
+            for m, g in key:
+                t = when.get(m)
+                if t is None:
+                    t = when[m] = SIM_EPOCH + timedelta(minutes=m)
+                out.append((t, g))
+            self._arrivals_key, self._arrivals_value = key, tuple(out)
+        return self._arrivals_value
 
     def _spend(self, sim: Simulation, now: int) -> Spend:
         """Budgets' actual figure refreshed hourly (it lags), plus the running estimate since."""
@@ -413,6 +455,8 @@ class GpuLoan(Controller):
           max utilization and max reserved 0 from e + window - 1 on (one busy GPU is always above the idle
           threshold, which is idle_utilization_pct / gpus_per_node < one GPU's share);
         - cooldown and spot fallback switch at the group's last change + cooldown / fallback_after;
+        - keep-or-release: a node stops counting as never used at launch + empty_timeout + launch_minutes; an arrival created at minute a leaves the arrival window at a + window (arrivals and
+          finished jobs are events themselves);
         - a node's first datapoint: utilization is unknown until a minute after launch."""
         now = sim.now
         nxt = now + 1
@@ -449,7 +493,8 @@ class GpuLoan(Controller):
                 moving.append(n)
             if n.group == GUARANTEED:
                 continue
-            for t in (n.launched + idle_w, n.launched + empty_w):
+            for t in (n.launched + idle_w, n.launched + empty_w, n.launched + empty_w + ps.launch_minutes,
+                      n.launched + empty_w + ps.launch_minutes + 1):
                 if t > now:
                     wake = min(wake, t)
             if n.busy == 0:
@@ -458,13 +503,16 @@ class GpuLoan(Controller):
                     for t in (e + idle_w - 1, e + empty_w - 1):
                         if t > now:
                             wake = min(wake, t)
+        arrivals = self.arrival_minutes(sim)
+        if arrivals:
+            wake = min(wake, max(nxt, arrivals[0][0] + ps.arrival_window_minutes))
         for g in ps.elastic_groups:
             last = sim.last_change[g]
             if last is not None:
                 for t in (last + ps.cooldown_minutes, last + ps.fallback_after_minutes):
                     if t > now:
                         wake = min(wake, t)
-        if n_util:
+        if n_util and ps.workload == WORKLOAD_SERVICE:
             # The pool's mean utilization minute by minute until every moving window has settled: the first
             # minute it crosses the scale-up threshold either way (or comes within rounding of it) the plan may
             # differ.

@@ -59,6 +59,11 @@ class FloorPayment(StrEnum):
     capacity_block = "capacity_block"
 
 
+class Workload(StrEnum):
+    batch = "batch"
+    service = "service"
+
+
 class ElasticCapacity(StrEnum):
     spot = "spot"
     on_demand = "on_demand"
@@ -211,10 +216,12 @@ class Elastic(Strict):
     scale_up_utilization_pct: Percent = Field(80, description="Average GPU utilization over the window that adds a node (for services that do not queue).")
     scale_up_window_minutes: int = Field(10, ge=1, le=120, description="Window for the scale-up average.")
     idle_utilization_pct: Percent = Field(5, description="A node whose max GPU utilization stays below this for idle_timeout_minutes is reclaimed.")
-    idle_timeout_minutes: int = Field(30, ge=5, le=1440, description="How long a node must be idle (and up) before it is terminated by instance id.")
+    idle_timeout_minutes: int = Field(10, ge=5, le=1440, description="How far back GPU utilization must stay below idle_utilization_pct (and the node be up) before it counts as idle: a measurement window, not a keep timer (how long an idle node is kept is the release-on-cost rule, docs/policy.md). Longer keeps every node that long after its last work.")
     empty_timeout_minutes: int = Field(10, ge=2, le=1440, description="A node on which no pod has requested a GPU for this long (GPU reserved capacity 0) is reclaimed without waiting for idle_timeout_minutes: there is nothing on it to interrupt.")
-    cooldown_minutes: int = Field(5, ge=0, le=120, description="Quiet time after a change before a utilization-driven change.")
-    max_step_nodes: int = Field(8, ge=1, le=100, description="Most nodes added or removed in one tick (8 starts a 64-GPU job on 8-GPU nodes in one tick).")
+    workload: Workload = Field(Workload.batch, description="`batch`: jobs that queue; pending pods are the whole scale-up signal. `service`: traffic that does not queue; sustained utilization (scale_up_utilization_pct) adds a node too.")
+    cooldown_minutes: int = Field(5, ge=0, le=120, description="Quiet time after a group's change before a utilization-driven scale-up (service pools only); never delays a reclaim.")
+    max_step_nodes: int | None = Field(None, ge=1, le=500, description="Most nodes added or removed in one tick; unset = no step limit (max_nodes and the budget cap bound every tick).")
+    launch_minutes: int = Field(6, ge=1, le=60, description="Minutes from a scale-up to a node that takes pods: a relaunch costs this much paid boot plus as long a wait; the keep-or-release rule weighs it (docs/policy.md).")
     fallback_after_minutes: int = Field(10, ge=1, le=240, description="How long spot may stay short of its desired size before on-demand takes the shortfall.")
 
     @field_validator("instance_types")

@@ -33,6 +33,9 @@ TIMEOUT_SECONDS = 50  # below the 1-minute schedule, so ticks do not overlap
 MEMORY_MB = 256
 LAMBDA_PRINCIPAL = "lambda.amazonaws.com"
 SCHEDULER_PRINCIPAL = "scheduler.amazonaws.com"
+EVENTS_PRINCIPAL = "events.amazonaws.com"
+# EC2 sends this to the default event bus 2 minutes before it reclaims a spot instance (policy/handler.py reads it).
+SPOT_WARNING_PATTERN = {"source": ["aws.ec2"], "detail-type": ["EC2 Spot Instance Interruption Warning"]}
 EKS_NODEGROUP_TAG = "eks:nodegroup-name"  # EKS tags each managed node group's ASG with its name
 LAMBDA_ENV_LIMIT_BYTES = 4096  # all keys and values together (Lambda quotas)
 POLICY_ERRORS_TICKS = 5  # the PolicyErrors alarm looks at the last 5 ticks ...
@@ -263,6 +266,25 @@ class PolicyFunction(pulumi.ComponentResource):
                 retry_policy=aws.scheduler.ScheduleTargetRetryPolicyArgs(maximum_retry_attempts=0,
                                                                          maximum_event_age_in_seconds=60),
                 dead_letter_config=aws.scheduler.ScheduleTargetDeadLetterConfigArgs(arn=self.dlq.arn)),
+            opts=child)
+
+        # The 2-minute spot interruption notice, delivered to the function at once (not at the next tick): the
+        # warned node stops counting as capacity and its GPU pods count as pending, so their replacement starts
+        # with the notice, as Karpenter's interruption handling does. Only this rule may invoke the function
+        # through EventBridge (the permission names the rule's ARN); no role is needed for a Lambda target.
+        self.spot_warning_rule = aws.cloudwatch.EventRule(
+            f"{name}-spot-warning", name=f"{fn_name}-spot-warning",
+            description="EC2 Spot Instance Interruption Warning -> gpuloan policy function",
+            event_pattern=json.dumps(SPOT_WARNING_PATTERN), opts=child)
+        aws.lambda_.Permission(
+            f"{name}-spot-warning-invoke", action="lambda:InvokeFunction", function=self.function.name,
+            principal=EVENTS_PRINCIPAL, source_arn=self.spot_warning_rule.arn, source_account=args.account_id,
+            opts=child)
+        aws.cloudwatch.EventTarget(
+            f"{name}-spot-warning-target", rule=self.spot_warning_rule.name, arn=self.function.arn,
+            # a notice older than a minute is half its warning: the next scheduled tick does better
+            retry_policy=aws.cloudwatch.EventTargetRetryPolicyArgs(maximum_event_age_in_seconds=60,
+                                                                   maximum_retry_attempts=1),
             opts=child)
 
         alarm_actions = [args.alerts_topic_arn] if args.alerts_topic_arn is not None else []

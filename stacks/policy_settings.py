@@ -118,7 +118,8 @@ def pool_settings(cfg: GpuLoanConfig, pool: Pool, names: GroupNames, budget_name
                      scale_up_window_minutes=e.scale_up_window_minutes, idle_utilization_pct=e.idle_utilization_pct,
                      idle_timeout_minutes=e.idle_timeout_minutes, empty_timeout_minutes=e.empty_timeout_minutes,
                      cooldown_minutes=e.cooldown_minutes,
-                     max_step_nodes=e.max_step_nodes, fallback_after_minutes=e.fallback_after_minutes)
+                     max_step_nodes=e.max_step_nodes, fallback_after_minutes=e.fallback_after_minutes,
+                     workload=str(e.workload), launch_minutes=e.launch_minutes)
     budget = {}
     if pool.budget is not None:
         budget = dict(budget_monthly_usd=pool.budget.monthly_usd, budget_enforcement=str(pool.budget.enforcement),

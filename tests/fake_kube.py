@@ -68,16 +68,20 @@ def gpu_pod(name: str, gpus: int, pool: str | None = None, affinity_pools: list[
 
 
 def _field_selector(text: str):
-    """The API server's fieldSelector for pods: comma-separated `field=value` terms, all of which must match."""
+    """The API server's fieldSelector for pods: comma-separated `field=value` / `field!=value` terms, all of
+    which must match."""
     terms = []
     for term in filter(None, text.split(",")):
-        key, _, value = term.partition("=")
-        terms.append((key, value))
+        negate = "!=" in term
+        key, _, value = term.partition("!=" if negate else "=")
+        terms.append((key, value, negate))
 
     def match(pod: dict) -> bool:
-        for key, value in terms:
-            if key == "status.phase" and pod["status"].get("phase", "") != value:
+        for key, value, negate in terms:
+            if key == "status.phase" and (pod["status"].get("phase", "") == value) == negate:
                 return False
+            if negate:
+                continue
             if key == "spec.nodeName" and (pod["spec"].get("nodeName") or "") != value:
                 return False
         return True

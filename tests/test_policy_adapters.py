@@ -109,6 +109,43 @@ def test_only_pods_the_scheduler_could_not_place_are_demand():
         kube.close()
 
 
+def test_gpu_pod_arrivals_are_recent_unfinished_gpu_pods_per_pool():
+    """Issue 17: the keep-or-release rule's rate comes from the pool's GPU pods created recently, pending or
+    running (a pod that landed at once on a free node is exactly a job a kept node served); finished pods, pods
+    older than the window, CPU pods and pods without a creation time do not count. A warned node's GPU pods are
+    read for the spot notice."""
+    import base64
+    from datetime import datetime, timezone
+
+    from fake_kube import FakeKube
+    from policy.kube import KubeClient
+
+    def at(pod, when):
+        pod["metadata"]["creationTimestamp"] = when
+        return pod
+
+    kube = FakeKube("c", page_size=2)
+    try:
+        kube.pods = [at(gpu_pod("new-pending", 2, pool="p"), "2026-03-10T11:50:00Z"),
+                     at(gpu_pod("new-running", 1, pool="p", node_name="n1", phase="Running"), "2026-03-10T11:55:00Z"),
+                     at(gpu_pod("new-done", 4, pool="p", node_name="n1", phase="Succeeded"), "2026-03-10T11:56:00Z"),
+                     at(gpu_pod("old", 8, pool="p", node_name="n2", phase="Running"), "2026-03-10T10:00:00Z"),
+                     at(gpu_pod("cpu", 0, pool="p", node_name="n1", phase="Running"), "2026-03-10T11:57:00Z"),
+                     gpu_pod("no-time", 1, pool="p"),
+                     at(gpu_pod("other", 1, pool="q", node_name="n3", phase="Running"), "2026-03-10T11:58:00Z")]
+        url = "https://sts.us-east-1.amazonaws.com/?Action=GetCallerIdentity&X-Amz-SignedHeaders=host%3Bx-k8s-aws-id" \
+              "&X-Amz-Signature=abc"
+        token = "k8s-aws-v1." + base64.urlsafe_b64encode(url.encode()).decode().rstrip("=")
+        client = KubeClient(kube.endpoint, kube.ca_pem, lambda: token)
+        utc = timezone.utc
+        got = client.gpu_pod_arrivals(["p", "q"], datetime(2026, 3, 10, 11, 0, tzinfo=utc))
+        assert got == {"p": ((datetime(2026, 3, 10, 11, 50, tzinfo=utc), 2), (datetime(2026, 3, 10, 11, 55, tzinfo=utc), 1)),
+                       "q": ((datetime(2026, 3, 10, 11, 58, tzinfo=utc), 1),)}
+        assert client.node_pod_gpus("n1") == (1,)  # the finished and the CPU pod need no place
+    finally:
+        kube.close()
+
+
 class FakeCloudWatch:
     """Answers every query with 30 one-minute datapoints: 3.0 for utilization, 0.0 for GPU reserved capacity."""
 
@@ -278,6 +315,9 @@ class FakePods:
             raise self.pending
         return self.pending
 
+    def gpu_pod_arrivals(self, pools, since):
+        return {p: () for p in pools}
+
 
 class FakeNodes:
     """In-memory node guard: pods per node name (as blocking reasons), cordon state, injectable read failure."""
@@ -304,6 +344,9 @@ class FakeNodes:
         if self.fail:
             raise self.fail
         return list(self.blockers_of.get(name, []))
+
+    def node_pod_gpus(self, name):
+        return ()
 
 
 class FakePublisher:

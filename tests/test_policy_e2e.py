@@ -445,3 +445,32 @@ def test_the_lease_is_exclusive_on_dynamodb(aws_env):
     assert state.acquire_lease("b", 1061.0, 60) is True  # a's expired
     state.release_lease("b")
     assert state.acquire_lease("c", 1062.0, 60) is True
+
+
+def test_a_spot_interruption_warning_makes_its_pods_demand_and_keeps_an_idle_node_for_them(world, kube, lambda_dir,
+                                                                                          aws_env):
+    """Issue 17: EventBridge delivers EC2's 2-minute notice for the busy research node. That node no longer counts as
+    capacity, its GPU pod counts as pending, so the idle node (reclaimed in the plain tick above) is kept for it; the
+    warned instance is remembered in the state for the next ticks."""
+    # the world's "research-running" pod (1 GPU) runs on the busy node
+    event = {"source": "aws.ec2", "detail-type": "EC2 Spot Instance Interruption Warning",
+             "detail": {"instance-id": world.busy, "instance-action": "terminate"}}
+    result, logs = run_lambda(lambda_dir, aws_env, world.settings.to_json(), _env(world, kube), event)
+    assert result["errors"] == []
+    assert world.instances("dev-research-spot") == sorted([world.idle, world.busy])
+    research = _research(logs)
+    assert research["pending_gpus"] == 1  # nothing else of research is pending: that is the warned node's pod
+    assert any(a["reason"] == "STEADY" and "pods are pending" in a["detail"] for a in research["actions"])
+    item = world.ddb.get_item(TableName=world.table, Key={"pk": {"S": "tick"}})["Item"]
+    assert list(json.loads(item["data"]["S"])["leaving"]) == [world.busy]
+
+
+def test_an_event_that_is_not_a_spot_warning_names_no_instance():
+    from policy.handler import spot_warning
+
+    warning = {"source": "aws.ec2", "detail-type": "EC2 Spot Instance Interruption Warning",
+               "detail": {"instance-id": "i-0123456789abcdef0"}}
+    assert spot_warning(warning) == ("i-0123456789abcdef0",)
+    assert spot_warning({}) == ()
+    assert spot_warning({**warning, "source": "custom.app"}) == ()  # only EC2 itself
+    assert spot_warning({**warning, "detail": {"instance-id": "i-0; drop"}}) == ()

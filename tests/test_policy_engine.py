@@ -26,6 +26,17 @@ def _busy(n: int, group_name: str = SPOT, util: float = 50.0):
     return [node(f"i-{group_name}-{k}", group_name, max_util=util) for k in range(n)]
 
 
+_SERVICE = settings(pool_settings(workload="service"))
+
+
+def _arrivals(obs: Observation, minutes_ago_gpus) -> Observation:
+    """The observation with the pool's recent GPU pod arrivals, given as (minutes ago, GPUs)."""
+    po = obs.pools[0]
+    arr = tuple(sorted((ago(m), g) for m, g in minutes_ago_gpus))
+    return Observation((PoolObservation(po.name, po.groups, po.nodes, po.pending_pod_gpus, po.spend, arr),),
+                       obs.environment_spend)
+
+
 def _node_reserved(iid: str, age: float, reserved: float | None, recent_util: float | None = None):
     """An elastic node too young for the idle rule (utilization data not yet covering 30 min)."""
     return Node(iid, SPOT, ago(age), LIFECYCLE_IN_SERVICE, None, 0.0, reserved, recent_util)
@@ -55,15 +66,18 @@ CASES = [
     Case("pod_bigger_than_a_node_is_reported_not_scaled", observe(pending=(2,)), [], {R.HOLD_MISSING_DATA}),
     Case("unknown_pending_neither_scales_nor_reclaims",
          observe(nodes=[node("i-idle", max_util=0.0)], pending=None), [], {R.HOLD_MISSING_DATA}),
-    Case("high_utilization_adds_one_node", observe(nodes=_busy(2, util=90)), [("set", SPOT, 3, R.SCALE_UP_UTILIZATION)]),
+    Case("high_utilization_adds_one_node_to_a_service_pool", observe(nodes=_busy(2, util=90)),
+         [("set", SPOT, 3, R.SCALE_UP_UTILIZATION)], settings=_SERVICE),
+    Case("high_utilization_adds_nothing_to_a_batch_pool", observe(nodes=_busy(2, util=95)), [], {R.STEADY}),
     Case("high_utilization_waits_for_launching_nodes",
-         observe(groups=[group(SPOT, 3, changed=1), group(OD, 0)], nodes=_busy(2, util=95)), []),
+         observe(groups=[group(SPOT, 3, changed=1), group(OD, 0)], nodes=_busy(2, util=95)), [], settings=_SERVICE),
     Case("high_utilization_in_cooldown_holds",
-         observe(groups=[group(SPOT, 2, changed=2), group(OD, 0)], nodes=_busy(2, util=95)), [], {R.COOLDOWN}),
+         observe(groups=[group(SPOT, 2, changed=2), group(OD, 0)], nodes=_busy(2, util=95)), [], {R.COOLDOWN},
+         settings=_SERVICE),
     Case("utilization_below_threshold_is_steady", observe(nodes=_busy(2, util=60)), [], {R.STEADY}),
     Case("missing_utilization_never_scales_on_a_guess", observe(nodes=_busy(2, util=None)), []),
     Case("busy_floor_drives_utilization_scale_up", observe(nodes=_busy(2, FLOOR, util=92)),
-         [("set", SPOT, 1, R.SCALE_UP_UTILIZATION)]),
+         [("set", SPOT, 1, R.SCALE_UP_UTILIZATION)], settings=_SERVICE),
     Case("idle_node_is_terminated_by_instance_id", observe(nodes=[idle("i-idle", max_util=1.0), node("i-busy")]),
          [("term", "i-idle", R.RECLAIM_IDLE)]),
     Case("busy_node_is_never_reclaimed", observe(nodes=[node("i-busy", max_util=40.0)]), [], {R.STEADY}),
@@ -75,8 +89,36 @@ CASES = [
     Case("reclaim_limited_by_max_step", observe(nodes=[idle(f"i-{k}") for k in range(4)]),
          [("term", "i-0", R.RECLAIM_IDLE), ("term", "i-1", R.RECLAIM_IDLE)],
          settings=settings(pool_settings(max_step_nodes=2))),
-    Case("reclaim_waits_for_cooldown", observe(groups=[group(SPOT, 1, changed=2), group(OD, 0)],
-                                               nodes=[idle("i-idle")]), [], {R.COOLDOWN}),
+    # issue 17: the cooldown is for utilization-driven scale-ups (config.md); it never keeps an idle node
+    Case("reclaim_ignores_cooldown", observe(groups=[group(SPOT, 1, changed=2), group(OD, 0)],
+                                             nodes=[idle("i-idle")]), [("term", "i-idle", R.RECLAIM_IDLE)]),
+    Case("no_step_limit_by_default", observe(pending=(1,) * 10), [("set", SPOT, 10, R.SCALE_UP_PENDING)],
+         settings=settings(pool_settings(max_step_nodes=None, spot_max_nodes=10))),
+    Case("pending_pods_keep_only_the_idle_nodes_they_fill",
+         observe(groups=[group(SPOT, 4), group(OD, 0)],
+                 nodes=[idle("i-a"), idle("i-b"), idle("i-c"), node("i-boot", lifecycle=LIFECYCLE_PENDING)],
+                 pending=(1,)),
+         [("term", "i-a", R.RECLAIM_IDLE), ("term", "i-b", R.RECLAIM_IDLE)], {R.STEADY}),
+    # release on cost: 1-GPU nodes, launch 6 min -> a relaunch costs 12 node-minutes
+    Case("idle_nodes_kept_warm_while_jobs_arrive_faster_than_a_relaunch_costs",
+         # 60 one-GPU pods in the last hour: 1 node/min; the k-th idle node waits k min < 12: all 3 kept
+         _arrivals(observe(nodes=[idle("i-a"), idle("i-b"), idle("i-c")]), [(m, 1) for m in range(60)]),
+         [], {R.KEEP_WARM}),
+    Case("keep_warm_keeps_only_the_nodes_that_pay",
+         # 6 pods in the hour: 0.1 node/min; the 1st idle node waits 10 min < 12 (kept), the 2nd 20 (released)
+         _arrivals(observe(nodes=[idle("i-a"), idle("i-b"), idle("i-c", OD)]), [(m, 1) for m in range(0, 60, 10)]),
+         [("term", "i-c", R.RECLAIM_IDLE), ("term", "i-a", R.RECLAIM_IDLE)], {R.KEEP_WARM}),
+    Case("a_node_that_never_got_a_pod_is_not_kept_warm",
+         # launched 14 min ago: its 10-minute empty window reaches into its 6-minute boot; the older one is kept
+         _arrivals(observe(nodes=[idle("i-new", age=14), idle("i-old")]), [(m, 1) for m in range(0, 60, 10)]),
+         [("term", "i-new", R.RECLAIM_IDLE)], {R.KEEP_WARM}),
+    Case("arrivals_older_than_the_window_keep_nothing",
+         _arrivals(observe(nodes=[idle("i-a")]), [(m, 1) for m in range(60, 200)]),
+         [("term", "i-a", R.RECLAIM_IDLE)]),
+    Case("unknown_arrivals_keep_nothing_warm", observe(nodes=[idle("i-a")]), [("term", "i-a", R.RECLAIM_IDLE)]),
+    Case("keep_warm_never_keeps_a_node_with_gpu_work",
+         _arrivals(observe(nodes=[node("i-busy", max_util=0.0, reserved=12.5)]), [(m, 1) for m in range(60)]),
+         [], {R.STEADY}),
     Case("pending_pods_keep_idle_nodes",
          observe(groups=[group(SPOT, 3), group(OD, 0)],
                  nodes=[idle("i-idle"), node("i-b"), node("i-c", lifecycle=LIFECYCLE_PENDING)],

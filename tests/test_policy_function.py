@@ -265,3 +265,24 @@ def test_recorded_function_environment_is_small(recorded):
         variables = recorded(env).named(f"{env}-policy-fn").inputs["environment"]["variables"]
         assert set(variables) <= {"GPULOAN_STATE_TABLE", "GPULOAN_TOPIC_ARN"}
         assert sum(len(k) + len(str(v)) for k, v in variables.items()) < LAMBDA_ENV_LIMIT_BYTES
+
+
+def test_spot_interruption_warning_reaches_the_function_and_only_from_its_rule(recorded):
+    """Issue 17: the policy function hears EC2's 2-minute spot notice through EventBridge (what the simulator
+    models); the invoke permission is scoped to that one rule and this account."""
+    from stacks.policy_function import EVENTS_PRINCIPAL
+
+    rec = recorded("prod")
+    rule = rec.named("prod-policy-spot-warning")
+    assert json.loads(rule.inputs["eventPattern"]) == {"source": ["aws.ec2"],
+                                                       "detail-type": ["EC2 Spot Instance Interruption Warning"]}
+    target = rec.named("prod-policy-spot-warning-target").inputs
+    fn = rec.named("prod-policy-fn")
+    assert target["arn"] == fn.outputs["arn"] and target["rule"] == rule.outputs["name"]
+    assert target["retryPolicy"]["maximumEventAgeInSeconds"] == 60
+    perm = rec.named("prod-policy-spot-warning-invoke").inputs
+    assert perm["action"] == "lambda:InvokeFunction" and perm["principal"] == EVENTS_PRINCIPAL
+    assert perm["sourceArn"] == rule.outputs["arn"] and perm.get("sourceAccount")
+    # no other EventBridge permission on the function
+    perms = [r for r in rec.of_type("aws:lambda/permission:Permission") if r.inputs.get("principal") == EVENTS_PRINCIPAL]
+    assert len(perms) == 1
