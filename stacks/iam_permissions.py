@@ -216,6 +216,17 @@ TABLE: dict[str, Needs] = {
         "lambda:GetFunctionEventInvokeConfig", "lambda:PutFunctionEventInvokeConfig",
         "lambda:PutFunctionEventInvokeConfig lambda:UpdateFunctionEventInvokeConfig",
         "lambda:DeleteFunctionEventInvokeConfig", SAR.format("awslambda")),
+    # The spot interruption warning rule of the policy function (stacks/policy_function.py).
+    "aws:cloudwatch/eventRule:EventRule": _n(
+        "events:DescribeRule events:ListTagsForResource", "events:PutRule events:TagResource",
+        "events:PutRule events:TagResource events:UntagResource", "events:DeleteRule",
+        SAR.format("amazoneventbridge")),
+    "aws:cloudwatch/eventTarget:EventTarget": _n(
+        "events:ListTargetsByRule", "events:PutTargets", "events:PutTargets", "events:RemoveTargets",
+        SAR.format("amazoneventbridge")),
+    "aws:lambda/permission:Permission": _n(
+        "lambda:GetPolicy", "lambda:AddPermission", "lambda:AddPermission lambda:RemovePermission",
+        "lambda:RemovePermission", SAR.format("awslambda")),
     "aws:scheduler/schedule:Schedule": _n(
         "scheduler:GetSchedule", "scheduler:CreateSchedule iam:PassRole", "scheduler:UpdateSchedule iam:PassRole",
         "scheduler:DeleteSchedule", SAR.format("amazoneventbridgescheduler")),
@@ -404,6 +415,7 @@ def _named_resources(s: Scope) -> dict[str, list[str]]:
         "sns": [s.arn("sns", f"{p}-*")],
         "lambda": [s.arn("lambda", f"function:{p}-*")],
         "scheduler": [s.arn("scheduler", f"schedule/default/{p}-*")],
+        "events": [s.arn("events", f"rule/{p}-*")],
         "ecr": [s.arn("ecr", f"repository/gpuloan/{s.env}/*")],
         "ssm": [s.arn("ssm", f"parameter/gpuloan/{s.env}/*")],
         # Every EKS ARN below the cluster carries the cluster's name: cluster/<name>, nodegroup/<name>/...,
@@ -683,6 +695,7 @@ SCOPE_BY_SERVICE: dict[str, str] = {
     "lambda": "function ARN `function:gpuloan-<env>-*`",
     "logs": "log-group ARNs `/aws/eks/<cluster>/*`, `/aws/lambda/gpuloan-<env>-*`",
     "scheduler": "schedule ARN `schedule/default/gpuloan-<env>-*`",
+    "events": "rule ARN `rule/gpuloan-<env>-*` (the default event bus)",
     "sns": "topic ARN `gpuloan-<env>-*`; `sns:Unsubscribe` has no resource-level permission",
     "sqs": "queue ARN `gpuloan-<env>-*`",
     "ssm": "parameter ARN `parameter/gpuloan/<env>/*`",
