@@ -1,5 +1,5 @@
-"""The simulator models what Kubernetes and AWS do: kube-scheduler placement, fill order, what waits now in series
-mode, the spot notice on both sides, common random numbers, several seeds with verdicts."""
+"""The simulator models what Kubernetes and AWS do: kube-scheduler placement, fill order, delayed work pending at
+its width in series mode, the spot notice on both sides, common random numbers, several seeds with verdicts."""
 
 from __future__ import annotations
 
