@@ -150,6 +150,7 @@ class KubeClient:
         if self._endpoint.startswith("https://"):
             self._ctx = ssl.create_default_context(cadata=ca_pem) if ca_pem else ssl.create_default_context()
         self._protected: dict[str, str] = {}  # node name -> why the Node object itself forbids disruption
+        self._active: list[dict] | None = None  # this tick's unfinished pods: one list serves demand and arrivals
         self.calls = 0
 
     def _timeout(self) -> float:
@@ -246,11 +247,18 @@ class KubeClient:
         path = f"/api/v1/nodes/{urllib.parse.quote(node_name, safe='')}"
         self._request(path, "PATCH", {"spec": {"unschedulable": None}}, "application/merge-patch+json")
 
+    def _active_pods(self) -> list[dict]:
+        """Every pod not finished (pending or running), listed once per tick: the client is built per tick
+        (policy/handler.py build_ports), so the list is never older than the tick that reads it."""
+        if self._active is None:
+            self._active = self._pods("status.phase!=Succeeded,status.phase!=Failed")
+        return self._active
+
     def pending_gpus(self, pools: list[str]) -> dict[str, tuple[int, ...]]:
         wanted = set(pools)
         found: dict[str, list[int]] = {p: [] for p in pools}
-        for pod in self._pods("status.phase=Pending,spec.nodeName="):
-            if (pod.get("spec") or {}).get("nodeName"):
+        for pod in self._active_pods():
+            if (pod.get("status") or {}).get("phase") != "Pending" or (pod.get("spec") or {}).get("nodeName"):
                 continue  # scheduled, only pulling images: not demand for a new node
             if not unschedulable(pod):
                 continue  # gated or not yet tried by the scheduler: not (yet) demand for a new node
@@ -269,7 +277,7 @@ class KubeClient:
         serves). Pods already finished and gone are missed: the rate errs low, so idle nodes go sooner."""
         wanted = set(pools)
         found: dict[str, list[tuple[datetime, int]]] = {p: [] for p in pools}
-        for pod in self._pods("status.phase!=Succeeded,status.phase!=Failed"):
+        for pod in self._active_pods():
             created = creation_time(pod)
             if created is None or created < since:
                 continue

@@ -142,6 +142,11 @@ def test_gpu_pod_arrivals_are_recent_unfinished_gpu_pods_per_pool():
         assert got == {"p": ((datetime(2026, 3, 10, 11, 50, tzinfo=utc), 2), (datetime(2026, 3, 10, 11, 55, tzinfo=utc), 1)),
                        "q": ((datetime(2026, 3, 10, 11, 58, tzinfo=utc), 1),)}
         assert client.node_pod_gpus("n1") == (1,)  # the finished and the CPU pod need no place
+        # Demand and arrivals come from one list of the unfinished pods per tick (the client lives one tick).
+        listed = len([r for r in kube.requests if r.startswith("GET /api/v1/pods") and "nodeName%3Dn1" not in r])
+        assert client.pending_gpus(["p", "q"]) == {"p": (2, 1), "q": ()}
+        assert len([r for r in kube.requests if r.startswith("GET /api/v1/pods") and "nodeName%3Dn1" not in r]) \
+            == listed
     finally:
         kube.close()
 
