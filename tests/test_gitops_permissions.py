@@ -344,3 +344,19 @@ def test_docs_permission_table_is_generated_from_the_code():
 def test_every_service_the_deploy_role_changes_has_its_scope_documented(recorded):
     services = {a.split(":")[0] for stack in STACKS for a in perms.mutating_actions(declared_types(recorded(stack)))}
     assert services <= set(perms.SCOPE_BY_SERVICE), services - set(perms.SCOPE_BY_SERVICE)
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_every_invoke_the_program_makes_has_an_entry_and_both_roles_may_call_it(recorded, stack):
+    """Data sources run in previews and deploys alike (stacks/live_sizes.py reads the node groups' live sizes):
+    a missing entry would fail both jobs on a real account, never under the mocks."""
+    rec = recorded(stack)
+    invoked = set(rec.invokes)
+    assert "aws:eks/getNodeGroups:getNodeGroups" in invoked  # the live-size read this test was written for
+    assert sorted(invoked - set(perms.INVOKES)) == []
+    deploy_actions = {a for d in deploy_docs(rec) for st in d["Statement"] if st["Effect"] == "Allow"
+                      for a in ([st["Action"]] if isinstance(st.get("Action"), str) else st.get("Action") or [])}
+    for token in invoked:
+        for action in perms.INVOKES[token]:
+            assert allowed(preview_doc(rec), action, "*"), f"preview cannot {action} ({token})"
+            assert action in deploy_actions, f"deploy cannot {action} ({token})"
