@@ -81,6 +81,20 @@ def price_list_filters(instance_type: str, region: str) -> list[dict]:
         ("tenancy", "Shared"), ("preInstalledSw", "NA"), ("capacitystatus", "Used"))]
 
 
+def price_list_products(client, service: str, filters: list[dict], what: str) -> list[dict]:
+    """Every product of a Price List GetProducts query, all pages (NextToken), as parsed JSON."""
+    out, token = [], None
+    while True:
+        kwargs = {"ServiceCode": service, "Filters": filters, "FormatVersion": "aws_v1", "MaxResults": 100}
+        if token:
+            kwargs["NextToken"] = token
+        page = _call(f"Price List for {what}", client.get_products, **kwargs)
+        out += [json.loads(p) if isinstance(p, str) else p for p in page.get("PriceList", [])]
+        token = page.get("NextToken")
+        if not token:
+            return out
+
+
 @dataclass(frozen=True)
 class ListedPrice:
     ondemand_usd_per_hour: float
@@ -93,17 +107,8 @@ class PriceListReader:
         self._client = pricing_client
 
     def products(self, instance_type: str, region: str) -> list[dict]:
-        out, token = [], None
-        while True:
-            kwargs = {"ServiceCode": "AmazonEC2", "Filters": price_list_filters(instance_type, region),
-                      "FormatVersion": "aws_v1", "MaxResults": 100}
-            if token:
-                kwargs["NextToken"] = token
-            page = _call(f"Price List for {instance_type} in {region}", self._client.get_products, **kwargs)
-            out += [json.loads(p) if isinstance(p, str) else p for p in page.get("PriceList", [])]
-            token = page.get("NextToken")
-            if not token:
-                return out
+        return price_list_products(self._client, "AmazonEC2", price_list_filters(instance_type, region),
+                                   f"{instance_type} in {region}")
 
     def price(self, instance_type: str, region: str) -> ListedPrice:
         products = self.products(instance_type, region)
@@ -201,24 +206,12 @@ class PlatformPriceReader:
     def __init__(self, pricing_client):
         self._client = pricing_client
 
-    def _products(self, service: str, filters: list[dict], what: str) -> list[dict]:
-        out, token = [], None
-        while True:
-            kwargs = {"ServiceCode": service, "Filters": filters, "FormatVersion": "aws_v1", "MaxResults": 100}
-            if token:
-                kwargs["NextToken"] = token
-            page = _call(f"Price List for {what}", self._client.get_products, **kwargs)
-            out += [json.loads(p) if isinstance(p, str) else p for p in page.get("PriceList", [])]
-            token = page.get("NextToken")
-            if not token:
-                return out
-
     def rate(self, key: str, region: str) -> PlatformRate:
         from stacks.pricebook import platform_unit
 
         service, _, suffix, unit = PLATFORM_QUERIES[key]
         what = f"{key} ({service} {suffix}) in {region}"
-        products = [p for p in self._products(service, platform_filters(key, region), what)
+        products = [p for p in price_list_products(self._client, service, platform_filters(key, region), what)
                     if _usage_type_matches(p.get("product", {}).get("attributes", {}).get("usagetype", ""), suffix)]
         if not products:
             raise NoPrice(f"the Price List has no {service} product with usage type {suffix} in {region} (empty answer)")
