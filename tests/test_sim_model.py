@@ -72,19 +72,22 @@ def test_a_gang_starts_only_with_all_its_pods(tmp_path):
     assert m["jobs_never_started"] == 1 and all(n.busy == 0 for n in sim.nodes.values())
 
 
+class OneOnDemandOneSpot(Controller):
+    """One static on-demand node and one static spot node beside the floor: where the scheduler puts work."""
+
+    node_groups = False
+
+    def start(self, sim):
+        sim.start_static(ON_DEMAND, 1)
+        sim.start_static(SPOT, 1)
+
+
 @requires_shared_prices
 def test_jobs_fill_the_floor_then_spot_then_on_demand(tmp_path):
     spec = replace(prod_spec(), floor_nodes=1)
 
-    class Both(Controller):
-        node_groups = False
-
-        def start(self, sim):
-            sim.start_static(ON_DEMAND, 1)
-            sim.start_static(SPOT, 1)
-
     t = jobs(tmp_path, [(0, 600, 8), (0, 600, 8), (0, 600, 4)])
-    sim, _ = runner.run_one(spec, t, Both(), CALM, horizon=5)
+    sim, _ = runner.run_one(spec, t, OneOnDemandOneSpot(), CALM, horizon=5)
     busy = {n.group: n.busy for n in sim.nodes.values()}
     assert busy == {GUARANTEED: 8, SPOT: 8, ON_DEMAND: 4}
 
@@ -93,14 +96,7 @@ def test_jobs_fill_the_floor_then_spot_then_on_demand(tmp_path):
 def test_series_fills_the_cheaper_capacity_first(tmp_path):
     spec = replace(prod_spec(), floor_nodes=1)
 
-    class Both(Controller):
-        node_groups = False
-
-        def start(self, sim):
-            sim.start_static(ON_DEMAND, 1)
-            sim.start_static(SPOT, 1)
-
-    sim, _ = runner.run_one(spec, series(tmp_path, [12] * 5), Both(), CALM, horizon=5)
+    sim, _ = runner.run_one(spec, series(tmp_path, [12] * 5), OneOnDemandOneSpot(), CALM, horizon=5)
     busy = {n.group: n.busy for n in sim.nodes.values()}
     assert busy == {GUARANTEED: 8, SPOT: 4, ON_DEMAND: 0}
 
