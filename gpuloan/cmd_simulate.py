@@ -33,6 +33,9 @@ def register(sub) -> None:
     p.add_argument("--seeds", type=int, default=1, metavar="N",
                    help="run seeds SEED .. SEED+N-1 (the same events for every policy in each) and report the mean "
                         "and spread per policy, with a verdict saying when a difference is within the noise")
+    p.add_argument("--warm-up", action="store_true",
+                   help="add a row: our policy with the stack's settings and elastic.warm_up on (docs/policy.md, "
+                        "\"Warm-up\"); compare it with the gpuloan row before turning warm-up on")
     p.add_argument("--provisioning-delay", type=int, default=None, metavar="MINUTES")
     p.add_argument("--checkpoint-interval", type=int, default=None, metavar="MINUTES")
     p.add_argument("--spot-episodes-per-week", type=float, default=None)
@@ -59,6 +62,7 @@ def run(args) -> int:
     from gpuloan import stackfile
     from sim import pool as simpool
     from sim import runner, traces
+    from sim.policies import all_policies
     from stacks import config
 
     from gpuloan import plot_args
@@ -99,14 +103,17 @@ def run(args) -> int:
     if args.sweep_floor:
         return _sweep(args, spec, trace, settings)
     if args.seeds > 1:
-        doc = _with_progress(lambda progress: runner.compare_seeds(spec, trace, settings, args.seeds,
-                                                                    progress=progress), args.json)
+        doc = _with_progress(lambda progress: runner.compare_seeds(
+            spec, trace, settings, args.seeds, progress=progress,
+            policies=lambda: all_policies(spec, warm_up=args.warm_up)), args.json)
         if args.json:
             print(json.dumps(doc, indent=2))
         else:
             _seeds_table(doc)
         return 0
-    doc = _with_progress(lambda progress: runner.compare(spec, trace, settings, progress=progress), args.json)
+    doc = _with_progress(lambda progress: runner.compare(spec, trace, settings, progress=progress,
+                                                         policies=all_policies(spec, warm_up=args.warm_up)),
+                         args.json)
     series = doc.pop("_series")
     doc["dominated_by"] = runner.dominated_by(doc)
     peak_gpus = spec.peak_nodes * spec.gpus_per_node

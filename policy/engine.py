@@ -22,6 +22,9 @@ Rules per pool, in order (docs/policy.md explains each with its reason code):
    first (RECLAIM_IDLE), except those kept for pending pods that would fill them and those that pay for
    themselves at the pool's recent arrival rate (KEEP_WARM, `keep_warm_nodes`). A missing signal is busy;
    unknown pending pods hold.
+5. Warm-up (opt-in, `warm_up`): spare nodes for the arrivals this time of day brought on earlier days are kept
+   and, short of them, launched with the scale-up (WARM_UP, `warm_up_nodes`); the same cost rule as keeping an
+   idle node, the same budget cap. Unknown history or node data: no warm-up.
 
 Safety rules every plan keeps (tests/test_policy_properties.py): the floor is never touched; a group gets one
 kind of change per tick (set_desired or terminate, never both: UpdateNodegroupConfig is asynchronous, so an
@@ -350,7 +353,7 @@ def _scale(ps: PoolSettings, po: PoolObservation, groups: dict[str, Group], in_s
         capacity += in_service[gname] if (g is spot and spot_short) else max(g.desired_nodes, in_service[gname])
     coming = capacity - up
 
-    add_pending = 0
+    add_pending = needed = 0
     if po.pending_pod_gpus:
         needed, unfittable = pack_pods(po.pending_pod_gpus, ps.gpus_per_node)
         add_pending = max(0, needed - coming)
@@ -368,12 +371,18 @@ def _scale(ps: PoolSettings, po: PoolObservation, groups: dict[str, Group], in_s
                                  f"{ps.cooldown_minutes} min ago", group=cooling))
         else:
             add_util = 1
-    want = max(add_pending, add_util)
+    add_warm = _warm_up_launches(ps, po, groups, coming, needed if po.pending_pod_gpus else 0)
+    want = max(add_pending, add_util) + add_warm
     if want == 0:
         return actions
-    reason = Reason.SCALE_UP_PENDING if add_pending >= add_util else Reason.SCALE_UP_UTILIZATION
-    why = (f"{sum(po.pending_pod_gpus)} pending GPU(s) need {add_pending} more node(s)" if reason is
-           Reason.SCALE_UP_PENDING else f"mean GPU utilization {mean:.0f}% >= {ps.scale_up_utilization_pct:.0f}%")
+    if add_pending or add_util:
+        reason = Reason.SCALE_UP_PENDING if add_pending >= add_util else Reason.SCALE_UP_UTILIZATION
+        why = (f"{sum(po.pending_pod_gpus)} pending GPU(s) need {add_pending} more node(s)" if reason is
+               Reason.SCALE_UP_PENDING else f"mean GPU utilization {mean:.0f}% >= {ps.scale_up_utilization_pct:.0f}%")
+        if add_warm:
+            why += f"; {add_warm} more ahead of the daily rhythm ({_rhythm_why(ps, po)})"
+    else:
+        reason, why = Reason.WARM_UP, f"{add_warm} spare node(s) ahead of the daily rhythm ({_rhythm_why(ps, po)})"
 
     target = spot if (spot is not None and not spot_short) else od
     if target is None:  # spot-only pool and spot is short: nothing else to ask for
@@ -505,12 +514,24 @@ def _reclaim(ps: PoolSettings, po: PoolObservation, groups: dict[str, Group], no
     # counts such a node empty from the moment it is ready).
     used = [n for n in idle if not never_got_a_pod(ps, n, now)]
     kept = {n.instance_id for n in used[len(used) - min(len(used), warm):]}
+    # Warm-up (opt-in) keeps spare nodes for the arrivals this time of day usually brings, used or not: a node
+    # launched ahead of them has had no pod yet by design.
+    rhythm = warm_up_nodes(ps, po)
+    by_rhythm = 0
+    for n in reversed(idle):
+        if len(kept) >= min(len(idle), rhythm):
+            break
+        if n.instance_id not in kept:
+            kept.add(n.instance_id)
+            by_rhythm += 1
     for n in reversed(idle):
         if len(kept) >= min(len(idle), for_pending):
             break
         kept.add(n.instance_id)
     if kept:
-        if for_pending >= warm or for_pending >= len(kept):
+        if by_rhythm and rhythm > max(warm, for_pending):
+            actions.append(_hold(name, Reason.WARM_UP, f"{len(kept)} idle node(s) kept: {_rhythm_why(ps, po)}"))
+        elif for_pending >= warm or for_pending >= len(kept):
             actions.append(_hold(name, Reason.STEADY, f"{len(kept)} idle node(s) kept: pods are pending and may "
                                  "land on them"))
         else:
@@ -574,6 +595,47 @@ def keep_warm_nodes(ps: PoolSettings, arrivals, now: datetime) -> int:
     return max(0, math.ceil(2.0 * ps.launch_minutes * rate - 1e-9) - 1)
 
 
+def warm_up_nodes(ps: PoolSettings, po: PoolObservation) -> int:
+    """Spare nodes the daily rhythm asks for (docs/policy.md, "Warm-up ahead of the daily rhythm"); 0 unless
+    `warm_up` is on and the history is known.
+
+    The same cost rule as keep_warm_nodes, with the rate this time of day brought on earlier days: a spare node
+    costs its price until the k-th next node's worth of demand arrives (k / rate minutes); without it, that
+    demand waits launch_minutes for a launch (and an idle node relaunched pays its boot again). Launched ahead,
+    the k-th node pays for itself while k / rate < 2 x launch_minutes: it serves a job up to launch_minutes
+    after it is ready at no wait, and saves that job's launch_minutes of waiting; so k < 2 x launch_minutes x
+    rate, as for keeping one."""
+    rate = po.rhythm_rate_nodes_per_minute
+    if not ps.warm_up or rate is None or rate <= 0:
+        return 0
+    return max(0, math.ceil(2.0 * ps.launch_minutes * rate - 1e-9) - 1)
+
+
+def _warm_up_launches(ps: PoolSettings, po: PoolObservation, groups: dict[str, Group], coming: int,
+                      needed: int) -> int:
+    """Nodes to launch so that warm_up_nodes spare ones are up or on their way. Spare: in-service elastic nodes
+    no pod requested a GPU of over the empty window, plus nodes on their way that pending pods will not take.
+    Any elastic node without that figure makes the count unknown: no warm-up launch on a guess."""
+    target = warm_up_nodes(ps, po)
+    if target <= 0:
+        return 0
+    empty = 0
+    for n in po.nodes:
+        if n.group in groups and n.lifecycle == LIFECYCLE_IN_SERVICE:
+            if n.max_reserved_pct is None:
+                return 0
+            if n.max_reserved_pct == 0:
+                empty += 1
+    spare = max(0, empty + coming - needed)
+    return max(0, target - spare)
+
+
+def _rhythm_why(ps: PoolSettings, po: PoolObservation) -> str:
+    rate = po.rhythm_rate_nodes_per_minute or 0.0
+    return (f"on earlier days {rate * 60:.1f} node(s) of demand per hour arrived at this time of day; a spare node "
+            f"pays while that brings its job within {2 * ps.launch_minutes} min")
+
+
 def never_got_a_pod(ps: PoolSettings, node: Node, now: datetime) -> bool:
     """The node's empty window (no GPU requested over it) reaches back into its boot: it has had no GPU pod in
     its whole ready life. launch_minutes stands for the boot (the Lambda keeps no per-node history)."""
@@ -597,4 +659,5 @@ def node_idle_threshold_pct(ps: PoolSettings) -> float:
     return ps.idle_utilization_pct / max(ps.gpus_per_node, 1)
 
 
-__all__ = ["decide", "hours_left_in_month", "node_idle_threshold_pct", "pack_pods", "CAPACITY_GUARANTEED"]
+__all__ = ["decide", "hours_left_in_month", "node_idle_threshold_pct", "pack_pods", "warm_up_nodes",
+           "CAPACITY_GUARANTEED"]

@@ -54,6 +54,7 @@ class Reason(str, Enum):
     UPDATE_IN_PROGRESS = "UPDATE_IN_PROGRESS"  # the node group is being updated: leave it alone this tick
     HOLD_MISSING_DATA = "HOLD_MISSING_DATA"  # data missing or stale: hold, never shrink
     KEEP_WARM = "KEEP_WARM"  # idle nodes kept: the next job is expected sooner than a relaunch would cost
+    WARM_UP = "WARM_UP"  # spare nodes launched ahead of the arrivals this time of day usually brings (opt-in)
     STEADY = "STEADY"  # nothing to do
 
 
@@ -105,6 +106,9 @@ class PoolSettings:
     # waited; and how far back the pool's GPU pod arrivals are counted for the keep-or-release rule.
     launch_minutes: int = 6
     arrival_window_minutes: int = 60
+    # Warm-up ahead of the daily rhythm (opt-in): spare nodes kept or launched for the arrivals the pool saw at
+    # this time of day on earlier days (policy/rhythm.py), by the same cost rule as keep-or-release.
+    warm_up: bool = False
     budget_monthly_usd: float | None = None
     budget_enforcement: str = ENFORCEMENT_CAP
     budget_name: str | None = None
@@ -275,6 +279,9 @@ class PoolObservation:
     # (creation time, GPUs) of the pool's GPU pods not yet finished and created within arrival_window_minutes
     # (pending or running): the arrivals the keep-or-release rule estimates the pool's rate from. None = unknown.
     arrivals: tuple[tuple[datetime, int], ...] | None = None
+    # The arrival rate (nodes' worth per minute) the same time of day brought on earlier days, over the next
+    # 2 x launch_minutes (policy/rhythm.py); None = unknown or warm-up off.
+    rhythm_rate_nodes_per_minute: float | None = None
 
     def group(self, name: str | None) -> Group | None:
         for g in self.groups:

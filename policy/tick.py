@@ -36,6 +36,7 @@ from policy.model import (
     Settings,
 )
 from policy.nodegroups import NodeGroupPort
+from policy.rhythm import DailyArrivals
 from policy.spend import BudgetReader, accrue, observe_spend
 from policy.state import StatePort
 from policy.utilization import NodeRef, UtilizationSource
@@ -137,6 +138,7 @@ def observe(settings: Settings, ports: Ports, state: dict, now: datetime, errors
                                                    now - timedelta(minutes=window))
         except PolicyError as err:
             record(err)  # unknown arrivals keep no idle node warm: they go as before, once idle
+    rhythm = _rhythm_rates(settings, state, arrivals, now)
     displaced: dict[str, list[int]] = {}
     if leaving and pending is not None and ports.nodes is not None:
         for ps in settings.pools:
@@ -181,8 +183,26 @@ def observe(settings: Settings, ports: Ports, state: dict, now: datetime, errors
                                      None if pending is None else pending.get(ps.name, ())
                                      + tuple(displaced.get(ps.name, ())),
                                      spends.get(pool_scope(ps.name)),
-                                     None if arrivals is None else arrivals.get(ps.name, ())))
+                                     None if arrivals is None else arrivals.get(ps.name, ()),
+                                     rhythm.get(ps.name)))
     return Observation(tuple(pools), spends.get(ENV_SCOPE))
+
+
+def _rhythm_rates(settings: Settings, state: dict, arrivals: dict[str, tuple] | None,
+                  now: datetime) -> dict[str, float | None]:
+    """For each pool with warm_up: count this tick's new arrivals into the pool's daily history (kept in the
+    state, policy/rhythm.py) and read the rate the same time of day brought on earlier days. Unknown arrivals
+    (pods unreadable) record nothing, so that tick's day is no evidence of a quiet one."""
+    rates: dict[str, float | None] = {}
+    for ps in settings.pools:
+        if not ps.warm_up:
+            continue
+        history = DailyArrivals.from_state((state.get("rhythm") or {}).get(ps.name))
+        if arrivals is not None:
+            history.record(now, arrivals.get(ps.name, ()))
+            state.setdefault("rhythm", {})[ps.name] = history.to_state()
+        rates[ps.name] = history.expected_rate_nodes_per_minute(now, 2 * ps.launch_minutes, ps.gpus_per_node)
+    return rates
 
 
 def _apply(settings: Settings, plan: Plan, obs: Observation, ports: Ports, result: TickResult,

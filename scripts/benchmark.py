@@ -45,7 +45,7 @@ def run_cluster(args: tuple[str, str, int, int | None, bool]) -> dict:
     trace = traces.read_trace(Path(traces_dir) / f"{cluster}.csv").window(*DAYS)
     horizon = (DAYS[1] - DAYS[0] + 1) * 1440
     spec = pool.auto_size(pool.spec_from_config(cfg, POOL), trace, horizon_minutes=horizon, floor_nodes=floor_nodes)
-    policies = all_policies(spec)
+    policies = all_policies(spec, warm_up=not shortage)
     settings = SimSettings(seed=seed)
     if shortage:
         policies = [p for p in policies if p.name in SPOT_USERS]
@@ -65,14 +65,17 @@ def _pm(r: dict, key: str, fmt: str) -> str:
 
 def print_tables(docs: list[dict], title: str) -> None:
     """One Markdown table of every cluster and policy (mean ± sd over the seeds), then the verdicts against
-    karpenter: docs/benchmarks.md is this output."""
+    karpenter, warm-up against gpuloan, and where the elastic GPU-hours go: docs/benchmarks.md is this output."""
+    from sim.policies import WARM_UP_NAME
+
     print(f"\n### {title}\n")
     print("| cluster | policy | cost USD | cost / oracle | elastic cost / oracle | p50 / p95 wait min | unmet GPU-h | "
           "interruptions | node launches |")
     print("|---|---|---|---|---|---|---|---|---|")
     for doc in docs:
         cluster = doc["trace"].split("[")[0].replace("cluster", "")
-        lead = f"{cluster} (oracle ${doc['oracle_cost_usd']:,.0f})"
+        lead = (f"{cluster} (oracle ${doc['oracle_cost_usd']:,.0f}; in whole nodes "
+                f"${doc['whole_node_bound_cost_usd']:,.0f})")
         for r in doc["summary"]:
             floor = doc["pool"]["floor_nodes"]
             name = r["name"] if r["floor_nodes"] == floor else f"{r['name']} (floor {r['floor_nodes']})"
@@ -91,6 +94,35 @@ def print_tables(docs: list[dict], title: str) -> None:
                          f"(${v['cost_diff_usd']:+,.0f} ± {v['cost_noise_usd'] or 0:,.0f}), p95 "
                          f"{v['service_diff']:+.2f} ± {v['service_noise'] or 0:.2f} min")
         print(f"| {doc['trace'].split('[')[0].replace('cluster', '')} | {cells[0]} | {cells[1]} |")
+    warm = [next((v for v in d["verdicts"] if v["ours"] == WARM_UP_NAME), None) for d in docs]
+    if any(warm):
+        print("\n| cluster | warm-up vs gpuloan (the same settings, `warm_up: true`) | WARM_UP decisions a run |")
+        print("|---|---|---|")
+        for doc, v in zip(docs, warm):
+            i = [r["name"] for r in doc["summary"]].index(WARM_UP_NAME)
+            decisions = [run[i].get("decisions_by_reason", {}).get("WARM_UP", 0) for run in doc["runs"]]
+            print(f"| {doc['trace'].split('[')[0].replace('cluster', '')} | **{v['verdict']}**: cost "
+                  f"{v['cost_diff_pct']:+.1f} % (${v['cost_diff_usd']:+,.0f} ± {v['cost_noise_usd'] or 0:,.0f}), "
+                  f"p95 {v['service_diff']:+.2f} ± {v['service_noise'] or 0:.2f} min | "
+                  f"{sum(decisions) / len(decisions):.0f} |")
+    print("\nWhere the elastic GPU-hours go (mean over the seeds, as a share of the oracle's GPU-hours; "
+          "`elastic_gpu_hours_by_use` in --json):\n")
+    print("| cluster | policy | busy | free on a node with a pod | ready, no pod | booting | whole-node bound |")
+    print("|---|---|---|---|---|---|---|")
+    for doc in docs:
+        names = [r["name"] for r in doc["summary"]]
+        oracle_h = doc["oracle_gpu_hours"]
+        bound = doc["whole_node_bound_cost_usd"] / doc["oracle_cost_usd"] if doc["oracle_cost_usd"] else 0.0
+        lead = doc["trace"].split("[")[0].replace("cluster", "")
+        for name in ("gpuloan", "karpenter"):
+            if name not in names:
+                continue
+            i = names.index(name)
+            use = {k: sum(run[i]["elastic_gpu_hours_by_use"][k] for run in doc["runs"]) / len(doc["runs"])
+                   for k in ("busy", "free_on_busy_nodes", "empty", "booting")}
+            print(f"| {lead} | {name} | {use['busy'] / oracle_h:.3f} | {use['free_on_busy_nodes'] / oracle_h:.3f} | "
+                  f"{use['empty'] / oracle_h:.3f} | {use['booting'] / oracle_h:.3f} | {bound:.3f} |")
+            lead = ""
 
 
 def main(argv: list[str] | None = None) -> int:

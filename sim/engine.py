@@ -64,7 +64,7 @@ class SimSettings:
 @dataclass
 class SimNode:
     __slots__ = ("id", "serial", "group", "gpus", "usd_per_hour", "launched", "ready_at", "reclaim_at", "warned",
-                 "busy", "jobs", "hist", "empty_since", "obs_cache", "slot")
+                 "busy", "jobs", "hist", "empty_since", "obs_cache", "slot", "busy_minutes", "empty_minutes")
     id: str
     serial: int
     group: str
@@ -80,6 +80,8 @@ class SimNode:
     empty_since: int | None
     obs_cache: object
     slot: int | None  # spot slot (common random numbers), None for other capacity
+    busy_minutes: int  # GPU-minutes a pod held, up to the node's last busy change
+    empty_minutes: int  # minutes ready with no pod, up to the node's last busy change
 
     @property
     def free(self) -> int:
@@ -102,6 +104,12 @@ class Counters:
     spot_launch_failures: int = 0
     node_launches: int = 0
     monthly_usd: dict = field(default_factory=dict)
+    # Elastic GPU-minutes paid, split by what they did (closed nodes; Simulation.elastic_gpu_minutes adds the
+    # open ones): where the cost above the oracle goes.
+    elastic_paid: int = 0
+    elastic_booting: int = 0
+    elastic_empty: int = 0
+    elastic_busy: int = 0
 
 
 def spot_episodes(seed: int, horizon: int, per_week: float, mean_hours: float) -> list[tuple[int, int]]:
@@ -215,7 +223,7 @@ class Simulation:
                 self._next_slot += 1
             reclaim = self.interruptions.next_after(slot, self.now)
         node = SimNode(f"i-{group[0]}{self._serial:07d}", self._serial, group, spec.gpus_per_node, price, self.now,
-                       ready_at, reclaim, False, 0, set(), [(self.now, 0)], None, None, slot)
+                       ready_at, reclaim, False, 0, set(), [(self.now, 0)], None, None, slot, 0, 0)
         self.nodes[node.id] = node
         self.counts[group] += 1
         self.rates[group] += price
@@ -271,9 +279,34 @@ class Simulation:
             self.desired[node.group] = max(0, self.desired[node.group] - 1)
             self.last_change[node.group] = self.now
 
+    def _close(self, node: SimNode, end: int, c: Counters) -> None:
+        """Add an elastic node's GPU-minutes up to `end` to `c`, by what they did."""
+        if node.group == GUARANTEED:
+            return
+        g = node.gpus
+        t, busy = node.hist[-1]
+        c.elastic_paid += (end - node.launched) * g
+        c.elastic_booting += (min(end, node.ready_at) - node.launched) * g
+        c.elastic_busy += node.busy_minutes + (end - t) * busy
+        empty = node.empty_minutes
+        if busy == 0:
+            empty += max(0, end - max(t, node.ready_at))
+        c.elastic_empty += empty * g
+
+    def elastic_gpu_minutes(self) -> dict[str, int]:
+        """Elastic GPU-minutes paid so far: booting, ready with no pod, busy, and free on a node with a pod."""
+        c = Counters(elastic_paid=self.c.elastic_paid, elastic_booting=self.c.elastic_booting,
+                     elastic_empty=self.c.elastic_empty, elastic_busy=self.c.elastic_busy)
+        for node in self.nodes.values():
+            self._close(node, self.now, c)
+        return {"paid": c.elastic_paid, "booting": c.elastic_booting, "empty": c.elastic_empty,
+                "busy": c.elastic_busy,
+                "free_on_busy_nodes": c.elastic_paid - c.elastic_booting - c.elastic_empty - c.elastic_busy}
+
     def _remove(self, node: SimNode, spot_reclaim: bool) -> None:
         self._settle(self.now)
         self.workload.evict(node)
+        self._close(node, self.now, self.c)
         del self.nodes[node.id]
         self.counts[node.group] -= 1
         if node.warned:
@@ -464,9 +497,13 @@ class Simulation:
     def set_busy(self, node: SimNode, busy: int) -> None:
         if busy == node.busy:
             return
+        hist = node.hist
+        t, before = hist[-1]
+        node.busy_minutes += (self.now - t) * before
+        if before == 0:
+            node.empty_minutes += max(0, self.now - max(t, node.ready_at))
         node.busy = busy
         self.version += 1
-        hist = node.hist
         if hist[-1][0] == self.now:
             hist[-1] = (self.now, busy)
         else:

@@ -28,6 +28,8 @@ from policy.model import (
     Settings,
     Spend,
 )
+from policy.rhythm import DAYS as RHYTHM_DAYS
+from policy.rhythm import SLOT_MINUTES, SLOTS_PER_DAY, DailyArrivals, day_and_slot
 from sim.engine import GUARANTEED, LEAVING, MINUTES_PER_MONTH, ON_DEMAND, SPOT, Simulation
 from sim.packing import new_nodes_needed
 from sim.pool import PoolSpec
@@ -248,7 +250,7 @@ class GpuLoan(Controller):
                                 on_demand_usd_per_hour=0)
             knobs = ("scale_up_utilization_pct", "scale_up_window_minutes", "idle_utilization_pct",
                      "idle_timeout_minutes", "empty_timeout_minutes", "cooldown_minutes", "max_step_nodes",
-                     "fallback_after_minutes", "workload", "launch_minutes", "arrival_window_minutes")
+                     "fallback_after_minutes", "workload", "launch_minutes", "arrival_window_minutes", "warm_up")
             ps = dataclasses.replace(ps, **{k: getattr(base, k) for k in knobs})
         self.ps = ps
         self.settings = Settings(environment="sim", region=sim.spec.region, cluster_name="sim", pools=(ps,))
@@ -264,6 +266,10 @@ class GpuLoan(Controller):
         self._version = -1
         self._arrivals_key, self._arrivals_value = None, ()
         self._when: dict[int, datetime] = {}
+        # Warm-up's daily history, fed the trace's arrivals as they happen (policy/rhythm.py, as in the Lambda).
+        self._rhythm = DailyArrivals() if ps.warm_up else None
+        self._rhythm_fed = 0  # jobs (or series minutes) already fed
+        self._rhythm_slot: tuple[int | None, float | None] = (None, None)  # (slot of the day's minute, its rate)
         series = getattr(sim.trace, "gpus_demanded", None)
         self._rises = None
         if series is not None:
@@ -340,10 +346,11 @@ class GpuLoan(Controller):
         pods = self._pods(sim)
         spend = self._spend(sim, now) if ps.budget_monthly_usd is not None else None
         arrivals = self._arrivals(sim)
-        key = (tuple(nodes), tuple(groups), tuple(pods), spend, arrivals)
+        rhythm = self._rhythm_rate(sim, now_dt) if self._rhythm is not None else None
+        key = (tuple(nodes), tuple(groups), tuple(pods), spend, arrivals, rhythm)
         if self._last_obs is not None and self._last_obs[0] == key:
             return self._last_obs[1]
-        obs = Observation((PoolObservation(ps.name, key[1], key[0], key[2], spend, arrivals),))
+        obs = Observation((PoolObservation(ps.name, key[1], key[0], key[2], spend, arrivals, rhythm),))
         self._last_obs = (key, obs)
         return obs
 
@@ -397,6 +404,37 @@ class GpuLoan(Controller):
                 out.append((t, g))
             self._arrivals_key, self._arrivals_value = key, tuple(out)
         return self._arrivals_value
+
+    def _rhythm_rate(self, sim: Simulation, now_dt: datetime) -> float | None:
+        """Feed the arrivals since the last call into the daily history and read the warm-up rate, as the
+        Lambda's tick does (policy/tick.py:_rhythm_rates). The Lambda runs every minute, so every simulated day
+        counts as recorded, quiet or not."""
+        history, now = self._rhythm, sim.now
+        slot = now // SLOT_MINUTES
+        if slot == self._rhythm_slot[0]:
+            # The rate reads earlier days only and changes when a slot begins; today's arrivals can wait until
+            # then (record() files each under its own minute).
+            return self._rhythm_slot[1]
+        new: list[tuple[datetime, int]] = []
+        if self._rises is not None:
+            upto = min(now + 1, len(self._rises))
+            new = [(SIM_EPOCH + timedelta(minutes=t), self._rises[t]) for t in range(self._rhythm_fed, upto)
+                   if self._rises[t]]
+            self._rhythm_fed = max(self._rhythm_fed, upto)
+        else:
+            w = sim.workload
+            for i in range(self._rhythm_fed, w._next):
+                if w.gpus[i] <= w.pool_gpus:
+                    new.append((SIM_EPOCH + timedelta(minutes=w._arrival_minute[i]), w.gpus[i]))
+            self._rhythm_fed = max(self._rhythm_fed, w._next)
+        today, first = day_and_slot(now_dt)[0], day_and_slot(SIM_EPOCH)[0]
+        for d in range(max(first, today - RHYTHM_DAYS + 1), today + 1):
+            history.rows.setdefault(d, [0.0] * SLOTS_PER_DAY)
+        history.record(now_dt, new)
+        ps = self.ps
+        rate = history.expected_rate_nodes_per_minute(now_dt, 2 * ps.launch_minutes, ps.gpus_per_node)
+        self._rhythm_slot = (slot, rate)
+        return rate
 
     def _spend(self, sim: Simulation, now: int) -> Spend:
         """Budgets' actual figure refreshed hourly (it lags), plus the running estimate since."""
@@ -457,7 +495,8 @@ class GpuLoan(Controller):
         - cooldown and spot fallback switch at the group's last change + cooldown / fallback_after;
         - keep-or-release: a node stops counting as never used at launch + empty_timeout + launch_minutes; an arrival created at minute a leaves the arrival window at a + window (arrivals and
           finished jobs are events themselves);
-        - a node's first datapoint: utilization is unknown until a minute after launch."""
+        - a node's first datapoint: utilization is unknown until a minute after launch;
+        - warm-up (when on): the daily history's rate changes when a slot of the day begins."""
         now = sim.now
         nxt = now + 1
         if not self._quiet_plan or sim.version != self._version:
@@ -506,6 +545,10 @@ class GpuLoan(Controller):
         arrivals = self.arrival_minutes(sim)
         if arrivals:
             wake = min(wake, max(nxt, arrivals[0][0] + ps.arrival_window_minutes))
+        if self._rhythm is not None:
+            # the warm-up rate reads whole slots of the day: it changes only when a slot begins (SIM_EPOCH is
+            # a midnight, so slots begin at multiples of SLOT_MINUTES)
+            wake = min(wake, (now // SLOT_MINUTES + 1) * SLOT_MINUTES)
         for g in ps.elastic_groups:
             last = sim.last_change[g]
             if last is not None:
@@ -538,8 +581,15 @@ class GpuLoan(Controller):
 _BUDGET_UNREAD = {Reason.STEADY.value, Reason.SPOT_RECOVERED.value, Reason.COOLDOWN.value, Reason.AT_MAX.value}
 
 
-def all_policies(spec: PoolSpec) -> list[Controller]:
+WARM_UP_NAME = "gpuloan-warm-up"
+
+
+def all_policies(spec: PoolSpec, warm_up: bool = False) -> list[Controller]:
+    """Every policy on `spec`; `warm_up` adds our policy with the stack's settings and warm-up on (a row to
+    measure whether warm-up pays on a trace before turning it on)."""
     out: list[Controller] = [GpuLoan("gpuloan"), GpuLoan("gpuloan-defaults", defaults=True), StaticPeak(), FloorOnly()]
+    if warm_up:
+        out.insert(2, GpuLoan(WARM_UP_NAME, settings=dataclasses.replace(pool_settings(spec), warm_up=True)))
     if spec.has_spot or spec.has_on_demand:
         out += [Karpenter(), ThresholdScript()]
     return out

@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass
 
 from sim.engine import MINUTES_PER_MONTH, JobsWorkload, SimSettings, Simulation, default_horizon
-from sim.policies import Controller, GpuLoan, all_policies
+from sim.policies import WARM_UP_NAME, Controller, GpuLoan, all_policies
 from sim.pool import PoolSpec, demand_profile, with_floor
 from sim.traces import JobsTrace
 
@@ -34,6 +34,11 @@ class PolicyResult:
     name: str
     metrics: dict
     samples: list
+
+
+def whole_node_gpu_hours(trace, horizon: int, gpus_per_node: int) -> float:
+    """GPU-hours of the demand rounded up to whole nodes every minute (the oracle's schedule)."""
+    return sum(-(-d // gpus_per_node) for d in demand_profile(trace, horizon)) * gpus_per_node / 60
 
 
 def elastic_oracle_gpu_hours(profile: list[int], floor_gpus: int) -> float:
@@ -66,6 +71,8 @@ def metrics_of(sim: Simulation, controller: Controller, oracle_cost: float, seco
         "lost_gpu_hours": round(c.lost_gpu_minutes / 60, 3),
         "spot_launch_failures": c.spot_launch_failures,
         "node_launches": c.node_launches,
+        # where the elastic cost goes: GPU-hours booting, ready with no pod, free on a node with a pod, busy
+        "elastic_gpu_hours_by_use": {k: round(v / 60, 1) for k, v in sim.elastic_gpu_minutes().items()},
         "budget_months_exceeded": budget_months_exceeded(sim),
         "sim_seconds": round(seconds, 3),
     }
@@ -147,6 +154,10 @@ def compare(spec: PoolSpec, trace, settings: SimSettings = SimSettings(), polici
         },
         "oracle_gpu_hours": round(oracle_hours, 3),
         "oracle_cost_usd": round(oracle_hours * spec.oracle_usd_per_gpu_hour, 2),
+        # The oracle in whole nodes: every minute ceil(demand / GPUs per node) nodes, as if running jobs could
+        # be repacked for free at every minute. No placement of whole jobs on whole nodes pays less.
+        "whole_node_bound_cost_usd": round(whole_node_gpu_hours(trace, horizon, spec.gpus_per_node)
+                                           * spec.oracle_usd_per_gpu_hour, 2),
         "policies": results,
         "_series": series,  # for the plot; dropped from the JSON output
     }
@@ -180,10 +191,10 @@ def mean_sd(values: list[float]) -> tuple[float, float]:
 
 def compare_seeds(spec: PoolSpec, trace, settings: SimSettings = SimSettings(), seeds: int = 3,
                   horizon: int | None = None, policies=None, progress=None) -> dict:
-    """(policies: a function returning fresh controllers, called once per seed; None: all_policies.)"""
     """`compare` for seeds settings.seed .. settings.seed + seeds - 1 (common random numbers: in each seed every
     policy meets the same interruption and shortage events), then per policy the mean and standard deviation of
-    each metric across seeds, and a verdict of `gpuloan` against every baseline."""
+    each metric across seeds, and a verdict of `gpuloan` against every baseline. `policies`: a function
+    returning fresh controllers, called once per seed (None: all_policies)."""
     from dataclasses import replace
 
     policies = policies or (lambda: None)
@@ -213,6 +224,8 @@ def summarize(runs: list[dict]) -> dict:
     doc = {k: v for k, v in runs[0].items() if k not in ("policies", "seed")}
     doc.update(seeds=[r["seed"] for r in runs], summary=summary, runs=[r["policies"] for r in runs])
     doc["verdicts"] = verdicts(doc, "gpuloan") + verdicts(doc, "gpuloan-defaults")
+    if WARM_UP_NAME in [p["name"] for p in doc["summary"]] and "gpuloan" in [p["name"] for p in doc["summary"]]:
+        doc["verdicts"].append(verdict_between(doc, WARM_UP_NAME, "gpuloan"))
     return doc
 
 
@@ -244,37 +257,43 @@ def verdicts(doc: dict, ours_name: str) -> list[dict]:
     names = [p["name"] for p in doc["summary"]]
     if ours_name not in names:
         return []
-    ours = names.index(ours_name)
+    out = []
+    for i, name in enumerate(names):
+        if name.startswith("gpuloan") or name == ours_name:
+            continue
+        if doc["summary"][i]["floor_nodes"] != doc["summary"][names.index(ours_name)]["floor_nodes"]:
+            continue  # another pool (the threshold script's own floor): not a like-for-like comparison
+        out.append(verdict_between(doc, ours_name, name))
+    return out
+
+
+def verdict_between(doc: dict, ours_name: str, name: str) -> dict:
+    """One verdict of `ours_name` against `name` over the seeds of a summarized document (see verdicts)."""
+    names = [p["name"] for p in doc["summary"]]
+    ours, i = names.index(ours_name), names.index(name)
     runs = doc["runs"]
     jobs = doc["summary"][ours]["p95_wait_minutes"] is not None
     service = "p95_wait_minutes" if jobs else "unmet_gpu_hours"
-    out = []
-    for i, name in enumerate(names):
-        if name.startswith("gpuloan") or i == ours:
-            continue
-        if doc["summary"][i]["floor_nodes"] != doc["summary"][ours]["floor_nodes"]:
-            continue  # another pool (the threshold script's own floor): not a like-for-like comparison
-        cost = _paired(runs, ours, i, "total_cost_usd")
-        wait = _paired(runs, ours, i, service)
-        base_cost = doc["summary"][i]["total_cost_usd"] or 0.0
-        c = _outcome(cost, 0.0)
-        w = _outcome(wait, 0.05 if jobs else 0.0)  # p95 waits are rounded to 0.1 min
-        if len(runs) < 2:
-            text = "one seed: no noise estimate"
-        elif c == "tie" and w == "tie":
-            text = "within the noise"
-        elif c != "worse" and w != "worse":
-            text = f"{ours_name} better"
-        elif c != "better" and w != "better":
-            text = f"{ours_name} dominated"
-        else:
-            text = "trade-off"
-        out.append({
-            "ours": ours_name, "baseline": name, "verdict": text, "cost": c, "service": w, "service_metric": service,
-            "cost_diff_usd": round(cost[0], 2) if cost else None,
-            "cost_noise_usd": round(cost[1], 2) if cost and math.isfinite(cost[1]) else None,
-            "cost_diff_pct": round(100 * cost[0] / base_cost, 2) if cost and base_cost else None,
-            "service_diff": round(wait[0], 3) if wait else None,
-            "service_noise": round(wait[1], 3) if wait and math.isfinite(wait[1]) else None,
-        })
-    return out
+    cost = _paired(runs, ours, i, "total_cost_usd")
+    wait = _paired(runs, ours, i, service)
+    base_cost = doc["summary"][i]["total_cost_usd"] or 0.0
+    c = _outcome(cost, 0.0)
+    w = _outcome(wait, 0.05 if jobs else 0.0)  # p95 waits are rounded to 0.1 min
+    if len(runs) < 2:
+        text = "one seed: no noise estimate"
+    elif c == "tie" and w == "tie":
+        text = "within the noise"
+    elif c != "worse" and w != "worse":
+        text = f"{ours_name} better"
+    elif c != "better" and w != "better":
+        text = f"{ours_name} dominated"
+    else:
+        text = "trade-off"
+    return {
+        "ours": ours_name, "baseline": name, "verdict": text, "cost": c, "service": w, "service_metric": service,
+        "cost_diff_usd": round(cost[0], 2) if cost else None,
+        "cost_noise_usd": round(cost[1], 2) if cost and math.isfinite(cost[1]) else None,
+        "cost_diff_pct": round(100 * cost[0] / base_cost, 2) if cost and base_cost else None,
+        "service_diff": round(wait[0], 3) if wait else None,
+        "service_noise": round(wait[1], 3) if wait and math.isfinite(wait[1]) else None,
+    }

@@ -223,6 +223,7 @@ class Elastic(Strict):
     max_step_nodes: int | None = Field(None, ge=1, le=500, description="Most nodes added or removed in one tick; unset = no step limit (max_nodes and the budget cap bound every tick).")
     launch_minutes: int = Field(6, ge=1, le=60, description="Minutes from a scale-up to a node that takes pods: a relaunch costs this much paid boot plus as long a wait; the keep-or-release rule weighs it (docs/policy.md).")
     fallback_after_minutes: int = Field(10, ge=1, le=240, description="How long spot may stay short of its desired size before on-demand takes the shortfall.")
+    warm_up: bool = Field(False, description="Keep or launch spare nodes ahead of the arrivals this pool saw at the same time of day over the last 7 days, while the release-on-cost rule says a spare node pays for itself (docs/policy.md, \"Warm-up\"). Off by default: it pays only where arrivals at some time of day come faster than one node's worth per 2 x launch_minutes; check with `gpuloan simulate --warm-up` on your own demand first.")
 
     @field_validator("instance_types")
     @classmethod

@@ -22,7 +22,7 @@ from unittest import mock
 from hypothesis import given, strategies as st
 
 from policy import handler
-from policy.engine import decide, hours_left_in_month, node_idle_threshold_pct, pack_pods
+from policy.engine import decide, hours_left_in_month, node_idle_threshold_pct, pack_pods, warm_up_nodes
 from policy.kube import DO_NOT_DISRUPT, blocking_reason
 from policy.model import (
     ACTION_SET_DESIRED,
@@ -61,6 +61,7 @@ def worlds(draw, missing_data: bool = False):
         fallback_after_minutes=draw(st.integers(1, 20)),
         budget_monthly_usd=draw(st.one_of(st.none(), st.floats(500, 20_000))),
         budget_enforcement=draw(st.sampled_from(["cap_elastic", "alert_only"])),
+        warm_up=draw(st.booleans()),
     )
     groups, nodes = [], []
     for gname, gmax in ((SPOT, ps.spot_max_nodes), (OD, ps.on_demand_max_nodes), (FLOOR, 3)):
@@ -89,7 +90,10 @@ def worlds(draw, missing_data: bool = False):
     # recent GPU pod arrivals (minutes ago, GPUs): sometimes unknown, often enough to keep idle nodes warm
     arrivals = None if missing_data else draw(st.one_of(st.none(), st.lists(
         st.tuples(st.integers(0, 90).map(ago), st.integers(1, 8)), max_size=40).map(lambda v: tuple(sorted(v)))))
-    obs = Observation((PoolObservation("research", tuple(groups), tuple(nodes), pending, spend, arrivals),), None)
+    # the daily rhythm's rate for warm-up (nodes' worth per minute): unknown, quiet, or enough to want spares
+    rhythm = None if missing_data else draw(st.one_of(st.none(), st.floats(0, 3)))
+    obs = Observation((PoolObservation("research", tuple(groups), tuple(nodes), pending, spend, arrivals, rhythm),),
+                      None)
     return settings(ps), obs
 
 
@@ -180,9 +184,32 @@ def test_launching_nodes_are_counted(world):
     added = sum(a.desired_to - a.desired_from for a in ups)
     added_again = sum(a.desired_to - a.desired_from for a in again.changes if a.reason == Reason.SCALE_UP_PENDING)
     needed, _ = pack_pods(po.pending_pod_gpus, s.pools[0].gpus_per_node)
-    assert added + added_again <= needed
-    if added >= needed:
+    spares = warm_up_nodes(s.pools[0], po)  # warm-up (when on) rides on the same scale-up
+    assert added + added_again <= needed + spares
+    if added >= needed + spares:
         assert added_again == 0
+
+
+@given(worlds())
+def test_warm_up_adds_at_most_the_spares_it_wants_and_never_blind(world):
+    """Warm-up launches only with warm_up on and a known rhythm, never more than warm_up_nodes beyond what
+    pending pods need, and none while any elastic node's reserved-GPU figure is unknown."""
+    s, obs = world
+    ps, po = s.pools[0], obs.pools[0]
+    plan = decide(s, obs, NOW)
+    ups = [a for a in plan.changes if a.kind == ACTION_SET_DESIRED and a.desired_to > a.desired_from]
+    added = sum(a.desired_to - a.desired_from for a in ups)
+    needed = pack_pods(po.pending_pod_gpus, ps.gpus_per_node)[0] if po.pending_pod_gpus else 0
+    util_node = 1 if ps.workload == "service" else 0
+    if not ps.warm_up or po.rhythm_rate_nodes_per_minute is None:
+        assert Reason.WARM_UP not in plan.decision("research").reasons
+        return
+    assert added <= max(needed, util_node) + warm_up_nodes(ps, po)
+    blind = any(n.group in ps.elastic_groups and n.lifecycle == LIFECYCLE_IN_SERVICE and n.max_reserved_pct is None
+                for n in po.nodes)
+    if blind:
+        assert all(a.reason != Reason.WARM_UP for a in ups)
+        assert added <= max(needed, util_node)
 
 
 # --- issue 14: safety rules ------------------------------------------------------------------------------------

@@ -153,7 +153,7 @@ def test_skipping_quiet_ticks_gives_the_tick_by_tick_result(cluster, a, b, mode,
     settings = SimSettings(seed=3, spot_interruptions_per_month=8.0, **scenario)
     for base in (_prod_training(), _dev()):
         spec = simpool.auto_size(base, trace, horizon_minutes=horizon)
-        for fast_ctl, slow_ctl in zip(all_policies(spec), all_policies(spec)):
+        for fast_ctl, slow_ctl in zip(all_policies(spec, warm_up=True), all_policies(spec, warm_up=True)):
             fast_sim, fast = runner.run_one(spec, trace, fast_ctl, settings, horizon)
             slow_sim, slow = runner.run_one(spec, trace, slow_ctl, replace(settings, skip_quiet_ticks=False),
                                             horizon)
