@@ -39,6 +39,9 @@ def register(sub) -> None:
     p.add_argument("--provisioning-delay", type=int, default=None, metavar="MINUTES")
     p.add_argument("--checkpoint-interval", type=int, default=None, metavar="MINUTES")
     p.add_argument("--spot-episodes-per-week", type=float, default=None)
+    p.add_argument("--placement", choices=("least_allocated", "most_allocated"), default=None,
+                   help="which node a pod goes to among those that fit: least_allocated (the default, what "
+                        "kube-scheduler's default profile on EKS does) or most_allocated (a bin-packing scheduler)")
     price_args.add(p)
     p.set_defaults(func=run)
 
@@ -55,6 +58,8 @@ def _settings(args):
             if value < 0:
                 raise ValueError(f"--{opt.replace('_', '-')} must be >= 0")
             s = replace(s, **{field: value})
+    if args.placement:
+        s = replace(s, placement=args.placement)
     return s
 
 

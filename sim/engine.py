@@ -37,6 +37,8 @@ MINUTES_PER_MONTH = HOURS_PER_MONTH * 60
 # Fill order of the scheduler: the cheaper capacity first, as preferred node affinities (weight per capacity
 # type) make kube-scheduler do: the floor (paid anyway), then spot, then on-demand.
 FILL_RANK = {GUARANTEED: 0, SPOT: 1, ON_DEMAND: 2}
+LEAST_ALLOCATED, MOST_ALLOCATED = "least_allocated", "most_allocated"
+PLACEMENTS = (LEAST_ALLOCATED, MOST_ALLOCATED)
 LEAVING = "Terminating"  # a node under a spot notice, as the policy sees it (neither capacity nor launching)
 
 # The spot-shortage scenario: spot launches fail for episodes of this mean length at this rate. No public source
@@ -59,6 +61,10 @@ class SimSettings:
     sample_every_minutes: int = 10  # time series for the plot
     seed: int = 1  # the same default in `gpuloan simulate`, scripts/benchmark.py and the docs
     skip_quiet_ticks: bool = True  # False: decide every minute (the reference the fast path is tested against)
+    # Which node a pod that fits several goes to, after the tier (docs/simulator.md): "least_allocated" (the
+    # emptiest: kube-scheduler's default scoring) or "most_allocated" (the fullest: the stack's
+    # cluster.bin_packing). None: what the simulated stack's cluster runs (PoolSpec.placement).
+    placement: str | None = None
 
 
 @dataclass
@@ -170,6 +176,9 @@ class Simulation:
         if rate is None:
             rate = spec.spot_interruptions_per_month
         self.spot_interrupt_rate_per_minute = rate / MINUTES_PER_MONTH
+        self.placement = settings.placement or spec.placement
+        if self.placement not in PLACEMENTS:
+            raise ValueError(f"placement {self.placement!r}: one of {', '.join(PLACEMENTS)}")
         self.interruptions = SlotInterruptions(settings.seed, self.spot_interrupt_rate_per_minute)
         self._free_slots: list[int] = []  # heap of released spot slots; the lowest is taken first
         self._next_slot = 0
@@ -736,10 +745,13 @@ class JobsWorkload:
         g = self.gpus[i]
         best = None
         best_key = None
+        sign = 1 if self.sim.placement == MOST_ALLOCATED else -1
         for n in nodes:
             free = n.gpus - n.busy
             if free >= g:
-                key = (FILL_RANK[n.group], free)  # cheaper tier, then the fullest node; ties: the oldest
+                # cheaper tier, then the fullest (most_allocated) or the emptiest (least_allocated) node that
+                # fits; ties: the oldest
+                key = (FILL_RANK[n.group], sign * free)
                 if best is None or key < best_key:
                     best, best_key = n, key
         if best is None:

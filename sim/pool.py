@@ -53,6 +53,9 @@ class PoolSpec:
     budget_monthly_usd: float | None
     oracle_usd_per_gpu_hour: float  # cheapest spot (or on-demand where no spot) price per GPU-hour of the types
     pool: Pool  # the config pool this spec was made from (knobs for our policy)
+    # the cluster's kube-scheduler scoring: most_allocated with cluster.bin_packing, else least_allocated (the
+    # default profile; an existing cluster is taken to run it)
+    placement: str = "least_allocated"
 
     @property
     def has_spot(self) -> bool:
@@ -90,6 +93,7 @@ class PoolSpec:
             "spot_interruption_bucket": self.spot_interruption_bucket,
             "oracle_usd_per_gpu_hour": self.oracle_usd_per_gpu_hour,
             "budget_monthly_usd": self.budget_monthly_usd,
+            "placement": self.placement,
         }
 
 
@@ -125,7 +129,14 @@ def spec_from_config(cfg: GpuLoanConfig, pool_name: str | None = None) -> PoolSp
         if pool_name not in names:
             raise PoolError(f"no pool '{pool_name}' in this stack; pools: {', '.join(names)}")
         pool = cfg.pool(pool_name)
-    return _spec(cfg.region, pool)
+    return replace(_spec(cfg.region, pool), placement=placement_of(cfg))
+
+
+def placement_of(cfg: GpuLoanConfig) -> str:
+    """How the stack's cluster places a pod among the nodes it fits (sim/engine.py, docs/simulator.md)."""
+    from stacks.config import NewCluster
+
+    return "most_allocated" if isinstance(cfg.cluster, NewCluster) and cfg.cluster.bin_packing else "least_allocated"
 
 
 def _spec(region: str, pool: Pool) -> PoolSpec:

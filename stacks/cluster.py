@@ -19,6 +19,21 @@ from stacks.network import Network
 from stacks.system_nodes import system_node_group
 
 CONTROL_PLANE_LOG_TYPES = ["api", "audit", "authenticator", "controllerManager", "scheduler"]
+
+# cluster.bin_packing: kube-scheduler's NodeResourcesFit scored MostAllocated, GPUs weighted above CPU and memory
+# (the shape of the Kubernetes "Resource Bin Packing" example). A pod goes to the fullest node it fits, so partly
+# used GPU nodes fill before empty ones and the empty ones can be released. EKS applies it in place
+# (docs/aws-rules.md).
+BIN_PACKING_RESOURCES = (("cpu", 1), ("memory", 1), ("nvidia.com/gpu", 3))
+
+
+def bin_packing_config() -> aws.eks.ClusterKubeSchedulerConfigArgs:
+    return aws.eks.ClusterKubeSchedulerConfigArgs(
+        node_resources_fit=aws.eks.ClusterKubeSchedulerConfigNodeResourcesFitArgs(
+            scoring_strategy=aws.eks.ClusterKubeSchedulerConfigNodeResourcesFitScoringStrategyArgs(
+                type="MostAllocated",
+                resources=[aws.eks.ClusterKubeSchedulerConfigNodeResourcesFitScoringStrategyResourceArgs(
+                    name=n, weight=w) for n, w in BIN_PACKING_RESOURCES])))
 # Control-plane logs (audit especially) are large; keep enough for an incident review, not forever.
 CONTROL_PLANE_LOG_RETENTION_DAYS = 90
 KMS_DELETION_WINDOW_DAYS = 30
@@ -163,6 +178,7 @@ class Cluster(pulumi.ComponentResource):
             encryption_config=aws.eks.ClusterEncryptionConfigArgs(
                 resources=["secrets"], provider=aws.eks.ClusterEncryptionConfigProviderArgs(key_arn=key.arn)),
             enabled_cluster_log_types=CONTROL_PLANE_LOG_TYPES,
+            kube_scheduler_config=bin_packing_config() if spec.bin_packing else None,
             # The networking add-ons are managed below with pinned versions instead of unmanaged defaults.
             bootstrap_self_managed_addons=False,
             tags=platform,

@@ -109,6 +109,10 @@ class SystemNodes(Strict):
     nodes: int = Field(2, ge=1, le=20, description="Fixed size of the system node group.")
 
 
+# EKS advanced control plane configuration (kube-scheduler scoring) exists from Kubernetes 1.31 (docs/aws-rules.md).
+BIN_PACKING_MIN_VERSION = (1, 31)
+
+
 class NewCluster(Strict):
     mode: Literal["new"] = Field("new", description="`new`: gpuloan creates the VPC and the EKS cluster.")
     kubernetes_version: str = Field("1.33", pattern=r"^1\.(2[89]|3\d)$", description="EKS Kubernetes version.")
@@ -119,6 +123,7 @@ class NewCluster(Strict):
         description="CIDRs allowed to reach the public API endpoint; empty means a private endpoint only.",
     )
     system_nodes: SystemNodes = SystemNodes()
+    bin_packing: bool = Field(False, description="Set the cluster's kube-scheduler to bin-pack (EKS advanced control plane configuration: NodeResourcesFit scoring MostAllocated, nvidia.com/gpu weighted 3, cpu and memory 1; Kubernetes 1.31 or later). A pod then goes to the fullest node it fits, so partly used GPU nodes fill before empty ones and empty nodes can be released; the default scheduler spreads pods over the emptiest nodes. Cluster-wide: CPU pods pack too. Changed in place, without replacing the cluster (docs/capacity.md, \"Bin packing\").")
 
     @field_validator("vpc_cidr")
     @classmethod
@@ -986,6 +991,11 @@ def _capacity_problems(cfg: GpuLoanConfig) -> list[tuple[str, str]]:
     from stacks import versions
 
     problems: list[tuple[str, str]] = []
+    if isinstance(cfg.cluster, NewCluster) and cfg.cluster.bin_packing and tuple(
+            int(x) for x in cfg.cluster.kubernetes_version.split(".")) < BIN_PACKING_MIN_VERSION:
+        problems.append(("cluster.bin_packing", f"bin packing needs Kubernetes "
+                         f"{'.'.join(map(str, BIN_PACKING_MIN_VERSION))} or later (EKS advanced control plane "
+                         f"configuration); cluster.kubernetes_version is {cfg.cluster.kubernetes_version}"))
     if isinstance(cfg.cluster, NewCluster) and cfg.cluster.kubernetes_version not in versions.EKS_ADDON_VERSIONS:
         problems.append(("cluster.kubernetes_version", f"no pinned EKS add-on versions for "
                          f"{cfg.cluster.kubernetes_version} (pinned: {', '.join(sorted(versions.EKS_ADDON_VERSIONS))}); "

@@ -124,6 +124,33 @@ def test_eks_cluster_is_encrypted_logged_and_uses_access_entries(recorded, stack
     assert set(vpc["subnetIds"]) == private  # control-plane ENIs only in private subnets
 
 
+@pytest.mark.parametrize("stack", STACKS)
+def test_bin_packing_sets_the_schedulers_scoring_on_the_cluster(recorded, stack):
+    [eks] = in_cluster(recorded(stack), EKS)
+    assert cfg_of(stack).cluster.bin_packing is True  # both shipped stacks bin-pack
+    strategy = eks.inputs["kubeSchedulerConfig"]["nodeResourcesFit"]["scoringStrategy"]
+    assert strategy["type"] == "MostAllocated"
+    assert {r["name"]: r["weight"] for r in strategy["resources"]} == {"cpu": 1, "memory": 1, "nvidia.com/gpu": 3}
+    assert all(1 <= r["weight"] <= 100 for r in strategy["resources"])  # EKS ResourceWeight range
+
+
+def test_without_bin_packing_the_cluster_keeps_the_default_scheduler():
+    config = stack_config("dev")
+    config["gpuloan:cluster"]["bin_packing"] = False
+    [eks] = run_stack("dev", config).of_type(EKS)
+    assert "kubeSchedulerConfig" not in eks.inputs
+
+
+def test_bin_packing_needs_kubernetes_1_31():
+    from stacks.config import ConfigError
+
+    config = stack_config("dev")
+    config["gpuloan:cluster"]["kubernetes_version"] = "1.30"
+    with pytest.raises(ConfigError) as err:
+        from_stack_yaml({"config": config}, "dev")
+    assert "cluster.bin_packing" in str(err.value) and "1.31" in str(err.value)
+
+
 def test_private_only_endpoint_when_no_cidrs_are_listed():
     config = stack_config("dev")
     config["gpuloan:cluster"]["public_endpoint_cidrs"] = []
