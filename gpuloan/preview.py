@@ -141,12 +141,7 @@ def render(doc: dict[str, Any], console, summary: bool = False) -> None:
         if p["guaranteed_rate_source"]:
             console.print(f"  [dim]{p['pool']} floor rate ({p['guaranteed_price_model']}): "
                           f"{p['guaranteed_rate_source']}[/]")
-    spread = cost.get("spot_spread") or {"pools": [], "advisories": []}
-    for p in spread["pools"]:
-        # What EC2's price-capacity-optimized strategy weighs for this pool's spot launches (docs/capacity.md).
-        console.print(f"  [dim]{p['pool']} spot, spread by price and capacity over: {p['summary']}[/]")
-    for a in spread["advisories"]:
-        console.print(f"  [yellow]spot advisory[/] {a['path']}: {a['message']}", soft_wrap=True)
+    render_spread(cost, console)
     # Without any price source the one reason and fix is the price line below; otherwise each gap has its reason.
     for line in cost["unknown_prices"] if cost["has_price_source"] else ():
         console.print(f"  [yellow]cost unknown[/] {line}", soft_wrap=True)
@@ -154,6 +149,16 @@ def render(doc: dict[str, Any], console, summary: bool = False) -> None:
     console.print(f"  [dim]{cost['price_source']}[/]", soft_wrap=True)
     console.print("  [dim]elastic figures are ceilings (every elastic node up all month); the policy keeps actual "
                   "elastic spend under the budget when enforcement is cap_elastic[/]")
+
+
+def render_spread(cost: dict[str, Any], console) -> None:
+    """Per pool with spot, one line of what EC2's price-capacity-optimized strategy weighs for its launches
+    (docs/capacity.md, "How spot launches are spread"), then each advisory (a dominated type) with its path."""
+    spread = cost.get("spot_spread") or {"pools": [], "advisories": []}
+    for p in spread["pools"]:
+        console.print(f"  [dim]{p['pool']} spot, spread by price and capacity over: {p['summary']}[/]")
+    for a in spread["advisories"]:
+        console.print(f"  [yellow]spot advisory[/] {a['path']}: {a['message']}", soft_wrap=True)
 
 
 def render_platform(cost: dict[str, Any], console) -> None:
