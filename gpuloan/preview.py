@@ -158,7 +158,7 @@ def render_spread(cost: dict[str, Any], console) -> None:
     for p in spread["pools"]:
         console.print(f"  [dim]{p['pool']} spot, spread by price and capacity over: {p['summary']}[/]")
     for a in spread["advisories"]:
-        console.print(f"  [yellow]spot advisory[/] {a['path']}: {a['message']}", soft_wrap=True)
+        console.print(f"  [yellow]spot advisory[/] {a['path']}: {a['message']}")  # folds like the notes
 
 
 def render_platform(cost: dict[str, Any], console) -> None:
