@@ -73,7 +73,8 @@ def print_spot_spread(doc: dict[str, Any], region: str, zones: list[str]) -> Non
         rows = spot_spread.figures(types, region)
         where = f"{len(zones)} AZ(s)" if zones else "the cluster's AZs"
         print(f"spot spread of pool {pool} (price-capacity-optimized over {len(types)} type(s) x {where}):")
-        print(f"  {'type':<20} {'GPUs':>4} {'spot $/GPU-h':>13} {'on-demand $/GPU-h':>18} {'interruptions':>13}  spot price basis")
+        print(f"  {'type':<20} {'GPUs':>4} {'spot $/GPU-h':>13} {'on-demand $/GPU-h':>18} {'interruptions':>13}  "
+              "spot price basis")
         for r in rows:
             print(f"  {r.instance_type:<20} {r.gpus if r.gpus is not None else '?':>4} "
                   f"{money(r.spot_usd_per_gpu_hour):>13} {money(r.ondemand_usd_per_gpu_hour):>18} "

@@ -13,6 +13,7 @@ public price table, like every other cost test.
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import yaml
@@ -73,7 +74,8 @@ def test_an_on_demand_only_pool_has_no_spot_spread():
 # --- the rule: dominated types ------------------------------------------------------------------------------
 
 
-def row(instance_type: str, spot_per_gpu: float | None, bucket: str | None, gpu_model: str = "L4") -> spot_spread.SpotFigures:
+def row(instance_type: str, spot_per_gpu: float | None, bucket: str | None,
+        gpu_model: str = "L4") -> spot_spread.SpotFigures:
     return spot_spread.SpotFigures(instance_type, 1, gpu_model, spot_per_gpu, None if spot_per_gpu is None else 1.0,
                                    "observed-median" if spot_per_gpu is not None else "none", bucket, "test", "")
 
@@ -109,7 +111,8 @@ def test_a_bucket_label_gpuloan_does_not_know_counts_as_unknown():
 
 
 def test_the_reason_gives_both_figures_and_names_different_gpu_models():
-    [d] = spot_spread.dominated([row("p5.48xlarge", 1.8744, ">20%", "H100"), row("p4d.24xlarge", 0.5688, "10-15%", "A100")])
+    [d] = spot_spread.dominated([row("p5.48xlarge", 1.8744, ">20%", "H100"),
+                                 row("p4d.24xlarge", 0.5688, "10-15%", "A100")])
     text = d.reason()
     assert "$1.8744/GPU-h" in text and ">20%" in text and "$0.5688/GPU-h" in text and "10-15%" in text
     assert "price-capacity-optimized" in text and "H100 vs A100" in text
@@ -191,7 +194,8 @@ def test_prices_show_lists_each_spot_pool_per_gpu_and_the_advisory(prod_price_fi
     assert "spot spread of pool training (price-capacity-optimized over 2 type(s) x 3 AZ(s))" in out
     assert "spot spread of pool inference" in out
     lines = out.splitlines()
-    p5 = next(line for line in lines if line.strip().startswith("p5.48xlarge") and "GPU" not in line and "/h" not in line)
+    # the spread table's row, not the price lines above it (those end in "/h")
+    p5 = next(line for line in lines if line.strip().startswith("p5.48xlarge") and "/h" not in line)
     assert p5.split() == ["p5.48xlarge", "8", "$2.0000", "$1.2500", ">20%", "observed-median"]
     g6e2 = next(line for line in lines if line.strip().startswith("g6e.2xlarge") and "/h" not in line)
     assert g6e2.split() == ["g6e.2xlarge", "1", "unknown", "$1.0000", "unknown", "none"]
@@ -213,15 +217,18 @@ def test_preview_shows_a_spread_line_per_spot_pool_and_the_advisories_of_prod():
         for p in doc["pools"]:
             assert [t["instance_type"] for t in p["types"]] == list(cfg.pool(p["pool"]).elastic.instance_types)
             assert all(t["spot_usd_per_gpu_hour"] and t["interruption_bucket"] for t in p["types"])
+        # docs/capacity.md says the shipped prod stack gets these two with the public table.
+        assert [a["path"] for a in doc["advisories"]] == ["pools[0].elastic.instance_types[1]",
+                                                          "pools[1].elastic.instance_types[1]"]
         # Read from the table, not asserted as a fact about AWS: each flagged type is dearer per GPU and in a
-        # worse bucket than the type it is compared with.
+        # worse bucket than another type of its pool.
         for a in doc["advisories"]:
-            i, j = int(a["path"][6]), int(a["path"].split("[")[-1][:-1])
+            i, j = map(int, re.fullmatch(r"pools\[(\d+)\]\.elastic\.instance_types\[(\d+)\]", a["path"]).groups())
             rows = doc["pools"][i]["types"]
             worse = rows[j]
+            rank = spot_spread.bucket_rank
             assert any(r["spot_usd_per_gpu_hour"] < worse["spot_usd_per_gpu_hour"]
-                       and spot_spread.bucket_rank(r["interruption_bucket"]) < spot_spread.bucket_rank(worse["interruption_bucket"])
-                       for r in rows)
+                       and rank(r["interruption_bucket"]) < rank(worse["interruption_bucket"]) for r in rows)
         console = Console(record=True, width=400)
         preview.render_spread({"spot_spread": doc}, console)
         text = console.export_text()
