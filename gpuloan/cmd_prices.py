@@ -1,5 +1,6 @@
 """`gpuloan prices refresh -s STACK`: read the stack's GPU prices from AWS into the cache;
-`gpuloan prices show -s STACK`: the prices in force for the stack and where they come from.
+`gpuloan prices show -s STACK`: the prices in force for the stack and where they come from, and for each pool with
+spot the per-GPU figures EC2's price-capacity-optimized strategy spreads its launches by (stacks/spot_spread.py).
 
 Exit codes: 0 done, 1 some prices could not be read (the others are cached), 2 bad input (stack, price file).
 """
@@ -10,7 +11,7 @@ import sys
 from typing import Any
 
 from gpuloan import price_args, stack_arg, stackfile
-from stacks import catalog, pricebook
+from stacks import catalog, pricebook, spot_spread
 
 EXIT_PARTIAL = 1
 EXIT_BAD_INPUT = 2
@@ -48,6 +49,38 @@ def stack_targets(doc: dict[str, Any]) -> tuple[str, list[str], list[str]]:
     cluster = cfg.get("gpuloan:cluster") or {}
     zones = [str(z) for z in (cluster.get("availability_zones") or [])] if isinstance(cluster, dict) else []
     return region, list(dict.fromkeys(types)), zones
+
+
+def spot_pools(doc: dict[str, Any]) -> list[tuple[str, list[str]]]:
+    """(pool name, elastic instance types in config order) of each pool with a spot group, read straight from the
+    stack file like stack_targets (a type without a price must still be shown, as unknown)."""
+    from stacks.config import Elastic
+
+    default = str(Elastic.model_fields["capacity"].default)
+    out = []
+    for i, pool in enumerate((doc.get("config") or {}).get("gpuloan:pools") or []):
+        e = pool.get("elastic") if isinstance(pool, dict) else None
+        if isinstance(e, dict) and str(e.get("capacity") or default) in spot_spread.SPOT_CAPACITIES:
+            out.append((str(pool.get("name") or f"pools[{i}]"), [str(t) for t in e.get("instance_types") or []]))
+    return out
+
+
+def print_spot_spread(doc: dict[str, Any], region: str, zones: list[str]) -> None:
+    """Per pool with spot: type, GPUs, spot and on-demand $/GPU-h, Spot Advisor bucket, how the spot price was
+    obtained; then the types another listed type beats on both price and interruptions (docs/capacity.md)."""
+    money = lambda v: "unknown" if v is None else f"${v:,.4f}"  # noqa: E731
+    for pool, types in spot_pools(doc):
+        rows = spot_spread.figures(types, region)
+        where = f"{len(zones)} AZ(s)" if zones else "the cluster's AZs"
+        print(f"spot spread of pool {pool} (price-capacity-optimized over {len(types)} type(s) x {where}):")
+        print(f"  {'type':<20} {'GPUs':>4} {'spot $/GPU-h':>13} {'on-demand $/GPU-h':>18} {'interruptions':>13}  "
+              "spot price basis")
+        for r in rows:
+            print(f"  {r.instance_type:<20} {r.gpus if r.gpus is not None else '?':>4} "
+                  f"{money(r.spot_usd_per_gpu_hour):>13} {money(r.ondemand_usd_per_gpu_hour):>18} "
+                  f"{r.interruption_bucket or 'unknown':>13}  {r.spot_basis}")
+        for d in spot_spread.dominated(rows):
+            print(f"  advisory: {d.reason()}")
 
 
 def system_instance_types(doc: dict[str, Any]) -> list[str]:
@@ -125,7 +158,8 @@ def run_show(args) -> int:
     try:
         price_args.apply(args)
         _, path = stackfile.resolve(stack_arg.resolve(args))
-        region, types, _ = stack_targets(stackfile.load(path))
+        doc = stackfile.load(path)
+        region, types, zones = stack_targets(doc)
     except (stackfile.StackFileError, catalog.PriceSourceError, stack_arg.NoStackError) as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -144,5 +178,6 @@ def run_show(args) -> int:
     if not catalog.book().regions.get(region) or not catalog.book().regions[region].platform:
         print(f"{'platform':<22} no platform rates (EKS, NAT, EBS ...): those preview rows are unknown "
               "(docs/prices.md, \"Platform rates\")")
+    print_spot_spread(doc, region, zones)
     print(catalog.price_source(region))
     return 0

@@ -1,4 +1,7 @@
-"""`gpuloan validate STACK_OR_FILE`: check a stack config without the Pulumi engine. Exit 0 valid, 2 invalid."""
+"""`gpuloan validate STACK_OR_FILE`: check a stack config without the Pulumi engine. Exit 0 valid, 2 invalid.
+
+A valid config can still carry advisories (stacks/spot_spread.py: a spot type dearer per GPU and interrupted more
+often than another listed type): they go to stderr as `warning: <path>: ...` lines and leave the exit code 0."""
 
 from __future__ import annotations
 
@@ -6,7 +9,7 @@ import sys
 
 from gpuloan import price_args, stack_arg, stackfile
 from gpuloan.config_json import ConfigJsonError
-from stacks import catalog, config
+from stacks import catalog, config, spot_spread
 
 EXIT_INVALID = 2
 
@@ -55,4 +58,6 @@ def run(args) -> int:
     gpus = sum((p.guaranteed.nodes if p.guaranteed else 0) for p in cfg.pools)
     print(f"{stack}: valid ({len(cfg.pools)} pool(s), {gpus} guaranteed node(s), "
           f"budget ${cfg.budget.monthly_usd:,.0f}/month, region {cfg.region})")
+    for advisory in spot_spread.advisories(cfg):
+        print(f"warning: {advisory}", file=sys.stderr)
     return 0

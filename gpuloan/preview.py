@@ -7,6 +7,7 @@ from typing import Any
 
 from gpuloan import costs, offline, platform_costs
 from stacks import config as config_mod
+from stacks import spot_spread
 
 # Inputs worth showing per resource in the tree; the JSON output has every input.
 KEY_INPUTS = (
@@ -41,12 +42,22 @@ def preview_document(stack: str, stack_config: dict[str, Any], program: Path | N
     # The environment budget pays for the platform too; with unknown platform rows the headroom is an upper bound.
     cost["budget_headroom_monthly_usd"] = None if floor is None else round(cost["budget_monthly_usd"] - floor - known, 2)
     cost["budget_headroom_is_upper_bound"] = bool(unknown)
+    cost["spot_spread"] = spread_document(cfg)
     return round_money({
         "stack": stack,
         "resources": resources,
         "outputs": recording.outputs,
         "cost": cost,
     })
+
+
+def spread_document(cfg: config_mod.GpuLoanConfig) -> dict[str, Any]:
+    """Per pool with spot, the figures price-capacity-optimized decides on; and the advisories (dominated types)."""
+    pools = [{"pool": p.name, "types": [r.to_json() for r in spot_spread.pool_figures(cfg, p)],
+              "summary": spot_spread.summary(spot_spread.pool_figures(cfg, p))}
+             for p in cfg.pools if spot_spread.launches_spot(p)]
+    return {"pools": pools,
+            "advisories": [{"path": a.path, "message": a.message} for a in spot_spread.advisories(cfg)]}
 
 
 def round_money(value: Any, key: str = "") -> Any:
@@ -130,6 +141,7 @@ def render(doc: dict[str, Any], console, summary: bool = False) -> None:
         if p["guaranteed_rate_source"]:
             console.print(f"  [dim]{p['pool']} floor rate ({p['guaranteed_price_model']}): "
                           f"{p['guaranteed_rate_source']}[/]")
+    render_spread(cost, console)
     # Without any price source the one reason and fix is the price line below; otherwise each gap has its reason.
     for line in cost["unknown_prices"] if cost["has_price_source"] else ():
         console.print(f"  [yellow]cost unknown[/] {line}", soft_wrap=True)
@@ -137,6 +149,16 @@ def render(doc: dict[str, Any], console, summary: bool = False) -> None:
     console.print(f"  [dim]{cost['price_source']}[/]", soft_wrap=True)
     console.print("  [dim]elastic figures are ceilings (every elastic node up all month); the policy keeps actual "
                   "elastic spend under the budget when enforcement is cap_elastic[/]")
+
+
+def render_spread(cost: dict[str, Any], console) -> None:
+    """Per pool with spot, one line of what EC2's price-capacity-optimized strategy weighs for its launches
+    (docs/capacity.md, "How spot launches are spread"), then each advisory (a dominated type) with its path."""
+    spread = cost.get("spot_spread") or {"pools": [], "advisories": []}
+    for p in spread["pools"]:
+        console.print(f"  [dim]{p['pool']} spot, spread by price and capacity over: {p['summary']}[/]")
+    for a in spread["advisories"]:
+        console.print(f"  [yellow]spot advisory[/] {a['path']}: {a['message']}")  # folds like the notes
 
 
 def render_platform(cost: dict[str, Any], console) -> None:

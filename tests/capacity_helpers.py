@@ -71,3 +71,17 @@ def is_taggable(type_token: str) -> bool:
     module = getattr(pulumi_aws, module_path.split("/")[0].replace("index", ""), pulumi_aws) or pulumi_aws
     cls = getattr(module, cls_name)
     return "tags" in inspect.signature(cls._internal_init).parameters
+
+
+SUBNET = "aws:ec2/subnet:Subnet"
+
+
+def subnet_id(rec, subnet) -> str:
+    """The offline mocks' id of a resource: <name>-<hash(stack, type, name)>."""
+    return f"{subnet.name}-{offline._short_hash(rec.stack, subnet.type, subnet.name)}"
+
+
+def private_subnet_azs(rec) -> dict[str, str]:
+    """subnet id -> AZ of every private (internal-elb) subnet the network declared."""
+    return {subnet_id(rec, s): s.inputs["availabilityZone"] for s in rec.of_type(SUBNET)
+            if "kubernetes.io/role/internal-elb" in (s.inputs.get("tags") or {})}

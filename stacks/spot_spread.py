@@ -1,0 +1,151 @@
+"""What EC2 weighs when it spreads a pool's spot launches, and which listed spot types work against it.
+
+A pool's spot node group is one EKS managed node group over all of `elastic.instance_types` (same GPUs per node,
+stacks/config.py) and a private subnet in every cluster AZ. EKS runs it as an Auto Scaling group with the
+price-capacity-optimized allocation strategy: for each launch EC2 takes the spot pools (type x AZ) with the most
+spare capacity, the least likely to be interrupted, and launches from the cheapest of those; the group keeps its
+instances balanced over the AZs of its subnets (docs/aws-rules.md). With equal GPUs per node, price per instance
+ranks like price per GPU, so EC2 already spreads by price per GPU and interruption risk; gpuloan does not
+second-guess it with per-type groups (docs/capacity.md, "How spot launches are spread").
+
+This module shows the figures that decision rests on, per type: spot and on-demand price per GPU-hour, the Spot
+Instance Advisor's interruption bucket, and where each figure comes from. And it names the types a list would be
+better without: a type that is *dominated*, dearer per GPU than another listed type AND in a worse (higher)
+interruption bucket. Price-capacity-optimized may still launch it when its spot pool is deeper, so it can only
+raise both the bill and the interruptions. That is an advisory, never a validation error: a deeper pool is a real
+reason to keep a type. A type with no spot price or no bucket is never judged (no guess stands in for a figure).
+
+Pure and stdlib only (guardrails/ imports stacks.catalog too): figures in, figures and advisories out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
+
+from stacks import catalog
+
+if TYPE_CHECKING:  # the config model needs pydantic; the figures and the rule do not
+    from stacks.config import GpuLoanConfig, Pool
+
+# The Spot Instance Advisor's interruption-frequency buckets (share of a type's spot instances interrupted in a
+# month), best first; sim/pool.py turns the same buckets into rates.
+ADVISOR_BUCKETS = ("<5%", "5-10%", "10-15%", "15-20%", ">20%")
+SPOT_CAPACITIES = ("spot", "spot_then_on_demand")
+
+
+@dataclass(frozen=True)
+class SpotFigures:
+    """One listed spot type as price-capacity-optimized sees it (per GPU, since a pool's types have equal GPUs)."""
+
+    instance_type: str
+    gpus: int | None  # None: the type is unknown to the catalog
+    gpu_model: str
+    spot_usd_per_gpu_hour: float | None  # None: no spot price in the price source
+    ondemand_usd_per_gpu_hour: float | None  # None: no price at all
+    spot_basis: str  # how the spot price was obtained (stacks/pricebook.py Price.spot_basis), "none" without one
+    interruption_bucket: str | None  # a Spot Advisor bucket, None when the source has none (or an unknown label)
+    source: str  # where the prices were read ("" without a price)
+    as_of: str
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Dominated:
+    """A listed spot type that is dearer per GPU and interrupted more often than another type of the same list."""
+
+    index: int  # its position in the list the figures were made from (the config's order)
+    figures: SpotFigures
+    better: SpotFigures  # the cheaper, less interrupted type
+
+    def reason(self) -> str:
+        a, b = self.figures, self.better
+        models = (f" ({a.gpu_model} vs {b.gpu_model}: weigh the work per GPU too)"
+                  if a.gpu_model and b.gpu_model and a.gpu_model != b.gpu_model else "")
+        return (f"{a.instance_type} spot costs ${a.spot_usd_per_gpu_hour:,.4f}/GPU-h at interruption "
+                f"frequency {a.interruption_bucket} (Spot Instance Advisor), {b.instance_type} "
+                f"${b.spot_usd_per_gpu_hour:,.4f}/GPU-h at {b.interruption_bucket}; price-capacity-optimized still "
+                f"launches {a.instance_type} when its spot pool is the deeper one, so keep it only if that extra "
+                f"capacity is worth both{models}")
+
+
+@dataclass(frozen=True)
+class Advisory:
+    """A warning about a config field that does not fail validation."""
+
+    path: str  # e.g. pools[0].elastic.instance_types[1]
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.message}"
+
+
+def bucket_rank(bucket: str | None) -> int | None:
+    """0 for the least interrupted bucket, up to 4; None for no bucket or a label gpuloan does not know."""
+    return ADVISOR_BUCKETS.index(bucket) if bucket in ADVISOR_BUCKETS else None
+
+
+def figures(instance_types: list[str], region: str) -> list[SpotFigures]:
+    """The figures of each type, in the order given, from the price source in force (stacks/catalog.py)."""
+    rows = []
+    for t in instance_types:
+        facts, price = catalog.lookup(t), catalog.price(t, region)
+        gpus = facts.gpus if facts is not None and facts.gpus > 0 else None
+        per_gpu = (lambda usd: None if usd is None or gpus is None else usd / gpus)  # noqa: E731
+        rows.append(SpotFigures(
+            instance_type=t, gpus=gpus, gpu_model=facts.gpu_model if facts is not None else "",
+            spot_usd_per_gpu_hour=per_gpu(price.spot_usd_per_hour if price else None),
+            ondemand_usd_per_gpu_hour=per_gpu(price.ondemand_usd_per_hour if price else None),
+            spot_basis=(price.spot_basis if price and price.spot_usd_per_hour is not None else "none"),
+            interruption_bucket=(price.interruption_bucket
+                                 if price and bucket_rank(price.interruption_bucket) is not None else None),
+            source=price.source if price else "", as_of=price.as_of if price else ""))
+    return rows
+
+
+def dominated(rows: list[SpotFigures]) -> list[Dominated]:
+    """Each row that another row beats on both counts: strictly cheaper per GPU on spot AND in a strictly better
+    Advisor bucket. Rows without a spot price or a bucket are never judged, nor used to judge. Against several
+    better rows, the cheapest one (then the least interrupted) is named."""
+    known = [(i, r) for i, r in enumerate(rows)
+             if r.spot_usd_per_gpu_hour is not None and bucket_rank(r.interruption_bucket) is not None]
+    out = []
+    for i, r in known:
+        better = [b for _, b in known if b.spot_usd_per_gpu_hour < r.spot_usd_per_gpu_hour
+                  and bucket_rank(b.interruption_bucket) < bucket_rank(r.interruption_bucket)]
+        if better:
+            best = min(better, key=lambda b: (b.spot_usd_per_gpu_hour, bucket_rank(b.interruption_bucket)))
+            out.append(Dominated(i, r, best))
+    return out
+
+
+def launches_spot(pool: "Pool") -> bool:
+    return pool.elastic is not None and str(pool.elastic.capacity) in SPOT_CAPACITIES
+
+
+def pool_figures(cfg: "GpuLoanConfig", pool: "Pool") -> list[SpotFigures]:
+    """The spot figures of one pool, in its config order (the node group's own list is sorted: order-free)."""
+    return figures(list(pool.elastic.instance_types), cfg.region) if launches_spot(pool) else []
+
+
+def advisories(cfg: "GpuLoanConfig") -> list[Advisory]:
+    """Every dominated spot type of the stack, named by its config path."""
+    out = []
+    for i, pool in enumerate(cfg.pools):
+        for d in dominated(pool_figures(cfg, pool)):
+            out.append(Advisory(f"pools[{i}].elastic.instance_types[{d.index}]", d.reason()))
+    return out
+
+
+def summary(rows: list[SpotFigures]) -> str:
+    """One line: each type's spot $/GPU-h and bucket, cheapest first (what price-capacity-optimized weighs)."""
+    def key(r: SpotFigures):
+        return (r.spot_usd_per_gpu_hour is None, r.spot_usd_per_gpu_hour or 0.0, r.instance_type)
+
+    parts = []
+    for r in sorted(rows, key=key):
+        price = "spot price unknown" if r.spot_usd_per_gpu_hour is None else f"${r.spot_usd_per_gpu_hour:,.2f}/GPU-h"
+        parts.append(f"{r.instance_type} {price}, interruptions {r.interruption_bucket or 'unknown'}")
+    return "; ".join(parts)

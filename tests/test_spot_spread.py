@@ -1,0 +1,239 @@
+"""How a pool's spot launches are spread over its instance types and AZs (docs/capacity.md, "How spot launches are
+spread"): the spot node group of every shipped pool, the per-GPU figures gpuloan shows, and the advisory for a type
+another listed type beats on both price per GPU and interruptions.
+
+Pools whose types differ in GPUs per node are refused by validation, tested where that rule lives:
+tests/test_capacity.py::test_invalid_combinations_fail_before_any_resource[mixed GPUs per node] and
+tests/test_config.py ("mixed GPUs per node").
+
+Prices in the tables below are test inputs (the rule is what is under test); the shipped-stack cases read the
+public price table, like every other cost test.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+import yaml
+from capacity_helpers import ELASTIC, NODE_GROUP, dev_variant, private_subnet_azs, under
+from conftest import REPO, SHARED_PRICES, STACKS, requires_shared_prices, stack_config
+from rich.console import Console
+
+from gpuloan import cli, preview
+from stacks import catalog, pricebook, spot_spread, tags
+from stacks.config import from_stack_yaml
+
+# --- the node groups: every type, every AZ ------------------------------------------------------------------
+
+
+def _spot_groups(rec) -> dict[str, object]:
+    return {ng.inputs["labels"][tags.LABEL_POOL]: ng for ng in under(rec, ELASTIC)
+            if ng.type == NODE_GROUP and ng.inputs["capacityType"] == "SPOT"}
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_every_spot_group_has_every_elastic_type_and_a_subnet_in_every_az(recorded, stack):
+    rec = recorded(stack)
+    cfg = from_stack_yaml({"config": stack_config(stack)}, stack)
+    azs = list(cfg.cluster.availability_zones)
+    private = private_subnet_azs(rec)
+    assert sorted(set(private.values())) == sorted(azs), "the network has one private subnet per cluster AZ"
+    groups = _spot_groups(rec)
+    spot_pools = [p for p in cfg.pools if spot_spread.launches_spot(p)]
+    assert spot_pools and sorted(groups) == sorted(p.name for p in spot_pools)
+    for pool in spot_pools:
+        ng = groups[pool.name]
+        # One group over all the types: price-capacity-optimized chooses among all of them at every launch.
+        assert ng.inputs["instanceTypes"] == sorted(pool.elastic.instance_types)
+        subnets = ng.inputs["subnetIds"]
+        assert all(s in private for s in subnets), f"{pool.name}: spot nodes only in private subnets"
+        # The Auto Scaling group balances over the AZs of its subnets: all of them, not the floor's alone.
+        assert sorted(private[s] for s in subnets) == sorted(azs), pool.name
+        floor = pool.guaranteed
+        if floor is not None and floor.availability_zone:
+            assert {private[s] for s in subnets} > {floor.availability_zone}
+
+
+def test_prod_training_spot_spans_all_three_azs_although_its_floor_is_pinned_to_one(recorded):
+    # The one shipped pool whose floor sits in a single AZ (its reservation's): its spot group must not follow.
+    rec = recorded("prod")
+    private = private_subnet_azs(rec)
+    spot = _spot_groups(rec)["training"]
+    assert sorted(private[s] for s in spot.inputs["subnetIds"]) == ["us-east-1a", "us-east-1b", "us-east-1c"]
+
+
+def test_an_on_demand_only_pool_has_no_spot_spread():
+    cfg = from_stack_yaml({"config": dev_variant(elastic={"capacity": "on_demand"})}, "dev")
+    assert not spot_spread.launches_spot(cfg.pools[0])
+    assert spot_spread.pool_figures(cfg, cfg.pools[0]) == [] and spot_spread.advisories(cfg) == []
+    assert preview.spread_document(cfg) == {"pools": [], "advisories": []}
+
+
+# --- the rule: dominated types ------------------------------------------------------------------------------
+
+
+def row(instance_type: str, spot_per_gpu: float | None, bucket: str | None,
+        gpu_model: str = "L4") -> spot_spread.SpotFigures:
+    return spot_spread.SpotFigures(instance_type, 1, gpu_model, spot_per_gpu, None if spot_per_gpu is None else 1.0,
+                                   "observed-median" if spot_per_gpu is not None else "none", bucket, "test", "")
+
+
+# name: (rows, {index of a dominated row: the type named as better})
+DOMINANCE = {
+    "dearer and riskier -> warned": ([row("a", 1.0, ">20%"), row("b", 0.5, "10-15%")], {0: "b"}),
+    "cheaper but riskier (a real trade-off) -> not warned": ([row("a", 0.5, ">20%"), row("b", 1.0, "<5%")], {}),
+    "unknown spot price -> not warned": ([row("a", None, ">20%"), row("b", 0.5, "<5%")], {}),
+    "unknown spot price never judges another": ([row("a", 1.0, ">20%"), row("b", None, "<5%")], {}),
+    "unknown bucket -> not warned": ([row("a", 1.0, None), row("b", 0.5, "<5%")], {}),
+    "equal price, worse bucket -> not warned": ([row("a", 0.5, ">20%"), row("b", 0.5, "<5%")], {}),
+    "same bucket, dearer -> not warned": ([row("a", 1.0, "5-10%"), row("b", 0.5, "5-10%")], {}),
+    "the cheapest better type is named": ([row("a", 2.0, ">20%"), row("b", 1.0, "15-20%"), row("c", 0.5, "10-15%")],
+                                          {0: "c", 1: "c"}),
+    "position is the config's, not sorted": ([row("z", 0.5, "<5%"), row("a", 1.0, "5-10%")], {1: "z"}),
+    "a single type -> nothing to compare": ([row("a", 1.0, ">20%")], {}),
+}
+
+
+@pytest.mark.parametrize("case", DOMINANCE)
+def test_dominated_types(case):
+    rows, want = DOMINANCE[case]
+    got = spot_spread.dominated(rows)
+    assert {d.index: d.better.instance_type for d in got} == want
+    for d in got:
+        assert d.figures is rows[d.index]
+
+
+def test_a_bucket_label_gpuloan_does_not_know_counts_as_unknown():
+    assert spot_spread.bucket_rank("<5%") == 0 and spot_spread.bucket_rank(">20%") == 4
+    assert spot_spread.bucket_rank("n/a") is None and spot_spread.bucket_rank(None) is None
+
+
+def test_the_reason_gives_both_figures_and_names_different_gpu_models():
+    [d] = spot_spread.dominated([row("p5.48xlarge", 1.8744, ">20%", "H100"),
+                                 row("p4d.24xlarge", 0.5688, "10-15%", "A100")])
+    text = d.reason()
+    assert "$1.8744/GPU-h" in text and ">20%" in text and "$0.5688/GPU-h" in text and "10-15%" in text
+    assert "price-capacity-optimized" in text and "H100 vs A100" in text
+
+
+# --- figures from the price book in force, and where the advisory shows -------------------------------------
+
+# Test rates, low enough that prod's floors fit its budgets (validation checks that too).
+PROD_ONDEMAND = {"p4d.24xlarge": 10.0, "p5.48xlarge": 10.0, "g6e.xlarge": 1.0, "g6e.2xlarge": 1.0}
+PROD_TYPES = tuple(PROD_ONDEMAND)
+
+
+@pytest.fixture
+def prod_price_file(tmp_path):
+    """A price file (test rates) for the prod stack's types; `spot` maps a type to (spot $/h, bucket)."""
+
+    def make(spot: dict[str, tuple[float | None, str | None]]) -> str:
+        types = {}
+        for t in PROD_TYPES:
+            usd, bucket = spot.get(t, (None, None))
+            types[t] = {"ondemand_usd_per_hour": PROD_ONDEMAND[t], "source": "test", "as_of": "2026-11-30",
+                        **({"spot_usd_per_hour": usd, "spot_basis": "observed-median"} if usd else {}),
+                        **({"interruption_bucket": bucket} if bucket else {})}
+        # prod's training floor is paid reserved_1yr: validation needs that rate (docs/floor.md)
+        types["p4d.24xlarge"]["commitments"] = [{"offer": "reserved_1yr_no_upfront", "usd_per_hour": 6.0,
+                                                 "source": "test", "as_of": "2026-11-30"}]
+        path = tmp_path / "prices.json"
+        path.write_text(json.dumps({"format": pricebook.FORMAT, "regions": {"us-east-1": {
+            "source": "test rates", "read_at": "2026-11-30", "instance_types": types}}}))
+        return str(path)
+
+    yield make
+    catalog.use_price_file(None)
+
+
+def _validate(monkeypatch, capsys, price_file: str) -> tuple[int, str, str]:
+    monkeypatch.chdir(REPO)
+    rc = cli.main(["validate", "prod", "--price-file", price_file])
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+def test_validate_warns_about_a_dominated_type_and_still_passes(prod_price_file, monkeypatch, capsys):
+    # p5 (8 GPUs): $16/h = $2/GPU-h at >20%; p4d (8 GPUs): $8/h = $1/GPU-h at 10-15%.
+    path = prod_price_file({"p4d.24xlarge": (8.0, "10-15%"), "p5.48xlarge": (16.0, ">20%"),
+                            "g6e.xlarge": (0.5, ">20%"), "g6e.2xlarge": (1.0, "<5%")})
+    rc, out, err = _validate(monkeypatch, capsys, path)
+    assert rc == 0 and out.startswith("prod: valid")
+    warnings = [line for line in err.splitlines() if line.startswith("warning: ")]
+    assert len(warnings) == 1, err  # g6e.xlarge is cheaper but riskier: a trade-off, not a warning
+    assert warnings[0].startswith("warning: pools[0].elastic.instance_types[1]: p5.48xlarge spot costs $2.0000/GPU-h")
+    assert "p4d.24xlarge $1.0000/GPU-h at 10-15%" in warnings[0]
+
+
+def test_validate_says_nothing_when_a_price_or_bucket_is_unknown(prod_price_file, monkeypatch, capsys):
+    path = prod_price_file({"p4d.24xlarge": (8.0, "10-15%"), "p5.48xlarge": (None, ">20%"),
+                            "g6e.xlarge": (0.5, None), "g6e.2xlarge": (1.0, ">20%")})
+    rc, out, err = _validate(monkeypatch, capsys, path)
+    assert rc == 0 and "warning" not in err
+
+
+def test_figures_are_per_gpu_with_their_basis_and_unknowns_stay_unknown(prod_price_file):
+    catalog.use_price_file(prod_price_file({"p4d.24xlarge": (8.0, "10-15%")}))
+    p4d, p5 = spot_spread.figures(["p4d.24xlarge", "p5.48xlarge"], "us-east-1")
+    assert (p4d.gpus, p4d.spot_usd_per_gpu_hour, p4d.ondemand_usd_per_gpu_hour) == (8, 1.0, 1.25)
+    assert (p4d.interruption_bucket, p4d.spot_basis, p4d.source) == ("10-15%", "observed-median", "test")
+    assert (p5.spot_usd_per_gpu_hour, p5.interruption_bucket, p5.spot_basis) == (None, None, "none")
+    assert p5.ondemand_usd_per_gpu_hour == 1.25
+    [unpriced] = spot_spread.figures(["g6.xlarge"], "us-east-1")
+    assert unpriced.spot_usd_per_gpu_hour is None and unpriced.ondemand_usd_per_gpu_hour is None
+
+
+def test_prices_show_lists_each_spot_pool_per_gpu_and_the_advisory(prod_price_file, monkeypatch, capsys):
+    path = prod_price_file({"p4d.24xlarge": (8.0, "10-15%"), "p5.48xlarge": (16.0, ">20%"),
+                            "g6e.xlarge": (0.5, "5-10%")})
+    monkeypatch.chdir(REPO)
+    assert cli.main(["prices", "show", "-s", "prod", "--price-file", path]) == 0
+    out = capsys.readouterr().out
+    assert "spot spread of pool training (price-capacity-optimized over 2 type(s) x 3 AZ(s))" in out
+    assert "spot spread of pool inference" in out
+    lines = out.splitlines()
+    # the spread table's row, not the price lines above it (those end in "/h")
+    p5 = next(line for line in lines if line.strip().startswith("p5.48xlarge") and "/h" not in line)
+    assert p5.split() == ["p5.48xlarge", "8", "$2.0000", "$1.2500", ">20%", "observed-median"]
+    g6e2 = next(line for line in lines if line.strip().startswith("g6e.2xlarge") and "/h" not in line)
+    assert g6e2.split() == ["g6e.2xlarge", "1", "unknown", "$1.0000", "unknown", "none"]
+    advisories = [line for line in lines if line.strip().startswith("advisory:")]
+    assert len(advisories) == 1 and "p5.48xlarge spot costs $2.0000/GPU-h" in advisories[0]
+
+
+# --- the shipped stacks with the public price table ---------------------------------------------------------
+
+
+@requires_shared_prices
+def test_preview_shows_a_spread_line_per_spot_pool_and_the_advisories_of_prod():
+    catalog.use_price_file(SHARED_PRICES)
+    try:
+        config = yaml.safe_load((REPO / "Pulumi.prod.yaml").read_text())["config"]
+        cfg = from_stack_yaml({"config": config}, "prod")
+        doc = preview.spread_document(cfg)
+        assert [p["pool"] for p in doc["pools"]] == ["training", "inference"]
+        for p in doc["pools"]:
+            assert [t["instance_type"] for t in p["types"]] == list(cfg.pool(p["pool"]).elastic.instance_types)
+            assert all(t["spot_usd_per_gpu_hour"] and t["interruption_bucket"] for t in p["types"])
+        # docs/capacity.md says the shipped prod stack gets these two with the public table.
+        assert [a["path"] for a in doc["advisories"]] == ["pools[0].elastic.instance_types[1]",
+                                                          "pools[1].elastic.instance_types[1]"]
+        # Read from the table, not asserted as a fact about AWS: each flagged type is dearer per GPU and in a
+        # worse bucket than another type of its pool.
+        for a in doc["advisories"]:
+            i, j = map(int, re.fullmatch(r"pools\[(\d+)\]\.elastic\.instance_types\[(\d+)\]", a["path"]).groups())
+            rows = doc["pools"][i]["types"]
+            worse = rows[j]
+            rank = spot_spread.bucket_rank
+            assert any(r["spot_usd_per_gpu_hour"] < worse["spot_usd_per_gpu_hour"]
+                       and rank(r["interruption_bucket"]) < rank(worse["interruption_bucket"]) for r in rows)
+        console = Console(record=True, width=400)
+        preview.render_spread({"spot_spread": doc}, console)
+        text = console.export_text()
+        assert text.count("spot, spread by price and capacity over:") == 2
+        assert text.count("spot advisory") == len(doc["advisories"])
+    finally:
+        catalog.use_price_file(None)
+
