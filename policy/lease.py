@@ -35,12 +35,12 @@ def take(state: StatePort, holder: str, ttl_s: float, now_epoch: float, deadline
     scheduled tick. The time waited is measured on the deadline's clock and moves both the lease's start and its
     end (`ttl_s` is counted from the invocation's start, which Lambda's timeout is too)."""
     start = deadline.remaining_s() if deadline is not None else 0.0
-    delay = FIRST_BACKOFF_S
+    delay, waited = FIRST_BACKOFF_S, 0.0  # the first try is at the invocation's own time
     while True:
-        waited = start - deadline.remaining_s() if deadline is not None else 0.0
         if state.acquire_lease(holder, now_epoch + waited, ttl_s - waited):
             return waited
         if not patient or deadline is None or deadline.remaining_s() - delay < MIN_TICK_S:
             return None
         sleep(delay)
         delay = min(2 * delay, MAX_BACKOFF_S)
+        waited = start - deadline.remaining_s()
