@@ -492,6 +492,7 @@ def _leaving_item(w: World) -> dict:
     return w.ddb.get_item(TableName=w.table, Key={"pk": {"S": "leaving"}}, ConsistentRead=True).get("Item") or {}
 
 
+@requires_shared_prices
 def test_a_warning_while_another_tick_holds_the_lease_is_recorded_and_the_next_tick_acts_on_it(world, kube, lambda_dir,
                                                                                               aws_env):
     """The holder outlasts the warning invocation's wait (a 40 s remaining time leaves it about 3 s): the warning
@@ -518,6 +519,7 @@ def test_a_warning_while_another_tick_holds_the_lease_is_recorded_and_the_next_t
     assert list(state["leaving"]) == [world.busy]
 
 
+@requires_shared_prices
 def test_a_warning_gets_the_lease_when_the_holder_releases_it_and_acts_itself(world, kube, lambda_dir, aws_env):
     import threading
     import time
@@ -546,6 +548,7 @@ def test_a_warning_gets_the_lease_when_the_holder_releases_it_and_acts_itself(wo
     assert "Item" not in world.ddb.get_item(TableName=world.table, Key={"pk": {"S": "lease"}}), "released"
 
 
+@requires_shared_prices
 def test_a_malformed_instance_id_is_not_recorded(world, kube, lambda_dir, aws_env):
     result, _ = run_lambda(lambda_dir, aws_env, world.settings.to_json(), _env(world, kube),
                            _warning("i-0; drop"))
@@ -599,6 +602,7 @@ class _FailingUpdates:
         self.server.shutdown()
 
 
+@requires_shared_prices
 def test_a_failed_record_is_loud(world, kube, lambda_dir, aws_env):
     proxy = _FailingUpdates(aws_env)
     try:
