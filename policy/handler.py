@@ -22,7 +22,6 @@ from __future__ import annotations
 import base64
 import json
 import os
-import re
 import uuid
 import weakref
 from datetime import datetime, timezone
@@ -30,7 +29,7 @@ from pathlib import Path
 
 from policy.deadline import Deadline
 from policy.errors import BadSettings, PolicyError
-from policy.model import Settings
+from policy.model import INSTANCE_ID, Settings
 from policy.tick import Ports, TickResult, run_tick
 
 # botocore client settings (https://docs.aws.amazon.com/sdkref/latest/guide/feature-retry-behavior.html): a slow
@@ -154,7 +153,6 @@ def handle(event: dict, context, session=None) -> TickResult:
 
 
 SPOT_WARNING = "EC2 Spot Instance Interruption Warning"
-_INSTANCE_ID = re.compile(r"i-[0-9a-f]{8,17}")
 
 
 def spot_warning(event: dict) -> tuple[str, ...]:
@@ -163,7 +161,7 @@ def spot_warning(event: dict) -> tuple[str, ...]:
     if event.get("source") != "aws.ec2" or event.get("detail-type") != SPOT_WARNING:
         return ()
     iid = (event.get("detail") or {}).get("instance-id")
-    return (iid,) if isinstance(iid, str) and _INSTANCE_ID.fullmatch(iid) else ()
+    return (iid,) if isinstance(iid, str) and INSTANCE_ID.fullmatch(iid) else ()
 
 
 def _lease_holder(context) -> str:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime
 from enum import Enum
@@ -34,6 +35,8 @@ ENFORCEMENT_CAP = "cap_elastic"
 # Auto Scaling's lifecycle state of an instance on its way out; the tick also gives it to a spot instance under
 # EC2's 2-minute interruption notice: neither capacity nor launching, never reclaimed.
 LIFECYCLE_LEAVING = "Terminating"
+# An EC2 instance id ("i-" and 8 or 17 hex digits): what a spot warning must name before it is trusted or stored.
+INSTANCE_ID = re.compile(r"i-[0-9a-f]{8,17}")
 WORKLOAD_BATCH = "batch"  # jobs that queue: pending pods are the scale-up signal
 WORKLOAD_SERVICE = "service"  # traffic that does not queue: sustained utilization adds a node too
 ENFORCEMENT_ALERT = "alert_only"

@@ -11,6 +11,18 @@ taken with a conditional PutItem that succeeds only when no lease exists or the 
 invocation) therefore never both change capacity, without reserved concurrency, which new accounts cannot set
 (it must leave 100 unreserved executions). A tick that dies keeps the lease until it expires (the function's
 timeout), after which the next tick takes it over.
+
+Spot warnings (the item {"pk": "leaving", "<instance id>": expires_at, ...}): a spot interruption warning invocation
+records the warned instance here BEFORE it tries the lease, so a warning is never lost to a held lease. Why a
+separate item, and why one top-level attribute per instance:
+- the tick item is written with a whole-item PutItem (a version condition), which replaces every attribute: a
+  warning written into it without the lease would either be dropped by the holder's save or make that save fail;
+- UpdateItem changes only the attributes it names and creates the item when it is missing, so one unconditional
+  `SET #iid = :expires` per warning needs neither the lease nor a read, and two warnings never clobber each other;
+- a map attribute (`SET #m.#iid`) would fail while the map does not exist yet (DynamoDB requires every parent on a
+  document path), needing a second call to create it first; top-level attributes need nothing first.
+Every tick reads the item (merged into the ids it keeps itself); the tick that acts removes expired entries with
+a conditional REMOVE (only while they are still expired, so a concurrent re-record of the same id survives).
 """
 
 from __future__ import annotations
@@ -19,9 +31,18 @@ import json
 from typing import Protocol
 
 from policy.aws_errors import classify
-
+from policy.model import INSTANCE_ID
 
 LEASE_KEY = "lease"
+LEAVING_KEY = "leaving"
+
+
+def _checked_ids(expires_at: dict[str, float]) -> dict[str, float]:
+    """Only well-formed instance ids are ever stored: they become attribute names, so anything else is refused."""
+    bad = sorted(i for i in expires_at if not (isinstance(i, str) and INSTANCE_ID.fullmatch(i)))
+    if bad:
+        raise ValueError(f"not EC2 instance ids, not recorded: {', '.join(map(repr, bad))[:200]}")
+    return expires_at
 
 
 class StatePort(Protocol):
@@ -32,6 +53,12 @@ class StatePort(Protocol):
     def acquire_lease(self, holder: str, now_epoch: float, ttl_s: float) -> bool: ...
 
     def release_lease(self, holder: str) -> None: ...
+
+    def record_leaving(self, expires_at: dict[str, float]) -> None: ...
+
+    def load_leaving(self) -> dict[str, float]: ...
+
+    def prune_leaving(self, ids: list[str], now_epoch: float) -> bool: ...
 
 
 class DynamoState:
@@ -89,6 +116,55 @@ class DynamoState:
         except Exception as err:  # noqa: BLE001
             raise classify(err, "DynamoDB DeleteItem lease") from err
 
+    def record_leaving(self, expires_at: dict[str, float]) -> None:
+        """Store each instance's notice expiry (epoch seconds) without the lease: one UpdateItem, no condition."""
+        ids = sorted(_checked_ids(expires_at))
+        if not ids:
+            return
+        self.calls += 1
+        names = {f"#i{k}": iid for k, iid in enumerate(ids)}  # "i-..." has a '-': only usable as a placeholder
+        values = {f":e{k}": {"N": f"{expires_at[iid]:.3f}"} for k, iid in enumerate(ids)}
+        try:
+            self._db.update_item(TableName=self._table, Key={"pk": {"S": LEAVING_KEY}},
+                                 UpdateExpression="SET " + ", ".join(f"#i{k} = :e{k}" for k in range(len(ids))),
+                                 ExpressionAttributeNames=names, ExpressionAttributeValues=values)
+        except Exception as err:  # noqa: BLE001
+            raise classify(err, "DynamoDB UpdateItem leaving") from err
+
+    def load_leaving(self) -> dict[str, float]:
+        """{instance id: expires_at} as recorded (expired ones included: the caller prunes them)."""
+        self.calls += 1
+        try:
+            resp = self._db.get_item(TableName=self._table, Key={"pk": {"S": LEAVING_KEY}}, ConsistentRead=True)
+        except Exception as err:  # noqa: BLE001
+            raise classify(err, f"DynamoDB GetItem {LEAVING_KEY}") from err
+        out = {}
+        for name, value in (resp.get("Item") or {}).items():
+            if INSTANCE_ID.fullmatch(name) and "N" in value:
+                out[name] = float(value["N"])
+        return out
+
+    def prune_leaving(self, ids: list[str], now_epoch: float) -> bool:
+        """Remove `ids` if every one is still expired at `now_epoch`; False (nothing removed) when one was
+        re-recorded meanwhile or is already gone: the next tick reads the item again and retries."""
+        ids = sorted(_checked_ids(dict.fromkeys(ids, 0.0)))
+        if not ids:
+            return True
+        self.calls += 1
+        names = {f"#i{k}": iid for k, iid in enumerate(ids)}
+        try:
+            self._db.update_item(TableName=self._table, Key={"pk": {"S": LEAVING_KEY}},
+                                 UpdateExpression="REMOVE " + ", ".join(names),
+                                 ConditionExpression=" AND ".join(f"{n} <= :now" for n in names),
+                                 ExpressionAttributeNames=names,
+                                 ExpressionAttributeValues={":now": {"N": f"{now_epoch:.3f}"}})
+            return True
+        except Exception as err:  # noqa: BLE001
+            code = ((getattr(err, "response", None) or {}).get("Error") or {}).get("Code", "")
+            if code == "ConditionalCheckFailedException":
+                return False
+            raise classify(err, "DynamoDB UpdateItem leaving") from err
+
 
 class MemoryState:
     """In-memory StatePort with the same compare-and-set semantics (tests, simulator, dry runs without a table)."""
@@ -96,6 +172,7 @@ class MemoryState:
     def __init__(self):
         self.items: dict[str, tuple[dict, int]] = {}
         self.lease: tuple[str, float] | None = None  # (holder, expires_at)
+        self.leaving: dict[str, float] = {}  # the "leaving" item: instance id -> expires_at
 
     def load(self, key: str) -> tuple[dict, int]:
         data, version = self.items.get(key, ({}, 0))
@@ -117,3 +194,17 @@ class MemoryState:
     def release_lease(self, holder: str) -> None:
         if self.lease is not None and self.lease[0] == holder:
             self.lease = None
+
+    def record_leaving(self, expires_at: dict[str, float]) -> None:
+        self.leaving.update(_checked_ids(expires_at))
+
+    def load_leaving(self) -> dict[str, float]:
+        return dict(self.leaving)
+
+    def prune_leaving(self, ids: list[str], now_epoch: float) -> bool:
+        ids = list(_checked_ids(dict.fromkeys(ids, 0.0)))
+        if not all(i in self.leaving and self.leaving[i] <= now_epoch for i in ids):
+            return False
+        for i in ids:
+            del self.leaving[i]
+        return True

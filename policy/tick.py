@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Callable
@@ -21,11 +22,13 @@ from policy import emf, notifications
 from policy.deadline import MESSAGE as DEADLINE_MESSAGE
 from policy.deadline import Deadline
 from policy.engine import decide
+from policy.lease import take as take_lease
 from policy.errors import DeadlineExceeded, PolicyError
 from policy.kube import NodeGuardPort, PendingPodsPort
 from policy.model import (
     ACTION_SET_DESIRED,
     ACTION_TERMINATE,
+    INSTANCE_ID,
     LIFECYCLE_IN_SERVICE,
     LIFECYCLE_LEAVING,
     Action,
@@ -299,28 +302,54 @@ def _uncordon(ports: Ports, node_name: str, cordoned: bool) -> None:
 
 def run_tick(settings: Settings, ports: Ports, now: datetime, log: Callable[[str], None] = print,
              deadline: Deadline | None = None, persist: bool = True, errors: list[str] | None = None,
-             lease: tuple[str, float] | None = None, leaving: tuple[str, ...] = ()) -> TickResult:
+             lease: tuple[str, float] | None = None, leaving: tuple[str, ...] = (),
+             sleep: Callable[[float], None] = time.sleep) -> TickResult:
     """One tick. `deadline`: when reads and writes stop (policy/deadline.py). `persist`: write the state back
     (False for a replay at an explicit time, which must not move spend or notification timestamps). `errors`:
     failures already met while building the ports (e.g. the cluster endpoint could not be read). `lease`:
     (holder, seconds): a live tick with a state table acts only while it holds the table's lease
     (policy/state.py), so two overlapping ticks never both change capacity. `leaving`: instance ids named by a
-    spot interruption warning this invocation received; kept in the state for the notice's length so the next
-    ticks see them too."""
+    spot interruption warning this invocation received. Such an invocation first records them in the state
+    table (without the lease, so a held lease cannot lose them), then waits for the lease within its deadline
+    (policy/lease.py); every tick merges the records, for the notice's length. `sleep`: the wait between tries."""
     errors = list(errors or [])
-    holder = None
+    leaving = tuple(i for i in leaving if INSTANCE_ID.fullmatch(i))  # the handler checked; a caller may not have
+    recorded = False
+    if leaving and ports.state is not None and persist:
+        recorded = _record_warning(settings, ports.state, leaving, now, errors, log)
+    holder, waited = None, 0.0
     if lease is not None and ports.state is not None and persist and not settings.dry_run:
         try:
-            if not ports.state.acquire_lease(lease[0], now.timestamp(), lease[1]):
-                log(json.dumps({"level": "WARNING", "message": "another tick holds the lease: this one does "
-                                "nothing", "environment": settings.environment}))
-                return TickResult(Plan((), dry_run=False, decided_at=now), errors=errors, skipped="lease held")
-            holder = lease[0]
+            waited = take_lease(ports.state, lease[0], lease[1], now.timestamp(), deadline, patient=bool(leaving),
+                                sleep=sleep)
         except PolicyError as err:
             _recorder(errors)(err)
             log(emf.error_line(settings.environment, len(errors), now))
             log(json.dumps({"level": "ERROR", "message": "tick errors", "errors": errors}, sort_keys=True))
             return TickResult(Plan((), dry_run=False, decided_at=now), errors=errors, skipped="lease unreadable")
+        if waited is None:
+            if not leaving:
+                log(json.dumps({"level": "WARNING", "message": "another tick holds the lease: this one does "
+                                "nothing", "environment": settings.environment}))
+            else:
+                log(json.dumps({
+                    "level": "WARNING" if recorded else "ERROR", "environment": settings.environment,
+                    "instances": list(leaving),
+                    "message": ("spot warning left to the next tick: another tick held the lease for as long as "
+                                "this invocation could wait; the instance is recorded, so the next tick (within "
+                                "a minute) treats it as leaving")
+                    if recorded else ("spot warning not acted on and not recorded: another tick held the lease "
+                                      "and the record failed; the instance is seen only when its pods are evicted")}))
+            if leaving and errors:  # e.g. the record failed: loud although this invocation does nothing else
+                log(emf.error_line(settings.environment, len(errors), now))
+                log(json.dumps({"level": "ERROR", "message": "tick errors", "errors": errors}, sort_keys=True))
+            return TickResult(Plan((), dry_run=False, decided_at=now), errors=errors, skipped="lease held")
+        holder = lease[0]
+        now += timedelta(seconds=waited)  # the tick runs at the time it got the lease
+    if leaving:
+        log(json.dumps({"level": "INFO", "message": "spot warning acted on by this invocation",
+                        "environment": settings.environment, "instances": list(leaving),
+                        "waited_for_lease_s": round(waited, 3)}))
     try:
         return _run(settings, ports, now, log, deadline, persist, errors, leaving)
     finally:
@@ -334,12 +363,38 @@ def run_tick(settings: Settings, ports: Ports, now: datetime, log: Callable[[str
 SPOT_NOTICE_MINUTES = 2  # EC2 reclaims a spot instance 2 minutes after its interruption warning
 
 
-def _leaving(state: dict, new: tuple[str, ...], now: datetime) -> frozenset[str]:
-    """Instances under a spot notice: those of this invocation plus those earlier ticks stored, until the notice
-    (plus a minute for clocks) has run out; the state keeps them with their expiry (epoch seconds)."""
+def _notice_expiry(now: datetime) -> float:
+    """Until when an instance warned at `now` counts as leaving: the notice plus a minute for clocks."""
+    return now.timestamp() + (SPOT_NOTICE_MINUTES + 1) * 60
+
+
+def _record_warning(settings: Settings, state: StatePort, leaving: tuple[str, ...], now: datetime,
+                    errors: list[str], log: Callable[[str], None]) -> bool:
+    """Record the warned instances before anything else; a failure is a tick error (PolicyErrors), never silent."""
+    expires = _notice_expiry(now)
+    try:
+        state.record_leaving(dict.fromkeys(leaving, expires))
+    except (PolicyError, ValueError) as err:
+        _recorder(errors)(PolicyError(f"spot warning not recorded ({', '.join(leaving)}): "
+                                      f"{type(err).__name__}: {err}"))
+        return False
+    log(json.dumps({"level": "INFO", "message": "spot warning recorded: every tick treats these instances as "
+                    "leaving until the notice runs out", "environment": settings.environment,
+                    "instances": list(leaving), "expires_at": datetime.fromtimestamp(expires, now.tzinfo).isoformat()}))
+    return True
+
+
+def _leaving(state: dict, new: tuple[str, ...], now: datetime,
+             recorded: dict[str, float] | None = None) -> frozenset[str]:
+    """Instances under a spot notice: those of this invocation, those earlier ticks stored in the tick state, and
+    those warning invocations recorded in the "leaving" item (`recorded`, policy/state.py), until the notice (plus
+    a minute for clocks) has run out; the tick state keeps them with their expiry (epoch seconds)."""
     kept = {i: t for i, t in (state.get("leaving") or {}).items() if isinstance(t, (int, float)) and t > now.timestamp()}
+    for iid, t in (recorded or {}).items():
+        if t > now.timestamp():
+            kept[iid] = max(t, kept.get(iid, t))
     for iid in new:
-        kept[iid] = now.timestamp() + (SPOT_NOTICE_MINUTES + 1) * 60
+        kept[iid] = _notice_expiry(now)
     if kept:
         state["leaving"] = kept
     else:
@@ -350,14 +405,25 @@ def _leaving(state: dict, new: tuple[str, ...], now: datetime) -> frozenset[str]
 def _run(settings: Settings, ports: Ports, now: datetime, log: Callable[[str], None], deadline: Deadline | None,
          persist: bool, errors: list[str], leaving: tuple[str, ...] = ()) -> TickResult:
     state, version = {}, 0
+    recorded: dict[str, float] = {}
     if ports.state is not None:
+        try:
+            recorded = ports.state.load_leaving()
+        except PolicyError as err:  # warnings recorded by other invocations are unknown: their pods are seen
+            errors.append(f"{type(err).__name__}: {err}")  # once evicted, as without the record
         try:
             state, version = ports.state.load(STATE_KEY)
         except PolicyError as err:
             errors.append(f"{type(err).__name__}: {err}")
             ports = Ports(**{**ports.__dict__, "state": None})  # never overwrite state we could not read
+    expired = sorted(i for i, t in recorded.items() if t <= now.timestamp())
+    if expired and ports.state is not None and persist:
+        try:  # the expired records go; one that was recorded again meanwhile stays (a conditional remove)
+            ports.state.prune_leaving(expired, now.timestamp())
+        except PolicyError as err:
+            errors.append(f"{type(err).__name__}: {err}")
     node_names: dict[str, str] = {}
-    obs = observe(settings, ports, state, now, errors, deadline, node_names, _leaving(state, leaving, now))
+    obs = observe(settings, ports, state, now, errors, deadline, node_names, _leaving(state, leaving, now, recorded))
     plan = decide(settings, obs, now)
     result = TickResult(plan, errors=errors)
     if not plan.dry_run:

@@ -43,6 +43,7 @@ POLICY_ERRORS_DATAPOINTS = 3  # ... and fires when 3 of them had errors (one thr
 
 MUTATING_EKS = ["eks:UpdateNodegroupConfig"]
 MUTATING_ASG = ["autoscaling:TerminateInstanceInAutoScalingGroup"]
+STATE_TABLE_ACTIONS = ["dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:DeleteItem", "dynamodb:UpdateItem"]
 
 
 def group_patterns(cfg: GpuLoanConfig) -> dict[str, GroupNames]:
@@ -87,9 +88,10 @@ def policy_document(*, partition: str, region: str, account: str, cluster_name: 
         {"Sid": "ReadUnscopable", "Effect": "Allow", "Resource": ["*"], "Action": [
             "autoscaling:DescribeAutoScalingGroups", "autoscaling:DescribeScalingActivities",
             "ec2:DescribeInstances", "cloudwatch:GetMetricData"]},
-        # PutItem/DeleteItem also take and release the tick lease (policy/state.py)
-        {"Sid": "State", "Effect": "Allow", "Action": ["dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:DeleteItem"],
-         "Resource": [table_arn]},
+        # PutItem/DeleteItem also take and release the tick lease; UpdateItem records a spot warning without the
+        # lease and prunes expired records (policy/state.py). Exactly the calls DynamoState makes (a test derives
+        # them from its requests), on this table only.
+        {"Sid": "State", "Effect": "Allow", "Action": STATE_TABLE_ACTIONS, "Resource": [table_arn]},
         {"Sid": "DeadLetters", "Effect": "Allow", "Action": ["sqs:SendMessage"], "Resource": [dlq_arn]},
         # Lambda creates the function's ENIs with this role: only in the cluster's subnets, with its own SG.
         {"Sid": "VpcNetworkInterfaces", "Effect": "Allow", "Action": [

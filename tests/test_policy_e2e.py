@@ -474,3 +474,170 @@ def test_an_event_that_is_not_a_spot_warning_names_no_instance():
     assert spot_warning({}) == ()
     assert spot_warning({**warning, "source": "custom.app"}) == ()  # only EC2 itself
     assert spot_warning({**warning, "detail": {"instance-id": "i-0; drop"}}) == ()
+
+
+# A spot warning is never lost to a held lease (policy/lease.py, policy/state.py's "leaving" item).
+
+def _warning(instance_id: str) -> dict:
+    return {"source": "aws.ec2", "detail-type": "EC2 Spot Instance Interruption Warning",
+            "detail": {"instance-id": instance_id, "instance-action": "terminate"}}
+
+
+def _hold_lease(w: World, seconds: float = 300) -> None:
+    w.ddb.put_item(TableName=w.table, Item={"pk": {"S": "lease"}, "holder": {"S": "other-tick"},
+                                            "expires_at": {"N": str(NOW.timestamp() + seconds)}})
+
+
+def _leaving_item(w: World) -> dict:
+    return w.ddb.get_item(TableName=w.table, Key={"pk": {"S": "leaving"}}, ConsistentRead=True).get("Item") or {}
+
+
+@requires_shared_prices
+def test_a_warning_while_another_tick_holds_the_lease_is_recorded_and_the_next_tick_acts_on_it(world, kube, lambda_dir,
+                                                                                              aws_env):
+    """The holder outlasts the warning invocation's wait (a 40 s remaining time leaves it about 3 s): the warning
+    is recorded, and the next scheduled tick, once the holder released the lease, treats the warned node as leaving
+    (its GPU pod pending, so the idle node is kept for it instead of being reclaimed)."""
+    _hold_lease(world)
+    result, logs = run_lambda(lambda_dir, aws_env, world.settings.to_json(), _env(world, kube), _warning(world.busy),
+                              remaining_ms=40_000)
+    assert result["skipped"] == "lease held" and result["errors"] == []
+    item = _leaving_item(world)
+    assert float(item[world.busy]["N"]) == pytest.approx(NOW.timestamp() + 180)
+    messages = [x.get("message", "") for x in logs]
+    assert any(m.startswith("spot warning recorded") for m in messages)
+    assert any(m.startswith("spot warning left to the next tick") for m in messages)
+    assert world.ddb.get_item(TableName=world.table, Key={"pk": {"S": "lease"}})["Item"]["holder"]["S"] == "other-tick"
+
+    world.ddb.delete_item(TableName=world.table, Key={"pk": {"S": "lease"}})  # the holder's tick ends
+    result, logs = run_lambda(lambda_dir, aws_env, world.settings.to_json(), _env(world, kube), {},
+                              clock=NOW + timedelta(minutes=1))
+    assert result["skipped"] == "" and result["errors"] == []
+    assert _research(logs)["pending_gpus"] == 1, "the warned node's GPU pod"
+    assert world.instances("dev-research-spot") == sorted([world.idle, world.busy]), "the idle node is kept for it"
+    state = json.loads(world.ddb.get_item(TableName=world.table, Key={"pk": {"S": "tick"}})["Item"]["data"]["S"])
+    assert list(state["leaving"]) == [world.busy]
+
+
+@requires_shared_prices
+def test_a_warning_gets_the_lease_when_the_holder_releases_it_and_acts_itself(world, kube, lambda_dir, aws_env):
+    import threading
+    import time
+
+    _hold_lease(world)
+    released = threading.Event()
+
+    def holder_finishes():  # the other tick ends a second after the warning invocation recorded its instance
+        end = time.monotonic() + 60
+        while not _leaving_item(world) and time.monotonic() < end:
+            time.sleep(0.05)
+        time.sleep(1.0)
+        world.ddb.delete_item(TableName=world.table, Key={"pk": {"S": "lease"}})
+        released.set()
+
+    thread = threading.Thread(target=holder_finishes, daemon=True)
+    thread.start()
+    result, logs = run_lambda(lambda_dir, aws_env, world.settings.to_json(), _env(world, kube), _warning(world.busy))
+    thread.join(5)
+    assert released.is_set()
+    assert result["skipped"] == "" and result["errors"] == []
+    [acted] = [x for x in logs if x.get("message") == "spot warning acted on by this invocation"]
+    assert acted["instances"] == [world.busy] and 0.9 < acted["waited_for_lease_s"] < 13
+    assert _research(logs)["pending_gpus"] == 1
+    assert world.instances("dev-research-spot") == sorted([world.idle, world.busy])
+    assert "Item" not in world.ddb.get_item(TableName=world.table, Key={"pk": {"S": "lease"}}), "released"
+
+
+@requires_shared_prices
+def test_a_malformed_instance_id_is_not_recorded(world, kube, lambda_dir, aws_env):
+    result, _ = run_lambda(lambda_dir, aws_env, world.settings.to_json(), _env(world, kube),
+                           _warning("i-0; drop"))
+    assert result["skipped"] == "" and result["errors"] == []
+    assert _leaving_item(world) == {}
+    assert world.instances("dev-research-spot") == [world.busy], "an ordinary tick: the idle node goes"
+
+
+class _FailingUpdates:
+    """A proxy in front of the moto server that answers every DynamoDB UpdateItem with a 500 and forwards the
+    rest: the record of a warning fails, the lease and the state still work."""
+
+    def __init__(self, upstream: str):
+        import http.client
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+        from urllib.parse import urlsplit
+
+        target = urlsplit(upstream)
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *a):
+                pass
+
+            def do_POST(self):  # noqa: N802
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                if self.headers.get("X-Amz-Target", "").endswith(".UpdateItem"):
+                    self.server.refused += 1
+                    status, headers = 500, {"Content-Type": "application/x-amz-json-1.0"}
+                    data = b'{"__type":"com.amazonaws.dynamodb.v20120810#InternalServerError","message":"boom"}'
+                else:
+                    conn = http.client.HTTPConnection(target.hostname, target.port, timeout=10)
+                    conn.request("POST", self.path, body, dict(self.headers))
+                    resp = conn.getresponse()
+                    status, data = resp.status, resp.read()
+                    headers = {k: v for k, v in resp.getheaders() if k.lower() not in ("content-length",
+                                                                                         "transfer-encoding")}
+                self.send_response(status)
+                for k, v in headers.items():
+                    self.send_header(k, v)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.refused = 0
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+
+
+@requires_shared_prices
+def test_a_failed_record_is_loud(world, kube, lambda_dir, aws_env):
+    proxy = _FailingUpdates(aws_env)
+    try:
+        env = {**_env(world, kube), "AWS_ENDPOINT_URL_DYNAMODB": proxy.url}
+        result, logs = run_lambda(lambda_dir, aws_env, world.settings.to_json(), env, _warning(world.busy))
+    finally:
+        proxy.close()
+    assert proxy.server.refused >= 1
+    assert any("spot warning not recorded" in e and world.busy in e for e in result["errors"]), result["errors"]
+    errors = [x for x in logs if "_aws" in x and "PolicyErrors" in x]
+    assert errors and errors[0]["PolicyErrors"] >= 1
+    assert _research(logs)["pending_gpus"] == 1, "the lease was free: this invocation still acted"
+    assert any("could not complete a tick" in m["Subject"] for m in world.messages())
+
+
+def test_leaving_records_on_dynamodb(aws_env):
+    """DynamoState's records against the emulated DynamoDB: written without a read or a lease (the item is created
+    by the first one), kept beside the tick item's whole-item writes, pruned only while still expired."""
+    from policy.state import DynamoState
+
+    ddb = boto3.client("dynamodb")
+    ddb.create_table(TableName="t", AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
+                     KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}], BillingMode="PAY_PER_REQUEST")
+    state = DynamoState(ddb, "t")
+    a, b = "i-0123456789abcdef0", "i-00000001"
+    assert state.load_leaving() == {}
+    state.record_leaving({a: 100.0})
+    state.save("tick", {"x": 1}, 0)  # the tick item's conditional PutItem: another item, the record stays
+    state.record_leaving({b: 150.0})
+    assert state.load_leaving() == {a: 100.0, b: 150.0}
+    state.record_leaving({a: 300.0})  # delivered again after a pruner read it
+    assert state.prune_leaving([a, b], 200.0) is False
+    assert state.load_leaving() == {a: 300.0, b: 150.0}
+    assert state.prune_leaving([b], 200.0) is True
+    assert state.load_leaving() == {a: 300.0}
+    with pytest.raises(ValueError):
+        state.record_leaving({"pk": 1.0})  # an attribute name that is not an instance id is refused
+    assert state.load("tick") == ({"x": 1}, 1)

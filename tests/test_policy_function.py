@@ -190,7 +190,42 @@ def test_reserved_concurrency_is_opt_in():
 
 def test_state_table_permissions_cover_the_lease(recorded):
     [state] = [st for st in _policy(recorded("prod"), "prod")["Statement"] if st["Sid"] == "State"]
-    assert state["Action"] == ["dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:DeleteItem"]
+    assert state["Action"] == ["dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:DeleteItem", "dynamodb:UpdateItem"]
+    [table] = recorded("prod").of_type("aws:dynamodb/table:Table")
+    assert state["Resource"] == [table.outputs["arn"]], "the state table only"
+
+
+def test_state_table_permissions_are_exactly_the_calls_the_state_adapter_makes(recorded, aws_env):
+    """Least privilege derived from the requests: every method of the state port (StatePort) driven against the
+    emulated DynamoDB, each request's operation recorded; the role's State statement allows exactly those."""
+    import boto3
+
+    from policy.state import DynamoState, StatePort
+
+    session = boto3.Session()
+    operations: set[str] = set()
+    session.events.register("before-call.dynamodb", lambda model, **kw: operations.add(model.name))
+    ddb = session.client("dynamodb")
+    ddb.create_table(TableName="s", AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
+                     KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}], BillingMode="PAY_PER_REQUEST")
+    operations.clear()
+    state = DynamoState(ddb, "s")
+    iid = "i-0123456789abcdef0"
+    drive = {
+        "load": lambda: state.load("tick"),
+        "save": lambda: state.save("tick", {"a": 1}, 0),
+        "acquire_lease": lambda: state.acquire_lease("me", 1000.0, 60.0),
+        "release_lease": lambda: state.release_lease("me"),
+        "record_leaving": lambda: state.record_leaving({iid: 900.0}),
+        "load_leaving": lambda: state.load_leaving(),
+        "prune_leaving": lambda: state.prune_leaving([iid], 1000.0),
+    }
+    port_methods = {m for m in vars(StatePort) if not m.startswith("_")}
+    assert set(drive) == port_methods, "drive every method of the port, so every call it makes is counted"
+    for call in drive.values():
+        call()
+    [statement] = [st for st in _policy(recorded("prod"), "prod")["Statement"] if st["Sid"] == "State"]
+    assert sorted(statement["Action"]) == sorted(f"dynamodb:{op}" for op in operations)
 
 
 def _largest_config():
