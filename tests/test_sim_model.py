@@ -65,6 +65,27 @@ def test_a_pod_that_fits_is_placed_even_behind_one_that_does_not(tmp_path):
 
 
 @requires_shared_prices
+@pytest.mark.parametrize("placement,expected", [("least_allocated", [6, 1]), ("most_allocated", [7, 0])])
+def test_a_pod_goes_to_the_emptiest_node_or_with_bin_packing_to_the_fullest(tmp_path, placement, expected):
+    # two 8-GPU floor nodes; a 6-GPU job fills most of the first, then a 1-GPU job arrives: kube-scheduler's
+    # default scoring (LeastAllocated) puts it on the empty node, the stack's bin packing (MostAllocated) beside
+    # the 6-GPU job
+    spec = replace(prod_spec(), floor_nodes=2)
+    t = jobs(tmp_path, [(0, 3600, 6), (60, 600, 1)])
+    sim, _ = runner.run_one(spec, t, FloorOnly(), replace(CALM, placement=placement), horizon=5)
+    nodes = sorted(sim.nodes.values(), key=lambda n: n.serial)
+    assert [n.busy for n in nodes] == expected
+
+
+@requires_shared_prices
+def test_the_simulated_cluster_places_pods_as_the_stacks_scheduler_does():
+    cfg = config.from_stack_yaml(yaml.safe_load((REPO / "Pulumi.dev.yaml").read_text()), "dev")
+    assert simpool.spec_from_config(cfg).placement == "most_allocated"  # cluster.bin_packing: true
+    cfg = cfg.model_copy(update={"cluster": cfg.cluster.model_copy(update={"bin_packing": False})})
+    assert simpool.spec_from_config(cfg).placement == "least_allocated"  # kube-scheduler's default
+
+
+@requires_shared_prices
 def test_a_gang_starts_only_with_all_its_pods(tmp_path):
     spec = replace(dev_spec(), floor_nodes=2)  # two 1-GPU floor nodes
     t = jobs(tmp_path, [(0, 600, 3)])
