@@ -103,8 +103,7 @@ class DynamoState:
                               ExpressionAttributeValues={":now": {"N": f"{now_epoch:.3f}"}})
             return True
         except Exception as err:  # noqa: BLE001
-            code = ((getattr(err, "response", None) or {}).get("Error") or {}).get("Code", "")
-            if code == "ConditionalCheckFailedException":
+            if _condition_failed(err):
                 return False
             raise classify(err, "DynamoDB PutItem lease") from err
 
@@ -160,10 +159,15 @@ class DynamoState:
                                  ExpressionAttributeValues={":now": {"N": f"{now_epoch:.3f}"}})
             return True
         except Exception as err:  # noqa: BLE001
-            code = ((getattr(err, "response", None) or {}).get("Error") or {}).get("Code", "")
-            if code == "ConditionalCheckFailedException":
+            if _condition_failed(err):
                 return False
             raise classify(err, "DynamoDB UpdateItem leaving") from err
+
+
+def _condition_failed(err: Exception) -> bool:
+    """A conditional write refused because its condition did not hold (not an error: the caller's answer)."""
+    return ((getattr(err, "response", None) or {}).get("Error") or {}).get("Code", "") == \
+        "ConditionalCheckFailedException"
 
 
 class MemoryState:
