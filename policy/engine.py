@@ -18,7 +18,8 @@ Rules per pool, in order (docs/policy.md explains each with its reason code):
    capacity. Bounded by group max, max_step_nodes when set, and the budget projection (BUDGET_CAP).
 4. Idle reclaim (groups not resized this tick): in-service elastic nodes on which EVERY signal says idle (no
    GPU requested by a pod over the empty window, and GPU utilization below the idle threshold over the window
-   the node is judged on, every known utilization figure below it) are terminated by instance id, on-demand
+   the node is judged on: the empty window, or the idle window without a figure for it) are terminated by
+   instance id, on-demand
    first (RECLAIM_IDLE), except those kept for pending pods that would fill them and those that pay for
    themselves at the pool's recent arrival rate (KEEP_WARM, `keep_warm_nodes`). A missing signal is busy;
    unknown pending pods hold.
@@ -457,25 +458,35 @@ def _idle_verdict(ps: PoolSettings, node: Node, now: datetime) -> tuple[bool | N
     too young to judge; (None, what is missing) when a signal is missing (missing counts as busy).
 
     Signals: GPU reserved capacity (a pod requested a GPU) over the empty window, and GPU utilization over the
-    window the node is judged on: the empty window (it goes sooner: nothing requested, nothing running) or the
-    idle window. Every known utilization figure must be below the per-GPU idle threshold.
+    window the node is judged on. A node no pod requested a GPU of over the empty window is judged on that same
+    window (nothing requested, nothing running: it goes after empty_timeout_minutes); without a utilization
+    figure for it, on the idle window. Every utilization figure of that judgement must be below the per-GPU idle
+    threshold; work that ended before the window (a job that finished) does not keep the node, work within it
+    does. The tick reads the node's pods once more before terminating it (policy/tick.py).
     """
-    if _shows_work(ps, node):
+    threshold = node_idle_threshold_pct(ps)
+    reserved = node.max_reserved_pct
+    recent, longer, mean = node.recent_max_utilization_pct, node.max_utilization_pct, node.avg_utilization_pct
+    # The window the node is judged on: the empty window when there is a figure for it, else the idle window.
+    judged = ps.empty_timeout_minutes if recent is not None else ps.idle_timeout_minutes
+    figures = [recent] if recent is not None else [longer]
+    if ps.scale_up_window_minutes <= judged:
+        figures.append(mean)  # the scale-up window's mean lies within the judged window: work seen there counts
+    if (reserved is not None and reserved > 0) or any(v is not None and v >= threshold for v in figures):
         return False, ""
     up = now - node.launched_at
     empty_w, idle_w = timedelta(minutes=ps.empty_timeout_minutes), timedelta(minutes=ps.idle_timeout_minutes)
     if up < min(empty_w, idle_w):
         return False, ""
-    threshold = node_idle_threshold_pct(ps)
-    if node.max_reserved_pct is None:
+    if reserved is None:
         return None, "no GPU reserved-capacity data"
-    if up >= empty_w and node.recent_max_utilization_pct is not None:
-        return True, (f"no pod requested its GPUs and max GPU utilization {node.recent_max_utilization_pct:.2f}% < "
-                      f"{threshold:.2f}% for {ps.empty_timeout_minutes} min")
-    if up >= idle_w and node.max_utilization_pct is not None:
-        return True, (f"max GPU utilization {node.max_utilization_pct:.2f}% < {threshold:.2f}% for "
-                      f"{ps.idle_timeout_minutes} min and no pod requested its GPUs")
-    if up >= idle_w:
+    if up >= empty_w and recent is not None:
+        return True, (f"no pod requested its GPUs and max GPU utilization {recent:.2f}% < {threshold:.2f}% for "
+                      f"{ps.empty_timeout_minutes} min")
+    if up >= idle_w and recent is None and longer is not None:
+        return True, (f"max GPU utilization {longer:.2f}% < {threshold:.2f}% for {ps.idle_timeout_minutes} min and "
+                      "no pod requested its GPUs")
+    if up >= idle_w and recent is None:
         return None, "no GPU utilization data"
     return False, ""
 

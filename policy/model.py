@@ -97,7 +97,7 @@ class PoolSettings:
     idle_timeout_minutes: int = 10
     # A node on which no pod has requested a GPU for this long is reclaimed sooner than an idle one: with no GPU
     # pod there is nothing to interrupt (Karpenter's "empty" nodes), so it need not wait out idle_timeout_minutes.
-    empty_timeout_minutes: int = 10
+    empty_timeout_minutes: int = 2
     cooldown_minutes: int = 5  # after a group's change, before a utilization-driven scale-up (service pools)
     # Most nodes added or removed per tick; None = no step limit (the group max and the budget cap bound a tick).
     max_step_nodes: int | None = None

@@ -109,8 +109,8 @@ CASES = [
          _arrivals(observe(nodes=[idle("i-a"), idle("i-b"), idle("i-c", OD)]), [(m, 1) for m in range(0, 60, 10)]),
          [("term", "i-c", R.RECLAIM_IDLE), ("term", "i-a", R.RECLAIM_IDLE)], {R.KEEP_WARM}),
     Case("a_node_that_never_got_a_pod_is_not_kept_warm",
-         # launched 14 min ago: its 10-minute empty window reaches into its 6-minute boot; the older one is kept
-         _arrivals(observe(nodes=[idle("i-new", age=14), idle("i-old")]), [(m, 1) for m in range(0, 60, 10)]),
+         # launched 7 min ago: its 2-minute empty window reaches into its 6-minute boot; the older one is kept
+         _arrivals(observe(nodes=[idle("i-new", age=7), idle("i-old")]), [(m, 1) for m in range(0, 60, 10)]),
          [("term", "i-new", R.RECLAIM_IDLE)], {R.KEEP_WARM}),
     Case("arrivals_older_than_the_window_keep_nothing",
          _arrivals(observe(nodes=[idle("i-a")]), [(m, 1) for m in range(60, 200)]),
@@ -209,7 +209,15 @@ CASES = [
          observe(nodes=[node("i-idle-noreserved", max_util=0.0, reserved=None)], pending=()), [],
          {R.HOLD_MISSING_DATA}),
     Case("high_average_utilization_keeps_an_otherwise_idle_node",
-         observe(nodes=[node("i-avg", max_util=0.0, avg_util=50.0, reserved=0.0)], pending=()), []),
+         # the scale-up window's mean lies within the 2-minute empty window the node is judged on
+         observe(nodes=[node("i-avg", max_util=0.0, avg_util=50.0, reserved=0.0)], pending=()), [],
+         settings=settings(pool_settings(scale_up_window_minutes=2))),
+    Case("work_that_ended_before_the_empty_window_does_not_keep_an_empty_node",
+         # busy over the last 30 and 10 minutes, but no pod and no utilization over the last 2: the job finished
+         observe(nodes=[node("i-done", max_util=90.0, avg_util=50.0, reserved=0.0, recent_util=0.0)], pending=()),
+         [("term", "i-done", R.RECLAIM_IDLE)]),
+    Case("work_within_the_empty_window_keeps_the_node",
+         observe(nodes=[node("i-working", max_util=90.0, reserved=0.0, recent_util=40.0)], pending=()), []),
     Case("node_with_a_gpu_pod_is_not_empty",
          observe(nodes=[_node_reserved("i-holding", age=15, reserved=12.5)], pending=()), []),
     Case("node_without_reserved_data_is_not_empty",

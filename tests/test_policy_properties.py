@@ -216,15 +216,24 @@ def test_warm_up_adds_at_most_the_spares_it_wants_and_never_blind(world):
 
 
 def _shows_work(ps, n: Node) -> bool:
+    """GPU work within the window the node is judged on: a GPU requested by a pod over the empty window; GPU
+    utilization at or above the per-GPU idle threshold over the empty window, or, without a figure for it, over
+    the idle window. (Work that ended before the window, a finished job, does not count.)"""
     threshold = node_idle_threshold_pct(ps)
-    figures = (n.max_utilization_pct, n.recent_max_utilization_pct, n.avg_utilization_pct)
-    return any(v is not None and v >= threshold for v in figures) or (n.max_reserved_pct or 0) > 0
+    if (n.max_reserved_pct or 0) > 0:
+        return True
+    judged = ps.empty_timeout_minutes if n.recent_max_utilization_pct is not None else ps.idle_timeout_minutes
+    figures = [n.recent_max_utilization_pct if n.recent_max_utilization_pct is not None else n.max_utilization_pct]
+    if ps.scale_up_window_minutes <= judged:
+        figures.append(n.avg_utilization_pct)
+    return any(v is not None and v >= threshold for v in figures)
 
 
 @given(worlds())
 def test_no_plan_terminates_a_node_with_gpu_work(world):
-    """Every signal must agree: a utilization figure at or above the per-GPU idle threshold, or a GPU requested
-    by a pod, keeps the node; an in-service node also needs the data to say so (missing data is busy)."""
+    """Every signal must agree: a GPU requested by a pod, or a utilization figure at or above the per-GPU idle
+    threshold over the window the node is judged on, keeps the node; an in-service node also needs the data to
+    say so (missing data is busy)."""
     s, obs = world
     ps = s.pools[0]
     nodes = {n.instance_id: n for n in obs.pools[0].nodes}

@@ -164,6 +164,28 @@ def test_skipping_quiet_ticks_gives_the_tick_by_tick_result(cluster, a, b, mode,
 
 
 @requires_shared_prices
+@requires_shared_traces
+@pytest.mark.parametrize("idle,empty,up", [(5, 2, 10), (10, 5, 2), (5, 5, 5), (30, 2, 3)])
+def test_skipping_quiet_ticks_with_other_windows_gives_the_tick_by_tick_result(idle, empty, up):
+    """Windows of different lengths: the fast path must wake when each window a work signal is read over has
+    passed (a node emptied at e is judged idle from e + window - 1 of each)."""
+    from sim.policies import pool_settings
+
+    trace = traces.read_trace(ITP / "cluster10.csv").window(50, 57)
+    horizon = 8 * 1440
+    spec = simpool.auto_size(_prod_training(), trace, horizon_minutes=horizon)
+    ps = replace(pool_settings(spec), idle_timeout_minutes=idle, empty_timeout_minutes=empty,
+                 scale_up_window_minutes=up)
+    settings = SimSettings(seed=3, spot_interruptions_per_month=8.0)
+    fast_sim, fast = runner.run_one(spec, trace, GpuLoan(settings=ps), settings, horizon)
+    slow_sim, slow = runner.run_one(spec, trace, GpuLoan(settings=ps), replace(settings, skip_quiet_ticks=False),
+                                    horizon)
+    assert _strip(fast) == _strip(slow)
+    assert fast_sim.samples == slow_sim.samples
+    assert fast["ticks_skipped"] > 0 and "RECLAIM_IDLE" in fast["decisions_by_reason"]
+
+
+@requires_shared_prices
 def test_a_quiet_pool_still_starts_its_budget_drain_on_time(tmp_path):
     """Nothing happens after the first job; the floor's spend alone reaches the budget after ~11 hours: the skip
     must stop there (the drain's hold appears at the same minute as deciding every minute)."""
