@@ -89,13 +89,16 @@ def test_floor_only_two_jobs_one_gpu(tmp_path):
 
 
 @requires_shared_prices
-def test_karpenter_launches_at_once_and_consolidates_after_15_minutes(tmp_path):
+@pytest.mark.parametrize("consolidate_after,billed", [(None, 66), (15, 81)])
+def test_karpenter_launches_at_once_and_consolidates_when_empty(tmp_path, consolidate_after, billed):
     spec = dev_spec()
     t = jobs(tmp_path, [(0, 3600, 1), (0, 3600, 1)])
-    sim, m = runner.run_one(spec, t, Karpenter(), CALM, horizon=180)
-    # spot node launched at minute 0, ready at 6 (wait 6), job ends at 66, empty 15 min -> removed at 81
+    karpenter = Karpenter() if consolidate_after is None else Karpenter(consolidate_after)
+    sim, m = runner.run_one(spec, t, karpenter, CALM, horizon=180)
+    # spot node launched at minute 0, ready at 6 (wait 6), job ends at 66: with the NodePool default
+    # (consolidateAfter 0s) removed at 66, with consolidateAfter 15m at 81
     assert m["p95_wait_minutes"] == 6
-    assert m["elastic_spot_cost_usd"] == pytest.approx(round(81 * spec.spot_usd_per_hour / 60, 2), abs=0.01)
+    assert m["elastic_spot_cost_usd"] == pytest.approx(round(billed * spec.spot_usd_per_hour / 60, 2), abs=0.01)
     assert m["elastic_on_demand_cost_usd"] == 0
 
 
@@ -286,10 +289,11 @@ def test_karpenter_consolidates_a_node_that_never_got_a_pod(tmp_path):
     # the second job is pending at minute 0 (a spot node is launched), but the first job frees the floor at
     # minute 2 and the second starts there: the spot node is ready at 6 and never gets a pod
     t = jobs(tmp_path, [(0, 120, 1), (0, 3600, 1)])
-    sim, m = runner.run_one(spec, t, Karpenter(), CALM, horizon=300)
-    # WhenEmpty after 15 minutes counts from when the node is ready: billed 6 + 15 = 21 minutes, not 300
-    assert m["elastic_spot_cost_usd"] == pytest.approx(round(21 * spec.spot_usd_per_hour / 60, 2), abs=0.01)
-    assert sim.count(SPOT) == 0
+    for karpenter, billed in ((Karpenter(), 6), (Karpenter(15), 21)):
+        sim, m = runner.run_one(spec, t, karpenter, CALM, horizon=300)
+        # WhenEmpty counts from when the node is ready: billed 6 (+ consolidateAfter) minutes, not 300
+        assert m["elastic_spot_cost_usd"] == pytest.approx(round(billed * spec.spot_usd_per_hour / 60, 2), abs=0.01)
+        assert sim.count(SPOT) == 0
 
 
 @requires_shared_prices
