@@ -16,7 +16,7 @@ KEY_INPUTS = (
     "instanceType", "instanceCount", "availabilityZone", "instanceMatchCriteria", "version", "chart",
     "repositoryOpts", "budgetType", "limitAmount", "runtime", "architectures", "reservedConcurrentExecutions",
     "imageTagMutability", "cidrBlock", "scheduleExpression", "metricName", "threshold", "addonName",
-    "addonVersion", "value", "role", "topic", "endpoint", "protocol",
+    "addonVersion", "value", "role", "topic", "endpoint", "protocol", "kubeSchedulerConfig",
 )
 
 
