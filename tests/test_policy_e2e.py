@@ -641,3 +641,42 @@ def test_leaving_records_on_dynamodb(aws_env):
     with pytest.raises(ValueError):
         state.record_leaving({"pk": 1.0})  # an attribute name that is not an instance id is refused
     assert state.load("tick") == ({"x": 1}, 1)
+
+
+@requires_shared_prices
+def test_warm_up_runs_in_the_package_with_its_history_in_dynamodb(world, kube, aws_env, tmp_path):
+    """The packaged function with `warm_up` on for the "train" pool: the week of history kept in the DynamoDB
+    state item (8 GPUs arriving at this time of day on each earlier day) makes it launch spares beyond what the
+    pending pods need, within the group's maximum, and the tick writes this tick's arrivals back."""
+    import dataclasses
+
+    from policy.rhythm import DailyArrivals
+
+    s = world.settings
+    s = dataclasses.replace(s, pools=tuple(dataclasses.replace(p, warm_up=True) if p.name == "train" else p
+                                           for p in s.pools))
+    root = tmp_path / "lambda"
+    root.mkdir()
+    zipfile.ZipFile(io.BytesIO(build_zip(settings_json=s.to_json()))).extractall(root)
+    history = DailyArrivals()
+    for d in range(6, 0, -1):
+        day = NOW - timedelta(days=d)
+        history.record(day + timedelta(minutes=1), [(day, 8)])
+    world.ddb.put_item(TableName=world.table, Item={
+        "pk": {"S": "tick"}, "version": {"N": "1"},
+        "data": {"S": json.dumps({"rhythm": {"train": history.to_state()}})}})
+    created = (NOW - timedelta(minutes=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    for pod in kube.pods:
+        if pod["metadata"]["name"].startswith("train-"):
+            pod["metadata"]["creationTimestamp"] = created
+
+    result, logs = run_lambda(root, aws_env, s.to_json(), _env(world, kube), {})
+    assert result["errors"] == []
+    # 2 pending 1-GPU pods need 2 nodes; 8 GPUs in 20 minutes on earlier days want 4 spares (1-GPU nodes,
+    # launch 6 min: ceil(12 x 0.4) - 1); the group's maximum of 3 bounds it
+    assert world.desired("dev-train-spot") == 3
+    train = next(x for x in logs if x.get("message") == "pool decision" and x.get("pool") == "train")
+    assert any("ahead of the daily rhythm" in (a.get("detail") or "") for a in train["actions"])
+    stored = json.loads(world.ddb.get_item(TableName=world.table, Key={"pk": {"S": "tick"}})["Item"]["data"]["S"])
+    kept = DailyArrivals.from_state(stored["rhythm"]["train"])
+    assert sum(kept.rows[max(kept.rows)]) == 2  # this tick's two pods, filed under today
