@@ -19,10 +19,9 @@ Rules per pool, in order (docs/policy.md explains each with its reason code):
 4. Idle reclaim (groups not resized this tick): in-service elastic nodes on which EVERY signal says idle (no
    GPU requested by a pod over the empty window, and GPU utilization below the idle threshold over the window
    the node is judged on: the empty window, or the idle window without a figure for it) are terminated by
-   instance id, on-demand
-   first (RECLAIM_IDLE), except those kept for pending pods that would fill them and those that pay for
-   themselves at the pool's recent arrival rate (KEEP_WARM, `keep_warm_nodes`). A missing signal is busy;
-   unknown pending pods hold.
+   instance id, on-demand first (RECLAIM_IDLE), except those kept for pending pods that would fill them and
+   those that pay for themselves at the pool's recent arrival rate (KEEP_WARM, `keep_warm_nodes`). A missing
+   signal is busy; unknown pending pods hold.
 5. Warm-up (opt-in, `warm_up`): spare nodes for the arrivals this time of day brought on earlier days are kept
    and, short of them, launched with the scale-up (WARM_UP, `warm_up_nodes`); the same cost rule as keeping an
    idle node, the same budget cap. Unknown history or node data: no warm-up.
@@ -372,7 +371,7 @@ def _scale(ps: PoolSettings, po: PoolObservation, groups: dict[str, Group], in_s
                                  f"{ps.cooldown_minutes} min ago", group=cooling))
         else:
             add_util = 1
-    add_warm = _warm_up_launches(ps, po, groups, coming, needed if po.pending_pod_gpus else 0)
+    add_warm = _warm_up_launches(ps, po, groups, coming, needed)
     want = max(add_pending, add_util) + add_warm
     if want == 0:
         return actions
