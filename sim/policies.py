@@ -128,6 +128,10 @@ class Karpenter(Controller):
     def tick(self, sim: Simulation) -> None:
         now = sim.now
         pending = self._demand(sim)
+        # Empty nodes the pending pods are nominated to are not consolidated: Karpenter's disruption controller
+        # skips a node that pending pods would schedule to (its scheduling simulation includes them). A gang
+        # waiting for its last nodes keeps the ones already up.
+        nominated = new_nodes_needed(pending, sim.spec.gpus_per_node) if pending else 0
         if pending:
             # free GPUs that pending pods may land on: not cordoned; nodes in flight count as empty
             free = [n.gpus - n.busy for n in sim.nodes.values() if not n.warned and n.gpus > n.busy]
@@ -137,6 +141,9 @@ class Karpenter(Controller):
         for node in list(sim.nodes.values()):
             if node.group != GUARANTEED and node.ready_at <= now and node.busy == 0 and not node.warned:
                 if now - self._empty_since(node) >= self.consolidate_after:
+                    if nominated > 0:
+                        nominated -= 1
+                        continue
                     sim.terminate(node.id)
 
     @staticmethod

@@ -297,6 +297,17 @@ def test_karpenter_consolidates_a_node_that_never_got_a_pod(tmp_path):
 
 
 @requires_shared_prices
+def test_karpenter_keeps_an_empty_node_a_waiting_multi_node_job_needs(tmp_path):
+    spec = replace(dev_spec(), floor_nodes=0)  # 1-GPU nodes
+    # a 1-GPU job runs on the first node from 6 to 16; at 16 a 2-GPU job (two 1-GPU pods, all or nothing) arrives:
+    # the empty node counts towards it, one more is launched, and the empty one is kept until both are up
+    t = jobs(tmp_path, [(0, 600, 1), (960, 600, 2)])
+    sim, m = runner.run_one(spec, t, Karpenter(), CALM, horizon=120)
+    assert sim.workload.first_start[1] == 22  # its second node is ready at 16 + 6
+    assert m["node_launches"] == 2  # not a launch and a consolidation every minute while the job waits
+
+
+@requires_shared_prices
 def test_karpenter_provisions_a_replacement_at_the_interruption_notice(tmp_path):
     spec = replace(dev_spec(), floor_nodes=0)
     t = jobs(tmp_path, [(0, 3 * 3600, 1)])
