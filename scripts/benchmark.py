@@ -79,9 +79,9 @@ def print_tables(docs: list[dict], title: str) -> None:
     from sim.policies import WARM_UP_NAME
 
     print(f"\n### {title}\n")
-    print("| cluster | policy | cost USD | cost / oracle | elastic cost / oracle | p50 / p95 wait min | unmet GPU-h | "
-          "interruptions | node launches |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| cluster | policy | cost USD | cost / oracle | elastic cost / oracle | mean wait min | p50 / p95 wait min | "
+          "unmet GPU-h | interruptions | node launches |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for doc in docs:
         cluster = doc["trace"].split("[")[0].replace("cluster", "")
         lead = (f"{cluster} (oracle ${doc['oracle_cost_usd']:,.0f}; in whole nodes "
@@ -90,7 +90,8 @@ def print_tables(docs: list[dict], title: str) -> None:
             floor = doc["pool"]["floor_nodes"]
             name = r["name"] if r["floor_nodes"] == floor else f"{r['name']} (floor {r['floor_nodes']})"
             print(f"| {lead} | {name} | {_pm(r, 'total_cost_usd', ',.0f')} | {_pm(r, 'cost_over_oracle', '.2f')} | "
-                  f"{_pm(r, 'elastic_cost_over_oracle', '.2f')} | {r['p50_wait_minutes']:.1f} / "
+                  f"{_pm(r, 'elastic_cost_over_oracle', '.2f')} | {_pm(r, 'mean_wait_minutes', '.2f')} | "
+                  f"{r['p50_wait_minutes']:.1f} / "
                   f"{_pm(r, 'p95_wait_minutes', '.1f')} | {_pm(r, 'unmet_gpu_hours', ',.1f')} | "
                   f"{_pm(r, 'interruptions', '.1f')} | {_pm(r, 'node_launches', '.0f')} |")
             lead = ""
@@ -103,7 +104,8 @@ def print_tables(docs: list[dict], title: str) -> None:
             v = next(v for v in doc["verdicts"] if v["ours"] == ours and v["baseline"] == "karpenter")
             cells.append(f"**{v['verdict'].replace(ours + ' ', '')}**: cost {v['cost_diff_pct']:+.1f} % "
                          f"(${v['cost_diff_usd']:+,.0f} ± {v['cost_noise_usd'] or 0:,.0f}), p95 "
-                         f"{v['service_diff']:+.2f} ± {v['service_noise'] or 0:.2f} min")
+                         f"{v['service_diff']:+.2f} ± {v['service_noise'] or 0:.2f} min; mean wait "
+                         f"{v['mean_wait_diff']:+.2f} ± {v['mean_wait_noise'] or 0:.2f} min")
         print(f"| {doc['trace'].split('[')[0].replace('cluster', '')} | " + " | ".join(cells) + " |")
     warm = [next((v for v in d["verdicts"] if v["ours"] == WARM_UP_NAME), None) for d in docs]
     if any(warm):
