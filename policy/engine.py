@@ -59,6 +59,7 @@ from policy.model import (
     Settings,
     Spend,
 )
+from policy.packing import first_fit_runs
 
 _MIN_HOURS_LEFT = 1.0 / 60  # the last minute of a month must not divide by zero
 
@@ -71,54 +72,11 @@ def hours_left_in_month(now: datetime) -> float:
 
 
 def pack_pods(pod_gpus: Iterable[int] | Mapping[int, int], gpus_per_node: int) -> tuple[int, int]:
-    """First fit decreasing: (nodes needed, pods that fit no node). Pods asking for 0 GPUs are ignored.
-
-    `pod_gpus` is one GPU request per pod, or a mapping GPUs -> number of pods. The bins are kept as runs of
-    equal free GPUs in creation order, and all pods of one size go in at once (first fit puts identical pods into
-    the earliest bins with room, as many as fit in each): the work grows with the number of distinct sizes
-    (each size adds at most three runs), not with the number of pods. A spot outage can leave thousands of
-    pending pods of a few sizes; packing them one by one was quadratic in the pods."""
+    """First fit decreasing onto new nodes (policy/packing.py): (nodes needed, pods that fit no node). Pods asking
+    for 0 GPUs are ignored. `pod_gpus` is one GPU request per pod, or a mapping GPUs -> number of pods."""
     counts = pod_gpus if isinstance(pod_gpus, Mapping) else Counter(pod_gpus)
-    runs: list[list[int]] = []  # [free GPUs per bin, bins], in the order the bins were opened
-    nodes = unfittable = 0
-    for need in sorted(counts, reverse=True):
-        left = counts[need]
-        if need <= 0 or left <= 0:
-            continue
-        if need > gpus_per_node:
-            unfittable += left
-            continue
-        i = 0
-        while left and i < len(runs):
-            free, bins = runs[i]
-            per_bin = free // need
-            if per_bin == 0:
-                i += 1
-                continue
-            filled = min(bins, left // per_bin)  # bins that take per_bin pods each
-            if filled == bins:
-                runs[i][0] = free - per_bin * need
-                left -= per_bin * bins
-                i += 1
-                continue
-            rest = left - filled * per_bin  # < per_bin: one more bin takes them, the run's other bins none
-            split = [[free - per_bin * need, filled]] if filled else []
-            if rest:
-                split.append([free - rest * need, 1])
-            untouched = bins - filled - (1 if rest else 0)
-            if untouched:
-                split.append([free, untouched])
-            runs[i:i + 1] = split
-            left = 0
-        if left:
-            per_bin = gpus_per_node // need
-            filled, rest = divmod(left, per_bin)
-            if filled:
-                runs.append([gpus_per_node - per_bin * need, filled])
-            if rest:
-                runs.append([gpus_per_node - rest * need, 1])
-            nodes += filled + (1 if rest else 0)
-    return nodes, unfittable
+    unfittable = sum(n for need, n in counts.items() if need > gpus_per_node and n > 0)
+    return first_fit_runs(counts, gpus_per_node, []), unfittable
 
 
 class _Scope:

@@ -99,11 +99,12 @@ class Karpenter(Controller):
       nodes in flight; the rest get new nodes at once (no cooldown, no step limit), within the NodePool limit;
     - capacity type: spot first (price-capacity-optimized); an insufficient-capacity error falls back to
       on-demand within the same provisioning round when the NodePool allows on-demand;
-    - disruption: consolidationPolicy WhenEmpty, consolidateAfter 0s, the NodePool default (empty nodes only:
-      running training pods are not evicted to consolidate; a node that never received a pod counts as empty
-      from when it is ready). Karpenter's disruption loop polls and validates an empty node for about 15 s, under
-      the simulator's minute: the node goes in the minute it empties. 0s is also what is cheapest on the ITP
-      traces, at the same p95 wait (docs/benchmarks.md: 5 and 15 minutes cost 1-3 % more);
+    - disruption: consolidationPolicy WhenEmpty, consolidateAfter 0s, the NodePool default
+      (`+kubebuilder:default:={consolidateAfter: "0s"}` on NodePoolSpec.Disruption, kubernetes-sigs/karpenter
+      pkg/apis/v1/nodepool.go): empty nodes only (running training pods are not evicted to consolidate), a node
+      goes in the simulated minute it empties, and one that never received a pod counts as empty from when it
+      is ready. 0s is also karpenter's cheapest setting on the ITP traces at the same p95 wait
+      (docs/benchmarks.md: 5 minutes cost 0.5-1.6 % more, 15 minutes 1.6-4.7 %);
     - interruption handling: at the 2-minute notice the node is cordoned and "the NodePool will start a new node
       as soon as it sees the Spot interruption warning" (karpenter.sh docs, Disruption > Interruption): the pods
       on a warned node are provisioned for like pending pods.
@@ -128,9 +129,9 @@ class Karpenter(Controller):
     def tick(self, sim: Simulation) -> None:
         now = sim.now
         pending = self._demand(sim)
-        # Empty nodes the pending pods are nominated to are not consolidated: Karpenter's disruption controller
-        # skips a node that pending pods would schedule to (its scheduling simulation includes them). A gang
-        # waiting for its last nodes keeps the ones already up.
+        # Empty nodes the pending pods are nominated to are not consolidated: Karpenter's emptiness check clears a
+        # node's Empty condition while it is nominated for pods to schedule to it (cluster.IsNodeNominated in
+        # kubernetes-sigs/karpenter's emptiness controller). A gang waiting for its last nodes keeps the ones up.
         nominated = new_nodes_needed(pending, sim.spec.gpus_per_node) if pending else 0
         if pending:
             # free GPUs that pending pods may land on: not cordoned; nodes in flight count as empty
@@ -500,8 +501,8 @@ class GpuLoan(Controller):
         - scale-up on utilization: the pool's mean utilization cannot reach the threshold before the windows
           settle (bounded by each node's peak over its scale-up window) -- else decide every minute;
         - reclaim: `up >= idle_timeout / empty_timeout` switches at launch + timeout; a node empty since e reads
-          max utilization, mean utilization and max reserved 0 from e + window - 1 on (each of the idle, empty
-          and scale-up windows) (one busy GPU is always above the idle
+          max utilization and max reserved 0 from e + window - 1 on (the mean over the scale-up window counts
+          only when that window lies within the judged one, engine._idle_verdict) (one busy GPU is always above the idle
           threshold, which is idle_utilization_pct / gpus_per_node < one GPU's share);
         - cooldown and spot fallback switch at the group's last change + cooldown / fallback_after;
         - keep-or-release: a node stops counting as never used at launch + empty_timeout + launch_minutes; an arrival created at minute a leaves the arrival window at a + window (arrivals and
@@ -550,9 +551,9 @@ class GpuLoan(Controller):
             if n.busy == 0:
                 e = n.launched if n.empty_since is None else n.empty_since
                 if e > n.launched:
-                    # every window a signal of work is read over: the idle verdict needs each of them quiet
-                    # (engine._shows_work reads the scale-up window's mean too)
-                    for t in (e + idle_w - 1, e + empty_w - 1, e + up_w - 1):
+                    # the idle verdict's windows; the scale-up mean counts only when its window lies within the
+                    # judged one, so it is quiet by then too
+                    for t in (e + idle_w - 1, e + empty_w - 1):
                         if t > now:
                             wake = min(wake, t)
         arrivals = self.arrival_minutes(sim)

@@ -321,6 +321,7 @@ def test_karpenter_provisions_a_replacement_at_the_interruption_notice(tmp_path)
 
     sim, m = runner.run_one(spec, t, Reclaimed(), CALM, horizon=100)
     assert m["interruptions"] == 1 and m["jobs_interrupted"] == 1
+    assert m["node_launches"] == 2  # the first node and the replacement at the notice; none after the reclaim
     # the replacement is launched at the notice (38), ready at 44; the job restarts there, not at 46
     launched = sorted(sim.nodes.values(), key=lambda n: n.serial)
     assert [n.launched for n in launched] == [38]

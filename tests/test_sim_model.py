@@ -204,21 +204,6 @@ def test_the_policy_sees_the_notice_and_the_group_replaces_the_node_once(tmp_pat
     assert sim.workload.run_start[0] == 44
 
 
-@requires_shared_prices
-def test_karpenter_is_not_replaced_twice_after_a_reclaim(tmp_path):
-    spec = replace(dev_spec(), floor_nodes=0)
-    t = jobs(tmp_path, [(0, 3 * 3600, 1)])
-
-    class Reclaimed(Karpenter):
-        def tick(self, sim):
-            super().tick(sim)
-            if sim.now == 0:
-                sim.set_reclaim(next(iter(sim.nodes.values())), 40)
-
-    sim, m = runner.run_one(spec, t, Reclaimed(), CALM, horizon=120)
-    assert m["node_launches"] == 2  # the first node and Karpenter's replacement at the notice; no group relaunch
-
-
 def test_interruptions_are_common_random_numbers_per_slot():
     a, b = SlotInterruptions(7, 1 / 500), SlotInterruptions(7, 1 / 500)
     # asked in another order, the same slot gives the same events
