@@ -202,7 +202,8 @@ def _decide_pool(ps: PoolSettings, po: PoolObservation | None, scopes: list[_Sco
     if drain is not None:
         actions = _drain(ps, groups, in_service, elastic_nodes, launching_nodes, drain, desired, now)
     else:
-        actions = _scale(ps, po, groups, in_service, spot, od, spot_short, utilization, scopes, now, desired)
+        actions = _scale(ps, po, groups, in_service, elastic_nodes, spot, od, spot_short, utilization, scopes, now,
+                         desired)
         # One kind of change per group per tick: a group that was resized now is not also reclaimed from.
         resized = {a.group for a in actions if a.kind == ACTION_SET_DESIRED}
         actions += _reclaim(ps, po, groups, elastic_nodes, now, desired, resized)
@@ -299,7 +300,7 @@ def _drain_key(ps: PoolSettings):
 
 
 def _scale(ps: PoolSettings, po: PoolObservation, groups: dict[str, Group], in_service: dict[str, int],
-           spot: Group | None, od: Group | None, spot_short: bool, utilization: dict[str, float],
+           elastic_nodes: list[Node], spot: Group | None, od: Group | None, spot_short: bool, utilization: dict[str, float],
            scopes: list[_Scope], now: datetime, desired: dict[str, int]) -> list[Action]:
     name = ps.name
     actions: list[Action] = []
@@ -329,7 +330,7 @@ def _scale(ps: PoolSettings, po: PoolObservation, groups: dict[str, Group], in_s
                                  f"{ps.cooldown_minutes} min ago", group=cooling))
         else:
             add_util = 1
-    add_warm = _warm_up_launches(ps, po, groups, coming, needed)
+    add_warm = _warm_up_launches(ps, po, elastic_nodes, coming, needed)
     want = max(add_pending, add_util) + add_warm
     if want == 0:
         return actions
@@ -579,23 +580,19 @@ def warm_up_nodes(ps: PoolSettings, po: PoolObservation) -> int:
     return max(0, math.ceil(2.0 * ps.launch_minutes * rate - 1e-9) - 1)
 
 
-def _warm_up_launches(ps: PoolSettings, po: PoolObservation, groups: dict[str, Group], coming: int,
+def _warm_up_launches(ps: PoolSettings, po: PoolObservation, elastic_nodes: list[Node], coming: int,
                       needed: int) -> int:
     """Nodes to launch so that warm_up_nodes spare ones are up or on their way. Spare: in-service elastic nodes
-    no pod requested a GPU of over the empty window, plus nodes on their way that pending pods will not take.
-    Any elastic node without that figure makes the count unknown: no warm-up launch on a guess."""
+    (`elastic_nodes`, from decide's one pass) no pod requested a GPU of over the empty window, plus nodes on their
+    way that pending pods will not take. Any of them without that figure makes the count unknown: no warm-up
+    launch on a guess."""
     target = warm_up_nodes(ps, po)
     if target <= 0:
         return 0
-    empty = 0
-    for n in po.nodes:
-        if n.group in groups and n.lifecycle == LIFECYCLE_IN_SERVICE:
-            if n.max_reserved_pct is None:
-                return 0
-            if n.max_reserved_pct == 0:
-                empty += 1
-    spare = max(0, empty + coming - needed)
-    return max(0, target - spare)
+    if any(n.max_reserved_pct is None for n in elastic_nodes):
+        return 0
+    empty = sum(1 for n in elastic_nodes if n.max_reserved_pct == 0)
+    return max(0, target - max(0, empty + coming - needed))
 
 
 def _rhythm_why(ps: PoolSettings, po: PoolObservation) -> str:

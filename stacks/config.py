@@ -991,11 +991,11 @@ def _capacity_problems(cfg: GpuLoanConfig) -> list[tuple[str, str]]:
     from stacks import versions
 
     problems: list[tuple[str, str]] = []
-    if isinstance(cfg.cluster, NewCluster) and cfg.cluster.bin_packing and tuple(
-            int(x) for x in cfg.cluster.kubernetes_version.split(".")) < BIN_PACKING_MIN_VERSION:
-        problems.append(("cluster.bin_packing", f"bin packing needs Kubernetes "
-                         f"{'.'.join(map(str, BIN_PACKING_MIN_VERSION))} or later (EKS advanced control plane "
-                         f"configuration); cluster.kubernetes_version is {cfg.cluster.kubernetes_version}"))
+    if isinstance(cfg.cluster, NewCluster) and cfg.cluster.bin_packing and compat.parse_version(
+            cfg.cluster.kubernetes_version) < BIN_PACKING_MIN_VERSION:
+        problems.append(("cluster.bin_packing", f"bin packing needs Kubernetes {compat.fmt(BIN_PACKING_MIN_VERSION)} "
+                         f"or later (EKS advanced control plane configuration); cluster.kubernetes_version is "
+                         f"{cfg.cluster.kubernetes_version}"))
     if isinstance(cfg.cluster, NewCluster) and cfg.cluster.kubernetes_version not in versions.EKS_ADDON_VERSIONS:
         problems.append(("cluster.kubernetes_version", f"no pinned EKS add-on versions for "
                          f"{cfg.cluster.kubernetes_version} (pinned: {', '.join(sorted(versions.EKS_ADDON_VERSIONS))}); "
