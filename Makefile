@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STACK ?= dev
 .DEFAULT_GOAL := help  # `make` alone lists the targets
 
-.PHONY: help preview test test-deep install dev-install lint bench-config bench-policy bench-sim bench-advise benchmark schema clean
+.PHONY: help preview test test-deep install dev-install lint bench-config bench-policy bench-sim bench-advise benchmark bench-what-if schema clean
 
 # Public data beside the project (never copied into it): the price table is the offline price file when present,
 # unless the caller set one; otherwise prices come from the cache `gpuloan prices refresh` fills (docs/prices.md).
@@ -78,6 +78,10 @@ bench-advise: $(VENV)/.runtime
 ## benchmark: our policy vs the baselines on the ITP traces
 benchmark: $(VENV)/.runtime
 	$(BIN)/python scripts/benchmark.py --traces $(TRACES)
+
+## bench-what-if: what a faster release signal could buy (docs/benchmarks.md, "What-if")
+bench-what-if: $(VENV)/.runtime
+	$(BIN)/python scripts/benchmark.py --traces $(TRACES) --what-if
 
 ## clean: remove the virtual environment and test caches
 clean:

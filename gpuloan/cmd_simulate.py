@@ -36,6 +36,10 @@ def register(sub) -> None:
     p.add_argument("--warm-up", action="store_true",
                    help="add a row: our policy with the stack's settings and elastic.warm_up on (docs/policy.md, "
                         "\"Warm-up\"); compare it with the gpuloan row before turning warm-up on")
+    p.add_argument("--what-if", action="store_true",
+                   help="add two rows that are not product settings: our policy reading a node idle from the minute "
+                        "its last pod ends (instant idle signal), with and without the nodes release-on-cost keeps "
+                        "(docs/benchmarks.md, \"What-if\")")
     p.add_argument("--provisioning-delay", type=int, default=None, metavar="MINUTES")
     p.add_argument("--checkpoint-interval", type=int, default=None, metavar="MINUTES")
     p.add_argument("--spot-episodes-per-week", type=float, default=None)
@@ -110,14 +114,14 @@ def run(args) -> int:
     if args.seeds > 1:
         doc = _with_progress(lambda progress: runner.compare_seeds(
             spec, trace, settings, args.seeds, progress=progress,
-            policies=lambda: all_policies(spec, warm_up=args.warm_up)), args.json)
+            policies=lambda: all_policies(spec, warm_up=args.warm_up, what_if=args.what_if)), args.json)
         if args.json:
             print(json.dumps(doc, indent=2))
         else:
             _seeds_table(doc)
         return 0
     doc = _with_progress(lambda progress: runner.compare(spec, trace, settings, progress=progress,
-                                                         policies=all_policies(spec, warm_up=args.warm_up)),
+                                                         policies=all_policies(spec, warm_up=args.warm_up, what_if=args.what_if)),
                          args.json)
     series = doc.pop("_series")
     doc["dominated_by"] = runner.dominated_by(doc)

@@ -10,9 +10,12 @@ The stack's cluster bin-packs (`cluster.bin_packing: true`: pods go to the fulle
 are reported separately, for the policies that use spot: spot shortages (one spot-unavailable episode a week, 3 h
 mean: no public source gives that rate) and the cluster without bin packing (kube-scheduler's default scoring).
 The default table adds `gpuloan-warm-up` (the stack's settings with warm-up on) and its verdict against gpuloan.
+`--what-if` runs only the what-if table instead: gpuloan, karpenter and our policy with an instant idle signal
+(a node reads idle from the minute its last pod ends), with and without the release-on-cost rule's kept nodes --
+the most a faster release signal could buy (docs/benchmarks.md).
 
 One command: `make benchmark` (or `.venv/bin/python scripts/benchmark.py [--traces DIR] [--seeds N] [--seed S]
-[--json out.json] [--floor-nodes N] [--no-shortage] [--no-spread]`).
+[--json out.json] [--floor-nodes N] [--no-shortage] [--no-spread] [--what-if]`).
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ STACK, POOL = "prod", "training"
 # table (spot never stays short for the 10 minutes where their fallback settings differ), and the scenarios'
 # question is how the two compare there.
 SCENARIO_POLICIES = ("gpuloan", "karpenter")
-DEFAULT, SHORTAGE, SPREAD = "default", "spot_shortage", "without_bin_packing"
+DEFAULT, SHORTAGE, SPREAD, WHAT_IF = "default", "spot_shortage", "without_bin_packing", "what_if"
 
 
 def run_cluster(args: tuple[str, str, int, int | None, bool]) -> dict:
@@ -43,7 +46,7 @@ def run_cluster(args: tuple[str, str, int, int | None, bool]) -> dict:
 
     from sim import pool, runner, traces
     from sim.engine import SPOT_SHORTAGE, SimSettings
-    from sim.policies import all_policies
+    from sim.policies import all_policies, what_if_policies
     from stacks import config
 
     traces_dir, cluster, seed, floor_nodes, scenario = args
@@ -52,7 +55,7 @@ def run_cluster(args: tuple[str, str, int, int | None, bool]) -> dict:
     trace = traces.read_trace(Path(traces_dir) / f"{cluster}.csv").window(*DAYS)
     horizon = (DAYS[1] - DAYS[0] + 1) * 1440
     spec = pool.auto_size(pool.spec_from_config(cfg, POOL), trace, horizon_minutes=horizon, floor_nodes=floor_nodes)
-    policies = all_policies(spec, warm_up=scenario == DEFAULT)
+    policies = what_if_policies() if scenario == WHAT_IF else all_policies(spec, warm_up=scenario == DEFAULT)
     settings = SimSettings(seed=seed)
     if shortage:
         policies = [p for p in policies if p.name in SCENARIO_POLICIES]
@@ -76,7 +79,7 @@ def _pm(r: dict, key: str, fmt: str) -> str:
 def print_tables(docs: list[dict], title: str) -> None:
     """One Markdown table of every cluster and policy (mean ± sd over the seeds), then the verdicts against
     karpenter, warm-up against gpuloan, and where the elastic GPU-hours go: docs/benchmarks.md is this output."""
-    from sim.policies import WARM_UP_NAME
+    from sim.policies import WARM_UP_NAME, WHAT_IF_NAMES
 
     print(f"\n### {title}\n")
     print("| cluster | policy | cost USD | cost / oracle | elastic cost / oracle | mean wait min | p50 / p95 wait min | "
@@ -95,7 +98,8 @@ def print_tables(docs: list[dict], title: str) -> None:
                   f"{_pm(r, 'p95_wait_minutes', '.1f')} | {_pm(r, 'unmet_gpu_hours', ',.1f')} | "
                   f"{_pm(r, 'interruptions', '.1f')} | {_pm(r, 'node_launches', '.0f')} |")
             lead = ""
-    ours_names = [n for n in ("gpuloan", "gpuloan-defaults") if any(v["ours"] == n for v in docs[0]["verdicts"])]
+    ours_names = [n for n in ("gpuloan", "gpuloan-defaults", *WHAT_IF_NAMES)
+                  if any(v["ours"] == n for v in docs[0]["verdicts"])]
     print("\n| cluster | " + " | ".join(f"{n} vs karpenter" for n in ours_names) + " |")
     print("|---|" + "---|" * len(ours_names))
     for doc in docs:
@@ -127,7 +131,7 @@ def print_tables(docs: list[dict], title: str) -> None:
         oracle_h = doc["oracle_gpu_hours"]
         bound = doc["whole_node_bound_cost_usd"] / doc["oracle_cost_usd"] if doc["oracle_cost_usd"] else 0.0
         lead = doc["trace"].split("[")[0].replace("cluster", "")
-        for name in ("gpuloan", "karpenter"):
+        for name in ("gpuloan", *WHAT_IF_NAMES, "karpenter"):
             if name not in names:
                 continue
             i = names.index(name)
@@ -152,12 +156,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-shortage", action="store_true", help="skip the spot-shortage scenario")
     parser.add_argument("--no-spread", action="store_true",
                         help="skip the scenario without bin packing (kube-scheduler's default scoring)")
+    parser.add_argument("--what-if", action="store_true",
+                        help="only the what-if table: our policy with an instant idle signal, with and without the "
+                             "nodes release-on-cost keeps, beside gpuloan and karpenter")
     parser.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1))
     args = parser.parse_args(argv)
     missing = [c for c in CLUSTERS if not (Path(args.traces) / f"{c}.csv").is_file()]
     if missing:
         parser.error(f"--traces {args.traces}: no {', '.join(m + '.csv' for m in missing)} (see docs/simulator.md)")
     scenarios = [DEFAULT] + ([] if args.no_shortage else [SHORTAGE]) + ([] if args.no_spread else [SPREAD])
+    if args.what_if:
+        scenarios = [WHAT_IF]
     tasks = [(args.traces, c, args.seed + k, args.floor_nodes, scenario)
              for scenario in scenarios for c in CLUSTERS for k in range(args.seeds)]
     t0 = time.perf_counter()
@@ -179,7 +188,9 @@ def main(argv: list[str] | None = None) -> int:
               SHORTAGE: "Scenario: spot shortages (one 3-hour spot-unavailable episode a week; the policies that "
                         "use spot)",
               SPREAD: "Scenario: without bin packing (`cluster.bin_packing: false`: kube-scheduler's default scoring "
-                      "puts a pod on the emptiest node it fits; the policies that use spot)"}
+                      "puts a pod on the emptiest node it fits; the policies that use spot)",
+              WHAT_IF: "What-if: an instant idle signal (a node reads idle from the minute its last pod ends), with "
+                       "and without the nodes release-on-cost keeps"}
     for scenario in scenarios:
         print_tables(out[scenario], titles[scenario])
     slowest = max(r["sim_seconds"] for docs in out.values() for d in docs for run in d["runs"] for r in run)
@@ -188,7 +199,8 @@ def main(argv: list[str] | None = None) -> int:
           + f" wall on {args.workers} worker(s); slowest single run (57 days x 1 pool) {slowest:.2f} s")
     from stacks import catalog
 
-    print(catalog.price_source(out[DEFAULT][0]["pool"]["region"]) if out[DEFAULT] else "")
+    first = out[scenarios[0]]
+    print(catalog.price_source(first[0]["pool"]["region"]) if first else "")
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=2))
     return 0

@@ -245,10 +245,17 @@ class GpuLoan(Controller):
 
     uses_spot = True
 
-    def __init__(self, name: str = "gpuloan", settings: PoolSettings | None = None, defaults: bool = False):
+    def __init__(self, name: str = "gpuloan", settings: PoolSettings | None = None, defaults: bool = False,
+                 instant_idle: bool = False, keep_for_next_job: bool = True):
         self.name = name
         self._given = settings
         self.defaults = defaults
+        # What-ifs (scripts/benchmark.py --what-if), not product settings: `instant_idle` reads a node's GPUs and
+        # pods idle from the minute its last pod ends, as if a signal as fresh as Karpenter's pod list also saw
+        # the GPUs (no CloudWatch window); `keep_for_next_job=False` shows the engine no recent arrivals, so the
+        # release-on-cost rule keeps no empty node. Together they bound what a faster release signal could buy.
+        self.instant_idle = instant_idle
+        self.keep_for_next_job = keep_for_next_job
         self.decide = engine.decide  # the real one; tests check the identity
         self.calls = 0
         self.reasons: dict[str, int] = {}
@@ -314,6 +321,8 @@ class GpuLoan(Controller):
             elif n.group == GUARANTEED:
                 _, avg = sim.window_utilization(n, up_w)
                 key = (n.id, avg, avg, None)
+            elif self.instant_idle and n.busy == 0:
+                key = (n.id, 0.0, 0.0, 0.0)  # what-if: idle from the minute its last pod ended
             elif now > n.launched and n.hist[-1][0] <= (n.launched if n.launched > window_start else window_start):
                 # unchanged over every window (most nodes, most minutes): window_stats' answer without the call
                 pct = 100.0 * n.busy / n.gpus
@@ -402,6 +411,8 @@ class GpuLoan(Controller):
         return sorted(out.items())
 
     def _arrivals(self, sim: Simulation) -> tuple:
+        if not self.keep_for_next_job:
+            return ()
         key = tuple(self.arrival_minutes(sim))
         if key != self._arrivals_key:
             when = self._when
@@ -596,14 +607,27 @@ _BUDGET_UNREAD = {Reason.STEADY.value, Reason.SPOT_RECOVERED.value, Reason.COOLD
 
 
 WARM_UP_NAME = "gpuloan-warm-up"
+# The what-if rows of scripts/benchmark.py --what-if (GpuLoan's instant_idle / keep_for_next_job).
+INSTANT_IDLE_NAME = "gpuloan-instant-idle"
+INSTANT_IDLE_NO_KEEP_NAME = "gpuloan-instant-idle-no-keep"
+WHAT_IF_NAMES = (INSTANT_IDLE_NAME, INSTANT_IDLE_NO_KEEP_NAME)
 
 
-def all_policies(spec: PoolSpec, warm_up: bool = False) -> list[Controller]:
+def what_if_policies() -> list[Controller]:
+    """Our policy with the stack's settings, the two what-ifs that bound a faster release signal, and karpenter:
+    the rows of scripts/benchmark.py --what-if."""
+    return [GpuLoan("gpuloan"), GpuLoan(INSTANT_IDLE_NAME, instant_idle=True),
+            GpuLoan(INSTANT_IDLE_NO_KEEP_NAME, instant_idle=True, keep_for_next_job=False), Karpenter()]
+
+
+def all_policies(spec: PoolSpec, warm_up: bool = False, what_if: bool = False) -> list[Controller]:
     """Every policy on `spec`; `warm_up` adds our policy with the stack's settings and warm-up on (a row to
-    measure whether warm-up pays on a trace before turning it on)."""
+    measure whether warm-up pays on a trace before turning it on); `what_if` the two instant-idle what-ifs."""
     out: list[Controller] = [GpuLoan("gpuloan"), GpuLoan("gpuloan-defaults", defaults=True), StaticPeak(), FloorOnly()]
     if warm_up:
         out.insert(2, GpuLoan(WARM_UP_NAME, settings=dataclasses.replace(pool_settings(spec), warm_up=True)))
+    if what_if:
+        out[2:2] = what_if_policies()[1:3]
     if spec.has_spot or spec.has_on_demand:
         out += [Karpenter(), ThresholdScript()]
     return out

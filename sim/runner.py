@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass
 
 from sim.engine import MINUTES_PER_MONTH, JobsWorkload, SimSettings, Simulation, default_horizon
-from sim.policies import WARM_UP_NAME, Controller, GpuLoan, all_policies
+from sim.policies import WARM_UP_NAME, WHAT_IF_NAMES, Controller, GpuLoan, all_policies
 from sim.pool import PoolSpec, demand_profile, with_floor
 from sim.traces import JobsTrace
 
@@ -225,6 +225,8 @@ def summarize(runs: list[dict]) -> dict:
     doc = {k: v for k, v in runs[0].items() if k not in ("policies", "seed")}
     doc.update(seeds=[r["seed"] for r in runs], summary=summary, runs=[r["policies"] for r in runs])
     doc["verdicts"] = verdicts(doc, "gpuloan") + verdicts(doc, "gpuloan-defaults")
+    for name in WHAT_IF_NAMES:
+        doc["verdicts"] += verdicts(doc, name)
     if WARM_UP_NAME in [p["name"] for p in doc["summary"]] and "gpuloan" in [p["name"] for p in doc["summary"]]:
         doc["verdicts"].append(verdict_between(doc, WARM_UP_NAME, "gpuloan"))
     return doc

@@ -13,7 +13,8 @@ from gpuloan import cli
 from sim import pool as simpool
 from sim import runner, traces
 from sim.engine import ON_DEMAND, SPOT, SimSettings, Simulation
-from sim.policies import Controller, FloorOnly, GpuLoan, Karpenter, StaticPeak, ThresholdScript, all_policies
+from sim.policies import (Controller, FloorOnly, GpuLoan, Karpenter, StaticPeak, ThresholdScript, all_policies,
+                          what_if_policies)
 from stacks import config
 from conftest import REPO, SHARED_TRACES, requires_shared_prices, requires_shared_traces
 
@@ -305,6 +306,40 @@ def test_karpenter_keeps_an_empty_node_a_waiting_multi_node_job_needs(tmp_path):
     sim, m = runner.run_one(spec, t, Karpenter(), CALM, horizon=120)
     assert sim.workload.first_start[1] == 22  # its second node is ready at 16 + 6
     assert m["node_launches"] == 2  # not a launch and a consolidation every minute while the job waits
+
+
+@requires_shared_prices
+def test_an_instant_idle_signal_releases_a_node_the_minute_karpenter_does(tmp_path):
+    """The what-if of scripts/benchmark.py --what-if: with the node read idle from the minute its pod ends, our
+    policy releases it when karpenter does; with CloudWatch's windows it pays for the minutes they take."""
+    spec = replace(dev_spec(), floor_nodes=0)  # 1-GPU spot nodes
+    t = jobs(tmp_path, [(0, 3600, 1)])  # launched at 0, ready at 6, the job runs 6-66
+    billed = {}
+    for ctl in [GpuLoan(), *what_if_policies()[1:]]:
+        sim, m = runner.run_one(spec, t, ctl, CALM, horizon=180)
+        billed[ctl.name] = round(m["elastic_spot_cost_usd"] / spec.spot_usd_per_hour * 60)
+        assert sim.count(SPOT) == 0
+    assert billed["gpuloan-instant-idle-no-keep"] == billed["gpuloan-instant-idle"] == 66  # as karpenter's
+    # the 2-minute empty window (the datapoints of minutes 66 and 67) is first all idle at 67: a minute later
+    assert billed["gpuloan"] == 67
+
+
+@requires_shared_prices
+@pytest.mark.parametrize("gap,minutes", [(3, 2), (4, 3), (6, 5), (8, 12)])
+def test_without_kept_nodes_and_with_an_instant_signal_our_policy_decides_as_karpenter(tmp_path, gap, minutes):
+    """A short job every few minutes on 1-GPU nodes: with the instant signal and no kept node our policy makes
+    karpenter's launches and releases (the same cost and waits), and the instant signal alone adds nothing here:
+    a job that finished no longer counts as an arrival, so release-on-cost keeps nothing for the next one."""
+    spec = replace(dev_spec(), floor_nodes=0)
+    t = jobs(tmp_path, [(k * gap * 60, minutes * 60, 1) for k in range(12)])
+    same = ("total_cost_usd", "p95_wait_minutes", "mean_wait_minutes", "node_launches")
+    runs = {ctl.name: runner.run_one(spec, t, ctl, CALM, horizon=240)[1] for ctl in what_if_policies()}
+    for name in ("gpuloan-instant-idle-no-keep", "gpuloan-instant-idle"):
+        assert {k: runs[name][k] for k in same} == {k: runs["karpenter"][k] for k in same}, name
+    if (gap, minutes) != (8, 12):
+        # here CloudWatch's extra minute happens to keep the node for the next job: fewer launches, less wait
+        assert runs["gpuloan"]["node_launches"] < runs["karpenter"]["node_launches"]
+        assert runs["gpuloan"]["mean_wait_minutes"] < runs["karpenter"]["mean_wait_minutes"]
 
 
 @requires_shared_prices

@@ -14,7 +14,7 @@ from sim import pool as simpool
 from sim import runner, traces
 from sim.engine import SPOT_SHORTAGE, SimSettings
 from sim.packing import new_nodes_needed
-from sim.policies import GpuLoan, all_policies
+from sim.policies import GpuLoan, all_policies, what_if_policies
 from stacks import config
 from conftest import REPO, SHARED_TRACES, requires_shared_prices, requires_shared_traces
 
@@ -153,7 +153,8 @@ def test_skipping_quiet_ticks_gives_the_tick_by_tick_result(cluster, a, b, mode,
     settings = SimSettings(seed=3, spot_interruptions_per_month=8.0, **scenario)
     for base in (_prod_training(), _dev()):
         spec = simpool.auto_size(base, trace, horizon_minutes=horizon)
-        for fast_ctl, slow_ctl in zip(all_policies(spec, warm_up=True), all_policies(spec, warm_up=True)):
+        policies = lambda: all_policies(spec, warm_up=True) + what_if_policies()[1:3]  # noqa: E731
+        for fast_ctl, slow_ctl in zip(policies(), policies()):
             fast_sim, fast = runner.run_one(spec, trace, fast_ctl, settings, horizon)
             slow_sim, slow = runner.run_one(spec, trace, slow_ctl, replace(settings, skip_quiet_ticks=False),
                                             horizon)
