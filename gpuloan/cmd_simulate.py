@@ -42,6 +42,9 @@ def register(sub) -> None:
                         "(docs/benchmarks.md, \"What-if\")")
     p.add_argument("--provisioning-delay", type=int, default=None, metavar="MINUTES")
     p.add_argument("--checkpoint-interval", type=int, default=None, metavar="MINUTES")
+    p.add_argument("--metric-delay", type=int, default=None, metavar="MINUTES",
+                   help="minutes before a CloudWatch datapoint can be read (default 2, docs/simulator.md); "
+                        "0 reads this very minute")
     p.add_argument("--spot-episodes-per-week", type=float, default=None)
     p.add_argument("--placement", choices=("least_allocated", "most_allocated"), default=None,
                    help="which node a pod goes to among those that fit: least_allocated (the default, what "
@@ -56,6 +59,7 @@ def _settings(args):
     s = SimSettings(seed=args.seed)
     for opt, field in (("provisioning_delay", "provisioning_delay_minutes"),
                        ("checkpoint_interval", "checkpoint_interval_minutes"),
+                       ("metric_delay", "metric_delay_minutes"),
                        ("spot_episodes_per_week", "spot_unavailable_episodes_per_week")):
         value = getattr(args, opt)
         if value is not None:

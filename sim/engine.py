@@ -65,6 +65,12 @@ class SimSettings:
     # emptiest: kube-scheduler's default scoring) or "most_allocated" (the fullest: the stack's
     # cluster.bin_packing). None: what the simulated stack's cluster runs (PoolSpec.placement).
     placement: str | None = None
+    # Minutes from a CloudWatch datapoint's minute to the tick that can read it: the policy function's windows end
+    # at the newest datapoint (policy/utilization.py), so at minute t it reads minutes up to t - delay. "If you
+    # receive 1-minute metrics with CloudWatch, then their availability delay is about 2 minutes" (Datadog,
+    # https://docs.datadoghq.com/integrations/guide/cloud-metric-delay/). Karpenter reads the API server (no
+    # delay); the pods the function lists are read fresh too. 0: the reading of this very minute.
+    metric_delay_minutes: int = 2
 
 
 @dataclass
@@ -179,6 +185,8 @@ class Simulation:
         self.placement = settings.placement or spec.placement
         if self.placement not in PLACEMENTS:
             raise ValueError(f"placement {self.placement!r}: one of {', '.join(PLACEMENTS)}")
+        if settings.metric_delay_minutes < 0:
+            raise ValueError(f"metric_delay_minutes {settings.metric_delay_minutes}: must be >= 0")
         self.interruptions = SlotInterruptions(settings.seed, self.spot_interrupt_rate_per_minute)
         self._free_slots: list[int] = []  # heap of released spot slots; the lowest is taken first
         self._next_slot = 0
@@ -194,7 +202,7 @@ class Simulation:
         # itself (Karpenter, run-instances) has no group to converge, and a reclaimed node is not replaced for it.
         self.node_groups = getattr(controller, "node_groups", True)
         self.c = Counters()
-        self.hist_keep = 60
+        self.hist_keep = 60 + settings.metric_delay_minutes  # the longest window read (an hour), delayed
         self.workload = JobsWorkload(self) if isinstance(trace, JobsTrace) else SeriesWorkload(self)
         self.samples: list[tuple] = []  # (minute, demand_gpus, guaranteed_gpus, spot_gpus, on_demand_gpus, cost)
         self.changed = True
@@ -525,21 +533,24 @@ class Simulation:
 
     def window_utilization(self, node: SimNode, minutes: int, at: int | None = None) -> tuple[float | None, float | None]:
         """(max %, mean %) of the node's GPUs busy over the last `minutes` (including this minute); None when the
-        node has been up for less than one full minute (no datapoint yet). `at`: a later minute, as the node would
-        read then if nothing changes before it."""
+        node has been up for less than one full minute (no datapoint yet). `at`: another minute, as the node reads
+        then: a later one if nothing changes before it, or an earlier one (a delayed CloudWatch reading)."""
         now = self.now if at is None else at
         start = max(node.launched, now - minutes + 1)
         if start > now or now <= node.launched:
             return None, None
         hist = node.hist
-        if hist[-1][0] <= start:  # unchanged over the whole window
-            pct = 100.0 * node.busy / node.gpus
+        j = len(hist)
+        while j > 1 and hist[j - 1][0] > now:  # changes after the minute read do not count
+            j -= 1
+        if hist[j - 1][0] <= start:  # unchanged over the whole window
+            pct = 100.0 * hist[j - 1][1] / node.gpus
             return pct, pct
         peak = 0
         area = 0
-        for i in range(len(hist) - 1, -1, -1):
+        for i in range(j - 1, -1, -1):
             t, busy = hist[i]
-            seg_end = hist[i + 1][0] if i + 1 < len(hist) else now + 1
+            seg_end = hist[i + 1][0] if i + 1 < j else now + 1
             seg_start = max(t, start)
             if seg_end > seg_start:
                 area += busy * (seg_end - seg_start)
@@ -550,25 +561,29 @@ class Simulation:
         span = now + 1 - start
         return 100.0 * peak / node.gpus, 100.0 * area / (span * node.gpus)
 
-    def window_stats(self, node: SimNode, windows: tuple[int, ...]) -> list[tuple[float | None, float | None]]:
+    def window_stats(self, node: SimNode, windows: tuple[int, ...], at: int | None = None
+                     ) -> list[tuple[float | None, float | None]]:
         """window_utilization for several windows in one walk over the node's history (the simulator's hot path:
-        the policy reads three windows per node every minute)."""
-        now = self.now
+        the policy reads three windows per node every minute); `at` as there."""
+        now = self.now if at is None else at
         launched = node.launched
         if now <= launched:
             return [(None, None)] * len(windows)
         hist = node.hist
+        j = len(hist)
+        while j > 1 and hist[j - 1][0] > now:  # changes after the minute read do not count
+            j -= 1
         earliest = now - max(windows) + 1
         if earliest < launched:
             earliest = launched
-        if hist[-1][0] <= earliest:  # unchanged over every window (the common case: check it first, cheaply)
-            pct = 100.0 * node.busy / node.gpus
+        if hist[j - 1][0] <= earliest:  # unchanged over every window (the common case: check it first, cheaply)
+            pct = 100.0 * hist[j - 1][1] / node.gpus
             return [(pct, pct)] * len(windows)
         starts = [max(launched, now - w + 1) for w in windows]
         peaks = [0] * len(windows)
         areas = [0] * len(windows)
         seg_end = now + 1
-        for i in range(len(hist) - 1, -1, -1):
+        for i in range(j - 1, -1, -1):
             t, busy = hist[i]
             for k, start in enumerate(starts):
                 seg_start = t if t > start else start

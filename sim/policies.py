@@ -205,7 +205,7 @@ class ThresholdScript(Controller):
         for n in list(sim.nodes.values()):
             if n.group == GUARANTEED or sim.now - n.launched < self.window:
                 continue
-            _, mean = sim.window_utilization(n, self.window)
+            _, mean = sim.window_utilization(n, self.window, at=sim.now - sim.settings.metric_delay_minutes)
             if mean is not None and mean < self.idle:
                 sim.terminate(n.id)
 
@@ -259,6 +259,7 @@ class GpuLoan(Controller):
         self.decide = engine.decide  # the real one; tests check the identity
         self.calls = 0
         self.reasons: dict[str, int] = {}
+        self.kept_by_pod_check = 0  # terminations the pre-termination pod check refused
 
     def start(self, sim: Simulation) -> None:
         ps = self._given or pool_settings(sim.spec)
@@ -272,8 +273,8 @@ class GpuLoan(Controller):
             ps = dataclasses.replace(ps, **{k: getattr(base, k) for k in knobs})
         self.ps = ps
         self.settings = Settings(environment="sim", region=sim.spec.region, cluster_name="sim", pools=(ps,))
-        sim.hist_keep = max(sim.hist_keep, ps.idle_timeout_minutes, ps.empty_timeout_minutes,
-                            ps.scale_up_window_minutes) + 1
+        sim.hist_keep = max(sim.hist_keep, max(ps.idle_timeout_minutes, ps.empty_timeout_minutes,
+                                               ps.scale_up_window_minutes) + sim.settings.metric_delay_minutes + 1)
         self._node_cache: dict = {}
         self._group_cache: dict = {}
         self._last_obs = None
@@ -306,7 +307,10 @@ class GpuLoan(Controller):
         windows = (idle_w, up_w, empty_w)
         distinct = tuple(sorted(set(windows)))  # one walk per distinct window length (up and empty are often equal)
         at = tuple(distinct.index(w) for w in windows)
-        window_start = now - max(windows) + 1
+        # CloudWatch's windows end at the newest datapoint: this minute's reading is of minute `read`
+        delay = sim.settings.metric_delay_minutes
+        read = now - delay
+        window_start = read - max(windows) + 1
         for n in sim.nodes.values():
             stable = n.obs_cache
             if stable is not None and now >= stable[0]:
@@ -319,18 +323,18 @@ class GpuLoan(Controller):
             elif n.ready_at > now:
                 key = (n.id, None, None, None)
             elif n.group == GUARANTEED:
-                _, avg = sim.window_utilization(n, up_w)
+                _, avg = sim.window_utilization(n, up_w, at=read)
                 key = (n.id, avg, avg, None)
             elif self.instant_idle and n.busy == 0:
                 key = (n.id, 0.0, 0.0, 0.0)  # what-if: idle from the minute its last pod ended
-            elif now > n.launched and n.hist[-1][0] <= (n.launched if n.launched > window_start else window_start):
+            elif read > n.launched and n.hist[-1][0] <= (n.launched if n.launched > window_start else window_start):
                 # unchanged over every window (most nodes, most minutes): window_stats' answer without the call
                 pct = 100.0 * n.busy / n.gpus
                 key = (n.id, pct, pct, pct)
             else:
                 # In the simulator a GPU is requested exactly while a job runs on it, so the reserved capacity
                 # Container Insights would report equals the busy share the utilization is computed from.
-                stats = sim.window_stats(n, distinct)
+                stats = sim.window_stats(n, distinct, at=read)
                 (mx, _), (_, avg), (reserved, _) = stats[at[0]], stats[at[1]], stats[at[2]]
                 key = (n.id, mx, avg, reserved)
             node = cache.get(key)
@@ -346,9 +350,9 @@ class GpuLoan(Controller):
             if not n.warned and n.ready_at <= now:
                 # From this minute on the node reads the same until it changes (set_busy and the spot notice
                 # clear obs_cache).
-                settled = n.hist[-1][0] + (up_w if n.group == GUARANTEED else max(windows)) - 1
-                n.obs_cache = (max(now, n.launched + 1, settled), node) if now >= settled and now > n.launched \
-                    else None
+                settled = n.hist[-1][0] + (up_w if n.group == GUARANTEED else max(windows)) - 1 + delay
+                n.obs_cache = (max(now, n.launched + 1 + delay, settled), node) \
+                    if now >= settled and read > n.launched else None
             used[key] = node
             nodes.append(node)
         self._node_cache = used  # only this minute's nodes can repeat next minute
@@ -480,6 +484,12 @@ class GpuLoan(Controller):
                 sim.set_desired(action.group, action.desired_to)
             elif action.kind == ACTION_TERMINATE:
                 quiet = False
+                node = sim.nodes.get(action.instance_id)
+                if node is not None and node.jobs:
+                    # the tick's last check (policy/tick.py): it cordons the node and reads its pods, fresh from
+                    # the API server; a GPU pod keeps it (a pod landed after the delayed datapoints were taken)
+                    self.kept_by_pod_check += 1
+                    continue
                 sim.terminate(action.instance_id, decrement=True)
         self._last_reasons = reasons
         self._quiet_plan = quiet
@@ -540,6 +550,7 @@ class GpuLoan(Controller):
                     wake = min(wake, now + int(left / usd_per_minute))  # one minute early at least
 
         up_w, idle_w, empty_w = ps.scale_up_window_minutes, ps.idle_timeout_minutes, ps.empty_timeout_minutes
+        delay = sim.settings.metric_delay_minutes
         settled_pct = 0.0  # sum of the mean utilization of nodes whose scale-up window no longer changes
         moving: list = []
         n_util = 0
@@ -549,10 +560,30 @@ class GpuLoan(Controller):
             if n.launched >= nxt:
                 return nxt
             n_util += 1
-            if n.hist[-1][0] <= max(n.launched, now - up_w + 1):
+            if n.hist[-1][0] <= max(n.launched, now - delay - up_w + 1):
                 settled_pct += 100.0 * n.busy / n.gpus
             else:
                 moving.append(n)
+            # the delayed datapoints: a change at minute c is read from c + delay on, the first one a minute
+            # after launch + delay
+            if delay:
+                hist = n.hist
+                for k in range(len(hist) - 1, -1, -1):
+                    t, busy = hist[k]
+                    end = hist[k + 1][0] if k + 1 < len(hist) else None
+                    if end is not None and end + delay <= now:
+                        break  # read in the past only
+                    if t + delay > now:
+                        wake = min(wake, t + delay)
+                    if busy == 0 and t > n.launched and n.group != GUARANTEED:
+                        # an empty stretch still to be read: the windows read all idle from t + w - 1 + delay
+                        # if it lasts that long (the current one is below, with n.empty_since)
+                        for w in (idle_w, empty_w):
+                            m = t + w - 1 + delay
+                            if m > now and (end is None or t + w - 1 < end):
+                                wake = min(wake, m)
+                if n.launched + 1 + delay > now:
+                    wake = min(wake, n.launched + 1 + delay)
             if n.group == GUARANTEED:
                 continue
             for t in (n.launched + idle_w, n.launched + empty_w, n.launched + empty_w + ps.launch_minutes,
@@ -564,7 +595,7 @@ class GpuLoan(Controller):
                 if e > n.launched:
                     # the idle verdict's windows; the scale-up mean counts only when its window lies within the
                     # judged one, so it is quiet by then too
-                    for t in (e + idle_w - 1, e + empty_w - 1):
+                    for t in (e + idle_w - 1 + delay, e + empty_w - 1 + delay):
                         if t > now:
                             wake = min(wake, t)
         arrivals = self.arrival_minutes(sim)
@@ -585,10 +616,13 @@ class GpuLoan(Controller):
             # minute it crosses the scale-up threshold either way (or comes within rounding of it) the plan may
             # differ.
             threshold = ps.scale_up_utilization_pct
-            last = max((n.hist[-1][0] + up_w - 1 for n in moving), default=now)
+            last = max((n.hist[-1][0] + up_w - 1 + delay for n in moving), default=now)
             above = None
             for t in range(now, min(max(last, now), wake) + 1):
-                mean = (settled_pct + sum(sim.window_utilization(n, up_w, at=t)[1] for n in moving)) / n_util
+                means = [sim.window_utilization(n, up_w, at=t - delay)[1] for n in moving]
+                if None in means:
+                    return nxt  # a node without its first datapoint yet: decide every minute
+                mean = (settled_pct + sum(means)) / n_util
                 if abs(mean - threshold) < 1e-6:
                     wake = t
                     break

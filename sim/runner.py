@@ -151,6 +151,7 @@ def compare(spec: PoolSpec, trace, settings: SimSettings = SimSettings(), polici
             if settings.spot_interruptions_per_month is not None else spec.spot_interruptions_per_month,
             "spot_unavailable_episodes_per_week": settings.spot_unavailable_episodes_per_week,
             "spot_unavailable_mean_hours": settings.spot_unavailable_mean_hours,
+            "metric_delay_minutes": settings.metric_delay_minutes,
             "spot_interruptions": "common random numbers per spot slot (the same events for every policy)",
         },
         "oracle_gpu_hours": round(oracle_hours, 3),

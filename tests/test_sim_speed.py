@@ -187,6 +187,29 @@ def test_skipping_quiet_ticks_with_other_windows_gives_the_tick_by_tick_result(i
 
 
 @requires_shared_prices
+@requires_shared_traces
+@pytest.mark.parametrize("delay", [0, 1, 2, 5])
+@pytest.mark.parametrize("workload", ["batch", "service"])
+def test_skipping_quiet_ticks_with_delayed_metrics_gives_the_tick_by_tick_result(delay, workload):
+    """CloudWatch's delay: a change at minute c is read from c + delay on; the fast path must wake then, and when
+    each delayed window has passed (service pools: when the delayed mean crosses the threshold)."""
+    from sim.policies import pool_settings
+
+    trace = traces.read_trace(ITP / "cluster10.csv").window(50, 55)
+    horizon = 6 * 1440
+    spec = simpool.auto_size(_prod_training(), trace, horizon_minutes=horizon)
+    ps = replace(pool_settings(spec), workload=workload)
+    settings = SimSettings(seed=3, spot_interruptions_per_month=8.0, metric_delay_minutes=delay)
+    fast_ctl, slow_ctl = GpuLoan(settings=ps), GpuLoan(settings=ps)
+    fast_sim, fast = runner.run_one(spec, trace, fast_ctl, settings, horizon)
+    slow_sim, slow = runner.run_one(spec, trace, slow_ctl, replace(settings, skip_quiet_ticks=False), horizon)
+    assert _strip(fast) == _strip(slow)
+    assert fast_sim.samples == slow_sim.samples
+    assert fast_ctl.kept_by_pod_check == slow_ctl.kept_by_pod_check
+    assert fast["ticks_skipped"] > 0 and "RECLAIM_IDLE" in fast["decisions_by_reason"]
+
+
+@requires_shared_prices
 def test_a_quiet_pool_still_starts_its_budget_drain_on_time(tmp_path):
     """Nothing happens after the first job; the floor's spend alone reaches the budget after ~11 hours: the skip
     must stop there (the drain's hold appears at the same minute as deciding every minute)."""
