@@ -573,7 +573,10 @@ class GpuLoan(Controller):
                     end = hist[k + 1][0] if k + 1 < len(hist) else None
                     if end is not None and end + delay <= now:
                         break  # read in the past only
-                    if t + delay > now:
+                    before = hist[k - 1][1] if k else 0
+                    if t + delay > now and (busy == 0 or before == 0 or ps.workload == WORKLOAD_SERVICE):
+                        # read from t + delay on; a busy node that stays busy shows work either way (batch pools
+                        # read nothing else of it; a service pool's mean is followed below)
                         wake = min(wake, t + delay)
                     if busy == 0 and t > n.launched and n.group != GUARANTEED:
                         # an empty stretch still to be read: the windows read all idle from t + w - 1 + delay
