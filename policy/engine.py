@@ -403,7 +403,10 @@ def _cooling(groups, now: datetime, cooldown_minutes: int) -> str | None:
 
 
 def _shows_work(ps: PoolSettings, node: Node) -> bool:
-    """Any known signal of GPU work: a utilization figure at or above the idle threshold, or a GPU requested."""
+    """Any known signal of GPU work: a GPU pod on it now, a utilization figure at or above the idle threshold, or
+    a GPU requested."""
+    if node.gpu_pods:
+        return True
     threshold = node_idle_threshold_pct(ps)
     for v in (node.max_utilization_pct, node.recent_max_utilization_pct, node.avg_utilization_pct):
         if v is not None and v >= threshold:
@@ -422,6 +425,10 @@ def _idle_verdict(ps: PoolSettings, node: Node, now: datetime) -> tuple[bool | N
     threshold; work that ended before the window (a job that finished) does not keep the node, work within it
     does. The tick reads the node's pods once more before terminating it (policy/tick.py).
     """
+    if node.gpu_pods:
+        # a GPU pod on it in this tick's pod list: busy, whatever the minutes-old metrics say (a pod that landed
+        # after their newest datapoint); the tick would refuse the termination anyway, after cordoning it
+        return False, ""
     threshold = node_idle_threshold_pct(ps)
     reserved = node.max_reserved_pct
     recent, longer, mean = node.recent_max_utilization_pct, node.max_utilization_pct, node.avg_utilization_pct

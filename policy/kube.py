@@ -125,6 +125,8 @@ class PendingPodsPort(Protocol):
 
     def gpu_pod_arrivals(self, pools: list[str], since: datetime) -> dict[str, tuple[tuple[datetime, int], ...]]: ...
 
+    def gpu_pods_by_node(self) -> dict[str, int]: ...
+
 
 class NodeGuardPort(Protocol):
     """The check before a termination: cordon, then the node's pods (policy/tick.py)."""
@@ -288,6 +290,17 @@ class KubeClient:
             if len(targets) == 1:
                 found[targets.pop()].append((created, gpus))
         return {p: tuple(sorted(v)) for p, v in found.items()}
+
+
+    def gpu_pods_by_node(self) -> dict[str, int]:
+        """Node name -> unfinished pods bound to it that request a GPU, from the same pod list as pending_gpus
+        (no extra call): fresh where CloudWatch's datapoints are minutes old."""
+        found: dict[str, int] = {}
+        for pod in self._active_pods():
+            node = (pod.get("spec") or {}).get("nodeName")
+            if node and pod_gpus(pod) > 0:
+                found[node] = found.get(node, 0) + 1
+        return found
 
 
 def creation_time(pod: dict) -> datetime | None:

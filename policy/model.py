@@ -229,6 +229,9 @@ class Node:
     # max utilization over the last empty_timeout_minutes: an empty node goes before the idle timeout only when
     # its GPUs were also idle over that window (0 GPUs requested is one signal, not proof: issue 14)
     recent_max_utilization_pct: float | None = None
+    # GPU-requesting pods bound to the node in this tick's pod list (policy/kube.py gpu_pods_by_node): read from
+    # the API server, so fresh where the metrics are minutes old. None: unknown (the pod list failed).
+    gpu_pods: int | None = None
 
     @property
     def in_service(self) -> bool:

@@ -141,6 +141,12 @@ def observe(settings: Settings, ports: Ports, state: dict, now: datetime, errors
                                                    now - timedelta(minutes=window))
         except PolicyError as err:
             record(err)  # unknown arrivals keep no idle node warm: they go as before, once idle
+    bound: dict[str, int] | None = None
+    if pending is not None:
+        try:  # the same pod list as the pending pods: no extra call
+            bound = ports.pods.gpu_pods_by_node()
+        except PolicyError as err:
+            record(err)
     rhythm = _rhythm_rates(settings, state, arrivals, now)
     displaced: dict[str, list[int]] = {}
     if leaving and pending is not None and ports.nodes is not None:
@@ -181,6 +187,7 @@ def observe(settings: Settings, ports: Ports, state: dict, now: datetime, errors
                     s.avg_over(now, ps.scale_up_window_minutes) if s else None,
                     s.reserved_max_over(now, ps.empty_timeout_minutes) if s else None,
                     s.max_over(now, ps.empty_timeout_minutes) if s else None,
+                    bound.get(inst.node_name, 0) if bound is not None and inst.node_name else None,
                 ))
         pools.append(PoolObservation(ps.name, tuple(groups), tuple(nodes),
                                      None if pending is None else pending.get(ps.name, ())

@@ -337,6 +337,9 @@ class GpuLoan(Controller):
                 stats = sim.window_stats(n, distinct, at=read)
                 (mx, _), (_, avg), (reserved, _) = stats[at[0]], stats[at[1]], stats[at[2]]
                 key = (n.id, mx, avg, reserved)
+            if not n.warned and n.ready_at <= now:
+                # the pods bound to it, from the tick's pod list (fresh: one pod per job on the node)
+                key = key + (len(n.jobs),)
             node = cache.get(key)
             if node is None:
                 launched = SIM_EPOCH + timedelta(minutes=n.launched)
@@ -346,7 +349,8 @@ class GpuLoan(Controller):
                     node = Node(n.id, n.group, launched, LIFECYCLE_PENDING)
                 else:
                     # utilization over the empty window = the busy share = the reserved figure in the simulator
-                    node = Node(n.id, n.group, launched, LIFECYCLE_IN_SERVICE, key[1], key[2], key[3], key[3])
+                    node = Node(n.id, n.group, launched, LIFECYCLE_IN_SERVICE, key[1], key[2], key[3], key[3],
+                                key[4])
             if not n.warned and n.ready_at <= now:
                 # From this minute on the node reads the same until it changes (set_busy and the spot notice
                 # clear obs_cache).

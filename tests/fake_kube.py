@@ -96,6 +96,8 @@ class FakeKube:
         self.page_size = page_size
         self.fail_status: int | None = None
         self.fail_node_pods: int | None = None  # status for pod lists scoped to a node only
+        # pods only lists scoped to a node see: a pod that landed after the tick's cluster-wide list was read
+        self.late_pods: list[dict] = []
         self.delay_s = 0.0
         self.nodes: dict[str, dict] = {}  # name -> Node object
         self.patches: list[tuple[str, dict]] = []
@@ -161,7 +163,8 @@ class FakeKube:
                     return self._send(fake.fail_node_pods, {"kind": "Status", "reason": "fake failure"})
                 start = int((q.get("continue") or ["0"])[0])
                 limit = min(int((q.get("limit") or ["500"])[0]), fake.page_size)
-                selected = [p for p in fake.pods if _field_selector(selector)(p)]
+                scoped = "spec.nodeName=" in selector and not selector.endswith("spec.nodeName=")
+                selected = [p for p in fake.pods + (fake.late_pods if scoped else []) if _field_selector(selector)(p)]
                 page = selected[start:start + limit]
                 more = start + limit < len(selected)
                 return self._send(200, {"kind": "PodList", "items": page,

@@ -145,6 +145,8 @@ def test_gpu_pod_arrivals_are_recent_unfinished_gpu_pods_per_pool():
         # Demand and arrivals come from one list of the unfinished pods per tick (the client lives one tick).
         listed = len([r for r in kube.requests if r.startswith("GET /api/v1/pods") and "nodeName%3Dn1" not in r])
         assert client.pending_gpus(["p", "q"]) == {"p": (2, 1), "q": ()}
+        # the GPU pods bound to each node, unfinished (the finished, the CPU and the unbound pods do not count)
+        assert client.gpu_pods_by_node() == {"n1": 1, "n2": 1, "n3": 1}
         assert len([r for r in kube.requests if r.startswith("GET /api/v1/pods") and "nodeName%3Dn1" not in r]) \
             == listed
     finally:
@@ -322,6 +324,9 @@ class FakePods:
 
     def gpu_pod_arrivals(self, pools, since):
         return {p: () for p in pools}
+
+    def gpu_pods_by_node(self):
+        return {}
 
 
 class FakeNodes:

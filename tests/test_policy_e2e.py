@@ -238,9 +238,28 @@ def _research(logs: list) -> dict:
     {"phase": "Pending"},  # bound to the node, still pulling its image: the GPU metrics cannot see it yet
 ], ids=["running_gpu_pod", "starting_gpu_pod"])
 def test_a_gpu_pod_on_the_node_keeps_it(world, kube, lambda_dir, aws_env, pod):
-    """Issue 14 item 2: the metrics say idle (a job landed in the last minutes), the pods say otherwise."""
+    """Issue 14 item 2: the metrics say idle (a job landed in the last minutes), the pods say otherwise. The
+    tick's pod list shows the pod, so the node is not even planned for termination: no cordon, nothing to undo."""
     idle_node = world.node_name[world.idle]
     kube.pods.append(gpu_pod("late-job", 1, pool="research", node_name=idle_node, **pod))
+    result, logs = run_lambda(lambda_dir, aws_env, world.settings.to_json(), _env(world, kube), {})
+    assert world.instances("dev-research-spot") == sorted([world.idle, world.busy])
+    assert result["blocked"] == 0 and result["errors"] == []
+    assert not [a for a in _research(logs)["actions"] if a["kind"] == "terminate"]
+    assert not [name for name, _ in kube.patches if name == idle_node], "never cordoned"
+    assert not any("reclaimed" in m["Subject"] for m in world.messages())
+
+
+@requires_shared_prices
+@pytest.mark.parametrize("pod", [
+    {"phase": "Running"},
+    {"phase": "Pending"},
+], ids=["running_gpu_pod", "starting_gpu_pod"])
+def test_a_gpu_pod_that_lands_after_the_pod_list_keeps_the_node(world, kube, lambda_dir, aws_env, pod):
+    """The race the pre-termination check closes: the pod lands after the tick listed the pods (the plan says
+    terminate), before the node is cordoned; the check reads the node's pods and keeps it."""
+    idle_node = world.node_name[world.idle]
+    kube.late_pods.append(gpu_pod("late-job", 1, pool="research", node_name=idle_node, **pod))
     result, logs = run_lambda(lambda_dir, aws_env, world.settings.to_json(), _env(world, kube), {})
     assert world.instances("dev-research-spot") == sorted([world.idle, world.busy])
     assert result["blocked"] == 1 and result["errors"] == []

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import pytest
 
@@ -184,6 +184,14 @@ CASES = [
          # now; the booting instances go by id next tick.
          [("set", SPOT, 3, R.BUDGET_DRAIN)],
          settings=settings(pool_settings(budget_monthly_usd=2000.0))),
+    Case("a_booting_instance_a_gpu_pod_is_bound_to_is_not_cancelled",
+         # registered while its Auto Scaling lifecycle still says Pending:Wait, and a job already landed on it
+         observe(groups=[group(SPOT, 3, changed=1), group(OD, 0)],
+                 nodes=[node("i-a", max_util=90), node("i-b", lifecycle=LIFECYCLE_PENDING, max_util=None),
+                        replace(node("i-c", lifecycle="Pending:Wait", max_util=None), gpu_pods=1)],
+                 spend=spend(2100.0)),
+         [("set", SPOT, 2, R.BUDGET_DRAIN)],
+         settings=settings(pool_settings(budget_monthly_usd=2000.0))),
     Case("exhausted_budget_cancels_booting_instances_by_id",
          observe(groups=[group(SPOT, 3, changed=1), group(OD, 0)],
                  nodes=[node("i-a", max_util=90), node("i-b", lifecycle=LIFECYCLE_PENDING, max_util=None),
@@ -218,6 +226,16 @@ CASES = [
          [("term", "i-done", R.RECLAIM_IDLE)]),
     Case("work_within_the_empty_window_keeps_the_node",
          observe(nodes=[node("i-working", max_util=90.0, reserved=0.0, recent_util=40.0)], pending=()), []),
+    Case("a_gpu_pod_in_the_pod_list_keeps_a_node_the_metrics_call_idle",
+         # CloudWatch's newest datapoints predate the pod that landed on it; the tick's pod list does not
+         observe(nodes=[replace(idle("i-landed"), gpu_pods=1)], pending=()), [], {R.STEADY}),
+    Case("no_gpu_pod_in_the_pod_list_and_idle_metrics_reclaims",
+         observe(nodes=[replace(idle("i-gone"), gpu_pods=0)], pending=()), [("term", "i-gone", R.RECLAIM_IDLE)]),
+    Case("unknown_pods_per_node_leave_the_metrics_rule_as_it_was",
+         observe(nodes=[idle("i-unknown-pods")], pending=()), [("term", "i-unknown-pods", R.RECLAIM_IDLE)]),
+    Case("a_gpu_pod_in_the_pod_list_keeps_a_node_out_of_the_budget_drain",
+         observe(nodes=[replace(idle("i-landed2"), gpu_pods=2)], pending=(), env_spend=spend(10_000.0)), [],
+         {R.BUDGET_DRAIN}, settings=settings(env_budget=10_000.0)),
     Case("node_with_a_gpu_pod_is_not_empty",
          observe(nodes=[_node_reserved("i-holding", age=15, reserved=12.5)], pending=()), []),
     Case("node_without_reserved_data_is_not_empty",

@@ -76,7 +76,9 @@ def worlds(draw, missing_data: bool = False):
             ru = None if missing_data else draw(util_near_idle)
             # GPU reserved capacity: mostly 0 (empty) or one GPU's share, sometimes missing
             rv = None if missing_data else draw(st.one_of(st.none(), st.sampled_from([0.0, 0.0, 12.5, 100.0])))
-            nodes.append(Node(f"i-{gname}-{k}", gname, ago(draw(st.integers(0, 240))), lifecycle, mu, au, rv, ru))
+            pods = None if missing_data else draw(st.one_of(st.none(), st.sampled_from([0, 0, 0, 1, 3])))
+            nodes.append(Node(f"i-{gname}-{k}", gname, ago(draw(st.integers(0, 240))), lifecycle, mu, au, rv, ru,
+                              pods))
         if gname != FLOOR:
             groups.append(Group(gname, n_up + n_boot + extra, 0, 0, draw(st.sampled_from(["ACTIVE", "ACTIVE", "UPDATING"])),
                                 draw(st.one_of(st.none(), st.integers(0, 120).map(ago))), draw(st.booleans())))
@@ -220,7 +222,7 @@ def _shows_work(ps, n: Node) -> bool:
     utilization at or above the per-GPU idle threshold over the empty window, or, without a figure for it, over
     the idle window. (Work that ended before the window, a finished job, does not count.)"""
     threshold = node_idle_threshold_pct(ps)
-    if (n.max_reserved_pct or 0) > 0:
+    if (n.max_reserved_pct or 0) > 0 or (n.gpu_pods or 0) > 0:  # a GPU pod on it in this tick's pod list
         return True
     judged = ps.empty_timeout_minutes if n.recent_max_utilization_pct is not None else ps.idle_timeout_minutes
     figures = [n.recent_max_utilization_pct if n.recent_max_utilization_pct is not None else n.max_utilization_pct]
@@ -231,8 +233,8 @@ def _shows_work(ps, n: Node) -> bool:
 
 @given(worlds())
 def test_no_plan_terminates_a_node_with_gpu_work(world):
-    """Every signal must agree: a GPU requested by a pod, or a utilization figure at or above the per-GPU idle
-    threshold over the window the node is judged on, keeps the node; an in-service node also needs the data to
+    """Every signal must agree: a GPU pod on the node in this tick's pod list, a GPU requested by a pod, or a
+    utilization figure at or above the per-GPU idle threshold over the window the node is judged on, keeps the node; an in-service node also needs the data to
     say so (missing data is busy)."""
     s, obs = world
     ps = s.pools[0]
