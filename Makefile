@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STACK ?= dev
 .DEFAULT_GOAL := help  # `make` alone lists the targets
 
-.PHONY: help preview test test-deep install dev-install lint bench-config bench-policy bench-sim bench-advise benchmark bench-what-if schema clean
+.PHONY: help preview test test-deep install dev-install bench-config bench-policy bench-sim bench-advise benchmark bench-what-if schema clean
 
 # Public data beside the project (never copied into it): the price table is the offline price file when present,
 # unless the caller set one; otherwise prices come from the cache `gpuloan prices refresh` fills (docs/prices.md).

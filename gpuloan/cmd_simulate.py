@@ -124,9 +124,9 @@ def run(args) -> int:
         else:
             _seeds_table(doc)
         return 0
+    policies = all_policies(spec, warm_up=args.warm_up, what_if=args.what_if)
     doc = _with_progress(lambda progress: runner.compare(spec, trace, settings, progress=progress,
-                                                         policies=all_policies(spec, warm_up=args.warm_up, what_if=args.what_if)),
-                         args.json)
+                                                         policies=policies), args.json)
     series = doc.pop("_series")
     doc["dominated_by"] = runner.dominated_by(doc)
     peak_gpus = spec.peak_nodes * spec.gpus_per_node

@@ -291,7 +291,6 @@ class KubeClient:
                 found[targets.pop()].append((created, gpus))
         return {p: tuple(sorted(v)) for p, v in found.items()}
 
-
     def gpu_pods_by_node(self) -> dict[str, int]:
         """Node name -> unfinished pods bound to it that request a GPU, from the same pod list as pending_gpus
         (no extra call): fresh where CloudWatch's datapoints are minutes old."""
