@@ -565,8 +565,12 @@ def keep_warm_nodes(ps: PoolSettings, arrivals, now: datetime) -> int:
     comes, a relaunch: launch_minutes paid for a node that boots, plus launch_minutes that the job waits, a
     minute of waiting valued at the price of the capacity it waits for. So the k-th node is kept while
     k / rate < 2 x launch_minutes, i.e. k < 2 x launch_minutes x rate."""
-    rate = arrival_rate_nodes_per_minute(ps, arrivals, now)
-    if rate <= 0:
+    return _nodes_that_pay(ps, arrival_rate_nodes_per_minute(ps, arrivals, now))
+
+
+def _nodes_that_pay(ps: PoolSettings, rate: float | None) -> int:
+    """The k-th spare node pays for itself while k / rate < 2 x launch_minutes (keep_warm_nodes)."""
+    if rate is None or rate <= 0:
         return 0
     return max(0, math.ceil(2.0 * ps.launch_minutes * rate - 1e-9) - 1)
 
@@ -581,10 +585,7 @@ def warm_up_nodes(ps: PoolSettings, po: PoolObservation) -> int:
     the k-th node pays for itself while k / rate < 2 x launch_minutes: it serves a job up to launch_minutes
     after it is ready at no wait, and saves that job's launch_minutes of waiting; so k < 2 x launch_minutes x
     rate, as for keeping one."""
-    rate = po.rhythm_rate_nodes_per_minute
-    if not ps.warm_up or rate is None or rate <= 0:
-        return 0
-    return max(0, math.ceil(2.0 * ps.launch_minutes * rate - 1e-9) - 1)
+    return _nodes_that_pay(ps, po.rhythm_rate_nodes_per_minute) if ps.warm_up else 0
 
 
 def _warm_up_launches(ps: PoolSettings, po: PoolObservation, elastic_nodes: list[Node], coming: int,
@@ -598,7 +599,7 @@ def _warm_up_launches(ps: PoolSettings, po: PoolObservation, elastic_nodes: list
         return 0
     if any(n.max_reserved_pct is None for n in elastic_nodes):
         return 0
-    empty = sum(1 for n in elastic_nodes if n.max_reserved_pct == 0)
+    empty = sum(1 for n in elastic_nodes if n.max_reserved_pct == 0 and not n.gpu_pods)  # a pod landed: not spare
     return max(0, target - max(0, empty + coming - needed))
 
 

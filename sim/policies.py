@@ -259,7 +259,6 @@ class GpuLoan(Controller):
         self.decide = engine.decide  # the real one; tests check the identity
         self.calls = 0
         self.reasons: dict[str, int] = {}
-        self.kept_by_pod_check = 0  # terminations the pre-termination pod check refused
 
     def start(self, sim: Simulation) -> None:
         ps = self._given or pool_settings(sim.spec)
@@ -488,12 +487,6 @@ class GpuLoan(Controller):
                 sim.set_desired(action.group, action.desired_to)
             elif action.kind == ACTION_TERMINATE:
                 quiet = False
-                node = sim.nodes.get(action.instance_id)
-                if node is not None and node.jobs:
-                    # the tick's last check (policy/tick.py): it cordons the node and reads its pods, fresh from
-                    # the API server; a GPU pod keeps it (a pod landed after the delayed datapoints were taken)
-                    self.kept_by_pod_check += 1
-                    continue
                 sim.terminate(action.instance_id, decrement=True)
         self._last_reasons = reasons
         self._quiet_plan = quiet

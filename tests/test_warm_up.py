@@ -129,6 +129,17 @@ def test_no_warm_up_launch_while_a_node_cannot_be_read():
     assert not [a for a in plan.changes if a.reason == R.WARM_UP]
 
 
+def test_a_node_a_pod_just_landed_on_is_no_spare():
+    """Its CloudWatch figures (minutes old) still say no GPU requested; the tick's pod list says a job runs on
+    it: the spares the rhythm asks for are launched as if it were not there."""
+    from dataclasses import replace
+
+    landed = [replace(idle(f"i-{k}"), gpu_pods=1) for k in range(2)]
+    [a] = decide(WARM, _with_rhythm(observe(nodes=landed), 0.25), NOW).changes
+    assert (a.reason, a.desired_to - a.desired_from) == (R.WARM_UP, 2)
+    assert decide(WARM, _with_rhythm(observe(nodes=[idle("i-0"), idle("i-1")]), 0.25), NOW).changes == ()
+
+
 def test_warm_up_rides_on_a_pending_scale_up():
     [a] = decide(WARM, _with_rhythm(observe(pending=(1,)), 0.25), NOW).changes
     assert (a.desired_to, a.reason) == (3, R.SCALE_UP_PENDING)  # 1 for the pod + 2 spares
