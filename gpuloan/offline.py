@@ -396,6 +396,12 @@ def _docker_build_image(name: str, inputs: dict[str, Any], region: str) -> dict[
     return {"digest": digest, "ref": f"{tags[0]}@{digest}" if tags else ""}
 
 
+@outputs_for("aws:iam/role:Role")
+def _iam_role(name: str, inputs: dict[str, Any], region: str) -> dict[str, Any]:
+    # As for policies: the path is part of the role's ARN, so a path change shows as a new ARN wherever it is used.
+    return {"arn": f"arn:aws:iam::{ACCOUNT_ID}:role{inputs.get('path') or '/'}{inputs.get('name', name)}"}
+
+
 @outputs_for("aws:iam/policy:Policy")
 def _iam_policy(name: str, inputs: dict[str, Any], region: str) -> dict[str, Any]:
     # IAM's real ARN shape: global (no region), the path inside the ARN (IAM patterns match on it).

@@ -170,7 +170,7 @@ def test_managed_addons_are_pinned(recorded, stack):
         assert addon.inputs["clusterName"] == f"gpuloan-{stack}"
     # The CNI gets its AWS permissions through IRSA bound to exactly kube-system/aws-node, not the node role.
     cni_role_arn = addons["vpc-cni"].inputs["serviceAccountRoleArn"]
-    [cni_role] = [r for r in in_cluster(rec, "aws:iam/role:Role") if cni_role_arn.endswith("/" + mock_id(rec, r))]
+    [cni_role] = [r for r in in_cluster(rec, "aws:iam/role:Role") if r.outputs["arn"] == cni_role_arn]
     trust = json.loads(cni_role.inputs["assumeRolePolicy"])
     [stmt] = trust["Statement"]
     assert stmt["Action"] == "sts:AssumeRoleWithWebIdentity"

@@ -105,3 +105,83 @@ def test_the_pr_comment_names_a_replaced_floor(prod_base):
     assert "refuses this until protection is lifted" in markdown
     text = cost_diff.render_text([d], "main")
     assert "node group: FLOOR replaces `prod-training-guaranteed` (2× p4d.24xlarge)" in text
+
+
+# --- blockers: the cluster, a floor, a reservation (issue 24 item 2) -------------------------------------------
+
+def _without_role_paths(self, args):
+    # The program as it was before every role got an IAM path (stacks/role_guard.py): types recorded, roles as
+    # declared (no path, no boundary). A stack deployed then has these roles in its state.
+    self.declared_types.add(args.type_)
+    return None
+
+
+def test_an_upgrade_that_adds_role_paths_replaces_neither_the_cluster_nor_any_group(monkeypatch, prod_base):
+    from stacks import role_guard
+
+    with monkeypatch.context() as m:
+        m.setattr(role_guard.RoleGuard, "_transform", _without_role_paths)
+        before_paths = _doc("prod", stack_config("prod"))
+    roles = [r for r in prod_base["resources"] if r["type"] == rollout.IAM_ROLE]
+    assert roles and all(r["inputs"].get("path") for r in roles), "today's plan puts every role under a path"
+    assert all("path" in r["ignore_changes"] for r in roles)
+    # The deployed roles keep their path (ignore_changes), so their ARNs, the cluster's roleArn and every node
+    # group's nodeRoleArn stay as they are.
+    assert rollout.blockers(before_paths, prod_base) == []
+    assert rollout.group_changes(before_paths, prod_base) == []
+
+
+def test_a_role_path_change_that_replaces_the_role_is_traced_to_the_cluster(monkeypatch):
+    # The same upgrade without the path kept from the state: the path forces new roles, new ARNs, and the
+    # cluster's roleArn (ForceNew) a new cluster; every node group's nodeRoleArn a new group.
+    from stacks import role_guard
+
+    with monkeypatch.context() as m:
+        m.setattr(role_guard.RoleGuard, "_transform", _without_role_paths)
+        before_paths = _doc("prod", stack_config("prod"))
+    monkeypatch.setattr(role_guard, "KEPT_FROM_STATE", ())
+    head = _doc("prod", stack_config("prod"))
+    found = rollout.blockers(before_paths, head)
+    assert found[0].sentence() == "replaces the EKS cluster `gpuloan-prod` (roleArn)"
+    assert {b.name for b in found if b.what == "floor"} == {"prod-training-guaranteed", "prod-inference-guaranteed"}
+    assert all(c.action == "replaces" and "nodeRoleArn" in c.reasons for c in rollout.group_changes(before_paths, head))
+
+
+def test_renaming_the_environment_blocks_on_the_cluster(prod_base):
+    config = stack_config("prod")
+    config["gpuloan:environment"] = "production"
+    head = _doc("prod", config)
+    # Every resource name changes with the environment, so every URN is new: the old cluster is deleted.
+    assert any(b.what == "EKS cluster" and b.action == "deletes" for b in rollout.blockers(prod_base, head))
+
+
+def test_moving_the_floor_blocks_on_the_floor_and_its_reservation(prod_base):
+    config = stack_config("prod")
+    config["gpuloan:pools"][0]["guaranteed"]["availability_zone"] = "us-east-1b"
+    found = rollout.blockers(prod_base, _doc("prod", config))
+    assert [(b.what, b.action, b.name) for b in found] == [
+        ("floor", "replaces", "prod-training-guaranteed"),
+        ("capacity reservation", "replaces", "training-guaranteed-odcr")]
+
+
+def test_raising_the_floor_blocks_nothing(prod_base):
+    config = stack_config("prod")
+    config["gpuloan:pools"][0]["guaranteed"]["nodes"] = 3
+    assert rollout.blockers(prod_base, _doc("prod", config)) == []
+
+
+def test_the_pr_comment_and_the_local_preview_show_blockers(prod_base):
+    from gpuloan import cost_comment
+
+    config = stack_config("prod")
+    config["gpuloan:pools"][0]["guaranteed"]["availability_zone"] = "us-east-1b"
+    d = cost_diff.diff_stack("prod", cost_diff.Side(doc=prod_base), cost_diff.Side(doc=_doc("prod", config)))
+    markdown = cost_comment.render_markdown([d], "main")
+    assert "> ⛔ **Blocker**: this change replaces the floor `prod-training-guaranteed`" in markdown
+    assert "> ⛔ **Blocker**: this change replaces the capacity reservation `training-guaranteed-odcr` " \
+           "(availabilityZone)" in markdown
+    table = cost_comment.render_table([d], "main")
+    assert "BLOCKER prod: this change replaces the capacity reservation `training-guaranteed-odcr`" in table
+    assert len(cost_comment.to_json([d], "main")["stacks"][0]["blockers"]) == 2
+    quiet = cost_diff.diff_stack("prod", cost_diff.Side(doc=prod_base), cost_diff.Side(doc=copy.deepcopy(prod_base)))
+    assert "Blocker" not in cost_comment.render_markdown([quiet], "main")
