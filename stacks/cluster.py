@@ -103,6 +103,7 @@ class Cluster(pulumi.ComponentResource):
             self._existing(cfg.cluster)
         else:
             self._new(name, cfg, cfg.cluster)
+        self._admit_ci_runners(name, cfg)
         self.register_outputs({
             "name": self.name, "arn": self.arn, "endpoint": self.endpoint,
             "oidc_provider_arn": self.oidc_provider_arn, "node_role_arn": self.node_role_arn,
@@ -120,6 +121,24 @@ class Cluster(pulumi.ComponentResource):
             aws.iam.RolePolicyAttachment(f"{name}-node-{policy}", role=role.name,
                                          policy_arn=managed_policy_arn(cfg.region, policy), opts=child)
         return role
+
+    def _admit_ci_runners(self, name: str, cfg: GpuLoanConfig) -> None:
+        """Self-hosted CI runners reach the private endpoint through the cluster security group, which otherwise
+        admits only the control plane and the nodes: one 443 rule per runner security group or CIDR."""
+        gh = cfg.github
+        if gh is None:
+            return
+        child = pulumi.ResourceOptions(parent=self)
+        for sg in gh.runner_security_group_ids:
+            aws.vpc.SecurityGroupIngressRule(
+                f"{name}-ci-runner-{sg}", security_group_id=self.cluster_security_group_id, ip_protocol="tcp",
+                from_port=443, to_port=443, referenced_security_group_id=sg,
+                description="gpuloan CI self-hosted runners -> EKS API", opts=child)
+        for cidr in gh.runner_private_cidrs:
+            aws.vpc.SecurityGroupIngressRule(
+                f"{name}-ci-runner-{cidr.replace('/', '-')}", security_group_id=self.cluster_security_group_id,
+                ip_protocol="tcp", from_port=443, to_port=443, cidr_ipv4=cidr,
+                description="gpuloan CI self-hosted runners -> EKS API", opts=child)
 
     def subnet_ids_in(self, availability_zone: str | None) -> pulumi.Output[list[str]]:
         """Private subnets for nodes: all of them, or those of one AZ (a reservation's)."""

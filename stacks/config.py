@@ -337,6 +337,10 @@ class Alarms(Strict):
     fallback_minutes: int = Field(120, ge=5, le=1440, description="Fallback alarm: on-demand fallback active this long.")
 
 
+# Self-hosted runners named by CIDR: their subnets, never a /8 (docs/gitops.md, "CI and the cluster API").
+RUNNER_PRIVATE_CIDR_MIN_PREFIX = 16
+
+
 class CiClusterAccess(StrEnum):
     self_hosted = "self_hosted"
     runner_cidrs = "runner_cidrs"
@@ -370,6 +374,17 @@ class GitHub(Strict):
         description="Public egress CIDRs of the CI runners, e.g. GitHub larger runners with static IP ranges "
         "(cluster_access: runner_cidrs); added to the cluster endpoint's public allow-list.")
 
+    runner_security_group_ids: list[Annotated[str, Field(pattern=r"^sg-[0-9a-f]{8,17}$")]] = Field(
+        default_factory=list, max_length=10,
+        description="Security groups of the self-hosted runners (cluster_access: self_hosted): the cluster security "
+        "group admits them on 443 (the private endpoint answers nothing else). Runners in the cluster's VPC or a "
+        "peered VPC of the same region. A new cluster needs this or runner_private_cidrs.")
+    runner_private_cidrs: list[str] = Field(
+        default_factory=list, max_length=10,
+        description="Private CIDRs of the self-hosted runners where a security group cannot be referenced (a VPC "
+        "reached through a Transit Gateway): each is admitted on 443 to the cluster security group. /16 or "
+        "narrower, RFC 1918.")
+
     state_bucket: str | None = Field(
         None, pattern=r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$",
         description="S3 bucket of a self-managed Pulumi backend (PULUMI_BACKEND_URL=s3://<bucket>) instead of Pulumi "
@@ -378,6 +393,18 @@ class GitHub(Strict):
         None, pattern=r"^arn:aws(-[a-z]+)*:kms:[a-z0-9-]+:\d{12}:key/[0-9a-f-]{36}$",
         description="KMS key of an awskms:// secrets provider: both roles may decrypt with it (a preview decrypts the "
         "stack's secret config), the deploy role also encrypt. Only with state_bucket.")
+
+    @field_validator("runner_private_cidrs")
+    @classmethod
+    def _runner_private_cidrs(cls, v: list[str]) -> list[str]:
+        for cidr in v:
+            net = ipaddress.ip_network(cidr, strict=True)
+            rfc1918 = any(net.subnet_of(ipaddress.ip_network(n)) for n in ("10.0.0.0/8", "172.16.0.0/12",
+                                                                              "192.168.0.0/16"))
+            if net.version != 4 or net.prefixlen < RUNNER_PRIVATE_CIDR_MIN_PREFIX or not rfc1918:
+                raise ValueError(f"'{cidr}' must be a private (RFC 1918) IPv4 CIDR of /{RUNNER_PRIVATE_CIDR_MIN_PREFIX} "
+                                 "or narrower: the runners' own subnets, not a whole network")
+        return v
 
     @field_validator("runner_cidrs")
     @classmethod
@@ -726,7 +753,15 @@ def _github_problems(cfg: GpuLoanConfig) -> list[tuple[str, str]]:
             out.append(("github.runner_labels", "name the labels of the self-hosted runners in the cluster's VPC"))
         if gh.runner_cidrs:
             out.append(("github.runner_cidrs", "only with cluster_access: runner_cidrs"))
+        if isinstance(cfg.cluster, NewCluster) and not (gh.runner_security_group_ids or gh.runner_private_cidrs):
+            # The endpoint's private access answers through the cluster security group, which admits only the
+            # control plane and the nodes: without a rule every Kubernetes call of the pulumi jobs times out.
+            out.append(("github.runner_security_group_ids", "name the self-hosted runners' security group(s) (or "
+                        "github.runner_private_cidrs): the cluster security group must admit them on 443, or every "
+                        "preview and deploy times out on the private endpoint"))
     else:
+        if gh.runner_security_group_ids or gh.runner_private_cidrs:
+            out.append(("github.runner_security_group_ids", "only with cluster_access: self_hosted"))
         if not gh.runner_cidrs:
             out.append(("github.runner_cidrs", "list the runners' public egress CIDRs"))
         if not isinstance(cfg.cluster, NewCluster):
