@@ -168,6 +168,7 @@ def _reserved_rate(instance_type: str, region: str, term: dict) -> CommitmentRat
 # and "Lambda-GB-Second-ARM" are other products). Exactly one SKU must remain, as for instances.
 PLATFORM_QUERIES: dict[str, tuple[str, tuple[tuple[str, str, str], ...], str, str]] = {
     "eks_cluster": ("AmazonEKS", (), "AmazonEKS-Hours:perCluster", "Hrs"),
+    "eks_extended_support": ("AmazonEKS", (), "AmazonEKS-Hours:extendedSupport", "Hrs"),
     "nat_gateway": ("AmazonEC2", (("TERM_MATCH", "productFamily", "NAT Gateway"),), "NatGateway-Hours", "Hrs"),
     "nat_gateway_data": ("AmazonEC2", (("TERM_MATCH", "productFamily", "NAT Gateway"),), "NatGateway-Bytes", "GB"),
     "ebs_gp3_storage": ("AmazonEC2", (("TERM_MATCH", "productFamily", "Storage"),

@@ -133,12 +133,12 @@ class Cluster(pulumi.ComponentResource):
             aws.vpc.SecurityGroupIngressRule(
                 f"{name}-ci-runner-{sg}", security_group_id=self.cluster_security_group_id, ip_protocol="tcp",
                 from_port=443, to_port=443, referenced_security_group_id=sg,
-                description="gpuloan CI self-hosted runners -> EKS API", opts=child)
+                description="gpuloan CI self-hosted runners -> EKS API", tags={tags.TAG_TIER: "platform"}, opts=child)
         for cidr in gh.runner_private_cidrs:
             aws.vpc.SecurityGroupIngressRule(
                 f"{name}-ci-runner-{cidr.replace('/', '-')}", security_group_id=self.cluster_security_group_id,
                 ip_protocol="tcp", from_port=443, to_port=443, cidr_ipv4=cidr,
-                description="gpuloan CI self-hosted runners -> EKS API", opts=child)
+                description="gpuloan CI self-hosted runners -> EKS API", tags={tags.TAG_TIER: "platform"}, opts=child)
 
     def subnet_ids_in(self, availability_zone: str | None) -> pulumi.Output[list[str]]:
         """Private subnets for nodes: all of them, or those of one AZ (a reservation's)."""

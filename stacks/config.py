@@ -17,7 +17,7 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, EmailStr, Field, ValidationError, field_validator
 
-from stacks import catalog, floor_pricing
+from stacks import catalog, floor_pricing, versions
 
 HOURS_PER_MONTH = 730  # AWS's convention for monthly estimates
 
@@ -115,7 +115,7 @@ BIN_PACKING_MIN_VERSION = (1, 31)
 
 class NewCluster(Strict):
     mode: Literal["new"] = Field("new", description="`new`: gpuloan creates the VPC and the EKS cluster.")
-    kubernetes_version: str = Field("1.33", pattern=r"^1\.(2[89]|3\d)$", description="EKS Kubernetes version.")
+    kubernetes_version: str = Field(versions.DEFAULT_KUBERNETES_VERSION, pattern=r"^1\.(2[89]|3\d)$", description="EKS Kubernetes version (one with pinned add-ons, stacks/versions.py; EKS upgrades one minor version at a time).")
     vpc_cidr: str = Field("10.40.0.0/16", description="IPv4 CIDR of the new VPC (/16 to /20).")
     availability_zones: list[str] = Field(min_length=2, max_length=6, description="AZs for subnets and nodes (EKS needs two or more; lettered a-f; the order does not matter: each AZ's subnets sit at its letter's slot).")
     public_endpoint_cidrs: list[str] = Field(
@@ -157,7 +157,7 @@ class NewCluster(Strict):
 class ExistingCluster(Strict):
     mode: Literal["existing"] = Field(description="`existing`: use a cluster you already run; no network is created.")
     name: str = Field(pattern=r"^[0-9A-Za-z][A-Za-z0-9\-_]{0,99}$", description="Name of the existing EKS cluster.")
-    kubernetes_version: str = Field("1.33", pattern=r"^1\.(2[89]|3\d)$", description="The cluster's version (manifests are validated against it).")
+    kubernetes_version: str = Field(versions.DEFAULT_KUBERNETES_VERSION, pattern=r"^1\.(2[89]|3\d)$", description="The cluster's version (manifests are validated against it).")
     availability_zones: list[str] = Field(
         default_factory=list, description="AZs whose cluster subnets GPU nodes may use; empty means all."
     )
