@@ -33,6 +33,7 @@ class RecordedResource:
     custom: bool
     ignore_changes: list[str] = field(default_factory=list)
     protect: bool = False
+    delete_before_replace: bool = False
     provider: str = ""
     dependencies: list[str] = field(default_factory=list)  # URNs of depends_on (creation order the engine keeps)
 
@@ -264,6 +265,7 @@ def _make_monitor(mocks: OfflineMocks, records: list[RecordedResource]):
                     custom=bool(request.custom),
                     ignore_changes=list(request.ignoreChanges),
                     protect=bool(request.protect),
+                    delete_before_replace=bool(request.deleteBeforeReplace),
                     provider=request.provider,
                     dependencies=list(request.dependencies),
                 ))
