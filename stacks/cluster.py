@@ -14,7 +14,7 @@ import pulumi
 import pulumi_aws as aws
 
 from stacks import tags, versions
-from stacks.config import ExistingCluster, GpuLoanConfig, NewCluster, endpoint_public_cidrs
+from stacks.config import BIN_PACKING_MIN_VERSION, ExistingCluster, GpuLoanConfig, NewCluster, endpoint_public_cidrs
 from stacks.network import Network
 from stacks.system_nodes import system_node_group
 
@@ -27,13 +27,32 @@ CONTROL_PLANE_LOG_TYPES = ["api", "audit", "authenticator", "controllerManager",
 BIN_PACKING_RESOURCES = (("cpu", 1), ("memory", 1), ("nvidia.com/gpu", 3))
 
 
-def bin_packing_config() -> aws.eks.ClusterKubeSchedulerConfigArgs:
+# cluster.bin_packing: false sends kube-scheduler's own default scoring (NodeResourcesFitArgs: LeastAllocated over cpu
+# and memory, weight 1 each) instead of no block: EKS merges a scheduler configuration update into the one it has,
+# and an omitted block sends nothing, so turning bin packing off would otherwise leave MostAllocated in place.
+DEFAULT_SCORING = ("LeastAllocated", (("cpu", 1), ("memory", 1)))
+
+
+def _scoring(type_: str, resources) -> aws.eks.ClusterKubeSchedulerConfigArgs:
     return aws.eks.ClusterKubeSchedulerConfigArgs(
         node_resources_fit=aws.eks.ClusterKubeSchedulerConfigNodeResourcesFitArgs(
             scoring_strategy=aws.eks.ClusterKubeSchedulerConfigNodeResourcesFitScoringStrategyArgs(
-                type="MostAllocated",
+                type=type_,
                 resources=[aws.eks.ClusterKubeSchedulerConfigNodeResourcesFitScoringStrategyResourceArgs(
-                    name=n, weight=w) for n, w in BIN_PACKING_RESOURCES])))
+                    name=n, weight=w) for n, w in resources])))
+
+
+def bin_packing_config() -> aws.eks.ClusterKubeSchedulerConfigArgs:
+    return _scoring("MostAllocated", BIN_PACKING_RESOURCES)
+
+
+def scheduler_config(spec: NewCluster) -> aws.eks.ClusterKubeSchedulerConfigArgs | None:
+    """Bin packing, or the default scoring spelled out; nothing where EKS has no scheduler configuration (< 1.31)."""
+    if spec.bin_packing:
+        return bin_packing_config()
+    if tuple(int(p) for p in spec.kubernetes_version.split(".")) < BIN_PACKING_MIN_VERSION:
+        return None
+    return _scoring(*DEFAULT_SCORING)
 # Control-plane logs (audit especially) are large; keep enough for an incident review, not forever.
 CONTROL_PLANE_LOG_RETENTION_DAYS = 90
 KMS_DELETION_WINDOW_DAYS = 30
@@ -197,7 +216,7 @@ class Cluster(pulumi.ComponentResource):
             encryption_config=aws.eks.ClusterEncryptionConfigArgs(
                 resources=["secrets"], provider=aws.eks.ClusterEncryptionConfigProviderArgs(key_arn=key.arn)),
             enabled_cluster_log_types=CONTROL_PLANE_LOG_TYPES,
-            kube_scheduler_config=bin_packing_config() if spec.bin_packing else None,
+            kube_scheduler_config=scheduler_config(spec),
             # The networking add-ons are managed below with pinned versions instead of unmanaged defaults.
             bootstrap_self_managed_addons=False,
             tags=platform,

@@ -134,11 +134,15 @@ def test_bin_packing_sets_the_schedulers_scoring_on_the_cluster(recorded, stack)
     assert all(1 <= r["weight"] <= 100 for r in strategy["resources"])  # EKS ResourceWeight range
 
 
-def test_without_bin_packing_the_cluster_keeps_the_default_scheduler():
+def test_without_bin_packing_the_cluster_is_sent_the_default_scoring():
+    # EKS merges scheduler configuration updates and an omitted block sends nothing, so turning bin packing off
+    # must send kube-scheduler's default (LeastAllocated, cpu and memory weight 1) to take MostAllocated back.
     config = stack_config("dev")
     config["gpuloan:cluster"]["bin_packing"] = False
     [eks] = run_stack("dev", config).of_type(EKS)
-    assert "kubeSchedulerConfig" not in eks.inputs
+    strategy = eks.inputs["kubeSchedulerConfig"]["nodeResourcesFit"]["scoringStrategy"]
+    assert strategy["type"] == "LeastAllocated"
+    assert {r["name"]: r["weight"] for r in strategy["resources"]} == {"cpu": 1, "memory": 1}
 
 
 def test_bin_packing_needs_kubernetes_1_31():
