@@ -112,6 +112,12 @@ def _size(inputs: dict[str, Any], template: dict[str, Any] | None) -> str:
     return f"{scaling.get('desiredSize', scaling.get('maxSize', '?'))}× {kinds}"
 
 
+def _reservation_target(template: dict[str, Any] | None) -> str | None:
+    """The capacity reservation (ODCR or Capacity Block) a launch template targets, if any."""
+    spec = ((template or {}).get("inputs") or {}).get("capacityReservationSpecification") or {}
+    return (spec.get("capacityReservationTarget") or {}).get("capacityReservationId")
+
+
 def _template_id(resource: dict[str, Any]) -> str:
     """The launch template id a node group points at, as the offline preview assigns it (from the template's
     logical name), so a template's change can be traced to its group."""
@@ -243,10 +249,19 @@ def group_changes(base: dict[str, Any] | None, head: dict[str, Any] | None) -> l
                                if k not in LAUNCH_TEMPLATE_NO_NEW_VERSION and ta.get(k) != tb.get(k))
             if versioned:
                 roll.append(f"new launch template version ({', '.join(versioned)})")
+        new_reservation = False
         if _tier(a) == "guaranteed":
             for reservation, keys in replaced_reservations:
                 if reservation["parent"] == before["parent"]:
                     roll.append(f"new capacity reservation ({', '.join(keys)})")
+                    new_reservation = True
+        held = _reservation_target(tmpl_a)
+        if replace and _tier(a) == "guaranteed" and held and not new_reservation and held == _reservation_target(tmpl_b):
+            # The new group would target a reservation whose whole capacity the old group holds: its launches
+            # fail, so the floor group is replaced delete-first (stacks/guaranteed.py), with an outage.
+            nodes = (a.get("scalingConfig") or {}).get("desiredSize", "?")
+            replace.append(f"delete first: the reservation {held} stays and the old group holds all of it, so "
+                           f"{nodes} floor node(s) are down until the new group is up (docs/floor.md)")
         if replace:
             out.append(GroupChange("replaces", group_label(b), _tier(b), _size(b, tmpl_b), tuple(replace + roll)))
         elif roll:

@@ -90,7 +90,11 @@ class GuaranteedCapacity(pulumi.ComponentResource):
             labels={tags.LABEL_POOL: pool.name, tags.LABEL_TIER: TIER, tags.LABEL_CAPACITY: capacity},
             taints=[GPU_TAINT],
             tags=resource_tags,
-            opts=pulumi.ResourceOptions(parent=self, depends_on=depends_on, protect=cfg.protect_critical),
+            # A floor on a reservation is replaced delete-first: the reservation is sized to the floor, so a new
+            # group created beside the old one targets capacity the old group holds and its launches fail. The
+            # floor is down until the new group is up; the cost diff says so (gpuloan/rollout.py, docs/floor.md).
+            opts=pulumi.ResourceOptions(parent=self, depends_on=depends_on, protect=cfg.protect_critical,
+                                        delete_before_replace=self.reservation_id is not None),
         )
         self.register_outputs({"node_group_name": self.node_group.node_group_name,
                                "reservation_id": self.reservation_id})

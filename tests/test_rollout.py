@@ -185,3 +185,40 @@ def test_the_pr_comment_and_the_local_preview_show_blockers(prod_base):
     assert len(cost_comment.to_json([d], "main")["stacks"][0]["blockers"]) == 2
     quiet = cost_diff.diff_stack("prod", cost_diff.Side(doc=prod_base), cost_diff.Side(doc=copy.deepcopy(prod_base)))
     assert "Blocker" not in cost_comment.render_markdown([quiet], "main")
+
+
+# --- issue 24 item 6: a floor replaced while its reservation stays --------------------------------------------
+
+def _floor_group(doc, label):
+    [g] = [r for r in doc["resources"] if r["type"] == rollout.NODE_GROUP
+           and rollout.group_label(r["inputs"]) == label]
+    return g
+
+
+def test_a_floor_replaced_on_a_reservation_that_stays_is_delete_first_with_the_outage_stated(prod_base):
+    head = copy.deepcopy(prod_base)
+    # An input that forces a new group (e.g. an AMI type change) while the ODCR stays as it is.
+    _floor_group(head, "prod-training-guaranteed")["inputs"]["amiType"] = "AL2023_ARM_64_NVIDIA"
+    [floor] = [c for c in rollout.group_changes(prod_base, head) if c.group == "prod-training-guaranteed"]
+    assert floor.action == "replaces"
+    [why] = [r for r in floor.reasons if r.startswith("delete first")]
+    assert "the old group holds all of it, so 2 floor node(s) are down until the new group is up" in why
+    [blocker] = rollout.blockers(prod_base, head)
+    assert "delete first" in blocker.sentence()
+
+
+def test_moving_the_floor_with_its_reservation_is_not_held_by_the_old_group(prod_base):
+    config = stack_config("prod")
+    config["gpuloan:pools"][0]["guaranteed"]["availability_zone"] = "us-east-1b"
+    [floor] = [c for c in rollout.group_changes(prod_base, _doc("prod", config)) if c.group == "prod-training-guaranteed"]
+    assert not any(r.startswith("delete first") for r in floor.reasons)
+
+
+def test_floors_on_a_reservation_are_replaced_delete_first_and_others_create_first():
+    from conftest import run_stack
+
+    rec = run_stack("prod", stack_config("prod"))
+    groups = {rollout.group_label(r.inputs): r for r in rec.of_type(rollout.NODE_GROUP)}
+    assert groups["prod-training-guaranteed"].delete_before_replace  # targets its ODCR
+    assert not groups["prod-inference-guaranteed"].delete_before_replace  # no reservation: create first
+    assert not any(g.delete_before_replace for label, g in groups.items() if not label.endswith("-guaranteed"))
