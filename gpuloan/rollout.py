@@ -112,6 +112,14 @@ def _size(inputs: dict[str, Any], template: dict[str, Any] | None) -> str:
     return f"{scaling.get('desiredSize', scaling.get('maxSize', '?'))}× {kinds}"
 
 
+CAPACITY_BLOCK_STAGED = ("staged: a Capacity Block group is upgraded only at desired 0 (EKS); set "
+                         "capacity_block_active: false and apply, apply this change, then set it back (docs/floor.md)")
+
+
+def _desired(inputs: dict[str, Any]) -> int:
+    return int((inputs.get("scalingConfig") or {}).get("desiredSize") or 0)
+
+
 def _reservation_target(template: dict[str, Any] | None) -> str | None:
     """The capacity reservation (ODCR or Capacity Block) a launch template targets, if any."""
     spec = ((template or {}).get("inputs") or {}).get("capacityReservationSpecification") or {}
@@ -210,7 +218,7 @@ def blockers(base: dict[str, Any] | None, head: dict[str, Any] | None) -> list[B
         if keys:
             out.append(Blocker(what, name, "replaces", keys))
     for change in group_changes(base, head):
-        if change.is_floor and change.action in ("replaces", "deletes"):
+        if change.is_floor and (change.action in ("replaces", "deletes") or CAPACITY_BLOCK_STAGED in change.reasons):
             out.append(Blocker("floor", change.group, change.action, change.reasons))
     order = {"EKS cluster": 0, "floor": 1, "capacity reservation": 2}
     return sorted(out, key=lambda b: (order[b.what], b.name))
@@ -262,6 +270,9 @@ def group_changes(base: dict[str, Any] | None, head: dict[str, Any] | None) -> l
             nodes = (a.get("scalingConfig") or {}).get("desiredSize", "?")
             replace.append(f"delete first: the reservation {held} stays and the old group holds all of it, so "
                            f"{nodes} floor node(s) are down until the new group is up (docs/floor.md)")
+        if roll and not replace and a.get("capacityType") == "CAPACITY_BLOCK" and _desired(a) and _desired(b):
+            # EKS upgrades a Capacity Block group only at desired 0: the roll must be staged.
+            roll.append(CAPACITY_BLOCK_STAGED)
         if replace:
             out.append(GroupChange("replaces", group_label(b), _tier(b), _size(b, tmpl_b), tuple(replace + roll)))
         elif roll:

@@ -8,6 +8,7 @@ Every problem carries its path (`pools[1].elastic.max_nodes`) and all problems o
 
 from __future__ import annotations
 
+import datetime as dt
 import ipaddress
 import re
 from collections import Counter
@@ -25,6 +26,9 @@ SLUG = r"^[a-z][a-z0-9-]{0,30}[a-z0-9]$"
 AWS_REGION = r"^[a-z]{2}(-gov)?-[a-z]+-\d$"
 AZ_SUFFIX = re.compile(r"^[a-z]{2}(-gov)?-[a-z]+-\d[a-z]$")
 RESERVATION_ID = r"^cr-[0-9a-f]{8,17}$"
+# EKS scales a Capacity Block node group to 0 forty minutes before the block ends (its scheduled action "Amazon EKS
+# Node Group Capacity Scaledown Before Reservation End"; EC2 starts shutting the instances down 30 minutes before).
+CAPACITY_BLOCK_SCALEDOWN_BEFORE_END = dt.timedelta(minutes=40)
 # AWS Budgets limits: notifications per budget and email subscribers per notification.
 MAX_BUDGET_NOTIFICATIONS = 10
 MAX_BUDGET_EMAILS = 10
@@ -186,8 +190,14 @@ class Guaranteed(Strict):
     reservation_id: str | None = Field(None, pattern=RESERVATION_ID, description="Id of an existing reservation (cr-...).")
     availability_zone: str | None = Field(None, description="AZ of the reservation; the floor's nodes launch only there.")
     capacity_block_active: bool = Field(
-        False, description="capacity_block only: false keeps the node group at 0 nodes (AWS requires desired 0 "
-        "before the block starts); set true once the block is active to scale the floor to `nodes`.")
+        False, description="capacity_block only: false keeps the node group at 0 nodes (before the block starts, "
+        "launches into it fail; EKS upgrades a Capacity Block group only at desired 0); set true once the block is "
+        "active to scale the floor to `nodes`.")
+    capacity_block_end: dt.datetime | None = Field(
+        None, description="capacity_block only (required): the block's end time, UTC (ISO 8601, e.g. "
+        "2027-01-15T11:30:00Z, as EC2 DescribeCapacityReservations' EndDate). From 40 minutes before it (when EKS "
+        "scales the group to 0) the program sends desired 0 instead of `nodes`, so a later `pulumi up` never "
+        "raises the group against an expired block.")
 
     payment: FloorPayment | None = Field(
         None, description="How the floor is paid: `on_demand` (no commitment; an ODCR bills at on-demand), "
@@ -202,6 +212,18 @@ class Guaranteed(Strict):
     @classmethod
     def _type(cls, v: str) -> str:
         return _known_gpu_instance(v)
+
+    def floor_up(self, now: dt.datetime | None = None) -> bool:
+        """Whether the floor's node group should hold `nodes` now: always, except a Capacity Block before
+        capacity_block_active or from EKS's scale-down before its end (docs/floor.md)."""
+        if self.reservation != Reservation.capacity_block:
+            return True
+        if not self.capacity_block_active:
+            return False
+        if self.capacity_block_end is None:
+            return True  # refused by validation; kept total for callers that build configs in code
+        now = now or dt.datetime.now(dt.timezone.utc)
+        return now < self.capacity_block_end - CAPACITY_BLOCK_SCALEDOWN_BEFORE_END
 
     @property
     def price_model(self) -> str:
@@ -1046,6 +1068,16 @@ def _capacity_problems(cfg: GpuLoanConfig) -> list[tuple[str, str]]:
         g = pool.guaranteed
         if g is not None and g.capacity_block_active and g.reservation != Reservation.capacity_block:
             problems.append((f"pools[{i}].guaranteed.capacity_block_active", "only applies to reservation: capacity_block"))
+        if g is not None and g.capacity_block_end is not None and g.reservation != Reservation.capacity_block:
+            problems.append((f"pools[{i}].guaranteed.capacity_block_end", "only applies to reservation: capacity_block"))
+        if g is not None and g.reservation == Reservation.capacity_block:
+            if g.capacity_block_end is None:
+                problems.append((f"pools[{i}].guaranteed.capacity_block_end", "give the block's end time (UTC, e.g. "
+                                 "2027-01-15T11:30:00Z; EC2 DescribeCapacityReservations EndDate): after it the floor "
+                                 "must stop asking for nodes the block no longer has"))
+            elif g.capacity_block_end.tzinfo is None:
+                problems.append((f"pools[{i}].guaranteed.capacity_block_end", "give the time zone (Z for UTC): "
+                                 "a time without one is ambiguous"))
     # IAM refuses role names over 64 characters; the longest fixed name gpuloan gives a role is the policy
     # scheduler's (stacks/policy_function.py).
     longest_role = f"gpuloan-{cfg.environment}-policy-scheduler-{cfg.region}"

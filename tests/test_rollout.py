@@ -222,3 +222,48 @@ def test_floors_on_a_reservation_are_replaced_delete_first_and_others_create_fir
     assert groups["prod-training-guaranteed"].delete_before_replace  # targets its ODCR
     assert not groups["prod-inference-guaranteed"].delete_before_replace  # no reservation: create first
     assert not any(g.delete_before_replace for label, g in groups.items() if not label.endswith("-guaranteed"))
+
+
+# --- issue 24 item 7: Capacity Block floors: staged rolls, nothing asked of an ended block ---------------------
+
+def _block_config(active: bool, end: str = "2099-01-01T00:00:00Z") -> dict:
+    config = stack_config("dev")
+    config["gpuloan:pools"][0]["guaranteed"].update(
+        reservation="capacity_block", reservation_id="cr-0123456789abcdef0", availability_zone="us-east-1a",
+        capacity_block_active=active, capacity_block_end=end,
+        rate={"usd_per_hour": 1.0, "source": "test value standing in for the block's quote"})
+    return config
+
+
+def test_rolling_an_active_capacity_block_floor_must_be_staged():
+    base = _doc("dev", _block_config(active=True))
+    config = _block_config(active=True)
+    config["gpuloan:default_tags"]["cost-center"] = "research"  # a new launch template version: a roll
+    head = _doc("dev", config)
+    [floor] = [c for c in rollout.group_changes(base, head) if c.is_floor]
+    assert floor.action == "rolls" and rollout.CAPACITY_BLOCK_STAGED in floor.reasons
+    assert [b.name for b in rollout.blockers(base, head)] == ["dev-research-guaranteed"]
+    # At desired 0 (capacity_block_active: false) the same roll is what EKS accepts: no staging, no blocker.
+    idle = _block_config(active=False)
+    idle_head = copy.deepcopy(idle)
+    idle_head["gpuloan:default_tags"]["cost-center"] = "research"
+    [floor] = [c for c in rollout.group_changes(_doc("dev", idle), _doc("dev", idle_head)) if c.is_floor]
+    assert rollout.CAPACITY_BLOCK_STAGED not in floor.reasons
+
+
+def test_an_ended_capacity_block_is_asked_for_no_nodes():
+    import datetime as dt
+
+    from stacks import config as config_mod
+
+    g = config_mod.from_stack_yaml({"config": _block_config(active=True, end="2027-01-15T11:30:00Z")},
+                                   "dev").pools[0].guaranteed
+    end = dt.datetime(2027, 1, 15, 11, 30, tzinfo=dt.timezone.utc)
+    assert g.floor_up(end - dt.timedelta(minutes=41))
+    # From EKS's own scale-down, 40 minutes before the end, the program stops asking for the floor.
+    assert not g.floor_up(end - dt.timedelta(minutes=40))
+    assert not g.floor_up(end + dt.timedelta(days=3))
+    from stacks.guaranteed import floor_scaling
+
+    assert floor_scaling(g, end + dt.timedelta(days=3)) == (0, 0, g.nodes)
+    assert floor_scaling(g, end - dt.timedelta(hours=2)) == (g.nodes, g.nodes, g.nodes)
