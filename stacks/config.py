@@ -9,6 +9,7 @@ Every problem carries its path (`pools[1].elastic.max_nodes`) and all problems o
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import ipaddress
 import re
 from collections import Counter
@@ -837,6 +838,72 @@ _extra_rules: list = []
 def register_rule(fn):
     _extra_rules.append(fn)
     return fn
+
+
+# --- hardening rules (issue 24): inputs that passed silently ---------------------------------------------------
+
+# YAML 1.1 reads these as booleans or null: a name spelled so turns into another value in some tools (the Pulumi
+# CLI reads `environment: true` as a string, PyYAML and others as a bool), and reads as a flag to people.
+YAML_AMBIGUOUS_WORDS = frozenset({"true", "false", "yes", "no", "on", "off", "y", "n", "null", "none"})
+# Networks no public endpoint allow-list can usefully name: the endpoint sees the client's public address.
+NON_PUBLIC_NETWORKS = tuple(ipaddress.ip_network(n) for n in (
+    "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "127.0.0.0/8", "169.254.0.0/16"))
+
+
+@functools.cache
+def known_regions() -> frozenset[str]:
+    """Every region botocore's bundled endpoint data lists for EC2, in every partition."""
+    import boto3
+
+    session = boto3.session.Session()
+    return frozenset(r for partition in session.get_available_partitions()
+                     for r in session.get_available_regions("ec2", partition_name=partition))
+
+
+@functools.cache
+def known_instance_types() -> frozenset[str]:
+    """The EC2 instance types of botocore's bundled EC2 model (the `InstanceType` enum)."""
+    import boto3
+
+    client = boto3.session.Session(region_name="us-east-1").client("ec2")
+    return frozenset(client.meta.service_model.shape_for("InstanceType").enum)
+
+
+@register_rule
+def _hardening_problems(cfg: GpuLoanConfig) -> list[tuple[str, str]]:
+    problems: list[tuple[str, str]] = []
+    add = lambda path, msg: problems.append((path, msg))  # noqa: E731
+    if cfg.region not in known_regions():
+        add("region", f"'{cfg.region}' is not an AWS region (botocore's endpoint data lists none by that name; if "
+            "the region is new, update boto3)")
+    if cfg.environment.lower() in YAML_AMBIGUOUS_WORDS:
+        add("environment", f"'{cfg.environment}' reads as a YAML boolean/null; name the environment (dev, prod, ...)")
+    budgets = [("budget", cfg.budget)] + [(f"pools[{i}].budget", p.budget) for i, p in enumerate(cfg.pools) if p.budget]
+    for at, b in budgets:
+        seen: set[str] = set()
+        for j, email in enumerate(b.alert_emails):
+            if email.lower() in seen:
+                add(f"{at}.alert_emails[{j}]", f"'{email}' is listed twice (AWS Budgets refuses duplicate subscribers)")
+            seen.add(email.lower())
+    if isinstance(cfg.cluster, NewCluster):
+        for j, cidr in enumerate(cfg.cluster.public_endpoint_cidrs):
+            net = ipaddress.ip_network(cidr, strict=True)
+            if net.version == 4 and any(net.subnet_of(n) for n in NON_PUBLIC_NETWORKS):
+                add(f"cluster.public_endpoint_cidrs[{j}]", f"'{cidr}' is a private or reserved network: the public "
+                    "endpoint sees clients' public addresses (reach from inside the VPC uses the private endpoint)")
+        system_type = cfg.cluster.system_nodes.instance_type
+        if catalog.lookup(system_type) is not None or re.match(r"^(p|g|gr)\d", system_type):
+            add("cluster.system_nodes.instance_type", f"'{system_type}' is a GPU type; system nodes are small "
+                "non-GPU nodes (e.g. m7i.large): GPU pools are configured under pools")
+        elif system_type not in known_instance_types():
+            add("cluster.system_nodes.instance_type", f"'{system_type}' is not an EC2 instance type (not in "
+                "botocore's EC2 model)")
+    if (cfg.gpu_operator.enabled and cfg.gpu_operator.mig_strategy == MigStrategy.mixed
+            and cfg.scheduling.kueue.enabled):
+        add("gpu_operator.mig_strategy", "mixed exposes MIG slices as nvidia.com/mig-* resources, which the Kueue "
+            "ClusterQueues neither cover nor exclude, so such workloads are never admitted; use none or single, or "
+            "turn scheduling.kueue off")
+    return problems
 
 
 # --- entry points ------------------------------------------------------------------------------------------
