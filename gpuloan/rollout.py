@@ -181,6 +181,19 @@ def planned_inputs(base: dict[str, Any] | None, head: dict[str, Any] | None) -> 
     return {urn: _substitute(inputs, renames) for urn, inputs in out.items()}
 
 
+def _version_step(old: Any, new: Any) -> str | None:
+    """Why EKS refuses a control-plane version change, or None: it updates one minor version at a time, upward."""
+    try:
+        a, b = (tuple(int(x) for x in str(v).split(".")[:2]) for v in (old, new))
+    except ValueError:
+        return None
+    if a == b or (a[0] == b[0] and b[1] == a[1] + 1):
+        return None
+    if b < a:
+        return f"Kubernetes {old} -> {new}: EKS never downgrades a cluster"
+    return f"Kubernetes {old} -> {new}: EKS updates a cluster one minor version at a time (apply {a[0]}.{a[1] + 1} first)"
+
+
 @dataclass(frozen=True)
 class Blocker:
     """A change a reviewer must not merge by accident: the cluster, a floor or a reservation is replaced or deleted."""
@@ -217,6 +230,10 @@ def blockers(base: dict[str, Any] | None, head: dict[str, Any] | None) -> list[B
         keys = tuple(k for k in forcing if _changed(before["inputs"], planned[urn], k))
         if keys:
             out.append(Blocker(what, name, "replaces", keys))
+        elif kind == CLUSTER:
+            step = _version_step(before["inputs"].get("version"), planned[urn].get("version"))
+            if step:
+                out.append(Blocker(what, name, "upgrades", (step,)))
     for change in group_changes(base, head):
         if change.is_floor and (change.action in ("replaces", "deletes") or CAPACITY_BLOCK_STAGED in change.reasons):
             out.append(Blocker("floor", change.group, change.action, change.reasons))

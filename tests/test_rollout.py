@@ -267,3 +267,15 @@ def test_an_ended_capacity_block_is_asked_for_no_nodes():
 
     assert floor_scaling(g, end + dt.timedelta(days=3)) == (0, 0, g.nodes)
     assert floor_scaling(g, end - dt.timedelta(hours=2)) == (g.nodes, g.nodes, g.nodes)
+
+
+def test_a_kubernetes_jump_of_two_minor_versions_is_a_blocker():
+    old = stack_config("dev")
+    old["gpuloan:cluster"]["kubernetes_version"] = "1.33"
+    base = _doc("dev", old)
+    [blocker] = rollout.blockers(base, _doc("dev", stack_config("dev")))  # the shipped 1.35
+    assert blocker.sentence() == ("upgrades the EKS cluster `gpuloan-dev` (Kubernetes 1.33 -> 1.35: EKS updates a "
+                                  "cluster one minor version at a time (apply 1.34 first))")
+    step = stack_config("dev")
+    step["gpuloan:cluster"]["kubernetes_version"] = "1.34"
+    assert rollout.blockers(base, _doc("dev", step)) == []
