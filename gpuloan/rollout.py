@@ -191,7 +191,8 @@ def _version_step(old: Any, new: Any) -> str | None:
         return None
     if b < a:
         return f"Kubernetes {old} -> {new}: EKS never downgrades a cluster"
-    return f"Kubernetes {old} -> {new}: EKS updates a cluster one minor version at a time (apply {a[0]}.{a[1] + 1} first)"
+    return (f"Kubernetes {old} -> {new}: EKS updates a cluster one minor version at a time "
+            f"(apply {a[0]}.{a[1] + 1} first)")
 
 
 @dataclass(frozen=True)
@@ -219,7 +220,8 @@ def blockers(base: dict[str, Any] | None, head: dict[str, Any] | None) -> list[B
     for urn, before in old.items():
         kind = before["type"]
         if kind == CLUSTER:
-            what, forcing, name = "EKS cluster", CLUSTER_REPLACE_FORCING, str(before["inputs"].get("name") or before["name"])
+            name = str(before["inputs"].get("name") or before["name"])
+            what, forcing = "EKS cluster", CLUSTER_REPLACE_FORCING
         elif kind == CAPACITY_RESERVATION:
             what, forcing, name = "capacity reservation", CAPACITY_RESERVATION_REPLACE_FORCING, before["name"]
         else:

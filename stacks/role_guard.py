@@ -14,8 +14,10 @@ a new ARN. The EKS cluster's `role_arn` forces a new cluster, so giving the path
 before paths existed would delete the cluster and every node on it. Hence `ignore_changes=["path"]` on every role:
 Pulumi uses the program's value when it creates a role (new stacks, new roles get the path) and the value in the
 stack's state for a role it already has (Pulumi docs, "ignoreChanges"; docs/aws-rules.md). Such a role stays at
-its old path (`/`), outside the deploy role's reach; docs/gitops.md says what that means. The same hook records the resource types the program declares: the CI roles' policies are
-derived from them (stacks/github_oidc.py, built last).
+its old path (`/`), outside the deploy role's reach; docs/gitops.md says what that means.
+
+The same hook records the resource types the program declares: the CI roles' policies are derived from them
+(stacks/github_oidc.py, built last).
 """
 
 from __future__ import annotations

@@ -573,7 +573,8 @@ def test_capacity_block_offers_and_type_offerings_are_read_from_every_page():
         stub.add_response("describe_capacity_block_offerings",
                           {"CapacityBlockOfferings": [offer], "NextToken": "page-2"}, args)
         stub.add_response("describe_capacity_block_offerings",
-                          {"CapacityBlockOfferings": [{**offer, "UpfrontFee": "755.04"}]}, {**args, "NextToken": "page-2"})
+                          {"CapacityBlockOfferings": [{**offer, "UpfrontFee": "755.04"}]},
+                          {**args, "NextToken": "page-2"})
         rate = aws_prices.CapacityBlockReader(ec2).cheapest("p5.48xlarge", "us-east-1", "2026-12-01")
         filters = [{"Name": "instance-type", "Values": ["g6.xlarge", "p5.48xlarge"]}]
         stub.add_response("describe_instance_type_offerings",

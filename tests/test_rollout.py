@@ -210,7 +210,8 @@ def test_a_floor_replaced_on_a_reservation_that_stays_is_delete_first_with_the_o
 def test_moving_the_floor_with_its_reservation_is_not_held_by_the_old_group(prod_base):
     config = stack_config("prod")
     config["gpuloan:pools"][0]["guaranteed"]["availability_zone"] = "us-east-1b"
-    [floor] = [c for c in rollout.group_changes(prod_base, _doc("prod", config)) if c.group == "prod-training-guaranteed"]
+    changes = rollout.group_changes(prod_base, _doc("prod", config))
+    [floor] = [c for c in changes if c.group == "prod-training-guaranteed"]
     assert not any(r.startswith("delete first") for r in floor.reasons)
 
 
