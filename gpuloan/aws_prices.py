@@ -168,6 +168,7 @@ def _reserved_rate(instance_type: str, region: str, term: dict) -> CommitmentRat
 # and "Lambda-GB-Second-ARM" are other products). Exactly one SKU must remain, as for instances.
 PLATFORM_QUERIES: dict[str, tuple[str, tuple[tuple[str, str, str], ...], str, str]] = {
     "eks_cluster": ("AmazonEKS", (), "AmazonEKS-Hours:perCluster", "Hrs"),
+    "eks_extended_support": ("AmazonEKS", (), "AmazonEKS-Hours:extendedSupport", "Hrs"),
     "nat_gateway": ("AmazonEC2", (("TERM_MATCH", "productFamily", "NAT Gateway"),), "NatGateway-Hours", "Hrs"),
     "nat_gateway_data": ("AmazonEC2", (("TERM_MATCH", "productFamily", "NAT Gateway"),), "NatGateway-Bytes", "GB"),
     "ebs_gp3_storage": ("AmazonEC2", (("TERM_MATCH", "productFamily", "Storage"),
@@ -343,6 +344,17 @@ class SavingsPlansReader:
                 return list(out.values())
 
 
+def _paged(what: str, client, operation: str, **kwargs):
+    """Every page of a paged EC2 call: botocore's paginator follows NextToken; each page's errors are reported as
+    `_call` reports them (DescribeCapacityBlockOfferings and DescribeInstanceTypeOfferings are paged)."""
+    pages = iter(client.get_paginator(operation).paginate(**kwargs))
+    while True:
+        page = _call(what, lambda: next(pages, None))
+        if page is None:
+            return
+        yield page
+
+
 class CapacityBlockReader:
     def __init__(self, ec2_client):
         self._client = ec2_client
@@ -350,11 +362,12 @@ class CapacityBlockReader:
     def cheapest(self, instance_type: str, region: str, today: str, hours: int = 24,
                  count: int = 1) -> CommitmentRate | None:
         """The lowest effective hourly rate per instance among the Capacity Block offers open now, or None."""
-        page = _call(f"Capacity Block offerings of {instance_type} in {region}",
-                     self._client.describe_capacity_block_offerings, InstanceType=instance_type,
-                     InstanceCount=count, CapacityDurationHours=hours)
+        offers = [o for page in _paged(f"Capacity Block offerings of {instance_type} in {region}", self._client,
+                                       "describe_capacity_block_offerings", InstanceType=instance_type,
+                                       InstanceCount=count, CapacityDurationHours=hours)
+                  for o in page.get("CapacityBlockOfferings", [])]
         best = None
-        for o in page.get("CapacityBlockOfferings", []):
+        for o in offers:
             if o.get("CurrencyCode", "USD") != "USD":
                 continue
             duration = o.get("CapacityBlockDurationHours") or hours
@@ -377,9 +390,11 @@ class InstanceTypeReader:
         self._client = ec2_client
 
     def offered(self, instance_types: list[str], region: str) -> set[str]:
-        page = _call(f"instance type offerings in {region}", self._client.describe_instance_type_offerings,
-                     LocationType="region", Filters=[{"Name": "instance-type", "Values": list(instance_types)}])
-        return {o["InstanceType"] for o in page.get("InstanceTypeOfferings", [])}
+        return {o["InstanceType"]
+                for page in _paged(f"instance type offerings in {region}", self._client,
+                                   "describe_instance_type_offerings", LocationType="region",
+                                   Filters=[{"Name": "instance-type", "Values": list(instance_types)}])
+                for o in page.get("InstanceTypeOfferings", [])}
 
     def facts(self, instance_types: list[str]) -> dict[str, InstanceType]:
         if not instance_types:

@@ -101,11 +101,35 @@ def _clients(region: str, profile: str | None):
     session = boto3.Session(profile_name=profile) if profile else boto3.Session()
     # The Price List and Savings Plans APIs answer from us-east-1 for every region priced.
     return (session.client("pricing", region_name="us-east-1"), session.client("ec2", region_name=region),
-            session.client("savingsplans", region_name="us-east-1"))
+            session.client("savingsplans", region_name="us-east-1"), session.client("eks", region_name=region))
+
+
+def cluster_version_of(doc: dict[str, Any]) -> str:
+    """The stack's Kubernetes version, read straight from the stack file (the config's default when unset)."""
+    from stacks import versions
+
+    cluster = (doc.get("config") or {}).get("gpuloan:cluster") or {}
+    return str(cluster.get("kubernetes_version") or versions.DEFAULT_KUBERNETES_VERSION) if isinstance(
+        cluster, dict) else versions.DEFAULT_KUBERNETES_VERSION
+
+
+def version_support_lines(eks_client, version: str) -> list[str]:
+    """The live EKS support status of the stack's version (DescribeClusterVersions) and, where the offline calendar
+    in stacks/versions.py says otherwise, a note to update it (the preview prices the control plane from it)."""
+    from gpuloan import platform_costs
+
+    live = platform_costs.read_version_support(eks_client, version)
+    offline = platform_costs.version_support(version)
+    lines = [f"Kubernetes {version}: {live.status} (end of standard support {live.end_of_standard_support or '?'}; "
+             f"{live.source})"]
+    if (live.status, live.end_of_standard_support) != (offline.status, offline.end_of_standard_support):
+        lines.append(f"note: the offline calendar ({offline.source}) says {offline.status} until "
+                     f"{offline.end_of_standard_support or '?'}: update stacks/versions.py:EKS_VERSION_CALENDAR")
+    return lines
 
 
 def run_refresh(args, clients=None) -> int:
-    from botocore.exceptions import BotoCoreError, NoCredentialsError
+    from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 
     from gpuloan import aws_prices
 
@@ -121,7 +145,8 @@ def run_refresh(args, clients=None) -> int:
         print(f"error: {path.name} names no region or no GPU instance types to price", file=sys.stderr)
         return EXIT_BAD_INPUT
     try:
-        pricing, ec2, plans = clients or _clients(region, args.profile)
+        pricing, ec2, plans, *rest = clients or _clients(region, args.profile)
+        eks = rest[0] if rest else None
         print(f"reading {len(types)} instance type(s) in {region} from AWS ...", file=sys.stderr)
         result = aws_prices.refresh(region, types, pricing_client=pricing, ec2_client=ec2, savingsplans_client=plans,
                                     zones=zones, known_facts=catalog.KNOWN)
@@ -134,6 +159,12 @@ def run_refresh(args, clients=None) -> int:
     except (aws_prices.PriceFetchError, BotoCoreError) as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_PARTIAL
+    if eks is not None:
+        try:
+            for line in version_support_lines(eks, cluster_version_of(doc)):
+                print(line, file=sys.stderr)
+        except (BotoCoreError, ClientError) as err:
+            print(f"note: EKS support status not read ({err})", file=sys.stderr)
     body = result.book.regions[region]
     body.platform.update(platform)
     # A platform gap leaves that preview row unknown; the GPU prices are still worth caching.

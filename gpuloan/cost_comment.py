@@ -185,6 +185,20 @@ def resource_costs(d: StackDiff) -> list[tuple[str, str, str]]:
     return out
 
 
+def blockers(d: StackDiff) -> list:
+    """The changes of one stack a reviewer must stop at (gpuloan/rollout.py:blockers): the EKS cluster, a floor or
+    a reservation replaced or deleted. Only where both sides previewed."""
+    if not (d.base.ok and d.head.ok):
+        return []
+    from gpuloan import rollout
+
+    return rollout.blockers(d.base.doc, d.head.doc)
+
+
+BLOCKER_NOTE = ("running nodes and the pods on them go with it; with protect_critical `pulumi up` refuses it until "
+                "protection is lifted on purpose (docs/gitops.md, \"The cost diff\")")
+
+
 def render_markdown(diffs: list[StackDiff], base_label: str, warnings: list[str] | None = None) -> str:
     total = _sum([fixed_change(d) for d in diffs])
     lines = [cost_diff.MARKER, f"## 💰 {headline(total)}", "",
@@ -195,6 +209,11 @@ def render_markdown(diffs: list[StackDiff], base_label: str, warnings: list[str]
         lines.append("")
     for d in diffs:
         lines += [f"### stack `{d.stack}`: {headline(fixed_change(d))}", ""]
+        stop = blockers(d)
+        for b in stop:
+            lines.append(f"> ⛔ **Blocker**: this change {b.sentence()}")
+        if stop:
+            lines += [f"> {BLOCKER_NOTE}", ""]
         ceiling = ceiling_change(d)
         if ceiling.known and round(ceiling.delta or 0) != 0:
             lines += [f"{headline(ceiling, 'Most it can cost (every elastic and fallback node up all month)')}", ""]
@@ -237,6 +256,7 @@ def render_table(diffs: list[StackDiff], base_label: str, warnings: list[str] | 
     lines += [f"warning: {w}" for w in warnings or []]
     for d in diffs:
         lines.append(f"{d.stack}: {headline(fixed_change(d))}")
+        lines += [f"BLOCKER {d.stack}: this change {b.sentence()}" for b in blockers(d)]
     return "\n".join(lines) + "\n" + cost_diff.render_text(diffs, base_label, width)
 
 
@@ -253,6 +273,7 @@ def to_json(diffs: list[StackDiff], base_label: str, warnings: list[str] | None 
             "totals": d.totals,
             "platform": d.platform,
             "notes": cost_diff._side_notes(d),
+            "blockers": [b.sentence() for b in blockers(d)],
         }
 
     total = _sum([fixed_change(d) for d in diffs])

@@ -33,6 +33,7 @@ class RecordedResource:
     custom: bool
     ignore_changes: list[str] = field(default_factory=list)
     protect: bool = False
+    delete_before_replace: bool = False
     provider: str = ""
     dependencies: list[str] = field(default_factory=list)  # URNs of depends_on (creation order the engine keeps)
 
@@ -264,6 +265,7 @@ def _make_monitor(mocks: OfflineMocks, records: list[RecordedResource]):
                     custom=bool(request.custom),
                     ignore_changes=list(request.ignoreChanges),
                     protect=bool(request.protect),
+                    delete_before_replace=bool(request.deleteBeforeReplace),
                     provider=request.provider,
                     dependencies=list(request.dependencies),
                 ))
@@ -394,6 +396,12 @@ def _docker_build_image(name: str, inputs: dict[str, Any], region: str) -> dict[
     digest = "sha256:" + hashlib.sha256(json.dumps(inputs, sort_keys=True, default=str).encode()).hexdigest()
     tags = inputs.get("tags") or []
     return {"digest": digest, "ref": f"{tags[0]}@{digest}" if tags else ""}
+
+
+@outputs_for("aws:iam/role:Role")
+def _iam_role(name: str, inputs: dict[str, Any], region: str) -> dict[str, Any]:
+    # As for policies: the path is part of the role's ARN, so a path change shows as a new ARN wherever it is used.
+    return {"arn": f"arn:aws:iam::{ACCOUNT_ID}:role{inputs.get('path') or '/'}{inputs.get('name', name)}"}
 
 
 @outputs_for("aws:iam/policy:Policy")

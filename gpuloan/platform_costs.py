@@ -11,10 +11,11 @@ gives them. A row without a rate is unknown (None), never $0. Free tiers are not
 
 from __future__ import annotations
 
+import datetime as dt
 from dataclasses import asdict, dataclass
 
-from stacks import catalog, launch_templates
-from stacks.config import HOURS_PER_MONTH, GpuLoanConfig, NewCluster
+from stacks import catalog, launch_templates, versions
+from stacks.config import HOURS_PER_MONTH, ExistingCluster, GpuLoanConfig, NewCluster
 from stacks.pricebook import EC2_PLATFORM_PREFIX
 
 SECONDS_PER_MONTH = HOURS_PER_MONTH * 3600
@@ -49,7 +50,74 @@ def _row(cfg: GpuLoanConfig, item: str, quantity: float, unit: str, key: str, pr
                         rate.source if rate else "")
 
 
-def platform_costs(cfg: GpuLoanConfig, resources: list[dict]) -> list[PlatformCost]:
+STANDARD_SUPPORT = "STANDARD_SUPPORT"
+EXTENDED_SUPPORT = "EXTENDED_SUPPORT"
+UNKNOWN_SUPPORT = "UNKNOWN"
+
+
+@dataclass(frozen=True)
+class VersionSupport:
+    """A Kubernetes minor's EKS support status on a day, and where it was read."""
+
+    version: str
+    status: str  # STANDARD_SUPPORT | EXTENDED_SUPPORT | UNKNOWN (EKS DescribeClusterVersions' values)
+    end_of_standard_support: str  # ISO date, "" when unknown
+    source: str
+
+
+def version_support(version: str, today: dt.date | None = None) -> VersionSupport:
+    """Offline: the status from the dated release calendar in stacks/versions.py (extended support is billed from
+    the start of the day standard support ends, UTC)."""
+    today = today or dt.datetime.now(dt.timezone.utc).date()
+    source = f"EKS release calendar in stacks/versions.py (as of {versions.EKS_VERSION_CALENDAR_AS_OF}), offline"
+    dates = versions.EKS_VERSION_CALENDAR.get(version)
+    if dates is None:
+        return VersionSupport(version, UNKNOWN_SUPPORT, "", source)
+    end_standard = dt.date.fromisoformat(dates[0])
+    return VersionSupport(version, STANDARD_SUPPORT if today < end_standard else EXTENDED_SUPPORT, dates[0], source)
+
+
+def read_version_support(eks_client, version: str) -> VersionSupport:
+    """Online: the status EKS reports (DescribeClusterVersions, all pages)."""
+    found = []
+    for page in eks_client.get_paginator("describe_cluster_versions").paginate(clusterVersions=[version]):
+        found += [v for v in page.get("clusterVersions", []) if v.get("clusterVersion") == version]
+    if not found:
+        return VersionSupport(version, UNKNOWN_SUPPORT, "", "EKS DescribeClusterVersions (version not listed)")
+    v = found[0]
+    end = v.get("endOfStandardSupportDate")
+    end_iso = end.date().isoformat() if hasattr(end, "date") else str(end or "")[:10]
+    return VersionSupport(version, str(v.get("status") or UNKNOWN_SUPPORT), end_iso, "EKS DescribeClusterVersions")
+
+
+def control_plane_rows(cfg: GpuLoanConfig, clusters: int, support: VersionSupport) -> list[PlatformCost]:
+    """The cluster-hour at the standard rate, plus the extended-support surcharge when the version is past standard
+    support (the Price List bills it as its own line item, AmazonEKS-Hours:extendedSupport, on top)."""
+    hours = HOURS_PER_MONTH
+    where = f"Kubernetes {support.version}: {support.source}"
+    if support.status == STANDARD_SUPPORT:
+        basis = f"{clusters} cluster × {hours} h, standard support until {support.end_of_standard_support} ({where})"
+    elif support.status == EXTENDED_SUPPORT:
+        basis = (f"{clusters} cluster × {hours} h; extended support since {support.end_of_standard_support} "
+                 f"({where})")
+    else:
+        basis = f"{clusters} cluster × {hours} h; support status unknown ({where}): the surcharge may apply"
+    rows = [_row(cfg, "EKS control plane", clusters * hours, "hour", "eks_cluster", "on_demand", basis)]
+    if support.status != STANDARD_SUPPORT:
+        surcharge = _row(cfg, "EKS extended support", clusters * hours, "hour", "eks_extended_support", "on_demand",
+                         basis)
+        if support.status == UNKNOWN_SUPPORT:
+            # Not known to be billed, not known to be free: no figure rather than $0 or a guess.
+            surcharge = PlatformCost(**{**asdict(surcharge), "usd_per_unit": None, "monthly_usd": None, "source": ""})
+        rows.append(surcharge)
+    return rows
+
+
+def cluster_version(cfg: GpuLoanConfig) -> str:
+    return cfg.cluster.kubernetes_version if isinstance(cfg.cluster, (NewCluster, ExistingCluster)) else ""
+
+
+def platform_costs(cfg: GpuLoanConfig, resources: list[dict], today: dt.date | None = None) -> list[PlatformCost]:
     """One row per platform item the plan declares (rows with nothing to price are left out)."""
     a = cfg.cost_assumptions
     rows: list[PlatformCost] = []
@@ -57,8 +125,7 @@ def platform_costs(cfg: GpuLoanConfig, resources: list[dict]) -> list[PlatformCo
 
     clusters = _count(resources, "aws:eks/cluster:Cluster")
     if clusters:
-        rows.append(_row(cfg, "EKS control plane", clusters * hours, "hour", "eks_cluster", "on_demand",
-                         f"{clusters} cluster × {hours} h (standard support; extended support is billed higher)"))
+        rows += control_plane_rows(cfg, clusters, version_support(cluster_version(cfg), today))
     nats = _count(resources, "aws:ec2/natGateway:NatGateway")
     if nats:
         rows.append(_row(cfg, "NAT gateways", nats * hours, "hour", "nat_gateway", "on_demand",

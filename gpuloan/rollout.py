@@ -7,6 +7,11 @@ A Pulumi diff lists changed inputs; what a reviewer needs is what happens to run
   (any template change: tags, volume, reservation target), an AMI release or Kubernetes version change;
 - **deletes**: the group is gone from the plan.
 
+`blockers` lists what a reviewer must stop at: a change that replaces the EKS cluster (every node and workload
+goes with it), or replaces or deletes a floor or a reservation. Pulumi's `ignore_changes` is honoured the way the
+engine does it (an ignored input keeps its value in the state, so it cannot force a replacement), and a role that
+is not replaced keeps its ARN, so the cluster's `roleArn` does not change with it.
+
 The tables below are the provider's (terraform-provider-aws `internal/service/eks/node_group.go` and
 `internal/service/ec2/ec2_launch_template.go`, which pulumi-aws bridges; docs/aws-rules.md): inputs marked
 ForceNew replace, `launch_template.version` / `release_version` / `version` go through UpdateNodegroupVersion.
@@ -20,6 +25,18 @@ from typing import Any
 NODE_GROUP = "aws:eks/nodeGroup:NodeGroup"
 LAUNCH_TEMPLATE = "aws:ec2/launchTemplate:LaunchTemplate"
 CAPACITY_RESERVATION = "aws:ec2/capacityReservation:CapacityReservation"
+CLUSTER = "aws:eks/cluster:Cluster"
+IAM_ROLE = "aws:iam/role:Role"
+
+# aws_eks_cluster: ForceNew arguments (terraform-provider-aws internal/service/eks/cluster.go). `vpcConfig.subnetIds`
+# and `version` are updated in place (UpdateClusterConfig, UpdateClusterVersion).
+CLUSTER_REPLACE_FORCING = (
+    "name", "roleArn", "bootstrapSelfManagedAddons", "accessConfig.bootstrapClusterCreatorAdminPermissions",
+    "kubernetesNetworkConfig.ipFamily", "kubernetesNetworkConfig.serviceIpv4Cidr", "outpostConfig",
+    "remoteNetworkConfig",
+)
+# aws_iam_role: ForceNew arguments; a replaced role has a new ARN.
+ROLE_REPLACE_FORCING = ("name", "namePrefix", "path")
 
 # aws_eks_node_group: ForceNew arguments (engine/camelCase names). `subnetIds` is a set: order is not a change.
 NODE_GROUP_REPLACE_FORCING = (
@@ -95,6 +112,20 @@ def _size(inputs: dict[str, Any], template: dict[str, Any] | None) -> str:
     return f"{scaling.get('desiredSize', scaling.get('maxSize', '?'))}× {kinds}"
 
 
+CAPACITY_BLOCK_STAGED = ("staged: a Capacity Block group is upgraded only at desired 0 (EKS); set "
+                         "capacity_block_active: false and apply, apply this change, then set it back (docs/floor.md)")
+
+
+def _desired(inputs: dict[str, Any]) -> int:
+    return int((inputs.get("scalingConfig") or {}).get("desiredSize") or 0)
+
+
+def _reservation_target(template: dict[str, Any] | None) -> str | None:
+    """The capacity reservation (ODCR or Capacity Block) a launch template targets, if any."""
+    spec = ((template or {}).get("inputs") or {}).get("capacityReservationSpecification") or {}
+    return (spec.get("capacityReservationTarget") or {}).get("capacityReservationId")
+
+
 def _template_id(resource: dict[str, Any]) -> str:
     """The launch template id a node group points at, as the offline preview assigns it (from the template's
     logical name), so a template's change can be traced to its group."""
@@ -107,14 +138,120 @@ def _by_urn(doc: dict[str, Any] | None) -> dict[str, dict]:
     return {r["urn"]: r for r in (doc or {}).get("resources", [])}
 
 
+def _role_arn(resource: dict[str, Any]) -> str:
+    """A role's ARN as the offline preview renders it (from its name and path)."""
+    from gpuloan import offline
+
+    return offline.TYPE_OUTPUTS[IAM_ROLE](resource["name"], resource["inputs"], "")["arn"]
+
+
+def _substitute(value: Any, renames: dict[str, str]) -> Any:
+    if isinstance(value, str):
+        return renames.get(value, value)
+    if isinstance(value, dict):
+        return {k: _substitute(v, renames) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_substitute(v, renames) for v in value]
+    return value
+
+
+def planned_inputs(base: dict[str, Any] | None, head: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
+    """{urn: the inputs Pulumi would diff for each resource of `head`}: an input under the resource's
+    `ignore_changes` keeps its value from `base` (the state), and a role that is not replaced keeps its old ARN
+    wherever the head plan uses it (Pulumi docs, "ignoreChanges": the old value is used "when determining whether
+    an update or replace is needed")."""
+    old, new = _by_urn(base), _by_urn(head)
+    out: dict[str, dict[str, Any]] = {}
+    for urn, r in new.items():
+        inputs = dict(r["inputs"])
+        if urn in old:
+            for key in r.get("ignore_changes") or []:
+                if key in old[urn]["inputs"]:
+                    inputs[key] = old[urn]["inputs"][key]
+                else:
+                    inputs.pop(key, None)
+        out[urn] = inputs
+    renames = {}
+    for urn, r in new.items():
+        if r["type"] == IAM_ROLE and urn in old:
+            kept = {**r, "inputs": out[urn]}
+            if not any(_changed(old[urn]["inputs"], out[urn], k) for k in ROLE_REPLACE_FORCING):
+                renames[_role_arn(r)] = _role_arn(old[urn])
+                renames[_role_arn(kept)] = _role_arn(old[urn])
+    return {urn: _substitute(inputs, renames) for urn, inputs in out.items()}
+
+
+def _version_step(old: Any, new: Any) -> str | None:
+    """Why EKS refuses a control-plane version change, or None: it updates one minor version at a time, upward."""
+    try:
+        a, b = (tuple(int(x) for x in str(v).split(".")[:2]) for v in (old, new))
+    except ValueError:
+        return None
+    if a == b or (a[0] == b[0] and b[1] == a[1] + 1):
+        return None
+    if b < a:
+        return f"Kubernetes {old} -> {new}: EKS never downgrades a cluster"
+    return (f"Kubernetes {old} -> {new}: EKS updates a cluster one minor version at a time "
+            f"(apply {a[0]}.{a[1] + 1} first)")
+
+
+@dataclass(frozen=True)
+class Blocker:
+    """A change a reviewer must not merge by accident: the cluster, a floor or a reservation is replaced or deleted."""
+
+    what: str  # "EKS cluster" | "floor" | "capacity reservation"
+    name: str
+    action: str  # "replaces" | "deletes"
+    reasons: tuple[str, ...]
+
+    def sentence(self) -> str:
+        why = f" ({', '.join(self.reasons)})" if self.reasons else ""
+        return f"{self.action} the {self.what} `{self.name}`{why}"
+
+
+def blockers(base: dict[str, Any] | None, head: dict[str, Any] | None) -> list[Blocker]:
+    """Every replacement or deletion of the EKS cluster, a floor node group or a capacity reservation that `head`
+    makes to `base`, with the inputs that force it."""
+    if not base or not head:
+        return []
+    old, new = _by_urn(base), _by_urn(head)
+    planned = planned_inputs(base, head)
+    out: list[Blocker] = []
+    for urn, before in old.items():
+        kind = before["type"]
+        if kind == CLUSTER:
+            name = str(before["inputs"].get("name") or before["name"])
+            what, forcing = "EKS cluster", CLUSTER_REPLACE_FORCING
+        elif kind == CAPACITY_RESERVATION:
+            what, forcing, name = "capacity reservation", CAPACITY_RESERVATION_REPLACE_FORCING, before["name"]
+        else:
+            continue
+        if urn not in new:
+            out.append(Blocker(what, name, "deletes", ()))
+            continue
+        keys = tuple(k for k in forcing if _changed(before["inputs"], planned[urn], k))
+        if keys:
+            out.append(Blocker(what, name, "replaces", keys))
+        elif kind == CLUSTER:
+            step = _version_step(before["inputs"].get("version"), planned[urn].get("version"))
+            if step:
+                out.append(Blocker(what, name, "upgrades", (step,)))
+    for change in group_changes(base, head):
+        if change.is_floor and (change.action in ("replaces", "deletes") or CAPACITY_BLOCK_STAGED in change.reasons):
+            out.append(Blocker("floor", change.group, change.action, change.reasons))
+    order = {"EKS cluster": 0, "floor": 1, "capacity reservation": 2}
+    return sorted(out, key=lambda b: (order[b.what], b.name))
+
+
 def group_changes(base: dict[str, Any] | None, head: dict[str, Any] | None) -> list[GroupChange]:
     """Every node group of `base` that `head` replaces, rolls or deletes (floors first)."""
     old, new = _by_urn(base), _by_urn(head)
+    planned = planned_inputs(base, head)
     templates_old = {_template_id(r): r for r in old.values() if r["type"] == LAUNCH_TEMPLATE}
     templates_new = {_template_id(r): r for r in new.values() if r["type"] == LAUNCH_TEMPLATE}
     # Reservations whose replacement gives the floor a new reservation id (its template targets it).
     replaced_reservations = [
-        (r, [k for k in CAPACITY_RESERVATION_REPLACE_FORCING if _changed(r["inputs"], new[u]["inputs"], k)])
+        (r, [k for k in CAPACITY_RESERVATION_REPLACE_FORCING if _changed(r["inputs"], planned[u], k)])
         for u, r in old.items() if r["type"] == CAPACITY_RESERVATION and u in new]
     replaced_reservations = [(r, keys) for r, keys in replaced_reservations if keys]
 
@@ -128,7 +265,7 @@ def group_changes(base: dict[str, Any] | None, head: dict[str, Any] | None) -> l
         if urn not in new:
             out.append(GroupChange("deletes", group_label(a), _tier(a), _size(a, tmpl_a), ()))
             continue
-        b = new[urn]["inputs"]
+        b = planned[urn]
         tmpl_b = templates_new.get(_get(b, "launchTemplate.id"))
         replace = [k for k in NODE_GROUP_REPLACE_FORCING if _changed(a, b, k)]
         roll = [k for k in NODE_GROUP_ROLLING if _changed(a, b, k)]
@@ -139,10 +276,22 @@ def group_changes(base: dict[str, Any] | None, head: dict[str, Any] | None) -> l
                                if k not in LAUNCH_TEMPLATE_NO_NEW_VERSION and ta.get(k) != tb.get(k))
             if versioned:
                 roll.append(f"new launch template version ({', '.join(versioned)})")
+        new_reservation = False
         if _tier(a) == "guaranteed":
             for reservation, keys in replaced_reservations:
                 if reservation["parent"] == before["parent"]:
                     roll.append(f"new capacity reservation ({', '.join(keys)})")
+                    new_reservation = True
+        held = _reservation_target(tmpl_a)
+        if replace and _tier(a) == "guaranteed" and held and not new_reservation and held == _reservation_target(tmpl_b):
+            # The new group would target a reservation whose whole capacity the old group holds: its launches
+            # fail, so the floor group is replaced delete-first (stacks/guaranteed.py), with an outage.
+            nodes = (a.get("scalingConfig") or {}).get("desiredSize", "?")
+            replace.append(f"delete first: the reservation {held} stays and the old group holds all of it, so "
+                           f"{nodes} floor node(s) are down until the new group is up (docs/floor.md)")
+        if roll and not replace and a.get("capacityType") == "CAPACITY_BLOCK" and _desired(a) and _desired(b):
+            # EKS upgrades a Capacity Block group only at desired 0: the roll must be staged.
+            roll.append(CAPACITY_BLOCK_STAGED)
         if replace:
             out.append(GroupChange("replaces", group_label(b), _tier(b), _size(b, tmpl_b), tuple(replace + roll)))
         elif roll:

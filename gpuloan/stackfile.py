@@ -51,7 +51,12 @@ def load(path: Path) -> dict[str, Any]:
 
 
 def loads(text: str, name: str = "stack file") -> dict[str, Any]:
-    loader = yaml.SafeLoader(text)
+    try:
+        loader = yaml.SafeLoader(text)
+    except yaml.reader.ReaderError as err:
+        # The reader checks characters first: a NUL or another control character YAML does not allow.
+        raise StackFileError(f"{name}: character {err.character!r} at offset {err.position} is not allowed in YAML "
+                             "(a NUL or control character: the file is damaged or not a text file)") from None
     try:
         try:
             node = loader.get_single_node()

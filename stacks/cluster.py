@@ -14,7 +14,7 @@ import pulumi
 import pulumi_aws as aws
 
 from stacks import tags, versions
-from stacks.config import ExistingCluster, GpuLoanConfig, NewCluster, endpoint_public_cidrs
+from stacks.config import BIN_PACKING_MIN_VERSION, ExistingCluster, GpuLoanConfig, NewCluster, endpoint_public_cidrs
 from stacks.network import Network
 from stacks.system_nodes import system_node_group
 
@@ -27,13 +27,32 @@ CONTROL_PLANE_LOG_TYPES = ["api", "audit", "authenticator", "controllerManager",
 BIN_PACKING_RESOURCES = (("cpu", 1), ("memory", 1), ("nvidia.com/gpu", 3))
 
 
-def bin_packing_config() -> aws.eks.ClusterKubeSchedulerConfigArgs:
+# cluster.bin_packing: false sends kube-scheduler's own default scoring (NodeResourcesFitArgs: LeastAllocated over cpu
+# and memory, weight 1 each) instead of no block: EKS merges a scheduler configuration update into the one it has,
+# and an omitted block sends nothing, so turning bin packing off would otherwise leave MostAllocated in place.
+DEFAULT_SCORING = ("LeastAllocated", (("cpu", 1), ("memory", 1)))
+
+
+def _scoring(type_: str, resources) -> aws.eks.ClusterKubeSchedulerConfigArgs:
     return aws.eks.ClusterKubeSchedulerConfigArgs(
         node_resources_fit=aws.eks.ClusterKubeSchedulerConfigNodeResourcesFitArgs(
             scoring_strategy=aws.eks.ClusterKubeSchedulerConfigNodeResourcesFitScoringStrategyArgs(
-                type="MostAllocated",
+                type=type_,
                 resources=[aws.eks.ClusterKubeSchedulerConfigNodeResourcesFitScoringStrategyResourceArgs(
-                    name=n, weight=w) for n, w in BIN_PACKING_RESOURCES])))
+                    name=n, weight=w) for n, w in resources])))
+
+
+def bin_packing_config() -> aws.eks.ClusterKubeSchedulerConfigArgs:
+    return _scoring("MostAllocated", BIN_PACKING_RESOURCES)
+
+
+def scheduler_config(spec: NewCluster) -> aws.eks.ClusterKubeSchedulerConfigArgs | None:
+    """Bin packing, or the default scoring spelled out; nothing where EKS has no scheduler configuration (< 1.31)."""
+    if spec.bin_packing:
+        return bin_packing_config()
+    if tuple(int(p) for p in spec.kubernetes_version.split(".")) < BIN_PACKING_MIN_VERSION:
+        return None
+    return _scoring(*DEFAULT_SCORING)
 # Control-plane logs (audit especially) are large; keep enough for an incident review, not forever.
 CONTROL_PLANE_LOG_RETENTION_DAYS = 90
 KMS_DELETION_WINDOW_DAYS = 30
@@ -103,6 +122,7 @@ class Cluster(pulumi.ComponentResource):
             self._existing(cfg.cluster)
         else:
             self._new(name, cfg, cfg.cluster)
+        self._admit_ci_runners(name, cfg)
         self.register_outputs({
             "name": self.name, "arn": self.arn, "endpoint": self.endpoint,
             "oidc_provider_arn": self.oidc_provider_arn, "node_role_arn": self.node_role_arn,
@@ -120,6 +140,24 @@ class Cluster(pulumi.ComponentResource):
             aws.iam.RolePolicyAttachment(f"{name}-node-{policy}", role=role.name,
                                          policy_arn=managed_policy_arn(cfg.region, policy), opts=child)
         return role
+
+    def _admit_ci_runners(self, name: str, cfg: GpuLoanConfig) -> None:
+        """Self-hosted CI runners reach the private endpoint through the cluster security group, which otherwise
+        admits only the control plane and the nodes: one 443 rule per runner security group or CIDR."""
+        gh = cfg.github
+        if gh is None:
+            return
+        child = pulumi.ResourceOptions(parent=self)
+        for sg in gh.runner_security_group_ids:
+            aws.vpc.SecurityGroupIngressRule(
+                f"{name}-ci-runner-{sg}", security_group_id=self.cluster_security_group_id, ip_protocol="tcp",
+                from_port=443, to_port=443, referenced_security_group_id=sg,
+                description="gpuloan CI self-hosted runners -> EKS API", tags={tags.TAG_TIER: "platform"}, opts=child)
+        for cidr in gh.runner_private_cidrs:
+            aws.vpc.SecurityGroupIngressRule(
+                f"{name}-ci-runner-{cidr.replace('/', '-')}", security_group_id=self.cluster_security_group_id,
+                ip_protocol="tcp", from_port=443, to_port=443, cidr_ipv4=cidr,
+                description="gpuloan CI self-hosted runners -> EKS API", tags={tags.TAG_TIER: "platform"}, opts=child)
 
     def subnet_ids_in(self, availability_zone: str | None) -> pulumi.Output[list[str]]:
         """Private subnets for nodes: all of them, or those of one AZ (a reservation's)."""
@@ -178,7 +216,7 @@ class Cluster(pulumi.ComponentResource):
             encryption_config=aws.eks.ClusterEncryptionConfigArgs(
                 resources=["secrets"], provider=aws.eks.ClusterEncryptionConfigProviderArgs(key_arn=key.arn)),
             enabled_cluster_log_types=CONTROL_PLANE_LOG_TYPES,
-            kube_scheduler_config=bin_packing_config() if spec.bin_packing else None,
+            kube_scheduler_config=scheduler_config(spec),
             # The networking add-ons are managed below with pinned versions instead of unmanaged defaults.
             bootstrap_self_managed_addons=False,
             tags=platform,

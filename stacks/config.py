@@ -8,6 +8,8 @@ Every problem carries its path (`pools[1].elastic.max_nodes`) and all problems o
 
 from __future__ import annotations
 
+import datetime as dt
+import functools
 import ipaddress
 import re
 from collections import Counter
@@ -17,7 +19,7 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, EmailStr, Field, ValidationError, field_validator
 
-from stacks import catalog, floor_pricing
+from stacks import catalog, floor_pricing, versions
 
 HOURS_PER_MONTH = 730  # AWS's convention for monthly estimates
 
@@ -25,6 +27,9 @@ SLUG = r"^[a-z][a-z0-9-]{0,30}[a-z0-9]$"
 AWS_REGION = r"^[a-z]{2}(-gov)?-[a-z]+-\d$"
 AZ_SUFFIX = re.compile(r"^[a-z]{2}(-gov)?-[a-z]+-\d[a-z]$")
 RESERVATION_ID = r"^cr-[0-9a-f]{8,17}$"
+# EKS scales a Capacity Block node group to 0 forty minutes before the block ends (its scheduled action "Amazon EKS
+# Node Group Capacity Scaledown Before Reservation End"; EC2 starts shutting the instances down 30 minutes before).
+CAPACITY_BLOCK_SCALEDOWN_BEFORE_END = dt.timedelta(minutes=40)
 # AWS Budgets limits: notifications per budget and email subscribers per notification.
 MAX_BUDGET_NOTIFICATIONS = 10
 MAX_BUDGET_EMAILS = 10
@@ -115,7 +120,7 @@ BIN_PACKING_MIN_VERSION = (1, 31)
 
 class NewCluster(Strict):
     mode: Literal["new"] = Field("new", description="`new`: gpuloan creates the VPC and the EKS cluster.")
-    kubernetes_version: str = Field("1.33", pattern=r"^1\.(2[89]|3\d)$", description="EKS Kubernetes version.")
+    kubernetes_version: str = Field(versions.DEFAULT_KUBERNETES_VERSION, pattern=r"^1\.(2[89]|3\d)$", description="EKS Kubernetes version (one with pinned add-ons, stacks/versions.py; EKS upgrades one minor version at a time).")
     vpc_cidr: str = Field("10.40.0.0/16", description="IPv4 CIDR of the new VPC (/16 to /20).")
     availability_zones: list[str] = Field(min_length=2, max_length=6, description="AZs for subnets and nodes (EKS needs two or more; lettered a-f; the order does not matter: each AZ's subnets sit at its letter's slot).")
     public_endpoint_cidrs: list[str] = Field(
@@ -157,7 +162,7 @@ class NewCluster(Strict):
 class ExistingCluster(Strict):
     mode: Literal["existing"] = Field(description="`existing`: use a cluster you already run; no network is created.")
     name: str = Field(pattern=r"^[0-9A-Za-z][A-Za-z0-9\-_]{0,99}$", description="Name of the existing EKS cluster.")
-    kubernetes_version: str = Field("1.33", pattern=r"^1\.(2[89]|3\d)$", description="The cluster's version (manifests are validated against it).")
+    kubernetes_version: str = Field(versions.DEFAULT_KUBERNETES_VERSION, pattern=r"^1\.(2[89]|3\d)$", description="The cluster's version (manifests are validated against it).")
     availability_zones: list[str] = Field(
         default_factory=list, description="AZs whose cluster subnets GPU nodes may use; empty means all."
     )
@@ -186,8 +191,14 @@ class Guaranteed(Strict):
     reservation_id: str | None = Field(None, pattern=RESERVATION_ID, description="Id of an existing reservation (cr-...).")
     availability_zone: str | None = Field(None, description="AZ of the reservation; the floor's nodes launch only there.")
     capacity_block_active: bool = Field(
-        False, description="capacity_block only: false keeps the node group at 0 nodes (AWS requires desired 0 "
-        "before the block starts); set true once the block is active to scale the floor to `nodes`.")
+        False, description="capacity_block only: false keeps the node group at 0 nodes (before the block starts, "
+        "launches into it fail; EKS upgrades a Capacity Block group only at desired 0); set true once the block is "
+        "active to scale the floor to `nodes`.")
+    capacity_block_end: dt.datetime | None = Field(
+        None, description="capacity_block only (required): the block's end time, UTC (ISO 8601, e.g. "
+        "2027-01-15T11:30:00Z, as EC2 DescribeCapacityReservations' EndDate). From 40 minutes before it (when EKS "
+        "scales the group to 0) the program sends desired 0 instead of `nodes`, so a later `pulumi up` never "
+        "raises the group against an expired block.")
 
     payment: FloorPayment | None = Field(
         None, description="How the floor is paid: `on_demand` (no commitment; an ODCR bills at on-demand), "
@@ -202,6 +213,18 @@ class Guaranteed(Strict):
     @classmethod
     def _type(cls, v: str) -> str:
         return _known_gpu_instance(v)
+
+    def floor_up(self, now: dt.datetime | None = None) -> bool:
+        """Whether the floor's node group should hold `nodes` now: always, except a Capacity Block before
+        capacity_block_active or from EKS's scale-down before its end (docs/floor.md)."""
+        if self.reservation != Reservation.capacity_block:
+            return True
+        if not self.capacity_block_active:
+            return False
+        if self.capacity_block_end is None:
+            return True  # refused by validation; kept total for callers that build configs in code
+        now = now or dt.datetime.now(dt.timezone.utc)
+        return now < self.capacity_block_end - CAPACITY_BLOCK_SCALEDOWN_BEFORE_END
 
     @property
     def price_model(self) -> str:
@@ -337,6 +360,10 @@ class Alarms(Strict):
     fallback_minutes: int = Field(120, ge=5, le=1440, description="Fallback alarm: on-demand fallback active this long.")
 
 
+# Self-hosted runners named by CIDR: their subnets, never a /8 (docs/gitops.md, "CI and the cluster API").
+RUNNER_PRIVATE_CIDR_MIN_PREFIX = 16
+
+
 class CiClusterAccess(StrEnum):
     self_hosted = "self_hosted"
     runner_cidrs = "runner_cidrs"
@@ -370,6 +397,17 @@ class GitHub(Strict):
         description="Public egress CIDRs of the CI runners, e.g. GitHub larger runners with static IP ranges "
         "(cluster_access: runner_cidrs); added to the cluster endpoint's public allow-list.")
 
+    runner_security_group_ids: list[Annotated[str, Field(pattern=r"^sg-[0-9a-f]{8,17}$")]] = Field(
+        default_factory=list, max_length=10,
+        description="Security groups of the self-hosted runners (cluster_access: self_hosted): the cluster security "
+        "group admits them on 443 (the private endpoint answers nothing else). Runners in the cluster's VPC or a "
+        "peered VPC of the same region. A new cluster needs this or runner_private_cidrs.")
+    runner_private_cidrs: list[str] = Field(
+        default_factory=list, max_length=10,
+        description="Private CIDRs of the self-hosted runners where a security group cannot be referenced (a VPC "
+        "reached through a Transit Gateway): each is admitted on 443 to the cluster security group. /16 or "
+        "narrower, RFC 1918.")
+
     state_bucket: str | None = Field(
         None, pattern=r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$",
         description="S3 bucket of a self-managed Pulumi backend (PULUMI_BACKEND_URL=s3://<bucket>) instead of Pulumi "
@@ -378,6 +416,18 @@ class GitHub(Strict):
         None, pattern=r"^arn:aws(-[a-z]+)*:kms:[a-z0-9-]+:\d{12}:key/[0-9a-f-]{36}$",
         description="KMS key of an awskms:// secrets provider: both roles may decrypt with it (a preview decrypts the "
         "stack's secret config), the deploy role also encrypt. Only with state_bucket.")
+
+    @field_validator("runner_private_cidrs")
+    @classmethod
+    def _runner_private_cidrs(cls, v: list[str]) -> list[str]:
+        for cidr in v:
+            net = ipaddress.ip_network(cidr, strict=True)
+            rfc1918 = any(net.subnet_of(ipaddress.ip_network(n)) for n in ("10.0.0.0/8", "172.16.0.0/12",
+                                                                              "192.168.0.0/16"))
+            if net.version != 4 or net.prefixlen < RUNNER_PRIVATE_CIDR_MIN_PREFIX or not rfc1918:
+                raise ValueError(f"'{cidr}' must be a private (RFC 1918) IPv4 CIDR of /{RUNNER_PRIVATE_CIDR_MIN_PREFIX} "
+                                 "or narrower: the runners' own subnets, not a whole network")
+        return v
 
     @field_validator("runner_cidrs")
     @classmethod
@@ -726,7 +776,15 @@ def _github_problems(cfg: GpuLoanConfig) -> list[tuple[str, str]]:
             out.append(("github.runner_labels", "name the labels of the self-hosted runners in the cluster's VPC"))
         if gh.runner_cidrs:
             out.append(("github.runner_cidrs", "only with cluster_access: runner_cidrs"))
+        if isinstance(cfg.cluster, NewCluster) and not (gh.runner_security_group_ids or gh.runner_private_cidrs):
+            # The endpoint's private access answers through the cluster security group, which admits only the
+            # control plane and the nodes: without a rule every Kubernetes call of the pulumi jobs times out.
+            out.append(("github.runner_security_group_ids", "name the self-hosted runners' security group(s) (or "
+                        "github.runner_private_cidrs): the cluster security group must admit them on 443, or every "
+                        "preview and deploy times out on the private endpoint"))
     else:
+        if gh.runner_security_group_ids or gh.runner_private_cidrs:
+            out.append(("github.runner_security_group_ids", "only with cluster_access: self_hosted"))
         if not gh.runner_cidrs:
             out.append(("github.runner_cidrs", "list the runners' public egress CIDRs"))
         if not isinstance(cfg.cluster, NewCluster):
@@ -780,6 +838,72 @@ _extra_rules: list = []
 def register_rule(fn):
     _extra_rules.append(fn)
     return fn
+
+
+# --- hardening rules (issue 24): inputs that passed silently ---------------------------------------------------
+
+# YAML 1.1 reads these as booleans or null: a name spelled so turns into another value in some tools (the Pulumi
+# CLI reads `environment: true` as a string, PyYAML and others as a bool), and reads as a flag to people.
+YAML_AMBIGUOUS_WORDS = frozenset({"true", "false", "yes", "no", "on", "off", "y", "n", "null", "none"})
+# Networks no public endpoint allow-list can usefully name: the endpoint sees the client's public address.
+NON_PUBLIC_NETWORKS = tuple(ipaddress.ip_network(n) for n in (
+    "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "127.0.0.0/8", "169.254.0.0/16"))
+
+
+@functools.cache
+def known_regions() -> frozenset[str]:
+    """Every region botocore's bundled endpoint data lists for EC2, in every partition."""
+    import boto3
+
+    session = boto3.session.Session()
+    return frozenset(r for partition in session.get_available_partitions()
+                     for r in session.get_available_regions("ec2", partition_name=partition))
+
+
+@functools.cache
+def known_instance_types() -> frozenset[str]:
+    """The EC2 instance types of botocore's bundled EC2 model (the `InstanceType` enum)."""
+    import boto3
+
+    client = boto3.session.Session(region_name="us-east-1").client("ec2")
+    return frozenset(client.meta.service_model.shape_for("InstanceType").enum)
+
+
+@register_rule
+def _hardening_problems(cfg: GpuLoanConfig) -> list[tuple[str, str]]:
+    problems: list[tuple[str, str]] = []
+    add = lambda path, msg: problems.append((path, msg))  # noqa: E731
+    if cfg.region not in known_regions():
+        add("region", f"'{cfg.region}' is not an AWS region (botocore's endpoint data lists none by that name; if "
+            "the region is new, update boto3)")
+    if cfg.environment.lower() in YAML_AMBIGUOUS_WORDS:
+        add("environment", f"'{cfg.environment}' reads as a YAML boolean/null; name the environment (dev, prod, ...)")
+    budgets = [("budget", cfg.budget)] + [(f"pools[{i}].budget", p.budget) for i, p in enumerate(cfg.pools) if p.budget]
+    for at, b in budgets:
+        seen: set[str] = set()
+        for j, email in enumerate(b.alert_emails):
+            if email.lower() in seen:
+                add(f"{at}.alert_emails[{j}]", f"'{email}' is listed twice (AWS Budgets refuses duplicate subscribers)")
+            seen.add(email.lower())
+    if isinstance(cfg.cluster, NewCluster):
+        for j, cidr in enumerate(cfg.cluster.public_endpoint_cidrs):
+            net = ipaddress.ip_network(cidr, strict=True)
+            if net.version == 4 and any(net.subnet_of(n) for n in NON_PUBLIC_NETWORKS):
+                add(f"cluster.public_endpoint_cidrs[{j}]", f"'{cidr}' is a private or reserved network: the public "
+                    "endpoint sees clients' public addresses (reach from inside the VPC uses the private endpoint)")
+        system_type = cfg.cluster.system_nodes.instance_type
+        if catalog.lookup(system_type) is not None or re.match(r"^(p|g|gr)\d", system_type):
+            add("cluster.system_nodes.instance_type", f"'{system_type}' is a GPU type; system nodes are small "
+                "non-GPU nodes (e.g. m7i.large): GPU pools are configured under pools")
+        elif system_type not in known_instance_types():
+            add("cluster.system_nodes.instance_type", f"'{system_type}' is not an EC2 instance type (not in "
+                "botocore's EC2 model)")
+    if (cfg.gpu_operator.enabled and cfg.gpu_operator.mig_strategy == MigStrategy.mixed
+            and cfg.scheduling.kueue.enabled):
+        add("gpu_operator.mig_strategy", "mixed exposes MIG slices as nvidia.com/mig-* resources, which the Kueue "
+            "ClusterQueues neither cover nor exclude, so such workloads are never admitted; use none or single, or "
+            "turn scheduling.kueue off")
+    return problems
 
 
 # --- entry points ------------------------------------------------------------------------------------------
@@ -1011,6 +1135,16 @@ def _capacity_problems(cfg: GpuLoanConfig) -> list[tuple[str, str]]:
         g = pool.guaranteed
         if g is not None and g.capacity_block_active and g.reservation != Reservation.capacity_block:
             problems.append((f"pools[{i}].guaranteed.capacity_block_active", "only applies to reservation: capacity_block"))
+        if g is not None and g.capacity_block_end is not None and g.reservation != Reservation.capacity_block:
+            problems.append((f"pools[{i}].guaranteed.capacity_block_end", "only applies to reservation: capacity_block"))
+        if g is not None and g.reservation == Reservation.capacity_block:
+            if g.capacity_block_end is None:
+                problems.append((f"pools[{i}].guaranteed.capacity_block_end", "give the block's end time (UTC, e.g. "
+                                 "2027-01-15T11:30:00Z; EC2 DescribeCapacityReservations EndDate): after it the floor "
+                                 "must stop asking for nodes the block no longer has"))
+            elif g.capacity_block_end.tzinfo is None:
+                problems.append((f"pools[{i}].guaranteed.capacity_block_end", "give the time zone (Z for UTC): "
+                                 "a time without one is ambiguous"))
     # IAM refuses role names over 64 characters; the longest fixed name gpuloan gives a role is the policy
     # scheduler's (stacks/policy_function.py).
     longest_role = f"gpuloan-{cfg.environment}-policy-scheduler-{cfg.region}"

@@ -10,12 +10,14 @@ there is no `ignore_changes`, so drift on the floor is corrected by the next `pu
 
 from __future__ import annotations
 
+import datetime as dt
+
 import pulumi
 import pulumi_aws as aws
 
 from stacks import catalog, launch_templates, tags, versions
 from stacks.capacity import GPU_TAINT, GROUP_GUARANTEED, gpu_update_config, instance_tags, node_group_name_prefix
-from stacks.config import GpuLoanConfig, Pool, Reservation
+from stacks.config import GpuLoanConfig, Guaranteed, Pool, Reservation
 
 TIER = "guaranteed"
 
@@ -25,12 +27,15 @@ def gpu_ami_type(instance_types: list[str]) -> str:
     return versions.GPU_AMI_TYPE_ARM if arm == {True} else versions.GPU_AMI_TYPE
 
 
-def floor_scaling(nodes: int, reservation: Reservation, capacity_block_active: bool) -> tuple[int, int, int]:
-    """(min, desired, max) of the floor. A Capacity Block before it starts must sit at 0 (AWS requires desired 0
-    until the reservation is active); `capacity_block_active: true` in the config raises it to the floor."""
-    if reservation == Reservation.capacity_block and not capacity_block_active:
-        return 0, 0, nodes
-    return nodes, nodes, nodes
+def floor_scaling(g: Guaranteed, now: dt.datetime | None = None) -> tuple[int, int, int]:
+    """(min, desired, max) of the floor: min = desired = max = nodes, except a Capacity Block outside its window
+    (Guaranteed.floor_up): 0 before `capacity_block_active` (launches into a block that has not started fail) and
+    from EKS's scale-down 40 minutes before `capacity_block_end`, so a later `pulumi up` never raises the group
+    against an expired block. Sent explicitly, not left to `ignore_changes`: an ignored desired size would send
+    the state's stale value (Pulumi docs, ignoreChanges) and raise it again."""
+    if not g.floor_up(now):
+        return 0, 0, g.nodes
+    return g.nodes, g.nodes, g.nodes
 
 
 class GuaranteedCapacity(pulumi.ComponentResource):
@@ -72,7 +77,7 @@ class GuaranteedCapacity(pulumi.ComponentResource):
             instance_type=g.instance_type, reservation_id=self.reservation_id, capacity_block=is_block,
             description=f"gpuloan {cfg.environment}/{pool.name}: guaranteed floor")
 
-        low, desired, high = floor_scaling(g.nodes, g.reservation, g.capacity_block_active)
+        low, desired, high = floor_scaling(g)
         depends_on = [cluster.system_node_group] if cluster.system_node_group is not None else []
         self.node_group = aws.eks.NodeGroup(
             f"{name}-ng",
@@ -90,7 +95,11 @@ class GuaranteedCapacity(pulumi.ComponentResource):
             labels={tags.LABEL_POOL: pool.name, tags.LABEL_TIER: TIER, tags.LABEL_CAPACITY: capacity},
             taints=[GPU_TAINT],
             tags=resource_tags,
-            opts=pulumi.ResourceOptions(parent=self, depends_on=depends_on, protect=cfg.protect_critical),
+            # A floor on a reservation is replaced delete-first: the reservation is sized to the floor, so a new
+            # group created beside the old one targets capacity the old group holds and its launches fail. The
+            # floor is down until the new group is up; the cost diff says so (gpuloan/rollout.py, docs/floor.md).
+            opts=pulumi.ResourceOptions(parent=self, depends_on=depends_on, protect=cfg.protect_critical,
+                                        delete_before_replace=self.reservation_id is not None),
         )
         self.register_outputs({"node_group_name": self.node_group.node_group_name,
                                "reservation_id": self.reservation_id})

@@ -67,6 +67,7 @@ class Rate:
 # would be off 730 times). System node instance types are keyed `ec2:<instance type>` (unit hour).
 PLATFORM_UNITS: dict[str, tuple[str, str]] = {
     "eks_cluster": ("hour", "EKS cluster (control plane), standard support"),
+    "eks_extended_support": ("hour", "EKS extended support surcharge, added to eks_cluster past standard support"),
     "nat_gateway": ("hour", "NAT gateway"),
     "nat_gateway_data": ("GB", "NAT gateway data processed"),
     "ebs_gp3_storage": ("GB-month", "EBS gp3 volume storage"),

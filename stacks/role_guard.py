@@ -7,8 +7,17 @@ role it creates or gives a policy; the boundary grants no IAM action and nothing
 resources. The CI roles and the boundary itself live under `/gpuloan-ci/<env>/`, out of the deploy role's reach.
 
 One stack transformation does this for every role, so a role added later cannot forget it (tests assert it on the
-dev and prod plans). The same hook records the resource types the program declares: the CI roles' policies are
-derived from them (stacks/github_oidc.py, built last).
+dev and prod plans).
+
+A role's `path` cannot change in place: the provider replaces the role, and an auto-named role gets a new name, so
+a new ARN. The EKS cluster's `role_arn` forces a new cluster, so giving the path to the roles of a stack deployed
+before paths existed would delete the cluster and every node on it. Hence `ignore_changes=["path"]` on every role:
+Pulumi uses the program's value when it creates a role (new stacks, new roles get the path) and the value in the
+stack's state for a role it already has (Pulumi docs, "ignoreChanges"; docs/aws-rules.md). Such a role stays at
+its old path (`/`), outside the deploy role's reach; docs/gitops.md says what that means.
+
+The same hook records the resource types the program declares: the CI roles' policies are derived from them
+(stacks/github_oidc.py, built last).
 """
 
 from __future__ import annotations
@@ -23,6 +32,8 @@ from stacks import tags
 from stacks.config import GpuLoanConfig
 
 IAM_ROLE = "aws:iam/role:Role"
+# Role inputs Pulumi takes from the state once a role exists: changing them would replace the role (module doc).
+KEPT_FROM_STATE = ("path",)
 
 
 class RoleGuard:
@@ -51,10 +62,12 @@ class RoleGuard:
         if args.type_ != IAM_ROLE:
             return None
         props = dict(args.props)
+        # The path only ever applies when a role is created; a role already in the state keeps its path (module doc).
+        opts = pulumi.ResourceOptions.merge(args.opts, pulumi.ResourceOptions(ignore_changes=list(KEPT_FROM_STATE)))
         if props.get("path") is None:
             props["path"] = perms.workload_path(self.env)
         if self.boundary is None or props["path"] != perms.workload_path(self.env):
             # CI roles (their own path) are the administrator's; they carry no boundary (they need IAM actions).
-            return pulumi.ResourceTransformationResult(props, args.opts)
+            return pulumi.ResourceTransformationResult(props, opts)
         props["permissions_boundary"] = self.boundary.arn
-        return pulumi.ResourceTransformationResult(props, args.opts)
+        return pulumi.ResourceTransformationResult(props, opts)

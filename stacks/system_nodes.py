@@ -2,6 +2,13 @@
 
 GPU nodes carry the `nvidia.com/gpu` taint, so without these nodes CoreDNS, the GPU operator's controllers and
 the metrics agents would have nowhere to run and the cluster could not even resolve names.
+
+The group is auto-named (`<env>-system_` plus the provider's suffix), like the GPU groups (stacks/capacity.py): a
+change that replaces it (instance type, subnets, AMI type) then creates the new group before deleting the old one,
+so CoreDNS, Kueue (whose pod webhook fails closed for team namespaces), the GPU Operator and the CloudWatch agent
+always have untainted nodes to move to. A fixed name would force delete-before-replace (two groups cannot share a
+name): every such change would first delete the only nodes they can run on. A stack created with the fixed name
+`<env>-system` replaces its group once on the upgrade, the same way: new group first (docs/capacity.md).
 """
 
 from __future__ import annotations
@@ -10,13 +17,20 @@ import pulumi
 import pulumi_aws as aws
 
 from stacks import launch_templates, tags, versions
+from stacks.capacity import PREFIX_END
 from stacks.config import SystemNodes
 
 SYSTEM_TIER_LABEL = "system"  # gpuloan.io/tier=system: where cluster-wide controllers should run
 
 
 def system_node_group_name(environment: str) -> str:
+    """The human name (instances' Name tag, previews)."""
     return f"{environment}-system"
+
+
+def system_node_group_name_prefix(environment: str) -> str:
+    """The prefix of the group's EKS name; the provider appends a unique suffix."""
+    return system_node_group_name(environment) + PREFIX_END
 
 
 def system_node_group(
@@ -39,7 +53,7 @@ def system_node_group(
     return aws.eks.NodeGroup(
         name,
         cluster_name=cluster_name,
-        node_group_name=system_node_group_name(environment),
+        node_group_name_prefix=system_node_group_name_prefix(environment),
         node_role_arn=node_role_arn,
         subnet_ids=subnet_ids,
         ami_type=versions.SYSTEM_AMI_TYPE,
@@ -51,5 +65,6 @@ def system_node_group(
         launch_template=launch_templates.template_ref(template),
         labels={tags.LABEL_TIER: SYSTEM_TIER_LABEL},
         tags=node_tags,
-        opts=pulumi.ResourceOptions(parent=parent, depends_on=depends_on),
+        # Create before delete (Pulumi's default, spelled out): the name prefix lets both groups exist at once.
+        opts=pulumi.ResourceOptions(parent=parent, depends_on=depends_on, delete_before_replace=False),
     )

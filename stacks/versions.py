@@ -14,10 +14,21 @@ SYSTEM_AMI_TYPE = "AL2023_x86_64_STANDARD"
 POLICY_LAMBDA_RUNTIME = "python3.12"
 POLICY_LAMBDA_ARCHITECTURE = "arm64"
 
+# The Kubernetes version of new clusters: in EKS standard support until 2027-03-27 (EKS_VERSION_CALENDAR). 1.33 and
+# 1.34 left standard support on 2026-07-29 and 2026-12-02: a cluster on them is billed the extended-support
+# surcharge and force-upgraded when extended support ends. EKS upgrades one minor at a time, so 1.33 and 1.34 keep
+# their pins for stacks that step through them.
+DEFAULT_KUBERNETES_VERSION = "1.35"
+
 # EKS managed add-ons of a new cluster, per Kubernetes minor (coredns and kube-proxy follow the control plane;
-# vpc-cni and the Pod Identity agent do not). Checked against published EKS add-on versions for 1.33
-# (`aws eks describe-addon-versions --kubernetes-version 1.33 --addon-name <name>`). A cluster version
-# without an entry here is rejected by config validation rather than silently getting "latest".
+# vpc-cni and the Pod Identity agent do not). A cluster version without an entry here is rejected by config
+# validation rather than silently getting "latest". Check availability before a bump:
+# `aws eks describe-addon-versions --kubernetes-version 1.35 --addon-name <name>`.
+# 1.34 / 1.35 kube-proxy and coredns: the EKS user guide's "Manage kube-proxy" and "Manage CoreDNS" version tables
+# (docs.amazonaws.cn/zh_cn/eks/latest/userguide/managing-kube-proxy.md, managing-coredns.md: 1.35 -> kube-proxy
+# v1.35.3-eksbuild.2, coredns v1.13.2-eksbuild.4; 1.34 -> v1.34.6-eksbuild.2, v1.13.2-eksbuild.4). vpc-cni
+# v1.21.1-eksbuild.3 and eks-pod-identity-agent v1.3.10-eksbuild.3: pinned together on a 1.35 cluster in a public
+# Terraform configuration (code search, 2026); the CNI's version does not follow the control plane's.
 EKS_ADDON_VERSIONS: dict[str, dict[str, str]] = {
     "1.33": {
         "vpc-cni": "v1.20.2-eksbuild.1",
@@ -25,6 +36,31 @@ EKS_ADDON_VERSIONS: dict[str, dict[str, str]] = {
         "coredns": "v1.12.4-eksbuild.1",
         "eks-pod-identity-agent": "v1.3.8-eksbuild.2",
     },
+    "1.34": {
+        "vpc-cni": "v1.21.1-eksbuild.3",
+        "kube-proxy": "v1.34.6-eksbuild.2",
+        "coredns": "v1.13.2-eksbuild.4",
+        "eks-pod-identity-agent": "v1.3.10-eksbuild.3",
+    },
+    "1.35": {
+        "vpc-cni": "v1.21.1-eksbuild.3",
+        "kube-proxy": "v1.35.3-eksbuild.2",
+        "coredns": "v1.13.2-eksbuild.4",
+        "eks-pod-identity-agent": "v1.3.10-eksbuild.3",
+    },
+}
+
+# EKS release calendar, UTC: minor -> (end of standard support, end of extended support). Extended support is
+# billed from the start of the day standard support ends. The offline preview prices the control plane from this
+# table and says so; `gpuloan prices refresh` reads the live status (EKS DescribeClusterVersions) and reports a
+# disagreement. Sources: Amazon EKS User Guide, "Understand the Kubernetes version lifecycle on EKS" (release
+# calendar; 1.33: July 29, 2026 / July 29, 2027); endoflife.date/amazon-eks and aws-samples sample-apex-skills
+# "Cluster Lifecycle & Upgrades" calendar (1.34: 2026-12-02 / 2027-12-02; 1.35: 2027-03-27 / 2028-03-27).
+EKS_VERSION_CALENDAR_AS_OF = "2026-12-04"
+EKS_VERSION_CALENDAR: dict[str, tuple[str, str]] = {
+    "1.33": ("2026-07-29", "2027-07-29"),
+    "1.34": ("2026-12-02", "2027-12-02"),
+    "1.35": ("2027-03-27", "2028-03-27"),
 }
 
 # NVIDIA GPU Operator Helm chart (repo https://helm.ngc.nvidia.com/nvidia, calendar versions). v25.10.1 is listed

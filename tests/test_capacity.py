@@ -201,6 +201,8 @@ def test_stack_outputs_name_every_group(recorded, stack):
 
 # A user's own rate, as a test value (the config path under test, not a price claim).
 BLOCK_RATE = {"usd_per_hour": 1.0, "source": "test value standing in for the block's quote"}
+# Far enough ahead that the block is still running whenever the tests run.
+BLOCK_END = "2099-01-01T00:00:00Z"
 
 VARIANTS = {
     # name: (guaranteed changes, elastic changes)
@@ -212,10 +214,14 @@ VARIANTS = {
     # The price book has no Capacity Block rate for g6.xlarge: the block's buyer states its price (docs/floor.md).
     "capacity_block-inactive": (
         {"reservation": "capacity_block", "reservation_id": RESERVATION_ID, "availability_zone": "us-east-1a",
-         "rate": BLOCK_RATE}, {}),
+         "rate": BLOCK_RATE, "capacity_block_end": BLOCK_END}, {}),
     "capacity_block-active": (
         {"reservation": "capacity_block", "reservation_id": RESERVATION_ID, "availability_zone": "us-east-1a",
-         "capacity_block_active": True, "rate": BLOCK_RATE}, {}),
+         "capacity_block_active": True, "rate": BLOCK_RATE, "capacity_block_end": BLOCK_END}, {}),
+    # Past EKS's scale-down before the end: the program asks for 0 nodes even with capacity_block_active.
+    "capacity_block-ended": (
+        {"reservation": "capacity_block", "reservation_id": RESERVATION_ID, "availability_zone": "us-east-1a",
+         "capacity_block_active": True, "rate": BLOCK_RATE, "capacity_block_end": "2026-01-01T00:00:00Z"}, {}),
 }
 
 
@@ -256,7 +262,7 @@ def test_variant_floor(variant_runs, name):
         assert floor.inputs["capacityType"] == "CAPACITY_BLOCK"
         assert lt.inputs["instanceMarketOptions"] == {"marketType": "capacity-block"}
         assert lt.inputs["instanceType"] == "g6.xlarge"
-        expected = 1 if g.get("capacity_block_active") else 0
+        expected = 1 if g.get("capacity_block_active") and g["capacity_block_end"] == BLOCK_END else 0
         assert scaling == {"minSize": expected, "desiredSize": expected, "maxSize": 1}
     else:
         assert floor.inputs["capacityType"] == "ON_DEMAND"
@@ -311,6 +317,14 @@ INVALID = {
     "active flag on odcr": (dict(guaranteed={"reservation": "odcr", "availability_zone": "us-east-1a",
                                              "capacity_block_active": True}),
                             "pools[0].guaranteed.capacity_block_active"),
+    "capacity_block without end": (dict(guaranteed={"reservation": "capacity_block", "reservation_id": RESERVATION_ID,
+                                                    "availability_zone": "us-east-1a"}),
+                                   "pools[0].guaranteed.capacity_block_end"),
+    "capacity_block end without zone": (dict(guaranteed={"reservation": "capacity_block",
+                                                         "reservation_id": RESERVATION_ID,
+                                                         "availability_zone": "us-east-1a",
+                                                         "capacity_block_end": "2027-01-15T11:30:00"}),
+                                        "pools[0].guaranteed.capacity_block_end"),
     "mixed GPUs per node": (dict(elastic={"instance_types": ["g6.xlarge", "g6.12xlarge"]}),
                             "pools[0].elastic.instance_types"),
     "mixed CPU architectures": (dict(elastic={"instance_types": ["g5g.xlarge", "g5.xlarge"]}),

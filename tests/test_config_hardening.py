@@ -141,3 +141,44 @@ def test_the_program_refuses_a_namespace_typo(monkeypatch):
     with pytest.raises(Exception) as err:
         run_stack("dev", cfg)
     assert "did you mean 'gpuloan:policy'" in str(err.value)
+
+
+# --- issue 24: inputs that used to pass silently ---------------------------------------------------------------
+
+def _region(cfg, region):
+    cfg.update({"aws:region": region, "gpuloan:region": region})
+
+
+CASES_24 = {
+    "nonexistent region": (_with("dev", lambda c: _region(c, "us-east-9")), "region", "is not an AWS region"),
+    "environment reads as a boolean": (_with("dev", lambda c: c.update({"gpuloan:environment": "true"})),
+                                       "environment", "YAML boolean"),
+    "duplicate alert email": (_with("dev", lambda c: c["gpuloan:budget"].update(
+        alert_emails=["ml-platform@example.com", "ML-Platform@example.com"])), "budget.alert_emails[1]", "twice"),
+    "duplicate pool alert email": (_with("prod", lambda c: c["gpuloan:pools"][0]["budget"].update(
+        alert_emails=["a@example.com", "a@example.com"])), "pools[0].budget.alert_emails[1]", "twice"),
+    "private CIDR for the public endpoint": (_with("dev", lambda c: c["gpuloan:cluster"].update(
+        public_endpoint_cidrs=["10.1.0.0/16"])), "cluster.public_endpoint_cidrs[0]", "private or reserved"),
+    "GPU type for system nodes": (_with("dev", lambda c: c["gpuloan:cluster"]["system_nodes"].update(
+        instance_type="g6.xlarge")), "cluster.system_nodes.instance_type", "is a GPU type"),
+    "unknown type for system nodes": (_with("dev", lambda c: c["gpuloan:cluster"]["system_nodes"].update(
+        instance_type="m7i.huge")), "cluster.system_nodes.instance_type", "not an EC2 instance type"),
+    "MIG mixed with Kueue": (_with("prod", lambda c: c["gpuloan:gpu_operator"].update(mig_strategy="mixed")),
+                             "gpu_operator.mig_strategy", "never admitted"),
+    "NUL byte": (GOOD_DEV.replace("ml-platform", "ml-\x00platform", 1), "Pulumi.dev.yaml", "is not allowed in YAML"),
+}
+
+
+@pytest.mark.parametrize("name", CASES_24)
+def test_issue_24_inputs_are_refused_cleanly(tmp_path, capsys, name):
+    text, path, fragment = CASES_24[name]
+    code, err = _validate(tmp_path, capsys, text)
+    assert code == cmd_validate.EXIT_INVALID, err
+    assert "Traceback" not in err
+    assert fragment in err, err
+    assert path in err, err
+
+
+def test_regions_of_every_partition_are_known():
+    assert {"us-east-1", "eu-central-1", "us-gov-west-1", "cn-north-1"} <= config.known_regions()
+    assert "us-east-9" not in config.known_regions()

@@ -107,7 +107,8 @@ def test_a_live_reserved_rate_without_reference_is_used_as_read(monkeypatch):
 def test_payment_defaults_follow_the_reservation():
     cfg = _cfg(payment=None)
     assert cfg.pools[0].guaranteed.price_model == "on_demand"
-    cfg = _cfg(payment=None, reservation="capacity_block", reservation_id="cr-0123456789abcdef0")
+    cfg = _cfg(payment=None, reservation="capacity_block", reservation_id="cr-0123456789abcdef0",
+               capacity_block_end="2099-01-01T00:00:00Z")
     assert cfg.pools[0].guaranteed.price_model == "capacity_block"
 
 

@@ -202,7 +202,8 @@ def _problems(github: dict, **kw) -> dict[str, str]:
     return dict(err.value.problems)
 
 
-SELF_HOSTED = {"cluster_access": "self_hosted", "runner_labels": ["self-hosted", "vpc"]}
+SELF_HOSTED = {"cluster_access": "self_hosted", "runner_labels": ["self-hosted", "vpc"],
+               "runner_security_group_ids": ["sg-0a1b2c3d4e5f60718"]}
 
 
 def test_an_existing_provider_arn_from_config_is_trusted_and_nothing_is_created():
@@ -240,6 +241,14 @@ def test_bad_provider_reference_names_the_field(github, path, words):
 @pytest.mark.parametrize("github, cluster, path, words", [
     ({}, None, "github.cluster_access", "pick how CI reaches the cluster API"),
     ({"cluster_access": "self_hosted"}, None, "github.runner_labels", "self-hosted runners"),
+    ({"cluster_access": "self_hosted", "runner_labels": ["vpc"]}, None, "github.runner_security_group_ids",
+     "cluster security group must admit them on 443"),
+    ({**SELF_HOSTED, "runner_private_cidrs": ["10.0.0.0/8"]}, None, "github.runner_private_cidrs", "/16 or narrower"),
+    ({**SELF_HOSTED, "runner_private_cidrs": ["192.0.2.0/24"]}, None, "github.runner_private_cidrs", "RFC 1918"),
+    ({**SELF_HOSTED, "runner_security_group_ids": ["sg-nope"]}, None, "github.runner_security_group_ids[0]",
+     "pattern"),
+    ({"cluster_access": "runner_cidrs", "runner_cidrs": ["192.0.2.0/28"], "runner_security_group_ids":
+      ["sg-0a1b2c3d4e5f60718"]}, None, "github.runner_security_group_ids", "only with"),
     ({**SELF_HOSTED, "runner_cidrs": ["192.0.2.0/28"]}, None, "github.runner_cidrs", "only with"),
     ({"cluster_access": "runner_cidrs"}, None, "github.runner_cidrs", "egress CIDRs"),
     ({"cluster_access": "runner_cidrs", "runner_cidrs": ["10.1.0.0/16"]}, None, "github.runner_cidrs", "public IPv4"),
@@ -256,9 +265,31 @@ def test_a_gitops_config_must_pick_how_ci_reaches_the_cluster(github, cluster, p
     assert path in problems and words in problems[path], problems
 
 
+def test_self_hosted_runners_are_admitted_to_the_cluster_security_group_on_443(recorded):
+    for stack in ("dev", "prod"):
+        rec = recorded(stack)
+        [cluster] = rec.of_type("aws:eks/cluster:Cluster")
+        cluster_sg = cluster.outputs["vpcConfig"]["clusterSecurityGroupId"]
+        rules = [r.inputs for r in rec.of_type("aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule")
+                 if r.inputs.get("referencedSecurityGroupId") in cfg_github(stack)["runner_security_group_ids"]]
+        assert len(rules) == 1
+        assert rules[0]["securityGroupId"] == cluster_sg
+        assert (rules[0]["ipProtocol"], rules[0]["fromPort"], rules[0]["toPort"]) == ("tcp", 443, 443)
+    cfg = stack_config("dev")
+    cfg["gpuloan:github"].update(runner_security_group_ids=[], runner_private_cidrs=["10.60.4.0/24"])
+    [rule] = [r.inputs for r in run_stack("dev", cfg).of_type(
+        "aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule") if r.inputs.get("cidrIpv4") == "10.60.4.0/24"]
+    assert (rule["fromPort"], rule["toPort"]) == (443, 443)
+
+
+def cfg_github(stack: str) -> dict:
+    return stack_config(stack)["gpuloan:github"]
+
+
 def test_runner_cidrs_join_the_endpoint_allow_list(recorded):
     cfg = stack_config("dev")
-    cfg["gpuloan:github"].update(cluster_access="runner_cidrs", runner_cidrs=["192.0.2.0/28"], runner_labels=[])
+    cfg["gpuloan:github"].update(cluster_access="runner_cidrs", runner_cidrs=["192.0.2.0/28"], runner_labels=[],
+                                 runner_security_group_ids=[])
     (cluster,) = run_stack("dev", cfg).of_type("aws:eks/cluster:Cluster")
     vpc = cluster.inputs["vpcConfig"]
     assert vpc["publicAccessCidrs"] == ["203.0.113.0/24", "192.0.2.0/28"]  # the config's, then CI's

@@ -142,7 +142,11 @@ def test_operator_daemonsets_and_nfd_tolerate_gpu_and_spot_taints():
 
 @pytest.mark.parametrize("strategy", ["single", "mixed"])
 def test_mig_strategy_from_config_enables_the_mig_manager(strategy):
-    cfg = config.parse({**_gpuloan(stack_config("prod")), "gpu_operator": {"mig_strategy": strategy}})
+    data = {**_gpuloan(stack_config("prod")), "gpu_operator": {"mig_strategy": strategy}}
+    if strategy == "mixed":
+        # mixed with Kueue on is refused (tests/test_config_hardening.py): MIG resources would never be admitted.
+        data["scheduling"] = {"kueue": {"enabled": False}}
+    cfg = config.parse(data)
     values = gpu_operator.helm_values(cfg)
     assert values["mig"]["strategy"] == strategy
     assert values["migManager"]["enabled"] is True

@@ -196,7 +196,8 @@ def test_inactive_capacity_block_floor_has_no_quota_until_active():
     data = stack_config("prod")
     # A Capacity Block is paid as one (prod's floor is otherwise paid reserved_1yr).
     data["gpuloan:pools"][0]["guaranteed"].update(reservation="capacity_block", reservation_id="cr-0123456789abcdef0",
-                                                  payment="capacity_block")
+                                                  payment="capacity_block",
+                                                  capacity_block_end="2099-01-01T00:00:00Z")
     cfg = config.from_stack_yaml({"config": data}, "test")
     assert _quotas(_cq(cfg, "training"))["gpuloan-prod-training-floor"]["nominalQuota"] == 0
     data["gpuloan:pools"][0]["guaranteed"]["capacity_block_active"] = True

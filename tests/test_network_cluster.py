@@ -134,11 +134,15 @@ def test_bin_packing_sets_the_schedulers_scoring_on_the_cluster(recorded, stack)
     assert all(1 <= r["weight"] <= 100 for r in strategy["resources"])  # EKS ResourceWeight range
 
 
-def test_without_bin_packing_the_cluster_keeps_the_default_scheduler():
+def test_without_bin_packing_the_cluster_is_sent_the_default_scoring():
+    # EKS merges scheduler configuration updates and an omitted block sends nothing, so turning bin packing off
+    # must send kube-scheduler's default (LeastAllocated, cpu and memory weight 1) to take MostAllocated back.
     config = stack_config("dev")
     config["gpuloan:cluster"]["bin_packing"] = False
     [eks] = run_stack("dev", config).of_type(EKS)
-    assert "kubeSchedulerConfig" not in eks.inputs
+    strategy = eks.inputs["kubeSchedulerConfig"]["nodeResourcesFit"]["scoringStrategy"]
+    assert strategy["type"] == "LeastAllocated"
+    assert {r["name"]: r["weight"] for r in strategy["resources"]} == {"cpu": 1, "memory": 1}
 
 
 def test_bin_packing_needs_kubernetes_1_31():
@@ -170,7 +174,7 @@ def test_managed_addons_are_pinned(recorded, stack):
         assert addon.inputs["clusterName"] == f"gpuloan-{stack}"
     # The CNI gets its AWS permissions through IRSA bound to exactly kube-system/aws-node, not the node role.
     cni_role_arn = addons["vpc-cni"].inputs["serviceAccountRoleArn"]
-    [cni_role] = [r for r in in_cluster(rec, "aws:iam/role:Role") if cni_role_arn.endswith("/" + mock_id(rec, r))]
+    [cni_role] = [r for r in in_cluster(rec, "aws:iam/role:Role") if r.outputs["arn"] == cni_role_arn]
     trust = json.loads(cni_role.inputs["assumeRolePolicy"])
     [stmt] = trust["Statement"]
     assert stmt["Action"] == "sts:AssumeRoleWithWebIdentity"
@@ -205,7 +209,9 @@ def test_system_node_group_is_on_demand_untainted_and_sized_from_config(recorded
     rec, cfg = recorded(stack), cfg_of(stack)
     [system] = [r for r in in_cluster(rec, NODE_GROUP)]
     spec = cfg.cluster.system_nodes
-    assert system.inputs["nodeGroupName"] == f"{stack}-system"
+    # Auto-named like the GPU groups, so a replacement creates the new group before deleting the old one.
+    assert "nodeGroupName" not in system.inputs and system.inputs["nodeGroupNamePrefix"] == f"{stack}-system_"
+    assert not system.delete_before_replace
     assert system.inputs["capacityType"] == "ON_DEMAND"
     assert system.inputs["amiType"] == versions.SYSTEM_AMI_TYPE
     assert system.inputs["instanceTypes"] == [spec.instance_type]
@@ -299,3 +305,21 @@ def test_node_subnet_ids_must_be_subnet_ids():
     with pytest.raises(config_mod.ConfigError) as err:
         config_mod.parse(data)
     assert any(p.startswith("cluster.node_subnet_ids") for p, _ in err.value.problems)
+
+
+def test_an_existing_stack_replaces_its_fixed_name_system_group_new_group_first(recorded):
+    from gpuloan import preview, rollout
+    from gpuloan.offline import generated_name
+
+    from conftest import stack_config
+
+    head = preview.preview_document("dev", stack_config("dev"))
+    base = json.loads(json.dumps(head))
+    [old] = [r for r in base["resources"] if r["type"] == NODE_GROUP and r["inputs"].get("labels", {}).get(
+        tags.LABEL_TIER) == "system"]
+    old["inputs"]["nodeGroupName"] = old["inputs"].pop("nodeGroupNamePrefix").rstrip("_")  # the old fixed name
+    [change] = rollout.group_changes(base, head)
+    assert change.action == "replaces" and change.group == "dev-system" and "nodeGroupName" in change.reasons
+    # The replacement's name cannot clash with the old one, so nothing forces delete-before-replace.
+    [system] = [r for r in in_cluster(recorded("dev"), NODE_GROUP)]
+    assert generated_name("dev-system_", system.name) != "dev-system" and not system.delete_before_replace

@@ -147,3 +147,82 @@ def test_tiny_per_unit_rates_survive_the_rounding():
     doc = preview.round_money({"cost": {"usd_per_unit": 0.0000002, "monthly_usd": 12.345678,
                                         "elastic_spot_usd_per_hour": 1.23456789}})
     assert doc["cost"] == {"usd_per_unit": 0.0000002, "monthly_usd": 12.35, "elastic_spot_usd_per_hour": 1.23457}
+
+
+# --- issue 24 item 4: the control plane priced by the version's EKS support status ------------------------------
+
+TODAY = __import__("datetime").date(2026, 12, 4)
+
+
+def test_the_offline_calendar_says_which_versions_are_past_standard_support():
+    assert platform_costs.version_support("1.33", TODAY).status == platform_costs.EXTENDED_SUPPORT
+    assert platform_costs.version_support("1.34", TODAY).status == platform_costs.EXTENDED_SUPPORT  # ended 12-02
+    s = platform_costs.version_support("1.35", TODAY)
+    assert (s.status, s.end_of_standard_support) == (platform_costs.STANDARD_SUPPORT, "2027-03-27")
+    assert "as of" in s.source and "offline" in s.source
+    # Billed from the start of the day standard support ends (UTC).
+    assert platform_costs.version_support("1.35", __import__("datetime").date(2027, 3, 27)).status == \
+        platform_costs.EXTENDED_SUPPORT
+    assert platform_costs.version_support("1.39", TODAY).status == platform_costs.UNKNOWN_SUPPORT
+
+
+def test_the_shipped_stacks_run_a_version_in_standard_support():
+    for stack in ("dev", "prod"):
+        cfg = preview.validated_config(stack_config(stack), stack)
+        assert platform_costs.version_support(platform_costs.cluster_version(cfg), TODAY).status == \
+            platform_costs.STANDARD_SUPPORT, stack
+
+
+@requires_shared_prices
+def test_a_version_in_extended_support_adds_the_surcharge_row(tmp_path):
+    rates = {**FIXTURE_RATES, "eks_extended_support": (5.0, "hour")}
+    catalog.use_price_file(_price_file(tmp_path, rates))
+    try:
+        config = stack_config("dev")
+        config["gpuloan:cluster"]["kubernetes_version"] = "1.33"
+        cfg = preview.validated_config(config, "dev")
+        rows = {r.item: r for r in platform_costs.platform_costs(cfg, [{"type": "aws:eks/cluster:Cluster"}], TODAY)}
+        assert rows["EKS control plane"].monthly_usd == 730.0
+        assert rows["EKS extended support"].monthly_usd == 5.0 * 730
+        assert "extended support since 2026-07-29" in rows["EKS extended support"].basis
+        config["gpuloan:cluster"]["kubernetes_version"] = "1.35"
+        cfg = preview.validated_config(config, "dev")
+        rows = {r.item: r for r in platform_costs.platform_costs(cfg, [{"type": "aws:eks/cluster:Cluster"}], TODAY)}
+        assert "EKS extended support" not in rows
+        assert "standard support until 2027-03-27" in rows["EKS control plane"].basis
+    finally:
+        catalog.use_price_file(None)
+
+
+class _EksVersions:
+    """Answers DescribeClusterVersions like EKS (two pages), for the refresh's online read."""
+
+    def __init__(self, versions):
+        self.versions = versions
+
+    def get_paginator(self, name):
+        assert name == "describe_cluster_versions"
+        outer = self
+
+        class P:
+            def paginate(self, clusterVersions):
+                yield {"clusterVersions": [], "nextToken": "t"}
+                yield {"clusterVersions": [v for v in outer.versions if v["clusterVersion"] in clusterVersions]}
+        return P()
+
+
+def test_the_online_read_takes_the_status_eks_reports_and_flags_a_stale_calendar():
+    import datetime as dt
+
+    from gpuloan import cmd_prices
+
+    eks = _EksVersions([{"clusterVersion": "1.35", "status": "STANDARD_SUPPORT",
+                         "endOfStandardSupportDate": dt.datetime(2027, 3, 27, tzinfo=dt.timezone.utc)}])
+    live = platform_costs.read_version_support(eks, "1.35")
+    assert (live.status, live.end_of_standard_support) == ("STANDARD_SUPPORT", "2027-03-27")
+    assert cmd_prices.version_support_lines(eks, "1.35") == [
+        "Kubernetes 1.35: STANDARD_SUPPORT (end of standard support 2027-03-27; EKS DescribeClusterVersions)"]
+    moved = _EksVersions([{"clusterVersion": "1.35", "status": "STANDARD_SUPPORT",
+                           "endOfStandardSupportDate": "2027-04-30T00:00:00Z"}])
+    assert "update stacks/versions.py:EKS_VERSION_CALENDAR" in cmd_prices.version_support_lines(moved, "1.35")[-1]
+    assert platform_costs.read_version_support(_EksVersions([]), "1.35").status == platform_costs.UNKNOWN_SUPPORT

@@ -560,3 +560,31 @@ def test_two_platform_skus_for_one_item_are_refused():
                            "FormatVersion": "aws_v1", "MaxResults": 100})
         with pytest.raises(aws_prices.NoPrice, match="2 SKUs"):
             aws_prices.PlatformPriceReader(pricing).rate("kms_key", "us-east-1")
+
+
+def test_capacity_block_offers_and_type_offerings_are_read_from_every_page():
+    # Both calls are paged (NextToken): the cheapest offer and an offered type may sit on a later page.
+    ec2 = _client("ec2")
+    offer = {"CapacityBlockOfferingId": "cbr-0123456789abcdef0", "InstanceType": "p5.48xlarge",
+             "AvailabilityZone": "us-east-1a", "InstanceCount": 1, "StartDate": NOW, "EndDate": NOW,
+             "CapacityBlockDurationHours": 24, "UpfrontFee": "999.00", "CurrencyCode": "USD", "Tenancy": "default"}
+    args = {"InstanceType": "p5.48xlarge", "InstanceCount": 1, "CapacityDurationHours": 24}
+    with Stubber(ec2) as stub:
+        stub.add_response("describe_capacity_block_offerings",
+                          {"CapacityBlockOfferings": [offer], "NextToken": "page-2"}, args)
+        stub.add_response("describe_capacity_block_offerings",
+                          {"CapacityBlockOfferings": [{**offer, "UpfrontFee": "755.04"}]},
+                          {**args, "NextToken": "page-2"})
+        rate = aws_prices.CapacityBlockReader(ec2).cheapest("p5.48xlarge", "us-east-1", "2026-12-01")
+        filters = [{"Name": "instance-type", "Values": ["g6.xlarge", "p5.48xlarge"]}]
+        stub.add_response("describe_instance_type_offerings",
+                          {"InstanceTypeOfferings": [{"InstanceType": "g6.xlarge", "LocationType": "region",
+                                                      "Location": "us-east-1"}], "NextToken": "t2"},
+                          {"LocationType": "region", "Filters": filters})
+        stub.add_response("describe_instance_type_offerings",
+                          {"InstanceTypeOfferings": [{"InstanceType": "p5.48xlarge", "LocationType": "region",
+                                                      "Location": "us-east-1"}]},
+                          {"LocationType": "region", "Filters": filters, "NextToken": "t2"})
+        offered = aws_prices.InstanceTypeReader(ec2).offered(["g6.xlarge", "p5.48xlarge"], "us-east-1")
+    assert rate.usd_per_hour == pytest.approx(755.04 / 24)
+    assert offered == {"g6.xlarge", "p5.48xlarge"}
