@@ -10,6 +10,9 @@ STACK ?= dev
 # Public data beside the project (never copied into it): the price table is the offline price file when present,
 # unless the caller set one; otherwise prices come from the cache `gpuloan prices refresh` fills (docs/prices.md).
 SHARED_DATA ?= ../shared/data
+# The tests read the same folder (tests/conftest.py): `make test SHARED_DATA=/some/empty/dir` runs the suite as a
+# clone without the data would (.ci/run does).
+export GPULOAN_SHARED_DATA := $(abspath $(SHARED_DATA))
 ifneq ($(wildcard $(SHARED_DATA)/prices/aws_gpu_prices.csv),)
 # Absolute, so commands and tests that run from another folder (cost-diff's base checkout) find it too.
 export GPULOAN_PRICE_FILE ?= $(abspath $(SHARED_DATA)/prices)

@@ -16,8 +16,11 @@ for p in (str(REPO), str(REPO / "tests")):
     if p not in sys.path:
         sys.path.insert(0, p)
 
-# Public data the tests read by path (never copied into the repository; see docs/prices.md).
-SHARED_DATA = REPO.parent / "shared" / "data"
+# Public data the tests read by path (never copied into the repository; see docs/prices.md). GPULOAN_SHARED_DATA
+# moves it (the Makefile exports it from SHARED_DATA): pointed at an empty folder it shows what a fresh clone without
+# ../shared sees, which is how .ci/run proves every test that needs the data says so (GitHub's runners have none).
+DEFAULT_SHARED_DATA = REPO.parent / "shared" / "data"
+SHARED_DATA = Path(os.environ.get("GPULOAN_SHARED_DATA") or DEFAULT_SHARED_DATA).resolve()
 SHARED_PRICES = SHARED_DATA / "prices"
 SHARED_TRACES = SHARED_DATA / "traces"
 SHARED_KUEUE_CRDS = SHARED_DATA / "kueue-crds-v0.19.2"  # the CRDs of the pinned Kueue chart (stacks/versions.py)
