@@ -367,6 +367,14 @@ def _scale(ps: PoolSettings, po: PoolObservation, groups: dict[str, Group], in_s
     for s in scopes:
         if not s.capped:
             continue
+        if not s.known:
+            # Unknown spend is not zero: without an actual figure from AWS Budgets (unreadable now and none kept in
+            # the state) the month so far could already be at the budget, so a capped scope buys nothing.
+            actions.append(_hold(name, Reason.BUDGET_UNKNOWN, f"{why}; {s.name} month-to-date spend is unknown "
+                                 f"(no AWS Budgets figure read this month), so cap_elastic refuses the scale-up",
+                                 group=target.name))
+            add = 0
+            break
         affordable = max(0, math.floor(s.headroom_usd_per_hour / price + 1e-9)) if price > 0 else add
         if affordable < add:
             actions.append(_hold(name, Reason.BUDGET_CAP, f"{why}; {s.name} budget ${s.budget_usd:,.0f} affords "

@@ -329,6 +329,22 @@ def test_one_unreadable_group_holds_only_its_pool(world, kube, lambda_dir, aws_e
 
 
 @requires_shared_prices
+def test_unknown_spend_refuses_the_capped_scale_up_and_says_so(world, kube, lambda_dir, aws_env):
+    """Issue 24 item 10: Budgets unreadable (the budget is gone) and no figure in the DynamoDB state (a new month,
+    or a lost item) leave no month-to-date figure. Under cap_elastic that is not $0: train's pending pods buy
+    nothing, the decision says why, an email says so, and the safety rules still run (the idle node goes)."""
+    world.budgets.delete_budget(AccountId=ACCOUNT, BudgetName="gpuloan-dev")
+    result, logs = run_lambda(lambda_dir, aws_env, world.settings.to_json(), _env(world, kube), {})
+    assert world.desired("dev-train-spot") == 0 and world.desired("dev-train-on-demand") == 0
+    train = next(x for x in logs if x.get("message") == "pool decision" and x["pool"] == "train")
+    assert "BUDGET_UNKNOWN" in {a["reason"] for a in train["actions"]}
+    assert any("DescribeBudget" in e for e in result["errors"])
+    subjects = [m["Subject"] for m in world.messages()]
+    assert "[gpuloan dev] train: spend unknown, scale-up refused" in subjects
+    assert world.instances("dev-research-spot") == [world.busy]
+
+
+@requires_shared_prices
 def test_empty_node_is_reclaimed_from_the_reserved_capacity_metric(world, kube, lambda_dir, aws_env):
     """Container Insights' node_gpu_reserved_capacity read end to end: 0 for the idle node makes it empty (reclaimed
     as such), 12.5 % on the busy one (one of its GPUs requested) keeps it."""
