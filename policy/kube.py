@@ -16,14 +16,23 @@ import ssl
 import urllib.error
 import urllib.parse
 import urllib.request
+from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Callable, Protocol
+from typing import Callable, Mapping, Protocol, Sequence
 
 from policy.deadline import Deadline
 from policy.errors import DataUnavailable, DeadlineExceeded, Throttled
 
 GPU_RESOURCE = "nvidia.com/gpu"
-POOL_LABEL = "gpuloan.io/pool"  # same key as stacks.tags.LABEL_POOL (the Lambda zip does not ship stacks/)
+# The labels and taints the stack puts on GPU node groups (stacks/tags.py, stacks/elastic.py; the Lambda zip does
+# not ship stacks/, tests/test_policy_adapters.py checks the two agree).
+POOL_LABEL = "gpuloan.io/pool"
+TIER_LABEL = "gpuloan.io/tier"
+CAPACITY_LABEL = "gpuloan.io/capacity"
+ELASTIC_TIER = "elastic"
+CAPACITY_SPOT, CAPACITY_ON_DEMAND = "spot", "on-demand"
+SPOT_TAINT_KEY = "gpuloan.io/spot"
+TAINT_VALUE, TAINT_EFFECT = "true", "NoSchedule"
 PAGE_SIZE = 500
 TIMEOUT_SECONDS = 10  # per request; less when the tick's deadline is nearer
 # Pod annotations that forbid terminating the pod's node: gpuloan's own, and Karpenter's, which users already put
@@ -85,6 +94,90 @@ def pod_pools(pod: dict) -> set[str]:
     return pools
 
 
+@dataclass(frozen=True)
+class NodeShape:
+    """What the stack puts on one elastic node group's nodes that a pod's node selection can refuse: gpuloan's
+    labels and the group's NoSchedule taints (keys, value "true")."""
+
+    labels: tuple[tuple[str, str], ...]
+    taint_keys: tuple[str, ...]
+
+
+def elastic_shapes(pool: str, spot: bool, on_demand: bool) -> tuple[NodeShape, ...]:
+    """The shapes of a pool's elastic groups (stacks/elastic.py): spot nodes carry the spot taint on top of the GPU
+    taint, on-demand ones the GPU taint only. The GPU taint is not checked: EKS runs the ExtendedResourceToleration
+    admission controller, which gives every pod that requests nvidia.com/gpu a toleration for it
+    (docs/aws-rules.md), and only GPU pods are counted."""
+    def shape(capacity: str, taints: tuple[str, ...]) -> NodeShape:
+        return NodeShape(((POOL_LABEL, pool), (TIER_LABEL, ELASTIC_TIER), (CAPACITY_LABEL, capacity)), taints)
+
+    out = []
+    if spot:
+        out.append(shape(CAPACITY_SPOT, (SPOT_TAINT_KEY,)))
+    if on_demand:
+        out.append(shape(CAPACITY_ON_DEMAND, ()))
+    return tuple(out)
+
+
+def _expression_holds(expr: dict, labels: dict[str, str]) -> bool:
+    """One nodeSelectorRequirement against the labels gpuloan knows a node has (Kubernetes' operators). A key gpuloan
+    does not set may or may not be on the node (zone, instance type, a user's own label): it is not held against
+    the pod, so only a pod that provably cannot run on the group is left out."""
+    key, op, values = expr.get("key"), expr.get("operator"), expr.get("values") or []
+    if not isinstance(key, str) or not key.startswith("gpuloan.io/"):
+        return True
+    value = labels.get(key)
+    if op == "In":
+        return value is not None and value in values
+    if op == "NotIn":
+        return value is None or value not in values
+    if op == "Exists":
+        return value is not None
+    if op == "DoesNotExist":
+        return value is None
+    if op in ("Gt", "Lt"):
+        try:
+            number, bound = int(value), int(values[0])
+        except (TypeError, ValueError, IndexError):
+            return False
+        return number > bound if op == "Gt" else number < bound
+    return False  # an operator the API server would have refused
+
+
+def _tolerates(tolerations: list, taint_key: str) -> bool:
+    """Kubernetes' toleration match for a NoSchedule taint `taint_key=true`."""
+    for t in tolerations:
+        if not isinstance(t, dict):
+            continue
+        if t.get("effect") not in (None, "", TAINT_EFFECT):
+            continue
+        key, op = t.get("key"), t.get("operator") or "Equal"
+        if op == "Exists" and key in (None, "", taint_key):
+            return True
+        if op == "Equal" and key == taint_key and t.get("value", "") == TAINT_VALUE:
+            return True
+    return False
+
+
+def admits(pod: dict, shape: NodeShape) -> bool:
+    """Whether the pod's nodeSelector, required node affinity and tolerations let it run on a node of `shape`.
+    Kueue pins floor work with `gpuloan.io/tier: guaranteed`: such a pod, pending while a floor node rolls or
+    fails, is not demand for elastic nodes it can never run on."""
+    spec = pod.get("spec") or {}
+    labels = dict(shape.labels)
+    for key, value in (spec.get("nodeSelector") or {}).items():
+        if key.startswith("gpuloan.io/") and labels.get(key) != value:
+            return False
+    required = (((spec.get("affinity") or {}).get("nodeAffinity") or {})
+                .get("requiredDuringSchedulingIgnoredDuringExecution") or {})
+    terms = required.get("nodeSelectorTerms") or []
+    if terms and not any(all(_expression_holds(e, labels) for e in (term or {}).get("matchExpressions") or [])
+                         for term in terms if isinstance(term, dict)):
+        return False
+    tolerations = spec.get("tolerations") or []
+    return all(_tolerates(tolerations, key) for key in shape.taint_keys)
+
+
 def unschedulable(pod: dict) -> bool:
     """The scheduler tried the pod and found no node for it: condition PodScheduled=False, reason Unschedulable
     (what cluster-autoscaler scales for). A pod behind scheduling gates (reason SchedulingGated) waits for a
@@ -121,9 +214,11 @@ def blocking_reason(pod: dict) -> str | None:
 
 
 class PendingPodsPort(Protocol):
-    def pending_gpus(self, pools: list[str]) -> dict[str, tuple[int, ...]]: ...
+    def pending_gpus(self, pools: list[str], shapes: Mapping[str, Sequence[NodeShape]] | None = None
+                     ) -> dict[str, tuple[int, ...]]: ...
 
-    def gpu_pod_arrivals(self, pools: list[str], since: datetime) -> dict[str, tuple[tuple[datetime, int], ...]]: ...
+    def gpu_pod_arrivals(self, pools: list[str], since: datetime, shapes: Mapping[str, Sequence[NodeShape]] | None = None
+                         ) -> dict[str, tuple[tuple[datetime, int], ...]]: ...
 
     def gpu_pods_by_node(self) -> dict[str, int]: ...
 
@@ -256,7 +351,10 @@ class KubeClient:
             self._active = self._pods("status.phase!=Succeeded,status.phase!=Failed")
         return self._active
 
-    def pending_gpus(self, pools: list[str]) -> dict[str, tuple[int, ...]]:
+    def pending_gpus(self, pools: list[str], shapes: Mapping[str, Sequence[NodeShape]] | None = None
+                     ) -> dict[str, tuple[int, ...]]:
+        """GPUs of each unschedulable pending pod per pool. With `shapes` (the pool's elastic groups), only pods
+        that could run on one of them: demand the policy can meet by adding elastic nodes."""
         wanted = set(pools)
         found: dict[str, list[int]] = {p: [] for p in pools}
         for pod in self._active_pods():
@@ -269,10 +367,13 @@ class KubeClient:
                 continue
             targets = pod_pools(pod) & wanted
             if len(targets) == 1:  # a pod that may go to several pools is not counted twice
-                found[targets.pop()].append(gpus)
+                pool = targets.pop()
+                if _fits_elastic(pod, pool, shapes):
+                    found[pool].append(gpus)
         return {p: tuple(v) for p, v in found.items()}
 
-    def gpu_pod_arrivals(self, pools: list[str], since: datetime) -> dict[str, tuple[tuple[datetime, int], ...]]:
+    def gpu_pod_arrivals(self, pools: list[str], since: datetime, shapes: Mapping[str, Sequence[NodeShape]] | None = None
+                         ) -> dict[str, tuple[tuple[datetime, int], ...]]:
         """(creation time, GPUs) of each pool's GPU pods created at or after `since` that have not finished
         (pending or running): the pool's recent arrivals for the keep-or-release rule (policy/engine.py). Pods
         that landed at once on a free node count too (a pending-only view would miss exactly the jobs a kept node
@@ -288,7 +389,9 @@ class KubeClient:
                 continue
             targets = pod_pools(pod) & wanted
             if len(targets) == 1:
-                found[targets.pop()].append((created, gpus))
+                pool = targets.pop()
+                if _fits_elastic(pod, pool, shapes):  # floor work keeps no elastic node warm
+                    found[pool].append((created, gpus))
         return {p: tuple(sorted(v)) for p, v in found.items()}
 
     def gpu_pods_by_node(self) -> dict[str, int]:
@@ -300,6 +403,12 @@ class KubeClient:
             if node and pod_gpus(pod) > 0:
                 found[node] = found.get(node, 0) + 1
         return found
+
+
+def _fits_elastic(pod: dict, pool: str, shapes: Mapping[str, Sequence[NodeShape]] | None) -> bool:
+    if shapes is None or pool not in shapes:
+        return True
+    return any(admits(pod, shape) for shape in shapes[pool])
 
 
 def creation_time(pod: dict) -> datetime | None:

@@ -24,7 +24,7 @@ from policy.deadline import Deadline
 from policy.engine import decide
 from policy.lease import take as take_lease
 from policy.errors import DeadlineExceeded, PolicyError
-from policy.kube import NodeGuardPort, PendingPodsPort
+from policy.kube import NodeGuardPort, PendingPodsPort, elastic_shapes
 from policy.model import (
     ACTION_SET_DESIRED,
     ACTION_TERMINATE,
@@ -126,11 +126,14 @@ def observe(settings: Settings, ports: Ports, state: dict, now: datetime, errors
         except PolicyError as err:
             record(err)
     pending: dict[str, tuple[int, ...]] | None = None
+    # Only pods that could run on a pool's elastic groups are demand for them (floor-pinned work is not).
+    shapes = {ps.name: elastic_shapes(ps.name, ps.spot_group is not None, ps.on_demand_group is not None)
+              for ps in settings.pools}
     if ports.pods is None:
         record(PolicyError("Kubernetes API not configured or its endpoint unknown: pending pods are unknown"))
     elif in_time():
         try:
-            pending = ports.pods.pending_gpus([ps.name for ps in settings.pools])
+            pending = ports.pods.pending_gpus([ps.name for ps in settings.pools], shapes)
         except PolicyError as err:
             record(err)
     arrivals: dict[str, tuple] | None = None
@@ -138,7 +141,7 @@ def observe(settings: Settings, ports: Ports, state: dict, now: datetime, errors
         window = max(ps.arrival_window_minutes for ps in settings.pools)
         try:
             arrivals = ports.pods.gpu_pod_arrivals([ps.name for ps in settings.pools],
-                                                   now - timedelta(minutes=window))
+                                                   now - timedelta(minutes=window), shapes)
         except PolicyError as err:
             record(err)  # unknown arrivals keep no idle node warm: they go as before, once idle
     bound: dict[str, int] | None = None

@@ -43,12 +43,17 @@ def _self_signed() -> tuple[str, str]:
 
 def gpu_pod(name: str, gpus: int, pool: str | None = None, affinity_pools: list[str] | None = None,
             node_name: str | None = None, scheduled: str | None = "Unschedulable",
-            gates: list[str] | None = None, phase: str = "Pending", annotations: dict | None = None) -> dict:
+            gates: list[str] | None = None, phase: str = "Pending", annotations: dict | None = None,
+            node_selector: dict | None = None, tolerations: list[dict] | None = None) -> dict:
     """A pod as the API server returns it. `scheduled`: the reason of its PodScheduled=False condition as the
     scheduler sets it (Unschedulable: no node fits; SchedulingGated: held by `gates`), None = not tried yet."""
     spec: dict = {"containers": [{"name": "main", "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}]}
     if pool:
         spec["nodeSelector"] = {"gpuloan.io/pool": pool}
+    if node_selector:
+        spec["nodeSelector"] = {**spec.get("nodeSelector", {}), **node_selector}
+    if tolerations is not None:
+        spec["tolerations"] = tolerations
     if affinity_pools:
         spec["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
             "nodeSelectorTerms": [{"matchExpressions": [

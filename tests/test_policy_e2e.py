@@ -329,6 +329,22 @@ def test_one_unreadable_group_holds_only_its_pool(world, kube, lambda_dir, aws_e
 
 
 @requires_shared_prices
+def test_floor_pinned_pending_pods_buy_no_elastic_node(world, kube, lambda_dir, aws_env):
+    """Issue 24 item 5: research's floor node is rolling, so two jobs Kueue admitted to the floor flavor
+    (`gpuloan.io/tier: guaranteed`) are pending. They can never run on elastic nodes: research buys none, and its
+    idle spot node is not kept for them."""
+    floor_pin = {"gpuloan.io/tier": "guaranteed"}
+    spot_ok = [{"key": "gpuloan.io/spot", "operator": "Exists", "effect": "NoSchedule"}]
+    kube.pods += [gpu_pod(f"floor-job-{k}", 1, pool="research", node_selector=floor_pin, tolerations=spot_ok)
+                  for k in range(2)]
+    result, logs = run_lambda(lambda_dir, aws_env, world.settings.to_json(), _env(world, kube), {})
+    assert result["errors"] == []
+    assert world.instances("dev-research-spot") == [world.busy]
+    research = _research(logs)
+    assert research["pending_gpus"] == 0
+
+
+@requires_shared_prices
 def test_unknown_spend_refuses_the_capped_scale_up_and_says_so(world, kube, lambda_dir, aws_env):
     """Issue 24 item 10: Budgets unreadable (the budget is gone) and no figure in the DynamoDB state (a new month,
     or a lost item) leave no month-to-date figure. Under cap_elastic that is not $0: train's pending pods buy
