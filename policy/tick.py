@@ -18,12 +18,12 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Callable
 
-from policy import emf, notifications
+from policy import emf, notifications, tick_state
 from policy.deadline import MESSAGE as DEADLINE_MESSAGE
 from policy.deadline import Deadline
 from policy.engine import decide
 from policy.lease import take as take_lease
-from policy.errors import DeadlineExceeded, PolicyError
+from policy.errors import DeadlineExceeded, MalformedState, PolicyError
 from policy.kube import NodeGuardPort, PendingPodsPort, elastic_shapes
 from policy.model import (
     ACTION_SET_DESIRED,
@@ -41,7 +41,7 @@ from policy.model import (
 from policy.nodegroups import NodeGroupPort
 from policy.rhythm import DailyArrivals
 from policy.spend import BudgetReader, accrue, observe_spend
-from policy.state import StatePort
+from policy.state import MALFORMED_VERSION, StatePort
 from policy.utilization import NodeRef, UtilizationSource
 
 STATE_KEY = "tick"
@@ -423,9 +423,14 @@ def _run(settings: Settings, ports: Ports, now: datetime, log: Callable[[str], N
             errors.append(f"{type(err).__name__}: {err}")  # once evicted, as without the record
         try:
             state, version = ports.state.load(STATE_KEY)
+        except MalformedState as err:  # read, but not ours to use: reported, and rewritten by this tick's save
+            errors.append(f"{type(err).__name__}: {err}; the tick's bookkeeping starts afresh")
+            state, version = {}, err.version if err.version is not None else MALFORMED_VERSION
         except PolicyError as err:
             errors.append(f"{type(err).__name__}: {err}")
             ports = Ports(**{**ports.__dict__, "state": None})  # never overwrite state we could not read
+        state, problems = tick_state.clean(state)
+        errors.extend(f"MalformedState: tick state {p}; dropped for this tick" for p in problems)
     expired = sorted(i for i, t in recorded.items() if t <= now.timestamp())
     if expired and ports.state is not None and persist:
         try:  # the expired records go; one that was recorded again meanwhile stays (a conditional remove)
