@@ -11,11 +11,12 @@ TLS is verified against the cluster's own CA, never disabled.
 from __future__ import annotations
 
 import base64
+import http.client
 import json
+import socket
 import ssl
-import urllib.error
+import threading
 import urllib.parse
-import urllib.request
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Callable, Mapping, Protocol, Sequence
@@ -235,6 +236,29 @@ class NodeGuardPort(Protocol):
     def blockers(self, node_name: str) -> list[str]: ...
 
 
+class _Watchdog:
+    """Shuts a connection's socket down once `seconds` have passed, unless cancelled first."""
+
+    def __init__(self, conn: http.client.HTTPConnection, seconds: float):
+        self.fired = False
+        self._conn = conn
+        self._timer = threading.Timer(seconds, self._fire)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def _fire(self) -> None:
+        self.fired = True
+        sock = self._conn.sock
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)  # a blocked recv returns at once (close() alone may not wake it)
+            except OSError:
+                pass
+
+    def cancel(self) -> None:
+        self._timer.cancel()
+
+
 class KubeClient:
     """Pending pods the scheduler could not place (paged), grouped by target pool; and per node: cordon,
     uncordon, and the pods that forbid terminating it."""
@@ -258,6 +282,9 @@ class KubeClient:
 
     def _request(self, path: str, method: str = "GET", body: dict | None = None,
                  content_type: str = "application/json") -> dict:
+        """One API call, bounded as a whole by `_timeout()`: a socket timeout only bounds each read, and a server
+        that drips its answer a byte at a time would keep a tick past the function's timeout. A watchdog shuts
+        the connection's socket down at the bound, which ends any read in progress (headers or body)."""
         try:
             token = self._token()
         except Exception as err:  # noqa: BLE001 - no credentials or signer failure: a read failure like any other
@@ -267,22 +294,36 @@ class KubeClient:
         if body is not None:
             data = json.dumps(body).encode()
             headers["Content-Type"] = content_type
-        req = urllib.request.Request(self._endpoint + path, data=data, method=method, headers=headers)
-        timeout = self._timeout()  # the time left to the tick's deadline, as the socket timeout
+        url = urllib.parse.urlsplit(self._endpoint + path)
+        budget_s = self._timeout()  # the time left to the tick's deadline, at most TIMEOUT_SECONDS
+        if url.scheme == "https":
+            conn = http.client.HTTPSConnection(url.hostname, url.port, timeout=budget_s, context=self._ctx)
+        else:
+            conn = http.client.HTTPConnection(url.hostname, url.port, timeout=budget_s)
+        watchdog = _Watchdog(conn, budget_s)
         self.calls += 1
         try:
-            with urllib.request.urlopen(req, timeout=timeout, context=self._ctx) as resp:
-                return json.load(resp)
-        except urllib.error.HTTPError as err:
-            if err.code == 429 or err.code >= 500:
-                raise Throttled(f"Kubernetes API {err.code} on {method} {path}") from err
-            if err.code == 404:
-                raise NotFound(f"Kubernetes API 404 on {method} {path}") from err
-            raise DataUnavailable(f"Kubernetes API {err.code} on {method} {path}: {err.reason}") from err
-        except (urllib.error.URLError, OSError, ValueError) as err:
-            if self._deadline is not None and self._deadline.expired:
-                raise DeadlineExceeded(f"Kubernetes API {method} {path} ran into the tick deadline: {err}") from err
+            conn.request(method, url.path + (f"?{url.query}" if url.query else ""), body=data, headers=headers)
+            resp = conn.getresponse()
+            status, reason, raw = resp.status, resp.reason, resp.read()
+        except (OSError, http.client.HTTPException, ValueError) as err:
+            if watchdog.fired or (self._deadline is not None and self._deadline.expired):
+                raise DeadlineExceeded(f"Kubernetes API {method} {path} did not answer within {budget_s:.1f} s "
+                                       f"(the tick's deadline): {type(err).__name__}") from err
             raise DataUnavailable(f"Kubernetes API unreachable: {err}") from err
+        finally:
+            watchdog.cancel()
+            conn.close()
+        if status == 429 or status >= 500:
+            raise Throttled(f"Kubernetes API {status} on {method} {path}")
+        if status == 404:
+            raise NotFound(f"Kubernetes API 404 on {method} {path}")
+        if status >= 400:
+            raise DataUnavailable(f"Kubernetes API {status} on {method} {path}: {reason}")
+        try:
+            return json.loads(raw)
+        except ValueError as err:
+            raise DataUnavailable(f"Kubernetes API answered {method} {path} with something that is not JSON") from err
 
     def _get(self, path: str) -> dict:
         return self._request(path)

@@ -521,3 +521,61 @@ def test_warm_container_reuses_its_session_and_clients(monkeypatch):
     assert handler._warm_session() is first
     assert handler._client(first, "sns") is handler._client(first, "sns")
     assert handler._client(first, "sns") is not handler._client(first, "sqs")
+
+
+@pytest.mark.parametrize("drip_s_per_byte", [0.2, 1.2], ids=["fast_drip", "issue_drip"])
+def test_a_kubernetes_answer_that_drips_in_is_cut_at_the_deadline(drip_s_per_byte):
+    """Issue 24 item 13: an API server that sends its answer a byte at a time never trips a per-read socket
+    timeout (each byte comes sooner), and made a 57 s tick against a 50 s function timeout. The whole request is
+    bounded by the tick's deadline: the call ends there, as missing data (DeadlineExceeded), never later."""
+    import base64
+    import time
+
+    from fake_kube import FakeKube
+    from policy.deadline import Deadline
+    from policy.errors import DeadlineExceeded
+    from policy.kube import KubeClient
+
+    kube = FakeKube("c")
+    try:
+        kube.pods = [gpu_pod("p", 1, pool="p")]
+        kube.drip_s_per_byte = drip_s_per_byte
+        url = "https://sts.us-east-1.amazonaws.com/?Action=GetCallerIdentity&X-Amz-SignedHeaders=host%3Bx-k8s-aws-id" \
+              "&X-Amz-Signature=abc"
+        token = "k8s-aws-v1." + base64.urlsafe_b64encode(url.encode()).decode().rstrip("=")
+        client = KubeClient(kube.endpoint, kube.ca_pem, lambda: token, Deadline(2.0))
+        started = time.monotonic()
+        with pytest.raises(DeadlineExceeded):
+            client.pending_gpus(["p"])
+        assert time.monotonic() - started < 2.5
+    finally:
+        kube.close()
+
+
+def test_a_dripping_kubernetes_api_leaves_the_tick_blind_not_late():
+    """The same drip in a whole tick: pending pods are unknown (nothing scales down on them, nothing is bought),
+    the tick ends by its deadline and says why."""
+    import base64
+    import time
+
+    from fake_kube import FakeKube
+    from policy.deadline import Deadline
+    from policy.kube import KubeClient
+
+    kube = FakeKube("c")
+    try:
+        kube.drip_s_per_byte = 0.5
+        url = "https://sts.us-east-1.amazonaws.com/?Action=GetCallerIdentity&X-Amz-SignedHeaders=host%3Bx-k8s-aws-id" \
+              "&X-Amz-Signature=abc"
+        token = "k8s-aws-v1." + base64.urlsafe_b64encode(url.encode()).decode().rstrip("=")
+        deadline = Deadline(2.0)
+        ports = _ports()
+        ports = Ports(**{**ports.__dict__, "pods": KubeClient(kube.endpoint, kube.ca_pem, lambda: token, deadline),
+                         "nodes": None})
+        started = time.monotonic()
+        result = run_tick(settings(pool_settings()), ports, NOW, lambda line: None, deadline=deadline)
+        assert time.monotonic() - started < 3.0
+        assert any("DeadlineExceeded" in e for e in result.errors), result.errors
+        assert ports.groups.writes == []  # blind: the idle node is not reclaimed without its pods, nothing bought
+    finally:
+        kube.close()
