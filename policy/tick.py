@@ -360,14 +360,22 @@ def run_tick(settings: Settings, ports: Ports, now: datetime, log: Callable[[str
         log(json.dumps({"level": "INFO", "message": "spot warning acted on by this invocation",
                         "environment": settings.environment, "instances": list(leaving),
                         "waited_for_lease_s": round(waited, 3)}))
+    result = None
     try:
-        return _run(settings, ports, now, log, deadline, persist, errors, leaving)
+        result = _run(settings, ports, now, log, deadline, persist, errors, leaving)
+        return result
     finally:
         if holder is not None:
             try:
                 ports.state.release_lease(holder)
-            except PolicyError:
-                pass  # it expires by itself; the next tick takes it over then
+            except PolicyError as err:
+                # It expires by itself (the function's timeout) and the next tick takes it over then; until then
+                # ticks do nothing, which is worth a trace: a log line, and a PolicyErrors datapoint of its own.
+                message = f"lease not released ({type(err).__name__}: {err}); ticks wait until it expires"
+                if result is not None:
+                    result.errors.append(message)
+                log(json.dumps({"level": "ERROR", "message": "tick errors", "errors": [message]}, sort_keys=True))
+                log(emf.error_line(settings.environment, 1, now))
 
 
 SPOT_NOTICE_MINUTES = 2  # EC2 reclaims a spot instance 2 minutes after its interruption warning
