@@ -1,9 +1,9 @@
 """One deadline for the whole tick, from the Lambda context's remaining time minus a margin.
 
-Every AWS and Kubernetes call checks it before it starts; a Kubernetes read gets the time left as its socket
-timeout. The margin covers what may still run after the deadline: one AWS call already in flight (its
-connect/read timeouts and retries are bounded by the botocore Config, policy/handler.py) and the final state
-write, so a tick ends before Lambda kills it. What was not read by then is missing data (which never shrinks);
+Every AWS and Kubernetes call checks it before it starts; a Kubernetes request is bounded as a whole by the
+time left (policy/kube.py's watchdog). The margin covers what may still run after the deadline: one AWS call
+already in flight (its connect/read timeouts and retries are bounded by the botocore Config, policy/handler.py)
+and the final state write, so a tick ends before Lambda kills it. What was not read by then is missing data (which never shrinks);
 what was not written is left for the next tick.
 """
 

@@ -243,13 +243,16 @@ def _drain(ps: PoolSettings, groups: dict[str, Group], in_service: dict[str, int
             continue
         if g.desired_nodes <= in_service[gname]:
             continue
-        cancelled = True
         # Booting instances are cancelled by id: lowering desired by their number would let the Auto Scaling
         # group pick which instances go, possibly a busy in-service one. Desired drops by itself for those
-        # (ShouldDecrementDesiredCapacity); only capacity with no instance yet is cancelled through desired.
-        booting = sorted((n for n in launching_nodes if n.group == gname and not _shows_work(ps, n)),
-                         key=lambda n: n.instance_id)
-        not_launched = max(0, g.desired_nodes - in_service[gname] - len(booting))
+        # (ShouldDecrementDesiredCapacity); only capacity with no instance yet is cancelled through desired. A
+        # booting instance that already shows GPU work is kept, and it is an instance all the same: counted as
+        # one, or the cut below would reach below the live instances and the group would choose who dies.
+        live_booting = [n for n in launching_nodes if n.group == gname]
+        booting = sorted((n for n in live_booting if not _shows_work(ps, n)), key=lambda n: n.instance_id)
+        not_launched = max(0, g.desired_nodes - in_service[gname] - len(live_booting))
+        if not_launched or booting:
+            cancelled = True
         if not_launched:
             # One kind of change per group per tick: the new desired size first; the booting instances go by id
             # next tick (EKS applies UpdateNodegroupConfig later, and an absolute size that lands after the
@@ -367,6 +370,14 @@ def _scale(ps: PoolSettings, po: PoolObservation, groups: dict[str, Group], in_s
     for s in scopes:
         if not s.capped:
             continue
+        if not s.known:
+            # Unknown spend is not zero: without an actual figure from AWS Budgets (unreadable now and none kept in
+            # the state) the month so far could already be at the budget, so a capped scope buys nothing.
+            actions.append(_hold(name, Reason.BUDGET_UNKNOWN, f"{why}; {s.name} month-to-date spend is unknown "
+                                 f"(no AWS Budgets figure read this month), so cap_elastic refuses the scale-up",
+                                 group=target.name))
+            add = 0
+            break
         affordable = max(0, math.floor(s.headroom_usd_per_hour / price + 1e-9)) if price > 0 else add
         if affordable < add:
             actions.append(_hold(name, Reason.BUDGET_CAP, f"{why}; {s.name} budget ${s.budget_usd:,.0f} affords "

@@ -5,6 +5,7 @@
   next tick retries. Never a reason to shrink capacity.
 - BadSettings: the settings JSON does not match this code; the function cannot decide anything safely.
 - DataUnavailable: a read failed (Kubernetes down, metrics missing); the engine treats the data as missing.
+- MalformedState: the stored tick state does not parse; its bookkeeping is dropped for the tick and rewritten.
 """
 
 
@@ -36,3 +37,13 @@ class ConflictingUpdate(PolicyError):
 class DeadlineExceeded(PolicyError):
     """The tick's deadline (the Lambda's remaining time minus a margin) passed: what was not read yet is missing
     data, and nothing more is changed this tick."""
+
+
+class MalformedState(DataUnavailable):
+    """The tick state item exists but does not parse (not JSON, not an object, no numeric version). `version` is
+    the stored version when it could be read, else None: the tick starts its bookkeeping afresh and overwrites
+    the item (conditionally, so a concurrent writer still wins)."""
+
+    def __init__(self, message: str, version: int | None):
+        super().__init__(message)
+        self.version = version

@@ -147,21 +147,65 @@ def handle(event: dict, context, session=None) -> TickResult:
                               "event_now": str(event["now"])[:64]}))
     deadline = Deadline.from_context(context, DEADLINE_MARGIN_S)
     errors: list[str] = []
-    ports = build_ports(settings, session or _warm_session(), context, deadline, errors)
+    leaving = spot_warning(event)
+    problem = spot_warning_problem(event)
+    if problem:  # reported with the tick's errors (PolicyErrors, the error email), never dropped silently
+        errors.append(f"malformed spot warning ignored: {problem}")
+    session = session or _warm_session()
+    if leaving and not _instance_of_this_stack(settings, session, leaving[0]):
+        # EventBridge's rule matches every spot warning of the account and region (EC2 puts no cluster in the
+        # event): another stack's instance costs one DescribeInstances, not a whole tick.
+        print(json.dumps({"level": "INFO", "message": "spot warning for an instance of another stack: skipped",
+                          "environment": settings.environment, "instances": list(leaving)}))
+        from policy.model import Plan
+
+        return TickResult(Plan((), dry_run=settings.dry_run, decided_at=now), skipped="not this stack's instance")
+    ports = build_ports(settings, session, context, deadline, errors)
     return run_tick(settings, ports, now, deadline=deadline, persist=not replay, errors=errors,
-                    lease=(_lease_holder(context), _lease_seconds(context)), leaving=spot_warning(event))
+                    lease=(_lease_holder(context), _lease_seconds(context)), leaving=leaving)
 
 
 SPOT_WARNING = "EC2 Spot Instance Interruption Warning"
 
 
+def _is_spot_warning(event: dict) -> bool:
+    return event.get("source") == "aws.ec2" and event.get("detail-type") == SPOT_WARNING
+
+
 def spot_warning(event: dict) -> tuple[str, ...]:
     """The instance an EventBridge "EC2 Spot Instance Interruption Warning" names (stacks/policy_function.py
     routes it here), or () for any other event. An id that is not an instance id is ignored, not trusted."""
-    if event.get("source") != "aws.ec2" or event.get("detail-type") != SPOT_WARNING:
+    if not _is_spot_warning(event):
         return ()
-    iid = (event.get("detail") or {}).get("instance-id")
+    detail = event.get("detail")
+    iid = detail.get("instance-id") if isinstance(detail, dict) else None
     return (iid,) if isinstance(iid, str) and INSTANCE_ID.fullmatch(iid) else ()
+
+
+def spot_warning_problem(event: dict) -> str | None:
+    """Why an event that says it is a spot warning names no instance, or None (not a warning, or a good one)."""
+    if not _is_spot_warning(event) or spot_warning(event):
+        return None
+    detail = event.get("detail")
+    if not isinstance(detail, dict):
+        return f"detail is a {type(detail).__name__}, not an object"
+    return f"detail.instance-id {str(detail.get('instance-id'))[:40]!r} is not an EC2 instance id"
+
+
+# The tag gpuloan's launch templates put on every GPU instance (stacks/capacity.py:instance_tags, stacks/tags.py).
+ENVIRONMENT_TAG = "gpuloan:environment"
+
+
+def _instance_of_this_stack(settings: Settings, session, instance_id: str) -> bool:
+    """Whether the warned instance carries this environment's tag. Any doubt (the read fails) counts as ours: a
+    warning acted on needlessly costs a tick, one skipped wrongly costs the replacement's head start."""
+    try:
+        resp = _client(session, "ec2").describe_instances(Filters=[
+            {"Name": "instance-id", "Values": [instance_id]},
+            {"Name": f"tag:{ENVIRONMENT_TAG}", "Values": [settings.environment]}])
+    except Exception:  # noqa: BLE001
+        return True
+    return any(r.get("Instances") for r in resp.get("Reservations", []))
 
 
 def _lease_holder(context) -> str:

@@ -11,19 +11,29 @@ TLS is verified against the cluster's own CA, never disabled.
 from __future__ import annotations
 
 import base64
+import http.client
 import json
+import socket
 import ssl
-import urllib.error
+import threading
 import urllib.parse
-import urllib.request
+from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Callable, Protocol
+from typing import Callable, Mapping, Protocol, Sequence
 
 from policy.deadline import Deadline
 from policy.errors import DataUnavailable, DeadlineExceeded, Throttled
 
 GPU_RESOURCE = "nvidia.com/gpu"
-POOL_LABEL = "gpuloan.io/pool"  # same key as stacks.tags.LABEL_POOL (the Lambda zip does not ship stacks/)
+# The labels and taints the stack puts on GPU node groups (stacks/tags.py, stacks/elastic.py; the Lambda zip does
+# not ship stacks/, tests/test_policy_adapters.py checks the two agree).
+POOL_LABEL = "gpuloan.io/pool"
+TIER_LABEL = "gpuloan.io/tier"
+CAPACITY_LABEL = "gpuloan.io/capacity"
+ELASTIC_TIER = "elastic"
+CAPACITY_SPOT, CAPACITY_ON_DEMAND = "spot", "on-demand"
+SPOT_TAINT_KEY = "gpuloan.io/spot"
+TAINT_VALUE, TAINT_EFFECT = "true", "NoSchedule"
 PAGE_SIZE = 500
 TIMEOUT_SECONDS = 10  # per request; less when the tick's deadline is nearer
 # Pod annotations that forbid terminating the pod's node: gpuloan's own, and Karpenter's, which users already put
@@ -85,6 +95,90 @@ def pod_pools(pod: dict) -> set[str]:
     return pools
 
 
+@dataclass(frozen=True)
+class NodeShape:
+    """What the stack puts on one elastic node group's nodes that a pod's node selection can refuse: gpuloan's
+    labels and the group's NoSchedule taints (keys, value "true")."""
+
+    labels: tuple[tuple[str, str], ...]
+    taint_keys: tuple[str, ...]
+
+
+def elastic_shapes(pool: str, spot: bool, on_demand: bool) -> tuple[NodeShape, ...]:
+    """The shapes of a pool's elastic groups (stacks/elastic.py): spot nodes carry the spot taint on top of the GPU
+    taint, on-demand ones the GPU taint only. The GPU taint is not checked: EKS runs the ExtendedResourceToleration
+    admission controller, which gives every pod that requests nvidia.com/gpu a toleration for it
+    (docs/aws-rules.md), and only GPU pods are counted."""
+    def shape(capacity: str, taints: tuple[str, ...]) -> NodeShape:
+        return NodeShape(((POOL_LABEL, pool), (TIER_LABEL, ELASTIC_TIER), (CAPACITY_LABEL, capacity)), taints)
+
+    out = []
+    if spot:
+        out.append(shape(CAPACITY_SPOT, (SPOT_TAINT_KEY,)))
+    if on_demand:
+        out.append(shape(CAPACITY_ON_DEMAND, ()))
+    return tuple(out)
+
+
+def _expression_holds(expr: dict, labels: dict[str, str]) -> bool:
+    """One nodeSelectorRequirement against the labels gpuloan knows a node has (Kubernetes' operators). A key gpuloan
+    does not set may or may not be on the node (zone, instance type, a user's own label): it is not held against
+    the pod, so only a pod that provably cannot run on the group is left out."""
+    key, op, values = expr.get("key"), expr.get("operator"), expr.get("values") or []
+    if not isinstance(key, str) or not key.startswith("gpuloan.io/"):
+        return True
+    value = labels.get(key)
+    if op == "In":
+        return value is not None and value in values
+    if op == "NotIn":
+        return value is None or value not in values
+    if op == "Exists":
+        return value is not None
+    if op == "DoesNotExist":
+        return value is None
+    if op in ("Gt", "Lt"):
+        try:
+            number, bound = int(value), int(values[0])
+        except (TypeError, ValueError, IndexError):
+            return False
+        return number > bound if op == "Gt" else number < bound
+    return False  # an operator the API server would have refused
+
+
+def _tolerates(tolerations: list, taint_key: str) -> bool:
+    """Kubernetes' toleration match for a NoSchedule taint `taint_key=true`."""
+    for t in tolerations:
+        if not isinstance(t, dict):
+            continue
+        if t.get("effect") not in (None, "", TAINT_EFFECT):
+            continue
+        key, op = t.get("key"), t.get("operator") or "Equal"
+        if op == "Exists" and key in (None, "", taint_key):
+            return True
+        if op == "Equal" and key == taint_key and t.get("value", "") == TAINT_VALUE:
+            return True
+    return False
+
+
+def admits(pod: dict, shape: NodeShape) -> bool:
+    """Whether the pod's nodeSelector, required node affinity and tolerations let it run on a node of `shape`.
+    Kueue pins floor work with `gpuloan.io/tier: guaranteed`: such a pod, pending while a floor node rolls or
+    fails, is not demand for elastic nodes it can never run on."""
+    spec = pod.get("spec") or {}
+    labels = dict(shape.labels)
+    for key, value in (spec.get("nodeSelector") or {}).items():
+        if key.startswith("gpuloan.io/") and labels.get(key) != value:
+            return False
+    required = (((spec.get("affinity") or {}).get("nodeAffinity") or {})
+                .get("requiredDuringSchedulingIgnoredDuringExecution") or {})
+    terms = required.get("nodeSelectorTerms") or []
+    if terms and not any(all(_expression_holds(e, labels) for e in (term or {}).get("matchExpressions") or [])
+                         for term in terms if isinstance(term, dict)):
+        return False
+    tolerations = spec.get("tolerations") or []
+    return all(_tolerates(tolerations, key) for key in shape.taint_keys)
+
+
 def unschedulable(pod: dict) -> bool:
     """The scheduler tried the pod and found no node for it: condition PodScheduled=False, reason Unschedulable
     (what cluster-autoscaler scales for). A pod behind scheduling gates (reason SchedulingGated) waits for a
@@ -121,9 +215,11 @@ def blocking_reason(pod: dict) -> str | None:
 
 
 class PendingPodsPort(Protocol):
-    def pending_gpus(self, pools: list[str]) -> dict[str, tuple[int, ...]]: ...
+    def pending_gpus(self, pools: list[str], shapes: Mapping[str, Sequence[NodeShape]] | None = None
+                     ) -> dict[str, tuple[int, ...]]: ...
 
-    def gpu_pod_arrivals(self, pools: list[str], since: datetime) -> dict[str, tuple[tuple[datetime, int], ...]]: ...
+    def gpu_pod_arrivals(self, pools: list[str], since: datetime, shapes: Mapping[str, Sequence[NodeShape]] | None = None
+                         ) -> dict[str, tuple[tuple[datetime, int], ...]]: ...
 
     def gpu_pods_by_node(self) -> dict[str, int]: ...
 
@@ -138,6 +234,29 @@ class NodeGuardPort(Protocol):
     def uncordon(self, node_name: str) -> None: ...
 
     def blockers(self, node_name: str) -> list[str]: ...
+
+
+class _Watchdog:
+    """Shuts a connection's socket down once `seconds` have passed, unless cancelled first."""
+
+    def __init__(self, conn: http.client.HTTPConnection, seconds: float):
+        self.fired = False
+        self._conn = conn
+        self._timer = threading.Timer(seconds, self._fire)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def _fire(self) -> None:
+        self.fired = True
+        sock = self._conn.sock
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)  # a blocked recv returns at once (close() alone may not wake it)
+            except OSError:
+                pass
+
+    def cancel(self) -> None:
+        self._timer.cancel()
 
 
 class KubeClient:
@@ -163,6 +282,9 @@ class KubeClient:
 
     def _request(self, path: str, method: str = "GET", body: dict | None = None,
                  content_type: str = "application/json") -> dict:
+        """One API call, bounded as a whole by `_timeout()`: a socket timeout only bounds each read, and a server
+        that drips its answer a byte at a time would keep a tick past the function's timeout. A watchdog shuts
+        the connection's socket down at the bound, which ends any read in progress (headers or body)."""
         try:
             token = self._token()
         except Exception as err:  # noqa: BLE001 - no credentials or signer failure: a read failure like any other
@@ -172,22 +294,36 @@ class KubeClient:
         if body is not None:
             data = json.dumps(body).encode()
             headers["Content-Type"] = content_type
-        req = urllib.request.Request(self._endpoint + path, data=data, method=method, headers=headers)
-        timeout = self._timeout()  # the time left to the tick's deadline, as the socket timeout
+        url = urllib.parse.urlsplit(self._endpoint + path)
+        budget_s = self._timeout()  # the time left to the tick's deadline, at most TIMEOUT_SECONDS
+        if url.scheme == "https":
+            conn = http.client.HTTPSConnection(url.hostname, url.port, timeout=budget_s, context=self._ctx)
+        else:
+            conn = http.client.HTTPConnection(url.hostname, url.port, timeout=budget_s)
+        watchdog = _Watchdog(conn, budget_s)
         self.calls += 1
         try:
-            with urllib.request.urlopen(req, timeout=timeout, context=self._ctx) as resp:
-                return json.load(resp)
-        except urllib.error.HTTPError as err:
-            if err.code == 429 or err.code >= 500:
-                raise Throttled(f"Kubernetes API {err.code} on {method} {path}") from err
-            if err.code == 404:
-                raise NotFound(f"Kubernetes API 404 on {method} {path}") from err
-            raise DataUnavailable(f"Kubernetes API {err.code} on {method} {path}: {err.reason}") from err
-        except (urllib.error.URLError, OSError, ValueError) as err:
-            if self._deadline is not None and self._deadline.expired:
-                raise DeadlineExceeded(f"Kubernetes API {method} {path} ran into the tick deadline: {err}") from err
+            conn.request(method, url.path + (f"?{url.query}" if url.query else ""), body=data, headers=headers)
+            resp = conn.getresponse()
+            status, reason, raw = resp.status, resp.reason, resp.read()
+        except (OSError, http.client.HTTPException, ValueError) as err:
+            if watchdog.fired or (self._deadline is not None and self._deadline.expired):
+                raise DeadlineExceeded(f"Kubernetes API {method} {path} did not answer within {budget_s:.1f} s "
+                                       f"(the tick's deadline): {type(err).__name__}") from err
             raise DataUnavailable(f"Kubernetes API unreachable: {err}") from err
+        finally:
+            watchdog.cancel()
+            conn.close()
+        if status == 429 or status >= 500:
+            raise Throttled(f"Kubernetes API {status} on {method} {path}")
+        if status == 404:
+            raise NotFound(f"Kubernetes API 404 on {method} {path}")
+        if status >= 400:
+            raise DataUnavailable(f"Kubernetes API {status} on {method} {path}: {reason}")
+        try:
+            return json.loads(raw)
+        except ValueError as err:
+            raise DataUnavailable(f"Kubernetes API answered {method} {path} with something that is not JSON") from err
 
     def _get(self, path: str) -> dict:
         return self._request(path)
@@ -256,7 +392,10 @@ class KubeClient:
             self._active = self._pods("status.phase!=Succeeded,status.phase!=Failed")
         return self._active
 
-    def pending_gpus(self, pools: list[str]) -> dict[str, tuple[int, ...]]:
+    def pending_gpus(self, pools: list[str], shapes: Mapping[str, Sequence[NodeShape]] | None = None
+                     ) -> dict[str, tuple[int, ...]]:
+        """GPUs of each unschedulable pending pod per pool. With `shapes` (the pool's elastic groups), only pods
+        that could run on one of them: demand the policy can meet by adding elastic nodes."""
         wanted = set(pools)
         found: dict[str, list[int]] = {p: [] for p in pools}
         for pod in self._active_pods():
@@ -269,10 +408,13 @@ class KubeClient:
                 continue
             targets = pod_pools(pod) & wanted
             if len(targets) == 1:  # a pod that may go to several pools is not counted twice
-                found[targets.pop()].append(gpus)
+                pool = targets.pop()
+                if _fits_elastic(pod, pool, shapes):
+                    found[pool].append(gpus)
         return {p: tuple(v) for p, v in found.items()}
 
-    def gpu_pod_arrivals(self, pools: list[str], since: datetime) -> dict[str, tuple[tuple[datetime, int], ...]]:
+    def gpu_pod_arrivals(self, pools: list[str], since: datetime, shapes: Mapping[str, Sequence[NodeShape]] | None = None
+                         ) -> dict[str, tuple[tuple[datetime, int], ...]]:
         """(creation time, GPUs) of each pool's GPU pods created at or after `since` that have not finished
         (pending or running): the pool's recent arrivals for the keep-or-release rule (policy/engine.py). Pods
         that landed at once on a free node count too (a pending-only view would miss exactly the jobs a kept node
@@ -288,7 +430,9 @@ class KubeClient:
                 continue
             targets = pod_pools(pod) & wanted
             if len(targets) == 1:
-                found[targets.pop()].append((created, gpus))
+                pool = targets.pop()
+                if _fits_elastic(pod, pool, shapes):  # floor work keeps no elastic node warm
+                    found[pool].append((created, gpus))
         return {p: tuple(sorted(v)) for p, v in found.items()}
 
     def gpu_pods_by_node(self) -> dict[str, int]:
@@ -300,6 +444,12 @@ class KubeClient:
             if node and pod_gpus(pod) > 0:
                 found[node] = found.get(node, 0) + 1
         return found
+
+
+def _fits_elastic(pod: dict, pool: str, shapes: Mapping[str, Sequence[NodeShape]] | None) -> bool:
+    if shapes is None or pool not in shapes:
+        return True
+    return any(admits(pod, shape) for shape in shapes[pool])
 
 
 def creation_time(pod: dict) -> datetime | None:

@@ -49,6 +49,7 @@ class Reason(str, Enum):
     SCALE_UP_UTILIZATION = "SCALE_UP_UTILIZATION"  # sustained high average GPU utilization
     RECLAIM_IDLE = "RECLAIM_IDLE"  # a node stayed idle for the idle timeout: terminate it by instance id
     BUDGET_CAP = "BUDGET_CAP"  # a wanted scale-up was cut or refused because of the budget
+    BUDGET_UNKNOWN = "BUDGET_UNKNOWN"  # a wanted scale-up was refused: month-to-date spend could not be read (capped)
     BUDGET_DRAIN = "BUDGET_DRAIN"  # actual spend reached the budget: drain elastic capacity (idle first)
     SPOT_FALLBACK = "SPOT_FALLBACK"  # spot stayed short: the on-demand group takes the shortfall
     SPOT_RECOVERED = "SPOT_RECOVERED"  # spot filled again while on-demand nodes run: new demand goes to spot

@@ -20,6 +20,7 @@ SUBJECT_MAX = 100
 KIND_SCALE_UP = "scale_up"
 KIND_RECLAIM = "reclaim"
 KIND_BUDGET_CAP = "budget_cap"
+KIND_BUDGET_UNKNOWN = "budget_unknown"
 KIND_BUDGET_DRAIN = "budget_drain"
 KIND_FALLBACK = "spot_fallback"
 KIND_RECOVERED = "spot_recovered"
@@ -29,6 +30,7 @@ _HEADLINE = {
     KIND_SCALE_UP: "added {n} elastic GPU node(s)",
     KIND_RECLAIM: "reclaimed {n} idle GPU node(s)",
     KIND_BUDGET_CAP: "scale-up held back by the budget",
+    KIND_BUDGET_UNKNOWN: "spend unknown, scale-up refused",
     KIND_BUDGET_DRAIN: "budget reached, draining elastic GPUs",
     KIND_FALLBACK: "spot short, using on-demand fallback",
     KIND_RECOVERED: "spot capacity is back",
@@ -40,6 +42,9 @@ _ADVICE = {
     KIND_RECLAIM: "No action needed. The nodes were idle; capacity returns when pods are pending again.",
     KIND_BUDGET_CAP: "Pending work may wait. Raise the budget (budget.monthly_usd in Pulumi.<env>.yaml) or free "
                      "capacity if the work is urgent.",
+    KIND_BUDGET_UNKNOWN: "Month-to-date spend could not be read from AWS Budgets and none was kept in the tick "
+                         "state, so enforcement cap_elastic adds no elastic node. Check the function's logs (budgets:"
+                         "ViewBudget, the DynamoDB state table); scale-ups resume once a Budgets figure is read.",
     KIND_BUDGET_DRAIN: "Elastic capacity is being removed, idle nodes first. The guaranteed floor is untouched. "
                        "Raise the budget or switch enforcement to alert_only to stop the drain.",
     KIND_FALLBACK: "On-demand nodes cost more than spot. They are reclaimed first once spot capacity returns and "
@@ -73,6 +78,8 @@ def kinds_of(decision: PoolDecision) -> list[str]:
         kinds.append(KIND_BUDGET_DRAIN)
     elif Reason.BUDGET_CAP in reasons:
         kinds.append(KIND_BUDGET_CAP)
+    if Reason.BUDGET_UNKNOWN in reasons:
+        kinds.append(KIND_BUDGET_UNKNOWN)
     if Reason.SPOT_RECOVERED in reasons:
         kinds.append(KIND_RECOVERED)
     return kinds
@@ -94,7 +101,8 @@ def render(kind: str, environment: str, decision: PoolDecision, budget_usd: floa
     subject = (prefix + headline)[:SUBJECT_MAX]
     lines = [f"Environment: {environment}", f"Pool: {decision.pool}", f"What happened: {headline}"
              + (" (dry run: nothing was changed)" if dry_run else ""), ""]
-    relevant = [a for a in decision.actions if a.changes or kind in (KIND_BUDGET_CAP, KIND_RECOVERED, KIND_ERROR)]
+    relevant = [a for a in decision.actions
+                if a.changes or kind in (KIND_BUDGET_CAP, KIND_BUDGET_UNKNOWN, KIND_RECOVERED, KIND_ERROR)]
     for a in relevant:
         what = a.reason.value
         if a.kind == ACTION_SET_DESIRED:
@@ -104,7 +112,9 @@ def render(kind: str, environment: str, decision: PoolDecision, budget_usd: floa
         lines.append(f" - {what}" + (f" ({a.detail})" if a.detail else ""))
     lines += ["", "Elastic nodes now: " + (", ".join(f"{g}={n}" for g, n in sorted(decision.desired_after.items()))
                                          or "none"),
-              f"Month-to-date spend: {_money(decision.month_to_date_usd)}"
+              # The reported figure is the running estimate alone when no Budgets figure was read: not the month.
+              f"Month-to-date spend: "
+              f"{'unknown' if kind == KIND_BUDGET_UNKNOWN else _money(decision.month_to_date_usd)}"
               + (f" of {_money(budget_usd)} budget" if budget_usd is not None else ""),
               f"Projected month: {_money(decision.projected_month_usd)}", "", _ADVICE[kind]]
     return Message(kind, decision.pool, subject, "\n".join(lines))

@@ -31,10 +31,14 @@ import json
 from typing import Protocol
 
 from policy.aws_errors import classify
+from policy.errors import MalformedState
 from policy.model import INSTANCE_ID
 
 LEASE_KEY = "lease"
 LEAVING_KEY = "leaving"
+# save()'s `version` for an item whose own version did not parse (MalformedState.version None): it is replaced by
+# version 1, as if it had been version 0.
+MALFORMED_VERSION = -1
 
 
 def _checked_ids(expires_at: dict[str, float]) -> dict[str, float]:
@@ -77,16 +81,32 @@ class DynamoState:
         item = resp.get("Item")
         if not item:
             return {}, 0
-        return json.loads(item["data"]["S"]), int(item["version"]["N"])
+        try:
+            version = int((item.get("version") or {})["N"])
+        except (KeyError, TypeError, ValueError):
+            raise MalformedState(f"state item {key!r} has no numeric version", None) from None
+        try:
+            data = json.loads((item.get("data") or {})["S"])
+        except (KeyError, TypeError, ValueError) as err:
+            raise MalformedState(f"state item {key!r} data is not JSON ({type(err).__name__})", version) from None
+        if not isinstance(data, dict):
+            raise MalformedState(f"state item {key!r} data is a {type(data).__name__}, not an object", version)
+        return data, version
 
     def save(self, key: str, data: dict, version: int) -> None:
         """Write `data` if the stored version is still `version` (0 = never written); else ConflictingUpdate."""
         self.calls += 1
-        item = {"pk": {"S": key}, "version": {"N": str(version + 1)},
+        item = {"pk": {"S": key}, "version": {"N": str(max(version, 0) + 1)},
                 "data": {"S": json.dumps(data, sort_keys=True, separators=(",", ":"))}}
         try:
             if version == 0:
                 self._db.put_item(TableName=self._table, Item=item, ConditionExpression="attribute_not_exists(pk)")
+            elif version == MALFORMED_VERSION:
+                # Replaces an item whose version did not parse, only while it is still that item: a tick that
+                # rewrote it meanwhile (a numeric version) wins, as any concurrent writer does.
+                self._db.put_item(TableName=self._table, Item=item,
+                                  ConditionExpression="attribute_exists(pk) AND NOT attribute_type(version, :n)",
+                                  ExpressionAttributeValues={":n": {"S": "N"}})
             else:
                 self._db.put_item(TableName=self._table, Item=item, ConditionExpression="version = :v",
                                   ExpressionAttributeValues={":v": {"N": str(version)}})
@@ -99,8 +119,11 @@ class DynamoState:
         item = {"pk": {"S": LEASE_KEY}, "holder": {"S": holder}, "expires_at": {"N": f"{now_epoch + ttl_s:.3f}"}}
         try:
             self._db.put_item(TableName=self._table, Item=item,
-                              ConditionExpression="attribute_not_exists(pk) OR expires_at < :now",
-                              ExpressionAttributeValues={":now": {"N": f"{now_epoch:.3f}"}})
+                              # A lease whose expiry is not a number (a hand edit) would never compare as
+                              # expired and would stop every tick for good: it counts as expired.
+                              ConditionExpression="attribute_not_exists(pk) OR NOT attribute_type(expires_at, :n) "
+                                                  "OR expires_at < :now",
+                              ExpressionAttributeValues={":now": {"N": f"{now_epoch:.3f}"}, ":n": {"S": "N"}})
             return True
         except Exception as err:  # noqa: BLE001
             if _condition_failed(err):
@@ -139,8 +162,13 @@ class DynamoState:
             raise classify(err, f"DynamoDB GetItem {LEAVING_KEY}") from err
         out = {}
         for name, value in (resp.get("Item") or {}).items():
-            if INSTANCE_ID.fullmatch(name) and "N" in value:
-                out[name] = float(value["N"])
+            # An entry that is not a number (a hand edit) is skipped: the warning it stood for is then seen only
+            # once the node's pods are evicted, as without the record.
+            if INSTANCE_ID.fullmatch(name) and isinstance(value, dict) and "N" in value:
+                try:
+                    out[name] = float(value["N"])
+                except (TypeError, ValueError):
+                    continue
         return out
 
     def prune_leaving(self, ids: list[str], now_epoch: float) -> bool:

@@ -18,13 +18,13 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Callable
 
-from policy import emf, notifications
+from policy import emf, notifications, tick_state
 from policy.deadline import MESSAGE as DEADLINE_MESSAGE
 from policy.deadline import Deadline
 from policy.engine import decide
 from policy.lease import take as take_lease
-from policy.errors import DeadlineExceeded, PolicyError
-from policy.kube import NodeGuardPort, PendingPodsPort
+from policy.errors import DeadlineExceeded, MalformedState, PolicyError
+from policy.kube import NodeGuardPort, PendingPodsPort, elastic_shapes
 from policy.model import (
     ACTION_SET_DESIRED,
     ACTION_TERMINATE,
@@ -41,7 +41,7 @@ from policy.model import (
 from policy.nodegroups import NodeGroupPort
 from policy.rhythm import DailyArrivals
 from policy.spend import BudgetReader, accrue, observe_spend
-from policy.state import StatePort
+from policy.state import MALFORMED_VERSION, StatePort
 from policy.utilization import NodeRef, UtilizationSource
 
 STATE_KEY = "tick"
@@ -126,11 +126,14 @@ def observe(settings: Settings, ports: Ports, state: dict, now: datetime, errors
         except PolicyError as err:
             record(err)
     pending: dict[str, tuple[int, ...]] | None = None
+    # Only pods that could run on a pool's elastic groups are demand for them (floor-pinned work is not).
+    shapes = {ps.name: elastic_shapes(ps.name, ps.spot_group is not None, ps.on_demand_group is not None)
+              for ps in settings.pools}
     if ports.pods is None:
         record(PolicyError("Kubernetes API not configured or its endpoint unknown: pending pods are unknown"))
     elif in_time():
         try:
-            pending = ports.pods.pending_gpus([ps.name for ps in settings.pools])
+            pending = ports.pods.pending_gpus([ps.name for ps in settings.pools], shapes)
         except PolicyError as err:
             record(err)
     arrivals: dict[str, tuple] | None = None
@@ -138,7 +141,7 @@ def observe(settings: Settings, ports: Ports, state: dict, now: datetime, errors
         window = max(ps.arrival_window_minutes for ps in settings.pools)
         try:
             arrivals = ports.pods.gpu_pod_arrivals([ps.name for ps in settings.pools],
-                                                   now - timedelta(minutes=window))
+                                                   now - timedelta(minutes=window), shapes)
         except PolicyError as err:
             record(err)  # unknown arrivals keep no idle node warm: they go as before, once idle
     bound: dict[str, int] | None = None
@@ -357,14 +360,22 @@ def run_tick(settings: Settings, ports: Ports, now: datetime, log: Callable[[str
         log(json.dumps({"level": "INFO", "message": "spot warning acted on by this invocation",
                         "environment": settings.environment, "instances": list(leaving),
                         "waited_for_lease_s": round(waited, 3)}))
+    result = None
     try:
-        return _run(settings, ports, now, log, deadline, persist, errors, leaving)
+        result = _run(settings, ports, now, log, deadline, persist, errors, leaving)
+        return result
     finally:
         if holder is not None:
             try:
                 ports.state.release_lease(holder)
-            except PolicyError:
-                pass  # it expires by itself; the next tick takes it over then
+            except PolicyError as err:
+                # It expires by itself (the function's timeout) and the next tick takes it over then; until then
+                # ticks do nothing, which is worth a trace: a log line, and a PolicyErrors datapoint of its own.
+                message = f"lease not released ({type(err).__name__}: {err}); ticks wait until it expires"
+                if result is not None:
+                    result.errors.append(message)
+                log(json.dumps({"level": "ERROR", "message": "tick errors", "errors": [message]}, sort_keys=True))
+                log(emf.error_line(settings.environment, 1, now))
 
 
 SPOT_NOTICE_MINUTES = 2  # EC2 reclaims a spot instance 2 minutes after its interruption warning
@@ -420,9 +431,14 @@ def _run(settings: Settings, ports: Ports, now: datetime, log: Callable[[str], N
             errors.append(f"{type(err).__name__}: {err}")  # once evicted, as without the record
         try:
             state, version = ports.state.load(STATE_KEY)
+        except MalformedState as err:  # read, but not ours to use: reported, and rewritten by this tick's save
+            errors.append(f"{type(err).__name__}: {err}; the tick's bookkeeping starts afresh")
+            state, version = {}, err.version if err.version is not None else MALFORMED_VERSION
         except PolicyError as err:
             errors.append(f"{type(err).__name__}: {err}")
             ports = Ports(**{**ports.__dict__, "state": None})  # never overwrite state we could not read
+        state, problems = tick_state.clean(state)
+        errors.extend(f"MalformedState: tick state {p}; dropped for this tick" for p in problems)
     expired = sorted(i for i, t in recorded.items() if t <= now.timestamp())
     if expired and ports.state is not None and persist:
         try:  # the expired records go; one that was recorded again meanwhile stays (a conditional remove)

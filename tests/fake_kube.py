@@ -3,7 +3,8 @@
 Serves GET /api/v1/pods (paged with limit/continue, fieldSelector on status.phase and spec.nodeName as the API
 server applies them), GET and PATCH (merge patch) /api/v1/nodes/<name>; checks the EKS bearer token's shape
 (k8s-aws-v1.<base64url of a presigned STS GetCallerIdentity URL carrying x-k8s-aws-id>), and can be switched to
-fail (503), to fail only node-scoped pod lists, or to answer slowly (`delay_s`), for the fault tests.
+fail (503), to fail only node-scoped pod lists, to answer slowly (`delay_s`) or to drip its whole answer a byte at a
+time (`drip_s_per_byte`), for the fault tests.
 """
 
 from __future__ import annotations
@@ -43,12 +44,17 @@ def _self_signed() -> tuple[str, str]:
 
 def gpu_pod(name: str, gpus: int, pool: str | None = None, affinity_pools: list[str] | None = None,
             node_name: str | None = None, scheduled: str | None = "Unschedulable",
-            gates: list[str] | None = None, phase: str = "Pending", annotations: dict | None = None) -> dict:
+            gates: list[str] | None = None, phase: str = "Pending", annotations: dict | None = None,
+            node_selector: dict | None = None, tolerations: list[dict] | None = None) -> dict:
     """A pod as the API server returns it. `scheduled`: the reason of its PodScheduled=False condition as the
     scheduler sets it (Unschedulable: no node fits; SchedulingGated: held by `gates`), None = not tried yet."""
     spec: dict = {"containers": [{"name": "main", "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}]}
     if pool:
         spec["nodeSelector"] = {"gpuloan.io/pool": pool}
+    if node_selector:
+        spec["nodeSelector"] = {**spec.get("nodeSelector", {}), **node_selector}
+    if tolerations is not None:
+        spec["tolerations"] = tolerations
     if affinity_pools:
         spec["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
             "nodeSelectorTerms": [{"matchExpressions": [
@@ -99,6 +105,7 @@ class FakeKube:
         # pods only lists scoped to a node see: a pod that landed after the tick's cluster-wide list was read
         self.late_pods: list[dict] = []
         self.delay_s = 0.0
+        self.drip_s_per_byte = 0.0  # > 0: status line, headers and body sent one byte at a time, this far apart
         self.nodes: dict[str, dict] = {}  # name -> Node object
         self.patches: list[tuple[str, dict]] = []
         self.requests: list[str] = []
@@ -172,6 +179,18 @@ class FakeKube:
 
             def _send(self, code: int, body: dict):
                 data = json.dumps(body).encode()
+                if fake.drip_s_per_byte:
+                    raw = (f"HTTP/1.1 {code} X\r\nContent-Type: application/json\r\nContent-Length: {len(data)}\r\n"
+                           f"Connection: close\r\n\r\n").encode() + data
+                    self.close_connection = True
+                    try:
+                        for k in range(len(raw)):
+                            self.wfile.write(raw[k:k + 1])
+                            self.wfile.flush()
+                            time.sleep(fake.drip_s_per_byte)
+                    except OSError:  # the client gave up: what the drip test wants
+                        pass
+                    return
                 self.send_response(code)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))

@@ -109,6 +109,83 @@ def test_only_pods_the_scheduler_could_not_place_are_demand():
         kube.close()
 
 
+# What Kueue's flavors put on admitted pods (stacks/scheduling.py): floor work is pinned to tier=guaranteed, spot
+# work to tier=elastic with the spot toleration.
+SPOT_TOLERATION = {"key": "gpuloan.io/spot", "operator": "Exists", "effect": "NoSchedule"}
+FLOOR_PIN = {"gpuloan.io/tier": "guaranteed"}
+ELASTIC_PIN = {"gpuloan.io/tier": "elastic"}
+
+
+def _affinity(*expressions: dict) -> dict:
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": list(expressions)}]}}}
+
+
+ELASTIC_DEMAND_CASES = [
+    # (name, pod, pool's groups (spot, on_demand), counted for the elastic groups)
+    ("floor_pinned_by_kueue", gpu_pod("f", 8, pool="p", node_selector=FLOOR_PIN, tolerations=[SPOT_TOLERATION]),
+     (True, True), False),
+    ("floor_pinned_by_affinity", {**gpu_pod("f", 8, pool="p"), "spec": {
+        **gpu_pod("f", 8, pool="p")["spec"],
+        "affinity": _affinity({"key": "gpuloan.io/tier", "operator": "In", "values": ["guaranteed"]})}},
+     (True, True), False),
+    ("spot_flavored", gpu_pod("s", 8, pool="p", node_selector=ELASTIC_PIN, tolerations=[SPOT_TOLERATION]),
+     (True, False), True),
+    ("no_spot_toleration_on_a_spot_only_pool", gpu_pod("n", 1, pool="p"), (True, False), False),
+    ("no_spot_toleration_goes_to_the_on_demand_group", gpu_pod("n", 1, pool="p"), (True, True), True),
+    ("pinned_to_on_demand_on_a_spot_only_pool", gpu_pod("o", 1, pool="p", node_selector={
+        "gpuloan.io/capacity": "on-demand"}, tolerations=[SPOT_TOLERATION]), (True, False), False),
+    ("kept_off_spot_by_affinity", {**gpu_pod("k", 1, pool="p", tolerations=[SPOT_TOLERATION]), "spec": {
+        **gpu_pod("k", 1, pool="p", tolerations=[SPOT_TOLERATION])["spec"],
+        "affinity": _affinity({"key": "gpuloan.io/capacity", "operator": "NotIn", "values": ["spot"]})}},
+     (True, False), False),
+    ("a_label_gpuloan_does_not_set_is_not_held_against_it", gpu_pod("z", 1, pool="p", node_selector={
+        "topology.kubernetes.io/zone": "us-east-1a"}, tolerations=[{"operator": "Exists"}]), (True, False), True),
+    ("floor_only_pool", gpu_pod("x", 1, pool="p", tolerations=[SPOT_TOLERATION]), (False, False), False),
+]
+
+
+@pytest.mark.parametrize("name,pod,groups,counted", ELASTIC_DEMAND_CASES, ids=[c[0] for c in ELASTIC_DEMAND_CASES])
+def test_pending_pods_count_for_the_elastic_groups_only_when_they_could_run_there(name, pod, groups, counted):
+    """Issue 24 item 5: Kueue pins floor work to `gpuloan.io/tier: guaranteed`; while a floor node rolls or fails
+    those pods are pending, and counting them bought spot or on-demand nodes they can never run on. A pending pod
+    (and an arrival, for keep-warm) counts for a pool's elastic groups only when its node selector, required node
+    affinity and tolerations admit one of them."""
+    import base64
+    from datetime import datetime, timezone
+
+    from fake_kube import FakeKube
+    from policy.kube import KubeClient, elastic_shapes
+
+    pod["metadata"]["creationTimestamp"] = "2026-03-10T11:50:00Z"
+    kube = FakeKube("c")
+    try:
+        kube.pods = [pod]
+        url = "https://sts.us-east-1.amazonaws.com/?Action=GetCallerIdentity&X-Amz-SignedHeaders=host%3Bx-k8s-aws-id" \
+              "&X-Amz-Signature=abc"
+        token = "k8s-aws-v1." + base64.urlsafe_b64encode(url.encode()).decode().rstrip("=")
+        client = KubeClient(kube.endpoint, kube.ca_pem, lambda: token)
+        shapes = {"p": elastic_shapes("p", *groups)}
+        gpus = pod_gpus(pod)
+        assert client.pending_gpus(["p"], shapes) == {"p": (gpus,) if counted else ()}
+        since = datetime(2026, 3, 10, 11, 0, tzinfo=timezone.utc)
+        assert len(client.gpu_pod_arrivals(["p"], since, shapes)["p"]) == (1 if counted else 0)
+        assert client.pending_gpus(["p"]) == {"p": (gpus,)}  # without shapes: every pod of the pool, as before
+    finally:
+        kube.close()
+
+
+def test_the_policy_knows_the_labels_and_taints_the_stack_puts_on_elastic_nodes():
+    """policy/kube.py repeats stacks/tags.py's keys (the Lambda zip does not ship stacks/): they must agree, or
+    floor work would count as elastic demand again."""
+    from policy import kube
+    from stacks import elastic, guaranteed, tags
+
+    assert (kube.POOL_LABEL, kube.TIER_LABEL, kube.CAPACITY_LABEL) == (tags.LABEL_POOL, tags.LABEL_TIER,
+                                                                       tags.LABEL_CAPACITY)
+    assert kube.SPOT_TAINT_KEY == tags.SPOT_TAINT_KEY and kube.ELASTIC_TIER == elastic.TIER != guaranteed.TIER
+
+
 def test_gpu_pod_arrivals_are_recent_unfinished_gpu_pods_per_pool():
     """Issue 17: the keep-or-release rule's rate comes from the pool's GPU pods created recently, pending or
     running (a pod that landed at once on a free node is exactly a job a kept node served); finished pods, pods
@@ -317,12 +394,12 @@ class FakePods:
     def __init__(self, pending):
         self.pending = pending
 
-    def pending_gpus(self, pools):
+    def pending_gpus(self, pools, shapes=None):
         if isinstance(self.pending, Exception):
             raise self.pending
         return self.pending
 
-    def gpu_pod_arrivals(self, pools, since):
+    def gpu_pod_arrivals(self, pools, since, shapes=None):
         return {p: () for p in pools}
 
     def gpu_pods_by_node(self):
@@ -444,3 +521,61 @@ def test_warm_container_reuses_its_session_and_clients(monkeypatch):
     assert handler._warm_session() is first
     assert handler._client(first, "sns") is handler._client(first, "sns")
     assert handler._client(first, "sns") is not handler._client(first, "sqs")
+
+
+@pytest.mark.parametrize("drip_s_per_byte", [0.2, 1.2], ids=["fast_drip", "issue_drip"])
+def test_a_kubernetes_answer_that_drips_in_is_cut_at_the_deadline(drip_s_per_byte):
+    """Issue 24 item 13: an API server that sends its answer a byte at a time never trips a per-read socket
+    timeout (each byte comes sooner), and made a 57 s tick against a 50 s function timeout. The whole request is
+    bounded by the tick's deadline: the call ends there, as missing data (DeadlineExceeded), never later."""
+    import base64
+    import time
+
+    from fake_kube import FakeKube
+    from policy.deadline import Deadline
+    from policy.errors import DeadlineExceeded
+    from policy.kube import KubeClient
+
+    kube = FakeKube("c")
+    try:
+        kube.pods = [gpu_pod("p", 1, pool="p")]
+        kube.drip_s_per_byte = drip_s_per_byte
+        url = "https://sts.us-east-1.amazonaws.com/?Action=GetCallerIdentity&X-Amz-SignedHeaders=host%3Bx-k8s-aws-id" \
+              "&X-Amz-Signature=abc"
+        token = "k8s-aws-v1." + base64.urlsafe_b64encode(url.encode()).decode().rstrip("=")
+        client = KubeClient(kube.endpoint, kube.ca_pem, lambda: token, Deadline(2.0))
+        started = time.monotonic()
+        with pytest.raises(DeadlineExceeded):
+            client.pending_gpus(["p"])
+        assert time.monotonic() - started < 2.5
+    finally:
+        kube.close()
+
+
+def test_a_dripping_kubernetes_api_leaves_the_tick_blind_not_late():
+    """The same drip in a whole tick: pending pods are unknown (nothing scales down on them, nothing is bought),
+    the tick ends by its deadline and says why."""
+    import base64
+    import time
+
+    from fake_kube import FakeKube
+    from policy.deadline import Deadline
+    from policy.kube import KubeClient
+
+    kube = FakeKube("c")
+    try:
+        kube.drip_s_per_byte = 0.5
+        url = "https://sts.us-east-1.amazonaws.com/?Action=GetCallerIdentity&X-Amz-SignedHeaders=host%3Bx-k8s-aws-id" \
+              "&X-Amz-Signature=abc"
+        token = "k8s-aws-v1." + base64.urlsafe_b64encode(url.encode()).decode().rstrip("=")
+        deadline = Deadline(2.0)
+        ports = _ports()
+        ports = Ports(**{**ports.__dict__, "pods": KubeClient(kube.endpoint, kube.ca_pem, lambda: token, deadline),
+                         "nodes": None})
+        started = time.monotonic()
+        result = run_tick(settings(pool_settings()), ports, NOW, lambda line: None, deadline=deadline)
+        assert time.monotonic() - started < 3.0
+        assert any("DeadlineExceeded" in e for e in result.errors), result.errors
+        assert ports.groups.writes == []  # blind: the idle node is not reclaimed without its pods, nothing bought
+    finally:
+        kube.close()

@@ -75,8 +75,11 @@ class World:
         role = f"arn:aws:iam::{ACCOUNT}:role/eks"
         self.eks.create_cluster(name=CLUSTER, roleArn=role, resourcesVpcConfig={"subnetIds": [self.subnet]})
         image = self.ec2.describe_images()["Images"][0]["ImageId"]
+        # As the stack's launch templates do (stacks/capacity.py:instance_tags): every GPU instance carries the
+        # environment's tag, which tells the spot-warning path this stack's instances from another's.
         self.ec2.create_launch_template(LaunchTemplateName="gpu", LaunchTemplateData={
-            "ImageId": image, "InstanceType": "g6.xlarge"})
+            "ImageId": image, "InstanceType": "g6.xlarge", "TagSpecifications": [
+                {"ResourceType": "instance", "Tags": [{"Key": "gpuloan:environment", "Value": "dev"}]}]})
         self.asg_of: dict[str, str] = {}
         self.table = "gpuloan-dev-policy-state"
         self.ddb.create_table(TableName=self.table, AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
@@ -329,6 +332,38 @@ def test_one_unreadable_group_holds_only_its_pool(world, kube, lambda_dir, aws_e
 
 
 @requires_shared_prices
+def test_floor_pinned_pending_pods_buy_no_elastic_node(world, kube, lambda_dir, aws_env):
+    """Issue 24 item 5: research's floor node is rolling, so two jobs Kueue admitted to the floor flavor
+    (`gpuloan.io/tier: guaranteed`) are pending. They can never run on elastic nodes: research buys none, and its
+    idle spot node is not kept for them."""
+    floor_pin = {"gpuloan.io/tier": "guaranteed"}
+    spot_ok = [{"key": "gpuloan.io/spot", "operator": "Exists", "effect": "NoSchedule"}]
+    kube.pods += [gpu_pod(f"floor-job-{k}", 1, pool="research", node_selector=floor_pin, tolerations=spot_ok)
+                  for k in range(2)]
+    result, logs = run_lambda(lambda_dir, aws_env, world.settings.to_json(), _env(world, kube), {})
+    assert result["errors"] == []
+    assert world.instances("dev-research-spot") == [world.busy]
+    research = _research(logs)
+    assert research["pending_gpus"] == 0
+
+
+@requires_shared_prices
+def test_unknown_spend_refuses_the_capped_scale_up_and_says_so(world, kube, lambda_dir, aws_env):
+    """Issue 24 item 10: Budgets unreadable (the budget is gone) and no figure in the DynamoDB state (a new month,
+    or a lost item) leave no month-to-date figure. Under cap_elastic that is not $0: train's pending pods buy
+    nothing, the decision says why, an email says so, and the safety rules still run (the idle node goes)."""
+    world.budgets.delete_budget(AccountId=ACCOUNT, BudgetName="gpuloan-dev")
+    result, logs = run_lambda(lambda_dir, aws_env, world.settings.to_json(), _env(world, kube), {})
+    assert world.desired("dev-train-spot") == 0 and world.desired("dev-train-on-demand") == 0
+    train = next(x for x in logs if x.get("message") == "pool decision" and x["pool"] == "train")
+    assert "BUDGET_UNKNOWN" in {a["reason"] for a in train["actions"]}
+    assert any("DescribeBudget" in e for e in result["errors"])
+    subjects = [m["Subject"] for m in world.messages()]
+    assert "[gpuloan dev] train: spend unknown, scale-up refused" in subjects
+    assert world.instances("dev-research-spot") == [world.busy]
+
+
+@requires_shared_prices
 def test_empty_node_is_reclaimed_from_the_reserved_capacity_metric(world, kube, lambda_dir, aws_env):
     """Container Insights' node_gpu_reserved_capacity read end to end: 0 for the idle node makes it empty (reclaimed
     as such), 12.5 % on the busy one (one of its GPUs requested) keeps it."""
@@ -485,6 +520,34 @@ def test_a_spot_interruption_warning_makes_its_pods_demand_and_keeps_an_idle_nod
     assert list(json.loads(item["data"]["S"])["leaving"]) == [world.busy]
 
 
+@requires_shared_prices
+def test_a_spot_warning_for_another_stacks_instance_is_skipped_cheaply(world, kube, lambda_dir, aws_env):
+    """Issue 24: the EventBridge rule matches every spot warning of the account and region. An instance without this
+    environment's tag (another stack's, or anyone's) costs one EC2 call: no lease, no Kubernetes call, no tick."""
+    foreign = world.ec2.run_instances(ImageId=world.ec2.describe_images()["Images"][0]["ImageId"], MinCount=1,
+                                      MaxCount=1, InstanceType="g6.xlarge")["Instances"][0]["InstanceId"]
+    event = {"source": "aws.ec2", "detail-type": "EC2 Spot Instance Interruption Warning",
+             "detail": {"instance-id": foreign, "instance-action": "terminate"}}
+    result, logs = run_lambda(lambda_dir, aws_env, world.settings.to_json(), _env(world, kube), event)
+    assert result["skipped"] == "not this stack's instance" and result["errors"] == []
+    assert kube.requests == [] and world.instances("dev-research-spot") == sorted([world.idle, world.busy])
+    assert "Item" not in world.ddb.get_item(TableName=world.table, Key={"pk": {"S": "leaving"}})
+    assert any(x.get("message") == "spot warning for an instance of another stack: skipped" for x in logs)
+
+
+@requires_shared_prices
+@pytest.mark.parametrize("detail", ["i-0123456789abcdef0", None, ["i-0123456789abcdef0"],
+                                    {"instance-id": 42}], ids=["string", "null", "list", "id_not_a_string"])
+def test_a_malformed_spot_warning_is_reported_and_the_tick_still_runs(world, kube, lambda_dir, aws_env, detail):
+    """Issue 24: a spot warning whose `detail` is not an object used to crash the handler; a malformed one left no
+    trace. It is now a tick error (PolicyErrors, the error email) and the tick runs as a scheduled one would."""
+    event = {"source": "aws.ec2", "detail-type": "EC2 Spot Instance Interruption Warning", "detail": detail}
+    result, logs = run_lambda(lambda_dir, aws_env, world.settings.to_json(), _env(world, kube), event)
+    assert any(e.startswith("malformed spot warning ignored") for e in result["errors"]), result["errors"]
+    assert result["skipped"] == "" and world.instances("dev-research-spot") == [world.busy]  # the tick ran
+    assert any("_aws" in x and x.get("PolicyErrors", 0) >= 1 for x in logs)
+
+
 def test_an_event_that_is_not_a_spot_warning_names_no_instance():
     from policy.handler import spot_warning
 
@@ -572,7 +635,9 @@ def test_a_warning_gets_the_lease_when_the_holder_releases_it_and_acts_itself(wo
 def test_a_malformed_instance_id_is_not_recorded(world, kube, lambda_dir, aws_env):
     result, _ = run_lambda(lambda_dir, aws_env, world.settings.to_json(), _env(world, kube),
                            _warning("i-0; drop"))
-    assert result["skipped"] == "" and result["errors"] == []
+    # reported, not silent (issue 24), and never stored
+    assert result["skipped"] == "" and result["errors"] == [
+        "malformed spot warning ignored: detail.instance-id 'i-0; drop' is not an EC2 instance id"]
     assert _leaving_item(world) == {}
     assert world.instances("dev-research-spot") == [world.busy], "an ordinary tick: the idle node goes"
 

@@ -328,3 +328,17 @@ def test_a_live_tick_ignores_the_event_time(event_now, with_dry_run_false):
             mock.patch.object(handler, "run_tick", lambda st_, p, now, **kw: seen.update(now=now, **kw)):
         handler.handle(event, types.SimpleNamespace(), session=object())
     assert seen["now"] == NOW and seen["persist"] is True
+
+
+@given(worlds())
+def test_desired_never_drops_below_the_instances_that_exist(world):
+    """Issue 24 item 11: lowering a group's desired size below its live instances (in service or booting) lets the
+    Auto Scaling group choose which instance dies, possibly one with a GPU pod. A cut only cancels launches that
+    have no instance yet; an instance leaves by id (terminate), chosen by the rules that check its work."""
+    s, obs = world
+    po = obs.pools[0]
+    live = {g.name: sum(1 for n in po.nodes if n.group == g.name and (n.lifecycle == LIFECYCLE_IN_SERVICE
+                                                                      or n.launching)) for g in po.groups}
+    for a in decide(s, obs, NOW).changes:
+        if a.kind == ACTION_SET_DESIRED and a.desired_to < a.desired_from:
+            assert a.desired_to >= live[a.group], (a, live)

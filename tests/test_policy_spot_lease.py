@@ -216,3 +216,19 @@ def test_unreadable_records_are_a_tick_error_and_the_tick_still_runs():
     result = run_tick(settings(pool_settings()), ports, NOW, lambda _: None, lease=("scheduled", 55.0))
     assert any("GetItem leaving" in e for e in result.errors)
     assert result.skipped == "" and ports.groups.writes == [("terminate", IDLE)]
+
+
+class UnreleasableState(MemoryState):
+    def release_lease(self, holder: str) -> None:
+        raise Throttled("DynamoDB DeleteItem lease: ThrottlingException")
+
+
+def test_a_lease_that_cannot_be_released_leaves_a_trace():
+    """Issue 24: a failed release used to pass silently, though every tick until the lease expires does nothing.
+    It is a tick error now, with its own log line and PolicyErrors datapoint."""
+    state = UnreleasableState()
+    logs: list[str] = []
+    result = run_tick(settings(pool_settings()), _ports(state), NOW, logs.append, lease=("me", 60.0))
+    assert any(e.startswith("lease not released (Throttled") for e in result.errors)
+    assert any('"PolicyErrors":1' in line for line in logs[-2:])
+    assert any("lease not released" in line for line in logs if line.startswith("{\"errors\""))
