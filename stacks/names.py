@@ -1,7 +1,8 @@
-"""Names, limits and namespaces that both the config rules and the components use (a leaf: imports nothing from gpuloan).
+"""Names, limits, namespaces and sizes that config, the cost model and the components share (a leaf: stdlib only).
 
 stacks/config.py validates what the components will name (node group prefixes against EKS's length limit, teams
-against the namespaces the add-ons take); both read the values here, so config never imports a component.
+against the namespaces the add-ons take) and the platform cost prices the root volumes the launch templates declare;
+all read the values here, so neither config nor the cost model imports a component.
 
 Node group names come from the provider's auto-naming: a deterministic prefix `<env>-<pool>-<group>_` plus a
 unique suffix the provider adds (stacks/capacity.py says why). The `_` ends the prefix: pool and environment names
@@ -27,6 +28,11 @@ GPU_OPERATOR_NAMESPACE = "gpu-operator"
 KUEUE_NAMESPACE = "kueue-system"
 # Where the CloudWatch observability add-on runs its agent; the Pod Identity association must name this exact pair.
 GPU_METRICS_AGENT_NAMESPACE = "amazon-cloudwatch"
+
+# Root volumes of the launch templates (stacks/launch_templates.py), priced by gpuloan/platform_costs.py. CUDA/PyTorch
+# images are 10-20 GiB each and containerd keeps several layers' versions on the root volume.
+GPU_ROOT_VOLUME_GIB = 200
+SYSTEM_ROOT_VOLUME_GIB = 50
 
 
 def node_group_label(environment: str, pool: str, group: str) -> str:
