@@ -22,6 +22,16 @@ from stacks.config import GpuLoanConfig, Pool
 from stacks.elastic import ElasticCapacity
 from stacks.guaranteed import GuaranteedCapacity
 
+# Re-exported, importable here as before the split, for code written against this module (branches in flight);
+# new code imports them from stacks/names.py and stacks/node_groups.py.
+from stacks.names import (  # noqa: F401
+    GENERATED_SUFFIX_LENGTH, GROUP_GUARANTEED, GROUP_ON_DEMAND, GROUP_SPOT, NODE_GROUP_NAME_MAX, NODE_GROUP_PREFIX_MAX,
+    PREFIX_END, node_group_arn_pattern, node_group_label, node_group_name_pattern, node_group_name_prefix,
+)
+from stacks.node_groups import (  # noqa: F401
+    GPU_TAINT, GPU_UPDATE_STRATEGY, SPOT_TAINT, gpu_update_config, instance_tags, instance_types_for,
+)
+
 
 def build_pool(cfg: GpuLoanConfig, pool: Pool, cluster, opts: pulumi.ResourceOptions,
                live_desired: dict[str, int] | None = None):
