@@ -14,7 +14,7 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import asdict, dataclass
 
-from stacks import catalog, launch_templates, versions
+from stacks import catalog, names, versions
 from stacks.config import HOURS_PER_MONTH, ExistingCluster, GpuLoanConfig, NewCluster
 from stacks.pricebook import EC2_PLATFORM_PREFIX
 
@@ -137,17 +137,17 @@ def platform_costs(cfg: GpuLoanConfig, resources: list[dict], today: dt.date | N
         sn = cfg.cluster.system_nodes
         rows.append(_row(cfg, "system nodes", sn.nodes * hours, "hour", EC2_PLATFORM_PREFIX + sn.instance_type,
                          "on_demand", f"{sn.nodes}× {sn.instance_type} × {hours} h"))
-        system_gib = sn.nodes * launch_templates.SYSTEM_ROOT_VOLUME_GIB
+        system_gib = sn.nodes * names.SYSTEM_ROOT_VOLUME_GIB
     floor_nodes = sum(p.guaranteed.nodes for p in cfg.pools if p.guaranteed)
-    gpu_gib = floor_nodes * launch_templates.GPU_ROOT_VOLUME_GIB
+    gpu_gib = floor_nodes * names.GPU_ROOT_VOLUME_GIB
     if gpu_gib:
         rows.append(_row(cfg, "GPU floor root volumes (EBS gp3)", gpu_gib, "GB-month", "ebs_gp3_storage", "on_demand",
-                         f"{floor_nodes} floor node(s) × {launch_templates.GPU_ROOT_VOLUME_GIB} GiB; elastic nodes' "
+                         f"{floor_nodes} floor node(s) × {names.GPU_ROOT_VOLUME_GIB} GiB; elastic nodes' "
                          "volumes live only while the nodes do"))
     if system_gib:
         rows.append(_row(cfg, "system node root volumes (EBS gp3)", system_gib, "GB-month", "ebs_gp3_storage",
                          "on_demand", f"{cfg.cluster.system_nodes.nodes} node(s) × "
-                         f"{launch_templates.SYSTEM_ROOT_VOLUME_GIB} GiB"))
+                         f"{names.SYSTEM_ROOT_VOLUME_GIB} GiB"))
     keys = _count(resources, "aws:kms/key:Key")
     if keys:
         rows.append(_row(cfg, "KMS keys", keys, "month", "kms_key", "on_demand", f"{keys} customer managed key(s)"))

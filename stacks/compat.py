@@ -2,7 +2,7 @@
 
 The original design notes built a CUDA 12.0 image and installed cu118 PyTorch wheels into it; nothing caught
 it until a job crashed on a node. Here every image of the config is checked against these tables when the
-config is validated (`stacks.config.parse` -> the rule registered at the bottom), so a mismatched image is a
+config is validated (`stacks.config.parse` runs `images_rule` below), so a mismatched image is a
 config error with a path and a fix, never a broken pod.
 
 Each table names its source. Update a table by adding a row with the same kind of source; the tests in
@@ -12,18 +12,13 @@ tests/test_compat*.py pin the decisions the tables lead to.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from stacks import catalog, config, versions
+from stacks import catalog, versions
+from stacks.version_numbers import Version, fmt, parse_version
 
-Version = tuple[int, ...]
-
-
-def parse_version(text: str) -> Version:
-    return tuple(int(part) for part in text.split("."))
-
-
-def fmt(version: Version) -> str:
-    return ".".join(str(p) for p in version)
+if TYPE_CHECKING:  # annotations only: config imports this module to run its rule
+    from stacks import config
 
 
 def fmt_driver(version: Version) -> str:
@@ -293,8 +288,8 @@ def _pytorch_problems(img, at: str, cuda: Version, driver: Version, gpus) -> lis
     return problems
 
 
-@config.register_rule
-def _images_rule(cfg: config.GpuLoanConfig) -> list[tuple[str, str]]:
+def images_rule(cfg: config.GpuLoanConfig) -> list[tuple[str, str]]:
+    """The config rule (stacks/config.py runs it with the other cross-field rules)."""
     return image_problems(cfg)
 
 

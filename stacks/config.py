@@ -13,13 +13,21 @@ import functools
 import ipaddress
 import re
 from collections import Counter
-from contextvars import ContextVar
 from enum import StrEnum
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, EmailStr, Field, ValidationError, field_validator
 
 from stacks import catalog, floor_pricing, versions
+from stacks import compat, scheduling
+# The config's vocabulary lives in a leaf module so the rule modules (scheduling) can use it without importing
+# this one; re-exported here, where every reader looks for it.
+from stacks.config_terms import (SET_ASIDE, ElasticCapacity, Enforcement, FloorPayment, MigStrategy,  # noqa: F401
+                                 Reservation, Tier, Workload)
+from stacks.names import GENERATED_SUFFIX_LENGTH, NODE_GROUP_PREFIX_MAX, node_group_name_prefix
+from stacks.names import GPU_METRICS_AGENT_NAMESPACE, GPU_OPERATOR_NAMESPACE, KUEUE_NAMESPACE
+from stacks.version_numbers import fmt as fmt_version
+from stacks.version_numbers import parse_version
 
 HOURS_PER_MONTH = 730  # AWS's convention for monthly estimates
 
@@ -42,48 +50,6 @@ GPULOAN_TAGS_PER_RESOURCE = 6
 
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
-
-
-class Tier(StrEnum):
-    production = "production"
-    experiment = "experiment"
-    learning = "learning"
-
-
-class Reservation(StrEnum):
-    none = "none"
-    odcr = "odcr"
-    capacity_block = "capacity_block"
-
-
-class FloorPayment(StrEnum):
-    on_demand = "on_demand"
-    reserved_1yr = "reserved_1yr"
-    reserved_3yr = "reserved_3yr"
-    savings_plan = "savings_plan"
-    capacity_block = "capacity_block"
-
-
-class Workload(StrEnum):
-    batch = "batch"
-    service = "service"
-
-
-class ElasticCapacity(StrEnum):
-    spot = "spot"
-    on_demand = "on_demand"
-    spot_then_on_demand = "spot_then_on_demand"
-
-
-class Enforcement(StrEnum):
-    alert_only = "alert_only"
-    cap_elastic = "cap_elastic"
-
-
-class MigStrategy(StrEnum):
-    none = "none"
-    single = "single"
-    mixed = "mixed"
 
 
 def _known_gpu_instance(name: str) -> str:
@@ -468,6 +434,10 @@ class Kueue(Strict):
                                           "(key: team name); teams not listed lend their whole floor and borrow "
                                           "without limit.")
 
+    def sharing(self, team: str) -> TeamSharing:
+        """The team's limits: its entry in `teams`, or the defaults (lends its whole floor, borrows without limit)."""
+        return self.teams.get(team) or TeamSharing()
+
 
 class Scheduling(Strict):
     """Batch admission inside the cluster: which job may start, on which capacity (docs/scheduling.md)."""
@@ -749,12 +719,8 @@ def cross_field_problems(cfg: GpuLoanConfig) -> list[tuple[str, str]]:
 
 def system_namespaces() -> set[str]:
     """Namespaces a team may not take: Kubernetes' own and those of the add-ons gpuloan installs."""
-    from stacks.gpu_metrics import AGENT_NAMESPACE
-    from stacks.gpu_operator import NAMESPACE as GPU_OPERATOR_NAMESPACE
-    from stacks.kueue import NAMESPACE as KUEUE_NAMESPACE
-
-    return {"default", "kube-system", "kube-public", "kube-node-lease", GPU_OPERATOR_NAMESPACE, AGENT_NAMESPACE,
-            KUEUE_NAMESPACE}
+    return {"default", "kube-system", "kube-public", "kube-node-lease", GPU_OPERATOR_NAMESPACE,
+            GPU_METRICS_AGENT_NAMESPACE, KUEUE_NAMESPACE}
 
 
 def _github_problems(cfg: GpuLoanConfig) -> list[tuple[str, str]]:
@@ -911,8 +877,6 @@ def _hardening_problems(cfg: GpuLoanConfig) -> list[tuple[str, str]]:
 
 # List sections whose broken items can be set aside so the cross-field rules still check the rest.
 _ITEM_SECTIONS = ("pools", "images")
-# Names and teams of the pools set aside during that partial run (empty otherwise).
-SET_ASIDE: ContextVar[frozenset[str]] = ContextVar("SET_ASIDE", default=frozenset())
 
 
 def parse(data: dict[str, Any], source: str = "config") -> GpuLoanConfig:
@@ -1106,7 +1070,7 @@ def json_schema() -> dict[str, Any]:
 
 # --- capacity rules (stacks/cluster.py, guaranteed.py, elastic.py) -------------------------------------------
 
-# The longest node group kind gpuloan uses (see stacks/capacity.py: <env>-<pool>-<kind>_ + generated suffix).
+# The longest node group kind gpuloan uses (see stacks/names.py: <env>-<pool>-<kind>_ + generated suffix).
 _LONGEST_GROUP_SUFFIX = "guaranteed"
 
 
@@ -1115,17 +1079,15 @@ def _capacity_problems(cfg: GpuLoanConfig) -> list[tuple[str, str]]:
     from stacks import versions
 
     problems: list[tuple[str, str]] = []
-    if isinstance(cfg.cluster, NewCluster) and cfg.cluster.bin_packing and compat.parse_version(
+    if isinstance(cfg.cluster, NewCluster) and cfg.cluster.bin_packing and parse_version(
             cfg.cluster.kubernetes_version) < BIN_PACKING_MIN_VERSION:
-        problems.append(("cluster.bin_packing", f"bin packing needs Kubernetes {compat.fmt(BIN_PACKING_MIN_VERSION)} "
+        problems.append(("cluster.bin_packing", f"bin packing needs Kubernetes {fmt_version(BIN_PACKING_MIN_VERSION)} "
                          f"or later (EKS advanced control plane configuration); cluster.kubernetes_version is "
                          f"{cfg.cluster.kubernetes_version}"))
     if isinstance(cfg.cluster, NewCluster) and cfg.cluster.kubernetes_version not in versions.EKS_ADDON_VERSIONS:
         problems.append(("cluster.kubernetes_version", f"no pinned EKS add-on versions for "
                          f"{cfg.cluster.kubernetes_version} (pinned: {', '.join(sorted(versions.EKS_ADDON_VERSIONS))}); "
                          "add them to stacks/versions.py EKS_ADDON_VERSIONS"))
-    from stacks.capacity import GENERATED_SUFFIX_LENGTH, NODE_GROUP_PREFIX_MAX, node_group_name_prefix
-
     for i, pool in enumerate(cfg.pools):
         longest = node_group_name_prefix(cfg.environment, pool.name, _LONGEST_GROUP_SUFFIX)
         if len(longest) > NODE_GROUP_PREFIX_MAX:
@@ -1157,6 +1119,7 @@ def _capacity_problems(cfg: GpuLoanConfig) -> list[tuple[str, str]]:
 IAM_ROLE_NAME_MAX = 64
 
 
-# Rule modules register themselves on import; import them here so every `parse` applies them.
-from stacks import compat  # noqa: E402,F401
-from stacks import scheduling as _scheduling_rules  # noqa: E402,F401
+# The rules of other modules, run after the ones above in this order (CUDA images, then Kueue scheduling). Both
+# modules only read the config (they import its vocabulary from stacks/config_terms.py, never this module).
+register_rule(compat.images_rule)
+register_rule(scheduling.scheduling_problems)

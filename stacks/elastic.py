@@ -11,10 +11,8 @@ import pulumi
 import pulumi_aws as aws
 
 from stacks import launch_templates, tags
-from stacks.capacity import (
-    GPU_TAINT, GROUP_ON_DEMAND, GROUP_SPOT, SPOT_TAINT, gpu_update_config, instance_tags, instance_types_for,
-    node_group_name_prefix,
-)
+from stacks.names import GROUP_ON_DEMAND, GROUP_SPOT, node_group_name_prefix
+from stacks.node_groups import GPU_TAINT, SPOT_TAINT, gpu_update_config, instance_tags, instance_types_for
 from stacks.config import ElasticCapacity as CapacityMode
 from stacks.config import GpuLoanConfig, Pool
 from stacks.guaranteed import gpu_ami_type
@@ -84,10 +82,10 @@ class ElasticCapacity(pulumi.ComponentResource):
             subnet_ids=cluster.subnet_ids_in(None).apply(sorted),  # a set to EKS: order-free
             ami_type=gpu_ami_type(list(e.instance_types)),
             capacity_type=capacity_type,
-            # Sorted for SPOT (order-free), config order for ON_DEMAND (its preference): stacks/capacity.py.
+            # Sorted for SPOT (order-free), config order for ON_DEMAND (its preference): stacks/node_groups.py.
             instance_types=instance_types_for(capacity_type, list(e.instance_types)),
             scaling_config=aws.eks.NodeGroupScalingConfigArgs(min_size=0, desired_size=desired, max_size=max_nodes),
-            # MINIMAL: no surge of scarce GPU capacity during a roll (stacks/capacity.py); elastic work tolerates
+            # MINIMAL: no surge of scarce GPU capacity during a roll (stacks/node_groups.py); elastic work tolerates
             # losing half the group at once.
             update_config=gpu_update_config(max_unavailable_percentage=50),
             launch_template=launch_templates.template_ref(template),

@@ -15,10 +15,11 @@ import pulumi
 import pulumi_aws as aws
 
 from stacks import versions
+from stacks.names import GPU_METRICS_AGENT_NAMESPACE
 
 ADDON_NAME = "amazon-cloudwatch-observability"
 # Where the add-on runs the CloudWatch agent; the Pod Identity association must name this exact pair.
-AGENT_NAMESPACE = "amazon-cloudwatch"
+AGENT_NAMESPACE = GPU_METRICS_AGENT_NAMESPACE
 AGENT_SERVICE_ACCOUNT = "cloudwatch-agent"
 CLOUDWATCH_AGENT_POLICY = "CloudWatchAgentServerPolicy"
 

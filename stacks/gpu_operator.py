@@ -17,8 +17,9 @@ import yaml
 
 from stacks import tags, versions
 from stacks.config import GpuLoanConfig, MigStrategy
+from stacks.names import GPU_OPERATOR_NAMESPACE
 
-NAMESPACE = "gpu-operator"
+NAMESPACE = GPU_OPERATOR_NAMESPACE
 RELEASE_NAME = "gpu-operator"
 TIME_SLICING_CONFIGMAP = "gpuloan-time-slicing"
 # The device plugin reads this key of the ConfigMap on every node (no per-node config label needed).

@@ -16,7 +16,8 @@ import pulumi
 import pulumi_aws as aws
 
 from stacks import catalog, launch_templates, tags, versions
-from stacks.capacity import GPU_TAINT, GROUP_GUARANTEED, gpu_update_config, instance_tags, node_group_name_prefix
+from stacks.names import GROUP_GUARANTEED, node_group_name_prefix
+from stacks.node_groups import GPU_TAINT, gpu_update_config, instance_tags
 from stacks.config import GpuLoanConfig, Guaranteed, Pool, Reservation
 
 TIER = "guaranteed"

@@ -19,8 +19,9 @@ import yaml
 
 from stacks import scheduling, system_nodes, tags, tenancy, versions
 from stacks.config import GpuLoanConfig, NewCluster, Tier
+from stacks.names import KUEUE_NAMESPACE
 
-NAMESPACE = "kueue-system"
+NAMESPACE = KUEUE_NAMESPACE
 RELEASE_NAME = "kueue"
 QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
 PRIORITY_CLASS_LABEL = "kueue.x-k8s.io/priority-class"

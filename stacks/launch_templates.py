@@ -11,9 +11,8 @@ from __future__ import annotations
 import pulumi
 import pulumi_aws as aws
 
-# CUDA/PyTorch images are 10-20 GiB each and containerd keeps several layers' versions on the root volume.
-GPU_ROOT_VOLUME_GIB = 200
-SYSTEM_ROOT_VOLUME_GIB = 50
+from stacks.names import GPU_ROOT_VOLUME_GIB, SYSTEM_ROOT_VOLUME_GIB  # noqa: F401  (re-exported: the templates' callers read them here)
+
 ROOT_DEVICE_NAME = "/dev/xvda"  # the root device of the EKS AL2023 AMIs
 # 2, not 1: pods that still use the instance role (the GPU operator's validators, CNI on existing clusters)
 # sit one network hop behind the node; 1 would make IMDS unreachable from them.

@@ -16,7 +16,7 @@ from __future__ import annotations
 import pulumi
 import pulumi_aws as aws
 
-from stacks.capacity import GROUP_ON_DEMAND, GROUP_SPOT, node_group_name_prefix
+from stacks.names import GROUP_ON_DEMAND, GROUP_SPOT, node_group_name_prefix
 from stacks.config import GpuLoanConfig
 
 # Group kind as ElasticCapacity.group_names keys it -> the kind in the node group name.

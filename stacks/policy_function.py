@@ -22,7 +22,7 @@ import pulumi_aws as aws
 
 from policy import metric_names
 from stacks import tags, versions
-from stacks.capacity import GROUP_GUARANTEED, GROUP_ON_DEMAND, GROUP_SPOT, node_group_name_pattern
+from stacks.names import GROUP_GUARANTEED, GROUP_ON_DEMAND, GROUP_SPOT, node_group_name_pattern
 from stacks.config import ElasticCapacity as CapacityMode
 from stacks.config import GpuLoanConfig
 from stacks.policy_package import HANDLER, build_zip, source_code_hash

@@ -1,7 +1,7 @@
 """The loan in Kueue terms, as data: resource flavors, one cluster queue per pool, the cohort (pure).
 
-stacks/kueue.py turns this plan into Kueue objects; the config rules at the bottom refuse configs whose tiers and
-capacity cannot satisfy each other, before any resource exists. docs/scheduling.md explains the choices:
+stacks/kueue.py turns this plan into Kueue objects; the config rule at the bottom (stacks/config.py runs it) refuses
+configs whose tiers and capacity cannot satisfy each other, before any resource exists. docs/scheduling.md explains the choices:
 
 - A flavor per kind of node group a pool has, matched by the labels the node groups carry (stacks/guaranteed.py,
   stacks/elastic.py) and tolerating their taints:
@@ -23,10 +23,13 @@ capacity cannot satisfy each other, before any resource exists. docs/scheduling.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from stacks import catalog, tags
-from stacks.config import (SET_ASIDE, ElasticCapacity, GpuLoanConfig, Pool, Reservation, TeamSharing, Tier,
-                           register_rule)
+from stacks.config_terms import SET_ASIDE, ElasticCapacity, Reservation, Tier
+
+if TYPE_CHECKING:  # annotations only: config imports this module to run its rule
+    from stacks.config import GpuLoanConfig, Pool, TeamSharing
 
 GPU_RESOURCE = "nvidia.com/gpu"
 FLOOR, SPOT, ON_DEMAND = "floor", "spot", "on-demand"
@@ -142,7 +145,7 @@ def pool_flavors(cfg: GpuLoanConfig, pool: Pool) -> list[Flavor]:
 
 
 def _sharing(cfg: GpuLoanConfig, team: str) -> TeamSharing:
-    return cfg.scheduling.kueue.teams.get(team) or TeamSharing()
+    return cfg.scheduling.kueue.sharing(team)
 
 
 def lendable_gpus(cfg: GpuLoanConfig, pool: Pool) -> int:
@@ -209,8 +212,8 @@ def team_gpu_ceiling(cfg: GpuLoanConfig, team: str) -> int:
 # --- config rules ----------------------------------------------------------------------------------------------
 
 
-@register_rule
-def _scheduling_problems(cfg: GpuLoanConfig) -> list[tuple[str, str]]:
+def scheduling_problems(cfg: GpuLoanConfig) -> list[tuple[str, str]]:
+    """The config rule (stacks/config.py runs it with the other cross-field rules)."""
     k = cfg.scheduling.kueue
     at = "scheduling.kueue"
     problems: list[tuple[str, str]] = []

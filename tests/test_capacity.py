@@ -17,7 +17,7 @@ from capacity_helpers import (
 )
 from conftest import STACKS, run_stack, stack_config
 from gpuloan import offline
-from stacks import capacity, tags, versions
+from stacks import names, tags, versions
 from stacks.config import ConfigError, from_stack_yaml
 from stacks.guaranteed import gpu_ami_type
 
@@ -190,10 +190,10 @@ def test_stack_outputs_name_every_group(recorded, stack):
         if pool.guaranteed:
             assert out["guaranteed_node_group_name"].startswith(f"{stack}-{pool.name}-guaranteed_")
         assert out["elastic_spot_node_group_name"].startswith(f"{stack}-{pool.name}-spot_")
-        assert len(out["elastic_spot_node_group_name"]) <= capacity.NODE_GROUP_NAME_MAX
+        assert len(out["elastic_spot_node_group_name"]) <= names.NODE_GROUP_NAME_MAX
         # The ARN the policy's IAM pattern must match (EKS appends the group's UUID).
-        pattern = capacity.node_group_arn_pattern("us-east-1", offline.ACCOUNT_ID, f"gpuloan-{stack}", stack,
-                                                  pool.name, capacity.GROUP_SPOT)
+        pattern = names.node_group_arn_pattern("us-east-1", offline.ACCOUNT_ID, f"gpuloan-{stack}", stack,
+                                                  pool.name, names.GROUP_SPOT)
         assert fnmatch.fnmatchcase(out["elastic_spot_node_group_arn"], pattern)
 
 
@@ -360,9 +360,9 @@ def test_elastic_arn_patterns_match_elastic_groups_and_never_the_floor(recorded)
     # The policy's IAM is scoped with these patterns; EKS node group ARNs end in <name>/<uuid>.
     rec = recorded("prod")
     for pool, out in rec.outputs["pools"].items():
-        spot, on_demand = (capacity.node_group_arn_pattern("us-east-1", offline.ACCOUNT_ID, "gpuloan-prod", "prod",
+        spot, on_demand = (names.node_group_arn_pattern("us-east-1", offline.ACCOUNT_ID, "gpuloan-prod", "prod",
                                                            pool, group)
-                           for group in (capacity.GROUP_SPOT, capacity.GROUP_ON_DEMAND))
+                           for group in (names.GROUP_SPOT, names.GROUP_ON_DEMAND))
         assert fnmatch.fnmatchcase(out["elastic_spot_node_group_arn"], spot)
         assert fnmatch.fnmatchcase(out["elastic_on_demand_node_group_arn"], on_demand)
         assert not fnmatch.fnmatchcase(out["guaranteed_node_group_arn"], spot)

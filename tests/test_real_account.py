@@ -10,7 +10,7 @@ import pytest
 from capacity_helpers import DESIRED, ELASTIC, GUARANTEED, NODE_GROUP, ODCR, RESERVATION_ID, dev_variant, under
 from conftest import run_stack, stack_config
 from gpuloan import offline
-from stacks import capacity, elastic, live_sizes
+from stacks import elastic, live_sizes, names
 
 # A Capacity Block's price is its quote, which the user states (docs/floor.md); the figure only stands in for one.
 BLOCK_RATE = {"usd_per_hour": 1.0, "source": "test value standing in for the block's quote"}
@@ -59,19 +59,19 @@ def test_gpu_node_groups_are_auto_named_from_a_prefix_that_fits_eks(recorded, st
             continue
         # A fixed name forces delete-before-replace; a prefix lets the replacement exist first.
         assert "nodeGroupName" not in ng.inputs
-        assert len(ng.inputs["nodeGroupNamePrefix"]) <= capacity.NODE_GROUP_PREFIX_MAX
-        assert len(ng.outputs["nodeGroupName"]) <= capacity.NODE_GROUP_NAME_MAX
+        assert len(ng.inputs["nodeGroupNamePrefix"]) <= names.NODE_GROUP_PREFIX_MAX
+        assert len(ng.outputs["nodeGroupName"]) <= names.NODE_GROUP_NAME_MAX
     gpu = groups(rec, GUARANTEED) + groups(rec, ELASTIC)
     assert gpu and all("nodeGroupNamePrefix" in ng.inputs for ng in gpu)
 
 
 def test_a_group_prefix_never_matches_another_pools_groups():
     # With "-" as the end of the prefix, pool "a"'s spot pattern would match pool "a-spot-x"'s floor.
-    spot_a = capacity.node_group_name_pattern("dev", "a", capacity.GROUP_SPOT)
-    others = [capacity.node_group_name_prefix("dev", "a-spot-x", g) + "0" * 26
-              for g in (capacity.GROUP_GUARANTEED, capacity.GROUP_SPOT, capacity.GROUP_ON_DEMAND)]
+    spot_a = names.node_group_name_pattern("dev", "a", names.GROUP_SPOT)
+    others = [names.node_group_name_prefix("dev", "a-spot-x", g) + "0" * 26
+              for g in (names.GROUP_GUARANTEED, names.GROUP_SPOT, names.GROUP_ON_DEMAND)]
     assert not any(fnmatch.fnmatchcase(name, spot_a) for name in others)
-    assert fnmatch.fnmatchcase(capacity.node_group_name_prefix("dev", "a", capacity.GROUP_SPOT) + "1" * 26, spot_a)
+    assert fnmatch.fnmatchcase(names.node_group_name_prefix("dev", "a", names.GROUP_SPOT) + "1" * 26, spot_a)
 
 
 def test_reordering_instance_types_or_azs_changes_no_spot_group_input():
@@ -119,7 +119,7 @@ def _live(monkeypatch, sizes: dict[str, int]):
 
 
 def _spot_name(kind="spot"):
-    return capacity.node_group_name_prefix("dev", "research", kind) + "20261203073232123400000001"
+    return names.node_group_name_prefix("dev", "research", kind) + "20261203073232123400000001"
 
 
 def test_max_below_the_live_size_sends_the_new_max_as_desired(monkeypatch):

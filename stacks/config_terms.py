@@ -1,0 +1,56 @@
+"""The config's vocabulary: its enumerations and the set-aside context (a leaf: stdlib only).
+
+stacks/config.py re-exports all of these (read them as `stacks.config.Tier`); they live here so the modules whose
+rules config runs (stacks/scheduling.py) can use them without importing config, which imports them.
+"""
+
+from __future__ import annotations
+
+from contextvars import ContextVar
+from enum import StrEnum
+
+# Names and teams of the pools that config.parse set aside during a partial run of the cross-field rules (pools
+# whose own shape errors are reported already; empty otherwise).
+SET_ASIDE: ContextVar[frozenset[str]] = ContextVar("SET_ASIDE", default=frozenset())
+
+
+class Tier(StrEnum):
+    production = "production"
+    experiment = "experiment"
+    learning = "learning"
+
+
+class Reservation(StrEnum):
+    none = "none"
+    odcr = "odcr"
+    capacity_block = "capacity_block"
+
+
+class FloorPayment(StrEnum):
+    on_demand = "on_demand"
+    reserved_1yr = "reserved_1yr"
+    reserved_3yr = "reserved_3yr"
+    savings_plan = "savings_plan"
+    capacity_block = "capacity_block"
+
+
+class Workload(StrEnum):
+    batch = "batch"
+    service = "service"
+
+
+class ElasticCapacity(StrEnum):
+    spot = "spot"
+    on_demand = "on_demand"
+    spot_then_on_demand = "spot_then_on_demand"
+
+
+class Enforcement(StrEnum):
+    alert_only = "alert_only"
+    cap_elastic = "cap_elastic"
+
+
+class MigStrategy(StrEnum):
+    none = "none"
+    single = "single"
+    mixed = "mixed"
