@@ -47,6 +47,7 @@ def _n(read: str, create: str, update: str, delete: str, source: str) -> Needs:
 
 _EC2 = SAR.format("amazonec2")
 _EC2_TAGS = "ec2:CreateTags ec2:DeleteTags"
+_LAMBDA_VPC = "ec2:DescribeSecurityGroups ec2:DescribeSubnets ec2:DescribeVpcs"
 
 # Pulumi type token -> what refresh / create / update / delete call.
 TABLE: dict[str, Needs] = {
@@ -208,9 +209,11 @@ TABLE: dict[str, Needs] = {
         # narrower read exists (GetFunctionConfiguration returns the environment too). The function's environment
         # holds settings, never a secret (stacks/policy_function.py).
         "lambda:GetFunction lambda:GetFunctionCodeSigningConfig lambda:ListVersionsByFunction",
-        "lambda:CreateFunction lambda:PutFunctionConcurrency lambda:TagResource iam:PassRole",
+        # A function with a VPC configuration: Lambda checks that the caller may describe its subnets, security
+        # groups and VPC (Lambda developer guide, "Configuring a Lambda function to access resources in a VPC").
+        f"lambda:CreateFunction lambda:PutFunctionConcurrency lambda:TagResource iam:PassRole {_LAMBDA_VPC}",
         "lambda:UpdateFunctionCode lambda:UpdateFunctionConfiguration lambda:PutFunctionConcurrency "
-        "lambda:DeleteFunctionConcurrency lambda:TagResource lambda:UntagResource iam:PassRole",
+        f"lambda:DeleteFunctionConcurrency lambda:TagResource lambda:UntagResource iam:PassRole {_LAMBDA_VPC}",
         "lambda:DeleteFunction", SAR.format("awslambda")),
     "aws:lambda/functionEventInvokeConfig:FunctionEventInvokeConfig": _n(
         "lambda:GetFunctionEventInvokeConfig", "lambda:PutFunctionEventInvokeConfig",
@@ -449,6 +452,11 @@ TAG_ON_CREATE: dict[str, str] = {
 }
 
 
+def create_action_value(action: str) -> str:
+    """The value EC2 puts in `ec2:CreateAction` for a create: the API operation's name, without the service."""
+    return action.split(":", 1)[1]
+
+
 def _region_condition(region: str) -> dict:
     return {"StringEquals": {"aws:RequestedRegion": region}}
 
@@ -559,8 +567,11 @@ def _ec2_statements(actions: list[str], s: Scope) -> list[dict]:
         out.append(_stmt(f"Ec2{a.split(':')[1]}Tagged", [a], s.arn("ec2", f"{TAG_ON_CREATE[a]}/*"),
                          {"StringEquals": {f"aws:RequestTag/{ENV_TAG}": s.env}}))
     # ...and tagging is only allowed as part of such a create, or on a resource this environment already owns.
+    # EC2 puts the bare API name in ec2:CreateAction ("CreateLaunchTemplate", "RunInstances"), not the IAM action
+    # (EC2 User Guide, "Grant permission to tag resources during creation"; docs/aws-rules.md).
     out.append(_stmt("Ec2TagOnCreate", ["ec2:CreateTags"], s.arn("ec2", "*"),
-                     {"StringEquals": {"ec2:CreateAction": create}}))
+                     {"StringEquals": {"ec2:CreateAction": [create_action_value(a) for a in create],
+                                       f"aws:RequestTag/{ENV_TAG}": s.env}}))
     # Everything else (including the existing resources a create refers to: the VPC of a new subnet, the group of
     # a new rule) needs the environment's tag on the resource.
     out.append(_stmt("Ec2ChangeOwn", actions, s.arn("ec2", "*"),
@@ -600,12 +611,14 @@ def _iam_statements(actions: list[str], s: Scope) -> list[dict]:
     if oidc:
         # The cluster's IRSA provider: created tagged with this environment, changed only while it carries the tag.
         # The account's GitHub provider is not tagged by the deploy role and is therefore never changed by it.
+        # Only EKS issuers (oidc-provider/oidc.eks.<region>.amazonaws.com/id/<id>): the GitHub provider carries the
+        # environment tag too (the provider's default tags), so the tag alone would put it in reach.
+        eks_issuers = s.arn("iam", f"oidc-provider/oidc.eks.{s.region}.amazonaws.com/id/*", region=False)
         create = [a for a in oidc if a in ("iam:CreateOpenIDConnectProvider", "iam:TagOpenIDConnectProvider")]
-        out.append(_stmt("IamCreateClusterOidcTagged", create, s.arn("iam", "oidc-provider/*", region=False),
+        out.append(_stmt("IamCreateClusterOidcTagged", create, eks_issuers,
                          {"StringEquals": {f"aws:RequestTag/{ENV_TAG}": s.env}}))
         out.append(_stmt("IamChangeOwnClusterOidc", [a for a in oidc if a != "iam:CreateOpenIDConnectProvider"],
-                         s.arn("iam", "oidc-provider/*", region=False),
-                         {"StringEquals": {f"aws:ResourceTag/{ENV_TAG}": s.env}}))
+                         eks_issuers, {"StringEquals": {f"aws:ResourceTag/{ENV_TAG}": s.env}}))
     return out
 
 
