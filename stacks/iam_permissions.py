@@ -537,6 +537,12 @@ def deploy_policy_document(types: Iterable[str], scope: Scope, invokes: Iterable
             if create:
                 statements.append(_stmt("CreateKmsKeyTagged", create, "*", {"StringEquals": {
                     f"aws:RequestTag/{ENV_TAG}": s.env, "aws:RequestedRegion": s.region}}))
+                # Tags sent with CreateKey need kms:TagResource in an IAM policy not restricted to particular keys
+                # (KMS developer guide, "Controlling access to tags"). Only with this environment's tag, and only on
+                # a key that has no environment tag yet: a key of another environment cannot be re-tagged.
+                statements.append(_stmt("TagNewKmsKey", ["kms:TagResource"], "*", {
+                    "StringEquals": {f"aws:RequestTag/{ENV_TAG}": s.env, "aws:RequestedRegion": s.region},
+                    "Null": {f"aws:ResourceTag/{ENV_TAG}": "true"}}))
             alias = [a for a in actions if "Alias" in a]
             key = [a for a in actions if a not in create]
             statements.append(_stmt("ChangeOwnKmsKeys", key, s.arn("kms", "key/*"),

@@ -411,9 +411,10 @@ def _oidc(p, r):
 @calls("aws:kms/key:Key")
 def _key(p, r):
     a = p.arn("kms", f"key/{p.uuid(r)}")
-    # CreateKey has no resource: IAM evaluates it on "*" with the request's tags. (Tag-on-create's kms:TagResource
-    # is not modelled: see docs/gitops.md.)
-    return {"create": [("kms:CreateKey", "*", p.new(r)), ("kms:EnableKeyRotation", a, p.own(r)),
+    # CreateKey has no resource: IAM evaluates it, and the kms:TagResource its tags need, on "*" with the request's
+    # tags (KMS developer guide, "Controlling access to tags").
+    return {"create": [("kms:CreateKey", "*", p.new(r)), ("kms:TagResource", "*", p.new(r)),
+                       ("kms:EnableKeyRotation", a, p.own(r)),
                        ("kms:PutKeyPolicy", a, p.own(r))],
             "update": [(x, a, p.own(r)) for x in ("kms:PutKeyPolicy", "kms:EnableKeyRotation",
                                                   "kms:UpdateKeyDescription", "kms:UntagResource")]

@@ -133,3 +133,11 @@ def test_a_launch_template_create_is_refused_with_the_iam_action_in_create_actio
                                                     "ec2:CreateAction": "CreateLaunchTemplate"})
     assert not allowed(doc, "ec2:CreateTags", "arn:aws:ec2:us-east-1:123456789012:launch-template/lt-1", new)
 
+
+def test_kms_tag_on_create_cannot_retag_another_environments_key():
+    scope = perms.Scope("aws", "123456789012", "us-east-1", "dev", "gpuloan-dev")
+    doc = perms.deploy_policy_document(["aws:kms/key:Key"], scope)
+    new = {"aws:RequestTag/gpuloan:environment": "dev", "aws:RequestedRegion": "us-east-1"}
+    assert allowed(doc, "kms:TagResource", "*", new)
+    prod_key = "arn:aws:kms:us-east-1:123456789012:key/1234"
+    assert not allowed(doc, "kms:TagResource", prod_key, {**new, "aws:ResourceTag/gpuloan:environment": "prod"})
