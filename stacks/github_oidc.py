@@ -145,6 +145,13 @@ class GitHubOidc(pulumi.ComponentResource):
                        else DEPLOY_REF)
         deploy_types = sorted(types)
         state = state_backend(cfg)
+        # The deploy role's own permissions boundary (stacks/iam_permissions.deploy_boundary_document): a ceiling
+        # over its policies, out of its own reach (CI path; the boundary denies IAM writes there).
+        deploy_boundary = aws.iam.Policy(
+            f"{name}-deploy-boundary", name=perms.deploy_boundary_name(env), path=perms.ci_path(env),
+            description=f"gpuloan {env} deploy role: the most it may do, whatever its policies say",
+            policy=scope.apply(lambda sc: json.dumps(perms.deploy_boundary_document(sc), sort_keys=True)),
+            tags=platform, opts=child)
         created: dict[str, aws.iam.Role] = {}
         for kind, description in (
             ("preview", f"pulumi preview from pull requests of {repo} (read-only)"),
@@ -158,6 +165,7 @@ class GitHubOidc(pulumi.ComponentResource):
                 description=description,
                 assume_role_policy=self.provider_arn.apply(lambda arn, k=kind: trust_policy(arn, subjects[k])),
                 max_session_duration=ROLE_MAX_SESSION_SECONDS,
+                permissions_boundary=deploy_boundary.arn if kind == "deploy" else None,
                 tags=platform,
                 opts=child,
             )

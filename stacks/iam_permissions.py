@@ -590,17 +590,33 @@ def _ec2_statements(actions: list[str], s: Scope) -> list[dict]:
     return out
 
 
+# Role actions for which IAM evaluates iam:PermissionsBoundary (the boundary the request sets or the role carries).
+BOUNDARY_CONDITION_ACTIONS = ("iam:CreateRole", "iam:PutRolePermissionsBoundary", "iam:PutRolePolicy",
+                              "iam:AttachRolePolicy", "iam:DeleteRolePolicy", "iam:DetachRolePolicy")
+# Role actions without that key, allowed only on roles tagged with this environment.
+ROLE_ACTIONS_BY_TAG = ("iam:UpdateAssumeRolePolicy", "iam:DeleteRole", "iam:UpdateRole", "iam:UpdateRoleDescription",
+                       "iam:UntagRole")
+
+
 def _iam_statements(actions: list[str], s: Scope) -> list[dict]:
     roles = s.arn("iam", f"role{workload_path(s.env)}*", region=False)
     policies = s.arn("iam", f"policy{workload_path(s.env)}*", region=False)
     boundary = {"StringEquals": {"iam:PermissionsBoundary": s.boundary_arn}}
     out = []
     # Creating a role, or changing what it may do, requires the boundary on it: no role it makes can exceed it.
-    with_boundary = [a for a in actions if a in (
-        "iam:CreateRole", "iam:PutRolePermissionsBoundary", "iam:PutRolePolicy", "iam:AttachRolePolicy")]
+    # These are the role actions IAM evaluates iam:PermissionsBoundary for (Service Authorization Reference, IAM);
+    # for any other action the key is absent and a condition on it would refuse every request.
+    with_boundary = [a for a in actions if a in BOUNDARY_CONDITION_ACTIONS]
     out.append(_stmt("IamRolesWithBoundary", with_boundary, roles, boundary))
-    role_other = [a for a in actions if ("Role" in a and a not in with_boundary and a != "iam:PassRole"
-                                         and "ServiceLinked" not in a)]
+    # Trust-policy edits, deletes and role settings carry no iam:PermissionsBoundary: they need the environment's
+    # tag on the role instead (every role the stack creates has it from the provider's default tags), so a role
+    # on the path that the stack did not create stays out of reach.
+    tagged = [a for a in actions if a in ROLE_ACTIONS_BY_TAG]
+    if tagged:
+        out.append(_stmt("IamChangeOwnTaggedRoles", tagged, roles,
+                         {"StringEquals": {f"aws:ResourceTag/{ENV_TAG}": s.env}}))
+    role_other = [a for a in actions if ("Role" in a and a not in with_boundary and a not in tagged
+                                         and a != "iam:PassRole" and "ServiceLinked" not in a)]
     out.append(_stmt("IamChangeOwnRoles", role_other, roles))
     policy_actions = [a for a in actions if "Policy" in a and "Role" not in a]
     if policy_actions:
@@ -647,6 +663,38 @@ def boundary_policy_document(scope: Scope) -> dict:
         {"Sid": "ServiceLinkedRolesOnly", "Effect": "Allow", "Action": ["iam:CreateServiceLinkedRole"],
          "Resource": "*", "Condition": {"StringEquals": {"iam:AWSServiceName": [
              "elasticloadbalancing.amazonaws.com", "autoscaling.amazonaws.com"]}}},
+    ]}
+
+
+def deploy_boundary_name(env: str) -> str:
+    return f"gpuloan-{env}-github-deploy-boundary"
+
+
+# IAM write actions (any that could change a role, policy, user, group or identity provider).
+_IAM_WRITES = ["iam:Add*", "iam:Attach*", "iam:Create*", "iam:Delete*", "iam:Detach*", "iam:PassRole", "iam:Put*",
+               "iam:Remove*", "iam:Set*", "iam:Tag*", "iam:Untag*", "iam:Update*"]
+
+
+def deploy_boundary_document(scope: Scope) -> dict:
+    """The deploy role's own permissions boundary: a ceiling over its managed policies.
+
+    The policies (deploy_policy_document) grant; the boundary only takes away, so a later mistake in them cannot
+    reach the CI roles, their policies, the boundaries or the GitHub provider, create IAM users or groups, assume
+    another role, leave the organization, or touch a resource tagged for another environment.
+    """
+    ci_resources = [scope.arn("iam", f"role{ci_path(scope.env)}*", region=False),
+                    scope.arn("iam", f"policy{ci_path(scope.env)}*", region=False),
+                    scope.arn("iam", "oidc-provider/token.actions.githubusercontent.com", region=False)]
+    return {"Version": "2012-10-17", "Statement": [
+        {"Sid": "WithinItsPolicies", "Effect": "Allow", "Action": "*", "Resource": "*"},
+        {"Sid": "NotTheAdministrators", "Effect": "Deny", "Action": _IAM_WRITES, "Resource": ci_resources},
+        {"Sid": "NoIdentitiesOrAccounts", "Effect": "Deny", "Resource": "*", "Action": [
+            "iam:*User*", "iam:*Group*", "iam:*AccessKey*", "iam:*LoginProfile*", "iam:*SAMLProvider*",
+            "iam:*ServiceSpecificCredential*", "iam:*SSHPublicKey*", "iam:*MFADevice*", "iam:*AccountAlias*",
+            "iam:UpdateAccountPasswordPolicy", "organizations:*", "account:*", "sts:AssumeRole"]},
+        {"Sid": "NoOtherEnvironment", "Effect": "Deny", "Action": "*", "Resource": "*", "Condition": {
+            "StringNotEquals": {f"aws:ResourceTag/{ENV_TAG}": scope.env},
+            "Null": {f"aws:ResourceTag/{ENV_TAG}": "false"}}},
     ]}
 
 
@@ -710,7 +758,10 @@ SCOPE_BY_SERVICE: dict[str, str] = {
     "eks": "cluster name in every EKS ARN: `cluster/<cluster>`, `*/<cluster>/*` (node groups, add-ons, access "
            "entries, pod identity associations)",
     "iam": "roles and policies under the path `/gpuloan/<env>/`; CreateRole/PutRolePolicy/AttachRolePolicy/"
-           "PutRolePermissionsBoundary only with `iam:PermissionsBoundary` = the environment's boundary; PassRole to "
+           "DeleteRolePolicy/DetachRolePolicy/PutRolePermissionsBoundary only with `iam:PermissionsBoundary` = the "
+           "environment's boundary; UpdateAssumeRolePolicy/DeleteRole/UpdateRole/UntagRole only on roles tagged "
+           "`gpuloan:environment=<env>`; the deploy role's own boundary denies IAM writes on `/gpuloan-ci/<env>/`, "
+           "users, groups, sts:AssumeRole and other environments' resources; PassRole to "
            "EKS/Lambda/Scheduler/Pod Identity only; the cluster's IRSA provider by the environment tag; CI roles, "
            "boundary and GitHub provider (`/gpuloan-ci/<env>/`, untagged) are out of reach",
     "kms": "CreateKey only with the request tag; keys by `aws:ResourceTag`; aliases `alias/gpuloan-<env>-*`",

@@ -188,7 +188,7 @@ def _requests(env: str) -> list[tuple[str, str, dict]]:
         ("kms:CreateAlias", arn("kms", f"alias/{p}-alerts"), {}),
         ("iam:PutRolePolicy", f"arn:aws:iam::{ACCOUNT}:role/gpuloan/{env}/{p}-policy-us-east-1",
          {"iam:PermissionsBoundary": f"arn:aws:iam::{ACCOUNT}:policy/gpuloan-ci/{env}/{p}-boundary"}),
-        ("iam:DeleteRole", f"arn:aws:iam::{ACCOUNT}:role/gpuloan/{env}/{env}-cluster-node-role-abc", {}),
+        ("iam:DeleteRole", f"arn:aws:iam::{ACCOUNT}:role/gpuloan/{env}/{env}-cluster-node-role-abc", tagged(env)),
         ("iam:PassRole", f"arn:aws:iam::{ACCOUNT}:role/gpuloan/{env}/{env}-cluster-node-role-abc",
          {"iam:PassedToService": "eks.amazonaws.com"}),
         ("iam:DeleteOpenIDConnectProvider", f"arn:aws:iam::{ACCOUNT}:oidc-provider/oidc.eks.us-east-1.amazonaws.com/id/X",
@@ -220,6 +220,14 @@ def test_deploy_role_cannot_mint_an_admin_role(recorded, stack):
     assert not allowed(docs, "iam:CreateRole", f"arn:aws:iam::{ACCOUNT}:role/admin", with_boundary)  # outside the path
     assert not allowed(docs, "iam:AttachRolePolicy", role)  # a role without the boundary
     assert not allowed(docs, "iam:DeleteRolePermissionsBoundary", role, with_boundary)
+    # Removing what a role may do also names the boundary it carries; trust-policy edits and deletes (no
+    # iam:PermissionsBoundary in their context) need the environment's tag on the role.
+    for action in ("iam:DeleteRolePolicy", "iam:DetachRolePolicy"):
+        assert allowed(docs, action, role, with_boundary) and not allowed(docs, action, role), action
+    for action in ("iam:UpdateAssumeRolePolicy", "iam:DeleteRole", "iam:UntagRole"):
+        assert allowed(docs, action, role, tagged(stack)), action
+        assert not allowed(docs, action, role), f"{action} on an untagged role of the path"
+        assert not allowed(docs, action, role, tagged("prod" if stack == "dev" else "dev")), action
     # Its own roles and the boundary are the administrator's.
     ci_role = f"arn:aws:iam::{ACCOUNT}:role/gpuloan-ci/{stack}/gpuloan-{stack}-github-deploy"
     for action in ("iam:PutRolePolicy", "iam:AttachRolePolicy", "iam:UpdateAssumeRolePolicy", "iam:DeleteRole"):
@@ -266,8 +274,14 @@ def test_every_stack_role_is_under_its_path_with_the_boundary(recorded, stack):
     roles = rec.of_type("aws:iam/role:Role")
     assert len(roles) >= 8
     for role in roles:
-        if "-github-" in role.name:
+        if role.name.endswith("-github-preview"):
             assert role.inputs["path"] == f"/gpuloan-ci/{stack}/" and "permissionsBoundary" not in role.inputs
+        elif role.name.endswith("-github-deploy"):
+            # Its own boundary (the ceiling over its policies), not the workload one.
+            (own,) = [r for r in rec.of_type("aws:iam/policy:Policy") if r.name.endswith("-github-deploy-boundary")]
+            assert own.inputs["path"] == f"/gpuloan-ci/{stack}/"
+            assert role.inputs["path"] == f"/gpuloan-ci/{stack}/"
+            assert role.inputs["permissionsBoundary"] == own.outputs["arn"]
         else:
             assert role.inputs["path"] == f"/gpuloan/{stack}/", role.name
             assert role.inputs["permissionsBoundary"] == boundary.outputs["arn"], role.name
@@ -360,3 +374,26 @@ def test_every_invoke_the_program_makes_has_an_entry_and_both_roles_may_call_it(
         for action in perms.INVOKES[token]:
             assert allowed(preview_doc(rec), action, "*"), f"preview cannot {action} ({token})"
             assert action in deploy_actions, f"deploy cannot {action} ({token})"
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_deploy_roles_own_boundary_caps_whatever_its_policies_grant(recorded, stack):
+    """Even an allow-everything policy on the deploy role could not reach the administrator's resources, mint
+    users, assume roles or touch the other environment: the boundary takes those away."""
+    rec = recorded(stack)
+    (policy,) = [r for r in rec.of_type("aws:iam/policy:Policy") if r.name.endswith("-github-deploy-boundary")]
+    boundary = json.loads(policy.inputs["policy"])
+    everything = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}
+    other = "prod" if stack == "dev" else "dev"
+    ci = f"arn:aws:iam::{ACCOUNT}:role/gpuloan-ci/{stack}/gpuloan-{stack}-github-deploy"
+    ci_policy = f"arn:aws:iam::{ACCOUNT}:policy/gpuloan-ci/{stack}/gpuloan-{stack}-github-deploy-1"
+    github = f"arn:aws:iam::{ACCOUNT}:oidc-provider/token.actions.githubusercontent.com"
+    for action, resource in (("iam:PutRolePolicy", ci), ("iam:DeleteRolePermissionsBoundary", ci),
+                             ("iam:UpdateAssumeRolePolicy", ci), ("iam:CreatePolicyVersion", ci_policy),
+                             ("iam:DeleteOpenIDConnectProvider", github), ("iam:CreateUser", "*"),
+                             ("iam:CreateAccessKey", "*"), ("sts:AssumeRole", "*"),
+                             ("organizations:LeaveOrganization", "*")):
+        assert allowed(everything, action, resource), action
+        assert not allowed(everything, action, resource, boundary=boundary), action
+    assert not allowed(everything, "eks:DeleteCluster", "*", tagged(other), boundary=boundary)
+    assert allowed(everything, "eks:DeleteCluster", "*", tagged(stack), boundary=boundary)
