@@ -150,7 +150,8 @@ class GitHubOidc(pulumi.ComponentResource):
         deploy_boundary = aws.iam.Policy(
             f"{name}-deploy-boundary", name=perms.deploy_boundary_name(env), path=perms.ci_path(env),
             description=f"gpuloan {env} deploy role: the most it may do, whatever its policies say",
-            policy=scope.apply(lambda sc: json.dumps(perms.deploy_boundary_document(sc), sort_keys=True)),
+            policy=scope.apply(lambda sc: json.dumps(perms.deploy_boundary_document(
+                sc, perms.deploy_services(sorted(types), state)), sort_keys=True)),
             tags=platform, opts=child)
         created: dict[str, aws.iam.Role] = {}
         for kind, description in (

@@ -675,7 +675,13 @@ _IAM_WRITES = ["iam:Add*", "iam:Attach*", "iam:Create*", "iam:Delete*", "iam:Det
                "iam:Remove*", "iam:Set*", "iam:Tag*", "iam:Untag*", "iam:Update*"]
 
 
-def deploy_boundary_document(scope: Scope) -> dict:
+def deploy_services(types: Iterable[str], state: StateBackend | None = None) -> list[str]:
+    """The services the deploy role's policies name: its boundary allows those and nothing else."""
+    doc = deploy_policy_document(types, _WIDEST, INVOKES, state)
+    return sorted({a.split(":", 1)[0] for st in doc["Statement"] for a in st["Action"]})
+
+
+def deploy_boundary_document(scope: Scope, services: Iterable[str]) -> dict:
     """The deploy role's own permissions boundary: a ceiling over its managed policies.
 
     The policies (deploy_policy_document) grant; the boundary only takes away, so a later mistake in them cannot
@@ -686,7 +692,8 @@ def deploy_boundary_document(scope: Scope) -> dict:
                     scope.arn("iam", f"policy{ci_path(scope.env)}*", region=False),
                     scope.arn("iam", "oidc-provider/token.actions.githubusercontent.com", region=False)]
     return {"Version": "2012-10-17", "Statement": [
-        {"Sid": "WithinItsPolicies", "Effect": "Allow", "Action": "*", "Resource": "*"},
+        {"Sid": "ItsServices", "Effect": "Allow", "Action": [f"{svc}:*" for svc in sorted(set(services))],
+         "Resource": "*"},
         {"Sid": "NotTheAdministrators", "Effect": "Deny", "Action": _IAM_WRITES, "Resource": ci_resources},
         {"Sid": "NoIdentitiesOrAccounts", "Effect": "Deny", "Resource": "*", "Action": [
             "iam:*User*", "iam:*Group*", "iam:*AccessKey*", "iam:*LoginProfile*", "iam:*SAMLProvider*",

@@ -397,3 +397,7 @@ def test_deploy_roles_own_boundary_caps_whatever_its_policies_grant(recorded, st
         assert not allowed(everything, action, resource, boundary=boundary), action
     assert not allowed(everything, "eks:DeleteCluster", "*", tagged(other), boundary=boundary)
     assert allowed(everything, "eks:DeleteCluster", "*", tagged(stack), boundary=boundary)
+    # Only the services its policies use (and no `*` on `*`, which the guardrail roles-no-star-on-star refuses).
+    (allow,) = [st for st in boundary["Statement"] if st["Effect"] == "Allow"]
+    assert "*" not in allow["Action"]
+    assert not allowed(everything, "secretsmanager:GetSecretValue", "*", boundary=boundary)
