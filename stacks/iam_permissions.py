@@ -437,9 +437,13 @@ UNSCOPABLE: dict[str, str] = {
                                          "keys on or off for cost reports and cannot spend or read",
     "ecr:GetAuthorizationToken": "no resource type; the registry token it returns is limited to what the role "
                                  "may do in ECR (its own repositories)",
-    "sns:Unsubscribe": "authorized on the subscription, which has no resource-level permission; it can only remove "
-                       "an email/SNS subscription (alerts of another stack could be muted, not read or changed)",
+    "sns:Unsubscribe": "the Service Authorization Reference lists no resource type and no condition key for it "
+                       "(Subscribe has the topic, Unsubscribe nothing), so it is granted on `*` in the stack's region "
+                       "only (`aws:RequestedRegion`); it can only remove a subscription (alerts of another stack in "
+                       "the same region could be muted, not read or changed)",
 }
+# UNSCOPABLE actions that are still limited to the stack's region (global condition key aws:RequestedRegion).
+REGION_ONLY = ("sns:Unsubscribe",)
 # Create actions authorized with a tag the request must carry (aws:RequestTag), the new resource has no tags yet.
 TAG_ON_CREATE: dict[str, str] = {
     # EC2 action -> the resource type it creates (its ARN "type/")
@@ -557,9 +561,13 @@ def deploy_policy_document(types: Iterable[str], scope: Scope, invokes: Iterable
             pass  # only UNSCOPABLE actions
         else:
             raise ValueError(f"no deploy scope for service {service!r}: add it to stacks/iam_permissions.py")
-    unscopable = sorted(a for a in mutating if a in UNSCOPABLE)
+    unscopable = sorted(a for a in mutating if a in UNSCOPABLE and a not in REGION_ONLY)
     if unscopable:
         statements.append(_stmt("UnscopableByAws", unscopable, "*"))
+    region_only = sorted(a for a in mutating if a in REGION_ONLY)
+    if region_only:
+        # No resource type and no service condition key: the stack's region is the one scope AWS offers.
+        statements.append(_stmt("UnscopableInOwnRegion", region_only, "*", _region_condition(s.region)))
     if state is not None:
         statements += _state_statements(state, s.partition, write=True)
     return {"Version": "2012-10-17", "Statement": statements}
@@ -776,7 +784,7 @@ SCOPE_BY_SERVICE: dict[str, str] = {
     "logs": "log-group ARNs `/aws/eks/<cluster>/*`, `/aws/lambda/gpuloan-<env>-*`",
     "scheduler": "schedule ARN `schedule/default/gpuloan-<env>-*`",
     "events": "rule ARN `rule/gpuloan-<env>-*` (the default event bus)",
-    "sns": "topic ARN `gpuloan-<env>-*`; `sns:Unsubscribe` has no resource-level permission",
+    "sns": "topic ARN `gpuloan-<env>-*`; `sns:Unsubscribe` has no resource type: `*` in the stack's region only",
     "sqs": "queue ARN `gpuloan-<env>-*`",
     "ssm": "parameter ARN `parameter/gpuloan/<env>/*`",
 }

@@ -507,7 +507,7 @@ def _subscription(p, r):
     t = _topic_arn(p, r.inputs["topic"])
     sub = f"{t}:{p.uuid(r)}"  # a subscription's ARN is its topic's ARN plus an id (SNS API reference, Subscribe)
     return {"create": [("sns:Subscribe", t, {})], "update": [("sns:SetSubscriptionAttributes", sub, {})],
-            "delete": [("sns:Unsubscribe", sub, {})]}
+            "delete": [("sns:Unsubscribe", sub, {"aws:RequestedRegion": p.region})]}
 
 
 def _function_arn(p: Plan, name_or_arn: str) -> str:

@@ -401,3 +401,13 @@ def test_deploy_roles_own_boundary_caps_whatever_its_policies_grant(recorded, st
     (allow,) = [st for st in boundary["Statement"] if st["Effect"] == "Allow"]
     assert "*" not in allow["Action"]
     assert not allowed(everything, "secretsmanager:GetSecretValue", "*", boundary=boundary)
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_unsubscribe_is_limited_to_the_stacks_region(recorded, stack):
+    """sns:Unsubscribe has no resource type (Service Authorization Reference, SNS): the region is its only scope."""
+    docs = deploy_docs(recorded(stack))
+    sub = arn("sns", f"gpuloan-{stack}-alerts:0f1e2d3c")
+    assert allowed(docs, "sns:Unsubscribe", sub, {"aws:RequestedRegion": REGION})
+    assert not allowed(docs, "sns:Unsubscribe", sub.replace(REGION, "eu-west-1"), {"aws:RequestedRegion": "eu-west-1"})
+    assert not allowed(docs, "sns:Unsubscribe", "*")
