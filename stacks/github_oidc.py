@@ -173,7 +173,7 @@ class GitHubOidc(pulumi.ComponentResource):
             if kind == "preview":
                 aws.iam.RolePolicy(f"{name}-preview-read", role=role.id, opts=child, policy=scope.apply(
                     lambda sc: json.dumps(perms.preview_policy_document(sorted(types), perms.INVOKES, state,
-                                                                        sc.partition), sort_keys=True)))
+                                                                        sc.partition, scope=sc), sort_keys=True)))
             else:
                 # Larger than a role's inline policies may be: managed policies, planned with the widest ARNs.
                 document = scope.apply(lambda s: perms.deploy_policy_document(deploy_types, s, perms.INVOKES, state))

@@ -507,11 +507,25 @@ def _state_statements(state: StateBackend, partition: str, write: bool) -> list[
     return out
 
 
+# Preview reads that return data beyond configuration, limited to this environment's resources by ARN: Lambda's
+# GetFunction returns the function's environment variables and a download URL of its code.
+def _own_function_reads(s: Scope) -> list[str]:
+    return _named_resources(s)["lambda"]
+
+
 def preview_policy_document(types: Iterable[str], invokes: Iterable[str] = (), state: StateBackend | None = None,
-                            partition: str = "aws") -> dict:
+                            partition: str = "aws", scope: Scope | None = None) -> dict:
     """Exactly the refresh reads of the declared types, the invokes' reads and the price lookups (and, with a
-    self-managed backend, this stack's state, read-only)."""
-    statements = [_stmt("RefreshDeclaredResources", read_actions(types, invokes), "*")]
+    self-managed backend, this stack's state, read-only). With `scope`, Lambda reads (GetFunction returns a
+    function's environment and code) are limited to this environment's functions."""
+    reads = read_actions(types, invokes)
+    if scope is None:
+        statements = [_stmt("RefreshDeclaredResources", reads, "*")]
+    else:
+        function_reads = [a for a in reads if _service(a) == "lambda"]
+        statements = [_stmt("RefreshDeclaredResources", [a for a in reads if a not in function_reads], "*")]
+        if function_reads:
+            statements.append(_stmt("RefreshOwnFunctions", function_reads, _own_function_reads(scope)))
     if state is not None:
         statements += _state_statements(state, partition, write=False)
     return {"Version": "2012-10-17", "Statement": statements}

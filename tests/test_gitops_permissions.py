@@ -76,7 +76,11 @@ def test_preview_role_can_refresh_every_declared_resource(recorded, stack):
     for r in rec.resources:
         needs = perms.needs_for(r.type)
         for action in needs.read if needs else ():
-            assert allowed(doc, action, "*"), f"{r.name} ({r.type}): preview cannot {action}"
+            resource = "*"
+            if action.startswith("lambda:"):  # scoped to the stack's functions: read them by their ARN
+                name = r.inputs.get("name") or r.inputs.get("functionName") or r.inputs.get("function")
+                resource = arn("lambda", f"function:{name}")
+            assert allowed(doc, action, resource), f"{r.name} ({r.type}): preview cannot {action}"
 
 
 def test_the_check_catches_the_old_wildcard_preview_policy():
@@ -119,9 +123,20 @@ def test_preview_role_reads_no_data_and_decrypts_nothing(recorded, stack, action
 
 
 @pytest.mark.parametrize("stack", STACKS)
+def test_preview_role_reads_only_its_own_functions(recorded, stack):
+    """GetFunction returns a function's environment variables and a link to its code: only this stack's."""
+    doc = preview_doc(recorded(stack))
+    other = "prod" if stack == "dev" else "dev"
+    assert allowed(doc, "lambda:GetFunction", arn("lambda", f"function:gpuloan-{stack}-policy"))
+    for name in (f"gpuloan-{other}-policy", "payroll-export", "gpuloan"):
+        for action in ("lambda:GetFunction", "lambda:GetPolicy", "lambda:ListVersionsByFunction"):
+            assert not allowed(doc, action, arn("lambda", f"function:{name}")), (action, name)
+    assert not allowed(doc, "lambda:GetFunction", arn("lambda", f"function:gpuloan-{stack}-policy", "eu-west-1"))
+
+
+@pytest.mark.parametrize("stack", STACKS)
 def test_preview_role_holds_exact_read_actions_only(recorded, stack):
-    (st,) = preview_doc(recorded(stack))["Statement"]
-    for action in st["Action"]:
+    for action in [a for st in preview_doc(recorded(stack))["Statement"] for a in st["Action"]]:
         assert "*" not in action, action
         assert action.split(":")[1].startswith(("Describe", "Get", "List", "View", "BatchGet")), action
 
