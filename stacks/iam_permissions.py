@@ -5,7 +5,8 @@ refresh (read), create, update and delete it, with the source each list was read
 read actions of the types the stack declares (nothing else); the deploy role gets all four, each mutation scoped
 to this environment by resource name (ARN pattern), IAM path, or the `gpuloan:environment` tag, per service
 (SCOPE_BY_SERVICE). tests/test_gitops_permissions.py walks every resource of the dev and prod plans: a type without
-an entry, or an action the roles do not grant, fails it.
+an entry, or an action the roles do not grant, fails it; tests/test_gitops_requests.py evaluates each create, update
+and delete request (ARN and context) against the generated documents.
 
 Sources, by service (AWS Service Authorization Reference, "Actions, resources, and condition keys for <service>",
 https://docs.aws.amazon.com/service-authorization/latest/reference/list_<service>.html) name the actions, their
@@ -810,7 +811,11 @@ def markdown() -> str:
         "",
         "Generated from `stacks/iam_permissions.py` (`python -m stacks.iam_permissions > docs/iam-permissions.md`;",
         "tests/test_gitops_permissions.py checks it is fresh). The preview role gets the **read** column of the types",
-        "a stack declares; the deploy role all four, scoped as in the second table. docs/gitops.md explains the model.",
+        "a stack declares (Lambda reads only on `function:gpuloan-<env>-*`: GetFunction returns a function's",
+        "environment and code); the deploy role all four, scoped as in the second table, under its own permissions",
+        "boundary `gpuloan-<env>-github-deploy-boundary`. tests/test_gitops_requests.py evaluates every create,",
+        "update and delete request of the dev and prod plans against the generated documents. docs/gitops.md",
+        "explains the model.",
         "",
         "| resource type | refresh (read) | create | update | delete | source |",
         "|---|---|---|---|---|---|",
