@@ -123,7 +123,7 @@ def calls(type_: str):
     return register
 
 
-def _named(service: str, arn_of: Callable[[Plan, Any], str], create: str, update: str, delete: str,
+def _named(arn_of: Callable[[Plan, Any], str], create: str, update: str, delete: str,
            tag: str | None = None) -> Fn:
     """A service whose calls all land on the resource's own ARN; `tag` is its tag-on-create action."""
 
@@ -440,47 +440,47 @@ def _name(r, key: str = "name") -> str:
 
 REQUESTS.update({
     "aws:budgets/budget:Budget": _named(
-        "budgets", lambda p, r: p.arn("budgets", f"budget/{_name(r)}", region=False),
+        lambda p, r: p.arn("budgets", f"budget/{_name(r)}", region=False),
         "budgets:ModifyBudget", "budgets:ModifyBudget budgets:UntagResource", "budgets:ModifyBudget",
         "budgets:TagResource"),
     "aws:cloudwatch/dashboard:Dashboard": _named(
-        "cloudwatch", lambda p, r: p.arn("cloudwatch", f"dashboard/{_name(r, 'dashboardName')}", region=False),
+        lambda p, r: p.arn("cloudwatch", f"dashboard/{_name(r, 'dashboardName')}", region=False),
         "cloudwatch:PutDashboard", "cloudwatch:PutDashboard", "cloudwatch:DeleteDashboards"),
     "aws:cloudwatch/metricAlarm:MetricAlarm": _named(
-        "cloudwatch", lambda p, r: p.arn("cloudwatch", f"alarm:{_name(r)}"),
+        lambda p, r: p.arn("cloudwatch", f"alarm:{_name(r)}"),
         "cloudwatch:PutMetricAlarm", "cloudwatch:PutMetricAlarm cloudwatch:UntagResource", "cloudwatch:DeleteAlarms",
         "cloudwatch:TagResource"),
     "aws:cloudwatch/logGroup:LogGroup": _named(
-        "logs", lambda p, r: p.arn("logs", f"log-group:{_name(r)}"),
+        lambda p, r: p.arn("logs", f"log-group:{_name(r)}"),
         "logs:CreateLogGroup logs:PutRetentionPolicy", "logs:PutRetentionPolicy logs:UntagResource",
         "logs:DeleteLogGroup", "logs:TagResource"),
     "aws:cloudwatch/eventRule:EventRule": _named(
-        "events", lambda p, r: p.arn("events", f"rule/{_name(r)}"),
+        lambda p, r: p.arn("events", f"rule/{_name(r)}"),
         "events:PutRule", "events:PutRule events:UntagResource", "events:DeleteRule", "events:TagResource"),
     "aws:cloudwatch/eventTarget:EventTarget": _named(
-        "events", lambda p, r: p.arn("events", f"rule/{_name(r, 'rule')}"),
+        lambda p, r: p.arn("events", f"rule/{_name(r, 'rule')}"),
         "events:PutTargets", "events:PutTargets", "events:RemoveTargets"),
     "aws:dynamodb/table:Table": _named(
-        "dynamodb", lambda p, r: p.arn("dynamodb", f"table/{_name(r)}"),
+        lambda p, r: p.arn("dynamodb", f"table/{_name(r)}"),
         "dynamodb:CreateTable dynamodb:UpdateContinuousBackups", "dynamodb:UpdateTable dynamodb:UpdateTimeToLive "
         "dynamodb:UpdateContinuousBackups dynamodb:UntagResource", "dynamodb:DeleteTable", "dynamodb:TagResource"),
     "aws:ecr/repository:Repository": _named(
-        "ecr", lambda p, r: p.arn("ecr", f"repository/{_name(r)}"),
+        lambda p, r: p.arn("ecr", f"repository/{_name(r)}"),
         "ecr:CreateRepository", "ecr:PutImageTagMutability ecr:PutImageScanningConfiguration ecr:UntagResource",
         "ecr:ListImages ecr:BatchDeleteImage ecr:DeleteRepository", "ecr:TagResource"),
     "aws:ecr/lifecyclePolicy:LifecyclePolicy": _named(
-        "ecr", lambda p, r: p.arn("ecr", f"repository/{_name(r, 'repository')}"),
+        lambda p, r: p.arn("ecr", f"repository/{_name(r, 'repository')}"),
         "ecr:PutLifecyclePolicy", "ecr:PutLifecyclePolicy", "ecr:DeleteLifecyclePolicy"),
     "aws:sqs/queue:Queue": _named(
-        "sqs", lambda p, r: p.arn("sqs", _name(r)),
+        lambda p, r: p.arn("sqs", _name(r)),
         "sqs:CreateQueue sqs:SetQueueAttributes", "sqs:SetQueueAttributes sqs:UntagQueue", "sqs:DeleteQueue",
         "sqs:TagQueue"),
     "aws:sns/topic:Topic": _named(
-        "sns", lambda p, r: p.arn("sns", _name(r)),
+        lambda p, r: p.arn("sns", _name(r)),
         "sns:CreateTopic sns:SetTopicAttributes", "sns:SetTopicAttributes sns:UntagResource", "sns:DeleteTopic",
         "sns:TagResource"),
     "aws:scheduler/schedule:Schedule": lambda p, r: _with_pass(
-        _named("scheduler", lambda p, r: p.arn("scheduler", f"schedule/default/{_name(r)}"),
+        _named(lambda p, r: p.arn("scheduler", f"schedule/default/{_name(r)}"),
                "scheduler:CreateSchedule", "scheduler:UpdateSchedule", "scheduler:DeleteSchedule")(p, r),
         _pass(p, r.inputs["target"]["roleArn"], "scheduler.amazonaws.com")),
 })
