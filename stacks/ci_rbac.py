@@ -5,9 +5,16 @@ preview role's access entry instead maps it to the Kubernetes group `gpuloan-ci-
 bound here to:
 - a ClusterRole that gets/lists/watches the kinds in stacks/iam_permissions.KUBERNETES_KINDS (what the stack
   declares) plus the kinds the GPU Operator chart installs (a preview of the Helm release diffs them), no Secrets;
-- a Role in the Helm release's namespace that reads Secrets there: Helm stores each release's record as a Secret
-  (`sh.helm.release.v1.<release>.v<revision>`) in the release namespace, and refreshing the release reads it.
-  Nothing else of value lives in that namespace (the chart's pods use no Secret of ours).
+- a Role in each Helm release's namespace (GPU Operator, Kueue; only where that release is enabled) that reads
+  Secrets there: Helm stores each release's record as a Secret (`sh.helm.release.v1.<release>.v<revision>`,
+  labelled `owner=helm,name=<release>`) in the release namespace, and refreshing the release finds it with a
+  label-selected LIST (Helm's secret storage driver). That is as narrow as RBAC goes: `resourceNames` cannot limit
+  a list unless the client selects by `metadata.name`, which Helm does not (Kubernetes RBAC docs, "Referring to
+  resources"), and RBAC has no label selectors. So the preview role can read every Secret of those two namespaces,
+  which includes the Kueue webhook's serving certificate and key (`kueue-webhook-server-cert`, made by Kueue's
+  internal cert manager). Removing that read needs the Helm ConfigMap storage driver for the releases (the
+  kubernetes provider's `helmReleaseSettings.driver`), a migration of the existing release records that is not
+  done here (docs/gitops.md).
 """
 
 from __future__ import annotations

@@ -145,6 +145,14 @@ class GitHubOidc(pulumi.ComponentResource):
                        else DEPLOY_REF)
         deploy_types = sorted(types)
         state = state_backend(cfg)
+        # The deploy role's own permissions boundary (stacks/iam_permissions.deploy_boundary_document): a ceiling
+        # over its policies, out of its own reach (CI path; the boundary denies IAM writes there).
+        deploy_boundary = aws.iam.Policy(
+            f"{name}-deploy-boundary", name=perms.deploy_boundary_name(env), path=perms.ci_path(env),
+            description=f"gpuloan {env} deploy role: the most it may do, whatever its policies say",
+            policy=scope.apply(lambda sc: json.dumps(perms.deploy_boundary_document(
+                sc, perms.deploy_services(sorted(types), state)), sort_keys=True)),
+            tags=platform, opts=child)
         created: dict[str, aws.iam.Role] = {}
         for kind, description in (
             ("preview", f"pulumi preview from pull requests of {repo} (read-only)"),
@@ -158,13 +166,14 @@ class GitHubOidc(pulumi.ComponentResource):
                 description=description,
                 assume_role_policy=self.provider_arn.apply(lambda arn, k=kind: trust_policy(arn, subjects[k])),
                 max_session_duration=ROLE_MAX_SESSION_SECONDS,
+                permissions_boundary=deploy_boundary.arn if kind == "deploy" else None,
                 tags=platform,
                 opts=child,
             )
             if kind == "preview":
                 aws.iam.RolePolicy(f"{name}-preview-read", role=role.id, opts=child, policy=scope.apply(
                     lambda sc: json.dumps(perms.preview_policy_document(sorted(types), perms.INVOKES, state,
-                                                                        sc.partition), sort_keys=True)))
+                                                                        sc.partition, scope=sc), sort_keys=True)))
             else:
                 # Larger than a role's inline policies may be: managed policies, planned with the widest ARNs.
                 document = scope.apply(lambda s: perms.deploy_policy_document(deploy_types, s, perms.INVOKES, state))

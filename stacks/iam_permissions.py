@@ -5,7 +5,8 @@ refresh (read), create, update and delete it, with the source each list was read
 read actions of the types the stack declares (nothing else); the deploy role gets all four, each mutation scoped
 to this environment by resource name (ARN pattern), IAM path, or the `gpuloan:environment` tag, per service
 (SCOPE_BY_SERVICE). tests/test_gitops_permissions.py walks every resource of the dev and prod plans: a type without
-an entry, or an action the roles do not grant, fails it.
+an entry, or an action the roles do not grant, fails it; tests/test_gitops_requests.py evaluates each create, update
+and delete request (ARN and context) against the generated documents.
 
 Sources, by service (AWS Service Authorization Reference, "Actions, resources, and condition keys for <service>",
 https://docs.aws.amazon.com/service-authorization/latest/reference/list_<service>.html) name the actions, their
@@ -47,6 +48,7 @@ def _n(read: str, create: str, update: str, delete: str, source: str) -> Needs:
 
 _EC2 = SAR.format("amazonec2")
 _EC2_TAGS = "ec2:CreateTags ec2:DeleteTags"
+_LAMBDA_VPC = "ec2:DescribeSecurityGroups ec2:DescribeSubnets ec2:DescribeVpcs"
 
 # Pulumi type token -> what refresh / create / update / delete call.
 TABLE: dict[str, Needs] = {
@@ -208,9 +210,11 @@ TABLE: dict[str, Needs] = {
         # narrower read exists (GetFunctionConfiguration returns the environment too). The function's environment
         # holds settings, never a secret (stacks/policy_function.py).
         "lambda:GetFunction lambda:GetFunctionCodeSigningConfig lambda:ListVersionsByFunction",
-        "lambda:CreateFunction lambda:PutFunctionConcurrency lambda:TagResource iam:PassRole",
+        # A function with a VPC configuration: Lambda checks that the caller may describe its subnets, security
+        # groups and VPC (Lambda developer guide, "Configuring a Lambda function to access resources in a VPC").
+        f"lambda:CreateFunction lambda:PutFunctionConcurrency lambda:TagResource iam:PassRole {_LAMBDA_VPC}",
         "lambda:UpdateFunctionCode lambda:UpdateFunctionConfiguration lambda:PutFunctionConcurrency "
-        "lambda:DeleteFunctionConcurrency lambda:TagResource lambda:UntagResource iam:PassRole",
+        f"lambda:DeleteFunctionConcurrency lambda:TagResource lambda:UntagResource iam:PassRole {_LAMBDA_VPC}",
         "lambda:DeleteFunction", SAR.format("awslambda")),
     "aws:lambda/functionEventInvokeConfig:FunctionEventInvokeConfig": _n(
         "lambda:GetFunctionEventInvokeConfig", "lambda:PutFunctionEventInvokeConfig",
@@ -434,9 +438,13 @@ UNSCOPABLE: dict[str, str] = {
                                          "keys on or off for cost reports and cannot spend or read",
     "ecr:GetAuthorizationToken": "no resource type; the registry token it returns is limited to what the role "
                                  "may do in ECR (its own repositories)",
-    "sns:Unsubscribe": "authorized on the subscription, which has no resource-level permission; it can only remove "
-                       "an email/SNS subscription (alerts of another stack could be muted, not read or changed)",
+    "sns:Unsubscribe": "the Service Authorization Reference lists no resource type and no condition key for it "
+                       "(Subscribe has the topic, Unsubscribe nothing), so it is granted on `*` in the stack's region "
+                       "only (`aws:RequestedRegion`); it can only remove a subscription (alerts of another stack in "
+                       "the same region could be muted, not read or changed)",
 }
+# UNSCOPABLE actions that are still limited to the stack's region (global condition key aws:RequestedRegion).
+REGION_ONLY = ("sns:Unsubscribe",)
 # Create actions authorized with a tag the request must carry (aws:RequestTag), the new resource has no tags yet.
 TAG_ON_CREATE: dict[str, str] = {
     # EC2 action -> the resource type it creates (its ARN "type/")
@@ -447,6 +455,11 @@ TAG_ON_CREATE: dict[str, str] = {
     "ec2:AuthorizeSecurityGroupIngress": "security-group-rule",
     "ec2:AuthorizeSecurityGroupEgress": "security-group-rule",
 }
+
+
+def create_action_value(action: str) -> str:
+    """The value EC2 puts in `ec2:CreateAction` for a create: the API operation's name, without the service."""
+    return action.split(":", 1)[1]
 
 
 def _region_condition(region: str) -> dict:
@@ -495,11 +508,25 @@ def _state_statements(state: StateBackend, partition: str, write: bool) -> list[
     return out
 
 
+# Preview reads that return data beyond configuration, limited to this environment's resources by ARN: Lambda's
+# GetFunction returns the function's environment variables and a download URL of its code.
+def _own_function_reads(s: Scope) -> list[str]:
+    return _named_resources(s)["lambda"]
+
+
 def preview_policy_document(types: Iterable[str], invokes: Iterable[str] = (), state: StateBackend | None = None,
-                            partition: str = "aws") -> dict:
+                            partition: str = "aws", scope: Scope | None = None) -> dict:
     """Exactly the refresh reads of the declared types, the invokes' reads and the price lookups (and, with a
-    self-managed backend, this stack's state, read-only)."""
-    statements = [_stmt("RefreshDeclaredResources", read_actions(types, invokes), "*")]
+    self-managed backend, this stack's state, read-only). With `scope`, Lambda reads (GetFunction returns a
+    function's environment and code) are limited to this environment's functions."""
+    reads = read_actions(types, invokes)
+    if scope is None:
+        statements = [_stmt("RefreshDeclaredResources", reads, "*")]
+    else:
+        function_reads = [a for a in reads if _service(a) == "lambda"]
+        statements = [_stmt("RefreshDeclaredResources", [a for a in reads if a not in function_reads], "*")]
+        if function_reads:
+            statements.append(_stmt("RefreshOwnFunctions", function_reads, _own_function_reads(scope)))
     if state is not None:
         statements += _state_statements(state, partition, write=False)
     return {"Version": "2012-10-17", "Statement": statements}
@@ -529,6 +556,12 @@ def deploy_policy_document(types: Iterable[str], scope: Scope, invokes: Iterable
             if create:
                 statements.append(_stmt("CreateKmsKeyTagged", create, "*", {"StringEquals": {
                     f"aws:RequestTag/{ENV_TAG}": s.env, "aws:RequestedRegion": s.region}}))
+                # Tags sent with CreateKey need kms:TagResource in an IAM policy not restricted to particular keys
+                # (KMS developer guide, "Controlling access to tags"). Only with this environment's tag, and only on
+                # a key that has no environment tag yet: a key of another environment cannot be re-tagged.
+                statements.append(_stmt("TagNewKmsKey", ["kms:TagResource"], "*", {
+                    "StringEquals": {f"aws:RequestTag/{ENV_TAG}": s.env, "aws:RequestedRegion": s.region},
+                    "Null": {f"aws:ResourceTag/{ENV_TAG}": "true"}}))
             alias = [a for a in actions if "Alias" in a]
             key = [a for a in actions if a not in create]
             statements.append(_stmt("ChangeOwnKmsKeys", key, s.arn("kms", "key/*"),
@@ -543,9 +576,13 @@ def deploy_policy_document(types: Iterable[str], scope: Scope, invokes: Iterable
             pass  # only UNSCOPABLE actions
         else:
             raise ValueError(f"no deploy scope for service {service!r}: add it to stacks/iam_permissions.py")
-    unscopable = sorted(a for a in mutating if a in UNSCOPABLE)
+    unscopable = sorted(a for a in mutating if a in UNSCOPABLE and a not in REGION_ONLY)
     if unscopable:
         statements.append(_stmt("UnscopableByAws", unscopable, "*"))
+    region_only = sorted(a for a in mutating if a in REGION_ONLY)
+    if region_only:
+        # No resource type and no service condition key: the stack's region is the one scope AWS offers.
+        statements.append(_stmt("UnscopableInOwnRegion", region_only, "*", _region_condition(s.region)))
     if state is not None:
         statements += _state_statements(state, s.partition, write=True)
     return {"Version": "2012-10-17", "Statement": statements}
@@ -559,8 +596,11 @@ def _ec2_statements(actions: list[str], s: Scope) -> list[dict]:
         out.append(_stmt(f"Ec2{a.split(':')[1]}Tagged", [a], s.arn("ec2", f"{TAG_ON_CREATE[a]}/*"),
                          {"StringEquals": {f"aws:RequestTag/{ENV_TAG}": s.env}}))
     # ...and tagging is only allowed as part of such a create, or on a resource this environment already owns.
+    # EC2 puts the bare API name in ec2:CreateAction ("CreateLaunchTemplate", "RunInstances"), not the IAM action
+    # (EC2 User Guide, "Grant permission to tag resources during creation"; docs/aws-rules.md).
     out.append(_stmt("Ec2TagOnCreate", ["ec2:CreateTags"], s.arn("ec2", "*"),
-                     {"StringEquals": {"ec2:CreateAction": create}}))
+                     {"StringEquals": {"ec2:CreateAction": [create_action_value(a) for a in create],
+                                       f"aws:RequestTag/{ENV_TAG}": s.env}}))
     # Everything else (including the existing resources a create refers to: the VPC of a new subnet, the group of
     # a new rule) needs the environment's tag on the resource.
     out.append(_stmt("Ec2ChangeOwn", actions, s.arn("ec2", "*"),
@@ -573,17 +613,33 @@ def _ec2_statements(actions: list[str], s: Scope) -> list[dict]:
     return out
 
 
+# Role actions for which IAM evaluates iam:PermissionsBoundary (the boundary the request sets or the role carries).
+BOUNDARY_CONDITION_ACTIONS = ("iam:CreateRole", "iam:PutRolePermissionsBoundary", "iam:PutRolePolicy",
+                              "iam:AttachRolePolicy", "iam:DeleteRolePolicy", "iam:DetachRolePolicy")
+# Role actions without that key, allowed only on roles tagged with this environment.
+ROLE_ACTIONS_BY_TAG = ("iam:UpdateAssumeRolePolicy", "iam:DeleteRole", "iam:UpdateRole", "iam:UpdateRoleDescription",
+                       "iam:UntagRole")
+
+
 def _iam_statements(actions: list[str], s: Scope) -> list[dict]:
     roles = s.arn("iam", f"role{workload_path(s.env)}*", region=False)
     policies = s.arn("iam", f"policy{workload_path(s.env)}*", region=False)
     boundary = {"StringEquals": {"iam:PermissionsBoundary": s.boundary_arn}}
     out = []
     # Creating a role, or changing what it may do, requires the boundary on it: no role it makes can exceed it.
-    with_boundary = [a for a in actions if a in (
-        "iam:CreateRole", "iam:PutRolePermissionsBoundary", "iam:PutRolePolicy", "iam:AttachRolePolicy")]
+    # These are the role actions IAM evaluates iam:PermissionsBoundary for (Service Authorization Reference, IAM);
+    # for any other action the key is absent and a condition on it would refuse every request.
+    with_boundary = [a for a in actions if a in BOUNDARY_CONDITION_ACTIONS]
     out.append(_stmt("IamRolesWithBoundary", with_boundary, roles, boundary))
-    role_other = [a for a in actions if ("Role" in a and a not in with_boundary and a != "iam:PassRole"
-                                         and "ServiceLinked" not in a)]
+    # Trust-policy edits, deletes and role settings carry no iam:PermissionsBoundary: they need the environment's
+    # tag on the role instead (every role the stack creates has it from the provider's default tags), so a role
+    # on the path that the stack did not create stays out of reach.
+    tagged = [a for a in actions if a in ROLE_ACTIONS_BY_TAG]
+    if tagged:
+        out.append(_stmt("IamChangeOwnTaggedRoles", tagged, roles,
+                         {"StringEquals": {f"aws:ResourceTag/{ENV_TAG}": s.env}}))
+    role_other = [a for a in actions if ("Role" in a and a not in with_boundary and a not in tagged
+                                         and a != "iam:PassRole" and "ServiceLinked" not in a)]
     out.append(_stmt("IamChangeOwnRoles", role_other, roles))
     policy_actions = [a for a in actions if "Policy" in a and "Role" not in a]
     if policy_actions:
@@ -600,12 +656,14 @@ def _iam_statements(actions: list[str], s: Scope) -> list[dict]:
     if oidc:
         # The cluster's IRSA provider: created tagged with this environment, changed only while it carries the tag.
         # The account's GitHub provider is not tagged by the deploy role and is therefore never changed by it.
+        # Only EKS issuers (oidc-provider/oidc.eks.<region>.amazonaws.com/id/<id>): the GitHub provider carries the
+        # environment tag too (the provider's default tags), so the tag alone would put it in reach.
+        eks_issuers = s.arn("iam", f"oidc-provider/oidc.eks.{s.region}.amazonaws.com/id/*", region=False)
         create = [a for a in oidc if a in ("iam:CreateOpenIDConnectProvider", "iam:TagOpenIDConnectProvider")]
-        out.append(_stmt("IamCreateClusterOidcTagged", create, s.arn("iam", "oidc-provider/*", region=False),
+        out.append(_stmt("IamCreateClusterOidcTagged", create, eks_issuers,
                          {"StringEquals": {f"aws:RequestTag/{ENV_TAG}": s.env}}))
         out.append(_stmt("IamChangeOwnClusterOidc", [a for a in oidc if a != "iam:CreateOpenIDConnectProvider"],
-                         s.arn("iam", "oidc-provider/*", region=False),
-                         {"StringEquals": {f"aws:ResourceTag/{ENV_TAG}": s.env}}))
+                         eks_issuers, {"StringEquals": {f"aws:ResourceTag/{ENV_TAG}": s.env}}))
     return out
 
 
@@ -628,6 +686,45 @@ def boundary_policy_document(scope: Scope) -> dict:
         {"Sid": "ServiceLinkedRolesOnly", "Effect": "Allow", "Action": ["iam:CreateServiceLinkedRole"],
          "Resource": "*", "Condition": {"StringEquals": {"iam:AWSServiceName": [
              "elasticloadbalancing.amazonaws.com", "autoscaling.amazonaws.com"]}}},
+    ]}
+
+
+def deploy_boundary_name(env: str) -> str:
+    return f"gpuloan-{env}-github-deploy-boundary"
+
+
+# IAM write actions (any that could change a role, policy, user, group or identity provider).
+_IAM_WRITES = ["iam:Add*", "iam:Attach*", "iam:Create*", "iam:Delete*", "iam:Detach*", "iam:PassRole", "iam:Put*",
+               "iam:Remove*", "iam:Set*", "iam:Tag*", "iam:Untag*", "iam:Update*"]
+
+
+def deploy_services(types: Iterable[str], state: StateBackend | None = None) -> list[str]:
+    """The services the deploy role's policies name: its boundary allows those and nothing else."""
+    doc = deploy_policy_document(types, _WIDEST, INVOKES, state)
+    return sorted({a.split(":", 1)[0] for st in doc["Statement"] for a in st["Action"]})
+
+
+def deploy_boundary_document(scope: Scope, services: Iterable[str]) -> dict:
+    """The deploy role's own permissions boundary: a ceiling over its managed policies.
+
+    The policies (deploy_policy_document) grant; the boundary only takes away, so a later mistake in them cannot
+    reach the CI roles, their policies, the boundaries or the GitHub provider, create IAM users or groups, assume
+    another role, leave the organization, or touch a resource tagged for another environment.
+    """
+    ci_resources = [scope.arn("iam", f"role{ci_path(scope.env)}*", region=False),
+                    scope.arn("iam", f"policy{ci_path(scope.env)}*", region=False),
+                    scope.arn("iam", "oidc-provider/token.actions.githubusercontent.com", region=False)]
+    return {"Version": "2012-10-17", "Statement": [
+        {"Sid": "ItsServices", "Effect": "Allow", "Action": [f"{svc}:*" for svc in sorted(set(services))],
+         "Resource": "*"},
+        {"Sid": "NotTheAdministrators", "Effect": "Deny", "Action": _IAM_WRITES, "Resource": ci_resources},
+        {"Sid": "NoIdentitiesOrAccounts", "Effect": "Deny", "Resource": "*", "Action": [
+            "iam:*User*", "iam:*Group*", "iam:*AccessKey*", "iam:*LoginProfile*", "iam:*SAMLProvider*",
+            "iam:*ServiceSpecificCredential*", "iam:*SSHPublicKey*", "iam:*MFADevice*", "iam:*AccountAlias*",
+            "iam:UpdateAccountPasswordPolicy", "organizations:*", "account:*", "sts:AssumeRole"]},
+        {"Sid": "NoOtherEnvironment", "Effect": "Deny", "Action": "*", "Resource": "*", "Condition": {
+            "StringNotEquals": {f"aws:ResourceTag/{ENV_TAG}": scope.env},
+            "Null": {f"aws:ResourceTag/{ENV_TAG}": "false"}}},
     ]}
 
 
@@ -691,7 +788,10 @@ SCOPE_BY_SERVICE: dict[str, str] = {
     "eks": "cluster name in every EKS ARN: `cluster/<cluster>`, `*/<cluster>/*` (node groups, add-ons, access "
            "entries, pod identity associations)",
     "iam": "roles and policies under the path `/gpuloan/<env>/`; CreateRole/PutRolePolicy/AttachRolePolicy/"
-           "PutRolePermissionsBoundary only with `iam:PermissionsBoundary` = the environment's boundary; PassRole to "
+           "DeleteRolePolicy/DetachRolePolicy/PutRolePermissionsBoundary only with `iam:PermissionsBoundary` = the "
+           "environment's boundary; UpdateAssumeRolePolicy/DeleteRole/UpdateRole/UntagRole only on roles tagged "
+           "`gpuloan:environment=<env>`; the deploy role's own boundary denies IAM writes on `/gpuloan-ci/<env>/`, "
+           "users, groups, sts:AssumeRole and other environments' resources; PassRole to "
            "EKS/Lambda/Scheduler/Pod Identity only; the cluster's IRSA provider by the environment tag; CI roles, "
            "boundary and GitHub provider (`/gpuloan-ci/<env>/`, untagged) are out of reach",
     "kms": "CreateKey only with the request tag; keys by `aws:ResourceTag`; aliases `alias/gpuloan-<env>-*`",
@@ -699,7 +799,7 @@ SCOPE_BY_SERVICE: dict[str, str] = {
     "logs": "log-group ARNs `/aws/eks/<cluster>/*`, `/aws/lambda/gpuloan-<env>-*`",
     "scheduler": "schedule ARN `schedule/default/gpuloan-<env>-*`",
     "events": "rule ARN `rule/gpuloan-<env>-*` (the default event bus)",
-    "sns": "topic ARN `gpuloan-<env>-*`; `sns:Unsubscribe` has no resource-level permission",
+    "sns": "topic ARN `gpuloan-<env>-*`; `sns:Unsubscribe` has no resource type: `*` in the stack's region only",
     "sqs": "queue ARN `gpuloan-<env>-*`",
     "ssm": "parameter ARN `parameter/gpuloan/<env>/*`",
 }
@@ -711,7 +811,11 @@ def markdown() -> str:
         "",
         "Generated from `stacks/iam_permissions.py` (`python -m stacks.iam_permissions > docs/iam-permissions.md`;",
         "tests/test_gitops_permissions.py checks it is fresh). The preview role gets the **read** column of the types",
-        "a stack declares; the deploy role all four, scoped as in the second table. docs/gitops.md explains the model.",
+        "a stack declares (Lambda reads only on `function:gpuloan-<env>-*`: GetFunction returns a function's",
+        "environment and code); the deploy role all four, scoped as in the second table, under its own permissions",
+        "boundary `gpuloan-<env>-github-deploy-boundary`. tests/test_gitops_requests.py evaluates every create,",
+        "update and delete request of the dev and prod plans against the generated documents. docs/gitops.md",
+        "explains the model.",
         "",
         "| resource type | refresh (read) | create | update | delete | source |",
         "|---|---|---|---|---|---|",

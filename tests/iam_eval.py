@@ -68,14 +68,24 @@ def statement_applies(st: dict, action: str, resource: str, context: dict[str, A
     return True
 
 
-def allowed(documents: list[dict] | dict, action: str, resource: str = "*",
-            context: dict[str, Any] | None = None) -> bool:
-    docs = documents if isinstance(documents, list) else [documents]
-    statements = [st for d in docs for st in _listify(d["Statement"])]
-    context = context or {}
+def _decide(documents: list[dict], action: str, resource: str, context: dict[str, Any]) -> bool:
+    statements = [st for d in documents for st in _listify(d["Statement"])]
     if any(st["Effect"] == "Deny" and statement_applies(st, action, resource, context) for st in statements):
         return False
     return any(st["Effect"] == "Allow" and statement_applies(st, action, resource, context) for st in statements)
+
+
+def allowed(documents: list[dict] | dict, action: str, resource: str = "*",
+            context: dict[str, Any] | None = None, boundary: dict | None = None) -> bool:
+    """Identity policies `documents`, and the principal's permissions boundary if it has one: a request within the
+    account is allowed only when an identity policy allows it AND the boundary allows it, and an explicit deny in
+    either refuses it (IAM User Guide, "Policy evaluation logic" and "Permissions boundaries for IAM entities",
+    https://docs.aws.amazon.com/IAM/latest/UserGuide/reference_policies_evaluation-logic.html)."""
+    docs = documents if isinstance(documents, list) else [documents]
+    context = context or {}
+    if boundary is not None and not _decide([boundary], action, resource, context):
+        return False
+    return _decide(docs, action, resource, context)
 
 
 def granted_somewhere(documents: list[dict] | dict, action: str) -> bool:

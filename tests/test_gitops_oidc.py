@@ -127,8 +127,8 @@ def test_every_oidc_child_is_parented_to_the_component(recorded):
     children = [r for r in _github_resources(rec) if r is not component]
     parts = len(_deploy_docs(rec))
     # provider, 2 roles, the preview role policy, the deploy role's managed policies and their attachments,
-    # 2 access entries, the deploy role's access policy association
-    assert len(children) == 1 + 2 + 1 + 2 * parts + 2 + 1
+    # 2 access entries, the deploy role's access policy association, the deploy role's own boundary
+    assert len(children) == 1 + 2 + 1 + 2 * parts + 2 + 1 + 1
     assert parts >= 2
     assert all(r.parent == component.urn for r in children)
 

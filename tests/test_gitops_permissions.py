@@ -76,7 +76,11 @@ def test_preview_role_can_refresh_every_declared_resource(recorded, stack):
     for r in rec.resources:
         needs = perms.needs_for(r.type)
         for action in needs.read if needs else ():
-            assert allowed(doc, action, "*"), f"{r.name} ({r.type}): preview cannot {action}"
+            resource = "*"
+            if action.startswith("lambda:"):  # scoped to the stack's functions: read them by their ARN
+                name = r.inputs.get("name") or r.inputs.get("functionName") or r.inputs.get("function")
+                resource = arn("lambda", f"function:{name}")
+            assert allowed(doc, action, resource), f"{r.name} ({r.type}): preview cannot {action}"
 
 
 def test_the_check_catches_the_old_wildcard_preview_policy():
@@ -119,9 +123,20 @@ def test_preview_role_reads_no_data_and_decrypts_nothing(recorded, stack, action
 
 
 @pytest.mark.parametrize("stack", STACKS)
+def test_preview_role_reads_only_its_own_functions(recorded, stack):
+    """GetFunction returns a function's environment variables and a link to its code: only this stack's."""
+    doc = preview_doc(recorded(stack))
+    other = "prod" if stack == "dev" else "dev"
+    assert allowed(doc, "lambda:GetFunction", arn("lambda", f"function:gpuloan-{stack}-policy"))
+    for name in (f"gpuloan-{other}-policy", "payroll-export", "gpuloan"):
+        for action in ("lambda:GetFunction", "lambda:GetPolicy", "lambda:ListVersionsByFunction"):
+            assert not allowed(doc, action, arn("lambda", f"function:{name}")), (action, name)
+    assert not allowed(doc, "lambda:GetFunction", arn("lambda", f"function:gpuloan-{stack}-policy", "eu-west-1"))
+
+
+@pytest.mark.parametrize("stack", STACKS)
 def test_preview_role_holds_exact_read_actions_only(recorded, stack):
-    (st,) = preview_doc(recorded(stack))["Statement"]
-    for action in st["Action"]:
+    for action in [a for st in preview_doc(recorded(stack))["Statement"] for a in st["Action"]]:
         assert "*" not in action, action
         assert action.split(":")[1].startswith(("Describe", "Get", "List", "View", "BatchGet")), action
 
@@ -188,7 +203,7 @@ def _requests(env: str) -> list[tuple[str, str, dict]]:
         ("kms:CreateAlias", arn("kms", f"alias/{p}-alerts"), {}),
         ("iam:PutRolePolicy", f"arn:aws:iam::{ACCOUNT}:role/gpuloan/{env}/{p}-policy-us-east-1",
          {"iam:PermissionsBoundary": f"arn:aws:iam::{ACCOUNT}:policy/gpuloan-ci/{env}/{p}-boundary"}),
-        ("iam:DeleteRole", f"arn:aws:iam::{ACCOUNT}:role/gpuloan/{env}/{env}-cluster-node-role-abc", {}),
+        ("iam:DeleteRole", f"arn:aws:iam::{ACCOUNT}:role/gpuloan/{env}/{env}-cluster-node-role-abc", tagged(env)),
         ("iam:PassRole", f"arn:aws:iam::{ACCOUNT}:role/gpuloan/{env}/{env}-cluster-node-role-abc",
          {"iam:PassedToService": "eks.amazonaws.com"}),
         ("iam:DeleteOpenIDConnectProvider", f"arn:aws:iam::{ACCOUNT}:oidc-provider/oidc.eks.us-east-1.amazonaws.com/id/X",
@@ -220,6 +235,14 @@ def test_deploy_role_cannot_mint_an_admin_role(recorded, stack):
     assert not allowed(docs, "iam:CreateRole", f"arn:aws:iam::{ACCOUNT}:role/admin", with_boundary)  # outside the path
     assert not allowed(docs, "iam:AttachRolePolicy", role)  # a role without the boundary
     assert not allowed(docs, "iam:DeleteRolePermissionsBoundary", role, with_boundary)
+    # Removing what a role may do also names the boundary it carries; trust-policy edits and deletes (no
+    # iam:PermissionsBoundary in their context) need the environment's tag on the role.
+    for action in ("iam:DeleteRolePolicy", "iam:DetachRolePolicy"):
+        assert allowed(docs, action, role, with_boundary) and not allowed(docs, action, role), action
+    for action in ("iam:UpdateAssumeRolePolicy", "iam:DeleteRole", "iam:UntagRole"):
+        assert allowed(docs, action, role, tagged(stack)), action
+        assert not allowed(docs, action, role), f"{action} on an untagged role of the path"
+        assert not allowed(docs, action, role, tagged("prod" if stack == "dev" else "dev")), action
     # Its own roles and the boundary are the administrator's.
     ci_role = f"arn:aws:iam::{ACCOUNT}:role/gpuloan-ci/{stack}/gpuloan-{stack}-github-deploy"
     for action in ("iam:PutRolePolicy", "iam:AttachRolePolicy", "iam:UpdateAssumeRolePolicy", "iam:DeleteRole"):
@@ -266,8 +289,14 @@ def test_every_stack_role_is_under_its_path_with_the_boundary(recorded, stack):
     roles = rec.of_type("aws:iam/role:Role")
     assert len(roles) >= 8
     for role in roles:
-        if "-github-" in role.name:
+        if role.name.endswith("-github-preview"):
             assert role.inputs["path"] == f"/gpuloan-ci/{stack}/" and "permissionsBoundary" not in role.inputs
+        elif role.name.endswith("-github-deploy"):
+            # Its own boundary (the ceiling over its policies), not the workload one.
+            (own,) = [r for r in rec.of_type("aws:iam/policy:Policy") if r.name.endswith("-github-deploy-boundary")]
+            assert own.inputs["path"] == f"/gpuloan-ci/{stack}/"
+            assert role.inputs["path"] == f"/gpuloan-ci/{stack}/"
+            assert role.inputs["permissionsBoundary"] == own.outputs["arn"]
         else:
             assert role.inputs["path"] == f"/gpuloan/{stack}/", role.name
             assert role.inputs["permissionsBoundary"] == boundary.outputs["arn"], role.name
@@ -360,3 +389,40 @@ def test_every_invoke_the_program_makes_has_an_entry_and_both_roles_may_call_it(
         for action in perms.INVOKES[token]:
             assert allowed(preview_doc(rec), action, "*"), f"preview cannot {action} ({token})"
             assert action in deploy_actions, f"deploy cannot {action} ({token})"
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_deploy_roles_own_boundary_caps_whatever_its_policies_grant(recorded, stack):
+    """Even an allow-everything policy on the deploy role could not reach the administrator's resources, mint
+    users, assume roles or touch the other environment: the boundary takes those away."""
+    rec = recorded(stack)
+    (policy,) = [r for r in rec.of_type("aws:iam/policy:Policy") if r.name.endswith("-github-deploy-boundary")]
+    boundary = json.loads(policy.inputs["policy"])
+    everything = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}
+    other = "prod" if stack == "dev" else "dev"
+    ci = f"arn:aws:iam::{ACCOUNT}:role/gpuloan-ci/{stack}/gpuloan-{stack}-github-deploy"
+    ci_policy = f"arn:aws:iam::{ACCOUNT}:policy/gpuloan-ci/{stack}/gpuloan-{stack}-github-deploy-1"
+    github = f"arn:aws:iam::{ACCOUNT}:oidc-provider/token.actions.githubusercontent.com"
+    for action, resource in (("iam:PutRolePolicy", ci), ("iam:DeleteRolePermissionsBoundary", ci),
+                             ("iam:UpdateAssumeRolePolicy", ci), ("iam:CreatePolicyVersion", ci_policy),
+                             ("iam:DeleteOpenIDConnectProvider", github), ("iam:CreateUser", "*"),
+                             ("iam:CreateAccessKey", "*"), ("sts:AssumeRole", "*"),
+                             ("organizations:LeaveOrganization", "*")):
+        assert allowed(everything, action, resource), action
+        assert not allowed(everything, action, resource, boundary=boundary), action
+    assert not allowed(everything, "eks:DeleteCluster", "*", tagged(other), boundary=boundary)
+    assert allowed(everything, "eks:DeleteCluster", "*", tagged(stack), boundary=boundary)
+    # Only the services its policies use (and no `*` on `*`, which the guardrail roles-no-star-on-star refuses).
+    (allow,) = [st for st in boundary["Statement"] if st["Effect"] == "Allow"]
+    assert "*" not in allow["Action"]
+    assert not allowed(everything, "secretsmanager:GetSecretValue", "*", boundary=boundary)
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_unsubscribe_is_limited_to_the_stacks_region(recorded, stack):
+    """sns:Unsubscribe has no resource type (Service Authorization Reference, SNS): the region is its only scope."""
+    docs = deploy_docs(recorded(stack))
+    sub = arn("sns", f"gpuloan-{stack}-alerts:0f1e2d3c")
+    assert allowed(docs, "sns:Unsubscribe", sub, {"aws:RequestedRegion": REGION})
+    assert not allowed(docs, "sns:Unsubscribe", sub.replace(REGION, "eu-west-1"), {"aws:RequestedRegion": "eu-west-1"})
+    assert not allowed(docs, "sns:Unsubscribe", "*")

@@ -1,0 +1,144 @@
+"""Every create, update and delete of the dev and prod plans, as the requests the provider sends, against the deploy
+role's policy documents (issue 24 item 1).
+
+tests/provider_requests.py turns each resource of the recorded plan into the API calls the AWS provider makes on
+create, update and delete, with the request context IAM evaluates (the new resource's ARN and `aws:RequestTag/*` on
+create, `ec2:CreateAction` for EC2's tag-on-create, `aws:ResourceTag/*` on existing resources,
+`iam:PermissionsBoundary`, `iam:PassedToService`). tests/iam_eval.py evaluates them against the generated documents
+(and the deploy role's own permissions boundary, when it has one). Resources an administrator owns (the CI roles,
+their policies, the boundary, the account's GitHub provider) must be refused instead.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import STACKS
+from iam_eval import allowed
+from provider_requests import OPS, REQUESTS, Plan, requests_for
+
+from stacks import iam_permissions as perms
+
+
+def deploy_docs(rec) -> list[dict]:
+    return [json.loads(r.inputs["policy"]) for r in rec.of_type("aws:iam/policy:Policy")
+            if "-github-deploy-manage-" in r.name]
+
+
+def deploy_boundary(rec) -> dict | None:
+    """The deploy role's own permissions boundary document, if the plan gives it one."""
+    (role,) = [r for r in rec.of_type("aws:iam/role:Role") if r.name.endswith("-github-deploy")]
+    arn = role.inputs.get("permissionsBoundary")
+    if not arn:
+        return None
+    (policy,) = [r for r in rec.of_type("aws:iam/policy:Policy") if r.outputs.get("arn") == arn]
+    return json.loads(policy.inputs["policy"])
+
+
+def administrators(p: Plan, r, req) -> bool:
+    """Requests the deploy role must not be able to make: changes to the CI roles, their policies, the boundary and
+    the account's GitHub provider (stacks/github_oidc.py, stacks/role_guard.py), and adopting a new VPC's default
+    security group, which AWS creates untagged (a new VPC is an administrator's `pulumi up`, docs/gitops.md)."""
+    ci = perms.ci_path(p.env)
+    if r.type == "aws:ec2/defaultSecurityGroup:DefaultSecurityGroup":
+        return req.op == "create" and not any(k.startswith("aws:ResourceTag/") for k in req.context)
+    if r.type in ("aws:iam/role:Role", "aws:iam/policy:Policy"):
+        return r.inputs.get("path") == ci
+    if r.type in ("aws:iam/rolePolicy:RolePolicy", "aws:iam/rolePolicyAttachment:RolePolicyAttachment"):
+        return f":role{ci}" in p.role_of(r)
+    if r.type == "aws:iam/openIdConnectProvider:OpenIdConnectProvider":
+        return "token.actions.githubusercontent.com" in r.outputs["arn"]
+    return False
+
+
+def plan_resources(rec) -> list:
+    return [r for r in rec.resources if r.custom and r.type not in perms.NO_IAM_NEEDED
+            and r.type not in perms.KUBERNETES_KINDS]
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_every_resource_type_of_the_plan_has_its_requests_mapped(recorded, stack):
+    missing = sorted({r.type for r in plan_resources(recorded(stack))} - set(REQUESTS))
+    assert missing == [], f"add these types to tests/provider_requests.py: {missing}"
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_the_request_table_names_only_actions_the_permission_table_lists(recorded, stack):
+    """The two tables describe the same provider: a call here that stacks/iam_permissions.TABLE lacks is a gap
+    in the roles (or a mistake here)."""
+    rec = recorded(stack)
+    p = Plan(rec)
+    for r in plan_resources(rec):
+        needs = perms.TABLE[r.type]
+        listed = set(needs.read) | set(needs.mutating)
+        for req in requests_for(p, r):
+            assert req.action in listed, f"{r.type}: {req.op} calls {req.action}, not in stacks/iam_permissions.TABLE"
+
+
+def _decisions(rec):
+    p = Plan(rec)
+    docs = deploy_docs(rec)
+    boundary = deploy_boundary(rec)
+    for r in plan_resources(rec):
+        for req in requests_for(p, r):
+            ok = allowed(docs, req.action, req.resource, req.context, boundary=boundary)
+            yield r, req, ok, administrators(p, r, req)
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_deploy_role_may_make_every_request_of_its_plan(recorded, stack):
+    refused = [f"{r.name} ({r.type}) {req.op}: {req.action} on {req.resource} {req.context}"
+               for r, req, ok, admin in _decisions(recorded(stack)) if not admin and not ok]
+    assert refused == [], "\n".join(refused)
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_deploy_role_may_not_change_what_the_administrator_owns(recorded, stack):
+    granted = [f"{r.name} {req.op}: {req.action} on {req.resource}"
+               for r, req, ok, admin in _decisions(recorded(stack))
+               if admin and ok and not perms._is_read(req.action)]  # reading them is refresh, not change
+    assert granted == [], "\n".join(granted)
+    assert any(admin for _, _, _, admin in _decisions(recorded(stack)))
+
+
+@pytest.mark.parametrize("own, other", [("dev", "prod"), ("prod", "dev")])
+def test_deploy_role_cannot_make_the_other_environments_requests(recorded, own, other):
+    """The other stack's plan, evaluated against this stack's role: nothing of it may go through, except requests
+    that name no resource of either environment (reads, the registry token)."""
+    docs, boundary = deploy_docs(recorded(own)), deploy_boundary(recorded(own))
+    rec = recorded(other)
+    p = Plan(rec)
+    leaked = []
+    for r in plan_resources(rec):
+        for req in requests_for(p, r):
+            shared = ":role/aws-service-role/" in req.resource  # the account's service-linked roles
+            if perms._is_read(req.action) or req.action in perms.UNSCOPABLE or shared:
+                continue  # refresh reads (on *), actions AWS authorizes only on *, service-linked roles
+            if allowed(docs, req.action, req.resource, req.context, boundary=boundary):
+                leaked.append(f"{r.name} {req.op}: {req.action} on {req.resource}")
+    assert leaked == [], "\n".join(leaked)
+
+
+def test_a_launch_template_create_is_refused_with_the_iam_action_in_create_action():
+    """The bug of issue 24: `ec2:CreateAction` holds the API name; the old value never matches."""
+    scope = perms.Scope("aws", "123456789012", "us-east-1", "dev", "gpuloan-dev")
+    doc = perms.deploy_policy_document(["aws:ec2/launchTemplate:LaunchTemplate"], scope)
+    new = {"aws:RequestTag/gpuloan:environment": "dev", "aws:TagKeys": ["gpuloan:environment"]}
+    lt = "arn:aws:ec2:us-east-1:123456789012:launch-template/*"
+    assert allowed(doc, "ec2:CreateLaunchTemplate", lt, new)
+    assert allowed(doc, "ec2:CreateTags", lt, {**new, "ec2:CreateAction": "CreateLaunchTemplate"})
+    assert not allowed(doc, "ec2:CreateTags", lt, {**new, "ec2:CreateAction": "ec2:CreateLaunchTemplate"})
+    # Tagging on create only with this environment's tag; never a standalone CreateTags on someone else's resource.
+    assert not allowed(doc, "ec2:CreateTags", lt, {"aws:RequestTag/gpuloan:environment": "prod",
+                                                    "ec2:CreateAction": "CreateLaunchTemplate"})
+    assert not allowed(doc, "ec2:CreateTags", "arn:aws:ec2:us-east-1:123456789012:launch-template/lt-1", new)
+
+
+def test_kms_tag_on_create_cannot_retag_another_environments_key():
+    scope = perms.Scope("aws", "123456789012", "us-east-1", "dev", "gpuloan-dev")
+    doc = perms.deploy_policy_document(["aws:kms/key:Key"], scope)
+    new = {"aws:RequestTag/gpuloan:environment": "dev", "aws:RequestedRegion": "us-east-1"}
+    assert allowed(doc, "kms:TagResource", "*", new)
+    prod_key = "arn:aws:kms:us-east-1:123456789012:key/1234"
+    assert not allowed(doc, "kms:TagResource", prod_key, {**new, "aws:ResourceTag/gpuloan:environment": "prod"})
