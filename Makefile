@@ -9,7 +9,8 @@ STACK ?= dev
 
 # Public data beside the project (never copied into it): the price table is the offline price file when present,
 # unless the caller set one; otherwise prices come from the cache `gpuloan prices refresh` fills (docs/prices.md).
-SHARED_DATA ?= ../shared/data
+# GPULOAN_SHARED_DATA names another folder (.ci/run points it at an empty one: a fresh clone without ../shared).
+SHARED_DATA ?= $(or $(GPULOAN_SHARED_DATA),../shared/data)
 ifneq ($(wildcard $(SHARED_DATA)/prices/aws_gpu_prices.csv),)
 # Absolute, so commands and tests that run from another folder (cost-diff's base checkout) find it too.
 export GPULOAN_PRICE_FILE ?= $(abspath $(SHARED_DATA)/prices)

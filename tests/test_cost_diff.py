@@ -147,6 +147,7 @@ def test_worktree_is_removed_afterwards(floor_raised):
     assert _git(repo, "worktree", "list").count("\n") == 1
 
 
+@requires_shared_prices
 def test_the_gitops_example_shows_the_real_headline_and_table(floor_raised):
     """docs/gitops.md's floor 2 -> 3 example is the comment the command really prints."""
     from gpuloan import cost_comment

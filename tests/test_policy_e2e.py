@@ -466,6 +466,7 @@ def test_the_lease_is_exclusive_on_dynamodb(aws_env):
     assert state.acquire_lease("c", 1062.0, 60) is True
 
 
+@requires_shared_prices
 def test_a_spot_interruption_warning_makes_its_pods_demand_and_keeps_an_idle_node_for_them(world, kube, lambda_dir,
                                                                                           aws_env):
     """Issue 17: EventBridge delivers EC2's 2-minute notice for the busy research node. That node no longer counts as
