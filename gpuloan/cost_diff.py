@@ -107,17 +107,26 @@ def stacks_in(root: Path) -> list[str]:
     return sorted(p.name[len("Pulumi."):-len(".yaml")] for p in root.glob("Pulumi.*.yaml"))
 
 
-def _price_env(price_file: Path | str | None) -> dict[str, str]:
+def head_price_file(head: Path, price_file: Path | str | None = None) -> Path | None:
+    """The one price file both sides are priced with, so a cost diff shows the change and not a price update:
+    `--prices`, else $GPULOAN_PRICE_FILE, else the working tree's committed gpuloan-prices.json (the head's, never
+    the base's); None: no price file (the per-user cache, if any, or no prices at all)."""
+    from stacks.pricebook import ENV_PRICE_FILE, project_price_file
+
+    chosen = price_file or os.environ.get(ENV_PRICE_FILE) or project_price_file(head)
+    return Path(chosen).resolve() if chosen else None
+
+
+def _price_env(price_file: Path | None) -> dict[str, str]:
     """The price source for both sides, as an absolute path: each side runs in its own directory (the base in a
-    temporary worktree), where `--price-file` or a relative $GPULOAN_PRICE_FILE (the Makefile's
-    `../shared/data/prices`) would otherwise name nothing, or another file."""
-    from stacks.pricebook import ENV_PRICE_FILE
+    temporary worktree), where a relative path (the Makefile's `../shared/data/prices`) would name nothing, or
+    another file. The base's own gpuloan-prices.json is never read (ENV_PROJECT_PRICES)."""
+    from stacks.pricebook import ENV_PRICE_FILE, ENV_PROJECT_PRICES
 
-    chosen = price_file or os.environ.get(ENV_PRICE_FILE)
-    return {ENV_PRICE_FILE: str(Path(chosen).resolve())} if chosen else {}
+    return {ENV_PROJECT_PRICES: "0", **({ENV_PRICE_FILE: str(price_file)} if price_file else {})}
 
 
-def preview_side(root: Path, stack: str, price_file: Path | str | None = None) -> Side:
+def preview_side(root: Path, stack: str, price_file: Path | None = None) -> Side:
     """Run that tree's own `gpuloan preview STACK --json` (its code first on sys.path)."""
     if not (root / f"Pulumi.{stack}.yaml").is_file():
         return Side(missing=True)
@@ -263,6 +272,7 @@ def cost_diff(repo: Path, base_ref: str, stacks: list[str] | None = None, parall
               price_file: Path | str | None = None) -> list[StackDiff]:
     root = repo_root(repo)
     commit = resolve_ref(root, base_ref)
+    price_file = head_price_file(repo, price_file)
     with worktree(root, commit) as base_root:
         names = stacks or sorted(set(stacks_in(base_root)) | set(stacks_in(root)))
         if not names:
