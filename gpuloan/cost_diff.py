@@ -191,6 +191,9 @@ COST_FIELDS = ("guaranteed_monthly_usd", "elastic_max_monthly_usd", "fallback_ma
                "headroom_monthly_usd")
 # A cost whose price the price source lacks (the preview's null): shown as such, never as $0 (docs/prices.md).
 UNKNOWN = "unknown"
+# A figure a Pulumi secret feeds on either side (the preview's `cost.secret_figures`): never compared, never shown
+# as a change (gpuloan/preview.py hides the placeholder's value).
+SECRET = "not compared: secret"
 
 
 def _cost(value: float | None) -> float | str:
@@ -234,6 +237,24 @@ def _total_figures(cost: dict) -> dict[str, float | str | None]:
     }
 
 
+def _secret_fields(doc: dict | None, row: str) -> set[str]:
+    """The cost-table fields of `row` (a pool or "total") a secret feeds on this side."""
+    fields = set(((doc or {}).get("cost", {}).get("secret_figures") or {}).get(row, ()))
+    if "budget_monthly_usd" in fields or "budget_headroom_monthly_usd" in fields:
+        fields |= {"budget_monthly_usd", "headroom_monthly_usd"}  # the headroom is budget minus floor
+    if "guaranteed_monthly_usd" in fields:
+        fields.add("headroom_monthly_usd")
+    return fields & set(COST_FIELDS)
+
+
+def _mark_secrets(row: str, sides: list[dict | None], docs: list[dict | None]) -> None:
+    """A field a secret feeds on either side is SECRET on both: a value not read is never compared."""
+    hidden = _secret_fields(docs[0], row) | _secret_fields(docs[1], row)
+    for figures in sides:
+        if figures is not None:
+            figures.update({f: SECRET for f in hidden})
+
+
 def diff_costs(base: dict | None, head: dict | None) -> tuple[list[dict], dict]:
     """Rows {pool, base: figures|None, head: figures|None} in head order (removed pools last), and totals."""
     old = {p["pool"]: p for p in (base or {}).get("cost", {}).get("pools", [])}
@@ -243,6 +264,9 @@ def diff_costs(base: dict | None, head: dict | None) -> tuple[list[dict], dict]:
              "head": _pool_figures(new[n]) if n in new else None} for n in names]
     totals = {"base": _total_figures(base["cost"]) if base else None,
               "head": _total_figures(head["cost"]) if head else None}
+    for row in rows:
+        _mark_secrets(row["pool"], [row["base"], row["head"]], [base, head])
+    _mark_secrets("total", [totals["base"], totals["head"]], [base, head])
     return rows, totals
 
 
@@ -298,6 +322,8 @@ def _delta(value: float) -> str:
 
 
 def money_cell(base: float | None, head: float | None, base_known: bool = True) -> str:
+    if SECRET in (base, head):
+        return SECRET
     if not base_known:
         return _usd(head)
     if base is None and head is None:
@@ -328,6 +354,10 @@ def cost_rows(d: StackDiff) -> list[list[str]]:
 
 def _side_notes(d: StackDiff) -> list[str]:
     notes = []
+    secrets = sorted({p for side in (d.base, d.head) if side.ok for p in side.doc.get("unchecked_secrets") or []})
+    if secrets:
+        notes.append("not compared: secret (Pulumi `secure:` values, opaque offline; previewed with placeholders, "
+                     "figures they feed not shown): " + ", ".join(secrets))
     for name, side in (("base", d.base), ("head", d.head)):
         if side.missing:
             notes.append(f"{name}: no Pulumi.{d.stack}.yaml" + (" (new stack)" if name == "base" else " (stack removed)"))
