@@ -182,8 +182,24 @@ def diff_resources(base: dict | None, head: dict | None) -> tuple[list[dict], li
                            if not _same_input(a["inputs"].get(key), b["inputs"].get(key))})
             keys += [opt for opt in ("ignore_changes", "protect") if a.get(opt) != b.get(opt)]
             if keys:
-                changed.append((b, keys))
+                marks = [m for m in (_placeholder_marker(base, a), _placeholder_marker(head, b)) if m]
+                changed.append((b, [f"{k} [secret]" if any(m(a["inputs"].get(k)) or m(b["inputs"].get(k))
+                                                           for m in marks) else k for k in keys]))
     return added, removed, changed
+
+
+def _placeholder_marker(doc: dict | None, resource: dict):
+    """A test for 'this input holds a secret's placeholder' on a side with unread secrets (stacks/secret_values.py):
+    the change of such an input is the secret's, whose value neither side shows ([secret], as Pulumi prints it)."""
+    if not (doc or {}).get("unchecked_secrets"):
+        return None
+    from stacks.secret_values import CANDIDATES
+
+    tokens = [re.escape(c) for c in CANDIDATES if isinstance(c, str)]
+    tokens += [rf"(?<![\d.]){c}(\.0+)?(?![\d.])" for c in CANDIDATES
+               if isinstance(c, int) and not isinstance(c, bool) and c >= 100]
+    pattern = re.compile("|".join(tokens))
+    return lambda value: value is not None and bool(pattern.search(json.dumps(value, default=str)))
 
 
 # Every money column the preview's cost table shows is diffed (the on-demand fallback ceiling included).

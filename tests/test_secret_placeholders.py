@@ -106,6 +106,7 @@ def test_cost_diff_never_reports_a_secret_as_removed_or_changed(project, capsys,
         (total,) = [line for line in out.splitlines() if line.startswith("| **total**")]
         assert total.count("not compared: secret") == 2  # budget and headroom
         assert f"−${budget:,.0f}" not in out and "—" not in total
+        assert "limitAmount [secret]" in out  # the budget's amount changed into a secret: its value is not shown
     else:
         assert f"${budget:,.0f}" in out  # the budget is read and shown as it is
 
