@@ -3,7 +3,10 @@ monthly cost, base vs working tree, with an Infracost-style headline (gpuloan/co
 
 Exit 0 when the diff was made (a base whose config fails validation is reported, not an error), 2 when the
 working tree's config of a stack fails validation or the diff cannot be made (unknown ref, not a git repo),
-3 when the fixed monthly cost of all stacks rises above `--fail-above` (a required check fails on it).
+3 when the fixed monthly cost of all stacks rises above `--fail-above` (a required check fails on it), 4 when there
+is no price file at all (no `--prices`, no $GPULOAN_PRICE_FILE, no committed gpuloan-prices.json, no cache): the
+diff is still printed, opening with a warning that no cost was compared, and the check fails so that nobody
+mistakes "unknown" for "no change" (docs/gitops.md). Both sides are priced with the working tree's price file.
 With `--format markdown` and nothing changed (no resource, no money figure), nothing is printed on stdout (the
 workflow then leaves the PR comment alone) and stderr says so.
 """
@@ -18,6 +21,25 @@ from gpuloan.cmd_validate import EXIT_INVALID
 from stacks import catalog
 
 EXIT_ABOVE_THRESHOLD = 3
+EXIT_NO_PRICES = 4
+NO_PRICES = ("No price file: no cost was compared. This repository commits no gpuloan-prices.json beside Pulumi.yaml "
+             "(and no --prices / GPULOAN_PRICE_FILE was given), so every money figure below is unknown, not "
+             "unchanged. Run `gpuloan prices refresh -s STACK` with AWS credentials and commit gpuloan-prices.json, "
+             "or let the scheduled price-refresh workflow open that pull request (docs/prices.md).")
+
+
+def no_prices_banner(fmt: str, text: str) -> str:
+    """The rendered diff with the no-price warning where a reader sees it first."""
+    if fmt == "markdown":
+        first, _, rest = text.partition("\n")  # the marker line stays first: the workflow finds its comment by it
+        return f"{first}\n> [!WARNING]\n> **{NO_PRICES}**\n\n{rest}"
+    if fmt == "json":
+        import json
+
+        doc = json.loads(text)
+        doc["no_price_file"] = NO_PRICES
+        return json.dumps(doc, indent=2, sort_keys=True) + "\n"
+    return f"WARNING: {NO_PRICES}\n\n{text}"
 
 
 def register(sub) -> None:
@@ -54,10 +76,12 @@ def run(args) -> int:
         return EXIT_INVALID
     # Replace/roll warnings of the change, where the rollout module supplies them (one line each).
     warnings = [w for d in diffs for w in getattr(d, "warnings", None) or []]
-    if fmt == "markdown" and not cost_comment.changed(diffs):
+    no_prices = catalog.book().origin is None
+    if fmt == "markdown" and not cost_comment.changed(diffs) and not no_prices:
         print("no resource and no cost changed: nothing to comment", file=sys.stderr)
     else:
-        sys.stdout.write(cost_comment.RENDERERS[fmt](diffs, args.base, warnings))
+        text = cost_comment.RENDERERS[fmt](diffs, args.base, warnings)
+        sys.stdout.write(no_prices_banner(fmt, text) if no_prices else text)
     invalid = [d.stack for d in diffs if d.head_invalid]
     if invalid:
         print(f"the working tree's config of {', '.join(invalid)} does not validate", file=sys.stderr)
@@ -67,4 +91,7 @@ def run(args) -> int:
         if why:
             print(f"error: {why}", file=sys.stderr)
             return EXIT_ABOVE_THRESHOLD
+    if no_prices:
+        print(f"error: {NO_PRICES}", file=sys.stderr)
+        return EXIT_NO_PRICES
     return 0

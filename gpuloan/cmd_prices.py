@@ -1,4 +1,6 @@
-"""`gpuloan prices refresh -s STACK`: read the stack's GPU prices from AWS into the cache;
+"""`gpuloan prices refresh -s STACK`: read the stack's GPU prices from AWS into the project's price file
+(gpuloan-prices.json beside Pulumi.yaml, committed like a lockfile; `--output PATH` elsewhere, `--cache` the
+per-user cache instead);
 `gpuloan prices show -s STACK`: the prices in force for the stack and where they come from, and for each pool with
 spot the per-GPU figures EC2's price-capacity-optimized strategy spreads its launches by (stacks/spot_spread.py).
 
@@ -18,13 +20,21 @@ EXIT_BAD_INPUT = 2
 
 
 def register(sub) -> None:
-    p = sub.add_parser("prices", help="read GPU prices from AWS into the local cache, or show the prices in force")
+    p = sub.add_parser("prices", help="read GPU prices from AWS into the project's price file, or show the prices "
+                                      "in force")
     verbs = p.add_subparsers(dest="verb", required=True, metavar="VERB")
-    r = verbs.add_parser("refresh", help="read the stack's prices from AWS (your credentials) into the cache")
+    r = verbs.add_parser("refresh", help=f"read the stack's prices from AWS (your credentials) into "
+                                         f"{pricebook.PROJECT_PRICE_FILE} beside Pulumi.yaml (commit it)")
     stack_arg.add(r)
     r.add_argument("--instance-type", action="append", default=[], metavar="TYPE",
                    help="also read this type (repeatable), e.g. one the config does not use yet")
     r.add_argument("--profile", help="AWS profile (default: the usual AWS credential chain)")
+    where = r.add_mutually_exclusive_group()
+    where.add_argument("--output", metavar="PATH", default=None,
+                       help=f"write this price file (default: {pricebook.PROJECT_PRICE_FILE} beside the project's "
+                            "Pulumi.yaml; other regions already in it are kept)")
+    where.add_argument("--cache", action="store_true",
+                       help="write the per-user cache (~/.cache/gpuloan) instead of a project file")
     r.set_defaults(func=run_refresh)
     s = verbs.add_parser("show", help="the prices in force for the stack's instance types, with source and date")
     stack_arg.add(s)
@@ -169,7 +179,10 @@ def run_refresh(args, clients=None) -> int:
     body.platform.update(platform)
     # A platform gap leaves that preview row unknown; the GPU prices are still worth caching.
     result.notes += platform_gaps
-    written = pricebook.write_cache(result.book)
+    if getattr(args, "cache", False):
+        written = pricebook.write_cache(result.book)
+    else:
+        written = [pricebook.write_project_file(result.book, output_path(args, path))]
     catalog.reset()
     for t, p in sorted(body.prices.items()):
         spot = f"${p.spot_usd_per_hour:,.4f}/h spot" if p.spot_usd_per_hour is not None else "no spot price"
@@ -181,8 +194,22 @@ def run_refresh(args, clients=None) -> int:
         print(f"error: {problem}", file=sys.stderr)
     for key, rate in sorted(body.platform.items()):
         print(f"{key:<22} ${rate.usd_per_unit:g}/{rate.unit} ({rate.source}, {rate.as_of})")
-    print(f"cached {len(body.prices)} price(s) and {len(body.platform)} platform rate(s) for {region}, read {body.read_at}, in {', '.join(map(str, written))}")
+    print(f"wrote {len(body.prices)} price(s) and {len(body.platform)} platform rate(s) for {region}, read "
+          f"{body.read_at}, in {', '.join(map(str, written))}")
+    if not getattr(args, "cache", False):
+        print(f"commit it (git add {written[0].name}): previews, cost diffs and CI read it from there",
+              file=sys.stderr)
     return EXIT_PARTIAL if result.problems else 0
+
+
+def output_path(args, stack_file) -> "Path":
+    """--output, else the project's price file beside Pulumi.yaml (the stack file's folder outside a project)."""
+    from pathlib import Path
+
+    if getattr(args, "output", None):
+        return Path(args.output)
+    root = pricebook.project_root(stack_file.parent) or stack_file.parent
+    return root / pricebook.PROJECT_PRICE_FILE
 
 
 def run_show(args) -> int:

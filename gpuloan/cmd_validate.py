@@ -48,16 +48,25 @@ def load_config(stack_or_file: str, config_json: str | None = None) -> tuple[str
 def run(args) -> int:
     try:
         price_args.apply(args)
-        stack, cfg = load_config(stack_arg.resolve(args), getattr(args, "config_json", None))
+        stack, doc, source = stack_document(stack_arg.resolve(args), getattr(args, "config_json", None))
+        cfg = config.from_stack_yaml(doc, source)
     except (stackfile.StackFileError, catalog.PriceSourceError, stack_arg.NoStackError, ConfigJsonError) as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_INVALID
     except config.ConfigError as err:
         print(err, file=sys.stderr)
         return EXIT_INVALID
+    from stacks import secret_values
+
+    _, unchecked = config.with_secret_placeholders(doc.get("config") or {}, source)
     gpus = sum((p.guaranteed.nodes if p.guaranteed else 0) for p in cfg.pools)
-    print(f"{stack}: valid ({len(cfg.pools)} pool(s), {gpus} guaranteed node(s), "
-          f"budget ${cfg.budget.monthly_usd:,.0f}/month, region {cfg.region})")
+    budget = ("budget secret" if any(secret_values.budget_secret(p) is None for p in unchecked)
+              else f"budget ${cfg.budget.monthly_usd:,.0f}/month")
+    print(f"{stack}: valid ({len(cfg.pools)} pool(s), {gpus} guaranteed node(s), {budget}, region {cfg.region})"
+          + (" except the secrets below" if unchecked else ""))
+    for path in unchecked:
+        print(f"  not checked: {path}: a Pulumi secret (`secure:`), opaque offline; everything else was validated "
+              f"with a placeholder in its place; {config.CONFIG_JSON_HINT}")
     for advisory in spot_spread.advisories(cfg):
         print(f"warning: {advisory}", file=sys.stderr)
     return 0

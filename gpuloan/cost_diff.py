@@ -107,17 +107,26 @@ def stacks_in(root: Path) -> list[str]:
     return sorted(p.name[len("Pulumi."):-len(".yaml")] for p in root.glob("Pulumi.*.yaml"))
 
 
-def _price_env(price_file: Path | str | None) -> dict[str, str]:
+def head_price_file(head: Path, price_file: Path | str | None = None) -> Path | None:
+    """The one price file both sides are priced with, so a cost diff shows the change and not a price update:
+    `--prices`, else $GPULOAN_PRICE_FILE, else the working tree's committed gpuloan-prices.json (the head's, never
+    the base's); None: no price file (the per-user cache, if any, or no prices at all)."""
+    from stacks.pricebook import ENV_PRICE_FILE, project_price_file
+
+    chosen = price_file or os.environ.get(ENV_PRICE_FILE) or project_price_file(head)
+    return Path(chosen).resolve() if chosen else None
+
+
+def _price_env(price_file: Path | None) -> dict[str, str]:
     """The price source for both sides, as an absolute path: each side runs in its own directory (the base in a
-    temporary worktree), where `--price-file` or a relative $GPULOAN_PRICE_FILE (the Makefile's
-    `../shared/data/prices`) would otherwise name nothing, or another file."""
-    from stacks.pricebook import ENV_PRICE_FILE
+    temporary worktree), where a relative path (the Makefile's `../shared/data/prices`) would name nothing, or
+    another file. The base's own gpuloan-prices.json is never read (ENV_PROJECT_PRICES)."""
+    from stacks.pricebook import ENV_PRICE_FILE, ENV_PROJECT_PRICES
 
-    chosen = price_file or os.environ.get(ENV_PRICE_FILE)
-    return {ENV_PRICE_FILE: str(Path(chosen).resolve())} if chosen else {}
+    return {ENV_PROJECT_PRICES: "0", **({ENV_PRICE_FILE: str(price_file)} if price_file else {})}
 
 
-def preview_side(root: Path, stack: str, price_file: Path | str | None = None) -> Side:
+def preview_side(root: Path, stack: str, price_file: Path | None = None) -> Side:
     """Run that tree's own `gpuloan preview STACK --json` (its code first on sys.path)."""
     if not (root / f"Pulumi.{stack}.yaml").is_file():
         return Side(missing=True)
@@ -173,8 +182,24 @@ def diff_resources(base: dict | None, head: dict | None) -> tuple[list[dict], li
                            if not _same_input(a["inputs"].get(key), b["inputs"].get(key))})
             keys += [opt for opt in ("ignore_changes", "protect") if a.get(opt) != b.get(opt)]
             if keys:
-                changed.append((b, keys))
+                marks = [m for m in (_placeholder_marker(base, a), _placeholder_marker(head, b)) if m]
+                changed.append((b, [f"{k} [secret]" if any(m(a["inputs"].get(k)) or m(b["inputs"].get(k))
+                                                           for m in marks) else k for k in keys]))
     return added, removed, changed
+
+
+def _placeholder_marker(doc: dict | None, resource: dict):
+    """A test for 'this input holds a secret's placeholder' on a side with unread secrets (stacks/secret_values.py):
+    the change of such an input is the secret's, whose value neither side shows ([secret], as Pulumi prints it)."""
+    if not (doc or {}).get("unchecked_secrets"):
+        return None
+    from stacks.secret_values import CANDIDATES
+
+    tokens = [re.escape(c) for c in CANDIDATES if isinstance(c, str)]
+    tokens += [rf"(?<![\d.]){c}(\.0+)?(?![\d.])" for c in CANDIDATES
+               if isinstance(c, int) and not isinstance(c, bool) and c >= 100]
+    pattern = re.compile("|".join(tokens))
+    return lambda value: value is not None and bool(pattern.search(json.dumps(value, default=str)))
 
 
 # Every money column the preview's cost table shows is diffed (the on-demand fallback ceiling included).
@@ -182,6 +207,9 @@ COST_FIELDS = ("guaranteed_monthly_usd", "elastic_max_monthly_usd", "fallback_ma
                "headroom_monthly_usd")
 # A cost whose price the price source lacks (the preview's null): shown as such, never as $0 (docs/prices.md).
 UNKNOWN = "unknown"
+# A figure a Pulumi secret feeds on either side (the preview's `cost.secret_figures`): never compared, never shown
+# as a change (gpuloan/preview.py hides the placeholder's value).
+SECRET = "not compared: secret"
 
 
 def _cost(value: float | None) -> float | str:
@@ -225,6 +253,24 @@ def _total_figures(cost: dict) -> dict[str, float | str | None]:
     }
 
 
+def _secret_fields(doc: dict | None, row: str) -> set[str]:
+    """The cost-table fields of `row` (a pool or "total") a secret feeds on this side."""
+    fields = set(((doc or {}).get("cost", {}).get("secret_figures") or {}).get(row, ()))
+    if "budget_monthly_usd" in fields or "budget_headroom_monthly_usd" in fields:
+        fields |= {"budget_monthly_usd", "headroom_monthly_usd"}  # the headroom is budget minus floor
+    if "guaranteed_monthly_usd" in fields:
+        fields.add("headroom_monthly_usd")
+    return fields & set(COST_FIELDS)
+
+
+def _mark_secrets(row: str, sides: list[dict | None], docs: list[dict | None]) -> None:
+    """A field a secret feeds on either side is SECRET on both: a value not read is never compared."""
+    hidden = _secret_fields(docs[0], row) | _secret_fields(docs[1], row)
+    for figures in sides:
+        if figures is not None:
+            figures.update({f: SECRET for f in hidden})
+
+
 def diff_costs(base: dict | None, head: dict | None) -> tuple[list[dict], dict]:
     """Rows {pool, base: figures|None, head: figures|None} in head order (removed pools last), and totals."""
     old = {p["pool"]: p for p in (base or {}).get("cost", {}).get("pools", [])}
@@ -234,6 +280,9 @@ def diff_costs(base: dict | None, head: dict | None) -> tuple[list[dict], dict]:
              "head": _pool_figures(new[n]) if n in new else None} for n in names]
     totals = {"base": _total_figures(base["cost"]) if base else None,
               "head": _total_figures(head["cost"]) if head else None}
+    for row in rows:
+        _mark_secrets(row["pool"], [row["base"], row["head"]], [base, head])
+    _mark_secrets("total", [totals["base"], totals["head"]], [base, head])
     return rows, totals
 
 
@@ -263,6 +312,7 @@ def cost_diff(repo: Path, base_ref: str, stacks: list[str] | None = None, parall
               price_file: Path | str | None = None) -> list[StackDiff]:
     root = repo_root(repo)
     commit = resolve_ref(root, base_ref)
+    price_file = head_price_file(repo, price_file)
     with worktree(root, commit) as base_root:
         names = stacks or sorted(set(stacks_in(base_root)) | set(stacks_in(root)))
         if not names:
@@ -288,6 +338,8 @@ def _delta(value: float) -> str:
 
 
 def money_cell(base: float | None, head: float | None, base_known: bool = True) -> str:
+    if SECRET in (base, head):
+        return SECRET
     if not base_known:
         return _usd(head)
     if base is None and head is None:
@@ -318,6 +370,10 @@ def cost_rows(d: StackDiff) -> list[list[str]]:
 
 def _side_notes(d: StackDiff) -> list[str]:
     notes = []
+    secrets = sorted({p for side in (d.base, d.head) if side.ok for p in side.doc.get("unchecked_secrets") or []})
+    if secrets:
+        notes.append("not compared: secret (Pulumi `secure:` values, opaque offline; previewed with placeholders, "
+                     "figures they feed not shown): " + ", ".join(secrets))
     for name, side in (("base", d.base), ("head", d.head)):
         if side.missing:
             notes.append(f"{name}: no Pulumi.{d.stack}.yaml" + (" (new stack)" if name == "base" else " (stack removed)"))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +26,14 @@ def validated_config(stack_config: dict[str, Any], source: str) -> config_mod.Gp
 
 
 def preview_document(stack: str, stack_config: dict[str, Any], program: Path | None = None) -> dict[str, Any]:
-    """The `gpuloan preview --json` document. Raises ConfigError before running the program when config is bad."""
-    cfg = validated_config(stack_config, f"Pulumi.{stack}.yaml")
+    """The `gpuloan preview --json` document. Raises ConfigError before running the program when config is bad.
+
+    A Pulumi secret (`secure:`) is opaque offline: the program runs with a placeholder its field accepts
+    (stacks/secret_values.py), the paths are listed under `unchecked_secrets`, and the figures that depend on one
+    are null with the reason under `cost.secret_figures` (never the placeholder's value)."""
+    source = f"Pulumi.{stack}.yaml"
+    cfg = validated_config(stack_config, source)
+    stack_config, unchecked = config_mod.with_secret_placeholders(stack_config, source)
     recording = offline.run_program(stack, stack_config, program)
     # Registration order follows the async resolution of outputs and varies run to run; URN order does not.
     resources = sorted((r.to_json() for r in recording.resources), key=lambda r: r["urn"])
@@ -43,12 +50,46 @@ def preview_document(stack: str, stack_config: dict[str, Any], program: Path | N
     cost["budget_headroom_monthly_usd"] = None if floor is None else round(cost["budget_monthly_usd"] - floor - known, 2)
     cost["budget_headroom_is_upper_bound"] = bool(unknown)
     cost["spot_spread"] = spread_document(cfg)
+    hide_secret_figures(cost, unchecked)
     return round_money({
         "stack": stack,
         "resources": resources,
         "outputs": recording.outputs,
         "cost": cost,
+        "unchecked_secrets": unchecked,
     })
+
+
+SECRET = "secret"  # what a figure derived from a Pulumi secret shows instead of the placeholder's value
+
+
+def hide_secret_figures(cost: dict[str, Any], unchecked: list[str]) -> None:
+    """Null every figure a secret feeds (a budget, or a pool's costs) and say which in `cost.secret_figures`
+    (pool name or "total" -> fields), so no output shows a placeholder as if it were the stack's value."""
+    from stacks import secret_values
+
+    hidden: dict[str, list[str]] = {}
+    budget_fields = ["budget_monthly_usd", "budget_headroom_monthly_usd"]
+    money_fields = ["guaranteed_monthly_usd", "elastic_max_monthly_usd", "fallback_max_monthly_usd",
+                    "fixed_monthly_usd", "budget_headroom_monthly_usd"]
+    for path in unchecked:
+        which = secret_values.budget_secret(path)
+        if which is None:
+            hidden.setdefault("total", []).extend(budget_fields)
+        elif which is not False and which < len(cost["pools"]):
+            hidden.setdefault(cost["pools"][which]["pool"], []).append("budget_monthly_usd")
+        elif secret_values.touches_money(path):
+            pools = [cost["pools"][int(m)]["pool"] for m in re.findall(r"^pools\[(\d+)\]", path)
+                     if int(m) < len(cost["pools"])] or [p["pool"] for p in cost["pools"]]
+            for name in pools:
+                hidden.setdefault(name, []).extend(money_fields[:3])
+            hidden.setdefault("total", []).extend(money_fields)
+    for p in cost["pools"]:
+        for f in hidden.get(p["pool"], []):
+            p[f] = None
+    for f in hidden.get("total", []):
+        cost[f] = None
+    cost["secret_figures"] = {k: sorted(set(v)) for k, v in hidden.items()}
 
 
 def spread_document(cfg: config_mod.GpuLoanConfig) -> dict[str, Any]:
@@ -123,16 +164,22 @@ def render(doc: dict[str, Any], console, summary: bool = False) -> None:
                          ("pool", "team", "guaranteed\n(fixed)", "elastic max\n(spot)", "fallback max\n(on-demand)",
                           "budget"), left=("pool", "team"))
     money = lambda v: "unknown" if v is None else f"${v:,.0f}"  # noqa: E731
+    secret = cost.get("secret_figures") or {}
     for p in cost["pools"]:
         g = (f"{p['guaranteed_nodes']}× {p['guaranteed_instance_type']} {money(p['guaranteed_monthly_usd'])} "
              f"({p['guaranteed_price_model']})" if p["guaranteed_nodes"] else "—")
         e = (f"0–{p['elastic_max_nodes']} nodes {money(p['elastic_max_monthly_usd'])}" if p["elastic_max_nodes"] else "—")
         f = (f"0–{p['fallback_max_nodes']} nodes {money(p['fallback_max_monthly_usd'])}" if p["fallback_max_nodes"] else "—")
-        budget = "—" if p["budget_monthly_usd"] is None else money(p["budget_monthly_usd"])  # no pool budget
+        budget = ("—" if p["budget_monthly_usd"] is None else money(p["budget_monthly_usd"])) \
+            if "budget_monthly_usd" not in secret.get(p["pool"], ()) else SECRET  # no pool budget, or a secret one
         table.add_row(p["pool"], p["team"], g, e, f, budget)
     table.add_row("[bold]total[/]", "", money(cost["guaranteed_monthly_usd"]), money(cost["elastic_max_monthly_usd"]),
-                  money(cost["fallback_max_monthly_usd"]), money(cost["budget_monthly_usd"]))
+                  money(cost["fallback_max_monthly_usd"]),
+                  SECRET if "budget_monthly_usd" in secret.get("total", ()) else money(cost["budget_monthly_usd"]))
     console.print(table)
+    for path in doc.get("unchecked_secrets") or []:
+        console.print(f"  [yellow]not checked[/] {path}: a Pulumi secret (`secure:`), opaque offline: previewed with "
+                      "a placeholder, the figures it feeds are not shown", soft_wrap=True)
     render_platform(cost, console)
     for p in cost["pools"]:
         notes = "; ".join(n for n in (p["guaranteed_note"], p["elastic_note"]) if n)
@@ -180,6 +227,9 @@ def render_platform(cost: dict[str, Any], console) -> None:
     console.print(table)
     fixed, headroom = cost.get("fixed_monthly_usd"), cost.get("budget_headroom_monthly_usd")
     bound = "at most " if cost.get("budget_headroom_is_upper_bound") else ""
+    if "budget_headroom_monthly_usd" in (cost.get("secret_figures") or {}).get("total", ()):
+        headroom, bound = None, ""
+        money = lambda v, m=money: SECRET if v is None else m(v)  # noqa: E731
     console.print(f"  fixed monthly (floor + platform): {money(fixed)}"
                   + (" + unknown platform items" if cost["platform_unknown"] else "")
                   + f"; budget headroom: {bound}{money(headroom)}")

@@ -1,4 +1,5 @@
-"""The `--price-file` option every command that shows money takes (same meaning as $GPULOAN_PRICE_FILE)."""
+"""The `--prices` option (also spelt `--price-file`) every command that shows money takes (same meaning as
+$GPULOAN_PRICE_FILE; without either, the project's gpuloan-prices.json beside Pulumi.yaml)."""
 
 from __future__ import annotations
 
@@ -7,9 +8,10 @@ from stacks import catalog, pricebook
 
 def add(parser) -> None:
     parser.add_argument(
-        "--price-file", metavar="PATH", default=None,
+        "--prices", "--price-file", dest="price_file", metavar="PATH", default=None,
         help=f"read prices from this file (gpuloan price JSON, the public aws_gpu_prices.csv, or a folder holding "
-             f"it) instead of ${pricebook.ENV_PRICE_FILE} or the cache; see docs/prices.md")
+             f"it) instead of ${pricebook.ENV_PRICE_FILE} or the project's {pricebook.PROJECT_PRICE_FILE}; see "
+             "docs/prices.md")
 
 
 def apply(args) -> None:

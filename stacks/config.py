@@ -967,13 +967,29 @@ CONFIG_JSON_HINT = ("validate the decrypted values with `pulumi config --show-se
 
 def secure_paths(value: Any, path: str = "") -> list[str]:
     """Paths of Pulumi secrets (`{secure: <ciphertext>}`) in a stack file's values: gpuloan cannot decrypt them."""
-    if isinstance(value, dict):
-        if set(value) == {"secure"} and isinstance(value["secure"], str):
-            return [path or "(root)"]
-        return [p for k, v in value.items() for p in secure_paths(v, f"{path}.{k}" if path else str(k))]
-    if isinstance(value, list):
-        return [p for i, v in enumerate(value) for p in secure_paths(v, f"{path}[{i}]")]
+    from stacks import secret_values
+
+    return secret_values.secure_paths(value, path)
+
+
+def _problems_of(data: dict[str, Any], source: str) -> list[tuple[str, str]]:
+    try:
+        parse(data, source)
+    except ConfigError as err:
+        return err.problems
     return []
+
+
+def with_secret_placeholders(config: dict[str, Any], source: str) -> tuple[dict[str, Any], list[str]]:
+    """A stack file's `config:` map with each `secure:` gpuloan value replaced by a placeholder its field accepts
+    (stacks/secret_values.py), and the paths replaced: not checked offline. A secret no placeholder fits stays."""
+    from stacks import secret_values
+
+    data = {k.split(":", 1)[1]: v for k, v in config.items() if isinstance(k, str) and k.startswith("gpuloan:")}
+    if not secret_values.secure_paths(data):
+        return config, []
+    data, replaced, _ = secret_values.substitute(data, lambda d: _problems_of(d, source))
+    return {**config, **{f"{NAMESPACE}:{k}": v for k, v in data.items()}}, replaced
 
 
 def _esc_environments(doc: dict[str, Any]) -> list[str]:
@@ -994,6 +1010,9 @@ def from_stack_yaml(doc: dict[str, Any], source: str) -> GpuLoanConfig:
     config = (doc or {}).get("config") or {}
     if not isinstance(config, dict):
         raise ConfigError([("config", "must be a mapping of 'namespace:key' to values")], source)
+    # A secret gets a placeholder its field accepts, so everything else is validated (the caller lists the
+    # replaced paths as not checked: with_secret_placeholders); one no placeholder fits is reported below.
+    config, _ = with_secret_placeholders(config, source)
     data = {k.split(":", 1)[1]: v for k, v in config.items() if isinstance(k, str) and k.startswith("gpuloan:")}
     problems = namespace_problems(config)
     aws_region = config.get("aws:region")

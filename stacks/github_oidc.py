@@ -1,7 +1,9 @@
 """GitHub Actions OIDC: the identity provider and the two roles CI assumes (no stored AWS keys anywhere).
 
 - preview role: exactly the read actions a refresh of the declared resource types calls (stacks/iam_permissions.py),
-  assumable only by `pull_request` workflow runs of the configured repository. `pulumi preview` refreshes with it.
+  assumable only by `pull_request` workflow runs of the configured repository (`pulumi preview` refreshes with it)
+  and by jobs of the `gpuloan-prices` environment (PRICES_ENVIRONMENT: the scheduled price refresh,
+  .github/workflows/prices.yml, reads AWS prices with it and opens a pull request with gpuloan-prices.json).
 - deploy role: reads the same and changes only this environment's resources (by name, IAM path or the environment
   tag, per service; roles it creates must carry the environment's permissions boundary, stacks/role_guard.py),
   assumable only by runs on `refs/heads/main` of that repository,
@@ -52,6 +54,11 @@ OWN_TYPES = (
 OIDC_PROVIDER = "aws:iam/openIdConnectProvider:OpenIdConnectProvider"
 
 
+# The GitHub environment of the scheduled price refresh (.github/workflows/prices.yml): its jobs' tokens carry
+# `environment:<name>` as subject, and its deployment-branch rule keeps it to main (docs/gitops.md).
+PRICES_ENVIRONMENT = "gpuloan-prices"
+
+
 def trust_subjects(cfg: GpuLoanConfig) -> dict[str, list[str]]:
     """The exact `sub` claims each role accepts (pure: tests and docs use it)."""
     gh = cfg.github
@@ -59,7 +66,8 @@ def trust_subjects(cfg: GpuLoanConfig) -> dict[str, list[str]]:
     repo = gh.repository
     deploy = ([f"repo:{repo}:environment:{gh.deploy_environment}"] if gh.deploy_environment
               else [f"repo:{repo}:ref:{DEPLOY_REF}"])
-    return {"preview": [f"repo:{repo}:pull_request"], "deploy": deploy}
+    return {"preview": [f"repo:{repo}:pull_request", f"repo:{repo}:environment:{PRICES_ENVIRONMENT}"],
+            "deploy": deploy}
 
 
 def trust_policy(provider_arn: str, subjects: list[str]) -> str:

@@ -1,9 +1,12 @@
 """Prices as gpuloan holds them: a price book per region, its file format, the cache, and where it comes from.
 
 A price book is read from one of (first that applies):
-1. a price file named on the command line (`--price-file PATH`),
+1. a price file named on the command line (`--prices PATH`, also spelt `--price-file`),
 2. the `GPULOAN_PRICE_FILE` environment variable,
-3. the cache that `gpuloan prices refresh -s STACK` fills from AWS (one file per region,
+3. the project's price file, `gpuloan-prices.json` beside `Pulumi.yaml` (found by walking up from the current
+   folder, as the Pulumi CLI finds its project): what `gpuloan prices refresh -s STACK` writes, committed like a
+   lockfile so that everyone and CI price a change with the same, versioned prices,
+4. the per-user cache an older `gpuloan prices refresh --cache` filled (one file per region,
    `$XDG_CACHE_HOME/gpuloan/prices-<region>.json`, default `~/.cache/gpuloan`).
 With none of them there is no price at all: callers show costs as unknown and say how to get prices. Nothing here
 ever invents a price.
@@ -39,11 +42,16 @@ from stacks.instance_types import InstanceType
 
 FORMAT = "gpuloan-prices/1"
 ENV_PRICE_FILE = "GPULOAN_PRICE_FILE"
+PROJECT_PRICE_FILE = "gpuloan-prices.json"  # beside Pulumi.yaml, committed
+PULUMI_PROJECT_FILES = ("Pulumi.yaml", "Pulumi.yml")
+# Set (to "0") by cost-diff for the base side: it must be priced by the head's file, never by its own.
+ENV_PROJECT_PRICES = "GPULOAN_PROJECT_PRICES"
 PUBLIC_PRICES_CSV = "aws_gpu_prices.csv"
 PUBLIC_COMMITMENTS_CSV = "aws_gpu_commitment_prices.csv"
 STALE_AFTER_DAYS = 30  # AWS changes GPU prices a few times a year; spot moves daily
-FIX = ("run `gpuloan prices refresh -s STACK` (reads AWS prices with your credentials) or point "
-       f"{ENV_PRICE_FILE} / --price-file at a price file; see docs/prices.md")
+FIX = ("run `gpuloan prices refresh -s STACK` (reads AWS prices with your credentials into "
+       f"{PROJECT_PRICE_FILE} beside Pulumi.yaml; commit it) or point --prices / {ENV_PRICE_FILE} at a price "
+       "file; see docs/prices.md")
 
 _SKYPILOT = "skypilot-org/"
 
@@ -250,7 +258,8 @@ class PriceBook:
             return f"prices: unknown ({why}); {FIX}"
         line = f"prices: {r.source}, as of {r.read_at[:10]} ({self.origin})"
         age = _age_days(r.read_at, today or dt.date.today())
-        if age is not None and age > STALE_AFTER_DAYS and self.origin.startswith("cache"):
+        if age is not None and age > STALE_AFTER_DAYS and (self.origin.startswith("cache")
+                                                           or self.origin.endswith(PROJECT_PRICE_FILE)):
             line += f"; {age} days old: run `gpuloan prices refresh -s STACK`"
         return line
 
@@ -429,8 +438,45 @@ def load_cache(environ: dict[str, str] | None = None) -> PriceBook | None:
     return book
 
 
-def resolve(explicit: Path | None = None, environ: dict[str, str] | None = None) -> PriceBook:
-    """The price book in force: --price-file, else $GPULOAN_PRICE_FILE, else the cache, else an empty book."""
+def project_root(start: Path | None = None) -> Path | None:
+    """The folder holding Pulumi.yaml at or above `start` (default: the current folder), as the Pulumi CLI finds
+    its project; None outside a project."""
+    here = (start or Path.cwd()).resolve()
+    for folder in (here, *here.parents):
+        if any((folder / name).is_file() for name in PULUMI_PROJECT_FILES):
+            return folder
+    return None
+
+
+def project_price_file(start: Path | None = None) -> Path | None:
+    """The project's committed price file (PROJECT_PRICE_FILE beside Pulumi.yaml), if there is one."""
+    root = project_root(start)
+    path = root / PROJECT_PRICE_FILE if root else None
+    return path if path and path.is_file() else None
+
+
+def write_project_file(book: PriceBook, path: Path, today: dt.datetime | None = None) -> Path:
+    """Write `book` into the project price file at `path`, keeping the regions of the file that `book` does not
+    read again (one file prices every stack of the project). The file records when and how it was written; each
+    region also keeps its own source and read date (what "prices as of ..." shows)."""
+    merged = PriceBook(origin=None)
+    if path.is_file():
+        merged.merge(load(path))
+    merged.merge(book)
+    doc = merged.to_json()
+    doc["written_at"] = (today or dt.datetime.now(dt.timezone.utc)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    doc["written_by"] = "gpuloan prices refresh (AWS Price List, EC2 and Savings Plans APIs)"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+    tmp.replace(path)  # atomic: a reader never sees half a file
+    return path
+
+
+def resolve(explicit: Path | None = None, environ: dict[str, str] | None = None,
+            cwd: Path | None = None) -> PriceBook:
+    """The price book in force: --prices, else $GPULOAN_PRICE_FILE, else the project's price file, else the
+    cache, else an empty book (no price source)."""
     env = os.environ if environ is None else environ
     if explicit is not None:
         return load(Path(explicit))
@@ -439,4 +485,8 @@ def resolve(explicit: Path | None = None, environ: dict[str, str] | None = None)
             return load(Path(env[ENV_PRICE_FILE]))
         except PriceSourceError as err:
             raise PriceSourceError(f"{ENV_PRICE_FILE}: {err}") from None
+    if env.get(ENV_PROJECT_PRICES) != "0":
+        committed = project_price_file(cwd)
+        if committed is not None:
+            return load(committed)
     return load_cache(env) or PriceBook(origin=None)

@@ -24,6 +24,16 @@ def _commands(block: str) -> list[str]:
             for line in block.splitlines() if line.strip() and not line.lstrip().startswith("#")]
 
 
+PRICE_EXPORT = re.compile(r"^export GPULOAN_PRICE_FILE=(\S+)", flags=re.M)
+
+
+def page_price_file(name: str) -> str | None:
+    """The `export GPULOAN_PRICE_FILE=...` a page shows at its top (in a bash block): its commands run with it."""
+    path = REPO / name if name == "README.md" else REPO / "docs" / name
+    found = [m for block in _bash_blocks(path) for m in PRICE_EXPORT.findall(block)]
+    return found[0] if found else None
+
+
 def _gpuloan_examples() -> list[tuple[str, str]]:
     found = []
     for path in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]:
@@ -62,7 +72,7 @@ EXAMPLES = _gpuloan_examples()
 
 def _example(doc: str, cmd: str):
     """An example that reads the public data beside the project (../shared/data) skips where that is absent."""
-    args = [a.split("=", 1)[-1] for a in shlex.split(cmd.split(NEEDS_AWS_MARK)[0])]
+    args = [a.split("=", 1)[-1] for a in shlex.split(cmd.split(NEEDS_AWS_MARK)[0])] + [page_price_file(doc) or ""]
     # Checked where the tests look for the data (GPULOAN_SHARED_DATA), so hiding it skips these as a clone without it.
     missing = [a for a in args if a.startswith("../shared/data")
                and not (SHARED_DATA / a.removeprefix("../shared/data").lstrip("/")).exists()]
@@ -86,7 +96,12 @@ def test_documented_gpuloan_command_runs(doc, cmd):
         for flag in [a for a in argv[2:] if a.startswith("--")]:
             assert flag.split("=")[0] in result.stdout, f"{flag} is not an option of `gpuloan {argv[1]}`"
         return
-    result = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=600)
+    # As written from a fresh clone: no price variable but the one the page exports (conftest sets one for the
+    # suite), no project price file (this repository commits none: its prices are ../shared's, not AWS's).
+    env = {k: v for k, v in os.environ.items() if k != "GPULOAN_PRICE_FILE"}
+    if page_price_file(doc):
+        env["GPULOAN_PRICE_FILE"] = page_price_file(doc)
+    result = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=600, env=env)
     assert result.returncode == 0, f"{doc}: `{cmd}` failed:\n{result.stdout[-1500:]}\n{result.stderr[-1500:]}"
 
 

@@ -35,12 +35,13 @@ def _trust(role):
     return stmt
 
 
-def test_prod_preview_role_trusts_only_pull_requests_of_the_repository(recorded):
+def test_prod_preview_role_trusts_only_pull_requests_and_the_price_refresh_of_the_repository(recorded):
     rec = recorded("prod")
     stmt = _trust(_role(rec, "preview"))
     assert stmt["Action"] == "sts:AssumeRoleWithWebIdentity"
     assert stmt["Principal"]["Federated"] == rec.outputs["github_oidc_provider_arn"]
-    assert stmt["Condition"] == {"StringEquals": {AUD: "sts.amazonaws.com", SUB: f"repo:{REPO_NAME}:pull_request"}}
+    assert stmt["Condition"] == {"StringEquals": {AUD: "sts.amazonaws.com", SUB: [
+        f"repo:{REPO_NAME}:pull_request", f"repo:{REPO_NAME}:environment:gpuloan-prices"]}}
     assert "StringLike" not in stmt["Condition"]  # no wildcard subjects
 
 
@@ -150,7 +151,7 @@ def test_trust_subjects_are_exact():
     data = {k.split(":", 1)[1]: v for k, v in stack_config("prod").items() if k.startswith("gpuloan:")}
     cfg = config_mod.parse(data)
     assert github_oidc.trust_subjects(cfg) == {
-        "preview": ["repo:example-org/ml-infra:pull_request"],
+        "preview": ["repo:example-org/ml-infra:pull_request", "repo:example-org/ml-infra:environment:gpuloan-prices"],
         "deploy": ["repo:example-org/ml-infra:environment:prod"],
     }
 

@@ -54,7 +54,7 @@ def test_every_zizmor_suppression_says_why():
     assert found == 0  # anything new needs a reason and a look
 
 
-@pytest.mark.parametrize("name", ["preview.yml", "deploy.yml"])
+@pytest.mark.parametrize("name", ["preview.yml", "deploy.yml", "prices.yml"])
 def test_every_action_is_pinned_to_a_commit_with_its_version_noted(name):
     text = (WORKFLOWS / name).read_text()
     uses = re.findall(r"uses:\s*(\S+)(.*)", text)
@@ -64,7 +64,7 @@ def test_every_action_is_pinned_to_a_commit_with_its_version_noted(name):
         assert re.search(r"#\s*v\d+\.\d+\.\d+", rest), f"{ref} has no version comment"
 
 
-@pytest.mark.parametrize("name", ["preview.yml", "deploy.yml"])
+@pytest.mark.parametrize("name", ["preview.yml", "deploy.yml", "prices.yml"])
 def test_no_expression_is_expanded_inside_a_shell_script(name):
     # Template injection: values reach scripts through env:, never as ${{ }} pasted into the script text.
     for job in load(name)["jobs"].values():
@@ -202,3 +202,37 @@ def test_ci_runner_follows_a_changed_config(tmp_path):
     config["gpuloan:github"].update(runner_labels=["gpu-larger-runner"])
     path.write_text(yaml.safe_dump({"config": config}))
     assert _ci_runner(str(path)) == {"dev": ["gpu-larger-runner"]}
+
+
+def test_the_scheduled_price_refresh_opens_a_pull_request_through_the_preview_roles():
+    """Issue 25: prices are a committed input; a schedule refreshes them as a pull request, reading AWS only through
+    OIDC into each stack's read-only preview role, which trusts exactly this job's environment."""
+    from gpuloan import cmd_prices  # noqa: F401  (the command the job runs)
+    from stacks import github_oidc, pricebook
+
+    doc = load("prices.yml")
+    assert set(doc["on"]) == {"schedule", "workflow_dispatch"} and doc["permissions"] == {}
+    (job,) = doc["jobs"].values()
+    assert job["environment"] == github_oidc.PRICES_ENVIRONMENT
+    assert job["permissions"] == {"contents": "write", "pull-requests": "write", "id-token": "write"}
+    assert all(s["with"]["persist-credentials"] is False for s in steps_using(job, "actions/checkout"))
+    creds = steps_using(job, "aws-actions/configure-aws-credentials")
+    stacks = sorted(p.name[len("Pulumi."):-len(".yaml")] for p in REPO.glob("Pulumi.*.yaml"))
+    assert [c["with"]["role-to-assume"] for c in creds] == [
+        f"${{{{ vars.GPULOAN_PREVIEW_ROLE_ARN_{s.upper()} }}}}" for s in stacks]
+    assert not any({"aws-access-key-id", "aws-secret-access-key"} & set(c["with"]) for c in creds)  # OIDC only
+    runs = [s.get("run", "") for s in job["steps"]]
+    assert [r for r in runs if r.startswith(".venv/bin/gpuloan prices refresh")] == [
+        f".venv/bin/gpuloan prices refresh -s {s}" for s in stacks]
+    script = runs[-1]
+    assert f"file={pricebook.PROJECT_PRICE_FILE}" in script and "gh pr create" in script
+    cfg = config_mod_parse_prod()
+    assert f"repo:{cfg.github.repository}:environment:{github_oidc.PRICES_ENVIRONMENT}" in \
+        github_oidc.trust_subjects(cfg)["preview"]
+
+
+def config_mod_parse_prod():
+    from stacks import config as config_mod
+
+    return config_mod.parse({k.split(":", 1)[1]: v for k, v in stack_config("prod").items()
+                             if k.startswith("gpuloan:")})

@@ -27,7 +27,7 @@ def previews():
 def test_preview_json_has_the_documented_shape(previews, stack):
     rc, doc, err = previews[stack]
     assert rc == 0, err
-    assert set(doc) == {"stack", "resources", "outputs", "cost"}
+    assert set(doc) == {"stack", "resources", "outputs", "cost", "unchecked_secrets"}
     assert {"platform", "fixed_monthly_usd", "budget_headroom_monthly_usd", "fallback_max_monthly_usd"} <= set(doc["cost"])
     assert doc["stack"] == stack
     assert doc["resources"], "the program declared no resources"

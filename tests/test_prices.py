@@ -387,7 +387,8 @@ def test_spot_history_median_over_the_pools_zones(aws_env):
     assert aws_prices.SpotHistoryReader(ec2).quote("g6.xlarge", ["us-east-1z"], NOW) is None
 
 
-def test_refresh_caches_prices_and_says_which_type_the_region_lacks(aws_env, tmp_path, monkeypatch):
+def test_refresh_writes_the_project_price_file_and_says_which_type_the_region_lacks(aws_env, tmp_path,
+                                                                                     monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     ec2 = boto3.client("ec2", region_name="us-east-1")  # the moto server: offerings, spot history
     pricing = _client("pricing")
@@ -402,8 +403,11 @@ def test_refresh_caches_prices_and_says_which_type_the_region_lacks(aws_env, tmp
                                                                  "0.1000000000")]}, system_types=["m7i.large"])
         rc = cmd_prices.run_refresh(SimpleNamespace(stack_option=str(stack), instance_type=[], profile=None),
                                     clients=(pricing, ec2, None))
-    assert rc == cmd_prices.EXIT_PARTIAL  # two types could not be priced; the third is cached
-    cached = pricebook.load_cache()
+    assert rc == cmd_prices.EXIT_PARTIAL  # two types could not be priced; the third is written
+    assert pricebook.load_cache() is None  # the project's file, not the per-user cache
+    written = tmp_path / pricebook.PROJECT_PRICE_FILE  # beside the stack file (no Pulumi.yaml above tmp_path)
+    assert "written_at" in json.loads(written.read_text())
+    cached = pricebook.load(written)
     g6 = cached.price("g6.xlarge", "us-east-1")
     assert g6.ondemand_usd_per_hour == pytest.approx(0.8048) and g6.spot_basis == "observed-median"
     assert "not offered in us-east-1" in cached.why_missing("p9.huge", "us-east-1")
