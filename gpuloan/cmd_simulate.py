@@ -9,7 +9,7 @@ import json
 import sys
 from dataclasses import replace
 
-from gpuloan import price_args, stack_arg
+from gpuloan import price_args, sim_args, stack_arg
 from stacks import catalog
 
 EXIT_BAD_INPUT = 2
@@ -28,8 +28,6 @@ def register(sub) -> None:
                    help="size the pool from the trace: floor at the 25th percentile of demand (0 nodes when demand is "
                         "below one node a quarter of the time), elastic max at the peak")
     p.add_argument("--sweep-floor", action="store_true", help="run our policy with floors from 0 to the peak")
-    p.add_argument("--seed", type=int, default=1, help="seed of spot interruptions and shortages (default 1, as in "
-                   "docs/benchmarks.md)")
     p.add_argument("--seeds", type=int, default=1, metavar="N",
                    help="run seeds SEED .. SEED+N-1 (the same events for every policy in each) and report the mean "
                         "and spread per policy, with a verdict saying when a difference is within the noise")
@@ -40,35 +38,13 @@ def register(sub) -> None:
                    help="add two rows that are not product settings: our policy reading a node idle from the minute "
                         "its last pod ends (instant idle signal), with and without the nodes release-on-cost keeps "
                         "(docs/benchmarks.md, \"What-if\")")
-    p.add_argument("--provisioning-delay", type=int, default=None, metavar="MINUTES")
-    p.add_argument("--checkpoint-interval", type=int, default=None, metavar="MINUTES")
-    p.add_argument("--metric-delay", type=int, default=None, metavar="MINUTES",
-                   help="minutes before a CloudWatch datapoint can be read (default 2, docs/simulator.md); "
-                        "0 reads this very minute")
-    p.add_argument("--spot-episodes-per-week", type=float, default=None)
-    p.add_argument("--placement", choices=("least_allocated", "most_allocated"), default=None,
-                   help="which node a pod goes to among those that fit: least_allocated (the default, what "
-                        "kube-scheduler's default profile on EKS does) or most_allocated (a bin-packing scheduler)")
+    sim_args.add(p)
     price_args.add(p)
     p.set_defaults(func=run)
 
 
 def _settings(args):
-    from sim.engine import SimSettings
-
-    s = SimSettings(seed=args.seed)
-    for opt, field in (("provisioning_delay", "provisioning_delay_minutes"),
-                       ("checkpoint_interval", "checkpoint_interval_minutes"),
-                       ("metric_delay", "metric_delay_minutes"),
-                       ("spot_episodes_per_week", "spot_unavailable_episodes_per_week")):
-        value = getattr(args, opt)
-        if value is not None:
-            if value < 0:
-                raise ValueError(f"--{opt.replace('_', '-')} must be >= 0")
-            s = replace(s, **{field: value})
-    if args.placement:
-        s = replace(s, placement=args.placement)
-    return s
+    return sim_args.settings(args)
 
 
 def run(args) -> int:

@@ -176,7 +176,11 @@ def render_platform(cost: dict[str, Any], console) -> None:
         table.add_row(r["item"], f"{r['quantity']:,.6g} {r['unit']}", rate, money(r["monthly_usd"]),
                       r["price_model"].replace("_", " "))
     known = cost["platform_known_monthly_usd"]
-    table.add_row("[bold]total[/]", "", "", money(known) + (" + unknown" if cost["platform_unknown"] else ""), "")
+    if len(cost["platform_unknown"]) >= len(rows):  # nothing priced: "$0.00 + unknown" would read as a figure
+        total = "unknown"
+    else:
+        total = money(known) + (" + unknown" if cost["platform_unknown"] else "")
+    table.add_row("[bold]total[/]", "", "", total, "")
     console.print(table)
     fixed, headroom = cost.get("fixed_monthly_usd"), cost.get("budget_headroom_monthly_usd")
     bound = "at most " if cost.get("budget_headroom_is_upper_bound") else ""

@@ -12,8 +12,22 @@ class StackFileError(Exception):
     """The stack file is missing or is not valid YAML; the message says which and where."""
 
 
+PROJECT_FILES = ("Pulumi.yaml", "Pulumi.yml")
+
+
+def project_dir(start: Path | None = None) -> Path:
+    """The project a command works on, found as the Pulumi CLI finds it: the nearest directory at or above `start`
+    (the working directory) that holds Pulumi.yaml; `start` itself when none does (the error then names it)."""
+    start = (start or Path.cwd()).resolve()
+    for d in (start, *start.parents):
+        if any((d / name).is_file() for name in PROJECT_FILES):
+            return d
+    return start
+
+
 def resolve(stack_or_file: str, cwd: Path | None = None) -> tuple[str, Path]:
-    """'dev' -> ('dev', ./Pulumi.dev.yaml); 'path/Pulumi.prod.yaml' -> ('prod', that path)."""
+    """'dev' -> ('dev', <project>/Pulumi.dev.yaml, the project found from `cwd` as `project_dir` does);
+    'path/Pulumi.prod.yaml' -> ('prod', that path, relative to `cwd`)."""
     cwd = cwd or Path.cwd()
     candidate = Path(stack_or_file)
     if candidate.suffix in (".yaml", ".yml") or candidate.is_file():
@@ -21,7 +35,7 @@ def resolve(stack_or_file: str, cwd: Path | None = None) -> tuple[str, Path]:
         name = path.name
         stack = name[len("Pulumi."):].rsplit(".", 1)[0] if name.startswith("Pulumi.") else path.stem
     else:
-        stack, path = stack_or_file, cwd / f"Pulumi.{stack_or_file}.yaml"
+        stack, path = stack_or_file, project_dir(cwd) / f"Pulumi.{stack_or_file}.yaml"
     if not path.is_file():
         available = sorted(p.name[len("Pulumi."):-len(".yaml")] for p in path.parent.glob("Pulumi.*.yaml"))
         hint = f" (stacks here: {', '.join(available)})" if available else ""

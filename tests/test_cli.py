@@ -139,3 +139,99 @@ def test_plot_html_is_written_after_the_table_and_named(tmp_path):
     assert f"wrote the plot to {out}" in result.stderr and "gpuloan" in result.stdout
     page = out.read_text()
     assert page.startswith("<!doctype html>") and "<svg" in page and "<script" not in page
+
+
+# --- the project from a subdirectory, -C/--cwd ---------------------------------------------------------------
+
+
+def test_a_subdirectory_of_the_project_finds_its_stacks_as_pulumi_does():
+    result = _run(["validate", "-s", "dev"], cwd=REPO / "docs")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("dev: valid")
+    listed = _run(["validate"], cwd=REPO / "docs")  # no stack: the error lists the project's stacks, not docs/'s
+    assert listed.returncode == 2 and "dev, prod" in listed.stderr
+
+
+def test_cwd_option_runs_as_if_started_there(tmp_path):
+    result = _run(["-C", str(REPO / "docs" / "workloads"), "validate", "-s", "prod"], cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("prod: valid")
+    missing = _run(["--cwd", str(tmp_path / "nowhere"), "validate", "-s", "dev"], cwd=tmp_path)
+    assert missing.returncode == 2 and "--cwd" in missing.stderr and "No such file" in missing.stderr
+
+
+def test_outside_any_project_the_error_names_the_working_directory(tmp_path):
+    result = _run(["validate", "-s", "dev"], cwd=tmp_path)
+    assert result.returncode == 2 and f"no stack file {tmp_path.resolve()}/Pulumi.dev.yaml" in result.stderr
+
+
+# --- one family of options -----------------------------------------------------------------------------------
+
+
+def _subparsers():
+    import argparse
+
+    parser = cli.build_parser()
+    action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return parser, action.choices
+
+
+def test_every_option_of_every_command_says_what_it_does():
+    parser, commands = _subparsers()
+    missing = [f"{name} {'/'.join(a.option_strings) or a.dest}"
+               for name, sub in [("gpuloan", parser), *commands.items()] for a in sub._actions
+               if not (a.help or "").strip() and a.dest != "command" and not a.option_strings == []]
+    assert missing == []
+
+
+def test_advise_and_simulate_share_stack_seed_and_simulation_options():
+    _, commands = _subparsers()
+    advise = commands["advise"].parse_args([])  # -s is not required: $PULUMI_STACK / the selected stack, as elsewhere
+    simulate = commands["simulate"].parse_args(["--trace", "t.csv"])
+    shared = ("stack_option", "seed", "provisioning_delay", "checkpoint_interval", "metric_delay",
+              "spot_episodes_per_week", "placement", "price_file")
+    assert {k: getattr(advise, k) for k in shared} == {k: getattr(simulate, k) for k in shared}
+    helps = {name: {a.dest: a.help for a in commands[name]._actions} for name in ("advise", "simulate")}
+    assert {k: helps["advise"][k] for k in shared} == {k: helps["simulate"][k] for k in shared}
+
+
+def test_placement_help_names_the_stacks_own_default_not_least_allocated_alone():
+    _, commands = _subparsers()
+    text = next(a.help for a in commands["simulate"]._actions if a.dest == "placement")
+    assert "bin_packing" in text and "least_allocated (the default" not in text
+
+
+# --- the platform table --------------------------------------------------------------------------------------
+
+
+def _platform_text(unknown_items: int) -> str:
+    import io
+
+    from gpuloan import preview, tables
+
+    rows = [{"item": f"item {i}", "quantity": 1, "unit": "month", "usd_per_unit": None if i < unknown_items else 2.0,
+             "monthly_usd": None if i < unknown_items else 2.0, "price_model": "on_demand"} for i in range(3)]
+    cost = {"platform": rows, "platform_known_monthly_usd": 2.0 * (3 - unknown_items),
+            "platform_unknown": [r["item"] for r in rows if r["monthly_usd"] is None], "fixed_monthly_usd": 10.0,
+            "budget_headroom_monthly_usd": 90.0, "budget_headroom_is_upper_bound": unknown_items > 0}
+    buf = io.StringIO()
+    preview.render_platform(cost, tables.console(file=buf))
+    return next(line for line in buf.getvalue().splitlines() if line.startswith("total"))
+
+
+def test_platform_total_says_unknown_when_nothing_is_priced():
+    assert _platform_text(3).split() == ["total", "unknown"]
+    assert _platform_text(1).split() == ["total", "$4.00", "+", "unknown"]
+    assert _platform_text(0).split() == ["total", "$6.00"]
+
+
+@requires_shared_prices
+def test_advise_names_its_plot_on_stderr_like_simulate(tmp_path, monkeypatch, capsys):
+    series = tmp_path / "demand.csv"
+    series.write_text("minute,gpus_demanded\n" + "".join(f"{m},{16 if m % 1440 < 720 else 8}\n" for m in range(1440)))
+    png = tmp_path / "advice.png"
+    monkeypatch.chdir(REPO)
+    assert cli.main(["advise", "-s", "prod", "--pool", "training", "--series", str(series), "--plot", str(png)]) == 0
+    captured = capsys.readouterr()
+    assert f"wrote the plot to {png}" in captured.err and str(png) not in captured.out
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
