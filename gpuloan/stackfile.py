@@ -72,10 +72,7 @@ def loads(text: str, name: str = "stack file") -> dict[str, Any]:
         except RecursionError:
             raise StackFileError(f"{name}: nested too deeply (more than {MAX_DEPTH} levels)") from None
         except yaml.YAMLError as err:
-            mark = getattr(err, "problem_mark", None)
-            where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-            problem = getattr(err, "problem", None) or str(err)
-            raise StackFileError(f"{name}: invalid YAML{where}: {problem}") from None
+            raise StackFileError(_syntax_error(err, text, name)) from None
         if node is None:
             raise StackFileError(f"{name}: the file is empty; it needs a 'config:' map")
         _check_size(node, name)
@@ -89,6 +86,27 @@ def loads(text: str, name: str = "stack file") -> dict[str, Any]:
     if not isinstance(doc, dict):
         raise StackFileError(f"{name}: the top level must be a mapping with a 'config:' key")
     return doc
+
+
+def _syntax_error(err: yaml.YAMLError, text: str, name: str) -> str:
+    """'Pulumi.dev.yaml:3:9: <problem>', then the offending line and a caret under the column, as Helm prints a
+    template's YAML error: the parser's own words name the problem, the line shows where."""
+    mark = getattr(err, "problem_mark", None)
+    problem = getattr(err, "problem", None) or str(err)
+    context = getattr(err, "context", None)
+    if context and getattr(err, "context_mark", None) is not None:
+        problem = f"{problem} ({context} at line {err.context_mark.line + 1})"
+    if mark is None:
+        return f"{name}: invalid YAML: {problem}"
+    lines = text.splitlines()
+    shown = lines[mark.line] if mark.line < len(lines) else ""
+    pointer = "".join("\t" if c == "\t" else " " for c in shown[:mark.column]) + "^"
+    where = f"{name}:{mark.line + 1}:{mark.column + 1}: invalid YAML: {problem}\n"
+    context_mark = getattr(err, "context_mark", None)
+    if context_mark is not None and context_mark.line < mark.line and context_mark.line < len(lines):
+        # e.g. an unclosed quote or bracket: the line that opened it is the one to fix
+        where += f"  {context_mark.line + 1:>4} | {lines[context_mark.line]}\n"
+    return where + f"  {mark.line + 1:>4} | {shown}\n       | {pointer}"
 
 
 def _children(node: yaml.Node) -> list[yaml.Node]:

@@ -235,3 +235,29 @@ def test_advise_names_its_plot_on_stderr_like_simulate(tmp_path, monkeypatch, ca
     captured = capsys.readouterr()
     assert f"wrote the plot to {png}" in captured.err and str(png) not in captured.out
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+# --- YAML syntax errors --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("text, where, line, caret_col", [
+    ("config:\n  gpuloan:region: us-east-1\n  gpuloan:pools: [a, b\n  gpuloan:x: 1\n", ":4:12:", "  gpuloan:x: 1", 11),
+    ("config:\n  a: b: c\n", ":2:7:", "  a: b: c", 6),
+])
+def test_yaml_syntax_error_shows_file_line_column_and_the_line_with_a_caret(tmp_path, text, where, line, caret_col):
+    bad = tmp_path / "Pulumi.broken.yaml"
+    bad.write_text(text)
+    result = _run(["validate", "-s", str(bad)])
+    assert result.returncode == 2
+    err = result.stderr.splitlines()
+    assert err[0].startswith(f"error: Pulumi.broken.yaml{where} invalid YAML: ")
+    shown = next(i for i, s in enumerate(err) if s.endswith(f"| {line}"))
+    caret = err[shown + 1]
+    assert caret.endswith("^") and caret.index("^") - caret.index("|") - 2 == caret_col
+
+
+def test_yaml_unclosed_quote_shows_the_line_that_opened_it(tmp_path):
+    bad = tmp_path / "Pulumi.broken.yaml"
+    bad.write_text('config:\n  gpuloan:region: "us-east-1\n')
+    result = _run(["validate", "-s", str(bad)])
+    assert result.returncode == 2 and '   2 |   gpuloan:region: "us-east-1' in result.stderr
