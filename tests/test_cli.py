@@ -261,3 +261,16 @@ def test_yaml_unclosed_quote_shows_the_line_that_opened_it(tmp_path):
     bad.write_text('config:\n  gpuloan:region: "us-east-1\n')
     result = _run(["validate", "-s", str(bad)])
     assert result.returncode == 2 and '   2 |   gpuloan:region: "us-east-1' in result.stderr
+
+
+# --- make bench-config ---------------------------------------------------------------------------------------
+
+
+def test_bench_config_measures_a_valid_hundred_pool_config_with_a_large_kueue_cohort():
+    from scripts.bench_config import hundred_pools
+    from stacks import config, scheduling
+
+    cfg = config.parse(hundred_pools())  # raises ConfigError (the Kueue 64-flavor rule) on an invalid config
+    assert len(cfg.pools) == 100 and cfg.scheduling.kueue.enabled
+    widest = max(len(scheduling.pool_queue(cfg, p).flavors) for p in cfg.pools)
+    assert 40 < widest <= scheduling.MAX_FLAVORS_PER_GROUP  # borrowing across teams is still in the measurement
