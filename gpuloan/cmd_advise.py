@@ -143,20 +143,20 @@ def _prefixed(path: str, pool: str) -> str:
 
 
 def render(doc: dict) -> None:
-    from rich.console import Console
-    from rich.table import Table
+    from gpuloan import tables
 
-    console = Console(width=max(140, Console().width))
+    console = tables.console()
     payments = list(doc["rates"])
     t = doc["target"]
     title = (f"pool {doc['pool']}: monthly cost vs floor size ({doc['floor_instance_type']}, {doc['gpus_per_node']} "
              f"GPUs/node) on {doc['demand']}; target p95 wait <= {t['p95_wait_minutes']:g} min, unmet <= "
              f"{t['unmet_pct']:g} %, production interruptions <= {t['production_interruptions_per_month']:g}/month "
              f"(production share {100 * doc['production_share']:.0f} %)")
-    table = Table(title=title)
-    for c in ["floor nodes", "elastic $/mo", *[f"{p} $/mo" for p in payments], "p95 wait min", "unmet %",
-              "prod. interruptions/mo", "meets"]:
-        table.add_column(c, justify="right")
+    paid = [f"{p}\n$/mo" for p in payments]
+    cols = ["floor\nnodes", "elastic\n$/mo", *paid, "p95 wait\nmin", "unmet\n%", "prod. int.\n/mo", "meets"]
+    # On a narrow terminal the service columns a reader checks against the target stay, the elastic share goes
+    # first, then the payments from the last (the recommended one is named in the summary line below).
+    table = tables.table(title, cols, drop=("elastic\n$/mo", "prod. int.\n/mo", *reversed(paid[1:]), "unmet\n%"))
     rec = doc["recommendation"] or {}
     for pt in doc["points"]:
         cells = [str(pt["floor_nodes"]), f"{pt['elastic_monthly_usd']:,.0f}"]
@@ -168,11 +168,12 @@ def render(doc: dict) -> None:
         cells += ["-" if pt["p95_wait_minutes"] is None else f"{pt['p95_wait_minutes']:g}", f"{pt['unmet_pct']:.2f}",
                   f"{pt['production_interruptions_per_month']:.1f}", "yes" if pt["meets_target"] else "no"]
         table.add_row(*cells)
-    console.print(table)
-    console.print(f"[bold]{doc['summary']}[/]", soft_wrap=True)
+    tables.print_table(console, table)
+    # Prose wraps between words at the terminal's width (a figure is one word, so it stays whole).
+    console.print(f"[bold]{doc['summary']}[/]")
     for p, words in doc["break_even"].items():
-        console.print(f"  {words}", soft_wrap=True)
+        console.print(f"  {words}")
     for p, r in doc["rates"].items():
-        console.print(f"  [dim]{p}: ${r['usd_per_hour']:,.4f}/h — {r['source']}[/]", soft_wrap=True)
+        console.print(f"  [dim]{p}: ${r['usd_per_hour']:,.4f}/h — {r['source']}[/]")
     for p, why in doc["no_rate"].items():
-        console.print(f"  [yellow]{p}: not priced[/] — {why}", soft_wrap=True)
+        console.print(f"  [yellow]{p}: not priced[/] — {why}")

@@ -146,10 +146,14 @@ def _table(doc: dict) -> None:
              f"{p['capacity']} up to {max(p['spot_max_nodes'], p['on_demand_max_nodes'])} x "
              f"{p['spot_type'] or p['on_demand_type']}; oracle ${doc['oracle_cost_usd']:,.0f}")
     jobs = doc["policies"][0].get("p95_wait_minutes") is not None
+    wait = "wait min\np50/p95/p99"
     cols = ["policy", "total\n$", "guaranteed\n$", "spot\n$", "on-demand\n$", "cost/\noracle", "GPU-h\nserved"]
-    cols += ["wait min\np50/p95/p99"] if jobs else []
+    cols += [wait] if jobs else []
     cols += ["unmet\nGPU-h", "interrup-\ntions", "lost\nGPU-h"]
-    table = tables.table(title, cols, whole=("policy",))
+    # On a narrow terminal the breakdowns go first; the total, cost/oracle and the waits stay longest.
+    table = tables.table(title, cols, whole=("policy",), drop=(
+        "lost\nGPU-h", "GPU-h\nserved", "guaranteed\n$", "on-demand\n$", "spot\n$", "interrup-\ntions",
+        "unmet\nGPU-h", wait, "cost/\noracle"))
     for r in doc["policies"]:
         name = r["name"] if r["floor_nodes"] == p["floor_nodes"] else f"{r['name']} (floor {r['floor_nodes']})"
         row = [name, f"{r['total_cost_usd']:,.0f}", f"{r['guaranteed_cost_usd']:,.0f}",
@@ -157,7 +161,7 @@ def _table(doc: dict) -> None:
                f"{r['cost_over_oracle']:.2f}" if r["cost_over_oracle"] is not None else "-",
                f"{r['gpu_hours_served']:,.0f}"]
         if jobs:
-            row.append(f"{r['p50_wait_minutes']:g} / {r['p95_wait_minutes']:g} / {r['p99_wait_minutes']:g}")
+            row.append(f"{r['p50_wait_minutes']:g}/{r['p95_wait_minutes']:g}/{r['p99_wait_minutes']:g}")
         row += [f"{r['unmet_gpu_hours']:,.1f}", str(r["interruptions"]), f"{r['lost_gpu_hours']:,.1f}"]
         table.add_row(*row)
     console = tables.console()
@@ -165,7 +169,7 @@ def _table(doc: dict) -> None:
     if big:
         console.print(f"[yellow]warning: {big} job(s) need more GPUs than the pool can ever hold; use --auto-size "
                       "or a larger pool[/yellow]")
-    console.print(table)
+    tables.print_table(console, table)
     dom = doc["dominated_by"]
     console.print(f"gpuloan is dominated (cheaper and shorter waits) by: {', '.join(dom)}" if dom
                   else "no baseline is both cheaper and faster than gpuloan")
@@ -200,12 +204,12 @@ def _sweep(args, spec, trace, settings) -> int:
 
     table = tables.table(f"floor sweep: {trace.name} on pool {spec.name} (our policy)",
                          ("floor nodes", "floor GPUs", "total $", "cost/oracle", "p95 wait min", "unmet GPU-h",
-                          "interruptions"), left=("floor nodes",))
+                          "interruptions"), left=("floor nodes",))  # figures never split; columns drop instead
     for r in rows:
         table.add_row(str(r["floor_nodes"]), str(r["floor_gpus"]), f"{r['total_cost_usd']:,.0f}",
                       f"{r['cost_over_oracle']:.2f}", str(r["p95_wait_minutes"]), f"{r['unmet_gpu_hours']:,.1f}",
                       str(r["interruptions"]))
-    tables.console().print(table)
+    tables.print_table(tables.console(), table)
     print(catalog.price_source(spec.region))
     if args.plot:  # after the table, as for the comparison
         _plot_sweep(args, doc, spec, trace, settings, horizon)
@@ -229,19 +233,20 @@ def _plot_sweep(args, doc, spec, trace, settings, horizon) -> None:
 
 
 def _seeds_table(doc: dict) -> None:
-    from rich.console import Console
-    from rich.table import Table
+    from gpuloan import tables
 
     p = doc["pool"]
     seeds = doc["seeds"]
-    table = Table(title=f"{doc['trace']} on pool {p['name']} (floor {p['floor_nodes']}), seeds {seeds[0]}-{seeds[-1]}: "
-                        f"mean ± sd; oracle ${doc['oracle_cost_usd']:,.0f}")
+    title = (f"{doc['trace']} on pool {p['name']} (floor {p['floor_nodes']}), seeds {seeds[0]}-{seeds[-1]}: "
+             f"mean ± sd; oracle ${doc['oracle_cost_usd']:,.0f}")
     jobs = doc["summary"][0].get("p95_wait_minutes") is not None
-    cols = ["policy", "total $", "cost/oracle", "elastic cost/oracle"]
-    cols += ["wait p50 min", "wait p95 min"] if jobs else []
-    cols += ["unmet GPU-h", "interruptions", "node launches"]
-    for c in cols:
-        table.add_column(c, justify="left" if c == "policy" else "right")
+    cols = ["policy", "total $\nmean ± sd", "cost/\noracle", "elastic\ncost/oracle"]
+    cols += ["wait p50\nmin", "wait p95\nmin"] if jobs else []
+    cols += ["unmet\nGPU-h", "interrup-\ntions", "node\nlaunches"]
+    # "1,103 ± 12" wraps at its spaces only (figure and spread stay whole); the least read columns go first.
+    table = tables.table(title, cols, whole=("policy",), words=cols[1:], drop=(
+        "node\nlaunches", "interrup-\ntions", "elastic\ncost/oracle", "wait p50\nmin", "unmet\nGPU-h",
+        "wait p95\nmin", "cost/\noracle"))
 
     def pm(r, key, fmt):
         if r[key] is None:
@@ -256,8 +261,8 @@ def _seeds_table(doc: dict) -> None:
             row += [pm(r, "p50_wait_minutes", ".1f"), pm(r, "p95_wait_minutes", ".1f")]
         row += [pm(r, "unmet_gpu_hours", ",.1f"), pm(r, "interruptions", ".1f"), pm(r, "node_launches", ".0f")]
         table.add_row(*row)
-    console = Console(width=max(160, Console().width))
-    console.print(table)
+    console = tables.console()
+    tables.print_table(console, table)
     for v in doc["verdicts"]:
         console.print(f"{v['ours']} vs {v['baseline']}: {v['verdict']} (cost {v['cost_diff_pct']:+.1f} % "
                       f"± ${v['cost_noise_usd'] or 0:,.0f}, {v['service_metric']} {v['service_diff']:+.2f} "

@@ -121,7 +121,8 @@ def render(doc: dict[str, Any], console, summary: bool = False) -> None:
     cost = doc["cost"]
     table = tables.table(f"Estimated monthly cost ({cost['region']}, 730 h/month)",
                          ("pool", "team", "guaranteed\n(fixed)", "elastic max\n(spot)", "fallback max\n(on-demand)",
-                          "budget"), left=("pool", "team"))
+                          "budget"), left=("pool", "team"),
+                         words=("guaranteed\n(fixed)", "elastic max\n(spot)", "fallback max\n(on-demand)"))
     money = lambda v: "unknown" if v is None else f"${v:,.0f}"  # noqa: E731
     for p in cost["pools"]:
         g = (f"{p['guaranteed_nodes']}× {p['guaranteed_instance_type']} {money(p['guaranteed_monthly_usd'])} "
@@ -132,7 +133,7 @@ def render(doc: dict[str, Any], console, summary: bool = False) -> None:
         table.add_row(p["pool"], p["team"], g, e, f, budget)
     table.add_row("[bold]total[/]", "", money(cost["guaranteed_monthly_usd"]), money(cost["elastic_max_monthly_usd"]),
                   money(cost["fallback_max_monthly_usd"]), money(cost["budget_monthly_usd"]))
-    console.print(table)
+    tables.print_table(console, table)
     render_platform(cost, console)
     for p in cost["pools"]:
         notes = "; ".join(n for n in (p["guaranteed_note"], p["elastic_note"]) if n)
@@ -170,7 +171,7 @@ def render_platform(cost: dict[str, Any], console) -> None:
         return
     money = lambda v: "unknown" if v is None else f"${v:,.2f}"  # noqa: E731
     table = tables.table("Platform (monthly)", ("item", "quantity", "rate", "monthly", "price model"),
-                         left=("item", "price model"))
+                         left=("item", "price model"), words=("quantity",), drop=("price model", "rate", "quantity"))
     for r in rows:
         rate = "unknown" if r["usd_per_unit"] is None else f"${r['usd_per_unit']:g}/{r['unit']}"
         table.add_row(r["item"], f"{r['quantity']:,.6g} {r['unit']}", rate, money(r["monthly_usd"]),
@@ -181,7 +182,7 @@ def render_platform(cost: dict[str, Any], console) -> None:
     else:
         total = money(known) + (" + unknown" if cost["platform_unknown"] else "")
     table.add_row("[bold]total[/]", "", "", total, "")
-    console.print(table)
+    tables.print_table(console, table)
     fixed, headroom = cost.get("fixed_monthly_usd"), cost.get("budget_headroom_monthly_usd")
     bound = "at most " if cost.get("budget_headroom_is_upper_bound") else ""
     console.print(f"  fixed monthly (floor + platform): {money(fixed)}"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import os
 import subprocess
 import sys
@@ -274,3 +275,87 @@ def test_bench_config_measures_a_valid_hundred_pool_config_with_a_large_kueue_co
     assert len(cfg.pools) == 100 and cfg.scheduling.kueue.enabled
     widest = max(len(scheduling.pool_queue(cfg, p).flavors) for p in cfg.pools)
     assert 40 < widest <= scheduling.MAX_FLAVORS_PER_GROUP  # borrowing across teams is still in the measurement
+
+
+# --- every command's table fits the terminal and keeps its figures whole ---------------------------------------
+
+_NUMBER = re.compile(r"(?<![\w.,/-])\$?\d[\d,.]*")
+
+
+def _split_figures(out: str) -> list[str]:
+    """Figures a table broke: a thousands group that is not three digits ("1,1" above "03"), a trailing separator,
+    a leading zero that is the tail of a folded figure, or rich's ellipsis for a cut cell."""
+    bad = []
+    lines = out.splitlines()
+    for n, line in enumerate(lines):
+        if line.lstrip().startswith(("prices:", "dev: prices:", "prod: prices:")):
+            continue
+        below = lines[n + 1] if n + 1 < len(lines) else ""
+        if "…" in line:
+            bad.append(line)
+        for token in _NUMBER.findall(line):
+            figure = token.lstrip("$")
+            if figure.endswith((",", ".")):
+                end = line.rstrip()
+                # "29," ending a cell's line with digits right below it: the rest of the figure folded there
+                if end.endswith(token) and any(c.isdigit() for c in below[len(end) - len(token):len(end) + 1]):
+                    bad.append(f"{token!r} in {line!r}")
+                figure = figure.rstrip(",.")  # else punctuation after the figure ("± $2, p95")
+            if "," in figure and not re.fullmatch(r"\d{1,3}(,\d{3})+(\.\d+)?", figure):
+                bad.append(f"{token!r} in {line!r}")
+            elif re.fullmatch(r"0\d+", figure):
+                bad.append(f"{token!r} in {line!r}")
+    return bad
+
+
+def _too_wide_at(out: str, width: int) -> list[str]:
+    return [line for line in out.splitlines()
+            if len(line) > width and not line.lstrip().startswith(("prices:", "dev: prices:", "prod: prices:"))]
+
+
+def _cluster05(*extra: str) -> list[str]:
+    return ["simulate", "--trace", str(SHARED_TRACES / "itp" / "cluster05.csv"), "-s", "prod", "--pool", "training",
+            "--auto-size", "--days", "1:2", *extra]
+
+
+TABLE_COMMANDS = {
+    "preview": ["preview", "-s", "prod", "--summary"],
+    "simulate": _cluster05("--what-if"),
+    "simulate --seeds": _cluster05("--seeds", "2"),
+    "simulate --sweep-floor": _cluster05("--sweep-floor"),
+    "advise": ["advise", "-s", "prod", "--pool", "training", "--trace", str(SHARED_TRACES / "itp" / "cluster02.csv"),
+               "--days", "0:0"],
+}
+
+
+@requires_shared_prices
+@requires_shared_traces
+@pytest.mark.parametrize("width", [80, 200])
+@pytest.mark.parametrize("name", list(TABLE_COMMANDS))
+def test_every_commands_table_fits_the_terminal_and_never_splits_a_figure(name, width):
+    result = _run(TABLE_COMMANDS[name], columns=width)
+    assert result.returncode == 0, result.stderr
+    assert _too_wide_at(result.stdout, width) == []
+    assert _split_figures(result.stdout) == []
+    if width == 200:  # a wide terminal shows every column
+        assert "left out to fit the terminal" not in result.stdout
+
+
+@requires_shared_prices
+@requires_shared_traces
+def test_simulate_at_80_columns_shows_each_policys_total_whole_and_names_what_it_left_out():
+    doc = json.loads(_run(_cluster05("--what-if", "--json")).stdout)
+    out = _run(_cluster05("--what-if"), columns=80).stdout
+    for r in doc["policies"]:
+        row = next(line for line in out.splitlines() if line.startswith(r["name"] + " "))
+        assert f" {r['total_cost_usd']:,.0f} " in row
+    assert "left out to fit the terminal: lost GPU-h" in " ".join(out.split())
+
+
+def test_split_figure_detector_sees_a_folded_figure():
+    # the detector the table test relies on, on the output this issue reported
+    assert _split_figures("gpuloan   1,1    0\n           03\n") != []
+    assert _split_figures("gpuloan     29,\n            511\n") != []
+    prose = "gpuloan-defaults vs karpenter: gpuloan-defaults dominated (cost +0.8 % ± $0,\np95_wait_minutes +0.00)\n"
+    assert _split_figures(prose) == []  # prose wrapped after a figure's comma
+    assert _split_figures("gpuloan   1,103    0  0.7/5.7/5.9  $29,511.07\n") == []
