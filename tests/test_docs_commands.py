@@ -106,3 +106,60 @@ def test_readme_cost_table_matches_the_real_preview():
     lines = [line.rstrip() for line in out.splitlines()]
     for row in rows:
         assert row in lines, f"README row is stale (prices or config changed?): {row}"
+
+
+# --- figures and claims quoted in the docs, checked against what the code does -------------------------------
+
+
+def test_make_help_shows_every_documented_line_of_every_target():
+    makefile = (REPO / "Makefile").read_text()
+    documented = [line[3:].split(": ", 1)[-1].strip() if re.match(r"## [a-z-]+: ", line) else line[3:].strip()
+                  for line in makefile.splitlines() if line.startswith("## ")]
+    shown = subprocess.run(["make", "help"], cwd=REPO, capture_output=True, text=True, timeout=60).stdout
+    shown_text = [line.strip() for line in shown.splitlines()]
+    missing = [d for d in documented if not any(s.endswith(d) for s in shown_text)]
+    assert documented and missing == []  # a continuation line ("## about 36 minutes ...") is shown too
+
+
+def test_config_reference_names_what_a_map_holds():
+    from gpuloan.cmd_schema import _type_name
+    from stacks.config import InstancePrice
+
+    assert _type_name(dict[str, InstancePrice]) == "map of string to InstancePrice"
+    assert "| `instance_prices` | map of string to InstancePrice |" in (REPO / "docs" / "config.md").read_text()
+
+
+def test_floor_doc_states_how_many_floor_sizes_advise_tries():
+    from gpuloan import advisor
+
+    text = " ".join((REPO / "docs" / "floor.md").read_text().split())
+    every, most = re.search(r"every size up to (\d+) nodes, a larger peak in even steps of at most (\d+) sizes", text).groups()
+    assert advisor.floor_sizes(int(every)) == list(range(int(every) + 1))
+    assert len(advisor.floor_sizes(int(every) + 1)) < int(every) + 2  # one more node and sizes are skipped
+    assert int(most) == advisor.MAX_POINTS and len(advisor.floor_sizes(1000)) <= int(most) + 1
+
+
+def test_policy_doc_quotes_the_real_zip_size():
+    from stacks.policy_package import build_zip
+
+    quoted = float(re.search(r"zip: ([\d.]+) KiB", (REPO / "docs" / "policy.md").read_text()).group(1))
+    assert quoted == round(len(build_zip()) / 1024, 1)
+
+
+def test_simulator_doc_quotes_the_real_trace_error(tmp_path):
+    text = " ".join((REPO / "docs" / "simulator.md").read_text().split())
+    quoted = re.search(r"`trace\.csv:3: ([^`]+)`", text).group(1)
+    bad = tmp_path / "trace.csv"
+    bad.write_text("submit_s,duration_s,gpus\n0,600,8\nx,600,8\n")
+    result = subprocess.run([str(REPO / ".venv" / "bin" / "gpuloan"), "simulate", "--trace", str(bad), "-s", "dev"],
+                            cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and f"{bad}:3: {quoted}" in result.stderr
+
+
+@requires_shared_prices
+def test_budgets_doc_quotes_the_real_headroom():
+    quoted = re.search(r"`budget headroom: at most (\$[\d,.]+)`", (REPO / "docs" / "budgets.md").read_text()).group(1)
+    env = {**os.environ, "COLUMNS": "200"}
+    out = subprocess.run([str(REPO / ".venv" / "bin" / "gpuloan"), "preview", "-s", "prod", "--summary"], cwd=REPO,
+                         capture_output=True, text=True, timeout=300, env=env).stdout
+    assert f"budget headroom: at most {quoted}" in out
