@@ -163,3 +163,22 @@ def test_budgets_doc_quotes_the_real_headroom():
     out = subprocess.run([str(REPO / ".venv" / "bin" / "gpuloan"), "preview", "-s", "prod", "--summary"], cwd=REPO,
                          capture_output=True, text=True, timeout=300, env=env).stdout
     assert f"budget headroom: at most {quoted}" in out
+
+
+@requires_shared_prices
+@pytest.mark.skipif(os.environ.get("GPULOAN_HYPOTHESIS_PROFILE") != "deep" or not (REPO.parent / "shared" / "data" /
+                    "traces").is_dir(), reason="a week of advise (about a minute): deep profile only")
+def test_floor_doc_hand_check_quotes_the_first_commands_figures():
+    import json
+
+    text = " ".join((REPO / "docs" / "floor.md").read_text().split())
+    elastic = re.search(r"at 2 floor nodes the elastic part costs \$([\d,.]+)/month", text).group(1)
+    rec = re.search(r"a floor of (\d+) nodes paid `(\w+)`, \$([\d,]+)/month", text).groups()
+    cmd = next(c for d, c in EXAMPLES if d == "floor.md" and c.startswith("gpuloan advise") and "--trace" in c)
+    argv = [str(REPO / ".venv" / "bin" / "gpuloan")] + shlex.split(cmd)[1:]
+    argv = [a for a in argv if not a.startswith("--plot") and not a.endswith(".png")] + ["--json"]
+    doc = json.loads(subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=900).stdout)["pools"][0]
+    two = next(p for p in doc["points"] if p["floor_nodes"] == 2)
+    assert f"{two['elastic_monthly_usd']:,.2f}" == elastic
+    r = doc["recommendation"]
+    assert (str(r["floor_nodes"]), r["payment"], f"{r['monthly_usd']:,.0f}") == rec
