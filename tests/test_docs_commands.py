@@ -182,3 +182,33 @@ def test_floor_doc_hand_check_quotes_the_first_commands_figures():
     assert f"{two['elastic_monthly_usd']:,.2f}" == elastic
     r = doc["recommendation"]
     assert (str(r["floor_nodes"]), r["payment"], f"{r['monthly_usd']:,.0f}") == rec
+
+
+# A fenced block right after `<!-- output of: COMMAND -->` is what COMMAND prints at 80 columns: every line of the
+# block must be a line of its output today (the block may leave lines out, never change one).
+OUTPUT_MARK = re.compile(r"<!-- output of: (.+?) -->\n```\w*\n(.*?)```", re.S)
+
+
+def _output_blocks() -> list:
+    found = []
+    for path in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]:
+        for cmd, block in OUTPUT_MARK.findall(path.read_text()):
+            found.append(pytest.param(path.name, cmd, block, id=f"{path.name}:{cmd[:50]}"))
+    return found
+
+
+@requires_shared_prices
+@pytest.mark.parametrize("doc,cmd,block", _output_blocks())
+def test_documented_output_is_what_the_command_prints(doc, cmd, block):
+    argv = shlex.split(cmd)
+    argv[0] = str(REPO / argv[0])
+    env = {**{k: v for k, v in os.environ.items() if k != "COLUMNS"}, "COLUMNS": "80"}
+    out = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=600, env=env).stdout
+    lines = {line.rstrip() for line in out.splitlines()}
+    stale = [row for row in block.splitlines() if row.strip() and row.rstrip() not in lines]
+    assert stale == [], f"{doc}: the output of `{cmd}` changed; regenerate the block"
+
+
+def test_the_readme_cost_table_is_marked_as_command_output():
+    assert any(d == "README.md" and "preview -s prod --summary" in p.values[1] for p in _output_blocks()
+               for d in [p.values[0]])
