@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import replace
 
 from gpuloan import price_args, sim_args, stack_arg
 from stacks import catalog
@@ -43,10 +42,6 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
-def _settings(args):
-    return sim_args.settings(args)
-
-
 def run(args) -> int:
     from gpuloan import stackfile
     from sim import pool as simpool
@@ -75,7 +70,7 @@ def run(args) -> int:
             horizon = default_horizon(trace)
             if args.auto_size:
                 spec = simpool.auto_size(spec, trace, horizon_minutes=horizon)
-        settings = _settings(args)
+        settings = sim_args.settings(args)
         if args.seeds < 1:
             raise ValueError("--seeds must be >= 1")
         if args.seeds > 1 and (args.sweep_floor or args.plot):
