@@ -36,7 +36,8 @@ $(VENV)/.dev: $(VENV)/.runtime requirements-dev.txt
 
 ## help: list the targets with what they do (this list)
 help:
-	@sed -n 's/^## \([a-z-]*\): \(.*\)/\1\t\2/p' $(MAKEFILE_LIST) | awk -F '\t' '{ printf "  %-14s %s\n", $$1, $$2 }'
+	@awk '/^## [a-z-]+: / { sub(/^## /, ""); n = index($$0, ": "); printf "  %-14s %s\n", substr($$0, 1, n - 1), substr($$0, n + 2); next } \
+	     /^## / { sub(/^## /, ""); printf "  %-14s %s\n", "", $$0 }' $(MAKEFILE_LIST)
 
 ## install: the virtual environment with gpuloan and its runtime dependencies (.venv)
 install: $(VENV)/.runtime

@@ -8,9 +8,17 @@ import matplotlib
 matplotlib.use("Agg")  # no display: files only
 
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import StrMethodFormatter  # noqa: E402
 
 
 def plot(doc: dict, path: str) -> None:
+    fig = figure(doc)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def figure(doc: dict):
+    """The figure of `plot`, returned open (the tests read its legend and axis)."""
     points = doc["points"]
     sizes = [p["floor_nodes"] for p in points]
     fig, ax = plt.subplots(figsize=(10, 5.5))
@@ -28,12 +36,16 @@ def plot(doc: dict, path: str) -> None:
         ax.scatter([rec["floor_nodes"]], [rec["monthly_usd"]], s=160, facecolors="none", edgecolors="red",
                    linewidths=2, zorder=5, label=(f"recommended: {rec['floor_nodes']} nodes, {rec['payment']}"
                                                   if rec["floor_nodes"] else "recommended: no floor"))
-    ax.plot([], [], color="#55a868", alpha=0.3, linewidth=8, label="meets the service target")
+    # Shading alone cannot say "all" or "none": the legend does.
+    meeting = [p["meets_target"] for p in points]
+    shade = ("every floor size shown meets the service target" if all(meeting) else
+             "no floor size shown meets the service target" if not any(meeting) else "meets the service target")
+    ax.plot([], [], color="#55a868", alpha=0.3 if any(meeting) else 0.0, linewidth=8, label=shade)
+    ax.yaxis.set_major_formatter(StrMethodFormatter("${x:,.0f}"))
     ax.set_xlabel(f"floor size (nodes of {doc['floor_instance_type']}, {doc['gpus_per_node']} GPUs each)")
-    ax.set_ylabel("expected cost, USD per 730-hour month")
+    ax.set_ylabel("expected cost per 730-hour month")
     ax.set_title(f"pool {doc['pool']}: cost vs floor size on {doc['demand']}")
     ax.legend(fontsize=8, loc="best")
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    return fig

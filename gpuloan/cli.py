@@ -43,6 +43,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="GPUs on loan: a guaranteed floor plus elastic spot/on-demand GPUs within a budget.",
     )
     parser.add_argument("--version", action="version", version=f"gpuloan {version()}")
+    parser.add_argument("-C", "--cwd", metavar="DIR", default=None,
+                        help="run as if started in DIR (like `pulumi --cwd`); without it the project is the nearest "
+                             "directory at or above the current one holding Pulumi.yaml")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module in COMMANDS:
         importlib.import_module(module).register(sub)
@@ -50,7 +53,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.cwd:
+        try:
+            os.chdir(args.cwd)
+        except OSError as err:
+            parser.error(f"-C/--cwd {args.cwd}: {err.strerror}")
     try:
         code = int(args.func(args) or 0)
         sys.stdout.flush()

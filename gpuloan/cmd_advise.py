@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import replace
 
-from gpuloan import price_args
+from gpuloan import price_args, sim_args, stack_arg
 from stacks import catalog
 
 EXIT_BAD_INPUT = 2
@@ -22,7 +21,7 @@ EXIT_AWS = 3
 
 def register(sub) -> None:
     p = sub.add_parser("advise", help="recommend each pool's floor size and payment from its demand (simulated)")
-    p.add_argument("-s", "--stack", required=True, help="stack name (reads ./Pulumi.<stack>.yaml) or a file path")
+    stack_arg.add(p)
     p.add_argument("--pool", action="append", help="pool to advise on (repeatable; default: every pool)")
     src = p.add_mutually_exclusive_group()
     src.add_argument("--trace", help="demand: a job trace (ITP or submit_s,duration_s,gpus) or a series CSV")
@@ -42,7 +41,7 @@ def register(sub) -> None:
                    help="size the pool's peak (floor + elastic max) to the demand's peak instead of the stack's")
     p.add_argument("--jobs", type=int, default=1, metavar="N",
                    help="simulate N floor sizes at once in separate processes (default 1; results do not change)")
-    p.add_argument("--seed", type=int, default=0, help="seed of spot interruptions and shortages (default 0)")
+    sim_args.add(p)
     p.add_argument("--json", action="store_true", help="print one JSON document with every point")
     p.add_argument("--plot", metavar="PNG", help="cost vs floor size per payment (one file per pool: POOL- prefix "
                    "when several pools)")
@@ -83,12 +82,11 @@ def _demand(args, cfg, pool_name):
 def run(args) -> int:
     from gpuloan import advisor, stackfile
     from sim import traces
-    from sim.engine import SimSettings
     from stacks import config
 
     try:
         price_args.apply(args)
-        _, path = stackfile.resolve(args.stack)
+        stack, path = stackfile.resolve(stack_arg.resolve(args))
         cfg = config.from_stack_yaml(stackfile.load(path), path.name)
         if args.jobs < 1:
             raise ValueError("--jobs must be at least 1")
@@ -102,29 +100,32 @@ def run(args) -> int:
             trace = _demand(args, cfg, name)
             target = _target(args, cfg.pool(name).service_target)
             docs.append(advisor.advise(cfg, name, trace, target=target, production_share_pct=args.production_share,
-                                       settings=replace(SimSettings(), seed=args.seed),
+                                       settings=sim_args.settings(args),
                                        peak_from_demand=args.peak_from_demand, jobs=args.jobs))
     except (stackfile.StackFileError, config.ConfigError, traces.TraceError, advisor.AdviceError,
-            catalog.PriceSourceError, ValueError) as err:
+            catalog.PriceSourceError, stack_arg.NoStackError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except _aws_errors() as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_AWS
     if args.plot:
-        from gpuloan.advisor_plot import plot
-
         for doc in docs:
-            out = args.plot if len(docs) == 1 else _prefixed(args.plot, doc["pool"])
-            plot(doc, out)
-            doc["plot"] = out
+            doc["plot"] = args.plot if len(docs) == 1 else _prefixed(args.plot, doc["pool"])
     if args.json:
-        print(json.dumps({"stack": args.stack, "price_source": catalog.price_source(cfg.region), "pools": docs},
+        print(json.dumps({"stack": stack, "price_source": catalog.price_source(cfg.region), "pools": docs},
                          indent=2))
     else:
         for doc in docs:
             render(doc)
         print(catalog.price_source(cfg.region))
+    if args.plot:  # after the table, as `simulate` does, and named on stderr: stdout stays the result
+        from gpuloan.advisor_plot import plot
+
+        sys.stdout.flush()
+        for doc in docs:
+            plot(doc, doc["plot"])
+            print(f"wrote the plot to {doc['plot']}", file=sys.stderr)
     return 0
 
 
@@ -142,20 +143,20 @@ def _prefixed(path: str, pool: str) -> str:
 
 
 def render(doc: dict) -> None:
-    from rich.console import Console
-    from rich.table import Table
+    from gpuloan import tables
 
-    console = Console(width=max(140, Console().width))
+    console = tables.console()
     payments = list(doc["rates"])
     t = doc["target"]
     title = (f"pool {doc['pool']}: monthly cost vs floor size ({doc['floor_instance_type']}, {doc['gpus_per_node']} "
              f"GPUs/node) on {doc['demand']}; target p95 wait <= {t['p95_wait_minutes']:g} min, unmet <= "
              f"{t['unmet_pct']:g} %, production interruptions <= {t['production_interruptions_per_month']:g}/month "
              f"(production share {100 * doc['production_share']:.0f} %)")
-    table = Table(title=title)
-    for c in ["floor nodes", "elastic $/mo", *[f"{p} $/mo" for p in payments], "p95 wait min", "unmet %",
-              "prod. interruptions/mo", "meets"]:
-        table.add_column(c, justify="right")
+    paid = [f"{p}\n$/mo" for p in payments]
+    cols = ["floor\nnodes", "elastic\n$/mo", *paid, "p95 wait\nmin", "unmet\n%", "prod. int.\n/mo", "meets"]
+    # On a narrow terminal the service columns a reader checks against the target stay, the elastic share goes
+    # first, then the payments from the last (the recommended one is named in the summary line below).
+    table = tables.table(title, cols, drop=("elastic\n$/mo", "prod. int.\n/mo", *reversed(paid[1:]), "unmet\n%"))
     rec = doc["recommendation"] or {}
     for pt in doc["points"]:
         cells = [str(pt["floor_nodes"]), f"{pt['elastic_monthly_usd']:,.0f}"]
@@ -167,13 +168,12 @@ def render(doc: dict) -> None:
         cells += ["-" if pt["p95_wait_minutes"] is None else f"{pt['p95_wait_minutes']:g}", f"{pt['unmet_pct']:.2f}",
                   f"{pt['production_interruptions_per_month']:.1f}", "yes" if pt["meets_target"] else "no"]
         table.add_row(*cells)
-    console.print(table)
-    console.print(f"[bold]{doc['summary']}[/]", soft_wrap=True)
+    tables.print_table(console, table)
+    # Prose wraps between words at the terminal's width (a figure is one word, so it stays whole).
+    console.print(f"[bold]{doc['summary']}[/]")
     for p, words in doc["break_even"].items():
-        console.print(f"  {words}", soft_wrap=True)
+        console.print(f"  {words}")
     for p, r in doc["rates"].items():
-        console.print(f"  [dim]{p}: ${r['usd_per_hour']:,.4f}/h — {r['source']}[/]", soft_wrap=True)
+        console.print(f"  [dim]{p}: ${r['usd_per_hour']:,.4f}/h — {r['source']}[/]")
     for p, why in doc["no_rate"].items():
-        console.print(f"  [yellow]{p}: not priced[/] — {why}", soft_wrap=True)
-    if doc.get("plot"):
-        console.print(f"  plot: {doc['plot']}")
+        console.print(f"  [yellow]{p}: not priced[/] — {why}")

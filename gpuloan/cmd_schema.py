@@ -67,8 +67,8 @@ def _type_name(annotation) -> str:
         return " \\| ".join(f"`{a}`" for a in args)
     if origin in (list, tuple):
         return f"list of {_type_name(args[0])}" if args else "list"
-    if origin is dict:
-        return "map of string"
+    if origin is dict:  # the key is a string (YAML); the value is what the map holds
+        return f"map of string to {_type_name(args[1])}" if len(args) == 2 else "map"
     if isinstance(annotation, type) and issubclass(annotation, enum.Enum):
         return " \\| ".join(f"`{m.value}`" for m in annotation)
     if isinstance(annotation, type):

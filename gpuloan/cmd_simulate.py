@@ -7,9 +7,8 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import replace
 
-from gpuloan import price_args, stack_arg
+from gpuloan import price_args, sim_args, stack_arg
 from stacks import catalog
 
 EXIT_BAD_INPUT = 2
@@ -28,8 +27,6 @@ def register(sub) -> None:
                    help="size the pool from the trace: floor at the 25th percentile of demand (0 nodes when demand is "
                         "below one node a quarter of the time), elastic max at the peak")
     p.add_argument("--sweep-floor", action="store_true", help="run our policy with floors from 0 to the peak")
-    p.add_argument("--seed", type=int, default=1, help="seed of spot interruptions and shortages (default 1, as in "
-                   "docs/benchmarks.md)")
     p.add_argument("--seeds", type=int, default=1, metavar="N",
                    help="run seeds SEED .. SEED+N-1 (the same events for every policy in each) and report the mean "
                         "and spread per policy, with a verdict saying when a difference is within the noise")
@@ -40,35 +37,9 @@ def register(sub) -> None:
                    help="add two rows that are not product settings: our policy reading a node idle from the minute "
                         "its last pod ends (instant idle signal), with and without the nodes release-on-cost keeps "
                         "(docs/benchmarks.md, \"What-if\")")
-    p.add_argument("--provisioning-delay", type=int, default=None, metavar="MINUTES")
-    p.add_argument("--checkpoint-interval", type=int, default=None, metavar="MINUTES")
-    p.add_argument("--metric-delay", type=int, default=None, metavar="MINUTES",
-                   help="minutes before a CloudWatch datapoint can be read (default 2, docs/simulator.md); "
-                        "0 reads this very minute")
-    p.add_argument("--spot-episodes-per-week", type=float, default=None)
-    p.add_argument("--placement", choices=("least_allocated", "most_allocated"), default=None,
-                   help="which node a pod goes to among those that fit: least_allocated (the default, what "
-                        "kube-scheduler's default profile on EKS does) or most_allocated (a bin-packing scheduler)")
+    sim_args.add(p)
     price_args.add(p)
     p.set_defaults(func=run)
-
-
-def _settings(args):
-    from sim.engine import SimSettings
-
-    s = SimSettings(seed=args.seed)
-    for opt, field in (("provisioning_delay", "provisioning_delay_minutes"),
-                       ("checkpoint_interval", "checkpoint_interval_minutes"),
-                       ("metric_delay", "metric_delay_minutes"),
-                       ("spot_episodes_per_week", "spot_unavailable_episodes_per_week")):
-        value = getattr(args, opt)
-        if value is not None:
-            if value < 0:
-                raise ValueError(f"--{opt.replace('_', '-')} must be >= 0")
-            s = replace(s, **{field: value})
-    if args.placement:
-        s = replace(s, placement=args.placement)
-    return s
 
 
 def run(args) -> int:
@@ -99,7 +70,7 @@ def run(args) -> int:
             horizon = default_horizon(trace)
             if args.auto_size:
                 spec = simpool.auto_size(spec, trace, horizon_minutes=horizon)
-        settings = _settings(args)
+        settings = sim_args.settings(args)
         if args.seeds < 1:
             raise ValueError("--seeds must be >= 1")
         if args.seeds > 1 and (args.sweep_floor or args.plot):
@@ -170,10 +141,14 @@ def _table(doc: dict) -> None:
              f"{p['capacity']} up to {max(p['spot_max_nodes'], p['on_demand_max_nodes'])} x "
              f"{p['spot_type'] or p['on_demand_type']}; oracle ${doc['oracle_cost_usd']:,.0f}")
     jobs = doc["policies"][0].get("p95_wait_minutes") is not None
+    wait = "wait min\np50/p95/p99"
     cols = ["policy", "total\n$", "guaranteed\n$", "spot\n$", "on-demand\n$", "cost/\noracle", "GPU-h\nserved"]
-    cols += ["wait min\np50/p95/p99"] if jobs else []
+    cols += [wait] if jobs else []
     cols += ["unmet\nGPU-h", "interrup-\ntions", "lost\nGPU-h"]
-    table = tables.table(title, cols, whole=("policy",))
+    # On a narrow terminal the breakdowns go first; the total, cost/oracle and the waits stay longest.
+    table = tables.table(title, cols, whole=("policy",), drop=(
+        "lost\nGPU-h", "GPU-h\nserved", "guaranteed\n$", "on-demand\n$", "spot\n$", "interrup-\ntions",
+        "unmet\nGPU-h", wait, "cost/\noracle"))
     for r in doc["policies"]:
         name = r["name"] if r["floor_nodes"] == p["floor_nodes"] else f"{r['name']} (floor {r['floor_nodes']})"
         row = [name, f"{r['total_cost_usd']:,.0f}", f"{r['guaranteed_cost_usd']:,.0f}",
@@ -181,7 +156,7 @@ def _table(doc: dict) -> None:
                f"{r['cost_over_oracle']:.2f}" if r["cost_over_oracle"] is not None else "-",
                f"{r['gpu_hours_served']:,.0f}"]
         if jobs:
-            row.append(f"{r['p50_wait_minutes']:g} / {r['p95_wait_minutes']:g} / {r['p99_wait_minutes']:g}")
+            row.append(f"{r['p50_wait_minutes']:g}/{r['p95_wait_minutes']:g}/{r['p99_wait_minutes']:g}")
         row += [f"{r['unmet_gpu_hours']:,.1f}", str(r["interruptions"]), f"{r['lost_gpu_hours']:,.1f}"]
         table.add_row(*row)
     console = tables.console()
@@ -189,7 +164,7 @@ def _table(doc: dict) -> None:
     if big:
         console.print(f"[yellow]warning: {big} job(s) need more GPUs than the pool can ever hold; use --auto-size "
                       "or a larger pool[/yellow]")
-    console.print(table)
+    tables.print_table(console, table)
     dom = doc["dominated_by"]
     console.print(f"gpuloan is dominated (cheaper and shorter waits) by: {', '.join(dom)}" if dom
                   else "no baseline is both cheaper and faster than gpuloan")
@@ -224,12 +199,12 @@ def _sweep(args, spec, trace, settings) -> int:
 
     table = tables.table(f"floor sweep: {trace.name} on pool {spec.name} (our policy)",
                          ("floor nodes", "floor GPUs", "total $", "cost/oracle", "p95 wait min", "unmet GPU-h",
-                          "interruptions"), left=("floor nodes",))
+                          "interruptions"), left=("floor nodes",))  # figures never split; columns drop instead
     for r in rows:
         table.add_row(str(r["floor_nodes"]), str(r["floor_gpus"]), f"{r['total_cost_usd']:,.0f}",
                       f"{r['cost_over_oracle']:.2f}", str(r["p95_wait_minutes"]), f"{r['unmet_gpu_hours']:,.1f}",
                       str(r["interruptions"]))
-    tables.console().print(table)
+    tables.print_table(tables.console(), table)
     print(catalog.price_source(spec.region))
     if args.plot:  # after the table, as for the comparison
         _plot_sweep(args, doc, spec, trace, settings, horizon)
@@ -253,19 +228,20 @@ def _plot_sweep(args, doc, spec, trace, settings, horizon) -> None:
 
 
 def _seeds_table(doc: dict) -> None:
-    from rich.console import Console
-    from rich.table import Table
+    from gpuloan import tables
 
     p = doc["pool"]
     seeds = doc["seeds"]
-    table = Table(title=f"{doc['trace']} on pool {p['name']} (floor {p['floor_nodes']}), seeds {seeds[0]}-{seeds[-1]}: "
-                        f"mean ± sd; oracle ${doc['oracle_cost_usd']:,.0f}")
+    title = (f"{doc['trace']} on pool {p['name']} (floor {p['floor_nodes']}), seeds {seeds[0]}-{seeds[-1]}: "
+             f"mean ± sd; oracle ${doc['oracle_cost_usd']:,.0f}")
     jobs = doc["summary"][0].get("p95_wait_minutes") is not None
-    cols = ["policy", "total $", "cost/oracle", "elastic cost/oracle"]
-    cols += ["wait p50 min", "wait p95 min"] if jobs else []
-    cols += ["unmet GPU-h", "interruptions", "node launches"]
-    for c in cols:
-        table.add_column(c, justify="left" if c == "policy" else "right")
+    cols = ["policy", "total $\nmean ± sd", "cost/\noracle", "elastic\ncost/oracle"]
+    cols += ["wait p50\nmin", "wait p95\nmin"] if jobs else []
+    cols += ["unmet\nGPU-h", "interrup-\ntions", "node\nlaunches"]
+    # "1,103 ± 12" wraps at its spaces only (figure and spread stay whole); the least read columns go first.
+    table = tables.table(title, cols, whole=("policy",), words=cols[1:], drop=(
+        "node\nlaunches", "interrup-\ntions", "elastic\ncost/oracle", "wait p50\nmin", "unmet\nGPU-h",
+        "wait p95\nmin", "cost/\noracle"))
 
     def pm(r, key, fmt):
         if r[key] is None:
@@ -280,8 +256,8 @@ def _seeds_table(doc: dict) -> None:
             row += [pm(r, "p50_wait_minutes", ".1f"), pm(r, "p95_wait_minutes", ".1f")]
         row += [pm(r, "unmet_gpu_hours", ",.1f"), pm(r, "interruptions", ".1f"), pm(r, "node_launches", ".0f")]
         table.add_row(*row)
-    console = Console(width=max(160, Console().width))
-    console.print(table)
+    console = tables.console()
+    tables.print_table(console, table)
     for v in doc["verdicts"]:
         console.print(f"{v['ours']} vs {v['baseline']}: {v['verdict']} (cost {v['cost_diff_pct']:+.1f} % "
                       f"± ${v['cost_noise_usd'] or 0:,.0f}, {v['service_metric']} {v['service_diff']:+.2f} "

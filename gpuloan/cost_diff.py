@@ -460,7 +460,7 @@ def render_text(diffs: list[StackDiff], base_label: str, width: int | None = Non
         if d.base.ok or d.head.ok:
             from gpuloan import tables  # the one table style; folds to the terminal's width
 
-            t = tables.table(None, HEADERS)
+            t = tables.table(None, HEADERS, words=HEADERS[1:])  # "$1,000 → $2,000": wraps at the arrow
             for r in cost_rows(d):
                 t.add_row(*r)
             lines.append(tables.to_text(t, width=width).rstrip("\n"))

@@ -162,7 +162,8 @@ def render(doc: dict[str, Any], console, summary: bool = False) -> None:
     cost = doc["cost"]
     table = tables.table(f"Estimated monthly cost ({cost['region']}, 730 h/month)",
                          ("pool", "team", "guaranteed\n(fixed)", "elastic max\n(spot)", "fallback max\n(on-demand)",
-                          "budget"), left=("pool", "team"))
+                          "budget"), left=("pool", "team"),
+                         words=("guaranteed\n(fixed)", "elastic max\n(spot)", "fallback max\n(on-demand)"))
     money = lambda v: "unknown" if v is None else f"${v:,.0f}"  # noqa: E731
     secret = cost.get("secret_figures") or {}
     for p in cost["pools"]:
@@ -176,7 +177,7 @@ def render(doc: dict[str, Any], console, summary: bool = False) -> None:
     table.add_row("[bold]total[/]", "", money(cost["guaranteed_monthly_usd"]), money(cost["elastic_max_monthly_usd"]),
                   money(cost["fallback_max_monthly_usd"]),
                   SECRET if "budget_monthly_usd" in secret.get("total", ()) else money(cost["budget_monthly_usd"]))
-    console.print(table)
+    tables.print_table(console, table)
     for path in doc.get("unchecked_secrets") or []:
         console.print(f"  [yellow]not checked[/] {path}: a Pulumi secret (`secure:`), opaque offline: previewed with "
                       "a placeholder, the figures it feeds are not shown", soft_wrap=True)
@@ -217,14 +218,18 @@ def render_platform(cost: dict[str, Any], console) -> None:
         return
     money = lambda v: "unknown" if v is None else f"${v:,.2f}"  # noqa: E731
     table = tables.table("Platform (monthly)", ("item", "quantity", "rate", "monthly", "price model"),
-                         left=("item", "price model"))
+                         left=("item", "price model"), words=("quantity",), drop=("price model", "rate", "quantity"))
     for r in rows:
         rate = "unknown" if r["usd_per_unit"] is None else f"${r['usd_per_unit']:g}/{r['unit']}"
         table.add_row(r["item"], f"{r['quantity']:,.6g} {r['unit']}", rate, money(r["monthly_usd"]),
                       r["price_model"].replace("_", " "))
     known = cost["platform_known_monthly_usd"]
-    table.add_row("[bold]total[/]", "", "", money(known) + (" + unknown" if cost["platform_unknown"] else ""), "")
-    console.print(table)
+    if len(cost["platform_unknown"]) >= len(rows):  # nothing priced: "$0.00 + unknown" would read as a figure
+        total = "unknown"
+    else:
+        total = money(known) + (" + unknown" if cost["platform_unknown"] else "")
+    table.add_row("[bold]total[/]", "", "", total, "")
+    tables.print_table(console, table)
     fixed, headroom = cost.get("fixed_monthly_usd"), cost.get("budget_headroom_monthly_usd")
     bound = "at most " if cost.get("budget_headroom_is_upper_bound") else ""
     if "budget_headroom_monthly_usd" in (cost.get("secret_figures") or {}).get("total", ()):

@@ -55,8 +55,10 @@ def selected_stack(cwd: Path, environ: dict[str, str] | None = None) -> str | No
 
 def resolve(args, cwd: Path | None = None, environ: dict[str, str] | None = None) -> str:
     """The stack (name or file) this command works on. Raises NoStackError naming the project's stacks."""
+    from gpuloan.stackfile import project_dir
+
     env = os.environ if environ is None else environ
-    cwd = cwd or Path.cwd()
+    cwd = project_dir(cwd or Path.cwd())  # run from a subdirectory, the project is the nearest Pulumi.yaml above
     option, positional = getattr(args, "stack_option", None), getattr(args, "stack_positional", None)
     if option and positional and option != positional:
         raise NoStackError(f"two stacks named: -s {option} and {positional}; give one")

@@ -12,8 +12,22 @@ class StackFileError(Exception):
     """The stack file is missing or is not valid YAML; the message says which and where."""
 
 
+PROJECT_FILES = ("Pulumi.yaml", "Pulumi.yml")
+
+
+def project_dir(start: Path | None = None) -> Path:
+    """The project a command works on, found as the Pulumi CLI finds it: the nearest directory at or above `start`
+    (the working directory) that holds Pulumi.yaml; `start` itself when none does (the error then names it)."""
+    start = (start or Path.cwd()).resolve()
+    for d in (start, *start.parents):
+        if any((d / name).is_file() for name in PROJECT_FILES):
+            return d
+    return start
+
+
 def resolve(stack_or_file: str, cwd: Path | None = None) -> tuple[str, Path]:
-    """'dev' -> ('dev', ./Pulumi.dev.yaml); 'path/Pulumi.prod.yaml' -> ('prod', that path)."""
+    """'dev' -> ('dev', <project>/Pulumi.dev.yaml, the project found from `cwd` as `project_dir` does);
+    'path/Pulumi.prod.yaml' -> ('prod', that path, relative to `cwd`)."""
     cwd = cwd or Path.cwd()
     candidate = Path(stack_or_file)
     if candidate.suffix in (".yaml", ".yml") or candidate.is_file():
@@ -21,7 +35,7 @@ def resolve(stack_or_file: str, cwd: Path | None = None) -> tuple[str, Path]:
         name = path.name
         stack = name[len("Pulumi."):].rsplit(".", 1)[0] if name.startswith("Pulumi.") else path.stem
     else:
-        stack, path = stack_or_file, cwd / f"Pulumi.{stack_or_file}.yaml"
+        stack, path = stack_or_file, project_dir(cwd) / f"Pulumi.{stack_or_file}.yaml"
     if not path.is_file():
         available = sorted(p.name[len("Pulumi."):-len(".yaml")] for p in path.parent.glob("Pulumi.*.yaml"))
         hint = f" (stacks here: {', '.join(available)})" if available else ""
@@ -63,10 +77,7 @@ def loads(text: str, name: str = "stack file") -> dict[str, Any]:
         except RecursionError:
             raise StackFileError(f"{name}: nested too deeply (more than {MAX_DEPTH} levels)") from None
         except yaml.YAMLError as err:
-            mark = getattr(err, "problem_mark", None)
-            where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-            problem = getattr(err, "problem", None) or str(err)
-            raise StackFileError(f"{name}: invalid YAML{where}: {problem}") from None
+            raise StackFileError(_syntax_error(err, text, name)) from None
         if node is None:
             raise StackFileError(f"{name}: the file is empty; it needs a 'config:' map")
         _check_size(node, name)
@@ -80,6 +91,27 @@ def loads(text: str, name: str = "stack file") -> dict[str, Any]:
     if not isinstance(doc, dict):
         raise StackFileError(f"{name}: the top level must be a mapping with a 'config:' key")
     return doc
+
+
+def _syntax_error(err: yaml.YAMLError, text: str, name: str) -> str:
+    """'Pulumi.dev.yaml:3:9: <problem>', then the offending line and a caret under the column, as Helm prints a
+    template's YAML error: the parser's own words name the problem, the line shows where."""
+    mark = getattr(err, "problem_mark", None)
+    problem = getattr(err, "problem", None) or str(err)
+    context = getattr(err, "context", None)
+    if context and getattr(err, "context_mark", None) is not None:
+        problem = f"{problem} ({context} at line {err.context_mark.line + 1})"
+    if mark is None:
+        return f"{name}: invalid YAML: {problem}"
+    lines = text.splitlines()
+    shown = lines[mark.line] if mark.line < len(lines) else ""
+    pointer = "".join("\t" if c == "\t" else " " for c in shown[:mark.column]) + "^"
+    where = f"{name}:{mark.line + 1}:{mark.column + 1}: invalid YAML: {problem}\n"
+    context_mark = getattr(err, "context_mark", None)
+    if context_mark is not None and context_mark.line < mark.line and context_mark.line < len(lines):
+        # e.g. an unclosed quote or bracket: the line that opened it is the one to fix
+        where += f"  {context_mark.line + 1:>4} | {lines[context_mark.line]}\n"
+    return where + f"  {mark.line + 1:>4} | {shown}\n       | {pointer}"
 
 
 def _children(node: yaml.Node) -> list[yaml.Node]:

@@ -21,6 +21,9 @@ sys.path.insert(0, str(REPO))
 from stacks import config  # noqa: E402
 
 
+TEAMS = 10
+
+
 def hundred_pools() -> dict:
     data = {k.split(":", 1)[1]: v for k, v in yaml.safe_load((REPO / "Pulumi.dev.yaml").read_text())["config"].items()
             if k.startswith("gpuloan:")}
@@ -28,9 +31,14 @@ def hundred_pools() -> dict:
     data["pools"] = []
     for i in range(100):
         p = copy.deepcopy(pool)
-        p["name"], p["team"] = f"pool-{i:03d}", f"team-{i % 10}"
+        p["name"], p["team"] = f"pool-{i:03d}", f"team-{i % TEAMS}"
         data["pools"].append(p)
     data["budget"]["monthly_usd"] = 1_000_000
+    # Kueue lists at most 64 flavors per queue (stacks/scheduling.py): with every floor lendable, each of the 100
+    # queues would list 101. Half the teams keep their floors (lending_limit_pct 0), so each queue lists its own
+    # flavors plus the 50 lendable floors: still a large cohort for the rules to check, and a config that is valid.
+    kueue = data.setdefault("scheduling", {}).setdefault("kueue", {})
+    kueue["teams"] = {f"team-{t}": {"lending_limit_pct": 0} for t in range(TEAMS // 2, TEAMS)}
     return data
 
 

@@ -68,11 +68,17 @@ def comparison_figure(doc: dict, focus: str = "gpuloan"):
     # time) costs many times more and would flatten every other line to the floor; lines that leave the axis say
     # where they end in the legend instead.
     top_usd = 2.5 * max([series[focus][-1][5] if series[focus] else 0.0, doc["oracle_cost_usd"], budget_end]) or 1.0
+    # The legend quotes each policy's total as the results table prints it (same figure, whole dollars); the
+    # samples are every few minutes, so their last one can fall short of the total.
+    totals = {r["name"]: r["total_cost_usd"] for r in doc.get("policies", [])}
     for name, b in series.items():
-        final = b[-1][5] if b else 0.0
-        label = name if final <= top_usd else f"{name} (ends at ${final:,.0f}, off the axis)"
+        final = totals.get(name, b[-1][5] if b else 0.0)
+        label = f"{name}: ${final:,.0f}" + ("" if final <= top_usd else " (off the axis)")
+        # The policy in focus is a wide solid line under the others, which are thin and dashed: where a baseline
+        # spends exactly as ours (karpenter often does), both stay visible instead of one hiding the other.
         bottom.plot([r[0] / 1440 for r in b], [r[5] for r in b], label=label,
-                    linewidth=2.0 if name == focus else 1.0)
+                    linewidth=3.0 if name == focus else 1.2, linestyle="-" if name == focus else "--",
+                    zorder=2 if name == focus else 3)
     bottom.axhline(doc["oracle_cost_usd"], color="grey", linestyle="--", label="oracle (total)")
     if budget:
         # The budget is monthly; over the run it allows budget x elapsed months (pro rata, as the simulator counts

@@ -228,7 +228,7 @@ def test_bad_yaml_names_the_line(tmp_path):
     bad.write_text("config:\n  gpuloan:environment: dev\n  gpuloan:pools: [\n    - name: x\n")
     result = _validate(bad)
     assert result.returncode == 2
-    assert "invalid YAML at line" in result.stderr
+    assert "Pulumi.broken.yaml:4:5: invalid YAML" in result.stderr
 
 
 def test_missing_stack_file_lists_available_stacks(tmp_path):

@@ -123,3 +123,109 @@ def test_readme_cost_table_matches_the_real_preview():
     lines = [line.rstrip() for line in out.splitlines()]
     for row in rows:
         assert row in lines, f"README row is stale (prices or config changed?): {row}"
+
+
+# --- figures and claims quoted in the docs, checked against what the code does -------------------------------
+
+
+def test_make_help_shows_every_documented_line_of_every_target():
+    makefile = (REPO / "Makefile").read_text()
+    documented = [line[3:].split(": ", 1)[-1].strip() if re.match(r"## [a-z-]+: ", line) else line[3:].strip()
+                  for line in makefile.splitlines() if line.startswith("## ")]
+    shown = subprocess.run(["make", "help"], cwd=REPO, capture_output=True, text=True, timeout=60).stdout
+    shown_text = [line.strip() for line in shown.splitlines()]
+    missing = [d for d in documented if not any(s.endswith(d) for s in shown_text)]
+    assert documented and missing == []  # a continuation line ("## about 36 minutes ...") is shown too
+
+
+def test_config_reference_names_what_a_map_holds():
+    from gpuloan.cmd_schema import _type_name
+    from stacks.config import InstancePrice
+
+    assert _type_name(dict[str, InstancePrice]) == "map of string to InstancePrice"
+    assert "| `instance_prices` | map of string to InstancePrice |" in (REPO / "docs" / "config.md").read_text()
+
+
+def test_floor_doc_states_how_many_floor_sizes_advise_tries():
+    from gpuloan import advisor
+
+    text = " ".join((REPO / "docs" / "floor.md").read_text().split())
+    every, most = re.search(r"every size up to (\d+) nodes, a larger peak in even steps of at most (\d+) sizes", text).groups()
+    assert advisor.floor_sizes(int(every)) == list(range(int(every) + 1))
+    assert len(advisor.floor_sizes(int(every) + 1)) < int(every) + 2  # one more node and sizes are skipped
+    assert int(most) == advisor.MAX_POINTS and len(advisor.floor_sizes(1000)) <= int(most) + 1
+
+
+def test_policy_doc_quotes_the_real_zip_size():
+    from stacks.policy_package import build_zip
+
+    quoted = float(re.search(r"zip: ([\d.]+) KiB", (REPO / "docs" / "policy.md").read_text()).group(1))
+    assert quoted == round(len(build_zip()) / 1024, 1)
+
+
+def test_simulator_doc_quotes_the_real_trace_error(tmp_path):
+    text = " ".join((REPO / "docs" / "simulator.md").read_text().split())
+    quoted = re.search(r"`trace\.csv:3: ([^`]+)`", text).group(1)
+    bad = tmp_path / "trace.csv"
+    bad.write_text("submit_s,duration_s,gpus\n0,600,8\nx,600,8\n")
+    result = subprocess.run([str(REPO / ".venv" / "bin" / "gpuloan"), "simulate", "--trace", str(bad), "-s", "dev"],
+                            cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and f"{bad}:3: {quoted}" in result.stderr
+
+
+@requires_shared_prices
+def test_budgets_doc_quotes_the_real_headroom():
+    quoted = re.search(r"`budget headroom: at most (\$[\d,.]+)`", (REPO / "docs" / "budgets.md").read_text()).group(1)
+    env = {**os.environ, "COLUMNS": "200"}
+    out = subprocess.run([str(REPO / ".venv" / "bin" / "gpuloan"), "preview", "-s", "prod", "--summary"], cwd=REPO,
+                         capture_output=True, text=True, timeout=300, env=env).stdout
+    assert f"budget headroom: at most {quoted}" in out
+
+
+@requires_shared_prices
+@pytest.mark.skipif(os.environ.get("GPULOAN_HYPOTHESIS_PROFILE") != "deep" or not (REPO.parent / "shared" / "data" /
+                    "traces").is_dir(), reason="a week of advise (about a minute): deep profile only")
+def test_floor_doc_hand_check_quotes_the_first_commands_figures():
+    import json
+
+    text = " ".join((REPO / "docs" / "floor.md").read_text().split())
+    elastic = re.search(r"at 2 floor nodes the elastic part costs \$([\d,.]+)/month", text).group(1)
+    rec = re.search(r"a floor of (\d+) nodes paid `(\w+)`, \$([\d,]+)/month", text).groups()
+    cmd = next(c for d, c in EXAMPLES if d == "floor.md" and c.startswith("gpuloan advise") and "--trace" in c)
+    argv = [str(REPO / ".venv" / "bin" / "gpuloan")] + shlex.split(cmd)[1:]
+    argv = [a for a in argv if not a.startswith("--plot") and not a.endswith(".png")] + ["--json"]
+    doc = json.loads(subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=900).stdout)["pools"][0]
+    two = next(p for p in doc["points"] if p["floor_nodes"] == 2)
+    assert f"{two['elastic_monthly_usd']:,.2f}" == elastic
+    r = doc["recommendation"]
+    assert (str(r["floor_nodes"]), r["payment"], f"{r['monthly_usd']:,.0f}") == rec
+
+
+# A fenced block right after `<!-- output of: COMMAND -->` is what COMMAND prints at 80 columns: every line of the
+# block must be a line of its output today (the block may leave lines out, never change one).
+OUTPUT_MARK = re.compile(r"<!-- output of: (.+?) -->\n```\w*\n(.*?)```", re.S)
+
+
+def _output_blocks() -> list:
+    found = []
+    for path in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]:
+        for cmd, block in OUTPUT_MARK.findall(path.read_text()):
+            found.append(pytest.param(path.name, cmd, block, id=f"{path.name}:{cmd[:50]}"))
+    return found
+
+
+@requires_shared_prices
+@pytest.mark.parametrize("doc,cmd,block", _output_blocks())
+def test_documented_output_is_what_the_command_prints(doc, cmd, block):
+    argv = shlex.split(cmd)
+    argv[0] = str(REPO / argv[0])
+    env = {**{k: v for k, v in os.environ.items() if k != "COLUMNS"}, "COLUMNS": "80"}
+    out = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=600, env=env).stdout
+    lines = {line.rstrip() for line in out.splitlines()}
+    stale = [row for row in block.splitlines() if row.strip() and row.rstrip() not in lines]
+    assert stale == [], f"{doc}: the output of `{cmd}` changed; regenerate the block"
+
+
+def test_the_readme_cost_table_is_marked_as_command_output():
+    assert any(d == "README.md" and "preview -s prod --summary" in p.values[1] for p in _output_blocks()
+               for d in [p.values[0]])

@@ -45,8 +45,8 @@ def test_comparison_overlays_baselines_capacity_with_a_linear_cost_axis():
     # one cumulative-cost line per policy; the axis is scaled to ours and the oracle (2.5 x $59), so static-peak
     # ($177) leaves it and says where it ends
     cost_labels = [line.get_label() for line in bottom.get_lines()]
-    assert len([label for label in cost_labels if label.split(" ")[0] in _doc()["_series"]]) == 6
-    assert "static-peak (ends at $177, off the axis)" in cost_labels and "karpenter" in cost_labels
+    assert len([label for label in cost_labels if label.split(":")[0] in _doc()["_series"]]) == 6
+    assert "static-peak: $177 (off the axis)" in cost_labels and "karpenter: $88" in cost_labels
     assert bottom.get_ylim()[1] == pytest.approx(2.5 * 59.0)
     assert any("no budget" in t.get_text() for t in bottom.texts)  # says why no budget line is drawn
     plt.close(fig)
@@ -190,3 +190,42 @@ def test_documented_plot_windows_are_busy():
         trace = traces.read_trace(str(REPO / argv[argv.index("--trace") + 1])).window(*days)
         active = {int(j.submit_s // 86400) for j in trace.jobs}
         assert len(trace.jobs) >= 50 and len(active) >= (days[1] - days[0] + 1) // 2, (cmd, len(trace.jobs), active)
+
+
+def test_equal_costs_keep_our_line_visible_and_the_legend_quotes_the_tables_total():
+    doc = _doc()
+    doc["_series"]["karpenter"] = list(doc["_series"]["gpuloan"])  # karpenter spends exactly as gpuloan
+    # the results table's totals (the samples stop short of the end: $59 sampled, $59.49 in the table)
+    doc["policies"] = [{"name": n, "total_cost_usd": 59.49 if n in ("gpuloan", "karpenter") else 100.0}
+                       for n in doc["_series"]]
+    fig = simplot.comparison_figure(doc)
+    lines = {line.get_label().split(":")[0]: line for line in fig.axes[1].get_lines()}
+    ours, karp = lines["gpuloan"], lines["karpenter"]
+    assert list(ours.get_ydata()) == list(karp.get_ydata())
+    # the baseline drawn over ours is thinner and dashed: ours shows around and between its dashes
+    assert karp.get_zorder() > ours.get_zorder() and karp.get_linewidth() < ours.get_linewidth()
+    assert karp.get_linestyle() == "--" and ours.get_linestyle() == "-"
+    assert ours.get_label() == f"gpuloan: ${59.49:,.0f}" == "gpuloan: $59"  # as the table prints it (",.0f")
+    plt.close(fig)
+
+
+def _advice(meets: list[bool]) -> dict:
+    points = [{"floor_nodes": n, "monthly_usd": {"on_demand": 10_000.0 + 5_000 * n}, "elastic_monthly_usd": 1_000.0,
+               "meets_target": m} for n, m in enumerate(meets)]
+    return {"points": points, "rates": {"on_demand": {}}, "recommendation": None, "floor_instance_type": "p4d.24xlarge",
+            "gpus_per_node": 8, "pool": "training", "demand": "t.csv"}
+
+
+@pytest.mark.parametrize("meets, says", [([True, True, True], "every floor size shown meets the service target"),
+                                         ([False, False], "no floor size shown meets the service target"),
+                                         ([False, True], "meets the service target")])
+def test_advice_plot_says_what_the_shading_means_and_labels_dollars(meets, says):
+    from gpuloan import advisor_plot
+
+    fig = advisor_plot.figure(_advice(meets))
+    ax = fig.axes[0]
+    assert says in _labels(ax)
+    fig.canvas.draw()
+    ticks = [t.get_text() for t in ax.get_yticklabels() if t.get_text()]
+    assert ticks and all(t.startswith("$") for t in ticks) and any("," in t for t in ticks)  # $15,000
+    plt.close(fig)
