@@ -5,7 +5,8 @@ Config problems stop the program before any resource is registered (stacks/confi
 
 import pulumi
 
-from stacks import catalog, config, platform, policy_settings
+from stacks import config, platform, policy_settings
+from pricing.sources import catalog
 
 try:
     cfg = config.from_pulumi_config()

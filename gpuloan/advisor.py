@@ -29,7 +29,7 @@ from sim import pool as simpool
 from sim import runner
 from sim.engine import MINUTES_PER_MONTH, SimSettings, default_horizon
 from sim.policies import GpuLoan
-from stacks import floor_pricing
+from pricing.sources import floor_pricing
 from stacks.config import HOURS_PER_MONTH, GpuLoanConfig, ServiceTarget, Tier
 
 MAX_POINTS = 25  # floor sizes simulated at most (a larger pool is swept in even steps, the peak included)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from gpuloan import price_args
 from gpuloan.cmd_validate import EXIT_INVALID
-from stacks import catalog
+from pricing.sources import catalog
 
 EXIT_ABOVE_THRESHOLD = 3
 EXIT_NO_PRICES = 4

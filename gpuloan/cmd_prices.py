@@ -2,7 +2,7 @@
 (gpuloan-prices.json beside Pulumi.yaml, committed like a lockfile; `--output PATH` elsewhere, `--cache` the
 per-user cache instead);
 `gpuloan prices show -s STACK`: the prices in force for the stack and where they come from, and for each pool with
-spot the per-GPU figures EC2's price-capacity-optimized strategy spreads its launches by (stacks/spot_spread.py).
+spot the per-GPU figures EC2's price-capacity-optimized strategy spreads its launches by (pricing/cost_model/spot_spread.py).
 
 Exit codes: 0 done, 1 some prices could not be read (the others are cached), 2 bad input (stack, price file).
 """
@@ -13,7 +13,8 @@ import sys
 from typing import Any
 
 from gpuloan import price_args, stack_arg, stackfile
-from stacks import catalog, pricebook, spot_spread
+from pricing.sources import catalog, pricebook
+from pricing.cost_model import spot_spread
 
 EXIT_PARTIAL = 1
 EXIT_BAD_INPUT = 2
@@ -126,7 +127,7 @@ def cluster_version_of(doc: dict[str, Any]) -> str:
 def version_support_lines(eks_client, version: str) -> list[str]:
     """The live EKS support status of the stack's version (DescribeClusterVersions) and, where the offline calendar
     in stacks/versions.py says otherwise, a note to update it (the preview prices the control plane from it)."""
-    from gpuloan import platform_costs
+    from pricing.cost_model import platform_costs
 
     live = platform_costs.read_version_support(eks_client, version)
     offline = platform_costs.version_support(version)
@@ -141,7 +142,7 @@ def version_support_lines(eks_client, version: str) -> list[str]:
 def run_refresh(args, clients=None) -> int:
     from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 
-    from gpuloan import aws_prices
+    from pricing.sources import aws_prices
 
     try:
         _, path = stackfile.resolve(stack_arg.resolve(args))

@@ -9,7 +9,7 @@ import json
 import sys
 
 from gpuloan import price_args, sim_args, stack_arg
-from stacks import catalog
+from pricing.sources import catalog
 
 EXIT_BAD_INPUT = 2
 

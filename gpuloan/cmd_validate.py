@@ -1,6 +1,6 @@
 """`gpuloan validate STACK_OR_FILE`: check a stack config without the Pulumi engine. Exit 0 valid, 2 invalid.
 
-A valid config can still carry advisories (stacks/spot_spread.py: a spot type dearer per GPU and interrupted more
+A valid config can still carry advisories (pricing/cost_model/spot_spread.py: a spot type dearer per GPU and interrupted more
 often than another listed type): they go to stderr as `warning: <path>: ...` lines and leave the exit code 0."""
 
 from __future__ import annotations
@@ -9,7 +9,9 @@ import sys
 
 from gpuloan import price_args, stack_arg, stackfile
 from gpuloan.config_json import ConfigJsonError
-from stacks import catalog, config, spot_spread
+from stacks import config
+from pricing.sources import catalog
+from pricing.cost_model import spot_spread
 
 EXIT_INVALID = 2
 

@@ -3,7 +3,7 @@
 Both sides run the offline preview (`python -m gpuloan preview STACK --json`) in a subprocess with their own
 code: the base ref from a temporary `git worktree`, the head from the working tree. Nothing reaches AWS.
 A side whose config fails validation is reported with its problems, never crashed on. The figures are the
-preview's cost model (gpuloan/costs.py, prices from stacks/catalog.py): the guaranteed floor is a fixed monthly
+preview's cost model (pricing/cost_model/costs.py, prices from pricing/sources/catalog.py): the guaranteed floor is a fixed monthly
 cost, the elastic figure a ceiling (every elastic node up all month), the headroom what the budget leaves above
 the floor.
 """
@@ -111,7 +111,7 @@ def head_price_file(head: Path, price_file: Path | str | None = None) -> Path | 
     """The one price file both sides are priced with, so a cost diff shows the change and not a price update:
     `--prices`, else $GPULOAN_PRICE_FILE, else the working tree's committed gpuloan-prices.json (the head's, never
     the base's); None: no price file (the per-user cache, if any, or no prices at all)."""
-    from stacks.pricebook import ENV_PRICE_FILE, project_price_file
+    from pricing.sources.pricebook import ENV_PRICE_FILE, project_price_file
 
     chosen = price_file or os.environ.get(ENV_PRICE_FILE) or project_price_file(head)
     return Path(chosen).resolve() if chosen else None
@@ -121,7 +121,7 @@ def _price_env(price_file: Path | None) -> dict[str, str]:
     """The price source for both sides, as an absolute path: each side runs in its own directory (the base in a
     temporary worktree), where a relative path (the Makefile's `../shared/data/prices`) would name nothing, or
     another file. The base's own gpuloan-prices.json is never read (ENV_PROJECT_PRICES)."""
-    from stacks.pricebook import ENV_PRICE_FILE, ENV_PROJECT_PRICES
+    from pricing.sources.pricebook import ENV_PRICE_FILE, ENV_PROJECT_PRICES
 
     return {ENV_PROJECT_PRICES: "0", **({ENV_PRICE_FILE: str(price_file)} if price_file else {})}
 

@@ -100,7 +100,7 @@ def demand_series(data: dict[str, dict[dt.datetime, float]], start: dt.datetime,
 def read(cfg, pool_name: str, days: int, cloudwatch=None, now: dt.datetime | None = None) -> SeriesTrace:
     """The last `days` days of the pool's demand as a minute series. `cloudwatch`: an injected boto3 client
     (default: one built for the stack's region from the usual credentials)."""
-    from stacks import catalog
+    from pricing.sources import catalog
 
     pool = cfg.pool(pool_name)
     gpn = catalog.lookup((pool.elastic.instance_types[0] if pool.elastic else pool.guaranteed.instance_type)).gpus

@@ -6,9 +6,10 @@ import re
 from pathlib import Path
 from typing import Any
 
-from gpuloan import costs, offline, platform_costs
+from gpuloan import offline
+from pricing.cost_model import costs, platform_costs
 from stacks import config as config_mod
-from stacks import spot_spread
+from pricing.cost_model import spot_spread
 
 # Inputs worth showing per resource in the tree; the JSON output has every input.
 KEY_INPUTS = (

@@ -3,7 +3,7 @@ $GPULOAN_PRICE_FILE; without either, the project's gpuloan-prices.json beside Pu
 
 from __future__ import annotations
 
-from stacks import catalog, pricebook
+from pricing.sources import catalog, pricebook
 
 
 def add(parser) -> None:

@@ -43,9 +43,10 @@ from pulumi_policy import (
     StackValidationPolicy,
 )
 
-from stacks import catalog, tags
+from stacks import tags
+from pricing.sources import catalog
 
-HOURS_PER_MONTH = 730  # the same convention as stacks/config.py and gpuloan/costs.py
+HOURS_PER_MONTH = 730  # the same convention as stacks/config.py and pricing/cost_model/costs.py
 
 NODE_GROUP = "aws:eks/nodeGroup:NodeGroup"
 LAUNCH_TEMPLATE = "aws:ec2/launchTemplate:LaunchTemplate"

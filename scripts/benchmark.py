@@ -197,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nbenchmark: {len(CLUSTERS)} clusters x {args.seeds} seeds: "
           + ", ".join(f"{scenario.replace('_', ' ')} done at {done_at[scenario]:.1f} s" for scenario in scenarios)
           + f" wall on {args.workers} worker(s); slowest single run (57 days x 1 pool) {slowest:.2f} s")
-    from stacks import catalog
+    from pricing.sources import catalog
 
     first = out[scenarios[0]]
     print(catalog.price_source(first[0]["pool"]["region"]) if first else "")

@@ -1,9 +1,9 @@
 """The simulated pool: one pool of a stack config turned into node types, prices and limits.
 
-Prices come from stacks/catalog.py (the price book in force: --price-file, $GPULOAN_PRICE_FILE or the cache filled
+Prices come from pricing/sources/catalog.py (the price book in force: --price-file, $GPULOAN_PRICE_FILE or the cache filled
 from AWS; docs/prices.md). The interruption rate comes from the price book's Spot Instance Advisor bucket:
 - the guaranteed floor is billed around the clock at the rate it is paid (guaranteed.payment: on-demand, an RI or
-  Savings Plan rate, a Capacity Block price or the user's own rate; stacks/floor_pricing.py);
+  Savings Plan rate, a Capacity Block price or the user's own rate; pricing/sources/floor_pricing.py);
 - the spot group is billed at the cheapest spot price among the pool's elastic types (EC2's price-capacity-optimized
   allocation launches the cheapest pool that has capacity), and is interrupted at that type's Spot Advisor rate;
 - the on-demand group is billed at the first elastic type's on-demand price (EKS managed node groups launch
@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from stacks import catalog
+from pricing.sources import catalog
 from stacks.config import ElasticCapacity, GpuLoanConfig, Pool
 
 HOURS_PER_MONTH = 730
@@ -105,11 +105,11 @@ def _price(t: str, region: str) -> catalog.Price:
 
 
 def _floor_price(region: str, pool: Pool) -> float:
-    """One floor node at the rate it is paid (guaranteed.payment; stacks/floor_pricing.py)."""
+    """One floor node at the rate it is paid (guaranteed.payment; pricing/sources/floor_pricing.py)."""
     from types import SimpleNamespace
 
     from stacks.config import floor_rate
-    from stacks.floor_pricing import missing_rate_reason
+    from pricing.sources.floor_pricing import missing_rate_reason
 
     rate = floor_rate(SimpleNamespace(region=region), pool)
     if rate is None:

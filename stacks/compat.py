@@ -14,7 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from stacks import catalog, versions
+from stacks import versions
+from pricing.sources import catalog
 from stacks.version_numbers import Version, fmt, parse_version
 
 if TYPE_CHECKING:  # annotations only: config imports this module to run its rule

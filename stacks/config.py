@@ -18,7 +18,8 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, EmailStr, Field, ValidationError, field_validator
 
-from stacks import catalog, floor_pricing, versions
+from stacks import versions
+from pricing.sources import catalog, floor_pricing
 from stacks import compat, scheduling
 # The config's vocabulary lives in a leaf module so the rule modules (scheduling) can use it without importing
 # this one; re-exported here, where every reader looks for it.
@@ -59,9 +60,9 @@ def _known_gpu_instance(name: str) -> str:
         raise ValueError(f"unknown GPU instance type '{name}' (not in gpuloan's table of GPU types nor in the "
                          f"facts `gpuloan prices refresh -s STACK` reads from EC2){hint}")
     if catalog.lookup(name).architecture == "unknown":
-        # A family newer than stacks/instance_types.py, its facts read from EC2: CUDA rules need its architecture.
+        # A family newer than pricing/sources/instance_types.py, its facts read from EC2: CUDA rules need its architecture.
         raise ValueError(f"'{name}' has {catalog.lookup(name).gpu_model} GPUs, which gpuloan has no CUDA support "
-                         "rules for yet (stacks/instance_types.py GPU_ARCHITECTURE)")
+                         "rules for yet (pricing/sources/instance_types.py GPU_ARCHITECTURE)")
     if not catalog.lookup(name).is_nvidia:
         raise ValueError(f"'{name}' has {catalog.lookup(name).gpu_model} accelerators; gpuloan supports NVIDIA GPUs only")
     return name
@@ -590,7 +591,7 @@ def _pydantic_problems(err: ValidationError) -> list[tuple[str, str]]:
 
 
 def floor_rate(cfg: GpuLoanConfig, pool: Pool) -> floor_pricing.FloorRate | None:
-    """The hourly rate of one node of the pool's floor as it is paid (stacks/floor_pricing.py); None when no
+    """The hourly rate of one node of the pool's floor as it is paid (pricing/sources/floor_pricing.py); None when no
     source has it (or the pool has no floor)."""
     g = pool.guaranteed
     if g is None:

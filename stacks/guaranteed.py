@@ -15,7 +15,8 @@ import datetime as dt
 import pulumi
 import pulumi_aws as aws
 
-from stacks import catalog, launch_templates, tags, versions
+from stacks import launch_templates, tags, versions
+from pricing.sources import catalog
 from stacks.names import GROUP_GUARANTEED, node_group_name_prefix
 from stacks.node_groups import GPU_TAINT, gpu_update_config, instance_tags
 from stacks.config import GpuLoanConfig, Guaranteed, Pool, Reservation

@@ -25,7 +25,8 @@ import pulumi
 import pulumi_aws as aws
 import pulumi_docker_build as docker_build
 
-from stacks import catalog, compat, versions
+from stacks import compat, versions
+from pricing.sources import catalog
 from stacks.config import GpuLoanConfig, Image
 
 REPO_ROOT = Path(__file__).resolve().parent.parent

@@ -29,7 +29,7 @@ KUEUE_NAMESPACE = "kueue-system"
 # Where the CloudWatch observability add-on runs its agent; the Pod Identity association must name this exact pair.
 GPU_METRICS_AGENT_NAMESPACE = "amazon-cloudwatch"
 
-# Root volumes of the launch templates (stacks/launch_templates.py), priced by gpuloan/platform_costs.py. CUDA/PyTorch
+# Root volumes of the launch templates (stacks/launch_templates.py), priced by pricing/cost_model/platform_costs.py. CUDA/PyTorch
 # images are 10-20 GiB each and containerd keeps several layers' versions on the root volume.
 GPU_ROOT_VOLUME_GIB = 200
 SYSTEM_ROOT_VOLUME_GIB = 50

@@ -2,7 +2,7 @@
 JSON) and by the simulator, so both run the policy with the same knobs.
 
 Group names are plain strings; the stack passes resolved node group names (inside an `apply`), the simulator
-any labels it likes. Prices per node come from stacks/catalog.py: for a pool of several instance types the
+any labels it likes. Prices per node come from pricing/sources/catalog.py: for a pool of several instance types the
 most expensive type's price (a budget cap must not under-estimate); a type without a spot price counts at
 its on-demand price. With no price for a type, `settings_for` raises PriceUnknown, unless the caller allows
 unknown prices (an offline or `pulumi preview` run, where nothing is deployed): then those rates are null.
@@ -13,10 +13,10 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass
 
-from stacks import catalog
+from pricing.sources import catalog
 from stacks.config import ElasticCapacity, GpuLoanConfig, Pool
 from stacks.config import floor_rate as config_floor_rate
-from stacks.floor_pricing import missing_rate_reason
+from pricing.sources.floor_pricing import missing_rate_reason
 
 from policy.model import PoolSettings, Settings
 

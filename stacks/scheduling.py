@@ -25,7 +25,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from stacks import catalog, tags
+from stacks import tags
+from pricing.sources import catalog
 from stacks.config_terms import SET_ASIDE, ElasticCapacity, Reservation, Tier
 
 if TYPE_CHECKING:  # annotations only: config imports this module to run its rule

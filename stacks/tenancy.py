@@ -13,7 +13,8 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from stacks import catalog, scheduling, tags
+from stacks import scheduling, tags
+from pricing.sources import catalog
 from stacks.config import GpuLoanConfig, Pool, Tier
 
 MANAGED_BY = {"app.kubernetes.io/managed-by": "gpuloan"}

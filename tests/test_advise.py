@@ -13,7 +13,8 @@ from conftest import SHARED_TRACES, requires_shared_prices, requires_shared_trac
 from gpuloan import advisor, cli
 from sim.engine import SimSettings
 from sim.traces import SeriesTrace
-from stacks import config, floor_pricing
+from stacks import config
+from pricing.sources import floor_pricing
 
 pytestmark = requires_shared_prices
 

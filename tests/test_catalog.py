@@ -8,7 +8,7 @@ import csv
 import pytest
 from conftest import SHARED_PRICES, requires_shared_prices
 
-from stacks import catalog, instance_types
+from pricing.sources import catalog, instance_types
 
 
 def _rows():

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from conftest import stack_config
 
-from stacks import catalog, compat, config, versions
+from stacks import compat, config, versions
+from pricing.sources import catalog
 
 
 def _parse(stack: str, images: list[dict], pools: list[dict] | None = None):

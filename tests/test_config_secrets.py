@@ -9,8 +9,10 @@ import pytest
 import yaml
 from conftest import stack_config
 
-from gpuloan import cli, costs
-from stacks import catalog, config, pricebook
+from gpuloan import cli
+from pricing.cost_model import costs
+from stacks import config
+from pricing.sources import catalog, pricebook
 
 CIPHERTEXT = "v1:AAABAJx0Y2lwaGVydGV4dA=="  # the shape Pulumi writes; nothing decrypts it here
 

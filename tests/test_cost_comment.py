@@ -12,7 +12,7 @@ from conftest import requires_shared_prices
 from test_cost_diff import _commit, _copy_project, _set
 
 from gpuloan import cli, cost_comment, cost_diff
-from stacks import catalog
+from pricing.sources import catalog
 
 FALLBACK = "        max_nodes: 6\n        on_demand_max_nodes: 2\n"
 

@@ -10,7 +10,7 @@ import pytest
 from conftest import REPO, requires_shared_prices
 
 from gpuloan import cli, cost_diff
-from stacks import floor_pricing
+from pricing.sources import floor_pricing
 
 SKIP = shutil.ignore_patterns(".git", ".venv", "__pycache__", ".pytest_cache", ".hypothesis", "traces", "tests",
                               "*.egg-info", "venv", "out", "build", "dist")

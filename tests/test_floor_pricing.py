@@ -8,9 +8,11 @@ import pytest
 import yaml
 from conftest import requires_shared_prices, stack_config
 
-from gpuloan import cli, costs
+from gpuloan import cli
+from pricing.cost_model import costs
 from sim import pool as simpool
-from stacks import catalog, config, floor_pricing, policy_settings
+from stacks import config, policy_settings
+from pricing.sources import catalog, floor_pricing
 
 pytestmark = requires_shared_prices
 
@@ -207,7 +209,7 @@ def test_simulator_bills_the_floor_at_its_rate():
 
 
 def test_without_any_price_source_a_committed_floor_is_unknown_and_a_user_rate_still_counts(tmp_path, monkeypatch):
-    from stacks import pricebook
+    from pricing.sources import pricebook
 
     monkeypatch.delenv(pricebook.ENV_PRICE_FILE, raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "empty-cache"))

@@ -22,7 +22,7 @@ from pulumi_policy import (
 )
 
 from guardrails import policies as g
-from stacks import catalog
+from pricing.sources import catalog
 
 POLICY_BY_NAME = {p.name: p for p in g.POLICIES}
 

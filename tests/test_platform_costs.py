@@ -12,8 +12,10 @@ import json
 import pytest
 from conftest import SHARED_PRICES, requires_shared_prices, stack_config
 
-from gpuloan import platform_costs, preview
-from stacks import catalog, launch_templates, pricebook
+from gpuloan import preview
+from pricing.cost_model import platform_costs
+from stacks import launch_templates
+from pricing.sources import catalog, pricebook
 
 # key -> (test rate, unit): round numbers, clearly not prices anyone read anywhere
 FIXTURE_RATES = {

@@ -24,8 +24,9 @@ import yaml
 from botocore.stub import Stubber
 from conftest import REPO, requires_shared_prices, stack_config
 
-from gpuloan import aws_prices, cmd_prices
-from stacks import catalog, pricebook
+from gpuloan import cmd_prices
+from pricing.sources import aws_prices
+from pricing.sources import catalog, pricebook
 from stacks.config import ConfigError, from_stack_yaml
 from stacks.policy_function import BUILD_DIR
 from stacks.policy_package import SETTINGS_ENTRY, source_code_hash
@@ -139,7 +140,7 @@ def test_the_public_table_reads_from_the_csv_or_its_folder():
 
 
 def test_config_is_valid_without_any_price_and_costs_are_unknown(book_file, tmp_path, monkeypatch):
-    from gpuloan import costs
+    from pricing.cost_model import costs
 
     monkeypatch.delenv(pricebook.ENV_PRICE_FILE, raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "empty-cache"))
@@ -160,7 +161,7 @@ def test_a_region_the_source_covers_but_without_the_type_fails_validation_with_i
 
 
 def test_costs_come_from_the_price_file_and_name_it(book_file):
-    from gpuloan import costs
+    from pricing.cost_model import costs
 
     path = book_file()
     catalog.use_price_file(path)

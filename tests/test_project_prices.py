@@ -17,7 +17,7 @@ import yaml
 from conftest import REPO
 
 from gpuloan import cli, cmd_cost_diff, cmd_prices, cost_diff
-from stacks import catalog, pricebook
+from pricing.sources import catalog, pricebook
 
 SKIP = shutil.ignore_patterns(".git", ".venv", "__pycache__", ".pytest_cache", ".hypothesis", "tests", "*.egg-info",
                               "venv", "out", "build", "dist", pricebook.PROJECT_PRICE_FILE)

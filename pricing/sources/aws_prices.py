@@ -7,9 +7,9 @@
 - Savings Plans: `savingsplans` DescribeSavingsPlansOfferingRates;
 - Capacity Blocks: EC2 DescribeCapacityBlockOfferings (the offers open now, as an effective hourly rate);
 - whether a type exists in the region (DescribeInstanceTypeOfferings) and its GPU facts (DescribeInstanceTypes),
-  for families newer than stacks/instance_types.py.
+  for families newer than pricing/sources/instance_types.py.
 
-`refresh()` turns their answers into a stacks.pricebook.PriceBook that `gpuloan prices refresh` caches. Each
+`refresh()` turns their answers into a pricing.sources.pricebook.PriceBook that `gpuloan prices refresh` caches. Each
 failure has its own message: a throttled call, an empty Price List answer, a SKU without a price, a region
 without the type. Spot, Savings Plans and Capacity Block gaps are not errors (many types have none); the
 on-demand price is required.
@@ -22,8 +22,8 @@ import json
 import statistics
 from dataclasses import dataclass, field
 
-from stacks.instance_types import InstanceType
-from stacks.pricebook import EC2_PLATFORM_PREFIX, CommitmentRate, PlatformRate, Price, PriceBook, RegionPrices
+from pricing.sources.instance_types import InstanceType
+from pricing.sources.pricebook import EC2_PLATFORM_PREFIX, CommitmentRate, PlatformRate, Price, PriceBook, RegionPrices
 
 PRICE_LIST_SOURCE = "AWS Price List Query API (pricing:GetProducts)"
 SPOT_SOURCE = "EC2 DescribeSpotPriceHistory"
@@ -208,7 +208,7 @@ class PlatformPriceReader:
         self._client = pricing_client
 
     def rate(self, key: str, region: str) -> PlatformRate:
-        from stacks.pricebook import platform_unit
+        from pricing.sources.pricebook import platform_unit
 
         service, _, suffix, unit = PLATFORM_QUERIES[key]
         what = f"{key} ({service} {suffix}) in {region}"

@@ -1,8 +1,8 @@
 """One place that answers "how many GPUs does this instance type have" and "what does it cost per hour here".
 
-Instance facts come from the hand-written table in stacks/instance_types.py (offline, from AWS's specification
+Instance facts come from the hand-written table in pricing/sources/instance_types.py (offline, from AWS's specification
 page), then from facts cached by `gpuloan prices refresh` (EC2 DescribeInstanceTypes) for newer families.
-Prices come from the price book in force (stacks/pricebook.py: --price-file, $GPULOAN_PRICE_FILE, or the cache
+Prices come from the price book in force (pricing/sources/pricebook.py: --price-file, $GPULOAN_PRICE_FILE, or the cache
 filled from AWS); with none, `price()` is None and callers show the cost as unknown with `missing_price_reason()`.
 
 Stdlib only: the policy pack (guardrails/) imports it.
@@ -13,9 +13,9 @@ from __future__ import annotations
 import difflib
 from pathlib import Path
 
-from stacks import pricebook
-from stacks.instance_types import GPU_ARCHITECTURE, KNOWN, InstanceType  # noqa: F401  (re-exported)
-from stacks.pricebook import CommitmentRate, Price, PriceSourceError  # noqa: F401  (re-exported)
+from pricing.sources import pricebook
+from pricing.sources.instance_types import GPU_ARCHITECTURE, KNOWN, InstanceType  # noqa: F401  (re-exported)
+from pricing.sources.pricebook import CommitmentRate, Price, PriceSourceError  # noqa: F401  (re-exported)
 
 _explicit_file: Path | None = None
 _book: pricebook.PriceBook | None = None

@@ -5,7 +5,7 @@ computing" (https://docs.aws.amazon.com/ec2/latest/instancetypes/ac.html), secti
 family (GPU model, GiB per GPU as that page gives it) and the GPU count of each size. Why a table and not an API
 call: `gpuloan validate` and `preview` must work without credentials, and these facts change only when AWS launches
 a family (then this table gains a line). Types not listed here (a family newer than this file) are looked up with
-EC2 DescribeInstanceTypes by `gpuloan prices refresh` and cached beside the prices (stacks/pricebook.py), so a
+EC2 DescribeInstanceTypes by `gpuloan prices refresh` and cached beside the prices (pricing/sources/pricebook.py), so a
 user is never blocked on a release of gpuloan.
 
 Stdlib only: the policy pack (guardrails/) imports it.

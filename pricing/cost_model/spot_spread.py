@@ -15,7 +15,7 @@ interruption bucket. Price-capacity-optimized may still launch it when its spot 
 raise both the bill and the interruptions. That is an advisory, never a validation error: a deeper pool is a real
 reason to keep a type. A type with no spot price or no bucket is never judged (no guess stands in for a figure).
 
-Pure and stdlib only (guardrails/ imports stacks.catalog too): figures in, figures and advisories out.
+Pure and stdlib only (guardrails/ imports pricing.sources.catalog too): figures in, figures and advisories out.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
-from stacks import catalog
+from pricing.sources import catalog
 
 if TYPE_CHECKING:  # the config model needs pydantic; the figures and the rule do not
     from stacks.config import GpuLoanConfig, Pool
@@ -43,7 +43,7 @@ class SpotFigures:
     gpu_model: str
     spot_usd_per_gpu_hour: float | None  # None: no spot price in the price source
     ondemand_usd_per_gpu_hour: float | None  # None: no price at all
-    spot_basis: str  # how the spot price was obtained (stacks/pricebook.py Price.spot_basis), "none" without one
+    spot_basis: str  # how the spot price was obtained (pricing/sources/pricebook.py Price.spot_basis), "none" without one
     interruption_bucket: str | None  # a Spot Advisor bucket, None when the source has none (or an unknown label)
     source: str  # where the prices were read ("" without a price)
     as_of: str
@@ -88,7 +88,7 @@ def bucket_rank(bucket: str | None) -> int | None:
 
 
 def figures(instance_types: list[str], region: str) -> list[SpotFigures]:
-    """The figures of each type, in the order given, from the price source in force (stacks/catalog.py)."""
+    """The figures of each type, in the order given, from the price source in force (pricing/sources/catalog.py)."""
     rows = []
     for t in instance_types:
         facts, price = catalog.lookup(t), catalog.price(t, region)

@@ -4,7 +4,7 @@ KMS keys, CloudWatch (alarms, dashboard, Container Insights metrics, logs) and t
 Quantities come from the plan itself (the resources the offline preview recorded: how many clusters, NAT
 gateways, keys, alarms ...) and from the config (node counts, volume sizes, the policy's schedule); usage the
 plan cannot know (NAT data, log GB, the policy's run time, metrics per node) comes from `cost_assumptions` in the
-config and is labelled an assumption. Rates come from the price book's `platform` section (stacks/pricebook.py):
+config and is labelled an assumption. Rates come from the price book's `platform` section (pricing/sources/pricebook.py):
 `gpuloan prices refresh` reads them from the Price List; offline they exist only where the user's price file
 gives them. A row without a rate is unknown (None), never $0. Free tiers are not subtracted (an upper bound).
 """
@@ -14,9 +14,10 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import asdict, dataclass
 
-from stacks import catalog, names, versions
+from stacks import names, versions
+from pricing.sources import catalog
 from stacks.config import HOURS_PER_MONTH, ExistingCluster, GpuLoanConfig, NewCluster
-from stacks.pricebook import EC2_PLATFORM_PREFIX
+from pricing.sources.pricebook import EC2_PLATFORM_PREFIX
 
 SECONDS_PER_MONTH = HOURS_PER_MONTH * 3600
 

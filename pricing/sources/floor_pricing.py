@@ -11,20 +11,20 @@ A floor is paid one of five ways (`guaranteed.payment`):
 Where the rate comes from, first that applies:
 1. the user's own rate (`guaranteed.rate`: usd_per_hour + source) — always wins (a negotiated price, an
    Enterprise discount, a Capacity Block already bought);
-2. the price book in force (stacks/catalog.py): live rates read by `gpuloan prices refresh` (Price List RI
+2. the price book in force (pricing/sources/catalog.py): live rates read by `gpuloan prices refresh` (Price List RI
    terms, Savings Plans offering rates, Capacity Block offers), or the public commitment table
    (COMMITMENTS.md). Reserved Instance rows carrying the on-demand rate read with them are old (2022): their
    *ratio* to that on-demand rate is applied to today's on-demand rate, never their absolute figure;
 3. nothing: `floor_rate` returns None and validation asks for a user rate. Nothing here guesses a rate.
 
-Stdlib only (like stacks/catalog.py): the policy pack imports the config, which imports this.
+Stdlib only (like pricing/sources/catalog.py): the policy pack imports the config, which imports this.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from stacks import catalog
+from pricing.sources import catalog
 
 ON_DEMAND = "on_demand"
 RESERVED_1YR = "reserved_1yr"
@@ -33,7 +33,7 @@ SAVINGS_PLAN = "savings_plan"
 CAPACITY_BLOCK = "capacity_block"
 PAYMENTS = (ON_DEMAND, RESERVED_1YR, RESERVED_3YR, SAVINGS_PLAN, CAPACITY_BLOCK)
 
-# Price book offers that price each payment, in order of preference (stacks/pricebook.py CommitmentRate.offer).
+# Price book offers that price each payment, in order of preference (pricing/sources/pricebook.py CommitmentRate.offer).
 OFFERS = {
     RESERVED_1YR: ("reserved_1yr_no_upfront",),
     RESERVED_3YR: ("reserved_3yr_no_upfront",),

@@ -1,6 +1,6 @@
 """Monthly cost estimate of a stack config: the guaranteed floor (fixed) and the elastic ceiling (variable).
 
-Used by `gpuloan preview` and `gpuloan cost-diff`. Prices come from stacks/catalog.py (the price book in force:
+Used by `gpuloan preview` and `gpuloan cost-diff`. Prices come from pricing/sources/catalog.py (the price book in force:
 a price file or the cache filled from AWS, see docs/prices.md). Nothing here invents a price: a figure whose
 price is unknown is None, and so is every total it would enter. A month is 730 hours, AWS's own convention.
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from stacks import catalog, floor_pricing
+from pricing.sources import catalog, floor_pricing
 from stacks.config import (HOURS_PER_MONTH, ElasticCapacity, GpuLoanConfig, Pool, Reservation, floor_rate,
                            guaranteed_monthly_usd)
 
@@ -25,7 +25,7 @@ class PoolCost:
     guaranteed_usd_per_hour: float | None  # None: no price for the type in the price source
     guaranteed_monthly_usd: float | None
     guaranteed_note: str
-    guaranteed_price_model: str | None  # how the floor is paid (stacks/floor_pricing.py PAYMENTS); None: no floor
+    guaranteed_price_model: str | None  # how the floor is paid (pricing/sources/floor_pricing.py PAYMENTS); None: no floor
     guaranteed_rate_source: str  # where the floor's rate was read ("" when unknown or no floor)
     elastic_instance_types: list[str]
     elastic_max_nodes: int

@@ -25,7 +25,7 @@ the non-GPU parts of a stack (EKS, NAT, EBS, KMS, CloudWatch, Lambda, system nod
 (PLATFORM_UNITS) with its `source`. The public CSV has no platform rates: offline they come only from a user's
 price file.
 
-Stdlib only: the policy pack (guardrails/) imports it through stacks/catalog.py.
+Stdlib only: the policy pack (guardrails/) imports it through pricing/sources/catalog.py.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from stacks.instance_types import InstanceType
+from pricing.sources.instance_types import InstanceType
 
 FORMAT = "gpuloan-prices/1"
 ENV_PRICE_FILE = "GPULOAN_PRICE_FILE"
