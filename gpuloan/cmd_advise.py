@@ -69,7 +69,7 @@ def _demand(args, cfg, pool_name):
         if args.series and getattr(trace, "fmt", "") != "series":
             raise ValueError(f"--series {args.series}: not a minute,gpus_demanded file (use --trace for job traces)")
     else:
-        from gpuloan import demand_history
+        from sim import demand_history
 
         if args.history_days < 1:
             raise ValueError("--history-days must be at least 1")
@@ -80,7 +80,8 @@ def _demand(args, cfg, pool_name):
 
 
 def run(args) -> int:
-    from gpuloan import advisor, stackfile
+    from gpuloan import stackfile
+    from sim import advisor
     from sim import traces
     from stacks import config
 
@@ -120,7 +121,7 @@ def run(args) -> int:
             render(doc)
         print(catalog.price_source(cfg.region))
     if args.plot:  # after the table, as `simulate` does, and named on stderr: stdout stays the result
-        from gpuloan.advisor_plot import plot
+        from sim.advisor_plot import plot
 
         sys.stdout.flush()
         for doc in docs:
@@ -130,7 +131,7 @@ def run(args) -> int:
 
 
 def _aws_errors():
-    from gpuloan.demand_history import HistoryError
+    from sim.demand_history import HistoryError
 
     return (HistoryError,)
 

@@ -10,7 +10,8 @@ from dataclasses import replace
 import pytest
 from conftest import SHARED_TRACES, requires_shared_prices, requires_shared_traces, stack_config
 
-from gpuloan import advisor, cli
+from gpuloan import cli
+from sim import advisor
 from sim.engine import SimSettings
 from sim.traces import SeriesTrace
 from stacks import config

@@ -9,7 +9,8 @@ import boto3
 import pytest
 from conftest import requires_shared_prices, stack_config
 
-from gpuloan import cli, demand_history
+from gpuloan import cli
+from sim import demand_history
 from policy import metric_names as M
 from stacks import config
 
