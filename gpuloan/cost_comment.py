@@ -186,11 +186,11 @@ def resource_costs(d: StackDiff) -> list[tuple[str, str, str]]:
 
 
 def blockers(d: StackDiff) -> list:
-    """The changes of one stack a reviewer must stop at (gpuloan/rollout.py:blockers): the EKS cluster, a floor or
+    """The changes of one stack a reviewer must stop at (offline/rollout.py:blockers): the EKS cluster, a floor or
     a reservation replaced or deleted. Only where both sides previewed."""
     if not (d.base.ok and d.head.ok):
         return []
-    from gpuloan import rollout
+    from offline import rollout
 
     return rollout.blockers(d.base.doc, d.head.doc)
 
@@ -236,7 +236,7 @@ def render_markdown(diffs: list[StackDiff], base_label: str, warnings: list[str]
                 lines += ["<details><summary>monthly cost per resource</summary>", "",
                           "| resource | price model | monthly |", "|---|---|---:|",
                           *[f"| {r} | {m} | {c} |" for r, m, c in priced], "", "</details>", ""]
-        lines += cost_diff.node_group_lines(d)  # replaced / rolled node groups, floors flagged (gpuloan/rollout.py)
+        lines += cost_diff.node_group_lines(d)  # replaced / rolled node groups, floors flagged (offline/rollout.py)
         changes = ([f"| + add | `{r['type']}` | {r['name']} |" for r in d.added]
                    + [f"| ~ change | `{r['type']}` | {r['name']} ({', '.join(k)}) |" for r, k in d.changed]
                    + [f"| − remove | `{r['type']}` | {r['name']} |" for r in d.removed])

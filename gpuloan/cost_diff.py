@@ -54,7 +54,7 @@ class StackDiff:
     changed: list[tuple[dict, list[str]]] = field(default_factory=list)  # (resource, changed input keys)
     pools: list[dict] = field(default_factory=list)  # rows of the cost table
     totals: dict = field(default_factory=dict)
-    node_groups: list = field(default_factory=list)  # gpuloan.rollout.GroupChange: replaced / rolled / deleted
+    node_groups: list = field(default_factory=list)  # offline.rollout.GroupChange: replaced / rolled / deleted
     platform: list[dict] = field(default_factory=list)  # {item, base, head}: monthly USD, UNKNOWN or None
 
     @property
@@ -291,7 +291,7 @@ def diff_stack(stack: str, base: Side, head: Side) -> StackDiff:
     if (base.ok or base.missing) and (head.ok or head.missing):
         d.added, d.removed, d.changed = diff_resources(base.doc, head.doc)
     if base.ok and head.ok:
-        from gpuloan.rollout import group_changes
+        from offline.rollout import group_changes
 
         d.node_groups = group_changes(base.doc, head.doc)
     if base.ok or head.ok:
@@ -429,7 +429,7 @@ def _price_sources(diffs: list[StackDiff]) -> list[tuple[StackDiff, str]]:
 
 
 def node_group_lines(d: StackDiff) -> list[str]:
-    """The PR comment's node group section: what this change does to running nodes (gpuloan/rollout.py)."""
+    """The PR comment's node group section: what this change does to running nodes (offline/rollout.py)."""
     if not d.node_groups:
         return []
     out = ["**Node groups this change replaces or rolls** (running pods on them are evicted):", ""]

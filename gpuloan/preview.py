@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from gpuloan import offline
+from offline import runner as offline
 from pricing.cost_model import costs, platform_costs
 from stacks import config as config_mod
 from pricing.cost_model import spot_spread

@@ -21,7 +21,7 @@ Advisory (reported, never blocking):
 - floor-protected: the guaranteed floor's node groups and capacity reservations are `protect`ed, so a change that
   would replace or delete the floor (an AZ, instance type or reservation edit) stops the update instead of
   taking the floor down. CrossGuard sees a resource's new inputs and options, not the planned operation, so the
-  floor is guarded through `protect`; `gpuloan preview`/`cost-diff` name the replacement itself (gpuloan/rollout.py).
+  floor is guarded through `protect`; `gpuloan preview`/`cost-diff` name the replacement itself (offline/rollout.py).
   Advisory, because `protect_critical: false` is how a deliberate floor replacement is done.
 
 Props are the engine's (camelCase) resource inputs, as in `gpuloan preview --json`. Values unknown during a

@@ -99,7 +99,7 @@ class GuaranteedCapacity(pulumi.ComponentResource):
             tags=resource_tags,
             # A floor on a reservation is replaced delete-first: the reservation is sized to the floor, so a new
             # group created beside the old one targets capacity the old group holds and its launches fail. The
-            # floor is down until the new group is up; the cost diff says so (gpuloan/rollout.py, docs/floor.md).
+            # floor is down until the new group is up; the cost diff says so (offline/rollout.py, docs/floor.md).
             opts=pulumi.ResourceOptions(parent=self, depends_on=depends_on, protect=cfg.protect_critical,
                                         delete_before_replace=self.reservation_id is not None),
         )

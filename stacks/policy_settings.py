@@ -39,7 +39,7 @@ _offline_preview = False
 
 @contextlib.contextmanager
 def offline_preview():
-    """While the offline preview (gpuloan/offline.py) runs the program: nothing is deployed, so the Lambda
+    """While the offline preview (offline/runner.py) runs the program: nothing is deployed, so the Lambda
     settings may carry unknown (null) prices. The offline engine runs as an update (outputs must resolve), so
     pulumi.runtime.is_dry_run() cannot tell it apart from a real deployment."""
     global _offline_preview

@@ -8,7 +8,7 @@ from functools import cache
 import pulumi_aws
 
 from conftest import stack_config
-from gpuloan import offline
+from offline import runner as offline
 
 NODE_GROUP = "aws:eks/nodeGroup:NodeGroup"
 LAUNCH_TEMPLATE = "aws:ec2/launchTemplate:LaunchTemplate"

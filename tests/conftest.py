@@ -37,7 +37,7 @@ requires_shared_traces = pytest.mark.skipif(not SHARED_TRACES.is_dir(), reason="
 requires_shared_kueue_crds = pytest.mark.skipif(not SHARED_KUEUE_CRDS.is_dir(),
                                                 reason="../shared/data/kueue-crds-v0.19.2 is absent")
 
-from gpuloan import offline  # noqa: E402
+from offline import runner as offline  # noqa: E402
 
 # Hypothesis profiles: "ci" (the default, what `make test` and CI run) and "deep" (10,000 examples per property,
 # `make test-deep`), chosen by GPULOAN_HYPOTHESIS_PROFILE. Property tests set no example count of their own, so

@@ -13,7 +13,7 @@ from conftest import REPO, SHARED_KUEUE_CRDS, stack_config
 from kubernetes_validate import utils as kv_utils
 from packaging.version import Version
 
-from gpuloan import offline
+from offline import runner as offline
 
 LAYER_PROGRAM = Path(__file__).resolve().parent / "kubernetes_layer_program.py"
 WORKLOADS = sorted((REPO / "docs" / "workloads").glob("*.yaml"))

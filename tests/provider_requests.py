@@ -20,7 +20,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from gpuloan import offline
+from offline import runner as offline
 
 ACCOUNT = offline.ACCOUNT_ID
 OPS = ("create", "update", "delete")

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from conftest import run_stack, stack_config
-from gpuloan.offline import ACCOUNT_ID
+from offline.runner import ACCOUNT_ID
 from stacks import alerts, budgets, config, tags
 
 BUDGET = "aws:budgets/budget:Budget"

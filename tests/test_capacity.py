@@ -16,7 +16,7 @@ from capacity_helpers import (
     is_taggable, parent_of, template_of, under,
 )
 from conftest import STACKS, run_stack, stack_config
-from gpuloan import offline
+from offline import runner as offline
 from stacks import names, tags, versions
 from stacks.config import ConfigError, from_stack_yaml
 from stacks.guaranteed import gpu_ami_type

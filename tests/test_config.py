@@ -259,7 +259,7 @@ def test_schema_accepts_shipped_stacks_and_rejects_unknown_keys(tmp_path):
 
 def test_config_errors_stop_the_program_before_any_resource(tmp_path):
     """__main__.py validates first: a bad config registers nothing (only the root stack exists)."""
-    from gpuloan import offline
+    from offline import runner as offline
 
     cfg = stack_config("dev")
     _set(cfg, "pools[0].elastic.idle_utilization_pct", 99)

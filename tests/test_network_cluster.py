@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from capacity_helpers import CLUSTER, NODE_GROUP, descendants, dev_variant, is_taggable
 from conftest import STACKS, run_stack, stack_config
-from gpuloan import offline
+from offline import runner as offline
 from stacks import cluster as cluster_mod
 from stacks import tags, versions
 from stacks.config import from_stack_yaml
@@ -308,8 +308,9 @@ def test_node_subnet_ids_must_be_subnet_ids():
 
 
 def test_an_existing_stack_replaces_its_fixed_name_system_group_new_group_first(recorded):
-    from gpuloan import preview, rollout
-    from gpuloan.offline import generated_name
+    from gpuloan import preview
+    from offline import rollout
+    from offline.runner import generated_name
 
     from conftest import stack_config
 

@@ -227,7 +227,7 @@ def test_a_deployment_without_prices_registers_nothing(book_file, monkeypatch):
     it stops before the first resource with one line per missing price."""
     import contextlib
 
-    from gpuloan import offline
+    from offline import runner as offline
     from stacks import policy_settings
 
     catalog.use_price_file(book_file(region="eu-west-1"))

@@ -9,7 +9,7 @@ import pytest
 
 from capacity_helpers import DESIRED, ELASTIC, GUARANTEED, NODE_GROUP, ODCR, RESERVATION_ID, dev_variant, under
 from conftest import run_stack, stack_config
-from gpuloan import offline
+from offline import runner as offline
 from stacks import elastic, live_sizes, names
 
 # A Capacity Block's price is its quote, which the user states (docs/floor.md); the figure only stands in for one.

@@ -1,4 +1,4 @@
-"""What a change does to running nodes: gpuloan/rollout.py on two offline previews (base, head), and the PR
+"""What a change does to running nodes: offline/rollout.py on two offline previews (base, head), and the PR
 comment of `gpuloan cost-diff` that shows it (issue 12 item 4)."""
 
 from __future__ import annotations
@@ -8,7 +8,8 @@ import copy
 import pytest
 
 from conftest import stack_config
-from gpuloan import cost_diff, preview, rollout
+from gpuloan import cost_diff, preview
+from offline import rollout
 
 
 def _doc(stack: str, config: dict) -> dict:

@@ -129,7 +129,7 @@ def _reservation_target(template: dict[str, Any] | None) -> str | None:
 def _template_id(resource: dict[str, Any]) -> str:
     """The launch template id a node group points at, as the offline preview assigns it (from the template's
     logical name), so a template's change can be traced to its group."""
-    from gpuloan import offline
+    from offline import runner as offline
 
     return offline.TYPE_OUTPUTS[LAUNCH_TEMPLATE](resource["name"], {}, "")["id"]
 
@@ -140,7 +140,7 @@ def _by_urn(doc: dict[str, Any] | None) -> dict[str, dict]:
 
 def _role_arn(resource: dict[str, Any]) -> str:
     """A role's ARN as the offline preview renders it (from its name and path)."""
-    from gpuloan import offline
+    from offline import runner as offline
 
     return offline.TYPE_OUTPUTS[IAM_ROLE](resource["name"], resource["inputs"], "")["arn"]
 
