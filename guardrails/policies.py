@@ -5,7 +5,7 @@ Mandatory (a violation blocks the update):
   environment cost-allocation tags (the environment may come from the provider's default tags).
 - elastic-node-groups-bounded: elastic node groups have a max size and ignore desiredSize (the policy Lambda
   owns it; without ignore_changes every `pulumi up` would reset the live size). The one exception is the clamp
-  of stacks/elastic.py: an update that lowers max_nodes below the live size sends desiredSize = maxSize.
+  of stacks/capacity/elastic.py: an update that lowers max_nodes below the live size sends desiredSize = maxSize.
 - policy-role-no-mutating-star: the policy function's IAM policies grant no mutating action on Resource "*"
   unless a condition scopes it (resource tag, metric namespace).
 - ecr-immutable-and-scanned: ECR repositories have IMMUTABLE tags (exclusions only for literal-prefix tags such

@@ -285,7 +285,7 @@ def group_changes(base: dict[str, Any] | None, head: dict[str, Any] | None) -> l
         held = _reservation_target(tmpl_a)
         if replace and _tier(a) == "guaranteed" and held and not new_reservation and held == _reservation_target(tmpl_b):
             # The new group would target a reservation whose whole capacity the old group holds: its launches
-            # fail, so the floor group is replaced delete-first (stacks/guaranteed.py), with an outage.
+            # fail, so the floor group is replaced delete-first (stacks/capacity/guaranteed.py), with an outage.
             nodes = (a.get("scalingConfig") or {}).get("desiredSize", "?")
             replace.append(f"delete first: the reservation {held} stays and the old group holds all of it, so "
                            f"{nodes} floor node(s) are down until the new group is up (docs/floor.md)")

@@ -25,7 +25,7 @@ from policy.deadline import Deadline
 from policy.errors import DataUnavailable, DeadlineExceeded, Throttled
 
 GPU_RESOURCE = "nvidia.com/gpu"
-# The labels and taints the stack puts on GPU node groups (stacks/tags.py, stacks/elastic.py; the Lambda zip does
+# The labels and taints the stack puts on GPU node groups (stacks/tags.py, stacks/capacity/elastic.py; the Lambda zip does
 # not ship stacks/, tests/test_policy_adapters.py checks the two agree).
 POOL_LABEL = "gpuloan.io/pool"
 TIER_LABEL = "gpuloan.io/tier"
@@ -105,7 +105,7 @@ class NodeShape:
 
 
 def elastic_shapes(pool: str, spot: bool, on_demand: bool) -> tuple[NodeShape, ...]:
-    """The shapes of a pool's elastic groups (stacks/elastic.py): spot nodes carry the spot taint on top of the GPU
+    """The shapes of a pool's elastic groups (stacks/capacity/elastic.py): spot nodes carry the spot taint on top of the GPU
     taint, on-demand ones the GPU taint only. The GPU taint is not checked: EKS runs the ExtendedResourceToleration
     admission controller, which gives every pod that requests nvidia.com/gpu a toleration for it
     (docs/aws-rules.md), and only GPU pods are counted."""

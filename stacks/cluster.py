@@ -16,7 +16,7 @@ import pulumi_aws as aws
 from stacks import tags, versions
 from stacks.config import BIN_PACKING_MIN_VERSION, ExistingCluster, GpuLoanConfig, NewCluster, endpoint_public_cidrs
 from stacks.network import Network
-from stacks.system_nodes import system_node_group
+from stacks.capacity.system_nodes import system_node_group
 
 CONTROL_PLANE_LOG_TYPES = ["api", "audit", "authenticator", "controllerManager", "scheduler"]
 

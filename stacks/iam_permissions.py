@@ -274,7 +274,7 @@ INVOKES: dict[str, tuple[str, ...]] = {
     "aws:index/getRegion:getRegion": (),
     "aws:ec2/getSubnets:getSubnets": ("ec2:DescribeSubnets",),
     "aws:eks/getCluster:getCluster": ("eks:DescribeCluster",),
-    # stacks/live_sizes.py: the elastic groups' live sizes, so a lower max_nodes never sends desired > max.
+    # stacks/capacity/live_sizes.py: the elastic groups' live sizes, so a lower max_nodes never sends desired > max.
     "aws:eks/getNodeGroups:getNodeGroups": ("eks:ListNodegroups",),
     "aws:eks/getNodeGroup:getNodeGroup": ("eks:DescribeNodegroup",),
     "aws:ecr/getAuthorizationToken:getAuthorizationToken": ("ecr:GetAuthorizationToken",),

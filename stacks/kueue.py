@@ -17,7 +17,8 @@ import pulumi
 import pulumi_kubernetes as k8s
 import yaml
 
-from stacks import scheduling, system_nodes, tags, tenancy, versions
+from stacks import scheduling, tags, tenancy, versions
+from stacks.capacity import system_nodes
 from stacks.config import GpuLoanConfig, NewCluster, Tier
 from stacks.names import KUEUE_NAMESPACE
 

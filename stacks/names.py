@@ -5,7 +5,7 @@ against the namespaces the add-ons take) and the platform cost prices the root v
 all read the values here, so neither config nor the cost model imports a component.
 
 Node group names come from the provider's auto-naming: a deterministic prefix `<env>-<pool>-<group>_` plus a
-unique suffix the provider adds (stacks/capacity.py says why). The `_` ends the prefix: pool and environment names
+unique suffix the provider adds (stacks/capacity/pools.py says why). The `_` ends the prefix: pool and environment names
 are slugs without underscores, so `dev-a-spot_*` can never match another pool's groups such as
 `dev-a-spot-x-guaranteed_...` (with `-` it would).
 """
@@ -29,7 +29,7 @@ KUEUE_NAMESPACE = "kueue-system"
 # Where the CloudWatch observability add-on runs its agent; the Pod Identity association must name this exact pair.
 GPU_METRICS_AGENT_NAMESPACE = "amazon-cloudwatch"
 
-# Root volumes of the launch templates (stacks/launch_templates.py), priced by pricing/cost_model/platform_costs.py. CUDA/PyTorch
+# Root volumes of the launch templates (stacks/capacity/launch_templates.py), priced by pricing/cost_model/platform_costs.py. CUDA/PyTorch
 # images are 10-20 GiB each and containerd keeps several layers' versions on the root volume.
 GPU_ROOT_VOLUME_GIB = 200
 SYSTEM_ROOT_VOLUME_GIB = 50

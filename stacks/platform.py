@@ -11,8 +11,9 @@ from __future__ import annotations
 import pulumi
 import pulumi_aws as aws
 
-from stacks import alarms, budgets, dashboard, kubernetes, live_sizes, tags
-from stacks import capacity as pool_capacity
+from stacks import alarms, budgets, dashboard, kubernetes, tags
+from stacks.capacity import live_sizes
+from stacks.capacity import pools as pool_capacity
 from stacks.alerts import Alerts, AlertsArgs
 from stacks.cluster import Cluster, cluster_name_for
 from stacks.config import GpuLoanConfig

@@ -4,7 +4,7 @@ VPC placement and its read-only Kubernetes access entry.
 Least privilege (DESIGN.md decision 5): mutating EKS / Auto Scaling actions are scoped to this stack's
 *elastic* node groups (EKS node group ARNs by name prefix; ASG termination by the eks:nodegroup-name tag EKS puts
 on each group's ASG, matched on the same prefix). Node group names are generated from a prefix
-(stacks/capacity.py), so the role is scoped to `<env>-<pool>-spot_*` / `<env>-<pool>-on-demand_*` and stays valid
+(stacks/capacity/pools.py), so the role is scoped to `<env>-<pool>-spot_*` / `<env>-<pool>-on-demand_*` and stays valid
 across a create-before-delete replacement; the settings carry the groups' actual names. The guaranteed groups appear only in read actions. Reads that AWS cannot scope
 (DescribeAutoScalingGroups, DescribeScalingActivities, DescribeInstances, GetMetricData) are on "*".
 """

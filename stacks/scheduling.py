@@ -3,8 +3,8 @@
 stacks/kueue.py turns this plan into Kueue objects; the config rule at the bottom (stacks/config.py runs it) refuses
 configs whose tiers and capacity cannot satisfy each other, before any resource exists. docs/scheduling.md explains the choices:
 
-- A flavor per kind of node group a pool has, matched by the labels the node groups carry (stacks/guaranteed.py,
-  stacks/elastic.py) and tolerating their taints:
+- A flavor per kind of node group a pool has, matched by the labels the node groups carry (stacks/capacity/guaranteed.py,
+  stacks/capacity/elastic.py) and tolerating their taints:
   `floor` = the guaranteed group (tier=guaranteed);
   `spot` = the pool's elastic capacity as the policy provides it (tier=elastic): spot nodes, and the on-demand
   fallback nodes the policy adds while spot is short. The flavor does not pin capacity=spot on purpose: the policy

@@ -19,7 +19,7 @@ from conftest import STACKS, run_stack, stack_config
 from offline import runner as offline
 from stacks import names, tags, versions
 from stacks.config import ConfigError, from_stack_yaml
-from stacks.guaranteed import gpu_ami_type
+from stacks.capacity.guaranteed import gpu_ami_type
 
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "true", "effect": "NO_SCHEDULE"}
 SPOT_TAINT = {"key": "gpuloan.io/spot", "value": "true", "effect": "NO_SCHEDULE"}

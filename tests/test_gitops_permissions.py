@@ -377,7 +377,7 @@ def test_every_service_the_deploy_role_changes_has_its_scope_documented(recorded
 
 @pytest.mark.parametrize("stack", STACKS)
 def test_every_invoke_the_program_makes_has_an_entry_and_both_roles_may_call_it(recorded, stack):
-    """Data sources run in previews and deploys alike (stacks/live_sizes.py reads the node groups' live sizes):
+    """Data sources run in previews and deploys alike (stacks/capacity/live_sizes.py reads the node groups' live sizes):
     a missing entry would fail both jobs on a real account, never under the mocks."""
     rec = recorded(stack)
     invoked = set(rec.invokes)

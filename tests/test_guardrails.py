@@ -177,7 +177,7 @@ def test_elastic_group_without_max_size_violates(recorded):
 
 
 def test_elastic_group_clamped_to_a_lower_max_is_compliant(recorded):
-    # stacks/elastic.py: lowering max_nodes below the live size sends desiredSize = maxSize, without ignore_changes.
+    # stacks/capacity/elastic.py: lowering max_nodes below the live size sends desiredSize = maxSize, without ignore_changes.
     rec = recorded("prod")
     ng = elastic_groups(rec)[0]
     props = copy.deepcopy(ng.inputs)

@@ -14,7 +14,7 @@ from conftest import SHARED_PRICES, requires_shared_prices, stack_config
 
 from gpuloan import preview
 from pricing.cost_model import platform_costs
-from stacks import launch_templates
+from stacks.capacity import launch_templates
 from pricing.sources import catalog, pricebook
 
 # key -> (test rate, unit): round numbers, clearly not prices anyone read anywhere

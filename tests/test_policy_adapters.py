@@ -179,7 +179,8 @@ def test_the_policy_knows_the_labels_and_taints_the_stack_puts_on_elastic_nodes(
     """policy/kube.py repeats stacks/tags.py's keys (the Lambda zip does not ship stacks/): they must agree, or
     floor work would count as elastic demand again."""
     from policy import kube
-    from stacks import elastic, guaranteed, tags
+    from stacks import tags
+    from stacks.capacity import elastic, guaranteed
 
     assert (kube.POOL_LABEL, kube.TIER_LABEL, kube.CAPACITY_LABEL) == (tags.LABEL_POOL, tags.LABEL_TIER,
                                                                        tags.LABEL_CAPACITY)

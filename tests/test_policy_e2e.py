@@ -75,7 +75,7 @@ class World:
         role = f"arn:aws:iam::{ACCOUNT}:role/eks"
         self.eks.create_cluster(name=CLUSTER, roleArn=role, resourcesVpcConfig={"subnetIds": [self.subnet]})
         image = self.ec2.describe_images()["Images"][0]["ImageId"]
-        # As the stack's launch templates do (stacks/capacity.py:instance_tags): every GPU instance carries the
+        # As the stack's launch templates do (stacks/capacity/pools.py:instance_tags): every GPU instance carries the
         # environment's tag, which tells the spot-warning path this stack's instances from another's.
         self.ec2.create_launch_template(LaunchTemplateName="gpu", LaunchTemplateData={
             "ImageId": image, "InstanceType": "g6.xlarge", "TagSpecifications": [

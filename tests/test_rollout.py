@@ -265,7 +265,7 @@ def test_an_ended_capacity_block_is_asked_for_no_nodes():
     # From EKS's own scale-down, 40 minutes before the end, the program stops asking for the floor.
     assert not g.floor_up(end - dt.timedelta(minutes=40))
     assert not g.floor_up(end + dt.timedelta(days=3))
-    from stacks.guaranteed import floor_scaling
+    from stacks.capacity.guaranteed import floor_scaling
 
     assert floor_scaling(g, end + dt.timedelta(days=3)) == (0, 0, g.nodes)
     assert floor_scaling(g, end - dt.timedelta(hours=2)) == (g.nodes, g.nodes, g.nodes)

@@ -3,7 +3,7 @@
 Why: the policy function owns the elastic groups' desired size (`ignore_changes`), so an update of their scaling
 config sends the live desired size. EKS refuses a desired size above the max (InvalidParameterException), so
 lowering `elastic.max_nodes` below the live size would fail the `pulumi up`. With the live size known,
-stacks/elastic.py sends the new max as the desired size in that one update (elastic.scaling).
+stacks/capacity/elastic.py sends the new max as the desired size in that one update (elastic.scaling).
 
 The read is an explicit, separate step (platform.build calls it once, with this stack's provider) rather than an
 invoke hidden in a component (STYLE.md 6). It is best-effort by design: on a first deploy the cluster does not

@@ -3,7 +3,7 @@
 GPU nodes carry the `nvidia.com/gpu` taint, so without these nodes CoreDNS, the GPU operator's controllers and
 the metrics agents would have nowhere to run and the cluster could not even resolve names.
 
-The group is auto-named (`<env>-system_` plus the provider's suffix), like the GPU groups (stacks/capacity.py): a
+The group is auto-named (`<env>-system_` plus the provider's suffix), like the GPU groups (stacks/capacity/pools.py): a
 change that replaces it (instance type, subnets, AMI type) then creates the new group before deleting the old one,
 so CoreDNS, Kueue (whose pod webhook fails closed for team namespaces), the GPU Operator and the CloudWatch agent
 always have untainted nodes to move to. A fixed name would force delete-before-replace (two groups cannot share a
@@ -16,8 +16,9 @@ from __future__ import annotations
 import pulumi
 import pulumi_aws as aws
 
-from stacks import launch_templates, tags, versions
-from stacks.capacity import PREFIX_END
+from stacks import tags, versions
+from stacks.capacity import launch_templates
+from stacks.capacity.pools import PREFIX_END
 from stacks.config import SystemNodes
 
 SYSTEM_TIER_LABEL = "system"  # gpuloan.io/tier=system: where cluster-wide controllers should run

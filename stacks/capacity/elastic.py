@@ -10,12 +10,13 @@ from __future__ import annotations
 import pulumi
 import pulumi_aws as aws
 
-from stacks import launch_templates, tags
+from stacks import tags
+from stacks.capacity import launch_templates
 from stacks.names import GROUP_ON_DEMAND, GROUP_SPOT, node_group_name_prefix
-from stacks.node_groups import GPU_TAINT, SPOT_TAINT, gpu_update_config, instance_tags, instance_types_for
+from stacks.capacity.node_groups import GPU_TAINT, SPOT_TAINT, gpu_update_config, instance_tags, instance_types_for
 from stacks.config import ElasticCapacity as CapacityMode
 from stacks.config import GpuLoanConfig, Pool
-from stacks.guaranteed import gpu_ami_type
+from stacks.capacity.guaranteed import gpu_ami_type
 
 TIER = "elastic"
 # The policy function owns the desired size (EKS UpdateNodegroupConfig). Without this, every `pulumi up`
@@ -29,7 +30,7 @@ def scaling(max_nodes: int, live_desired: int | None) -> tuple[int, list[str]]:
 
     EKS refuses a scaling config whose desired size is above its max (InvalidParameterException), and an update
     under `ignore_changes` sends the live desired size: lowering `max_nodes` below the live size would fail the
-    update. So when the live size (stacks/live_sizes.py) is known to exceed the new max, this one update takes the
+    update. So when the live size (stacks/capacity/live_sizes.py) is known to exceed the new max, this one update takes the
     desired size over and sends the max (the group shrinks to it, as it must); otherwise the policy function keeps
     owning it. An unknown live size (first deploy, group unreadable) keeps ownership with the policy."""
     if live_desired is not None and live_desired > max_nodes:
@@ -82,10 +83,10 @@ class ElasticCapacity(pulumi.ComponentResource):
             subnet_ids=cluster.subnet_ids_in(None).apply(sorted),  # a set to EKS: order-free
             ami_type=gpu_ami_type(list(e.instance_types)),
             capacity_type=capacity_type,
-            # Sorted for SPOT (order-free), config order for ON_DEMAND (its preference): stacks/node_groups.py.
+            # Sorted for SPOT (order-free), config order for ON_DEMAND (its preference): stacks/capacity/node_groups.py.
             instance_types=instance_types_for(capacity_type, list(e.instance_types)),
             scaling_config=aws.eks.NodeGroupScalingConfigArgs(min_size=0, desired_size=desired, max_size=max_nodes),
-            # MINIMAL: no surge of scarce GPU capacity during a roll (stacks/node_groups.py); elastic work tolerates
+            # MINIMAL: no surge of scarce GPU capacity during a roll (stacks/capacity/node_groups.py); elastic work tolerates
             # losing half the group at once.
             update_config=gpu_update_config(max_unavailable_percentage=50),
             launch_template=launch_templates.template_ref(template),

@@ -1,5 +1,5 @@
 """Per-pool capacity: `build_pool` declares the guaranteed and elastic node groups of one pool; their shared
-names are in stacks/names.py, their shared taints and tags in stacks/node_groups.py.
+names are in stacks/names.py, their shared taints and tags in stacks/capacity/node_groups.py.
 
 Node group names come from the provider's auto-naming: a deterministic prefix `<env>-<pool>-<group>_` plus a
 unique suffix the provider adds. A fixed name would force delete-before-replace (two node groups cannot share a
@@ -19,23 +19,23 @@ from __future__ import annotations
 import pulumi
 
 from stacks.config import GpuLoanConfig, Pool
-from stacks.elastic import ElasticCapacity
-from stacks.guaranteed import GuaranteedCapacity
+from stacks.capacity.elastic import ElasticCapacity
+from stacks.capacity.guaranteed import GuaranteedCapacity
 
 # Re-exported, importable here as before the split, for code written against this module (branches in flight);
-# new code imports them from stacks/names.py and stacks/node_groups.py.
+# new code imports them from stacks/names.py and stacks/capacity/node_groups.py.
 from stacks.names import (  # noqa: F401
     GENERATED_SUFFIX_LENGTH, GROUP_GUARANTEED, GROUP_ON_DEMAND, GROUP_SPOT, NODE_GROUP_NAME_MAX, NODE_GROUP_PREFIX_MAX,
     PREFIX_END, node_group_arn_pattern, node_group_label, node_group_name_pattern, node_group_name_prefix,
 )
-from stacks.node_groups import (  # noqa: F401
+from stacks.capacity.node_groups import (  # noqa: F401
     GPU_TAINT, GPU_UPDATE_STRATEGY, SPOT_TAINT, gpu_update_config, instance_tags, instance_types_for,
 )
 
 
 def build_pool(cfg: GpuLoanConfig, pool: Pool, cluster, opts: pulumi.ResourceOptions,
                live_desired: dict[str, int] | None = None):
-    """(GuaranteedCapacity | None, ElasticCapacity | None) for one pool; `live_desired` as stacks/live_sizes.py reads."""
+    """(GuaranteedCapacity | None, ElasticCapacity | None) for one pool; `live_desired` as stacks/capacity/live_sizes.py reads."""
     guaranteed = elastic = None
     if pool.guaranteed is not None:
         guaranteed = GuaranteedCapacity(f"{pool.name}-guaranteed", cfg, pool, cluster, opts=opts)

@@ -1,6 +1,6 @@
 """What the guaranteed and elastic node groups of a pool share: taints, update strategy, instance tags, type order.
 
-stacks/guaranteed.py and stacks/elastic.py build on this; stacks/capacity.py declares both for a pool. Their names
+stacks/capacity/guaranteed.py and stacks/capacity/elastic.py build on this; stacks/capacity/pools.py declares both for a pool. Their names
 and prefixes are in stacks/names.py (config validates them too).
 """
 

@@ -15,10 +15,11 @@ import datetime as dt
 import pulumi
 import pulumi_aws as aws
 
-from stacks import launch_templates, tags, versions
+from stacks import tags, versions
+from stacks.capacity import launch_templates
 from pricing.sources import catalog
 from stacks.names import GROUP_GUARANTEED, node_group_name_prefix
-from stacks.node_groups import GPU_TAINT, gpu_update_config, instance_tags
+from stacks.capacity.node_groups import GPU_TAINT, gpu_update_config, instance_tags
 from stacks.config import GpuLoanConfig, Guaranteed, Pool, Reservation
 
 TIER = "guaranteed"
@@ -91,7 +92,7 @@ class GuaranteedCapacity(pulumi.ComponentResource):
             ami_type=gpu_ami_type([g.instance_type]),
             capacity_type="CAPACITY_BLOCK" if is_block else "ON_DEMAND",
             scaling_config=aws.eks.NodeGroupScalingConfigArgs(min_size=low, desired_size=desired, max_size=high),
-            # MINIMAL: a reservation sized to the floor has no room for surge nodes (stacks/capacity.py).
+            # MINIMAL: a reservation sized to the floor has no room for surge nodes (stacks/capacity/pools.py).
             update_config=gpu_update_config(max_unavailable=1),
             launch_template=launch_templates.template_ref(self.launch_template),
             labels={tags.LABEL_POOL: pool.name, tags.LABEL_TIER: TIER, tags.LABEL_CAPACITY: capacity},
