@@ -1,7 +1,7 @@
 """The cluster's Kubernetes API, standard-library HTTPS with an EKS bearer token: pending GPU pods per pool, and
 the last check before a node is terminated (cordon it, then read its pods).
 
-RBAC (stacks/tenancy.py, the policy ClusterRole): pods `list`, nodes `get` and `patch`, nothing else.
+RBAC (stacks/kubernetes/tenancy.py, the policy ClusterRole): pods `list`, nodes `get` and `patch`, nothing else.
 
 The token is what `aws eks get-token` makes: a presigned STS GetCallerIdentity URL (header x-k8s-aws-id =
 cluster name), base64url-encoded behind `k8s-aws-v1.`. The API server's CA comes from EKS DescribeCluster, so

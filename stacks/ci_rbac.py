@@ -22,7 +22,7 @@ from __future__ import annotations
 import pulumi
 import pulumi_kubernetes as k8s
 
-from stacks import gpu_operator, kueue
+from stacks.kubernetes import gpu_operator, kueue
 from stacks import iam_permissions as perms
 from stacks.config import GpuLoanConfig
 

@@ -312,7 +312,7 @@ KUBERNETES_KINDS: dict[str, tuple[str, str]] = {
     "kubernetes:rbac.authorization.k8s.io/v1:Role": ("rbac.authorization.k8s.io", "roles"),
     "kubernetes:rbac.authorization.k8s.io/v1:RoleBinding": ("rbac.authorization.k8s.io", "rolebindings"),
     "kubernetes:scheduling.k8s.io/v1:PriorityClass": ("scheduling.k8s.io", "priorityclasses"),
-    # Kueue's objects (stacks/kueue.py), served by the CRDs its chart installs.
+    # Kueue's objects (stacks/kubernetes/kueue.py), served by the CRDs its chart installs.
     "kubernetes:kueue.x-k8s.io/v1beta2:ClusterQueue": ("kueue.x-k8s.io", "clusterqueues"),
     "kubernetes:kueue.x-k8s.io/v1beta2:Cohort": ("kueue.x-k8s.io", "cohorts"),
     "kubernetes:kueue.x-k8s.io/v1beta2:LocalQueue": ("kueue.x-k8s.io", "localqueues"),

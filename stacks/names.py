@@ -23,7 +23,7 @@ NODE_GROUP_NAME_MAX = 63
 NODE_GROUP_PREFIX_MAX = NODE_GROUP_NAME_MAX - GENERATED_SUFFIX_LENGTH
 PREFIX_END = "_"
 
-# Namespaces of the add-ons gpuloan installs (stacks/gpu_operator.py, stacks/kueue.py, stacks/gpu_metrics.py).
+# Namespaces of the add-ons gpuloan installs (stacks/kubernetes/gpu_operator.py, stacks/kubernetes/kueue.py, stacks/kubernetes/gpu_metrics.py).
 GPU_OPERATOR_NAMESPACE = "gpu-operator"
 KUEUE_NAMESPACE = "kueue-system"
 # Where the CloudWatch observability add-on runs its agent; the Pod Identity association must name this exact pair.

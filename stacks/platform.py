@@ -11,7 +11,8 @@ from __future__ import annotations
 import pulumi
 import pulumi_aws as aws
 
-from stacks import alarms, budgets, dashboard, kubernetes, tags
+from stacks import alarms, budgets, dashboard, tags
+from stacks.kubernetes import layer as kubernetes
 from stacks.capacity import live_sizes
 from stacks.capacity import pools as pool_capacity
 from stacks.alerts import Alerts, AlertsArgs

@@ -1,6 +1,6 @@
 """The loan in Kueue terms, as data: resource flavors, one cluster queue per pool, the cohort (pure).
 
-stacks/kueue.py turns this plan into Kueue objects; the config rule at the bottom (stacks/config.py runs it) refuses
+stacks/kubernetes/kueue.py turns this plan into Kueue objects; the config rule at the bottom (stacks/config.py runs it) refuses
 configs whose tiers and capacity cannot satisfy each other, before any resource exists. docs/scheduling.md explains the choices:
 
 - A flavor per kind of node group a pool has, matched by the labels the node groups carry (stacks/capacity/guaranteed.py,
@@ -206,7 +206,7 @@ def queue_reach_gpus(cfg: GpuLoanConfig, queue: PoolQueue) -> int:
 def team_gpu_ceiling(cfg: GpuLoanConfig, team: str) -> int:
     """The most GPUs Kueue can admit for a team at once (own quotas + borrowable): the team namespace's
     ResourceQuota is set to this, so it never refuses pods of admitted work and still bounds pods that bypass
-    the queue (stacks/tenancy.py)."""
+    the queue (stacks/kubernetes/tenancy.py)."""
     return sum(queue_reach_gpus(cfg, q) for q in plan(cfg).queues if q.team == team)
 
 

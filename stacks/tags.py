@@ -32,5 +32,5 @@ def pool_tags(environment: str, pool: str, team: str, tier: str, capacity: str |
 # Kubernetes group the policy function's IAM role maps to (EKS access entry); a ClusterRole lets it list pods only.
 POLICY_READER_GROUP = "gpuloan-policy-readers"
 
-# Label on each team's namespace (stacks/tenancy.py).
+# Label on each team's namespace (stacks/kubernetes/tenancy.py).
 LABEL_TEAM = "gpuloan.io/team"

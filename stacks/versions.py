@@ -106,7 +106,7 @@ IMAGE_PYTHON_PATCH = {
 IMAGE_UV_VERSION = "0.6.14"
 IMAGE_PIP_VERSION = "25.0.1"
 
-# Kueue (kubernetes-sigs/kueue), the batch admission controller behind scheduling.kueue (stacks/kueue.py). The chart
+# Kueue (kubernetes-sigs/kueue), the batch admission controller behind scheduling.kueue (stacks/kubernetes/kueue.py). The chart
 # is published as an OCI artifact; its templates carry the CRDs, so the release installs them. 0.19.2 serves the
 # v1beta2 APIs gpuloan generates (CRDs of tag v0.19.2, commit 8eab687, checked in tests against
 # ../shared/data/kueue-crds-v0.19.2). Overridable with gpuloan:scheduling.kueue.chart_version.

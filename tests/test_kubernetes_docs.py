@@ -8,7 +8,8 @@ import subprocess
 
 from conftest import REPO
 
-from stacks import gpu_metrics, gpu_operator, tenancy, versions
+from stacks import versions
+from stacks.kubernetes import gpu_metrics, gpu_operator, tenancy
 
 KUBERNETES_MD = (REPO / "docs" / "kubernetes.md").read_text()
 METRICS_MD = (REPO / "docs" / "metrics.md").read_text()

@@ -10,7 +10,8 @@ import yaml
 from conftest import stack_config
 from kube_checks import HELM_RELEASE, kube_objects, layer, release, run_layer, schema_version, validate_strict
 
-from stacks import config, gpu_metrics, gpu_operator, k8s_provider, tags, tenancy, versions
+from stacks import config, tags, versions
+from stacks.kubernetes import gpu_metrics, gpu_operator, k8s_provider, tenancy
 from pricing.sources import catalog
 
 STACKS = ("dev", "prod")

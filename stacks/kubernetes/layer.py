@@ -11,7 +11,7 @@ from typing import Any
 
 import pulumi
 
-from stacks import gpu_metrics, gpu_operator, k8s_provider, kueue, tenancy
+from stacks.kubernetes import gpu_metrics, gpu_operator, k8s_provider, kueue, tenancy
 from stacks.config import GpuLoanConfig
 
 

@@ -17,7 +17,8 @@ import pulumi
 import pulumi_kubernetes as k8s
 import yaml
 
-from stacks import scheduling, tags, tenancy, versions
+from stacks import scheduling, tags, versions
+from stacks.kubernetes import tenancy
 from stacks.capacity import system_nodes
 from stacks.config import GpuLoanConfig, NewCluster, Tier
 from stacks.names import KUEUE_NAMESPACE
@@ -146,7 +147,7 @@ def local_queue_manifest(queue: scheduling.PoolQueue) -> dict[str, Any]:
 
 
 def workload_priority_class_manifest(tier: Tier) -> dict[str, Any]:
-    # Same names and values as the PriorityClasses (stacks/tenancy.py), so a Job's queue order and its pods'
+    # Same names and values as the PriorityClasses (stacks/kubernetes/tenancy.py), so a Job's queue order and its pods'
     # scheduling priority agree whichever of the two labels a user sets.
     return {
         "apiVersion": versions.KUEUE_API_VERSION, "kind": "WorkloadPriorityClass",

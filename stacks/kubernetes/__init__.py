@@ -1,0 +1,1 @@
+"""Kubernetes: what gpuloan installs in the cluster (layer.py wires it)."""
