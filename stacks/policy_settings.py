@@ -134,8 +134,8 @@ def pool_settings(cfg: GpuLoanConfig, pool: Pool, names: GroupNames, budget_name
 
 
 def default_budget_names(cfg: GpuLoanConfig) -> dict[str, str]:
-    """Budget names as stacks/budgets.py creates them: "" -> environment budget, pool name -> pool budget."""
-    from stacks.budgets import budget_specs
+    """Budget names as stacks/spend/budgets.py creates them: "" -> environment budget, pool name -> pool budget."""
+    from stacks.spend.budgets import budget_specs
 
     out = {}
     for spec in budget_specs(cfg):

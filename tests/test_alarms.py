@@ -13,7 +13,7 @@ import pytest
 
 from conftest import REPO, run_stack, stack_config
 from policy import metric_names as m
-from stacks import alarms
+from stacks.spend import alarms
 from stacks.config import parse
 
 ALARM = "aws:cloudwatch/metricAlarm:MetricAlarm"
@@ -272,7 +272,7 @@ def test_saturation_counts_a_full_spot_group_as_at_max(recorded):
 def test_dashboard_splits_alarms_into_widgets_of_at_most_100():
     # CloudWatch's alarm widget takes 1-100 alarm ARNs; PutDashboard rejects a bigger one, which a stack with
     # ~35 spot+on-demand pools (3 alarms each, plus the environment's and the policy function's) reaches.
-    from stacks.dashboard import dashboard_body
+    from stacks.spend.dashboard import dashboard_body
 
     arns = [f"arn:aws:cloudwatch:us-east-1:123456789012:alarm:a{i:03d}" for i in range(250)]
     ns = {k.split(":", 1)[1]: v for k, v in stack_config("dev").items() if k.startswith("gpuloan:")}

@@ -9,7 +9,8 @@ import pytest
 
 from conftest import run_stack, stack_config
 from offline.runner import ACCOUNT_ID
-from stacks import alerts, budgets, config, tags
+from stacks import config, tags
+from stacks.spend import alerts, budgets
 
 BUDGET = "aws:budgets/budget:Budget"
 TOPIC = "aws:sns/topic:Topic"

@@ -40,7 +40,7 @@ class AlertsArgs:
 def topic_emails(cfg: GpuLoanConfig) -> tuple[str, ...]:
     """Who receives the topic (alarms, policy events, budget copies): the environment's budget emails.
 
-    Pool-only addresses get their pool's budget notifications straight from AWS Budgets (stacks/budgets.py);
+    Pool-only addresses get their pool's budget notifications straight from AWS Budgets (stacks/spend/budgets.py);
     subscribing them here too would mail them every other pool's alarms.
     """
     return tuple(dict.fromkeys(str(e) for e in cfg.budget.alert_emails))

@@ -16,7 +16,7 @@ import pulumi
 import pulumi_aws as aws
 
 from policy import metric_names as m
-from stacks.alarms import CAPACITY_DIMENSIONS
+from stacks.spend.alarms import CAPACITY_DIMENSIONS
 from stacks.config import GpuLoanConfig
 
 PERIOD_S = 300

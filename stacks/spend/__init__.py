@@ -1,0 +1,1 @@
+"""Spend controls: AWS Budgets, CloudWatch alarms and dashboard, the alert topic."""
