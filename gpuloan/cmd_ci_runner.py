@@ -16,7 +16,7 @@ import sys
 from gpuloan import stackfile
 from gpuloan.cmd_validate import EXIT_INVALID, load_config
 from stacks import config
-from stacks.github_oidc import runs_on
+from stacks.gitops.github_oidc import runs_on
 
 
 def register(sub) -> None:

@@ -268,14 +268,14 @@ def validate_no_star_on_star(args: ResourceValidationArgs, report: ReportViolati
     for arn in arns:
         if ADMIN_MANAGED_POLICY.search(arn):
             report(f"'{args.name}' gives a role {arn}: every action on every resource. Grant the actions the role "
-                   "needs (stacks/iam_permissions.py lists them per resource type)")
+                   "needs (stacks/gitops/iam_permissions.py lists them per resource type)")
     for doc in documents:
         if not isinstance(doc, (str, dict)):
             continue  # unknown during preview
         bad = star_on_star_statements(doc)
         if bad:
             report(f"IAM policy '{args.name}' allows every action on Resource \"*\" ({', '.join(bad)}): an "
-                   "administrator. Grant the actions the role needs (stacks/iam_permissions.py)")
+                   "administrator. Grant the actions the role needs (stacks/gitops/iam_permissions.py)")
 
 
 def validate_ecr(args: ResourceValidationArgs, report: ReportViolation) -> None:

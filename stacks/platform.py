@@ -19,7 +19,7 @@ from stacks.capacity import pools as pool_capacity
 from stacks.spend.alerts import Alerts, AlertsArgs
 from stacks.cluster import Cluster, cluster_name_for
 from stacks.config import GpuLoanConfig
-from stacks.role_guard import RoleGuard
+from stacks.gitops.role_guard import RoleGuard
 
 
 def aws_provider(cfg: GpuLoanConfig) -> aws.Provider:
@@ -39,7 +39,7 @@ def build(cfg: GpuLoanConfig) -> dict[str, object]:
     partition = aws.get_partition_output(opts=invoke).partition
     outputs: dict[str, object] = {"environment": env, "region": cfg.region}
     # Every role below gets the environment's IAM path (and, with CI roles, its permissions boundary); the types
-    # declared are recorded for the CI roles' policies (stacks/role_guard.py).
+    # declared are recorded for the CI roles' policies (stacks/gitops/role_guard.py).
     guard = RoleGuard(cfg, opts, account_id, partition, cluster_name_for(cfg))
 
     # 1. Alerts topic first: budgets, alarms and the policy function all publish to it.
@@ -92,7 +92,7 @@ def build(cfg: GpuLoanConfig) -> dict[str, object]:
 
     # 8. GitHub OIDC roles for pull-request previews and deploys (optional).
     if cfg.github is not None:
-        from stacks.github_oidc import GitHubOidc
+        from stacks.gitops.github_oidc import GitHubOidc
 
         github = GitHubOidc(f"{env}-github", cfg, account_id=account_id, partition=partition,
                             declared_types=guard.declared_types, cluster_name=cluster.name, opts=opts)

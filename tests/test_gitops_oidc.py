@@ -9,7 +9,7 @@ import pytest
 from conftest import run_stack, stack_config
 
 from stacks import config as config_mod
-from stacks import github_oidc
+from stacks.gitops import github_oidc
 
 REPO_NAME = "example-org/ml-infra"
 SUB = "token.actions.githubusercontent.com:sub"
@@ -168,7 +168,7 @@ def test_ci_roles_get_cluster_access_admin_for_deploy_and_a_reader_group_for_pre
     """Without an access entry only the cluster's creator can reach the Kubernetes API, so CI's `pulumi up` would
     be Unauthorized on the Helm release, namespaces and quotas, and its preview could not diff them. The preview
     role gets no EKS access policy (AmazonEKSAdminViewPolicy reads every Secret): its group is bound to a reader
-    (stacks/ci_rbac.py, tests/test_gitops_permissions.py)."""
+    (stacks/gitops/ci_rbac.py, tests/test_gitops_permissions.py)."""
     rec = recorded("prod")
     cluster_name = rec.outputs["cluster_name"]
     entries = {r.name: r.inputs for r in rec.of_type("aws:eks/accessEntry:AccessEntry") if "-github-" in r.name}

@@ -13,7 +13,7 @@ import pytest
 from conftest import STACKS
 from iam_eval import allowed, granted_somewhere
 
-from stacks import ci_rbac, iam_permissions as perms
+from stacks.gitops import ci_rbac, iam_permissions as perms
 
 ACCOUNT = "123456789012"
 REGION = "us-east-1"
@@ -367,7 +367,7 @@ def test_docs_permission_table_is_generated_from_the_code():
     from conftest import REPO
 
     assert (REPO / "docs" / "iam-permissions.md").read_text() == perms.markdown(), \
-        "run: python -m stacks.iam_permissions > docs/iam-permissions.md"
+        "run: python -m stacks.gitops.iam_permissions > docs/iam-permissions.md"
 
 
 def test_every_service_the_deploy_role_changes_has_its_scope_documented(recorded):

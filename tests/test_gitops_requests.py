@@ -18,7 +18,7 @@ from conftest import STACKS
 from iam_eval import allowed
 from provider_requests import OPS, REQUESTS, Plan, requests_for
 
-from stacks import iam_permissions as perms
+from stacks.gitops import iam_permissions as perms
 
 
 def deploy_docs(rec) -> list[dict]:
@@ -38,7 +38,7 @@ def deploy_boundary(rec) -> dict | None:
 
 def administrators(p: Plan, r, req) -> bool:
     """Requests the deploy role must not be able to make: changes to the CI roles, their policies, the boundary and
-    the account's GitHub provider (stacks/github_oidc.py, stacks/role_guard.py), and adopting a new VPC's default
+    the account's GitHub provider (stacks/gitops/github_oidc.py, stacks/gitops/role_guard.py), and adopting a new VPC's default
     security group, which AWS creates untagged (a new VPC is an administrator's `pulumi up`, docs/gitops.md)."""
     ci = perms.ci_path(p.env)
     if r.type == "aws:ec2/defaultSecurityGroup:DefaultSecurityGroup":

@@ -208,7 +208,7 @@ def test_the_scheduled_price_refresh_opens_a_pull_request_through_the_preview_ro
     """Issue 25: prices are a committed input; a schedule refreshes them as a pull request, reading AWS only through
     OIDC into each stack's read-only preview role, which trusts exactly this job's environment."""
     from gpuloan import cmd_prices  # noqa: F401  (the command the job runs)
-    from stacks import github_oidc
+    from stacks.gitops import github_oidc
     from pricing.sources import pricebook
 
     doc = load("prices.yml")

@@ -288,7 +288,7 @@ def test_limit_range_gives_default_requests_but_no_default_gpu_or_limits():
 
 def test_policy_role_lists_pods_and_cordons_nodes_only_and_is_bound_to_the_policy_group():
     rec = layer("prod")
-    # (the CI preview reader, stacks/ci_rbac.py, is another ClusterRole of the layer)
+    # (the CI preview reader, stacks/gitops/ci_rbac.py, is another ClusterRole of the layer)
     [role] = [o for o in _objects(rec, "ClusterRole") if o["metadata"]["name"] == "gpuloan-policy-pod-reader"]
     assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
                              {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]}]

@@ -111,14 +111,14 @@ def test_the_pr_comment_names_a_replaced_floor(prod_base):
 # --- blockers: the cluster, a floor, a reservation (issue 24 item 2) -------------------------------------------
 
 def _without_role_paths(self, args):
-    # The program as it was before every role got an IAM path (stacks/role_guard.py): types recorded, roles as
+    # The program as it was before every role got an IAM path (stacks/gitops/role_guard.py): types recorded, roles as
     # declared (no path, no boundary). A stack deployed then has these roles in its state.
     self.declared_types.add(args.type_)
     return None
 
 
 def test_an_upgrade_that_adds_role_paths_replaces_neither_the_cluster_nor_any_group(monkeypatch, prod_base):
-    from stacks import role_guard
+    from stacks.gitops import role_guard
 
     with monkeypatch.context() as m:
         m.setattr(role_guard.RoleGuard, "_transform", _without_role_paths)
@@ -135,7 +135,7 @@ def test_an_upgrade_that_adds_role_paths_replaces_neither_the_cluster_nor_any_gr
 def test_a_role_path_change_that_replaces_the_role_is_traced_to_the_cluster(monkeypatch):
     # The same upgrade without the path kept from the state: the path forces new roles, new ARNs, and the
     # cluster's roleArn (ForceNew) a new cluster; every node group's nodeRoleArn a new group.
-    from stacks import role_guard
+    from stacks.gitops import role_guard
 
     with monkeypatch.context() as m:
         m.setattr(role_guard.RoleGuard, "_transform", _without_role_paths)

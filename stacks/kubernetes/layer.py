@@ -42,7 +42,7 @@ def build(cfg: GpuLoanConfig, cluster: k8s_provider.ClusterLike, opts: pulumi.Re
     if cfg.github is not None:
         # What the GitHub preview role may read in the cluster (no Secrets outside the Helm release namespaces,
         # which exist once the releases' namespaces do).
-        from stacks.ci_rbac import CiRbac
+        from stacks.gitops.ci_rbac import CiRbac
 
         CiRbac(f"{cfg.environment}-ci-rbac", cfg, opts=pulumi.ResourceOptions.merge(
             in_cluster, pulumi.ResourceOptions(depends_on=[r for r in (operator, queues) if r is not None])))

@@ -2,7 +2,7 @@
 
 Why: the GitHub deploy role may create and change IAM roles (the node, cluster, CNI, metrics and policy-function
 roles), so it could otherwise create an administrator role and assume it. Its IAM permissions are limited to roles
-under `/gpuloan/<env>/` (stacks/iam_permissions.py) and require the boundary `gpuloan-<env>-boundary` on every
+under `/gpuloan/<env>/` (stacks/gitops/iam_permissions.py) and require the boundary `gpuloan-<env>-boundary` on every
 role it creates or gives a policy; the boundary grants no IAM action and nothing on another environment's
 resources. The CI roles and the boundary itself live under `/gpuloan-ci/<env>/`, out of the deploy role's reach.
 
@@ -17,7 +17,7 @@ stack's state for a role it already has (Pulumi docs, "ignoreChanges"; docs/aws-
 its old path (`/`), outside the deploy role's reach; docs/gitops.md says what that means.
 
 The same hook records the resource types the program declares: the CI roles' policies are derived from them
-(stacks/github_oidc.py, built last).
+(stacks/gitops/github_oidc.py, built last).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import json
 import pulumi
 import pulumi_aws as aws
 
-from stacks import iam_permissions as perms
+from stacks.gitops import iam_permissions as perms
 from stacks import tags
 from stacks.config import GpuLoanConfig
 

@@ -575,7 +575,7 @@ def deploy_policy_document(types: Iterable[str], scope: Scope, invokes: Iterable
         elif service == "ce":
             pass  # only UNSCOPABLE actions
         else:
-            raise ValueError(f"no deploy scope for service {service!r}: add it to stacks/iam_permissions.py")
+            raise ValueError(f"no deploy scope for service {service!r}: add it to stacks/gitops/iam_permissions.py")
     unscopable = sorted(a for a in mutating if a in UNSCOPABLE and a not in REGION_ONLY)
     if unscopable:
         statements.append(_stmt("UnscopableByAws", unscopable, "*"))
@@ -809,7 +809,7 @@ def markdown() -> str:
     lines = [
         "# What each resource type needs from IAM",
         "",
-        "Generated from `stacks/iam_permissions.py` (`python -m stacks.iam_permissions > docs/iam-permissions.md`;",
+        "Generated from `stacks/gitops/iam_permissions.py` (`python -m stacks.gitops.iam_permissions > docs/iam-permissions.md`;",
         "tests/test_gitops_permissions.py checks it is fresh). The preview role gets the **read** column of the types",
         "a stack declares (Lambda reads only on `function:gpuloan-<env>-*`: GetFunction returns a function's",
         "environment and code); the deploy role all four, scoped as in the second table, under its own permissions",

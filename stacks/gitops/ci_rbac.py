@@ -1,7 +1,7 @@
 """Kubernetes read access of the GitHub preview role: every kind the stack declares, Secrets only where needed.
 
 EKS's AmazonEKSAdminViewPolicy would let any same-repository pull request read every Secret of the cluster. The
-preview role's access entry instead maps it to the Kubernetes group `gpuloan-ci-preview` (stacks/github_oidc.py),
+preview role's access entry instead maps it to the Kubernetes group `gpuloan-ci-preview` (stacks/gitops/github_oidc.py),
 bound here to:
 - a ClusterRole that gets/lists/watches the kinds in stacks/iam_permissions.KUBERNETES_KINDS (what the stack
   declares) plus the kinds the GPU Operator chart installs (a preview of the Helm release diffs them), no Secrets;
@@ -23,7 +23,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from stacks.kubernetes import gpu_operator, kueue
-from stacks import iam_permissions as perms
+from stacks.gitops import iam_permissions as perms
 from stacks.config import GpuLoanConfig
 
 PREVIEW_GROUP = "gpuloan-ci-preview"

@@ -1,11 +1,11 @@
 """GitHub Actions OIDC: the identity provider and the two roles CI assumes (no stored AWS keys anywhere).
 
-- preview role: exactly the read actions a refresh of the declared resource types calls (stacks/iam_permissions.py),
+- preview role: exactly the read actions a refresh of the declared resource types calls (stacks/gitops/iam_permissions.py),
   assumable only by `pull_request` workflow runs of the configured repository (`pulumi preview` refreshes with it)
   and by jobs of the `gpuloan-prices` environment (PRICES_ENVIRONMENT: the scheduled price refresh,
   .github/workflows/prices.yml, reads AWS prices with it and opens a pull request with gpuloan-prices.json).
 - deploy role: reads the same and changes only this environment's resources (by name, IAM path or the environment
-  tag, per service; roles it creates must carry the environment's permissions boundary, stacks/role_guard.py),
+  tag, per service; roles it creates must carry the environment's permissions boundary, stacks/gitops/role_guard.py),
   assumable only by runs on `refs/heads/main` of that repository,
   or, when the stack deploys through a GitHub environment (github.deploy_environment), only by jobs of that
   environment: GitHub then puts `environment:<name>` in the token's subject instead of the ref, and the
@@ -25,9 +25,9 @@ from typing import Iterable
 import pulumi
 import pulumi_aws as aws
 
-from stacks import iam_permissions as perms
+from stacks.gitops import iam_permissions as perms
 from stacks import tags
-from stacks.ci_rbac import PREVIEW_GROUP
+from stacks.gitops.ci_rbac import PREVIEW_GROUP
 from stacks.cluster import cluster_name_for
 from stacks.config import GpuLoanConfig
 
@@ -41,11 +41,11 @@ ROLE_MAX_SESSION_SECONDS = 3600
 # Kubernetes access of the CI roles (EKS access policies, cluster scope): `pulumi up` manages the Helm release,
 # namespaces, quotas and RBAC, so the deploy role is cluster admin. The preview role is not given an access policy
 # (AmazonEKSAdminViewPolicy would read every Secret): its access entry maps it to PREVIEW_GROUP, which
-# stacks/ci_rbac.py binds to a reader of exactly the kinds the stack declares, Secrets only in the Helm release's
+# stacks/gitops/ci_rbac.py binds to a reader of exactly the kinds the stack declares, Secrets only in the Helm release's
 # namespace (Helm keeps the release record there and a refresh of the release reads it).
 DEPLOY_ACCESS_POLICY = "AmazonEKSClusterAdminPolicy"
 
-# Resource types this component declares itself (the program's other types come from stacks/role_guard.py).
+# Resource types this component declares itself (the program's other types come from stacks/gitops/role_guard.py).
 OWN_TYPES = (
     "aws:iam/role:Role", "aws:iam/rolePolicy:RolePolicy", "aws:eks/accessEntry:AccessEntry",
     "aws:eks/accessPolicyAssociation:AccessPolicyAssociation", "aws:iam/policy:Policy",
@@ -114,8 +114,8 @@ def state_backend(cfg: GpuLoanConfig) -> perms.StateBackend | None:
 class GitHubOidc(pulumi.ComponentResource):
     """The GitHub OIDC provider (or a reference to the account's existing one) and the preview/deploy roles.
 
-    `declared_types` are the resource types the rest of the program declared (stacks/role_guard.py): the roles'
-    policies grant what those types need (stacks/iam_permissions.py), nothing for types the stack does not have.
+    `declared_types` are the resource types the rest of the program declared (stacks/gitops/role_guard.py): the roles'
+    policies grant what those types need (stacks/gitops/iam_permissions.py), nothing for types the stack does not have.
     """
 
     provider_arn: pulumi.Output[str]
