@@ -5,7 +5,8 @@ Config problems stop the program before any resource is registered (stacks/confi
 
 import pulumi
 
-from stacks import config, platform, policy_settings
+from stacks import config, platform
+from stacks.policy_function import settings as policy_settings
 from pricing.sources import catalog
 
 try:

@@ -58,7 +58,7 @@ IAM_ROLE_POLICY = "aws:iam/rolePolicy:RolePolicy"
 IAM_POLICY = "aws:iam/policy:Policy"
 IAM_ROLE_POLICY_ATTACHMENT = "aws:iam/rolePolicyAttachment:RolePolicyAttachment"
 
-# The component types of the policy function (stacks/policy_function.py): any type token under gpuloan:policy.
+# The component types of the policy function (stacks/policy_function/function.py): any type token under gpuloan:policy.
 POLICY_COMPONENT = re.compile(r"(^|\$)gpuloan:policy[\w]*:")
 READ_ACTION = re.compile(r"^[\w-]+:(Describe|Get|List|BatchGet|View|Query|Scan|Search|Lookup)[\w*]*$")
 # Conditions that scope an action on "*" to this stack's resources or to one metric namespace.

@@ -1,6 +1,6 @@
 """AWS Lambda entry point: `lambda_handler(event, context)`. Thin (STYLE.md 7): parse, build adapters, run a tick.
 
-Settings: policy/settings.json inside the deployment package (stacks/policy_package.py puts the validated
+Settings: policy/settings.json inside the deployment package (stacks/policy_function/package.py puts the validated
 settings there: Lambda's 4 KB environment limit is too small for them). GPULOAN_SETTINGS (the same JSON) is read
 only when the package carries no settings file, e.g. when the code runs from a source checkout.
 
@@ -173,7 +173,7 @@ def _is_spot_warning(event: dict) -> bool:
 
 
 def spot_warning(event: dict) -> tuple[str, ...]:
-    """The instance an EventBridge "EC2 Spot Instance Interruption Warning" names (stacks/policy_function.py
+    """The instance an EventBridge "EC2 Spot Instance Interruption Warning" names (stacks/policy_function/function.py
     routes it here), or () for any other event. An id that is not an instance id is ignored, not trusted."""
     if not _is_spot_warning(event):
         return ()

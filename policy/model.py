@@ -1,6 +1,6 @@
 """The data the policy engine reads and writes: frozen dataclasses, standard library only.
 
-    Settings     what the operator configured (built at plan time by stacks/policy_settings.py, shipped inside the
+    Settings     what the operator configured (built at plan time by stacks/policy_function/settings.py, shipped inside the
                  Lambda package as policy/settings.json: `Settings.to_json()` / `Settings.from_json()`).
     Observation  what one tick saw: per pool, the node groups, the nodes with their GPU utilization, the GPUs
                  requested by pending pods and the spend. Built by policy/tick.py:observe in the Lambda, or directly

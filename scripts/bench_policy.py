@@ -24,7 +24,7 @@ sys.path.insert(0, str(REPO))
 
 from policy.engine import decide  # noqa: E402
 from policy.model import Group, Node, Observation, PoolObservation, PoolSettings, Settings, Spend  # noqa: E402
-from stacks.policy_package import build_zip  # noqa: E402
+from stacks.policy_function.package import build_zip  # noqa: E402
 
 NOW = datetime(2026, 3, 10, 12, tzinfo=timezone.utc)
 

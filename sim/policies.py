@@ -217,11 +217,11 @@ class ThresholdScript(Controller):
 
 
 def pool_settings(spec: PoolSpec) -> PoolSettings:
-    """The policy settings of the simulated pool: stacks/policy_settings.py's mapping of the stack's pool (the
+    """The policy settings of the simulated pool: stacks/policy_function/settings.py's mapping of the stack's pool (the
     knobs and prices the Lambda gets), with the simulated sizes (auto-size and floor sweeps change them)."""
     from types import SimpleNamespace
 
-    from stacks import policy_settings
+    from stacks.policy_function import settings as policy_settings
 
     base = policy_settings.pool_settings(SimpleNamespace(region=spec.region), spec.pool,
                                          policy_settings.GroupNames(SPOT, ON_DEMAND, GUARANTEED))

@@ -1128,7 +1128,7 @@ def _capacity_problems(cfg: GpuLoanConfig) -> list[tuple[str, str]]:
                 problems.append((f"pools[{i}].guaranteed.capacity_block_end", "give the time zone (Z for UTC): "
                                  "a time without one is ambiguous"))
     # IAM refuses role names over 64 characters; the longest fixed name gpuloan gives a role is the policy
-    # scheduler's (stacks/policy_function.py).
+    # scheduler's (stacks/policy_function/function.py).
     longest_role = f"gpuloan-{cfg.environment}-policy-scheduler-{cfg.region}"
     if cfg.policy.enabled and len(longest_role) > IAM_ROLE_NAME_MAX:
         problems.append(("environment", f"the IAM role '{longest_role}' would be {len(longest_role)} characters; IAM "

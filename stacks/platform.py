@@ -76,7 +76,7 @@ def build(cfg: GpuLoanConfig) -> dict[str, object]:
 
     # 7. The policy function that resizes the elastic groups.
     if cfg.policy.enabled:
-        from stacks.policy_function import PolicyFunction, PolicyFunctionArgs
+        from stacks.policy_function.function import PolicyFunction, PolicyFunctionArgs
 
         policy_fn = PolicyFunction(f"{env}-policy", PolicyFunctionArgs(
             cfg, cluster, account_id, partition, alerts.topic_arn, alerts.kms_key_arn,

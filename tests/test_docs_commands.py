@@ -157,7 +157,7 @@ def test_floor_doc_states_how_many_floor_sizes_advise_tries():
 
 
 def test_policy_doc_quotes_the_real_zip_size():
-    from stacks.policy_package import build_zip
+    from stacks.policy_function.package import build_zip
 
     quoted = float(re.search(r"zip: ([\d.]+) KiB", (REPO / "docs" / "policy.md").read_text()).group(1))
     assert quoted == round(len(build_zip()) / 1024, 1)

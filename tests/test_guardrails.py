@@ -233,7 +233,7 @@ def _as_policy_function_child(r):
 def test_policy_role_documents_in_the_program_are_compliant(recorded):
     rec = recorded("prod")
     in_function = [r for r in rec.resources if g.in_policy_function(r.urn)]
-    assert any(r.type == g.IAM_ROLE_POLICY for r in in_function)  # stacks/policy_function.py's role policy
+    assert any(r.type == g.IAM_ROLE_POLICY for r in in_function)  # stacks/policy_function/function.py's role policy
     for r in in_function:
         assert violations("policy-role-no-mutating-star", resource_args(rec, r)) == [], r.name
     read_only = rec.named("prod-github-preview-read")

@@ -20,8 +20,8 @@ from aws_emulator import REGION, emulator_env
 from conftest import requires_shared_prices, stack_config
 from fake_kube import FakeKube, gpu_pod
 from stacks import config
-from stacks.policy_package import build_zip
-from stacks.policy_settings import settings_for
+from stacks.policy_function.package import build_zip
+from stacks.policy_function.settings import settings_for
 
 CLUSTER = "gpuloan-dev"
 ACCOUNT = "123456789012"

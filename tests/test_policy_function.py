@@ -13,7 +13,7 @@ import pytest
 from conftest import requires_shared_prices
 from policy.model import Settings
 from stacks import tags, versions
-from stacks.policy_package import build_zip
+from stacks.policy_function.package import build_zip
 
 MUTATING_PREFIXES = ("eks:Update", "eks:Create", "eks:Delete", "autoscaling:Terminate", "autoscaling:Set",
                      "autoscaling:Update", "autoscaling:Create", "autoscaling:Delete", "ec2:Terminate", "ec2:Run")
@@ -28,8 +28,8 @@ def _packaged_settings(env: str, fn: dict) -> Settings:
     content)."""
     import base64
 
-    from stacks.policy_function import BUILD_DIR
-    from stacks.policy_package import SETTINGS_ENTRY
+    from stacks.policy_function.function import BUILD_DIR
+    from stacks.policy_function.package import SETTINGS_ENTRY
 
     digest = base64.b64decode(fn["sourceCodeHash"]).hex()[:16]
     with zipfile.ZipFile(BUILD_DIR / f"policy-function-{env}-{digest}.zip") as zf:
@@ -152,7 +152,7 @@ def test_disabled_policy_creates_no_function():
 def test_zip_is_deterministic_small_and_clean(tmp_path):
     first = build_zip()
     # a stray bytecode cache must not change the bytes
-    cache = __import__("stacks.policy_package", fromlist=["POLICY_DIR"]).POLICY_DIR / "__pycache__"
+    cache = __import__("stacks.policy_function.package", fromlist=["POLICY_DIR"]).POLICY_DIR / "__pycache__"
     cache.mkdir(exist_ok=True)
     assert build_zip() == first
     names = zipfile.ZipFile(io.BytesIO(first)).namelist()
@@ -268,9 +268,9 @@ def test_settings_of_the_largest_config_travel_in_the_package_not_the_environmen
     from policy import handler
     from stacks.cluster import cluster_name_for
     from stacks.names import GROUP_GUARANTEED, GROUP_ON_DEMAND, GROUP_SPOT, node_group_name_prefix
-    from stacks.policy_function import LAMBDA_ENV_LIMIT_BYTES, function_environment
-    from stacks.policy_package import SETTINGS_ENTRY
-    from stacks.policy_settings import default_budget_names, settings_for
+    from stacks.policy_function.function import LAMBDA_ENV_LIMIT_BYTES, function_environment
+    from stacks.policy_function.package import SETTINGS_ENTRY
+    from stacks.policy_function.settings import default_budget_names, settings_for
 
     cfg, most = _largest_config()
     assert most == 200 and len(cfg.pools) == most
@@ -294,7 +294,7 @@ def test_settings_of_the_largest_config_travel_in_the_package_not_the_environmen
 
 
 def test_recorded_function_environment_is_small(recorded):
-    from stacks.policy_function import LAMBDA_ENV_LIMIT_BYTES
+    from stacks.policy_function.function import LAMBDA_ENV_LIMIT_BYTES
 
     for env in ("dev", "prod"):
         variables = recorded(env).named(f"{env}-policy-fn").inputs["environment"]["variables"]
@@ -305,7 +305,7 @@ def test_recorded_function_environment_is_small(recorded):
 def test_spot_interruption_warning_reaches_the_function_and_only_from_its_rule(recorded):
     """Issue 17: the policy function hears EC2's 2-minute spot notice through EventBridge (what the simulator
     models); the invoke permission is scoped to that one rule and this account."""
-    from stacks.policy_function import EVENTS_PRINCIPAL
+    from stacks.policy_function.function import EVENTS_PRINCIPAL
 
     rec = recorded("prod")
     rule = rec.named("prod-policy-spot-warning")

@@ -177,7 +177,7 @@ def test_every_client_has_timeouts_and_standard_retries(monkeypatch):
         # total_max_attempts counts the first try (botocore's "max_attempts" would count retries only)
         assert cfg.retries == {"mode": "standard", "total_max_attempts": handler.MAX_ATTEMPTS}
     # one call in flight past the deadline plus the final state write still end before Lambda's timeout
-    from stacks.policy_function import TIMEOUT_SECONDS
+    from stacks.policy_function.function import TIMEOUT_SECONDS
 
     assert handler.DEADLINE_MARGIN_S >= 2 * handler.WORST_CALL_S
     assert TIMEOUT_SECONDS - handler.DEADLINE_MARGIN_S >= 15, "the tick keeps most of its time for work"

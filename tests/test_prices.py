@@ -28,8 +28,8 @@ from gpuloan import cmd_prices
 from pricing.sources import aws_prices
 from pricing.sources import catalog, pricebook
 from stacks.config import ConfigError, from_stack_yaml
-from stacks.policy_function import BUILD_DIR
-from stacks.policy_package import SETTINGS_ENTRY, source_code_hash
+from stacks.policy_function.function import BUILD_DIR
+from stacks.policy_function.package import SETTINGS_ENTRY, source_code_hash
 
 NOW = dt.datetime(2026, 12, 1, 12, 0, tzinfo=dt.timezone.utc)
 
@@ -203,7 +203,7 @@ def test_preview_json_without_prices_has_null_costs_and_null_lambda_prices(tmp_p
     doc = json.loads(result.stdout)
     assert doc["cost"]["pools"][0]["guaranteed_monthly_usd"] is None
     fn = next(r for r in doc["resources"] if r["type"] == "aws:lambda/function:Function")
-    # The settings travel in the package (stacks/policy_package.py), not the environment: read the zip this
+    # The settings travel in the package (stacks/policy_function/package.py), not the environment: read the zip this
     # preview wrote (files are named by content), the one whose hash the function was given.
     digest = base64.b64decode(fn["inputs"]["sourceCodeHash"]).hex()[:16]
     data = (project / BUILD_DIR.relative_to(REPO) / f"policy-function-dev-{digest}.zip").read_bytes()
@@ -213,7 +213,7 @@ def test_preview_json_without_prices_has_null_costs_and_null_lambda_prices(tmp_p
 
 
 def test_a_deployment_without_prices_stops_with_the_fix(book_file):
-    from stacks.policy_settings import PriceUnknown, settings_for
+    from stacks.policy_function.settings import PriceUnknown, settings_for
 
     catalog.use_price_file(book_file(region="eu-west-1"))  # a source, but not for the stack's region
     cfg = from_stack_yaml({"config": stack_config("dev")}, "dev")
@@ -228,7 +228,7 @@ def test_a_deployment_without_prices_registers_nothing(book_file, monkeypatch):
     import contextlib
 
     from offline import runner as offline
-    from stacks import policy_settings
+    from stacks.policy_function import settings as policy_settings
 
     catalog.use_price_file(book_file(region="eu-west-1"))
     monkeypatch.setattr(policy_settings, "offline_preview", contextlib.nullcontext)

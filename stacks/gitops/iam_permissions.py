@@ -208,7 +208,7 @@ TABLE: dict[str, Needs] = {
     "aws:lambda/function:Function": _n(
         # GetFunction is the provider's read and returns the environment variables and a code download URL; no
         # narrower read exists (GetFunctionConfiguration returns the environment too). The function's environment
-        # holds settings, never a secret (stacks/policy_function.py).
+        # holds settings, never a secret (stacks/policy_function/function.py).
         "lambda:GetFunction lambda:GetFunctionCodeSigningConfig lambda:ListVersionsByFunction",
         # A function with a VPC configuration: Lambda checks that the caller may describe its subnets, security
         # groups and VPC (Lambda developer guide, "Configuring a Lambda function to access resources in a VPC").
@@ -220,7 +220,7 @@ TABLE: dict[str, Needs] = {
         "lambda:GetFunctionEventInvokeConfig", "lambda:PutFunctionEventInvokeConfig",
         "lambda:PutFunctionEventInvokeConfig lambda:UpdateFunctionEventInvokeConfig",
         "lambda:DeleteFunctionEventInvokeConfig", SAR.format("awslambda")),
-    # The spot interruption warning rule of the policy function (stacks/policy_function.py).
+    # The spot interruption warning rule of the policy function (stacks/policy_function/function.py).
     "aws:cloudwatch/eventRule:EventRule": _n(
         "events:DescribeRule events:ListTagsForResource", "events:PutRule events:TagResource",
         "events:PutRule events:TagResource events:UntagResource", "events:DeleteRule",

@@ -147,7 +147,7 @@ class Tenancy(pulumi.ComponentResource):
                 opts=in_ns,
             )
 
-        # The policy Lambda's IAM role maps to this group through an EKS access entry (stacks/policy_function.py);
+        # The policy Lambda's IAM role maps to this group through an EKS access entry (stacks/policy_function/function.py);
         # it lists pods and cordons a node before terminating it, nothing else (POLICY_RBAC_RULES).
         reader = k8s.rbac.v1.ClusterRole(
             f"{name}-policy-reader",

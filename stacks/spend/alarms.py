@@ -3,7 +3,7 @@
 Every alarm reads a metric that is actually published: the policy function's EMF metrics (namespace and names
 from policy/metric_names.py, the single source the Lambda publishes from) or Container Insights' GPU metrics
 (namespace/metric from the `policy` config, the same ones the policy function reads). The Lambda's own
-Errors/Throttles alarms live with the function (stacks/policy_function.py).
+Errors/Throttles alarms live with the function (stacks/policy_function/function.py).
 
 | alarm            | per             | fires when                                                             |
 |------------------|-----------------|------------------------------------------------------------------------|

@@ -17,7 +17,7 @@ import io
 import zipfile
 from pathlib import Path
 
-POLICY_DIR = Path(__file__).resolve().parent.parent / "policy"
+POLICY_DIR = Path(__file__).resolve().parents[2] / "policy"
 FIXED_TIME = (1980, 1, 1, 0, 0, 0)  # the earliest time a zip entry can carry
 HANDLER = "policy.handler.lambda_handler"
 SETTINGS_ENTRY = "policy/settings.json"  # policy/handler.py SETTINGS_FILE reads it

@@ -25,10 +25,10 @@ from stacks import tags, versions
 from stacks.names import GROUP_GUARANTEED, GROUP_ON_DEMAND, GROUP_SPOT, node_group_name_pattern
 from stacks.config import ElasticCapacity as CapacityMode
 from stacks.config import GpuLoanConfig
-from stacks.policy_package import HANDLER, build_zip, source_code_hash
-from stacks.policy_settings import GroupNames, settings_for, unknown_prices_allowed
+from stacks.policy_function.package import HANDLER, build_zip, source_code_hash
+from stacks.policy_function.settings import GroupNames, settings_for, unknown_prices_allowed
 
-BUILD_DIR = Path(__file__).resolve().parent.parent / "build"
+BUILD_DIR = Path(__file__).resolve().parents[2] / "build"
 TIMEOUT_SECONDS = 50  # below the 1-minute schedule, so ticks do not overlap
 MEMORY_MB = 256
 LAMBDA_PRINCIPAL = "lambda.amazonaws.com"
@@ -167,7 +167,7 @@ class PolicyFunction(pulumi.ComponentResource):
         patterns = group_patterns(cfg)
         elastic = sorted(n for g in patterns.values() for n in (g.spot, g.on_demand) if n)
         guaranteed = sorted(g.guaranteed for g in patterns.values() if g.guaranteed)
-        from stacks.policy_settings import default_budget_names
+        from stacks.policy_function.settings import default_budget_names
 
         budget_names = default_budget_names(cfg)
 
@@ -210,7 +210,7 @@ class PolicyFunction(pulumi.ComponentResource):
             security_group_id=v[9])))
         policy = aws.iam.RolePolicy(f"{name}-policy", role=self.role.id, policy=document, opts=child)
 
-        # The settings go inside the package (stacks/policy_package.py): Lambda's environment variables are
+        # The settings go inside the package (stacks/policy_function/package.py): Lambda's environment variables are
         # limited to 4 KB in total and the settings of about six pools exceed it. They name the node groups' generated
         # names (known once the groups exist), so the package is built from those outputs; a preview of a new stack
         # shows the code as computed, every later preview as the exact package.
