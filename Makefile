@@ -49,8 +49,9 @@ preview: $(VENV)/.runtime
 	$(BIN)/gpuloan validate $(STACK)
 	$(BIN)/gpuloan preview $(STACK)
 
-## test: the whole test suite (unit, mocked infrastructure, emulator integration, linters)
+## test: the import layers (lint-imports), then the whole test suite (unit, mocked infrastructure, emulator integration, linters)
 test: $(VENV)/.dev
+	$(BIN)/lint-imports
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile
 
 ## test-deep: the policy's property tests at 10,000 examples each (hypothesis profile "deep", tests/conftest.py);
