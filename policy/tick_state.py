@@ -52,6 +52,22 @@ def _spend_scope(entry) -> str | None:
     return None
 
 
+def _clean_map(state: dict, key: str, valid, what: str, problems: list[str]) -> None:
+    """A part that maps names to values (notification times, spot notice expiries): dropped whole when it is not
+    an object, else only its entries whose value `valid` refuses."""
+    part = state.get(key)
+    if part is None:
+        return
+    if not isinstance(part, dict):
+        problems.append(f"{key} is a {type(part).__name__}, not an object")
+        state.pop(key)
+        return
+    bad = sorted(str(k) for k, v in part.items() if not valid(v))
+    if bad:
+        problems.append(f"{key} {what}: {', '.join(bad)[:200]}")
+    state[key] = {k: v for k, v in part.items() if valid(v)}
+
+
 def clean(raw: dict) -> tuple[dict, list[str]]:
     """(the usable part of the state, one line per dropped part). Parts this code does not know are kept."""
     state = dict(raw)
@@ -76,27 +92,8 @@ def clean(raw: dict) -> tuple[dict, list[str]]:
         problems.append(f"last_tick_at {state['last_tick_at']!r} is not an ISO 8601 time with a zone")
         state.pop("last_tick_at")
 
-    notified = state.get("notified")
-    if notified is not None:
-        if not isinstance(notified, dict):
-            problems.append(f"notified is a {type(notified).__name__}, not an object")
-            state.pop("notified")
-        else:
-            bad = sorted(str(k) for k, v in notified.items() if not _timestamp(v))
-            if bad:
-                problems.append(f"notified times not ISO 8601 with a zone: {', '.join(bad)[:200]}")
-            state["notified"] = {k: v for k, v in notified.items() if _timestamp(v)}
-
-    leaving = state.get("leaving")
-    if leaving is not None:
-        if not isinstance(leaving, dict):
-            problems.append(f"leaving is a {type(leaving).__name__}, not an object")
-            state.pop("leaving")
-        else:
-            bad = sorted(str(k) for k, v in leaving.items() if not _number(v))
-            if bad:
-                problems.append(f"leaving expiries not numbers: {', '.join(bad)[:200]}")
-            state["leaving"] = {k: v for k, v in leaving.items() if _number(v)}
+    _clean_map(state, "notified", _timestamp, "times not ISO 8601 with a zone", problems)
+    _clean_map(state, "leaving", _number, "expiries not numbers", problems)
 
     rhythm = state.get("rhythm")
     if rhythm is not None and not isinstance(rhythm, dict):  # each pool's history checks itself (policy/rhythm.py)

@@ -185,6 +185,10 @@ def test_the_policy_knows_the_labels_and_taints_the_stack_puts_on_elastic_nodes(
     assert (kube.POOL_LABEL, kube.TIER_LABEL, kube.CAPACITY_LABEL) == (tags.LABEL_POOL, tags.LABEL_TIER,
                                                                        tags.LABEL_CAPACITY)
     assert kube.SPOT_TAINT_KEY == tags.SPOT_TAINT_KEY and kube.ELASTIC_TIER == elastic.TIER != guaranteed.TIER
+    # the spot-warning path tells this stack's instances by the launch templates' environment tag
+    from policy import handler
+
+    assert handler.ENVIRONMENT_TAG == tags.TAG_ENVIRONMENT
 
 
 def test_gpu_pod_arrivals_are_recent_unfinished_gpu_pods_per_pool():
