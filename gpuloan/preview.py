@@ -236,9 +236,10 @@ def render_platform(cost: dict[str, Any], console) -> None:
     if "budget_headroom_monthly_usd" in (cost.get("secret_figures") or {}).get("total", ()):
         headroom, bound = None, ""
         money = lambda v, m=money: SECRET if v is None else m(v)  # noqa: E731
+    # An unknown figure stays "unknown": "unknown + unknown platform items" or "at most unknown" read as figures.
     console.print(f"  fixed monthly (floor + platform): {money(fixed)}"
-                  + (" + unknown platform items" if cost["platform_unknown"] else "")
-                  + f"; budget headroom: {bound}{money(headroom)}")
+                  + (" + unknown platform items" if cost["platform_unknown"] and fixed is not None else "")
+                  + f"; budget headroom: {bound if headroom is not None else ''}{money(headroom)}")
     if cost["platform_unknown"]:
         console.print(f"  [yellow]platform cost unknown[/] for {', '.join(cost['platform_unknown'])}: the price "
                       "source has no platform rates for them (docs/prices.md#platform-rates)")

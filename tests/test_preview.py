@@ -111,3 +111,17 @@ def test_preview_json_is_byte_identical_across_runs():
     code = next(r for r in doc["resources"] if r["type"] == "aws:lambda/function:Function")["inputs"]["code"]
     assert code["asset"] == "FileArchive" and len(code["sha256"]) == 64  # not `<... object at 0x...>`
     assert b" object at 0x" not in runs[0].stdout
+
+
+def test_without_prices_the_fixed_cost_line_says_unknown_not_a_bound(tmp_path):
+    """A fresh clone without prices: the summary line says "unknown", never "unknown + unknown platform items" or
+    "at most unknown", which read as figures."""
+    import os
+    import subprocess
+
+    env = {k: v for k, v in os.environ.items() if k != "GPULOAN_PRICE_FILE"}
+    env["XDG_CACHE_HOME"] = str(tmp_path)
+    out = subprocess.run([str(REPO / ".venv" / "bin" / "gpuloan"), "preview", "-s", "dev"], cwd=REPO, env=env,
+                         capture_output=True, text=True, timeout=300).stdout
+    line = " ".join(out.split("fixed monthly (floor + platform):", 1)[1].split("platform cost unknown", 1)[0].split())
+    assert line == "unknown; budget headroom: unknown", line
