@@ -1,0 +1,382 @@
+"""The organization's advisor: every pool's floor and one commitment for the whole environment, chosen together,
+and the price of each guarantee (`gpuloan advise -s STACK --demand DIR`; docs/floor.md, "The loan for an
+organization").
+
+No look-ahead. The history is split at `sizing_hours`: everything the advisor recommends is computed from the hours
+before it (demands cut there, `PoolDemand.head`), and every figure it reports is measured on the hours after it,
+as a user buys a commitment on the past and lives with the future:
+1. floors: each production-tier pool gets the guarantee its service needs: by default the `guarantee_percentile`
+   (90) of its hourly production GPUs over the sizing window, in whole nodes (rounded up); other tiers get none
+   (their work may be interrupted, so it borrows instead);
+2. commitment: the environment is run over the sizing window with those floors, idle floor lent, and the
+   commitment is what Cost Explorer would recommend from the last `lookback_days` of that run's eligible usage
+   (sim/commitment_choice.py), bought at the end of the sizing window;
+3. report: the whole history is run with that setup and with each baseline, all billed (billing.bill) on the
+   report window only, each baseline's commitment chosen the way its author would have chosen it.
+
+Setups (`baselines`, each by name):
+- `karpenter`: no floors; production on on-demand, the rest spot-first (spot, then on-demand while spot is short);
+- `karpenter+savings-plan`: the same plus the Cost Explorer commitment of its own sizing-window usage: the
+  cheapest setup *without* any guarantee; every price of a guarantee is measured against it;
+- `team-floors`: the same floors, nothing lent, each team paying for itself (the per-pool `guaranteed.payment`
+  model, as a careful team would do it): its own RIs, what Cost Explorer recommends from that team's usage alone
+  (RI sharing off), which always covers the team's floor (a floor is billed every hour, so each of its RIs pays);
+- `floors-not-lent`: the same floors and a Cost Explorer commitment sized on the resulting usage, nothing lent
+  (what lending is worth: gpuloan against it);
+- `fluid-bound`: the same floors, lent, in the fluid model (sim/fluid.py: free repacking, no boots), with the best
+  commitment in hindsight over the report window: the limit of what lending and a shared commitment can do; its
+  price is measured against the fluid model's no-floor run with its own hindsight commitment.
+The recommendation's own result is `recommendation.report` (same keys).
+
+How a setup runs: through a `Runner`. Until the environment simulator (sim/environment.py) is part of the
+project, the only runner is `fluid_runner` and every figure says `"model": "fluid"`; `environment_runner` is the
+one integration point for the simulated run (its docstring says what it expects).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from pricing.cost_model import billing
+from sim import commitment_choice, fluid
+from sim.fluid import EnvironmentRun, PoolPrices, Scenario
+from sim.org_demand import PRODUCTION, TIERS, PoolDemand
+
+DEFAULT_PERCENTILE = 90.0
+KARPENTER, KARPENTER_SP = "karpenter", "karpenter+savings-plan"
+TEAM_FLOORS, NOT_LENT, FLUID_BOUND, GPULOAN = "team-floors", "floors-not-lent", "fluid-bound", "gpuloan"
+BASELINES = (KARPENTER, KARPENTER_SP, TEAM_FLOORS, NOT_LENT, FLUID_BOUND)
+CONTROLLER_GPULOAN, CONTROLLER_KARPENTER = "gpuloan", "karpenter"
+
+# The on-demand shortage scenario: for episodes at this rate and mean length, no new capacity of the instance type
+# can be launched (InsufficientInstanceCapacity), only reserved capacity is there. No public source gives how often
+# this happens for a GPU family, so it is a named scenario with its rate stated, reported apart from the default,
+# like sim/engine.py's SPOT_SHORTAGE (one 3-hour spot-unavailable episode a week), which the spot scenario uses.
+ON_DEMAND_SHORTAGE = {"episodes_per_week": 1.0, "mean_hours": 6.0}
+
+
+class OrgAdviceError(ValueError):
+    """The environment cannot be advised on (no production pool, no sizing window, no rates ...)."""
+
+
+class Runner(Protocol):
+    """Runs the environment: every pool's demand, these floors, lent or not, under one controller."""
+
+    model: str
+
+    def __call__(self, demands: dict[str, PoolDemand], floors_nodes: dict[str, int], *, lend: bool,
+                 controller: str, scenario: Scenario, report_from_hour: int) -> EnvironmentRun: ...
+
+
+@dataclass(frozen=True)
+class OrgInputs:
+    demands: dict[str, PoolDemand]  # the whole history, sizing window first
+    prices: dict[str, PoolPrices]
+    ri_rates: dict[tuple[str, str], float]  # (type, region) -> the commitment's rate per instance-hour
+    term: str  # e.g. "reserved_3yr": the rates' term, for the report
+    sizing_hours: int
+    lookback_days: int = 30
+    guarantee_percentile: float = DEFAULT_PERCENTILE
+    rate_sources: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def hours(self) -> int:
+        return max(d.hours for d in self.demands.values())
+
+
+@dataclass
+class FluidRunner:
+    """The fluid model as a runner: what every setup runs through until sim/environment.py lands."""
+
+    prices: dict[str, PoolPrices]
+    model: str = fluid.MODEL
+
+    def __call__(self, demands, floors_nodes, *, lend, controller, scenario, report_from_hour):
+        # The controller does not matter in the fluid model (no boots, no idle timeouts): that is what it bounds.
+        return fluid.run(demands, self.prices, floors_nodes, lend=lend, scenario=scenario,
+                         report_from_hour=report_from_hour)
+
+
+def fluid_runner(prices: dict[str, PoolPrices]) -> FluidRunner:
+    return FluidRunner(prices)
+
+
+def environment_runner(cfg, traces: dict, settings, prices: dict[str, PoolPrices]) -> Runner:
+    """The simulated run, once sim/environment.py is part of the project. It calls
+
+        sim.environment.simulate_environment(cfg, demands, controller_factory, settings, horizon_minutes)
+
+    with `cfg` the stack with each pool's `guaranteed.nodes` set to the setup's floor (pools without a floor lose
+    their `guaranteed`) and lending off (`scheduling.kueue.teams.<team>.lending_limit_pct: 0`) for setups that do
+    not lend; `demands` the pools' traces (dict pool -> sim.traces trace); `controller_factory` "gpuloan" or
+    "karpenter" (the per-pool controllers); and expects a result with
+    - `.hourly_usage`: list of billing.Usage (hour from the start of the run),
+    - `.pools[name]`: production_interruptions, unmet_gpu_hours, unmet_production_gpu_hours,
+      floor_gpu_hours, floor_owned_gpu_hours, floor_lent_gpu_hours (each counted from `settings.report_from_minute`),
+    - `.p95_wait_minutes_by_tier`: tier -> minutes (jobs waiting from the report window on).
+    Until then this raises, and the advisor runs the fluid model (and says so).
+    """
+    try:
+        from sim import environment  # noqa: F401  (built in parallel: issue 27, item 4)
+    except ImportError:
+        raise OrgAdviceError("the environment simulator (sim/environment.py) is not part of this version; "
+                             "the advice is computed with the fluid model (--model fluid)") from None
+    raise OrgAdviceError("sim/environment.py is present but not wired into the advisor yet "
+                         "(sim/org_advisor.py:environment_runner); use --model fluid")
+
+
+def percentile(values, pct: float) -> float:
+    """The nearest-rank percentile (0 < pct <= 100) of `values`; 0 for no values."""
+    xs = sorted(values)
+    if not xs:
+        return 0.0
+    if not 0 <= pct <= 100:
+        raise OrgAdviceError(f"guarantee percentile must be between 0 and 100, got {pct}")
+    if pct == 0:
+        return 0.0
+    return xs[max(0, math.ceil(pct / 100 * len(xs)) - 1)]
+
+
+def size_floors(demands: dict[str, PoolDemand], prices: dict[str, PoolPrices], pct: float) -> dict[str, int]:
+    """Each production pool's floor: the pct-th percentile of its hourly production GPUs, in whole nodes (up)."""
+    out = {}
+    for n, d in demands.items():
+        if d.tier != PRODUCTION:
+            out[n] = 0
+            continue
+        gpus = percentile(d.production_gpus, pct)
+        out[n] = math.ceil(round(gpus, 6) / prices[n].gpus_per_node)
+    return out
+
+
+def _heads(demands: dict[str, PoolDemand], hours: int) -> dict[str, PoolDemand]:
+    return {n: d.head(hours) for n, d in demands.items()}
+
+
+def _shift(c: billing.Commitment, by: int) -> billing.Commitment:
+    from dataclasses import replace
+
+    return replace(c, start_hour=max(0, c.start_hour - by),
+                   end_hour=None if c.end_hour is None else c.end_hour - by)
+
+
+def report_bill(run: EnvironmentRun, commitments, report_from: int) -> billing.Bill:
+    """The bill of the report window: hours from `report_from` on, commitments in force there."""
+    usage = [billing.Usage(u.hour - report_from, u.pool, u.instance_type, u.region, u.purchase, u.instance_hours,
+                           u.usd_per_hour) for u in run.hourly_usage if u.hour >= report_from]
+    return billing.bill(usage, [_shift(c, report_from) for c in commitments], hours=run.hours - report_from)
+
+
+def _utilization(b: billing.Bill, names) -> float | None:
+    fee = sum(b.commitment_fee_usd.get(n, 0.0) for n in names)
+    return None if fee <= 0 else round(sum(b.commitment_used_usd.get(n, 0.0) for n in names) / fee, 4)
+
+
+def measure(name: str, run: EnvironmentRun, bill: billing.Bill, commitments, floors: dict[str, int],
+            model: str) -> dict:
+    """One setup's figures over the report window (the JSON keys of `--json`)."""
+    pools = run.pools.values()
+    floor = sum(m.floor_gpu_hours for m in pools)
+    tiers = sorted(set(run.tiers.values()), key=TIERS.index) if run.tiers else []
+    waits = getattr(run, "p95_wait_minutes_by_tier", None) or {t: None for t in tiers}
+    return {
+        "name": name,
+        "model": model,
+        "total_cost_usd": round(bill.total_usd, 2),
+        "production_interruptions": sum(m.production_interruptions for m in pools),
+        "unmet_gpu_hours": round(sum(m.unmet_gpu_hours for m in pools), 3),
+        "unmet_production_gpu_hours": round(sum(m.unmet_production_gpu_hours for m in pools), 3),
+        "unmet_guaranteed_production_gpu_hours": round(sum(m.unmet_guaranteed_production_gpu_hours for m in pools), 3),
+        "p95_wait_minutes_by_tier": waits,
+        "floor_utilization": None if floor <= 0 else {
+            "owned": round(sum(m.floor_owned_gpu_hours for m in pools) / floor, 4),
+            "lent": round(sum(m.floor_lent_gpu_hours for m in pools) / floor, 4)},
+        "commitment_utilization": _utilization(bill, [c.name for c in commitments]),
+        "floors_nodes": {n: k for n, k in floors.items() if k},
+        "commitment_ri_count": sum(c.count for c in commitments),
+        "by_purchase_usd": {k: round(v, 2) for k, v in sorted(bill.by_purchase_usd.items())},
+        "unused_commitment_usd": round(bill.unused_commitment_usd, 2),
+    }
+
+
+@dataclass
+class SetupResult:
+    doc: dict
+    run: EnvironmentRun
+    bill: billing.Bill
+
+
+def _team_commitments(inputs: OrgInputs, runner: Runner, floors: dict[str, int]) -> list[billing.Commitment]:
+    """Each team buys its own RIs: what Cost Explorer would recommend from that team's own usage alone (RI
+    sharing off), never fewer than its floor's nodes (a floor is used every hour, so each of its RIs pays)."""
+    heads = _heads(inputs.demands, inputs.sizing_hours)
+    sizing = runner(heads, floors, lend=False, controller=CONTROLLER_GPULOAN, scenario=Scenario(),
+                    report_from_hour=0)
+    out = []
+    for n in inputs.demands:
+        own = [u for u in sizing.hourly_usage if u.pool == n]
+        c = commitment_choice.cost_explorer(own, inputs.ri_rates, inputs.sizing_hours, inputs.lookback_days,
+                                            name=f"team-ri-{n}")
+        out.extend(c.commitments)
+    return out
+
+
+def _team_bill(run: EnvironmentRun, commitments, report_from: int) -> billing.Bill:
+    """Paid per team: each team's RIs cover only its own usage (RI sharing off), one bill per pool, summed."""
+    total = billing.Bill(hours=run.hours - report_from)
+    for n in run.pools:
+        own = [c for c in commitments if c.name.startswith(f"team-ri-{n}-")]
+        sub = EnvironmentRun(run.model, run.hours, [u for u in run.hourly_usage if u.pool == n])
+        b = report_bill(sub, own, report_from)
+        for k, v in b.by_pool_usd.items():
+            total.by_pool_usd[k] += v
+        for k, v in b.by_purchase_usd.items():
+            total.by_purchase_usd[k] += v
+        for k, v in b.commitment_fee_usd.items():
+            total.commitment_fee_usd[k] += v
+        for k, v in b.commitment_used_usd.items():
+            total.commitment_used_usd[k] += v
+        total.unused_commitment_usd += b.unused_commitment_usd
+        total.without_commitments_usd += b.without_commitments_usd
+    return total
+
+
+def recommend(inputs: OrgInputs, runner: Runner) -> tuple[dict[str, int], commitment_choice.Choice]:
+    """Floors and commitment from the sizing window alone (the demands are cut there before anything reads them)."""
+    s = inputs.sizing_hours
+    if not 0 < s < inputs.hours:
+        raise OrgAdviceError(f"the sizing window ({s} h) must be longer than 0 and shorter than the history "
+                             f"({inputs.hours} h): the advisor sizes on the first part and reports on the rest")
+    heads = _heads(inputs.demands, s)
+    floors = size_floors(heads, inputs.prices, inputs.guarantee_percentile)
+    sizing = runner(heads, floors, lend=True, controller=CONTROLLER_GPULOAN, scenario=Scenario(), report_from_hour=0)
+    return floors, commitment_choice.cost_explorer(sizing.hourly_usage, inputs.ri_rates, s, inputs.lookback_days)
+
+
+def _ce_choice(inputs: OrgInputs, runner: Runner, floors, lend: bool, controller: str):
+    heads = _heads(inputs.demands, inputs.sizing_hours)
+    sizing = runner(heads, floors, lend=lend, controller=controller, scenario=Scenario(), report_from_hour=0)
+    return commitment_choice.cost_explorer(sizing.hourly_usage, inputs.ri_rates, inputs.sizing_hours,
+                                           inputs.lookback_days)
+
+
+def scenario_for(name: str, hours: int, from_hour: int, seed: int) -> Scenario:
+    """A named scenario's shortage hours, in the report window only (the sizing window saw the default)."""
+    from sim.engine import SPOT_SHORTAGE
+
+    if name == "default":
+        return Scenario()
+    if name == "spot-shortage":
+        hs = fluid.episode_hours(hours, SPOT_SHORTAGE["spot_unavailable_episodes_per_week"],
+                                 SPOT_SHORTAGE["spot_unavailable_mean_hours"], seed)
+        return Scenario(name, spot_short_hours=frozenset(h for h in hs if h >= from_hour))
+    if name == "on-demand-shortage":
+        hs = fluid.episode_hours(hours, ON_DEMAND_SHORTAGE["episodes_per_week"], ON_DEMAND_SHORTAGE["mean_hours"],
+                                 seed + 1000)
+        return Scenario(name, on_demand_short_hours=frozenset(h for h in hs if h >= from_hour))
+    raise OrgAdviceError(f"unknown scenario '{name}' (default, spot-shortage, on-demand-shortage)")
+
+
+SCENARIOS = ("default", "spot-shortage", "on-demand-shortage")
+
+
+def evaluate(inputs: OrgInputs, runner: Runner, *, scenarios=SCENARIOS, seed: int = 1,
+             per_pool_prices: bool = True) -> dict:
+    """The advice document: the recommendation, every baseline and the price of each guarantee, per scenario."""
+    s, hours = inputs.sizing_hours, inputs.hours
+    floors, choice = recommend(inputs, runner)
+    if not any(floors.values()):
+        raise OrgAdviceError("no production pool needs a floor at this percentile (no production-tier pool, or "
+                             "no production demand in the sizing window)")
+    no_floors = {n: 0 for n in inputs.demands}
+    ksp = _ce_choice(inputs, runner, no_floors, False, CONTROLLER_KARPENTER)
+    nl = _ce_choice(inputs, runner, floors, False, CONTROLLER_GPULOAN)
+    team = _team_commitments(inputs, runner, floors)
+    fprices = getattr(runner, "prices", inputs.prices)
+    out_scenarios = {}
+    for sc_name in scenarios:
+        sc = scenario_for(sc_name, hours, s, seed)
+
+        def go(fl, lend, controller, commitments, name, bill_fn=report_bill, r=runner, model=runner.model):
+            run = r(inputs.demands, fl, lend=lend, controller=controller, scenario=sc, report_from_hour=s)
+            b = bill_fn(run, commitments, s)
+            return SetupResult(measure(name, run, b, commitments, fl, model), run, b)
+
+        k = go(no_floors, False, CONTROLLER_KARPENTER, [], KARPENTER)
+        k_sp = go(no_floors, False, CONTROLLER_KARPENTER, ksp.commitments, KARPENTER_SP)
+        tf = go(floors, False, CONTROLLER_GPULOAN, team, TEAM_FLOORS, bill_fn=_team_bill)
+        notlent = go(floors, False, CONTROLLER_GPULOAN, nl.commitments, NOT_LENT)
+        ours = go(floors, True, CONTROLLER_GPULOAN, choice.commitments, GPULOAN)
+        frun = fluid_runner(fprices)
+        bound, bound0 = _bound(inputs, frun, floors, sc), _bound(inputs, frun, no_floors, sc)
+        base = k_sp.doc["total_cost_usd"]
+        for r in (k, k_sp, tf, notlent, ours):
+            r.doc["price_of_guarantee_pct"] = _pct(r.doc["total_cost_usd"], base)
+        bound.doc["price_of_guarantee_pct"] = _pct(bound.doc["total_cost_usd"], bound0.doc["total_cost_usd"])
+        bound.doc["no_floor_total_cost_usd"] = bound0.doc["total_cost_usd"]
+        out_scenarios[sc_name] = {
+            "shortage_hours": len(sc.spot_short_hours | sc.on_demand_short_hours),
+            "recommendation_report": ours.doc,
+            "baselines": [k.doc, k_sp.doc, tf.doc, notlent.doc, bound.doc],
+        }
+    default = out_scenarios.get("default") or next(iter(out_scenarios.values()))
+    rec = {
+        "floors": {n: {"nodes": k, "gpus": k * inputs.prices[n].gpus_per_node,
+                       "instance_type": inputs.prices[n].instance_type, "tier": inputs.demands[n].tier}
+                   for n, k in floors.items()},
+        "commitment": choice.to_json(),
+        "report": default["recommendation_report"],
+        "price_of_guarantee_pct": default["recommendation_report"]["price_of_guarantee_pct"],
+        "price_of_guarantee_usd": round(default["recommendation_report"]["total_cost_usd"]
+                                        - default["baselines"][1]["total_cost_usd"], 2),
+    }
+    if per_pool_prices:
+        rec["price_of_each_guarantee"] = _each_guarantee(inputs, runner, floors, choice,
+                                                         default["recommendation_report"]["total_cost_usd"])
+    return {
+        "model": runner.model,
+        "model_note": ("fluid model (sim/fluid.py): free repacking, no boots; production interruptions are 0 and "
+                       "waits are not measured by construction. Not a simulation: the environment simulator "
+                       "replaces it when it lands") if runner.model == fluid.MODEL else "simulated environment",
+        "term": inputs.term,
+        "rate_sources": inputs.rate_sources,
+        "sizing_window_hours": s,
+        "report_window_hours": hours - s,
+        "lookback_days": inputs.lookback_days,
+        "guarantee_percentile": inputs.guarantee_percentile,
+        "recommendation": rec,
+        "baselines": default["baselines"],
+        "scenarios": {k: v for k, v in out_scenarios.items() if k != "default"},
+    }
+
+
+def _bound(inputs: OrgInputs, frun: FluidRunner, floors, sc: Scenario) -> SetupResult:
+    s = inputs.sizing_hours
+    run = frun(inputs.demands, floors, lend=True, controller=CONTROLLER_GPULOAN, scenario=sc, report_from_hour=s)
+    best = commitment_choice.hindsight(run.hourly_usage, inputs.ri_rates, s, run.hours)
+    b = report_bill(run, best.commitments, s)
+    return SetupResult(measure(FLUID_BOUND, run, b, best.commitments, floors, fluid.MODEL), run, b)
+
+
+def _each_guarantee(inputs: OrgInputs, runner: Runner, floors, choice, total: float) -> dict:
+    """Per production pool: what the environment would pay without that pool's floor (the others kept, the
+    commitment re-chosen the same way): the price of that one guarantee."""
+    out = {}
+    s = inputs.sizing_hours
+    for n, k in floors.items():
+        if not k:
+            continue
+        fl = dict(floors, **{n: 0})
+        c = _ce_choice(inputs, runner, fl, True, CONTROLLER_GPULOAN)
+        run = runner(inputs.demands, fl, lend=True, controller=CONTROLLER_GPULOAN, scenario=Scenario(),
+                     report_from_hour=s)
+        without = report_bill(run, c.commitments, s).total_usd
+        out[n] = {"floor_nodes": k, "usd": round(total - without, 2), "pct_of_total": _pct(total, without)}
+    return out
+
+
+def _pct(x: float, base: float) -> float | None:
+    return None if base <= 0 else round(100 * (x - base) / base, 3)
+
