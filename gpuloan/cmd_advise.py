@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import sys
 
-from gpuloan import price_args, sim_args, stack_arg
+from gpuloan import advise_org, price_args, sim_args, stack_arg
 from pricing.sources import catalog
 
 EXIT_BAD_INPUT = 2
@@ -26,6 +26,9 @@ def register(sub) -> None:
     src = p.add_mutually_exclusive_group()
     src.add_argument("--trace", help="demand: a job trace (ITP or submit_s,duration_s,gpus) or a series CSV")
     src.add_argument("--series", help="demand: a minute,gpus_demanded CSV")
+    src.add_argument("--demand", metavar="DIR",
+                     help="the whole environment's demand: one <pool>.csv per pool (job trace or minute,gpus_demanded); "
+                          "advises every pool's floor and one organization commitment together")
     p.add_argument("--history-days", type=int, default=30, metavar="N",
                    help="without --trace/--series: read the stack's own CloudWatch metrics of the last N days "
                         "(default 30)")
@@ -46,6 +49,7 @@ def register(sub) -> None:
     p.add_argument("--plot", metavar="PNG", help="cost vs floor size per payment (one file per pool: POOL- prefix "
                    "when several pools)")
     price_args.add(p)
+    advise_org.add_arguments(p)
     p.set_defaults(func=run)
 
 
@@ -83,6 +87,7 @@ def run(args) -> int:
     from gpuloan import stackfile
     from sim import advisor
     from sim import traces
+    from sim.org_advisor import OrgAdviceError
     from stacks import config
 
     try:
@@ -91,6 +96,8 @@ def run(args) -> int:
         cfg = config.from_stack_yaml(stackfile.load(path), path.name)
         if args.jobs < 1:
             raise ValueError("--jobs must be at least 1")
+        if advise_org.wanted(args):
+            return _run_org(args, cfg, stack)
         names = [p.name for p in cfg.pools]
         pools = args.pool or names
         for name in pools:
@@ -103,7 +110,7 @@ def run(args) -> int:
             docs.append(advisor.advise(cfg, name, trace, target=target, production_share_pct=args.production_share,
                                        settings=sim_args.settings(args),
                                        peak_from_demand=args.peak_from_demand, jobs=args.jobs))
-    except (stackfile.StackFileError, config.ConfigError, traces.TraceError, advisor.AdviceError,
+    except (stackfile.StackFileError, config.ConfigError, traces.TraceError, advisor.AdviceError, OrgAdviceError,
             catalog.PriceSourceError, stack_arg.NoStackError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -127,6 +134,20 @@ def run(args) -> int:
         for doc in docs:
             plot(doc, doc["plot"])
             print(f"wrote the plot to {doc['plot']}", file=sys.stderr)
+    return 0
+
+
+def _run_org(args, cfg, stack) -> int:
+    """The organization mode: errors are raised to run()'s handlers, the document printed here."""
+    if args.plot:
+        raise ValueError("--plot is not available with --demand/--org (make bench-org draws the organization's "
+                         "picture)")
+    doc = advise_org.run(args, cfg)
+    if args.json:
+        print(json.dumps({"stack": stack, "price_source": catalog.price_source(cfg.region), **doc}, indent=2))
+    else:
+        advise_org.render(doc)
+        print(catalog.price_source(cfg.region))
     return 0
 
 
