@@ -1,0 +1,324 @@
+"""The organization's advisor (issue 27, items 5-7): the environment's demand directory, the Cost-Explorer-style
+commitment, the fluid model and its bound, no look-ahead, the JSON document and the CLI on a tiny environment.
+
+Rates in the unit tests are round illustrative numbers (on-demand 10, spot 3, RI 6 per instance-hour); every
+expected figure is worked out by hand in the test.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+
+import pytest
+from conftest import requires_shared_prices
+
+from gpuloan import cli
+from pricing.cost_model import billing
+from sim import commitment_choice, fluid, org_advisor, org_demand
+from sim.fluid import PoolPrices
+from sim.org_demand import EXPERIMENT, LEARNING, PRODUCTION, PoolDemand
+
+T, R = "p4d.24xlarge", "us-east-1"
+OD, SPOT, RI = 10.0, 3.0, 6.0
+
+
+def _prices(names, spot=SPOT):
+    return {n: PoolPrices(T, R, 8, OD, spot) for n in names}
+
+
+# --- the demand directory -----------------------------------------------------------------------------------------
+
+def _series(path, values):
+    path.write_text("minute,gpus_demanded\n" + "".join(f"{m},{v}\n" for m, v in enumerate(values)))
+
+
+def test_demand_dir_names_the_missing_pool_the_extra_file_and_the_bad_line(tmp_path):
+    _series(tmp_path / "training.csv", [8, 8])
+    (tmp_path / "training.csv").write_text("minute,gpus_demanded\n0,8\n1,eight\n")
+    _series(tmp_path / "typo.csv", [1])
+    (tmp_path / "README.md").write_text("left alone")
+    with pytest.raises(org_demand.OrgDemandError) as err:
+        org_demand.read_demand_dir(tmp_path, ["training", "inference"])
+    text = str(err.value)
+    assert f"{tmp_path / 'inference.csv'}: missing: pool 'inference'" in text
+    assert f"{tmp_path / 'typo.csv'}: no pool named 'typo'" in text
+    assert f"{tmp_path / 'training.csv'}:3: gpus_demanded is 'eight'" in text
+    assert "README" not in text
+    assert len(err.value.problems) == 3
+
+
+def test_demand_dir_reads_one_trace_per_pool(tmp_path):
+    _series(tmp_path / "a.csv", [8, 16])
+    (tmp_path / "b.csv").write_text("submit_s,duration_s,gpus\n0,3600,4\n")
+    out = org_demand.read_demand_dir(tmp_path, ["a", "b"])
+    assert out["a"].gpus_demanded == (8, 16) and out["b"].jobs[0].gpus == 4
+
+
+def test_demand_dir_that_is_not_a_directory(tmp_path):
+    with pytest.raises(org_demand.OrgDemandError, match="no such directory"):
+        org_demand.read_demand_dir(tmp_path / "nope", ["a"])
+
+
+def test_hourly_profile_splits_jobs_by_a_seeded_choice_and_spreads_them_over_hours():
+    from sim.traces import Job, JobsTrace
+
+    jobs = tuple(Job(f"j{i}", 1800, 3600, 8) for i in range(400))  # each: half of hour 0, half of hour 1
+    trace = JobsTrace("t", "generic", jobs)
+    p = org_demand.hourly_profile("t", PRODUCTION, trace, 3, 0.3, seed=1)
+    total = [a + b for a, b in zip(p.production_gpus, p.interruptible_gpus)]
+    assert total == pytest.approx([1600, 1600, 0])
+    share = p.production_gpus[0] / total[0]
+    assert 0.22 < share < 0.38  # 30 % of 400 jobs, by a hash
+    assert org_demand.hourly_profile("t", PRODUCTION, trace, 3, 0.3, seed=1) == p  # deterministic
+    assert org_demand.hourly_profile("t", PRODUCTION, trace, 3, 0.3, seed=2) != p  # seeded
+
+
+def test_itp_rotations_name_each_cluster_once_with_three_production_four_experiment_three_learning():
+    for r in range(len(org_demand.ROTATIONS)):
+        tiers = org_demand.rotation_tiers(r)
+        assert sorted(tiers) == list(org_demand.ITP_CLUSTERS)
+        counts = {t: list(tiers.values()).count(t) for t in (PRODUCTION, EXPERIMENT, LEARNING)}
+        assert counts == {PRODUCTION: 3, EXPERIMENT: 4, LEARNING: 3}
+    productions = [set(r[PRODUCTION]) for r in org_demand.ROTATIONS]
+    assert all(a != b for a, b in itertools.combinations(productions, 2))  # rotated
+
+
+# --- the commitment choice ----------------------------------------------------------------------------------------
+
+def _od_usage(series):
+    return [billing.Usage(h, "p", T, R, billing.ON_DEMAND, x, OD) for h, x in enumerate(series) if x]
+
+
+def _brute_force(usage, first, end):
+    best = (0, 0.0)
+    for n in range(0, 12):
+        c = [commitment_choice.ri("x", T, R, n, RI)] if n else []
+        lines = [billing.Usage(u.hour - first, u.pool, u.instance_type, u.region, u.purchase, u.instance_hours,
+                               u.usd_per_hour) for u in usage if first <= u.hour < end]
+        s = billing.bill(lines, c, hours=end - first).savings_usd
+        if s > best[1] + 1e-9:
+            best = (n, s)
+    return best
+
+
+@pytest.mark.parametrize("series", [
+    [4, 4, 4, 4, 0, 0],  # RI at 6 of 10 pays when used > 60 % of hours: 4 hours of 6 (67 %) -> 4 RIs
+    [5, 3, 3, 1, 1, 0, 0, 2, 6, 3],
+    [0.5, 2.5, 2.5, 2.5, 7, 0, 1, 3, 3, 3, 3, 2],
+    [0, 0, 0],
+])
+def test_cost_explorer_choice_maximizes_savings_over_the_lookback(series):
+    usage = _od_usage(series)
+    purchase = len(series)
+    choice = commitment_choice.cost_explorer(usage, {(T, R): RI}, purchase, lookback_days=7)
+    n, saved = _brute_force(usage, 0, purchase)
+    assert choice.counts.get(f"{T}@{R}", 0) == n
+    assert choice.estimated_savings_usd == pytest.approx(saved)
+    assert all(c.start_hour == purchase for c in choice.commitments)  # bought at the end of the window
+
+
+def test_cost_explorer_reads_only_the_lookback_before_the_purchase_hour():
+    # days 0-7 busy with 10 instances, day 8 idle, then 30 instances after the purchase hour
+    hours = 24
+    usage = _od_usage([10] * (7 * hours) + [0] * hours + [30] * hours)
+    purchase = 8 * hours
+    week = commitment_choice.cost_explorer(usage, {(T, R): RI}, purchase, lookback_days=7)
+    # the 7 days before the purchase: hours 24-191 (10 instances for 6 days, 0 for the last): 6/7 = 86 % > 60 %
+    assert week.window == (purchase - 7 * hours, purchase)
+    assert week.counts[f"{T}@{R}"] == 10
+    assert commitment_choice.cost_explorer(usage, {(T, R): RI}, hours, lookback_days=7).window == (0, hours)
+    with pytest.raises(ValueError, match="7, 30, 60"):
+        commitment_choice.cost_explorer(usage, {(T, R): RI}, purchase, lookback_days=14)
+
+
+def test_spot_usage_is_never_counted_for_a_commitment():
+    usage = [billing.Usage(h, "p", T, R, billing.SPOT, 5, SPOT) for h in range(10)]
+    assert commitment_choice.hindsight(usage, {(T, R): RI}, 0, 10).commitments == ()
+
+
+# --- the fluid model ----------------------------------------------------------------------------------------------
+
+def _pd(name, tier, prod, other):
+    return PoolDemand(name, tier, tuple(float(x) for x in prod), tuple(float(x) for x in other))
+
+
+def test_fluid_floor_serves_production_first_and_lends_its_idle_gpus_to_other_pools():
+    # hour 0: pool a (floor 2 nodes = 16 GPUs) needs 8 production GPUs; pool b needs 16 interruptible GPUs.
+    demands = {"a": _pd("a", PRODUCTION, [8], [0]), "b": _pd("b", EXPERIMENT, [0], [16])}
+    lent = fluid.run(demands, _prices(demands), {"a": 2}, lend=True)
+    alone = fluid.run(demands, _prices(demands), {"a": 2}, lend=False)
+    assert lent.pools["a"].floor_lent_gpu_hours == 8 and lent.pools["b"].borrowed_gpu_hours == 8
+    # billed: a's floor 2 instance-hours reserved at 10; b: 8 GPUs on spot = 1 instance-hour at 3 when lent, 2 alone
+    assert billing.bill(lent.hourly_usage).total_usd == pytest.approx(2 * 10 + 1 * 3)
+    assert billing.bill(alone.hourly_usage).total_usd == pytest.approx(2 * 10 + 2 * 3)
+    assert alone.pools["a"].floor_lent_gpu_hours == 0
+
+
+def test_fluid_production_never_goes_to_spot_or_borrowed_floor():
+    demands = {"a": _pd("a", PRODUCTION, [0], [0]), "b": _pd("b", EXPERIMENT, [16], [0])}
+    run = fluid.run(demands, _prices(demands), {"a": 2}, lend=True)
+    purchases = {(u.pool, u.purchase): u.instance_hours for u in run.hourly_usage}
+    assert purchases == {("a", billing.RESERVED): 2, ("b", billing.ON_DEMAND): 2}
+
+
+def test_fluid_on_demand_shortage_leaves_only_reserved_capacity_and_what_was_held():
+    # hour 0 normal: a's production 24 GPUs (floor 16 + 8 on-demand), b 0 production. hour 1 short: a needs 32
+    # (floor 16 + the 8 held), b needs 8 production with nothing held: all unmet.
+    demands = {"a": _pd("a", PRODUCTION, [24, 32], [0, 0]), "b": _pd("b", EXPERIMENT, [0, 8], [0, 0])}
+    sc = fluid.Scenario("od", on_demand_short_hours=frozenset({1}))
+    run = fluid.run(demands, _prices(demands), {"a": 2}, lend=True, scenario=sc)
+    assert run.pools["a"].unmet_production_gpu_hours == 8
+    assert run.pools["b"].unmet_production_gpu_hours == 8
+    assert run.pools["a"].unmet_guaranteed_production_gpu_hours == 0
+
+
+def test_episode_hours_are_seeded():
+    a = fluid.episode_hours(24 * 7 * 10, 1.0, 3.0, 1)
+    assert a == fluid.episode_hours(24 * 7 * 10, 1.0, 3.0, 1) and a != fluid.episode_hours(24 * 7 * 10, 1.0, 3.0, 2)
+    assert 5 < len(a) < 100
+    assert fluid.episode_hours(100, 0, 3.0, 1) == frozenset()
+
+
+# --- the advisor --------------------------------------------------------------------------------------------------
+
+def _environment(hours=96, tail=None):
+    """Pool a (production) with a daily cycle, pool b (experiment) busy by day; `tail` replaces everything after
+    hour 48 of pool a (the report window) to test that it does not move the advice."""
+    prod_a = [16 + 8 * ((h // 6) % 2) for h in range(hours)]
+    other_a = [4 * ((h // 12) % 2) for h in range(hours)]
+    other_b = [24 * ((h // 8) % 3 == 0) for h in range(hours)]
+    prod_b = [8 * ((h // 4) % 2) for h in range(hours)]
+    if tail is not None:
+        prod_a = prod_a[:48] + [tail] * (hours - 48)
+        other_b = other_b[:48] + [tail] * (hours - 48)
+    return {"a": _pd("a", PRODUCTION, prod_a, other_a), "b": _pd("b", EXPERIMENT, prod_b, other_b)}
+
+
+def _inputs(demands, pct=90.0):
+    return org_advisor.OrgInputs(demands, _prices(demands), {(T, R): RI}, "test-term", 48, 7, pct)
+
+
+def test_floors_are_the_percentile_of_production_demand_in_whole_nodes_for_production_pools_only():
+    d = _environment()
+    floors = org_advisor.size_floors({n: p.head(48) for n, p in d.items()}, _prices(d), 90)
+    # pool a's production alternates 16 and 24 GPUs: p90 = 24 = 3 nodes; b is experiment: no floor
+    assert floors == {"a": 3, "b": 0}
+    assert org_advisor.size_floors({n: p.head(48) for n, p in d.items()}, _prices(d), 50) == {"a": 2, "b": 0}
+
+
+def test_the_advice_does_not_look_past_the_sizing_window():
+    runner = org_advisor.fluid_runner(_prices(_environment()))
+    base = org_advisor.recommend(_inputs(_environment()), runner)
+    for tail in (0, 200):
+        changed = org_advisor.recommend(_inputs(_environment(tail=tail)), runner)
+        assert changed[0] == base[0]
+        assert changed[1].commitments == base[1].commitments
+    # ... while the report does change with it (it is measured after the window)
+    a = org_advisor.evaluate(_inputs(_environment()), runner, scenarios=("default",), per_pool_prices=False)
+    b = org_advisor.evaluate(_inputs(_environment(tail=200)), runner, scenarios=("default",), per_pool_prices=False)
+    assert a["recommendation"]["floors"] == b["recommendation"]["floors"]
+    assert a["recommendation"]["report"]["total_cost_usd"] != b["recommendation"]["report"]["total_cost_usd"]
+
+
+def test_fluid_bound_is_at_most_every_setups_fluid_cost_with_the_same_floors():
+    runner = org_advisor.fluid_runner(_prices(_environment()))
+    for pct in (50.0, 90.0):
+        doc = org_advisor.evaluate(_inputs(_environment(), pct), runner, per_pool_prices=False)
+        for sc in ["default", *doc["scenarios"]]:
+            rows = ([doc["recommendation"]["report"], *doc["baselines"]] if sc == "default" else
+                    [doc["scenarios"][sc]["recommendation_report"], *doc["scenarios"][sc]["baselines"]])
+            by = {r["name"]: r for r in rows}
+            bound = by["fluid-bound"]["total_cost_usd"]
+            for name in ("gpuloan", "team-floors", "floors-not-lent"):
+                assert bound <= by[name]["total_cost_usd"] + 1e-6, (pct, sc, name)
+            assert by["fluid-bound"]["no_floor_total_cost_usd"] <= by["karpenter+savings-plan"]["total_cost_usd"] + 1e-6
+            assert by["fluid-bound"]["no_floor_total_cost_usd"] <= by["karpenter"]["total_cost_usd"] + 1e-6
+
+
+def test_team_floors_pay_per_team_and_lend_nothing():
+    runner = org_advisor.fluid_runner(_prices(_environment()))
+    doc = org_advisor.evaluate(_inputs(_environment()), runner, scenarios=("default",), per_pool_prices=False)
+    by = {r["name"]: r for r in doc["baselines"]}
+    assert by["team-floors"]["floor_utilization"]["lent"] == 0
+    assert by["floors-not-lent"]["floor_utilization"]["lent"] == 0
+    assert doc["recommendation"]["report"]["floor_utilization"]["lent"] > 0
+    # each team's RIs are at least its floor (a floor is billed every hour, so each of its RIs pays)
+    assert by["team-floors"]["commitment_ri_count"] >= doc["recommendation"]["floors"]["a"]["nodes"]
+
+
+def test_json_document_has_the_issues_keys():
+    runner = org_advisor.fluid_runner(_prices(_environment()))
+    doc = org_advisor.evaluate(_inputs(_environment()), runner)
+    assert doc["model"] == "fluid" and "not a simulation" in doc["model_note"].lower()
+    assert set(doc["recommendation"]) >= {"floors", "commitment", "report", "price_of_guarantee_pct",
+                                          "price_of_each_guarantee"}
+    names = [b["name"] for b in doc["baselines"]]
+    assert {"karpenter", "karpenter+savings-plan", "team-floors", "fluid-bound"} <= set(names)
+    for b in [doc["recommendation"]["report"], *doc["baselines"]]:
+        for key in ("total_cost_usd", "production_interruptions", "unmet_gpu_hours", "p95_wait_minutes_by_tier",
+                    "floor_utilization", "commitment_utilization"):
+            assert key in b, (b["name"], key)
+        assert set(b["p95_wait_minutes_by_tier"]) == {PRODUCTION, EXPERIMENT}
+    assert doc["baselines"][1]["price_of_guarantee_pct"] == 0  # karpenter+savings-plan is the reference
+    assert set(doc["scenarios"]) == {"spot-shortage", "on-demand-shortage"}
+    json.dumps(doc)
+
+
+def test_report_is_billed_on_the_report_window_only():
+    d = _environment()
+    runner = org_advisor.fluid_runner(_prices(d))
+    doc = org_advisor.evaluate(_inputs(d), runner, scenarios=("default",), per_pool_prices=False)
+    # karpenter, no commitment: hours 48-95 billed at their own rates
+    usage = fluid.run(d, _prices(d), {"a": 0, "b": 0}, lend=False).hourly_usage
+    expected = sum(u.instance_hours * u.usd_per_hour for u in usage if u.hour >= 48)
+    assert doc["baselines"][0]["name"] == "karpenter"
+    assert doc["baselines"][0]["total_cost_usd"] == pytest.approx(expected, abs=0.01)
+
+
+# --- the CLI ------------------------------------------------------------------------------------------------------
+
+@requires_shared_prices
+def test_cli_advises_the_prod_stack_on_a_tiny_demand_dir(tmp_path, capsys):
+    _series(tmp_path / "training.csv", [16 + 16 * ((m // 60) % 6 < 3) for m in range(4 * 1440)])
+    _series(tmp_path / "inference.csv", [2 if (m // 60) % 24 < 12 else 1 for m in range(4 * 1440)])
+    rc = cli.main(["advise", "-s", "prod", "--demand", str(tmp_path), "--sizing-days", "2", "--lookback-days", "7",
+                   "--json"])
+    out = capsys.readouterr()
+    assert rc == 0, out.err
+    doc = json.loads(out.out)
+    assert doc["model"] == "fluid" and doc["sizing_window_hours"] == 48 and doc["report_window_hours"] == 48
+    floors = doc["recommendation"]["floors"]
+    # training (production, 100 % production by tier): p90 of 16/32 GPUs = 32 GPUs = 4 p4d nodes
+    assert floors["training"]["nodes"] == 4
+    assert [c["count"] for c in doc["recommendation"]["commitment"]["reserved_instances"]] == [4]
+    assert doc["recommendation"]["commitment"]["unpriced"] == ["g6e.xlarge@us-east-1"]  # no public g6e RI rate
+    assert {b["name"] for b in doc["baselines"]} >= {"karpenter", "karpenter+savings-plan", "team-floors",
+                                                     "fluid-bound"}
+
+
+@requires_shared_prices
+def test_cli_reports_a_bad_demand_dir_with_exit_2(tmp_path, capsys):
+    _series(tmp_path / "training.csv", [8, 8])
+    rc = cli.main(["advise", "-s", "prod", "--demand", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert f"{tmp_path / 'inference.csv'}: missing: pool 'inference' needs a demand file" in err
+
+
+@requires_shared_prices
+def test_cli_prints_the_tables_with_the_model_named(tmp_path, capsys):
+    _series(tmp_path / "training.csv", [16 + 16 * ((m // 60) % 6 < 3) for m in range(4 * 1440)])
+    _series(tmp_path / "inference.csv", [1] * (4 * 1440))
+    rc = cli.main(["advise", "-s", "prod", "--demand", str(tmp_path), "--sizing-days", "2", "--lookback-days", "7",
+                   "--term", "reserved_3yr"])
+    out = capsys.readouterr().out
+    assert rc == 0
+    assert "fluid model" in out and "karpenter+savings-plan" in out and "recommended: floors training 4" in out
+
+
+def test_percentile_is_nearest_rank():
+    assert org_advisor.percentile([1, 2, 3, 4, 5, 6, 7, 8, 9, 10], 90) == 9
+    assert org_advisor.percentile([5], 90) == 5 and org_advisor.percentile([], 90) == 0
+    assert math.isclose(org_advisor.percentile([1, 2], 50), 1)
