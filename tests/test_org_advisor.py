@@ -322,3 +322,22 @@ def test_percentile_is_nearest_rank():
     assert org_advisor.percentile([1, 2, 3, 4, 5, 6, 7, 8, 9, 10], 90) == 9
     assert org_advisor.percentile([5], 90) == 5 and org_advisor.percentile([], 90) == 0
     assert math.isclose(org_advisor.percentile([1, 2], 50), 1)
+
+
+def test_worked_example_of_docs_floor_md():
+    """The table of docs/floor.md, "Worked example": the fluid model and the billing model give its figures."""
+    d = {"A": _pd("A", PRODUCTION, [16, 16, 8, 8], [0, 0, 0, 0]), "B": _pd("B", EXPERIMENT, [0, 0, 0, 0], [0, 8, 16, 0])}
+    prices = _prices(d)
+    assert org_advisor.size_floors(d, prices, 90) == {"A": 2, "B": 0}
+    rates = {(T, R): RI}
+
+    def cost(floors, lend, commit):
+        usage = fluid.run(d, prices, floors, lend=lend).hourly_usage
+        # sized on the same four hours (the purchase hour is 4), then billed on them from hour 0
+        c = commitment_choice.cost_explorer(usage, rates, 4, 7).commitments if commit else ()
+        return billing.bill(usage, [org_advisor._shift(x, 4) for x in c], hours=4).total_usd, sum(x.count for x in c)
+
+    assert cost({"A": 0}, False, False) == (pytest.approx(69), 0)
+    assert cost({"A": 0}, False, True) == (pytest.approx(53), 1)
+    assert cost({"A": 2}, False, True) == (pytest.approx(57), 2)
+    assert cost({"A": 2}, True, True) == (pytest.approx(54), 2)
