@@ -95,8 +95,9 @@ def _inputs(args, cfg):
             raise ValueError(f"--production-share must be between 0 and 100, got {100 * s:g}")
     tiers = {n: str(cfg.pool(n).tier) for n in names}
     demands = org_demand.profiles(demand, tiers, hours, share, args.seed)
-    return OrgInputs(demands, prices, rates, args.term, sizing_days * 24, args.lookback_days,
-                     args.guarantee_percentile, sources)
+    inputs = OrgInputs(demands, prices, rates, args.term, sizing_days * 24, args.lookback_days,
+                       args.guarantee_percentile, sources)
+    return inputs, {n: t.name for n, t in demand.items()}
 
 
 def run(args, cfg) -> dict:
@@ -105,12 +106,11 @@ def run(args, cfg) -> dict:
 
     if not 0 <= args.guarantee_percentile <= 100:
         raise ValueError(f"--guarantee-percentile must be between 0 and 100, got {args.guarantee_percentile}")
-    inputs = _inputs(args, cfg)
+    inputs, names = _inputs(args, cfg)
     runner = (org_advisor.fluid_runner(inputs.prices) if args.model == "fluid" else
               org_advisor.environment_runner(cfg, {}, None, inputs.prices))
     doc = org_advisor.evaluate(inputs, runner, seed=args.seed)
-    doc["stack"] = cfg.environment
-    return doc
+    return {"environment": cfg.environment, "demand": names, **doc}
 
 
 def _pct(x) -> str:

@@ -88,3 +88,31 @@ def test_advise_without_a_trace_reads_the_history(aws_env, capsys, monkeypatch):
     assert cli.main(["advise", "-s", "prod", "--pool", "training", "--history-days", "1", "--json"]) == 0
     out = capsys.readouterr().out
     assert "history of prod/training" in out and '"recommendation"' in out
+
+
+@requires_shared_prices
+def test_advise_org_without_demand_reads_every_pools_history(aws_env, capsys, monkeypatch):
+    from conftest import REPO
+
+    cw = boto3.client("cloudwatch", region_name="us-east-1")
+    for pool in ("training", "inference"):
+        data = [{"MetricName": M.PENDING_GPUS, "Timestamp": NOW - dt.timedelta(hours=h, minutes=5), "Value": 8.0,
+                 "Unit": "Count", "Dimensions": [{"Name": M.DIM_ENVIRONMENT, "Value": "prod"},
+                                                 {"Name": M.DIM_POOL, "Value": pool}]} for h in range(47)]
+        cw.put_metric_data(Namespace=M.NAMESPACE, MetricData=data)
+    monkeypatch.chdir(REPO)
+    assert cli.main(["advise", "-s", "prod", "--org", "--history-days", "2", "--sizing-days", "1", "--lookback-days",
+                     "7", "--json"]) == 0
+    doc = __import__("json").loads(capsys.readouterr().out)
+    assert doc["demand"]["training"].startswith("history of prod/training, 2 days")
+    assert doc["demand"]["inference"].startswith("history of prod/inference, 2 days")
+    assert doc["sizing_window_hours"] == 24 and doc["report_window_hours"] == 24
+
+
+@requires_shared_prices
+def test_advise_org_without_history_exits_3(aws_env, capsys, monkeypatch):
+    from conftest import REPO
+
+    monkeypatch.chdir(REPO)
+    assert cli.main(["advise", "-s", "prod", "--org", "--history-days", "2"]) == 3
+    assert "has no gpuloan metrics for environment prod" in capsys.readouterr().err

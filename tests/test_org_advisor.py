@@ -341,3 +341,17 @@ def test_worked_example_of_docs_floor_md():
     assert cost({"A": 0}, False, True) == (pytest.approx(53), 1)
     assert cost({"A": 2}, False, True) == (pytest.approx(57), 2)
     assert cost({"A": 2}, True, True) == (pytest.approx(54), 2)
+
+
+@requires_shared_prices
+@pytest.mark.parametrize("extra,message", [
+    (["--model", "simulated"], "environment simulator (sim/environment.py) is not part of this version"),
+    (["--pool", "training"], "--pool does not apply with --demand/--org"),
+    (["--sizing-days", "4"], "--sizing-days 4: must be at least 1 and shorter than the history"),
+    (["--guarantee-percentile", "120"], "--guarantee-percentile must be between 0 and 100"),
+])
+def test_cli_refuses_what_the_organization_mode_cannot_do(tmp_path, capsys, extra, message):
+    _series(tmp_path / "training.csv", [16] * (4 * 1440))
+    _series(tmp_path / "inference.csv", [1] * (4 * 1440))
+    assert cli.main(["advise", "-s", "prod", "--demand", str(tmp_path), *extra]) == 2
+    assert message in capsys.readouterr().err
