@@ -95,6 +95,7 @@ class EnvironmentRun:
     hourly_usage: list[billing.Usage]
     pools: dict[str, PoolMetrics] = field(default_factory=dict)
     tiers: dict[str, str] = field(default_factory=dict)
+    p95_wait_minutes_by_tier: dict[str, float | None] | None = None  # None: not measured (the fluid model)
 
 
 def run(demands: dict[str, PoolDemand], prices: dict[str, PoolPrices], floors_nodes: dict[str, int], *, lend: bool,

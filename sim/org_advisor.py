@@ -103,28 +103,104 @@ def fluid_runner(prices: dict[str, PoolPrices]) -> FluidRunner:
     return FluidRunner(prices)
 
 
-def environment_runner(cfg, traces: dict, settings, prices: dict[str, PoolPrices]) -> Runner:
-    """The simulated run, once sim/environment.py is part of the project. It calls
+def setup_config(cfg, floors_nodes: dict[str, int], *, lend: bool):
+    """The stack as one setup runs it: each pool's floor set to the setup's size (a pool given a floor it did not
+    have gets a capacity reservation of its instance type; a pool left without one loses `guaranteed`), and, for
+    a setup that does not lend, every team's `lending_limit_pct` at 0 (docs/scheduling.md). Validation limits
+    apply: a floor above the config's 64 nodes or a floorless pool without elastic capacity is refused."""
+    from stacks.config import Guaranteed, Reservation
 
-        sim.environment.simulate_environment(cfg, demands, controller_factory, settings, horizon_minutes)
+    pools = []
+    for pool in cfg.pools:
+        k = floors_nodes.get(pool.name, 0)
+        if k > 64:
+            raise OrgAdviceError(f"pool '{pool.name}': a floor of {k} nodes is above the config's limit of 64 "
+                                 "(pools[].guaranteed.nodes); split the pool")
+        if k == 0:
+            if pool.elastic is None:
+                raise OrgAdviceError(f"pool '{pool.name}' has no elastic capacity: it cannot run without a floor")
+            pools.append(pool.model_copy(update={"guaranteed": None}))
+            continue
+        g = pool.guaranteed
+        itype = g.instance_type if g else pool.elastic.instance_types[0]
+        g = (g.model_copy(update={"nodes": k}) if g else
+             Guaranteed(instance_type=itype, nodes=k, reservation=Reservation.odcr))
+        pools.append(pool.model_copy(update={"guaranteed": g}))
+    kueue = cfg.scheduling.kueue
+    if not lend:
+        teams = {p.team: kueue.sharing(p.team).model_copy(update={"lending_limit_pct": 0}) for p in cfg.pools}
+        kueue = kueue.model_copy(update={"teams": {**kueue.teams, **teams}})
+    scheduling = cfg.scheduling.model_copy(update={"kueue": kueue})
+    return cfg.model_copy(update={"pools": pools, "scheduling": scheduling})
 
-    with `cfg` the stack with each pool's `guaranteed.nodes` set to the setup's floor (pools without a floor lose
-    their `guaranteed`) and lending off (`scheduling.kueue.teams.<team>.lending_limit_pct: 0`) for setups that do
-    not lend; `demands` the pools' traces (dict pool -> sim.traces trace); `controller_factory` "gpuloan" or
-    "karpenter" (the per-pool controllers); and expects a result with
-    - `.hourly_usage`: list of billing.Usage (hour from the start of the run),
-    - `.pools[name]`: production_interruptions, unmet_gpu_hours, unmet_production_gpu_hours,
-      floor_gpu_hours, floor_owned_gpu_hours, floor_lent_gpu_hours (each counted from `settings.report_from_minute`),
-    - `.p95_wait_minutes_by_tier`: tier -> minutes (jobs waiting from the report window on).
-    Until then this raises, and the advisor runs the fluid model (and says so).
+
+@dataclass
+class EnvironmentRunner:
+    """The simulated run: every setup through `simulate` (sim.environment.simulate_environment once it is part of
+    the project), called as
+
+        simulate(cfg, demands, controller_factory, settings, horizon_minutes)
+
+    with `cfg` = `setup_config(stack, floors, lend=...)`, `demands` the pools' traces (dict pool -> sim.traces
+    trace) cut at the run's horizon, `controller_factory` "gpuloan" or "karpenter" (the per-pool controllers) and
+    `settings` the stack's SimSettings. The result must have
+    - `.hourly_usage`: list of billing.Usage, hours from the start of the run;
+    - `.pools[name]` with production_interruptions, unmet_gpu_hours, unmet_production_gpu_hours,
+      floor_gpu_hours, floor_owned_gpu_hours, floor_lent_gpu_hours, counted over the whole run (this runner
+      then reports the report window by running the sizing window alone and taking the difference);
+    - `.p95_wait_minutes_by_tier` (optional): tier -> minutes, jobs of the report window.
+    The shortage scenarios are the simulator's own settings (SimSettings' spot episodes; its on-demand shortage
+    when it has one): until they are wired, only the default scenario runs simulated.
     """
-    try:
-        from sim import environment  # noqa: F401  (built in parallel: issue 27, item 4)
-    except ImportError:
-        raise OrgAdviceError("the environment simulator (sim/environment.py) is not part of this version; "
-                             "the advice is computed with the fluid model (--model fluid)") from None
-    raise OrgAdviceError("sim/environment.py is present but not wired into the advisor yet "
-                         "(sim/org_advisor.py:environment_runner); use --model fluid")
+
+    cfg: object
+    traces: dict
+    settings: object
+    prices: dict[str, PoolPrices]
+    simulate: object
+    model: str = "simulated"
+
+    def __call__(self, demands, floors_nodes, *, lend, controller, scenario, report_from_hour):
+        if scenario.spot_short_hours or scenario.on_demand_short_hours:
+            raise OrgAdviceError(f"scenario '{scenario.name}' is not wired to the environment simulator yet")
+        hours = max(d.hours for d in demands.values())
+        cfg = setup_config(self.cfg, floors_nodes, lend=lend)
+        whole = self._run(cfg, hours, controller)
+        run = EnvironmentRun(self.model, hours, list(whole.hourly_usage), tiers={n: d.tier for n, d in demands.items()})
+        before = self._run(cfg, report_from_hour, controller) if report_from_hour > 0 else None
+        for n in demands:
+            m = fluid.PoolMetrics()
+            for f in ("production_interruptions", "unmet_gpu_hours", "unmet_production_gpu_hours", "floor_gpu_hours",
+                      "floor_owned_gpu_hours", "floor_lent_gpu_hours"):
+                value = getattr(whole.pools[n], f, 0) - (getattr(before.pools[n], f, 0) if before else 0)
+                setattr(m, f, value)
+            run.pools[n] = m
+        run.p95_wait_minutes_by_tier = getattr(whole, "p95_wait_minutes_by_tier", None)
+        return run
+
+    def _run(self, cfg, hours: int, controller: str):
+        cut = {n: _cut(t, hours) for n, t in self.traces.items()}
+        return self.simulate(cfg, cut, controller, self.settings, hours * 60)
+
+
+def _cut(trace, hours: int):
+    """The trace up to `hours` (what a run of that horizon may see)."""
+    from sim.traces import JobsTrace, SeriesTrace
+
+    if isinstance(trace, SeriesTrace):
+        return SeriesTrace(trace.name, trace.gpus_demanded[: hours * 60])
+    return JobsTrace(trace.name, trace.fmt, tuple(j for j in trace.jobs if j.submit_s < hours * 3600))
+
+
+def environment_runner(cfg, traces: dict, settings, prices: dict[str, PoolPrices], simulate=None) -> EnvironmentRunner:
+    """The simulated run (EnvironmentRunner); `simulate` defaults to sim.environment.simulate_environment."""
+    if simulate is None:
+        try:
+            from sim.environment import simulate_environment as simulate  # issue 27, item 4
+        except ImportError:
+            raise OrgAdviceError("the environment simulator (sim/environment.py) is not part of this version; "
+                                 "the advice is computed with the fluid model (--model fluid)") from None
+    return EnvironmentRunner(cfg, traces, settings, prices, simulate)
 
 
 def percentile(values, pct: float) -> float:

@@ -355,3 +355,66 @@ def test_cli_refuses_what_the_organization_mode_cannot_do(tmp_path, capsys, extr
     _series(tmp_path / "inference.csv", [1] * (4 * 1440))
     assert cli.main(["advise", "-s", "prod", "--demand", str(tmp_path), *extra]) == 2
     assert message in capsys.readouterr().err
+
+
+# --- the simulated run's seam -------------------------------------------------------------------------------------
+
+@requires_shared_prices
+def test_setup_config_sets_each_floor_and_turns_lending_off():
+    from conftest import stack_config
+
+    from stacks import config
+
+    cfg = config.from_stack_yaml({"config": stack_config("prod")}, "test")
+    lent = org_advisor.setup_config(cfg, {"training": 5, "inference": 0}, lend=True)
+    assert lent.pool("training").guaranteed.nodes == 5
+    assert lent.pool("training").guaranteed.payment == cfg.pool("training").guaranteed.payment
+    assert lent.pool("inference").guaranteed is None
+    assert lent.scheduling.kueue.sharing(cfg.pool("training").team).lending_limit_pct == 100
+    kept = org_advisor.setup_config(cfg, {"training": 2, "inference": 2}, lend=False)
+    assert all(kept.scheduling.kueue.sharing(p.team).lending_limit_pct == 0 for p in kept.pools)
+    assert cfg.scheduling.kueue.teams == {}  # the stack itself is untouched
+    with pytest.raises(org_advisor.OrgAdviceError, match="above the config's limit of 64"):
+        org_advisor.setup_config(cfg, {"training": 65}, lend=True)
+
+
+@requires_shared_prices
+def test_the_simulated_run_plugs_in_through_simulate_environment(tmp_path):
+    """A stand-in for sim.environment.simulate_environment (the fluid model on the traces it is given) shows what
+    the advisor passes it and that its result is read for the report: the seam the environment simulator uses."""
+    from conftest import stack_config
+
+    from sim import traces as tr
+    from stacks import config
+
+    cfg = config.from_stack_yaml({"config": stack_config("prod")}, "test")
+    series = {"training": tr.SeriesTrace("training", tuple(16 + 16 * ((m // 60) % 6 < 3) for m in range(4 * 1440))),
+              "inference": tr.SeriesTrace("inference", tuple([2] * (4 * 1440)))}
+    prices = {"training": PoolPrices(T, R, 8, OD, SPOT), "inference": PoolPrices("g6e.xlarge", R, 1, 2.0, 1.0)}
+    tiers = {"training": PRODUCTION, "inference": PRODUCTION}
+    calls = []
+
+    def simulate(cfg_variant, demands, controller, settings, horizon_minutes):
+        floors = {p.name: p.guaranteed.nodes if p.guaranteed else 0 for p in cfg_variant.pools}
+        lend = all(cfg_variant.scheduling.kueue.sharing(p.team).lending_limit_pct > 0 for p in cfg_variant.pools)
+        hours = horizon_minutes // 60
+        calls.append((floors, lend, controller, hours, max(len(t.gpus_demanded) for t in demands.values())))
+        d = org_demand.profiles(demands, tiers, hours, 1.0)
+        return fluid.run(d, prices, floors, lend=lend)
+
+    runner = org_advisor.environment_runner(cfg, series, None, prices, simulate=simulate)
+    inputs = org_advisor.OrgInputs(org_demand.profiles(series, tiers, 96, 1.0), prices, {(T, R): RI}, "t", 48, 7)
+    doc = org_advisor.evaluate(inputs, runner, scenarios=("default",), per_pool_prices=False)
+    assert doc["model"] == "simulated" and doc["recommendation"]["report"]["model"] == "simulated"
+    assert doc["baselines"][-1]["model"] == "fluid"  # the bound stays fluid
+    # sizing runs see only the sizing window; report runs the whole history (and the sizing window alone, to
+    # count the report window's metrics); karpenter runs without floors, team-floors and not-lent without lending
+    assert all(cut == hours * 60 for *_, hours, cut in calls)
+    assert {hours for *_, hours, _ in calls} == {48, 96}
+    assert ({"training": 4, "inference": 2}, True, "gpuloan", 96, 96 * 60) in calls
+    assert ({"training": 0, "inference": 0}, False, "karpenter", 96, 96 * 60) in calls
+    assert ({"training": 4, "inference": 2}, False, "gpuloan", 96, 96 * 60) in calls
+    # the same setup through the fluid runner gives the same figures (the stand-in is the fluid model)
+    fl = org_advisor.evaluate(inputs, org_advisor.fluid_runner(prices), scenarios=("default",), per_pool_prices=False)
+    assert doc["recommendation"]["report"]["total_cost_usd"] == fl["recommendation"]["report"]["total_cost_usd"]
+    assert doc["recommendation"]["report"]["floor_utilization"] == fl["recommendation"]["report"]["floor_utilization"]
