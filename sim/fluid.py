@@ -29,7 +29,7 @@ import random
 from dataclasses import dataclass, field
 
 from pricing.cost_model import billing
-from sim.org_demand import PRODUCTION, PoolDemand
+from sim.org_demand import PoolDemand
 
 HOURS_PER_WEEK = 168
 MODEL = "fluid"
@@ -185,7 +185,3 @@ def run(demands: dict[str, PoolDemand], prices: dict[str, PoolPrices], floors_no
                 usage.append(billing.Usage(h, n, pr.instance_type, pr.region, billing.SPOT, spot_gpus[n] / gpn,
                                            pr.spot_usd_per_hour))
     return EnvironmentRun(MODEL, horizon, usage, metrics, {n: d.tier for n, d in demands.items()})
-
-
-def production_pools(demands: dict[str, PoolDemand]) -> list[str]:
-    return [n for n, d in demands.items() if d.tier == PRODUCTION]

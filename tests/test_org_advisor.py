@@ -12,6 +12,8 @@ import json
 import math
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from conftest import requires_shared_prices
 
 from gpuloan import cli
@@ -117,6 +119,17 @@ def test_cost_explorer_choice_maximizes_savings_over_the_lookback(series):
     assert choice.counts.get(f"{T}@{R}", 0) == n
     assert choice.estimated_savings_usd == pytest.approx(saved)
     assert all(c.start_hour == purchase for c in choice.commitments)  # bought at the end of the window
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.floats(min_value=0, max_value=9, allow_nan=False).map(lambda x: round(x, 2)), min_size=1,
+                max_size=24))
+def test_cost_explorer_choice_matches_brute_force_on_any_series(series):
+    usage = _od_usage(series)
+    choice = commitment_choice.cost_explorer(usage, {(T, R): RI}, len(series), lookback_days=7)
+    n, saved = _brute_force(usage, 0, len(series))
+    assert choice.estimated_savings_usd == pytest.approx(saved, abs=1e-6)
+    assert choice.counts.get(f"{T}@{R}", 0) == n
 
 
 def test_cost_explorer_reads_only_the_lookback_before_the_purchase_hour():
