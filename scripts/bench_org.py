@@ -114,9 +114,15 @@ def main(argv: list[str] | None = None) -> int:
     _plot(docs, rotations, seeds, args.plot)
     print(f"\nbench-org: {len(jobs)} advisor runs ({len(TERMS)} terms x {len(rotations)} rotations x "
           f"{len(seeds)} seeds x {len(LEVELS)} guarantee levels; the p{GOAL_LEVEL:g} runs with both scenarios) in "
-          f"{wall:.1f} s wall on {args.workers} worker(s); picture {args.plot}")
+          f"{wall:.1f} s wall on {args.workers} worker(s); picture {_shown(args.plot)}")
     print("every goal met" if goals else "some goals missed: see the goals table (the run itself succeeded)")
     return 0
+
+
+def _shown(path: str) -> str:
+    """The picture's path relative to the repository when it lies inside it (the docs quote this line)."""
+    p = Path(path).resolve()
+    return str(p.relative_to(REPO)) if p.is_relative_to(REPO) else str(p)
 
 
 def _cell(docs, term, rotation, seeds, name, key="total_cost_usd", scenario="default", level=GOAL_LEVEL):
