@@ -1,7 +1,8 @@
 """The cluster's Kubernetes API, standard-library HTTPS with an EKS bearer token: pending GPU pods per pool, and
 the last check before a node is terminated (cordon it, then read its pods).
 
-RBAC (stacks/kubernetes/tenancy.py, the policy ClusterRole): pods `list`, nodes `get` and `patch`, nothing else.
+RBAC (stacks/kubernetes/tenancy.py, the policy ClusterRole): pods `list`, nodes `get` and `patch`; pods `patch` only
+where a pool's floor is a Capacity Block (mark_checkpoint), nothing else.
 
 The token is what `aws eks get-token` makes: a presigned STS GetCallerIdentity URL (header x-k8s-aws-id =
 cluster name), base64url-encoded behind `k8s-aws-v1.`. The API server's CA comes from EKS DescribeCluster, so
@@ -235,6 +236,8 @@ class NodeGuardPort(Protocol):
 
     def blockers(self, node_name: str) -> list[str]: ...
 
+    def mark_checkpoint(self, node_name: str, key: str, value: str) -> int: ...
+
 
 class _Watchdog:
     """Shuts a connection's socket down once `seconds` have passed, unless cancelled first."""
@@ -384,6 +387,24 @@ class KubeClient:
     def uncordon(self, node_name: str) -> None:
         path = f"/api/v1/nodes/{urllib.parse.quote(node_name, safe='')}"
         self._request(path, "PATCH", {"spec": {"unschedulable": None}}, "application/merge-patch+json")
+
+    def mark_checkpoint(self, node_name: str, key: str, value: str) -> int:
+        """Annotate each unfinished GPU pod on the node `key: value` (a Capacity Block's drain: the time to save a
+        checkpoint by). A merge patch of that one annotation, nothing else of the pod; a pod that has it already
+        is not patched again. Returns how many pods were patched (raises when the pods cannot be read or one
+        patch fails; the next tick repeats it)."""
+        patched = 0
+        for pod in self._pods(f"spec.nodeName={node_name}"):
+            meta = pod.get("metadata") or {}
+            if (pod.get("status") or {}).get("phase") in TERMINAL_PHASES or pod_gpus(pod) <= 0:
+                continue
+            if (meta.get("annotations") or {}).get(key) == value:
+                continue
+            path = (f"/api/v1/namespaces/{urllib.parse.quote(meta.get('namespace', ''), safe='')}/pods/"
+                    f"{urllib.parse.quote(meta.get('name', ''), safe='')}")
+            self._request(path, "PATCH", {"metadata": {"annotations": {key: value}}}, "application/merge-patch+json")
+            patched += 1
+        return patched
 
     def _active_pods(self) -> list[dict]:
         """Every pod not finished (pending or running), listed once per tick: the client is built per tick

@@ -60,6 +60,12 @@ class Reason(str, Enum):
     KEEP_WARM = "KEEP_WARM"  # idle nodes kept: the next job is expected sooner than a relaunch would cost
     WARM_UP = "WARM_UP"  # spare nodes launched ahead of the arrivals this time of day usually brings (opt-in)
     STEADY = "STEADY"  # nothing to do
+    # Capacity Block floors (policy/capacity_blocks.py): the window's rules on the block's own node group.
+    CAPACITY_BLOCK_WAITING = "CAPACITY_BLOCK_WAITING"  # before the block's start: its group is left at 0
+    CAPACITY_BLOCK_START = "CAPACITY_BLOCK_START"  # the block is active (and paid): its group goes to the floor size
+    CAPACITY_BLOCK_DRAIN = "CAPACITY_BLOCK_DRAIN"  # ahead of EKS's scale-down: cordon, ask GPU pods to checkpoint
+    CAPACITY_BLOCK_END = "CAPACITY_BLOCK_END"  # from EKS's scale-down (40 min before the end): the group goes to 0
+    CAPACITY_BLOCK_HELD = "CAPACITY_BLOCK_HELD"  # capacity_block_active: false: the group is left alone (a roll)
 
 
 ACTION_SET_DESIRED = "set_desired"  # EKS UpdateNodegroupConfig(desiredSize)
@@ -116,6 +122,12 @@ class PoolSettings:
     budget_monthly_usd: float | None = None
     budget_enforcement: str = ENFORCEMENT_CAP
     budget_name: str | None = None
+    # A floor on a Capacity Block (policy/capacity_blocks.py): its window (ISO 8601 with zone; None for any other
+    # floor), the drain's lead before EKS's scale-down, and whether config holds the group (a roll at desired 0).
+    capacity_block_start: str | None = None
+    capacity_block_end: str | None = None
+    capacity_block_checkpoint_lead_minutes: int = 30
+    capacity_block_held: bool = False
 
     @property
     def primary_group(self) -> str | None:

@@ -141,7 +141,18 @@ class FakeKube:
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
                 if not self._common():
                     return
-                name = urllib.parse.unquote(urllib.parse.urlparse(self.path).path.removeprefix("/api/v1/nodes/"))
+                path = urllib.parse.urlparse(self.path).path
+                if path.startswith("/api/v1/namespaces/"):  # a pod: merge its annotations
+                    _, _, _, ns, _, pod_name = path.strip("/").split("/")
+                    pod = next((p for p in fake.pods if p["metadata"]["name"] == pod_name
+                                and p["metadata"].get("namespace") == ns), None)
+                    if pod is None or self.headers.get("Content-Type") != "application/merge-patch+json":
+                        return self._send(404 if pod is None else 415, {"kind": "Status"})
+                    fake.patches.append((f"{ns}/{pod_name}", body))
+                    annotations = pod["metadata"].setdefault("annotations", {})
+                    annotations.update((body.get("metadata") or {}).get("annotations") or {})
+                    return self._send(200, pod)
+                name = urllib.parse.unquote(path.removeprefix("/api/v1/nodes/"))
                 if name not in fake.nodes or self.headers.get("Content-Type") != "application/merge-patch+json":
                     return self._send(404 if name not in fake.nodes else 415, {"kind": "Status"})
                 fake.patches.append((name, body))

@@ -15,7 +15,7 @@ import pulumi_kubernetes as k8s
 
 from stacks import scheduling, tags
 from pricing.sources import catalog
-from stacks.config import GpuLoanConfig, Pool, Tier
+from stacks.config import GpuLoanConfig, Pool, Reservation, Tier
 
 MANAGED_BY = {"app.kubernetes.io/managed-by": "gpuloan"}
 
@@ -42,6 +42,19 @@ POLICY_RBAC_RULES = [
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
     {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]},
 ]
+
+
+# A Capacity Block floor's drain marks the GPU pods on the block's nodes with the time to checkpoint by
+# (policy/kube.py mark_checkpoint: a merge patch of one annotation). Granted only where a pool has such a floor.
+CAPACITY_BLOCK_RBAC_RULE = {"apiGroups": [""], "resources": ["pods"], "verbs": ["patch"]}
+
+
+def policy_rbac_rules(cfg: GpuLoanConfig) -> list[dict]:
+    """The policy's ClusterRole rules for this config: POLICY_RBAC_RULES, plus pods `patch` when a pool's floor is
+    a Capacity Block (policy/capacity_blocks.py) and the policy function is on."""
+    blocks = cfg.policy.enabled and any(
+        p.guaranteed is not None and p.guaranteed.reservation == Reservation.capacity_block for p in cfg.pools)
+    return [*POLICY_RBAC_RULES, CAPACITY_BLOCK_RBAC_RULE] if blocks else list(POLICY_RBAC_RULES)
 
 
 def priority_class_name(tier: Tier | str) -> str:
@@ -152,7 +165,7 @@ class Tenancy(pulumi.ComponentResource):
         reader = k8s.rbac.v1.ClusterRole(
             f"{name}-policy-reader",
             metadata={"name": POLICY_READER_CLUSTER_ROLE, "labels": MANAGED_BY},
-            rules=POLICY_RBAC_RULES,
+            rules=policy_rbac_rules(cfg),
             opts=child,
         )
         k8s.rbac.v1.ClusterRoleBinding(
