@@ -203,6 +203,9 @@ class Guaranteed(Strict):
             return False
         if self.capacity_block_end is None:
             return bool(self.capacity_block_active)  # refused by validation; kept total for configs built in code
+        if self.capacity_block_end.tzinfo is None or (self.capacity_block_start is not None
+                                                      and self.capacity_block_start.tzinfo is None):
+            return False  # refused by validation (an ambiguous time); other rules may ask before it reports
         now = now or dt.datetime.now(dt.timezone.utc)
         if self.capacity_block_start is None:  # refused by validation; the pre-window meaning of the flag
             if not self.capacity_block_active:
