@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STACK ?= dev
 .DEFAULT_GOAL := help  # `make` alone lists the targets
 
-.PHONY: help preview test test-deep install dev-install bench-config bench-policy bench-sim bench-advise benchmark bench-what-if schema clean
+.PHONY: help preview test test-deep install dev-install bench-config bench-policy bench-sim bench-advise bench-capacity-block benchmark bench-what-if schema clean
 
 # Public data beside the project (never copied into it): the price table is the offline price file when present,
 # unless the caller set one; otherwise prices come from the cache `gpuloan prices refresh` fills (docs/prices.md).
@@ -79,6 +79,10 @@ bench-sim: $(VENV)/.runtime
 ## bench-advise: time gpuloan advise's floor sweep for one pool over a month of an ITP trace
 bench-advise: $(VENV)/.runtime
 	$(BIN)/python scripts/bench_advise.py --traces $(TRACES)
+
+## bench-capacity-block: Capacity Block floors: idle paid block hours and work lost at the end, before/after (docs/floor.md)
+bench-capacity-block: $(VENV)/.runtime
+	$(BIN)/python scripts/bench_capacity_block.py
 
 ## benchmark: our policy vs the baselines on the ITP traces
 benchmark: $(VENV)/.runtime
