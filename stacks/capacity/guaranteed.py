@@ -33,11 +33,11 @@ def gpu_ami_type(instance_types: list[str]) -> str:
 
 
 def floor_scaling(g: Guaranteed, now: dt.datetime | None = None) -> tuple[int, int, int]:
-    """(min, desired, max) of the floor: min = desired = max = nodes, except a Capacity Block outside its window
-    (Guaranteed.floor_up): 0 before `capacity_block_active` (launches into a block that has not started fail) and
-    from EKS's scale-down 40 minutes before `capacity_block_end`, so a later `pulumi up` never raises the group
-    against an expired block. Sent explicitly, not left to `ignore_changes`: an ignored desired size would send
-    the state's stale value (Pulumi docs, ignoreChanges) and raise it again."""
+    """(min, desired, max) of a floor Pulumi owns: min = desired = max = nodes, except a Capacity Block outside its
+    window (Guaranteed.floor_up): 0 before `capacity_block_start` (launches into a block that has not started fail),
+    from EKS's scale-down 40 minutes before `capacity_block_end` (a later `pulumi up` never raises the group against
+    an expired block), and while `capacity_block_active: false` holds it. A Capacity Block whose window the policy
+    function keeps is sized by block_scaling instead."""
     if not g.floor_up(now):
         return 0, 0, g.nodes
     return g.nodes, g.nodes, g.nodes
