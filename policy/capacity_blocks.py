@@ -21,7 +21,8 @@ What the policy does to the block's node group, and only to it (`block_actions`)
     t >= D        desired = 0 (CAPACITY_BLOCK_END) when it is higher: the same as EKS's action, so nothing
                   raises the group again against a block that is going away
 `capacity_block_held` (config `capacity_block_active: false`, for a roll at desired 0) makes the policy leave the
-group alone (CAPACITY_BLOCK_HELD). A pool whose floor is not a Capacity Block gets no action from this module.
+group alone (CAPACITY_BLOCK_HELD). With Kueue, the floor flavor's nominalQuota in the pool's ClusterQueue follows
+the window too: the block's GPUs from S to the drain, 0 otherwise (set_floor_quota). A pool whose floor is not a Capacity Block gets no action from this module.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ DEFAULT_CHECKPOINT_LEAD_MINUTES = 30
 # checkpoint and exit before EKS evicts it; its value is the time EKS scales the group down (RFC 3339, UTC).
 CHECKPOINT_BY_ANNOTATION = "gpuloan.io/checkpoint-by"
 ACTION_CHECKPOINT = "checkpoint"  # cordon the node, mark its GPU pods CHECKPOINT_BY_ANNOTATION
+ACTION_SET_QUOTA = "set_floor_quota"  # Kueue: the nominalQuota of the block's floor flavor in its ClusterQueue
 
 PHASE_BEFORE, PHASE_UP, PHASE_DRAIN, PHASE_DOWN, PHASE_HELD = "before", "up", "drain", "down", "held"
 BLOCK_REASONS = frozenset({Reason.CAPACITY_BLOCK_WAITING, Reason.CAPACITY_BLOCK_START, Reason.CAPACITY_BLOCK_DRAIN,
@@ -106,6 +108,12 @@ def block_actions(ps: PoolSettings, po: PoolObservation | None, now: datetime) -
     except ValueError as err:  # the settings are validated at plan time; a bad one is reported, never a crash
         return [Action(name, ACTION_HOLD, Reason.HOLD_MISSING_DATA, group=gname,
                        detail=f"Capacity Block window unreadable ({err}): the block's group is left alone")]
+    return _group_actions(ps, po, now, where, end) + _quota_actions(ps, po, where)
+
+
+def _group_actions(ps: PoolSettings, po: PoolObservation | None, now: datetime, where: str,
+                   end: datetime) -> list[Action]:
+    name, gname = ps.name, ps.guaranteed_group
     if where == PHASE_HELD:
         return [_hold(ps, Reason.CAPACITY_BLOCK_HELD, "capacity_block_active: false holds the block's group "
                       "(a roll at desired 0): left alone")]
@@ -143,6 +151,31 @@ def block_actions(ps: PoolSettings, po: PoolObservation | None, now: datetime) -
     return []
 
 
+_QUOTA_REASON = {PHASE_BEFORE: Reason.CAPACITY_BLOCK_WAITING, PHASE_DRAIN: Reason.CAPACITY_BLOCK_DRAIN,
+                 PHASE_DOWN: Reason.CAPACITY_BLOCK_END, PHASE_HELD: Reason.CAPACITY_BLOCK_HELD}
+
+
+def quota_wanted(ps: PoolSettings, where: str) -> int:
+    """The floor flavor's Kueue quota the window wants: the block's GPUs while it is up, else 0 (Kueue then
+    admits the pool's work to its elastic flavors; admitted workloads stay admitted)."""
+    return ps.capacity_block_quota_gpus if where == PHASE_UP else 0
+
+
+def _quota_actions(ps: PoolSettings, po: PoolObservation | None, where: str) -> list[Action]:
+    """With Kueue: the floor flavor's nominalQuota in the pool's ClusterQueue follows the window, so Kueue
+    admits work to the block once it is up and stops at the drain. Unread quota: nothing (the tick reported it)."""
+    if not ps.capacity_block_queue or po is None or po.floor_quota_gpus is None:
+        return []
+    want = quota_wanted(ps, where)
+    if po.floor_quota_gpus == want:
+        return []
+    return [Action(ps.name, ACTION_SET_QUOTA, _QUOTA_REASON.get(where, Reason.CAPACITY_BLOCK_START),
+                   desired_from=po.floor_quota_gpus, desired_to=want,
+                   detail=f"Kueue ClusterQueue {ps.capacity_block_queue}, flavor {ps.capacity_block_flavor}: "
+                          f"nominalQuota {po.floor_quota_gpus} -> {want} GPU(s) "
+                          f"({'the block is up' if want else 'the block is not up or is draining'})")]
+
+
 def with_block_actions(ps: PoolSettings, po: PoolObservation | None, decision: PoolDecision,
                        now: datetime) -> PoolDecision:
     """The engine's hook: the decision with the block's actions added (the same decision for any other pool)."""
@@ -154,13 +187,18 @@ def with_block_actions(ps: PoolSettings, po: PoolObservation | None, decision: P
 
 
 def may_touch(ps: PoolSettings, action: Action, now: datetime) -> bool:
-    """Defence in depth for the tick (behind IAM): an action on a group that is not elastic is carried out only
-    when it is the pool's Capacity Block group and the window allows exactly that action now."""
-    if not is_block(ps) or action.group != ps.guaranteed_group:
+    """Defence in depth for the tick (behind IAM and RBAC): an action on a group that is not elastic, or on the
+    pool's Kueue floor quota, is carried out only when it is the pool's Capacity Block and the window allows exactly
+    that action now."""
+    if not is_block(ps):
         return False
     try:
         where = phase(ps, now)
     except ValueError:
+        return False
+    if action.kind == ACTION_SET_QUOTA:
+        return bool(ps.capacity_block_queue) and action.desired_to == quota_wanted(ps, where)
+    if action.group != ps.guaranteed_group:
         return False
     if action.kind == ACTION_SET_DESIRED:
         if where == PHASE_UP:

@@ -128,6 +128,12 @@ class PoolSettings:
     capacity_block_end: str | None = None
     capacity_block_checkpoint_lead_minutes: int = 30
     capacity_block_held: bool = False
+    # With Kueue: the pool's ClusterQueue, its floor flavor and the block's whole quota (GPUs in Kueue's units);
+    # the policy sets that flavor's nominalQuota to it inside the window and to 0 outside (capacity_blocks.py).
+    capacity_block_queue: str | None = None
+    capacity_block_queue_api: str = "kueue.x-k8s.io/v1beta2"
+    capacity_block_flavor: str | None = None
+    capacity_block_quota_gpus: int = 0
 
     @property
     def primary_group(self) -> str | None:
@@ -301,6 +307,8 @@ class PoolObservation:
     # The arrival rate (nodes' worth per minute) the same time of day brought on earlier days, over the next
     # 2 x launch_minutes (policy/rhythm.py); None = unknown or warm-up off.
     rhythm_rate_nodes_per_minute: float | None = None
+    # A Capacity Block pool with Kueue: the nominal quota of its floor flavor now; None = not read (or no Kueue).
+    floor_quota_gpus: int | None = None
 
     def group(self, name: str | None) -> Group | None:
         for g in self.groups:

@@ -24,7 +24,7 @@ from policy.deadline import Deadline
 from policy.engine import decide
 from policy.lease import take as take_lease
 from policy.errors import DeadlineExceeded, MalformedState, PolicyError
-from policy.kube import NodeGuardPort, PendingPodsPort, elastic_shapes
+from policy.kube import FloorQuotaPort, NodeGuardPort, PendingPodsPort, elastic_shapes
 from policy.model import (
     ACTION_SET_DESIRED,
     ACTION_TERMINATE,
@@ -61,6 +61,7 @@ class Ports:
     state: StatePort | None = None
     publisher: notifications.Publisher | None = None
     nodes: NodeGuardPort | None = None  # cordon + pods on a node; without it nothing is terminated
+    queues: FloorQuotaPort | None = None  # Kueue: a Capacity Block's floor quota (policy/capacity_blocks.py)
 
 
 @dataclass
@@ -171,6 +172,14 @@ def observe(settings: Settings, ports: Ports, state: dict, now: datetime, errors
     spends = observe_spend(state, scopes, ports.budgets if in_time() else None, now, settings.budget_refresh_minutes,
                            record)
 
+    quotas: dict[str, int] = {}  # Capacity Block pools with Kueue: their floor flavor's quota now
+    for ps in settings.pools:
+        if ps.capacity_block_queue and capacity_blocks.is_block(ps) and ports.queues is not None and in_time():
+            try:
+                quotas[ps.name] = ports.queues.floor_quota(ps.capacity_block_queue_api, ps.capacity_block_queue,
+                                                           ps.capacity_block_flavor)
+            except PolicyError as err:
+                record(err)  # unknown quota: left as it is this tick
     pools = []
     for ps in settings.pools:
         groups, nodes = [], []
@@ -197,7 +206,7 @@ def observe(settings: Settings, ports: Ports, state: dict, now: datetime, errors
                                      + tuple(displaced.get(ps.name, ())),
                                      spends.get(pool_scope(ps.name)),
                                      None if arrivals is None else arrivals.get(ps.name, ()),
-                                     rhythm.get(ps.name)))
+                                     rhythm.get(ps.name), quotas.get(ps.name)))
     return Observation(tuple(pools), spends.get(ENV_SCOPE))
 
 
@@ -225,6 +234,9 @@ def _apply(settings: Settings, plan: Plan, obs: Observation, ports: Ports, resul
     blind = ""  # set once the pods of a node could not be read: no further termination this tick
     for a in plan.changes:
         ps = settings.pool(a.pool)
+        if a.kind == capacity_blocks.ACTION_SET_QUOTA:
+            _apply_quota(a, ps, plan, ports, result, record, deadline)
+            continue
         # Defence in depth behind IAM: only this pool's elastic groups, only instances observed in them; a
         # Capacity Block's group only for what its window allows now (policy/capacity_blocks.py).
         if a.group not in ps.elastic_groups and not (
@@ -270,6 +282,29 @@ def _apply(settings: Settings, plan: Plan, obs: Observation, ports: Ports, resul
         except PolicyError as err:
             result.failed.append((a, f"{type(err).__name__}: {err}"))
             record(err)
+
+
+def _apply_quota(a: Action, ps, plan: Plan, ports: Ports, result: TickResult, record, deadline) -> None:
+    """A Capacity Block's Kueue floor quota, only to the value its window wants now (behind RBAC, which allows
+    get/patch of the block pools' ClusterQueues only)."""
+    if plan.decided_at is None or not capacity_blocks.may_touch(ps, a, plan.decided_at):
+        result.failed.append((a, f"refused: the floor quota of {a.pool} is not a Capacity Block's, or the window "
+                                 "does not ask for this value now"))
+        return
+    if ports.queues is None:
+        result.failed.append((a, "not applied: no Kubernetes access"))
+        return
+    if deadline is not None and deadline.expired:
+        record(DeadlineExceeded(DEADLINE_MESSAGE))
+        result.failed.append((a, "not applied: tick deadline reached"))
+        return
+    try:
+        ports.queues.set_floor_quota(ps.capacity_block_queue_api, ps.capacity_block_queue, ps.capacity_block_flavor,
+                                     a.desired_to)
+        result.applied.append(a)
+    except PolicyError as err:
+        result.failed.append((a, f"{type(err).__name__}: {err}"))
+        record(err)
 
 
 class _Blind(Exception):

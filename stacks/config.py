@@ -535,6 +535,14 @@ class GpuLoanConfig(Strict):
 # --- errors ------------------------------------------------------------------------------------------------
 
 
+def policy_keeps_block(cfg: "GpuLoanConfig", g: Guaranteed | None) -> bool:
+    """Whether the policy function keeps this floor's Capacity Block window (its group's desired size and, with
+    Kueue, its floor quota): a Capacity Block, with the policy on and acting (a dry run changes nothing, so the
+    program keeps sizing the block at each `pulumi up`). docs/floor.md."""
+    return (g is not None and g.reservation == Reservation.capacity_block and cfg.policy.enabled
+            and not cfg.policy.dry_run)
+
+
 class ConfigError(Exception):
     """One or more problems in a stack config; each is (path, message)."""
 

@@ -5,6 +5,7 @@ that; settings carry the window from the config."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from datetime import datetime, timedelta, timezone
 
@@ -121,6 +122,70 @@ def test_a_normal_floor_is_never_touched(minutes):
     assert all(a.group != FLOOR for a in plan.actions)
 
 
+# --- Kueue: the floor flavor's quota follows the window -------------------------------------------------------
+
+def kueue_block(**kw):
+    return block(capacity_block_queue="gpuloan-dev-research", capacity_block_flavor="gpuloan-dev-research-floor",
+                 capacity_block_quota_gpus=16, **kw)
+
+
+def quota_obs(quota: int | None, desired: int = 0, nodes=()) -> Observation:
+    o = obs(desired, nodes)
+    return Observation((dataclasses.replace(o.pools[0], floor_quota_gpus=quota),))
+
+
+def quota_changes(plan: Plan) -> list[tuple[int, int, Reason]]:
+    return [(a.desired_from, a.desired_to, a.reason) for a in plan.changes if a.kind == cb.ACTION_SET_QUOTA]
+
+
+def test_kueue_quota_is_the_blocks_while_it_is_up_and_zero_otherwise():
+    s = settings(kueue_block())
+    assert quota_changes(decide(s, quota_obs(0), START)) == [(0, 16, Reason.CAPACITY_BLOCK_START)]
+    assert quota_changes(decide(s, quota_obs(16, 2, floor_nodes()), START + timedelta(hours=3))) == []
+    assert quota_changes(decide(s, quota_obs(16, 2, floor_nodes()), DRAIN)) == [(16, 0, Reason.CAPACITY_BLOCK_DRAIN)]
+    assert quota_changes(decide(s, quota_obs(16), SCALE_DOWN)) == [(16, 0, Reason.CAPACITY_BLOCK_END)]
+    assert quota_changes(decide(s, quota_obs(16), START - timedelta(hours=1))) == [(16, 0,
+                                                                                    Reason.CAPACITY_BLOCK_WAITING)]
+    assert quota_changes(decide(settings(kueue_block(capacity_block_held=True)), quota_obs(16), START)) == [
+        (16, 0, Reason.CAPACITY_BLOCK_HELD)]
+    assert quota_changes(decide(s, quota_obs(None), START)) == []  # unread: left as it is
+    assert quota_changes(decide(settings(block()), quota_obs(0), START)) == []  # no Kueue: no quota action
+
+
+class FakeQueues:
+    def __init__(self, quota: int):
+        self.quota, self.writes = quota, []
+
+    def floor_quota(self, api, queue, flavor):
+        return self.quota
+
+    def set_floor_quota(self, api, queue, flavor, gpus):
+        self.writes.append((queue, flavor, gpus))
+        self.quota = gpus
+
+
+def test_tick_sets_the_quota_with_the_group_at_the_start():
+    ports = _tick_ports(0)
+    ports.queues = FakeQueues(0)
+    result = run_tick(settings(kueue_block()), ports, START + timedelta(seconds=30), lambda _: None)
+    assert not result.failed
+    assert ports.queues.writes == [("gpuloan-dev-research", "gpuloan-dev-research-floor", 16)]
+    assert ports.groups.writes == [("set", FLOOR, 2)]
+
+
+@pytest.mark.parametrize("to,at", [(16, START - timedelta(minutes=5)), (16, DRAIN + timedelta(minutes=1)),
+                                   (8, START + timedelta(hours=1)), (0, START + timedelta(hours=1))])
+def test_tick_refuses_a_quota_the_window_does_not_want(monkeypatch, to, at):
+    import policy.tick as tick
+
+    bad = Action("research", cb.ACTION_SET_QUOTA, Reason.CAPACITY_BLOCK_START, desired_from=0, desired_to=to)
+    monkeypatch.setattr(tick, "decide", lambda s, o, now: Plan((PoolDecision("research", (bad,)),), decided_at=now))
+    ports = _tick_ports(1)
+    ports.queues = FakeQueues(0)
+    result = run_tick(settings(kueue_block()), ports, at, lambda _: None)
+    assert ports.queues.writes == [] and "refused" in result.failed[0][1]
+
+
 # --- the tick carries it out, and refuses anything outside the window -----------------------------------------
 
 class CheckpointNodes(FakeNodes):
@@ -206,6 +271,24 @@ def _block_cfg(**guaranteed):
     return config.from_stack_yaml({"config": data}, "test")
 
 
+def test_program_leaves_the_block_queues_floor_quota_to_the_policy():
+    from conftest import stack_config
+    from offline import runner as offline
+
+    data = stack_config("prod")
+    data["gpuloan:pools"][0]["guaranteed"].update(
+        reservation="capacity_block", reservation_id="cr-0123456789abcdef0", payment="capacity_block",
+        capacity_block_start="2027-01-08T03:00:00Z", capacity_block_end="2027-01-15T11:30:00Z")
+    rec = offline.run_program("prod", data)
+    queues = {r.inputs["metadata"]["labels"]["gpuloan.io/pool"]: r for r in rec.resources
+              if r.type.endswith(":ClusterQueue")}
+    block_pool = data["gpuloan:pools"][0]["name"]
+    cq = queues[block_pool]
+    assert cq.ignore_changes == ["spec.resourceGroups[0].flavors[0].resources[0].nominalQuota"]
+    assert cq.inputs["spec"]["resourceGroups"][0]["flavors"][0]["name"].endswith(f"{block_pool}-floor")
+    assert all(q.ignore_changes == [] for pool, q in queues.items() if pool != block_pool)
+
+
 def test_settings_carry_the_window_and_survive_the_package_json():
     from stacks.policy_function.settings import settings_for
 
@@ -216,6 +299,8 @@ def test_settings_carry_the_window_and_survive_the_package_json():
     training = s.pool(cfg.pools[0].name)
     assert (cb.parse_time(training.capacity_block_start), cb.parse_time(training.capacity_block_end)) == (START, END)
     assert training.capacity_block_checkpoint_lead_minutes == 45 and not training.capacity_block_held
+    assert (training.capacity_block_queue, training.capacity_block_flavor, training.capacity_block_quota_gpus) == (
+        "gpuloan-prod-training", "gpuloan-prod-training-floor", 16)
     assert all(p.capacity_block_start is None for p in s.pools[1:])  # other floors: no window
     held = settings_for(_block_cfg(capacity_block_active=False), "c", {}, allow_unknown_prices=True)
     assert held.pools[0].capacity_block_held
@@ -273,13 +358,21 @@ def test_rbac_grants_pod_patch_only_with_a_block_and_the_client_uses_exactly_tha
     from conftest import stack_config
     from fake_kube import FakeKube, gpu_pod
     from policy.kube import KubeClient
-    from stacks import config
+    from stacks import config, scheduling, versions
     from stacks.kubernetes import tenancy
 
     plain = config.from_stack_yaml({"config": stack_config("prod")}, "test")
     assert tenancy.policy_rbac_rules(plain) == tenancy.POLICY_RBAC_RULES
-    rules = tenancy.policy_rbac_rules(_block_cfg())
-    assert rules == [*tenancy.POLICY_RBAC_RULES, {"apiGroups": [""], "resources": ["pods"], "verbs": ["patch"]}]
+    cfg = _block_cfg()
+    rules = tenancy.policy_rbac_rules(cfg)
+    queue = scheduling.cluster_queue_name(cfg, cfg.pools[0])
+    flavor = scheduling.flavor_name(cfg, cfg.pools[0], scheduling.FLOOR)
+    assert rules == [*tenancy.POLICY_RBAC_RULES, {"apiGroups": [""], "resources": ["pods"], "verbs": ["patch"]},
+                     {"apiGroups": ["kueue.x-k8s.io"], "resources": ["clusterqueues"], "verbs": ["get", "patch"],
+                      "resourceNames": [queue]}]  # that pool's queue only
+    dry = _block_cfg()
+    dry = dry.model_copy(update={"policy": dry.policy.model_copy(update={"dry_run": True})})
+    assert tenancy.policy_rbac_rules(dry) == tenancy.POLICY_RBAC_RULES  # a dry run changes nothing
 
     kube = FakeKube("c")
     try:
@@ -294,6 +387,14 @@ def test_rbac_grants_pod_patch_only_with_a_block_and_the_client_uses_exactly_tha
         assert client.cordon("n1") is True
         assert client.mark_checkpoint("n1", cb.CHECKPOINT_BY_ANNOTATION, "2027-01-15T10:50:00Z") == 1
         assert client.mark_checkpoint("n1", cb.CHECKPOINT_BY_ANNOTATION, "2027-01-15T10:50:00Z") == 0  # idempotent
+        from stacks.kubernetes.kueue import cluster_queue_manifest
+
+        kube.cluster_queues[queue] = cluster_queue_manifest(cfg, scheduling.pool_queue(cfg, cfg.pools[0]))
+        kube.cluster_queues[queue]["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0]["nominalQuota"] = 0
+        api = versions.KUEUE_API_VERSION
+        assert client.floor_quota(api, queue, flavor) == 0
+        client.set_floor_quota(api, queue, flavor, 16)
+        assert client.floor_quota(api, queue, flavor) == 16
     finally:
         kube.close()
     assert kube.pods[0]["metadata"]["annotations"] == {cb.CHECKPOINT_BY_ANNOTATION: "2027-01-15T10:50:00Z"}
@@ -304,6 +405,8 @@ def test_rbac_grants_pod_patch_only_with_a_block_and_the_client_uses_exactly_tha
     for request in kube.requests:
         method, target = request.split(" ", 1)
         parts = urllib.parse.urlparse(target).path.strip("/").split("/")
+        if parts[0] == "apis":  # apis, <group>, <version>, <resource>, <name>
+            parts = parts[1:]
         resource = parts[4] if parts[2] == "namespaces" else parts[2]
         named = len(parts) > (5 if parts[2] == "namespaces" else 3)
         used.setdefault(resource, set()).add({"GET": "get" if named else "list", "PATCH": "patch"}[method])
@@ -311,7 +414,11 @@ def test_rbac_grants_pod_patch_only_with_a_block_and_the_client_uses_exactly_tha
     for rule in rules:
         for r in rule["resources"]:
             granted.setdefault(r, set()).update(rule["verbs"])
-    assert used == granted == {"pods": {"list", "patch"}, "nodes": {"get", "patch"}}
+    assert used == granted == {"pods": {"list", "patch"}, "nodes": {"get", "patch"}, "clusterqueues": {"get", "patch"}}
+    [cq_patch] = [b for who, b in kube.patches if who == f"clusterqueues/{queue}"]
+    assert cq_patch == [{"op": "test", "path": "/spec/resourceGroups/0/flavors/0/name", "value": flavor},
+                        {"op": "replace", "path": "/spec/resourceGroups/0/flavors/0/resources/0/nominalQuota",
+                         "value": 16}]
 
 
 def test_a_pool_without_a_block_gets_its_decision_unchanged():

@@ -22,7 +22,7 @@ from stacks.capacity import launch_templates
 from pricing.sources import catalog
 from stacks.names import GROUP_GUARANTEED, node_group_name_prefix
 from stacks.capacity.node_groups import GPU_TAINT, gpu_update_config, instance_tags
-from stacks.config import GpuLoanConfig, Guaranteed, Pool, Reservation
+from stacks.config import GpuLoanConfig, Guaranteed, Pool, Reservation, policy_keeps_block
 
 TIER = "guaranteed"
 
@@ -49,12 +49,6 @@ def floor_scaling(g: Guaranteed, now: dt.datetime | None = None) -> tuple[int, i
 DESIRED_SIZE_PATH = "scalingConfig.desiredSize"
 
 
-def policy_owns_block(cfg: GpuLoanConfig, g: Guaranteed) -> bool:
-    """Whether the policy function keeps this floor's window: a Capacity Block, with the policy on and acting
-    (a dry run changes nothing, so the program keeps sizing the group as before)."""
-    return g.reservation == Reservation.capacity_block and cfg.policy.enabled and not cfg.policy.dry_run
-
-
 def block_scaling(cfg: GpuLoanConfig, g: Guaranteed, now: dt.datetime | None = None
                   ) -> tuple[tuple[int, int, int], list[str]]:
     """((min, desired, max), ignore_changes) of a floor's group. A Capacity Block the policy function keeps: min 0
@@ -62,7 +56,7 @@ def block_scaling(cfg: GpuLoanConfig, g: Guaranteed, now: dt.datetime | None = N
     size left to the policy (the value sent is only the one a new group starts at: the window's, as floor_up says).
     `capacity_block_active: false` takes the desired size over and sends 0 (a roll at desired 0). Any other floor:
     floor_scaling, owned by Pulumi."""
-    if not policy_owns_block(cfg, g):
+    if not policy_keeps_block(cfg, g):
         return floor_scaling(g, now), []
     if g.capacity_block_active is False:
         return (0, 0, g.nodes), []

@@ -13,9 +13,9 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from stacks import scheduling, tags
+from stacks import scheduling, tags, versions
 from pricing.sources import catalog
-from stacks.config import GpuLoanConfig, Pool, Reservation, Tier
+from stacks.config import GpuLoanConfig, Pool, Tier, policy_keeps_block
 
 MANAGED_BY = {"app.kubernetes.io/managed-by": "gpuloan"}
 
@@ -50,11 +50,18 @@ CAPACITY_BLOCK_RBAC_RULE = {"apiGroups": [""], "resources": ["pods"], "verbs": [
 
 
 def policy_rbac_rules(cfg: GpuLoanConfig) -> list[dict]:
-    """The policy's ClusterRole rules for this config: POLICY_RBAC_RULES, plus pods `patch` when a pool's floor is
-    a Capacity Block (policy/capacity_blocks.py) and the policy function is on."""
-    blocks = cfg.policy.enabled and any(
-        p.guaranteed is not None and p.guaranteed.reservation == Reservation.capacity_block for p in cfg.pools)
-    return [*POLICY_RBAC_RULES, CAPACITY_BLOCK_RBAC_RULE] if blocks else list(POLICY_RBAC_RULES)
+    """The policy's ClusterRole rules for this config: POLICY_RBAC_RULES, plus, where the policy keeps a Capacity
+    Block's window (policy/capacity_blocks.py): pods `patch`, and with Kueue `get`/`patch` of exactly those pools'
+    ClusterQueues (by name: their floor flavor's quota follows the window)."""
+    blocks = [p for p in cfg.pools if policy_keeps_block(cfg, p.guaranteed)]
+    if not blocks:
+        return list(POLICY_RBAC_RULES)
+    rules = [*POLICY_RBAC_RULES, CAPACITY_BLOCK_RBAC_RULE]
+    if cfg.scheduling.kueue.enabled:
+        rules.append({"apiGroups": [versions.KUEUE_API_VERSION.split("/")[0]], "resources": ["clusterqueues"],
+                      "verbs": ["get", "patch"],
+                      "resourceNames": sorted(scheduling.cluster_queue_name(cfg, p) for p in blocks)})
+    return rules
 
 
 def priority_class_name(tier: Tier | str) -> str:

@@ -14,6 +14,7 @@ import contextlib
 from dataclasses import dataclass
 
 from pricing.sources import catalog
+from stacks import scheduling, versions
 from stacks.config import ElasticCapacity, GpuLoanConfig, Pool, Reservation
 from stacks.config import floor_rate as config_floor_rate
 from pricing.sources.floor_pricing import missing_rate_reason
@@ -127,6 +128,11 @@ def pool_settings(cfg: GpuLoanConfig, pool: Pool, names: GroupNames, budget_name
                      capacity_block_end=g.capacity_block_end.isoformat(),
                      capacity_block_checkpoint_lead_minutes=g.capacity_block_checkpoint_lead_minutes,
                      capacity_block_held=g.capacity_block_active is False)
+        if cfg.scheduling.kueue.enabled:
+            block.update(capacity_block_queue=scheduling.cluster_queue_name(cfg, pool),
+                         capacity_block_queue_api=versions.KUEUE_API_VERSION,
+                         capacity_block_flavor=scheduling.flavor_name(cfg, pool, scheduling.FLOOR),
+                         capacity_block_quota_gpus=scheduling.gpus_per_node(cfg, pool) * g.nodes)
     budget = {}
     if pool.budget is not None:
         budget = dict(budget_monthly_usd=pool.budget.monthly_usd, budget_enforcement=str(pool.budget.enforcement),
