@@ -112,8 +112,8 @@ def gpus_per_node(cfg: GpuLoanConfig, pool: Pool) -> int:
 
 def floor_gpus(cfg: GpuLoanConfig, pool: Pool) -> int:
     """GPUs the floor actually has up: a Capacity Block outside its window (Guaranteed.floor_up, at the time the
-    program runs) keeps its group at 0 nodes. The quota is set at `pulumi up`; the policy function moves the
-    block's nodes, not this quota (docs/floor.md, "Kueue")."""
+    program runs) keeps its group at 0 nodes. Where the policy function keeps the block's window, this is only the
+    quota a new ClusterQueue starts with: the policy moves it at the window's times (docs/floor.md, "Kueue")."""
     g = pool.guaranteed
     if g is None or (g.reservation == Reservation.capacity_block and not g.floor_up()):
         return 0
