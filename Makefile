@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STACK ?= dev
 .DEFAULT_GOAL := help  # `make` alone lists the targets
 
-.PHONY: help preview test test-deep install dev-install bench-config bench-policy bench-sim bench-advise bench-org benchmark bench-what-if schema clean
+.PHONY: help preview test test-deep install dev-install bench-config bench-policy bench-sim bench-advise bench-org bench-capacity-block benchmark bench-what-if schema clean
 
 # Public data beside the project (never copied into it): the price table is the offline price file when present,
 # unless the caller set one; otherwise prices come from the cache `gpuloan prices refresh` fills (docs/prices.md).
@@ -83,6 +83,10 @@ bench-advise: $(VENV)/.runtime
 ## bench-org: the organization's loan on the ten ITP clusters (docs/benchmarks.md, "The organization's loan")
 bench-org: $(VENV)/.runtime
 	$(BIN)/python scripts/bench_org.py --traces $(TRACES)
+
+## bench-capacity-block: Capacity Block floors: idle paid block hours and work lost at the end, before/after (docs/floor.md)
+bench-capacity-block: $(VENV)/.runtime
+	$(BIN)/python scripts/bench_capacity_block.py
 
 ## benchmark: our policy vs the baselines on the ITP traces
 benchmark: $(VENV)/.runtime

@@ -170,6 +170,8 @@ RULES = [
     "all elastic types of a pool have the same GPUs per node, and the same as the floor's type;",
     "`idle_utilization_pct` < `scale_up_utilization_pct`;",
     "`capacity_block` needs a `reservation_id` (gpuloan never buys a Capacity Block); a reservation needs an AZ;",
+    "`capacity_block` needs its window, `capacity_block_start` and `capacity_block_end` with a zone, the end after the "
+    "start, at most 182 days (+1 for the 11:30 UTC end), and a checkpoint lead that starts the drain after the start;",
     "the guaranteed AZ is in the region and among the cluster AZs; cluster AZs are in the region;",
     "pool names and image names are unique;",
     "the floor's on-demand cost fits the pool budget and the environment budget; pool budgets sum to at most the "

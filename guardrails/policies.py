@@ -385,7 +385,11 @@ def floor_monthly_usd(args: StackValidationArgs) -> dict[str, tuple[float, list[
                 continue
             region = str(_as_dict(getattr(ng.provider, "props", {})).get("region") or "")
             types = _instance_types(dict(ng.props)) or [templates.get(pool)]
-            nodes = _as_dict(ng.props.get("scalingConfig")).get("desiredSize") or 0
+            scaling = _as_dict(ng.props.get("scalingConfig"))
+            # A Capacity Block is paid for its whole window whatever its group's size at this `pulumi up` (0 before
+            # its start: the policy function raises it later): count its max, the block's size.
+            nodes = (scaling.get("maxSize") if ng.props.get("capacityType") == "CAPACITY_BLOCK"
+                     else scaling.get("desiredSize")) or 0
             price = catalog.price(types[0], region) if types[0] and region else None
             if price is None:
                 notes.append(f"no price for {types[0]} in {region or 'an unknown region'}")

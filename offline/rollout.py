@@ -113,7 +113,7 @@ def _size(inputs: dict[str, Any], template: dict[str, Any] | None) -> str:
 
 
 CAPACITY_BLOCK_STAGED = ("staged: a Capacity Block group is upgraded only at desired 0 (EKS); set "
-                         "capacity_block_active: false and apply, apply this change, then set it back (docs/floor.md)")
+                         "capacity_block_active: false and apply, apply this change, then remove it (docs/floor.md)")
 
 
 def _desired(inputs: dict[str, Any]) -> int:

@@ -26,7 +26,10 @@ Rules per pool, in order (docs/policy.md explains each with its reason code):
    and, short of them, launched with the scale-up (WARM_UP, `warm_up_nodes`); the same cost rule as keeping an
    idle node, the same budget cap. Unknown history or node data: no warm-up.
 
-Safety rules every plan keeps (tests/test_policy_properties.py): the floor is never touched; a group gets one
+6. Capacity Block floors: the window's rules on the block's own group (policy/capacity_blocks.py).
+
+Safety rules every plan keeps (tests/test_policy_properties.py): the floor is never touched, except a Capacity
+Block's group inside its window's rules (policy/capacity_blocks.py); a group gets one
 kind of change per tick (set_desired or terminate, never both: UpdateNodegroupConfig is asynchronous, so an
 absolute size could land after the terminations and relaunch them); no node with any sign of GPU work is
 terminated. The tick adds the last check the engine cannot make: the node's pods, read just before terminating.
@@ -59,6 +62,7 @@ from policy.model import (
     Settings,
     Spend,
 )
+from policy.capacity_blocks import with_block_actions
 from policy.packing import first_fit_runs
 
 _MIN_HOURS_LEFT = 1.0 / 60  # the last minute of a month must not divide by zero
@@ -126,7 +130,8 @@ def decide(settings: Settings, observation: Observation, now: datetime) -> Plan:
                                  rates[ps.name], hours, ps.budget_enforcement))
         if env_scope is not None:
             scopes.append(env_scope)
-        decisions.append(_decide_pool(ps, po, scopes, now, hours))
+        # A floor on a Capacity Block also gets its window's actions (policy/capacity_blocks.py).
+        decisions.append(with_block_actions(ps, po, _decide_pool(ps, po, scopes, now, hours), now))
     return Plan(tuple(decisions), dry_run=settings.dry_run, decided_at=now)
 
 

@@ -128,7 +128,7 @@ def build_ports(settings: Settings, session, context, deadline: Deadline | None 
     state = DynamoState(_client(session, "dynamodb"), table) if table else None
     topic = os.environ.get("GPULOAN_TOPIC_ARN")
     publisher = SnsPublisher(_client(session, "sns"), topic, deadline) if topic else None
-    return Ports(groups, util, pods, budgets, state, publisher, pods)
+    return Ports(groups, util, pods, budgets, state, publisher, pods, pods)
 
 
 def handle(event: dict, context, session=None) -> TickResult:

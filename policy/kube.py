@@ -1,7 +1,9 @@
 """The cluster's Kubernetes API, standard-library HTTPS with an EKS bearer token: pending GPU pods per pool, and
 the last check before a node is terminated (cordon it, then read its pods).
 
-RBAC (stacks/kubernetes/tenancy.py, the policy ClusterRole): pods `list`, nodes `get` and `patch`, nothing else.
+RBAC (stacks/kubernetes/tenancy.py, the policy ClusterRole): pods `list`, nodes `get` and `patch`; where a pool's
+floor is a Capacity Block, pods `patch` (mark_checkpoint) and, with Kueue, `get`/`patch` of those pools'
+ClusterQueues by name (floor_quota); nothing else.
 
 The token is what `aws eks get-token` makes: a presigned STS GetCallerIdentity URL (header x-k8s-aws-id =
 cluster name), base64url-encoded behind `k8s-aws-v1.`. The API server's CA comes from EKS DescribeCluster, so
@@ -235,6 +237,31 @@ class NodeGuardPort(Protocol):
 
     def blockers(self, node_name: str) -> list[str]: ...
 
+    def mark_checkpoint(self, node_name: str, key: str, value: str) -> int: ...
+
+
+class FloorQuotaPort(Protocol):
+    """Kueue: the nominal quota of a Capacity Block's floor flavor in its pool's ClusterQueue."""
+
+    def floor_quota(self, api_version: str, queue: str, flavor: str) -> int: ...
+
+    def set_floor_quota(self, api_version: str, queue: str, flavor: str, gpus: int) -> None: ...
+
+
+def _gpu_quota(cluster_queue: dict, flavor: str) -> tuple[str, object]:
+    """(JSON pointer of the flavor's nvidia.com/gpu nominalQuota, its value) in a ClusterQueue; raises
+    DataUnavailable when the flavor or the quota is not there."""
+    groups = (cluster_queue.get("spec") or {}).get("resourceGroups") or []
+    for i, group in enumerate(groups):
+        for j, f in enumerate(group.get("flavors") or []):
+            if f.get("name") != flavor:
+                continue
+            for k, r in enumerate(f.get("resources") or []):
+                if r.get("name") == GPU_RESOURCE:
+                    return f"/spec/resourceGroups/{i}/flavors/{j}/resources/{k}/nominalQuota", r.get("nominalQuota")
+    raise DataUnavailable(f"ClusterQueue {(cluster_queue.get('metadata') or {}).get('name', '?')} has no "
+                          f"{GPU_RESOURCE} quota for flavor {flavor}")
+
 
 class _Watchdog:
     """Shuts a connection's socket down once `seconds` have passed, unless cancelled first."""
@@ -280,7 +307,7 @@ class KubeClient:
         self._deadline.check()
         return max(0.05, min(TIMEOUT_SECONDS, self._deadline.remaining_s()))
 
-    def _request(self, path: str, method: str = "GET", body: dict | None = None,
+    def _request(self, path: str, method: str = "GET", body: dict | list | None = None,
                  content_type: str = "application/json") -> dict:
         """One API call, bounded as a whole by `_timeout()`: a socket timeout only bounds each read, and a server
         that drips its answer a byte at a time would keep a tick past the function's timeout. A watchdog shuts
@@ -384,6 +411,49 @@ class KubeClient:
     def uncordon(self, node_name: str) -> None:
         path = f"/api/v1/nodes/{urllib.parse.quote(node_name, safe='')}"
         self._request(path, "PATCH", {"spec": {"unschedulable": None}}, "application/merge-patch+json")
+
+    def mark_checkpoint(self, node_name: str, key: str, value: str) -> int:
+        """Annotate each unfinished GPU pod on the node `key: value` (a Capacity Block's drain: the time to save a
+        checkpoint by). A merge patch of that one annotation, nothing else of the pod; a pod that has it already
+        is not patched again. Returns how many pods were patched (raises when the pods cannot be read or one
+        patch fails; the next tick repeats it)."""
+        patched = 0
+        for pod in self._pods(f"spec.nodeName={node_name}"):
+            meta = pod.get("metadata") or {}
+            if (pod.get("status") or {}).get("phase") in TERMINAL_PHASES or pod_gpus(pod) <= 0:
+                continue
+            if (meta.get("annotations") or {}).get(key) == value:
+                continue
+            path = (f"/api/v1/namespaces/{urllib.parse.quote(meta.get('namespace', ''), safe='')}/pods/"
+                    f"{urllib.parse.quote(meta.get('name', ''), safe='')}")
+            self._request(path, "PATCH", {"metadata": {"annotations": {key: value}}}, "application/merge-patch+json")
+            patched += 1
+        return patched
+
+    @staticmethod
+    def _cluster_queue_path(api_version: str, queue: str) -> str:
+        return f"/apis/{api_version}/clusterqueues/{urllib.parse.quote(queue, safe='')}"
+
+    def floor_quota(self, api_version: str, queue: str, flavor: str) -> int:
+        """The nominalQuota of nvidia.com/gpu for `flavor` in ClusterQueue `queue` (raises when unreadable or not
+        a whole number)."""
+        _, value = _gpu_quota(self._get(self._cluster_queue_path(api_version, queue)), flavor)
+        try:
+            return int(str(value))
+        except ValueError:
+            raise DataUnavailable(f"ClusterQueue {queue}: nominalQuota {value!r} of {flavor} is not a whole "
+                                  "number of GPUs") from None
+
+    def set_floor_quota(self, api_version: str, queue: str, flavor: str, gpus: int) -> None:
+        """Set that quota with a JSON patch whose `test` pins the flavor's name at the position read, so a
+        ClusterQueue reordered in between is refused (the next tick reads it again) instead of patching another
+        flavor."""
+        path = self._cluster_queue_path(api_version, queue)
+        pointer, _ = _gpu_quota(self._get(path), flavor)
+        flavor_name = pointer.rsplit("/resources/", 1)[0] + "/name"
+        self._request(path, "PATCH", [{"op": "test", "path": flavor_name, "value": flavor},
+                                      {"op": "replace", "path": pointer, "value": int(gpus)}],
+                      "application/json-patch+json")
 
     def _active_pods(self) -> list[dict]:
         """Every pod not finished (pending or running), listed once per tick: the client is built per tick

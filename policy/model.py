@@ -60,6 +60,12 @@ class Reason(str, Enum):
     KEEP_WARM = "KEEP_WARM"  # idle nodes kept: the next job is expected sooner than a relaunch would cost
     WARM_UP = "WARM_UP"  # spare nodes launched ahead of the arrivals this time of day usually brings (opt-in)
     STEADY = "STEADY"  # nothing to do
+    # Capacity Block floors (policy/capacity_blocks.py): the window's rules on the block's own node group.
+    CAPACITY_BLOCK_WAITING = "CAPACITY_BLOCK_WAITING"  # before the block's start: its group is left at 0
+    CAPACITY_BLOCK_START = "CAPACITY_BLOCK_START"  # the block is active (and paid): its group goes to the floor size
+    CAPACITY_BLOCK_DRAIN = "CAPACITY_BLOCK_DRAIN"  # ahead of EKS's scale-down: cordon, ask GPU pods to checkpoint
+    CAPACITY_BLOCK_END = "CAPACITY_BLOCK_END"  # from EKS's scale-down (40 min before the end): the group goes to 0
+    CAPACITY_BLOCK_HELD = "CAPACITY_BLOCK_HELD"  # capacity_block_active: false: the group is left alone (a roll)
 
 
 ACTION_SET_DESIRED = "set_desired"  # EKS UpdateNodegroupConfig(desiredSize)
@@ -116,6 +122,18 @@ class PoolSettings:
     budget_monthly_usd: float | None = None
     budget_enforcement: str = ENFORCEMENT_CAP
     budget_name: str | None = None
+    # A floor on a Capacity Block (policy/capacity_blocks.py): its window (ISO 8601 with zone; None for any other
+    # floor), the drain's lead before EKS's scale-down, and whether config holds the group (a roll at desired 0).
+    capacity_block_start: str | None = None
+    capacity_block_end: str | None = None
+    capacity_block_checkpoint_lead_minutes: int = 30
+    capacity_block_held: bool = False
+    # With Kueue: the pool's ClusterQueue, its floor flavor and the block's whole quota (GPUs in Kueue's units);
+    # the policy sets that flavor's nominalQuota to it inside the window and to 0 outside (capacity_blocks.py).
+    capacity_block_queue: str | None = None
+    capacity_block_queue_api: str = "kueue.x-k8s.io/v1beta2"
+    capacity_block_flavor: str | None = None
+    capacity_block_quota_gpus: int = 0
 
     @property
     def primary_group(self) -> str | None:
@@ -289,6 +307,8 @@ class PoolObservation:
     # The arrival rate (nodes' worth per minute) the same time of day brought on earlier days, over the next
     # 2 x launch_minutes (policy/rhythm.py); None = unknown or warm-up off.
     rhythm_rate_nodes_per_minute: float | None = None
+    # A Capacity Block pool with Kueue: the nominal quota of its floor flavor now; None = not read (or no Kueue).
+    floor_quota_gpus: int | None = None
 
     def group(self, name: str | None) -> Group | None:
         for g in self.groups:

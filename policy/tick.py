@@ -15,16 +15,16 @@ import dataclasses
 import json
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Callable
 
-from policy import emf, notifications, tick_state
+from policy import capacity_blocks, emf, notifications, tick_state
 from policy.deadline import MESSAGE as DEADLINE_MESSAGE
 from policy.deadline import Deadline
 from policy.engine import decide
 from policy.lease import take as take_lease
 from policy.errors import DeadlineExceeded, MalformedState, PolicyError
-from policy.kube import NodeGuardPort, PendingPodsPort, elastic_shapes
+from policy.kube import FloorQuotaPort, NodeGuardPort, PendingPodsPort, elastic_shapes
 from policy.model import (
     ACTION_SET_DESIRED,
     ACTION_TERMINATE,
@@ -61,6 +61,7 @@ class Ports:
     state: StatePort | None = None
     publisher: notifications.Publisher | None = None
     nodes: NodeGuardPort | None = None  # cordon + pods on a node; without it nothing is terminated
+    queues: FloorQuotaPort | None = None  # Kueue: a Capacity Block's floor quota (policy/capacity_blocks.py)
 
 
 @dataclass
@@ -171,6 +172,14 @@ def observe(settings: Settings, ports: Ports, state: dict, now: datetime, errors
     spends = observe_spend(state, scopes, ports.budgets if in_time() else None, now, settings.budget_refresh_minutes,
                            record)
 
+    quotas: dict[str, int] = {}  # Capacity Block pools with Kueue: their floor flavor's quota now
+    for ps in settings.pools:
+        if ps.capacity_block_queue and capacity_blocks.is_block(ps) and ports.queues is not None and in_time():
+            try:
+                quotas[ps.name] = ports.queues.floor_quota(ps.capacity_block_queue_api, ps.capacity_block_queue,
+                                                           ps.capacity_block_flavor)
+            except PolicyError as err:
+                record(err)  # unknown quota: left as it is this tick
     pools = []
     for ps in settings.pools:
         groups, nodes = [], []
@@ -178,8 +187,8 @@ def observe(settings: Settings, ports: Ports, state: dict, now: datetime, errors
             gs = read.get(gname)
             if gs is None:
                 continue
-            if gname in ps.elastic_groups:
-                groups.append(gs.group)
+            if gname in ps.elastic_groups or (gname == ps.guaranteed_group and capacity_blocks.is_block(ps)):
+                groups.append(gs.group)  # a Capacity Block's group too: the policy keeps its window
             for inst in gs.instances:
                 s = series.get(inst.instance_id)
                 nodes.append(Node(
@@ -197,7 +206,7 @@ def observe(settings: Settings, ports: Ports, state: dict, now: datetime, errors
                                      + tuple(displaced.get(ps.name, ())),
                                      spends.get(pool_scope(ps.name)),
                                      None if arrivals is None else arrivals.get(ps.name, ()),
-                                     rhythm.get(ps.name)))
+                                     rhythm.get(ps.name), quotas.get(ps.name)))
     return Observation(tuple(pools), spends.get(ENV_SCOPE))
 
 
@@ -225,21 +234,27 @@ def _apply(settings: Settings, plan: Plan, obs: Observation, ports: Ports, resul
     blind = ""  # set once the pods of a node could not be read: no further termination this tick
     for a in plan.changes:
         ps = settings.pool(a.pool)
-        # Defence in depth behind IAM: only this pool's elastic groups, only instances observed in them.
-        if a.group not in ps.elastic_groups:
-            result.failed.append((a, f"refused: {a.group} is not an elastic group of {a.pool}"))
+        if a.kind == capacity_blocks.ACTION_SET_QUOTA:
+            _apply_quota(a, ps, plan, ports, result, record, deadline)
+            continue
+        # Defence in depth behind IAM: only this pool's elastic groups, only instances observed in them; a
+        # Capacity Block's group only for what its window allows now (policy/capacity_blocks.py).
+        if a.group not in ps.elastic_groups and not (
+                plan.decided_at is not None and capacity_blocks.may_touch(ps, a, plan.decided_at)):
+            result.failed.append((a, f"refused: {a.group} is not an elastic group of {a.pool}, nor a Capacity Block "
+                                     "group inside the window that allows this action"))
             continue
         if kinds.setdefault(a.group, a.kind) != a.kind:
             # The engine never plans this (a property test); refuse it here too: EKS applies a desired size
             # asynchronously, so it could land after the terminations and relaunch them.
             result.failed.append((a, f"refused: {a.group} already gets a {kinds[a.group]} this tick"))
             continue
-        if a.kind == ACTION_TERMINATE:
+        if a.kind in (ACTION_TERMINATE, capacity_blocks.ACTION_CHECKPOINT):
             po = obs.pool(a.pool)
             if not any(n.instance_id == a.instance_id and n.group == a.group for n in po.nodes):
                 result.failed.append((a, f"refused: {a.instance_id} is not in {a.group}"))
                 continue
-            if blind:
+            if blind and a.kind == ACTION_TERMINATE:
                 result.failed.append((a, f"not terminated: {blind}"))
                 continue
         if deadline is not None and deadline.expired:
@@ -249,6 +264,11 @@ def _apply(settings: Settings, plan: Plan, obs: Observation, ports: Ports, resul
         try:
             if a.kind == ACTION_SET_DESIRED:
                 ports.groups.set_desired(a.group, a.desired_to)
+            elif a.kind == capacity_blocks.ACTION_CHECKPOINT:
+                why = _checkpoint(a, ports, (node_names or {}).get(a.instance_id, ""), settings.pool(a.pool))
+                if why is not None:
+                    result.failed.append((a, why))
+                    continue
             elif a.kind == ACTION_TERMINATE:
                 why = _guard_and_terminate(a, ports, (node_names or {}).get(a.instance_id, ""))
                 if why is not None:
@@ -262,6 +282,29 @@ def _apply(settings: Settings, plan: Plan, obs: Observation, ports: Ports, resul
         except PolicyError as err:
             result.failed.append((a, f"{type(err).__name__}: {err}"))
             record(err)
+
+
+def _apply_quota(a: Action, ps, plan: Plan, ports: Ports, result: TickResult, record, deadline) -> None:
+    """A Capacity Block's Kueue floor quota, only to the value its window wants now (behind RBAC, which allows
+    get/patch of the block pools' ClusterQueues only)."""
+    if plan.decided_at is None or not capacity_blocks.may_touch(ps, a, plan.decided_at):
+        result.failed.append((a, f"refused: the floor quota of {a.pool} is not a Capacity Block's, or the window "
+                                 "does not ask for this value now"))
+        return
+    if ports.queues is None:
+        result.failed.append((a, "not applied: no Kubernetes access"))
+        return
+    if deadline is not None and deadline.expired:
+        record(DeadlineExceeded(DEADLINE_MESSAGE))
+        result.failed.append((a, "not applied: tick deadline reached"))
+        return
+    try:
+        ports.queues.set_floor_quota(ps.capacity_block_queue_api, ps.capacity_block_queue, ps.capacity_block_flavor,
+                                     a.desired_to)
+        result.applied.append(a)
+    except PolicyError as err:
+        result.failed.append((a, f"{type(err).__name__}: {err}"))
+        record(err)
 
 
 class _Blind(Exception):
@@ -298,6 +341,21 @@ def _guard_and_terminate(a: Action, ports: Ports, node_name: str) -> str | None:
     except PolicyError:
         _uncordon(ports, node_name, cordoned)
         raise
+    return None
+
+
+def _checkpoint(a: Action, ports: Ports, node_name: str, ps) -> str | None:
+    """A Capacity Block node ahead of EKS's scale-down: cordon it (nothing new lands there; pending work goes to the
+    elastic groups) and mark its GPU pods with the time to checkpoint by. Idempotent: every tick of the drain
+    repeats it, so a pod that started meanwhile is marked too. Returns why it was not done, or None."""
+    if ports.nodes is None:
+        return "not drained: no Kubernetes access"
+    if not node_name:
+        return f"not drained: {a.instance_id} has no known Kubernetes node name"
+    by = capacity_blocks.scale_down_at(capacity_blocks.parse_time(ps.capacity_block_end))
+    ports.nodes.cordon(node_name)  # a PolicyError here is recorded by _apply; the next tick tries again
+    ports.nodes.mark_checkpoint(node_name, capacity_blocks.CHECKPOINT_BY_ANNOTATION,
+                                by.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"))
     return None
 
 

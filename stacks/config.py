@@ -38,7 +38,8 @@ AZ_SUFFIX = re.compile(r"^[a-z]{2}(-gov)?-[a-z]+-\d[a-z]$")
 RESERVATION_ID = r"^cr-[0-9a-f]{8,17}$"
 # EKS scales a Capacity Block node group to 0 forty minutes before the block ends (its scheduled action "Amazon EKS
 # Node Group Capacity Scaledown Before Reservation End"; EC2 starts shutting the instances down 30 minutes before).
-CAPACITY_BLOCK_SCALEDOWN_BEFORE_END = dt.timedelta(minutes=40)
+# One value for the program, the config rules and the policy function (policy/capacity_blocks.py).
+from policy.capacity_blocks import EKS_SCALEDOWN_BEFORE_END as CAPACITY_BLOCK_SCALEDOWN_BEFORE_END  # noqa: E402
 # AWS Budgets limits: notifications per budget and email subscribers per notification.
 MAX_BUDGET_NOTIFICATIONS = 10
 MAX_BUDGET_EMAILS = 10
@@ -157,15 +158,26 @@ class Guaranteed(Strict):
     reservation: Reservation = Field(Reservation.none, description="`none`; `odcr`: an on-demand capacity reservation (created, or yours with reservation_id); `capacity_block`: a Capacity Block you bought.")
     reservation_id: str | None = Field(None, pattern=RESERVATION_ID, description="Id of an existing reservation (cr-...).")
     availability_zone: str | None = Field(None, description="AZ of the reservation; the floor's nodes launch only there.")
-    capacity_block_active: bool = Field(
-        False, description="capacity_block only: false keeps the node group at 0 nodes (before the block starts, "
-        "launches into it fail; EKS upgrades a Capacity Block group only at desired 0); set true once the block is "
-        "active to scale the floor to `nodes`.")
+    capacity_block_start: dt.datetime | None = Field(
+        None, description="capacity_block only (required): the block's start time, UTC (ISO 8601, e.g. "
+        "2027-01-08T11:30:00Z, as EC2 DescribeCapacityReservations' StartDate). The block is paid from it whether "
+        "nodes run or not: the policy function raises the group to `nodes` at the first tick from this time "
+        "(docs/floor.md).")
     capacity_block_end: dt.datetime | None = Field(
         None, description="capacity_block only (required): the block's end time, UTC (ISO 8601, e.g. "
-        "2027-01-15T11:30:00Z, as EC2 DescribeCapacityReservations' EndDate). From 40 minutes before it (when EKS "
-        "scales the group to 0) the program sends desired 0 instead of `nodes`, so a later `pulumi up` never "
-        "raises the group against an expired block.")
+        "2027-01-15T11:30:00Z, as EC2 DescribeCapacityReservations' EndDate). From 40 minutes before it EKS scales "
+        "the group to 0, and neither the policy function nor a later `pulumi up` raises it again.")
+    capacity_block_checkpoint_lead_minutes: int = Field(
+        30, ge=0, le=1440, description="capacity_block only: how many minutes before EKS's scale-down (40 minutes "
+        "before `capacity_block_end`) the policy function cordons the block's nodes, marks their GPU pods "
+        "`gpuloan.io/checkpoint-by` and lets pending work go to the elastic groups. 30: time for a job to save a "
+        "checkpoint and move before EKS evicts it; 0: no early drain (docs/floor.md).")
+    capacity_block_active: bool | None = Field(
+        None, description="capacity_block only. Unset (default): the window decides (`capacity_block_start` to 40 "
+        "minutes before `capacity_block_end`); the policy function brings the group up and down by itself. "
+        "`false`: hold the group at 0 nodes inside the window too (EKS upgrades a Capacity Block group only at "
+        "desired 0: set it for a roll, then remove it). `true`: the same as unset (the window decides), accepted "
+        "so configs written before `capacity_block_start` still read the same.")
 
     payment: FloorPayment | None = Field(
         None, description="How the floor is paid: `on_demand` (no commitment; an ODCR bills at on-demand), "
@@ -182,15 +194,24 @@ class Guaranteed(Strict):
         return _known_gpu_instance(v)
 
     def floor_up(self, now: dt.datetime | None = None) -> bool:
-        """Whether the floor's node group should hold `nodes` now: always, except a Capacity Block before
-        capacity_block_active or from EKS's scale-down before its end (docs/floor.md)."""
+        """Whether the floor's node group should hold `nodes` now: always, except a Capacity Block outside its
+        window (from `capacity_block_start` to EKS's scale-down 40 minutes before `capacity_block_end`) or held by
+        `capacity_block_active: false` (docs/floor.md)."""
         if self.reservation != Reservation.capacity_block:
             return True
-        if not self.capacity_block_active:
+        if self.capacity_block_active is False:
             return False
         if self.capacity_block_end is None:
-            return True  # refused by validation; kept total for callers that build configs in code
+            return bool(self.capacity_block_active)  # refused by validation; kept total for configs built in code
+        if self.capacity_block_end.tzinfo is None or (self.capacity_block_start is not None
+                                                      and self.capacity_block_start.tzinfo is None):
+            return False  # refused by validation (an ambiguous time); other rules may ask before it reports
         now = now or dt.datetime.now(dt.timezone.utc)
+        if self.capacity_block_start is None:  # refused by validation; the pre-window meaning of the flag
+            if not self.capacity_block_active:
+                return False
+        elif now < self.capacity_block_start:
+            return False
         return now < self.capacity_block_end - CAPACITY_BLOCK_SCALEDOWN_BEFORE_END
 
     @property
@@ -512,6 +533,14 @@ class GpuLoanConfig(Strict):
 
 
 # --- errors ------------------------------------------------------------------------------------------------
+
+
+def policy_keeps_block(cfg: "GpuLoanConfig", g: Guaranteed | None) -> bool:
+    """Whether the policy function keeps this floor's Capacity Block window (its group's desired size and, with
+    Kueue, its floor quota): a Capacity Block, with the policy on and acting (a dry run changes nothing, so the
+    program keeps sizing the block at each `pulumi up`). docs/floor.md."""
+    return (g is not None and g.reservation == Reservation.capacity_block and cfg.policy.enabled
+            and not cfg.policy.dry_run)
 
 
 class ConfigError(Exception):
@@ -1115,10 +1144,13 @@ def _capacity_problems(cfg: GpuLoanConfig) -> list[tuple[str, str]]:
                              f"characters; with the {GENERATED_SUFFIX_LENGTH}-character suffix the provider adds, EKS's "
                              f"63-character limit leaves {NODE_GROUP_PREFIX_MAX}: shorten the pool or environment name"))
         g = pool.guaranteed
-        if g is not None and g.capacity_block_active and g.reservation != Reservation.capacity_block:
-            problems.append((f"pools[{i}].guaranteed.capacity_block_active", "only applies to reservation: capacity_block"))
-        if g is not None and g.capacity_block_end is not None and g.reservation != Reservation.capacity_block:
-            problems.append((f"pools[{i}].guaranteed.capacity_block_end", "only applies to reservation: capacity_block"))
+        if g is not None and g.reservation != Reservation.capacity_block:
+            for field in ("capacity_block_active", "capacity_block_start", "capacity_block_end",
+                          "capacity_block_checkpoint_lead_minutes"):
+                if field in g.model_fields_set and getattr(g, field) is not None:
+                    problems.append((f"pools[{i}].guaranteed.{field}", "only applies to reservation: capacity_block"))
+        if g is not None and g.reservation == Reservation.capacity_block:
+            problems += _capacity_block_window_problems(f"pools[{i}].guaranteed", g)
         if g is not None and g.reservation == Reservation.capacity_block:
             if g.capacity_block_end is None:
                 problems.append((f"pools[{i}].guaranteed.capacity_block_end", "give the block's end time (UTC, e.g. "
@@ -1137,6 +1169,39 @@ def _capacity_problems(cfg: GpuLoanConfig) -> list[tuple[str, str]]:
 
 
 IAM_ROLE_NAME_MAX = 64
+# The longest Capacity Block AWS sells is 182 days (1-day steps up to 14 days, 7-day steps up to 182); every block
+# ends at 11:30 UTC, so a block's actual length is the bought one moved by less than a day (EC2 User Guide, "Find
+# and purchase Capacity Blocks").
+CAPACITY_BLOCK_MAX_DURATION = dt.timedelta(days=182 + 1)
+
+
+def _capacity_block_window_problems(at: str, g: Guaranteed) -> list[tuple[str, str]]:
+    """The window of a Capacity Block floor: its start is required (the policy function raises the group then),
+    both times carry a zone, the start comes before the end, the length is one AWS sells, and the window leaves
+    time up before the drain (lead + EKS's 40-minute scale-down)."""
+    out: list[tuple[str, str]] = []
+    start, end = g.capacity_block_start, g.capacity_block_end
+    if start is None:
+        out.append((f"{at}.capacity_block_start", "give the block's start time (UTC, e.g. 2027-01-08T11:30:00Z; "
+                    "EC2 DescribeCapacityReservations StartDate): the policy function raises the floor then, and "
+                    "`capacity_block_active: true` alone no longer says when the block is up"))
+    elif start.tzinfo is None:
+        out.append((f"{at}.capacity_block_start", "give the time zone (Z for UTC): a time without one is ambiguous"))
+    if start is None or start.tzinfo is None or end is None or end.tzinfo is None:
+        return out
+    if start >= end:
+        out.append((f"{at}.capacity_block_end", f"the block must end after it starts ({end.isoformat()} is not after "
+                    f"capacity_block_start {start.isoformat()})"))
+        return out
+    if end - start > CAPACITY_BLOCK_MAX_DURATION:
+        out.append((f"{at}.capacity_block_end", f"the block would last {(end - start).days} days; AWS sells Capacity "
+                    "Blocks of at most 182 days (check StartDate and EndDate in DescribeCapacityReservations)"))
+    lead = dt.timedelta(minutes=g.capacity_block_checkpoint_lead_minutes)
+    if end - CAPACITY_BLOCK_SCALEDOWN_BEFORE_END - lead <= start:
+        out.append((f"{at}.capacity_block_checkpoint_lead_minutes", f"the drain would start before the block does: "
+                    f"{g.capacity_block_checkpoint_lead_minutes} min + EKS's 40-minute scale-down before the end "
+                    f"reach back past capacity_block_start; lower it"))
+    return out
 
 
 # The rules of other modules, run after the ones above in this order (CUDA images, then Kueue scheduling). Both

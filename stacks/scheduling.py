@@ -111,9 +111,11 @@ def gpus_per_node(cfg: GpuLoanConfig, pool: Pool) -> int:
 
 
 def floor_gpus(cfg: GpuLoanConfig, pool: Pool) -> int:
-    """GPUs the floor actually has up: a Capacity Block that is not active yet keeps its group at 0 nodes."""
+    """GPUs the floor actually has up: a Capacity Block outside its window (Guaranteed.floor_up, at the time the
+    program runs) keeps its group at 0 nodes. Where the policy function keeps the block's window, this is only the
+    quota a new ClusterQueue starts with: the policy moves it at the window's times (docs/floor.md, "Kueue")."""
     g = pool.guaranteed
-    if g is None or (g.reservation == Reservation.capacity_block and not g.capacity_block_active):
+    if g is None or (g.reservation == Reservation.capacity_block and not g.floor_up()):
         return 0
     return _units(cfg, g.instance_type, g.nodes)
 

@@ -108,6 +108,7 @@ class FakeKube:
         self.drip_s_per_byte = 0.0  # > 0: status line, headers and body sent one byte at a time, this far apart
         self.nodes: dict[str, dict] = {}  # name -> Node object
         self.patches: list[tuple[str, dict]] = []
+        self.cluster_queues: dict[str, dict] = {}  # name -> ClusterQueue (kueue.x-k8s.io), GET and JSON patch
         self.requests: list[str] = []
         self.bad_tokens = 0
         cert_pem, key_pem = _self_signed()
@@ -141,7 +142,35 @@ class FakeKube:
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
                 if not self._common():
                     return
-                name = urllib.parse.unquote(urllib.parse.urlparse(self.path).path.removeprefix("/api/v1/nodes/"))
+                path = urllib.parse.urlparse(self.path).path
+                if "/clusterqueues/" in path:  # a JSON patch (RFC 6902: test, replace) of a ClusterQueue
+                    name = urllib.parse.unquote(path.rsplit("/", 1)[1])
+                    cq = fake.cluster_queues.get(name)
+                    if cq is None or self.headers.get("Content-Type") != "application/json-patch+json":
+                        return self._send(404 if cq is None else 415, {"kind": "Status"})
+                    fake.patches.append((f"clusterqueues/{name}", body))
+                    for op in body:
+                        *parents, last = op["path"].strip("/").split("/")
+                        target = cq
+                        for key in parents:
+                            target = target[int(key)] if isinstance(target, list) else target[key]
+                        key = int(last) if isinstance(target, list) else last
+                        if op["op"] == "test" and target[key] != op["value"]:
+                            return self._send(422, {"kind": "Status", "reason": "Invalid"})
+                        if op["op"] == "replace":
+                            target[key] = op["value"]
+                    return self._send(200, cq)
+                if path.startswith("/api/v1/namespaces/"):  # a pod: merge its annotations
+                    _, _, _, ns, _, pod_name = path.strip("/").split("/")
+                    pod = next((p for p in fake.pods if p["metadata"]["name"] == pod_name
+                                and p["metadata"].get("namespace") == ns), None)
+                    if pod is None or self.headers.get("Content-Type") != "application/merge-patch+json":
+                        return self._send(404 if pod is None else 415, {"kind": "Status"})
+                    fake.patches.append((f"{ns}/{pod_name}", body))
+                    annotations = pod["metadata"].setdefault("annotations", {})
+                    annotations.update((body.get("metadata") or {}).get("annotations") or {})
+                    return self._send(200, pod)
+                name = urllib.parse.unquote(path.removeprefix("/api/v1/nodes/"))
                 if name not in fake.nodes or self.headers.get("Content-Type") != "application/merge-patch+json":
                     return self._send(404 if name not in fake.nodes else 415, {"kind": "Status"})
                 fake.patches.append((name, body))
@@ -157,6 +186,9 @@ class FakeKube:
                 if not self._common():
                     return
                 url = urllib.parse.urlparse(self.path)
+                if "/clusterqueues/" in url.path:
+                    cq = fake.cluster_queues.get(urllib.parse.unquote(url.path.rsplit("/", 1)[1]))
+                    return self._send(200, cq) if cq is not None else self._send(404, {"kind": "Status"})
                 if url.path.startswith("/api/v1/nodes/"):
                     name = urllib.parse.unquote(url.path.removeprefix("/api/v1/nodes/"))
                     if name not in fake.nodes:

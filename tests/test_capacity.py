@@ -6,6 +6,7 @@ elastic spot / on_demand / spot_then_on_demand; new vs existing cluster).
 
 from __future__ import annotations
 
+import datetime as dt
 import fnmatch
 import json
 
@@ -201,8 +202,13 @@ def test_stack_outputs_name_every_group(recorded, stack):
 
 # A user's own rate, as a test value (the config path under test, not a price claim).
 BLOCK_RATE = {"usd_per_hour": 1.0, "source": "test value standing in for the block's quote"}
-# Far enough ahead that the block is still running whenever the tests run.
-BLOCK_END = "2099-01-01T00:00:00Z"
+# A window around the day the tests run (the program reads the clock): started yesterday, ends in 100 days (AWS
+# sells blocks of at most 182 days); and one that starts in 100 days.
+_TODAY = dt.datetime.now(dt.timezone.utc).replace(hour=11, minute=30, second=0, microsecond=0)
+BLOCK_START = (_TODAY - dt.timedelta(days=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
+BLOCK_END = (_TODAY + dt.timedelta(days=100)).strftime("%Y-%m-%dT%H:%M:%SZ")
+LATER_START = (_TODAY + dt.timedelta(days=100)).strftime("%Y-%m-%dT%H:%M:%SZ")
+LATER_END = (_TODAY + dt.timedelta(days=107)).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 VARIANTS = {
     # name: (guaranteed changes, elastic changes)
@@ -212,16 +218,29 @@ VARIANTS = {
         {"reservation": "odcr", "reservation_id": RESERVATION_ID, "availability_zone": "us-east-1a"},
         {"capacity": "spot_then_on_demand", "on_demand_max_nodes": 2}),
     # The price book has no Capacity Block rate for g6.xlarge: the block's buyer states its price (docs/floor.md).
-    "capacity_block-inactive": (
+    # A Capacity Block's group: min 0, max `nodes`, the desired size owned by the policy function (ignore_changes);
+    # the value sent is the one a new group starts at: the window's (policy/capacity_blocks.py, docs/floor.md).
+    "capacity_block-before-start": (
         {"reservation": "capacity_block", "reservation_id": RESERVATION_ID, "availability_zone": "us-east-1a",
-         "rate": BLOCK_RATE, "capacity_block_end": BLOCK_END}, {}),
+         "rate": BLOCK_RATE, "capacity_block_start": LATER_START, "capacity_block_end": LATER_END}, {}),
+    "capacity_block-in-window": (
+        {"reservation": "capacity_block", "reservation_id": RESERVATION_ID, "availability_zone": "us-east-1a",
+         "rate": BLOCK_RATE, "capacity_block_start": BLOCK_START, "capacity_block_end": BLOCK_END}, {}),
+    # Written before capacity_block_start existed, plus the start: `true` reads as the window.
     "capacity_block-active": (
         {"reservation": "capacity_block", "reservation_id": RESERVATION_ID, "availability_zone": "us-east-1a",
-         "capacity_block_active": True, "rate": BLOCK_RATE, "capacity_block_end": BLOCK_END}, {}),
+         "capacity_block_active": True, "rate": BLOCK_RATE, "capacity_block_start": BLOCK_START,
+         "capacity_block_end": BLOCK_END}, {}),
     # Past EKS's scale-down before the end: the program asks for 0 nodes even with capacity_block_active.
     "capacity_block-ended": (
         {"reservation": "capacity_block", "reservation_id": RESERVATION_ID, "availability_zone": "us-east-1a",
-         "capacity_block_active": True, "rate": BLOCK_RATE, "capacity_block_end": "2026-01-01T00:00:00Z"}, {}),
+         "capacity_block_active": True, "rate": BLOCK_RATE, "capacity_block_start": "2025-12-01T11:30:00Z",
+         "capacity_block_end": "2026-01-01T11:30:00Z"}, {}),
+    # Held for a roll: the program takes the desired size over and sends 0.
+    "capacity_block-held": (
+        {"reservation": "capacity_block", "reservation_id": RESERVATION_ID, "availability_zone": "us-east-1a",
+         "capacity_block_active": False, "rate": BLOCK_RATE, "capacity_block_start": BLOCK_START,
+         "capacity_block_end": BLOCK_END}, {}),
 }
 
 
@@ -262,12 +281,15 @@ def test_variant_floor(variant_runs, name):
         assert floor.inputs["capacityType"] == "CAPACITY_BLOCK"
         assert lt.inputs["instanceMarketOptions"] == {"marketType": "capacity-block"}
         assert lt.inputs["instanceType"] == "g6.xlarge"
-        expected = 1 if g.get("capacity_block_active") and g["capacity_block_end"] == BLOCK_END else 0
-        assert scaling == {"minSize": expected, "desiredSize": expected, "maxSize": 1}
-    else:
-        assert floor.inputs["capacityType"] == "ON_DEMAND"
-        assert "instanceMarketOptions" not in lt.inputs
-        assert scaling == {"minSize": 1, "desiredSize": 1, "maxSize": 1}
+        in_window = g["capacity_block_start"] == BLOCK_START and g["capacity_block_end"] == BLOCK_END
+        held = g.get("capacity_block_active") is False
+        expected = 1 if in_window and not held else 0
+        assert scaling == {"minSize": 0, "desiredSize": expected, "maxSize": 1}
+        assert floor.ignore_changes == ([] if held else [DESIRED])
+        return
+    assert floor.inputs["capacityType"] == "ON_DEMAND"
+    assert "instanceMarketOptions" not in lt.inputs
+    assert scaling == {"minSize": 1, "desiredSize": 1, "maxSize": 1}
     assert floor.ignore_changes == []
 
 
@@ -325,6 +347,34 @@ INVALID = {
                                                          "availability_zone": "us-east-1a",
                                                          "capacity_block_end": "2027-01-15T11:30:00"}),
                                         "pools[0].guaranteed.capacity_block_end"),
+    "capacity_block without start": (dict(guaranteed={"reservation": "capacity_block",
+                                                      "reservation_id": RESERVATION_ID,
+                                                      "availability_zone": "us-east-1a", "capacity_block_active": True,
+                                                      "capacity_block_end": "2027-01-15T11:30:00Z"}),
+                                     "pools[0].guaranteed.capacity_block_start"),
+    "capacity_block start without zone": (dict(guaranteed={
+        "reservation": "capacity_block", "reservation_id": RESERVATION_ID, "availability_zone": "us-east-1a",
+        "capacity_block_start": "2027-01-08T11:30:00", "capacity_block_end": "2027-01-15T11:30:00Z"}),
+        "pools[0].guaranteed.capacity_block_start"),
+    "capacity_block ends before it starts": (dict(guaranteed={
+        "reservation": "capacity_block", "reservation_id": RESERVATION_ID, "availability_zone": "us-east-1a",
+        "capacity_block_start": "2027-01-15T11:30:00Z", "capacity_block_end": "2027-01-08T11:30:00Z"}),
+        "pools[0].guaranteed.capacity_block_end"),
+    "capacity_block longer than AWS sells": (dict(guaranteed={
+        "reservation": "capacity_block", "reservation_id": RESERVATION_ID, "availability_zone": "us-east-1a",
+        "capacity_block_start": "2027-01-08T11:30:00Z", "capacity_block_end": "2027-07-15T11:30:00Z"}),
+        "pools[0].guaranteed.capacity_block_end"),
+    "capacity_block drain before its start": (dict(guaranteed={
+        "reservation": "capacity_block", "reservation_id": RESERVATION_ID, "availability_zone": "us-east-1a",
+        "capacity_block_start": "2027-01-15T10:00:00Z", "capacity_block_end": "2027-01-15T11:30:00Z",
+        "capacity_block_checkpoint_lead_minutes": 60}),
+        "pools[0].guaranteed.capacity_block_checkpoint_lead_minutes"),
+    "block start on odcr": (dict(guaranteed={"reservation": "odcr", "availability_zone": "us-east-1a",
+                                             "capacity_block_start": "2027-01-08T11:30:00Z"}),
+                            "pools[0].guaranteed.capacity_block_start"),
+    "checkpoint lead on odcr": (dict(guaranteed={"reservation": "odcr", "availability_zone": "us-east-1a",
+                                                 "capacity_block_checkpoint_lead_minutes": 10}),
+                                "pools[0].guaranteed.capacity_block_checkpoint_lead_minutes"),
     "mixed GPUs per node": (dict(elastic={"instance_types": ["g6.xlarge", "g6.12xlarge"]}),
                             "pools[0].elastic.instance_types"),
     "mixed CPU architectures": (dict(elastic={"instance_types": ["g5g.xlarge", "g5.xlarge"]}),

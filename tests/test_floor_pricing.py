@@ -111,7 +111,7 @@ def test_payment_defaults_follow_the_reservation():
     cfg = _cfg(payment=None)
     assert cfg.pools[0].guaranteed.price_model == "on_demand"
     cfg = _cfg(payment=None, reservation="capacity_block", reservation_id="cr-0123456789abcdef0",
-               capacity_block_end="2099-01-01T00:00:00Z")
+               capacity_block_start="2098-12-25T11:30:00Z", capacity_block_end="2099-01-01T11:30:00Z")
     assert cfg.pools[0].guaranteed.price_model == "capacity_block"
 
 

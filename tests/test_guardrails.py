@@ -382,6 +382,21 @@ def test_floor_cost_is_computed_from_catalog_prices(recorded):
 
 
 @requires_shared_prices
+def test_a_capacity_block_floor_counts_its_whole_size_before_it_starts(recorded):
+    rec = recorded("prod")
+    (floor,) = [r for r in rec.of_type(g.NODE_GROUP) if r.inputs.get("labels", {}).get("gpuloan.io/pool") == "training"
+                and r.inputs.get("labels", {}).get("gpuloan.io/tier") == "guaranteed"]
+
+    def block_before_its_start(props):  # as the program declares a block whose window has not begun
+        props["capacityType"] = "CAPACITY_BLOCK"
+        props["scalingConfig"] = {"minSize": 0, "desiredSize": 0, "maxSize": 2}
+
+    floors = g.floor_monthly_usd(stack_args(rec, edit={floor.name: block_before_its_start}))
+    p4d = catalog.price("p4d.24xlarge", "us-east-1").ondemand_usd_per_hour
+    assert floors["training"][0] == pytest.approx(2 * p4d * 730)
+
+
+@requires_shared_prices
 def test_floor_under_budget_compliant_and_violating(recorded):
     rec = recorded("prod")
     assert violations("floor-under-budget", stack_args(rec)) == []

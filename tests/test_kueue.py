@@ -194,17 +194,27 @@ def test_time_slicing_counts_quota_in_device_plugin_units():
         "gpuloan-dev-research-floor": 4, "gpuloan-dev-research-spot": 16}
 
 
-def test_inactive_capacity_block_floor_has_no_quota_until_active():
+def test_capacity_block_floor_has_quota_only_inside_its_window_or_while_held():
+    import datetime as dt
+
+    today = dt.datetime.now(dt.timezone.utc).replace(hour=11, minute=30, second=0, microsecond=0)
+
+    def iso(days: int) -> str:
+        return (today + dt.timedelta(days=days)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
     data = stack_config("prod")
-    # A Capacity Block is paid as one (prod's floor is otherwise paid reserved_1yr).
+    # A Capacity Block is paid as one (prod's floor is otherwise paid reserved_1yr). It starts in 10 days.
     data["gpuloan:pools"][0]["guaranteed"].update(reservation="capacity_block", reservation_id="cr-0123456789abcdef0",
-                                                  payment="capacity_block",
-                                                  capacity_block_end="2099-01-01T00:00:00Z")
+                                                  payment="capacity_block", capacity_block_start=iso(10),
+                                                  capacity_block_end=iso(17))
     cfg = config.from_stack_yaml({"config": data}, "test")
     assert _quotas(_cq(cfg, "training"))["gpuloan-prod-training-floor"]["nominalQuota"] == 0
-    data["gpuloan:pools"][0]["guaranteed"]["capacity_block_active"] = True
+    data["gpuloan:pools"][0]["guaranteed"].update(capacity_block_start=iso(-1), capacity_block_end=iso(6))
     cfg = config.from_stack_yaml({"config": data}, "test")
     assert _quotas(_cq(cfg, "training"))["gpuloan-prod-training-floor"]["nominalQuota"] == 16
+    data["gpuloan:pools"][0]["guaranteed"]["capacity_block_active"] = False  # held at 0 for a roll
+    cfg = config.from_stack_yaml({"config": data}, "test")
+    assert _quotas(_cq(cfg, "training"))["gpuloan-prod-training-floor"]["nominalQuota"] == 0
 
 
 def _variants():

@@ -32,7 +32,7 @@ def groups(rec, component_type):
     {"reservation": "odcr", "availability_zone": "us-east-1a"},
     # The price book has no Capacity Block rate for g6.xlarge: the block's buyer states its price (docs/floor.md).
     {"reservation": "capacity_block", "reservation_id": RESERVATION_ID, "availability_zone": "us-east-1a",
-     "capacity_block_active": True, "rate": BLOCK_RATE, "capacity_block_end": "2099-01-01T00:00:00Z"},
+     "rate": BLOCK_RATE, "capacity_block_start": "2099-01-01T11:30:00Z", "capacity_block_end": "2099-01-08T11:30:00Z"},
 ], ids=["on-demand", "odcr", "capacity-block"])
 def test_every_gpu_group_replaces_nodes_without_surge(guaranteed):
     # EKS's DEFAULT update strategy launches the new node first; a reservation sized to the floor has no room

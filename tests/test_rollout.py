@@ -228,11 +228,19 @@ def test_floors_on_a_reservation_are_replaced_delete_first_and_others_create_fir
 
 # --- issue 24 item 7: Capacity Block floors: staged rolls, nothing asked of an ended block ---------------------
 
-def _block_config(active: bool, end: str = "2099-01-01T00:00:00Z") -> dict:
+def _block_config(active: bool, end: str | None = None) -> dict:
+    """A Capacity Block floor inside its window (started yesterday, ends in 100 days, or `end` with a 7-day block);
+    `active` false holds it at 0 (a roll)."""
+    import datetime as dt
+
+    today = dt.datetime.now(dt.timezone.utc).replace(hour=11, minute=30, second=0, microsecond=0)
+    end_t = dt.datetime.fromisoformat(end.replace("Z", "+00:00")) if end else today + dt.timedelta(days=100)
+    start_t = end_t - dt.timedelta(days=7) if end else today - dt.timedelta(days=1)
     config = stack_config("dev")
     config["gpuloan:pools"][0]["guaranteed"].update(
         reservation="capacity_block", reservation_id="cr-0123456789abcdef0", availability_zone="us-east-1a",
-        capacity_block_active=active, capacity_block_end=end,
+        capacity_block_active=active, capacity_block_start=start_t.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        capacity_block_end=end_t.strftime("%Y-%m-%dT%H:%M:%SZ"),
         rate={"usd_per_hour": 1.0, "source": "test value standing in for the block's quote"})
     return config
 

@@ -5,7 +5,9 @@ consumes it); `odcr` or `capacity_block` with a `reservation_id` use one the use
 purchases a Capacity Block (`aws.ec2.CapacityBlockReservation` cannot be cancelled or deleted).
 
 The node group's desired size is owned by Pulumi (min = desired = max = the floor): unlike the elastic groups
-there is no `ignore_changes`, so drift on the floor is corrected by the next `pulumi up`.
+there is no `ignore_changes`, so drift on the floor is corrected by the next `pulumi up`. The exception is a floor
+on a Capacity Block with the policy function on: the policy keeps its window (policy/capacity_blocks.py) and owns
+its desired size, as it does the elastic groups' (block_scaling).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from stacks.capacity import launch_templates
 from pricing.sources import catalog
 from stacks.names import GROUP_GUARANTEED, node_group_name_prefix
 from stacks.capacity.node_groups import GPU_TAINT, gpu_update_config, instance_tags
-from stacks.config import GpuLoanConfig, Guaranteed, Pool, Reservation
+from stacks.config import GpuLoanConfig, Guaranteed, Pool, Reservation, policy_keeps_block
 
 TIER = "guaranteed"
 
@@ -31,14 +33,34 @@ def gpu_ami_type(instance_types: list[str]) -> str:
 
 
 def floor_scaling(g: Guaranteed, now: dt.datetime | None = None) -> tuple[int, int, int]:
-    """(min, desired, max) of the floor: min = desired = max = nodes, except a Capacity Block outside its window
-    (Guaranteed.floor_up): 0 before `capacity_block_active` (launches into a block that has not started fail) and
-    from EKS's scale-down 40 minutes before `capacity_block_end`, so a later `pulumi up` never raises the group
-    against an expired block. Sent explicitly, not left to `ignore_changes`: an ignored desired size would send
-    the state's stale value (Pulumi docs, ignoreChanges) and raise it again."""
+    """(min, desired, max) of a floor Pulumi owns: min = desired = max = nodes, except a Capacity Block outside its
+    window (Guaranteed.floor_up): 0 before `capacity_block_start` (launches into a block that has not started fail),
+    from EKS's scale-down 40 minutes before `capacity_block_end` (a later `pulumi up` never raises the group against
+    an expired block), and while `capacity_block_active: false` holds it. A Capacity Block whose window the policy
+    function keeps is sized by block_scaling instead."""
     if not g.floor_up(now):
         return 0, 0, g.nodes
     return g.nodes, g.nodes, g.nodes
+
+
+# The policy function owns a Capacity Block group's desired size (policy/capacity_blocks.py): it raises the group
+# at the block's start and lowers it at EKS's scale-down, between two `pulumi up`s. The path as the elastic groups
+# ignore it (stacks/capacity/elastic.py); Pulumi.yaml's `options.refresh: always` keeps the state's value live.
+DESIRED_SIZE_PATH = "scalingConfig.desiredSize"
+
+
+def block_scaling(cfg: GpuLoanConfig, g: Guaranteed, now: dt.datetime | None = None
+                  ) -> tuple[tuple[int, int, int], list[str]]:
+    """((min, desired, max), ignore_changes) of a floor's group. A Capacity Block the policy function keeps: min 0
+    (the policy and EKS take it to 0 at the end; a min of `nodes` would refuse that), max `nodes`, and the desired
+    size left to the policy (the value sent is only the one a new group starts at: the window's, as floor_up says).
+    `capacity_block_active: false` takes the desired size over and sends 0 (a roll at desired 0). Any other floor:
+    floor_scaling, owned by Pulumi."""
+    if not policy_keeps_block(cfg, g):
+        return floor_scaling(g, now), []
+    if g.capacity_block_active is False:
+        return (0, 0, g.nodes), []
+    return (0, g.nodes if g.floor_up(now) else 0, g.nodes), [DESIRED_SIZE_PATH]
 
 
 class GuaranteedCapacity(pulumi.ComponentResource):
@@ -80,7 +102,7 @@ class GuaranteedCapacity(pulumi.ComponentResource):
             instance_type=g.instance_type, reservation_id=self.reservation_id, capacity_block=is_block,
             description=f"gpuloan {cfg.environment}/{pool.name}: guaranteed floor")
 
-        low, desired, high = floor_scaling(g)
+        (low, desired, high), ignore = block_scaling(cfg, g)
         depends_on = [cluster.system_node_group] if cluster.system_node_group is not None else []
         self.node_group = aws.eks.NodeGroup(
             f"{name}-ng",
@@ -102,7 +124,8 @@ class GuaranteedCapacity(pulumi.ComponentResource):
             # group created beside the old one targets capacity the old group holds and its launches fail. The
             # floor is down until the new group is up; the cost diff says so (offline/rollout.py, docs/floor.md).
             opts=pulumi.ResourceOptions(parent=self, depends_on=depends_on, protect=cfg.protect_critical,
-                                        delete_before_replace=self.reservation_id is not None),
+                                        delete_before_replace=self.reservation_id is not None,
+                                        ignore_changes=ignore),
         )
         self.register_outputs({"node_group_name": self.node_group.node_group_name,
                                "reservation_id": self.reservation_id})

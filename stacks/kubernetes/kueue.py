@@ -20,7 +20,7 @@ import yaml
 from stacks import scheduling, tags, versions
 from stacks.kubernetes import tenancy
 from stacks.capacity import system_nodes
-from stacks.config import GpuLoanConfig, NewCluster, Tier
+from stacks.config import GpuLoanConfig, NewCluster, Tier, policy_keeps_block
 from stacks.names import KUEUE_NAMESPACE
 
 NAMESPACE = KUEUE_NAMESPACE
@@ -167,6 +167,17 @@ def manifests(cfg: GpuLoanConfig) -> list[dict[str, Any]]:
             + [local_queue_manifest(q) for q in p.queues])
 
 
+def block_quota_ignored(cfg: GpuLoanConfig, pool, queue: scheduling.PoolQueue) -> list[str]:
+    """The ClusterQueue path the policy function owns for a pool whose Capacity Block window it keeps: its floor
+    flavor's nominalQuota (policy/capacity_blocks.py raises it at the block's start and sets 0 from the drain), so
+    a later `pulumi up` does not put back the value of the moment it ran. The floor is the queue's first flavor
+    (stacks/scheduling.py:pool_queue). [] for any other queue."""
+    if not policy_keeps_block(cfg, pool.guaranteed) or not queue.flavors:
+        return []
+    assert queue.flavors[0].flavor == scheduling.flavor_name(cfg, pool, scheduling.FLOOR)
+    return ["spec.resourceGroups[0].flavors[0].resources[0].nominalQuota"]
+
+
 class KueueObject(pulumi.CustomResource):
     """Any Kueue custom resource, declared with exactly its manifest (the kubernetes provider's generic
     `kubernetes:<apiVersion>:<kind>` type; WorkloadPriorityClass has top-level fields that
@@ -213,9 +224,11 @@ class Kueue(pulumi.ComponentResource):
                    for f in p.flavors]
         self.cluster_queues: dict[str, KueueObject] = {}
         self.local_queues: dict[str, str] = {}
+        pools = {pool.name: pool for pool in cfg.pools}
         for q in p.queues:
             cq = KueueObject(f"{name}-cq-{q.pool}", cluster_queue_manifest(cfg, q),
-                             pulumi.ResourceOptions(parent=self, depends_on=[self.release, cohort, *flavors]))
+                             pulumi.ResourceOptions(parent=self, depends_on=[self.release, cohort, *flavors],
+                                                    ignore_changes=block_quota_ignored(cfg, pools[q.pool], q)))
             self.cluster_queues[q.pool] = cq
             waits = [self.release, cq] + ([team_namespaces[q.team]] if q.team in team_namespaces else [])
             KueueObject(f"{name}-lq-{q.pool}", local_queue_manifest(q),

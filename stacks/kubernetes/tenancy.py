@@ -13,9 +13,9 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from stacks import scheduling, tags
+from stacks import scheduling, tags, versions
 from pricing.sources import catalog
-from stacks.config import GpuLoanConfig, Pool, Tier
+from stacks.config import GpuLoanConfig, Pool, Tier, policy_keeps_block
 
 MANAGED_BY = {"app.kubernetes.io/managed-by": "gpuloan"}
 
@@ -42,6 +42,26 @@ POLICY_RBAC_RULES = [
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
     {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]},
 ]
+
+
+# A Capacity Block floor's drain marks the GPU pods on the block's nodes with the time to checkpoint by
+# (policy/kube.py mark_checkpoint: a merge patch of one annotation). Granted only where a pool has such a floor.
+CAPACITY_BLOCK_RBAC_RULE = {"apiGroups": [""], "resources": ["pods"], "verbs": ["patch"]}
+
+
+def policy_rbac_rules(cfg: GpuLoanConfig) -> list[dict]:
+    """The policy's ClusterRole rules for this config: POLICY_RBAC_RULES, plus, where the policy keeps a Capacity
+    Block's window (policy/capacity_blocks.py): pods `patch`, and with Kueue `get`/`patch` of exactly those pools'
+    ClusterQueues (by name: their floor flavor's quota follows the window)."""
+    blocks = [p for p in cfg.pools if policy_keeps_block(cfg, p.guaranteed)]
+    if not blocks:
+        return list(POLICY_RBAC_RULES)
+    rules = [*POLICY_RBAC_RULES, CAPACITY_BLOCK_RBAC_RULE]
+    if cfg.scheduling.kueue.enabled:
+        rules.append({"apiGroups": [versions.KUEUE_API_VERSION.split("/")[0]], "resources": ["clusterqueues"],
+                      "verbs": ["get", "patch"],
+                      "resourceNames": sorted(scheduling.cluster_queue_name(cfg, p) for p in blocks)})
+    return rules
 
 
 def priority_class_name(tier: Tier | str) -> str:
@@ -152,7 +172,7 @@ class Tenancy(pulumi.ComponentResource):
         reader = k8s.rbac.v1.ClusterRole(
             f"{name}-policy-reader",
             metadata={"name": POLICY_READER_CLUSTER_ROLE, "labels": MANAGED_BY},
-            rules=POLICY_RBAC_RULES,
+            rules=policy_rbac_rules(cfg),
             opts=child,
         )
         k8s.rbac.v1.ClusterRoleBinding(

@@ -5,7 +5,8 @@ Least privilege (DESIGN.md decision 5): mutating EKS / Auto Scaling actions are 
 *elastic* node groups (EKS node group ARNs by name prefix; ASG termination by the eks:nodegroup-name tag EKS puts
 on each group's ASG, matched on the same prefix). Node group names are generated from a prefix
 (stacks/capacity/pools.py), so the role is scoped to `<env>-<pool>-spot_*` / `<env>-<pool>-on-demand_*` and stays valid
-across a create-before-delete replacement; the settings carry the groups' actual names. The guaranteed groups appear only in read actions. Reads that AWS cannot scope
+across a create-before-delete replacement; the settings carry the groups' actual names. The guaranteed groups appear only in read actions, except a floor on a Capacity Block, whose desired
+size the policy sets inside the block's window (UpdateNodegroupConfig on that group only; no termination). Reads that AWS cannot scope
 (DescribeAutoScalingGroups, DescribeScalingActivities, DescribeInstances, GetMetricData) are on "*".
 """
 
@@ -24,7 +25,7 @@ from policy import metric_names
 from stacks import tags, versions
 from stacks.names import GROUP_GUARANTEED, GROUP_ON_DEMAND, GROUP_SPOT, node_group_name_pattern
 from stacks.config import ElasticCapacity as CapacityMode
-from stacks.config import GpuLoanConfig
+from stacks.config import GpuLoanConfig, Reservation
 from stacks.policy_function.package import HANDLER, build_zip, source_code_hash
 from stacks.policy_function.settings import GroupNames, settings_for, unknown_prices_allowed
 
@@ -65,9 +66,11 @@ def group_patterns(cfg: GpuLoanConfig) -> dict[str, GroupNames]:
 def policy_document(*, partition: str, region: str, account: str, cluster_name: str, elastic: list[str],
                     guaranteed: list[str], table_arn: str, log_group_arn: str, dlq_arn: str,
                     topic_arn: str | None, kms_key_arn: str | None, budget_names: list[str], subnet_ids: list[str],
-                    security_group_id: str) -> dict:
+                    security_group_id: str, capacity_blocks: list[str] | None = None) -> dict:
     """The role's inline policy (pure, so tests can check it without running the program). `elastic` and
-    `guaranteed` are node group name patterns (`<prefix>*`, group_patterns)."""
+    `guaranteed` are node group name patterns (`<prefix>*`, group_patterns); `capacity_blocks` the patterns of the
+    floors that sit on a Capacity Block (a subset of `guaranteed`): the one change the policy makes to them is their
+    desired size inside the block's window (policy/capacity_blocks.py)."""
     base = f"arn:{partition}"
 
     def nodegroup(name: str) -> str:
@@ -82,6 +85,8 @@ def policy_document(*, partition: str, region: str, account: str, cluster_name: 
          "Resource": [nodegroup(n) for n in sorted(elastic + guaranteed)]},
         {"Sid": "ResizeElasticNodeGroups", "Effect": "Allow", "Action": MUTATING_EKS,
          "Resource": [nodegroup(n) for n in sorted(elastic)]},
+        *([{"Sid": "CapacityBlockWindow", "Effect": "Allow", "Action": MUTATING_EKS,
+            "Resource": [nodegroup(n) for n in sorted(capacity_blocks)]}] if capacity_blocks else []),
         {"Sid": "ReclaimIdleElasticInstances", "Effect": "Allow", "Action": MUTATING_ASG,
          "Resource": [f"{base}:autoscaling:{region}:{account}:autoScalingGroup:*:autoScalingGroupName/eks-*"],
          "Condition": {"StringLike": {f"autoscaling:ResourceTag/{EKS_NODEGROUP_TAG}": sorted(elastic)}}},
@@ -167,6 +172,8 @@ class PolicyFunction(pulumi.ComponentResource):
         patterns = group_patterns(cfg)
         elastic = sorted(n for g in patterns.values() for n in (g.spot, g.on_demand) if n)
         guaranteed = sorted(g.guaranteed for g in patterns.values() if g.guaranteed)
+        capacity_blocks = sorted(patterns[p.name].guaranteed for p in cfg.pools if p.guaranteed is not None
+                                 and p.guaranteed.reservation == Reservation.capacity_block)
         from stacks.policy_function.settings import default_budget_names
 
         budget_names = default_budget_names(cfg)
@@ -207,7 +214,7 @@ class PolicyFunction(pulumi.ComponentResource):
             partition=v[0], region=cfg.region, account=v[1], cluster_name=v[2], elastic=elastic,
             guaranteed=guaranteed, table_arn=v[3], log_group_arn=v[4], dlq_arn=v[5], topic_arn=v[6],
             kms_key_arn=v[7], budget_names=list(budget_names.values()), subnet_ids=list(v[8] or []),
-            security_group_id=v[9])))
+            security_group_id=v[9], capacity_blocks=capacity_blocks)))
         policy = aws.iam.RolePolicy(f"{name}-policy", role=self.role.id, policy=document, opts=child)
 
         # The settings go inside the package (stacks/policy_function/package.py): Lambda's environment variables are

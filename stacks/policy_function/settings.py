@@ -14,7 +14,8 @@ import contextlib
 from dataclasses import dataclass
 
 from pricing.sources import catalog
-from stacks.config import ElasticCapacity, GpuLoanConfig, Pool
+from stacks import scheduling, versions
+from stacks.config import ElasticCapacity, GpuLoanConfig, Pool, Reservation
 from stacks.config import floor_rate as config_floor_rate
 from pricing.sources.floor_pricing import missing_rate_reason
 
@@ -120,6 +121,18 @@ def pool_settings(cfg: GpuLoanConfig, pool: Pool, names: GroupNames, budget_name
                      cooldown_minutes=e.cooldown_minutes,
                      max_step_nodes=e.max_step_nodes, fallback_after_minutes=e.fallback_after_minutes,
                      workload=str(e.workload), launch_minutes=e.launch_minutes, warm_up=e.warm_up)
+    block = {}
+    if g is not None and g.reservation == Reservation.capacity_block and g.capacity_block_start and g.capacity_block_end:
+        # The window the policy function keeps (policy/capacity_blocks.py); times as ISO 8601 with their zone.
+        block = dict(capacity_block_start=g.capacity_block_start.isoformat(),
+                     capacity_block_end=g.capacity_block_end.isoformat(),
+                     capacity_block_checkpoint_lead_minutes=g.capacity_block_checkpoint_lead_minutes,
+                     capacity_block_held=g.capacity_block_active is False)
+        if cfg.scheduling.kueue.enabled:
+            block.update(capacity_block_queue=scheduling.cluster_queue_name(cfg, pool),
+                         capacity_block_queue_api=versions.KUEUE_API_VERSION,
+                         capacity_block_flavor=scheduling.flavor_name(cfg, pool, scheduling.FLOOR),
+                         capacity_block_quota_gpus=scheduling.gpus_per_node(cfg, pool) * g.nodes)
     budget = {}
     if pool.budget is not None:
         budget = dict(budget_monthly_usd=pool.budget.monthly_usd, budget_enforcement=str(pool.budget.enforcement),
@@ -129,7 +142,7 @@ def pool_settings(cfg: GpuLoanConfig, pool: Pool, names: GroupNames, budget_name
         spot_group=spot_group, on_demand_group=od_group, spot_max_nodes=spot_max, on_demand_max_nodes=od_max,
         spot_usd_per_hour=spot_usd, on_demand_usd_per_hour=od_usd,
         guaranteed_group=names.guaranteed if g else None, guaranteed_nodes=g.nodes if g else 0,
-        guaranteed_usd_per_hour=floor_rate, **knobs, **budget,
+        guaranteed_usd_per_hour=floor_rate, **knobs, **budget, **block,
     )
 
 
