@@ -422,3 +422,42 @@ def test_the_readme_cost_table_and_the_benchmark_tables_are_marked_as_command_ou
     assert marked[("docs/benchmarks.md", "make bench-what-if")] > 40
     assert any(p.values[0].page == "README.md" and "preview -s prod --summary" in p.values[0].text
                for p in _output_blocks())
+
+
+# --- commands quoted in prose (`gpuloan simulate --warm-up`, `make bench-sim`) name what exists ----------------
+
+INLINE_COMMAND = re.compile(r"`((?:\.venv/bin/)?gpuloan [a-z][^`]*|make [a-z][a-z-]*)`")
+
+
+def _subcommands(parser) -> dict:
+    import argparse
+
+    return next((a.choices for a in parser._actions if isinstance(a, argparse._SubParsersAction)), {})
+
+
+def test_commands_quoted_in_prose_name_real_subcommands_options_and_make_targets():
+    from gpuloan.cli import build_parser
+
+    targets = set(re.findall(r"^([a-z][a-z-]*):", (REPO / "Makefile").read_text(), re.M))
+    wrong = []
+    for path in doc_pages(REPO):
+        for quoted in INLINE_COMMAND.findall(path.read_text()):
+            words = quoted.split()
+            if words[0] == "make":
+                if words[1] not in targets:
+                    wrong.append(f"{path.name}: `{quoted}`: no make target {words[1]}")
+                continue
+            if words[1] == "vs":  # `gpuloan vs karpenter: ...` is a line of output, not a command
+                continue
+            parser = build_parser()
+            for word in words[1:]:
+                if word.startswith("-") or word not in _subcommands(parser):
+                    break
+                parser = _subcommands(parser)[word]
+            if parser.prog == "gpuloan":
+                wrong.append(f"{path.name}: `{quoted}`: no subcommand {words[1]}")
+                continue
+            options = {s for a in parser._actions for s in a.option_strings}
+            wrong += [f"{path.name}: `{quoted}`: {parser.prog} has no {w}" for w in words
+                      if w.startswith("-") and w.split("=")[0] not in options]
+    assert wrong == []
