@@ -68,11 +68,19 @@ def _page_exports(cmd: DocCommand) -> list[str]:
     return [c.text for c in COMMANDS if c.page == cmd.page and c.line < cmd.line and c.text.startswith("export ")]
 
 
+def _make_recipe(target: str) -> str:
+    recipe = re.search(rf"^{re.escape(target)}:.*\n((?:\t.*\n)*)", (REPO / "Makefile").read_text(), re.M)
+    return recipe.group(1) if recipe else ""
+
+
 def _shared_marks(cmd: DocCommand) -> list:
     """conftest's marker for each piece of ../shared/data the command (or an export it runs after) names; and a skip
     naming a file that is absent though its folder is there."""
     text = " ".join([*_page_exports(cmd), cmd.text])
     named = set(re.findall(r"\.\./shared/data/[^\s'\"]*", text))
+    target = re.match(r"make ([a-z][a-z-]*)$", cmd.text)
+    if target and "$(TRACES)" in _make_recipe(target.group(1)):  # `make benchmark` reads the traces and prices
+        named |= {"../shared/data/traces", "../shared/data/prices"}
     marks = []
     if any(p.startswith("../shared/data/prices") for p in named):
         marks.append(requires_shared_prices)
