@@ -249,7 +249,8 @@ for a in "$@"; do case "$a" in body=@*) cp "${a#body=@}" "$GH_POSTED" ;; esac; d
 
 
 def _run_cost_diff_step(repo: Path, tmp_path: Path, base: str) -> tuple[subprocess.CompletedProcess, Path]:
-    """The job's cost-diff step, run as GitHub runs a `run:` step (bash -e) in `repo`, with the real gpuloan and a
+    """The job's cost-diff step, run as a Linux runner runs a `run:` step without `shell:` (`bash -e {0}`, GitHub's
+    workflow syntax, jobs.<job_id>.steps[*].shell, github/docs#27583) in `repo`, with the real gpuloan and a
     stand-in for `gh` (GitHub's API is not reachable here)."""
     import os
 
