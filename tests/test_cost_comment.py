@@ -162,17 +162,24 @@ def test_a_money_change_alone_counts_as_a_change():
 
 @requires_shared_prices
 @pytest.mark.parametrize("width", [80, 200])
-def test_table_format_fits_the_terminal_never_splits_a_figure_and_gates(width, fallback_raised, monkeypatch, capsys):
+def test_table_format_fits_the_terminal_and_never_splits_a_figure(width, fallback_raised):
     # the table test every command's table passes (tests/test_cli.py), on a change: "$80,358 (+$160,717)" cells
+    _, diffs = fallback_raised
+    out = cost_comment.render_table(diffs, "HEAD~1", width=width)
+    assert "+$160,717" in out
+    assert too_wide_at(out, width) == [] and split_figures(out) == []
+    if width == 200:  # a wide terminal shows every column
+        assert "left out to fit the terminal" not in out
+
+
+@requires_shared_prices
+def test_table_format_fits_80_columns_and_gates(fallback_raised, monkeypatch, capsys):
     repo, _ = fallback_raised
     monkeypatch.chdir(repo)
-    monkeypatch.setenv("COLUMNS", str(width))
+    monkeypatch.setenv("COLUMNS", "80")
     assert cli.main(["cost-diff", "--base", "HEAD~1", "-s", "prod", "--format", "table", "--fail-above", "1%"]) == 0
     captured = capsys.readouterr()
-    assert "+$160,717" in captured.out
-    assert too_wide_at(captured.out, width) == [] and split_figures(captured.out) == []
-    if width == 200:  # a wide terminal shows every column
-        assert "left out to fit the terminal" not in captured.out
+    assert too_wide_at(captured.out, 80) == [] and split_figures(captured.out) == []
     assert captured.out.startswith("Monthly cost will not change")  # a ceiling change alone passes --fail-above
     assert "previewing prod" in captured.err  # progress goes to stderr
 
