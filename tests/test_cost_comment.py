@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 
 import pytest
-from conftest import requires_shared_prices
+from conftest import REPO, requires_shared_prices
 from table_checks import split_figures, too_wide_at
 from test_cost_diff import _commit, _copy_project, _set
 
@@ -166,7 +167,10 @@ def test_table_format_fits_the_terminal_and_never_splits_a_figure(width, fallbac
     # the table test every command's table passes (tests/test_cli.py), on a change: "$80,358 (+$160,717)" cells
     _, diffs = fallback_raised
     out = cost_comment.render_table(diffs, "HEAD~1", width=width)
-    assert "+$160,717" in out
+    gitops = " ".join((REPO / "docs" / "gitops.md").read_text().split())
+    quoted = re.search(r"Raising `on_demand_max_nodes` 2 → 6 instead leaves the headline unchanged and shows "
+                       r"`(\(\+\$[\d,]+\))` in the fallback column", gitops).group(1)
+    assert quoted in out  # docs/gitops.md's figure for this change
     assert too_wide_at(out, width) == [] and split_figures(out) == []
     if width == 200:  # a wide terminal shows every column
         assert "left out to fit the terminal" not in out

@@ -50,6 +50,7 @@ SLOW = {
     "make bench-policy": "13 s, and its timing targets hold on an unloaded machine only",
     "make benchmark": "1 min unloaded, 3 under load: 150 simulations of 57 days",
     "make bench-what-if": "30 s unloaded: 60 simulations of 57 days",
+    "make bench-advise": "12 s unloaded, 30 s under load: 20 simulations of a month, and a timing benchmark",
 }
 # A command not in SLOW must stay under this many CPU-seconds (its own and its children's), or be listed there.
 FAST_CPU_LIMIT_S = 20
@@ -385,6 +386,18 @@ def test_policy_doc_quotes_the_bench_lines_counts_and_zip():
                        _flat_doc("docs/policy.md")).groups()
     out = run_documented(documented("docs/policy.md", r"^make bench-policy$")).stdout
     assert quoted[0] in out and quoted[1] in out
+
+
+@pytest.mark.parametrize("cmd", [_param(documented("docs/benchmarks.md", r"^make bench-advise$"))])  # SLOW
+def test_benchmarks_doc_quotes_the_advisors_verdict_on_the_month(cmd):
+    floor, payment, usd, today, today_usd, share = re.search(
+        r"Its verdict on that month: (\d+) floor nodes paid (\w+), (\$[\d,]+)/month, the cheapest floor that meets the "
+        r"production pool's service target \(today's (\d+ × \w+), (\$[\d,]+), does not\); its last floor node is "
+        r"needed (\d+) % of the time", _flat_doc("docs/benchmarks.md")).groups()
+    out = run_documented(cmd).stdout
+    assert (f"cheapest meeting the target: floor of {floor} x p4d.24xlarge paid {payment}, {usd}/month (today's "
+            f"{today.replace('×', 'x')}: {today_usd}/month); its last floor node is needed {share} % of the time"
+            ) in out
 
 
 # A fenced block right after `<!-- output of: COMMAND -->` is what COMMAND prints at 80 columns: every line of the
