@@ -54,10 +54,11 @@ test: $(VENV)/.dev
 	$(BIN)/lint-imports
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile
 
-## test-deep: the policy's property tests at 10,000 examples each (hypothesis profile "deep", tests/conftest.py);
-## about 36 minutes on 2 shared cores
+## test-deep: the policy's property tests at 10,000 examples each (hypothesis profile "deep", tests/conftest.py),
+## then every command of README.md and docs/, the slow ones too (make benchmark, cost-diff of every stack; their
+## quoted tables checked); about 45 minutes on 2 shared cores
 test-deep: $(VENV)/.dev
-	GPULOAN_HYPOTHESIS_PROFILE=deep $(BIN)/python -m pytest -q -n 0 tests/test_policy_properties.py
+	GPULOAN_HYPOTHESIS_PROFILE=deep $(BIN)/python -m pytest -q -n 0 tests/test_policy_properties.py tests/test_docs_commands.py
 
 ## schema: regenerate docs/config.schema.json and docs/config.md from the config model
 schema: $(VENV)/.runtime

@@ -231,6 +231,8 @@ HEADERS = ("pool", "team", "guaranteed_usd", "elastic_usd", "other_usd", "total_
 
 
 def render_table(report: Report, width: int | None = None) -> str:
+    from rich.text import Text
+
     from gpuloan import tables  # the one table style of every command; folds to the terminal's width
 
     show_other = any(r.other_usd for r in report.all_rows)
@@ -247,10 +249,10 @@ def render_table(report: Report, width: int | None = None) -> str:
         # A budget is a round figure set in the config: whole dollars (one column narrower)
         cells += [_usd(r.total_usd), "-" if r.budget_usd is None else f"{r.budget_usd:,.0f}", _pct(r.pct_of_budget)]
         t.add_row(*cells, end_section=r is report.all_rows[-2])  # a rule above the total
-    out = [title, tables.to_text(t, width=width).rstrip("\n")]
-    notes = [f"{r.pool}: {r.note}" for r in [*report.rows, report.untagged] if r.note]
-    out += [f"note: {n}" for n in notes] + [f"note: {m}" for m in report.messages]
-    return "\n".join(out)
+    notes = [f"{r.pool}: {r.note}" for r in [*report.rows, report.untagged] if r.note] + report.messages
+    # The notes wrap to the terminal as the table fits it (Text: a note's brackets are not rich markup).
+    body = tables.to_text(t, *(Text(f"note: {n}") for n in notes), width=width)
+    return "\n".join([title, body.rstrip("\n")])
 
 
 def to_json(report: Report) -> dict:

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 
 import pytest
-from conftest import requires_shared_prices
+from conftest import REPO, requires_shared_prices
+from table_checks import split_figures, too_wide_at
 from test_cost_diff import _commit, _copy_project, _set
 
 from gpuloan import cli, cost_comment, cost_diff
@@ -160,14 +162,28 @@ def test_a_money_change_alone_counts_as_a_change():
 
 
 @requires_shared_prices
-def test_table_format_fits_80_columns_and_json_format_parses(fallback_raised, monkeypatch, capsys):
+@pytest.mark.parametrize("width", [80, 200])
+def test_table_format_fits_the_terminal_and_never_splits_a_figure(width, fallback_raised):
+    # the table test every command's table passes (tests/test_cli.py), on a change: "$80,358 (+$160,717)" cells
+    _, diffs = fallback_raised
+    out = cost_comment.render_table(diffs, "HEAD~1", width=width)
+    gitops = " ".join((REPO / "docs" / "gitops.md").read_text().split())
+    quoted = re.search(r"Raising `on_demand_max_nodes` 2 → 6 instead leaves the headline unchanged and shows "
+                       r"`(\(\+\$[\d,]+\))` in the fallback column", gitops).group(1)
+    assert quoted in out  # docs/gitops.md's figure for this change
+    assert too_wide_at(out, width) == [] and split_figures(out) == []
+    if width == 200:  # a wide terminal shows every column
+        assert "left out to fit the terminal" not in out
+
+
+@requires_shared_prices
+def test_table_format_fits_80_columns_and_gates(fallback_raised, monkeypatch, capsys):
     repo, _ = fallback_raised
     monkeypatch.chdir(repo)
     monkeypatch.setenv("COLUMNS", "80")
     assert cli.main(["cost-diff", "--base", "HEAD~1", "-s", "prod", "--format", "table", "--fail-above", "1%"]) == 0
     captured = capsys.readouterr()
-    wide = [line for line in captured.out.splitlines() if len(line) > 80 and "prices:" not in line]
-    assert wide == []
+    assert too_wide_at(captured.out, 80) == [] and split_figures(captured.out) == []
     assert captured.out.startswith("Monthly cost will not change")  # a ceiling change alone passes --fail-above
     assert "previewing prod" in captured.err  # progress goes to stderr
 

@@ -17,6 +17,7 @@ import pytest
 import requests
 
 from gpuloan import cli, cost_report
+from table_checks import split_figures, too_wide_at
 
 TODAY = dt.date(2026, 8, 15)
 
@@ -244,4 +245,18 @@ def test_json_output_and_an_80_column_table(ce, aws_env, in_repo, capsys, monkey
     code, out, err = run_cli(["cost-report", "--month", "2026-07", "-s", "prod"], ce, capsys)
     assert code == 0, err
     assert "33,500.25" in out  # a figure is never split across lines
-    assert [line for line in out.splitlines() if len(line) > 80 and not line.startswith("note: ")] == []
+    assert [line for line in out.splitlines() if len(line) > 80] == []  # the notes wrap too
+
+
+@pytest.mark.parametrize("width", [80, 200])
+def test_table_fits_the_terminal_and_never_splits_a_figure(width, ce, aws_env, in_repo, capsys, monkeypatch):
+    # the table test every command's table passes (tests/test_cli.py), with a partial month's notes under it
+    monkeypatch.setattr(cost_report, "_today", lambda: TODAY)
+    monkeypatch.setenv("COLUMNS", str(width))
+    groups = [group("training", "guaranteed", 123_500.0), group("training", "elastic", 1_010_000.25),
+              group("inference", "guaranteed", 2_700.0), group("", "platform", 1_234.0), group("ghost", "elastic", 9.5)]
+    supply(aws_env, page(groups, start="2026-08-01", end="2026-08-16", estimated=True))
+    code, out, err = run_cli(["cost-report", "--month", "2026-08", "-s", "prod"], ce, capsys)
+    assert code == 0, err
+    assert "1,133,500.25" in out  # the widest figure, whole
+    assert too_wide_at(out, width) == [] and split_figures(out) == []

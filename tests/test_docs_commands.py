@@ -1,59 +1,247 @@
-"""The README's commands and the command examples in docs/ run as written."""
+"""Every shell command shown in README.md and docs/ runs as written, or is classified as needing what a test
+machine lacks; figures quoted from a command's output are what it prints today.
+
+The commands are read from the fenced shell blocks (tests/doc_commands.py). Each one runs with bash from the
+repository root, after the `export` lines its page shows above it, with no other price source (as from a fresh
+clone: conftest's GPULOAN_PRICE_FILE is removed) and `.venv/bin` not on PATH, and must exit 0 (or as a `# exits N`
+comment says). Fast commands run in `make test`; SLOW ones only under the deep profile (`make test-deep`); those in
+CANNOT_RUN are checked as far as this machine can. A command that reads the public data beside the project
+(../shared/data) skips with conftest's marker where that is absent, as on GitHub's runners."""
 
 from __future__ import annotations
 
+import functools
 import os
 import re
+import resource
 import shlex
 import subprocess
-from pathlib import Path
+import typing
+from dataclasses import dataclass
 
 import pytest
-from conftest import REPO, SHARED_DATA, requires_shared_prices
+from conftest import REPO, SHARED_DATA, requires_shared_prices, requires_shared_traces
+from doc_commands import SHELL_LANGS, DocCommand, blocks, commands_of, doc_pages, shell_commands, split_comment
 
-# Examples that need what a test machine cannot have; each says why, and is still parsed for its subcommand.
-NEEDS_AWS_MARK = "# needs AWS"
+DEEP = os.environ.get("GPULOAN_HYPOTHESIS_PROFILE") == "deep"
+COMMANDS = shell_commands(REPO)
+
+# What this machine lacks, by command prefix (whitespace runs read as one space). These are not run; each is still
+# checked as far as it can be here (test_a_command_that_cannot_run_here_names_what_exists). A new row is reviewed:
+# say what the command needs that a test machine cannot have.
+CANNOT_RUN = {
+    "pulumi ": "the Pulumi CLI and a state backend (preview and up: an AWS account)",
+    "gh ": "the GitHub CLI, logged in to a repository of yours",
+    "for env in dev prod; do gh ": "the GitHub CLI, logged in to a repository of yours",
+    "aws ": "AWS credentials and a cluster that publishes GPU metrics",
+    "git add ": "commits to your repository",
+    ".venv/bin/gpuloan prices refresh ": "AWS credentials (the Price List API)",
+    ".venv/bin/gpuloan cost-report ": "AWS credentials (Cost Explorer; tests/test_cost_report.py runs it against moto)",
+    ".venv/bin/gpuloan advise -s prod --history-days ": "AWS credentials (the stack's own CloudWatch metrics)",
+    "python -m venv guardrails/venv ": "PyPI, for the policy pack's own venv (tests/test_guardrails.py runs its rules)",
+    "make test": "it runs this suite, which would recurse (its recipe is checked with make -n)",
+    "make install": "it (re)installs .venv, which this suite runs in (its recipe is checked with make -n)",
+}
+
+# Commands over ~20 s on the 2-core machine: they run under the deep profile only (`make test-deep`). Wall time
+# measured on that machine, and what takes it.
+SLOW = {
+    ".venv/bin/gpuloan cost-diff --base HEAD --price-file ": "25 s: two offline previews of each of the two stacks",
+    "make bench-policy": "13 s, and its timing targets hold on an unloaded machine only",
+    "make benchmark": "1 min unloaded, 3 under load: 150 simulations of 57 days",
+    "make bench-what-if": "30 s unloaded: 60 simulations of 57 days",
+    "make bench-advise": "12 s unloaded, 30 s under load: 20 simulations of a month, and a timing benchmark",
+}
+# A command not in SLOW must stay under this many CPU-seconds (its own and its children's), or be listed there.
+FAST_CPU_LIMIT_S = 20
 
 
-def _bash_blocks(path: Path) -> list[str]:
-    return re.findall(r"```bash\n(.*?)```", path.read_text(), flags=re.S)
+def _flat(text: str) -> str:
+    return " ".join(text.split())
 
 
-def _commands(block: str) -> list[str]:
-    return [line.split("  #")[0].strip() if NEEDS_AWS_MARK not in line else line.strip()
-            for line in block.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+def _row(table: dict[str, str], cmd: DocCommand) -> str | None:
+    return next((prefix for prefix in table if _flat(cmd.text + " ").startswith(prefix)), None)
 
 
-PRICE_EXPORT = re.compile(r"^export GPULOAN_PRICE_FILE=(\S+)", flags=re.M)
+def _page_exports(cmd: DocCommand) -> list[str]:
+    """The `export` lines shown above the command on its page (a reader runs them first, in the same shell)."""
+    return [c.text for c in COMMANDS if c.page == cmd.page and c.line < cmd.line and c.text.startswith("export ")]
 
 
-def page_price_file(name: str) -> str | None:
-    """The `export GPULOAN_PRICE_FILE=...` a page shows at its top (in a bash block): its commands run with it."""
-    path = REPO / name if name == "README.md" else REPO / "docs" / name
-    found = [m for block in _bash_blocks(path) for m in PRICE_EXPORT.findall(block)]
-    return found[0] if found else None
+def _make_recipe(target: str) -> str:
+    recipe = re.search(rf"^{re.escape(target)}:.*\n((?:\t.*\n)*)", (REPO / "Makefile").read_text(), re.M)
+    return recipe.group(1) if recipe else ""
 
 
-def _gpuloan_examples() -> list[tuple[str, str]]:
-    found = []
-    for path in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]:
-        for block in _bash_blocks(path):
-            for cmd in _commands(block):
-                if re.match(r"^(\.venv/bin/)?gpuloan |^python -m gpuloan ", cmd):
-                    found.append((path.name, cmd))
-    return found
+def _shared_marks(cmd: DocCommand) -> list:
+    """conftest's marker for each piece of ../shared/data the command (or an export it runs after) names; and a skip
+    naming a file that is absent though its folder is there."""
+    text = " ".join([*_page_exports(cmd), cmd.text])
+    named = set(re.findall(r"\.\./shared/data/[^\s'\"]*", text))
+    target = re.match(r"make ([a-z][a-z-]*)$", cmd.text)
+    if target and "$(TRACES)" in _make_recipe(target.group(1)):  # `make benchmark` reads the traces and prices
+        named |= {"../shared/data/traces", "../shared/data/prices"}
+    marks = []
+    if any(p.startswith("../shared/data/prices") for p in named):
+        marks.append(requires_shared_prices)
+    if any(p.startswith("../shared/data/traces") for p in named):
+        marks.append(requires_shared_traces)
+    missing = sorted(p for p in named if not (SHARED_DATA / p.removeprefix("../shared/data/")).exists())
+    if missing:
+        marks.append(pytest.mark.skip(reason=f"{', '.join(missing)} is absent"))
+    return marks
+
+
+def _param(cmd: DocCommand):
+    marks = _shared_marks(cmd)
+    if _row(SLOW, cmd) and not DEEP:
+        marks.append(pytest.mark.skip(reason=f"slow ({SLOW[_row(SLOW, cmd)]}): deep profile only, make test-deep"))
+    return pytest.param(cmd, id=f"{cmd.page}:{cmd.line}", marks=marks)
+
+
+@dataclass(frozen=True)
+class Run:
+    returncode: int
+    stdout: str
+    stderr: str
+    cpu_s: float
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("GPULOAN_PRICE_FILE", "PULUMI_STACK", "COLUMNS")}
+    # `make` reads the shared data where the suite does (an empty folder in .ci/run's second pass).
+    return {**env, "COLUMNS": "80", "SHARED_DATA": str(SHARED_DATA)}
+
+
+def run_documented(cmd: DocCommand) -> Run:
+    """Run it as a reader would: bash in the repository root, after the page's exports; once per session (pages
+    that show the same command after the same exports share the run)."""
+    return _run_script("\n".join([*_page_exports(cmd), cmd.text]))
+
+
+@functools.cache
+def _run_script(script: str) -> Run:
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    result = subprocess.run(["bash", "-c", script], cwd=REPO, capture_output=True, text=True, timeout=1200,
+                            env=_env())
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu_s = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    return Run(result.returncode, result.stdout, result.stderr, cpu_s)
+
+
+def documented(page: str, pattern: str) -> DocCommand:
+    """The one command of `page` that matches the regular expression `pattern`."""
+    (cmd,) = [c for c in COMMANDS if c.page == page and re.search(pattern, c.text)]
+    return cmd
+
+
+RUNNABLE = [c for c in COMMANDS if not _row(CANNOT_RUN, c)]
+
+
+@pytest.mark.parametrize("cmd", [_param(c) for c in RUNNABLE])
+def test_documented_command_runs_as_written(cmd):
+    run = run_documented(cmd)
+    assert run.returncode == cmd.expected_exit, (
+        f"{cmd} exited {run.returncode}, the doc says {cmd.expected_exit}:\n{run.stdout[-1500:]}\n{run.stderr[-1500:]}")
+    if not _row(SLOW, cmd):
+        assert run.cpu_s < FAST_CPU_LIMIT_S, f"{cmd} took {run.cpu_s:.1f} CPU-s: list it in SLOW (deep profile only)"
+
+
+def test_every_fenced_block_says_what_it_holds():
+    """A block without a language could hide a command from these tests: `bash` for commands, `text` for output."""
+    unnamed = [f"{b.page}:{b.line}" for b in blocks(REPO) if not b.lang]
+    assert unnamed == []
+
+
+def test_every_command_is_run_or_classified_and_every_row_is_used():
+    assert len(COMMANDS) > 40 and {c.page for c in COMMANDS} >= {"README.md", "docs/simulator.md", "docs/gitops.md"}
+    for table in (CANNOT_RUN, SLOW):
+        unused = [prefix for prefix in table if not any(_row(table, c) == prefix for c in COMMANDS)]
+        assert unused == [], "a row no documented command uses: remove it"
+    assert not [c for c in COMMANDS if _row(CANNOT_RUN, c) and _row(SLOW, c)]
+
+
+def _gpuloan_help(argv: list[str]) -> str:
+    """`--help` of the subcommand (`prices refresh` is two words)."""
+    words = [a for a in argv[1:3] if not a.startswith("-")]
+    for n in (len(words), 1):
+        result = subprocess.run([str(REPO / argv[0]), *words[:n], "--help"], cwd=REPO, capture_output=True,
+                                text=True, timeout=60)
+        if result.returncode == 0:
+            return result.stdout
+    raise AssertionError(result.stderr)
+
+
+def _config_path_exists(path: str) -> bool:
+    """`budget.alert_emails[0]`: each name is a field of the config model (stacks/config.py)."""
+    from pydantic import BaseModel
+
+    from stacks.config import GpuLoanConfig
+
+    model: typing.Any = GpuLoanConfig
+    for name in re.sub(r"\[\d+\]", "", path).split("."):
+        if not (isinstance(model, type) and issubclass(model, BaseModel) and name in model.model_fields):
+            return False
+        model = model.model_fields[name].annotation
+        while typing.get_args(model):  # list[X], X | None: look inside
+            model = next((a for a in typing.get_args(model) if isinstance(a, type) and issubclass(a, BaseModel)),
+                         typing.get_args(model)[0])
+    return True
+
+
+WORKFLOWS = "\n".join(p.read_text() for p in sorted((REPO / ".github" / "workflows").glob("*.yml")))
+
+
+@pytest.mark.parametrize("cmd", [pytest.param(c, id=f"{c.page}:{c.line}") for c in COMMANDS if _row(CANNOT_RUN, c)])
+def test_a_command_that_cannot_run_here_names_what_exists(cmd, recorded):
+    """What can be checked without the tool: the subcommand and flags exist, the make recipe resolves, the stack
+    output and config key are the program's, the GitHub variable or secret is one the workflows read."""
+    argv = shlex.split(_flat(cmd.text).split(" && ")[0].split("; do ")[-1])
+    if argv[0].endswith("gpuloan"):
+        help_text = _gpuloan_help(argv)
+        for flag in [a.split("=")[0] for a in argv[2:] if a.startswith("--")]:
+            assert flag in help_text, f"{cmd}: {flag} is not an option"
+    elif argv[0] == "make":
+        assert subprocess.run(["make", "-n", *argv[1:]], cwd=REPO, capture_output=True, timeout=60).returncode == 0
+    elif argv[:3] == ["pulumi", "stack", "output"]:
+        assert argv[3] in recorded("dev").outputs, f"{cmd}: the program exports no {argv[3]}"
+    elif argv[:4] == ["pulumi", "config", "set", "--path"]:
+        namespace, _, path = argv[4].partition(":")
+        assert namespace == "gpuloan" and _config_path_exists(path), f"{cmd}: no config key {argv[4]}"
+    elif argv[:2] in (["gh", "variable"], ["gh", "secret"]):
+        kind = "vars" if argv[1] == "variable" else "secrets"
+        assert f"{kind}.{argv[3]}" in WORKFLOWS, f"{cmd}: no workflow reads {kind}.{argv[3]}"
+    assert CANNOT_RUN[_row(CANNOT_RUN, cmd)]  # and the reason is given
+
+
+def test_the_command_reader_joins_continuations_and_loops_and_keeps_comments_apart():
+    body = ('make preview   # creates .venv\n'
+            'gh api --method PUT "repos/o/r/environments/prod" \\\n  -F "x=#notacomment"  # a comment\n'
+            '\n# a comment line\n'
+            'for env in dev prod; do\n  gh api "$env"\ndone\n'
+            '.venv/bin/gpuloan validate -s broken  # exits 2: the file names a missing pool\n')
+    cmds = commands_of(body, "p.md", 10)
+    assert [(c.line, c.text, c.comment) for c in cmds] == [
+        (10, "make preview", "creates .venv"),
+        (11, 'gh api --method PUT "repos/o/r/environments/prod" \\\n-F "x=#notacomment"', "a comment"),
+        (15, 'for env in dev prod; do\ngh api "$env"\ndone', ""),
+        (18, ".venv/bin/gpuloan validate -s broken", "exits 2: the file names a missing pool"),
+    ]
+    assert [c.expected_exit for c in cmds] == [0, 0, 0, 2]
+    assert split_comment("echo 'a # b' # c") == ("echo 'a # b'", "c")
+    assert SHELL_LANGS >= {"bash", "sh"}
 
 
 def test_readme_two_commands_are_make_preview_and_make_test():
-    two = _commands(_bash_blocks(REPO / "README.md")[0])
-    assert two == ["make preview", "make test"]
+    first = next(b for b in blocks(REPO) if b.page == "README.md" and b.lang in SHELL_LANGS)
+    assert [c.text for c in commands_of(first.body)] == ["make preview", "make test"]
 
 
-def test_make_preview_runs_as_written():
-    result = subprocess.run(["make", "preview"], cwd=REPO, capture_output=True, text=True, timeout=900)
-    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
-    assert "dev: valid" in result.stdout
-    assert "Estimated monthly cost" in result.stdout
+def test_make_preview_validates_and_prices_the_dev_stack():
+    run = run_documented(documented("README.md", r"^make preview$"))
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    assert "dev: valid" in run.stdout and "Estimated monthly cost" in run.stdout
 
 
 def test_make_test_runs_the_suite():
@@ -67,62 +255,10 @@ def test_ci_runs_the_readme_test_command():
     assert "make test" in (REPO / ".ci" / "run").read_text()
 
 
-EXAMPLES = _gpuloan_examples()
-
-
-def _example(doc: str, cmd: str):
-    """An example that reads the public data beside the project (../shared/data) skips where that is absent."""
-    args = [a.split("=", 1)[-1] for a in shlex.split(cmd.split(NEEDS_AWS_MARK)[0])] + [page_price_file(doc) or ""]
-    # Checked where the tests look for the data (GPULOAN_SHARED_DATA), so hiding it skips these as a clone without it.
-    missing = [a for a in args if a.startswith("../shared/data")
-               and not (SHARED_DATA / a.removeprefix("../shared/data").lstrip("/")).exists()]
-    marks = pytest.mark.skip(reason=f"{', '.join(missing)} is absent") if missing else ()
-    return pytest.param(doc, cmd, id=f"{doc}:{cmd[:60]}", marks=marks)
-
-
-@pytest.mark.parametrize("doc,cmd", [_example(d, c) for d, c in EXAMPLES])
-def test_documented_gpuloan_command_runs(doc, cmd):
-    argv = shlex.split(cmd.split(NEEDS_AWS_MARK)[0])
-    if argv[0] == "gpuloan":
-        argv[0] = str(REPO / ".venv" / "bin" / "gpuloan")
-    elif argv[0] == "python":
-        argv[0] = str(REPO / ".venv" / "bin" / "python")
-    else:
-        argv[0] = str(REPO / argv[0])
-    if NEEDS_AWS_MARK in cmd:
-        # Cannot reach AWS here: check that the command and its flags parse (--help of the subcommand).
-        result = subprocess.run([argv[0], argv[1], "--help"], cwd=REPO, capture_output=True, text=True, timeout=60)
-        assert result.returncode == 0, result.stderr
-        for flag in [a for a in argv[2:] if a.startswith("--")]:
-            assert flag.split("=")[0] in result.stdout, f"{flag} is not an option of `gpuloan {argv[1]}`"
-        return
-    # As written from a fresh clone: no price variable but the one the page exports (conftest sets one for the
-    # suite), no project price file (this repository commits none: its prices are ../shared's, not AWS's).
-    env = {k: v for k, v in os.environ.items() if k != "GPULOAN_PRICE_FILE"}
-    if page_price_file(doc):
-        env["GPULOAN_PRICE_FILE"] = page_price_file(doc)
-    result = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=600, env=env)
-    assert result.returncode == 0, f"{doc}: `{cmd}` failed:\n{result.stdout[-1500:]}\n{result.stderr[-1500:]}"
-
-
 def test_config_reference_is_current():
     from gpuloan.cmd_schema import config_markdown
 
     assert (REPO / "docs" / "config.md").read_text() == config_markdown(), "run `make schema` to regenerate docs/config.md"
-
-
-@requires_shared_prices
-def test_readme_cost_table_matches_the_real_preview():
-    readme = (REPO / "README.md").read_text()
-    block = readme.split("`.venv/bin/gpuloan preview -s prod\n--summary`, 80 columns) it shows:", 1)[1].split("```", 2)[1]
-    rows = [line for line in block.splitlines() if line.strip()]
-    assert any(r.startswith("total") for r in rows) and any(r.startswith("training") for r in rows)
-    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
-    out = subprocess.run([str(REPO / ".venv" / "bin" / "gpuloan"), "preview", "-s", "prod", "--summary"], cwd=REPO,
-                         capture_output=True, text=True, timeout=300, env={**env, "COLUMNS": "80"}).stdout
-    lines = [line.rstrip() for line in out.splitlines()]
-    for row in rows:
-        assert row in lines, f"README row is stale (prices or config changed?): {row}"
 
 
 # --- figures and claims quoted in the docs, checked against what the code does -------------------------------
@@ -176,56 +312,173 @@ def test_simulator_doc_quotes_the_real_trace_error(tmp_path):
 @requires_shared_prices
 def test_budgets_doc_quotes_the_real_headroom():
     quoted = re.search(r"`budget headroom: at most (\$[\d,.]+)`", (REPO / "docs" / "budgets.md").read_text()).group(1)
-    env = {**os.environ, "COLUMNS": "200"}
-    out = subprocess.run([str(REPO / ".venv" / "bin" / "gpuloan"), "preview", "-s", "prod", "--summary"], cwd=REPO,
-                         capture_output=True, text=True, timeout=300, env=env).stdout
-    assert f"budget headroom: at most {quoted}" in out
+    out = run_documented(documented("docs/budgets.md", r"^\.venv/bin/gpuloan preview -s prod$")).stdout
+    assert f"budget headroom: at most {quoted}" in _flat(out)
+
+
+def _flat_doc(page: str) -> str:
+    return _flat((REPO / page).read_text())
+
+
+def _advise_json(cmd: DocCommand) -> dict:
+    import json
+
+    argv = [a for a in shlex.split(cmd.text) if not a.startswith("--plot") and not a.endswith(".png")]
+    run = run_documented(DocCommand(cmd.page, cmd.line, shlex.join([*argv, "--json"]), ""))
+    assert run.returncode == 0, run.stderr
+    return json.loads(run.stdout)["pools"][0]
 
 
 @requires_shared_prices
-@pytest.mark.skipif(os.environ.get("GPULOAN_HYPOTHESIS_PROFILE") != "deep" or not (REPO.parent / "shared" / "data" /
-                    "traces").is_dir(), reason="a week of advise (about a minute): deep profile only")
+@requires_shared_traces
 def test_floor_doc_hand_check_quotes_the_first_commands_figures():
-    import json
-
-    text = " ".join((REPO / "docs" / "floor.md").read_text().split())
-    elastic = re.search(r"at 2 floor nodes the elastic part costs \$([\d,.]+)/month", text).group(1)
-    rec = re.search(r"a floor of (\d+) nodes paid `(\w+)`, \$([\d,]+)/month", text).groups()
-    cmd = next(c for d, c in EXAMPLES if d == "floor.md" and c.startswith("gpuloan advise") and "--trace" in c)
-    argv = [str(REPO / ".venv" / "bin" / "gpuloan")] + shlex.split(cmd)[1:]
-    argv = [a for a in argv if not a.startswith("--plot") and not a.endswith(".png")] + ["--json"]
-    doc = json.loads(subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=900).stdout)["pools"][0]
+    text = _flat_doc("docs/floor.md")
+    cmd = documented("docs/floor.md", r"^\.venv/bin/gpuloan advise .*--trace")
+    doc = _advise_json(cmd)
     two = next(p for p in doc["points"] if p["floor_nodes"] == 2)
-    assert f"{two['elastic_monthly_usd']:,.2f}" == elastic
+    elastic, total, printed = re.search(r"at 2 floor nodes the elastic part costs \$([\d,.]+)/month, so `reserved_1yr` "
+                                        r"costs 2 × 13\.5171 × 730 \+ [\d,.]+ = \$([\d,.]+) \(the table prints "
+                                        r"\$([\d,]+)\)", text).groups()
+    assert (elastic, total) == (f"{two['elastic_monthly_usd']:,.2f}", f"{two['monthly_usd']['reserved_1yr']:,.2f}")
+    assert re.search(rf"^2 +[\d,]+ +{printed} ", run_documented(cmd).stdout, re.M)  # the table of the command itself
+    peak, step = re.search(r"The peak from that week's demand is (\d+) nodes, so the sweep tries every (\w+) size",
+                           text).groups()
+    assert doc["peak_nodes"] == int(peak) and step == "second"
+    assert [p["floor_nodes"] for p in doc["points"]] == list(range(0, int(peak) + 1, 2))
+    per_month, below = re.search(r"interrupt production work \(([\d.]+) interruptions a month\) at every floor below "
+                                 r"(\d+) nodes", text).groups()
+    assert {p["production_interruptions_per_month"] for p in doc["points"] if p["floor_nodes"] < int(below)} == {
+        float(per_month)}
+    rec = re.search(r"a floor of (\d+) nodes paid `(\w+)`, \$([\d,]+)/month", text).groups()
     r = doc["recommendation"]
     assert (str(r["floor_nodes"]), r["payment"], f"{r['monthly_usd']:,.0f}") == rec
 
 
+@requires_shared_prices
+def test_floor_doc_quotes_the_preview_of_the_training_floor():
+    text = _flat_doc("docs/floor.md")
+    cells = re.search(r"shows it as `2× p4d\.24xlarge (\$[\d,]+) \((\w+)\)` with the line `([^`]+)…\)`",
+                      text).groups()
+    # the same command as budgets.md's (one run serves both)
+    out = _flat(run_documented(documented("docs/budgets.md", r"^\.venv/bin/gpuloan preview -s prod$")).stdout)
+    assert re.search(rf"training research 2× p4d\.24xlarge .* {re.escape(cells[0])} .* \({cells[1]}\) inference", out)
+    assert cells[2] in out
+
+
+@requires_shared_prices
+@requires_shared_traces
+def test_simulator_doc_quotes_the_sweep_examples_frontier():
+    text = _flat_doc("docs/simulator.md")
+    low, low_usd, low_p95, high, high_usd = re.search(
+        r"the frontier runs from floor (\d+) \(about \$([\d,]+), p95 ([\d.]+) min, level with karpenter\) to floor "
+        r"(\d+) \(about \$([\d,]+), no wait\)", text).groups()
+    out = run_documented(documented("docs/simulator.md", r"--sweep-floor")).stdout
+    rows = {int(r[0]): r for r in (line.split() for line in out.splitlines()) if r and r[0].isdigit()}
+    about = lambda usd: f"{round(int(usd.replace(',', '')), -2):,}"  # noqa: E731
+    assert (about(rows[int(low)][2]), rows[int(low)][4]) == (low_usd, low_p95)
+    assert (about(rows[int(high)][2]), float(rows[int(high)][4])) == (high_usd, 0.0)
+    assert all(float(rows[n][4]) == 0.0 for n in rows if n > int(high))  # "floors 6 and 7 ... no shorter wait"
+
+
+@pytest.mark.skipif(not DEEP, reason="make bench-policy is SLOW: deep profile only")
+def test_policy_doc_quotes_the_bench_lines_counts_and_zip():
+    quoted = re.search(r"`decide 100 pools x 32 nodes: [\d.]+ ms \| (AWS calls per tick[^|]+)\| (zip: [\d.]+ KiB)",
+                       _flat_doc("docs/policy.md")).groups()
+    out = run_documented(documented("docs/policy.md", r"^make bench-policy$")).stdout
+    assert quoted[0] in out and quoted[1] in out
+
+
+@pytest.mark.parametrize("cmd", [_param(documented("docs/benchmarks.md", r"^make bench-advise$"))])  # SLOW
+def test_benchmarks_doc_quotes_the_advisors_verdict_on_the_month(cmd):
+    floor, payment, usd, today, today_usd, share = re.search(
+        r"Its verdict on that month: (\d+) floor nodes paid (\w+), (\$[\d,]+)/month, the cheapest floor that meets the "
+        r"production pool's service target \(today's (\d+ × \w+), (\$[\d,]+), does not\); its last floor node is "
+        r"needed (\d+) % of the time", _flat_doc("docs/benchmarks.md")).groups()
+    out = run_documented(cmd).stdout
+    assert (f"cheapest meeting the target: floor of {floor} x p4d.24xlarge paid {payment}, {usd}/month (today's "
+            f"{today.replace('×', 'x')}: {today_usd}/month); its last floor node is needed {share} % of the time"
+            ) in out
+
+
 # A fenced block right after `<!-- output of: COMMAND -->` is what COMMAND prints at 80 columns: every line of the
-# block must be a line of its output today (the block may leave lines out, never change one).
+# block must be a line of its output today (the block may leave lines out, never change one). A longer stretch of a
+# page (tables between prose) opens with `<!-- output of: COMMAND (a note) -->` and closes with
+# `<!-- end of output -->`: each table row in it must be a line COMMAND prints.
 OUTPUT_MARK = re.compile(r"<!-- output of: (.+?) -->\n```\w*\n(.*?)```", re.S)
+OUTPUT_REGION = re.compile(r"<!-- output of: ([^(\n]+?)(?: \([^)\n]*\))? -->\n(?!```)(.*?)<!-- end of output -->", re.S)
 
 
 def _output_blocks() -> list:
     found = []
-    for path in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]:
-        for cmd, block in OUTPUT_MARK.findall(path.read_text()):
-            found.append(pytest.param(path.name, cmd, block, id=f"{path.name}:{cmd[:50]}"))
+    for path in doc_pages(REPO):
+        page, text = str(path.relative_to(REPO)), path.read_text()
+        marked = [(command, [r for r in block.splitlines() if r.strip()])
+                  for command, block in OUTPUT_MARK.findall(text)]
+        marked += [(command, [r for r in region.splitlines() if r.startswith("|")])
+                   for command, region in OUTPUT_REGION.findall(text)]
+        for command, rows in marked:
+            # the command as one of the page's shell blocks shows it (so it also runs as written), or as marked
+            cmd = next((c for c in COMMANDS if c.page == page and c.text == command), DocCommand(page, 0, command, ""))
+            marks = _shared_marks(cmd)
+            if _row(SLOW, cmd) and not DEEP:
+                marks.append(pytest.mark.skip(reason=f"slow ({SLOW[_row(SLOW, cmd)]}): deep profile only"))
+            found.append(pytest.param(cmd, rows, id=f"{page}:{command[:50]}", marks=marks))
     return found
 
 
-@requires_shared_prices
-@pytest.mark.parametrize("doc,cmd,block", _output_blocks())
-def test_documented_output_is_what_the_command_prints(doc, cmd, block):
-    argv = shlex.split(cmd)
-    argv[0] = str(REPO / argv[0])
-    env = {**{k: v for k, v in os.environ.items() if k != "COLUMNS"}, "COLUMNS": "80"}
-    out = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=600, env=env).stdout
-    lines = {line.rstrip() for line in out.splitlines()}
-    stale = [row for row in block.splitlines() if row.strip() and row.rstrip() not in lines]
-    assert stale == [], f"{doc}: the output of `{cmd}` changed; regenerate the block"
+@pytest.mark.parametrize("cmd,rows", _output_blocks())
+def test_documented_output_is_what_the_command_prints(cmd, rows):
+    assert cmd.line, f"{cmd.page}: `{cmd.text}` is marked as output but no shell block of the page shows it"
+    assert rows, "an output mark with nothing under it"
+    run = run_documented(cmd)
+    assert run.returncode == 0, run.stderr[-2000:]
+    lines = {line.rstrip() for line in run.stdout.splitlines()}
+    stale = [row for row in rows if row.rstrip() not in lines]
+    assert stale == [], f"{cmd.page}: the output of `{cmd.text}` changed; regenerate the block"
 
 
-def test_the_readme_cost_table_is_marked_as_command_output():
-    assert any(d == "README.md" and "preview -s prod --summary" in p.values[1] for p in _output_blocks()
-               for d in [p.values[0]])
+def test_the_readme_cost_table_and_the_benchmark_tables_are_marked_as_command_output():
+    marked = {(p.values[0].page, p.values[0].text): len(p.values[1]) for p in _output_blocks()}
+    assert marked[("docs/benchmarks.md", "make benchmark")] > 100
+    assert marked[("docs/benchmarks.md", "make bench-what-if")] > 40
+    assert any(p.values[0].page == "README.md" and "preview -s prod --summary" in p.values[0].text
+               for p in _output_blocks())
+
+
+# --- commands quoted in prose (`gpuloan simulate --warm-up`, `make bench-sim`) name what exists ----------------
+
+INLINE_COMMAND = re.compile(r"`((?:\.venv/bin/)?gpuloan [a-z][^`]*|make [a-z][a-z-]*)`")
+
+
+def _subcommands(parser) -> dict:
+    import argparse
+
+    return next((a.choices for a in parser._actions if isinstance(a, argparse._SubParsersAction)), {})
+
+
+def test_commands_quoted_in_prose_name_real_subcommands_options_and_make_targets():
+    from gpuloan.cli import build_parser
+
+    targets = set(re.findall(r"^([a-z][a-z-]*):", (REPO / "Makefile").read_text(), re.M))
+    wrong = []
+    for path in doc_pages(REPO):
+        for quoted in INLINE_COMMAND.findall(path.read_text()):
+            words = quoted.split()
+            if words[0] == "make":
+                if words[1] not in targets:
+                    wrong.append(f"{path.name}: `{quoted}`: no make target {words[1]}")
+                continue
+            if words[1] == "vs":  # `gpuloan vs karpenter: ...` is a line of output, not a command
+                continue
+            parser = build_parser()
+            for word in words[1:]:
+                if word.startswith("-") or word not in _subcommands(parser):
+                    break
+                parser = _subcommands(parser)[word]
+            if parser.prog == "gpuloan":
+                wrong.append(f"{path.name}: `{quoted}`: no subcommand {words[1]}")
+                continue
+            options = {s for a in parser._actions for s in a.option_strings}
+            wrong += [f"{path.name}: `{quoted}`: {parser.prog} has no {w}" for w in words
+                      if w.startswith("-") and w.split("=")[0] not in options]
+    assert wrong == []

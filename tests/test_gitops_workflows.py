@@ -237,3 +237,58 @@ def config_mod_parse_prod():
 
     return config_mod.parse({k.split(":", 1)[1]: v for k, v in stack_config("prod").items()
                              if k.startswith("gpuloan:")})
+
+
+# --- the cost-diff job in a repository that commits no price file (a fresh fork; this repository) ------------
+
+FAKE_GH = """#!/usr/bin/env bash
+# GitHub's API as the job reaches it: no earlier comment; a posted or edited body is kept in posted.md.
+echo "$*" >> "$GH_CALLS"
+for a in "$@"; do case "$a" in body=@*) cp "${a#body=@}" "$GH_POSTED" ;; esac; done
+"""
+
+
+def _run_cost_diff_step(repo: Path, tmp_path: Path, base: str) -> tuple[subprocess.CompletedProcess, Path]:
+    """The job's cost-diff step, run as a Linux runner runs a `run:` step without `shell:` (`bash -e {0}`, GitHub's
+    workflow syntax, jobs.<job_id>.steps[*].shell, github/docs#27583) in `repo`, with the real gpuloan and a
+    stand-in for `gh` (GitHub's API is not reachable here)."""
+    import os
+
+    script = next(s["run"] for s in load("preview.yml")["jobs"]["cost-diff"]["steps"] if "cost-diff" in s.get("run", ""))
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    (bin_dir / "gh").write_text(FAKE_GH)
+    (bin_dir / "gh").chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k != "GPULOAN_PRICE_FILE"}  # as on a runner: no price variable
+    env.update(PATH=f"{bin_dir}:{env['PATH']}", BASE_SHA=base, PR_NUMBER="7", REPOSITORY="example-org/ml-infra",
+               GH_TOKEN="not-a-token", GH_CALLS=str(tmp_path / "calls"), GH_POSTED=str(tmp_path / "posted.md"),
+               GITHUB_STEP_SUMMARY=str(tmp_path / "summary.md"), XDG_CACHE_HOME=str(tmp_path / "no-cache"))
+    result = subprocess.run(["bash", "-e", "-c", script], cwd=repo, env=env, capture_output=True, text=True,
+                            timeout=600)
+    return result, tmp_path / "posted.md"
+
+
+def test_cost_diff_job_without_a_price_file_comments_how_to_get_one_and_passes_with_a_notice(tmp_path):
+    from test_cost_diff import _commit, _copy_project, _git
+
+    from gpuloan.cost_diff import MARKER
+
+    repo = _copy_project(tmp_path / "repo")
+    (repo / "Pulumi.prod.yaml").unlink()  # one stack keeps the run short
+    _commit(repo, "base")
+    (repo / ".venv").symlink_to(REPO / ".venv")  # what `make install` leaves, untracked
+    assert not (repo / "gpuloan-prices.json").exists()
+    result, posted = _run_cost_diff_step(repo, tmp_path, _git(repo, "rev-parse", "HEAD").strip())
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "::notice title=GPU cost diff without prices::" in result.stdout
+    assert "gpuloan prices refresh -s STACK" in result.stdout and "docs/prices.md" in result.stdout
+    assert "GPU cost diff without prices" in (tmp_path / "summary.md").read_text()
+    comment = posted.read_text()  # the comment still shows the resource changes, and says why no cost
+    assert comment.startswith(MARKER) and "No price file: no cost was compared" in comment
+    assert "Resources: 0 to add, 0 to change, 0 to remove" in comment
+
+    # Any other failure still fails the check, with the error as the comment: an unknown base.
+    posted.unlink()
+    result, posted = _run_cost_diff_step(repo, tmp_path, "0" * 40)
+    assert result.returncode == 2 and "::notice" not in result.stdout
+    assert "gpuloan cost-diff could not run:" in posted.read_text()
