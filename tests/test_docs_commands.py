@@ -38,6 +38,7 @@ CANNOT_RUN = {
     ".venv/bin/gpuloan prices refresh ": "AWS credentials (the Price List API)",
     ".venv/bin/gpuloan cost-report ": "AWS credentials (Cost Explorer; tests/test_cost_report.py runs it against moto)",
     ".venv/bin/gpuloan advise -s prod --history-days ": "AWS credentials (the stack's own CloudWatch metrics)",
+    ".venv/bin/gpuloan advise -s prod --org ": "AWS credentials (every pool's own CloudWatch metrics; tests/test_org_advisor.py runs it against moto)",
     "python -m venv guardrails/venv ": "PyPI, for the policy pack's own venv (tests/test_guardrails.py runs its rules)",
     "make test": "it runs this suite, which would recurse (its recipe is checked with make -n)",
     "make install": "it (re)installs .venv, which this suite runs in (its recipe is checked with make -n)",
@@ -51,6 +52,8 @@ SLOW = {
     "make benchmark": "1 min unloaded, 3 under load: 150 simulations of 57 days",
     "make bench-what-if": "30 s unloaded: 60 simulations of 57 days",
     "make bench-advise": "12 s unloaded, 30 s under load: 20 simulations of a month, and a timing benchmark",
+    "make bench-org": "3-5 min: 72 advisor runs over the ten ITP clusters",
+    "make bench-capacity-block": "40 simulated Capacity Blocks, before and after",
 }
 # A command not in SLOW must stay under this many CPU-seconds (its own and its children's), or be listed there.
 FAST_CPU_LIMIT_S = 20
