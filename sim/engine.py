@@ -76,7 +76,8 @@ class SimSettings:
 @dataclass
 class SimNode:
     __slots__ = ("id", "serial", "group", "gpus", "usd_per_hour", "launched", "ready_at", "reclaim_at", "warned",
-                 "busy", "jobs", "hist", "empty_since", "obs_cache", "slot", "busy_minutes", "empty_minutes")
+                 "busy", "jobs", "hist", "empty_since", "obs_cache", "slot", "busy_minutes", "empty_minutes",
+                 "closed")
     id: str
     serial: int
     group: str
@@ -94,6 +95,7 @@ class SimNode:
     slot: int | None  # spot slot (common random numbers), None for other capacity
     busy_minutes: int  # GPU-minutes a pod held, up to the node's last busy change
     empty_minutes: int  # minutes ready with no pod, up to the node's last busy change
+    closed: bool  # a NoSchedule taint keeps new pods off it (back to spot, the rebalance recommendation)
 
     @property
     def free(self) -> int:
@@ -122,6 +124,10 @@ class Counters:
     elastic_booting: int = 0
     elastic_empty: int = 0
     elastic_busy: int = 0
+    # On-demand node-minutes billed while spot could be launched (outside every spot-unavailable episode): the
+    # fallback capacity kept after spot came back (issue 28, "Back to spot").
+    on_demand_node_minutes_spot_available: int = 0
+    on_demand_node_minutes: int = 0
 
 
 def spot_episodes(seed: int, horizon: int, per_week: float, mean_hours: float) -> list[tuple[int, int]]:
@@ -240,7 +246,7 @@ class Simulation:
                 self._next_slot += 1
             reclaim = self.interruptions.next_after(slot, self.now)
         node = SimNode(f"i-{group[0]}{self._serial:07d}", self._serial, group, spec.gpus_per_node, price, self.now,
-                       ready_at, reclaim, False, 0, set(), [(self.now, 0)], None, None, slot, 0, 0)
+                       ready_at, reclaim, False, 0, set(), [(self.now, 0)], None, None, slot, 0, 0, False)
         self.nodes[node.id] = node
         self.counts[group] += 1
         self.rates[group] += price
@@ -284,6 +290,19 @@ class Simulation:
             self.desired[group] = desired
             self.last_change[group] = self.now
             self.version += 1
+
+    def set_closed(self, group: str, closed: frozenset) -> bool:
+        """A NoSchedule taint on exactly the nodes of `group` named in `closed` (back to spot): no new pod lands on a
+        closed node, the pods on it run on. True when a node changed."""
+        changed = False
+        for n in self.nodes.values():
+            if n.group == group and (n.id in closed) != n.closed:
+                n.closed = n.id in closed
+                changed = True
+        if changed:
+            self.changed = True
+            self.version += 1
+        return changed
 
     def terminate(self, node_id: str, decrement: bool = True) -> None:
         node = self.nodes.get(node_id)
@@ -483,6 +502,10 @@ class Simulation:
         r = self.rates
         g, s, o = r[GUARANTEED], r[SPOT], r[ON_DEMAND]
         c = self.c
+        od_nodes = self.counts[ON_DEMAND]  # constant since the last settle: every launch and removal settles first
+        if od_nodes:
+            c.on_demand_node_minutes += od_nodes * (upto - start)
+            c.on_demand_node_minutes_spot_available += od_nodes * (upto - start - self._unavailable_within(start, upto))
         while start < upto:
             month = start // MINUTES_PER_MONTH
             end = min(upto, (month + 1) * MINUTES_PER_MONTH)
@@ -493,6 +516,15 @@ class Simulation:
             c.monthly_usd[month] = c.monthly_usd.get(month, 0.0) + (g + s + o) * minutes / 60
             start = end
         self._billed_to = upto
+
+    def _unavailable_within(self, start: int, end: int) -> int:
+        """Minutes of [start, end) inside a spot-unavailable episode."""
+        total = 0
+        for a, b in self.episodes:
+            if a >= end:
+                break
+            total += max(0, min(b, end) - max(a, start))
+        return total
 
     def month_usd(self, month: int) -> float:
         """Spend of a 730-hour month billed before the current minute."""
@@ -720,7 +752,8 @@ class JobsWorkload:
         if not self.pending_gpus:
             return
         gpn = sim.spec.gpus_per_node
-        nodes = [n for n in sim.nodes.values() if n.ready_at <= now and not n.warned and n.busy < n.gpus]
+        nodes = [n for n in sim.nodes.values()
+                 if n.ready_at <= now and not n.warned and not n.closed and n.busy < n.gpus]
         if not nodes:
             return
         nodes.sort(key=lambda n: (FILL_RANK[n.group], n.serial))
@@ -900,7 +933,8 @@ class SeriesWorkload:
         tiers: list[list[SimNode]] = [[], [], [], []]
         for n in sim.nodes.values():
             if n.ready_at <= now:
-                tiers[3 if n.warned else FILL_RANK[n.group]].append(n)
+                # fluid demand has no pods to keep off a closed node: it serves last, as a warned one
+                tiers[3 if (n.warned or n.closed) else FILL_RANK[n.group]].append(n)
         served = 0
         for n in (n for tier in tiers for n in tier):
             use = min(n.gpus, work - served)

@@ -488,6 +488,10 @@ class GpuLoan(Controller):
             elif action.kind == ACTION_TERMINATE:
                 quiet = False
                 sim.terminate(action.instance_id, decrement=True)
+        for d in plan.decisions:
+            # back to spot (policy/closing.py in the Lambda): the NoSchedule taint on exactly these on-demand nodes
+            if d.closed_to_new_pods is not None and sim.set_closed(ON_DEMAND, frozenset(d.closed_to_new_pods)):
+                quiet = False
         self._last_reasons = reasons
         self._quiet_plan = quiet
         self._version = sim.version
