@@ -9,10 +9,12 @@ there, new pods wait as unschedulable, the scale-up adds spot nodes for them (th
 and a closed node goes as soon as it is idle (never kept warm: nothing can land on it). When spot is short again,
 or the rule is turned off, the taint comes off and the fallback group serves as before.
 
-"Spot is back" needs evidence, not the absence of a shortfall: the spot group is not short (rule 4), its last
-scaling activity did not fail for capacity, and at least one of its instances is in service or booting. A spot
-group at 0 proves nothing (its desired size may have been cut by the budget drain, or never raised), so the
-fallback nodes stay open then. Pure: no I/O.
+"Spot is back" is what rule 4 reads from the group: no desired instance is missing (the group keeps retrying its
+desired size while short, so a shortfall that ends means launches succeeded) and its last scaling activity did not
+fail for capacity. It does not need a spot instance up: after the spot nodes that came back were reclaimed idle
+(the work they came for ran on the fallback nodes), spot is still no shorter than before, and a pod closed out of
+the fallback goes to spot; should that launch fail, rule 4 falls back again within fallback_after_minutes and the
+taints come off. While the budget drain runs nothing is added, so nothing is closed. Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -21,13 +23,13 @@ from policy.model import Group, Node, PoolSettings
 
 
 def closed_to_new_pods(ps: PoolSettings, spot: Group | None, od: Group | None, nodes, spot_short: bool,
-                       spot_live: int, draining: bool) -> tuple[str, ...] | None:
+                       draining: bool) -> tuple[str, ...] | None:
     """The instance ids of the pool's on-demand nodes (in service or booting) that should take no new pods; () when
-    none should (spot short, no evidence that spot is back, the budget drain, the rule off); None when the pool has
-    no spot group with an on-demand fallback. `spot_live`: the spot group's instances in service or booting."""
+    none should (spot short or its last activity failed for capacity, the budget drain, the rule off); None when the
+    pool has no spot group with an on-demand fallback."""
     if spot is None or od is None:
         return None
-    if not ps.back_to_spot or draining or spot_short or spot.capacity_shortage or spot_live <= 0:
+    if not ps.back_to_spot or draining or spot_short or spot.capacity_shortage:
         return ()
     return tuple(sorted(n.instance_id for n in nodes if n.group == od.name and (n.in_service or n.launching)))
 

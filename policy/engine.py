@@ -200,8 +200,7 @@ def _decide_pool(ps: PoolSettings, po: PoolObservation | None, scopes: list[_Sco
 
     actions: list[Action] = []
     drain = next((s for s in scopes if s.exhausted), None)
-    spot_live = in_service[spot.name] + launching[spot.name] if spot is not None else 0
-    closed = back_to_spot.closed_to_new_pods(ps, spot, od, po.nodes, spot_short, spot_live, drain is not None)
+    closed = back_to_spot.closed_to_new_pods(ps, spot, od, po.nodes, spot_short, drain is not None)
     if drain is not None:
         actions = _drain(ps, groups, in_service, elastic_nodes, launching_nodes, drain, desired, now)
     else:

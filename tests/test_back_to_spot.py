@@ -27,13 +27,14 @@ def test_once_spot_is_back_every_on_demand_node_is_closed_to_new_pods():
     assert any(a.reason is Reason.SPOT_RECOVERED and "take no new pods" in a.detail for a in d.actions)
 
 
-def test_nothing_is_closed_without_evidence_that_spot_is_back():
+def test_nothing_is_closed_while_spot_is_short_the_rule_is_off_or_the_budget_drains():
     short = observe(groups=[group(SPOT, 2, changed=20), group(OD, 1)], nodes=[node("i-s"), node("i-o", OD)])
     assert _plan(short).closed_to_new_pods == ()  # spot still short of its desired size: the fallback serves
     failing = observe(groups=[group(SPOT, 1, shortage=True), group(OD, 1)], nodes=[node("i-s"), node("i-o", OD)])
     assert _plan(failing).closed_to_new_pods == ()  # its last activity failed for capacity
+    # the spot nodes that came back were reclaimed idle: spot is no shorter than it was, the fallback stays closed
     empty = observe(groups=[group(SPOT, 0), group(OD, 1)], nodes=[node("i-o", OD)])
-    assert _plan(empty).closed_to_new_pods == ()  # a spot group at 0 proves nothing
+    assert _plan(empty).closed_to_new_pods == ("i-o",)
     assert _plan(observe(**_BACK), back_to_spot=False).closed_to_new_pods == ()  # off: the taints come off
     drained = decide(settings(pool_settings(budget_monthly_usd=100.0)), observe(**_BACK, spend=spend(150.0)), NOW)
     assert drained.decision("research").closed_to_new_pods == ()  # the budget drain adds nothing: keep what is paid
