@@ -19,7 +19,7 @@ taints come off. While the budget drain runs nothing is added, so nothing is clo
 
 from __future__ import annotations
 
-from policy.model import Group, Node, PoolSettings
+from policy.model import Group, PoolSettings
 
 
 def closed_to_new_pods(ps: PoolSettings, spot: Group | None, od: Group | None, nodes, spot_short: bool,
@@ -39,4 +39,4 @@ def why(spot: Group, closed: tuple[str, ...]) -> str:
             "once idle; pods that wait get spot nodes")
 
 
-__all__ = ["closed_to_new_pods", "why", "Node"]
+__all__ = ["closed_to_new_pods", "why"]
