@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STACK ?= dev
 .DEFAULT_GOAL := help  # `make` alone lists the targets
 
-.PHONY: help preview test test-deep install dev-install bench-config bench-policy bench-sim bench-advise bench-org bench-capacity-block benchmark bench-what-if schema clean
+.PHONY: help preview test test-deep install dev-install bench-config bench-policy bench-sim bench-advise bench-org bench-capacity-block benchmark bench-what-if bench-spot schema clean
 
 # Public data beside the project (never copied into it): the price table is the offline price file when present,
 # unless the caller set one; otherwise prices come from the cache `gpuloan prices refresh` fills (docs/prices.md).
@@ -59,6 +59,10 @@ test: $(VENV)/.dev
 ## quoted tables checked); about 45 minutes on 2 shared cores
 test-deep: $(VENV)/.dev
 	GPULOAN_HYPOTHESIS_PROFILE=deep $(BIN)/python -m pytest -q -n 0 tests/test_policy_properties.py tests/test_docs_commands.py
+
+## bench-spot: back to spot after a fallback, and early spot warnings (docs/benchmarks.md, issue 28)
+bench-spot: $(VENV)/.runtime
+	$(BIN)/python scripts/bench_spot.py --traces $(TRACES)
 
 ## schema: regenerate docs/config.schema.json and docs/config.md from the config model
 schema: $(VENV)/.runtime

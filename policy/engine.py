@@ -15,7 +15,9 @@ Rules per pool, in order (docs/policy.md explains each with its reason code):
    is in cooldown (SCALE_UP_UTILIZATION); a `batch` pool scales to what is pending, exactly. Additions go to
    spot; while spot stays short of its desired size for fallback_after_minutes, or its activities report
    insufficient capacity, they go to on-demand (SPOT_FALLBACK), and the spot shortfall no longer counts as
-   capacity. Bounded by group max, max_step_nodes when set, and the budget projection (BUDGET_CAP).
+   capacity. Once spot is back, the on-demand nodes are closed to new pods (back_to_spot, policy/back_to_spot.py:
+   PoolDecision.closed_to_new_pods, SPOT_RECOVERED): no room for pending pods, never kept idle. Bounded by group
+   max, max_step_nodes when set, and the budget projection (BUDGET_CAP).
 4. Idle reclaim (groups not resized this tick): in-service elastic nodes on which EVERY signal says idle (no
    GPU requested by a pod over the empty window, and GPU utilization below the idle threshold over the window
    the node is judged on: the empty window, or the idle window without a figure for it) are terminated by
@@ -63,6 +65,7 @@ from policy.model import (
     Spend,
 )
 from policy.capacity_blocks import with_block_actions
+from policy import back_to_spot
 from policy.packing import first_fit_runs
 
 _MIN_HOURS_LEFT = 1.0 / 60  # the last minute of a month must not divide by zero
@@ -204,15 +207,18 @@ def _decide_pool(ps: PoolSettings, po: PoolObservation | None, scopes: list[_Sco
 
     actions: list[Action] = []
     drain = next((s for s in scopes if s.exhausted), None)
+    closed = back_to_spot.closed_to_new_pods(ps, spot, od, po.nodes, spot_short, drain is not None)
     if drain is not None:
         actions = _drain(ps, groups, in_service, elastic_nodes, launching_nodes, drain, desired, now)
     else:
         actions = _scale(ps, po, groups, in_service, elastic_nodes, spot, od, spot_short, utilization, scopes, now,
-                         desired)
+                         desired, closed_group=od.name if closed else None)
         # One kind of change per group per tick: a group that was resized now is not also reclaimed from.
         resized = {a.group for a in actions if a.kind == ACTION_SET_DESIRED}
-        actions += _reclaim(ps, po, groups, elastic_nodes, now, desired, resized)
-        if spot is not None and od is not None and od.desired_nodes > 0 and not spot_short:
+        actions += _reclaim(ps, po, groups, elastic_nodes, now, desired, resized, frozenset(closed or ()))
+        if closed:
+            actions.append(_hold(name, Reason.SPOT_RECOVERED, back_to_spot.why(spot, closed), group=od.name))
+        elif spot is not None and od is not None and od.desired_nodes > 0 and not spot_short:
             actions.append(_hold(name, Reason.SPOT_RECOVERED, f"spot {spot.name} is filled; new demand goes to "
                                  f"spot and on-demand nodes are reclaimed first when idle", group=od.name))
     if not actions:
@@ -232,6 +238,7 @@ def _decide_pool(ps: PoolSettings, po: PoolObservation | None, scopes: list[_Sco
         projected_month_usd=projected,
         fallback_active=fallback_active or (spot_short and od is not None and desired.get(od.name, 0) > 0),
         utilization_pct=utilization,
+        closed_to_new_pods=closed,
     )
 
 
@@ -309,15 +316,18 @@ def _drain_key(ps: PoolSettings):
 
 def _scale(ps: PoolSettings, po: PoolObservation, groups: dict[str, Group], in_service: dict[str, int],
            elastic_nodes: list[Node], spot: Group | None, od: Group | None, spot_short: bool, utilization: dict[str, float],
-           scopes: list[_Scope], now: datetime, desired: dict[str, int]) -> list[Action]:
+           scopes: list[_Scope], now: datetime, desired: dict[str, int], closed_group: str | None = None
+           ) -> list[Action]:
     name = ps.name
     actions: list[Action] = []
-    # Capacity that is up or on its way; a spot shortfall past the fallback delay is no longer "on its way".
+    # Capacity that is up or on its way; a spot shortfall past the fallback delay is no longer "on its way", nor is
+    # a fallback node closed to new pods (policy/back_to_spot.py): pending pods cannot land on it.
     capacity = 0
     up = 0
     for gname, g in groups.items():
         up += in_service[gname]
-        capacity += in_service[gname] if (g is spot and spot_short) else max(g.desired_nodes, in_service[gname])
+        short = (g is spot and spot_short) or gname == closed_group
+        capacity += in_service[gname] if short else max(g.desired_nodes, in_service[gname])
     coming = capacity - up
 
     add_pending = needed = 0
@@ -473,7 +483,7 @@ def _idle_verdict(ps: PoolSettings, node: Node, now: datetime) -> tuple[bool | N
 
 
 def _reclaim(ps: PoolSettings, po: PoolObservation, groups: dict[str, Group], nodes: list[Node], now: datetime,
-             desired: dict[str, int], resized: set[str]) -> list[Action]:
+             desired: dict[str, int], resized: set[str], closed: frozenset[str] = frozenset()) -> list[Action]:
     name = ps.name
     idle: list[Node] = []
     why: dict[str, str] = {}
@@ -520,6 +530,8 @@ def _reclaim(ps: PoolSettings, po: PoolObservation, groups: dict[str, Group], no
         if len(kept) >= min(len(idle), for_pending):
             break
         kept.add(n.instance_id)
+    # A node closed to new pods (back to spot) is kept for nothing: no pod can land on it.
+    kept -= closed
     if kept:
         if by_rhythm and rhythm > max(warm, for_pending):
             actions.append(_hold(name, Reason.WARM_UP, f"{len(kept)} idle node(s) kept: {_rhythm_why(ps, po)}"))

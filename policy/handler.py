@@ -27,6 +27,7 @@ import weakref
 from datetime import datetime, timezone
 from pathlib import Path
 
+from policy import rebalance
 from policy.deadline import Deadline
 from policy.errors import BadSettings, PolicyError
 from policy.model import INSTANCE_ID, Settings
@@ -147,6 +148,8 @@ def handle(event: dict, context, session=None) -> TickResult:
                               "event_now": str(event["now"])[:64]}))
     deadline = Deadline.from_context(context, DEADLINE_MARGIN_S)
     errors: list[str] = []
+    if rebalance.is_recommendation(event):
+        return _rebalance(settings, event, session or _warm_session(), context, deadline, now)
     leaving = spot_warning(event)
     problem = spot_warning_problem(event)
     if problem:  # reported with the tick's errors (PolicyErrors, the error email), never dropped silently
@@ -163,6 +166,23 @@ def handle(event: dict, context, session=None) -> TickResult:
     ports = build_ports(settings, session, context, deadline, errors)
     return run_tick(settings, ports, now, deadline=deadline, persist=not replay, errors=errors,
                     lease=(_lease_holder(context), _lease_seconds(context)), leaving=leaving)
+
+
+def _rebalance(settings: Settings, event: dict, session, context, deadline: Deadline, now: datetime) -> TickResult:
+    """EC2's rebalance recommendation (policy/rebalance.py): a taint on the node, no tick. Errors are counted in
+    PolicyErrors like a tick's."""
+    from policy import emf
+    from policy.model import Plan
+
+    errors: list[str] = []
+    outcome = rebalance.handle(settings, event, _client(session, "ec2"),
+                               lambda: build_ports(settings, session, context, deadline, errors).nodes)
+    errors += outcome.errors or []
+    print(emf.error_line(settings.environment, len(errors), now))
+    if errors:
+        print(json.dumps({"level": "ERROR", "message": "rebalance recommendation errors", "errors": errors}))
+    skipped = f"rebalance recommendation: {'node tainted' if outcome.tainted else outcome.skipped}"
+    return TickResult(Plan((), dry_run=settings.dry_run, decided_at=now), errors=errors, skipped=skipped)
 
 
 SPOT_WARNING = "EC2 Spot Instance Interruption Warning"

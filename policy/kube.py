@@ -35,6 +35,10 @@ CAPACITY_LABEL = "gpuloan.io/capacity"
 ELASTIC_TIER = "elastic"
 CAPACITY_SPOT, CAPACITY_ON_DEMAND = "spot", "on-demand"
 SPOT_TAINT_KEY = "gpuloan.io/spot"
+# Taints the policy function itself puts on (and takes off) nodes: an on-demand fallback node once spot is back
+# (policy/back_to_spot.py), a spot node under EC2's rebalance recommendation (policy/rebalance.py).
+BACK_TO_SPOT_TAINT_KEY = "gpuloan.io/back-to-spot"
+REBALANCE_TAINT_KEY = "gpuloan.io/rebalance-recommended"
 TAINT_VALUE, TAINT_EFFECT = "true", "NoSchedule"
 PAGE_SIZE = 500
 TIMEOUT_SECONDS = 10  # per request; less when the tick's deadline is nearer
@@ -234,6 +238,8 @@ class NodeGuardPort(Protocol):
     def node_pod_gpus(self, node_name: str) -> tuple[int, ...]: ...
 
     def uncordon(self, node_name: str) -> None: ...
+
+    def set_taint(self, node_name: str, key: str, present: bool) -> bool: ...
 
     def blockers(self, node_name: str) -> list[str]: ...
 
@@ -454,6 +460,30 @@ class KubeClient:
         self._request(path, "PATCH", [{"op": "test", "path": flavor_name, "value": flavor},
                                       {"op": "replace", "path": pointer, "value": int(gpus)}],
                       "application/json-patch+json")
+    def set_taint(self, node_name: str, key: str, present: bool) -> bool:
+        """Put gpuloan's NoSchedule taint `key=true` on the node, or take it off; other taints stay as they are.
+        True when the node changed; False when it already was so or is not registered (still booting). A merge
+        patch replaces spec.taints whole, so it carries the resourceVersion read: a node changed in between
+        answers 409 Conflict (DataUnavailable), and the next tick tries again on a fresh read."""
+        path = f"/api/v1/nodes/{urllib.parse.quote(node_name, safe='')}"
+        try:
+            node = self._get(path)
+        except NotFound:
+            return False
+        taints = [t for t in (node.get("spec") or {}).get("taints") or [] if isinstance(t, dict)]
+        ours = [t for t in taints if t.get("key") == key]
+        if bool(ours) == present:
+            return False
+        if present:
+            taints = taints + [{"key": key, "value": TAINT_VALUE, "effect": TAINT_EFFECT}]
+        else:
+            taints = [t for t in taints if t.get("key") != key]
+        version = (node.get("metadata") or {}).get("resourceVersion")
+        body: dict = {"spec": {"taints": taints or None}}
+        if version:
+            body["metadata"] = {"resourceVersion": version}
+        self._request(path, "PATCH", body, "application/merge-patch+json")
+        return True
 
     def _active_pods(self) -> list[dict]:
         """Every pod not finished (pending or running), listed once per tick: the client is built per tick

@@ -119,6 +119,12 @@ class PoolSettings:
     # Warm-up ahead of the daily rhythm (opt-in): spare nodes kept or launched for the arrivals the pool saw at
     # this time of day on earlier days (policy/rhythm.py), by the same cost rule as keep-or-release.
     warm_up: bool = False
+    # Back to spot after a fallback (policy/back_to_spot.py): once spot fills again, the on-demand fallback nodes take
+    # no new pods (a NoSchedule taint) and go when idle, while the spot group grows for the pods that wait.
+    back_to_spot: bool = True
+    # Early spot warnings (opt-in, policy/rebalance.py): on EC2's rebalance recommendation the node gets a NoSchedule
+    # taint that jobs watching their node read as "checkpoint now".
+    rebalance_checkpoint: bool = False
     budget_monthly_usd: float | None = None
     budget_enforcement: str = ENFORCEMENT_CAP
     budget_name: str | None = None
@@ -374,6 +380,10 @@ class PoolDecision:
     projected_month_usd: float | None = None
     fallback_active: bool = False
     utilization_pct: dict[str, float] = field(default_factory=dict)  # "guaranteed"/"elastic" -> mean avg util
+    # On-demand fallback nodes that should take no new pods now that spot is back (policy/back_to_spot.py): the tick
+    # taints exactly these and removes its taint from the pool's other on-demand nodes (so turning back_to_spot off,
+    # or spot going short again, reopens them). None: the pool has no spot group with an on-demand fallback.
+    closed_to_new_pods: tuple[str, ...] | None = None
 
     @property
     def reasons(self) -> tuple[Reason, ...]:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Callable
 
-from policy import capacity_blocks, emf, notifications, tick_state
+from policy import capacity_blocks, closing, emf, notifications, tick_state
 from policy.deadline import MESSAGE as DEADLINE_MESSAGE
 from policy.deadline import Deadline
 from policy.engine import decide
@@ -509,6 +509,10 @@ def _run(settings: Settings, ports: Ports, now: datetime, log: Callable[[str], N
     result = TickResult(plan, errors=errors)
     if not plan.dry_run:
         _apply(settings, plan, obs, ports, result, deadline, node_names)
+        for name, closed in closing.apply(settings, plan, obs, ports.nodes, node_names, _recorder(result.errors)):
+            log(json.dumps({"level": "INFO", "message": "back to spot: on-demand node closed to new pods" if closed
+                            else "back to spot: on-demand node open to new pods again", "node": name,
+                            "environment": settings.environment}))
 
     rates = {}
     total_env = elastic_env = 0.0

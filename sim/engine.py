@@ -71,12 +71,25 @@ class SimSettings:
     # https://docs.datadoghq.com/integrations/guide/cloud-metric-delay/). Karpenter reads the API server (no
     # delay); the pods the function lists are read fresh too. 0: the reading of this very minute.
     metric_delay_minutes: int = 2
+    # EC2's rebalance recommendation (docs/simulator.md, "Early spot warnings"). "It is not always possible for
+    # Amazon EC2 to send the rebalance recommendation signal before the two-minute Spot Instance interruption notice"
+    # (EC2 User Guide); "Generally, Rebalance Recommendations are sent 10-20 minutes before an interruption"
+    # (aws/karpenter-provider-aws designs/interruption-handling.md). No public source gives how often it comes
+    # early, so that share is a scenario parameter: 0 (the default) = always with the notice, which is what the
+    # simulator modelled before; otherwise an interruption's recommendation comes, with this probability, a
+    # uniform 10-20 minutes before it (drawn from the seed, the spot slot and the interruption minute alone).
+    rebalance_early_share: float = 0.0
+    rebalance_lead_minutes: tuple[int, int] = (10, 20)
+    # Minutes a job takes to write a checkpoint it was asked for (an early one, on the recommendation): it counts
+    # only if written before the job is stopped. An assumption, not a measured figure (docs/simulator.md).
+    checkpoint_write_minutes: int = 2
 
 
 @dataclass
 class SimNode:
     __slots__ = ("id", "serial", "group", "gpus", "usd_per_hour", "launched", "ready_at", "reclaim_at", "warned",
-                 "busy", "jobs", "hist", "empty_since", "obs_cache", "slot", "busy_minutes", "empty_minutes")
+                 "busy", "jobs", "hist", "empty_since", "obs_cache", "slot", "busy_minutes", "empty_minutes",
+                 "closed", "rebalance_at", "recommended")
     id: str
     serial: int
     group: str
@@ -94,6 +107,9 @@ class SimNode:
     slot: int | None  # spot slot (common random numbers), None for other capacity
     busy_minutes: int  # GPU-minutes a pod held, up to the node's last busy change
     empty_minutes: int  # minutes ready with no pod, up to the node's last busy change
+    closed: bool  # a NoSchedule taint keeps new pods off it (back to spot, the rebalance recommendation)
+    rebalance_at: int | None  # minute of EC2's rebalance recommendation before the notice; None: with the notice
+    recommended: bool  # the recommendation came (the node group's Capacity Rebalancing replaces it)
 
     @property
     def free(self) -> int:
@@ -122,6 +138,10 @@ class Counters:
     elastic_booting: int = 0
     elastic_empty: int = 0
     elastic_busy: int = 0
+    # On-demand node-minutes billed while spot could be launched (outside every spot-unavailable episode): the
+    # fallback capacity kept after spot came back (issue 28, "Back to spot").
+    on_demand_node_minutes_spot_available: int = 0
+    on_demand_node_minutes: int = 0
 
 
 def spot_episodes(seed: int, horizon: int, per_week: float, mean_hours: float) -> list[tuple[int, int]]:
@@ -193,6 +213,8 @@ class Simulation:
         self.episodes = spot_episodes(settings.seed, self.horizon, settings.spot_unavailable_episodes_per_week,
                                       settings.spot_unavailable_mean_hours) if spec.has_spot else []
         self._episode_i = 0
+        self.recommendations: list[SimNode] = []  # rebalance recommendations not yet read by the controller
+        self._replaced: set[str] = set()  # recommended nodes whose replacement launched
         self.nodes: dict[str, SimNode] = {}
         self._serial = 0
         self.desired = {SPOT: 0, ON_DEMAND: 0}
@@ -239,23 +261,50 @@ class Simulation:
                 slot = self._next_slot
                 self._next_slot += 1
             reclaim = self.interruptions.next_after(slot, self.now)
+        rebalance = self._rebalance_minute(slot, reclaim) if reclaim is not None else None
         node = SimNode(f"i-{group[0]}{self._serial:07d}", self._serial, group, spec.gpus_per_node, price, self.now,
-                       ready_at, reclaim, False, 0, set(), [(self.now, 0)], None, None, slot, 0, 0)
+                       ready_at, reclaim, False, 0, set(), [(self.now, 0)], None, None, slot, 0, 0, False, rebalance,
+                       False)
         self.nodes[node.id] = node
         self.counts[group] += 1
         self.rates[group] += price
         self._next_event = min(self._next_event, ready_at, reclaim - self.settings.spot_warning_minutes
-                               if reclaim is not None else ready_at)
+                               if reclaim is not None else ready_at, rebalance if rebalance is not None else ready_at)
         if group != GUARANTEED:
             self.c.node_launches += 1
         self.changed = True
         self.version += 1
         return node
 
-    def set_reclaim(self, node: SimNode, minute: int) -> None:
-        """Force a node's interruption minute (tests)."""
+    def set_reclaim(self, node: SimNode, minute: int, rebalance_at: int | None = None) -> None:
+        """Force a node's interruption minute, and its rebalance recommendation's (tests)."""
         node.reclaim_at = minute
-        self._next_event = min(self._next_event, minute - self.settings.spot_warning_minutes)
+        node.rebalance_at = rebalance_at
+        self._next_event = min(self._next_event, minute - self.settings.spot_warning_minutes,
+                               rebalance_at if rebalance_at is not None else minute)
+
+    def _rebalance_minute(self, slot: int, reclaim: int) -> int | None:
+        """When EC2's rebalance recommendation for the interruption at `reclaim` comes, if before the 2-minute
+        notice (else None: with it). Common random numbers: drawn from the seed, the slot and the minute alone."""
+        st = self.settings
+        if st.rebalance_early_share <= 0:
+            return None
+        rng = random.Random(f"rebalance-{st.seed}-{slot}-{reclaim}")
+        if rng.random() >= st.rebalance_early_share:
+            return None
+        lo, hi = st.rebalance_lead_minutes
+        at = reclaim - rng.randint(lo, hi)
+        return at if at < reclaim - st.spot_warning_minutes and at > self.now else None
+
+    def signal_rebalance(self, node: SimNode) -> None:
+        """What gpuloan's rebalance_checkpoint does (policy/rebalance.py): a NoSchedule taint on the node, and its
+        jobs start a checkpoint now (written checkpoint_write_minutes later)."""
+        if node.closed:
+            return
+        node.closed = True
+        self.workload.early_checkpoint(node, self.now, self.now + self.settings.checkpoint_write_minutes)
+        self.changed = True
+        self.version += 1
 
     def launch(self, group: str, count: int) -> int:
         """Launch nodes directly (Karpenter-style); returns how many launched (spot fails during an episode)."""
@@ -284,6 +333,19 @@ class Simulation:
             self.desired[group] = desired
             self.last_change[group] = self.now
             self.version += 1
+
+    def set_closed(self, group: str, closed: frozenset) -> bool:
+        """A NoSchedule taint on exactly the nodes of `group` named in `closed` (back to spot): no new pod lands on a
+        closed node, the pods on it run on. True when a node changed."""
+        changed = False
+        for n in self.nodes.values():
+            if n.group == group and (n.id in closed) != n.closed:
+                n.closed = n.id in closed
+                changed = True
+        if changed:
+            self.changed = True
+            self.version += 1
+        return changed
 
     def terminate(self, node_id: str, decrement: bool = True) -> None:
         node = self.nodes.get(node_id)
@@ -326,7 +388,7 @@ class Simulation:
         self._close(node, self.now, self.c)
         del self.nodes[node.id]
         self.counts[node.group] -= 1
-        if node.warned:
+        if node.warned or node.recommended:
             self.leaving[node.group] -= 1
         if node.slot is not None:
             heapq.heappush(self._free_slots, node.slot)
@@ -350,7 +412,7 @@ class Simulation:
         return [n for n in self.nodes.values() if n.group == group]
 
     def _reconcile(self, group: str) -> None:
-        nodes = [n for n in self.nodes.values() if n.group == group and not n.warned]
+        nodes = [n for n in self.nodes.values() if n.group == group and not (n.warned or n.recommended)]
         have, want = len(nodes), self.desired[group]
         if have < want:
             if group == SPOT and not self.spot_available:
@@ -391,6 +453,7 @@ class Simulation:
             if self.changed:
                 workload.schedule(now)
             controller.tick(self)
+            self.recommendations.clear()  # EventBridge delivers each once: a controller that did not listen missed it
             if self.node_groups:
                 for group in (SPOT, ON_DEMAND):
                     if self.desired[group] != self.group_size(group):
@@ -448,6 +511,28 @@ class Simulation:
                 if now >= node.reclaim_at:
                     self._remove(node, spot_reclaim=True)
                     continue
+                if node.rebalance_at is not None and not node.warned:
+                    if not node.recommended and now >= node.rebalance_at:
+                        # EC2's rebalance recommendation, ahead of the notice: a node group's Capacity Rebalancing
+                        # launches a replacement (the node no longer counts towards desired), EventBridge tells
+                        # whoever listens (sim/policies.py); the node itself runs on.
+                        node.recommended = True
+                        noticed = True
+                        self.recommendations.append(node)
+                        self.leaving[node.group] += 1
+                        self.changed = True
+                        self.version += 1
+                    if node.recommended and self.node_groups and node.id in self._replaced:
+                        # EKS drains the node once its replacement is Ready, if that comes before the notice
+                        # (Amazon EKS User Guide, managed node groups, Spot): its pods are evicted, the instance goes.
+                        drain = node.rebalance_at + self.settings.provisioning_delay_minutes
+                        if drain < node.reclaim_at - warn:
+                            if now >= drain:
+                                self._remove(node, spot_reclaim=True)
+                                continue
+                            upcoming = min(upcoming, drain)
+                    elif not node.recommended:
+                        upcoming = min(upcoming, node.rebalance_at)
                 if not node.warned:
                     if now >= node.reclaim_at - warn:
                         # The 2-minute notice: the node is cordoned (no new work lands), its Auto Scaling group
@@ -455,7 +540,8 @@ class Simulation:
                         node.warned = True
                         noticed = True
                         node.obs_cache = None
-                        self.leaving[node.group] += 1
+                        if not node.recommended:
+                            self.leaving[node.group] += 1
                         self.changed = True
                         self.version += 1
                     else:
@@ -471,7 +557,14 @@ class Simulation:
         if noticed and self.node_groups and self.desired[SPOT] > self.group_size(SPOT):
             # Capacity Rebalancing acts on EC2's signal itself (the rebalance recommendation comes at the latest
             # with the notice), before the policy's next tick reads the group: the replacement is already launching.
+            before = self.counts[SPOT]
             self._reconcile(SPOT)
+            if self.counts[SPOT] > before:
+                # the replacements launched: the nodes recommended this minute are drained once they are Ready
+                for n in self.nodes.values():
+                    if n.recommended and n.rebalance_at == now:
+                        self._replaced.add(n.id)
+            self._next_event = min(self._next_event, now + 1)
 
     def _settle(self, upto: int) -> None:
         """Bill minutes [billed_to, upto) at the current rates (the rates a minute ends with), split by month.
@@ -483,6 +576,10 @@ class Simulation:
         r = self.rates
         g, s, o = r[GUARANTEED], r[SPOT], r[ON_DEMAND]
         c = self.c
+        od_nodes = self.counts[ON_DEMAND]  # constant since the last settle: every launch and removal settles first
+        if od_nodes:
+            c.on_demand_node_minutes += od_nodes * (upto - start)
+            c.on_demand_node_minutes_spot_available += od_nodes * (upto - start - self._unavailable_within(start, upto))
         while start < upto:
             month = start // MINUTES_PER_MONTH
             end = min(upto, (month + 1) * MINUTES_PER_MONTH)
@@ -493,6 +590,15 @@ class Simulation:
             c.monthly_usd[month] = c.monthly_usd.get(month, 0.0) + (g + s + o) * minutes / 60
             start = end
         self._billed_to = upto
+
+    def _unavailable_within(self, start: int, end: int) -> int:
+        """Minutes of [start, end) inside a spot-unavailable episode."""
+        total = 0
+        for a, b in self.episodes:
+            if a >= end:
+                break
+            total += max(0, min(b, end) - max(a, start))
+        return total
 
     def month_usd(self, month: int) -> float:
         """Spend of a 730-hour month billed before the current minute."""
@@ -633,6 +739,7 @@ class JobsWorkload:
         self.run_start = [None] * n
         self.run_id = [0] * n
         self.on_nodes: list[list] = [[] for _ in range(n)]
+        self.early: dict[int, tuple[int, int]] = {}  # job -> (minute of an asked-for checkpoint, minute it is written)
         self.done = [False] * n
         self._next = 0
         self.queues: dict[int, list] = {}  # gpus -> heap of job index (index order = submission order)
@@ -693,6 +800,9 @@ class JobsWorkload:
         else:
             interval = sim.settings.checkpoint_interval_minutes * 60
             saved = min(self.remaining_s[i], (elapsed_s // interval) * interval if interval > 0 else 0)
+            early = self.early.get(i)
+            if early is not None and early[1] <= now:  # an early checkpoint (rebalance recommendation), written
+                saved = max(saved, min(self.remaining_s[i], (early[0] - self.run_start[i]) * 60))
             lost = min(elapsed_s, self.remaining_s[i]) - saved
             sim.c.served_gpu_minutes += gpus * saved / 60
             sim.c.lost_gpu_minutes += gpus * lost / 60
@@ -700,6 +810,7 @@ class JobsWorkload:
             self.remaining_s[i] -= saved
             heapq.heappush(self.queues.setdefault(gpus, []), i)
             self.pending_gpus += gpus
+        self.early.pop(i, None)
         self.running_gpus -= gpus
         self.run_id[i] += 1
         for node, used in self.on_nodes[i]:
@@ -714,13 +825,21 @@ class JobsWorkload:
         for i in list(node.jobs):
             self._stop(i, self.sim.now, finished=False)
 
+    def early_checkpoint(self, node: SimNode, at: int, written: int) -> None:
+        """The jobs on `node` start a checkpoint at `at`, written at `written` (a job on several nodes checkpoints
+        once, as a whole)."""
+        for i in node.jobs:
+            if i not in self.early:
+                self.early[i] = (at, written)
+
     def schedule(self, now: int) -> None:
         sim = self.sim
         sim.changed = False
         if not self.pending_gpus:
             return
         gpn = sim.spec.gpus_per_node
-        nodes = [n for n in sim.nodes.values() if n.ready_at <= now and not n.warned and n.busy < n.gpus]
+        nodes = [n for n in sim.nodes.values()
+                 if n.ready_at <= now and not n.warned and not n.closed and n.busy < n.gpus]
         if not nodes:
             return
         nodes.sort(key=lambda n: (FILL_RANK[n.group], n.serial))
@@ -846,6 +965,7 @@ class SeriesWorkload:
         for t in range(n - 2, -1, -1):
             self._next_change[t] = t + 1 if self.series[t + 1] != self.series[t] else self._next_change[t + 1]
         self.backlog = 0
+        self._early: dict[str, tuple[int, int]] = {}  # node -> early checkpoint (at, written)
         self.demand_gpu_minutes = float(sum(self.series[: sim.horizon]))
         self.level = 0  # GPUs demanded this minute
         self.waiting = 0  # of them, GPUs that found no capacity
@@ -900,7 +1020,8 @@ class SeriesWorkload:
         tiers: list[list[SimNode]] = [[], [], [], []]
         for n in sim.nodes.values():
             if n.ready_at <= now:
-                tiers[3 if n.warned else FILL_RANK[n.group]].append(n)
+                # fluid demand has no pods to keep off a closed node: it serves last, as a warned one
+                tiers[3 if (n.warned or n.closed) else FILL_RANK[n.group]].append(n)
         served = 0
         for n in (n for tier in tiers for n in tier):
             use = min(n.gpus, work - served)
@@ -918,9 +1039,16 @@ class SeriesWorkload:
             self.pending = pending
             sim.version += 1
 
+    def early_checkpoint(self, node: SimNode, at: int, written: int) -> None:
+        self._early[node.id] = (at, written)
+
     def evict(self, node: SimNode) -> None:
         interval = self.sim.settings.checkpoint_interval_minutes
-        lost = node.busy * (self.sim.now % interval if interval > 0 else 0)
+        since = self.sim.now % interval if interval > 0 else 0
+        early = self._early.pop(node.id, None)
+        if early is not None and early[1] <= self.sim.now:
+            since = min(since, self.sim.now - early[0])
+        lost = node.busy * since
         lost = min(lost, self.sim.c.served_gpu_minutes)
         self.sim.c.served_gpu_minutes -= lost
         self.sim.c.lost_gpu_minutes += lost

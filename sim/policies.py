@@ -115,9 +115,19 @@ class Karpenter(Controller):
     name = "karpenter"
     node_groups = False
 
-    def __init__(self, consolidate_after_minutes: int = 0):
+    def __init__(self, consolidate_after_minutes: int = 0, name: str = "karpenter",
+                 replace_on_demand: bool = False):
         self.consolidate_after = consolidate_after_minutes
         self.uses_spot = True
+        self.name = name
+        # consolidationPolicy WhenEmptyOrUnderutilized, as far as on-demand nodes go: single-node consolidation may
+        # replace a node with a cheaper one (a spot offering of the same type is cheaper), launching the
+        # replacement first and disrupting the node once it is ready, its pods evicted (kubernetes-sigs/karpenter
+        # pkg/controllers/disruption: computeConsolidation filters replacement options by price; spot-to-spot is
+        # behind a feature gate, on-demand to spot is not). Only for pods that may be evicted (no
+        # karpenter.sh/do-not-disrupt): a training job evicted loses its work since the last checkpoint.
+        self.replace_on_demand = replace_on_demand
+        self._replacing: dict[str, str] = {}  # on-demand node -> the spot node launched to replace it
 
     def _demand(self, sim: Simulation) -> dict[int, int]:
         pending = sim.workload.pending_counts()
@@ -128,6 +138,8 @@ class Karpenter(Controller):
 
     def tick(self, sim: Simulation) -> None:
         now = sim.now
+        if self.replace_on_demand:
+            self._replace_on_demand(sim)
         pending = self._demand(sim)
         # Empty nodes the pending pods are nominated to are not consolidated: Karpenter's emptiness check clears a
         # node's Empty condition while it is nominated for pods to schedule to it (cluster.IsNodeNominated in
@@ -147,11 +159,36 @@ class Karpenter(Controller):
                         continue
                     sim.terminate(node.id)
 
+    def _replace_on_demand(self, sim: Simulation) -> None:
+        """Each busy on-demand node gets one spot replacement (when spot can be launched); once that is ready the
+        on-demand node is disrupted: its pods are evicted (they requeue and land on the ready spot node) and it
+        goes. A replacement that never became ready (reclaimed first) is tried again."""
+        now = sim.now
+        for node in [n for n in sim.nodes.values() if n.group == ON_DEMAND]:
+            if node.ready_at > now or node.warned:
+                continue
+            spare = self._replacing.get(node.id)
+            if spare is not None and spare not in sim.nodes:
+                spare = None  # the replacement is gone (reclaimed): try again
+                self._replacing.pop(node.id)
+            if node.busy == 0:
+                continue  # empty: the WhenEmpty rule below deletes it
+            if spare is None:
+                room = sim.spec.spot_max_nodes - sim.count(SPOT)
+                if room > 0 and sim.launch(SPOT, 1):
+                    newest = max((n for n in sim.nodes.values() if n.group == SPOT), key=lambda n: n.serial)
+                    self._replacing[node.id] = newest.id
+            elif sim.nodes[spare].ready_at <= now:
+                self._replacing.pop(node.id)
+                sim.terminate(node.id)  # evicts its pods (sim.c.busy_terminations counts the disruption)
+
     @staticmethod
     def _empty_since(node) -> int:
         return node.ready_at if node.empty_since is None else max(node.empty_since, node.ready_at)
 
     def wake(self, sim: Simulation) -> int:
+        if self.replace_on_demand and any(n.group == ON_DEMAND for n in sim.nodes.values()):
+            return sim.now + 1
         if sim.workload.pending_counts() or any(n.warned and n.busy for n in sim.nodes.values()):
             return sim.now + 1  # it provisions (or retries a failed spot launch) every minute something waits
         wake = sim.horizon
@@ -475,6 +512,14 @@ class GpuLoan(Controller):
 
     def tick(self, sim: Simulation) -> None:
         now_dt = SIM_EPOCH + timedelta(minutes=sim.now)
+        if sim.recommendations:
+            # EventBridge's rebalance recommendation invokes the function at once (policy/rebalance.py): with
+            # rebalance_checkpoint on, the node is tainted and its jobs checkpoint; otherwise it is not listened to
+            if self.ps.rebalance_checkpoint:
+                for node in sim.recommendations:
+                    if node.id in sim.nodes:
+                        sim.signal_rebalance(node)
+            sim.recommendations.clear()
         plan = self.decide(self.settings, self.observe(sim, now_dt), now_dt)
         self.calls += 1
         reasons = []
@@ -488,6 +533,10 @@ class GpuLoan(Controller):
             elif action.kind == ACTION_TERMINATE:
                 quiet = False
                 sim.terminate(action.instance_id, decrement=True)
+        for d in plan.decisions:
+            # back to spot (policy/closing.py in the Lambda): the NoSchedule taint on exactly these on-demand nodes
+            if d.closed_to_new_pods is not None and sim.set_closed(ON_DEMAND, frozenset(d.closed_to_new_pods)):
+                quiet = False
         self._last_reasons = reasons
         self._quiet_plan = quiet
         self._version = sim.version

@@ -70,6 +70,9 @@ def metrics_of(sim: Simulation, controller: Controller, oracle_cost: float, seco
         "busy_node_terminations": c.busy_terminations,
         "lost_gpu_hours": round(c.lost_gpu_minutes / 60, 3),
         "spot_launch_failures": c.spot_launch_failures,
+        # on-demand fallback kept while spot could be launched (issue 28, "Back to spot")
+        "on_demand_node_hours": round(c.on_demand_node_minutes / 60, 2),
+        "on_demand_node_hours_spot_available": round(c.on_demand_node_minutes_spot_available / 60, 2),
         "node_launches": c.node_launches,
         # where the elastic cost goes: GPU-hours booting, ready with no pod, free on a node with a pod, busy
         "elastic_gpu_hours_by_use": {k: round(v / 60, 1) for k, v in sim.elastic_gpu_minutes().items()},

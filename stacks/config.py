@@ -16,7 +16,7 @@ from collections import Counter
 from enum import StrEnum
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, EmailStr, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, EmailStr, Field, ValidationError, field_validator, model_validator
 
 from stacks import versions
 from pricing.sources import catalog, floor_pricing
@@ -240,6 +240,18 @@ class Elastic(Strict):
     launch_minutes: int = Field(6, ge=1, le=60, description="Minutes from a scale-up to a node that takes pods: a relaunch costs this much paid boot plus as long a wait; the keep-or-release rule weighs it (docs/policy.md).")
     fallback_after_minutes: int = Field(10, ge=1, le=240, description="How long spot may stay short of its desired size before on-demand takes the shortfall.")
     warm_up: bool = Field(False, description="Keep or launch spare nodes ahead of the arrivals this pool saw at the same time of day over the last 7 days, while the release-on-cost rule says a spare node pays for itself (docs/policy.md, \"Warm-up\"). Off by default: it pays only where arrivals at some time of day come faster than one node's worth per 2 x launch_minutes; check with `gpuloan simulate --warm-up` on your own demand first.")
+    back_to_spot: bool = Field(True, description="With `spot_then_on_demand`: once spot is back after a fallback, the on-demand fallback nodes take no new pods (a NoSchedule taint `gpuloan.io/back-to-spot`) and go once idle, while spot grows for the pods that wait (docs/policy.md, \"Back to spot\"). Off: a fallback node keeps taking new pods until it happens to be idle.")
+    rebalance_checkpoint: bool = Field(False, description="Opt-in, pools with spot: on EC2's rebalance recommendation for a spot node (it can come before the 2-minute interruption notice, or with it), the policy function puts the NoSchedule taint `gpuloan.io/rebalance-recommended` on the node, so no new pod lands there and jobs that watch their node checkpoint early (docs/policy.md, \"Early spot warnings\"). Adds an EventBridge rule for \"EC2 Instance Rebalance Recommendation\".")
+
+    @model_validator(mode="after")
+    def _spot_features(self):
+        if self.rebalance_checkpoint and self.capacity == ElasticCapacity.on_demand:
+            raise ValueError("rebalance_checkpoint: EC2 sends rebalance recommendations for spot instances only, and "
+                             "capacity `on_demand` has no spot group")
+        if "back_to_spot" in self.model_fields_set and self.capacity != ElasticCapacity.spot_then_on_demand:
+            raise ValueError(f"back_to_spot applies to capacity `spot_then_on_demand` only (an on-demand fallback "
+                             f"to leave), not `{self.capacity}`: remove it")
+        return self
 
     @field_validator("instance_types")
     @classmethod

@@ -1,7 +1,8 @@
 """A local fake of the Kubernetes API, over HTTPS with a throwaway self-signed CA.
 
 Serves GET /api/v1/pods (paged with limit/continue, fieldSelector on status.phase and spec.nodeName as the API
-server applies them), GET and PATCH (merge patch) /api/v1/nodes/<name>; checks the EKS bearer token's shape
+server applies them), GET and PATCH (merge patch; a resourceVersion in the patch that is not the node's answers 409, as the API server
+does) /api/v1/nodes/<name>; checks the EKS bearer token's shape
 (k8s-aws-v1.<base64url of a presigned STS GetCallerIdentity URL carrying x-k8s-aws-id>), and can be switched to
 fail (503), to fail only node-scoped pod lists, to answer slowly (`delay_s`) or to drip its whole answer a byte at a
 time (`drip_s_per_byte`), for the fault tests.
@@ -173,6 +174,12 @@ class FakeKube:
                 name = urllib.parse.unquote(path.removeprefix("/api/v1/nodes/"))
                 if name not in fake.nodes or self.headers.get("Content-Type") != "application/merge-patch+json":
                     return self._send(404 if name not in fake.nodes else 415, {"kind": "Status"})
+                meta = fake.nodes[name].setdefault("metadata", {})
+                sent = (body.get("metadata") or {}).get("resourceVersion")
+                if sent is not None and sent != meta.get("resourceVersion"):
+                    # as the API server does with a resourceVersion in a patch: the object changed since it was read
+                    return self._send(409, {"kind": "Status", "reason": "Conflict"})
+                meta["resourceVersion"] = str(int(meta.get("resourceVersion", "1")) + 1)
                 fake.patches.append((name, body))
                 spec = fake.nodes[name].setdefault("spec", {})
                 for key, value in (body.get("spec") or {}).items():
@@ -236,7 +243,7 @@ class FakeKube:
         self._thread.start()
 
     def add_node(self, name: str, unschedulable: bool = False, annotations: dict | None = None) -> None:
-        meta = {"name": name, **({"annotations": annotations} if annotations else {})}
+        meta = {"name": name, "resourceVersion": "1", **({"annotations": annotations} if annotations else {})}
         self.nodes[name] = {"kind": "Node", "metadata": meta, "spec": {"unschedulable": True} if unschedulable else {}}
 
     def _token_ok(self, header: str) -> bool:

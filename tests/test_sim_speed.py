@@ -225,3 +225,25 @@ def test_a_quiet_pool_still_starts_its_budget_drain_on_time(tmp_path):
     _, slow = runner.run_one(spec, trace, slow_ctl, replace(calm, skip_quiet_ticks=False), 1440)
     assert slow["decisions_by_reason"].get("BUDGET_DRAIN", 0) > 0
     assert _strip(fast) == _strip(slow) and fast["ticks_skipped"] > 600
+
+
+@requires_shared_traces
+def test_skipping_quiet_ticks_stays_exact_with_rebalance_recommendations_and_back_to_spot():
+    """Issue 28's events (a rebalance recommendation, EKS's drain once the replacement would be ready, the taint
+    back to spot puts on a fallback node, Karpenter's on-demand replacement) fall on minutes the fast path wakes
+    for: the same result as deciding every minute."""
+    from sim.policies import Karpenter, pool_settings
+
+    trace = traces.read_trace(ITP / "cluster05.csv").window(1, 8)
+    horizon = 8 * 1440
+    # a stormy market with frequent spot-unavailable episodes, so that the 8 days meet all of these events
+    settings = SimSettings(seed=5, spot_interruptions_per_month=40.0, rebalance_early_share=1.0,
+                           spot_unavailable_episodes_per_week=14.0)
+    spec = _prod_training()
+    ps = replace(pool_settings(spec), rebalance_checkpoint=True, budget_monthly_usd=None)
+    for make in (lambda: GpuLoan(settings=ps), lambda: Karpenter(name="k", replace_on_demand=True)):
+        fast_sim, fast = runner.run_one(spec, trace, make(), settings, horizon)
+        slow_sim, slow = runner.run_one(spec, trace, make(), replace(settings, skip_quiet_ticks=False), horizon)
+        assert _strip(fast) == _strip(slow)
+        assert fast_sim.samples == slow_sim.samples and fast["ticks_skipped"] > 0
+        assert fast["interruptions"] > 0 and fast["on_demand_node_hours"] > 0 and fast["lost_gpu_hours"] > 0

@@ -37,6 +37,7 @@ SCHEDULER_PRINCIPAL = "scheduler.amazonaws.com"
 EVENTS_PRINCIPAL = "events.amazonaws.com"
 # EC2 sends this to the default event bus 2 minutes before it reclaims a spot instance (policy/handler.py reads it).
 SPOT_WARNING_PATTERN = {"source": ["aws.ec2"], "detail-type": ["EC2 Spot Instance Interruption Warning"]}
+REBALANCE_PATTERN = {"source": ["aws.ec2"], "detail-type": ["EC2 Instance Rebalance Recommendation"]}
 EKS_NODEGROUP_TAG = "eks:nodegroup-name"  # EKS tags each managed node group's ASG with its name
 LAMBDA_ENV_LIMIT_BYTES = 4096  # all keys and values together (Lambda quotas)
 POLICY_ERRORS_TICKS = 5  # the PolicyErrors alarm looks at the last 5 ticks ...
@@ -295,6 +296,26 @@ class PolicyFunction(pulumi.ComponentResource):
             retry_policy=aws.cloudwatch.EventTargetRetryPolicyArgs(maximum_event_age_in_seconds=60,
                                                                    maximum_retry_attempts=1),
             opts=child)
+
+        # Early spot warnings (opt-in, elastic.rebalance_checkpoint): EC2's rebalance recommendation, delivered to the
+        # function, which taints the named node so jobs that watch it checkpoint (policy/rebalance.py). Only when a
+        # pool asks for it: without one, nothing listens and no permission exists.
+        self.rebalance_rule = None
+        if any(p.elastic is not None and p.elastic.rebalance_checkpoint for p in cfg.pools):
+            self.rebalance_rule = aws.cloudwatch.EventRule(
+                f"{name}-rebalance", name=f"{fn_name}-rebalance",
+                description="EC2 Instance Rebalance Recommendation -> gpuloan policy function",
+                event_pattern=json.dumps(REBALANCE_PATTERN), opts=child)
+            aws.lambda_.Permission(
+                f"{name}-rebalance-invoke", action="lambda:InvokeFunction", function=self.function.name,
+                principal=EVENTS_PRINCIPAL, source_arn=self.rebalance_rule.arn, source_account=args.account_id,
+                opts=child)
+            aws.cloudwatch.EventTarget(
+                f"{name}-rebalance-target", rule=self.rebalance_rule.name, arn=self.function.arn,
+                # the recommendation is worth acting on only while the job can still checkpoint before the notice
+                retry_policy=aws.cloudwatch.EventTargetRetryPolicyArgs(maximum_event_age_in_seconds=120,
+                                                                       maximum_retry_attempts=2),
+                opts=child)
 
         alarm_actions = [args.alerts_topic_arn] if args.alerts_topic_arn is not None else []
         alarms = []
