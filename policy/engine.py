@@ -59,6 +59,7 @@ from policy.model import (
     Settings,
     Spend,
 )
+from policy import gangs as gang_rules
 from policy.packing import first_fit_runs
 
 _MIN_HOURS_LEFT = 1.0 / 60  # the last minute of a month must not divide by zero
@@ -186,6 +187,10 @@ def _decide_pool(ps: PoolSettings, po: PoolObservation | None, scopes: list[_Sco
         waited = spot.last_change_at is not None and now - spot.last_change_at >= timedelta(
             minutes=ps.fallback_after_minutes)
         spot_short = spot.capacity_shortage or waited
+    # Pending gangs (policy/gangs.py): launched whole, their wait bounded, their idle nodes released past it.
+    gangs = gang_rules.view(ps, po, groups, elastic_nodes, in_service, launching, spot, od, spot_short, now)
+    if gangs is not None:
+        spot_short = gangs.spot_short
     fallback_active = spot is not None and od is not None and od.desired_nodes > 0
 
     desired = {g: groups[g].desired_nodes for g in groups}
@@ -203,10 +208,13 @@ def _decide_pool(ps: PoolSettings, po: PoolObservation | None, scopes: list[_Sco
         actions = _drain(ps, groups, in_service, elastic_nodes, launching_nodes, drain, desired, now)
     else:
         actions = _scale(ps, po, groups, in_service, elastic_nodes, spot, od, spot_short, utilization, scopes, now,
-                         desired)
+                         desired, gangs)
         # One kind of change per group per tick: a group that was resized now is not also reclaimed from.
         resized = {a.group for a in actions if a.kind == ACTION_SET_DESIRED}
-        actions += _reclaim(ps, po, groups, elastic_nodes, now, desired, resized)
+        actions += _reclaim(ps, po, groups, elastic_nodes, now, desired, resized, gangs)
+        if gangs is not None:
+            actions += [_hold(name, Reason.GANG_RELEASED, why) for why in gangs.released]
+            actions += [_hold(name, Reason.HOLD_MISSING_DATA, why) for why in gangs.problems]
         if spot is not None and od is not None and od.desired_nodes > 0 and not spot_short:
             actions.append(_hold(name, Reason.SPOT_RECOVERED, f"spot {spot.name} is filled; new demand goes to "
                                  f"spot and on-demand nodes are reclaimed first when idle", group=od.name))
@@ -304,7 +312,8 @@ def _drain_key(ps: PoolSettings):
 
 def _scale(ps: PoolSettings, po: PoolObservation, groups: dict[str, Group], in_service: dict[str, int],
            elastic_nodes: list[Node], spot: Group | None, od: Group | None, spot_short: bool, utilization: dict[str, float],
-           scopes: list[_Scope], now: datetime, desired: dict[str, int]) -> list[Action]:
+           scopes: list[_Scope], now: datetime, desired: dict[str, int],
+           gangs: gang_rules.GangView | None = None) -> list[Action]:
     name = ps.name
     actions: list[Action] = []
     # Capacity that is up or on its way; a spot shortfall past the fallback delay is no longer "on its way".
@@ -317,7 +326,8 @@ def _scale(ps: PoolSettings, po: PoolObservation, groups: dict[str, Group], in_s
 
     add_pending = needed = 0
     if po.pending_pod_gpus:
-        needed, unfittable = pack_pods(po.pending_pod_gpus, ps.gpus_per_node)
+        needed, unfittable = pack_pods(po.pending_pod_gpus, ps.gpus_per_node) if gangs is None else (
+            gangs.needed_nodes, gangs.unfittable)
         add_pending = max(0, needed - coming)
         if unfittable:
             actions.append(_hold(name, Reason.HOLD_MISSING_DATA, f"{unfittable} pending pod(s) ask for more than "
@@ -362,7 +372,10 @@ def _scale(ps: PoolSettings, po: PoolObservation, groups: dict[str, Group], in_s
     if target.max_nodes > 0:
         limit = min(limit, target.max_nodes)
     room = max(0, limit - target.desired_nodes)
-    add = min(want, _step(ps), room)
+    # A gang's nodes come in one step: the step limit never splits one, a cut by the max drops whole gangs.
+    add = min(want, _step(ps) if gangs is None else max(_step(ps), gangs.largest_missing), room)
+    if gangs is not None:
+        add = gangs.whole(add, want)
     if add < want and room < want:
         actions.append(_hold(name, Reason.AT_MAX, f"{why}; {target.name} is at {target.desired_nodes}/{limit}",
                              group=target.name))
@@ -383,7 +396,7 @@ def _scale(ps: PoolSettings, po: PoolObservation, groups: dict[str, Group], in_s
             actions.append(_hold(name, Reason.BUDGET_CAP, f"{why}; {s.name} budget ${s.budget_usd:,.0f} affords "
                                  f"{affordable} more node(s) (month-to-date ${s.month_to_date_usd:,.0f} + projection)",
                                  group=target.name))
-            add = affordable
+            add = affordable if gangs is None else gangs.whole(affordable, want)
     if add <= 0:
         return actions
     for s in scopes:
@@ -468,7 +481,7 @@ def _idle_verdict(ps: PoolSettings, node: Node, now: datetime) -> tuple[bool | N
 
 
 def _reclaim(ps: PoolSettings, po: PoolObservation, groups: dict[str, Group], nodes: list[Node], now: datetime,
-             desired: dict[str, int], resized: set[str]) -> list[Action]:
+             desired: dict[str, int], resized: set[str], gangs: gang_rules.GangView | None = None) -> list[Action]:
     name = ps.name
     idle: list[Node] = []
     why: dict[str, str] = {}
@@ -495,7 +508,8 @@ def _reclaim(ps: PoolSettings, po: PoolObservation, groups: dict[str, Group], no
                              n.instance_id))
     # Pending pods that fit a node may land on an idle one (a gang waiting for the rest of its nodes, the
     # scheduler not yet through): keep as many idle nodes as they would fill, no more.
-    for_pending = pack_pods([p for p in po.pending_pod_gpus if 0 < p <= ps.gpus_per_node], ps.gpus_per_node)[0]
+    for_pending = pack_pods([p for p in po.pending_pod_gpus if 0 < p <= ps.gpus_per_node], ps.gpus_per_node)[0] \
+        if gangs is None else gangs.kept_for_pending  # a gang released past its wait keeps none
     warm = keep_warm_nodes(ps, po.arrivals, now)
     # A node that never got a pod is not kept warm: the demand it was launched for went elsewhere (Karpenter
     # counts such a node empty from the moment it is ready).

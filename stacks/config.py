@@ -16,7 +16,7 @@ from collections import Counter
 from enum import StrEnum
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, EmailStr, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, EmailStr, Field, ValidationError, field_validator, model_validator
 
 from stacks import versions
 from pricing.sources import catalog, floor_pricing
@@ -218,7 +218,16 @@ class Elastic(Strict):
     max_step_nodes: int | None = Field(None, ge=1, le=500, description="Most nodes added or removed in one tick; unset = no step limit (max_nodes and the budget cap bound every tick).")
     launch_minutes: int = Field(6, ge=1, le=60, description="Minutes from a scale-up to a node that takes pods: a relaunch costs this much paid boot plus as long a wait; the keep-or-release rule weighs it (docs/policy.md).")
     fallback_after_minutes: int = Field(10, ge=1, le=240, description="How long spot may stay short of its desired size before on-demand takes the shortfall.")
+    gang_wait_minutes: int = Field(15, ge=2, le=1440, description="How long a gang (pods of one pod group that start only together: a multi-node job) may wait for the rest of its nodes. Past it, nodes spot has not delivered are asked of the on-demand fallback; if no group can add them all, the idle nodes held for the gang are released and it is retried whole once capacity is there (docs/policy.md, \"Gangs\"). Must exceed launch_minutes, the time its nodes take to come when capacity is there. 15: launch_minutes' default (6) twice over plus 3, long enough that a launch in progress is never cut short, short of holding a partial set for an hour.")
     warm_up: bool = Field(False, description="Keep or launch spare nodes ahead of the arrivals this pool saw at the same time of day over the last 7 days, while the release-on-cost rule says a spare node pays for itself (docs/policy.md, \"Warm-up\"). Off by default: it pays only where arrivals at some time of day come faster than one node's worth per 2 x launch_minutes; check with `gpuloan simulate --warm-up` on your own demand first.")
+
+    @model_validator(mode="after")
+    def _gang_wait_after_launch(self) -> "Elastic":
+        if self.gang_wait_minutes <= self.launch_minutes:
+            raise ValueError(f"gang_wait_minutes ({self.gang_wait_minutes}) must exceed launch_minutes "
+                             f"({self.launch_minutes}): a gang's nodes take that long to come, so a shorter wait "
+                             "would release every gang's nodes while the rest still boot")
+        return self
 
     @field_validator("instance_types")
     @classmethod

@@ -119,7 +119,8 @@ def pool_settings(cfg: GpuLoanConfig, pool: Pool, names: GroupNames, budget_name
                      idle_timeout_minutes=e.idle_timeout_minutes, empty_timeout_minutes=e.empty_timeout_minutes,
                      cooldown_minutes=e.cooldown_minutes,
                      max_step_nodes=e.max_step_nodes, fallback_after_minutes=e.fallback_after_minutes,
-                     workload=str(e.workload), launch_minutes=e.launch_minutes, warm_up=e.warm_up)
+                     workload=str(e.workload), launch_minutes=e.launch_minutes, warm_up=e.warm_up,
+                     gang_wait_minutes=e.gang_wait_minutes)
     budget = {}
     if pool.budget is not None:
         budget = dict(budget_monthly_usd=pool.budget.monthly_usd, budget_enforcement=str(pool.budget.enforcement),
