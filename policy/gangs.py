@@ -107,7 +107,8 @@ def view(ps: PoolSettings, po: PoolObservation, groups: dict[str, Group], elasti
     coming_left = 0
     for gname, g in groups.items():
         if g is spot and short:
-            continue  # the shortfall is not on its way
+            coming_left += launching[gname]  # booting instances were granted; the shortfall is not on its way
+            continue
         coming_left += max(0, g.desired_nodes - in_service[gname])
     target = spot if (spot is not None and not short) else od
     room_left = 0
@@ -127,8 +128,8 @@ def view(ps: PoolSettings, po: PoolObservation, groups: dict[str, Group], elasti
         lacks = k - has - on_way
         if is_late and lacks > 0 and lacks > room_left:
             # Past the bound and the group new nodes go to cannot add them all: stop holding the part that came.
-            where = (f"spot {spot.name} short and no on-demand fallback" if target is None else
-                     f"{target.name} has room for {room_left}")
+            where = (f"{target.name} has room for {room_left}" if target is not None else
+                     f"spot {spot.name} short and no on-demand fallback" if spot is not None else "no elastic group")
             released.append(f"gang {g.name}: {has} of {k} node(s) up after {ps.gang_wait_minutes} min, {lacks} "
                             f"missing, {where}: its idle nodes are released; retried whole once capacity is there")
             continue

@@ -109,6 +109,10 @@ class Karpenter(Controller):
     - interruption handling: at the 2-minute notice the node is cordoned and "the NodePool will start a new node
       as soon as it sees the Spot interruption warning" (karpenter.sh docs, Disruption > Interruption): the pods
       on a warned node are provisioned for like pending pods.
+    - gangs: no gang awareness. It launches a node per NodeClaim (kubernetes-sigs/karpenter#3138: "a separate
+      CreateFleet{Type: instant, TotalTargetCapacity: 1} per NodeClaim"), so scarce spot (SPOT_PARTIAL) leaves
+      part of a multi-node job's nodes up and billing; the empty ones its pending pods are nominated to are kept
+      (above), for as long as the job waits; there is no all-or-nothing launch and no bound on the wait.
     Karpenter launches instances itself (no Auto Scaling group): a reclaimed node is replaced only by this
     provisioning, never a second time by a group converging to a desired size.
     """
@@ -572,7 +576,8 @@ class GpuLoan(Controller):
         - keep-or-release: a node stops counting as never used at launch + empty_timeout + launch_minutes; an arrival created at minute a leaves the arrival window at a + window (arrivals and
           finished jobs are events themselves);
         - a node's first datapoint: utilization is unknown until a minute after launch;
-        - warm-up (when on): the daily history's rate changes when a slot of the day begins."""
+        - warm-up (when on): the daily history's rate changes when a slot of the day begins;
+        - gangs: a pending gang's wait reaches gang_wait_minutes at a known minute (policy/gangs.py)."""
         now = sim.now
         nxt = now + 1
         if not self._quiet_plan or sim.version != self._version:
