@@ -15,7 +15,9 @@ Rules per pool, in order (docs/policy.md explains each with its reason code):
    is in cooldown (SCALE_UP_UTILIZATION); a `batch` pool scales to what is pending, exactly. Additions go to
    spot; while spot stays short of its desired size for fallback_after_minutes, or its activities report
    insufficient capacity, they go to on-demand (SPOT_FALLBACK), and the spot shortfall no longer counts as
-   capacity. Bounded by group max, max_step_nodes when set, and the budget projection (BUDGET_CAP).
+   capacity. Bounded by group max, max_step_nodes when set, and the budget projection (BUDGET_CAP). Pending gangs
+   (pods that start only together, policy/gangs.py) are bought whole and in one step, and their wait is bounded
+   by gang_wait_minutes: then on-demand, or their idle nodes released (GANG_RELEASED).
 4. Idle reclaim (groups not resized this tick): in-service elastic nodes on which EVERY signal says idle (no
    GPU requested by a pod over the empty window, and GPU utilization below the idle threshold over the window
    the node is judged on: the empty window, or the idle window without a figure for it) are terminated by
