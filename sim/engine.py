@@ -193,6 +193,8 @@ class Simulation:
             raise ValueError(f"placement {self.placement!r}: one of {', '.join(PLACEMENTS)}")
         if settings.metric_delay_minutes < 0:
             raise ValueError(f"metric_delay_minutes {settings.metric_delay_minutes}: must be >= 0")
+        if not 0.0 <= settings.spot_unavailable_fill_share <= 1.0:
+            raise ValueError(f"spot_unavailable_fill_share {settings.spot_unavailable_fill_share}: a share, 0 to 1")
         self.interruptions = SlotInterruptions(settings.seed, self.spot_interrupt_rate_per_minute)
         self._free_slots: list[int] = []  # heap of released spot slots; the lowest is taken first
         self._next_slot = 0

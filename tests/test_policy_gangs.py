@@ -296,3 +296,13 @@ def test_scarce_spot_leaves_a_partial_gang_that_only_the_gang_rules_release(tmp_
     # 4 that came are held for the whole scarce spell; with them, released after gang_wait_minutes
     assert held["before"] >= 3 * 8 * 200 and held["karpenter"] >= 3 * 8 * 200
     assert 0 < held["after"] <= 3 * 8 * 30
+
+
+@requires_shared_prices
+@pytest.mark.parametrize("share", [-0.1, 1.5])
+def test_a_spot_fill_share_outside_0_to_1_is_refused_by_name(tmp_path, share):
+    from sim.engine import SimSettings, Simulation
+    from sim.policies import Karpenter
+
+    with pytest.raises(ValueError, match="spot_unavailable_fill_share"):
+        Simulation(_prod_spec(), _jobs(tmp_path, [(0, 60, 8)]), Karpenter(), SimSettings(spot_unavailable_fill_share=share))
