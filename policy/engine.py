@@ -17,7 +17,9 @@ Rules per pool, in order (docs/policy.md explains each with its reason code):
    insufficient capacity, they go to on-demand (SPOT_FALLBACK), and the spot shortfall no longer counts as
    capacity. Once spot is back, the on-demand nodes are closed to new pods (back_to_spot, policy/back_to_spot.py:
    PoolDecision.closed_to_new_pods, SPOT_RECOVERED): no room for pending pods, never kept idle. Bounded by group
-   max, max_step_nodes when set, and the budget projection (BUDGET_CAP).
+   max, max_step_nodes when set, and the budget projection (BUDGET_CAP). Pending gangs (pods that start only
+   together, policy/gangs.py) are bought whole and in one step, and their wait is bounded by gang_wait_minutes:
+   then on-demand, or their idle nodes released (GANG_RELEASED).
 4. Idle reclaim (groups not resized this tick): in-service elastic nodes on which EVERY signal says idle (no
    GPU requested by a pod over the empty window, and GPU utilization below the idle threshold over the window
    the node is judged on: the empty window, or the idle window without a figure for it) are terminated by
@@ -66,6 +68,7 @@ from policy.model import (
 )
 from policy.capacity_blocks import with_block_actions
 from policy import back_to_spot
+from policy import gangs as gang_rules
 from policy.packing import first_fit_runs
 
 _MIN_HOURS_LEFT = 1.0 / 60  # the last minute of a month must not divide by zero
@@ -194,6 +197,10 @@ def _decide_pool(ps: PoolSettings, po: PoolObservation | None, scopes: list[_Sco
         waited = spot.last_change_at is not None and now - spot.last_change_at >= timedelta(
             minutes=ps.fallback_after_minutes)
         spot_short = spot.capacity_shortage or waited
+    # Pending gangs (policy/gangs.py): launched whole, their wait bounded, their idle nodes released past it.
+    gangs = gang_rules.view(ps, po, groups, elastic_nodes, in_service, launching, spot, od, spot_short, now)
+    if gangs is not None:
+        spot_short = gangs.spot_short
     fallback_active = spot is not None and od is not None and od.desired_nodes > 0
 
     desired = {g: groups[g].desired_nodes for g in groups}
@@ -212,10 +219,13 @@ def _decide_pool(ps: PoolSettings, po: PoolObservation | None, scopes: list[_Sco
         actions = _drain(ps, groups, in_service, elastic_nodes, launching_nodes, drain, desired, now)
     else:
         actions = _scale(ps, po, groups, in_service, elastic_nodes, spot, od, spot_short, utilization, scopes, now,
-                         desired, closed_group=od.name if closed else None)
+                         desired, gangs, closed_group=od.name if closed else None)
         # One kind of change per group per tick: a group that was resized now is not also reclaimed from.
         resized = {a.group for a in actions if a.kind == ACTION_SET_DESIRED}
-        actions += _reclaim(ps, po, groups, elastic_nodes, now, desired, resized, frozenset(closed or ()))
+        actions += _reclaim(ps, po, groups, elastic_nodes, now, desired, resized, gangs, frozenset(closed or ()))
+        if gangs is not None:
+            actions += [_hold(name, Reason.GANG_RELEASED, why) for why in gangs.released]
+            actions += [_hold(name, Reason.HOLD_MISSING_DATA, why) for why in gangs.problems]
         if closed:
             actions.append(_hold(name, Reason.SPOT_RECOVERED, back_to_spot.why(spot, closed), group=od.name))
         elif spot is not None and od is not None and od.desired_nodes > 0 and not spot_short:
@@ -316,8 +326,8 @@ def _drain_key(ps: PoolSettings):
 
 def _scale(ps: PoolSettings, po: PoolObservation, groups: dict[str, Group], in_service: dict[str, int],
            elastic_nodes: list[Node], spot: Group | None, od: Group | None, spot_short: bool, utilization: dict[str, float],
-           scopes: list[_Scope], now: datetime, desired: dict[str, int], closed_group: str | None = None
-           ) -> list[Action]:
+           scopes: list[_Scope], now: datetime, desired: dict[str, int],
+           gangs: gang_rules.GangView | None = None, closed_group: str | None = None) -> list[Action]:
     name = ps.name
     actions: list[Action] = []
     # Capacity that is up or on its way; a spot shortfall past the fallback delay is no longer "on its way", nor is
@@ -332,7 +342,8 @@ def _scale(ps: PoolSettings, po: PoolObservation, groups: dict[str, Group], in_s
 
     add_pending = needed = 0
     if po.pending_pod_gpus:
-        needed, unfittable = pack_pods(po.pending_pod_gpus, ps.gpus_per_node)
+        needed, unfittable = pack_pods(po.pending_pod_gpus, ps.gpus_per_node) if gangs is None else (
+            gangs.needed_nodes, gangs.unfittable)
         add_pending = max(0, needed - coming)
         if unfittable:
             actions.append(_hold(name, Reason.HOLD_MISSING_DATA, f"{unfittable} pending pod(s) ask for more than "
@@ -377,7 +388,10 @@ def _scale(ps: PoolSettings, po: PoolObservation, groups: dict[str, Group], in_s
     if target.max_nodes > 0:
         limit = min(limit, target.max_nodes)
     room = max(0, limit - target.desired_nodes)
-    add = min(want, _step(ps), room)
+    # A gang's nodes come in one step: the step limit never splits one, a cut by the max drops whole gangs.
+    add = min(want, _step(ps) if gangs is None else max(_step(ps), gangs.largest_missing), room)
+    if gangs is not None:
+        add = gangs.whole(add, want)
     if add < want and room < want:
         actions.append(_hold(name, Reason.AT_MAX, f"{why}; {target.name} is at {target.desired_nodes}/{limit}",
                              group=target.name))
@@ -398,7 +412,7 @@ def _scale(ps: PoolSettings, po: PoolObservation, groups: dict[str, Group], in_s
             actions.append(_hold(name, Reason.BUDGET_CAP, f"{why}; {s.name} budget ${s.budget_usd:,.0f} affords "
                                  f"{affordable} more node(s) (month-to-date ${s.month_to_date_usd:,.0f} + projection)",
                                  group=target.name))
-            add = affordable
+            add = affordable if gangs is None else gangs.whole(affordable, want)
     if add <= 0:
         return actions
     for s in scopes:
@@ -483,7 +497,8 @@ def _idle_verdict(ps: PoolSettings, node: Node, now: datetime) -> tuple[bool | N
 
 
 def _reclaim(ps: PoolSettings, po: PoolObservation, groups: dict[str, Group], nodes: list[Node], now: datetime,
-             desired: dict[str, int], resized: set[str], closed: frozenset[str] = frozenset()) -> list[Action]:
+             desired: dict[str, int], resized: set[str], gangs: gang_rules.GangView | None = None,
+             closed: frozenset[str] = frozenset()) -> list[Action]:
     name = ps.name
     idle: list[Node] = []
     why: dict[str, str] = {}
@@ -510,7 +525,8 @@ def _reclaim(ps: PoolSettings, po: PoolObservation, groups: dict[str, Group], no
                              n.instance_id))
     # Pending pods that fit a node may land on an idle one (a gang waiting for the rest of its nodes, the
     # scheduler not yet through): keep as many idle nodes as they would fill, no more.
-    for_pending = pack_pods([p for p in po.pending_pod_gpus if 0 < p <= ps.gpus_per_node], ps.gpus_per_node)[0]
+    for_pending = pack_pods([p for p in po.pending_pod_gpus if 0 < p <= ps.gpus_per_node], ps.gpus_per_node)[0] \
+        if gangs is None else gangs.kept_for_pending  # a gang released past its wait keeps none
     warm = keep_warm_nodes(ps, po.arrivals, now)
     # A node that never got a pod is not kept warm: the demand it was launched for went elsewhere (Karpenter
     # counts such a node empty from the moment it is ready).

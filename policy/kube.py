@@ -25,6 +25,7 @@ from typing import Callable, Mapping, Protocol, Sequence
 
 from policy.deadline import Deadline
 from policy.errors import DataUnavailable, DeadlineExceeded, Throttled
+from policy.model import PendingGang
 
 GPU_RESOURCE = "nvidia.com/gpu"
 # The labels and taints the stack puts on GPU node groups (stacks/tags.py, stacks/capacity/elastic.py; the Lambda zip does
@@ -47,6 +48,11 @@ TIMEOUT_SECONDS = 10  # per request; less when the tick's deadline is nearer
 DO_NOT_DISRUPT = ("gpuloan.io/do-not-disrupt", "karpenter.sh/do-not-disrupt")
 TERMINAL_PHASES = ("Succeeded", "Failed")
 TOKEN_TTL_SECONDS = 60
+# What puts a pod in a gang (a pod group whose pods start only together), first match wins: the Kubernetes
+# PodGroup API's spec.schedulingGroup.podGroupName (v1.35+, GenericWorkload gate), Kueue's plain-pod groups,
+# the scheduler-plugins coscheduling label, Volcano's group annotation (docs/aws-rules.md cites each).
+GANG_LABELS = ("kueue.x-k8s.io/pod-group-name", "scheduling.x-k8s.io/pod-group")
+GANG_ANNOTATIONS = ("scheduling.k8s.io/group-name",)
 
 
 def eks_token(sts_client, credentials, cluster_name: str) -> str:
@@ -198,6 +204,19 @@ def unschedulable(pod: dict) -> bool:
     return False
 
 
+def gang_of(pod: dict) -> str | None:
+    """The pod group the pod belongs to, as "namespace/name", or None for a pod that starts on its own."""
+    meta = pod.get("metadata") or {}
+    group = ((pod.get("spec") or {}).get("schedulingGroup") or {}).get("podGroupName")
+    if not group:
+        labels, annotations = meta.get("labels") or {}, meta.get("annotations") or {}
+        group = next((labels[k] for k in GANG_LABELS if labels.get(k)), None) or next(
+            (annotations[k] for k in GANG_ANNOTATIONS if annotations.get(k)), None)
+    if not isinstance(group, str) or not group:
+        return None
+    return f"{meta.get('namespace', '')}/{group}"
+
+
 class NotFound(DataUnavailable):
     """The API server answered 404 for the object."""
 
@@ -226,6 +245,9 @@ class PendingPodsPort(Protocol):
 
     def gpu_pod_arrivals(self, pools: list[str], since: datetime, shapes: Mapping[str, Sequence[NodeShape]] | None = None
                          ) -> dict[str, tuple[tuple[datetime, int], ...]]: ...
+
+    def pending_gangs(self, pools: list[str], shapes: Mapping[str, Sequence[NodeShape]] | None = None
+                      ) -> dict[str, tuple[PendingGang, ...]]: ...
 
     def gpu_pods_by_node(self) -> dict[str, int]: ...
 
@@ -492,12 +514,10 @@ class KubeClient:
             self._active = self._pods("status.phase!=Succeeded,status.phase!=Failed")
         return self._active
 
-    def pending_gpus(self, pools: list[str], shapes: Mapping[str, Sequence[NodeShape]] | None = None
-                     ) -> dict[str, tuple[int, ...]]:
-        """GPUs of each unschedulable pending pod per pool. With `shapes` (the pool's elastic groups), only pods
-        that could run on one of them: demand the policy can meet by adding elastic nodes."""
+    def _pending(self, pools: list[str], shapes: Mapping[str, Sequence[NodeShape]] | None):
+        """(pool, pod, GPUs) of each unschedulable pending GPU pod that targets exactly one of `pools` (and, with
+        `shapes`, could run on one of its elastic groups)."""
         wanted = set(pools)
-        found: dict[str, list[int]] = {p: [] for p in pools}
         for pod in self._active_pods():
             if (pod.get("status") or {}).get("phase") != "Pending" or (pod.get("spec") or {}).get("nodeName"):
                 continue  # scheduled, only pulling images: not demand for a new node
@@ -510,8 +530,34 @@ class KubeClient:
             if len(targets) == 1:  # a pod that may go to several pools is not counted twice
                 pool = targets.pop()
                 if _fits_elastic(pod, pool, shapes):
-                    found[pool].append(gpus)
+                    yield pool, pod, gpus
+
+    def pending_gpus(self, pools: list[str], shapes: Mapping[str, Sequence[NodeShape]] | None = None
+                     ) -> dict[str, tuple[int, ...]]:
+        """GPUs of each unschedulable pending pod per pool. With `shapes` (the pool's elastic groups), only pods
+        that could run on one of them: demand the policy can meet by adding elastic nodes."""
+        found: dict[str, list[int]] = {p: [] for p in pools}
+        for pool, _, gpus in self._pending(pools, shapes):
+            found[pool].append(gpus)
         return {p: tuple(v) for p, v in found.items()}
+
+    def pending_gangs(self, pools: list[str], shapes: Mapping[str, Sequence[NodeShape]] | None = None
+                      ) -> dict[str, tuple[PendingGang, ...]]:
+        """The pending pods of pending_gpus that belong to a pod group (`gang_of`), grouped per pool and group,
+        each group with the creation time of its oldest pending pod (None when one has none: its wait is
+        unknown, and an unknown wait never releases anything)."""
+        found: dict[str, dict[str, tuple[list[int], list]]] = {p: {} for p in pools}
+        for pool, pod, gpus in self._pending(pools, shapes):
+            name = gang_of(pod)
+            if name is None:
+                continue
+            pods, created = found[pool].setdefault(name, ([], []))
+            pods.append(gpus)
+            created.append(creation_time(pod))
+        return {p: tuple(PendingGang(name, tuple(sorted(pods, reverse=True)),
+                                     None if None in created else min(created))
+                         for name, (pods, created) in sorted(groups.items()))
+                for p, groups in found.items()}
 
     def gpu_pod_arrivals(self, pools: list[str], since: datetime, shapes: Mapping[str, Sequence[NodeShape]] | None = None
                          ) -> dict[str, tuple[tuple[datetime, int], ...]]:

@@ -59,6 +59,7 @@ class Reason(str, Enum):
     HOLD_MISSING_DATA = "HOLD_MISSING_DATA"  # data missing or stale: hold, never shrink
     KEEP_WARM = "KEEP_WARM"  # idle nodes kept: the next job is expected sooner than a relaunch would cost
     WARM_UP = "WARM_UP"  # spare nodes launched ahead of the arrivals this time of day usually brings (opt-in)
+    GANG_RELEASED = "GANG_RELEASED"  # a gang past gang_wait_minutes that no group can complete: its idle nodes go
     STEADY = "STEADY"  # nothing to do
     # Capacity Block floors (policy/capacity_blocks.py): the window's rules on the block's own node group.
     CAPACITY_BLOCK_WAITING = "CAPACITY_BLOCK_WAITING"  # before the block's start: its group is left at 0
@@ -125,6 +126,10 @@ class PoolSettings:
     # Early spot warnings (opt-in, policy/rebalance.py): on EC2's rebalance recommendation the node gets a NoSchedule
     # taint that jobs watching their node read as "checkpoint now".
     rebalance_checkpoint: bool = False
+    # Minutes a gang (pods that start only together: policy/gangs.py) may wait for the rest of its nodes; past
+    # them its missing nodes are asked of the on-demand fallback, or, if no group can add them, the idle nodes
+    # held for it are released and it is not scaled for until capacity looks available again.
+    gang_wait_minutes: int = 15
     budget_monthly_usd: float | None = None
     budget_enforcement: str = ENFORCEMENT_CAP
     budget_name: str | None = None
@@ -298,6 +303,19 @@ class Spend:
 
 
 @dataclass(frozen=True)
+class PendingGang:
+    """Pending pods that start only together (one pod group: policy/kube.py `gang_of`). Its pods are also among
+    the pool's pending_pod_gpus; this says which of them belong together.
+
+    waiting_since: the creation time of its oldest pending pod (when its nodes were first due); None = unknown,
+    and an unknown wait never releases anything."""
+
+    name: str  # namespace/group, for the reasons' details
+    pod_gpus: tuple[int, ...]
+    waiting_since: datetime | None = None
+
+
+@dataclass(frozen=True)
 class PoolObservation:
     """groups: the pool's elastic groups that could be read (a missing one makes the engine hold the pool).
     pending_pod_gpus: GPUs requested by each pending pod that targets the pool; None when unknown."""
@@ -315,6 +333,8 @@ class PoolObservation:
     rhythm_rate_nodes_per_minute: float | None = None
     # A Capacity Block pool with Kueue: the nominal quota of its floor flavor now; None = not read (or no Kueue).
     floor_quota_gpus: int | None = None
+    # The pending pods that form gangs (a subset of pending_pod_gpus, grouped); () = none known.
+    pending_gangs: tuple[PendingGang, ...] = ()
 
     def group(self, name: str | None) -> Group | None:
         for g in self.groups:

@@ -145,6 +145,12 @@ def observe(settings: Settings, ports: Ports, state: dict, now: datetime, errors
                                                    now - timedelta(minutes=window), shapes)
         except PolicyError as err:
             record(err)  # unknown arrivals keep no idle node warm: they go as before, once idle
+    gangs: dict[str, tuple] = {}
+    if pending is not None and in_time():
+        try:  # the same pod list again: which pending pods start only together (policy/gangs.py)
+            gangs = ports.pods.pending_gangs([ps.name for ps in settings.pools], shapes)
+        except PolicyError as err:
+            record(err)  # unknown gangs: every pending pod counts on its own, as before gangs were read
     bound: dict[str, int] | None = None
     if pending is not None:
         try:  # the same pod list as the pending pods: no extra call
@@ -206,7 +212,7 @@ def observe(settings: Settings, ports: Ports, state: dict, now: datetime, errors
                                      + tuple(displaced.get(ps.name, ())),
                                      spends.get(pool_scope(ps.name)),
                                      None if arrivals is None else arrivals.get(ps.name, ()),
-                                     rhythm.get(ps.name), quotas.get(ps.name)))
+                                     rhythm.get(ps.name), quotas.get(ps.name), gangs.get(ps.name, ())))
     return Observation(tuple(pools), spends.get(ENV_SCOPE))
 
 

@@ -29,6 +29,7 @@ import math
 import random
 from dataclasses import dataclass, field
 
+from sim.gangs import GangHoldMeter
 from sim.pool import HOURS_PER_MONTH, PoolSpec
 from sim.traces import JobsTrace, SeriesTrace
 
@@ -44,6 +45,10 @@ LEAVING = "Terminating"  # a node under a spot notice, as the policy sees it (ne
 # The spot-shortage scenario: spot launches fail for episodes of this mean length at this rate. No public source
 # gives GPU spot availability history, so it is a named scenario reported beside the default, never inside it.
 SPOT_SHORTAGE = {"spot_unavailable_episodes_per_week": 1.0, "spot_unavailable_mean_hours": 3.0}
+# The same episodes, but spot is scarce rather than gone: a launch request gets half the nodes it asks for (rounded
+# down), so a multi-node job's nodes arrive in part (kubernetes-sigs/karpenter#3138: "3 of 4 nodes Ready and
+# billing while the last pod sits Pending"). A named scenario too, for scripts/bench_gangs.py.
+SPOT_PARTIAL = {**SPOT_SHORTAGE, "spot_unavailable_fill_share": 0.5}
 
 
 @dataclass(frozen=True)
@@ -58,6 +63,7 @@ class SimSettings:
     spot_interruptions_per_month: float | None = None  # None: the Spot Advisor bucket of the pool's spot type
     spot_unavailable_episodes_per_week: float = 0.0  # SPOT_SHORTAGE is the scenario with episodes
     spot_unavailable_mean_hours: float = 3.0
+    spot_unavailable_fill_share: float = 0.0  # share of a spot launch request granted during an episode (0: none)
     sample_every_minutes: int = 10  # time series for the plot
     seed: int = 1  # the same default in `gpuloan simulate`, scripts/benchmark.py and the docs
     skip_quiet_ticks: bool = True  # False: decide every minute (the reference the fast path is tested against)
@@ -207,6 +213,8 @@ class Simulation:
             raise ValueError(f"placement {self.placement!r}: one of {', '.join(PLACEMENTS)}")
         if settings.metric_delay_minutes < 0:
             raise ValueError(f"metric_delay_minutes {settings.metric_delay_minutes}: must be >= 0")
+        if not 0.0 <= settings.spot_unavailable_fill_share <= 1.0:
+            raise ValueError(f"spot_unavailable_fill_share {settings.spot_unavailable_fill_share}: a share, 0 to 1")
         self.interruptions = SlotInterruptions(settings.seed, self.spot_interrupt_rate_per_minute)
         self._free_slots: list[int] = []  # heap of released spot slots; the lowest is taken first
         self._next_slot = 0
@@ -235,6 +243,7 @@ class Simulation:
         self._billed_to = 0  # minutes before this one are billed
         self._next_event = 0  # earliest ready / notice / reclaim minute among the nodes
         self.ticks_skipped = 0
+        self.gang_hold = GangHoldMeter(self, GUARANTEED)  # GPU-minutes of nodes held for waiting gangs (sim/gangs.py)
         for _ in range(spec.floor_nodes):
             self._new_node(GUARANTEED, ready_at=0)
 
@@ -312,7 +321,9 @@ class Simulation:
             return 0
         if group == SPOT and not self.spot_available:
             self.c.spot_launch_failures += 1
-            return 0
+            count = int(count * self.settings.spot_unavailable_fill_share)
+            if not count:
+                return 0
         for _ in range(count):
             self._new_node(group, ready_at=self.now + self.settings.provisioning_delay_minutes)
         self.desired[group] = self.count(group)
@@ -420,6 +431,8 @@ class Simulation:
                 if self.short_since[group] is None:
                     self.short_since[group] = self.now
                     self.version += 1
+                for _ in range(int((want - have) * self.settings.spot_unavailable_fill_share)):  # scarce, not gone
+                    self._new_node(group, ready_at=self.now + self.settings.provisioning_delay_minutes)
                 return
             for _ in range(want - have):
                 self._new_node(group, ready_at=self.now + self.settings.provisioning_delay_minutes)
@@ -460,6 +473,7 @@ class Simulation:
                         self._reconcile(group)
             if self.changed:
                 workload.schedule(now)
+            self.gang_hold.tick(now)
             if now % sample_every == 0:
                 self._sample(now)
             if progress is not None and now % step == 0:
@@ -489,6 +503,7 @@ class Simulation:
         k = nxt - now - 1
         self.ticks_skipped += k
         self.workload.repeat(k)
+        self.gang_hold.repeat(k)
         if getattr(self.controller, "reads_spend_each_minute", False):
             # the controller reads billed spend every minute: replay the minutes in order, samples between
             for m in range(now + 1, nxt):

@@ -22,6 +22,7 @@ from policy.model import (
     Group,
     Node,
     Observation,
+    PendingGang,
     PoolObservation,
     PoolSettings,
     Reason,
@@ -108,6 +109,10 @@ class Karpenter(Controller):
     - interruption handling: at the 2-minute notice the node is cordoned and "the NodePool will start a new node
       as soon as it sees the Spot interruption warning" (karpenter.sh docs, Disruption > Interruption): the pods
       on a warned node are provisioned for like pending pods.
+    - gangs: no gang awareness. It launches a node per NodeClaim (kubernetes-sigs/karpenter#3138: "a separate
+      CreateFleet{Type: instant, TotalTargetCapacity: 1} per NodeClaim"), so scarce spot (SPOT_PARTIAL) leaves
+      part of a multi-node job's nodes up and billing; the empty ones its pending pods are nominated to are kept
+      (above), for as long as the job waits; there is no all-or-nothing launch and no bound on the wait.
     Karpenter launches instances itself (no Auto Scaling group): a reclaimed node is replaced only by this
     provisioning, never a second time by a group converging to a desired size.
     """
@@ -283,8 +288,11 @@ class GpuLoan(Controller):
     uses_spot = True
 
     def __init__(self, name: str = "gpuloan", settings: PoolSettings | None = None, defaults: bool = False,
-                 instant_idle: bool = False, keep_for_next_job: bool = True):
+                 instant_idle: bool = False, keep_for_next_job: bool = True, gangs: bool = True):
         self.name = name
+        # `gangs=False` shows the engine no pod groups (the Lambda before it read them: every pending pod on its
+        # own), the "before" of scripts/bench_gangs.py.
+        self.gangs = gangs
         self._given = settings
         self.defaults = defaults
         # What-ifs (scripts/benchmark.py --what-if), not product settings: `instant_idle` reads a node's GPUs and
@@ -320,6 +328,8 @@ class GpuLoan(Controller):
         self._quiet_plan = False
         self._version = -1
         self._arrivals_key, self._arrivals_value = None, ()
+        self._gangs_key, self._gangs_value = None, ()
+        self._gang_seen: dict[tuple[int, int], int] = {}  # (job, run) -> minute its pods were first pending
         self._when: dict[int, datetime] = {}
         # Warm-up's daily history, fed the trace's arrivals as they happen (policy/rhythm.py, as in the Lambda).
         self._rhythm = DailyArrivals() if ps.warm_up else None
@@ -411,10 +421,11 @@ class GpuLoan(Controller):
         spend = self._spend(sim, now) if ps.budget_monthly_usd is not None else None
         arrivals = self._arrivals(sim)
         rhythm = self._rhythm_rate(sim, now_dt) if self._rhythm is not None else None
-        key = (tuple(nodes), tuple(groups), tuple(pods), spend, arrivals, rhythm)
+        gangs = self._pending_gangs(sim)
+        key = (tuple(nodes), tuple(groups), tuple(pods), spend, arrivals, rhythm, gangs)
         if self._last_obs is not None and self._last_obs[0] == key:
             return self._last_obs[1]
-        obs = Observation((PoolObservation(ps.name, key[1], key[0], key[2], spend, arrivals, rhythm),))
+        obs = Observation((PoolObservation(ps.name, key[1], key[0], key[2], spend, arrivals, rhythm, gangs),))
         self._last_obs = (key, obs)
         return obs
 
@@ -436,6 +447,45 @@ class GpuLoan(Controller):
             pods += [gpn] * (whole * n) + [last] * n
         self._pods_key, self._pods_value = key, tuple(pods)
         return self._pods_value
+
+    def _gang_runs(self, sim: Simulation) -> list[tuple[int, int, int]]:
+        """(job, run, minute first pending) of every pending multi-node job: its pods were created at that minute
+        (at its arrival, or when an interruption sent it back to the queue), as the Lambda reads them."""
+        queues = getattr(sim.workload, "queues", None)
+        if not self.gangs or not queues:
+            return []
+        gpn = self.ps.gpus_per_node
+        w = sim.workload
+        out = []
+        seen = self._gang_seen
+        for size, q in queues.items():
+            if size <= gpn:
+                continue
+            for i in q:
+                run = (i, w.run_id[i])
+                since = seen.get(run)
+                if since is None:
+                    since = seen[run] = sim.now
+                out.append((i, run[1], since))
+        if len(seen) > 4 * len(out) + 64:  # forget runs that started
+            live = {(i, r) for i, r, _ in out}
+            self._gang_seen = {k: v for k, v in seen.items() if k in live}
+        return sorted(out)
+
+    def _pending_gangs(self, sim: Simulation) -> tuple:
+        runs = self._gang_runs(sim)
+        key = tuple(runs)
+        if key == self._gangs_key:
+            return self._gangs_value
+        gpn = self.ps.gpus_per_node
+        gangs = []
+        for i, run, since in runs:
+            whole, last = divmod(sim.workload.gpus[i], gpn)
+            if last == 0:
+                whole, last = whole - 1, gpn
+            gangs.append(PendingGang(f"job-{i}", (gpn,) * whole + (last,), SIM_EPOCH + timedelta(minutes=since)))
+        self._gangs_key, self._gangs_value = key, tuple(gangs)
+        return self._gangs_value
 
     def arrival_minutes(self, sim: Simulation) -> list[tuple[int, int]]:
         """(minute, GPUs) of the pods created within the arrival window that have not finished: what the
@@ -575,7 +625,8 @@ class GpuLoan(Controller):
         - keep-or-release: a node stops counting as never used at launch + empty_timeout + launch_minutes; an arrival created at minute a leaves the arrival window at a + window (arrivals and
           finished jobs are events themselves);
         - a node's first datapoint: utilization is unknown until a minute after launch;
-        - warm-up (when on): the daily history's rate changes when a slot of the day begins."""
+        - warm-up (when on): the daily history's rate changes when a slot of the day begins;
+        - gangs: a pending gang's wait reaches gang_wait_minutes at a known minute (policy/gangs.py)."""
         now = sim.now
         nxt = now + 1
         if not self._quiet_plan or sim.version != self._version:
@@ -650,6 +701,10 @@ class GpuLoan(Controller):
         arrivals = self.arrival_minutes(sim)
         if arrivals:
             wake = min(wake, max(nxt, arrivals[0][0] + ps.arrival_window_minutes))
+        for _, _, since in self._gang_runs(sim):
+            # a pending gang's wait reaches gang_wait_minutes (policy/gangs.py)
+            if since + ps.gang_wait_minutes > now:
+                wake = min(wake, since + ps.gang_wait_minutes)
         if self._rhythm is not None:
             # the warm-up rate reads whole slots of the day: it changes only when a slot begins (SIM_EPOCH is
             # a midnight, so slots begin at multiples of SLOT_MINUTES)

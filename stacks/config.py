@@ -239,6 +239,7 @@ class Elastic(Strict):
     max_step_nodes: int | None = Field(None, ge=1, le=500, description="Most nodes added or removed in one tick; unset = no step limit (max_nodes and the budget cap bound every tick).")
     launch_minutes: int = Field(6, ge=1, le=60, description="Minutes from a scale-up to a node that takes pods: a relaunch costs this much paid boot plus as long a wait; the keep-or-release rule weighs it (docs/policy.md).")
     fallback_after_minutes: int = Field(10, ge=1, le=240, description="How long spot may stay short of its desired size before on-demand takes the shortfall.")
+    gang_wait_minutes: int = Field(15, ge=2, le=1440, description="How long a gang (pods of one pod group that start only together: a multi-node job) may wait for the rest of its nodes. Past it, nodes spot has not delivered are asked of the on-demand fallback; if no group can add them all, the idle nodes held for the gang are released and it is retried whole once capacity is there (docs/policy.md, \"Gangs\"). Must exceed launch_minutes, the time its nodes take to come when capacity is there. 15: launch_minutes' default (6) twice over plus 3, long enough that a launch in progress is never cut short, short of holding a partial set for an hour.")
     warm_up: bool = Field(False, description="Keep or launch spare nodes ahead of the arrivals this pool saw at the same time of day over the last 7 days, while the release-on-cost rule says a spare node pays for itself (docs/policy.md, \"Warm-up\"). Off by default: it pays only where arrivals at some time of day come faster than one node's worth per 2 x launch_minutes; check with `gpuloan simulate --warm-up` on your own demand first.")
     back_to_spot: bool = Field(True, description="With `spot_then_on_demand`: once spot is back after a fallback, the on-demand fallback nodes take no new pods (a NoSchedule taint `gpuloan.io/back-to-spot`) and go once idle, while spot grows for the pods that wait (docs/policy.md, \"Back to spot\"). Off: a fallback node keeps taking new pods until it happens to be idle.")
     rebalance_checkpoint: bool = Field(False, description="Opt-in, pools with spot: on EC2's rebalance recommendation for a spot node (it can come before the 2-minute interruption notice, or with it), the policy function puts the NoSchedule taint `gpuloan.io/rebalance-recommended` on the node, so no new pod lands there and jobs that watch their node checkpoint early (docs/policy.md, \"Early spot warnings\"). Adds an EventBridge rule for \"EC2 Instance Rebalance Recommendation\".")
@@ -251,6 +252,14 @@ class Elastic(Strict):
         if "back_to_spot" in self.model_fields_set and self.capacity != ElasticCapacity.spot_then_on_demand:
             raise ValueError(f"back_to_spot applies to capacity `spot_then_on_demand` only (an on-demand fallback "
                              f"to leave), not `{self.capacity}`: remove it")
+        return self
+
+    @model_validator(mode="after")
+    def _gang_wait_after_launch(self) -> "Elastic":
+        if self.gang_wait_minutes <= self.launch_minutes:
+            raise ValueError(f"gang_wait_minutes ({self.gang_wait_minutes}) must exceed launch_minutes "
+                             f"({self.launch_minutes}): a gang's nodes take that long to come, so a shorter wait "
+                             "would release every gang's nodes while the rest still boot")
         return self
 
     @field_validator("instance_types")

@@ -407,6 +407,9 @@ class FakePods:
     def gpu_pod_arrivals(self, pools, since, shapes=None):
         return {p: () for p in pools}
 
+    def pending_gangs(self, pools, shapes=None):
+        return {p: () for p in pools}
+
     def gpu_pods_by_node(self):
         return {}
 

@@ -32,6 +32,7 @@ from policy.model import (
     Group,
     Node,
     Observation,
+    PendingGang,
     PoolObservation,
     Reason,
     Spend,
@@ -62,6 +63,7 @@ def worlds(draw, missing_data: bool = False):
         budget_monthly_usd=draw(st.one_of(st.none(), st.floats(500, 20_000))),
         budget_enforcement=draw(st.sampled_from(["cap_elastic", "alert_only"])),
         warm_up=draw(st.booleans()),
+        gang_wait_minutes=draw(st.integers(16, 40)),
     )
     groups, nodes = [], []
     for gname, gmax in ((SPOT, ps.spot_max_nodes), (OD, ps.on_demand_max_nodes), (FLOOR, 3)):
@@ -94,8 +96,16 @@ def worlds(draw, missing_data: bool = False):
         st.tuples(st.integers(0, 90).map(ago), st.integers(1, 8)), max_size=40).map(lambda v: tuple(sorted(v)))))
     # the daily rhythm's rate for warm-up (nodes' worth per minute): unknown, quiet, or enough to want spares
     rhythm = None if missing_data else draw(st.one_of(st.none(), st.floats(0, 3)))
-    obs = Observation((PoolObservation("research", tuple(groups), tuple(nodes), pending, spend, arrivals, rhythm),),
-                      None)
+    # pending pods that form a gang (policy/gangs.py): some of the pending ones, waiting within or past the bound
+    gangs = ()
+    fitting = sorted((p for p in pending or () if 0 < p <= ps.gpus_per_node), reverse=True)
+    if pending and draw(st.booleans()):
+        pool = fitting or sorted(pending, reverse=True)  # mostly pods that fit a node, as a gang's do
+        members = tuple(pool[: draw(st.integers(1, len(pool)))])
+        waited = draw(st.one_of(st.none(), st.integers(0, 60)))
+        gangs = (PendingGang("ml/job", members, None if waited is None else ago(waited)),)
+    obs = Observation((PoolObservation("research", tuple(groups), tuple(nodes), pending, spend, arrivals, rhythm,
+                                       gangs),), None)
     return settings(ps), obs
 
 
@@ -115,10 +125,12 @@ def test_bounds_and_steps(world):
     plan = decide(s, obs, NOW)
     ups = [a for a in plan.changes if a.kind == ACTION_SET_DESIRED and a.desired_to > a.desired_from]
     terms = [a for a in plan.changes if a.kind == ACTION_TERMINATE]
+    # a gang's nodes come in one step (policy/gangs.py): the step limit yields to the gang's nodes, no more
+    gang_nodes = max((pack_pods(g.pod_gpus, ps.gpus_per_node)[0] for g in po.pending_gangs), default=0)
     for a in ups:
         assert a.desired_to <= ps.max_nodes(a.group)
         if ps.max_step_nodes is not None:
-            assert a.desired_to - a.desired_from <= ps.max_step_nodes
+            assert a.desired_to - a.desired_from <= max(ps.max_step_nodes, gang_nodes)
     if ps.max_step_nodes is not None:
         assert len(terms) <= ps.max_step_nodes
     for gname, after in plan.decision("research").desired_after.items():

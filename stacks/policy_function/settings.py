@@ -121,7 +121,8 @@ def pool_settings(cfg: GpuLoanConfig, pool: Pool, names: GroupNames, budget_name
                      cooldown_minutes=e.cooldown_minutes,
                      max_step_nodes=e.max_step_nodes, fallback_after_minutes=e.fallback_after_minutes,
                      workload=str(e.workload), launch_minutes=e.launch_minutes, warm_up=e.warm_up,
-                     back_to_spot=e.back_to_spot, rebalance_checkpoint=e.rebalance_checkpoint)
+                     back_to_spot=e.back_to_spot, rebalance_checkpoint=e.rebalance_checkpoint,
+                     gang_wait_minutes=e.gang_wait_minutes)
     block = {}
     if g is not None and g.reservation == Reservation.capacity_block and g.capacity_block_start and g.capacity_block_end:
         # The window the policy function keeps (policy/capacity_blocks.py); times as ISO 8601 with their zone.
