@@ -15,7 +15,7 @@ from __future__ import annotations
 import functools
 import json
 import re
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import KW_ONLY, asdict, dataclass, field, fields
 from datetime import datetime
 from enum import Enum
 from typing import Any
@@ -331,6 +331,9 @@ class PoolObservation:
     # The arrival rate (nodes' worth per minute) the same time of day brought on earlier days, over the next
     # 2 x launch_minutes (policy/rhythm.py); None = unknown or warm-up off.
     rhythm_rate_nodes_per_minute: float | None = None
+    # Later fields by keyword only: fields added side by side by two changes once slid into each other's place
+    # positionally (a gang list read as a Kueue quota), silently.
+    _: KW_ONLY
     # A Capacity Block pool with Kueue: the nominal quota of its floor flavor now; None = not read (or no Kueue).
     floor_quota_gpus: int | None = None
     # The pending pods that form gangs (a subset of pending_pod_gpus, grouped); () = none known.

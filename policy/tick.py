@@ -212,7 +212,8 @@ def observe(settings: Settings, ports: Ports, state: dict, now: datetime, errors
                                      + tuple(displaced.get(ps.name, ())),
                                      spends.get(pool_scope(ps.name)),
                                      None if arrivals is None else arrivals.get(ps.name, ()),
-                                     rhythm.get(ps.name), quotas.get(ps.name), gangs.get(ps.name, ())))
+                                     rhythm.get(ps.name), floor_quota_gpus=quotas.get(ps.name),
+                                     pending_gangs=gangs.get(ps.name, ())))
     return Observation(tuple(pools), spends.get(ENV_SCOPE))
 
 

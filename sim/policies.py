@@ -425,7 +425,8 @@ class GpuLoan(Controller):
         key = (tuple(nodes), tuple(groups), tuple(pods), spend, arrivals, rhythm, gangs)
         if self._last_obs is not None and self._last_obs[0] == key:
             return self._last_obs[1]
-        obs = Observation((PoolObservation(ps.name, key[1], key[0], key[2], spend, arrivals, rhythm, gangs),))
+        obs = Observation((PoolObservation(ps.name, key[1], key[0], key[2], spend, arrivals, rhythm,
+                                            pending_gangs=gangs),))
         self._last_obs = (key, obs)
         return obs
 

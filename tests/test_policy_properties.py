@@ -105,7 +105,7 @@ def worlds(draw, missing_data: bool = False):
         waited = draw(st.one_of(st.none(), st.integers(0, 60)))
         gangs = (PendingGang("ml/job", members, None if waited is None else ago(waited)),)
     obs = Observation((PoolObservation("research", tuple(groups), tuple(nodes), pending, spend, arrivals, rhythm,
-                                       gangs),), None)
+                                       pending_gangs=gangs),), None)
     return settings(ps), obs
 
 
