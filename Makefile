@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STACK ?= dev
 .DEFAULT_GOAL := help  # `make` alone lists the targets
 
-.PHONY: help preview test test-deep install dev-install bench-config bench-policy bench-sim bench-advise benchmark bench-what-if schema clean
+.PHONY: help preview test test-deep install dev-install bench-config bench-policy bench-sim bench-environment bench-advise benchmark bench-what-if schema clean
 
 # Public data beside the project (never copied into it): the price table is the offline price file when present,
 # unless the caller set one; otherwise prices come from the cache `gpuloan prices refresh` fills (docs/prices.md).
@@ -75,6 +75,10 @@ bench-policy: $(VENV)/.dev
 ## bench-sim: time the simulator on the ITP traces (../shared/data/traces)
 bench-sim: $(VENV)/.runtime
 	$(BIN)/python scripts/bench_sim.py --traces $(TRACES)
+
+## bench-environment: time the environment simulator (16 pools, one month, ITP traces) per policy
+bench-environment: $(VENV)/.runtime
+	$(BIN)/python scripts/bench_environment.py --traces $(TRACES)
 
 ## bench-advise: time gpuloan advise's floor sweep for one pool over a month of an ITP trace
 bench-advise: $(VENV)/.runtime
