@@ -170,6 +170,7 @@ class PoolSim(Simulation):
         self.env = env
         self.node_log: list[tuple[int, str, int]] = []  # (minute, group, +1 / -1)
         self.lent_gpus = 0  # GPUs of this pool's floor running other pools' jobs now
+        self.borrowed_jobs: dict = {}  # (id(borrower workload), job) -> (borrower workload, job) on this floor
         self.lent_gpu_minutes = 0
         self._lent_since = 0
         self.priority = priority
@@ -266,6 +267,8 @@ class EnvJobsWorkload(JobsWorkload):
             super()._bind(node, i, used)
             return
         node.jobs.add((self.sim.spec.name, i))  # a tuple: never equal to the owner's own job indices
+        owner.env.wake(owner)
+        owner.borrowed_jobs[(id(self), i)] = (self, i)
         owner.change_lent(used)
         owner.set_busy(node, node.busy + used)
         self._change_borrowed(owner.spec.name, used)
@@ -276,6 +279,8 @@ class EnvJobsWorkload(JobsWorkload):
             super()._unbind(node, i, used)
             return
         node.jobs.discard((self.sim.spec.name, i))
+        owner.env.wake(owner)
+        owner.borrowed_jobs.pop((id(self), i), None)
         owner.change_lent(-used)
         owner.set_busy(node, node.busy - used)
         owner.changed = True  # its floor has room again
@@ -313,6 +318,7 @@ class EnvJobsWorkload(JobsWorkload):
 
     def preempt(self, i: int, now: int) -> None:
         """Kueue evicts job i (a reclaim): its pods stop, its work since the last checkpoint is lost."""
+        self.sim.env.wake(self.sim)
         self._reclaiming = True
         try:
             self._stop(i, now, finished=False)
@@ -542,63 +548,101 @@ class Environment:
     # -- time --
 
     def run(self) -> "Environment":
+        """Minute by minute, each pool's steps in sim.engine.Simulation.run's order. A pool is processed at the
+        minutes its own quiet-tick proof (Simulation._quiet_until) names, and also at any minute another pool
+        touches it (a job binding to or leaving its floor, a reclaim preempting its job, a lender's floor it could
+        borrow now having room): it is woken first, its quiet minutes up to then accounted as Simulation._skip
+        does. Processing a pool at a minute it could have skipped changes nothing (tests/test_sim_speed.py), so
+        the result is the tick-by-tick one (tests/test_environment.py compares them)."""
         horizon, settings = self.horizon, self.settings
         warn, every, skip = settings.spot_warning_minutes, settings.sample_every_minutes, settings.skip_quiet_ticks
-        for sim in self.pools.values():
+        self._warn, self._every = warn, every
+        pools = list(self.pools.values())
+        for sim in pools:
             sim.controller.start(sim)
+            sim.last = -1  # the last minute processed; minutes after it up to next_at - 1 are quiet
         now = 0
         while now < horizon:
-            groups = [g for g in self.groups if g[0].next_at <= now]
-            for group in groups:
-                for sim in group:
-                    sim.now = now
-                    if now >= sim._next_event:
-                        sim._node_events(now, warn)
-                    sim.workload.tick(now)
-            for group in groups:
+            self._now = now
+            self._awake: list[PoolSim] = []
+            for sim in pools:
+                if sim.next_at <= now:
+                    self.wake(sim)
+            for group in self.groups:
                 self._schedule(group, now)
-            for group in groups:
-                for sim in group:
-                    sim.controller.tick(sim)
-                    if sim.node_groups:
-                        for g in (SPOT, ON_DEMAND):
-                            if sim.desired[g] != sim.group_size(g):
-                                sim._reconcile(g)
-            for group in groups:
+            for sim in self._awake:  # may grow while iterating: a pool woken by a schedule
+                sim.controller.tick(sim)
+                if sim.node_groups:
+                    for g in (SPOT, ON_DEMAND):
+                        if sim.desired[g] != sim.group_size(g):
+                            sim._reconcile(g)
+            for group in self.groups:
                 self._schedule(group, now)
-            for group in groups:
-                for sim in group:
-                    if now % every == 0:
-                        sim._sample(now)
-                nxt = now + 1
-                if skip and nxt < horizon:
-                    nxt = min(sim._quiet_until(now) for sim in group)
-                    if nxt > now + 1:
-                        for sim in group:
-                            sim._skip(now, nxt, every)
-                for sim in group:
-                    sim.next_at = nxt
-            now = min(g[0].next_at for g in self.groups)
-        for sim in self.pools.values():
+            for sim in self._awake:
+                if now % every == 0:
+                    sim._sample(now)
+                sim.next_at = sim._quiet_until(now) if skip and now + 1 < horizon else now + 1
+            now = min(sim.next_at for sim in pools)
+        for sim in pools:
+            if horizon > sim.last + 1:
+                sim._skip(sim.last, horizon, every)
             sim.now = horizon
             sim._settle(horizon)
             sim.change_lent(0)
             sim.workload.finish(horizon)
         return self
 
+    def wake(self, sim: PoolSim) -> None:
+        """Process `sim` at this minute: account its quiet minutes since the last one it was processed at, then
+        its first steps of the minute (node events, arrivals and completions)."""
+        now = self._now
+        if sim.last == now:
+            return
+        if now > sim.last + 1:
+            sim._skip(sim.last, now, self._every)
+        sim.last = now
+        sim.now = now
+        if now >= sim._next_event:
+            sim._node_events(now, self._warn)
+        sim.workload.tick(now)
+        self._awake.append(sim)
+
     def _schedule(self, group: list[PoolSim], now: int) -> None:
         if len(group) == 1:
             sim = group[0]
-            if sim.changed:
+            if sim.last == now and sim.changed:
                 sim.workload.schedule(now)
             return
-        if not any(sim.changed for sim in group):
+        if not any(sim.changed for sim in group if sim.last == now):
             return
         for sim in group:
-            if sim.lent_gpus and sim.workload.pending_gpus:
+            if sim.last != now and self._may_act(sim):
+                self.wake(sim)
+        for sim in group:
+            if sim.last == now and sim.lent_gpus and sim.workload.pending_gpus:
                 self._reclaim(sim, now)
         for sim in group:
-            sim.workload.schedule(now)
+            if sim.last == now:
+                sim.workload.schedule(now)
+
+    def _may_act(self, sim: PoolSim) -> bool:
+        """Whether a pool not processed this minute could admit or reclaim now that others changed: it lends and
+        wants its floor back, or it has interruptible work pending and a lender's floor has room for it."""
+        w = sim.workload
+        if not isinstance(w, EnvJobsWorkload) or not w.pending_gpus:
+            return False
+        if sim.lent_gpus and w.wants_own_floor():
+            return True
+        sizes = [size for size, q in w.queues.items() if q]
+        if not sizes or not w.lenders:
+            return False
+        need = min(min(sizes), sim.spec.gpus_per_node)
+        for lender, _ in w.lenders:
+            if w._room(lender) < min(sizes) or lender.workload.wants_own_floor():
+                continue
+            if any(n.gpus - n.busy >= need for n in lender.nodes.values() if n.group == GUARANTEED):
+                return True
+        return False
 
     def _reclaim(self, owner: PoolSim, now: int) -> None:
         """Kueue's reclaimWithinCohort for the owner's pending jobs, in submission order (docstring above)."""
@@ -617,14 +661,9 @@ class Environment:
                 own_use += g
                 continue
             need = g - free
-            candidates = []  # (priority, -admitted, borrower workload, job, GPUs on this floor)
-            for sim in self.pools.values():
-                bw = sim.workload
-                if not isinstance(bw, EnvJobsWorkload) or not bw.borrowed.get(owner.spec.name):
-                    continue
-                for j, lender in enumerate(bw.lender_of):
-                    if lender is owner:
-                        candidates.append((sim.priority, -bw.admitted_at[j], -j, bw, j, bw.gpus[j]))
+            candidates = []  # (priority, -admitted, -job, borrower workload, job, GPUs)
+            for bw, j in owner.borrowed_jobs.values():
+                candidates.append((bw.sim.priority, -bw.admitted_at[j], -j, bw, j, bw.gpus[j]))
             candidates.sort(key=lambda c: c[:3])
             targets, got = [], 0
             for c in candidates:
