@@ -223,6 +223,7 @@ class EnvJobsWorkload(JobsWorkload):
         self._borrowed_since = 0
         self.lender_of: list = [None] * len(self.gpus)  # the PoolSim whose floor job i runs on, if borrowed
         self.admitted_at = [0] * len(self.gpus)
+        self.first_placement: list = [None] * len(self.gpus)  # (pool whose node, node group) of the first start
         self.production_interruptions = 0
         self.reclaim_preemptions = 0
         self.reclaim_lost_gpu_minutes = 0.0
@@ -300,6 +301,8 @@ class EnvJobsWorkload(JobsWorkload):
         owner = self.sim.env.floor_owner.get(id(chosen[0][0]))
         self.lender_of[i] = owner if owner is not None and owner is not self.sim else None
         self.admitted_at[i] = now
+        if self.first_placement[i] is None:
+            self.first_placement[i] = ((owner or self.sim).spec.name, chosen[0][0].group)
         super()._start(i, chosen, now)
 
     def _stop(self, i: int, now: int, finished: bool) -> None:
