@@ -10,7 +10,7 @@ import pytest
 from conftest import requires_shared_prices, stack_config
 
 from sim import environment as envsim
-from sim.engine import GUARANTEED, ON_DEMAND, SimSettings, Simulation
+from sim.engine import GUARANTEED, ON_DEMAND, SPOT, SimSettings, Simulation
 from sim.environment import EnvironmentError, pool_stream, simulate_environment
 from sim.policies import GpuLoan, Karpenter
 from sim.pool import spec_from_config
@@ -180,6 +180,19 @@ def test_production_jobs_never_borrow_and_never_run_on_spot():
     assert first_placement(res, "borrower", 1) == ("borrower", ON_DEMAND)  # Karpenter launched on-demand for it
     assert bp["elastic_spot_cost_usd"] == 0 and bp["elastic_on_demand_cost_usd"] > 0
     assert bp["production_interruptions"] == 0
+
+
+@pytest.mark.parametrize("controller", sorted(CONTROLLERS))
+def test_in_a_mixed_pool_production_jobs_stay_off_spot_nodes_interruptible_jobs_use(controller):
+    cfg = env_config([pool("mixed", floor=1, capacity="spot_then_on_demand", max_nodes=6, share=50)])
+    demands = {"mixed": random_jobs("mixed", seed=5, n=200)}
+    res = simulate_environment(cfg, demands, CONTROLLERS[controller], STORMY, 2 * 1440)
+    w = res.sims["mixed"].workload
+    started = [k for k in range(len(w.gpus)) if w.first_placement[k] is not None]
+    groups = {(w.production[k], w.first_placement[k][1]) for k in started}
+    assert (False, SPOT) in groups  # spot nodes were there, and interruptible work used them
+    assert (True, SPOT) not in groups
+    assert res.pools["mixed"]["production_interruptions"] == 0 < res.pools["mixed"]["jobs_interrupted"]
 
 
 def test_production_on_spot_where_the_pool_is_listed_and_its_interruptions_count():
