@@ -560,6 +560,7 @@ class Environment:
         horizon, settings = self.horizon, self.settings
         warn, every, skip = settings.spot_warning_minutes, settings.sample_every_minutes, settings.skip_quiet_ticks
         self._warn, self._every = warn, every
+        self._ticked = False
         pools = list(self.pools.values())
         for sim in pools:
             sim.controller.start(sim)
@@ -568,6 +569,7 @@ class Environment:
         while now < horizon:
             self._now = now
             self._awake: list[PoolSim] = []
+            self._ticked = False
             for sim in pools:
                 if sim.next_at <= now:
                     self.wake(sim)
@@ -579,6 +581,7 @@ class Environment:
                     for g in (SPOT, ON_DEMAND):
                         if sim.desired[g] != sim.group_size(g):
                             sim._reconcile(g)
+            self._ticked = True
             for group in self.groups:
                 self._schedule(group, now)
             for sim in self._awake:
@@ -609,6 +612,10 @@ class Environment:
             sim._node_events(now, self._warn)
         sim.workload.tick(now)
         self._awake.append(sim)
+        if self._ticked:
+            # Woken after the controllers' turn: its controller's tick this minute came before the change and,
+            # the pool being quiet until then, repeated its last plan (Controller.repeat counts it so).
+            sim.controller.repeat(sim, 1)
 
     def _schedule(self, group: list[PoolSim], now: int) -> None:
         if len(group) == 1:
@@ -618,24 +625,26 @@ class Environment:
             return
         if not any(sim.changed for sim in group if sim.last == now):
             return
+        # Pools not processed this minute join where they could act, checked at their turn (what the pools
+        # before them did counts): an owner that wants its lent floor back, a borrower a lender has room for.
         for sim in group:
-            if sim.last != now and self._may_act(sim):
+            if sim.last != now and sim.lent_gpus and isinstance(sim.workload, EnvJobsWorkload) \
+                    and sim.workload.wants_own_floor():
                 self.wake(sim)
-        for sim in group:
             if sim.last == now and sim.lent_gpus and sim.workload.pending_gpus:
                 self._reclaim(sim, now)
         for sim in group:
+            if sim.last != now and self._may_borrow(sim):
+                self.wake(sim)
             if sim.last == now:
                 sim.workload.schedule(now)
 
-    def _may_act(self, sim: PoolSim) -> bool:
-        """Whether a pool not processed this minute could admit or reclaim now that others changed: it lends and
-        wants its floor back, or it has interruptible work pending and a lender's floor has room for it."""
+    def _may_borrow(self, sim: PoolSim) -> bool:
+        """Whether a pool not processed this minute has interruptible work pending that a lender's floor has room
+        for now (nothing else it could schedule has changed: its own nodes are as they were)."""
         w = sim.workload
         if not isinstance(w, EnvJobsWorkload) or not w.pending_gpus:
             return False
-        if sim.lent_gpus and w.wants_own_floor():
-            return True
         sizes = [size for size, q in w.queues.items() if q]
         if not sizes or not w.lenders:
             return False

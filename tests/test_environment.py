@@ -92,19 +92,25 @@ def test_pools_that_share_nothing_run_exactly_as_each_alone(controller, no_lendi
 
 
 @pytest.mark.parametrize("controller", sorted(CONTROLLERS))
-def test_skipping_quiet_minutes_gives_the_tick_by_tick_result_with_lending(controller):
-    pools = [pool("alpha"), pool("beta", floor=2), pool("gamma", tier="learning")]
+@pytest.mark.parametrize("seed", [0, 3])
+def test_skipping_quiet_minutes_gives_the_tick_by_tick_result_with_lending(controller, seed):
+    # a production lender, two experiment pools that lend and borrow, a learning pool without a floor; gangs of 2
+    pools = [pool("alpha", tier="production", capacity="on_demand", floor=3), pool("beta", floor=2),
+             pool("gamma", tier="learning", floor=0), pool("delta", floor=1)]
     cfg = env_config(pools)
-    demands = {p["name"]: random_jobs(p["name"], seed=10 + k, n=30) for k, p in enumerate(pools)}
+    r = random.Random(seed)
+    demands = {p["name"]: random_jobs(p["name"], seed=seed * 10 + k, n=r.randint(20, 60), max_gpus=2)
+               for k, p in enumerate(pools)}
     fast = simulate_environment(cfg, demands, CONTROLLERS[controller], STORMY, 2 * 1440)
     slow = simulate_environment(cfg, demands, CONTROLLERS[controller], replace(STORMY, skip_quiet_ticks=False),
                                 2 * 1440)
     assert fast.environment["reclaim_preemptions"] > 0 and fast.environment["floor_lent_gpu_hours"] > 0
     for name in demands:
-        assert fast.sims[name].c == slow.sims[name].c
+        assert fast.sims[name].c == slow.sims[name].c, name
+        assert fast.sims[name].samples == slow.sims[name].samples, name
         for key in ("reclaim_preemptions", "reclaim_lost_gpu_hours", "floor_lent_gpu_hours", "borrowed_gpu_hours",
-                    "p95_wait_minutes"):
-            assert fast.pools[name][key] == slow.pools[name][key], (name, key)
+                    "p95_wait_minutes", "decisions_by_reason"):
+            assert fast.pools[name].get(key) == slow.pools[name].get(key), (name, key)
     assert sum(fast.pools[n]["ticks_skipped"] for n in demands) > 0
 
 
