@@ -170,6 +170,7 @@ class PoolSim(Simulation):
         self.env = env
         self.node_log: list[tuple[int, str, int]] = []  # (minute, group, +1 / -1)
         self.lent_gpus = 0  # GPUs of this pool's floor running other pools' jobs now
+        self.floor_nodes: list[SimNode] = []  # never removed (a floor is never terminated)
         self.borrowed_jobs: dict = {}  # (id(borrower workload), job) -> (borrower workload, job) on this floor
         self.lent_gpu_minutes = 0
         self._lent_since = 0
@@ -185,6 +186,7 @@ class PoolSim(Simulation):
         self.node_log.append((self.now, group, 1))
         if group == GUARANTEED:
             self.env.floor_owner[id(node)] = self
+            self.floor_nodes.append(node)
         return node
 
     def _remove(self, node: SimNode, spot_reclaim: bool) -> None:
@@ -202,7 +204,7 @@ class PoolSim(Simulation):
         return self.spec.floor_nodes * self.spec.gpus_per_node
 
     def floor_busy(self) -> int:
-        return sum(n.busy for n in self.nodes.values() if n.group == GUARANTEED)
+        return sum(n.busy for n in self.floor_nodes)
 
 
 class EnvJobsWorkload(JobsWorkload):
@@ -357,8 +359,7 @@ class EnvJobsWorkload(JobsWorkload):
                 continue
             if lender.workload.wants_own_floor():
                 continue
-            nodes = [n for n in lender.nodes.values() if n.group == GUARANTEED and n.ready_at <= now
-                     and n.busy < n.gpus]
+            nodes = [n for n in lender.floor_nodes if n.ready_at <= now and n.busy < n.gpus]
             if nodes:
                 borrowable.append([lender, nodes])
         gpn = sim.spec.gpus_per_node
@@ -652,7 +653,7 @@ class Environment:
         for lender, _ in w.lenders:
             if w._room(lender) < min(sizes) or lender.workload.wants_own_floor():
                 continue
-            if any(n.gpus - n.busy >= need for n in lender.nodes.values() if n.group == GUARANTEED):
+            if any(n.gpus - n.busy >= need for n in lender.floor_nodes):
                 return True
         return False
 
