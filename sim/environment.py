@@ -658,42 +658,104 @@ class Environment:
         return False
 
     def _reclaim(self, owner: PoolSim, now: int) -> None:
-        """Kueue's reclaimWithinCohort for the owner's pending jobs, in submission order (docstring above)."""
+        """The owner takes its floor back for its pending jobs, in submission order: a job that fits the owner's
+        nominal floor quota beside the owner's own use (reclaimWithinCohort: Any) but finds no floor node with
+        room preempts borrowed jobs on the floor node(s) it then starts on -- on one node the fewest borrowed
+        GPUs that make room, in Kueue's candidate order (lowest priority, most recently admitted first), the set
+        minimized; a gang takes whole nodes free of the owner's own work, those with the fewest borrowed GPUs.
+        Node-aware, where Kueue picks victims by quota alone (module docstring)."""
         w = owner.workload
-        nominal = owner.floor_gpus
+        nominal, gpn = owner.floor_gpus, owner.spec.gpus_per_node
         own_use = owner.floor_busy() - owner.lent_gpus
-        free = nominal - own_use - owner.lent_gpus
+        nodes = [n for n in owner.floor_nodes if n.ready_at <= now]
+        reserved = {id(n): 0 for n in nodes}  # GPUs of jobs this pass counts on without preempting
+
+        def free(n) -> int:
+            return n.gpus - n.busy - reserved[id(n)]
+
         for i in w.pending_jobs(max(1, nominal - own_use)):
             if owner.lent_gpus == 0 or own_use >= nominal:
                 return
             g = w.gpus[i]
             if own_use + g > nominal:
                 continue  # does not fit the owner's nominal quota even alone: no reclaim for it
-            if g <= free:
-                free -= g
-                own_use += g
+            if g <= gpn:
+                room = [n for n in nodes if free(n) >= g]
+                if room:
+                    reserved[id(room[0])] += g
+                    own_use += g
+                    continue
+                best = None
+                for n in nodes:
+                    victims = self._borrowed_on(n)
+                    have = free(n)
+                    if have + sum(v[3] for v in victims) < g:
+                        continue
+                    targets = []
+                    for v in victims:
+                        if have >= g:
+                            break
+                        targets.append(v)
+                        have += v[3]
+                    for v in reversed(list(targets)):  # minimize: give back a target the job fits without
+                        if have - v[3] >= g:
+                            targets.remove(v)
+                            have -= v[3]
+                    cost = (sum(v[3] for v in targets), [v[0] for v in targets], n.serial)
+                    if best is None or cost < best[0]:
+                        best = (cost, [n], targets)
+            else:
+                k = -(-g // gpn)
+                whole = [n for n in nodes if reserved[id(n)] == 0 and n.busy == self._lent_on(n)]
+                whole.sort(key=lambda n: (self._lent_on(n), n.serial))
+                if len(whole) < k:
+                    continue
+                if all(n.busy == 0 for n in whole[:k]):
+                    for n in whole[:k]:
+                        reserved[id(n)] = n.gpus
+                    own_use += g
+                    continue
+                best = (None, whole[:k], [v for n in whole[:k] for v in self._borrowed_on(n)])
+            if best is None:
                 continue
-            need = g - free
-            candidates = []  # (priority, -admitted, -job, borrower workload, job, GPUs)
-            for bw, j in owner.borrowed_jobs.values():
-                candidates.append((bw.sim.priority, -bw.admitted_at[j], -j, bw, j, bw.gpus[j]))
-            candidates.sort(key=lambda c: c[:3])
-            targets, got = [], 0
-            for c in candidates:
-                if got >= need:
-                    break
-                targets.append(c)
-                got += c[5]
-            if got < need:
-                continue
-            for c in reversed(list(targets)):  # minimize: drop a target the job fits without
-                if got - c[5] >= need:
-                    targets.remove(c)
-                    got -= c[5]
-            for c in targets:
-                c[3].preempt(c[4], now)
-            free += got - g
+            _, chosen, targets = best
+            done = set()
+            for v in targets:
+                if (id(v[1]), v[2]) not in done:  # a borrowed gang may sit on several of the chosen nodes
+                    done.add((id(v[1]), v[2]))
+                    v[1].preempt(v[2], now)
+            self._start_reclaimed(w, i, chosen, now)
             own_use += g
+
+    def _borrowed_on(self, node: SimNode) -> list:
+        """Borrowed jobs on a floor node in Kueue's preemption-candidate order: (key, workload, job, GPUs here)."""
+        out = []
+        for key in node.jobs:
+            if isinstance(key, tuple):
+                bw = self.pools[key[0]].workload
+                j = key[1]
+                used = next(u for n, u in bw.on_nodes[j] if n is node)
+                out.append(((bw.sim.priority, -bw.admitted_at[j], -j), bw, j, used))
+        out.sort(key=lambda v: v[0])
+        return out
+
+    def _lent_on(self, node: SimNode) -> int:
+        return sum(v[3] for v in self._borrowed_on(node))
+
+    @staticmethod
+    def _start_reclaimed(w: "EnvJobsWorkload", i: int, chosen: list, now: int) -> None:
+        """Start the owner's job on the floor node(s) its reclaim freed (Kueue admits it on the floor flavor,
+        kube-scheduler binds it to the room the preemption made)."""
+        g, gpn = w.gpus[i], w.sim.spec.gpus_per_node
+        queues = w.prod_queues if w.is_production(i) and not w.plain else w.queues
+        q = queues[g]
+        q.remove(i)
+        heapq.heapify(q)
+        if len(chosen) == 1:
+            w._start(i, [(chosen[0], g)], now)
+        else:
+            k = len(chosen)
+            w._start(i, [(n, gpn) for n in chosen[: k - 1]] + [(chosen[k - 1], g - gpn * (k - 1))], now)
 
     # -- results --
 
