@@ -46,10 +46,14 @@ What is modelled (docs/simulator.md, "An environment"; the Kueue semantics in do
   Quota of the pool's own flavors is what its node groups can reach (the plan's rule), so it binds exactly where
   the nodes do; the simulator lets the nodes bind (kube-scheduler's placement of sim/engine.py).
 - Reclaim (reclaimWithinCohort: Any, flavorFungibility whenCanPreempt: MayStopSearch): a pending job of the
-  owner that fits the owner's nominal floor quota, but not the quota left beside the borrowed GPUs, preempts
-  borrowed jobs on that floor: candidates by lowest priority first, then most recently admitted; greedily until
-  the job fits, then the set is minimized (Kueue's classic preemption). A preempted job loses the work since its
-  last checkpoint and requeues in its original submission order, as after a spot interruption.
+  owner that fits the owner's nominal floor quota beside the owner's own use, but finds no floor node with room,
+  preempts borrowed jobs on that floor: candidates by lowest priority first, then most recently admitted;
+  greedily until the job fits, then the set is minimized (Kueue's classic preemption). Unlike Kueue, which picks
+  victims by quota alone, the simulator picks them on the node(s) the job then starts on (the node needing the
+  fewest borrowed GPUs back; a gang takes whole nodes free of the owner's work): quota-only victims can leave the
+  room fragmented (two 1-GPU borrowers on two 4-GPU nodes keep a 4-GPU job off both), which would send the
+  owner's work to elastic nodes and charge lending for a scheduler artefact. A preempted job loses the work since
+  its last checkpoint and requeues in its original submission order, as after a spot interruption.
 Not modelled: series pools lending or borrowing (fluid demand has no jobs to admit: they run on their own
 capacity), fair sharing, a borrower's job spanning flavors.
 """
