@@ -175,6 +175,7 @@ class PoolSim(Simulation):
         self.node_log: list[tuple[int, str, int]] = []  # (minute, group, +1 / -1)
         self.lent_gpus = 0  # GPUs of this pool's floor running other pools' jobs now
         self.floor_nodes: list[SimNode] = []  # never removed (a floor is never terminated)
+        self._floor_busy = 0  # GPUs busy on the floor nodes, own and lent
         self.borrowed_jobs: dict = {}  # (id(borrower workload), job) -> (borrower workload, job) on this floor
         self.lent_gpu_minutes = 0
         self._lent_since = 0
@@ -208,7 +209,12 @@ class PoolSim(Simulation):
         return self.spec.floor_nodes * self.spec.gpus_per_node
 
     def floor_busy(self) -> int:
-        return sum(n.busy for n in self.floor_nodes)
+        return self._floor_busy
+
+    def set_busy(self, node: SimNode, busy: int) -> None:
+        if node.group == GUARANTEED:
+            self._floor_busy += busy - node.busy
+        super().set_busy(node, busy)
 
 
 class EnvJobsWorkload(JobsWorkload):
@@ -673,6 +679,10 @@ class Environment:
         own_use = owner.floor_busy() - owner.lent_gpus
         nodes = [n for n in owner.floor_nodes if n.ready_at <= now]
         reserved = {id(n): 0 for n in nodes}  # GPUs of jobs this pass counts on without preempting
+        lent_on: dict[int, int] = {}  # node -> borrowed GPUs on it
+        for bw, j in owner.borrowed_jobs.values():
+            for n, used in bw.on_nodes[j]:
+                lent_on[id(n)] = lent_on.get(id(n), 0) + used
 
         def free(n) -> int:
             return n.gpus - n.busy - reserved[id(n)]
@@ -691,10 +701,10 @@ class Environment:
                     continue
                 best = None
                 for n in nodes:
-                    victims = self._borrowed_on(n)
                     have = free(n)
-                    if have + sum(v[3] for v in victims) < g:
+                    if have + lent_on.get(id(n), 0) < g:
                         continue
+                    victims = self._borrowed_on(n)
                     targets = []
                     for v in victims:
                         if have >= g:
@@ -710,8 +720,8 @@ class Environment:
                         best = (cost, [n], targets)
             else:
                 k = -(-g // gpn)
-                whole = [n for n in nodes if reserved[id(n)] == 0 and n.busy == self._lent_on(n)]
-                whole.sort(key=lambda n: (self._lent_on(n), n.serial))
+                whole = [n for n in nodes if reserved[id(n)] == 0 and n.busy == lent_on.get(id(n), 0)]
+                whole.sort(key=lambda n: (lent_on.get(id(n), 0), n.serial))
                 if len(whole) < k:
                     continue
                 if all(n.busy == 0 for n in whole[:k]):
@@ -727,6 +737,8 @@ class Environment:
             for v in targets:
                 if (id(v[1]), v[2]) not in done:  # a borrowed gang may sit on several of the chosen nodes
                     done.add((id(v[1]), v[2]))
+                    for n, used in v[1].on_nodes[v[2]]:
+                        lent_on[id(n)] -= used
                     v[1].preempt(v[2], now)
             self._start_reclaimed(w, i, chosen, now)
             own_use += g
@@ -742,9 +754,6 @@ class Environment:
                 out.append(((bw.sim.priority, -bw.admitted_at[j], -j), bw, j, used))
         out.sort(key=lambda v: v[0])
         return out
-
-    def _lent_on(self, node: SimNode) -> int:
-        return sum(v[3] for v in self._borrowed_on(node))
 
     @staticmethod
     def _start_reclaimed(w: "EnvJobsWorkload", i: int, chosen: list, now: int) -> None:
