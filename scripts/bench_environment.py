@@ -29,8 +29,9 @@ TIERS = ("production", "experiment", "learning")
 INSTANCE_TYPE = "p4d.24xlarge"
 
 
-def environment(traces_dir: Path):
-    """(config, demands, horizon minutes) of the benchmark environment."""
+def environment(traces_dir: Path, lending: bool = True):
+    """(config, demands, horizon minutes) of the benchmark environment; `lending=False`: Kueue off (nothing is
+    lent or borrowed, every pool on its own capacity)."""
     import yaml
 
     from sim import pool, traces
@@ -57,7 +58,7 @@ def environment(traces_dir: Path):
         pools.append(entry)
         demands[name] = trace
     data["gpuloan:pools"] = pools
-    data["gpuloan:scheduling"] = {"kueue": {}}
+    data["gpuloan:scheduling"] = {"kueue": {} if lending else {"enabled": False}}
     # the prod budget was set for its two pools, not for these sixteen: no cap binds in the benchmark
     data["gpuloan:budget"] = {**data["gpuloan:budget"], "monthly_usd": 10_000_000, "enforcement": "alert_only"}
     return config.from_stack_yaml(doc, "bench-environment"), demands, horizon
@@ -71,9 +72,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--traces", type=Path, default=REPO.parent / "shared" / "data" / "traces" / "itp")
     parser.add_argument("--seed", type=int, default=SimSettings().seed)
+    parser.add_argument("--no-lending", action="store_true", help="Kueue off: the same pools, nothing lent")
     args = parser.parse_args(argv)
     t0 = time.perf_counter()
-    cfg, demands, horizon = environment(args.traces)
+    cfg, demands, horizon = environment(args.traces, lending=not args.no_lending)
     jobs = sum(len(t.jobs) for t in demands.values())
     floors = sum(p.guaranteed.nodes for p in cfg.pools if p.guaranteed)
     print(f"{len(cfg.pools)} pools, {jobs} jobs, {DAYS} days, {floors} floor nodes of {INSTANCE_TYPE} "
