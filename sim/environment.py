@@ -25,10 +25,11 @@ and purchase: the input of the billing model pricing/cost_model/billing.py; `bil
 and `sims` (pool name -> the Simulation, for samples and inspection).
 
 What is modelled (docs/simulator.md, "An environment"; the Kueue semantics in docs/scheduling.md):
-- Clock: minute by minute in lockstep; pools that cannot influence each other (no lending between them) skip
-  their quiet minutes independently, exactly as a single-pool Simulation does; pools linked by lending skip
-  together to the earliest next event or controller wake among them. A pool that lends nothing and borrows
-  nothing gives exactly sim.engine.Simulation's result (tests/test_environment.py).
+- Clock: minute by minute in lockstep; each pool is processed at the minutes its own quiet-tick proof names
+  (as a single-pool Simulation skips), and also at any minute another pool touches it (a job binding to or
+  leaving its floor, a reclaim preempting its job, a lender's floor with room for its pending work). The result
+  is the minute-by-minute one, and a pool that lends nothing and borrows nothing gives exactly
+  sim.engine.Simulation's result (tests/test_environment.py).
 - Spot events: each pool has its own common-random-number streams, drawn from the seed and the pool's name
   (`pool_stream`), so every policy and every floor meets the same events in the same pool.
 - Job classes: a pool's tier gives the default (production: every job is production; other tiers: none);
