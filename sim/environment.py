@@ -36,7 +36,8 @@ What is modelled (docs/simulator.md, "An environment"; the Kueue semantics in do
   `service_target.production_share_pct` makes that share of the pool's jobs production, picked per job id by a
   seeded hash (stable: the same jobs whatever the floors or the policy). Production jobs never run on spot
   (unless the pool is in scheduling.kueue.production_spot_pools) and never on borrowed capacity, so a reclaim
-  never preempts them. A demand series (no jobs) is all of its pool's default class.
+  never preempts them. A demand series (no jobs) is all production when its share is 100 % (a production
+  pool's default), else all interruptible; it fills its own nodes as in a single-pool run.
 - Kueue admission, per job, in the order of its ClusterQueue's flavors (`plan(cfg)`): the pool's own floor,
   then the idle floors its queue may borrow (plan order; interruptible jobs only), then its own elastic nodes.
   Borrowing takes a lender's floor GPUs only while (a) the GPUs borrowed from that floor stay within its
