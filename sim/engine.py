@@ -150,7 +150,7 @@ class Counters:
     on_demand_node_minutes: int = 0
 
 
-def spot_episodes(seed: int, horizon: int, per_week: float, mean_hours: float) -> list[tuple[int, int]]:
+def spot_episodes(seed: int | str, horizon: int, per_week: float, mean_hours: float) -> list[tuple[int, int]]:
     """[start, end) minutes in which spot cannot be launched; a Poisson process, the same for every policy."""
     rng = random.Random(f"episodes-{seed}")
     out: list[tuple[int, int]] = []
@@ -173,7 +173,7 @@ class SlotInterruptions:
     t: by memorylessness its time to interruption is exponential at the same rate as a per-node draw, but two
     policies running k spot nodes at the same minute meet the same interruption, whatever their launch order."""
 
-    def __init__(self, seed: int, rate_per_minute: float):
+    def __init__(self, seed: int | str, rate_per_minute: float):
         self.seed = seed
         self.rate = rate_per_minute
         self.events: list[list[int]] = []
@@ -197,7 +197,9 @@ class SlotInterruptions:
 
 class Simulation:
     def __init__(self, spec: PoolSpec, trace: JobsTrace | SeriesTrace, controller, settings: SimSettings = SimSettings(),
-                 horizon_minutes: int | None = None):
+                 horizon_minutes: int | None = None, stream: str | None = None):
+        """`stream`: what the spot interruption and shortage streams are drawn from (default: the seed). An
+        environment gives each pool its own (sim/environment.py: the seed and the pool's name)."""
         self.spec = spec
         self.trace = trace
         self.controller = controller
@@ -215,10 +217,12 @@ class Simulation:
             raise ValueError(f"metric_delay_minutes {settings.metric_delay_minutes}: must be >= 0")
         if not 0.0 <= settings.spot_unavailable_fill_share <= 1.0:
             raise ValueError(f"spot_unavailable_fill_share {settings.spot_unavailable_fill_share}: a share, 0 to 1")
-        self.interruptions = SlotInterruptions(settings.seed, self.spot_interrupt_rate_per_minute)
+        stream = settings.seed if stream is None else stream
+        self.stream = stream  # the seed of this pool's random draws (sim/environment.py: seed + pool name)
+        self.interruptions = SlotInterruptions(stream, self.spot_interrupt_rate_per_minute)
         self._free_slots: list[int] = []  # heap of released spot slots; the lowest is taken first
         self._next_slot = 0
-        self.episodes = spot_episodes(settings.seed, self.horizon, settings.spot_unavailable_episodes_per_week,
+        self.episodes = spot_episodes(stream, self.horizon, settings.spot_unavailable_episodes_per_week,
                                       settings.spot_unavailable_mean_hours) if spec.has_spot else []
         self._episode_i = 0
         self.recommendations: list[SimNode] = []  # rebalance recommendations not yet read by the controller
@@ -298,7 +302,7 @@ class Simulation:
         st = self.settings
         if st.rebalance_early_share <= 0:
             return None
-        rng = random.Random(f"rebalance-{st.seed}-{slot}-{reclaim}")
+        rng = random.Random(f"rebalance-{self.stream}-{slot}-{reclaim}")
         if rng.random() >= st.rebalance_early_share:
             return None
         lo, hi = st.rebalance_lead_minutes
@@ -799,7 +803,7 @@ class JobsWorkload:
             self._next += 1
             if self.gpus[i] > self.pool_gpus:
                 continue
-            heapq.heappush(self.queues.setdefault(self.gpus[i], []), i)
+            self._enqueue(i)
             self.pending_gpus += self.gpus[i]
             sim.changed = True
             sim.version += 1
@@ -823,18 +827,30 @@ class JobsWorkload:
             sim.c.lost_gpu_minutes += gpus * lost / 60
             sim.c.jobs_interrupted += 1
             self.remaining_s[i] -= saved
-            heapq.heappush(self.queues.setdefault(gpus, []), i)
+            self._enqueue(i)
             self.pending_gpus += gpus
         self.early.pop(i, None)
         self.running_gpus -= gpus
         self.run_id[i] += 1
         for node, used in self.on_nodes[i]:
-            node.jobs.discard(i)
-            sim.set_busy(node, node.busy - used)
+            self._unbind(node, i, used)
         self.on_nodes[i] = []
         self.run_start[i] = None
         sim.changed = True
         sim.version += 1
+
+    def _enqueue(self, i: int) -> None:
+        """Job i waits (again): into its size's queue, in submission order."""
+        heapq.heappush(self.queues.setdefault(self.gpus[i], []), i)
+
+    def _bind(self, node: SimNode, i: int, used: int) -> None:
+        """A pod of job i takes `used` GPUs of the node (sim/environment.py binds to other pools' floors too)."""
+        node.jobs.add(i)
+        self.sim.set_busy(node, node.busy + used)
+
+    def _unbind(self, node: SimNode, i: int, used: int) -> None:
+        node.jobs.discard(i)
+        self.sim.set_busy(node, node.busy - used)
 
     def evict(self, node: SimNode) -> None:
         for i in list(node.jobs):
@@ -918,10 +934,8 @@ class JobsWorkload:
         return True
 
     def _start(self, i: int, chosen: list, now: int) -> None:
-        sim = self.sim
         for n, used in chosen:
-            n.jobs.add(i)
-            sim.set_busy(n, n.busy + used)
+            self._bind(n, i, used)
         self.on_nodes[i] = chosen
         self.run_start[i] = now
         if self.first_start[i] is None:

@@ -154,6 +154,17 @@ class Karpenter(Controller):
             # free GPUs that pending pods may land on: not cordoned; nodes in flight count as empty
             free = [n.gpus - n.busy for n in sim.nodes.values() if not n.warned and n.gpus > n.busy]
             new_nodes = new_nodes_needed(pending, sim.spec.gpus_per_node, free)
+            # Pods that may not run on spot (production work in an environment, sim/environment.py) require
+            # karpenter.sh/capacity-type: on-demand: Karpenter launches on-demand nodes for them, spot for the rest.
+            on_demand_only = getattr(sim.workload, "on_demand_only_pending", None)
+            wants = on_demand_only() if on_demand_only is not None else None
+            if wants:
+                free_not_spot = [n.gpus - n.busy for n in sim.nodes.values()
+                                 if not n.warned and n.gpus > n.busy and n.group != SPOT]
+                od_nodes = new_nodes_needed(wants, sim.spec.gpus_per_node, free_not_spot)
+                if od_nodes:
+                    self._provision_on_demand(sim, od_nodes)
+                new_nodes = max(0, new_nodes - od_nodes)
             if new_nodes:
                 self._provision(sim, new_nodes)
         for node in list(sim.nodes.values()):
@@ -213,9 +224,16 @@ class Karpenter(Controller):
             if launched or not spec.has_on_demand:
                 return
         if spec.has_on_demand:
-            room = spec.elastic_max_nodes - sim.count(SPOT) - sim.count(ON_DEMAND)
-            room = min(room, spec.on_demand_max_nodes - sim.count(ON_DEMAND))
-            sim.launch(ON_DEMAND, max(0, min(count, room)))
+            self._provision_on_demand(sim, count)
+
+    @staticmethod
+    def _provision_on_demand(sim: Simulation, count: int) -> None:
+        spec = sim.spec
+        if not spec.has_on_demand:
+            return
+        room = spec.elastic_max_nodes - sim.count(SPOT) - sim.count(ON_DEMAND)
+        room = min(room, spec.on_demand_max_nodes - sim.count(ON_DEMAND))
+        sim.launch(ON_DEMAND, max(0, min(count, room)))
 
 
 class ThresholdScript(Controller):
