@@ -590,6 +590,7 @@ class Environment:
                 self._schedule(group, now)
             for sim in self._awake:  # may grow while iterating: a pool woken by a schedule
                 sim.controller.tick(sim)
+                sim.recommendations.clear()  # as Simulation.run: EventBridge delivers each recommendation once
                 if sim.node_groups:
                     for g in (SPOT, ON_DEMAND):
                         if sim.desired[g] != sim.group_size(g):
@@ -598,6 +599,7 @@ class Environment:
             for group in self.groups:
                 self._schedule(group, now)
             for sim in self._awake:
+                sim.gang_hold.tick(now)  # as Simulation.run, after the minute's last scheduling pass
                 if now % every == 0:
                     sim._sample(now)
                 sim.next_at = sim._quiet_until(now) if skip and now + 1 < horizon else now + 1
