@@ -41,6 +41,8 @@ def run(args) -> int:
         print(err, file=sys.stderr)
         print("nothing was previewed: fix the config first", file=sys.stderr)
         return EXIT_INVALID
+    for path, message in result.get("deprecations") or []:
+        print(f"warning: {path}: {message}", file=sys.stderr)
     if args.json:
         json.dump(result, sys.stdout, indent=2, sort_keys=True, default=str)
         print()

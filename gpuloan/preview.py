@@ -58,6 +58,8 @@ def preview_document(stack: str, stack_config: dict[str, Any], program: Path | N
         "outputs": recording.outputs,
         "cost": cost,
         "unchecked_secrets": unchecked,
+        # deprecated settings in use, (path, message): `gpuloan preview` prints them as warnings
+        "deprecations": [list(d) for d in config_mod.deprecations(cfg)],
     })
 
 
