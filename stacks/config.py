@@ -749,6 +749,8 @@ class FloorBill:
     unknown_pools: frozenset[str]  # pools whose floor figure is unknown
     commitments: tuple[dict, ...]  # per commitment: name, kind, status, source, fee, used, unused (monthly USD)
     rate_sources: dict[str, str]  # commitment name -> where its rates come from, one line
+    # pool (billing_key) -> the commitments that may cover its floor's hours (their scope matches it)
+    covering: dict[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
 
     def pool_usd(self, pool: str) -> float | None:
         """The pool's floor: its hours no commitment covered at its own rate, the covered ones at the rate of the
@@ -867,7 +869,10 @@ def floor_bill(cfg: GpuLoanConfig) -> FloorBill:
         rows.append({"name": c.name, "kind": c.kind, "status": st, "source": src, "fee_monthly_usd": round(fee, 2),
                      "used_monthly_usd": round(used, 2), "unused_monthly_usd": round(fee - used, 2),
                      "rates": sources.get(c.name, "")})
-    return FloorBill(b, tuple(unknown), frozenset(unknown_pools), tuple(rows), sources)
+    first_hour = {u.pool: u for u in usage if u.hour == 0}
+    covering = {key: tuple(c.name for c in billing._order(commitments) if c.covers(u))
+                for key, u in first_hour.items()}
+    return FloorBill(b, tuple(unknown), frozenset(unknown_pools), tuple(rows), sources, covering)
 
 
 def cross_field_problems(cfg: GpuLoanConfig) -> list[tuple[str, str]]:
