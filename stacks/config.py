@@ -769,6 +769,14 @@ class FloorBill:
         return None if self.bill is None or self.unknown else self.bill.unused_commitment_usd
 
 
+def _commitment_complete(c: Commitment) -> bool:
+    if c.kind == CommitmentKind.reserved_instances:
+        return c.instance_type is not None and c.count is not None
+    if c.kind == CommitmentKind.ec2_instance_savings_plan and c.instance_family is None:
+        return False
+    return c.hourly_commitment_usd is not None
+
+
 def billing_commitments(cfg: GpuLoanConfig) -> tuple[list[billing.Commitment], list[str], dict[str, str], set[str]]:
     """The config's commitments as the billing model takes them: the per-pool shorthand (`guaranteed.payment`)
     first, then `commitments`. Returns (commitments, unknown rates, rate sources, pools whose shorthand rate is
@@ -797,6 +805,8 @@ def billing_commitments(cfg: GpuLoanConfig) -> tuple[list[billing.Commitment], l
             hourly_commitment_usd=0.0 if kind == CommitmentKind.reserved_instances else rate.usd_per_hour * g.nodes))
         sources[name] = rate.source
     for i, c in enumerate(cfg.commitments):
+        if not _commitment_complete(c) or c.name in sources:
+            continue  # a field its kind needs is missing, or the name is taken: refused by _commitment_problems
         rates, missing, lines = {}, [], []
         for t in dict.fromkeys([*commitment_scope_types(cfg, c), *c.rates]):
             r = commitment_rate(cfg, c, t)
@@ -808,8 +818,6 @@ def billing_commitments(cfg: GpuLoanConfig) -> tuple[list[billing.Commitment], l
         if missing:
             unknown.append(f"commitments[{i}] ({c.name}): no rate for {', '.join(missing)}")
             continue
-        if c.kind == CommitmentKind.reserved_instances and c.instance_type not in rates:
-            continue  # refused by validation (count / instance_type missing)
         out.append(billing.Commitment(
             c.name, str(c.kind), rates, region=None if c.kind == CommitmentKind.compute_savings_plan
             else (c.region or cfg.region), instance_type=c.instance_type, instance_family=c.instance_family,

@@ -217,7 +217,8 @@ def _variants():
                 pool["tier"], pool["elastic"]["capacity"] = tier, capacity
                 pool["elastic"].pop("on_demand_max_nodes", None)
             data["gpuloan:scheduling"] = {"kueue": {"production_spot_pools": [] if capacity == "on_demand" or
-                                                    tier != "production" else ["training", "inference"]}}
+                                                    tier != "production" else [p["name"] for p in
+                                                                               data["gpuloan:pools"]]}}
             out.append((f"{tier}-{capacity}", config.from_stack_yaml({"config": data}, "test")))
     return out
 
