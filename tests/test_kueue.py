@@ -631,3 +631,46 @@ def test_scheduling_doc_names_what_the_code_declares():
     # the hand-drawn picture's quotas are the prod plan's
     for name, quota in _quotas(_cq(_cfg("prod"), "training")).items():
         assert re.search(rf"{name}\s+{quota['nominalQuota']} GPUs", doc), name
+
+
+# --- lending in the shipped stack, and only to work that runs there (issue 27) -------------------------------------
+
+
+def test_shipped_prod_lends_the_training_floor_to_research_experiments():
+    cfg = _cfg("prod")
+    borrowed = {(q.name, e.flavor) for q in scheduling.plan(cfg).queues for e in q.flavors
+                if not e.flavor.startswith(q.name + "-")}
+    # a ClusterQueue lists another pool's floor flavor: something is really borrowed (it was not before)
+    assert borrowed == {("gpuloan-prod-experiments", "gpuloan-prod-training-floor")}
+    quotas = _quotas(_cq(cfg, "experiments"))
+    assert list(quotas) == ["gpuloan-prod-training-floor", "gpuloan-prod-experiments-spot"]
+    assert quotas["gpuloan-prod-training-floor"] == {"name": "nvidia.com/gpu", "nominalQuota": 0, "borrowingLimit": 8}
+    assert _cq(cfg, "experiments")["spec"]["flavorFungibility"]["whenCanBorrow"] == "MayStopSearch"
+
+
+@pytest.mark.parametrize("pool", ["training", "inference"])
+def test_production_queues_never_borrow_so_they_are_never_reclaimed_from(pool):
+    for name, quota in _quotas(_cq(_cfg("prod"), pool)).items():
+        assert quota["borrowingLimit"] == 0, name
+
+
+def _borrower(own_types: list[str], lender_type: str) -> config.GpuLoanConfig:
+    """prod with the training floor of `lender_type` and an experiment pool running `own_types` only."""
+    data = stack_config("prod")
+    data["gpuloan:pools"][0]["guaranteed"]["instance_type"] = lender_type
+    data["gpuloan:pools"][0]["elastic"]["instance_types"] = [lender_type]
+    data["gpuloan:pools"][2]["elastic"]["instance_types"] = own_types
+    data.pop("gpuloan:commitments")  # the RIs are for p4d.24xlarge; not what these cases are about
+    return config.from_stack_yaml({"config": data}, "test")
+
+
+@pytest.mark.parametrize("own, lender, lent", [
+    (["p4d.24xlarge"], "p4d.24xlarge", True),  # same A100 nodes
+    (["p4d.24xlarge"], "p4de.24xlarge", True),  # A100 80 GB: a 40 GB job fits
+    (["p4de.24xlarge"], "p4d.24xlarge", False),  # an 80 GB-per-GPU job would not fit 40 GB A100s
+    (["g6e.48xlarge"], "p4d.24xlarge", False),  # 8 L40S vs 8 A100: same GPUs per node, another GPU model
+    (["p5.48xlarge"], "p4d.24xlarge", False),  # H100 work onto A100s
+])
+def test_a_floor_is_lent_only_to_queues_whose_work_runs_on_its_gpus(own, lender, lent):
+    cfg = _borrower(own, lender)
+    assert ("gpuloan-prod-training-floor" in _quotas(_cq(cfg, "experiments"))) is lent
