@@ -713,6 +713,28 @@ def deprecations(cfg: GpuLoanConfig) -> list[tuple[str, str]]:
     return out
 
 
+def floor_payment_equivalent(cfg: GpuLoanConfig, pool: Pool) -> str:
+    """The per-pool payment (pricing/sources/floor_pricing.py PAYMENTS) the floor is paid as: its own `payment`, or
+    `reserved_<n>yr` / `savings_plan` where one of the environment's commitments alone covers all of its nodes at
+    the price book's offer of that payment (no-upfront RIs of its type in its region; a 1-year no-upfront EC2
+    Instance plan of its family). The per-pool vocabulary the floor advisor compares sizes in."""
+    g = pool.guaranteed
+    if g.payment is not None or g.reservation == Reservation.capacity_block:
+        return g.price_model
+    for c in cfg.commitments:
+        if c.payment_option != PaymentOption.no_upfront or (c.region or cfg.region) != cfg.region:
+            continue
+        if (c.kind == CommitmentKind.reserved_instances and c.instance_type == g.instance_type
+                and (c.count or 0) >= g.nodes):
+            return f"reserved_{c.term_years}yr"
+        if (c.kind == CommitmentKind.ec2_instance_savings_plan and c.term_years == 1
+                and c.instance_family == billing.instance_family(g.instance_type)):
+            r = commitment_rate(cfg, c, g.instance_type)
+            if r is not None and (c.hourly_commitment_usd or 0) >= g.nodes * r.usd_per_hour:
+                return str(FloorPayment.savings_plan)
+    return g.price_model
+
+
 def commitment_scope_types(cfg: GpuLoanConfig, c: Commitment) -> list[str]:
     """The floor instance types of this environment the commitment may cover (those it needs a rate for)."""
     if c.kind == CommitmentKind.reserved_instances:

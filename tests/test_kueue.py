@@ -282,6 +282,7 @@ def test_production_flavor_order_without_spot_is_floor_then_on_demand():
 def _two_experiment_teams(**sharing):
     """prod with both pools on 1-GPU nodes (so floors can be lent), training moved to tier experiment."""
     data = stack_config("prod")
+    data["gpuloan:pools"] = data["gpuloan:pools"][:2]  # training and inference: one pool per team
     training = data["gpuloan:pools"][0]
     training.update(tier="experiment", budget=None)
     training["guaranteed"] = {"instance_type": "g6e.xlarge", "nodes": 3}

@@ -215,7 +215,7 @@ def test_preview_shows_a_spread_line_per_spot_pool_and_the_advisories_of_prod():
         config = yaml.safe_load((REPO / "Pulumi.prod.yaml").read_text())["config"]
         cfg = from_stack_yaml({"config": config}, "prod")
         doc = preview.spread_document(cfg)
-        assert [p["pool"] for p in doc["pools"]] == ["training", "inference"]
+        assert [p["pool"] for p in doc["pools"]] == ["training", "inference", "experiments"]
         for p in doc["pools"]:
             assert [t["instance_type"] for t in p["types"]] == list(cfg.pool(p["pool"]).elastic.instance_types)
             assert all(t["spot_usd_per_gpu_hour"] and t["interruption_bucket"] for t in p["types"])
@@ -234,7 +234,7 @@ def test_preview_shows_a_spread_line_per_spot_pool_and_the_advisories_of_prod():
         console = Console(record=True, width=400)
         preview.render_spread({"spot_spread": doc}, console)
         text = console.export_text()
-        assert text.count("spot, spread by price and capacity over:") == 2
+        assert text.count("spot, spread by price and capacity over:") == 3
         assert text.count("spot advisory") == len(doc["advisories"])
     finally:
         catalog.use_price_file(None)

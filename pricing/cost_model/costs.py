@@ -129,8 +129,9 @@ def pool_cost(cfg: GpuLoanConfig, pool: Pool, fixed_bill: FloorBill | None = Non
             "; no reservation, so the floor is not guaranteed to launch" if g.reservation == Reservation.none else "")
         covering = [n for n in fixed_bill.covering.get(billing_key(cfg, i), ()) if not n.startswith("pools[")]
         if covering:
-            g_note += ("; the organization's commitments " + ", ".join(covering) + " discount its hours (the "
-                       "covered hours at their rates; a commitment's unused part is on its own row)")
+            g_note += ("; the organization's commitments " + ", ".join(covering) + " discount its instance-hours, "
+                       "those in a capacity reservation too (covered hours at their rates; a commitment's unused part "
+                       "is on its own row)")
     spot_rate = fallback_rate = 0.0
     e_note = ""
     spot_nodes = fallback_nodes = 0

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 from pricing.sources import catalog
 from stacks.config import HOURS_PER_MONTH, ElasticCapacity, FloorBill, GpuLoanConfig, Pool, billing_key, floor_bill
@@ -91,6 +92,10 @@ def pool_settings(cfg: GpuLoanConfig, pool: Pool, names: GroupNames, budget_name
     if g is not None:
         # The floor as billed with the environment's commitments (config.floor_bill, the same month preview and
         # the budget rule price): the fixed part of the budget projection. A user rate needs no price book.
+        if fixed_bill is None and not hasattr(cfg, "pools"):
+            # One pool priced alone (the simulator passes its region only and sets the floor's rate itself):
+            # the pool's own floor and its per-pool shorthand, no environment commitments.
+            cfg = SimpleNamespace(region=cfg.region, pools=[pool], commitments=[])
         fixed_bill = fixed_bill if fixed_bill is not None else floor_bill(cfg)
         i = next(i for i, p in enumerate(cfg.pools) if p is pool)
         monthly = fixed_bill.pool_usd(billing_key(cfg, i))
