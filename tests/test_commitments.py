@@ -131,6 +131,33 @@ def test_without_any_price_source_commitments_are_valid_and_their_costs_unknown(
         catalog.use_price_file(None)
 
 
+def test_a_commitment_without_a_rate_stops_the_policy_deploy_even_when_every_floor_is_priced(tmp_path, monkeypatch):
+    from pricing.sources import pricebook
+
+    monkeypatch.delenv(pricebook.ENV_PRICE_FILE, raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "empty-cache"))
+    catalog.use_price_file(None)
+    try:
+        # no price source: the floors carry the user's own rates, the elastic types the config's prices; only the
+        # Savings Plan's rates are unknown (valid offline: nothing can tell the rate is missing)
+        data = _prod(commitments=[SP])
+        for pool in data["gpuloan:pools"]:
+            if "guaranteed" in pool:
+                pool["guaranteed"]["rate"] = {"usd_per_hour": 10.0, "source": "our invoice, 2026-11"}
+        data["gpuloan:instance_prices"] = {t: {"ondemand_usd_per_hour": 20.0, "source": "a quote, 2026-11"}
+                                           for t in ("p4d.24xlarge", "p5.48xlarge", "g6e.xlarge", "g6e.2xlarge")}
+        cfg = _cfg(data)
+        assert costs.stack_cost(cfg).guaranteed_monthly_usd is None  # unknown, not priced without the plan
+        with pytest.raises(policy_settings.PriceUnknown, match=r"commitments\[0\] \(org-compute\): no rate"):
+            policy_settings.settings_for(cfg, "c", {}, budget_names={})
+        # an offline preview may run with it unknown (nothing is deployed): null, never zero
+        s = policy_settings.settings_for(cfg, "c", {}, budget_names={}, allow_unknown_prices=True)
+        assert s.commitment_unused_usd_per_hour is None and s.pool("training").guaranteed_usd_per_hour is None
+    finally:
+        monkeypatch.undo()
+        catalog.use_price_file(None)
+
+
 def test_the_deprecated_shorthand_warns_in_validate_and_preview_naming_field_and_replacement(tmp_path, capsys):
     data = stack_config("prod")
     data.pop("gpuloan:commitments")
