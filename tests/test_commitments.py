@@ -184,10 +184,10 @@ def test_prod_preview_priced_with_an_org_ri_equals_the_billing_models_figure():
     cost = costs.stack_cost(cfg).to_json()
     ri, p4d, g6e = _ri_rate(), _od("p4d.24xlarge"), _od("g6e.xlarge")
     by_pool = {p["pool"]: p for p in cost["pools"]}
-    # by hand: the floor's 2 nodes at the RI rate; 1 RI unused; inference at on-demand; no floor for experiments
+    # by hand: the floor's 2 nodes at the RI rate; 1 RI unused; inference at on-demand; no floor for research
     assert by_pool["training"]["guaranteed_monthly_usd"] == pytest.approx(2 * ri * HOURS, abs=0.01)
     assert by_pool["inference"]["guaranteed_monthly_usd"] == pytest.approx(2 * g6e * HOURS, abs=0.01)
-    assert by_pool["experiments"]["guaranteed_monthly_usd"] == 0
+    assert by_pool["research"]["guaranteed_monthly_usd"] == 0
     assert cost["unused_commitment_monthly_usd"] == pytest.approx(ri * HOURS, abs=0.01)
     assert cost["guaranteed_monthly_usd"] == pytest.approx((3 * ri + 2 * g6e) * HOURS, abs=0.02)
     # ... and exactly what pricing/cost_model/billing.py bills for the same month

@@ -155,7 +155,7 @@ def test_non_gpu_system_nodes_need_no_pool_tag(recorded):
 def test_elastic_groups_compliant(recorded):
     rec = recorded("prod")
     groups = elastic_groups(rec)
-    assert len(groups) == 5  # training and inference: spot + on-demand fallback; experiments: spot
+    assert len(groups) == 5  # training and inference: spot + on-demand fallback; research: spot
     for ng in groups:
         assert violations("elastic-node-groups-bounded", resource_args(rec, ng)) == []
 
@@ -314,7 +314,7 @@ def test_ecr_repository_violations(recorded, name, change, expect):
 
 def test_every_prod_pool_has_an_emailing_budget(recorded):
     assert violations("pool-budget-with-email", stack_args(recorded("prod"))) == []
-    assert set(g.pools_in_stack(stack_args(recorded("prod")))) == {"training", "inference", "experiments"}
+    assert set(g.pools_in_stack(stack_args(recorded("prod")))) == {"training", "inference", "research"}
 
 
 def test_single_pool_stack_may_rely_on_the_environment_budget(recorded):

@@ -642,11 +642,11 @@ def test_shipped_prod_lends_the_training_floor_to_research_experiments():
     borrowed = {(q.name, e.flavor) for q in scheduling.plan(cfg).queues for e in q.flavors
                 if not e.flavor.startswith(q.name + "-")}
     # a ClusterQueue lists another pool's floor flavor: something is really borrowed (it was not before)
-    assert borrowed == {("gpuloan-prod-experiments", "gpuloan-prod-training-floor")}
-    quotas = _quotas(_cq(cfg, "experiments"))
-    assert list(quotas) == ["gpuloan-prod-training-floor", "gpuloan-prod-experiments-spot"]
+    assert borrowed == {("gpuloan-prod-research", "gpuloan-prod-training-floor")}
+    quotas = _quotas(_cq(cfg, "research"))
+    assert list(quotas) == ["gpuloan-prod-training-floor", "gpuloan-prod-research-spot"]
     assert quotas["gpuloan-prod-training-floor"] == {"name": "nvidia.com/gpu", "nominalQuota": 0, "borrowingLimit": 8}
-    assert _cq(cfg, "experiments")["spec"]["flavorFungibility"]["whenCanBorrow"] == "MayStopSearch"
+    assert _cq(cfg, "research")["spec"]["flavorFungibility"]["whenCanBorrow"] == "MayStopSearch"
 
 
 @pytest.mark.parametrize("pool", ["training", "inference"])
@@ -656,7 +656,7 @@ def test_production_queues_never_borrow_so_they_are_never_reclaimed_from(pool):
 
 
 def _borrower(own_types: list[str], lender_type: str) -> config.GpuLoanConfig:
-    """prod with the training floor of `lender_type` and an experiment pool running `own_types` only."""
+    """prod with the training floor of `lender_type` and its experiment pool (research) running `own_types` only."""
     data = stack_config("prod")
     data["gpuloan:pools"][0]["guaranteed"]["instance_type"] = lender_type
     data["gpuloan:pools"][0]["elastic"]["instance_types"] = [lender_type]
@@ -674,4 +674,4 @@ def _borrower(own_types: list[str], lender_type: str) -> config.GpuLoanConfig:
 ])
 def test_a_floor_is_lent_only_to_queues_whose_work_runs_on_its_gpus(own, lender, lent):
     cfg = _borrower(own, lender)
-    assert ("gpuloan-prod-training-floor" in _quotas(_cq(cfg, "experiments"))) is lent
+    assert ("gpuloan-prod-training-floor" in _quotas(_cq(cfg, "research"))) is lent
