@@ -420,7 +420,7 @@ def test_the_rule_is_off_with_kueue_off():
 
 @pytest.mark.parametrize("entry,fragment", [
     ("nope", "no pool named 'nope'"),
-    ("research", "no pool named"),
+    ("serving", "no pool named"),  # a team's name, not a pool's
 ])
 def test_production_spot_pools_must_name_pools(entry, fragment):
     data = stack_config("prod")
