@@ -7,7 +7,6 @@ is computed by hand from the rates read here.
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
 
 import pytest
 import yaml
