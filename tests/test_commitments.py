@@ -7,7 +7,6 @@ is computed by hand from the rates read here.
 
 from __future__ import annotations
 
-
 import pytest
 import yaml
 from conftest import requires_shared_prices, stack_config
