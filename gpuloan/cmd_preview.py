@@ -41,6 +41,9 @@ def run(args) -> int:
         print(err, file=sys.stderr)
         print("nothing was previewed: fix the config first", file=sys.stderr)
         return EXIT_INVALID
+    # Deprecated settings in use (the config validated above): warnings on stderr, the JSON on stdout unchanged.
+    for at, message in config.deprecations(config.from_stack_yaml(doc, path.name)):
+        print(f"warning: {at}: {message}", file=sys.stderr)
     if args.json:
         json.dump(result, sys.stdout, indent=2, sort_keys=True, default=str)
         print()

@@ -71,4 +71,6 @@ def run(args) -> int:
               f"with a placeholder in its place; {config.CONFIG_JSON_HINT}")
     for advisory in spot_spread.advisories(cfg):
         print(f"warning: {advisory}", file=sys.stderr)
+    for path, message in config.deprecations(cfg):
+        print(f"warning: {path}: {message}", file=sys.stderr)
     return 0

@@ -247,6 +247,7 @@ def render_markdown(diffs: list[StackDiff], base_label: str, warnings: list[str]
                  "fallback node up all month (ceilings); headroom = budget minus floor and platform (≤: some platform "
                  "rows have no price). Offline preview: nothing was created.")
     lines += [f"{d.stack}: {src}" for d, src in cost_diff._price_sources(diffs)]
+    lines += [line for d in diffs for line in cost_diff.commitment_lines(d)]
     return "\n".join(lines) + "\n"
 
 

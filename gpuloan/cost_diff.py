@@ -238,6 +238,41 @@ def _pool_figures(pool: dict) -> dict[str, float | str | None]:
     }
 
 
+COMMITMENTS_ROW = "commitments (unused)"
+
+
+def _commitment_figures(doc: dict | None) -> dict[str, float | str | None] | None:
+    """The row of the commitments' unused fees (preview's `cost.unused_commitment_monthly_usd`); None when the
+    side lists no commitment (or has no document)."""
+    cost = (doc or {}).get("cost") or {}
+    if not cost.get("commitments") and cost.get("unused_commitment_monthly_usd", 0.0) is not None:
+        return None
+    return {"guaranteed_monthly_usd": _cost(cost.get("unused_commitment_monthly_usd")),
+            "elastic_max_monthly_usd": None, "fallback_max_monthly_usd": None, "budget_monthly_usd": None,
+            "headroom_monthly_usd": None}
+
+
+def commitment_lines(d: "StackDiff") -> list[str]:
+    """One line per commitment whose fee or use differs between the sides (or that one side lacks)."""
+    def rows(side) -> dict[str, dict]:
+        return {c["name"]: c for c in ((side.doc or {}).get("cost", {}).get("commitments") or [])} if side.ok else {}
+
+    old, new = rows(d.base), rows(d.head)
+    out = []
+    for name in [*new, *(n for n in old if n not in new)]:
+        b, h = old.get(name), new.get(name)
+        if b is not None and h is not None and all(round(b[k]) == round(h[k]) for k in
+                                                   ("fee_monthly_usd", "used_monthly_usd")):
+            continue
+        c = h or b
+        what = "added" if b is None else "removed" if h is None else "changed"
+        out.append(f"{d.stack}: commitment {name} ({c['kind']}, {c['status']}) {what}: fee "
+                   f"{money_cell(b and b['fee_monthly_usd'], h and h['fee_monthly_usd'])}/month, covering floor hours "
+                   f"{money_cell(b and b['used_monthly_usd'], h and h['used_monthly_usd'])}, unused "
+                   f"{money_cell(b and b['unused_monthly_usd'], h and h['unused_monthly_usd'])}")
+    return out
+
+
 def _total_figures(cost: dict) -> dict[str, float | str | None]:
     guaranteed = _cost(cost.get("guaranteed_monthly_usd"))
     headroom = _headroom(cost.get("budget_monthly_usd"), guaranteed)
@@ -278,6 +313,10 @@ def diff_costs(base: dict | None, head: dict | None) -> tuple[list[dict], dict]:
     names = list(new) + [n for n in old if n not in new]
     rows = [{"pool": n, "base": _pool_figures(old[n]) if n in old else None,
              "head": _pool_figures(new[n]) if n in new else None} for n in names]
+    # The commitments' fees no floor uses: billed all the same, in no pool (the total includes them).
+    sides = [_commitment_figures(doc) for doc in (base, head)]
+    if any(s is not None for s in sides):
+        rows.append({"pool": COMMITMENTS_ROW, "base": sides[0], "head": sides[1]})
     totals = {"base": _total_figures(base["cost"]) if base else None,
               "head": _total_figures(head["cost"]) if head else None}
     for row in rows:
@@ -418,6 +457,7 @@ def render_markdown(diffs: list[StackDiff], base_label: str) -> str:
                  "on-demand fallback group at its max all month (a ceiling), headroom = budget "
                  "minus floor. Offline preview: nothing was created.")
     lines += [f"{d.stack}: {src}" for d, src in _price_sources(diffs)]
+    lines += [line for d in diffs for line in commitment_lines(d)]
     lines += [f"{d.stack}/{p['pool']} floor: {p['guaranteed_price_model']}, {p['guaranteed_rate_source'] or 'rate unknown'}"
               for d in diffs if d.head.ok for p in d.head.doc["cost"]["pools"] if p.get("guaranteed_price_model")]
     return "\n".join(lines) + "\n"
@@ -465,4 +505,5 @@ def render_text(diffs: list[StackDiff], base_label: str, width: int | None = Non
                 t.add_row(*r)
             lines.append(tables.to_text(t, width=width).rstrip("\n"))
     lines += [f"{d.stack}: {src}" for d, src in _price_sources(diffs)]
+    lines += [line for d in diffs for line in commitment_lines(d)]
     return "\n".join(lines) + "\n"

@@ -169,12 +169,16 @@ def render(doc: dict[str, Any], console, summary: bool = False) -> None:
     secret = cost.get("secret_figures") or {}
     for p in cost["pools"]:
         g = (f"{p['guaranteed_nodes']}× {p['guaranteed_instance_type']} {money(p['guaranteed_monthly_usd'])} "
-             f"({p['guaranteed_price_model']})" if p["guaranteed_nodes"] else "—")
+             f"({' + '.join([p['guaranteed_price_model'], *(p.get('guaranteed_commitments') or [])])})"
+             if p["guaranteed_nodes"] else "—")
         e = (f"0–{p['elastic_max_nodes']} nodes {money(p['elastic_max_monthly_usd'])}" if p["elastic_max_nodes"] else "—")
         f = (f"0–{p['fallback_max_nodes']} nodes {money(p['fallback_max_monthly_usd'])}" if p["fallback_max_nodes"] else "—")
         budget = ("—" if p["budget_monthly_usd"] is None else money(p["budget_monthly_usd"])) \
             if "budget_monthly_usd" not in secret.get(p["pool"], ()) else SECRET  # no pool budget, or a secret one
         table.add_row(p["pool"], p["team"], g, e, f, budget)
+    if cost.get("commitments") or cost.get("unused_commitment_monthly_usd") is None:
+        # A commitment bills every hour of its term: what no floor used belongs to no pool, and is fixed all the same.
+        table.add_row("commitments (unused)", "", money(cost.get("unused_commitment_monthly_usd")), "—", "—", "—")
     table.add_row("[bold]total[/]", "", money(cost["guaranteed_monthly_usd"]), money(cost["elastic_max_monthly_usd"]),
                   money(cost["fallback_max_monthly_usd"]),
                   SECRET if "budget_monthly_usd" in secret.get("total", ()) else money(cost["budget_monthly_usd"]))
@@ -190,6 +194,10 @@ def render(doc: dict[str, Any], console, summary: bool = False) -> None:
         if p["guaranteed_rate_source"]:
             console.print(f"  [dim]{p['pool']} floor rate ({p['guaranteed_price_model']}): "
                           f"{p['guaranteed_rate_source']}[/]")
+    for c in cost.get("commitments") or []:
+        console.print(f"  [dim]commitment {c['name']} ({c['kind']}, {c['status']}; {c['source']}): fee "
+                      f"{money(c['fee_monthly_usd'])}/month, {money(c['used_monthly_usd'])} covering floor hours, "
+                      f"{money(c['unused_monthly_usd'])} unused by the floors; rates: {c['rates']}[/]")
     render_spread(cost, console)
     # Without any price source the one reason and fix is the price line below; otherwise each gap has its reason.
     for line in cost["unknown_prices"] if cost["has_price_source"] else ():

@@ -126,7 +126,8 @@ def decide(settings: Settings, observation: Observation, now: datetime) -> Plan:
     env_scope = None
     if settings.budget_monthly_usd is not None:
         env_scope = _Scope("environment", settings.budget_monthly_usd, observation.environment_spend,
-                           sum(rates.values()), hours, settings.budget_enforcement)
+                           sum(rates.values()) + settings.commitment_unused_usd_per_hour, hours,
+                           settings.budget_enforcement)
     decisions = []
     for ps in settings.pools:
         po = observation.pool(ps.name)

@@ -529,7 +529,8 @@ def _run(settings: Settings, ports: Ports, now: datetime, log: Callable[[str], N
         rates[pool_scope(d.pool)] = (total, d.elastic_usd_per_hour)
         total_env += total
         elastic_env += d.elastic_usd_per_hour
-    rates[ENV_SCOPE] = (total_env, elastic_env)
+    # The commitments' unused fees bill every hour, used or not: environment spend like the floors.
+    rates[ENV_SCOPE] = (total_env + settings.commitment_unused_usd_per_hour, elastic_env)
     accrue(state, rates, now)
 
     # Notify what was done: an action that failed or that a pod on the node forbade did not happen.

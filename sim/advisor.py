@@ -31,6 +31,7 @@ from sim.engine import MINUTES_PER_MONTH, SimSettings, default_horizon
 from sim.policies import GpuLoan
 from pricing.sources import floor_pricing
 from stacks.config import HOURS_PER_MONTH, GpuLoanConfig, ServiceTarget, Tier
+from stacks import config
 
 MAX_POINTS = 25  # floor sizes simulated at most (a larger pool is swept in even steps, the peak included)
 
@@ -204,7 +205,7 @@ def advise(cfg: GpuLoanConfig, pool_name: str, trace, *, target: ServiceTarget |
             if best is None or usd < best[2] - 1e-9:
                 best = (pt["floor_nodes"], p, usd)
     current_nodes = pool.guaranteed.nodes if pool.guaranteed else 0
-    current_payment = pool.guaranteed.price_model if pool.guaranteed else None
+    current_payment = config.floor_payment_equivalent(cfg, pool) if pool.guaranteed else None
     od = rates.get(floor_pricing.ON_DEMAND)
     spot = spec.spot_usd_per_hour if spec.has_spot else None
     budget = pool.budget.monthly_usd if pool.budget else None

@@ -8,6 +8,7 @@ Every problem carries its path (`pools[1].elastic.max_nodes`) and all problems o
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import functools
 import ipaddress
@@ -20,11 +21,14 @@ from pydantic import BaseModel, ConfigDict, EmailStr, Field, ValidationError, fi
 
 from stacks import versions
 from pricing.sources import catalog, floor_pricing
+# billing.py is the standard library only and imports nothing of gpuloan: the budget rule below bills the floors
+# with the commitments through it (pyproject.toml's layers contract names this one import as allowed).
+from pricing.cost_model import billing
 from stacks import compat, scheduling
 # The config's vocabulary lives in a leaf module so the rule modules (scheduling) can use it without importing
 # this one; re-exported here, where every reader looks for it.
-from stacks.config_terms import (SET_ASIDE, ElasticCapacity, Enforcement, FloorPayment, MigStrategy,  # noqa: F401
-                                 Reservation, Tier, Workload)
+from stacks.config_terms import (SET_ASIDE, CommitmentKind, CommitmentStatus, ElasticCapacity,  # noqa: F401
+                                 Enforcement, FloorPayment, MigStrategy, PaymentOption, Reservation, Tier, Workload)
 from stacks.names import GENERATED_SUFFIX_LENGTH, NODE_GROUP_PREFIX_MAX, node_group_name_prefix
 from stacks.names import GPU_METRICS_AGENT_NAMESPACE, GPU_OPERATOR_NAMESPACE, KUEUE_NAMESPACE
 from stacks.version_numbers import fmt as fmt_version
@@ -180,11 +184,14 @@ class Guaranteed(Strict):
         "so configs written before `capacity_block_start` still read the same.")
 
     payment: FloorPayment | None = Field(
-        None, description="How the floor is paid: `on_demand` (no commitment; an ODCR bills at on-demand), "
-        "`reserved_1yr` / `reserved_3yr` (Standard Reserved Instances, no upfront), `savings_plan` (EC2 Instance "
-        "Savings Plan, 1 year, no upfront), `capacity_block` (paid up front). Default: capacity_block for "
-        "reservation: capacity_block, else on_demand. Prices the preview, budgets and the policy's budget cap; "
-        "buying the commitment is yours to do (docs/floor.md).")
+        None, description="DEPRECATED for reserved_1yr / reserved_3yr / savings_plan (kept for one release; "
+        "validate and preview print a warning): list the commitment under the environment's `commitments` instead, "
+        "which AWS applies to every matching usage of the organization, not to one pool. Read as a commitment of "
+        "this pool alone that covers exactly its floor: `reserved_1yr` / `reserved_3yr` (Standard Reserved "
+        "Instances, no upfront, count = nodes), `savings_plan` (EC2 Instance Savings Plan, 1 year, no upfront, "
+        "hourly commitment = nodes x rate). `on_demand` (no commitment; an ODCR bills at on-demand) and "
+        "`capacity_block` (paid up front) stay. Default: capacity_block for reservation: capacity_block, else "
+        "on_demand (docs/floor.md).")
     rate: UserRate | None = Field(None, description="Your own rate for this floor; without it the rate of `payment` "
                                   "comes from the price book, and validation asks for it where the book has none.")
 
@@ -505,6 +512,64 @@ class InstancePrice(Strict):
     source: str = Field(min_length=3, description="Where the price was read (AWS pricing page, a quote, a contract) and when.")
 
 
+class CommitmentRate(Strict):
+    """Your own rate of one instance-hour under a commitment: it wins over the price book (docs/floor.md)."""
+
+    usd_per_hour: float = Field(gt=0, le=1000, description="USD per instance-hour under the commitment (for an "
+                                "upfront payment option, the effective rate: upfront amortized over the term plus "
+                                "the recurring rate).")
+    source: str = Field(min_length=3, max_length=300, description="Where the rate comes from (your RI or Savings "
+                        "Plan invoice, the Savings Plans purchase page, a Cost Explorer recommendation; with its "
+                        "date).")
+
+
+class Commitment(Strict):
+    """A Savings Plan or Reserved Instances the organization holds or plans: a billing discount, not capacity.
+
+    AWS applies it hour by hour to every matching instance-hour of the organization (floors in a capacity
+    reservation and elastic on-demand nodes alike, never spot or Capacity Blocks), and bills its fee every hour of
+    its term, used or not (pricing/cost_model/billing.py, docs/aws-rules.md). gpuloan never buys one: it prices the
+    environment with it."""
+
+    name: Slug = Field(description="A name for the commitment (shown in the preview and cost-diff).")
+    kind: CommitmentKind = Field(description="`reserved_instances` (Standard RIs of one type in one region), "
+                                 "`ec2_instance_savings_plan` (one instance family in one region) or "
+                                 "`compute_savings_plan` (any family, any region).")
+    term_years: Literal[1, 3] = Field(description="Term: 1 or 3 years.")
+    payment_option: PaymentOption = Field(PaymentOption.no_upfront, description="`no_upfront`, `partial_upfront` or "
+                                          "`all_upfront`. The price book holds no-upfront RI rates only: another "
+                                          "option needs your own `rates`.")
+    status: CommitmentStatus = Field(description="`held` (bought) or `planned` (priced as if bought, to see what "
+                                     "buying it would do). Both are priced.")
+    source: str = Field(min_length=3, max_length=300, description="Where it comes from, with its date: the purchase "
+                        "(RI reservation id, Savings Plan id), or the Cost Explorer recommendation it follows.")
+    hourly_commitment_usd: float | None = Field(None, gt=0, le=1_000_000, description="Savings Plans (required): the "
+                                                "committed spend per hour, at plan rates.")
+    instance_type: GpuInstanceType | None = Field(None, description="Reserved Instances (required): the instance type.")
+    count: int | None = Field(None, ge=1, le=100_000, description="Reserved Instances (required): how many instances.")
+    region: str | None = Field(None, pattern=AWS_REGION, description="Reserved Instances and EC2 Instance Savings "
+                               "Plans: the region they apply in; default the environment's region. A Compute Savings "
+                               "Plan applies in every region and takes none.")
+    instance_family: str | None = Field(None, pattern=r"^[a-z][a-z0-9-]*$", description="EC2 Instance Savings Plans "
+                                        "(required): the instance family, e.g. p4d.")
+    rates: dict[str, CommitmentRate] = Field(default_factory=dict, description="Your own rate per instance type "
+                                             "(key) under this commitment; wins over the price book. Needed for every "
+                                             "floor type the commitment covers that the price book has no rate for "
+                                             "(the shared data has no Savings Plans rates).")
+
+    @field_validator("instance_type")
+    @classmethod
+    def _type(cls, v: str | None) -> str | None:
+        return None if v is None else _known_gpu_instance(v)
+
+    @field_validator("rates")
+    @classmethod
+    def _rate_types(cls, v: dict[str, CommitmentRate]) -> dict[str, CommitmentRate]:
+        for t in v:
+            _known_gpu_instance(t)
+        return v
+
+
 class GpuLoanConfig(Strict):
     environment: Slug = Field(description="Environment name (dev, prod, ...): cost tag gpuloan:environment and resource name prefix.")
     region: str = Field(pattern=AWS_REGION, description="AWS region; equal to aws:region when that is set.")
@@ -524,6 +589,10 @@ class GpuLoanConfig(Strict):
         "is meant to replace one, then back to true.")
     cost_assumptions: CostAssumptions = CostAssumptions()
     instance_prices: dict[str, InstancePrice] = Field(default_factory=dict, description="Prices for instance types the price source lacks, each with its source; the price source wins where it has the type.")
+    commitments: list[Commitment] = Field(default_factory=list, max_length=100, description="Savings Plans and "
+                                          "Reserved Instances the organization holds or plans, applied to this "
+                                          "environment's usage as AWS applies them (docs/floor.md, \"Capacity and "
+                                          "commitment\"); their fees are fixed spend of this environment, used or not.")
 
     @field_validator("default_tags")
     @classmethod
@@ -651,11 +720,239 @@ def floor_rate(cfg: GpuLoanConfig, pool: Pool) -> floor_pricing.FloorRate | None
 
 
 def guaranteed_monthly_usd(cfg: GpuLoanConfig, pool: Pool) -> float | None:
-    """The floor's monthly cost at the rate it is paid; None when no source has that rate."""
+    """The floor's monthly cost once the environment's commitments apply (floor_bill: the floor's covered hours at
+    the commitments' rates, the rest at its own); None when a rate it needs is unknown."""
     if pool.guaranteed is None:
         return 0.0
-    r = floor_rate(cfg, pool)
-    return None if r is None else r.usd_per_hour * pool.guaranteed.nodes * HOURS_PER_MONTH
+    i = next(i for i, p in enumerate(cfg.pools) if p is pool)
+    return floor_bill(cfg).pool_usd(billing_key(cfg, i))
+
+
+def billing_key(cfg: GpuLoanConfig, i: int) -> str:
+    """The name pools[i] is billed under: its name (the index too where the name is taken twice, an invalid config
+    whose other rules still run)."""
+    name = cfg.pools[i].name
+    return name if sum(p.name == name for p in cfg.pools) == 1 else f"{name}#{i}"
+
+
+# --- capacity and commitment: the floors' month through the billing model (pricing/cost_model/billing.py) -------
+
+# Payments of the deprecated per-pool shorthand (`guaranteed.payment`) that are commitments, and what each stands for.
+SHORTHAND_COMMITMENTS = {
+    FloorPayment.reserved_1yr: (CommitmentKind.reserved_instances, 1),
+    FloorPayment.reserved_3yr: (CommitmentKind.reserved_instances, 3),
+    FloorPayment.savings_plan: (CommitmentKind.ec2_instance_savings_plan, 1),
+}
+_PURCHASE = {Reservation.none: billing.ON_DEMAND, Reservation.odcr: billing.RESERVED,
+             Reservation.capacity_block: billing.CAPACITY_BLOCK}
+
+
+def deprecations(cfg: GpuLoanConfig) -> list[tuple[str, str]]:
+    """(path, message) for each deprecated setting in use: printed as warnings by validate and preview."""
+    out = []
+    for i, pool in enumerate(cfg.pools):
+        g = pool.guaranteed
+        if g is not None and g.payment in SHORTHAND_COMMITMENTS:
+            kind, years = SHORTHAND_COMMITMENTS[g.payment]
+            out.append((f"pools[{i}].guaranteed.payment", f"'{g.payment}' is deprecated and will be removed in the "
+                        f"next release: a commitment is the organization's, not a pool's. List it under `commitments` "
+                        f"(kind: {kind}, term_years: {years}, status, source, "
+                        + ("instance_type, count)" if kind == CommitmentKind.reserved_instances
+                           else "instance_family, hourly_commitment_usd)")
+                        + " and drop payment (docs/floor.md, \"Capacity and commitment\"; CHANGELOG.md)"))
+    return out
+
+
+def floor_payment_equivalent(cfg: GpuLoanConfig, pool: Pool) -> str:
+    """The per-pool payment (pricing/sources/floor_pricing.py PAYMENTS) the floor is paid as: its own `payment`, or
+    `reserved_<n>yr` / `savings_plan` where one of the environment's commitments alone covers all of its nodes at
+    the price book's offer of that payment (no-upfront RIs of its type in its region; a 1-year no-upfront EC2
+    Instance plan of its family). The per-pool vocabulary the floor advisor compares sizes in."""
+    g = pool.guaranteed
+    if g.payment is not None or g.reservation == Reservation.capacity_block:
+        return g.price_model
+    for c in cfg.commitments:
+        if c.payment_option != PaymentOption.no_upfront or (c.region or cfg.region) != cfg.region:
+            continue
+        if (c.kind == CommitmentKind.reserved_instances and c.instance_type == g.instance_type
+                and (c.count or 0) >= g.nodes):
+            return f"reserved_{c.term_years}yr"
+        if (c.kind == CommitmentKind.ec2_instance_savings_plan and c.term_years == 1
+                and c.instance_family == billing.instance_family(g.instance_type)):
+            r = commitment_rate(cfg, c, g.instance_type)
+            if r is not None and (c.hourly_commitment_usd or 0) >= g.nodes * r.usd_per_hour:
+                return str(FloorPayment.savings_plan)
+    return g.price_model
+
+
+def commitment_scope_types(cfg: GpuLoanConfig, c: Commitment) -> list[str]:
+    """The floor instance types of this environment the commitment may cover (those it needs a rate for)."""
+    if c.kind == CommitmentKind.reserved_instances:
+        return [c.instance_type] if c.instance_type else []
+    region = c.region or cfg.region
+    out: list[str] = []
+    for p in cfg.pools:
+        g = p.guaranteed
+        if g is None or g.reservation == Reservation.capacity_block or g.instance_type in out:
+            continue  # Capacity Block usage is never covered by a Savings Plan
+        if c.kind == CommitmentKind.ec2_instance_savings_plan and (
+                region != cfg.region or billing.instance_family(g.instance_type) != c.instance_family):
+            continue
+        out.append(g.instance_type)
+    return out
+
+
+def commitment_rate(cfg: GpuLoanConfig, c: Commitment, instance_type: str) -> floor_pricing.FloorRate | None:
+    """The rate of one instance-hour under the commitment: the user's (`rates`), else the price book's; None."""
+    given = c.rates.get(instance_type)
+    if given is not None:
+        return floor_pricing.FloorRate(f"{c.kind}_{c.term_years}yr_{c.payment_option}", given.usd_per_hour, "user",
+                                       f"your rate: {given.source}", "")
+    region = c.region or cfg.region
+    return floor_pricing.commitment_rate(str(c.kind), c.term_years, str(c.payment_option), instance_type, region)
+
+
+@dataclasses.dataclass(frozen=True)
+class FloorBill:
+    """A month (HOURS_PER_MONTH) of the floors' reserved hours plus the commitments in force, as AWS bills them."""
+
+    bill: billing.Bill | None  # None: a rate it needs is unknown (see `unknown`)
+    unknown: tuple[str, ...]  # what has no rate, one line each
+    unknown_pools: frozenset[str]  # pools whose floor figure is unknown
+    commitments: tuple[dict, ...]  # per commitment: name, kind, status, source, fee, used, unused (monthly USD)
+    rate_sources: dict[str, str]  # commitment name -> where its rates come from, one line
+    # pool (billing_key) -> the commitments that may cover its floor's hours (their scope matches it)
+    covering: dict[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
+
+    def pool_usd(self, pool: str) -> float | None:
+        """The pool's floor: its hours no commitment covered at its own rate, the covered ones at the rate of the
+        commitment that covered them."""
+        if pool in self.unknown_pools or self.bill is None:
+            return None
+        return self.bill.by_pool_usd.get(pool, 0.0)
+
+    @property
+    def total_usd(self) -> float | None:
+        """Floors plus the commitments' unused fees: the environment's fixed monthly spend on instances."""
+        return None if self.bill is None or self.unknown_pools else self.bill.total_usd
+
+    @property
+    def unused_commitment_usd(self) -> float | None:
+        return None if self.bill is None or self.unknown else self.bill.unused_commitment_usd
+
+
+def _commitment_complete(c: Commitment) -> bool:
+    if c.kind == CommitmentKind.reserved_instances:
+        return c.instance_type is not None and c.count is not None
+    if c.kind == CommitmentKind.ec2_instance_savings_plan and c.instance_family is None:
+        return False
+    return c.hourly_commitment_usd is not None
+
+
+def billing_commitments(cfg: GpuLoanConfig) -> tuple[list[billing.Commitment], list[str], dict[str, str], set[str]]:
+    """The config's commitments as the billing model takes them: the per-pool shorthand (`guaranteed.payment`)
+    first, then `commitments`. Returns (commitments, unknown rates, rate sources, pools whose shorthand rate is
+    unknown). A commitment without a rate for a type it needs is left out and listed as unknown."""
+    out: list[billing.Commitment] = []
+    unknown: list[str] = []
+    sources: dict[str, str] = {}
+    unknown_pools: set[str] = set()
+    for i, pool in enumerate(cfg.pools):
+        g = pool.guaranteed
+        if g is None or g.payment not in SHORTHAND_COMMITMENTS:
+            continue
+        name = f"pools[{i}].guaranteed.payment"
+        rate = floor_rate(cfg, pool)
+        if rate is None:
+            unknown.append(f"{name}: no {g.payment} rate for {g.instance_type} in {cfg.region}")
+            unknown_pools.add(billing_key(cfg, i))
+            continue
+        kind = SHORTHAND_COMMITMENTS[g.payment][0]
+        if g.payment == FloorPayment.savings_plan and "savings_plan_compute" in rate.source:
+            kind = CommitmentKind.compute_savings_plan  # the book had only a Compute plan rate
+        out.append(billing.Commitment(
+            name, str(kind), {g.instance_type: rate.usd_per_hour}, region=cfg.region,
+            instance_type=g.instance_type if kind == CommitmentKind.reserved_instances else None,
+            instance_family=billing.instance_family(g.instance_type), count=g.nodes,
+            hourly_commitment_usd=0.0 if kind == CommitmentKind.reserved_instances else rate.usd_per_hour * g.nodes))
+        sources[name] = rate.source
+    for i, c in enumerate(cfg.commitments):
+        if not _commitment_complete(c) or c.name in sources:
+            continue  # a field its kind needs is missing, or the name is taken: refused by _commitment_problems
+        rates, missing, lines = {}, [], []
+        for t in dict.fromkeys([*commitment_scope_types(cfg, c), *c.rates]):
+            r = commitment_rate(cfg, c, t)
+            if r is None:
+                missing.append(t)
+            else:
+                rates[t] = r.usd_per_hour
+                lines.append(f"{t} ${r.usd_per_hour:g}/h ({r.source})")
+        if missing:
+            unknown.append(f"commitments[{i}] ({c.name}): no rate for {', '.join(missing)}")
+            continue
+        out.append(billing.Commitment(
+            c.name, str(c.kind), rates, region=None if c.kind == CommitmentKind.compute_savings_plan
+            else (c.region or cfg.region), instance_type=c.instance_type, instance_family=c.instance_family,
+            count=c.count or 0, hourly_commitment_usd=c.hourly_commitment_usd or 0.0))
+        sources[c.name] = "; ".join(lines) or "no floor of this environment in its scope"
+    return out, unknown, sources, unknown_pools
+
+
+def floor_usage(cfg: GpuLoanConfig, hours: int = HOURS_PER_MONTH) -> tuple[list[billing.Usage], set[str]]:
+    """Every hour of the month, each floor's nodes as instance-hours bought the way its reservation is (an ODCR:
+    `reserved`, billed used or not; a Capacity Block; no reservation: plain on-demand instances). Returns the usage
+    and the pools whose own rate (on-demand, Capacity Block or the user's) is unknown."""
+    usage: list[billing.Usage] = []
+    unknown: set[str] = set()
+    for i, pool in enumerate(cfg.pools):
+        g = pool.guaranteed
+        if g is None:
+            continue
+        key = billing_key(cfg, i)
+        if g.payment in SHORTHAND_COMMITMENTS:
+            # The floor's own rate is on-demand; its shorthand commitment covers it in full every hour, so without
+            # an on-demand price the commitment's rate stands in (it changes no figure but the saving shown).
+            od = catalog.price(g.instance_type, cfg.region)
+            r = floor_rate(cfg, pool)
+            rate = od.ondemand_usd_per_hour if od is not None else (r.usd_per_hour if r is not None else None)
+        else:
+            r = floor_rate(cfg, pool)
+            rate = None if r is None else r.usd_per_hour
+        if rate is None:
+            unknown.add(key)
+            continue
+        purchase = _PURCHASE[g.reservation]
+        usage += [billing.Usage(h, key, g.instance_type, cfg.region, purchase, float(g.nodes), rate)
+                  for h in range(hours)]
+    return usage, unknown
+
+
+def floor_bill(cfg: GpuLoanConfig) -> FloorBill:
+    """The floors' month with the commitments in force, billed by pricing/cost_model/billing.py: what preview,
+    cost-diff, the budget rule and the policy's budget cap all price with."""
+    commitments, unknown, sources, unknown_pools = billing_commitments(cfg)
+    usage, unpriced = floor_usage(cfg)
+    unknown_pools |= unpriced
+    unknown += [f"pools: {p}: floor rate unknown" for p in sorted(unpriced)]
+    env_commitment_unknown = any(u.startswith("commitments[") for u in unknown)
+    if env_commitment_unknown or (unknown_pools and cfg.commitments):
+        # An organization's commitment covers several pools: with one rate unknown no pool's share is known.
+        return FloorBill(None, tuple(unknown), frozenset(billing_key(cfg, i) for i, p in enumerate(cfg.pools)
+                                                          if p.guaranteed), (), sources)
+    usage = [u for u in usage if u.pool not in unknown_pools]
+    b = billing.bill(usage, commitments, hours=HOURS_PER_MONTH)
+    status = {c.name: (str(c.status), c.source, str(c.kind)) for c in cfg.commitments}
+    rows = []
+    for c in commitments:
+        st, src, _ = status.get(c.name, ("per-pool shorthand (deprecated)", "guaranteed.payment", c.kind))
+        fee, used = b.commitment_fee_usd[c.name], b.commitment_used_usd[c.name]
+        rows.append({"name": c.name, "kind": c.kind, "status": st, "source": src, "fee_monthly_usd": round(fee, 2),
+                     "used_monthly_usd": round(used, 2), "unused_monthly_usd": round(fee - used, 2),
+                     "rates": sources.get(c.name, "")})
+    first_hour = {u.pool: u for u in usage if u.hour == 0}
+    covering = {key: tuple(c.name for c in billing._order(commitments) if c.covers(u))
+                for key, u in first_hour.items()}
+    return FloorBill(b, tuple(unknown), frozenset(unknown_pools), tuple(rows), sources, covering)
 
 
 def cross_field_problems(cfg: GpuLoanConfig) -> list[tuple[str, str]]:
@@ -721,19 +1018,28 @@ def cross_field_problems(cfg: GpuLoanConfig) -> list[tuple[str, str]]:
             for j, t in enumerate(e.instance_types):
                 if catalog.prices_cover(cfg.region) and catalog.price(t, cfg.region) is None:
                     add(f"{at}.elastic.instance_types[{j}]", catalog.missing_price_reason(t, cfg.region))
+    _commitment_problems(cfg, add)
+    fixed_bill = floor_bill(cfg)
+    for i, pool in enumerate(cfg.pools):
         if pool.budget is not None:
-            _budget_problems(pool.budget, f"{at}.budget", add)
-            fixed = guaranteed_monthly_usd(cfg, pool)
+            _budget_problems(pool.budget, f"pools[{i}].budget", add)
+            fixed = fixed_bill.pool_usd(billing_key(cfg, i)) if pool.guaranteed is not None else 0.0
             if fixed and fixed > pool.budget.monthly_usd:
-                add(f"{at}.budget.monthly_usd", f"the guaranteed floor alone costs ${fixed:,.0f}/month "
-                    f"({pool.guaranteed.price_model}), more "
+                add(f"pools[{i}].budget.monthly_usd", f"the guaranteed floor alone costs ${fixed:,.0f}/month "
+                    f"({pool.guaranteed.price_model}"
+                    + (", with the environment's commitments" if cfg.commitments else "") + "), more "
                     f"than the pool budget (${pool.budget.monthly_usd:,.0f})")
 
     _budget_problems(cfg.budget, "budget", add)
-    total_fixed = sum(guaranteed_monthly_usd(cfg, p) or 0 for p in cfg.pools)
+    # The floors plus every commitment's fee, used or not: a commitment bills every hour of its term.
+    b = fixed_bill.bill
+    total_fixed = (sum(v for p, v in b.by_pool_usd.items() if p not in fixed_bill.unknown_pools)
+                   + b.unused_commitment_usd) if b is not None else 0.0
     if total_fixed > cfg.budget.monthly_usd:
-        add("budget.monthly_usd", f"the guaranteed floors alone cost ${total_fixed:,.0f}/month, more than the "
-            f"environment budget (${cfg.budget.monthly_usd:,.0f})")
+        unused = b.unused_commitment_usd if b is not None else 0.0
+        add("budget.monthly_usd", f"the guaranteed floors alone cost ${total_fixed:,.0f}/month"
+            + (f" (${unused:,.0f} of it commitment fees no floor uses)" if unused > 0.005 else "")
+            + f", more than the environment budget (${cfg.budget.monthly_usd:,.0f})")
     pool_budgets = sum(p.budget.monthly_usd for p in cfg.pools if p.budget)
     if pool_budgets > cfg.budget.monthly_usd:
         add("budget.monthly_usd", f"is below the sum of the pool budgets (${pool_budgets:,.0f})")
@@ -836,6 +1142,50 @@ def _floor_payment_problems(cfg: GpuLoanConfig, pool: Pool, at: str, add) -> Non
     if (g.rate is None and catalog.prices_cover(cfg.region) and catalog.price(g.instance_type, cfg.region) is not None
             and floor_rate(cfg, pool) is None):
         add(f"{at}.rate", floor_pricing.missing_rate_reason(g.instance_type, cfg.region, g.price_model))
+
+
+def _commitment_problems(cfg: GpuLoanConfig, add) -> None:
+    """Each commitment has the fields its kind needs (and none it does not), and a rate for every floor type it
+    may cover: the user's or the price book's. gpuloan never guesses a committed rate."""
+    names = Counter(c.name for c in cfg.commitments)
+    floor_types = {p.guaranteed.instance_type for p in cfg.pools if p.guaranteed is not None}
+    for i, c in enumerate(cfg.commitments):
+        at = f"commitments[{i}]"
+        if names[c.name] > 1:
+            add(f"{at}.name", f"commitment name '{c.name}' is used {names[c.name]} times; names must be unique")
+        ri = c.kind == CommitmentKind.reserved_instances
+        needs = {"instance_type": ri, "count": ri, "hourly_commitment_usd": not ri,
+                 "instance_family": c.kind == CommitmentKind.ec2_instance_savings_plan}
+        for field, needed in needs.items():
+            given = getattr(c, field) is not None
+            if needed and not given:
+                add(f"{at}.{field}", f"required for kind {c.kind}")
+            elif given and not needed:
+                add(f"{at}.{field}", f"does not apply to kind {c.kind}")
+        if c.kind == CommitmentKind.compute_savings_plan and c.region is not None:
+            add(f"{at}.region", "a Compute Savings Plan applies in every region; it takes no region")
+        if c.instance_family is not None and not any(billing.instance_family(t) == c.instance_family
+                                                     for t in catalog.instance_types()):
+            add(f"{at}.instance_family", f"'{c.instance_family}' is not the family of any GPU type gpuloan knows")
+        for t in c.rates:
+            if ri and t != c.instance_type:
+                add(f"{at}.rates.{t}", f"a Reserved Instance covers its own type ({c.instance_type}) only")
+            elif (c.kind == CommitmentKind.ec2_instance_savings_plan and c.instance_family
+                  and billing.instance_family(t) != c.instance_family):
+                add(f"{at}.rates.{t}", f"an EC2 Instance Savings Plan for {c.instance_family} does not cover {t}")
+        if ri and c.instance_type is not None and c.instance_type not in floor_types:
+            pass  # valid: an RI no floor matches still bills its fee (shown as unused); elastic on-demand may use it
+        # As for on-demand prices: only a price source covering the region can tell a committed rate is missing;
+        # with no prices at all the costs are shown as unknown. A user rate needs no price source.
+        region = c.region or cfg.region
+        for t in commitment_scope_types(cfg, c):
+            if t in c.rates or not catalog.prices_cover(region) or commitment_rate(cfg, c, t) is not None:
+                continue
+            offer = floor_pricing.commitment_offer(str(c.kind), c.term_years, str(c.payment_option))
+            add(f"{at}.rates", f"the price book ({catalog.book().origin}) has no {offer} rate for {t} in {region} "
+                f"(the shared price data has no Savings Plans rates and only no-upfront Reserved Instances of some "
+                f"types); give your own: rates: {{{t}: {{usd_per_hour: N, source: 'where you read it, with its "
+                "date'}}} (gpuloan never guesses a committed rate; docs/floor.md)")
 
 
 def _budget_problems(b: Budget, at: str, add) -> None:

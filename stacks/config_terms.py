@@ -34,6 +34,25 @@ class FloorPayment(StrEnum):
     capacity_block = "capacity_block"
 
 
+class CommitmentKind(StrEnum):
+    """Billing discounts the organization buys (pricing/cost_model/billing.py KINDS; applied in this order)."""
+
+    reserved_instances = "reserved_instances"
+    ec2_instance_savings_plan = "ec2_instance_savings_plan"
+    compute_savings_plan = "compute_savings_plan"
+
+
+class CommitmentStatus(StrEnum):
+    held = "held"  # bought: its fee is billed every hour of its term
+    planned = "planned"  # not bought yet: priced as if it were, to see what buying it would do
+
+
+class PaymentOption(StrEnum):
+    no_upfront = "no_upfront"
+    partial_upfront = "partial_upfront"
+    all_upfront = "all_upfront"
+
+
 class Workload(StrEnum):
     batch = "batch"
     service = "service"

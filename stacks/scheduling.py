@@ -15,9 +15,10 @@ configs whose tiers and capacity cannot satisfy each other, before any resource 
 - Quotas are what the groups can reach: floor = nodes x GPUs per node (0 while a Capacity Block is not active);
   elastic = max nodes x GPUs per node. GPUs are counted in device-plugin units (x time-slicing replicas).
 - Flavor order per tier: production uses its floor, then its elastic capacity, and never spot unless the pool is
-  listed in scheduling.kueue.production_spot_pools; experiment and learning use their floor, then idle floors that
-  other pools lend (already paid for, so cheaper than any elastic node; reclaimed when the owner needs them), then
-  their own spot/on-demand capacity.
+  listed in scheduling.kueue.production_spot_pools, and never borrows (borrowingLimit 0); experiment and learning
+  use their floor, then idle floors that other pools lend (already paid for, so cheaper than any elastic node;
+  reclaimed when the owner needs them), then their own spot/on-demand capacity. A floor is lent only to queues
+  whose work runs on its hardware (work_runs_on: GPU model, GPUs per node, memory per GPU).
 """
 
 from __future__ import annotations
@@ -155,17 +156,40 @@ def lendable_gpus(cfg: GpuLoanConfig, pool: Pool) -> int:
     return floor_gpus(cfg, pool) * int(_sharing(cfg, pool.team).lending_limit_pct) // 100
 
 
+def own_instance_types(pool: Pool) -> list[str]:
+    """The instance types the pool's own node groups run: what its work is built and sized for."""
+    return ([pool.guaranteed.instance_type] if pool.guaranteed else []) + (
+        list(pool.elastic.instance_types) if pool.elastic else [])
+
+
+def work_runs_on(cfg: GpuLoanConfig, borrower: Pool, lender_type: str) -> bool:
+    """Whether the borrower's work can run on nodes of `lender_type`: one of the borrower's own types has the same
+    GPU model, the same GPUs per node and CPU architecture, and no more memory per GPU than the lender's.
+
+    Kueue assigns a flavor by quota alone (a workload's node selector is only checked against the labels the
+    flavor sets, and gpuloan's flavors set pool and tier), so a borrowed floor must be hardware the borrower's work
+    already runs on: a job built for A100s (their memory, their CUDA architecture) must not be admitted to an L40S
+    floor, nor an 8-GPU job to 1-GPU nodes, where it would fail or sit pending on capacity its quota promised."""
+    lender = catalog.lookup(lender_type)
+    for t in own_instance_types(borrower):
+        own = catalog.lookup(t)
+        if (own.gpu_model == lender.gpu_model and own.gpus == lender.gpus
+                and own.cpu_architecture == lender.cpu_architecture and own.gpu_memory_gib <= lender.gpu_memory_gib):
+            return True
+    return False
+
+
 def borrowable_floors(cfg: GpuLoanConfig, pool: Pool) -> list[Pool]:
     """Other pools' floors this pool's queue may borrow while they are idle.
 
     Production queues borrow nothing: borrowed GPUs are taken back by preemption when their owner's work arrives,
-    which is the interruption production work pays a floor to avoid. Only floors with the same GPUs per node: a job
-    sized for 8-GPU nodes would sit pending forever on 1-GPU nodes its quota admitted it to.
+    which is the interruption production work pays a floor to avoid. Only floors the pool's work can run on
+    (work_runs_on: same GPU model, GPUs per node and architecture, at least as much memory per GPU).
     """
     if pool.tier == Tier.production:
         return []
     return [p for p in cfg.pools if p.name != pool.name and lendable_gpus(cfg, p) > 0
-            and gpus_per_node(cfg, p) == gpus_per_node(cfg, pool)]
+            and work_runs_on(cfg, pool, p.guaranteed.instance_type)]
 
 
 def pool_queue(cfg: GpuLoanConfig, pool: Pool) -> PoolQueue:
@@ -173,16 +197,19 @@ def pool_queue(cfg: GpuLoanConfig, pool: Pool) -> PoolQueue:
     floor = [f for f in own if f.kind == FLOOR]
     elastic = [f for f in own if f.kind != FLOOR]
     entries: list[QueueFlavor] = []
+    # A production queue never borrows (borrowingLimit 0 on each of its flavors): Kueue reclaims only quota that
+    # is borrowed, so production work is never the one preempted to give quota back.
+    own_borrow_limit = 0 if pool.tier == Tier.production else None
     for f in floor:
         lendable = lendable_gpus(cfg, pool)
-        entries.append(QueueFlavor(f.name, f.gpus, lendable if lendable < f.gpus else None))
+        entries.append(QueueFlavor(f.name, f.gpus, lendable if lendable < f.gpus else None, own_borrow_limit))
     borrow_limit = _sharing(cfg, pool.team).borrowing_limit_gpus
     for lender in borrowable_floors(cfg, pool):
         entries.append(QueueFlavor(flavor_name(cfg, lender, FLOOR), 0, None, borrow_limit))
     for f in elastic:
         # Elastic quota is never lent: another team's work on it would make this pool's policy buy nodes on this
         # pool's budget.
-        entries.append(QueueFlavor(f.name, f.gpus, 0))
+        entries.append(QueueFlavor(f.name, f.gpus, 0, own_borrow_limit))
     return PoolQueue(pool.name, pool.team, pool.tier, cluster_queue_name(cfg, pool), local_queue_name(pool),
                      tuple(entries), preempt_lower_priority=pool.tier == Tier.production)
 

@@ -238,7 +238,8 @@ def test_dashboard_shows_budgets_and_every_alarm(recorded):
     body = json.loads(dashboard(rec)["dashboardBody"])
     lines = {a["label"]: a["value"] for w in body["widgets"]
              for a in w["properties"].get("annotations", {}).get("horizontal", [])}
-    assert lines == {"training budget": 60000, "inference budget": 8000, "prod budget": 75000}
+    assert lines == {"training budget": 60000, "inference budget": 8000, "research budget": 7000,
+                     "prod budget": 75000}
     (alarm_widget,) = [w for w in body["widgets"] if w["type"] == "alarm"]
     arns = {a.outputs["arn"] for a in alarms_by_name(rec).values()}
     assert set(alarm_widget["properties"]["alarms"]) == arns

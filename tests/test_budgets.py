@@ -38,7 +38,8 @@ def budgets_by_name(rec) -> dict:
 
 
 def test_prod_has_an_environment_budget_and_one_per_pool_budget(recorded):
-    assert set(budgets_by_name(recorded("prod"))) == {"gpuloan-prod", "gpuloan-prod-training", "gpuloan-prod-inference"}
+    assert set(budgets_by_name(recorded("prod"))) == {"gpuloan-prod", "gpuloan-prod-training", "gpuloan-prod-inference",
+                                                      "gpuloan-prod-research"}
 
 
 def test_dev_pool_without_budget_gets_none(recorded):

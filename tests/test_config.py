@@ -220,7 +220,7 @@ def test_shipped_stacks_are_valid(stack):
 def test_validate_by_stack_name_reads_the_stack_file():
     result = subprocess.run([sys.executable, "-m", "gpuloan", "validate", "prod"], cwd=REPO,
                             capture_output=True, text=True, timeout=60)
-    assert result.returncode == 0 and "2 pool(s)" in result.stdout
+    assert result.returncode == 0 and "3 pool(s)" in result.stdout
 
 
 def test_bad_yaml_names_the_line(tmp_path):

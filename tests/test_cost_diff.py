@@ -42,13 +42,18 @@ def _set(repo: Path, stack: str, old: str, new: str) -> None:
 TRAINING_FLOOR = "        instance_type: p4d.24xlarge\n        nodes: 2\n"
 
 
+TRAINING_RIS = "      count: 2\n"  # prod's p4d-ri-1yr commitment (gpuloan:commitments)
+
+
 @pytest.fixture(scope="module")
 def floor_raised(tmp_path_factory):
-    """Commit 1: prod's training floor is 2 p4d.24xlarge; commit 2 raises it to 3. Diff HEAD~1 -> HEAD."""
+    """Commit 1: prod's training floor is 2 p4d.24xlarge covered by 2 RIs; commit 2 raises both to 3. Diff
+    HEAD~1 -> HEAD."""
     repo = _copy_project(tmp_path_factory.mktemp("proj") / "repo")
     _commit(repo, "floor of 2")
     _set(repo, "prod", TRAINING_FLOOR, TRAINING_FLOOR.replace("nodes: 2", "nodes: 3"))
-    _commit(repo, "floor of 3")
+    _set(repo, "prod", TRAINING_RIS, TRAINING_RIS.replace("2", "3"))
+    _commit(repo, "floor of 3, and a third RI")
     return repo, cost_diff.cost_diff(repo, "HEAD~1", ["prod"])
 
 
@@ -58,7 +63,9 @@ EXPECTED_TABLE = """\
 |---|---:|---:|---:|---:|---:|
 | training | $19,735 → $29,602 (+$9,867) | $65,678 | $80,358 | $60,000 | $40,265 → $30,398 (−$9,867) |
 | inference | $2,717 | $4,869 | $13,094 | $8,000 | $5,283 |
-| **total** | **$22,452 → $32,320 (+$9,867)** | **$70,547** | **$93,452** | **$75,000** | **≤$52,548 → ≤$42,680 (−$9,867)** |
+| research | $0 | $6,675 | $0 | $7,000 | $7,000 |
+| commitments (unused) | $0 | — | — | — | — |
+| **total** | **$22,452 → $32,320 (+$9,867)** | **$77,222** | **$93,452** | **$75,000** | **≤$52,548 → ≤$42,680 (−$9,867)** |
 """
 
 
@@ -68,7 +75,7 @@ def test_raising_the_floor_shows_the_added_cost_per_month(floor_raised):
     md = cost_diff.render_markdown([diff], "HEAD~1")
     assert md.startswith(cost_diff.MARKER)
     assert EXPECTED_TABLE in md
-    # The added cost is one p4d.24xlarge at the floor's rate (prod pays it reserved_1yr) for 730 hours.
+    # The added cost is one p4d.24xlarge at the rate of the RI that now covers it (reserved_1yr) for 730 hours.
     one_node = floor_pricing.floor_rate("p4d.24xlarge", "us-east-1", "reserved_1yr").usd_per_hour * 730
     row = next(r for r in diff.pools if r["pool"] == "training")
     assert row["head"]["guaranteed_monthly_usd"] - row["base"]["guaranteed_monthly_usd"] == pytest.approx(one_node, abs=0.02)

@@ -109,7 +109,7 @@ def test_report_per_pool_with_pagination(ce, aws_env, in_repo, capsys, tmp_path,
     assert code == 0, err
     assert "environment prod, 2026-07" in out
     rows = {r["pool"]: r for r in csv.DictReader(out_csv.open())}
-    assert list(rows) == ["training", "inference", "(no pool tag)", "total"]
+    assert list(rows) == ["training", "inference", "research", "(no pool tag)", "total"]
     assert rows["training"]["guaranteed_usd"] == "23500.00"
     assert rows["training"]["elastic_usd"] == "10000.25"  # 9000.25 (page 1) + 1000 (page 2)
     assert rows["training"]["total_usd"] == "33500.25"

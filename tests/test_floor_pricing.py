@@ -22,8 +22,18 @@ P4D_RI_1YR, P4D_RI_3YR, P4D_OD_2022 = 20.175, 12.499, 32.773
 P4D_BLOCK_2026_07 = 11.8  # capacity_block, 2026-07-22
 
 
-def _cfg(stack: str = "prod", **guaranteed) -> config.GpuLoanConfig:
+def _shorthand(stack: str) -> dict:
+    """The stack as it was before gpuloan:commitments: prod's training floor paid with the deprecated per-pool
+    shorthand `payment: reserved_1yr` instead of the environment's RI commitment (the same two RIs)."""
     data = stack_config(stack)
+    if stack == "prod":
+        data.pop("gpuloan:commitments")
+        data["gpuloan:pools"][0]["guaranteed"]["payment"] = "reserved_1yr"
+    return data
+
+
+def _cfg(stack: str = "prod", **guaranteed) -> config.GpuLoanConfig:
+    data = _shorthand(stack)
     g = data["gpuloan:pools"][0]["guaranteed"]
     for k, v in guaranteed.items():
         if v is None:
@@ -34,7 +44,7 @@ def _cfg(stack: str = "prod", **guaranteed) -> config.GpuLoanConfig:
 
 
 def _problems(stack: str = "prod", pool: int = 0, **guaranteed) -> list[tuple[str, str]]:
-    data = stack_config(stack)
+    data = _shorthand(stack)
     g = data["gpuloan:pools"][pool]["guaranteed"]
     for k, v in guaranteed.items():
         if v is None:
@@ -147,7 +157,7 @@ def test_a_user_rate_makes_a_missing_commitment_rate_valid():
 
 
 def test_validate_command_names_the_path_of_the_missing_rate(tmp_path, capsys):
-    data = stack_config("prod")
+    data = _shorthand("prod")
     data["gpuloan:pools"][0]["guaranteed"]["payment"] = "savings_plan"
     path = tmp_path / "Pulumi.prod.yaml"
     path.write_text(yaml.safe_dump({"config": data}))
@@ -159,7 +169,7 @@ def test_validate_command_names_the_path_of_the_missing_rate(tmp_path, capsys):
 # --- every consumer uses the floor's rate -----------------------------------------------------------------------
 
 
-def test_shipped_prod_training_floor_is_paid_reserved_1yr_and_costs_less():
+def test_reserved_1yr_shorthand_training_floor_costs_less():
     cfg = _cfg()
     training = costs.pool_cost(cfg, cfg.pool("training"))
     rate = floor_pricing.floor_rate("p4d.24xlarge", "us-east-1", "reserved_1yr").usd_per_hour
@@ -172,9 +182,11 @@ def test_shipped_prod_training_floor_is_paid_reserved_1yr_and_costs_less():
     assert inference.guaranteed_price_model == "on_demand"
 
 
-def test_preview_table_shows_the_price_model_and_its_source(capsys, monkeypatch):
+def test_preview_table_shows_the_price_model_and_its_source(capsys, monkeypatch, tmp_path):
     monkeypatch.setenv("COLUMNS", "200")  # wide enough that no cell folds
-    assert cli.main(["preview", "prod"]) == 0
+    path = tmp_path / "Pulumi.prod.yaml"
+    path.write_text(yaml.safe_dump({"config": _shorthand("prod")}))
+    assert cli.main(["preview", str(path)]) == 0
     out = " ".join(capsys.readouterr().out.split())  # notes fold to the terminal's width
     assert "2× p4d.24xlarge $19,735 (reserved_1yr)" in out
     assert "training floor rate (reserved_1yr): 0.616 x today's on-demand" in out
@@ -183,7 +195,7 @@ def test_preview_table_shows_the_price_model_and_its_source(capsys, monkeypatch)
 
 def test_pool_budget_rule_uses_the_floors_real_rate():
     # 2 p4d floor nodes: ~$19.7k/month reserved_1yr, ~$32.1k on demand; a $25k pool budget fits only the former.
-    data = stack_config("prod")
+    data = _shorthand("prod")
     data["gpuloan:pools"][0]["budget"]["monthly_usd"] = 25000
     config.from_stack_yaml({"config": data}, "test")  # valid: the RI-paid floor fits
     data["gpuloan:pools"][0]["guaranteed"]["payment"] = "on_demand"

@@ -155,7 +155,7 @@ def test_non_gpu_system_nodes_need_no_pool_tag(recorded):
 def test_elastic_groups_compliant(recorded):
     rec = recorded("prod")
     groups = elastic_groups(rec)
-    assert len(groups) == 4
+    assert len(groups) == 5  # training and inference: spot + on-demand fallback; research: spot
     for ng in groups:
         assert violations("elastic-node-groups-bounded", resource_args(rec, ng)) == []
 
@@ -314,7 +314,7 @@ def test_ecr_repository_violations(recorded, name, change, expect):
 
 def test_every_prod_pool_has_an_emailing_budget(recorded):
     assert violations("pool-budget-with-email", stack_args(recorded("prod"))) == []
-    assert set(g.pools_in_stack(stack_args(recorded("prod")))) == {"training", "inference"}
+    assert set(g.pools_in_stack(stack_args(recorded("prod")))) == {"training", "inference", "research"}
 
 
 def test_single_pool_stack_may_rely_on_the_environment_budget(recorded):
@@ -360,7 +360,7 @@ def test_launch_templates_require_imdsv2(recorded):
 def test_spot_groups_diversified_and_single_type_reported(recorded):
     rec = recorded("prod")
     spot = [r for r in rec.of_type(g.NODE_GROUP) if r.inputs.get("capacityType") == "SPOT"]
-    assert len(spot) == 2 and all(violations("spot-pools-diversified", resource_args(rec, r)) == [] for r in spot)
+    assert len(spot) == 3 and all(violations("spot-pools-diversified", resource_args(rec, r)) == [] for r in spot)
     cfg = stack_config("dev")
     cfg["gpuloan:pools"][0]["elastic"]["instance_types"] = ["g6.xlarge"]
     one = run_stack("dev", cfg)

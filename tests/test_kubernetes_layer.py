@@ -243,9 +243,10 @@ def test_one_namespace_per_team(stack, teams):
     assert rec.outputs["team_namespaces"] == teams
 
 
-# Hand-computed: prod research = 2 p4d floor + 6 elastic, 8 GPUs each; serving = 2 + 8 g6e.xlarge, 1 GPU each;
-# dev research = 1 + 4 g6/g5.xlarge, 1 GPU each.
-@pytest.mark.parametrize("stack,expected", [("prod", {"research": 64, "serving": 10}), ("dev", {"research": 5})])
+# Hand-computed: prod research = training's 2 p4d floor + 6 elastic, 8 GPUs each (64), plus experiments' 2 spot
+# p4d (16) and the 8 GPUs it may borrow of the training floor (88: what Kueue can admit, docs/scheduling.md);
+# serving = 2 + 8 g6e.xlarge, 1 GPU each; dev research = 1 + 4 g6/g5.xlarge, 1 GPU each.
+@pytest.mark.parametrize("stack,expected", [("prod", {"research": 88, "serving": 10}), ("dev", {"research": 5})])
 def test_gpu_quota_is_guaranteed_plus_elastic_max_gpus(stack, expected):
     quotas = {o["metadata"]["namespace"]: o["spec"]["hard"] for o in _objects(layer(stack), "ResourceQuota")
               if o["metadata"]["name"] == "gpus"}
@@ -257,7 +258,7 @@ def test_gpu_quota_sums_every_pool_of_a_team_and_counts_gpus_per_node():
     pools = cfg["gpuloan:pools"]
     pools[1]["team"] = "research"  # research now owns both pools
     parsed = config.from_stack_yaml({"config": cfg}, "test")
-    assert tenancy.team_gpu_quota(parsed, "research") == 64 + 10
+    assert tenancy.team_gpu_quota(parsed, "research") == 64 + 10 + 16 + 8  # experiments' spot and borrowing too
     assert catalog.lookup("p4d.24xlarge").gpus == 8
 
 

@@ -227,7 +227,8 @@ def _variants():
                 pool["tier"], pool["elastic"]["capacity"] = tier, capacity
                 pool["elastic"].pop("on_demand_max_nodes", None)
             data["gpuloan:scheduling"] = {"kueue": {"production_spot_pools": [] if capacity == "on_demand" or
-                                                    tier != "production" else ["training", "inference"]}}
+                                                    tier != "production" else [p["name"] for p in
+                                                                               data["gpuloan:pools"]]}}
             out.append((f"{tier}-{capacity}", config.from_stack_yaml({"config": data}, "test")))
     return out
 
@@ -291,6 +292,7 @@ def test_production_flavor_order_without_spot_is_floor_then_on_demand():
 def _two_experiment_teams(**sharing):
     """prod with both pools on 1-GPU nodes (so floors can be lent), training moved to tier experiment."""
     data = stack_config("prod")
+    data["gpuloan:pools"] = data["gpuloan:pools"][:2]  # training and inference: one pool per team
     training = data["gpuloan:pools"][0]
     training.update(tier="experiment", budget=None)
     training["guaranteed"] = {"instance_type": "g6e.xlarge", "nodes": 3}
@@ -428,7 +430,7 @@ def test_the_rule_is_off_with_kueue_off():
 
 @pytest.mark.parametrize("entry,fragment", [
     ("nope", "no pool named 'nope'"),
-    ("research", "no pool named"),
+    ("serving", "no pool named"),  # a team's name, not a pool's
 ])
 def test_production_spot_pools_must_name_pools(entry, fragment):
     data = stack_config("prod")
@@ -640,3 +642,46 @@ def test_scheduling_doc_names_what_the_code_declares():
     # the hand-drawn picture's quotas are the prod plan's
     for name, quota in _quotas(_cq(_cfg("prod"), "training")).items():
         assert re.search(rf"{name}\s+{quota['nominalQuota']} GPUs", doc), name
+
+
+# --- lending in the shipped stack, and only to work that runs there (issue 27) -------------------------------------
+
+
+def test_shipped_prod_lends_the_training_floor_to_research_experiments():
+    cfg = _cfg("prod")
+    borrowed = {(q.name, e.flavor) for q in scheduling.plan(cfg).queues for e in q.flavors
+                if not e.flavor.startswith(q.name + "-")}
+    # a ClusterQueue lists another pool's floor flavor: something is really borrowed (it was not before)
+    assert borrowed == {("gpuloan-prod-research", "gpuloan-prod-training-floor")}
+    quotas = _quotas(_cq(cfg, "research"))
+    assert list(quotas) == ["gpuloan-prod-training-floor", "gpuloan-prod-research-spot"]
+    assert quotas["gpuloan-prod-training-floor"] == {"name": "nvidia.com/gpu", "nominalQuota": 0, "borrowingLimit": 8}
+    assert _cq(cfg, "research")["spec"]["flavorFungibility"]["whenCanBorrow"] == "MayStopSearch"
+
+
+@pytest.mark.parametrize("pool", ["training", "inference"])
+def test_production_queues_never_borrow_so_they_are_never_reclaimed_from(pool):
+    for name, quota in _quotas(_cq(_cfg("prod"), pool)).items():
+        assert quota["borrowingLimit"] == 0, name
+
+
+def _borrower(own_types: list[str], lender_type: str) -> config.GpuLoanConfig:
+    """prod with the training floor of `lender_type` and its experiment pool (research) running `own_types` only."""
+    data = stack_config("prod")
+    data["gpuloan:pools"][0]["guaranteed"]["instance_type"] = lender_type
+    data["gpuloan:pools"][0]["elastic"]["instance_types"] = [lender_type]
+    data["gpuloan:pools"][2]["elastic"]["instance_types"] = own_types
+    data.pop("gpuloan:commitments")  # the RIs are for p4d.24xlarge; not what these cases are about
+    return config.from_stack_yaml({"config": data}, "test")
+
+
+@pytest.mark.parametrize("own, lender, lent", [
+    (["p4d.24xlarge"], "p4d.24xlarge", True),  # same A100 nodes
+    (["p4d.24xlarge"], "p4de.24xlarge", True),  # A100 80 GB: a 40 GB job fits
+    (["p4de.24xlarge"], "p4d.24xlarge", False),  # an 80 GB-per-GPU job would not fit 40 GB A100s
+    (["g6e.48xlarge"], "p4d.24xlarge", False),  # 8 L40S vs 8 A100: same GPUs per node, another GPU model
+    (["p5.48xlarge"], "p4d.24xlarge", False),  # H100 work onto A100s
+])
+def test_a_floor_is_lent_only_to_queues_whose_work_runs_on_its_gpus(own, lender, lent):
+    cfg = _borrower(own, lender)
+    assert ("gpuloan-prod-training-floor" in _quotas(_cq(cfg, "research"))) is lent

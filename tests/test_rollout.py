@@ -71,7 +71,7 @@ def test_a_default_tags_edit_rolls_every_node(prod_base):
     changes = _changes(prod_base, lambda c: c["gpuloan:default_tags"].update({"cost-center": "research"}))
     groups = {r["inputs"].get("nodeGroupNamePrefix") or r["inputs"].get("nodeGroupName")
               for r in prod_base["resources"] if r["type"] == rollout.NODE_GROUP}
-    assert len(changes) == len(groups) == 7  # 2 floors, 4 elastic, the system group
+    assert len(changes) == len(groups) == 8  # 2 floors, 5 elastic, the system group
     for c in changes:
         assert c.action == "rolls"
         assert any(r.startswith("new launch template version (") and "tagSpecifications" in r for r in c.reasons)

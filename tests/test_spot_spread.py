@@ -123,7 +123,8 @@ def test_the_reason_gives_both_figures_and_names_different_gpu_models():
 # --- figures from the price book in force, and where the advisory shows -------------------------------------
 
 # Test rates, low enough that prod's floors fit its budgets (validation checks that too).
-PROD_ONDEMAND = {"p4d.24xlarge": 10.0, "p5.48xlarge": 10.0, "g6e.xlarge": 1.0, "g6e.2xlarge": 1.0}
+PROD_ONDEMAND = {"p4d.24xlarge": 10.0, "p5.48xlarge": 10.0, "g6e.xlarge": 1.0, "g6e.2xlarge": 1.0,
+                 "p4de.24xlarge": 12.0}
 PROD_TYPES = tuple(PROD_ONDEMAND)
 
 
@@ -138,7 +139,7 @@ def prod_price_file(tmp_path):
             types[t] = {"ondemand_usd_per_hour": PROD_ONDEMAND[t], "source": "test", "as_of": "2026-11-30",
                         **({"spot_usd_per_hour": usd, "spot_basis": "observed-median"} if usd else {}),
                         **({"interruption_bucket": bucket} if bucket else {})}
-        # prod's training floor is paid reserved_1yr: validation needs that rate (docs/floor.md)
+        # prod's commitments hold 1-year RIs for the training floor's type: validation needs that rate (docs/floor.md)
         types["p4d.24xlarge"]["commitments"] = [{"offer": "reserved_1yr_no_upfront", "usd_per_hour": 6.0,
                                                  "source": "test", "as_of": "2026-11-30"}]
         path = tmp_path / "prices.json"
@@ -215,7 +216,7 @@ def test_preview_shows_a_spread_line_per_spot_pool_and_the_advisories_of_prod():
         config = yaml.safe_load((REPO / "Pulumi.prod.yaml").read_text())["config"]
         cfg = from_stack_yaml({"config": config}, "prod")
         doc = preview.spread_document(cfg)
-        assert [p["pool"] for p in doc["pools"]] == ["training", "inference"]
+        assert [p["pool"] for p in doc["pools"]] == ["training", "inference", "research"]
         for p in doc["pools"]:
             assert [t["instance_type"] for t in p["types"]] == list(cfg.pool(p["pool"]).elastic.instance_types)
             assert all(t["spot_usd_per_gpu_hour"] and t["interruption_bucket"] for t in p["types"])
@@ -234,7 +235,7 @@ def test_preview_shows_a_spread_line_per_spot_pool_and_the_advisories_of_prod():
         console = Console(record=True, width=400)
         preview.render_spread({"spot_spread": doc}, console)
         text = console.export_text()
-        assert text.count("spot, spread by price and capacity over:") == 2
+        assert text.count("spot, spread by price and capacity over:") == 3
         assert text.count("spot advisory") == len(doc["advisories"])
     finally:
         catalog.use_price_file(None)

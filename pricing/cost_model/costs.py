@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from pricing.sources import catalog, floor_pricing
-from stacks.config import (HOURS_PER_MONTH, ElasticCapacity, GpuLoanConfig, Pool, Reservation, floor_rate,
-                           guaranteed_monthly_usd)
+from stacks.config import (HOURS_PER_MONTH, ElasticCapacity, FloorBill, GpuLoanConfig, Pool, Reservation, billing_key,
+                           floor_bill, floor_rate)
 
 
 @dataclass(frozen=True)
@@ -27,6 +27,7 @@ class PoolCost:
     guaranteed_note: str
     guaranteed_price_model: str | None  # how the floor is paid (pricing/sources/floor_pricing.py PAYMENTS); None: no floor
     guaranteed_rate_source: str  # where the floor's rate was read ("" when unknown or no floor)
+    guaranteed_commitments: list[str]  # the environment's commitments whose scope covers the floor's hours
     elastic_instance_types: list[str]
     elastic_max_nodes: int
     elastic_max_gpus: int
@@ -62,6 +63,10 @@ class StackCost:
     price_source: str  # one line: where the prices come from and their date, or how to get prices
     unknown_prices: list[str]  # one line per instance type without a price (empty when every cost is known)
     has_price_source: bool  # False: no price file, no cache: every cost is unknown for the same one reason
+    # The commitments the floors were billed with (config.floor_bill): per commitment its monthly fee, the part
+    # that covered floor hours and the part no floor used (billed all the same); None when a rate is unknown.
+    commitments: tuple[dict, ...] = ()
+    unused_commitment_monthly_usd: float | None = 0.0
 
     def _total(self, name: str) -> float | None:
         values = [getattr(p, name) for p in self.pools]
@@ -69,7 +74,11 @@ class StackCost:
 
     @property
     def guaranteed_monthly_usd(self) -> float | None:
-        return self._total("guaranteed_monthly_usd")
+        """Fixed instance spend: the floors as billed plus the commitments' fees no floor used."""
+        floors = self._total("guaranteed_monthly_usd")
+        if floors is None or self.unused_commitment_monthly_usd is None:
+            return None
+        return round(floors + self.unused_commitment_monthly_usd, 2)
 
     @property
     def elastic_max_monthly_usd(self) -> float | None:
@@ -85,6 +94,8 @@ class StackCost:
             "region": self.region,
             "pools": [p.to_json() for p in self.pools],
             "guaranteed_monthly_usd": fixed,
+            "commitments": list(self.commitments),
+            "unused_commitment_monthly_usd": self.unused_commitment_monthly_usd,
             "elastic_max_monthly_usd": self.elastic_max_monthly_usd,
             "fallback_max_monthly_usd": self.fallback_max_monthly_usd,
             "budget_monthly_usd": self.budget_monthly_usd,
@@ -101,15 +112,26 @@ def _monthly(usd_per_hour: float | None, nodes: int) -> float | None:
     return None if usd_per_hour is None else round(usd_per_hour * nodes * HOURS_PER_MONTH, 2)
 
 
-def pool_cost(cfg: GpuLoanConfig, pool: Pool) -> PoolCost:
+def pool_cost(cfg: GpuLoanConfig, pool: Pool, fixed_bill: FloorBill | None = None) -> PoolCost:
+    """The pool's figures; its floor as billed with the environment's commitments (`fixed_bill`, computed here
+    when not given: stack_cost bills the environment once for all pools)."""
     g, e = pool.guaranteed, pool.elastic
     g_rate, g_note, g_model, g_source = 0.0, "", None, ""
+    fixed_bill = fixed_bill if fixed_bill is not None else floor_bill(cfg)
+    i = next(i for i, p in enumerate(cfg.pools) if p is pool)
+    fixed = 0.0 if g is None else fixed_bill.pool_usd(billing_key(cfg, i))
     if g is not None:
         rate = floor_rate(cfg, pool)
-        g_rate = rate.usd_per_hour if rate else None
         g_model, g_source = g.price_model, (rate.source if rate else "")
+        # Per node and hour as billed: the floor's own rate, or less where a commitment covers its hours.
+        g_rate = None if fixed is None else round(fixed / (g.nodes * HOURS_PER_MONTH), 6)
         g_note = floor_pricing.BILLING[g_model] + (
             "; no reservation, so the floor is not guaranteed to launch" if g.reservation == Reservation.none else "")
+        covering = [n for n in fixed_bill.covering.get(billing_key(cfg, i), ()) if not n.startswith("pools[")]
+        if covering:
+            g_note += ("; the organization's commitments " + ", ".join(covering) + " discount its instance-hours, "
+                       "those in a capacity reservation too (covered hours at their rates; a commitment's unused part "
+                       "is on its own row)")
     spot_rate = fallback_rate = 0.0
     e_note = ""
     spot_nodes = fallback_nodes = 0
@@ -136,7 +158,6 @@ def pool_cost(cfg: GpuLoanConfig, pool: Pool) -> PoolCost:
         if e.capacity == ElasticCapacity.spot_then_on_demand:
             fallback_nodes = e.on_demand_max_nodes or e.max_nodes
             fallback_rate = max(p.ondemand_usd_per_hour for p in prices)
-    fixed = guaranteed_monthly_usd(cfg, pool)
     gpus_per_node = catalog.lookup(g.instance_type).gpus if g else 0
     e_gpus_per_node = catalog.lookup(e.instance_types[0]).gpus if e else 0
     return PoolCost(
@@ -152,6 +173,8 @@ def pool_cost(cfg: GpuLoanConfig, pool: Pool) -> PoolCost:
         guaranteed_note=g_note,
         guaranteed_price_model=g_model,
         guaranteed_rate_source=g_source,
+        guaranteed_commitments=[n for n in fixed_bill.covering.get(billing_key(cfg, i), ())
+                                if not n.startswith("pools[")],
         elastic_instance_types=list(e.instance_types) if e else [],
         elastic_max_nodes=spot_nodes,
         elastic_max_gpus=spot_nodes * e_gpus_per_node,
@@ -180,11 +203,15 @@ def unknown_prices(cfg: GpuLoanConfig) -> list[str]:
 
 
 def stack_cost(cfg: GpuLoanConfig) -> StackCost:
+    fixed_bill = floor_bill(cfg)  # one bill for the environment: a commitment covers several pools
+    unused = fixed_bill.unused_commitment_usd
     return StackCost(
         region=cfg.region,
-        pools=[pool_cost(cfg, p) for p in cfg.pools],
+        pools=[pool_cost(cfg, p, fixed_bill) for p in cfg.pools],
         budget_monthly_usd=cfg.budget.monthly_usd,
         price_source=catalog.price_source(cfg.region),
-        unknown_prices=unknown_prices(cfg),
+        unknown_prices=unknown_prices(cfg) + [line for line in fixed_bill.unknown if line.startswith("commitments[")],
         has_price_source=catalog.book().origin is not None,
+        commitments=fixed_bill.commitments,
+        unused_commitment_monthly_usd=None if unused is None else round(unused, 2),
     )

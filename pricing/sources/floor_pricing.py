@@ -115,3 +115,44 @@ def missing_rate_reason(instance_type: str, region: str, payment: str) -> str:
         return f"{catalog.missing_price_reason(instance_type, region)}; or {fix}"
     offers = " or ".join(OFFERS[payment])
     return f"the price book ({catalog.book().origin}) has no {offers} rate for {instance_type} in {region}; {fix}"
+
+
+# --- the organization's commitments (config `commitments`, docs/floor.md "Capacity and commitment") -------------
+
+# Commitment kinds as the config names them (pricing/cost_model/billing.py KINDS) -> the price book's offer prefix.
+COMMITMENT_OFFER_PREFIX = {
+    "reserved_instances": "reserved",
+    "ec2_instance_savings_plan": "savings_plan_ec2_instance",
+    "compute_savings_plan": "savings_plan_compute",
+}
+
+
+def commitment_offer(kind: str, term_years: int, payment_option: str) -> str:
+    """The price book offer of a commitment: `reserved_1yr_no_upfront`, `savings_plan_compute_3yr_partial_upfront`
+    (the names pricing/sources/aws_prices.py writes and COMMITMENTS.md uses)."""
+    return f"{COMMITMENT_OFFER_PREFIX[kind]}_{term_years}yr_{payment_option}"
+
+
+def commitment_rate(kind: str, term_years: int, payment_option: str, instance_type: str,
+                    region: str) -> FloorRate | None:
+    """What one instance-hour of `instance_type` costs under a commitment of this kind, term and payment option,
+    from the price book; None when the book has no such rate (the user must give one: nothing here guesses).
+
+    A Reserved Instance row published beside an on-demand rate of the same day (the 2022 table) is used as a ratio
+    to today's on-demand rate, never as its absolute figure (COMMITMENTS.md)."""
+    offer = commitment_offer(kind, term_years, payment_option)
+    found = [c for c in catalog.commitments(instance_type, region) if c.offer == offer]
+    if not found:
+        return None
+    c = max(found, key=lambda c: (c.as_of, -c.usd_per_hour))
+    payment = f"{kind}_{term_years}yr_{payment_option}"
+    if c.reference_ondemand_usd_per_hour:
+        ondemand = catalog.price(instance_type, region)
+        if ondemand is None:
+            return None
+        ratio = c.usd_per_hour / c.reference_ondemand_usd_per_hour
+        return FloorRate(payment, round(ratio * ondemand.ondemand_usd_per_hour, 4), "ratio",
+                         f"{ratio:.3f} x today's on-demand ${ondemand.ondemand_usd_per_hour:g}: {offer} "
+                         f"${c.usd_per_hour:g} / on-demand ${c.reference_ondemand_usd_per_hour:g} as of {c.as_of} "
+                         f"({c.source})", c.as_of)
+    return FloorRate(payment, c.usd_per_hour, "published", f"{offer} as of {c.as_of} ({c.source})", c.as_of)

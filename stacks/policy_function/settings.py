@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 from pricing.sources import catalog
 from stacks import scheduling, versions
-from stacks.config import ElasticCapacity, GpuLoanConfig, Pool, Reservation
+from stacks.config import (HOURS_PER_MONTH, ElasticCapacity, FloorBill, GpuLoanConfig, Pool, Reservation, billing_key,
+                           floor_bill)
 from stacks.config import floor_rate as config_floor_rate
 from pricing.sources.floor_pricing import missing_rate_reason
 
@@ -85,21 +87,31 @@ def _prices(cfg: GpuLoanConfig, types: list[str], allow_unknown: bool = False) -
 
 
 def pool_settings(cfg: GpuLoanConfig, pool: Pool, names: GroupNames, budget_name: str | None = None,
-                  allow_unknown_prices: bool = False) -> PoolSettings:
+                  allow_unknown_prices: bool = False, fixed_bill: FloorBill | None = None) -> PoolSettings:
     e, g = pool.elastic, pool.guaranteed
     floor_gpus = catalog.lookup(g.instance_type).gpus if g else 0
     floor_rate = 0.0
     if g is not None:
-        # The floor at the rate it is paid (RI, Savings Plan, Capacity Block or on-demand): the fixed part of the
-        # budget projection. A user rate needs no price book.
-        rate = config_floor_rate(cfg, pool)
-        if rate is None:
-            _price(cfg, g.instance_type, allow_unknown_prices)  # no on-demand price: the usual message
+        # The floor as billed with the environment's commitments (config.floor_bill, the same month preview and
+        # the budget rule price): the fixed part of the budget projection. A user rate needs no price book.
+        if fixed_bill is None and not hasattr(cfg, "pools"):
+            # One pool priced alone (the simulator passes its region only and sets the floor's rate itself):
+            # the pool's own floor and its per-pool shorthand, no environment commitments.
+            cfg = SimpleNamespace(region=cfg.region, pools=[pool], commitments=[])
+        fixed_bill = fixed_bill if fixed_bill is not None else floor_bill(cfg)
+        i = next(i for i, p in enumerate(cfg.pools) if p is pool)
+        monthly = fixed_bill.pool_usd(billing_key(cfg, i))
+        if monthly is None:
+            rate = config_floor_rate(cfg, pool)
+            if rate is None:
+                _price(cfg, g.instance_type, allow_unknown_prices)  # no on-demand price: the usual message
             if not allow_unknown_prices:
+                # Unknown spend is not zero: no budget cap without the figure.
+                reason = (missing_rate_reason(g.instance_type, cfg.region, g.price_model) if rate is None
+                          else "; ".join(fixed_bill.unknown))
                 raise PriceUnknown(f"the policy function needs the {g.price_model} rate of the floor ({g.instance_type} "
-                                   f"in {cfg.region}) for its budget cap: "
-                                   f"{missing_rate_reason(g.instance_type, cfg.region, g.price_model)}")
-        floor_rate = rate.usd_per_hour * g.nodes if rate else None
+                                   f"in {cfg.region}) for its budget cap: {reason}")
+        floor_rate = None if monthly is None else monthly / HOURS_PER_MONTH
     if e is None:
         gpus = floor_gpus or 1
         spot_usd = od_usd = 0.0
@@ -165,15 +177,22 @@ def settings_for(cfg: GpuLoanConfig, cluster_name: str, group_names: dict[str, G
     if budget_names is None:
         budget_names = default_budget_names(cfg)
     pools = []
+    fixed_bill = floor_bill(cfg)  # one bill for the environment: a commitment covers several pools
     for pool in cfg.pools:
         names = group_names.get(pool.name, GroupNames())
         if isinstance(names, dict):
             names = GroupNames(names.get("spot"), names.get("on_demand"), names.get("guaranteed"))
-        pools.append(pool_settings(cfg, pool, names, budget_names.get(pool.name), allow_unknown_prices))
+        pools.append(pool_settings(cfg, pool, names, budget_names.get(pool.name), allow_unknown_prices, fixed_bill))
+    # A commitment's fee is fixed spend, used or not: what no floor uses counts against the environment budget.
+    unused = fixed_bill.unused_commitment_usd
+    if unused is None and not allow_unknown_prices:
+        raise PriceUnknown("the policy function needs every commitment's rates for its budget cap: "
+                           + "; ".join(fixed_bill.unknown))
     return Settings(
         environment=cfg.environment, region=cfg.region, cluster_name=cluster_name, pools=tuple(pools),
         budget_monthly_usd=cfg.budget.monthly_usd, budget_enforcement=str(cfg.budget.enforcement),
-        budget_name=budget_names.get(""), dry_run=cfg.policy.dry_run, schedule_minutes=cfg.policy.schedule_minutes,
+        budget_name=budget_names.get(""), dry_run=cfg.policy.dry_run,
+        commitment_unused_usd_per_hour=None if unused is None else unused / HOURS_PER_MONTH, schedule_minutes=cfg.policy.schedule_minutes,
         metric_namespace=cfg.policy.metric_namespace, utilization_metric=cfg.policy.utilization_metric,
         reserved_metric=cfg.policy.reserved_metric,
         budget_refresh_minutes=cfg.policy.budget_refresh_minutes,
