@@ -97,7 +97,7 @@ def _inputs(args, cfg):
     demands = org_demand.profiles(demand, tiers, hours, share, args.seed)
     inputs = OrgInputs(demands, prices, rates, args.term, sizing_days * 24, args.lookback_days,
                        args.guarantee_percentile, sources)
-    return inputs, demand
+    return inputs, demand, share
 
 
 def run(args, cfg) -> dict:
@@ -108,11 +108,12 @@ def run(args, cfg) -> dict:
         raise ValueError(f"--guarantee-percentile must be between 0 and 100, got {args.guarantee_percentile}")
     from gpuloan import sim_args
 
-    inputs, demand = _inputs(args, cfg)
+    inputs, demand, share = _inputs(args, cfg)
     if args.model == "fluid":
         doc = org_advisor.evaluate(inputs, org_advisor.fluid_runner(inputs.prices), seed=args.seed)
     else:  # the shortage scenarios are not wired to the simulator yet (EnvironmentRunner)
-        runner = org_advisor.environment_runner(cfg, demand, sim_args.settings(args), inputs.prices)
+        runner = org_advisor.environment_runner(cfg, demand, sim_args.settings(args), inputs.prices,
+                                                production_share=share)
         doc = org_advisor.evaluate(inputs, runner, seed=args.seed, scenarios=("default",))
     return {"environment": cfg.environment, "demand": {n: t.name for n, t in demand.items()}, **doc}
 

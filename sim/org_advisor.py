@@ -28,9 +28,10 @@ Setups (`baselines`, each by name):
   price is measured against the fluid model's no-floor run with its own hindsight commitment.
 The recommendation's own result is `recommendation.report` (same keys).
 
-How a setup runs: through a `Runner`. Until the environment simulator (sim/environment.py) is part of the
-project, the only runner is `fluid_runner` and every figure says `"model": "fluid"`; `environment_runner` is the
-one integration point for the simulated run (its docstring says what it expects).
+How a setup runs: through a `Runner`: `fluid_runner` (every figure says `"model": "fluid"`) or
+`environment_runner`, which runs each setup through the environment simulator (sim/environment.py: whole nodes,
+boots, Kueue lending and reclaim, spot events, the per-pool controllers; `"model": "simulated"`). The simulated
+runner runs the default scenario only: the shortage scenarios are not wired to the simulator yet.
 """
 
 from __future__ import annotations
@@ -192,15 +193,59 @@ def _cut(trace, hours: int):
     return JobsTrace(trace.name, trace.fmt, tuple(j for j in trace.jobs if j.submit_s < hours * 3600))
 
 
-def environment_runner(cfg, traces: dict, settings, prices: dict[str, PoolPrices], simulate=None) -> EnvironmentRunner:
-    """The simulated run (EnvironmentRunner); `simulate` defaults to sim.environment.simulate_environment."""
-    if simulate is None:
-        try:
-            from sim.environment import simulate_environment as simulate  # issue 27, item 4
-        except ImportError:
-            raise OrgAdviceError("the environment simulator (sim/environment.py) is not part of this version; "
-                                 "the advice is computed with the fluid model (--model fluid)") from None
-    return EnvironmentRunner(cfg, traces, settings, prices, simulate)
+def environment_runner(cfg, traces: dict, settings, prices: dict[str, PoolPrices], simulate=None,
+                       production_share: dict[str, float] | float | None = None) -> EnvironmentRunner:
+    """The simulated run (EnvironmentRunner); `simulate` defaults to `simulate_with_environment` (the environment
+    simulator, sim/environment.py). `production_share` (0..1, per pool or one for all) is written into each pool's
+    service_target.production_share_pct, so the simulator classes as production the share the fluid profiles
+    (sim/org_demand.py) were built with."""
+    if production_share is not None:
+        share = production_share if isinstance(production_share, dict) else {p.name: production_share
+                                                                             for p in cfg.pools}
+        pools = [p.model_copy(update={"service_target": p.service_target.model_copy(
+            update={"production_share_pct": round(100 * share[p.name], 6)})}) if p.name in share else p
+            for p in cfg.pools]
+        cfg = cfg.model_copy(update={"pools": pools})
+    return EnvironmentRunner(cfg, traces, settings, prices, simulate or simulate_with_environment)
+
+
+@dataclass
+class _SimulatedRun:
+    hourly_usage: list
+    pools: dict
+    p95_wait_minutes_by_tier: dict | None
+
+
+def simulate_with_environment(cfg, demands, controller: str, settings, horizon_minutes: int) -> _SimulatedRun:
+    """One setup through sim.environment.simulate_environment, in the shape EnvironmentRunner reads: billing
+    usage records, per-pool figures (unmet production GPU-hours from the production jobs' unfinished work), the
+    p95 wait per tier."""
+    from dataclasses import asdict
+    from types import SimpleNamespace
+
+    from sim.environment import simulate_environment
+    from sim.policies import GpuLoan, Karpenter
+
+    factories = {CONTROLLER_GPULOAN: lambda spec: GpuLoan(), CONTROLLER_KARPENTER: lambda spec: Karpenter()}
+    if controller not in factories:
+        raise OrgAdviceError(f"controller '{controller}': one of {', '.join(factories)}")
+    result = simulate_environment(cfg, demands, factories[controller], settings, horizon_minutes)
+    pools = {}
+    for name, m in result.pools.items():
+        w = result.sims[name].workload
+        production = getattr(w, "production", None)
+        if production is not None:
+            unmet_production = sum(g * r for g, r, p in zip(w.gpus, w.remaining_s, production) if p) / 3600
+        else:  # a series or a pool of one class: its tier says whether all of it is production
+            unmet_production = m["unmet_gpu_hours"] if m.get("tier") == PRODUCTION else 0.0
+        pools[name] = SimpleNamespace(production_interruptions=m["production_interruptions"],
+                                      unmet_gpu_hours=m["unmet_gpu_hours"],
+                                      unmet_production_gpu_hours=round(unmet_production, 3),
+                                      floor_gpu_hours=m["floor_gpu_hours"],
+                                      floor_owned_gpu_hours=m["floor_owned_gpu_hours"],
+                                      floor_lent_gpu_hours=m["floor_lent_gpu_hours"])
+    usage = [billing.Usage(**asdict(r)) for r in result.usage]
+    return _SimulatedRun(usage, pools, result.environment.get("p95_wait_minutes_by_tier"))
 
 
 def percentile(values, pct: float) -> float:

@@ -296,6 +296,7 @@ def test_report_is_billed_on_the_report_window_only():
 def test_cli_advises_the_prod_stack_on_a_tiny_demand_dir(tmp_path, capsys):
     _series(tmp_path / "training.csv", [16 + 16 * ((m // 60) % 6 < 3) for m in range(4 * 1440)])
     _series(tmp_path / "inference.csv", [2 if (m // 60) % 24 < 12 else 1 for m in range(4 * 1440)])
+    _series(tmp_path / "research.csv", [0] * (4 * 1440))  # prod's experiment pool
     rc = cli.main(["advise", "-s", "prod", "--demand", str(tmp_path), "--sizing-days", "2", "--lookback-days", "7",
                    "--json"])
     out = capsys.readouterr()
@@ -324,11 +325,32 @@ def test_cli_reports_a_bad_demand_dir_with_exit_2(tmp_path, capsys):
 def test_cli_prints_the_tables_with_the_model_named(tmp_path, capsys):
     _series(tmp_path / "training.csv", [16 + 16 * ((m // 60) % 6 < 3) for m in range(4 * 1440)])
     _series(tmp_path / "inference.csv", [1] * (4 * 1440))
+    _series(tmp_path / "research.csv", [0] * (4 * 1440))  # prod's experiment pool
     rc = cli.main(["advise", "-s", "prod", "--demand", str(tmp_path), "--sizing-days", "2", "--lookback-days", "7",
                    "--term", "reserved_3yr"])
     out = capsys.readouterr().out
     assert rc == 0
     assert "fluid model" in out and "karpenter+savings-plan" in out and "recommended: floors training 4" in out
+
+
+@requires_shared_prices
+def test_cli_runs_every_setup_through_the_environment_simulator(capsys):
+    """`--model simulated`: the shipped example demand (docs/examples/org-demand: jobs of three pools) through
+    sim/environment.py, whole nodes and boots; production work is never interrupted, the research pool borrows
+    the training floor's idle GPUs only where lending is on."""
+    rc = cli.main(["advise", "-s", "prod", "--demand", "docs/examples/org-demand", "--sizing-days", "3",
+                   "--lookback-days", "7", "--production-share", "30", "--model", "simulated", "--json"])
+    out = capsys.readouterr()
+    assert rc == 0, out.err
+    doc = json.loads(out.out)
+    assert doc["model"] == "simulated"
+    rows = {r["name"]: r for r in [doc["recommendation"]["report"], *doc["baselines"]]}
+    for name in ("gpuloan", "karpenter", "karpenter+savings-plan", "team-floors", "floors-not-lent"):
+        assert rows[name]["production_interruptions"] == 0, name
+    assert rows["gpuloan"]["floor_utilization"]["lent"] > 0
+    assert rows["floors-not-lent"]["floor_utilization"]["lent"] == 0
+    # lending lets the research pool's work run on the training floor instead of spot nodes it would buy
+    assert rows["gpuloan"]["total_cost_usd"] <= rows["floors-not-lent"]["total_cost_usd"]
 
 
 def test_percentile_is_nearest_rank():
@@ -358,7 +380,6 @@ def test_worked_example_of_docs_floor_md():
 
 @requires_shared_prices
 @pytest.mark.parametrize("extra,message", [
-    (["--model", "simulated"], "environment simulator (sim/environment.py) is not part of this version"),
     (["--pool", "training"], "--pool does not apply with --demand/--org"),
     (["--sizing-days", "4"], "--sizing-days 4: must be at least 1 and shorter than the history"),
     (["--guarantee-percentile", "120"], "--guarantee-percentile must be between 0 and 100"),
@@ -366,6 +387,7 @@ def test_worked_example_of_docs_floor_md():
 def test_cli_refuses_what_the_organization_mode_cannot_do(tmp_path, capsys, extra, message):
     _series(tmp_path / "training.csv", [16] * (4 * 1440))
     _series(tmp_path / "inference.csv", [1] * (4 * 1440))
+    _series(tmp_path / "research.csv", [0] * (4 * 1440))  # prod's experiment pool
     assert cli.main(["advise", "-s", "prod", "--demand", str(tmp_path), *extra]) == 2
     assert message in capsys.readouterr().err
 
