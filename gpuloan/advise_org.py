@@ -31,8 +31,8 @@ def add_arguments(p) -> None:
                    help="each production pool's floor covers this percentile of its hourly production GPUs over "
                         "the sizing window, in whole nodes (default 90)")
     g.add_argument("--model", choices=MODELS, default="fluid",
-                   help="how each setup is run: the fluid model (free repacking, no boots; the default until the "
-                        "environment simulator is part of gpuloan) or the simulated environment")
+                   help="how each setup is run: fluid (free repacking, no boots: fast, a bound) or simulated (the "
+                        "environment simulator: whole nodes, boots, lending and reclaim; the default scenario only)")
 
 
 def wanted(args) -> bool:

@@ -4,8 +4,9 @@ three seeds, 1- and 3-year RIs, floors at several guarantee levels; every setup 
 the first 30 days and measured on the 27 after. Prints the tables (markdown, pasted verbatim into the docs), the
 issue's goals with by how much each is met or missed, and the run time; draws cost vs guarantee level per setup.
 
-Every setup runs through the fluid model (sim/fluid.py) until the environment simulator is part of gpuloan: the
-tables say so, and the figures are the fluid model's, not a simulation's.
+Every setup runs through the fluid model (sim/fluid.py): the tables say so, and the figures are the fluid model's,
+not a simulation's. `gpuloan advise --demand DIR --model simulated` runs a setup through the environment simulator
+(sim/environment.py); this benchmark does not yet (docs/benchmarks.md says why).
 """
 
 from __future__ import annotations
@@ -95,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     wall = time.perf_counter() - t0
 
     print(f"Model: **fluid** (sim/fluid.py: free repacking, no boots, production never interrupted by construction, "
-          f"waits not measured); the environment simulator replaces it when it lands. Prices: {INSTANCE_TYPE} "
+          f"waits not measured); the simulated run is `gpuloan advise --model simulated`, not this table. Prices: {INSTANCE_TYPE} "
           f"{REGION} on-demand ${p.ondemand_usd_per_hour:,.4f}/h, spot ${p.spot_usd_per_hour:,.4f}/h "
           f"({p.source}); RIs no upfront: "
           + "; ".join(f"{t} ${r.usd_per_hour:,.4f}/h ({r.source})" for t, r in rates.items()) + ".")

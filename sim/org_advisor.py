@@ -459,8 +459,8 @@ def evaluate(inputs: OrgInputs, runner: Runner, *, scenarios=SCENARIOS, seed: in
     return {
         "model": runner.model,
         "model_note": ("fluid model (sim/fluid.py): free repacking, no boots; production interruptions are 0 and "
-                       "waits are not measured by construction. Not a simulation: the environment simulator "
-                       "replaces it when it lands") if runner.model == fluid.MODEL else "simulated environment",
+                       "waits are not measured by construction. Not a simulation: --model simulated runs the "
+                       "environment simulator") if runner.model == fluid.MODEL else "simulated environment",
         "term": inputs.term,
         "rate_sources": inputs.rate_sources,
         "sizing_window_hours": s,
