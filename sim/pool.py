@@ -129,7 +129,22 @@ def spec_from_config(cfg: GpuLoanConfig, pool_name: str | None = None) -> PoolSp
         if pool_name not in names:
             raise PoolError(f"no pool '{pool_name}' in this stack; pools: {', '.join(names)}")
         pool = cfg.pool(pool_name)
-    return replace(_spec(cfg.region, pool), placement=placement_of(cfg))
+    return replace(_spec(cfg.region, _paid_as_covered(cfg, pool)), placement=placement_of(cfg))
+
+
+def _paid_as_covered(cfg: GpuLoanConfig, pool: Pool) -> Pool:
+    """The pool with its floor priced the way the environment pays it when this pool runs alone: a floor the
+    organization's commitments cover in full (an RI count of its type at least its nodes, a plan that covers them:
+    stacks/config.py floor_payment_equivalent) at that commitment's rate, else as its own payment says."""
+    from stacks.config import FloorPayment, floor_payment_equivalent
+
+    g = pool.guaranteed
+    if g is None:
+        return pool
+    paid_as = floor_payment_equivalent(cfg, pool)
+    if paid_as == g.price_model:
+        return pool
+    return pool.model_copy(update={"guaranteed": g.model_copy(update={"payment": FloorPayment(paid_as)})})
 
 
 def placement_of(cfg: GpuLoanConfig) -> str:

@@ -95,7 +95,7 @@ def test_advise_org_without_demand_reads_every_pools_history(aws_env, capsys, mo
     from conftest import REPO
 
     cw = boto3.client("cloudwatch", region_name="us-east-1")
-    for pool in ("training", "inference"):
+    for pool in ("training", "inference", "research"):
         data = [{"MetricName": M.PENDING_GPUS, "Timestamp": NOW - dt.timedelta(hours=h, minutes=5), "Value": 8.0,
                  "Unit": "Count", "Dimensions": [{"Name": M.DIM_ENVIRONMENT, "Value": "prod"},
                                                  {"Name": M.DIM_POOL, "Value": pool}]} for h in range(47)]
@@ -106,6 +106,7 @@ def test_advise_org_without_demand_reads_every_pools_history(aws_env, capsys, mo
     doc = __import__("json").loads(capsys.readouterr().out)
     assert doc["demand"]["training"].startswith("history of prod/training, 2 days")
     assert doc["demand"]["inference"].startswith("history of prod/inference, 2 days")
+    assert doc["demand"]["research"].startswith("history of prod/research, 2 days")
     assert doc["sizing_window_hours"] == 24 and doc["report_window_hours"] == 24
 
 

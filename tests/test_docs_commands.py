@@ -360,12 +360,20 @@ def test_floor_doc_hand_check_quotes_the_first_commands_figures():
 @requires_shared_prices
 def test_floor_doc_quotes_the_preview_of_the_training_floor():
     text = _flat_doc("docs/floor.md")
-    cells = re.search(r"shows it as `2× p4d\.24xlarge (\$[\d,]+) \((\w+)\)` with the line `([^`]+)…\)`",
-                      text).groups()
+    cell, unused, line = re.search(r"shows it as `(2× p4d\.24xlarge \$[\d,]+ \([^)]+\))` .*?, `(commitments \(unused\) "
+                                   r"\$[\d,]+)`, and the line `([^`]+)…", text).groups()
     # the same command as budgets.md's (one run serves both)
     out = _flat(run_documented(documented("docs/budgets.md", r"^\.venv/bin/gpuloan preview -s prod$")).stdout)
-    assert re.search(rf"training research 2× p4d\.24xlarge .* {re.escape(cells[0])} .* \({cells[1]}\) inference", out)
-    assert cells[2] in out
+    # at 80 columns the cell folds over lines, its parts in order between the row's other cells
+    parts = re.match(r"(2×) (p4d\.24xlarge) (\$[\d,]+) \((\w+) \+ ([\w-]+)\)", cell).groups()
+    assert re.search(r"training research " + r" .*?".join(re.escape(x) for x in (*parts[:4], "+", parts[4] + ")")),
+                     out), cell
+    label, usd = unused.split(" $")
+    assert re.search(r"commitments .*?" + re.escape(f"${usd}") + r" .*?\(unused\)", out), unused
+    # the quoted line elides with "…"; the notes fold at 80 columns, mid-word too: compare without whitespace
+    squeezed, at = re.sub(r"\s+", "", out), 0
+    for piece in (re.sub(r"\s+", "", x) for x in line.split("…") if x.strip()):
+        at = squeezed.index(piece, at) + len(piece)  # each quoted piece, in order
 
 
 @requires_shared_prices

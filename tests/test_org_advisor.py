@@ -408,7 +408,8 @@ def test_setup_config_sets_each_floor_and_turns_lending_off():
     assert lent.scheduling.kueue.sharing(cfg.pool("training").team).lending_limit_pct == 100
     kept = org_advisor.setup_config(cfg, {"training": 2, "inference": 2}, lend=False)
     assert all(kept.scheduling.kueue.sharing(p.team).lending_limit_pct == 0 for p in kept.pools)
-    assert cfg.scheduling.kueue.teams == {}  # the stack itself is untouched
+    before = {t: cfg.scheduling.kueue.sharing(t).lending_limit_pct for t in cfg.teams}
+    assert before["research"] == 100 and before["serving"] == 100  # the stack itself is untouched
     with pytest.raises(org_advisor.OrgAdviceError, match="above the config's limit of 64"):
         org_advisor.setup_config(cfg, {"training": 65}, lend=True)
 
@@ -430,7 +431,8 @@ def test_the_simulated_run_plugs_in_through_simulate_environment(tmp_path):
     calls = []
 
     def simulate(cfg_variant, demands, controller, settings, horizon_minutes):
-        floors = {p.name: p.guaranteed.nodes if p.guaranteed else 0 for p in cfg_variant.pools}
+        # the pools this environment's demand covers (the shipped prod stack has a third, research, not used here)
+        floors = {p.name: p.guaranteed.nodes if p.guaranteed else 0 for p in cfg_variant.pools if p.name in demands}
         lend = all(cfg_variant.scheduling.kueue.sharing(p.team).lending_limit_pct > 0 for p in cfg_variant.pools)
         hours = horizon_minutes // 60
         calls.append((floors, lend, controller, hours, max(len(t.gpus_demanded) for t in demands.values())))
