@@ -10,6 +10,7 @@ Exit codes: 0 done, 1 some prices could not be read (the others are cached), 2 b
 from __future__ import annotations
 
 import sys
+import textwrap
 from typing import Any
 
 from gpuloan import price_args, stack_arg, stackfile
@@ -76,6 +77,15 @@ def spot_pools(doc: dict[str, Any]) -> list[tuple[str, list[str]]]:
     return out
 
 
+def _say(text: str, indent: int = 4) -> None:
+    """One record of `prices show`, folded to the terminal (rich's width: the terminal, else $COLUMNS, else 80) at
+    spaces, continuation lines indented; only a word longer than a line (a source path) is cut, never a figure."""
+    from gpuloan import tables
+
+    width = max(40, tables.console().width)
+    print(textwrap.fill(text, width=width, subsequent_indent=" " * indent, break_on_hyphens=False))
+
+
 def print_spot_spread(doc: dict[str, Any], region: str, zones: list[str]) -> None:
     """Per pool with spot: type, GPUs, spot and on-demand $/GPU-h, Spot Advisor bucket, how the spot price was
     obtained; then the types another listed type beats on both price and interruptions (docs/capacity.md)."""
@@ -83,15 +93,16 @@ def print_spot_spread(doc: dict[str, Any], region: str, zones: list[str]) -> Non
     for pool, types in spot_pools(doc):
         rows = spot_spread.figures(types, region)
         where = f"{len(zones)} AZ(s)" if zones else "the cluster's AZs"
-        print(f"spot spread of pool {pool} (price-capacity-optimized over {len(types)} type(s) x {where}):")
-        print(f"  {'type':<20} {'GPUs':>4} {'spot $/GPU-h':>13} {'on-demand $/GPU-h':>18} {'interruptions':>13}  "
-              "spot price basis")
+        _say(f"spot spread of pool {pool} (price-capacity-optimized over {len(types)} type(s) x {where}):")
+        # 76 columns: the row fits 80; the spot price's basis, a sentence, goes on its own folded line below it
+        print(f"  {'type':<20} {'GPUs':>4} {'spot $/GPU-h':>13} {'on-demand $/GPU-h':>18} {'interruptions':>13}")
         for r in rows:
             print(f"  {r.instance_type:<20} {r.gpus if r.gpus is not None else '?':>4} "
                   f"{money(r.spot_usd_per_gpu_hour):>13} {money(r.ondemand_usd_per_gpu_hour):>18} "
-                  f"{r.interruption_bucket or 'unknown':>13}  {r.spot_basis}")
+                  f"{r.interruption_bucket or 'unknown':>13}")
+            _say(f"    spot price basis: {r.spot_basis}", indent=6)
         for d in spot_spread.dominated(rows):
-            print(f"  advisory: {d.reason()}")
+            _say(f"  advisory: {d.reason()}", indent=4)
 
 
 def system_instance_types(doc: dict[str, Any]) -> list[str]:
@@ -225,17 +236,17 @@ def run_show(args) -> int:
     for t in types:
         p = catalog.price(t, region)
         if p is None:
-            print(f"{t:<22} unknown: {catalog.missing_price_reason(t, region)}")
+            _say(f"{t:<22} unknown: {catalog.missing_price_reason(t, region)}")
             continue
         spot = (f"${p.spot_usd_per_hour:,.4f}/h spot ({p.spot_basis})" if p.spot_usd_per_hour is not None
                 else "no spot price")
-        print(f"{t:<22} ${p.ondemand_usd_per_hour:,.4f}/h on demand (as of {p.as_of}), {spot}")
+        _say(f"{t:<22} ${p.ondemand_usd_per_hour:,.4f}/h on demand (as of {p.as_of}), {spot}")
         for c in catalog.commitments(t, region):
-            print(f"{'':<22} {c.offer}: ${c.usd_per_hour:,.4f}/h ({c.source}, {c.as_of})")
+            _say(f"{'':<4}{c.offer}: ${c.usd_per_hour:,.4f}/h ({c.source}, {c.as_of})", indent=6)
     for key, rate in sorted(catalog.book().regions.get(region, pricebook.RegionPrices(region, "", "")).platform.items()):
-        print(f"{key:<22} ${rate.usd_per_unit:g}/{rate.unit} ({rate.source}, {rate.as_of})")
+        _say(f"{key:<22} ${rate.usd_per_unit:g}/{rate.unit} ({rate.source}, {rate.as_of})")
     if not catalog.book().regions.get(region) or not catalog.book().regions[region].platform:
-        print(f"{'platform':<22} no platform rates (EKS, NAT, EBS ...): those preview rows are unknown "
+        _say(f"{'platform':<22} no platform rates (EKS, NAT, EBS ...): those preview rows are unknown "
               "(docs/prices.md, \"Platform rates\")")
     print_spot_spread(doc, region, zones)
     print(catalog.price_source(region))

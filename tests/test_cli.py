@@ -285,9 +285,9 @@ def _cluster05(*extra: str) -> list[str]:
 
 
 # cost-diff and cost-report pass the same checks (table_checks.py) in tests/test_cost_comment.py and
-# tests/test_cost_report.py, where their git history and Cost Explorer emulator are set up. Not yet:
-# `prices show` (its per-type source lines run past 80 columns).
+# tests/test_cost_report.py, where their git history and Cost Explorer emulator are set up.
 TABLE_COMMANDS = {
+    "prices show": ["prices", "show", "-s", "prod"],
     "preview": ["preview", "-s", "prod", "--summary"],
     "simulate": _cluster05("--what-if"),
     "simulate --seeds": _cluster05("--seeds", "2"),

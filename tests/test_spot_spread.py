@@ -194,16 +194,20 @@ def test_prices_show_lists_each_spot_pool_per_gpu_and_the_advisory(prod_price_fi
     monkeypatch.chdir(REPO)
     assert cli.main(["prices", "show", "-s", "prod", "--price-file", path]) == 0
     out = capsys.readouterr().out
-    assert "spot spread of pool training (price-capacity-optimized over 2 type(s) x 3 AZ(s))" in out
-    assert "spot spread of pool inference" in out
+    flat = " ".join(out.split())  # records fold to the terminal (80 columns here)
+    assert "spot spread of pool training (price-capacity-optimized over 2 type(s) x 3 AZ(s))" in flat
+    assert "spot spread of pool inference" in flat
     lines = out.splitlines()
-    # the spread table's row, not the price lines above it (those end in "/h")
-    p5 = next(line for line in lines if line.strip().startswith("p5.48xlarge") and "/h" not in line)
-    assert p5.split() == ["p5.48xlarge", "8", "$2.0000", "$1.2500", ">20%", "observed-median"]
-    g6e2 = next(line for line in lines if line.strip().startswith("g6e.2xlarge") and "/h" not in line)
-    assert g6e2.split() == ["g6e.2xlarge", "1", "unknown", "$1.0000", "unknown", "none"]
+    # the spread table's row, not the price lines above it (those end in "/h"), and its basis on the line below
+    i = next(i for i, line in enumerate(lines) if line.strip().startswith("p5.48xlarge") and "/h" not in line)
+    assert lines[i].split() == ["p5.48xlarge", "8", "$2.0000", "$1.2500", ">20%"]
+    assert lines[i + 1].split() == ["spot", "price", "basis:", "observed-median"]
+    i = next(i for i, line in enumerate(lines) if line.strip().startswith("g6e.2xlarge") and "/h" not in line)
+    assert lines[i].split() == ["g6e.2xlarge", "1", "unknown", "$1.0000", "unknown"]
+    assert lines[i + 1].split() == ["spot", "price", "basis:", "none"]
+    assert all(len(line) <= 80 for line in lines if not line.startswith("prices:"))
     advisories = [line for line in lines if line.strip().startswith("advisory:")]
-    assert len(advisories) == 1 and "p5.48xlarge spot costs $2.0000/GPU-h" in advisories[0]
+    assert len(advisories) == 1 and "p5.48xlarge spot costs $2.0000/GPU-h" in flat
 
 
 # --- the shipped stacks with the public price table ---------------------------------------------------------
