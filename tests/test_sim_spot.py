@@ -102,6 +102,7 @@ def test_a_recommendation_with_the_notice_changes_nothing_and_karpenter_does_not
     assert karpenter.c.lost_gpu_minutes == 200 - (start + (200 - start) // 30 * 30)  # reclaimed at 200, as before
 
 
+@requires_shared_prices
 def test_the_early_share_is_drawn_from_the_seed_slot_and_minute_alone():
     from sim.engine import SimSettings as S
 
