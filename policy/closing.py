@@ -26,12 +26,12 @@ def apply(settings: Settings, plan: Plan, obs: Observation, nodes: NodeGuardPort
         if d.closed_to_new_pods is None:
             continue
         ps, po = settings.pool(d.pool), obs.pool(d.pool)
-        if po is None or ps.on_demand_group is None:
+        if po is None or not ps.on_demand_groups:
             continue
         closed = set(d.closed_to_new_pods)
         for n in po.nodes:
             name = node_names.get(n.instance_id)
-            if n.group != ps.on_demand_group or not name or not (n.in_service or n.launching):
+            if n.group not in ps.on_demand_groups or not name or not (n.in_service or n.launching):
                 continue
             want = n.instance_id in closed
             try:

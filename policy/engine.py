@@ -69,6 +69,7 @@ from policy.model import (
 from policy.capacity_blocks import with_block_actions
 from policy import back_to_spot
 from policy import gangs as gang_rules
+from policy import sizes
 from policy.packing import first_fit_runs
 
 _MIN_HOURS_LEFT = 1.0 / 60  # the last minute of a month must not divide by zero
@@ -137,9 +138,25 @@ def decide(settings: Settings, observation: Observation, now: datetime) -> Plan:
                                  rates[ps.name], hours, ps.budget_enforcement))
         if env_scope is not None:
             scopes.append(env_scope)
-        # A floor on a Capacity Block also gets its window's actions (policy/capacity_blocks.py).
-        decisions.append(with_block_actions(ps, po, _decide_pool(ps, po, scopes, now, hours), now))
+        # A pool of several node sizes is decided one size at a time (policy/sizes.py). A floor on a Capacity
+        # Block also gets its window's actions (policy/capacity_blocks.py).
+        decision = (_decide_sizes(ps, po, scopes, now, hours) if ps.other_sizes and po is not None
+                    else _decide_pool(ps, po, scopes, now, hours))
+        decisions.append(with_block_actions(ps, po, decision, now))
     return Plan(tuple(decisions), dry_run=settings.dry_run, decided_at=now)
+
+
+def _decide_sizes(ps: PoolSettings, po: PoolObservation, scopes: list[_Scope], now: datetime,
+                  hours: float) -> PoolDecision:
+    """A pool of several node sizes: each size decided as a pool of its own groups and the pending pods given to
+    it (policy/sizes.py), the sizes sharing the budget scopes."""
+    for gname in ps.elastic_groups:
+        if po.group(gname) is None:  # rule 1 holds the whole pool, every size
+            return PoolDecision(ps.name, (_hold(ps.name, Reason.HOLD_MISSING_DATA,
+                                                f"node group {gname} could not be read", group=gname),))
+    parts = sizes.split(ps, po)
+    return sizes.merge(ps, po, [_decide_pool(sp, spo, scopes, now, hours) for sp, spo in parts],
+                       ps.guaranteed_usd_per_hour, hours)
 
 
 def _elastic_rate(ps: PoolSettings, po: PoolObservation) -> float:

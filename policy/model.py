@@ -78,6 +78,24 @@ ACTION_HOLD = "hold"  # no change; the reason says why
 
 
 @dataclass(frozen=True)
+class NodeSize:
+    """One more node size of a pool that lists GPU instance types of several sizes (policy/sizes.py): its own spot
+    and on-demand groups (an EKS managed node group holds one instance shape), their maxima and prices per node."""
+
+    gpus_per_node: int
+    spot_group: str | None
+    on_demand_group: str | None
+    spot_max_nodes: int = 0
+    on_demand_max_nodes: int = 0
+    spot_usd_per_hour: float = 0.0
+    on_demand_usd_per_hour: float = 0.0
+
+    @property
+    def groups(self) -> tuple[str, ...]:
+        return tuple(g for g in (self.spot_group, self.on_demand_group) if g)
+
+
+@dataclass(frozen=True)
 class PoolSettings:
     """One pool's elastic capacity. A group name is None when the pool has no such group.
 
@@ -145,6 +163,24 @@ class PoolSettings:
     capacity_block_queue_api: str = "kueue.x-k8s.io/v1beta2"
     capacity_block_flavor: str | None = None
     capacity_block_quota_gpus: int = 0
+    # The pool's other node sizes (policy/sizes.py), one NodeSize each with its own spot and on-demand groups; the
+    # fields above (gpus_per_node, spot_group, ...) are the size of the pool's first listed instance type. () for a
+    # pool of one size: its groups are spot_group and on_demand_group alone, as before sizes existed.
+    other_sizes: tuple[NodeSize, ...] = ()
+
+    def __post_init__(self):
+        # Settings JSON carries the sizes as objects: rebuild them, refusing unknown keys and clashing sizes.
+        sizes = []
+        for i, s in enumerate(self.other_sizes):
+            if isinstance(s, dict):
+                s = _build(NodeSize, s, f"other_sizes[{i}]")
+            if not isinstance(s, NodeSize):
+                raise TypeError(f"other_sizes[{i}] must be an object")
+            sizes.append(s)
+        gpus = [self.gpus_per_node] + [s.gpus_per_node for s in sizes]
+        if len(set(gpus)) != len(gpus):
+            raise TypeError(f"other_sizes: GPUs per node listed twice ({gpus}): each size is one pair of groups")
+        object.__setattr__(self, "other_sizes", tuple(sizes))
 
     @property
     def primary_group(self) -> str | None:
@@ -153,22 +189,51 @@ class PoolSettings:
     @functools.cached_property
     def elastic_groups(self) -> tuple[str, ...]:
         # cached: decide() asks for it several times per pool and tick (the simulator ticks 82,080 times a run)
-        return tuple(g for g in (self.spot_group, self.on_demand_group) if g)
+        own = tuple(g for g in (self.spot_group, self.on_demand_group) if g)
+        return own + tuple(g for s in self.other_sizes for g in s.groups)
+
+    @functools.cached_property
+    def spot_groups(self) -> tuple[str, ...]:
+        """Every size's spot group (one at most without other_sizes)."""
+        return tuple(g for g in (self.spot_group, *(s.spot_group for s in self.other_sizes)) if g)
+
+    @functools.cached_property
+    def on_demand_groups(self) -> tuple[str, ...]:
+        return tuple(g for g in (self.on_demand_group, *(s.on_demand_group for s in self.other_sizes)) if g)
+
+    def size_of(self, group: str) -> NodeSize | None:
+        """The other size whose group `group` is; None for the first size's groups (or an unknown name)."""
+        for s in self.other_sizes:
+            if group == s.spot_group or group == s.on_demand_group:
+                return s
+        return None
+
+    def gpus_of(self, group: str) -> int:
+        s = self.size_of(group) if self.other_sizes else None
+        return s.gpus_per_node if s is not None else self.gpus_per_node
 
     @property
     def elastic_max_nodes(self) -> int:
-        return (self.spot_max_nodes if self.spot_group else 0) + (self.on_demand_max_nodes if self.on_demand_group else 0)
+        own = (self.spot_max_nodes if self.spot_group else 0) + (self.on_demand_max_nodes if self.on_demand_group else 0)
+        return own + sum((s.spot_max_nodes if s.spot_group else 0) + (s.on_demand_max_nodes if s.on_demand_group else 0)
+                         for s in self.other_sizes)
 
     def max_nodes(self, group: str) -> int:
+        s = self.size_of(group) if self.other_sizes else None
+        if s is not None:
+            return s.spot_max_nodes if group == s.spot_group else s.on_demand_max_nodes
         return self.spot_max_nodes if group == self.spot_group else self.on_demand_max_nodes
 
     def usd_per_hour(self, group: str) -> float:
+        s = self.size_of(group) if self.other_sizes else None
+        if s is not None:
+            return s.spot_usd_per_hour if group == s.spot_group else s.on_demand_usd_per_hour
         return self.spot_usd_per_hour if group == self.spot_group else self.on_demand_usd_per_hour
 
     def capacity_of(self, group: str) -> str:
-        if group == self.spot_group:
+        if group in self.spot_groups:
             return CAPACITY_SPOT
-        if group == self.on_demand_group:
+        if group in self.on_demand_groups:
             return CAPACITY_ON_DEMAND
         return CAPACITY_GUARANTEED
 
@@ -238,7 +303,7 @@ def _build(cls, data: Any, path: str):
         raise BadSettings(f"{path}: unknown keys {', '.join(unknown)}")
     try:
         return cls(**data)
-    except TypeError as err:
+    except (TypeError, ValueError) as err:
         raise BadSettings(f"{path}: {err}") from None
 
 

@@ -106,8 +106,7 @@ def observe(settings: Settings, ports: Ports, state: dict, now: datetime, errors
     names, spot_groups = [], set()
     for ps in settings.pools:
         names += list(ps.elastic_groups) + ([ps.guaranteed_group] if ps.guaranteed_group else [])
-        if ps.spot_group:
-            spot_groups.add(ps.spot_group)
+        spot_groups.update(ps.spot_groups)  # every size's (policy/sizes.py)
     read = {}
     if in_time():
         try:  # each group that fails is left out (its pool holds), the others are kept
