@@ -35,9 +35,28 @@ from sim.traces import JobsTrace, SeriesTrace
 
 GUARANTEED, SPOT, ON_DEMAND = "guaranteed", "spot", "on_demand"
 MINUTES_PER_MONTH = HOURS_PER_MONTH * 60
+
+
+def size_group(kind: str, gpus: int) -> str:
+    """The group of another node size of a pool of several sizes (PoolSpec.sizes): "spot-1gpu", "on_demand-4gpu".
+    The largest size's groups keep the plain names SPOT and ON_DEMAND."""
+    return f"{kind}-{gpus}gpu"
+
+
+def kind_of(group: str) -> str:
+    """GUARANTEED, SPOT or ON_DEMAND: the capacity a group (of any size) bills and fills as."""
+    return group.split("-", 1)[0]
+
+
+class _FillRank(dict):
+    def __missing__(self, group: str) -> int:
+        return self.setdefault(group, self[kind_of(group)])
+
+
 # Fill order of the scheduler: the cheaper capacity first, as preferred node affinities (weight per capacity
-# type) make kube-scheduler do: the floor (paid anyway), then spot, then on-demand.
-FILL_RANK = {GUARANTEED: 0, SPOT: 1, ON_DEMAND: 2}
+# type) make kube-scheduler do: the floor (paid anyway), then spot, then on-demand. A group of another size fills
+# as its capacity does.
+FILL_RANK = _FillRank({GUARANTEED: 0, SPOT: 1, ON_DEMAND: 2})
 LEAST_ALLOCATED, MOST_ALLOCATED = "least_allocated", "most_allocated"
 PLACEMENTS = (LEAST_ALLOCATED, MOST_ALLOCATED)
 LEAVING = "Terminating"  # a node under a spot notice, as the policy sees it (neither capacity nor launching)
@@ -229,9 +248,21 @@ class Simulation:
         self._replaced: set[str] = set()  # recommended nodes whose replacement launched
         self.nodes: dict[str, SimNode] = {}
         self._serial = 0
-        self.desired = {SPOT: 0, ON_DEMAND: 0}
-        self.last_change = {SPOT: None, ON_DEMAND: None}  # minute of the last size change (cooldown)
-        self.short_since = {SPOT: None, ON_DEMAND: None}
+        # Every elastic group: the largest size's SPOT and ON_DEMAND, then each other size's (size_group).
+        self.elastic_groups = (SPOT, ON_DEMAND) + tuple(size_group(k, z.gpus_per_node) for z in spec.sizes
+                                                        for k in (SPOT, ON_DEMAND))
+        self.spot_groups = tuple(g for g in self.elastic_groups if kind_of(g) == SPOT)
+        self.on_demand_groups = tuple(g for g in self.elastic_groups if kind_of(g) == ON_DEMAND)
+        self.group_gpus = {GUARANTEED: spec.gpus_per_node, SPOT: spec.gpus_per_node, ON_DEMAND: spec.gpus_per_node}
+        self.group_usd_per_hour = {GUARANTEED: spec.floor_usd_per_hour, SPOT: spec.spot_usd_per_hour,
+                                   ON_DEMAND: spec.on_demand_usd_per_hour}
+        for z in spec.sizes:
+            for k, price in ((SPOT, z.spot_usd_per_hour), (ON_DEMAND, z.on_demand_usd_per_hour)):
+                self.group_gpus[size_group(k, z.gpus_per_node)] = z.gpus_per_node
+                self.group_usd_per_hour[size_group(k, z.gpus_per_node)] = price
+        self.desired = dict.fromkeys(self.elastic_groups, 0)
+        self.last_change = dict.fromkeys(self.elastic_groups)  # minute of the last size change (cooldown)
+        self.short_since = dict.fromkeys(self.elastic_groups)
         # Node groups (Auto Scaling groups) converge to their desired size; a controller that launches instances
         # itself (Karpenter, run-instances) has no group to converge, and a reclaimed node is not replaced for it.
         self.node_groups = getattr(controller, "node_groups", True)
@@ -241,9 +272,9 @@ class Simulation:
         self.samples: list[tuple] = []  # (minute, demand_gpus, guaranteed_gpus, spot_gpus, on_demand_gpus, cost)
         self.changed = True
         self.version = 0  # bumped by every change a controller could observe (the quiet-tick proof reads it)
-        self.counts = {GUARANTEED: 0, SPOT: 0, ON_DEMAND: 0}
-        self.leaving = {GUARANTEED: 0, SPOT: 0, ON_DEMAND: 0}  # nodes under a spot notice
-        self.rates = {GUARANTEED: 0.0, SPOT: 0.0, ON_DEMAND: 0.0}
+        self.counts = dict.fromkeys((GUARANTEED,) + self.elastic_groups, 0)
+        self.leaving = dict.fromkeys((GUARANTEED,) + self.elastic_groups, 0)  # nodes under a spot notice
+        self.rates = dict.fromkeys((GUARANTEED,) + self.elastic_groups, 0.0)
         self._billed_to = 0  # minutes before this one are billed
         self._next_event = 0  # earliest ready / notice / reclaim minute among the nodes
         self.ticks_skipped = 0
@@ -263,11 +294,9 @@ class Simulation:
     def _new_node(self, group: str, ready_at: int) -> SimNode:
         self._settle(self.now)
         self._serial += 1
-        spec = self.spec
-        price = {GUARANTEED: spec.floor_usd_per_hour, SPOT: spec.spot_usd_per_hour,
-                 ON_DEMAND: spec.on_demand_usd_per_hour}[group]
+        price = self.group_usd_per_hour[group]
         reclaim = slot = None
-        if group == SPOT:
+        if group in self.spot_groups:
             if self._free_slots:
                 slot = heapq.heappop(self._free_slots)
             else:
@@ -275,7 +304,7 @@ class Simulation:
                 self._next_slot += 1
             reclaim = self.interruptions.next_after(slot, self.now)
         rebalance = self._rebalance_minute(slot, reclaim) if reclaim is not None else None
-        node = SimNode(f"i-{group[0]}{self._serial:07d}", self._serial, group, spec.gpus_per_node, price, self.now,
+        node = SimNode(f"i-{group[0]}{self._serial:07d}", self._serial, group, self.group_gpus[group], price, self.now,
                        ready_at, reclaim, False, 0, set(), [(self.now, 0)], None, None, slot, 0, 0, False, rebalance,
                        False)
         self.nodes[node.id] = node
@@ -323,7 +352,7 @@ class Simulation:
         """Launch nodes directly (Karpenter-style); returns how many launched (spot fails during an episode)."""
         if count <= 0:
             return 0
-        if group == SPOT and not self.spot_available:
+        if group in self.spot_groups and not self.spot_available:
             self.c.spot_launch_failures += 1
             count = int(count * self.settings.spot_unavailable_fill_share)
             if not count:
@@ -430,7 +459,7 @@ class Simulation:
         nodes = [n for n in self.nodes.values() if n.group == group and not (n.warned or n.recommended)]
         have, want = len(nodes), self.desired[group]
         if have < want:
-            if group == SPOT and not self.spot_available:
+            if group in self.spot_groups and not self.spot_available:
                 self.c.spot_launch_failures += 1
                 if self.short_since[group] is None:
                     self.short_since[group] = self.now
@@ -472,7 +501,7 @@ class Simulation:
             controller.tick(self)
             self.recommendations.clear()  # EventBridge delivers each once: a controller that did not listen missed it
             if self.node_groups:
-                for group in (SPOT, ON_DEMAND):
+                for group in self.elastic_groups:
                     if self.desired[group] != self.group_size(group):
                         self._reconcile(group)
             if self.changed:
@@ -498,7 +527,7 @@ class Simulation:
         nxt = min(self.horizon, self._next_event, self.workload.next_event(now))
         if nxt <= now + 1:
             return now + 1
-        if self.node_groups and any(self.desired[g] != self.group_size(g) for g in (SPOT, ON_DEMAND)):
+        if self.node_groups and any(self.desired[g] != self.group_size(g) for g in self.elastic_groups):
             return now + 1  # a group still converging (e.g. spot launches failing each minute)
         return min(nxt, max(now + 1, self.controller.wake(self)))
 
@@ -573,15 +602,17 @@ class Simulation:
             elif node.ready_at > now:
                 upcoming = min(upcoming, node.ready_at)
         self._next_event = upcoming
-        if noticed and self.node_groups and self.desired[SPOT] > self.group_size(SPOT):
+        for spot in self.spot_groups if noticed and self.node_groups else ():
+            if self.desired[spot] <= self.group_size(spot):
+                continue
             # Capacity Rebalancing acts on EC2's signal itself (the rebalance recommendation comes at the latest
             # with the notice), before the policy's next tick reads the group: the replacement is already launching.
-            before = self.counts[SPOT]
-            self._reconcile(SPOT)
-            if self.counts[SPOT] > before:
+            before = self.counts[spot]
+            self._reconcile(spot)
+            if self.counts[spot] > before:
                 # the replacements launched: the nodes recommended this minute are drained once they are Ready
                 for n in self.nodes.values():
-                    if n.recommended and n.rebalance_at == now:
+                    if n.recommended and n.rebalance_at == now and n.group == spot:
                         self._replaced.add(n.id)
             self._next_event = min(self._next_event, now + 1)
 
@@ -594,8 +625,14 @@ class Simulation:
             return
         r = self.rates
         g, s, o = r[GUARANTEED], r[SPOT], r[ON_DEMAND]
-        c = self.c
         od_nodes = self.counts[ON_DEMAND]  # constant since the last settle: every launch and removal settles first
+        for group in self.elastic_groups[2:]:  # other node sizes (none in a one-size pool: its sums unchanged)
+            if kind_of(group) == SPOT:
+                s += r[group]
+            else:
+                o += r[group]
+                od_nodes += self.counts[group]
+        c = self.c
         if od_nodes:
             c.on_demand_node_minutes += od_nodes * (upto - start)
             c.on_demand_node_minutes_spot_available += od_nodes * (upto - start - self._unavailable_within(start, upto))
@@ -629,7 +666,7 @@ class Simulation:
         gpus = {GUARANTEED: 0, SPOT: 0, ON_DEMAND: 0}
         for n in self.nodes.values():
             if n.ready(now):
-                gpus[n.group] += n.gpus
+                gpus[kind_of(n.group)] += n.gpus
         c = self.c
         self.samples.append((now, self.workload.demand_gpus(), gpus[GUARANTEED], gpus[SPOT], gpus[ON_DEMAND],
                              c.guaranteed_usd + c.spot_usd + c.on_demand_usd))
@@ -911,12 +948,14 @@ class JobsWorkload:
         best = None
         best_key = None
         sign = 1 if self.sim.placement == MOST_ALLOCATED else -1
+        shares = bool(self.sim.spec.sizes)
         for n in nodes:
             free = n.gpus - n.busy
             if free >= g:
                 # cheaper tier, then the fullest (most_allocated) or the emptiest (least_allocated) node that
-                # fits; ties: the oldest
-                key = (FILL_RANK[n.group], sign * free)
+                # fits; ties: the oldest. Nodes of several sizes compare by their free share, as kube-scheduler's
+                # scores do (requested / allocatable); one size: the same order as free GPUs.
+                key = (FILL_RANK[n.group], sign * (free / n.gpus if shares else free))
                 if best is None or key < best_key:
                     best, best_key = n, key
         if best is None:
@@ -926,7 +965,7 @@ class JobsWorkload:
 
     def _place_gang(self, i: int, k: int, nodes: list, now: int) -> bool:
         gpn = self.sim.spec.gpus_per_node
-        whole = [n for n in nodes if n.busy == 0]  # already in fill order
+        whole = [n for n in nodes if n.busy == 0 and n.gpus == gpn]  # already in fill order
         if len(whole) < k:
             return False
         g = self.gpus[i]

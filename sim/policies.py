@@ -21,6 +21,7 @@ from policy.model import (
     WORKLOAD_SERVICE,
     Group,
     Node,
+    NodeSize,
     Observation,
     PendingGang,
     PoolObservation,
@@ -31,8 +32,8 @@ from policy.model import (
 )
 from policy.rhythm import DAYS as RHYTHM_DAYS
 from policy.rhythm import SLOT_MINUTES, SLOTS_PER_DAY, DailyArrivals, day_and_slot
-from sim.engine import GUARANTEED, LEAVING, MINUTES_PER_MONTH, ON_DEMAND, SPOT, Simulation
-from sim.packing import new_nodes_needed
+from sim.engine import GUARANTEED, LEAVING, MINUTES_PER_MONTH, ON_DEMAND, SPOT, Simulation, size_group
+from sim.packing import new_claims, new_nodes_needed
 from sim.pool import PoolSpec
 
 # The ITP traces start on 2021-03-04; any fixed UTC origin works (it only places the month boundaries).
@@ -149,8 +150,16 @@ class Karpenter(Controller):
         # Empty nodes the pending pods are nominated to are not consolidated: Karpenter's emptiness check clears a
         # node's Empty condition while it is nominated for pods to schedule to it (cluster.IsNodeNominated in
         # kubernetes-sigs/karpenter's emptiness controller). A gang waiting for its last nodes keeps the ones up.
-        nominated = new_nodes_needed(pending, sim.spec.gpus_per_node) if pending else 0
-        if pending:
+        sized = bool(sim.spec.sizes)
+        if sized:
+            nominated = sum(new_claims(pending, sim.spec.gpus_per_node).values()) if pending else 0
+        else:
+            nominated = new_nodes_needed(pending, sim.spec.gpus_per_node) if pending else 0
+        if pending and sized:
+            # Several node sizes: each new NodeClaim launches the cheapest type that fits its pods (right-sizing).
+            free = [n.gpus - n.busy for n in sim.nodes.values() if not n.warned and n.gpus > n.busy]
+            self._provision_sized(sim, new_claims(pending, sim.spec.gpus_per_node, free))
+        elif pending:
             # free GPUs that pending pods may land on: not cordoned; nodes in flight count as empty
             free = [n.gpus - n.busy for n in sim.nodes.values() if not n.warned and n.gpus > n.busy]
             new_nodes = new_nodes_needed(pending, sim.spec.gpus_per_node, free)
@@ -212,6 +221,35 @@ class Karpenter(Controller):
             if node.group != GUARANTEED and node.busy == 0 and not node.warned:
                 wake = min(wake, self._empty_since(node) + self.consolidate_after)
         return wake
+
+    @staticmethod
+    def cheapest_fit(spec, used_gpus: int) -> int:
+        """GPUs per node of the cheapest size that holds `used_gpus` (spot prices where the pool has spot; ties:
+        the smaller size): Karpenter launches the cheapest instance type that fits a NodeClaim's pods."""
+        options = [(spec.spot_usd_per_hour if spec.has_spot else spec.on_demand_usd_per_hour, spec.gpus_per_node)]
+        options += [(z.spot_usd_per_hour if spec.has_spot else z.on_demand_usd_per_hour, z.gpus_per_node)
+                    for z in spec.sizes]
+        return min(o for o in options if o[1] >= used_gpus)[1]
+
+    def _provision_sized(self, sim: Simulation, claims: dict[int, int]) -> None:
+        spec = sim.spec
+        by_size: dict[int, int] = {}
+        for used, count in claims.items():
+            size = self.cheapest_fit(spec, used)
+            by_size[size] = by_size.get(size, 0) + count
+        maxima = {spec.gpus_per_node: (spec.spot_max_nodes, spec.on_demand_max_nodes)}
+        maxima.update({z.gpus_per_node: (z.spot_max_nodes, z.on_demand_max_nodes) for z in spec.sizes})
+        for size, count in sorted(by_size.items()):
+            spot = SPOT if size == spec.gpus_per_node else size_group(SPOT, size)
+            od = ON_DEMAND if size == spec.gpus_per_node else size_group(ON_DEMAND, size)
+            spot_max, od_max = maxima[size]
+            if spec.has_spot:
+                launched = sim.launch(spot, max(0, min(count, spot_max - sim.count(spot))))
+                count -= launched
+                if launched or not spec.has_on_demand:
+                    continue
+            if spec.has_on_demand:
+                sim.launch(od, max(0, min(count, od_max - sim.count(od))))
 
     def _provision(self, sim: Simulation, count: int) -> None:
         spec = sim.spec
@@ -297,6 +335,12 @@ def pool_settings(spec: PoolSpec) -> PoolSettings:
         on_demand_usd_per_hour=base.on_demand_usd_per_hour or spec.on_demand_usd_per_hour,
         guaranteed_group=GUARANTEED if spec.floor_nodes else None, guaranteed_nodes=spec.floor_nodes,
         guaranteed_usd_per_hour=spec.floor_nodes * spec.floor_usd_per_hour, **budget,
+        # the pool's other node sizes, each its own pair of simulated groups (sim/engine.py size_group)
+        other_sizes=tuple(NodeSize(
+            z.gpus_per_node, size_group(SPOT, z.gpus_per_node) if spec.has_spot else None,
+            size_group(ON_DEMAND, z.gpus_per_node) if spec.has_on_demand else None,
+            z.spot_max_nodes if spec.has_spot else 0, z.on_demand_max_nodes if spec.has_on_demand else 0,
+            z.spot_usd_per_hour, z.on_demand_usd_per_hour) for z in spec.sizes),
     )
 
 
@@ -426,7 +470,7 @@ class GpuLoan(Controller):
         self._node_cache = used  # only this minute's nodes can repeat next minute
         groups = []
         for g in ps.elastic_groups:
-            key = (g, sim.desired[g], sim.last_change[g], g == SPOT and sim.short_since[g] is not None)
+            key = (g, sim.desired[g], sim.last_change[g], g in ps.spot_groups and sim.short_since[g] is not None)
             group = self._group_cache.get(key)
             if group is None:
                 last = key[2]
@@ -604,8 +648,10 @@ class GpuLoan(Controller):
                 sim.terminate(action.instance_id, decrement=True)
         for d in plan.decisions:
             # back to spot (policy/closing.py in the Lambda): the NoSchedule taint on exactly these on-demand nodes
-            if d.closed_to_new_pods is not None and sim.set_closed(ON_DEMAND, frozenset(d.closed_to_new_pods)):
-                quiet = False
+            if d.closed_to_new_pods is not None:
+                closed = frozenset(d.closed_to_new_pods)
+                for group in self.ps.on_demand_groups:  # every size's on-demand group
+                    quiet = not sim.set_closed(group, closed) and quiet
         self._last_reasons = reasons
         self._quiet_plan = quiet
         self._version = sim.version

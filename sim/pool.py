@@ -32,6 +32,20 @@ class PoolError(ValueError):
 
 
 @dataclass(frozen=True)
+class SizeSpec:
+    """One more node size of a pool of several sizes (policy/sizes.py): its own spot and on-demand group, priced as
+    the one-size pool's groups are (spot: the cheapest spot type of the size; on-demand: its first listed type)."""
+
+    gpus_per_node: int
+    spot_type: str | None
+    spot_usd_per_hour: float
+    on_demand_type: str | None
+    on_demand_usd_per_hour: float
+    spot_max_nodes: int
+    on_demand_max_nodes: int
+
+
+@dataclass(frozen=True)
 class PoolSpec:
     name: str
     region: str
@@ -56,6 +70,9 @@ class PoolSpec:
     # the cluster's kube-scheduler scoring: most_allocated with cluster.bin_packing, else least_allocated (the
     # default profile; an existing cluster is taken to run it)
     placement: str = "least_allocated"
+    # The pool's other node sizes, each its own pair of groups (sim/engine.py size_group); the fields above are the
+    # largest size's (gpus_per_node is the largest node: a job larger than it is a gang of such nodes). () = one size.
+    sizes: tuple[SizeSpec, ...] = ()
 
     @property
     def has_spot(self) -> bool:
@@ -74,8 +91,16 @@ class PoolSpec:
     def peak_nodes(self) -> int:
         return self.floor_nodes + self.elastic_max_nodes
 
+    def size_gpus(self) -> tuple[int, ...]:
+        """GPUs per node of every size, smallest first."""
+        return tuple(sorted([self.gpus_per_node] + [z.gpus_per_node for z in self.sizes]))
+
     def describe(self) -> dict:
-        return {
+        sizes = {"sizes": [{"gpus_per_node": z.gpus_per_node, "spot_type": z.spot_type,
+                            "on_demand_type": z.on_demand_type, "spot_usd_per_hour": z.spot_usd_per_hour,
+                            "on_demand_usd_per_hour": z.on_demand_usd_per_hour, "spot_max_nodes": z.spot_max_nodes,
+                            "on_demand_max_nodes": z.on_demand_max_nodes} for z in self.sizes]} if self.sizes else {}
+        return {**sizes,
             "name": self.name,
             "region": self.region,
             "gpus_per_node": self.gpus_per_node,
@@ -163,12 +188,29 @@ def _spec(region: str, pool: Pool) -> PoolSpec:
     spot_price = od_price = 0.0
     rate, bucket = DEFAULT_INTERRUPTIONS_PER_MONTH, None
     capacity = "none"
+    sizes: tuple[SizeSpec, ...] = ()
     if e:
         capacity = e.capacity
-        prices = {t: _price(t, region) for t in e.instance_types}
-        od_type = e.instance_types[0]
+        by_size: dict[int, list[str]] = {}
+        for t in e.instance_types:
+            by_size.setdefault(catalog.lookup(t).gpus, []).append(t)
+        # Several sizes: the largest is the spec's own (a job larger than a node is a gang of the largest nodes),
+        # the others its sizes, each priced as a one-size pool's groups.
+        gpus = max(by_size)
+        if len(by_size) > 1 and g is not None and catalog.lookup(g.instance_type).gpus != gpus:
+            raise PoolError(f"pool {pool.name}: the simulator models a floor of the largest node size only "
+                            f"({gpus} GPUs), not {g.instance_type}")
+        for size, names in sorted(by_size.items()):
+            if size == gpus:
+                continue
+            p = {t: _price(t, region) for t in names}
+            cheapest = min(names, key=lambda t: p[t].spot_or_ondemand_usd_per_hour)
+            sizes += (SizeSpec(size, cheapest, p[cheapest].spot_or_ondemand_usd_per_hour, names[0],
+                               p[names[0]].ondemand_usd_per_hour, e.max_nodes, e.on_demand_max_nodes or e.max_nodes),)
+        prices = {t: _price(t, region) for t in by_size[gpus]}
+        od_type = by_size[gpus][0]
         od_price = prices[od_type].ondemand_usd_per_hour
-        spot_type = min(e.instance_types, key=lambda t: prices[t].spot_or_ondemand_usd_per_hour)
+        spot_type = min(by_size[gpus], key=lambda t: prices[t].spot_or_ondemand_usd_per_hour)
         spot_price = prices[spot_type].spot_or_ondemand_usd_per_hour
         bucket = prices[spot_type].interruption_bucket
         rate = ADVISOR_BUCKET_PER_MONTH.get(bucket or "", DEFAULT_INTERRUPTIONS_PER_MONTH)
@@ -181,7 +223,7 @@ def _spec(region: str, pool: Pool) -> PoolSpec:
         spot_interruption_bucket=bucket, on_demand_type=od_type, on_demand_usd_per_hour=od_price,
         spot_max_nodes=e.max_nodes if e else 0,
         on_demand_max_nodes=(e.on_demand_max_nodes or e.max_nodes) if e else 0,
-        budget_monthly_usd=budget, oracle_usd_per_gpu_hour=oracle, pool=pool,
+        budget_monthly_usd=budget, oracle_usd_per_gpu_hour=oracle, pool=pool, sizes=sizes,
     )
 
 
@@ -239,10 +281,13 @@ def auto_size(spec: PoolSpec, trace, quantile: float = FLOOR_QUANTILE, horizon_m
     spot_type, od_type = spec.spot_type or floor_type, spec.on_demand_type or floor_type
     spot_price = spec.spot_usd_per_hour or _price(spot_type, spec.region).spot_or_ondemand_usd_per_hour
     od_price = spec.on_demand_usd_per_hour or _price(od_type, spec.region).ondemand_usd_per_hour
+    # Other node sizes: each size alone covers the same peak (the policy chooses among them, none is short).
+    sizes = tuple(replace(z, spot_max_nodes=-(-elastic * gpn // z.gpus_per_node),
+                          on_demand_max_nodes=-(-elastic * gpn // z.gpus_per_node)) for z in spec.sizes)
     return replace(spec, floor_nodes=floor_nodes, floor_type=floor_type, floor_usd_per_hour=floor_price,
                    capacity=capacity, spot_type=spot_type, on_demand_type=od_type, spot_usd_per_hour=spot_price,
                    on_demand_usd_per_hour=od_price, spot_max_nodes=elastic, on_demand_max_nodes=elastic,
-                   budget_monthly_usd=None)
+                   budget_monthly_usd=None, sizes=sizes)
 
 
 def with_floor(spec: PoolSpec, floor_nodes: int) -> PoolSpec:

@@ -996,10 +996,14 @@ def cross_field_problems(cfg: GpuLoanConfig) -> list[tuple[str, str]]:
         e = pool.elastic
         if e is not None:
             gpus = {t: catalog.lookup(t).gpus for t in e.instance_types}
-            if len(set(gpus.values())) > 1:
-                listing = ", ".join(f"{t}={n}" for t, n in gpus.items())
-                add(f"{at}.elastic.instance_types", f"all types of a pool need the same GPUs per node ({listing}); "
-                    "the policy sizes the group in nodes")
+            # Several sizes (GPUs per node) are several pairs of node groups (node_sizes, policy/sizes.py): one GPU
+            # model, so a job fits whichever size the policy grows for it (a job built for one GPU must not land on
+            # another). One size keeps today's rule (types of one size may differ, as A100 and H100 nodes of 8).
+            models = {t: catalog.lookup(t).gpu_model for t in e.instance_types}
+            if len(set(gpus.values())) > 1 and len(set(models.values())) > 1:
+                listing = ", ".join(f"{t}={gpus[t]}x{m}" for t, m in models.items())
+                add(f"{at}.elastic.instance_types", f"several node sizes of several GPU models ({listing}); the "
+                    "sizes of a pool must share one GPU model: put another model in a pool of its own")
             if g is not None and catalog.lookup(g.instance_type).gpus not in set(gpus.values()):
                 add(f"{at}.elastic.instance_types", f"the floor ({g.instance_type}) has "
                     f"{catalog.lookup(g.instance_type).gpus} GPUs per node, the elastic types have "
