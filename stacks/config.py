@@ -30,6 +30,7 @@ from stacks import compat, scheduling
 from stacks.config_terms import (SET_ASIDE, CommitmentKind, CommitmentStatus, ElasticCapacity,  # noqa: F401
                                  Enforcement, FloorPayment, MigStrategy, PaymentOption, Reservation, Tier, Workload)
 from stacks.names import GENERATED_SUFFIX_LENGTH, NODE_GROUP_PREFIX_MAX, node_group_name_prefix
+from stacks.node_sizes import node_sizes, size_suffix
 from stacks.names import GPU_METRICS_AGENT_NAMESPACE, GPU_OPERATOR_NAMESPACE, KUEUE_NAMESPACE
 from stacks.version_numbers import fmt as fmt_version
 from stacks.version_numbers import parse_version
@@ -1513,7 +1514,11 @@ def _capacity_problems(cfg: GpuLoanConfig) -> list[tuple[str, str]]:
                          f"{cfg.cluster.kubernetes_version} (pinned: {', '.join(sorted(versions.EKS_ADDON_VERSIONS))}); "
                          "add them to stacks/versions.py EKS_ADDON_VERSIONS"))
     for i, pool in enumerate(cfg.pools):
-        longest = node_group_name_prefix(cfg.environment, pool.name, _LONGEST_GROUP_SUFFIX)
+        suffix = _LONGEST_GROUP_SUFFIX
+        if pool.elastic is not None:  # another node size's groups are named longer: "on-demand-4gpu"
+            suffix = max([suffix] + [f"on-demand{size_suffix(z)}" for z in node_sizes(pool.elastic.instance_types)],
+                         key=len)
+        longest = node_group_name_prefix(cfg.environment, pool.name, suffix)
         if len(longest) > NODE_GROUP_PREFIX_MAX:
             problems.append((f"pools[{i}].name", f"node group name prefix '{longest}' would be {len(longest)} "
                              f"characters; with the {GENERATED_SUFFIX_LENGTH}-character suffix the provider adds, EKS's "

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 
 from stacks import tags
 from pricing.sources import catalog
+from stacks.node_sizes import node_sizes
 from stacks.config_terms import SET_ASIDE, ElasticCapacity, Reservation, Tier
 
 if TYPE_CHECKING:  # annotations only: config imports this module to run its rule
@@ -106,6 +107,15 @@ def _units(cfg: GpuLoanConfig, instance_type: str, nodes: int) -> int:
     return nodes * catalog.lookup(instance_type).gpus * (cfg.gpu_operator.time_slicing_replicas or 1)
 
 
+def elastic_units(cfg: GpuLoanConfig, pool: Pool) -> int:
+    """The elastic flavor's quota: the GPUs the pool's elastic groups hold at their max, every node size's group
+    together (stacks/node_sizes.py; one size: max_nodes nodes of it, as before sizes existed). One flavor for all
+    sizes, not one per size: Kueue assigns a flavor by quota alone, so a flavor per size would admit an 8-GPU pod
+    into the 1-GPU size's quota and pin it (nodeLabels) to nodes it cannot fit (docs/scheduling.md)."""
+    e = pool.elastic
+    return sum(_units(cfg, size.instance_types[0], e.max_nodes) for size in node_sizes(e.instance_types))
+
+
 def gpus_per_node(cfg: GpuLoanConfig, pool: Pool) -> int:
     t = pool.guaranteed.instance_type if pool.guaranteed else pool.elastic.instance_types[0]
     return _units(cfg, t, 1)
@@ -140,11 +150,11 @@ def pool_flavors(cfg: GpuLoanConfig, pool: Pool) -> list[Flavor]:
     if e.capacity == ElasticCapacity.on_demand:
         out.append(Flavor(flavor_name(cfg, pool, ON_DEMAND), pool.name, ON_DEMAND,
                           {**elastic_labels, tags.LABEL_CAPACITY: "on-demand"}, (GPU_TOLERATION,),
-                          _units(cfg, e.instance_types[0], e.max_nodes)))
+                          elastic_units(cfg, pool)))
     elif spot_allowed(cfg, pool):
         # Quota = the spot group's max: the on-demand fallback replaces missing spot nodes, it never adds to them.
         out.append(Flavor(flavor_name(cfg, pool, SPOT), pool.name, SPOT, elastic_labels,
-                          (GPU_TOLERATION, SPOT_TOLERATION), _units(cfg, e.instance_types[0], e.max_nodes)))
+                          (GPU_TOLERATION, SPOT_TOLERATION), elastic_units(cfg, pool)))
     return out
 
 

@@ -3,6 +3,9 @@
 A SPOT managed node group over the pool's diversified instance types (more spot pools, fewer interruptions),
 and for `spot_then_on_demand` a second ON_DEMAND group the policy scales only when spot cannot be had. Both
 start at 0 nodes. Spot nodes carry an extra taint so only interruption-tolerant workloads land there.
+
+A pool whose types come in several sizes (GPUs per node) gets that pair of groups per size (stacks/node_sizes.py: a
+managed node group holds one instance shape); the first listed type's size keeps the one-size names.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from stacks.names import GROUP_ON_DEMAND, GROUP_SPOT, node_group_name_prefix
 from stacks.capacity.node_groups import GPU_TAINT, SPOT_TAINT, gpu_update_config, instance_tags, instance_types_for
 from stacks.config import ElasticCapacity as CapacityMode
 from stacks.config import GpuLoanConfig, Pool
+from stacks.node_sizes import NodeSizeTypes, kind_key, node_sizes, size_suffix
 from stacks.capacity.guaranteed import gpu_ami_type
 
 TIER = "elastic"
@@ -54,21 +58,32 @@ class ElasticCapacity(pulumi.ComponentResource):
         self.spot_group = None
         self.on_demand_group = None
         self.group_names = {}
-        if e.capacity in (CapacityMode.spot, CapacityMode.spot_then_on_demand):
-            self.spot_group = self._group(f"{name}-spot", GROUP_SPOT, "SPOT", "spot", e.max_nodes,
-                                          [GPU_TAINT, SPOT_TAINT], self._live.get("spot"))
-            self.group_names["spot"] = self.spot_group.node_group_name
-        if e.capacity in (CapacityMode.on_demand, CapacityMode.spot_then_on_demand):
-            max_nodes = e.on_demand_max_nodes or e.max_nodes
-            self.on_demand_group = self._group(f"{name}-on-demand", GROUP_ON_DEMAND, "ON_DEMAND", "on-demand",
-                                               max_nodes, [GPU_TAINT], self._live.get("on_demand"))
-            self.group_names["on_demand"] = self.on_demand_group.node_group_name
+        self.size_groups: dict[str, aws.eks.NodeGroup] = {}  # every size's groups by kind key (node_sizes.py)
+        for size in node_sizes(e.instance_types):
+            sfx = size_suffix(size)
+            if e.capacity in (CapacityMode.spot, CapacityMode.spot_then_on_demand):
+                key = kind_key("spot", size)
+                group = self._group(f"{name}-spot{sfx}", GROUP_SPOT + sfx, "SPOT", "spot", e.max_nodes,
+                                    [GPU_TAINT, SPOT_TAINT], self._live.get(key), size)
+                self.size_groups[key] = group
+                self.group_names[key] = group.node_group_name
+                if size.first:
+                    self.spot_group = group
+            if e.capacity in (CapacityMode.on_demand, CapacityMode.spot_then_on_demand):
+                key = kind_key("on_demand", size)
+                group = self._group(f"{name}-on-demand{sfx}", GROUP_ON_DEMAND + sfx, "ON_DEMAND", "on-demand",
+                                    e.on_demand_max_nodes or e.max_nodes, [GPU_TAINT], self._live.get(key), size)
+                self.size_groups[key] = group
+                self.group_names[key] = group.node_group_name
+                if size.first:
+                    self.on_demand_group = group
         self.register_outputs({"group_names": self.group_names})
 
     def _group(self, name: str, group: str, capacity_type: str, capacity: str, max_nodes: int,
-               taints: list[aws.eks.NodeGroupTaintArgs], live_desired: int | None) -> aws.eks.NodeGroup:
+               taints: list[aws.eks.NodeGroupTaintArgs], live_desired: int | None,
+               size: NodeSizeTypes) -> aws.eks.NodeGroup:
         cfg, pool, cluster = self._cfg, self._pool, self._cluster
-        e = pool.elastic
+        types = list(size.instance_types)  # one shape per group: this size's types only
         template = launch_templates.node_launch_template(
             f"{name}-lt", tags=instance_tags(cfg, pool, TIER, capacity, group),
             root_volume_gib=launch_templates.GPU_ROOT_VOLUME_GIB, parent=self,
@@ -81,10 +96,10 @@ class ElasticCapacity(pulumi.ComponentResource):
             node_group_name_prefix=node_group_name_prefix(cfg.environment, pool.name, group),
             node_role_arn=cluster.node_role_arn,
             subnet_ids=cluster.subnet_ids_in(None).apply(sorted),  # a set to EKS: order-free
-            ami_type=gpu_ami_type(list(e.instance_types)),
+            ami_type=gpu_ami_type(types),
             capacity_type=capacity_type,
             # Sorted for SPOT (order-free), config order for ON_DEMAND (its preference): stacks/capacity/node_groups.py.
-            instance_types=instance_types_for(capacity_type, list(e.instance_types)),
+            instance_types=instance_types_for(capacity_type, types),
             scaling_config=aws.eks.NodeGroupScalingConfigArgs(min_size=0, desired_size=desired, max_size=max_nodes),
             # MINIMAL: no surge of scarce GPU capacity during a roll (stacks/capacity/node_groups.py); elastic work tolerates
             # losing half the group at once.

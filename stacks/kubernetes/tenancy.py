@@ -15,6 +15,7 @@ import pulumi_kubernetes as k8s
 
 from stacks import scheduling, tags, versions
 from pricing.sources import catalog
+from stacks.node_sizes import node_sizes
 from stacks.config import GpuLoanConfig, Pool, Tier, policy_keeps_block
 
 MANAGED_BY = {"app.kubernetes.io/managed-by": "gpuloan"}
@@ -70,12 +71,13 @@ def priority_class_name(tier: Tier | str) -> str:
 
 
 def pool_gpus(pool: Pool) -> int:
-    """Guaranteed nodes + elastic max nodes, times GPUs per node (all types of a pool have the same count)."""
+    """Guaranteed nodes + elastic max nodes, times GPUs per node; every node size's elastic groups together
+    (stacks/node_sizes.py: each size's groups have max_nodes)."""
     gpus = 0
     if pool.guaranteed is not None:
         gpus += pool.guaranteed.nodes * catalog.lookup(pool.guaranteed.instance_type).gpus
     if pool.elastic is not None:
-        gpus += pool.elastic.max_nodes * catalog.lookup(pool.elastic.instance_types[0]).gpus
+        gpus += sum(pool.elastic.max_nodes * size.gpus_per_node for size in node_sizes(pool.elastic.instance_types))
     return gpus
 
 

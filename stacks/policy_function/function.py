@@ -24,6 +24,7 @@ import pulumi_aws as aws
 from policy import metric_names
 from stacks import tags, versions
 from stacks.names import GROUP_GUARANTEED, GROUP_ON_DEMAND, GROUP_SPOT, node_group_name_pattern
+from stacks.node_sizes import node_sizes, size_suffix
 from stacks.config import ElasticCapacity as CapacityMode
 from stacks.config import GpuLoanConfig, Reservation
 from stacks.policy_function.package import HANDLER, build_zip, source_code_hash
@@ -60,7 +61,15 @@ def group_patterns(cfg: GpuLoanConfig) -> dict[str, GroupNames]:
         if e is not None and e.capacity in (CapacityMode.on_demand, CapacityMode.spot_then_on_demand):
             od = node_group_name_pattern(cfg.environment, pool.name, GROUP_ON_DEMAND)
         floor = node_group_name_pattern(cfg.environment, pool.name, GROUP_GUARANTEED) if pool.guaranteed else None
-        out[pool.name] = GroupNames(spot, od, floor)
+        others = ()
+        if e is not None:  # the groups of the pool's other node sizes (stacks/node_sizes.py)
+            others = tuple((size.gpus_per_node,
+                            node_group_name_pattern(cfg.environment, pool.name, GROUP_SPOT + size_suffix(size))
+                            if spot else None,
+                            node_group_name_pattern(cfg.environment, pool.name, GROUP_ON_DEMAND + size_suffix(size))
+                            if od else None)
+                           for size in node_sizes(e.instance_types) if not size.first)
+        out[pool.name] = GroupNames(spot, od, floor, others)
     return out
 
 
@@ -171,7 +180,7 @@ class PolicyFunction(pulumi.ComponentResource):
         env = cfg.environment
         fn_name = f"gpuloan-{env}-policy"
         patterns = group_patterns(cfg)
-        elastic = sorted(n for g in patterns.values() for n in (g.spot, g.on_demand) if n)
+        elastic = sorted(n for g in patterns.values() for n in (g.spot, g.on_demand, *g.other_size_groups) if n)
         guaranteed = sorted(g.guaranteed for g in patterns.values() if g.guaranteed)
         capacity_blocks = sorted(patterns[p.name].guaranteed for p in cfg.pools if p.guaranteed is not None
                                  and p.guaranteed.reservation == Reservation.capacity_block)

@@ -21,7 +21,8 @@ from stacks.config import (HOURS_PER_MONTH, ElasticCapacity, FloorBill, GpuLoanC
 from stacks.config import floor_rate as config_floor_rate
 from pricing.sources.floor_pricing import missing_rate_reason
 
-from policy.model import PoolSettings, Settings
+from policy.model import NodeSize, PoolSettings, Settings
+from stacks.node_sizes import node_sizes, other_size_of_key
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,24 @@ class GroupNames:
     spot: str | None = None
     on_demand: str | None = None
     guaranteed: str | None = None
+    # The pool's other node sizes (stacks/node_sizes.py): (GPUs per node, spot group, on-demand group) each.
+    other_sizes: tuple[tuple[int, str | None, str | None], ...] = ()
+
+    @property
+    def other_size_groups(self) -> tuple[str | None, ...]:
+        return tuple(n for _, spot, od in self.other_sizes for n in (spot, od))
+
+    @classmethod
+    def from_keys(cls, names: dict[str, str]) -> "GroupNames":
+        """From ElasticCapacity.group_names' shape: "spot", "on_demand", "guaranteed", and "spot-4gpu",
+        "on_demand-4gpu" ... for the other sizes."""
+        sizes: dict[int, dict[str, str]] = {}
+        for key, value in names.items():
+            other = other_size_of_key(key)
+            if other is not None:
+                sizes.setdefault(other[1], {})[other[0]] = value
+        return cls(names.get("spot"), names.get("on_demand"), names.get("guaranteed"),
+                   tuple((g, sizes[g].get("spot"), sizes[g].get("on_demand")) for g in sizes))
 
 
 class PriceUnknown(ValueError):
@@ -119,8 +138,10 @@ def pool_settings(cfg: GpuLoanConfig, pool: Pool, names: GroupNames, budget_name
         spot_max = od_max = 0
         knobs = {}
     else:
-        gpus = catalog.lookup(e.instance_types[0]).gpus
-        spot_usd, od_usd = _prices(cfg, list(e.instance_types), allow_unknown_prices)
+        sizes = node_sizes(e.instance_types)
+        gpus = sizes[0].gpus_per_node
+        # the first size's groups price its own types: one shape per group (stacks/node_sizes.py)
+        spot_usd, od_usd = _prices(cfg, list(sizes[0].instance_types), allow_unknown_prices)
         has_spot = e.capacity in (ElasticCapacity.spot, ElasticCapacity.spot_then_on_demand)
         has_od = e.capacity in (ElasticCapacity.on_demand, ElasticCapacity.spot_then_on_demand)
         spot_group = names.spot if has_spot else None
@@ -135,6 +156,18 @@ def pool_settings(cfg: GpuLoanConfig, pool: Pool, names: GroupNames, budget_name
                      workload=str(e.workload), launch_minutes=e.launch_minutes, warm_up=e.warm_up,
                      back_to_spot=e.back_to_spot, rebalance_checkpoint=e.rebalance_checkpoint,
                      gang_wait_minutes=e.gang_wait_minutes)
+        # The other sizes, each its own pair of groups priced by its own types (policy/sizes.py chooses among them).
+        # A size the caller named no group of is left out (the simulator names its own: sim/policies.py).
+        named = {gpus: (spot, od) for gpus, spot, od in names.other_sizes}
+        others = []
+        for size in sizes[1:]:
+            spot_name, od_name = named.get(size.gpus_per_node, (None, None))
+            if spot_name is None and od_name is None:
+                continue
+            s_usd, o_usd = _prices(cfg, list(size.instance_types), allow_unknown_prices)
+            others.append(NodeSize(size.gpus_per_node, spot_name if has_spot else None, od_name if has_od else None,
+                                   spot_max, od_max, s_usd, o_usd))
+        knobs["other_sizes"] = tuple(others)
     block = {}
     if g is not None and g.reservation == Reservation.capacity_block and g.capacity_block_start and g.capacity_block_end:
         # The window the policy function keeps (policy/capacity_blocks.py); times as ISO 8601 with their zone.
@@ -181,7 +214,7 @@ def settings_for(cfg: GpuLoanConfig, cluster_name: str, group_names: dict[str, G
     for pool in cfg.pools:
         names = group_names.get(pool.name, GroupNames())
         if isinstance(names, dict):
-            names = GroupNames(names.get("spot"), names.get("on_demand"), names.get("guaranteed"))
+            names = GroupNames.from_keys(names)
         pools.append(pool_settings(cfg, pool, names, budget_names.get(pool.name), allow_unknown_prices, fixed_bill))
     # A commitment's fee is fixed spend, used or not: what no floor uses counts against the environment budget.
     unused = fixed_bill.unused_commitment_usd
