@@ -953,9 +953,11 @@ class JobsWorkload:
             free = n.gpus - n.busy
             if free >= g:
                 # cheaper tier, then the fullest (most_allocated) or the emptiest (least_allocated) node that
-                # fits; ties: the oldest. Nodes of several sizes compare by their free share, as kube-scheduler's
-                # scores do (requested / allocatable); one size: the same order as free GPUs.
-                key = (FILL_RANK[n.group], sign * (free / n.gpus if shares else free))
+                # fits; ties: the oldest. Nodes of several sizes compare by the share left free once the pod is
+                # placed, as kube-scheduler's NodeResourcesFit scores do ((requested + pod) / allocatable): a 1-GPU
+                # pod fills an empty 1-GPU node under most_allocated, and goes to the emptiest large node under
+                # least_allocated. One size: the same order as free GPUs.
+                key = (FILL_RANK[n.group], sign * ((free - g) / n.gpus if shares else free))
                 if best is None or key < best_key:
                     best, best_key = n, key
         if best is None:

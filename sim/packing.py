@@ -69,12 +69,14 @@ def _fit(runs: list[list[int]], need: int, left: int) -> int:
     return left
 
 
-def new_claims(pending: Mapping[int, int], gpus_per_node: int, free_gpus: Iterable[int] = ()) -> dict[int, int]:
+def new_claims(pending: Mapping[int, int], gpus_per_node: int, free_gpus: Iterable[int] = (),
+               claim_per_pod: bool = False) -> dict[int, int]:
     """What Karpenter's provisioner packs onto new NodeClaims, for a NodePool of several node sizes whose largest
     has `gpus_per_node` GPUs: GPUs used on a new claim -> claims. As new_nodes_needed: gangs first onto whole empty
     nodes of the largest size (then new full claims), then first fit decreasing onto the free GPUs of existing and
     in-flight nodes (`free_gpus`, most free first), then onto new claims, each able to grow to the largest type.
-    Each claim then launches the cheapest type that fits what it holds (Karpenter's instance type choice)."""
+    Each claim then launches the cheapest type that fits what it holds (Karpenter's instance type choice).
+    `claim_per_pod`: a pod that fits no existing node gets a claim of its own (pods that came in batches of one)."""
     gpn = gpus_per_node
     free_count: dict[int, int] = {}
     for f in free_gpus:
@@ -97,6 +99,10 @@ def new_claims(pending: Mapping[int, int], gpus_per_node: int, free_gpus: Iterab
     new: list[list[int]] = []
     for need in sorted((n for n in pending if 0 < n <= gpn), reverse=True):
         left = _fit(runs, need, pending[need])
+        if claim_per_pod:
+            if left:
+                claims[need] = claims.get(need, 0) + left
+            continue
         left = _fit(new, need, left)
         if left:
             per_bin = gpn // need

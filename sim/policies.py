@@ -122,8 +122,13 @@ class Karpenter(Controller):
     node_groups = False
 
     def __init__(self, consolidate_after_minutes: int = 0, name: str = "karpenter",
-                 replace_on_demand: bool = False):
+                 replace_on_demand: bool = False, claim_per_pod: bool = False):
         self.consolidate_after = consolidate_after_minutes
+        # Pools of several node sizes: the simulator hands Karpenter a minute's pending pods as one batch; its own
+        # batch window is 1 s idle, 10 s at most (karpenter.sh settings BATCH_IDLE_DURATION / BATCH_MAX_DURATION),
+        # so pods seconds apart get claims of their own. `claim_per_pod` bounds that the other way: every pod that
+        # fits no existing node gets its own claim (and the cheapest type that holds it).
+        self.claim_per_pod = claim_per_pod
         self.uses_spot = True
         self.name = name
         # consolidationPolicy WhenEmptyOrUnderutilized, as far as on-demand nodes go: single-node consolidation may
@@ -158,7 +163,7 @@ class Karpenter(Controller):
         if pending and sized:
             # Several node sizes: each new NodeClaim launches the cheapest type that fits its pods (right-sizing).
             free = [n.gpus - n.busy for n in sim.nodes.values() if not n.warned and n.gpus > n.busy]
-            self._provision_sized(sim, new_claims(pending, sim.spec.gpus_per_node, free))
+            self._provision_sized(sim, new_claims(pending, sim.spec.gpus_per_node, free, self.claim_per_pod))
         elif pending:
             # free GPUs that pending pods may land on: not cordoned; nodes in flight count as empty
             free = [n.gpus - n.busy for n in sim.nodes.values() if not n.warned and n.gpus > n.busy]
