@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STACK ?= dev
 .DEFAULT_GOAL := help  # `make` alone lists the targets
 
-.PHONY: help preview test test-deep install dev-install bench-config bench-policy bench-sim bench-environment bench-advise bench-org bench-capacity-block benchmark bench-what-if bench-spot bench-gangs schema clean
+.PHONY: help preview test test-deep install dev-install bench-config bench-policy bench-sim bench-environment bench-advise bench-org bench-capacity-block benchmark bench-what-if bench-spot bench-gangs bench-sizes schema clean
 
 # Public data beside the project (never copied into it): the price table is the offline price file when present,
 # unless the caller set one; otherwise prices come from the cache `gpuloan prices refresh` fills (docs/prices.md).
@@ -84,6 +84,9 @@ bench-sim: $(VENV)/.runtime
 ## bench-gangs: GPU-hours held for multi-node jobs waiting for their nodes, before/after the gang rules, beside karpenter (docs/benchmarks.md)
 bench-gangs: $(VENV)/.runtime
 	$(BIN)/python scripts/bench_gangs.py --traces $(TRACES)
+## bench-sizes: right-sized nodes: a g6e pool of 1/4/8-GPU sizes vs its 8-GPU size only, gpuloan and karpenter (docs/benchmarks.md)
+bench-sizes: $(VENV)/.runtime
+	$(BIN)/python scripts/bench_sizes.py --traces $(TRACES)
 ## bench-environment: time the environment simulator (16 pools, one month, ITP traces) per policy
 bench-environment: $(VENV)/.runtime
 	$(BIN)/python scripts/bench_environment.py --traces $(TRACES)

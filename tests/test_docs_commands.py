@@ -54,6 +54,7 @@ SLOW = {
     "make bench-advise": "12 s unloaded, 30 s under load: 20 simulations of a month, and a timing benchmark",
     "make bench-org": "3-5 min: 72 advisor runs over the ten ITP clusters",
     "make bench-capacity-block": "40 simulated Capacity Blocks, before and after",
+    "make bench-sizes": "1 min unloaded, 2 under load: 30 simulations of 57 days",
 }
 # A command not in SLOW must stay under this many CPU-seconds (its own and its children's), or be listed there.
 FAST_CPU_LIMIT_S = 20
