@@ -685,3 +685,31 @@ def _borrower(own_types: list[str], lender_type: str) -> config.GpuLoanConfig:
 def test_a_floor_is_lent_only_to_queues_whose_work_runs_on_its_gpus(own, lender, lent):
     cfg = _borrower(own, lender)
     assert ("gpuloan-prod-training-floor" in _quotas(_cq(cfg, "research"))) is lent
+
+
+# --- a pool of several node sizes (docs/scheduling.md, "Several node sizes, one elastic flavor") ------------------
+
+
+@needs_crds
+@requires_shared_prices
+def test_several_node_sizes_share_one_elastic_flavor_that_selects_every_size_and_validates():
+    from capacity_helpers import dev_variant
+    from conftest import run_stack
+
+    data = dev_variant(guaranteed={"instance_type": "g6e.2xlarge"},
+                       elastic={"instance_types": ["g6e.48xlarge", "g6e.12xlarge", "g6e.2xlarge"],
+                                "capacity": "spot_then_on_demand", "max_nodes": 2})
+    cfg = config.from_stack_yaml({"config": data}, "dev")
+    pool = cfg.pools[0]
+    elastic = [f for f in scheduling.pool_flavors(cfg, pool) if f.kind != scheduling.FLOOR]
+    assert [f.gpus for f in elastic] == [2 * (8 + 4 + 1)]  # every size's groups at their max, in GPUs
+    for obj in kueue.manifests(cfg):
+        if obj["apiVersion"].startswith("kueue.x-k8s.io/"):
+            validate_kueue(obj)
+    # the one elastic flavor's labels select every size's groups (pods admitted on it may land on any size)
+    rec = run_stack("dev", data)
+    groups = [r for r in rec.of_type("aws:eks/nodeGroup:NodeGroup")
+              if (r.inputs.get("labels") or {}).get(tags.LABEL_TIER) == "elastic"]
+    assert len(groups) == 6
+    labels = elastic[0].node_labels
+    assert all(labels.items() <= g.inputs["labels"].items() for g in groups)
