@@ -12,6 +12,7 @@ from policy.errors import BadSettings
 from policy.model import ACTION_SET_DESIRED, ACTION_TERMINATE, NodeSize, Reason, Settings
 from policy.sizes import SizeChoice, choose_new_nodes
 from policy_cases import OD, SPOT, group, idle, node, observe, pool_settings, settings, spend
+from test_policy_e2e import kube  # noqa: F401 - the fake Kubernetes API fixture
 
 # g6e in us-east-1, the shared price book (../shared/data/prices/aws_gpu_prices.csv): spot / on-demand per node-hour
 # of g6e.2xlarge (1 L40S), g6e.12xlarge (4) and g6e.48xlarge (8).
@@ -63,6 +64,9 @@ def test_a_full_size_sends_its_pods_to_the_next_cheapest_size():
 def test_nodes_on_their_way_are_not_bought_twice():
     # A 1-GPU node launched last tick takes the pending 1-GPU pod: nothing more is bought, in no size.
     plan = decide(settings(_sized()), observe(groups=_groups(changed=1, s1=1), pending=(1,)), _now())
+    assert _sets(plan) == {}
+    # An 8-GPU node on its way takes two 1-GPU pods that came after it: no 1-GPU nodes are bought beside it.
+    plan = decide(settings(_sized()), observe(groups=_groups(changed=1, spot=1), pending=(1, 1)), _now())
     assert _sets(plan) == {}
 
 
@@ -164,3 +168,48 @@ def _now():
     from policy_cases import NOW
 
     return NOW
+
+
+def test_back_to_spot_closes_each_sizes_fallback_nodes_once_that_sizes_spot_is_back():
+    # the 1-GPU size's spot is back (desired 1, up 1) while its on-demand fallback node still runs a job
+    obs = observe(groups=_groups(s1=1, o1=1), nodes=[node("i-s1", S1), node("i-o1", O1)], pending=())
+    d = decide(settings(_sized()), obs, _now()).decision("research")
+    assert d.closed_to_new_pods == ("i-o1",)
+    assert Reason.SPOT_RECOVERED in d.reasons
+
+
+def test_the_tick_taints_another_sizes_fallback_node(kube):
+    """policy/closing.py puts the back-to-spot taint on every size's on-demand nodes the engine closes."""
+    from policy import closing
+    from policy.kube import KubeClient
+    from policy.model import Node, Observation, Plan, PoolDecision, PoolObservation
+    from test_back_to_spot import TAINT, _taints, _token
+
+    kube.add_node("od-1gpu")
+    obs = Observation((PoolObservation("research", (), (Node("i-o1", O1, _now()),)),))
+    client = KubeClient(kube.endpoint, kube.ca_pem, _token)
+    plan = Plan((PoolDecision("research", (), closed_to_new_pods=("i-o1",)),))
+    errors = []
+    assert closing.apply(settings(_sized()), plan, obs, client, {"i-o1": "od-1gpu"}, errors.append) == [
+        ("od-1gpu", True)]
+    assert errors == [] and TAINT in _taints(kube, "od-1gpu")
+
+
+def test_the_tick_reads_capacity_shortages_of_every_sizes_spot_group():
+    """policy/tick.py asks the node group reader for the spot shortage (failed launches) of every size's spot group:
+    a 1-GPU size short of spot falls back on its own on-demand group."""
+    from policy.tick import Ports, observe
+
+    class Groups:
+        asked: set = set()
+
+        def read(self, names, now, spot_groups, record):
+            Groups.asked = set(spot_groups)
+            return {}
+
+    class Utilization:
+        def read(self, refs, now, window):
+            return {}
+
+    observe(settings(_sized()), Ports(Groups(), Utilization()), {}, _now(), [])
+    assert Groups.asked == {SPOT, S1, S4}
