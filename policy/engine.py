@@ -9,7 +9,8 @@ Rules per pool, in order (docs/policy.md explains each with its reason code):
    estimate alone counts when no actual figure could be read), launches still in flight are cancelled and idle
    in-service elastic nodes are terminated by instance id, max_step_nodes per tick (BUDGET_DRAIN). A node with
    GPU work is never drained: it goes once it is idle.
-3. Scale-up: pending pods targeting the pool are packed (first fit, decreasing) onto nodes of gpus_per_node;
+3. Scale-up: pending pods targeting the pool are packed (first fit, decreasing) onto nodes of gpus_per_node (a
+   pool of several node sizes: each size is decided by these rules for the pods policy/sizes.py gives it);
    the nodes they need beyond those already launching are added (SCALE_UP_PENDING). For a `service` pool only,
    sustained mean GPU utilization at or above the threshold adds one node when nothing is launching and no group
    is in cooldown (SCALE_UP_UTILIZATION); a `batch` pool scales to what is pending, exactly. Additions go to

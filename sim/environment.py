@@ -82,7 +82,7 @@ from sim.engine import (
     Simulation,
     default_horizon,
 )
-from sim.pool import PoolSpec, demand_profile, spec_from_config
+from sim.pool import PoolError, PoolSpec, demand_profile, spec_from_config
 from sim.runner import elastic_oracle_gpu_hours, metrics_of, oracle_gpu_hours, percentile
 from sim.traces import JobsTrace
 from stacks.config_terms import Reservation, Tier
@@ -173,6 +173,9 @@ class PoolSim(Simulation):
 
     def __init__(self, env: "Environment", spec: PoolSpec, trace, controller, settings: SimSettings,
                  horizon: int, production: list[bool] | None, production_on_spot: bool, priority: int):
+        if spec.sizes:  # the environment's usage and commitment accounting is per SPOT / ON_DEMAND group
+            raise PoolError(f"pool {spec.name}: the environment simulator does not model pools of several node sizes "
+                            "yet; simulate the pool alone (`gpuloan simulate`, `make bench-sizes`)")
         self.env = env
         self.node_log: list[tuple[int, str, int]] = []  # (minute, group, +1 / -1)
         self.lent_gpus = 0  # GPUs of this pool's floor running other pools' jobs now
