@@ -119,3 +119,17 @@ def test_bad_size_mixes_name_the_field_before_any_resource(types, words):
         from_stack_yaml({"config": config}, "dev")
     problems = [(p, m) for p, m in err.value.problems if words in m]
     assert problems and problems[0][0].startswith("pools[0].elastic.instance_types"), err.value.problems
+
+
+@requires_shared_prices
+def test_the_previews_elastic_ceiling_counts_every_sizes_groups_at_their_max():
+    from pricing.cost_model.costs import pool_cost
+    from pricing.sources import catalog
+
+    cfg = from_stack_yaml({"config": _sized(max_nodes=3)}, "dev")
+    cost = pool_cost(cfg, cfg.pools[0])
+    spot = sum(catalog.price(t, "us-east-1").spot_or_ondemand_usd_per_hour for t in G6E)
+    assert cost.elastic_max_gpus == 3 * (8 + 4 + 1)
+    assert cost.elastic_max_monthly_usd == pytest.approx(3 * spot * 730, rel=1e-6)
+    one = from_stack_yaml({"config": _sized(max_nodes=3, instance_types=["g6e.2xlarge"])}, "dev")
+    assert pool_cost(one, one.pools[0]).elastic_max_gpus == 3 * 1

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from pricing.sources import catalog, floor_pricing
+from stacks.node_sizes import node_sizes
 from stacks.config import (HOURS_PER_MONTH, ElasticCapacity, FloorBill, GpuLoanConfig, Pool, Reservation, billing_key,
                            floor_bill, floor_rate)
 
@@ -145,11 +146,14 @@ def pool_cost(cfg: GpuLoanConfig, pool: Pool, fixed_bill: FloorBill | None = Non
             fallback_nodes = e.on_demand_max_nodes or e.max_nodes
         e_note = "price unknown for " + ", ".join(t for t, p in zip(e.instance_types, prices) if p is None)
     elif e is not None:
+        # Several node sizes (stacks/node_sizes.py): each size's groups reach max_nodes, so the ceiling is per node
+        # of every size together, the priciest type of each size. One size: its priciest type, as before.
+        sizes = [[prices[e.instance_types.index(t)] for t in z.instance_types] for z in node_sizes(e.instance_types)]
         if e.capacity == ElasticCapacity.on_demand:
-            spot_rate = max(p.ondemand_usd_per_hour for p in prices)
+            spot_rate = sum(max(p.ondemand_usd_per_hour for p in z) for z in sizes)
             e_note = "on-demand elastic group; priciest type"
         else:
-            spot_rate = max(p.spot_or_ondemand_usd_per_hour for p in prices)
+            spot_rate = sum(max(p.spot_or_ondemand_usd_per_hour for p in z) for z in sizes)
             bases = {p.spot_basis for p in prices}
             e_note = "spot, priciest type" + (
                 "; some types have no spot price in the data, shown at on-demand" if "none" in bases else ""
@@ -157,9 +161,11 @@ def pool_cost(cfg: GpuLoanConfig, pool: Pool, fixed_bill: FloorBill | None = Non
         spot_nodes = e.max_nodes
         if e.capacity == ElasticCapacity.spot_then_on_demand:
             fallback_nodes = e.on_demand_max_nodes or e.max_nodes
-            fallback_rate = max(p.ondemand_usd_per_hour for p in prices)
+            fallback_rate = sum(max(p.ondemand_usd_per_hour for p in z) for z in sizes)
+        if len(sizes) > 1:
+            e_note += f"; {len(sizes)} node sizes, each its own groups up to max_nodes: rates per node of every size"
     gpus_per_node = catalog.lookup(g.instance_type).gpus if g else 0
-    e_gpus_per_node = catalog.lookup(e.instance_types[0]).gpus if e else 0
+    e_gpus_per_node = sum(z.gpus_per_node for z in node_sizes(e.instance_types)) if e else 0
     return PoolCost(
         pool=pool.name,
         team=pool.team,
