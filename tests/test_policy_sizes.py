@@ -4,6 +4,7 @@ pending pods use, every one-size rule working per size group."""
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 
 import pytest
 
@@ -213,3 +214,71 @@ def test_the_tick_reads_capacity_shortages_of_every_sizes_spot_group():
 
     observe(settings(_sized()), Ports(Groups(), Utilization()), {}, _now(), [])
     assert Groups.asked == {SPOT, S1, S4}
+
+
+# --- the safety rules hold for pools of several sizes (as tests/test_policy_properties.py for one size) ----------
+
+from hypothesis import given, strategies as st  # noqa: E402
+
+from policy.model import Group, LIFECYCLE_IN_SERVICE, LIFECYCLE_PENDING, Node, Observation, PoolObservation  # noqa: E402
+
+
+@st.composite
+def sized_worlds(draw):
+    ps = _sized(spot_max_nodes=draw(st.integers(1, 4)), on_demand_max_nodes=draw(st.integers(1, 3)),
+                max_step_nodes=draw(st.one_of(st.none(), st.integers(1, 3))),
+                budget_monthly_usd=draw(st.one_of(st.none(), st.floats(500, 50_000))), idle_timeout_minutes=10,
+                other_sizes=(NodeSize(1, S1, O1, draw(st.integers(1, 6)), draw(st.integers(1, 3)), 0.8337, 2.24208),
+                             NodeSize(4, S4, O4, draw(st.integers(1, 4)), draw(st.integers(1, 3)), 5.0844, 10.49264)))
+    groups, nodes = [], []
+    for gname in ps.elastic_groups:
+        up, boot = draw(st.integers(0, 3)), draw(st.integers(0, 1))
+        for k in range(up + boot):
+            util = draw(st.one_of(st.none(), st.sampled_from([0.0, 0.0, 3.0, 50.0])))
+            reserved = draw(st.one_of(st.none(), st.sampled_from([0.0, 0.0, 25.0])))
+            pods = draw(st.one_of(st.none(), st.sampled_from([0, 0, 1])))
+            nodes.append(Node(f"i-{gname}-{k}", gname, ago_minutes(draw(st.integers(0, 120))),
+                              LIFECYCLE_IN_SERVICE if k < up else LIFECYCLE_PENDING, util, util, reserved, util, pods))
+        groups.append(Group(gname, up + boot + draw(st.integers(0, 1)), 0, 0, "ACTIVE",
+                            ago_minutes(draw(st.integers(0, 30))), draw(st.booleans())))
+    pending = draw(st.one_of(st.none(), st.lists(st.integers(0, 9), max_size=10).map(tuple)))
+    spend_ = draw(st.one_of(st.none(), st.just(spend(1000.0))))
+    return settings(ps), Observation((PoolObservation("research", tuple(groups), tuple(nodes), pending, spend_,
+                                                      ()),))
+
+
+def ago_minutes(m):
+    from policy_cases import ago
+
+    return ago(m)
+
+
+@given(sized_worlds())
+def test_sized_plans_keep_the_safety_rules(world):
+    from policy.engine import node_idle_threshold_pct
+
+    s, obs = world
+    ps, po = s.pools[0], obs.pools[0]
+    plan = decide(s, obs, _now())
+    assert plan == decide(s, obs, _now())  # same input, same plan
+    kinds: dict[str, set] = {}
+    by_id = {n.instance_id: n for n in po.nodes}
+    for a in plan.changes:
+        assert a.group in ps.elastic_groups
+        kinds.setdefault(a.group, set()).add(a.kind)
+        g = po.group(a.group)
+        if a.kind == ACTION_SET_DESIRED:
+            assert a.desired_to >= 0
+            if a.desired_to > g.desired_nodes:
+                assert a.desired_to <= ps.max_nodes(a.group)  # a size's group grows to its own max at most
+                assert po.pending_pod_gpus is not None  # unknown pending pods never scale up
+                if ps.max_step_nodes is not None:
+                    assert a.desired_to - g.desired_nodes <= ps.max_step_nodes
+        if a.kind == ACTION_TERMINATE:
+            n = by_id[a.instance_id]
+            assert n.group == a.group and not n.gpu_pods
+            size = replace(ps, gpus_per_node=ps.gpus_of(n.group), other_sizes=())
+            for v in (n.max_utilization_pct, n.recent_max_utilization_pct):
+                assert v is None or v < node_idle_threshold_pct(size)
+            assert not (n.max_reserved_pct or 0)
+    assert all(len(k) == 1 for k in kinds.values())  # one kind of change per group per tick
