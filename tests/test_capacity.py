@@ -375,7 +375,8 @@ INVALID = {
     "checkpoint lead on odcr": (dict(guaranteed={"reservation": "odcr", "availability_zone": "us-east-1a",
                                                  "capacity_block_checkpoint_lead_minutes": 10}),
                                 "pools[0].guaranteed.capacity_block_checkpoint_lead_minutes"),
-    "mixed GPUs per node": (dict(elastic={"instance_types": ["g6.xlarge", "g6.12xlarge"]}),
+    # several sizes are several groups (stacks/node_sizes.py), of one GPU model only (L4 x1 beside L40S x4: no)
+    "sizes of mixed GPU models": (dict(elastic={"instance_types": ["g6.xlarge", "g6e.12xlarge"]}),
                             "pools[0].elastic.instance_types"),
     "mixed CPU architectures": (dict(elastic={"instance_types": ["g5g.xlarge", "g5.xlarge"]}),
                                 "pools[0].elastic.instance_types"),
