@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, replace
 
-from policy.model import (LIFECYCLE_IN_SERVICE, NodeSize, PoolDecision, PoolObservation, PoolSettings, Reason)
+from policy.model import LIFECYCLE_IN_SERVICE, PoolDecision, PoolObservation, PoolSettings, Reason
 
 
 @dataclass(frozen=True)
@@ -217,5 +217,5 @@ def merge(ps: PoolSettings, po: PoolObservation, decisions: list[PoolDecision], 
         closed_to_new_pods=tuple(i for c in closed for i in c) if closed else None)
 
 
-__all__ = ["NodeSize", "SizeChoice", "assign_pending", "choose_new_nodes", "fill_one_node", "merge", "size_pools",
+__all__ = ["SizeChoice", "assign_pending", "choose_new_nodes", "fill_one_node", "merge", "size_pools",
            "split"]

@@ -5,13 +5,11 @@ Kueue quota cover every size; bad mixes fail before any resource."""
 from __future__ import annotations
 
 import fnmatch
-import json
 
 import pytest
 
 from capacity_helpers import ELASTIC, NODE_GROUP, dev_variant, under
 from conftest import requires_shared_prices, run_stack
-from offline import runner as offline
 from stacks.config import ConfigError, from_stack_yaml
 
 G6E = ["g6e.48xlarge", "g6e.12xlarge", "g6e.2xlarge"]
