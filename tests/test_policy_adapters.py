@@ -410,6 +410,9 @@ class FakePods:
     def pending_gangs(self, pools, shapes=None):
         return {p: () for p in pools}
 
+    def pending_on_demand_only(self, pools, shapes=None):
+        return {p: () for p in pools}
+
     def gpu_pods_by_node(self):
         return {}
 
