@@ -243,7 +243,8 @@ def _decide_pool(ps: PoolSettings, po: PoolObservation | None, scopes: list[_Sco
             actions += [_hold(name, Reason.HOLD_MISSING_DATA, why) for why in gangs.problems]
         if closed:
             actions.append(_hold(name, Reason.SPOT_RECOVERED, back_to_spot.why(spot, closed), group=od.name))
-        elif spot is not None and od is not None and od.desired_nodes > 0 and not spot_short:
+        elif spot is not None and od is not None and od.desired_nodes > 0 and not spot_short and off is None:
+            # (while pods that may not run on spot wait, the on-demand nodes are theirs, not a fallback to leave)
             actions.append(_hold(name, Reason.SPOT_RECOVERED, f"spot {spot.name} is filled; new demand goes to "
                                  f"spot and on-demand nodes are reclaimed first when idle", group=od.name))
     if not actions:
