@@ -514,7 +514,8 @@ def _scale_on_demand_only(ps: PoolSettings, off: off_spot.OffSpot, od: Group | N
 
 def _merge_set_desired(actions: list[Action]) -> list[Action]:
     """One set_desired per group and tick: the on-demand nodes for pods kept off spot and a spot fallback's go to the
-    same group in one change (from the first's size to the last's), reason of the first, both details."""
+    same group in one change (from the first's size to the last's), both details; SPOT_FALLBACK, the event the
+    notifications report, wins the reason."""
     out: list[Action] = []
     first: dict[str, int] = {}
     for a in actions:
@@ -527,7 +528,8 @@ def _merge_set_desired(actions: list[Action]) -> list[Action]:
             out.append(a)
             continue
         prev = out[i]
-        out[i] = dataclasses.replace(prev, desired_to=a.desired_to, detail=f"{prev.detail}; {a.detail}")
+        reason = a.reason if a.reason is Reason.SPOT_FALLBACK else prev.reason
+        out[i] = dataclasses.replace(prev, reason=reason, desired_to=a.desired_to, detail=f"{prev.detail}; {a.detail}")
     out.sort(key=lambda a: a.kind != ACTION_SET_DESIRED)  # changes first, holds after, each in its order
     return out
 

@@ -127,8 +127,8 @@ def test_back_to_spot_does_not_close_the_on_demand_nodes_they_wait_for():
 def test_spot_short_sends_both_to_on_demand_in_one_change():
     obs = observe(groups=[group(SPOT, 1, changed=30, shortage=True), group(OD, 0)], pending=(1, 1))
     plan = decide(settings(pool_settings(on_demand_max_nodes=4)), off_spot(obs, (1,)), NOW)
-    assert changes(plan) == [("set", OD, 0, 2, R.ON_DEMAND_ONLY)]
-    assert "spot" in plan.changes[0].detail and "short" in plan.changes[0].detail
+    assert changes(plan) == [("set", OD, 0, 2, R.SPOT_FALLBACK)]  # the fallback, as notified
+    assert "may not run on spot" in plan.changes[0].detail and "short" in plan.changes[0].detail
 
 
 @pytest.mark.parametrize("off", [None, ()], ids=["unknown", "none"])
