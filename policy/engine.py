@@ -19,7 +19,9 @@ Rules per pool, in order (docs/policy.md explains each with its reason code):
    PoolDecision.closed_to_new_pods, SPOT_RECOVERED): no room for pending pods, never kept idle. Bounded by group
    max, max_step_nodes when set, and the budget projection (BUDGET_CAP). Pending gangs (pods that start only
    together, policy/gangs.py) are bought whole and in one step, and their wait is bounded by gang_wait_minutes:
-   then on-demand, or their idle nodes released (GANG_RELEASED).
+   then on-demand, or their idle nodes released (GANG_RELEASED). Pending pods that may not run on spot
+   (policy/off_spot.py) are packed onto the on-demand group directly, under the same bounds (ON_DEMAND_ONLY); the
+   rules above and below see only the rest as pending, so no spot node is added or kept for them.
 4. Idle reclaim (groups not resized this tick): in-service elastic nodes on which EVERY signal says idle (no
    GPU requested by a pod over the empty window, and GPU utilization below the idle threshold over the window
    the node is judged on: the empty window, or the idle window without a figure for it) are terminated by
