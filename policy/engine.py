@@ -348,7 +348,8 @@ def _scale(ps: PoolSettings, po: PoolObservation, groups: dict[str, Group], in_s
            gangs: gang_rules.GangView | None = None, closed_group: str | None = None,
            on_demand_taken: int = 0) -> list[Action]:
     """Scale-up for the pending pods of `po` (those that may run on spot, when policy/off_spot.py split them:
-    `on_demand_taken` on-demand nodes on their way are the others')."""
+    `on_demand_taken` on-demand nodes on their way are the others', and the nodes added for the others this tick
+    count against max_step_nodes)."""
     name = ps.name
     actions: list[Action] = []
     # Capacity that is up or on its way; a spot shortfall past the fallback delay is no longer "on its way", nor is
@@ -411,7 +412,8 @@ def _scale(ps: PoolSettings, po: PoolObservation, groups: dict[str, Group], in_s
     base = desired[target.name]  # above the group's desired when nodes for pods kept off spot were added this tick
     room = max(0, limit - base)
     # A gang's nodes come in one step: the step limit never splits one, a cut by the max drops whole gangs.
-    add = min(want, _step(ps) if gangs is None else max(_step(ps), gangs.largest_missing), room)
+    step = max(0, _step(ps) - sum(desired[g] - groups[g].desired_nodes for g in groups))
+    add = min(want, step if gangs is None else max(step, gangs.largest_missing), room)
     if gangs is not None:
         add = gangs.whole(add, want)
     if add < want and room < want:

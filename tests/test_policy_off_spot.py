@@ -79,6 +79,9 @@ def test_group_max_step_and_update_in_progress_bound_them():
     assert changes(at_max) == [("set", OD, 0, 2, R.ON_DEMAND_ONLY)] and R.AT_MAX in reasons(at_max)
     stepped = decide(settings(pool_settings(max_step_nodes=1)), off_spot(observe(pending=(1, 1)), (1, 1)), NOW)
     assert changes(stepped) == [("set", OD, 0, 1, R.ON_DEMAND_ONLY)]
+    # the step bounds the tick, both groups together
+    both = decide(settings(pool_settings(max_step_nodes=2)), off_spot(observe(pending=(1, 1, 1, 1)), (1,)), NOW)
+    assert sorted(changes(both)) == [("set", OD, 0, 1, R.ON_DEMAND_ONLY), ("set", SPOT, 0, 1, R.SCALE_UP_PENDING)]
     updating = decide(settings(), off_spot(observe(groups=[group(SPOT, 0), group(OD, 0, status="UPDATING")],
                                                    pending=(1,)), (1,)), NOW)
     assert changes(updating) == [] and R.UPDATE_IN_PROGRESS in reasons(updating)
