@@ -492,7 +492,7 @@ class GpuLoan(Controller):
         reads them. Production jobs kept off spot wait in their own queues (sim/environment.py) and are the gangs
         that may not run on spot."""
         queues = getattr(sim.workload, "queues", None)
-        if not self.gangs or not queues:
+        if not self.gangs or queues is None:  # (empty: production gangs may still wait in their own queues)
             return []
         gpn = self.ps.gpus_per_node
         w = sim.workload
