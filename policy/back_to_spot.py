@@ -23,13 +23,15 @@ from policy.model import Group, PoolSettings
 
 
 def closed_to_new_pods(ps: PoolSettings, spot: Group | None, od: Group | None, nodes, spot_short: bool,
-                       draining: bool) -> tuple[str, ...] | None:
+                       draining: bool, on_demand_only_pending: bool = False) -> tuple[str, ...] | None:
     """The instance ids of the pool's on-demand nodes (in service or booting) that should take no new pods; () when
-    none should (spot short or its last activity failed for capacity, the budget drain, the rule off); None when the
-    pool has no spot group with an on-demand fallback."""
+    none should (spot short or its last activity failed for capacity, the budget drain, the rule off, or pods that
+    may not run on spot are pending: the on-demand group is their home, not a fallback to leave, and a closed node
+    would keep them off the very nodes added for them, policy/off_spot.py); None when the pool has no spot group
+    with an on-demand fallback."""
     if spot is None or od is None:
         return None
-    if not ps.back_to_spot or draining or spot_short or spot.capacity_shortage:
+    if not ps.back_to_spot or draining or spot_short or spot.capacity_shortage or on_demand_only_pending:
         return ()
     return tuple(sorted(n.instance_id for n in nodes if n.group == od.name and (n.in_service or n.launching)))
 

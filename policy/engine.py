@@ -20,7 +20,9 @@ Rules per pool, in order (docs/policy.md explains each with its reason code):
    PoolDecision.closed_to_new_pods, SPOT_RECOVERED): no room for pending pods, never kept idle. Bounded by group
    max, max_step_nodes when set, and the budget projection (BUDGET_CAP). Pending gangs (pods that start only
    together, policy/gangs.py) are bought whole and in one step, and their wait is bounded by gang_wait_minutes:
-   then on-demand, or their idle nodes released (GANG_RELEASED).
+   then on-demand, or their idle nodes released (GANG_RELEASED). Pending pods that may not run on spot
+   (policy/off_spot.py) are packed onto the on-demand group directly, under the same bounds (ON_DEMAND_ONLY); the
+   rules above and below see only the rest as pending, so no spot node is added or kept for them.
 4. Idle reclaim (groups not resized this tick): in-service elastic nodes on which EVERY signal says idle (no
    GPU requested by a pod over the empty window, and GPU utilization below the idle threshold over the window
    the node is judged on: the empty window, or the idle window without a figure for it) are terminated by
@@ -42,6 +44,7 @@ terminated. The tick adds the last check the engine cannot make: the node's pods
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import Counter
 from collections.abc import Iterable, Mapping
@@ -71,6 +74,7 @@ from policy.capacity_blocks import with_block_actions
 from policy import back_to_spot
 from policy import gangs as gang_rules
 from policy import sizes
+from policy import off_spot
 from policy.packing import first_fit_runs
 
 _MIN_HOURS_LEFT = 1.0 / 60  # the last minute of a month must not divide by zero
@@ -216,8 +220,12 @@ def _decide_pool(ps: PoolSettings, po: PoolObservation | None, scopes: list[_Sco
         waited = spot.last_change_at is not None and now - spot.last_change_at >= timedelta(
             minutes=ps.fallback_after_minutes)
         spot_short = spot.capacity_shortage or waited
+    # Pending pods that may not run on spot (policy/off_spot.py) go to the on-demand group directly; the rules below
+    # see the rest (`view`) as the pool's pending pods.
+    off, off_problem = off_spot.split(po, spot)
+    view = off.rest if off is not None else po
     # Pending gangs (policy/gangs.py): launched whole, their wait bounded, their idle nodes released past it.
-    gangs = gang_rules.view(ps, po, groups, elastic_nodes, in_service, launching, spot, od, spot_short, now)
+    gangs = gang_rules.view(ps, view, groups, elastic_nodes, in_service, launching, spot, od, spot_short, now)
     if gangs is not None:
         spot_short = gangs.spot_short
     fallback_active = spot is not None and od is not None and od.desired_nodes > 0
@@ -233,21 +241,30 @@ def _decide_pool(ps: PoolSettings, po: PoolObservation | None, scopes: list[_Sco
 
     actions: list[Action] = []
     drain = next((s for s in scopes if s.exhausted), None)
-    closed = back_to_spot.closed_to_new_pods(ps, spot, od, po.nodes, spot_short, drain is not None)
+    closed = back_to_spot.closed_to_new_pods(ps, spot, od, po.nodes, spot_short, drain is not None,
+                                             on_demand_only_pending=off is not None)
     if drain is not None:
         actions = _drain(ps, groups, in_service, elastic_nodes, launching_nodes, drain, desired, now)
     else:
-        actions = _scale(ps, po, groups, in_service, elastic_nodes, spot, od, spot_short, utilization, scopes, now,
-                         desired, gangs, closed_group=od.name if closed else None)
+        actions, taken = _scale_on_demand_only(ps, off, od, in_service, scopes, desired) if off else ([], 0)
+        actions = _merge_set_desired(actions + _scale(
+            ps, view, groups, in_service, elastic_nodes, spot, od, spot_short, utilization, scopes, now, desired,
+            gangs, closed_group=od.name if closed else None, on_demand_taken=taken))
         # One kind of change per group per tick: a group that was resized now is not also reclaimed from.
         resized = {a.group for a in actions if a.kind == ACTION_SET_DESIRED}
-        actions += _reclaim(ps, po, groups, elastic_nodes, now, desired, resized, gangs, frozenset(closed or ()))
+        keep_on_demand = pack_pods([p for p in off.pod_gpus if p <= ps.gpus_per_node], ps.gpus_per_node)[0] \
+            if off is not None and od is not None else 0
+        actions += _reclaim(ps, view, groups, elastic_nodes, now, desired, resized, gangs, frozenset(closed or ()),
+                            keep_on_demand)
+        if off_problem:
+            actions.append(_hold(name, Reason.HOLD_MISSING_DATA, off_problem))
         if gangs is not None:
             actions += [_hold(name, Reason.GANG_RELEASED, why) for why in gangs.released]
             actions += [_hold(name, Reason.HOLD_MISSING_DATA, why) for why in gangs.problems]
         if closed:
             actions.append(_hold(name, Reason.SPOT_RECOVERED, back_to_spot.why(spot, closed), group=od.name))
-        elif spot is not None and od is not None and od.desired_nodes > 0 and not spot_short:
+        elif spot is not None and od is not None and od.desired_nodes > 0 and not spot_short and off is None:
+            # (while pods that may not run on spot wait, the on-demand nodes are theirs, not a fallback to leave)
             actions.append(_hold(name, Reason.SPOT_RECOVERED, f"spot {spot.name} is filled; new demand goes to "
                                  f"spot and on-demand nodes are reclaimed first when idle", group=od.name))
     if not actions:
@@ -346,7 +363,11 @@ def _drain_key(ps: PoolSettings):
 def _scale(ps: PoolSettings, po: PoolObservation, groups: dict[str, Group], in_service: dict[str, int],
            elastic_nodes: list[Node], spot: Group | None, od: Group | None, spot_short: bool, utilization: dict[str, float],
            scopes: list[_Scope], now: datetime, desired: dict[str, int],
-           gangs: gang_rules.GangView | None = None, closed_group: str | None = None) -> list[Action]:
+           gangs: gang_rules.GangView | None = None, closed_group: str | None = None,
+           on_demand_taken: int = 0) -> list[Action]:
+    """Scale-up for the pending pods of `po` (those that may run on spot, when policy/off_spot.py split them:
+    `on_demand_taken` on-demand nodes on their way are the others', and the nodes added for the others this tick
+    count against max_step_nodes)."""
     name = ps.name
     actions: list[Action] = []
     # Capacity that is up or on its way; a spot shortfall past the fallback delay is no longer "on its way", nor is
@@ -357,7 +378,7 @@ def _scale(ps: PoolSettings, po: PoolObservation, groups: dict[str, Group], in_s
         up += in_service[gname]
         short = (g is spot and spot_short) or gname == closed_group
         capacity += in_service[gname] if short else max(g.desired_nodes, in_service[gname])
-    coming = capacity - up
+    coming = capacity - up - on_demand_taken
 
     add_pending = needed = 0
     if po.pending_pod_gpus:
@@ -406,13 +427,15 @@ def _scale(ps: PoolSettings, po: PoolObservation, groups: dict[str, Group], in_s
     limit = ps.max_nodes(target.name)
     if target.max_nodes > 0:
         limit = min(limit, target.max_nodes)
-    room = max(0, limit - target.desired_nodes)
+    base = desired[target.name]  # above the group's desired when nodes for pods kept off spot were added this tick
+    room = max(0, limit - base)
     # A gang's nodes come in one step: the step limit never splits one, a cut by the max drops whole gangs.
-    add = min(want, _step(ps) if gangs is None else max(_step(ps), gangs.largest_missing), room)
+    step = max(0, _step(ps) - sum(desired[g] - groups[g].desired_nodes for g in groups))
+    add = min(want, step if gangs is None else max(step, gangs.largest_missing), room)
     if gangs is not None:
         add = gangs.whole(add, want)
     if add < want and room < want:
-        actions.append(_hold(name, Reason.AT_MAX, f"{why}; {target.name} is at {target.desired_nodes}/{limit}",
+        actions.append(_hold(name, Reason.AT_MAX, f"{why}; {target.name} is at {base}/{limit}",
                              group=target.name))
     price = ps.usd_per_hour(target.name)
     for s in scopes:
@@ -436,10 +459,101 @@ def _scale(ps: PoolSettings, po: PoolObservation, groups: dict[str, Group], in_s
         return actions
     for s in scopes:
         s.headroom_usd_per_hour -= add * price
-    desired[target.name] = target.desired_nodes + add
-    actions.insert(0, Action(name, ACTION_SET_DESIRED, reason, group=target.name, desired_from=target.desired_nodes,
-                             desired_to=target.desired_nodes + add, detail=why))
+    desired[target.name] = base + add
+    actions.insert(0, Action(name, ACTION_SET_DESIRED, reason, group=target.name, desired_from=base,
+                             desired_to=base + add, detail=why))
     return actions
+
+
+def _scale_on_demand_only(ps: PoolSettings, off: off_spot.OffSpot, od: Group | None, in_service: dict[str, int],
+                          scopes: list[_Scope], desired: dict[str, int]) -> tuple[list[Action], int]:
+    """Pods that may not run on spot (policy/off_spot.py) get on-demand nodes directly: packed like any pending
+    pods, less the on-demand nodes already on their way, bounded by the group max, the step (never splitting a
+    gang), UPDATE_IN_PROGRESS and the budget cap. Returns the actions and how many on-demand nodes on their way
+    they take (not room for the other pending pods). No on-demand group: reported, nothing bought."""
+    name = ps.name
+    actions: list[Action] = []
+    needed, unfittable = pack_pods(off.pod_gpus, ps.gpus_per_node)
+    who = off_spot.describe(off.pod_gpus)
+    if unfittable:
+        actions.append(_hold(name, Reason.HOLD_MISSING_DATA, f"{unfittable} pending pod(s) that may not run on spot "
+                             f"ask for more than {ps.gpus_per_node} GPUs per node and can never fit this pool"))
+    if od is None:
+        actions.append(_hold(name, Reason.ON_DEMAND_ONLY, f"{who}: their node selection asks for on-demand capacity "
+                             "(or they do not tolerate the spot taint) and the pool has no on-demand group, so they "
+                             "wait and no spot node is bought for them; give the pool on-demand capacity "
+                             "(elastic.capacity spot_then_on_demand) or let them tolerate spot"))
+        return actions, 0
+    coming = max(0, od.desired_nodes - in_service[od.name])  # never closed while they wait (back_to_spot)
+    taken = min(coming, needed)
+    want = needed - taken
+    if want <= 0:
+        return actions, taken
+    why = f"{who} need {want} more on-demand node(s); spot nodes are not added for them"
+    if od.status != "ACTIVE":
+        actions.append(_hold(name, Reason.UPDATE_IN_PROGRESS, f"{why}, but {od.name} is {od.status}", group=od.name))
+        return actions, taken
+    limit = ps.max_nodes(od.name)
+    if od.max_nodes > 0:
+        limit = min(limit, od.max_nodes)
+    base = desired[od.name]
+    room = max(0, limit - base)
+    # A gang's nodes come in one step (policy/gangs.py): the step never splits one, a cut drops whole gangs.
+    oldest_first = sorted(off.gangs, key=lambda g: (g.waiting_since is None,
+                                                    g.waiting_since or datetime.min.replace(tzinfo=timezone.utc),
+                                                    g.name))
+    missing = [pack_pods([p for p in g.pod_gpus if p <= ps.gpus_per_node], ps.gpus_per_node)[0]
+               for g in oldest_first]
+    whole = gang_rules.GangView(False, needed, 0, 0, max(missing, default=0), missing).whole
+    add = whole(min(want, max(_step(ps), max(missing, default=0)), room), want)
+    if add < want and room < want:
+        actions.append(_hold(name, Reason.AT_MAX, f"{why}; {od.name} is at {base}/{limit}", group=od.name))
+    price = ps.usd_per_hour(od.name)
+    for s in scopes:
+        if not s.capped:
+            continue
+        if not s.known:  # unknown spend is not zero (as in _scale)
+            actions.append(_hold(name, Reason.BUDGET_UNKNOWN, f"{why}; {s.name} month-to-date spend is unknown "
+                                 f"(no AWS Budgets figure read this month), so cap_elastic refuses the scale-up",
+                                 group=od.name))
+            add = 0
+            break
+        affordable = max(0, math.floor(s.headroom_usd_per_hour / price + 1e-9)) if price > 0 else add
+        if affordable < add:
+            actions.append(_hold(name, Reason.BUDGET_CAP, f"{why}; {s.name} budget ${s.budget_usd:,.0f} affords "
+                                 f"{affordable} more node(s) (month-to-date ${s.month_to_date_usd:,.0f} + projection)",
+                                 group=od.name))
+            add = whole(affordable, want)
+    if add <= 0:
+        return actions, taken
+    for s in scopes:
+        s.headroom_usd_per_hour -= add * price
+    desired[od.name] = base + add
+    actions.insert(0, Action(name, ACTION_SET_DESIRED, Reason.ON_DEMAND_ONLY, group=od.name, desired_from=base,
+                             desired_to=base + add, detail=why))
+    return actions, taken
+
+
+def _merge_set_desired(actions: list[Action]) -> list[Action]:
+    """One set_desired per group and tick: the on-demand nodes for pods kept off spot and a spot fallback's go to the
+    same group in one change (from the first's size to the last's), both details; SPOT_FALLBACK, the event the
+    notifications report, wins the reason."""
+    out: list[Action] = []
+    first: dict[str, int] = {}
+    for a in actions:
+        if a.kind != ACTION_SET_DESIRED:
+            out.append(a)
+            continue
+        i = first.get(a.group)
+        if i is None:
+            first[a.group] = len(out)
+            out.append(a)
+            continue
+        prev = out[i]
+        reason = a.reason if a.reason is Reason.SPOT_FALLBACK else prev.reason
+        out[i] = dataclasses.replace(prev, reason=reason, desired_to=a.desired_to, detail=f"{prev.detail}; {a.detail}")
+    out.sort(key=lambda a: a.kind != ACTION_SET_DESIRED)  # changes first, holds after, each in its order
+    return out
 
 
 def _mean_utilization(po: PoolObservation) -> float | None:
@@ -517,7 +631,9 @@ def _idle_verdict(ps: PoolSettings, node: Node, now: datetime) -> tuple[bool | N
 
 def _reclaim(ps: PoolSettings, po: PoolObservation, groups: dict[str, Group], nodes: list[Node], now: datetime,
              desired: dict[str, int], resized: set[str], gangs: gang_rules.GangView | None = None,
-             closed: frozenset[str] = frozenset()) -> list[Action]:
+             closed: frozenset[str] = frozenset(), keep_on_demand: int = 0) -> list[Action]:
+    """`po`'s pending pods (those that may run on spot, when policy/off_spot.py split them) may keep idle nodes of
+    any group; `keep_on_demand` more may be kept for the others, on-demand nodes only."""
     name = ps.name
     idle: list[Node] = []
     why: dict[str, str] = {}
@@ -565,6 +681,15 @@ def _reclaim(ps: PoolSettings, po: PoolObservation, groups: dict[str, Group], no
         if len(kept) >= min(len(idle), for_pending):
             break
         kept.add(n.instance_id)
+    # Pods that may not run on spot may land on an idle on-demand node only: never a spot node kept for them.
+    on_demand_kept = sum(1 for n in idle if n.group == ps.on_demand_group and n.instance_id in kept)
+    for n in reversed(idle):
+        if on_demand_kept >= keep_on_demand:
+            break
+        if n.group == ps.on_demand_group and n.instance_id not in kept:
+            kept.add(n.instance_id)
+            on_demand_kept += 1
+    for_pending += keep_on_demand
     # A node closed to new pods (back to spot) is kept for nothing: no pod can land on it.
     kept -= closed
     if kept:

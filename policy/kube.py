@@ -191,6 +191,16 @@ def admits(pod: dict, shape: NodeShape) -> bool:
     return all(_tolerates(tolerations, key) for key in shape.taint_keys)
 
 
+def on_demand_only(pod: dict, pool: str) -> bool:
+    """Whether the pod may run on an on-demand elastic node of `pool` but not on a spot one: its node selection asks
+    for `gpuloan.io/capacity: on-demand` (or keeps off `spot`), or it does not tolerate the spot taint. Such a pod
+    never lands on the spot nodes the policy adds first (docs/policy.md, "Pods that may not run on spot"). The
+    shapes are the stack's, whatever groups the pool has: a spot-only pool's such pods are reported, not bought
+    spot for."""
+    spot, on_demand = elastic_shapes(pool, True, True)
+    return admits(pod, on_demand) and not admits(pod, spot)
+
+
 def unschedulable(pod: dict) -> bool:
     """The scheduler tried the pod and found no node for it: condition PodScheduled=False, reason Unschedulable
     (what cluster-autoscaler scales for). A pod behind scheduling gates (reason SchedulingGated) waits for a
@@ -248,6 +258,9 @@ class PendingPodsPort(Protocol):
 
     def pending_gangs(self, pools: list[str], shapes: Mapping[str, Sequence[NodeShape]] | None = None
                       ) -> dict[str, tuple[PendingGang, ...]]: ...
+
+    def pending_on_demand_only(self, pools: list[str], shapes: Mapping[str, Sequence[NodeShape]] | None = None
+                               ) -> dict[str, tuple[int, ...]]: ...
 
     def gpu_pods_by_node(self) -> dict[str, int]: ...
 
@@ -546,18 +559,33 @@ class KubeClient:
         """The pending pods of pending_gpus that belong to a pod group (`gang_of`), grouped per pool and group,
         each group with the creation time of its oldest pending pod (None when one has none: its wait is
         unknown, and an unknown wait never releases anything)."""
-        found: dict[str, dict[str, tuple[list[int], list]]] = {p: {} for p in pools}
+        found: dict[str, dict[str, tuple[list[int], list, list[bool]]]] = {p: {} for p in pools}
         for pool, pod, gpus in self._pending(pools, shapes):
             name = gang_of(pod)
             if name is None:
                 continue
-            pods, created = found[pool].setdefault(name, ([], []))
+            pods, created, off_spot = found[pool].setdefault(name, ([], [], []))
             pods.append(gpus)
             created.append(creation_time(pod))
+            off_spot.append(on_demand_only(pod, pool))
         return {p: tuple(PendingGang(name, tuple(sorted(pods, reverse=True)),
-                                     None if None in created else min(created))
-                         for name, (pods, created) in sorted(groups.items()))
+                                     None if None in created else min(created), any(off_spot))
+                         for name, (pods, created, off_spot) in sorted(groups.items()))
                 for p, groups in found.items()}
+
+    def pending_on_demand_only(self, pools: list[str], shapes: Mapping[str, Sequence[NodeShape]] | None = None
+                               ) -> dict[str, tuple[int, ...]]:
+        """GPUs of the pending pods of pending_gpus (same `shapes`, same pod list: no extra call) that may not run
+        on the pool's spot nodes (`on_demand_only`), plus every pod of a gang one of whose pods may not: a gang
+        starts whole, so it goes to on-demand whole."""
+        pending = list(self._pending(pools, shapes))
+        off_spot_gangs = {(pool, gang_of(pod)) for pool, pod, _ in pending if on_demand_only(pod, pool)}
+        found: dict[str, list[int]] = {p: [] for p in pools}
+        for pool, pod, gpus in pending:
+            gang = gang_of(pod)
+            if on_demand_only(pod, pool) or (gang is not None and (pool, gang) in off_spot_gangs):
+                found[pool].append(gpus)
+        return {p: tuple(v) for p, v in found.items()}
 
     def gpu_pod_arrivals(self, pools: list[str], since: datetime, shapes: Mapping[str, Sequence[NodeShape]] | None = None
                          ) -> dict[str, tuple[tuple[datetime, int], ...]]:

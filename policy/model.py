@@ -60,6 +60,9 @@ class Reason(str, Enum):
     KEEP_WARM = "KEEP_WARM"  # idle nodes kept: the next job is expected sooner than a relaunch would cost
     WARM_UP = "WARM_UP"  # spare nodes launched ahead of the arrivals this time of day usually brings (opt-in)
     GANG_RELEASED = "GANG_RELEASED"  # a gang past gang_wait_minutes that no group can complete: its idle nodes go
+    # pending pods that may not run on spot (on-demand asked for, or the spot taint not tolerated): the on-demand
+    # group grows for them directly, never spot; without an on-demand group they wait, reported
+    ON_DEMAND_ONLY = "ON_DEMAND_ONLY"
     STEADY = "STEADY"  # nothing to do
     # Capacity Block floors (policy/capacity_blocks.py): the window's rules on the block's own node group.
     CAPACITY_BLOCK_WAITING = "CAPACITY_BLOCK_WAITING"  # before the block's start: its group is left at 0
@@ -381,6 +384,9 @@ class PendingGang:
     name: str  # namespace/group, for the reasons' details
     pod_gpus: tuple[int, ...]
     waiting_since: datetime | None = None
+    # One of its pods may not run on spot (PoolObservation.on_demand_only_pod_gpus holds all of its pods): the
+    # gang goes to the on-demand group whole.
+    on_demand_only: bool = False
 
 
 @dataclass(frozen=True)
@@ -406,6 +412,11 @@ class PoolObservation:
     floor_quota_gpus: int | None = None
     # The pending pods that form gangs (a subset of pending_pod_gpus, grouped); () = none known.
     pending_gangs: tuple[PendingGang, ...] = ()
+    # The pending pods that may not run on the pool's spot nodes: they admit the pool's on-demand elastic shape
+    # but not its spot shape (policy/kube.py `on_demand_only`: on-demand asked for by node selector or required
+    # affinity, or the spot taint not tolerated), and every pod of a gang with such a pod. A subset of
+    # pending_pod_gpus; None = unknown (they are then counted with the rest, as before this was read), () = none.
+    on_demand_only_pod_gpus: tuple[int, ...] | None = ()
 
     def group(self, name: str | None) -> Group | None:
         for g in self.groups:

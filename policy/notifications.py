@@ -24,6 +24,7 @@ KIND_BUDGET_UNKNOWN = "budget_unknown"
 KIND_BUDGET_DRAIN = "budget_drain"
 KIND_FALLBACK = "spot_fallback"
 KIND_RECOVERED = "spot_recovered"
+KIND_ON_DEMAND_ONLY = "on_demand_only"
 KIND_ERROR = "error"
 
 _HEADLINE = {
@@ -34,6 +35,7 @@ _HEADLINE = {
     KIND_BUDGET_DRAIN: "budget reached, draining elastic GPUs",
     KIND_FALLBACK: "spot short, using on-demand fallback",
     KIND_RECOVERED: "spot capacity is back",
+    KIND_ON_DEMAND_ONLY: "pods that may not run on spot wait: no on-demand group",
     KIND_ERROR: "policy function could not complete a tick",
 }
 
@@ -50,6 +52,9 @@ _ADVICE = {
     KIND_FALLBACK: "On-demand nodes cost more than spot. They are reclaimed first once spot capacity returns and "
                    "they go idle.",
     KIND_RECOVERED: "New demand goes to spot again; on-demand fallback nodes are reclaimed first when idle.",
+    KIND_ON_DEMAND_ONLY: "These pods ask for on-demand capacity (or do not tolerate the spot taint) and the pool has "
+                         "no on-demand group, so they wait and no spot node is bought for them. Give the pool "
+                         "on-demand capacity (elastic.capacity spot_then_on_demand) or let the pods tolerate spot.",
     KIND_ERROR: "Capacity was left as it was. If this repeats, check the function's logs and its Errors alarm.",
 }
 
@@ -67,8 +72,8 @@ def kinds_of(decision: PoolDecision) -> list[str]:
     kinds = []
     reasons = set(decision.reasons)
     changes = decision.changes
-    if any(a.kind == ACTION_SET_DESIRED and a.reason in (Reason.SCALE_UP_PENDING, Reason.SCALE_UP_UTILIZATION)
-           for a in changes):
+    if any(a.kind == ACTION_SET_DESIRED and a.reason in (Reason.SCALE_UP_PENDING, Reason.SCALE_UP_UTILIZATION,
+                                                         Reason.ON_DEMAND_ONLY) for a in changes):
         kinds.append(KIND_SCALE_UP)
     if any(a.kind == ACTION_TERMINATE and a.reason == Reason.RECLAIM_IDLE for a in changes):
         kinds.append(KIND_RECLAIM)
@@ -82,6 +87,8 @@ def kinds_of(decision: PoolDecision) -> list[str]:
         kinds.append(KIND_BUDGET_UNKNOWN)
     if Reason.SPOT_RECOVERED in reasons:
         kinds.append(KIND_RECOVERED)
+    if any(a.reason == Reason.ON_DEMAND_ONLY and not a.changes for a in decision.actions):
+        kinds.append(KIND_ON_DEMAND_ONLY)  # they wait with nothing to serve them (policy/off_spot.py)
     return kinds
 
 
@@ -102,7 +109,8 @@ def render(kind: str, environment: str, decision: PoolDecision, budget_usd: floa
     lines = [f"Environment: {environment}", f"Pool: {decision.pool}", f"What happened: {headline}"
              + (" (dry run: nothing was changed)" if dry_run else ""), ""]
     relevant = [a for a in decision.actions
-                if a.changes or kind in (KIND_BUDGET_CAP, KIND_BUDGET_UNKNOWN, KIND_RECOVERED, KIND_ERROR)]
+                if a.changes or kind in (KIND_BUDGET_CAP, KIND_BUDGET_UNKNOWN, KIND_RECOVERED, KIND_ERROR,
+                                         KIND_ON_DEMAND_ONLY)]
     for a in relevant:
         what = a.reason.value
         if a.kind == ACTION_SET_DESIRED:

@@ -170,6 +170,7 @@ def split(ps: PoolSettings, po: PoolObservation) -> list[tuple[PoolSettings, Poo
     pools = size_pools(ps)
     assigned = assign_pending(pools, po)
     largest = pools[-1].gpus_per_node
+    off_spot = _off_spot_by_size(pools, po, assigned)
     out = []
     for sp in pools:
         mine = set(sp.elastic_groups)
@@ -181,7 +182,24 @@ def split(ps: PoolSettings, po: PoolObservation) -> list[tuple[PoolSettings, Poo
             arrivals=po.arrivals if is_largest else (() if po.arrivals is not None else None),
             rhythm_rate_nodes_per_minute=po.rhythm_rate_nodes_per_minute if is_largest else None,
             floor_quota_gpus=po.floor_quota_gpus if is_largest else None,
-            pending_gangs=po.pending_gangs if is_largest else ())))
+            pending_gangs=po.pending_gangs if is_largest else (),
+            on_demand_only_pod_gpus=off_spot[sp.gpus_per_node])))
+    return out
+
+
+def _off_spot_by_size(pools: list[PoolSettings], po: PoolObservation, assigned: dict[int, tuple[int, ...]] | None
+                      ) -> dict[int, tuple[int, ...] | None]:
+    """The pods that may not run on spot (PoolObservation.on_demand_only_pod_gpus) among each size's pending pods:
+    each size's share stays a subset of its own pending pods (policy/off_spot.py holds the pool otherwise), so the
+    same pod is never counted by two sizes. Largest size first, where gang pods go."""
+    if assigned is None or po.on_demand_only_pod_gpus is None:
+        return {sp.gpus_per_node: None for sp in pools}
+    left = Counter(p for p in po.on_demand_only_pod_gpus if p > 0)
+    out: dict[int, tuple[int, ...] | None] = {}
+    for sp in reversed(pools):
+        mine = Counter(assigned[sp.gpus_per_node]) & left
+        left -= mine
+        out[sp.gpus_per_node] = tuple(sorted(mine.elements(), reverse=True))
     return out
 
 

@@ -129,13 +129,25 @@ def observe(settings: Settings, ports: Ports, state: dict, now: datetime, errors
     # Only pods that could run on a pool's elastic groups are demand for them (floor-pinned work is not).
     shapes = {ps.name: elastic_shapes(ps.name, ps.spot_group is not None, ps.on_demand_group is not None)
               for ps in settings.pools}
+    # Pending demand also counts, in a pool with spot, the pods that may run on on-demand nodes only, whether the
+    # pool has an on-demand group or not: the engine grows that group for them, or reports that none can, and
+    # never buys spot for them (docs/policy.md, "Pods that may not run on spot").
+    demand_shapes = {ps.name: elastic_shapes(ps.name, ps.spot_group is not None,
+                                             ps.on_demand_group is not None or ps.spot_group is not None)
+                     for ps in settings.pools}
     if ports.pods is None:
         record(PolicyError("Kubernetes API not configured or its endpoint unknown: pending pods are unknown"))
     elif in_time():
         try:
-            pending = ports.pods.pending_gpus([ps.name for ps in settings.pools], shapes)
+            pending = ports.pods.pending_gpus([ps.name for ps in settings.pools], demand_shapes)
         except PolicyError as err:
             record(err)
+    off_spot: dict[str, tuple[int, ...]] | None = None
+    if pending is not None and in_time():
+        try:  # the same pod list again: which pending pods may not run on spot
+            off_spot = ports.pods.pending_on_demand_only([ps.name for ps in settings.pools], demand_shapes)
+        except PolicyError as err:
+            record(err)  # unknown: every pending pod counts spot-first, as before this was read
     arrivals: dict[str, tuple] | None = None
     if pending is not None and in_time():
         window = max(ps.arrival_window_minutes for ps in settings.pools)
@@ -147,7 +159,7 @@ def observe(settings: Settings, ports: Ports, state: dict, now: datetime, errors
     gangs: dict[str, tuple] = {}
     if pending is not None and in_time():
         try:  # the same pod list again: which pending pods start only together (policy/gangs.py)
-            gangs = ports.pods.pending_gangs([ps.name for ps in settings.pools], shapes)
+            gangs = ports.pods.pending_gangs([ps.name for ps in settings.pools], demand_shapes)
         except PolicyError as err:
             record(err)  # unknown gangs: every pending pod counts on its own, as before gangs were read
     bound: dict[str, int] | None = None
@@ -212,7 +224,8 @@ def observe(settings: Settings, ports: Ports, state: dict, now: datetime, errors
                                      spends.get(pool_scope(ps.name)),
                                      None if arrivals is None else arrivals.get(ps.name, ()),
                                      rhythm.get(ps.name), floor_quota_gpus=quotas.get(ps.name),
-                                     pending_gangs=gangs.get(ps.name, ())))
+                                     pending_gangs=gangs.get(ps.name, ()),
+                                     on_demand_only_pod_gpus=None if off_spot is None else off_spot.get(ps.name, ())))
     return Observation(tuple(pools), spends.get(ENV_SCOPE))
 
 

@@ -364,7 +364,9 @@ class EnvJobsWorkload(JobsWorkload):
         sim.changed = False
         if not self.pending_gpus:
             return
-        own = [n for n in sim.nodes.values() if n.ready_at <= now and not n.warned and n.busy < n.gpus]
+        # a closed node (back to spot's NoSchedule taint) takes no new pod, as in JobsWorkload.schedule
+        own = [n for n in sim.nodes.values() if n.ready_at <= now and not n.warned and not n.closed
+               and n.busy < n.gpus]
         own.sort(key=lambda n: (FILL_RANK[n.group], n.serial))
         spot_ok = self.production_on_spot
         prod_nodes = [n for n in own if spot_ok or n.group != SPOT]

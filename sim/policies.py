@@ -396,6 +396,7 @@ class GpuLoan(Controller):
         self._version = -1
         self._arrivals_key, self._arrivals_value = None, ()
         self._gangs_key, self._gangs_value = None, ()
+        self._off_spot_key, self._off_spot_value = None, ()
         self._gang_seen: dict[tuple[int, int], int] = {}  # (job, run) -> minute its pods were first pending
         self._when: dict[int, datetime] = {}
         # Warm-up's daily history, fed the trace's arrivals as they happen (policy/rhythm.py, as in the Lambda).
@@ -489,11 +490,12 @@ class GpuLoan(Controller):
         arrivals = self._arrivals(sim)
         rhythm = self._rhythm_rate(sim, now_dt) if self._rhythm is not None else None
         gangs = self._pending_gangs(sim)
-        key = (tuple(nodes), tuple(groups), tuple(pods), spend, arrivals, rhythm, gangs)
+        off_spot = self._on_demand_only(sim)
+        key = (tuple(nodes), tuple(groups), tuple(pods), spend, arrivals, rhythm, gangs, off_spot)
         if self._last_obs is not None and self._last_obs[0] == key:
             return self._last_obs[1]
         obs = Observation((PoolObservation(ps.name, key[1], key[0], key[2], spend, arrivals, rhythm,
-                                            pending_gangs=gangs),))
+                                            pending_gangs=gangs, on_demand_only_pod_gpus=off_spot),))
         self._last_obs = (key, obs)
         return obs
 
@@ -506,37 +508,58 @@ class GpuLoan(Controller):
         key = tuple(sorted(counts.items()))
         if key == self._pods_key:
             return self._pods_value
+        self._pods_key, self._pods_value = key, self._pod_list(key)
+        return self._pods_value
+
+    def _pod_list(self, counts) -> tuple[int, ...]:
+        """(job size, jobs) pairs as pods: a multi-node job is one pod per node."""
         gpn = self.ps.gpus_per_node
         pods: list[int] = []
-        for size, n in key:
+        for size, n in counts:
             whole, last = divmod(size, gpn) if size > gpn else (0, size)
             if size > gpn and last == 0:
                 whole, last = whole - 1, gpn
             pods += [gpn] * (whole * n) + [last] * n
-        self._pods_key, self._pods_value = key, tuple(pods)
-        return self._pods_value
+        return tuple(pods)
 
-    def _gang_runs(self, sim: Simulation) -> list[tuple[int, int, int]]:
-        """(job, run, minute first pending) of every pending multi-node job: its pods were created at that minute
-        (at its arrival, or when an interruption sent it back to the queue), as the Lambda reads them."""
+    def _on_demand_only(self, sim: Simulation) -> tuple[int, ...]:
+        """The pending pods that may not run on spot (production work kept off spot in an environment,
+        sim/environment.py `on_demand_only_pending`), as the Lambda reads them (policy/kube.py
+        `pending_on_demand_only`): among the pending pods of `_pods`. () for a workload without job classes."""
+        read = getattr(sim.workload, "on_demand_only_pending", None)
+        counts = read() if read is not None else None
+        if not counts:
+            return ()
+        key = tuple(sorted(counts.items()))
+        if key != self._off_spot_key:
+            self._off_spot_key, self._off_spot_value = key, self._pod_list(key)
+        return self._off_spot_value
+
+    def _gang_runs(self, sim: Simulation) -> list[tuple[int, int, int, bool]]:
+        """(job, run, minute first pending, may not run on spot) of every pending multi-node job: its pods were
+        created at that minute (at its arrival, or when an interruption sent it back to the queue), as the Lambda
+        reads them. Production jobs kept off spot wait in their own queues (sim/environment.py) and are the gangs
+        that may not run on spot."""
         queues = getattr(sim.workload, "queues", None)
-        if not self.gangs or not queues:
+        if not self.gangs or queues is None:  # (empty: production gangs may still wait in their own queues)
             return []
         gpn = self.ps.gpus_per_node
         w = sim.workload
+        off_spot = bool(w.on_demand_only_pending()) if hasattr(w, "on_demand_only_pending") else False
         out = []
         seen = self._gang_seen
-        for size, q in queues.items():
-            if size <= gpn:
-                continue
-            for i in q:
-                run = (i, w.run_id[i])
-                since = seen.get(run)
-                if since is None:
-                    since = seen[run] = sim.now
-                out.append((i, run[1], since))
+        for off, qs in ((False, queues), (off_spot, getattr(w, "prod_queues", {}) if off_spot else {})):
+            for size, q in qs.items():
+                if size <= gpn:
+                    continue
+                for i in q:
+                    run = (i, w.run_id[i])
+                    since = seen.get(run)
+                    if since is None:
+                        since = seen[run] = sim.now
+                    out.append((i, run[1], since, off))
         if len(seen) > 4 * len(out) + 64:  # forget runs that started
-            live = {(i, r) for i, r, _ in out}
+            live = {(i, r) for i, r, _, _ in out}
             self._gang_seen = {k: v for k, v in seen.items() if k in live}
         return sorted(out)
 
@@ -547,11 +570,12 @@ class GpuLoan(Controller):
             return self._gangs_value
         gpn = self.ps.gpus_per_node
         gangs = []
-        for i, run, since in runs:
+        for i, run, since, off in runs:
             whole, last = divmod(sim.workload.gpus[i], gpn)
             if last == 0:
                 whole, last = whole - 1, gpn
-            gangs.append(PendingGang(f"job-{i}", (gpn,) * whole + (last,), SIM_EPOCH + timedelta(minutes=since)))
+            gangs.append(PendingGang(f"job-{i}", (gpn,) * whole + (last,), SIM_EPOCH + timedelta(minutes=since),
+                                     on_demand_only=off))
         self._gangs_key, self._gangs_value = key, tuple(gangs)
         return self._gangs_value
 
@@ -771,7 +795,7 @@ class GpuLoan(Controller):
         arrivals = self.arrival_minutes(sim)
         if arrivals:
             wake = min(wake, max(nxt, arrivals[0][0] + ps.arrival_window_minutes))
-        for _, _, since in self._gang_runs(sim):
+        for _, _, since, _ in self._gang_runs(sim):
             # a pending gang's wait reaches gang_wait_minutes (policy/gangs.py)
             if since + ps.gang_wait_minutes > now:
                 wake = min(wake, since + ps.gang_wait_minutes)

@@ -480,7 +480,8 @@ class Kueue(Strict):
     chart_version: str | None = Field(None, pattern=r"^\d+\.\d+\.\d+$", description="Default: stacks/versions.py")
     production_spot_pools: list[Slug] = Field(default_factory=list, description="Production pools whose work may "
                                               "run on their spot capacity. Other production pools use the floor, "
-                                              "then on-demand; their elastic capacity may not include spot.")
+                                              "then on-demand: capacity on_demand, or spot_then_on_demand's "
+                                              "on-demand group for a batch pool without warm_up (docs/scheduling.md).")
     teams: dict[str, TeamSharing] = Field(default_factory=dict, description="Lending and borrowing limits per team "
                                           "(key: team name); teams not listed lend their whole floor and borrow "
                                           "without limit.")

@@ -11,7 +11,9 @@ configs whose tiers and capacity cannot satisfy each other, before any resource 
   adds on-demand nodes *for* pending spot-flavored pods when spot is short, and a capacity=spot selector would leave
   those nodes idle and paid for. A separate fallback flavor would also promise quota the policy never provides: it
   uses on-demand only to replace missing spot, never on top of a full spot group;
-  `on-demand` = the elastic group of a pool whose elastic capacity is on-demand only.
+  `on-demand` = the elastic group of a pool whose elastic capacity is on-demand only, or the on-demand group of a
+  production pool with `spot_then_on_demand` whose work may not use spot (pinned `capacity=on-demand`: the policy
+  grows that group directly for pods that may not run on spot, policy/off_spot.py).
 - Quotas are what the groups can reach: floor = nodes x GPUs per node (0 while a Capacity Block is not active);
   elastic = max nodes x GPUs per node. GPUs are counted in device-plugin units (x time-slicing replicas).
 - Flavor order per tier: production uses its floor, then its elastic capacity, and never spot unless the pool is
@@ -29,7 +31,7 @@ from typing import TYPE_CHECKING
 from stacks import tags
 from pricing.sources import catalog
 from stacks.node_sizes import node_sizes
-from stacks.config_terms import SET_ASIDE, ElasticCapacity, Reservation, Tier
+from stacks.config_terms import SET_ASIDE, ElasticCapacity, Reservation, Tier, Workload
 
 if TYPE_CHECKING:  # annotations only: config imports this module to run its rule
     from stacks.config import GpuLoanConfig, Pool, TeamSharing
@@ -107,13 +109,15 @@ def _units(cfg: GpuLoanConfig, instance_type: str, nodes: int) -> int:
     return nodes * catalog.lookup(instance_type).gpus * (cfg.gpu_operator.time_slicing_replicas or 1)
 
 
-def elastic_units(cfg: GpuLoanConfig, pool: Pool) -> int:
+def elastic_units(cfg: GpuLoanConfig, pool: Pool, max_nodes: int | None = None) -> int:
     """The elastic flavor's quota: the GPUs the pool's elastic groups hold at their max, every node size's group
     together (stacks/node_sizes.py; one size: max_nodes nodes of it, as before sizes existed). One flavor for all
     sizes, not one per size: Kueue assigns a flavor by quota alone, so a flavor per size would admit an 8-GPU pod
-    into the 1-GPU size's quota and pin it (nodeLabels) to nodes it cannot fit (docs/scheduling.md)."""
+    into the 1-GPU size's quota and pin it (nodeLabels) to nodes it cannot fit (docs/scheduling.md). `max_nodes`:
+    the groups' max when it is not the pool's elastic max (the on-demand group's own, for work kept off spot)."""
     e = pool.elastic
-    return sum(_units(cfg, size.instance_types[0], e.max_nodes) for size in node_sizes(e.instance_types))
+    nodes = e.max_nodes if max_nodes is None else max_nodes
+    return sum(_units(cfg, size.instance_types[0], nodes) for size in node_sizes(e.instance_types))
 
 
 def gpus_per_node(cfg: GpuLoanConfig, pool: Pool) -> int:
@@ -137,7 +141,8 @@ def spot_allowed(cfg: GpuLoanConfig, pool: Pool) -> bool:
 
 def pool_flavors(cfg: GpuLoanConfig, pool: Pool) -> list[Flavor]:
     """The pool's own flavors in admission order (floor first). A production pool whose elastic capacity is spot
-    that it may not use gets no elastic flavor (the config rules report it)."""
+    that it may not use gets no elastic flavor (the config rules report it); with `spot_then_on_demand`, its
+    on-demand group is its elastic flavor."""
     out: list[Flavor] = []
     base = {tags.LABEL_POOL: pool.name}
     if pool.guaranteed is not None:
@@ -151,6 +156,12 @@ def pool_flavors(cfg: GpuLoanConfig, pool: Pool) -> list[Flavor]:
         out.append(Flavor(flavor_name(cfg, pool, ON_DEMAND), pool.name, ON_DEMAND,
                           {**elastic_labels, tags.LABEL_CAPACITY: "on-demand"}, (GPU_TOLERATION,),
                           elastic_units(cfg, pool)))
+    elif e.capacity == ElasticCapacity.spot_then_on_demand and not spot_allowed(cfg, pool):
+        # Production work kept off spot: the on-demand group, up to its own max. The flavor's capacity label goes
+        # on the admitted pods, so the policy sees them as pods that may not run on spot and grows this group.
+        out.append(Flavor(flavor_name(cfg, pool, ON_DEMAND), pool.name, ON_DEMAND,
+                          {**elastic_labels, tags.LABEL_CAPACITY: "on-demand"}, (GPU_TOLERATION,),
+                          elastic_units(cfg, pool, e.on_demand_max_nodes or e.max_nodes)))
     elif spot_allowed(cfg, pool):
         # Quota = the spot group's max: the on-demand fallback replaces missing spot nodes, it never adds to them.
         out.append(Flavor(flavor_name(cfg, pool, SPOT), pool.name, SPOT, elastic_labels,
@@ -277,14 +288,19 @@ def scheduling_problems(cfg: GpuLoanConfig) -> list[tuple[str, str]]:
         e = pool.elastic
         if e is None or e.capacity == ElasticCapacity.on_demand or spot_allowed(cfg, pool):
             continue
-        # A production pool whose elastic capacity includes spot it may not use.
+        # A production pool whose elastic capacity includes spot it may not use. With spot_then_on_demand its work
+        # is admitted to the on-demand group (pool_flavors) and the policy grows that group for pods that may not
+        # run on spot (policy/off_spot.py); only the rules that add nodes without a pending pod still go spot-first.
         if pool.guaranteed is None and e.capacity == ElasticCapacity.spot:
             why = "this pool has no floor and spot-only elastic capacity, so production work could never be admitted"
         elif e.capacity == ElasticCapacity.spot:
             why = "its spot-only elastic group could never run this pool's work"
+        elif e.workload == Workload.service or e.warm_up:
+            rule = "workload: service's utilization scale-up" if e.workload == Workload.service else "warm_up"
+            why = (f"{rule} adds nodes before any pod is pending, spot first, and this pool's work could not use "
+                   "them (pods that may not run on spot get on-demand nodes only once they are pending)")
         else:
-            why = ("the policy adds spot nodes first for pending pods and on-demand only while spot is short, so "
-                   "production work kept off spot would wait while spot nodes it cannot use are bought")
+            continue
         problems.append((f"pools[{i}].elastic.capacity", f"production work stays off spot under Kueue, and {why}: "
                          f"set capacity: on_demand, or list '{pool.name}' in {at}.production_spot_pools"))
     for i, pool in enumerate(cfg.pools):

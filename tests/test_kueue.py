@@ -422,6 +422,34 @@ def test_production_pool_with_spot_it_may_not_use_is_an_error_until_listed(capac
     config.from_stack_yaml({"config": data}, "test")  # listing it is the explicit permission
 
 
+def test_a_batch_production_pool_with_spot_then_on_demand_gets_its_on_demand_group_as_flavor():
+    """Issue 27 follow-up: pending pods that may not run on spot are their own scale-up signal (policy/off_spot.py),
+    so a production batch pool's work kept off spot no longer waits behind spot nodes it cannot use: the config
+    is valid, and its queue's elastic flavor is the on-demand group (pinned capacity=on-demand, no spot
+    toleration, quota = the on-demand group's max)."""
+    data = stack_config("prod")
+    inference = data["gpuloan:pools"][1]
+    inference["elastic"].update(workload="batch", on_demand_max_nodes=3)
+    data["gpuloan:scheduling"] = {"kueue": {"production_spot_pools": ["training"]}}
+    cfg = config.from_stack_yaml({"config": data}, "test")
+    pool = cfg.pool("inference")
+    [od] = [f for f in scheduling.pool_flavors(cfg, pool) if f.kind != scheduling.FLOOR]
+    assert od.kind == scheduling.ON_DEMAND and od.node_labels[tags.LABEL_CAPACITY] == "on-demand"
+    assert tags.SPOT_TAINT_KEY not in {t["key"] for t in od.tolerations}
+    assert od.gpus == 3 * scheduling.gpus_per_node(cfg, pool)
+    assert list(_quotas(_cq(cfg, "inference"))) == ["gpuloan-prod-inference-floor", "gpuloan-prod-inference-on-demand"]
+
+
+@pytest.mark.parametrize("knob, fragment", [({"workload": "service"}, "utilization scale-up"),
+                                            ({"workload": "batch", "warm_up": True}, "warm_up")])
+def test_production_pool_whose_rules_add_spot_before_pods_are_pending_stays_an_error(knob, fragment):
+    data = stack_config("prod")
+    data["gpuloan:pools"][1]["elastic"].update(knob)
+    data["gpuloan:scheduling"] = {"kueue": {"production_spot_pools": ["training"]}}
+    [msg] = [m for p, m in _problems(data) if p == "pools[1].elastic.capacity"]
+    assert fragment in msg and "production_spot_pools" in msg
+
+
 def test_the_rule_is_off_with_kueue_off():
     data = stack_config("prod")
     data["gpuloan:scheduling"] = {"kueue": {"enabled": False}}

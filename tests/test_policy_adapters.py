@@ -38,6 +38,9 @@ KINDS = {
                                       0, 1, detail="spot short (0/1 up)"), fallback_active=True),
     N.KIND_RECOVERED: _decision(Action("training", "hold", Reason.SPOT_RECOVERED, "prod-training-on-demand",
                                        detail="spot is filled")),
+    N.KIND_ON_DEMAND_ONLY: _decision(Action("training", "hold", Reason.ON_DEMAND_ONLY,
+                                            detail="2 pending pod(s) that may not run on spot (2 x 8 GPUs): ... no "
+                                                   "on-demand group")),
 }
 
 
@@ -410,6 +413,9 @@ class FakePods:
     def pending_gangs(self, pools, shapes=None):
         return {p: () for p in pools}
 
+    def pending_on_demand_only(self, pools, shapes=None):
+        return {p: () for p in pools}
+
     def gpu_pods_by_node(self):
         return {}
 
@@ -587,3 +593,111 @@ def test_a_dripping_kubernetes_api_leaves_the_tick_blind_not_late():
         assert ports.groups.writes == []  # blind: the idle node is not reclaimed without its pods, nothing bought
     finally:
         kube.close()
+
+
+# --- pods that may not run on spot (policy/off_spot.py) -------------------------------------------------------------
+
+OD_PIN = {"gpuloan.io/capacity": "on-demand"}
+OFF_SPOT_CASES = [
+    # (name, pod, may run on on-demand only)
+    ("spot_flavored", gpu_pod("s", 1, pool="p", node_selector=ELASTIC_PIN, tolerations=[SPOT_TOLERATION]), False),
+    ("pinned_to_on_demand", gpu_pod("o", 1, pool="p", node_selector=OD_PIN, tolerations=[SPOT_TOLERATION]), True),
+    ("no_spot_toleration", gpu_pod("n", 1, pool="p", node_selector=ELASTIC_PIN), True),
+    ("kept_off_spot_by_affinity", {**gpu_pod("k", 1, pool="p", tolerations=[SPOT_TOLERATION]), "spec": {
+        **gpu_pod("k", 1, pool="p", tolerations=[SPOT_TOLERATION])["spec"],
+        "affinity": _affinity({"key": "gpuloan.io/capacity", "operator": "NotIn", "values": ["spot"]})}}, True),
+    ("required_on_demand_by_affinity", {**gpu_pod("a", 1, pool="p", tolerations=[SPOT_TOLERATION]), "spec": {
+        **gpu_pod("a", 1, pool="p", tolerations=[SPOT_TOLERATION])["spec"],
+        "affinity": _affinity({"key": "gpuloan.io/capacity", "operator": "In", "values": ["on-demand"]})}}, True),
+    ("floor_pinned_is_neither", gpu_pod("f", 1, pool="p", node_selector=FLOOR_PIN), False),
+]
+
+
+@pytest.mark.parametrize("name,pod,expected", OFF_SPOT_CASES, ids=[c[0] for c in OFF_SPOT_CASES])
+def test_a_pod_may_not_run_on_spot_when_it_admits_the_on_demand_shape_only(name, pod, expected):
+    from policy.kube import on_demand_only
+
+    assert on_demand_only(pod, "p") is expected
+
+
+def _client(kube):
+    import base64
+
+    from policy.kube import KubeClient
+
+    url = "https://sts.us-east-1.amazonaws.com/?Action=GetCallerIdentity&X-Amz-SignedHeaders=host%3Bx-k8s-aws-id" \
+          "&X-Amz-Signature=abc"
+    token = "k8s-aws-v1." + base64.urlsafe_b64encode(url.encode()).decode().rstrip("=")
+    return KubeClient(kube.endpoint, kube.ca_pem, lambda: token)
+
+
+def test_the_lambda_reads_the_pending_pods_kept_off_spot_from_the_same_pod_list():
+    """Issue 27 follow-up: the pending pods that may not run on spot, per pool, from the pod list pending_gpus read
+    (no extra call); a gang with one such pod goes whole; shapes filter as for pending_gpus."""
+    from fake_kube import FakeKube
+    from policy.kube import elastic_shapes
+
+    kube = FakeKube("c", page_size=2)
+    try:
+        gang = {"scheduling.x-k8s.io/pod-group": "train"}
+        kube.pods = [gpu_pod("spot-ok", 2, pool="p", node_selector=ELASTIC_PIN, tolerations=[SPOT_TOLERATION]),
+                     gpu_pod("prod", 4, pool="p", node_selector=OD_PIN, tolerations=[SPOT_TOLERATION]),
+                     gpu_pod("g0", 8, pool="p", node_selector=OD_PIN, tolerations=[SPOT_TOLERATION]),
+                     gpu_pod("g1", 8, pool="p", node_selector=ELASTIC_PIN, tolerations=[SPOT_TOLERATION]),
+                     gpu_pod("floor", 1, pool="p", node_selector=FLOOR_PIN),
+                     gpu_pod("other", 1, pool="q", node_selector=OD_PIN),
+                     gpu_pod("running", 8, pool="p", node_selector=OD_PIN, node_name="n1", phase="Running")]
+        for name in ("g0", "g1"):
+            next(p for p in kube.pods if p["metadata"]["name"] == name)["metadata"]["labels"] = gang
+        client = _client(kube)
+        both = {"p": elastic_shapes("p", True, True), "q": elastic_shapes("q", True, True)}
+        assert sorted(client.pending_gpus(["p", "q"], both)["p"]) == [2, 4, 8, 8]
+        calls = kube.requests if hasattr(kube, "requests") else None
+        off = client.pending_on_demand_only(["p", "q"], both)
+        assert sorted(off["p"]) == [4, 8, 8] and off["q"] == (1,)
+        assert [g.on_demand_only for g in client.pending_gangs(["p"], both)["p"]] == [True]
+        if calls is not None:
+            assert kube.requests == calls  # the same pod list
+        # a spot-only pool's shapes leave them out of its pending pods (the tick adds the on-demand shape)
+        assert client.pending_on_demand_only(["p"], {"p": elastic_shapes("p", True, False)}) == {"p": ()}
+    finally:
+        kube.close()
+
+
+class OffSpotPods(FakePods):
+    """Pending pods per pool and the ones among them that may not run on spot; records the shapes asked with."""
+
+    def __init__(self, pending, off_spot):
+        super().__init__(pending)
+        self.off_spot = off_spot
+        self.shapes = None
+
+    def pending_gpus(self, pools, shapes=None):
+        self.shapes = shapes
+        return super().pending_gpus(pools, shapes)
+
+    def pending_on_demand_only(self, pools, shapes=None):
+        if isinstance(self.off_spot, Exception):
+            raise self.off_spot
+        return self.off_spot
+
+
+def test_the_tick_passes_the_pods_kept_off_spot_and_the_on_demand_group_grows_for_them():
+    from policy.errors import DataUnavailable
+    from policy.kube import CAPACITY_LABEL, elastic_shapes
+
+    ports = _ports(pending={"research": (1, 1)})
+    pods = OffSpotPods({"research": (1, 1)}, {"research": (1, 1)})
+    ports = Ports(ports.groups, ports.utilization, pods, None, MemoryState(), FakePublisher(), FakeNodes())
+    result = run_tick(settings(pool_settings()), ports, NOW, lambda _: None)
+    assert [(a.group, a.desired_to, a.reason) for a in result.applied if a.kind == ACTION_SET_DESIRED] == [
+        (OD, 2, Reason.ON_DEMAND_ONLY)]
+    # unreadable: recorded, and every pending pod counts spot-first as before (never a guess that shrinks)
+    pods.off_spot = DataUnavailable("pods unreadable")
+    ports = Ports(ports.groups, ports.utilization, pods, None, MemoryState(), FakePublisher(), FakeNodes())
+    result = run_tick(settings(pool_settings()), ports, NOW, lambda _: None)
+    assert result.errors and [a.group for a in result.applied if a.kind == ACTION_SET_DESIRED] == [SPOT]
+    # a spot-only pool's pending pods are read with the on-demand shape too, so its kept-off pods are seen
+    run_tick(settings(pool_settings(on_demand_group=None, on_demand_max_nodes=0)), ports, NOW, lambda _: None)
+    assert pods.shapes["research"] == elastic_shapes("research", True, True)
+    assert any(dict(s.labels)[CAPACITY_LABEL] == "on-demand" for s in pods.shapes["research"])

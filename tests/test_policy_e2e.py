@@ -156,7 +156,10 @@ def world(aws_env, kube):
     w.node_name = {i: w.dns(i) for i in [*w.floor, w.idle, w.busy]}
     for name in w.node_name.values():
         kube.add_node(name)
-    kube.pods = [gpu_pod("train-a", 1, pool="train"), gpu_pod("train-b", 1, affinity_pools=["train"]),
+    # the spot flavor's toleration (stacks/scheduling.py): pods without it may not run on spot (policy/off_spot.py)
+    spot_ok = [{"key": "gpuloan.io/spot", "operator": "Exists", "effect": "NoSchedule"}]
+    kube.pods = [gpu_pod("train-a", 1, pool="train", tolerations=spot_ok),
+                 gpu_pod("train-b", 1, affinity_pools=["train"], tolerations=spot_ok),
                  gpu_pod("research-running", 1, pool="research", node_name=w.node_name[w.busy], phase="Running"),
                  gpu_pod("cpu-only", 0, pool="train")]
     w.settings = _settings()

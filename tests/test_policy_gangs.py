@@ -208,8 +208,9 @@ def test_the_lambda_groups_pending_pods_of_one_pod_group_with_their_oldest_creat
               "&X-Amz-Signature=abc"
         token = "k8s-aws-v1." + base64.urlsafe_b64encode(url.encode()).decode().rstrip("=")
         client = KubeClient(kube.endpoint, kube.ca_pem, lambda: token)
+        # no spot toleration on these pods: the gang may not run on spot (policy/off_spot.py)
         assert client.pending_gangs(["p"]) == {"p": (PendingGang(
-            "research/train", (8, 8), datetime(2026, 3, 10, 11, 45, tzinfo=timezone.utc)),)}
+            "research/train", (8, 8), datetime(2026, 3, 10, 11, 45, tzinfo=timezone.utc), on_demand_only=True),)}
         assert sorted(client.pending_gpus(["p"])["p"]) == [2, 8, 8]  # the gang's pods are pending pods too
     finally:
         kube.close()

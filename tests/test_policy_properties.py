@@ -103,9 +103,22 @@ def worlds(draw, missing_data: bool = False):
         pool = fitting or sorted(pending, reverse=True)  # mostly pods that fit a node, as a gang's do
         members = tuple(pool[: draw(st.integers(1, len(pool)))])
         waited = draw(st.one_of(st.none(), st.integers(0, 60)))
-        gangs = (PendingGang("ml/job", members, None if waited is None else ago(waited)),)
+        gangs = (PendingGang("ml/job", members, None if waited is None else ago(waited), draw(st.booleans())),)
+    # pending pods that may not run on spot (policy/off_spot.py): unknown, or some of the pending ones (a gang kept
+    # off spot with all its pods)
+    off = None if missing_data else draw(st.one_of(st.none(), st.just(())))
+    if pending and draw(st.booleans()):
+        rest = list(pending)
+        off = []
+        for g in gangs:
+            if g.on_demand_only:
+                for p in g.pod_gpus:
+                    rest.remove(p)
+                    off.append(p)
+        off += [rest[i] for i in sorted(draw(st.sets(st.integers(0, len(rest) - 1))))] if rest else []
+        off = tuple(off)
     obs = Observation((PoolObservation("research", tuple(groups), tuple(nodes), pending, spend, arrivals, rhythm,
-                                       pending_gangs=gangs),), None)
+                                       pending_gangs=gangs, on_demand_only_pod_gpus=off),), None)
     return settings(ps), obs
 
 
@@ -354,3 +367,17 @@ def test_desired_never_drops_below_the_instances_that_exist(world):
     for a in decide(s, obs, NOW).changes:
         if a.kind == ACTION_SET_DESIRED and a.desired_to < a.desired_from:
             assert a.desired_to >= live[a.group], (a, live)
+
+
+@given(worlds())
+def test_spot_is_never_grown_for_pods_that_may_not_run_on_spot(world):
+    """policy/off_spot.py: when every pending pod may not run on spot, and no rule adds nodes without a pending
+    pod (batch, no warm-up), no set_desired grows the spot group."""
+    s, obs = world
+    ps = dataclasses.replace(s.pools[0], workload="batch", warm_up=False)
+    po = obs.pools[0]
+    gangs = tuple(dataclasses.replace(g, on_demand_only=True) for g in po.pending_gangs)
+    po = dataclasses.replace(po, on_demand_only_pod_gpus=po.pending_pod_gpus, pending_gangs=gangs)
+    plan = decide(dataclasses.replace(s, pools=(ps,)), Observation((po,), None), NOW)
+    assert not [a for a in plan.changes if a.kind == ACTION_SET_DESIRED and a.group == SPOT
+                and a.desired_to > a.desired_from], [a.to_dict() for a in plan.actions]

@@ -282,3 +282,15 @@ def test_sized_plans_keep_the_safety_rules(world):
                 assert v is None or v < node_idle_threshold_pct(size)
             assert not (n.max_reserved_pct or 0)
     assert all(len(k) == 1 for k in kinds.values())  # one kind of change per group per tick
+
+
+def test_pods_kept_off_spot_grow_their_sizes_on_demand_group_and_are_counted_once():
+    # Two 1-GPU pods and one 8-GPU pod pending, one 1-GPU pod and the 8-GPU pod may not run on spot
+    # (policy/off_spot.py): each size's on-demand group grows for its own pod kept off spot, its spot group for the
+    # rest, and no size sees a pod another size was given (that would hold the pool as data that does not add up).
+    obs = observe(groups=_groups(), pending=(1, 1, 8))
+    obs = replace(obs, pools=(replace(obs.pools[0], on_demand_only_pod_gpus=(8, 1)),))
+    plan = decide(settings(_sized()), obs, _now())
+    assert _sets(plan) == {S1: 1, O1: 1, OD: 1}
+    assert Reason.ON_DEMAND_ONLY in {a.reason for a in plan.changes}
+    assert Reason.HOLD_MISSING_DATA not in {a.reason for a in plan.actions}
