@@ -495,7 +495,8 @@ class EnvironmentResult:
 
 class Environment:
     def __init__(self, cfg, demands: dict, controller_factory: Callable, settings: SimSettings = SimSettings(),
-                 horizon_minutes: int | None = None, specs: dict[str, PoolSpec] | None = None):
+                 horizon_minutes: int | None = None, specs: dict[str, PoolSpec] | None = None,
+                 window_from_minute: int | None = None):
         names = [p.name for p in cfg.pools]
         missing = [n for n in names if n not in demands]
         extra = [n for n in demands if n not in names]
@@ -511,6 +512,11 @@ class Environment:
         self.settings = settings
         self.horizon = horizon_minutes if horizon_minutes is not None else max(
             default_horizon(demands[n]) for n in names)
+        if window_from_minute is not None and not 0 <= window_from_minute <= self.horizon:
+            raise EnvironmentError(f"window_from_minute {window_from_minute}: must be between 0 and the horizon "
+                                   f"({self.horizon} minutes)")
+        self.window_from = window_from_minute
+        self._window_start: dict[str, dict] | None = None  # each pool's counters at the window's first minute
         self.sharing = sharing_of(cfg)
         self.floor_owner: dict[int, PoolSim] = {}
         spot_pools = set(cfg.scheduling.kueue.production_spot_pools)
@@ -579,7 +585,10 @@ class Environment:
             sim.controller.start(sim)
             sim.last = -1  # the last minute processed; minutes after it up to next_at - 1 are quiet
         now = 0
+        window = self.window_from
         while now < horizon:
+            if window is not None and self._window_start is None and now >= window:
+                self._window_start = {n: self._counters_at(sim, window) for n, sim in self.pools.items()}
             self._now = now
             self._awake: list[PoolSim] = []
             self._ticked = False
@@ -604,6 +613,8 @@ class Environment:
                     sim._sample(now)
                 sim.next_at = sim._quiet_until(now) if skip and now + 1 < horizon else now + 1
             now = min(sim.next_at for sim in pools)
+        if window is not None and self._window_start is None:  # the window starts at the horizon: empty
+            self._window_start = {n: self._counters_at(sim, window) for n, sim in self.pools.items()}
         for sim in pools:
             if horizon > sim.last + 1:
                 sim._skip(sim.last, horizon, every)
@@ -780,6 +791,8 @@ class Environment:
         pools, usage = {}, []
         by_tier: dict[str, list[float]] = {}
         by_class: dict[str, list[float]] = {PRODUCTION: [], INTERRUPTIBLE: []}
+        win_by_tier: dict[str, list[float]] = {}
+        win_by_class: dict[str, list[float]] = {PRODUCTION: [], INTERRUPTIBLE: []}
         env = {"production_interruptions": 0, "reclaim_preemptions": 0, "reclaim_lost_gpu_hours": 0.0,
                "floor_gpu_hours": 0.0, "floor_owned_gpu_hours": 0.0, "floor_lent_gpu_hours": 0.0,
                "borrowed_gpu_hours": 0.0, "production_jobs": 0}
@@ -796,6 +809,12 @@ class Environment:
             m.update(self._pool_extras(sim))
             tier = str(self.cfg.pool(name).tier)
             m["tier"] = tier
+            if self.window_from is not None:
+                m["window"], waits, waits_prod, waits_rest = self._window_figures(sim, tier)
+                if isinstance(sim.workload, JobsWorkload):
+                    win_by_tier.setdefault(tier, []).extend(waits)
+                    win_by_class[PRODUCTION].extend(waits_prod)
+                    win_by_class[INTERRUPTIBLE].extend(waits_rest)
             pools[name] = m
             w = sim.workload
             if isinstance(w, JobsWorkload):
@@ -816,10 +835,105 @@ class Environment:
         out["p95_wait_minutes_by_tier"] = {t: round(percentile(v, 95), 1) for t, v in sorted(by_tier.items())}
         out["p95_wait_minutes_by_class"] = {c: round(percentile(v, 95), 1) if v else None
                                             for c, v in by_class.items()}
+        if self.window_from is not None:
+            keys = ("production_interruptions", "jobs_interrupted", "spot_interruptions", "lost_gpu_hours",
+                    "reclaim_preemptions", "reclaim_lost_gpu_hours", "borrowed_gpu_hours", "floor_gpu_hours",
+                    "floor_owned_gpu_hours", "floor_lent_gpu_hours", "unmet_gpu_hours", "unmet_production_gpu_hours",
+                    "jobs_submitted")
+            win = {k: round(sum(p["window"][k] for p in pools.values()), 3) for k in keys}
+            win["from_minute"], win["to_minute"] = self.window_from, self.horizon
+            win["p95_wait_minutes_by_tier"] = {t: round(percentile(v, 95), 1) if v else None
+                                               for t, v in sorted(win_by_tier.items())}
+            win["p95_wait_minutes_by_class"] = {c: round(percentile(v, 95), 1) if v else None
+                                                for c, v in win_by_class.items()}
+            out["window"] = win
         out["horizon_minutes"] = self.horizon
         out["seed"] = self.settings.seed
         out["sim_seconds"] = round(seconds, 3)
         return EnvironmentResult(pools, out, usage, dict(self.pools))
+
+    # -- the report window (window_from_minute): figures of this one run from that minute on --
+
+    @staticmethod
+    def _counters_at(sim: PoolSim, minute: int) -> dict:
+        """The pool's running totals at `minute`, read before anything of that minute is processed (events only
+        happen at processed minutes; GPU-minute sums are carried from their last change to `minute`)."""
+        w = sim.workload
+        env_w = w if isinstance(w, EnvJobsWorkload) else None
+        busy = 0
+        for n in sim.floor_nodes:
+            t, b = n.hist[-1]
+            busy += n.busy_minutes + max(0, minute - t) * b
+        return {
+            "production_interruptions": env_w.production_interruptions if env_w else (
+                sim.c.jobs_interrupted if sim.production_all else 0),
+            "jobs_interrupted": sim.c.jobs_interrupted,
+            "spot_interruptions": sim.c.spot_interruptions,
+            "lost_gpu_minutes": sim.c.lost_gpu_minutes,
+            "reclaim_preemptions": env_w.reclaim_preemptions if env_w else 0,
+            "reclaim_lost_gpu_minutes": env_w.reclaim_lost_gpu_minutes if env_w else 0.0,
+            "borrowed_gpu_minutes": (env_w.borrowed_gpu_minutes + env_w.borrowed_now * max(
+                0, minute - env_w._borrowed_since)) if env_w else 0,
+            "floor_lent_gpu_minutes": sim.lent_gpu_minutes + sim.lent_gpus * max(0, minute - sim._lent_since),
+            "floor_busy_gpu_minutes": busy,
+            "unmet_gpu_minutes": w.unmet_gpu_minutes if not isinstance(w, JobsWorkload) else 0.0,
+        }
+
+    def _window_figures(self, sim: PoolSim, tier: str) -> tuple[dict, list[float], list[float], list[float]]:
+        """One pool's figures over the report window [window_from_minute, horizon) of this run: events (production
+        interruptions, reclaim preemptions and their lost work, spot interruptions) that happened in it; floor
+        GPU-hours owned and lent in it; unmet GPU-hours = the work of jobs submitted in the window not served by
+        the end of the run (a series pool: its backlog at the end). Also the waits of the jobs submitted in the
+        window (all, production, the rest)."""
+        start, end, w = self.window_from, self.horizon, sim.workload
+        a = self._window_start[sim.spec.name]
+        b = self._counters_at(sim, end)
+        d = {k: b[k] - a[k] for k in a}
+        floor_minutes = sim.floor_gpus * (end - start)
+        waits_all: list[float] = []
+        waits_prod: list[float] = []
+        waits_rest: list[float] = []
+        unmet = unmet_prod = 0.0
+        if isinstance(w, JobsWorkload):
+            waits, _ = w.waits_minutes(end)
+            prod = getattr(w, "production", None)
+            cut_s = start * 60
+            for k, s in enumerate(w.submit_s):
+                if s < cut_s:
+                    continue
+                p = prod is not None and prod[k]
+                left = w.gpus[k] * w.remaining_s[k]
+                unmet += left
+                if p:
+                    unmet_prod += left
+                waits_all.append(waits[k])
+                (waits_prod if p else waits_rest).append(waits[k])
+            unmet, unmet_prod = unmet / 3600, unmet_prod / 3600
+        else:  # a series: its backlog at the end, oldest served first (so the window's, unless older was never)
+            unmet = w.unmet_gpu_minutes / 60
+            unmet_prod = unmet if sim.production_all else 0.0
+        out = {
+            "from_minute": start,
+            "to_minute": end,
+            "production_interruptions": d["production_interruptions"],
+            "jobs_interrupted": d["jobs_interrupted"],
+            "spot_interruptions": d["spot_interruptions"],
+            "lost_gpu_hours": round(d["lost_gpu_minutes"] / 60, 3),
+            "reclaim_preemptions": d["reclaim_preemptions"],
+            "reclaim_lost_gpu_hours": round(d["reclaim_lost_gpu_minutes"] / 60, 3),
+            "borrowed_gpu_hours": round(d["borrowed_gpu_minutes"] / 60, 3),
+            "floor_gpu_hours": round(floor_minutes / 60, 3),
+            "floor_owned_gpu_hours": round((d["floor_busy_gpu_minutes"] - d["floor_lent_gpu_minutes"]) / 60, 3),
+            "floor_lent_gpu_hours": round(d["floor_lent_gpu_minutes"] / 60, 3),
+            "unmet_gpu_hours": round(unmet, 3),
+            "unmet_production_gpu_hours": round(unmet_prod, 3),
+            "jobs_submitted": len(waits_all),
+            "p95_wait_minutes": round(percentile(waits_all, 95), 1) if waits_all else None,
+            "p95_wait_minutes_by_class": {
+                PRODUCTION: round(percentile(waits_prod, 95), 1) if waits_prod else None,
+                INTERRUPTIBLE: round(percentile(waits_rest, 95), 1) if waits_rest else None},
+        }
+        return out, waits_all, waits_prod, waits_rest
 
     def _pool_extras(self, sim: PoolSim) -> dict:
         horizon = self.horizon
@@ -898,9 +1012,9 @@ def hourly_usage(sim: PoolSim, cfg, horizon: int) -> list[UsageRecord]:
 
 
 def simulate_environment(cfg, demands: dict, controller_factory: Callable, settings: SimSettings = SimSettings(),
-                         horizon_minutes: int | None = None, specs: dict[str, PoolSpec] | None = None
-                         ) -> EnvironmentResult:
+                         horizon_minutes: int | None = None, specs: dict[str, PoolSpec] | None = None,
+                         window_from_minute: int | None = None) -> EnvironmentResult:
     """Run every pool of `cfg` on one clock (module docstring) and return the per-pool and environment figures."""
     t0 = time.perf_counter()
-    env = Environment(cfg, demands, controller_factory, settings, horizon_minutes, specs).run()
+    env = Environment(cfg, demands, controller_factory, settings, horizon_minutes, specs, window_from_minute).run()
     return env.result(time.perf_counter() - t0)
