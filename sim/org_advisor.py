@@ -178,6 +178,7 @@ class EnvironmentRunner:
     prices: dict[str, PoolPrices]
     simulate: object
     model: str = "simulated"
+    use_cache: bool = True  # False: every call simulates (the reference the cache is tested against)
     cache: dict = field(default_factory=dict)
     runs: int = 0
     hits: int = 0
@@ -192,7 +193,7 @@ class EnvironmentRunner:
         if not 0 <= report_from_hour <= hours:
             raise OrgAdviceError(f"report window from hour {report_from_hour}: outside the run's {hours} hours")
         key = self.key(hours, floors_nodes, lend, controller, scenario, report_from_hour)
-        hit = self.cache.get(key)
+        hit = self.cache.get(key) if self.use_cache else None
         if hit is not None:
             self.hits += 1
             return hit
@@ -213,7 +214,8 @@ class EnvironmentRunner:
                     setattr(m, f, getattr(src, f))
             run.pools[n] = m
         run.p95_wait_minutes_by_tier = getattr(result, "p95_wait_minutes_by_tier", None)
-        self.cache[key] = run
+        if self.use_cache:
+            self.cache[key] = run
         return run
 
     def sizing_usage(self, demands, floors_nodes, *, lend, controller, sizing_hours):
@@ -258,7 +260,8 @@ def _cut(trace, hours: int):
 
 
 def environment_runner(cfg, traces: dict, settings, prices: dict[str, PoolPrices], simulate=None,
-                       production_share: dict[str, float] | float | None = None) -> EnvironmentRunner:
+                       production_share: dict[str, float] | float | None = None, use_cache: bool = True
+                       ) -> EnvironmentRunner:
     """The simulated run (EnvironmentRunner); `simulate` defaults to `simulate_with_environment` (the environment
     simulator, sim/environment.py). `production_share` (0..1, per pool or one for all) is written into each pool's
     service_target.production_share_pct, so the simulator classes as production the share the fluid profiles
@@ -270,7 +273,7 @@ def environment_runner(cfg, traces: dict, settings, prices: dict[str, PoolPrices
             update={"production_share_pct": round(100 * share[p.name], 6)})}) if p.name in share else p
             for p in cfg.pools]
         cfg = cfg.model_copy(update={"pools": pools})
-    return EnvironmentRunner(cfg, traces, settings, prices, simulate or simulate_with_environment)
+    return EnvironmentRunner(cfg, traces, settings, prices, simulate or simulate_with_environment, use_cache=use_cache)
 
 
 @dataclass
