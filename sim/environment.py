@@ -882,9 +882,10 @@ class Environment:
     def _window_figures(self, sim: PoolSim, tier: str) -> tuple[dict, list[float], list[float], list[float]]:
         """One pool's figures over the report window [window_from_minute, horizon) of this run: events (production
         interruptions, reclaim preemptions and their lost work, spot interruptions) that happened in it; floor
-        GPU-hours owned and lent in it; unmet GPU-hours = the work of jobs submitted in the window not served by
-        the end of the run (a series pool: its backlog at the end). Also the waits of the jobs submitted in the
-        window (all, production, the rest)."""
+        GPU-hours owned and lent in it; unmet GPU-hours = the work of jobs submitted in the window that was due by
+        the end of the run (from submission on, as the fluid model counts demand) and not served by then (a
+        series pool: its backlog at the end). Also the waits of the jobs submitted in the window (all,
+        production, the rest)."""
         start, end, w = self.window_from, self.horizon, sim.workload
         a = self._window_start[sim.spec.name]
         b = self._counters_at(sim, end)
@@ -897,12 +898,17 @@ class Environment:
         if isinstance(w, JobsWorkload):
             waits, _ = w.waits_minutes(end)
             prod = getattr(w, "production", None)
-            cut_s = start * 60
+            cut_s, end_s = start * 60, end * 60
+            jobs = sim.trace.jobs
             for k, s in enumerate(w.submit_s):
                 if s < cut_s:
                     continue
                 p = prod is not None and prod[k]
-                left = w.gpus[k] * w.remaining_s[k]
+                # the work the job asked for up to the end of the run (started at submission, never stopped),
+                # less what was served: a job still running at the end is not counted for its work beyond it
+                duration = jobs[k].duration_s
+                served = duration - w.remaining_s[k]
+                left = w.gpus[k] * max(0.0, min(duration, end_s - s) - served)
                 unmet += left
                 if p:
                     unmet_prod += left

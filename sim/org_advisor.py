@@ -66,7 +66,8 @@ REPORT_WINDOW_NOTE = (
     "usage of the report window's hours, billed with the commitments in force then; production interruptions, "
     "reclaim preemptions and their lost work: those that happen in the window; p95 waits: jobs submitted in the "
     "window (a job never started counts with its wait up to the end); unmet GPU-hours: the work of jobs "
-    "submitted in the window not served by the end of the run")
+    "submitted in the window not served by the end of the run (work due by then: a job still running at the end "
+    "is not counted for its hours beyond it, as the fluid model's demand ends there)")
 
 
 class OrgAdviceError(ValueError):
