@@ -299,7 +299,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=2, help="processes (default 2)")
     parser.add_argument("--plot", default=str(REPO / "docs" / "bench-org.png"), help="the picture (PNG)")
     parser.add_argument("--smoke", action="store_true",
-                        help="a quick run (the script's test): days 1-5 of the traces, sized on the first 2, rotation "
+                        help="a quick run (the script's test): days 1-3 of the traces, sized on the first, rotation "
                              "1, one seed, the p90 level only; its figures mean nothing")
     args = parser.parse_args(argv)
     os.environ.setdefault("GPULOAN_PRICE_FILE", str(DEFAULT_PRICES))
@@ -312,7 +312,7 @@ def main(argv: list[str] | None = None) -> int:
     rotations = range(len(org_demand.ROTATIONS))
     seeds, sim_seeds = range(1, args.seeds + 1), range(1, args.sim_seeds + 1)
     if args.smoke:
-        days, sizing_days, lookback_days, levels = (1, 5), 2, 7, (GOAL_LEVEL,)
+        days, sizing_days, lookback_days, levels = (1, 3), 1, 7, (GOAL_LEVEL,)
         rotations, seeds, sim_seeds = range(1), range(1, 2), range(1, 2)
     scenarios = tuple(x.strip() for x in args.sim_scenarios.split(",") if x.strip())
     unknown = [x for x in scenarios if x not in org_advisor.SCENARIOS]

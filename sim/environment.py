@@ -4,7 +4,7 @@ Kueue admission the stack's plan configures between them (lending of idle floors
 Public API (what `gpuloan advise` and the benchmarks call):
 
     simulate_environment(cfg, demands, controller_factory, settings=SimSettings(), horizon_minutes=None,
-                         specs=None) -> EnvironmentResult
+                         specs=None, window_from_minute=None) -> EnvironmentResult
 
 - `cfg`: a validated GpuLoanConfig. Pools, floors, elastic sizes, tiers, teams, production shares
   (`service_target.production_share_pct`) and the Kueue plan (stacks/scheduling.py `plan(cfg)`: which queue may
@@ -16,6 +16,9 @@ Public API (what `gpuloan advise` and the benchmarks call):
 - `controller_factory(spec) -> Controller`: a fresh controller per pool, the same policy for all (e.g.
   `lambda spec: GpuLoan()` or `lambda spec: Karpenter()`).
 - `settings`, `horizon_minutes`: as sim.engine.Simulation's (default horizon: the longest pool's).
+- `window_from_minute` (optional): the first minute of a report window (the organization advisor's, sim/
+  org_advisor.py). The run is the same; the result adds each pool's `window` figures and the environment's
+  (`_window_figures`): events in the window, floor use in it, unmet work and waits of the jobs submitted in it.
 
 EnvironmentResult holds `pools` (pool name -> the metrics sim/runner.py reports for one pool, plus the
 environment's: production jobs and interruptions, reclaim preemptions and the GPU-hours they lost, floor

@@ -5,8 +5,10 @@ sim/environment.py window_from_minute, sim/engine.py shortage windows)."""
 
 from __future__ import annotations
 
+import sys
+
 import pytest
-from conftest import requires_shared_prices, stack_config
+from conftest import requires_shared_prices, requires_shared_traces, stack_config
 
 from sim import org_advisor, org_demand
 from sim.engine import ON_DEMAND, SimSettings
@@ -219,3 +221,26 @@ def test_on_demand_launches_fail_inside_a_shortage_window():
     w = sim.workload
     assert w.first_start[0] >= 120 + settings.provisioning_delay_minutes
     assert first is None or first >= 120
+
+
+@requires_shared_traces
+def test_bench_org_smoke_runs_both_models_and_checks_the_goals_on_the_simulated_figures(capsys, monkeypatch):
+    """`scripts/bench_org.py --smoke`: the fluid and the simulated tables of a few days of one rotation, every
+    simulation once (the advice of both terms reads the prefilled caches: none runs again), the goals checked on
+    the simulated figures with their margins, the run time printed."""
+    import importlib.util
+
+    from conftest import REPO, SHARED_TRACES
+
+    spec = importlib.util.spec_from_file_location("bench_org", REPO / "scripts" / "bench_org.py")
+    bench = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "bench_org", bench)  # its worker processes pickle its functions by name
+    spec.loader.exec_module(bench)
+    assert bench.main(["--smoke", "--traces", str(SHARED_TRACES / "itp"), "--workers", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "Model: **fluid**" in out and "Model: **simulated**" in out
+    assert "### The issue's goals at p90 on the simulated figures, worst seed" in out
+    goals = [line for line in out.splitlines() if line.startswith("| reserved_")
+             and ("met" in line or "MISSED" in line) and "min" in line]
+    assert len(goals) == 2  # one row per term (one rotation), each goal met or missed with its margin
+    assert "bench-org simulated: 3 simulations" in out and "s wall" in out
