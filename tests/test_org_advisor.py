@@ -351,6 +351,11 @@ def test_cli_runs_every_setup_through_the_environment_simulator(capsys):
     assert rows["floors-not-lent"]["floor_utilization"]["lent"] == 0
     # lending lets the research pool's work run on the training floor instead of spot nodes it would buy
     assert rows["gpuloan"]["total_cost_usd"] <= rows["floors-not-lent"]["total_cost_usd"]
+    # the shortage scenarios run through the simulator too, and setups differing only in billing share a run
+    assert set(doc["scenarios"]) == {"spot-shortage", "on-demand-shortage"}
+    assert all(r["model"] == "simulated" for sc in doc["scenarios"].values()
+               for r in [sc["recommendation_report"], *sc["baselines"]] if r["name"] != "fluid-bound")
+    assert doc["simulations"]["cache_hits"] > 0
 
 
 def test_percentile_is_nearest_rank():
