@@ -143,6 +143,12 @@ def test_reclaims_and_lending_are_counted_only_where_they_happen():
     assert run.pools["exp"].reclaim_preemptions == 0 and m.floor_lent_gpu_hours == 0
     assert m.floor_gpu_hours == 2 * (HOURS - SIZING)
     assert m.floor_owned_gpu_hours == pytest.approx(8, abs=0.5)  # the two 4-hour jobs of the window
+    # a window from hour 0 is the whole run: the same figures as the run's own totals
+    run0 = runner(_demands(traces), floors, lend=True, controller="gpuloan", scenario=Scenario(), report_from_hour=0)
+    for n in traces:
+        for k in ("floor_gpu_hours", "floor_owned_gpu_hours", "floor_lent_gpu_hours", "reclaim_preemptions",
+                  "reclaim_lost_gpu_hours", "production_interruptions"):
+            assert getattr(run0.pools[n], k) == pytest.approx(whole.pools[n][k], abs=1e-3), (n, k)
 
 
 def test_identical_simulations_run_once_and_the_cache_gives_the_uncached_figures():
