@@ -237,8 +237,8 @@ def _sim_tables(docs, rotations, seeds, scenarios) -> bool:
                 cut.append((nl_price - ours["price_of_guarantee_pct"]) / nl_price if nl_price > 0 else 0.0)
                 cheaper.append(1 - ours["total_cost_usd"] / tf["total_cost_usd"])
                 interr += ours["production_interruptions"]
-                wait_over.append(max((ours["p95_wait_minutes_by_tier"][t] or 0.0)
-                                     - (k["p95_wait_minutes_by_tier"][t] or 0.0) for t in ours["p95_wait_minutes_by_tier"]))
+                ow, kw = ours["p95_wait_minutes_by_tier"], k["p95_wait_minutes_by_tier"]
+                wait_over.append(max((ow[t] or 0.0) - (kw.get(t) or 0.0) for t in ow))
                 if "on-demand-shortage" in doc["scenarios"]:
                     od = _by_name(doc, "on-demand-shortage")
                     unmet_ours.append(od["gpuloan"]["unmet_production_gpu_hours"])
