@@ -244,12 +244,8 @@ class Simulation:
         self._next_slot = 0
         self.episodes = spot_episodes(stream, self.horizon, settings.spot_unavailable_episodes_per_week,
                                       settings.spot_unavailable_mean_hours) if spec.has_spot else []
-        od_windows = merge_windows(settings.on_demand_unavailable_windows)
-        if spec.has_spot and (settings.spot_unavailable_windows or od_windows):
-            self.episodes = merge_windows([*self.episodes, *settings.spot_unavailable_windows, *od_windows])
-        self._episode_i = 0
-        self.od_episodes = od_windows if spec.has_on_demand else []
-        self._od_episode_i = 0
+        self.od_episodes: list[tuple[int, int]] = []
+        self.add_shortage_windows(settings.spot_unavailable_windows, settings.on_demand_unavailable_windows)
         self.recommendations: list[SimNode] = []  # rebalance recommendations not yet read by the controller
         self._replaced: set[str] = set()  # recommended nodes whose replacement launched
         self.nodes: dict[str, SimNode] = {}
@@ -284,6 +280,16 @@ class Simulation:
         while self._episode_i < len(self.episodes) and self.episodes[self._episode_i][1] <= self.now:
             self._episode_i += 1
         return not (self._episode_i < len(self.episodes) and self.episodes[self._episode_i][0] <= self.now)
+
+    def add_shortage_windows(self, spot_windows=(), on_demand_windows=()) -> None:
+        """Add named shortage windows ([start, end) minutes; SimSettings.spot_unavailable_windows,
+        on_demand_unavailable_windows): spot launches fail in both kinds, on-demand launches in the second."""
+        od = merge_windows(on_demand_windows)
+        if self.spec.has_spot and (spot_windows or od):
+            self.episodes = merge_windows([*self.episodes, *spot_windows, *od])
+        if self.spec.has_on_demand and od:
+            self.od_episodes = merge_windows([*self.od_episodes, *od])
+        self._episode_i = self._od_episode_i = 0  # the properties step past the windows already over
 
     @property
     def on_demand_available(self) -> bool:

@@ -520,6 +520,12 @@ class Environment:
                                    f"({self.horizon} minutes)")
         self.window_from = window_from_minute
         self._window_start: dict[str, dict] | None = None  # each pool's counters at the window's first minute
+        # Branches (simulate_branches): at the window's first minute the run forks, each child adds its shortage
+        # windows and runs on; `_branch_out` is set in a child (where its reduced result goes).
+        self.branches: list[tuple[tuple, tuple]] = []
+        self.branch_reduce: Callable | None = None
+        self._branch_pipes: list[tuple[int, int]] = []
+        self._branch_out: int | None = None
         self.sharing = sharing_of(cfg)
         self.floor_owner: dict[int, PoolSim] = {}
         spot_pools = set(cfg.scheduling.kueue.production_spot_pools)
@@ -591,6 +597,8 @@ class Environment:
         window = self.window_from
         while now < horizon:
             if window is not None and self._window_start is None and now >= window:
+                if self.branches:
+                    self._branch_off()
                 self._window_start = {n: self._counters_at(sim, window) for n, sim in self.pools.items()}
             self._now = now
             self._awake: list[PoolSim] = []
@@ -855,6 +863,63 @@ class Environment:
         out["sim_seconds"] = round(seconds, 3)
         return EnvironmentResult(pools, out, usage, dict(self.pools))
 
+    # -- branches: one run up to the window, then one continuation per shortage scenario --
+
+    def _branch_off(self) -> None:
+        """Fork one child process per branch at this minute (before anything of it is processed): the child is
+        this run so far, exactly (a process copy: every object, order and random state as they are), adds the
+        branch's shortage windows to every pool and runs on; the parent runs on unchanged. A branch's windows lie
+        in the report window, so a run that had them from minute 0 would have been the same up to here."""
+        import os
+
+        branches, self.branches = self.branches, []
+        for spot_windows, od_windows in branches:
+            r, w = os.pipe()
+            pid = os.fork()
+            if pid == 0:  # the child: this branch
+                os.close(r)
+                for pr, _ in self._branch_pipes:
+                    os.close(pr)
+                self._branch_pipes = []
+                self._branch_out = w
+                for sim in self.pools.values():
+                    sim.add_shortage_windows(spot_windows, od_windows)
+                return
+            os.close(w)
+            self._branch_pipes.append((r, pid))
+
+    def branch_results(self, seconds: float) -> None:
+        """In a branch's child: send its reduced result to the parent and end the process. In the parent: nothing."""
+        import os
+        import pickle
+
+        if self._branch_out is None:
+            return
+        code = 0
+        try:
+            payload = ("ok", self.branch_reduce(self.result(seconds)))
+        except BaseException as e:  # noqa: BLE001 - the parent re-raises it
+            payload, code = ("error", f"{type(e).__name__}: {e}"), 1
+        with os.fdopen(self._branch_out, "wb") as f:
+            pickle.dump(payload, f, protocol=pickle.HIGHEST_PROTOCOL)
+        os._exit(code)
+
+    def collect_branches(self) -> list:
+        """In the parent, after its own run: each branch's reduced result, in the order of `branches`."""
+        import os
+        import pickle
+
+        out = []
+        for r, pid in self._branch_pipes:
+            with os.fdopen(r, "rb") as f:
+                kind, value = pickle.load(f)
+            os.waitpid(pid, 0)
+            if kind != "ok":
+                raise EnvironmentError(f"a branch of the run failed: {value}")
+            out.append(value)
+        self._branch_pipes = []
+        return out
+
     # -- the report window (window_from_minute): figures of this one run from that minute on --
 
     @staticmethod
@@ -1027,3 +1092,27 @@ def simulate_environment(cfg, demands: dict, controller_factory: Callable, setti
     t0 = time.perf_counter()
     env = Environment(cfg, demands, controller_factory, settings, horizon_minutes, specs, window_from_minute).run()
     return env.result(time.perf_counter() - t0)
+
+
+def simulate_branches(cfg, demands: dict, controller_factory: Callable, settings: SimSettings, horizon_minutes: int,
+                      window_from_minute: int, branches: list[tuple[tuple, tuple]], reduce: Callable
+                      ) -> tuple[object, list]:
+    """One run up to `window_from_minute`, then the run as it is (`reduce(result)`) and one continuation per
+    branch, (spot windows, on-demand windows) in minutes, all at or after the window's start (each `reduce`d in
+    a child process, which must return something picklable). The same figures as a separate run per branch with
+    those windows in its settings (tests/test_org_window.py), for the cost of the part after the window."""
+    for spot_windows, od_windows in branches:
+        if any(a < window_from_minute for a, _ in (*spot_windows, *od_windows)):
+            raise EnvironmentError("a branch's shortage windows must start at or after the window's first minute "
+                                   f"({window_from_minute}): before it the branches share one run")
+    t0 = time.perf_counter()
+    env = Environment(cfg, demands, controller_factory, settings, horizon_minutes, specs=None,
+                      window_from_minute=window_from_minute)
+    env.branches, env.branch_reduce = list(branches), reduce
+    env.run()
+    seconds = time.perf_counter() - t0
+    env.branch_results(seconds)  # a child ends here
+    own = reduce(env.result(seconds))
+    if env.branches:  # never forked: the window starts at the horizon, no branch has a minute of its own
+        return own, [own for _ in env.branches]
+    return own, env.collect_branches()

@@ -203,6 +203,13 @@ class EnvironmentRunner:
         result = self.simulate(cfg, cut, controller, scenario_settings(self.settings, scenario), hours * 60,
                                window_from_minute=report_from_hour * 60)
         self.runs += 1
+        run = self._run_of(result, demands, hours)
+        if self.use_cache:
+            self.cache[key] = run
+        return run
+
+    def _run_of(self, result, demands, hours: int) -> EnvironmentRun:
+        """The simulation's result as the advisor reads it."""
         run = EnvironmentRun(self.model, hours, list(result.hourly_usage),
                              tiers={n: d.tier for n, d in demands.items()})
         for n in demands:
@@ -215,9 +222,37 @@ class EnvironmentRunner:
                     setattr(m, f, getattr(src, f))
             run.pools[n] = m
         run.p95_wait_minutes_by_tier = getattr(result, "p95_wait_minutes_by_tier", None)
-        if self.use_cache:
-            self.cache[key] = run
         return run
+
+    def run_scenarios(self, demands, floors_nodes, *, lend, controller, scenarios, report_from_hour) -> list:
+        """The setup in the default scenario and in each of `scenarios`, into the cache, each as `__call__` would
+        give it. With the environment simulator, one run up to the report window branches there into the
+        scenarios (sim/environment.py simulate_branches: their shortage hours all lie in the window, so the runs
+        are the same up to it): the part before the window is simulated once."""
+        scenarios = [sc for sc in scenarios if sc.spot_short_hours or sc.on_demand_short_hours]
+        hours = max(d.hours for d in demands.values())
+        default = Scenario()
+        todo = [sc for sc in [default, *scenarios] if self.key(hours, floors_nodes, lend, controller, sc,
+                                                               report_from_hour) not in self.cache]
+        early = any(h < report_from_hour for sc in todo for h in sc.spot_short_hours | sc.on_demand_short_hours)
+        if self.simulate is not simulate_with_environment or not todo or early or not self.use_cache:
+            return [self(demands, floors_nodes, lend=lend, controller=controller, scenario=sc,
+                         report_from_hour=report_from_hour) for sc in [default, *scenarios]]
+        cfg = setup_config(self.cfg, floors_nodes, lend=lend)
+        cut = {n: _cut(t, hours) for n, t in self.traces.items()}
+        branches = [(_hour_windows(sc.spot_short_hours), _hour_windows(sc.on_demand_short_hours))
+                    for sc in todo[1:]] if todo[0] is default else None
+        if branches is None:  # the default run is cached already: branch from a fresh run of the first scenario
+            return [self(demands, floors_nodes, lend=lend, controller=controller, scenario=sc,
+                         report_from_hour=report_from_hour) for sc in [default, *scenarios]]
+        own, others = simulate_branches_with_environment(cfg, cut, controller, self.settings, hours * 60,
+                                                          report_from_hour * 60, branches)
+        self.runs += 1
+        for sc, result in zip(todo, [own, *others]):
+            self.cache[self.key(hours, floors_nodes, lend, controller, sc, report_from_hour)] = \
+                self._run_of(result, demands, hours)
+        return [self(demands, floors_nodes, lend=lend, controller=controller, scenario=sc,
+                     report_from_hour=report_from_hour) for sc in [default, *scenarios]]
 
     def sizing_usage(self, demands, floors_nodes, *, lend, controller, sizing_hours):
         """The hourly usage Cost Explorer would have seen at the end of the sizing window: the hours before it of
@@ -289,17 +324,36 @@ def simulate_with_environment(cfg, demands, controller: str, settings, horizon_m
     """One setup through sim.environment.simulate_environment, in the shape EnvironmentRunner reads: billing
     usage records of the whole run, per-pool figures of the report window (sim/environment.py
     `_window_figures`), the p95 wait per tier of the jobs submitted in the window."""
-    from dataclasses import asdict
-    from types import SimpleNamespace
-
     from sim.environment import simulate_environment
+
+    result = simulate_environment(cfg, demands, _factory(controller), settings, horizon_minutes,
+                                  window_from_minute=window_from_minute)
+    return _reduce(result)
+
+
+def simulate_branches_with_environment(cfg, demands, controller: str, settings, horizon_minutes: int,
+                                       window_from_minute: int, branches) -> tuple[_SimulatedRun, list]:
+    """The run and its branches (sim.environment.simulate_branches), each in EnvironmentRunner's shape."""
+    from sim.environment import simulate_branches
+
+    return simulate_branches(cfg, demands, _factory(controller), settings, horizon_minutes, window_from_minute,
+                             branches, _reduce)
+
+
+def _factory(controller: str):
     from sim.policies import GpuLoan, Karpenter
 
     factories = {CONTROLLER_GPULOAN: lambda spec: GpuLoan(), CONTROLLER_KARPENTER: lambda spec: Karpenter()}
     if controller not in factories:
         raise OrgAdviceError(f"controller '{controller}': one of {', '.join(factories)}")
-    result = simulate_environment(cfg, demands, factories[controller], settings, horizon_minutes,
-                                  window_from_minute=window_from_minute)
+    return factories[controller]
+
+
+def _reduce(result) -> _SimulatedRun:
+    """An EnvironmentResult in EnvironmentRunner's shape (picklable: a branch's child sends it to the parent)."""
+    from dataclasses import asdict
+    from types import SimpleNamespace
+
     pools = {}
     for name, m in result.pools.items():
         win = m["window"]
@@ -488,6 +542,15 @@ def evaluate(inputs: OrgInputs, runner: Runner, *, scenarios=SCENARIOS, seed: in
              per_pool_prices: bool = True) -> dict:
     """The advice document: the recommendation, every baseline and the price of each guarantee, per scenario."""
     s, hours = inputs.sizing_hours, inputs.hours
+    prerun = getattr(runner, "run_scenarios", None)
+    if prerun is not None and 0 < s < hours:
+        # every scenario of each simulated setup from one run up to the report window (EnvironmentRunner), before
+        # anything asks for one of them alone
+        fl = size_floors(_heads(inputs.demands, s), inputs.prices, inputs.guarantee_percentile)
+        scs = [scenario_for(n, hours, s, seed) for n in scenarios]
+        for f, lend, controller in ((fl, True, CONTROLLER_GPULOAN), (fl, False, CONTROLLER_GPULOAN),
+                                    ({n: 0 for n in inputs.demands}, False, CONTROLLER_KARPENTER)):
+            prerun(inputs.demands, f, lend=lend, controller=controller, scenarios=scs, report_from_hour=s)
     floors, choice = recommend(inputs, runner)
     if not any(floors.values()):
         raise OrgAdviceError("no production pool needs a floor at this percentile (no production-tier pool, or "
