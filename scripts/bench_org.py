@@ -151,6 +151,8 @@ def _simulated(traces, prices, rates, rotations, seeds, scenarios, days, sizing_
         for unit, cache, runs, seconds, controller in ex.map(_sim_run, jobs):
             units[unit][1].cache.update(cache)
             timings.append((unit, controller, runs, seconds))
+            print(f"  simulated rotation {unit[0] + 1} seed {unit[1]} {controller}: {seconds:.0f} s "
+                  f"({len(timings)}/{len(jobs)})", file=sys.stderr, flush=True)
     docs = {}
     for (r, s), (demands, runner) in units.items():
         for term in TERMS:
