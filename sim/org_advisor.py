@@ -170,7 +170,8 @@ class EnvironmentRunner:
     the commitment is sized on). Identical simulations run once: the runs are cached by what the simulator sees
     (floors, lending, controller, horizon, report window, scenario; the runner's traces and seed are fixed), so
     setups that differ only in billing (karpenter and karpenter+savings-plan; team-floors and floors-not-lent;
-    another term) share one run. `runs` counts simulations, `hits` answers from the cache.
+    another term) share one run; `run_scenarios` runs a setup once up to the report window and branches there
+    into the shortage scenarios. `runs` counts simulations, `hits` answers from the cache.
     """
 
     cfg: object
