@@ -236,7 +236,10 @@ class EnvironmentRunner:
         todo = [sc for sc in [default, *scenarios] if self.key(hours, floors_nodes, lend, controller, sc,
                                                                report_from_hour) not in self.cache]
         early = any(h < report_from_hour for sc in todo for h in sc.spot_short_hours | sc.on_demand_short_hours)
-        if self.simulate is not simulate_with_environment or not todo or early or not self.use_cache:
+        import os
+
+        if (self.simulate is not simulate_with_environment or not todo or early or not self.use_cache
+                or not hasattr(os, "fork")):  # branching forks the process (POSIX); elsewhere: separate runs
             return [self(demands, floors_nodes, lend=lend, controller=controller, scenario=sc,
                          report_from_hour=report_from_hour) for sc in [default, *scenarios]]
         cfg = setup_config(self.cfg, floors_nodes, lend=lend)
