@@ -95,7 +95,7 @@ bench-environment: $(VENV)/.runtime
 bench-advise: $(VENV)/.runtime
 	$(BIN)/python scripts/bench_advise.py --traces $(TRACES)
 
-## bench-org: the organization's loan on the ten ITP clusters (docs/benchmarks.md, "The organization's loan")
+## bench-org: the organization's loan on the ten ITP clusters, fluid and simulated tables (docs/benchmarks.md, "The organization's loan"; ~25 min)
 bench-org: $(VENV)/.runtime
 	$(BIN)/python scripts/bench_org.py --traces $(TRACES)
 

@@ -83,6 +83,12 @@ class SimSettings:
     spot_unavailable_episodes_per_week: float = 0.0  # SPOT_SHORTAGE is the scenario with episodes
     spot_unavailable_mean_hours: float = 3.0
     spot_unavailable_fill_share: float = 0.0  # share of a spot launch request granted during an episode (0: none)
+    # Named shortage windows, [start, end) minutes, on top of the drawn episodes (the organization advisor's
+    # scenarios, sim/org_advisor.py): spot cannot be launched in `spot_unavailable_windows`; no elastic capacity
+    # of the pool's type at all (InsufficientInstanceCapacity for on-demand, and spot with it) in
+    # `on_demand_unavailable_windows`. Nodes already running keep running; a floor is never affected.
+    spot_unavailable_windows: tuple[tuple[int, int], ...] = ()
+    on_demand_unavailable_windows: tuple[tuple[int, int], ...] = ()
     sample_every_minutes: int = 10  # time series for the plot
     seed: int = 1  # the same default in `gpuloan simulate`, scripts/benchmark.py and the docs
     skip_quiet_ticks: bool = True  # False: decide every minute (the reference the fast path is tested against)
@@ -155,6 +161,7 @@ class Counters:
     jobs_interrupted: int = 0
     busy_terminations: int = 0  # nodes a policy terminated while they ran work
     spot_launch_failures: int = 0
+    on_demand_launch_failures: int = 0  # launches refused in an on-demand shortage window
     node_launches: int = 0
     monthly_usd: dict = field(default_factory=dict)
     # Elastic GPU-minutes paid, split by what they did (closed nodes; Simulation.elastic_gpu_minutes adds the
@@ -184,6 +191,19 @@ def spot_episodes(seed: int | str, horizon: int, per_week: float, mean_hours: fl
         length = max(1, int(rng.expovariate(1 / (mean_hours * 60))))
         out.append((int(t), int(t) + length))
         t += length
+
+
+def merge_windows(windows) -> list[tuple[int, int]]:
+    """[start, end) minute windows sorted and merged where they overlap or touch."""
+    out: list[list[int]] = []
+    for a, b in sorted((int(a), int(b)) for a, b in windows):
+        if b <= a:
+            continue
+        if out and a <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], b)
+        else:
+            out.append([a, b])
+    return [(a, b) for a, b in out]
 
 
 class SlotInterruptions:
@@ -243,7 +263,8 @@ class Simulation:
         self._next_slot = 0
         self.episodes = spot_episodes(stream, self.horizon, settings.spot_unavailable_episodes_per_week,
                                       settings.spot_unavailable_mean_hours) if spec.has_spot else []
-        self._episode_i = 0
+        self.od_episodes: list[tuple[int, int]] = []
+        self.add_shortage_windows(settings.spot_unavailable_windows, settings.on_demand_unavailable_windows)
         self.recommendations: list[SimNode] = []  # rebalance recommendations not yet read by the controller
         self._replaced: set[str] = set()  # recommended nodes whose replacement launched
         self.nodes: dict[str, SimNode] = {}
@@ -290,6 +311,24 @@ class Simulation:
         while self._episode_i < len(self.episodes) and self.episodes[self._episode_i][1] <= self.now:
             self._episode_i += 1
         return not (self._episode_i < len(self.episodes) and self.episodes[self._episode_i][0] <= self.now)
+
+    def add_shortage_windows(self, spot_windows=(), on_demand_windows=()) -> None:
+        """Add named shortage windows ([start, end) minutes; SimSettings.spot_unavailable_windows,
+        on_demand_unavailable_windows): spot launches fail in both kinds, on-demand launches in the second."""
+        od = merge_windows(on_demand_windows)
+        if self.spec.has_spot and (spot_windows or od):
+            self.episodes = merge_windows([*self.episodes, *spot_windows, *od])
+        if self.spec.has_on_demand and od:
+            self.od_episodes = merge_windows([*self.od_episodes, *od])
+        self._episode_i = self._od_episode_i = 0  # the properties step past the windows already over
+
+    @property
+    def on_demand_available(self) -> bool:
+        """False inside an on-demand shortage window (InsufficientInstanceCapacity: only a launch attempt says so)."""
+        eps = self.od_episodes
+        while self._od_episode_i < len(eps) and eps[self._od_episode_i][1] <= self.now:
+            self._od_episode_i += 1
+        return not (self._od_episode_i < len(eps) and eps[self._od_episode_i][0] <= self.now)
 
     def _new_node(self, group: str, ready_at: int) -> SimNode:
         self._settle(self.now)
@@ -357,6 +396,9 @@ class Simulation:
             count = int(count * self.settings.spot_unavailable_fill_share)
             if not count:
                 return 0
+        if group == ON_DEMAND and not self.on_demand_available:
+            self.c.on_demand_launch_failures += 1
+            return 0
         for _ in range(count):
             self._new_node(group, ready_at=self.now + self.settings.provisioning_delay_minutes)
         self.desired[group] = self.count(group)
@@ -466,6 +508,12 @@ class Simulation:
                     self.version += 1
                 for _ in range(int((want - have) * self.settings.spot_unavailable_fill_share)):  # scarce, not gone
                     self._new_node(group, ready_at=self.now + self.settings.provisioning_delay_minutes)
+                return
+            if group == ON_DEMAND and not self.on_demand_available:
+                self.c.on_demand_launch_failures += 1
+                if self.short_since[group] is None:
+                    self.short_since[group] = self.now
+                    self.version += 1
                 return
             for _ in range(want - have):
                 self._new_node(group, ready_at=self.now + self.settings.provisioning_delay_minutes)

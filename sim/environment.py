@@ -4,7 +4,7 @@ Kueue admission the stack's plan configures between them (lending of idle floors
 Public API (what `gpuloan advise` and the benchmarks call):
 
     simulate_environment(cfg, demands, controller_factory, settings=SimSettings(), horizon_minutes=None,
-                         specs=None) -> EnvironmentResult
+                         specs=None, window_from_minute=None) -> EnvironmentResult
 
 - `cfg`: a validated GpuLoanConfig. Pools, floors, elastic sizes, tiers, teams, production shares
   (`service_target.production_share_pct`) and the Kueue plan (stacks/scheduling.py `plan(cfg)`: which queue may
@@ -16,6 +16,9 @@ Public API (what `gpuloan advise` and the benchmarks call):
 - `controller_factory(spec) -> Controller`: a fresh controller per pool, the same policy for all (e.g.
   `lambda spec: GpuLoan()` or `lambda spec: Karpenter()`).
 - `settings`, `horizon_minutes`: as sim.engine.Simulation's (default horizon: the longest pool's).
+- `window_from_minute` (optional): the first minute of a report window (the organization advisor's, sim/
+  org_advisor.py). The run is the same; the result adds each pool's `window` figures and the environment's
+  (`_window_figures`): events in the window, floor use in it, unmet work and waits of the jobs submitted in it.
 
 EnvironmentResult holds `pools` (pool name -> the metrics sim/runner.py reports for one pool, plus the
 environment's: production jobs and interruptions, reclaim preemptions and the GPU-hours they lost, floor
@@ -500,7 +503,8 @@ class EnvironmentResult:
 
 class Environment:
     def __init__(self, cfg, demands: dict, controller_factory: Callable, settings: SimSettings = SimSettings(),
-                 horizon_minutes: int | None = None, specs: dict[str, PoolSpec] | None = None):
+                 horizon_minutes: int | None = None, specs: dict[str, PoolSpec] | None = None,
+                 window_from_minute: int | None = None):
         names = [p.name for p in cfg.pools]
         missing = [n for n in names if n not in demands]
         extra = [n for n in demands if n not in names]
@@ -516,6 +520,17 @@ class Environment:
         self.settings = settings
         self.horizon = horizon_minutes if horizon_minutes is not None else max(
             default_horizon(demands[n]) for n in names)
+        if window_from_minute is not None and not 0 <= window_from_minute <= self.horizon:
+            raise EnvironmentError(f"window_from_minute {window_from_minute}: must be between 0 and the horizon "
+                                   f"({self.horizon} minutes)")
+        self.window_from = window_from_minute
+        self._window_start: dict[str, dict] | None = None  # each pool's counters at the window's first minute
+        # Branches (simulate_branches): at the window's first minute the run forks, each child adds its shortage
+        # windows and runs on; `_branch_out` is set in a child (where its reduced result goes).
+        self.branches: list[tuple[tuple, tuple]] = []
+        self.branch_reduce: Callable | None = None
+        self._branch_pipes: list[tuple[int, int]] = []
+        self._branch_out: int | None = None
         self.sharing = sharing_of(cfg)
         self.floor_owner: dict[int, PoolSim] = {}
         spot_pools = set(cfg.scheduling.kueue.production_spot_pools)
@@ -584,7 +599,12 @@ class Environment:
             sim.controller.start(sim)
             sim.last = -1  # the last minute processed; minutes after it up to next_at - 1 are quiet
         now = 0
+        window = self.window_from
         while now < horizon:
+            if window is not None and self._window_start is None and now >= window:
+                if self.branches:
+                    self._branch_off()
+                self._window_start = {n: self._counters_at(sim, window) for n, sim in self.pools.items()}
             self._now = now
             self._awake: list[PoolSim] = []
             self._ticked = False
@@ -609,6 +629,8 @@ class Environment:
                     sim._sample(now)
                 sim.next_at = sim._quiet_until(now) if skip and now + 1 < horizon else now + 1
             now = min(sim.next_at for sim in pools)
+        if window is not None and self._window_start is None:  # the window starts at the horizon: empty
+            self._window_start = {n: self._counters_at(sim, window) for n, sim in self.pools.items()}
         for sim in pools:
             if horizon > sim.last + 1:
                 sim._skip(sim.last, horizon, every)
@@ -785,6 +807,8 @@ class Environment:
         pools, usage = {}, []
         by_tier: dict[str, list[float]] = {}
         by_class: dict[str, list[float]] = {PRODUCTION: [], INTERRUPTIBLE: []}
+        win_by_tier: dict[str, list[float]] = {}
+        win_by_class: dict[str, list[float]] = {PRODUCTION: [], INTERRUPTIBLE: []}
         env = {"production_interruptions": 0, "reclaim_preemptions": 0, "reclaim_lost_gpu_hours": 0.0,
                "floor_gpu_hours": 0.0, "floor_owned_gpu_hours": 0.0, "floor_lent_gpu_hours": 0.0,
                "borrowed_gpu_hours": 0.0, "production_jobs": 0}
@@ -801,6 +825,12 @@ class Environment:
             m.update(self._pool_extras(sim))
             tier = str(self.cfg.pool(name).tier)
             m["tier"] = tier
+            if self.window_from is not None:
+                m["window"], waits, waits_prod, waits_rest = self._window_figures(sim, tier)
+                if isinstance(sim.workload, JobsWorkload):
+                    win_by_tier.setdefault(tier, []).extend(waits)
+                    win_by_class[PRODUCTION].extend(waits_prod)
+                    win_by_class[INTERRUPTIBLE].extend(waits_rest)
             pools[name] = m
             w = sim.workload
             if isinstance(w, JobsWorkload):
@@ -821,10 +851,168 @@ class Environment:
         out["p95_wait_minutes_by_tier"] = {t: round(percentile(v, 95), 1) for t, v in sorted(by_tier.items())}
         out["p95_wait_minutes_by_class"] = {c: round(percentile(v, 95), 1) if v else None
                                             for c, v in by_class.items()}
+        if self.window_from is not None:
+            keys = ("production_interruptions", "jobs_interrupted", "spot_interruptions", "lost_gpu_hours",
+                    "reclaim_preemptions", "reclaim_lost_gpu_hours", "borrowed_gpu_hours", "floor_gpu_hours",
+                    "floor_owned_gpu_hours", "floor_lent_gpu_hours", "unmet_gpu_hours", "unmet_production_gpu_hours",
+                    "jobs_submitted")
+            win = {k: round(sum(p["window"][k] for p in pools.values()), 3) for k in keys}
+            win["from_minute"], win["to_minute"] = self.window_from, self.horizon
+            win["p95_wait_minutes_by_tier"] = {t: round(percentile(v, 95), 1) if v else None
+                                               for t, v in sorted(win_by_tier.items())}
+            win["p95_wait_minutes_by_class"] = {c: round(percentile(v, 95), 1) if v else None
+                                                for c, v in win_by_class.items()}
+            out["window"] = win
         out["horizon_minutes"] = self.horizon
         out["seed"] = self.settings.seed
         out["sim_seconds"] = round(seconds, 3)
         return EnvironmentResult(pools, out, usage, dict(self.pools))
+
+    # -- branches: one run up to the window, then one continuation per shortage scenario --
+
+    def _branch_off(self) -> None:
+        """Fork one child process per branch at this minute (before anything of it is processed): the child is
+        this run so far, exactly (a process copy: every object, order and random state as they are), adds the
+        branch's shortage windows to every pool and runs on; the parent runs on unchanged. A branch's windows lie
+        in the report window, so a run that had them from minute 0 would have been the same up to here."""
+        import os
+
+        branches, self.branches = self.branches, []
+        for spot_windows, od_windows in branches:
+            r, w = os.pipe()
+            pid = os.fork()
+            if pid == 0:  # the child: this branch
+                os.close(r)
+                for pr, _ in self._branch_pipes:
+                    os.close(pr)
+                self._branch_pipes = []
+                self._branch_out = w
+                for sim in self.pools.values():
+                    sim.add_shortage_windows(spot_windows, od_windows)
+                return
+            os.close(w)
+            self._branch_pipes.append((r, pid))
+
+    def branch_results(self, seconds: float) -> None:
+        """In a branch's child: send its reduced result to the parent and end the process. In the parent: nothing."""
+        import os
+        import pickle
+
+        if self._branch_out is None:
+            return
+        code = 0
+        try:
+            payload = ("ok", self.branch_reduce(self.result(seconds)))
+        except BaseException as e:  # noqa: BLE001 - the parent re-raises it
+            payload, code = ("error", f"{type(e).__name__}: {e}"), 1
+        with os.fdopen(self._branch_out, "wb") as f:
+            pickle.dump(payload, f, protocol=pickle.HIGHEST_PROTOCOL)
+        os._exit(code)
+
+    def collect_branches(self) -> list:
+        """In the parent, after its own run: each branch's reduced result, in the order of `branches`."""
+        import os
+        import pickle
+
+        out = []
+        for r, pid in self._branch_pipes:
+            with os.fdopen(r, "rb") as f:
+                kind, value = pickle.load(f)
+            os.waitpid(pid, 0)
+            if kind != "ok":
+                raise EnvironmentError(f"a branch of the run failed: {value}")
+            out.append(value)
+        self._branch_pipes = []
+        return out
+
+    # -- the report window (window_from_minute): figures of this one run from that minute on --
+
+    @staticmethod
+    def _counters_at(sim: PoolSim, minute: int) -> dict:
+        """The pool's running totals at `minute`, read before anything of that minute is processed (events only
+        happen at processed minutes; GPU-minute sums are carried from their last change to `minute`)."""
+        w = sim.workload
+        env_w = w if isinstance(w, EnvJobsWorkload) else None
+        busy = 0
+        for n in sim.floor_nodes:
+            t, b = n.hist[-1]
+            busy += n.busy_minutes + max(0, minute - t) * b
+        return {
+            "production_interruptions": env_w.production_interruptions if env_w else (
+                sim.c.jobs_interrupted if sim.production_all else 0),
+            "jobs_interrupted": sim.c.jobs_interrupted,
+            "spot_interruptions": sim.c.spot_interruptions,
+            "lost_gpu_minutes": sim.c.lost_gpu_minutes,
+            "reclaim_preemptions": env_w.reclaim_preemptions if env_w else 0,
+            "reclaim_lost_gpu_minutes": env_w.reclaim_lost_gpu_minutes if env_w else 0.0,
+            "borrowed_gpu_minutes": (env_w.borrowed_gpu_minutes + env_w.borrowed_now * max(
+                0, minute - env_w._borrowed_since)) if env_w else 0,
+            "floor_lent_gpu_minutes": sim.lent_gpu_minutes + sim.lent_gpus * max(0, minute - sim._lent_since),
+            "floor_busy_gpu_minutes": busy,
+            "unmet_gpu_minutes": w.unmet_gpu_minutes if not isinstance(w, JobsWorkload) else 0.0,
+        }
+
+    def _window_figures(self, sim: PoolSim, tier: str) -> tuple[dict, list[float], list[float], list[float]]:
+        """One pool's figures over the report window [window_from_minute, horizon) of this run: events (production
+        interruptions, reclaim preemptions and their lost work, spot interruptions) that happened in it; floor
+        GPU-hours owned and lent in it; unmet GPU-hours = the work of jobs submitted in the window that was due by
+        the end of the run (from submission on, as the fluid model counts demand) and not served by then (a
+        series pool: its backlog at the end). Also the waits of the jobs submitted in the window (all,
+        production, the rest)."""
+        start, end, w = self.window_from, self.horizon, sim.workload
+        a = self._window_start[sim.spec.name]
+        b = self._counters_at(sim, end)
+        d = {k: b[k] - a[k] for k in a}
+        floor_minutes = sim.floor_gpus * (end - start)
+        waits_all: list[float] = []
+        waits_prod: list[float] = []
+        waits_rest: list[float] = []
+        unmet = unmet_prod = 0.0
+        if isinstance(w, JobsWorkload):
+            waits, _ = w.waits_minutes(end)
+            prod = getattr(w, "production", None)
+            cut_s, end_s = start * 60, end * 60
+            jobs = sim.trace.jobs
+            for k, s in enumerate(w.submit_s):
+                if s < cut_s:
+                    continue
+                p = prod is not None and prod[k]
+                # the work the job asked for up to the end of the run (started at submission, never stopped),
+                # less what was served: a job still running at the end is not counted for its work beyond it
+                duration = jobs[k].duration_s
+                served = duration - w.remaining_s[k]
+                left = w.gpus[k] * max(0.0, min(duration, end_s - s) - served)
+                unmet += left
+                if p:
+                    unmet_prod += left
+                waits_all.append(waits[k])
+                (waits_prod if p else waits_rest).append(waits[k])
+            unmet, unmet_prod = unmet / 3600, unmet_prod / 3600
+        else:  # a series: its backlog at the end, oldest served first (so the window's, unless older was never)
+            unmet = w.unmet_gpu_minutes / 60
+            unmet_prod = unmet if sim.production_all else 0.0
+        out = {
+            "from_minute": start,
+            "to_minute": end,
+            "production_interruptions": d["production_interruptions"],
+            "jobs_interrupted": d["jobs_interrupted"],
+            "spot_interruptions": d["spot_interruptions"],
+            "lost_gpu_hours": round(d["lost_gpu_minutes"] / 60, 3),
+            "reclaim_preemptions": d["reclaim_preemptions"],
+            "reclaim_lost_gpu_hours": round(d["reclaim_lost_gpu_minutes"] / 60, 3),
+            "borrowed_gpu_hours": round(d["borrowed_gpu_minutes"] / 60, 3),
+            "floor_gpu_hours": round(floor_minutes / 60, 3),
+            "floor_owned_gpu_hours": round((d["floor_busy_gpu_minutes"] - d["floor_lent_gpu_minutes"]) / 60, 3),
+            "floor_lent_gpu_hours": round(d["floor_lent_gpu_minutes"] / 60, 3),
+            "unmet_gpu_hours": round(unmet, 3),
+            "unmet_production_gpu_hours": round(unmet_prod, 3),
+            "jobs_submitted": len(waits_all),
+            "p95_wait_minutes": round(percentile(waits_all, 95), 1) if waits_all else None,
+            "p95_wait_minutes_by_class": {
+                PRODUCTION: round(percentile(waits_prod, 95), 1) if waits_prod else None,
+                INTERRUPTIBLE: round(percentile(waits_rest, 95), 1) if waits_rest else None},
+        }
+        return out, waits_all, waits_prod, waits_rest
 
     def _pool_extras(self, sim: PoolSim) -> dict:
         horizon = self.horizon
@@ -903,9 +1091,33 @@ def hourly_usage(sim: PoolSim, cfg, horizon: int) -> list[UsageRecord]:
 
 
 def simulate_environment(cfg, demands: dict, controller_factory: Callable, settings: SimSettings = SimSettings(),
-                         horizon_minutes: int | None = None, specs: dict[str, PoolSpec] | None = None
-                         ) -> EnvironmentResult:
+                         horizon_minutes: int | None = None, specs: dict[str, PoolSpec] | None = None,
+                         window_from_minute: int | None = None) -> EnvironmentResult:
     """Run every pool of `cfg` on one clock (module docstring) and return the per-pool and environment figures."""
     t0 = time.perf_counter()
-    env = Environment(cfg, demands, controller_factory, settings, horizon_minutes, specs).run()
+    env = Environment(cfg, demands, controller_factory, settings, horizon_minutes, specs, window_from_minute).run()
     return env.result(time.perf_counter() - t0)
+
+
+def simulate_branches(cfg, demands: dict, controller_factory: Callable, settings: SimSettings, horizon_minutes: int,
+                      window_from_minute: int, branches: list[tuple[tuple, tuple]], reduce: Callable
+                      ) -> tuple[object, list]:
+    """One run up to `window_from_minute`, then the run as it is (`reduce(result)`) and one continuation per
+    branch, (spot windows, on-demand windows) in minutes, all at or after the window's start (each `reduce`d in
+    a child process, which must return something picklable). The same figures as a separate run per branch with
+    those windows in its settings (tests/test_org_window.py), for the cost of the part after the window."""
+    for spot_windows, od_windows in branches:
+        if any(a < window_from_minute for a, _ in (*spot_windows, *od_windows)):
+            raise EnvironmentError("a branch's shortage windows must start at or after the window's first minute "
+                                   f"({window_from_minute}): before it the branches share one run")
+    t0 = time.perf_counter()
+    env = Environment(cfg, demands, controller_factory, settings, horizon_minutes, specs=None,
+                      window_from_minute=window_from_minute)
+    env.branches, env.branch_reduce = list(branches), reduce
+    env.run()
+    seconds = time.perf_counter() - t0
+    env.branch_results(seconds)  # a child ends here
+    own = reduce(env.result(seconds))
+    if env.branches:  # never forked: the window starts at the horizon, no branch has a minute of its own
+        return own, [own for _ in env.branches]
+    return own, env.collect_branches()

@@ -8,9 +8,9 @@ as a user buys a commitment on the past and lives with the future:
 1. floors: each production-tier pool gets the guarantee its service needs: by default the `guarantee_percentile`
    (90) of its hourly production GPUs over the sizing window, in whole nodes (rounded up); other tiers get none
    (their work may be interrupted, so it borrows instead);
-2. commitment: the environment is run over the sizing window with those floors, idle floor lent, and the
-   commitment is what Cost Explorer would recommend from the last `lookback_days` of that run's eligible usage
-   (sim/commitment_choice.py), bought at the end of the sizing window;
+2. commitment: the environment is run with those floors, idle floor lent, and the commitment is what Cost
+   Explorer would recommend from the last `lookback_days` of that run's eligible usage before the end of the
+   sizing window (sim/commitment_choice.py reads nothing later), bought at the end of the sizing window;
 3. report: the whole history is run with that setup and with each baseline, all billed (billing.bill) on the
    report window only, each baseline's commitment chosen the way its author would have chosen it.
 
@@ -31,7 +31,9 @@ The recommendation's own result is `recommendation.report` (same keys).
 How a setup runs: through a `Runner`: `fluid_runner` (every figure says `"model": "fluid"`) or
 `environment_runner`, which runs each setup through the environment simulator (sim/environment.py: whole nodes,
 boots, Kueue lending and reclaim, spot events, the per-pool controllers; `"model": "simulated"`). The simulated
-runner runs the default scenario only: the shortage scenarios are not wired to the simulator yet.
+runner measures the report window inside ONE run over the whole history (`REPORT_WINDOW_NOTE`), takes the
+sizing window's usage for the commitments from the hours before the window of the same run, runs identical
+simulations once (EnvironmentRunner's cache) and runs the shortage scenarios as the simulator's shortage windows.
 """
 
 from __future__ import annotations
@@ -56,6 +58,16 @@ CONTROLLER_GPULOAN, CONTROLLER_KARPENTER = "gpuloan", "karpenter"
 # this happens for a GPU family, so it is a named scenario with its rate stated, reported apart from the default,
 # like sim/engine.py's SPOT_SHORTAGE (one 3-hour spot-unavailable episode a week), which the spot scenario uses.
 ON_DEMAND_SHORTAGE = {"episodes_per_week": 1.0, "mean_hours": 6.0}
+
+
+# How the simulated mode measures the report window (docs/floor.md; the `--json` document's `report_window_note`).
+REPORT_WINDOW_NOTE = (
+    "one run over the whole history, floors (and their Kueue quotas) there from its first hour; cost: the hourly "
+    "usage of the report window's hours, billed with the commitments in force then; production interruptions, "
+    "reclaim preemptions and their lost work: those that happen in the window; p95 waits: jobs submitted in the "
+    "window (a job never started counts with its wait up to the end); unmet GPU-hours: the work of jobs "
+    "submitted in the window not served by the end of the run (work due by then: a job still running at the end "
+    "is not counted for its hours beyond it, as the fluid model's demand ends there)")
 
 
 class OrgAdviceError(ValueError):
@@ -137,21 +149,29 @@ def setup_config(cfg, floors_nodes: dict[str, int], *, lend: bool):
 
 @dataclass
 class EnvironmentRunner:
-    """The simulated run: every setup through `simulate` (sim.environment.simulate_environment once it is part of
-    the project), called as
+    """The simulated run: every setup through `simulate` (sim.environment.simulate_environment by default), called
+    as
 
-        simulate(cfg, demands, controller_factory, settings, horizon_minutes)
+        simulate(cfg, demands, controller, settings, horizon_minutes, window_from_minute=...)
 
     with `cfg` = `setup_config(stack, floors, lend=...)`, `demands` the pools' traces (dict pool -> sim.traces
-    trace) cut at the run's horizon, `controller_factory` "gpuloan" or "karpenter" (the per-pool controllers) and
-    `settings` the stack's SimSettings. The result must have
-    - `.hourly_usage`: list of billing.Usage, hours from the start of the run;
+    trace) cut at the run's horizon, `controller` "gpuloan" or "karpenter" (the per-pool controllers), `settings`
+    the stack's SimSettings with the scenario's shortage windows (`scenario_settings`) and `window_from_minute`
+    the report window's first minute. ONE run over the whole horizon measures the report window: the result must
+    have
+    - `.hourly_usage`: list of billing.Usage, hours from the start of the run (the report bills hours from the
+      window on; the commitments are chosen from the hours before it: no second run over the sizing window);
     - `.pools[name]` with production_interruptions, unmet_gpu_hours, unmet_production_gpu_hours,
-      floor_gpu_hours, floor_owned_gpu_hours, floor_lent_gpu_hours, counted over the whole run (this runner
-      then reports the report window by running the sizing window alone and taking the difference);
-    - `.p95_wait_minutes_by_tier` (optional): tier -> minutes, jobs of the report window.
-    The shortage scenarios are the simulator's own settings (SimSettings' spot episodes; its on-demand shortage
-    when it has one): until they are wired, only the default scenario runs simulated.
+      floor_gpu_hours, floor_owned_gpu_hours, floor_lent_gpu_hours measured over the report window of that run
+      (events that happened in it; unmet = work of jobs submitted in it not served by the end of the run);
+    - `.p95_wait_minutes_by_tier` (optional): tier -> minutes, jobs submitted in the report window.
+    Floors are there from minute 0 of the run (a floor's Kueue quota and its reservation exist from day 0 of the
+    history, as if it had been bought before it: the sizing window's usage then includes the floor, which is what
+    the commitment is sized on). Identical simulations run once: the runs are cached by what the simulator sees
+    (floors, lending, controller, horizon, report window, scenario; the runner's traces and seed are fixed), so
+    setups that differ only in billing (karpenter and karpenter+savings-plan; team-floors and floors-not-lent;
+    another term) share one run; `run_scenarios` runs a setup once up to the report window and branches there
+    into the shortage scenarios. `runs` counts simulations, `hits` answers from the cache.
     """
 
     cfg: object
@@ -160,28 +180,114 @@ class EnvironmentRunner:
     prices: dict[str, PoolPrices]
     simulate: object
     model: str = "simulated"
+    use_cache: bool = True  # False: every call simulates (the reference the cache is tested against)
+    cache: dict = field(default_factory=dict)
+    runs: int = 0
+    hits: int = 0
+
+    def key(self, hours: int, floors_nodes, lend: bool, controller: str, scenario: Scenario, report_from_hour: int):
+        floors = tuple(sorted((n, k) for n, k in floors_nodes.items() if k))
+        return (hours, report_from_hour, floors, bool(lend and floors), controller,
+                scenario.spot_short_hours, scenario.on_demand_short_hours, getattr(self.settings, "seed", None))
 
     def __call__(self, demands, floors_nodes, *, lend, controller, scenario, report_from_hour):
-        if scenario.spot_short_hours or scenario.on_demand_short_hours:
-            raise OrgAdviceError(f"scenario '{scenario.name}' is not wired to the environment simulator yet")
         hours = max(d.hours for d in demands.values())
+        if not 0 <= report_from_hour <= hours:
+            raise OrgAdviceError(f"report window from hour {report_from_hour}: outside the run's {hours} hours")
+        key = self.key(hours, floors_nodes, lend, controller, scenario, report_from_hour)
+        hit = self.cache.get(key) if self.use_cache else None
+        if hit is not None:
+            self.hits += 1
+            return hit
         cfg = setup_config(self.cfg, floors_nodes, lend=lend)
-        whole = self._run(cfg, hours, controller)
-        run = EnvironmentRun(self.model, hours, list(whole.hourly_usage), tiers={n: d.tier for n, d in demands.items()})
-        before = self._run(cfg, report_from_hour, controller) if report_from_hour > 0 else None
-        for n in demands:
-            m = fluid.PoolMetrics()
-            for f in ("production_interruptions", "unmet_gpu_hours", "unmet_production_gpu_hours", "floor_gpu_hours",
-                      "floor_owned_gpu_hours", "floor_lent_gpu_hours"):
-                value = getattr(whole.pools[n], f, 0) - (getattr(before.pools[n], f, 0) if before else 0)
-                setattr(m, f, value)
-            run.pools[n] = m
-        run.p95_wait_minutes_by_tier = getattr(whole, "p95_wait_minutes_by_tier", None)
+        cut = {n: _cut(t, hours) for n, t in self.traces.items()}
+        result = self.simulate(cfg, cut, controller, scenario_settings(self.settings, scenario), hours * 60,
+                               window_from_minute=report_from_hour * 60)
+        self.runs += 1
+        run = self._run_of(result, demands, hours)
+        if self.use_cache:
+            self.cache[key] = run
         return run
 
-    def _run(self, cfg, hours: int, controller: str):
+    def _run_of(self, result, demands, hours: int) -> EnvironmentRun:
+        """The simulation's result as the advisor reads it."""
+        run = EnvironmentRun(self.model, hours, list(result.hourly_usage),
+                             tiers={n: d.tier for n, d in demands.items()})
+        for n in demands:
+            m = fluid.PoolMetrics()
+            src = result.pools[n]
+            for f in ("production_interruptions", "unmet_gpu_hours", "unmet_production_gpu_hours", "floor_gpu_hours",
+                      "floor_owned_gpu_hours", "floor_lent_gpu_hours", "unmet_guaranteed_production_gpu_hours",
+                      "reclaim_preemptions", "reclaim_lost_gpu_hours"):
+                if hasattr(src, f):
+                    setattr(m, f, getattr(src, f))
+            run.pools[n] = m
+        run.p95_wait_minutes_by_tier = getattr(result, "p95_wait_minutes_by_tier", None)
+        return run
+
+    def run_scenarios(self, demands, floors_nodes, *, lend, controller, scenarios, report_from_hour) -> list:
+        """The setup in the default scenario and in each of `scenarios`, into the cache, each as `__call__` would
+        give it. With the environment simulator, one run up to the report window branches there into the
+        scenarios (sim/environment.py simulate_branches: their shortage hours all lie in the window, so the runs
+        are the same up to it): the part before the window is simulated once."""
+        scenarios = [sc for sc in scenarios if sc.spot_short_hours or sc.on_demand_short_hours]
+        hours = max(d.hours for d in demands.values())
+        default = Scenario()
+        todo = [sc for sc in [default, *scenarios] if self.key(hours, floors_nodes, lend, controller, sc,
+                                                               report_from_hour) not in self.cache]
+        early = any(h < report_from_hour for sc in todo for h in sc.spot_short_hours | sc.on_demand_short_hours)
+        import os
+
+        if (self.simulate is not simulate_with_environment or not todo or early or not self.use_cache
+                or not hasattr(os, "fork")):  # branching forks the process (POSIX); elsewhere: separate runs
+            return [self(demands, floors_nodes, lend=lend, controller=controller, scenario=sc,
+                         report_from_hour=report_from_hour) for sc in [default, *scenarios]]
+        cfg = setup_config(self.cfg, floors_nodes, lend=lend)
         cut = {n: _cut(t, hours) for n, t in self.traces.items()}
-        return self.simulate(cfg, cut, controller, self.settings, hours * 60)
+        branches = [(_hour_windows(sc.spot_short_hours), _hour_windows(sc.on_demand_short_hours))
+                    for sc in todo[1:]] if todo[0] is default else None
+        if branches is None:  # the default run is cached already: branch from a fresh run of the first scenario
+            return [self(demands, floors_nodes, lend=lend, controller=controller, scenario=sc,
+                         report_from_hour=report_from_hour) for sc in [default, *scenarios]]
+        own, others = simulate_branches_with_environment(cfg, cut, controller, self.settings, hours * 60,
+                                                          report_from_hour * 60, branches)
+        self.runs += 1
+        for sc, result in zip(todo, [own, *others]):
+            self.cache[self.key(hours, floors_nodes, lend, controller, sc, report_from_hour)] = \
+                self._run_of(result, demands, hours)
+        return [self(demands, floors_nodes, lend=lend, controller=controller, scenario=sc,
+                     report_from_hour=report_from_hour) for sc in [default, *scenarios]]
+
+    def sizing_usage(self, demands, floors_nodes, *, lend, controller, sizing_hours):
+        """The hourly usage Cost Explorer would have seen at the end of the sizing window: the hours before it of
+        the whole run (the default scenario's, cached for the report; a shortage scenario only touches the report
+        window, and a run's hours before the window do not depend on what comes after)."""
+        run = self(demands, floors_nodes, lend=lend, controller=controller, scenario=Scenario(),
+                   report_from_hour=sizing_hours)
+        return [u for u in run.hourly_usage if u.hour < sizing_hours]
+
+
+def scenario_settings(settings, scenario: Scenario):
+    """The SimSettings a scenario runs with: its shortage hours as the simulator's shortage windows (minutes).
+    Spot short: no spot launch; on-demand short: no elastic launch of the pool's type at all (on-demand, and spot
+    with it, as the fluid model's scenario), in every pool of the run; floors are reserved and keep running."""
+    from dataclasses import replace
+
+    if not (scenario.spot_short_hours or scenario.on_demand_short_hours):
+        return settings
+    return replace(settings, spot_unavailable_windows=_hour_windows(scenario.spot_short_hours),
+                   on_demand_unavailable_windows=_hour_windows(scenario.on_demand_short_hours))
+
+
+def _hour_windows(hours) -> tuple[tuple[int, int], ...]:
+    """A set of hours as [start, end) minute windows, consecutive hours merged."""
+    out: list[list[int]] = []
+    for h in sorted(hours):
+        if out and out[-1][1] == h * 60:
+            out[-1][1] = (h + 1) * 60
+        else:
+            out.append([h * 60, (h + 1) * 60])
+    return tuple((a, b) for a, b in out)
 
 
 def _cut(trace, hours: int):
@@ -194,7 +300,8 @@ def _cut(trace, hours: int):
 
 
 def environment_runner(cfg, traces: dict, settings, prices: dict[str, PoolPrices], simulate=None,
-                       production_share: dict[str, float] | float | None = None) -> EnvironmentRunner:
+                       production_share: dict[str, float] | float | None = None, use_cache: bool = True
+                       ) -> EnvironmentRunner:
     """The simulated run (EnvironmentRunner); `simulate` defaults to `simulate_with_environment` (the environment
     simulator, sim/environment.py). `production_share` (0..1, per pool or one for all) is written into each pool's
     service_target.production_share_pct, so the simulator classes as production the share the fluid profiles
@@ -206,7 +313,7 @@ def environment_runner(cfg, traces: dict, settings, prices: dict[str, PoolPrices
             update={"production_share_pct": round(100 * share[p.name], 6)})}) if p.name in share else p
             for p in cfg.pools]
         cfg = cfg.model_copy(update={"pools": pools})
-    return EnvironmentRunner(cfg, traces, settings, prices, simulate or simulate_with_environment)
+    return EnvironmentRunner(cfg, traces, settings, prices, simulate or simulate_with_environment, use_cache=use_cache)
 
 
 @dataclass
@@ -216,36 +323,52 @@ class _SimulatedRun:
     p95_wait_minutes_by_tier: dict | None
 
 
-def simulate_with_environment(cfg, demands, controller: str, settings, horizon_minutes: int) -> _SimulatedRun:
+def simulate_with_environment(cfg, demands, controller: str, settings, horizon_minutes: int, *,
+                              window_from_minute: int = 0) -> _SimulatedRun:
     """One setup through sim.environment.simulate_environment, in the shape EnvironmentRunner reads: billing
-    usage records, per-pool figures (unmet production GPU-hours from the production jobs' unfinished work), the
-    p95 wait per tier."""
-    from dataclasses import asdict
-    from types import SimpleNamespace
-
+    usage records of the whole run, per-pool figures of the report window (sim/environment.py
+    `_window_figures`), the p95 wait per tier of the jobs submitted in the window."""
     from sim.environment import simulate_environment
+
+    result = simulate_environment(cfg, demands, _factory(controller), settings, horizon_minutes,
+                                  window_from_minute=window_from_minute)
+    return _reduce(result)
+
+
+def simulate_branches_with_environment(cfg, demands, controller: str, settings, horizon_minutes: int,
+                                       window_from_minute: int, branches) -> tuple[_SimulatedRun, list]:
+    """The run and its branches (sim.environment.simulate_branches), each in EnvironmentRunner's shape."""
+    from sim.environment import simulate_branches
+
+    return simulate_branches(cfg, demands, _factory(controller), settings, horizon_minutes, window_from_minute,
+                             branches, _reduce)
+
+
+def _factory(controller: str):
     from sim.policies import GpuLoan, Karpenter
 
     factories = {CONTROLLER_GPULOAN: lambda spec: GpuLoan(), CONTROLLER_KARPENTER: lambda spec: Karpenter()}
     if controller not in factories:
         raise OrgAdviceError(f"controller '{controller}': one of {', '.join(factories)}")
-    result = simulate_environment(cfg, demands, factories[controller], settings, horizon_minutes)
+    return factories[controller]
+
+
+def _reduce(result) -> _SimulatedRun:
+    """An EnvironmentResult in EnvironmentRunner's shape (picklable: a branch's child sends it to the parent)."""
+    from dataclasses import asdict
+    from types import SimpleNamespace
+
     pools = {}
     for name, m in result.pools.items():
-        w = result.sims[name].workload
-        production = getattr(w, "production", None)
-        if production is not None:
-            unmet_production = sum(g * r for g, r, p in zip(w.gpus, w.remaining_s, production) if p) / 3600
-        else:  # a series or a pool of one class: its tier says whether all of it is production
-            unmet_production = m["unmet_gpu_hours"] if m.get("tier") == PRODUCTION else 0.0
-        pools[name] = SimpleNamespace(production_interruptions=m["production_interruptions"],
-                                      unmet_gpu_hours=m["unmet_gpu_hours"],
-                                      unmet_production_gpu_hours=round(unmet_production, 3),
-                                      floor_gpu_hours=m["floor_gpu_hours"],
-                                      floor_owned_gpu_hours=m["floor_owned_gpu_hours"],
-                                      floor_lent_gpu_hours=m["floor_lent_gpu_hours"])
+        win = m["window"]
+        pools[name] = SimpleNamespace(**{k: win[k] for k in (
+            "production_interruptions", "unmet_gpu_hours", "unmet_production_gpu_hours", "floor_gpu_hours",
+            "floor_owned_gpu_hours", "floor_lent_gpu_hours", "reclaim_preemptions", "reclaim_lost_gpu_hours")},
+            # not measured by the simulator: which unmet production work a floor should have served (the fluid
+            # model's definition) needs the production demand minute by minute; see unmet_production_gpu_hours
+            unmet_guaranteed_production_gpu_hours=None)
     usage = [billing.Usage(**asdict(r)) for r in result.usage]
-    return _SimulatedRun(usage, pools, result.environment.get("p95_wait_minutes_by_tier"))
+    return _SimulatedRun(usage, pools, result.environment["window"]["p95_wait_minutes_by_tier"])
 
 
 def percentile(values, pct: float) -> float:
@@ -309,7 +432,9 @@ def measure(name: str, run: EnvironmentRun, bill: billing.Bill, commitments, flo
         "production_interruptions": sum(m.production_interruptions for m in pools),
         "unmet_gpu_hours": round(sum(m.unmet_gpu_hours for m in pools), 3),
         "unmet_production_gpu_hours": round(sum(m.unmet_production_gpu_hours for m in pools), 3),
-        "unmet_guaranteed_production_gpu_hours": round(sum(m.unmet_guaranteed_production_gpu_hours for m in pools), 3),
+        "unmet_guaranteed_production_gpu_hours": _sum_or_none(m.unmet_guaranteed_production_gpu_hours for m in pools),
+        "reclaim_preemptions": sum(getattr(m, "reclaim_preemptions", 0) for m in pools),
+        "reclaim_lost_gpu_hours": round(sum(getattr(m, "reclaim_lost_gpu_hours", 0.0) for m in pools), 3),
         "p95_wait_minutes_by_tier": waits,
         "floor_utilization": None if floor <= 0 else {
             "owned": round(sum(m.floor_owned_gpu_hours for m in pools) / floor, 4),
@@ -322,6 +447,12 @@ def measure(name: str, run: EnvironmentRun, bill: billing.Bill, commitments, flo
     }
 
 
+def _sum_or_none(values) -> float | None:
+    """The sum, or None when any part was not measured."""
+    xs = list(values)
+    return None if any(x is None for x in xs) else round(sum(xs), 3)
+
+
 @dataclass
 class SetupResult:
     doc: dict
@@ -332,12 +463,10 @@ class SetupResult:
 def _team_commitments(inputs: OrgInputs, runner: Runner, floors: dict[str, int]) -> list[billing.Commitment]:
     """Each team buys its own RIs: what Cost Explorer would recommend from that team's own usage alone (RI
     sharing off), never fewer than its floor's nodes (a floor is used every hour, so each of its RIs pays)."""
-    heads = _heads(inputs.demands, inputs.sizing_hours)
-    sizing = runner(heads, floors, lend=False, controller=CONTROLLER_GPULOAN, scenario=Scenario(),
-                    report_from_hour=0)
+    usage = _sizing_usage(inputs, runner, floors, False, CONTROLLER_GPULOAN)
     out = []
     for n in inputs.demands:
-        own = [u for u in sizing.hourly_usage if u.pool == n]
+        own = [u for u in usage if u.pool == n]
         c = commitment_choice.cost_explorer(own, inputs.ri_rates, inputs.sizing_hours, inputs.lookback_days,
                                             name=f"team-ri-{n}")
         out.extend(c.commitments)
@@ -372,15 +501,25 @@ def recommend(inputs: OrgInputs, runner: Runner) -> tuple[dict[str, int], commit
                              f"({inputs.hours} h): the advisor sizes on the first part and reports on the rest")
     heads = _heads(inputs.demands, s)
     floors = size_floors(heads, inputs.prices, inputs.guarantee_percentile)
-    sizing = runner(heads, floors, lend=True, controller=CONTROLLER_GPULOAN, scenario=Scenario(), report_from_hour=0)
-    return floors, commitment_choice.cost_explorer(sizing.hourly_usage, inputs.ri_rates, s, inputs.lookback_days)
+    usage = _sizing_usage(inputs, runner, floors, True, CONTROLLER_GPULOAN)
+    return floors, commitment_choice.cost_explorer(usage, inputs.ri_rates, s, inputs.lookback_days)
+
+
+def _sizing_usage(inputs: OrgInputs, runner: Runner, floors, lend: bool, controller: str) -> list[billing.Usage]:
+    """The setup's hourly usage over the sizing window, what a commitment is chosen from. A runner with
+    `sizing_usage` (EnvironmentRunner) reads it from the hours before the window of its one whole-horizon run;
+    otherwise the runner runs the sizing window alone (the fluid model: its hours do not depend on later ones)."""
+    own = getattr(runner, "sizing_usage", None)
+    if own is not None:
+        return own(inputs.demands, floors, lend=lend, controller=controller, sizing_hours=inputs.sizing_hours)
+    heads = _heads(inputs.demands, inputs.sizing_hours)
+    return runner(heads, floors, lend=lend, controller=controller, scenario=Scenario(),
+                  report_from_hour=0).hourly_usage
 
 
 def _ce_choice(inputs: OrgInputs, runner: Runner, floors, lend: bool, controller: str):
-    heads = _heads(inputs.demands, inputs.sizing_hours)
-    sizing = runner(heads, floors, lend=lend, controller=controller, scenario=Scenario(), report_from_hour=0)
-    return commitment_choice.cost_explorer(sizing.hourly_usage, inputs.ri_rates, inputs.sizing_hours,
-                                           inputs.lookback_days)
+    usage = _sizing_usage(inputs, runner, floors, lend, controller)
+    return commitment_choice.cost_explorer(usage, inputs.ri_rates, inputs.sizing_hours, inputs.lookback_days)
 
 
 def scenario_for(name: str, hours: int, from_hour: int, seed: int) -> Scenario:
@@ -407,6 +546,15 @@ def evaluate(inputs: OrgInputs, runner: Runner, *, scenarios=SCENARIOS, seed: in
              per_pool_prices: bool = True) -> dict:
     """The advice document: the recommendation, every baseline and the price of each guarantee, per scenario."""
     s, hours = inputs.sizing_hours, inputs.hours
+    prerun = getattr(runner, "run_scenarios", None)
+    if prerun is not None and 0 < s < hours:
+        # every scenario of each simulated setup from one run up to the report window (EnvironmentRunner), before
+        # anything asks for one of them alone
+        fl = size_floors(_heads(inputs.demands, s), inputs.prices, inputs.guarantee_percentile)
+        scs = [scenario_for(n, hours, s, seed) for n in scenarios]
+        for f, lend, controller in ((fl, True, CONTROLLER_GPULOAN), (fl, False, CONTROLLER_GPULOAN),
+                                    ({n: 0 for n in inputs.demands}, False, CONTROLLER_KARPENTER)):
+            prerun(inputs.demands, f, lend=lend, controller=controller, scenarios=scs, report_from_hour=s)
     floors, choice = recommend(inputs, runner)
     if not any(floors.values()):
         raise OrgAdviceError("no production pool needs a floor at this percentile (no production-tier pool, or "
@@ -461,6 +609,8 @@ def evaluate(inputs: OrgInputs, runner: Runner, *, scenarios=SCENARIOS, seed: in
         "model_note": ("fluid model (sim/fluid.py): free repacking, no boots; production interruptions are 0 and "
                        "waits are not measured by construction. Not a simulation: --model simulated runs the "
                        "environment simulator") if runner.model == fluid.MODEL else "simulated environment",
+        "report_window_note": (REPORT_WINDOW_NOTE if runner.model != fluid.MODEL else
+                               "the fluid model's hours from the report window on (sim/fluid.py run)"),
         "term": inputs.term,
         "rate_sources": inputs.rate_sources,
         "sizing_window_hours": s,
