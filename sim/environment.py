@@ -525,6 +525,9 @@ class Environment:
                                    f"({self.horizon} minutes)")
         self.window_from = window_from_minute
         self._window_start: dict[str, dict] | None = None  # each pool's counters at the window's first minute
+        # Production work waiting, per pool (the report window's, or the whole run's): [GPUs waiting now, of them
+        # within the floor's room not running production now, since minute, GPU-minutes waiting, of them within].
+        self._prod_wait: dict[str, list] = {}
         # Branches (simulate_branches): at the window's first minute the run forks, each child adds its shortage
         # windows and runs on; `_branch_out` is set in a child (where its reduced result goes).
         self.branches: list[tuple[tuple, tuple]] = []
@@ -624,6 +627,7 @@ class Environment:
             for group in self.groups:
                 self._schedule(group, now)
             for sim in self._awake:
+                self._track_production_wait(sim, now)
                 sim.gang_hold.tick(now)  # as Simulation.run, after the minute's last scheduling pass
                 if now % every == 0:
                     sim._sample(now)
@@ -632,6 +636,7 @@ class Environment:
         if window is not None and self._window_start is None:  # the window starts at the horizon: empty
             self._window_start = {n: self._counters_at(sim, window) for n, sim in self.pools.items()}
         for sim in pools:
+            self._settle_production_wait(sim, horizon)
             if horizon > sim.last + 1:
                 sim._skip(sim.last, horizon, every)
             sim.now = horizon
@@ -855,7 +860,7 @@ class Environment:
             keys = ("production_interruptions", "jobs_interrupted", "spot_interruptions", "lost_gpu_hours",
                     "reclaim_preemptions", "reclaim_lost_gpu_hours", "borrowed_gpu_hours", "floor_gpu_hours",
                     "floor_owned_gpu_hours", "floor_lent_gpu_hours", "unmet_gpu_hours", "unmet_production_gpu_hours",
-                    "jobs_submitted")
+                    "production_waiting_gpu_hours", "unmet_guaranteed_production_gpu_hours", "jobs_submitted")
             win = {k: round(sum(p["window"][k] for p in pools.values()), 3) for k in keys}
             win["from_minute"], win["to_minute"] = self.window_from, self.horizon
             win["p95_wait_minutes_by_tier"] = {t: round(percentile(v, 95), 1) if v else None
@@ -926,6 +931,50 @@ class Environment:
         return out
 
     # -- the report window (window_from_minute): figures of this one run from that minute on --
+
+    def _settle_production_wait(self, sim: PoolSim, now: int) -> None:
+        """Carry the pool's production-wait figures from their last change to `now`, counting only the minutes of
+        the report window (the whole run without one)."""
+        t = self._prod_wait.get(sim.spec.name)
+        if t is None:
+            return
+        waiting, within, since = t[0], t[1], t[2]
+        lo = max(since, self.window_from or 0)
+        if now > lo:
+            t[3] += waiting * (now - lo)
+            t[4] += within * (now - lo)
+        t[2] = now
+
+    def _track_production_wait(self, sim: PoolSim, now: int) -> None:
+        """After the pool's minute: the GPUs its production jobs wait for, and of them the GPUs its floor had room
+        for (ready floor GPUs not running this pool's production work: idle, lent, or running its other work).
+        State changes only at the minutes a pool is processed, so the figures hold until its next one. The second
+        is the guarantee not kept (what the fluid model calls unmet guaranteed production work): production
+        waiting although its own floor is not all running production, whatever the reason (lent and not yet
+        reclaimed, the pool's own interruptible work on it, GPUs left in pieces too small for the job)."""
+        w = sim.workload
+        if not isinstance(w, EnvJobsWorkload) or w.production is None:
+            return
+        self._settle_production_wait(sim, now)
+        t = self._prod_wait.setdefault(sim.spec.name, [0, 0, now, 0.0, 0.0])
+        waiting = sum(w.gpus[i] for qs in (w.queues, w.prod_queues) for q in qs.values() for i in q
+                      if w.production[i])
+        within = 0
+        if waiting and sim.floor_nodes:
+            ready = [n for n in sim.floor_nodes if n.ready_at <= now]
+            running = 0
+            for n in ready:
+                for i in n.jobs:
+                    if isinstance(i, int) and w.production[i]:
+                        running += sum(used for node, used in w.on_nodes[i] if node is n)
+            within = min(waiting, max(0, sum(n.gpus for n in ready) - running))
+        t[0], t[1] = waiting, within
+
+    def production_wait_gpu_hours(self, name: str) -> tuple[float, float]:
+        """(production GPU-hours waiting, of them within the pool's floor) over the report window (whole run
+        without one); (0, 0) for a pool without production jobs."""
+        t = self._prod_wait.get(name)
+        return (0.0, 0.0) if t is None else (round(t[3] / 60, 3), round(t[4] / 60, 3))
 
     @staticmethod
     def _counters_at(sim: PoolSim, minute: int) -> dict:
@@ -1006,6 +1055,8 @@ class Environment:
             "floor_lent_gpu_hours": round(d["floor_lent_gpu_minutes"] / 60, 3),
             "unmet_gpu_hours": round(unmet, 3),
             "unmet_production_gpu_hours": round(unmet_prod, 3),
+            "production_waiting_gpu_hours": self.production_wait_gpu_hours(sim.spec.name)[0],
+            "unmet_guaranteed_production_gpu_hours": self.production_wait_gpu_hours(sim.spec.name)[1],
             "jobs_submitted": len(waits_all),
             "p95_wait_minutes": round(percentile(waits_all, 95), 1) if waits_all else None,
             "p95_wait_minutes_by_class": {

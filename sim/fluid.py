@@ -82,6 +82,8 @@ class PoolMetrics:
     # production GPU-hours up to the floor's size that went unserved: what the floor guarantees (0 here: a floor
     # serves its owner's production first, and a lent GPU comes back at once)
     unmet_guaranteed_production_gpu_hours: float = 0.0
+    # production GPU-hours spent waiting in a queue (the simulator's; the fluid model has no queue: None)
+    production_waiting_gpu_hours: float | None = None
     production_interruptions: int = 0
     p95_wait_minutes: float | None = None  # the fluid model has no queue
 

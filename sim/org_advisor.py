@@ -218,6 +218,7 @@ class EnvironmentRunner:
             src = result.pools[n]
             for f in ("production_interruptions", "unmet_gpu_hours", "unmet_production_gpu_hours", "floor_gpu_hours",
                       "floor_owned_gpu_hours", "floor_lent_gpu_hours", "unmet_guaranteed_production_gpu_hours",
+                      "production_waiting_gpu_hours",
                       "reclaim_preemptions", "reclaim_lost_gpu_hours"):
                 if hasattr(src, f):
                     setattr(m, f, getattr(src, f))
@@ -363,10 +364,10 @@ def _reduce(result) -> _SimulatedRun:
         win = m["window"]
         pools[name] = SimpleNamespace(**{k: win[k] for k in (
             "production_interruptions", "unmet_gpu_hours", "unmet_production_gpu_hours", "floor_gpu_hours",
-            "floor_owned_gpu_hours", "floor_lent_gpu_hours", "reclaim_preemptions", "reclaim_lost_gpu_hours")},
-            # not measured by the simulator: which unmet production work a floor should have served (the fluid
-            # model's definition) needs the production demand minute by minute; see unmet_production_gpu_hours
-            unmet_guaranteed_production_gpu_hours=None)
+            "floor_owned_gpu_hours", "floor_lent_gpu_hours", "reclaim_preemptions", "reclaim_lost_gpu_hours",
+            # production GPU-hours that waited while the pool's own floor had room not running production
+            # (sim/environment.py _track_production_wait): the guarantee not kept
+            "unmet_guaranteed_production_gpu_hours", "production_waiting_gpu_hours")})
     usage = [billing.Usage(**asdict(r)) for r in result.usage]
     return _SimulatedRun(usage, pools, result.environment["window"]["p95_wait_minutes_by_tier"])
 
@@ -433,6 +434,8 @@ def measure(name: str, run: EnvironmentRun, bill: billing.Bill, commitments, flo
         "unmet_gpu_hours": round(sum(m.unmet_gpu_hours for m in pools), 3),
         "unmet_production_gpu_hours": round(sum(m.unmet_production_gpu_hours for m in pools), 3),
         "unmet_guaranteed_production_gpu_hours": _sum_or_none(m.unmet_guaranteed_production_gpu_hours for m in pools),
+        "production_waiting_gpu_hours": _sum_or_none(getattr(m, "production_waiting_gpu_hours", None)
+                                                     for m in pools),
         "reclaim_preemptions": sum(getattr(m, "reclaim_preemptions", 0) for m in pools),
         "reclaim_lost_gpu_hours": round(sum(getattr(m, "reclaim_lost_gpu_hours", 0.0) for m in pools), 3),
         "p95_wait_minutes_by_tier": waits,

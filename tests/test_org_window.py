@@ -192,6 +192,12 @@ def test_on_demand_shortage_runs_through_the_simulator_and_reports_unmet_product
     ours = runner(d, {"prod": 2, "exp": 0}, lend=True, controller="gpuloan", scenario=short, report_from_hour=SIZING)
     assert k.pools["prod"].unmet_production_gpu_hours == pytest.approx(3 + 4 + 3, abs=1e-6)  # nothing launched
     assert ours.pools["prod"].unmet_production_gpu_hours == 0
+    # GPUs waiting, minute by minute: karpenter's jobs wait from submission to the end of the run (hours 30, 36
+    # and 42: 18 x 1 + 12 x 2 + 6 x 1); the floor starts every one of ours at once, so none waited within it
+    assert k.pools["prod"].production_waiting_gpu_hours == pytest.approx(18 + 24 + 6, abs=1e-6)
+    assert k.pools["prod"].unmet_guaranteed_production_gpu_hours == 0  # no floor: nothing was guaranteed
+    assert ours.pools["prod"].production_waiting_gpu_hours == 0
+    assert ours.pools["prod"].unmet_guaranteed_production_gpu_hours == 0
     # the default scenario serves karpenter's production work (the shortage is what left it unmet)
     k0 = runner(d, {"prod": 0, "exp": 0}, lend=False, controller="karpenter", scenario=Scenario(),
                 report_from_hour=SIZING)
@@ -272,3 +278,26 @@ def test_scenarios_branched_from_one_run_give_the_figures_of_separate_runs():
         assert got == want, controller
         if not lend:  # the scenarios do change these runs (exp's spot launches fail): different runs compared
             assert want[1] != want[0] and want[2] != want[0], controller
+
+
+def test_production_waiting_within_its_floor_counts_the_guarantee_not_kept():
+    """sim/environment.py _track_production_wait: production GPUs waiting while the pool's own floor had room not
+    running production. Here the pool's own interruptible job holds the one-node floor (half the pool's jobs are
+    production, picked by job id: jobs 0 and 1 interruptible, job 2 production) and no elastic node launches
+    (on-demand shortage over the window): the production job waits for the floor from hour 26 to hour 35, all of
+    it within the floor; karpenter, with no floor, waits to the end of the run and had nothing guaranteed."""
+    from sim.environment import production_flags
+
+    traces = {"prod": _jobs("prod", [(24.5, 10, 1), (25, 0.5, 1), (26, 2, 1)]), "exp": _jobs("exp", [(3, 1, 1)])}
+    assert production_flags(traces["prod"], 50, CALM.seed, "prod") == [False, False, True]
+    short = SimSettings(spot_interruptions_per_month=0.0, on_demand_unavailable_windows=((SIZING * 60, HOURS * 60),))
+    figures = {}
+    for controller, floors in (("gpuloan", {"prod": 1, "exp": 0}), ("karpenter", {"prod": 0, "exp": 0})):
+        cfg = org_advisor.setup_config(_cfg(50), floors, lend=True)
+        res = simulate_environment(cfg, traces, KARPENTER[controller], short, HOURS * 60,
+                                   window_from_minute=SIZING * 60)
+        w = res.pools["prod"]["window"]
+        figures[controller] = (w["production_waiting_gpu_hours"], w["unmet_guaranteed_production_gpu_hours"])
+    # job 0 (10 h from 24.5) then job 1 (queued first, 0.5 h) hold the floor until hour 35
+    assert figures["gpuloan"] == (pytest.approx(9.0), pytest.approx(9.0))
+    assert figures["karpenter"] == (pytest.approx(HOURS - 26.0), 0.0)
