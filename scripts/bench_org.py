@@ -476,8 +476,9 @@ def _scenario_tables(docs, rotations, seeds) -> None:
         for term in TERMS:
             for rotation in rotations:
                 hours = _mean([docs[(term, rotation, s, GOAL_LEVEL)]["scenarios"][sc]["shortage_hours"] for s in seeds])
-                cells = [f"{_cell(docs, term, rotation, seeds, n, scenario=sc):,.0f} / " + _waiting_cell(
-                         docs, term, rotation, seeds, n, sc) for n in names]
+                cells = [f"{_cell(docs, term, rotation, seeds, n, scenario=sc):,.0f} / "
+                         f"{_cell(docs, term, rotation, seeds, n, 'unmet_production_gpu_hours', sc):,.0f}"
+                         for n in names]
                 print(f"| {term} | {rotation + 1} | {hours:.1f} | " + " | ".join(cells) + " |")
         print()
 
