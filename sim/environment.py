@@ -59,6 +59,17 @@ What is modelled (docs/simulator.md, "An environment"; the Kueue semantics in do
   room fragmented (two 1-GPU borrowers on two 4-GPU nodes keep a 4-GPU job off both), which would send the
   owner's work to elastic nodes and charge lending for a scheduler artefact. A preempted job loses the work since
   its last checkpoint and requeues in its original submission order, as after a spot interruption.
+- Priority within a production pool (withinClusterQueue: LowerPriority): a ClusterQueue orders its workloads by
+  priority, then creation time, and a production pool's queue lets a pending workload preempt lower-priority ones
+  of the same queue (Kueue v0.19.2 site/content/en/docs/concepts/cluster_queue.md "Queueing strategy" and
+  "Preemption"; workload_priority_class.md "Where workload's priority is used"). Where a production-tier pool
+  has a floor and interruptible jobs of its own (production share < 100 %), those run at a lower
+  WorkloadPriorityClass than its production jobs: its pending production jobs are admitted first, and one that
+  fits the floor beside the production already on it but finds no floor room preempts the pool's interruptible
+  jobs on the floor node(s) it then starts on, node-aware as the reclaim (most recently admitted first; the
+  fewest GPUs on one node, the set minimized; a gang takes whole floor nodes running no production). They lose
+  their work since the last checkpoint and requeue (`priority_preemptions`, `priority_lost_gpu_hours`).
+  Everywhere else a pool's own jobs keep their submission order, as in a single-pool run.
 Not modelled: series pools lending or borrowing (fluid demand has no jobs to admit: they run on their own
 capacity), fair sharing, a borrower's job spanning flavors.
 """
@@ -227,8 +238,10 @@ class PoolSim(Simulation):
 
 class EnvJobsWorkload(JobsWorkload):
     """JobsWorkload with job classes and Kueue's cohort: production jobs wait in their own queues (they may use
-    fewer nodes), interruptible jobs may borrow lenders' idle floors, and the owner's reclaim preempts them.
-    With no lender and no production job kept off any node (`plain`) it schedules exactly as JobsWorkload."""
+    fewer nodes), interruptible jobs may borrow lenders' idle floors, and the owner's reclaim preempts them; in a
+    production pool with a floor and interruptible jobs (`priority_within`) production comes first and preempts
+    them (module docstring). With no lender, no production job kept off any node and no priority within the pool
+    (`plain`) it schedules exactly as JobsWorkload."""
 
     def __init__(self, sim: PoolSim, production: list[bool] | None, production_on_spot: bool):
         self.production = production
