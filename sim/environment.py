@@ -484,17 +484,25 @@ class EnvJobsWorkload(JobsWorkload):
             v.sort(key=lambda x: x[0])
         prod_use = sum(prod_on.values())
         nominal = sim.floor_gpus
+        reserved = {id(n): 0 for n in nodes}  # GPUs of production jobs this pass counts on the scheduling pass for
+
+        def free(n) -> int:
+            return n.gpus - n.busy - reserved[id(n)]
+
         pending = sorted(i for q in self.prod_queues.values() for i in q)
         for i in pending:
             g = self.gpus[i]
             if prod_use + g > nominal:
                 continue  # beyond the floor's quota even with every interruptible job gone
             if g <= gpn:
-                if any(n.gpus - n.busy >= g for n in nodes):
-                    continue  # there is room: the scheduling pass places it
+                room = [n for n in nodes if free(n) >= g]
+                if room:  # the scheduling pass places it there
+                    reserved[id(room[0])] += g
+                    prod_use += g
+                    continue
                 best = None
                 for n in nodes:
-                    have = n.gpus - n.busy
+                    have = free(n)
                     cands = [v for v in low_on.get(id(n), []) if self.run_start[v[1]] is not None]
                     if have + sum(v[2] for v in cands) < g:
                         continue
@@ -516,9 +524,14 @@ class EnvJobsWorkload(JobsWorkload):
                 chosen, victims = best[1], [v[1] for v in best[2]]
             else:
                 k = -(-g // gpn)
-                if sum(1 for n in nodes if n.busy == 0) >= k:
-                    continue  # whole floor nodes are free: the scheduling pass places it
-                whole = [n for n in nodes if not prod_on.get(id(n)) and not other_on.get(id(n))]
+                empty = [n for n in nodes if n.busy == 0 and reserved[id(n)] == 0]
+                if len(empty) >= k:  # whole floor nodes are free: the scheduling pass places it
+                    for n in empty[:k]:
+                        reserved[id(n)] = n.gpus
+                    prod_use += g
+                    continue
+                whole = [n for n in nodes if not prod_on.get(id(n)) and not other_on.get(id(n))
+                         and reserved[id(n)] == 0]
                 whole.sort(key=lambda n: (n.busy, n.serial))
                 if len(whole) < k:
                     continue

@@ -331,3 +331,21 @@ def test_production_pool_admits_its_production_jobs_before_its_interruptible_one
     assert jobs.first_start[7] == int(26.5 * 60)  # as soon as job 2 ends
     assert jobs.first_start[3] == int(27.5 * 60)  # then the interruptible jobs, in submission order
     assert res.pools["prod"]["window"]["priority_preemptions"] == 0
+
+
+def test_production_jobs_arriving_together_take_the_free_floor_node_and_preempt_for_the_other():
+    """Two production jobs (2 and 7) arrive in the same minute at a two-node floor: one node is free, the pool's
+    interruptible job 1 holds the other. The first takes the free node; the second preempts job 1 at once (it
+    does not count on the node the first one takes) instead of waiting for the next change in the pool."""
+    from sim.environment import production_flags
+
+    rows = [(0.5, 0.5, 1), (24.2, 10, 1)] + [(25, 2, 1)] * 6
+    traces = {"prod": _jobs("prod", rows), "exp": _jobs("exp", [(3, 1, 1)])}
+    assert production_flags(traces["prod"], 50, CALM.seed, "prod") == [False, False, True] + [False] * 4 + [True]
+    short = SimSettings(spot_interruptions_per_month=0.0, on_demand_unavailable_windows=((SIZING * 60, HOURS * 60),))
+    cfg = org_advisor.setup_config(_cfg(50), {"prod": 2, "exp": 0}, lend=True)
+    res = simulate_environment(cfg, traces, KARPENTER["gpuloan"], short, HOURS * 60, window_from_minute=SIZING * 60)
+    jobs = res.sims["prod"].workload
+    assert jobs.first_start[2] == jobs.first_start[7] == 25 * 60
+    assert res.pools["prod"]["window"]["priority_preemptions"] == 1
+    assert res.pools["prod"]["window"]["unmet_guaranteed_production_gpu_hours"] == 0.0
