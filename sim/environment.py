@@ -59,6 +59,17 @@ What is modelled (docs/simulator.md, "An environment"; the Kueue semantics in do
   room fragmented (two 1-GPU borrowers on two 4-GPU nodes keep a 4-GPU job off both), which would send the
   owner's work to elastic nodes and charge lending for a scheduler artefact. A preempted job loses the work since
   its last checkpoint and requeues in its original submission order, as after a spot interruption.
+- Priority within a production pool (withinClusterQueue: LowerPriority): a ClusterQueue orders its workloads by
+  priority, then creation time, and a production pool's queue lets a pending workload preempt lower-priority ones
+  of the same queue (Kueue v0.19.2 site/content/en/docs/concepts/cluster_queue.md "Queueing strategy" and
+  "Preemption"; workload_priority_class.md "Where workload's priority is used"). Where a production-tier pool
+  has a floor and interruptible jobs of its own (production share < 100 %), those run at a lower
+  WorkloadPriorityClass than its production jobs: its pending production jobs are admitted first, and one that
+  fits the floor beside the production already on it but finds no floor room preempts the pool's interruptible
+  jobs on the floor node(s) it then starts on, node-aware as the reclaim (most recently admitted first; the
+  fewest GPUs on one node, the set minimized; a gang takes whole floor nodes running no production). They lose
+  their work since the last checkpoint and requeue (`priority_preemptions`, `priority_lost_gpu_hours`).
+  Everywhere else a pool's own jobs keep their submission order, as in a single-pool run.
 Not modelled: series pools lending or borrowing (fluid demand has no jobs to admit: they run on their own
 capacity), fair sharing, a borrower's job spanning flavors.
 """
@@ -227,14 +238,19 @@ class PoolSim(Simulation):
 
 class EnvJobsWorkload(JobsWorkload):
     """JobsWorkload with job classes and Kueue's cohort: production jobs wait in their own queues (they may use
-    fewer nodes), interruptible jobs may borrow lenders' idle floors, and the owner's reclaim preempts them.
-    With no lender and no production job kept off any node (`plain`) it schedules exactly as JobsWorkload."""
+    fewer nodes), interruptible jobs may borrow lenders' idle floors, and the owner's reclaim preempts them; in a
+    production pool with a floor and interruptible jobs (`priority_within`) production comes first and preempts
+    them (module docstring). With no lender, no production job kept off any node and no priority within the pool
+    (`plain`) it schedules exactly as JobsWorkload."""
 
     def __init__(self, sim: PoolSim, production: list[bool] | None, production_on_spot: bool):
         self.production = production
         self.production_on_spot = production_on_spot
         self.prod_queues: dict[int, list] = {}
         self.plain = True
+        # A production pool whose jobs are partly interruptible: Kueue admits its production jobs first and lets
+        # them preempt its interruptible ones within its ClusterQueue (set by the environment; docstring).
+        self.priority_within = False
         super().__init__(sim)
         self.lenders: list[tuple[PoolSim, int | None]] = []  # set by the environment
         self.borrowed: dict[str, int] = {}  # lender -> GPUs this pool's jobs hold on its floor now
@@ -247,7 +263,10 @@ class EnvJobsWorkload(JobsWorkload):
         self.production_interruptions = 0
         self.reclaim_preemptions = 0
         self.reclaim_lost_gpu_minutes = 0.0
+        self.priority_preemptions = 0  # interruptible jobs preempted by this pool's own production jobs
+        self.priority_lost_gpu_minutes = 0.0
         self._reclaiming = False
+        self._preempting_within = False
 
     # -- classes --
 
@@ -336,6 +355,12 @@ class EnvJobsWorkload(JobsWorkload):
                 self.reclaim_lost_gpu_minutes += self.sim.c.lost_gpu_minutes - lost
                 self.lender_of[i] = None
                 return
+            if self._preempting_within:
+                lost = self.sim.c.lost_gpu_minutes
+                super()._stop(i, now, finished)
+                self.priority_preemptions += 1
+                self.priority_lost_gpu_minutes += self.sim.c.lost_gpu_minutes - lost
+                return
         super()._stop(i, now, finished)
         self.lender_of[i] = None
 
@@ -347,6 +372,15 @@ class EnvJobsWorkload(JobsWorkload):
             self._stop(i, now, finished=False)
         finally:
             self._reclaiming = False
+
+    def preempt_within(self, i: int, now: int) -> None:
+        """Kueue evicts this pool's interruptible job i for a higher-priority job of the same ClusterQueue
+        (withinClusterQueue: LowerPriority): its work since the last checkpoint is lost, it requeues."""
+        self._preempting_within = True
+        try:
+            self._stop(i, now, finished=False)
+        finally:
+            self._preempting_within = False
 
     # -- admission and placement --
 
@@ -385,11 +419,18 @@ class EnvJobsWorkload(JobsWorkload):
         gpn = sim.spec.gpus_per_node
         fits_below = {False: gpn + 1, True: gpn + 1}  # single-node sizes >= this no longer fit, per class
         gang_below = {False: math.inf, True: math.inf}
-        heads = [(q[0], size, False) for size, q in self.queues.items() if q]
-        heads += [(q[0], size, True) for size, q in self.prod_queues.items() if q]
+        if self.priority_within and any(self.prod_queues.values()):
+            self._preempt_for_production(now)
+            own = [n for n in own if n.busy < n.gpus]
+            prod_nodes = [n for n in prod_nodes if n.busy < n.gpus]
+        # Kueue admits a ClusterQueue's workloads by priority, then creation time: where this pool's interruptible
+        # jobs run at a lower priority (priority_within), its pending production jobs come first.
+        first = 0 if self.priority_within else 1
+        heads = [(1, q[0], size, False) for size, q in self.queues.items() if q]
+        heads += [(first, q[0], size, True) for size, q in self.prod_queues.items() if q]
         heapq.heapify(heads)
         while heads:
-            i, size, prod = heapq.heappop(heads)
+            rank, i, size, prod = heapq.heappop(heads)
             if size <= gpn:
                 if size >= fits_below[prod]:
                     continue
@@ -407,11 +448,104 @@ class EnvJobsWorkload(JobsWorkload):
                 q = (self.prod_queues if prod else self.queues)[size]
                 heapq.heappop(q)
                 if q:
-                    heapq.heappush(heads, (q[0], size, prod))
+                    heapq.heappush(heads, (rank, q[0], size, prod))
                 own = [n for n in own if n.busy < n.gpus]
                 prod_nodes = [n for n in prod_nodes if n.busy < n.gpus]
                 for entry in borrowable:
                     entry[1] = [n for n in entry[1] if n.busy < n.gpus]
+
+    def _preempt_for_production(self, now: int) -> None:
+        """withinClusterQueue: LowerPriority. A pending production job (submission order) that fits the floor
+        beside the production work already on it, but finds no floor node with room, preempts this pool's own
+        interruptible jobs on the floor node(s) it then starts on: on one node the fewest interruptible GPUs that
+        make room, candidates most recently admitted first, the set minimized; a gang takes whole floor nodes
+        running no production (nor borrowed) work, those with the fewest interruptible GPUs. Node-aware, as
+        Environment._reclaim (module docstring). Borrowed jobs are left to the reclaim."""
+        sim = self.sim
+        gpn = sim.spec.gpus_per_node
+        nodes = [n for n in sim.floor_nodes if n.ready_at <= now]
+        if not nodes:
+            return
+        prod_on: dict[int, int] = {}  # node -> GPUs of this pool's production jobs on it
+        low_on: dict[int, list] = {}  # node -> [(candidate key, job, GPUs here)] of its interruptible jobs
+        other_on: dict[int, int] = {}  # node -> GPUs of other pools' (borrowed) jobs on it
+        for n in nodes:
+            for j in n.jobs:
+                if not isinstance(j, int):
+                    other_on[id(n)] = other_on.get(id(n), 0) + next(
+                        u for m, u in self.sim.env.pools[j[0]].workload.on_nodes[j[1]] if m is n)
+                    continue
+                used = next(u for m, u in self.on_nodes[j] if m is n)
+                if self.production[j]:
+                    prod_on[id(n)] = prod_on.get(id(n), 0) + used
+                else:
+                    low_on.setdefault(id(n), []).append(((-self.admitted_at[j], -j), j, used))
+        for v in low_on.values():
+            v.sort(key=lambda x: x[0])
+        prod_use = sum(prod_on.values())
+        nominal = sim.floor_gpus
+        reserved = {id(n): 0 for n in nodes}  # GPUs of production jobs this pass counts on the scheduling pass for
+
+        def free(n) -> int:
+            return n.gpus - n.busy - reserved[id(n)]
+
+        pending = sorted(i for q in self.prod_queues.values() for i in q)
+        for i in pending:
+            g = self.gpus[i]
+            if prod_use + g > nominal:
+                continue  # beyond the floor's quota even with every interruptible job gone
+            if g <= gpn:
+                room = [n for n in nodes if free(n) >= g]
+                if room:  # the scheduling pass places it there
+                    reserved[id(room[0])] += g
+                    prod_use += g
+                    continue
+                best = None
+                for n in nodes:
+                    have = free(n)
+                    cands = [v for v in low_on.get(id(n), []) if self.run_start[v[1]] is not None]
+                    if have + sum(v[2] for v in cands) < g:
+                        continue
+                    targets = []
+                    for v in cands:
+                        if have >= g:
+                            break
+                        targets.append(v)
+                        have += v[2]
+                    for v in reversed(list(targets)):  # minimize: give back a target the job fits without
+                        if have - v[2] >= g:
+                            targets.remove(v)
+                            have -= v[2]
+                    cost = (sum(v[2] for v in targets), [v[0] for v in targets], n.serial)
+                    if best is None or cost < best[0]:
+                        best = (cost, [n], targets)
+                if best is None:
+                    continue
+                chosen, victims = best[1], [v[1] for v in best[2]]
+            else:
+                k = -(-g // gpn)
+                empty = [n for n in nodes if n.busy == 0 and reserved[id(n)] == 0]
+                if len(empty) >= k:  # whole floor nodes are free: the scheduling pass places it
+                    for n in empty[:k]:
+                        reserved[id(n)] = n.gpus
+                    prod_use += g
+                    continue
+                whole = [n for n in nodes if not prod_on.get(id(n)) and not other_on.get(id(n))
+                         and reserved[id(n)] == 0]
+                whole.sort(key=lambda n: (n.busy, n.serial))
+                if len(whole) < k:
+                    continue
+                chosen = whole[:k]
+                victims = sorted({j for n in chosen for _, j, _ in low_on.get(id(n), [])})
+            for j in victims:
+                if self.run_start[j] is not None:  # a gang victim may sit on several chosen nodes
+                    self.preempt_within(j, now)
+            if (chosen[0].gpus - chosen[0].busy < g) if len(chosen) == 1 else any(n.busy for n in chosen):
+                continue  # not freed as counted (should not happen): leave it to the scheduling pass
+            Environment._start_reclaimed(self, i, chosen, now)
+            prod_use += g
+            for n in chosen:
+                prod_on[id(n)] = prod_on.get(id(n), 0) + (g if len(chosen) == 1 else n.gpus)
 
     def _room(self, lender: PoolSim) -> int:
         """GPUs this queue may still borrow from the lender's floor: its lendingLimit left, this queue's
@@ -565,7 +699,11 @@ class Environment:
                         ls.workload, EnvJobsWorkload):
                     w.lenders.append((ls, self.sharing[name].borrowing_limit_gpus.get(lender)))
             kept_off_spot = w.production is not None and not w.production_on_spot and sim.spec.has_spot
-            w.plain = not w.lenders and not kept_off_spot
+            # A production pool with a floor and interruptible jobs of its own: its ClusterQueue preempts lower
+            # priority (stacks/scheduling.py preempt_lower_priority), its interruptible jobs run below production.
+            w.priority_within = (self.cfg.pool(name).tier == Tier.production and w.production is not None
+                                 and not all(w.production) and sim.spec.floor_nodes > 0)
+            w.plain = not w.lenders and not kept_off_spot and not w.priority_within
         # Groups of pools that can influence each other (connected by lending): they skip quiet minutes together.
         parent = {n: n for n in self.pools}
 
@@ -815,6 +953,7 @@ class Environment:
         win_by_tier: dict[str, list[float]] = {}
         win_by_class: dict[str, list[float]] = {PRODUCTION: [], INTERRUPTIBLE: []}
         env = {"production_interruptions": 0, "reclaim_preemptions": 0, "reclaim_lost_gpu_hours": 0.0,
+               "priority_preemptions": 0, "priority_lost_gpu_hours": 0.0,
                "floor_gpu_hours": 0.0, "floor_owned_gpu_hours": 0.0, "floor_lent_gpu_hours": 0.0,
                "borrowed_gpu_hours": 0.0, "production_jobs": 0}
         sums = ("total_cost_usd", "guaranteed_cost_usd", "elastic_spot_cost_usd", "elastic_on_demand_cost_usd",
@@ -858,7 +997,8 @@ class Environment:
                                             for c, v in by_class.items()}
         if self.window_from is not None:
             keys = ("production_interruptions", "jobs_interrupted", "spot_interruptions", "lost_gpu_hours",
-                    "reclaim_preemptions", "reclaim_lost_gpu_hours", "borrowed_gpu_hours", "floor_gpu_hours",
+                    "reclaim_preemptions", "reclaim_lost_gpu_hours", "priority_preemptions",
+                    "priority_lost_gpu_hours", "borrowed_gpu_hours", "floor_gpu_hours",
                     "floor_owned_gpu_hours", "floor_lent_gpu_hours", "unmet_gpu_hours", "unmet_production_gpu_hours",
                     "production_waiting_gpu_hours", "unmet_guaranteed_production_gpu_hours", "jobs_submitted")
             win = {k: round(sum(p["window"][k] for p in pools.values()), 3) for k in keys}
@@ -994,6 +1134,8 @@ class Environment:
             "lost_gpu_minutes": sim.c.lost_gpu_minutes,
             "reclaim_preemptions": env_w.reclaim_preemptions if env_w else 0,
             "reclaim_lost_gpu_minutes": env_w.reclaim_lost_gpu_minutes if env_w else 0.0,
+            "priority_preemptions": env_w.priority_preemptions if env_w else 0,
+            "priority_lost_gpu_minutes": env_w.priority_lost_gpu_minutes if env_w else 0.0,
             "borrowed_gpu_minutes": (env_w.borrowed_gpu_minutes + env_w.borrowed_now * max(
                 0, minute - env_w._borrowed_since)) if env_w else 0,
             "floor_lent_gpu_minutes": sim.lent_gpu_minutes + sim.lent_gpus * max(0, minute - sim._lent_since),
@@ -1049,6 +1191,8 @@ class Environment:
             "lost_gpu_hours": round(d["lost_gpu_minutes"] / 60, 3),
             "reclaim_preemptions": d["reclaim_preemptions"],
             "reclaim_lost_gpu_hours": round(d["reclaim_lost_gpu_minutes"] / 60, 3),
+            "priority_preemptions": d["priority_preemptions"],
+            "priority_lost_gpu_hours": round(d["priority_lost_gpu_minutes"] / 60, 3),
             "borrowed_gpu_hours": round(d["borrowed_gpu_minutes"] / 60, 3),
             "floor_gpu_hours": round(floor_minutes / 60, 3),
             "floor_owned_gpu_hours": round((d["floor_busy_gpu_minutes"] - d["floor_lent_gpu_minutes"]) / 60, 3),
@@ -1082,6 +1226,8 @@ class Environment:
                 sim.c.jobs_interrupted if sim.production_all else 0),
             "reclaim_preemptions": env_w.reclaim_preemptions if env_w else 0,
             "reclaim_lost_gpu_hours": round(env_w.reclaim_lost_gpu_minutes / 60, 3) if env_w else 0.0,
+            "priority_preemptions": env_w.priority_preemptions if env_w else 0,
+            "priority_lost_gpu_hours": round(env_w.priority_lost_gpu_minutes / 60, 3) if env_w else 0.0,
             "borrowed_gpu_hours": round(env_w.borrowed_gpu_minutes / 60, 3) if env_w else 0.0,
             "floor_gpu_hours": round(floor_minutes / 60, 3),
             "floor_owned_gpu_hours": round((busy - lent) / 60, 3),

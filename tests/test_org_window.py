@@ -280,24 +280,72 @@ def test_scenarios_branched_from_one_run_give_the_figures_of_separate_runs():
             assert want[1] != want[0] and want[2] != want[0], controller
 
 
-def test_production_waiting_within_its_floor_counts_the_guarantee_not_kept():
+def test_production_waiting_within_its_floor_preempts_the_pools_own_interruptible_work():
     """sim/environment.py _track_production_wait: production GPUs waiting while the pool's own floor had room not
     running production. Here the pool's own interruptible job holds the one-node floor (half the pool's jobs are
     production, picked by job id: jobs 0 and 1 interruptible, job 2 production) and no elastic node launches
-    (on-demand shortage over the window): the production job waits for the floor from hour 26 to hour 35, all of
-    it within the floor; karpenter, with no floor, waits to the end of the run and had nothing guaranteed."""
+    (on-demand shortage over the window). In Kueue the production pool's ClusterQueue preempts lower priority
+    (withinClusterQueue: LowerPriority) and its interruptible jobs run below production: the production job
+    arriving at hour 26 preempts job 0 at once (it loses its work since the last checkpoint) and waits for
+    nothing; karpenter, with no floor, waits to the end of the run and had nothing guaranteed."""
     from sim.environment import production_flags
 
-    traces = {"prod": _jobs("prod", [(24.5, 10, 1), (25, 0.5, 1), (26, 2, 1)]), "exp": _jobs("exp", [(3, 1, 1)])}
+    traces = {"prod": _jobs("prod", [(24.4, 10, 1), (25, 0.5, 1), (26, 2, 1)]), "exp": _jobs("exp", [(3, 1, 1)])}
     assert production_flags(traces["prod"], 50, CALM.seed, "prod") == [False, False, True]
     short = SimSettings(spot_interruptions_per_month=0.0, on_demand_unavailable_windows=((SIZING * 60, HOURS * 60),))
-    figures = {}
+    figures, windows = {}, {}
     for controller, floors in (("gpuloan", {"prod": 1, "exp": 0}), ("karpenter", {"prod": 0, "exp": 0})):
         cfg = org_advisor.setup_config(_cfg(50), floors, lend=True)
         res = simulate_environment(cfg, traces, KARPENTER[controller], short, HOURS * 60,
                                    window_from_minute=SIZING * 60)
-        w = res.pools["prod"]["window"]
+        w = windows[controller] = res.pools["prod"]["window"]
         figures[controller] = (w["production_waiting_gpu_hours"], w["unmet_guaranteed_production_gpu_hours"])
-    # job 0 (10 h from 24.5) then job 1 (queued first, 0.5 h) hold the floor until hour 35
-    assert figures["gpuloan"] == (pytest.approx(9.0), pytest.approx(9.0))
+        if controller == "gpuloan":
+            jobs = res.sims["prod"].workload
+            assert jobs.first_start[2] == 26 * 60  # on the floor at once, in job 0's place
+    assert figures["gpuloan"] == (0.0, 0.0)
+    # job 0 was preempted once, 96 minutes into its run: the 6 minutes since its last checkpoint (every 30) are lost
+    assert windows["gpuloan"]["priority_preemptions"] == 1
+    assert windows["gpuloan"]["priority_lost_gpu_hours"] == pytest.approx(0.1)
+    assert windows["gpuloan"]["reclaim_preemptions"] == 0  # nothing was borrowed: not a reclaim
     assert figures["karpenter"] == (pytest.approx(HOURS - 26.0), 0.0)
+    assert windows["karpenter"]["priority_preemptions"] == 0
+
+
+def test_production_pool_admits_its_production_jobs_before_its_interruptible_ones():
+    """Kueue admits a ClusterQueue's workloads by priority, then creation time: in a production pool with a
+    one-node floor, job 2 (production) holds the floor, jobs 3-6 (interruptible) and then job 7 (production)
+    wait (an on-demand shortage: no elastic node). When job 2 ends, job 7 is admitted first although submitted
+    last, without preempting anything (the floor's quota was all production: nothing to preempt before)."""
+    from sim.environment import production_flags
+
+    rows = [(1, 0.5, 1), (1.5, 0.5, 1), (24.5, 2, 1), (25, 3, 1), (25.1, 3, 1), (25.2, 3, 1), (25.3, 3, 1),
+            (25.5, 1, 1)]
+    traces = {"prod": _jobs("prod", rows), "exp": _jobs("exp", [(3, 1, 1)])}
+    assert production_flags(traces["prod"], 50, CALM.seed, "prod") == [False, False, True] + [False] * 4 + [True]
+    short = SimSettings(spot_interruptions_per_month=0.0, on_demand_unavailable_windows=((SIZING * 60, HOURS * 60),))
+    cfg = org_advisor.setup_config(_cfg(50), {"prod": 1, "exp": 0}, lend=True)
+    res = simulate_environment(cfg, traces, KARPENTER["gpuloan"], short, HOURS * 60, window_from_minute=SIZING * 60)
+    jobs = res.sims["prod"].workload
+    assert jobs.first_start[2] == int(24.5 * 60)
+    assert jobs.first_start[7] == int(26.5 * 60)  # as soon as job 2 ends
+    assert jobs.first_start[3] == int(27.5 * 60)  # then the interruptible jobs, in submission order
+    assert res.pools["prod"]["window"]["priority_preemptions"] == 0
+
+
+def test_production_jobs_arriving_together_take_the_free_floor_node_and_preempt_for_the_other():
+    """Two production jobs (2 and 7) arrive in the same minute at a two-node floor: one node is free, the pool's
+    interruptible job 1 holds the other. The first takes the free node; the second preempts job 1 at once (it
+    does not count on the node the first one takes) instead of waiting for the next change in the pool."""
+    from sim.environment import production_flags
+
+    rows = [(0.5, 0.5, 1), (24.2, 10, 1)] + [(25, 2, 1)] * 6
+    traces = {"prod": _jobs("prod", rows), "exp": _jobs("exp", [(3, 1, 1)])}
+    assert production_flags(traces["prod"], 50, CALM.seed, "prod") == [False, False, True] + [False] * 4 + [True]
+    short = SimSettings(spot_interruptions_per_month=0.0, on_demand_unavailable_windows=((SIZING * 60, HOURS * 60),))
+    cfg = org_advisor.setup_config(_cfg(50), {"prod": 2, "exp": 0}, lend=True)
+    res = simulate_environment(cfg, traces, KARPENTER["gpuloan"], short, HOURS * 60, window_from_minute=SIZING * 60)
+    jobs = res.sims["prod"].workload
+    assert jobs.first_start[2] == jobs.first_start[7] == 25 * 60
+    assert res.pools["prod"]["window"]["priority_preemptions"] == 1
+    assert res.pools["prod"]["window"]["unmet_guaranteed_production_gpu_hours"] == 0.0
