@@ -52,7 +52,7 @@ SLOW = {
     "make benchmark": "1 min unloaded, 3 under load: 150 simulations of 57 days",
     "make bench-what-if": "30 s unloaded: 60 simulations of 57 days",
     "make bench-advise": "12 s unloaded, 30 s under load: 20 simulations of a month, and a timing benchmark",
-    "make bench-org": "~3-5 min: 72 fluid advisor runs and 9 simulations of 57 days over the ten ITP clusters",
+    "make bench-org": "~8-13 min: 72 fluid advisor runs and 27 simulations of 57 days over the ten ITP clusters",
     "make bench-capacity-block": "40 simulated Capacity Blocks, before and after",
     "make bench-sizes": "1 min unloaded, 2 under load: 30 simulations of 57 days",
 }
