@@ -41,6 +41,13 @@ def administrators(p: Plan, r, req) -> bool:
     the account's GitHub provider (stacks/gitops/github_oidc.py, stacks/gitops/role_guard.py), and adopting a new VPC's default
     security group, which AWS creates untagged (a new VPC is an administrator's `pulumi up`, docs/gitops.md)."""
     ci = perms.ci_path(p.env)
+    if req.op == "create" and (req.action in perms.ADMINISTRATOR_ONLY or (
+            r.type == "aws:kms/key:Key" and req.action == "kms:TagResource" and req.resource == "*") or (
+            r.type == "aws:iam/openIdConnectProvider:OpenIdConnectProvider"
+            and req.action == "iam:TagOpenIDConnectProvider")):
+        # KMS keys and the cluster's IRSA provider are created by the administrator's `pulumi up` (issue 42):
+        # the tags their creates send could only be granted on resources of any owner (perms.ADMINISTRATOR_ONLY).
+        return True
     if r.type == "aws:ec2/defaultSecurityGroup:DefaultSecurityGroup":
         return req.op == "create" and not any(k.startswith("aws:ResourceTag/") for k in req.context)
     if r.type in ("aws:iam/role:Role", "aws:iam/policy:Policy"):
@@ -135,10 +142,37 @@ def test_a_launch_template_create_is_refused_with_the_iam_action_in_create_actio
     assert not allowed(doc, "ec2:CreateTags", "arn:aws:ec2:us-east-1:123456789012:launch-template/lt-1", new)
 
 
-def test_kms_tag_on_create_cannot_retag_another_environments_key():
+def test_the_deploy_role_cannot_adopt_an_untagged_key_role_or_provider():
+    """Issue 42: kms:TagResource on `*` for a key without an environment tag let the deploy role tag any untagged
+    key of the region, then re-policy, grant or delete it. Tagging an existing resource now needs this environment's
+    tag on it already (and a role's create-time tag only under the environment's path)."""
     scope = perms.Scope("aws", "123456789012", "us-east-1", "dev", "gpuloan-dev")
-    doc = perms.deploy_policy_document(["aws:kms/key:Key"], scope)
-    new = {"aws:RequestTag/gpuloan:environment": "dev", "aws:RequestedRegion": "us-east-1"}
-    assert allowed(doc, "kms:TagResource", "*", new)
-    prod_key = "arn:aws:kms:us-east-1:123456789012:key/1234"
-    assert not allowed(doc, "kms:TagResource", prod_key, {**new, "aws:ResourceTag/gpuloan:environment": "prod"})
+    doc = perms.deploy_policy_document(["aws:kms/key:Key", "aws:kms/alias:Alias", "aws:iam/role:Role",
+                                        "aws:iam/openIdConnectProvider:OpenIdConnectProvider"], scope)
+    adopt = {"aws:RequestTag/gpuloan:environment": "dev", "aws:TagKeys": ["gpuloan:environment"],
+             "aws:RequestedRegion": "us-east-1"}
+    key = "arn:aws:kms:us-east-1:123456789012:key/0f1e2d3c"
+    for resource in ("*", key):
+        assert not allowed(doc, "kms:TagResource", resource, adopt), resource
+    assert not allowed(doc, "kms:CreateKey", "*", adopt)
+    for action in ("kms:PutKeyPolicy", "kms:ScheduleKeyDeletion", "kms:EnableKeyRotation"):
+        assert not allowed(doc, action, key, {"aws:RequestedRegion": "us-east-1"}), action
+        assert allowed(doc, action, key, {"aws:ResourceTag/gpuloan:environment": "dev"}), action
+    # An own key cannot be handed to another environment either.
+    assert not allowed(doc, "kms:TagResource", key, {"aws:ResourceTag/gpuloan:environment": "dev",
+                                                     "aws:RequestTag/gpuloan:environment": "prod"})
+    # Another cluster's IRSA provider (untagged) cannot be tagged, then deleted.
+    provider = "arn:aws:iam::123456789012:oidc-provider/oidc.eks.us-east-1.amazonaws.com/id/ABC"
+    assert not allowed(doc, "iam:TagOpenIDConnectProvider", provider, adopt)
+    assert not allowed(doc, "iam:CreateOpenIDConnectProvider", provider, adopt)
+    # Roles: tags on an existing role only while it carries this environment's tag; a create's tags only with this
+    # environment's tag, on the environment's path.
+    role = "arn:aws:iam::123456789012:role/gpuloan/dev/x"
+    assert not allowed(doc, "iam:TagRole", role, {"aws:RequestTag/team": "x", "aws:TagKeys": ["team"]})
+    assert not allowed(doc, "iam:TagRole", role, {"aws:RequestTag/gpuloan:environment": "prod"})
+    assert not allowed(doc, "iam:TagRole", "arn:aws:iam::123456789012:role/other", adopt)
+    assert not allowed(doc, "iam:TagRole", role, {**adopt, "aws:ResourceTag/gpuloan:environment": "prod"})
+    assert allowed(doc, "iam:TagRole", role, adopt)
+    bound = {"iam:PermissionsBoundary": scope.boundary_arn}
+    assert allowed(doc, "iam:CreateRole", role, {**adopt, **bound})
+    assert not allowed(doc, "iam:CreateRole", role, bound)  # a role is born with the environment's tag

@@ -443,6 +443,21 @@ UNSCOPABLE: dict[str, str] = {
                        "only (`aws:RequestedRegion`); it can only remove a subscription (alerts of another stack in "
                        "the same region could be muted, not read or changed)",
 }
+# Actions the deploy role is never granted: the administrator's `pulumi up` makes these changes (docs/gitops.md,
+# "Keys are the administrator's"). A deploy whose plan needs one fails with AccessDenied before anything else of
+# that resource happens.
+ADMINISTRATOR_ONLY: dict[str, str] = {
+    "kms:CreateKey": "tags sent with CreateKey need kms:TagResource in an IAM policy that is not restricted to "
+                     "particular keys (KMS developer guide, \"Controlling access to tags\"), and KMS has no condition "
+                     "that tells a new key from an existing one (no ec2:CreateAction): the grant would let the role "
+                     "tag, then re-policy, grant or delete, any untagged key of the region (issue 42). Keys are "
+                     "created by the administrator's `pulumi up`, which creates the CI roles too",
+    "iam:CreateOpenIDConnectProvider": "the same for the cluster's IRSA provider: its ARN names an issuer ID "
+                                       "EKS assigns (not a name of this environment), and tags sent with the "
+                                       "create need iam:TagOpenIDConnectProvider on a provider without tags, which "
+                                       "every other cluster's untagged provider in the account would satisfy. It "
+                                       "is created with the cluster, by the administrator's first `pulumi up`",
+}
 # UNSCOPABLE actions that are still limited to the stack's region (global condition key aws:RequestedRegion).
 REGION_ONLY = ("sns:Unsubscribe",)
 # Create actions authorized with a tag the request must carry (aws:RequestTag), the new resource has no tags yet.
@@ -550,22 +565,14 @@ def deploy_policy_document(types: Iterable[str], scope: Scope, invokes: Iterable
         if service in named and service != "kms":
             statements.append(_stmt(f"Change{service.capitalize()}ByName", actions, named[service]))
         elif service == "kms":
-            # CreateKey has no resource; the request must tag the key with this environment. Every other key
-            # action needs the key to carry that tag already; aliases are also checked by their name.
-            create = [a for a in actions if a == "kms:CreateKey"]
-            if create:
-                statements.append(_stmt("CreateKmsKeyTagged", create, "*", {"StringEquals": {
-                    f"aws:RequestTag/{ENV_TAG}": s.env, "aws:RequestedRegion": s.region}}))
-                # Tags sent with CreateKey need kms:TagResource in an IAM policy not restricted to particular keys
-                # (KMS developer guide, "Controlling access to tags"). Only with this environment's tag, and only on
-                # a key that has no environment tag yet: a key of another environment cannot be re-tagged.
-                statements.append(_stmt("TagNewKmsKey", ["kms:TagResource"], "*", {
-                    "StringEquals": {f"aws:RequestTag/{ENV_TAG}": s.env, "aws:RequestedRegion": s.region},
-                    "Null": {f"aws:ResourceTag/{ENV_TAG}": "true"}}))
-            alias = [a for a in actions if "Alias" in a]
-            key = [a for a in actions if a not in create]
-            statements.append(_stmt("ChangeOwnKmsKeys", key, s.arn("kms", "key/*"),
-                                    {"StringEquals": {f"aws:ResourceTag/{ENV_TAG}": s.env}}))
+            # No key is created by this role (ADMINISTRATOR_ONLY: tagging a new key can only be granted on every
+            # key of the region). Every key action needs the key to carry this environment's tag already, and a
+            # tag request may not move a key to another environment; aliases are also checked by their name.
+            key = [a for a in actions if a not in ADMINISTRATOR_ONLY]
+            alias = [a for a in key if "Alias" in a]
+            statements.append(_stmt("ChangeOwnKmsKeys", key, s.arn("kms", "key/*"), {
+                "StringEquals": {f"aws:ResourceTag/{ENV_TAG}": s.env},
+                "StringEqualsIfExists": {f"aws:RequestTag/{ENV_TAG}": s.env}}))
             if alias:
                 statements.append(_stmt("ChangeOwnKmsAliases", alias, named["kms"]))
         elif service == "ec2":
@@ -616,31 +623,49 @@ def _ec2_statements(actions: list[str], s: Scope) -> list[dict]:
 # Role actions for which IAM evaluates iam:PermissionsBoundary (the boundary the request sets or the role carries).
 BOUNDARY_CONDITION_ACTIONS = ("iam:CreateRole", "iam:PutRolePermissionsBoundary", "iam:PutRolePolicy",
                               "iam:AttachRolePolicy", "iam:DeleteRolePolicy", "iam:DetachRolePolicy")
-# Role actions without that key, allowed only on roles tagged with this environment.
+# Role actions without that key, allowed only on roles tagged with this environment. TagRole is among them: a
+# role that does not carry the tag yet cannot be given it, so the tag conditions below cannot be met by tagging
+# first (issue 42). The one exception is the TagRole that IAM evaluates for the tags CreateRole sends
+# (IamTagRoleOnCreate).
 ROLE_ACTIONS_BY_TAG = ("iam:UpdateAssumeRolePolicy", "iam:DeleteRole", "iam:UpdateRole", "iam:UpdateRoleDescription",
-                       "iam:UntagRole")
+                       "iam:UntagRole", "iam:TagRole")
 
 
 def _iam_statements(actions: list[str], s: Scope) -> list[dict]:
     roles = s.arn("iam", f"role{workload_path(s.env)}*", region=False)
     policies = s.arn("iam", f"policy{workload_path(s.env)}*", region=False)
     boundary = {"StringEquals": {"iam:PermissionsBoundary": s.boundary_arn}}
+    own_tag = {f"aws:RequestTag/{ENV_TAG}": s.env}
     out = []
     # Creating a role, or changing what it may do, requires the boundary on it: no role it makes can exceed it.
     # These are the role actions IAM evaluates iam:PermissionsBoundary for (Service Authorization Reference, IAM);
     # for any other action the key is absent and a condition on it would refuse every request.
-    with_boundary = [a for a in actions if a in BOUNDARY_CONDITION_ACTIONS]
+    with_boundary = [a for a in actions if a in BOUNDARY_CONDITION_ACTIONS and a != "iam:CreateRole"]
     out.append(_stmt("IamRolesWithBoundary", with_boundary, roles, boundary))
-    # Trust-policy edits, deletes and role settings carry no iam:PermissionsBoundary: they need the environment's
-    # tag on the role instead (every role the stack creates has it from the provider's default tags), so a role
-    # on the path that the stack did not create stays out of reach.
+    if "iam:CreateRole" in actions:
+        # A new role is born with this environment's tag (CreateRole supports aws:RequestTag), so every role this
+        # role creates is one the tag conditions below recognise.
+        out.append(_stmt("IamCreateRolesTaggedWithBoundary", ["iam:CreateRole"], roles,
+                         {"StringEquals": {**boundary["StringEquals"], **own_tag}}))
+    # Trust-policy edits, deletes, role settings and tag changes carry no iam:PermissionsBoundary: they need the
+    # environment's tag on the role instead (every role the stack creates has it from the provider's default tags),
+    # and a tag change may not move the role to another environment.
     tagged = [a for a in actions if a in ROLE_ACTIONS_BY_TAG]
     if tagged:
         out.append(_stmt("IamChangeOwnTaggedRoles", tagged, roles,
-                         {"StringEquals": {f"aws:ResourceTag/{ENV_TAG}": s.env}}))
-    role_other = [a for a in actions if ("Role" in a and a not in with_boundary and a not in tagged
+                         {"StringEquals": {f"aws:ResourceTag/{ENV_TAG}": s.env},
+                          "StringEqualsIfExists": own_tag}))
+    if "iam:TagRole" in actions and "iam:CreateRole" in actions:
+        # CreateRole with tags also needs iam:TagRole on the new role's ARN, which has no tags yet; IAM offers no
+        # condition that tells that check from a TagRole on an existing untagged role (no ec2:CreateAction for
+        # IAM). So: only under this environment's path, only this environment's tag, on a role without one.
+        # The path is this environment's name (docs/gitops.md: nothing else may live there).
+        out.append(_stmt("IamTagRoleOnCreate", ["iam:TagRole"], roles,
+                         {"StringEquals": own_tag, "Null": {f"aws:ResourceTag/{ENV_TAG}": "true"}}))
+    role_other = [a for a in actions if ("Role" in a and a not in BOUNDARY_CONDITION_ACTIONS and a not in tagged
                                          and a != "iam:PassRole" and "ServiceLinked" not in a)]
-    out.append(_stmt("IamChangeOwnRoles", role_other, roles))
+    if role_other:
+        out.append(_stmt("IamChangeOwnRoles", role_other, roles))
     policy_actions = [a for a in actions if "Policy" in a and "Role" not in a]
     if policy_actions:
         out.append(_stmt("IamChangeOwnPolicies", policy_actions, policies))
@@ -652,18 +677,15 @@ def _iam_statements(actions: list[str], s: Scope) -> list[dict]:
                          s.arn("iam", "role/aws-service-role/*", region=False),
                          {"StringEquals": {"iam:AWSServiceName": [
                              "eks.amazonaws.com", "eks-nodegroup.amazonaws.com", "autoscaling.amazonaws.com"]}}))
-    oidc = [a for a in actions if "OpenIDConnectProvider" in a]
+    oidc = [a for a in actions if "OpenIDConnectProvider" in a and a not in ADMINISTRATOR_ONLY]
     if oidc:
-        # The cluster's IRSA provider: created tagged with this environment, changed only while it carries the tag.
-        # The account's GitHub provider is not tagged by the deploy role and is therefore never changed by it.
-        # Only EKS issuers (oidc-provider/oidc.eks.<region>.amazonaws.com/id/<id>): the GitHub provider carries the
-        # environment tag too (the provider's default tags), so the tag alone would put it in reach.
+        # The cluster's IRSA provider: created by the administrator (ADMINISTRATOR_ONLY), changed only while it
+        # carries this environment's tag. Only EKS issuers (oidc-provider/oidc.eks.<region>.amazonaws.com/id/<id>):
+        # the GitHub provider carries the environment tag too (the provider's default tags), so the tag alone would
+        # put it in reach.
         eks_issuers = s.arn("iam", f"oidc-provider/oidc.eks.{s.region}.amazonaws.com/id/*", region=False)
-        create = [a for a in oidc if a in ("iam:CreateOpenIDConnectProvider", "iam:TagOpenIDConnectProvider")]
-        out.append(_stmt("IamCreateClusterOidcTagged", create, eks_issuers,
-                         {"StringEquals": {f"aws:RequestTag/{ENV_TAG}": s.env}}))
-        out.append(_stmt("IamChangeOwnClusterOidc", [a for a in oidc if a != "iam:CreateOpenIDConnectProvider"],
-                         eks_issuers, {"StringEquals": {f"aws:ResourceTag/{ENV_TAG}": s.env}}))
+        out.append(_stmt("IamChangeOwnClusterOidc", oidc, eks_issuers,
+                         {"StringEquals": {f"aws:ResourceTag/{ENV_TAG}": s.env}, "StringEqualsIfExists": own_tag}))
     return out
 
 
@@ -789,12 +811,16 @@ SCOPE_BY_SERVICE: dict[str, str] = {
            "entries, pod identity associations)",
     "iam": "roles and policies under the path `/gpuloan/<env>/`; CreateRole/PutRolePolicy/AttachRolePolicy/"
            "DeleteRolePolicy/DetachRolePolicy/PutRolePermissionsBoundary only with `iam:PermissionsBoundary` = the "
-           "environment's boundary; UpdateAssumeRolePolicy/DeleteRole/UpdateRole/UntagRole only on roles tagged "
-           "`gpuloan:environment=<env>`; the deploy role's own boundary denies IAM writes on `/gpuloan-ci/<env>/`, "
+           "environment's boundary, CreateRole also with the request tag `gpuloan:environment=<env>`; "
+           "UpdateAssumeRolePolicy/DeleteRole/UpdateRole/TagRole/UntagRole only on roles tagged "
+           "`gpuloan:environment=<env>` (TagRole on an untagged role of the path only with that tag: the check IAM "
+           "makes for CreateRole's tags); the deploy role's own boundary denies IAM writes on `/gpuloan-ci/<env>/`, "
            "users, groups, sts:AssumeRole and other environments' resources; PassRole to "
-           "EKS/Lambda/Scheduler/Pod Identity only; the cluster's IRSA provider by the environment tag; CI roles, "
+           "EKS/Lambda/Scheduler/Pod Identity only; the cluster's IRSA provider by the environment tag (created by the "
+           "administrator); CI roles, "
            "boundary and GitHub provider (`/gpuloan-ci/<env>/`, untagged) are out of reach",
-    "kms": "CreateKey only with the request tag; keys by `aws:ResourceTag`; aliases `alias/gpuloan-<env>-*`",
+    "kms": "no CreateKey (the administrator's, see below); keys by `aws:ResourceTag` (a tag change may not set "
+           "another environment); aliases `alias/gpuloan-<env>-*`",
     "lambda": "function ARN `function:gpuloan-<env>-*`",
     "logs": "log-group ARNs `/aws/eks/<cluster>/*`, `/aws/lambda/gpuloan-<env>-*`",
     "scheduler": "schedule ARN `schedule/default/gpuloan-<env>-*`",
@@ -832,6 +858,10 @@ def markdown() -> str:
               "", "## How the deploy role's changes are scoped, per service", "",
               "| service | scoped by |", "|---|---|"]
     lines += [f"| {svc} | {text} |" for svc, text in sorted(SCOPE_BY_SERVICE.items())]
+    lines += ["", "## Actions only the administrator's `pulumi up` makes", "",
+              "The deploy role is never granted these; a deploy that needs one fails with AccessDenied "
+              "(docs/gitops.md).", "", "| action | why |", "|---|---|"]
+    lines += [f"| `{a}` | {why} |" for a, why in sorted(ADMINISTRATOR_ONLY.items())]
     lines += ["", "## Actions AWS only authorizes on `*`", "", "| action | why that is acceptable |", "|---|---|"]
     lines += [f"| `{a}` | {why} |" for a, why in sorted(UNSCOPABLE.items())]
     lines += ["", "## Kubernetes kinds the preview role may read (no IAM action; EKS access entry + RBAC)", "",
