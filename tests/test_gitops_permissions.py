@@ -80,6 +80,9 @@ def test_preview_role_can_refresh_every_declared_resource(recorded, stack):
             if action.startswith("lambda:"):  # scoped to the stack's functions: read them by their ARN
                 name = r.inputs.get("name") or r.inputs.get("functionName") or r.inputs.get("function")
                 resource = arn("lambda", f"function:{name}")
+            if action in perms.OWN_IMAGE_READS:  # scoped to the stack's repositories: the image's, from its tag
+                repository = r.inputs["tags"][0].split("/", 1)[1].rsplit(":", 1)[0]
+                resource = arn("ecr", f"repository/{repository}")
             assert allowed(doc, action, resource), f"{r.name} ({r.type}): preview cannot {action}"
 
 
@@ -136,6 +139,17 @@ def test_preview_role_reads_only_its_own_functions(recorded, stack):
         for action in ("lambda:GetFunction", "lambda:GetPolicy", "lambda:ListVersionsByFunction"):
             assert not allowed(doc, action, arn("lambda", f"function:{name}")), (action, name)
     assert not allowed(doc, "lambda:GetFunction", arn("lambda", f"function:gpuloan-{stack}-policy", "eu-west-1"))
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_preview_role_reads_image_manifests_of_its_own_repositories_only(recorded, stack):
+    """Issue 42 item 3: ecr:BatchGetImage (an image's manifest) was granted on `*`."""
+    doc = preview_doc(recorded(stack))
+    other = "prod" if stack == "dev" else "dev"
+    assert allowed(doc, "ecr:BatchGetImage", arn("ecr", f"repository/gpuloan/{stack}/pytorch"))
+    for repository in (f"gpuloan/{other}/pytorch", "payroll/api", "gpuloan"):
+        assert not allowed(doc, "ecr:BatchGetImage", arn("ecr", f"repository/{repository}")), repository
+    assert not allowed(doc, "ecr:BatchGetImage", "*")
 
 
 @pytest.mark.parametrize("stack", STACKS)

@@ -109,6 +109,17 @@ def test_protect_critical_false_unprotects_them():
     config["gpuloan:protect_critical"] = False
     rec = run_stack("dev", config)
     assert _critical(rec) and not any(r.protect for r in _critical(rec))
+    # The state table's DynamoDB deletion protection follows the same switch (docs/capacity.md, "Protection").
+    assert [t.inputs.get("deletionProtectionEnabled") for t in rec.of_type(TABLE)] == [False]
+
+
+@pytest.mark.parametrize("stack", ["dev", "prod"])
+def test_the_state_table_has_dynamodb_deletion_protection(stack):
+    """Issue 42 item 3: Pulumi's `protect` refuses only Pulumi's own delete; DynamoDB's deletion protection refuses
+    every DeleteTable (a console click, a script, another tool), until it is turned off."""
+    (table,) = run_stack(stack).of_type(TABLE)
+    assert table.inputs.get("deletionProtectionEnabled") is True
+    assert table.protect
 
 
 # --- 5. lowering elastic.max_nodes below the live size ------------------------------------------------------------

@@ -529,6 +529,12 @@ def _own_function_reads(s: Scope) -> list[str]:
     return _named_resources(s)["lambda"]
 
 
+# ECR's BatchGetImage returns an image's manifest (its layers' digests, its configuration): a refresh of a pushed
+# image needs it for this environment's repositories only (issue 42 item 3). It supports the repository resource
+# type (Service Authorization Reference, Amazon ECR).
+OWN_IMAGE_READS = ("ecr:BatchGetImage",)
+
+
 def preview_policy_document(types: Iterable[str], invokes: Iterable[str] = (), state: StateBackend | None = None,
                             partition: str = "aws", scope: Scope | None = None) -> dict:
     """Exactly the refresh reads of the declared types, the invokes' reads and the price lookups (and, with a
@@ -539,9 +545,13 @@ def preview_policy_document(types: Iterable[str], invokes: Iterable[str] = (), s
         statements = [_stmt("RefreshDeclaredResources", reads, "*")]
     else:
         function_reads = [a for a in reads if _service(a) == "lambda"]
-        statements = [_stmt("RefreshDeclaredResources", [a for a in reads if a not in function_reads], "*")]
+        image_reads = [a for a in reads if a in OWN_IMAGE_READS]
+        statements = [_stmt("RefreshDeclaredResources",
+                            [a for a in reads if a not in function_reads and a not in image_reads], "*")]
         if function_reads:
             statements.append(_stmt("RefreshOwnFunctions", function_reads, _own_function_reads(scope)))
+        if image_reads:
+            statements.append(_stmt("RefreshOwnImages", image_reads, _named_resources(scope)["ecr"]))
     if state is not None:
         statements += _state_statements(state, partition, write=False)
     return {"Version": "2012-10-17", "Statement": statements}
@@ -838,7 +848,8 @@ def markdown() -> str:
         "Generated from `stacks/gitops/iam_permissions.py` (`python -m stacks.gitops.iam_permissions > docs/iam-permissions.md`;",
         "tests/test_gitops_permissions.py checks it is fresh). The preview role gets the **read** column of the types",
         "a stack declares (Lambda reads only on `function:gpuloan-<env>-*`: GetFunction returns a function's",
-        "environment and code); the deploy role all four, scoped as in the second table, under its own permissions",
+        "environment and code; `ecr:BatchGetImage`, an image's manifest, only on `repository/gpuloan/<env>/*`);",
+        "the deploy role all four, scoped as in the second table, under its own permissions",
         "boundary `gpuloan-<env>-github-deploy-boundary`. tests/test_gitops_requests.py evaluates every create,",
         "update and delete request of the dev and prod plans against the generated documents. docs/gitops.md",
         "explains the model.",

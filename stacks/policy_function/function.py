@@ -194,7 +194,10 @@ class PolicyFunction(pulumi.ComponentResource):
             server_side_encryption=aws.dynamodb.TableServerSideEncryptionArgs(enabled=True),
             point_in_time_recovery=aws.dynamodb.TablePointInTimeRecoveryArgs(enabled=True),
             # The policy's memory (spend estimate, fallback clocks, notification times): losing it resets the
-            # budget estimate. Protected unless protect_critical is false.
+            # budget estimate. Protected unless protect_critical is false: Pulumi's `protect` guards only Pulumi's
+            # own deletes, DynamoDB's deletion protection every DeleteTable, whoever calls it (issue 42). Turning it
+            # on or off is an in-place UpdateTable (DynamoDB developer guide, "Using deletion protection").
+            deletion_protection_enabled=cfg.protect_critical,
             opts=pulumi.ResourceOptions(parent=self, protect=cfg.protect_critical))
         self.dlq = aws.sqs.Queue(f"{name}-dlq", name=f"{fn_name}-dlq", sqs_managed_sse_enabled=True,
                                  message_retention_seconds=14 * 24 * 3600, opts=child)
