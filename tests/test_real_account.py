@@ -122,6 +122,27 @@ def test_the_state_table_has_dynamodb_deletion_protection(stack):
     assert table.protect
 
 
+def test_a_protected_state_table_refuses_delete_until_protection_is_turned_off(aws_env):
+    """What DynamoDB does with the plan's table (the moto server): DeleteTable fails while deletion protection is
+    on; the UpdateTable that `protect_critical: false` (or the command in docs/capacity.md) sends lets it through."""
+    import boto3
+    from botocore.exceptions import ClientError
+
+    (table,) = run_stack("dev").of_type(TABLE)
+    inputs = table.inputs
+    ddb = boto3.client("dynamodb", region_name="us-east-1")
+    name = inputs["name"]
+    ddb.create_table(TableName=name, BillingMode=inputs["billingMode"],
+                     AttributeDefinitions=[{"AttributeName": a["name"], "AttributeType": a["type"]}
+                                           for a in inputs["attributes"]],
+                     KeySchema=[{"AttributeName": inputs["hashKey"], "KeyType": "HASH"}],
+                     DeletionProtectionEnabled=inputs["deletionProtectionEnabled"])
+    with pytest.raises(ClientError, match="DeletionProtectionEnabled"):
+        ddb.delete_table(TableName=name)
+    ddb.update_table(TableName=name, DeletionProtectionEnabled=False)
+    ddb.delete_table(TableName=name)
+
+
 # --- 5. lowering elastic.max_nodes below the live size ------------------------------------------------------------
 
 
