@@ -153,6 +153,16 @@ def test_preview_role_reads_image_manifests_of_its_own_repositories_only(recorde
 
 
 @pytest.mark.parametrize("stack", STACKS)
+def test_deploy_role_reads_images_and_layers_of_its_own_repositories_only(recorded, stack):
+    docs = deploy_docs(recorded(stack))
+    other = "prod" if stack == "dev" else "dev"
+    for action in ("ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer"):
+        assert allowed(docs, action, arn("ecr", f"repository/gpuloan/{stack}/pytorch")), action
+        for repository in (f"gpuloan/{other}/pytorch", "payroll/api"):
+            assert not allowed(docs, action, arn("ecr", f"repository/{repository}")), (action, repository)
+
+
+@pytest.mark.parametrize("stack", STACKS)
 def test_preview_role_holds_exact_read_actions_only(recorded, stack):
     for action in [a for st in preview_doc(recorded(stack))["Statement"] for a in st["Action"]]:
         assert "*" not in action, action

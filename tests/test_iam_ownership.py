@@ -328,6 +328,7 @@ def checked_statements(rec) -> list[str]:
     out = set()
     for role, policy, doc in identity_policies(rec):
         for i, st in enumerate(_listify(doc.get("Statement", []))):
-            if st.get("Effect") == "Allow" and any(not perms._is_read(a) for a in _listify(st.get("Action", []))):
+            if st.get("Effect") == "Allow" and any(not perms._is_read(a) and a not in KEY_USE
+                                                   for a in _listify(st.get("Action", []))):
                 out.add(f"{role} {st.get('Sid') or f'{policy}[{i}]'}")
     return sorted(out)

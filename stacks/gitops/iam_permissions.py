@@ -563,7 +563,11 @@ def deploy_policy_document(types: Iterable[str], scope: Scope, invokes: Iterable
     types = sorted(set(types))
     s = scope
     reads = sorted(set(read_actions(types, invokes)) | set(inner_reads(types)))
-    statements = [_stmt("Refresh", reads, "*")]
+    # Image manifests and layers (what an image refresh and a push read) only from this environment's repositories.
+    image_reads = [a for a in reads if a in OWN_IMAGE_READS or a == "ecr:GetDownloadUrlForLayer"]
+    statements = [_stmt("Refresh", [a for a in reads if a not in image_reads], "*")]
+    if image_reads:
+        statements.append(_stmt("ReadOwnImages", image_reads, _named_resources(s)["ecr"]))
     mutating = mutating_actions(types)
     by_service: dict[str, list[str]] = {}
     for a in mutating:
@@ -849,7 +853,8 @@ def markdown() -> str:
         "tests/test_gitops_permissions.py checks it is fresh). The preview role gets the **read** column of the types",
         "a stack declares (Lambda reads only on `function:gpuloan-<env>-*`: GetFunction returns a function's",
         "environment and code; `ecr:BatchGetImage`, an image's manifest, only on `repository/gpuloan/<env>/*`);",
-        "the deploy role all four, scoped as in the second table, under its own permissions",
+        "the deploy role all four, scoped as in the second table (image manifests and layer downloads only from",
+        "`repository/gpuloan/<env>/*`), under its own permissions",
         "boundary `gpuloan-<env>-github-deploy-boundary`. tests/test_gitops_requests.py evaluates every create,",
         "update and delete request of the dev and prod plans against the generated documents. docs/gitops.md",
         "explains the model.",
