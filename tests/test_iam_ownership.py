@@ -29,7 +29,7 @@ import re
 
 import pytest
 from conftest import STACKS
-from iam_eval import statement_applies
+from iam_eval import _glob, _listify, statement_applies
 
 from stacks.gitops import iam_permissions as perms
 
@@ -77,10 +77,6 @@ OPEN_FINDINGS: dict[tuple[str, str, str], str] = {
         "name would match; a condition on the ASG's cluster-name tag would close it. "
         "stacks/policy_function/function.py, not changed by issue 42"),
 }
-
-
-def _listify(value) -> list:
-    return value if isinstance(value, list) else [value]
 
 
 def _instance(pattern: str) -> str:
@@ -144,8 +140,6 @@ def own_names(rec, state: perms.StateBackend | None = None) -> tuple[list[str], 
 
 
 def _is_own(arn: str, plan_arns: list[str], patterns: list[str]) -> bool:
-    from iam_eval import _glob
-
     if any(arn == a or arn.startswith((a + ":", a + "/")) for a in plan_arns):
         return True
     return any(_glob(p, arn) for p in patterns)
