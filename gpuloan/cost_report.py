@@ -20,7 +20,7 @@ from typing import Any
 from stacks import tags
 from stacks.config import GpuLoanConfig
 
-METRIC = "UnblendedCost"  # what AWS Budgets tracks by default, so the report and the budget mails agree
+METRIC = "AmortizedCost"  # what the budgets track (stacks/spend/budgets.py COST_METRIC): report and mails agree
 UNTAGGED = "(no pool tag)"
 TIER_GUARANTEED = "guaranteed"
 TIER_ELASTIC = "elastic"

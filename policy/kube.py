@@ -49,8 +49,10 @@ DO_NOT_DISRUPT = ("gpuloan.io/do-not-disrupt", "karpenter.sh/do-not-disrupt")
 TERMINAL_PHASES = ("Succeeded", "Failed")
 TOKEN_TTL_SECONDS = 60
 # What puts a pod in a gang (a pod group whose pods start only together), first match wins: the Kubernetes
-# PodGroup API's spec.schedulingGroup.podGroupName (v1.35+, GenericWorkload gate), Kueue's plain-pod groups,
-# the scheduler-plugins coscheduling label, Volcano's group annotation (docs/aws-rules.md cites each).
+# Workload API's pod field (GenericWorkload gate): spec.workloadRef {name, podGroup, podGroupReplicaKey} in v1.35,
+# the version gpuloan ships, replaced by spec.schedulingGroup.podGroupName in v1.36 (k8s.io/api core/v1 types.go
+# at v0.35.0 and v0.36.0); Kueue's plain-pod groups, the scheduler-plugins coscheduling label, Volcano's group
+# annotation (docs/aws-rules.md cites each).
 GANG_LABELS = ("kueue.x-k8s.io/pod-group-name", "scheduling.x-k8s.io/pod-group")
 GANG_ANNOTATIONS = ("scheduling.k8s.io/group-name",)
 
@@ -217,7 +219,12 @@ def unschedulable(pod: dict) -> bool:
 def gang_of(pod: dict) -> str | None:
     """The pod group the pod belongs to, as "namespace/name", or None for a pod that starts on its own."""
     meta = pod.get("metadata") or {}
-    group = ((pod.get("spec") or {}).get("schedulingGroup") or {}).get("podGroupName")
+    spec = pod.get("spec") or {}
+    ref = spec.get("workloadRef") or {}
+    # v1.35: the gang is one pod group of one Workload, and each replica key of it is a gang of its own.
+    group = "/".join(str(ref[k]) for k in ("name", "podGroup", "podGroupReplicaKey") if ref.get(k)) if (
+        ref.get("name") and ref.get("podGroup")) else None
+    group = group or (spec.get("schedulingGroup") or {}).get("podGroupName")
     if not group:
         labels, annotations = meta.get("labels") or {}, meta.get("annotations") or {}
         group = next((labels[k] for k in GANG_LABELS if labels.get(k)), None) or next(

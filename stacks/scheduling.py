@@ -135,6 +135,14 @@ def floor_gpus(cfg: GpuLoanConfig, pool: Pool) -> int:
     return _units(cfg, g.instance_type, g.nodes)
 
 
+def floor_life_gpus(cfg: GpuLoanConfig, pool: Pool) -> int:
+    """GPUs the floor has at some time of its life: a Capacity Block's GPUs whether or not its window is open when
+    the program runs. The policy raises the block flavor's nominalQuota to this inside the window without a
+    `pulumi up` (policy/capacity_blocks.py), so whatever bounds admitted work from outside Kueue counts it."""
+    g = pool.guaranteed
+    return 0 if g is None else _units(cfg, g.instance_type, g.nodes)
+
+
 def spot_allowed(cfg: GpuLoanConfig, pool: Pool) -> bool:
     return pool.tier != Tier.production or pool.name in cfg.scheduling.kueue.production_spot_pools
 
@@ -241,11 +249,17 @@ def plan(cfg: GpuLoanConfig) -> Plan:
 
 
 def queue_reach_gpus(cfg: GpuLoanConfig, queue: PoolQueue) -> int:
-    """Most GPUs a queue can ever have admitted: its nominal quotas plus what it can borrow."""
+    """Most GPUs a queue can ever have admitted: its nominal quotas plus what it can borrow. Its own floor counts
+    with all its GPUs (floor_life_gpus): a Capacity Block outside its window has nominalQuota 0 in the generated
+    ClusterQueue, and the policy raises it when the window opens, with no `pulumi up` in between."""
+    pools = {p.name: p for p in cfg.pools}
+    own_floor = flavor_name(cfg, pools[queue.pool], FLOOR)
     lenders = {flavor_name(cfg, p, FLOOR): lendable_gpus(cfg, p) for p in cfg.pools}
     total = 0
     for entry in queue.flavors:
-        if entry.nominal_gpus:
+        if entry.flavor == own_floor:
+            total += floor_life_gpus(cfg, pools[queue.pool])
+        elif entry.nominal_gpus:
             total += entry.nominal_gpus
         else:
             reach = lenders.get(entry.flavor, 0)
@@ -254,9 +268,9 @@ def queue_reach_gpus(cfg: GpuLoanConfig, queue: PoolQueue) -> int:
 
 
 def team_gpu_ceiling(cfg: GpuLoanConfig, team: str) -> int:
-    """The most GPUs Kueue can admit for a team at once (own quotas + borrowable): the team namespace's
-    ResourceQuota is set to this, so it never refuses pods of admitted work and still bounds pods that bypass
-    the queue (stacks/kubernetes/tenancy.py)."""
+    """The most GPUs Kueue can admit for a team at any time (own quotas, a Capacity Block's for its whole life, +
+    borrowable): the team namespace's ResourceQuota is set to this, so it never refuses pods of admitted work and
+    still bounds pods that bypass the queue (stacks/kubernetes/tenancy.py, docs/scheduling.md)."""
     return sum(queue_reach_gpus(cfg, q) for q in plan(cfg).queues if q.team == team)
 
 

@@ -51,15 +51,16 @@ def _and_tags(*pairs):
 
 
 @pytest.mark.parametrize("name, spend_filter, limit, emails, actual, forecasted", [
-    ("gpuloan-prod", {"costFilters": [{"name": "TagKeyValue", "values": ["user:gpuloan:environment$prod"]}]},
+    ("gpuloan-prod", {"costFilters": [{"name": "TagKeyValue", "values": ["user:gpuloan:environment$prod"]}],
+                      "costTypes": {"useAmortized": True}},
      "75000.00", ["ml-platform@example.com", "finance@example.com"], [50, 80, 100], [100]),
     # Pool budgets AND the environment tag: dev and prod may both have a "training" pool in one account.
     ("gpuloan-prod-training", {"filterExpression": _and_tags(("gpuloan:environment", "prod"),
-                                                             ("gpuloan:pool", "training")), "metrics": "UnblendedCost"},
+                                                             ("gpuloan:pool", "training")), "metrics": "AmortizedCost"},
      "60000.00", ["research-leads@example.com", "finance@example.com"], [50, 80, 100], [100]),
     # inference leaves thresholds at their defaults (50/80/100 actual, 100 forecasted)
     ("gpuloan-prod-inference", {"filterExpression": _and_tags(("gpuloan:environment", "prod"),
-                                                              ("gpuloan:pool", "inference")), "metrics": "UnblendedCost"},
+                                                              ("gpuloan:pool", "inference")), "metrics": "AmortizedCost"},
      "8000.00", ["serving-oncall@example.com"], [50, 80, 100], [100]),
 ])
 def test_budget_filter_limit_thresholds_and_subscribers(recorded, name, spend_filter, limit, emails, actual,

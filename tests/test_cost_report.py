@@ -17,6 +17,7 @@ import pytest
 import requests
 
 from gpuloan import cli, cost_report
+from stacks.spend import budgets
 from table_checks import split_figures, too_wide_at
 
 TODAY = dt.date(2026, 8, 15)
@@ -24,7 +25,7 @@ TODAY = dt.date(2026, 8, 15)
 
 def group(pool: str, tier: str, usd: float) -> dict:
     return {"Keys": [f"gpuloan:pool${pool}", f"gpuloan:tier${tier}"],
-            "Metrics": {"UnblendedCost": {"Amount": f"{usd:.10f}", "Unit": "USD"}}}
+            "Metrics": {"AmortizedCost": {"Amount": f"{usd:.10f}", "Unit": "USD"}}}
 
 
 def page(groups: list[dict], token: str | None = None, start="2026-07-01", end="2026-08-01",
@@ -89,7 +90,7 @@ def test_request_groups_by_pool_and_tier_and_filters_the_environment():
     assert req["GroupBy"] == [{"Type": "TAG", "Key": "gpuloan:pool"}, {"Type": "TAG", "Key": "gpuloan:tier"}]
     assert req["Filter"]["Tags"] == {"Key": "gpuloan:environment", "Values": ["prod"], "MatchOptions": ["EQUALS"]}
     assert req["TimePeriod"] == {"Start": "2026-07-01", "End": "2026-08-01"}
-    assert req["NextPageToken"] == "tok" and req["Metrics"] == ["UnblendedCost"]
+    assert req["NextPageToken"] == "tok" and req["Metrics"] == [budgets.COST_METRIC] == ["AmortizedCost"]
 
 
 # --- against the emulator ----------------------------------------------------------------------------------

@@ -35,6 +35,7 @@ CANNOT_RUN = {
     "for env in dev prod; do gh ": "the GitHub CLI, logged in to a repository of yours",
     "aws ": "AWS credentials and a cluster that publishes GPU metrics",
     "git add ": "commits to your repository",
+    "kubectl ": "a cluster with Kueue and a workload waiting on a drained Capacity Block (docs/floor.md)",
     ".venv/bin/gpuloan prices refresh ": "AWS credentials (the Price List API)",
     ".venv/bin/gpuloan cost-report ": "AWS credentials (Cost Explorer; tests/test_cost_report.py runs it against moto)",
     ".venv/bin/gpuloan advise -s prod --history-days ": "AWS credentials (the stack's own CloudWatch metrics)",

@@ -142,6 +142,45 @@ def test_operator_daemonsets_and_nfd_tolerate_gpu_and_spot_taints():
         assert (tags.SPOT_TAINT_KEY, "Exists", "NoSchedule") in keys
 
 
+def _tolerates(tolerations: list[dict], taint: dict) -> bool:
+    """Kubernetes' rule (core/v1 Toleration): same effect or none; Exists matches any value of the key."""
+    return any((t.get("effect") in (None, "", taint["effect"])) and t.get("key") == taint["key"]
+               and (t.get("operator") == "Exists" or t.get("value") == taint.get("value")) for t in tolerations)
+
+
+def test_operator_daemonsets_and_nfd_tolerate_the_taints_the_policy_puts_on_gpu_nodes():
+    """Issue 35 item 7: a device-plugin pod recreated on a node the policy tainted (back to spot, rebalance
+    recommendation) must land there, with the exact taints the Lambda writes (policy/kube.py)."""
+    from policy import kube as policy_kube
+
+    values = release(layer("prod"), "gpu-operator").inputs["values"]
+    for key in (policy_kube.BACK_TO_SPOT_TAINT_KEY, policy_kube.REBALANCE_TAINT_KEY):
+        taint = {"key": key, "value": policy_kube.TAINT_VALUE, "effect": policy_kube.TAINT_EFFECT}
+        assert _tolerates(values["daemonsets"]["tolerations"], taint), key
+        assert _tolerates(values["node-feature-discovery"]["worker"]["tolerations"], taint), key
+
+
+def test_the_metrics_exporter_keeps_its_chart_default_of_tolerating_every_taint():
+    """The policy reads GPU utilization from the CloudWatch add-on's agent and DCGM exporter. The chart's default
+    `tolerations: [{operator: Exists}]` (aws-observability/helm-charts, amazon-cloudwatch-observability
+    values.yaml) lets them land on a node the policy tainted; a configuration that set tolerations would replace it,
+    and a tainted node without an exporter reads as "no metrics = busy" and is never reclaimed."""
+    (addon,) = layer("prod").of_type("aws:eks/addon:Addon")
+    assert addon.inputs["addonName"] == "amazon-cloudwatch-observability"
+    configuration = json.loads(addon.inputs["configurationValues"])
+
+    def keys(node):
+        if isinstance(node, dict):
+            for k, v in node.items():
+                yield k
+                yield from keys(v)
+        elif isinstance(node, list):
+            for v in node:
+                yield from keys(v)
+
+    assert "tolerations" not in set(keys(configuration))
+
+
 @pytest.mark.parametrize("strategy", ["single", "mixed"])
 def test_mig_strategy_from_config_enables_the_mig_manager(strategy):
     data = {**_gpuloan(stack_config("prod")), "gpu_operator": {"mig_strategy": strategy}}

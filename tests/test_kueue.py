@@ -217,6 +217,41 @@ def test_capacity_block_floor_has_quota_only_inside_its_window_or_while_held():
     assert _quotas(_cq(cfg, "training"))["gpuloan-prod-training-floor"]["nominalQuota"] == 0
 
 
+def test_a_future_capacity_block_counts_in_the_team_quota_so_admitted_pods_are_not_refused():
+    """Issue 35 item 3: a 2 x p5.48xlarge block that opens after `pulumi up`, beside 8 elastic p5 nodes. The policy
+    raises the block flavor's nominalQuota to 16 inside the window without a `pulumi up`, so Kueue may then admit
+    80 GPUs for the pool; the namespace quota computed at `pulumi up` (before the window) must already allow them."""
+    import datetime as dt
+
+    today = dt.datetime.now(dt.timezone.utc).replace(hour=11, minute=30, second=0, microsecond=0)
+
+    def iso(days: int) -> str:
+        return (today + dt.timedelta(days=days)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+    def with_block(start: int, end: int):
+        data = stack_config("prod")
+        training = data["gpuloan:pools"][0]
+        training["guaranteed"].update(instance_type="p5.48xlarge", reservation="capacity_block",
+                                      reservation_id="cr-0123456789abcdef0", payment="capacity_block",
+                                      capacity_block_start=iso(start), capacity_block_end=iso(end))
+        training["elastic"] = {**training["elastic"], "instance_types": ["p5.48xlarge"], "capacity": "on_demand",
+                               "max_nodes": 8}
+        training["elastic"].pop("on_demand_max_nodes", None)
+        training["budget"]["monthly_usd"] = 400000  # a block of p5s costs more than prod's p4d budget
+        data["gpuloan:budget"] = {**data.get("gpuloan:budget", {}), "monthly_usd": 500000}
+        return config.from_stack_yaml({"config": data}, "test")
+
+    future, open_now = with_block(10, 17), with_block(-1, 6)
+    assert _quotas(_cq(future, "training"))["gpuloan-prod-training-floor"]["nominalQuota"] == 0
+    inside = {k: v["nominalQuota"] for k, v in _quotas(_cq(open_now, "training")).items()}
+    assert inside == {"gpuloan-prod-training-floor": 16, "gpuloan-prod-training-on-demand": 64}
+    [queue] = [q for q in scheduling.plan(future).queues if q.pool == "training"]
+    assert scheduling.queue_reach_gpus(future, queue) == 80 == sum(inside.values())
+    # The namespace quota set at `pulumi up` before the window is the one in force inside it.
+    assert tenancy.team_gpu_quota(future, "research") == tenancy.team_gpu_quota(open_now, "research")
+    assert tenancy.team_gpu_quota(future, "research") >= 80
+
+
 def _variants():
     """Configs covering every tier x elastic capacity the rules accept."""
     out = [("dev", _cfg("dev")), ("prod", _cfg("prod"))]

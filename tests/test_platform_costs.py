@@ -218,13 +218,18 @@ def test_the_online_read_takes_the_status_eks_reports_and_flags_a_stale_calendar
 
     from gpuloan import cmd_prices
 
-    eks = _EksVersions([{"clusterVersion": "1.35", "status": "STANDARD_SUPPORT",
+    # Shaped like botocore's model of the answer: the deprecated `status` in its own lower-case enum beside
+    # `versionStatus` (botocore data/eks service-2.json, ClusterVersionInformation).
+    eks = _EksVersions([{"clusterVersion": "1.35", "status": "standard-support", "versionStatus": "STANDARD_SUPPORT",
                          "endOfStandardSupportDate": dt.datetime(2027, 3, 27, tzinfo=dt.timezone.utc)}])
     live = platform_costs.read_version_support(eks, "1.35")
     assert (live.status, live.end_of_standard_support) == ("STANDARD_SUPPORT", "2027-03-27")
     assert cmd_prices.version_support_lines(eks, "1.35") == [
         "Kubernetes 1.35: STANDARD_SUPPORT (end of standard support 2027-03-27; EKS DescribeClusterVersions)"]
-    moved = _EksVersions([{"clusterVersion": "1.35", "status": "STANDARD_SUPPORT",
+    moved = _EksVersions([{"clusterVersion": "1.35", "versionStatus": "STANDARD_SUPPORT",
                            "endOfStandardSupportDate": "2027-04-30T00:00:00Z"}])
     assert "update stacks/versions.py:EKS_VERSION_CALENDAR" in cmd_prices.version_support_lines(moved, "1.35")[-1]
     assert platform_costs.read_version_support(_EksVersions([]), "1.35").status == platform_costs.UNKNOWN_SUPPORT
+    extended = _EksVersions([{"clusterVersion": "1.32", "status": "extended-support", "versionStatus": "EXTENDED_SUPPORT",
+                              "endOfStandardSupportDate": "2026-03-23T00:00:00Z"}])
+    assert platform_costs.read_version_support(extended, "1.32").status == platform_costs.EXTENDED_SUPPORT

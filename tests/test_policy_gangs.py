@@ -190,7 +190,15 @@ def test_gang_membership_comes_from_the_pod_group_labels_users_already_set():
     assert gang_of(_labelled("a", 8, "x", labels={"kueue.x-k8s.io/pod-group-name": "g"})) == "research/g"
     assert gang_of(_labelled("b", 8, "x", labels={"scheduling.x-k8s.io/pod-group": "h"})) == "research/h"
     assert gang_of(_labelled("c", 8, "x", annotations={"scheduling.k8s.io/group-name": "v"})) == "research/v"
-    assert gang_of(_labelled("d", 8, "x", group="w")) == "research/w"
+    assert gang_of(_labelled("d", 8, "x", group="w")) == "research/w"  # v1.36 spec.schedulingGroup
+    # v1.35 (the shipped version): spec.workloadRef; each replica key of a pod group is its own gang
+    ref = _labelled("f", 8, "x")
+    ref["spec"]["workloadRef"] = {"name": "train", "podGroup": "workers"}
+    assert gang_of(ref) == "research/train/workers"
+    ref["spec"]["workloadRef"]["podGroupReplicaKey"] = "1"
+    assert gang_of(ref) == "research/train/workers/1"
+    ref["spec"]["workloadRef"] = {"name": "train"}  # no pod group named: not a gang reference
+    assert gang_of(ref) is None
     assert gang_of(_labelled("e", 8, "x", labels={"app": "sweep"})) is None
 
 

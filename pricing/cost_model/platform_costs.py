@@ -88,7 +88,10 @@ def read_version_support(eks_client, version: str) -> VersionSupport:
     v = found[0]
     end = v.get("endOfStandardSupportDate")
     end_iso = end.date().isoformat() if hasattr(end, "date") else str(end or "")[:10]
-    return VersionSupport(version, str(v.get("status") or UNKNOWN_SUPPORT), end_iso, "EKS DescribeClusterVersions")
+    # `versionStatus` (STANDARD_SUPPORT | EXTENDED_SUPPORT | UNSUPPORTED); `status` is deprecated in EKS's service
+    # model and spells the same values in another enum (standard-support ...): read it only when the new one is absent.
+    status = v.get("versionStatus") or str(v.get("status") or "").upper().replace("-", "_")
+    return VersionSupport(version, str(status or UNKNOWN_SUPPORT), end_iso, "EKS DescribeClusterVersions")
 
 
 def control_plane_rows(cfg: GpuLoanConfig, clusters: int, support: VersionSupport) -> list[PlatformCost]:

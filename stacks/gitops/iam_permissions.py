@@ -282,9 +282,15 @@ INVOKES: dict[str, tuple[str, ...]] = {
 
 # Read-only price lookups of the live-prices work (Price List, spot history, Savings Plans and Capacity Block
 # offerings), granted to both roles so previews and deploys can price the plan. None of them can change anything.
+# `gpuloan prices refresh` (the weekly prices workflow, as the preview role) also reads which types the region
+# offers, the facts of a type the offline catalog lacks, and the EKS version's support status
+# (tests/test_prices_requests.py records every call it makes and checks each against the preview role).
 PRICING_ACTIONS = (
     "ec2:DescribeCapacityBlockOfferings",
+    "ec2:DescribeInstanceTypeOfferings",
+    "ec2:DescribeInstanceTypes",
     "ec2:DescribeSpotPriceHistory",
+    "eks:DescribeClusterVersions",
     "pricing:GetProducts",
     "savingsplans:DescribeSavingsPlansOfferingRates",
 )

@@ -15,6 +15,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 import yaml
 
+from policy.kube import BACK_TO_SPOT_TAINT_KEY, REBALANCE_TAINT_KEY
 from stacks import tags, versions
 from stacks.config import GpuLoanConfig, MigStrategy
 from stacks.names import GPU_OPERATOR_NAMESPACE
@@ -28,9 +29,12 @@ TIME_SLICING_PROFILE = "any"
 # Every GPU node carries the GPU taint; spot nodes also carry the spot taint. The operator's per-node daemonsets
 # (device plugin, GFD, validator, MIG manager) and NFD's worker must run on all of them, or a spot node never
 # advertises `nvidia.com/gpu` and its pods stay pending while the policy keeps paying for the node.
+# The policy's own NoSchedule taints too (issue 35 item 7): a fallback node closing for back-to-spot and a spot
+# node with a rebalance recommendation keep running pods, and a device-plugin pod recreated there (an operator
+# upgrade, an eviction) must land, or the node's GPUs vanish from `nvidia.com/gpu` under the jobs still on it.
 GPU_NODE_TOLERATIONS: list[dict[str, str]] = [
-    {"key": tags.GPU_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"},
-    {"key": tags.SPOT_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"},
+    {"key": key, "operator": "Exists", "effect": "NoSchedule"}
+    for key in (tags.GPU_TAINT_KEY, tags.SPOT_TAINT_KEY, BACK_TO_SPOT_TAINT_KEY, REBALANCE_TAINT_KEY)
 ]
 
 

@@ -19,6 +19,16 @@ from stacks import tags
 from stacks.config import Budget, GpuLoanConfig
 
 COMPARISON = "GREATER_THAN"
+# Amortized cost (issue 35 item 8). A budget filtered on gpuloan's tags sees only line items of tagged resources.
+# With unblended cost, a Reserved Instance's or Savings Plan's fee is its own line item (RIFee,
+# SavingsPlanRecurringFee, the upfront fee) with no resource and so no tag, and the usage it covers is $0 (RI) or
+# netted to $0 (SP): a floor paid with the organization's commitments would count almost nothing in the budget,
+# while the preview prices it at the commitment's rate and the policy's cap reads the budget's actual spend.
+# Amortized cost puts each covered hour's share of the fee on the usage line item it covers (CUR
+# reservation/AmortizedUpfrontCostForUsage and savings_plan_effective_cost, on the tagged usage), which is what
+# the preview shows. What no tagged usage uses (a commitment's unused hours) stays untagged: the policy's cap counts
+# it itself (commitment_unused_usd_per_hour). Without commitments the two metrics are equal.
+COST_METRIC = "AmortizedCost"
 
 
 def tag_filter_value(key: str, value: str) -> str:
@@ -105,13 +115,14 @@ def spend_filter(spec: BudgetSpec) -> dict:
     several tags, which classic filters can only OR, as a filter expression that ANDs them (the Budgets
     Expression API; its tag keys are plain, without the `user:` prefix, as in Cost Explorer)."""
     if not spec.also_tags:
-        return {"cost_filters": [aws.budgets.BudgetCostFilterArgs(name="TagKeyValue", values=[spec.filter_value])]}
+        return {"cost_filters": [aws.budgets.BudgetCostFilterArgs(name="TagKeyValue", values=[spec.filter_value])],
+                "cost_types": aws.budgets.BudgetCostTypesArgs(use_amortized=True)}  # COST_METRIC
     return {
         "filter_expression": aws.budgets.BudgetFilterExpressionArgs(ands=[
             aws.budgets.BudgetFilterExpressionAndArgs(tags=aws.budgets.BudgetFilterExpressionAndTagsArgs(
                 key=key, values=[value], match_options=["EQUALS"]))
             for key, value in spec.scope_tags]),
-        "metrics": "UnblendedCost",  # what the classic filter's default cost types amount to
+        "metrics": COST_METRIC,  # an expression budget takes a metric instead of cost types
     }
 
 
