@@ -94,6 +94,7 @@ class ElasticCapacity(pulumi.ComponentResource):
             name,
             cluster_name=cluster.name,
             node_group_name_prefix=node_group_name_prefix(cfg.environment, pool.name, group),
+            version=cluster.kubernetes_version,  # the control plane's: a version change rolls the group
             node_role_arn=cluster.node_role_arn,
             subnet_ids=cluster.subnet_ids_in(None).apply(sorted),  # a set to EKS: order-free
             ami_type=gpu_ami_type(types),
