@@ -195,6 +195,29 @@ def blockers(d: StackDiff) -> list:
     return rollout.blockers(d.base.doc, d.head.doc)
 
 
+# The deploy workflow's override (docs/gitops.md, "Rollout blockers"): a trailer of the pushed commit's message.
+ACCEPT_TRAILER = "Rollout-Blockers-Accepted"
+GUARDRAIL_POLICY = "rollout-blockers"  # guardrails/policies.py
+
+
+def refused_blockers(diffs: list[StackDiff], accepted: str | None) -> list[str]:
+    """The blockers that stop a deploy: every one unless `accepted` (the override's reason) says the change means
+    them, and whatever `accepted` says, those CI's deploy role cannot carry out (an administrator applies them)."""
+    reason = (accepted or "").strip()
+    return [f"{d.stack}: this change {b.sentence()}" for d in diffs for b in blockers(d)
+            if b.needs_administrator or not reason]
+
+
+def guardrail_config(diffs: list[StackDiff], accepted: str | None) -> dict:
+    """The guardrails pack's config for `pulumi up --policy-pack-config` (pulumi/actions' policyPackConfigs): the
+    rollout blockers the pack reports (guardrails/policies.py:validate_rollout_blockers)."""
+    found = [(d, b) for d in diffs for b in blockers(d)]
+    return {GUARDRAIL_POLICY: {
+        "blockers": [f"{d.stack}: {b.sentence()}" for d, b in found if not b.needs_administrator],
+        "administrator_blockers": [f"{d.stack}: {b.sentence()}" for d, b in found if b.needs_administrator],
+        "accepted": (accepted or "").strip()}}
+
+
 BLOCKER_NOTE = ("running nodes and the pods on them go with it; with protect_critical `pulumi up` refuses it until "
                 "protection is lifted on purpose (docs/gitops.md, \"The cost diff\")")
 
