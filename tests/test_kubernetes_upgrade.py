@@ -216,3 +216,18 @@ def test_the_shipped_stacks_are_on_one_version_with_pinned_add_ons():
         for step in range(33, minor + 1):
             assert f"{major}.{step}" in versions.EKS_ADDON_VERSIONS, (stack, step)
         assert re.fullmatch(r"1\.\d+", version)
+
+
+def test_a_version_change_of_an_active_capacity_block_floor_is_staged():
+    # EKS upgrades a Capacity Block group only at desired 0 (docs/floor.md, "Rolls"): the version roll of an active
+    # block is a blocker until capacity_block_active: false holds it at 0.
+    from test_rollout import _block_config
+
+    def block(version: str, active: bool) -> dict:
+        config = _block_config(active=active)
+        config["gpuloan:cluster"]["kubernetes_version"] = version
+        return preview.preview_document("dev", config)
+
+    [floor] = [b for b in rollout.blockers(block("1.34", True), block("1.35", True)) if b.what == "floor"]
+    assert floor.action == "rolls" and "version" in floor.reasons and rollout.CAPACITY_BLOCK_STAGED in floor.reasons
+    assert [b for b in rollout.blockers(block("1.34", False), block("1.35", False)) if b.what == "floor"] == []
