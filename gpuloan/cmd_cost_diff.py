@@ -7,7 +7,8 @@ working tree's config of a stack fails validation or the diff cannot be made (un
 is no price file at all (no `--prices`, no $GPULOAN_PRICE_FILE, no committed gpuloan-prices.json, no cache): the
 diff is still printed, opening with a warning that no cost was compared, and the check fails so that nobody
 mistakes "unknown" for "no change" (docs/gitops.md), 5 with `--fail-on-blockers` when the change has a rollout blocker
-(offline/rollout.py) that `--accept-blockers` does not accept (the deploy workflow's gate). Both sides are priced with the working tree's price file.
+(offline/rollout.py) that `--accept-blockers` does not accept (the deploy workflow's gate). Both sides are priced
+with the working tree's price file.
 With `--format markdown` and nothing changed (no resource, no money figure), nothing is printed on stdout (the
 workflow then leaves the PR comment alone) and stderr says so.
 """

@@ -204,8 +204,14 @@ def refused_blockers(diffs: list[StackDiff], accepted: str | None) -> list[str]:
     """The blockers that stop a deploy: every one unless `accepted` (the override's reason) says the change means
     them, and whatever `accepted` says, those CI's deploy role cannot carry out (an administrator applies them)."""
     reason = (accepted or "").strip()
-    return [f"{d.stack}: this change {b.sentence()}" for d in diffs for b in blockers(d)
-            if b.needs_administrator or not reason]
+    out = [f"{d.stack}: this change {b.sentence()}" for d in diffs for b in blockers(d)
+           if b.needs_administrator or not reason]
+    if not reason:
+        # A base that could not be previewed (its config no longer validates, its program failed) hides every
+        # blocker: unknown is not "none".
+        out += [f"{d.stack}: the base could not be previewed, so the rollout cannot be checked"
+                for d in diffs if not d.base.ok and not d.base.missing]
+    return out
 
 
 def guardrail_config(diffs: list[StackDiff], accepted: str | None) -> dict:
@@ -298,6 +304,7 @@ def to_json(diffs: list[StackDiff], base_label: str, warnings: list[str] | None 
             "platform": d.platform,
             "notes": cost_diff._side_notes(d),
             "blockers": [b.sentence() for b in blockers(d)],
+            "upgrade_steps": list(d.upgrade_steps),  # a Kubernetes version change, in apply order
         }
 
     total = _sum([fixed_change(d) for d in diffs])

@@ -116,6 +116,13 @@ def test_the_override_never_accepts_what_ci_cannot_apply():
         assert config["blockers"] == [f"prod: {other.sentence()}"]
     finally:
         cost_comment.blockers = original
+    # a base that could not be previewed hides its blockers: refused too, unless accepted
+    unknown = cost_diff.StackDiff("dev", cost_diff.Side(problems=["region: unknown"]), cost_diff.Side(doc={}))
+    assert cost_comment.refused_blockers([unknown], None) == [
+        "dev: the base could not be previewed, so the rollout cannot be checked"]
+    assert cost_comment.refused_blockers([unknown], "meant") == []
+    new_stack = cost_diff.StackDiff("dev", cost_diff.Side(missing=True), cost_diff.Side(doc={}))
+    assert cost_comment.refused_blockers([new_stack], None) == []
 
 
 # --- the guardrails pack ----------------------------------------------------------------------------------------
