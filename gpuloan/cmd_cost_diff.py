@@ -103,12 +103,17 @@ def run(args) -> int:
         Path(args.guardrail_config).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
     if args.fail_on_blockers:
         refused = cost_comment.refused_blockers(diffs, args.accept_blockers)
-        for sentence in refused:
-            print(f"error: rollout blocker: {sentence}", file=sys.stderr)
-        if refused:
-            print(f"error: to apply them on purpose, add the trailer '{cost_comment.ACCEPT_TRAILER}: <why>' to the "
-                  "commit (not for a change CI cannot apply: an administrator applies it; docs/gitops.md)",
+        import textwrap
+
+        def say(text: str) -> None:  # 80 columns, continuation lines indented
+            print("\n".join(textwrap.wrap(text, width=80, subsequent_indent="  ", break_on_hyphens=False)),
                   file=sys.stderr)
+
+        for sentence in refused:
+            say(f"error: rollout blocker: {sentence}")
+        if refused:
+            say(f"error: to apply them on purpose, add the trailer '{cost_comment.ACCEPT_TRAILER}: <why>' to the "
+                "commit (not for a change CI cannot apply: an administrator applies it; docs/gitops.md)")
             return EXIT_BLOCKERS
         if args.accept_blockers and any(cost_comment.blockers(d) for d in diffs):
             print(f"rollout blockers accepted: {args.accept_blockers.strip()}", file=sys.stderr)

@@ -17,6 +17,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import textwrap
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -500,7 +501,9 @@ def render_text(diffs: list[StackDiff], base_label: str, width: int | None = Non
                 lines.append(f"    ~ {r['name']} ({r['type']}): {', '.join(keys)}")
             for r in d.removed:
                 lines.append(f"    - {r['name']} ({r['type']})")
-            lines += [f"  upgrade {step}" for step in d.upgrade_steps]
+            for step in d.upgrade_steps:  # folded to 80 columns: an add-on line names four pins
+                lines += textwrap.wrap(f"upgrade {step}", width=80, initial_indent="  ", subsequent_indent="      ",
+                                       break_on_hyphens=False)
             for change in d.node_groups:
                 lines.append(f"  node group: {'FLOOR ' if change.is_floor else ''}{change.sentence()}")
         if d.base.ok or d.head.ok:

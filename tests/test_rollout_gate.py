@@ -69,9 +69,11 @@ def test_a_two_minor_jump_is_refused_and_the_trailer_lets_an_accepted_blocker_th
     try:
         refused, config = _run_gate(repo, tmp_path, base)
         assert refused.returncode == 5, refused.stdout + refused.stderr
+        said = " ".join(refused.stderr.split())  # folded to 80 columns
+        assert all(len(line) <= 80 for line in refused.stderr.splitlines() if "rollout blocker" in line)
         assert "error: rollout blocker: dev: this change upgrades the EKS cluster `gpuloan-dev` (Kubernetes 1.33 " \
-               "-> 1.35" in refused.stderr
-        assert "Rollout-Blockers-Accepted: <why>" in refused.stderr
+               "-> 1.35" in said
+        assert "Rollout-Blockers-Accepted: <why>" in said
         [blocker] = config["rollout-blockers"]["blockers"]
         assert blocker.startswith("dev: upgrades the EKS cluster") and config["rollout-blockers"]["accepted"] == ""
 
