@@ -7,10 +7,16 @@ A Pulumi diff lists changed inputs; what a reviewer needs is what happens to run
   (any template change: tags, volume, reservation target), an AMI release or Kubernetes version change;
 - **deletes**: the group is gone from the plan.
 
-`blockers` lists what a reviewer must stop at: a change that replaces the EKS cluster (every node and workload
-goes with it), or replaces or deletes a floor or a reservation. Pulumi's `ignore_changes` is honoured the way the
-engine does it (an ignored input keeps its value in the state, so it cannot force a replacement), and a role that
-is not replaced keeps its ARN, so the cluster's `roleArn` does not change with it.
+`blockers` lists what a reviewer must stop at (the deploy workflow's gate refuses them unless the change says they
+are meant): a change that replaces the EKS cluster (every node and workload goes with it), replaces or deletes a
+floor, an elastic group (its live size is unknown offline, so its nodes count as up) or a reservation, rolls an
+active Capacity Block, or takes a Kubernetes step EKS refuses (more than one minor, a downgrade, a group lagging
+the control plane; `upgrade_steps` lists a version change in apply order). A delete-first floor replacement whose
+node role predates role paths is one CI's deploy role cannot carry out at all (`Blocker.needs_administrator`).
+Pulumi's `ignore_changes` is honoured the way the engine does it (an ignored input keeps its value in the state, so
+it cannot force a replacement), and a role that is not replaced keeps its ARN, so the cluster's `roleArn` does not
+change with it: role references are matched to roles by URN (the role's name), never by re-rendering an ARN with
+this release's offline runner, which an earlier release's base did not use.
 
 The tables below are the provider's (terraform-provider-aws `internal/service/eks/node_group.go` and
 `internal/service/ec2/ec2_launch_template.go`, which pulumi-aws bridges; docs/aws-rules.md): inputs marked
