@@ -6,7 +6,9 @@ working tree's config of a stack fails validation or the diff cannot be made (un
 3 when the fixed monthly cost of all stacks rises above `--fail-above` (a required check fails on it), 4 when there
 is no price file at all (no `--prices`, no $GPULOAN_PRICE_FILE, no committed gpuloan-prices.json, no cache): the
 diff is still printed, opening with a warning that no cost was compared, and the check fails so that nobody
-mistakes "unknown" for "no change" (docs/gitops.md). Both sides are priced with the working tree's price file.
+mistakes "unknown" for "no change" (docs/gitops.md), 5 with `--fail-on-blockers` when the change has a rollout blocker
+(offline/rollout.py) that `--accept-blockers` does not accept (the deploy workflow's gate). Both sides are priced
+with the working tree's price file.
 With `--format markdown` and nothing changed (no resource, no money figure), nothing is printed on stdout (the
 workflow then leaves the PR comment alone) and stderr says so.
 """
@@ -22,6 +24,7 @@ from pricing.sources import catalog
 
 EXIT_ABOVE_THRESHOLD = 3
 EXIT_NO_PRICES = 4
+EXIT_BLOCKERS = 5
 NO_PRICES = ("No price file: no cost was compared. This repository commits no gpuloan-prices.json beside Pulumi.yaml "
              "(and no --prices / GPULOAN_PRICE_FILE was given), so every money figure below is unknown, not "
              "unchanged. Run `gpuloan prices refresh -s STACK` with AWS credentials and commit gpuloan-prices.json, "
@@ -51,6 +54,13 @@ def register(sub) -> None:
     p.add_argument("--markdown", action="store_true", help="same as --format markdown")
     p.add_argument("--fail-above", metavar="$N|N%", default=None,
                    help="exit 3 when the fixed monthly cost of all stacks rises by more than $N (or N percent)")
+    p.add_argument("--fail-on-blockers", action="store_true",
+                   help="exit 5 when the change has a rollout blocker (docs/gitops.md, \"Rollout blockers\")")
+    p.add_argument("--accept-blockers", metavar="WHY", default=None,
+                   help="the blockers are meant (the Rollout-Blockers-Accepted commit trailer); never accepts one "
+                        "CI's deploy role cannot apply")
+    p.add_argument("--guardrail-config", metavar="PATH", default=None,
+                   help="write the guardrails pack's rollout-blockers config (pulumi up --policy-pack-config)")
     price_args.add(p)
     p.set_defaults(func=run)
 
@@ -86,6 +96,27 @@ def run(args) -> int:
     if invalid:
         print(f"the working tree's config of {', '.join(invalid)} does not validate", file=sys.stderr)
         return EXIT_INVALID
+    if args.guardrail_config:
+        import json
+
+        config = cost_comment.guardrail_config(diffs, args.accept_blockers)
+        Path(args.guardrail_config).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+    if args.fail_on_blockers:
+        refused = cost_comment.refused_blockers(diffs, args.accept_blockers)
+        import textwrap
+
+        def say(text: str) -> None:  # 80 columns, continuation lines indented
+            print("\n".join(textwrap.wrap(text, width=80, subsequent_indent="  ", break_on_hyphens=False)),
+                  file=sys.stderr)
+
+        for sentence in refused:
+            say(f"error: rollout blocker: {sentence}")
+        if refused:
+            say(f"error: to apply them on purpose, add the trailer '{cost_comment.ACCEPT_TRAILER}: <why>' to the "
+                "commit (not for a change CI cannot apply: an administrator applies it; docs/gitops.md)")
+            return EXIT_BLOCKERS
+        if args.accept_blockers and any(cost_comment.blockers(d) for d in diffs):
+            print(f"rollout blockers accepted: {args.accept_blockers.strip()}", file=sys.stderr)
     if threshold is not None:
         why = cost_comment.exceeds(diffs, threshold)
         if why:

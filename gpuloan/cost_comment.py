@@ -195,6 +195,35 @@ def blockers(d: StackDiff) -> list:
     return rollout.blockers(d.base.doc, d.head.doc)
 
 
+# The deploy workflow's override (docs/gitops.md, "Rollout blockers"): a trailer of the pushed commit's message.
+ACCEPT_TRAILER = "Rollout-Blockers-Accepted"
+GUARDRAIL_POLICY = "rollout-blockers"  # guardrails/policies.py
+
+
+def refused_blockers(diffs: list[StackDiff], accepted: str | None) -> list[str]:
+    """The blockers that stop a deploy: every one unless `accepted` (the override's reason) says the change means
+    them, and whatever `accepted` says, those CI's deploy role cannot carry out (an administrator applies them)."""
+    reason = (accepted or "").strip()
+    out = [f"{d.stack}: this change {b.sentence()}" for d in diffs for b in blockers(d)
+           if b.needs_administrator or not reason]
+    if not reason:
+        # A base that could not be previewed (its config no longer validates, its program failed) hides every
+        # blocker: unknown is not "none".
+        out += [f"{d.stack}: the base could not be previewed, so the rollout cannot be checked"
+                for d in diffs if not d.base.ok and not d.base.missing]
+    return out
+
+
+def guardrail_config(diffs: list[StackDiff], accepted: str | None) -> dict:
+    """The guardrails pack's config for `pulumi up --policy-pack-config` (pulumi/actions' policyPackConfigs): the
+    rollout blockers the pack reports (guardrails/policies.py:validate_rollout_blockers)."""
+    found = [(d, b) for d in diffs for b in blockers(d)]
+    return {GUARDRAIL_POLICY: {
+        "blockers": [f"{d.stack}: {b.sentence()}" for d, b in found if not b.needs_administrator],
+        "administrator_blockers": [f"{d.stack}: {b.sentence()}" for d, b in found if b.needs_administrator],
+        "accepted": (accepted or "").strip()}}
+
+
 BLOCKER_NOTE = ("running nodes and the pods on them go with it; with protect_critical `pulumi up` refuses it until "
                 "protection is lifted on purpose (docs/gitops.md, \"The cost diff\")")
 
@@ -275,6 +304,7 @@ def to_json(diffs: list[StackDiff], base_label: str, warnings: list[str] | None 
             "platform": d.platform,
             "notes": cost_diff._side_notes(d),
             "blockers": [b.sentence() for b in blockers(d)],
+            "upgrade_steps": list(d.upgrade_steps),  # a Kubernetes version change, in apply order
         }
 
     total = _sum([fixed_change(d) for d in diffs])

@@ -17,6 +17,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import textwrap
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,6 +56,7 @@ class StackDiff:
     pools: list[dict] = field(default_factory=list)  # rows of the cost table
     totals: dict = field(default_factory=dict)
     node_groups: list = field(default_factory=list)  # offline.rollout.GroupChange: replaced / rolled / deleted
+    upgrade_steps: list[str] = field(default_factory=list)  # a Kubernetes version change, in apply order
     platform: list[dict] = field(default_factory=list)  # {item, base, head}: monthly USD, UNKNOWN or None
 
     @property
@@ -330,9 +332,10 @@ def diff_stack(stack: str, base: Side, head: Side) -> StackDiff:
     if (base.ok or base.missing) and (head.ok or head.missing):
         d.added, d.removed, d.changed = diff_resources(base.doc, head.doc)
     if base.ok and head.ok:
-        from offline.rollout import group_changes
+        from offline.rollout import group_changes, upgrade_steps
 
         d.node_groups = group_changes(base.doc, head.doc)
+        d.upgrade_steps = upgrade_steps(base.doc, head.doc)
     if base.ok or head.ok:
         d.pools, d.totals = diff_costs(base.doc, head.doc)
         d.platform = diff_platform(base.doc, head.doc)
@@ -470,9 +473,12 @@ def _price_sources(diffs: list[StackDiff]) -> list[tuple[StackDiff, str]]:
 
 def node_group_lines(d: StackDiff) -> list[str]:
     """The PR comment's node group section: what this change does to running nodes (offline/rollout.py)."""
+    out = []
+    if d.upgrade_steps:
+        out += ["**Kubernetes upgrade**, in the order `pulumi up` applies it:", "", *d.upgrade_steps, ""]
     if not d.node_groups:
-        return []
-    out = ["**Node groups this change replaces or rolls** (running pods on them are evicted):", ""]
+        return out
+    out += ["**Node groups this change replaces or rolls** (running pods on them are evicted):", ""]
     for change in d.node_groups:
         mark = "⚠️ **floor**: " if change.is_floor else ""
         out.append(f"- {mark}{change.sentence()}")
@@ -495,6 +501,9 @@ def render_text(diffs: list[StackDiff], base_label: str, width: int | None = Non
                 lines.append(f"    ~ {r['name']} ({r['type']}): {', '.join(keys)}")
             for r in d.removed:
                 lines.append(f"    - {r['name']} ({r['type']})")
+            for step in d.upgrade_steps:  # folded to 80 columns: an add-on line names four pins
+                lines += textwrap.wrap(f"upgrade {step}", width=80, initial_indent="  ", subsequent_indent="      ",
+                                       break_on_hyphens=False)
             for change in d.node_groups:
                 lines.append(f"  node group: {'FLOOR ' if change.is_floor else ''}{change.sentence()}")
         if d.base.ok or d.head.ok:

@@ -14,6 +14,11 @@ Mandatory (a violation blocks the update):
 - launch-templates-imdsv2: launch templates require IMDSv2 tokens.
 - roles-no-star-on-star: no IAM policy of the stack (inline, role policy, managed policy or an attached AWS managed
   policy) allows every action ("*", or NotAction) on every resource ("*"): that is an administrator role.
+- rollout-blockers: the change has no rollout blocker (offline/rollout.py: the EKS cluster, a floor, an elastic
+  group that may have nodes up or a reservation replaced or deleted, a control-plane step EKS refuses), unless the
+  change accepts them on purpose. CrossGuard sees no base to compare with, so the deploy workflow computes the
+  blockers (`gpuloan cost-diff --guardrail-config`) and passes them as this policy's config (pulumi/actions'
+  policyPackConfigs); without that config (an administrator's `pulumi up`) it has nothing to report.
 
 Advisory (reported, never blocking):
 - spot-pools-diversified: spot node groups list at least two instance types.
@@ -36,6 +41,7 @@ from typing import Any, Callable
 
 from pulumi_policy import (
     EnforcementLevel,
+    PolicyConfigSchema,
     ReportViolation,
     ResourceValidationArgs,
     ResourceValidationPolicy,
@@ -425,6 +431,26 @@ def validate_spot_diversified(args: ResourceValidationArgs, report: ReportViolat
                "two with the same GPUs per node so one spot shortage does not stop the pool")
 
 
+ACCEPT_TRAILER = "Rollout-Blockers-Accepted"  # gpuloan/cost_comment.py; the pack imports no command-line code
+ROLLOUT_BLOCKERS_SCHEMA = PolicyConfigSchema(properties={
+    "blockers": {"type": "array", "items": {"type": "string"}},
+    "administrator_blockers": {"type": "array", "items": {"type": "string"}},
+    "accepted": {"type": "string"},
+})
+
+
+def validate_rollout_blockers(args: StackValidationArgs, report: ReportViolation) -> None:
+    config = args.get_config() or {}
+    for sentence in config.get("administrator_blockers") or []:
+        report(f"rollout blocker CI's deploy role cannot apply: {sentence}; an administrator applies it "
+               "(docs/gitops.md, \"Rollout blockers\")")
+    if str(config.get("accepted") or "").strip():
+        return
+    for sentence in config.get("blockers") or []:
+        report(f"rollout blocker: {sentence}; to apply it on purpose, add the trailer '{ACCEPT_TRAILER}: <why>' "
+               "to the commit (docs/gitops.md, \"Rollout blockers\")")
+
+
 def _resource_policy(name: str, description: str, fn: Callable, level: EnforcementLevel) -> ResourceValidationPolicy:
     return ResourceValidationPolicy(name=name, description=description, validate=fn, enforcement_level=level)
 
@@ -447,6 +473,9 @@ POLICIES = [
                      validate_imdsv2, MANDATORY),
     _resource_policy("roles-no-star-on-star", "No role of the stack may do every action on every resource.",
                      validate_no_star_on_star, MANDATORY),
+    StackValidationPolicy(name="rollout-blockers", description="The change replaces or deletes nothing a reviewer "
+                          "must stop at, unless it says so on purpose.", validate=validate_rollout_blockers,
+                          enforcement_level=MANDATORY, config_schema=ROLLOUT_BLOCKERS_SCHEMA),
     _resource_policy("spot-pools-diversified", "Spot node groups use at least two instance types.",
                      validate_spot_diversified, ADVISORY),
     StackValidationPolicy(name="floor-under-budget", description="A pool's guaranteed floor costs less than its budget.",

@@ -260,6 +260,7 @@ class Cluster(pulumi.ComponentResource):
 
         self.system_node_group = system_node_group(
             f"{name}-system", environment=cfg.environment, spec=spec.system_nodes, cluster_name=eks.name,
+            kubernetes_version=spec.kubernetes_version,
             node_role_arn=self._node_role.arn, subnet_ids=self.network.private_subnet_ids,
             extra_tags=dict(cfg.default_tags), parent=self, depends_on=before_nodes)
         for addon in ADDONS_AFTER_NODES:

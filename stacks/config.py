@@ -30,7 +30,7 @@ from stacks import compat, scheduling
 from stacks.config_terms import (SET_ASIDE, CommitmentKind, CommitmentStatus, ElasticCapacity,  # noqa: F401
                                  Enforcement, FloorPayment, MigStrategy, PaymentOption, Reservation, Tier, Workload)
 from stacks.names import GENERATED_SUFFIX_LENGTH, NODE_GROUP_PREFIX_MAX, node_group_name_prefix
-from stacks.node_sizes import node_sizes, size_suffix
+from stacks.node_sizes import node_sizes, pool_sizes, size_suffix
 from stacks.names import GPU_METRICS_AGENT_NAMESPACE, GPU_OPERATOR_NAMESPACE, KUEUE_NAMESPACE
 from stacks.version_numbers import fmt as fmt_version
 from stacks.version_numbers import parse_version
@@ -233,7 +233,8 @@ class Guaranteed(Strict):
 class Elastic(Strict):
     """Borrowed GPUs: spot first, on-demand fallback, sized by the policy function between 0 and max_nodes."""
 
-    instance_types: list[GpuInstanceType] = Field(min_length=1, max_length=20, description="Diversified types (more types, fewer spot shortages). Types of several sizes (GPUs per node, one GPU model: g6e.2xlarge / 12xlarge / 48xlarge) give the pool a spot and an on-demand node group per size, and the policy grows the size with the lowest price per GPU the pending pods use (docs/policy.md, \"Right-sized nodes\"); the first listed type's size keeps a one-size pool's group names. max_nodes and on_demand_max_nodes apply to each size's groups.")
+    instance_types: list[GpuInstanceType] = Field(min_length=1, max_length=20, description="Diversified types (more types, fewer spot shortages). Types of several sizes (GPUs per node, one GPU model: g6e.2xlarge / 12xlarge / 48xlarge) give the pool a spot and an on-demand node group per size, and the policy grows the size with the lowest price per GPU the pending pods use (docs/policy.md, \"Right-sized nodes\"); the plain size (plain_names_gpus) keeps a one-size pool's group names; the order of the list renames nothing. max_nodes and on_demand_max_nodes apply to each size's groups.")
+    plain_names_gpus: int | None = Field(None, ge=1, le=64, description="A pool of several node sizes: the GPUs per node of the size whose node groups keep a one-size pool's names (`<env>-<pool>-spot_`, `-on-demand_`); the others are named with their GPUs (`-spot-4gpu_`). Default: the largest size. Releases before issue 35 gave the plain names to the first listed type's size: where that was not the largest, set this to its GPUs, or the update replaces those groups with their nodes (docs/capacity.md, \"Node group names\").")
     capacity: ElasticCapacity = Field(ElasticCapacity.spot_then_on_demand, description="`spot`, `on_demand`, or `spot_then_on_demand` (an on-demand fallback group used when spot stays short).")
     max_nodes: int = Field(ge=1, le=500, description="Most elastic nodes (the spot group's max).")
     on_demand_max_nodes: int | None = Field(None, ge=1, le=500, description="Fallback group max; default max_nodes.")
@@ -268,6 +269,16 @@ class Elastic(Strict):
             raise ValueError(f"gang_wait_minutes ({self.gang_wait_minutes}) must exceed launch_minutes "
                              f"({self.launch_minutes}): a gang's nodes take that long to come, so a shorter wait "
                              "would release every gang's nodes while the rest still boot")
+        return self
+
+    @model_validator(mode="after")
+    def _plain_names_size(self) -> "Elastic":
+        if self.plain_names_gpus is not None:
+            sizes = sorted({catalog.lookup(t).gpus for t in self.instance_types})
+            if self.plain_names_gpus not in sizes:
+                raise ValueError(f"plain_names_gpus: {self.plain_names_gpus} GPUs per node is none of this pool's "
+                                 f"sizes ({', '.join(map(str, sizes))}): name the GPUs per node of the size whose "
+                                 "groups keep the plain names")
         return self
 
     @field_validator("instance_types")
@@ -1517,7 +1528,7 @@ def _capacity_problems(cfg: GpuLoanConfig) -> list[tuple[str, str]]:
     for i, pool in enumerate(cfg.pools):
         suffix = _LONGEST_GROUP_SUFFIX
         if pool.elastic is not None:  # another node size's groups are named longer: "on-demand-4gpu"
-            suffix = max([suffix] + [f"on-demand{size_suffix(z)}" for z in node_sizes(pool.elastic.instance_types)],
+            suffix = max([suffix] + [f"on-demand{size_suffix(z)}" for z in pool_sizes(pool.elastic)],
                          key=len)
         longest = node_group_name_prefix(cfg.environment, pool.name, suffix)
         if len(longest) > NODE_GROUP_PREFIX_MAX:

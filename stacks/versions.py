@@ -80,8 +80,9 @@ CLOUDWATCH_OBSERVABILITY_ADDON_VERSION = "v4.10.3-eksbuild.1"
 # NVIDIA driver on GPU nodes: the EKS-optimized AL2023 NVIDIA AMI (GPU_AMI_TYPE) ships the R580 branch; the GPU
 # Operator runs with driver.enabled=false, so this is the driver every image meets. Sources: awslabs/amazon-eks-ami
 # issue #2470 (AL2023 NVIDIA AMIs moved to the 580 branch, 2025-10/11) and aws-samples/sample-eks-enterprise-quickstart
-# docs/AMI_VERSIONS.md (release v20260512: driver 580.159.03). Managed node groups follow the latest AMI release
-# of their Kubernetes version, so bump this when the AMI's driver branch changes.
+# docs/AMI_VERSIONS.md (release v20260512: driver 580.159.03). A managed node group takes the latest AMI release of
+# its Kubernetes version when it is created or its version changes, and keeps it until then (EKS refreshes no AMI by
+# itself; docs/capacity.md, "Kubernetes upgrades", node AMIs), so bump this when the AMI's driver branch changes.
 EKS_AL2023_NVIDIA_DRIVER_VERSION = "580.159.03"
 EKS_AL2023_NVIDIA_DRIVER_SOURCE_NAME = "EKS AL2023 NVIDIA AMI, R580 branch"
 # nvidia/cuda runtime image tag per CUDA major.minor: the last patch release and its Ubuntu (Docker Hub nvidia/cuda).

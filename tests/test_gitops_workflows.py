@@ -133,7 +133,9 @@ def test_deploy_runs_on_main_with_a_concurrency_group_per_stack():
         assert job["concurrency"]["cancel-in-progress"] is False  # never kill an `up` half-way
         groups[stack] = job["concurrency"]["group"]
         (pulumi,) = steps_using(job, "pulumi/actions")
-        assert pulumi["with"] == {"command": "up", "stack-name": stack, "policyPacks": "guardrails"}
+        assert pulumi["with"] == {"command": "up", "stack-name": stack, "policyPacks": "guardrails",
+                                  # the rollout gate's blockers, for the guardrails' rollout-blockers rule
+                                  "policyPackConfigs": "${{ runner.temp }}/guardrails-config.json"}
     assert groups["dev"] != groups["prod"] and all(stack in g for stack, g in groups.items())
     assert jobs["dev"]["needs"] == ["test", "runners"] and jobs["prod"]["needs"] == ["dev", "runners"]
 

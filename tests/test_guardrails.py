@@ -100,7 +100,7 @@ def test_mandatory_and_advisory_rules_are_the_issues():
     assert {n for n, lvl in levels.items() if lvl == EnforcementLevel.MANDATORY} == {
         "gpu-resources-tagged", "elastic-node-groups-bounded", "policy-role-no-mutating-star",
         "ecr-immutable-and-scanned", "pool-budget-with-email", "launch-templates-imdsv2",
-        "roles-no-star-on-star"}
+        "roles-no-star-on-star", "rollout-blockers"}
     assert {n for n, lvl in levels.items() if lvl == EnforcementLevel.ADVISORY} == {
         "spot-pools-diversified", "floor-under-budget", "floor-protected"}
 

@@ -131,3 +131,59 @@ def test_the_previews_elastic_ceiling_counts_every_sizes_groups_at_their_max():
     assert cost.elastic_max_monthly_usd == pytest.approx(3 * spot * 730, rel=1e-6)
     one = from_stack_yaml({"config": _sized(max_nodes=3, instance_types=["g6e.2xlarge"])}, "dev")
     assert pool_cost(one, one.pools[0]).elastic_max_gpus == 3 * 1
+
+
+# --- issue 35 item 4: names keyed to a size, never to list order ---------------------------------------------
+
+def _sized_doc(types: list[str], **elastic) -> dict:
+    from gpuloan import preview
+
+    config = dev_variant(guaranteed={"instance_type": "g6e.2xlarge"},
+                         elastic={"instance_types": types, "capacity": "spot_then_on_demand", **elastic})
+    return preview.preview_document("dev", config)
+
+
+def _prefixes(doc) -> dict[str, tuple[str, ...]]:
+    return {r["inputs"]["nodeGroupNamePrefix"]: tuple(r["inputs"]["instanceTypes"])
+            for r in doc["resources"] if r["type"] == NODE_GROUP and r["inputs"].get("instanceTypes")
+            and "-research-" in r["inputs"]["nodeGroupNamePrefix"]}
+
+
+@requires_shared_prices
+def test_reordering_a_multi_size_pools_types_renames_and_replaces_nothing():
+    from offline import rollout
+
+    listed = _sized_doc(G6E)
+    reordered = _sized_doc(list(reversed(G6E)))
+    assert _prefixes(listed) == _prefixes(reordered)
+    assert {r["urn"] for r in listed["resources"]} == {r["urn"] for r in reordered["resources"]}
+    assert rollout.group_changes(listed, reordered) == []
+    assert rollout.blockers(listed, reordered) == []
+    # the plain names go to the largest size wherever it is listed
+    assert _prefixes(reordered)["dev-research-spot_"] == ("g6e.48xlarge",)
+
+
+@requires_shared_prices
+def test_an_earlier_release_stack_whose_first_type_was_not_the_largest_keeps_its_groups_with_plain_names_gpus():
+    from offline import rollout
+
+    # An earlier release named the first listed type's size plainly: here g6e.2xlarge (1 GPU). plain_names_gpus: 1
+    # gives this release's program exactly those names, URNs and types.
+    earlier = _sized_doc(list(reversed(G6E)), plain_names_gpus=1)
+    assert _prefixes(earlier)["dev-research-spot_"] == ("g6e.2xlarge",)
+    assert _prefixes(earlier)["dev-research-spot-8gpu_"] == ("g6e.48xlarge",)
+    assert rollout.group_changes(earlier, _sized_doc(G6E, plain_names_gpus=1)) == []
+    # Without it, the default (the largest size) would move the plain names: the cost diff shows the groups
+    # replaced, and a replaced elastic group is a blocker.
+    found = rollout.blockers(earlier, _sized_doc(list(reversed(G6E))))
+    assert found and all(b.what == "elastic group" and b.action in ("replaces", "deletes") for b in found)
+    assert any(b.name == "dev-research-spot" and "instanceTypes" in b.reasons for b in found)
+    assert all(rollout.ELASTIC_NODES_UP in b.reasons for b in found)
+
+
+def test_plain_names_gpus_must_name_one_of_the_pools_sizes():
+    config = _sized(plain_names_gpus=2)
+    with pytest.raises(ConfigError) as err:
+        from_stack_yaml({"config": config}, "dev")
+    assert "pools[0].elastic" in str(err.value)
+    assert "plain_names_gpus: 2 GPUs per node is none of this pool's sizes (1, 4, 8)" in str(err.value)

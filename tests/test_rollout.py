@@ -289,3 +289,35 @@ def test_a_kubernetes_jump_of_two_minor_versions_is_a_blocker():
     step = stack_config("dev")
     step["gpuloan:cluster"]["kubernetes_version"] = "1.34"
     assert rollout.blockers(base, _doc("dev", step)) == []
+
+
+# --- issue 35 items 4 and 5 -----------------------------------------------------------------------------------
+
+def test_replacing_or_deleting_an_elastic_group_is_a_blocker(prod_base):
+    config = stack_config("prod")
+    config["gpuloan:pools"][0]["elastic"]["instance_types"] = ["p5.48xlarge", "p4de.24xlarge"]
+    found = [b for b in rollout.blockers(prod_base, _doc("prod", config)) if b.what == "elastic group"]
+    assert {b.name for b in found} == {"prod-training-spot", "prod-training-on-demand"}
+    assert all(b.action == "replaces" and rollout.ELASTIC_NODES_UP in b.reasons for b in found)
+    assert not any(b.needs_administrator for b in found)
+
+
+def test_a_delete_first_floor_replacement_with_a_pathless_node_role_needs_an_administrator(monkeypatch, prod_base):
+    from stacks.gitops import role_guard
+
+    with monkeypatch.context() as m:
+        m.setattr(role_guard.RoleGuard, "_transform", _without_role_paths)
+        before_paths = _doc("prod", stack_config("prod"))
+    head = copy.deepcopy(prod_base)
+    for label in ("prod-training-guaranteed", "prod-inference-guaranteed"):  # forces a new group of each floor
+        _floor_group(head, label)["inputs"]["amiType"] = "AL2023_ARM_64_NVIDIA"
+    found = {b.name: b for b in rollout.blockers(before_paths, head) if b.what == "floor"}
+    # training's floor targets its ODCR: delete first, and CI may not pass the `/` node role to CreateNodegroup
+    training = found["prod-training-guaranteed"]
+    assert training.needs_administrator
+    [why] = [r for r in training.reasons if r.startswith("delete first with the node role")]
+    assert "arn:aws:iam::123456789012:role/prod-cluster-node-role" in why
+    # inference's floor has no reservation: created first, so a refused CreateNodegroup deletes nothing
+    assert not found["prod-inference-guaranteed"].needs_administrator
+    # the same replacement on a stack whose node role has its path is CI's to apply (after the override)
+    assert not any(b.needs_administrator for b in rollout.blockers(prod_base, head))

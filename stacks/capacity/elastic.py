@@ -5,7 +5,7 @@ and for `spot_then_on_demand` a second ON_DEMAND group the policy scales only wh
 start at 0 nodes. Spot nodes carry an extra taint so only interruption-tolerant workloads land there.
 
 A pool whose types come in several sizes (GPUs per node) gets that pair of groups per size (stacks/node_sizes.py: a
-managed node group holds one instance shape); the first listed type's size keeps the one-size names.
+managed node group holds one instance shape); the pool's plain size keeps the one-size names (stacks/node_sizes.py).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from stacks.names import GROUP_ON_DEMAND, GROUP_SPOT, node_group_name_prefix
 from stacks.capacity.node_groups import GPU_TAINT, SPOT_TAINT, gpu_update_config, instance_tags, instance_types_for
 from stacks.config import ElasticCapacity as CapacityMode
 from stacks.config import GpuLoanConfig, Pool
-from stacks.node_sizes import NodeSizeTypes, kind_key, node_sizes, size_suffix
+from stacks.node_sizes import NodeSizeTypes, kind_key, pool_sizes, size_suffix
 from stacks.capacity.guaranteed import gpu_ami_type
 
 TIER = "elastic"
@@ -59,7 +59,7 @@ class ElasticCapacity(pulumi.ComponentResource):
         self.on_demand_group = None
         self.group_names = {}
         self.size_groups: dict[str, aws.eks.NodeGroup] = {}  # every size's groups by kind key (node_sizes.py)
-        for size in node_sizes(e.instance_types):
+        for size in pool_sizes(e):
             sfx = size_suffix(size)
             if e.capacity in (CapacityMode.spot, CapacityMode.spot_then_on_demand):
                 key = kind_key("spot", size)
@@ -94,6 +94,7 @@ class ElasticCapacity(pulumi.ComponentResource):
             name,
             cluster_name=cluster.name,
             node_group_name_prefix=node_group_name_prefix(cfg.environment, pool.name, group),
+            version=cluster.kubernetes_version,  # the control plane's: a version change rolls the group
             node_role_arn=cluster.node_role_arn,
             subnet_ids=cluster.subnet_ids_in(None).apply(sorted),  # a set to EKS: order-free
             ami_type=gpu_ami_type(types),

@@ -108,6 +108,9 @@ class GuaranteedCapacity(pulumi.ComponentResource):
             f"{name}-ng",
             cluster_name=cluster.name,
             node_group_name_prefix=node_group_name_prefix(cfg.environment, pool.name, GROUP_GUARANTEED),
+            # The control plane's version, so a version change rolls the floor too (MINIMAL, one node at a time;
+            # a Capacity Block only at desired 0: offline/rollout.py stages it).
+            version=cluster.kubernetes_version,
             node_role_arn=cluster.node_role_arn,
             # A reservation lives in one AZ; subnets elsewhere would launch instances outside it.
             subnet_ids=cluster.subnet_ids_in(g.availability_zone).apply(sorted),  # a set to EKS: order-free

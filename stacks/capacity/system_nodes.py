@@ -40,6 +40,7 @@ def system_node_group(
     environment: str,
     spec: SystemNodes,
     cluster_name: pulumi.Input[str],
+    kubernetes_version: str,
     node_role_arn: pulumi.Input[str],
     subnet_ids: pulumi.Input[list[str]],
     extra_tags: dict[str, str],
@@ -55,6 +56,10 @@ def system_node_group(
         name,
         cluster_name=cluster_name,
         node_group_name_prefix=system_node_group_name_prefix(environment),
+        # The control plane's version: a version change rolls the group after the control plane (its clusterName
+        # comes from the cluster) and the pre-node add-ons (depends_on), so EKS's next control-plane update finds
+        # no group behind it (docs/capacity.md, "Kubernetes upgrades").
+        version=kubernetes_version,
         node_role_arn=node_role_arn,
         subnet_ids=subnet_ids,
         ami_type=versions.SYSTEM_AMI_TYPE,

@@ -24,7 +24,7 @@ import pulumi_aws as aws
 from policy import metric_names
 from stacks import tags, versions
 from stacks.names import GROUP_GUARANTEED, GROUP_ON_DEMAND, GROUP_SPOT, node_group_name_pattern
-from stacks.node_sizes import node_sizes, size_suffix
+from stacks.node_sizes import pool_sizes, size_suffix
 from stacks.config import ElasticCapacity as CapacityMode
 from stacks.config import GpuLoanConfig, Reservation
 from stacks.policy_function.package import HANDLER, build_zip, source_code_hash
@@ -68,7 +68,7 @@ def group_patterns(cfg: GpuLoanConfig) -> dict[str, GroupNames]:
                             if spot else None,
                             node_group_name_pattern(cfg.environment, pool.name, GROUP_ON_DEMAND + size_suffix(size))
                             if od else None)
-                           for size in node_sizes(e.instance_types) if not size.first)
+                           for size in pool_sizes(e) if not size.first)
         out[pool.name] = GroupNames(spot, od, floor, others)
     return out
 

@@ -22,7 +22,7 @@ from stacks.config import floor_rate as config_floor_rate
 from pricing.sources.floor_pricing import missing_rate_reason
 
 from policy.model import NodeSize, PoolSettings, Settings
-from stacks.node_sizes import node_sizes, other_size_of_key
+from stacks.node_sizes import other_size_of_key, pool_sizes
 
 
 @dataclass(frozen=True)
@@ -138,9 +138,9 @@ def pool_settings(cfg: GpuLoanConfig, pool: Pool, names: GroupNames, budget_name
         spot_max = od_max = 0
         knobs = {}
     else:
-        sizes = node_sizes(e.instance_types)
+        sizes = pool_sizes(e)
         gpus = sizes[0].gpus_per_node
-        # the first size's groups price its own types: one shape per group (stacks/node_sizes.py)
+        # the plain size's groups price its own types: one shape per group (stacks/node_sizes.py)
         spot_usd, od_usd = _prices(cfg, list(sizes[0].instance_types), allow_unknown_prices)
         has_spot = e.capacity in (ElasticCapacity.spot, ElasticCapacity.spot_then_on_demand)
         has_od = e.capacity in (ElasticCapacity.on_demand, ElasticCapacity.spot_then_on_demand)
