@@ -37,7 +37,8 @@ def add(parser) -> None:
 
 
 def settings(args):
-    """SimSettings from the options; raises ValueError naming the option for a negative value."""
+    """SimSettings from the options; raises ValueError naming the option for a negative value (and a checkpoint
+    interval of 0)."""
     from sim.engine import SimSettings
 
     s = SimSettings(seed=args.seed)
@@ -46,6 +47,9 @@ def settings(args):
         if value is not None:
             if value < 0:
                 raise ValueError(f"--{opt.replace('_', '-')} must be >= 0")
+            if opt == "checkpoint_interval" and value == 0:
+                # the engine reads 0 as "never" where a job stops and as "always" where a node is evicted
+                raise ValueError("--checkpoint-interval must be at least 1 minute")
             s = replace(s, **{field: value})
     if args.placement:
         s = replace(s, placement=args.placement)
