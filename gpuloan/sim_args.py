@@ -45,11 +45,11 @@ def settings(args):
     for opt, field in _NUMERIC:
         value = getattr(args, opt)
         if value is not None:
+            if opt == "checkpoint_interval" and value < 1:
+                # the engine reads 0 as "never" where a job stops and as "always" where a node is evicted
+                raise ValueError(f"--checkpoint-interval must be at least 1 minute, got {value}")
             if value < 0:
                 raise ValueError(f"--{opt.replace('_', '-')} must be >= 0")
-            if opt == "checkpoint_interval" and value == 0:
-                # the engine reads 0 as "never" where a job stops and as "always" where a node is evicted
-                raise ValueError("--checkpoint-interval must be at least 1 minute")
             s = replace(s, **{field: value})
     if args.placement:
         s = replace(s, placement=args.placement)

@@ -76,7 +76,8 @@ def test_simulated_advice_on_minute_series_with_spot_reclaims_runs(tmp_path, cap
      "--production-share must be between 0 and 100, got 120"),
     ("production share below 0", ["--production-share", "-5"], "--production-share must be between 0 and 100"),
     ("checkpoint interval 0", ["--checkpoint-interval", "0"], "--checkpoint-interval must be at least 1 minute"),
-    ("checkpoint interval negative", ["--checkpoint-interval", "-30"], "--checkpoint-interval must be >= 0"),
+    ("checkpoint interval negative", ["--checkpoint-interval", "-30"],
+     "--checkpoint-interval must be at least 1 minute, got -30"),
     ("history shorter than the sizing window", ["--sizing-days", "4"],
      "--sizing-days 4: must be at least 1 and shorter than the history"),
     ("one pool's trace shorter than the sizing window", ["--sizing-days", "2", "short"],
@@ -101,3 +102,18 @@ def test_bad_demand_input_is_refused_naming_the_file_or_field_before_any_run(tmp
     err = capsys.readouterr().err
     assert rc == 2, err
     assert message in err
+
+
+@pytest.mark.parametrize("minutes", [0, -30])
+def test_simulate_refuses_a_checkpoint_interval_below_a_minute_too(minutes):
+    """`gpuloan simulate` and `advise` share the option (gpuloan/sim_args.py): the engine read 0 as "never" where a
+    job stops and as "always" where a node is evicted, so 0 is refused like a negative value."""
+    import argparse
+
+    from gpuloan import sim_args
+
+    parser = argparse.ArgumentParser()
+    sim_args.add(parser)
+    with pytest.raises(ValueError, match=f"--checkpoint-interval must be at least 1 minute, got {minutes}"):
+        sim_args.settings(parser.parse_args(["--checkpoint-interval", str(minutes)]))
+    assert sim_args.settings(parser.parse_args(["--checkpoint-interval", "1"])).checkpoint_interval_minutes == 1

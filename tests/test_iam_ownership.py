@@ -80,7 +80,8 @@ ACCEPTED_EXCEPTIONS: dict[tuple[str, str, str], str] = {
         "function may not be able to access the VPC. Either specify a unique resource ID, or include all resource "
         "IDs\"; AWSLambdaVPCAccessExecutionRole grants the three on \"*\". A condition (ec2:Subnet, ec2:Vpc) is "
         "not a resource ID and is not among the forms the guide accepts, and the lifecycle cannot be exercised "
-        "without AWS, so the statement keeps every interface of the region. " + LAMBDA_VPC_GUIDE)
+        "without AWS, so the statement keeps every interface of the region (hashicorp/terraform-provider-aws "
+        "issue 20698: a narrower DeleteNetworkInterface resource made CreateFunction fail). " + LAMBDA_VPC_GUIDE)
        for a in ("ec2:AssignPrivateIpAddresses", "ec2:DeleteNetworkInterface", "ec2:UnassignPrivateIpAddresses")},
 }
 
