@@ -94,7 +94,7 @@ def _inputs(args, cfg):
     window = sizing_days * 24 * 60
     short = [(str(Path(args.demand) / f"{n}.csv") if args.demand else f"pool '{n}' (CloudWatch history)",
               f"{t.span_minutes / 60:g} h of demand, shorter than the sizing window of {window // 60} h "
-              f"(--sizing-days {sizing_days}): nothing of it would be left to report on")
+              f"(--sizing-days {sizing_days})")
              for n, t in demand.items() if t.span_minutes < window]
     if short:
         raise org_demand.OrgDemandError(short)
