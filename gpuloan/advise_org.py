@@ -8,6 +8,8 @@ each pool's own CloudWatch history (sim/demand_history.py, `--history-days`). Th
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from sim.org_advisor import OrgAdviceError
 
 TERMS = ("reserved_1yr", "reserved_3yr")
@@ -89,6 +91,13 @@ def _inputs(args, cfg):
     if sizing_days < 1 or sizing_days * 24 >= hours:
         raise ValueError(f"--sizing-days {sizing_days}: must be at least 1 and shorter than the history "
                          f"({hours} h = {hours / 24:.1f} days)")
+    window = sizing_days * 24 * 60
+    short = [(str(Path(args.demand) / f"{n}.csv") if args.demand else f"pool '{n}' (CloudWatch history)",
+              f"{t.span_minutes / 60:g} h of demand, shorter than the sizing window of {window // 60} h "
+              f"(--sizing-days {sizing_days})")
+             for n, t in demand.items() if t.span_minutes < window]
+    if short:
+        raise org_demand.OrgDemandError(short)
     share = {n: (args.production_share if args.production_share is not None else
                  100 * production_share(cfg, n)) / 100 for n in names}
     for n, s in share.items():
@@ -109,11 +118,12 @@ def run(args, cfg) -> dict:
         raise ValueError(f"--guarantee-percentile must be between 0 and 100, got {args.guarantee_percentile}")
     from gpuloan import sim_args
 
+    settings = sim_args.settings(args)  # its options are refused before any input is read, whatever the model
     inputs, demand, share = _inputs(args, cfg)
     if args.model == "fluid":
         doc = org_advisor.evaluate(inputs, org_advisor.fluid_runner(inputs.prices), seed=args.seed)
     else:  # every scenario through the environment simulator, identical runs once (EnvironmentRunner's cache)
-        runner = org_advisor.environment_runner(cfg, demand, sim_args.settings(args), inputs.prices,
+        runner = org_advisor.environment_runner(cfg, demand, settings, inputs.prices,
                                                 production_share=share)
         doc = org_advisor.evaluate(inputs, runner, seed=args.seed)
         doc["simulations"] = {"runs": runner.runs, "cache_hits": runner.hits}

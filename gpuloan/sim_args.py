@@ -37,13 +37,17 @@ def add(parser) -> None:
 
 
 def settings(args):
-    """SimSettings from the options; raises ValueError naming the option for a negative value."""
+    """SimSettings from the options; raises ValueError naming the option for a negative value (and a checkpoint
+    interval of 0)."""
     from sim.engine import SimSettings
 
     s = SimSettings(seed=args.seed)
     for opt, field in _NUMERIC:
         value = getattr(args, opt)
         if value is not None:
+            if opt == "checkpoint_interval" and value < 1:
+                # the engine reads 0 as "never" where a job stops and as "always" where a node is evicted
+                raise ValueError(f"--checkpoint-interval must be at least 1 minute, got {value}")
             if value < 0:
                 raise ValueError(f"--{opt.replace('_', '-')} must be >= 0")
             s = replace(s, **{field: value})

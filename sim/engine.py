@@ -1167,7 +1167,9 @@ class SeriesWorkload:
         if early is not None and early[1] <= self.sim.now:
             since = min(since, self.sim.now - early[0])
         lost = node.busy * since
-        lost = min(lost, self.sim.c.served_gpu_minutes)
+        # Whole GPU-minutes: the counter is a float, and a float here made the backlog, the width and the pending
+        # pods the policy reads floats (a TypeError in the controller's pod list, issue 36).
+        lost = min(lost, math.floor(self.sim.c.served_gpu_minutes))
         self.sim.c.served_gpu_minutes -= lost
         self.sim.c.lost_gpu_minutes += lost
         self.backlog += lost

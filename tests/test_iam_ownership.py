@@ -66,16 +66,23 @@ REVIEWED_AWS_MANAGED: dict[str, str] = {
 
 # Statements this test flags that are not fixed yet: (role name suffix, statement Sid, action) -> why it is open
 # and who owns the fix. The test fails when one is fixed (remove it here) and when any other appears.
-OPEN_FINDINGS: dict[tuple[str, str, str], str] = {
+OPEN_FINDINGS: dict[tuple[str, str, str], str] = {}
+
+# Statements this test flags that AWS requires as they are: (role name suffix, statement Sid, action) -> the AWS
+# reason and its source. Like an open finding, an entry the check no longer flags fails the test (remove it).
+LAMBDA_VPC_GUIDE = ("Lambda developer guide, \"Giving Lambda functions access to resources in an Amazon VPC\", "
+                    "execution role permissions (docs.aws.amazon.com/lambda/latest/dg/configuration-vpc.html)")
+ACCEPTED_EXCEPTIONS: dict[tuple[str, str, str], str] = {
     **{("policy-role", "VpcNetworkInterfaces", a): (
-        "the policy function's VPC access: Lambda needs these on its interfaces, which it creates without our tag "
-        "(Lambda developer guide, VPC execution role permissions); an `ec2:Subnet` condition naming the function's "
-        "subnets would scope them. stacks/policy_function/function.py, not changed by issue 42")
+        "Lambda itself creates and deletes the function's Hyperplane network interfaces and assigns their addresses "
+        "with the execution role, on interfaces whose ids nobody knows in advance and that carry none of our tags. "
+        "The guide: \"If you don't specify a resource ID for DeleteNetworkInterface in the execution role, your "
+        "function may not be able to access the VPC. Either specify a unique resource ID, or include all resource "
+        "IDs\"; AWSLambdaVPCAccessExecutionRole grants the three on \"*\". A condition (ec2:Subnet, ec2:Vpc) is "
+        "not a resource ID and is not among the forms the guide accepts, and the lifecycle cannot be exercised "
+        "without AWS, so the statement keeps every interface of the region (hashicorp/terraform-provider-aws "
+        "issue 20698: a narrower DeleteNetworkInterface resource made CreateFunction fail). " + LAMBDA_VPC_GUIDE)
        for a in ("ec2:AssignPrivateIpAddresses", "ec2:DeleteNetworkInterface", "ec2:UnassignPrivateIpAddresses")},
-    ("policy-role", "ReclaimIdleElasticInstances", "autoscaling:TerminateInstanceInAutoScalingGroup"): (
-        "matched by the node group name tag only: another cluster of the account with a node group of the same "
-        "name would match; a condition on the ASG's cluster-name tag would close it. "
-        "stacks/policy_function/function.py, not changed by issue 42"),
 }
 
 
@@ -234,11 +241,12 @@ def _key(role: str, sid: str, action: str) -> tuple[str, str, str]:
 def test_no_role_may_change_a_resource_this_environment_did_not_create(recorded, stack):
     found, checked = violations(recorded(stack))
     assert checked > 100  # the deploy role alone has more; an empty walk would prove nothing
+    known = {**OPEN_FINDINGS, **ACCEPTED_EXCEPTIONS}
     unexpected = [f"{role} {sid}: {action} reaches {how}" for role, sid, action, how in found
-                  if _key(role, sid, action) not in OPEN_FINDINGS]
+                  if _key(role, sid, action) not in known]
     assert unexpected == [], "\n".join(unexpected)
-    fixed = sorted(set(OPEN_FINDINGS) - {_key(r, s, a) for r, s, a, _ in found})
-    assert fixed == [], f"no longer flagged, remove from OPEN_FINDINGS: {fixed}"
+    fixed = sorted(set(known) - {_key(r, s, a) for r, s, a, _ in found})
+    assert fixed == [], f"no longer flagged, remove from OPEN_FINDINGS / ACCEPTED_EXCEPTIONS: {fixed}"
 
 
 def test_the_roles_of_a_stack_with_a_self_managed_state_backend_reach_only_its_own_state():
@@ -252,7 +260,7 @@ def test_the_roles_of_a_stack_with_a_self_managed_state_backend_reach_only_its_o
     state = perms.StateBackend("example-pulumi-state", "gpuloan", "dev", key)
     found, _ = violations(rec, state)
     unexpected = [f"{role} {sid}: {action} reaches {how}" for role, sid, action, how in found
-                  if _key(role, sid, action) not in OPEN_FINDINGS]
+                  if _key(role, sid, action) not in {**OPEN_FINDINGS, **ACCEPTED_EXCEPTIONS}]
     assert unexpected == [], "\n".join(unexpected)
     sids = {st.get("Sid") for _, _, doc in identity_policies(rec) for st in doc.get("Statement", [])}
     assert {"StateLock", "StateWrite", "StateSecrets"} <= sids  # the statements were walked
@@ -308,6 +316,28 @@ def test_the_check_flags_adoption_by_tagging_and_passes_own_names(recorded, monk
     assert sorted({(sid, action) for _, sid, action, _ in found}) == [
         ("AnyTable", "dynamodb:DeleteTable"), ("IamCreateClusterOidcTagged", "iam:TagOpenIDConnectProvider"),
         ("TagNewKmsKey", "kms:TagResource")]
+
+
+def test_the_check_flags_an_asg_matched_by_node_group_name_only(recorded, monkeypatch):
+    """Issue 42: the policy function's old reclaim statement (the ASG's node group name tag only) reaches a group of
+    the same name in another cluster; with the cluster's name tag as well it does not."""
+    rec = recorded("dev")
+    (cluster,) = rec.of_type("aws:eks/cluster:Cluster")
+    asg = f"arn:aws:autoscaling:{REGION}:{ACCOUNT}:autoScalingGroup:*:autoScalingGroupName/eks-*"
+    by_name = {"StringLike": {"autoscaling:ResourceTag/eks:nodegroup-name": ["dev-training-spot_*"]}}
+    old = {"Sid": "Old", "Effect": "Allow", "Action": ["autoscaling:TerminateInstanceInAutoScalingGroup"],
+           "Resource": [asg], "Condition": by_name}
+    new = {**old, "Sid": "New", "Condition": {
+        **by_name, "StringEquals": {"autoscaling:ResourceTag/eks:cluster-name": cluster.inputs["name"]}}}
+    monkeypatch.setattr(sys.modules[__name__], "identity_policies", lambda _rec: [("dev-x", "p", _doc(old, new))])
+    found, _ = violations(rec)
+    assert {(sid, action) for _, sid, action, _ in found} == {("Old", "autoscaling:TerminateInstanceInAutoScalingGroup")}
+
+
+def test_each_accepted_exception_cites_its_aws_source():
+    assert not set(OPEN_FINDINGS) & set(ACCEPTED_EXCEPTIONS)
+    for key, reason in ACCEPTED_EXCEPTIONS.items():
+        assert "docs.aws.amazon.com" in reason, key
 
 
 def test_a_condition_key_the_check_does_not_know_fails_it():

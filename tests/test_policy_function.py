@@ -88,6 +88,27 @@ def _listify(v):
     return v if isinstance(v, list) else [v]
 
 
+@pytest.mark.parametrize("env", ["dev", "prod"])
+def test_reclaim_reaches_this_clusters_elastic_asgs_only(recorded, env):
+    """Issue 42: an elastic group's ASG is matched by its node group name AND its cluster's name, both tags EKS puts
+    on a managed group's ASG; a group of the same name in another cluster of the account is out of reach."""
+    from iam_eval import allowed
+
+    rec = recorded(env)
+    doc = _policy(rec, env)
+    (cluster,) = rec.of_type("aws:eks/cluster:Cluster")
+    cluster_name = cluster.inputs["name"]
+    elastic = next(n for n, r in _node_groups(rec).items() if r.inputs["labels"][tags.LABEL_TIER] == "elastic")
+    asg = ("arn:aws:autoscaling:us-east-1:123456789012:autoScalingGroup:0f1e2d3c:"
+           f"autoScalingGroupName/eks-{elastic}-0f1e2d3c")
+    action = "autoscaling:TerminateInstanceInAutoScalingGroup"
+    own = {"autoscaling:ResourceTag/eks:nodegroup-name": elastic, "autoscaling:ResourceTag/eks:cluster-name": cluster_name}
+    assert allowed(doc, action, asg, own)
+    for other in ({**own, "autoscaling:ResourceTag/eks:cluster-name": "another-cluster"},
+                  {"autoscaling:ResourceTag/eks:nodegroup-name": elastic}):  # a look-alike ASG without the cluster
+        assert not allowed(doc, action, asg, other), other
+
+
 def test_lambda_shape(recorded):
     rec = recorded("prod")
     fn = rec.named("prod-policy-fn").inputs

@@ -3,7 +3,7 @@ VPC placement and its read-only Kubernetes access entry.
 
 Least privilege (DESIGN.md decision 5): mutating EKS / Auto Scaling actions are scoped to this stack's
 *elastic* node groups (EKS node group ARNs by name prefix; ASG termination by the eks:nodegroup-name tag EKS puts
-on each group's ASG, matched on the same prefix). Node group names are generated from a prefix
+on each group's ASG, matched on the same prefix, and its eks:cluster-name tag, this cluster's name). Node group names are generated from a prefix
 (stacks/capacity/pools.py), so the role is scoped to `<env>-<pool>-spot_*` / `<env>-<pool>-on-demand_*` and stays valid
 across a create-before-delete replacement; the settings carry the groups' actual names. The guaranteed groups appear only in read actions, except a floor on a Capacity Block, whose desired
 size the policy sets inside the block's window (UpdateNodegroupConfig on that group only; no termination). Reads that AWS cannot scope
@@ -40,6 +40,7 @@ EVENTS_PRINCIPAL = "events.amazonaws.com"
 SPOT_WARNING_PATTERN = {"source": ["aws.ec2"], "detail-type": ["EC2 Spot Instance Interruption Warning"]}
 REBALANCE_PATTERN = {"source": ["aws.ec2"], "detail-type": ["EC2 Instance Rebalance Recommendation"]}
 EKS_NODEGROUP_TAG = "eks:nodegroup-name"  # EKS tags each managed node group's ASG with its name
+EKS_CLUSTER_TAG = "eks:cluster-name"  # ... and with its cluster's name
 LAMBDA_ENV_LIMIT_BYTES = 4096  # all keys and values together (Lambda quotas)
 POLICY_ERRORS_TICKS = 5  # the PolicyErrors alarm looks at the last 5 ticks ...
 POLICY_ERRORS_DATAPOINTS = 3  # ... and fires when 3 of them had errors (one throttled call is not an outage)
@@ -99,7 +100,10 @@ def policy_document(*, partition: str, region: str, account: str, cluster_name: 
             "Resource": [nodegroup(n) for n in sorted(capacity_blocks)]}] if capacity_blocks else []),
         {"Sid": "ReclaimIdleElasticInstances", "Effect": "Allow", "Action": MUTATING_ASG,
          "Resource": [f"{base}:autoscaling:{region}:{account}:autoScalingGroup:*:autoScalingGroupName/eks-*"],
-         "Condition": {"StringLike": {f"autoscaling:ResourceTag/{EKS_NODEGROUP_TAG}": sorted(elastic)}}},
+         # Both tags are EKS's own on every managed group's ASG: the name alone would also match a group of the
+         # same name in another cluster of the account (issue 42); the cluster name is unique per region.
+         "Condition": {"StringLike": {f"autoscaling:ResourceTag/{EKS_NODEGROUP_TAG}": sorted(elastic)},
+                       "StringEquals": {f"autoscaling:ResourceTag/{EKS_CLUSTER_TAG}": cluster_name}}},
         {"Sid": "ReadUnscopable", "Effect": "Allow", "Resource": ["*"], "Action": [
             "autoscaling:DescribeAutoScalingGroups", "autoscaling:DescribeScalingActivities",
             "ec2:DescribeInstances", "cloudwatch:GetMetricData"]},
