@@ -82,7 +82,11 @@ ACCEPTED_EXCEPTIONS: dict[tuple[str, str, str], str] = {
         "not a resource ID and is not among the forms the guide accepts, and the lifecycle cannot be exercised "
         "without AWS, so the statement keeps every interface of the region (hashicorp/terraform-provider-aws "
         "issue 20698: a narrower DeleteNetworkInterface resource made CreateFunction fail). " + LAMBDA_VPC_GUIDE)
-       for a in ("ec2:AssignPrivateIpAddresses", "ec2:DeleteNetworkInterface", "ec2:UnassignPrivateIpAddresses")},
+       for a in ("ec2:AssignPrivateIpAddresses", "ec2:UnassignPrivateIpAddresses")},
+    ("policy-role", "VpcDeleteNetworkInterfaces", "ec2:DeleteNetworkInterface"): (
+        "DeleteNetworkInterface in exactly the form the Lambda guide gives (all resource IDs, "
+        "arn:aws:ec2:<region>:<account>:*/*), since Lambda deletes the function's Hyperplane interfaces with the "
+        "execution role and a narrower resource can make CreateFunction refuse it. " + LAMBDA_VPC_GUIDE),
 }
 
 

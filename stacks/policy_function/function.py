@@ -114,11 +114,16 @@ def policy_document(*, partition: str, region: str, account: str, cluster_name: 
         {"Sid": "DeadLetters", "Effect": "Allow", "Action": ["sqs:SendMessage"], "Resource": [dlq_arn]},
         # Lambda creates the function's ENIs with this role: only in the cluster's subnets, with its own SG.
         {"Sid": "VpcNetworkInterfaces", "Effect": "Allow", "Action": [
-            "ec2:CreateNetworkInterface", "ec2:DeleteNetworkInterface", "ec2:AssignPrivateIpAddresses",
+            "ec2:CreateNetworkInterface", "ec2:AssignPrivateIpAddresses",
             "ec2:UnassignPrivateIpAddresses"], "Resource": [
             f"{base}:ec2:{region}:{account}:network-interface/*",
             *[f"{base}:ec2:{region}:{account}:subnet/{s}" for s in subnet_ids],
             f"{base}:ec2:{region}:{account}:security-group/{security_group_id}"]},
+        # The Lambda guide's own form for DeleteNetworkInterface: "include all resource IDs", for example
+        # arn:aws:ec2:<region>:<account>:*/*; a narrower resource can make CreateFunction refuse the role
+        # (docs/aws-rules.md, Lambda execution role).
+        {"Sid": "VpcDeleteNetworkInterfaces", "Effect": "Allow", "Action": ["ec2:DeleteNetworkInterface"],
+         "Resource": [f"{base}:ec2:{region}:{account}:*/*"]},
         {"Sid": "VpcDescribe", "Effect": "Allow", "Action": ["ec2:DescribeNetworkInterfaces", "ec2:DescribeSubnets",
                                                              "ec2:DescribeSecurityGroups"], "Resource": ["*"]},
     ]
