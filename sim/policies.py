@@ -336,8 +336,11 @@ def pool_settings(spec: PoolSpec) -> PoolSettings:
         spot_group=SPOT if spec.has_spot else None, on_demand_group=ON_DEMAND if spec.has_on_demand else None,
         spot_max_nodes=spec.spot_max_nodes if spec.has_spot else 0,
         on_demand_max_nodes=spec.on_demand_max_nodes if spec.has_on_demand else 0,
-        spot_usd_per_hour=base.spot_usd_per_hour or spec.spot_usd_per_hour,
-        on_demand_usd_per_hour=base.on_demand_usd_per_hour or spec.on_demand_usd_per_hour,
+        # The budget cap prices what the simulated groups launch (sim/pool.py: the spot group its cheapest type, the
+        # on-demand group its first listed, as EKS allocates them); every simulated node is of that type, so one
+        # price per group (no per-type rows) is the price of each running node too.
+        spot_usd_per_hour=spec.spot_usd_per_hour, on_demand_usd_per_hour=spec.on_demand_usd_per_hour,
+        instance_usd_per_hour=(),
         guaranteed_group=GUARANTEED if spec.floor_nodes else None, guaranteed_nodes=spec.floor_nodes,
         guaranteed_usd_per_hour=spec.floor_nodes * spec.floor_usd_per_hour, **budget,
         # the pool's other node sizes, each its own pair of simulated groups (sim/engine.py size_group)
