@@ -374,6 +374,9 @@ class GpuLoan(Controller):
         self.decide = engine.decide  # the real one; tests check the identity
         self.calls = 0
         self.reasons: dict[str, int] = {}
+        # Minutes in which the budget cap held a wanted scale-up (BUDGET_CAP / BUDGET_UNKNOWN), as [start, end)
+        # runs of simulated minutes: counted in the simulate table, named in its verdict, marked on the plot.
+        self.cap_held: list[list[int]] = []
 
     def start(self, sim: Simulation) -> None:
         ps = self._given or pool_settings(sim.spec)
@@ -686,7 +689,20 @@ class GpuLoan(Controller):
                     quiet = not sim.set_closed(group, closed) and quiet
         self._last_reasons = reasons
         self._quiet_plan = quiet
+        if _CAP_HELD & set(reasons):
+            self._hold_minutes(sim.now, 1)
         self._version = sim.version
+
+    def _hold_minutes(self, start: int, minutes: int) -> None:
+        runs = self.cap_held
+        if runs and runs[-1][1] >= start:
+            runs[-1][1] = max(runs[-1][1], start + minutes)
+        else:
+            runs.append([start, start + minutes])
+
+    @property
+    def cap_held_minutes(self) -> int:
+        return sum(b - a for a, b in self.cap_held)
 
     @property
     def reads_spend_each_minute(self) -> bool:
@@ -698,6 +714,10 @@ class GpuLoan(Controller):
         """The skipped ticks would have decided the same plan (see wake): count its reasons for each."""
         for r in self._last_reasons:
             self.reasons[r] += ticks
+        if _CAP_HELD & set(self._last_reasons):
+            # sim/engine.py _skip: minute by minute (sim.now is the skipped minute) when spend is read each minute,
+            # else in one step from the deciding minute (sim.now) on
+            self._hold_minutes(sim.now if self.reads_spend_each_minute else sim.now + 1, ticks)
         if self.reads_spend_each_minute:
             for _ in range(ticks):
                 self._spend(sim, sim.now)
@@ -838,6 +858,7 @@ class GpuLoan(Controller):
 # Plans made of these only (and no action) were decided without reading the budget: policy.engine._scale reads it
 # only to size a scale-up, and a wanted node ends in an action or in a BUDGET_CAP / UPDATE_IN_PROGRESS / scale-up
 # hold -- except at the group's maximum, where AT_MAX is held with nothing to add and the budget cannot bind.
+_CAP_HELD = {Reason.BUDGET_CAP.value, Reason.BUDGET_UNKNOWN.value}
 _BUDGET_UNREAD = {Reason.STEADY.value, Reason.SPOT_RECOVERED.value, Reason.COOLDOWN.value, Reason.AT_MAX.value}
 
 

@@ -93,6 +93,9 @@ def metrics_of(sim: Simulation, controller: Controller, oracle_cost: float, seco
     if isinstance(controller, GpuLoan):
         out["decide_calls"] = controller.calls
         out["decisions_by_reason"] = dict(sorted(controller.reasons.items()))
+        # minutes in which the budget cap held a wanted scale-up, and when ([start, end) simulated minutes)
+        out["budget_cap_held_minutes"] = controller.cap_held_minutes
+        out["budget_cap_held"] = [list(r) for r in controller.cap_held]
     return out
 
 
@@ -181,6 +184,32 @@ def dominated_by(doc: dict, name: str = "gpuloan") -> list[str]:
         if p["total_cost_usd"] < ours["total_cost_usd"] and p[key] < ours[key]:
             out.append(p["name"])
     return out
+
+
+def single_verdict(doc: dict, name: str = "gpuloan") -> str:
+    """The one-line verdict of `gpuloan simulate` (one seed): dominated when a baseline is both cheaper and
+    serves better; otherwise which baselines wait less and what that costs, so a longer wait never reads as
+    clean; and the minutes the budget cap held a wanted scale-up, whatever else is said."""
+    ours = next(p for p in doc["policies"] if p["name"] == name)
+    key = "p95_wait_minutes" if ours.get("p95_wait_minutes") is not None else "unmet_gpu_hours"
+    what = "p95 wait" if key == "p95_wait_minutes" else "unmet GPU-h"
+    unit = " min" if key == "p95_wait_minutes" else ""
+    dom = dominated_by(doc, name)
+    parts = []
+    if dom:
+        parts.append(f"{name} is dominated (cheaper and better {what}) by: {', '.join(dom)}")
+    else:
+        better = [p for p in doc["policies"] if not p["name"].startswith("gpuloan") and p[key] < ours[key]]
+        if better:
+            parts.append(f"no baseline is both cheaper and better than {name}, but " + "; ".join(
+                f"{p['name']} has a lower {what} ({p[key]:g} vs {ours[key]:g}{unit}) for "
+                f"${p['total_cost_usd'] - ours['total_cost_usd']:+,.0f}" for p in better))
+        else:
+            parts.append(f"no baseline is both cheaper and better ({what}) than {name}")
+    held = ours.get("budget_cap_held_minutes") or 0
+    if held:
+        parts.append(f"the budget cap held {name}'s scale-ups for {held:,} minutes")
+    return "; ".join(parts)
 
 
 # --- several seeds -------------------------------------------------------------------------------------------

@@ -101,3 +101,48 @@ def test_readme_trace_gpuloan_waits_as_long_as_karpenter_when_the_budget_does_no
     assert ours["budget_months_exceeded"] == 0  # the budget does not bind
     assert ours["decisions_by_reason"].get("BUDGET_CAP", 0) == 0
     assert ours["p95_wait_minutes"] == pytest.approx(karpenter["p95_wait_minutes"], abs=5.0)
+
+
+def _doc(ours_cost, ours_p95, held=0):
+    return {"policies": [
+        {"name": "gpuloan", "total_cost_usd": ours_cost, "p95_wait_minutes": ours_p95, "budget_cap_held_minutes": held},
+        {"name": "karpenter", "total_cost_usd": 5236.0, "p95_wait_minutes": 370.2},
+        {"name": "floor-only", "total_cost_usd": 4541.0, "p95_wait_minutes": 2939.8}]}
+
+
+def test_a_verdict_never_reads_clean_when_gpuloan_waits_longer():
+    from sim.runner import single_verdict
+
+    # the figures: gpuloan cheaper than karpenter but waiting 1.7x longer, the cap holding 837 minutes
+    text = single_verdict(_doc(5197.9, 616.9, held=837))
+    assert "karpenter has a lower p95 wait (370.2 vs 616.9 min) for $+38" in text
+    assert "budget cap held gpuloan's scale-ups for 837 minutes" in text
+    # dearer and longer: dominated
+    assert "dominated" in single_verdict(_doc(5300.0, 400.0)) and "karpenter" in single_verdict(_doc(5300.0, 400.0))
+    clean = single_verdict(_doc(5240.9, 370.2))
+    assert "but" not in clean and "cap" not in clean
+
+
+@requires_shared_prices
+@requires_shared_traces
+def test_cap_held_minutes_are_counted_named_and_plotted(tmp_path):
+    from sim import runner, traces
+    from sim import pool as simpool
+    from sim.plot import comparison_figure
+    from sim.policies import GpuLoan, Karpenter
+
+    data = stack_config("prod")
+    data["gpuloan:pools"][0]["budget"]["monthly_usd"] = 24_000  # binds: the floor alone is most of it
+    spec = simpool.spec_from_config(config.from_stack_yaml({"config": data}, "test"), "training")
+    trace = traces.read_trace(str(SHARED_TRACES / "itp" / "cluster05.csv")).window(1, 7)
+    doc = runner.compare(spec, trace, policies=[GpuLoan(), Karpenter()])
+    ours = doc["policies"][0]
+    held = ours["budget_cap_held_minutes"]
+    assert held > 0 and held == sum(b - a for a, b in ours["budget_cap_held"])
+    # every held minute is a minute some plan held for the budget; never more minutes than plans that did
+    assert held <= ours["decisions_by_reason"].get("BUDGET_CAP", 0) + ours["decisions_by_reason"].get(
+        "BUDGET_UNKNOWN", 0)
+    assert f"budget cap held gpuloan's scale-ups for {held:,} minutes" in runner.single_verdict(doc)
+    fig = comparison_figure(doc)
+    labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert f"gpuloan: budget cap held scale-ups ({held:,} min)" in labels
