@@ -150,9 +150,21 @@ def render(doc: dict) -> None:
         console.print(f"  [yellow]{t}: no {doc['term']} rate, its usage is not committed[/]")
     for t, src in doc["rate_sources"].items():
         console.print(f"  [dim]{t} {doc['term']}: {src}[/]")
+    ksp = next(b for b in doc["baselines"] if b["name"] == "karpenter+savings-plan")
+    if ksp.get("plan_not_bought"):
+        nb = ksp["plan_not_bought"]
+        console.print(f"  karpenter+savings-plan buys no plan: the {nb['reserved_instances']} RI(s) Cost Explorer "
+                      f"sizes on the sizing window would cost ${nb['would_cost_usd_more']:,.0f} more over the "
+                      "report window")
+    console.print(f"[bold]verdict: {rec['verdict']}[/]")
     for name, sc in doc["scenarios"].items():
+        if not sc["shortage_hours"]:
+            # no shortage hour in the report window: every figure is the table above's
+            console.print(f"scenario {name}: no shortage hours in the report window, the same as the table above")
+            continue
         _setups(console, f"scenario {name} ({sc['shortage_hours']} shortage hours in the report window)",
                 [sc["recommendation_report"], *sc["baselines"]])
+
 
 
 def _setups(console, title, rows) -> None:
