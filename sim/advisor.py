@@ -11,10 +11,10 @@ and the monthly cost of a point is that plus the simulated elastic spend scaled 
 
 Service per point: p95 job wait (job traces), unmet share of the GPU-hours an instant, infinite cluster would
 have served by the horizon (runner.oracle_gpu_hours), and interruptions of
-production work. Production work is interrupted only where the shipped objects let it run on spot: Kueue admits a
-production pool's work to spot only when the pool is in scheduling.kueue.production_spot_pools
-(stacks/scheduling.py spot_allowed, the rule the organization advisor's environment simulator uses). Where it
-may: the simulator runs every job on whatever node is free, so the share of jobs that is production work
+production work. Production work is interrupted only where the shipped objects let it run on spot: Kueue admits
+production work to spot only in a pool listed in scheduling.kueue.production_spot_pools (stacks/scheduling.py
+production_work_on_spot, the rule the organization advisor's environment simulator uses). Where it may: the
+simulator runs every job on whatever node is free, so the share of jobs that is production work
 (ServiceTarget.production_share_pct; by default all of a production-tier pool) is charged with that share of the
 interrupted jobs — the expected count when production jobs are a random share of the jobs. Where it may not, no
 production work is interrupted (on-demand and floor nodes are not reclaimed); a pool whose whole demand is
@@ -44,7 +44,7 @@ from sim.policies import GpuLoan
 from pricing.sources import floor_pricing
 from stacks.config import HOURS_PER_MONTH, ElasticCapacity, GpuLoanConfig, ServiceTarget, Tier
 from stacks import config
-from stacks.scheduling import spot_allowed
+from stacks.scheduling import production_work_on_spot
 
 MAX_POINTS = 25  # floor sizes simulated at most (a larger pool is swept in even steps, the peak included)
 # A floor node the demand needs less than this share of the time is "needed 0 % of the time" (the summary rounds
@@ -176,7 +176,7 @@ def advise(cfg: GpuLoanConfig, pool_name: str, trace, *, target: ServiceTarget |
         # The pool's peak (floor + elastic max) sized to the demand's peak, types and prices kept: for demand the
         # stack was not sized for (another cluster's trace, a team that has outgrown its elastic max).
         spec = simpool.auto_size(spec, trace, horizon_minutes=horizon, floor_nodes=0)
-    production_on_spot = spot_allowed(cfg, pool)
+    production_on_spot = production_work_on_spot(cfg, pool)
     if not production_on_spot and share >= 1 and spec.capacity == ElasticCapacity.spot_then_on_demand:
         # All of the demand is production work that Kueue keeps off spot: it runs on the floor and the on-demand
         # fallback only (stacks/scheduling.py pool_flavors), so that is the pool simulated.
@@ -210,8 +210,8 @@ def advise(cfg: GpuLoanConfig, pool_name: str, trace, *, target: ServiceTarget |
             "unmet_pct": round(100 * unmet / oracle_hours, 3) if oracle_hours else 0.0,
             "jobs_interrupted": m["jobs_interrupted"],
             "spot_interruptions": m["interruptions"],
-            # production work is interrupted only where it may run on spot (spot_allowed); elsewhere its nodes are
-            # the floor and on-demand, which are not reclaimed
+            # production work is interrupted only where it may run on spot (production_work_on_spot); elsewhere
+            # its nodes are the floor and on-demand, which are not reclaimed
             "production_interruptions_per_month": round(m["jobs_interrupted"] * share * scale, 2)
             if production_on_spot else 0.0,
         }

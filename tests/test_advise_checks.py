@@ -38,8 +38,8 @@ def _point(n, usd, p95=5.0, unmet=0.0, misses=()):
 
 
 def test_one_rule_says_where_production_work_may_run_on_spot():
-    assert advisor.spot_allowed is scheduling.spot_allowed
-    assert environment.spot_allowed is scheduling.spot_allowed
+    assert advisor.production_work_on_spot is scheduling.production_work_on_spot
+    assert environment.production_work_on_spot is scheduling.production_work_on_spot
 
 
 @requires_shared_prices
