@@ -6,6 +6,7 @@ asks for first), a running node at its own type, a node of unknown type at the g
 from __future__ import annotations
 
 import json
+from datetime import datetime, timezone
 
 import pytest
 from conftest import SHARED_TRACES, requires_shared_prices, requires_shared_traces, stack_config
@@ -146,3 +147,17 @@ def test_cap_held_minutes_are_counted_named_and_plotted(tmp_path):
     fig = comparison_figure(doc)
     labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
     assert f"gpuloan: budget cap held scale-ups ({held:,} min)" in labels
+
+
+def test_the_node_group_read_gives_each_instance_its_type(aws_env):
+    """Against the moto server: DescribeAutoScalingGroups lists each instance's InstanceType; the adapter passes it
+    on, so the tick's Node carries the type the budget cap prices it at."""
+    from test_policy_e2e import CLUSTER, World
+
+    from policy.nodegroups import AwsNodeGroups
+
+    w = World(aws_env)
+    ids = w.group("dev-train-spot", 2)
+    read = AwsNodeGroups(w.eks, w.asg, w.ec2, CLUSTER).read(["dev-train-spot"], datetime.now(timezone.utc))
+    got = {i.instance_id: i.instance_type for i in read["dev-train-spot"].instances}
+    assert got == {i: "g6.xlarge" for i in ids}  # the launch template's type
