@@ -646,14 +646,17 @@ def evaluate(inputs: OrgInputs, runner: Runner, *, scenarios=SCENARIOS, seed: in
     }
 
 
-# What a setup is judged on beside cost: less is better for each (a figure not measured, None, never dominates).
-DOMINANCE_KEYS = ("unmet_gpu_hours", "unmet_production_gpu_hours", "production_interruptions")
+# What a setup is judged on beside cost (and each tier's p95 wait): less is better for each (a figure not
+# measured, None, never dominates). Unmet production work is reported beside it, not a key: a guarantee that
+# leaves more work unmet and makes production wait longer is dominated even if a few production GPU-hours fewer
+# go unmet.
+DOMINANCE_KEYS = ("unmet_gpu_hours", "production_interruptions")
 
 
 def dominated_by(ours: dict, setups: list[dict]) -> list[str]:
     """Setups (of the same model; not the fluid bound, which is no setup to buy) that cost less than `ours` and are
-    no worse on unmet work, unmet production work and production interruptions, nor on any p95 wait both
-    measure: `ours` is dominated by them."""
+    no worse on unmet work and production interruptions, nor on any p95 wait both measure: `ours` is dominated
+    by them."""
     out = []
     for b in setups:
         if b["total_cost_usd"] >= ours["total_cost_usd"]:
@@ -674,14 +677,15 @@ def verdict(dominated: dict[str, list[str]]) -> str:
     if where and len(where) == len(dominated):
         common = sorted(set.intersection(*(set(d) for d in where.values()))) or sorted(
             {x for d in where.values() for x in d})
-        return (f"dominated: {', '.join(common)} cost less and are no worse on unmet work, production "
-                f"interruptions and waits in every scenario measured ({', '.join(dominated)})")
+        return (f"dominated by {', '.join(common)}: cheaper and no worse on unmet work, production "
+                f"interruptions and p95 waits in every scenario measured ({', '.join(dominated)})")
     if where:
-        parts = "; ".join(f"in {n}: {', '.join(d)}" for n, d in where.items())
+        parts = "; ".join(f"{n}: {', '.join(d)}" for n, d in where.items())
         better = ", ".join(n for n in dominated if n not in where)
-        return (f"dominated where capacity is not short ({parts} cost less and do no worse); the guarantee "
+        return (f"dominated where capacity is not short (cheaper and no worse there: {parts}); the guarantee "
                 f"does better in: {better}")
-    return "not dominated: no setup is both cheaper and no worse on unmet work, production interruptions and waits"
+    return ("not dominated: no setup is both cheaper and no worse on unmet work, production interruptions and p95 "
+            "waits")
 
 
 def _bound(inputs: OrgInputs, frun: FluidRunner, floors, sc: Scenario) -> SetupResult:
