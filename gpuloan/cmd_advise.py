@@ -213,11 +213,9 @@ def render(doc: dict) -> None:
         console.print(f"[bold red]{line['text']}[/]" if line["over"] else f"  {line['text']}")
     big = doc["jobs_larger_than_pool"]
     if big["count"]:
-        sizes = ", ".join(f"{k} x {g} GPUs" for g, k in big["sizes"].items())
-        every = f"all {big['count']} jobs" if big["count"] == big["of_jobs"] else \
-            f"{big['count']} of {big['of_jobs']} jobs"
-        console.print(f"[yellow]{every} need more GPUs than the pool's peak of "
-                      f"{big['pool_peak_gpus']} ({sizes}): they never run; raise elastic.max_nodes or use "
+        from sim.runner import larger_jobs_words
+
+        console.print(f"[yellow]{larger_jobs_words(big)}: they never run; raise elastic.max_nodes or use "
                       "--peak-from-demand[/]")
     if not doc["production_on_spot"] and doc["production_share"] > 0:
         console.print("  production work stays off spot (pool not in scheduling.kueue.production_spot_pools): "

@@ -102,12 +102,14 @@ def run(args) -> int:
     doc["dominated_by"] = runner.dominated_by(doc)
     doc["verdict"] = runner.single_verdict(doc)
     peak_gpus = spec.peak_nodes * spec.gpus_per_node
-    doc["jobs_larger_than_pool"] = sum(1 for j in getattr(trace, "jobs", ()) if j.gpus > peak_gpus)
+    big = runner.jobs_larger_than(trace, peak_gpus)
+    doc["jobs_larger_than_pool"] = big["count"]
+    doc["jobs_larger_than_pool_sizes"] = big["sizes"]  # GPUs -> jobs
     doc["price_source"] = catalog.price_source(spec.region)
     if args.json:
         print(json.dumps(doc, indent=2))
     else:
-        _table(doc)
+        _table(doc, big)
         print(doc["price_source"])
     if args.plot:  # after the table: the figures are worth reading while the plot is drawn
         from gpuloan import plot_args
@@ -134,8 +136,9 @@ def _with_progress(fn, quiet: bool):
         return fn(progress)
 
 
-def _table(doc: dict) -> None:
+def _table(doc: dict, big: dict | None = None) -> None:
     from gpuloan import tables
+    from sim import runner
 
     p = doc["pool"]
     title = (f"{doc['trace']} on pool {p['name']}: floor {p['floor_nodes']} x {p['floor_type']}, elastic "
@@ -163,10 +166,9 @@ def _table(doc: dict) -> None:
                 "-" if r.get("budget_cap_held_minutes") is None else f"{r['budget_cap_held_minutes']:,}"]
         table.add_row(*row)
     console = tables.console()
-    big = doc.get("jobs_larger_than_pool", 0)
-    if big:
-        console.print(f"[yellow]warning: {big} job(s) need more GPUs than the pool can ever hold; use --auto-size "
-                      "or a larger pool[/yellow]")
+    if big and big["count"]:
+        console.print(f"[yellow]warning: {runner.larger_jobs_words(big)}: they never run; use --auto-size or a "
+                      "larger pool[/yellow]")
     tables.print_table(console, table)
     console.print(doc["verdict"])
 

@@ -253,7 +253,7 @@ def advise(cfg: GpuLoanConfig, pool_name: str, trace, *, target: ServiceTarget |
         "current": {"floor_nodes": current_nodes, "payment": current_payment},
         "budget_monthly_usd": budget,
         "environment_budget_monthly_usd": env_budget,
-        "jobs_larger_than_pool": _jobs_larger_than(trace, spec.peak_nodes * spec.gpus_per_node),
+        "jobs_larger_than_pool": runner.jobs_larger_than(trace, spec.peak_nodes * spec.gpus_per_node),
         "points": points,
         "node_busy_share": [round(b, 4) for b in busy],
         "break_even": {p: break_even_words(floor_type, p, r.usd_per_hour, od.usd_per_hour, spot)
@@ -315,18 +315,6 @@ def choose(points: list[dict], busy: list[float]) -> tuple[int, str, float] | No
 def _unneeded_last_node(n: int, busy: list[float]) -> bool:
     """The n-th floor node is needed less than UNNEEDED_SHARE of the time (0 nodes: nothing to be unneeded)."""
     return 0 < n <= len(busy) and busy[n - 1] < UNNEEDED_SHARE
-
-
-def _jobs_larger_than(trace, peak_gpus: int) -> dict:
-    """Jobs that need more GPUs than the pool can ever hold: their count, how many of the trace's jobs that is,
-    and their sizes (GPUs -> jobs). A series has no jobs."""
-    jobs = getattr(trace, "jobs", ())
-    sizes: dict[int, int] = {}
-    for j in jobs:
-        if j.gpus > peak_gpus:
-            sizes[j.gpus] = sizes.get(j.gpus, 0) + 1
-    return {"count": sum(sizes.values()), "of_jobs": len(jobs), "pool_peak_gpus": peak_gpus,
-            "sizes": {str(g): k for g, k in sorted(sizes.items())}}
 
 
 def dominated_by(rec: dict, usd: float, points: list[dict], busy: list[float]) -> list[dict]:

@@ -186,6 +186,25 @@ def dominated_by(doc: dict, name: str = "gpuloan") -> list[str]:
     return out
 
 
+def jobs_larger_than(trace, peak_gpus: int) -> dict:
+    """Jobs that need more GPUs than a pool can ever hold (they never run): their count, of how many jobs, and
+    their sizes (GPUs -> jobs, keys as text for JSON). A series has no jobs."""
+    jobs = getattr(trace, "jobs", ())
+    sizes: dict[int, int] = {}
+    for j in jobs:
+        if j.gpus > peak_gpus:
+            sizes[j.gpus] = sizes.get(j.gpus, 0) + 1
+    return {"count": sum(sizes.values()), "of_jobs": len(jobs), "pool_peak_gpus": peak_gpus,
+            "sizes": {str(g): k for g, k in sorted(sizes.items())}}
+
+
+def larger_jobs_words(big: dict) -> str:
+    """'all 3 jobs' / '3 of 120 jobs' need more GPUs than the pool's peak of 8 (2 x 16 GPUs, 1 x 32 GPUs)."""
+    sizes = ", ".join(f"{k} x {g} GPUs" for g, k in big["sizes"].items())
+    who = f"all {big['count']} jobs" if big["count"] == big["of_jobs"] else f"{big['count']} of {big['of_jobs']} jobs"
+    return f"{who} need more GPUs than the pool's peak of {big['pool_peak_gpus']} ({sizes})"
+
+
 def single_verdict(doc: dict, name: str = "gpuloan") -> str:
     """The one-line verdict of `gpuloan simulate` (one seed): dominated when a baseline is both cheaper and
     serves better; otherwise which baselines wait less and what that costs, so a longer wait never reads as

@@ -194,3 +194,17 @@ def test_the_simulated_org_example_of_the_issue_is_dominated_by_karpenter():
     assert org_advisor.dominated_by(ours, [karpenter]) == ["karpenter"]
     assert org_advisor.verdict({"default": ["karpenter"], "on-demand-shortage": ["karpenter"]}).startswith(
         "dominated by karpenter: cheaper and no worse on unmet work, production interruptions and p95 waits")
+
+
+@requires_shared_prices
+def test_simulate_names_the_sizes_of_jobs_larger_than_the_pool(tmp_path, monkeypatch, capsys):
+    trace = tmp_path / "jobs.csv"
+    trace.write_text("submit_s,duration_s,gpus\n0,3600,8\n60,600,128\n120,600,128\n180,600,256\n")
+    monkeypatch.chdir(REPO)
+    args = ["simulate", "-s", "prod", "--pool", "training", "--trace", str(trace)]
+    assert cli.main([*args, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["jobs_larger_than_pool"] == 3 and doc["jobs_larger_than_pool_sizes"] == {"128": 2, "256": 1}
+    assert cli.main(args) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "3 of 4 jobs need more GPUs than the pool's peak of 64 (2 x 128 GPUs, 1 x 256 GPUs)" in out
