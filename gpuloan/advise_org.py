@@ -115,9 +115,26 @@ def run(args, cfg) -> dict:
     else:  # every scenario through the environment simulator, identical runs once (EnvironmentRunner's cache)
         runner = org_advisor.environment_runner(cfg, demand, sim_args.settings(args), inputs.prices,
                                                 production_share=share)
+        runner.progress = _progress()
         doc = org_advisor.evaluate(inputs, runner, seed=args.seed)
         doc["simulations"] = {"runs": runner.runs, "cache_hits": runner.hits}
     return {"environment": cfg.environment, "demand": {n: t.name for n, t in demand.items()}, **doc}
+
+
+def _progress():
+    """Progress on stderr (the simulated mode takes a minute or more; stdout stays the result)."""
+    import sys
+    import time
+
+    t0 = time.perf_counter()
+    print("advise: running every setup through the environment simulator (identical runs once) ...",
+          file=sys.stderr, flush=True)
+
+    def report(runs: int) -> None:
+        print(f"advise: {runs} environment simulation(s) done ({time.perf_counter() - t0:,.0f} s)",
+              file=sys.stderr, flush=True)
+
+    return report
 
 
 def _pct(x) -> str:

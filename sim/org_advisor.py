@@ -188,6 +188,7 @@ class EnvironmentRunner:
     cache: dict = field(default_factory=dict)
     runs: int = 0
     hits: int = 0
+    progress: object = None  # called with the number of simulations run so far, after each (the CLI's stderr)
 
     def key(self, hours: int, floors_nodes, lend: bool, controller: str, scenario: Scenario, report_from_hour: int):
         floors = tuple(sorted((n, k) for n, k in floors_nodes.items() if k))
@@ -208,6 +209,8 @@ class EnvironmentRunner:
         result = self.simulate(cfg, cut, controller, scenario_settings(self.settings, scenario), hours * 60,
                                window_from_minute=report_from_hour * 60)
         self.runs += 1
+        if self.progress is not None:
+            self.progress(self.runs)
         run = self._run_of(result, demands, hours)
         if self.use_cache:
             self.cache[key] = run
@@ -258,6 +261,8 @@ class EnvironmentRunner:
         own, others = simulate_branches_with_environment(cfg, cut, controller, self.settings, hours * 60,
                                                           report_from_hour * 60, branches)
         self.runs += 1
+        if self.progress is not None:
+            self.progress(self.runs)
         for sc, result in zip(todo, [own, *others]):
             self.cache[self.key(hours, floors_nodes, lend, controller, sc, report_from_hour)] = \
                 self._run_of(result, demands, hours)
