@@ -398,6 +398,7 @@ class GpuLoan(Controller):
         self._month_spend_at_refresh = 0.0
         self._pods_key, self._pods_value = None, ()
         self._last_reasons: list[str] = []
+        self._last_held = False  # the last plan held a scale-up for the budget (BUDGET_CAP / BUDGET_UNKNOWN)
         self._quiet_plan = False
         self._version = -1
         self._arrivals_key, self._arrivals_value = None, ()
@@ -689,7 +690,8 @@ class GpuLoan(Controller):
                     quiet = not sim.set_closed(group, closed) and quiet
         self._last_reasons = reasons
         self._quiet_plan = quiet
-        if _CAP_HELD & set(reasons):
+        self._last_held = not _CAP_HELD.isdisjoint(reasons)
+        if self._last_held:
             self._hold_minutes(sim.now, 1)
         self._version = sim.version
 
@@ -714,7 +716,7 @@ class GpuLoan(Controller):
         """The skipped ticks would have decided the same plan (see wake): count its reasons for each."""
         for r in self._last_reasons:
             self.reasons[r] += ticks
-        if _CAP_HELD & set(self._last_reasons):
+        if self._last_held:
             # sim/engine.py _skip: minute by minute (sim.now is the skipped minute) when spend is read each minute,
             # else in one step from the deciding minute (sim.now) on
             self._hold_minutes(sim.now if self.reads_spend_each_minute else sim.now + 1, ticks)
