@@ -261,6 +261,11 @@ def _seeds_table(doc: dict) -> None:
         table.add_row(*row)
     console = tables.console()
     tables.print_table(console, table)
+    for i, r in enumerate(doc["summary"]):
+        held = [run[i].get("budget_cap_held_minutes") or 0 for run in doc["runs"]]
+        if any(held):  # named whenever the cap held anything, per seed
+            console.print(f"the budget cap held {r['name']}'s scale-ups for {', '.join(f'{h:,}' for h in held)} "
+                          f"minutes (seeds {doc['seeds'][0]}-{doc['seeds'][-1]})")
     for v in doc["verdicts"]:
         console.print(f"{v['ours']} vs {v['baseline']}: {v['verdict']} (cost {v['cost_diff_pct']:+.1f} % "
                       f"± ${v['cost_noise_usd'] or 0:,.0f}, {v['service_metric']} {v['service_diff']:+.2f} "
