@@ -127,7 +127,7 @@ def _progress():
     import time
 
     t0 = time.perf_counter()
-    print("advise: running every setup through the environment simulator (identical runs once) ...",
+    print("advise: simulating every setup in the environment simulator ...",
           file=sys.stderr, flush=True)
 
     def report(runs: int) -> None:
