@@ -9,6 +9,9 @@ import json
 from datetime import datetime, timezone
 
 import pytest
+from hypothesis import given
+from hypothesis import settings as settings_h
+from hypothesis import strategies as st
 from conftest import SHARED_TRACES, requires_shared_prices, requires_shared_traces, stack_config
 from policy_cases import NOW, OD, SPOT, group, node, observe, pool_settings, settings, spend
 
@@ -161,3 +164,30 @@ def test_the_node_group_read_gives_each_instance_its_type(aws_env):
     read = AwsNodeGroups(w.eks, w.asg, w.ec2, CLUSTER).read(["dev-train-spot"], datetime.now(timezone.utc))
     got = {i.instance_id: i.instance_type for i in read["dev-train-spot"].instances}
     assert got == {i: "g6.xlarge" for i in ids}  # the launch template's type
+
+
+TYPE_PRICE = {"p4d.24xlarge": P4D_SPOT, "p5.48xlarge": P5_SPOT}
+
+
+@settings_h(deadline=None)
+@given(types=st.lists(st.sampled_from(["p4d.24xlarge", "p5.48xlarge", None, "g6e.xlarge"]), max_size=5),
+       coming=st.integers(0, 2), pending=st.integers(0, 6), headroom=st.floats(0.0, 120.0))
+def test_never_past_the_cap_whatever_types_run(types, coming, pending, headroom):
+    """Priced at what runs, the cap still holds: the spend rate after the plan, with every running node at its
+    true price (a node of unknown type at whichever listed type it really is, the dearest at worst) and every
+    node still to come at the launch type, never projects past the budget; and the engine's own rate never
+    counts less than that worst case (unknown spend is not zero)."""
+    ps = _training(headroom)
+    nodes = []
+    for i, t in enumerate(types):
+        n = node(f"i-{i}", SPOT, max_util=100.0, reserved=100.0)
+        nodes.append(type(n)(**{**n.__dict__, "instance_type": t}))
+    obs = observe(groups=[group(SPOT, len(nodes) + coming), group(OD, 0)], nodes=nodes, pending=(8,) * pending,
+                  spend=spend(0.0))
+    d = decide(settings(ps), obs, NOW).decision("research")
+    worst = sum(TYPE_PRICE.get(t, P5_SPOT) for t in types)  # an unknown type may be the dearest
+    after = d.desired_after.get(SPOT, len(nodes) + coming)
+    true_rate = worst + max(0, after - len(nodes)) * P4D_SPOT
+    assert d.elastic_usd_per_hour >= true_rate - 1e-9
+    if after > len(nodes) + coming:  # the plan grew: it fits the budget at the true rate
+        assert true_rate * HOURS <= ps.budget_monthly_usd + 1e-6
