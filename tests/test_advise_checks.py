@@ -12,7 +12,6 @@ import shutil
 from dataclasses import replace
 from pathlib import Path
 
-import pytest
 import yaml
 from conftest import REPO, SHARED_TRACES, requires_shared_prices, requires_shared_traces, stack_config
 
