@@ -125,9 +125,26 @@ def run(args, cfg) -> dict:
     else:  # every scenario through the environment simulator, identical runs once (EnvironmentRunner's cache)
         runner = org_advisor.environment_runner(cfg, demand, settings, inputs.prices,
                                                 production_share=share)
+        runner.progress = _progress()
         doc = org_advisor.evaluate(inputs, runner, seed=args.seed)
         doc["simulations"] = {"runs": runner.runs, "cache_hits": runner.hits}
     return {"environment": cfg.environment, "demand": {n: t.name for n, t in demand.items()}, **doc}
+
+
+def _progress():
+    """Progress on stderr (the simulated mode takes a minute or more; stdout stays the result)."""
+    import sys
+    import time
+
+    t0 = time.perf_counter()
+    print("advise: simulating every setup in the environment simulator ...",
+          file=sys.stderr, flush=True)
+
+    def report(runs: int) -> None:
+        print(f"advise: {runs} environment simulation(s) done ({time.perf_counter() - t0:,.0f} s)",
+              file=sys.stderr, flush=True)
+
+    return report
 
 
 def _pct(x) -> str:
@@ -160,9 +177,21 @@ def render(doc: dict) -> None:
         console.print(f"  [yellow]{t}: no {doc['term']} rate, its usage is not committed[/]")
     for t, src in doc["rate_sources"].items():
         console.print(f"  [dim]{t} {doc['term']}: {src}[/]")
+    ksp = next(b for b in doc["baselines"] if b["name"] == "karpenter+savings-plan")
+    if ksp.get("plan_not_bought"):
+        nb = ksp["plan_not_bought"]
+        console.print(f"  karpenter+savings-plan buys no plan: the {nb['reserved_instances']} RI(s) Cost Explorer "
+                      f"sizes on the sizing window would cost ${nb['would_cost_usd_more']:,.0f} more over the "
+                      "report window")
+    console.print(f"[bold]verdict: {rec['verdict']}[/]")
     for name, sc in doc["scenarios"].items():
+        if not sc["shortage_hours"]:
+            # no shortage hour in the report window: every figure is the table above's
+            console.print(f"scenario {name}: no shortage hours in the report window, the same as the table above")
+            continue
         _setups(console, f"scenario {name} ({sc['shortage_hours']} shortage hours in the report window)",
                 [sc["recommendation_report"], *sc["baselines"]])
+
 
 
 def _setups(console, title, rows) -> None:

@@ -109,7 +109,8 @@ def run(args) -> int:
             target = _target(args, cfg.pool(name).service_target)
             docs.append(advisor.advise(cfg, name, trace, target=target, production_share_pct=args.production_share,
                                        settings=sim_args.settings(args),
-                                       peak_from_demand=args.peak_from_demand, jobs=args.jobs))
+                                       peak_from_demand=args.peak_from_demand, jobs=args.jobs,
+                                       progress=_progress(name)))
     except (stackfile.StackFileError, config.ConfigError, traces.TraceError, advisor.AdviceError, OrgAdviceError,
             catalog.PriceSourceError, stack_arg.NoStackError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
@@ -149,6 +150,19 @@ def _run_org(args, cfg, stack) -> int:
         advise_org.render(doc)
         print(catalog.price_source(cfg.region))
     return 0
+
+
+def _progress(pool: str):
+    """Progress on stderr (a sweep takes seconds to minutes; stdout stays the result): one line per floor size."""
+    import time
+
+    t0 = time.perf_counter()
+
+    def report(done: int, total: int) -> None:
+        print(f"advise: pool {pool}: floor size {done}/{total} simulated "
+              f"({time.perf_counter() - t0:,.0f} s)", file=sys.stderr, flush=True)
+
+    return report
 
 
 def _aws_errors():
@@ -193,6 +207,21 @@ def render(doc: dict) -> None:
     tables.print_table(console, table)
     # Prose wraps between words at the terminal's width (a figure is one word, so it stays whole).
     console.print(f"[bold]{doc['summary']}[/]")
+    for line in doc.get("budget_lines", ()):
+        # a recommendation over a budget: its own line, marked (the JSON has over_pool_budget and
+        # over_environment_budget)
+        console.print(f"[bold red]{line['text']}[/]" if line["over"] else f"  {line['text']}")
+    big = doc["jobs_larger_than_pool"]
+    if big["count"]:
+        from sim.runner import larger_jobs_words
+
+        console.print(f"[yellow]{larger_jobs_words(big)}: they never run; raise elastic.max_nodes or use "
+                      "--peak-from-demand[/]")
+    if not doc["production_on_spot"] and doc["production_share"] > 0:
+        console.print("  production work stays off spot (pool not in scheduling.kueue.production_spot_pools): "
+                      "spot reclaims interrupt none of it")
+    if doc.get("verdict"):
+        console.print(doc["verdict"])
     for p, words in doc["break_even"].items():
         console.print(f"  {words}")
     for p, r in doc["rates"].items():

@@ -100,13 +100,16 @@ def run(args) -> int:
                                                          policies=policies), args.json)
     series = doc.pop("_series")
     doc["dominated_by"] = runner.dominated_by(doc)
+    doc["verdict"] = runner.single_verdict(doc)
     peak_gpus = spec.peak_nodes * spec.gpus_per_node
-    doc["jobs_larger_than_pool"] = sum(1 for j in getattr(trace, "jobs", ()) if j.gpus > peak_gpus)
+    big = runner.jobs_larger_than(trace, peak_gpus)
+    doc["jobs_larger_than_pool"] = big["count"]
+    doc["jobs_larger_than_pool_sizes"] = big["sizes"]  # GPUs -> jobs
     doc["price_source"] = catalog.price_source(spec.region)
     if args.json:
         print(json.dumps(doc, indent=2))
     else:
-        _table(doc)
+        _table(doc, big)
         print(doc["price_source"])
     if args.plot:  # after the table: the figures are worth reading while the plot is drawn
         from gpuloan import plot_args
@@ -133,8 +136,9 @@ def _with_progress(fn, quiet: bool):
         return fn(progress)
 
 
-def _table(doc: dict) -> None:
+def _table(doc: dict, big: dict | None = None) -> None:
     from gpuloan import tables
+    from sim import runner
 
     p = doc["pool"]
     title = (f"{doc['trace']} on pool {p['name']}: floor {p['floor_nodes']} x {p['floor_type']}, elastic "
@@ -144,11 +148,12 @@ def _table(doc: dict) -> None:
     wait = "wait min\np50/p95/p99"
     cols = ["policy", "total\n$", "guaranteed\n$", "spot\n$", "on-demand\n$", "cost/\noracle", "GPU-h\nserved"]
     cols += [wait] if jobs else []
-    cols += ["unmet\nGPU-h", "interrup-\ntions", "lost\nGPU-h"]
-    # On a narrow terminal the breakdowns go first; the total, cost/oracle and the waits stay longest.
+    cols += ["unmet\nGPU-h", "interrup-\ntions", "lost\nGPU-h", "cap held\nmin"]
+    # On a narrow terminal the breakdowns go first; the total, cost/oracle and the waits stay longest (the
+    # cap-held minutes are also in the verdict line below the table).
     table = tables.table(title, cols, whole=("policy",), drop=(
         "lost\nGPU-h", "GPU-h\nserved", "guaranteed\n$", "on-demand\n$", "spot\n$", "interrup-\ntions",
-        "unmet\nGPU-h", wait, "cost/\noracle"))
+        "cap held\nmin", "unmet\nGPU-h", wait, "cost/\noracle"))
     for r in doc["policies"]:
         name = r["name"] if r["floor_nodes"] == p["floor_nodes"] else f"{r['name']} (floor {r['floor_nodes']})"
         row = [name, f"{r['total_cost_usd']:,.0f}", f"{r['guaranteed_cost_usd']:,.0f}",
@@ -157,17 +162,15 @@ def _table(doc: dict) -> None:
                f"{r['gpu_hours_served']:,.0f}"]
         if jobs:
             row.append(f"{r['p50_wait_minutes']:g}/{r['p95_wait_minutes']:g}/{r['p99_wait_minutes']:g}")
-        row += [f"{r['unmet_gpu_hours']:,.1f}", str(r["interruptions"]), f"{r['lost_gpu_hours']:,.1f}"]
+        row += [f"{r['unmet_gpu_hours']:,.1f}", str(r["interruptions"]), f"{r['lost_gpu_hours']:,.1f}",
+                "-" if r.get("budget_cap_held_minutes") is None else f"{r['budget_cap_held_minutes']:,}"]
         table.add_row(*row)
     console = tables.console()
-    big = doc.get("jobs_larger_than_pool", 0)
-    if big:
-        console.print(f"[yellow]warning: {big} job(s) need more GPUs than the pool can ever hold; use --auto-size "
-                      "or a larger pool[/yellow]")
+    if big and big["count"]:
+        console.print(f"[yellow]warning: {runner.larger_jobs_words(big)}: they never run; use --auto-size or a "
+                      "larger pool[/yellow]")
     tables.print_table(console, table)
-    dom = doc["dominated_by"]
-    console.print(f"gpuloan is dominated (cheaper and shorter waits) by: {', '.join(dom)}" if dom
-                  else "no baseline is both cheaper and faster than gpuloan")
+    console.print(doc["verdict"])
 
 
 def _sweep(args, spec, trace, settings) -> int:
@@ -258,6 +261,11 @@ def _seeds_table(doc: dict) -> None:
         table.add_row(*row)
     console = tables.console()
     tables.print_table(console, table)
+    for i, r in enumerate(doc["summary"]):
+        held = [run[i].get("budget_cap_held_minutes") or 0 for run in doc["runs"]]
+        if any(held):  # named whenever the cap held anything, per seed
+            console.print(f"the budget cap held {r['name']}'s scale-ups for {', '.join(f'{h:,}' for h in held)} "
+                          f"minutes (seeds {doc['seeds'][0]}-{doc['seeds'][-1]})")
     for v in doc["verdicts"]:
         console.print(f"{v['ours']} vs {v['baseline']}: {v['verdict']} (cost {v['cost_diff_pct']:+.1f} % "
                       f"± ${v['cost_noise_usd'] or 0:,.0f}, {v['service_metric']} {v['service_diff']:+.2f} "

@@ -169,8 +169,19 @@ def _elastic_rate(ps: PoolSettings, po: PoolObservation) -> float:
     for name in ps.elastic_groups:
         g = po.group(name)
         if g is not None:
-            rate += g.desired_nodes * ps.usd_per_hour(name)
+            rate += group_usd_per_hour(ps, name, g.desired_nodes, po.nodes)
     return rate
+
+
+def group_usd_per_hour(ps: PoolSettings, group: str, desired: int, nodes: Iterable[Node]) -> float:
+    """Hourly spend of `desired` nodes of `group`: the group's nodes at their own types (the priciest first when
+    desired is below their count: a cap must not under-estimate), the nodes still to come at the type the group
+    launches (PoolSettings)."""
+    if not ps.instance_usd_per_hour:  # one price per group (the simulator): no per-node pass
+        return desired * ps.usd_per_hour(group)
+    own = sorted((ps.node_usd_per_hour(group, n.instance_type) for n in nodes if n.group == group),
+                 reverse=True)[:desired]
+    return sum(own) + max(0, desired - len(own)) * ps.usd_per_hour(group)
 
 
 def _hold(pool: str, reason: Reason, detail: str, group: str | None = None) -> Action:
@@ -270,7 +281,7 @@ def _decide_pool(ps: PoolSettings, po: PoolObservation | None, scopes: list[_Sco
     if not actions:
         actions.append(_hold(name, Reason.STEADY, "nothing to do"))
 
-    elastic_rate = sum(desired[g] * ps.usd_per_hour(g) for g in desired)
+    elastic_rate = sum(group_usd_per_hour(ps, g, desired[g], po.nodes) for g in desired)
     projected = None
     if mtd is not None:
         projected = mtd + (elastic_rate + ps.guaranteed_usd_per_hour) * hours

@@ -103,8 +103,11 @@ class PoolSettings:
     """One pool's elastic capacity. A group name is None when the pool has no such group.
 
     `spot_group` is the primary group when present; `on_demand_group` is the fallback (or the only group for
-    capacity: on_demand). Prices are per node and hour; for a group of several instance types the engine is
-    given the most expensive type's price (a cap must not under-estimate).
+    capacity: on_demand). Prices are per node and hour. A group's `*_usd_per_hour` is the price of the type the
+    group launches when it grows (stacks/policy_function/settings.py: an on-demand group its first listed type,
+    EKS's "prioritized" order; a spot group its cheapest, what price-capacity-optimized asks for first); a
+    running node is priced at its own type (`instance_usd_per_hour`), and a node whose type is not known at the
+    group's priciest listed type (unknown spend is not zero).
     """
 
     name: str
@@ -170,8 +173,14 @@ class PoolSettings:
     # fields above (gpus_per_node, spot_group, ...) are the size of the pool's first listed instance type. () for a
     # pool of one size: its groups are spot_group and on_demand_group alone, as before sizes existed.
     other_sizes: tuple[NodeSize, ...] = ()
+    # (group, instance type, USD per node-hour) for every type a group lists: a running node is priced at its own
+    # type. () when the caller knows only one price per group (the simulator, whose nodes are the launch type).
+    instance_usd_per_hour: tuple[tuple[str, str, float], ...] = ()
 
     def __post_init__(self):
+        # Settings JSON carries the rows as lists: back to tuples (the dataclass stays hashable).
+        object.__setattr__(self, "instance_usd_per_hour", tuple(
+            (str(g), str(t), float(usd)) for g, t, usd in self.instance_usd_per_hour))
         # Settings JSON carries the sizes as objects: rebuild them, refusing unknown keys and clashing sizes.
         sizes = []
         for i, s in enumerate(self.other_sizes):
@@ -232,6 +241,22 @@ class PoolSettings:
         if s is not None:
             return s.spot_usd_per_hour if group == s.spot_group else s.on_demand_usd_per_hour
         return self.spot_usd_per_hour if group == self.spot_group else self.on_demand_usd_per_hour
+
+    @functools.cached_property
+    def _type_prices(self) -> dict[str, dict[str, float]]:
+        out: dict[str, dict[str, float]] = {}
+        for group, itype, usd in self.instance_usd_per_hour:
+            out.setdefault(group, {})[itype] = usd
+        return out
+
+    def node_usd_per_hour(self, group: str, instance_type: str | None) -> float:
+        """A running node's price: its own type's when the settings price it; otherwise (type unknown, or not
+        one the group lists) the group's priciest listed type, never less than its launch price."""
+        prices = self._type_prices.get(group)
+        if not prices:
+            return self.usd_per_hour(group)
+        own = prices.get(instance_type) if instance_type is not None else None
+        return own if own is not None else max(max(prices.values()), self.usd_per_hour(group))
 
     def capacity_of(self, group: str) -> str:
         if group in self.spot_groups:
@@ -333,6 +358,9 @@ class Node:
     # GPU-requesting pods bound to the node in this tick's pod list (policy/kube.py gpu_pods_by_node): read from
     # the API server, so fresh where the metrics are minutes old. None: unknown (the pod list failed).
     gpu_pods: int | None = None
+    # The EC2 instance type (Auto Scaling's DescribeAutoScalingGroups lists it per instance): the budget cap prices
+    # the node at it. None: unknown, priced at its group's priciest listed type.
+    instance_type: str | None = None
 
     @property
     def in_service(self) -> bool:

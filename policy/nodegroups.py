@@ -29,6 +29,7 @@ class Instance:
     lifecycle: str
     launched_at: datetime | None = None
     node_name: str = ""
+    instance_type: str | None = None  # DescribeAutoScalingGroups' InstanceType: the budget cap prices the node at it
 
 
 @dataclass(frozen=True)
@@ -139,7 +140,8 @@ class AwsNodeGroups:
             instances = []
             for i in (asg or {}).get("Instances", []):
                 launched, dns = details.get(i["InstanceId"], (None, ""))
-                instances.append(Instance(i["InstanceId"], name, i.get("LifecycleState", ""), launched, dns))
+                instances.append(Instance(i["InstanceId"], name, i.get("LifecycleState", ""), launched, dns,
+                                          i.get("InstanceType")))
             out[name] = GroupState(group, tuple(instances))
         return out
 

@@ -217,6 +217,7 @@ def observe(settings: Settings, ports: Ports, state: dict, now: datetime, errors
                     s.reserved_max_over(now, ps.empty_timeout_minutes) if s else None,
                     s.max_over(now, ps.empty_timeout_minutes) if s else None,
                     bound.get(inst.node_name, 0) if bound is not None and inst.node_name else None,
+                    instance_type=inst.instance_type,
                 ))
         pools.append(PoolObservation(ps.name, tuple(groups), tuple(nodes),
                                      None if pending is None else pending.get(ps.name, ())

@@ -11,12 +11,24 @@ and the monthly cost of a point is that plus the simulated elastic spend scaled 
 
 Service per point: p95 job wait (job traces), unmet share of the GPU-hours an instant, infinite cluster would
 have served by the horizon (runner.oracle_gpu_hours), and interruptions of
-production work: the simulator runs every job on whatever node is free, so the share of jobs that is production
-work (ServiceTarget.production_share_pct; by default all of a production-tier pool) is charged with that share of
-the interrupted jobs — the expected count when production jobs are a random share of the jobs.
+production work. Production work is interrupted only where the shipped objects let it run on spot: Kueue admits
+production work to spot only in a pool listed in scheduling.kueue.production_spot_pools (stacks/scheduling.py
+production_work_on_spot, the rule the organization advisor's environment simulator uses). Where it may: the
+simulator runs every job on whatever node is free, so the share of jobs that is production work
+(ServiceTarget.production_share_pct; by default all of a production-tier pool) is charged with that share of the
+interrupted jobs — the expected count when production jobs are a random share of the jobs. Where it may not, no
+production work is interrupted (on-demand and floor nodes are not reclaimed); a pool whose whole demand is
+production work then runs on its floor and on-demand fallback only, as Kueue would run it.
 
-The recommendation is the cheapest (size, payment) whose service meets the target; a break-even in words says,
-per payment, how busy a committed node must be to beat renting the same hours on demand (and on spot).
+The recommendation is the cheapest (size, payment) whose service meets the target, checked before it is printed:
+- a floor whose last node the demand needs 0 % of the time is not recommended while a smaller floor meets the
+  target; when none does, the target forces it and the summary says so;
+- its monthly cost is stated against the pool budget and the environment budget, and one over either is flagged;
+- jobs larger than the pool's peak are counted with their sizes;
+- a recommendation dearer than another point that is no worse on unmet work and waits is called dominated, with
+  the target that point misses.
+A break-even in words says, per payment, how busy a committed node must be to beat renting the same hours on
+demand (and on spot).
 """
 
 from __future__ import annotations
@@ -30,10 +42,14 @@ from sim import runner
 from sim.engine import MINUTES_PER_MONTH, SimSettings, default_horizon
 from sim.policies import GpuLoan
 from pricing.sources import floor_pricing
-from stacks.config import HOURS_PER_MONTH, GpuLoanConfig, ServiceTarget, Tier
+from stacks.config import HOURS_PER_MONTH, ElasticCapacity, GpuLoanConfig, ServiceTarget, Tier
 from stacks import config
+from stacks.scheduling import production_work_on_spot
 
 MAX_POINTS = 25  # floor sizes simulated at most (a larger pool is swept in even steps, the peak included)
+# A floor node the demand needs less than this share of the time is "needed 0 % of the time" (the summary rounds
+# to whole percent): it is not recommended unless the target forces it.
+UNNEEDED_SHARE = 0.005
 
 
 class AdviceError(ValueError):
@@ -160,6 +176,11 @@ def advise(cfg: GpuLoanConfig, pool_name: str, trace, *, target: ServiceTarget |
         # The pool's peak (floor + elastic max) sized to the demand's peak, types and prices kept: for demand the
         # stack was not sized for (another cluster's trace, a team that has outgrown its elastic max).
         spec = simpool.auto_size(spec, trace, horizon_minutes=horizon, floor_nodes=0)
+    production_on_spot = production_work_on_spot(cfg, pool)
+    if not production_on_spot and share >= 1 and spec.capacity == ElasticCapacity.spot_then_on_demand:
+        # All of the demand is production work that Kueue keeps off spot: it runs on the floor and the on-demand
+        # fallback only (stacks/scheduling.py pool_flavors), so that is the pool simulated.
+        spec = replace(spec, capacity=ElasticCapacity.on_demand)
     floor_type = spec.floor_type or spec.on_demand_type or spec.spot_type
     rates, missing = payment_rates(cfg, pool_name, floor_type)
     if not rates:
@@ -189,7 +210,10 @@ def advise(cfg: GpuLoanConfig, pool_name: str, trace, *, target: ServiceTarget |
             "unmet_pct": round(100 * unmet / oracle_hours, 3) if oracle_hours else 0.0,
             "jobs_interrupted": m["jobs_interrupted"],
             "spot_interruptions": m["interruptions"],
-            "production_interruptions_per_month": round(m["jobs_interrupted"] * share * scale, 2),
+            # production work is interrupted only where it may run on spot (production_work_on_spot); elsewhere
+            # its nodes are the floor and on-demand, which are not reclaimed
+            "production_interruptions_per_month": round(m["jobs_interrupted"] * share * scale, 2)
+            if production_on_spot else 0.0,
         }
         point["misses"] = _meets(point, target, jobs)
         point["meets_target"] = not point["misses"]
@@ -197,19 +221,14 @@ def advise(cfg: GpuLoanConfig, pool_name: str, trace, *, target: ServiceTarget |
         if progress is not None:
             progress(i + 1, len(sizes))
     sweep_seconds = time.perf_counter() - t0
-    best = None
-    for pt in points:
-        if not pt["meets_target"]:
-            continue
-        for p, usd in pt["monthly_usd"].items():
-            if best is None or usd < best[2] - 1e-9:
-                best = (pt["floor_nodes"], p, usd)
+    busy = busy_share_by_node(profile, spec.gpus_per_node, spec.peak_nodes)
+    best = choose(points, busy)
     current_nodes = pool.guaranteed.nodes if pool.guaranteed else 0
     current_payment = config.floor_payment_equivalent(cfg, pool) if pool.guaranteed else None
     od = rates.get(floor_pricing.ON_DEMAND)
     spot = spec.spot_usd_per_hour if spec.has_spot else None
     budget = pool.budget.monthly_usd if pool.budget else None
-    busy = busy_share_by_node(profile, spec.gpus_per_node, spec.peak_nodes)
+    env_budget = cfg.budget.monthly_usd if cfg.budget else None
     doc = {
         "pool": pool_name,
         "region": cfg.region,
@@ -225,12 +244,16 @@ def advise(cfg: GpuLoanConfig, pool_name: str, trace, *, target: ServiceTarget |
                     "spot_usd_per_hour": spec.spot_usd_per_hour, "on_demand_type": spec.on_demand_type,
                     "on_demand_usd_per_hour": spec.on_demand_usd_per_hour},
         "production_share": share,
+        # whether Kueue lets this pool's production work run on spot (scheduling.kueue.production_spot_pools)
+        "production_on_spot": production_on_spot,
         "target": target.model_dump(),
         "rates": {p: {"usd_per_hour": r.usd_per_hour, "basis": r.basis, "source": r.source, "billing": r.billing}
                   for p, r in rates.items()},
         "no_rate": missing,
         "current": {"floor_nodes": current_nodes, "payment": current_payment},
         "budget_monthly_usd": budget,
+        "environment_budget_monthly_usd": env_budget,
+        "jobs_larger_than_pool": runner.jobs_larger_than(trace, spec.peak_nodes * spec.gpus_per_node),
         "points": points,
         "node_busy_share": [round(b, 4) for b in busy],
         "break_even": {p: break_even_words(floor_type, p, r.usd_per_hour, od.usd_per_hour, spot)
@@ -247,13 +270,97 @@ def advise(cfg: GpuLoanConfig, pool_name: str, trace, *, target: ServiceTarget |
         n, p, usd = best
         current = next((pt for pt in points if pt["floor_nodes"] == current_nodes), None)
         now_usd = current["monthly_usd"].get(current_payment) if current and current_payment else None
+        over_pool = bool(budget is not None and usd > budget)
+        over_env = bool(env_budget is not None and usd > env_budget)
+        rec_point = next(pt for pt in points if pt["floor_nodes"] == n)
         doc["recommendation"] = {"floor_nodes": n, "floor_gpus": n * spec.gpus_per_node, "payment": p,
                                  "monthly_usd": usd, "current_monthly_usd": now_usd,
-                                 "over_budget": bool(budget is not None and usd > budget)}
+                                 "pool_budget_monthly_usd": budget, "environment_budget_monthly_usd": env_budget,
+                                 "over_pool_budget": over_pool, "over_environment_budget": over_env,
+                                 "over_budget": over_pool or over_env,
+                                 "forced_unneeded_node": False,
+                                 "dominated_by": dominated_by(rec_point, usd, points, busy)}
         words = f"floor of {n} x {floor_type}" + (f" paid {p}" if n else " (no floor)")
         doc["summary"] = f"cheapest meeting the target: {words}, ${usd:,.0f}/month"
         if now_usd is not None:
             doc["summary"] += (f" (today's {current_nodes} x {current_payment}: ${now_usd:,.0f}/month)")
         if n and n <= len(busy):
             doc["summary"] += f"; its last floor node is needed {100 * busy[n - 1]:.0f} % of the time"
+            if _unneeded_last_node(n, busy):
+                # only when no floor without such a node meets the target (useful was empty): say what forces it
+                smaller = [pt for pt in points if pt["floor_nodes"] < n]
+                why = "; ".join(smaller[-1]["misses"]) if smaller else "no smaller floor was simulated"
+                doc["recommendation"]["forced_unneeded_node"] = True
+                doc["summary"] += (f", kept only because the service target forces it (no floor without such a "
+                                   f"node meets the target; {smaller[-1]['floor_nodes'] if smaller else n - 1} "
+                                   f"node(s): {why})")
+        doc["budget_lines"] = budget_lines(usd, budget, env_budget)
+        doc["verdict"] = _verdict(doc["recommendation"])
     return doc
+
+
+def choose(points: list[dict], busy: list[float]) -> tuple[int, str, float] | None:
+    """(floor nodes, payment, monthly USD) of the cheapest point meeting the target, never one whose last floor
+    node the demand needs 0 % of the time (busy: each node's share) while a point without such a node meets it."""
+    meeting = [pt for pt in points if pt["meets_target"]]
+    useful = [pt for pt in meeting if not _unneeded_last_node(pt["floor_nodes"], busy)]
+    best = None
+    for pt in useful or meeting:
+        for p, usd in pt["monthly_usd"].items():
+            if best is None or usd < best[2] - 1e-9:
+                best = (pt["floor_nodes"], p, usd)
+    return best
+
+
+def _unneeded_last_node(n: int, busy: list[float]) -> bool:
+    """The n-th floor node is needed less than UNNEEDED_SHARE of the time (0 nodes: nothing to be unneeded)."""
+    return 0 < n <= len(busy) and busy[n - 1] < UNNEEDED_SHARE
+
+
+def dominated_by(rec: dict, usd: float, points: list[dict], busy: list[float]) -> list[dict]:
+    """Points cheaper than the recommendation (at their cheapest payment) and no worse on unmet work and p95 wait:
+    the recommendation is dominated by them on those terms; each with the targets it misses. A point with a floor
+    node the demand never needs is no baseline (choose() never recommends one either)."""
+    out = []
+    for pt in points:
+        if pt is rec or _unneeded_last_node(pt["floor_nodes"], busy):
+            continue
+        cheapest = min(pt["monthly_usd"].values())
+        waits_no_worse = (pt["p95_wait_minutes"] is None or rec["p95_wait_minutes"] is None
+                          or pt["p95_wait_minutes"] <= rec["p95_wait_minutes"])
+        if cheapest < usd - 0.005 and pt["unmet_gpu_hours"] <= rec["unmet_gpu_hours"] and waits_no_worse:
+            out.append({"floor_nodes": pt["floor_nodes"], "monthly_usd": cheapest, "misses": pt["misses"]})
+    return out
+
+
+def budget_lines(usd: float, pool_budget: float | None, env_budget: float | None) -> list[dict]:
+    """The recommendation's monthly cost against each budget: {"scope", "budget_monthly_usd", "text", "over"}."""
+    out = []
+    for scope, budget in (("pool", pool_budget), ("environment", env_budget)):
+        if budget is None:
+            out.append({"scope": scope, "budget_monthly_usd": None, "over": False,
+                        "text": f"${usd:,.0f}/month against the {scope} budget: none set"})
+            continue
+        over = usd > budget
+        text = f"${usd:,.0f}/month against the {scope} budget ${budget:,.0f}: {100 * usd / budget:.0f} %"
+        if over:
+            text = f"OVER the {scope} budget: ${usd:,.0f}/month is ${usd - budget:,.0f} above ${budget:,.0f}"
+        out.append({"scope": scope, "budget_monthly_usd": budget, "over": over, "text": text})
+    return out
+
+
+def _verdict(rec: dict) -> str:
+    """One line: dominated, over a budget, forced, or clean."""
+    parts = []
+    if rec["dominated_by"]:
+        d = min(rec["dominated_by"], key=lambda x: x["monthly_usd"])
+        parts.append(f"dominated: a floor of {d['floor_nodes']} node(s) costs ${d['monthly_usd']:,.0f}/month, less, "
+                     f"with no more unmet work and no longer p95 wait"
+                     + (f" (it misses {'; '.join(d['misses'])})" if d["misses"] else ""))
+    if rec["over_budget"]:
+        parts.append("over " + " and ".join(s for s, o in (("the pool budget", rec["over_pool_budget"]),
+                                                           ("the environment budget", rec["over_environment_budget"]))
+                                            if o))
+    if rec["forced_unneeded_node"]:
+        parts.append("its last floor node is kept only because the target forces it")
+    return "verdict: " + ("; ".join(parts) if parts else "meets the target, within every budget, not dominated")

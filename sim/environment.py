@@ -101,7 +101,7 @@ from sim.runner import elastic_oracle_gpu_hours, metrics_of, oracle_gpu_hours, p
 from sim.traces import JobsTrace
 from stacks.config_terms import Reservation, Tier
 from stacks.kubernetes.tenancy import PRIORITY_VALUES
-from stacks.scheduling import FLOOR, plan
+from stacks.scheduling import FLOOR, plan, production_work_on_spot
 
 # The billing model's purchase kinds (pricing/cost_model/billing.py): a floor is reserved capacity (an ODCR, or a
 # fixed node group billed at the same on-demand rate), a Capacity Block its own kind; elastic nodes spot or on-demand.
@@ -670,7 +670,6 @@ class Environment:
         self._branch_out: int | None = None
         self.sharing = sharing_of(cfg)
         self.floor_owner: dict[int, PoolSim] = {}
-        spot_pools = set(cfg.scheduling.kueue.production_spot_pools)
         self.pools: dict[str, PoolSim] = {}
         for p in cfg.pools:
             spec = specs.get(p.name) or spec_from_config(cfg, p.name)
@@ -684,8 +683,9 @@ class Environment:
                 raise EnvironmentError(f"specs['{p.name}'] has {spec.floor_nodes} floor nodes, the config "
                                        f"{p.guaranteed.nodes if p.guaranteed else 0}: lending follows the config's "
                                        f"plan, so change the floor in the config (pools[].guaranteed.nodes)")
-            # production work may use spot only where the pool is listed (stacks/scheduling.py spot_allowed)
-            on_spot = p.name in spot_pools
+            # production work may use spot only where Kueue lets it: the one rule of stacks/scheduling.py, which the
+            # single-pool advisor (sim/advisor.py) uses too
+            on_spot = production_work_on_spot(cfg, p)
             self.pools[p.name] = PoolSim(self, spec, trace, controller_factory(spec), settings, self.horizon,
                                          production, on_spot, PRIORITY_VALUES[p.tier])
         # Lending links: a borrower's queue lists a lender's floor, the lender lends something, both run jobs.

@@ -17,7 +17,11 @@ as a user buys a commitment on the past and lives with the future:
 Setups (`baselines`, each by name):
 - `karpenter`: no floors; production on on-demand, the rest spot-first (spot, then on-demand while spot is short);
 - `karpenter+savings-plan`: the same plus the Cost Explorer commitment of its own sizing-window usage: the
-  cheapest setup *without* any guarantee; every price of a guarantee is measured against it;
+  cheapest setup *without* any guarantee; every price of a guarantee is measured against it. A plan that saves
+  nothing is not bought: where the commitment would bill more over the report window than `karpenter` without it,
+  the row is `karpenter`'s, with no commitment and `plan_not_bought` saying what it would have cost (this one
+  decision looks at the report window; it only makes the baseline cheaper, so the price of a guarantee is never
+  understated by it);
 - `team-floors`: the same floors, nothing lent, each team paying for itself (the per-pool `guaranteed.payment`
   model, as a careful team would do it): its own RIs, what Cost Explorer recommends from that team's usage alone
   (RI sharing off), which always covers the team's floor (a floor is billed every hour, so each of its RIs pays);
@@ -184,6 +188,7 @@ class EnvironmentRunner:
     cache: dict = field(default_factory=dict)
     runs: int = 0
     hits: int = 0
+    progress: object = None  # called with the number of simulations run so far, after each (the CLI's stderr)
 
     def key(self, hours: int, floors_nodes, lend: bool, controller: str, scenario: Scenario, report_from_hour: int):
         floors = tuple(sorted((n, k) for n, k in floors_nodes.items() if k))
@@ -204,6 +209,8 @@ class EnvironmentRunner:
         result = self.simulate(cfg, cut, controller, scenario_settings(self.settings, scenario), hours * 60,
                                window_from_minute=report_from_hour * 60)
         self.runs += 1
+        if self.progress is not None:
+            self.progress(self.runs)
         run = self._run_of(result, demands, hours)
         if self.use_cache:
             self.cache[key] = run
@@ -254,6 +261,8 @@ class EnvironmentRunner:
         own, others = simulate_branches_with_environment(cfg, cut, controller, self.settings, hours * 60,
                                                           report_from_hour * 60, branches)
         self.runs += 1
+        if self.progress is not None:
+            self.progress(self.runs)
         for sc, result in zip(todo, [own, *others]):
             self.cache[self.key(hours, floors_nodes, lend, controller, sc, report_from_hour)] = \
                 self._run_of(result, demands, hours)
@@ -583,6 +592,14 @@ def evaluate(inputs: OrgInputs, runner: Runner, *, scenarios=SCENARIOS, seed: in
 
         k = go(no_floors, False, CONTROLLER_KARPENTER, [], KARPENTER)
         k_sp = go(no_floors, False, CONTROLLER_KARPENTER, ksp.commitments, KARPENTER_SP)
+        if k_sp.doc["total_cost_usd"] > k.doc["total_cost_usd"]:
+            # A plan that saves nothing is not bought (Cost Explorer recommends none): the row without it.
+            lost = round(k_sp.doc["total_cost_usd"] - k.doc["total_cost_usd"], 2)
+            k_sp = go(no_floors, False, CONTROLLER_KARPENTER, [], KARPENTER_SP)
+            k_sp.doc["plan_not_bought"] = {
+                "reserved_instances": sum(c.count for c in ksp.commitments), "would_cost_usd_more": lost,
+                "why": "the commitment Cost Explorer sizes on the sizing window would bill more than no commitment "
+                       "over the report window: a plan that saves nothing is not bought"}
         tf = go(floors, False, CONTROLLER_GPULOAN, team, TEAM_FLOORS, bill_fn=_team_bill)
         notlent = go(floors, False, CONTROLLER_GPULOAN, nl.commitments, NOT_LENT)
         ours = go(floors, True, CONTROLLER_GPULOAN, choice.commitments, GPULOAN)
@@ -593,6 +610,7 @@ def evaluate(inputs: OrgInputs, runner: Runner, *, scenarios=SCENARIOS, seed: in
             r.doc["price_of_guarantee_pct"] = _pct(r.doc["total_cost_usd"], base)
         bound.doc["price_of_guarantee_pct"] = _pct(bound.doc["total_cost_usd"], bound0.doc["total_cost_usd"])
         bound.doc["no_floor_total_cost_usd"] = bound0.doc["total_cost_usd"]
+        ours.doc["dominated_by"] = dominated_by(ours.doc, [k.doc, k_sp.doc, tf.doc, notlent.doc])
         out_scenarios[sc_name] = {
             "shortage_hours": len(sc.spot_short_hours | sc.on_demand_short_hours),
             "recommendation_report": ours.doc,
@@ -609,6 +627,8 @@ def evaluate(inputs: OrgInputs, runner: Runner, *, scenarios=SCENARIOS, seed: in
         "price_of_guarantee_usd": round(default["recommendation_report"]["total_cost_usd"]
                                         - default["baselines"][1]["total_cost_usd"], 2),
     }
+    rec["dominated_by_scenario"] = {n: sc["recommendation_report"]["dominated_by"] for n, sc in out_scenarios.items()}
+    rec["verdict"] = verdict(rec["dominated_by_scenario"])
     if per_pool_prices:
         rec["price_of_each_guarantee"] = _each_guarantee(inputs, runner, floors, choice,
                                                          default["recommendation_report"]["total_cost_usd"])
@@ -629,6 +649,48 @@ def evaluate(inputs: OrgInputs, runner: Runner, *, scenarios=SCENARIOS, seed: in
         "baselines": default["baselines"],
         "scenarios": {k: v for k, v in out_scenarios.items() if k != "default"},
     }
+
+
+# What a setup is judged on beside cost (and each tier's p95 wait): less is better for each (a figure not
+# measured, None, never dominates). Unmet production work is reported beside it, not a key: a guarantee that
+# leaves more work unmet and makes production wait longer is dominated even if a few production GPU-hours fewer
+# go unmet.
+DOMINANCE_KEYS = ("unmet_gpu_hours", "production_interruptions")
+
+
+def dominated_by(ours: dict, setups: list[dict]) -> list[str]:
+    """Setups (of the same model; not the fluid bound, which is no setup to buy) that cost less than `ours` and are
+    no worse on unmet work and production interruptions, nor on any p95 wait both measure: `ours` is dominated
+    by them."""
+    out = []
+    for b in setups:
+        if b["total_cost_usd"] >= ours["total_cost_usd"]:
+            continue
+        if any(b[k] is None or ours[k] is None or b[k] > ours[k] + 1e-9 for k in DOMINANCE_KEYS):
+            continue
+        waits_b, waits_o = b.get("p95_wait_minutes_by_tier") or {}, ours.get("p95_wait_minutes_by_tier") or {}
+        if any(waits_b.get(t) is not None and w is not None and waits_b[t] > w + 1e-9 for t, w in waits_o.items()):
+            continue
+        out.append(b["name"])
+    return out
+
+
+def verdict(dominated: dict[str, list[str]]) -> str:
+    """The recommendation's verdict over the scenarios measured (scenario -> setups that dominate it there): a
+    guarantee is insurance, so it is called dominated only where it is dominated in every scenario."""
+    where = {n: d for n, d in dominated.items() if d}
+    if where and len(where) == len(dominated):
+        common = sorted(set.intersection(*(set(d) for d in where.values()))) or sorted(
+            {x for d in where.values() for x in d})
+        return (f"dominated by {', '.join(common)}: cheaper and no worse on unmet work, production "
+                f"interruptions and p95 waits in every scenario measured ({', '.join(dominated)})")
+    if where:
+        parts = "; ".join(f"{n}: {', '.join(d)}" for n, d in where.items())
+        better = ", ".join(n for n in dominated if n not in where)
+        return (f"dominated where capacity is not short (cheaper and no worse there: {parts}); the guarantee "
+                f"does better in: {better}")
+    return ("not dominated: no setup is both cheaper and no worse on unmet work, production interruptions and p95 "
+            "waits")
 
 
 def _bound(inputs: OrgInputs, frun: FluidRunner, floors, sc: Scenario) -> SetupResult:

@@ -56,6 +56,14 @@ def comparison_figure(doc: dict, focus: str = "gpuloan"):
             b = series[name]
             top.step([r[0] / 1440 for r in b], [_capacity(r) for r in b], where="post", color=color,
                      linestyle=style, linewidth=1.2, label=f"{name}: total capacity (GPUs)")
+    # Minutes in which the budget cap held a wanted scale-up of the policy in focus: shaded on both panels, so a
+    # wait the cap caused is not read as the policy's (the table and the verdict count them too).
+    held = next((r.get("budget_cap_held") for r in doc.get("policies", []) if r["name"] == focus), None) or []
+    for i, (a, b) in enumerate(held):
+        for ax in (top, bottom):
+            ax.axvspan(a / 1440, b / 1440, color="#c44e52", alpha=0.18, linewidth=0,
+                       label=(f"{focus}: budget cap held scale-ups "
+                              f"({sum(y - x for x, y in held):,} min)") if i == 0 and ax is top else None)
     top.set_ylabel("GPUs")
     top.set_title(f"{doc['trace']} on pool {doc['pool']['name']}: capacity by tier under {focus}, "
                   "baselines' capacity overlaid")

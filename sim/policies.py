@@ -336,8 +336,11 @@ def pool_settings(spec: PoolSpec) -> PoolSettings:
         spot_group=SPOT if spec.has_spot else None, on_demand_group=ON_DEMAND if spec.has_on_demand else None,
         spot_max_nodes=spec.spot_max_nodes if spec.has_spot else 0,
         on_demand_max_nodes=spec.on_demand_max_nodes if spec.has_on_demand else 0,
-        spot_usd_per_hour=base.spot_usd_per_hour or spec.spot_usd_per_hour,
-        on_demand_usd_per_hour=base.on_demand_usd_per_hour or spec.on_demand_usd_per_hour,
+        # The budget cap prices what the simulated groups launch (sim/pool.py: the spot group its cheapest type, the
+        # on-demand group its first listed, as EKS allocates them); every simulated node is of that type, so one
+        # price per group (no per-type rows) is the price of each running node too.
+        spot_usd_per_hour=spec.spot_usd_per_hour, on_demand_usd_per_hour=spec.on_demand_usd_per_hour,
+        instance_usd_per_hour=(),
         guaranteed_group=GUARANTEED if spec.floor_nodes else None, guaranteed_nodes=spec.floor_nodes,
         guaranteed_usd_per_hour=spec.floor_nodes * spec.floor_usd_per_hour, **budget,
         # the pool's other node sizes, each its own pair of simulated groups (sim/engine.py size_group)
@@ -371,6 +374,9 @@ class GpuLoan(Controller):
         self.decide = engine.decide  # the real one; tests check the identity
         self.calls = 0
         self.reasons: dict[str, int] = {}
+        # Minutes in which the budget cap held a wanted scale-up (BUDGET_CAP / BUDGET_UNKNOWN), as [start, end)
+        # runs of simulated minutes: counted in the simulate table, named in its verdict, marked on the plot.
+        self.cap_held: list[list[int]] = []
 
     def start(self, sim: Simulation) -> None:
         ps = self._given or pool_settings(sim.spec)
@@ -392,6 +398,7 @@ class GpuLoan(Controller):
         self._month_spend_at_refresh = 0.0
         self._pods_key, self._pods_value = None, ()
         self._last_reasons: list[str] = []
+        self._last_held = False  # the last plan held a scale-up for the budget (BUDGET_CAP / BUDGET_UNKNOWN)
         self._quiet_plan = False
         self._version = -1
         self._arrivals_key, self._arrivals_value = None, ()
@@ -683,7 +690,21 @@ class GpuLoan(Controller):
                     quiet = not sim.set_closed(group, closed) and quiet
         self._last_reasons = reasons
         self._quiet_plan = quiet
+        self._last_held = not _CAP_HELD.isdisjoint(reasons)
+        if self._last_held:
+            self._hold_minutes(sim.now, 1)
         self._version = sim.version
+
+    def _hold_minutes(self, start: int, minutes: int) -> None:
+        runs = self.cap_held
+        if runs and runs[-1][1] >= start:
+            runs[-1][1] = max(runs[-1][1], start + minutes)
+        else:
+            runs.append([start, start + minutes])
+
+    @property
+    def cap_held_minutes(self) -> int:
+        return sum(b - a for a, b in self.cap_held)
 
     @property
     def reads_spend_each_minute(self) -> bool:
@@ -695,6 +716,10 @@ class GpuLoan(Controller):
         """The skipped ticks would have decided the same plan (see wake): count its reasons for each."""
         for r in self._last_reasons:
             self.reasons[r] += ticks
+        if self._last_held:
+            # sim/engine.py _skip: minute by minute (sim.now is the skipped minute) when spend is read each minute,
+            # else in one step from the deciding minute (sim.now) on
+            self._hold_minutes(sim.now if self.reads_spend_each_minute else sim.now + 1, ticks)
         if self.reads_spend_each_minute:
             for _ in range(ticks):
                 self._spend(sim, sim.now)
@@ -835,6 +860,7 @@ class GpuLoan(Controller):
 # Plans made of these only (and no action) were decided without reading the budget: policy.engine._scale reads it
 # only to size a scale-up, and a wanted node ends in an action or in a BUDGET_CAP / UPDATE_IN_PROGRESS / scale-up
 # hold -- except at the group's maximum, where AT_MAX is held with nothing to add and the budget cannot bind.
+_CAP_HELD = {Reason.BUDGET_CAP.value, Reason.BUDGET_UNKNOWN.value}
 _BUDGET_UNREAD = {Reason.STEADY.value, Reason.SPOT_RECOVERED.value, Reason.COOLDOWN.value, Reason.AT_MAX.value}
 
 

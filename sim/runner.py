@@ -93,6 +93,9 @@ def metrics_of(sim: Simulation, controller: Controller, oracle_cost: float, seco
     if isinstance(controller, GpuLoan):
         out["decide_calls"] = controller.calls
         out["decisions_by_reason"] = dict(sorted(controller.reasons.items()))
+        # minutes in which the budget cap held a wanted scale-up, and when ([start, end) simulated minutes)
+        out["budget_cap_held_minutes"] = controller.cap_held_minutes
+        out["budget_cap_held"] = [list(r) for r in controller.cap_held]
     return out
 
 
@@ -181,6 +184,51 @@ def dominated_by(doc: dict, name: str = "gpuloan") -> list[str]:
         if p["total_cost_usd"] < ours["total_cost_usd"] and p[key] < ours[key]:
             out.append(p["name"])
     return out
+
+
+def jobs_larger_than(trace, peak_gpus: int) -> dict:
+    """Jobs that need more GPUs than a pool can ever hold (they never run): their count, of how many jobs, and
+    their sizes (GPUs -> jobs, keys as text for JSON). A series has no jobs."""
+    jobs = getattr(trace, "jobs", ())
+    sizes: dict[int, int] = {}
+    for j in jobs:
+        if j.gpus > peak_gpus:
+            sizes[j.gpus] = sizes.get(j.gpus, 0) + 1
+    return {"count": sum(sizes.values()), "of_jobs": len(jobs), "pool_peak_gpus": peak_gpus,
+            "sizes": {str(g): k for g, k in sorted(sizes.items())}}
+
+
+def larger_jobs_words(big: dict) -> str:
+    """'all 3 jobs' / '3 of 120 jobs' need more GPUs than the pool's peak of 8 (2 x 16 GPUs, 1 x 32 GPUs)."""
+    sizes = ", ".join(f"{k} x {g} GPUs" for g, k in big["sizes"].items())
+    who = f"all {big['count']} jobs" if big["count"] == big["of_jobs"] else f"{big['count']} of {big['of_jobs']} jobs"
+    return f"{who} need more GPUs than the pool's peak of {big['pool_peak_gpus']} ({sizes})"
+
+
+def single_verdict(doc: dict, name: str = "gpuloan") -> str:
+    """The one-line verdict of `gpuloan simulate` (one seed): dominated when a baseline is both cheaper and
+    serves better; otherwise which baselines wait less and what that costs, so a longer wait never reads as
+    clean; and the minutes the budget cap held a wanted scale-up, whatever else is said."""
+    ours = next(p for p in doc["policies"] if p["name"] == name)
+    key = "p95_wait_minutes" if ours.get("p95_wait_minutes") is not None else "unmet_gpu_hours"
+    what = "p95 wait" if key == "p95_wait_minutes" else "unmet GPU-h"
+    unit = " min" if key == "p95_wait_minutes" else ""
+    dom = dominated_by(doc, name)
+    parts = []
+    if dom:
+        parts.append(f"{name} is dominated (cheaper and better {what}) by: {', '.join(dom)}")
+    else:
+        better = [p for p in doc["policies"] if not p["name"].startswith("gpuloan") and p[key] < ours[key]]
+        if better:
+            parts.append(f"no baseline is both cheaper and better than {name}, but " + "; ".join(
+                f"{p['name']} has a lower {what} ({p[key]:g} vs {ours[key]:g}{unit}) for "
+                f"${p['total_cost_usd'] - ours['total_cost_usd']:+,.0f}" for p in better))
+        else:
+            parts.append(f"no baseline is both cheaper and better ({what}) than {name}")
+    held = ours.get("budget_cap_held_minutes") or 0
+    if held:
+        parts.append(f"the budget cap held {name}'s scale-ups for {held:,} minutes")
+    return "; ".join(parts)
 
 
 # --- several seeds -------------------------------------------------------------------------------------------

@@ -147,6 +147,13 @@ def spot_allowed(cfg: GpuLoanConfig, pool: Pool) -> bool:
     return pool.tier != Tier.production or pool.name in cfg.scheduling.kueue.production_spot_pools
 
 
+def production_work_on_spot(cfg: GpuLoanConfig, pool: Pool) -> bool:
+    """Whether the pool's production work may run on spot: only in a pool listed in
+    scheduling.kueue.production_spot_pools (elsewhere it is kept to the floor and on-demand). The one rule the
+    environment simulator and both advisors count production interruptions by (sim/environment.py, sim/advisor.py)."""
+    return pool.name in cfg.scheduling.kueue.production_spot_pools
+
+
 def pool_flavors(cfg: GpuLoanConfig, pool: Pool) -> list[Flavor]:
     """The pool's own flavors in admission order (floor first). A production pool whose elastic capacity is spot
     that it may not use gets no elastic flavor (the config rules report it); with `spot_then_on_demand`, its

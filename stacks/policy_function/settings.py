@@ -94,15 +94,31 @@ def _price(cfg: GpuLoanConfig, t: str, allow_unknown: bool) -> catalog.Price | N
     return p
 
 
-def _prices(cfg: GpuLoanConfig, types: list[str], allow_unknown: bool = False) -> tuple[float | None, float | None]:
-    spot, ondemand = 0.0, 0.0
+def _prices(cfg: GpuLoanConfig, types: list[str], allow_unknown: bool = False
+            ) -> tuple[float | None, float | None, tuple[tuple[str, float, float], ...]]:
+    """(spot, on-demand) price of the node a group of these types launches, and (type, spot, on-demand) for each
+    type. An on-demand group launches its types in the listed order (EKS's "prioritized" allocation,
+    stacks/capacity/node_groups.py): its first type. A spot group uses price-capacity-optimized, which asks the
+    lowest-priced of the pools with the most capacity: the cheapest type, while that type has capacity; a node of
+    another type is priced at its own type once it runs (policy/engine.py group_usd_per_hour)."""
+    rows = []
     for t in types:
         p = _price(cfg, t, allow_unknown)
         if p is None:
-            return None, None  # one unknown type makes the pool's (priciest-type) rate unknown
-        spot = max(spot, p.spot_or_ondemand_usd_per_hour)
-        ondemand = max(ondemand, p.ondemand_usd_per_hour)
-    return spot, ondemand
+            return None, None, ()  # one unknown type makes the group's rate unknown: no cap on a guess
+        rows.append((t, p.spot_or_ondemand_usd_per_hour, p.ondemand_usd_per_hour))
+    return min(r[1] for r in rows), rows[0][2], tuple(rows)
+
+
+def _type_rows(spot_group: str | None, od_group: str | None, rows) -> tuple[tuple[str, str, float], ...]:
+    """PoolSettings.instance_usd_per_hour rows of one size's groups."""
+    out = []
+    for t, spot, od in rows:
+        if spot_group:
+            out.append((spot_group, t, spot))
+        if od_group:
+            out.append((od_group, t, od))
+    return tuple(out)
 
 
 def pool_settings(cfg: GpuLoanConfig, pool: Pool, names: GroupNames, budget_name: str | None = None,
@@ -141,11 +157,12 @@ def pool_settings(cfg: GpuLoanConfig, pool: Pool, names: GroupNames, budget_name
         sizes = pool_sizes(e)
         gpus = sizes[0].gpus_per_node
         # the plain size's groups price its own types: one shape per group (stacks/node_sizes.py)
-        spot_usd, od_usd = _prices(cfg, list(sizes[0].instance_types), allow_unknown_prices)
+        spot_usd, od_usd, type_rows = _prices(cfg, list(sizes[0].instance_types), allow_unknown_prices)
         has_spot = e.capacity in (ElasticCapacity.spot, ElasticCapacity.spot_then_on_demand)
         has_od = e.capacity in (ElasticCapacity.on_demand, ElasticCapacity.spot_then_on_demand)
         spot_group = names.spot if has_spot else None
         od_group = names.on_demand if has_od else None
+        instance_rows = _type_rows(spot_group, od_group, type_rows)
         spot_max = e.max_nodes if has_spot else 0
         od_max = (e.on_demand_max_nodes or e.max_nodes) if has_od else 0
         knobs = dict(scale_up_utilization_pct=e.scale_up_utilization_pct,
@@ -164,10 +181,12 @@ def pool_settings(cfg: GpuLoanConfig, pool: Pool, names: GroupNames, budget_name
             spot_name, od_name = named.get(size.gpus_per_node, (None, None))
             if spot_name is None and od_name is None:
                 continue
-            s_usd, o_usd = _prices(cfg, list(size.instance_types), allow_unknown_prices)
+            s_usd, o_usd, rows = _prices(cfg, list(size.instance_types), allow_unknown_prices)
+            instance_rows += _type_rows(spot_name if has_spot else None, od_name if has_od else None, rows)
             others.append(NodeSize(size.gpus_per_node, spot_name if has_spot else None, od_name if has_od else None,
                                    spot_max, od_max, s_usd, o_usd))
         knobs["other_sizes"] = tuple(others)
+        knobs["instance_usd_per_hour"] = instance_rows
     block = {}
     if g is not None and g.reservation == Reservation.capacity_block and g.capacity_block_start and g.capacity_block_end:
         # The window the policy function keeps (policy/capacity_blocks.py); times as ISO 8601 with their zone.
