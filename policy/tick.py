@@ -38,7 +38,7 @@ from policy.model import (
     PoolObservation,
     Settings,
 )
-from policy.nodegroups import NodeGroupPort
+from policy.nodegroups import GroupState, NodeGroupPort
 from policy.rhythm import DailyArrivals
 from policy.spend import BudgetReader, accrue, observe_spend
 from policy.state import MALFORMED_VERSION, StatePort
@@ -113,6 +113,7 @@ def observe(settings: Settings, ports: Ports, state: dict, now: datetime, errors
             read = ports.groups.read(names, now, spot_groups, record)
         except PolicyError as err:
             record(err)
+    read = _with_own_changes(read, state)
     refs = [NodeRef(i.instance_id, i.node_name) for gs in read.values() for i in gs.instances
             if i.lifecycle == LIFECYCLE_IN_SERVICE]
     if node_names is not None:
@@ -229,6 +230,40 @@ def observe(settings: Settings, ports: Ports, state: dict, now: datetime, errors
     return Observation(tuple(pools), spends.get(ENV_SCOPE))
 
 
+CHANGES_KEPT = timedelta(days=1)  # far longer than any cooldown or fallback wait the engine measures
+
+
+def _with_own_changes(read: dict[str, GroupState], state: dict) -> dict[str, GroupState]:
+    """Each group's last change: the later of its last scaling activity (spot groups, read by the adapter) and the
+    last change this policy made to it (the tick state's "changed", written when a change is applied). The node
+    group's own modifiedAt would need a DescribeNodegroup per group per tick; the policy is what changes an elastic
+    group's size, so its own record is the figure that matters for the cooldown and the spot fallback's wait."""
+    changed = state.get("changed") or {}
+    out = dict(read)
+    for name, gs in read.items():
+        if name not in changed:
+            continue
+        mine = datetime.fromisoformat(changed[name])  # checked by tick_state.clean
+        last = gs.group.last_change_at
+        if last is None or mine > last:
+            out[name] = dataclasses.replace(gs, group=dataclasses.replace(gs.group, last_change_at=mine))
+    return out
+
+
+def _record_changes(state: dict, applied: list[Action], now: datetime) -> None:
+    """Remember when this tick changed each group (a size or a termination), for the next ticks' cooldown and
+    fallback wait; entries older than CHANGES_KEPT go."""
+    changed = {g: t for g, t in (state.get("changed") or {}).items()
+               if now - datetime.fromisoformat(t) < CHANGES_KEPT}
+    for a in applied:
+        if a.kind in (ACTION_SET_DESIRED, ACTION_TERMINATE) and a.group:
+            changed[a.group] = now.isoformat()
+    if changed:
+        state["changed"] = changed
+    else:
+        state.pop("changed", None)
+
+
 def _rhythm_rates(settings: Settings, state: dict, arrivals: dict[str, tuple] | None,
                   now: datetime) -> dict[str, float | None]:
     """For each pool with warm_up: count this tick's new arrivals into the pool's daily history (kept in the
@@ -250,6 +285,7 @@ def _apply(settings: Settings, plan: Plan, obs: Observation, ports: Ports, resul
            deadline: Deadline | None = None, node_names: dict[str, str] | None = None) -> None:
     record = _recorder(result.errors)
     kinds: dict[str, str] = {}
+    fresh: dict[str, GroupState | None] = {}  # each group as read again before its first change (None: unreadable)
     blind = ""  # set once the pods of a node could not be read: no further termination this tick
     for a in plan.changes:
         ps = settings.pool(a.pool)
@@ -280,9 +316,17 @@ def _apply(settings: Settings, plan: Plan, obs: Observation, ports: Ports, resul
             record(DeadlineExceeded(DEADLINE_MESSAGE))
             result.failed.append((a, "not applied: tick deadline reached"))
             continue
+        if a.kind in (ACTION_SET_DESIRED, ACTION_TERMINATE):
+            why = _recheck(a, ports, fresh, record)
+            if why is not None:
+                result.failed.append((a, why))
+                continue
         try:
             if a.kind == ACTION_SET_DESIRED:
                 ports.groups.set_desired(a.group, a.desired_to)
+                gs = fresh[a.group]
+                fresh[a.group] = dataclasses.replace(gs, group=dataclasses.replace(gs.group,
+                                                                                  desired_nodes=a.desired_to))
             elif a.kind == capacity_blocks.ACTION_CHECKPOINT:
                 why = _checkpoint(a, ports, (node_names or {}).get(a.instance_id, ""), settings.pool(a.pool))
                 if why is not None:
@@ -293,6 +337,10 @@ def _apply(settings: Settings, plan: Plan, obs: Observation, ports: Ports, resul
                 if why is not None:
                     result.blocked.append((a, why))
                     continue
+                gs = fresh[a.group]
+                fresh[a.group] = GroupState(
+                    dataclasses.replace(gs.group, desired_nodes=max(0, gs.group.desired_nodes - 1)),
+                    tuple(i for i in gs.instances if i.instance_id != a.instance_id))
             result.applied.append(a)
         except _Blind as err:
             blind = str(err)
@@ -301,6 +349,35 @@ def _apply(settings: Settings, plan: Plan, obs: Observation, ports: Ports, resul
         except PolicyError as err:
             result.failed.append((a, f"{type(err).__name__}: {err}"))
             record(err)
+
+
+def _recheck(a: Action, ports: Ports, fresh: dict[str, GroupState | None], record) -> str | None:
+    """Why `a` may not be carried out on its group as read again just now, or None. The tick's read is seconds old
+    by now (metrics, pods, a cordon in between), and the batched read cannot see an EKS update in progress: the
+    group's status and size are read again (once per group per tick) and the change is refused unless the group is
+    ACTIVE and still has the size, or the instance, the decision was made on. The next tick decides again."""
+    if a.group not in fresh:
+        try:
+            fresh[a.group] = ports.groups.recheck(a.group)
+        except PolicyError as err:
+            record(err)
+            fresh[a.group] = None
+    gs = fresh[a.group]
+    if gs is None:
+        return f"not applied: {a.group} could not be read again just before the change"
+    if gs.group.status != "ACTIVE":
+        return f"refused: {a.group} is {gs.group.status or 'of unknown status'} (read again before the change)"
+    if a.kind == ACTION_SET_DESIRED:
+        if a.desired_from is not None and gs.group.desired_nodes != a.desired_from:
+            return (f"refused: {a.group}'s desired size is {gs.group.desired_nodes} now, not the {a.desired_from} "
+                    "this tick decided on; the next tick decides again")
+        return None
+    if not any(i.instance_id == a.instance_id and not i.lifecycle.startswith(LEAVING_STATES) for i in gs.instances):
+        return f"refused: {a.instance_id} is no longer in {a.group}, or is already leaving it (read again)"
+    return None
+
+
+LEAVING_STATES = ("Terminat", "Detach")  # Auto Scaling lifecycle states of an instance on its way out
 
 
 def _apply_quota(a: Action, ps, plan: Plan, ports: Ports, result: TickResult, record, deadline) -> None:
@@ -528,6 +605,7 @@ def _run(settings: Settings, ports: Ports, now: datetime, log: Callable[[str], N
     result = TickResult(plan, errors=errors)
     if not plan.dry_run:
         _apply(settings, plan, obs, ports, result, deadline, node_names)
+        _record_changes(state, result.applied, now)
         for name, closed in closing.apply(settings, plan, obs, ports.nodes, node_names, _recorder(result.errors)):
             log(json.dumps({"level": "INFO", "message": "back to spot: on-demand node closed to new pods" if closed
                             else "back to spot: on-demand node open to new pods again", "node": name,

@@ -94,6 +94,7 @@ def clean(raw: dict) -> tuple[dict, list[str]]:
 
     _clean_map(state, "notified", _timestamp, "times not ISO 8601 with a zone", problems)
     _clean_map(state, "leaving", _number, "expiries not numbers", problems)
+    _clean_map(state, "changed", _timestamp, "times not ISO 8601 with a zone", problems)
 
     rhythm = state.get("rhythm")
     if rhythm is not None and not isinstance(rhythm, dict):  # each pool's history checks itself (policy/rhythm.py)

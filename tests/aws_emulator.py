@@ -60,3 +60,11 @@ def emulator_env(endpoint: str) -> dict[str, str]:
         "AWS_REGION": REGION,
     })
     return env
+
+
+def eks_asg_tags(cluster: str, nodegroup: str) -> list[dict]:
+    """The tags EKS puts on a managed node group's Auto Scaling group (docs/aws-rules.md): moto's EKS makes no
+    ASG, so the tests create it, tagged as EKS tags it; the policy finds each group's ASG by these tags."""
+    return [{"ResourceId": "", "ResourceType": "auto-scaling-group", "Key": key, "Value": value,
+             "PropagateAtLaunch": True}
+            for key, value in (("eks:cluster-name", cluster), ("eks:nodegroup-name", nodegroup))]
