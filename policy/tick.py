@@ -31,7 +31,9 @@ from policy.model import (
     INSTANCE_ID,
     LIFECYCLE_IN_SERVICE,
     LIFECYCLE_LEAVING,
+    BLOCK_UNREAD,
     Action,
+    BlockDates,
     Node,
     Observation,
     Plan,
@@ -39,6 +41,7 @@ from policy.model import (
     Settings,
 )
 from policy.nodegroups import GroupState, NodeGroupPort
+from policy.reservations import BlockDatesPort
 from policy.rhythm import DailyArrivals
 from policy.spend import BudgetReader, accrue, observe_spend
 from policy.state import MALFORMED_VERSION, StatePort
@@ -62,6 +65,7 @@ class Ports:
     publisher: notifications.Publisher | None = None
     nodes: NodeGuardPort | None = None  # cordon + pods on a node; without it nothing is terminated
     queues: FloorQuotaPort | None = None  # Kueue: a Capacity Block's floor quota (policy/capacity_blocks.py)
+    blocks: BlockDatesPort | None = None  # EC2: the Capacity Blocks' real dates; without it the config's window rules
 
 
 @dataclass
@@ -190,6 +194,7 @@ def observe(settings: Settings, ports: Ports, state: dict, now: datetime, errors
     spends = observe_spend(state, scopes, ports.budgets if in_time() else None, now, settings.budget_refresh_minutes,
                            record)
 
+    block_dates = _block_dates(settings, ports, record, in_time)
     quotas: dict[str, int] = {}  # Capacity Block pools with Kueue: their floor flavor's quota now
     for ps in settings.pools:
         if ps.capacity_block_queue and capacity_blocks.is_block(ps) and ports.queues is not None and in_time():
@@ -226,8 +231,43 @@ def observe(settings: Settings, ports: Ports, state: dict, now: datetime, errors
                                      None if arrivals is None else arrivals.get(ps.name, ()),
                                      rhythm.get(ps.name), floor_quota_gpus=quotas.get(ps.name),
                                      pending_gangs=gangs.get(ps.name, ()),
-                                     on_demand_only_pod_gpus=None if off_spot is None else off_spot.get(ps.name, ())))
+                                     on_demand_only_pod_gpus=None if off_spot is None else off_spot.get(ps.name, ()),
+                                     block_dates=block_dates.get(ps.name)))
     return Observation(tuple(pools), spends.get(ENV_SCOPE))
+
+
+def _block_dates(settings: Settings, ports: Ports, record, in_time) -> dict[str, BlockDates]:
+    """Per Capacity Block pool with a reservation id: its dates and state from EC2 (one call for every block), or
+    BlockDates(state=BLOCK_UNREAD) when they could not be read (each failure, a block EC2 did not return, and any
+    mismatch with config are tick errors: PolicyErrors and the error email). Without the port: none (config)."""
+    pools = {ps.name: ps.capacity_block_reservation_id for ps in settings.pools
+             if capacity_blocks.is_block(ps) and ps.capacity_block_reservation_id}
+    if not pools or ports.blocks is None:
+        return {}
+    read: dict[str, BlockDates] = {}
+    if in_time():
+        try:
+            read = ports.blocks.read(sorted(set(pools.values())))
+        except PolicyError as err:
+            record(PolicyError(f"Capacity Block dates unread ({type(err).__name__}: {err}); no block is drained or "
+                               "scaled down on its configured dates alone this tick"))
+    out: dict[str, BlockDates] = {}
+    for name, rid in pools.items():
+        dates = read.get(rid)
+        if dates is None:
+            if read:  # the call answered without this block
+                record(PolicyError(f"Capacity Block {rid} of pool {name}: EC2 did not return it (another account's, "
+                                   "or a wrong guaranteed.reservation_id); no drain or scale-down on config alone"))
+            out[name] = BlockDates(rid, BLOCK_UNREAD)
+            continue
+        try:
+            problem = capacity_blocks.mismatch(settings.pool(name), dates)
+        except ValueError:
+            problem = None  # unreadable configured times: block_actions reports them
+        if problem:
+            record(PolicyError(f"Capacity Block {rid} of pool {name}: {problem}"))
+        out[name] = dates
+    return out
 
 
 CHANGES_KEPT = timedelta(days=1)  # far longer than any cooldown or fallback wait the engine measures
@@ -290,12 +330,13 @@ def _apply(settings: Settings, plan: Plan, obs: Observation, ports: Ports, resul
     for a in plan.changes:
         ps = settings.pool(a.pool)
         if a.kind == capacity_blocks.ACTION_SET_QUOTA:
-            _apply_quota(a, ps, plan, ports, result, record, deadline)
+            _apply_quota(a, ps, plan, obs, ports, result, record, deadline)
             continue
         # Defence in depth behind IAM: only this pool's elastic groups, only instances observed in them; a
         # Capacity Block's group only for what its window allows now (policy/capacity_blocks.py).
         if a.group not in ps.elastic_groups and not (
-                plan.decided_at is not None and capacity_blocks.may_touch(ps, a, plan.decided_at)):
+                plan.decided_at is not None and capacity_blocks.may_touch(ps, a, plan.decided_at,
+                                                                          _dates(obs, a.pool))):
             result.failed.append((a, f"refused: {a.group} is not an elastic group of {a.pool}, nor a Capacity Block "
                                      "group inside the window that allows this action"))
             continue
@@ -328,7 +369,8 @@ def _apply(settings: Settings, plan: Plan, obs: Observation, ports: Ports, resul
                 fresh[a.group] = dataclasses.replace(gs, group=dataclasses.replace(gs.group,
                                                                                   desired_nodes=a.desired_to))
             elif a.kind == capacity_blocks.ACTION_CHECKPOINT:
-                why = _checkpoint(a, ports, (node_names or {}).get(a.instance_id, ""), settings.pool(a.pool))
+                why = _checkpoint(a, ports, (node_names or {}).get(a.instance_id, ""), settings.pool(a.pool),
+                                  _dates(obs, a.pool))
                 if why is not None:
                     result.failed.append((a, why))
                     continue
@@ -380,10 +422,11 @@ def _recheck(a: Action, ports: Ports, fresh: dict[str, GroupState | None], recor
 LEAVING_STATES = ("Terminat", "Detach")  # Auto Scaling lifecycle states of an instance on its way out
 
 
-def _apply_quota(a: Action, ps, plan: Plan, ports: Ports, result: TickResult, record, deadline) -> None:
+def _apply_quota(a: Action, ps, plan: Plan, obs: Observation, ports: Ports, result: TickResult, record,
+                 deadline) -> None:
     """A Capacity Block's Kueue floor quota, only to the value its window wants now (behind RBAC, which allows
     get/patch of the block pools' ClusterQueues only)."""
-    if plan.decided_at is None or not capacity_blocks.may_touch(ps, a, plan.decided_at):
+    if plan.decided_at is None or not capacity_blocks.may_touch(ps, a, plan.decided_at, _dates(obs, a.pool)):
         result.failed.append((a, f"refused: the floor quota of {a.pool} is not a Capacity Block's, or the window "
                                  "does not ask for this value now"))
         return
@@ -440,7 +483,12 @@ def _guard_and_terminate(a: Action, ports: Ports, node_name: str) -> str | None:
     return None
 
 
-def _checkpoint(a: Action, ports: Ports, node_name: str, ps) -> str | None:
+def _dates(obs: Observation, pool: str) -> BlockDates | None:
+    po = obs.pool(pool)
+    return po.block_dates if po is not None else None
+
+
+def _checkpoint(a: Action, ports: Ports, node_name: str, ps, dates: BlockDates | None = None) -> str | None:
     """A Capacity Block node ahead of EKS's scale-down: cordon it (nothing new lands there; pending work goes to the
     elastic groups) and mark its GPU pods with the time to checkpoint by. Idempotent: every tick of the drain
     repeats it, so a pod that started meanwhile is marked too. Returns why it was not done, or None."""
@@ -448,7 +496,7 @@ def _checkpoint(a: Action, ports: Ports, node_name: str, ps) -> str | None:
         return "not drained: no Kubernetes access"
     if not node_name:
         return f"not drained: {a.instance_id} has no known Kubernetes node name"
-    by = capacity_blocks.scale_down_at(capacity_blocks.parse_time(ps.capacity_block_end))
+    by = capacity_blocks.scale_down_at(capacity_blocks.window(ps, dates)[1])  # EC2's end when it was read
     ports.nodes.cordon(node_name)  # a PolicyError here is recorded by _apply; the next tick tries again
     ports.nodes.mark_checkpoint(node_name, capacity_blocks.CHECKPOINT_BY_ANNOTATION,
                                 by.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"))
