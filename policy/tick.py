@@ -244,7 +244,7 @@ def _block_dates(settings: Settings, ports: Ports, record, in_time) -> dict[str,
              if capacity_blocks.is_block(ps) and ps.capacity_block_reservation_id}
     if not pools or ports.blocks is None:
         return {}
-    read: dict[str, BlockDates] = {}
+    read: dict[str, BlockDates] | None = None  # None: not answered
     if in_time():
         try:
             read = ports.blocks.read(sorted(set(pools.values())))
@@ -253,9 +253,9 @@ def _block_dates(settings: Settings, ports: Ports, record, in_time) -> dict[str,
                                "scaled down on its configured dates alone this tick"))
     out: dict[str, BlockDates] = {}
     for name, rid in pools.items():
-        dates = read.get(rid)
+        dates = (read or {}).get(rid)
         if dates is None:
-            if read:  # the call answered without this block
+            if read is not None:  # the call answered without this block
                 record(PolicyError(f"Capacity Block {rid} of pool {name}: EC2 did not return it (another account's, "
                                    "or a wrong guaranteed.reservation_id); no drain or scale-down on config alone"))
             out[name] = BlockDates(rid, BLOCK_UNREAD)
