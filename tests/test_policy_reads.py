@@ -230,3 +230,66 @@ def test_a_group_is_read_again_once_per_tick_and_the_tick_remembers_its_own_chan
     seen = observe(settings(pool_settings()), ports, state, NOW + timedelta(minutes=1), [])
     spot = next(g for g in seen.pools[0].groups if g.name == SPOT)
     assert spot.last_change_at == NOW
+
+
+# --- the batched read failing: throttled, denied, a page that fails after a good one (botocore's Stubber) --------
+
+def _asg_answer(name: str, desired: int = 1) -> dict:
+    return {"AutoScalingGroupName": f"eks-{name}-uuid", "MinSize": 0, "MaxSize": 4, "DesiredCapacity": desired,
+            "DefaultCooldown": 300, "AvailabilityZones": ["us-east-1a"], "HealthCheckType": "EC2",
+            "CreatedTime": NOW, "Instances": [],
+            "Tags": [{"Key": "eks:nodegroup-name", "Value": name, "ResourceId": f"eks-{name}-uuid",
+                      "ResourceType": "auto-scaling-group", "PropagateAtLaunch": True},
+                     {"Key": "eks:cluster-name", "Value": CLUSTER, "ResourceId": f"eks-{name}-uuid",
+                      "ResourceType": "auto-scaling-group", "PropagateAtLaunch": True}]}
+
+
+def _stubbed():
+    from botocore.stub import Stubber
+
+    session = boto3.Session(region_name=REGION, aws_access_key_id="x", aws_secret_access_key="x")
+    asg, ec2, eks = session.client("autoscaling"), session.client("ec2"), session.client("eks")
+    return AwsNodeGroups(eks, asg, ec2, CLUSTER), Stubber(asg), Stubber(ec2)
+
+
+@pytest.mark.parametrize("code,status", [("Throttling", 400), ("AccessDenied", 403), ("ServiceUnavailable", 503)])
+def test_a_page_that_fails_after_a_good_one_leaves_every_group_of_the_read_out(code, status):
+    """Never a partial answer taken for the whole: the groups of a read whose second page fails are all missing
+    (their pools hold), the failure is reported, and no group is sized from anywhere else."""
+    adapter, asg, ec2 = _stubbed()
+    names = sorted([SPOT, OD])
+    with asg, ec2:
+        asg.add_response("describe_auto_scaling_groups", {"AutoScalingGroups": [_asg_answer(SPOT)], "NextToken": "p2"},
+                         {"Filters": [{"Name": "tag:eks:nodegroup-name", "Values": names}], "MaxRecords": 100})
+        asg.add_client_error("describe_auto_scaling_groups", code, "no", http_status_code=status)
+        ec2.add_response("describe_instances", {"Reservations": []})
+        errors: list = []
+        read = adapter.read(names, NOW, frozenset(), errors.append)
+    assert read == {}
+    assert len(errors) == 1 and code in str(errors[0]) and "DescribeAutoScalingGroups" in str(errors[0])
+
+
+def test_more_than_fifty_groups_are_read_fifty_names_a_call_and_a_failed_call_holds_only_its_groups():
+    adapter, asg, ec2 = _stubbed()
+    names = sorted(f"g{k:03d}" for k in range(60))
+    with asg, ec2:
+        asg.add_response("describe_auto_scaling_groups", {"AutoScalingGroups": [_asg_answer(n) for n in names[:50]]},
+                         {"Filters": [{"Name": "tag:eks:nodegroup-name", "Values": names[:50]}], "MaxRecords": 100})
+        asg.add_client_error("describe_auto_scaling_groups", "Throttling", "slow down", http_status_code=400,
+                             expected_params={"Filters": [{"Name": "tag:eks:nodegroup-name", "Values": names[50:]}],
+                                              "MaxRecords": 100})
+        errors: list = []
+        read = adapter.read(names, NOW, frozenset(), errors.append)
+    assert sorted(read) == names[:50]
+    assert len(errors) == 1 and "Throttling" in str(errors[0])  # the throttled ten are not reported as deleted too
+
+
+def test_two_auto_scaling_groups_for_one_group_name_are_ambiguous_and_reported():
+    adapter, asg, ec2 = _stubbed()
+    twin = {**_asg_answer(SPOT, 3), "AutoScalingGroupName": "eks-research-spot-other"}
+    with asg, ec2:
+        asg.add_response("describe_auto_scaling_groups", {"AutoScalingGroups": [_asg_answer(SPOT), twin]})
+        ec2.add_response("describe_instances", {"Reservations": []})
+        errors: list = []
+        read = adapter.read([SPOT], NOW, frozenset(), errors.append)
+    assert read == {} and len(errors) == 1 and "ambiguous" in str(errors[0])
