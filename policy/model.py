@@ -354,8 +354,12 @@ class Group:
     desired_nodes: int
     min_nodes: int = 0
     max_nodes: int = 0
-    status: str = "ACTIVE"  # EKS node group status; anything but ACTIVE means "do not touch this tick"
-    last_change_at: datetime | None = None  # latest of the node group's modifiedAt and its last scaling activity
+    # Anything but ACTIVE means "do not touch this tick". The tick's batched read sees only what the Auto Scaling
+    # group says (DELETING while it is deleted); EKS's own status (UPDATING, DEGRADED, ...) is read again just
+    # before a change, which is refused unless ACTIVE (policy/nodegroups.py, policy/tick.py:_recheck).
+    status: str = "ACTIVE"
+    # Latest of the group's last scaling activity and the last change this policy made to it (the tick state).
+    last_change_at: datetime | None = None
     capacity_shortage: bool = False  # a recent scaling activity failed for lack of capacity (spot)
 
 

@@ -28,10 +28,10 @@ from policy.kube import FloorQuotaPort, NodeGuardPort, PendingPodsPort, elastic_
 from policy.model import (
     ACTION_SET_DESIRED,
     ACTION_TERMINATE,
+    BLOCK_UNREAD,
     INSTANCE_ID,
     LIFECYCLE_IN_SERVICE,
     LIFECYCLE_LEAVING,
-    BLOCK_UNREAD,
     Action,
     BlockDates,
     Node,
