@@ -117,7 +117,7 @@ def observe(settings: Settings, ports: Ports, state: dict, now: datetime, errors
             read = ports.groups.read(names, now, spot_groups, record)
         except PolicyError as err:
             record(err)
-    read = _with_own_changes(read, state)
+    read = _with_own_changes(read, state, now)
     refs = [NodeRef(i.instance_id, i.node_name) for gs in read.values() for i in gs.instances
             if i.lifecycle == LIFECYCLE_IN_SERVICE]
     if node_names is not None:
@@ -273,7 +273,7 @@ def _block_dates(settings: Settings, ports: Ports, record, in_time) -> dict[str,
 CHANGES_KEPT = timedelta(days=1)  # far longer than any cooldown or fallback wait the engine measures
 
 
-def _with_own_changes(read: dict[str, GroupState], state: dict) -> dict[str, GroupState]:
+def _with_own_changes(read: dict[str, GroupState], state: dict, now: datetime) -> dict[str, GroupState]:
     """Each group's last change: the later of its last scaling activity (spot groups, read by the adapter) and the
     last change this policy made to it (the tick state's "changed", written when a change is applied). The node
     group's own modifiedAt would need a DescribeNodegroup per group per tick; the policy is what changes an elastic
@@ -284,6 +284,8 @@ def _with_own_changes(read: dict[str, GroupState], state: dict) -> dict[str, Gro
         if name not in changed:
             continue
         mine = datetime.fromisoformat(changed[name])  # checked by tick_state.clean
+        if mine > now:
+            continue  # a time ahead of the clock (a hand edit, a restored item) would hold the cooldown forever
         last = gs.group.last_change_at
         if last is None or mine > last:
             out[name] = dataclasses.replace(gs, group=dataclasses.replace(gs.group, last_change_at=mine))
@@ -294,7 +296,7 @@ def _record_changes(state: dict, applied: list[Action], now: datetime) -> None:
     """Remember when this tick changed each group (a size or a termination), for the next ticks' cooldown and
     fallback wait; entries older than CHANGES_KEPT go."""
     changed = {g: t for g, t in (state.get("changed") or {}).items()
-               if now - datetime.fromisoformat(t) < CHANGES_KEPT}
+               if timedelta(0) <= now - datetime.fromisoformat(t) < CHANGES_KEPT}
     for a in applied:
         if a.kind in (ACTION_SET_DESIRED, ACTION_TERMINATE) and a.group:
             changed[a.group] = now.isoformat()

@@ -293,3 +293,18 @@ def test_two_auto_scaling_groups_for_one_group_name_are_ambiguous_and_reported()
         errors: list = []
         read = adapter.read([SPOT], NOW, frozenset(), errors.append)
     assert read == {} and len(errors) == 1 and "ambiguous" in str(errors[0])
+
+
+def test_a_change_time_ahead_of_the_clock_is_ignored_and_dropped():
+    """A hand-edited or restored tick state with a time in the future must not hold the cooldown forever."""
+    from policy.tick import observe
+
+    groups = FakeGroups([group(SPOT, 2, changed=None), group(OD, 0, changed=None)], SPOT_NODES)
+    ports = Ports(groups, FakeUtil({}), FakePods({"research": ()}), None, MemoryState(), FakePublisher(), FakeNodes())
+    future = {"changed": {SPOT: (NOW + timedelta(days=365)).isoformat()}}
+    seen = observe(settings(pool_settings()), ports, dict(future), NOW, [])
+    assert all(g.last_change_at is None for g in seen.pools[0].groups)
+    ports.state.items["tick"] = (future, 1)
+    run_tick(settings(pool_settings()), ports, NOW, lambda _: None)
+    assert SPOT not in (ports.state.load("tick")[0].get("changed") or {}) or \
+        ports.state.load("tick")[0]["changed"][SPOT] == NOW.isoformat()
