@@ -308,3 +308,52 @@ def test_a_change_time_ahead_of_the_clock_is_ignored_and_dropped():
     run_tick(settings(pool_settings()), ports, NOW, lambda _: None)
     assert SPOT not in (ports.state.load("tick")[0].get("changed") or {}) or \
         ports.state.load("tick")[0]["changed"][SPOT] == NOW.isoformat()
+
+
+# --- property: whatever the re-read finds, nothing is changed on a stale or unreadable group ---------------------
+
+from hypothesis import given, strategies as st  # noqa: E402
+
+from test_policy_properties import PodsOnNodes, worlds  # noqa: E402
+
+
+class RereadWorld(FakeGroups):
+    """Each group as the re-read finds it: as read, its size moved, EKS updating it, or unreadable."""
+
+    def __init__(self, groups, instances, found: dict[str, str]):
+        super().__init__(groups, instances)
+        self.found = found
+
+    def recheck(self, name):
+        gs = super().recheck(name)
+        how = self.found.get(name, "same")
+        if how == "fail":
+            raise Throttled("EKS DescribeNodegroup: ThrottlingException")
+        if how == "moved":
+            return GroupState(dataclasses.replace(gs.group, desired_nodes=gs.group.desired_nodes + 1), gs.instances)
+        if how == "updating":
+            return GroupState(dataclasses.replace(gs.group, status="UPDATING"), gs.instances)
+        return gs
+
+
+@given(worlds(), st.data())
+def test_no_write_lands_on_a_group_the_re_read_does_not_confirm(world, data):
+    from policy.tick import TickResult, _apply
+
+    from policy.engine import decide
+
+    s, obs = world
+    plan = decide(s, obs, NOW)
+    po = obs.pools[0]
+    found = {g.name: data.draw(st.sampled_from(["same", "moved", "updating", "fail"])) for g in po.groups}
+    instances = [Instance(n.instance_id, n.group, n.lifecycle, n.launched_at, f"node-{n.instance_id}")
+                 for n in po.nodes]
+    groups = RereadWorld(list(po.groups), instances, found)
+    ports = Ports(groups, FakeUtil({}), FakePods({}), None, MemoryState(), FakePublisher(), PodsOnNodes({}))
+    result = TickResult(plan)
+    _apply(s, plan, obs, ports, result, None, {n.instance_id: f"node-{n.instance_id}" for n in po.nodes})
+    group_of = {n.instance_id: n.group for n in po.nodes}
+    for kind, *args in groups.writes:
+        target = args[0] if kind == "set" else group_of[args[0]]
+        assert found.get(target, "same") in (("same",) if kind == "set" else ("same", "moved")), (kind, args, found)
+    assert len(set(groups.rechecked)) == len(groups.rechecked)  # once per group per tick
