@@ -21,20 +21,32 @@ What the policy does to the block's node group, and only to it (`block_actions`)
     t >= D        desired = 0 (CAPACITY_BLOCK_END) when it is higher: the same as EKS's action, so nothing
                   raises the group again against a block that is going away
 `capacity_block_held` (config `capacity_block_active: false`, for a roll at desired 0) makes the policy leave the
-group alone (CAPACITY_BLOCK_HELD). With Kueue, the floor flavor's nominalQuota in the pool's ClusterQueue follows
+group alone (CAPACITY_BLOCK_HELD).
+
+Dates from EC2. S and E above are the block's own dates when the tick could read them (DescribeCapacityReservations
+StartDate, EndDate, State: `PoolObservation.block_dates`), the configured ones otherwise: an extension moves the
+end date, and a typo in config must not drain a paid block early (the tick reports any mismatch as an error). The
+State decides first: a block that ended (expired, cancelled, failed, payment failed) is PHASE_DOWN, one not yet
+delivered (scheduled, pending, payment pending, assessing, delayed) PHASE_BEFORE. When the read failed
+(BLOCK_UNREAD), the configured window still raises the group at its start (a launch before the real start only
+fails), but what takes capacity away waits for the dates to be read (PHASE_UNCONFIRMED: no drain, no scale-down,
+no quota change): EKS's own scale-down 40 minutes before the real end happens whatever the policy does, so
+holding costs at most the checkpoint warning, never a paid block. With Kueue, the floor flavor's nominalQuota in the pool's ClusterQueue follows
 the window too: the block's GPUs from S to the drain, 0 otherwise (set_floor_quota). A pool whose floor is not a Capacity Block gets no action from this module.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 
 from policy.model import (
     ACTION_HOLD,
     ACTION_SET_DESIRED,
+    BLOCK_UNREAD,
     LIFECYCLE_IN_SERVICE,
     Action,
+    BlockDates,
     PoolDecision,
     PoolObservation,
     PoolSettings,
@@ -53,6 +65,10 @@ ACTION_CHECKPOINT = "checkpoint"  # cordon the node, mark its GPU pods CHECKPOIN
 ACTION_SET_QUOTA = "set_floor_quota"  # Kueue: the nominalQuota of the block's floor flavor in its ClusterQueue
 
 PHASE_BEFORE, PHASE_UP, PHASE_DRAIN, PHASE_DOWN, PHASE_HELD = "before", "up", "drain", "down", "held"
+PHASE_UNCONFIRMED = "unconfirmed"  # the configured window says drain or down, but EC2's dates could not be read
+# EC2 CapacityReservation.State (botocore ec2 model): a block that is over, and one not delivered yet.
+ENDED_STATES = frozenset({"expired", "cancelled", "cancelling", "failed", "payment-failed"})
+WAITING_STATES = frozenset({"scheduled", "pending", "payment-pending", "assessing", "delayed"})
 BLOCK_REASONS = frozenset({Reason.CAPACITY_BLOCK_WAITING, Reason.CAPACITY_BLOCK_START, Reason.CAPACITY_BLOCK_DRAIN,
                            Reason.CAPACITY_BLOCK_END, Reason.CAPACITY_BLOCK_HELD})
 
@@ -79,18 +95,50 @@ def is_block(ps: PoolSettings) -> bool:
     return bool(ps.guaranteed_group and ps.capacity_block_start and ps.capacity_block_end)
 
 
-def phase(ps: PoolSettings, now: datetime) -> str:
-    """Where `now` lies in the block's window (module doc). Raises ValueError on unreadable times."""
+def window(ps: PoolSettings, dates: BlockDates | None = None) -> tuple[datetime, datetime]:
+    """The block's (start, end): EC2's when it reported both, else the configured ones. Raises ValueError on
+    unreadable configured times."""
+    if dates is not None and dates.start is not None and dates.end is not None:
+        return dates.start, dates.end
+    return parse_time(ps.capacity_block_start), parse_time(ps.capacity_block_end)
+
+
+def mismatch(ps: PoolSettings, dates: BlockDates | None) -> str | None:
+    """What EC2 says of the block that config does not (dates, or a block that is over), or None."""
+    if dates is None or dates.state == BLOCK_UNREAD or dates.start is None or dates.end is None:
+        return None
+    start, end = parse_time(ps.capacity_block_start), parse_time(ps.capacity_block_end)
+    if (start, end) != (dates.start, dates.end):
+        return (f"EC2 says {_iso(dates.start)} to {_iso(dates.end)} ({dates.state}), config says {_iso(start)} to "
+                f"{_iso(end)}: the policy follows EC2; correct guaranteed.capacity_block_start/_end")
+    return None
+
+
+def _iso(t: datetime) -> str:
+    return t.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def phase(ps: PoolSettings, now: datetime, dates: BlockDates | None = None) -> str:
+    """Where `now` lies in the block's window (module doc), on EC2's dates and state when `dates` has them. Raises
+    ValueError on unreadable configured times."""
     if ps.capacity_block_held:
         return PHASE_HELD
-    start, end = parse_time(ps.capacity_block_start), parse_time(ps.capacity_block_end)
+    start, end = window(ps, dates)
+    if dates is not None and dates.state in ENDED_STATES:
+        return PHASE_DOWN
+    if dates is not None and dates.state in WAITING_STATES:
+        return PHASE_BEFORE
     if now < start:
         return PHASE_BEFORE
     if now >= scale_down_at(end):
-        return PHASE_DOWN
-    if now >= drain_at(end, ps.capacity_block_checkpoint_lead_minutes):
-        return PHASE_DRAIN
-    return PHASE_UP
+        where = PHASE_DOWN
+    elif now >= drain_at(end, ps.capacity_block_checkpoint_lead_minutes):
+        where = PHASE_DRAIN
+    else:
+        return PHASE_UP
+    if dates is not None and dates.state == BLOCK_UNREAD:
+        return PHASE_UNCONFIRMED  # never take a paid block away on the configured dates alone
+    return where
 
 
 def _hold(ps: PoolSettings, reason: Reason, detail: str) -> Action:
@@ -102,23 +150,32 @@ def block_actions(ps: PoolSettings, po: PoolObservation | None, now: datetime) -
     if not is_block(ps):
         return []
     name, gname = ps.name, ps.guaranteed_group
+    dates = po.block_dates if po is not None else None
     try:
-        where = phase(ps, now)
-        end = parse_time(ps.capacity_block_end)
+        where = phase(ps, now, dates)
+        start, end = window(ps, dates)
     except ValueError as err:  # the settings are validated at plan time; a bad one is reported, never a crash
         return [Action(name, ACTION_HOLD, Reason.HOLD_MISSING_DATA, group=gname,
                        detail=f"Capacity Block window unreadable ({err}): the block's group is left alone")]
-    return _group_actions(ps, po, now, where, end) + _quota_actions(ps, po, where)
+    return _group_actions(ps, po, now, where, start, end) + _quota_actions(ps, po, where)
 
 
-def _group_actions(ps: PoolSettings, po: PoolObservation | None, now: datetime, where: str,
+def _group_actions(ps: PoolSettings, po: PoolObservation | None, now: datetime, where: str, start: datetime,
                    end: datetime) -> list[Action]:
     name, gname = ps.name, ps.guaranteed_group
     if where == PHASE_HELD:
         return [_hold(ps, Reason.CAPACITY_BLOCK_HELD, "capacity_block_active: false holds the block's group "
                       "(a roll at desired 0): left alone")]
+    if where == PHASE_UNCONFIRMED:
+        return [Action(name, ACTION_HOLD, Reason.HOLD_MISSING_DATA, group=gname,
+                       detail=f"the configured window ends at {_iso(end)}, but EC2's dates for the block could not "
+                              "be read: no drain or scale-down on config alone (an extension or a typo would take "
+                              "a paid block away early); EKS still scales the group down 40 minutes before the "
+                              "real end")]
+    dates = po.block_dates if po is not None else None
     if where == PHASE_BEFORE:
-        return [_hold(ps, Reason.CAPACITY_BLOCK_WAITING, f"the block starts at {ps.capacity_block_start}: a launch "
+        state = f" (EC2: {dates.state})" if dates is not None and dates.state in WAITING_STATES else ""
+        return [_hold(ps, Reason.CAPACITY_BLOCK_WAITING, f"the block starts at {_iso(start)}{state}: a launch "
                       "before then fails")]
     group = po.group(gname) if po is not None else None
     if group is None:
@@ -131,7 +188,7 @@ def _group_actions(ps: PoolSettings, po: PoolObservation | None, now: datetime, 
         if group.desired_nodes < ps.guaranteed_nodes:
             return [Action(name, ACTION_SET_DESIRED, Reason.CAPACITY_BLOCK_START, group=gname,
                            desired_from=group.desired_nodes, desired_to=ps.guaranteed_nodes,
-                           detail=f"the block is active (from {ps.capacity_block_start}) and paid: raise its group "
+                           detail=f"the block is active (from {_iso(start)}) and paid: raise its group "
                                   f"to {ps.guaranteed_nodes} node(s)")]
         return []
     if where == PHASE_DRAIN:
@@ -144,9 +201,10 @@ def _group_actions(ps: PoolSettings, po: PoolObservation | None, now: datetime, 
                        detail=f"EKS scales the block's group to 0 at {down.isoformat()}: cordon the node and ask its "
                               f"GPU pods to checkpoint by then ({CHECKPOINT_BY_ANNOTATION})") for n in nodes]
     if group.desired_nodes > 0:  # PHASE_DOWN
+        over = f" (EC2: {dates.state})" if dates is not None and dates.state in ENDED_STATES else ""
         return [Action(name, ACTION_SET_DESIRED, Reason.CAPACITY_BLOCK_END, group=gname,
                        desired_from=group.desired_nodes, desired_to=0,
-                       detail=f"the block ends at {ps.capacity_block_end}; from {down.isoformat()} its group is at 0 "
+                       detail=f"the block ends at {_iso(end)}{over}; from {down.isoformat()} its group is at 0 "
                               "(EKS's own scale-down; EC2 shuts instances down 30 minutes before the end)")]
     return []
 
@@ -164,7 +222,7 @@ def quota_wanted(ps: PoolSettings, where: str) -> int:
 def _quota_actions(ps: PoolSettings, po: PoolObservation | None, where: str) -> list[Action]:
     """With Kueue: the floor flavor's nominalQuota in the pool's ClusterQueue follows the window, so Kueue
     admits work to the block once it is up and stops at the drain. Unread quota: nothing (the tick reported it)."""
-    if not ps.capacity_block_queue or po is None or po.floor_quota_gpus is None:
+    if not ps.capacity_block_queue or po is None or po.floor_quota_gpus is None or where == PHASE_UNCONFIRMED:
         return []
     want = quota_wanted(ps, where)
     if po.floor_quota_gpus == want:
@@ -186,16 +244,18 @@ def with_block_actions(ps: PoolSettings, po: PoolObservation | None, decision: P
     return dataclasses.replace(decision, actions=kept + tuple(extra))
 
 
-def may_touch(ps: PoolSettings, action: Action, now: datetime) -> bool:
+def may_touch(ps: PoolSettings, action: Action, now: datetime, dates: BlockDates | None = None) -> bool:
     """Defence in depth for the tick (behind IAM and RBAC): an action on a group that is not elastic, or on the
-    pool's Kueue floor quota, is carried out only when it is the pool's Capacity Block and the window allows exactly
-    that action now."""
+    pool's Kueue floor quota, is carried out only when it is the pool's Capacity Block and the window (on EC2's
+    dates when `dates` has them) allows exactly that action now."""
     if not is_block(ps):
         return False
     try:
-        where = phase(ps, now)
+        where = phase(ps, now, dates)
     except ValueError:
         return False
+    if where == PHASE_UNCONFIRMED:
+        return False  # nothing is taken away from a block whose dates could not be read
     if action.kind == ACTION_SET_QUOTA:
         return bool(ps.capacity_block_queue) and action.desired_to == quota_wanted(ps, where)
     if action.group != ps.guaranteed_group:

@@ -129,7 +129,12 @@ def build_ports(settings: Settings, session, context, deadline: Deadline | None 
     state = DynamoState(_client(session, "dynamodb"), table) if table else None
     topic = os.environ.get("GPULOAN_TOPIC_ARN")
     publisher = SnsPublisher(_client(session, "sns"), topic, deadline) if topic else None
-    return Ports(groups, util, pods, budgets, state, publisher, pods, pods)
+    blocks = None
+    if any(p.capacity_block_reservation_id and p.capacity_block_start for p in settings.pools):
+        from policy.reservations import AwsCapacityBlocks
+
+        blocks = AwsCapacityBlocks(_client(session, "ec2"), deadline)
+    return Ports(groups, util, pods, budgets, state, publisher, pods, pods, blocks)
 
 
 def handle(event: dict, context, session=None) -> TickResult:

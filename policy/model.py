@@ -163,6 +163,9 @@ class PoolSettings:
     capacity_block_end: str | None = None
     capacity_block_checkpoint_lead_minutes: int = 30
     capacity_block_held: bool = False
+    # The block's reservation id (cr-...): the tick reads its real dates and state from EC2 and prefers them over
+    # the configured window (policy/capacity_blocks.py, "Dates from EC2"). None: the configured window alone.
+    capacity_block_reservation_id: str | None = None
     # With Kueue: the pool's ClusterQueue, its floor flavor and the block's whole quota (GPUs in Kueue's units);
     # the policy sets that flavor's nominalQuota to it inside the window and to 0 outside (capacity_blocks.py).
     capacity_block_queue: str | None = None
@@ -379,8 +382,12 @@ class Group:
     desired_nodes: int
     min_nodes: int = 0
     max_nodes: int = 0
-    status: str = "ACTIVE"  # EKS node group status; anything but ACTIVE means "do not touch this tick"
-    last_change_at: datetime | None = None  # latest of the node group's modifiedAt and its last scaling activity
+    # Anything but ACTIVE means "do not touch this tick". The tick's batched read sees only what the Auto Scaling
+    # group says (DELETING while it is deleted); EKS's own status (UPDATING, DEGRADED, ...) is read again just
+    # before a change, which is refused unless ACTIVE (policy/nodegroups.py, policy/tick.py:_recheck).
+    status: str = "ACTIVE"
+    # Latest of the group's last scaling activity and the last change this policy made to it (the tick state).
+    last_change_at: datetime | None = None
     capacity_shortage: bool = False  # a recent scaling activity failed for lack of capacity (spot)
 
 
@@ -417,6 +424,20 @@ class PendingGang:
     on_demand_only: bool = False
 
 
+BLOCK_UNREAD = "unread"  # BlockDates.state when EC2 could not be read or did not return the block
+
+
+@dataclass(frozen=True)
+class BlockDates:
+    """A Capacity Block as EC2 reports it (DescribeCapacityReservations): State, StartDate, EndDate. State
+    BLOCK_UNREAD: the read failed or did not return the block, so its window is unconfirmed."""
+
+    reservation_id: str
+    state: str
+    start: datetime | None = None
+    end: datetime | None = None
+
+
 @dataclass(frozen=True)
 class PoolObservation:
     """groups: the pool's elastic groups that could be read (a missing one makes the engine hold the pool).
@@ -445,6 +466,9 @@ class PoolObservation:
     # affinity, or the spot taint not tolerated), and every pod of a gang with such a pod. A subset of
     # pending_pod_gpus; None = unknown (they are then counted with the rest, as before this was read), () = none.
     on_demand_only_pod_gpus: tuple[int, ...] | None = ()
+    # A Capacity Block floor's dates as EC2 reports them this tick; None = not read (the configured window rules,
+    # as in the simulator), BlockDates(state=BLOCK_UNREAD) = the read failed (policy/capacity_blocks.py).
+    block_dates: BlockDates | None = None
 
     def group(self, name: str | None) -> Group | None:
         for g in self.groups:

@@ -1,8 +1,17 @@
-"""Node groups: read EKS managed node groups and their Auto Scaling groups; resize and terminate by instance id.
+"""Node groups: read EKS managed node groups through their Auto Scaling groups; re-read one just before changing
+it; resize and terminate by instance id.
 
-The port (cluster-autoscaler's NodeGroup shape, STYLE.md 2): `read(names)`, `set_desired(group, n)`,
-`terminate(instance_id)`. Desired size is read from the Auto Scaling group (what EKS itself reports after a
-targeted termination) and falls back to the node group's scalingConfig.
+The port (cluster-autoscaler's NodeGroup shape, STYLE.md 2): `read(names)`, `recheck(group)`, `set_desired(group,
+n)`, `terminate(instance_id)`.
+
+AWS calls (docs/policy.md, "Figures"). Every tick reads all groups at once: one DescribeAutoScalingGroups per 50
+groups, filtered on the `eks:nodegroup-name` tag EKS puts on each managed node group's Auto Scaling group
+(docs/aws-rules.md). The ASG carries what the policy decides on: desired, min and max (EKS applies the node group's
+scaling config to its ASG, and after a targeted termination the ASG's desired is the live figure) and the
+instances. What only DescribeNodegroup reports, the node group's `status` (an EKS update in progress), is read by
+`recheck`, once per group the tick is about to change, together with that group's ASG again: a change is refused
+when the group is not ACTIVE or its size moved since the tick's read (policy/tick.py). A group whose ASG cannot
+be found is reported (once per tick) and left out, so its pool holds: never a size guessed from elsewhere.
 """
 
 from __future__ import annotations
@@ -20,6 +29,14 @@ from policy.model import Group
 SHORTAGE_MARKERS = ("InsufficientInstanceCapacity", "insufficient capacity", "Insufficient capacity",
                     "MaxSpotInstanceCountExceeded", "SpotMaxPriceTooLow", "UnfulfillableCapacity")
 SHORTAGE_RECENT = timedelta(minutes=30)
+# EKS tags each managed node group's Auto Scaling group with these (docs/aws-rules.md, "Auto Scaling group
+# (EKS-owned)"); the policy's IAM condition on TerminateInstanceInAutoScalingGroup reads the same tag.
+EKS_NODEGROUP_TAG = "eks:nodegroup-name"
+EKS_CLUSTER_TAG = "eks:cluster-name"
+# Values per tag filter in one DescribeAutoScalingGroups: the API documents no bound for filter values; 50 is the
+# bound it documents for AutoScalingGroupNames, kept here so that a request never asks for more than that.
+NAMES_PER_READ = 50
+ASG_DELETING = "Delete in progress"  # the ASG's Status while it is being deleted (absent otherwise)
 
 
 @dataclass(frozen=True)
@@ -42,6 +59,8 @@ class NodeGroupPort(Protocol):
     def read(self, names: list[str], now: datetime, activities_for: set[str],
              on_error: Callable[[PolicyError], None]) -> dict[str, GroupState]: ...
 
+    def recheck(self, group: str) -> GroupState: ...
+
     def set_desired(self, group: str, desired: int) -> None: ...
 
     def terminate(self, instance_id: str) -> None: ...
@@ -53,7 +72,8 @@ def _chunks(items: list, n: int):
 
 
 class AwsNodeGroups:
-    """EKS DescribeNodegroup/UpdateNodegroupConfig + Auto Scaling + EC2 DescribeInstances (launch time, DNS)."""
+    """Auto Scaling (tag-filtered DescribeAutoScalingGroups, activities, targeted termination) + EC2
+    DescribeInstances (launch time, DNS) + EKS DescribeNodegroup (recheck) / UpdateNodegroupConfig."""
 
     def __init__(self, eks, autoscaling, ec2, cluster_name: str, deadline: Deadline | None = None):
         self._eks, self._asg, self._ec2 = eks, autoscaling, ec2
@@ -72,43 +92,42 @@ class AwsNodeGroups:
 
     def read(self, names: list[str], now: datetime, activities_for: set[str] = frozenset(),
              on_error: Callable[[PolicyError], None] | None = None) -> dict[str, GroupState]:
-        """Groups that could be read in full (node group, its Auto Scaling group, its recent activities when
-        asked). A group missing from the result could not be: the engine holds its pool, and only its pool.
-        Each failure goes to `on_error` (raised when None)."""
+        """Groups that could be read in full (their Auto Scaling group, its recent activities when asked). A group
+        missing from the result could not be: the engine holds its pool, and only its pool. Each failure goes to
+        `on_error` (raised when None); groups without an Auto Scaling group are one failure for all of them."""
         def fail(err: PolicyError) -> None:
             if on_error is None:
                 raise err
             on_error(err)
 
-        ngs: dict[str, dict] = {}
-        for name in names:
-            try:
-                resp = self._call("EKS DescribeNodegroup", self._eks.describe_nodegroup, clusterName=self._cluster,
-                                  nodegroupName=name)
-                ngs[name] = resp["nodegroup"]
-            except PolicyError as err:
-                fail(err)
-        asg_of = {name: ng["resources"]["autoScalingGroups"][0]["name"]
-                  for name, ng in ngs.items() if (ng.get("resources") or {}).get("autoScalingGroups")}
-        asgs: dict[str, dict] = {}
+        wanted = set(names)
+        found: dict[str, list[dict]] = {}
         unread: set[str] = set()
-        for chunk in _chunks(sorted(set(asg_of.values())), 50):
-            token = None
+        for chunk in _chunks(sorted(wanted), NAMES_PER_READ):
             try:
-                while True:
-                    kwargs = {"AutoScalingGroupNames": chunk, "MaxRecords": 100}
-                    if token:
-                        kwargs["NextToken"] = token
-                    resp = self._call("Auto Scaling DescribeAutoScalingGroups",
-                                      self._asg.describe_auto_scaling_groups, **kwargs)
-                    for g in resp.get("AutoScalingGroups", []):
-                        asgs[g["AutoScalingGroupName"]] = g
-                    token = resp.get("NextToken")
-                    if not token:
-                        break
+                for g in self._tagged_groups(chunk):
+                    found.setdefault(_tag(g, EKS_NODEGROUP_TAG), []).append(g)
             except PolicyError as err:
                 unread.update(chunk)
                 fail(err)
+        asgs: dict[str, dict] = {}
+        ambiguous: set[str] = set()
+        for name in sorted(wanted - unread):
+            # Another cluster's node group of the same name is not ours (an ASG without the cluster tag counts).
+            mine = [g for g in found.get(name, []) if _tag(g, EKS_CLUSTER_TAG) in ("", self._cluster)]
+            if len(mine) == 1:
+                asgs[name] = mine[0]
+            elif len(mine) > 1:
+                ambiguous.add(name)
+                fail(PolicyError(f"node group {name}: {len(mine)} Auto Scaling groups carry {EKS_NODEGROUP_TAG}="
+                                 f"{name} ({', '.join(sorted(g['AutoScalingGroupName'] for g in mine))}): its size "
+                                 "is ambiguous, its pool holds"))
+        missing = sorted(wanted - unread - set(asgs) - ambiguous)
+        if missing:  # one report per tick for all of them (the tick's errors, PolicyErrors, the error email)
+            fail(PolicyError(
+                f"no Auto Scaling group of cluster {self._cluster} carries {EKS_NODEGROUP_TAG} = "
+                f"{', '.join(missing)}: deleted (or the node group is gone or being replaced); nothing is grown or "
+                "shrunk on a size that cannot be read, their pools hold"))
         instance_ids = [i["InstanceId"] for g in asgs.values() for i in g.get("Instances", [])]
         try:
             details = self._describe_instances(instance_ids)
@@ -118,32 +137,50 @@ class AwsNodeGroups:
             details = {}
             fail(err)
         out: dict[str, GroupState] = {}
-        for name, ng in ngs.items():
-            asg_name = asg_of.get(name, "")
-            if asg_name in unread:
-                continue
-            asg = asgs.get(asg_name)
-            scaling = ng.get("scalingConfig") or {}
-            desired = asg["DesiredCapacity"] if asg else scaling.get("desiredSize", 0)
-            changed = [ng.get("modifiedAt")]
-            shortage = False
-            if asg is not None and name in activities_for:
+        for name, asg in asgs.items():
+            last, shortage = None, False
+            if name in activities_for:
                 try:
                     last, shortage = self._activities(asg["AutoScalingGroupName"], now)
                 except PolicyError as err:
                     fail(err)  # cooldown and shortage unknown: the group is not usable this tick
                     continue
-                changed.append(last)
-            stamps = [_utc(t) for t in changed if t is not None]
-            group = Group(name, int(desired), int(scaling.get("minSize", 0)), int(scaling.get("maxSize", 0)),
-                          ng.get("status", "ACTIVE"), max(stamps) if stamps else None, shortage)
-            instances = []
-            for i in (asg or {}).get("Instances", []):
-                launched, dns = details.get(i["InstanceId"], (None, ""))
-                instances.append(Instance(i["InstanceId"], name, i.get("LifecycleState", ""), launched, dns,
-                                          i.get("InstanceType")))
-            out[name] = GroupState(group, tuple(instances))
+            out[name] = _state(name, asg, "DELETING" if asg.get("Status") == ASG_DELETING else "ACTIVE", last,
+                               shortage, details)
         return out
+
+    def _tagged_groups(self, names: list[str]) -> list[dict]:
+        """Every Auto Scaling group tagged with one of these node group names, all pages."""
+        out, token = [], None
+        while True:
+            kwargs = {"Filters": [{"Name": f"tag:{EKS_NODEGROUP_TAG}", "Values": names}], "MaxRecords": 100}
+            if token:
+                kwargs["NextToken"] = token
+            resp = self._call("Auto Scaling DescribeAutoScalingGroups", self._asg.describe_auto_scaling_groups,
+                              **kwargs)
+            out += resp.get("AutoScalingGroups", [])
+            token = resp.get("NextToken")
+            if not token:
+                return out
+
+    def recheck(self, name: str) -> GroupState:
+        """The group read again just before the tick changes it: its EKS status (only DescribeNodegroup reports an
+        update in progress) and its Auto Scaling group's size and instances now. Raises PolicyError when either
+        cannot be read, or the Auto Scaling group EKS names does not exist (then nothing may change it)."""
+        ng = self._call("EKS DescribeNodegroup", self._eks.describe_nodegroup, clusterName=self._cluster,
+                        nodegroupName=name)["nodegroup"]
+        status = ng.get("status", "")
+        asg_names = [a["name"] for a in (ng.get("resources") or {}).get("autoScalingGroups") or [] if a.get("name")]
+        if not asg_names:
+            raise PolicyError(f"node group {name} ({status or 'no status'}): EKS reports no Auto Scaling group; "
+                              "left unchanged")
+        resp = self._call("Auto Scaling DescribeAutoScalingGroups", self._asg.describe_auto_scaling_groups,
+                          AutoScalingGroupNames=asg_names[:1])
+        groups = resp.get("AutoScalingGroups", [])
+        if not groups:
+            raise PolicyError(f"node group {name}: its Auto Scaling group {asg_names[0]} does not exist (deleted?); "
+                              "left unchanged")
+        return _state(name, groups[0], status, None, False, {})
 
     def _describe_instances(self, ids: list[str]) -> dict[str, tuple[datetime | None, str]]:
         # An instance-id *filter*, not InstanceIds: an instance the Auto Scaling group launched seconds ago may
@@ -193,6 +230,22 @@ class AwsNodeGroups:
         self._call("Auto Scaling TerminateInstanceInAutoScalingGroup",
                    self._asg.terminate_instance_in_auto_scaling_group, InstanceId=instance_id,
                    ShouldDecrementDesiredCapacity=True)
+
+
+def _tag(asg: dict, key: str) -> str:
+    return next((t.get("Value", "") for t in asg.get("Tags") or [] if t.get("Key") == key), "")
+
+
+def _state(name: str, asg: dict, status: str, last_change: datetime | None, shortage: bool,
+           details: dict[str, tuple[datetime | None, str]]) -> GroupState:
+    group = Group(name, int(asg.get("DesiredCapacity", 0)), int(asg.get("MinSize", 0)), int(asg.get("MaxSize", 0)),
+                  status, last_change, shortage)
+    instances = []
+    for i in asg.get("Instances", []):
+        launched, dns = details.get(i["InstanceId"], (None, ""))
+        instances.append(Instance(i["InstanceId"], name, i.get("LifecycleState", ""), launched, dns,
+                                  i.get("InstanceType")))
+    return GroupState(group, tuple(instances))
 
 
 def _utc(t: datetime) -> datetime:

@@ -28,17 +28,20 @@ from policy.kube import FloorQuotaPort, NodeGuardPort, PendingPodsPort, elastic_
 from policy.model import (
     ACTION_SET_DESIRED,
     ACTION_TERMINATE,
+    BLOCK_UNREAD,
     INSTANCE_ID,
     LIFECYCLE_IN_SERVICE,
     LIFECYCLE_LEAVING,
     Action,
+    BlockDates,
     Node,
     Observation,
     Plan,
     PoolObservation,
     Settings,
 )
-from policy.nodegroups import NodeGroupPort
+from policy.nodegroups import GroupState, NodeGroupPort
+from policy.reservations import BlockDatesPort
 from policy.rhythm import DailyArrivals
 from policy.spend import BudgetReader, accrue, observe_spend
 from policy.state import MALFORMED_VERSION, StatePort
@@ -62,6 +65,7 @@ class Ports:
     publisher: notifications.Publisher | None = None
     nodes: NodeGuardPort | None = None  # cordon + pods on a node; without it nothing is terminated
     queues: FloorQuotaPort | None = None  # Kueue: a Capacity Block's floor quota (policy/capacity_blocks.py)
+    blocks: BlockDatesPort | None = None  # EC2: the Capacity Blocks' real dates; without it the config's window rules
 
 
 @dataclass
@@ -113,6 +117,7 @@ def observe(settings: Settings, ports: Ports, state: dict, now: datetime, errors
             read = ports.groups.read(names, now, spot_groups, record)
         except PolicyError as err:
             record(err)
+    read = _with_own_changes(read, state, now)
     refs = [NodeRef(i.instance_id, i.node_name) for gs in read.values() for i in gs.instances
             if i.lifecycle == LIFECYCLE_IN_SERVICE]
     if node_names is not None:
@@ -189,6 +194,7 @@ def observe(settings: Settings, ports: Ports, state: dict, now: datetime, errors
     spends = observe_spend(state, scopes, ports.budgets if in_time() else None, now, settings.budget_refresh_minutes,
                            record)
 
+    block_dates = _block_dates(settings, ports, record, in_time)
     quotas: dict[str, int] = {}  # Capacity Block pools with Kueue: their floor flavor's quota now
     for ps in settings.pools:
         if ps.capacity_block_queue and capacity_blocks.is_block(ps) and ports.queues is not None and in_time():
@@ -226,8 +232,79 @@ def observe(settings: Settings, ports: Ports, state: dict, now: datetime, errors
                                      None if arrivals is None else arrivals.get(ps.name, ()),
                                      rhythm.get(ps.name), floor_quota_gpus=quotas.get(ps.name),
                                      pending_gangs=gangs.get(ps.name, ()),
-                                     on_demand_only_pod_gpus=None if off_spot is None else off_spot.get(ps.name, ())))
+                                     on_demand_only_pod_gpus=None if off_spot is None else off_spot.get(ps.name, ()),
+                                     block_dates=block_dates.get(ps.name)))
     return Observation(tuple(pools), spends.get(ENV_SCOPE))
+
+
+def _block_dates(settings: Settings, ports: Ports, record, in_time) -> dict[str, BlockDates]:
+    """Per Capacity Block pool with a reservation id: its dates and state from EC2 (one call for every block), or
+    BlockDates(state=BLOCK_UNREAD) when they could not be read (each failure, a block EC2 did not return, and any
+    mismatch with config are tick errors: PolicyErrors and the error email). Without the port: none (config)."""
+    pools = {ps.name: ps.capacity_block_reservation_id for ps in settings.pools
+             if capacity_blocks.is_block(ps) and ps.capacity_block_reservation_id}
+    if not pools or ports.blocks is None:
+        return {}
+    read: dict[str, BlockDates] | None = None  # None: not answered
+    if in_time():
+        try:
+            read = ports.blocks.read(sorted(set(pools.values())))
+        except PolicyError as err:
+            record(PolicyError(f"Capacity Block dates unread ({type(err).__name__}: {err}); no block is drained or "
+                               "scaled down on its configured dates alone this tick"))
+    out: dict[str, BlockDates] = {}
+    for name, rid in pools.items():
+        dates = (read or {}).get(rid)
+        if dates is None:
+            if read is not None:  # the call answered without this block
+                record(PolicyError(f"Capacity Block {rid} of pool {name}: EC2 did not return it (another account's, "
+                                   "or a wrong guaranteed.reservation_id); no drain or scale-down on config alone"))
+            out[name] = BlockDates(rid, BLOCK_UNREAD)
+            continue
+        try:
+            problem = capacity_blocks.mismatch(settings.pool(name), dates)
+        except ValueError:
+            problem = None  # unreadable configured times: block_actions reports them
+        if problem:
+            record(PolicyError(f"Capacity Block {rid} of pool {name}: {problem}"))
+        out[name] = dates
+    return out
+
+
+CHANGES_KEPT = timedelta(days=1)  # far longer than any cooldown or fallback wait the engine measures
+
+
+def _with_own_changes(read: dict[str, GroupState], state: dict, now: datetime) -> dict[str, GroupState]:
+    """Each group's last change: the later of its last scaling activity (spot groups, read by the adapter) and the
+    last change this policy made to it (the tick state's "changed", written when a change is applied). The node
+    group's own modifiedAt would need a DescribeNodegroup per group per tick; the policy is what changes an elastic
+    group's size, so its own record is the figure that matters for the cooldown and the spot fallback's wait."""
+    changed = state.get("changed") or {}
+    out = dict(read)
+    for name, gs in read.items():
+        if name not in changed:
+            continue
+        mine = datetime.fromisoformat(changed[name])  # checked by tick_state.clean
+        if mine > now:
+            continue  # a time ahead of the clock (a hand edit, a restored item) would hold the cooldown forever
+        last = gs.group.last_change_at
+        if last is None or mine > last:
+            out[name] = dataclasses.replace(gs, group=dataclasses.replace(gs.group, last_change_at=mine))
+    return out
+
+
+def _record_changes(state: dict, applied: list[Action], now: datetime) -> None:
+    """Remember when this tick changed each group (a size or a termination), for the next ticks' cooldown and
+    fallback wait; entries older than CHANGES_KEPT go."""
+    changed = {g: t for g, t in (state.get("changed") or {}).items()
+               if timedelta(0) <= now - datetime.fromisoformat(t) < CHANGES_KEPT}
+    for a in applied:
+        if a.kind in (ACTION_SET_DESIRED, ACTION_TERMINATE) and a.group:
+            changed[a.group] = now.isoformat()
+    if changed:
+        state["changed"] = changed
+    else:
+        state.pop("changed", None)
 
 
 def _rhythm_rates(settings: Settings, state: dict, arrivals: dict[str, tuple] | None,
@@ -251,16 +328,18 @@ def _apply(settings: Settings, plan: Plan, obs: Observation, ports: Ports, resul
            deadline: Deadline | None = None, node_names: dict[str, str] | None = None) -> None:
     record = _recorder(result.errors)
     kinds: dict[str, str] = {}
+    fresh: dict[str, GroupState | None] = {}  # each group as read again before its first change (None: unreadable)
     blind = ""  # set once the pods of a node could not be read: no further termination this tick
     for a in plan.changes:
         ps = settings.pool(a.pool)
         if a.kind == capacity_blocks.ACTION_SET_QUOTA:
-            _apply_quota(a, ps, plan, ports, result, record, deadline)
+            _apply_quota(a, ps, plan, obs, ports, result, record, deadline)
             continue
         # Defence in depth behind IAM: only this pool's elastic groups, only instances observed in them; a
         # Capacity Block's group only for what its window allows now (policy/capacity_blocks.py).
         if a.group not in ps.elastic_groups and not (
-                plan.decided_at is not None and capacity_blocks.may_touch(ps, a, plan.decided_at)):
+                plan.decided_at is not None and capacity_blocks.may_touch(ps, a, plan.decided_at,
+                                                                          _dates(obs, a.pool))):
             result.failed.append((a, f"refused: {a.group} is not an elastic group of {a.pool}, nor a Capacity Block "
                                      "group inside the window that allows this action"))
             continue
@@ -281,11 +360,20 @@ def _apply(settings: Settings, plan: Plan, obs: Observation, ports: Ports, resul
             record(DeadlineExceeded(DEADLINE_MESSAGE))
             result.failed.append((a, "not applied: tick deadline reached"))
             continue
+        if a.kind in (ACTION_SET_DESIRED, ACTION_TERMINATE):
+            why = _recheck(a, ports, fresh, record)
+            if why is not None:
+                result.failed.append((a, why))
+                continue
         try:
             if a.kind == ACTION_SET_DESIRED:
                 ports.groups.set_desired(a.group, a.desired_to)
+                gs = fresh[a.group]
+                fresh[a.group] = dataclasses.replace(gs, group=dataclasses.replace(gs.group,
+                                                                                  desired_nodes=a.desired_to))
             elif a.kind == capacity_blocks.ACTION_CHECKPOINT:
-                why = _checkpoint(a, ports, (node_names or {}).get(a.instance_id, ""), settings.pool(a.pool))
+                why = _checkpoint(a, ports, (node_names or {}).get(a.instance_id, ""), settings.pool(a.pool),
+                                  _dates(obs, a.pool))
                 if why is not None:
                     result.failed.append((a, why))
                     continue
@@ -294,6 +382,10 @@ def _apply(settings: Settings, plan: Plan, obs: Observation, ports: Ports, resul
                 if why is not None:
                     result.blocked.append((a, why))
                     continue
+                gs = fresh[a.group]
+                fresh[a.group] = GroupState(
+                    dataclasses.replace(gs.group, desired_nodes=max(0, gs.group.desired_nodes - 1)),
+                    tuple(i for i in gs.instances if i.instance_id != a.instance_id))
             result.applied.append(a)
         except _Blind as err:
             blind = str(err)
@@ -304,10 +396,40 @@ def _apply(settings: Settings, plan: Plan, obs: Observation, ports: Ports, resul
             record(err)
 
 
-def _apply_quota(a: Action, ps, plan: Plan, ports: Ports, result: TickResult, record, deadline) -> None:
+def _recheck(a: Action, ports: Ports, fresh: dict[str, GroupState | None], record) -> str | None:
+    """Why `a` may not be carried out on its group as read again just now, or None. The tick's read is seconds old
+    by now (metrics, pods, a cordon in between), and the batched read cannot see an EKS update in progress: the
+    group's status and size are read again (once per group per tick) and the change is refused unless the group is
+    ACTIVE and still has the size, or the instance, the decision was made on. The next tick decides again."""
+    if a.group not in fresh:
+        try:
+            fresh[a.group] = ports.groups.recheck(a.group)
+        except PolicyError as err:
+            record(err)
+            fresh[a.group] = None
+    gs = fresh[a.group]
+    if gs is None:
+        return f"not applied: {a.group} could not be read again just before the change"
+    if gs.group.status != "ACTIVE":
+        return f"refused: {a.group} is {gs.group.status or 'of unknown status'} (read again before the change)"
+    if a.kind == ACTION_SET_DESIRED:
+        if a.desired_from is not None and gs.group.desired_nodes != a.desired_from:
+            return (f"refused: {a.group}'s desired size is {gs.group.desired_nodes} now, not the {a.desired_from} "
+                    "this tick decided on; the next tick decides again")
+        return None
+    if not any(i.instance_id == a.instance_id and not i.lifecycle.startswith(LEAVING_STATES) for i in gs.instances):
+        return f"refused: {a.instance_id} is no longer in {a.group}, or is already leaving it (read again)"
+    return None
+
+
+LEAVING_STATES = ("Terminat", "Detach")  # Auto Scaling lifecycle states of an instance on its way out
+
+
+def _apply_quota(a: Action, ps, plan: Plan, obs: Observation, ports: Ports, result: TickResult, record,
+                 deadline) -> None:
     """A Capacity Block's Kueue floor quota, only to the value its window wants now (behind RBAC, which allows
     get/patch of the block pools' ClusterQueues only)."""
-    if plan.decided_at is None or not capacity_blocks.may_touch(ps, a, plan.decided_at):
+    if plan.decided_at is None or not capacity_blocks.may_touch(ps, a, plan.decided_at, _dates(obs, a.pool)):
         result.failed.append((a, f"refused: the floor quota of {a.pool} is not a Capacity Block's, or the window "
                                  "does not ask for this value now"))
         return
@@ -364,7 +486,12 @@ def _guard_and_terminate(a: Action, ports: Ports, node_name: str) -> str | None:
     return None
 
 
-def _checkpoint(a: Action, ports: Ports, node_name: str, ps) -> str | None:
+def _dates(obs: Observation, pool: str) -> BlockDates | None:
+    po = obs.pool(pool)
+    return po.block_dates if po is not None else None
+
+
+def _checkpoint(a: Action, ports: Ports, node_name: str, ps, dates: BlockDates | None = None) -> str | None:
     """A Capacity Block node ahead of EKS's scale-down: cordon it (nothing new lands there; pending work goes to the
     elastic groups) and mark its GPU pods with the time to checkpoint by. Idempotent: every tick of the drain
     repeats it, so a pod that started meanwhile is marked too. Returns why it was not done, or None."""
@@ -372,7 +499,7 @@ def _checkpoint(a: Action, ports: Ports, node_name: str, ps) -> str | None:
         return "not drained: no Kubernetes access"
     if not node_name:
         return f"not drained: {a.instance_id} has no known Kubernetes node name"
-    by = capacity_blocks.scale_down_at(capacity_blocks.parse_time(ps.capacity_block_end))
+    by = capacity_blocks.scale_down_at(capacity_blocks.window(ps, dates)[1])  # EC2's end when it was read
     ports.nodes.cordon(node_name)  # a PolicyError here is recorded by _apply; the next tick tries again
     ports.nodes.mark_checkpoint(node_name, capacity_blocks.CHECKPOINT_BY_ANNOTATION,
                                 by.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"))
@@ -529,6 +656,7 @@ def _run(settings: Settings, ports: Ports, now: datetime, log: Callable[[str], N
     result = TickResult(plan, errors=errors)
     if not plan.dry_run:
         _apply(settings, plan, obs, ports, result, deadline, node_names)
+        _record_changes(state, result.applied, now)
         for name, closed in closing.apply(settings, plan, obs, ports.nodes, node_names, _recorder(result.errors)):
             log(json.dumps({"level": "INFO", "message": "back to spot: on-demand node closed to new pods" if closed
                             else "back to spot: on-demand node open to new pods again", "node": name,

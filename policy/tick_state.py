@@ -3,7 +3,7 @@
 The item is written by this code, but a hand edit, a restore from an old backup or a future release can leave
 something else there. A state that does not parse must never stop a tick: the safety rules do not depend on it,
 and the bookkeeping that does (spend since the last Budgets figure, notification timestamps, spot notices, the
-warm-up history) is worth less than the function running. So each part is checked on its own; a part that is
+warm-up history, the policy's own last change per group) is worth less than the function running. So each part is checked on its own; a part that is
 malformed is dropped for the tick, reported (PolicyErrors, the error email) and rewritten by the tick's save.
 Dropping spend is safe: without a figure the budget cap refuses scale-ups until Budgets is read again
 (docs/policy.md, "unknown spend is not zero"), which this same tick does, since nothing is on record.
@@ -94,6 +94,7 @@ def clean(raw: dict) -> tuple[dict, list[str]]:
 
     _clean_map(state, "notified", _timestamp, "times not ISO 8601 with a zone", problems)
     _clean_map(state, "leaving", _number, "expiries not numbers", problems)
+    _clean_map(state, "changed", _timestamp, "times not ISO 8601 with a zone", problems)
 
     rhythm = state.get("rhythm")
     if rhythm is not None and not isinstance(rhythm, dict):  # each pool's history checks itself (policy/rhythm.py)

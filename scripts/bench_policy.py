@@ -107,7 +107,10 @@ def bench_calls(pools: int = 10) -> tuple[int, Counter]:
                     "autoScalingGroups"][0]["name"]
                 asg.create_auto_scaling_group(AutoScalingGroupName=asg_name, MinSize=0, MaxSize=8, DesiredCapacity=n,
                                               VPCZoneIdentifier=subnet,
-                                              LaunchTemplate={"LaunchTemplateName": "gpu-lt", "Version": "$Latest"})
+                                              LaunchTemplate={"LaunchTemplateName": "gpu-lt", "Version": "$Latest"},
+                                              Tags=[{"Key": k, "Value": v, "PropagateAtLaunch": True}  # as EKS does
+                                                    for k, v in (("eks:cluster-name", "c"),
+                                                                 ("eks:nodegroup-name", name))])
             ps.append(PoolSettings(name=f"p{p}", team="t", tier="experiment", gpus_per_node=1, spot_group=f"p{p}-s",
                                    on_demand_group=f"p{p}-o", guaranteed_group=f"p{p}-g", spot_max_nodes=8,
                                    on_demand_max_nodes=8, spot_usd_per_hour=0.4, on_demand_usd_per_hour=1.0,

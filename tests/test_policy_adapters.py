@@ -363,11 +363,20 @@ class FakeGroups:
         self.groups = {g.name: g for g in groups}
         self.instances = instances
         self.fail = fail
+        self.fail_recheck = None
+        self.rechecked = []
         self.writes = []
 
     def read(self, names, now, activities_for=frozenset(), on_error=None):
         return {n: GroupState(self.groups[n], tuple(i for i in self.instances if i.group == n))
                 for n in names if n in self.groups}
+
+    def recheck(self, name):
+        """The group as it is now (AwsNodeGroups.recheck reads it again just before a change)."""
+        self.rechecked.append(name)
+        if self.fail_recheck:
+            raise self.fail_recheck
+        return GroupState(self.groups[name], tuple(i for i in self.instances if i.group == name))
 
     def set_desired(self, group, desired):
         if self.fail:

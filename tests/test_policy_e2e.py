@@ -16,7 +16,7 @@ from pathlib import Path
 import boto3
 import pytest
 
-from aws_emulator import REGION, emulator_env
+from aws_emulator import REGION, eks_asg_tags, emulator_env
 from conftest import requires_shared_prices, stack_config
 from fake_kube import FakeKube, gpu_pod
 from stacks import config
@@ -103,7 +103,8 @@ class World:
         self.asg_of[name] = asg_name
         self.asg.create_auto_scaling_group(AutoScalingGroupName=asg_name, MinSize=0, MaxSize=max_nodes,
                                            DesiredCapacity=desired, VPCZoneIdentifier=self.subnet,
-                                           LaunchTemplate={"LaunchTemplateName": "gpu", "Version": "$Latest"})
+                                           LaunchTemplate={"LaunchTemplateName": "gpu", "Version": "$Latest"},
+                                           Tags=eks_asg_tags(CLUSTER, name))
         return self.instances(name)
 
     def instances(self, name: str) -> list[str]:
@@ -324,10 +325,12 @@ def test_a_live_tick_ignores_event_now(world, kube, lambda_dir, aws_env):
 
 @requires_shared_prices
 def test_one_unreadable_group_holds_only_its_pool(world, kube, lambda_dir, aws_env):
-    """Issue 14 item 6: train's on-demand group is gone; train holds, research still reclaims."""
+    """Issue 14 item 6: train's on-demand group is gone (EKS deletes its Auto Scaling group with it); train holds,
+    research still reclaims."""
     world.eks.delete_nodegroup(clusterName=CLUSTER, nodegroupName="dev-train-on-demand")
+    world.asg.delete_auto_scaling_group(AutoScalingGroupName=world.asg_of["dev-train-on-demand"], ForceDelete=True)
     result, logs = run_lambda(lambda_dir, aws_env, world.settings.to_json(), _env(world, kube), {})
-    assert any("DescribeNodegroup" in e for e in result["errors"])
+    assert any("no Auto Scaling group" in e and "dev-train-on-demand" in e for e in result["errors"])
     assert world.desired("dev-train-spot") == 0
     assert world.instances("dev-research-spot") == [world.busy]
     errors = [x for x in logs if "_aws" in x and "PolicyErrors" in x]

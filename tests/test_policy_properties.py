@@ -37,6 +37,7 @@ from policy.model import (
     Reason,
     Spend,
 )
+from policy.nodegroups import Instance
 from policy.state import MemoryState
 from policy.tick import Ports, TickResult, _apply
 from policy_cases import FLOOR, NOW, OD, SPOT, ago, pool_settings, settings
@@ -325,7 +326,10 @@ def test_no_applied_termination_hits_a_gpu_pod_or_do_not_disrupt(world, data):
     plan = decide(s, obs, NOW)
     pods = {f"node-{n.instance_id}": [_pod(k, p) for k, p in enumerate(data.draw(pods_strategy))]
             for n in obs.pools[0].nodes}
-    groups = FakeGroups(list(obs.pools[0].groups), [])
+    # The groups as the tick's re-read before a change finds them (tick._recheck): the observed instances, so a
+    # planned termination reaches the pod check instead of being refused as "no longer in the group".
+    groups = FakeGroups(list(obs.pools[0].groups), [Instance(n.instance_id, n.group, n.lifecycle, n.launched_at,
+                                                             f"node-{n.instance_id}") for n in obs.pools[0].nodes])
     ports = Ports(groups, FakeUtil({}), FakePods({}), None, MemoryState(), FakePublisher(), PodsOnNodes(pods))
     result = TickResult(plan)
     _apply(s, plan, obs, ports, result, None, {n.instance_id: f"node-{n.instance_id}" for n in obs.pools[0].nodes})

@@ -40,6 +40,8 @@ MALFORMED = [
     ("leaving_not_an_object", {"leaving": ["i-0123456789abcdef0"]}, "leaving is a list"),
     ("leaving_expiry_not_a_number", {"leaving": {"i-0123456789abcdef0": "later"}}, "leaving expiries"),
     ("rhythm_not_an_object", {"rhythm": [1, 2, 3]}, "rhythm is a list"),
+    ("changed_not_an_object", {"changed": ["research-spot"]}, "changed is a list"),
+    ("changed_time_without_zone", {"changed": {"research-spot": "2026-03-10T11:58:00"}}, "changed times"),
 ]
 
 
@@ -66,7 +68,8 @@ def test_a_malformed_tick_state_is_reported_and_the_tick_still_acts(name, data, 
 def test_a_well_formed_state_reports_nothing():
     state = {"spend": {"environment": GOOD_SCOPE}, "last_tick_at": NOW.isoformat(),
              "notified": {"research:reclaim": NOW.isoformat()}, "leaving": {"i-0123456789abcdef0": 1.0e9},
-             "rhythm": {"research": {"rows": {}, "last": None}}, "a_later_release": {"kept": True}}
+             "rhythm": {"research": {"rows": {}, "last": None}}, "changed": {"research-spot": NOW.isoformat()},
+             "a_later_release": {"kept": True}}
     assert tick_state.clean(state) == (state, [])
 
 

@@ -5,9 +5,10 @@ Least privilege (DESIGN.md decision 5): mutating EKS / Auto Scaling actions are 
 *elastic* node groups (EKS node group ARNs by name prefix; ASG termination by the eks:nodegroup-name tag EKS puts
 on each group's ASG, matched on the same prefix, and its eks:cluster-name tag, this cluster's name). Node group names are generated from a prefix
 (stacks/capacity/pools.py), so the role is scoped to `<env>-<pool>-spot_*` / `<env>-<pool>-on-demand_*` and stays valid
-across a create-before-delete replacement; the settings carry the groups' actual names. The guaranteed groups appear only in read actions, except a floor on a Capacity Block, whose desired
-size the policy sets inside the block's window (UpdateNodegroupConfig on that group only; no termination). Reads that AWS cannot scope
-(DescribeAutoScalingGroups, DescribeScalingActivities, DescribeInstances, GetMetricData) are on "*".
+across a create-before-delete replacement; the settings carry the groups' actual names. The guaranteed groups appear in no statement, except a floor on a Capacity Block, whose desired
+size the policy sets inside the block's window (DescribeNodegroup and UpdateNodegroupConfig on that group only; no
+termination). Reads that AWS cannot scope (DescribeAutoScalingGroups, DescribeScalingActivities, DescribeInstances,
+GetMetricData, and DescribeCapacityReservations where a floor is a Capacity Block) are on "*".
 """
 
 from __future__ import annotations
@@ -83,6 +84,10 @@ def policy_document(*, partition: str, region: str, account: str, cluster_name: 
     floors that sit on a Capacity Block (a subset of `guaranteed`): the one change the policy makes to them is their
     desired size inside the block's window (policy/capacity_blocks.py)."""
     base = f"arn:{partition}"
+    blocks = list(capacity_blocks or [])
+    unknown = sorted(set(blocks) - set(guaranteed))
+    if unknown:
+        raise ValueError(f"capacity_blocks {unknown} are not floors (guaranteed)")
 
     def nodegroup(name: str) -> str:
         return f"{base}:eks:{region}:{account}:nodegroup/{cluster_name}/{name}/*"
@@ -92,8 +97,10 @@ def policy_document(*, partition: str, region: str, account: str, cluster_name: 
          "Resource": [f"{log_group_arn}:*"]},
         {"Sid": "ReadCluster", "Effect": "Allow", "Action": ["eks:DescribeCluster"],
          "Resource": [f"{base}:eks:{region}:{account}:cluster/{cluster_name}"]},
+        # Read again just before the policy changes a group (policy/nodegroups.py recheck): only the groups it may
+        # change. Every group, floors included, is read through its Auto Scaling group (ReadUnscopable).
         {"Sid": "ReadNodeGroups", "Effect": "Allow", "Action": ["eks:DescribeNodegroup"],
-         "Resource": [nodegroup(n) for n in sorted(elastic + guaranteed)]},
+         "Resource": [nodegroup(n) for n in sorted(elastic + blocks)]},
         {"Sid": "ResizeElasticNodeGroups", "Effect": "Allow", "Action": MUTATING_EKS,
          "Resource": [nodegroup(n) for n in sorted(elastic)]},
         *([{"Sid": "CapacityBlockWindow", "Effect": "Allow", "Action": MUTATING_EKS,
@@ -127,6 +134,11 @@ def policy_document(*, partition: str, region: str, account: str, cluster_name: 
         {"Sid": "VpcDescribe", "Effect": "Allow", "Action": ["ec2:DescribeNetworkInterfaces", "ec2:DescribeSubnets",
                                                              "ec2:DescribeSecurityGroups"], "Resource": ["*"]},
     ]
+    if blocks:
+        # The blocks' real dates (policy/reservations.py). DescribeCapacityReservations has no resource-level
+        # permission (a List action without resource types, docs/aws-rules.md): "*" is the only Resource it takes.
+        statements.append({"Sid": "ReadCapacityBlockDates", "Effect": "Allow",
+                           "Action": ["ec2:DescribeCapacityReservations"], "Resource": ["*"]})
     if budget_names:
         statements.append({"Sid": "ReadBudgets", "Effect": "Allow", "Action": ["budgets:ViewBudget"],
                            "Resource": [f"{base}:budgets::{account}:budget/{n}" for n in sorted(budget_names)]})

@@ -193,7 +193,8 @@ def pool_settings(cfg: GpuLoanConfig, pool: Pool, names: GroupNames, budget_name
         block = dict(capacity_block_start=g.capacity_block_start.isoformat(),
                      capacity_block_end=g.capacity_block_end.isoformat(),
                      capacity_block_checkpoint_lead_minutes=g.capacity_block_checkpoint_lead_minutes,
-                     capacity_block_held=g.capacity_block_active is False)
+                     capacity_block_held=g.capacity_block_active is False,
+                     capacity_block_reservation_id=g.reservation_id)
         if cfg.scheduling.kueue.enabled:
             block.update(capacity_block_queue=scheduling.cluster_queue_name(cfg, pool),
                          capacity_block_queue_api=versions.KUEUE_API_VERSION,
