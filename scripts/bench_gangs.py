@@ -46,7 +46,7 @@ def run(args: tuple[str, str, int, str]) -> list[dict]:
     from sim import pool, runner, traces
     from sim.engine import SPOT_PARTIAL, SPOT_SHORTAGE, SimSettings
     from sim.policies import GpuLoan, Karpenter
-    from stacks import config
+    from config import config
 
     traces_dir, cluster, seed, scenario = args
     cfg = config.from_stack_yaml(yaml.safe_load((REPO / f"Pulumi.{STACK}.yaml").read_text()), f"Pulumi.{STACK}.yaml")

@@ -46,7 +46,7 @@ def run(args: tuple) -> dict:
     from sim import pool, runner, traces
     from sim.engine import SPOT_SHORTAGE, SimSettings
     from sim.policies import GpuLoan, Karpenter, pool_settings
-    from stacks import config
+    from config import config
 
     traces_dir, cluster, seed, figure, share = args
     cfg = config.from_stack_yaml(yaml.safe_load((REPO / f"Pulumi.{STACK}.yaml").read_text()), f"Pulumi.{STACK}.yaml")

@@ -30,8 +30,8 @@ from sim import runner
 from sim.engine import MINUTES_PER_MONTH, SimSettings, default_horizon
 from sim.policies import GpuLoan
 from pricing.sources import floor_pricing
-from stacks.config import HOURS_PER_MONTH, GpuLoanConfig, ServiceTarget, Tier
-from stacks import config
+from config.config import HOURS_PER_MONTH, GpuLoanConfig, ServiceTarget, Tier
+from config import config
 
 MAX_POINTS = 25  # floor sizes simulated at most (a larger pool is swept in even steps, the peak included)
 

@@ -121,7 +121,7 @@ def setup_config(cfg, floors_nodes: dict[str, int], *, lend: bool):
     have gets a capacity reservation of its instance type; a pool left without one loses `guaranteed`), and, for
     a setup that does not lend, every team's `lending_limit_pct` at 0 (docs/scheduling.md). Validation limits
     apply: a floor above the config's 64 nodes or a floorless pool without elastic capacity is refused."""
-    from stacks.config import Guaranteed, Reservation
+    from config.config import Guaranteed, Reservation
 
     pools = []
     for pool in cfg.pools:

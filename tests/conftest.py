@@ -23,7 +23,7 @@ DEFAULT_SHARED_DATA = REPO.parent / "shared" / "data"
 SHARED_DATA = Path(os.environ.get("GPULOAN_SHARED_DATA") or DEFAULT_SHARED_DATA).resolve()
 SHARED_PRICES = SHARED_DATA / "prices"
 SHARED_TRACES = SHARED_DATA / "traces"
-SHARED_KUEUE_CRDS = SHARED_DATA / "kueue-crds-v0.19.2"  # the CRDs of the pinned Kueue chart (stacks/versions.py)
+SHARED_KUEUE_CRDS = SHARED_DATA / "kueue-crds-v0.19.2"  # the CRDs of the pinned Kueue chart (config/versions.py)
 # Tests that need prices read the public table through the offline price file, as a user without AWS access
 # would; without ../shared the tests that need it skip (see requires_shared_prices), the others see no prices.
 # An explicit GPULOAN_PRICE_FILE from the caller is kept.

@@ -269,7 +269,7 @@ def test_yaml_unclosed_quote_shows_the_line_that_opened_it(tmp_path):
 
 def test_bench_config_measures_a_valid_hundred_pool_config_with_a_large_kueue_cohort():
     from scripts.bench_config import hundred_pools
-    from stacks import config, scheduling
+    from config import config, scheduling
 
     cfg = config.parse(hundred_pools())  # raises ConfigError (the Kueue 64-flavor rule) on an invalid config
     assert len(cfg.pools) == 100 and cfg.scheduling.kueue.enabled

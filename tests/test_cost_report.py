@@ -182,7 +182,7 @@ def test_cost_explorer_refusal_exits_3(in_repo, capsys):
 def test_inactive_tags_reported_when_the_api_says_so():
     cfg_period = cost_report.parse_month("2026-07", TODAY)
     from conftest import stack_config
-    from stacks import config
+    from config import config
 
     cfg = config.from_stack_yaml({"config": stack_config("dev")}, "dev")
     fetched = cost_report.Fetched({("research", "elastic"): 10.0}, pages=1, estimated=False)
@@ -194,7 +194,7 @@ def test_inactive_tags_reported_when_the_api_says_so():
 
 def test_unknown_pool_gets_its_own_row_without_budget():
     from conftest import stack_config
-    from stacks import config
+    from config import config
 
     cfg = config.from_stack_yaml({"config": stack_config("dev")}, "dev")
     fetched = cost_report.Fetched({("research", "elastic"): 10.0, ("old-pool", "elastic"): 7.0}, 1, False)

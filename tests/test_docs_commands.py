@@ -178,10 +178,10 @@ def _gpuloan_help(argv: list[str]) -> str:
 
 
 def _config_path_exists(path: str) -> bool:
-    """`budget.alert_emails[0]`: each name is a field of the config model (stacks/config.py)."""
+    """`budget.alert_emails[0]`: each name is a field of the config model (config/config.py)."""
     from pydantic import BaseModel
 
-    from stacks.config import GpuLoanConfig
+    from config.config import GpuLoanConfig
 
     model: typing.Any = GpuLoanConfig
     for name in re.sub(r"\[\d+\]", "", path).split("."):
@@ -280,7 +280,7 @@ def test_make_help_shows_every_documented_line_of_every_target():
 
 def test_config_reference_names_what_a_map_holds():
     from gpuloan.cmd_schema import _type_name
-    from stacks.config import InstancePrice
+    from config.config import InstancePrice
 
     assert _type_name(dict[str, InstancePrice]) == "map of string to InstancePrice"
     assert "| `instance_prices` | map of string to InstancePrice |" in (REPO / "docs" / "config.md").read_text()

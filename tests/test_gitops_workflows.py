@@ -233,7 +233,7 @@ def test_the_scheduled_price_refresh_opens_a_pull_request_through_the_preview_ro
 
 
 def config_mod_parse_prod():
-    from stacks import config as config_mod
+    from config import config as config_mod
 
     return config_mod.parse({k.split(":", 1)[1]: v for k, v in stack_config("prod").items()
                              if k.startswith("gpuloan:")})

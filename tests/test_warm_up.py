@@ -213,7 +213,7 @@ def test_warm_up_serves_a_daily_rhythm_without_the_boot_wait_and_the_fast_path_a
     from sim import runner
     from sim.engine import SimSettings
     from sim.policies import GpuLoan, pool_settings as sim_pool_settings
-    from stacks import config
+    from config import config
     from conftest import REPO
 
     cfg = config.from_stack_yaml(yaml.safe_load((REPO / "Pulumi.prod.yaml").read_text()), "prod")

@@ -1,7 +1,7 @@
 """The config's vocabulary: its enumerations and the set-aside context (a leaf: stdlib only).
 
-stacks/config.py re-exports all of these (read them as `stacks.config.Tier`); they live here so the modules whose
-rules config runs (stacks/scheduling.py) can use them without importing config, which imports them.
+config/config.py re-exports all of these (read them as `config.config.Tier`); they live here so the modules whose
+rules config runs (config/scheduling.py) can use them without importing config, which imports them.
 """
 
 from __future__ import annotations
