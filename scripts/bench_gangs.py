@@ -84,8 +84,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"simulating {len(tasks) * 3} runs on {args.workers} worker(s) ...", file=sys.stderr)
     with ProcessPoolExecutor(args.workers) as pool:
         rows = [r for rows in pool.map(run, tasks) for r in rows]
-    print(f"| scenario | cluster | policy | GPU-h held for waiting gangs | cost USD | p95 / mean wait min | "
-          f"unmet GPU-h | gangs released (decisions) |")
+    print("| scenario | cluster | policy | GPU-h held for waiting gangs | cost USD | p95 / mean wait min | "
+          "unmet GPU-h | gangs released (decisions) |")
     print("|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {TITLES[r['scenario']]} | {r['cluster'][-2:]} | {r['policy']} | {r['held_gpu_hours']:,.1f} | "

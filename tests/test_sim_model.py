@@ -13,7 +13,7 @@ from gpuloan import cli
 from sim import pool as simpool
 from sim import runner, traces
 from sim.engine import GUARANTEED, LEAVING, ON_DEMAND, SPOT, SimSettings, Simulation, SlotInterruptions
-from sim.policies import Controller, FloorOnly, GpuLoan, Karpenter, ThresholdScript
+from sim.policies import Controller, FloorOnly, GpuLoan, ThresholdScript
 from config import config
 from conftest import REPO, requires_shared_prices
 

@@ -10,7 +10,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from policy.engine import decide, warm_up_nodes
-from policy.model import LIFECYCLE_IN_SERVICE, Node, Observation, PoolObservation, Reason
+from policy.model import Observation, PoolObservation, Reason
 from policy.rhythm import DAYS, MIN_DAYS, SLOTS_PER_DAY, DailyArrivals
 from policy_cases import NOW, OD, SPOT, group, idle, node, observe, pool_settings, settings, spend
 from conftest import requires_shared_prices
