@@ -12,6 +12,9 @@ import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parent.parent
+# The command line as tests run it: this interpreter's gpuloan package, wherever the virtual environment lives (the
+# `.venv/bin/gpuloan` of the docs is the same entry point, gpuloan/__main__.py).
+GPULOAN = [sys.executable, "-m", "gpuloan"]
 for p in (str(REPO), str(REPO / "tests")):
     if p not in sys.path:
         sys.path.insert(0, p)

@@ -11,12 +11,11 @@ import sys
 from types import SimpleNamespace
 
 import pytest
-from conftest import REPO, SHARED_TRACES, requires_shared_prices, requires_shared_traces
+from conftest import GPULOAN, REPO, SHARED_TRACES, requires_shared_prices, requires_shared_traces
 
 from gpuloan import cli, stack_arg
 from table_checks import split_figures as _split_figures, too_wide_at as _too_wide_at
 
-GPULOAN = [sys.executable, "-m", "gpuloan"]
 TABLE_WIDTH = 80
 
 

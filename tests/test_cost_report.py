@@ -216,11 +216,11 @@ def test_the_installed_command_end_to_end(aws_env, tmp_path):
     import subprocess
 
     from aws_emulator import emulator_env
-    from conftest import REPO
+    from conftest import GPULOAN, REPO
 
     supply(aws_env, page([group("research", "guaranteed", 580.0), group("research", "elastic", 120.5)]))
     out_csv = tmp_path / "dev.csv"
-    result = subprocess.run([str(REPO / ".venv" / "bin" / "gpuloan"), "cost-report", "--month", "2026-07",
+    result = subprocess.run([*GPULOAN, "cost-report", "--month", "2026-07",
                              "--stack", "dev", "--csv", str(out_csv)],
                             cwd=REPO, env=emulator_env(aws_env), capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr

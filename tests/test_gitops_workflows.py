@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO, stack_config
+from conftest import GPULOAN, REPO, stack_config
 
 WORKFLOWS = REPO / ".github" / "workflows"
 BIN = Path(sys.executable).parent
@@ -167,7 +167,7 @@ def test_no_pull_request_job_gets_any_pulumi_token_or_secret():
 
 
 def _ci_runner(*stacks: str, cwd=REPO) -> dict:
-    out = subprocess.run([str(BIN / "gpuloan"), "ci-runner", *stacks], capture_output=True, text=True,
+    out = subprocess.run([*GPULOAN, "ci-runner", *stacks], capture_output=True, text=True,
                          timeout=120, cwd=cwd)
     assert out.returncode == 0, out.stderr
     return {k: json.loads(v) for k, v in (line.split("=", 1) for line in out.stdout.splitlines())}
