@@ -55,12 +55,12 @@ FORMATTED_FILES := __main__.py config/__init__.py config/config_terms.py config/
 	config/version_numbers.py config/versions.py gpuloan/__init__.py gpuloan/__main__.py \
 	gpuloan/cmd_ci_runner.py gpuloan/cmd_cost_report.py gpuloan/cmd_preview.py guardrails/__init__.py \
 	guardrails/__main__.py offline/__init__.py policy/__init__.py policy/deadline.py policy/errors.py \
-	policy/metric_names.py policy/tick_state.py pricing/__init__.py pricing/cost_model/__init__.py \
+	policy/metric_names.py policy/terms.py policy/tick_state.py pricing/__init__.py pricing/cost_model/__init__.py \
 	pricing/sources/__init__.py scripts/__init__.py scripts/lint_ratchet.py sim/__init__.py \
 	stacks/__init__.py stacks/capacity/__init__.py stacks/gitops/__init__.py \
 	stacks/kubernetes/__init__.py stacks/policy_function/__init__.py stacks/policy_function/package.py \
 	stacks/spend/__init__.py tests/kubernetes_layer_program.py tests/test_architecture.py \
-	tests/test_kubernetes_docs.py tests/test_lint_ratchet.py tests/test_policy_docs.py \
+	tests/test_kubernetes_docs.py tests/test_lint_ratchet.py tests/test_policy_docs.py tests/test_single_definitions.py \
 	tests/test_project_file.py
 
 ## lint: ruff check and format, mypy and complexity debt (scripts/lint_debt.toml)

@@ -35,7 +35,7 @@ from config.names import GPU_METRICS_AGENT_NAMESPACE, GPU_OPERATOR_NAMESPACE, KU
 from config.version_numbers import fmt as fmt_version
 from config.version_numbers import parse_version
 
-HOURS_PER_MONTH = 730  # AWS's convention for monthly estimates
+HOURS_PER_MONTH = billing.HOURS_PER_MONTH  # AWS's convention for monthly estimates (its home: the billing model)
 
 SLUG = r"^[a-z][a-z0-9-]{0,30}[a-z0-9]$"
 AWS_REGION = r"^[a-z]{2}(-gov)?-[a-z]+-\d$"

@@ -9,6 +9,9 @@ from __future__ import annotations
 from contextvars import ContextVar
 from enum import StrEnum
 
+# The terms the policy function's settings carry are defined once, in the policy (the bottom layer, stdlib only).
+from policy.terms import Enforcement, Workload  # noqa: F401  (re-exported)
+
 # Names and teams of the pools that config.parse set aside during a partial run of the cross-field rules (pools
 # whose own shape errors are reported already; empty otherwise).
 SET_ASIDE: ContextVar[frozenset[str]] = ContextVar("SET_ASIDE", default=frozenset())
@@ -53,20 +56,10 @@ class PaymentOption(StrEnum):
     all_upfront = "all_upfront"
 
 
-class Workload(StrEnum):
-    batch = "batch"
-    service = "service"
-
-
 class ElasticCapacity(StrEnum):
     spot = "spot"
     on_demand = "on_demand"
     spot_then_on_demand = "spot_then_on_demand"
-
-
-class Enforcement(StrEnum):
-    alert_only = "alert_only"
-    cap_elastic = "cap_elastic"
 
 
 class MigStrategy(StrEnum):

@@ -44,9 +44,8 @@ from pulumi_policy import (
 )
 
 from config import tags
+from pricing.cost_model.billing import HOURS_PER_MONTH
 from pricing.sources import catalog
-
-HOURS_PER_MONTH = 730  # the same convention as config/config.py and pricing/cost_model/costs.py
 
 NODE_GROUP = "aws:eks/nodeGroup:NodeGroup"
 LAUNCH_TEMPLATE = "aws:ec2/launchTemplate:LaunchTemplate"

@@ -27,10 +27,11 @@ from dataclasses import replace
 
 from sim import pool as simpool
 from sim import runner
+from sim.environment import production_share_pct
 from sim.engine import MINUTES_PER_MONTH, SimSettings, default_horizon
 from sim.policies import GpuLoan
 from pricing.sources import floor_pricing
-from config.config import HOURS_PER_MONTH, GpuLoanConfig, ServiceTarget, Tier
+from config.config import HOURS_PER_MONTH, GpuLoanConfig, ServiceTarget
 from config import config
 
 MAX_POINTS = 25  # floor sizes simulated at most (a larger pool is swept in even steps, the peak included)
@@ -43,10 +44,7 @@ class AdviceError(ValueError):
 def production_share(cfg: GpuLoanConfig, pool_name: str, override_pct: float | None = None) -> float:
     """Share (0..1) of the pool's demand that is production work: the CLI flag, else the pool's service target,
     else 1 for a production-tier pool and 0 for the others."""
-    pool = cfg.pool(pool_name)
-    pct = override_pct if override_pct is not None else pool.service_target.production_share_pct
-    if pct is None:
-        return 1.0 if pool.tier == Tier.production else 0.0
+    pct = override_pct if override_pct is not None else production_share_pct(cfg.pool(pool_name))
     if not 0 <= pct <= 100:
         raise AdviceError(f"production share must be between 0 and 100 %, got {pct}")
     return pct / 100

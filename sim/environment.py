@@ -158,6 +158,8 @@ def sharing_of(cfg) -> dict[str, PoolSharing]:
 
 
 def production_share_pct(pool) -> float:
+    """The pool's production share in percent: its service target's, else 100 for a production-tier pool and 0 for
+    the others (the one reading of it: the simulator and the floor advisor)."""
     share = pool.service_target.production_share_pct
     if share is None:
         return 100.0 if pool.tier == Tier.production else 0.0

@@ -19,8 +19,6 @@ from dataclasses import dataclass, replace
 from pricing.sources import catalog
 from config.config import ElasticCapacity, GpuLoanConfig, Pool
 
-HOURS_PER_MONTH = 730
-
 # Spot Instance Advisor "frequency of interruption" buckets (share of instances interrupted over a month) ->
 # the rate used here: the bucket's midpoint (">20%" taken as 25%).
 ADVISOR_BUCKET_PER_MONTH = {"<5%": 0.025, "5-10%": 0.075, "10-15%": 0.125, "15-20%": 0.175, ">20%": 0.25}
