@@ -214,7 +214,7 @@ def spot_warning_problem(event: dict) -> str | None:
     return f"detail.instance-id {str(detail.get('instance-id'))[:40]!r} is not an EC2 instance id"
 
 
-# The tag gpuloan's launch templates put on every GPU instance (stacks/capacity/pools.py:instance_tags, stacks/tags.py).
+# The tag gpuloan's launch templates put on every GPU instance (stacks/capacity/pools.py:instance_tags, config/tags.py).
 ENVIRONMENT_TAG = "gpuloan:environment"
 
 

@@ -257,7 +257,7 @@ class Settings:
     budget_name: str | None = None
     dry_run: bool = False
     # The environment's commitments' fees that no floor uses, per hour (Savings Plans / RIs bill every hour of their
-    # term, used or not): fixed spend of the environment scope, like the floors (stacks/config.py floor_bill).
+    # term, used or not): fixed spend of the environment scope, like the floors (config/config.py floor_bill).
     commitment_unused_usd_per_hour: float = 0.0
     schedule_minutes: int = 1
     metric_namespace: str = "ContainerInsights"

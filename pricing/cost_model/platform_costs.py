@@ -70,7 +70,7 @@ def version_support(version: str, today: dt.date | None = None) -> VersionSuppor
     """Offline: the status from the dated release calendar in config/versions.py (extended support is billed from
     the start of the day standard support ends, UTC)."""
     today = today or dt.datetime.now(dt.timezone.utc).date()
-    source = f"EKS release calendar in stacks/versions.py (as of {versions.EKS_VERSION_CALENDAR_AS_OF}), offline"
+    source = f"EKS release calendar in config/versions.py (as of {versions.EKS_VERSION_CALENDAR_AS_OF}), offline"
     dates = versions.EKS_VERSION_CALENDAR.get(version)
     if dates is None:
         return VersionSupport(version, UNKNOWN_SUPPORT, "", source)
