@@ -1,11 +1,12 @@
 """The gpuloan Pulumi program: validate the typed config, then declare the environment.
 
-Config problems stop the program before any resource is registered (stacks/config.py lists them all).
+Config problems stop the program before any resource is registered (config/config.py lists them all).
 """
 
 import pulumi
 
-from stacks import config, platform
+from stacks import platform
+from config import config
 from stacks.policy_function import settings as policy_settings
 from pricing.sources import catalog
 

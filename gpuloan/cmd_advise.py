@@ -88,7 +88,7 @@ def run(args) -> int:
     from sim import advisor
     from sim import traces
     from sim.org_advisor import OrgAdviceError
-    from stacks import config
+    from config import config
 
     try:
         price_args.apply(args)

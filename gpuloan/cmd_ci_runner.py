@@ -15,7 +15,7 @@ import sys
 
 from gpuloan import stackfile
 from gpuloan.cmd_validate import EXIT_INVALID, load_config
-from stacks import config
+from config import config
 from stacks.gitops.github_oidc import runs_on
 
 

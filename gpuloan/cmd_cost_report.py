@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from gpuloan import cost_report, stack_arg, stackfile
-from stacks import config
+from config import config
 
 EXIT_INVALID = 2
 EXIT_AWS = 3

@@ -9,7 +9,7 @@ from gpuloan import price_args, stack_arg, stackfile
 from gpuloan import cmd_validate
 from gpuloan.cmd_validate import EXIT_INVALID
 from gpuloan.config_json import ConfigJsonError
-from stacks import config
+from config import config
 from pricing.sources import catalog
 
 

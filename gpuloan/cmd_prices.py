@@ -66,7 +66,7 @@ def stack_targets(doc: dict[str, Any]) -> tuple[str, list[str], list[str]]:
 def spot_pools(doc: dict[str, Any]) -> list[tuple[str, list[str]]]:
     """(pool name, elastic instance types in config order) of each pool with a spot group, read straight from the
     stack file like stack_targets (a type without a price must still be shown, as unknown)."""
-    from stacks.config import Elastic
+    from config.config import Elastic
 
     default = str(Elastic.model_fields["capacity"].default)
     out = []
@@ -107,7 +107,7 @@ def print_spot_spread(doc: dict[str, Any], region: str, zones: list[str]) -> Non
 
 def system_instance_types(doc: dict[str, Any]) -> list[str]:
     """The system node type of a stack that creates its cluster (priced as a platform rate, `ec2:<type>`)."""
-    from stacks.config import SystemNodes
+    from config.config import SystemNodes
 
     cluster = (doc.get("config") or {}).get("gpuloan:cluster") or {}
     if not isinstance(cluster, dict) or cluster.get("mode", "new") != "new":
@@ -128,7 +128,7 @@ def _clients(region: str, profile: str | None):
 
 def cluster_version_of(doc: dict[str, Any]) -> str:
     """The stack's Kubernetes version, read straight from the stack file (the config's default when unset)."""
-    from stacks import versions
+    from config import versions
 
     cluster = (doc.get("config") or {}).get("gpuloan:cluster") or {}
     return str(cluster.get("kubernetes_version") or versions.DEFAULT_KUBERNETES_VERSION) if isinstance(
@@ -137,7 +137,7 @@ def cluster_version_of(doc: dict[str, Any]) -> str:
 
 def version_support_lines(eks_client, version: str) -> list[str]:
     """The live EKS support status of the stack's version (DescribeClusterVersions) and, where the offline calendar
-    in stacks/versions.py says otherwise, a note to update it (the preview prices the control plane from it)."""
+    in config/versions.py says otherwise, a note to update it (the preview prices the control plane from it)."""
     from pricing.cost_model import platform_costs
 
     live = platform_costs.read_version_support(eks_client, version)
@@ -146,7 +146,7 @@ def version_support_lines(eks_client, version: str) -> list[str]:
              f"{live.source})"]
     if (live.status, live.end_of_standard_support) != (offline.status, offline.end_of_standard_support):
         lines.append(f"note: the offline calendar ({offline.source}) says {offline.status} until "
-                     f"{offline.end_of_standard_support or '?'}: update stacks/versions.py:EKS_VERSION_CALENDAR")
+                     f"{offline.end_of_standard_support or '?'}: update config/versions.py:EKS_VERSION_CALENDAR")
     return lines
 
 

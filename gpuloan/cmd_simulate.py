@@ -47,7 +47,7 @@ def run(args) -> int:
     from sim import pool as simpool
     from sim import runner, traces
     from sim.policies import all_policies
-    from stacks import config
+    from config import config
 
     from gpuloan import plot_args
 

@@ -9,7 +9,7 @@ import sys
 
 from gpuloan import price_args, stack_arg, stackfile
 from gpuloan.config_json import ConfigJsonError
-from stacks import config
+from config import config
 from pricing.sources import catalog
 from pricing.cost_model import spot_spread
 
@@ -58,7 +58,7 @@ def run(args) -> int:
     except config.ConfigError as err:
         print(err, file=sys.stderr)
         return EXIT_INVALID
-    from stacks import secret_values
+    from config import secret_values
 
     _, unchecked = config.with_secret_placeholders(doc.get("config") or {}, source)
     gpus = sum((p.guaranteed.nodes if p.guaranteed else 0) for p in cfg.pools)

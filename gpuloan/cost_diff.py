@@ -191,11 +191,11 @@ def diff_resources(base: dict | None, head: dict | None) -> tuple[list[dict], li
 
 
 def _placeholder_marker(doc: dict | None, resource: dict):
-    """A test for 'this input holds a secret's placeholder' on a side with unread secrets (stacks/secret_values.py):
+    """A test for 'this input holds a secret's placeholder' on a side with unread secrets (config/secret_values.py):
     the change of such an input is the secret's, whose value neither side shows ([secret], as Pulumi prints it)."""
     if not (doc or {}).get("unchecked_secrets"):
         return None
-    from stacks.secret_values import CANDIDATES
+    from config.secret_values import CANDIDATES
 
     tokens = [re.escape(c) for c in CANDIDATES if isinstance(c, str)]
     tokens += [rf"(?<![\d.]){c}(\.0+)?(?![\d.])" for c in CANDIDATES

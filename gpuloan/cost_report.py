@@ -1,7 +1,7 @@
 """Chargeback: one month's billed spend per pool, split into guaranteed (fixed) and elastic (usage) cost.
 
 Reads Cost Explorer's GetCostAndUsage for the environment (filter: tag gpuloan:environment), grouped by the
-tags gpuloan:pool and gpuloan:tier (stacks/tags.py puts them on every resource and activates them as
+tags gpuloan:pool and gpuloan:tier (config/tags.py puts them on every resource and activates them as
 cost-allocation tags). Spend without a pool tag (shared platform: control plane, NAT, system nodes; or anything
 untagged) is its own row. Budgets come from the stack config. The boto3 client is injected (STYLE.md 3).
 
@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from stacks import tags
-from stacks.config import GpuLoanConfig
+from config import tags
+from config.config import GpuLoanConfig
 
 METRIC = "AmortizedCost"  # what the budgets track (stacks/spend/budgets.py COST_METRIC): report and mails agree
 UNTAGGED = "(no pool tag)"

@@ -8,7 +8,7 @@ from typing import Any
 
 from offline import runner as offline
 from pricing.cost_model import costs, platform_costs
-from stacks import config as config_mod
+from config import config as config_mod
 from pricing.cost_model import spot_spread
 
 # Inputs worth showing per resource in the tree; the JSON output has every input.
@@ -30,7 +30,7 @@ def preview_document(stack: str, stack_config: dict[str, Any], program: Path | N
     """The `gpuloan preview --json` document. Raises ConfigError before running the program when config is bad.
 
     A Pulumi secret (`secure:`) is opaque offline: the program runs with a placeholder its field accepts
-    (stacks/secret_values.py), the paths are listed under `unchecked_secrets`, and the figures that depend on one
+    (config/secret_values.py), the paths are listed under `unchecked_secrets`, and the figures that depend on one
     are null with the reason under `cost.secret_figures` (never the placeholder's value)."""
     source = f"Pulumi.{stack}.yaml"
     cfg = validated_config(stack_config, source)
@@ -67,7 +67,7 @@ SECRET = "secret"  # what a figure derived from a Pulumi secret shows instead of
 def hide_secret_figures(cost: dict[str, Any], unchecked: list[str]) -> None:
     """Null every figure a secret feeds (a budget, or a pool's costs) and say which in `cost.secret_figures`
     (pool name or "total" -> fields), so no output shows a placeholder as if it were the stack's value."""
-    from stacks import secret_values
+    from config import secret_values
 
     hidden: dict[str, list[str]] = {}
     budget_fields = ["budget_monthly_usd", "budget_headroom_monthly_usd"]

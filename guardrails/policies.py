@@ -49,10 +49,9 @@ from pulumi_policy import (
     StackValidationPolicy,
 )
 
-from stacks import tags
+from config import tags
+from pricing.cost_model.billing import HOURS_PER_MONTH
 from pricing.sources import catalog
-
-HOURS_PER_MONTH = 730  # the same convention as stacks/config.py and pricing/cost_model/costs.py
 
 NODE_GROUP = "aws:eks/nodeGroup:NodeGroup"
 LAUNCH_TEMPLATE = "aws:ec2/launchTemplate:LaunchTemplate"
@@ -192,7 +191,7 @@ def validate_gpu_tags(args: ResourceValidationArgs, report: ReportViolation) -> 
     missing = [k for k in (tags.TAG_POOL, tags.TAG_TEAM, tags.TAG_ENVIRONMENT) if not have.get(k)]
     if missing:
         report(f"GPU resource '{args.name}' lacks the cost-allocation tag(s) {', '.join(missing)}: its spend would "
-               "not show up in the pool's budget or the cost report (use stacks.tags.pool_tags)")
+               "not show up in the pool's budget or the cost report (use config.tags.pool_tags)")
 
 
 def validate_elastic_bounded(args: ResourceValidationArgs, report: ReportViolation) -> None:

@@ -105,11 +105,11 @@ def view(ps: PoolSettings, po: PoolObservation, groups: dict[str, Group], elasti
 
     idle_left = sum(1 for n in elastic_nodes if empty_node(n))
     coming_left = 0
-    for gname, g in groups.items():
-        if g is spot and short:
+    for gname, group in groups.items():
+        if group is spot and short:
             coming_left += launching[gname]  # booting instances were granted; the shortfall is not on its way
             continue
-        coming_left += max(0, g.desired_nodes - in_service[gname])
+        coming_left += max(0, group.desired_nodes - in_service[gname])
     target = spot if (spot is not None and not short) else od
     room_left = 0
     if target is not None:

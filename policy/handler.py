@@ -51,6 +51,7 @@ _cluster_cache: dict[str, tuple[str, str]] = {}  # read-through cache of endpoin
 
 def load_settings() -> Settings:
     global _settings_cache
+    raw: str | None
     if SETTINGS_FILE.is_file():
         raw = SETTINGS_FILE.read_text(encoding="utf-8")
     else:
@@ -173,7 +174,8 @@ def handle(event: dict, context, session=None) -> TickResult:
                     lease=(_lease_holder(context), _lease_seconds(context)), leaving=leaving)
 
 
-def _rebalance(settings: Settings, event: dict, session, context, deadline: Deadline, now: datetime) -> TickResult:
+def _rebalance(settings: Settings, event: dict, session, context, deadline: Deadline | None,
+               now: datetime) -> TickResult:
     """EC2's rebalance recommendation (policy/rebalance.py): a taint on the node, no tick. Errors are counted in
     PolicyErrors like a tick's."""
     from policy import emf
@@ -217,7 +219,7 @@ def spot_warning_problem(event: dict) -> str | None:
     return f"detail.instance-id {str(detail.get('instance-id'))[:40]!r} is not an EC2 instance id"
 
 
-# The tag gpuloan's launch templates put on every GPU instance (stacks/capacity/pools.py:instance_tags, stacks/tags.py).
+# The tag gpuloan's launch templates put on every GPU instance (stacks/capacity/pools.py:instance_tags, config/tags.py).
 ENVIRONMENT_TAG = "gpuloan:environment"
 
 

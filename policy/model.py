@@ -20,6 +20,8 @@ from datetime import datetime
 from enum import Enum
 from typing import Any
 
+from policy.terms import Enforcement, Workload
+
 SETTINGS_VERSION = 1
 
 # Auto Scaling instance lifecycle states the engine distinguishes (the adapter passes AWS's names through).
@@ -31,15 +33,16 @@ CAPACITY_SPOT = "spot"
 CAPACITY_ON_DEMAND = "on_demand"
 CAPACITY_GUARANTEED = "guaranteed"
 
-ENFORCEMENT_CAP = "cap_elastic"
+ENFORCEMENT_CAP = Enforcement.cap_elastic
 # Auto Scaling's lifecycle state of an instance on its way out; the tick also gives it to a spot instance under
 # EC2's 2-minute interruption notice: neither capacity nor launching, never reclaimed.
 LIFECYCLE_LEAVING = "Terminating"
 # An EC2 instance id ("i-" and 8 or 17 hex digits): what a spot warning must name before it is trusted or stored.
 INSTANCE_ID = re.compile(r"i-[0-9a-f]{8,17}")
-WORKLOAD_BATCH = "batch"  # jobs that queue: pending pods are the scale-up signal
-WORKLOAD_SERVICE = "service"  # traffic that does not queue: sustained utilization adds a node too
-ENFORCEMENT_ALERT = "alert_only"
+# The settings' string values, named (policy/terms.py holds the one definition the config validates against).
+WORKLOAD_BATCH = Workload.batch  # jobs that queue: pending pods are the scale-up signal
+WORKLOAD_SERVICE = Workload.service  # traffic that does not queue: sustained utilization adds a node too
+ENFORCEMENT_ALERT = Enforcement.alert_only
 
 
 class Reason(str, Enum):
@@ -282,7 +285,7 @@ class Settings:
     budget_name: str | None = None
     dry_run: bool = False
     # The environment's commitments' fees that no floor uses, per hour (Savings Plans / RIs bill every hour of their
-    # term, used or not): fixed spend of the environment scope, like the floors (stacks/config.py floor_bill).
+    # term, used or not): fixed spend of the environment scope, like the floors (config/config.py floor_bill).
     commitment_unused_usd_per_hour: float = 0.0
     schedule_minutes: int = 1
     metric_namespace: str = "ContainerInsights"

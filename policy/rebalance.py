@@ -29,7 +29,7 @@ from policy.kube import REBALANCE_TAINT_KEY, NodeGuardPort
 from policy.model import INSTANCE_ID, Settings
 
 REBALANCE = "EC2 Instance Rebalance Recommendation"
-ENVIRONMENT_TAG, POOL_TAG = "gpuloan:environment", "gpuloan:pool"  # stacks/tags.py, on every GPU instance
+ENVIRONMENT_TAG, POOL_TAG = "gpuloan:environment", "gpuloan:pool"  # config/tags.py, on every GPU instance
 
 
 def recommendation(event: dict) -> str | None:

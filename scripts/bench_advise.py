@@ -31,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from sim import advisor
     from sim import traces
-    from stacks import config
+    from config import config
 
     cfg = config.from_stack_yaml(yaml.safe_load((REPO / "Pulumi.prod.yaml").read_text()), "Pulumi.prod.yaml")
     trace = traces.read_trace(Path(args.traces) / f"{args.cluster}.csv").window(0, 29)

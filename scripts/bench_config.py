@@ -18,7 +18,7 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from stacks import config  # noqa: E402
+from config import config  # noqa: E402
 
 
 TEAMS = 10
@@ -34,7 +34,7 @@ def hundred_pools() -> dict:
         p["name"], p["team"] = f"pool-{i:03d}", f"team-{i % TEAMS}"
         data["pools"].append(p)
     data["budget"]["monthly_usd"] = 1_000_000
-    # Kueue lists at most 64 flavors per queue (stacks/scheduling.py): with every floor lendable, each of the 100
+    # Kueue lists at most 64 flavors per queue (config/scheduling.py): with every floor lendable, each of the 100
     # queues would list 101. Half the teams keep their floors (lending_limit_pct 0), so each queue lists its own
     # flavors plus the 50 lendable floors: still a large cohort for the rules to check, and a config that is valid.
     kueue = data.setdefault("scheduling", {}).setdefault("kueue", {})
@@ -52,7 +52,7 @@ def main() -> None:
         times.append(time.perf_counter() - t0)
     t0 = time.perf_counter()
     subprocess.run([sys.executable, "-c", f"import sys; sys.path.insert(0, {str(REPO)!r}); "
-                    "import yaml; from stacks import config; from scripts.bench_config import hundred_pools; "
+                    "import yaml; from config import config; from scripts.bench_config import hundred_pools; "
                     "config.parse(hundred_pools())"], cwd=REPO, check=True)
     cold_s = time.perf_counter() - t0
     t0 = time.perf_counter()

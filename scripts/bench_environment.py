@@ -35,7 +35,7 @@ def environment(traces_dir: Path, lending: bool = True):
     import yaml
 
     from sim import pool, traces
-    from stacks import config
+    from config import config
 
     horizon = DAYS * 1440
     doc = yaml.safe_load((REPO / "Pulumi.prod.yaml").read_text())

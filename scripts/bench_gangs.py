@@ -46,7 +46,7 @@ def run(args: tuple[str, str, int, str]) -> list[dict]:
     from sim import pool, runner, traces
     from sim.engine import SPOT_PARTIAL, SPOT_SHORTAGE, SimSettings
     from sim.policies import GpuLoan, Karpenter
-    from stacks import config
+    from config import config
 
     traces_dir, cluster, seed, scenario = args
     cfg = config.from_stack_yaml(yaml.safe_load((REPO / f"Pulumi.{STACK}.yaml").read_text()), f"Pulumi.{STACK}.yaml")
@@ -84,8 +84,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"simulating {len(tasks) * 3} runs on {args.workers} worker(s) ...", file=sys.stderr)
     with ProcessPoolExecutor(args.workers) as pool:
         rows = [r for rows in pool.map(run, tasks) for r in rows]
-    print(f"| scenario | cluster | policy | GPU-h held for waiting gangs | cost USD | p95 / mean wait min | "
-          f"unmet GPU-h | gangs released (decisions) |")
+    print("| scenario | cluster | policy | GPU-h held for waiting gangs | cost USD | p95 / mean wait min | "
+          "unmet GPU-h | gangs released (decisions) |")
     print("|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {TITLES[r['scenario']]} | {r['cluster'][-2:]} | {r['policy']} | {r['held_gpu_hours']:,.1f} | "

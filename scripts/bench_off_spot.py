@@ -24,7 +24,7 @@ from sim.engine import SimSettings  # noqa: E402
 from sim.environment import simulate_environment  # noqa: E402
 from sim.policies import GpuLoan, Karpenter  # noqa: E402
 from sim.traces import read_trace  # noqa: E402
-from stacks import config  # noqa: E402
+from config import config  # noqa: E402
 
 DAYS = (1, 14)
 INSTANCE_TYPE = "p4d.24xlarge"

@@ -66,7 +66,7 @@ def _sim_config(traces, demands, tiers):
 
     import yaml
 
-    from stacks import config
+    from config import config
 
     doc = yaml.safe_load((REPO / "Pulumi.prod.yaml").read_text())
     c = doc["config"]

@@ -27,7 +27,7 @@ def cases(traces_dir: Path):
     import yaml
 
     from sim import pool, traces
-    from stacks import config
+    from config import config
 
     def spec(stack: str, pool_name: str | None):
         cfg = config.from_stack_yaml(yaml.safe_load((REPO / f"Pulumi.{stack}.yaml").read_text()), f"Pulumi.{stack}.yaml")

@@ -50,7 +50,7 @@ PER_POD = "karpenter-claim-per-pod"
 def _config(types: tuple[str, ...]):
     import yaml
 
-    from stacks import config
+    from config import config
 
     raw = yaml.safe_load((REPO / f"Pulumi.{STACK}.yaml").read_text())
     pools = raw["config"]["gpuloan:pools"]

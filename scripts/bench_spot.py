@@ -46,7 +46,7 @@ def run(args: tuple) -> dict:
     from sim import pool, runner, traces
     from sim.engine import SPOT_SHORTAGE, SimSettings
     from sim.policies import GpuLoan, Karpenter, pool_settings
-    from stacks import config
+    from config import config
 
     traces_dir, cluster, seed, figure, share = args
     cfg = config.from_stack_yaml(yaml.safe_load((REPO / f"Pulumi.{STACK}.yaml").read_text()), f"Pulumi.{STACK}.yaml")
@@ -117,6 +117,9 @@ def main(argv: list[str] | None = None) -> int:
                   f"{_cell(runs, i, 'lost_gpu_hours', '.1f')} | {_cell(runs, i, 'busy_node_terminations', '.1f')} |")
             lead = ""
 
+    def per_job(x):  # lost GPU-hours per interrupted job of one run's metrics
+        return x["lost_gpu_hours"] / x["jobs_interrupted"] if x["jobs_interrupted"] else 0.0
+
     print(f"\n### Early spot warnings (interruption-heavy market: {STORM_PER_MONTH:g} interruptions per spot "
           "node-month; the recommendation 10-20 min before the interruption for the share shown, else with the "
           "notice)\n")
@@ -128,7 +131,6 @@ def main(argv: list[str] | None = None) -> int:
         for share in EARLY_SHARES:
             runs = [r for r in results if r["figure"] == EARLY and r["cluster"] == c and r["share"] == share]
             for i, m in enumerate(runs[0]["metrics"]):
-                per_job = (lambda x: x["lost_gpu_hours"] / x["jobs_interrupted"] if x["jobs_interrupted"] else 0.0)
                 print(f"| {lead} | {share:g} | {m['name']} | {_cell(runs, i, 'interruptions', '.1f')} | "
                       f"{_cell(runs, i, 'jobs_interrupted', '.0f')} | {_cell(runs, i, 'lost_gpu_hours', '.1f')} | "
                       f"{_cell(runs, i, per_job, '.3f')} | {_cell(runs, i, 'total_cost_usd', ',.0f')} | "

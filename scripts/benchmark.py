@@ -47,7 +47,7 @@ def run_cluster(args: tuple[str, str, int, int | None, bool]) -> dict:
     from sim import pool, runner, traces
     from sim.engine import SPOT_SHORTAGE, SimSettings
     from sim.policies import all_policies, what_if_policies
-    from stacks import config
+    from config import config
 
     traces_dir, cluster, seed, floor_nodes, scenario = args
     shortage = scenario == SHORTAGE

@@ -12,7 +12,7 @@ and the monthly cost of a point is that plus the simulated elastic spend scaled 
 Service per point: p95 job wait (job traces), unmet share of the GPU-hours an instant, infinite cluster would
 have served by the horizon (runner.oracle_gpu_hours), and interruptions of
 production work. Production work is interrupted only where the shipped objects let it run on spot: Kueue admits
-production work to spot only in a pool listed in scheduling.kueue.production_spot_pools (stacks/scheduling.py
+production work to spot only in a pool listed in scheduling.kueue.production_spot_pools (config/scheduling.py
 production_work_on_spot, the rule the organization advisor's environment simulator uses). Where it may: the
 simulator runs every job on whatever node is free, so the share of jobs that is production work
 (ServiceTarget.production_share_pct; by default all of a production-tier pool) is charged with that share of the
@@ -39,12 +39,13 @@ from dataclasses import replace
 
 from sim import pool as simpool
 from sim import runner
+from sim.environment import production_share_pct
 from sim.engine import MINUTES_PER_MONTH, SimSettings, default_horizon
 from sim.policies import GpuLoan
 from pricing.sources import floor_pricing
-from stacks.config import HOURS_PER_MONTH, ElasticCapacity, GpuLoanConfig, ServiceTarget, Tier
-from stacks import config
-from stacks.scheduling import production_work_on_spot
+from config.config import HOURS_PER_MONTH, ElasticCapacity, GpuLoanConfig, ServiceTarget
+from config import config
+from config.scheduling import production_work_on_spot
 
 MAX_POINTS = 25  # floor sizes simulated at most (a larger pool is swept in even steps, the peak included)
 # A floor node the demand needs less than this share of the time is "needed 0 % of the time" (the summary rounds
@@ -59,10 +60,7 @@ class AdviceError(ValueError):
 def production_share(cfg: GpuLoanConfig, pool_name: str, override_pct: float | None = None) -> float:
     """Share (0..1) of the pool's demand that is production work: the CLI flag, else the pool's service target,
     else 1 for a production-tier pool and 0 for the others."""
-    pool = cfg.pool(pool_name)
-    pct = override_pct if override_pct is not None else pool.service_target.production_share_pct
-    if pct is None:
-        return 1.0 if pool.tier == Tier.production else 0.0
+    pct = override_pct if override_pct is not None else production_share_pct(cfg.pool(pool_name))
     if not 0 <= pct <= 100:
         raise AdviceError(f"production share must be between 0 and 100 %, got {pct}")
     return pct / 100
@@ -179,7 +177,7 @@ def advise(cfg: GpuLoanConfig, pool_name: str, trace, *, target: ServiceTarget |
     production_on_spot = production_work_on_spot(cfg, pool)
     if not production_on_spot and share >= 1 and spec.capacity == ElasticCapacity.spot_then_on_demand:
         # All of the demand is production work that Kueue keeps off spot: it runs on the floor and the on-demand
-        # fallback only (stacks/scheduling.py pool_flavors), so that is the pool simulated.
+        # fallback only (config/scheduling.py pool_flavors), so that is the pool simulated.
         spec = replace(spec, capacity=ElasticCapacity.on_demand)
     floor_type = spec.floor_type or spec.on_demand_type or spec.spot_type
     rates, missing = payment_rates(cfg, pool_name, floor_type)

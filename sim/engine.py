@@ -30,7 +30,8 @@ import random
 from dataclasses import dataclass, field
 
 from sim.gangs import GangHoldMeter
-from sim.pool import HOURS_PER_MONTH, PoolSpec
+from pricing.cost_model.billing import HOURS_PER_MONTH
+from sim.pool import PoolSpec
 from sim.traces import JobsTrace, SeriesTrace
 
 GUARANTEED, SPOT, ON_DEMAND = "guaranteed", "spot", "on_demand"

@@ -7,7 +7,7 @@ Public API (what `gpuloan advise` and the benchmarks call):
                          specs=None, window_from_minute=None) -> EnvironmentResult
 
 - `cfg`: a validated GpuLoanConfig. Pools, floors, elastic sizes, tiers, teams, production shares
-  (`service_target.production_share_pct`) and the Kueue plan (stacks/scheduling.py `plan(cfg)`: which queue may
+  (`service_target.production_share_pct`) and the Kueue plan (config/scheduling.py `plan(cfg)`: which queue may
   borrow which floor, lendingLimit, borrowingLimit) all come from it: a config with another floor is simulated
   as is, nothing is deployed. `specs` (pool name -> PoolSpec) replaces the PoolSpec sim/pool.py builds from a
   pool (e.g. auto-sized to a trace); the plan is still read from `cfg`.
@@ -99,9 +99,9 @@ from sim.engine import (
 from sim.pool import PoolError, PoolSpec, demand_profile, spec_from_config
 from sim.runner import elastic_oracle_gpu_hours, metrics_of, oracle_gpu_hours, percentile
 from sim.traces import JobsTrace
-from stacks.config_terms import Reservation, Tier
+from config.config_terms import Reservation, Tier
 from stacks.kubernetes.tenancy import PRIORITY_VALUES
-from stacks.scheduling import FLOOR, plan, production_work_on_spot
+from config.scheduling import FLOOR, plan, production_work_on_spot
 
 # The billing model's purchase kinds (pricing/cost_model/billing.py): a floor is reserved capacity (an ODCR, or a
 # fixed node group billed at the same on-demand rate), a Capacity Block its own kind; elastic nodes spot or on-demand.
@@ -158,6 +158,8 @@ def sharing_of(cfg) -> dict[str, PoolSharing]:
 
 
 def production_share_pct(pool) -> float:
+    """The pool's production share in percent: its service target's, else 100 for a production-tier pool and 0 for
+    the others (the one reading of it: the simulator and the floor advisor)."""
     share = pool.service_target.production_share_pct
     if share is None:
         return 100.0 if pool.tier == Tier.production else 0.0
@@ -683,7 +685,7 @@ class Environment:
                 raise EnvironmentError(f"specs['{p.name}'] has {spec.floor_nodes} floor nodes, the config "
                                        f"{p.guaranteed.nodes if p.guaranteed else 0}: lending follows the config's "
                                        f"plan, so change the floor in the config (pools[].guaranteed.nodes)")
-            # production work may use spot only where Kueue lets it: the one rule of stacks/scheduling.py, which the
+            # production work may use spot only where Kueue lets it: the one rule of config/scheduling.py, which the
             # single-pool advisor (sim/advisor.py) uses too
             on_spot = production_work_on_spot(cfg, p)
             self.pools[p.name] = PoolSim(self, spec, trace, controller_factory(spec), settings, self.horizon,
@@ -700,7 +702,7 @@ class Environment:
                     w.lenders.append((ls, self.sharing[name].borrowing_limit_gpus.get(lender)))
             kept_off_spot = w.production is not None and not w.production_on_spot and sim.spec.has_spot
             # A production pool with a floor and interruptible jobs of its own: its ClusterQueue preempts lower
-            # priority (stacks/scheduling.py preempt_lower_priority), its interruptible jobs run below production.
+            # priority (config/scheduling.py preempt_lower_priority), its interruptible jobs run below production.
             w.priority_within = (self.cfg.pool(name).tier == Tier.production and w.production is not None
                                  and not all(w.production) and sim.spec.floor_nodes > 0)
             w.plain = not w.lenders and not kept_off_spot and not w.priority_within

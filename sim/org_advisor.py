@@ -50,6 +50,7 @@ from pricing.cost_model import billing
 from sim import commitment_choice, fluid
 from sim.fluid import EnvironmentRun, PoolPrices, Scenario
 from sim.org_demand import PRODUCTION, TIERS, PoolDemand
+from sim.runner import percentile
 
 DEFAULT_PERCENTILE = 90.0
 KARPENTER, KARPENTER_SP = "karpenter", "karpenter+savings-plan"
@@ -125,7 +126,7 @@ def setup_config(cfg, floors_nodes: dict[str, int], *, lend: bool):
     have gets a capacity reservation of its instance type; a pool left without one loses `guaranteed`), and, for
     a setup that does not lend, every team's `lending_limit_pct` at 0 (docs/scheduling.md). Validation limits
     apply: a floor above the config's 64 nodes or a floorless pool without elastic capacity is refused."""
-    from stacks.config import Guaranteed, Reservation
+    from config.config import Guaranteed, Reservation
 
     pools = []
     for pool in cfg.pools:
@@ -384,20 +385,10 @@ def _reduce(result) -> _SimulatedRun:
     return _SimulatedRun(usage, pools, result.environment["window"]["p95_wait_minutes_by_tier"])
 
 
-def percentile(values, pct: float) -> float:
-    """The nearest-rank percentile (0 < pct <= 100) of `values`; 0 for no values."""
-    xs = sorted(values)
-    if not xs:
-        return 0.0
-    if not 0 <= pct <= 100:
-        raise OrgAdviceError(f"guarantee percentile must be between 0 and 100, got {pct}")
-    if pct == 0:
-        return 0.0
-    return xs[max(0, math.ceil(pct / 100 * len(xs)) - 1)]
-
-
 def size_floors(demands: dict[str, PoolDemand], prices: dict[str, PoolPrices], pct: float) -> dict[str, int]:
     """Each production pool's floor: the pct-th percentile of its hourly production GPUs, in whole nodes (up)."""
+    if not 0 <= pct <= 100:
+        raise OrgAdviceError(f"guarantee percentile must be between 0 and 100, got {pct}")
     out = {}
     for n, d in demands.items():
         if d.tier != PRODUCTION:

@@ -17,9 +17,7 @@ import math
 from dataclasses import dataclass, replace
 
 from pricing.sources import catalog
-from stacks.config import ElasticCapacity, GpuLoanConfig, Pool
-
-HOURS_PER_MONTH = 730
+from config.config import ElasticCapacity, GpuLoanConfig, Pool
 
 # Spot Instance Advisor "frequency of interruption" buckets (share of instances interrupted over a month) ->
 # the rate used here: the bucket's midpoint (">20%" taken as 25%).
@@ -133,7 +131,7 @@ def _floor_price(region: str, pool: Pool) -> float:
     """One floor node at the rate it is paid (guaranteed.payment; pricing/sources/floor_pricing.py)."""
     from types import SimpleNamespace
 
-    from stacks.config import floor_rate
+    from config.config import floor_rate
     from pricing.sources.floor_pricing import missing_rate_reason
 
     rate = floor_rate(SimpleNamespace(region=region), pool)
@@ -160,8 +158,8 @@ def spec_from_config(cfg: GpuLoanConfig, pool_name: str | None = None) -> PoolSp
 def _paid_as_covered(cfg: GpuLoanConfig, pool: Pool) -> Pool:
     """The pool with its floor priced the way the environment pays it when this pool runs alone: a floor the
     organization's commitments cover in full (an RI count of its type at least its nodes, a plan that covers them:
-    stacks/config.py floor_payment_equivalent) at that commitment's rate, else as its own payment says."""
-    from stacks.config import FloorPayment, floor_payment_equivalent
+    config/config.py floor_payment_equivalent) at that commitment's rate, else as its own payment says."""
+    from config.config import FloorPayment, floor_payment_equivalent
 
     g = pool.guaranteed
     if g is None:
@@ -174,7 +172,7 @@ def _paid_as_covered(cfg: GpuLoanConfig, pool: Pool) -> Pool:
 
 def placement_of(cfg: GpuLoanConfig) -> str:
     """How the stack's cluster places a pod among the nodes it fits (sim/engine.py, docs/simulator.md)."""
-    from stacks.config import NewCluster
+    from config.config import NewCluster
 
     return "most_allocated" if isinstance(cfg.cluster, NewCluster) and cfg.cluster.bin_packing else "least_allocated"
 

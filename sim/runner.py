@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from sim.engine import MINUTES_PER_MONTH, JobsWorkload, SimSettings, Simulation, default_horizon
@@ -12,13 +13,15 @@ from sim.pool import PoolSpec, demand_profile, with_floor
 from sim.traces import JobsTrace
 
 
-def percentile(values: list[float], q: float) -> float:
-    """Nearest-rank percentile (q in 0..100): hand-checkable, always one of the values."""
-    if not values:
-        return 0.0
+def percentile(values: Iterable[float], q: float) -> float:
+    """Nearest-rank percentile (0 < q <= 100): hand-checkable, always one of the values; 0 for no values and for
+    q = 0 (no rank: the floor advisor's "guarantee nothing"). The one percentile of the simulator and the advisors."""
+    if not 0 <= q <= 100:
+        raise ValueError(f"percentile must be between 0 and 100, got {q}")
     ordered = sorted(values)
-    k = max(1, math.ceil(q / 100 * len(ordered)))
-    return ordered[k - 1]
+    if not ordered or q == 0:
+        return 0.0
+    return ordered[math.ceil(q / 100 * len(ordered)) - 1]
 
 
 def oracle_gpu_hours(trace, horizon: int) -> float:

@@ -13,8 +13,8 @@ import json
 import pulumi
 import pulumi_aws as aws
 
-from stacks import tags, versions
-from stacks.config import BIN_PACKING_MIN_VERSION, ExistingCluster, GpuLoanConfig, NewCluster, endpoint_public_cidrs
+from config import tags, versions
+from config.config import BIN_PACKING_MIN_VERSION, ExistingCluster, GpuLoanConfig, NewCluster, endpoint_public_cidrs
 from stacks.network import Network
 from stacks.capacity.system_nodes import system_node_group
 

@@ -3,7 +3,7 @@
 Plan first (STYLE.md 1): `plan_images(cfg)` is a pure function that turns the config's image matrix into build
 plans (Dockerfile, build args, content-hashed tags, platforms); `CudaImages` only declares the resources.
 Compatibility (driver / CUDA / wheel / Python / GPU architecture) was already checked when the config was
-parsed (stacks/compat.py), so every plan here is for an image the nodes can run.
+parsed (config/compat.py), so every plan here is for an image the nodes can run.
 
 Per image: the base Dockerfile (images/base: CUDA runtime + Python + non-root user) is pushed as
 `base-<versions>-<hash>`; when the image has PyTorch or packages, the framework Dockerfile (images/framework)
@@ -25,9 +25,9 @@ import pulumi
 import pulumi_aws as aws
 import pulumi_docker_build as docker_build
 
-from stacks import compat, versions
+from config import compat, versions
 from pricing.sources import catalog
-from stacks.config import GpuLoanConfig, Image
+from config.config import GpuLoanConfig, Image
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 # Relative to the project root (where Pulumi runs the program), so the inputs are the same on every machine.

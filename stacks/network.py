@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_aws as aws
 
-from stacks import tags
+from config import tags
 
 # Private subnets take 1/8 of the VPC each (up to 6 AZs); the last 1/8 is cut into 8 small public subnets.
 _PRIVATE_SPLIT_BITS = 3

@@ -11,14 +11,14 @@ from __future__ import annotations
 import pulumi
 import pulumi_aws as aws
 
-from stacks import tags
+from config import tags
 from stacks.spend import alarms, budgets, dashboard
 from stacks.kubernetes import layer as kubernetes
 from stacks.capacity import live_sizes
 from stacks.capacity import pools as pool_capacity
 from stacks.spend.alerts import Alerts, AlertsArgs
 from stacks.cluster import Cluster, cluster_name_for
-from stacks.config import GpuLoanConfig
+from config.config import GpuLoanConfig
 from stacks.gitops.role_guard import RoleGuard
 
 

@@ -12,6 +12,9 @@ import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parent.parent
+# The command line as tests run it: this interpreter's gpuloan package, wherever the virtual environment lives (the
+# `.venv/bin/gpuloan` of the docs is the same entry point, gpuloan/__main__.py).
+GPULOAN = [sys.executable, "-m", "gpuloan"]
 for p in (str(REPO), str(REPO / "tests")):
     if p not in sys.path:
         sys.path.insert(0, p)
@@ -23,7 +26,7 @@ DEFAULT_SHARED_DATA = REPO.parent / "shared" / "data"
 SHARED_DATA = Path(os.environ.get("GPULOAN_SHARED_DATA") or DEFAULT_SHARED_DATA).resolve()
 SHARED_PRICES = SHARED_DATA / "prices"
 SHARED_TRACES = SHARED_DATA / "traces"
-SHARED_KUEUE_CRDS = SHARED_DATA / "kueue-crds-v0.19.2"  # the CRDs of the pinned Kueue chart (stacks/versions.py)
+SHARED_KUEUE_CRDS = SHARED_DATA / "kueue-crds-v0.19.2"  # the CRDs of the pinned Kueue chart (config/versions.py)
 # Tests that need prices read the public table through the offline price file, as a user without AWS access
 # would; without ../shared the tests that need it skip (see requires_shared_prices), the others see no prices.
 # An explicit GPULOAN_PRICE_FILE from the caller is kept.

@@ -6,7 +6,8 @@ and node groups of the capacity layer; tests/test_kubernetes_stack.py checks the
 
 import pulumi
 
-from stacks import cluster, config, platform
+from stacks import cluster, platform
+from config import config
 from stacks.kubernetes import layer as kubernetes
 
 cfg = config.from_pulumi_config()

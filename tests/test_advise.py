@@ -14,7 +14,7 @@ from gpuloan import cli
 from sim import advisor
 from sim.engine import SimSettings
 from sim.traces import SeriesTrace
-from stacks import config
+from config import config
 from pricing.sources import floor_pricing
 
 pytestmark = requires_shared_prices

@@ -1,5 +1,5 @@
 """Advice that passes a sanity check before it is printed (issue 37, item 1): production interruptions only
-where Kueue lets production work run on spot (one rule, stacks/scheduling.py spot_allowed), no floor node the
+where Kueue lets production work run on spot (one rule, config/scheduling.py spot_allowed), no floor node the
 demand never needs unless the target forces it, the monthly cost against the pool and environment budgets (over
 either flagged), jobs larger than the pool counted with their sizes, a dominated recommendation called so, and
 the organization advice never showing karpenter+savings-plan dearer than karpenter. The `vision` stack of the
@@ -19,7 +19,7 @@ from gpuloan import cli
 from sim import advisor, environment, org_advisor
 from sim.engine import SimSettings
 from sim.traces import Job, JobsTrace, SeriesTrace, read_trace
-from stacks import config, scheduling
+from config import config, scheduling
 
 VISION = Path(__file__).parent / "stacks" / "Pulumi.vision.yaml"
 STORMY = replace(SimSettings(), spot_interruptions_per_month=60, spot_unavailable_episodes_per_week=0)

@@ -26,7 +26,7 @@ def test_a_series_pool_reclaimed_before_it_served_as_much_keeps_whole_gpus():
     pending pods floats. They stay whole numbers, and the policy's view of them is built."""
     from sim import engine, pool as simpool, traces
     from sim.policies import GpuLoan
-    from stacks import config
+    from config import config
 
     cfg = config.from_stack_yaml({"config": stack_config("prod")}, "test")
     spec = simpool.spec_from_config(cfg, "research")

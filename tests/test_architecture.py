@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import grimp
 
-PACKAGES = ("gpuloan", "offline", "policy", "pricing", "sim", "stacks")
+PACKAGES = ("config", "gpuloan", "offline", "policy", "pricing", "sim", "stacks")
 
 
 def strongly_connected(graph: grimp.ImportGraph) -> list[list[str]]:

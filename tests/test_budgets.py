@@ -9,7 +9,7 @@ import pytest
 
 from conftest import run_stack, stack_config
 from offline.runner import ACCOUNT_ID
-from stacks import config, tags
+from config import config, tags
 from stacks.spend import alerts, budgets
 
 BUDGET = "aws:budgets/budget:Budget"

@@ -18,8 +18,8 @@ from capacity_helpers import (
 )
 from conftest import STACKS, run_stack, stack_config
 from offline import runner as offline
-from stacks import names, tags, versions
-from stacks.config import ConfigError, from_stack_yaml
+from config import names, tags, versions
+from config.config import ConfigError, from_stack_yaml
 from stacks.capacity.guaranteed import gpu_ami_type
 
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "true", "effect": "NO_SCHEDULE"}
@@ -375,7 +375,7 @@ INVALID = {
     "checkpoint lead on odcr": (dict(guaranteed={"reservation": "odcr", "availability_zone": "us-east-1a",
                                                  "capacity_block_checkpoint_lead_minutes": 10}),
                                 "pools[0].guaranteed.capacity_block_checkpoint_lead_minutes"),
-    # several sizes are several groups (stacks/node_sizes.py), of one GPU model only (L4 x1 beside L40S x4: no)
+    # several sizes are several groups (config/node_sizes.py), of one GPU model only (L4 x1 beside L40S x4: no)
     "sizes of mixed GPU models": (dict(elastic={"instance_types": ["g6.xlarge", "g6e.12xlarge"]}),
                             "pools[0].elastic.instance_types"),
     "mixed CPU architectures": (dict(elastic={"instance_types": ["g5g.xlarge", "g5.xlarge"]}),

@@ -6,7 +6,7 @@ tested with botocore's Stubber, the decision purely, the tick with an in-memory 
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta
 
 import boto3
 import pytest

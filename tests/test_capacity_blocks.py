@@ -262,7 +262,7 @@ def test_tick_never_touches_a_normal_floor(monkeypatch):
 
 def _block_cfg(**guaranteed):
     from conftest import stack_config
-    from stacks import config
+    from config import config
 
     data = stack_config("prod")
     data["gpuloan:pools"][0]["guaranteed"].update(
@@ -358,7 +358,7 @@ def test_rbac_grants_pod_patch_only_with_a_block_and_the_client_uses_exactly_tha
     from conftest import stack_config
     from fake_kube import FakeKube, gpu_pod
     from policy.kube import KubeClient
-    from stacks import config, scheduling, versions
+    from config import config, scheduling, versions
     from stacks.kubernetes import tenancy
 
     plain = config.from_stack_yaml({"config": stack_config("prod")}, "test")

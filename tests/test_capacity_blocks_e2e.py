@@ -14,7 +14,7 @@ from aws_emulator import CapacityReservationsFake
 from conftest import requires_shared_prices
 from fake_kube import FakeKube, gpu_pod
 from policy import capacity_blocks as cb
-from stacks import config, scheduling
+from config import config, scheduling
 from stacks.kubernetes.kueue import cluster_queue_manifest
 from stacks.policy_function.package import build_zip
 from stacks.policy_function.settings import settings_for

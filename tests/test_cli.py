@@ -11,12 +11,11 @@ import sys
 from types import SimpleNamespace
 
 import pytest
-from conftest import REPO, SHARED_TRACES, requires_shared_prices, requires_shared_traces
+from conftest import GPULOAN, REPO, SHARED_TRACES, requires_shared_prices, requires_shared_traces
 
 from gpuloan import cli, stack_arg
 from table_checks import split_figures as _split_figures, too_wide_at as _too_wide_at
 
-GPULOAN = [sys.executable, "-m", "gpuloan"]
 TABLE_WIDTH = 80
 
 
@@ -269,7 +268,7 @@ def test_yaml_unclosed_quote_shows_the_line_that_opened_it(tmp_path):
 
 def test_bench_config_measures_a_valid_hundred_pool_config_with_a_large_kueue_cohort():
     from scripts.bench_config import hundred_pools
-    from stacks import config, scheduling
+    from config import config, scheduling
 
     cfg = config.parse(hundred_pools())  # raises ConfigError (the Kueue 64-flavor rule) on an invalid config
     assert len(cfg.pools) == 100 and cfg.scheduling.kueue.enabled

@@ -17,7 +17,7 @@ from policy.engine import decide, hours_left_in_month
 from policy.model import Observation, PoolObservation, Reason
 from pricing.cost_model import billing, costs
 from pricing.sources import catalog, floor_pricing
-from stacks import config
+from config import config
 from stacks.policy_function import settings as policy_settings
 
 pytestmark = requires_shared_prices

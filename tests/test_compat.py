@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from conftest import stack_config
 
-from stacks import compat, config, versions
+from config import compat, config, versions
 from pricing.sources import catalog
 
 

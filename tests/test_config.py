@@ -11,7 +11,7 @@ import pytest
 import yaml
 from conftest import REPO, requires_shared_prices, stack_config
 
-from stacks import config
+from config import config
 
 
 def _set(cfg: dict, dotted: str, value) -> None:

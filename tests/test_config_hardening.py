@@ -12,7 +12,7 @@ import yaml
 from conftest import run_stack, stack_config
 from gpuloan import cmd_validate, stackfile
 from offline import runner as offline
-from stacks import config
+from config import config
 
 GOOD_DEV = (stackfile.Path(__file__).resolve().parent.parent / "Pulumi.dev.yaml").read_text()
 

@@ -11,7 +11,7 @@ from conftest import stack_config
 
 from gpuloan import cli
 from pricing.cost_model import costs
-from stacks import config
+from config import config
 from pricing.sources import catalog, pricebook
 
 CIPHERTEXT = "v1:AAABAJx0Y2lwaGVydGV4dA=="  # the shape Pulumi writes; nothing decrypts it here

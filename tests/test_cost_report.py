@@ -183,7 +183,7 @@ def test_cost_explorer_refusal_exits_3(in_repo, capsys):
 def test_inactive_tags_reported_when_the_api_says_so():
     cfg_period = cost_report.parse_month("2026-07", TODAY)
     from conftest import stack_config
-    from stacks import config
+    from config import config
 
     cfg = config.from_stack_yaml({"config": stack_config("dev")}, "dev")
     fetched = cost_report.Fetched({("research", "elastic"): 10.0}, pages=1, estimated=False)
@@ -195,7 +195,7 @@ def test_inactive_tags_reported_when_the_api_says_so():
 
 def test_unknown_pool_gets_its_own_row_without_budget():
     from conftest import stack_config
-    from stacks import config
+    from config import config
 
     cfg = config.from_stack_yaml({"config": stack_config("dev")}, "dev")
     fetched = cost_report.Fetched({("research", "elastic"): 10.0, ("old-pool", "elastic"): 7.0}, 1, False)
@@ -217,11 +217,11 @@ def test_the_installed_command_end_to_end(aws_env, tmp_path):
     import subprocess
 
     from aws_emulator import emulator_env
-    from conftest import REPO
+    from conftest import GPULOAN, REPO
 
     supply(aws_env, page([group("research", "guaranteed", 580.0), group("research", "elastic", 120.5)]))
     out_csv = tmp_path / "dev.csv"
-    result = subprocess.run([str(REPO / ".venv" / "bin" / "gpuloan"), "cost-report", "--month", "2026-07",
+    result = subprocess.run([*GPULOAN, "cost-report", "--month", "2026-07",
                              "--stack", "dev", "--csv", str(out_csv)],
                             cwd=REPO, env=emulator_env(aws_env), capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr

@@ -12,7 +12,7 @@ from conftest import requires_shared_prices, stack_config
 from gpuloan import cli
 from sim import demand_history
 from policy import metric_names as M
-from stacks import config
+from config import config
 
 NOW = dt.datetime.now(dt.timezone.utc).replace(second=0, microsecond=0)
 

@@ -20,7 +20,7 @@ import typing
 from dataclasses import dataclass
 
 import pytest
-from conftest import REPO, SHARED_DATA, requires_shared_prices, requires_shared_traces
+from conftest import GPULOAN, REPO, SHARED_DATA, requires_shared_prices, requires_shared_traces
 from doc_commands import SHELL_LANGS, DocCommand, blocks, commands_of, doc_pages, shell_commands, split_comment
 
 DEEP = os.environ.get("GPULOAN_HYPOTHESIS_PROFILE") == "deep"
@@ -171,7 +171,7 @@ def _gpuloan_help(argv: list[str]) -> str:
     """`--help` of the subcommand (`prices refresh` is two words)."""
     words = [a for a in argv[1:3] if not a.startswith("-")]
     for n in (len(words), 1):
-        result = subprocess.run([str(REPO / argv[0]), *words[:n], "--help"], cwd=REPO, capture_output=True,
+        result = subprocess.run([*GPULOAN, *words[:n], "--help"], cwd=REPO, capture_output=True,
                                 text=True, timeout=60)
         if result.returncode == 0:
             return result.stdout
@@ -179,10 +179,10 @@ def _gpuloan_help(argv: list[str]) -> str:
 
 
 def _config_path_exists(path: str) -> bool:
-    """`budget.alert_emails[0]`: each name is a field of the config model (stacks/config.py)."""
+    """`budget.alert_emails[0]`: each name is a field of the config model (config/config.py)."""
     from pydantic import BaseModel
 
-    from stacks.config import GpuLoanConfig
+    from config.config import GpuLoanConfig
 
     model: typing.Any = GpuLoanConfig
     for name in re.sub(r"\[\d+\]", "", path).split("."):
@@ -281,7 +281,7 @@ def test_make_help_shows_every_documented_line_of_every_target():
 
 def test_config_reference_names_what_a_map_holds():
     from gpuloan.cmd_schema import _type_name
-    from stacks.config import InstancePrice
+    from config.config import InstancePrice
 
     assert _type_name(dict[str, InstancePrice]) == "map of string to InstancePrice"
     assert "| `instance_prices` | map of string to InstancePrice |" in (REPO / "docs" / "config.md").read_text()
@@ -309,7 +309,7 @@ def test_simulator_doc_quotes_the_real_trace_error(tmp_path):
     quoted = re.search(r"`trace\.csv:3: ([^`]+)`", text).group(1)
     bad = tmp_path / "trace.csv"
     bad.write_text("submit_s,duration_s,gpus\n0,600,8\nx,600,8\n")
-    result = subprocess.run([str(REPO / ".venv" / "bin" / "gpuloan"), "simulate", "--trace", str(bad), "-s", "dev"],
+    result = subprocess.run([*GPULOAN, "simulate", "--trace", str(bad), "-s", "dev"],
                             cwd=REPO, capture_output=True, text=True, timeout=120)
     assert result.returncode == 2 and f"{bad}:3: {quoted}" in result.stderr
 

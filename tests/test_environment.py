@@ -16,7 +16,7 @@ from sim.policies import GpuLoan, Karpenter
 from sim.pool import spec_from_config
 from sim.runner import metrics_of
 from sim.traces import Job, JobsTrace
-from stacks import config
+from config import config
 
 pytestmark = requires_shared_prices
 

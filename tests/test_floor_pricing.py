@@ -11,7 +11,7 @@ from conftest import requires_shared_prices, stack_config
 from gpuloan import cli
 from pricing.cost_model import costs
 from sim import pool as simpool
-from stacks import config
+from config import config
 from stacks.policy_function import settings as policy_settings
 from pricing.sources import catalog, floor_pricing
 

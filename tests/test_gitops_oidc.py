@@ -8,7 +8,7 @@ import re
 import pytest
 from conftest import run_stack, stack_config
 
-from stacks import config as config_mod
+from config import config as config_mod
 from stacks.gitops import github_oidc
 
 REPO_NAME = "example-org/ml-infra"

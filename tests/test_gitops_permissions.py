@@ -383,7 +383,7 @@ def test_deploy_writes_its_own_state_only(s3_backend_dev):
 def test_state_key_without_a_bucket_is_refused():
     from conftest import stack_config
 
-    from stacks import config
+    from config import config
 
     data = {k.split(":", 1)[1]: v for k, v in stack_config("dev").items() if k.startswith("gpuloan:")}
     data["github"]["state_kms_key_arn"] = KEY

@@ -16,7 +16,7 @@ import json
 import pytest
 from conftest import STACKS
 from iam_eval import allowed
-from provider_requests import OPS, REQUESTS, Plan, requests_for
+from provider_requests import REQUESTS, Plan, requests_for
 
 from stacks.gitops import iam_permissions as perms
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO, stack_config
+from conftest import GPULOAN, REPO, stack_config
 
 WORKFLOWS = REPO / ".github" / "workflows"
 BIN = Path(sys.executable).parent
@@ -169,7 +169,7 @@ def test_no_pull_request_job_gets_any_pulumi_token_or_secret():
 
 
 def _ci_runner(*stacks: str, cwd=REPO) -> dict:
-    out = subprocess.run([str(BIN / "gpuloan"), "ci-runner", *stacks], capture_output=True, text=True,
+    out = subprocess.run([*GPULOAN, "ci-runner", *stacks], capture_output=True, text=True,
                          timeout=120, cwd=cwd)
     assert out.returncode == 0, out.stderr
     return {k: json.loads(v) for k, v in (line.split("=", 1) for line in out.stdout.splitlines())}
@@ -235,7 +235,7 @@ def test_the_scheduled_price_refresh_opens_a_pull_request_through_the_preview_ro
 
 
 def config_mod_parse_prod():
-    from stacks import config as config_mod
+    from config import config as config_mod
 
     return config_mod.parse({k.split(":", 1)[1]: v for k, v in stack_config("prod").items()
                              if k.startswith("gpuloan:")})

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 from conftest import REPO, run_stack, stack_config
 
-from stacks import config, images, versions
+from stacks import images
+from config import config, versions
 
 DOCKERFILES = sorted((REPO / "images").rglob("Dockerfile"))
 HADOLINT = Path(sys.executable).parent / "hadolint"

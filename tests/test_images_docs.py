@@ -9,7 +9,7 @@ from pathlib import Path
 
 from conftest import REPO
 
-from stacks import compat
+from config import compat
 
 DOC = REPO / "docs" / "images.md"
 
@@ -31,5 +31,5 @@ def test_project_image_example_passes_hadolint(tmp_path):
 
 def test_doc_names_the_files_it_describes():
     text = DOC.read_text()
-    for path in ("images/base/Dockerfile", "images/framework/Dockerfile", "stacks/compat.py", "stacks/versions.py"):
+    for path in ("images/base/Dockerfile", "images/framework/Dockerfile", "config/compat.py", "config/versions.py"):
         assert path in text and (REPO / path).exists(), path

@@ -8,7 +8,7 @@ import subprocess
 
 from conftest import REPO
 
-from stacks import versions
+from config import versions
 from stacks.kubernetes import gpu_metrics, gpu_operator, tenancy
 
 KUBERNETES_MD = (REPO / "docs" / "kubernetes.md").read_text()

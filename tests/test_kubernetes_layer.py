@@ -10,7 +10,7 @@ import yaml
 from conftest import stack_config
 from kube_checks import HELM_RELEASE, kube_objects, layer, release, run_layer, schema_version, validate_strict
 
-from stacks import config, tags, versions
+from config import config, tags, versions
 from stacks.kubernetes import gpu_metrics, gpu_operator, k8s_provider, tenancy
 from pricing.sources import catalog
 

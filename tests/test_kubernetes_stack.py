@@ -8,7 +8,7 @@ import pytest
 from conftest import run_stack, stack_config
 from kube_checks import HELM_RELEASE, kube_objects, validate_strict
 
-from stacks import versions
+from config import versions
 
 STACKS = ("dev", "prod")
 LAYER_TYPES = ("gpuloan:gpu_operator:GpuOperator", "gpuloan:gpu_metrics:GpuMetrics", "gpuloan:tenancy:Tenancy",

@@ -209,7 +209,7 @@ def test_cost_diff_shows_each_steps_blockers_and_order(earlier_133, head_134, he
 def test_the_shipped_stacks_are_on_one_version_with_pinned_add_ons():
     # One minor per commit is what the deploy gate enforces (the base is the commit before); the shipped stacks
     # themselves must be on a version with pins for every step down to the oldest supported one.
-    from stacks import versions
+    from config import versions
 
     for stack in ("dev", "prod"):
         version = stack_config(stack)["gpuloan:cluster"]["kubernetes_version"]

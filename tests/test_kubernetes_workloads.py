@@ -7,7 +7,7 @@ import yaml
 from conftest import REPO, stack_config
 from kube_checks import WORKLOADS, schema_version, validate_strict
 
-from stacks import config, tags
+from config import config, tags
 from stacks.kubernetes import tenancy
 
 PROD = config.from_stack_yaml({"config": stack_config("prod")}, "Pulumi.prod.yaml")

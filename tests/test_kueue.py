@@ -20,10 +20,10 @@ from policy_cases import NOW, spend
 from policy import kube as policy_kube
 from policy.engine import decide
 from policy.model import Group, Observation, PoolObservation, Reason
-from stacks import config, scheduling, tags, versions
+from config import config, scheduling, tags, versions
 from stacks.policy_function import settings as policy_settings
 from stacks.kubernetes import kueue, tenancy
-from stacks.config import ConfigError, Tier
+from config.config import ConfigError, Tier
 
 STACKS = ("dev", "prod")
 KUEUE_KINDS = ("WorkloadPriorityClass", "Cohort", "ResourceFlavor", "ClusterQueue", "LocalQueue")

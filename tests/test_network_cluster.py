@@ -13,8 +13,8 @@ from capacity_helpers import CLUSTER, NODE_GROUP, descendants, dev_variant, is_t
 from conftest import STACKS, run_stack, stack_config
 from offline import runner as offline
 from stacks import cluster as cluster_mod
-from stacks import tags, versions
-from stacks.config import from_stack_yaml
+from config import tags, versions
+from config.config import from_stack_yaml
 from stacks.network import plan_subnets
 
 EKS = "aws:eks/cluster:Cluster"
@@ -146,7 +146,7 @@ def test_without_bin_packing_the_cluster_is_sent_the_default_scoring():
 
 
 def test_bin_packing_needs_kubernetes_1_31():
-    from stacks.config import ConfigError
+    from config.config import ConfigError
 
     config = stack_config("dev")
     config["gpuloan:cluster"]["kubernetes_version"] = "1.30"
@@ -298,7 +298,7 @@ def test_existing_cluster_node_subnets_from_config_are_used_exactly():
 
 def test_node_subnet_ids_must_be_subnet_ids():
     from conftest import stack_config
-    from stacks import config as config_mod
+    from config import config as config_mod
 
     data = {k.split(":", 1)[1]: v for k, v in stack_config("dev").items() if k.startswith("gpuloan:")}
     data["cluster"] = {**EXISTING, "node_subnet_ids": ["vpc-123"]}

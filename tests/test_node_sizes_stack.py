@@ -1,4 +1,4 @@
-"""A pool of several node sizes in the stack (stacks/node_sizes.py): a spot and an on-demand managed node group per
+"""A pool of several node sizes in the stack (config/node_sizes.py): a spot and an on-demand managed node group per
 size, each of one shape; the first listed size keeps a one-size pool's names and URNs; the policy's IAM, settings and
 Kueue quota cover every size; bad mixes fail before any resource."""
 
@@ -10,7 +10,7 @@ import pytest
 
 from capacity_helpers import ELASTIC, NODE_GROUP, dev_variant, under
 from conftest import requires_shared_prices, run_stack
-from stacks.config import ConfigError, from_stack_yaml
+from config.config import ConfigError, from_stack_yaml
 
 G6E = ["g6e.48xlarge", "g6e.12xlarge", "g6e.2xlarge"]
 
@@ -74,7 +74,7 @@ def test_the_policy_may_resize_every_size_and_its_settings_name_them(sized):
 def test_a_one_size_pool_keeps_its_group_names_urns_and_inputs(recorded, stack):
     # An update from an earlier release must not replace running groups: a one-size pool's elastic groups keep the
     # Pulumi names (URNs), name prefixes and every instance type of the pool, in one group per capacity type.
-    from stacks.config import from_stack_yaml
+    from config.config import from_stack_yaml
     from conftest import stack_config
 
     rec = recorded(stack)
@@ -94,7 +94,7 @@ def test_a_one_size_pool_keeps_its_group_names_urns_and_inputs(recorded, stack):
 
 @requires_shared_prices
 def test_kueue_elastic_quota_is_every_sizes_gpus_in_one_flavor():
-    from stacks import scheduling
+    from config import scheduling
 
     cfg = from_stack_yaml({"config": _sized(max_nodes=3)}, "dev")
     pool = cfg.pools[0]

@@ -403,7 +403,7 @@ def test_cli_refuses_what_the_organization_mode_cannot_do(tmp_path, capsys, extr
 def test_setup_config_sets_each_floor_and_turns_lending_off():
     from conftest import stack_config
 
-    from stacks import config
+    from config import config
 
     cfg = config.from_stack_yaml({"config": stack_config("prod")}, "test")
     lent = org_advisor.setup_config(cfg, {"training": 5, "inference": 0}, lend=True)
@@ -426,7 +426,7 @@ def test_the_simulated_run_plugs_in_through_simulate_environment(tmp_path):
     from conftest import stack_config
 
     from sim import traces as tr
-    from stacks import config
+    from config import config
 
     cfg = config.from_stack_yaml({"config": stack_config("prod")}, "test")
     series = {"training": tr.SeriesTrace("training", tuple(16 + 16 * ((m // 60) % 6 < 3) for m in range(4 * 1440))),

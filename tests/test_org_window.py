@@ -17,7 +17,7 @@ from sim.fluid import PoolPrices, Scenario
 from sim.policies import GpuLoan, Karpenter
 from sim.runner import percentile
 from sim.traces import Job, JobsTrace
-from stacks import config
+from config import config
 
 pytestmark = requires_shared_prices
 

@@ -228,7 +228,7 @@ def test_the_online_read_takes_the_status_eks_reports_and_flags_a_stale_calendar
         "Kubernetes 1.35: STANDARD_SUPPORT (end of standard support 2027-03-27; EKS DescribeClusterVersions)"]
     moved = _EksVersions([{"clusterVersion": "1.35", "versionStatus": "STANDARD_SUPPORT",
                            "endOfStandardSupportDate": "2027-04-30T00:00:00Z"}])
-    assert "update stacks/versions.py:EKS_VERSION_CALENDAR" in cmd_prices.version_support_lines(moved, "1.35")[-1]
+    assert "update config/versions.py:EKS_VERSION_CALENDAR" in cmd_prices.version_support_lines(moved, "1.35")[-1]
     assert platform_costs.read_version_support(_EksVersions([]), "1.35").status == platform_costs.UNKNOWN_SUPPORT
     extended = _EksVersions([{"clusterVersion": "1.32", "status": "extended-support", "versionStatus": "EXTENDED_SUPPORT",
                               "endOfStandardSupportDate": "2026-03-23T00:00:00Z"}])

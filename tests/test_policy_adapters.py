@@ -112,7 +112,7 @@ def test_only_pods_the_scheduler_could_not_place_are_demand():
         kube.close()
 
 
-# What Kueue's flavors put on admitted pods (stacks/scheduling.py): floor work is pinned to tier=guaranteed, spot
+# What Kueue's flavors put on admitted pods (config/scheduling.py): floor work is pinned to tier=guaranteed, spot
 # work to tier=elastic with the spot toleration.
 SPOT_TOLERATION = {"key": "gpuloan.io/spot", "operator": "Exists", "effect": "NoSchedule"}
 FLOOR_PIN = {"gpuloan.io/tier": "guaranteed"}
@@ -179,10 +179,10 @@ def test_pending_pods_count_for_the_elastic_groups_only_when_they_could_run_ther
 
 
 def test_the_policy_knows_the_labels_and_taints_the_stack_puts_on_elastic_nodes():
-    """policy/kube.py repeats stacks/tags.py's keys (the Lambda zip does not ship stacks/): they must agree, or
+    """policy/kube.py repeats config/tags.py's keys (the Lambda zip does not ship stacks/): they must agree, or
     floor work would count as elastic demand again."""
     from policy import kube
-    from stacks import tags
+    from config import tags
     from stacks.capacity import elastic, guaranteed
 
     assert (kube.POOL_LABEL, kube.TIER_LABEL, kube.CAPACITY_LABEL) == (tags.LABEL_POOL, tags.LABEL_TIER,

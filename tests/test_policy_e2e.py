@@ -19,7 +19,7 @@ import pytest
 from aws_emulator import REGION, eks_asg_tags, emulator_env
 from conftest import requires_shared_prices, stack_config
 from fake_kube import FakeKube, gpu_pod
-from stacks import config
+from config import config
 from stacks.policy_function.package import build_zip
 from stacks.policy_function.settings import settings_for
 
@@ -157,7 +157,7 @@ def world(aws_env, kube):
     w.node_name = {i: w.dns(i) for i in [*w.floor, w.idle, w.busy]}
     for name in w.node_name.values():
         kube.add_node(name)
-    # the spot flavor's toleration (stacks/scheduling.py): pods without it may not run on spot (policy/off_spot.py)
+    # the spot flavor's toleration (config/scheduling.py): pods without it may not run on spot (policy/off_spot.py)
     spot_ok = [{"key": "gpuloan.io/spot", "operator": "Exists", "effect": "NoSchedule"}]
     kube.pods = [gpu_pod("train-a", 1, pool="train", tolerations=spot_ok),
                  gpu_pod("train-b", 1, affinity_pools=["train"], tolerations=spot_ok),

@@ -12,7 +12,7 @@ import pytest
 
 from conftest import requires_shared_prices
 from policy.model import Settings
-from stacks import tags, versions
+from config import tags, versions
 from stacks.policy_function.package import build_zip
 
 MUTATING_PREFIXES = ("eks:Update", "eks:Create", "eks:Delete", "autoscaling:Terminate", "autoscaling:Set",
@@ -253,14 +253,14 @@ def _largest_config():
     """The most pools validation allows (200), each with both elastic groups and a budget, two with a guaranteed
     floor (200 floors would cost more than any budget validation accepts), the longest names validation allows."""
     from conftest import stack_config
-    from stacks import config
+    from config import config
 
     raw = stack_config("prod")
     data = {k.split(":", 1)[1]: v for k, v in raw.items() if k.startswith("gpuloan:")}
     template = next(p for p in data["pools"] if p.get("elastic"))
     limit = config.GpuLoanConfig.model_fields["pools"].metadata
     most = next(m.max_length for m in limit if hasattr(m, "max_length"))
-    from stacks.names import NODE_GROUP_PREFIX_MAX, node_group_name_prefix
+    from config.names import NODE_GROUP_PREFIX_MAX, node_group_name_prefix
 
     # The longest pool name the node group name rule allows (EKS's 63 characters less the generated suffix).
     spare = NODE_GROUP_PREFIX_MAX - len(node_group_name_prefix(data["environment"], "", config._LONGEST_GROUP_SUFFIX))
@@ -288,7 +288,7 @@ def test_settings_of_the_largest_config_travel_in_the_package_not_the_environmen
     pools validation allows, the environment stays a few hundred bytes and the package's handler loads them."""
     from policy import handler
     from stacks.cluster import cluster_name_for
-    from stacks.names import GROUP_GUARANTEED, GROUP_ON_DEMAND, GROUP_SPOT, node_group_name_prefix
+    from config.names import GROUP_GUARANTEED, GROUP_ON_DEMAND, GROUP_SPOT, node_group_name_prefix
     from stacks.policy_function.function import LAMBDA_ENV_LIMIT_BYTES, function_environment
     from stacks.policy_function.package import SETTINGS_ENTRY
     from stacks.policy_function.settings import default_budget_names, settings_for

@@ -231,7 +231,7 @@ def test_the_lambda_groups_pending_pods_of_one_pod_group_with_their_oldest_creat
 def test_gang_wait_minutes_must_exceed_launch_minutes(wait, ok):
     from pydantic import ValidationError
 
-    from stacks.config import Elastic
+    from config.config import Elastic
 
     def make():
         return Elastic(instance_types=["p4d.24xlarge"], max_nodes=4, launch_minutes=6, gang_wait_minutes=wait)
@@ -251,7 +251,7 @@ def _prod_spec():
 
     from conftest import REPO
     from sim import pool as simpool
-    from stacks import config
+    from config import config
 
     cfg = config.from_stack_yaml(yaml.safe_load((REPO / "Pulumi.prod.yaml").read_text()), "prod")
     return replace(simpool.spec_from_config(cfg, "training"), floor_nodes=0)  # 8-GPU nodes

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 import yaml
-from conftest import REPO, SHARED_PRICES, STACKS, requires_shared_prices, stack_config
+from conftest import GPULOAN, REPO, SHARED_PRICES, STACKS, requires_shared_prices, stack_config
 
 
 def _preview_json(stack_or_file: str, cwd=REPO) -> tuple[int, dict | None, str]:
@@ -121,7 +121,7 @@ def test_without_prices_the_fixed_cost_line_says_unknown_not_a_bound(tmp_path):
 
     env = {k: v for k, v in os.environ.items() if k != "GPULOAN_PRICE_FILE"}
     env["XDG_CACHE_HOME"] = str(tmp_path)
-    out = subprocess.run([str(REPO / ".venv" / "bin" / "gpuloan"), "preview", "-s", "dev"], cwd=REPO, env=env,
+    out = subprocess.run([*GPULOAN, "preview", "-s", "dev"], cwd=REPO, env=env,
                          capture_output=True, text=True, timeout=300).stdout
     line = " ".join(out.split("fixed monthly (floor + platform):", 1)[1].split("platform cost unknown", 1)[0].split())
     assert line == "unknown; budget headroom: unknown", line

@@ -10,7 +10,7 @@ import pytest
 from capacity_helpers import DESIRED, ELASTIC, GUARANTEED, NODE_GROUP, ODCR, RESERVATION_ID, dev_variant, under
 from conftest import run_stack, stack_config
 from offline import runner as offline
-from stacks import names
+from config import names
 from stacks.capacity import elastic, live_sizes
 
 # A Capacity Block's price is its quote, which the user states (docs/floor.md); the figure only stands in for one.

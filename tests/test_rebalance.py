@@ -10,7 +10,7 @@ import zipfile
 import pytest
 
 from conftest import requires_shared_prices, run_stack, stack_config
-from stacks import config
+from config import config
 from stacks.policy_function.package import build_zip
 from stacks.policy_function.settings import settings_for
 from test_policy_e2e import CLUSTER, GROUPS, _cfg, _env, kube, run_lambda, world  # noqa: F401 - fixtures

@@ -264,7 +264,7 @@ def test_rolling_an_active_capacity_block_floor_must_be_staged():
 def test_an_ended_capacity_block_is_asked_for_no_nodes():
     import datetime as dt
 
-    from stacks import config as config_mod
+    from config import config as config_mod
 
     g = config_mod.from_stack_yaml({"config": _block_config(active=True, end="2027-01-15T11:30:00Z")},
                                    "dev").pools[0].guaranteed

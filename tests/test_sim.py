@@ -15,7 +15,7 @@ from sim import runner, traces
 from sim.engine import ON_DEMAND, SPOT, SimSettings, Simulation
 from sim.policies import (Controller, FloorOnly, GpuLoan, Karpenter, StaticPeak, ThresholdScript, all_policies,
                           what_if_policies)
-from stacks import config
+from config import config
 from conftest import REPO, SHARED_TRACES, requires_shared_prices, requires_shared_traces
 
 CALM = SimSettings(spot_interruptions_per_month=0.0, spot_unavailable_episodes_per_week=0.0)

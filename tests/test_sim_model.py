@@ -13,8 +13,8 @@ from gpuloan import cli
 from sim import pool as simpool
 from sim import runner, traces
 from sim.engine import GUARANTEED, LEAVING, ON_DEMAND, SPOT, SimSettings, Simulation, SlotInterruptions
-from sim.policies import Controller, FloorOnly, GpuLoan, Karpenter, ThresholdScript
-from stacks import config
+from sim.policies import Controller, FloorOnly, GpuLoan, ThresholdScript
+from config import config
 from conftest import REPO, requires_shared_prices
 
 CALM = SimSettings(spot_interruptions_per_month=0.0, spot_unavailable_episodes_per_week=0.0)

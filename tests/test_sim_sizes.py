@@ -121,7 +121,7 @@ def test_a_one_size_pool_gives_the_results_it_gave_before_sizes(cluster):
     import yaml
 
     from sim import pool
-    from stacks import config
+    from config import config
 
     cfg = config.from_stack_yaml(yaml.safe_load((REPO / "Pulumi.prod.yaml").read_text()), "Pulumi.prod.yaml")
     trace = traces.read_trace(ITP / f"{cluster}.csv").window(1, 57)

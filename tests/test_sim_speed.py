@@ -15,7 +15,7 @@ from sim import runner, traces
 from sim.engine import SPOT_SHORTAGE, SimSettings
 from sim.packing import new_nodes_needed
 from sim.policies import GpuLoan, all_policies, what_if_policies
-from stacks import config
+from config import config
 from conftest import REPO, SHARED_TRACES, requires_shared_prices, requires_shared_traces
 
 ITP = SHARED_TRACES / "itp"

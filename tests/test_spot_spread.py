@@ -22,10 +22,10 @@ from conftest import REPO, SHARED_PRICES, STACKS, requires_shared_prices, stack_
 from rich.console import Console
 
 from gpuloan import cli, preview
-from stacks import tags
+from config import tags
 from pricing.sources import catalog, pricebook
 from pricing.cost_model import spot_spread
-from stacks.config import from_stack_yaml
+from config.config import from_stack_yaml
 
 # --- the node groups: every type, every AZ ------------------------------------------------------------------
 

@@ -10,7 +10,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from policy.engine import decide, warm_up_nodes
-from policy.model import LIFECYCLE_IN_SERVICE, Node, Observation, PoolObservation, Reason
+from policy.model import Observation, PoolObservation, Reason
 from policy.rhythm import DAYS, MIN_DAYS, SLOTS_PER_DAY, DailyArrivals
 from policy_cases import NOW, OD, SPOT, group, idle, node, observe, pool_settings, settings, spend
 from conftest import requires_shared_prices
@@ -213,7 +213,7 @@ def test_warm_up_serves_a_daily_rhythm_without_the_boot_wait_and_the_fast_path_a
     from sim import runner
     from sim.engine import SimSettings
     from sim.policies import GpuLoan, pool_settings as sim_pool_settings
-    from stacks import config
+    from config import config
     from conftest import REPO
 
     cfg = config.from_stack_yaml(yaml.safe_load((REPO / "Pulumi.prod.yaml").read_text()), "prod")

@@ -37,6 +37,10 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping
 
+# A month is 730 hours, AWS's convention for monthly estimates: every monthly figure of gpuloan (preview, cost diff,
+# budget rule, simulator, guardrails) uses this one.
+HOURS_PER_MONTH = 730
+
 # What an instance-hour was bought as.
 RESERVED = "reserved"  # in an On-Demand Capacity Reservation (a floor): on-demand rate, billed used or not
 ON_DEMAND = "on_demand"

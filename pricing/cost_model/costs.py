@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from pricing.sources import catalog, floor_pricing
-from stacks.node_sizes import node_sizes
-from stacks.config import (HOURS_PER_MONTH, ElasticCapacity, FloorBill, GpuLoanConfig, Pool, Reservation, billing_key,
+from config.node_sizes import node_sizes
+from config.config import (HOURS_PER_MONTH, ElasticCapacity, FloorBill, GpuLoanConfig, Pool, Reservation, billing_key,
                            floor_bill, floor_rate)
 
 
@@ -146,7 +146,7 @@ def pool_cost(cfg: GpuLoanConfig, pool: Pool, fixed_bill: FloorBill | None = Non
             fallback_nodes = e.on_demand_max_nodes or e.max_nodes
         e_note = "price unknown for " + ", ".join(t for t, p in zip(e.instance_types, prices) if p is None)
     elif e is not None:
-        # Several node sizes (stacks/node_sizes.py): each size's groups reach max_nodes, so the ceiling is per node
+        # Several node sizes (config/node_sizes.py): each size's groups reach max_nodes, so the ceiling is per node
         # of every size together, the priciest type of each size. One size: its priciest type, as before.
         sizes = [[prices[e.instance_types.index(t)] for t in z.instance_types] for z in node_sizes(e.instance_types)]
         if e.capacity == ElasticCapacity.on_demand:

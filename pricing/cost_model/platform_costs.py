@@ -14,9 +14,9 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import asdict, dataclass
 
-from stacks import names, versions
+from config import names, versions
 from pricing.sources import catalog
-from stacks.config import HOURS_PER_MONTH, ExistingCluster, GpuLoanConfig, NewCluster
+from config.config import HOURS_PER_MONTH, ExistingCluster, GpuLoanConfig, NewCluster
 from pricing.sources.pricebook import EC2_PLATFORM_PREFIX
 
 SECONDS_PER_MONTH = HOURS_PER_MONTH * 3600
@@ -67,10 +67,10 @@ class VersionSupport:
 
 
 def version_support(version: str, today: dt.date | None = None) -> VersionSupport:
-    """Offline: the status from the dated release calendar in stacks/versions.py (extended support is billed from
+    """Offline: the status from the dated release calendar in config/versions.py (extended support is billed from
     the start of the day standard support ends, UTC)."""
     today = today or dt.datetime.now(dt.timezone.utc).date()
-    source = f"EKS release calendar in stacks/versions.py (as of {versions.EKS_VERSION_CALENDAR_AS_OF}), offline"
+    source = f"EKS release calendar in config/versions.py (as of {versions.EKS_VERSION_CALENDAR_AS_OF}), offline"
     dates = versions.EKS_VERSION_CALENDAR.get(version)
     if dates is None:
         return VersionSupport(version, UNKNOWN_SUPPORT, "", source)

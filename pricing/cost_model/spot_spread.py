@@ -1,7 +1,7 @@
 """What EC2 weighs when it spreads a pool's spot launches, and which listed spot types work against it.
 
 A pool's spot node group is one EKS managed node group over all of `elastic.instance_types` (same GPUs per node,
-stacks/config.py) and a private subnet in every cluster AZ. EKS runs it as an Auto Scaling group with the
+config/config.py) and a private subnet in every cluster AZ. EKS runs it as an Auto Scaling group with the
 price-capacity-optimized allocation strategy: for each launch EC2 takes the spot pools (type x AZ) with the most
 spare capacity, the least likely to be interrupted, and launches from the cheapest of those; the group keeps its
 instances balanced over the AZs of its subnets (docs/aws-rules.md). With equal GPUs per node, price per instance
@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 from pricing.sources import catalog
 
 if TYPE_CHECKING:  # the config model needs pydantic; the figures and the rule do not
-    from stacks.config import GpuLoanConfig, Pool
+    from config.config import GpuLoanConfig, Pool
 
 # The Spot Instance Advisor's interruption-frequency buckets (share of a type's spot instances interrupted in a
 # month), best first; sim/pool.py turns the same buckets into rates.

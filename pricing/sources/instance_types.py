@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-# GPU architecture per GPU model; CUDA support rules (stacks/compat.py) key on the architecture.
+# GPU architecture per GPU model; CUDA support rules (config/compat.py) key on the architecture.
 GPU_ARCHITECTURE = {
     "K80": "kepler",
     "M60": "maxwell",

@@ -4,8 +4,8 @@ A SPOT managed node group over the pool's diversified instance types (more spot 
 and for `spot_then_on_demand` a second ON_DEMAND group the policy scales only when spot cannot be had. Both
 start at 0 nodes. Spot nodes carry an extra taint so only interruption-tolerant workloads land there.
 
-A pool whose types come in several sizes (GPUs per node) gets that pair of groups per size (stacks/node_sizes.py: a
-managed node group holds one instance shape); the pool's plain size keeps the one-size names (stacks/node_sizes.py).
+A pool whose types come in several sizes (GPUs per node) gets that pair of groups per size (config/node_sizes.py: a
+managed node group holds one instance shape); the pool's plain size keeps the one-size names (config/node_sizes.py).
 """
 
 from __future__ import annotations
@@ -13,13 +13,13 @@ from __future__ import annotations
 import pulumi
 import pulumi_aws as aws
 
-from stacks import tags
+from config import tags
 from stacks.capacity import launch_templates
-from stacks.names import GROUP_ON_DEMAND, GROUP_SPOT, node_group_name_prefix
+from config.names import GROUP_ON_DEMAND, GROUP_SPOT, node_group_name_prefix
 from stacks.capacity.node_groups import GPU_TAINT, SPOT_TAINT, gpu_update_config, instance_tags, instance_types_for
-from stacks.config import ElasticCapacity as CapacityMode
-from stacks.config import GpuLoanConfig, Pool
-from stacks.node_sizes import NodeSizeTypes, kind_key, pool_sizes, size_suffix
+from config.config import ElasticCapacity as CapacityMode
+from config.config import GpuLoanConfig, Pool
+from config.node_sizes import NodeSizeTypes, kind_key, pool_sizes, size_suffix
 from stacks.capacity.guaranteed import gpu_ami_type
 
 TIER = "elastic"

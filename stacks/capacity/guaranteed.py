@@ -17,12 +17,12 @@ import datetime as dt
 import pulumi
 import pulumi_aws as aws
 
-from stacks import tags, versions
+from config import tags, versions
 from stacks.capacity import launch_templates
 from pricing.sources import catalog
-from stacks.names import GROUP_GUARANTEED, node_group_name_prefix
+from config.names import GROUP_GUARANTEED, node_group_name_prefix
 from stacks.capacity.node_groups import GPU_TAINT, gpu_update_config, instance_tags
-from stacks.config import GpuLoanConfig, Guaranteed, Pool, Reservation, policy_keeps_block
+from config.config import GpuLoanConfig, Guaranteed, Pool, Reservation, policy_keeps_block
 
 TIER = "guaranteed"
 

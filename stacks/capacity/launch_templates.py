@@ -11,7 +11,7 @@ from __future__ import annotations
 import pulumi
 import pulumi_aws as aws
 
-from stacks.names import GPU_ROOT_VOLUME_GIB, SYSTEM_ROOT_VOLUME_GIB  # noqa: F401  (re-exported: the templates' callers read them here)
+from config.names import GPU_ROOT_VOLUME_GIB, SYSTEM_ROOT_VOLUME_GIB  # noqa: F401  (re-exported: the templates' callers read them here)
 
 ROOT_DEVICE_NAME = "/dev/xvda"  # the root device of the EKS AL2023 AMIs
 # 2, not 1: pods that still use the instance role (the GPU operator's validators, CNI on existing clusters)

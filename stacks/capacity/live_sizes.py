@@ -16,9 +16,9 @@ from __future__ import annotations
 import pulumi
 import pulumi_aws as aws
 
-from stacks.names import GROUP_ON_DEMAND, GROUP_SPOT, node_group_name_prefix
-from stacks.config import GpuLoanConfig
-from stacks.node_sizes import pool_sizes, size_suffix
+from config.names import GROUP_ON_DEMAND, GROUP_SPOT, node_group_name_prefix
+from config.config import GpuLoanConfig
+from config.node_sizes import pool_sizes, size_suffix
 
 # Group kind as ElasticCapacity.group_names keys it -> the kind in the node group name.
 KINDS = {"spot": GROUP_SPOT, "on_demand": GROUP_ON_DEMAND}
@@ -40,7 +40,7 @@ def sizes_by_prefix(names_and_sizes: dict[str, int], prefixes: dict[str, str]) -
 def read_live_desired(cfg: GpuLoanConfig, cluster_name: str, provider: pulumi.ProviderResource
                       ) -> dict[str, dict[str, int]]:
     """{pool: {"spot" | "on_demand": live desired size}} for the elastic groups that exist now."""
-    # every size's groups (stacks/node_sizes.py): "spot", "on_demand" for the plain size, "spot-4gpu" ... others
+    # every size's groups (config/node_sizes.py): "spot", "on_demand" for the plain size, "spot-4gpu" ... others
     prefixes = {(pool.name, key + size_suffix(size)): node_group_name_prefix(cfg.environment, pool.name,
                                                                              kind + size_suffix(size))
                 for pool in cfg.pools if pool.elastic is not None

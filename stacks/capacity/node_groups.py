@@ -1,15 +1,15 @@
 """What the guaranteed and elastic node groups of a pool share: taints, update strategy, instance tags, type order.
 
 stacks/capacity/guaranteed.py and stacks/capacity/elastic.py build on this; stacks/capacity/pools.py declares both for a pool. Their names
-and prefixes are in stacks/names.py (config validates them too).
+and prefixes are in config/names.py (config validates them too).
 """
 
 from __future__ import annotations
 
 import pulumi_aws as aws
 
-from stacks import names, tags
-from stacks.config import GpuLoanConfig, Pool
+from config import names, tags
+from config.config import GpuLoanConfig, Pool
 
 # EKS spells taint effects in upper case; Kubernetes sees them as NoSchedule.
 GPU_TAINT = aws.eks.NodeGroupTaintArgs(key=tags.GPU_TAINT_KEY, value="true", effect="NO_SCHEDULE")

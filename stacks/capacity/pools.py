@@ -1,5 +1,5 @@
 """Per-pool capacity: `build_pool` declares the guaranteed and elastic node groups of one pool; their shared
-names are in stacks/names.py, their shared taints and tags in stacks/capacity/node_groups.py.
+names are in config/names.py, their shared taints and tags in stacks/capacity/node_groups.py.
 
 Node group names come from the provider's auto-naming: a deterministic prefix `<env>-<pool>-<group>_` plus a
 unique suffix the provider adds. A fixed name would force delete-before-replace (two node groups cannot share a
@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import pulumi
 
-from stacks.config import GpuLoanConfig, Pool
+from config.config import GpuLoanConfig, Pool
 from stacks.capacity.elastic import ElasticCapacity
 from stacks.capacity.guaranteed import GuaranteedCapacity
 
 # Re-exported, importable here as before the split, for code written against this module (branches in flight);
-# new code imports them from stacks/names.py and stacks/capacity/node_groups.py.
-from stacks.names import (  # noqa: F401
+# new code imports them from config/names.py and stacks/capacity/node_groups.py.
+from config.names import (  # noqa: F401
     GENERATED_SUFFIX_LENGTH, GROUP_GUARANTEED, GROUP_ON_DEMAND, GROUP_SPOT, NODE_GROUP_NAME_MAX, NODE_GROUP_PREFIX_MAX,
     PREFIX_END, node_group_arn_pattern, node_group_label, node_group_name_pattern, node_group_name_prefix,
 )

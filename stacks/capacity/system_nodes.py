@@ -16,10 +16,10 @@ from __future__ import annotations
 import pulumi
 import pulumi_aws as aws
 
-from stacks import tags, versions
+from config import tags, versions
 from stacks.capacity import launch_templates
 from stacks.capacity.pools import PREFIX_END
-from stacks.config import SystemNodes
+from config.config import SystemNodes
 
 SYSTEM_TIER_LABEL = "system"  # gpuloan.io/tier=system: where cluster-wide controllers should run
 

@@ -24,7 +24,7 @@ import pulumi_kubernetes as k8s
 
 from stacks.kubernetes import gpu_operator, kueue
 from stacks.gitops import iam_permissions as perms
-from stacks.config import GpuLoanConfig
+from config.config import GpuLoanConfig
 
 PREVIEW_GROUP = "gpuloan-ci-preview"
 READER = "gpuloan-ci-preview-reader"

@@ -26,10 +26,10 @@ import pulumi
 import pulumi_aws as aws
 
 from stacks.gitops import iam_permissions as perms
-from stacks import tags
+from config import tags
 from stacks.gitops.ci_rbac import PREVIEW_GROUP
 from stacks.cluster import cluster_name_for
-from stacks.config import GpuLoanConfig
+from config.config import GpuLoanConfig
 
 GITHUB_OIDC_HOST = "token.actions.githubusercontent.com"
 GITHUB_OIDC_URL = f"https://{GITHUB_OIDC_HOST}"

@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable
 
-from stacks import tags
+from config import tags
 
 SAR = "https://docs.aws.amazon.com/service-authorization/latest/reference/list_{}.html"
 

@@ -28,8 +28,8 @@ import pulumi
 import pulumi_aws as aws
 
 from stacks.gitops import iam_permissions as perms
-from stacks import tags
-from stacks.config import GpuLoanConfig
+from config import tags
+from config.config import GpuLoanConfig
 
 IAM_ROLE = "aws:iam/role:Role"
 # Role inputs Pulumi takes from the state once a role exists: changing them would replace the role (module doc).

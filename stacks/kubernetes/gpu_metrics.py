@@ -14,8 +14,8 @@ from typing import Any
 import pulumi
 import pulumi_aws as aws
 
-from stacks import versions
-from stacks.names import GPU_METRICS_AGENT_NAMESPACE
+from config import versions
+from config.names import GPU_METRICS_AGENT_NAMESPACE
 
 ADDON_NAME = "amazon-cloudwatch-observability"
 # Where the add-on runs the CloudWatch agent; the Pod Identity association must name this exact pair.
@@ -23,7 +23,7 @@ AGENT_NAMESPACE = GPU_METRICS_AGENT_NAMESPACE
 AGENT_SERVICE_ACCOUNT = "cloudwatch-agent"
 CLOUDWATCH_AGENT_POLICY = "CloudWatchAgentServerPolicy"
 
-# What the add-on publishes and the policy reads (stacks/config.py Policy defaults must equal these).
+# What the add-on publishes and the policy reads (config/config.py Policy defaults must equal these).
 GPU_METRIC_NAMESPACE = "ContainerInsights"
 GPU_UTILIZATION_METRIC = "node_gpu_utilization"
 GPU_RESERVED_METRIC = "node_gpu_reserved_capacity"  # % of the node's GPUs requested by pods: the "empty node" signal

@@ -16,9 +16,9 @@ import pulumi_kubernetes as k8s
 import yaml
 
 from policy.kube import BACK_TO_SPOT_TAINT_KEY, REBALANCE_TAINT_KEY
-from stacks import tags, versions
-from stacks.config import GpuLoanConfig, MigStrategy
-from stacks.names import GPU_OPERATOR_NAMESPACE
+from config import tags, versions
+from config.config import GpuLoanConfig, MigStrategy
+from config.names import GPU_OPERATOR_NAMESPACE
 
 NAMESPACE = GPU_OPERATOR_NAMESPACE
 RELEASE_NAME = "gpu-operator"

@@ -1,4 +1,4 @@
-"""Kueue from the one config: the Helm release, and the flavors, queues and cohort of stacks/scheduling.py.
+"""Kueue from the one config: the Helm release, and the flavors, queues and cohort of config/scheduling.py.
 
 Kueue holds a Job suspended until its queue has quota for it, so a Job that is not admitted creates no pods and
 the policy function (which counts unschedulable GPU pods) never buys nodes for it; Deployment/StatefulSet pods
@@ -17,11 +17,11 @@ import pulumi
 import pulumi_kubernetes as k8s
 import yaml
 
-from stacks import scheduling, tags, versions
+from config import scheduling, tags, versions
 from stacks.kubernetes import tenancy
 from stacks.capacity import system_nodes
-from stacks.config import GpuLoanConfig, NewCluster, Tier, policy_keeps_block
-from stacks.names import KUEUE_NAMESPACE
+from config.config import GpuLoanConfig, NewCluster, Tier, policy_keeps_block
+from config.names import KUEUE_NAMESPACE
 
 NAMESPACE = KUEUE_NAMESPACE
 RELEASE_NAME = "kueue"
@@ -171,7 +171,7 @@ def block_quota_ignored(cfg: GpuLoanConfig, pool, queue: scheduling.PoolQueue) -
     """The ClusterQueue path the policy function owns for a pool whose Capacity Block window it keeps: its floor
     flavor's nominalQuota (policy/capacity_blocks.py raises it at the block's start and sets 0 from the drain), so
     a later `pulumi up` does not put back the value of the moment it ran. The floor is the queue's first flavor
-    (stacks/scheduling.py:pool_queue). [] for any other queue."""
+    (config/scheduling.py:pool_queue). [] for any other queue."""
     if not policy_keeps_block(cfg, pool.guaranteed) or not queue.flavors:
         return []
     assert queue.flavors[0].flavor == scheduling.flavor_name(cfg, pool, scheduling.FLOOR)
@@ -188,7 +188,7 @@ class KueueObject(pulumi.CustomResource):
 
 
 class Kueue(pulumi.ComponentResource):
-    """Namespace, the kueue Helm release, and the queue objects of stacks/scheduling.py's plan."""
+    """Namespace, the kueue Helm release, and the queue objects of config/scheduling.py's plan."""
 
     def __init__(self, name: str, cfg: GpuLoanConfig, team_namespaces: dict[str, pulumi.Resource],
                  opts: pulumi.ResourceOptions | None = None):

@@ -12,7 +12,7 @@ from typing import Any
 import pulumi
 
 from stacks.kubernetes import gpu_metrics, gpu_operator, k8s_provider, kueue, tenancy
-from stacks.config import GpuLoanConfig
+from config.config import GpuLoanConfig
 
 
 def build(cfg: GpuLoanConfig, cluster: k8s_provider.ClusterLike, opts: pulumi.ResourceOptions) -> dict[str, Any]:

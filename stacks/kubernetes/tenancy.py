@@ -13,10 +13,10 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from stacks import scheduling, tags, versions
+from config import scheduling, tags, versions
 from pricing.sources import catalog
-from stacks.node_sizes import node_sizes
-from stacks.config import GpuLoanConfig, Pool, Tier, policy_keeps_block
+from config.node_sizes import node_sizes
+from config.config import GpuLoanConfig, Pool, Tier, policy_keeps_block
 
 MANAGED_BY = {"app.kubernetes.io/managed-by": "gpuloan"}
 
@@ -72,7 +72,7 @@ def priority_class_name(tier: Tier | str) -> str:
 
 def pool_gpus(pool: Pool) -> int:
     """Guaranteed nodes + elastic max nodes, times GPUs per node; every node size's elastic groups together
-    (stacks/node_sizes.py: each size's groups have max_nodes)."""
+    (config/node_sizes.py: each size's groups have max_nodes)."""
     gpus = 0
     if pool.guaranteed is not None:
         gpus += pool.guaranteed.nodes * catalog.lookup(pool.guaranteed.instance_type).gpus

@@ -23,11 +23,11 @@ import pulumi
 import pulumi_aws as aws
 
 from policy import metric_names
-from stacks import tags, versions
-from stacks.names import GROUP_GUARANTEED, GROUP_ON_DEMAND, GROUP_SPOT, node_group_name_pattern
-from stacks.node_sizes import pool_sizes, size_suffix
-from stacks.config import ElasticCapacity as CapacityMode
-from stacks.config import GpuLoanConfig, Reservation
+from config import tags, versions
+from config.names import GROUP_GUARANTEED, GROUP_ON_DEMAND, GROUP_SPOT, node_group_name_pattern
+from config.node_sizes import pool_sizes, size_suffix
+from config.config import ElasticCapacity as CapacityMode
+from config.config import GpuLoanConfig, Reservation
 from stacks.policy_function.package import HANDLER, build_zip, source_code_hash
 from stacks.policy_function.settings import GroupNames, settings_for, unknown_prices_allowed
 
@@ -64,7 +64,7 @@ def group_patterns(cfg: GpuLoanConfig) -> dict[str, GroupNames]:
             od = node_group_name_pattern(cfg.environment, pool.name, GROUP_ON_DEMAND)
         floor = node_group_name_pattern(cfg.environment, pool.name, GROUP_GUARANTEED) if pool.guaranteed else None
         others = ()
-        if e is not None:  # the groups of the pool's other node sizes (stacks/node_sizes.py)
+        if e is not None:  # the groups of the pool's other node sizes (config/node_sizes.py)
             others = tuple((size.gpus_per_node,
                             node_group_name_pattern(cfg.environment, pool.name, GROUP_SPOT + size_suffix(size))
                             if spot else None,

@@ -1,4 +1,4 @@
-"""Typed config (stacks/config.py) -> policy.model.Settings: a pure mapping, used by the stack (Lambda settings
+"""Typed config (config/config.py) -> policy.model.Settings: a pure mapping, used by the stack (Lambda settings
 JSON) and by the simulator, so both run the policy with the same knobs.
 
 Group names are plain strings; the stack passes resolved node group names (inside an `apply`), the simulator
@@ -15,14 +15,14 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 
 from pricing.sources import catalog
-from stacks import scheduling, versions
-from stacks.config import (HOURS_PER_MONTH, ElasticCapacity, FloorBill, GpuLoanConfig, Pool, Reservation, billing_key,
+from config import scheduling, versions
+from config.config import (HOURS_PER_MONTH, ElasticCapacity, FloorBill, GpuLoanConfig, Pool, Reservation, billing_key,
                            floor_bill)
-from stacks.config import floor_rate as config_floor_rate
+from config.config import floor_rate as config_floor_rate
 from pricing.sources.floor_pricing import missing_rate_reason
 
 from policy.model import NodeSize, PoolSettings, Settings
-from stacks.node_sizes import other_size_of_key, pool_sizes
+from config.node_sizes import other_size_of_key, pool_sizes
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,7 @@ class GroupNames:
     spot: str | None = None
     on_demand: str | None = None
     guaranteed: str | None = None
-    # The pool's other node sizes (stacks/node_sizes.py): (GPUs per node, spot group, on-demand group) each.
+    # The pool's other node sizes (config/node_sizes.py): (GPUs per node, spot group, on-demand group) each.
     other_sizes: tuple[tuple[int, str | None, str | None], ...] = ()
 
     @property
@@ -156,7 +156,7 @@ def pool_settings(cfg: GpuLoanConfig, pool: Pool, names: GroupNames, budget_name
     else:
         sizes = pool_sizes(e)
         gpus = sizes[0].gpus_per_node
-        # the plain size's groups price its own types: one shape per group (stacks/node_sizes.py)
+        # the plain size's groups price its own types: one shape per group (config/node_sizes.py)
         spot_usd, od_usd, type_rows = _prices(cfg, list(sizes[0].instance_types), allow_unknown_prices)
         has_spot = e.capacity in (ElasticCapacity.spot, ElasticCapacity.spot_then_on_demand)
         has_od = e.capacity in (ElasticCapacity.on_demand, ElasticCapacity.spot_then_on_demand)

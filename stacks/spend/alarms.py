@@ -23,7 +23,7 @@ import pulumi
 import pulumi_aws as aws
 
 from policy import metric_names as m
-from stacks.config import ElasticCapacity, GpuLoanConfig, Pool
+from config.config import ElasticCapacity, GpuLoanConfig, Pool
 
 SATURATED_FLOOR_UTILIZATION_PCT = 95.0
 MISSING_METRICS_MINUTES = 15

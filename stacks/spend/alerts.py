@@ -16,8 +16,8 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_aws as aws
 
-from stacks import tags
-from stacks.config import GpuLoanConfig
+from config import tags
+from config.config import GpuLoanConfig
 
 # The two AWS services that publish to the topic on their own (the policy function publishes with its IAM role).
 PUBLISHING_SERVICES = ("budgets.amazonaws.com", "cloudwatch.amazonaws.com")

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_aws as aws
 
-from stacks import tags
-from stacks.config import Budget, GpuLoanConfig
+from config import tags
+from config.config import Budget, GpuLoanConfig
 
 COMPARISON = "GREATER_THAN"
 # Amortized cost (issue 35 item 8). A budget filtered on gpuloan's tags sees only line items of tagged resources.

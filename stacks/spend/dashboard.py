@@ -17,7 +17,7 @@ import pulumi_aws as aws
 
 from policy import metric_names as m
 from stacks.spend.alarms import CAPACITY_DIMENSIONS
-from stacks.config import GpuLoanConfig
+from config.config import GpuLoanConfig
 
 PERIOD_S = 300
 WIDTH = 24  # the dashboard grid is 24 units wide

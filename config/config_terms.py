@@ -1,13 +1,16 @@
 """The config's vocabulary: its enumerations and the set-aside context (a leaf: stdlib only).
 
-stacks/config.py re-exports all of these (read them as `stacks.config.Tier`); they live here so the modules whose
-rules config runs (stacks/scheduling.py) can use them without importing config, which imports them.
+config/config.py re-exports all of these (read them as `config.config.Tier`); they live here so the modules whose
+rules config runs (config/scheduling.py) can use them without importing config, which imports them.
 """
 
 from __future__ import annotations
 
 from contextvars import ContextVar
 from enum import StrEnum
+
+# The terms the policy function's settings carry are defined once, in the policy (the bottom layer, stdlib only).
+from policy.terms import Enforcement, Workload  # noqa: F401  (re-exported)
 
 # Names and teams of the pools that config.parse set aside during a partial run of the cross-field rules (pools
 # whose own shape errors are reported already; empty otherwise).
@@ -53,20 +56,10 @@ class PaymentOption(StrEnum):
     all_upfront = "all_upfront"
 
 
-class Workload(StrEnum):
-    batch = "batch"
-    service = "service"
-
-
 class ElasticCapacity(StrEnum):
     spot = "spot"
     on_demand = "on_demand"
     spot_then_on_demand = "spot_then_on_demand"
-
-
-class Enforcement(StrEnum):
-    alert_only = "alert_only"
-    cap_elastic = "cap_elastic"
 
 
 class MigStrategy(StrEnum):

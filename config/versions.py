@@ -76,7 +76,7 @@ GPU_OPERATOR_CHART_VERSION = "v25.10.1"
 # resource detector uses). Check availability: aws eks describe-addon-versions --addon-name amazon-cloudwatch-observability
 CLOUDWATCH_OBSERVABILITY_ADDON_VERSION = "v4.10.3-eksbuild.1"
 
-# --- CUDA images (stacks/images.py, images/, checked by stacks/compat.py) -------------------------------------
+# --- CUDA images (stacks/images.py, images/, checked by config/compat.py) -------------------------------------
 # NVIDIA driver on GPU nodes: the EKS-optimized AL2023 NVIDIA AMI (GPU_AMI_TYPE) ships the R580 branch; the GPU
 # Operator runs with driver.enabled=false, so this is the driver every image meets. Sources: awslabs/amazon-eks-ami
 # issue #2470 (AL2023 NVIDIA AMIs moved to the 580 branch, 2025-10/11) and aws-samples/sample-eks-enterprise-quickstart

@@ -1,6 +1,6 @@
 """The loan in Kueue terms, as data: resource flavors, one cluster queue per pool, the cohort (pure).
 
-stacks/kubernetes/kueue.py turns this plan into Kueue objects; the config rule at the bottom (stacks/config.py runs it) refuses
+stacks/kubernetes/kueue.py turns this plan into Kueue objects; the config rule at the bottom (config/config.py runs it) refuses
 configs whose tiers and capacity cannot satisfy each other, before any resource exists. docs/scheduling.md explains the choices:
 
 - A flavor per kind of node group a pool has, matched by the labels the node groups carry (stacks/capacity/guaranteed.py,
@@ -28,13 +28,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from stacks import tags
+from config import tags
 from pricing.sources import catalog
-from stacks.node_sizes import node_sizes
-from stacks.config_terms import SET_ASIDE, ElasticCapacity, Reservation, Tier, Workload
+from config.node_sizes import node_sizes
+from config.config_terms import SET_ASIDE, ElasticCapacity, Reservation, Tier, Workload
 
 if TYPE_CHECKING:  # annotations only: config imports this module to run its rule
-    from stacks.config import GpuLoanConfig, Pool, TeamSharing
+    from config.config import GpuLoanConfig, Pool, TeamSharing
 
 GPU_RESOURCE = "nvidia.com/gpu"
 FLOOR, SPOT, ON_DEMAND = "floor", "spot", "on-demand"
@@ -111,7 +111,7 @@ def _units(cfg: GpuLoanConfig, instance_type: str, nodes: int) -> int:
 
 def elastic_units(cfg: GpuLoanConfig, pool: Pool, max_nodes: int | None = None) -> int:
     """The elastic flavor's quota: the GPUs the pool's elastic groups hold at their max, every node size's group
-    together (stacks/node_sizes.py; one size: max_nodes nodes of it, as before sizes existed). One flavor for all
+    together (config/node_sizes.py; one size: max_nodes nodes of it, as before sizes existed). One flavor for all
     sizes, not one per size: Kueue assigns a flavor by quota alone, so a flavor per size would admit an 8-GPU pod
     into the 1-GPU size's quota and pin it (nodeLabels) to nodes it cannot fit (docs/scheduling.md). `max_nodes`:
     the groups' max when it is not the pool's elastic max (the on-demand group's own, for work kept off spot)."""
@@ -285,7 +285,7 @@ def team_gpu_ceiling(cfg: GpuLoanConfig, team: str) -> int:
 
 
 def scheduling_problems(cfg: GpuLoanConfig) -> list[tuple[str, str]]:
-    """The config rule (stacks/config.py runs it with the other cross-field rules)."""
+    """The config rule (config/config.py runs it with the other cross-field rules)."""
     k = cfg.scheduling.kueue
     at = "scheduling.kueue"
     problems: list[tuple[str, str]] = []

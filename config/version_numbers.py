@@ -1,6 +1,6 @@
 """Dotted version numbers as tuples ('1.33' -> (1, 33)), so they compare in order (a leaf: stdlib only).
 
-Used by the config rules (stacks/config.py) and the CUDA compatibility tables (stacks/compat.py). Versions here are
+Used by the config rules (config/config.py) and the CUDA compatibility tables (config/compat.py). Versions here are
 plain dotted integers (Kubernetes, CUDA, driver), never pre-releases, so no general version parser is needed.
 """
 

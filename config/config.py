@@ -19,23 +19,23 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, EmailStr, Field, ValidationError, field_validator, model_validator
 
-from stacks import versions
+from config import versions
 from pricing.sources import catalog, floor_pricing
 # billing.py is the standard library only and imports nothing of gpuloan: the budget rule below bills the floors
 # with the commitments through it (pyproject.toml's layers contract names this one import as allowed).
 from pricing.cost_model import billing
-from stacks import compat, scheduling
+from config import compat, scheduling
 # The config's vocabulary lives in a leaf module so the rule modules (scheduling) can use it without importing
 # this one; re-exported here, where every reader looks for it.
-from stacks.config_terms import (SET_ASIDE, CommitmentKind, CommitmentStatus, ElasticCapacity,  # noqa: F401
+from config.config_terms import (SET_ASIDE, CommitmentKind, CommitmentStatus, ElasticCapacity,  # noqa: F401
                                  Enforcement, FloorPayment, MigStrategy, PaymentOption, Reservation, Tier, Workload)
-from stacks.names import GENERATED_SUFFIX_LENGTH, NODE_GROUP_PREFIX_MAX, node_group_name_prefix
-from stacks.node_sizes import node_sizes, pool_sizes, size_suffix
-from stacks.names import GPU_METRICS_AGENT_NAMESPACE, GPU_OPERATOR_NAMESPACE, KUEUE_NAMESPACE
-from stacks.version_numbers import fmt as fmt_version
-from stacks.version_numbers import parse_version
+from config.names import GENERATED_SUFFIX_LENGTH, NODE_GROUP_PREFIX_MAX, node_group_name_prefix
+from config.node_sizes import pool_sizes, size_suffix
+from config.names import GPU_METRICS_AGENT_NAMESPACE, GPU_OPERATOR_NAMESPACE, KUEUE_NAMESPACE
+from config.version_numbers import fmt as fmt_version
+from config.version_numbers import parse_version
 
-HOURS_PER_MONTH = 730  # AWS's convention for monthly estimates
+HOURS_PER_MONTH = billing.HOURS_PER_MONTH  # AWS's convention for monthly estimates (its home: the billing model)
 
 SLUG = r"^[a-z][a-z0-9-]{0,30}[a-z0-9]$"
 AWS_REGION = r"^[a-z]{2}(-gov)?-[a-z]+-\d$"
@@ -50,7 +50,7 @@ MAX_BUDGET_NOTIFICATIONS = 10
 MAX_BUDGET_EMAILS = 10
 
 
-# AWS allows 50 user tags per resource; gpuloan adds up to 6 of its own (stacks/tags.py pool_tags + Name).
+# AWS allows 50 user tags per resource; gpuloan adds up to 6 of its own (config/tags.py pool_tags + Name).
 MAX_TAGS_PER_RESOURCE = 50
 GPULOAN_TAGS_PER_RESOURCE = 6
 
@@ -93,7 +93,7 @@ BIN_PACKING_MIN_VERSION = (1, 31)
 
 class NewCluster(Strict):
     mode: Literal["new"] = Field("new", description="`new`: gpuloan creates the VPC and the EKS cluster.")
-    kubernetes_version: str = Field(versions.DEFAULT_KUBERNETES_VERSION, pattern=r"^1\.(2[89]|3\d)$", description="EKS Kubernetes version (one with pinned add-ons, stacks/versions.py; EKS upgrades one minor version at a time).")
+    kubernetes_version: str = Field(versions.DEFAULT_KUBERNETES_VERSION, pattern=r"^1\.(2[89]|3\d)$", description="EKS Kubernetes version (one with pinned add-ons, config/versions.py; EKS upgrades one minor version at a time).")
     vpc_cidr: str = Field("10.40.0.0/16", description="IPv4 CIDR of the new VPC (/16 to /20).")
     availability_zones: list[str] = Field(min_length=2, max_length=6, description="AZs for subnets and nodes (EKS needs two or more; lettered a-f; the order does not matter: each AZ's subnets sit at its letter's slot).")
     public_endpoint_cidrs: list[str] = Field(
@@ -363,7 +363,7 @@ class Image(Strict):
 
 class GpuOperator(Strict):
     enabled: bool = Field(True, description="Install the NVIDIA GPU Operator.")
-    chart_version: str | None = Field(None, pattern=r"^v\d+\.\d+\.\d+$", description="Default: stacks/versions.py")
+    chart_version: str | None = Field(None, pattern=r"^v\d+\.\d+\.\d+$", description="Default: config/versions.py")
     mig_strategy: MigStrategy = Field(MigStrategy.none, description="MIG strategy of the device plugin.")
     time_slicing_replicas: int | None = Field(None, ge=2, le=48, description="Share each GPU between this many pods (time-slicing); omit to disable.")
 
@@ -488,7 +488,7 @@ class Kueue(Strict):
                           "pools. On by default: quota follows the config, idle floors lend, and jobs over quota wait "
                           "suspended instead of as pending pods (docs/scheduling.md). Off if the cluster runs another "
                           "batch scheduler or its own Kueue.")
-    chart_version: str | None = Field(None, pattern=r"^\d+\.\d+\.\d+$", description="Default: stacks/versions.py")
+    chart_version: str | None = Field(None, pattern=r"^\d+\.\d+\.\d+$", description="Default: config/versions.py")
     production_spot_pools: list[Slug] = Field(default_factory=list, description="Production pools whose work may "
                                               "run on their spot capacity. Other production pools use the floor, "
                                               "then on-demand: capacity on_demand, or spot_then_on_demand's "
@@ -1385,7 +1385,7 @@ CONFIG_JSON_HINT = ("validate the decrypted values with `pulumi config --show-se
 
 def secure_paths(value: Any, path: str = "") -> list[str]:
     """Paths of Pulumi secrets (`{secure: <ciphertext>}`) in a stack file's values: gpuloan cannot decrypt them."""
-    from stacks import secret_values
+    from config import secret_values
 
     return secret_values.secure_paths(value, path)
 
@@ -1400,8 +1400,8 @@ def _problems_of(data: dict[str, Any], source: str) -> list[tuple[str, str]]:
 
 def with_secret_placeholders(config: dict[str, Any], source: str) -> tuple[dict[str, Any], list[str]]:
     """A stack file's `config:` map with each `secure:` gpuloan value replaced by a placeholder its field accepts
-    (stacks/secret_values.py), and the paths replaced: not checked offline. A secret no placeholder fits stays."""
-    from stacks import secret_values
+    (config/secret_values.py), and the paths replaced: not checked offline. A secret no placeholder fits stays."""
+    from config import secret_values
 
     data = {k.split(":", 1)[1]: v for k, v in config.items() if isinstance(k, str) and k.startswith("gpuloan:")}
     if not secret_values.secure_paths(data):
@@ -1507,13 +1507,13 @@ def json_schema() -> dict[str, Any]:
 
 # --- capacity rules (stacks/cluster.py, guaranteed.py, elastic.py) -------------------------------------------
 
-# The longest node group kind gpuloan uses (see stacks/names.py: <env>-<pool>-<kind>_ + generated suffix).
+# The longest node group kind gpuloan uses (see config/names.py: <env>-<pool>-<kind>_ + generated suffix).
 _LONGEST_GROUP_SUFFIX = "guaranteed"
 
 
 @register_rule
 def _capacity_problems(cfg: GpuLoanConfig) -> list[tuple[str, str]]:
-    from stacks import versions
+    from config import versions
 
     problems: list[tuple[str, str]] = []
     if isinstance(cfg.cluster, NewCluster) and cfg.cluster.bin_packing and parse_version(
@@ -1524,7 +1524,7 @@ def _capacity_problems(cfg: GpuLoanConfig) -> list[tuple[str, str]]:
     if isinstance(cfg.cluster, NewCluster) and cfg.cluster.kubernetes_version not in versions.EKS_ADDON_VERSIONS:
         problems.append(("cluster.kubernetes_version", f"no pinned EKS add-on versions for "
                          f"{cfg.cluster.kubernetes_version} (pinned: {', '.join(sorted(versions.EKS_ADDON_VERSIONS))}); "
-                         "add them to stacks/versions.py EKS_ADDON_VERSIONS"))
+                         "add them to config/versions.py EKS_ADDON_VERSIONS"))
     for i, pool in enumerate(cfg.pools):
         suffix = _LONGEST_GROUP_SUFFIX
         if pool.elastic is not None:  # another node size's groups are named longer: "on-demand-4gpu"
@@ -1597,6 +1597,6 @@ def _capacity_block_window_problems(at: str, g: Guaranteed) -> list[tuple[str, s
 
 
 # The rules of other modules, run after the ones above in this order (CUDA images, then Kueue scheduling). Both
-# modules only read the config (they import its vocabulary from stacks/config_terms.py, never this module).
+# modules only read the config (they import its vocabulary from config/config_terms.py, never this module).
 register_rule(compat.images_rule)
 register_rule(scheduling.scheduling_problems)

@@ -1,6 +1,6 @@
 """Names, limits, namespaces and sizes that config, the cost model and the components share (a leaf: stdlib only).
 
-stacks/config.py validates what the components will name (node group prefixes against EKS's length limit, teams
+config/config.py validates what the components will name (node group prefixes against EKS's length limit, teams
 against the namespaces the add-ons take) and the platform cost prices the root volumes the launch templates declare;
 all read the values here, so neither config nor the cost model imports a component.
 

@@ -47,7 +47,7 @@ def node_sizes(instance_types: list[str] | tuple[str, ...], plain_gpus: int | No
 
 
 def pool_sizes(elastic) -> list[NodeSizeTypes]:
-    """node_sizes of a pool's elastic config (stacks.config.Elastic), its plain size as configured."""
+    """node_sizes of a pool's elastic config (config.config.Elastic), its plain size as configured."""
     return node_sizes(elastic.instance_types, getattr(elastic, "plain_names_gpus", None))
 
 

@@ -2,7 +2,7 @@
 
 The original design notes built a CUDA 12.0 image and installed cu118 PyTorch wheels into it; nothing caught
 it until a job crashed on a node. Here every image of the config is checked against these tables when the
-config is validated (`stacks.config.parse` runs `images_rule` below), so a mismatched image is a
+config is validated (`config.config.parse` runs `images_rule` below), so a mismatched image is a
 config error with a path and a fix, never a broken pod.
 
 Each table names its source. Update a table by adding a row with the same kind of source; the tests in
@@ -14,12 +14,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from stacks import versions
+from config import versions
 from pricing.sources import catalog
-from stacks.version_numbers import Version, fmt, parse_version
+from config.version_numbers import Version, fmt, parse_version
 
 if TYPE_CHECKING:  # annotations only: config imports this module to run its rule
-    from stacks import config
+    from config import config
 
 
 def fmt_driver(version: Version) -> str:
@@ -202,7 +202,7 @@ def image_problems(cfg: config.GpuLoanConfig, driver: Version | None = None) -> 
 
         if img.python_version not in versions.IMAGE_PYTHON_PATCH:
             problems.append((f"{at}.python_version", f"gpuloan pins Python {', '.join(image_python_versions())} for "
-                             f"images (stacks/versions.py IMAGE_PYTHON_PATCH); {img.python_version} is not one of them"))
+                             f"images (config/versions.py IMAGE_PYTHON_PATCH); {img.python_version} is not one of them"))
 
         if cuda not in TOOLKIT_DRIVER:
             known = ", ".join(versions.CUDA_IMAGE_PATCH[v] for v in sorted(versions.CUDA_IMAGE_PATCH))
@@ -243,7 +243,7 @@ def _pytorch_problems(img, at: str, cuda: Version, driver: Version, gpus) -> lis
     if release is None:
         known = ", ".join(fmt(v) for v in sorted(TORCH_RELEASES))
         return [(f"{at}.pytorch.version", f"PyTorch {img.pytorch.version} is not in gpuloan's compatibility table "
-                 f"(known: {known}); add a row to stacks/compat.py TORCH_RELEASES with its source")]
+                 f"(known: {known}); add a row to config/compat.py TORCH_RELEASES with its source")]
     if tv[2] not in release.patches:
         released = ", ".join(f"{fmt(tv[:2])}.{p}" for p in release.patches)
         problems.append((f"{at}.pytorch.version", f"PyTorch {img.pytorch.version} was never released; "
@@ -290,7 +290,7 @@ def _pytorch_problems(img, at: str, cuda: Version, driver: Version, gpus) -> lis
 
 
 def images_rule(cfg: config.GpuLoanConfig) -> list[tuple[str, str]]:
-    """The config rule (stacks/config.py runs it with the other cross-field rules)."""
+    """The config rule (config/config.py runs it with the other cross-field rules)."""
     return image_problems(cfg)
 
 
