@@ -134,6 +134,7 @@ def test_a_commitment_without_a_rate_stops_the_policy_deploy_even_when_every_flo
 
     monkeypatch.delenv(pricebook.ENV_PRICE_FILE, raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "empty-cache"))
+    monkeypatch.setenv(pricebook.ENV_SNAPSHOT, "0")  # nor the snapshot shipped in the package
     catalog.use_price_file(None)
     try:
         # no price source: the floors carry the user's own rates, the elastic types the config's prices; only the

@@ -454,7 +454,10 @@ def load(path: Path) -> PriceBook:
         doc = json.loads(path.read_text())
     except (OSError, ValueError) as err:
         raise PriceSourceError(f"{path}: not readable as JSON ({err})") from None
-    return PriceBook.from_json(doc, str(path))
+    book = PriceBook.from_json(doc, str(path))
+    if path.resolve() == SNAPSHOT_FILE:  # named as such also where a path reached it (cost-diff's both sides)
+        book.origin, book.kind = "gpuloan snapshot", KIND_SNAPSHOT
+    return book
 
 
 def cache_dir(environ: dict[str, str] | None = None) -> Path:
@@ -533,9 +536,7 @@ def load_snapshot(environ: dict[str, str] | None = None) -> PriceBook | None:
     env = os.environ if environ is None else environ
     if env.get(ENV_SNAPSHOT) == "0" or not SNAPSHOT_FILE.is_file():
         return None
-    book = load(SNAPSHOT_FILE)
-    book.origin, book.kind = "gpuloan snapshot", KIND_SNAPSHOT
-    return book
+    return load(SNAPSHOT_FILE)
 
 
 def resolve(explicit: Path | None = None, environ: dict[str, str] | None = None,
