@@ -7,8 +7,9 @@ STACK ?= dev
 
 .PHONY: help preview test test-deep install dev-install data bench-config bench-policy bench-sim bench-environment bench-advise bench-org bench-capacity-block benchmark bench-what-if bench-spot bench-gangs bench-sizes schema clean
 
-# Public data beside the project (never copied into it): the price table is the offline price file when present,
-# unless the caller set one; otherwise prices come from the cache `gpuloan prices refresh` fills (docs/prices.md).
+# Public data beside the project (`make data`; never copied into it): the price table is the offline price file when
+# present, unless the caller set one; otherwise prices come from the cache `gpuloan prices refresh` fills, else the
+# snapshot shipped in the package (generated from that table; docs/prices.md).
 SHARED_DATA ?= ../shared/data
 # The tests read the same folder (tests/conftest.py): `make test SHARED_DATA=/some/empty/dir` runs the suite as a
 # clone without the data would (.ci/run does).

@@ -339,7 +339,8 @@ def _fit(candidates: list[str]) -> str:
 
 
 def _short_path(text: str) -> str:
-    """`text` (a path) relative to the current folder when under it, else under `~`, else its name."""
+    """`text` (a path) relative to the current folder when under it or near it (`../shared/data/prices`), else
+    under `~`, else its name."""
     path = Path(text)
     if not path.is_absolute():
         return text
@@ -349,7 +350,8 @@ def _short_path(text: str) -> str:
         except ValueError:
             continue
         return shown + str(rel) if str(rel) != "." else (shown.rstrip("/") or ".")
-    return path.name or str(path)
+    near = os.path.relpath(path, Path.cwd())
+    return near if near.count("..") <= 2 else (path.name or str(path))
 
 
 def _age_days(read_at: str, today: dt.date) -> int | None:
