@@ -234,7 +234,7 @@ class Elastic(Strict):
     """Borrowed GPUs: spot first, on-demand fallback, sized by the policy function between 0 and max_nodes."""
 
     instance_types: list[GpuInstanceType] = Field(min_length=1, max_length=20, description="Diversified types (more types, fewer spot shortages). Types of several sizes (GPUs per node, one GPU model: g6e.2xlarge / 12xlarge / 48xlarge) give the pool a spot and an on-demand node group per size, and the policy grows the size with the lowest price per GPU the pending pods use (docs/policy.md, \"Right-sized nodes\"); the first listed type's size keeps a one-size pool's group names. max_nodes and on_demand_max_nodes apply to each size's groups.")
-    capacity: ElasticCapacity = Field(ElasticCapacity.spot_then_on_demand, description="`spot`, `on_demand`, or `spot_then_on_demand` (an on-demand fallback group used when spot stays short).")
+    capacity: ElasticCapacity = Field(ElasticCapacity.spot_then_on_demand, description="`spot`, `on_demand`, or `spot_then_on_demand` (an on-demand fallback group used when spot stays short). A production pool not listed in scheduling.kueue.production_spot_pools keeps its work off spot: Kueue admits it to the on-demand group only, so it needs `on_demand` or `spot_then_on_demand`, and the preview prices its elastic nodes at on-demand (validate says so).")
     max_nodes: int = Field(ge=1, le=500, description="Most elastic nodes (the spot group's max).")
     on_demand_max_nodes: int | None = Field(None, ge=1, le=500, description="Fallback group max; default max_nodes.")
     scale_up_utilization_pct: Percent = Field(80, description="Average GPU utilization over the window that adds a node (for services that do not queue).")

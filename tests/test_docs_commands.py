@@ -294,6 +294,38 @@ def test_bench_org_states_one_duration_everywhere():
     assert len(set(said)) == 1 and round(quoted_s / 60) == int(said[0]), said
 
 
+def test_floor_doc_shows_its_first_command_within_its_first_40_lines():
+    assert min(c.line for c in COMMANDS if c.page == "docs/floor.md") <= 40
+
+
+def test_kubernetes_doc_installs_kubernetes_validate_before_running_it():
+    """It is a dev tool (requirements-dev.txt): `make install` / `make preview` leave it out of .venv."""
+    page = [c.text for c in COMMANDS if c.page == "docs/kubernetes.md"]
+    first = next(i for i, text in enumerate(page) if text.startswith(".venv/bin/kubernetes-validate"))
+    assert "make dev-install" in page[:first]
+    assert "kubernetes-validate" in (REPO / "requirements-dev.txt").read_text()
+    assert "kubernetes-validate" not in (REPO / "requirements.txt").read_text()
+
+
+def test_docs_say_a_pool_may_mix_sizes_as_validate_accepts():
+    from stacks.config import from_stack_yaml
+    from conftest import stack_config
+
+    cfg = stack_config("prod")
+    cfg["gpuloan:pools"][1]["elastic"]["instance_types"] = ["g6e.xlarge", "g6e.12xlarge"]  # 1 and 4 GPUs, one model
+    from_stack_yaml({"config": cfg}, "prod")  # valid: no ConfigError
+    for page in ("docs/capacity.md", "docs/config.md"):
+        text = _flat_doc(page)
+        assert "refuses a list that mixes them" not in text and "have the same GPUs per node, and the same" not in text
+        assert "several sizes" in text, page
+
+
+def test_config_doc_capacity_row_says_production_work_stays_off_spot():
+    row = next(line for line in (REPO / "docs" / "config.md").read_text().splitlines()
+               if line.startswith("| `capacity` |"))
+    assert "production_spot_pools" in row and "off spot" in row and "prices its elastic nodes at on-demand" in row
+
+
 def _make_help_line(target: str) -> str:
     shown = subprocess.run(["make", "help"], cwd=REPO, capture_output=True, text=True, timeout=60).stdout
     return " ".join(shown.split(f"  {target} ", 1)[1].split("\n  ")[0:2])
