@@ -9,10 +9,9 @@ Exit codes: 0 done, 2 bad input (stack, pool, demand, options, prices), 3 AWS co
 
 from __future__ import annotations
 
-import json
 import sys
 
-from gpuloan import advise_org, price_args, sim_args, stack_arg
+from gpuloan import advise_org, json_doc, price_args, sim_args, stack_arg
 from pricing.sources import catalog
 
 EXIT_BAD_INPUT = 2
@@ -121,8 +120,7 @@ def run(args) -> int:
         for doc in docs:
             doc["plot"] = args.plot if len(docs) == 1 else _prefixed(args.plot, doc["pool"])
     if args.json:
-        print(json.dumps({"stack": stack, "price_source": catalog.price_source(cfg.region), "pools": docs},
-                         indent=2))
+        print(json_doc.dumps({"stack": stack, "price_source": catalog.price_source(cfg.region), "pools": docs}))
     else:
         for doc in docs:
             render(doc)
@@ -144,7 +142,7 @@ def _run_org(args, cfg, stack) -> int:
                          "picture)")
     doc = advise_org.run(args, cfg)
     if args.json:
-        print(json.dumps({"stack": stack, "price_source": catalog.price_source(cfg.region), **doc}, indent=2))
+        print(json_doc.dumps({"stack": stack, "price_source": catalog.price_source(cfg.region), **doc}))
     else:
         advise_org.render(doc)
         print(catalog.price_source(cfg.region))

@@ -36,9 +36,11 @@ def no_prices_banner(fmt: str, text: str) -> str:
     if fmt == "json":
         import json
 
+        from gpuloan import json_doc
+
         doc = json.loads(text)
         doc["no_price_file"] = NO_PRICES
-        return json.dumps(doc, indent=2, sort_keys=True) + "\n"
+        return json_doc.dumps(doc, sort_keys=True) + "\n"
     return f"WARNING: {NO_PRICES}\n\n{text}"
 
 

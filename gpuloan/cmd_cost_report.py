@@ -6,11 +6,10 @@ file, config), 3 Cost Explorer refused or could not be reached.
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
-from gpuloan import cost_report, stack_arg, stackfile
+from gpuloan import cost_report, json_doc, stack_arg, stackfile
 from stacks import config
 
 EXIT_INVALID = 2
@@ -51,7 +50,7 @@ def run(args, ce=None) -> int:
         return EXIT_AWS
     report = cost_report.build_report(cfg, period, fetched, cost_report.tag_status(ce))
     if args.json:
-        print(json.dumps(cost_report.to_json(report), indent=2, sort_keys=True))
+        print(json_doc.dumps(cost_report.to_json(report), sort_keys=True))
     else:
         print(cost_report.render_table(report))
     if args.csv:

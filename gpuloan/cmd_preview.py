@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import json
 import sys
 
-from gpuloan import price_args, stack_arg, stackfile
+from gpuloan import json_doc, price_args, stack_arg, stackfile
 from gpuloan import cmd_validate
 from gpuloan.cmd_validate import EXIT_INVALID
 from gpuloan.config_json import ConfigJsonError
@@ -45,8 +44,7 @@ def run(args) -> int:
     for at, message in config.deprecations(config.from_stack_yaml(doc, path.name)):
         print(f"warning: {at}: {message}", file=sys.stderr)
     if args.json:
-        json.dump(result, sys.stdout, indent=2, sort_keys=True, default=str)
-        print()
+        print(json_doc.dumps(result, sort_keys=True, default=str))
     else:
         from gpuloan import tables
 

@@ -5,10 +5,9 @@ Exit codes: 0 done, 2 bad input (trace, stack, pool, options).
 
 from __future__ import annotations
 
-import json
 import sys
 
-from gpuloan import price_args, sim_args, stack_arg
+from gpuloan import json_doc, price_args, sim_args, stack_arg
 from pricing.sources import catalog
 
 EXIT_BAD_INPUT = 2
@@ -91,7 +90,7 @@ def run(args) -> int:
             spec, trace, settings, args.seeds, progress=progress,
             policies=lambda: all_policies(spec, warm_up=args.warm_up, what_if=args.what_if)), args.json)
         if args.json:
-            print(json.dumps(doc, indent=2))
+            print(json_doc.dumps(doc))
         else:
             _seeds_table(doc)
         return 0
@@ -104,7 +103,7 @@ def run(args) -> int:
     doc["jobs_larger_than_pool"] = sum(1 for j in getattr(trace, "jobs", ()) if j.gpus > peak_gpus)
     doc["price_source"] = catalog.price_source(spec.region)
     if args.json:
-        print(json.dumps(doc, indent=2))
+        print(json_doc.dumps(doc))
     else:
         _table(doc)
         print(doc["price_source"])
@@ -191,7 +190,7 @@ def _sweep(args, spec, trace, settings) -> int:
     doc = {"trace": trace.name, "pool": spec.name, "sweep_floor": rows,
            "price_source": catalog.price_source(spec.region)}
     if args.json:
-        print(json.dumps(doc, indent=2))
+        print(json_doc.dumps(doc))
         if args.plot:
             _plot_sweep(args, doc, spec, trace, settings, horizon)
         return 0

@@ -219,6 +219,8 @@ def unknown_prices(cfg: GpuLoanConfig) -> list[str]:
 def stack_cost(cfg: GpuLoanConfig) -> StackCost:
     fixed_bill = floor_bill(cfg)  # one bill for the environment: a commitment covers several pools
     unused = fixed_bill.unused_commitment_usd
+    if unused is None and not fixed_bill.commitments:
+        unused = 0.0  # nothing committed: nothing unused, known without a price (and no row for it)
     return StackCost(
         region=cfg.region,
         pools=[pool_cost(cfg, p, fixed_bill) for p in cfg.pools],
