@@ -115,6 +115,7 @@ def test_without_any_price_source_commitments_are_valid_and_their_costs_unknown(
 
     monkeypatch.delenv(pricebook.ENV_PRICE_FILE, raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "empty-cache"))
+    monkeypatch.setenv(pricebook.ENV_SNAPSHOT, "0")  # nor the snapshot shipped in the package
     catalog.use_price_file(None)
     try:
         cfg = _cfg(_prod(commitments=[RI, SP]))

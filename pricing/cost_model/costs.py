@@ -219,8 +219,10 @@ def unknown_prices(cfg: GpuLoanConfig) -> list[str]:
 def stack_cost(cfg: GpuLoanConfig) -> StackCost:
     fixed_bill = floor_bill(cfg)  # one bill for the environment: a commitment covers several pools
     unused = fixed_bill.unused_commitment_usd
-    if unused is None and not fixed_bill.commitments:
-        unused = 0.0  # nothing committed: nothing unused, known without a price (and no row for it)
+    if unused is None and not cfg.commitments:
+        # nothing committed for the environment (a per-pool shorthand covers exactly its floor): nothing unused,
+        # known without a price, and no row for it
+        unused = 0.0
     return StackCost(
         region=cfg.region,
         pools=[pool_cost(cfg, p, fixed_bill) for p in cfg.pools],

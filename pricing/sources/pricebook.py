@@ -351,7 +351,7 @@ def _short_path(text: str) -> str:
             continue
         return shown + str(rel) if str(rel) != "." else (shown.rstrip("/") or ".")
     near = os.path.relpath(path, Path.cwd())
-    return near if near.count("..") <= 2 else (path.name or str(path))
+    return near if near.count("..") <= 2 and len(near) <= 32 else (path.name or str(path))
 
 
 def _age_days(read_at: str, today: dt.date) -> int | None:
