@@ -16,7 +16,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from gpuloan import price_args
+from gpuloan import exit_codes, price_args
 from gpuloan.cmd_validate import EXIT_INVALID
 from pricing.sources import catalog
 
@@ -54,6 +54,13 @@ def register(sub) -> None:
     p.add_argument("--fail-above", metavar="$N|N%", default=None,
                    help="exit 3 when the fixed monthly cost of all stacks rises by more than $N (or N percent)")
     price_args.add(p)
+    exit_codes.document(p, {0: "the diff was made (a base that fails validation is reported, not an error)",
+                            2: "the working tree's config fails validation, the ref is unknown, or a -s stack "
+                               "exists on neither side",
+                            3: "the fixed monthly cost rose above --fail-above",
+                            4: "no price at all (no price file, no cache, the snapshot turned off): no cost was "
+                               "compared"},
+                        ".venv/bin/gpuloan cost-diff --base main --markdown")
     p.set_defaults(func=run)
 
 

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 
+from gpuloan import exit_codes
 from stacks import config
 
 
 def register(sub) -> None:
     p = sub.add_parser("schema", help="print the JSON Schema of the gpuloan: config namespace")
     p.add_argument("--markdown", action="store_true", help="print the Markdown config reference instead")
+    exit_codes.document(p, {0: "printed"}, ".venv/bin/gpuloan schema --markdown > docs/config.md")
     p.set_defaults(func=run)
 
 

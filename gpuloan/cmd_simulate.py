@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import sys
 
-from gpuloan import json_doc, price_args, sim_args, stack_arg
+from gpuloan import exit_codes, json_doc, price_args, sim_args, stack_arg
 from pricing.sources import catalog
 
 EXIT_BAD_INPUT = 2
@@ -38,6 +38,10 @@ def register(sub) -> None:
                         "(docs/benchmarks.md, \"What-if\")")
     sim_args.add(p)
     price_args.add(p)
+    exit_codes.document(p, {0: "the table (or JSON) was printed",
+                            2: "bad input: the stack, its config or an option (every problem named on stderr), the trace, or no price for a type the pool uses"},
+                        ".venv/bin/gpuloan simulate -s prod --pool training --trace "
+                        "docs/examples/org-demand/training.csv --days 0:6 --auto-size")
     p.set_defaults(func=run)
 
 

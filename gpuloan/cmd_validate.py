@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import sys
 
-from gpuloan import price_args, stack_arg, stackfile
+from gpuloan import exit_codes, price_args, stack_arg, stackfile
 from gpuloan.config_json import ConfigJsonError
 from stacks import config
 from pricing.sources import catalog, pricebook
@@ -21,6 +21,9 @@ def register(sub) -> None:
     stack_arg.add(p, positional=True)
     add_config_json(p)
     price_args.add(p)
+    exit_codes.document(p, {0: "valid (advisories and unchecked rules are printed, not errors)",
+                            2: "invalid: every problem with its path, or an unreadable stack or price file"},
+                        ".venv/bin/gpuloan validate -s prod")
     p.set_defaults(func=run)
 
 
