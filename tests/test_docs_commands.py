@@ -3,10 +3,12 @@ machine lacks; figures quoted from a command's output are what it prints today.
 
 The commands are read from the fenced shell blocks (tests/doc_commands.py). Each one runs with bash from the
 repository root, after the `export` lines its page shows above it, with no other price source (as from a fresh
-clone: conftest's GPULOAN_PRICE_FILE is removed) and `.venv/bin` not on PATH, and must exit 0 (or as a `# exits N`
-comment says). Fast commands run in `make test`; SLOW ones only under the deep profile (`make test-deep`); those in
-CANNOT_RUN are checked as far as this machine can. A command that reads the public data beside the project
-(../shared/data) skips with conftest's marker where that is absent, as on GitHub's runners."""
+clone: conftest's GPULOAN_PRICE_FILE is removed, so prices come from the snapshot shipped in the package) and
+`.venv/bin` not on PATH, and must exit 0 (or as a `# exits N` comment says). Fast commands run in `make test`;
+SLOW ones only under the deep profile (`make test-deep`); those in CANNOT_RUN are checked as far as this machine
+can. A command that reads the public data beside the project (../shared/data) skips with conftest's marker where
+that is absent, as on GitHub's runners; every other command runs in both passes of .ci/run (with ../shared and
+with an empty folder for it), and the README's newcomer commands also run here with nothing beside the clone."""
 
 from __future__ import annotations
 
@@ -47,7 +49,7 @@ CANNOT_RUN = {
 # Commands over ~20 s on the 2-core machine: they run under the deep profile only (`make test-deep`). Wall time
 # measured on that machine, and what takes it.
 SLOW = {
-    ".venv/bin/gpuloan cost-diff --base HEAD --price-file ": "25 s: two offline previews of each of the two stacks",
+    ".venv/bin/gpuloan cost-diff --base HEAD$": "25 s: two offline previews of each of the two stacks",
     "make bench-policy": "13 s, and its timing targets hold on an unloaded machine only",
     "make benchmark": "1 min unloaded, 3 under load: 150 simulations of 57 days",
     "make bench-what-if": "30 s unloaded: 60 simulations of 57 days",
@@ -66,7 +68,10 @@ def _flat(text: str) -> str:
 
 
 def _row(table: dict[str, str], cmd: DocCommand) -> str | None:
-    return next((prefix for prefix in table if _flat(cmd.text + " ").startswith(prefix)), None)
+    """The row whose key starts the command; a key ending in `$` is the whole command."""
+    text = _flat(cmd.text)
+    return next((key for key in table if (text == key[:-1] if key.endswith("$") else (text + " ").startswith(key))),
+                None)
 
 
 def _page_exports(cmd: DocCommand) -> list[str]:
@@ -113,23 +118,25 @@ class Run:
     cpu_s: float
 
 
-def _env() -> dict[str, str]:
+def _env(shared_data: str | None = None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("GPULOAN_PRICE_FILE", "PULUMI_STACK", "COLUMNS")}
     # `make` reads the shared data where the suite does (an empty folder in .ci/run's second pass).
-    return {**env, "COLUMNS": "80", "SHARED_DATA": str(SHARED_DATA)}
+    shared = shared_data or str(SHARED_DATA)
+    return {**env, "COLUMNS": "80", "SHARED_DATA": shared, "GPULOAN_SHARED_DATA": shared}
 
 
-def run_documented(cmd: DocCommand) -> Run:
+def run_documented(cmd: DocCommand, shared_data: str | None = None) -> Run:
     """Run it as a reader would: bash in the repository root, after the page's exports; once per session (pages
-    that show the same command after the same exports share the run)."""
-    return _run_script("\n".join([*_page_exports(cmd), cmd.text]))
+    that show the same command after the same exports share the run). `shared_data`: another folder for the
+    public data (an empty one: a clone with nothing beside it)."""
+    return _run_script("\n".join([*_page_exports(cmd), cmd.text]), shared_data)
 
 
 @functools.cache
-def _run_script(script: str) -> Run:
+def _run_script(script: str, shared_data: str | None = None) -> Run:
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     result = subprocess.run(["bash", "-c", script], cwd=REPO, capture_output=True, text=True, timeout=1200,
-                            env=_env())
+                            env=_env(shared_data))
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu_s = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
     return Run(result.returncode, result.stdout, result.stderr, cpu_s)
@@ -151,6 +158,38 @@ def test_documented_command_runs_as_written(cmd):
         f"{cmd} exited {run.returncode}, the doc says {cmd.expected_exit}:\n{run.stdout[-1500:]}\n{run.stderr[-1500:]}")
     if not _row(SLOW, cmd):
         assert run.cpu_s < FAST_CPU_LIMIT_S, f"{cmd} took {run.cpu_s:.1f} CPU-s: list it in SLOW (deep profile only)"
+
+
+def _readme_newcomer_commands() -> list:
+    """The README's two commands (`make test` aside: it is this suite) and every "Five minutes with it" command."""
+    text = (REPO / "README.md").read_text()
+    five = text.split("## Five minutes with it", 1)[1].split("\n## ", 1)[0]
+    lines = {c.line for c in COMMANDS if c.page == "README.md"}
+    start = text[:text.index("## Five minutes with it")].count("\n") + 1
+    end = start + five.count("\n")
+    picked = [c for c in COMMANDS if c.page == "README.md" and (c.text == "make preview" or start <= c.line <= end)]
+    assert lines and len(picked) >= 6
+    return [pytest.param(c, id=f"README.md:{c.line}", marks=[pytest.mark.skip(reason="slow: deep profile only")]
+                         if _row(SLOW, c) and not DEEP else []) for c in picked]
+
+
+@pytest.fixture(scope="module")
+def nothing_beside(tmp_path_factory) -> str:
+    """An empty folder standing in for ../shared/data: what a fresh clone has beside it."""
+    return str(tmp_path_factory.mktemp("no-shared-data"))
+
+
+@pytest.mark.parametrize("cmd", _readme_newcomer_commands())
+def test_readme_commands_print_dollars_with_nothing_beside_the_clone(cmd, nothing_beside):
+    """Issue 37, item 3: the newcomer's commands name no ../shared path and print dollars from the price snapshot
+    shipped in the package, and validate leaves no rule unchecked."""
+    assert "../shared" not in cmd.text and not _page_exports(cmd)
+    run = run_documented(cmd, nothing_beside)
+    assert run.returncode == 0, f"{cmd}:\n{run.stdout[-1500:]}\n{run.stderr[-1500:]}"
+    assert re.search(r"\$\d[\d,]*", run.stdout), run.stdout[-1500:]
+    assert "not checked" not in run.stdout
+    if "validate" not in cmd.text:
+        assert re.search(r"^\s*prices: gpuloan snapshot of \d{4}-\d\d-\d\d", run.stdout, re.M), run.stdout[-800:]
 
 
 def test_every_fenced_block_says_what_it_holds():
