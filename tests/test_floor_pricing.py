@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 import yaml
-from conftest import requires_shared_prices, stack_config
+from conftest import requires_prices, stack_config
 
 from gpuloan import cli
 from pricing.cost_model import costs
@@ -15,7 +15,7 @@ from stacks import config
 from stacks.policy_function import settings as policy_settings
 from pricing.sources import catalog, floor_pricing
 
-pytestmark = requires_shared_prices
+pytestmark = requires_prices
 
 # The public commitment table's p4d.24xlarge us-east-1 rows (COMMITMENTS.md): 2022 RIs beside that day's on-demand.
 P4D_RI_1YR, P4D_RI_3YR, P4D_OD_2022 = 20.175, 12.499, 32.773

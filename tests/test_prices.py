@@ -22,7 +22,7 @@ import boto3
 import pytest
 import yaml
 from botocore.stub import Stubber
-from conftest import REPO, requires_shared_prices, stack_config
+from conftest import REPO, requires_prices, requires_shared_prices, stack_config
 
 from gpuloan import cmd_prices
 from pricing.sources import aws_prices
@@ -487,7 +487,7 @@ def test_a_cached_type_whose_gpu_gpuloan_cannot_classify_is_refused_clearly(book
     assert "pools[0].elastic.instance_types" in str(err.value) and "no CUDA support rules" in str(err.value)
 
 
-@requires_shared_prices
+@requires_prices
 def test_the_simulator_reads_the_interruption_bucket_from_the_offline_file():
     from sim import pool as simpool
 
