@@ -6,7 +6,7 @@ from __future__ import annotations
 import csv
 
 import pytest
-from conftest import SHARED_PRICES, requires_prices
+from conftest import SHARED_PRICES, requires_shared_prices
 
 from pricing.sources import catalog, instance_types
 
@@ -21,7 +21,7 @@ def test_every_gpu_model_in_the_facts_table_has_an_architecture():
     assert unknown == []
 
 
-@requires_prices
+@requires_shared_prices
 def test_facts_table_agrees_with_the_public_table_on_gpu_count_and_model():
     """The hand-written table (from AWS's spec page) and the public price table are independent sources: every
     type the public table prices is in ours, with the same GPUs per instance and GPU model."""
@@ -40,7 +40,7 @@ def test_graviton_gpu_types_are_arm64_and_others_x86():
     assert not catalog.lookup("g4ad.xlarge").is_nvidia
 
 
-@requires_prices
+@requires_shared_prices
 def test_on_demand_uses_the_current_row_and_spot_the_snapshot_ratio():
     rows = [r for r in _rows() if r["instance_type"] == "p4d.24xlarge" and r["region"] == "us-east-1"]
     current = next(r for r in rows if not r["source"].startswith("skypilot"))
@@ -53,7 +53,7 @@ def test_on_demand_uses_the_current_row_and_spot_the_snapshot_ratio():
     assert p.source == current["source"] and p.as_of == current["price_snapshot"]
 
 
-@requires_prices
+@requires_shared_prices
 def test_region_without_snapshot_falls_back_to_the_advisor_estimate():
     p = catalog.price("p4d.24xlarge", "eu-central-1")
     row = next(r for r in _rows() if r["instance_type"] == "p4d.24xlarge" and r["region"] == "eu-central-1")
@@ -61,14 +61,14 @@ def test_region_without_snapshot_falls_back_to_the_advisor_estimate():
     assert p.spot_usd_per_hour == pytest.approx(float(row["ondemand_usd_per_hour"]) * (1 - float(row["advisor_savings_pct"]) / 100))
 
 
-@requires_prices
+@requires_shared_prices
 def test_negative_advisor_savings_is_not_used_as_a_spot_price():
     p = catalog.price("p5.48xlarge", "ca-central-1")  # the data says -62 % savings there
     assert p.spot_basis == "none" and p.spot_usd_per_hour is None
     assert p.spot_or_ondemand_usd_per_hour == p.ondemand_usd_per_hour
 
 
-@requires_prices
+@requires_shared_prices
 def test_commitment_rates_keep_their_own_on_demand_reference():
     """2022 RI rates are only usable as a ratio (COMMITMENTS.md): they carry the on-demand rate of their date."""
     ri = {c.offer: c for c in catalog.commitments("p4d.24xlarge", "us-east-1")}
@@ -77,7 +77,7 @@ def test_commitment_rates_keep_their_own_on_demand_reference():
     assert one_year.usd_per_hour / one_year.reference_ondemand_usd_per_hour == pytest.approx(0.62, abs=0.01)
 
 
-@requires_prices
+@requires_shared_prices
 def test_unknown_pair_has_no_price_and_typos_get_suggestions():
     assert catalog.price("p4d.24xlarge", "xx-nowhere-1") is None
     assert "no prices for xx-nowhere-1" in catalog.missing_price_reason("p4d.24xlarge", "xx-nowhere-1")

@@ -226,6 +226,7 @@ def test_without_any_price_source_a_committed_floor_is_unknown_and_a_user_rate_s
 
     monkeypatch.delenv(pricebook.ENV_PRICE_FILE, raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "empty-cache"))
+    monkeypatch.setenv(pricebook.ENV_SNAPSHOT, "0")  # nor the snapshot shipped in the package
     catalog.use_price_file(None)
     try:
         cfg = _cfg()  # valid: with no prices at all every cost is unknown, nothing is guessed

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import SHARED_PRICES, requires_prices, stack_config
+from conftest import SHARED_PRICES, requires_shared_prices, stack_config
 
 from gpuloan import preview
 from pricing.cost_model import platform_costs
@@ -53,7 +53,7 @@ def _rows(doc: dict) -> dict[str, dict]:
     return {r["item"]: r for r in doc["cost"]["platform"]}
 
 
-@requires_prices
+@requires_shared_prices
 def test_without_platform_rates_every_platform_row_is_unknown_and_headroom_an_upper_bound():
     doc = _doc("dev")
     cost = doc["cost"]
@@ -63,7 +63,7 @@ def test_without_platform_rates_every_platform_row_is_unknown_and_headroom_an_up
     assert cost["budget_headroom_monthly_usd"] == pytest.approx(cost["budget_monthly_usd"] - cost["guaranteed_monthly_usd"])
 
 
-@requires_prices
+@requires_shared_prices
 def test_platform_rows_are_quantity_times_the_price_file_rate(fixture_prices):
     doc = _doc("dev")
     rows = _rows(doc)
@@ -96,7 +96,7 @@ def test_platform_rows_are_quantity_times_the_price_file_rate(fixture_prices):
         cost["budget_monthly_usd"] - cost["guaranteed_monthly_usd"] - platform, abs=0.02)
 
 
-@requires_prices
+@requires_shared_prices
 def test_usage_assumptions_come_from_the_config(fixture_prices):
     cfg = stack_config("dev")
     cfg["gpuloan:cost_assumptions"] = {"nat_data_gb_per_month": 1000, "log_ingest_gb_per_month": 42}
@@ -130,7 +130,7 @@ def test_an_unknown_platform_key_is_refused(tmp_path):
         pricebook.load(path)
 
 
-@requires_prices
+@requires_shared_prices
 def test_platform_rates_round_trip_through_the_cache_format(tmp_path):
     path = _price_file(tmp_path, {"eks_cluster": (1.0, "hour"), "ec2:m7i.large": (0.5, "hour")})
     book = pricebook.load(path)
@@ -175,7 +175,7 @@ def test_the_shipped_stacks_run_a_version_in_standard_support():
             platform_costs.STANDARD_SUPPORT, stack
 
 
-@requires_prices
+@requires_shared_prices
 def test_a_version_in_extended_support_adds_the_surcharge_row(tmp_path):
     rates = {**FIXTURE_RATES, "eks_extended_support": (5.0, "hour")}
     catalog.use_price_file(_price_file(tmp_path, rates))

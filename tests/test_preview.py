@@ -8,7 +8,7 @@ import sys
 
 import pytest
 import yaml
-from conftest import REPO, SHARED_PRICES, STACKS, requires_prices, stack_config
+from conftest import REPO, SHARED_PRICES, STACKS, requires_prices, requires_shared_prices, stack_config
 
 
 def _preview_json(stack_or_file: str, cwd=REPO) -> tuple[int, dict | None, str]:
@@ -47,7 +47,7 @@ def _csv_rows(instance_type: str, region: str) -> list[dict]:
         return [r for r in csv.DictReader(f) if r["instance_type"] == instance_type and r["region"] == region]
 
 
-@requires_prices
+@requires_shared_prices
 def test_dev_pool_cost_matches_a_hand_computation(previews):
     """dev: 1 x g6.xlarge on demand; up to 4 spot nodes of g6.xlarge / g5.xlarge (priced at the dearer one)."""
     _, doc, _ = previews["dev"]
@@ -79,7 +79,7 @@ def test_prod_totals_add_up(previews):
     assert "capacity reservation" in training["guaranteed_note"]
 
 
-@requires_prices
+@requires_shared_prices
 def test_preview_text_shows_tree_and_costs():
     result = subprocess.run([sys.executable, "-m", "gpuloan", "preview", "prod"], cwd=REPO,
                             capture_output=True, text=True, timeout=300)
