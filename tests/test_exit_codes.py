@@ -16,7 +16,7 @@ from pricing.sources import catalog
 def _parsers():
     """(words, parser) of every command and verb."""
     parser = cli.build_parser()
-    out = []
+    out = [([], parser)]
     for name, sub in next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction").choices.items():
         out.append(([name], sub))
         verbs = [a for a in sub._actions if a.__class__.__name__ == "_SubParsersAction"]
@@ -25,14 +25,14 @@ def _parsers():
     return out
 
 
-@pytest.mark.parametrize("words,parser", _parsers(), ids=lambda x: " ".join(x) if isinstance(x, list) else "")
+@pytest.mark.parametrize("words,parser", _parsers(), ids=lambda x: " ".join(x) or "gpuloan" if isinstance(x, list) else "")
 def test_every_help_lists_its_exit_codes_and_one_example_in_80_columns(words, parser, monkeypatch):
     monkeypatch.setenv("COLUMNS", "80")
     text = parser.format_help()
     assert "\nexit codes:\n  0  " in text
     example = text.split("\nexample:\n", 1)[1]
     command = " ".join(example.split())
-    assert command.startswith(f".venv/bin/gpuloan {' '.join(words)}"), command
+    assert command.startswith(" ".join([".venv/bin/gpuloan", *words])), command
     if not any(a.__class__.__name__ == "_SubParsersAction" for a in parser._actions):  # a verb's own options
         options = {s for a in parser._actions for s in a.option_strings}
         used = [w.split("=")[0] for w in shlex.split(command.split(" >")[0]) if w.startswith("-")]
