@@ -22,7 +22,7 @@ import typing
 from dataclasses import dataclass
 
 import pytest
-from conftest import REPO, SHARED_DATA, requires_shared_prices, requires_shared_traces
+from conftest import REPO, SHARED_DATA, requires_prices, requires_shared_prices, requires_shared_traces
 from doc_commands import SHELL_LANGS, DocCommand, blocks, commands_of, doc_pages, shell_commands, split_comment
 
 DEEP = os.environ.get("GPULOAN_HYPOTHESIS_PROFILE") == "deep"
@@ -405,7 +405,7 @@ def test_simulator_doc_quotes_the_real_trace_error(tmp_path):
     assert result.returncode == 2 and f"{bad}:3: {quoted}" in result.stderr
 
 
-@requires_shared_prices
+@requires_prices  # the docs' commands price with the snapshot
 def test_budgets_doc_quotes_the_real_headroom():
     quoted = re.search(r"`budget headroom: at most (\$[\d,.]+)`", (REPO / "docs" / "budgets.md").read_text()).group(1)
     out = run_documented(documented("docs/budgets.md", r"^\.venv/bin/gpuloan preview -s prod$")).stdout
@@ -450,7 +450,7 @@ def test_floor_doc_hand_check_quotes_the_first_commands_figures():
     assert (str(r["floor_nodes"]), r["payment"], f"{r['monthly_usd']:,.0f}") == rec
 
 
-@requires_shared_prices
+@requires_prices  # the docs' commands price with the snapshot
 def test_floor_doc_quotes_the_preview_of_the_training_floor():
     text = _flat_doc("docs/floor.md")
     cell, unused, line = re.search(r"shows it as `(2× p4d\.24xlarge \$[\d,]+ \([^)]+\))` .*?, `(commitments \(unused\) "
