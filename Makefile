@@ -5,10 +5,11 @@ BIN := $(VENV)/bin
 STACK ?= dev
 .DEFAULT_GOAL := help  # `make` alone lists the targets
 
-.PHONY: help preview lint test test-deep install dev-install bench-config bench-policy bench-sim bench-environment bench-advise bench-org bench-capacity-block benchmark bench-what-if bench-spot bench-gangs bench-sizes schema clean
+.PHONY: help preview lint test test-deep install dev-install data bench-config bench-policy bench-sim bench-environment bench-advise bench-org bench-capacity-block benchmark bench-what-if bench-spot bench-gangs bench-sizes schema clean
 
-# Public data beside the project (never copied into it): the price table is the offline price file when present,
-# unless the caller set one; otherwise prices come from the cache `gpuloan prices refresh` fills (docs/prices.md).
+# Public data beside the project (`make data`; never copied into it): the price table is the offline price file when
+# present, unless the caller set one; otherwise prices come from the cache `gpuloan prices refresh` fills, else the
+# snapshot shipped in the package (generated from that table; docs/prices.md).
 SHARED_DATA ?= ../shared/data
 # The tests read the same folder (tests/conftest.py): `make test SHARED_DATA=/some/empty/dir` runs the suite as a
 # clone without the data would (.ci/run does).
@@ -36,15 +37,16 @@ $(VENV)/.dev: $(VENV)/.runtime requirements-dev.txt
 
 ## help: list the targets with what they do (this list)
 help:
-	@awk '/^## [a-z-]+: / { sub(/^## /, ""); n = index($$0, ": "); printf "  %-14s %s\n", substr($$0, 1, n - 1), substr($$0, n + 2); next } \
-	     /^## / { sub(/^## /, ""); printf "  %-14s %s\n", "", $$0 }' $(MAKEFILE_LIST)
+	@awk '/^## [a-z-]+: / { sub(/^## /, ""); n = index($$0, ": "); printf "  %-21s %s\n", substr($$0, 1, n - 1), substr($$0, n + 2); next } \
+	     /^## / { sub(/^## /, ""); printf "  %-21s %s\n", "", $$0 }' $(MAKEFILE_LIST)
 
-## install: the virtual environment with gpuloan and its runtime dependencies (.venv)
+## install: .venv with gpuloan and its runtime dependencies
 install: $(VENV)/.runtime
 ## dev-install: install plus the test and lint tools
 dev-install: $(VENV)/.dev
 
-## preview: validate the dev stack and show its offline preview (resources and monthly cost); STACK=prod for prod
+## preview: validate the dev stack, show its offline plan
+## and monthly cost (STACK=prod for prod)
 preview: $(VENV)/.runtime
 	$(BIN)/gpuloan validate $(STACK)
 	$(BIN)/gpuloan preview $(STACK)
@@ -63,29 +65,34 @@ FORMATTED_FILES := __main__.py config/__init__.py config/config_terms.py config/
 	tests/test_kubernetes_docs.py tests/test_lint_ratchet.py tests/test_policy_docs.py tests/test_single_definitions.py \
 	tests/test_project_file.py
 
-## lint: ruff check and format, mypy and complexity debt (scripts/lint_debt.toml)
+## lint: ruff check and format, mypy and complexity ratchets
 lint: $(VENV)/.dev
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check $(FORMATTED_FILES)
 	$(BIN)/python scripts/lint_ratchet.py
 
-## test: make lint, the import layers (lint-imports), then the whole test suite
-## (unit, mocked infrastructure, emulator integration, linters)
+## test: make lint, the import layers (lint-imports), then the whole
+## suite (unit, mocked infrastructure, emulator, linters)
 test: $(VENV)/.dev lint
 	$(BIN)/lint-imports
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile
 
-## test-deep: the policy's property tests at 10,000 examples each (hypothesis profile "deep", tests/conftest.py),
-## then every command of README.md and docs/, the slow ones too (make benchmark, cost-diff of every stack; their
-## quoted tables checked); about 45 minutes on 2 shared cores
+## test-deep: the policy's property tests at 10,000 examples
+## each, then every command of README.md and docs/, the
+## slow ones too; about 45 minutes on 2 shared cores
 test-deep: $(VENV)/.dev
 	GPULOAN_HYPOTHESIS_PROFILE=deep $(BIN)/python -m pytest -q -n 0 tests/test_policy_properties.py tests/test_docs_commands.py
 
-## bench-spot: back to spot after a fallback, and early spot warnings (docs/benchmarks.md, issue 28)
+## bench-spot: back to spot after a fallback, early spot warnings
 bench-spot: $(VENV)/.runtime
 	$(BIN)/python scripts/bench_spot.py --traces $(TRACES)
 
-## schema: regenerate docs/config.schema.json and docs/config.md from the config model
+## data: download the public job traces (checksums checked)
+## into ../shared/data/traces/itp, or SHARED_DATA=DIR
+data: $(VENV)/.runtime
+	$(BIN)/python scripts/fetch_data.py --shared-data $(SHARED_DATA)
+
+## schema: regenerate docs/config.schema.json and docs/config.md
 schema: $(VENV)/.runtime
 	$(BIN)/python -m gpuloan schema > docs/config.schema.json
 	$(BIN)/python -m gpuloan schema --markdown > docs/config.md
@@ -98,29 +105,32 @@ bench-config: $(VENV)/.runtime
 bench-policy: $(VENV)/.dev
 	$(BIN)/python scripts/bench_policy.py
 
-## bench-sim: time the simulator on the ITP traces (../shared/data/traces)
+## bench-sim: time the simulator on the ITP traces
 bench-sim: $(VENV)/.runtime
 	$(BIN)/python scripts/bench_sim.py --traces $(TRACES)
 
-## bench-gangs: GPU-hours held for multi-node jobs waiting for their nodes, before/after the gang rules, beside karpenter (docs/benchmarks.md)
+## bench-gangs: GPU-hours multi-node jobs hold waiting for
+## their nodes, before/after the gang rules, karpenter
 bench-gangs: $(VENV)/.runtime
 	$(BIN)/python scripts/bench_gangs.py --traces $(TRACES)
-## bench-sizes: right-sized nodes: a g6e pool of 1/4/8-GPU sizes vs its 8-GPU size only, gpuloan and karpenter (docs/benchmarks.md)
+## bench-sizes: a g6e pool of 1/4/8-GPU sizes vs 8-GPU only
 bench-sizes: $(VENV)/.runtime
 	$(BIN)/python scripts/bench_sizes.py --traces $(TRACES)
-## bench-environment: time the environment simulator (16 pools, one month, ITP traces) per policy
+## bench-environment: time the environment simulator
 bench-environment: $(VENV)/.runtime
 	$(BIN)/python scripts/bench_environment.py --traces $(TRACES)
 
-## bench-advise: time gpuloan advise's floor sweep for one pool over a month of an ITP trace
+## bench-advise: time advise's floor sweep, one pool over a month
 bench-advise: $(VENV)/.runtime
 	$(BIN)/python scripts/bench_advise.py --traces $(TRACES)
 
-## bench-org: the organization's loan on the ten ITP clusters, fluid and simulated tables (docs/benchmarks.md, "The organization's loan"; ~25 min)
+## bench-org: the organization's loan on the ten ITP
+## clusters, fluid and simulated tables; about 13 minutes
 bench-org: $(VENV)/.runtime
 	$(BIN)/python scripts/bench_org.py --traces $(TRACES)
 
-## bench-capacity-block: Capacity Block floors: idle paid block hours and work lost at the end, before/after (docs/floor.md)
+## bench-capacity-block: Capacity Block floors: idle paid hours
+## and work lost at the end, before/after
 bench-capacity-block: $(VENV)/.runtime
 	$(BIN)/python scripts/bench_capacity_block.py
 
@@ -128,7 +138,7 @@ bench-capacity-block: $(VENV)/.runtime
 benchmark: $(VENV)/.runtime
 	$(BIN)/python scripts/benchmark.py --traces $(TRACES)
 
-## bench-what-if: what a faster release signal could buy (docs/benchmarks.md, "What-if")
+## bench-what-if: what a faster release signal could buy
 bench-what-if: $(VENV)/.runtime
 	$(BIN)/python scripts/benchmark.py --traces $(TRACES) --what-if
 

@@ -4,15 +4,15 @@ Demand comes from one of: `--trace FILE` (ITP jobs, generic jobs, or a minute,gp
 `--series FILE` (a minute,gpus_demanded series), or, by default, the stack's own history: the metrics its policy
 function published to CloudWatch over the last `--history-days` days (needs AWS credentials).
 
-Exit codes: 0 done, 2 bad input (stack, pool, demand, options, prices), 3 AWS could not be read.
+Exit codes (gpuloan/exit_codes.py): 0 done, 2 bad input (stack, pool, demand, options, prices) or no AWS
+credentials, 3 AWS refused or could not be reached.
 """
 
 from __future__ import annotations
 
-import json
 import sys
 
-from gpuloan import advise_org, price_args, sim_args, stack_arg
+from gpuloan import advise_org, exit_codes, json_doc, price_args, sim_args, stack_arg
 from pricing.sources import catalog
 
 EXIT_BAD_INPUT = 2
@@ -50,6 +50,11 @@ def register(sub) -> None:
                    "when several pools)")
     price_args.add(p)
     advise_org.add_arguments(p)
+    exit_codes.document(p, {0: "advice printed",
+                            2: "bad input: the stack, its config or an option (every problem named on stderr), the demand, prices, or no AWS credentials for the stack's history",
+                            3: "AWS refused or could not be reached (CloudWatch, reading the history)"},
+                        ".venv/bin/gpuloan advise -s prod --demand docs/examples/org-demand --sizing-days 3 "
+                        "--lookback-days 7 --production-share 30")
     p.set_defaults(func=run)
 
 
@@ -96,6 +101,9 @@ def run(args) -> int:
         cfg = config.from_stack_yaml(stackfile.load(path), path.name)
         if args.jobs < 1:
             raise ValueError("--jobs must be at least 1")
+        if getattr(args, "org", False) and not args.demand and exit_codes.credentials_missing():
+            raise ValueError(f"{exit_codes.NO_CREDENTIALS} (--demand DIR; --org reads every pool's CloudWatch "
+                             "history)")
         if advise_org.wanted(args):
             return _run_org(args, cfg, stack)
         names = [p.name for p in cfg.pools]
@@ -103,6 +111,9 @@ def run(args) -> int:
         for name in pools:
             if name not in names:
                 raise ValueError(f"no pool '{name}' in this stack; pools: {', '.join(names)}")
+        if not (args.trace or args.series) and exit_codes.credentials_missing():
+            raise ValueError(f"{exit_codes.NO_CREDENTIALS} (--trace/--series/--demand; without them advise "
+                             f"reads the stack's own CloudWatch history)")
         docs = []
         for name in pools:
             trace = _demand(args, cfg, name)
@@ -122,8 +133,7 @@ def run(args) -> int:
         for doc in docs:
             doc["plot"] = args.plot if len(docs) == 1 else _prefixed(args.plot, doc["pool"])
     if args.json:
-        print(json.dumps({"stack": stack, "price_source": catalog.price_source(cfg.region), "pools": docs},
-                         indent=2))
+        print(json_doc.dumps({"stack": stack, "price_source": catalog.price_source(cfg.region), "pools": docs}))
     else:
         for doc in docs:
             render(doc)
@@ -145,7 +155,7 @@ def _run_org(args, cfg, stack) -> int:
                          "picture)")
     doc = advise_org.run(args, cfg)
     if args.json:
-        print(json.dumps({"stack": stack, "price_source": catalog.price_source(cfg.region), **doc}, indent=2))
+        print(json_doc.dumps({"stack": stack, "price_source": catalog.price_source(cfg.region), **doc}))
     else:
         advise_org.render(doc)
         print(catalog.price_source(cfg.region))

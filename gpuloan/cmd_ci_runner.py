@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import sys
 
-from gpuloan import stackfile
+from gpuloan import exit_codes, stackfile
 from gpuloan.cmd_validate import EXIT_INVALID, load_config
 from config import config
 from stacks.gitops.github_oidc import runs_on
@@ -22,6 +22,8 @@ from stacks.gitops.github_oidc import runs_on
 def register(sub) -> None:
     p = sub.add_parser("ci-runner", help="print each stack's CI runs-on (<stack>=<JSON>) from its github config")
     p.add_argument("stacks", nargs="+", metavar="STACK_OR_FILE")
+    exit_codes.document(p, {0: "one line per stack printed", 2: "bad input: the stack, its config or an option (every problem named on stderr)"},
+                        ".venv/bin/gpuloan ci-runner dev prod")
     p.set_defaults(func=run)
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from gpuloan import price_args
+from gpuloan import exit_codes, price_args
 from gpuloan.cmd_validate import EXIT_INVALID
 from pricing.sources import catalog
 
@@ -39,9 +39,11 @@ def no_prices_banner(fmt: str, text: str) -> str:
     if fmt == "json":
         import json
 
+        from gpuloan import json_doc
+
         doc = json.loads(text)
         doc["no_price_file"] = NO_PRICES
-        return json.dumps(doc, indent=2, sort_keys=True) + "\n"
+        return json_doc.dumps(doc, sort_keys=True) + "\n"
     return f"WARNING: {NO_PRICES}\n\n{text}"
 
 
@@ -62,6 +64,13 @@ def register(sub) -> None:
     p.add_argument("--guardrail-config", metavar="PATH", default=None,
                    help="write the guardrails pack's rollout-blockers config (pulumi up --policy-pack-config)")
     price_args.add(p)
+    exit_codes.document(p, {0: "the diff was made (a base that fails validation is reported, not an error)",
+                            2: "the working tree's config fails validation, the ref is unknown, or a -s stack "
+                               "exists on neither side",
+                            3: "the fixed monthly cost rose above --fail-above",
+                            4: "no price at all (no price file, no cache, the snapshot turned off): no cost was "
+                               "compared"},
+                        ".venv/bin/gpuloan cost-diff --base main --markdown")
     p.set_defaults(func=run)
 
 

@@ -1,16 +1,15 @@
 """`gpuloan cost-report --month YYYY-MM [-s STACK] [--csv FILE] [--json]`: per-pool chargeback from Cost Explorer.
 
-Exit codes: 0 report printed (also for an empty month, with a message saying so), 2 bad input (month, stack
-file, config), 3 Cost Explorer refused or could not be reached.
+Exit codes (gpuloan/exit_codes.py): 0 report printed (also for an empty month, with a message saying so), 2 bad
+input (month, stack file, config) or no AWS credentials, 3 Cost Explorer refused or could not be reached.
 """
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
-from gpuloan import cost_report, stack_arg, stackfile
+from gpuloan import cost_report, exit_codes, json_doc, stack_arg, stackfile
 from config import config
 
 EXIT_INVALID = 2
@@ -25,6 +24,10 @@ def register(sub) -> None:
     stack_arg.add(p)
     p.add_argument("--csv", type=Path, metavar="FILE", help="also write the rows as CSV to FILE")
     p.add_argument("--json", action="store_true", help="print one JSON document instead of the table")
+    exit_codes.document(p, {0: "report printed (an empty month says so)",
+                            2: "bad input: the stack, its config or an option (every problem named on stderr), the month, or no AWS credentials",
+                            3: "Cost Explorer refused the query or could not be reached"},
+                        ".venv/bin/gpuloan cost-report -s prod --month 2026-11")
     p.set_defaults(func=run)
 
 
@@ -42,6 +45,9 @@ def run(args, ce=None) -> int:
     if ce is None:
         import boto3
 
+        if exit_codes.credentials_missing():  # as `prices refresh`: the user's setup, not an AWS failure
+            print(f"error: {exit_codes.NO_CREDENTIALS}", file=sys.stderr)
+            return EXIT_INVALID
         ce = boto3.client("ce", region_name=CE_REGION)
     try:
         print(f"reading {period.month} from Cost Explorer ...", file=sys.stderr)  # progress: stderr, never stdout
@@ -51,7 +57,7 @@ def run(args, ce=None) -> int:
         return EXIT_AWS
     report = cost_report.build_report(cfg, period, fetched, cost_report.tag_status(ce))
     if args.json:
-        print(json.dumps(cost_report.to_json(report), indent=2, sort_keys=True))
+        print(json_doc.dumps(cost_report.to_json(report), sort_keys=True))
     else:
         print(cost_report.render_table(report))
     if args.csv:

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import json
 import sys
 
-from gpuloan import price_args, stack_arg, stackfile
+from gpuloan import exit_codes, json_doc, price_args, stack_arg, stackfile
 from gpuloan import cmd_validate
 from gpuloan.cmd_validate import EXIT_INVALID
 from gpuloan.config_json import ConfigJsonError
@@ -20,6 +19,9 @@ def register(sub) -> None:
     p.add_argument("--summary", action="store_true", help="the count line and the cost tables, without the tree")
     cmd_validate.add_config_json(p)
     price_args.add(p)
+    exit_codes.document(p, {0: "the plan and its cost were printed (unknown costs say so)",
+                            2: "bad input: the stack, its config or an option (every problem named on stderr); nothing is previewed"},
+                        ".venv/bin/gpuloan preview -s prod --summary")
     p.set_defaults(func=run)
 
 
@@ -45,8 +47,7 @@ def run(args) -> int:
     for at, message in config.deprecations(config.from_stack_yaml(doc, path.name)):
         print(f"warning: {at}: {message}", file=sys.stderr)
     if args.json:
-        json.dump(result, sys.stdout, indent=2, sort_keys=True, default=str)
-        print()
+        print(json_doc.dumps(result, sort_keys=True, default=str))
     else:
         from gpuloan import tables
 

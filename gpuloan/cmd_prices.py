@@ -13,7 +13,7 @@ import sys
 import textwrap
 from typing import Any
 
-from gpuloan import price_args, stack_arg, stackfile
+from gpuloan import exit_codes, price_args, stack_arg, stackfile
 from pricing.sources import catalog, pricebook
 from pricing.cost_model import spot_spread
 
@@ -38,10 +38,17 @@ def register(sub) -> None:
     where.add_argument("--cache", action="store_true",
                        help="write the per-user cache (~/.cache/gpuloan) instead of a project file")
     r.set_defaults(func=run_refresh)
+    refresh_codes = {0: "every price was read and written",
+                     1: "some prices could not be read (throttled, missing, not offered); the others were written",
+                     2: "bad input (the stack, --output), or no AWS credentials"}
+    exit_codes.document(r, refresh_codes, ".venv/bin/gpuloan prices refresh -s prod")
     s = verbs.add_parser("show", help="the prices in force for the stack's instance types, with source and date")
     stack_arg.add(s)
     price_args.add(s)
+    exit_codes.document(s, {0: "shown", 2: "bad input: the stack or the price file"},
+                        ".venv/bin/gpuloan prices show -s prod")
     s.set_defaults(func=run_show)
+    exit_codes.document(p, {**refresh_codes, 0: "done"}, ".venv/bin/gpuloan prices show -s dev")
 
 
 def stack_targets(doc: dict[str, Any]) -> tuple[str, list[str], list[str]]:

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 
+from gpuloan import exit_codes
 from config import config
 
 
 def register(sub) -> None:
     p = sub.add_parser("schema", help="print the JSON Schema of the gpuloan: config namespace")
     p.add_argument("--markdown", action="store_true", help="print the Markdown config reference instead")
+    exit_codes.document(p, {0: "printed"}, ".venv/bin/gpuloan schema --markdown > docs/config.md")
     p.set_defaults(func=run)
 
 
@@ -167,7 +169,9 @@ def config_markdown() -> str:
 RULES = [
     "instance types must exist in the price data (close matches are suggested) and have NVIDIA GPUs;",
     "every instance type must have a price in the stack's region;",
-    "all elastic types of a pool have the same GPUs per node, and the same as the floor's type;",
+    "a pool's elastic types may come in several sizes (GPUs per node) of one GPU model, each size with its own spot "
+    "and on-demand node group; types of one size may be of different models; the floor's type has one of the "
+    "elastic sizes;",
     "`idle_utilization_pct` < `scale_up_utilization_pct`;",
     "`capacity_block` needs a `reservation_id` (gpuloan never buys a Capacity Block); a reservation needs an AZ;",
     "`capacity_block` needs its window, `capacity_block_start` and `capacity_block_end` with a zone, the end after the "

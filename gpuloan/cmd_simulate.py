@@ -5,10 +5,9 @@ Exit codes: 0 done, 2 bad input (trace, stack, pool, options).
 
 from __future__ import annotations
 
-import json
 import sys
 
-from gpuloan import price_args, sim_args, stack_arg
+from gpuloan import exit_codes, json_doc, price_args, sim_args, stack_arg
 from pricing.sources import catalog
 
 EXIT_BAD_INPUT = 2
@@ -39,6 +38,10 @@ def register(sub) -> None:
                         "(docs/benchmarks.md, \"What-if\")")
     sim_args.add(p)
     price_args.add(p)
+    exit_codes.document(p, {0: "the table (or JSON) was printed",
+                            2: "bad input: the stack, its config or an option (every problem named on stderr), the trace, or no price for a type the pool uses"},
+                        ".venv/bin/gpuloan simulate -s prod --pool training --trace "
+                        "docs/examples/org-demand/training.csv --days 0:6 --auto-size")
     p.set_defaults(func=run)
 
 
@@ -91,7 +94,7 @@ def run(args) -> int:
             spec, trace, settings, args.seeds, progress=progress,
             policies=lambda: all_policies(spec, warm_up=args.warm_up, what_if=args.what_if)), args.json)
         if args.json:
-            print(json.dumps(doc, indent=2))
+            print(json_doc.dumps(doc))
         else:
             _seeds_table(doc)
         return 0
@@ -107,7 +110,7 @@ def run(args) -> int:
     doc["jobs_larger_than_pool_sizes"] = big["sizes"]  # GPUs -> jobs
     doc["price_source"] = catalog.price_source(spec.region)
     if args.json:
-        print(json.dumps(doc, indent=2))
+        print(json_doc.dumps(doc))
     else:
         _table(doc, big)
         print(doc["price_source"])
@@ -194,7 +197,7 @@ def _sweep(args, spec, trace, settings) -> int:
     doc = {"trace": trace.name, "pool": spec.name, "sweep_floor": rows,
            "price_source": catalog.price_source(spec.region)}
     if args.json:
-        print(json.dumps(doc, indent=2))
+        print(json_doc.dumps(doc))
         if args.plot:
             _plot_sweep(args, doc, spec, trace, settings, horizon)
         return 0
@@ -241,8 +244,9 @@ def _seeds_table(doc: dict) -> None:
     cols = ["policy", "total $\nmean ± sd", "cost/\noracle", "elastic\ncost/oracle"]
     cols += ["wait p50\nmin", "wait p95\nmin"] if jobs else []
     cols += ["unmet\nGPU-h", "interrup-\ntions", "node\nlaunches"]
-    # "1,103 ± 12" wraps at its spaces only (figure and spread stay whole); the least read columns go first.
-    table = tables.table(title, cols, whole=("policy",), words=cols[1:], drop=(
+    # A "1,103 ± 12" cell and its header never split (a spread on the next line reads as another row's figure):
+    # at 80 columns whole columns are left out instead, the least read first, and named under the table.
+    table = tables.table(title, cols, whole=("policy",), drop=(
         "node\nlaunches", "interrup-\ntions", "elastic\ncost/oracle", "wait p50\nmin", "unmet\nGPU-h",
         "wait p95\nmin", "cost/\noracle"))
 

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import sys
 
-from gpuloan import price_args, stack_arg, stackfile
+from gpuloan import exit_codes, price_args, stack_arg, stackfile
 from gpuloan.config_json import ConfigJsonError
 from config import config
-from pricing.sources import catalog
+from pricing.sources import catalog, pricebook
 from pricing.cost_model import spot_spread
 
 EXIT_INVALID = 2
@@ -21,6 +21,9 @@ def register(sub) -> None:
     stack_arg.add(p, positional=True)
     add_config_json(p)
     price_args.add(p)
+    exit_codes.document(p, {0: "valid (advisories and unchecked rules are printed, not errors)",
+                            2: "invalid: every problem with its path, or an unreadable stack or price file"},
+                        ".venv/bin/gpuloan validate -s prod")
     p.set_defaults(func=run)
 
 
@@ -47,6 +50,34 @@ def load_config(stack_or_file: str, config_json: str | None = None) -> tuple[str
     return stack, config.from_stack_yaml(doc, source)
 
 
+def price_rules_not_checked(cfg: config.GpuLoanConfig) -> list[str]:
+    """The rules that need a price the source lacks, each with why: validate never skips one silently."""
+    book = catalog.book()
+    why = "no price source" if book.origin is None else f"no {cfg.region} prices in {book.where()}"
+    out = []
+    if not catalog.prices_cover(cfg.region):
+        out.append(f"every instance type has a price in {cfg.region} ({why})")
+    bill = config.floor_bill(cfg)
+    unpriced = [f"pools[{i}] ({p.name})" for i, p in enumerate(cfg.pools)
+                if p.guaranteed is not None and bill.pool_usd(config.billing_key(cfg, i)) is None]
+    if unpriced:
+        cause = why if not catalog.prices_cover(cfg.region) else "; ".join(bill.unknown)
+        out.append(f"the floors' cost against the pool and environment budgets, for {', '.join(unpriced)} "
+                   f"({cause}); {pricebook.FIX}")
+    return out
+
+
+def off_spot_notes(cfg: config.GpuLoanConfig) -> list[str]:
+    """Production pools whose elastic capacity lists spot their work may not use (Kueue keeps it off spot)."""
+    from config.config import ElasticCapacity, Tier
+    from config.scheduling import spot_allowed
+
+    return [f"pools[{i}] ({p.name}): production work stays off spot (not in "
+            "scheduling.kueue.production_spot_pools): it runs on the on-demand group, priced at on-demand"
+            for i, p in enumerate(cfg.pools) if p.tier == Tier.production and p.elastic is not None
+            and p.elastic.capacity != ElasticCapacity.on_demand and not spot_allowed(cfg, p)]
+
+
 def run(args) -> int:
     try:
         price_args.apply(args)
@@ -69,6 +100,10 @@ def run(args) -> int:
     for path in unchecked:
         print(f"  not checked: {path}: a Pulumi secret (`secure:`), opaque offline; everything else was validated "
               f"with a placeholder in its place; {config.CONFIG_JSON_HINT}")
+    for rule in price_rules_not_checked(cfg):
+        print(f"  not checked: {rule}")
+    for note in off_spot_notes(cfg):
+        print(f"  {note}")
     for advisory in spot_spread.advisories(cfg):
         print(f"warning: {advisory}", file=sys.stderr)
     for path, message in config.deprecations(cfg):

@@ -10,11 +10,10 @@ node up all month); their change is a second line, never mixed into the headline
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 
-from gpuloan import cost_diff
+from gpuloan import cost_diff, json_doc
 from gpuloan.cost_diff import UNKNOWN, StackDiff
 
 FORMATS = ("markdown", "table", "json")
@@ -313,7 +312,7 @@ def to_json(diffs: list[StackDiff], base_label: str, warnings: list[str] | None 
 
 
 def render_json(diffs: list[StackDiff], base_label: str, warnings: list[str] | None = None) -> str:
-    return json.dumps(to_json(diffs, base_label, warnings), indent=2, sort_keys=True, default=float) + "\n"
+    return json_doc.dumps(to_json(diffs, base_label, warnings), sort_keys=True, default=float) + "\n"
 
 
 RENDERERS = {"markdown": render_markdown, "table": render_table, "json": render_json}

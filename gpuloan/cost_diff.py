@@ -112,10 +112,15 @@ def stacks_in(root: Path) -> list[str]:
 def head_price_file(head: Path, price_file: Path | str | None = None) -> Path | None:
     """The one price file both sides are priced with, so a cost diff shows the change and not a price update:
     `--prices`, else $GPULOAN_PRICE_FILE, else the working tree's committed gpuloan-prices.json (the head's, never
-    the base's); None: no price file (the per-user cache, if any, or no prices at all)."""
-    from pricing.sources.pricebook import ENV_PRICE_FILE, project_price_file
+    the base's), else the head's shipped snapshot (an older base may ship another one, or none); None: the per-user
+    cache, or no prices at all."""
+    from pricing.sources.pricebook import ENV_PRICE_FILE, load_cache, load_snapshot, project_price_file
 
     chosen = price_file or os.environ.get(ENV_PRICE_FILE) or project_price_file(head)
+    if not chosen and load_cache() is None and load_snapshot() is not None:
+        from pricing.sources.pricebook import SNAPSHOT_FILE
+
+        chosen = SNAPSHOT_FILE
     return Path(chosen).resolve() if chosen else None
 
 
@@ -359,6 +364,11 @@ def cost_diff(repo: Path, base_ref: str, stacks: list[str] | None = None, parall
         names = stacks or sorted(set(stacks_in(base_root)) | set(stacks_in(root)))
         if not names:
             raise CostDiffError(f"no Pulumi.<stack>.yaml in {root} or at {base_ref}")
+        known = set(stacks_in(base_root)) | set(stacks_in(root))
+        unknown = [s for s in names if s not in known]
+        if unknown:  # a typo must not read as "will not change" and pass a required check
+            raise CostDiffError(f"no stack {', '.join(unknown)} in the working tree or at {base_ref} (stacks: "
+                                f"{', '.join(sorted(known)) or 'none'})")
         jobs = [(base_root, s) for s in names] + [(root, s) for s in names]
         with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
             sides = list(pool.map(lambda job: preview_side(*job, price_file=price_file), jobs))

@@ -28,14 +28,21 @@ SHARED_PRICES = SHARED_DATA / "prices"
 SHARED_TRACES = SHARED_DATA / "traces"
 SHARED_KUEUE_CRDS = SHARED_DATA / "kueue-crds-v0.19.2"  # the CRDs of the pinned Kueue chart (config/versions.py)
 # Tests that need prices read the public table through the offline price file, as a user without AWS access
-# would; without ../shared the tests that need it skip (see requires_shared_prices), the others see no prices.
-# An explicit GPULOAN_PRICE_FILE from the caller is kept.
+# would; without ../shared they read the same rates from the snapshot shipped in the package (generated from that
+# table, tests/test_price_snapshot.py), as a fresh clone does: those carry `requires_prices`. A test that reads the
+# table's files by path carries `requires_shared_prices` and skips without them. An explicit GPULOAN_PRICE_FILE
+# from the caller is kept.
 if SHARED_PRICES.is_dir():
     os.environ.setdefault("GPULOAN_PRICE_FILE", str(SHARED_PRICES))
 # Never read the developer's own price cache: tests must not depend on what a past refresh left there.
 os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="gpuloan-test-cache-")
 
+from pricing.sources.pricebook import SNAPSHOT_FILE  # noqa: E402
+
 requires_shared_prices = pytest.mark.skipif(not SHARED_PRICES.is_dir(), reason="../shared/data/prices is absent")
+# Prices through the price book only: ../shared's table, else the package's snapshot (the same rates).
+requires_prices = pytest.mark.skipif(not (SHARED_PRICES.is_dir() or SNAPSHOT_FILE.is_file()),
+                                     reason="neither ../shared/data/prices nor the package's price snapshot")
 requires_shared_traces = pytest.mark.skipif(not SHARED_TRACES.is_dir(), reason="../shared/data/traces is absent")
 requires_shared_kueue_crds = pytest.mark.skipif(not SHARED_KUEUE_CRDS.is_dir(),
                                                 reason="../shared/data/kueue-crds-v0.19.2 is absent")

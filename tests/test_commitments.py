@@ -115,6 +115,7 @@ def test_without_any_price_source_commitments_are_valid_and_their_costs_unknown(
 
     monkeypatch.delenv(pricebook.ENV_PRICE_FILE, raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "empty-cache"))
+    monkeypatch.setenv(pricebook.ENV_SNAPSHOT, "0")  # nor the snapshot shipped in the package
     catalog.use_price_file(None)
     try:
         cfg = _cfg(_prod(commitments=[RI, SP]))
@@ -134,6 +135,7 @@ def test_a_commitment_without_a_rate_stops_the_policy_deploy_even_when_every_flo
 
     monkeypatch.delenv(pricebook.ENV_PRICE_FILE, raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "empty-cache"))
+    monkeypatch.setenv(pricebook.ENV_SNAPSHOT, "0")  # nor the snapshot shipped in the package
     catalog.use_price_file(None)
     try:
         # no price source: the floors carry the user's own rates, the elastic types the config's prices; only the

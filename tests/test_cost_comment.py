@@ -9,7 +9,7 @@ import json
 import re
 
 import pytest
-from conftest import REPO, requires_shared_prices
+from conftest import REPO, requires_prices, requires_shared_prices
 from table_checks import split_figures, too_wide_at
 from test_cost_diff import _commit, _copy_project, _set
 
@@ -29,7 +29,7 @@ def fallback_raised(tmp_path_factory):
     return repo, cost_diff.cost_diff(repo, "HEAD~1", ["prod"])
 
 
-@requires_shared_prices
+@requires_prices
 def test_raising_the_fallback_ceiling_is_a_money_change(fallback_raised):
     _, (diff,) = fallback_raised
     training = next(r for r in diff.pools if r["pool"] == "training")
@@ -46,7 +46,7 @@ def test_raising_the_fallback_ceiling_is_a_money_change(fallback_raised):
     assert cost_comment.changed([diff])
 
 
-@requires_shared_prices
+@requires_prices
 def test_an_unchanged_tree_reports_no_change_and_prints_no_comment(fallback_raised, monkeypatch, capsys):
     repo, _ = fallback_raised
     (diff,) = cost_diff.cost_diff(repo, "HEAD", ["prod"])
@@ -161,7 +161,7 @@ def test_a_money_change_alone_counts_as_a_change():
     assert cost_comment.changed([_diff(same, _doc(1000.0, fallback=60.0))])
 
 
-@requires_shared_prices
+@requires_prices
 @pytest.mark.parametrize("width", [80, 200])
 def test_table_format_fits_the_terminal_and_never_splits_a_figure(width, fallback_raised):
     # the table test every command's table passes (tests/test_cli.py), on a change: "$80,358 (+$160,717)" cells
@@ -176,7 +176,7 @@ def test_table_format_fits_the_terminal_and_never_splits_a_figure(width, fallbac
         assert "left out to fit the terminal" not in out
 
 
-@requires_shared_prices
+@requires_prices
 def test_table_format_fits_80_columns_and_gates(fallback_raised, monkeypatch, capsys):
     repo, _ = fallback_raised
     monkeypatch.chdir(repo)

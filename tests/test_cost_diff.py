@@ -149,6 +149,14 @@ def test_unknown_ref_and_non_repository_are_clear_errors(floor_raised, tmp_path,
     assert "not inside a git repository" in capsys.readouterr().err
 
 
+def test_a_stack_on_neither_side_is_an_error_not_no_change(floor_raised, monkeypatch, capsys):
+    repo, _ = floor_raised
+    monkeypatch.chdir(repo)
+    assert cli.main(["cost-diff", "--base", "HEAD", "-s", "nosuch"]) == 2  # a typo must not pass a required check
+    err = capsys.readouterr().err
+    assert "no stack nosuch in the working tree or at HEAD (stacks: dev, prod)" in err
+
+
 def test_worktree_is_removed_afterwards(floor_raised):
     repo, _ = floor_raised
     assert _git(repo, "worktree", "list").count("\n") == 1

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 import yaml
-from conftest import requires_shared_prices, stack_config
+from conftest import requires_prices, stack_config
 
 from gpuloan import cli
 from pricing.cost_model import costs
@@ -15,7 +15,7 @@ from config import config
 from stacks.policy_function import settings as policy_settings
 from pricing.sources import catalog, floor_pricing
 
-pytestmark = requires_shared_prices
+pytestmark = requires_prices
 
 # The public commitment table's p4d.24xlarge us-east-1 rows (COMMITMENTS.md): 2022 RIs beside that day's on-demand.
 P4D_RI_1YR, P4D_RI_3YR, P4D_OD_2022 = 20.175, 12.499, 32.773
@@ -226,6 +226,7 @@ def test_without_any_price_source_a_committed_floor_is_unknown_and_a_user_rate_s
 
     monkeypatch.delenv(pricebook.ENV_PRICE_FILE, raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "empty-cache"))
+    monkeypatch.setenv(pricebook.ENV_SNAPSHOT, "0")  # nor the snapshot shipped in the package
     catalog.use_price_file(None)
     try:
         cfg = _cfg()  # valid: with no prices at all every cost is unknown, nothing is guessed

@@ -262,7 +262,8 @@ def _run_cost_diff_step(repo: Path, tmp_path: Path, base: str) -> tuple[subproce
     (bin_dir / "gh").write_text(FAKE_GH)
     (bin_dir / "gh").chmod(0o755)
     env = {k: v for k, v in os.environ.items() if k != "GPULOAN_PRICE_FILE"}  # as on a runner: no price variable
-    env.update(PATH=f"{bin_dir}:{env['PATH']}", BASE_SHA=base, PR_NUMBER="7", REPOSITORY="example-org/ml-infra",
+    # and the package's snapshot turned off (docs/prices.md): the job then has no price at all
+    env.update(PATH=f"{bin_dir}:{env['PATH']}", BASE_SHA=base, GPULOAN_PRICE_SNAPSHOT="0", PR_NUMBER="7", REPOSITORY="example-org/ml-infra",
                GH_TOKEN="not-a-token", GH_CALLS=str(tmp_path / "calls"), GH_POSTED=str(tmp_path / "posted.md"),
                GITHUB_STEP_SUMMARY=str(tmp_path / "summary.md"), XDG_CACHE_HOME=str(tmp_path / "no-cache"))
     result = subprocess.run(["bash", "-e", "-c", script], cwd=repo, env=env, capture_output=True, text=True,

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 import yaml
-from conftest import GPULOAN, REPO, SHARED_PRICES, STACKS, requires_shared_prices, stack_config
+from conftest import GPULOAN, REPO, SHARED_PRICES, STACKS, requires_prices, requires_shared_prices, stack_config
 
 
 def _preview_json(stack_or_file: str, cwd=REPO) -> tuple[int, dict | None, str]:
@@ -27,7 +27,7 @@ def previews():
 def test_preview_json_has_the_documented_shape(previews, stack):
     rc, doc, err = previews[stack]
     assert rc == 0, err
-    assert set(doc) == {"stack", "resources", "outputs", "cost", "unchecked_secrets"}
+    assert set(doc) == {"schema_version", "stack", "resources", "outputs", "cost", "unchecked_secrets"}
     assert {"platform", "fixed_monthly_usd", "budget_headroom_monthly_usd", "fallback_max_monthly_usd"} <= set(doc["cost"])
     assert doc["stack"] == stack
     assert doc["resources"], "the program declared no resources"
@@ -68,7 +68,7 @@ def test_dev_pool_cost_matches_a_hand_computation(previews):
     assert doc["cost"]["budget_monthly_usd"] == 2500
 
 
-@requires_shared_prices
+@requires_prices
 def test_prod_totals_add_up(previews):
     _, doc, _ = previews["prod"]
     cost = doc["cost"]
@@ -114,13 +114,13 @@ def test_preview_json_is_byte_identical_across_runs():
 
 
 def test_without_prices_the_fixed_cost_line_says_unknown_not_a_bound(tmp_path):
-    """A fresh clone without prices: the summary line says "unknown", never "unknown + unknown platform items" or
-    "at most unknown", which read as figures."""
+    """No price at all (the shipped snapshot turned off): the summary line says "unknown", never "unknown + unknown
+    platform items" or "at most unknown", which read as figures."""
     import os
     import subprocess
 
     env = {k: v for k, v in os.environ.items() if k != "GPULOAN_PRICE_FILE"}
-    env["XDG_CACHE_HOME"] = str(tmp_path)
+    env.update(XDG_CACHE_HOME=str(tmp_path), GPULOAN_PRICE_SNAPSHOT="0")
     out = subprocess.run([*GPULOAN, "preview", "-s", "dev"], cwd=REPO, env=env,
                          capture_output=True, text=True, timeout=300).stdout
     line = " ".join(out.split("fixed monthly (floor + platform):", 1)[1].split("platform cost unknown", 1)[0].split())

@@ -22,7 +22,7 @@ import boto3
 import pytest
 import yaml
 from botocore.stub import Stubber
-from conftest import REPO, requires_shared_prices, stack_config
+from conftest import REPO, requires_prices, requires_shared_prices, stack_config
 
 from gpuloan import cmd_prices
 from pricing.sources import aws_prices
@@ -99,7 +99,11 @@ def test_price_file_wins_over_env_which_wins_over_cache(tmp_path, book_file):
     assert pricebook.resolve(environ=env).covers("us-west-2")  # the env var beats the cache
     flag_file = book_file(region="us-east-2")
     assert pricebook.resolve(flag_file, environ=env).covers("us-east-2")  # the flag beats both
-    assert pricebook.resolve(environ={"HOME": str(tmp_path / "empty")}).origin is None  # no source at all
+    # the cache beats the snapshot shipped in the package, which is the last resort
+    assert pricebook.resolve(environ={"XDG_CACHE_HOME": str(tmp_path / "cache")}).kind == pricebook.KIND_CACHE
+    assert pricebook.resolve(environ={"HOME": str(tmp_path / "empty")}).kind == pricebook.KIND_SNAPSHOT
+    no_snapshot = {"HOME": str(tmp_path / "empty"), pricebook.ENV_SNAPSHOT: "0"}
+    assert pricebook.resolve(environ=no_snapshot).origin is None  # no source at all
 
 
 @pytest.mark.parametrize("content,needle", [
@@ -144,6 +148,7 @@ def test_config_is_valid_without_any_price_and_costs_are_unknown(book_file, tmp_
 
     monkeypatch.delenv(pricebook.ENV_PRICE_FILE, raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "empty-cache"))
+    monkeypatch.setenv(pricebook.ENV_SNAPSHOT, "0")  # nor the snapshot shipped in the package
     catalog.use_price_file(None)
     cfg = from_stack_yaml({"config": stack_config("dev")}, "dev")
     cost = costs.stack_cost(cfg).to_json()
@@ -169,12 +174,15 @@ def test_costs_come_from_the_price_file_and_name_it(book_file):
     pool = cost["pools"][0]
     assert pool["guaranteed_monthly_usd"] == 730.0  # 1 x g6.xlarge at 1.0 $/h
     assert pool["elastic_max_monthly_usd"] == 4 * 2.0 * 730  # g5.xlarge has no spot price: its on-demand rate
-    assert cost["price_source"] == f"prices: test rates, as of 2026-11-30 ({path})"
+    # named without the machine's absolute path (the same line on every machine), in under 80 columns
+    assert cost["price_source"] == f"prices: test rates, as of 2026-11-30 ({path.name})"
 
 
 def _clean_env(tmp_path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_") and k != pricebook.ENV_PRICE_FILE}
+    # no price source at all: not even the snapshot shipped in the package (tests/test_price_snapshot.py)
     env.update(HOME=str(tmp_path), XDG_CACHE_HOME=str(tmp_path / "cache"), AWS_EC2_METADATA_DISABLED="true",
+               GPULOAN_PRICE_SNAPSHOT="0",
                AWS_CONFIG_FILE=str(tmp_path / "none"), AWS_SHARED_CREDENTIALS_FILE=str(tmp_path / "none"))
     return env
 
@@ -479,7 +487,7 @@ def test_a_cached_type_whose_gpu_gpuloan_cannot_classify_is_refused_clearly(book
     assert "pools[0].elastic.instance_types" in str(err.value) and "no CUDA support rules" in str(err.value)
 
 
-@requires_shared_prices
+@requires_prices
 def test_the_simulator_reads_the_interruption_bucket_from_the_offline_file():
     from sim import pool as simpool
 

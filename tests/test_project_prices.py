@@ -29,6 +29,8 @@ def no_price_variable(monkeypatch, tmp_path):
     monkeypatch.delenv(pricebook.ENV_PRICE_FILE, raising=False)
     monkeypatch.delenv(pricebook.ENV_PROJECT_PRICES, raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "empty-cache"))
+    # nor the snapshot shipped in the package (tests/test_price_snapshot.py): these tests are about the files
+    monkeypatch.setenv(pricebook.ENV_SNAPSHOT, "0")
     catalog.use_price_file(None)
     yield
     catalog.use_price_file(None)
@@ -60,14 +62,15 @@ def test_the_project_price_file_is_found_from_a_subfolder_without_any_variable(t
     assert book.origin == str(written) and book.covers(region)
     assert "as of 2026-11-30" in book.describe(region)
     # outside a project: nothing found, nothing invented
-    assert pricebook.resolve(environ={}, cwd=tmp_path).origin is None
+    no_snapshot = {pricebook.ENV_SNAPSHOT: "0"}
+    assert pricebook.resolve(environ=no_snapshot, cwd=tmp_path).origin is None
     # the variable and the option still win over the committed file
     other = tmp_path / "other.json"
     pricebook.write_project_file(pricebook.PriceBook(None, {"eu-west-1": pricebook.RegionPrices("eu-west-1", "t", "2026-01-01")}), other)
     assert pricebook.resolve(environ={pricebook.ENV_PRICE_FILE: str(other)}, cwd=project).covers("eu-west-1")
     assert pricebook.resolve(explicit=other, environ={}, cwd=project).origin == str(other)
     # cost-diff's base side: never its own file
-    assert pricebook.resolve(environ={pricebook.ENV_PROJECT_PRICES: "0"}, cwd=project).origin is None
+    assert pricebook.resolve(environ={**no_snapshot, pricebook.ENV_PROJECT_PRICES: "0"}, cwd=project).origin is None
 
 
 def test_writing_the_project_file_keeps_the_other_regions_and_records_when(tmp_path):

@@ -4,8 +4,11 @@ a skip marker saying what is absent, so that `make test` passes where that folde
 Static check of the test sources: a test function that names one of the shared paths (or a module constant derived
 from one) must be decorated with a `requires_shared_*` marker from conftest, `needs_crds`, or a `skipif`, unless
 the use sits under an `if <path>.is_dir()/exists()` guard. What it cannot see: a dependency through the price file
-conftest puts in the environment (costs, the simulator, the policy settings); those tests carry
-`requires_shared_prices` by hand, and running the suite without ../shared is the check for them."""
+conftest puts in the environment (costs, the simulator, the policy settings); those read the same rates from the
+snapshot shipped in the package where ../shared is absent and carry `requires_prices`, which does not skip then and
+so never stands for a `requires_shared_*` marker here; running the suite without ../shared is the check for them.
+A test that calls a module-level helper or takes a fixture of its file that names a shared path counts as naming
+it."""
 
 from __future__ import annotations
 
@@ -68,18 +71,48 @@ def _guarded(fn: ast.FunctionDef, names: set[str]) -> bool:
     return all(id(n) in guarded for n in _shared_uses(fn, names))
 
 
+def _helpers_reading_shared(tree: ast.Module, names: set[str]) -> set[str]:
+    """Module-level functions (helpers and fixtures) that name a shared path, directly or through another one: a
+    test that calls one, or takes it as a fixture, reads the data as surely as if it named the path itself."""
+    functions = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef) and not n.name.startswith("test_")}
+    # A piece of the data, not the root folder (passed on as a setting, e.g. to `make`), and not a docstring.
+    pieces = names - {"SHARED_DATA"}
+    found: set[str] = set()
+    while True:
+        more = set()
+        for name, fn in functions.items():
+            body = [n for n in fn.body if not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant))]
+            # by name only: a '../shared/data/...' text in a helper is a pattern to match (marks), not a read
+            direct = [u for u in _shared_uses(ast.Module(body=body, type_ignores=[]), pieces)
+                      if not isinstance(u, ast.Constant)]
+            via = any(isinstance(n, ast.Name) and n.id in found for n in ast.walk(fn))
+            if name not in found and ((direct and not _guarded(fn, pieces)) or via):
+                more.add(name)
+        if not more:
+            return found
+        found |= more
+
+
+def _uses_helper(fn: ast.FunctionDef, helpers: set[str]) -> bool:
+    """A fixture parameter or a call in the body (a decorator that builds marks from the paths is not a read)."""
+    params = {a.arg for a in fn.args.args}
+    body = ast.Module(body=fn.body, type_ignores=[])
+    return bool(params & helpers) or any(isinstance(n, ast.Name) and n.id in helpers for n in ast.walk(body))
+
+
 def unmarked_tests(sources: dict[str, str]) -> list[str]:
     found = []
     for file, text in sorted(sources.items()):
         tree = ast.parse(text)
         names = _module_shared_names(tree)
+        helpers = _helpers_reading_shared(tree, names)
         module_marked = any(isinstance(n, ast.Assign) and any(getattr(t, "id", "") == "pytestmark" for t in n.targets)
                             and _reads_marker(n.value) for n in tree.body)
         for fn in (n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name.startswith("test_")):
             body = ast.Module(body=fn.body, type_ignores=[])
-            if not _reads_shared(body, names) or module_marked or _decorator_names(fn) & MARKERS:
+            if module_marked or _decorator_names(fn) & MARKERS:
                 continue
-            if not _guarded(fn, names):
+            if _uses_helper(fn, helpers) or (_reads_shared(body, names) and not _guarded(fn, names)):
                 found.append(f"{file}::{fn.name}")
     return found
 
@@ -117,5 +150,17 @@ def test_guarded():
 
 def test_unrelated():
     read(HERE)
+
+def table():
+    return read(ITP / "cluster05.csv")
+
+def test_through_a_helper():
+    table()
+
+@requires_prices
+def test_prices_through_the_book_only_is_no_excuse(table):
+    pass
 '''
-    assert unmarked_tests({"test_x.py": source}) == ["test_x.py::test_unmarked", "test_x.py::test_literal_path"]
+    assert unmarked_tests({"test_x.py": source}) == ["test_x.py::test_unmarked", "test_x.py::test_literal_path",
+                                                     "test_x.py::test_through_a_helper",
+                                                     "test_x.py::test_prices_through_the_book_only_is_no_excuse"]

@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass
 
 from pricing.sources import catalog, floor_pricing
 from config.node_sizes import node_sizes
+from config.scheduling import spot_allowed
 from config.config import (HOURS_PER_MONTH, ElasticCapacity, FloorBill, GpuLoanConfig, Pool, Reservation, billing_key,
                            floor_bill, floor_rate)
 
@@ -152,6 +153,12 @@ def pool_cost(cfg: GpuLoanConfig, pool: Pool, fixed_bill: FloorBill | None = Non
         if e.capacity == ElasticCapacity.on_demand:
             spot_rate = sum(max(p.ondemand_usd_per_hour for p in z) for z in sizes)
             e_note = "on-demand elastic group; priciest type"
+        elif not spot_allowed(cfg, pool):
+            # Kueue keeps this pool's production work off spot (config/scheduling.py): the policy grows the
+            # on-demand group for it, so a ceiling at spot prices would understate what its elastic nodes cost.
+            spot_rate = sum(max(p.ondemand_usd_per_hour for p in z) for z in sizes)
+            e_note = (f"production work stays off spot ({pool.name} is not in scheduling.kueue.production_spot_pools):"
+                      " its elastic nodes are on-demand; priciest type")
         else:
             spot_rate = sum(max(p.spot_or_ondemand_usd_per_hour for p in z) for z in sizes)
             bases = {p.spot_basis for p in prices}
@@ -189,7 +196,8 @@ def pool_cost(cfg: GpuLoanConfig, pool: Pool, fixed_bill: FloorBill | None = Non
         fallback_max_nodes=fallback_nodes,
         fallback_usd_per_hour=fallback_rate,
         fallback_max_monthly_usd=_monthly(fallback_rate, fallback_nodes),
-        elastic_price_model=("none" if e is None else "on_demand" if e.capacity == ElasticCapacity.on_demand else "spot"),
+        elastic_price_model=("none" if e is None else "on_demand" if e.capacity == ElasticCapacity.on_demand
+                             or not spot_allowed(cfg, pool) else "spot"),
         fallback_price_model="on_demand" if fallback_nodes else "none",
         elastic_note=e_note,
         budget_monthly_usd=pool.budget.monthly_usd if pool.budget else None,
@@ -211,6 +219,10 @@ def unknown_prices(cfg: GpuLoanConfig) -> list[str]:
 def stack_cost(cfg: GpuLoanConfig) -> StackCost:
     fixed_bill = floor_bill(cfg)  # one bill for the environment: a commitment covers several pools
     unused = fixed_bill.unused_commitment_usd
+    if unused is None and not cfg.commitments:
+        # nothing committed for the environment (a per-pool shorthand covers exactly its floor): nothing unused,
+        # known without a price, and no row for it
+        unused = 0.0
     return StackCost(
         region=cfg.region,
         pools=[pool_cost(cfg, p, fixed_bill) for p in cfg.pools],
