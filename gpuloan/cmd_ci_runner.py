@@ -22,8 +22,14 @@ from stacks.gitops.github_oidc import runs_on
 def register(sub) -> None:
     p = sub.add_parser("ci-runner", help="print each stack's CI runs-on (<stack>=<JSON>) from its github config")
     p.add_argument("stacks", nargs="+", metavar="STACK_OR_FILE")
-    exit_codes.document(p, {0: "one line per stack printed", 2: "bad input: the stack, its config or an option (every problem named on stderr)"},
-                        ".venv/bin/gpuloan ci-runner dev prod")
+    exit_codes.document(
+        p,
+        {
+            0: "one line per stack printed",
+            2: "bad input: the stack, its config or an option (every problem named on stderr)",
+        },
+        ".venv/bin/gpuloan ci-runner dev prod",
+    )
     p.set_defaults(func=run)
 
 

@@ -24,10 +24,15 @@ def register(sub) -> None:
     stack_arg.add(p)
     p.add_argument("--csv", type=Path, metavar="FILE", help="also write the rows as CSV to FILE")
     p.add_argument("--json", action="store_true", help="print one JSON document instead of the table")
-    exit_codes.document(p, {0: "report printed (an empty month says so)",
-                            2: "bad input: the stack, its config or an option (every problem named on stderr), the month, or no AWS credentials",
-                            3: "Cost Explorer refused the query or could not be reached"},
-                        ".venv/bin/gpuloan cost-report -s prod --month 2026-11")
+    exit_codes.document(
+        p,
+        {
+            0: "report printed (an empty month says so)",
+            2: "bad input: the stack, its config or an option (every problem named on stderr), the month, or no AWS credentials",
+            3: "Cost Explorer refused the query or could not be reached",
+        },
+        ".venv/bin/gpuloan cost-report -s prod --month 2026-11",
+    )
     p.set_defaults(func=run)
 
 

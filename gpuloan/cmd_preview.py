@@ -19,9 +19,14 @@ def register(sub) -> None:
     p.add_argument("--summary", action="store_true", help="the count line and the cost tables, without the tree")
     cmd_validate.add_config_json(p)
     price_args.add(p)
-    exit_codes.document(p, {0: "the plan and its cost were printed (unknown costs say so)",
-                            2: "bad input: the stack, its config or an option (every problem named on stderr); nothing is previewed"},
-                        ".venv/bin/gpuloan preview -s prod --summary")
+    exit_codes.document(
+        p,
+        {
+            0: "the plan and its cost were printed (unknown costs say so)",
+            2: "bad input: the stack, its config or an option (every problem named on stderr); nothing is previewed",
+        },
+        ".venv/bin/gpuloan preview -s prod --summary",
+    )
     p.set_defaults(func=run)
 
 

@@ -368,9 +368,8 @@ def _apply(settings: Settings, plan: Plan, obs: Observation, ports: Ports, resul
         try:
             if a.kind == ACTION_SET_DESIRED:
                 ports.groups.set_desired(a.group, a.desired_to)
-                gs = fresh[a.group]
-                fresh[a.group] = dataclasses.replace(gs, group=dataclasses.replace(gs.group,
-                                                                                  desired_nodes=a.desired_to))
+                _after_change(fresh, a.group, lambda gs: dataclasses.replace(
+                    gs, group=dataclasses.replace(gs.group, desired_nodes=a.desired_to)))
             elif a.kind == capacity_blocks.ACTION_CHECKPOINT:
                 why = _checkpoint(a, ports, (node_names or {}).get(a.instance_id, ""), settings.pool(a.pool),
                                   _dates(obs, a.pool))
@@ -382,10 +381,9 @@ def _apply(settings: Settings, plan: Plan, obs: Observation, ports: Ports, resul
                 if why is not None:
                     result.blocked.append((a, why))
                     continue
-                gs = fresh[a.group]
-                fresh[a.group] = GroupState(
+                _after_change(fresh, a.group, lambda gs: GroupState(
                     dataclasses.replace(gs.group, desired_nodes=max(0, gs.group.desired_nodes - 1)),
-                    tuple(i for i in gs.instances if i.instance_id != a.instance_id))
+                    tuple(i for i in gs.instances if i.instance_id != a.instance_id)))
             result.applied.append(a)
         except _Blind as err:
             blind = str(err)
@@ -396,18 +394,28 @@ def _apply(settings: Settings, plan: Plan, obs: Observation, ports: Ports, resul
             record(err)
 
 
+def _after_change(fresh: dict[str, GroupState | None], group: str | None, change) -> None:
+    """The group as this tick left it, so a second change to it in the same tick is checked against that."""
+    gs = fresh.get(group) if group is not None else None
+    if group is not None and gs is not None:
+        fresh[group] = change(gs)
+
+
 def _recheck(a: Action, ports: Ports, fresh: dict[str, GroupState | None], record) -> str | None:
     """Why `a` may not be carried out on its group as read again just now, or None. The tick's read is seconds old
     by now (metrics, pods, a cordon in between), and the batched read cannot see an EKS update in progress: the
     group's status and size are read again (once per group per tick) and the change is refused unless the group is
     ACTIVE and still has the size, or the instance, the decision was made on. The next tick decides again."""
-    if a.group not in fresh:
+    group = a.group
+    if group is None:  # every resize and termination names its group (model.Action); refuse one that does not
+        return "refused: the change names no node group"
+    if group not in fresh:
         try:
-            fresh[a.group] = ports.groups.recheck(a.group)
+            fresh[group] = ports.groups.recheck(group)
         except PolicyError as err:
             record(err)
-            fresh[a.group] = None
-    gs = fresh[a.group]
+            fresh[group] = None
+    gs = fresh[group]
     if gs is None:
         return f"not applied: {a.group} could not be read again just before the change"
     if gs.group.status != "ACTIVE":

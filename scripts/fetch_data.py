@@ -60,8 +60,9 @@ def unpack(archive: bytes) -> dict[str, bytes]:
     with tarfile.open(fileobj=io.BytesIO(archive), mode="r:gz") as tar:
         for member in tar.getmembers():
             name = Path(member.name).name
-            if member.isfile() and (name in TRACE_SHA256 or name == "LICENSE"):
-                files[name] = tar.extractfile(member).read()
+            extracted = tar.extractfile(member) if member.isfile() else None
+            if extracted is not None and (name in TRACE_SHA256 or name == "LICENSE"):
+                files[name] = extracted.read()
     for name, digest in TRACE_SHA256.items():
         if name not in files:
             raise DataError(f"raw-traces.tar.gz has no {name}")

@@ -333,7 +333,7 @@ def dominated_by(rec: dict, usd: float, points: list[dict], busy: list[float]) -
 
 def budget_lines(usd: float, pool_budget: float | None, env_budget: float | None) -> list[dict]:
     """The recommendation's monthly cost against each budget: {"scope", "budget_monthly_usd", "text", "over"}."""
-    out = []
+    out: list[dict] = []
     for scope, budget in (("pool", pool_budget), ("environment", env_budget)):
         if budget is None:
             out.append({"scope": scope, "budget_monthly_usd": None, "over": False,

@@ -37,6 +37,7 @@ import csv
 import datetime as dt
 import json
 import os
+from collections.abc import Mapping
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -532,7 +533,7 @@ def write_project_file(book: PriceBook, path: Path, today: dt.datetime | None = 
     return path
 
 
-def load_snapshot(environ: dict[str, str] | None = None) -> PriceBook | None:
+def load_snapshot(environ: Mapping[str, str] | None = None) -> PriceBook | None:
     """The snapshot shipped in the package, or None where it is turned off ($GPULOAN_PRICE_SNAPSHOT=0) or absent
     (a build that left the package data out)."""
     env = os.environ if environ is None else environ
