@@ -26,9 +26,15 @@ DEFAULT_KUBERNETES_VERSION = "1.35"
 # `aws eks describe-addon-versions --kubernetes-version 1.35 --addon-name <name>`.
 # 1.34 / 1.35 kube-proxy and coredns: the EKS user guide's "Manage kube-proxy" and "Manage CoreDNS" version tables
 # (docs.amazonaws.cn/zh_cn/eks/latest/userguide/managing-kube-proxy.md, managing-coredns.md: 1.35 -> kube-proxy
-# v1.35.3-eksbuild.2, coredns v1.13.2-eksbuild.4; 1.34 -> v1.34.6-eksbuild.2, v1.13.2-eksbuild.4). vpc-cni
-# v1.21.1-eksbuild.3 and eks-pod-identity-agent v1.3.10-eksbuild.3: pinned together on a 1.35 cluster in a public
-# Terraform configuration (code search, 2026); the CNI's version does not follow the control plane's.
+# v1.35.3-eksbuild.2, coredns v1.13.2-eksbuild.4; 1.34 -> v1.34.6-eksbuild.2, v1.13.2-eksbuild.4).
+# 1.34 / 1.35 vpc-cni and eks-pod-identity-agent: no EKS user guide snapshot lists 1.35 for them (the "Amazon VPC
+# CNI" table stops at 1.33; the Pod Identity agent page has no version table and AWS points to
+# DescribeAddonVersions, aws/containers-roadmap#2410). The pins are the version maps of awslabs/cdk-eks-blueprints
+# (lib/addons/vpc-cni/index.ts, lib/addons/eks-pod-identity-agent/index.ts at 05d3dbd, 2026-07; 1.35 added by PR
+# 1246, "checked against aws eks describe-addon-versions ... the current AWS recommended default versions", merged
+# by its AWS maintainer 2026-04-24): 1.35 -> v1.21.1-eksbuild.1, v1.3.10-eksbuild.2; 1.34 -> v1.20.4-eksbuild.2,
+# v1.3.10-eksbuild.2. Along the one-minor-at-a-time path no pin goes back and the CNI moves one minor per step
+# (AWS: "update one minor version at a time"); tests/test_kubernetes_upgrade.py checks both.
 EKS_ADDON_VERSIONS: dict[str, dict[str, str]] = {
     "1.33": {
         "vpc-cni": "v1.20.2-eksbuild.1",
@@ -37,16 +43,16 @@ EKS_ADDON_VERSIONS: dict[str, dict[str, str]] = {
         "eks-pod-identity-agent": "v1.3.8-eksbuild.2",
     },
     "1.34": {
-        "vpc-cni": "v1.21.1-eksbuild.3",
+        "vpc-cni": "v1.20.4-eksbuild.2",
         "kube-proxy": "v1.34.6-eksbuild.2",
         "coredns": "v1.13.2-eksbuild.4",
-        "eks-pod-identity-agent": "v1.3.10-eksbuild.3",
+        "eks-pod-identity-agent": "v1.3.10-eksbuild.2",
     },
     "1.35": {
-        "vpc-cni": "v1.21.1-eksbuild.3",
+        "vpc-cni": "v1.21.1-eksbuild.1",
         "kube-proxy": "v1.35.3-eksbuild.2",
         "coredns": "v1.13.2-eksbuild.4",
-        "eks-pod-identity-agent": "v1.3.10-eksbuild.3",
+        "eks-pod-identity-agent": "v1.3.10-eksbuild.2",
     },
 }
 

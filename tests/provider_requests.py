@@ -367,11 +367,14 @@ def _role(p, r):
     a = p.role_arn(r)
     bound = {"iam:PermissionsBoundary": r.inputs["permissionsBoundary"]} if r.inputs.get("permissionsBoundary") else {}
     return {"create": [("iam:CreateRole", a, p.new(r, **bound)), ("iam:TagRole", a, p.new(r))],
-            "update": [("iam:UpdateAssumeRolePolicy", a, p.own(r)), ("iam:UpdateRole", a, p.own(r)),
-                       ("iam:UpdateRoleDescription", a, p.own(r)), _tag_update(p, r, a, "iam:TagRole"),
+            # IAM puts the role's boundary in the context of its trust-policy, settings and delete calls (Service
+            # Authorization Reference, IAM; docs/aws-rules.md), not in that of its tag calls.
+            "update": [("iam:UpdateAssumeRolePolicy", a, {**p.own(r), **bound}),
+                       ("iam:UpdateRole", a, {**p.own(r), **bound}),
+                       ("iam:UpdateRoleDescription", a, {**p.own(r), **bound}), _tag_update(p, r, a, "iam:TagRole"),
                        ("iam:UntagRole", a, p.own(r))]
             + ([("iam:PutRolePermissionsBoundary", a, {**p.own(r), **bound})] if bound else []),
-            "delete": [("iam:ListInstanceProfilesForRole", a, p.own(r)), ("iam:DeleteRole", a, p.own(r))]}
+            "delete": [("iam:ListInstanceProfilesForRole", a, p.own(r)), ("iam:DeleteRole", a, {**p.own(r), **bound})]}
 
 
 @calls("aws:iam/rolePolicy:RolePolicy")

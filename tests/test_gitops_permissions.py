@@ -231,7 +231,8 @@ def _requests(env: str) -> list[tuple[str, str, dict]]:
         ("kms:CreateAlias", arn("kms", f"alias/{p}-alerts"), {}),
         ("iam:PutRolePolicy", f"arn:aws:iam::{ACCOUNT}:role/gpuloan/{env}/{p}-policy-us-east-1",
          {"iam:PermissionsBoundary": f"arn:aws:iam::{ACCOUNT}:policy/gpuloan-ci/{env}/{p}-boundary"}),
-        ("iam:DeleteRole", f"arn:aws:iam::{ACCOUNT}:role/gpuloan/{env}/{env}-cluster-node-role-abc", tagged(env)),
+        ("iam:DeleteRole", f"arn:aws:iam::{ACCOUNT}:role/gpuloan/{env}/{env}-cluster-node-role-abc",
+         {**tagged(env), "iam:PermissionsBoundary": f"arn:aws:iam::{ACCOUNT}:policy/gpuloan-ci/{env}/{p}-boundary"}),
         ("iam:PassRole", f"arn:aws:iam::{ACCOUNT}:role/gpuloan/{env}/{env}-cluster-node-role-abc",
          {"iam:PassedToService": "eks.amazonaws.com"}),
         ("iam:DeleteOpenIDConnectProvider", f"arn:aws:iam::{ACCOUNT}:oidc-provider/oidc.eks.us-east-1.amazonaws.com/id/X",
@@ -264,14 +265,22 @@ def test_deploy_role_cannot_mint_an_admin_role(recorded, stack):
     assert not allowed(docs, "iam:CreateRole", f"arn:aws:iam::{ACCOUNT}:role/admin", with_boundary)  # outside the path
     assert not allowed(docs, "iam:AttachRolePolicy", role)  # a role without the boundary
     assert not allowed(docs, "iam:DeleteRolePermissionsBoundary", role, with_boundary)
-    # Removing what a role may do also names the boundary it carries; trust-policy edits and deletes (no
-    # iam:PermissionsBoundary in their context) need the environment's tag on the role.
+    # Removing what a role may do also names the boundary it carries.
     for action in ("iam:DeleteRolePolicy", "iam:DetachRolePolicy"):
         assert allowed(docs, action, role, with_boundary) and not allowed(docs, action, role), action
-    for action in ("iam:UpdateAssumeRolePolicy", "iam:DeleteRole", "iam:UntagRole"):
-        assert allowed(docs, action, role, tagged(stack)), action
-        assert not allowed(docs, action, role), f"{action} on an untagged role of the path"
-        assert not allowed(docs, action, role, tagged("prod" if stack == "dev" else "dev")), action
+    # Trust-policy edits, deletes and role settings (iam:PermissionsBoundary is in their context: the Service
+    # Authorization Reference for IAM) need the environment's tag and the boundary on the role: a role under the path
+    # that an administrator made without the boundary cannot be taken over through its trust policy.
+    bounded = {"iam:PermissionsBoundary": boundary}
+    for action in ("iam:UpdateAssumeRolePolicy", "iam:DeleteRole", "iam:UpdateRole", "iam:UpdateRoleDescription"):
+        assert allowed(docs, action, role, {**tagged(stack), **bounded}), action
+        assert not allowed(docs, action, role, tagged(stack)), f"{action} on a tagged role without the boundary"
+        assert not allowed(docs, action, role, bounded), f"{action} on an untagged role of the path"
+        assert not allowed(docs, action, role, {**tagged("prod" if stack == "dev" else "dev"), **bounded}), action
+    # Tag changes carry no iam:PermissionsBoundary: the environment's tag on the role.
+    assert allowed(docs, "iam:UntagRole", role, tagged(stack))
+    assert not allowed(docs, "iam:UntagRole", role)
+    assert not allowed(docs, "iam:UntagRole", role, tagged("prod" if stack == "dev" else "dev"))
     # Its own roles and the boundary are the administrator's.
     ci_role = f"arn:aws:iam::{ACCOUNT}:role/gpuloan-ci/{stack}/gpuloan-{stack}-github-deploy"
     for action in ("iam:PutRolePolicy", "iam:AttachRolePolicy", "iam:UpdateAssumeRolePolicy", "iam:DeleteRole"):

@@ -232,3 +232,31 @@ def test_a_version_change_of_an_active_capacity_block_floor_is_staged():
     [floor] = [b for b in rollout.blockers(block("1.34", True), block("1.35", True)) if b.what == "floor"]
     assert floor.action == "rolls" and "version" in floor.reasons and rollout.CAPACITY_BLOCK_STAGED in floor.reasons
     assert [b for b in rollout.blockers(block("1.34", False), block("1.35", False)) if b.what == "floor"] == []
+
+
+def _addon_version(pin: str) -> tuple[int, int, int, int]:
+    # EKS add-on versions read vMAJOR.MINOR.PATCH-eksbuild.N (DescribeAddonVersions; config/versions.py).
+    match = re.fullmatch(r"v(\d+)\.(\d+)\.(\d+)-eksbuild\.(\d+)", pin)
+    assert match, pin
+    major, minor, patch, build = (int(g) for g in match.groups())
+    return major, minor, patch, build
+
+
+def test_add_on_pins_never_go_back_on_the_upgrade_path_and_the_cni_moves_one_minor_per_step():
+    # The staged path applies each minor's pins in turn (UpdateAddon after UpdateClusterVersion): a pin lower than the
+    # previous minor's asks EKS to downgrade a running add-on, and AWS asks the VPC CNI to move one minor version at a
+    # time (docs/aws-rules.md, "EKS managed add-ons per version"). kube-proxy follows the control plane's minor.
+    from config import versions
+
+    minors = sorted(versions.EKS_ADDON_VERSIONS, key=lambda v: tuple(int(p) for p in v.split(".")))
+    for old, new in zip(minors, minors[1:]):
+        assert tuple(int(p) for p in new.split("."))[1] == tuple(int(p) for p in old.split("."))[1] + 1, (old, new)
+        before, after = versions.EKS_ADDON_VERSIONS[old], versions.EKS_ADDON_VERSIONS[new]
+        assert set(before) == set(after), (old, new)
+        for addon in after:
+            assert _addon_version(after[addon]) >= _addon_version(before[addon]), (addon, old, new)
+        cni_before, cni_after = _addon_version(before["vpc-cni"]), _addon_version(after["vpc-cni"])
+        assert cni_after[0] == cni_before[0] and cni_after[1] - cni_before[1] <= 1, (old, new)
+    for minor in minors:
+        kube_proxy = _addon_version(versions.EKS_ADDON_VERSIONS[minor]["kube-proxy"])
+        assert f"{kube_proxy[0]}.{kube_proxy[1]}" == minor

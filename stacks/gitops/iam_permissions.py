@@ -640,15 +640,20 @@ def _ec2_statements(actions: list[str], s: Scope) -> list[dict]:
     return out
 
 
-# Role actions for which IAM evaluates iam:PermissionsBoundary (the boundary the request sets or the role carries).
+# Role actions whose request context carries iam:PermissionsBoundary (the boundary the request sets or the role
+# carries), per the Service Authorization Reference for IAM (docs/aws-rules.md, "IAM `iam:PermissionsBoundary`").
 BOUNDARY_CONDITION_ACTIONS = ("iam:CreateRole", "iam:PutRolePermissionsBoundary", "iam:PutRolePolicy",
                               "iam:AttachRolePolicy", "iam:DeleteRolePolicy", "iam:DetachRolePolicy")
+# Trust-policy edits, deletes and role settings: the key is in their context too, and they also need this
+# environment's tag on the role, so a role under the path that the administrator made without the boundary (the
+# deploy role cannot remove one) is never taken over through its trust policy.
+ROLE_ACTIONS_BY_TAG_AND_BOUNDARY = ("iam:UpdateAssumeRolePolicy", "iam:DeleteRole", "iam:UpdateRole",
+                                    "iam:UpdateRoleDescription")
 # Role actions without that key, allowed only on roles tagged with this environment. TagRole is among them: a
 # role that does not carry the tag yet cannot be given it, so the tag conditions below cannot be met by tagging
 # first (issue 42). The one exception is the TagRole that IAM evaluates for the tags CreateRole sends
 # (IamTagRoleOnCreate).
-ROLE_ACTIONS_BY_TAG = ("iam:UpdateAssumeRolePolicy", "iam:DeleteRole", "iam:UpdateRole", "iam:UpdateRoleDescription",
-                       "iam:UntagRole", "iam:TagRole")
+ROLE_ACTIONS_BY_TAG = ("iam:UntagRole", "iam:TagRole")
 
 
 def _iam_statements(actions: list[str], s: Scope) -> list[dict]:
@@ -667,9 +672,14 @@ def _iam_statements(actions: list[str], s: Scope) -> list[dict]:
         # role creates is one the tag conditions below recognise.
         out.append(_stmt("IamCreateRolesTaggedWithBoundary", ["iam:CreateRole"], roles,
                          {"StringEquals": {**boundary["StringEquals"], **own_tag}}))
-    # Trust-policy edits, deletes, role settings and tag changes carry no iam:PermissionsBoundary: they need the
-    # environment's tag on the role instead (every role the stack creates has it from the provider's default tags),
-    # and a tag change may not move the role to another environment.
+    # Trust-policy edits, deletes and role settings need the environment's tag on the role (every role the stack
+    # creates has it from the provider's default tags) and the boundary on it.
+    tagged_and_bounded = [a for a in actions if a in ROLE_ACTIONS_BY_TAG_AND_BOUNDARY]
+    if tagged_and_bounded:
+        out.append(_stmt("IamChangeOwnTaggedBoundedRoles", tagged_and_bounded, roles,
+                         {"StringEquals": {f"aws:ResourceTag/{ENV_TAG}": s.env, **boundary["StringEquals"]}}))
+    # Tag changes carry no iam:PermissionsBoundary: the environment's tag on the role, and a tag change may not move
+    # the role to another environment.
     tagged = [a for a in actions if a in ROLE_ACTIONS_BY_TAG]
     if tagged:
         out.append(_stmt("IamChangeOwnTaggedRoles", tagged, roles,
@@ -683,7 +693,8 @@ def _iam_statements(actions: list[str], s: Scope) -> list[dict]:
         out.append(_stmt("IamTagRoleOnCreate", ["iam:TagRole"], roles,
                          {"StringEquals": own_tag, "Null": {f"aws:ResourceTag/{ENV_TAG}": "true"}}))
     role_other = [a for a in actions if ("Role" in a and a not in BOUNDARY_CONDITION_ACTIONS and a not in tagged
-                                         and a != "iam:PassRole" and "ServiceLinked" not in a)]
+                                         and a not in tagged_and_bounded and a != "iam:PassRole"
+                                         and "ServiceLinked" not in a)]
     if role_other:
         out.append(_stmt("IamChangeOwnRoles", role_other, roles))
     policy_actions = [a for a in actions if "Policy" in a and "Role" not in a]
