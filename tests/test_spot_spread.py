@@ -18,7 +18,7 @@ import re
 import pytest
 import yaml
 from capacity_helpers import ELASTIC, NODE_GROUP, dev_variant, private_subnet_azs, under
-from conftest import REPO, SHARED_PRICES, STACKS, requires_prices, requires_shared_prices, stack_config
+from conftest import REPO, SHARED_PRICES, STACKS, requires_shared_prices, stack_config
 from rich.console import Console
 
 from gpuloan import cli, preview
