@@ -128,11 +128,11 @@ def test_the_reason_gives_both_figures_and_names_different_gpu_models():
 def test_a_multi_size_reason_names_its_size_group_and_the_summary_splits_by_size():
     rows = [row("s1", 0.5, "<5%"), row("b1", 2.0, ">20%", gpus=4), row("b2", 1.5, "5-10%", gpus=4)]
     [d] = spot_spread.dominated(rows)
-    assert "in the pool's 4-GPU spot group price-capacity-optimized" in d.reason()
+    assert "in the pool's 4-GPU spot group, price-capacity-optimized" in d.reason()
     assert spot_spread.summary(rows) == ("1-GPU group: s1 $0.50/GPU-h, interruptions <5% | 4-GPU group: "
                                          "b2 $1.50/GPU-h, interruptions 5-10%; b1 $2.00/GPU-h, interruptions >20%")
     [one_size] = spot_spread.dominated([row("a", 1.0, ">20%"), row("b", 0.5, "10-15%")])
-    assert "in its spot group price-capacity-optimized" in one_size.reason()
+    assert "in its spot group, price-capacity-optimized" in one_size.reason()
 
 
 # --- figures from the price book in force, and where the advisory shows -------------------------------------

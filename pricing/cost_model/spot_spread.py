@@ -73,7 +73,7 @@ class Dominated:
         group = f"the pool's {size_words(a.gpus)} spot group" if self.multi_size else "its spot group"
         return (f"{a.instance_type} spot costs ${a.spot_usd_per_gpu_hour:,.4f}/GPU-h at interruption "
                 f"frequency {a.interruption_bucket} (Spot Instance Advisor), {b.instance_type} "
-                f"${b.spot_usd_per_gpu_hour:,.4f}/GPU-h at {b.interruption_bucket}; in {group} "
+                f"${b.spot_usd_per_gpu_hour:,.4f}/GPU-h at {b.interruption_bucket}; in {group}, "
                 f"price-capacity-optimized still launches {a.instance_type} when its spot pool is the deeper one, "
                 f"so keep it only if that extra capacity is worth both{models}")
 
