@@ -194,7 +194,8 @@ def render(doc: dict) -> None:
     console = tables.console()
     payments = list(doc["rates"])
     t = doc["target"]
-    title = (f"pool {doc['pool']}: monthly cost vs floor size ({doc['floor_instance_type']}, {doc['gpus_per_node']} "
+    floor_gpus = doc.get("floor_gpus_per_node", doc["gpus_per_node"])  # the floor's own size
+    title = (f"pool {doc['pool']}: monthly cost vs floor size ({doc['floor_instance_type']}, {floor_gpus} "
              f"GPUs/node) on {doc['demand']}; target p95 wait <= {t['p95_wait_minutes']:g} min, unmet <= "
              f"{t['unmet_pct']:g} %, production interruptions <= {t['production_interruptions_per_month']:g}/month "
              f"(production share {100 * doc['production_share']:.0f} %)")

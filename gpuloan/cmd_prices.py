@@ -97,19 +97,28 @@ def print_spot_spread(doc: dict[str, Any], region: str, zones: list[str]) -> Non
     """Per pool with spot: type, GPUs, spot and on-demand $/GPU-h, Spot Advisor bucket, how the spot price was
     obtained; then the types another listed type beats on both price and interruptions (docs/capacity.md)."""
     money = lambda v: "unknown" if v is None else f"${v:,.4f}"  # noqa: E731
+    where = f"{len(zones)} AZ(s)" if zones else "the cluster's AZs"
     for pool, types in spot_pools(doc):
         rows = spot_spread.figures(types, region)
-        where = f"{len(zones)} AZ(s)" if zones else "the cluster's AZs"
-        _say(f"spot spread of pool {pool} (price-capacity-optimized over {len(types)} type(s) x {where}):")
-        # 76 columns: the row fits 80; the spot price's basis, a sentence, goes on its own folded line below it
-        print(f"  {'type':<20} {'GPUs':>4} {'spot $/GPU-h':>13} {'on-demand $/GPU-h':>18} {'interruptions':>13}")
-        for r in rows:
-            print(f"  {r.instance_type:<20} {r.gpus if r.gpus is not None else '?':>4} "
-                  f"{money(r.spot_usd_per_gpu_hour):>13} {money(r.ondemand_usd_per_gpu_hour):>18} "
-                  f"{r.interruption_bucket or 'unknown':>13}")
-            _say(f"    spot price basis: {r.spot_basis}", indent=6)
-        for d in spot_spread.dominated(rows):
-            _say(f"  advisory: {d.reason()}", indent=4)
+        groups = spot_spread.by_size(rows)
+        advised = {d.index: d for d in spot_spread.dominated(rows)}
+        for gpus, group in groups:
+            # a multi-size pool has one spot group per size (config/node_sizes.py), each spread on its own
+            name = (f"spot spread of pool {pool}" if len(groups) == 1
+                    else f"spot spread of pool {pool}, {spot_spread.size_words(gpus)} group")
+            _say(f"{name} (price-capacity-optimized over {len(group)} type(s) x {where}):")
+            # 76 columns: the row fits 80; the spot price's basis, a sentence, goes on its own folded line below it
+            print(f"  {'type':<20} {'GPUs':>4} {'spot $/GPU-h':>13} {'on-demand $/GPU-h':>18} {'interruptions':>13}")
+            for _, r in group:
+                print(f"  {r.instance_type:<20} {r.gpus if r.gpus is not None else '?':>4} "
+                      f"{money(r.spot_usd_per_gpu_hour):>13} {money(r.ondemand_usd_per_gpu_hour):>18} "
+                      f"{r.interruption_bucket or 'unknown':>13}")
+                _say(f"    spot price basis: {r.spot_basis}", indent=6)
+            for i, _ in group:
+                if i in advised:
+                    _say(f"  advisory: {advised[i].reason()}", indent=4)
+        if len(groups) > 1:
+            _say(f"  across sizes: {spot_spread.SIZE_CHOICE}", indent=4)
 
 
 def system_instance_types(doc: dict[str, Any]) -> list[str]:

@@ -104,7 +104,7 @@ def run(args) -> int:
     series = doc.pop("_series")
     doc["dominated_by"] = runner.dominated_by(doc)
     doc["verdict"] = runner.single_verdict(doc)
-    peak_gpus = spec.peak_nodes * spec.gpus_per_node
+    peak_gpus = spec.peak_gpus
     big = runner.jobs_larger_than(trace, peak_gpus)
     doc["jobs_larger_than_pool"] = big["count"]
     doc["jobs_larger_than_pool_sizes"] = big["sizes"]  # GPUs -> jobs
@@ -183,7 +183,7 @@ def _sweep(args, spec, trace, settings) -> int:
     from sim.policies import GpuLoan
 
     horizon = default_horizon(trace)
-    peak = spec.peak_nodes
+    peak = spec.floor_peak_nodes  # in floor nodes, which may be of a smaller size than the elastic ones
     step = max(1, peak // 12)
     floors = sorted(set(list(range(0, peak + 1, step)) + [peak]))
     print(f"sweeping {len(floors)} floors from 0 to {peak} node(s) ...", file=sys.stderr)  # progress: stderr
@@ -191,7 +191,7 @@ def _sweep(args, spec, trace, settings) -> int:
     for floor in floors:
         s = simpool.with_floor(spec, floor)
         _, m = runner.run_one(s, trace, GpuLoan(), settings, horizon)
-        rows.append({"floor_nodes": floor, "floor_gpus": floor * spec.gpus_per_node, **{
+        rows.append({"floor_nodes": floor, "floor_gpus": floor * spec.floor_node_gpus, **{
             k: m[k] for k in ("total_cost_usd", "cost_over_oracle", "p95_wait_minutes", "unmet_gpu_hours",
                               "interruptions")}})
     doc = {"trace": trace.name, "pool": spec.name, "sweep_floor": rows,

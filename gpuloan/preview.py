@@ -95,9 +95,16 @@ def hide_secret_figures(cost: dict[str, Any], unchecked: list[str]) -> None:
 
 def spread_document(cfg: config_mod.GpuLoanConfig) -> dict[str, Any]:
     """Per pool with spot, the figures price-capacity-optimized decides on; and the advisories (dominated types)."""
-    pools = [{"pool": p.name, "types": [r.to_json() for r in spot_spread.pool_figures(cfg, p)],
-              "summary": spot_spread.summary(spot_spread.pool_figures(cfg, p))}
-             for p in cfg.pools if spot_spread.launches_spot(p)]
+    pools = []
+    for p in cfg.pools:
+        if not spot_spread.launches_spot(p):
+            continue
+        rows = spot_spread.pool_figures(cfg, p)
+        # one spot group per node size (config/node_sizes.py): a multi-size pool says so and what picks the size
+        pools.append({"pool": p.name, "types": [r.to_json() for r in rows], "summary": spot_spread.summary(rows),
+                      "spot_groups": [{"gpus_per_node": gpus, "instance_types": [r.instance_type for _, r in g]}
+                                      for gpus, g in spot_spread.by_size(rows)],
+                      "size_choice": spot_spread.SIZE_CHOICE if spot_spread.is_multi_size(rows) else None})
     return {"pools": pools,
             "advisories": [{"path": a.path, "message": a.message} for a in spot_spread.advisories(cfg)]}
 
@@ -213,7 +220,11 @@ def render_spread(cost: dict[str, Any], console) -> None:
     (docs/capacity.md, "How spot launches are spread"), then each advisory (a dominated type) with its path."""
     spread = cost.get("spot_spread") or {"pools": [], "advisories": []}
     for p in spread["pools"]:
-        console.print(f"  [dim]{p['pool']} spot, spread by price and capacity over: {p['summary']}[/]")
+        if p.get("size_choice"):
+            console.print(f"  [dim]{p['pool']} spot, {p['size_choice']}; each group spread by price and capacity "
+                          f"over: {p['summary']}[/]")
+        else:
+            console.print(f"  [dim]{p['pool']} spot, spread by price and capacity over: {p['summary']}[/]")
     for a in spread["advisories"]:
         console.print(f"  [yellow]spot advisory[/] {a['path']}: {a['message']}")  # folds like the notes
 

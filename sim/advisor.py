@@ -189,7 +189,7 @@ def advise(cfg: GpuLoanConfig, pool_name: str, trace, *, target: ServiceTarget |
     demand_gpu_hours = sum(profile) / 60
     oracle_hours = runner.oracle_gpu_hours(trace, horizon)
     points = []
-    sizes = sizes if sizes is not None else floor_sizes(spec.peak_nodes)
+    sizes = sizes if sizes is not None else floor_sizes(spec.floor_peak_nodes)
     t0 = time.perf_counter()
     for i, (n, m) in enumerate(_simulate(spec, trace, settings, horizon, sizes, jobs)):
         elastic = (m["elastic_spot_cost_usd"] + m["elastic_on_demand_cost_usd"]) * scale
@@ -198,7 +198,7 @@ def advise(cfg: GpuLoanConfig, pool_name: str, trace, *, target: ServiceTarget |
         # floor size changes).
         unmet = max(0.0, oracle_hours - m["gpu_hours_served"])
         point = {
-            "floor_nodes": n, "floor_gpus": n * spec.gpus_per_node,
+            "floor_nodes": n, "floor_gpus": n * spec.floor_node_gpus,
             "elastic_monthly_usd": round(elastic, 2),
             "elastic_spot_monthly_usd": round(m["elastic_spot_cost_usd"] * scale, 2),
             "elastic_on_demand_monthly_usd": round(m["elastic_on_demand_cost_usd"] * scale, 2),
@@ -219,7 +219,7 @@ def advise(cfg: GpuLoanConfig, pool_name: str, trace, *, target: ServiceTarget |
         if progress is not None:
             progress(i + 1, len(sizes))
     sweep_seconds = time.perf_counter() - t0
-    busy = busy_share_by_node(profile, spec.gpus_per_node, spec.peak_nodes)
+    busy = busy_share_by_node(profile, spec.floor_node_gpus, spec.floor_peak_nodes)
     best = choose(points, busy)
     current_nodes = pool.guaranteed.nodes if pool.guaranteed else 0
     current_payment = config.floor_payment_equivalent(cfg, pool) if pool.guaranteed else None
@@ -236,6 +236,7 @@ def advise(cfg: GpuLoanConfig, pool_name: str, trace, *, target: ServiceTarget |
         "demand_gpu_hours": round(demand_gpu_hours, 3),
         "floor_instance_type": floor_type,
         "gpus_per_node": spec.gpus_per_node,
+        "floor_gpus_per_node": spec.floor_node_gpus,  # the floor's own size (smaller in a multi-size pool)
         "peak_nodes": spec.peak_nodes,
         "peak_from_demand": peak_from_demand,
         "elastic": {"capacity": str(spec.capacity), "spot_type": spec.spot_type,
@@ -251,7 +252,7 @@ def advise(cfg: GpuLoanConfig, pool_name: str, trace, *, target: ServiceTarget |
         "current": {"floor_nodes": current_nodes, "payment": current_payment},
         "budget_monthly_usd": budget,
         "environment_budget_monthly_usd": env_budget,
-        "jobs_larger_than_pool": runner.jobs_larger_than(trace, spec.peak_nodes * spec.gpus_per_node),
+        "jobs_larger_than_pool": runner.jobs_larger_than(trace, spec.peak_gpus),
         "points": points,
         "node_busy_share": [round(b, 4) for b in busy],
         "break_even": {p: break_even_words(floor_type, p, r.usd_per_hour, od.usd_per_hour, spot)
@@ -262,7 +263,7 @@ def advise(cfg: GpuLoanConfig, pool_name: str, trace, *, target: ServiceTarget |
     }
     if best is None:
         doc["recommendation"] = None
-        doc["summary"] = (f"no floor from 0 to {spec.peak_nodes} nodes meets the target with this pool's elastic "
+        doc["summary"] = (f"no floor from 0 to {spec.floor_peak_nodes} nodes meets the target with this pool's elastic "
                           "capacity; raise elastic.max_nodes (or try --peak-from-demand) or relax service_target")
     else:
         n, p, usd = best
@@ -271,7 +272,7 @@ def advise(cfg: GpuLoanConfig, pool_name: str, trace, *, target: ServiceTarget |
         over_pool = bool(budget is not None and usd > budget)
         over_env = bool(env_budget is not None and usd > env_budget)
         rec_point = next(pt for pt in points if pt["floor_nodes"] == n)
-        doc["recommendation"] = {"floor_nodes": n, "floor_gpus": n * spec.gpus_per_node, "payment": p,
+        doc["recommendation"] = {"floor_nodes": n, "floor_gpus": n * spec.floor_node_gpus, "payment": p,
                                  "monthly_usd": usd, "current_monthly_usd": now_usd,
                                  "pool_budget_monthly_usd": budget, "environment_budget_monthly_usd": env_budget,
                                  "over_pool_budget": over_pool, "over_environment_budget": over_env,

@@ -275,7 +275,7 @@ class Simulation:
                                                         for k in (SPOT, ON_DEMAND))
         self.spot_groups = tuple(g for g in self.elastic_groups if kind_of(g) == SPOT)
         self.on_demand_groups = tuple(g for g in self.elastic_groups if kind_of(g) == ON_DEMAND)
-        self.group_gpus = {GUARANTEED: spec.gpus_per_node, SPOT: spec.gpus_per_node, ON_DEMAND: spec.gpus_per_node}
+        self.group_gpus = {GUARANTEED: spec.floor_node_gpus, SPOT: spec.gpus_per_node, ON_DEMAND: spec.gpus_per_node}
         self.group_usd_per_hour = {GUARANTEED: spec.floor_usd_per_hour, SPOT: spec.spot_usd_per_hour,
                                    ON_DEMAND: spec.on_demand_usd_per_hour}
         for z in spec.sizes:
@@ -854,7 +854,7 @@ class JobsWorkload:
         self.demand_gpu_minutes = sum(j.gpus * j.duration_s for j in jobs) / 60
         # A job larger than the whole pool (floor + elastic max) can never start. It is reported (never started,
         # its work unmet, its wait censored at the horizon) but never pending: no policy could serve it.
-        self.pool_gpus = sim.spec.peak_nodes * sim.spec.gpus_per_node
+        self.pool_gpus = sim.spec.peak_gpus
         self.larger_than_pool = sum(1 for g in self.gpus if g > self.pool_gpus)
         self._arrival_minute = [int(s // 60) for s in self.submit_s]
 

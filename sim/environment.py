@@ -227,7 +227,7 @@ class PoolSim(Simulation):
 
     @property
     def floor_gpus(self) -> int:
-        return self.spec.floor_nodes * self.spec.gpus_per_node
+        return self.spec.floor_gpus  # the floor's own size (smaller than the elastic nodes in a multi-size pool)
 
     def floor_busy(self) -> int:
         return self._floor_busy
@@ -965,8 +965,7 @@ class Environment:
             spec, trace = sim.spec, sim.trace
             horizon = self.horizon
             oracle = oracle_gpu_hours(trace, horizon) * spec.oracle_usd_per_gpu_hour
-            elastic_oracle = elastic_oracle_gpu_hours(demand_profile(trace, horizon),
-                                                      spec.floor_nodes * spec.gpus_per_node)
+            elastic_oracle = elastic_oracle_gpu_hours(demand_profile(trace, horizon), spec.floor_gpus)
             m = metrics_of(sim, sim.controller, oracle, seconds, elastic_oracle * spec.oracle_usd_per_gpu_hour)
             m.update(self._pool_extras(sim))
             tier = str(self.cfg.pool(name).tier)

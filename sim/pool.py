@@ -71,6 +71,29 @@ class PoolSpec:
     # The pool's other node sizes, each its own pair of groups (sim/engine.py size_group); the fields above are the
     # largest size's (gpus_per_node is the largest node: a job larger than it is a gang of such nodes). () = one size.
     sizes: tuple[SizeSpec, ...] = ()
+    # GPUs per floor node where the floor is of another (smaller) size of the pool than gpus_per_node, as validate
+    # allows (the floor's type of any size an elastic type has); 0: the floor is of the largest size.
+    floor_gpus_per_node: int = 0
+
+    @property
+    def floor_node_gpus(self) -> int:
+        """GPUs per floor node (the floor's own instance type)."""
+        return self.floor_gpus_per_node or self.gpus_per_node
+
+    @property
+    def floor_gpus(self) -> int:
+        return self.floor_nodes * self.floor_node_gpus
+
+    @property
+    def peak_gpus(self) -> int:
+        """The GPUs of the pool at its peak: the floor's and the largest size's elastic max (the peak it is sized for)."""
+        return self.floor_gpus + self.elastic_max_nodes * self.gpus_per_node
+
+    @property
+    def floor_peak_nodes(self) -> int:
+        """The most floor nodes a floor sweep goes to: the floor's nodes that hold the pool's peak GPUs (peak_nodes
+        where the floor is of the largest size)."""
+        return -(-self.peak_gpus // self.floor_node_gpus)
 
     @property
     def has_spot(self) -> bool:
@@ -104,6 +127,7 @@ class PoolSpec:
             "gpus_per_node": self.gpus_per_node,
             "floor_nodes": self.floor_nodes,
             "floor_type": self.floor_type,
+            "floor_gpus_per_node": self.floor_node_gpus,
             "capacity": str(self.capacity),
             "spot_type": self.spot_type,
             "on_demand_type": self.on_demand_type,
@@ -193,11 +217,9 @@ def _spec(region: str, pool: Pool) -> PoolSpec:
         for t in e.instance_types:
             by_size.setdefault(catalog.lookup(t).gpus, []).append(t)
         # Several sizes: the largest is the spec's own (a job larger than a node is a gang of the largest nodes),
-        # the others its sizes, each priced as a one-size pool's groups.
+        # the others its sizes, each priced as a one-size pool's groups. The floor keeps its own type's size
+        # (floor_gpus_per_node): its nodes are simulated with their own GPUs, as the product deploys them.
         gpus = max(by_size)
-        if len(by_size) > 1 and g is not None and catalog.lookup(g.instance_type).gpus != gpus:
-            raise PoolError(f"pool {pool.name}: the simulator models a floor of the largest node size only "
-                            f"({gpus} GPUs), not {g.instance_type}")
         for size, names in sorted(by_size.items()):
             if size == gpus:
                 continue
@@ -214,6 +236,7 @@ def _spec(region: str, pool: Pool) -> PoolSpec:
         rate = ADVISOR_BUCKET_PER_MONTH.get(bucket or "", DEFAULT_INTERRUPTIONS_PER_MONTH)
     oracle = min(_price(t, region).spot_or_ondemand_usd_per_hour / catalog.lookup(t).gpus for t in types)
     budget = pool.budget.monthly_usd if pool.budget else None
+    floor_gpus = catalog.lookup(g.instance_type).gpus if g else 0
     return PoolSpec(
         name=pool.name, region=region, tier=str(pool.tier), team=pool.team, gpus_per_node=gpus,
         floor_nodes=g.nodes if g else 0, floor_type=g.instance_type if g else None, floor_usd_per_hour=floor_price,
@@ -222,6 +245,7 @@ def _spec(region: str, pool: Pool) -> PoolSpec:
         spot_max_nodes=e.max_nodes if e else 0,
         on_demand_max_nodes=(e.on_demand_max_nodes or e.max_nodes) if e else 0,
         budget_monthly_usd=budget, oracle_usd_per_gpu_hour=oracle, pool=pool, sizes=sizes,
+        floor_gpus_per_node=floor_gpus if floor_gpus != gpus else 0,
     )
 
 
@@ -267,12 +291,11 @@ def auto_size(spec: PoolSpec, trace, quantile: float = FLOOR_QUANTILE, horizon_m
     profile = sorted(demand_profile(trace, horizon_minutes))
     if not profile or profile[-1] == 0:
         raise PoolError(f"trace {trace.name} has no GPU demand to size a pool from")
-    gpn = spec.gpus_per_node
-    peak_nodes = math.ceil(profile[-1] / gpn)
+    gpn, floor_gpn = spec.gpus_per_node, spec.floor_node_gpus  # a floor may be of a smaller size (floor_gpus_per_node)
     if floor_nodes is None:
-        floor_nodes = profile[min(len(profile) - 1, int(quantile * len(profile)))] // gpn
-    floor_nodes = min(floor_nodes, peak_nodes)
-    elastic = max(1, peak_nodes - floor_nodes)
+        floor_nodes = profile[min(len(profile) - 1, int(quantile * len(profile)))] // floor_gpn
+    floor_nodes = min(floor_nodes, math.ceil(profile[-1] / floor_gpn))
+    elastic = max(1, math.ceil((profile[-1] - floor_nodes * floor_gpn) / gpn))
     floor_type = spec.floor_type or spec.on_demand_type or spec.spot_type
     floor_price = spec.floor_usd_per_hour or _price(floor_type, spec.region).ondemand_usd_per_hour
     capacity = spec.capacity if spec.capacity != "none" else ElasticCapacity.spot_then_on_demand
@@ -289,10 +312,10 @@ def auto_size(spec: PoolSpec, trace, quantile: float = FLOOR_QUANTILE, horizon_m
 
 
 def with_floor(spec: PoolSpec, floor_nodes: int) -> PoolSpec:
-    """Same pool, another floor; elastic max keeps covering the same peak."""
-    peak = spec.peak_nodes
+    """Same pool, another floor; elastic max keeps covering the same peak (in GPUs: the floor's nodes may be of a
+    smaller size than the elastic max's)."""
     floor_type = spec.floor_type or spec.on_demand_type
     price = spec.floor_usd_per_hour or _price(floor_type, spec.region).ondemand_usd_per_hour
-    elastic = max(1, peak - floor_nodes)
+    elastic = max(1, -(-(spec.peak_gpus - floor_nodes * spec.floor_node_gpus) // spec.gpus_per_node))
     return replace(spec, floor_nodes=floor_nodes, floor_type=floor_type, floor_usd_per_hour=price,
                    spot_max_nodes=elastic, on_demand_max_nodes=elastic)

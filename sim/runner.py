@@ -119,7 +119,7 @@ def run_one(spec: PoolSpec, trace, controller: Controller, settings: SimSettings
             horizon: int | None = None, progress=None) -> tuple[Simulation, dict]:
     horizon = horizon if horizon is not None else default_horizon(trace)
     oracle_cost = oracle_gpu_hours(trace, horizon) * spec.oracle_usd_per_gpu_hour
-    elastic_oracle = elastic_oracle_gpu_hours(demand_profile(trace, horizon), spec.floor_nodes * spec.gpus_per_node)
+    elastic_oracle = elastic_oracle_gpu_hours(demand_profile(trace, horizon), spec.floor_gpus)
     t0, c0 = time.perf_counter(), time.process_time()
     sim = Simulation(spec, trace, controller, settings, horizon).run(progress)
     m = metrics_of(sim, controller, oracle_cost, time.perf_counter() - t0,

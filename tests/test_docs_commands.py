@@ -360,6 +360,18 @@ def test_docs_say_a_pool_may_mix_sizes_as_validate_accepts():
         assert "several sizes" in text, page
 
 
+def test_capacity_doc_describes_one_spot_group_per_size_as_the_advisory_does():
+    """Issue 37: the spot advisory for a multi-size pool is per size's group; the doc says what the code does."""
+    from pricing.cost_model import spot_spread
+
+    text = _flat_doc("docs/capacity.md")
+    spread = text.split("## How spot launches are spread")[1].split("## Labels and taints")[0].replace("**", "")
+    assert "one spot group per size" in spread and "another listed type of its size" in spread
+    assert "lowest price per GPU that the pending pods use" in spread
+    assert "across sizes:" in spread and "spot_groups" in spread and "size_choice" in spread
+    assert "lowest price per GPU that the pending pods use" in spot_spread.SIZE_CHOICE
+
+
 def test_config_doc_capacity_row_says_production_work_stays_off_spot():
     row = next(line for line in (REPO / "docs" / "config.md").read_text().splitlines()
                if line.startswith("| `capacity` |"))

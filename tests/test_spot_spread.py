@@ -2,9 +2,9 @@
 spread"): the spot node group of every shipped pool, the per-GPU figures gpuloan shows, and the advisory for a type
 another listed type beats on both price per GPU and interruptions.
 
-Pools whose types differ in GPUs per node are refused by validation, tested where that rule lives:
-tests/test_capacity.py::test_invalid_combinations_fail_before_any_resource[mixed GPUs per node] and
-tests/test_config.py ("mixed GPUs per node").
+A pool may list types of several sizes (GPUs per node) of one GPU model: it then has one spot group per size
+(config/node_sizes.py), so a type is compared only with the types of its own size, and the spread says that the
+policy, not EC2, picks the size (the multi-size tests below).
 
 Prices in the tables below are test inputs (the rule is what is under test); the shipped-stack cases read the
 public price table, like every other cost test.
@@ -77,8 +77,8 @@ def test_an_on_demand_only_pool_has_no_spot_spread():
 
 
 def row(instance_type: str, spot_per_gpu: float | None, bucket: str | None,
-        gpu_model: str = "L4") -> spot_spread.SpotFigures:
-    return spot_spread.SpotFigures(instance_type, 1, gpu_model, spot_per_gpu, None if spot_per_gpu is None else 1.0,
+        gpu_model: str = "L4", gpus: int = 1) -> spot_spread.SpotFigures:
+    return spot_spread.SpotFigures(instance_type, gpus, gpu_model, spot_per_gpu, None if spot_per_gpu is None else 1.0,
                                    "observed-median" if spot_per_gpu is not None else "none", bucket, "test", "")
 
 
@@ -95,6 +95,11 @@ DOMINANCE = {
                                           {0: "c", 1: "c"}),
     "position is the config's, not sorted": ([row("z", 0.5, "<5%"), row("a", 1.0, "5-10%")], {1: "z"}),
     "a single type -> nothing to compare": ([row("a", 1.0, ">20%")], {}),
+    # several sizes: one spot group each (config/node_sizes.py); EC2 never chooses between them, the policy does
+    "another size's cheaper, safer type -> not warned": ([row("big", 2.0, ">20%", gpus=4), row("small", 1.0, "<5%")],
+                                                         {}),
+    "dominated within its own size -> warned, named by its size's type": (
+        [row("s1", 0.5, "<5%"), row("b1", 2.0, ">20%", gpus=4), row("b2", 1.5, "5-10%", gpus=4)], {1: "b2"}),
 }
 
 
@@ -118,6 +123,16 @@ def test_the_reason_gives_both_figures_and_names_different_gpu_models():
     text = d.reason()
     assert "$1.8744/GPU-h" in text and ">20%" in text and "$0.5688/GPU-h" in text and "10-15%" in text
     assert "price-capacity-optimized" in text and "H100 vs A100" in text
+
+
+def test_a_multi_size_reason_names_its_size_group_and_the_summary_splits_by_size():
+    rows = [row("s1", 0.5, "<5%"), row("b1", 2.0, ">20%", gpus=4), row("b2", 1.5, "5-10%", gpus=4)]
+    [d] = spot_spread.dominated(rows)
+    assert "in the pool's 4-GPU spot group, price-capacity-optimized" in d.reason()
+    assert spot_spread.summary(rows) == ("1-GPU group: s1 $0.50/GPU-h, interruptions <5% | 4-GPU group: "
+                                         "b2 $1.50/GPU-h, interruptions 5-10%; b1 $2.00/GPU-h, interruptions >20%")
+    [one_size] = spot_spread.dominated([row("a", 1.0, ">20%"), row("b", 0.5, "10-15%")])
+    assert "in its spot group, price-capacity-optimized" in one_size.reason()
 
 
 # --- figures from the price book in force, and where the advisory shows -------------------------------------
@@ -244,3 +259,83 @@ def test_preview_shows_a_spread_line_per_spot_pool_and_the_advisories_of_prod():
     finally:
         catalog.use_price_file(None)
 
+
+
+# --- a pool of several sizes: one spot group per size ---------------------------------------------------------
+
+G6E_SIZES = ["g6e.12xlarge", "g6e.48xlarge", "g6e.2xlarge", "g6e.xlarge"]  # 4, 8, 1, 1 L40S
+
+
+@pytest.fixture
+def sized_price_file(tmp_path):
+    """Test rates: g6e.xlarge (1 GPU) is cheapest and safest per GPU of all; g6e.2xlarge is dominated within the
+    1-GPU group; the 4- and 8-GPU types are dearer and riskier than g6e.xlarge but the only types of their size."""
+    spot = {"g6.xlarge": (0.4, "5-10%"), "g5.xlarge": (0.4, "5-10%"), "g6e.xlarge": (0.5, "<5%"),
+            "g6e.2xlarge": (0.9, "10-15%"), "g6e.12xlarge": (4.8, ">20%"), "g6e.48xlarge": (12.0, ">20%")}
+    ondemand = {"g6.xlarge": 0.8, "g5.xlarge": 1.0, "g6e.xlarge": 1.8, "g6e.2xlarge": 2.2, "g6e.12xlarge": 10.0,
+                "g6e.48xlarge": 30.0}
+    types = {t: {"ondemand_usd_per_hour": ondemand[t], "source": "test", "as_of": "2026-11-30",
+                 "spot_usd_per_hour": usd, "spot_basis": "observed-median", "interruption_bucket": bucket}
+             for t, (usd, bucket) in spot.items()}
+    path = tmp_path / "prices.json"
+    path.write_text(json.dumps({"format": pricebook.FORMAT, "regions": {"us-east-1": {
+        "source": "test rates", "read_at": "2026-11-30", "instance_types": types}}}))
+    yield str(path)
+    catalog.use_price_file(None)
+
+
+def _sized_config() -> dict:
+    return dev_variant(guaranteed={"instance_type": "g6e.2xlarge"},
+                       elastic={"instance_types": G6E_SIZES, "capacity": "spot_then_on_demand"})
+
+
+def test_a_multi_size_pool_is_advised_per_size_group_in_validate_and_preview(sized_price_file):
+    catalog.use_price_file(sized_price_file)
+    cfg = from_stack_yaml({"config": _sized_config()}, "dev")
+    # only g6e.2xlarge (index 2), against g6e.xlarge of its own 1-GPU group; the 4- and 8-GPU types are dearer and
+    # riskier per GPU than g6e.xlarge, but EC2 never chooses between sizes, so they get no advisory
+    [advisory] = spot_spread.advisories(cfg)
+    assert advisory.path == "pools[0].elastic.instance_types[2]"
+    assert "g6e.2xlarge spot costs $0.9000/GPU-h" in advisory.message and "g6e.xlarge $0.5000/GPU-h" in advisory.message
+    assert "the pool's 1-GPU spot group" in advisory.message
+    doc = preview.spread_document(cfg)
+    [pool] = doc["pools"]
+    assert pool["spot_groups"] == [{"gpus_per_node": 1, "instance_types": ["g6e.2xlarge", "g6e.xlarge"]},
+                                   {"gpus_per_node": 4, "instance_types": ["g6e.12xlarge"]},
+                                   {"gpus_per_node": 8, "instance_types": ["g6e.48xlarge"]}]
+    assert pool["size_choice"] == spot_spread.SIZE_CHOICE and "lowest price per GPU" in pool["size_choice"]
+    console = Console(record=True, width=400)
+    preview.render_spread({"spot_spread": doc}, console)
+    text = console.export_text()
+    assert "research spot, one spot group per node size" in text
+    assert "spread by price and capacity over: 1-GPU group: g6e.xlarge $0.50/GPU-h" in text
+    assert "| 4-GPU group: g6e.12xlarge" in text and "| 8-GPU group: g6e.48xlarge" in text
+    assert text.count("spot advisory") == 1
+
+
+def test_validate_warns_once_for_a_multi_size_pool(sized_price_file, tmp_path, monkeypatch, capsys):
+    stack = tmp_path / "Pulumi.sized.yaml"
+    stack.write_text(yaml.safe_dump({"config": _sized_config()}))
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "Pulumi.yaml").write_text((REPO / "Pulumi.yaml").read_text())
+    rc = cli.main(["validate", "sized", "--price-file", sized_price_file])
+    err = capsys.readouterr().err
+    warnings = [line for line in err.splitlines() if line.startswith("warning: ")]
+    assert rc == 0 and len(warnings) == 1, err
+    assert warnings[0].startswith("warning: pools[0].elastic.instance_types[2]: g6e.2xlarge spot costs")
+
+
+def test_prices_show_a_multi_size_pool_per_size_group(sized_price_file, tmp_path, monkeypatch, capsys):
+    (tmp_path / "Pulumi.sized.yaml").write_text(yaml.safe_dump({"config": _sized_config()}))
+    (tmp_path / "Pulumi.yaml").write_text((REPO / "Pulumi.yaml").read_text())
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["prices", "show", "-s", "sized", "--price-file", sized_price_file]) == 0
+    out = capsys.readouterr().out
+    flat = " ".join(out.split())
+    for size, count in (("1-GPU", 2), ("4-GPU", 1), ("8-GPU", 1)):
+        assert f"spot spread of pool research, {size} group (price-capacity-optimized over {count} type(s)" in flat
+    assert "spot spread of pool research (" not in flat  # no one mixed group
+    assert f"across sizes: {spot_spread.SIZE_CHOICE}" in flat
+    advisories = [line for line in out.splitlines() if line.strip().startswith("advisory:")]
+    assert len(advisories) == 1 and "g6e.2xlarge spot costs $0.9000/GPU-h" in flat
+    assert all(len(line) <= 80 for line in out.splitlines() if not line.startswith("prices:"))
