@@ -86,3 +86,67 @@ def test_a_later_request_gets_only_the_time_that_is_left(server):
     with pytest.raises(DeadlineExceeded):
         client.blockers("n1")
     assert time.monotonic() - started < 0.2
+
+
+AWS_SLOW = ["slow_headers", "slow_body_keep_alive", "slow_body_close", "no_answer"]
+
+
+def _aws_ports(srv: SlowHttpServer, monkeypatch, deadline_s: float = DEADLINE_S):
+    """The adapters the handler builds for a tick, every AWS endpoint pointed at the slow server (boto3 reads
+    AWS_ENDPOINT_URL), with the handler's botocore Config, under a `deadline_s` tick deadline and an invocation
+    that ends one margin later."""
+    from dataclasses import replace
+    from types import SimpleNamespace
+
+    import boto3
+
+    from policy import handler
+    from policy_cases import settings
+
+    monkeypatch.setenv("AWS_ENDPOINT_URL", srv.url)
+    monkeypatch.setenv("GPULOAN_KUBE_ENDPOINT", srv.url)  # no DescribeCluster while the ports are built
+    monkeypatch.setenv("GPULOAN_STATE_TABLE", "state")
+    monkeypatch.setenv("GPULOAN_TOPIC_ARN", "arn:aws:sns:us-east-1:123456789012:alerts")
+    session = boto3.Session(aws_access_key_id="testing", aws_secret_access_key="testing", region_name="us-east-1")
+    context = SimpleNamespace(invoked_function_arn="arn:aws:lambda:us-east-1:123456789012:function:f",
+                              get_remaining_time_in_millis=lambda: (deadline_s + handler.INVOCATION_MARGIN_S) * 1000)
+    for service in ("eks", "autoscaling", "ec2", "cloudwatch", "budgets", "sns", "sts", "dynamodb"):
+        handler._client(session, service)  # built before the deadline starts: a client's model loads in ~1 s
+    errors: list[str] = []
+    ports = handler.build_ports(replace(settings(), budget_name="gpuloan-dev"), session, context,
+                                Deadline(deadline_s), errors)
+    assert errors == []
+    return ports
+
+
+def _first_call(ports, port: str):
+    from datetime import datetime, timezone
+
+    from policy.utilization import NodeRef
+
+    now = datetime.now(timezone.utc)
+    return {
+        "eks+autoscaling+ec2": lambda: ports.groups.read(["gpuloan-dev-research-spot"], now),
+        "cloudwatch": lambda: ports.utilization.read([NodeRef("i-0123456789abcdef0", "n1")], now, 10),
+        "budgets": lambda: ports.budgets.actual_usd("gpuloan-dev"),
+        "sns": lambda: ports.publisher.publish("subject", "message"),
+        "dynamodb": lambda: ports.state.load("tick"),
+    }[port]
+
+
+@pytest.mark.parametrize("port", ["eks+autoscaling+ec2", "cloudwatch", "budgets", "sns", "dynamodb"])
+@pytest.mark.parametrize("server", [pytest.param((b, False), id=b) for b in AWS_SLOW], indirect=True)
+def test_a_slow_aws_answer_ends_at_the_deadline(server, port, monkeypatch):
+    """botocore's connect/read timeouts (2 s / 4 s, 2 attempts) bound each socket read: a body dripped a byte
+    every 0.15 s ran the whole drip through them. Every AWS call of a tick now ends by the deadline whatever
+    the server does; the state table's by the invocation's end (it must still write after the deadline)."""
+    from policy import handler
+
+    ports = _aws_ports(server, monkeypatch)
+    bound_s = DEADLINE_S + (handler.INVOCATION_MARGIN_S if port == "dynamodb" else 0.0)
+    started = time.monotonic()
+    with pytest.raises(DeadlineExceeded):
+        _first_call(ports, port)()
+    took = time.monotonic() - started
+    assert took < bound_s + SLACK_S, f"{server.behaviour} {port}: the call took {took:.1f} s"
+    assert server.requests >= 1  # the call did reach the server: it was cut, not refused before it started
