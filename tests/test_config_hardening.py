@@ -183,3 +183,26 @@ def test_issue_24_inputs_are_refused_cleanly(tmp_path, capsys, name):
 def test_regions_of_every_partition_are_known():
     assert {"us-east-1", "eu-central-1", "us-gov-west-1", "cn-north-1"} <= config.known_regions()
     assert "us-east-9" not in config.known_regions()
+
+
+def test_the_program_run_in_process_refuses_a_billion_laughs_config(monkeypatch):
+    """Issue 42 item 3: offline.run_program (a caller in process, without the CLI's reading of the stack file)
+    took a config whose YAML aliases are shared objects and json.dumps expanded it (4 GB for the CLI case above).
+    It is refused with the stack file's own limits before anything expands it or a resource is declared."""
+    laughs = "".join(f"  gpuloan:l{i}: &l{i} [" + ", ".join([f"*l{i - 1}"] * 10 if i else ['"lol"'] * 10) + "]\n"
+                     for i in range(7))  # 10 million values: seconds to expand, far past the limit
+    cfg = yaml.safe_load(GOOD_DEV + laughs)["config"]
+    expanded = []
+    monkeypatch.setattr(offline, "config_to_pulumi", lambda c: expanded.append(1) or {})
+    with pytest.raises(stackfile.StackFileError, match="expands to more than 100,000 values"):
+        offline.run_program("dev", cfg)
+    assert expanded == []
+
+
+def test_the_program_run_in_process_refuses_a_config_that_contains_itself():
+    cfg = stack_config("dev")
+    loop: list = [1]
+    loop.append(loop)
+    cfg["gpuloan:loop"] = loop
+    with pytest.raises(stackfile.StackFileError, match="contains itself"):
+        offline.run_program("dev", cfg)
