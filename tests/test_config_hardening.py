@@ -206,3 +206,24 @@ def test_the_program_run_in_process_refuses_a_config_that_contains_itself():
     cfg["gpuloan:loop"] = loop
     with pytest.raises(stackfile.StackFileError, match="contains itself"):
         offline.run_program("dev", cfg)
+
+
+@pytest.mark.parametrize("key, value, bad", [
+    ("team\x00", "x", "U+0000"), ("team", "ml\x00", "U+0000"), ("team", "ml\u200bplatform", "U+200B"),
+    ("cost\u200bcenter", "x", "U+200B"), ("team", "ml\tplatform", "U+0009"), ("team", "a,b", "U+002C"),
+])
+def test_a_tag_with_a_character_aws_refuses_is_refused_before_any_resource(key, value, bad):
+    """Issue 42 item 3: AWS tag keys and values allow Unicode letters, digits, spaces and _ . : / = + - @ only;
+    a NUL or a zero-width space used to pass validation and fail the tagging call mid-deployment."""
+    cfg = stack_config("dev")
+    cfg["gpuloan:default_tags"] = {**cfg["gpuloan:default_tags"], key: value}
+    with pytest.raises(config.ConfigError) as raised:
+        config.from_stack_yaml({"config": cfg}, "Pulumi.dev.yaml")
+    assert "default_tags" in str(raised.value) and bad in str(raised.value)
+
+
+def test_tags_in_any_script_with_spaces_and_the_allowed_symbols_pass():
+    cfg = stack_config("dev")
+    cfg["gpuloan:default_tags"] = {"Kostenstelle": "Forschung & Entwicklung".replace("&", "+"),
+                                   "チーム": "機械学習", "path/to:key=v+1-@x_y.z": "", "owner": "a b\u00a0c"}
+    config.from_stack_yaml({"config": cfg}, "Pulumi.dev.yaml")
