@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import yaml
+
+from offline import document_limits
 
 
 class StackFileError(Exception):
@@ -43,11 +45,9 @@ def resolve(stack_or_file: str, cwd: Path | None = None) -> tuple[str, Path]:
     return stack, path
 
 
-# Limits on what a stack file may be (a real one is a few hundred nodes, nested about 6 deep).
-MAX_DEPTH = 64
-# Nodes after alias expansion: a "billion laughs" document is a few lines that expand to billions of values,
-# which json.dumps (the offline preview, the Pulumi config wire format) would try to build.
-MAX_EXPANDED_NODES = 100_000
+# Limits on what a stack file may be, shared with the program run in process (offline/document_limits.py).
+MAX_DEPTH = document_limits.MAX_DEPTH
+MAX_EXPANDED_NODES = document_limits.MAX_EXPANDED_NODES
 STR_TAG = "tag:yaml.org,2002:str"
 MERGE_TAG = "tag:yaml.org,2002:merge"
 
@@ -128,53 +128,10 @@ def _line(node: yaml.Node) -> str:
 
 def _check_size(root: yaml.Node, name: str) -> None:
     """Expanded size and depth of the node graph, each shared (aliased) node computed once; refuses cycles."""
-    _check_graph(root, name, _children, lambda node: f"at {_line(node)}", "the alias")
-
-
-def check_value(value: Any, name: str) -> None:
-    """The same limits as `loads`, for a document already built (a config dict handed to the program in process,
-    offline/runner.py): YAML aliases became shared objects there, which json.dumps would expand. Raises
-    StackFileError before anything expands it."""
-    def children(v: Any) -> list[Any]:
-        if isinstance(v, dict):
-            return [x for pair in v.items() for x in pair]
-        return list(v) if isinstance(v, (list, tuple)) else []
-
-    _check_graph(value, name, children, lambda v: "in the config", "a value")
-
-
-def _check_graph(root: Any, name: str, children: Callable[[Any], list[Any]], where: Callable[[Any], str],
-                 cycle: str) -> None:
-    """Expanded size and depth of a graph whose shared nodes are one object each, each computed once; refuses
-    cycles. Iterative, so a deep document cannot exhaust the stack either."""
-    size: dict[int, int] = {}
-    depth: dict[int, int] = {}
-    stack: list[tuple[Any, bool]] = [(root, False)]
-    open_: set[int] = set()
-    keep: list[Any] = []  # ids are only unique while their objects live: hold every visited one
-    while stack:
-        node, done = stack.pop()
-        key = id(node)
-        if done:
-            kids = children(node)
-            size[key] = 1 + sum(size[id(k)] for k in kids)
-            depth[key] = 1 + max((depth[id(k)] for k in kids), default=0)
-            open_.discard(key)
-            if size[key] > MAX_EXPANDED_NODES:
-                raise StackFileError(f"{name}: the value {where(node)} expands to more than {MAX_EXPANDED_NODES:,} "
-                                     "values through YAML aliases (*name); a stack file needs far fewer, so it is "
-                                     "refused before anything expands it")
-            if depth[key] > MAX_DEPTH:
-                raise StackFileError(f"{name}: nested too deeply {where(node)} (more than {MAX_DEPTH} levels)")
-            continue
-        if key in size:
-            continue
-        if key in open_:
-            raise StackFileError(f"{name}: {cycle} {where(node)} refers to a value that contains itself")
-        open_.add(key)
-        keep.append(node)
-        stack.append((node, True))
-        stack.extend((k, False) for k in children(node) if id(k) not in size)
+    try:
+        document_limits.check_graph(root, name, _children, lambda node: f"at {_line(node)}", "the alias")
+    except document_limits.DocumentTooLarge as err:
+        raise StackFileError(str(err)) from None
 
 
 def _key_text(node: yaml.Node) -> str:

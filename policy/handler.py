@@ -106,7 +106,8 @@ def build_ports(settings: Settings, session, context, deadline: Deadline | None 
     eks = _bounded(session, "eks", deadline)
     groups = AwsNodeGroups(eks, _bounded(session, "autoscaling", deadline), _bounded(session, "ec2", deadline),
                            settings.cluster_name, deadline)
-    util = CloudWatchUtilization(_bounded(session, "cloudwatch", deadline), settings.cluster_name, settings.metric_namespace,
+    util = CloudWatchUtilization(_bounded(session, "cloudwatch", deadline), settings.cluster_name,
+                                 settings.metric_namespace,
                                  settings.utilization_metric, settings.reserved_metric, deadline)
     endpoint = os.environ.get("GPULOAN_KUBE_ENDPOINT")
     ca_pem = os.environ.get("GPULOAN_KUBE_CA_PEM")

@@ -2,9 +2,10 @@
 
 Each accepted connection reads one request (up to the blank line and its Content-Length body) and then answers
 as `behaviour` says: slow headers, a slow body (keep-alive, Connection: close, HTTP/1.0, chunked), no answer at
-all (`no_answer`: after the request; `silent`: not even the TLS handshake), or a connection closed mid-body. Plain TCP sockets (not http.server) so that every byte on the wire is the
-test's choice. With `tls=True` the connection is TLS (a throwaway self-signed CA, `ca_pem`). Every thread is a
-daemon and stops when the client goes away or `close()` is called, so a test that fails cannot hang the suite.
+all (`no_answer`: after the request; `silent`: not even the TLS handshake), or a connection closed mid-body.
+Plain TCP sockets (not http.server) so that every byte on the wire is the test's choice. With `tls=True` the
+connection is TLS (a throwaway self-signed CA, `ca_pem`). Every thread is a daemon and stops when the client goes
+away or `close()` is called, so a test that fails cannot hang the suite.
 """
 
 from __future__ import annotations

@@ -11,6 +11,7 @@ import yaml
 
 from conftest import run_stack, stack_config
 from gpuloan import cmd_validate, stackfile
+from offline import document_limits
 from offline import runner as offline
 from stacks import config
 
@@ -194,7 +195,7 @@ def test_the_program_run_in_process_refuses_a_billion_laughs_config(monkeypatch)
     cfg = yaml.safe_load(GOOD_DEV + laughs)["config"]
     expanded = []
     monkeypatch.setattr(offline, "config_to_pulumi", lambda c: expanded.append(1) or {})
-    with pytest.raises(stackfile.StackFileError, match="expands to more than 100,000 values"):
+    with pytest.raises(document_limits.DocumentTooLarge, match="expands to more than 100,000 values"):
         offline.run_program("dev", cfg)
     assert expanded == []
 
@@ -204,7 +205,7 @@ def test_the_program_run_in_process_refuses_a_config_that_contains_itself():
     loop: list = [1]
     loop.append(loop)
     cfg["gpuloan:loop"] = loop
-    with pytest.raises(stackfile.StackFileError, match="contains itself"):
+    with pytest.raises(document_limits.DocumentTooLarge, match="contains itself"):
         offline.run_program("dev", cfg)
 
 
