@@ -332,6 +332,8 @@ class _Watchdog:
         """socket.create_connection, each address tried only within the time left (http.client calls this as
         HTTPConnection._create_connection)."""
         host, port = address
+        if not isinstance(timeout, (int, float)):
+            timeout = None  # http.client's "no timeout given" sentinel: the bound alone applies
         last_err: OSError | None = None
         for family, kind, proto, _, sockaddr in socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM):
             left = self._at - self._clock()
