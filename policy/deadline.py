@@ -55,9 +55,10 @@ def check(deadline: "Deadline | None") -> None:
 def within(deadline: "Deadline | None", what: str, fn: Callable, *args, **kwargs):
     """`fn(*args, **kwargs)`, waited for at most the deadline's time left; DeadlineExceeded if it is not done by
     then (or the deadline has passed already). Without a deadline (outside Lambda) it runs in the caller's
-    thread. A call cut off goes on in its daemon thread until botocore's own timeouts end it, and its answer
-    is dropped: the tick has already counted it as missing data (or, for a write, as not applied; the next
-    tick reads what AWS did)."""
+    thread. A call cut off goes on in its daemon thread until it ends by itself (botocore's timeouts, or the
+    server finishing; one that keeps dripping keeps the thread, frozen with the Lambda environment between
+    invocations), and its answer is dropped: the tick has already counted it as missing data (or, for a write,
+    as not applied; the next tick reads what AWS did)."""
     if deadline is None:
         return fn(*args, **kwargs)
     deadline.check()
