@@ -13,6 +13,7 @@ import datetime as dt
 import functools
 import ipaddress
 import re
+import unicodedata
 from collections import Counter
 from enum import StrEnum
 from typing import Annotated, Any, Literal, Union
@@ -624,6 +625,11 @@ class GpuLoanConfig(Strict):
                 raise ValueError(f"tag key '{key}': gpuloan:* tags are set by gpuloan itself")
             if not 1 <= len(key) <= 128 or len(value) > 256:
                 raise ValueError(f"tag '{key}' is too long (keys <= 128, values <= 256 characters)")
+            for part, text in (("key", key), ("value", value)):
+                bad = next((c for c in text if not tag_character_allowed(c)), None)
+                if bad is not None:
+                    raise ValueError(f"tag {part} {text!r} has the character {bad!r} (U+{ord(bad):04X}); AWS "
+                                     f"allows {TAG_CHARACTERS_ALLOWED}")
         return v
 
     # Convenience views used by components, the preview and the policy settings.
@@ -633,6 +639,17 @@ class GpuLoanConfig(Strict):
     @property
     def teams(self) -> list[str]:
         return sorted({p.team for p in self.pools})
+
+
+# AWS tag keys and values (the Tag pattern `^([\p{L}\p{Z}\p{N}_.:/=+\-@]*)$` of the tagging APIs; docs/aws-rules.md):
+# Unicode letters, separators (spaces) and numbers, and these symbols. A NUL, a tab or a zero-width space (format
+# character Cf) is refused by the tagging call only when the resource is created, mid-deployment.
+TAG_SYMBOLS = "_.:/=+-@"
+TAG_CHARACTERS_ALLOWED = f"letters, digits, spaces and {' '.join(TAG_SYMBOLS)}"
+
+
+def tag_character_allowed(c: str) -> bool:
+    return c in TAG_SYMBOLS or unicodedata.category(c)[0] in "LZN"
 
 
 # --- errors ------------------------------------------------------------------------------------------------

@@ -7,6 +7,8 @@ from typing import Any
 
 import yaml
 
+from offline import document_limits
+
 
 class StackFileError(Exception):
     """The stack file is missing or is not valid YAML; the message says which and where."""
@@ -43,11 +45,9 @@ def resolve(stack_or_file: str, cwd: Path | None = None) -> tuple[str, Path]:
     return stack, path
 
 
-# Limits on what a stack file may be (a real one is a few hundred nodes, nested about 6 deep).
-MAX_DEPTH = 64
-# Nodes after alias expansion: a "billion laughs" document is a few lines that expand to billions of values,
-# which json.dumps (the offline preview, the Pulumi config wire format) would try to build.
-MAX_EXPANDED_NODES = 100_000
+# Limits on what a stack file may be, shared with the program run in process (offline/document_limits.py).
+MAX_DEPTH = document_limits.MAX_DEPTH
+MAX_EXPANDED_NODES = document_limits.MAX_EXPANDED_NODES
 STR_TAG = "tag:yaml.org,2002:str"
 MERGE_TAG = "tag:yaml.org,2002:merge"
 
@@ -128,32 +128,10 @@ def _line(node: yaml.Node) -> str:
 
 def _check_size(root: yaml.Node, name: str) -> None:
     """Expanded size and depth of the node graph, each shared (aliased) node computed once; refuses cycles."""
-    size: dict[int, int] = {}
-    depth: dict[int, int] = {}
-    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
-    open_: set[int] = set()
-    while stack:
-        node, done = stack.pop()
-        key = id(node)
-        if done:
-            kids = _children(node)
-            size[key] = 1 + sum(size[id(k)] for k in kids)
-            depth[key] = 1 + max((depth[id(k)] for k in kids), default=0)
-            open_.discard(key)
-            if size[key] > MAX_EXPANDED_NODES:
-                raise StackFileError(f"{name}: the value at {_line(node)} expands to more than {MAX_EXPANDED_NODES:,} "
-                                     "values through YAML aliases (*name); a stack file needs far fewer, so it is "
-                                     "refused before anything expands it")
-            if depth[key] > MAX_DEPTH:
-                raise StackFileError(f"{name}: nested too deeply at {_line(node)} (more than {MAX_DEPTH} levels)")
-            continue
-        if key in size:
-            continue
-        if key in open_:
-            raise StackFileError(f"{name}: the alias at {_line(node)} refers to a value that contains itself")
-        open_.add(key)
-        stack.append((node, True))
-        stack.extend((k, False) for k in _children(node) if id(k) not in size)
+    try:
+        document_limits.check_graph(root, name, _children, lambda node: f"at {_line(node)}", "the alias")
+    except document_limits.DocumentTooLarge as err:
+        raise StackFileError(str(err)) from None
 
 
 def _key_text(node: yaml.Node) -> str:

@@ -1,1 +1,2 @@
-"""The real Pulumi program run in-process under mocks (runner), and which node groups a change between two runs replaces or rolls (rollout)."""
+"""The real Pulumi program run in-process under mocks (runner), which node groups a change between two runs replaces or
+rolls (rollout), and the limits on a config document before anything expands it (document_limits)."""

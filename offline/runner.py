@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from offline import document_limits
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 ACCOUNT_ID = "123456789012"  # a documentation account id: the recording never reaches AWS
 
@@ -343,6 +345,9 @@ def run_program(stack: str, config: dict[str, Any], program: Path | None = None,
     from pulumi.runtime.stack import run_pulumi_func
     from pulumi.runtime.sync_await import _sync_await
 
+    # The CLI reads the stack file with these limits (gpuloan/stackfile.py); a caller in process (a test, a script)
+    # hands a dict whose YAML aliases are shared objects, which config_to_pulumi's json.dumps would expand.
+    document_limits.check_value(config, f"Pulumi.{stack}.yaml")
     program = program or REPO_ROOT / "__main__.py"
     region = str(config.get("gpuloan:region") or config.get("aws:region") or "us-east-1")
     mocks = OfflineMocks(region, stack)

@@ -13,6 +13,10 @@ _THROTTLING = {
 _CONFLICT = {"ResourceInUseException", "ScalingActivityInProgress", "ResourceContention",
              "ConditionalCheckFailedException"}
 _CAPACITY = {"InsufficientInstanceCapacity", "InsufficientCapacity"}
+# Refusals that asking again a minute later will not change (a missing permission, a budget that does not exist):
+# a read refused so is backed off (policy/spend.py), where a throttled or unreachable one is retried next tick.
+_REFUSED = {"AccessDenied", "AccessDeniedException", "UnauthorizedOperation", "UnauthorizedException",
+            "NotFoundException", "UnrecognizedClientException"}
 
 
 def classify(err: Exception, what: str) -> PolicyError:
@@ -30,3 +34,13 @@ def classify(err: Exception, what: str) -> PolicyError:
     if isinstance(err, PolicyError):
         return err
     return DataUnavailable(message)
+
+
+def refused(err: BaseException) -> bool:
+    """Whether `err` (or the botocore error it was raised from, as `classify`'s callers do) is a refusal that
+    holds until someone changes a permission or a resource."""
+    for e in (err, err.__cause__):
+        response = getattr(e, "response", None) or {}
+        if (response.get("Error") or {}).get("Code", "") in _REFUSED:
+            return True
+    return False

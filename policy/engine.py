@@ -57,6 +57,7 @@ from policy.model import (
     CAPACITY_GUARANTEED,
     ENFORCEMENT_CAP,
     LIFECYCLE_IN_SERVICE,
+    LIFECYCLE_LEAVING,
     WORKLOAD_SERVICE,
     Action,
     Group,
@@ -226,11 +227,17 @@ def _decide_pool(ps: PoolSettings, po: PoolObservation | None, scopes: list[_Sco
     spot = groups.get(ps.spot_group) if ps.spot_group else None
     od = groups.get(ps.on_demand_group) if ps.on_demand_group else None
     spot_short = False
-    # Short = desired instances that do not exist at all; a spot instance that is booting was granted.
+    # Short = desired instances that do not exist at all; a spot instance that is booting was granted. One under
+    # EC2's interruption notice (leaving) is no capacity, but EC2 reclaiming it says nothing about whether spot
+    # can be bought now: its slot is not a shortfall on the clock (the group's replacement for it is spot, as
+    # before the notice), only with a failed launch, which says the replacement will fail too (docs/policy.md,
+    # "Spot fallback").
     if spot is not None and spot.desired_nodes > in_service[spot.name] + launching[spot.name]:
+        leaving_spot = sum(1 for n in po.nodes if n.group == spot.name and n.lifecycle == LIFECYCLE_LEAVING)
         waited = spot.last_change_at is not None and now - spot.last_change_at >= timedelta(
             minutes=ps.fallback_after_minutes)
-        spot_short = spot.capacity_shortage or waited
+        unmet_beyond_leaving = spot.desired_nodes > in_service[spot.name] + launching[spot.name] + leaving_spot
+        spot_short = spot.capacity_shortage or (waited and unmet_beyond_leaving)
     # Pending pods that may not run on spot (policy/off_spot.py) go to the on-demand group directly; the rules below
     # see the rest (`view`) as the pool's pending pods.
     off, off_problem = off_spot.split(po, spot)

@@ -14,7 +14,9 @@ uses the clock (a crafted or replayed time could otherwise unlock scale-ups past
 notification timestamps weeks ahead). A replay at an explicit time never writes the state back.
 
 Every boto3 client has connect/read timeouts and standard retries (BOTO_CONFIG), and the whole tick has one
-deadline: the context's remaining time minus DEADLINE_MARGIN_S (policy/deadline.py).
+deadline: the context's remaining time minus DEADLINE_MARGIN_S (policy/deadline.py). Every AWS call of a tick is
+bounded as a whole by it (`_bounded`); the state table's, which must still write after it, by the invocation's
+own end minus INVOCATION_MARGIN_S.
 """
 
 from __future__ import annotations
@@ -28,20 +30,26 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from policy import rebalance
-from policy.deadline import Deadline
+from policy.deadline import BoundedClient, Deadline
 from policy.errors import BadSettings, PolicyError
 from policy.model import INSTANCE_ID, Settings
 from policy.tick import Ports, TickResult, run_tick
 
 # botocore client settings (https://docs.aws.amazon.com/sdkref/latest/guide/feature-retry-behavior.html): a slow
 # endpoint fails fast, and "standard" retries back off with jitter and honour throttling. MAX_ATTEMPTS counts
-# the first try. One call can then take at most WORST_CALL_S; the tick's deadline keeps room for one such call
-# in flight plus the final state write, so the tick ends before Lambda's own timeout.
+# the first try. A server that answers at all answers one call within WORST_CALL_S; these timeouts bound each
+# socket operation, though, not a whole answer (a byte every few seconds never trips READ_TIMEOUT_S), so every
+# call is also bounded as a whole by the deadline (`_bounded`). The deadline keeps room for two such calls after
+# it (the final state write and the lease release), so the tick ends before Lambda's own timeout.
 CONNECT_TIMEOUT_S = 2
 READ_TIMEOUT_S = 4
 MAX_ATTEMPTS = 2
 WORST_CALL_S = MAX_ATTEMPTS * (CONNECT_TIMEOUT_S + READ_TIMEOUT_S) + 1  # + standard mode's first backoff (<= 1 s)
 DEADLINE_MARGIN_S = 2 * WORST_CALL_S + 1
+# The state table's calls (lease, final write, release) run after the tick's deadline, within the margin above;
+# they are bounded as a whole by the invocation's end less this, so even a dripping answer leaves the handler
+# time to return before Lambda kills it.
+INVOCATION_MARGIN_S = 1.0
 DEFAULT_LEASE_S = 60.0  # outside Lambda (no context): about one schedule interval
 
 SETTINGS_FILE = Path(__file__).with_name("settings.json")
@@ -77,12 +85,12 @@ def _explicit_time(value) -> datetime:
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
 
 
-def _account_id(context, session) -> str:
+def _account_id(context, session, deadline: Deadline | None = None) -> str:
     arn = getattr(context, "invoked_function_arn", "") or ""
     parts = arn.split(":")
     if len(parts) > 4 and parts[4]:
         return parts[4]
-    return _client(session, "sts").get_caller_identity()["Account"]
+    return _bounded(session, "sts", deadline).get_caller_identity()["Account"]
 
 
 def build_ports(settings: Settings, session, context, deadline: Deadline | None = None,
@@ -96,10 +104,11 @@ def build_ports(settings: Settings, session, context, deadline: Deadline | None 
     from policy.state import DynamoState
     from policy.utilization import CloudWatchUtilization
 
-    eks = _client(session, "eks")
-    groups = AwsNodeGroups(eks, _client(session, "autoscaling"), _client(session, "ec2"), settings.cluster_name,
-                           deadline)
-    util = CloudWatchUtilization(_client(session, "cloudwatch"), settings.cluster_name, settings.metric_namespace,
+    eks = _bounded(session, "eks", deadline)
+    groups = AwsNodeGroups(eks, _bounded(session, "autoscaling", deadline), _bounded(session, "ec2", deadline),
+                           settings.cluster_name, deadline)
+    util = CloudWatchUtilization(_bounded(session, "cloudwatch", deadline), settings.cluster_name,
+                                 settings.metric_namespace,
                                  settings.utilization_metric, settings.reserved_metric, deadline)
     endpoint = os.environ.get("GPULOAN_KUBE_ENDPOINT")
     ca_pem = os.environ.get("GPULOAN_KUBE_CA_PEM")
@@ -122,19 +131,21 @@ def build_ports(settings: Settings, session, context, deadline: Deadline | None 
     budgets = None
     if needs_budgets:
         try:
-            budgets = AwsBudgets(_client(session, "budgets"), _account_id(context, session), deadline)
+            budgets = AwsBudgets(_bounded(session, "budgets", deadline), _account_id(context, session, deadline),
+                                 deadline)
         except Exception as err:  # noqa: BLE001 - no account id: spend runs on the estimate alone (still caps)
             if errors is not None:
                 errors.append(f"budgets unreadable (account id unknown): {type(err).__name__}: {str(err)[:300]}")
     table = os.environ.get("GPULOAN_STATE_TABLE")
-    state = DynamoState(_client(session, "dynamodb"), table) if table else None
+    state = DynamoState(_bounded(session, "dynamodb", Deadline.from_context(context, INVOCATION_MARGIN_S)),
+                        table) if table else None
     topic = os.environ.get("GPULOAN_TOPIC_ARN")
-    publisher = SnsPublisher(_client(session, "sns"), topic, deadline) if topic else None
+    publisher = SnsPublisher(_bounded(session, "sns", deadline), topic, deadline) if topic else None
     blocks = None
     if any(p.capacity_block_reservation_id and p.capacity_block_start for p in settings.pools):
         from policy.reservations import AwsCapacityBlocks
 
-        blocks = AwsCapacityBlocks(_client(session, "ec2"), deadline)
+        blocks = AwsCapacityBlocks(_bounded(session, "ec2", deadline), deadline)
     return Ports(groups, util, pods, budgets, state, publisher, pods, pods, blocks)
 
 
@@ -161,7 +172,7 @@ def handle(event: dict, context, session=None) -> TickResult:
     if problem:  # reported with the tick's errors (PolicyErrors, the error email), never dropped silently
         errors.append(f"malformed spot warning ignored: {problem}")
     session = session or _warm_session()
-    if leaving and not _instance_of_this_stack(settings, session, leaving[0]):
+    if leaving and not _instance_of_this_stack(settings, session, leaving[0], deadline):
         # EventBridge's rule matches every spot warning of the account and region (EC2 puts no cluster in the
         # event): another stack's instance costs one DescribeInstances, not a whole tick.
         print(json.dumps({"level": "INFO", "message": "spot warning for an instance of another stack: skipped",
@@ -182,7 +193,7 @@ def _rebalance(settings: Settings, event: dict, session, context, deadline: Dead
     from policy.model import Plan
 
     errors: list[str] = []
-    outcome = rebalance.handle(settings, event, _client(session, "ec2"),
+    outcome = rebalance.handle(settings, event, _bounded(session, "ec2", deadline),
                                lambda: build_ports(settings, session, context, deadline, errors).nodes)
     errors += outcome.errors or []
     print(emf.error_line(settings.environment, len(errors), now))
@@ -223,11 +234,11 @@ def spot_warning_problem(event: dict) -> str | None:
 ENVIRONMENT_TAG = "gpuloan:environment"
 
 
-def _instance_of_this_stack(settings: Settings, session, instance_id: str) -> bool:
+def _instance_of_this_stack(settings: Settings, session, instance_id: str, deadline: Deadline | None = None) -> bool:
     """Whether the warned instance carries this environment's tag. Any doubt (the read fails) counts as ours: a
     warning acted on needlessly costs a tick, one skipped wrongly costs the replacement's head start."""
     try:
-        resp = _client(session, "ec2").describe_instances(Filters=[
+        resp = _bounded(session, "ec2", deadline).describe_instances(Filters=[
             {"Name": "instance-id", "Values": [instance_id]},
             {"Name": f"tag:{ENVIRONMENT_TAG}", "Values": [settings.environment]}])
     except Exception:  # noqa: BLE001
@@ -263,6 +274,12 @@ def _client(session, service: str):
     if service not in per_session:
         per_session[service] = session.client(service, config=boto_config())
     return per_session[service]
+
+
+def _bounded(session, service: str, deadline: Deadline | None):
+    """The session's client for `service`, each API call bounded as a whole by `deadline` (policy/deadline.py):
+    botocore's timeouts bound each socket read, not an answer that drips in."""
+    return BoundedClient(_client(session, service), deadline)
 
 
 def _warm_session():

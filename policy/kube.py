@@ -18,6 +18,7 @@ import json
 import socket
 import ssl
 import threading
+import time
 import urllib.parse
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -312,26 +313,87 @@ def _gpu_quota(cluster_queue: dict, flavor: str) -> tuple[str, object]:
 
 
 class _Watchdog:
-    """Shuts a connection's socket down once `seconds` have passed, unless cancelled first."""
+    """Bounds one request as a whole: its connection is opened through `open_connection` within the time left,
+    which keeps a duplicate descriptor of the socket, and at the bound the watchdog shuts that connection down.
 
-    def __init__(self, conn: http.client.HTTPConnection, seconds: float):
+    Why a duplicate descriptor and not `conn.sock`: http.client moves the socket to the response and sets
+    `conn.sock = None` when the server answers `Connection: close` or HTTP/1.0, and TLS's wrap_socket detaches
+    the plain socket (its descriptor becomes -1) before the handshake. shutdown() acts on the connection, not on
+    one descriptor, so shutting the duplicate ends a recv blocked on any of them: in the TLS handshake, the
+    status line, the headers or the body, whoever holds the socket by then. Per-read socket timeouts alone
+    cannot do this: http.client reads the status line and headers itself, and a byte that arrives just before
+    each timeout keeps them going."""
+
+    def __init__(self, seconds: float, clock: Callable[[], float] = time.monotonic):
         self.fired = False
-        self._conn = conn
+        self._clock = clock
+        self._at = clock() + seconds
+        self._lock = threading.Lock()
+        self._held: list[socket.socket] = []  # duplicates of the sockets this request opened
+        self._done = False
         self._timer = threading.Timer(seconds, self._fire)
         self._timer.daemon = True
         self._timer.start()
 
-    def _fire(self) -> None:
-        self.fired = True
-        sock = self._conn.sock
-        if sock is not None:
+    def open_connection(self, address, timeout=None, source_address=None, *args, **kwargs) -> socket.socket:
+        """socket.create_connection, each address tried only within the time left (http.client calls this as
+        HTTPConnection._create_connection)."""
+        host, port = address
+        if not isinstance(timeout, (int, float)):
+            timeout = None  # http.client's "no timeout given" sentinel: the bound alone applies
+        last_err: OSError | None = None
+        for family, kind, proto, _, sockaddr in socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM):
+            left = self._at - self._clock()
+            if left <= 0 or self.fired:
+                break
+            sock = socket.socket(family, kind, proto)
             try:
-                sock.shutdown(socket.SHUT_RDWR)  # a blocked recv returns at once (close() alone may not wake it)
-            except OSError:
-                pass
+                sock.settimeout(left if timeout is None else min(timeout, left))
+                if source_address:
+                    sock.bind(source_address)
+                sock.connect(sockaddr)
+            except OSError as err:
+                sock.close()
+                last_err = err
+                continue
+            if timeout is not None:
+                sock.settimeout(timeout)
+            self._hold(sock)
+            return sock
+        raise last_err or TimeoutError(f"no connection to {host}:{port} within the request's bound")
+
+    def _hold(self, sock: socket.socket) -> None:
+        with self._lock:
+            dup = sock.dup()
+            self._held.append(dup)
+            fired = self.fired
+        if fired:  # the bound passed while connecting: end it now
+            self._shut(dup)
+
+    @staticmethod
+    def _shut(sock: socket.socket) -> None:
+        try:
+            sock.shutdown(socket.SHUT_RDWR)  # a blocked recv returns at once (close() alone may not wake it)
+        except OSError:
+            pass
+
+    def _fire(self) -> None:
+        with self._lock:
+            if self._done:
+                return
+            self.fired = True
+            held = list(self._held)
+        for sock in held:
+            self._shut(sock)
 
     def cancel(self) -> None:
+        """Stop the timer and close the duplicates (the connection itself is closed by its owner)."""
         self._timer.cancel()
+        with self._lock:
+            self._done = True
+            held, self._held = self._held, []
+        for sock in held:
+            sock.close()
 
 
 class KubeClient:
@@ -358,8 +420,9 @@ class KubeClient:
     def _request(self, path: str, method: str = "GET", body: dict | list | None = None,
                  content_type: str = "application/json") -> dict:
         """One API call, bounded as a whole by `_timeout()`: a socket timeout only bounds each read, and a server
-        that drips its answer a byte at a time would keep a tick past the function's timeout. A watchdog shuts
-        the connection's socket down at the bound, which ends any read in progress (headers or body)."""
+        that drips its answer a byte at a time would keep a tick past the function's timeout. The connection is
+        opened within the bound and a watchdog shuts it down at the bound (`_Watchdog`), which ends any read in
+        progress (TLS handshake, headers or body; keep-alive or closing answer alike)."""
         try:
             token = self._token()
         except Exception as err:  # noqa: BLE001 - no credentials or signer failure: a read failure like any other
@@ -375,7 +438,8 @@ class KubeClient:
             conn = http.client.HTTPSConnection(url.hostname, url.port, timeout=budget_s, context=self._ctx)
         else:
             conn = http.client.HTTPConnection(url.hostname, url.port, timeout=budget_s)
-        watchdog = _Watchdog(conn, budget_s)
+        watchdog = _Watchdog(budget_s)
+        conn._create_connection = watchdog.open_connection  # http.client's hook for opening the socket
         self.calls += 1
         try:
             conn.request(method, url.path + (f"?{url.query}" if url.query else ""), body=data, headers=headers)
@@ -389,6 +453,11 @@ class KubeClient:
         finally:
             watchdog.cancel()
             conn.close()
+        if watchdog.fired:
+            # A close-delimited body (HTTP/1.0, or Connection: close without a length) ends where the shutdown
+            # cut it, with no error: what was read is not the answer.
+            raise DeadlineExceeded(f"Kubernetes API {method} {path} did not answer within {budget_s:.1f} s "
+                                   "(the tick's deadline): cut mid-answer")
         if status == 429 or status >= 500:
             raise Throttled(f"Kubernetes API {status} on {method} {path}")
         if status == 404:

@@ -4,8 +4,9 @@ AWS Budgets lags hours and is read at most every `budget_refresh_minutes` (>= 60
 adds (floor + elastic hourly rate) x (time since the previous tick) to `estimated_since_usd`. Budgets refreshes
 its figure only a few times a day, so a fresh read is usually the same (or a still-lagging) figure: it only
 replaces what the estimate already counted where it is higher, so month-to-date never drops on a read and the
-estimate keeps covering the Budgets lag. A new month resets everything. The figures live in the tick state
-(policy/state.py).
+estimate keeps covering the Budgets lag. A new month resets everything. A read AWS refuses (access denied, no
+such budget) is backed off the same `budget_refresh_minutes` (`refused_at`), where a throttled or unreachable one
+is retried next tick. The figures live in the tick state (policy/state.py).
 """
 
 from __future__ import annotations
@@ -13,13 +14,15 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Callable, Protocol
 
-from policy.aws_errors import classify
+from policy.aws_errors import classify, refused
 from policy.deadline import Deadline, check
+from policy.errors import DataUnavailable
 from policy.model import Spend
 
 # A gap longer than this (outage, disabled schedule) is not billed in full: the nodes may have been scaled by
 # hand meanwhile, and the next Budgets read corrects the figure anyway.
 MAX_ACCRUAL_GAP = timedelta(minutes=60)
+REFUSED_WHY_CHARS = 300  # the refusal's message, kept in the state to report it on the ticks that do not ask
 
 
 class BudgetReader(Protocol):
@@ -60,7 +63,15 @@ def observe_spend(state: dict, scopes: dict[str, str | None], reader: BudgetRead
                                       "estimated_since_usd": 0.0, "elastic_month_usd": 0.0}
         as_of = datetime.fromisoformat(s["actual_as_of"]) if s.get("actual_as_of") else None
         due = as_of is None or now - as_of >= timedelta(minutes=refresh_minutes)
-        if due and budget_name and reader is not None:
+        refused_at = datetime.fromisoformat(s["refused_at"]) if s.get("refused_at") else None
+        if due and budget_name and refused_at is not None and \
+                timedelta(0) <= now - refused_at < timedelta(minutes=refresh_minutes):
+            # Refused (access denied, no such budget): asked again only `refresh_minutes` later, like a good read,
+            # not every tick. Still reported every tick: the figure is still unknown (or stale), never zero.
+            again = refused_at + timedelta(minutes=refresh_minutes)
+            on_error(DataUnavailable(f"Budgets DescribeBudget {budget_name} refused at {refused_at.isoformat()}, not "
+                                     f"asked again before {again.isoformat()}: {s.get('refused_why', '')}"))
+        elif due and budget_name and reader is not None:
             try:
                 actual = reader.actual_usd(budget_name)
                 # Month-to-date so far (last actual + estimate since, or the estimate alone): a lagging actual
@@ -69,8 +80,13 @@ def observe_spend(state: dict, scopes: dict[str, str | None], reader: BudgetRead
                 s["actual_usd"] = actual
                 s["actual_as_of"] = now.isoformat()
                 s["estimated_since_usd"] = max(0.0, before - actual)
+                s.pop("refused_at", None)
+                s.pop("refused_why", None)
                 as_of = now
             except Exception as err:  # noqa: BLE001 - a failed read keeps the last figure (stale, not wrong)
+                if refused(err):
+                    s["refused_at"] = now.isoformat()
+                    s["refused_why"] = str(err)[:REFUSED_WHY_CHARS]
                 on_error(err)
         out[scope] = Spend(s.get("actual_usd"), float(s.get("estimated_since_usd", 0.0)), as_of)
     return out

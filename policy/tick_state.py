@@ -46,6 +46,10 @@ def _spend_scope(entry) -> str | None:
         return f"actual_usd {entry.get('actual_usd')!r} is not a non-negative number"
     if not _timestamp(entry.get("actual_as_of"), allow_none=True):
         return f"actual_as_of {entry.get('actual_as_of')!r} is not an ISO 8601 time with a zone"
+    if not _timestamp(entry.get("refused_at"), allow_none=True):
+        return f"refused_at {entry.get('refused_at')!r} is not an ISO 8601 time with a zone"
+    if not isinstance(entry.get("refused_why", ""), str):
+        return f"refused_why {entry.get('refused_why')!r} is not a string"
     for key in ("estimated_since_usd", "elastic_month_usd"):
         if key in entry and not _number(entry[key]):
             return f"{key} {entry[key]!r} is not a non-negative number"

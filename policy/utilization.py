@@ -92,7 +92,12 @@ class CloudWatchUtilization:
             "Period": PERIOD_SECONDS, "Stat": stat}}
 
     def read(self, nodes: Iterable[NodeRef], now: datetime, window_minutes: int) -> dict[str, Series]:
-        nodes = list(nodes)
+        """Series per instance id. A node whose Kubernetes name is unknown (EC2 DescribeInstances failed or has
+        not listed it yet: the tick reports that failure itself) is not queried: a NodeName dimension of "" can
+        match no datapoint, and botocore refuses the whole call for it (an empty dimension value), which would
+        blind every node behind a CloudWatch error that hides the real cause. Such a node has no series, so it
+        counts as busy."""
+        nodes = [n for n in nodes if n.node_name]
         queries: list[dict] = []
         owner: dict[str, tuple[str, str]] = {}
         for i, node in enumerate(nodes):

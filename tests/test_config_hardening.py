@@ -11,6 +11,7 @@ import yaml
 
 from conftest import run_stack, stack_config
 from gpuloan import cmd_validate, stackfile
+from offline import document_limits
 from offline import runner as offline
 from config import config
 
@@ -183,3 +184,47 @@ def test_issue_24_inputs_are_refused_cleanly(tmp_path, capsys, name):
 def test_regions_of_every_partition_are_known():
     assert {"us-east-1", "eu-central-1", "us-gov-west-1", "cn-north-1"} <= config.known_regions()
     assert "us-east-9" not in config.known_regions()
+
+
+def test_the_program_run_in_process_refuses_a_billion_laughs_config(monkeypatch):
+    """Issue 42 item 3: offline.run_program (a caller in process, without the CLI's reading of the stack file)
+    took a config whose YAML aliases are shared objects and json.dumps expanded it (4 GB for the CLI case above).
+    It is refused with the stack file's own limits before anything expands it or a resource is declared."""
+    laughs = "".join(f"  gpuloan:l{i}: &l{i} [" + ", ".join([f"*l{i - 1}"] * 10 if i else ['"lol"'] * 10) + "]\n"
+                     for i in range(7))  # 10 million values: seconds to expand, far past the limit
+    cfg = yaml.safe_load(GOOD_DEV + laughs)["config"]
+    expanded = []
+    monkeypatch.setattr(offline, "config_to_pulumi", lambda c: expanded.append(1) or {})
+    with pytest.raises(document_limits.DocumentTooLarge, match="expands to more than 100,000 values"):
+        offline.run_program("dev", cfg)
+    assert expanded == []
+
+
+def test_the_program_run_in_process_refuses_a_config_that_contains_itself():
+    cfg = stack_config("dev")
+    loop: list = [1]
+    loop.append(loop)
+    cfg["gpuloan:loop"] = loop
+    with pytest.raises(document_limits.DocumentTooLarge, match="contains itself"):
+        offline.run_program("dev", cfg)
+
+
+@pytest.mark.parametrize("key, value, bad", [
+    ("team\x00", "x", "U+0000"), ("team", "ml\x00", "U+0000"), ("team", "ml\u200bplatform", "U+200B"),
+    ("cost\u200bcenter", "x", "U+200B"), ("team", "ml\tplatform", "U+0009"), ("team", "a,b", "U+002C"),
+])
+def test_a_tag_with_a_character_aws_refuses_is_refused_before_any_resource(key, value, bad):
+    """Issue 42 item 3: AWS tag keys and values allow Unicode letters, digits, spaces and _ . : / = + - @ only;
+    a NUL or a zero-width space used to pass validation and fail the tagging call mid-deployment."""
+    cfg = stack_config("dev")
+    cfg["gpuloan:default_tags"] = {**cfg["gpuloan:default_tags"], key: value}
+    with pytest.raises(config.ConfigError) as raised:
+        config.from_stack_yaml({"config": cfg}, "Pulumi.dev.yaml")
+    assert "default_tags" in str(raised.value) and bad in str(raised.value)
+
+
+def test_tags_in_any_script_with_spaces_and_the_allowed_symbols_pass():
+    cfg = stack_config("dev")
+    cfg["gpuloan:default_tags"] = {"Kostenstelle": "Forschung & Entwicklung".replace("&", "+"),
+                                   "チーム": "機械学習", "path/to:key=v+1-@x_y.z": "", "owner": "a b\u00a0c"}
+    config.from_stack_yaml({"config": cfg}, "Pulumi.dev.yaml")
