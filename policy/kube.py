@@ -434,12 +434,15 @@ class KubeClient:
             headers["Content-Type"] = content_type
         url = urllib.parse.urlsplit(self._endpoint + path)
         budget_s = self._timeout()  # the time left to the tick's deadline, at most TIMEOUT_SECONDS
+        host = url.hostname or ""
+        conn: http.client.HTTPConnection
         if url.scheme == "https":
-            conn = http.client.HTTPSConnection(url.hostname, url.port, timeout=budget_s, context=self._ctx)
+            conn = http.client.HTTPSConnection(host, url.port, timeout=budget_s, context=self._ctx)
         else:
-            conn = http.client.HTTPConnection(url.hostname, url.port, timeout=budget_s)
+            conn = http.client.HTTPConnection(host, url.port, timeout=budget_s)
         watchdog = _Watchdog(budget_s)
-        conn._create_connection = watchdog.open_connection  # http.client's hook for opening the socket
+        # http.client's hook for opening the socket (not in its type stubs)
+        conn._create_connection = watchdog.open_connection  # type: ignore[attr-defined]
         self.calls += 1
         try:
             conn.request(method, url.path + (f"?{url.query}" if url.query else ""), body=data, headers=headers)

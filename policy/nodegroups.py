@@ -16,6 +16,7 @@ be found is reported (once per tick) and left out, so its pool holds: never a si
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Callable, Protocol
@@ -90,7 +91,7 @@ class AwsNodeGroups:
         except Exception as err:  # noqa: BLE001 - every failure becomes a typed PolicyError
             raise classify(err, what) from err
 
-    def read(self, names: list[str], now: datetime, activities_for: set[str] = frozenset(),
+    def read(self, names: list[str], now: datetime, activities_for: Collection[str] = frozenset(),
              on_error: Callable[[PolicyError], None] | None = None) -> dict[str, GroupState]:
         """Groups that could be read in full (their Auto Scaling group, its recent activities when asked). A group
         missing from the result could not be: the engine holds its pool, and only its pool. Each failure goes to
