@@ -71,7 +71,7 @@ lint: $(VENV)/.dev
 	$(BIN)/ruff format --check $(FORMATTED_FILES)
 	$(BIN)/python scripts/lint_ratchet.py
 
-## test: make lint, the import layers (lint-imports), then the whole
+## test: make lint, the import layers, then the whole
 ## suite (unit, mocked infrastructure, emulator, linters)
 test: $(VENV)/.dev lint
 	$(BIN)/lint-imports
