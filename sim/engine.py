@@ -1110,9 +1110,8 @@ class SeriesWorkload:
 
     def pods_on(self, node: SimNode) -> int:
         """GPU pods bound to the node: the fill's work is 1-GPU pods (as pending and displaced ones are), so a node
-        the fill uses on `busy` GPUs runs that many. The fill binds no jobs to a node (`node.jobs` stays empty):
-        reading that showed the policy a busy node without pods, and with CloudWatch's minutes-old utilization
-        still 0 % a just-ready node was reclaimed as idle the minute after the fill took it."""
+        the fill uses on `busy` GPUs runs that many. Not `len(node.jobs)`: the fill binds no jobs, and a busy node
+        shown without pods (its utilization datapoints still minutes old) was reclaimed as idle."""
         return node.busy
 
     def next_event(self, now: int) -> int:
