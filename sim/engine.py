@@ -865,6 +865,10 @@ class JobsWorkload:
         """GPUs requested by a pending job -> number of such jobs."""
         return {size: len(q) for size, q in self.queues.items() if q}
 
+    def pods_on(self, node: SimNode) -> int:
+        """GPU pods bound to the node, as the API server's pod list shows them: one pod per job on it."""
+        return len(node.jobs)
+
     def next_event(self, now: int) -> int:
         nxt = self.ends[0][0] if self.ends else self.sim.horizon
         if self._next < len(self._arrival_minute):
@@ -1103,6 +1107,12 @@ class SeriesWorkload:
 
     def pending_counts(self) -> dict[int, int]:
         return {1: self.pending} if self.pending else {}
+
+    def pods_on(self, node: SimNode) -> int:
+        """GPU pods bound to the node: the fill's work is 1-GPU pods (as pending and displaced ones are), so a node
+        the fill uses on `busy` GPUs runs that many. Not `len(node.jobs)`: the fill binds no jobs, and a busy node
+        shown without pods (its utilization datapoints still minutes old) was reclaimed as idle."""
+        return node.busy
 
     def next_event(self, now: int) -> int:
         if self.backlog or self.waiting or self._backlog_before:  # see tick: the minute after a drain re-fills

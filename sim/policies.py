@@ -459,8 +459,8 @@ class GpuLoan(Controller):
                 (mx, _), (_, avg), (reserved, _) = stats[at[0]], stats[at[1]], stats[at[2]]
                 key = (n.id, mx, avg, reserved)
             if not n.warned and n.ready_at <= now:
-                # the pods bound to it, from the tick's pod list (fresh: one pod per job on the node)
-                key = key + (len(n.jobs),)
+                # the pods bound to it, from the tick's pod list (fresh, where the metrics are minutes old)
+                key = key + (sim.workload.pods_on(n),)
             node = cache.get(key)
             if node is None:
                 launched = SIM_EPOCH + timedelta(minutes=n.launched)

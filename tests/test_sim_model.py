@@ -15,6 +15,7 @@ from sim import runner, traces
 from sim.engine import GUARANTEED, LEAVING, ON_DEMAND, SPOT, SimSettings, Simulation, SlotInterruptions
 from sim.policies import Controller, FloorOnly, GpuLoan, ThresholdScript
 from config import config
+from capacity_helpers import dev_variant
 from conftest import REPO, requires_shared_prices
 
 CALM = SimSettings(spot_interruptions_per_month=0.0, spot_unavailable_episodes_per_week=0.0)
@@ -172,6 +173,61 @@ def test_series_work_lost_to_a_reclaim_is_pending_until_redone(tmp_path):
     assert seen["pending"] == 1
     assert sim.workload.backlog == 0 and m["unmet_gpu_hours"] == 0
     assert m["gpu_hours_served"] == pytest.approx(2 * 180 / 60, abs=1e-3)
+
+
+# --- series mode: the pods the fill runs ------------------------------------------------------------------
+
+
+def _series_sized_spec(floor_type: str, floor_nodes: int) -> simpool.PoolSpec:
+    """The dev stack's research pool with elastic nodes of 4 and 1 L40S (g6e.12xlarge, g6e.2xlarge), max 3."""
+    cfg = dev_variant(guaranteed={"instance_type": floor_type, "nodes": floor_nodes},
+                      elastic={"instance_types": ["g6e.12xlarge", "g6e.2xlarge"], "max_nodes": 3})
+    cfg["gpuloan:budget"]["monthly_usd"] = 100_000  # room for the floor: the budget is not under test
+    return simpool.spec_from_config(config.from_stack_yaml({"config": cfg}, "dev"), "research")
+
+
+def _ten_then_two(days: int = 1) -> traces.SeriesTrace:
+    # 10 GPUs for the first 6 hours of every 12, else 2
+    return traces.SeriesTrace("10/2", tuple(10 if m % 720 < 360 else 2 for m in range(days * 1440)))
+
+
+@requires_shared_prices
+def test_series_nodes_the_fill_uses_show_their_gpu_pods_to_the_policy():
+    # The real Lambda reads each node's GPU pods from the API server (fresh) beside CloudWatch's minutes-old
+    # utilization. The fill's work is 1-GPU pods: a node it uses on k GPUs runs k of them, from the minute it
+    # does, also the minute a node comes into service (its utilization still reads 0 % then).
+    spec = _series_sized_spec("g6e.12xlarge", 1)
+    seen: list[tuple[int, int, int | None, float | None]] = []
+
+    class Spy(GpuLoan):
+        def tick(self, sim):
+            by_id = {n.instance_id: n for n in self.observe(sim, None).pools[0].nodes}
+            for n in sim.nodes.values():
+                if n.ready_at <= sim.now and not n.warned:
+                    seen.append((sim.now - n.ready_at, n.busy, by_id[n.id].gpu_pods,
+                                 by_id[n.id].recent_max_utilization_pct))
+            super().tick(sim)
+
+    runner.run_one(spec, _ten_then_two(), Spy(), replace(CALM, skip_quiet_ticks=False), horizon=400)
+    assert seen and all(pods == busy for _, busy, pods, _ in seen)
+    just_ready = [(busy, pods, util) for since, busy, pods, util in seen if since == 0 and busy]
+    # no CloudWatch datapoint yet, or one of the minutes before the fill: the pods are the signal that it works
+    assert just_ready and all(pods == busy and not util for busy, pods, util in just_ready)
+
+
+@requires_shared_prices
+@pytest.mark.parametrize("floor_type, floor_nodes", [("g6e.12xlarge", 1), ("g6e.2xlarge", 6)])
+def test_series_busy_elastic_nodes_are_not_reclaimed_as_idle(floor_type, floor_nodes):
+    # Found with multi-size pools: the policy saw the nodes the fill had just made busy without pods and at 0 %,
+    # and reclaimed them a minute after they came into service (RECLAIM_IDLE), interrupting their work; with a
+    # floor of 6 one-GPU nodes a launch/reclaim loop (816 busy nodes terminated) left 144 GPU-h unmet in a day.
+    # A job trace never did this: its nodes show one pod per job.
+    spec = _series_sized_spec(floor_type, floor_nodes)
+    _, m = runner.run_one(spec, _ten_then_two(), GpuLoan(), CALM)
+    assert m["busy_node_terminations"] == 0 and m["jobs_interrupted"] == 0
+    assert m["unmet_gpu_hours"] == 0 and m["lost_gpu_hours"] == 0
+    # launches at the start of each of the two peaks, no more than the two size groups' max (3 nodes each)
+    assert m["node_launches"] <= 2 * 2 * 3
 
 
 # --- spot notice on both sides, common random numbers ------------------------------------------------------
