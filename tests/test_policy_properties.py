@@ -17,6 +17,7 @@ import dataclasses
 import random
 
 import types
+from collections import Counter
 from unittest import mock
 
 from hypothesis import given, strategies as st
@@ -218,6 +219,19 @@ def test_launching_nodes_are_counted(world):
         assert added_again == 0
 
 
+def _nodes_for_pending(ps, po) -> int:
+    """The nodes the pending pods need: those that may run on spot packed on spot nodes, those that may not
+    (PoolObservation.on_demand_only_pod_gpus, when they are among the pending pods and the pool has an on-demand
+    group) packed on on-demand nodes of their own (docs/policy.md, "Pods that may not run on spot")."""
+    pending = Counter(p for p in po.pending_pod_gpus or () if p > 0)
+    off = Counter(p for p in po.on_demand_only_pod_gpus or () if p > 0)
+    if not off or not ps.on_demand_group or any(pending[g] < n for g, n in off.items()):
+        return pack_pods(tuple(pending.elements()), ps.gpus_per_node)[0] if pending else 0
+    rest = pending - off
+    spot = pack_pods(tuple(rest.elements()), ps.gpus_per_node)[0] if rest else 0
+    return spot + pack_pods(tuple(off.elements()), ps.gpus_per_node)[0]
+
+
 @given(worlds())
 def test_warm_up_adds_at_most_the_spares_it_wants_and_never_blind(world):
     """Warm-up launches only with warm_up on and a known rhythm, never more than warm_up_nodes beyond what
@@ -227,7 +241,7 @@ def test_warm_up_adds_at_most_the_spares_it_wants_and_never_blind(world):
     plan = decide(s, obs, NOW)
     ups = [a for a in plan.changes if a.kind == ACTION_SET_DESIRED and a.desired_to > a.desired_from]
     added = sum(a.desired_to - a.desired_from for a in ups)
-    needed = pack_pods(po.pending_pod_gpus, ps.gpus_per_node)[0] if po.pending_pod_gpus else 0
+    needed = _nodes_for_pending(ps, po)
     util_node = 1 if ps.workload == "service" else 0
     if not ps.warm_up or po.rhythm_rate_nodes_per_minute is None:
         assert Reason.WARM_UP not in plan.decision("research").reasons
