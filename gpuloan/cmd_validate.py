@@ -6,6 +6,7 @@ often than another listed type): they go to stderr as `warning: <path>: ...` lin
 from __future__ import annotations
 
 import sys
+import textwrap
 
 from gpuloan import exit_codes, price_args, stack_arg, stackfile
 from gpuloan.config_json import ConfigJsonError
@@ -105,7 +106,13 @@ def run(args) -> int:
     for note in off_spot_notes(cfg):
         print(f"  {note}")
     for advisory in spot_spread.advisories(cfg):
-        print(f"warning: {advisory}", file=sys.stderr)
+        _warn(f"warning: {advisory}")
     for path, message in config.deprecations(cfg):
-        print(f"warning: {path}: {message}", file=sys.stderr)
+        _warn(f"warning: {path}: {message}")
     return 0
+
+
+def _warn(text: str) -> None:
+    """A warning on stderr, folded at 80 columns (continuation lines indented), never split inside a word."""
+    print("\n".join(textwrap.wrap(text, width=80, subsequent_indent="  ", break_long_words=False,
+                                   break_on_hyphens=False)), file=sys.stderr)

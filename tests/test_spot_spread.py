@@ -173,13 +173,24 @@ def _validate(monkeypatch, capsys, price_file: str) -> tuple[int, str, str]:
     return rc, out.out, out.err
 
 
+def _warnings(err: str) -> list[str]:
+    """validate's warnings, each unfolded: a warning starts `warning: `, its continuation lines are indented."""
+    out: list[str] = []
+    for line in err.splitlines():
+        if line.startswith("warning: "):
+            out.append(line)
+        elif line.startswith("  ") and out:
+            out[-1] += " " + line.strip()
+    return out
+
+
 def test_validate_warns_about_a_dominated_type_and_still_passes(prod_price_file, monkeypatch, capsys):
     # p5 (8 GPUs): $16/h = $2/GPU-h at >20%; p4d (8 GPUs): $8/h = $1/GPU-h at 10-15%.
     path = prod_price_file({"p4d.24xlarge": (8.0, "10-15%"), "p5.48xlarge": (16.0, ">20%"),
                             "g6e.xlarge": (0.5, ">20%"), "g6e.2xlarge": (1.0, "<5%")})
     rc, out, err = _validate(monkeypatch, capsys, path)
     assert rc == 0 and out.startswith("prod: valid")
-    warnings = [line for line in err.splitlines() if line.startswith("warning: ")]
+    warnings = _warnings(err)
     assert len(warnings) == 1, err  # g6e.xlarge is cheaper but riskier: a trade-off, not a warning
     assert warnings[0].startswith("warning: pools[0].elastic.instance_types[1]: p5.48xlarge spot costs $2.0000/GPU-h")
     assert "p4d.24xlarge $1.0000/GPU-h at 10-15%" in warnings[0]
@@ -320,7 +331,7 @@ def test_validate_warns_once_for_a_multi_size_pool(sized_price_file, tmp_path, m
     (tmp_path / "Pulumi.yaml").write_text((REPO / "Pulumi.yaml").read_text())
     rc = cli.main(["validate", "sized", "--price-file", sized_price_file])
     err = capsys.readouterr().err
-    warnings = [line for line in err.splitlines() if line.startswith("warning: ")]
+    warnings = _warnings(err)
     assert rc == 0 and len(warnings) == 1, err
     assert warnings[0].startswith("warning: pools[0].elastic.instance_types[2]: g6e.2xlarge spot costs")
 
