@@ -90,3 +90,17 @@ def recorded():
 
 # The moto server fixtures (moto_server, aws_env) for the integration tests.
 from aws_emulator import aws_env, moto_server  # noqa: E402,F401
+
+
+@pytest.fixture
+def no_prices(monkeypatch, tmp_path):
+    """A machine with no price at all: no file, no cache, no project price file, the shipped snapshot turned off."""
+    from pricing.sources import catalog, pricebook
+
+    monkeypatch.delenv(pricebook.ENV_PRICE_FILE, raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv(pricebook.ENV_SNAPSHOT, "0")
+    monkeypatch.setenv(pricebook.ENV_PROJECT_PRICES, "0")
+    catalog.use_price_file(None)
+    yield
+    catalog.use_price_file(None)

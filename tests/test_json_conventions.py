@@ -7,24 +7,12 @@ from __future__ import annotations
 import json
 import re
 
-import pytest
 from conftest import REPO, stack_config
 
 from gpuloan import cli, cost_comment, cost_diff, json_doc
 from pricing.cost_model import costs
-from pricing.sources import catalog, pricebook
 from config.config import from_stack_yaml
 
-
-@pytest.fixture
-def no_prices(monkeypatch, tmp_path):
-    monkeypatch.delenv(pricebook.ENV_PRICE_FILE, raising=False)
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    monkeypatch.setenv(pricebook.ENV_SNAPSHOT, "0")
-    monkeypatch.setenv(pricebook.ENV_PROJECT_PRICES, "0")
-    catalog.use_price_file(None)
-    yield
-    catalog.use_price_file(None)
 
 
 def test_money_is_in_cents_unknown_is_null_and_numbers_carry_no_noise():

@@ -13,17 +13,6 @@ from pricing.sources import catalog, pricebook
 from config.config import from_stack_yaml
 
 
-@pytest.fixture
-def no_prices(monkeypatch, tmp_path):
-    """A machine with no price at all: no file, no cache, the shipped snapshot turned off."""
-    monkeypatch.delenv(pricebook.ENV_PRICE_FILE, raising=False)
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    monkeypatch.setenv(pricebook.ENV_SNAPSHOT, "0")
-    monkeypatch.setenv(pricebook.ENV_PROJECT_PRICES, "0")
-    catalog.use_price_file(None)
-    yield
-    catalog.use_price_file(None)
-
 
 @pytest.fixture
 def snapshot_only(monkeypatch, tmp_path):
