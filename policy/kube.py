@@ -1,8 +1,9 @@
 """The cluster's Kubernetes API, standard-library HTTPS with an EKS bearer token: pending GPU pods per pool, and
 the last check before a node is terminated (cordon it, then read its pods).
 
-RBAC (stacks/kubernetes/tenancy.py, the policy ClusterRole): pods `list`, nodes `get` and `patch`; where a pool's
-floor is a Capacity Block, pods `patch` (mark_checkpoint) and, with Kueue, `get`/`patch` of those pools'
+RBAC (stacks/kubernetes/tenancy.py, the policy ClusterRole): pods `list`, nodes `get` and `patch`; with Kueue,
+`get` of the environment's ClusterQueues by name (cluster_queue: the loan's usage, policy/loan_usage.py); where a
+pool's floor is a Capacity Block, pods `patch` (mark_checkpoint) and, with Kueue, `get`/`patch` of those pools'
 ClusterQueues by name (floor_quota); nothing else.
 
 The token is what `aws eks get-token` makes: a presigned STS GetCallerIdentity URL (header x-k8s-aws-id =
@@ -290,11 +291,14 @@ class NodeGuardPort(Protocol):
 
 
 class FloorQuotaPort(Protocol):
-    """Kueue: the nominal quota of a Capacity Block's floor flavor in its pool's ClusterQueue."""
+    """Kueue: the nominal quota of a Capacity Block's floor flavor in its pool's ClusterQueue; and any of the
+    environment's ClusterQueues as read, whose status the loan's usage comes from (policy/loan_usage.py)."""
 
     def floor_quota(self, api_version: str, queue: str, flavor: str) -> int: ...
 
     def set_floor_quota(self, api_version: str, queue: str, flavor: str, gpus: int) -> None: ...
+
+    def cluster_queue(self, api_version: str, queue: str) -> dict: ...
 
 
 def _gpu_quota(cluster_queue: dict, flavor: str) -> tuple[str, object]:
@@ -553,6 +557,10 @@ class KubeClient:
     @staticmethod
     def _cluster_queue_path(api_version: str, queue: str) -> str:
         return f"/apis/{api_version}/clusterqueues/{urllib.parse.quote(queue, safe='')}"
+
+    def cluster_queue(self, api_version: str, queue: str) -> dict:
+        """The ClusterQueue object (spec and status), by name: RBAC grants `get` on the environment's queues."""
+        return self._get(self._cluster_queue_path(api_version, queue))
 
     def floor_quota(self, api_version: str, queue: str, flavor: str) -> int:
         """The nominalQuota of nvidia.com/gpu for `flavor` in ClusterQueue `queue` (raises when unreadable or not

@@ -12,6 +12,8 @@ DIM_POOL = "Pool"
 DIM_CAPACITY = "Capacity"  # spot | on_demand
 DIM_REASON = "Reason"
 DIM_TIER = "Tier"  # guaranteed | elastic (PoolGpuUtilization)
+DIM_USE = "Use"  # own_floor | lent | borrowed | elastic_spot | elastic_on_demand (LoanGpus, policy/loan_usage.py)
+DIM_FLAVOR = "Flavor"  # the Kueue ResourceFlavor (LoanGpus)
 
 # Metrics (dimension sets in comments)
 ELASTIC_NODES = "ElasticNodes"  # Environment, Pool, Capacity: desired size after the tick
@@ -23,3 +25,4 @@ MONTH_TO_DATE_SPEND_USD = "MonthToDateSpendUsd"  # Environment, Pool: last actua
 FALLBACK_ACTIVE = "FallbackActive"  # Environment, Pool: 1 while on-demand fallback is in use
 POLICY_ERRORS = "PolicyErrors"  # Environment: failed reads/writes in a tick (the tick itself may succeed)
 POOL_GPU_UTILIZATION = "PoolGpuUtilization"  # Environment, Pool, Tier (guaranteed|elastic): mean GPU utilization %
+LOAN_GPUS = "LoanGpus"  # Environment, Pool, Use, Flavor: GPUs in use per Kueue status (policy/loan_usage.py)

@@ -175,6 +175,11 @@ class PoolSettings:
     capacity_block_queue_api: str = "kueue.x-k8s.io/v1beta2"
     capacity_block_flavor: str | None = None
     capacity_block_quota_gpus: int = 0
+    # With Kueue: the pool's ClusterQueue and its flavor list as (flavor, owning pool, kind floor|spot|on-demand),
+    # which policy/loan_usage.py reads the loan's usage from each tick. None: no Kueue, no loan figures.
+    loan_queue: str | None = None
+    loan_queue_api: str = "kueue.x-k8s.io/v1beta2"
+    loan_flavors: tuple[tuple[str, str, str], ...] = ()
     # The pool's other node sizes (policy/sizes.py), one NodeSize each with its own spot and on-demand groups; the
     # fields above (gpus_per_node, spot_group, ...) are the size of the pool's first listed instance type. () for a
     # pool of one size: its groups are spot_group and on_demand_group alone, as before sizes existed.
@@ -185,6 +190,7 @@ class PoolSettings:
 
     def __post_init__(self):
         # Settings JSON carries the rows as lists: back to tuples (the dataclass stays hashable).
+        object.__setattr__(self, "loan_flavors", tuple((str(f), str(p), str(k)) for f, p, k in self.loan_flavors))
         object.__setattr__(self, "instance_usd_per_hour", tuple(
             (str(g), str(t), float(usd)) for g, t, usd in self.instance_usd_per_hour))
         # Settings JSON carries the sizes as objects: rebuild them, refusing unknown keys and clashing sizes.

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Callable
 
-from policy import capacity_blocks, closing, emf, notifications, tick_state
+from policy import capacity_blocks, closing, emf, loan_usage, notifications, tick_state
 from policy.deadline import MESSAGE as DEADLINE_MESSAGE
 from policy.deadline import Deadline
 from policy.engine import decide
@@ -681,6 +681,9 @@ def _run(settings: Settings, ports: Ports, now: datetime, log: Callable[[str], N
     # The commitments' unused fees bill every hour, used or not: environment spend like the floors.
     rates[ENV_SCOPE] = (total_env + settings.commitment_unused_usd_per_hour, elastic_env)
     accrue(state, rates, now)
+    # The loan's usage from Kueue's queue status: before the error mail (a new problem is in it, once: the state
+    # keeps it until it clears).
+    loan_lines = loan_usage.tick_lines(settings, ports.queues, state, now, deadline, result.errors, log)
 
     # Notify what was done: an action that failed or that a pod on the node forbade did not happen.
     not_done = {id(a) for a, _ in result.failed} | {id(a) for a, _ in result.blocked}
@@ -733,6 +736,8 @@ def _run(settings: Settings, ports: Ports, now: datetime, log: Callable[[str], N
         for line in emf.pool_lines(settings.environment, d, capacity_of, ps.elastic_max_nodes,
                                    spend_state.get("elastic_month_usd"), now):
             log(line)
+    for line in loan_lines:
+        log(line)
     log(emf.error_line(settings.environment, len(result.errors), now))
     if result.errors:
         log(json.dumps({"level": "ERROR", "message": "tick errors", "errors": result.errors}, sort_keys=True))

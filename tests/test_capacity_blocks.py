@@ -362,17 +362,20 @@ def test_rbac_grants_pod_patch_only_with_a_block_and_the_client_uses_exactly_tha
     from stacks.kubernetes import tenancy
 
     plain = config.from_stack_yaml({"config": stack_config("prod")}, "test")
-    assert tenancy.policy_rbac_rules(plain) == tenancy.POLICY_RBAC_RULES
+    # without a block: the base rules and, with Kueue, the loan's read of the environment's queues
+    assert tenancy.policy_rbac_rules(plain) == [*tenancy.POLICY_RBAC_RULES, tenancy.loan_rbac_rule(plain)]
     cfg = _block_cfg()
     rules = tenancy.policy_rbac_rules(cfg)
     queue = scheduling.cluster_queue_name(cfg, cfg.pools[0])
     flavor = scheduling.flavor_name(cfg, cfg.pools[0], scheduling.FLOOR)
-    assert rules == [*tenancy.POLICY_RBAC_RULES, {"apiGroups": [""], "resources": ["pods"], "verbs": ["patch"]},
+    assert rules == [*tenancy.POLICY_RBAC_RULES, tenancy.loan_rbac_rule(cfg),
+                     {"apiGroups": [""], "resources": ["pods"], "verbs": ["patch"]},
                      {"apiGroups": ["kueue.x-k8s.io"], "resources": ["clusterqueues"], "verbs": ["get", "patch"],
                       "resourceNames": [queue]}]  # that pool's queue only
     dry = _block_cfg()
     dry = dry.model_copy(update={"policy": dry.policy.model_copy(update={"dry_run": True})})
-    assert tenancy.policy_rbac_rules(dry) == tenancy.POLICY_RBAC_RULES  # a dry run changes nothing
+    # a dry run changes nothing: it only reads
+    assert tenancy.policy_rbac_rules(dry) == [*tenancy.POLICY_RBAC_RULES, tenancy.loan_rbac_rule(dry)]
 
     kube = FakeKube("c")
     try:

@@ -331,7 +331,11 @@ def test_policy_role_lists_pods_and_cordons_nodes_only_and_is_bound_to_the_polic
     # (the CI preview reader, stacks/gitops/ci_rbac.py, is another ClusterRole of the layer)
     [role] = [o for o in _objects(rec, "ClusterRole") if o["metadata"]["name"] == "gpuloan-policy-pod-reader"]
     assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
-                             {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]}]
+                             {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]},
+                             # the loan's usage (policy/loan_usage.py): get, by name, of this environment's queues
+                             {"apiGroups": ["kueue.x-k8s.io"], "resources": ["clusterqueues"], "verbs": ["get"],
+                              "resourceNames": ["gpuloan-prod-inference", "gpuloan-prod-research",
+                                                "gpuloan-prod-training"]}]
     [binding] = [o for o in _objects(rec, "ClusterRoleBinding") if o["metadata"]["name"] == role["metadata"]["name"]]
     assert binding["roleRef"]["name"] == role["metadata"]["name"]
     assert binding["subjects"] == [{"kind": "Group", "apiGroup": "rbac.authorization.k8s.io",

@@ -19,7 +19,8 @@ import pytest
 from aws_emulator import REGION, eks_asg_tags, emulator_env
 from conftest import requires_shared_prices, stack_config
 from fake_kube import FakeKube, gpu_pod
-from config import config
+from config import config, scheduling
+from stacks.kubernetes.kueue import cluster_queue_manifest
 from stacks.policy_function.package import build_zip
 from stacks.policy_function.settings import settings_for
 
@@ -164,6 +165,13 @@ def world(aws_env, kube):
                  gpu_pod("research-running", 1, pool="research", node_name=w.node_name[w.busy], phase="Running"),
                  gpu_pod("cpu-only", 0, pool="train")]
     w.settings = _settings()
+    # Kueue's queues as the stack makes them, with the status Kueue writes: train borrows research's 1-GPU floor
+    cfg = _cfg()
+    for q in scheduling.plan(cfg).queues:
+        used = {"gpuloan-dev-research-floor": 1} if q.pool == "train" else {"gpuloan-dev-research-spot": 1}
+        kube.cluster_queues[q.name] = {**cluster_queue_manifest(cfg, q), "status": {"flavorsUsage": [
+            {"name": f.flavor, "resources": [{"name": "nvidia.com/gpu", "total": str(used.get(f.flavor, 0))}]}
+            for f in q.flavors]}}
     return w
 
 
@@ -218,7 +226,12 @@ def test_tick_scales_up_reclaims_the_idle_node_and_notifies(world, kube, lambda_
     from policy import metric_names as M
 
     assert published == {M.ELASTIC_NODES, M.ELASTIC_MAX_NODES, M.PENDING_GPUS, M.DECISIONS, M.ESTIMATED_ELASTIC_SPEND_USD,
-                         M.MONTH_TO_DATE_SPEND_USD, M.FALLBACK_ACTIVE, M.POLICY_ERRORS, M.POOL_GPU_UTILIZATION}
+                         M.MONTH_TO_DATE_SPEND_USD, M.FALLBACK_ACTIVE, M.POLICY_ERRORS, M.POOL_GPU_UTILIZATION,
+                         M.LOAN_GPUS}
+    # the loan from Kueue's queue status (policy/loan_usage.py): train borrows the research floor's GPU
+    loan = {(x[M.DIM_POOL], x[M.DIM_USE]): x[M.LOAN_GPUS] for x in emf if M.LOAN_GPUS in x}
+    assert loan == {("research", "own_floor"): 0, ("research", "lent"): 1, ("research", "elastic_spot"): 1,
+                    ("train", "borrowed"): 1, ("train", "elastic_spot"): 0}
     subjects = sorted(json.loads(json.dumps(m))["Subject"] for m in world.messages())
     assert subjects == ["[gpuloan dev] research: reclaimed 1 idle GPU node(s)",
                         "[gpuloan dev] train: added 2 elastic GPU node(s)"]

@@ -50,14 +50,26 @@ POLICY_RBAC_RULES = [
 CAPACITY_BLOCK_RBAC_RULE = {"apiGroups": [""], "resources": ["pods"], "verbs": ["patch"]}
 
 
+def loan_rbac_rule(cfg: GpuLoanConfig) -> dict:
+    """`get` of the environment's own ClusterQueues, by name: each tick reads their status for the loan's usage
+    (policy/loan_usage.py). Not `list`: RBAC cannot narrow a list by name, and other environments' queues may
+    share the cluster."""
+    return {"apiGroups": [versions.KUEUE_API_VERSION.split("/")[0]], "resources": ["clusterqueues"],
+            "verbs": ["get"], "resourceNames": sorted(scheduling.cluster_queue_name(cfg, p) for p in cfg.pools)}
+
+
 def policy_rbac_rules(cfg: GpuLoanConfig) -> list[dict]:
-    """The policy's ClusterRole rules for this config: POLICY_RBAC_RULES, plus, where the policy keeps a Capacity
-    Block's window (policy/capacity_blocks.py): pods `patch`, and with Kueue `get`/`patch` of exactly those pools'
-    ClusterQueues (by name: their floor flavor's quota follows the window)."""
+    """The policy's ClusterRole rules for this config: POLICY_RBAC_RULES; with Kueue, `get` of the environment's
+    ClusterQueues (loan_rbac_rule); where the policy keeps a Capacity Block's window (policy/capacity_blocks.py):
+    pods `patch`, and with Kueue `get`/`patch` of exactly those pools' ClusterQueues (by name: their floor flavor's
+    quota follows the window)."""
     blocks = [p for p in cfg.pools if policy_keeps_block(cfg, p.guaranteed)]
+    rules = list(POLICY_RBAC_RULES)
+    if cfg.scheduling.kueue.enabled:
+        rules.append(loan_rbac_rule(cfg))
     if not blocks:
-        return list(POLICY_RBAC_RULES)
-    rules = [*POLICY_RBAC_RULES, CAPACITY_BLOCK_RBAC_RULE]
+        return rules
+    rules.append(CAPACITY_BLOCK_RBAC_RULE)
     if cfg.scheduling.kueue.enabled:
         rules.append({"apiGroups": [versions.KUEUE_API_VERSION.split("/")[0]], "resources": ["clusterqueues"],
                       "verbs": ["get", "patch"],

@@ -124,6 +124,7 @@ def _type_rows(spot_group: str | None, od_group: str | None, rows) -> tuple[tupl
 def pool_settings(cfg: GpuLoanConfig, pool: Pool, names: GroupNames, budget_name: str | None = None,
                   allow_unknown_prices: bool = False, fixed_bill: FloorBill | None = None) -> PoolSettings:
     e, g = pool.elastic, pool.guaranteed
+    loan = loan_settings(cfg, pool)  # before `cfg` may stand for this pool alone below
     floor_gpus = catalog.lookup(g.instance_type).gpus if g else 0
     floor_rate = 0.0
     if g is not None:
@@ -209,8 +210,19 @@ def pool_settings(cfg: GpuLoanConfig, pool: Pool, names: GroupNames, budget_name
         spot_group=spot_group, on_demand_group=od_group, spot_max_nodes=spot_max, on_demand_max_nodes=od_max,
         spot_usd_per_hour=spot_usd, on_demand_usd_per_hour=od_usd,
         guaranteed_group=names.guaranteed if g else None, guaranteed_nodes=g.nodes if g else 0,
-        guaranteed_usd_per_hour=floor_rate, **knobs, **budget, **block,
+        guaranteed_usd_per_hour=floor_rate, **knobs, **budget, **block, **loan,
     )
+
+
+def loan_settings(cfg, pool: Pool) -> dict:
+    """With Kueue: the pool's ClusterQueue and its flavor list as (flavor, owning pool, kind), what the tick reads
+    the loan's usage from (policy/loan_usage.py). {} without Kueue, or for a pool priced alone (the simulator)."""
+    if not isinstance(cfg, GpuLoanConfig) or not cfg.scheduling.kueue.enabled:
+        return {}
+    flavors = {f.name: f for p in cfg.pools for f in scheduling.pool_flavors(cfg, p)}
+    queue = scheduling.pool_queue(cfg, pool)
+    return dict(loan_queue=queue.name, loan_queue_api=versions.KUEUE_API_VERSION,
+                loan_flavors=tuple((q.flavor, flavors[q.flavor].pool, flavors[q.flavor].kind) for q in queue.flavors))
 
 
 def default_budget_names(cfg: GpuLoanConfig) -> dict[str, str]:
