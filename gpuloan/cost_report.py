@@ -19,6 +19,7 @@ from typing import Any
 
 from config import tags
 from config.config import GpuLoanConfig
+from gpuloan.loan_bill import LoanBill
 
 METRIC = "AmortizedCost"  # what the budgets track (stacks/spend/budgets.py COST_METRIC): report and mails agree
 UNTAGGED = "(no pool tag)"
@@ -164,14 +165,30 @@ class Report:
     messages: list[str] = field(default_factory=list)
     pages: int = 1
     currency: str = "USD"
+    loan: LoanBill | None = None  # who used whose floor (gpuloan/loan_bill.py); None: not read (no Kueue)
 
     @property
     def all_rows(self) -> list[Row]:
         return [*self.rows, self.untagged, self.total]
 
+    def borrowed_usd(self, row: Row) -> float:
+        return 0.0 if self.loan is None or row is self.untagged else (
+            self.loan.borrowed_usd(row.pool) if row is not self.total else 0.0)
+
+    def lent_credit_usd(self, row: Row) -> float:
+        return 0.0 if self.loan is None or row is self.untagged else (
+            self.loan.lent_credit_usd(row.pool) if row is not self.total else 0.0)
+
+    def after_loan_usd(self, row: Row) -> float:
+        """The row's bill with the loan moved: borrowed hours paid, lent hours credited. In cents, so that the
+        pools' figures add up to Cost Explorer's total exactly (every transfer is counted on both sides)."""
+        cents = round(row.total_usd * 100) + round(self.borrowed_usd(row) * 100) - round(
+            self.lent_credit_usd(row) * 100)
+        return cents / 100
+
 
 def build_report(cfg: GpuLoanConfig, period: Period, fetched: Fetched,
-                 status: dict[str, str] | None = None) -> Report:
+                 status: dict[str, str] | None = None, loan: LoanBill | None = None) -> Report:
     by_pool: dict[str, dict[str, float]] = {}
     for (pool, tier), usd in fetched.amounts.items():
         slot = tier if tier in (TIER_GUARANTEED, TIER_ELASTIC) else "other"
@@ -216,7 +233,33 @@ def build_report(cfg: GpuLoanConfig, period: Period, fetched: Fetched,
         messages.append("Cost Explorer marks these figures as estimated: they can still change until the bill closes.")
     if fetched.currency != "USD":
         messages.append(f"amounts are in {fetched.currency}; budgets are in USD.")
-    return Report(env, period, rows, untagged, total, messages, fetched.pages, fetched.currency)
+    if loan is not None:
+        messages += loan_messages(loan)
+    return Report(env, period, rows, untagged, total, messages, fetched.pages, fetched.currency, loan)
+
+
+def loan_messages(loan: LoanBill) -> list[str]:
+    """Which days of the loan are estimated and from what, which have no figures at all."""
+    out = list(loan.messages)
+    by_reason: dict[str, list[dt.date]] = {}
+    for day, why in sorted(loan.estimated_days.items()):
+        by_reason.setdefault(why, []).append(day)
+    for why, days in by_reason.items():
+        out.append(f"loan figures estimated on {_day_ranges(days)}: {why}")
+    if loan.missing_days:
+        out.append(f"no LoanGpus samples on {_day_ranges(loan.missing_days)}: nothing borrowed is charged on "
+                   "those days (the policy function did not publish them: not deployed yet, or no Kueue status)")
+    return out
+
+
+def _day_ranges(days: list[dt.date]) -> str:
+    spans: list[list[dt.date]] = []
+    for d in sorted(days):
+        if spans and (d - spans[-1][1]).days == 1:
+            spans[-1][1] = d
+        else:
+            spans.append([d, d])
+    return ", ".join(str(a) if a == b else f"{a} to {b}" for a, b in spans)
 
 
 def _usd(v: float | None) -> str:
@@ -228,6 +271,7 @@ def _pct(v: float | None) -> str:
 
 
 HEADERS = ("pool", "team", "guaranteed_usd", "elastic_usd", "other_usd", "total_usd", "budget_usd", "pct_of_budget")
+LOAN_HEADERS = ("borrowed_cost_usd", "lent_credit_usd", "total_after_loan_usd")  # empty without the loan's figures
 
 
 def render_table(report: Report, width: int | None = None) -> str:
@@ -250,9 +294,33 @@ def render_table(report: Report, width: int | None = None) -> str:
         cells += [_usd(r.total_usd), "-" if r.budget_usd is None else f"{r.budget_usd:,.0f}", _pct(r.pct_of_budget)]
         t.add_row(*cells, end_section=r is report.all_rows[-2])  # a rule above the total
     notes = [f"{r.pool}: {r.note}" for r in [*report.rows, report.untagged] if r.note] + report.messages
+    parts: list = [t]
+    if report.loan is not None:
+        parts.append(_loan_table(report, tables))
     # The notes wrap to the terminal as the table fits it (Text: a note's brackets are not rich markup).
-    body = tables.to_text(t, *(Text(f"note: {n}") for n in notes), width=width)
+    body = tables.to_text(*parts, *(Text(f"note: {n}") for n in notes), width=width)
     return "\n".join([title, body.rstrip("\n")])
+
+
+def _hours(v: float | None) -> str:
+    return "-" if v is None else f"{v:,.0f}"
+
+
+def _loan_table(report: Report, tables):
+    """Who used whose floor: GPU-hours, and the bill with the loan moved (borrower pays, owner credited)."""
+    loan = report.loan
+    assert loan is not None
+    t = tables.table("the loan: floors used by other pools (Kueue status, LoanGpus)",
+                     ["pool", "own floor\nGPU-h", "lent\nGPU-h", "borrowed\nGPU-h", "borrowed\n(pays)",
+                      "lent\n(credit)", "total after\nthe loan"], left=("pool",))
+    for r in report.all_rows:
+        named = r is not report.untagged and r is not report.total
+        t.add_row(r.pool, _hours(loan.own_floor_gpu_hours.get(r.pool)) if named else "",
+                  _hours(loan.lent_gpu_hours(r.pool)) if named else "",
+                  _hours(loan.borrowed_gpu_hours(r.pool)) if named else "",
+                  _usd(report.borrowed_usd(r)), _usd(report.lent_credit_usd(r)), _usd(report.after_loan_usd(r)),
+                  end_section=r is report.all_rows[-2])
+    return t
 
 
 def to_json(report: Report) -> dict:
@@ -267,16 +335,75 @@ def to_json(report: Report) -> dict:
                   "pct_of_budget": None if r.pct_of_budget is None else round(r.pct_of_budget, 1),
                   "note": r.note} for r in report.all_rows],
         "messages": list(report.messages),
+        "loan": None if report.loan is None else loan_json(report),
     }
+
+
+def loan_json(report: Report) -> dict:
+    """The loan per pool (month) and per pool and day, with the rates and the estimated days."""
+    loan = report.loan
+    assert loan is not None
+    pools = []
+    for r in report.all_rows:
+        named = r is not report.untagged and r is not report.total
+        pools.append({
+            "pool": r.pool, "team": r.team,
+            "own_floor_gpu_hours": round(loan.own_floor_gpu_hours.get(r.pool, 0.0), 2) if named else None,
+            "lent_gpu_hours": round(loan.lent_gpu_hours(r.pool), 2) if named else None,
+            "borrowed_gpu_hours": round(loan.borrowed_gpu_hours(r.pool), 2) if named else None,
+            "idle_floor_gpu_hours": (None if not named or loan.idle_floor_gpu_hours(r.pool) is None
+                                     else round(loan.idle_floor_gpu_hours(r.pool) or 0.0, 2)),
+            "borrowed_cost_usd": report.borrowed_usd(r), "lent_credit_usd": report.lent_credit_usd(r),
+            "total_usd": round(r.total_usd, 2), "total_after_loan_usd": report.after_loan_usd(r)})
+    return {
+        "rates_usd_per_gpu_hour": {p: None if v is None else round(v, 6) for p, v in sorted(loan.rates.items())},
+        "pools": pools,
+        "days": daily_rows(report),
+        "estimated_days": [{"day": str(d), "from": why} for d, why in sorted(loan.estimated_days.items())],
+        "missing_days": [str(d) for d in loan.missing_days],
+    }
+
+
+DAILY_HEADERS = ("day", "pool", "team", "borrowed_gpu_hours", "lent_gpu_hours", "borrowed_cost_usd",
+                 "lent_credit_usd", "estimated")
+
+
+def daily_rows(report: Report) -> list[dict]:
+    """One row per pool and day with a transfer: what it paid for borrowed floor hours, what it was credited."""
+    loan = report.loan
+    if loan is None:
+        return []
+    teams = {r.pool: r.team for r in report.rows}
+    out: dict[tuple[dt.date, str], dict] = {}
+    for t in loan.transfers:
+        for pool, side in ((t.borrower, "borrowed"), (t.owner, "lent")):
+            row = out.setdefault((t.day, pool), {
+                "day": str(t.day), "pool": pool, "team": teams.get(pool, "?"), "borrowed_gpu_hours": 0.0,
+                "lent_gpu_hours": 0.0, "borrowed_cost_usd": 0.0, "lent_credit_usd": 0.0, "estimated": t.estimated})
+            row[f"{side}_gpu_hours"] = round(row[f"{side}_gpu_hours"] + t.gpu_hours, 2)
+            key = "borrowed_cost_usd" if side == "borrowed" else "lent_credit_usd"
+            row[key] = round(row[key] + t.usd, 2)
+    return [out[k] for k in sorted(out)]
+
+
+def write_daily_csv(report: Report, path: Path) -> int:
+    rows = daily_rows(report)
+    with path.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=DAILY_HEADERS)
+        w.writeheader()
+        w.writerows(rows)
+    return len(rows)
 
 
 def write_csv(report: Report, path: Path) -> None:
     with path.open("w", newline="") as fh:
         w = csv.writer(fh)
-        w.writerow(("month", *HEADERS, "note"))
+        w.writerow(("month", *HEADERS, "note", *LOAN_HEADERS))
         for r in report.all_rows:
             pct = r.pct_of_budget
+            loan = ("", "", "") if report.loan is None else (
+                f"{report.borrowed_usd(r):.2f}", f"{report.lent_credit_usd(r):.2f}", f"{report.after_loan_usd(r):.2f}")
             w.writerow((report.period.month, r.pool, r.team, f"{r.guaranteed_usd:.2f}", f"{r.elastic_usd:.2f}",
                         f"{r.other_usd:.2f}", f"{r.total_usd:.2f}",
                         "" if r.budget_usd is None else f"{r.budget_usd:.2f}", "" if pct is None else f"{pct:.1f}",
-                        r.note))
+                        r.note, *loan))
