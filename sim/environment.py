@@ -257,6 +257,7 @@ class EnvJobsWorkload(JobsWorkload):
         self.lenders: list[tuple[PoolSim, int | None]] = []  # set by the environment
         self.borrowed: dict[str, int] = {}  # lender -> GPUs this pool's jobs hold on its floor now
         self.borrowed_gpu_minutes = 0
+        self.borrowed_gpu_minutes_from: dict[str, float] = {}  # lender -> GPU-minutes on its floor (the loan's bill)
         self.borrowed_now = 0
         self._borrowed_since = 0
         self.lender_of: list = [None] * len(self.gpus)  # the PoolSim whose floor job i runs on, if borrowed
@@ -336,6 +337,9 @@ class EnvJobsWorkload(JobsWorkload):
     def _settle_borrowed(self) -> None:
         now = self.sim.now
         self.borrowed_gpu_minutes += self.borrowed_now * (now - self._borrowed_since)
+        for lender, gpus in self.borrowed.items():
+            self.borrowed_gpu_minutes_from[lender] = (self.borrowed_gpu_minutes_from.get(lender, 0)
+                                                      + gpus * (now - self._borrowed_since))
         self._borrowed_since = now
 
     def _start(self, i: int, chosen: list, now: int) -> None:
@@ -1140,6 +1144,9 @@ class Environment:
             "borrowed_gpu_minutes": (env_w.borrowed_gpu_minutes + env_w.borrowed_now * max(
                 0, minute - env_w._borrowed_since)) if env_w else 0,
             "floor_lent_gpu_minutes": sim.lent_gpu_minutes + sim.lent_gpus * max(0, minute - sim._lent_since),
+            **({f"borrowed_gpu_minutes_from:{p.spec.name}": env_w.borrowed_gpu_minutes_from.get(p.spec.name, 0)
+                + env_w.borrowed.get(p.spec.name, 0) * max(0, minute - env_w._borrowed_since)
+                for p, _ in env_w.lenders} if env_w else {}),
             "floor_busy_gpu_minutes": busy,
             "unmet_gpu_minutes": w.unmet_gpu_minutes if not isinstance(w, JobsWorkload) else 0.0,
         }
@@ -1195,6 +1202,8 @@ class Environment:
             "priority_preemptions": d["priority_preemptions"],
             "priority_lost_gpu_hours": round(d["priority_lost_gpu_minutes"] / 60, 3),
             "borrowed_gpu_hours": round(d["borrowed_gpu_minutes"] / 60, 3),
+            "borrowed_gpu_hours_from": {k.split(":", 1)[1]: round(v / 60, 3) for k, v in d.items()
+                                        if k.startswith("borrowed_gpu_minutes_from:") and v},
             "floor_gpu_hours": round(floor_minutes / 60, 3),
             "floor_owned_gpu_hours": round((d["floor_busy_gpu_minutes"] - d["floor_lent_gpu_minutes"]) / 60, 3),
             "floor_lent_gpu_hours": round(d["floor_lent_gpu_minutes"] / 60, 3),
@@ -1230,6 +1239,8 @@ class Environment:
             "priority_preemptions": env_w.priority_preemptions if env_w else 0,
             "priority_lost_gpu_hours": round(env_w.priority_lost_gpu_minutes / 60, 3) if env_w else 0.0,
             "borrowed_gpu_hours": round(env_w.borrowed_gpu_minutes / 60, 3) if env_w else 0.0,
+            "borrowed_gpu_hours_from": {n: round(m / 60, 3) for n, m in env_w.borrowed_gpu_minutes_from.items()
+                                        if m} if env_w else {},
             "floor_gpu_hours": round(floor_minutes / 60, 3),
             "floor_owned_gpu_hours": round((busy - lent) / 60, 3),
             "floor_lent_gpu_hours": round(lent / 60, 3),

@@ -76,6 +76,7 @@ class PoolMetrics:
     floor_owned_gpu_hours: float = 0.0  # the owner's work on its floor
     floor_lent_gpu_hours: float = 0.0  # other pools' interruptible work on it
     borrowed_gpu_hours: float = 0.0  # this pool's interruptible work on other pools' floors
+    borrowed_gpu_hours_from: dict[str, float] = field(default_factory=dict)  # lender -> the part on its floor
     production_gpu_hours: float = 0.0
     unmet_gpu_hours: float = 0.0
     unmet_production_gpu_hours: float = 0.0
@@ -147,6 +148,11 @@ def run(demands: dict[str, PoolDemand], prices: dict[str, PoolPrices], floors_no
                         mx[n].floor_lent_gpu_hours += moved * idle[n] / lendable
                         got = moved * want[n] / wanted
                         mx[n].borrowed_gpu_hours += got
+                        for lender in members:  # from each lender in proportion to its idle floor
+                            part = got * idle[lender] / lendable
+                            if part > 0 and lender != n:
+                                mx[n].borrowed_gpu_hours_from[lender] = (
+                                    mx[n].borrowed_gpu_hours_from.get(lender, 0.0) + part)
                         want[n] -= got
             for n in members:
                 pr = prices[n]

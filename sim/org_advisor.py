@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from pricing.cost_model import billing
-from sim import commitment_choice, fluid
+from sim import commitment_choice, fluid, org_loan
 from sim.fluid import EnvironmentRun, PoolPrices, Scenario
 from sim.org_demand import PRODUCTION, TIERS, PoolDemand
 from sim.runner import percentile
@@ -228,7 +228,7 @@ class EnvironmentRunner:
                       "floor_owned_gpu_hours", "floor_lent_gpu_hours", "unmet_guaranteed_production_gpu_hours",
                       "production_waiting_gpu_hours",
                       "reclaim_preemptions", "reclaim_lost_gpu_hours", "priority_preemptions",
-                      "priority_lost_gpu_hours"):
+                      "priority_lost_gpu_hours", "borrowed_gpu_hours", "borrowed_gpu_hours_from"):
                 if hasattr(src, f):
                     setattr(m, f, getattr(src, f))
             run.pools[n] = m
@@ -380,7 +380,9 @@ def _reduce(result) -> _SimulatedRun:
             "priority_preemptions", "priority_lost_gpu_hours",
             # production GPU-hours that waited while the pool's own floor had room not running production
             # (sim/environment.py _track_production_wait): the guarantee not kept
-            "unmet_guaranteed_production_gpu_hours", "production_waiting_gpu_hours")})
+            "unmet_guaranteed_production_gpu_hours", "production_waiting_gpu_hours",
+            # the loan's bill per pool (sim/org_loan.py): what it borrowed, from whose floor
+            "borrowed_gpu_hours", "borrowed_gpu_hours_from")})
     usage = [billing.Usage(**asdict(r)) for r in result.usage]
     return _SimulatedRun(usage, pools, result.environment["window"]["p95_wait_minutes_by_tier"])
 
@@ -573,6 +575,7 @@ def evaluate(inputs: OrgInputs, runner: Runner, *, scenarios=SCENARIOS, seed: in
     team = _team_commitments(inputs, runner, floors)
     fprices = getattr(runner, "prices", inputs.prices)
     out_scenarios = {}
+    default_run: EnvironmentRun | None = None
     for sc_name in scenarios:
         sc = scenario_for(sc_name, hours, s, seed)
 
@@ -602,16 +605,23 @@ def evaluate(inputs: OrgInputs, runner: Runner, *, scenarios=SCENARIOS, seed: in
         bound.doc["price_of_guarantee_pct"] = _pct(bound.doc["total_cost_usd"], bound0.doc["total_cost_usd"])
         bound.doc["no_floor_total_cost_usd"] = bound0.doc["total_cost_usd"]
         ours.doc["dominated_by"] = dominated_by(ours.doc, [k.doc, k_sp.doc, tf.doc, notlent.doc])
+        if sc_name == "default" or default_run is None:
+            default_run = ours.run
         out_scenarios[sc_name] = {
             "shortage_hours": len(sc.spot_short_hours | sc.on_demand_short_hours),
             "recommendation_report": ours.doc,
             "baselines": [k.doc, k_sp.doc, tf.doc, notlent.doc, bound.doc],
         }
     default = out_scenarios.get("default") or next(iter(out_scenarios.values()))
+    assert default_run is not None  # scenarios is never empty: the default document needs one
+    loan = org_loan.per_pool(default_run, choice.commitments, s, _shift)  # the recommendation's default scenario
     rec = {
         "floors": {n: {"nodes": k, "gpus": k * inputs.prices[n].gpus_per_node,
                        "instance_type": inputs.prices[n].instance_type, "tier": inputs.demands[n].tier}
                    for n, k in floors.items()},
+        # each pool's loan over the report window: what it ran on its own floor, lent, borrowed, in GPU-hours and
+        # dollars at the lender's floor rate, and the reclaims it suffered (sim/org_loan.py)
+        "pools": loan,
         "commitment": choice.to_json(),
         "report": default["recommendation_report"],
         "price_of_guarantee_pct": default["recommendation_report"]["price_of_guarantee_pct"],

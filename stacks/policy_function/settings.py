@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
+from typing import Any
 from types import SimpleNamespace
 
 from pricing.sources import catalog
@@ -153,7 +154,7 @@ def pool_settings(cfg: GpuLoanConfig, pool: Pool, names: GroupNames, budget_name
         spot_usd = od_usd = 0.0
         spot_group = od_group = None
         spot_max = od_max = 0
-        knobs = {}
+        knobs: dict[str, Any] = {}
     else:
         sizes = pool_sizes(e)
         gpus = sizes[0].gpus_per_node
@@ -188,7 +189,7 @@ def pool_settings(cfg: GpuLoanConfig, pool: Pool, names: GroupNames, budget_name
                                    spot_max, od_max, s_usd, o_usd))
         knobs["other_sizes"] = tuple(others)
         knobs["instance_usd_per_hour"] = instance_rows
-    block = {}
+    block: dict[str, Any] = {}
     if g is not None and g.reservation == Reservation.capacity_block and g.capacity_block_start and g.capacity_block_end:
         # The window the policy function keeps (policy/capacity_blocks.py); times as ISO 8601 with their zone.
         block = dict(capacity_block_start=g.capacity_block_start.isoformat(),
@@ -201,7 +202,7 @@ def pool_settings(cfg: GpuLoanConfig, pool: Pool, names: GroupNames, budget_name
                          capacity_block_queue_api=versions.KUEUE_API_VERSION,
                          capacity_block_flavor=scheduling.flavor_name(cfg, pool, scheduling.FLOOR),
                          capacity_block_quota_gpus=scheduling.gpus_per_node(cfg, pool) * g.nodes)
-    budget = {}
+    budget: dict[str, Any] = {}
     if pool.budget is not None:
         budget = dict(budget_monthly_usd=pool.budget.monthly_usd, budget_enforcement=str(pool.budget.enforcement),
                       budget_name=budget_name)
@@ -214,7 +215,7 @@ def pool_settings(cfg: GpuLoanConfig, pool: Pool, names: GroupNames, budget_name
     )
 
 
-def loan_settings(cfg, pool: Pool) -> dict:
+def loan_settings(cfg, pool: Pool) -> dict[str, Any]:
     """With Kueue: the pool's ClusterQueue and its flavor list as (flavor, owning pool, kind), what the tick reads
     the loan's usage from (policy/loan_usage.py). {} without Kueue, or for a pool priced alone (the simulator)."""
     if not isinstance(cfg, GpuLoanConfig) or not cfg.scheduling.kueue.enabled:
