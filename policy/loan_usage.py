@@ -35,7 +35,7 @@ from typing import Callable, Protocol
 from policy import emf
 from policy import metric_names as M
 from policy.deadline import Deadline
-from policy.errors import PolicyError
+from policy.errors import DeadlineExceeded, PolicyError
 from policy.model import Settings
 
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -95,16 +95,23 @@ def _quantity(value) -> float:
     return number
 
 
-def usage(settings: Settings, queues: ClusterQueuePort) -> tuple[list[Usage], list[str]]:
-    """Every pool's loan figures this minute, and the problems that kept some of them out."""
+def usage(settings: Settings, queues: ClusterQueuePort) -> tuple[list[Usage], list[str], int]:
+    """Every pool's loan figures this minute, the problems that kept some of them out, and how many queues were
+    not read because the tick's deadline passed."""
     pools = [p for p in settings.pools if p.loan_queue]
     owner = {f: p.name for p in pools for f, own, kind in p.loan_flavors if own == p.name and kind == KIND_FLOOR}
     read: dict[str, dict[str, float]] = {}
     problems: list[str] = []
     unreadable: set[str] = set()  # pools whose queue status is not (wholly) known
-    for p in pools:
+    not_read = 0
+    for k, p in enumerate(pools):
         try:
             cq = queues.cluster_queue(p.loan_queue_api, p.loan_queue or "")
+        except DeadlineExceeded:
+            # out of time mid-way: the queues not read publish nothing this tick; not a problem of theirs to report
+            unreadable.update(q.name for q in pools[k:])
+            not_read = len(pools) - k
+            break
         except PolicyError as err:
             problems.append(f"ClusterQueue {p.loan_queue}: {type(err).__name__}: {err}")
             unreadable.add(p.name)
@@ -135,7 +142,7 @@ def usage(settings: Settings, queues: ClusterQueuePort) -> tuple[list[Usage], li
     for flavor, pool in sorted(owner.items()):
         if flavor not in lent_unknown:
             out.append(Usage(pool, USE_LENT, flavor, lent.get(flavor, 0.0)))
-    return out, problems
+    return out, problems, not_read
 
 
 def tick_lines(settings: Settings, queues: ClusterQueuePort | None, state: dict, now: datetime,
@@ -148,7 +155,10 @@ def tick_lines(settings: Settings, queues: ClusterQueuePort | None, state: dict,
         log(json.dumps({"level": "WARNING", "message": "loan usage not read: the tick's deadline is near",
                         "environment": settings.environment, "seconds_left": round(deadline.remaining_s(), 1)}))
         return []
-    figures, problems = usage(settings, queues)
+    figures, problems, not_read = usage(settings, queues)
+    if not_read:
+        log(json.dumps({"level": "WARNING", "message": "loan usage partly read: the tick's deadline passed",
+                        "environment": settings.environment, "queues_not_read": not_read}))
     reported = state.get(STATE_KEY)
     reported = {k: v for k, v in reported.items() if isinstance(v, str)} if isinstance(reported, dict) else {}
     for problem in problems:

@@ -177,3 +177,30 @@ def test_the_read_is_skipped_and_logged_when_the_deadline_is_near(kube):
     assert loan_usage.tick_lines(settings, client(kube), {}, NOW, near, [], logged.append) == []
     assert kube.requests == []
     assert json.loads(logged[0])["message"] == "loan usage not read: the tick's deadline is near"
+
+
+def test_a_deadline_passing_mid_way_publishes_nothing_unread_and_reports_no_problem(kube):
+    from policy.errors import DeadlineExceeded
+
+    cfg = prod_cfg()
+    settings = settings_for(cfg, "c", groups(cfg), allow_unknown_prices=True)
+    floor = scheduling.flavor_name(cfg, cfg.pool("training"), scheduling.FLOOR)
+    loaded(kube, cfg, {"training": {floor: 8}, "research": {floor: 8}})
+    real = client(kube)
+
+    class RunsOutOfTime:  # the first queue (training's) is read, then the deadline passes
+        calls = 0
+
+        def cluster_queue(self, api_version, queue):
+            self.calls += 1
+            if self.calls > 1:
+                raise DeadlineExceeded("tick deadline reached")
+            return real.cluster_queue(api_version, queue)
+
+    errors: list[str] = []
+    logged: list[str] = []
+    got = figures(loan_usage.tick_lines(settings, RunsOutOfTime(), {}, NOW, None, errors, logged.append))
+    assert errors == []  # out of time is not a queue's problem to report
+    assert json.loads(logged[0])["queues_not_read"] == len(cfg.pools) - 1
+    assert got[("training", "own_floor", floor)] == 8
+    assert ("training", "lent", floor) not in got and not any(p == "research" for p, _, _ in got)
