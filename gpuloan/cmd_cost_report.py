@@ -27,10 +27,18 @@ def register(sub) -> None:
     stack_arg.add(p)
     p.add_argument("--csv", type=Path, metavar="FILE", help="also write the rows as CSV to FILE")
     p.add_argument("--json", action="store_true", help="print one JSON document instead of the table")
-    p.add_argument("--daily-csv", type=Path, metavar="FILE",
-                   help="write the loan per pool and day (borrowed / lent GPU-hours and dollars) as CSV to FILE")
-    p.add_argument("--plot", metavar="FILE", help="draw each pool's month stacked (floor kept, borrowed, elastic, "
-                   "other) against what Cost Explorer billed it; .png, .svg or .html")
+    p.add_argument(
+        "--daily-csv",
+        type=Path,
+        metavar="FILE",
+        help="write the loan per pool and day (borrowed / lent GPU-hours and dollars) as CSV to FILE",
+    )
+    p.add_argument(
+        "--plot",
+        metavar="FILE",
+        help="draw each pool's month stacked (floor kept, borrowed, elastic, "
+        "other) against what Cost Explorer billed it; .png, .svg or .html",
+    )
     exit_codes.document(
         p,
         {
@@ -80,8 +88,9 @@ def run(args, ce=None, cloudwatch=None) -> int:
         try:
             print("reading the loan's usage (LoanGpus) from CloudWatch ...", file=sys.stderr)
             used = loan_bill.read(cloudwatch, cfg, period.start, period.end)
-            loan = loan_bill.build(cfg, used, period.start, period.end,
-                                   today=period.end - dt.timedelta(days=1) if period.partial else None)
+            loan = loan_bill.build(
+                cfg, used, period.start, period.end, today=period.end - dt.timedelta(days=1) if period.partial else None
+            )
         except loan_bill.LoanBillError as err:  # the bill stands without the loan, saying why
             print(f"warning: the loan is left out: {err}", file=sys.stderr)
     report = cost_report.build_report(cfg, period, fetched, cost_report.tag_status(ce), loan)
