@@ -165,12 +165,13 @@ class AwsNodeGroups:
             self._in_flight)}
         out: dict[str, GroupState] = {}
         for name, asg in asgs.items():
-            last, err = activities.get(name, ((None, False), None))
-            if err is not None:
-                fail(_policy_error(err))  # cooldown and shortage unknown: the group is not usable this tick
+            seen, problem = activities.get(name, (None, None))
+            if problem is not None:
+                fail(_policy_error(problem))  # cooldown and shortage unknown: the group is not usable this tick
                 continue
-            out[name] = _state(name, asg, "DELETING" if asg.get("Status") == ASG_DELETING else "ACTIVE", last[0],
-                               last[1], details)
+            last, shortage = seen if seen is not None else (None, False)
+            out[name] = _state(name, asg, "DELETING" if asg.get("Status") == ASG_DELETING else "ACTIVE", last,
+                               shortage, details)
         return out
 
     def _tagged_groups(self, names: list[str]) -> list[dict]:
@@ -205,8 +206,8 @@ class AwsNodeGroups:
         for name, ng, err in fanout.each(lambda n: self._call(
                 "EKS DescribeNodegroup", self._eks.describe_nodegroup, clusterName=self._cluster,
                 nodegroupName=n)["nodegroup"], list(dict.fromkeys(names)), self._in_flight):
-            if err is not None:
-                out[name] = _policy_error(err)
+            if err is not None or ng is None:
+                out[name] = _policy_error(err or PolicyError("EKS DescribeNodegroup: no answer"))
                 continue
             status = ng.get("status", "")
             asg_names = [a["name"] for a in (ng.get("resources") or {}).get("autoScalingGroups") or []

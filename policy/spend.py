@@ -84,7 +84,7 @@ def observe_spend(state: dict, scopes: dict[str, str | None], reader: BudgetRead
         as_of = datetime.fromisoformat(s["actual_as_of"]) if s.get("actual_as_of") else None
         if scope in ask:
             actual, err = answers[ask[scope]]
-            if err is None:
+            if err is None and actual is not None:
                 # Month-to-date so far (last actual + estimate since, or the estimate alone): a lagging actual
                 # must not erase spend the estimate already counted, only a higher one supersedes it.
                 before = (s.get("actual_usd") or 0.0) + float(s.get("estimated_since_usd", 0.0))
@@ -95,6 +95,7 @@ def observe_spend(state: dict, scopes: dict[str, str | None], reader: BudgetRead
                 s.pop("refused_why", None)
                 as_of = now
             else:  # a failed read keeps the last figure (stale, not wrong)
+                err = err or DataUnavailable(f"Budgets DescribeBudget {ask[scope]}: no answer")
                 if refused(err):
                     s["refused_at"] = now.isoformat()
                     s["refused_why"] = str(err)[:REFUSED_WHY_CHARS]

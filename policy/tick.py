@@ -400,8 +400,8 @@ def _apply(settings: Settings, plan: Plan, obs: Observation, ports: Ports, resul
     run = _GroupRun(settings, obs, ports, deadline, node_names or {}, fresh)
     problems: list[Exception] = []
     for _, done, err in fanout.each(run.group, list(accepted.values()), settings.aws_calls_in_flight):
-        if err is not None:  # a bug, not AWS: every change of that group counts as not applied
-            problems.append(err)
+        if err is not None or done is None:  # a bug, not AWS: every change of that group counts as not applied
+            problems.append(err or PolicyError("a group's changes ended without an outcome"))
             continue
         outcomes.update(done[0])
         problems.extend(done[1])
@@ -494,7 +494,7 @@ class _GroupRun:
         ports = self.ports
         try:
             if a.kind == ACTION_SET_DESIRED:
-                ports.groups.set_desired(a.group, a.desired_to)
+                ports.groups.set_desired(a.group, a.desired_to)  # type: ignore[arg-type]  # _verdict: both set
                 _after_change(self.fresh, a.group, lambda gs: dataclasses.replace(
                     gs, group=dataclasses.replace(gs.group, desired_nodes=a.desired_to)))
             elif a.kind == capacity_blocks.ACTION_CHECKPOINT:

@@ -64,6 +64,7 @@ class LatencyProxy:
         self.latency_s = latency_s
         self.calls: Counter = Counter()
         self.operations: Counter = Counter()
+        self.emulator_s: Counter = Counter()  # seconds the emulator took to answer, per operation (beyond latency)
         self.in_flight = self.max_in_flight = 0
         lock = threading.Lock()
         local = threading.local()
@@ -92,8 +93,11 @@ class LatencyProxy:
                     time.sleep(proxy.latency_s)
                     if not hasattr(local, "session"):
                         local.session = requests.Session()
+                    sent = time.monotonic()
                     resp = local.session.request(self.command, upstream + self.path, data=body, timeout=60, headers={
                         k: v for k, v in self.headers.items() if k.lower() not in ("host", "content-length")})
+                    with lock:
+                        proxy.emulator_s[f"{service} {operation}"] += time.monotonic() - sent
                 finally:
                     with lock:
                         proxy.in_flight -= 1
@@ -125,6 +129,7 @@ class LatencyProxy:
     def reset(self) -> None:
         self.calls.clear()
         self.operations.clear()
+        self.emulator_s.clear()
         self.max_in_flight = 0
 
     def close(self) -> None:
@@ -230,7 +235,8 @@ def tick(pools: int, latency_s: float, policy_dir: Path | None = None) -> dict:
             kube.pods = [gpu_pod(f"job-{p}", 1, pool=f"p{p}", tolerations=spot_ok) for p in range(pools)]
             out = _invoke(d, env)
         return {"pools": pools, "seconds": out["seconds"], "calls": dict(proxy.calls),
-                "operations": dict(proxy.operations), "errors": out["result"]["errors"],
+                "operations": dict(proxy.operations),
+                "emulator_s": {k: round(v, 2) for k, v in proxy.emulator_s.most_common()}, "errors": out["result"]["errors"],
                 "changes": len(out["result"]["changes"]), "applied": out["result"]["applied"],
                 "failed": out["result"]["failed"], "max_in_flight": proxy.max_in_flight,
                 "hourly_seconds": hourly["seconds"], "hourly_calls": hourly_calls,
