@@ -151,7 +151,8 @@ def build_ports(settings: Settings, session, context, deadline: Deadline | None 
     state = DynamoState(_bounded(session, "dynamodb", Deadline.from_context(context, INVOCATION_MARGIN_S)),
                         table) if table else None
     topic = os.environ.get("GPULOAN_TOPIC_ARN")
-    publisher = SnsPublisher(_bounded(session, "sns", deadline), topic, deadline) if topic else None
+    publisher = SnsPublisher(_bounded(session, "sns", deadline), topic, deadline,
+                             settings.aws_calls_in_flight) if topic else None
     blocks = None
     if any(p.capacity_block_reservation_id and p.capacity_block_start for p in settings.pools):
         from policy.reservations import AwsCapacityBlocks

@@ -268,6 +268,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {by}")
             print(f"  applied {r['applied']}/{r['changes']}, failed {r['failed']}, "
                   f"{len(r['errors'])} errors, {r['max_in_flight']} calls at once at most")
+            slow = sorted(((" ".join(k.split()[:2]) if k.startswith("eks") else k, v)
+                           for k, v in r["emulator_s"].items()), key=lambda kv: -kv[1])[:2]
+            print("  the emulator's own answer time, summed: "
+                  + ", ".join(f"{k} {v:.1f} s" for k, v in slow))
             print(f"  the hour's first tick (every budget read, no change): {r['hourly_seconds']:.1f} s, "
                   f"{r['hourly_calls']} calls")
             for e in r["errors"][:3]:
