@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STACK ?= dev
 .DEFAULT_GOAL := help  # `make` alone lists the targets
 
-.PHONY: help preview lint test test-deep install dev-install data bench-config bench-policy bench-sim bench-environment bench-advise bench-org bench-capacity-block benchmark bench-what-if bench-spot bench-gangs bench-sizes schema clean
+.PHONY: help preview lint test test-deep install dev-install data bench-config bench-policy bench-scale-tick bench-sim bench-environment bench-advise bench-org bench-capacity-block benchmark bench-what-if bench-spot bench-gangs bench-sizes schema clean
 
 # Public data beside the project (`make data`; never copied into it): the price table is the offline price file when
 # present, unless the caller set one; otherwise prices come from the cache `gpuloan prices refresh` fills, else the
@@ -100,6 +100,10 @@ schema: $(VENV)/.runtime
 ## bench-config: time config validation
 bench-config: $(VENV)/.runtime
 	$(BIN)/python scripts/bench_config.py
+
+## bench-scale-tick: one policy tick of 50, 100 and 200 pools (packaged handler, moto, 100 ms a call)
+bench-scale-tick: $(VENV)/.dev
+	$(BIN)/python scripts/bench_scale_tick.py
 
 ## bench-policy: time the policy decision function
 bench-policy: $(VENV)/.dev

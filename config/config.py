@@ -378,6 +378,7 @@ class Policy(Strict):
     reserved_metric: str = Field("node_gpu_reserved_capacity", description="Per-node % of GPUs requested by pods (same dimensions); 0 for empty_timeout_minutes makes a node empty.")
     budget_refresh_minutes: int = Field(60, ge=60, le=1440, description="AWS Budgets lags hours; read at most hourly.")
     notify_min_interval_minutes: int = Field(30, ge=1, le=1440, description="Least time between two notifications of the same kind for a pool.")
+    aws_calls_in_flight: int = Field(default=8, ge=1, le=32, description="AWS calls one tick makes side by side at most (policy/fanout.py). EKS and Auto Scaling publish no request rate (docs/aws-rules.md): lower it if the account's other tools share those limits and the tick sees throttling.")
     reserve_concurrency: bool = Field(False, description="Reserve one concurrent execution for the function. Off by default: Lambda refuses it on accounts whose unreserved concurrency would drop below 100 (new accounts have a limit of 10); overlapping ticks are kept apart by a lease in the state table either way.")
     log_retention_days: Literal[1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365] = 30
 

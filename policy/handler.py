@@ -13,7 +13,7 @@ Event (all optional): {"dry_run": true} forces a dry run for this invocation (it
 uses the clock (a crafted or replayed time could otherwise unlock scale-ups past the budget cap or push
 notification timestamps weeks ahead). A replay at an explicit time never writes the state back.
 
-Every boto3 client has connect/read timeouts and standard retries (BOTO_CONFIG), and the whole tick has one
+Every boto3 client has connect/read timeouts and adaptive retries (boto_config), and the whole tick has one
 deadline: the context's remaining time minus DEADLINE_MARGIN_S (policy/deadline.py). Every AWS call of a tick is
 bounded as a whole by it (`_bounded`); the state table's, which must still write after it, by the invocation's
 own end minus INVOCATION_MARGIN_S.
@@ -36,7 +36,10 @@ from policy.model import INSTANCE_ID, Settings
 from policy.tick import Ports, TickResult, run_tick
 
 # botocore client settings (https://docs.aws.amazon.com/sdkref/latest/guide/feature-retry-behavior.html): a slow
-# endpoint fails fast, and "standard" retries back off with jitter and honour throttling. MAX_ATTEMPTS counts
+# endpoint fails fast, and "adaptive" retries are the standard ones (back off with jitter, honour throttling) plus a
+# client-side rate limiter that slows the client down once AWS answers a call with throttling: the tick's calls run
+# side by side (policy/fanout.py), so a throttled service sees fewer of them, not the same burst again. The
+# limiter only waits after throttling was seen, and each call stays bounded by the deadline. MAX_ATTEMPTS counts
 # the first try. A server that answers at all answers one call within WORST_CALL_S; these timeouts bound each
 # socket operation, though, not a whole answer (a byte every few seconds never trips READ_TIMEOUT_S), so every
 # call is also bounded as a whole by the deadline (`_bounded`). The deadline keeps room for two such calls after
@@ -44,7 +47,10 @@ from policy.tick import Ports, TickResult, run_tick
 CONNECT_TIMEOUT_S = 2
 READ_TIMEOUT_S = 4
 MAX_ATTEMPTS = 2
-WORST_CALL_S = MAX_ATTEMPTS * (CONNECT_TIMEOUT_S + READ_TIMEOUT_S) + 1  # + standard mode's first backoff (<= 1 s)
+WORST_CALL_S = MAX_ATTEMPTS * (CONNECT_TIMEOUT_S + READ_TIMEOUT_S) + 1  # + the first backoff (<= 1 s)
+# Connections each client keeps: at least the most calls a tick runs side by side (config: policy.aws_calls_in_flight
+# <= 32), so no call waits for a pooled connection (botocore's default is 10).
+MAX_POOL_CONNECTIONS = 32
 DEADLINE_MARGIN_S = 2 * WORST_CALL_S + 1
 # The state table's calls (lease, final write, release) run after the tick's deadline, within the margin above;
 # they are bounded as a whole by the invocation's end less this, so even a dripping answer leaves the handler
@@ -98,6 +104,7 @@ def build_ports(settings: Settings, session, context, deadline: Deadline | None 
     """The adapters of one tick. A failure to find the cluster's API server goes into `errors` (the tick's
     errors and PolicyErrors): without it pending pods are unknown and nothing is terminated."""
     from policy.kube import KubeClient, eks_token
+    from policy.model import WORKLOAD_SERVICE
     from policy.nodegroups import AwsNodeGroups
     from policy.notifications import SnsPublisher
     from policy.spend import AwsBudgets
@@ -105,8 +112,12 @@ def build_ports(settings: Settings, session, context, deadline: Deadline | None 
     from policy.utilization import CloudWatchUtilization
 
     eks = _bounded(session, "eks", deadline)
+    # A service pool's utilization scale-up waits out a cooldown from its groups' last change, so its spot groups'
+    # activities are read every tick; any other spot group's only while a launch is outstanding (policy/nodegroups.py).
     groups = AwsNodeGroups(eks, _bounded(session, "autoscaling", deadline), _bounded(session, "ec2", deadline),
-                           settings.cluster_name, deadline)
+                           settings.cluster_name, deadline, in_flight=settings.aws_calls_in_flight,
+                           activities_always=[g for p in settings.pools if p.workload == WORKLOAD_SERVICE
+                                              for g in p.spot_groups])
     util = CloudWatchUtilization(_bounded(session, "cloudwatch", deadline), settings.cluster_name,
                                  settings.metric_namespace,
                                  settings.utilization_metric, settings.reserved_metric, deadline)
@@ -140,7 +151,8 @@ def build_ports(settings: Settings, session, context, deadline: Deadline | None 
     state = DynamoState(_bounded(session, "dynamodb", Deadline.from_context(context, INVOCATION_MARGIN_S)),
                         table) if table else None
     topic = os.environ.get("GPULOAN_TOPIC_ARN")
-    publisher = SnsPublisher(_bounded(session, "sns", deadline), topic, deadline) if topic else None
+    publisher = SnsPublisher(_bounded(session, "sns", deadline), topic, deadline,
+                             settings.aws_calls_in_flight) if topic else None
     blocks = None
     if any(p.capacity_block_reservation_id and p.capacity_block_start for p in settings.pools):
         from policy.reservations import AwsCapacityBlocks
@@ -264,7 +276,8 @@ def boto_config():
     from botocore.config import Config
 
     return Config(connect_timeout=CONNECT_TIMEOUT_S, read_timeout=READ_TIMEOUT_S,
-                  retries={"mode": "standard", "total_max_attempts": MAX_ATTEMPTS})
+                  retries={"mode": "adaptive", "total_max_attempts": MAX_ATTEMPTS},
+                  max_pool_connections=MAX_POOL_CONNECTIONS)
 
 
 def _client(session, service: str):

@@ -19,8 +19,8 @@ from policy.state import StatePort
 
 FIRST_BACKOFF_S = 0.25
 MAX_BACKOFF_S = 2.0
-# Time a tick needs after it takes the lease: its reads (one call per node group, a few more; about 50 AWS calls
-# for 10 pools, docs/policy.md "Figures") and its writes. The handler's deadline already keeps the margin for
+# Time a tick needs after it takes the lease: its reads (8 AWS calls for a steady tick of 10 pools, side by side
+# where they do not depend on each other; docs/policy.md "Figures") and its writes. The handler's deadline already keeps the margin for
 # the last call in flight and the final state write (policy/handler.py DEADLINE_MARGIN_S) on top of this. A
 # warning invocation of the 50 s function therefore waits at most 50 - 27 - 10 = 13 s for the holder.
 MIN_TICK_S = 10.0

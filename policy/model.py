@@ -299,6 +299,9 @@ class Settings:
     reserved_metric: str = "node_gpu_reserved_capacity"  # % of a node's GPUs requested by pods (Container Insights)
     budget_refresh_minutes: int = 60
     notify_min_interval_minutes: int = 30
+    # AWS calls of one tick that may be in flight at once (policy/fanout.py; docs/aws-rules.md: EKS and Auto Scaling
+    # publish no request rate, so the bound is a setting, policy.aws_calls_in_flight)
+    aws_calls_in_flight: int = 8
 
     def pool(self, name: str) -> PoolSettings:
         for p in self.pools:

@@ -9,19 +9,29 @@ groups, filtered on the `eks:nodegroup-name` tag EKS puts on each managed node g
 (docs/aws-rules.md). The ASG carries what the policy decides on: desired, min and max (EKS applies the node group's
 scaling config to its ASG, and after a targeted termination the ASG's desired is the live figure) and the
 instances. What only DescribeNodegroup reports, the node group's `status` (an EKS update in progress), is read by
-`recheck`, once per group the tick is about to change, together with that group's ASG again: a change is refused
-when the group is not ACTIVE or its size moved since the tick's read (policy/tick.py). A group whose ASG cannot
-be found is reported (once per tick) and left out, so its pool holds: never a size guessed from elsewhere.
+`recheck_many`, once per group the tick is about to change, together with those groups' ASGs again (one
+DescribeAutoScalingGroups per 50 of them): a change is refused when the group is not ACTIVE or its size moved
+since the tick's read (policy/tick.py). A group whose ASG cannot be found is reported (once per tick) and left
+out, so its pool holds: never a size guessed from elsewhere.
+
+A spot group's scaling activities (the capacity shortage and its last launch) are read only where the engine uses
+them (policy/engine.py): while a launch is outstanding (the ASG wants more instances than it has in service: the
+spot fallback's shortage and wait), and always for the groups named `activities_always` (a `service` pool's,
+whose utilization scale-up waits out a cooldown from any change). Calls that do not depend on each other (the
+activities, the DescribeNodegroup of each group about to change, the pages of instances) run side by side, at
+most `in_flight` at once (policy/fanout.py).
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Callable, Protocol
 
 from policy.aws_errors import classify
+from policy import fanout
 from policy.deadline import Deadline
 from policy.errors import PolicyError
 from policy.model import Group
@@ -38,6 +48,7 @@ EKS_CLUSTER_TAG = "eks:cluster-name"
 # bound it documents for AutoScalingGroupNames, kept here so that a request never asks for more than that.
 NAMES_PER_READ = 50
 ASG_DELETING = "Delete in progress"  # the ASG's Status while it is being deleted (absent otherwise)
+IN_SERVICE = "InService"
 
 
 @dataclass(frozen=True)
@@ -62,6 +73,10 @@ class NodeGroupPort(Protocol):
 
     def recheck(self, group: str) -> GroupState: ...
 
+    # Optional (policy/tick.py uses it when the port has it): every group about to change, read again at once;
+    # a group that could not be is a PolicyError in its place.
+    # def recheck_many(self, groups: list[str]) -> dict[str, GroupState | PolicyError]: ...
+
     def set_desired(self, group: str, desired: int) -> None: ...
 
     def terminate(self, instance_id: str) -> None: ...
@@ -76,16 +91,21 @@ class AwsNodeGroups:
     """Auto Scaling (tag-filtered DescribeAutoScalingGroups, activities, targeted termination) + EC2
     DescribeInstances (launch time, DNS) + EKS DescribeNodegroup (recheck) / UpdateNodegroupConfig."""
 
-    def __init__(self, eks, autoscaling, ec2, cluster_name: str, deadline: Deadline | None = None):
+    def __init__(self, eks, autoscaling, ec2, cluster_name: str, deadline: Deadline | None = None,
+                 in_flight: int = fanout.DEFAULT_IN_FLIGHT, activities_always: Collection[str] = frozenset()):
         self._eks, self._asg, self._ec2 = eks, autoscaling, ec2
         self._cluster = cluster_name
         self._deadline = deadline
+        self._in_flight = in_flight
+        self._activities_always = frozenset(activities_always)
+        self._lock = threading.Lock()
         self.calls = 0
 
     def _call(self, what: str, fn, **kwargs):
         if self._deadline is not None:
             self._deadline.check()
-        self.calls += 1
+        with self._lock:  # calls run side by side (policy/fanout.py)
+            self.calls += 1
         try:
             return fn(**kwargs)
         except Exception as err:  # noqa: BLE001 - every failure becomes a typed PolicyError
@@ -104,13 +124,14 @@ class AwsNodeGroups:
         wanted = set(names)
         found: dict[str, list[dict]] = {}
         unread: set[str] = set()
-        for chunk in _chunks(sorted(wanted), NAMES_PER_READ):
-            try:
-                for g in self._tagged_groups(chunk):
-                    found.setdefault(_tag(g, EKS_NODEGROUP_TAG), []).append(g)
-            except PolicyError as err:
+        for chunk, groups, err in fanout.each(self._tagged_groups, _chunks(sorted(wanted), NAMES_PER_READ),
+                                              self._in_flight):
+            if err is not None:
                 unread.update(chunk)
-                fail(err)
+                fail(_policy_error(err))
+                continue
+            for g in groups or ():
+                found.setdefault(_tag(g, EKS_NODEGROUP_TAG), []).append(g)
         asgs: dict[str, dict] = {}
         ambiguous: set[str] = set()
         for name in sorted(wanted - unread):
@@ -137,15 +158,18 @@ class AwsNodeGroups:
             # can be checked for pods (never terminated): the groups stay usable for scale-up.
             details = {}
             fail(err)
+        wanted_activities = [name for name, asg in asgs.items() if name in activities_for
+                             and (name in self._activities_always or _launch_outstanding(asg))]
+        activities = {name: (value, err) for name, value, err in fanout.each(
+            lambda name: self._activities(asgs[name]["AutoScalingGroupName"], now), wanted_activities,
+            self._in_flight)}
         out: dict[str, GroupState] = {}
         for name, asg in asgs.items():
-            last, shortage = None, False
-            if name in activities_for:
-                try:
-                    last, shortage = self._activities(asg["AutoScalingGroupName"], now)
-                except PolicyError as err:
-                    fail(err)  # cooldown and shortage unknown: the group is not usable this tick
-                    continue
+            seen, problem = activities.get(name, (None, None))
+            if problem is not None:
+                fail(_policy_error(problem))  # cooldown and shortage unknown: the group is not usable this tick
+                continue
+            last, shortage = seen if seen is not None else (None, False)
             out[name] = _state(name, asg, "DELETING" if asg.get("Status") == ASG_DELETING else "ACTIVE", last,
                                shortage, details)
         return out
@@ -168,41 +192,78 @@ class AwsNodeGroups:
         """The group read again just before the tick changes it: its EKS status (only DescribeNodegroup reports an
         update in progress) and its Auto Scaling group's size and instances now. Raises PolicyError when either
         cannot be read, or the Auto Scaling group EKS names does not exist (then nothing may change it)."""
-        ng = self._call("EKS DescribeNodegroup", self._eks.describe_nodegroup, clusterName=self._cluster,
-                        nodegroupName=name)["nodegroup"]
-        status = ng.get("status", "")
-        asg_names = [a["name"] for a in (ng.get("resources") or {}).get("autoScalingGroups") or [] if a.get("name")]
-        if not asg_names:
-            raise PolicyError(f"node group {name} ({status or 'no status'}): EKS reports no Auto Scaling group; "
-                              "left unchanged")
-        resp = self._call("Auto Scaling DescribeAutoScalingGroups", self._asg.describe_auto_scaling_groups,
-                          AutoScalingGroupNames=asg_names[:1])
-        groups = resp.get("AutoScalingGroups", [])
-        if not groups:
-            raise PolicyError(f"node group {name}: its Auto Scaling group {asg_names[0]} does not exist (deleted?); "
-                              "left unchanged")
-        return _state(name, groups[0], status, None, False, {})
+        got = self.recheck_many([name])[name]
+        if isinstance(got, PolicyError):
+            raise got
+        return got
+
+    def recheck_many(self, names: list[str]) -> dict[str, GroupState | PolicyError]:
+        """`recheck` of every group at once: one DescribeNodegroup per group (EKS has no batch form), side by side,
+        then their Auto Scaling groups in one DescribeAutoScalingGroups per 50 names. Each group that cannot be
+        read again gets the PolicyError that says why, in its place (nothing may change it)."""
+        out: dict[str, GroupState | PolicyError] = {}
+        described: dict[str, tuple[str, str]] = {}  # node group -> (EKS status, its ASG's name)
+        for name, ng, err in fanout.each(lambda n: self._call(
+                "EKS DescribeNodegroup", self._eks.describe_nodegroup, clusterName=self._cluster,
+                nodegroupName=n)["nodegroup"], list(dict.fromkeys(names)), self._in_flight):
+            if err is not None or ng is None:
+                out[name] = _policy_error(err or PolicyError("EKS DescribeNodegroup: no answer"))
+                continue
+            status = ng.get("status", "")
+            asg_names = [a["name"] for a in (ng.get("resources") or {}).get("autoScalingGroups") or []
+                         if a.get("name")]
+            if not asg_names:
+                out[name] = PolicyError(f"node group {name} ({status or 'no status'}): EKS reports no Auto Scaling "
+                                        "group; left unchanged")
+                continue
+            described[name] = (status, asg_names[0])
+        by_asg: dict[str, dict] = {}
+        failed: dict[str, PolicyError] = {}
+        for chunk, groups, err in fanout.each(lambda chunk: self._call(
+                "Auto Scaling DescribeAutoScalingGroups", self._asg.describe_auto_scaling_groups,
+                AutoScalingGroupNames=chunk, MaxRecords=NAMES_PER_READ).get("AutoScalingGroups", []),
+                _chunks(sorted({asg for _, asg in described.values()}), NAMES_PER_READ), self._in_flight):
+            for asg_name in chunk:
+                if err is not None:
+                    failed[asg_name] = _policy_error(err)
+            for g in groups or ():
+                by_asg[g["AutoScalingGroupName"]] = g
+        for name, (status, asg_name) in described.items():
+            if asg_name in failed:
+                out[name] = failed[asg_name]
+            elif asg_name not in by_asg:
+                out[name] = PolicyError(f"node group {name}: its Auto Scaling group {asg_name} does not exist "
+                                        "(deleted?); left unchanged")
+            else:
+                out[name] = _state(name, by_asg[asg_name], status, None, False, {})
+        return out
 
     def _describe_instances(self, ids: list[str]) -> dict[str, tuple[datetime | None, str]]:
         # An instance-id *filter*, not InstanceIds: an instance the Auto Scaling group launched seconds ago may
         # not be visible to EC2's API yet, and InstanceIds fails the whole call (InvalidInstanceID.NotFound) for
         # it, which would hold every pool for the tick. A filter just leaves it out (it counts as just launched).
         out = {}
-        for chunk in _chunks(sorted(ids), 200):  # EC2 accepts at most 200 values per filter
-            token = None
-            while True:
-                kwargs = {"Filters": [{"Name": "instance-id", "Values": chunk}]}
-                if token:
-                    kwargs["NextToken"] = token
-                resp = self._call("EC2 DescribeInstances", self._ec2.describe_instances, **kwargs)
-                for res in resp.get("Reservations", []):
-                    for inst in res.get("Instances", []):
-                        launched = inst.get("LaunchTime")
-                        out[inst["InstanceId"]] = (_utc(launched) if launched else None, inst.get("PrivateDnsName", ""))
-                token = resp.get("NextToken")
-                if not token:
-                    break
+        # EC2 accepts at most 200 values per filter; the chunks side by side, the first failure fails the read
+        for _, part, err in fanout.each(self._instances, _chunks(sorted(ids), 200), self._in_flight):
+            if err is not None:
+                raise _policy_error(err)
+            out.update(part or {})
         return out
+
+    def _instances(self, chunk: list[str]) -> dict[str, tuple[datetime | None, str]]:
+        out, token = {}, None
+        while True:
+            kwargs = {"Filters": [{"Name": "instance-id", "Values": chunk}]}
+            if token:
+                kwargs["NextToken"] = token
+            resp = self._call("EC2 DescribeInstances", self._ec2.describe_instances, **kwargs)
+            for res in resp.get("Reservations", []):
+                for inst in res.get("Instances", []):
+                    launched = inst.get("LaunchTime")
+                    out[inst["InstanceId"]] = (_utc(launched) if launched else None, inst.get("PrivateDnsName", ""))
+            token = resp.get("NextToken")
+            if not token:
+                return out
 
     def _activities(self, asg_name: str, now: datetime) -> tuple[datetime | None, bool]:
         resp = self._call("Auto Scaling DescribeScalingActivities", self._asg.describe_scaling_activities,
@@ -231,6 +292,20 @@ class AwsNodeGroups:
         self._call("Auto Scaling TerminateInstanceInAutoScalingGroup",
                    self._asg.terminate_instance_in_auto_scaling_group, InstanceId=instance_id,
                    ShouldDecrementDesiredCapacity=True)
+
+
+def _launch_outstanding(asg: dict) -> bool:
+    """The ASG wants more instances than it has in service: a launch is under way or failing, which is when the
+    engine reads a spot group's shortage and how long the launch has waited (policy/engine.py, spot_short). A
+    booting instance counts as outstanding here (the engine counts it as granted): a read more, never one less."""
+    in_service = sum(1 for i in asg.get("Instances", []) if i.get("LifecycleState") == IN_SERVICE)
+    return int(asg.get("DesiredCapacity", 0)) > in_service
+
+
+def _policy_error(err: Exception) -> PolicyError:
+    """What a call side by side raised: a PolicyError as it is; anything else (a bug, not AWS) as one, so that one
+    failed item is reported and the others are kept."""
+    return err if isinstance(err, PolicyError) else PolicyError(f"{type(err).__name__}: {err}")
 
 
 def _tag(asg: dict, key: str) -> str:

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import threading
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Callable
 
-from policy import capacity_blocks, closing, emf, loan_usage, notifications, tick_state
+from policy import capacity_blocks, closing, emf, fanout, loan_usage, notifications, tick_state
 from policy.deadline import MESSAGE as DEADLINE_MESSAGE
 from policy.deadline import Deadline
 from policy.engine import decide
@@ -107,30 +108,84 @@ def observe(settings: Settings, ports: Ports, state: dict, now: datetime, errors
             return False
         return True
 
+    read = _with_own_changes(_read_groups(settings, ports, now, record, in_time), state, now)
+    if node_names is not None:
+        node_names.update({i.instance_id: i.node_name for gs in read.values() for i in gs.instances})
+    series = _read_utilization(settings, ports, read, now, record, in_time)
+    pods = _read_pods(settings, ports, now, record, in_time)
+    rhythm = _rhythm_rates(settings, state, pods.arrivals, now)
+    displaced = _displaced(settings, ports, read, pods.pending is not None, leaving, record, in_time)
+    scopes: dict[str, str | None] = {}
+    if settings.budget_monthly_usd is not None:
+        scopes[ENV_SCOPE] = settings.budget_name
+    for ps in settings.pools:  # every pool, budget or not: the running estimate feeds the spend metrics
+        scopes[pool_scope(ps.name)] = ps.budget_name if ps.budget_monthly_usd is not None else None
+    spends = observe_spend(state, scopes, ports.budgets if in_time() else None, now, settings.budget_refresh_minutes,
+                           record, settings.aws_calls_in_flight)
+    block_dates = _block_dates(settings, ports, record, in_time)
+    quotas = _floor_quotas(settings, ports, record, in_time)
+    pools = []
+    for ps in settings.pools:
+        groups, nodes = _pool_groups_and_nodes(ps, read, series, pods.bound, leaving, now)
+        pools.append(PoolObservation(ps.name, groups, nodes,
+                                     None if pods.pending is None else pods.pending.get(ps.name, ())
+                                     + tuple(displaced.get(ps.name, ())),
+                                     spends.get(pool_scope(ps.name)),
+                                     None if pods.arrivals is None else pods.arrivals.get(ps.name, ()),
+                                     rhythm.get(ps.name), floor_quota_gpus=quotas.get(ps.name),
+                                     pending_gangs=pods.gangs.get(ps.name, ()),
+                                     on_demand_only_pod_gpus=None if pods.off_spot is None
+                                     else pods.off_spot.get(ps.name, ()),
+                                     block_dates=block_dates.get(ps.name)))
+    return Observation(tuple(pools), spends.get(ENV_SCOPE))
+
+
+def _read_groups(settings: Settings, ports: Ports, now: datetime, record, in_time) -> dict[str, GroupState]:
+    """Every pool's groups (elastic and floor) in one batched read; each group that fails is left out (its pool
+    holds), the others are kept."""
     names, spot_groups = [], set()
     for ps in settings.pools:
         names += list(ps.elastic_groups) + ([ps.guaranteed_group] if ps.guaranteed_group else [])
         spot_groups.update(ps.spot_groups)  # every size's (policy/sizes.py)
-    read = {}
-    if in_time():
-        try:  # each group that fails is left out (its pool holds), the others are kept
-            read = ports.groups.read(names, now, spot_groups, record)
-        except PolicyError as err:
-            record(err)
-    read = _with_own_changes(read, state, now)
+    if not in_time():
+        return {}
+    try:
+        return ports.groups.read(names, now, spot_groups, record)
+    except PolicyError as err:
+        record(err)
+        return {}
+
+
+def _read_utilization(settings: Settings, ports: Ports, read: dict[str, GroupState], now: datetime, record,
+                      in_time) -> dict:
     refs = [NodeRef(i.instance_id, i.node_name) for gs in read.values() for i in gs.instances
             if i.lifecycle == LIFECYCLE_IN_SERVICE]
-    if node_names is not None:
-        node_names.update({i.instance_id: i.node_name for gs in read.values() for i in gs.instances})
     window = max(max(ps.idle_timeout_minutes, ps.empty_timeout_minutes, ps.scale_up_window_minutes)
                  for ps in settings.pools)
-    series = {}
-    if refs and in_time():
-        try:
-            series = ports.utilization.read(refs, now, window)
-        except PolicyError as err:
-            record(err)
+    if not refs or not in_time():
+        return {}
+    try:
+        return ports.utilization.read(refs, now, window)
+    except PolicyError as err:
+        record(err)
+        return {}
+
+
+@dataclass
+class _Pods:
+    """What the tick knows of the pods (None: unknown)."""
     pending: dict[str, tuple[int, ...]] | None = None
+    off_spot: dict[str, tuple[int, ...]] | None = None
+    arrivals: dict[str, tuple] | None = None
+    gangs: dict[str, tuple] = field(default_factory=dict)
+    bound: dict[str, int] | None = None
+
+
+def _read_pods(settings: Settings, ports: Ports, now: datetime, record, in_time) -> _Pods:
+    """Pending demand, the pods that may not run on spot, recent arrivals, gangs and GPU pods per node: one pod list
+    read (policy/kube.py), each view of it unknown on its own failure."""
+    out = _Pods()
+    names = [ps.name for ps in settings.pools]
     # Only pods that could run on a pool's elastic groups are demand for them (floor-pinned work is not).
     shapes = {ps.name: elastic_shapes(ps.name, ps.spot_group is not None, ps.on_demand_group is not None)
               for ps in settings.pools}
@@ -142,99 +197,92 @@ def observe(settings: Settings, ports: Ports, state: dict, now: datetime, errors
                      for ps in settings.pools}
     if ports.pods is None:
         record(PolicyError("Kubernetes API not configured or its endpoint unknown: pending pods are unknown"))
-    elif in_time():
-        try:
-            pending = ports.pods.pending_gpus([ps.name for ps in settings.pools], demand_shapes)
-        except PolicyError as err:
-            record(err)
-    off_spot: dict[str, tuple[int, ...]] | None = None
-    if pending is not None and in_time():
+        return out
+    if not in_time():
+        return out
+    try:
+        out.pending = ports.pods.pending_gpus(names, demand_shapes)
+    except PolicyError as err:
+        record(err)
+        return out
+    if in_time():
         try:  # the same pod list again: which pending pods may not run on spot
-            off_spot = ports.pods.pending_on_demand_only([ps.name for ps in settings.pools], demand_shapes)
+            out.off_spot = ports.pods.pending_on_demand_only(names, demand_shapes)
         except PolicyError as err:
             record(err)  # unknown: every pending pod counts spot-first, as before this was read
-    arrivals: dict[str, tuple] | None = None
-    if pending is not None and in_time():
+    if in_time():
         window = max(ps.arrival_window_minutes for ps in settings.pools)
         try:
-            arrivals = ports.pods.gpu_pod_arrivals([ps.name for ps in settings.pools],
-                                                   now - timedelta(minutes=window), shapes)
+            out.arrivals = ports.pods.gpu_pod_arrivals(names, now - timedelta(minutes=window), shapes)
         except PolicyError as err:
             record(err)  # unknown arrivals keep no idle node warm: they go as before, once idle
-    gangs: dict[str, tuple] = {}
-    if pending is not None and in_time():
+    if in_time():
         try:  # the same pod list again: which pending pods start only together (policy/gangs.py)
-            gangs = ports.pods.pending_gangs([ps.name for ps in settings.pools], demand_shapes)
+            out.gangs = ports.pods.pending_gangs(names, demand_shapes)
         except PolicyError as err:
             record(err)  # unknown gangs: every pending pod counts on its own, as before gangs were read
-    bound: dict[str, int] | None = None
-    if pending is not None:
-        try:  # the same pod list as the pending pods: no extra call
-            bound = ports.pods.gpu_pods_by_node()
-        except PolicyError as err:
-            record(err)
-    rhythm = _rhythm_rates(settings, state, arrivals, now)
-    displaced: dict[str, list[int]] = {}
-    if leaving and pending is not None and ports.nodes is not None:
-        for ps in settings.pools:
-            for gname in ps.elastic_groups:
-                gs = read.get(gname)
-                for inst in gs.instances if gs is not None else ():
-                    if inst.instance_id not in leaving or not inst.node_name or not in_time():
-                        continue
-                    try:
-                        displaced.setdefault(ps.name, []).extend(ports.nodes.node_pod_gpus(inst.node_name))
-                    except PolicyError as err:
-                        record(err)  # its pods stay unseen: replaced when they come back pending
-    scopes: dict[str, str | None] = {}
-    if settings.budget_monthly_usd is not None:
-        scopes[ENV_SCOPE] = settings.budget_name
-    for ps in settings.pools:  # every pool, budget or not: the running estimate feeds the spend metrics
-        scopes[pool_scope(ps.name)] = ps.budget_name if ps.budget_monthly_usd is not None else None
-    spends = observe_spend(state, scopes, ports.budgets if in_time() else None, now, settings.budget_refresh_minutes,
-                           record)
+    try:  # the same pod list as the pending pods: no extra call
+        out.bound = ports.pods.gpu_pods_by_node()
+    except PolicyError as err:
+        record(err)
+    return out
 
-    block_dates = _block_dates(settings, ports, record, in_time)
-    quotas: dict[str, int] = {}  # Capacity Block pools with Kueue: their floor flavor's quota now
+
+def _displaced(settings: Settings, ports: Ports, read: dict[str, GroupState], pods_known: bool,
+               leaving: frozenset[str], record, in_time) -> dict[str, list[int]]:
+    """The GPU pods on instances under a spot notice, per pool: pending work from now on."""
+    displaced: dict[str, list[int]] = {}
+    if not leaving or not pods_known or ports.nodes is None:
+        return displaced
+    for ps in settings.pools:
+        for gname in ps.elastic_groups:
+            gs = read.get(gname)
+            for inst in gs.instances if gs is not None else ():
+                if inst.instance_id not in leaving or not inst.node_name or not in_time():
+                    continue
+                try:
+                    displaced.setdefault(ps.name, []).extend(ports.nodes.node_pod_gpus(inst.node_name))
+                except PolicyError as err:
+                    record(err)  # its pods stay unseen: replaced when they come back pending
+    return displaced
+
+
+def _floor_quotas(settings: Settings, ports: Ports, record, in_time) -> dict[str, int]:
+    """Capacity Block pools with Kueue: their floor flavor's quota now (unknown: left as it is this tick)."""
+    quotas: dict[str, int] = {}
     for ps in settings.pools:
         if ps.capacity_block_queue and capacity_blocks.is_block(ps) and ports.queues is not None and in_time():
             try:
                 quotas[ps.name] = ports.queues.floor_quota(ps.capacity_block_queue_api, ps.capacity_block_queue,
                                                            ps.capacity_block_flavor)
             except PolicyError as err:
-                record(err)  # unknown quota: left as it is this tick
-    pools = []
-    for ps in settings.pools:
-        groups, nodes = [], []
-        for gname in ps.elastic_groups + ((ps.guaranteed_group,) if ps.guaranteed_group else ()):
-            gs = read.get(gname)
-            if gs is None:
-                continue
-            if gname in ps.elastic_groups or (gname == ps.guaranteed_group and capacity_blocks.is_block(ps)):
-                groups.append(gs.group)  # a Capacity Block's group too: the policy keeps its window
-            for inst in gs.instances:
-                s = series.get(inst.instance_id)
-                nodes.append(Node(
-                    inst.instance_id, gname,
-                    inst.launched_at or now,  # unknown launch time = just launched: never idle on a guess
-                    LIFECYCLE_LEAVING if inst.instance_id in leaving else inst.lifecycle,
-                    s.max_over(now, ps.idle_timeout_minutes) if s else None,
-                    s.avg_over(now, ps.scale_up_window_minutes) if s else None,
-                    s.reserved_max_over(now, ps.empty_timeout_minutes) if s else None,
-                    s.max_over(now, ps.empty_timeout_minutes) if s else None,
-                    bound.get(inst.node_name, 0) if bound is not None and inst.node_name else None,
-                    instance_type=inst.instance_type,
-                ))
-        pools.append(PoolObservation(ps.name, tuple(groups), tuple(nodes),
-                                     None if pending is None else pending.get(ps.name, ())
-                                     + tuple(displaced.get(ps.name, ())),
-                                     spends.get(pool_scope(ps.name)),
-                                     None if arrivals is None else arrivals.get(ps.name, ()),
-                                     rhythm.get(ps.name), floor_quota_gpus=quotas.get(ps.name),
-                                     pending_gangs=gangs.get(ps.name, ()),
-                                     on_demand_only_pod_gpus=None if off_spot is None else off_spot.get(ps.name, ()),
-                                     block_dates=block_dates.get(ps.name)))
-    return Observation(tuple(pools), spends.get(ENV_SCOPE))
+                record(err)
+    return quotas
+
+
+def _pool_groups_and_nodes(ps, read: dict[str, GroupState], series: dict, bound: dict[str, int] | None,
+                           leaving: frozenset[str], now: datetime) -> tuple[tuple, tuple]:
+    groups, nodes = [], []
+    for gname in ps.elastic_groups + ((ps.guaranteed_group,) if ps.guaranteed_group else ()):
+        gs = read.get(gname)
+        if gs is None:
+            continue
+        if gname in ps.elastic_groups or (gname == ps.guaranteed_group and capacity_blocks.is_block(ps)):
+            groups.append(gs.group)  # a Capacity Block's group too: the policy keeps its window
+        for inst in gs.instances:
+            s = series.get(inst.instance_id)
+            nodes.append(Node(
+                inst.instance_id, gname,
+                inst.launched_at or now,  # unknown launch time = just launched: never idle on a guess
+                LIFECYCLE_LEAVING if inst.instance_id in leaving else inst.lifecycle,
+                s.max_over(now, ps.idle_timeout_minutes) if s else None,
+                s.avg_over(now, ps.scale_up_window_minutes) if s else None,
+                s.reserved_max_over(now, ps.empty_timeout_minutes) if s else None,
+                s.max_over(now, ps.empty_timeout_minutes) if s else None,
+                bound.get(inst.node_name, 0) if bound is not None and inst.node_name else None,
+                instance_type=inst.instance_type,
+            ))
+    return tuple(groups), tuple(nodes)
 
 
 def _block_dates(settings: Settings, ports: Ports, record, in_time) -> dict[str, BlockDates]:
@@ -326,72 +374,150 @@ def _rhythm_rates(settings: Settings, state: dict, arrivals: dict[str, tuple] | 
 
 def _apply(settings: Settings, plan: Plan, obs: Observation, ports: Ports, result: TickResult,
            deadline: Deadline | None = None, node_names: dict[str, str] | None = None) -> None:
+    """Carry out the plan's changes. Each is first checked here (behind IAM: only the pool's elastic groups, one
+    kind of change per group, only instances observed in the group); the groups about to change are read again all
+    at once (`_recheck_all`); then each group's changes are made in the plan's order, the groups side by side (at
+    most `settings.aws_calls_in_flight` at once, policy/fanout.py). Outcomes are reported in the plan's order."""
     record = _recorder(result.errors)
     kinds: dict[str, str] = {}
-    fresh: dict[str, GroupState | None] = {}  # each group as read again before its first change (None: unreadable)
-    blind = ""  # set once the pods of a node could not be read: no further termination this tick
+    accepted: dict[str, list[Action]] = {}  # group -> its changes to make, in the plan's order
+    outcomes: dict[int, tuple[str, str]] = {}  # id(action) -> ("applied" | "failed" | "blocked", why)
     for a in plan.changes:
         ps = settings.pool(a.pool)
         if a.kind == capacity_blocks.ACTION_SET_QUOTA:
             _apply_quota(a, ps, plan, obs, ports, result, record, deadline)
             continue
-        # Defence in depth behind IAM: only this pool's elastic groups, only instances observed in them; a
-        # Capacity Block's group only for what its window allows now (policy/capacity_blocks.py).
-        if a.group not in ps.elastic_groups and not (
-                plan.decided_at is not None and capacity_blocks.may_touch(ps, a, plan.decided_at,
-                                                                          _dates(obs, a.pool))):
-            result.failed.append((a, f"refused: {a.group} is not an elastic group of {a.pool}, nor a Capacity Block "
-                                     "group inside the window that allows this action"))
+        why = _refusal(a, ps, plan, obs, kinds)
+        if why is not None:
+            outcomes[id(a)] = ("failed", why)
             continue
-        if kinds.setdefault(a.group, a.kind) != a.kind:
-            # The engine never plans this (a property test); refuse it here too: EKS applies a desired size
-            # asynchronously, so it could land after the terminations and relaunch them.
-            result.failed.append((a, f"refused: {a.group} already gets a {kinds[a.group]} this tick"))
+        accepted.setdefault(a.group or "", []).append(a)
+    fresh: dict[str, GroupState | None] = {}  # each group as read again before its first change (None: unreadable)
+    to_recheck = [g for g, acts in accepted.items() if any(a.kind in (ACTION_SET_DESIRED, ACTION_TERMINATE)
+                                                           for a in acts)]
+    if to_recheck and not (deadline is not None and deadline.expired):
+        _recheck_all(to_recheck, ports, fresh, record, settings.aws_calls_in_flight)
+    run = _GroupRun(settings, obs, ports, deadline, node_names or {}, fresh)
+    problems: list[Exception] = []
+    for _, done, err in fanout.each(run.group, list(accepted.values()), settings.aws_calls_in_flight):
+        if err is not None or done is None:  # a bug, not AWS: every change of that group counts as not applied
+            problems.append(err or PolicyError("a group's changes ended without an outcome"))
             continue
-        if a.kind in (ACTION_TERMINATE, capacity_blocks.ACTION_CHECKPOINT):
-            po = obs.pool(a.pool)
-            if not any(n.instance_id == a.instance_id and n.group == a.group for n in po.nodes):
-                result.failed.append((a, f"refused: {a.instance_id} is not in {a.group}"))
-                continue
-            if blind and a.kind == ACTION_TERMINATE:
-                result.failed.append((a, f"not terminated: {blind}"))
-                continue
-        if deadline is not None and deadline.expired:
-            record(DeadlineExceeded(DEADLINE_MESSAGE))
-            result.failed.append((a, "not applied: tick deadline reached"))
-            continue
+        outcomes.update(done[0])
+        problems.extend(done[1])
+    for err in problems:
+        record(err)
+    for a in plan.changes:
+        if a.kind == capacity_blocks.ACTION_SET_QUOTA:
+            continue  # reported by _apply_quota
+        what, why = outcomes.get(id(a), ("failed", "not applied: its group's changes were cut short"))
+        if what == "applied":
+            result.applied.append(a)
+        elif what == "blocked":
+            result.blocked.append((a, why))
+        else:
+            result.failed.append((a, why))
+
+
+def _refusal(a: Action, ps, plan: Plan, obs: Observation, kinds: dict[str, str]) -> str | None:
+    """Why `a` is refused before anything is read or written, or None. Defence in depth behind IAM: only this
+    pool's elastic groups, only instances observed in them; a Capacity Block's group only for what its window
+    allows now (policy/capacity_blocks.py)."""
+    if a.group not in ps.elastic_groups and not (
+            plan.decided_at is not None and capacity_blocks.may_touch(ps, a, plan.decided_at, _dates(obs, a.pool))):
+        return (f"refused: {a.group} is not an elastic group of {a.pool}, nor a Capacity Block group inside the "
+                "window that allows this action")
+    if kinds.setdefault(a.group or "", a.kind) != a.kind:
+        # The engine never plans this (a property test); refuse it here too: EKS applies a desired size
+        # asynchronously, so it could land after the terminations and relaunch them.
+        return f"refused: {a.group} already gets a {kinds[a.group or '']} this tick"
+    if a.kind in (ACTION_TERMINATE, capacity_blocks.ACTION_CHECKPOINT):
+        po = obs.pool(a.pool)
+        if po is None or not any(n.instance_id == a.instance_id and n.group == a.group for n in po.nodes):
+            return f"refused: {a.instance_id} is not in {a.group}"
+    return None
+
+
+def _recheck_all(groups: list[str], ports: Ports, fresh: dict[str, GroupState | None], record,
+                 in_flight: int) -> None:
+    """Every group about to change, read again at once: the port's batched `recheck_many` where it has one (one
+    DescribeNodegroup per group side by side, their Auto Scaling groups in one call per 50), else `recheck` per
+    group. A group that could not be read is None: nothing is changed on it, and the failure is reported."""
+    many = getattr(ports.groups, "recheck_many", None)
+    if many is not None:
+        try:
+            got = many(groups)
+        except PolicyError as err:
+            got = {g: err for g in groups}
+    else:
+        got = {g: (value if err is None else err) for g, value, err in fanout.each(ports.groups.recheck, groups,
+                                                                                   in_flight)}
+    for g in groups:
+        value = got.get(g)
+        if isinstance(value, GroupState):
+            fresh[g] = value
+        else:
+            if isinstance(value, Exception):
+                record(value if isinstance(value, PolicyError) else PolicyError(f"{type(value).__name__}: {value}"))
+            fresh[g] = None
+
+
+class _GroupRun:
+    """The changes of one group, in order, against that group as read again (`fresh`), which each change moves on
+    (so a second change to it is checked against what the first left). Groups run side by side: what they share
+    is `blind` (once the pods of a node could not be read, no further termination starts in any group)."""
+
+    def __init__(self, settings: Settings, obs: Observation, ports: Ports, deadline: Deadline | None,
+                 node_names: dict[str, str], fresh: dict[str, GroupState | None]):
+        self.settings, self.obs, self.ports, self.deadline = settings, obs, ports, deadline
+        self.node_names, self.fresh = node_names, fresh
+        self.blind = ""
+        self._lock = threading.Lock()
+
+    def group(self, acts: list[Action]) -> tuple[dict[int, tuple[str, str]], list[Exception]]:
+        outcomes: dict[int, tuple[str, str]] = {}
+        problems: list[Exception] = []
+        for a in acts:
+            outcomes[id(a)] = self._one(a, problems)
+        return outcomes, problems
+
+    def _one(self, a: Action, problems: list[Exception]) -> tuple[str, str]:
+        if a.kind == ACTION_TERMINATE and self.blind:
+            return "failed", f"not terminated: {self.blind}"
+        if self.deadline is not None and self.deadline.expired:
+            problems.append(DeadlineExceeded(DEADLINE_MESSAGE))
+            return "failed", "not applied: tick deadline reached"
         if a.kind in (ACTION_SET_DESIRED, ACTION_TERMINATE):
-            why = _recheck(a, ports, fresh, record)
+            why = _verdict(a, self.fresh)
             if why is not None:
-                result.failed.append((a, why))
-                continue
+                return "failed", why
+        ports = self.ports
         try:
             if a.kind == ACTION_SET_DESIRED:
-                ports.groups.set_desired(a.group, a.desired_to)
-                _after_change(fresh, a.group, lambda gs: dataclasses.replace(
+                ports.groups.set_desired(a.group, a.desired_to)  # type: ignore[arg-type]  # _verdict: both set
+                _after_change(self.fresh, a.group, lambda gs: dataclasses.replace(
                     gs, group=dataclasses.replace(gs.group, desired_nodes=a.desired_to)))
             elif a.kind == capacity_blocks.ACTION_CHECKPOINT:
-                why = _checkpoint(a, ports, (node_names or {}).get(a.instance_id, ""), settings.pool(a.pool),
-                                  _dates(obs, a.pool))
+                why = _checkpoint(a, ports, self.node_names.get(a.instance_id, ""), self.settings.pool(a.pool),
+                                  _dates(self.obs, a.pool))
                 if why is not None:
-                    result.failed.append((a, why))
-                    continue
+                    return "failed", why
             elif a.kind == ACTION_TERMINATE:
-                why = _guard_and_terminate(a, ports, (node_names or {}).get(a.instance_id, ""))
+                why = _guard_and_terminate(a, ports, self.node_names.get(a.instance_id, ""))
                 if why is not None:
-                    result.blocked.append((a, why))
-                    continue
-                _after_change(fresh, a.group, lambda gs: GroupState(
+                    return "blocked", why
+                _after_change(self.fresh, a.group, lambda gs: GroupState(
                     dataclasses.replace(gs.group, desired_nodes=max(0, gs.group.desired_nodes - 1)),
                     tuple(i for i in gs.instances if i.instance_id != a.instance_id)))
-            result.applied.append(a)
+            return "applied", ""
         except _Blind as err:
-            blind = str(err)
-            result.failed.append((a, f"not terminated: {blind}"))
-            record(err.cause)
+            with self._lock:
+                self.blind = self.blind or str(err)
+            problems.append(err.cause)
+            return "failed", f"not terminated: {err}"
         except PolicyError as err:
-            result.failed.append((a, f"{type(err).__name__}: {err}"))
-            record(err)
+            problems.append(err)
+            return "failed", f"{type(err).__name__}: {err}"
 
 
 def _after_change(fresh: dict[str, GroupState | None], group: str | None, change) -> None:
@@ -401,21 +527,16 @@ def _after_change(fresh: dict[str, GroupState | None], group: str | None, change
         fresh[group] = change(gs)
 
 
-def _recheck(a: Action, ports: Ports, fresh: dict[str, GroupState | None], record) -> str | None:
-    """Why `a` may not be carried out on its group as read again just now, or None. The tick's read is seconds old
-    by now (metrics, pods, a cordon in between), and the batched read cannot see an EKS update in progress: the
-    group's status and size are read again (once per group per tick) and the change is refused unless the group is
-    ACTIVE and still has the size, or the instance, the decision was made on. The next tick decides again."""
+def _verdict(a: Action, fresh: dict[str, GroupState | None]) -> str | None:
+    """Why `a` may not be carried out on its group as read again just now (`_recheck_all`), or None. The tick's
+    read is seconds old by then (metrics, pods, a cordon in between), and the batched read cannot see an EKS update
+    in progress: the group's status and size are read again (once per group per tick) and the change is refused
+    unless the group is ACTIVE and still has the size, or the instance, the decision was made on. The next tick
+    decides again."""
     group = a.group
     if group is None:  # every resize and termination names its group (model.Action); refuse one that does not
         return "refused: the change names no node group"
-    if group not in fresh:
-        try:
-            fresh[group] = ports.groups.recheck(group)
-        except PolicyError as err:
-            record(err)
-            fresh[group] = None
-    gs = fresh[group]
+    gs = fresh.get(group)
     if gs is None:
         return f"not applied: {a.group} could not be read again just before the change"
     if gs.group.status != "ACTIVE":
@@ -633,6 +754,29 @@ def _leaving(state: dict, new: tuple[str, ...], now: datetime,
     return frozenset(kept)
 
 
+def _notify(settings: Settings, plan: Plan, ports: Ports, state: dict, now: datetime, result: TickResult) -> None:
+    """Notify what was done (an action that failed or that a pod on the node forbade did not happen), every message
+    of the tick in as few calls as the publisher allows (notifications.publish_all)."""
+    if ports.publisher is None:
+        return
+    not_done = {id(a) for a, _ in result.failed} | {id(a) for a, _ in result.blocked}
+    messages = []
+    for d in plan.decisions:
+        ps = settings.pool(d.pool)
+        if not_done:
+            d = dataclasses.replace(d, actions=tuple(a for a in d.actions if id(a) not in not_done))
+        for kind in notifications.kinds_of(d):
+            if not notifications.due(state, f"{d.pool}:{kind}", now, settings.notify_min_interval_minutes):
+                continue
+            budget = ps.budget_monthly_usd if ps.budget_monthly_usd is not None else settings.budget_monthly_usd
+            messages.append(notifications.render(kind, settings.environment, d, budget, plan.dry_run))
+    for msg, err in zip(messages, notifications.publish_all(ports.publisher, [(m.subject, m.body) for m in messages])):
+        if err is None:
+            result.notified.append(msg.subject)
+        else:
+            _recorder(result.errors)(err)
+
+
 def _run(settings: Settings, ports: Ports, now: datetime, log: Callable[[str], None], deadline: Deadline | None,
          persist: bool, errors: list[str], leaving: tuple[str, ...] = ()) -> TickResult:
     state, version = {}, 0
@@ -685,23 +829,7 @@ def _run(settings: Settings, ports: Ports, now: datetime, log: Callable[[str], N
     # keeps it until it clears).
     loan_lines = loan_usage.tick_lines(settings, ports.queues, state, now, deadline, result.errors, log)
 
-    # Notify what was done: an action that failed or that a pod on the node forbade did not happen.
-    not_done = {id(a) for a, _ in result.failed} | {id(a) for a, _ in result.blocked}
-    for d in plan.decisions:
-        ps = settings.pool(d.pool)
-        if not_done:
-            d = dataclasses.replace(d, actions=tuple(a for a in d.actions if id(a) not in not_done))
-        for kind in notifications.kinds_of(d):
-            if ports.publisher is None or not notifications.due(state, f"{d.pool}:{kind}", now,
-                                                                settings.notify_min_interval_minutes):
-                continue
-            budget = ps.budget_monthly_usd if ps.budget_monthly_usd is not None else settings.budget_monthly_usd
-            msg = notifications.render(kind, settings.environment, d, budget, plan.dry_run)
-            try:
-                ports.publisher.publish(msg.subject, msg.body)
-                result.notified.append(msg.subject)
-            except PolicyError as err:
-                _recorder(result.errors)(err)
+    _notify(settings, plan, ports, state, now, result)
     if result.errors and ports.publisher is not None and notifications.due(
             state, "all:error", now, settings.notify_min_interval_minutes):
         msg = notifications.render_error(settings.environment, "; ".join(result.errors)[:1000])

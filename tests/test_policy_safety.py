@@ -166,16 +166,19 @@ def test_budgets_access_denied_is_an_error_and_the_estimate_still_drains():
     assert ports.groups.writes == [("terminate", "i-idle0")], "the busy node is never drained"
 
 
-def test_every_client_has_timeouts_and_standard_retries(monkeypatch):
+def test_every_client_has_timeouts_and_adaptive_retries(monkeypatch):
+    """Adaptive (issue 41): standard retries plus botocore's client-side rate limiter once AWS throttles, since a
+    tick's calls run side by side; a pooled connection for each call in flight."""
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
     monkeypatch.setattr(handler, "_session", None)
     session = handler._warm_session()
     for service in ("eks", "autoscaling", "ec2", "cloudwatch", "budgets", "dynamodb", "sns", "sts"):
         cfg = handler._client(session, service).meta.config
         assert cfg.connect_timeout == handler.CONNECT_TIMEOUT_S and cfg.read_timeout == handler.READ_TIMEOUT_S
-        assert cfg.retries["mode"] == "standard"
+        assert cfg.retries["mode"] == "adaptive"
         # total_max_attempts counts the first try (botocore's "max_attempts" would count retries only)
-        assert cfg.retries == {"mode": "standard", "total_max_attempts": handler.MAX_ATTEMPTS}
+        assert cfg.retries == {"mode": "adaptive", "total_max_attempts": handler.MAX_ATTEMPTS}
+        assert cfg.max_pool_connections >= 32  # config.Policy.aws_calls_in_flight's maximum
     # one call in flight past the deadline plus the final state write still end before Lambda's timeout
     from stacks.policy_function.function import TIMEOUT_SECONDS
 

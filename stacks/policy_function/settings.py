@@ -263,4 +263,5 @@ def settings_for(cfg: GpuLoanConfig, cluster_name: str, group_names: dict[str, G
         reserved_metric=cfg.policy.reserved_metric,
         budget_refresh_minutes=cfg.policy.budget_refresh_minutes,
         notify_min_interval_minutes=cfg.policy.notify_min_interval_minutes,
+        aws_calls_in_flight=cfg.policy.aws_calls_in_flight,
     )
