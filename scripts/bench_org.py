@@ -306,6 +306,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sim-scenarios", default=",".join(SIM_SCENARIOS), metavar="NAMES",
                         help=f"simulated model: scenarios, comma-separated (default {','.join(SIM_SCENARIOS)}; "
                              "spot-shortage adds three simulations per rotation and seed)")
+    parser.add_argument("--rotations", default="1,2,3", metavar="LIST",
+                        help="tier rotations, comma-separated (default 1,2,3; one rotation for a quick check)")
     parser.add_argument("--workers", type=int, default=2, help="processes (default 2)")
     parser.add_argument("--plot", default=str(REPO / "docs" / "bench-org.png"), help="the picture (PNG)")
     parser.add_argument("--smoke", action="store_true",
@@ -319,7 +321,12 @@ def main(argv: list[str] | None = None) -> int:
     from sim import fluid, org_advisor, org_demand
 
     days, sizing_days, lookback_days, levels = org_demand.ITP_DAYS, SIZING_DAYS, LOOKBACK_DAYS, LEVELS
-    rotations = range(len(org_demand.ROTATIONS))
+    try:
+        rotations = sorted({int(x) - 1 for x in args.rotations.split(",") if x.strip()})
+    except ValueError:
+        parser.error(f"--rotations {args.rotations}: numbers 1-{len(org_demand.ROTATIONS)}, comma-separated")
+    if not rotations or not all(0 <= r < len(org_demand.ROTATIONS) for r in rotations):
+        parser.error(f"--rotations {args.rotations}: numbers 1-{len(org_demand.ROTATIONS)}, comma-separated")
     seeds, sim_seeds = range(1, args.seeds + 1), range(1, args.sim_seeds + 1)
     if args.smoke:
         days, sizing_days, lookback_days, levels = (1, 3), 1, 7, (GOAL_LEVEL,)

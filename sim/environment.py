@@ -36,8 +36,9 @@ What is modelled (docs/simulator.md, "An environment"; the Kueue semantics in do
 - Spot events: each pool has its own common-random-number streams, drawn from the seed and the pool's name
   (`pool_stream`), so every policy and every floor meets the same events in the same pool.
 - Job classes: a pool's tier gives the default (production: every job is production; other tiers: none);
-  `service_target.production_share_pct` makes that share of the pool's jobs production, picked per job id by a
-  seeded hash (stable: the same jobs whatever the floors or the policy). Production jobs never run on spot
+  `service_target.production_share_pct` makes that share of the pool's jobs production, picked per job by the
+  seeded hash of sim/job_class.py that floor sizing and the fluid bound use too (stable: the same jobs whatever
+  the floors or the policy). Production jobs never run on spot
   (unless the pool is in scheduling.kueue.production_spot_pools) and never on borrowed capacity, so a reclaim
   never preempts them. A demand series (no jobs) is all production when its share is 100 % (a production
   pool's default), else all interruptible; it fills its own nodes as in a single-pool run.
@@ -76,7 +77,6 @@ capacity), fair sharing, a borrower's job spanning flavors.
 
 from __future__ import annotations
 
-import hashlib
 import heapq
 import math
 import time
@@ -84,6 +84,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from pricing.sources import catalog
+from sim.job_class import production_flags  # the one classifier: floors and the fluid bound use it too
 from sim.engine import (
     FILL_RANK,
     GUARANTEED,
@@ -101,7 +102,7 @@ from sim.runner import elastic_oracle_gpu_hours, metrics_of, oracle_gpu_hours, p
 from sim.traces import JobsTrace
 from config.config_terms import Reservation, Tier
 from stacks.kubernetes.tenancy import PRIORITY_VALUES
-from config.scheduling import FLOOR, plan, production_work_on_spot
+from config.scheduling import FLOOR, plan, production_queue, production_share_pct, production_work_on_spot
 
 # The billing model's purchase kinds (pricing/cost_model/billing.py): a floor is reserved capacity (an ODCR, or a
 # fixed node group billed at the same on-demand rate), a Capacity Block its own kind; elastic nodes spot or on-demand.
@@ -140,44 +141,23 @@ def sharing_of(cfg) -> dict[str, PoolSharing]:
     units = cfg.gpu_operator.time_slicing_replicas or 1
     flavors = {f.name: f for f in p.flavors}
     out: dict[str, PoolSharing] = {}
-    for q in p.queues:
-        lendable, lenders, limits = 0, [], {}
+    found: dict[str, tuple[list, list, dict]] = {}
+    for q in p.queues:  # a pool's queue, then its production queue where it has one (both read)
+        lendable, lenders, limits = found.setdefault(q.pool, ([0], [], {}))
         for entry in q.flavors:
             f = flavors[entry.flavor]
             if f.kind != FLOOR:
                 continue
             if f.pool == q.pool:
-                lend = entry.nominal_gpus if entry.lending_limit_gpus is None else entry.lending_limit_gpus
-                lendable = lend // units
+                if entry.nominal_gpus:  # the queue that holds the floor's quota (its production queue if any)
+                    lend = entry.nominal_gpus if entry.lending_limit_gpus is None else entry.lending_limit_gpus
+                    lendable[0] = lend // units
             else:
                 lenders.append(f.pool)
                 lim = entry.borrowing_limit_gpus
                 limits[f.pool] = None if lim is None else lim // units
-        out[q.pool] = PoolSharing(lendable, tuple(lenders), limits)
-    return out
-
-
-def production_share_pct(pool) -> float:
-    """The pool's production share in percent: its service target's, else 100 for a production-tier pool and 0 for
-    the others (the one reading of it: the simulator and the floor advisor)."""
-    share = pool.service_target.production_share_pct
-    if share is None:
-        return 100.0 if pool.tier == Tier.production else 0.0
-    return float(share)
-
-
-def production_flags(trace: JobsTrace, share_pct: float, seed: int, pool: str) -> list[bool] | None:
-    """Which jobs are production: a share of the jobs picked by a seeded hash of each job id (stable per job:
-    the same jobs whatever the floors or the policy). None when no job is."""
-    if share_pct <= 0:
-        return None
-    if share_pct >= 100:
-        return [True] * len(trace.jobs)
-    cut = share_pct / 100 * 2 ** 64
-    out = []
-    for k, j in enumerate(trace.jobs):
-        digest = hashlib.blake2b(f"{seed}/{pool}/{j.job_id}/{k}".encode(), digest_size=8).digest()
-        out.append(int.from_bytes(digest, "big") < cut)
+    for name, (lendable, lenders, limits) in found.items():
+        out[name] = PoolSharing(lendable[0], tuple(lenders), limits)
     return out
 
 
@@ -678,7 +658,7 @@ class Environment:
             trace = demands[p.name]
             share = production_share_pct(p)
             if isinstance(trace, JobsTrace):
-                production = production_flags(trace, share, settings.seed, p.name)
+                production = production_flags(trace, share / 100, settings.seed, p.name)
             else:
                 production = [True] if share >= 100 else None
             if spec.floor_nodes != (p.guaranteed.nodes if p.guaranteed else 0):
@@ -703,8 +683,14 @@ class Environment:
             kept_off_spot = w.production is not None and not w.production_on_spot and sim.spec.has_spot
             # A production pool with a floor and interruptible jobs of its own: its ClusterQueue preempts lower
             # priority (config/scheduling.py preempt_lower_priority), its interruptible jobs run below production.
-            w.priority_within = (self.cfg.pool(name).tier == Tier.production and w.production is not None
-                                 and not all(w.production) and sim.spec.floor_nodes > 0)
+            # A pool of another tier with production work has a production queue that holds the floor's quota
+            # (config/scheduling.py production_queue): its interruptible queue borrows the idle floor, and the
+            # production queue admits first (it fits its nominal quota) and reclaims the floor from it
+            # (reclaimWithinCohort: Any): the same order and the same preemption on the floor.
+            pool_cfg = self.cfg.pool(name)
+            w.priority_within = ((pool_cfg.tier == Tier.production or (
+                self.cfg.scheduling.kueue.enabled and production_queue(self.cfg, pool_cfg)))
+                and w.production is not None and not all(w.production) and sim.spec.floor_nodes > 0)
             w.plain = not w.lenders and not kept_off_spot and not w.priority_within
         # Groups of pools that can influence each other (connected by lending): they skip quiet minutes together.
         parent = {n: n for n in self.pools}

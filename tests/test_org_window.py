@@ -291,7 +291,7 @@ def test_production_waiting_within_its_floor_preempts_the_pools_own_interruptibl
     from sim.environment import production_flags
 
     traces = {"prod": _jobs("prod", [(24.4, 10, 1), (25, 0.5, 1), (26, 2, 1)]), "exp": _jobs("exp", [(3, 1, 1)])}
-    assert production_flags(traces["prod"], 50, CALM.seed, "prod") == [False, False, True]
+    assert production_flags(traces["prod"], 0.5, CALM.seed, "prod") == [False, False, True]
     short = SimSettings(spot_interruptions_per_month=0.0, on_demand_unavailable_windows=((SIZING * 60, HOURS * 60),))
     figures, windows = {}, {}
     for controller, floors in (("gpuloan", {"prod": 1, "exp": 0}), ("karpenter", {"prod": 0, "exp": 0})):
@@ -322,7 +322,7 @@ def test_production_pool_admits_its_production_jobs_before_its_interruptible_one
     rows = [(1, 0.5, 1), (1.5, 0.5, 1), (24.5, 2, 1), (25, 3, 1), (25.1, 3, 1), (25.2, 3, 1), (25.3, 3, 1),
             (25.5, 1, 1)]
     traces = {"prod": _jobs("prod", rows), "exp": _jobs("exp", [(3, 1, 1)])}
-    assert production_flags(traces["prod"], 50, CALM.seed, "prod") == [False, False, True] + [False] * 4 + [True]
+    assert production_flags(traces["prod"], 0.5, CALM.seed, "prod") == [False, False, True] + [False] * 4 + [True]
     short = SimSettings(spot_interruptions_per_month=0.0, on_demand_unavailable_windows=((SIZING * 60, HOURS * 60),))
     cfg = org_advisor.setup_config(_cfg(50), {"prod": 1, "exp": 0}, lend=True)
     res = simulate_environment(cfg, traces, KARPENTER["gpuloan"], short, HOURS * 60, window_from_minute=SIZING * 60)
@@ -341,7 +341,7 @@ def test_production_jobs_arriving_together_take_the_free_floor_node_and_preempt_
 
     rows = [(0.5, 0.5, 1), (24.2, 10, 1)] + [(25, 2, 1)] * 6
     traces = {"prod": _jobs("prod", rows), "exp": _jobs("exp", [(3, 1, 1)])}
-    assert production_flags(traces["prod"], 50, CALM.seed, "prod") == [False, False, True] + [False] * 4 + [True]
+    assert production_flags(traces["prod"], 0.5, CALM.seed, "prod") == [False, False, True] + [False] * 4 + [True]
     short = SimSettings(spot_interruptions_per_month=0.0, on_demand_unavailable_windows=((SIZING * 60, HOURS * 60),))
     cfg = org_advisor.setup_config(_cfg(50), {"prod": 2, "exp": 0}, lend=True)
     res = simulate_environment(cfg, traces, KARPENTER["gpuloan"], short, HOURS * 60, window_from_minute=SIZING * 60)
