@@ -176,24 +176,6 @@ def test_the_most_recently_admitted_borrower_is_preempted_first():
     assert res.pools["borrower"]["reclaim_lost_gpu_hours"] == round(25 / 60, 3)
 
 
-def test_the_owner_takes_back_room_on_a_node_where_its_job_fits():
-    # 4-GPU nodes: two borrowed 1-GPU jobs, one per lender node (least allocated spreads them), leave 6 of the 8
-    # quota GPUs free but no node with 4: the owner's 4-GPU job preempts the newest borrower and starts at once
-    big = {"instance_type": "g6.12xlarge"}
-    cfg = two_teams(lender={**big, "floor": 2}, borrower={**big, "floor": 0})
-    demands = {"lender": jobs("lender", [(100, 100, 4)]),
-               "borrower": jobs("borrower", [(0, 500, 1), (10, 500, 1)])}
-    res = simulate_environment(cfg, demands, CONTROLLERS["karpenter"], replace(CALM, placement="least_allocated"),
-                               1000)
-    assert [first_placement(res, "borrower", k) for k in (0, 1)] == [("lender", GUARANTEED)] * 2
-    assert res.sims["lender"].workload.first_start == [100]
-    assert first_placement(res, "lender", 0) == ("lender", GUARANTEED)
-    assert res.pools["borrower"]["reclaim_preemptions"] == 1
-    # the newest (admitted at 10, 90 minutes run: 0 lost since its checkpoint at 90) is the one preempted
-    assert res.pools["borrower"]["reclaim_lost_gpu_hours"] == 0
-    assert res.pools["lender"]["elastic_spot_cost_usd"] == 0  # no elastic node bought for the owner's job
-
-
 def test_an_owner_gang_takes_back_whole_nodes():
     cfg = two_teams(lender={"floor": 2}, borrower={"floor": 0})
     demands = {"lender": jobs("lender", [(100, 100, 2)]),
