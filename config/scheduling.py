@@ -304,9 +304,11 @@ def pool_queues(cfg: GpuLoanConfig, pool: Pool) -> list[PoolQueue]:
     floor = [f for f in own if f.kind == FLOOR]
     split = production_queue(cfg, pool)
     prod_kind = _production_elastic_kind(cfg, pool) if split else None
-    # the interruptible queue's elastic flavor: the pool's own (spot, or on-demand for capacity on_demand)
-    elastic = [f for f in own if f.kind != FLOOR and not (split and f.kind == ON_DEMAND and prod_kind == ON_DEMAND
-                                                           and pool.elastic.capacity != ElasticCapacity.on_demand)]
+    # the interruptible queue's elastic flavor: the pool's own (spot, or on-demand for capacity on_demand), not the
+    # on-demand group added for the production queue of a pool whose elastic capacity is spot first
+    prod_only_od = split and prod_kind == ON_DEMAND and pool.elastic is not None \
+        and pool.elastic.capacity != ElasticCapacity.on_demand
+    elastic = [f for f in own if f.kind != FLOOR and not (prod_only_od and f.kind == ON_DEMAND)]
     prod_elastic = [f for f in own if f.kind == prod_kind] if prod_kind else []
     shared = {f.name for f in elastic} & {f.name for f in prod_elastic}  # one flavor both queues use
     entries: list[QueueFlavor] = []

@@ -183,9 +183,10 @@ def _sim_tables(docs, rotations, seeds, scenarios) -> bool:
                   f" | {100 * _mean([f['owned'] for f in fu]):.0f} / {100 * _mean([f['lent'] for f in fu]):.0f} % |")
     print()
     print("### Simulated: service in the report window (default scenario, mean of seeds; the same in both terms)\n")
-    print("| rotation | setup | production interruptions | reclaim preemptions (lost GPU-h) | unmet GPU-h | "
-          "unmet production GPU-h | p95 wait min production / experiment / learning |")
-    print("|---|---|---|---|---|---|---|")
+    print("| rotation | setup | production interruptions | reclaim preemptions (lost GPU-h) | priority / "
+          "kube-scheduler preemptions (lost GPU-h) | unmet GPU-h | unmet production GPU-h | p95 wait min "
+          "production / experiment / learning |")
+    print("|---|---|---|---|---|---|---|---|")
     term = TERMS[0]
     for rotation in rotations:
         for n in ("gpuloan", "karpenter", "floors-not-lent"):
@@ -196,6 +197,10 @@ def _sim_tables(docs, rotations, seeds, scenarios) -> bool:
             print(f"| {rotation + 1} | {n} | {_mean([r['production_interruptions'] for r in rows]):.1f} | "
                   f"{_mean([r['reclaim_preemptions'] for r in rows]):.1f} "
                   f"({_mean([r['reclaim_lost_gpu_hours'] for r in rows]):,.0f}) | "
+                  f"{_mean([r.get('priority_preemptions', 0) for r in rows]):.1f} / "
+                  f"{_mean([r.get('scheduler_preemptions', 0) for r in rows]):.1f} "
+                  f"({_mean([r.get('priority_lost_gpu_hours', 0) for r in rows]):,.0f} / "
+                  f"{_mean([r.get('scheduler_lost_gpu_hours', 0) for r in rows]):,.0f}) | "
                   f"{_mean([r['unmet_gpu_hours'] for r in rows]):,.0f} | "
                   f"{_mean([r['unmet_production_gpu_hours'] for r in rows]):,.0f} | {waits} |")
     print()
@@ -330,7 +335,7 @@ def main(argv: list[str] | None = None) -> int:
     seeds, sim_seeds = range(1, args.seeds + 1), range(1, args.sim_seeds + 1)
     if args.smoke:
         days, sizing_days, lookback_days, levels = (1, 3), 1, 7, (GOAL_LEVEL,)
-        rotations, seeds, sim_seeds = range(1), range(1, 2), range(1, 2)
+        rotations, seeds, sim_seeds = [0], range(1, 2), range(1, 2)
     scenarios = tuple(x.strip() for x in args.sim_scenarios.split(",") if x.strip())
     unknown = [x for x in scenarios if x not in org_advisor.SCENARIOS]
     if unknown or "default" not in scenarios:

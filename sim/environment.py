@@ -38,39 +38,35 @@ What is modelled (docs/simulator.md, "An environment"; the Kueue semantics in do
 - Job classes: a pool's tier gives the default (production: every job is production; other tiers: none);
   `service_target.production_share_pct` makes that share of the pool's jobs production, picked per job by the
   seeded hash of sim/job_class.py that floor sizing and the fluid bound use too (stable: the same jobs whatever
-  the floors or the policy). Production jobs never run on spot
-  (unless the pool is in scheduling.kueue.production_spot_pools) and never on borrowed capacity, so a reclaim
-  never preempts them. A demand series (no jobs) is all production when its share is 100 % (a production
+  the floors or the policy). Production jobs never run on spot (unless the pool is in
+  scheduling.kueue.production_spot_pools) and never on borrowed capacity, so a reclaim never preempts them: the
+  shipped queues admit them so (a production pool's queue, or a pool's production queue). A demand series (no jobs) is all production when its share is 100 % (a production
   pool's default), else all interruptible; it fills its own nodes as in a single-pool run.
-- Kueue admission, per job, in the order of its ClusterQueue's flavors (`plan(cfg)`): the pool's own floor,
-  then the idle floors its queue may borrow (plan order; interruptible jobs only), then its own elastic nodes.
-  Borrowing takes a lender's floor GPUs only while (a) the GPUs borrowed from that floor stay within its
-  lendingLimit, (b) this queue's GPUs borrowed from that floor stay within its borrowingLimit, and (c) the owner
-  has no pending job that fits its own nominal floor quota (Kueue admits a workload that fits without borrowing
-  before one that borrows). A gang (a job larger than a node) is admitted to one flavor: all its nodes on the
-  own floor, or all on one lender's floor, or on the own nodes as kube-scheduler places it.
-  Quota of the pool's own flavors is what its node groups can reach (the plan's rule), so it binds exactly where
-  the nodes do; the simulator lets the nodes bind (kube-scheduler's placement of sim/engine.py).
-- Reclaim (reclaimWithinCohort: Any, flavorFungibility whenCanPreempt: MayStopSearch): a pending job of the
-  owner that fits the owner's nominal floor quota beside the owner's own use, but finds no floor node with room,
-  preempts borrowed jobs on that floor: candidates by lowest priority first, then most recently admitted;
-  greedily until the job fits, then the set is minimized (Kueue's classic preemption). Unlike Kueue, which picks
-  victims by quota alone, the simulator picks them on the node(s) the job then starts on (the node needing the
-  fewest borrowed GPUs back; a gang takes whole nodes free of the owner's work): quota-only victims can leave the
-  room fragmented (two 1-GPU borrowers on two 4-GPU nodes keep a 4-GPU job off both), which would send the
-  owner's work to elastic nodes and charge lending for a scheduler artefact. A preempted job loses the work since
-  its last checkpoint and requeues in its original submission order, as after a spot interruption.
-- Priority within a production pool (withinClusterQueue: LowerPriority): a ClusterQueue orders its workloads by
-  priority, then creation time, and a production pool's queue lets a pending workload preempt lower-priority ones
-  of the same queue (Kueue v0.19.2 site/content/en/docs/concepts/cluster_queue.md "Queueing strategy" and
-  "Preemption"; workload_priority_class.md "Where workload's priority is used"). Where a production-tier pool
-  has a floor and interruptible jobs of its own (production share < 100 %), those run at a lower
-  WorkloadPriorityClass than its production jobs: its pending production jobs are admitted first, and one that
-  fits the floor beside the production already on it but finds no floor room preempts the pool's interruptible
-  jobs on the floor node(s) it then starts on, node-aware as the reclaim (most recently admitted first; the
-  fewest GPUs on one node, the set minimized; a gang takes whole floor nodes running no production). They lose
-  their work since the last checkpoint and requeue (`priority_preemptions`, `priority_lost_gpu_hours`).
-  Everywhere else a pool's own jobs keep their submission order, as in a single-pool run.
+- What ships (issue 36; docs/scheduling.md, "In the simulator"): quota-only flavors, no Topology Aware
+  Scheduling. A job is admitted (Kueue) to one flavor, by quota alone, once; its pods carry that flavor's node
+  selector and wait for nodes of it (kube-scheduler); they are never moved to another flavor.
+- Kueue admission (EnvJobsWorkload.admit): per waiting job, in its ClusterQueue's order (priority, then
+  creation time; a production pool's or a pool with a production queue: production first), the first flavor of
+  its queue (`plan(cfg)`) whose quota fits: the pool's own floor, then the idle floors its queue may borrow
+  (plan order; interruptible jobs only) within the lender's lendingLimit and this queue's borrowingLimit, then
+  its own elastic flavor (a spot flavor's quota: the spot group's max; work kept off spot: the on-demand group's).
+  A pool with a production queue (config/scheduling.py production_queue) holds its floor's quota there: its
+  interruptible jobs borrow it. Workloads that fit under nominal quota are admitted before those that borrow
+  (Environment._schedule). A gang (a job larger than a node) is admitted to one flavor.
+- Kueue preemption, one victim search (EnvJobsWorkload._kueue_targets): a job that fits its own floor's nominal
+  quota but not the quota left evicts, by quota alone, the workloads admitted to the floor by queues that borrow
+  it (reclaimWithinCohort: Any) and, in a production pool's queue (withinClusterQueue: LowerPriority), its own
+  lower-priority ones; candidates other queues first, lowest priority first, most recently admitted first,
+  until the job fits, then given back in reverse order where it still fits (Kueue v0.19.2
+  pkg/scheduler/preemption). Evicted workloads lose the work since their last checkpoint and wait for admission
+  again (`reclaim_preemptions`, `priority_preemptions` and their lost GPU-hours).
+- kube-scheduler (EnvJobsWorkload.place): admitted pods bind to nodes of their flavor (fill order as in a
+  single-pool run); a pod pinned to a floor with no node room preempts lower-priority pods there
+  (_scheduler_victims: SelectVictimsOnNode, pickOneNodeForPreemption); the victims' workloads stay admitted and
+  their new pods wait on the same flavor (`scheduler_preemptions`, `scheduler_lost_gpu_hours`). The controllers
+  see only the pending pods of jobs admitted to elastic flavors (floor-pinned pods are not demand for elastic
+  nodes, policy/kube.py `admits`; a job not admitted has no pods).
+- A pool that neither lends, borrows nor has two job classes (`plain`) is placed as in a single-pool run.
 Not modelled: series pools lending or borrowing (fluid demand has no jobs to admit: they run on their own
 capacity), fair sharing, a borrower's job spanning flavors.
 """
