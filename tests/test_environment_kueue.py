@@ -89,3 +89,32 @@ def test_kueue_reclaims_by_quota_and_kube_scheduler_preempts_on_the_fragmented_f
     assert b.workload.first_start == [0, 15, 20, 30]
     # on the floor: j0 0-500, j1 15-100 and again from 100 (440 minutes left), j2 20-100, j3 30-100, 2 GPUs each
     assert lender["floor_lent_gpu_hours"] == round(2 * (500 + 85 + 440 + 80 + 70) / 60, 3)
+
+
+def test_skipping_quiet_minutes_gives_the_tick_by_tick_result_with_classes_and_preemptions():
+    """The admission/placement model under the quiet-minute skip: production shares everywhere (a production pool
+    with interruptible work, experiment pools with production queues), 4-GPU nodes and jobs of 1-4 GPUs, so that
+    Kueue evictions and kube-scheduler preemptions happen; skipping changes nothing."""
+    import random
+
+    from test_environment import STORMY, random_jobs
+
+    pools = [pool("alpha", tier="production", capacity="on_demand", floor=2, instance_type=BIG, share=40),
+             pool("beta", floor=2, instance_type=BIG, share=30, capacity="spot_then_on_demand"),
+             pool("gamma", tier="learning", floor=0, instance_type=BIG)]
+    cfg = env_config(pools)
+    r = random.Random(7)
+    demands = {p["name"]: random_jobs(p["name"], seed=70 + k, n=r.randint(60, 90), max_gpus=4)
+               for k, p in enumerate(pools)}
+    fast = simulate_environment(cfg, demands, CONTROLLERS["karpenter"], STORMY, 2 * 1440)
+    slow = simulate_environment(cfg, demands, CONTROLLERS["karpenter"], replace(STORMY, skip_quiet_ticks=False),
+                                2 * 1440)
+    env = fast.environment
+    # every mechanism happens, and none of them (nor a spot reclaim: production stays off spot) hits production
+    assert env["reclaim_preemptions"] > 0 and env["priority_preemptions"] > 0 and env["scheduler_preemptions"] > 0
+    assert env["production_interruptions"] == slow.environment["production_interruptions"] == 0
+    for name in demands:
+        assert fast.sims[name].c == slow.sims[name].c, name
+        for key in ("reclaim_preemptions", "priority_preemptions", "scheduler_preemptions", "floor_lent_gpu_hours",
+                    "borrowed_gpu_hours", "p95_wait_minutes"):
+            assert fast.pools[name].get(key) == slow.pools[name].get(key), (name, key)
