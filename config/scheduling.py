@@ -78,6 +78,9 @@ class PoolQueue:
     local_queue: str
     flavors: tuple[QueueFlavor, ...]
     preempt_lower_priority: bool  # within the queue: production preempts, the others wait (as PriorityClasses)
+    # The production queue of a pool whose tier is not production but part of whose work is (production_queue):
+    # only the pool's floor and its elastic capacity production may use, nothing borrowed.
+    production_only: bool = False
 
 
 @dataclass(frozen=True)
@@ -99,6 +102,18 @@ def cluster_queue_name(cfg: GpuLoanConfig, pool: Pool) -> str:
 def local_queue_name(pool: Pool) -> str:
     """What a user writes in `kueue.x-k8s.io/queue-name`: the pool's name, in the team's namespace."""
     return pool.name
+
+
+PRODUCTION_QUEUE_SUFFIX = "-production"
+
+
+def production_queue_name(cfg: GpuLoanConfig, pool: Pool) -> str:
+    return f"{cluster_queue_name(cfg, pool)}{PRODUCTION_QUEUE_SUFFIX}"
+
+
+def production_local_queue_name(pool: Pool) -> str:
+    """The LocalQueue a team's production jobs name in `kueue.x-k8s.io/queue-name` (docs/workloads/)."""
+    return f"{pool.name}{PRODUCTION_QUEUE_SUFFIX}"
 
 
 def flavor_name(cfg: GpuLoanConfig, pool: Pool, kind: str) -> str:
@@ -154,6 +169,38 @@ def production_work_on_spot(cfg: GpuLoanConfig, pool: Pool) -> bool:
     return pool.name in cfg.scheduling.kueue.production_spot_pools
 
 
+def production_share_pct(pool: Pool) -> float:
+    """The pool's production share in percent: its service target's, else 100 for a production-tier pool and 0 for
+    the others (the one reading of it: the Kueue plan, the simulator and the advisors)."""
+    share = pool.service_target.production_share_pct
+    if share is None:
+        return 100.0 if pool.tier == Tier.production else 0.0
+    return float(share)
+
+
+def production_queue(cfg: GpuLoanConfig, pool: Pool) -> bool:
+    """Whether the pool gets a production ClusterQueue of its own beside its queue: a pool whose tier is not
+    production but part of whose work is (service_target.production_share_pct > 0). Its queue lists spot and
+    other teams' floors, which production work must never run on, and Kueue admits every workload of one
+    ClusterQueue alike, so the production jobs go to a queue that lists neither (issue 36). A production-tier
+    pool's queue already lists neither: its interruptible jobs wait behind its production ones (priority)."""
+    return pool.tier != Tier.production and production_share_pct(pool) > 0
+
+
+def _production_elastic_kind(cfg: GpuLoanConfig, pool: Pool) -> str | None:
+    """The kind of elastic flavor a non-production pool's production work may use: spot where the pool is listed in
+    production_spot_pools, else the on-demand group (capacity on_demand or spot_then_on_demand); None for a
+    spot-only pool whose production work may not use spot (its floor only)."""
+    e = pool.elastic
+    if e is None:
+        return None
+    if e.capacity == ElasticCapacity.on_demand:
+        return ON_DEMAND
+    if production_work_on_spot(cfg, pool):
+        return SPOT
+    return ON_DEMAND if e.capacity == ElasticCapacity.spot_then_on_demand else None
+
+
 def pool_flavors(cfg: GpuLoanConfig, pool: Pool) -> list[Flavor]:
     """The pool's own flavors in admission order (floor first). A production pool whose elastic capacity is spot
     that it may not use gets no elastic flavor (the config rules report it); with `spot_then_on_demand`, its
@@ -181,6 +228,11 @@ def pool_flavors(cfg: GpuLoanConfig, pool: Pool) -> list[Flavor]:
         # Quota = the spot group's max: the on-demand fallback replaces missing spot nodes, it never adds to them.
         out.append(Flavor(flavor_name(cfg, pool, SPOT), pool.name, SPOT, elastic_labels,
                           (GPU_TOLERATION, SPOT_TOLERATION), elastic_units(cfg, pool)))
+        if production_queue(cfg, pool) and _production_elastic_kind(cfg, pool) == ON_DEMAND:
+            # The production queue's elastic capacity: the on-demand group, pinned as a production pool's is.
+            out.append(Flavor(flavor_name(cfg, pool, ON_DEMAND), pool.name, ON_DEMAND,
+                              {**elastic_labels, tags.LABEL_CAPACITY: "on-demand"}, (GPU_TOLERATION,),
+                              elastic_units(cfg, pool, e.on_demand_max_nodes or e.max_nodes)))
     return out
 
 
@@ -229,41 +281,85 @@ def borrowable_floors(cfg: GpuLoanConfig, pool: Pool) -> list[Pool]:
 
 
 def pool_queue(cfg: GpuLoanConfig, pool: Pool) -> PoolQueue:
+    """The pool's queue: all its work, or with a production queue (production_queue) its interruptible work."""
+    return pool_queues(cfg, pool)[0]
+
+
+def floor_queue_name(cfg: GpuLoanConfig, pool: Pool) -> str:
+    """The ClusterQueue whose nominal quota the pool's floor is: its production queue where it has one."""
+    return production_queue_name(cfg, pool) if production_queue(cfg, pool) else cluster_queue_name(cfg, pool)
+
+
+def pool_queues(cfg: GpuLoanConfig, pool: Pool) -> list[PoolQueue]:
+    """The pool's ClusterQueues: its queue, then its production queue where it has one (production_queue).
+
+    With a production queue the floor's nominal quota (and the elastic flavor production may use) belong to the
+    production queue, which borrows nothing (borrowingLimit 0) and lists no spot unless the pool is in
+    production_spot_pools; the pool's other queue lists the same floor with nominal quota 0, first, so its
+    interruptible work uses the idle floor by borrowing it, and the production queue takes it back by Kueue's
+    reclaim (reclaimWithinCohort: Any; Kueue v0.19.2 pkg/scheduler/preemption/preemption.go findCandidates takes
+    reclaim candidates only from ClusterQueues that borrow). No other team's queue can take it back: they have no
+    nominal quota of it."""
     own = pool_flavors(cfg, pool)
     floor = [f for f in own if f.kind == FLOOR]
-    elastic = [f for f in own if f.kind != FLOOR]
+    split = production_queue(cfg, pool)
+    prod_kind = _production_elastic_kind(cfg, pool) if split else None
+    # the interruptible queue's elastic flavor: the pool's own (spot, or on-demand for capacity on_demand), not the
+    # on-demand group added for the production queue of a pool whose elastic capacity is spot first
+    prod_only_od = split and prod_kind == ON_DEMAND and pool.elastic is not None \
+        and pool.elastic.capacity != ElasticCapacity.on_demand
+    elastic = [f for f in own if f.kind != FLOOR and not (prod_only_od and f.kind == ON_DEMAND)]
+    prod_elastic = [f for f in own if f.kind == prod_kind] if prod_kind else []
+    shared = {f.name for f in elastic} & {f.name for f in prod_elastic}  # one flavor both queues use
     entries: list[QueueFlavor] = []
     # A production queue never borrows (borrowingLimit 0 on each of its flavors): Kueue reclaims only quota that
     # is borrowed, so production work is never the one preempted to give quota back.
     own_borrow_limit = 0 if pool.tier == Tier.production else None
+    lendable = lendable_gpus(cfg, pool)
     for f in floor:
-        lendable = lendable_gpus(cfg, pool)
-        entries.append(QueueFlavor(f.name, f.gpus, lendable if lendable < f.gpus else None, own_borrow_limit))
+        if split:
+            entries.append(QueueFlavor(f.name, 0, None, None))
+        else:
+            entries.append(QueueFlavor(f.name, f.gpus, lendable if lendable < f.gpus else None, own_borrow_limit))
     borrow_limit = _sharing(cfg, pool.team).borrowing_limit_gpus
     for lender in borrowable_floors(cfg, pool):
         entries.append(QueueFlavor(flavor_name(cfg, lender, FLOOR), 0, None, borrow_limit))
     for f in elastic:
         # Elastic quota is never lent: another team's work on it would make this pool's policy buy nodes on this
-        # pool's budget.
-        entries.append(QueueFlavor(f.name, f.gpus, 0, own_borrow_limit))
-    return PoolQueue(pool.name, pool.team, pool.tier, cluster_queue_name(cfg, pool), local_queue_name(pool),
-                     tuple(entries), preempt_lower_priority=pool.tier == Tier.production)
+        # pool's budget. Shared with the production queue, it is that queue's quota, borrowed here.
+        entries.append(QueueFlavor(f.name, 0, None, None) if f.name in shared else QueueFlavor(f.name, f.gpus, 0,
+                                                                                            own_borrow_limit))
+    queues = [PoolQueue(pool.name, pool.team, pool.tier, cluster_queue_name(cfg, pool), local_queue_name(pool),
+                        tuple(entries), preempt_lower_priority=pool.tier == Tier.production)]
+    if split:
+        prod_entries = [QueueFlavor(f.name, f.gpus, lendable if lendable < f.gpus else None, 0) for f in floor]
+        # only this pool's other queue lists a shared elastic flavor, so leaving its lendingLimit unset lends it
+        # to that queue alone
+        prod_entries += [QueueFlavor(f.name, f.gpus, None if f.name in shared else 0, 0) for f in prod_elastic]
+        queues.append(PoolQueue(pool.name, pool.team, pool.tier, production_queue_name(cfg, pool),
+                                production_local_queue_name(pool), tuple(prod_entries), preempt_lower_priority=False,
+                                production_only=True))
+    return queues
 
 
 def plan(cfg: GpuLoanConfig) -> Plan:
     flavors = tuple(f for p in cfg.pools for f in pool_flavors(cfg, p))
-    return Plan(cohort_name(cfg), flavors, tuple(pool_queue(cfg, p) for p in cfg.pools))
+    return Plan(cohort_name(cfg), flavors, tuple(q for p in cfg.pools for q in pool_queues(cfg, p)))
 
 
 def queue_reach_gpus(cfg: GpuLoanConfig, queue: PoolQueue) -> int:
-    """Most GPUs a queue can ever have admitted: its nominal quotas plus what it can borrow. Its own floor counts
-    with all its GPUs (floor_life_gpus): a Capacity Block outside its window has nominalQuota 0 in the generated
+    """Most GPUs a queue can ever have admitted: its nominal quotas plus what it can borrow (a pool's own flavors
+    that its interruptible queue borrows from its production queue are counted once, with the production queue,
+    since both queues together never hold more of them). Its own floor counts with all its GPUs (floor_life_gpus): a Capacity Block outside its window has nominalQuota 0 in the generated
     ClusterQueue, and the policy raises it when the window opens, with no `pulumi up` in between."""
     pools = {p.name: p for p in cfg.pools}
     own_floor = flavor_name(cfg, pools[queue.pool], FLOOR)
     lenders = {flavor_name(cfg, p, FLOOR): lendable_gpus(cfg, p) for p in cfg.pools}
     total = 0
+    own = {f.name for f in pool_flavors(cfg, pools[queue.pool])} if production_queue(cfg, pools[queue.pool]) else set()
     for entry in queue.flavors:
+        if not queue.production_only and entry.nominal_gpus == 0 and entry.flavor in own:
+            continue  # the pool's own floor or elastic flavor borrowed from its production queue, which counts it
         if entry.flavor == own_floor:
             total += floor_life_gpus(cfg, pools[queue.pool])
         elif entry.nominal_gpus:
@@ -324,6 +420,30 @@ def scheduling_problems(cfg: GpuLoanConfig) -> list[tuple[str, str]]:
             continue
         problems.append((f"pools[{i}].elastic.capacity", f"production work stays off spot under Kueue, and {why}: "
                          f"set capacity: on_demand, or list '{pool.name}' in {at}.production_spot_pools"))
+    names = {p.name for p in cfg.pools}
+    for i, pool in enumerate(cfg.pools):
+        if not production_queue(cfg, pool):
+            continue
+        # The promise of a production queue: the pool's production work runs on its floor or on capacity that is
+        # never reclaimed for another team, never on spot (unless listed) and never on a borrowed floor.
+        where = f"pools[{i}].service_target.production_share_pct"
+        if pool.guaranteed is None and _production_elastic_kind(cfg, pool) is None:
+            problems.append((where, f"{production_share_pct(pool):g} % of this pool's work is production, which "
+                             "stays off spot under Kueue, and the pool has no floor and spot-only elastic capacity, so "
+                             "its production queue could never admit anything: add a floor (guaranteed), set "
+                             f"elastic.capacity: spot_then_on_demand or on_demand, or list '{pool.name}' in "
+                             f"{at}.production_spot_pools"))
+        pct = _sharing(cfg, pool.team).lending_limit_pct
+        if pool.guaranteed is not None and pct < 100:
+            problems.append((f"{at}.teams.{pool.team}.lending_limit_pct", f"pool '{pool.name}' has production work "
+                             f"({production_share_pct(pool):g} %), so its floor's quota is its production queue's "
+                             "and its other work borrows the idle floor like any team's: a lendingLimit below 100 % "
+                             "would cap this team's own interruptible work on its floor too; leave it at 100, or "
+                             "set service_target.production_share_pct: 0"))
+        clash = f"{pool.name}{PRODUCTION_QUEUE_SUFFIX}"
+        if clash in names:
+            problems.append((f"pools[{i}].name", f"pool '{pool.name}' gets the production queue '{clash}', and a "
+                             f"pool of that name exists: rename one of them"))
     for i, pool in enumerate(cfg.pools):
         n = len(pool_queue(cfg, pool).flavors)
         if n > MAX_FLAVORS_PER_GROUP:

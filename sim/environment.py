@@ -36,47 +36,43 @@ What is modelled (docs/simulator.md, "An environment"; the Kueue semantics in do
 - Spot events: each pool has its own common-random-number streams, drawn from the seed and the pool's name
   (`pool_stream`), so every policy and every floor meets the same events in the same pool.
 - Job classes: a pool's tier gives the default (production: every job is production; other tiers: none);
-  `service_target.production_share_pct` makes that share of the pool's jobs production, picked per job id by a
-  seeded hash (stable: the same jobs whatever the floors or the policy). Production jobs never run on spot
-  (unless the pool is in scheduling.kueue.production_spot_pools) and never on borrowed capacity, so a reclaim
-  never preempts them. A demand series (no jobs) is all production when its share is 100 % (a production
+  `service_target.production_share_pct` makes that share of the pool's jobs production, picked per job by the
+  seeded hash of sim/job_class.py that floor sizing and the fluid bound use too (stable: the same jobs whatever
+  the floors or the policy). Production jobs never run on spot (unless the pool is in
+  scheduling.kueue.production_spot_pools) and never on borrowed capacity, so a reclaim never preempts them: the
+  shipped queues admit them so (a production pool's queue, or a pool's production queue). A demand series (no jobs) is all production when its share is 100 % (a production
   pool's default), else all interruptible; it fills its own nodes as in a single-pool run.
-- Kueue admission, per job, in the order of its ClusterQueue's flavors (`plan(cfg)`): the pool's own floor,
-  then the idle floors its queue may borrow (plan order; interruptible jobs only), then its own elastic nodes.
-  Borrowing takes a lender's floor GPUs only while (a) the GPUs borrowed from that floor stay within its
-  lendingLimit, (b) this queue's GPUs borrowed from that floor stay within its borrowingLimit, and (c) the owner
-  has no pending job that fits its own nominal floor quota (Kueue admits a workload that fits without borrowing
-  before one that borrows). A gang (a job larger than a node) is admitted to one flavor: all its nodes on the
-  own floor, or all on one lender's floor, or on the own nodes as kube-scheduler places it.
-  Quota of the pool's own flavors is what its node groups can reach (the plan's rule), so it binds exactly where
-  the nodes do; the simulator lets the nodes bind (kube-scheduler's placement of sim/engine.py).
-- Reclaim (reclaimWithinCohort: Any, flavorFungibility whenCanPreempt: MayStopSearch): a pending job of the
-  owner that fits the owner's nominal floor quota beside the owner's own use, but finds no floor node with room,
-  preempts borrowed jobs on that floor: candidates by lowest priority first, then most recently admitted;
-  greedily until the job fits, then the set is minimized (Kueue's classic preemption). Unlike Kueue, which picks
-  victims by quota alone, the simulator picks them on the node(s) the job then starts on (the node needing the
-  fewest borrowed GPUs back; a gang takes whole nodes free of the owner's work): quota-only victims can leave the
-  room fragmented (two 1-GPU borrowers on two 4-GPU nodes keep a 4-GPU job off both), which would send the
-  owner's work to elastic nodes and charge lending for a scheduler artefact. A preempted job loses the work since
-  its last checkpoint and requeues in its original submission order, as after a spot interruption.
-- Priority within a production pool (withinClusterQueue: LowerPriority): a ClusterQueue orders its workloads by
-  priority, then creation time, and a production pool's queue lets a pending workload preempt lower-priority ones
-  of the same queue (Kueue v0.19.2 site/content/en/docs/concepts/cluster_queue.md "Queueing strategy" and
-  "Preemption"; workload_priority_class.md "Where workload's priority is used"). Where a production-tier pool
-  has a floor and interruptible jobs of its own (production share < 100 %), those run at a lower
-  WorkloadPriorityClass than its production jobs: its pending production jobs are admitted first, and one that
-  fits the floor beside the production already on it but finds no floor room preempts the pool's interruptible
-  jobs on the floor node(s) it then starts on, node-aware as the reclaim (most recently admitted first; the
-  fewest GPUs on one node, the set minimized; a gang takes whole floor nodes running no production). They lose
-  their work since the last checkpoint and requeue (`priority_preemptions`, `priority_lost_gpu_hours`).
-  Everywhere else a pool's own jobs keep their submission order, as in a single-pool run.
+- What ships (issue 36; docs/scheduling.md, "In the simulator"): quota-only flavors, no Topology Aware
+  Scheduling. A job is admitted (Kueue) to one flavor, by quota alone, once; its pods carry that flavor's node
+  selector and wait for nodes of it (kube-scheduler); they are never moved to another flavor.
+- Kueue admission (EnvJobsWorkload.admit): per waiting job, in its ClusterQueue's order (priority, then
+  creation time; a production pool's or a pool with a production queue: production first), the first flavor of
+  its queue (`plan(cfg)`) whose quota fits: the pool's own floor, then the idle floors its queue may borrow
+  (plan order; interruptible jobs only) within the lender's lendingLimit and this queue's borrowingLimit, then
+  its own elastic flavor (a spot flavor's quota: the spot group's max; work kept off spot: the on-demand group's).
+  A pool with a production queue (config/scheduling.py production_queue) holds its floor's quota there: its
+  interruptible jobs borrow it. Workloads that fit under nominal quota are admitted before those that borrow
+  (Environment._schedule). A gang (a job larger than a node) is admitted to one flavor.
+- Kueue preemption, one victim search (EnvJobsWorkload._kueue_targets): a job that fits its own floor's nominal
+  quota but not the quota left evicts, by quota alone, the workloads admitted to the floor by queues that borrow
+  it (reclaimWithinCohort: Any) and, in a production pool's queue (withinClusterQueue: LowerPriority), its own
+  lower-priority ones; candidates other queues first, lowest priority first, most recently admitted first,
+  until the job fits, then given back in reverse order where it still fits (Kueue v0.19.2
+  pkg/scheduler/preemption). Evicted workloads lose the work since their last checkpoint and wait for admission
+  again (`reclaim_preemptions`, `priority_preemptions` and their lost GPU-hours).
+- kube-scheduler (EnvJobsWorkload.place): admitted pods bind to nodes of their flavor (fill order as in a
+  single-pool run); a pod pinned to a floor with no node room preempts lower-priority pods there
+  (_scheduler_victims: SelectVictimsOnNode, pickOneNodeForPreemption); the victims' workloads stay admitted and
+  their new pods wait on the same flavor (`scheduler_preemptions`, `scheduler_lost_gpu_hours`). The controllers
+  see only the pending pods of jobs admitted to elastic flavors (floor-pinned pods are not demand for elastic
+  nodes, policy/kube.py `admits`; a job not admitted has no pods).
+- A pool that neither lends, borrows nor has two job classes (`plain`) is placed as in a single-pool run.
 Not modelled: series pools lending or borrowing (fluid demand has no jobs to admit: they run on their own
 capacity), fair sharing, a borrower's job spanning flavors.
 """
 
 from __future__ import annotations
 
-import hashlib
 import heapq
 import math
 import time
@@ -84,6 +80,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from pricing.sources import catalog
+from sim.job_class import production_flags  # the one classifier: floors and the fluid bound use it too
 from sim.engine import (
     FILL_RANK,
     GUARANTEED,
@@ -101,13 +98,14 @@ from sim.runner import elastic_oracle_gpu_hours, metrics_of, oracle_gpu_hours, p
 from sim.traces import JobsTrace
 from config.config_terms import Reservation, Tier
 from stacks.kubernetes.tenancy import PRIORITY_VALUES
-from config.scheduling import FLOOR, plan, production_work_on_spot
+from config.scheduling import FLOOR, plan, production_queue, production_share_pct, production_work_on_spot
 
 # The billing model's purchase kinds (pricing/cost_model/billing.py): a floor is reserved capacity (an ODCR, or a
 # fixed node group billed at the same on-demand rate), a Capacity Block its own kind; elastic nodes spot or on-demand.
 RESERVED, CAPACITY_BLOCK = "reserved", "capacity_block"
 PURCHASE_OF_GROUP = {SPOT: "spot", ON_DEMAND: "on_demand"}
 PRODUCTION, INTERRUPTIBLE = "production", "interruptible"
+ELASTIC_FLAVOR = "elastic"  # a job admitted to its pool's elastic flavor (EnvJobsWorkload.admitted_to)
 
 
 class EnvironmentError(ValueError):
@@ -140,44 +138,23 @@ def sharing_of(cfg) -> dict[str, PoolSharing]:
     units = cfg.gpu_operator.time_slicing_replicas or 1
     flavors = {f.name: f for f in p.flavors}
     out: dict[str, PoolSharing] = {}
-    for q in p.queues:
-        lendable, lenders, limits = 0, [], {}
+    found: dict[str, tuple[list, list, dict]] = {}
+    for q in p.queues:  # a pool's queue, then its production queue where it has one (both read)
+        lendable, lenders, limits = found.setdefault(q.pool, ([0], [], {}))
         for entry in q.flavors:
             f = flavors[entry.flavor]
             if f.kind != FLOOR:
                 continue
             if f.pool == q.pool:
-                lend = entry.nominal_gpus if entry.lending_limit_gpus is None else entry.lending_limit_gpus
-                lendable = lend // units
+                if entry.nominal_gpus:  # the queue that holds the floor's quota (its production queue if any)
+                    lend = entry.nominal_gpus if entry.lending_limit_gpus is None else entry.lending_limit_gpus
+                    lendable[0] = lend // units
             else:
                 lenders.append(f.pool)
                 lim = entry.borrowing_limit_gpus
                 limits[f.pool] = None if lim is None else lim // units
-        out[q.pool] = PoolSharing(lendable, tuple(lenders), limits)
-    return out
-
-
-def production_share_pct(pool) -> float:
-    """The pool's production share in percent: its service target's, else 100 for a production-tier pool and 0 for
-    the others (the one reading of it: the simulator and the floor advisor)."""
-    share = pool.service_target.production_share_pct
-    if share is None:
-        return 100.0 if pool.tier == Tier.production else 0.0
-    return float(share)
-
-
-def production_flags(trace: JobsTrace, share_pct: float, seed: int, pool: str) -> list[bool] | None:
-    """Which jobs are production: a share of the jobs picked by a seeded hash of each job id (stable per job:
-    the same jobs whatever the floors or the policy). None when no job is."""
-    if share_pct <= 0:
-        return None
-    if share_pct >= 100:
-        return [True] * len(trace.jobs)
-    cut = share_pct / 100 * 2 ** 64
-    out = []
-    for k, j in enumerate(trace.jobs):
-        digest = hashlib.blake2b(f"{seed}/{pool}/{j.job_id}/{k}".encode(), digest_size=8).digest()
-        out.append(int.from_bytes(digest, "big") < cut)
+    for name, (lendable, lenders, limits) in found.items():
+        out[name] = PoolSharing(lendable[0], tuple(lenders), limits)
     return out
 
 
@@ -198,6 +175,12 @@ class PoolSim(Simulation):
         self.floor_nodes: list[SimNode] = []  # never removed (a floor is never terminated)
         self._floor_busy = 0  # GPUs busy on the floor nodes, own and lent
         self.borrowed_jobs: dict = {}  # (id(borrower workload), job) -> (borrower workload, job) on this floor
+        # Kueue's usage of the floor flavor: GPUs of workloads admitted to it (running or with pods pending) that
+        # count against the owner's nominal quota, and that are borrowed (other queues, or the pool's interruptible
+        # queue where it has a production queue); every admission: (id(workload), job) -> (workload, job, borrowed)
+        self.quota_own = 0
+        self.quota_lent = 0
+        self.floor_admitted: dict = {}
         self.lent_gpu_minutes = 0
         self._lent_since = 0
         self.priority = priority
@@ -239,10 +222,15 @@ class PoolSim(Simulation):
 
 
 class EnvJobsWorkload(JobsWorkload):
-    """JobsWorkload with job classes and Kueue's cohort: production jobs wait in their own queues (they may use
-    fewer nodes), interruptible jobs may borrow lenders' idle floors, and the owner's reclaim preempts them; in a
-    production pool with a floor and interruptible jobs (`priority_within`) production comes first and preempts
-    them (module docstring). With no lender, no production job kept off any node and no priority within the pool
+    """JobsWorkload with job classes and Kueue's cohort, as the generated objects behave (module docstring).
+
+    Two steps, as on a cluster. **Admission (Kueue)**: a waiting job gets one flavor, by quota alone, in its
+    ClusterQueue's order (own floor, the floors its queue may borrow, its own elastic flavor), possibly after Kueue
+    evicts other workloads to make quota room (`_kueue_targets`, the one victim search: reclaim and
+    withinClusterQueue alike). **Placement (kube-scheduler)**: the admitted job's pods carry that flavor's node
+    selector and wait for a node of it; they are never moved to another flavor. A pod pinned to a floor whose free
+    GPUs are in pieces too small for it preempts lower-priority pods there (`_scheduler_victims`, kube-scheduler's
+    default preemption). With no lender, no production job kept off any node and no priority within the pool
     (`plain`) it schedules exactly as JobsWorkload."""
 
     def __init__(self, sim: PoolSim, production: list[bool] | None, production_on_spot: bool):
@@ -250,37 +238,60 @@ class EnvJobsWorkload(JobsWorkload):
         self.production_on_spot = production_on_spot
         self.prod_queues: dict[int, list] = {}
         self.plain = True
-        # A production pool whose jobs are partly interruptible: Kueue admits its production jobs first and lets
-        # them preempt its interruptible ones within its ClusterQueue (set by the environment; docstring).
+        # Set by the environment (module docstring): the pool's ClusterQueue preempts lower priority within
+        # (a production-tier pool), and its production jobs are admitted before its interruptible ones.
         self.priority_within = False
+        self.within_lower_priority = False
+        self.split = False  # the pool has a production queue: its interruptible work borrows its floor
+        self.interruptible_priority = 0
         super().__init__(sim)
+        n = len(self.gpus)
         self.lenders: list[tuple[PoolSim, int | None]] = []  # set by the environment
-        self.borrowed: dict[str, int] = {}  # lender -> GPUs this pool's jobs hold on its floor now
+        self.borrowed: dict[str, int] = {}  # lender -> GPUs this pool's jobs hold on its floor now (running)
+        self.quota_borrowed: dict[str, int] = {}  # lender -> GPUs of this pool's jobs admitted to its floor
         self.borrowed_gpu_minutes = 0
         self.borrowed_gpu_minutes_from: dict[str, float] = {}  # lender -> GPU-minutes on its floor (the loan's bill)
         self.borrowed_now = 0
         self._borrowed_since = 0
-        self.lender_of: list = [None] * len(self.gpus)  # the PoolSim whose floor job i runs on, if borrowed
-        self.admitted_at = [0] * len(self.gpus)
-        self.first_placement: list = [None] * len(self.gpus)  # (pool whose node, node group) of the first start
+        self.lender_of: list = [None] * n  # the PoolSim whose floor job i runs on, if borrowed
+        self.admitted_at = [0] * n  # minute of the last admission (Kueue's QuotaReserved)
+        self.admitted_to: list = [None] * n  # None (waiting), a PoolSim (its floor flavor) or ELASTIC_FLAVOR
+        self.waiting: dict[int, list] = {}  # size -> heap of jobs Kueue has not admitted (suspended, no pods)
+        self.floor_pending: list = []  # heap of jobs admitted to a floor whose pods wait for a node of it
+        # self.queues / self.prod_queues: jobs admitted to the pool's elastic flavor whose pods are pending, the
+        # interruptible and the production ones: what the policy function sees (floor-pinned pods it ignores,
+        # policy/kube.py `admits`; suspended jobs have no pods)
+        self.elastic_admitted: dict[str, int] = {}  # elastic flavor kind -> GPUs admitted to it
+        self.first_placement: list = [None] * n  # (pool whose node, node group) of the first start
         self.production_interruptions = 0
         self.reclaim_preemptions = 0
         self.reclaim_lost_gpu_minutes = 0.0
-        self.priority_preemptions = 0  # interruptible jobs preempted by this pool's own production jobs
+        self.priority_preemptions = 0  # interruptible jobs evicted by Kueue for this pool's own production jobs
         self.priority_lost_gpu_minutes = 0.0
-        self._reclaiming = False
-        self._preempting_within = False
+        self.scheduler_preemptions = 0  # jobs whose pods kube-scheduler preempted for a higher-priority pod
+        self.scheduler_lost_gpu_minutes = 0.0
+        self._stopping_as: str | None = None  # why the job being stopped stops: "reclaim" | "within" | "scheduler"
 
     # -- classes --
 
     def is_production(self, i: int) -> bool:
         return self.production is not None and self.production[i]
 
+    def job_priority(self, i: int) -> int:
+        """The job's WorkloadPriorityClass value, the same as its pods' PriorityClass (docs/scheduling.md)."""
+        return PRIORITY_VALUES[Tier.production] if self.is_production(i) else self.interruptible_priority
+
     def _enqueue(self, i: int) -> None:
-        if not self.plain and self.production is not None and self.production[i]:
-            heapq.heappush(self.prod_queues.setdefault(self.gpus[i], []), i)
-        else:
+        if self.plain:
             heapq.heappush(self.queues.setdefault(self.gpus[i], []), i)
+            return
+        flavor = self.admitted_to[i]
+        if flavor is None:
+            heapq.heappush(self.waiting.setdefault(self.gpus[i], []), i)
+        elif flavor == ELASTIC_FLAVOR:
+            heapq.heappush((self.prod_queues if self.is_production(i) else self.queues).setdefault(self.gpus[i], []), i)
+        else:
+            heapq.heappush(self.floor_pending, i)
 
     def pending_counts(self) -> dict[int, int]:
         out = {size: len(q) for size, q in self.queues.items() if q}
@@ -295,12 +306,12 @@ class EnvJobsWorkload(JobsWorkload):
             return {}
         return {size: len(q) for size, q in self.prod_queues.items() if q}
 
-    def pending_jobs(self, limit: int) -> list[int]:
-        """The first `limit` pending jobs in submission order."""
-        qs = [q for q in self.queues.values() if q] + [q for q in self.prod_queues.values() if q]
-        if not qs:
-            return []
-        return heapq.nsmallest(limit, (i for q in qs for i in q))
+    def pending_indices(self):
+        """Every job not running: waiting for admission, or admitted with its pods pending."""
+        for qs in (self.waiting, self.queues, self.prod_queues):
+            for q in qs.values():
+                yield from q
+        yield from self.floor_pending
 
     # -- binding to nodes, own or borrowed --
 
@@ -345,271 +356,394 @@ class EnvJobsWorkload(JobsWorkload):
     def _start(self, i: int, chosen: list, now: int) -> None:
         owner = self.sim.env.floor_owner.get(id(chosen[0][0]))
         self.lender_of[i] = owner if owner is not None and owner is not self.sim else None
-        self.admitted_at[i] = now
+        if self.plain:
+            self.admitted_at[i] = now
         if self.first_placement[i] is None:
             self.first_placement[i] = ((owner or self.sim).spec.name, chosen[0][0].group)
         super()._start(i, chosen, now)
 
     def _stop(self, i: int, now: int, finished: bool) -> None:
-        if not finished:
-            if self.is_production(i):
-                self.production_interruptions += 1
-            if self._reclaiming:
-                lost = self.sim.c.lost_gpu_minutes
-                super()._stop(i, now, finished)
-                self.reclaim_preemptions += 1
-                self.reclaim_lost_gpu_minutes += self.sim.c.lost_gpu_minutes - lost
-                self.lender_of[i] = None
-                return
-            if self._preempting_within:
-                lost = self.sim.c.lost_gpu_minutes
-                super()._stop(i, now, finished)
-                self.priority_preemptions += 1
-                self.priority_lost_gpu_minutes += self.sim.c.lost_gpu_minutes - lost
-                return
+        why = self._stopping_as
+        if finished or why in ("reclaim", "within"):
+            self._release(i)  # the workload leaves its flavor's quota: done, or evicted by Kueue (requeued)
+        if not finished and self.is_production(i):
+            self.production_interruptions += 1
+        if finished or why is None:
+            super()._stop(i, now, finished)
+            self.lender_of[i] = None
+            return
+        lost = self.sim.c.lost_gpu_minutes
         super()._stop(i, now, finished)
+        lost = self.sim.c.lost_gpu_minutes - lost
+        if why == "reclaim":
+            self.reclaim_preemptions += 1
+            self.reclaim_lost_gpu_minutes += lost
+        elif why == "within":
+            self.priority_preemptions += 1
+            self.priority_lost_gpu_minutes += lost
+        else:
+            self.scheduler_preemptions += 1
+            self.scheduler_lost_gpu_minutes += lost
         self.lender_of[i] = None
 
-    def preempt(self, i: int, now: int) -> None:
-        """Kueue evicts job i (a reclaim): its pods stop, its work since the last checkpoint is lost."""
+    def stop_as(self, i: int, now: int, why: str) -> None:
+        """Job i's pods stop for `why`: "reclaim" / "within" (Kueue evicts the workload: it leaves its flavor and
+        waits for admission again) or "scheduler" (kube-scheduler preempts its pods: the workload stays admitted and
+        its new pods wait on the same flavor). Its work since the last checkpoint is lost."""
         self.sim.env.wake(self.sim)
-        self._reclaiming = True
+        self._stopping_as = why
         try:
             self._stop(i, now, finished=False)
         finally:
-            self._reclaiming = False
+            self._stopping_as = None
 
-    def preempt_within(self, i: int, now: int) -> None:
-        """Kueue evicts this pool's interruptible job i for a higher-priority job of the same ClusterQueue
-        (withinClusterQueue: LowerPriority): its work since the last checkpoint is lost, it requeues."""
-        self._preempting_within = True
-        try:
-            self._stop(i, now, finished=False)
-        finally:
-            self._preempting_within = False
+    def kueue_evict(self, i: int, now: int, why: str) -> None:
+        """Kueue evicts workload i (a reclaim, or a higher priority in its ClusterQueue): running, its pods stop;
+        admitted but pending, it only gives its quota back. Either way it waits for admission again."""
+        if self.run_start[i] is not None:
+            self.stop_as(i, now, why)
+            return
+        self.sim.env.wake(self.sim)
+        flavor = self.admitted_to[i]
+        if flavor == ELASTIC_FLAVOR:
+            q = (self.prod_queues if self.is_production(i) else self.queues)[self.gpus[i]]
+        else:
+            q = self.floor_pending
+        q.remove(i)
+        heapq.heapify(q)
+        self._release(i)
+        self._enqueue(i)
+        self.sim.changed = True
 
-    # -- admission and placement --
+    # -- Kueue: quota and admission --
 
-    def wants_own_floor(self) -> bool:
-        """A pending job of this pool fits its own nominal floor quota beside its own use: Kueue admits it (or
-        reclaims for it) before lending that quota to a borrower."""
-        sim = self.sim
-        room = sim.floor_gpus - (sim.floor_busy() - sim.lent_gpus)
-        if room <= 0 or not self.pending_gpus:
-            return False
-        return any(q and size <= room for qs in (self.queues, self.prod_queues) for size, q in qs.items())
+    def _elastic_flavor(self, prod: bool) -> tuple[str, int] | None:
+        """(kind, quota GPUs) of the elastic flavor a job of this class is admitted to (config/scheduling.py
+        pool_flavors, pool_queues), or None: a spot flavor's quota is the spot group's max (the on-demand fallback
+        replaces missing spot); work kept off spot gets the on-demand group's."""
+        spec = self.sim.spec
+        gpn = spec.gpus_per_node
+        if prod and not self.production_on_spot and spec.has_spot:
+            return (ON_DEMAND, spec.on_demand_max_nodes * gpn) if spec.has_on_demand else None
+        if spec.has_spot:
+            return SPOT, spec.spot_max_nodes * gpn
+        return (ON_DEMAND, spec.on_demand_max_nodes * gpn) if spec.has_on_demand else None
+
+    def _own_nominal(self, i: int) -> bool:
+        """Whether job i's use of its own floor counts against its ClusterQueue's nominal quota: every job of a pool
+        with one queue; with a production queue, only production jobs (the others borrow the floor from it)."""
+        return not self.split or self.is_production(i)
+
+    def _admit(self, i: int, flavor, now: int) -> None:
+        g = self.gpus[i]
+        q = self.waiting[g]
+        if q and q[0] == i:
+            heapq.heappop(q)
+        else:
+            q.remove(i)
+            heapq.heapify(q)
+        self.admitted_to[i] = flavor
+        self.admitted_at[i] = now
+        if flavor == ELASTIC_FLAVOR:
+            kind = self._elastic_flavor(self.is_production(i))[0]
+            self.elastic_admitted[kind] = self.elastic_admitted.get(kind, 0) + g
+        else:
+            borrowed = flavor is not self.sim or not self._own_nominal(i)
+            flavor.floor_admitted[(id(self), i)] = (self, i, borrowed)
+            if borrowed:
+                flavor.quota_lent += g
+                name = flavor.spec.name
+                self.quota_borrowed[name] = self.quota_borrowed.get(name, 0) + g
+            else:
+                flavor.quota_own += g
+        self._enqueue(i)
+
+    def _release(self, i: int) -> None:
+        flavor = self.admitted_to[i]
+        if flavor is None:
+            return
+        g = self.gpus[i]
+        self.admitted_to[i] = None
+        if flavor == ELASTIC_FLAVOR:
+            kind = self._elastic_flavor(self.is_production(i))[0]
+            self.elastic_admitted[kind] -= g
+            return
+        _, _, borrowed = flavor.floor_admitted.pop((id(self), i))
+        if borrowed:
+            flavor.quota_lent -= g
+            self.quota_borrowed[flavor.spec.name] -= g
+        else:
+            flavor.quota_own -= g
+        if flavor is not self.sim:
+            flavor.changed = True  # quota of its floor is free again
+            flavor.env.wake(flavor)
+
+    def _borrow_room(self, lender: PoolSim) -> int:
+        """GPUs of the lender's floor quota this queue may still borrow: the floor's unused quota, within its
+        lendingLimit and this queue's borrowingLimit (own floor of a pool with a production queue: no limit of its
+        own)."""
+        env = self.sim.env
+        room = min(lender.floor_gpus - lender.quota_own - lender.quota_lent,
+                   env.sharing[lender.spec.name].lendable_gpus - lender.quota_lent)
+        if lender is not self.sim:
+            limit = env.sharing[self.sim.spec.name].borrowing_limit_gpus.get(lender.spec.name)
+            if limit is not None:
+                room = min(room, limit - self.quota_borrowed.get(lender.spec.name, 0))
+        return room
+
+    def admit(self, now: int, borrowing: bool) -> None:
+        """Kueue's admission of this pool's waiting jobs, in its ClusterQueue order (priority, then creation time;
+        production first where `priority_within`). Each job takes the first flavor of its queue where it fits, by
+        quota alone; `flavorFungibility` MayStopSearch stops at a flavor where it fits by borrowing or by
+        preempting. Kueue admits workloads that fit under nominal quota before those that borrow: the first round
+        (`borrowing` False) admits only those, and a job whose first fitting flavor is borrowed waits for the
+        second."""
+        if not any(self.waiting.values()):
+            return
+        first = 0 if self.priority_within else 1
+        order = sorted((first if self.is_production(i) else 1, i) for q in self.waiting.values() for i in q)
+        fails_at: dict[bool, float] = {False: math.inf, True: math.inf}  # per class: sizes >= this found no flavor
+        for _, i in order:
+            prod = self.is_production(i)
+            g = self.gpus[i]
+            if g >= fails_at[prod]:
+                continue
+            outcome = self._try_admit(i, now, borrowing)
+            if outcome is None:
+                fails_at[prod] = g
+
+    def _try_admit(self, i: int, now: int, borrowing: bool):
+        """One job through its queue's flavors: True admitted, False deferred to the borrowing round, None no
+        flavor has room."""
+        sim, g, prod = self.sim, self.gpus[i], self.is_production(i)
+        if sim.floor_gpus:
+            if self._own_nominal(i):
+                if g <= sim.floor_gpus - sim.quota_own - sim.quota_lent:
+                    self._admit(i, sim, now)
+                    return True
+                targets = self._kueue_targets(i)
+                if targets:
+                    for w, j, why in targets:
+                        w.kueue_evict(j, now, why)
+                    self._admit(i, sim, now)
+                    return True
+            elif self._borrow_room(sim) >= g:
+                if not borrowing:
+                    return False
+                self._admit(i, sim, now)
+                return True
+        if not prod:
+            for lender, _ in self.lenders:
+                if self._borrow_room(lender) >= g:
+                    if not borrowing:
+                        return False
+                    self._admit(i, lender, now)
+                    return True
+        elastic = self._elastic_flavor(prod)
+        if elastic is not None and self.elastic_admitted.get(elastic[0], 0) + g <= elastic[1]:
+            self._admit(i, ELASTIC_FLAVOR, now)
+            return True
+        return None
+
+    def _kueue_targets(self, i: int) -> list:
+        """Kueue's classic preemption for job i on its own floor flavor (Kueue v0.19.2 pkg/scheduler/preemption/
+        preemption.go `findCandidates`, `classicalPreemptions`, `fillBackWorkloads`; common/ordering.go
+        `CandidatesOrdering`): candidates are the workloads admitted to the floor by queues that borrow it
+        (reclaimWithinCohort: Any, only while job i fits its queue's nominal quota) and, where the queue has
+        withinClusterQueue: LowerPriority, its own lower-priority workloads on the floor; ordered other queues
+        first, lowest priority first, most recently admitted first; taken until job i fits the quota, then each
+        given back, in reverse order, if it still fits. By quota alone: nodes are not looked at. [] if it cannot
+        fit. Each target: (workload, job, "reclaim" | "within")."""
+        sim, g = self.sim, self.gpus[i]
+        nominal = sim.floor_gpus
+        prio = self.job_priority(i)
+        reclaim = sim.quota_own + g <= nominal and sim.quota_lent > 0
+        cands = []
+        for w, j, borrowed in sim.floor_admitted.values():
+            if borrowed and reclaim:
+                cands.append(((0, w.job_priority(j), -w.admitted_at[j], w.sim.spec.name, j), w, j, "reclaim", True))
+            elif not borrowed and w is self and self.within_lower_priority and w.job_priority(j) < prio:
+                cands.append(((1, w.job_priority(j), -w.admitted_at[j], w.sim.spec.name, j), w, j, "within", False))
+        if not cands:
+            return []
+        cands.sort(key=lambda c: c[0])
+        own, lent = sim.quota_own, sim.quota_lent
+
+        def fits(own_use: int, lent_use: int) -> bool:
+            return own_use + g <= nominal and g <= nominal - own_use - lent_use
+
+        targets = []
+        for c in cands:
+            g_c = c[1].gpus[c[2]]
+            if c[4]:
+                lent -= g_c
+            else:
+                own -= g_c
+            targets.append(c)
+            if fits(own, lent):
+                break
+        else:
+            return []
+        for c in reversed(targets[:-1]):  # fillBackWorkloads
+            g_c = c[1].gpus[c[2]]
+            own2, lent2 = (own, lent + g_c) if c[4] else (own + g_c, lent)
+            if fits(own2, lent2):
+                targets.remove(c)
+                own, lent = own2, lent2
+        return [(c[1], c[2], c[3]) for c in targets]
+
+    # -- kube-scheduler: the admitted pods on their flavor's nodes --
 
     def schedule(self, now: int) -> None:
         if self.plain:
             super().schedule(now)
             return
+        self.admit(now, borrowing=False)
+        self.admit(now, borrowing=True)
+        self.place(now)
+
+    def place(self, now: int) -> None:
+        """Bind the pending pods of admitted jobs to nodes of their flavor: the pool's elastic nodes (production
+        kept off spot: its on-demand nodes), or the floor it was admitted to; a floor pod that finds no room
+        preempts lower-priority pods (`_scheduler_victims`)."""
         sim = self.sim
         sim.changed = False
         if not self.pending_gpus:
             return
-        # a closed node (back to spot's NoSchedule taint) takes no new pod, as in JobsWorkload.schedule
-        own = [n for n in sim.nodes.values() if n.ready_at <= now and not n.warned and not n.closed
-               and n.busy < n.gpus]
-        own.sort(key=lambda n: (FILL_RANK[n.group], n.serial))
-        spot_ok = self.production_on_spot
-        prod_nodes = [n for n in own if spot_ok or n.group != SPOT]
-        borrowable = []  # (lender, [its floor nodes with room], GPUs it may still lend to this queue)
-        for lender, limit in self.lenders:
-            if lender.lent_gpus >= lender.env.sharing[lender.spec.name].lendable_gpus:
-                continue
-            if lender.workload.wants_own_floor():
-                continue
-            nodes = [n for n in lender.floor_nodes if n.ready_at <= now and n.busy < n.gpus]
-            if nodes:
-                borrowable.append([lender, nodes])
+        elastic = [n for n in sim.nodes.values() if n.group != GUARANTEED and n.ready_at <= now and not n.warned
+                   and not n.closed and n.busy < n.gpus]
+        elastic.sort(key=lambda n: (FILL_RANK[n.group], n.serial))
+        off_spot = [n for n in elastic if n.group != SPOT]
         gpn = sim.spec.gpus_per_node
-        fits_below = {False: gpn + 1, True: gpn + 1}  # single-node sizes >= this no longer fit, per class
-        gang_below = {False: math.inf, True: math.inf}
-        if self.priority_within and any(self.prod_queues.values()):
-            self._preempt_for_production(now)
-            own = [n for n in own if n.busy < n.gpus]
-            prod_nodes = [n for n in prod_nodes if n.busy < n.gpus]
-        # Kueue admits a ClusterQueue's workloads by priority, then creation time: where this pool's interruptible
-        # jobs run at a lower priority (priority_within), its pending production jobs come first.
-        first = 0 if self.priority_within else 1
-        heads = [(1, q[0], size, False) for size, q in self.queues.items() if q]
-        heads += [(first, q[0], size, True) for size, q in self.prod_queues.items() if q]
-        heapq.heapify(heads)
-        while heads:
-            rank, i, size, prod = heapq.heappop(heads)
-            if size <= gpn:
-                if size >= fits_below[prod]:
-                    continue
-                placed = self._place_single_env(i, prod_nodes if prod else own, None if prod else borrowable, now)
-                if not placed:
-                    fits_below[prod] = size
-            else:
-                k = -(-size // gpn)
-                if k >= gang_below[prod]:
-                    continue
-                placed = self._place_gang_env(i, k, prod_nodes if prod else own, None if prod else borrowable, now)
-                if not placed:
-                    gang_below[prod] = k
-            if placed:
-                q = (self.prod_queues if prod else self.queues)[size]
-                heapq.heappop(q)
-                if q:
-                    heapq.heappush(heads, (rank, q[0], size, prod))
-                own = [n for n in own if n.busy < n.gpus]
-                prod_nodes = [n for n in prod_nodes if n.busy < n.gpus]
-                for entry in borrowable:
-                    entry[1] = [n for n in entry[1] if n.busy < n.gpus]
-
-    def _preempt_for_production(self, now: int) -> None:
-        """withinClusterQueue: LowerPriority. A pending production job (submission order) that fits the floor
-        beside the production work already on it, but finds no floor node with room, preempts this pool's own
-        interruptible jobs on the floor node(s) it then starts on: on one node the fewest interruptible GPUs that
-        make room, candidates most recently admitted first, the set minimized; a gang takes whole floor nodes
-        running no production (nor borrowed) work, those with the fewest interruptible GPUs. Node-aware, as
-        Environment._reclaim (module docstring). Borrowed jobs are left to the reclaim."""
-        sim = self.sim
-        gpn = sim.spec.gpus_per_node
-        nodes = [n for n in sim.floor_nodes if n.ready_at <= now]
-        if not nodes:
-            return
-        prod_on: dict[int, int] = {}  # node -> GPUs of this pool's production jobs on it
-        low_on: dict[int, list] = {}  # node -> [(candidate key, job, GPUs here)] of its interruptible jobs
-        other_on: dict[int, int] = {}  # node -> GPUs of other pools' (borrowed) jobs on it
-        for n in nodes:
-            for j in n.jobs:
-                if not isinstance(j, int):
-                    other_on[id(n)] = other_on.get(id(n), 0) + next(
-                        u for m, u in self.sim.env.pools[j[0]].workload.on_nodes[j[1]] if m is n)
-                    continue
-                used = next(u for m, u in self.on_nodes[j] if m is n)
-                if self.production[j]:
-                    prod_on[id(n)] = prod_on.get(id(n), 0) + used
-                else:
-                    low_on.setdefault(id(n), []).append(((-self.admitted_at[j], -j), j, used))
-        for v in low_on.values():
-            v.sort(key=lambda x: x[0])
-        prod_use = sum(prod_on.values())
-        nominal = sim.floor_gpus
-        reserved = {id(n): 0 for n in nodes}  # GPUs of production jobs this pass counts on the scheduling pass for
-
-        def free(n) -> int:
-            return n.gpus - n.busy - reserved[id(n)]
-
-        pending = sorted(i for q in self.prod_queues.values() for i in q)
-        for i in pending:
-            g = self.gpus[i]
-            if prod_use + g > nominal:
-                continue  # beyond the floor's quota even with every interruptible job gone
-            if g <= gpn:
-                room = [n for n in nodes if free(n) >= g]
-                if room:  # the scheduling pass places it there
-                    reserved[id(room[0])] += g
-                    prod_use += g
-                    continue
-                best = None
-                for n in nodes:
-                    have = free(n)
-                    cands = [v for v in low_on.get(id(n), []) if self.run_start[v[1]] is not None]
-                    if have + sum(v[2] for v in cands) < g:
+        for prod, qs in ((True, self.prod_queues), (False, self.queues)):
+            nodes = off_spot if prod and not self.production_on_spot else elastic
+            fits_below, gang_below = gpn + 1, math.inf
+            heads = [(q[0], size) for size, q in qs.items() if q]
+            heapq.heapify(heads)
+            while heads and nodes:
+                i, size = heapq.heappop(heads)
+                if size <= gpn:
+                    if size >= fits_below:
                         continue
-                    targets = []
-                    for v in cands:
-                        if have >= g:
-                            break
-                        targets.append(v)
-                        have += v[2]
-                    for v in reversed(list(targets)):  # minimize: give back a target the job fits without
-                        if have - v[2] >= g:
-                            targets.remove(v)
-                            have -= v[2]
-                    cost = (sum(v[2] for v in targets), [v[0] for v in targets], n.serial)
-                    if best is None or cost < best[0]:
-                        best = (cost, [n], targets)
-                if best is None:
-                    continue
-                chosen, victims = best[1], [v[1] for v in best[2]]
-            else:
-                k = -(-g // gpn)
-                empty = [n for n in nodes if n.busy == 0 and reserved[id(n)] == 0]
-                if len(empty) >= k:  # whole floor nodes are free: the scheduling pass places it
-                    for n in empty[:k]:
-                        reserved[id(n)] = n.gpus
-                    prod_use += g
-                    continue
-                whole = [n for n in nodes if not prod_on.get(id(n)) and not other_on.get(id(n))
-                         and reserved[id(n)] == 0]
-                whole.sort(key=lambda n: (n.busy, n.serial))
-                if len(whole) < k:
-                    continue
-                chosen = whole[:k]
-                victims = sorted({j for n in chosen for _, j, _ in low_on.get(id(n), [])})
-            for j in victims:
-                if self.run_start[j] is not None:  # a gang victim may sit on several chosen nodes
-                    self.preempt_within(j, now)
-            if (chosen[0].gpus - chosen[0].busy < g) if len(chosen) == 1 else any(n.busy for n in chosen):
-                continue  # not freed as counted (should not happen): leave it to the scheduling pass
-            Environment._start_reclaimed(self, i, chosen, now)
-            prod_use += g
-            for n in chosen:
-                prod_on[id(n)] = prod_on.get(id(n), 0) + (g if len(chosen) == 1 else n.gpus)
+                    placed = self._place_single(i, nodes, now)
+                    if not placed:
+                        fits_below = size
+                else:
+                    k = -(-size // gpn)
+                    if k >= gang_below:
+                        continue
+                    placed = self._place_gang(i, k, nodes, now)
+                    if not placed:
+                        gang_below = k
+                if placed:
+                    q = qs[size]
+                    heapq.heappop(q)
+                    if q:
+                        heapq.heappush(heads, (q[0], size))
+                    nodes = [n for n in nodes if n.busy < n.gpus]
+        if self.floor_pending:
+            for i in sorted(self.floor_pending, key=lambda j: (-self.job_priority(j), j)):
+                if self._place_on_floor(i, now):
+                    self.floor_pending.remove(i)
+            heapq.heapify(self.floor_pending)
 
-    def _room(self, lender: PoolSim) -> int:
-        """GPUs this queue may still borrow from the lender's floor: its lendingLimit left, this queue's
-        borrowingLimit left."""
-        env = self.sim.env
-        room = env.sharing[lender.spec.name].lendable_gpus - lender.lent_gpus
-        limit = env.sharing[self.sim.spec.name].borrowing_limit_gpus.get(lender.spec.name)
-        if limit is not None:
-            room = min(room, limit - self.borrowed.get(lender.spec.name, 0))
-        return room
-
-    def _place_single_env(self, i: int, own: list, borrowable: list | None, now: int) -> bool:
-        g = self.gpus[i]
+    def _place_on_floor(self, i: int, now: int) -> bool:
+        owner, g = self.admitted_to[i], self.gpus[i]
+        gpn = owner.spec.gpus_per_node
+        nodes = [n for n in owner.floor_nodes if n.ready_at <= now]
         sign = 1 if self.sim.placement == MOST_ALLOCATED else -1
-        best = best_key = None
-        for n in own:
-            free = n.gpus - n.busy
-            if free >= g:
-                # flavor order: own floor (0), borrowed floors (1, in plan order), own elastic (2, 3)
-                rank = 0 if n.group == GUARANTEED else 1 + FILL_RANK[n.group]
-                key = (rank, 0, sign * free)
-                if best is None or key < best_key:
-                    best, best_key = n, key
-        if borrowable and (best is None or best_key[0] > 0):
-            for j, (lender, nodes) in enumerate(borrowable):
-                if self._room(lender) < g:
-                    continue
-                for n in nodes:
-                    free = n.gpus - n.busy
-                    if free >= g:
-                        key = (1, j, sign * free)
-                        if best is None or key < best_key:
-                            best, best_key = n, key
-        if best is None:
-            return False
-        self._start(i, [(best, g)], now)
-        return True
-
-    def _place_gang_env(self, i: int, k: int, own: list, borrowable: list | None, now: int) -> bool:
-        gpn = self.sim.spec.gpus_per_node
-        g = self.gpus[i]
-        whole = [n for n in own if n.busy == 0]  # in fill order
-        floor = [n for n in whole if n.group == GUARANTEED]
-        chosen = None
-        if len(floor) >= k:
-            chosen = floor[:k]
-        if chosen is None and borrowable:
-            for lender, nodes in borrowable:
-                free = [n for n in nodes if n.busy == 0]
-                if len(free) >= k and self._room(lender) >= g:
-                    chosen = free[:k]
-                    break
-        if chosen is None and len(whole) >= k:
-            chosen = whole[:k]
+        if g <= gpn:
+            room = [n for n in nodes if n.gpus - n.busy >= g]
+            if room:
+                self._start(i, [(min(room, key=lambda n: (sign * (n.gpus - n.busy), n.serial)), g)], now)
+                return True
+        else:
+            k = -(-g // gpn)
+            whole = [n for n in nodes if n.busy == 0]
+            if len(whole) >= k:
+                self._start(i, [(n, gpn) for n in whole[: k - 1]] + [(whole[k - 1], g - gpn * (k - 1))], now)
+                return True
+        chosen = self._scheduler_victims(i, nodes)
         if chosen is None:
             return False
-        self._start(i, [(n, gpn) for n in chosen[: k - 1]] + [(chosen[k - 1], g - gpn * (k - 1))], now)
+        chosen_nodes, victims = chosen
+        for w, j in victims:
+            if w.run_start[j] is not None:  # a victim on several chosen nodes stops once
+                w.stop_as(j, now, "scheduler")
+        if len(chosen_nodes) == 1:
+            if chosen_nodes[0].gpus - chosen_nodes[0].busy < g:
+                return False  # not freed as counted (should not happen): the pod waits
+            self._start(i, [(chosen_nodes[0], g)], now)
+        else:
+            if any(n.busy for n in chosen_nodes):
+                return False
+            k = len(chosen_nodes)
+            self._start(i, [(n, gpn) for n in chosen_nodes[: k - 1]] + [(chosen_nodes[k - 1], g - gpn * (k - 1))],
+                        now)
         return True
+
+    def _scheduler_victims(self, i: int, nodes: list):
+        """kube-scheduler's default preemption for job i's pod(s) pinned to these floor nodes (kubernetes
+        pkg/scheduler/framework/plugins/defaultpreemption/default_preemption.go `SelectVictimsOnNode`: every
+        lower-priority pod is removed, then as many as possible are reprieved, the most important first, while the
+        pod still fits; pkg/scheduler/framework/preemption/preemption.go `pickOneNodeForPreemption`: the node whose
+        highest victim priority is lowest, then the lowest sum of victim priorities, then the fewest victims, then
+        the latest start among the highest-priority victims). A gang needs whole nodes: each of its pods takes a
+        node whose pods are all of lower priority. (nodes, [(workload, job)]) or None."""
+        g, prio = self.gpus[i], self.job_priority(i)
+        gpn = self.admitted_to[i].spec.gpus_per_node
+        env = self.sim.env
+
+        def pods_on(n):
+            out = []
+            for key in n.jobs:
+                w, j = (env.pools[key[0]].workload, key[1]) if isinstance(key, tuple) else (
+                    env.floor_owner[id(n)].workload, key)
+                used = next(u for m, u in w.on_nodes[j] if m is n)
+                out.append((w.job_priority(j), w.run_start[j], used, w, j))
+            return out
+
+        if g > gpn:
+            return self._scheduler_gang_victims(i, nodes, pods_on)
+        best = None
+        for n in nodes:
+            pods = pods_on(n)
+            lower = [p for p in pods if p[0] < prio]
+            have = n.gpus - n.busy + sum(p[2] for p in lower)
+            if have < g:
+                continue
+            victims = []
+            for p in sorted(lower, key=lambda p: (-p[0], p[1], p[4])):  # most important first: reprieve
+                if have - p[2] >= g:
+                    have -= p[2]
+                else:
+                    victims.append(p)
+            if not victims:
+                continue  # fits without preemption: not this pass's case
+            top = max(p[0] for p in victims)
+            latest = max(p[1] for p in victims if p[0] == top)
+            key = (top, sum(p[0] for p in victims), len(victims), -latest, n.serial)
+            if best is None or key < best[0]:
+                best = (key, n, victims)
+        return None if best is None else ([best[1]], [(p[3], p[4]) for p in best[2]])
+
+    def _scheduler_gang_victims(self, i: int, nodes: list, pods_on):
+        """A gang's pods each need a whole node: the nodes whose pods are all of lower priority, ranked as
+        `pickOneNodeForPreemption` ranks them (empty nodes first)."""
+        g, prio = self.gpus[i], self.job_priority(i)
+        k = -(-g // self.admitted_to[i].spec.gpus_per_node)
+        ranked = []
+        for n in nodes:
+            pods = pods_on(n)
+            if any(p[0] >= prio for p in pods):
+                continue
+            top = max((p[0] for p in pods), default=-math.inf)
+            ranked.append(((top, sum(p[0] for p in pods), len(pods), n.serial), n, pods))
+        if len(ranked) < k:
+            return None
+        ranked.sort(key=lambda r: r[0])
+        chosen = ranked[:k]
+        return [r[1] for r in chosen], [(p[3], p[4]) for r in chosen for p in r[2]]
 
     def finish(self, horizon: int) -> None:
         super().finish(horizon)
@@ -682,7 +816,7 @@ class Environment:
             trace = demands[p.name]
             share = production_share_pct(p)
             if isinstance(trace, JobsTrace):
-                production = production_flags(trace, share, settings.seed, p.name)
+                production = production_flags(trace, share / 100, settings.seed, p.name)
             else:
                 production = [True] if share >= 100 else None
             if spec.floor_nodes != (p.guaranteed.nodes if p.guaranteed else 0):
@@ -707,9 +841,21 @@ class Environment:
             kept_off_spot = w.production is not None and not w.production_on_spot and sim.spec.has_spot
             # A production pool with a floor and interruptible jobs of its own: its ClusterQueue preempts lower
             # priority (config/scheduling.py preempt_lower_priority), its interruptible jobs run below production.
-            w.priority_within = (self.cfg.pool(name).tier == Tier.production and w.production is not None
+            # A pool of another tier with production work has a production queue that holds the floor's quota
+            # (config/scheduling.py production_queue): its interruptible queue borrows the idle floor, and the
+            # production queue admits first (it fits its nominal quota) and reclaims the floor from it
+            # (reclaimWithinCohort: Any): the same order and the same preemption on the floor.
+            pool_cfg = self.cfg.pool(name)
+            w.split = self.cfg.scheduling.kueue.enabled and production_queue(self.cfg, pool_cfg)
+            w.within_lower_priority = pool_cfg.tier == Tier.production
+            w.priority_within = ((w.within_lower_priority or w.split) and w.production is not None
                                  and not all(w.production) and sim.spec.floor_nodes > 0)
-            w.plain = not w.lenders and not kept_off_spot and not w.priority_within
+            # a production-tier pool's interruptible jobs run at a lower WorkloadPriorityClass than its production
+            w.interruptible_priority = PRIORITY_VALUES[Tier.experiment if pool_cfg.tier == Tier.production
+                                                       else pool_cfg.tier]
+            lends = any(lender == name for o in self.sharing.values() for lender in o.lenders) and \
+                self.sharing[name].lendable_gpus > 0
+            w.plain = not w.lenders and not lends and not kept_off_spot and not w.priority_within
         # Groups of pools that can influence each other (connected by lending): they skip quiet minutes together.
         parent = {n: n for n in self.pools}
 
@@ -816,139 +962,50 @@ class Environment:
             return
         if not any(sim.changed for sim in group if sim.last == now):
             return
-        # Pools not processed this minute join where they could act, checked at their turn (what the pools
-        # before them did counts): an owner that wants its lent floor back, a borrower a lender has room for.
+        # Pools not processed this minute join where they could act now (a floor they wait for or may borrow has
+        # room), checked at their turn: what the pools before them did counts.
         for sim in group:
-            if sim.last != now and sim.lent_gpus and isinstance(sim.workload, EnvJobsWorkload) \
-                    and sim.workload.wants_own_floor():
+            if sim.last != now and self._may_act(sim):
                 self.wake(sim)
-            if sim.last == now and sim.lent_gpus and sim.workload.pending_gpus:
-                self._reclaim(sim, now)
+        # Kueue admits the workloads that fit under their queue's nominal quota first, then those that borrow
+        # (Kueue v0.19.2 pkg/scheduler/scheduler.go, the cohort's heads ordered "under nominal quota before
+        # borrowing"); then kube-scheduler binds the admitted pods.
+        active = [sim for sim in group if sim.last == now]
+        for borrowing in (False, True):
+            for sim in active:
+                if not sim.workload.plain:
+                    sim.workload.admit(now, borrowing)
+        for sim in active:
+            if sim.workload.plain:
+                sim.workload.schedule(now)
+            else:
+                sim.workload.place(now)
+        # pools woken by this pass (a Kueue eviction requeued their job): their turn now, in the same minute
         for sim in group:
-            if sim.last != now and self._may_borrow(sim):
-                self.wake(sim)
-            if sim.last == now:
+            if sim.last == now and sim not in active:
                 sim.workload.schedule(now)
 
-    def _may_borrow(self, sim: PoolSim) -> bool:
-        """Whether a pool not processed this minute has interruptible work pending that a lender's floor has room
-        for now (nothing else it could schedule has changed: its own nodes are as they were)."""
+    def _may_act(self, sim: PoolSim) -> bool:
+        """Whether a pool not processed this minute could admit or place something now that another pool changed:
+        a waiting job a lender's floor quota has room for, or a pod pinned to a floor that has room for it now
+        (its own quota, nodes and elastic flavor are as they were)."""
         w = sim.workload
-        if not isinstance(w, EnvJobsWorkload) or not w.pending_gpus:
+        if not isinstance(w, EnvJobsWorkload) or w.plain or not w.pending_gpus:
             return False
-        sizes = [size for size, q in w.queues.items() if q]
-        if not sizes or not w.lenders:
-            return False
-        need = min(min(sizes), sim.spec.gpus_per_node)
-        for lender, _ in w.lenders:
-            if w._room(lender) < min(sizes) or lender.workload.wants_own_floor():
-                continue
-            if any(n.gpus - n.busy >= need for n in lender.floor_nodes):
+        sizes = [size for size, q in w.waiting.items() if q]
+        if sizes and (w.lenders or w.split):
+            small = min(sizes)
+            lenders = [lender for lender, _ in w.lenders] + ([sim] if w.split else [])
+            if any(w._borrow_room(lender) >= small for lender in lenders):
+                return True
+        if sizes and sim.floor_gpus and sim.floor_gpus - sim.quota_own - sim.quota_lent >= min(sizes):
+            return True
+        for i in w.floor_pending:
+            owner = w.admitted_to[i]
+            need = min(w.gpus[i], owner.spec.gpus_per_node)
+            if any(n.gpus - n.busy >= need for n in owner.floor_nodes):
                 return True
         return False
-
-    def _reclaim(self, owner: PoolSim, now: int) -> None:
-        """The owner takes its floor back for its pending jobs, in submission order: a job that fits the owner's
-        nominal floor quota beside the owner's own use (reclaimWithinCohort: Any) but finds no floor node with
-        room preempts borrowed jobs on the floor node(s) it then starts on -- on one node the fewest borrowed
-        GPUs that make room, in Kueue's candidate order (lowest priority, most recently admitted first), the set
-        minimized; a gang takes whole nodes free of the owner's own work, those with the fewest borrowed GPUs.
-        Node-aware, where Kueue picks victims by quota alone (module docstring)."""
-        w = owner.workload
-        nominal, gpn = owner.floor_gpus, owner.spec.gpus_per_node
-        own_use = owner.floor_busy() - owner.lent_gpus
-        nodes = [n for n in owner.floor_nodes if n.ready_at <= now]
-        reserved = {id(n): 0 for n in nodes}  # GPUs of jobs this pass counts on without preempting
-        lent_on: dict[int, int] = {}  # node -> borrowed GPUs on it
-        for bw, j in owner.borrowed_jobs.values():
-            for n, used in bw.on_nodes[j]:
-                lent_on[id(n)] = lent_on.get(id(n), 0) + used
-
-        def free(n) -> int:
-            return n.gpus - n.busy - reserved[id(n)]
-
-        for i in w.pending_jobs(max(1, nominal - own_use)):
-            if owner.lent_gpus == 0 or own_use >= nominal:
-                return
-            g = w.gpus[i]
-            if own_use + g > nominal:
-                continue  # does not fit the owner's nominal quota even alone: no reclaim for it
-            if g <= gpn:
-                room = [n for n in nodes if free(n) >= g]
-                if room:
-                    reserved[id(room[0])] += g
-                    own_use += g
-                    continue
-                best = None
-                for n in nodes:
-                    have = free(n)
-                    if have + lent_on.get(id(n), 0) < g:
-                        continue
-                    victims = self._borrowed_on(n)
-                    targets = []
-                    for v in victims:
-                        if have >= g:
-                            break
-                        targets.append(v)
-                        have += v[3]
-                    for v in reversed(list(targets)):  # minimize: give back a target the job fits without
-                        if have - v[3] >= g:
-                            targets.remove(v)
-                            have -= v[3]
-                    cost = (sum(v[3] for v in targets), [v[0] for v in targets], n.serial)
-                    if best is None or cost < best[0]:
-                        best = (cost, [n], targets)
-            else:
-                k = -(-g // gpn)
-                whole = [n for n in nodes if reserved[id(n)] == 0 and n.busy == lent_on.get(id(n), 0)]
-                whole.sort(key=lambda n: (lent_on.get(id(n), 0), n.serial))
-                if len(whole) < k:
-                    continue
-                if all(n.busy == 0 for n in whole[:k]):
-                    for n in whole[:k]:
-                        reserved[id(n)] = n.gpus
-                    own_use += g
-                    continue
-                best = (None, whole[:k], [v for n in whole[:k] for v in self._borrowed_on(n)])
-            if best is None:
-                continue
-            _, chosen, targets = best
-            done = set()
-            for v in targets:
-                if (id(v[1]), v[2]) not in done:  # a borrowed gang may sit on several of the chosen nodes
-                    done.add((id(v[1]), v[2]))
-                    for n, used in v[1].on_nodes[v[2]]:
-                        lent_on[id(n)] -= used
-                    v[1].preempt(v[2], now)
-            self._start_reclaimed(w, i, chosen, now)
-            own_use += g
-
-    def _borrowed_on(self, node: SimNode) -> list:
-        """Borrowed jobs on a floor node in Kueue's preemption-candidate order: (key, workload, job, GPUs here)."""
-        out = []
-        for key in node.jobs:
-            if isinstance(key, tuple):
-                bw = self.pools[key[0]].workload
-                j = key[1]
-                used = next(u for n, u in bw.on_nodes[j] if n is node)
-                out.append(((bw.sim.priority, -bw.admitted_at[j], -j), bw, j, used))
-        out.sort(key=lambda v: v[0])
-        return out
-
-    @staticmethod
-    def _start_reclaimed(w: "EnvJobsWorkload", i: int, chosen: list, now: int) -> None:
-        """Start the owner's job on the floor node(s) its reclaim freed (Kueue admits it on the floor flavor,
-        kube-scheduler binds it to the room the preemption made)."""
-        g, gpn = w.gpus[i], w.sim.spec.gpus_per_node
-        queues = w.prod_queues if w.is_production(i) and not w.plain else w.queues
-        q = queues[g]
-        q.remove(i)
-        heapq.heapify(q)
-        if len(chosen) == 1:
-            w._start(i, [(chosen[0], g)], now)
-        else:
-            k = len(chosen)
-            w._start(i, [(n, gpn) for n in chosen[: k - 1]] + [(chosen[k - 1], g - gpn * (k - 1))], now)
 
     # -- results --
 
@@ -960,6 +1017,7 @@ class Environment:
         win_by_class: dict[str, list[float]] = {PRODUCTION: [], INTERRUPTIBLE: []}
         env = {"production_interruptions": 0, "reclaim_preemptions": 0, "reclaim_lost_gpu_hours": 0.0,
                "priority_preemptions": 0, "priority_lost_gpu_hours": 0.0,
+               "scheduler_preemptions": 0, "scheduler_lost_gpu_hours": 0.0,
                "floor_gpu_hours": 0.0, "floor_owned_gpu_hours": 0.0, "floor_lent_gpu_hours": 0.0,
                "borrowed_gpu_hours": 0.0, "production_jobs": 0}
         sums = ("total_cost_usd", "guaranteed_cost_usd", "elastic_spot_cost_usd", "elastic_on_demand_cost_usd",
@@ -1003,7 +1061,8 @@ class Environment:
         if self.window_from is not None:
             keys = ("production_interruptions", "jobs_interrupted", "spot_interruptions", "lost_gpu_hours",
                     "reclaim_preemptions", "reclaim_lost_gpu_hours", "priority_preemptions",
-                    "priority_lost_gpu_hours", "borrowed_gpu_hours", "floor_gpu_hours",
+                    "priority_lost_gpu_hours", "scheduler_preemptions", "scheduler_lost_gpu_hours",
+                    "borrowed_gpu_hours", "floor_gpu_hours",
                     "floor_owned_gpu_hours", "floor_lent_gpu_hours", "unmet_gpu_hours", "unmet_production_gpu_hours",
                     "production_waiting_gpu_hours", "unmet_guaranteed_production_gpu_hours", "jobs_submitted")
             win = {k: round(sum(p["window"][k] for p in pools.values()), 3) for k in keys}
@@ -1102,8 +1161,7 @@ class Environment:
             return
         self._settle_production_wait(sim, now)
         t = self._prod_wait.setdefault(sim.spec.name, [0, 0, now, 0.0, 0.0])
-        waiting = sum(w.gpus[i] for qs in (w.queues, w.prod_queues) for q in qs.values() for i in q
-                      if w.production[i])
+        waiting = sum(w.gpus[i] for i in w.pending_indices() if w.production[i])
         within = 0
         if waiting and sim.floor_nodes:
             ready = [n for n in sim.floor_nodes if n.ready_at <= now]
@@ -1141,6 +1199,8 @@ class Environment:
             "reclaim_lost_gpu_minutes": env_w.reclaim_lost_gpu_minutes if env_w else 0.0,
             "priority_preemptions": env_w.priority_preemptions if env_w else 0,
             "priority_lost_gpu_minutes": env_w.priority_lost_gpu_minutes if env_w else 0.0,
+            "scheduler_preemptions": env_w.scheduler_preemptions if env_w else 0,
+            "scheduler_lost_gpu_minutes": env_w.scheduler_lost_gpu_minutes if env_w else 0.0,
             "borrowed_gpu_minutes": (env_w.borrowed_gpu_minutes + env_w.borrowed_now * max(
                 0, minute - env_w._borrowed_since)) if env_w else 0,
             "floor_lent_gpu_minutes": sim.lent_gpu_minutes + sim.lent_gpus * max(0, minute - sim._lent_since),
@@ -1201,6 +1261,8 @@ class Environment:
             "reclaim_lost_gpu_hours": round(d["reclaim_lost_gpu_minutes"] / 60, 3),
             "priority_preemptions": d["priority_preemptions"],
             "priority_lost_gpu_hours": round(d["priority_lost_gpu_minutes"] / 60, 3),
+            "scheduler_preemptions": d["scheduler_preemptions"],
+            "scheduler_lost_gpu_hours": round(d["scheduler_lost_gpu_minutes"] / 60, 3),
             "borrowed_gpu_hours": round(d["borrowed_gpu_minutes"] / 60, 3),
             "borrowed_gpu_hours_from": {k.split(":", 1)[1]: round(v / 60, 3) for k, v in d.items()
                                         if k.startswith("borrowed_gpu_minutes_from:") and v},
@@ -1238,6 +1300,8 @@ class Environment:
             "reclaim_lost_gpu_hours": round(env_w.reclaim_lost_gpu_minutes / 60, 3) if env_w else 0.0,
             "priority_preemptions": env_w.priority_preemptions if env_w else 0,
             "priority_lost_gpu_hours": round(env_w.priority_lost_gpu_minutes / 60, 3) if env_w else 0.0,
+            "scheduler_preemptions": env_w.scheduler_preemptions if env_w else 0,
+            "scheduler_lost_gpu_hours": round(env_w.scheduler_lost_gpu_minutes / 60, 3) if env_w else 0.0,
             "borrowed_gpu_hours": round(env_w.borrowed_gpu_minutes / 60, 3) if env_w else 0.0,
             "borrowed_gpu_hours_from": {n: round(m / 60, 3) for n, m in env_w.borrowed_gpu_minutes_from.items()
                                         if m} if env_w else {},

@@ -228,7 +228,8 @@ class EnvironmentRunner:
                       "floor_owned_gpu_hours", "floor_lent_gpu_hours", "unmet_guaranteed_production_gpu_hours",
                       "production_waiting_gpu_hours",
                       "reclaim_preemptions", "reclaim_lost_gpu_hours", "priority_preemptions",
-                      "priority_lost_gpu_hours", "borrowed_gpu_hours", "borrowed_gpu_hours_from"):
+                      "priority_lost_gpu_hours", "scheduler_preemptions", "scheduler_lost_gpu_hours",
+                      "borrowed_gpu_hours", "borrowed_gpu_hours_from"):
                 if hasattr(src, f):
                     setattr(m, f, getattr(src, f))
             run.pools[n] = m
@@ -378,6 +379,8 @@ def _reduce(result) -> _SimulatedRun:
             "floor_owned_gpu_hours", "floor_lent_gpu_hours", "reclaim_preemptions", "reclaim_lost_gpu_hours",
             # a production pool's interruptible jobs preempted by its own production (withinClusterQueue)
             "priority_preemptions", "priority_lost_gpu_hours",
+            # pods preempted by kube-scheduler for a higher-priority pod pinned to a fragmented floor (issue 36)
+            "scheduler_preemptions", "scheduler_lost_gpu_hours",
             # production GPU-hours that waited while the pool's own floor had room not running production
             # (sim/environment.py _track_production_wait): the guarantee not kept
             "unmet_guaranteed_production_gpu_hours", "production_waiting_gpu_hours",
@@ -445,6 +448,8 @@ def measure(name: str, run: EnvironmentRun, bill: billing.Bill, commitments, flo
         "reclaim_lost_gpu_hours": round(sum(getattr(m, "reclaim_lost_gpu_hours", 0.0) for m in pools), 3),
         "priority_preemptions": sum(getattr(m, "priority_preemptions", 0) for m in pools),
         "priority_lost_gpu_hours": round(sum(getattr(m, "priority_lost_gpu_hours", 0.0) for m in pools), 3),
+        "scheduler_preemptions": sum(getattr(m, "scheduler_preemptions", 0) for m in pools),
+        "scheduler_lost_gpu_hours": round(sum(getattr(m, "scheduler_lost_gpu_hours", 0.0) for m in pools), 3),
         "p95_wait_minutes_by_tier": waits,
         "floor_utilization": None if floor <= 0 else {
             "owned": round(sum(m.floor_owned_gpu_hours for m in pools) / floor, 4),

@@ -9,8 +9,9 @@ Two sources:
   the ten public ITP clusters as ten pools on their common clock, days 1-57, each cluster read by path (never
   copied). Which pools are production, experiment or learning is `ROTATIONS[rotation]` (below, with why).
 
-Production work: a job is production with probability `production_share` by a seeded hash of its id (the same
-job is production for every setup, every term and every floor size of one seed); a series, which has no jobs,
+Production work: a job is production with probability `production_share` by sim/job_class.py's seeded hash, the
+one the environment simulator uses too (the same job is production for every setup, every term, every floor size
+and both models of one seed); a series, which has no jobs,
 splits each minute's GPUs in that share (fluid). Production work is never interruptible: it runs on its pool's
 floor or on on-demand, never on spot or on another pool's lent floor.
 
@@ -20,11 +21,11 @@ its submission (an instant, infinite cluster: the fluid model's demand, sim/flui
 
 from __future__ import annotations
 
-import hashlib
 import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from sim.job_class import production_flags
 from sim.traces import JobsTrace, SeriesTrace, Trace, TraceError, read_trace
 
 SECONDS_PER_HOUR = 3600
@@ -109,12 +110,6 @@ def read_demand_dir(directory: str | Path, pools: list[str]) -> dict[str, Trace]
     return out
 
 
-def is_production(job_id: str, seed: int, share: float) -> bool:
-    """A seeded, deterministic choice per job: the same job is production in every run of one seed."""
-    digest = hashlib.blake2b(f"{seed}:{job_id}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big") / 2 ** 64 < share
-
-
 def hourly_profile(name: str, tier: str, trace: Trace, hours: int, production_share: float = PRODUCTION_SHARE,
                    seed: int = 1) -> PoolDemand:
     """The pool's mean GPUs per hour over `hours` hours from the trace's time 0, production and interruptible."""
@@ -129,11 +124,12 @@ def hourly_profile(name: str, tier: str, trace: Trace, hours: int, production_sh
             other[h] += gpus * (1 - production_share) / 60
     else:
         end_s = hours * SECONDS_PER_HOUR
-        for j in trace.jobs:
+        production = production_flags(trace, production_share, seed, name) or [False] * len(trace.jobs)
+        for j, is_prod in zip(trace.jobs, production):
             start, stop = j.submit_s, min(j.submit_s + j.duration_s, end_s)
             if start >= end_s or stop <= start:
                 continue
-            into = prod if is_production(j.job_id, seed, production_share) else other
+            into = prod if is_prod else other
             h = int(start // SECONDS_PER_HOUR)
             while h * SECONDS_PER_HOUR < stop:
                 lo, hi = max(start, h * SECONDS_PER_HOUR), min(stop, (h + 1) * SECONDS_PER_HOUR)

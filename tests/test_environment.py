@@ -176,24 +176,6 @@ def test_the_most_recently_admitted_borrower_is_preempted_first():
     assert res.pools["borrower"]["reclaim_lost_gpu_hours"] == round(25 / 60, 3)
 
 
-def test_the_owner_takes_back_room_on_a_node_where_its_job_fits():
-    # 4-GPU nodes: two borrowed 1-GPU jobs, one per lender node (least allocated spreads them), leave 6 of the 8
-    # quota GPUs free but no node with 4: the owner's 4-GPU job preempts the newest borrower and starts at once
-    big = {"instance_type": "g6.12xlarge"}
-    cfg = two_teams(lender={**big, "floor": 2}, borrower={**big, "floor": 0})
-    demands = {"lender": jobs("lender", [(100, 100, 4)]),
-               "borrower": jobs("borrower", [(0, 500, 1), (10, 500, 1)])}
-    res = simulate_environment(cfg, demands, CONTROLLERS["karpenter"], replace(CALM, placement="least_allocated"),
-                               1000)
-    assert [first_placement(res, "borrower", k) for k in (0, 1)] == [("lender", GUARANTEED)] * 2
-    assert res.sims["lender"].workload.first_start == [100]
-    assert first_placement(res, "lender", 0) == ("lender", GUARANTEED)
-    assert res.pools["borrower"]["reclaim_preemptions"] == 1
-    # the newest (admitted at 10, 90 minutes run: 0 lost since its checkpoint at 90) is the one preempted
-    assert res.pools["borrower"]["reclaim_lost_gpu_hours"] == 0
-    assert res.pools["lender"]["elastic_spot_cost_usd"] == 0  # no elastic node bought for the owner's job
-
-
 def test_an_owner_gang_takes_back_whole_nodes():
     cfg = two_teams(lender={"floor": 2}, borrower={"floor": 0})
     demands = {"lender": jobs("lender", [(100, 100, 2)]),
@@ -278,12 +260,28 @@ def test_production_queues_borrow_nothing_but_lend():
 # --- classes, usage, config ------------------------------------------------------------------------------------
 
 
+def test_floor_sizing_and_the_simulator_class_the_same_jobs_as_production():
+    """Issue 36: the hourly profiles floors and the fluid bound are sized on (sim/org_demand.py) and the simulator
+    (this module) call one classifier; before, they hashed differently and a "p90" floor was sized on other jobs."""
+    from sim import org_demand
+
+    trace = random_jobs("t", seed=3, n=400)
+    cfg = env_config([pool("alpha", share=30)])
+    env = envsim.Environment(cfg, {"alpha": trace}, lambda spec: Karpenter(), SimSettings(seed=5))
+    flags = env.pools["alpha"].workload.production
+    hours = int(-(-max(j.submit_s + j.duration_s for j in trace.jobs) // 3600))
+    profile = org_demand.hourly_profile("alpha", "experiment", trace, hours, production_share=0.30, seed=5)
+    prod_gpu_hours = sum(j.gpus * j.duration_s for j, p in zip(trace.jobs, flags) if p) / 3600
+    assert 0 < sum(flags) < len(flags)
+    assert sum(profile.production_gpus) == pytest.approx(prod_gpu_hours)
+
+
 def test_a_production_share_picks_that_share_of_jobs_stably():
     trace = random_jobs("t", seed=1, n=2000)
-    flags = envsim.production_flags(trace, 30, seed=1, pool="alpha")
+    flags = envsim.production_flags(trace, 0.30, seed=1, pool="alpha")
     assert 0.27 < sum(flags) / len(flags) < 0.33
-    assert flags == envsim.production_flags(trace, 30, seed=1, pool="alpha")  # stable
-    assert flags != envsim.production_flags(trace, 30, seed=2, pool="alpha")  # seeded
+    assert flags == envsim.production_flags(trace, 0.30, seed=1, pool="alpha")  # stable
+    assert flags != envsim.production_flags(trace, 0.30, seed=2, pool="alpha")  # seeded
     assert envsim.production_flags(trace, 0, seed=1, pool="alpha") is None
     # the pool's tier gives the default: production tier all, other tiers none
     cfg = env_config([pool("prod", tier="production", capacity="on_demand"), pool("exp"), pool("shared", share=30)])

@@ -291,7 +291,7 @@ def test_production_waiting_within_its_floor_preempts_the_pools_own_interruptibl
     from sim.environment import production_flags
 
     traces = {"prod": _jobs("prod", [(24.4, 10, 1), (25, 0.5, 1), (26, 2, 1)]), "exp": _jobs("exp", [(3, 1, 1)])}
-    assert production_flags(traces["prod"], 50, CALM.seed, "prod") == [False, False, True]
+    assert production_flags(traces["prod"], 0.5, CALM.seed, "prod") == [False, False, True]
     short = SimSettings(spot_interruptions_per_month=0.0, on_demand_unavailable_windows=((SIZING * 60, HOURS * 60),))
     figures, windows = {}, {}
     for controller, floors in (("gpuloan", {"prod": 1, "exp": 0}), ("karpenter", {"prod": 0, "exp": 0})):
@@ -312,24 +312,31 @@ def test_production_waiting_within_its_floor_preempts_the_pools_own_interruptibl
     assert windows["karpenter"]["priority_preemptions"] == 0
 
 
-def test_production_pool_admits_its_production_jobs_before_its_interruptible_ones():
-    """Kueue admits a ClusterQueue's workloads by priority, then creation time: in a production pool with a
-    one-node floor, job 2 (production) holds the floor, jobs 3-6 (interruptible) and then job 7 (production)
-    wait (an on-demand shortage: no elastic node). When job 2 ends, job 7 is admitted first although submitted
-    last, without preempting anything (the floor's quota was all production: nothing to preempt before)."""
+def test_production_pool_admits_by_quota_and_pins_each_job_to_its_flavor():
+    """Kueue admits a ClusterQueue's workloads by priority, then creation time, each to the first flavor whose
+    quota fits (issue 36: pkg/scheduler/flavorassigner/flavorassigner.go `findFlavorForPodSets`). In a production
+    pool with a one-node floor (1 GPU), job 2 (production) holds the floor's quota; jobs 3-6 (interruptible, 1 GPU
+    each) find the floor's quota used by production, which they may not preempt (withinClusterQueue: LowerPriority
+    needs a lower priority; nothing is borrowed), so the flavor search goes on to the on-demand flavor, whose
+    quota (4 nodes x 1 GPU) fits them: they are admitted there, and their pods, carrying its node selector, wait
+    for on-demand nodes for the rest of the run (an on-demand shortage): Kueue never moves an admitted workload
+    to another flavor, even when the floor frees. Job 7 (production) then finds both quotas used and stays
+    suspended; when job 2 ends its floor quota is free and job 7 is admitted there and starts, without preempting
+    anything."""
     from sim.environment import production_flags
 
     rows = [(1, 0.5, 1), (1.5, 0.5, 1), (24.5, 2, 1), (25, 3, 1), (25.1, 3, 1), (25.2, 3, 1), (25.3, 3, 1),
             (25.5, 1, 1)]
     traces = {"prod": _jobs("prod", rows), "exp": _jobs("exp", [(3, 1, 1)])}
-    assert production_flags(traces["prod"], 50, CALM.seed, "prod") == [False, False, True] + [False] * 4 + [True]
+    assert production_flags(traces["prod"], 0.5, CALM.seed, "prod") == [False, False, True] + [False] * 4 + [True]
     short = SimSettings(spot_interruptions_per_month=0.0, on_demand_unavailable_windows=((SIZING * 60, HOURS * 60),))
     cfg = org_advisor.setup_config(_cfg(50), {"prod": 1, "exp": 0}, lend=True)
     res = simulate_environment(cfg, traces, KARPENTER["gpuloan"], short, HOURS * 60, window_from_minute=SIZING * 60)
     jobs = res.sims["prod"].workload
     assert jobs.first_start[2] == int(24.5 * 60)
-    assert jobs.first_start[7] == int(26.5 * 60)  # as soon as job 2 ends
-    assert jobs.first_start[3] == int(27.5 * 60)  # then the interruptible jobs, in submission order
+    assert [jobs.admitted_to[k] for k in range(3, 7)] == ["elastic"] * 4
+    assert [jobs.first_start[k] for k in range(3, 7)] == [None] * 4
+    assert jobs.first_start[7] == int(26.5 * 60)  # as soon as job 2 ends, on the floor
     assert res.pools["prod"]["window"]["priority_preemptions"] == 0
 
 
@@ -341,7 +348,7 @@ def test_production_jobs_arriving_together_take_the_free_floor_node_and_preempt_
 
     rows = [(0.5, 0.5, 1), (24.2, 10, 1)] + [(25, 2, 1)] * 6
     traces = {"prod": _jobs("prod", rows), "exp": _jobs("exp", [(3, 1, 1)])}
-    assert production_flags(traces["prod"], 50, CALM.seed, "prod") == [False, False, True] + [False] * 4 + [True]
+    assert production_flags(traces["prod"], 0.5, CALM.seed, "prod") == [False, False, True] + [False] * 4 + [True]
     short = SimSettings(spot_interruptions_per_month=0.0, on_demand_unavailable_windows=((SIZING * 60, HOURS * 60),))
     cfg = org_advisor.setup_config(_cfg(50), {"prod": 2, "exp": 0}, lend=True)
     res = simulate_environment(cfg, traces, KARPENTER["gpuloan"], short, HOURS * 60, window_from_minute=SIZING * 60)

@@ -170,9 +170,10 @@ def manifests(cfg: GpuLoanConfig) -> list[dict[str, Any]]:
 def block_quota_ignored(cfg: GpuLoanConfig, pool, queue: scheduling.PoolQueue) -> list[str]:
     """The ClusterQueue path the policy function owns for a pool whose Capacity Block window it keeps: its floor
     flavor's nominalQuota (policy/capacity_blocks.py raises it at the block's start and sets 0 from the drain), so
-    a later `pulumi up` does not put back the value of the moment it ran. The floor is the queue's first flavor
-    (config/scheduling.py:pool_queue). [] for any other queue."""
-    if not policy_keeps_block(cfg, pool.guaranteed) or not queue.flavors:
+    a later `pulumi up` does not put back the value of the moment it ran. The floor is the first flavor of the queue
+    that holds its quota (config/scheduling.py:floor_queue_name). [] for any other queue."""
+    if not policy_keeps_block(cfg, pool.guaranteed) or not queue.flavors or queue.name != scheduling.floor_queue_name(
+            cfg, pool):
         return []
     assert queue.flavors[0].flavor == scheduling.flavor_name(cfg, pool, scheduling.FLOOR)
     return ["spec.resourceGroups[0].flavors[0].resources[0].nominalQuota"]
@@ -226,12 +227,15 @@ class Kueue(pulumi.ComponentResource):
         self.local_queues: dict[str, str] = {}
         pools = {pool.name: pool for pool in cfg.pools}
         for q in p.queues:
-            cq = KueueObject(f"{name}-cq-{q.pool}", cluster_queue_manifest(cfg, q),
+            # a pool's production queue (config/scheduling.py production_queue) is a resource of its own: the
+            # pool's queue keeps its name, so its URN does not change
+            suffix = scheduling.PRODUCTION_QUEUE_SUFFIX if q.production_only else ""
+            cq = KueueObject(f"{name}-cq-{q.pool}{suffix}", cluster_queue_manifest(cfg, q),
                              pulumi.ResourceOptions(parent=self, depends_on=[self.release, cohort, *flavors],
                                                     ignore_changes=block_quota_ignored(cfg, pools[q.pool], q)))
-            self.cluster_queues[q.pool] = cq
+            self.cluster_queues[f"{q.pool}{suffix}"] = cq
             waits = [self.release, cq] + ([team_namespaces[q.team]] if q.team in team_namespaces else [])
-            KueueObject(f"{name}-lq-{q.pool}", local_queue_manifest(q),
+            KueueObject(f"{name}-lq-{q.pool}{suffix}", local_queue_manifest(q),
                         pulumi.ResourceOptions(parent=self, depends_on=waits))
-            self.local_queues[q.pool] = f"{q.team}/{q.local_queue}"
+            self.local_queues[f"{q.pool}{suffix}"] = f"{q.team}/{q.local_queue}"
         self.register_outputs({"chart_version": self.chart_version, "local_queues": self.local_queues})

@@ -73,7 +73,7 @@ def policy_rbac_rules(cfg: GpuLoanConfig) -> list[dict]:
     if cfg.scheduling.kueue.enabled:
         rules.append({"apiGroups": [versions.KUEUE_API_VERSION.split("/")[0]], "resources": ["clusterqueues"],
                       "verbs": ["get", "patch"],
-                      "resourceNames": sorted(scheduling.cluster_queue_name(cfg, p) for p in blocks)})
+                      "resourceNames": sorted(scheduling.floor_queue_name(cfg, p) for p in blocks)})
     return rules
 
 

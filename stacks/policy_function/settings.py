@@ -198,7 +198,7 @@ def pool_settings(cfg: GpuLoanConfig, pool: Pool, names: GroupNames, budget_name
                      capacity_block_held=g.capacity_block_active is False,
                      capacity_block_reservation_id=g.reservation_id)
         if cfg.scheduling.kueue.enabled:
-            block.update(capacity_block_queue=scheduling.cluster_queue_name(cfg, pool),
+            block.update(capacity_block_queue=scheduling.floor_queue_name(cfg, pool),
                          capacity_block_queue_api=versions.KUEUE_API_VERSION,
                          capacity_block_flavor=scheduling.flavor_name(cfg, pool, scheduling.FLOOR),
                          capacity_block_quota_gpus=scheduling.gpus_per_node(cfg, pool) * g.nodes)

@@ -1,0 +1,120 @@
+"""Issue 36: the environment simulator does what the shipped Kueue objects and kube-scheduler do.
+
+Each scenario is small enough to derive its outcome by hand from the code of Kueue v0.19.2 and kube-scheduler; the
+derivation is the test's docstring, with the functions it follows. The shipped objects have no Topology Aware
+Scheduling (docs/scheduling.md, "In the simulator": a TAS floor flavor in a queue that also lists elastic flavors
+would refuse every job without a TAS request), so Kueue admits by quota alone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from test_environment import CALM, CONTROLLERS, GUARANTEED, env_config, first_placement, jobs, pool
+
+from sim.environment import simulate_environment
+
+BIG = "g6.12xlarge"  # 4 GPUs per node
+LEAST = replace(CALM, placement="least_allocated")  # checkpoints every 30 minutes (SimSettings' default)
+
+
+def _lender_and_borrower(lender_tier: str):
+    lender = pool("lender", tier=lender_tier, floor=2, instance_type=BIG,
+                  capacity="on_demand" if lender_tier == "production" else "spot")
+    borrower = pool("borrower", floor=0, instance_type=BIG)
+    return env_config([lender, borrower])
+
+
+def test_a_job_admitted_by_quota_to_a_fragmented_floor_waits_there_for_a_node():
+    """Lender (experiment) floor: 2 nodes x 4 GPUs, nominal 8. Borrower (experiment, no floor) jobs 0 and 1 (1 GPU,
+    minutes 0 and 10) borrow it: Kueue's flavor assigner takes the first flavor of the borrower's queue where the
+    quota fits (pkg/scheduler/flavorassigner/flavorassigner.go `findFlavorForPodSets`, `fitsResourceQuota`), the
+    lender's floor; kube-scheduler spreads them (least allocated), one per node. At minute 100 the lender's 4-GPU
+    job: its queue's nominal quota 8, its usage 0, the cohort's use of the flavor 2: 6 >= 4 fits without
+    preemption, so Kueue admits it to the floor flavor and takes no victim (`fitsResourceQuota` returns Fit; no
+    call to the preemptor). Its pod gets the floor's node selector; each node has 3 GPUs free; kube-scheduler can
+    only preempt pods of lower priority (`SelectVictimsOnNode`) and the borrower's are of the same tier. The pod
+    waits on the floor (it is never moved to elastic nodes, and the policy does not buy any for a floor-pinned
+    pod) until borrower job 0 ends at minute 500 and frees node 1."""
+    cfg = _lender_and_borrower("experiment")
+    demands = {"lender": jobs("lender", [(100, 100, 4)]),
+               "borrower": jobs("borrower", [(0, 500, 1), (10, 500, 1)])}
+    res = simulate_environment(cfg, demands, CONTROLLERS["karpenter"], LEAST, 1000)
+    assert [first_placement(res, "borrower", k) for k in (0, 1)] == [("lender", GUARANTEED)] * 2
+    assert res.sims["lender"].workload.first_start == [500]
+    assert first_placement(res, "lender", 0) == ("lender", GUARANTEED)
+    lender, borrower = res.pools["lender"], res.pools["borrower"]
+    assert borrower["reclaim_preemptions"] == 0 and borrower["scheduler_preemptions"] == 0
+    assert lender["elastic_spot_cost_usd"] == 0 and lender["node_launches"] == 0
+
+
+def test_kueue_reclaims_by_quota_and_kube_scheduler_preempts_on_the_fragmented_floor():
+    """Lender (production, on-demand elastic) floor: 2 nodes x 4 GPUs, nominal 8, lent to the borrower
+    (experiment, no floor). Borrower jobs of 2 GPUs at minutes 0, 15, 20, 30 (j0..j3); least allocated placement
+    puts j0 on node 1, j1 on node 2, j2 on node 1 (a tie: the older node), j3 on node 2. The floor's quota is all
+    borrowed (8).
+
+    Minute 100, the lender's 4-GPU production job. Kueue (pkg/scheduler/preemption/preemption.go): its usage 0 + 4
+    is within its nominal 8, so `findCandidates` takes reclaim candidates from the borrower's queue, which borrows
+    the flavor (`cqIsBorrowing`); `CandidatesOrdering` (common/ordering.go): other queues first, lower priority
+    first, then the most recently admitted first: j3 (30), j2 (20), j1 (15), j0 (0). `classicalPreemptions` removes
+    them in that order until `workloadFits` (quota only: no TAS flavor): without j3 2 free, without j2 4 >= 4:
+    targets {j3, j2}; `fillBackWorkloads` tries to give j3 back: 2 < 4, kept. Both are evicted (they lose the work
+    since their checkpoint: j3 ran 70 minutes, 60 saved, 10 x 2 GPUs lost; j2 ran 80, 60 saved, 20 x 2 lost: 60
+    GPU-minutes, 1.0 GPU-hour) and requeue; the floor's quota left (8 - 4 own - 4 lent) is 0, so they are
+    admitted to the borrower's spot flavor.
+
+    The freed GPUs are 2 on node 1 and 2 on node 2: no node has 4. The production pod (priority 1000) pinned to
+    the floor preempts on kube-scheduler's terms (defaultpreemption `SelectVictimsOnNode`: remove lower-priority
+    pods, reprieve the most important while the pod fits; here the one 2-GPU pod on each node must go;
+    preemption.go `pickOneNodeForPreemption`: equal highest priority, sum and count, then the node whose
+    highest-priority victims started latest): node 2, whose victim j1 started at 15 (node 1's j0 at 0). j1 ran 85
+    minutes, 60 saved, 25 x 2 = 50 GPU-minutes lost. The production job starts at minute 100 on node 2. j1 is still
+    admitted to the floor (kube-scheduler's preemption does not evict the Kueue workload): its new pod is pinned
+    to the floor and fits node 1's 2 free GPUs, so it starts again at once."""
+    cfg = _lender_and_borrower("production")
+    demands = {"lender": jobs("lender", [(100, 100, 4)]),
+               "borrower": jobs("borrower", [(0, 500, 2), (15, 500, 2), (20, 500, 2), (30, 500, 2)])}
+    res = simulate_environment(cfg, demands, CONTROLLERS["karpenter"], LEAST, 1000)
+    b = res.sims["borrower"]
+    assert [first_placement(res, "borrower", k) for k in range(4)] == [("lender", GUARANTEED)] * 4
+    assert res.sims["lender"].workload.first_start == [100]
+    lender, borrower = res.pools["lender"], res.pools["borrower"]
+    assert borrower["reclaim_preemptions"] == 2
+    assert borrower["reclaim_lost_gpu_hours"] == 1.0
+    assert borrower["scheduler_preemptions"] == 1
+    assert borrower["scheduler_lost_gpu_hours"] == round(50 / 60, 3)
+    assert res.environment["scheduler_preemptions"] == 1
+    assert res.environment["production_interruptions"] == 0
+    assert b.workload.first_start == [0, 15, 20, 30]
+    # on the floor: j0 0-500, j1 15-100 and again from 100 (440 minutes left), j2 20-100, j3 30-100, 2 GPUs each
+    assert lender["floor_lent_gpu_hours"] == round(2 * (500 + 85 + 440 + 80 + 70) / 60, 3)
+
+
+def test_skipping_quiet_minutes_gives_the_tick_by_tick_result_with_classes_and_preemptions():
+    """The admission/placement model under the quiet-minute skip: production shares everywhere (a production pool
+    with interruptible work, experiment pools with production queues), 4-GPU nodes and jobs of 1-4 GPUs, so that
+    Kueue evictions and kube-scheduler preemptions happen; skipping changes nothing."""
+    import random
+
+    from test_environment import STORMY, random_jobs
+
+    pools = [pool("alpha", tier="production", capacity="on_demand", floor=2, instance_type=BIG, share=40),
+             pool("beta", floor=2, instance_type=BIG, share=30, capacity="spot_then_on_demand"),
+             pool("gamma", tier="learning", floor=0, instance_type=BIG)]
+    cfg = env_config(pools)
+    r = random.Random(7)
+    demands = {p["name"]: random_jobs(p["name"], seed=70 + k, n=r.randint(60, 90), max_gpus=4)
+               for k, p in enumerate(pools)}
+    fast = simulate_environment(cfg, demands, CONTROLLERS["karpenter"], STORMY, 2 * 1440)
+    slow = simulate_environment(cfg, demands, CONTROLLERS["karpenter"], replace(STORMY, skip_quiet_ticks=False),
+                                2 * 1440)
+    env = fast.environment
+    # every mechanism happens, and none of them (nor a spot reclaim: production stays off spot) hits production
+    assert env["reclaim_preemptions"] > 0 and env["priority_preemptions"] > 0 and env["scheduler_preemptions"] > 0
+    assert env["production_interruptions"] == slow.environment["production_interruptions"] == 0
+    for name in demands:
+        assert fast.sims[name].c == slow.sims[name].c, name
+        for key in ("reclaim_preemptions", "priority_preemptions", "scheduler_preemptions", "floor_lent_gpu_hours",
+                    "borrowed_gpu_hours", "p95_wait_minutes"):
+            assert fast.pools[name].get(key) == slow.pools[name].get(key), (name, key)
