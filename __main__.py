@@ -7,11 +7,12 @@ import pulumi
 
 from stacks import platform
 from config import config
+from pricing import checks
 from stacks.policy_function import settings as policy_settings
 from pricing.sources import catalog
 
 try:
-    cfg = config.from_pulumi_config()
+    cfg = checks.from_pulumi_config()
 except (config.ConfigError, catalog.PriceSourceError) as err:
     # A clean, complete list of problems instead of a traceback; nothing has been registered yet.
     raise pulumi.RunError(str(err)) from None

@@ -29,7 +29,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from config import tags
-from pricing.sources import catalog
 from config.node_sizes import node_sizes
 from config.config_terms import SET_ASIDE, ElasticCapacity, Reservation, Tier, Workload
 
@@ -106,7 +105,7 @@ def flavor_name(cfg: GpuLoanConfig, pool: Pool, kind: str) -> str:
 
 
 def _units(cfg: GpuLoanConfig, instance_type: str, nodes: int) -> int:
-    return nodes * catalog.lookup(instance_type).gpus * (cfg.gpu_operator.time_slicing_replicas or 1)
+    return nodes * cfg.instance_type(instance_type).gpus * (cfg.gpu_operator.time_slicing_replicas or 1)
 
 
 def elastic_units(cfg: GpuLoanConfig, pool: Pool, max_nodes: int | None = None) -> int:
@@ -117,7 +116,7 @@ def elastic_units(cfg: GpuLoanConfig, pool: Pool, max_nodes: int | None = None) 
     the groups' max when it is not the pool's elastic max (the on-demand group's own, for work kept off spot)."""
     e = pool.elastic
     nodes = e.max_nodes if max_nodes is None else max_nodes
-    return sum(_units(cfg, size.instance_types[0], nodes) for size in node_sizes(e.instance_types))
+    return sum(_units(cfg, size.instance_types[0], nodes) for size in node_sizes(e.instance_types, facts=cfg.instance_facts))
 
 
 def gpus_per_node(cfg: GpuLoanConfig, pool: Pool) -> int:
@@ -206,9 +205,9 @@ def work_runs_on(cfg: GpuLoanConfig, borrower: Pool, lender_type: str) -> bool:
     flavor sets, and gpuloan's flavors set pool and tier), so a borrowed floor must be hardware the borrower's work
     already runs on: a job built for A100s (their memory, their CUDA architecture) must not be admitted to an L40S
     floor, nor an 8-GPU job to 1-GPU nodes, where it would fail or sit pending on capacity its quota promised."""
-    lender = catalog.lookup(lender_type)
+    lender = cfg.instance_type(lender_type)
     for t in own_instance_types(borrower):
-        own = catalog.lookup(t)
+        own = cfg.instance_type(t)
         if (own.gpu_model == lender.gpu_model and own.gpus == lender.gpus
                 and own.cpu_architecture == lender.cpu_architecture and own.gpu_memory_gib <= lender.gpu_memory_gib):
             return True

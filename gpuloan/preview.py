@@ -9,6 +9,7 @@ from typing import Any
 from offline import runner as offline
 from pricing.cost_model import costs, platform_costs
 from config import config as config_mod
+from pricing import checks
 from pricing.cost_model import spot_spread
 
 # Inputs worth showing per resource in the tree; the JSON output has every input.
@@ -23,7 +24,7 @@ KEY_INPUTS = (
 
 
 def validated_config(stack_config: dict[str, Any], source: str) -> config_mod.GpuLoanConfig:
-    return config_mod.from_stack_yaml({"config": stack_config}, source)
+    return checks.from_stack_yaml({"config": stack_config}, source)
 
 
 def preview_document(stack: str, stack_config: dict[str, Any], program: Path | None = None) -> dict[str, Any]:

@@ -66,7 +66,7 @@ def _sim_config(traces, demands, tiers):
 
     import yaml
 
-    from config import config
+    from pricing import checks
 
     doc = yaml.safe_load((REPO / "Pulumi.prod.yaml").read_text())
     c = doc["config"]
@@ -84,7 +84,7 @@ def _sim_config(traces, demands, tiers):
     c["gpuloan:scheduling"] = {"kueue": {"production_spot_pools": []}}
     c["gpuloan:budget"] = {"monthly_usd": 9_000_000, "alert_emails": ["platform@example.com"],
                            "enforcement": "alert_only"}
-    return config.from_stack_yaml(doc, "prod")
+    return checks.from_stack_yaml(doc, "prod")
 
 
 def _sim_unit(rotation, seed, traces, prices, days, sizing_hours):

@@ -43,8 +43,9 @@ from sim.environment import production_share_pct
 from sim.engine import MINUTES_PER_MONTH, SimSettings, default_horizon
 from sim.policies import GpuLoan
 from pricing.sources import floor_pricing
-from config.config import HOURS_PER_MONTH, ElasticCapacity, GpuLoanConfig, ServiceTarget
-from config import config
+from config.config import ElasticCapacity, GpuLoanConfig, ServiceTarget
+from pricing.cost_model.billing import HOURS_PER_MONTH
+from pricing.cost_model.floor_bill import floor_payment_equivalent
 from config.scheduling import production_work_on_spot
 
 MAX_POINTS = 25  # floor sizes simulated at most (a larger pool is swept in even steps, the peak included)
@@ -222,7 +223,7 @@ def advise(cfg: GpuLoanConfig, pool_name: str, trace, *, target: ServiceTarget |
     busy = busy_share_by_node(profile, spec.floor_node_gpus, spec.floor_peak_nodes)
     best = choose(points, busy)
     current_nodes = pool.guaranteed.nodes if pool.guaranteed else 0
-    current_payment = config.floor_payment_equivalent(cfg, pool) if pool.guaranteed else None
+    current_payment = floor_payment_equivalent(cfg, pool) if pool.guaranteed else None
     od = rates.get(floor_pricing.ON_DEMAND)
     spot = spec.spot_usd_per_hour if spec.has_spot else None
     budget = pool.budget.monthly_usd if pool.budget else None

@@ -14,6 +14,7 @@ from gpuloan import cli
 from sim import advisor
 from sim.engine import SimSettings
 from sim.traces import SeriesTrace
+from pricing import checks
 from config import config
 from pricing.sources import floor_pricing
 
@@ -28,7 +29,7 @@ STORMY = replace(SimSettings(), spot_interruptions_per_month=60, spot_unavailabl
 def _prod(**training) -> config.GpuLoanConfig:
     data = stack_config("prod")
     data["gpuloan:pools"][0].update(training)
-    return config.from_stack_yaml({"config": data}, "test")
+    return checks.from_stack_yaml({"config": data}, "test")
 
 
 def _steady(gpus: int, days: int = DAYS) -> SeriesTrace:

@@ -14,7 +14,7 @@ import pytest
 from conftest import REPO, run_stack, stack_config
 from policy import metric_names as m
 from stacks.spend import alarms
-from config.config import parse
+from pricing.checks import parse
 
 ALARM = "aws:cloudwatch/metricAlarm:MetricAlarm"
 CONTAINER_INSIGHTS_GPU = {"node_gpu_utilization", "node_gpu_memory_utilization", "node_gpu_limit",

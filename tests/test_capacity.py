@@ -19,7 +19,8 @@ from capacity_helpers import (
 from conftest import STACKS, run_stack, stack_config
 from offline import runner as offline
 from config import names, tags, versions
-from config.config import ConfigError, from_stack_yaml
+from config.config import ConfigError
+from pricing.checks import from_stack_yaml
 from stacks.capacity.guaranteed import gpu_ami_type
 
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "true", "effect": "NO_SCHEDULE"}

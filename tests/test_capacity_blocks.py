@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from datetime import datetime, timedelta, timezone
+from pricing import checks
 
 import pytest
 
@@ -262,13 +263,12 @@ def test_tick_never_touches_a_normal_floor(monkeypatch):
 
 def _block_cfg(**guaranteed):
     from conftest import stack_config
-    from config import config
 
     data = stack_config("prod")
     data["gpuloan:pools"][0]["guaranteed"].update(
         reservation="capacity_block", reservation_id="cr-0123456789abcdef0", payment="capacity_block",
         capacity_block_start="2027-01-08T03:00:00Z", capacity_block_end="2027-01-15T11:30:00Z", **guaranteed)
-    return config.from_stack_yaml({"config": data}, "test")
+    return checks.from_stack_yaml({"config": data}, "test")
 
 
 def test_program_leaves_the_block_queues_floor_quota_to_the_policy():
@@ -358,10 +358,10 @@ def test_rbac_grants_pod_patch_only_with_a_block_and_the_client_uses_exactly_tha
     from conftest import stack_config
     from fake_kube import FakeKube, gpu_pod
     from policy.kube import KubeClient
-    from config import config, scheduling, versions
+    from config import scheduling, versions
     from stacks.kubernetes import tenancy
 
-    plain = config.from_stack_yaml({"config": stack_config("prod")}, "test")
+    plain = checks.from_stack_yaml({"config": stack_config("prod")}, "test")
     assert tenancy.policy_rbac_rules(plain) == tenancy.POLICY_RBAC_RULES
     cfg = _block_cfg()
     rules = tenancy.policy_rbac_rules(cfg)

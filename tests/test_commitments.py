@@ -15,6 +15,7 @@ from policy_cases import NOW, group, pool_settings, settings, spend
 from gpuloan import cli, cost_diff
 from policy.engine import decide, hours_left_in_month
 from policy.model import Observation, PoolObservation, Reason
+from pricing import checks
 from pricing.cost_model import billing, costs
 from pricing.sources import catalog, floor_pricing
 from config import config
@@ -22,7 +23,7 @@ from stacks.policy_function import settings as policy_settings
 
 pytestmark = requires_shared_prices
 
-HOURS = config.HOURS_PER_MONTH
+HOURS = billing.HOURS_PER_MONTH
 
 
 def _od(t: str) -> float:
@@ -42,7 +43,7 @@ def _prod(**changes) -> dict:
 
 
 def _cfg(data: dict) -> config.GpuLoanConfig:
-    return config.from_stack_yaml({"config": data}, "test")
+    return checks.from_stack_yaml({"config": data}, "test")
 
 
 def _problems(data: dict) -> list[tuple[str, str]]:

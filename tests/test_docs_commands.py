@@ -348,7 +348,7 @@ def test_kubernetes_doc_installs_kubernetes_validate_before_running_it():
 
 
 def test_docs_say_a_pool_may_mix_sizes_as_validate_accepts():
-    from config.config import from_stack_yaml
+    from pricing.checks import from_stack_yaml
     from conftest import stack_config
 
     cfg = stack_config("prod")

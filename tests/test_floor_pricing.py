@@ -9,7 +9,8 @@ import yaml
 from conftest import requires_prices, stack_config
 
 from gpuloan import cli
-from pricing.cost_model import costs
+from pricing import checks
+from pricing.cost_model import costs, floor_bill
 from sim import pool as simpool
 from config import config
 from stacks.policy_function import settings as policy_settings
@@ -40,7 +41,7 @@ def _cfg(stack: str = "prod", **guaranteed) -> config.GpuLoanConfig:
             g.pop(k, None)
         else:
             g[k] = v
-    return config.from_stack_yaml({"config": data}, "test")
+    return checks.from_stack_yaml({"config": data}, "test")
 
 
 def _problems(stack: str = "prod", pool: int = 0, **guaranteed) -> list[tuple[str, str]]:
@@ -52,7 +53,7 @@ def _problems(stack: str = "prod", pool: int = 0, **guaranteed) -> list[tuple[st
         else:
             g[k] = v
     with pytest.raises(config.ConfigError) as err:
-        config.from_stack_yaml({"config": data}, "test")
+        checks.from_stack_yaml({"config": data}, "test")
     return err.value.problems
 
 
@@ -152,7 +153,7 @@ def test_invalid_floor_payment_is_rejected_with_path(name, changes, pool, path, 
 
 def test_a_user_rate_makes_a_missing_commitment_rate_valid():
     cfg = _cfg(payment="savings_plan", rate={"usd_per_hour": 14.2, "source": "Cost Explorer SP recommendation 2026-11"})
-    r = config.floor_rate(cfg, cfg.pools[0])
+    r = floor_bill.floor_rate(cfg, cfg.pools[0])
     assert r.usd_per_hour == 14.2 and r.payment == "savings_plan"
 
 
@@ -197,10 +198,10 @@ def test_pool_budget_rule_uses_the_floors_real_rate():
     # 2 p4d floor nodes: ~$19.7k/month reserved_1yr, ~$32.1k on demand; a $25k pool budget fits only the former.
     data = _shorthand("prod")
     data["gpuloan:pools"][0]["budget"]["monthly_usd"] = 25000
-    config.from_stack_yaml({"config": data}, "test")  # valid: the RI-paid floor fits
+    checks.from_stack_yaml({"config": data}, "test")  # valid: the RI-paid floor fits
     data["gpuloan:pools"][0]["guaranteed"]["payment"] = "on_demand"
     with pytest.raises(config.ConfigError) as err:
-        config.from_stack_yaml({"config": data}, "test")
+        checks.from_stack_yaml({"config": data}, "test")
     assert any(p == "pools[0].budget.monthly_usd" and "(on_demand)" in m for p, m in err.value.problems)
 
 

@@ -7,6 +7,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from pricing import checks
 
 import pytest
 import yaml
@@ -235,9 +236,8 @@ def test_the_scheduled_price_refresh_opens_a_pull_request_through_the_preview_ro
 
 
 def config_mod_parse_prod():
-    from config import config as config_mod
 
-    return config_mod.parse({k.split(":", 1)[1]: v for k, v in stack_config("prod").items()
+    return checks.parse({k.split(":", 1)[1]: v for k, v in stack_config("prod").items()
                              if k.startswith("gpuloan:")})
 
 

@@ -11,7 +11,7 @@ from conftest import REPO, stack_config
 
 from gpuloan import cli, cost_comment, cost_diff, json_doc
 from pricing.cost_model import costs
-from config.config import from_stack_yaml
+from pricing.checks import from_stack_yaml
 
 
 

@@ -13,8 +13,9 @@ from capacity_helpers import CLUSTER, NODE_GROUP, descendants, dev_variant, is_t
 from conftest import STACKS, run_stack, stack_config
 from offline import runner as offline
 from stacks import cluster as cluster_mod
+from pricing import checks
 from config import tags, versions
-from config.config import from_stack_yaml
+from pricing.checks import from_stack_yaml
 from stacks.network import plan_subnets
 
 EKS = "aws:eks/cluster:Cluster"
@@ -303,7 +304,7 @@ def test_node_subnet_ids_must_be_subnet_ids():
     data = {k.split(":", 1)[1]: v for k, v in stack_config("dev").items() if k.startswith("gpuloan:")}
     data["cluster"] = {**EXISTING, "node_subnet_ids": ["vpc-123"]}
     with pytest.raises(config_mod.ConfigError) as err:
-        config_mod.parse(data)
+        checks.parse(data)
     assert any(p.startswith("cluster.node_subnet_ids") for p, _ in err.value.problems)
 
 

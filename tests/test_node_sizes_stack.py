@@ -10,7 +10,8 @@ import pytest
 
 from capacity_helpers import ELASTIC, NODE_GROUP, dev_variant, under
 from conftest import requires_shared_prices, run_stack
-from config.config import ConfigError, from_stack_yaml
+from config.config import ConfigError
+from pricing.checks import from_stack_yaml
 
 G6E = ["g6e.48xlarge", "g6e.12xlarge", "g6e.2xlarge"]
 
@@ -74,7 +75,7 @@ def test_the_policy_may_resize_every_size_and_its_settings_name_them(sized):
 def test_a_one_size_pool_keeps_its_group_names_urns_and_inputs(recorded, stack):
     # An update from an earlier release must not replace running groups: a one-size pool's elastic groups keep the
     # Pulumi names (URNs), name prefixes and every instance type of the pool, in one group per capacity type.
-    from config.config import from_stack_yaml
+    from pricing.checks import from_stack_yaml
     from conftest import stack_config
 
     rec = recorded(stack)

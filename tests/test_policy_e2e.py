@@ -19,7 +19,7 @@ import pytest
 from aws_emulator import REGION, eks_asg_tags, emulator_env
 from conftest import requires_shared_prices, stack_config
 from fake_kube import FakeKube, gpu_pod
-from config import config
+from pricing import checks
 from stacks.policy_function.package import build_zip
 from stacks.policy_function.settings import settings_for
 
@@ -35,7 +35,7 @@ def _cfg():
     data["pools"].append({"name": "train", "team": "research", "tier": "experiment",
                           "elastic": {"instance_types": ["g6.xlarge"], "capacity": "spot_then_on_demand",
                                       "max_nodes": 3}})
-    return config.parse(data)
+    return checks.parse(data)
 
 
 GROUPS = {"research": {"spot": "dev-research-spot", "guaranteed": "dev-research-guaranteed"},

@@ -27,7 +27,8 @@ from conftest import REPO, requires_prices, requires_shared_prices, stack_config
 from gpuloan import cmd_prices
 from pricing.sources import aws_prices
 from pricing.sources import catalog, pricebook
-from config.config import ConfigError, from_stack_yaml
+from config.config import ConfigError
+from pricing.checks import from_stack_yaml
 from stacks.policy_function.function import BUILD_DIR
 from stacks.policy_function.package import SETTINGS_ENTRY, source_code_hash
 

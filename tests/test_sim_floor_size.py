@@ -10,7 +10,7 @@ from capacity_helpers import dev_variant
 from conftest import REPO, requires_prices
 
 from gpuloan import cli
-from config.config import from_stack_yaml
+from pricing.checks import from_stack_yaml
 from sim import pool as simpool
 from sim.engine import GUARANTEED, SPOT, SimSettings, Simulation, size_group
 from sim.policies import GpuLoan

@@ -25,7 +25,7 @@ from gpuloan import cli, preview
 from config import tags
 from pricing.sources import catalog, pricebook
 from pricing.cost_model import spot_spread
-from config.config import from_stack_yaml
+from pricing.checks import from_stack_yaml
 
 # --- the node groups: every type, every AZ ------------------------------------------------------------------
 

@@ -10,7 +10,7 @@ from conftest import stack_config
 from gpuloan import cli, cmd_validate
 from pricing.cost_model import costs
 from pricing.sources import catalog, pricebook
-from config.config import from_stack_yaml
+from pricing.checks import from_stack_yaml
 
 
 

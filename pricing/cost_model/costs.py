@@ -12,8 +12,9 @@ from dataclasses import asdict, dataclass
 from pricing.sources import catalog, floor_pricing
 from config.node_sizes import node_sizes
 from config.scheduling import spot_allowed
-from config.config import (HOURS_PER_MONTH, ElasticCapacity, FloorBill, GpuLoanConfig, Pool, Reservation, billing_key,
-                           floor_bill, floor_rate)
+from config.config import ElasticCapacity, GpuLoanConfig, Pool, Reservation
+from pricing.cost_model.billing import HOURS_PER_MONTH
+from pricing.cost_model.floor_bill import FloorBill, billing_key, floor_bill, floor_rate
 
 
 @dataclass(frozen=True)
@@ -65,7 +66,7 @@ class StackCost:
     price_source: str  # one line: where the prices come from and their date, or how to get prices
     unknown_prices: list[str]  # one line per instance type without a price (empty when every cost is known)
     has_price_source: bool  # False: no price file, no cache: every cost is unknown for the same one reason
-    # The commitments the floors were billed with (config.floor_bill): per commitment its monthly fee, the part
+    # The commitments the floors were billed with (pricing/cost_model/floor_bill.py): per commitment its monthly fee, the part
     # that covered floor hours and the part no floor used (billed all the same); None when a rate is unknown.
     commitments: tuple[dict, ...] = ()
     unused_commitment_monthly_usd: float | None = 0.0

@@ -16,7 +16,8 @@ from dataclasses import asdict, dataclass
 
 from config import names, versions
 from pricing.sources import catalog
-from config.config import HOURS_PER_MONTH, ExistingCluster, GpuLoanConfig, NewCluster
+from config.config import ExistingCluster, GpuLoanConfig, NewCluster
+from pricing.cost_model.billing import HOURS_PER_MONTH
 from pricing.sources.pricebook import EC2_PLATFORM_PREFIX
 
 SECONDS_PER_MONTH = HOURS_PER_MONTH * 3600

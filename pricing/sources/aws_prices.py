@@ -7,7 +7,7 @@
 - Savings Plans: `savingsplans` DescribeSavingsPlansOfferingRates;
 - Capacity Blocks: EC2 DescribeCapacityBlockOfferings (the offers open now, as an effective hourly rate);
 - whether a type exists in the region (DescribeInstanceTypeOfferings) and its GPU facts (DescribeInstanceTypes),
-  for families newer than pricing/sources/instance_types.py.
+  for families newer than config/instance_types.py.
 
 `refresh()` turns their answers into a pricing.sources.pricebook.PriceBook that `gpuloan prices refresh` caches. Each
 failure has its own message: a throttled call, an empty Price List answer, a SKU without a price, a region
@@ -22,7 +22,7 @@ import json
 import statistics
 from dataclasses import dataclass, field
 
-from pricing.sources.instance_types import InstanceType
+from config.instance_types import InstanceType
 from pricing.sources.pricebook import EC2_PLATFORM_PREFIX, CommitmentRate, PlatformRate, Price, PriceBook, RegionPrices
 
 PRICE_LIST_SOURCE = "AWS Price List Query API (pricing:GetProducts)"

@@ -1,6 +1,6 @@
 """One place that answers "how many GPUs does this instance type have" and "what does it cost per hour here".
 
-Instance facts come from the hand-written table in pricing/sources/instance_types.py (offline, from AWS's specification
+Instance facts come from the hand-written table in config/instance_types.py (offline, from AWS's specification
 page), then from facts cached by `gpuloan prices refresh` (EC2 DescribeInstanceTypes) for newer families.
 Prices come from the price book in force (pricing/sources/pricebook.py: --price-file, $GPULOAN_PRICE_FILE, or the cache
 filled from AWS); with none, `price()` is None and callers show the cost as unknown with `missing_price_reason()`.
@@ -10,11 +10,11 @@ Stdlib only: the policy pack (guardrails/) imports it.
 
 from __future__ import annotations
 
-import difflib
 from pathlib import Path
 
+from config import instance_types as facts_table
+from config.instance_types import GPU_ARCHITECTURE, KNOWN, InstanceType  # noqa: F401  (re-exported)
 from pricing.sources import pricebook
-from pricing.sources.instance_types import GPU_ARCHITECTURE, KNOWN, InstanceType  # noqa: F401  (re-exported)
 from pricing.sources.pricebook import CommitmentRate, Price, PriceSourceError  # noqa: F401  (re-exported)
 
 _explicit_file: Path | None = None
@@ -53,16 +53,16 @@ def book() -> pricebook.PriceBook:
 
 
 def instance_types() -> dict[str, InstanceType]:
-    return {**book().instance_facts, **KNOWN}
+    return facts_table.known(book().instance_facts)
 
 
 def lookup(name: str) -> InstanceType | None:
-    return KNOWN.get(name) or book().instance_facts.get(name)
+    return KNOWN.get(name) or facts_table.lookup(name, book().instance_facts)
 
 
 def suggest(name: str, n: int = 3) -> list[str]:
     """Close matches for a mistyped instance type (for error messages)."""
-    return difflib.get_close_matches(name, sorted(instance_types()), n=n, cutoff=0.6)
+    return facts_table.suggest(name, book().instance_facts, n)
 
 
 def price(instance_type: str, region: str) -> Price | None:

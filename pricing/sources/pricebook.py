@@ -42,7 +42,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from pricing.sources.instance_types import InstanceType
+from config.instance_types import InstanceType
 
 FORMAT = "gpuloan-prices/1"
 ENV_PRICE_FILE = "GPULOAN_PRICE_FILE"

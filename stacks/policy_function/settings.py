@@ -16,9 +16,10 @@ from types import SimpleNamespace
 
 from pricing.sources import catalog
 from config import scheduling, versions
-from config.config import (HOURS_PER_MONTH, ElasticCapacity, FloorBill, GpuLoanConfig, Pool, Reservation, billing_key,
-                           floor_bill)
-from config.config import floor_rate as config_floor_rate
+from config.config import ElasticCapacity, GpuLoanConfig, Pool, Reservation
+from pricing.cost_model.billing import HOURS_PER_MONTH
+from pricing.cost_model.floor_bill import FloorBill, billing_key, floor_bill
+from pricing.cost_model.floor_bill import floor_rate as config_floor_rate
 from pricing.sources.floor_pricing import missing_rate_reason
 
 from policy.model import NodeSize, PoolSettings, Settings
@@ -127,7 +128,7 @@ def pool_settings(cfg: GpuLoanConfig, pool: Pool, names: GroupNames, budget_name
     floor_gpus = catalog.lookup(g.instance_type).gpus if g else 0
     floor_rate = 0.0
     if g is not None:
-        # The floor as billed with the environment's commitments (config.floor_bill, the same month preview and
+        # The floor as billed with the environment's commitments (pricing/cost_model/floor_bill.py, the same month preview and
         # the budget rule price): the fixed part of the budget projection. A user rate needs no price book.
         if fixed_bill is None and not hasattr(cfg, "pools"):
             # One pool priced alone (the simulator passes its region only and sets the floor's rate itself):
