@@ -12,7 +12,7 @@ from stacks.policy_function import settings as policy_settings
 from pricing.sources import catalog
 
 try:
-    cfg = checks.from_pulumi_config()
+    cfg = checks.from_pulumi_config(prices=catalog.current())
 except (config.ConfigError, catalog.PriceSourceError) as err:
     # A clean, complete list of problems instead of a traceback; nothing has been registered yet.
     raise pulumi.RunError(str(err)) from None

@@ -12,6 +12,7 @@ from pathlib import Path
 from gpuloan import cost_report, exit_codes, json_doc, stack_arg, stackfile
 from config import config
 from pricing import checks
+from pricing.sources import catalog
 
 EXIT_INVALID = 2
 EXIT_AWS = 3
@@ -40,7 +41,7 @@ def register(sub) -> None:
 def run(args, ce=None) -> int:
     try:
         _, path = stackfile.resolve(stack_arg.resolve(args))
-        cfg = checks.from_stack_yaml(stackfile.load(path), path.name)
+        cfg = checks.from_stack_yaml(stackfile.load(path), path.name, prices=catalog.current())
         period = cost_report.parse_month(args.month)
     except (stackfile.StackFileError, cost_report.CostReportError, stack_arg.NoStackError) as err:
         print(f"error: {err}", file=sys.stderr)

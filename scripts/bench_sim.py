@@ -28,9 +28,10 @@ def cases(traces_dir: Path):
 
     from sim import pool, traces
     from pricing import checks
+    from pricing.sources import catalog
 
     def spec(stack: str, pool_name: str | None):
-        cfg = checks.from_stack_yaml(yaml.safe_load((REPO / f"Pulumi.{stack}.yaml").read_text()), f"Pulumi.{stack}.yaml")
+        cfg = checks.from_stack_yaml(yaml.safe_load((REPO / f"Pulumi.{stack}.yaml").read_text()), f"Pulumi.{stack}.yaml", prices=catalog.current())
         return pool.spec_from_config(cfg, pool_name)
 
     horizon = (DAYS[1] - DAYS[0] + 1) * 1440

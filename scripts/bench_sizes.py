@@ -51,6 +51,7 @@ def _config(types: tuple[str, ...]):
     import yaml
 
     from pricing import checks
+    from pricing.sources import catalog
 
     raw = yaml.safe_load((REPO / f"Pulumi.{STACK}.yaml").read_text())
     pools = raw["config"]["gpuloan:pools"]
@@ -63,7 +64,7 @@ def _config(types: tuple[str, ...]):
     raw["config"]["gpuloan:pools"] = [pool]
     raw["config"].pop("gpuloan:commitments", None)
     raw["config"].pop("gpuloan:scheduling", None)
-    return checks.from_stack_yaml(raw, f"Pulumi.{STACK}.yaml (pool {POOL}: {', '.join(types)})")
+    return checks.from_stack_yaml(raw, f"Pulumi.{STACK}.yaml (pool {POOL}: {', '.join(types)})", prices=catalog.current())
 
 
 def spec_for(types: tuple[str, ...], trace, horizon: int):

@@ -158,12 +158,12 @@ def _floor_price(region: str, pool: Pool) -> float:
     from pricing.cost_model.floor_bill import floor_rate
     from pricing.sources.floor_pricing import missing_rate_reason
 
-    rate = floor_rate(SimpleNamespace(region=region), pool)
+    rate = floor_rate(catalog.current(), SimpleNamespace(region=region), pool)
     if rate is None:
         g = pool.guaranteed
         _price(g.instance_type, region)  # no on-demand price at all: that message first
         raise PoolError(f"cannot simulate without the floor's rate: "
-                        f"{missing_rate_reason(g.instance_type, region, g.price_model)}")
+                        f"{missing_rate_reason(catalog.current(), g.instance_type, region, g.price_model)}")
     return rate.usd_per_hour
 
 
@@ -189,7 +189,7 @@ def _paid_as_covered(cfg: GpuLoanConfig, pool: Pool) -> Pool:
     g = pool.guaranteed
     if g is None:
         return pool
-    paid_as = floor_payment_equivalent(cfg, pool)
+    paid_as = floor_payment_equivalent(catalog.current(), cfg, pool)
     if paid_as == g.price_model:
         return pool
     return pool.model_copy(update={"guaranteed": g.model_copy(update={"payment": FloorPayment(paid_as)})})

@@ -8,9 +8,10 @@ import pulumi
 
 from stacks import cluster, platform
 from pricing import checks
+from pricing.sources import catalog
 from stacks.kubernetes import layer as kubernetes
 
-cfg = checks.from_pulumi_config()
+cfg = checks.from_pulumi_config(prices=catalog.current())
 
 
 class StandInCluster:

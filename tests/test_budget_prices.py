@@ -76,7 +76,7 @@ def test_settings_json_keeps_the_per_type_prices():
 
 @requires_shared_prices
 def test_prod_training_settings_price_what_each_group_launches():
-    cfg = checks.from_stack_yaml({"config": stack_config("prod")}, "test")
+    cfg = checks.from_stack_yaml({"config": stack_config("prod")}, "test", prices=catalog.current())
     pool = cfg.pool("training")
     names = policy_settings.GroupNames("t-spot", "t-od", "t-floor")
     ps = policy_settings.pool_settings(cfg, pool, names)
@@ -97,7 +97,7 @@ def test_readme_trace_gpuloan_waits_as_long_as_karpenter_when_the_budget_does_no
     from sim import pool as simpool
     from sim.policies import GpuLoan, Karpenter
 
-    cfg = checks.from_stack_yaml({"config": stack_config("prod")}, "test")
+    cfg = checks.from_stack_yaml({"config": stack_config("prod")}, "test", prices=catalog.current())
     spec = simpool.spec_from_config(cfg, "training")
     trace = traces.read_trace(str(SHARED_TRACES / "itp" / "cluster05.csv")).window(1, 7)
     doc = runner.compare(spec, trace, policies=[GpuLoan(), Karpenter()])
@@ -137,7 +137,7 @@ def test_cap_held_minutes_are_counted_named_and_plotted(tmp_path):
 
     data = stack_config("prod")
     data["gpuloan:pools"][0]["budget"]["monthly_usd"] = 24_000  # binds: the floor alone is most of it
-    spec = simpool.spec_from_config(checks.from_stack_yaml({"config": data}, "test"), "training")
+    spec = simpool.spec_from_config(checks.from_stack_yaml({"config": data}, "test", prices=catalog.current()), "training")
     trace = traces.read_trace(str(SHARED_TRACES / "itp" / "cluster05.csv")).window(1, 7)
     doc = runner.compare(spec, trace, policies=[GpuLoan(), Karpenter()])
     ours = doc["policies"][0]

@@ -9,6 +9,7 @@ import dataclasses
 import json
 from datetime import datetime, timedelta, timezone
 from pricing import checks
+from pricing.sources import catalog
 
 import pytest
 
@@ -268,7 +269,7 @@ def _block_cfg(**guaranteed):
     data["gpuloan:pools"][0]["guaranteed"].update(
         reservation="capacity_block", reservation_id="cr-0123456789abcdef0", payment="capacity_block",
         capacity_block_start="2027-01-08T03:00:00Z", capacity_block_end="2027-01-15T11:30:00Z", **guaranteed)
-    return checks.from_stack_yaml({"config": data}, "test")
+    return checks.from_stack_yaml({"config": data}, "test", prices=catalog.current())
 
 
 def test_program_leaves_the_block_queues_floor_quota_to_the_policy():
@@ -361,7 +362,7 @@ def test_rbac_grants_pod_patch_only_with_a_block_and_the_client_uses_exactly_tha
     from config import scheduling, versions
     from stacks.kubernetes import tenancy
 
-    plain = checks.from_stack_yaml({"config": stack_config("prod")}, "test")
+    plain = checks.from_stack_yaml({"config": stack_config("prod")}, "test", prices=catalog.current())
     assert tenancy.policy_rbac_rules(plain) == tenancy.POLICY_RBAC_RULES
     cfg = _block_cfg()
     rules = tenancy.policy_rbac_rules(cfg)

@@ -15,6 +15,7 @@ from conftest import requires_shared_prices
 from fake_kube import FakeKube, gpu_pod
 from policy import capacity_blocks as cb
 from pricing import checks
+from pricing.sources import catalog
 from config import scheduling
 from stacks.kubernetes.kueue import cluster_queue_manifest
 from stacks.policy_function.package import build_zip
@@ -34,7 +35,7 @@ def _block_cfg():
         reservation="capacity_block", reservation_id="cr-0123456789abcdef0", availability_zone="us-east-1a",
         rate={"usd_per_hour": 1.0, "source": "test value standing in for the block's quote"},
         capacity_block_start=START.isoformat(), capacity_block_end=END.isoformat())
-    return checks.parse(data)
+    return checks.parse(data, prices=catalog.current())
 
 
 @pytest.fixture(scope="module")

@@ -13,12 +13,13 @@ from gpuloan import cli
 from sim import demand_history
 from policy import metric_names as M
 from pricing import checks
+from pricing.sources import catalog
 
 NOW = dt.datetime.now(dt.timezone.utc).replace(second=0, microsecond=0)
 
 
 def _cfg():
-    return checks.from_stack_yaml({"config": stack_config("prod")}, "test")
+    return checks.from_stack_yaml({"config": stack_config("prod")}, "test", prices=catalog.current())
 
 
 def _put(cw, name: str, value: float, minute: dt.datetime, **dims) -> None:

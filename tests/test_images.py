@@ -14,6 +14,7 @@ from conftest import REPO, run_stack, stack_config
 
 from stacks import images
 from pricing import checks
+from pricing.sources import catalog
 from config import config, versions
 
 DOCKERFILES = sorted((REPO / "images").rglob("Dockerfile"))
@@ -56,7 +57,7 @@ def _cfg(stack: str = "prod", images_: list[dict] | None = None) -> config.GpuLo
     cfg = stack_config(stack)
     if images_ is not None:
         cfg["gpuloan:images"] = images_
-    return checks.from_stack_yaml({"config": cfg}, stack)
+    return checks.from_stack_yaml({"config": cfg}, stack, prices=catalog.current())
 
 
 # --- the pure plan -------------------------------------------------------------------------------------------

@@ -48,7 +48,7 @@ def test_the_config_alone_accepts_a_floor_over_budget_the_money_rules_refuse():
     data["pools"][0]["budget"]["monthly_usd"] = 10000
     config.parse(copy.deepcopy(data))  # no prices below pricing: the config has nothing to compare
     with pytest.raises(config.ConfigError) as err:
-        checks.parse(data)
+        checks.parse(data, prices=catalog.current())
     [(path, message)] = [(p, m) for p, m in err.value.problems if p == "pools[0].budget.monthly_usd"]
     assert message.startswith("the guaranteed floor alone costs $") and "more than the pool budget ($10,000)" in message
 

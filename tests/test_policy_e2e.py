@@ -20,6 +20,7 @@ from aws_emulator import REGION, eks_asg_tags, emulator_env
 from conftest import requires_shared_prices, stack_config
 from fake_kube import FakeKube, gpu_pod
 from pricing import checks
+from pricing.sources import catalog
 from stacks.policy_function.package import build_zip
 from stacks.policy_function.settings import settings_for
 
@@ -35,7 +36,7 @@ def _cfg():
     data["pools"].append({"name": "train", "team": "research", "tier": "experiment",
                           "elastic": {"instance_types": ["g6.xlarge"], "capacity": "spot_then_on_demand",
                                       "max_nodes": 3}})
-    return checks.parse(data)
+    return checks.parse(data, prices=catalog.current())
 
 
 GROUPS = {"research": {"spot": "dev-research-spot", "guaranteed": "dev-research-guaranteed"},

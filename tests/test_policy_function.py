@@ -13,6 +13,7 @@ import pytest
 from conftest import requires_shared_prices
 from policy.model import Settings
 from pricing import checks
+from pricing.sources import catalog
 from config import tags, versions
 from stacks.policy_function.package import build_zip
 
@@ -280,7 +281,7 @@ def _largest_config():
     # The prod template pools are production tier on spot: Kueue must list each of them as allowed on spot.
     data["scheduling"] = {"kueue": {**data["scheduling"]["kueue"], "production_spot_pools": [p["name"] for p in pools]}}
     pools[:] = [{k: v for k, v in p.items() if v is not None} for p in pools]
-    return checks.parse(data), most
+    return checks.parse(data, prices=catalog.current()), most
 
 
 @requires_shared_prices

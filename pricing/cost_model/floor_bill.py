@@ -22,16 +22,18 @@ from config.config import (
 )
 from pricing.cost_model import billing
 from pricing.cost_model.billing import HOURS_PER_MONTH
-from pricing.sources import catalog, floor_pricing
+from pricing.sources import floor_pricing
+from pricing.sources.catalog import Prices
 
 
-def floor_rate(cfg: GpuLoanConfig, pool: Pool) -> floor_pricing.FloorRate | None:
+def floor_rate(prices: Prices, cfg: GpuLoanConfig, pool: Pool) -> floor_pricing.FloorRate | None:
     """The hourly rate of one node of the pool's floor as it is paid (pricing/sources/floor_pricing.py); None when no
     source has it (or the pool has no floor)."""
     g = pool.guaranteed
     if g is None:
         return None
     return floor_pricing.floor_rate(
+        prices,
         g.instance_type,
         cfg.region,
         g.price_model,
@@ -40,13 +42,13 @@ def floor_rate(cfg: GpuLoanConfig, pool: Pool) -> floor_pricing.FloorRate | None
     )
 
 
-def guaranteed_monthly_usd(cfg: GpuLoanConfig, pool: Pool) -> float | None:
+def guaranteed_monthly_usd(prices: Prices, cfg: GpuLoanConfig, pool: Pool) -> float | None:
     """The floor's monthly cost once the environment's commitments apply (floor_bill: the floor's covered hours at
     the commitments' rates, the rest at its own); None when a rate it needs is unknown."""
     if pool.guaranteed is None:
         return 0.0
     i = next(i for i, p in enumerate(cfg.pools) if p is pool)
-    return floor_bill(cfg).pool_usd(billing_key(cfg, i))
+    return floor_bill(prices, cfg).pool_usd(billing_key(cfg, i))
 
 
 def billing_key(cfg: GpuLoanConfig, i: int) -> str:
@@ -63,7 +65,7 @@ _PURCHASE = {
 }
 
 
-def floor_payment_equivalent(cfg: GpuLoanConfig, pool: Pool) -> str:
+def floor_payment_equivalent(prices: Prices, cfg: GpuLoanConfig, pool: Pool) -> str:
     """The per-pool payment (pricing/sources/floor_pricing.py PAYMENTS) the floor is paid as: its own `payment`, or
     `reserved_<n>yr` / `savings_plan` where one of the environment's commitments alone covers all of its nodes at
     the price book's offer of that payment (no-upfront RIs of its type in its region; a 1-year no-upfront EC2
@@ -87,7 +89,7 @@ def floor_payment_equivalent(cfg: GpuLoanConfig, pool: Pool) -> str:
             and c.term_years == 1
             and c.instance_family == billing.instance_family(g.instance_type)
         ):
-            r = commitment_rate(cfg, c, g.instance_type)
+            r = commitment_rate(prices, cfg, c, g.instance_type)
             if r is not None and (c.hourly_commitment_usd or 0) >= g.nodes * r.usd_per_hour:
                 return str(FloorPayment.savings_plan)
     return g.price_model
@@ -111,7 +113,9 @@ def commitment_scope_types(cfg: GpuLoanConfig, c: Commitment) -> list[str]:
     return out
 
 
-def commitment_rate(cfg: GpuLoanConfig, c: Commitment, instance_type: str) -> floor_pricing.FloorRate | None:
+def commitment_rate(
+    prices: Prices, cfg: GpuLoanConfig, c: Commitment, instance_type: str
+) -> floor_pricing.FloorRate | None:
     """The rate of one instance-hour under the commitment: the user's (`rates`), else the price book's; None."""
     given = c.rates.get(instance_type)
     if given is not None:
@@ -123,7 +127,9 @@ def commitment_rate(cfg: GpuLoanConfig, c: Commitment, instance_type: str) -> fl
             "",
         )
     region = c.region or cfg.region
-    return floor_pricing.commitment_rate(str(c.kind), c.term_years, str(c.payment_option), instance_type, region)
+    return floor_pricing.commitment_rate(
+        prices, str(c.kind), c.term_years, str(c.payment_option), instance_type, region
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -163,7 +169,9 @@ def _commitment_complete(c: Commitment) -> bool:
     return c.hourly_commitment_usd is not None
 
 
-def billing_commitments(cfg: GpuLoanConfig) -> tuple[list[billing.Commitment], list[str], dict[str, str], set[str]]:
+def billing_commitments(
+    prices: Prices, cfg: GpuLoanConfig
+) -> tuple[list[billing.Commitment], list[str], dict[str, str], set[str]]:
     """The config's commitments as the billing model takes them: the per-pool shorthand (`guaranteed.payment`)
     first, then `commitments`. Returns (commitments, unknown rates, rate sources, pools whose shorthand rate is
     unknown). A commitment without a rate for a type it needs is left out and listed as unknown."""
@@ -176,7 +184,7 @@ def billing_commitments(cfg: GpuLoanConfig) -> tuple[list[billing.Commitment], l
         if g is None or g.payment not in SHORTHAND_COMMITMENTS:
             continue
         name = f"pools[{i}].guaranteed.payment"
-        rate = floor_rate(cfg, pool)
+        rate = floor_rate(prices, cfg, pool)
         if rate is None:
             unknown.append(f"{name}: no {g.payment} rate for {g.instance_type} in {cfg.region}")
             unknown_pools.add(billing_key(cfg, i))
@@ -202,7 +210,7 @@ def billing_commitments(cfg: GpuLoanConfig) -> tuple[list[billing.Commitment], l
             continue  # a field its kind needs is missing, or the name is taken: refused by _commitment_problems
         rates, missing, lines = {}, [], []
         for t in dict.fromkeys([*commitment_scope_types(cfg, c), *c.rates]):
-            r = commitment_rate(cfg, c, t)
+            r = commitment_rate(prices, cfg, c, t)
             if r is None:
                 missing.append(t)
             else:
@@ -227,7 +235,9 @@ def billing_commitments(cfg: GpuLoanConfig) -> tuple[list[billing.Commitment], l
     return out, unknown, sources, unknown_pools
 
 
-def floor_usage(cfg: GpuLoanConfig, hours: int = HOURS_PER_MONTH) -> tuple[list[billing.Usage], set[str]]:
+def floor_usage(
+    prices: Prices, cfg: GpuLoanConfig, hours: int = HOURS_PER_MONTH
+) -> tuple[list[billing.Usage], set[str]]:
     """Every hour of the month, each floor's nodes as instance-hours bought the way its reservation is (an ODCR:
     `reserved`, billed used or not; a Capacity Block; no reservation: plain on-demand instances). Returns the usage
     and the pools whose own rate (on-demand, Capacity Block or the user's) is unknown."""
@@ -241,11 +251,11 @@ def floor_usage(cfg: GpuLoanConfig, hours: int = HOURS_PER_MONTH) -> tuple[list[
         if g.payment in SHORTHAND_COMMITMENTS:
             # The floor's own rate is on-demand; its shorthand commitment covers it in full every hour, so without
             # an on-demand price the commitment's rate stands in (it changes no figure but the saving shown).
-            od = catalog.price(g.instance_type, cfg.region)
-            r = floor_rate(cfg, pool)
+            od = prices.price(g.instance_type, cfg.region)
+            r = floor_rate(prices, cfg, pool)
             rate = od.ondemand_usd_per_hour if od is not None else (r.usd_per_hour if r is not None else None)
         else:
-            r = floor_rate(cfg, pool)
+            r = floor_rate(prices, cfg, pool)
             rate = None if r is None else r.usd_per_hour
         if rate is None:
             unknown.add(key)
@@ -257,11 +267,11 @@ def floor_usage(cfg: GpuLoanConfig, hours: int = HOURS_PER_MONTH) -> tuple[list[
     return usage, unknown
 
 
-def floor_bill(cfg: GpuLoanConfig) -> FloorBill:
+def floor_bill(prices: Prices, cfg: GpuLoanConfig) -> FloorBill:
     """The floors' month with the commitments in force, billed by pricing/cost_model/billing.py: what preview,
     cost-diff, the budget rule and the policy's budget cap all price with."""
-    commitments, unknown, sources, unknown_pools = billing_commitments(cfg)
-    usage, unpriced = floor_usage(cfg)
+    commitments, unknown, sources, unknown_pools = billing_commitments(prices, cfg)
+    usage, unpriced = floor_usage(prices, cfg)
     unknown_pools |= unpriced
     unknown += [f"pools: {p}: floor rate unknown" for p in sorted(unpriced)]
     env_commitment_unknown = any(u.startswith("commitments[") for u in unknown)

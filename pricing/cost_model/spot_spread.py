@@ -28,7 +28,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
-from pricing.sources import catalog
+from pricing.sources.catalog import Prices
 
 if TYPE_CHECKING:  # the config model needs pydantic; the figures and the rule do not
     from config.config import GpuLoanConfig, Pool
@@ -94,11 +94,11 @@ def bucket_rank(bucket: str | None) -> int | None:
     return ADVISOR_BUCKETS.index(bucket) if bucket in ADVISOR_BUCKETS else None
 
 
-def figures(instance_types: list[str], region: str) -> list[SpotFigures]:
+def figures(prices: Prices, instance_types: list[str], region: str) -> list[SpotFigures]:
     """The figures of each type, in the order given, from the price source in force (pricing/sources/catalog.py)."""
     rows = []
     for t in instance_types:
-        facts, price = catalog.lookup(t), catalog.price(t, region)
+        facts, price = prices.lookup(t), prices.price(t, region)
         gpus = facts.gpus if facts is not None and facts.gpus > 0 else None
         per_gpu = (lambda usd: None if usd is None or gpus is None else usd / gpus)  # noqa: E731
         rows.append(SpotFigures(
@@ -161,16 +161,16 @@ def launches_spot(pool: "Pool") -> bool:
     return pool.elastic is not None and str(pool.elastic.capacity) in SPOT_CAPACITIES
 
 
-def pool_figures(cfg: "GpuLoanConfig", pool: "Pool") -> list[SpotFigures]:
+def pool_figures(prices: Prices, cfg: "GpuLoanConfig", pool: "Pool") -> list[SpotFigures]:
     """The spot figures of one pool, in its config order (the node group's own list is sorted: order-free)."""
-    return figures(list(pool.elastic.instance_types), cfg.region) if launches_spot(pool) else []
+    return figures(prices, list(pool.elastic.instance_types), cfg.region) if launches_spot(pool) else []
 
 
-def advisories(cfg: "GpuLoanConfig") -> list[Advisory]:
+def advisories(prices: Prices, cfg: "GpuLoanConfig") -> list[Advisory]:
     """Every dominated spot type of the stack, named by its config path."""
     out = []
     for i, pool in enumerate(cfg.pools):
-        for d in dominated(pool_figures(cfg, pool)):
+        for d in dominated(pool_figures(prices, cfg, pool)):
             out.append(Advisory(f"pools[{i}].elastic.instance_types[{d.index}]", d.reason()))
     return out
 

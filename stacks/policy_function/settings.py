@@ -134,16 +134,16 @@ def pool_settings(cfg: GpuLoanConfig, pool: Pool, names: GroupNames, budget_name
             # One pool priced alone (the simulator passes its region only and sets the floor's rate itself):
             # the pool's own floor and its per-pool shorthand, no environment commitments.
             cfg = SimpleNamespace(region=cfg.region, pools=[pool], commitments=[])
-        fixed_bill = fixed_bill if fixed_bill is not None else floor_bill(cfg)
+        fixed_bill = fixed_bill if fixed_bill is not None else floor_bill(catalog.current(), cfg)
         i = next(i for i, p in enumerate(cfg.pools) if p is pool)
         monthly = fixed_bill.pool_usd(billing_key(cfg, i))
         if monthly is None:
-            rate = config_floor_rate(cfg, pool)
+            rate = config_floor_rate(catalog.current(), cfg, pool)
             if rate is None:
                 _price(cfg, g.instance_type, allow_unknown_prices)  # no on-demand price: the usual message
             if not allow_unknown_prices:
                 # Unknown spend is not zero: no budget cap without the figure.
-                reason = (missing_rate_reason(g.instance_type, cfg.region, g.price_model) if rate is None
+                reason = (missing_rate_reason(catalog.current(), g.instance_type, cfg.region, g.price_model) if rate is None
                           else "; ".join(fixed_bill.unknown))
                 raise PriceUnknown(f"the policy function needs the {g.price_model} rate of the floor ({g.instance_type} "
                                    f"in {cfg.region}) for its budget cap: {reason}")
@@ -231,7 +231,7 @@ def settings_for(cfg: GpuLoanConfig, cluster_name: str, group_names: dict[str, G
     if budget_names is None:
         budget_names = default_budget_names(cfg)
     pools = []
-    fixed_bill = floor_bill(cfg)  # one bill for the environment: a commitment covers several pools
+    fixed_bill = floor_bill(catalog.current(), cfg)  # one bill for the environment: a commitment covers several pools
     for pool in cfg.pools:
         names = group_names.get(pool.name, GroupNames())
         if isinstance(names, dict):
