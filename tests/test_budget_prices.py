@@ -79,7 +79,7 @@ def test_prod_training_settings_price_what_each_group_launches():
     cfg = checks.from_stack_yaml({"config": stack_config("prod")}, "test", prices=catalog.current())
     pool = cfg.pool("training")
     names = policy_settings.GroupNames("t-spot", "t-od", "t-floor")
-    ps = policy_settings.pool_settings(cfg, pool, names)
+    ps = policy_settings.pool_settings(catalog.current(), cfg, pool, names)
     p4d, p5 = catalog.price("p4d.24xlarge", cfg.region), catalog.price("p5.48xlarge", cfg.region)
     assert p5.spot_or_ondemand_usd_per_hour > p4d.spot_or_ondemand_usd_per_hour  # the case the issue names
     # spot: the cheapest type; on-demand: the first listed (p4d.24xlarge), not the priciest (p5.48xlarge)

@@ -294,7 +294,7 @@ def test_settings_carry_the_window_and_survive_the_package_json():
     from stacks.policy_function.settings import settings_for
 
     cfg = _block_cfg(capacity_block_checkpoint_lead_minutes=45)
-    s = settings_for(cfg, "c", {p.name: {"spot": "s", "on_demand": "o", "guaranteed": "g"} for p in cfg.pools},
+    s = settings_for(catalog.current(), cfg, "c", {p.name: {"spot": "s", "on_demand": "o", "guaranteed": "g"} for p in cfg.pools},
                      allow_unknown_prices=True)
     s = Settings.from_json(s.to_json())
     training = s.pool(cfg.pools[0].name)
@@ -303,7 +303,7 @@ def test_settings_carry_the_window_and_survive_the_package_json():
     assert (training.capacity_block_queue, training.capacity_block_flavor, training.capacity_block_quota_gpus) == (
         "gpuloan-prod-training", "gpuloan-prod-training-floor", 16)
     assert all(p.capacity_block_start is None for p in s.pools[1:])  # other floors: no window
-    held = settings_for(_block_cfg(capacity_block_active=False), "c", {}, allow_unknown_prices=True)
+    held = settings_for(catalog.current(), _block_cfg(capacity_block_active=False), "c", {}, allow_unknown_prices=True)
     assert held.pools[0].capacity_block_held
 
 

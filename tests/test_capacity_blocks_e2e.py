@@ -41,7 +41,7 @@ def _block_cfg():
 @pytest.fixture(scope="module")
 def block_lambda(tmp_path_factory):
     cfg = _block_cfg()
-    s = settings_for(cfg, CLUSTER, GROUPS)
+    s = settings_for(catalog.current(), cfg, CLUSTER, GROUPS)
     root = tmp_path_factory.mktemp("lambda-block")
     zipfile.ZipFile(io.BytesIO(build_zip(settings_json=s.to_json()))).extractall(root)
     return root, s, cfg

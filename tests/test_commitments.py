@@ -125,7 +125,7 @@ def test_without_any_price_source_commitments_are_valid_and_their_costs_unknown(
         assert all(p["guaranteed_monthly_usd"] is None for p in cost["pools"] if p["guaranteed_nodes"])
         # unknown spend is not zero: the policy function refuses to deploy without the figures
         with pytest.raises(policy_settings.PriceUnknown):
-            policy_settings.settings_for(cfg, "c", {}, budget_names={})
+            policy_settings.settings_for(catalog.current(), cfg, "c", {}, budget_names={})
     finally:
         monkeypatch.undo()
         catalog.use_price_file(None)
@@ -150,9 +150,9 @@ def test_a_commitment_without_a_rate_stops_the_policy_deploy_even_when_every_flo
         cfg = _cfg(data)
         assert costs.stack_cost(catalog.current(), cfg).guaranteed_monthly_usd is None  # unknown, not priced without the plan
         with pytest.raises(policy_settings.PriceUnknown, match=r"commitments\[0\] \(org-compute\): no rate"):
-            policy_settings.settings_for(cfg, "c", {}, budget_names={})
+            policy_settings.settings_for(catalog.current(), cfg, "c", {}, budget_names={})
         # an offline preview may run with it unknown (nothing is deployed): null, never zero
-        s = policy_settings.settings_for(cfg, "c", {}, budget_names={}, allow_unknown_prices=True)
+        s = policy_settings.settings_for(catalog.current(), cfg, "c", {}, budget_names={}, allow_unknown_prices=True)
         assert s.commitment_unused_usd_per_hour is None and s.pool("training").guaranteed_usd_per_hour is None
     finally:
         monkeypatch.undo()
@@ -293,7 +293,7 @@ def test_the_pool_budget_rule_prices_the_floor_with_the_environments_commitments
 
 def test_policy_settings_bill_floors_with_commitments_and_count_unused_fees_as_fixed_spend():
     cfg = _cfg(_prod(commitments=[{**RI, "count": 3}]))
-    s = policy_settings.settings_for(cfg, "c", {}, budget_names={})
+    s = policy_settings.settings_for(catalog.current(), cfg, "c", {}, budget_names={})
     ri = _ri_rate()
     assert s.pool("training").guaranteed_usd_per_hour == pytest.approx(2 * ri, abs=1e-6)
     assert s.commitment_unused_usd_per_hour == pytest.approx(ri, abs=1e-6)

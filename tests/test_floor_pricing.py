@@ -207,12 +207,12 @@ def test_pool_budget_rule_uses_the_floors_real_rate():
 
 def test_policy_budget_cap_gets_the_floors_rate():
     cfg = _cfg()
-    s = policy_settings.settings_for(cfg, "c", {}, budget_names={})
+    s = policy_settings.settings_for(catalog.current(), cfg, "c", {}, budget_names={})
     training = next(p for p in s.pools if p.name == "training")
     rate = floor_pricing.floor_rate(catalog.current(), "p4d.24xlarge", "us-east-1", "reserved_1yr").usd_per_hour
     assert training.guaranteed_usd_per_hour == pytest.approx(2 * rate)
     user = _cfg(rate={"usd_per_hour": 10.0, "source": "invoice"})
-    s = policy_settings.settings_for(user, "c", {}, budget_names={})
+    s = policy_settings.settings_for(catalog.current(), user, "c", {}, budget_names={})
     assert next(p for p in s.pools if p.name == "training").guaranteed_usd_per_hour == pytest.approx(20.0)
 
 

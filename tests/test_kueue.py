@@ -551,7 +551,7 @@ def test_admitted_pods_count_for_the_pool_their_flavor_pins_them_to():
 
 def _dev_settings(cfg):
     names = {"research": {"spot": "dev-research-spot", "guaranteed": "dev-research-guaranteed"}}
-    return policy_settings.settings_for(cfg, "gpuloan-dev", names)
+    return policy_settings.settings_for(catalog.current(), cfg, "gpuloan-dev", names)
 
 
 def _pool_observation(pending, spent):

@@ -44,7 +44,7 @@ GROUPS = {"research": {"spot": "dev-research-spot", "guaranteed": "dev-research-
 
 
 def _settings():
-    return settings_for(_cfg(), CLUSTER, GROUPS)
+    return settings_for(catalog.current(), _cfg(), CLUSTER, GROUPS)
 
 
 @pytest.fixture(scope="module")

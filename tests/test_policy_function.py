@@ -301,7 +301,7 @@ def test_settings_of_the_largest_config_travel_in_the_package_not_the_environmen
     suffix = "20261203072755123400000001"
     names = {p.name: {g: node_group_name_prefix(cfg.environment, p.name, g) + suffix
                       for g in (GROUP_SPOT, GROUP_ON_DEMAND, GROUP_GUARANTEED)} for p in cfg.pools}
-    settings_json = settings_for(cfg, cluster_name_for(cfg), names, default_budget_names(cfg)).to_json()
+    settings_json = settings_for(catalog.current(), cfg, cluster_name_for(cfg), names, default_budget_names(cfg)).to_json()
     assert len(settings_json.encode()) > 30 * LAMBDA_ENV_LIMIT_BYTES  # ~150 KB: far past what an env var carries
     table = "gpuloan-" + "e" * 40 + "-policy-state"
     topic = "arn:aws:sns:ap-southeast-2:123456789012:" + "t" * 256

@@ -227,7 +227,7 @@ def test_a_deployment_without_prices_stops_with_the_fix(book_file):
     catalog.use_price_file(book_file(region="eu-west-1"))  # a source, but not for the stack's region
     cfg = checks.from_stack_yaml({"config": stack_config("dev")}, "dev", prices=catalog.current())
     with pytest.raises(PriceUnknown) as err:
-        settings_for(cfg, "c", {}, budget_names={})
+        settings_for(catalog.current(), cfg, "c", {}, budget_names={})
     assert "g6.xlarge in us-east-1" in str(err.value) and "prices refresh" in str(err.value)
 
 
