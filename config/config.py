@@ -457,8 +457,8 @@ class GitHub(Strict):
     def _runner_private_cidrs(cls, v: list[str]) -> list[str]:
         for cidr in v:
             net = ipaddress.ip_network(cidr, strict=True)
-            rfc1918 = any(net.subnet_of(ipaddress.ip_network(n)) for n in ("10.0.0.0/8", "172.16.0.0/12",
-                                                                              "192.168.0.0/16"))
+            rfc1918 = isinstance(net, ipaddress.IPv4Network) and any(
+                net.subnet_of(ipaddress.IPv4Network(n)) for n in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"))
             if net.version != 4 or net.prefixlen < RUNNER_PRIVATE_CIDR_MIN_PREFIX or not rfc1918:
                 raise ValueError(f"'{cidr}' must be a private (RFC 1918) IPv4 CIDR of /{RUNNER_PRIVATE_CIDR_MIN_PREFIX} "
                                  "or narrower: the runners' own subnets, not a whole network")
@@ -469,8 +469,8 @@ class GitHub(Strict):
     def _runner_cidrs(cls, v: list[str]) -> list[str]:
         for cidr in v:
             net = ipaddress.ip_network(cidr, strict=True)
-            rfc1918 = any(net.subnet_of(ipaddress.ip_network(n)) for n in ("10.0.0.0/8", "172.16.0.0/12",
-                                                                              "192.168.0.0/16"))
+            rfc1918 = isinstance(net, ipaddress.IPv4Network) and any(
+                net.subnet_of(ipaddress.IPv4Network(n)) for n in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"))
             if net.version != 4 or net.prefixlen == 0 or rfc1918:
                 raise ValueError(f"'{cidr}' must be a public IPv4 CIDR narrower than /0 (the endpoint allow-list "
                                  "is matched against the runners' public egress address)")
@@ -655,6 +655,13 @@ class GpuLoanConfig(Strict):
         """The facts of an instance type as this config was validated: the table's, else those read from EC2."""
         return instance_types.lookup(name, self._instance_facts)
 
+    def gpu_type(self, name: str) -> InstanceType:
+        """The facts of a GPU type this config names (validation refused every type without facts)."""
+        itype = self.instance_type(name)
+        if itype is None:
+            raise KeyError(f"'{name}' is no GPU type this config was validated with")
+        return itype
+
     # Convenience views used by components, the preview and the policy settings.
     def pool(self, name: str) -> Pool:
         return next(p for p in self.pools if p.name == name)
@@ -829,7 +836,7 @@ def _elastic_problems(cfg: GpuLoanConfig, pool: Pool, at: str, add) -> None:
     """An elastic pool's types agree with each other and with the floor (`at` is the pool's path)."""
     e, g = pool.elastic, pool.guaranteed
     assert e is not None
-    facts = {t: cfg.instance_type(t) for t in e.instance_types}
+    facts = {t: cfg.gpu_type(t) for t in e.instance_types}
     gpus = {t: f.gpus for t, f in facts.items()}
     # Several sizes (GPUs per node) are several pairs of node groups (node_sizes, policy/sizes.py): one GPU
     # model, so a job fits whichever size the policy grows for it (a job built for one GPU must not land on
@@ -839,8 +846,8 @@ def _elastic_problems(cfg: GpuLoanConfig, pool: Pool, at: str, add) -> None:
         listing = ", ".join(f"{t}={gpus[t]}x{m}" for t, m in models.items())
         add(f"{at}.elastic.instance_types", f"several node sizes of several GPU models ({listing}); the "
             "sizes of a pool must share one GPU model: put another model in a pool of its own")
-    floor = cfg.instance_type(g.instance_type) if g is not None else None
-    if g is not None and floor.gpus not in set(gpus.values()):
+    floor = cfg.gpu_type(g.instance_type) if g is not None else None
+    if g is not None and floor is not None and floor.gpus not in set(gpus.values()):
         add(f"{at}.elastic.instance_types", f"the floor ({g.instance_type}) has "
             f"{floor.gpus} GPUs per node, the elastic types have "
             f"{sorted(set(gpus.values()))}; jobs sized for one would not fit the other")
@@ -905,7 +912,8 @@ def _endpoint_problems(cfg: GpuLoanConfig) -> Problems:
     # Several CIDRs can open it just as wide (0.0.0.0/1 + 128.0.0.0/1).
     nets = [ipaddress.ip_network(c) for c in cidrs]
     for version in (4, 6):
-        union = list(ipaddress.collapse_addresses(n for n in nets if n.version == version))
+        same: list[Any] = [n for n in nets if n.version == version]  # collapse_addresses takes one IP version
+        union = list(ipaddress.collapse_addresses(same))
         if any(n.prefixlen == 0 for n in union) and not any(n.prefixlen == 0 for n in nets):
             problems.append(("cluster.public_endpoint_cidrs", "together these CIDRs cover the whole internet "
                              f"({', '.join(str(n) for n in nets if n.version == version)}), which opens the API "
@@ -1053,7 +1061,7 @@ def _budget_problems(b: Budget, at: str, add) -> None:
 # CLI reads `environment: true` as a string, PyYAML and others as a bool), and reads as a flag to people.
 YAML_AMBIGUOUS_WORDS = frozenset({"true", "false", "yes", "no", "on", "off", "y", "n", "null", "none"})
 # Networks no public endpoint allow-list can usefully name: the endpoint sees the client's public address.
-NON_PUBLIC_NETWORKS = tuple(ipaddress.ip_network(n) for n in (
+NON_PUBLIC_NETWORKS = tuple(ipaddress.IPv4Network(n) for n in (
     "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "127.0.0.0/8", "169.254.0.0/16"))
 
 
@@ -1094,7 +1102,7 @@ def _hardening_problems(cfg: GpuLoanConfig) -> list[tuple[str, str]]:
     if isinstance(cfg.cluster, NewCluster):
         for j, cidr in enumerate(cfg.cluster.public_endpoint_cidrs):
             net = ipaddress.ip_network(cidr, strict=True)
-            if net.version == 4 and any(net.subnet_of(n) for n in NON_PUBLIC_NETWORKS):
+            if isinstance(net, ipaddress.IPv4Network) and any(net.subnet_of(n) for n in NON_PUBLIC_NETWORKS):
                 add(f"cluster.public_endpoint_cidrs[{j}]", f"'{cidr}' is a private or reserved network: the public "
                     "endpoint sees clients' public addresses (reach from inside the VPC uses the private endpoint)")
         system_type = cfg.cluster.system_nodes.instance_type
@@ -1177,7 +1185,8 @@ def _cross_field_problems_of_the_rest(data: dict[str, Any], err: ValidationError
         return f"{m.group(1)}[{kept[m.group(1)][int(m.group(2))]}]" + path[m.end():]
 
     # Rules that look pools or teams up by name (scheduling.kueue) must not report the set-aside ones as missing.
-    items = data.get("pools") if isinstance(data.get("pools"), list) else []
+    pools = data.get("pools")
+    items = pools if isinstance(pools, list) else []
     aside = [items[i] for i in drop["pools"] if i < len(items) and isinstance(items[i], dict)]
     token = SET_ASIDE.set(frozenset(str(p.get(k)) for p in aside for k in ("name", "team") if p.get(k)))
     try:
@@ -1282,7 +1291,7 @@ def from_stack_yaml(doc: dict[str, Any], source: str, *, instance_facts: Instanc
         problems = [(path, f"{msg}: not in {source}; the stack imports the ESC environment(s) "
                      f"{', '.join(imported)}, which may supply it: {CONFIG_JSON_HINT}")
                     if msg == "Field required" else (path, msg) for path, msg in problems]
-    if problems:
+    if problems or cfg is None:
         raise ConfigError(problems, source)
     return cfg
 

@@ -180,15 +180,16 @@ def test_image_without_framework_builds_the_base_only_and_packages_only_skip_tor
 
 def test_platforms_follow_the_pools_cpu_architectures(monkeypatch):
     cfg = _cfg()
-    real = images.catalog.lookup
+    real = type(cfg).instance_type
 
-    def graviton_p5(name):
-        itype = real(name)
+    def graviton_p5(self, name):
+        itype = real(self, name)
         if name == "p5.48xlarge":
             return type("Arm", (), {"cpu_architecture": "arm64"})()
         return itype
 
-    monkeypatch.setattr(images.catalog, "lookup", graviton_p5)
+    # The facts come with the validated config (cfg.instance_type), no longer from the price catalog.
+    monkeypatch.setattr(type(cfg), "instance_type", graviton_p5)
     assert images.platforms_for(cfg) == ("linux/amd64", "linux/arm64")
 
 

@@ -47,10 +47,10 @@ class PoolCost:
 
     @property
     def worst_case_monthly_usd(self) -> float | None:
-        parts = (self.guaranteed_monthly_usd, self.elastic_max_monthly_usd, self.fallback_max_monthly_usd)
-        if any(v is None for v in parts):
+        floor, elastic, fallback = self.guaranteed_monthly_usd, self.elastic_max_monthly_usd, self.fallback_max_monthly_usd
+        if floor is None or elastic is None or fallback is None:
             return None
-        return self.guaranteed_monthly_usd + max(self.elastic_max_monthly_usd, self.fallback_max_monthly_usd)
+        return floor + max(elastic, fallback)
 
     def to_json(self) -> dict:
         d = asdict(self)
@@ -120,7 +120,8 @@ def pool_cost(prices: Prices, cfg: GpuLoanConfig, pool: Pool, fixed_bill: FloorB
     """The pool's figures; its floor as billed with the environment's commitments (`fixed_bill`, computed here
     when not given: stack_cost bills the environment once for all pools)."""
     g, e = pool.guaranteed, pool.elastic
-    g_rate, g_note, g_model, g_source = 0.0, "", None, ""
+    g_rate: float | None = 0.0
+    g_note, g_model, g_source = "", None, ""
     fixed_bill = fixed_bill if fixed_bill is not None else floor_bill(prices, cfg)
     i = next(i for i, p in enumerate(cfg.pools) if p is pool)
     fixed = 0.0 if g is None else fixed_bill.pool_usd(billing_key(cfg, i))
@@ -136,7 +137,8 @@ def pool_cost(prices: Prices, cfg: GpuLoanConfig, pool: Pool, fixed_bill: FloorB
             g_note += ("; the organization's commitments " + ", ".join(covering) + " discount its instance-hours, "
                        "those in a capacity reservation too (covered hours at their rates; a commitment's unused part "
                        "is on its own row)")
-    spot_rate = fallback_rate = 0.0
+    spot_rate: float | None = 0.0
+    fallback_rate: float | None = 0.0
     e_note = ""
     spot_nodes = fallback_nodes = 0
     if e is not None:
@@ -149,9 +151,10 @@ def pool_cost(prices: Prices, cfg: GpuLoanConfig, pool: Pool, fixed_bill: FloorB
             fallback_nodes = e.on_demand_max_nodes or e.max_nodes
         e_note = "price unknown for " + ", ".join(t for t, p in zip(e.instance_types, type_prices) if p is None)
     elif e is not None:
+        priced = [p for p in type_prices if p is not None]  # all of them: none is unknown here
         # Several node sizes (config/node_sizes.py): each size's groups reach max_nodes, so the ceiling is per node
         # of every size together, the priciest type of each size. One size: its priciest type, as before.
-        sizes = [[type_prices[e.instance_types.index(t)] for t in z.instance_types]
+        sizes = [[priced[e.instance_types.index(t)] for t in z.instance_types]
                  for z in node_sizes(e.instance_types, facts=cfg.instance_facts)]
         if e.capacity == ElasticCapacity.on_demand:
             spot_rate = sum(max(p.ondemand_usd_per_hour for p in z) for z in sizes)
@@ -164,7 +167,7 @@ def pool_cost(prices: Prices, cfg: GpuLoanConfig, pool: Pool, fixed_bill: FloorB
                       " its elastic nodes are on-demand; priciest type")
         else:
             spot_rate = sum(max(p.spot_or_ondemand_usd_per_hour for p in z) for z in sizes)
-            bases = {p.spot_basis for p in type_prices}
+            bases = {p.spot_basis for p in priced}
             e_note = "spot, priciest type" + (
                 "; some types have no spot price in the data, shown at on-demand" if "none" in bases else ""
             ) + ("; spot partly from the Spot Advisor estimate" if "advisor-estimate" in bases else "")
@@ -174,7 +177,7 @@ def pool_cost(prices: Prices, cfg: GpuLoanConfig, pool: Pool, fixed_bill: FloorB
             fallback_rate = sum(max(p.ondemand_usd_per_hour for p in z) for z in sizes)
         if len(sizes) > 1:
             e_note += f"; {len(sizes)} node sizes, each its own groups up to max_nodes: rates per node of every size"
-    gpus_per_node = cfg.instance_type(g.instance_type).gpus if g else 0
+    gpus_per_node = cfg.gpu_type(g.instance_type).gpus if g else 0
     e_gpus_per_node = sum(z.gpus_per_node for z in node_sizes(e.instance_types, facts=cfg.instance_facts)) if e else 0
     return PoolCost(
         pool=pool.name,

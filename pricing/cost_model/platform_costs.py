@@ -137,9 +137,10 @@ def platform_costs(prices: Prices, cfg: GpuLoanConfig, resources: list[dict], to
                          f"{nats} gateway(s) × {hours} h"))
         rows.append(_row(prices, cfg, "NAT data processed", a.nat_data_gb_per_month, "GB", "nat_gateway_data",
                          "usage_assumption", "cost_assumptions.nat_data_gb_per_month"))
-    system_gib = 0
+    system_gib = system_nodes = 0
     if isinstance(cfg.cluster, NewCluster):
         sn = cfg.cluster.system_nodes
+        system_nodes = sn.nodes
         rows.append(_row(prices, cfg, "system nodes", sn.nodes * hours, "hour", EC2_PLATFORM_PREFIX + sn.instance_type,
                          "on_demand", f"{sn.nodes}× {sn.instance_type} × {hours} h"))
         system_gib = sn.nodes * names.SYSTEM_ROOT_VOLUME_GIB
@@ -151,7 +152,7 @@ def platform_costs(prices: Prices, cfg: GpuLoanConfig, resources: list[dict], to
                          "volumes live only while the nodes do"))
     if system_gib:
         rows.append(_row(prices, cfg, "system node root volumes (EBS gp3)", system_gib, "GB-month", "ebs_gp3_storage",
-                         "on_demand", f"{cfg.cluster.system_nodes.nodes} node(s) × "
+                         "on_demand", f"{system_nodes} node(s) × "
                          f"{names.SYSTEM_ROOT_VOLUME_GIB} GiB"))
     keys = _count(resources, "aws:kms/key:Key")
     if keys:

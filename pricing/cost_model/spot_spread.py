@@ -146,13 +146,16 @@ def dominated(rows: list[SpotFigures]) -> list[Dominated]:
     multi = is_multi_size(rows)
     out = []
     for _, group in by_size(rows):
-        known = [(i, r) for i, r in group
-                 if r.spot_usd_per_gpu_hour is not None and bucket_rank(r.interruption_bucket) is not None]
-        for i, r in known:
-            better = [b for _, b in known if b.spot_usd_per_gpu_hour < r.spot_usd_per_gpu_hour
-                      and bucket_rank(b.interruption_bucket) < bucket_rank(r.interruption_bucket)]
+        # (index, row, spot per GPU-hour, bucket rank) of the rows with both figures
+        known: list[tuple[int, SpotFigures, float, int]] = []
+        for i, r in group:
+            rank = bucket_rank(r.interruption_bucket)
+            if r.spot_usd_per_gpu_hour is not None and rank is not None:
+                known.append((i, r, r.spot_usd_per_gpu_hour, rank))
+        for i, r, usd, rank in known:
+            better = [(b_usd, b_rank, b) for _, b, b_usd, b_rank in known if b_usd < usd and b_rank < rank]
             if better:
-                best = min(better, key=lambda b: (b.spot_usd_per_gpu_hour, bucket_rank(b.interruption_bucket)))
+                best = min(better, key=lambda found: (found[0], found[1]))[2]
                 out.append(Dominated(i, r, best, multi))
     return sorted(out, key=lambda d: d.index)
 
@@ -163,7 +166,9 @@ def launches_spot(pool: "Pool") -> bool:
 
 def pool_figures(prices: Prices, cfg: "GpuLoanConfig", pool: "Pool") -> list[SpotFigures]:
     """The spot figures of one pool, in its config order (the node group's own list is sorted: order-free)."""
-    return figures(prices, list(pool.elastic.instance_types), cfg.region) if launches_spot(pool) else []
+    if pool.elastic is None or not launches_spot(pool):
+        return []
+    return figures(prices, list(pool.elastic.instance_types), cfg.region)
 
 
 def advisories(prices: Prices, cfg: "GpuLoanConfig") -> list[Advisory]:

@@ -230,7 +230,10 @@ class PlatformPriceReader:
         if usd is None:
             raise NoPrice(f"the Price List SKU {sku} for {what} has no on-demand USD price per {unit} (missing price)")
         as_of = (terms[0].get("effectiveDate", "") if terms else "")[:10]
-        return PlatformRate(usd, platform_unit(key), f"{PRICE_LIST_SOURCE}: {service} {sku} ({suffix})", as_of)
+        unit_of_key = platform_unit(key)
+        if unit_of_key is None:  # never: PLATFORM_QUERIES lists platform rates gpuloan knows
+            raise NoPrice(f"{key} is no platform rate gpuloan knows")
+        return PlatformRate(usd, unit_of_key, f"{PRICE_LIST_SOURCE}: {service} {sku} ({suffix})", as_of)
 
     def instance_rate(self, instance_type: str, region: str) -> PlatformRate:
         """A non-GPU instance's on-demand hourly rate (the system nodes), keyed ec2:<type> in the price book."""
