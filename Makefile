@@ -63,7 +63,8 @@ FORMATTED_FILES := __main__.py config/__init__.py config/config_terms.py config/
 	stacks/kubernetes/__init__.py stacks/policy_function/__init__.py stacks/policy_function/package.py \
 	stacks/spend/__init__.py tests/kubernetes_layer_program.py tests/test_architecture.py \
 	tests/test_kubernetes_docs.py tests/test_lint_ratchet.py tests/test_policy_docs.py tests/test_single_definitions.py \
-	tests/test_project_file.py
+	tests/test_project_file.py config/instance_types.py pricing/checks.py pricing/cost_model/floor_bill.py \
+	tests/test_money_checks.py
 
 ## lint: ruff check and format, mypy and complexity ratchets
 lint: $(VENV)/.dev

@@ -7,11 +7,16 @@ import pulumi
 
 from stacks import platform
 from config import config
+from pricing import checks
 from stacks.policy_function import settings as policy_settings
 from pricing.sources import catalog
 
 try:
-    cfg = config.from_pulumi_config()
+    # The price book in force, read once here and passed down (docs/architecture.md, "The price book's path"): under
+    # `pulumi up` resolved here; the offline runner (offline/runner.py) hands in the prices of its command.
+    prices = globals().get("GPULOAN_PROGRAM_PRICES") or catalog.Prices.resolve()
+    cfg = checks.from_pulumi_config(prices=prices)
+    prices = prices.with_config(cfg)
 except (config.ConfigError, catalog.PriceSourceError) as err:
     # A clean, complete list of problems instead of a traceback; nothing has been registered yet.
     raise pulumi.RunError(str(err)) from None
@@ -19,9 +24,9 @@ except (config.ConfigError, catalog.PriceSourceError) as err:
 # A deployment spends by these prices (the policy's budget cap), so it needs all of them before anything is
 # registered; a preview shows unknown ones as unknown (docs/prices.md).
 if not (pulumi.runtime.is_dry_run() or policy_settings.unknown_prices_allowed()):
-    missing = policy_settings.missing_prices(cfg)
+    missing = policy_settings.missing_prices(prices, cfg)
     if missing:
         raise pulumi.RunError("prices needed to deploy are missing:\n - " + "\n - ".join(missing))
 
-for name, value in platform.build(cfg).items():
+for name, value in platform.build(cfg, prices).items():
     pulumi.export(name, value)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from config import versions
-from pricing.sources import catalog
+from config.instance_types import InstanceType
 from config.version_numbers import Version, fmt, parse_version
 
 if TYPE_CHECKING:  # annotations only: config imports this module to run its rule
@@ -160,14 +160,14 @@ def image_python_versions() -> list[str]:
 
 
 # --- the rule ------------------------------------------------------------------------------------------------
-def _pool_gpus(cfg: config.GpuLoanConfig) -> list[tuple[catalog.InstanceType, str]]:
+def _pool_gpus(cfg: config.GpuLoanConfig) -> list[tuple[InstanceType, str]]:
     """One entry per GPU model any pool may run: (an instance type of it, "H100 in pools[0] (training): p5.48xlarge")."""
-    by_model: dict[str, tuple[catalog.InstanceType, dict[str, list[str]]]] = {}
+    by_model: dict[str, tuple[InstanceType, dict[str, list[str]]]] = {}
     for i, pool in enumerate(cfg.pools):
         names = ([pool.guaranteed.instance_type] if pool.guaranteed else []) + (
             list(pool.elastic.instance_types) if pool.elastic else [])
         for name in dict.fromkeys(names):
-            itype = catalog.lookup(name)
+            itype = cfg.instance_type(name)
             if itype is None:
                 continue
             _, pools = by_model.setdefault(itype.gpu_model, (itype, {}))

@@ -8,7 +8,6 @@ Every problem carries its path (`pools[1].elastic.max_nodes`) and all problems o
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 import functools
 import ipaddress
@@ -16,27 +15,23 @@ import re
 import unicodedata
 from collections import Counter
 from enum import StrEnum
+from collections.abc import Callable, Sequence
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, EmailStr, Field, ValidationError, field_validator, model_validator
+from pydantic import (BaseModel, ConfigDict, EmailStr, Field, PrivateAttr, ValidationError, ValidationInfo,
+                      field_validator, model_validator)
 
-from config import versions
-from pricing.sources import catalog, floor_pricing
-# billing.py is the standard library only and imports nothing of gpuloan: the budget rule below bills the floors
-# with the commitments through it (pyproject.toml's layers contract names this one import as allowed).
-from pricing.cost_model import billing
-from config import compat, scheduling
+from config import compat, instance_types, scheduling, versions
+from config.instance_types import InstanceFacts, InstanceType
 # The config's vocabulary lives in a leaf module so the rule modules (scheduling) can use it without importing
 # this one; re-exported here, where every reader looks for it.
 from config.config_terms import (SET_ASIDE, CommitmentKind, CommitmentStatus, ElasticCapacity,  # noqa: F401
                                  Enforcement, FloorPayment, MigStrategy, PaymentOption, Reservation, Tier, Workload)
 from config.names import GENERATED_SUFFIX_LENGTH, NODE_GROUP_PREFIX_MAX, node_group_name_prefix
-from config.node_sizes import pool_sizes, size_suffix
+from config.node_sizes import node_sizes, pool_sizes, size_suffix
 from config.names import GPU_METRICS_AGENT_NAMESPACE, GPU_OPERATOR_NAMESPACE, KUEUE_NAMESPACE
 from config.version_numbers import fmt as fmt_version
 from config.version_numbers import parse_version
-
-HOURS_PER_MONTH = billing.HOURS_PER_MONTH  # AWS's convention for monthly estimates (its home: the billing model)
 
 SLUG = r"^[a-z][a-z0-9-]{0,30}[a-z0-9]$"
 AWS_REGION = r"^[a-z]{2}(-gov)?-[a-z]+-\d$"
@@ -60,18 +55,29 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
 
 
-def _known_gpu_instance(name: str) -> str:
-    if catalog.lookup(name) is None:
-        close = catalog.suggest(name)
+# The key of pydantic's validation context under which parse() hands the validators the instance facts read from
+# EC2 (a price book's `instance_facts`): passed in, never read from global state.
+INSTANCE_FACTS = "instance_facts"
+
+
+def _facts(info: ValidationInfo | None) -> InstanceFacts | None:
+    context = info.context if info is not None else None
+    return context.get(INSTANCE_FACTS) if isinstance(context, dict) else None
+
+
+def _known_gpu_instance(name: str, facts: InstanceFacts | None = None) -> str:
+    itype = instance_types.lookup(name, facts)
+    if itype is None:
+        close = instance_types.suggest(name, facts)
         hint = f"; did you mean {', '.join(close)}?" if close else ""
         raise ValueError(f"unknown GPU instance type '{name}' (not in gpuloan's table of GPU types nor in the "
                          f"facts `gpuloan prices refresh -s STACK` reads from EC2){hint}")
-    if catalog.lookup(name).architecture == "unknown":
-        # A family newer than pricing/sources/instance_types.py, its facts read from EC2: CUDA rules need its architecture.
-        raise ValueError(f"'{name}' has {catalog.lookup(name).gpu_model} GPUs, which gpuloan has no CUDA support "
-                         "rules for yet (pricing/sources/instance_types.py GPU_ARCHITECTURE)")
-    if not catalog.lookup(name).is_nvidia:
-        raise ValueError(f"'{name}' has {catalog.lookup(name).gpu_model} accelerators; gpuloan supports NVIDIA GPUs only")
+    if itype.architecture == "unknown":
+        # A family newer than config/instance_types.py, its facts read from EC2: CUDA rules need its architecture.
+        raise ValueError(f"'{name}' has {itype.gpu_model} GPUs, which gpuloan has no CUDA support "
+                         "rules for yet (config/instance_types.py GPU_ARCHITECTURE)")
+    if not itype.is_nvidia:
+        raise ValueError(f"'{name}' has {itype.gpu_model} accelerators; gpuloan supports NVIDIA GPUs only")
     return name
 
 
@@ -199,8 +205,8 @@ class Guaranteed(Strict):
 
     @field_validator("instance_type")
     @classmethod
-    def _type(cls, v: str) -> str:
-        return _known_gpu_instance(v)
+    def _type(cls, v: str, info: ValidationInfo) -> str:
+        return _known_gpu_instance(v, _facts(info))
 
     def floor_up(self, now: dt.datetime | None = None) -> bool:
         """Whether the floor's node group should hold `nodes` now: always, except a Capacity Block outside its
@@ -273,9 +279,9 @@ class Elastic(Strict):
         return self
 
     @model_validator(mode="after")
-    def _plain_names_size(self) -> "Elastic":
+    def _plain_names_size(self, info: ValidationInfo) -> "Elastic":
         if self.plain_names_gpus is not None:
-            sizes = sorted({catalog.lookup(t).gpus for t in self.instance_types})
+            sizes = sorted({size.gpus_per_node for size in node_sizes(self.instance_types, facts=_facts(info))})
             if self.plain_names_gpus not in sizes:
                 raise ValueError(f"plain_names_gpus: {self.plain_names_gpus} GPUs per node is none of this pool's "
                                  f"sizes ({', '.join(map(str, sizes))}): name the GPUs per node of the size whose "
@@ -284,9 +290,9 @@ class Elastic(Strict):
 
     @field_validator("instance_types")
     @classmethod
-    def _types(cls, v: list[str]) -> list[str]:
+    def _types(cls, v: list[str], info: ValidationInfo) -> list[str]:
         for name in v:
-            _known_gpu_instance(name)
+            _known_gpu_instance(name, _facts(info))
         dupes = [n for n, c in Counter(v).items() if c > 1]
         if dupes:
             raise ValueError(f"instance types listed twice: {', '.join(dupes)}")
@@ -452,8 +458,8 @@ class GitHub(Strict):
     def _runner_private_cidrs(cls, v: list[str]) -> list[str]:
         for cidr in v:
             net = ipaddress.ip_network(cidr, strict=True)
-            rfc1918 = any(net.subnet_of(ipaddress.ip_network(n)) for n in ("10.0.0.0/8", "172.16.0.0/12",
-                                                                              "192.168.0.0/16"))
+            rfc1918 = isinstance(net, ipaddress.IPv4Network) and any(
+                net.subnet_of(ipaddress.IPv4Network(n)) for n in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"))
             if net.version != 4 or net.prefixlen < RUNNER_PRIVATE_CIDR_MIN_PREFIX or not rfc1918:
                 raise ValueError(f"'{cidr}' must be a private (RFC 1918) IPv4 CIDR of /{RUNNER_PRIVATE_CIDR_MIN_PREFIX} "
                                  "or narrower: the runners' own subnets, not a whole network")
@@ -464,8 +470,8 @@ class GitHub(Strict):
     def _runner_cidrs(cls, v: list[str]) -> list[str]:
         for cidr in v:
             net = ipaddress.ip_network(cidr, strict=True)
-            rfc1918 = any(net.subnet_of(ipaddress.ip_network(n)) for n in ("10.0.0.0/8", "172.16.0.0/12",
-                                                                              "192.168.0.0/16"))
+            rfc1918 = isinstance(net, ipaddress.IPv4Network) and any(
+                net.subnet_of(ipaddress.IPv4Network(n)) for n in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"))
             if net.version != 4 or net.prefixlen == 0 or rfc1918:
                 raise ValueError(f"'{cidr}' must be a public IPv4 CIDR narrower than /0 (the endpoint allow-list "
                                  "is matched against the runners' public egress address)")
@@ -574,14 +580,14 @@ class Commitment(Strict):
 
     @field_validator("instance_type")
     @classmethod
-    def _type(cls, v: str | None) -> str | None:
-        return None if v is None else _known_gpu_instance(v)
+    def _type(cls, v: str | None, info: ValidationInfo) -> str | None:
+        return None if v is None else _known_gpu_instance(v, _facts(info))
 
     @field_validator("rates")
     @classmethod
-    def _rate_types(cls, v: dict[str, CommitmentRate]) -> dict[str, CommitmentRate]:
+    def _rate_types(cls, v: dict[str, CommitmentRate], info: ValidationInfo) -> dict[str, CommitmentRate]:
         for t in v:
-            _known_gpu_instance(t)
+            _known_gpu_instance(t, _facts(info))
         return v
 
 
@@ -632,6 +638,30 @@ class GpuLoanConfig(Strict):
                     raise ValueError(f"tag {part} {text!r} has the character {bad!r} (U+{ord(bad):04X}); AWS "
                                      f"allows {TAG_CHARACTERS_ALLOWED}")
         return v
+
+    # The instance facts read from EC2 this config was validated with (parse's `instance_facts`: a price book's,
+    # for types newer than config/instance_types.py); not a field: it is no part of the stack's config.
+    _instance_facts: dict[str, InstanceType] = PrivateAttr(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _keep_instance_facts(self, info: ValidationInfo) -> "GpuLoanConfig":
+        self._instance_facts = dict(_facts(info) or {})
+        return self
+
+    @property
+    def instance_facts(self) -> InstanceFacts:
+        return self._instance_facts
+
+    def instance_type(self, name: str) -> InstanceType | None:
+        """The facts of an instance type as this config was validated: the table's, else those read from EC2."""
+        return instance_types.lookup(name, self._instance_facts)
+
+    def gpu_type(self, name: str) -> InstanceType:
+        """The facts of a GPU type this config names (validation refused every type without facts)."""
+        itype = self.instance_type(name)
+        if itype is None:
+            raise KeyError(f"'{name}' is no GPU type this config was validated with")
+        return itype
 
     # Convenience views used by components, the preview and the policy settings.
     def pool(self, name: str) -> Pool:
@@ -740,44 +770,12 @@ def _pydantic_problems(err: ValidationError) -> list[tuple[str, str]]:
 # --- cross-field rules -------------------------------------------------------------------------------------
 
 
-def floor_rate(cfg: GpuLoanConfig, pool: Pool) -> floor_pricing.FloorRate | None:
-    """The hourly rate of one node of the pool's floor as it is paid (pricing/sources/floor_pricing.py); None when no
-    source has it (or the pool has no floor)."""
-    g = pool.guaranteed
-    if g is None:
-        return None
-    return floor_pricing.floor_rate(g.instance_type, cfg.region, g.price_model,
-                                    g.rate.usd_per_hour if g.rate else None, g.rate.source if g.rate else None)
-
-
-def guaranteed_monthly_usd(cfg: GpuLoanConfig, pool: Pool) -> float | None:
-    """The floor's monthly cost once the environment's commitments apply (floor_bill: the floor's covered hours at
-    the commitments' rates, the rest at its own); None when a rate it needs is unknown."""
-    if pool.guaranteed is None:
-        return 0.0
-    i = next(i for i, p in enumerate(cfg.pools) if p is pool)
-    return floor_bill(cfg).pool_usd(billing_key(cfg, i))
-
-
-def billing_key(cfg: GpuLoanConfig, i: int) -> str:
-    """The name pools[i] is billed under: its name (the index too where the name is taken twice, an invalid config
-    whose other rules still run)."""
-    name = cfg.pools[i].name
-    return name if sum(p.name == name for p in cfg.pools) == 1 else f"{name}#{i}"
-
-
-# --- capacity and commitment: the floors' month through the billing model (pricing/cost_model/billing.py) -------
-
 # Payments of the deprecated per-pool shorthand (`guaranteed.payment`) that are commitments, and what each stands for.
 SHORTHAND_COMMITMENTS = {
     FloorPayment.reserved_1yr: (CommitmentKind.reserved_instances, 1),
     FloorPayment.reserved_3yr: (CommitmentKind.reserved_instances, 3),
     FloorPayment.savings_plan: (CommitmentKind.ec2_instance_savings_plan, 1),
 }
-_PURCHASE = {Reservation.none: billing.ON_DEMAND, Reservation.odcr: billing.RESERVED,
-             Reservation.capacity_block: billing.CAPACITY_BLOCK}
-
-
 def deprecations(cfg: GpuLoanConfig) -> list[tuple[str, str]]:
     """(path, message) for each deprecated setting in use: printed as warnings by validate and preview."""
     out = []
@@ -794,318 +792,156 @@ def deprecations(cfg: GpuLoanConfig) -> list[tuple[str, str]]:
     return out
 
 
-def floor_payment_equivalent(cfg: GpuLoanConfig, pool: Pool) -> str:
-    """The per-pool payment (pricing/sources/floor_pricing.py PAYMENTS) the floor is paid as: its own `payment`, or
-    `reserved_<n>yr` / `savings_plan` where one of the environment's commitments alone covers all of its nodes at
-    the price book's offer of that payment (no-upfront RIs of its type in its region; a 1-year no-upfront EC2
-    Instance plan of its family). The per-pool vocabulary the floor advisor compares sizes in."""
-    g = pool.guaranteed
-    if g.payment is not None or g.reservation == Reservation.capacity_block:
-        return g.price_model
-    for c in cfg.commitments:
-        if c.payment_option != PaymentOption.no_upfront or (c.region or cfg.region) != cfg.region:
-            continue
-        if (c.kind == CommitmentKind.reserved_instances and c.instance_type == g.instance_type
-                and (c.count or 0) >= g.nodes):
-            return f"reserved_{c.term_years}yr"
-        if (c.kind == CommitmentKind.ec2_instance_savings_plan and c.term_years == 1
-                and c.instance_family == billing.instance_family(g.instance_type)):
-            r = commitment_rate(cfg, c, g.instance_type)
-            if r is not None and (c.hourly_commitment_usd or 0) >= g.nodes * r.usd_per_hour:
-                return str(FloorPayment.savings_plan)
-    return g.price_model
+Problems = list[tuple[str, str]]
+# A cross-field rule: the (path, message) problems of one concern of a validated config.
+Rule = Callable[["GpuLoanConfig"], Problems]
 
 
-def commitment_scope_types(cfg: GpuLoanConfig, c: Commitment) -> list[str]:
-    """The floor instance types of this environment the commitment may cover (those it needs a rate for)."""
-    if c.kind == CommitmentKind.reserved_instances:
-        return [c.instance_type] if c.instance_type else []
-    region = c.region or cfg.region
-    out: list[str] = []
-    for p in cfg.pools:
-        g = p.guaranteed
-        if g is None or g.reservation == Reservation.capacity_block or g.instance_type in out:
-            continue  # Capacity Block usage is never covered by a Savings Plan
-        if c.kind == CommitmentKind.ec2_instance_savings_plan and (
-                region != cfg.region or billing.instance_family(g.instance_type) != c.instance_family):
-            continue
-        out.append(g.instance_type)
-    return out
-
-
-def commitment_rate(cfg: GpuLoanConfig, c: Commitment, instance_type: str) -> floor_pricing.FloorRate | None:
-    """The rate of one instance-hour under the commitment: the user's (`rates`), else the price book's; None."""
-    given = c.rates.get(instance_type)
-    if given is not None:
-        return floor_pricing.FloorRate(f"{c.kind}_{c.term_years}yr_{c.payment_option}", given.usd_per_hour, "user",
-                                       f"your rate: {given.source}", "")
-    region = c.region or cfg.region
-    return floor_pricing.commitment_rate(str(c.kind), c.term_years, str(c.payment_option), instance_type, region)
-
-
-@dataclasses.dataclass(frozen=True)
-class FloorBill:
-    """A month (HOURS_PER_MONTH) of the floors' reserved hours plus the commitments in force, as AWS bills them."""
-
-    bill: billing.Bill | None  # None: a rate it needs is unknown (see `unknown`)
-    unknown: tuple[str, ...]  # what has no rate, one line each
-    unknown_pools: frozenset[str]  # pools whose floor figure is unknown
-    commitments: tuple[dict, ...]  # per commitment: name, kind, status, source, fee, used, unused (monthly USD)
-    rate_sources: dict[str, str]  # commitment name -> where its rates come from, one line
-    # pool (billing_key) -> the commitments that may cover its floor's hours (their scope matches it)
-    covering: dict[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
-
-    def pool_usd(self, pool: str) -> float | None:
-        """The pool's floor: its hours no commitment covered at its own rate, the covered ones at the rate of the
-        commitment that covered them."""
-        if pool in self.unknown_pools or self.bill is None:
-            return None
-        return self.bill.by_pool_usd.get(pool, 0.0)
-
-    @property
-    def total_usd(self) -> float | None:
-        """Floors plus the commitments' unused fees: the environment's fixed monthly spend on instances."""
-        return None if self.bill is None or self.unknown_pools else self.bill.total_usd
-
-    @property
-    def unused_commitment_usd(self) -> float | None:
-        return None if self.bill is None or self.unknown else self.bill.unused_commitment_usd
-
-
-def _commitment_complete(c: Commitment) -> bool:
-    if c.kind == CommitmentKind.reserved_instances:
-        return c.instance_type is not None and c.count is not None
-    if c.kind == CommitmentKind.ec2_instance_savings_plan and c.instance_family is None:
-        return False
-    return c.hourly_commitment_usd is not None
-
-
-def billing_commitments(cfg: GpuLoanConfig) -> tuple[list[billing.Commitment], list[str], dict[str, str], set[str]]:
-    """The config's commitments as the billing model takes them: the per-pool shorthand (`guaranteed.payment`)
-    first, then `commitments`. Returns (commitments, unknown rates, rate sources, pools whose shorthand rate is
-    unknown). A commitment without a rate for a type it needs is left out and listed as unknown."""
-    out: list[billing.Commitment] = []
-    unknown: list[str] = []
-    sources: dict[str, str] = {}
-    unknown_pools: set[str] = set()
-    for i, pool in enumerate(cfg.pools):
-        g = pool.guaranteed
-        if g is None or g.payment not in SHORTHAND_COMMITMENTS:
-            continue
-        name = f"pools[{i}].guaranteed.payment"
-        rate = floor_rate(cfg, pool)
-        if rate is None:
-            unknown.append(f"{name}: no {g.payment} rate for {g.instance_type} in {cfg.region}")
-            unknown_pools.add(billing_key(cfg, i))
-            continue
-        kind = SHORTHAND_COMMITMENTS[g.payment][0]
-        if g.payment == FloorPayment.savings_plan and "savings_plan_compute" in rate.source:
-            kind = CommitmentKind.compute_savings_plan  # the book had only a Compute plan rate
-        out.append(billing.Commitment(
-            name, str(kind), {g.instance_type: rate.usd_per_hour}, region=cfg.region,
-            instance_type=g.instance_type if kind == CommitmentKind.reserved_instances else None,
-            instance_family=billing.instance_family(g.instance_type), count=g.nodes,
-            hourly_commitment_usd=0.0 if kind == CommitmentKind.reserved_instances else rate.usd_per_hour * g.nodes))
-        sources[name] = rate.source
-    for i, c in enumerate(cfg.commitments):
-        if not _commitment_complete(c) or c.name in sources:
-            continue  # a field its kind needs is missing, or the name is taken: refused by _commitment_problems
-        rates, missing, lines = {}, [], []
-        for t in dict.fromkeys([*commitment_scope_types(cfg, c), *c.rates]):
-            r = commitment_rate(cfg, c, t)
-            if r is None:
-                missing.append(t)
-            else:
-                rates[t] = r.usd_per_hour
-                lines.append(f"{t} ${r.usd_per_hour:g}/h ({r.source})")
-        if missing:
-            unknown.append(f"commitments[{i}] ({c.name}): no rate for {', '.join(missing)}")
-            continue
-        out.append(billing.Commitment(
-            c.name, str(c.kind), rates, region=None if c.kind == CommitmentKind.compute_savings_plan
-            else (c.region or cfg.region), instance_type=c.instance_type, instance_family=c.instance_family,
-            count=c.count or 0, hourly_commitment_usd=c.hourly_commitment_usd or 0.0))
-        sources[c.name] = "; ".join(lines) or "no floor of this environment in its scope"
-    return out, unknown, sources, unknown_pools
-
-
-def floor_usage(cfg: GpuLoanConfig, hours: int = HOURS_PER_MONTH) -> tuple[list[billing.Usage], set[str]]:
-    """Every hour of the month, each floor's nodes as instance-hours bought the way its reservation is (an ODCR:
-    `reserved`, billed used or not; a Capacity Block; no reservation: plain on-demand instances). Returns the usage
-    and the pools whose own rate (on-demand, Capacity Block or the user's) is unknown."""
-    usage: list[billing.Usage] = []
-    unknown: set[str] = set()
-    for i, pool in enumerate(cfg.pools):
-        g = pool.guaranteed
-        if g is None:
-            continue
-        key = billing_key(cfg, i)
-        if g.payment in SHORTHAND_COMMITMENTS:
-            # The floor's own rate is on-demand; its shorthand commitment covers it in full every hour, so without
-            # an on-demand price the commitment's rate stands in (it changes no figure but the saving shown).
-            od = catalog.price(g.instance_type, cfg.region)
-            r = floor_rate(cfg, pool)
-            rate = od.ondemand_usd_per_hour if od is not None else (r.usd_per_hour if r is not None else None)
-        else:
-            r = floor_rate(cfg, pool)
-            rate = None if r is None else r.usd_per_hour
-        if rate is None:
-            unknown.add(key)
-            continue
-        purchase = _PURCHASE[g.reservation]
-        usage += [billing.Usage(h, key, g.instance_type, cfg.region, purchase, float(g.nodes), rate)
-                  for h in range(hours)]
-    return usage, unknown
-
-
-def floor_bill(cfg: GpuLoanConfig) -> FloorBill:
-    """The floors' month with the commitments in force, billed by pricing/cost_model/billing.py: what preview,
-    cost-diff, the budget rule and the policy's budget cap all price with."""
-    commitments, unknown, sources, unknown_pools = billing_commitments(cfg)
-    usage, unpriced = floor_usage(cfg)
-    unknown_pools |= unpriced
-    unknown += [f"pools: {p}: floor rate unknown" for p in sorted(unpriced)]
-    env_commitment_unknown = any(u.startswith("commitments[") for u in unknown)
-    if env_commitment_unknown or (unknown_pools and cfg.commitments):
-        # An organization's commitment covers several pools: with one rate unknown no pool's share is known.
-        return FloorBill(None, tuple(unknown), frozenset(billing_key(cfg, i) for i, p in enumerate(cfg.pools)
-                                                          if p.guaranteed), (), sources)
-    usage = [u for u in usage if u.pool not in unknown_pools]
-    b = billing.bill(usage, commitments, hours=HOURS_PER_MONTH)
-    status = {c.name: (str(c.status), c.source, str(c.kind)) for c in cfg.commitments}
-    rows = []
-    for c in commitments:
-        st, src, _ = status.get(c.name, ("per-pool shorthand (deprecated)", "guaranteed.payment", c.kind))
-        fee, used = b.commitment_fee_usd[c.name], b.commitment_used_usd[c.name]
-        rows.append({"name": c.name, "kind": c.kind, "status": st, "source": src, "fee_monthly_usd": round(fee, 2),
-                     "used_monthly_usd": round(used, 2), "unused_monthly_usd": round(fee - used, 2),
-                     "rates": sources.get(c.name, "")})
-    first_hour = {u.pool: u for u in usage if u.hour == 0}
-    covering = {key: tuple(c.name for c in billing._order(commitments) if c.covers(u))
-                for key, u in first_hour.items()}
-    return FloorBill(b, tuple(unknown), frozenset(unknown_pools), tuple(rows), sources, covering)
-
-
-def cross_field_problems(cfg: GpuLoanConfig) -> list[tuple[str, str]]:
-    problems: list[tuple[str, str]] = []
-    add = lambda path, msg: problems.append((path, msg))  # noqa: E731
-
-    cluster_azs = list(cfg.cluster.availability_zones)
-    for i, az in enumerate(cluster_azs):
+def _az_problems(cfg: GpuLoanConfig) -> Problems:
+    problems: Problems = []
+    for i, az in enumerate(cfg.cluster.availability_zones):
         if not az.startswith(cfg.region):
-            add(f"cluster.availability_zones[{i}]", f"'{az}' is not in region {cfg.region}")
+            problems.append((f"cluster.availability_zones[{i}]", f"'{az}' is not in region {cfg.region}"))
+    return problems
 
+
+def _pool_name_problems(cfg: GpuLoanConfig) -> Problems:
+    problems: Problems = []
     for name, count in Counter(p.name for p in cfg.pools).items():
         if count > 1:
             idx = [i for i, p in enumerate(cfg.pools) if p.name == name][1]
-            add(f"pools[{idx}].name", f"pool name '{name}' is used {count} times; names must be unique")
+            problems.append((f"pools[{idx}].name", f"pool name '{name}' is used {count} times; names must be unique"))
+    return problems
 
+
+def _guaranteed_problems(cfg: GpuLoanConfig, g: Guaranteed, at: str, add) -> None:
+    """A floor's reservation: its id and AZ (`at` is the pool's path)."""
+    cluster_azs = list(cfg.cluster.availability_zones)
+    if g.reservation in (Reservation.capacity_block,) and not g.reservation_id:
+        add(f"{at}.guaranteed.reservation_id", "capacity_block needs the id of a Capacity Block you bought "
+            "(gpuloan never buys one: they cannot be cancelled)")
+    if g.reservation == Reservation.none and g.reservation_id:
+        add(f"{at}.guaranteed.reservation_id", "set reservation: odcr or capacity_block to use a reservation id")
+    if g.reservation != Reservation.none and not g.availability_zone:
+        add(f"{at}.guaranteed.availability_zone", "a reservation lives in one AZ; name it")
+    if g.availability_zone:
+        if not g.availability_zone.startswith(cfg.region):
+            add(f"{at}.guaranteed.availability_zone", f"'{g.availability_zone}' is not in region {cfg.region}")
+        elif cluster_azs and g.availability_zone not in cluster_azs:
+            add(f"{at}.guaranteed.availability_zone",
+                f"'{g.availability_zone}' is not one of the cluster AZs ({', '.join(cluster_azs)})")
+    _floor_payment_problems(g, f"{at}.guaranteed", add)
+
+
+def _elastic_problems(cfg: GpuLoanConfig, pool: Pool, at: str, add) -> None:
+    """An elastic pool's types agree with each other and with the floor (`at` is the pool's path)."""
+    e, g = pool.elastic, pool.guaranteed
+    assert e is not None
+    facts = {t: cfg.gpu_type(t) for t in e.instance_types}
+    gpus = {t: f.gpus for t, f in facts.items()}
+    # Several sizes (GPUs per node) are several pairs of node groups (node_sizes, policy/sizes.py): one GPU
+    # model, so a job fits whichever size the policy grows for it (a job built for one GPU must not land on
+    # another). One size keeps today's rule (types of one size may differ, as A100 and H100 nodes of 8).
+    models = {t: f.gpu_model for t, f in facts.items()}
+    if len(set(gpus.values())) > 1 and len(set(models.values())) > 1:
+        listing = ", ".join(f"{t}={gpus[t]}x{m}" for t, m in models.items())
+        add(f"{at}.elastic.instance_types", f"several node sizes of several GPU models ({listing}); the "
+            "sizes of a pool must share one GPU model: put another model in a pool of its own")
+    floor = cfg.gpu_type(g.instance_type) if g is not None else None
+    if g is not None and floor is not None and floor.gpus not in set(gpus.values()):
+        add(f"{at}.elastic.instance_types", f"the floor ({g.instance_type}) has "
+            f"{floor.gpus} GPUs per node, the elastic types have "
+            f"{sorted(set(gpus.values()))}; jobs sized for one would not fit the other")
+    archs = {f.cpu_architecture for f in facts.values()}
+    if floor is not None:
+        archs.add(floor.cpu_architecture)
+    if len(archs) > 1:
+        add(f"{at}.elastic.instance_types", "mixes x86_64 and arm64 (Graviton) types; a node group has one "
+            "AMI, so keep one CPU architecture per pool")
+    if e.idle_utilization_pct >= e.scale_up_utilization_pct:
+        add(f"{at}.elastic.idle_utilization_pct", f"must be below scale_up_utilization_pct "
+            f"({e.scale_up_utilization_pct}), or the policy would scale up and reclaim the same nodes")
+    if e.on_demand_max_nodes is not None and e.capacity != ElasticCapacity.spot_then_on_demand:
+        add(f"{at}.elastic.on_demand_max_nodes", "only applies to capacity: spot_then_on_demand")
+
+
+def _pool_problems(cfg: GpuLoanConfig) -> Problems:
+    """Each pool on its own: it has capacity, its floor's reservation, its elastic types."""
+    problems: Problems = []
+    add = lambda path, msg: problems.append((path, msg))  # noqa: E731
     for i, pool in enumerate(cfg.pools):
         at = f"pools[{i}]"
         if pool.guaranteed is None and pool.elastic is None:
             add(at, "a pool needs a guaranteed floor, elastic capacity, or both")
-        g = pool.guaranteed
-        if g is not None:
-            if g.reservation in (Reservation.capacity_block,) and not g.reservation_id:
-                add(f"{at}.guaranteed.reservation_id", "capacity_block needs the id of a Capacity Block you bought "
-                    "(gpuloan never buys one: they cannot be cancelled)")
-            if g.reservation == Reservation.none and g.reservation_id:
-                add(f"{at}.guaranteed.reservation_id", "set reservation: odcr or capacity_block to use a reservation id")
-            if g.reservation != Reservation.none and not g.availability_zone:
-                add(f"{at}.guaranteed.availability_zone", "a reservation lives in one AZ; name it")
-            if g.availability_zone:
-                if not g.availability_zone.startswith(cfg.region):
-                    add(f"{at}.guaranteed.availability_zone", f"'{g.availability_zone}' is not in region {cfg.region}")
-                elif cluster_azs and g.availability_zone not in cluster_azs:
-                    add(f"{at}.guaranteed.availability_zone",
-                        f"'{g.availability_zone}' is not one of the cluster AZs ({', '.join(cluster_azs)})")
-            # Only a price source that covers the region can tell a type is missing there; with no prices at
-            # all the plan is still valid, its costs are shown as unknown.
-            if catalog.prices_cover(cfg.region) and catalog.price(g.instance_type, cfg.region) is None:
-                add(f"{at}.guaranteed.instance_type", catalog.missing_price_reason(g.instance_type, cfg.region))
-            _floor_payment_problems(cfg, pool, f"{at}.guaranteed", add)
-        e = pool.elastic
-        if e is not None:
-            gpus = {t: catalog.lookup(t).gpus for t in e.instance_types}
-            # Several sizes (GPUs per node) are several pairs of node groups (node_sizes, policy/sizes.py): one GPU
-            # model, so a job fits whichever size the policy grows for it (a job built for one GPU must not land on
-            # another). One size keeps today's rule (types of one size may differ, as A100 and H100 nodes of 8).
-            models = {t: catalog.lookup(t).gpu_model for t in e.instance_types}
-            if len(set(gpus.values())) > 1 and len(set(models.values())) > 1:
-                listing = ", ".join(f"{t}={gpus[t]}x{m}" for t, m in models.items())
-                add(f"{at}.elastic.instance_types", f"several node sizes of several GPU models ({listing}); the "
-                    "sizes of a pool must share one GPU model: put another model in a pool of its own")
-            if g is not None and catalog.lookup(g.instance_type).gpus not in set(gpus.values()):
-                add(f"{at}.elastic.instance_types", f"the floor ({g.instance_type}) has "
-                    f"{catalog.lookup(g.instance_type).gpus} GPUs per node, the elastic types have "
-                    f"{sorted(set(gpus.values()))}; jobs sized for one would not fit the other")
-            archs = {catalog.lookup(t).cpu_architecture for t in e.instance_types}
-            if g is not None:
-                archs.add(catalog.lookup(g.instance_type).cpu_architecture)
-            if len(archs) > 1:
-                add(f"{at}.elastic.instance_types", "mixes x86_64 and arm64 (Graviton) types; a node group has one "
-                    "AMI, so keep one CPU architecture per pool")
-            if e.idle_utilization_pct >= e.scale_up_utilization_pct:
-                add(f"{at}.elastic.idle_utilization_pct", f"must be below scale_up_utilization_pct "
-                    f"({e.scale_up_utilization_pct}), or the policy would scale up and reclaim the same nodes")
-            if e.on_demand_max_nodes is not None and e.capacity != ElasticCapacity.spot_then_on_demand:
-                add(f"{at}.elastic.on_demand_max_nodes", "only applies to capacity: spot_then_on_demand")
-            for j, t in enumerate(e.instance_types):
-                if catalog.prices_cover(cfg.region) and catalog.price(t, cfg.region) is None:
-                    add(f"{at}.elastic.instance_types[{j}]", catalog.missing_price_reason(t, cfg.region))
-    _commitment_problems(cfg, add)
-    fixed_bill = floor_bill(cfg)
+        if pool.guaranteed is not None:
+            _guaranteed_problems(cfg, pool.guaranteed, at, add)
+        if pool.elastic is not None:
+            _elastic_problems(cfg, pool, at, add)
+    return problems
+
+
+def _budgets_problems(cfg: GpuLoanConfig) -> Problems:
+    """The budgets' notifications, and the pool budgets within the environment's. What the floors cost against a
+    budget is a money rule (pricing/checks.py): the config knows no prices."""
+    problems: Problems = []
+    add = lambda path, msg: problems.append((path, msg))  # noqa: E731
     for i, pool in enumerate(cfg.pools):
         if pool.budget is not None:
             _budget_problems(pool.budget, f"pools[{i}].budget", add)
-            fixed = fixed_bill.pool_usd(billing_key(cfg, i)) if pool.guaranteed is not None else 0.0
-            if fixed and fixed > pool.budget.monthly_usd:
-                add(f"pools[{i}].budget.monthly_usd", f"the guaranteed floor alone costs ${fixed:,.0f}/month "
-                    f"({pool.guaranteed.price_model}"
-                    + (", with the environment's commitments" if cfg.commitments else "") + "), more "
-                    f"than the pool budget (${pool.budget.monthly_usd:,.0f})")
-
     _budget_problems(cfg.budget, "budget", add)
-    # The floors plus every commitment's fee, used or not: a commitment bills every hour of its term.
-    b = fixed_bill.bill
-    total_fixed = (sum(v for p, v in b.by_pool_usd.items() if p not in fixed_bill.unknown_pools)
-                   + b.unused_commitment_usd) if b is not None else 0.0
-    if total_fixed > cfg.budget.monthly_usd:
-        unused = b.unused_commitment_usd if b is not None else 0.0
-        add("budget.monthly_usd", f"the guaranteed floors alone cost ${total_fixed:,.0f}/month"
-            + (f" (${unused:,.0f} of it commitment fees no floor uses)" if unused > 0.005 else "")
-            + f", more than the environment budget (${cfg.budget.monthly_usd:,.0f})")
     pool_budgets = sum(p.budget.monthly_usd for p in cfg.pools if p.budget)
     if pool_budgets > cfg.budget.monthly_usd:
         add("budget.monthly_usd", f"is below the sum of the pool budgets (${pool_budgets:,.0f})")
+    return problems
 
+
+def _image_name_problems(cfg: GpuLoanConfig) -> Problems:
     names = Counter(img.name for img in cfg.images)
-    for j, img in enumerate(cfg.images):
-        if names[img.name] > 1:
-            add(f"images[{j}].name", f"image name '{img.name}' is used {names[img.name]} times")
-    if isinstance(cfg.cluster, NewCluster) and cfg.cluster.public_endpoint_cidrs:
-        cidrs = cfg.cluster.public_endpoint_cidrs
-        for j, cidr in enumerate(cidrs):
-            if ipaddress.ip_network(cidr).prefixlen == 0:
-                add(f"cluster.public_endpoint_cidrs[{j}]", "0.0.0.0/0 opens the API endpoint to the internet; "
-                    "list your office/VPN CIDRs or leave empty for a private endpoint")
-        # Several CIDRs can open it just as wide (0.0.0.0/1 + 128.0.0.0/1).
-        nets = [ipaddress.ip_network(c) for c in cidrs]
-        for version in (4, 6):
-            union = list(ipaddress.collapse_addresses(n for n in nets if n.version == version))
-            if any(n.prefixlen == 0 for n in union) and not any(n.prefixlen == 0 for n in nets):
-                add("cluster.public_endpoint_cidrs", "together these CIDRs cover the whole internet "
-                    f"({', '.join(str(n) for n in nets if n.version == version)}), which opens the API endpoint to "
-                    "everyone; list your office/VPN CIDRs or leave empty for a private endpoint")
+    return [(f"images[{j}].name", f"image name '{img.name}' is used {names[img.name]} times")
+            for j, img in enumerate(cfg.images) if names[img.name] > 1]
+
+
+def _endpoint_problems(cfg: GpuLoanConfig) -> Problems:
+    problems: Problems = []
+    if not (isinstance(cfg.cluster, NewCluster) and cfg.cluster.public_endpoint_cidrs):
+        return problems
+    cidrs = cfg.cluster.public_endpoint_cidrs
+    for j, cidr in enumerate(cidrs):
+        if ipaddress.ip_network(cidr).prefixlen == 0:
+            problems.append((f"cluster.public_endpoint_cidrs[{j}]", "0.0.0.0/0 opens the API endpoint to the "
+                             "internet; list your office/VPN CIDRs or leave empty for a private endpoint"))
+    # Several CIDRs can open it just as wide (0.0.0.0/1 + 128.0.0.0/1).
+    nets = [ipaddress.ip_network(c) for c in cidrs]
+    for version in (4, 6):
+        same: list[Any] = [n for n in nets if n.version == version]  # collapse_addresses takes one IP version
+        union = list(ipaddress.collapse_addresses(same))
+        if any(n.prefixlen == 0 for n in union) and not any(n.prefixlen == 0 for n in nets):
+            problems.append(("cluster.public_endpoint_cidrs", "together these CIDRs cover the whole internet "
+                             f"({', '.join(str(n) for n in nets if n.version == version)}), which opens the API "
+                             "endpoint to everyone; list your office/VPN CIDRs or leave empty for a private endpoint"))
+    return problems
+
+
+def _team_name_problems(cfg: GpuLoanConfig) -> Problems:
     reserved = system_namespaces()
-    for i, pool in enumerate(cfg.pools):
-        if pool.team in reserved or pool.team.startswith("kube-"):
-            add(f"pools[{i}].team", f"team '{pool.team}' would be the Kubernetes namespace '{pool.team}', which the "
-                "cluster or gpuloan's add-ons use (kube-*, default, "
-                f"{', '.join(sorted(reserved - {'default'}))}); pick another team name")
-    problems.extend(_github_problems(cfg))
-    for extra in _extra_rules:
-        problems.extend(extra(cfg))
+    return [(f"pools[{i}].team", f"team '{pool.team}' would be the Kubernetes namespace '{pool.team}', which the "
+             "cluster or gpuloan's add-ons use (kube-*, default, "
+             f"{', '.join(sorted(reserved - {'default'}))}); pick another team name")
+            for i, pool in enumerate(cfg.pools) if pool.team in reserved or pool.team.startswith("kube-")]
+
+
+def _commitments_rule(cfg: GpuLoanConfig) -> Problems:
+    problems: Problems = []
+    _commitment_problems(cfg, lambda path, msg: problems.append((path, msg)))
+    return problems
+
+
+def cross_field_problems(cfg: GpuLoanConfig, rules: Sequence[Rule] = ()) -> Problems:
+    """Every rule of RULES (the config's own), then `rules` (what the caller adds: the money rules of
+    pricing/checks.py, which need the price book), each problem once, in rule order."""
+    problems: Problems = []
+    for rule in (*RULES, *rules):
+        problems.extend(rule(cfg))
     return problems
 
 
@@ -1164,19 +1000,15 @@ def endpoint_public_cidrs(cfg: GpuLoanConfig) -> list[str]:
     return cidrs
 
 
-def _floor_payment_problems(cfg: GpuLoanConfig, pool: Pool, at: str, add) -> None:
-    g = pool.guaranteed
+def _floor_payment_problems(g: Guaranteed, at: str, add) -> None:
+    """The payment fits the reservation. Whether the book has the rate of that payment is a money rule
+    (pricing/checks.py)."""
     if g.payment == FloorPayment.capacity_block and g.reservation != Reservation.capacity_block:
         add(f"{at}.payment", "capacity_block payment needs reservation: capacity_block (the floor runs in the "
             "Capacity Block you bought)")
     elif g.reservation == Reservation.capacity_block and g.payment not in (None, FloorPayment.capacity_block):
         add(f"{at}.payment", f"a Capacity Block is paid up front at its own price; {g.payment} does not apply to "
             "it (Reserved Instances and Savings Plans do not cover Capacity Block usage): use capacity_block")
-    # As with on-demand prices: only a price source that covers the region can tell a rate is missing there;
-    # with no prices at all the floor's cost is shown as unknown. A missing on-demand price is reported above.
-    if (g.rate is None and catalog.prices_cover(cfg.region) and catalog.price(g.instance_type, cfg.region) is not None
-            and floor_rate(cfg, pool) is None):
-        add(f"{at}.rate", floor_pricing.missing_rate_reason(g.instance_type, cfg.region, g.price_model))
 
 
 def _commitment_problems(cfg: GpuLoanConfig, add) -> None:
@@ -1199,28 +1031,19 @@ def _commitment_problems(cfg: GpuLoanConfig, add) -> None:
                 add(f"{at}.{field}", f"does not apply to kind {c.kind}")
         if c.kind == CommitmentKind.compute_savings_plan and c.region is not None:
             add(f"{at}.region", "a Compute Savings Plan applies in every region; it takes no region")
-        if c.instance_family is not None and not any(billing.instance_family(t) == c.instance_family
-                                                     for t in catalog.instance_types()):
+        if c.instance_family is not None and not any(f.family == c.instance_family
+                                                     for f in instance_types.known(cfg.instance_facts).values()):
             add(f"{at}.instance_family", f"'{c.instance_family}' is not the family of any GPU type gpuloan knows")
         for t in c.rates:
             if ri and t != c.instance_type:
                 add(f"{at}.rates.{t}", f"a Reserved Instance covers its own type ({c.instance_type}) only")
             elif (c.kind == CommitmentKind.ec2_instance_savings_plan and c.instance_family
-                  and billing.instance_family(t) != c.instance_family):
+                  and t.split(".", 1)[0] != c.instance_family):
                 add(f"{at}.rates.{t}", f"an EC2 Instance Savings Plan for {c.instance_family} does not cover {t}")
         if ri and c.instance_type is not None and c.instance_type not in floor_types:
             pass  # valid: an RI no floor matches still bills its fee (shown as unused); elastic on-demand may use it
-        # As for on-demand prices: only a price source covering the region can tell a committed rate is missing;
-        # with no prices at all the costs are shown as unknown. A user rate needs no price source.
-        region = c.region or cfg.region
-        for t in commitment_scope_types(cfg, c):
-            if t in c.rates or not catalog.prices_cover(region) or commitment_rate(cfg, c, t) is not None:
-                continue
-            offer = floor_pricing.commitment_offer(str(c.kind), c.term_years, str(c.payment_option))
-            add(f"{at}.rates", f"the price book ({catalog.book().origin}) has no {offer} rate for {t} in {region} "
-                f"(the shared price data has no Savings Plans rates and only no-upfront Reserved Instances of some "
-                f"types); give your own: rates: {{{t}: {{usd_per_hour: N, source: 'where you read it, with its "
-                "date'}}} (gpuloan never guesses a committed rate; docs/floor.md)")
+        # Whether the book has a committed rate for every floor type the commitment covers: a money rule
+        # (pricing/checks.py).
 
 
 def _budget_problems(b: Budget, at: str, add) -> None:
@@ -1233,22 +1056,13 @@ def _budget_problems(b: Budget, at: str, add) -> None:
         add(f"{at}.actual_thresholds_pct", "cap_elastic drains elastic capacity at 100%; include 100 so people hear of it")
 
 
-# Other modules (e.g. CUDA image compatibility) register rules here so there is still one validation entry point.
-_extra_rules: list = []
-
-
-def register_rule(fn):
-    _extra_rules.append(fn)
-    return fn
-
-
 # --- hardening rules (issue 24): inputs that passed silently ---------------------------------------------------
 
 # YAML 1.1 reads these as booleans or null: a name spelled so turns into another value in some tools (the Pulumi
 # CLI reads `environment: true` as a string, PyYAML and others as a bool), and reads as a flag to people.
 YAML_AMBIGUOUS_WORDS = frozenset({"true", "false", "yes", "no", "on", "off", "y", "n", "null", "none"})
 # Networks no public endpoint allow-list can usefully name: the endpoint sees the client's public address.
-NON_PUBLIC_NETWORKS = tuple(ipaddress.ip_network(n) for n in (
+NON_PUBLIC_NETWORKS = tuple(ipaddress.IPv4Network(n) for n in (
     "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "127.0.0.0/8", "169.254.0.0/16"))
 
 
@@ -1271,7 +1085,6 @@ def known_instance_types() -> frozenset[str]:
     return frozenset(client.meta.service_model.shape_for("InstanceType").enum)
 
 
-@register_rule
 def _hardening_problems(cfg: GpuLoanConfig) -> list[tuple[str, str]]:
     problems: list[tuple[str, str]] = []
     add = lambda path, msg: problems.append((path, msg))  # noqa: E731
@@ -1290,11 +1103,11 @@ def _hardening_problems(cfg: GpuLoanConfig) -> list[tuple[str, str]]:
     if isinstance(cfg.cluster, NewCluster):
         for j, cidr in enumerate(cfg.cluster.public_endpoint_cidrs):
             net = ipaddress.ip_network(cidr, strict=True)
-            if net.version == 4 and any(net.subnet_of(n) for n in NON_PUBLIC_NETWORKS):
+            if isinstance(net, ipaddress.IPv4Network) and any(net.subnet_of(n) for n in NON_PUBLIC_NETWORKS):
                 add(f"cluster.public_endpoint_cidrs[{j}]", f"'{cidr}' is a private or reserved network: the public "
                     "endpoint sees clients' public addresses (reach from inside the VPC uses the private endpoint)")
         system_type = cfg.cluster.system_nodes.instance_type
-        if catalog.lookup(system_type) is not None or re.match(r"^(p|g|gr)\d", system_type):
+        if cfg.instance_type(system_type) is not None or re.match(r"^(p|g|gr)\d", system_type):
             add("cluster.system_nodes.instance_type", f"'{system_type}' is a GPU type; system nodes are small "
                 "non-GPU nodes (e.g. m7i.large): GPU pools are configured under pools")
         elif system_type not in known_instance_types():
@@ -1315,23 +1128,27 @@ def _hardening_problems(cfg: GpuLoanConfig) -> list[tuple[str, str]]:
 _ITEM_SECTIONS = ("pools", "images")
 
 
-def parse(data: dict[str, Any], source: str = "config") -> GpuLoanConfig:
-    """Validate a `gpuloan:` namespace (keys without the prefix). Raises ConfigError with every problem."""
+def parse(data: dict[str, Any], source: str = "config", *, instance_facts: InstanceFacts | None = None,
+          rules: Sequence[Rule] = ()) -> GpuLoanConfig:
+    """Validate a `gpuloan:` namespace (keys without the prefix). Raises ConfigError with every problem: the
+    config's own (RULES) and the caller's `rules` (pricing/checks.py's money rules, which need the price book).
+    `instance_facts`: the facts read from EC2 for types newer than config/instance_types.py (a price book's).
+    Writes nothing global: the config's own `instance_prices` reach the prices through pricing, which reads them
+    from the returned config."""
+    context = {INSTANCE_FACTS: dict(instance_facts or {})}
     try:
-        cfg = GpuLoanConfig.model_validate(data)
+        cfg = GpuLoanConfig.model_validate(data, context=context)
     except ValidationError as err:
         problems = _pydantic_problems(err)
-        raise ConfigError(problems + _cross_field_problems_of_the_rest(data, err), source) from None
-    # Prices the user gave for types the price source lacks fill those gaps for everything that prices this config.
-    catalog.use_config_prices(cfg.region, {t: (p.ondemand_usd_per_hour, p.spot_usd_per_hour, p.source)
-                                           for t, p in cfg.instance_prices.items()})
-    problems = cross_field_problems(cfg)
+        raise ConfigError(problems + _cross_field_problems_of_the_rest(data, err, context, rules), source) from None
+    problems = cross_field_problems(cfg, rules)
     if problems:
         raise ConfigError(problems, source)
     return cfg
 
 
-def _cross_field_problems_of_the_rest(data: dict[str, Any], err: ValidationError) -> list[tuple[str, str]]:
+def _cross_field_problems_of_the_rest(data: dict[str, Any], err: ValidationError, context: dict[str, Any],
+                                      rules: Sequence[Rule]) -> Problems:
     """So that one run reports everything: set aside the pools/images that failed their shape checks (and unknown
     top-level keys), validate what is left, and run the cross-field rules on it, with paths mapped back to the
     original indices. A broken section that cannot be set aside (cluster, budget, ...) skips this: the rules
@@ -1358,7 +1175,7 @@ def _cross_field_problems_of_the_rest(data: dict[str, Any], err: ValidationError
     if not rest.get("pools"):
         return []
     try:
-        partial = GpuLoanConfig.model_validate(rest)
+        partial = GpuLoanConfig.model_validate(rest, context=context)
     except ValidationError:
         return []
 
@@ -1369,11 +1186,12 @@ def _cross_field_problems_of_the_rest(data: dict[str, Any], err: ValidationError
         return f"{m.group(1)}[{kept[m.group(1)][int(m.group(2))]}]" + path[m.end():]
 
     # Rules that look pools or teams up by name (scheduling.kueue) must not report the set-aside ones as missing.
-    items = data.get("pools") if isinstance(data.get("pools"), list) else []
+    pools = data.get("pools")
+    items = pools if isinstance(pools, list) else []
     aside = [items[i] for i in drop["pools"] if i < len(items) and isinstance(items[i], dict)]
     token = SET_ASIDE.set(frozenset(str(p.get(k)) for p in aside for k in ("name", "team") if p.get(k)))
     try:
-        return [(original(path), msg) for path, msg in cross_field_problems(partial)]
+        return [(original(path), msg) for path, msg in cross_field_problems(partial, rules)]
     finally:
         SET_ASIDE.reset(token)
 
@@ -1408,15 +1226,17 @@ def secure_paths(value: Any, path: str = "") -> list[str]:
     return secret_values.secure_paths(value, path)
 
 
-def _problems_of(data: dict[str, Any], source: str) -> list[tuple[str, str]]:
+def _problems_of(data: dict[str, Any], source: str, instance_facts: InstanceFacts | None,
+                 rules: Sequence[Rule]) -> Problems:
     try:
-        parse(data, source)
+        parse(data, source, instance_facts=instance_facts, rules=rules)
     except ConfigError as err:
         return err.problems
     return []
 
 
-def with_secret_placeholders(config: dict[str, Any], source: str) -> tuple[dict[str, Any], list[str]]:
+def with_secret_placeholders(config: dict[str, Any], source: str, *, instance_facts: InstanceFacts | None = None,
+                             rules: Sequence[Rule] = ()) -> tuple[dict[str, Any], list[str]]:
     """A stack file's `config:` map with each `secure:` gpuloan value replaced by a placeholder its field accepts
     (config/secret_values.py), and the paths replaced: not checked offline. A secret no placeholder fits stays."""
     from config import secret_values
@@ -1424,7 +1244,7 @@ def with_secret_placeholders(config: dict[str, Any], source: str) -> tuple[dict[
     data = {k.split(":", 1)[1]: v for k, v in config.items() if isinstance(k, str) and k.startswith("gpuloan:")}
     if not secret_values.secure_paths(data):
         return config, []
-    data, replaced, _ = secret_values.substitute(data, lambda d: _problems_of(d, source))
+    data, replaced, _ = secret_values.substitute(data, lambda d: _problems_of(d, source, instance_facts, rules))
     return {**config, **{f"{NAMESPACE}:{k}": v for k, v in data.items()}}, replaced
 
 
@@ -1438,8 +1258,10 @@ def _esc_environments(doc: dict[str, Any]) -> list[str]:
     return [str(e) for e in env or [] if isinstance(e, (str, int))]
 
 
-def from_stack_yaml(doc: dict[str, Any], source: str) -> GpuLoanConfig:
-    """Pulumi.<env>.yaml's `config:` map → the `gpuloan:` namespace → GpuLoanConfig.
+def from_stack_yaml(doc: dict[str, Any], source: str, *, instance_facts: InstanceFacts | None = None,
+                    rules: Sequence[Rule] = ()) -> GpuLoanConfig:
+    """Pulumi.<env>.yaml's `config:` map → the `gpuloan:` namespace → GpuLoanConfig (parse's `instance_facts` and
+    `rules`: pricing/checks.py from_stack_yaml passes a price book's).
 
     A value the file holds only encrypted (`secure:`), or a key an imported ESC environment may supply, gets a
     message saying so and how to validate the real values, instead of a type error or "Field required"."""
@@ -1448,13 +1270,13 @@ def from_stack_yaml(doc: dict[str, Any], source: str) -> GpuLoanConfig:
         raise ConfigError([("config", "must be a mapping of 'namespace:key' to values")], source)
     # A secret gets a placeholder its field accepts, so everything else is validated (the caller lists the
     # replaced paths as not checked: with_secret_placeholders); one no placeholder fits is reported below.
-    config, _ = with_secret_placeholders(config, source)
+    config, _ = with_secret_placeholders(config, source, instance_facts=instance_facts, rules=rules)
     data = {k.split(":", 1)[1]: v for k, v in config.items() if isinstance(k, str) and k.startswith("gpuloan:")}
     problems = namespace_problems(config)
     aws_region = config.get("aws:region")
     secrets = secure_paths(data)
     try:
-        cfg = parse(data, source)
+        cfg = parse(data, source, instance_facts=instance_facts, rules=rules)
     except ConfigError as err:
         problems += err.problems
         cfg = None
@@ -1470,7 +1292,7 @@ def from_stack_yaml(doc: dict[str, Any], source: str) -> GpuLoanConfig:
         problems = [(path, f"{msg}: not in {source}; the stack imports the ESC environment(s) "
                      f"{', '.join(imported)}, which may supply it: {CONFIG_JSON_HINT}")
                     if msg == "Field required" else (path, msg) for path, msg in problems]
-    if problems:
+    if problems or cfg is None:
         raise ConfigError(problems, source)
     return cfg
 
@@ -1482,8 +1304,9 @@ def region_problems(aws_region: Any, gpuloan_region: Any) -> list[tuple[str, str
     return []
 
 
-def from_pulumi_config() -> GpuLoanConfig:
-    """Inside `pulumi up/preview`: read every `gpuloan:` key the engine passed to the program."""
+def from_pulumi_config(*, instance_facts: InstanceFacts | None = None, rules: Sequence[Rule] = ()) -> GpuLoanConfig:
+    """Inside `pulumi up/preview`: read every `gpuloan:` key the engine passed to the program (parse's
+    `instance_facts` and `rules`: the program entry passes its price book's)."""
     import json
 
     import pulumi
@@ -1508,7 +1331,7 @@ def from_pulumi_config() -> GpuLoanConfig:
     # The CLI checks this too (from_stack_yaml); `pulumi up` must not depend on someone having run it.
     problems += region_problems(raw_config.get("aws:region"), data.get("region"))
     try:
-        cfg = parse(data, source)
+        cfg = parse(data, source, instance_facts=instance_facts, rules=rules)
     except ConfigError as err:
         raise ConfigError(problems + err.problems, source) from None
     if problems:
@@ -1529,7 +1352,6 @@ def json_schema() -> dict[str, Any]:
 _LONGEST_GROUP_SUFFIX = "guaranteed"
 
 
-@register_rule
 def _capacity_problems(cfg: GpuLoanConfig) -> list[tuple[str, str]]:
     from config import versions
 
@@ -1546,7 +1368,7 @@ def _capacity_problems(cfg: GpuLoanConfig) -> list[tuple[str, str]]:
     for i, pool in enumerate(cfg.pools):
         suffix = _LONGEST_GROUP_SUFFIX
         if pool.elastic is not None:  # another node size's groups are named longer: "on-demand-4gpu"
-            suffix = max([suffix] + [f"on-demand{size_suffix(z)}" for z in pool_sizes(pool.elastic)],
+            suffix = max([suffix] + [f"on-demand{size_suffix(z)}" for z in pool_sizes(pool.elastic, cfg.instance_facts)],
                          key=len)
         longest = node_group_name_prefix(cfg.environment, pool.name, suffix)
         if len(longest) > NODE_GROUP_PREFIX_MAX:
@@ -1614,7 +1436,22 @@ def _capacity_block_window_problems(at: str, g: Guaranteed) -> list[tuple[str, s
     return out
 
 
-# The rules of other modules, run after the ones above in this order (CUDA images, then Kueue scheduling). Both
-# modules only read the config (they import its vocabulary from config/config_terms.py, never this module).
-register_rule(compat.images_rule)
-register_rule(scheduling.scheduling_problems)
+# The config's cross-field rules, run in this order by cross_field_problems: one explicit tuple (no registry), so a
+# reader sees every rule here. The last two are other modules' (CUDA images, then Kueue scheduling); they only read
+# the config (its vocabulary from config/config_terms.py; this module's types for annotations only). The money rules
+# that need prices are pricing/checks.py's, passed in by the caller that holds the price book.
+RULES: tuple[Rule, ...] = (
+    _az_problems,
+    _pool_name_problems,
+    _pool_problems,
+    _commitments_rule,
+    _budgets_problems,
+    _image_name_problems,
+    _endpoint_problems,
+    _team_name_problems,
+    _github_problems,
+    _hardening_problems,
+    _capacity_problems,
+    compat.images_rule,
+    scheduling.scheduling_problems,
+)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pricing.sources import catalog
+from config.instance_types import InstanceFacts, lookup
 
 SPOT, ON_DEMAND = "spot", "on_demand"
 
@@ -34,21 +34,27 @@ class NodeSizeTypes:
     first: bool  # the pool's plain size: the plain group names (module doc)
 
 
-def node_sizes(instance_types: list[str] | tuple[str, ...], plain_gpus: int | None = None) -> list[NodeSizeTypes]:
+def node_sizes(
+    instance_types: list[str] | tuple[str, ...], plain_gpus: int | None = None, facts: InstanceFacts | None = None
+) -> list[NodeSizeTypes]:
     """The sizes of `instance_types`: the plain size first (`plain_gpus` GPUs per node, else the largest), then the
     others by GPUs per node, ascending; each size's types in config order (an on-demand group's preference). The
-    result depends on the set of types only, never on their order."""
+    result depends on the set of types only, never on their order. `facts`: those read from EC2 for types newer
+    than the table (a validated config's `instance_facts`)."""
     types: dict[int, list[str]] = {}
     for t in instance_types:
-        types.setdefault(catalog.lookup(t).gpus, []).append(t)
+        itype = lookup(t, facts)
+        if itype is None:
+            raise ValueError(f"unknown GPU instance type '{t}' (validation refuses it)")
+        types.setdefault(itype.gpus, []).append(t)
     plain = plain_gpus if plain_gpus in types else max(types, default=0)
     order = [plain] + sorted(g for g in types if g != plain) if types else []
     return [NodeSizeTypes(g, tuple(types[g]), g == plain) for g in order]
 
 
-def pool_sizes(elastic) -> list[NodeSizeTypes]:
+def pool_sizes(elastic, facts: InstanceFacts | None = None) -> list[NodeSizeTypes]:
     """node_sizes of a pool's elastic config (config.config.Elastic), its plain size as configured."""
-    return node_sizes(elastic.instance_types, getattr(elastic, "plain_names_gpus", None))
+    return node_sizes(elastic.instance_types, getattr(elastic, "plain_names_gpus", None), facts)
 
 
 def size_suffix(size: NodeSizeTypes) -> str:

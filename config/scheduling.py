@@ -29,7 +29,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from config import tags
-from pricing.sources import catalog
 from config.node_sizes import node_sizes
 from config.config_terms import SET_ASIDE, ElasticCapacity, Reservation, Tier, Workload
 
@@ -121,7 +120,7 @@ def flavor_name(cfg: GpuLoanConfig, pool: Pool, kind: str) -> str:
 
 
 def _units(cfg: GpuLoanConfig, instance_type: str, nodes: int) -> int:
-    return nodes * catalog.lookup(instance_type).gpus * (cfg.gpu_operator.time_slicing_replicas or 1)
+    return nodes * cfg.gpu_type(instance_type).gpus * (cfg.gpu_operator.time_slicing_replicas or 1)
 
 
 def elastic_units(cfg: GpuLoanConfig, pool: Pool, max_nodes: int | None = None) -> int:
@@ -131,12 +130,16 @@ def elastic_units(cfg: GpuLoanConfig, pool: Pool, max_nodes: int | None = None) 
     into the 1-GPU size's quota and pin it (nodeLabels) to nodes it cannot fit (docs/scheduling.md). `max_nodes`:
     the groups' max when it is not the pool's elastic max (the on-demand group's own, for work kept off spot)."""
     e = pool.elastic
+    if e is None:
+        raise ValueError(f"pool {pool.name} has no elastic capacity")
     nodes = e.max_nodes if max_nodes is None else max_nodes
-    return sum(_units(cfg, size.instance_types[0], nodes) for size in node_sizes(e.instance_types))
+    return sum(_units(cfg, size.instance_types[0], nodes) for size in node_sizes(e.instance_types, facts=cfg.instance_facts))
 
 
 def gpus_per_node(cfg: GpuLoanConfig, pool: Pool) -> int:
-    t = pool.guaranteed.instance_type if pool.guaranteed else pool.elastic.instance_types[0]
+    # A pool has a floor, elastic capacity or both (validation refuses neither).
+    e = pool.elastic
+    t = pool.guaranteed.instance_type if pool.guaranteed else e.instance_types[0] if e else ""
     return _units(cfg, t, 1)
 
 
@@ -258,9 +261,9 @@ def work_runs_on(cfg: GpuLoanConfig, borrower: Pool, lender_type: str) -> bool:
     flavor sets, and gpuloan's flavors set pool and tier), so a borrowed floor must be hardware the borrower's work
     already runs on: a job built for A100s (their memory, their CUDA architecture) must not be admitted to an L40S
     floor, nor an 8-GPU job to 1-GPU nodes, where it would fail or sit pending on capacity its quota promised."""
-    lender = catalog.lookup(lender_type)
+    lender = cfg.gpu_type(lender_type)
     for t in own_instance_types(borrower):
-        own = catalog.lookup(t)
+        own = cfg.gpu_type(t)
         if (own.gpu_model == lender.gpu_model and own.gpus == lender.gpus
                 and own.cpu_architecture == lender.cpu_architecture and own.gpu_memory_gib <= lender.gpu_memory_gib):
             return True
@@ -277,7 +280,7 @@ def borrowable_floors(cfg: GpuLoanConfig, pool: Pool) -> list[Pool]:
     if pool.tier == Tier.production:
         return []
     return [p for p in cfg.pools if p.name != pool.name and lendable_gpus(cfg, p) > 0
-            and work_runs_on(cfg, pool, p.guaranteed.instance_type)]
+            and p.guaranteed is not None and work_runs_on(cfg, pool, p.guaranteed.instance_type)]
 
 
 def pool_queue(cfg: GpuLoanConfig, pool: Pool) -> PoolQueue:

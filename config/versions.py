@@ -92,7 +92,7 @@ CLOUDWATCH_OBSERVABILITY_ADDON_VERSION = "v4.10.3-eksbuild.1"
 EKS_AL2023_NVIDIA_DRIVER_VERSION = "580.159.03"
 EKS_AL2023_NVIDIA_DRIVER_SOURCE_NAME = "EKS AL2023 NVIDIA AMI, R580 branch"
 # nvidia/cuda runtime image tag per CUDA major.minor: the last patch release and its Ubuntu (Docker Hub nvidia/cuda).
-CUDA_IMAGE_PATCH = {
+CUDA_IMAGE_PATCH: dict[tuple[int, ...], str] = {
     (11, 8): "11.8.0",
     (12, 1): "12.1.1",
     (12, 2): "12.2.2",

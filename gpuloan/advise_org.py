@@ -73,13 +73,13 @@ def _inputs(args, cfg):
         prices[n] = fluid.PoolPrices(itype, cfg.region, spec.gpus_per_node, p.ondemand_usd_per_hour, spot)
         g = cfg.pool(n).guaranteed
         user = g.rate if (g is not None and g.instance_type == itype and g.price_model == args.term) else None
-        r = floor_pricing.floor_rate(itype, cfg.region, args.term, user.usd_per_hour if user else None,
+        r = floor_pricing.floor_rate(catalog.current(), itype, cfg.region, args.term, user.usd_per_hour if user else None,
                                      user.source if user else None)
         if r is not None:
             rates[(itype, cfg.region)] = r.usd_per_hour
             sources[f"{itype}@{cfg.region}"] = f"${r.usd_per_hour:,.4f}/h: {r.source}"
         else:
-            sources[f"{itype}@{cfg.region}"] = "not priced: " + floor_pricing.missing_rate_reason(itype, cfg.region,
+            sources[f"{itype}@{cfg.region}"] = "not priced: " + floor_pricing.missing_rate_reason(catalog.current(), itype, cfg.region,
                                                                                                  args.term)
     if not rates:
         raise OrgAdviceError(f"no {args.term} rate for any pool's instance type: "

@@ -94,11 +94,12 @@ def run(args) -> int:
     from sim import traces
     from sim.org_advisor import OrgAdviceError
     from config import config
+    from pricing import checks
 
     try:
         price_args.apply(args)
         stack, path = stackfile.resolve(stack_arg.resolve(args))
-        cfg = config.from_stack_yaml(stackfile.load(path), path.name)
+        cfg = checks.from_stack_yaml(stackfile.load(path), path.name, prices=catalog.current())
         if args.jobs < 1:
             raise ValueError("--jobs must be at least 1")
         if getattr(args, "org", False) and not args.demand and exit_codes.credentials_missing():

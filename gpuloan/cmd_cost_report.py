@@ -14,6 +14,8 @@ from pathlib import Path
 
 from gpuloan import cost_report, exit_codes, json_doc, loan_bill, plot_args, stack_arg, stackfile
 from config import config
+from pricing import checks
+from pricing.sources import catalog
 
 EXIT_INVALID = 2
 EXIT_AWS = 3
@@ -54,7 +56,8 @@ def register(sub) -> None:
 def run(args, ce=None, cloudwatch=None) -> int:
     try:
         _, path = stackfile.resolve(stack_arg.resolve(args))
-        cfg = config.from_stack_yaml(stackfile.load(path), path.name)
+        prices = catalog.current()
+        cfg = checks.from_stack_yaml(stackfile.load(path), path.name, prices=prices)
         period = cost_report.parse_month(args.month)
     except (stackfile.StackFileError, cost_report.CostReportError, stack_arg.NoStackError) as err:
         print(f"error: {err}", file=sys.stderr)
@@ -89,6 +92,7 @@ def run(args, ce=None, cloudwatch=None) -> int:
             print("reading the loan's usage (LoanGpus) from CloudWatch ...", file=sys.stderr)
             used = loan_bill.read(cloudwatch, cfg, period.start, period.end)
             loan = loan_bill.build(
+                prices,
                 cfg, used, period.start, period.end, today=period.end - dt.timedelta(days=1) if period.partial else None
             )
         except loan_bill.LoanBillError as err:  # the bill stands without the loan, saying why

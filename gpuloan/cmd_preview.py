@@ -9,6 +9,7 @@ from gpuloan import cmd_validate
 from gpuloan.cmd_validate import EXIT_INVALID
 from gpuloan.config_json import ConfigJsonError
 from config import config
+from pricing import checks
 from pricing.sources import catalog
 
 
@@ -49,7 +50,7 @@ def run(args) -> int:
         print("nothing was previewed: fix the config first", file=sys.stderr)
         return EXIT_INVALID
     # Deprecated settings in use (the config validated above): warnings on stderr, the JSON on stdout unchanged.
-    for at, message in config.deprecations(config.from_stack_yaml(doc, path.name)):
+    for at, message in config.deprecations(checks.from_stack_yaml(doc, path.name, prices=catalog.current())):
         print(f"warning: {at}: {message}", file=sys.stderr)
     if args.json:
         print(json_doc.dumps(result, sort_keys=True, default=str))

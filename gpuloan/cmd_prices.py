@@ -99,7 +99,7 @@ def print_spot_spread(doc: dict[str, Any], region: str, zones: list[str]) -> Non
     money = lambda v: "unknown" if v is None else f"${v:,.4f}"  # noqa: E731
     where = f"{len(zones)} AZ(s)" if zones else "the cluster's AZs"
     for pool, types in spot_pools(doc):
-        rows = spot_spread.figures(types, region)
+        rows = spot_spread.figures(catalog.current(), types, region)
         groups = spot_spread.by_size(rows)
         advised = {d.index: d for d in spot_spread.dominated(rows)}
         for gpus, group in groups:

@@ -158,8 +158,9 @@ def config_markdown() -> str:
         "## Rules that span fields",
         "",
         "Reported in the same run as shape errors (a pool or image whose shape is wrong is set aside and the rules",
-        "check the rest; a broken section such as `cluster` or `budget` postpones them). See `cross_field_problems`",
-        "in config/config.py and rules registered by other modules, e.g. CUDA image compatibility:",
+        "check the rest; a broken section such as `cluster` or `budget` postpones them). See `RULES` in",
+        "config/config.py (one tuple, CUDA image compatibility and Kueue scheduling among them) and the money rules",
+        "of pricing/checks.py (prices, rates, floors vs budgets), which every command that prices a stack adds:",
         "",
     ]
     out += [f"- {line}" for line in RULES]

@@ -51,6 +51,7 @@ def run(args) -> int:
     from sim import runner, traces
     from sim.policies import all_policies
     from config import config
+    from pricing import checks
 
     from gpuloan import plot_args
 
@@ -64,7 +65,7 @@ def run(args) -> int:
         if args.days:
             trace = trace.window(*traces.parse_days(args.days))
         _, path = stackfile.resolve(stack_arg.resolve(args))
-        cfg = config.from_stack_yaml(stackfile.load(path), path.name)
+        cfg = checks.from_stack_yaml(stackfile.load(path), path.name, prices=catalog.current())
         spec = simpool.spec_from_config(cfg, args.pool)
         horizon = None
         if args.auto_size or args.sweep_floor:

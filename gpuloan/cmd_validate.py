@@ -11,6 +11,8 @@ import textwrap
 from gpuloan import exit_codes, price_args, stack_arg, stackfile
 from gpuloan.config_json import ConfigJsonError
 from config import config
+from pricing import checks
+from pricing.cost_model import floor_bill
 from pricing.sources import catalog, pricebook
 from pricing.cost_model import spot_spread
 
@@ -48,7 +50,7 @@ def stack_document(stack_or_file: str, config_json: str | None = None) -> tuple[
 def load_config(stack_or_file: str, config_json: str | None = None) -> tuple[str, config.GpuLoanConfig]:
     """Resolve, read and validate; raises StackFileError, ConfigJsonError or ConfigError."""
     stack, doc, source = stack_document(stack_or_file, config_json)
-    return stack, config.from_stack_yaml(doc, source)
+    return stack, checks.from_stack_yaml(doc, source, prices=catalog.current())
 
 
 def price_rules_not_checked(cfg: config.GpuLoanConfig) -> list[str]:
@@ -58,9 +60,9 @@ def price_rules_not_checked(cfg: config.GpuLoanConfig) -> list[str]:
     out = []
     if not catalog.prices_cover(cfg.region):
         out.append(f"every instance type has a price in {cfg.region} ({why})")
-    bill = config.floor_bill(cfg)
+    bill = floor_bill.floor_bill(catalog.current(), cfg)
     unpriced = [f"pools[{i}] ({p.name})" for i, p in enumerate(cfg.pools)
-                if p.guaranteed is not None and bill.pool_usd(config.billing_key(cfg, i)) is None]
+                if p.guaranteed is not None and bill.pool_usd(floor_bill.billing_key(cfg, i)) is None]
     if unpriced:
         cause = why if not catalog.prices_cover(cfg.region) else "; ".join(bill.unknown)
         out.append(f"the floors' cost against the pool and environment budgets, for {', '.join(unpriced)} "
@@ -83,7 +85,7 @@ def run(args) -> int:
     try:
         price_args.apply(args)
         stack, doc, source = stack_document(stack_arg.resolve(args), getattr(args, "config_json", None))
-        cfg = config.from_stack_yaml(doc, source)
+        cfg = checks.from_stack_yaml(doc, source, prices=catalog.current())
     except (stackfile.StackFileError, catalog.PriceSourceError, stack_arg.NoStackError, ConfigJsonError) as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_INVALID
@@ -105,7 +107,7 @@ def run(args) -> int:
         print(f"  not checked: {rule}")
     for note in off_spot_notes(cfg):
         print(f"  {note}")
-    for advisory in spot_spread.advisories(cfg):
+    for advisory in spot_spread.advisories(catalog.current(), cfg):
         _warn(f"warning: {advisory}")
     for path, message in config.deprecations(cfg):
         _warn(f"warning: {path}: {message}")

@@ -4,7 +4,7 @@ A floor is billed to its owner whether it is used or not (Cost Explorer, `gpuloa
 another pool's work ran on it (`LoanGpus`, Use=borrowed, published each tick from Kueue's ClusterQueue status,
 policy/loan_usage.py) move from the owner's bill to the borrower's: the borrower pays them at the floor's effective
 rate per GPU-hour, the owner is credited the same, and the floor's idle hours stay with the owner. The rate is the
-floor's month as the preview bills it, the organization's commitments applied (config.floor_bill), divided by its
+floor's month as the preview bills it, the organization's commitments applied (pricing/cost_model/floor_bill.py), divided by its
 GPU-hours (HOURS_PER_MONTH x the floor's GPUs in Kueue's units). Each transfer is rounded to the cent once and
 counted on both sides, so the pools' totals after the loan add up to Cost Explorer's bill to the cent.
 
@@ -19,7 +19,10 @@ import datetime as dt
 from dataclasses import dataclass, field
 
 from config import scheduling
-from config.config import HOURS_PER_MONTH, GpuLoanConfig, billing_key, floor_bill
+from config.config import GpuLoanConfig
+from pricing.cost_model.billing import HOURS_PER_MONTH
+from pricing.cost_model.floor_bill import billing_key, floor_bill
+from pricing.sources.catalog import Prices
 from policy import metric_names as M
 from policy.loan_usage import USE_BORROWED, USE_OWN_FLOOR
 from sim.demand_history import fetch as fetch_metrics
@@ -143,10 +146,10 @@ class LoanBill:
                    - self.lent_gpu_hours(pool))
 
 
-def floor_rates(cfg: GpuLoanConfig) -> dict[str, float | None]:
+def floor_rates(prices: Prices, cfg: GpuLoanConfig) -> dict[str, float | None]:
     """Owner pool -> its floor's effective USD per GPU-hour (Kueue's units), the commitments applied as the preview
     bills them; None where a rate is unknown."""
-    bill = floor_bill(cfg)
+    bill = floor_bill(prices, cfg)
     out: dict[str, float | None] = {}
     for i, pool in enumerate(cfg.pools):
         gpus = scheduling.floor_life_gpus(cfg, pool)
@@ -157,10 +160,10 @@ def floor_rates(cfg: GpuLoanConfig) -> dict[str, float | None]:
     return out
 
 
-def build(cfg: GpuLoanConfig, used: dict[Series, dict[dt.date, DayUse]], start: dt.date, end: dt.date,
+def build(prices: Prices, cfg: GpuLoanConfig, used: dict[Series, dict[dt.date, DayUse]], start: dt.date, end: dt.date,
           today: dt.date | None = None) -> LoanBill:
     """The transfers of [start, end). `today`: a day not over is estimated as far as its ticks go."""
-    rates = floor_rates(cfg)
+    rates = floor_rates(prices, cfg)
     expected = SECONDS_PER_DAY // 60 // cfg.policy.schedule_minutes  # one sample per tick
     days = [start + dt.timedelta(days=k) for k in range((end - start).days)]
     transfers: list[Transfer] = []

@@ -9,6 +9,8 @@ from typing import Any
 from offline import runner as offline
 from pricing.cost_model import costs, platform_costs
 from config import config as config_mod
+from pricing import checks
+from pricing.sources import catalog
 from pricing.cost_model import spot_spread
 
 # Inputs worth showing per resource in the tree; the JSON output has every input.
@@ -23,7 +25,7 @@ KEY_INPUTS = (
 
 
 def validated_config(stack_config: dict[str, Any], source: str) -> config_mod.GpuLoanConfig:
-    return config_mod.from_stack_yaml({"config": stack_config}, source)
+    return checks.from_stack_yaml({"config": stack_config}, source, prices=catalog.current())
 
 
 def preview_document(stack: str, stack_config: dict[str, Any], program: Path | None = None) -> dict[str, Any]:
@@ -38,8 +40,8 @@ def preview_document(stack: str, stack_config: dict[str, Any], program: Path | N
     recording = offline.run_program(stack, stack_config, program)
     # Registration order follows the async resolution of outputs and varies run to run; URN order does not.
     resources = sorted((r.to_json() for r in recording.resources), key=lambda r: r["urn"])
-    cost = costs.stack_cost(cfg).to_json()
-    platform = platform_costs.platform_costs(cfg, resources)
+    cost = costs.stack_cost(catalog.current(), cfg).to_json()
+    platform = platform_costs.platform_costs(catalog.current(), cfg, resources)
     known, unknown = platform_costs.total(platform)
     cost["platform"] = [row.to_json() for row in platform]
     cost["platform_known_monthly_usd"] = known
@@ -99,14 +101,14 @@ def spread_document(cfg: config_mod.GpuLoanConfig) -> dict[str, Any]:
     for p in cfg.pools:
         if not spot_spread.launches_spot(p):
             continue
-        rows = spot_spread.pool_figures(cfg, p)
+        rows = spot_spread.pool_figures(catalog.current(), cfg, p)
         # one spot group per node size (config/node_sizes.py): a multi-size pool says so and what picks the size
         pools.append({"pool": p.name, "types": [r.to_json() for r in rows], "summary": spot_spread.summary(rows),
                       "spot_groups": [{"gpus_per_node": gpus, "instance_types": [r.instance_type for _, r in g]}
                                       for gpus, g in spot_spread.by_size(rows)],
                       "size_choice": spot_spread.SIZE_CHOICE if spot_spread.is_multi_size(rows) else None})
     return {"pools": pools,
-            "advisories": [{"path": a.path, "message": a.message} for a in spot_spread.advisories(cfg)]}
+            "advisories": [{"path": a.path, "message": a.message} for a in spot_spread.advisories(catalog.current(), cfg)]}
 
 
 def round_money(value: Any, key: str = "") -> Any:

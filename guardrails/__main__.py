@@ -3,7 +3,7 @@
 import sys
 from pathlib import Path
 
-# The rules read the project's tag keys, price data and month (config/tags.py, pricing/sources/catalog.py,
+# The rules read the project's tag keys, price data and month (config/tags.py, pricing/sources/catalog.py, pricing/checks.py,
 # pricing/cost_model/billing.py: stdlib only), so the pack and the program can never disagree on a tag name or a price.
 HERE = Path(__file__).resolve().parent
 for path in (str(HERE), str(HERE.parent)):

@@ -22,7 +22,9 @@ Mandatory (a violation blocks the update):
 
 Advisory (reported, never blocking):
 - spot-pools-diversified: spot node groups list at least two instance types.
-- floor-under-budget: a pool's guaranteed floor costs less per month than its budget.
+- floor-under-budget: a pool's guaranteed floor costs no more per month than its budget (pricing/checks.py
+  floor_over_budget, the rule the config validation applies to the floor billed with commitments; here the floor
+  is priced on demand from the node groups it sees).
 - floor-protected: the guaranteed floor's node groups and capacity reservations are `protect`ed, so a change that
   would replace or delete the floor (an AZ, instance type or reservation edit) stops the update instead of
   taking the floor down. CrossGuard sees a resource's new inputs and options, not the planned operation, so the
@@ -50,6 +52,7 @@ from pulumi_policy import (
 )
 
 from config import tags
+from pricing.checks import floor_over_budget, floor_over_budget_message
 from pricing.cost_model.billing import HOURS_PER_MONTH
 from pricing.sources import catalog
 
@@ -412,9 +415,9 @@ def validate_floor_under_budget(args: StackValidationArgs, report: ReportViolati
                 limit_usd = float(b.props.get("limitAmount"))
             except (TypeError, ValueError):
                 continue
-            if fixed_usd >= limit_usd:
-                report(f"pool '{pool}': the guaranteed floor alone costs ${fixed_usd:,.0f}/month on demand, at or "
-                       f"above its budget (${limit_usd:,.0f}); elastic capacity would be capped at once", b.urn)
+            if floor_over_budget(fixed_usd, limit_usd):  # the config validation's rule (pricing/checks.py)
+                report(f"pool '{pool}': {floor_over_budget_message(fixed_usd, 'on demand', 'budget', limit_usd)}; "
+                       "elastic capacity would be capped at once", b.urn)
 
 
 # --- advisory ----------------------------------------------------------------------------------------------

@@ -16,11 +16,16 @@ import runpy
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from offline import document_limits
 
+if TYPE_CHECKING:
+    from pricing.sources.catalog import Prices
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
+# The name under which run_program hands the Pulumi program (__main__.py) the prices it runs with.
+PROGRAM_PRICES = "GPULOAN_PROGRAM_PRICES"
 ACCOUNT_ID = "123456789012"  # a documentation account id: the recording never reaches AWS
 
 
@@ -335,11 +340,16 @@ def config_to_pulumi(config: dict[str, Any]) -> dict[str, str]:
 
 
 def run_program(stack: str, config: dict[str, Any], program: Path | None = None,
-                records: list[RecordedResource] | None = None) -> Recording:
+                records: list[RecordedResource] | None = None, prices: Prices | None = None) -> Recording:
     """Run __main__.py with `config` (the stack YAML's `config:` map) and return what it declared.
 
-    `records` (optional) receives each resource as it is registered, also when the program fails.
+    `records` (optional) receives each resource as it is registered, also when the program fails. `prices`: the
+    prices of the command that runs the program (its --prices), handed to the program as PROGRAM_PRICES; None:
+    catalog.current() (transitional, issue 34: the module state a caller not yet handed a Prices set).
     """
+    from pricing.sources import catalog
+
+    prices = prices if prices is not None else catalog.current()
     import pulumi
     from pulumi.runtime import settings as pulumi_settings
     from pulumi.runtime.stack import run_pulumi_func
@@ -367,7 +377,7 @@ def run_program(stack: str, config: dict[str, Any], program: Path | None = None,
         if sys_path_added:
             sys.path.insert(0, str(program.parent))
         try:
-            runpy.run_path(str(program), run_name="__main__")
+            runpy.run_path(str(program), init_globals={PROGRAM_PRICES: prices}, run_name="__main__")
         finally:
             if sys_path_added:
                 sys.path.remove(str(program.parent))

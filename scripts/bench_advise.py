@@ -31,9 +31,10 @@ def main(argv: list[str] | None = None) -> int:
 
     from sim import advisor
     from sim import traces
-    from config import config
+    from pricing import checks
+    from pricing.sources import catalog
 
-    cfg = config.from_stack_yaml(yaml.safe_load((REPO / "Pulumi.prod.yaml").read_text()), "Pulumi.prod.yaml")
+    cfg = checks.from_stack_yaml(yaml.safe_load((REPO / "Pulumi.prod.yaml").read_text()), "Pulumi.prod.yaml", prices=catalog.current())
     trace = traces.read_trace(Path(args.traces) / f"{args.cluster}.csv").window(0, 29)
     t0, c0 = time.perf_counter(), time.process_time()
     doc = advisor.advise(cfg, "training", trace, peak_from_demand=True, jobs=args.jobs)

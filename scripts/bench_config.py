@@ -18,7 +18,8 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from config import config  # noqa: E402
+from pricing import checks  # noqa: E402
+from pricing.sources import catalog  # noqa: E402
 
 
 TEAMS = 10
@@ -44,16 +45,16 @@ def hundred_pools() -> dict:
 
 def main() -> None:
     data = hundred_pools()
-    config.parse(data)  # warm the price table cache once, as a long-lived process would
+    checks.parse(data, prices=catalog.current())  # warm the price table cache once, as a long-lived process would
     times = []
     for _ in range(5):
         t0 = time.perf_counter()
-        config.parse(data)
+        checks.parse(data, prices=catalog.current())
         times.append(time.perf_counter() - t0)
     t0 = time.perf_counter()
     subprocess.run([sys.executable, "-c", f"import sys; sys.path.insert(0, {str(REPO)!r}); "
-                    "import yaml; from config import config; from scripts.bench_config import hundred_pools; "
-                    "config.parse(hundred_pools())"], cwd=REPO, check=True)
+                    "import yaml; from pricing import checks; from scripts.bench_config import hundred_pools; "
+                    "checks.parse(hundred_pools(), prices=catalog.current())"], cwd=REPO, check=True)
     cold_s = time.perf_counter() - t0
     t0 = time.perf_counter()
     subprocess.run([sys.executable, "-m", "gpuloan", "preview", "dev"], cwd=REPO, check=True, capture_output=True)

@@ -35,12 +35,13 @@ def environment(traces_dir: Path, lending: bool = True):
     import yaml
 
     from sim import pool, traces
-    from config import config
+    from pricing import checks
+    from pricing.sources import catalog
 
     horizon = DAYS * 1440
     doc = yaml.safe_load((REPO / "Pulumi.prod.yaml").read_text())
     data = doc["config"]
-    template = pool.spec_from_config(config.from_stack_yaml(doc, "Pulumi.prod.yaml"), "training")
+    template = pool.spec_from_config(checks.from_stack_yaml(doc, "Pulumi.prod.yaml", prices=catalog.current()), "training")
     pools, demands, read = [], {}, {}
     for n, (cluster, first, last) in enumerate(MONTHS):
         if cluster not in read:
@@ -61,7 +62,7 @@ def environment(traces_dir: Path, lending: bool = True):
     data["gpuloan:scheduling"] = {"kueue": {} if lending else {"enabled": False}}
     # the prod budget was set for its two pools, not for these sixteen: no cap binds in the benchmark
     data["gpuloan:budget"] = {**data["gpuloan:budget"], "monthly_usd": 10_000_000, "enforcement": "alert_only"}
-    return config.from_stack_yaml(doc, "bench-environment"), demands, horizon
+    return checks.from_stack_yaml(doc, "bench-environment", prices=catalog.current()), demands, horizon
 
 
 def main(argv: list[str] | None = None) -> int:

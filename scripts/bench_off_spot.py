@@ -24,7 +24,8 @@ from sim.engine import SimSettings  # noqa: E402
 from sim.environment import simulate_environment  # noqa: E402
 from sim.policies import GpuLoan, Karpenter  # noqa: E402
 from sim.traces import read_trace  # noqa: E402
-from config import config  # noqa: E402
+from pricing import checks  # noqa: E402
+from pricing.sources import catalog  # noqa: E402
 
 DAYS = (1, 14)
 INSTANCE_TYPE = "p4d.24xlarge"
@@ -49,7 +50,7 @@ def environment_config():
                              _pool("cluster08", "learning", "spot_then_on_demand", 0, 30)]
     data["gpuloan:scheduling"] = {"kueue": {}}
     data["gpuloan:budget"]["monthly_usd"] = 10_000_000
-    return config.from_stack_yaml({"config": data}, "bench-off-spot")
+    return checks.from_stack_yaml({"config": data}, "bench-off-spot", prices=catalog.current())
 
 
 def main() -> int:

@@ -66,7 +66,8 @@ def _sim_config(traces, demands, tiers):
 
     import yaml
 
-    from config import config
+    from pricing import checks
+    from pricing.sources import catalog
 
     doc = yaml.safe_load((REPO / "Pulumi.prod.yaml").read_text())
     c = doc["config"]
@@ -84,7 +85,7 @@ def _sim_config(traces, demands, tiers):
     c["gpuloan:scheduling"] = {"kueue": {"production_spot_pools": []}}
     c["gpuloan:budget"] = {"monthly_usd": 9_000_000, "alert_emails": ["platform@example.com"],
                            "enforcement": "alert_only"}
-    return config.from_stack_yaml(doc, "prod")
+    return checks.from_stack_yaml(doc, "prod", prices=catalog.current())
 
 
 def _sim_unit(rotation, seed, traces, prices, days, sizing_hours):
@@ -344,7 +345,7 @@ def main(argv: list[str] | None = None) -> int:
     p = catalog.price(INSTANCE_TYPE, REGION)
     prices = {c: fluid.PoolPrices(INSTANCE_TYPE, REGION, 8, p.ondemand_usd_per_hour, p.spot_usd_per_hour)
               for c in org_demand.ITP_CLUSTERS}
-    rates = {t: floor_pricing.floor_rate(INSTANCE_TYPE, REGION, t) for t in TERMS}
+    rates = {t: floor_pricing.floor_rate(catalog.current(), INSTANCE_TYPE, REGION, t) for t in TERMS}
     traces = org_demand.itp_traces(args.traces, days)
 
     print(f"Prices: {INSTANCE_TYPE} {REGION} on-demand ${p.ondemand_usd_per_hour:,.4f}/h, spot "

@@ -27,10 +27,11 @@ def cases(traces_dir: Path):
     import yaml
 
     from sim import pool, traces
-    from config import config
+    from pricing import checks
+    from pricing.sources import catalog
 
     def spec(stack: str, pool_name: str | None):
-        cfg = config.from_stack_yaml(yaml.safe_load((REPO / f"Pulumi.{stack}.yaml").read_text()), f"Pulumi.{stack}.yaml")
+        cfg = checks.from_stack_yaml(yaml.safe_load((REPO / f"Pulumi.{stack}.yaml").read_text()), f"Pulumi.{stack}.yaml", prices=catalog.current())
         return pool.spec_from_config(cfg, pool_name)
 
     horizon = (DAYS[1] - DAYS[0] + 1) * 1440

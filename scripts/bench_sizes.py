@@ -50,7 +50,8 @@ PER_POD = "karpenter-claim-per-pod"
 def _config(types: tuple[str, ...]):
     import yaml
 
-    from config import config
+    from pricing import checks
+    from pricing.sources import catalog
 
     raw = yaml.safe_load((REPO / f"Pulumi.{STACK}.yaml").read_text())
     pools = raw["config"]["gpuloan:pools"]
@@ -63,7 +64,7 @@ def _config(types: tuple[str, ...]):
     raw["config"]["gpuloan:pools"] = [pool]
     raw["config"].pop("gpuloan:commitments", None)
     raw["config"].pop("gpuloan:scheduling", None)
-    return config.from_stack_yaml(raw, f"Pulumi.{STACK}.yaml (pool {POOL}: {', '.join(types)})")
+    return checks.from_stack_yaml(raw, f"Pulumi.{STACK}.yaml (pool {POOL}: {', '.join(types)})", prices=catalog.current())
 
 
 def spec_for(types: tuple[str, ...], trace, horizon: int):

@@ -46,10 +46,11 @@ def run(args: tuple) -> dict:
     from sim import pool, runner, traces
     from sim.engine import SPOT_SHORTAGE, SimSettings
     from sim.policies import GpuLoan, Karpenter, pool_settings
-    from config import config
+    from pricing import checks
+    from pricing.sources import catalog
 
     traces_dir, cluster, seed, figure, share = args
-    cfg = config.from_stack_yaml(yaml.safe_load((REPO / f"Pulumi.{STACK}.yaml").read_text()), f"Pulumi.{STACK}.yaml")
+    cfg = checks.from_stack_yaml(yaml.safe_load((REPO / f"Pulumi.{STACK}.yaml").read_text()), f"Pulumi.{STACK}.yaml", prices=catalog.current())
     trace = traces.read_trace(Path(traces_dir) / f"{cluster}.csv").window(*DAYS)
     horizon = (DAYS[1] - DAYS[0] + 1) * 1440
     spec = pool.auto_size(pool.spec_from_config(cfg, POOL), trace, horizon_minutes=horizon)

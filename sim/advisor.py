@@ -43,8 +43,10 @@ from sim.environment import production_share_pct
 from sim.engine import MINUTES_PER_MONTH, SimSettings, default_horizon
 from sim.policies import GpuLoan
 from pricing.sources import floor_pricing
-from config.config import HOURS_PER_MONTH, ElasticCapacity, GpuLoanConfig, ServiceTarget
-from config import config
+from pricing.sources import catalog
+from config.config import ElasticCapacity, GpuLoanConfig, ServiceTarget
+from pricing.cost_model.billing import HOURS_PER_MONTH
+from pricing.cost_model.floor_bill import floor_payment_equivalent
 from config.scheduling import production_work_on_spot
 
 MAX_POINTS = 25  # floor sizes simulated at most (a larger pool is swept in even steps, the peak included)
@@ -74,10 +76,10 @@ def payment_rates(cfg: GpuLoanConfig, pool_name: str, floor_type: str) -> tuple[
     rates, missing = {}, {}
     for payment in floor_pricing.PAYMENTS:
         user = g.rate if (g is not None and g.instance_type == floor_type and g.price_model == payment) else None
-        r = floor_pricing.floor_rate(floor_type, cfg.region, payment, user.usd_per_hour if user else None,
+        r = floor_pricing.floor_rate(catalog.current(), floor_type, cfg.region, payment, user.usd_per_hour if user else None,
                                      user.source if user else None)
         if r is None:
-            missing[payment] = floor_pricing.missing_rate_reason(floor_type, cfg.region, payment)
+            missing[payment] = floor_pricing.missing_rate_reason(catalog.current(), floor_type, cfg.region, payment)
         else:
             rates[payment] = r
     return rates, missing
@@ -222,7 +224,7 @@ def advise(cfg: GpuLoanConfig, pool_name: str, trace, *, target: ServiceTarget |
     busy = busy_share_by_node(profile, spec.floor_node_gpus, spec.floor_peak_nodes)
     best = choose(points, busy)
     current_nodes = pool.guaranteed.nodes if pool.guaranteed else 0
-    current_payment = config.floor_payment_equivalent(cfg, pool) if pool.guaranteed else None
+    current_payment = floor_payment_equivalent(catalog.current(), cfg, pool) if pool.guaranteed else None
     od = rates.get(floor_pricing.ON_DEMAND)
     spot = spec.spot_usd_per_hour if spec.has_spot else None
     budget = pool.budget.monthly_usd if pool.budget else None

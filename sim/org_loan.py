@@ -4,7 +4,7 @@ policy function's LoanGpus metric, gpuloan/loan_bill.py).
 
 A borrower pays for the hours its work ran on another pool's floor at that floor's effective rate per GPU-hour:
 the floors' report window billed alone with the organization's commitments, as the preview bills a stack's
-floors (config.floor_bill: floors first to the commitments), divided by the floor's GPU-hours. The owner is
+floors (pricing/cost_model/floor_bill.py: floors first to the commitments), divided by the floor's GPU-hours. The owner is
 credited the same; idle floor stays with the owner. Each (borrower, lender) pair is rounded to the cent once and
 counted on both sides, so lent credit and borrowed cost are equal over the organization, cent for cent.
 """

@@ -155,15 +155,15 @@ def _floor_price(region: str, pool: Pool) -> float:
     """One floor node at the rate it is paid (guaranteed.payment; pricing/sources/floor_pricing.py)."""
     from types import SimpleNamespace
 
-    from config.config import floor_rate
+    from pricing.cost_model.floor_bill import floor_rate
     from pricing.sources.floor_pricing import missing_rate_reason
 
-    rate = floor_rate(SimpleNamespace(region=region), pool)
+    rate = floor_rate(catalog.current(), SimpleNamespace(region=region), pool)
     if rate is None:
         g = pool.guaranteed
         _price(g.instance_type, region)  # no on-demand price at all: that message first
         raise PoolError(f"cannot simulate without the floor's rate: "
-                        f"{missing_rate_reason(g.instance_type, region, g.price_model)}")
+                        f"{missing_rate_reason(catalog.current(), g.instance_type, region, g.price_model)}")
     return rate.usd_per_hour
 
 
@@ -182,13 +182,14 @@ def spec_from_config(cfg: GpuLoanConfig, pool_name: str | None = None) -> PoolSp
 def _paid_as_covered(cfg: GpuLoanConfig, pool: Pool) -> Pool:
     """The pool with its floor priced the way the environment pays it when this pool runs alone: a floor the
     organization's commitments cover in full (an RI count of its type at least its nodes, a plan that covers them:
-    config/config.py floor_payment_equivalent) at that commitment's rate, else as its own payment says."""
-    from config.config import FloorPayment, floor_payment_equivalent
+    pricing/cost_model/floor_bill.py floor_payment_equivalent) at that commitment's rate, else as its own payment says."""
+    from config.config import FloorPayment
+    from pricing.cost_model.floor_bill import floor_payment_equivalent
 
     g = pool.guaranteed
     if g is None:
         return pool
-    paid_as = floor_payment_equivalent(cfg, pool)
+    paid_as = floor_payment_equivalent(catalog.current(), cfg, pool)
     if paid_as == g.price_model:
         return pool
     return pool.model_copy(update={"guaranteed": g.model_copy(update={"payment": FloorPayment(paid_as)})})

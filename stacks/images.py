@@ -26,7 +26,6 @@ import pulumi_aws as aws
 import pulumi_docker_build as docker_build
 
 from config import compat, versions
-from pricing.sources import catalog
 from config.config import GpuLoanConfig, Image
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -111,7 +110,7 @@ def platforms_for(cfg: GpuLoanConfig) -> tuple[str, ...]:
         names = ([pool.guaranteed.instance_type] if pool.guaranteed else []) + (
             list(pool.elastic.instance_types) if pool.elastic else [])
         for name in names:
-            itype = catalog.lookup(name)
+            itype = cfg.instance_type(name)
             if itype is not None:
                 cpus.add(itype.cpu_architecture)
     return tuple(sorted(PLATFORM_OF_CPU[c].value for c in cpus)) or (docker_build.Platform.LINUX_AMD64.value,)

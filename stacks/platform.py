@@ -19,6 +19,7 @@ from stacks.capacity import pools as pool_capacity
 from stacks.spend.alerts import Alerts, AlertsArgs
 from stacks.cluster import Cluster, cluster_name_for
 from config.config import GpuLoanConfig
+from pricing.sources.catalog import Prices
 from stacks.gitops.role_guard import RoleGuard
 
 
@@ -29,7 +30,7 @@ def aws_provider(cfg: GpuLoanConfig) -> aws.Provider:
     return aws.Provider("aws", region=cfg.region, default_tags=aws.ProviderDefaultTagsArgs(tags=default_tags))
 
 
-def build(cfg: GpuLoanConfig) -> dict[str, object]:
+def build(cfg: GpuLoanConfig, prices: Prices) -> dict[str, object]:
     """Declare every resource of the environment; return the stack outputs."""
     env = cfg.environment
     provider = aws_provider(cfg)
@@ -81,7 +82,8 @@ def build(cfg: GpuLoanConfig) -> dict[str, object]:
         policy_fn = PolicyFunction(f"{env}-policy", PolicyFunctionArgs(
             cfg, cluster, account_id, partition, alerts.topic_arn, alerts.kms_key_arn,
             depends_on=[c for groups in capacity.values() for c in groups if c is not None],
-            group_names={name: pool_capacity.group_names(*groups) for name, groups in capacity.items()}), opts=opts)
+            group_names={name: pool_capacity.group_names(*groups) for name, groups in capacity.items()},
+            prices=prices), opts=opts)
         outputs["policy_function_name"] = policy_fn.function_name
         dashboard_alarms = pulumi.Output.all(pool_alarms.alarm_arns, policy_fn.alarm_arns).apply(lambda v: v[0] + v[1])
 

@@ -7,10 +7,11 @@ and node groups of the capacity layer; tests/test_kubernetes_stack.py checks the
 import pulumi
 
 from stacks import cluster, platform
-from config import config
+from pricing import checks
+from pricing.sources import catalog
 from stacks.kubernetes import layer as kubernetes
 
-cfg = config.from_pulumi_config()
+cfg = checks.from_pulumi_config(prices=catalog.current())
 
 
 class StandInCluster:

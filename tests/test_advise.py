@@ -14,6 +14,8 @@ from gpuloan import cli
 from sim import advisor
 from sim.engine import SimSettings
 from sim.traces import SeriesTrace
+from pricing import checks
+from pricing.sources import catalog
 from config import config
 from pricing.sources import floor_pricing
 
@@ -28,7 +30,7 @@ STORMY = replace(SimSettings(), spot_interruptions_per_month=60, spot_unavailabl
 def _prod(**training) -> config.GpuLoanConfig:
     data = stack_config("prod")
     data["gpuloan:pools"][0].update(training)
-    return config.from_stack_yaml({"config": data}, "test")
+    return checks.from_stack_yaml({"config": data}, "test", prices=catalog.current())
 
 
 def _steady(gpus: int, days: int = DAYS) -> SeriesTrace:
@@ -36,7 +38,7 @@ def _steady(gpus: int, days: int = DAYS) -> SeriesTrace:
 
 
 def _rate(payment: str) -> float:
-    return floor_pricing.floor_rate("p4d.24xlarge", "us-east-1", payment).usd_per_hour
+    return floor_pricing.floor_rate(catalog.current(), "p4d.24xlarge", "us-east-1", payment).usd_per_hour
 
 
 def test_each_point_is_the_floor_at_each_rate_plus_the_simulated_elastic_part():

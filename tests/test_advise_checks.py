@@ -19,6 +19,8 @@ from gpuloan import cli
 from sim import advisor, environment, org_advisor
 from sim.engine import SimSettings
 from sim.traces import Job, JobsTrace, SeriesTrace, read_trace
+from pricing import checks
+from pricing.sources import catalog
 from config import config, scheduling
 
 VISION = Path(__file__).parent / "stacks" / "Pulumi.vision.yaml"
@@ -28,7 +30,7 @@ STORMY = replace(SimSettings(), spot_interruptions_per_month=60, spot_unavailabl
 def _vision(**changes) -> config.GpuLoanConfig:
     data = yaml.safe_load(VISION.read_text())["config"]
     data.update(changes)
-    return config.from_stack_yaml({"config": data}, "vision")
+    return checks.from_stack_yaml({"config": data}, "vision", prices=catalog.current())
 
 
 def _point(n, usd, p95=5.0, unmet=0.0, misses=()):
@@ -137,7 +139,7 @@ def test_the_vision_case_of_the_issue(tmp_path, monkeypatch, capsys):
 @requires_shared_prices
 def test_text_output_states_the_prod_budgets_and_json_flags_them(monkeypatch, capsys):
     series = SeriesTrace("steady", tuple([16] * 1440))
-    cfg = config.from_stack_yaml({"config": stack_config("prod")}, "test")
+    cfg = checks.from_stack_yaml({"config": stack_config("prod")}, "test", prices=catalog.current())
     doc = advisor.advise(cfg, "training", series, sizes=[2])
     rec = doc["recommendation"]
     assert rec["pool_budget_monthly_usd"] == 60_000 and rec["environment_budget_monthly_usd"] == 75_000

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import pytest
 from conftest import requires_shared_prices, stack_config
+from pricing import checks
+from pricing.sources import catalog
 
 from gpuloan import cli
 
@@ -26,9 +28,8 @@ def test_a_series_pool_reclaimed_before_it_served_as_much_keeps_whole_gpus():
     pending pods floats. They stay whole numbers, and the policy's view of them is built."""
     from sim import engine, pool as simpool, traces
     from sim.policies import GpuLoan
-    from config import config
 
-    cfg = config.from_stack_yaml({"config": stack_config("prod")}, "test")
+    cfg = checks.from_stack_yaml({"config": stack_config("prod")}, "test", prices=catalog.current())
     spec = simpool.spec_from_config(cfg, "research")
     sim = engine.Simulation(spec, traces.SeriesTrace("s", (spec.gpus_per_node,) * 120), None,
                             engine.SimSettings(spot_unavailable_episodes_per_week=0))

@@ -19,7 +19,9 @@ from capacity_helpers import (
 from conftest import STACKS, run_stack, stack_config
 from offline import runner as offline
 from config import names, tags, versions
-from config.config import ConfigError, from_stack_yaml
+from config.config import ConfigError
+from pricing import checks
+from pricing.sources import catalog
 from stacks.capacity.guaranteed import gpu_ami_type
 
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "true", "effect": "NO_SCHEDULE"}
@@ -50,7 +52,7 @@ def test_elastic_groups_ignore_desired_size_and_no_other_group_does(recorded, st
 @pytest.mark.parametrize("stack", STACKS)
 def test_floor_is_fixed_size_on_demand_and_tainted(recorded, stack):
     rec = recorded(stack)
-    cfg = from_stack_yaml({"config": stack_config(stack)}, stack)
+    cfg = checks.from_stack_yaml({"config": stack_config(stack)}, stack, prices=catalog.current())
     floors = groups(rec, GUARANTEED)
     assert len(floors) == sum(1 for p in cfg.pools if p.guaranteed)
     for ng in floors:
@@ -97,7 +99,7 @@ def _subnet_id(rec, subnet) -> str:
 @pytest.mark.parametrize("stack", STACKS)
 def test_elastic_groups_labels_taints_and_types(recorded, stack):
     rec = recorded(stack)
-    cfg = from_stack_yaml({"config": stack_config(stack)}, stack)
+    cfg = checks.from_stack_yaml({"config": stack_config(stack)}, stack, prices=catalog.current())
     for ng in groups(rec, ELASTIC):
         pool = cfg.pool(ng.inputs["labels"][tags.LABEL_POOL])
         labels = ng.inputs["labels"]
@@ -137,7 +139,7 @@ def test_every_launch_template_requires_imdsv2_and_encrypts_a_gp3_root(recorded,
 @pytest.mark.parametrize("stack", STACKS)
 def test_instances_volumes_and_enis_carry_the_cost_allocation_tags(recorded, stack):
     rec = recorded(stack)
-    cfg = from_stack_yaml({"config": stack_config(stack)}, stack)
+    cfg = checks.from_stack_yaml({"config": stack_config(stack)}, stack, prices=catalog.current())
     for component in (GUARANTEED, ELASTIC):
         for ng in groups(rec, component):
             pool = cfg.pool(ng.inputs["labels"][tags.LABEL_POOL])
@@ -182,7 +184,7 @@ def test_every_aws_resource_goes_through_the_tagging_provider(recorded, stack):
 @pytest.mark.parametrize("stack", STACKS)
 def test_stack_outputs_name_every_group(recorded, stack):
     rec = recorded(stack)
-    cfg = from_stack_yaml({"config": stack_config(stack)}, stack)
+    cfg = checks.from_stack_yaml({"config": stack_config(stack)}, stack, prices=catalog.current())
     assert rec.outputs["cluster_name"] == f"gpuloan-{stack}"
     assert rec.outputs["cluster_endpoint"].startswith("https://")
     assert set(rec.outputs["pools"]) == {p.name for p in cfg.pools}
@@ -403,7 +405,7 @@ def test_invalid_combinations_fail_before_any_resource(case, monkeypatch):
     assert path in str(err.value)
     assert registered == [], "config errors must stop the program before the first resource"
     with pytest.raises(ConfigError) as direct:
-        from_stack_yaml({"config": config}, "dev")
+        checks.from_stack_yaml({"config": config}, "dev", prices=catalog.current())
     assert path in [p for p, _ in direct.value.problems]
 
 

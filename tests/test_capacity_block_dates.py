@@ -6,6 +6,7 @@ tested with botocore's Stubber, the decision purely, the tick with an in-memory 
 
 from __future__ import annotations
 
+from pricing.sources import catalog
 from datetime import timedelta
 
 import boto3
@@ -211,6 +212,6 @@ def test_settings_carry_the_reservation_id():
     from test_capacity_blocks import _block_cfg
 
     cfg = _block_cfg()
-    s = Settings.from_json(settings_for(cfg, "c", {}, allow_unknown_prices=True).to_json())
+    s = Settings.from_json(settings_for(catalog.current(), cfg, "c", {}, allow_unknown_prices=True).to_json())
     assert s.pools[0].capacity_block_reservation_id == cfg.pools[0].guaranteed.reservation_id
     assert s.pools[0].capacity_block_reservation_id.startswith("cr-")

@@ -8,7 +8,8 @@ import csv
 import pytest
 from conftest import SHARED_PRICES, requires_shared_prices
 
-from pricing.sources import catalog, instance_types
+from config import instance_types
+from pricing.sources import catalog
 
 
 def _rows():

@@ -9,6 +9,8 @@ import os
 import subprocess
 import sys
 from types import SimpleNamespace
+from pricing import checks
+from pricing.sources import catalog
 
 import pytest
 from conftest import GPULOAN, REPO, SHARED_TRACES, requires_shared_prices, requires_shared_traces
@@ -268,9 +270,9 @@ def test_yaml_unclosed_quote_shows_the_line_that_opened_it(tmp_path):
 
 def test_bench_config_measures_a_valid_hundred_pool_config_with_a_large_kueue_cohort():
     from scripts.bench_config import hundred_pools
-    from config import config, scheduling
+    from config import scheduling
 
-    cfg = config.parse(hundred_pools())  # raises ConfigError (the Kueue 64-flavor rule) on an invalid config
+    cfg = checks.parse(hundred_pools(), prices=catalog.current())  # raises ConfigError (the Kueue 64-flavor rule) on an invalid config
     assert len(cfg.pools) == 100 and cfg.scheduling.kueue.enabled
     widest = max(len(scheduling.pool_queue(cfg, p).flavors) for p in cfg.pools)
     assert 40 < widest <= scheduling.MAX_FLAVORS_PER_GROUP  # borrowing across teams is still in the measurement

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from conftest import stack_config
 
+from pricing import checks
 from config import compat, config, versions
 from pricing.sources import catalog
 
@@ -14,7 +15,7 @@ def _parse(stack: str, images: list[dict], pools: list[dict] | None = None):
     cfg["gpuloan:images"] = images
     if pools is not None:
         cfg["gpuloan:pools"] = pools
-    return config.from_stack_yaml({"config": cfg}, stack)
+    return checks.from_stack_yaml({"config": cfg}, stack, prices=catalog.current())
 
 
 def _img(cuda: str, python: str = "3.11", torch: str | None = None, tag: str | None = None, **extra) -> dict:

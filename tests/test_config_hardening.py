@@ -13,6 +13,8 @@ from conftest import run_stack, stack_config
 from gpuloan import cmd_validate, stackfile
 from offline import document_limits
 from offline import runner as offline
+from pricing import checks
+from pricing.sources import catalog
 from config import config
 
 GOOD_DEV = (stackfile.Path(__file__).resolve().parent.parent / "Pulumi.dev.yaml").read_text()
@@ -219,7 +221,7 @@ def test_a_tag_with_a_character_aws_refuses_is_refused_before_any_resource(key, 
     cfg = stack_config("dev")
     cfg["gpuloan:default_tags"] = {**cfg["gpuloan:default_tags"], key: value}
     with pytest.raises(config.ConfigError) as raised:
-        config.from_stack_yaml({"config": cfg}, "Pulumi.dev.yaml")
+        checks.from_stack_yaml({"config": cfg}, "Pulumi.dev.yaml", prices=catalog.current())
     assert "default_tags" in str(raised.value) and bad in str(raised.value)
 
 
@@ -227,4 +229,4 @@ def test_tags_in_any_script_with_spaces_and_the_allowed_symbols_pass():
     cfg = stack_config("dev")
     cfg["gpuloan:default_tags"] = {"Kostenstelle": "Forschung & Entwicklung".replace("&", "+"),
                                    "チーム": "機械学習", "path/to:key=v+1-@x_y.z": "", "owner": "a b\u00a0c"}
-    config.from_stack_yaml({"config": cfg}, "Pulumi.dev.yaml")
+    checks.from_stack_yaml({"config": cfg}, "Pulumi.dev.yaml", prices=catalog.current())

@@ -10,6 +10,7 @@ import yaml
 from conftest import stack_config
 
 from gpuloan import cli
+from pricing import checks
 from pricing.cost_model import costs
 from config import config
 from pricing.sources import catalog, pricebook
@@ -47,7 +48,7 @@ def test_a_whole_secret_key_is_reported_once(tmp_path):
     cfg = stack_config("dev")
     cfg["gpuloan:github"] = {"secure": CIPHERTEXT}
     with pytest.raises(config.ConfigError) as err:
-        config.from_stack_yaml({"config": cfg}, "Pulumi.dev.yaml")
+        checks.from_stack_yaml({"config": cfg}, "Pulumi.dev.yaml", prices=catalog.current())
     assert [p for p, _ in err.value.problems] == ["github"]
 
 
@@ -55,7 +56,7 @@ def test_a_key_an_esc_environment_may_supply_is_not_just_field_required(tmp_path
     cfg = stack_config("dev")
     del cfg["gpuloan:budget"]
     with pytest.raises(config.ConfigError) as err:
-        config.from_stack_yaml({"environment": ["acme/gpu-budgets"], "config": cfg}, "Pulumi.dev.yaml")
+        checks.from_stack_yaml({"environment": ["acme/gpu-budgets"], "config": cfg}, "Pulumi.dev.yaml", prices=catalog.current())
     (path, msg), = [p for p in err.value.problems if p[0] == "budget"]
     assert "the stack imports the ESC environment(s) acme/gpu-budgets" in msg and "--config-json" in msg
 
@@ -104,14 +105,14 @@ def test_a_type_without_a_price_can_be_priced_in_the_config(g6_only):
     cfg = stack_config("dev")
     assert "g5.xlarge" in cfg["gpuloan:pools"][0]["elastic"]["instance_types"]
     with pytest.raises(config.ConfigError) as err:
-        config.from_stack_yaml({"config": cfg}, "Pulumi.dev.yaml")
+        checks.from_stack_yaml({"config": cfg}, "Pulumi.dev.yaml", prices=catalog.current())
     assert any("g5.xlarge" in msg for _, msg in err.value.problems)  # without it: an error naming the path
     cfg["gpuloan:instance_prices"] = {"g5.xlarge": {"ondemand_usd_per_hour": 2.0, "spot_usd_per_hour": 1.5,
                                                     "source": "test fixture: a quote"}}
-    parsed = config.from_stack_yaml({"config": cfg}, "Pulumi.dev.yaml")
+    parsed = checks.from_stack_yaml({"config": cfg}, "Pulumi.dev.yaml", prices=catalog.current())
     p = catalog.price("g5.xlarge", "us-east-1")
     assert p.ondemand_usd_per_hour == 2.0 and "gpuloan:instance_prices (test fixture: a quote)" in p.source
-    pool = costs.pool_cost(parsed, parsed.pools[0])
+    pool = costs.pool_cost(catalog.current(), parsed, parsed.pools[0])
     assert pool.elastic_spot_usd_per_hour == 1.5  # the priciest spot of g6 (1.0, no spot) and g5 (1.5)
     assert catalog.price("g6.xlarge", "us-east-1").source == "test fixture"  # the price source wins where it has one
 
@@ -120,5 +121,5 @@ def test_a_config_price_needs_a_source():
     cfg = stack_config("dev")
     cfg["gpuloan:instance_prices"] = {"g5.xlarge": {"ondemand_usd_per_hour": 2.0}}
     with pytest.raises(config.ConfigError) as err:
-        config.from_stack_yaml({"config": cfg}, "Pulumi.dev.yaml")
+        checks.from_stack_yaml({"config": cfg}, "Pulumi.dev.yaml", prices=catalog.current())
     assert ("instance_prices.g5.xlarge.source", "Field required") in err.value.problems

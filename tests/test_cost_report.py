@@ -11,6 +11,8 @@ from __future__ import annotations
 import csv
 import datetime as dt
 import json
+from pricing import checks
+from pricing.sources import catalog
 
 import boto3
 import pytest
@@ -183,9 +185,8 @@ def test_cost_explorer_refusal_exits_3(in_repo, capsys):
 def test_inactive_tags_reported_when_the_api_says_so():
     cfg_period = cost_report.parse_month("2026-07", TODAY)
     from conftest import stack_config
-    from config import config
 
-    cfg = config.from_stack_yaml({"config": stack_config("dev")}, "dev")
+    cfg = checks.from_stack_yaml({"config": stack_config("dev")}, "dev", prices=catalog.current())
     fetched = cost_report.Fetched({("research", "elastic"): 10.0}, pages=1, estimated=False)
     report = cost_report.build_report(cfg, cfg_period, fetched,
                                       {"gpuloan:environment": "Active", "gpuloan:pool": "Inactive",
@@ -195,9 +196,8 @@ def test_inactive_tags_reported_when_the_api_says_so():
 
 def test_unknown_pool_gets_its_own_row_without_budget():
     from conftest import stack_config
-    from config import config
 
-    cfg = config.from_stack_yaml({"config": stack_config("dev")}, "dev")
+    cfg = checks.from_stack_yaml({"config": stack_config("dev")}, "dev", prices=catalog.current())
     fetched = cost_report.Fetched({("research", "elastic"): 10.0, ("old-pool", "elastic"): 7.0}, 1, False)
     report = cost_report.build_report(cfg, cost_report.parse_month("2026-07", TODAY), fetched)
     old = next(r for r in report.rows if r.pool == "old-pool")

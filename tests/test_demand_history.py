@@ -12,13 +12,14 @@ from conftest import requires_shared_prices, stack_config
 from gpuloan import cli
 from sim import demand_history
 from policy import metric_names as M
-from config import config
+from pricing import checks
+from pricing.sources import catalog
 
 NOW = dt.datetime.now(dt.timezone.utc).replace(second=0, microsecond=0)
 
 
 def _cfg():
-    return config.from_stack_yaml({"config": stack_config("prod")}, "test")
+    return checks.from_stack_yaml({"config": stack_config("prod")}, "test", prices=catalog.current())
 
 
 def _put(cw, name: str, value: float, minute: dt.datetime, **dims) -> None:

@@ -16,6 +16,8 @@ from sim.policies import GpuLoan, Karpenter
 from sim.pool import spec_from_config
 from sim.runner import metrics_of
 from sim.traces import Job, JobsTrace
+from pricing import checks
+from pricing.sources import catalog
 from config import config
 
 pytestmark = requires_shared_prices
@@ -44,7 +46,7 @@ def env_config(pools: list[dict], **kueue) -> config.GpuLoanConfig:
     data["gpuloan:pools"] = pools
     data["gpuloan:scheduling"] = {"kueue": kueue}
     data["gpuloan:budget"]["monthly_usd"] = 1_000_000  # the dev budget is for its one pool
-    return config.from_stack_yaml({"config": data}, "test")
+    return checks.from_stack_yaml({"config": data}, "test", prices=catalog.current())
 
 
 def jobs(name: str, rows: list[tuple[float, float, int]]) -> JobsTrace:

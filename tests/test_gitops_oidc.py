@@ -8,6 +8,8 @@ import re
 import pytest
 from conftest import run_stack, stack_config
 
+from pricing import checks
+from pricing.sources import catalog
 from config import config as config_mod
 from stacks.gitops import github_oidc
 
@@ -143,13 +145,13 @@ def test_bad_github_config_names_the_field(github, path):
     data = {k.split(":", 1)[1]: v for k, v in stack_config("prod").items() if k.startswith("gpuloan:")}
     data["github"] = github
     with pytest.raises(config_mod.ConfigError) as err:
-        config_mod.parse(data)
+        checks.parse(data, prices=catalog.current())
     assert path in [p for p, _ in err.value.problems]
 
 
 def test_trust_subjects_are_exact():
     data = {k.split(":", 1)[1]: v for k, v in stack_config("prod").items() if k.startswith("gpuloan:")}
-    cfg = config_mod.parse(data)
+    cfg = checks.parse(data, prices=catalog.current())
     assert github_oidc.trust_subjects(cfg) == {
         "preview": ["repo:example-org/ml-infra:pull_request", "repo:example-org/ml-infra:environment:gpuloan-prices"],
         "deploy": ["repo:example-org/ml-infra:environment:prod"],
@@ -194,7 +196,7 @@ def _parse_with_github(github: dict, stack: str = "prod", cluster: dict | None =
     data["github"] = github
     if cluster is not None:
         data["cluster"] = cluster
-    return config_mod.parse(data)
+    return checks.parse(data, prices=catalog.current())
 
 
 def _problems(github: dict, **kw) -> dict[str, str]:

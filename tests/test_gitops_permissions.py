@@ -8,6 +8,8 @@ change prod, no admin role can be minted) is checked on the policy documents wit
 from __future__ import annotations
 
 import json
+from pricing import checks
+from pricing.sources import catalog
 
 import pytest
 from conftest import STACKS
@@ -397,7 +399,7 @@ def test_state_key_without_a_bucket_is_refused():
     data = {k.split(":", 1)[1]: v for k, v in stack_config("dev").items() if k.startswith("gpuloan:")}
     data["github"]["state_kms_key_arn"] = KEY
     with pytest.raises(config.ConfigError) as err:
-        config.parse(data)
+        checks.parse(data, prices=catalog.current())
     assert "github.state_kms_key_arn" in dict(err.value.problems)
 
 

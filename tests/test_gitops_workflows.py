@@ -7,6 +7,8 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from pricing import checks
+from pricing.sources import catalog
 
 import pytest
 import yaml
@@ -235,10 +237,9 @@ def test_the_scheduled_price_refresh_opens_a_pull_request_through_the_preview_ro
 
 
 def config_mod_parse_prod():
-    from config import config as config_mod
 
-    return config_mod.parse({k.split(":", 1)[1]: v for k, v in stack_config("prod").items()
-                             if k.startswith("gpuloan:")})
+    return checks.parse({k.split(":", 1)[1]: v for k, v in stack_config("prod").items()
+                             if k.startswith("gpuloan:")}, prices=catalog.current())
 
 
 # --- the cost-diff job in a repository that commits no price file (a fresh fork; this repository) ------------

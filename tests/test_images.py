@@ -13,6 +13,8 @@ import pytest
 from conftest import REPO, run_stack, stack_config
 
 from stacks import images
+from pricing import checks
+from pricing.sources import catalog
 from config import config, versions
 
 DOCKERFILES = sorted((REPO / "images").rglob("Dockerfile"))
@@ -55,7 +57,7 @@ def _cfg(stack: str = "prod", images_: list[dict] | None = None) -> config.GpuLo
     cfg = stack_config(stack)
     if images_ is not None:
         cfg["gpuloan:images"] = images_
-    return config.from_stack_yaml({"config": cfg}, stack)
+    return checks.from_stack_yaml({"config": cfg}, stack, prices=catalog.current())
 
 
 # --- the pure plan -------------------------------------------------------------------------------------------
@@ -178,15 +180,16 @@ def test_image_without_framework_builds_the_base_only_and_packages_only_skip_tor
 
 def test_platforms_follow_the_pools_cpu_architectures(monkeypatch):
     cfg = _cfg()
-    real = images.catalog.lookup
+    real = type(cfg).instance_type
 
-    def graviton_p5(name):
-        itype = real(name)
+    def graviton_p5(self, name):
+        itype = real(self, name)
         if name == "p5.48xlarge":
             return type("Arm", (), {"cpu_architecture": "arm64"})()
         return itype
 
-    monkeypatch.setattr(images.catalog, "lookup", graviton_p5)
+    # The facts come with the validated config (cfg.instance_type), no longer from the price catalog.
+    monkeypatch.setattr(type(cfg), "instance_type", graviton_p5)
     assert images.platforms_for(cfg) == ("linux/amd64", "linux/arm64")
 
 

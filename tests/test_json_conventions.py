@@ -11,7 +11,8 @@ from conftest import REPO, stack_config
 
 from gpuloan import cli, cost_comment, cost_diff, json_doc
 from pricing.cost_model import costs
-from config.config import from_stack_yaml
+from pricing.sources import catalog
+from pricing import checks
 
 
 
@@ -61,7 +62,7 @@ def test_cost_diff_json_has_the_version_and_null_for_an_unknown_amount():
 
 
 def test_no_commitments_row_for_a_stack_without_commitments_even_without_prices(no_prices, capsys):
-    cost = costs.stack_cost(from_stack_yaml({"config": stack_config("dev")}, "dev")).to_json()
+    cost = costs.stack_cost(catalog.current(), checks.from_stack_yaml({"config": stack_config("dev")}, "dev", prices=catalog.current())).to_json()
     assert cost["unused_commitment_monthly_usd"] == 0.0 and not cost["commitments"]
     assert cost_diff._commitment_figures({"cost": cost}) is None
     assert cli.main(["preview", "-s", "dev", "--summary"]) == 0

@@ -7,10 +7,12 @@ import yaml
 from conftest import REPO, stack_config
 from kube_checks import WORKLOADS, schema_version, validate_strict
 
+from pricing import checks
+from pricing.sources import catalog
 from config import config, tags
 from stacks.kubernetes import tenancy
 
-PROD = config.from_stack_yaml({"config": stack_config("prod")}, "Pulumi.prod.yaml")
+PROD = checks.from_stack_yaml({"config": stack_config("prod")}, "Pulumi.prod.yaml", prices=catalog.current())
 CLUSTER_VERSION = PROD.cluster.kubernetes_version
 
 

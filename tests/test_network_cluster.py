@@ -13,8 +13,10 @@ from capacity_helpers import CLUSTER, NODE_GROUP, descendants, dev_variant, is_t
 from conftest import STACKS, run_stack, stack_config
 from offline import runner as offline
 from stacks import cluster as cluster_mod
+from pricing import checks
+from pricing.sources import catalog
 from config import tags, versions
-from config.config import from_stack_yaml
+from pricing import checks
 from stacks.network import plan_subnets
 
 EKS = "aws:eks/cluster:Cluster"
@@ -24,7 +26,7 @@ NETWORK_TYPES = {"aws:ec2/vpc:Vpc", SUBNET, "aws:ec2/natGateway:NatGateway", "aw
 
 
 def cfg_of(stack):
-    return from_stack_yaml({"config": stack_config(stack)}, stack)
+    return checks.from_stack_yaml({"config": stack_config(stack)}, stack, prices=catalog.current())
 
 
 def in_cluster(rec, type_=None):
@@ -151,7 +153,7 @@ def test_bin_packing_needs_kubernetes_1_31():
     config = stack_config("dev")
     config["gpuloan:cluster"]["kubernetes_version"] = "1.30"
     with pytest.raises(ConfigError) as err:
-        from_stack_yaml({"config": config}, "dev")
+        checks.from_stack_yaml({"config": config}, "dev", prices=catalog.current())
     assert "cluster.bin_packing" in str(err.value) and "1.31" in str(err.value)
 
 
@@ -303,7 +305,7 @@ def test_node_subnet_ids_must_be_subnet_ids():
     data = {k.split(":", 1)[1]: v for k, v in stack_config("dev").items() if k.startswith("gpuloan:")}
     data["cluster"] = {**EXISTING, "node_subnet_ids": ["vpc-123"]}
     with pytest.raises(config_mod.ConfigError) as err:
-        config_mod.parse(data)
+        checks.parse(data, prices=catalog.current())
     assert any(p.startswith("cluster.node_subnet_ids") for p, _ in err.value.problems)
 
 

@@ -10,7 +10,9 @@ import pytest
 
 from capacity_helpers import ELASTIC, NODE_GROUP, dev_variant, under
 from conftest import requires_shared_prices, run_stack
-from config.config import ConfigError, from_stack_yaml
+from config.config import ConfigError
+from pricing import checks
+from pricing.sources import catalog
 
 G6E = ["g6e.48xlarge", "g6e.12xlarge", "g6e.2xlarge"]
 
@@ -74,11 +76,11 @@ def test_the_policy_may_resize_every_size_and_its_settings_name_them(sized):
 def test_a_one_size_pool_keeps_its_group_names_urns_and_inputs(recorded, stack):
     # An update from an earlier release must not replace running groups: a one-size pool's elastic groups keep the
     # Pulumi names (URNs), name prefixes and every instance type of the pool, in one group per capacity type.
-    from config.config import from_stack_yaml
+    from pricing import checks
     from conftest import stack_config
 
     rec = recorded(stack)
-    cfg = from_stack_yaml({"config": stack_config(stack)}, stack)
+    cfg = checks.from_stack_yaml({"config": stack_config(stack)}, stack, prices=catalog.current())
     for pool in cfg.pools:
         if pool.elastic is None:
             continue
@@ -96,7 +98,7 @@ def test_a_one_size_pool_keeps_its_group_names_urns_and_inputs(recorded, stack):
 def test_kueue_elastic_quota_is_every_sizes_gpus_in_one_flavor():
     from config import scheduling
 
-    cfg = from_stack_yaml({"config": _sized(max_nodes=3)}, "dev")
+    cfg = checks.from_stack_yaml({"config": _sized(max_nodes=3)}, "dev", prices=catalog.current())
     pool = cfg.pools[0]
     elastic = [f for f in scheduling.pool_flavors(cfg, pool) if f.kind != scheduling.FLOOR]
     assert len(elastic) == 1
@@ -114,7 +116,7 @@ def test_bad_size_mixes_name_the_field_before_any_resource(types, words):
     config = _sized(instance_types=types)
     config["gpuloan:pools"][0].pop("guaranteed")
     with pytest.raises(ConfigError) as err:
-        from_stack_yaml({"config": config}, "dev")
+        checks.from_stack_yaml({"config": config}, "dev", prices=catalog.current())
     problems = [(p, m) for p, m in err.value.problems if words in m]
     assert problems and problems[0][0].startswith("pools[0].elastic.instance_types"), err.value.problems
 
@@ -124,13 +126,13 @@ def test_the_previews_elastic_ceiling_counts_every_sizes_groups_at_their_max():
     from pricing.cost_model.costs import pool_cost
     from pricing.sources import catalog
 
-    cfg = from_stack_yaml({"config": _sized(max_nodes=3)}, "dev")
-    cost = pool_cost(cfg, cfg.pools[0])
+    cfg = checks.from_stack_yaml({"config": _sized(max_nodes=3)}, "dev", prices=catalog.current())
+    cost = pool_cost(catalog.current(), cfg, cfg.pools[0])
     spot = sum(catalog.price(t, "us-east-1").spot_or_ondemand_usd_per_hour for t in G6E)
     assert cost.elastic_max_gpus == 3 * (8 + 4 + 1)
     assert cost.elastic_max_monthly_usd == pytest.approx(3 * spot * 730, rel=1e-6)
-    one = from_stack_yaml({"config": _sized(max_nodes=3, instance_types=["g6e.2xlarge"])}, "dev")
-    assert pool_cost(one, one.pools[0]).elastic_max_gpus == 3 * 1
+    one = checks.from_stack_yaml({"config": _sized(max_nodes=3, instance_types=["g6e.2xlarge"])}, "dev", prices=catalog.current())
+    assert pool_cost(catalog.current(), one, one.pools[0]).elastic_max_gpus == 3 * 1
 
 
 # --- issue 35 item 4: names keyed to a size, never to list order ---------------------------------------------
@@ -184,6 +186,6 @@ def test_an_earlier_release_stack_whose_first_type_was_not_the_largest_keeps_its
 def test_plain_names_gpus_must_name_one_of_the_pools_sizes():
     config = _sized(plain_names_gpus=2)
     with pytest.raises(ConfigError) as err:
-        from_stack_yaml({"config": config}, "dev")
+        checks.from_stack_yaml({"config": config}, "dev", prices=catalog.current())
     assert "pools[0].elastic" in str(err.value)
     assert "plain_names_gpus: 2 GPUs per node is none of this pool's sizes (1, 4, 8)" in str(err.value)

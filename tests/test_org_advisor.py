@@ -17,6 +17,8 @@ from hypothesis import strategies as st
 from conftest import requires_shared_prices
 
 from gpuloan import cli
+from pricing import checks
+from pricing.sources import catalog
 from pricing.cost_model import billing
 from sim import commitment_choice, fluid, org_advisor, org_demand
 from sim.fluid import PoolPrices
@@ -403,9 +405,8 @@ def test_cli_refuses_what_the_organization_mode_cannot_do(tmp_path, capsys, extr
 def test_setup_config_sets_each_floor_and_turns_lending_off():
     from conftest import stack_config
 
-    from config import config
 
-    cfg = config.from_stack_yaml({"config": stack_config("prod")}, "test")
+    cfg = checks.from_stack_yaml({"config": stack_config("prod")}, "test", prices=catalog.current())
     lent = org_advisor.setup_config(cfg, {"training": 5, "inference": 0}, lend=True)
     assert lent.pool("training").guaranteed.nodes == 5
     assert lent.pool("training").guaranteed.payment == cfg.pool("training").guaranteed.payment
@@ -426,9 +427,8 @@ def test_the_simulated_run_plugs_in_through_simulate_environment(tmp_path):
     from conftest import stack_config
 
     from sim import traces as tr
-    from config import config
 
-    cfg = config.from_stack_yaml({"config": stack_config("prod")}, "test")
+    cfg = checks.from_stack_yaml({"config": stack_config("prod")}, "test", prices=catalog.current())
     series = {"training": tr.SeriesTrace("training", tuple(16 + 16 * ((m // 60) % 6 < 3) for m in range(4 * 1440))),
               "inference": tr.SeriesTrace("inference", tuple([2] * (4 * 1440)))}
     prices = {"training": PoolPrices(T, R, 8, OD, SPOT), "inference": PoolPrices("g6e.xlarge", R, 1, 2.0, 1.0)}

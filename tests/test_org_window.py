@@ -17,6 +17,8 @@ from sim.fluid import PoolPrices, Scenario
 from sim.policies import GpuLoan, Karpenter
 from sim.runner import percentile
 from sim.traces import Job, JobsTrace
+from pricing import checks
+from pricing.sources import catalog
 from config import config
 
 pytestmark = requires_shared_prices
@@ -39,7 +41,7 @@ def _cfg(prod_share_pct: float = 100.0) -> config.GpuLoanConfig:
          "elastic": {"instance_types": [ITYPE], "capacity": "spot", "max_nodes": 2}}]
     data["gpuloan:scheduling"] = {"kueue": {"production_spot_pools": []}}
     data["gpuloan:budget"]["monthly_usd"] = 1_000_000
-    return config.from_stack_yaml({"config": data}, "test")
+    return checks.from_stack_yaml({"config": data}, "test", prices=catalog.current())
 
 
 def _jobs(name: str, rows) -> JobsTrace:

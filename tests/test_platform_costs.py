@@ -183,13 +183,13 @@ def test_a_version_in_extended_support_adds_the_surcharge_row(tmp_path):
         config = stack_config("dev")
         config["gpuloan:cluster"]["kubernetes_version"] = "1.33"
         cfg = preview.validated_config(config, "dev")
-        rows = {r.item: r for r in platform_costs.platform_costs(cfg, [{"type": "aws:eks/cluster:Cluster"}], TODAY)}
+        rows = {r.item: r for r in platform_costs.platform_costs(catalog.current(), cfg, [{"type": "aws:eks/cluster:Cluster"}], TODAY)}
         assert rows["EKS control plane"].monthly_usd == 730.0
         assert rows["EKS extended support"].monthly_usd == 5.0 * 730
         assert "extended support since 2026-07-29" in rows["EKS extended support"].basis
         config["gpuloan:cluster"]["kubernetes_version"] = "1.35"
         cfg = preview.validated_config(config, "dev")
-        rows = {r.item: r for r in platform_costs.platform_costs(cfg, [{"type": "aws:eks/cluster:Cluster"}], TODAY)}
+        rows = {r.item: r for r in platform_costs.platform_costs(catalog.current(), cfg, [{"type": "aws:eks/cluster:Cluster"}], TODAY)}
         assert "EKS extended support" not in rows
         assert "standard support until 2027-03-27" in rows["EKS control plane"].basis
     finally:

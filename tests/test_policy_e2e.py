@@ -19,7 +19,9 @@ import pytest
 from aws_emulator import REGION, eks_asg_tags, emulator_env
 from conftest import requires_shared_prices, stack_config
 from fake_kube import FakeKube, gpu_pod
-from config import config, scheduling
+from config import scheduling
+from pricing import checks
+from pricing.sources import catalog
 from stacks.kubernetes.kueue import cluster_queue_manifest
 from stacks.policy_function.package import build_zip
 from stacks.policy_function.settings import settings_for
@@ -36,7 +38,7 @@ def _cfg():
     data["pools"].append({"name": "train", "team": "research", "tier": "experiment",
                           "elastic": {"instance_types": ["g6.xlarge"], "capacity": "spot_then_on_demand",
                                       "max_nodes": 3}})
-    return config.parse(data)
+    return checks.parse(data, prices=catalog.current())
 
 
 GROUPS = {"research": {"spot": "dev-research-spot", "guaranteed": "dev-research-guaranteed"},
@@ -44,7 +46,7 @@ GROUPS = {"research": {"spot": "dev-research-spot", "guaranteed": "dev-research-
 
 
 def _settings():
-    return settings_for(_cfg(), CLUSTER, GROUPS)
+    return settings_for(catalog.current(), _cfg(), CLUSTER, GROUPS)
 
 
 @pytest.fixture(scope="module")

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import base64
 from dataclasses import replace
+from pricing import checks
+from pricing.sources import catalog
 
 import pytest
 
@@ -251,9 +253,8 @@ def _prod_spec():
 
     from conftest import REPO
     from sim import pool as simpool
-    from config import config
 
-    cfg = config.from_stack_yaml(yaml.safe_load((REPO / "Pulumi.prod.yaml").read_text()), "prod")
+    cfg = checks.from_stack_yaml(yaml.safe_load((REPO / "Pulumi.prod.yaml").read_text()), "prod", prices=catalog.current())
     return replace(simpool.spec_from_config(cfg, "training"), floor_nodes=0)  # 8-GPU nodes
 
 

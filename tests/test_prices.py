@@ -27,7 +27,8 @@ from conftest import REPO, requires_prices, requires_shared_prices, stack_config
 from gpuloan import cmd_prices
 from pricing.sources import aws_prices
 from pricing.sources import catalog, pricebook
-from config.config import ConfigError, from_stack_yaml
+from config.config import ConfigError
+from pricing import checks
 from stacks.policy_function.function import BUILD_DIR
 from stacks.policy_function.package import SETTINGS_ENTRY, source_code_hash
 
@@ -150,8 +151,8 @@ def test_config_is_valid_without_any_price_and_costs_are_unknown(book_file, tmp_
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "empty-cache"))
     monkeypatch.setenv(pricebook.ENV_SNAPSHOT, "0")  # nor the snapshot shipped in the package
     catalog.use_price_file(None)
-    cfg = from_stack_yaml({"config": stack_config("dev")}, "dev")
-    cost = costs.stack_cost(cfg).to_json()
+    cfg = checks.from_stack_yaml({"config": stack_config("dev")}, "dev", prices=catalog.current())
+    cost = costs.stack_cost(catalog.current(), cfg).to_json()
     assert cost["guaranteed_monthly_usd"] is None and cost["elastic_max_monthly_usd"] is None
     assert cost["budget_headroom_monthly_usd"] is None and cost["has_price_source"] is False
     assert "prices: unknown (no price source)" in cost["price_source"] and "prices refresh" in cost["price_source"]
@@ -160,7 +161,7 @@ def test_config_is_valid_without_any_price_and_costs_are_unknown(book_file, tmp_
 def test_a_region_the_source_covers_but_without_the_type_fails_validation_with_its_path(book_file):
     catalog.use_price_file(book_file(prices={"g6.xlarge": {"ondemand_usd_per_hour": 1.0}}))
     with pytest.raises(ConfigError) as err:
-        from_stack_yaml({"config": stack_config("dev")}, "dev")
+        checks.from_stack_yaml({"config": stack_config("dev")}, "dev", prices=catalog.current())
     assert "pools[0].elastic.instance_types[1]" in str(err.value)
     assert "no price for g5.xlarge in us-east-1" in str(err.value)
 
@@ -170,7 +171,7 @@ def test_costs_come_from_the_price_file_and_name_it(book_file):
 
     path = book_file()
     catalog.use_price_file(path)
-    cost = costs.stack_cost(from_stack_yaml({"config": stack_config("dev")}, "dev")).to_json()
+    cost = costs.stack_cost(catalog.current(), checks.from_stack_yaml({"config": stack_config("dev")}, "dev", prices=catalog.current())).to_json()
     pool = cost["pools"][0]
     assert pool["guaranteed_monthly_usd"] == 730.0  # 1 x g6.xlarge at 1.0 $/h
     assert pool["elastic_max_monthly_usd"] == 4 * 2.0 * 730  # g5.xlarge has no spot price: its on-demand rate
@@ -224,9 +225,9 @@ def test_a_deployment_without_prices_stops_with_the_fix(book_file):
     from stacks.policy_function.settings import PriceUnknown, settings_for
 
     catalog.use_price_file(book_file(region="eu-west-1"))  # a source, but not for the stack's region
-    cfg = from_stack_yaml({"config": stack_config("dev")}, "dev")
+    cfg = checks.from_stack_yaml({"config": stack_config("dev")}, "dev", prices=catalog.current())
     with pytest.raises(PriceUnknown) as err:
-        settings_for(cfg, "c", {}, budget_names={})
+        settings_for(catalog.current(), cfg, "c", {}, budget_names={})
     assert "g6.xlarge in us-east-1" in str(err.value) and "prices refresh" in str(err.value)
 
 
@@ -483,7 +484,7 @@ def test_a_cached_type_whose_gpu_gpuloan_cannot_classify_is_refused_clearly(book
     cfg = stack_config("dev")
     cfg["gpuloan:pools"][0]["elastic"]["instance_types"] = ["g99.xlarge"]
     with pytest.raises(ConfigError) as err:
-        from_stack_yaml({"config": cfg}, "dev")
+        checks.from_stack_yaml({"config": cfg}, "dev", prices=catalog.current())
     assert "pools[0].elastic.instance_types" in str(err.value) and "no CUDA support rules" in str(err.value)
 
 
@@ -491,7 +492,7 @@ def test_a_cached_type_whose_gpu_gpuloan_cannot_classify_is_refused_clearly(book
 def test_the_simulator_reads_the_interruption_bucket_from_the_offline_file():
     from sim import pool as simpool
 
-    spec = simpool.spec_from_config(from_stack_yaml({"config": stack_config("prod")}, "prod"), "training")
+    spec = simpool.spec_from_config(checks.from_stack_yaml({"config": stack_config("prod")}, "prod", prices=catalog.current()), "training")
     assert spec.spot_interruption_bucket == catalog.price(spec.spot_type, "us-east-1").interruption_bucket
     assert spec.spot_interruption_bucket is not None
     assert spec.spot_interruptions_per_month == simpool.ADVISOR_BUCKET_PER_MONTH[spec.spot_interruption_bucket]

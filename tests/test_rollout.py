@@ -4,6 +4,8 @@ comment of `gpuloan cost-diff` that shows it (issue 12 item 4)."""
 from __future__ import annotations
 
 import copy
+from pricing import checks
+from pricing.sources import catalog
 
 import pytest
 
@@ -264,10 +266,9 @@ def test_rolling_an_active_capacity_block_floor_must_be_staged():
 def test_an_ended_capacity_block_is_asked_for_no_nodes():
     import datetime as dt
 
-    from config import config as config_mod
 
-    g = config_mod.from_stack_yaml({"config": _block_config(active=True, end="2027-01-15T11:30:00Z")},
-                                   "dev").pools[0].guaranteed
+    g = checks.from_stack_yaml({"config": _block_config(active=True, end="2027-01-15T11:30:00Z")},
+                                   "dev", prices=catalog.current()).pools[0].guaranteed
     end = dt.datetime(2027, 1, 15, 11, 30, tzinfo=dt.timezone.utc)
     assert g.floor_up(end - dt.timedelta(minutes=41))
     # From EKS's own scale-down, 40 minutes before the end, the program stops asking for the floor.

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import sys
 from dataclasses import replace
+from pricing import checks
+from pricing.sources import catalog
 
 import pytest
 
@@ -121,9 +123,8 @@ def test_a_one_size_pool_gives_the_results_it_gave_before_sizes(cluster):
     import yaml
 
     from sim import pool
-    from config import config
 
-    cfg = config.from_stack_yaml(yaml.safe_load((REPO / "Pulumi.prod.yaml").read_text()), "Pulumi.prod.yaml")
+    cfg = checks.from_stack_yaml(yaml.safe_load((REPO / "Pulumi.prod.yaml").read_text()), "Pulumi.prod.yaml", prices=catalog.current())
     trace = traces.read_trace(ITP / f"{cluster}.csv").window(1, 57)
     horizon = 57 * 1440
     spec = pool.auto_size(pool.spec_from_config(cfg, "training"), trace, horizon_minutes=horizon)

@@ -15,7 +15,8 @@ from sim import runner, traces
 from sim.engine import SPOT_SHORTAGE, SimSettings
 from sim.packing import new_nodes_needed
 from sim.policies import GpuLoan, all_policies, what_if_policies
-from config import config
+from pricing import checks
+from pricing.sources import catalog
 from conftest import REPO, SHARED_TRACES, requires_shared_prices, requires_shared_traces
 
 ITP = SHARED_TRACES / "itp"
@@ -95,12 +96,12 @@ def _strip(m: dict) -> dict:
 
 
 def _dev():
-    cfg = config.from_stack_yaml(yaml.safe_load((REPO / "Pulumi.dev.yaml").read_text()), "dev")
+    cfg = checks.from_stack_yaml(yaml.safe_load((REPO / "Pulumi.dev.yaml").read_text()), "dev", prices=catalog.current())
     return simpool.spec_from_config(cfg)
 
 
 def _prod_training():
-    cfg = config.from_stack_yaml(yaml.safe_load((REPO / "Pulumi.prod.yaml").read_text()), "prod")
+    cfg = checks.from_stack_yaml(yaml.safe_load((REPO / "Pulumi.prod.yaml").read_text()), "prod", prices=catalog.current())
     return simpool.spec_from_config(cfg, "training")
 
 

@@ -38,6 +38,9 @@ def _definitions(pattern: str) -> list[str]:
         (r"def percentile\(", "sim/runner.py"),
         (r"def production_share_pct\(", "sim/environment.py"),
         (r"class (Workload|Enforcement)\(", "policy/terms.py"),
+        # The floor-under-budget rule the config validation and the CrossGuard pack both apply, and the floors' bill.
+        (r"def floor_over_budget\(", "pricing/checks.py"),
+        (r"def floor_bill\(", "pricing/cost_model/floor_bill.py"),
     ],
 )
 def test_one_definition(pattern, home):

@@ -25,7 +25,7 @@ from gpuloan import cli, preview
 from config import tags
 from pricing.sources import catalog, pricebook
 from pricing.cost_model import spot_spread
-from config.config import from_stack_yaml
+from pricing import checks
 
 # --- the node groups: every type, every AZ ------------------------------------------------------------------
 
@@ -38,7 +38,7 @@ def _spot_groups(rec) -> dict[str, object]:
 @pytest.mark.parametrize("stack", STACKS)
 def test_every_spot_group_has_every_elastic_type_and_a_subnet_in_every_az(recorded, stack):
     rec = recorded(stack)
-    cfg = from_stack_yaml({"config": stack_config(stack)}, stack)
+    cfg = checks.from_stack_yaml({"config": stack_config(stack)}, stack, prices=catalog.current())
     azs = list(cfg.cluster.availability_zones)
     private = private_subnet_azs(rec)
     assert sorted(set(private.values())) == sorted(azs), "the network has one private subnet per cluster AZ"
@@ -67,9 +67,9 @@ def test_prod_training_spot_spans_all_three_azs_although_its_floor_is_pinned_to_
 
 
 def test_an_on_demand_only_pool_has_no_spot_spread():
-    cfg = from_stack_yaml({"config": dev_variant(elastic={"capacity": "on_demand"})}, "dev")
+    cfg = checks.from_stack_yaml({"config": dev_variant(elastic={"capacity": "on_demand"})}, "dev", prices=catalog.current())
     assert not spot_spread.launches_spot(cfg.pools[0])
-    assert spot_spread.pool_figures(cfg, cfg.pools[0]) == [] and spot_spread.advisories(cfg) == []
+    assert spot_spread.pool_figures(catalog.current(), cfg, cfg.pools[0]) == [] and spot_spread.advisories(catalog.current(), cfg) == []
     assert preview.spread_document(cfg) == {"pools": [], "advisories": []}
 
 
@@ -205,12 +205,12 @@ def test_validate_says_nothing_when_a_price_or_bucket_is_unknown(prod_price_file
 
 def test_figures_are_per_gpu_with_their_basis_and_unknowns_stay_unknown(prod_price_file):
     catalog.use_price_file(prod_price_file({"p4d.24xlarge": (8.0, "10-15%")}))
-    p4d, p5 = spot_spread.figures(["p4d.24xlarge", "p5.48xlarge"], "us-east-1")
+    p4d, p5 = spot_spread.figures(catalog.current(), ["p4d.24xlarge", "p5.48xlarge"], "us-east-1")
     assert (p4d.gpus, p4d.spot_usd_per_gpu_hour, p4d.ondemand_usd_per_gpu_hour) == (8, 1.0, 1.25)
     assert (p4d.interruption_bucket, p4d.spot_basis, p4d.source) == ("10-15%", "observed-median", "test")
     assert (p5.spot_usd_per_gpu_hour, p5.interruption_bucket, p5.spot_basis) == (None, None, "none")
     assert p5.ondemand_usd_per_gpu_hour == 1.25
-    [unpriced] = spot_spread.figures(["g6.xlarge"], "us-east-1")
+    [unpriced] = spot_spread.figures(catalog.current(), ["g6.xlarge"], "us-east-1")
     assert unpriced.spot_usd_per_gpu_hour is None and unpriced.ondemand_usd_per_gpu_hour is None
 
 
@@ -244,7 +244,7 @@ def test_preview_shows_a_spread_line_per_spot_pool_and_the_advisories_of_prod():
     catalog.use_price_file(SHARED_PRICES)
     try:
         config = yaml.safe_load((REPO / "Pulumi.prod.yaml").read_text())["config"]
-        cfg = from_stack_yaml({"config": config}, "prod")
+        cfg = checks.from_stack_yaml({"config": config}, "prod", prices=catalog.current())
         doc = preview.spread_document(cfg)
         assert [p["pool"] for p in doc["pools"]] == ["training", "inference", "research"]
         for p in doc["pools"]:
@@ -302,10 +302,10 @@ def _sized_config() -> dict:
 
 def test_a_multi_size_pool_is_advised_per_size_group_in_validate_and_preview(sized_price_file):
     catalog.use_price_file(sized_price_file)
-    cfg = from_stack_yaml({"config": _sized_config()}, "dev")
+    cfg = checks.from_stack_yaml({"config": _sized_config()}, "dev", prices=catalog.current())
     # only g6e.2xlarge (index 2), against g6e.xlarge of its own 1-GPU group; the 4- and 8-GPU types are dearer and
     # riskier per GPU than g6e.xlarge, but EC2 never chooses between sizes, so they get no advisory
-    [advisory] = spot_spread.advisories(cfg)
+    [advisory] = spot_spread.advisories(catalog.current(), cfg)
     assert advisory.path == "pools[0].elastic.instance_types[2]"
     assert "g6e.2xlarge spot costs $0.9000/GPU-h" in advisory.message and "g6e.xlarge $0.5000/GPU-h" in advisory.message
     assert "the pool's 1-GPU spot group" in advisory.message

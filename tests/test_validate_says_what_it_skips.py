@@ -10,7 +10,7 @@ from conftest import stack_config
 from gpuloan import cli, cmd_validate
 from pricing.cost_model import costs
 from pricing.sources import catalog, pricebook
-from config.config import from_stack_yaml
+from pricing import checks
 
 
 
@@ -46,9 +46,9 @@ def _prod_with_training_off_spot() -> dict:
 
 
 def test_a_production_pool_kept_off_spot_is_said_so_and_priced_at_on_demand(snapshot_only):
-    shipped = costs.stack_cost(from_stack_yaml({"config": stack_config("prod")}, "prod"))
-    cfg = from_stack_yaml({"config": _prod_with_training_off_spot()}, "prod")
-    off = costs.stack_cost(cfg)
+    shipped = costs.stack_cost(catalog.current(), checks.from_stack_yaml({"config": stack_config("prod")}, "prod", prices=catalog.current()))
+    cfg = checks.from_stack_yaml({"config": _prod_with_training_off_spot()}, "prod", prices=catalog.current())
+    off = costs.stack_cost(catalog.current(), cfg)
     before, after = shipped.pools[0], off.pools[0]
     assert (before.pool, before.elastic_price_model, after.elastic_price_model) == ("training", "spot", "on_demand")
     # the ceiling at on-demand: the same figure as the on-demand fallback's ceiling per node
@@ -58,4 +58,4 @@ def test_a_production_pool_kept_off_spot_is_said_so_and_priced_at_on_demand(snap
     notes = cmd_validate.off_spot_notes(cfg)
     assert notes == ["pools[0] (training): production work stays off spot (not in "
                      "scheduling.kueue.production_spot_pools): it runs on the on-demand group, priced at on-demand"]
-    assert cmd_validate.off_spot_notes(from_stack_yaml({"config": stack_config("prod")}, "prod")) == []
+    assert cmd_validate.off_spot_notes(checks.from_stack_yaml({"config": stack_config("prod")}, "prod", prices=catalog.current())) == []

@@ -6,6 +6,8 @@ from __future__ import annotations
 import dataclasses
 import json
 from datetime import datetime, timedelta, timezone
+from pricing import checks
+from pricing.sources import catalog
 
 import pytest
 
@@ -213,10 +215,9 @@ def test_warm_up_serves_a_daily_rhythm_without_the_boot_wait_and_the_fast_path_a
     from sim import runner
     from sim.engine import SimSettings
     from sim.policies import GpuLoan, pool_settings as sim_pool_settings
-    from config import config
     from conftest import REPO
 
-    cfg = config.from_stack_yaml(yaml.safe_load((REPO / "Pulumi.prod.yaml").read_text()), "prod")
+    cfg = checks.from_stack_yaml(yaml.safe_load((REPO / "Pulumi.prod.yaml").read_text()), "prod", prices=catalog.current())
     trace = _rhythm_trace(tmp_path)
     horizon = 14 * 1440
     spec = simpool.auto_size(simpool.spec_from_config(cfg, "training"), trace, horizon_minutes=horizon)

@@ -101,7 +101,7 @@ class Commitment:
     def hourly_fee_usd(self) -> float:
         """What the commitment bills every hour of its term, used or not."""
         if self.kind == RESERVED_INSTANCES:
-            return self.count * self.rates_usd_per_hour[self.instance_type]
+            return self.count * self.rates_usd_per_hour[self.instance_type or ""]  # an RI names its type
         return self.hourly_commitment_usd
 
     def covers(self, u: Usage) -> bool:
@@ -238,7 +238,7 @@ def _bill_hour(lines: Iterable[Usage], commitments: list[Commitment], out: Bill)
         out.commitment_fee_usd[c.name] += fee
         if c.kind == RESERVED_INSTANCES:
             capacity = float(c.count)  # instance-hours the RIs cover this hour
-            rate = c.rates_usd_per_hour[c.instance_type]
+            rate = c.rates_usd_per_hour[c.instance_type or ""]  # an RI names its type
             for i, u in enumerate(lines):
                 if capacity <= 0:
                     break

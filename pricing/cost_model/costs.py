@@ -9,11 +9,13 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from pricing.sources import catalog, floor_pricing
+from pricing.sources import floor_pricing
+from pricing.sources.catalog import Prices
 from config.node_sizes import node_sizes
 from config.scheduling import spot_allowed
-from config.config import (HOURS_PER_MONTH, ElasticCapacity, FloorBill, GpuLoanConfig, Pool, Reservation, billing_key,
-                           floor_bill, floor_rate)
+from config.config import ElasticCapacity, GpuLoanConfig, Pool, Reservation
+from pricing.cost_model.billing import HOURS_PER_MONTH
+from pricing.cost_model.floor_bill import FloorBill, billing_key, floor_bill, floor_rate
 
 
 @dataclass(frozen=True)
@@ -45,10 +47,10 @@ class PoolCost:
 
     @property
     def worst_case_monthly_usd(self) -> float | None:
-        parts = (self.guaranteed_monthly_usd, self.elastic_max_monthly_usd, self.fallback_max_monthly_usd)
-        if any(v is None for v in parts):
+        floor, elastic, fallback = self.guaranteed_monthly_usd, self.elastic_max_monthly_usd, self.fallback_max_monthly_usd
+        if floor is None or elastic is None or fallback is None:
             return None
-        return self.guaranteed_monthly_usd + max(self.elastic_max_monthly_usd, self.fallback_max_monthly_usd)
+        return floor + max(elastic, fallback)
 
     def to_json(self) -> dict:
         d = asdict(self)
@@ -65,7 +67,7 @@ class StackCost:
     price_source: str  # one line: where the prices come from and their date, or how to get prices
     unknown_prices: list[str]  # one line per instance type without a price (empty when every cost is known)
     has_price_source: bool  # False: no price file, no cache: every cost is unknown for the same one reason
-    # The commitments the floors were billed with (config.floor_bill): per commitment its monthly fee, the part
+    # The commitments the floors were billed with (pricing/cost_model/floor_bill.py): per commitment its monthly fee, the part
     # that covered floor hours and the part no floor used (billed all the same); None when a rate is unknown.
     commitments: tuple[dict, ...] = ()
     unused_commitment_monthly_usd: float | None = 0.0
@@ -114,16 +116,17 @@ def _monthly(usd_per_hour: float | None, nodes: int) -> float | None:
     return None if usd_per_hour is None else round(usd_per_hour * nodes * HOURS_PER_MONTH, 2)
 
 
-def pool_cost(cfg: GpuLoanConfig, pool: Pool, fixed_bill: FloorBill | None = None) -> PoolCost:
+def pool_cost(prices: Prices, cfg: GpuLoanConfig, pool: Pool, fixed_bill: FloorBill | None = None) -> PoolCost:
     """The pool's figures; its floor as billed with the environment's commitments (`fixed_bill`, computed here
     when not given: stack_cost bills the environment once for all pools)."""
     g, e = pool.guaranteed, pool.elastic
-    g_rate, g_note, g_model, g_source = 0.0, "", None, ""
-    fixed_bill = fixed_bill if fixed_bill is not None else floor_bill(cfg)
+    g_rate: float | None = 0.0
+    g_note, g_model, g_source = "", None, ""
+    fixed_bill = fixed_bill if fixed_bill is not None else floor_bill(prices, cfg)
     i = next(i for i, p in enumerate(cfg.pools) if p is pool)
     fixed = 0.0 if g is None else fixed_bill.pool_usd(billing_key(cfg, i))
     if g is not None:
-        rate = floor_rate(cfg, pool)
+        rate = floor_rate(prices, cfg, pool)
         g_model, g_source = g.price_model, (rate.source if rate else "")
         # Per node and hour as billed: the floor's own rate, or less where a commitment covers its hours.
         g_rate = None if fixed is None else round(fixed / (g.nodes * HOURS_PER_MONTH), 6)
@@ -134,22 +137,25 @@ def pool_cost(cfg: GpuLoanConfig, pool: Pool, fixed_bill: FloorBill | None = Non
             g_note += ("; the organization's commitments " + ", ".join(covering) + " discount its instance-hours, "
                        "those in a capacity reservation too (covered hours at their rates; a commitment's unused part "
                        "is on its own row)")
-    spot_rate = fallback_rate = 0.0
+    spot_rate: float | None = 0.0
+    fallback_rate: float | None = 0.0
     e_note = ""
     spot_nodes = fallback_nodes = 0
     if e is not None:
-        prices = [catalog.price(t, cfg.region) for t in e.instance_types]
-    if e is not None and None in prices:
+        type_prices = [prices.price(t, cfg.region) for t in e.instance_types]
+    if e is not None and None in type_prices:
         # The pool's ceiling is its priciest type: one unknown type makes the whole ceiling unknown.
         spot_rate = fallback_rate = None
         spot_nodes = e.max_nodes
         if e.capacity == ElasticCapacity.spot_then_on_demand:
             fallback_nodes = e.on_demand_max_nodes or e.max_nodes
-        e_note = "price unknown for " + ", ".join(t for t, p in zip(e.instance_types, prices) if p is None)
+        e_note = "price unknown for " + ", ".join(t for t, p in zip(e.instance_types, type_prices) if p is None)
     elif e is not None:
+        priced = [p for p in type_prices if p is not None]  # all of them: none is unknown here
         # Several node sizes (config/node_sizes.py): each size's groups reach max_nodes, so the ceiling is per node
         # of every size together, the priciest type of each size. One size: its priciest type, as before.
-        sizes = [[prices[e.instance_types.index(t)] for t in z.instance_types] for z in node_sizes(e.instance_types)]
+        sizes = [[priced[e.instance_types.index(t)] for t in z.instance_types]
+                 for z in node_sizes(e.instance_types, facts=cfg.instance_facts)]
         if e.capacity == ElasticCapacity.on_demand:
             spot_rate = sum(max(p.ondemand_usd_per_hour for p in z) for z in sizes)
             e_note = "on-demand elastic group; priciest type"
@@ -161,7 +167,7 @@ def pool_cost(cfg: GpuLoanConfig, pool: Pool, fixed_bill: FloorBill | None = Non
                       " its elastic nodes are on-demand; priciest type")
         else:
             spot_rate = sum(max(p.spot_or_ondemand_usd_per_hour for p in z) for z in sizes)
-            bases = {p.spot_basis for p in prices}
+            bases = {p.spot_basis for p in priced}
             e_note = "spot, priciest type" + (
                 "; some types have no spot price in the data, shown at on-demand" if "none" in bases else ""
             ) + ("; spot partly from the Spot Advisor estimate" if "advisor-estimate" in bases else "")
@@ -171,8 +177,8 @@ def pool_cost(cfg: GpuLoanConfig, pool: Pool, fixed_bill: FloorBill | None = Non
             fallback_rate = sum(max(p.ondemand_usd_per_hour for p in z) for z in sizes)
         if len(sizes) > 1:
             e_note += f"; {len(sizes)} node sizes, each its own groups up to max_nodes: rates per node of every size"
-    gpus_per_node = catalog.lookup(g.instance_type).gpus if g else 0
-    e_gpus_per_node = sum(z.gpus_per_node for z in node_sizes(e.instance_types)) if e else 0
+    gpus_per_node = cfg.gpu_type(g.instance_type).gpus if g else 0
+    e_gpus_per_node = sum(z.gpus_per_node for z in node_sizes(e.instance_types, facts=cfg.instance_facts)) if e else 0
     return PoolCost(
         pool=pool.name,
         team=pool.team,
@@ -204,20 +210,20 @@ def pool_cost(cfg: GpuLoanConfig, pool: Pool, fixed_bill: FloorBill | None = Non
     )
 
 
-def unknown_prices(cfg: GpuLoanConfig) -> list[str]:
+def unknown_prices(prices: Prices, cfg: GpuLoanConfig) -> list[str]:
     """One line per instance type of the stack that the price source cannot price, saying why and the fix."""
     types = []
     for p in cfg.pools:
         pool_types = [p.guaranteed.instance_type] if p.guaranteed else []
         pool_types += list(p.elastic.instance_types) if p.elastic else []
         for t in pool_types:
-            if t not in types and catalog.price(t, cfg.region) is None:
+            if t not in types and prices.price(t, cfg.region) is None:
                 types.append(t)
-    return [f"{t}: {catalog.missing_price_reason(t, cfg.region)}" for t in types]
+    return [f"{t}: {prices.missing_price_reason(t, cfg.region)}" for t in types]
 
 
-def stack_cost(cfg: GpuLoanConfig) -> StackCost:
-    fixed_bill = floor_bill(cfg)  # one bill for the environment: a commitment covers several pools
+def stack_cost(prices: Prices, cfg: GpuLoanConfig) -> StackCost:
+    fixed_bill = floor_bill(prices, cfg)  # one bill for the environment: a commitment covers several pools
     unused = fixed_bill.unused_commitment_usd
     if unused is None and not cfg.commitments:
         # nothing committed for the environment (a per-pool shorthand covers exactly its floor): nothing unused,
@@ -225,11 +231,11 @@ def stack_cost(cfg: GpuLoanConfig) -> StackCost:
         unused = 0.0
     return StackCost(
         region=cfg.region,
-        pools=[pool_cost(cfg, p, fixed_bill) for p in cfg.pools],
+        pools=[pool_cost(prices, cfg, p, fixed_bill) for p in cfg.pools],
         budget_monthly_usd=cfg.budget.monthly_usd,
-        price_source=catalog.price_source(cfg.region),
-        unknown_prices=unknown_prices(cfg) + [line for line in fixed_bill.unknown if line.startswith("commitments[")],
-        has_price_source=catalog.book().origin is not None,
+        price_source=prices.price_source(cfg.region),
+        unknown_prices=unknown_prices(prices, cfg) + [line for line in fixed_bill.unknown if line.startswith("commitments[")],
+        has_price_source=prices.origin is not None,
         commitments=fixed_bill.commitments,
         unused_commitment_monthly_usd=None if unused is None else round(unused, 2),
     )

@@ -28,7 +28,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
-from pricing.sources import catalog
+from pricing.sources.catalog import Prices
 
 if TYPE_CHECKING:  # the config model needs pydantic; the figures and the rule do not
     from config.config import GpuLoanConfig, Pool
@@ -94,11 +94,11 @@ def bucket_rank(bucket: str | None) -> int | None:
     return ADVISOR_BUCKETS.index(bucket) if bucket in ADVISOR_BUCKETS else None
 
 
-def figures(instance_types: list[str], region: str) -> list[SpotFigures]:
+def figures(prices: Prices, instance_types: list[str], region: str) -> list[SpotFigures]:
     """The figures of each type, in the order given, from the price source in force (pricing/sources/catalog.py)."""
     rows = []
     for t in instance_types:
-        facts, price = catalog.lookup(t), catalog.price(t, region)
+        facts, price = prices.lookup(t), prices.price(t, region)
         gpus = facts.gpus if facts is not None and facts.gpus > 0 else None
         per_gpu = (lambda usd: None if usd is None or gpus is None else usd / gpus)  # noqa: E731
         rows.append(SpotFigures(
@@ -146,13 +146,16 @@ def dominated(rows: list[SpotFigures]) -> list[Dominated]:
     multi = is_multi_size(rows)
     out = []
     for _, group in by_size(rows):
-        known = [(i, r) for i, r in group
-                 if r.spot_usd_per_gpu_hour is not None and bucket_rank(r.interruption_bucket) is not None]
-        for i, r in known:
-            better = [b for _, b in known if b.spot_usd_per_gpu_hour < r.spot_usd_per_gpu_hour
-                      and bucket_rank(b.interruption_bucket) < bucket_rank(r.interruption_bucket)]
+        # (index, row, spot per GPU-hour, bucket rank) of the rows with both figures
+        known: list[tuple[int, SpotFigures, float, int]] = []
+        for i, r in group:
+            rank = bucket_rank(r.interruption_bucket)
+            if r.spot_usd_per_gpu_hour is not None and rank is not None:
+                known.append((i, r, r.spot_usd_per_gpu_hour, rank))
+        for i, r, usd, rank in known:
+            better = [(b_usd, b_rank, b) for _, b, b_usd, b_rank in known if b_usd < usd and b_rank < rank]
             if better:
-                best = min(better, key=lambda b: (b.spot_usd_per_gpu_hour, bucket_rank(b.interruption_bucket)))
+                best = min(better, key=lambda found: (found[0], found[1]))[2]
                 out.append(Dominated(i, r, best, multi))
     return sorted(out, key=lambda d: d.index)
 
@@ -161,16 +164,18 @@ def launches_spot(pool: "Pool") -> bool:
     return pool.elastic is not None and str(pool.elastic.capacity) in SPOT_CAPACITIES
 
 
-def pool_figures(cfg: "GpuLoanConfig", pool: "Pool") -> list[SpotFigures]:
+def pool_figures(prices: Prices, cfg: "GpuLoanConfig", pool: "Pool") -> list[SpotFigures]:
     """The spot figures of one pool, in its config order (the node group's own list is sorted: order-free)."""
-    return figures(list(pool.elastic.instance_types), cfg.region) if launches_spot(pool) else []
+    if pool.elastic is None or not launches_spot(pool):
+        return []
+    return figures(prices, list(pool.elastic.instance_types), cfg.region)
 
 
-def advisories(cfg: "GpuLoanConfig") -> list[Advisory]:
+def advisories(prices: Prices, cfg: "GpuLoanConfig") -> list[Advisory]:
     """Every dominated spot type of the stack, named by its config path."""
     out = []
     for i, pool in enumerate(cfg.pools):
-        for d in dominated(pool_figures(cfg, pool)):
+        for d in dominated(pool_figures(prices, cfg, pool)):
             out.append(Advisory(f"pools[{i}].elastic.instance_types[{d.index}]", d.reason()))
     return out
 

@@ -7,7 +7,7 @@
 - Savings Plans: `savingsplans` DescribeSavingsPlansOfferingRates;
 - Capacity Blocks: EC2 DescribeCapacityBlockOfferings (the offers open now, as an effective hourly rate);
 - whether a type exists in the region (DescribeInstanceTypeOfferings) and its GPU facts (DescribeInstanceTypes),
-  for families newer than pricing/sources/instance_types.py.
+  for families newer than config/instance_types.py.
 
 `refresh()` turns their answers into a pricing.sources.pricebook.PriceBook that `gpuloan prices refresh` caches. Each
 failure has its own message: a throttled call, an empty Price List answer, a SKU without a price, a region
@@ -22,7 +22,7 @@ import json
 import statistics
 from dataclasses import dataclass, field
 
-from pricing.sources.instance_types import InstanceType
+from config.instance_types import InstanceType
 from pricing.sources.pricebook import EC2_PLATFORM_PREFIX, CommitmentRate, PlatformRate, Price, PriceBook, RegionPrices
 
 PRICE_LIST_SOURCE = "AWS Price List Query API (pricing:GetProducts)"
@@ -230,7 +230,10 @@ class PlatformPriceReader:
         if usd is None:
             raise NoPrice(f"the Price List SKU {sku} for {what} has no on-demand USD price per {unit} (missing price)")
         as_of = (terms[0].get("effectiveDate", "") if terms else "")[:10]
-        return PlatformRate(usd, platform_unit(key), f"{PRICE_LIST_SOURCE}: {service} {sku} ({suffix})", as_of)
+        unit_of_key = platform_unit(key)
+        if unit_of_key is None:  # never: PLATFORM_QUERIES lists platform rates gpuloan knows
+            raise NoPrice(f"{key} is no platform rate gpuloan knows")
+        return PlatformRate(usd, unit_of_key, f"{PRICE_LIST_SOURCE}: {service} {sku} ({suffix})", as_of)
 
     def instance_rate(self, instance_type: str, region: str) -> PlatformRate:
         """A non-GPU instance's on-demand hourly rate (the system nodes), keyed ec2:<type> in the price book."""

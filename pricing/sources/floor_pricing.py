@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pricing.sources import catalog
+from pricing.sources.catalog import Prices
 
 ON_DEMAND = "on_demand"
 RESERVED_1YR = "reserved_1yr"
@@ -72,20 +72,20 @@ class FloorRate:
         return BILLING[self.payment]
 
 
-def floor_rate(instance_type: str, region: str, payment: str, user_usd_per_hour: float | None = None,
+def floor_rate(prices: Prices, instance_type: str, region: str, payment: str, user_usd_per_hour: float | None = None,
                user_source: str | None = None) -> FloorRate | None:
     """The rate of one floor node, or None when neither the user nor the price book has one."""
     if payment not in PAYMENTS:
         raise ValueError(f"unknown floor payment '{payment}' (one of {', '.join(PAYMENTS)})")
     if user_usd_per_hour is not None:
         return FloorRate(payment, float(user_usd_per_hour), "user", f"your rate: {user_source}", "")
-    ondemand = catalog.price(instance_type, region)
+    ondemand = prices.price(instance_type, region)
     if payment == ON_DEMAND:
         if ondemand is None:
             return None
         return FloorRate(payment, ondemand.ondemand_usd_per_hour, "on-demand",
-                         f"on-demand: {ondemand.source or catalog.book().origin}", ondemand.as_of)
-    rates = catalog.commitments(instance_type, region)
+                         f"on-demand: {ondemand.source or prices.origin}", ondemand.as_of)
+    rates = prices.commitments(instance_type, region)
     for offer in OFFERS[payment]:
         found = [c for c in rates if c.offer == offer]
         if not found:
@@ -107,14 +107,14 @@ def floor_rate(instance_type: str, region: str, payment: str, user_usd_per_hour:
     return None
 
 
-def missing_rate_reason(instance_type: str, region: str, payment: str) -> str:
+def missing_rate_reason(prices: Prices, instance_type: str, region: str, payment: str) -> str:
     """Why `floor_rate` is None for this floor (no user rate given), with the fix."""
     fix = ("give your own rate: guaranteed.rate: {usd_per_hour: N, source: 'where you read it'} "
            "(gpuloan never guesses a committed price; docs/floor.md)")
-    if payment == ON_DEMAND or catalog.price(instance_type, region) is None:
-        return f"{catalog.missing_price_reason(instance_type, region)}; or {fix}"
+    if payment == ON_DEMAND or prices.price(instance_type, region) is None:
+        return f"{prices.missing_price_reason(instance_type, region)}; or {fix}"
     offers = " or ".join(OFFERS[payment])
-    return f"the price book ({catalog.book().origin}) has no {offers} rate for {instance_type} in {region}; {fix}"
+    return f"the price book ({prices.origin}) has no {offers} rate for {instance_type} in {region}; {fix}"
 
 
 # --- the organization's commitments (config `commitments`, docs/floor.md "Capacity and commitment") -------------
@@ -133,7 +133,7 @@ def commitment_offer(kind: str, term_years: int, payment_option: str) -> str:
     return f"{COMMITMENT_OFFER_PREFIX[kind]}_{term_years}yr_{payment_option}"
 
 
-def commitment_rate(kind: str, term_years: int, payment_option: str, instance_type: str,
+def commitment_rate(prices: Prices, kind: str, term_years: int, payment_option: str, instance_type: str,
                     region: str) -> FloorRate | None:
     """What one instance-hour of `instance_type` costs under a commitment of this kind, term and payment option,
     from the price book; None when the book has no such rate (the user must give one: nothing here guesses).
@@ -141,13 +141,13 @@ def commitment_rate(kind: str, term_years: int, payment_option: str, instance_ty
     A Reserved Instance row published beside an on-demand rate of the same day (the 2022 table) is used as a ratio
     to today's on-demand rate, never as its absolute figure (COMMITMENTS.md)."""
     offer = commitment_offer(kind, term_years, payment_option)
-    found = [c for c in catalog.commitments(instance_type, region) if c.offer == offer]
+    found = [c for c in prices.commitments(instance_type, region) if c.offer == offer]
     if not found:
         return None
     c = max(found, key=lambda c: (c.as_of, -c.usd_per_hour))
     payment = f"{kind}_{term_years}yr_{payment_option}"
     if c.reference_ondemand_usd_per_hour:
-        ondemand = catalog.price(instance_type, region)
+        ondemand = prices.price(instance_type, region)
         if ondemand is None:
             return None
         ratio = c.usd_per_hour / c.reference_ondemand_usd_per_hour

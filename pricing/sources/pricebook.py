@@ -42,7 +42,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from pricing.sources.instance_types import InstanceType
+from config.instance_types import InstanceType
 
 FORMAT = "gpuloan-prices/1"
 ENV_PRICE_FILE = "GPULOAN_PRICE_FILE"
@@ -388,6 +388,8 @@ def read_public_csv(path: Path) -> PriceBook:
     for (t, region), found in sorted(pairs.items()):
         snapshot, current = found.get("snapshot"), found.get("current")
         base = current or snapshot
+        if base is None:  # never: each pair was made from a row of one kind or the other
+            continue
         ondemand = _float(base["ondemand_usd_per_hour"])
         if ondemand is None:
             continue
@@ -463,13 +465,13 @@ def load(path: Path) -> PriceBook:
     return book
 
 
-def cache_dir(environ: dict[str, str] | None = None) -> Path:
+def cache_dir(environ: Mapping[str, str] | None = None) -> Path:
     env = os.environ if environ is None else environ
     base = env.get("XDG_CACHE_HOME") or str(Path(env.get("HOME") or Path.home()) / ".cache")
     return Path(base) / "gpuloan"
 
 
-def cache_path(region: str, environ: dict[str, str] | None = None) -> Path:
+def cache_path(region: str, environ: Mapping[str, str] | None = None) -> Path:
     return cache_dir(environ) / f"prices-{region}.json"
 
 
@@ -487,7 +489,7 @@ def write_cache(book: PriceBook, environ: dict[str, str] | None = None) -> list[
     return written
 
 
-def load_cache(environ: dict[str, str] | None = None) -> PriceBook | None:
+def load_cache(environ: Mapping[str, str] | None = None) -> PriceBook | None:
     folder = cache_dir(environ)
     files = sorted(folder.glob("prices-*.json")) if folder.is_dir() else []
     if not files:

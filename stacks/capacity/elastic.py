@@ -59,7 +59,7 @@ class ElasticCapacity(pulumi.ComponentResource):
         self.on_demand_group = None
         self.group_names = {}
         self.size_groups: dict[str, aws.eks.NodeGroup] = {}  # every size's groups by kind key (node_sizes.py)
-        for size in pool_sizes(e):
+        for size in pool_sizes(e, self._cfg.instance_facts):
             sfx = size_suffix(size)
             if e.capacity in (CapacityMode.spot, CapacityMode.spot_then_on_demand):
                 key = kind_key("spot", size)
@@ -97,7 +97,7 @@ class ElasticCapacity(pulumi.ComponentResource):
             version=cluster.kubernetes_version,  # the control plane's: a version change rolls the group
             node_role_arn=cluster.node_role_arn,
             subnet_ids=cluster.subnet_ids_in(None).apply(sorted),  # a set to EKS: order-free
-            ami_type=gpu_ami_type(types),
+            ami_type=gpu_ami_type(types, self._cfg.instance_facts),
             capacity_type=capacity_type,
             # Sorted for SPOT (order-free), config order for ON_DEMAND (its preference): stacks/capacity/node_groups.py.
             instance_types=instance_types_for(capacity_type, types),

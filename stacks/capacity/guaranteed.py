@@ -19,7 +19,7 @@ import pulumi_aws as aws
 
 from config import tags, versions
 from stacks.capacity import launch_templates
-from pricing.sources import catalog
+from config.instance_types import InstanceFacts, lookup
 from config.names import GROUP_GUARANTEED, node_group_name_prefix
 from stacks.capacity.node_groups import GPU_TAINT, gpu_update_config, instance_tags
 from config.config import GpuLoanConfig, Guaranteed, Pool, Reservation, policy_keeps_block
@@ -27,8 +27,9 @@ from config.config import GpuLoanConfig, Guaranteed, Pool, Reservation, policy_k
 TIER = "guaranteed"
 
 
-def gpu_ami_type(instance_types: list[str]) -> str:
-    arm = {catalog.lookup(t).cpu_architecture == "arm64" for t in instance_types}
+def gpu_ami_type(instance_types: list[str], facts: InstanceFacts | None = None) -> str:
+    """`facts`: a validated config's instance facts read from EC2 (types newer than the table)."""
+    arm = {lookup(t, facts).cpu_architecture == "arm64" for t in instance_types}
     return versions.GPU_AMI_TYPE_ARM if arm == {True} else versions.GPU_AMI_TYPE
 
 
@@ -114,7 +115,7 @@ class GuaranteedCapacity(pulumi.ComponentResource):
             node_role_arn=cluster.node_role_arn,
             # A reservation lives in one AZ; subnets elsewhere would launch instances outside it.
             subnet_ids=cluster.subnet_ids_in(g.availability_zone).apply(sorted),  # a set to EKS: order-free
-            ami_type=gpu_ami_type([g.instance_type]),
+            ami_type=gpu_ami_type([g.instance_type], cfg.instance_facts),
             capacity_type="CAPACITY_BLOCK" if is_block else "ON_DEMAND",
             scaling_config=aws.eks.NodeGroupScalingConfigArgs(min_size=low, desired_size=desired, max_size=high),
             # MINIMAL: a reservation sized to the floor has no room for surge nodes (stacks/capacity/pools.py).

@@ -44,7 +44,7 @@ def read_live_desired(cfg: GpuLoanConfig, cluster_name: str, provider: pulumi.Pr
     prefixes = {(pool.name, key + size_suffix(size)): node_group_name_prefix(cfg.environment, pool.name,
                                                                              kind + size_suffix(size))
                 for pool in cfg.pools if pool.elastic is not None
-                for size in pool_sizes(pool.elastic) for key, kind in KINDS.items()}
+                for size in pool_sizes(pool.elastic, cfg.instance_facts) for key, kind in KINDS.items()}
     if not prefixes:
         return {}
     opts = pulumi.InvokeOptions(provider=provider)

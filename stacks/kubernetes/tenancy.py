@@ -14,7 +14,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from config import scheduling, tags, versions
-from pricing.sources import catalog
+from config.instance_types import InstanceFacts, lookup
 from config.node_sizes import node_sizes
 from config.config import GpuLoanConfig, Pool, Tier, policy_keeps_block
 
@@ -82,14 +82,14 @@ def priority_class_name(tier: Tier | str) -> str:
     return f"gpuloan-{Tier(tier).value}"
 
 
-def pool_gpus(pool: Pool) -> int:
+def pool_gpus(pool: Pool, facts: InstanceFacts | None = None) -> int:
     """Guaranteed nodes + elastic max nodes, times GPUs per node; every node size's elastic groups together
     (config/node_sizes.py: each size's groups have max_nodes)."""
     gpus = 0
     if pool.guaranteed is not None:
-        gpus += pool.guaranteed.nodes * catalog.lookup(pool.guaranteed.instance_type).gpus
+        gpus += pool.guaranteed.nodes * lookup(pool.guaranteed.instance_type, facts).gpus
     if pool.elastic is not None:
-        gpus += sum(pool.elastic.max_nodes * size.gpus_per_node for size in node_sizes(pool.elastic.instance_types))
+        gpus += sum(pool.elastic.max_nodes * size.gpus_per_node for size in node_sizes(pool.elastic.instance_types, facts=facts))
     return gpus
 
 
@@ -102,7 +102,7 @@ def team_gpu_quota(cfg: GpuLoanConfig, team: str) -> int:
     """
     if cfg.scheduling.kueue.enabled:
         return scheduling.team_gpu_ceiling(cfg, team)
-    physical = sum(pool_gpus(p) for p in cfg.pools if p.team == team)
+    physical = sum(pool_gpus(p, cfg.instance_facts) for p in cfg.pools if p.team == team)
     return physical * (cfg.gpu_operator.time_slicing_replicas or 1)
 
 

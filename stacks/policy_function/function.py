@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pulumi
@@ -30,6 +30,7 @@ from config.config import ElasticCapacity as CapacityMode
 from config.config import GpuLoanConfig, Reservation
 from stacks.policy_function.package import HANDLER, build_zip, source_code_hash
 from stacks.policy_function.settings import GroupNames, settings_for, unknown_prices_allowed
+from pricing.sources.catalog import Prices
 
 BUILD_DIR = Path(__file__).resolve().parents[2] / "build"
 TIMEOUT_SECONDS = 50  # below the 1-minute schedule, so ticks do not overlap
@@ -70,7 +71,7 @@ def group_patterns(cfg: GpuLoanConfig) -> dict[str, GroupNames]:
                             if spot else None,
                             node_group_name_pattern(cfg.environment, pool.name, GROUP_ON_DEMAND + size_suffix(size))
                             if od else None)
-                           for size in pool_sizes(e) if not size.first)
+                           for size in pool_sizes(e, cfg.instance_facts) if not size.first)
         out[pool.name] = GroupNames(spot, od, floor, others)
     return out
 
@@ -187,6 +188,8 @@ class PolicyFunctionArgs:
     depends_on: list | None = None  # the node groups, so the function never runs before its groups exist
     # pool -> {"spot" | "on_demand" | "guaranteed": the group's generated name}, from the capacity components.
     group_names: dict[str, dict[str, pulumi.Input[str]]] | None = None
+    # The prices the settings carry (the budget cap's rates): the program entry's, with the config's own.
+    prices: Prices = field(kw_only=True)
 
 
 class PolicyFunction(pulumi.ComponentResource):
@@ -259,7 +262,7 @@ class PolicyFunction(pulumi.ComponentResource):
         preview_only = pulumi.runtime.is_dry_run() or unknown_prices_allowed()
 
         def package(v) -> tuple[str, str]:
-            settings_json = settings_for(cfg, v[0], v[1], budget_names, allow_unknown_prices=preview_only).to_json()
+            settings_json = settings_for(args.prices, cfg, v[0], v[1], budget_names, allow_unknown_prices=preview_only).to_json()
             data = build_zip(settings_json=settings_json)
             return str(write_package(env, data)), source_code_hash(data)
 

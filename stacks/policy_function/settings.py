@@ -16,10 +16,12 @@ from typing import Any
 from types import SimpleNamespace
 
 from pricing.sources import catalog
+from pricing.sources.catalog import Prices
 from config import scheduling, versions
-from config.config import (HOURS_PER_MONTH, ElasticCapacity, FloorBill, GpuLoanConfig, Pool, Reservation, billing_key,
-                           floor_bill)
-from config.config import floor_rate as config_floor_rate
+from config.config import ElasticCapacity, GpuLoanConfig, Pool, Reservation
+from pricing.cost_model.billing import HOURS_PER_MONTH
+from pricing.cost_model.floor_bill import FloorBill, billing_key, floor_bill
+from pricing.cost_model.floor_bill import floor_rate as config_floor_rate
 from pricing.sources.floor_pricing import missing_rate_reason
 
 from policy.model import NodeSize, PoolSettings, Settings
@@ -77,25 +79,25 @@ def unknown_prices_allowed() -> bool:
     return _offline_preview
 
 
-def missing_prices(cfg: GpuLoanConfig) -> list[str]:
+def missing_prices(prices: Prices, cfg: GpuLoanConfig) -> list[str]:
     """One line per instance type the policy would need a price for and the price source lacks."""
     types = []
     for pool in cfg.pools:
         names = ([pool.guaranteed.instance_type] if pool.guaranteed else [])
         names += list(pool.elastic.instance_types) if pool.elastic else []
-        types += [t for t in names if t not in types and catalog.price(t, cfg.region) is None]
-    return [f"{t}: {catalog.missing_price_reason(t, cfg.region)}" for t in types]
+        types += [t for t in names if t not in types and prices.price(t, cfg.region) is None]
+    return [f"{t}: {prices.missing_price_reason(t, cfg.region)}" for t in types]
 
 
-def _price(cfg: GpuLoanConfig, t: str, allow_unknown: bool) -> catalog.Price | None:
-    p = catalog.price(t, cfg.region)
+def _price(prices: Prices, cfg: GpuLoanConfig, t: str, allow_unknown: bool) -> catalog.Price | None:
+    p = prices.price(t, cfg.region)
     if p is None and not allow_unknown:
         raise PriceUnknown(f"the policy function needs the price of {t} in {cfg.region} for its budget cap: "
-                           f"{catalog.missing_price_reason(t, cfg.region)}")
+                           f"{prices.missing_price_reason(t, cfg.region)}")
     return p
 
 
-def _prices(cfg: GpuLoanConfig, types: list[str], allow_unknown: bool = False
+def _prices(prices: Prices, cfg: GpuLoanConfig, types: list[str], allow_unknown: bool = False
             ) -> tuple[float | None, float | None, tuple[tuple[str, float, float], ...]]:
     """(spot, on-demand) price of the node a group of these types launches, and (type, spot, on-demand) for each
     type. An on-demand group launches its types in the listed order (EKS's "prioritized" allocation,
@@ -104,7 +106,7 @@ def _prices(cfg: GpuLoanConfig, types: list[str], allow_unknown: bool = False
     another type is priced at its own type once it runs (policy/engine.py group_usd_per_hour)."""
     rows = []
     for t in types:
-        p = _price(cfg, t, allow_unknown)
+        p = _price(prices, cfg, t, allow_unknown)
         if p is None:
             return None, None, ()  # one unknown type makes the group's rate unknown: no cap on a guess
         rows.append((t, p.spot_or_ondemand_usd_per_hour, p.ondemand_usd_per_hour))
@@ -122,29 +124,29 @@ def _type_rows(spot_group: str | None, od_group: str | None, rows) -> tuple[tupl
     return tuple(out)
 
 
-def pool_settings(cfg: GpuLoanConfig, pool: Pool, names: GroupNames, budget_name: str | None = None,
+def pool_settings(prices: Prices, cfg: GpuLoanConfig, pool: Pool, names: GroupNames, budget_name: str | None = None,
                   allow_unknown_prices: bool = False, fixed_bill: FloorBill | None = None) -> PoolSettings:
     e, g = pool.elastic, pool.guaranteed
     loan = loan_settings(cfg, pool)  # before `cfg` may stand for this pool alone below
-    floor_gpus = catalog.lookup(g.instance_type).gpus if g else 0
+    floor_gpus = prices.lookup(g.instance_type).gpus if g else 0
     floor_rate = 0.0
     if g is not None:
-        # The floor as billed with the environment's commitments (config.floor_bill, the same month preview and
+        # The floor as billed with the environment's commitments (pricing/cost_model/floor_bill.py, the same month preview and
         # the budget rule price): the fixed part of the budget projection. A user rate needs no price book.
         if fixed_bill is None and not hasattr(cfg, "pools"):
             # One pool priced alone (the simulator passes its region only and sets the floor's rate itself):
             # the pool's own floor and its per-pool shorthand, no environment commitments.
             cfg = SimpleNamespace(region=cfg.region, pools=[pool], commitments=[])
-        fixed_bill = fixed_bill if fixed_bill is not None else floor_bill(cfg)
+        fixed_bill = fixed_bill if fixed_bill is not None else floor_bill(prices, cfg)
         i = next(i for i, p in enumerate(cfg.pools) if p is pool)
         monthly = fixed_bill.pool_usd(billing_key(cfg, i))
         if monthly is None:
-            rate = config_floor_rate(cfg, pool)
+            rate = config_floor_rate(prices, cfg, pool)
             if rate is None:
-                _price(cfg, g.instance_type, allow_unknown_prices)  # no on-demand price: the usual message
+                _price(prices, cfg, g.instance_type, allow_unknown_prices)  # no on-demand price: the usual message
             if not allow_unknown_prices:
                 # Unknown spend is not zero: no budget cap without the figure.
-                reason = (missing_rate_reason(g.instance_type, cfg.region, g.price_model) if rate is None
+                reason = (missing_rate_reason(prices, g.instance_type, cfg.region, g.price_model) if rate is None
                           else "; ".join(fixed_bill.unknown))
                 raise PriceUnknown(f"the policy function needs the {g.price_model} rate of the floor ({g.instance_type} "
                                    f"in {cfg.region}) for its budget cap: {reason}")
@@ -156,10 +158,10 @@ def pool_settings(cfg: GpuLoanConfig, pool: Pool, names: GroupNames, budget_name
         spot_max = od_max = 0
         knobs: dict[str, Any] = {}
     else:
-        sizes = pool_sizes(e)
+        sizes = pool_sizes(e, prices.book.instance_facts)
         gpus = sizes[0].gpus_per_node
         # the plain size's groups price its own types: one shape per group (config/node_sizes.py)
-        spot_usd, od_usd, type_rows = _prices(cfg, list(sizes[0].instance_types), allow_unknown_prices)
+        spot_usd, od_usd, type_rows = _prices(prices, cfg, list(sizes[0].instance_types), allow_unknown_prices)
         has_spot = e.capacity in (ElasticCapacity.spot, ElasticCapacity.spot_then_on_demand)
         has_od = e.capacity in (ElasticCapacity.on_demand, ElasticCapacity.spot_then_on_demand)
         spot_group = names.spot if has_spot else None
@@ -183,7 +185,7 @@ def pool_settings(cfg: GpuLoanConfig, pool: Pool, names: GroupNames, budget_name
             spot_name, od_name = named.get(size.gpus_per_node, (None, None))
             if spot_name is None and od_name is None:
                 continue
-            s_usd, o_usd, rows = _prices(cfg, list(size.instance_types), allow_unknown_prices)
+            s_usd, o_usd, rows = _prices(prices, cfg, list(size.instance_types), allow_unknown_prices)
             instance_rows += _type_rows(spot_name if has_spot else None, od_name if has_od else None, rows)
             others.append(NodeSize(size.gpus_per_node, spot_name if has_spot else None, od_name if has_od else None,
                                    spot_max, od_max, s_usd, o_usd))
@@ -236,19 +238,19 @@ def default_budget_names(cfg: GpuLoanConfig) -> dict[str, str]:
     return out
 
 
-def settings_for(cfg: GpuLoanConfig, cluster_name: str, group_names: dict[str, GroupNames | dict[str, str]],
+def settings_for(prices: Prices, cfg: GpuLoanConfig, cluster_name: str, group_names: dict[str, GroupNames | dict[str, str]],
                  budget_names: dict[str, str] | None = None, allow_unknown_prices: bool = False) -> Settings:
     """The policy settings of a whole environment. group_names[pool] is a GroupNames or a dict with keys
     spot / on_demand / guaranteed (the shape of ElasticCapacity.group_names)."""
     if budget_names is None:
         budget_names = default_budget_names(cfg)
     pools = []
-    fixed_bill = floor_bill(cfg)  # one bill for the environment: a commitment covers several pools
+    fixed_bill = floor_bill(prices, cfg)  # one bill for the environment: a commitment covers several pools
     for pool in cfg.pools:
         names = group_names.get(pool.name, GroupNames())
         if isinstance(names, dict):
             names = GroupNames.from_keys(names)
-        pools.append(pool_settings(cfg, pool, names, budget_names.get(pool.name), allow_unknown_prices, fixed_bill))
+        pools.append(pool_settings(prices, cfg, pool, names, budget_names.get(pool.name), allow_unknown_prices, fixed_bill))
     # A commitment's fee is fixed spend, used or not: what no floor uses counts against the environment budget.
     unused = fixed_bill.unused_commitment_usd
     if unused is None and not allow_unknown_prices:

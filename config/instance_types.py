@@ -6,13 +6,17 @@ family (GPU model, GiB per GPU as that page gives it) and the GPU count of each 
 call: `gpuloan validate` and `preview` must work without credentials, and these facts change only when AWS launches
 a family (then this table gains a line). Types not listed here (a family newer than this file) are looked up with
 EC2 DescribeInstanceTypes by `gpuloan prices refresh` and cached beside the prices (pricing/sources/pricebook.py), so a
-user is never blocked on a release of gpuloan.
+user is never blocked on a release of gpuloan. Those facts are not global state: whoever reads the price book passes
+its `instance_facts` in (the `facts` argument below, `config.parse(..., instance_facts=...)`).
 
+The facts are the config's (validation needs them before any price), so the table lives at the bottom layer.
 Stdlib only: the policy pack (guardrails/) imports it.
 """
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 # GPU architecture per GPU model; CUDA support rules (config/compat.py) key on the architecture.
@@ -58,8 +62,12 @@ class InstanceType:
         return self.architecture not in ("amd", "gaudi", "unknown")
 
     def to_json(self) -> dict:
-        return {"gpus": self.gpus, "gpu_model": self.gpu_model, "gpu_memory_gib": self.gpu_memory_gib,
-                "cpu_architecture": self.cpu_architecture}
+        return {
+            "gpus": self.gpus,
+            "gpu_model": self.gpu_model,
+            "gpu_memory_gib": self.gpu_memory_gib,
+            "cpu_architecture": self.cpu_architecture,
+        }
 
 
 # family: (GPU model, GiB per GPU, CPU architecture, {size: GPUs})
@@ -78,23 +86,73 @@ _FAMILIES: dict[str, tuple[str, float, str, dict[str, int]]] = {
     "p5en": ("H200", 141, "x86_64", {"48xlarge": 8}),
     "p6-b200": ("B200", 179, "x86_64", {"48xlarge": 8}),
     "p6-b300": ("B300", 268, "x86_64", {"48xlarge": 8}),
-    "g4dn": ("T4", 16, "x86_64", {"xlarge": 1, "2xlarge": 1, "4xlarge": 1, "8xlarge": 1, "16xlarge": 1,
-                                  "12xlarge": 4, "metal": 8}),
-    "g5": ("A10G", 24, "x86_64", {"xlarge": 1, "2xlarge": 1, "4xlarge": 1, "8xlarge": 1, "16xlarge": 1,
-                                  "12xlarge": 4, "24xlarge": 4, "48xlarge": 8}),
+    "g4dn": (
+        "T4",
+        16,
+        "x86_64",
+        {"xlarge": 1, "2xlarge": 1, "4xlarge": 1, "8xlarge": 1, "16xlarge": 1, "12xlarge": 4, "metal": 8},
+    ),
+    "g5": (
+        "A10G",
+        24,
+        "x86_64",
+        {
+            "xlarge": 1,
+            "2xlarge": 1,
+            "4xlarge": 1,
+            "8xlarge": 1,
+            "16xlarge": 1,
+            "12xlarge": 4,
+            "24xlarge": 4,
+            "48xlarge": 8,
+        },
+    ),
     "g5g": ("T4G", 16, "arm64", {"xlarge": 1, "2xlarge": 1, "4xlarge": 1, "8xlarge": 1, "16xlarge": 2, "metal": 2}),
-    "g6": ("L4", 24, "x86_64", {"xlarge": 1, "2xlarge": 1, "4xlarge": 1, "8xlarge": 1, "16xlarge": 1,
-                                "12xlarge": 4, "24xlarge": 4, "48xlarge": 8}),
+    "g6": (
+        "L4",
+        24,
+        "x86_64",
+        {
+            "xlarge": 1,
+            "2xlarge": 1,
+            "4xlarge": 1,
+            "8xlarge": 1,
+            "16xlarge": 1,
+            "12xlarge": 4,
+            "24xlarge": 4,
+            "48xlarge": 8,
+        },
+    ),
     "gr6": ("L4", 24, "x86_64", {"4xlarge": 1, "8xlarge": 1}),
-    "g6e": ("L40S", 48, "x86_64", {"xlarge": 1, "2xlarge": 1, "4xlarge": 1, "8xlarge": 1, "16xlarge": 1,
-                                   "12xlarge": 4, "24xlarge": 4, "48xlarge": 8}),
-    "g7": ("RTX-PRO-4500", 32, "x86_64", {"2xlarge": 1, "4xlarge": 1, "8xlarge": 1, "12xlarge": 2, "24xlarge": 4,
-                                          "48xlarge": 8}),
-    "g7e": ("RTX-PRO-SERVER-6000", 96, "x86_64", {"2xlarge": 1, "4xlarge": 1, "8xlarge": 1, "12xlarge": 2,
-                                                  "24xlarge": 4, "48xlarge": 8}),
+    "g6e": (
+        "L40S",
+        48,
+        "x86_64",
+        {
+            "xlarge": 1,
+            "2xlarge": 1,
+            "4xlarge": 1,
+            "8xlarge": 1,
+            "16xlarge": 1,
+            "12xlarge": 4,
+            "24xlarge": 4,
+            "48xlarge": 8,
+        },
+    ),
+    "g7": (
+        "RTX-PRO-4500",
+        32,
+        "x86_64",
+        {"2xlarge": 1, "4xlarge": 1, "8xlarge": 1, "12xlarge": 2, "24xlarge": 4, "48xlarge": 8},
+    ),
+    "g7e": (
+        "RTX-PRO-SERVER-6000",
+        96,
+        "x86_64",
+        {"2xlarge": 1, "4xlarge": 1, "8xlarge": 1, "12xlarge": 2, "24xlarge": 4, "48xlarge": 8},
+    ),
     # other accelerators: listed so validation can say "not NVIDIA" instead of "unknown"
-    "g4ad": ("RADEON-PRO-V520", 8, "x86_64", {"xlarge": 1, "2xlarge": 1, "4xlarge": 1, "8xlarge": 2,
-                                              "16xlarge": 4}),
+    "g4ad": ("RADEON-PRO-V520", 8, "x86_64", {"xlarge": 1, "2xlarge": 1, "4xlarge": 1, "8xlarge": 2, "16xlarge": 4}),
     "dl1": ("GAUDI-HL-205", 32, "x86_64", {"24xlarge": 8}),
 }
 
@@ -103,3 +161,22 @@ KNOWN: dict[str, InstanceType] = {
     for family, (model, mem, arch, sizes) in _FAMILIES.items()
     for size, gpus in sizes.items()
 }
+
+
+# Facts read from EC2 for types newer than KNOWN (a price book's `instance_facts`); KNOWN wins where both have one.
+InstanceFacts = Mapping[str, InstanceType]
+
+
+def lookup(name: str, facts: InstanceFacts | None = None) -> InstanceType | None:
+    """The facts of one instance type: the table's, else those read from EC2 (`facts`), else None."""
+    return KNOWN.get(name) or (facts or {}).get(name)
+
+
+def known(facts: InstanceFacts | None = None) -> dict[str, InstanceType]:
+    """Every GPU type gpuloan knows: the table plus the facts read from EC2."""
+    return {**(facts or {}), **KNOWN}
+
+
+def suggest(name: str, facts: InstanceFacts | None = None, n: int = 3) -> list[str]:
+    """Close matches for a mistyped instance type (for error messages)."""
+    return difflib.get_close_matches(name, sorted(known(facts)), n=n, cutoff=0.6)
