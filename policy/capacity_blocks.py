@@ -74,8 +74,10 @@ BLOCK_REASONS = frozenset({Reason.CAPACITY_BLOCK_WAITING, Reason.CAPACITY_BLOCK_
                            Reason.CAPACITY_BLOCK_END, Reason.CAPACITY_BLOCK_HELD})
 
 
-def parse_time(text: str) -> datetime:
+def parse_time(text: str | None) -> datetime:
     """An ISO 8601 time with its zone (settings carry them as text); raises ValueError on anything else."""
+    if text is None:
+        raise ValueError("no time configured")
     t = datetime.fromisoformat(text.replace("Z", "+00:00"))
     if t.tzinfo is None:
         raise ValueError(f"{text!r} has no time zone")

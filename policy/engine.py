@@ -289,9 +289,9 @@ def _decide_pool(ps: PoolSettings, po: PoolObservation | None, scopes: list[_Sco
         actions, taken = _scale_on_demand_only(ps, off, od, in_service, scopes, desired, timers) if off else ([], 0)
         actions = _merge_set_desired(actions + _scale(
             ps, view, groups, in_service, elastic_nodes, spot, od, spot_short, utilization, scopes, now, desired,
-            timers, gangs, closed_group=od.name if closed else None, on_demand_taken=taken))
+            timers, gangs, closed_group=od.name if closed and od is not None else None, on_demand_taken=taken))
         # One kind of change per group per tick: a group that was resized now is not also reclaimed from.
-        resized = {a.group for a in actions if a.kind == ACTION_SET_DESIRED}
+        resized = {a.group for a in actions if a.kind == ACTION_SET_DESIRED and a.group is not None}
         keep_on_demand = pack_pods([p for p in off.pod_gpus if p <= ps.gpus_per_node], ps.gpus_per_node)[0] \
             if off is not None and od is not None else 0
         actions += _reclaim(ps, view, groups, elastic_nodes, now, desired, resized, timers, gangs,
@@ -301,7 +301,7 @@ def _decide_pool(ps: PoolSettings, po: PoolObservation | None, scopes: list[_Sco
         if gangs is not None:
             actions += [_hold(name, Reason.GANG_RELEASED, why) for why in gangs.released]
             actions += [_hold(name, Reason.HOLD_MISSING_DATA, why) for why in gangs.problems]
-        if closed:
+        if closed and spot is not None and od is not None:  # (closed only with both: back_to_spot)
             actions.append(_hold(name, Reason.SPOT_RECOVERED, back_to_spot.why(spot, closed), group=od.name))
         elif spot is not None and od is not None and od.desired_nodes > 0 and not spot_short and off is None:
             # (while pods that may not run on spot wait, the on-demand nodes are theirs, not a fallback to leave)
@@ -446,7 +446,7 @@ def _scale(ps: PoolSettings, po: PoolObservation, groups: dict[str, Group], in_s
         return actions
     if add_pending or add_util:
         reason = Reason.SCALE_UP_PENDING if add_pending >= add_util else Reason.SCALE_UP_UTILIZATION
-        why = (f"{sum(po.pending_pod_gpus)} pending GPU(s) need {add_pending} more node(s)" if reason is
+        why = (f"{sum(po.pending_pod_gpus or ())} pending GPU(s) need {add_pending} more node(s)" if reason is
                Reason.SCALE_UP_PENDING else f"mean GPU utilization {mean:.0f}% >= {ps.scale_up_utilization_pct:.0f}%")
         if add_warm:
             why += f"; {add_warm} more ahead of the daily rhythm ({_rhythm_why(ps, po)})"
@@ -455,8 +455,9 @@ def _scale(ps: PoolSettings, po: PoolObservation, groups: dict[str, Group], in_s
 
     target = spot if (spot is not None and not spot_short) else od
     if target is None:  # spot-only pool and spot is short: nothing else to ask for
-        actions.append(_hold(name, reason, f"{why}, but spot {spot.name} is short of capacity and the pool has no "
-                             "on-demand fallback", group=spot.name))
+        short_name = spot.name if spot is not None else "(none)"
+        actions.append(_hold(name, reason, f"{why}, but spot {short_name} is short of capacity and the pool has no "
+                             "on-demand fallback", group=spot.name if spot is not None else None))
         return actions
     if target is od and spot is not None:
         why = f"{why}; spot {spot.name} short ({in_service[spot.name]}/{spot.desired_nodes} up)"
@@ -587,9 +588,10 @@ def _merge_set_desired(actions: list[Action]) -> list[Action]:
         if a.kind != ACTION_SET_DESIRED:
             out.append(a)
             continue
-        i = first.get(a.group)
+        key = a.group or ""  # every set_desired names its group (model.Action)
+        i = first.get(key)
         if i is None:
-            first[a.group] = len(out)
+            first[key] = len(out)
             out.append(a)
             continue
         prev = out[i]
@@ -653,7 +655,7 @@ def _idle_verdict(ps: PoolSettings, node: Node, now: datetime, timers: Timers | 
     recent, longer, mean = node.recent_max_utilization_pct, node.max_utilization_pct, node.avg_utilization_pct
     # The window the node is judged on: the empty window when there is a figure for it, else the idle window.
     judged = ps.empty_timeout_minutes if recent is not None else ps.idle_timeout_minutes
-    figures = [recent] if recent is not None else [longer]
+    figures: list[float | None] = [recent] if recent is not None else [longer]
     if ps.scale_up_window_minutes <= judged:
         figures.append(mean)  # the scale-up window's mean lies within the judged window: work seen there counts
     if (reserved is not None and reserved > 0) or any(v is not None and v >= threshold for v in figures):
@@ -868,6 +870,26 @@ def _rate_why(ps: PoolSettings, arrivals, now: datetime) -> str:
             f"{ps.launch_minutes} a job waits)")
 
 
+ABOVE_IDLE = "above the idle threshold"
+
+
+def node_reading(ps: PoolSettings, max_pct: float | None, avg_pct: float | None, reserved_pct: float | None,
+                 recent_max_pct: float | None) -> tuple:
+    """What the rules read of a node's CloudWatch figures (Node.max_utilization_pct, avg_utilization_pct,
+    max_reserved_pct, recent_max_utilization_pct): two nodes whose readings are equal get the same actions (the
+    reported figures, PoolDecision.utilization_pct, may differ). A utilization figure is compared with the idle
+    threshold, and its value counts only below it (the idle nodes' order, the reasons' details); a service pool's
+    mean counts whole (the pool's mean against the scale-up threshold); the reserved figure is unknown, zero or
+    not. The simulator skips the minutes in which a window's figures move without changing this (sim/policies.py)."""
+    threshold = node_idle_threshold_pct(ps)
+
+    def level(v: float | None) -> float | str | None:
+        return v if v is None or v < threshold else ABOVE_IDLE
+
+    mean = avg_pct if ps.workload == WORKLOAD_SERVICE else level(avg_pct)
+    return level(max_pct), mean, None if reserved_pct is None else reserved_pct > 0, level(recent_max_pct)
+
+
 def node_idle_threshold_pct(ps: PoolSettings) -> float:
     """The node-level utilization under which a node is idle.
 
@@ -878,5 +900,5 @@ def node_idle_threshold_pct(ps: PoolSettings) -> float:
     return ps.idle_utilization_pct / max(ps.gpus_per_node, 1)
 
 
-__all__ = ["decide", "hours_left_in_month", "node_idle_threshold_pct", "pack_pods", "warm_up_nodes",
+__all__ = ["decide", "hours_left_in_month", "node_reading", "node_idle_threshold_pct", "pack_pods", "warm_up_nodes",
            "CAPACITY_GUARANTEED"]

@@ -107,7 +107,7 @@ def observe(settings: Settings, ports: Ports, state: dict, now: datetime, errors
             return False
         return True
 
-    names, spot_groups = [], set()
+    names, spot_groups = [], set[str]()
     for ps in settings.pools:
         names += list(ps.elastic_groups) + ([ps.guaranteed_group] if ps.guaranteed_group else [])
         spot_groups.update(ps.spot_groups)  # every size's (policy/sizes.py)
@@ -148,13 +148,13 @@ def observe(settings: Settings, ports: Ports, state: dict, now: datetime, errors
         except PolicyError as err:
             record(err)
     off_spot: dict[str, tuple[int, ...]] | None = None
-    if pending is not None and in_time():
+    if pending is not None and ports.pods is not None and in_time():
         try:  # the same pod list again: which pending pods may not run on spot
             off_spot = ports.pods.pending_on_demand_only([ps.name for ps in settings.pools], demand_shapes)
         except PolicyError as err:
             record(err)  # unknown: every pending pod counts spot-first, as before this was read
     arrivals: dict[str, tuple] | None = None
-    if pending is not None and in_time():
+    if pending is not None and ports.pods is not None and in_time():
         window = max(ps.arrival_window_minutes for ps in settings.pools)
         try:
             arrivals = ports.pods.gpu_pod_arrivals([ps.name for ps in settings.pools],
@@ -162,13 +162,13 @@ def observe(settings: Settings, ports: Ports, state: dict, now: datetime, errors
         except PolicyError as err:
             record(err)  # unknown arrivals keep no idle node warm: they go as before, once idle
     gangs: dict[str, tuple] = {}
-    if pending is not None and in_time():
+    if pending is not None and ports.pods is not None and in_time():
         try:  # the same pod list again: which pending pods start only together (policy/gangs.py)
             gangs = ports.pods.pending_gangs([ps.name for ps in settings.pools], demand_shapes)
         except PolicyError as err:
             record(err)  # unknown gangs: every pending pod counts on its own, as before gangs were read
     bound: dict[str, int] | None = None
-    if pending is not None:
+    if pending is not None and ports.pods is not None:
         try:  # the same pod list as the pending pods: no extra call
             bound = ports.pods.gpu_pods_by_node()
         except PolicyError as err:
@@ -200,7 +200,7 @@ def observe(settings: Settings, ports: Ports, state: dict, now: datetime, errors
         if ps.capacity_block_queue and capacity_blocks.is_block(ps) and ports.queues is not None and in_time():
             try:
                 quotas[ps.name] = ports.queues.floor_quota(ps.capacity_block_queue_api, ps.capacity_block_queue,
-                                                           ps.capacity_block_flavor)
+                                                           ps.capacity_block_flavor or "")
             except PolicyError as err:
                 record(err)  # unknown quota: left as it is this tick
     pools = []
@@ -327,7 +327,7 @@ def _rhythm_rates(settings: Settings, state: dict, arrivals: dict[str, tuple] | 
 def _apply(settings: Settings, plan: Plan, obs: Observation, ports: Ports, result: TickResult,
            deadline: Deadline | None = None, node_names: dict[str, str] | None = None) -> None:
     record = _recorder(result.errors)
-    kinds: dict[str, str] = {}
+    kinds: dict[str | None, str] = {}
     fresh: dict[str, GroupState | None] = {}  # each group as read again before its first change (None: unreadable)
     blind = ""  # set once the pods of a node could not be read: no further termination this tick
     for a in plan.changes:
@@ -350,7 +350,7 @@ def _apply(settings: Settings, plan: Plan, obs: Observation, ports: Ports, resul
             continue
         if a.kind in (ACTION_TERMINATE, capacity_blocks.ACTION_CHECKPOINT):
             po = obs.pool(a.pool)
-            if not any(n.instance_id == a.instance_id and n.group == a.group for n in po.nodes):
+            if po is None or not any(n.instance_id == a.instance_id and n.group == a.group for n in po.nodes):
                 result.failed.append((a, f"refused: {a.instance_id} is not in {a.group}"))
                 continue
             if blind and a.kind == ACTION_TERMINATE:
@@ -367,17 +367,19 @@ def _apply(settings: Settings, plan: Plan, obs: Observation, ports: Ports, resul
                 continue
         try:
             if a.kind == ACTION_SET_DESIRED:
+                if a.group is None or a.desired_to is None:  # never planned (model.Action): refused, recorded
+                    raise PolicyError(f"refused: a resize of {a.group} to {a.desired_to}")
                 ports.groups.set_desired(a.group, a.desired_to)
                 _after_change(fresh, a.group, lambda gs: dataclasses.replace(
                     gs, group=dataclasses.replace(gs.group, desired_nodes=a.desired_to)))
             elif a.kind == capacity_blocks.ACTION_CHECKPOINT:
-                why = _checkpoint(a, ports, (node_names or {}).get(a.instance_id, ""), settings.pool(a.pool),
+                why = _checkpoint(a, ports, (node_names or {}).get(a.instance_id or "", ""), settings.pool(a.pool),
                                   _dates(obs, a.pool))
                 if why is not None:
                     result.failed.append((a, why))
                     continue
             elif a.kind == ACTION_TERMINATE:
-                why = _guard_and_terminate(a, ports, (node_names or {}).get(a.instance_id, ""))
+                why = _guard_and_terminate(a, ports, (node_names or {}).get(a.instance_id or "", ""))
                 if why is not None:
                     result.blocked.append((a, why))
                     continue
@@ -437,7 +439,7 @@ def _apply_quota(a: Action, ps, plan: Plan, obs: Observation, ports: Ports, resu
                  deadline) -> None:
     """A Capacity Block's Kueue floor quota, only to the value its window wants now (behind RBAC, which allows
     get/patch of the block pools' ClusterQueues only)."""
-    if plan.decided_at is None or not capacity_blocks.may_touch(ps, a, plan.decided_at, _dates(obs, a.pool)):
+    if plan.decided_at is None or a.desired_to is None or not capacity_blocks.may_touch(ps, a, plan.decided_at, _dates(obs, a.pool)):
         result.failed.append((a, f"refused: the floor quota of {a.pool} is not a Capacity Block's, or the window "
                                  "does not ask for this value now"))
         return
@@ -487,7 +489,7 @@ def _guard_and_terminate(a: Action, ports: Ports, node_name: str) -> str | None:
         _uncordon(ports, node_name, cordoned)
         return f"kept: {'; '.join(blockers[:3])}{' ...' if len(blockers) > 3 else ''}"
     try:
-        ports.groups.terminate(a.instance_id)
+        ports.groups.terminate(a.instance_id or "")  # named: _apply matched it to an observed node
     except PolicyError:
         _uncordon(ports, node_name, cordoned)
         raise
@@ -540,7 +542,8 @@ def run_tick(settings: Settings, ports: Ports, now: datetime, log: Callable[[str
     recorded = False
     if leaving and ports.state is not None and persist:
         recorded = _record_warning(settings, ports.state, leaving, now, errors, log)
-    holder, waited = None, 0.0
+    holder: str | None = None
+    waited: float | None = 0.0
     if lease is not None and ports.state is not None and persist and not settings.dry_run:
         try:
             waited = take_lease(ports.state, lease[0], lease[1], now.timestamp(), deadline, patient=bool(leaving),
@@ -572,13 +575,13 @@ def run_tick(settings: Settings, ports: Ports, now: datetime, log: Callable[[str
     if leaving:
         log(json.dumps({"level": "INFO", "message": "spot warning acted on by this invocation",
                         "environment": settings.environment, "instances": list(leaving),
-                        "waited_for_lease_s": round(waited, 3)}))
+                        "waited_for_lease_s": round(waited or 0.0, 3)}))
     result = None
     try:
         result = _run(settings, ports, now, log, deadline, persist, errors, leaving)
         return result
     finally:
-        if holder is not None:
+        if holder is not None and ports.state is not None:
             try:
                 ports.state.release_lease(holder)
             except PolicyError as err:
@@ -635,7 +638,8 @@ def _leaving(state: dict, new: tuple[str, ...], now: datetime,
 
 def _run(settings: Settings, ports: Ports, now: datetime, log: Callable[[str], None], deadline: Deadline | None,
          persist: bool, errors: list[str], leaving: tuple[str, ...] = ()) -> TickResult:
-    state, version = {}, 0
+    state: dict = {}
+    version = 0
     recorded: dict[str, float] = {}
     if ports.state is not None:
         try:
