@@ -878,15 +878,16 @@ def node_reading(ps: PoolSettings, max_pct: float | None, avg_pct: float | None,
     """What the rules read of a node's CloudWatch figures (Node.max_utilization_pct, avg_utilization_pct,
     max_reserved_pct, recent_max_utilization_pct): two nodes whose readings are equal get the same actions (the
     reported figures, PoolDecision.utilization_pct, may differ). A utilization figure is compared with the idle
-    threshold, and its value counts only below it (the idle nodes' order, the reasons' details); a service pool's
-    mean counts whole (the pool's mean against the scale-up threshold); the reserved figure is unknown, zero or
-    not. The simulator skips the minutes in which a window's figures move without changing this (sim/policies.py)."""
+    threshold, and a max's value counts only below it (the idle nodes' order, the reasons' details); a batch
+    pool's mean only on which side of it it is, a service pool's mean whole (the pool's mean against the
+    scale-up threshold); the reserved figure is unknown, zero or not. The simulator skips the minutes in which a window's figures move without changing this (sim/policies.py)."""
     threshold = node_idle_threshold_pct(ps)
 
     def level(v: float | None) -> float | str | None:
         return v if v is None or v < threshold else ABOVE_IDLE
 
-    mean = avg_pct if ps.workload == WORKLOAD_SERVICE else level(avg_pct)
+    # a batch pool reads a node's mean only against the idle threshold (`_shows_work`, `_idle_verdict`)
+    mean = avg_pct if ps.workload == WORKLOAD_SERVICE or avg_pct is None else avg_pct >= threshold
     return level(max_pct), mean, None if reserved_pct is None else reserved_pct > 0, level(recent_max_pct)
 
 

@@ -770,9 +770,7 @@ class GpuLoan(Controller):
             t = n.hist[-1][0] + delay if len(n.hist) > 1 else None
             if t is None or t + w - 1 <= now:
                 continue  # its newest change has left every window: it reads the same until an event
-            if t > now:
-                wake = min(wake, t)  # read from then on
-            moving.append((n, t + w - 1))
+            moving.append((n, t + w - 1))  # read from t on (not yet when t > now), settled from t + w - 1
         if moving and wake > nxt:
             wake = self._reading_changes(sim, moving, wake)
         if ps.budget_monthly_usd is not None:
@@ -798,6 +796,8 @@ class GpuLoan(Controller):
         minute its windows move) reads differently to the engine than now; else `until`."""
         now, ps = sim.now, self.ps
         read = now - sim.settings.metric_delay_minutes
+        longest = max(ps.idle_timeout_minutes, ps.empty_timeout_minutes, ps.scale_up_window_minutes)
+        busiest = engine.node_reading(ps, 100.0, 100.0, 100.0, 100.0)
         windows = (ps.idle_timeout_minutes, ps.scale_up_window_minutes, ps.empty_timeout_minutes)
         distinct = tuple(sorted(set(windows)))
         at = tuple(distinct.index(w) for w in windows)
@@ -811,6 +811,15 @@ class GpuLoan(Controller):
             return engine.node_reading(ps, mx, avg, reserved, reserved)
 
         for n, settled in moving:
+            # Every figure of every window read until it settles lies between the lowest and the highest level
+            # over them: when even the lowest reads as the busiest, the node reads the same throughout.
+            hist, start = n.hist, read - longest + 1
+            k = len(hist) - 1
+            while k > 0 and hist[k][0] > start:
+                k -= 1
+            lowest = min(busy for _, busy in hist[k:]) * 100.0 / n.gpus
+            if lowest > 0 and engine.node_reading(ps, lowest, lowest, lowest, lowest) == busiest:
+                continue
             before = reading(n, read)
             for t in range(now + 1, min(until, settled + 1)):
                 if reading(n, t - (now - read)) != before:
