@@ -1,7 +1,8 @@
 """The decision core: `decide(settings, observation, now) -> Plan`. Pure: no I/O, no clock, no randomness.
 
 The same function runs in the Lambda every tick and in the simulator every simulated minute, so it is kept
-cheap (one pass over each pool's nodes, no copies of the observation).
+cheap (one pass over each pool's nodes, no copies of the observation). The plan says when the rules' own clocks
+could change it (`Plan.next_decision_at`): each rule reports its timer to a `Timers` where the rule lives.
 
 Rules per pool, in order (docs/policy.md explains each with its reason code):
 1. A configured elastic group that could not be read holds the whole pool (HOLD_MISSING_DATA).
