@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STACK ?= dev
 .DEFAULT_GOAL := help  # `make` alone lists the targets
 
-.PHONY: help preview lint test test-deep install dev-install data bench-config bench-policy bench-scale-tick bench-sim bench-environment bench-advise bench-org bench-capacity-block benchmark bench-what-if bench-spot bench-gangs bench-sizes schema clean
+.PHONY: help preview lint test test-deep install dev-install data bench-config bench-policy bench-scale-tick bench-sim bench-speed bench-environment bench-advise bench-org bench-capacity-block benchmark bench-what-if bench-spot bench-gangs bench-sizes schema clean
 
 # Public data beside the project (`make data`; never copied into it): the price table is the offline price file when
 # present, unless the caller set one; otherwise prices come from the cache `gpuloan prices refresh` fills, else the
@@ -121,6 +121,10 @@ bench-gangs: $(VENV)/.runtime
 ## bench-sizes: a g6e pool of 1/4/8-GPU sizes vs 8-GPU only
 bench-sizes: $(VENV)/.runtime
 	$(BIN)/python scripts/bench_sizes.py --traces $(TRACES)
+## bench-speed: deciding every minute vs skipping to the
+## next decision (one pool, a reduced organization)
+bench-speed: $(VENV)/.runtime
+	$(BIN)/python scripts/bench_speed.py --traces $(TRACES)
 ## bench-environment: time the environment simulator
 bench-environment: $(VENV)/.runtime
 	$(BIN)/python scripts/bench_environment.py --traces $(TRACES)

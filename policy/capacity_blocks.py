@@ -51,6 +51,7 @@ from policy.model import (
     PoolObservation,
     PoolSettings,
     Reason,
+    Timers,
 )
 
 # EKS scales a Capacity Block node group to 0 forty minutes before the block ends (EKS User Guide, "Create a managed
@@ -73,8 +74,10 @@ BLOCK_REASONS = frozenset({Reason.CAPACITY_BLOCK_WAITING, Reason.CAPACITY_BLOCK_
                            Reason.CAPACITY_BLOCK_END, Reason.CAPACITY_BLOCK_HELD})
 
 
-def parse_time(text: str) -> datetime:
+def parse_time(text: str | None) -> datetime:
     """An ISO 8601 time with its zone (settings carry them as text); raises ValueError on anything else."""
+    if text is None:
+        raise ValueError("no time configured")
     t = datetime.fromisoformat(text.replace("Z", "+00:00"))
     if t.tzinfo is None:
         raise ValueError(f"{text!r} has no time zone")
@@ -145,8 +148,10 @@ def _hold(ps: PoolSettings, reason: Reason, detail: str) -> Action:
     return Action(ps.name, ACTION_HOLD, reason, group=ps.guaranteed_group, detail=detail)
 
 
-def block_actions(ps: PoolSettings, po: PoolObservation | None, now: datetime) -> list[Action]:
-    """The window's actions on the pool's Capacity Block group this tick; [] for any other pool."""
+def block_actions(ps: PoolSettings, po: PoolObservation | None, now: datetime,
+                  timers: Timers | None = None) -> list[Action]:
+    """The window's actions on the pool's Capacity Block group this tick; [] for any other pool. `timers`: the
+    window's dates (start, drain, EKS's scale-down) change the phase."""
     if not is_block(ps):
         return []
     name, gname = ps.name, ps.guaranteed_group
@@ -154,6 +159,9 @@ def block_actions(ps: PoolSettings, po: PoolObservation | None, now: datetime) -
     try:
         where = phase(ps, now, dates)
         start, end = window(ps, dates)
+        if timers is not None:
+            for t in (start, drain_at(end, ps.capacity_block_checkpoint_lead_minutes), scale_down_at(end)):
+                timers.at(t)
     except ValueError as err:  # the settings are validated at plan time; a bad one is reported, never a crash
         return [Action(name, ACTION_HOLD, Reason.HOLD_MISSING_DATA, group=gname,
                        detail=f"Capacity Block window unreadable ({err}): the block's group is left alone")]
@@ -235,9 +243,9 @@ def _quota_actions(ps: PoolSettings, po: PoolObservation | None, where: str) -> 
 
 
 def with_block_actions(ps: PoolSettings, po: PoolObservation | None, decision: PoolDecision,
-                       now: datetime) -> PoolDecision:
+                       now: datetime, timers: Timers | None = None) -> PoolDecision:
     """The engine's hook: the decision with the block's actions added (the same decision for any other pool)."""
-    extra = block_actions(ps, po, now)
+    extra = block_actions(ps, po, now, timers)
     if not extra:
         return decision
     kept = tuple(a for a in decision.actions if not (a.kind == ACTION_HOLD and a.reason == Reason.STEADY))

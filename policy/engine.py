@@ -1,7 +1,8 @@
 """The decision core: `decide(settings, observation, now) -> Plan`. Pure: no I/O, no clock, no randomness.
 
 The same function runs in the Lambda every tick and in the simulator every simulated minute, so it is kept
-cheap (one pass over each pool's nodes, no copies of the observation).
+cheap (one pass over each pool's nodes, no copies of the observation). The plan says when the rules' own clocks
+could change it (`Plan.next_decision_at`): each rule reports its timer to a `Timers` where the rule lives.
 
 Rules per pool, in order (docs/policy.md explains each with its reason code):
 1. A configured elastic group that could not be read holds the whole pool (HOLD_MISSING_DATA).
@@ -70,6 +71,8 @@ from policy.model import (
     Reason,
     Settings,
     Spend,
+    Timers,
+    JUST_AFTER,
 )
 from policy.capacity_blocks import with_block_actions
 from policy import back_to_spot
@@ -81,11 +84,15 @@ from policy.packing import first_fit_runs
 _MIN_HOURS_LEFT = 1.0 / 60  # the last minute of a month must not divide by zero
 
 
+def next_month_start(now: datetime) -> datetime:
+    """The start of the next calendar month (UTC): where the budget projection's horizon starts again."""
+    now = now.astimezone(timezone.utc)
+    return datetime(now.year + (now.month == 12), now.month % 12 + 1, 1, tzinfo=timezone.utc)
+
+
 def hours_left_in_month(now: datetime) -> float:
     """Hours from `now` to the start of the next calendar month (UTC), the horizon of the budget projection."""
-    now = now.astimezone(timezone.utc)
-    first_next = datetime(now.year + (now.month == 12), now.month % 12 + 1, 1, tzinfo=timezone.utc)
-    return max((first_next - now).total_seconds() / 3600.0, _MIN_HOURS_LEFT)
+    return max((next_month_start(now) - now).total_seconds() / 3600.0, _MIN_HOURS_LEFT)
 
 
 def pack_pods(pod_gpus: Iterable[int] | Mapping[int, int], gpus_per_node: int) -> tuple[int, int]:
@@ -103,11 +110,14 @@ class _Scope:
     the hourly rate of everything already running in the scope (floor + elastic). Scale-ups consume it.
     """
 
-    __slots__ = ("budget_usd", "month_to_date_usd", "known", "headroom_usd_per_hour", "capped", "name")
+    __slots__ = ("budget_usd", "month_to_date_usd", "known", "headroom_usd_per_hour", "capped", "name", "reread_at")
 
     def __init__(self, name: str, budget_usd: float, spend: Spend | None, rate_usd_per_hour: float, hours: float,
-                 enforcement: str):
+                 enforcement: str, refresh_minutes: int = 60):
         self.name = name
+        # When the tick reads AWS Budgets' actual figure again (policy/spend.py): month-to-date moves then.
+        as_of = spend.actual_as_of if spend is not None else None
+        self.reread_at = as_of + timedelta(minutes=refresh_minutes) if as_of is not None else None
         self.budget_usd = budget_usd
         mtd = spend.month_to_date_usd if spend is not None else None
         self.known = mtd is not None
@@ -115,6 +125,15 @@ class _Scope:
         self.month_to_date_usd = mtd if mtd is not None else (spend.estimated_since_usd if spend else 0.0)
         self.headroom_usd_per_hour = (budget_usd - self.month_to_date_usd) / hours - rate_usd_per_hour
         self.capped = enforcement == ENFORCEMENT_CAP
+
+    def read_headroom(self, timers: Timers, affordable: int, add: int) -> None:
+        """Timers of a scale-up sized against this scope's headroom: the headroom grows as the month's hours run
+        out (a cut scale-up may fit a minute later), starts again with the next month, and moves with the next
+        actual figure from AWS Budgets."""
+        if affordable < add:
+            timers.next_minute()
+        timers.at(next_month_start(timers.now))
+        timers.at(self.reread_at)
 
     @property
     def exhausted(self) -> bool:
@@ -126,6 +145,7 @@ class _Scope:
 def decide(settings: Settings, observation: Observation, now: datetime) -> Plan:
     """Decide one tick for every pool of `settings`. Same inputs, same plan."""
     hours = hours_left_in_month(now)
+    timers = Timers(now)
     rates = {}
     for ps in settings.pools:
         po = observation.pool(ps.name)
@@ -134,26 +154,26 @@ def decide(settings: Settings, observation: Observation, now: datetime) -> Plan:
     if settings.budget_monthly_usd is not None:
         env_scope = _Scope("environment", settings.budget_monthly_usd, observation.environment_spend,
                            sum(rates.values()) + settings.commitment_unused_usd_per_hour, hours,
-                           settings.budget_enforcement)
+                           settings.budget_enforcement, settings.budget_refresh_minutes)
     decisions = []
     for ps in settings.pools:
         po = observation.pool(ps.name)
         scopes = []
         if ps.budget_monthly_usd is not None:
             scopes.append(_Scope(f"pool {ps.name}", ps.budget_monthly_usd, po.spend if po else None,
-                                 rates[ps.name], hours, ps.budget_enforcement))
+                                 rates[ps.name], hours, ps.budget_enforcement, settings.budget_refresh_minutes))
         if env_scope is not None:
             scopes.append(env_scope)
         # A pool of several node sizes is decided one size at a time (policy/sizes.py). A floor on a Capacity
         # Block also gets its window's actions (policy/capacity_blocks.py).
-        decision = (_decide_sizes(ps, po, scopes, now, hours) if ps.other_sizes and po is not None
-                    else _decide_pool(ps, po, scopes, now, hours))
-        decisions.append(with_block_actions(ps, po, decision, now))
-    return Plan(tuple(decisions), dry_run=settings.dry_run, decided_at=now)
+        decision = (_decide_sizes(ps, po, scopes, now, hours, timers) if ps.other_sizes and po is not None
+                    else _decide_pool(ps, po, scopes, now, hours, timers))
+        decisions.append(with_block_actions(ps, po, decision, now, timers))
+    return Plan(tuple(decisions), dry_run=settings.dry_run, decided_at=now, next_decision_at=timers.earliest)
 
 
 def _decide_sizes(ps: PoolSettings, po: PoolObservation, scopes: list[_Scope], now: datetime,
-                  hours: float) -> PoolDecision:
+                  hours: float, timers: Timers) -> PoolDecision:
     """A pool of several node sizes: each size decided as a pool of its own groups and the pending pods given to
     it (policy/sizes.py), the sizes sharing the budget scopes."""
     for gname in ps.elastic_groups:
@@ -161,7 +181,7 @@ def _decide_sizes(ps: PoolSettings, po: PoolObservation, scopes: list[_Scope], n
             return PoolDecision(ps.name, (_hold(ps.name, Reason.HOLD_MISSING_DATA,
                                                 f"node group {gname} could not be read", group=gname),))
     parts = sizes.split(ps, po)
-    return sizes.merge(ps, po, [_decide_pool(sp, spo, scopes, now, hours) for sp, spo in parts],
+    return sizes.merge(ps, po, [_decide_pool(sp, spo, scopes, now, hours, timers) for sp, spo in parts],
                        ps.guaranteed_usd_per_hour, hours)
 
 
@@ -190,7 +210,7 @@ def _hold(pool: str, reason: Reason, detail: str, group: str | None = None) -> A
 
 
 def _decide_pool(ps: PoolSettings, po: PoolObservation | None, scopes: list[_Scope], now: datetime,
-                 hours: float) -> PoolDecision:
+                 hours: float, timers: Timers) -> PoolDecision:
     name = ps.name
     if po is None:
         return PoolDecision(name, (_hold(name, Reason.HOLD_MISSING_DATA, "no observation for this pool"),))
@@ -234,8 +254,10 @@ def _decide_pool(ps: PoolSettings, po: PoolObservation | None, scopes: list[_Sco
     # "Spot fallback").
     if spot is not None and spot.desired_nodes > in_service[spot.name] + launching[spot.name]:
         leaving_spot = sum(1 for n in po.nodes if n.group == spot.name and n.lifecycle == LIFECYCLE_LEAVING)
-        waited = spot.last_change_at is not None and now - spot.last_change_at >= timedelta(
+        fallback_at = None if spot.last_change_at is None else spot.last_change_at + timedelta(
             minutes=ps.fallback_after_minutes)
+        waited = fallback_at is not None and now >= fallback_at
+        timers.at(fallback_at)  # the wait runs out: spot counts as short from then on
         unmet_beyond_leaving = spot.desired_nodes > in_service[spot.name] + launching[spot.name] + leaving_spot
         spot_short = spot.capacity_shortage or (waited and unmet_beyond_leaving)
     # Pending pods that may not run on spot (policy/off_spot.py) go to the on-demand group directly; the rules below
@@ -243,7 +265,8 @@ def _decide_pool(ps: PoolSettings, po: PoolObservation | None, scopes: list[_Sco
     off, off_problem = off_spot.split(po, spot)
     view = off.rest if off is not None else po
     # Pending gangs (policy/gangs.py): launched whole, their wait bounded, their idle nodes released past it.
-    gangs = gang_rules.view(ps, view, groups, elastic_nodes, in_service, launching, spot, od, spot_short, now)
+    gangs = gang_rules.view(ps, view, groups, elastic_nodes, in_service, launching, spot, od, spot_short, now,
+                            timers)
     if gangs is not None:
         spot_short = gangs.spot_short
     fallback_active = spot is not None and od is not None and od.desired_nodes > 0
@@ -262,24 +285,24 @@ def _decide_pool(ps: PoolSettings, po: PoolObservation | None, scopes: list[_Sco
     closed = back_to_spot.closed_to_new_pods(ps, spot, od, po.nodes, spot_short, drain is not None,
                                              on_demand_only_pending=off is not None)
     if drain is not None:
-        actions = _drain(ps, groups, in_service, elastic_nodes, launching_nodes, drain, desired, now)
+        actions = _drain(ps, groups, in_service, elastic_nodes, launching_nodes, drain, desired, now, timers)
     else:
-        actions, taken = _scale_on_demand_only(ps, off, od, in_service, scopes, desired) if off else ([], 0)
+        actions, taken = _scale_on_demand_only(ps, off, od, in_service, scopes, desired, timers) if off else ([], 0)
         actions = _merge_set_desired(actions + _scale(
             ps, view, groups, in_service, elastic_nodes, spot, od, spot_short, utilization, scopes, now, desired,
-            gangs, closed_group=od.name if closed else None, on_demand_taken=taken))
+            timers, gangs, closed_group=od.name if closed and od is not None else None, on_demand_taken=taken))
         # One kind of change per group per tick: a group that was resized now is not also reclaimed from.
-        resized = {a.group for a in actions if a.kind == ACTION_SET_DESIRED}
+        resized = {a.group for a in actions if a.kind == ACTION_SET_DESIRED and a.group is not None}
         keep_on_demand = pack_pods([p for p in off.pod_gpus if p <= ps.gpus_per_node], ps.gpus_per_node)[0] \
             if off is not None and od is not None else 0
-        actions += _reclaim(ps, view, groups, elastic_nodes, now, desired, resized, gangs, frozenset(closed or ()),
-                            keep_on_demand)
+        actions += _reclaim(ps, view, groups, elastic_nodes, now, desired, resized, timers, gangs,
+                            frozenset(closed or ()), keep_on_demand)
         if off_problem:
             actions.append(_hold(name, Reason.HOLD_MISSING_DATA, off_problem))
         if gangs is not None:
             actions += [_hold(name, Reason.GANG_RELEASED, why) for why in gangs.released]
             actions += [_hold(name, Reason.HOLD_MISSING_DATA, why) for why in gangs.problems]
-        if closed:
+        if closed and spot is not None and od is not None:  # (closed only with both: back_to_spot)
             actions.append(_hold(name, Reason.SPOT_RECOVERED, back_to_spot.why(spot, closed), group=od.name))
         elif spot is not None and od is not None and od.desired_nodes > 0 and not spot_short and off is None:
             # (while pods that may not run on spot wait, the on-demand nodes are theirs, not a fallback to leave)
@@ -307,7 +330,8 @@ def _decide_pool(ps: PoolSettings, po: PoolObservation | None, scopes: list[_Sco
 
 
 def _drain(ps: PoolSettings, groups: dict[str, Group], in_service: dict[str, int], nodes: list[Node],
-           launching_nodes: list[Node], scope: _Scope, desired: dict[str, int], now: datetime) -> list[Action]:
+           launching_nodes: list[Node], scope: _Scope, desired: dict[str, int], now: datetime,
+           timers: Timers) -> list[Action]:
     name = ps.name
     why = f"{scope.name} month-to-date ${scope.month_to_date_usd:,.0f} reached its budget ${scope.budget_usd:,.0f}"
     actions: list[Action] = []
@@ -353,7 +377,7 @@ def _drain(ps: PoolSettings, groups: dict[str, Group], in_service: dict[str, int
     for n in nodes:
         if groups[n.group].status != "ACTIVE":
             continue
-        verdict, _ = _idle_verdict(ps, n, now)
+        verdict, _ = _idle_verdict(ps, n, now, timers)
         if verdict:
             idle.append(n)
         else:
@@ -380,7 +404,7 @@ def _drain_key(ps: PoolSettings):
 
 def _scale(ps: PoolSettings, po: PoolObservation, groups: dict[str, Group], in_service: dict[str, int],
            elastic_nodes: list[Node], spot: Group | None, od: Group | None, spot_short: bool, utilization: dict[str, float],
-           scopes: list[_Scope], now: datetime, desired: dict[str, int],
+           scopes: list[_Scope], now: datetime, desired: dict[str, int], timers: Timers,
            gangs: gang_rules.GangView | None = None, closed_group: str | None = None,
            on_demand_taken: int = 0) -> list[Action]:
     """Scale-up for the pending pods of `po` (those that may run on spot, when policy/off_spot.py split them:
@@ -411,7 +435,7 @@ def _scale(ps: PoolSettings, po: PoolObservation, groups: dict[str, Group], in_s
     # waits for the next job (docs/policy.md, rule 3).
     mean = _mean_utilization(po) if ps.workload == WORKLOAD_SERVICE else None
     if mean is not None and mean >= ps.scale_up_utilization_pct and coming == 0:
-        cooling = _cooling(groups.values(), now, ps.cooldown_minutes)
+        cooling = _cooling(groups.values(), now, ps.cooldown_minutes, timers)
         if cooling is not None:
             actions.append(_hold(name, Reason.COOLDOWN, f"utilization {mean:.0f}% but {cooling} changed less than "
                                  f"{ps.cooldown_minutes} min ago", group=cooling))
@@ -423,7 +447,7 @@ def _scale(ps: PoolSettings, po: PoolObservation, groups: dict[str, Group], in_s
         return actions
     if add_pending or add_util:
         reason = Reason.SCALE_UP_PENDING if add_pending >= add_util else Reason.SCALE_UP_UTILIZATION
-        why = (f"{sum(po.pending_pod_gpus)} pending GPU(s) need {add_pending} more node(s)" if reason is
+        why = (f"{sum(po.pending_pod_gpus or ())} pending GPU(s) need {add_pending} more node(s)" if reason is
                Reason.SCALE_UP_PENDING else f"mean GPU utilization {mean:.0f}% >= {ps.scale_up_utilization_pct:.0f}%")
         if add_warm:
             why += f"; {add_warm} more ahead of the daily rhythm ({_rhythm_why(ps, po)})"
@@ -432,8 +456,9 @@ def _scale(ps: PoolSettings, po: PoolObservation, groups: dict[str, Group], in_s
 
     target = spot if (spot is not None and not spot_short) else od
     if target is None:  # spot-only pool and spot is short: nothing else to ask for
-        actions.append(_hold(name, reason, f"{why}, but spot {spot.name} is short of capacity and the pool has no "
-                             "on-demand fallback", group=spot.name))
+        short_name = spot.name if spot is not None else "(none)"
+        actions.append(_hold(name, reason, f"{why}, but spot {short_name} is short of capacity and the pool has no "
+                             "on-demand fallback", group=spot.name if spot is not None else None))
         return actions
     if target is od and spot is not None:
         why = f"{why}; spot {spot.name} short ({in_service[spot.name]}/{spot.desired_nodes} up)"
@@ -468,6 +493,7 @@ def _scale(ps: PoolSettings, po: PoolObservation, groups: dict[str, Group], in_s
             add = 0
             break
         affordable = max(0, math.floor(s.headroom_usd_per_hour / price + 1e-9)) if price > 0 else add
+        s.read_headroom(timers, affordable, add)
         if affordable < add:
             actions.append(_hold(name, Reason.BUDGET_CAP, f"{why}; {s.name} budget ${s.budget_usd:,.0f} affords "
                                  f"{affordable} more node(s) (month-to-date ${s.month_to_date_usd:,.0f} + projection)",
@@ -484,7 +510,7 @@ def _scale(ps: PoolSettings, po: PoolObservation, groups: dict[str, Group], in_s
 
 
 def _scale_on_demand_only(ps: PoolSettings, off: off_spot.OffSpot, od: Group | None, in_service: dict[str, int],
-                          scopes: list[_Scope], desired: dict[str, int]) -> tuple[list[Action], int]:
+                          scopes: list[_Scope], desired: dict[str, int], timers: Timers) -> tuple[list[Action], int]:
     """Pods that may not run on spot (policy/off_spot.py) get on-demand nodes directly: packed like any pending
     pods, less the on-demand nodes already on their way, bounded by the group max, the step (never splitting a
     gang), UPDATE_IN_PROGRESS and the budget cap. Returns the actions and how many on-demand nodes on their way
@@ -537,6 +563,7 @@ def _scale_on_demand_only(ps: PoolSettings, off: off_spot.OffSpot, od: Group | N
             add = 0
             break
         affordable = max(0, math.floor(s.headroom_usd_per_hour / price + 1e-9)) if price > 0 else add
+        s.read_headroom(timers, affordable, add)
         if affordable < add:
             actions.append(_hold(name, Reason.BUDGET_CAP, f"{why}; {s.name} budget ${s.budget_usd:,.0f} affords "
                                  f"{affordable} more node(s) (month-to-date ${s.month_to_date_usd:,.0f} + projection)",
@@ -562,9 +589,10 @@ def _merge_set_desired(actions: list[Action]) -> list[Action]:
         if a.kind != ACTION_SET_DESIRED:
             out.append(a)
             continue
-        i = first.get(a.group)
+        key = a.group or ""  # every set_desired names its group (model.Action)
+        i = first.get(key)
         if i is None:
-            first[a.group] = len(out)
+            first[key] = len(out)
             out.append(a)
             continue
         prev = out[i]
@@ -585,12 +613,15 @@ def _mean_utilization(po: PoolObservation) -> float | None:
     return total / n if n else None
 
 
-def _cooling(groups, now: datetime, cooldown_minutes: int) -> str | None:
+def _cooling(groups, now: datetime, cooldown_minutes: int, timers: Timers) -> str | None:
+    """The first group changed less than cooldown_minutes ago, if any; each cooldown's end is a timer."""
     limit = timedelta(minutes=cooldown_minutes)
+    cooling = None
     for g in groups:
         if g.last_change_at is not None and now - g.last_change_at < limit:
-            return g.name
-    return None
+            timers.at(g.last_change_at + limit)
+            cooling = cooling or g.name
+    return cooling
 
 
 def _shows_work(ps: PoolSettings, node: Node) -> bool:
@@ -605,7 +636,7 @@ def _shows_work(ps: PoolSettings, node: Node) -> bool:
     return node.max_reserved_pct is not None and node.max_reserved_pct > 0
 
 
-def _idle_verdict(ps: PoolSettings, node: Node, now: datetime) -> tuple[bool | None, str]:
+def _idle_verdict(ps: PoolSettings, node: Node, now: datetime, timers: Timers | None = None) -> tuple[bool | None, str]:
     """(True, why) when every signal agrees the node is idle; (False, "") when one says it works or the node is
     too young to judge; (None, what is missing) when a signal is missing (missing counts as busy).
 
@@ -625,13 +656,16 @@ def _idle_verdict(ps: PoolSettings, node: Node, now: datetime) -> tuple[bool | N
     recent, longer, mean = node.recent_max_utilization_pct, node.max_utilization_pct, node.avg_utilization_pct
     # The window the node is judged on: the empty window when there is a figure for it, else the idle window.
     judged = ps.empty_timeout_minutes if recent is not None else ps.idle_timeout_minutes
-    figures = [recent] if recent is not None else [longer]
+    figures: list[float | None] = [recent] if recent is not None else [longer]
     if ps.scale_up_window_minutes <= judged:
         figures.append(mean)  # the scale-up window's mean lies within the judged window: work seen there counts
     if (reserved is not None and reserved > 0) or any(v is not None and v >= threshold for v in figures):
         return False, ""
     up = now - node.launched_at
     empty_w, idle_w = timedelta(minutes=ps.empty_timeout_minutes), timedelta(minutes=ps.idle_timeout_minutes)
+    if timers is not None:  # no sign of work: the verdict moves as the node's age passes each window
+        timers.at(node.launched_at + empty_w)
+        timers.at(node.launched_at + idle_w)
     if up < min(empty_w, idle_w):
         return False, ""
     if reserved is None:
@@ -648,7 +682,7 @@ def _idle_verdict(ps: PoolSettings, node: Node, now: datetime) -> tuple[bool | N
 
 
 def _reclaim(ps: PoolSettings, po: PoolObservation, groups: dict[str, Group], nodes: list[Node], now: datetime,
-             desired: dict[str, int], resized: set[str], gangs: gang_rules.GangView | None = None,
+             desired: dict[str, int], resized: set[str], timers: Timers, gangs: gang_rules.GangView | None = None,
              closed: frozenset[str] = frozenset(), keep_on_demand: int = 0) -> list[Action]:
     """`po`'s pending pods (those that may run on spot, when policy/off_spot.py split them) may keep idle nodes of
     any group; `keep_on_demand` more may be kept for the others, on-demand nodes only."""
@@ -657,7 +691,7 @@ def _reclaim(ps: PoolSettings, po: PoolObservation, groups: dict[str, Group], no
     why: dict[str, str] = {}
     unknown = 0
     for node in nodes:
-        verdict, reason = _idle_verdict(ps, node, now)
+        verdict, reason = _idle_verdict(ps, node, now, timers)
         if verdict is None:
             unknown += 1
         elif verdict:
@@ -680,10 +714,10 @@ def _reclaim(ps: PoolSettings, po: PoolObservation, groups: dict[str, Group], no
     # scheduler not yet through): keep as many idle nodes as they would fill, no more.
     for_pending = pack_pods([p for p in po.pending_pod_gpus if 0 < p <= ps.gpus_per_node], ps.gpus_per_node)[0] \
         if gangs is None else gangs.kept_for_pending  # a gang released past its wait keeps none
-    warm = keep_warm_nodes(ps, po.arrivals, now)
+    warm = keep_warm_nodes(ps, po.arrivals, now, timers)
     # A node that never got a pod is not kept warm: the demand it was launched for went elsewhere (Karpenter
     # counts such a node empty from the moment it is ready).
-    used = [n for n in idle if not never_got_a_pod(ps, n, now)]
+    used = [n for n in idle if not never_got_a_pod(ps, n, now, timers if warm else None)]
     kept = {n.instance_id for n in used[len(used) - min(len(used), warm):]}
     # Warm-up (opt-in) keeps spare nodes for the arrivals this time of day usually brings, used or not: a node
     # launched ahead of them has had no pod yet by design.
@@ -753,17 +787,23 @@ def _step(ps: PoolSettings) -> int:
     return ps.max_step_nodes if ps.max_step_nodes is not None else _NO_STEP_LIMIT
 
 
-def arrival_rate_nodes_per_minute(ps: PoolSettings, arrivals, now: datetime) -> float:
+def arrival_rate_nodes_per_minute(ps: PoolSettings, arrivals, now: datetime, timers: Timers | None = None) -> float:
     """The pool's recent demand in nodes per minute: GPUs of the pods created within arrival_window_minutes
-    (and not finished), in nodes' worth, over the window. No look-ahead: only pods that exist at `now` count."""
+    (and not finished), in nodes' worth, over the window. No look-ahead: only pods that exist at `now` count.
+    `timers`: each arrival counts from its creation and leaves the window arrival_window_minutes later."""
     if not arrivals:
         return 0.0
     window = timedelta(minutes=ps.arrival_window_minutes)
+    if timers is not None:
+        for t, g in arrivals:
+            if g > 0:
+                timers.at(t)
+                timers.at(t + window)
     gpus = sum(g for t, g in arrivals if g > 0 and timedelta(0) <= now - t < window)
     return gpus / max(ps.gpus_per_node, 1) / ps.arrival_window_minutes
 
 
-def keep_warm_nodes(ps: PoolSettings, arrivals, now: datetime) -> int:
+def keep_warm_nodes(ps: PoolSettings, arrivals, now: datetime, timers: Timers | None = None) -> int:
     """How many idle elastic nodes are worth keeping (docs/policy.md, "Release on cost").
 
     Keeping the k-th idle node costs its price until the k-th next node's worth of demand arrives: k / rate
@@ -771,7 +811,7 @@ def keep_warm_nodes(ps: PoolSettings, arrivals, now: datetime) -> int:
     comes, a relaunch: launch_minutes paid for a node that boots, plus launch_minutes that the job waits, a
     minute of waiting valued at the price of the capacity it waits for. So the k-th node is kept while
     k / rate < 2 x launch_minutes, i.e. k < 2 x launch_minutes x rate."""
-    return _nodes_that_pay(ps, arrival_rate_nodes_per_minute(ps, arrivals, now))
+    return _nodes_that_pay(ps, arrival_rate_nodes_per_minute(ps, arrivals, now, timers))
 
 
 def _nodes_that_pay(ps: PoolSettings, rate: float | None) -> int:
@@ -815,10 +855,13 @@ def _rhythm_why(ps: PoolSettings, po: PoolObservation) -> str:
             f"pays while that brings its job within {2 * ps.launch_minutes} min")
 
 
-def never_got_a_pod(ps: PoolSettings, node: Node, now: datetime) -> bool:
+def never_got_a_pod(ps: PoolSettings, node: Node, now: datetime, timers: Timers | None = None) -> bool:
     """The node's empty window (no GPU requested over it) reaches back into its boot: it has had no GPU pod in
     its whole ready life. launch_minutes stands for the boot (the Lambda keeps no per-node history)."""
-    return now - node.launched_at <= timedelta(minutes=ps.empty_timeout_minutes + ps.launch_minutes)
+    until = node.launched_at + timedelta(minutes=ps.empty_timeout_minutes + ps.launch_minutes)
+    if timers is not None:
+        timers.at(until + JUST_AFTER)  # true up to and including `until`
+    return now <= until
 
 
 def _rate_why(ps: PoolSettings, arrivals, now: datetime) -> str:
@@ -826,6 +869,27 @@ def _rate_why(ps: PoolSettings, arrivals, now: datetime) -> str:
     return (f"{rate * 60:.1f} node(s) of demand arrived per hour over the last {ps.arrival_window_minutes} min; "
             f"a relaunch costs {2 * ps.launch_minutes} node-minutes ({ps.launch_minutes} booting, paid, + "
             f"{ps.launch_minutes} a job waits)")
+
+
+ABOVE_IDLE = "above the idle threshold"
+
+
+def node_reading(ps: PoolSettings, max_pct: float | None, avg_pct: float | None, reserved_pct: float | None,
+                 recent_max_pct: float | None) -> tuple:
+    """What the rules read of a node's CloudWatch figures (Node.max_utilization_pct, avg_utilization_pct,
+    max_reserved_pct, recent_max_utilization_pct): two nodes whose readings are equal get the same actions (the
+    reported figures, PoolDecision.utilization_pct, may differ). A utilization figure is compared with the idle
+    threshold, and a max's value counts only below it (the idle nodes' order, the reasons' details); a batch
+    pool's mean only on which side of it it is, a service pool's mean whole (the pool's mean against the
+    scale-up threshold); the reserved figure is unknown, zero or not. The simulator skips the minutes in which a window's figures move without changing this (sim/policies.py)."""
+    threshold = node_idle_threshold_pct(ps)
+
+    def level(v: float | None) -> float | str | None:
+        return v if v is None or v < threshold else ABOVE_IDLE
+
+    # a batch pool reads a node's mean only against the idle threshold (`_shows_work`, `_idle_verdict`)
+    mean = avg_pct if ps.workload == WORKLOAD_SERVICE or avg_pct is None else avg_pct >= threshold
+    return level(max_pct), mean, None if reserved_pct is None else reserved_pct > 0, level(recent_max_pct)
 
 
 def node_idle_threshold_pct(ps: PoolSettings) -> float:
@@ -838,5 +902,5 @@ def node_idle_threshold_pct(ps: PoolSettings) -> float:
     return ps.idle_utilization_pct / max(ps.gpus_per_node, 1)
 
 
-__all__ = ["decide", "hours_left_in_month", "node_idle_threshold_pct", "pack_pods", "warm_up_nodes",
+__all__ = ["decide", "hours_left_in_month", "node_reading", "node_idle_threshold_pct", "pack_pods", "warm_up_nodes",
            "CAPACITY_GUARANTEED"]

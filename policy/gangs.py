@@ -32,7 +32,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from policy.model import Group, Node, PendingGang, PoolObservation, PoolSettings
+from policy.model import Group, Node, PendingGang, PoolObservation, PoolSettings, Timers
 from policy.packing import first_fit_runs
 
 
@@ -48,11 +48,17 @@ def empty_node(node: Node) -> bool:
     return node.max_reserved_pct == 0
 
 
-def overdue(ps: PoolSettings, gang: PendingGang, now: datetime) -> bool:
+def due_at(ps: PoolSettings, gang: PendingGang) -> datetime | None:
+    """When the gang's wait reaches gang_wait_minutes; None for an unknown wait (it never releases anything)."""
     since = gang.waiting_since
     if since is None or since.tzinfo is None:
-        return False
-    return now - since >= timedelta(minutes=ps.gang_wait_minutes)
+        return None
+    return since + timedelta(minutes=ps.gang_wait_minutes)
+
+
+def overdue(ps: PoolSettings, gang: PendingGang, now: datetime) -> bool:
+    due = due_at(ps, gang)
+    return due is not None and now >= due
 
 
 @dataclass
@@ -83,12 +89,16 @@ class GangView:
 
 def view(ps: PoolSettings, po: PoolObservation, groups: dict[str, Group], elastic_nodes: list[Node],
          in_service: dict[str, int], launching: dict[str, int], spot: Group | None, od: Group | None,
-         spot_short: bool, now: datetime) -> GangView | None:
-    """The gangs' view of this tick, or None when the pool has no pending gang (the plan is then unchanged)."""
+         spot_short: bool, now: datetime, timers: Timers | None = None) -> GangView | None:
+    """The gangs' view of this tick, or None when the pool has no pending gang (the plan is then unchanged).
+    `timers`: each gang's wait running out (rule 2) changes the view."""
     gangs = po.pending_gangs
     pending = po.pending_pod_gpus
     if not gangs or pending is None:
         return None
+    if timers is not None:
+        for g in gangs:
+            timers.at(due_at(ps, g))
     gpn = ps.gpus_per_node
     singles = Counter(pending)
     for g in gangs:

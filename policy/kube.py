@@ -154,7 +154,7 @@ def _expression_holds(expr: dict, labels: dict[str, str]) -> bool:
         return value is None
     if op in ("Gt", "Lt"):
         try:
-            number, bound = int(value), int(values[0])
+            number, bound = int(value), int(values[0])  # type: ignore[arg-type]  # None: TypeError, below
         except (TypeError, ValueError, IndexError):
             return False
         return number > bound if op == "Gt" else number < bound

@@ -16,7 +16,7 @@ import functools
 import json
 import re
 from dataclasses import KW_ONLY, asdict, dataclass, field, fields
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import Enum
 from typing import Any
 
@@ -560,11 +560,43 @@ class PoolDecision:
         return tuple(a for a in self.actions if a.changes)
 
 
+# A rule whose condition is `now - t <= d` still holds at t + d and flips at any moment after it: it reports
+# t + d + JUST_AFTER (a caller that decides on whole minutes rounds it up to the next one).
+JUST_AFTER = timedelta(microseconds=1)
+
+
+class Timers:
+    """The moments after `now` at which one of the engine's rules, by its own clock, could decide differently with
+    the observation unchanged. Each rule reports its timers where the rule lives (policy/engine.py and the rule
+    modules): `at(t)` when its condition changes at `t`, nothing when only a change of the observation can
+    change its verdict. `earliest` is the plan's next_decision_at."""
+
+    __slots__ = ("now", "earliest")
+
+    def __init__(self, now: datetime):
+        self.now = now
+        self.earliest: datetime | None = None
+
+    def at(self, when: datetime | None) -> None:
+        if when is not None and when > self.now and (self.earliest is None or when < self.earliest):
+            self.earliest = when
+
+    def next_minute(self) -> None:
+        """The rule reads the clock continuously (the budget projection's hours left): decide again next minute."""
+        self.at(self.now + timedelta(minutes=1))
+
+
 @dataclass(frozen=True)
 class Plan:
     decisions: tuple[PoolDecision, ...]
     dry_run: bool = False
     decided_at: datetime | None = None
+    # The earliest moment after decided_at at which one of the rules' own timers (cooldowns, idle and empty
+    # windows, the spot fallback's wait, arrivals leaving the keep-warm window, a gang's wait, a Capacity Block's
+    # dates, the budget projection, ...) could change this plan with the observation unchanged; None when only
+    # a change of the observation can (Timers). Deciding at any moment before it, on the same observation, gives
+    # the same actions: a caller that knows its observation is unchanged may skip to it (sim/policies.py).
+    next_decision_at: datetime | None = None
 
     @property
     def actions(self) -> tuple[Action, ...]:

@@ -104,7 +104,7 @@ def render(kind: str, environment: str, decision: PoolDecision, budget_usd: floa
             or (kind == KIND_RECLAIM and a.kind == ACTION_TERMINATE))
     if kind == KIND_SCALE_UP:
         n = sum(a.desired_to - a.desired_from for a in decision.changes if a.kind == ACTION_SET_DESIRED
-                and a.desired_to > a.desired_from)
+                and a.desired_to is not None and a.desired_from is not None and a.desired_to > a.desired_from)
     headline = _HEADLINE[kind].format(n=n)
     prefix = f"[gpuloan {environment}]{' [dry run]' if dry_run else ''} {decision.pool}: "
     subject = (prefix + headline)[:SUBJECT_MAX]

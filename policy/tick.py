@@ -143,7 +143,7 @@ def observe(settings: Settings, ports: Ports, state: dict, now: datetime, errors
 def _read_groups(settings: Settings, ports: Ports, now: datetime, record, in_time) -> dict[str, GroupState]:
     """Every pool's groups (elastic and floor) in one batched read; each group that fails is left out (its pool
     holds), the others are kept."""
-    names, spot_groups = [], set()
+    names, spot_groups = [], set[str]()
     for ps in settings.pools:
         names += list(ps.elastic_groups) + ([ps.guaranteed_group] if ps.guaranteed_group else [])
         spot_groups.update(ps.spot_groups)  # every size's (policy/sizes.py)
@@ -254,7 +254,7 @@ def _floor_quotas(settings: Settings, ports: Ports, record, in_time) -> dict[str
         if ps.capacity_block_queue and capacity_blocks.is_block(ps) and ports.queues is not None and in_time():
             try:
                 quotas[ps.name] = ports.queues.floor_quota(ps.capacity_block_queue_api, ps.capacity_block_queue,
-                                                           ps.capacity_block_flavor)
+                                                           ps.capacity_block_flavor or "")
             except PolicyError as err:
                 record(err)
     return quotas
@@ -498,12 +498,12 @@ class _GroupRun:
                 _after_change(self.fresh, a.group, lambda gs: dataclasses.replace(
                     gs, group=dataclasses.replace(gs.group, desired_nodes=a.desired_to)))
             elif a.kind == capacity_blocks.ACTION_CHECKPOINT:
-                why = _checkpoint(a, ports, self.node_names.get(a.instance_id, ""), self.settings.pool(a.pool),
+                why = _checkpoint(a, ports, self.node_names.get(a.instance_id or "", ""), self.settings.pool(a.pool),
                                   _dates(self.obs, a.pool))
                 if why is not None:
                     return "failed", why
             elif a.kind == ACTION_TERMINATE:
-                why = _guard_and_terminate(a, ports, self.node_names.get(a.instance_id, ""))
+                why = _guard_and_terminate(a, ports, self.node_names.get(a.instance_id or "", ""))
                 if why is not None:
                     return "blocked", why
                 _after_change(self.fresh, a.group, lambda gs: GroupState(
@@ -558,7 +558,8 @@ def _apply_quota(a: Action, ps, plan: Plan, obs: Observation, ports: Ports, resu
                  deadline) -> None:
     """A Capacity Block's Kueue floor quota, only to the value its window wants now (behind RBAC, which allows
     get/patch of the block pools' ClusterQueues only)."""
-    if plan.decided_at is None or not capacity_blocks.may_touch(ps, a, plan.decided_at, _dates(obs, a.pool)):
+    if plan.decided_at is None or a.desired_to is None or not capacity_blocks.may_touch(ps, a, plan.decided_at,
+                                                                                          _dates(obs, a.pool)):
         result.failed.append((a, f"refused: the floor quota of {a.pool} is not a Capacity Block's, or the window "
                                  "does not ask for this value now"))
         return
@@ -608,7 +609,7 @@ def _guard_and_terminate(a: Action, ports: Ports, node_name: str) -> str | None:
         _uncordon(ports, node_name, cordoned)
         return f"kept: {'; '.join(blockers[:3])}{' ...' if len(blockers) > 3 else ''}"
     try:
-        ports.groups.terminate(a.instance_id)
+        ports.groups.terminate(a.instance_id or "")  # named: _apply matched it to an observed node
     except PolicyError:
         _uncordon(ports, node_name, cordoned)
         raise
@@ -661,7 +662,8 @@ def run_tick(settings: Settings, ports: Ports, now: datetime, log: Callable[[str
     recorded = False
     if leaving and ports.state is not None and persist:
         recorded = _record_warning(settings, ports.state, leaving, now, errors, log)
-    holder, waited = None, 0.0
+    holder = None
+    waited: float | None = 0.0
     if lease is not None and ports.state is not None and persist and not settings.dry_run:
         try:
             waited = take_lease(ports.state, lease[0], lease[1], now.timestamp(), deadline, patient=bool(leaving),
@@ -699,7 +701,7 @@ def run_tick(settings: Settings, ports: Ports, now: datetime, log: Callable[[str
         result = _run(settings, ports, now, log, deadline, persist, errors, leaving)
         return result
     finally:
-        if holder is not None:
+        if holder is not None and ports.state is not None:
             try:
                 ports.state.release_lease(holder)
             except PolicyError as err:
@@ -779,7 +781,8 @@ def _notify(settings: Settings, plan: Plan, ports: Ports, state: dict, now: date
 
 def _run(settings: Settings, ports: Ports, now: datetime, log: Callable[[str], None], deadline: Deadline | None,
          persist: bool, errors: list[str], leaving: tuple[str, ...] = ()) -> TickResult:
-    state, version = {}, 0
+    state: dict = {}
+    version = 0
     recorded: dict[str, float] = {}
     if ports.state is not None:
         try:

@@ -18,7 +18,6 @@ from policy.model import (
     ENFORCEMENT_CAP,
     LIFECYCLE_IN_SERVICE,
     LIFECYCLE_PENDING,
-    WORKLOAD_SERVICE,
     Group,
     Node,
     NodeSize,
@@ -353,6 +352,12 @@ def pool_settings(spec: PoolSpec) -> PoolSettings:
     )
 
 
+def _minute_at_or_after(when: datetime) -> int:
+    """The first whole simulated minute at or after `when` (a rule that flips just after a minute flips by the
+    next one)."""
+    return -(-(when - SIM_EPOCH) // timedelta(minutes=1))
+
+
 class GpuLoan(Controller):
     """Our policy: every minute, build the Observation the Lambda would build and call policy.engine.decide."""
 
@@ -402,6 +407,7 @@ class GpuLoan(Controller):
         self._last_held = False  # the last plan held a scale-up for the budget (BUDGET_CAP / BUDGET_UNKNOWN)
         self._quiet_plan = False
         self._version = -1
+        self._decide_again = 0  # the minute of the last plan's next_decision_at (policy/engine.py)
         self._arrivals_key, self._arrivals_value = None, ()
         self._gangs_key, self._gangs_value = None, ()
         self._off_spot_key, self._off_spot_value = None, ()
@@ -672,6 +678,8 @@ class GpuLoan(Controller):
             sim.recommendations.clear()
         plan = self.decide(self.settings, self.observe(sim, now_dt), now_dt)
         self.calls += 1
+        self._decide_again = sim.horizon if plan.next_decision_at is None else _minute_at_or_after(
+            plan.next_decision_at)
         reasons = []
         quiet = True
         for action in plan.actions:
@@ -726,143 +734,103 @@ class GpuLoan(Controller):
                 self._spend(sim, sim.now)
 
     def wake(self, sim: Simulation) -> int:
-        """The first minute after now at which policy.engine.decide could plan differently if the world stays as
-        it is. It lists every rule of the engine that reads the clock or a metric window; a rule added there
-        that reads them in another way must be added here (tests/test_sim_speed.py compares with deciding every
-        minute and fails otherwise):
-        - the last plan changed nothing, and nothing changed since it was made (sim.version);
-        - with a budget, the plan was only holds that read no budget (_BUDGET_UNREAD): the budget's headroom,
-          which moves every minute with the hours left, is read only to size a scale-up; the
-          drain starts when month-to-date spend reaches the budget, a minute computed from the running rate
-          (woken one minute early), and the month's spend restarts at the next 730-hour month;
-        - scale-up on utilization: the pool's mean utilization cannot reach the threshold before the windows
-          settle (bounded by each node's peak over its scale-up window) -- else decide every minute;
-        - reclaim: `up >= idle_timeout / empty_timeout` switches at launch + timeout; a node empty since e reads
-          max utilization and max reserved 0 from e + window - 1 on (the mean over the scale-up window counts
-          only when that window lies within the judged one, engine._idle_verdict) (one busy GPU is always above the idle
-          threshold, which is idle_utilization_pct / gpus_per_node < one GPU's share);
-        - cooldown and spot fallback switch at the group's last change + cooldown / fallback_after;
-        - keep-or-release: a node stops counting as never used at launch + empty_timeout + launch_minutes; an arrival created at minute a leaves the arrival window at a + window (arrivals and
-          finished jobs are events themselves);
-        - a node's first datapoint: utilization is unknown until a minute after launch;
-        - warm-up (when on): the daily history's rate changes when a slot of the day begins;
-        - gangs: a pending gang's wait reaches gang_wait_minutes at a known minute (policy/gangs.py)."""
-        now = sim.now
-        nxt = now + 1
+        """The first minute after now at which the tick could act differently if nothing else happens (no node
+        event, arrival, completion or demand change: those bump sim.version): the earlier of the plan's own
+        next_decision_at (policy/engine.py, every rule's timer: the engine owns them, nothing here repeats one)
+        and the first minute at which the Observation this controller builds changes (`_observation_changes`).
+        tests/test_sim_speed.py compares the result with deciding every minute."""
+        nxt = sim.now + 1
         if not self._quiet_plan or sim.version != self._version:
             return nxt
-        ps = self.ps
-        wake = sim.horizon
+        return max(nxt, self._observation_changes(sim, min(sim.horizon, self._decide_again)))
+
+    def _observation_changes(self, sim: Simulation, until: int) -> int:
+        """The first minute after now (at most `until`) at which the Observation of `observe` changes in what the
+        engine reads, with no event in between (an event bumps sim.version):
+        - a node's CloudWatch figures: a change of its busy GPUs at minute t is read from t + delay on (its first
+          datapoint a minute after launch, delayed) and has left a window of w minutes from t + delay + w - 1 on;
+          in between, the first minute its figures read differently to the engine (engine.node_reading: a
+          utilization figure on the other side of the idle threshold, or another value below it; the reserved
+          figure zero or not; a service pool's mean at all);
+        - the month-to-date spend reaching a capped budget, or starting again with the simulated month;
+        - an arrival leaving the arrival window; the warm-up history's slot of the day."""
+        now, ps = sim.now, self.ps
+        nxt = now + 1
+        wake = until
+        delay = sim.settings.metric_delay_minutes
+        longest = max(ps.idle_timeout_minutes, ps.empty_timeout_minutes, ps.scale_up_window_minutes)
+        moving: list = []  # (node, the last minute its windows move)
+        for n in sim.nodes.values():
+            if n.warned or n.ready_at > now:
+                continue  # leaving or booting: nothing read of it changes before an event
+            first = n.launched + 1 + delay
+            if first > now:
+                wake = min(wake, first)  # its first datapoint
+                continue
+            w = ps.scale_up_window_minutes if n.group == GUARANTEED else longest  # a floor node's mean only
+            t = n.hist[-1][0] + delay if len(n.hist) > 1 else None
+            if t is None or t + w - 1 <= now:
+                continue  # its newest change has left every window: it reads the same until an event
+            moving.append((n, t + w - 1))  # read from t on (not yet when t > now), settled from t + w - 1
+        if moving and wake > nxt:
+            wake = self._reading_changes(sim, moving, wake)
         if ps.budget_monthly_usd is not None:
-            if not set(self._last_reasons) <= _BUDGET_UNREAD:
-                return nxt
             month = now // MINUTES_PER_MONTH
-            wake = (month + 1) * MINUTES_PER_MONTH
+            wake = min(wake, (month + 1) * MINUTES_PER_MONTH)  # the simulated month's spend starts again
             if ps.budget_enforcement == ENFORCEMENT_CAP:
-                usd_per_minute = sum(sim.rates.values()) / 60
                 left = ps.budget_monthly_usd - sim.c.monthly_usd.get(month, 0.0)
+                usd_per_minute = sum(sim.rates.values()) / 60
                 if left <= 0:
                     return nxt
                 if usd_per_minute > 0:
-                    wake = min(wake, now + int(left / usd_per_minute))  # one minute early at least
-
-        up_w, idle_w, empty_w = ps.scale_up_window_minutes, ps.idle_timeout_minutes, ps.empty_timeout_minutes
-        delay = sim.settings.metric_delay_minutes
-        settled_pct = 0.0  # sum of the mean utilization of nodes whose scale-up window no longer changes
-        moving: list = []
-        n_util = 0
-        for n in sim.nodes.values():
-            if n.warned or n.ready_at > now:
-                continue
-            if n.launched >= nxt:
-                return nxt
-            n_util += 1
-            if n.hist[-1][0] <= max(n.launched, now - delay - up_w + 1):
-                settled_pct += 100.0 * n.busy / n.gpus
-            else:
-                moving.append(n)
-            # the delayed datapoints: a change at minute c is read from c + delay on, the first one a minute
-            # after launch + delay
-            if delay:
-                hist = n.hist
-                for k in range(len(hist) - 1, -1, -1):
-                    t, busy = hist[k]
-                    end = hist[k + 1][0] if k + 1 < len(hist) else None
-                    if end is not None and end + delay <= now:
-                        break  # read in the past only
-                    before = hist[k - 1][1] if k else 0
-                    if t + delay > now and (busy == 0 or before == 0 or ps.workload == WORKLOAD_SERVICE):
-                        # read from t + delay on; a busy node that stays busy shows work either way (batch pools
-                        # read nothing else of it; a service pool's mean is followed below)
-                        wake = min(wake, t + delay)
-                    if busy == 0 and t > n.launched and n.group != GUARANTEED:
-                        # an empty stretch still to be read: the windows read all idle from t + w - 1 + delay
-                        # if it lasts that long (the current one is below, with n.empty_since)
-                        for w in (idle_w, empty_w):
-                            m = t + w - 1 + delay
-                            if m > now and (end is None or t + w - 1 < end):
-                                wake = min(wake, m)
-                if n.launched + 1 + delay > now:
-                    wake = min(wake, n.launched + 1 + delay)
-            if n.group == GUARANTEED:
-                continue
-            for t in (n.launched + idle_w, n.launched + empty_w, n.launched + empty_w + ps.launch_minutes,
-                      n.launched + empty_w + ps.launch_minutes + 1):
-                if t > now:
-                    wake = min(wake, t)
-            if n.busy == 0:
-                e = n.launched if n.empty_since is None else n.empty_since
-                if e > n.launched:
-                    # the idle verdict's windows; the scale-up mean counts only when its window lies within the
-                    # judged one, so it is quiet by then too
-                    for t in (e + idle_w - 1 + delay, e + empty_w - 1 + delay):
-                        if t > now:
-                            wake = min(wake, t)
-        arrivals = self.arrival_minutes(sim)
+                    wake = min(wake, now + int(left / usd_per_minute))  # reaches the budget: one minute early at least
+        arrivals = self.arrival_minutes(sim) if self.keep_for_next_job else ()
         if arrivals:
-            wake = min(wake, max(nxt, arrivals[0][0] + ps.arrival_window_minutes))
-        for _, _, since, _ in self._gang_runs(sim):
-            # a pending gang's wait reaches gang_wait_minutes (policy/gangs.py)
-            if since + ps.gang_wait_minutes > now:
-                wake = min(wake, since + ps.gang_wait_minutes)
+            wake = min(wake, arrivals[0][0] + ps.arrival_window_minutes)
         if self._rhythm is not None:
-            # the warm-up rate reads whole slots of the day: it changes only when a slot begins (SIM_EPOCH is
-            # a midnight, so slots begin at multiples of SLOT_MINUTES)
+            # the warm-up rate reads whole slots of the day (SIM_EPOCH is a midnight)
             wake = min(wake, (now // SLOT_MINUTES + 1) * SLOT_MINUTES)
-        for g in ps.elastic_groups:
-            last = sim.last_change[g]
-            if last is not None:
-                for t in (last + ps.cooldown_minutes, last + ps.fallback_after_minutes):
-                    if t > now:
-                        wake = min(wake, t)
-        if n_util and ps.workload == WORKLOAD_SERVICE:
-            # The pool's mean utilization minute by minute until every moving window has settled: the first
-            # minute it crosses the scale-up threshold either way (or comes within rounding of it) the plan may
-            # differ.
-            threshold = ps.scale_up_utilization_pct
-            last = max((n.hist[-1][0] + up_w - 1 + delay for n in moving), default=now)
-            above = None
-            for t in range(now, min(max(last, now), wake) + 1):
-                means = [sim.window_utilization(n, up_w, at=t - delay)[1] for n in moving]
-                if None in means:
-                    return nxt  # a node without its first datapoint yet: decide every minute
-                mean = (settled_pct + sum(means)) / n_util
-                if abs(mean - threshold) < 1e-6:
-                    wake = t
-                    break
-                if above is None:
-                    above = mean >= threshold
-                elif (mean >= threshold) != above:
-                    wake = t
-                    break
         return max(nxt, wake)
 
+    def _reading_changes(self, sim: Simulation, moving: list, until: int) -> int:
+        """The first minute after now, before `until`, at which one of the `moving` nodes (each with the last
+        minute its windows move) reads differently to the engine than now; else `until`."""
+        now, ps = sim.now, self.ps
+        read = now - sim.settings.metric_delay_minutes
+        longest = max(ps.idle_timeout_minutes, ps.empty_timeout_minutes, ps.scale_up_window_minutes)
+        busiest = engine.node_reading(ps, 100.0, 100.0, 100.0, 100.0)
+        windows = (ps.idle_timeout_minutes, ps.scale_up_window_minutes, ps.empty_timeout_minutes)
+        distinct = tuple(sorted(set(windows)))
+        at = tuple(distinct.index(w) for w in windows)
 
-# Plans made of these only (and no action) were decided without reading the budget: policy.engine._scale reads it
-# only to size a scale-up, and a wanted node ends in an action or in a BUDGET_CAP / UPDATE_IN_PROGRESS / scale-up
-# hold -- except at the group's maximum, where AT_MAX is held with nothing to add and the budget cannot bind.
+        def reading(n, m: int) -> tuple:
+            if n.group == GUARANTEED:
+                avg = sim.window_utilization(n, ps.scale_up_window_minutes, at=m)[1]
+                return engine.node_reading(ps, avg, avg, None, None)
+            stats = sim.window_stats(n, distinct, at=m)
+            (mx, _), (_, avg), (reserved, _) = stats[at[0]], stats[at[1]], stats[at[2]]
+            return engine.node_reading(ps, mx, avg, reserved, reserved)
+
+        for n, settled in moving:
+            # Every figure of every window read until it settles lies between the lowest and the highest level
+            # over them: when even the lowest reads as the busiest, the node reads the same throughout.
+            hist, start = n.hist, read - longest + 1
+            k = len(hist) - 1
+            while k > 0 and hist[k][0] > start:
+                k -= 1
+            lowest = min(busy for _, busy in hist[k:]) * 100.0 / n.gpus
+            if lowest > 0 and engine.node_reading(ps, lowest, lowest, lowest, lowest) == busiest:
+                continue
+            before = reading(n, read)
+            for t in range(now + 1, min(until, settled + 1)):
+                if reading(n, t - (now - read)) != before:
+                    until = t
+                    break
+        return until
+
+
+# Plans held for the budget (counted as the minutes the cap held a wanted scale-up).
 _CAP_HELD = {Reason.BUDGET_CAP.value, Reason.BUDGET_UNKNOWN.value}
-_BUDGET_UNREAD = {Reason.STEADY.value, Reason.SPOT_RECOVERED.value, Reason.COOLDOWN.value, Reason.AT_MAX.value}
 
 
 WARM_UP_NAME = "gpuloan-warm-up"

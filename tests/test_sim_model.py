@@ -408,8 +408,13 @@ def test_a_notice_is_not_mistaken_for_a_spot_shortage(tmp_path):
     t = jobs(tmp_path, [(0, 3 * 3600, 8)])
 
     class Reclaimed(GpuLoan):
+        set = False
+
         def tick(self, sim):
-            if sim.now == 10:
+            # once the node is there (the controller is woken only when something may change: the forced
+            # reclaim is set at its first tick with a node, not at a fixed minute it may not be woken at)
+            if sim.nodes and not self.set:
+                self.set = True
                 sim.set_reclaim(next(iter(sim.nodes.values())), 60)  # notice at 58, long after the last change
             super().tick(sim)
 
