@@ -695,7 +695,7 @@ def run_tick(settings: Settings, ports: Ports, now: datetime, log: Callable[[str
     if leaving:
         log(json.dumps({"level": "INFO", "message": "spot warning acted on by this invocation",
                         "environment": settings.environment, "instances": list(leaving),
-                        "waited_for_lease_s": round(waited, 3)}))
+                        "waited_for_lease_s": round(waited or 0.0, 3)}))
     result = None
     try:
         result = _run(settings, ports, now, log, deadline, persist, errors, leaving)
