@@ -1,8 +1,8 @@
 """`gpuloan advise -s STACK --demand DIR` (or `--org`): every pool's floor and the organization's commitment
-together, with the price of each guarantee (sim/org_advisor.py; docs/floor.md, "The loan for an organization").
+together, with the price of each guarantee (advise/org_advisor.py; docs/floor.md, "The loan for an organization").
 
 Demand: `--demand DIR` (one `<pool>.csv` per pool: a job trace or a `minute,gpus_demanded` series), or without it
-each pool's own CloudWatch history (sim/demand_history.py, `--history-days`). The history is split at
+each pool's own CloudWatch history (advise/demand_history.py, `--history-days`). The history is split at
 `--sizing-days`: the advice is computed on the days before, every figure reported on the days after.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sim.org_advisor import OrgAdviceError
+from advise.org_advisor import OrgAdviceError
 
 TERMS = ("reserved_1yr", "reserved_3yr")
 MODELS = ("fluid", "simulated")
@@ -46,8 +46,8 @@ def _inputs(args, cfg):
     from pricing.sources import catalog, floor_pricing
     from sim import fluid, org_demand, traces
     from sim import pool as simpool
-    from sim.advisor import production_share
-    from sim.org_advisor import OrgInputs
+    from advise.advisor import production_share
+    from advise.org_advisor import OrgInputs
 
     names = [p.name for p in cfg.pools]
     if args.pool:
@@ -55,7 +55,7 @@ def _inputs(args, cfg):
     if args.demand:
         demand = org_demand.read_demand_dir(args.demand, names)
     else:
-        from sim import demand_history
+        from advise import demand_history
 
         if args.history_days < 2:
             raise ValueError("--history-days must be at least 2 with --org (a sizing and a report window)")
@@ -112,7 +112,7 @@ def _inputs(args, cfg):
 
 def run(args, cfg) -> dict:
     """The advice document (JSON-ready). Raises the usual input errors (ValueError and kin)."""
-    from sim import org_advisor
+    from advise import org_advisor
 
     if not 0 <= args.guarantee_percentile <= 100:
         raise ValueError(f"--guarantee-percentile must be between 0 and 100, got {args.guarantee_percentile}")

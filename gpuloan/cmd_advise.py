@@ -78,7 +78,7 @@ def _demand(args, cfg, pool_name):
         if args.series and getattr(trace, "fmt", "") != "series":
             raise ValueError(f"--series {args.series}: not a minute,gpus_demanded file (use --trace for job traces)")
     else:
-        from sim import demand_history
+        from advise import demand_history
 
         if args.history_days < 1:
             raise ValueError("--history-days must be at least 1")
@@ -90,9 +90,9 @@ def _demand(args, cfg, pool_name):
 
 def run(args) -> int:
     from gpuloan import stackfile
-    from sim import advisor
+    from advise import advisor
     from sim import traces
-    from sim.org_advisor import OrgAdviceError
+    from advise.org_advisor import OrgAdviceError
     from config import config
 
     try:
@@ -139,7 +139,7 @@ def run(args) -> int:
             render(doc)
         print(catalog.price_source(cfg.region))
     if args.plot:  # after the table, as `simulate` does, and named on stderr: stdout stays the result
-        from sim.advisor_plot import plot
+        from advise.advisor_plot import plot
 
         sys.stdout.flush()
         for doc in docs:
@@ -176,7 +176,7 @@ def _progress(pool: str):
 
 
 def _aws_errors():
-    from sim.demand_history import HistoryError
+    from advise.demand_history import HistoryError
 
     return (HistoryError,)
 

@@ -85,7 +85,7 @@ class SimSettings:
     spot_unavailable_mean_hours: float = 3.0
     spot_unavailable_fill_share: float = 0.0  # share of a spot launch request granted during an episode (0: none)
     # Named shortage windows, [start, end) minutes, on top of the drawn episodes (the organization advisor's
-    # scenarios, sim/org_advisor.py): spot cannot be launched in `spot_unavailable_windows`; no elastic capacity
+    # scenarios, advise/org_advisor.py): spot cannot be launched in `spot_unavailable_windows`; no elastic capacity
     # of the pool's type at all (InsufficientInstanceCapacity for on-demand, and spot with it) in
     # `on_demand_unavailable_windows`. Nodes already running keep running; a floor is never affected.
     spot_unavailable_windows: tuple[tuple[int, int], ...] = ()

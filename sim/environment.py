@@ -686,7 +686,7 @@ class Environment:
                                        f"{p.guaranteed.nodes if p.guaranteed else 0}: lending follows the config's "
                                        f"plan, so change the floor in the config (pools[].guaranteed.nodes)")
             # production work may use spot only where Kueue lets it: the one rule of config/scheduling.py, which the
-            # single-pool advisor (sim/advisor.py) uses too
+            # single-pool advisor (advise/advisor.py) uses too
             on_spot = production_work_on_spot(cfg, p)
             self.pools[p.name] = PoolSim(self, spec, trace, controller_factory(spec), settings, self.horizon,
                                          production, on_spot, PRIORITY_VALUES[p.tier])

@@ -11,7 +11,7 @@ import pytest
 from conftest import SHARED_TRACES, requires_shared_prices, requires_shared_traces, stack_config
 
 from gpuloan import cli
-from sim import advisor
+from advise import advisor
 from sim.engine import SimSettings
 from sim.traces import SeriesTrace
 from config import config

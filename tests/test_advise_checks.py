@@ -16,7 +16,8 @@ import yaml
 from conftest import REPO, SHARED_TRACES, requires_shared_prices, requires_shared_traces, stack_config
 
 from gpuloan import cli
-from sim import advisor, environment, org_advisor
+from advise import advisor, org_advisor
+from sim import environment
 from sim.engine import SimSettings
 from sim.traces import Job, JobsTrace, SeriesTrace, read_trace
 from config import config, scheduling

@@ -85,7 +85,8 @@ def test_simulated_advice_on_minute_series_with_spot_reclaims_runs(tmp_path, cap
 ])
 def test_bad_demand_input_is_refused_naming_the_file_or_field_before_any_run(tmp_path, capsys, monkeypatch,
                                                                             model, case, extra, message):
-    from sim import fluid, org_advisor
+    from sim import fluid
+    from advise import org_advisor
 
     short = "short" in extra
     extra = [e for e in extra if e != "short"]

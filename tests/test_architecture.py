@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import grimp
 
-PACKAGES = ("config", "gpuloan", "offline", "policy", "pricing", "sim", "stacks")
+PACKAGES = ("advise", "config", "gpuloan", "offline", "policy", "pricing", "sim", "stacks")
 
 
 def strongly_connected(graph: grimp.ImportGraph) -> list[list[str]]:

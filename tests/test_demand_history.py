@@ -10,7 +10,7 @@ import pytest
 from conftest import requires_shared_prices, stack_config
 
 from gpuloan import cli
-from sim import demand_history
+from advise import demand_history
 from policy import metric_names as M
 from config import config
 

@@ -392,7 +392,7 @@ def test_config_reference_names_what_a_map_holds():
 
 
 def test_floor_doc_states_how_many_floor_sizes_advise_tries():
-    from sim import advisor
+    from advise import advisor
 
     text = " ".join((REPO / "docs" / "floor.md").read_text().split())
     every, most = re.search(r"every size up to (\d+) nodes, a larger peak in even steps of at most (\d+) sizes", text).groups()

@@ -69,7 +69,7 @@ def test_a_new_complex_function_fails_and_a_split_one_must_leave_the_list(record
 
 
 def test_errors_are_counted_by_the_package_of_their_file():
-    assert lint_ratchet.package_of("sim/org_advisor.py") == "sim"
+    assert lint_ratchet.package_of("advise/org_advisor.py") == "advise"
     assert lint_ratchet.package_of("pricing/cost_model/billing.py") == "pricing"
     assert lint_ratchet.MYPY_ERROR.match("policy/tick.py:106: error: Need type annotation  [var-annotated]")
     assert not lint_ratchet.MYPY_ERROR.match("policy/state.py:207: note: By default the bodies ...")

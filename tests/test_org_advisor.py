@@ -18,7 +18,8 @@ from conftest import requires_shared_prices
 
 from gpuloan import cli
 from pricing.cost_model import billing
-from sim import commitment_choice, fluid, org_advisor, org_demand
+from advise import commitment_choice, org_advisor
+from sim import fluid, org_demand
 from sim.fluid import PoolPrices
 from sim.org_demand import EXPERIMENT, LEARNING, PRODUCTION, PoolDemand
 

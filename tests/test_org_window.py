@@ -1,6 +1,6 @@
 """The organization advisor's simulated mode (issue 27): the report window is measured inside ONE run over the
 whole history (not the whole run minus a run of the sizing window), identical simulations run once, and the
-shortage scenarios run through the environment simulator (sim/org_advisor.py EnvironmentRunner,
+shortage scenarios run through the environment simulator (advise/org_advisor.py EnvironmentRunner,
 sim/environment.py window_from_minute, sim/engine.py shortage windows)."""
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ import sys
 import pytest
 from conftest import requires_shared_prices, requires_shared_traces, stack_config
 
-from sim import org_advisor, org_demand
+from advise import org_advisor
+from sim import org_demand
 from sim.engine import ON_DEMAND, SimSettings
 from sim.environment import simulate_environment
 from sim.fluid import PoolPrices, Scenario

@@ -220,7 +220,7 @@ def _advice(meets: list[bool]) -> dict:
                                          ([False, False], "no floor size shown meets the service target"),
                                          ([False, True], "meets the service target")])
 def test_advice_plot_says_what_the_shading_means_and_labels_dollars(meets, says):
-    from sim import advisor_plot
+    from advise import advisor_plot
 
     fig = advisor_plot.figure(_advice(meets))
     ax = fig.axes[0]

@@ -68,7 +68,7 @@ def test_the_advisor_reads_the_production_share_as_the_simulator_does():
     from types import SimpleNamespace
 
     from config.config import Tier
-    from sim.advisor import AdviceError, production_share
+    from advise.advisor import AdviceError, production_share
     from sim.environment import production_share_pct
 
     def pool(tier, pct):

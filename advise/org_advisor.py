@@ -10,7 +10,7 @@ as a user buys a commitment on the past and lives with the future:
    (their work may be interrupted, so it borrows instead);
 2. commitment: the environment is run with those floors, idle floor lent, and the commitment is what Cost
    Explorer would recommend from the last `lookback_days` of that run's eligible usage before the end of the
-   sizing window (sim/commitment_choice.py reads nothing later), bought at the end of the sizing window;
+   sizing window (advise/commitment_choice.py reads nothing later), bought at the end of the sizing window;
 3. report: the whole history is run with that setup and with each baseline, all billed (billing.bill) on the
    report window only, each baseline's commitment chosen the way its author would have chosen it.
 
@@ -47,7 +47,8 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from pricing.cost_model import billing
-from sim import commitment_choice, fluid
+from advise import commitment_choice
+from sim import fluid
 from sim.fluid import EnvironmentRun, PoolPrices, Scenario
 from sim.org_demand import PRODUCTION, TIERS, PoolDemand
 from sim.runner import percentile
