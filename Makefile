@@ -55,7 +55,7 @@ preview: $(VENV)/.runtime
 # (issue 34); a file formatted since belongs on it.
 FORMATTED_FILES := __main__.py config/__init__.py config/config_terms.py config/node_sizes.py \
 	config/version_numbers.py config/versions.py gpuloan/__init__.py gpuloan/__main__.py \
-	gpuloan/cmd_ci_runner.py gpuloan/cmd_cost_report.py gpuloan/cmd_preview.py guardrails/__init__.py \
+	gpuloan/commands/ci_runner.py gpuloan/commands/cost_report.py gpuloan/commands/preview.py guardrails/__init__.py \
 	guardrails/__main__.py offline/__init__.py policy/__init__.py policy/deadline.py policy/errors.py \
 	policy/metric_names.py policy/terms.py policy/tick_state.py pricing/__init__.py pricing/cost_model/__init__.py \
 	pricing/sources/__init__.py scripts/__init__.py scripts/lint_ratchet.py sim/__init__.py \

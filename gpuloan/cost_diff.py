@@ -517,7 +517,7 @@ def render_text(diffs: list[StackDiff], base_label: str, width: int | None = Non
             for change in d.node_groups:
                 lines.append(f"  node group: {'FLOOR ' if change.is_floor else ''}{change.sentence()}")
         if d.base.ok or d.head.ok:
-            from gpuloan import tables  # the one table style; folds to the terminal's width
+            from gpuloan.render import tables  # the one table style; folds to the terminal's width
 
             t = tables.table(None, HEADERS, words=HEADERS[1:])  # "$1,000 → $2,000": wraps at the arrow
             for r in cost_rows(d):

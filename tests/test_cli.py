@@ -207,7 +207,8 @@ def test_placement_help_names_the_stacks_own_default_not_least_allocated_alone()
 def _platform_text(unknown_items: int) -> str:
     import io
 
-    from gpuloan import preview, tables
+    from gpuloan import preview
+    from gpuloan.render import tables
 
     rows = [{"item": f"item {i}", "quantity": 1, "unit": "month", "usd_per_unit": None if i < unknown_items else 2.0,
              "monthly_usd": None if i < unknown_items else 2.0, "price_model": "on_demand"} for i in range(3)]

@@ -239,7 +239,7 @@ def test_missing_stack_file_lists_available_stacks(tmp_path):
 
 
 def test_schema_file_is_current():
-    from gpuloan.cmd_schema import stack_file_schema
+    from gpuloan.commands.schema import stack_file_schema
 
     on_disk = json.loads((REPO / "docs" / "config.schema.json").read_text())
     assert on_disk == json.loads(json.dumps(stack_file_schema())), "run `make schema` to regenerate docs/config.schema.json"

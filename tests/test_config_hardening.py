@@ -10,7 +10,8 @@ import pytest
 import yaml
 
 from conftest import run_stack, stack_config
-from gpuloan import cmd_validate, stackfile
+from gpuloan.commands import validate as cmd_validate
+from gpuloan import stackfile
 from offline import document_limits
 from offline import runner as offline
 from config import config

@@ -1,4 +1,4 @@
-"""The cost-diff report in Infracost's shape (gpuloan/cost_comment.py) and the `cost-diff` options around it:
+"""The cost-diff report in Infracost's shape (gpuloan/render/cost_comment.py) and the `cost-diff` options around it:
 headline, every cost column diffed (the on-demand fallback ceiling included), no comment when nothing changed,
 `--format`, `--fail-above`."""
 
@@ -13,7 +13,8 @@ from conftest import REPO, requires_prices, requires_shared_prices
 from table_checks import split_figures, too_wide_at
 from test_cost_diff import _commit, _copy_project, _set
 
-from gpuloan import cli, cost_comment, cost_diff
+from gpuloan import cli, cost_diff
+from gpuloan.render import cost_comment
 from pricing.sources import catalog
 
 FALLBACK = "        max_nodes: 6\n        on_demand_max_nodes: 2\n"

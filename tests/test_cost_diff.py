@@ -165,7 +165,7 @@ def test_worktree_is_removed_afterwards(floor_raised):
 @requires_shared_prices
 def test_the_gitops_example_shows_the_real_headline_and_table(floor_raised):
     """docs/gitops.md's floor 2 -> 3 example is the comment the command really prints."""
-    from gpuloan import cost_comment
+    from gpuloan.render import cost_comment
 
     _, (diff,) = floor_raised
     md = cost_comment.render_markdown([diff], "main")

@@ -59,7 +59,7 @@ def in_repo(monkeypatch):
 
 def run_cli(argv, ce_client, capsys):
     args = cli.build_parser().parse_args(argv)
-    code = args.func(args, ce=ce_client) if args.func.__module__ == "gpuloan.cmd_cost_report" else args.func(args)
+    code = args.func(args, ce=ce_client) if args.func.__module__ == "gpuloan.commands.cost_report" else args.func(args)
     out = capsys.readouterr()
     return code, out.out, out.err
 

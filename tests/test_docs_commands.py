@@ -301,7 +301,7 @@ def test_ci_runs_the_readme_test_command():
 
 
 def test_config_reference_is_current():
-    from gpuloan.cmd_schema import config_markdown
+    from gpuloan.commands.schema import config_markdown
 
     assert (REPO / "docs" / "config.md").read_text() == config_markdown(), "run `make schema` to regenerate docs/config.md"
 
@@ -384,7 +384,7 @@ def _make_help_line(target: str) -> str:
 
 
 def test_config_reference_names_what_a_map_holds():
-    from gpuloan.cmd_schema import _type_name
+    from gpuloan.commands.schema import _type_name
     from config.config import InstancePrice
 
     assert _type_name(dict[str, InstancePrice]) == "map of string to InstancePrice"

@@ -209,7 +209,7 @@ def test_ci_runner_follows_a_changed_config(tmp_path):
 def test_the_scheduled_price_refresh_opens_a_pull_request_through_the_preview_roles():
     """Issue 25: prices are a committed input; a schedule refreshes them as a pull request, reading AWS only through
     OIDC into each stack's read-only preview role, which trusts exactly this job's environment."""
-    from gpuloan import cmd_prices  # noqa: F401  (the command the job runs)
+    from gpuloan.commands import prices as cmd_prices  # noqa: F401  (the command the job runs)
     from stacks.gitops import github_oidc
     from pricing.sources import pricebook
 

@@ -9,7 +9,8 @@ import re
 
 from conftest import REPO, stack_config
 
-from gpuloan import cli, cost_comment, cost_diff, json_doc
+from gpuloan import cli, cost_diff
+from gpuloan.render import cost_comment, json_doc
 from pricing.cost_model import costs
 from config.config import from_stack_yaml
 
@@ -32,9 +33,10 @@ def test_every_command_prints_json_through_the_one_convention():
     """A command that prints a JSON document does it with json_doc (schema_version, cents, null); the config
     schema (a JSON Schema of the stack file) and ci-runner's GitHub output lines are not such documents."""
     printers = re.compile(r"json\.dumps?\(")
-    offenders = [p.name for p in sorted((REPO / "gpuloan").glob("*.py"))
-                 if p.name not in ("json_doc.py", "cmd_schema.py", "cmd_ci_runner.py", "config_json.py", "stackfile.py",
-                                   "cost_diff.py", "preview.py", "stack_arg.py")
+    offenders = [p.relative_to(REPO / "gpuloan").as_posix() for p in sorted((REPO / "gpuloan").rglob("*.py"))
+                 if p.relative_to(REPO / "gpuloan").as_posix() not in (
+                     "render/json_doc.py", "commands/schema.py", "commands/ci_runner.py", "config_json.py",
+                     "stackfile.py", "cost_diff.py", "preview.py", "stack_arg.py")
                  and any(printers.search(line) and "print" in line for line in p.read_text().splitlines())]
     assert offenders == []
 

@@ -12,7 +12,8 @@ import re
 import pytest
 
 from conftest import run_stack, stack_config
-from gpuloan import cost_comment, cost_diff, preview
+from gpuloan.render import cost_comment
+from gpuloan import cost_diff, preview
 from offline import rollout
 from offline import runner as offline_runner
 

@@ -216,7 +216,7 @@ class _EksVersions:
 def test_the_online_read_takes_the_status_eks_reports_and_flags_a_stale_calendar():
     import datetime as dt
 
-    from gpuloan import cmd_prices
+    from gpuloan.commands import prices as cmd_prices
 
     # Shaped like botocore's model of the answer: the deprecated `status` in its own lower-case enum beside
     # `versionStatus` (botocore data/eks service-2.json, ClusterVersionInformation).

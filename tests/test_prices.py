@@ -24,7 +24,7 @@ import yaml
 from botocore.stub import Stubber
 from conftest import REPO, requires_prices, requires_shared_prices, stack_config
 
-from gpuloan import cmd_prices
+from gpuloan.commands import prices as cmd_prices
 from pricing.sources import aws_prices
 from pricing.sources import catalog, pricebook
 from config.config import ConfigError, from_stack_yaml

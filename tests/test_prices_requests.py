@@ -2,7 +2,7 @@
 
 The weekly prices workflow (.github/workflows/prices.yml) runs `gpuloan prices refresh -s <stack>` with the
 stack's read-only preview role. This test runs the real command, with the real boto3 clients it builds
-(gpuloan/cmd_prices.py `_clients`), and records each call at botocore's `before-call` event, the last step before
+(gpuloan/commands/prices.py `_clients`), and records each call at botocore's `before-call` event, the last step before
 a request is signed and sent: the IAM action (the service's signing name and the operation name) and the API
 parameters. tests/iam_eval.py evaluates each against the preview role's policy document of the shipped plan; a
 refused call is answered as AWS answers it (HTTP 403, AccessDenied), so the command sees what it would see in a
@@ -25,7 +25,7 @@ from conftest import REPO, STACKS
 from iam_eval import allowed
 from test_prices import _product
 
-from gpuloan import cmd_prices
+from gpuloan.commands import prices as cmd_prices
 from pricing.sources import catalog
 
 # A type the offline catalog does not know, so refresh reads its facts (DescribeInstanceTypes) as it does for a

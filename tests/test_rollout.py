@@ -172,7 +172,7 @@ def test_raising_the_floor_blocks_nothing(prod_base):
 
 
 def test_the_pr_comment_and_the_local_preview_show_blockers(prod_base):
-    from gpuloan import cost_comment
+    from gpuloan.render import cost_comment
 
     config = stack_config("prod")
     config["gpuloan:pools"][0]["guaranteed"]["availability_zone"] = "us-east-1b"

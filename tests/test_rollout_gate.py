@@ -101,7 +101,8 @@ def test_one_minor_step_passes_the_gate(dev_repo, tmp_path):
 
 
 def test_the_override_never_accepts_what_ci_cannot_apply():
-    from gpuloan import cost_comment, cost_diff
+    from gpuloan.render import cost_comment
+    from gpuloan import cost_diff
     from offline import rollout
 
     admin = rollout.Blocker("floor", "prod-training-guaranteed", "replaces", ("delete first with the node role …",),
@@ -153,6 +154,6 @@ def test_the_rule_is_mandatory_with_a_config_schema():
     [policy] = [p for p in g.POLICIES if p.name == "rollout-blockers"]
     assert policy.enforcement_level == g.MANDATORY
     assert set(policy.config_schema.properties) == {"blockers", "administrator_blockers", "accepted"}
-    from gpuloan import cost_comment
+    from gpuloan.render import cost_comment
 
     assert g.ACCEPT_TRAILER == cost_comment.ACCEPT_TRAILER  # the pack imports no command-line code: one name

@@ -368,7 +368,7 @@ def test_one_default_seed_in_simulate_benchmark_and_settings():
     import argparse
     import importlib.util
 
-    from gpuloan import cmd_simulate
+    from gpuloan.commands import simulate as cmd_simulate
 
     parser = argparse.ArgumentParser()
     cmd_simulate.register(parser.add_subparsers())

@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 from conftest import stack_config
 
-from gpuloan import cli, cmd_validate
+from gpuloan import cli
+from gpuloan.commands import validate as cmd_validate
 from pricing.cost_model import costs
 from pricing.sources import catalog, pricebook
 from config.config import from_stack_yaml

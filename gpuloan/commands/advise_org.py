@@ -156,7 +156,7 @@ def _util(u) -> str:
 
 
 def render(doc: dict) -> None:
-    from gpuloan import tables
+    from gpuloan.render import tables
 
     console = tables.console()
     rec = doc["recommendation"]
@@ -195,7 +195,7 @@ def render(doc: dict) -> None:
 
 
 def _setups(console, title, rows) -> None:
-    from gpuloan import tables
+    from gpuloan.render import tables
 
     cols = ["setup", "cost $", "price of\nguarantee", "floor used\nowned/lent", "commitment\nused",
             "unmet\nGPU-h", "unmet prod.\nGPU-h", "prod.\ninterr."]

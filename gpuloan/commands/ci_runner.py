@@ -14,7 +14,7 @@ import json
 import sys
 
 from gpuloan import exit_codes, stackfile
-from gpuloan.cmd_validate import EXIT_INVALID, load_config
+from gpuloan.commands.validate import EXIT_INVALID, load_config
 from config import config
 from stacks.gitops.github_oidc import runs_on
 

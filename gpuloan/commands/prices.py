@@ -87,7 +87,7 @@ def spot_pools(doc: dict[str, Any]) -> list[tuple[str, list[str]]]:
 def _say(text: str, indent: int = 4) -> None:
     """One record of `prices show`, folded to the terminal (rich's width: the terminal, else $COLUMNS, else 80) at
     spaces, continuation lines indented; only a word longer than a line (a source path) is cut, never a figure."""
-    from gpuloan import tables
+    from gpuloan.render import tables
 
     width = max(40, tables.console().width)
     print(textwrap.fill(text, width=width, subsequent_indent=" " * indent, break_on_hyphens=False))

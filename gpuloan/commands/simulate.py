@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import sys
 
-from gpuloan import exit_codes, json_doc, price_args, sim_args, stack_arg
+from gpuloan import exit_codes, price_args, sim_args, stack_arg
+from gpuloan.render import json_doc
 from pricing.sources import catalog
 
 EXIT_BAD_INPUT = 2
@@ -140,7 +141,7 @@ def _with_progress(fn, quiet: bool):
 
 
 def _table(doc: dict, big: dict | None = None) -> None:
-    from gpuloan import tables
+    from gpuloan.render import tables
     from sim import runner
 
     p = doc["pool"]
@@ -201,7 +202,7 @@ def _sweep(args, spec, trace, settings) -> int:
         if args.plot:
             _plot_sweep(args, doc, spec, trace, settings, horizon)
         return 0
-    from gpuloan import tables
+    from gpuloan.render import tables
 
     table = tables.table(f"floor sweep: {trace.name} on pool {spec.name} (our policy)",
                          ("floor nodes", "floor GPUs", "total $", "cost/oracle", "p95 wait min", "unmet GPU-h",
@@ -234,7 +235,7 @@ def _plot_sweep(args, doc, spec, trace, settings, horizon) -> None:
 
 
 def _seeds_table(doc: dict) -> None:
-    from gpuloan import tables
+    from gpuloan.render import tables
 
     p = doc["pool"]
     seeds = doc["seeds"]

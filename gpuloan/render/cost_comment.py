@@ -13,7 +13,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from gpuloan import cost_diff, json_doc
+from gpuloan import cost_diff
+from gpuloan.render import json_doc
 from gpuloan.cost_diff import UNKNOWN, StackDiff
 
 FORMATS = ("markdown", "table", "json")

@@ -1,5 +1,5 @@
 """`gpuloan cost-diff --base REF [-s STACK ...] [--format markdown|table|json] [--fail-above $N|N%]`: resources and
-monthly cost, base vs working tree, with an Infracost-style headline (gpuloan/cost_comment.py).
+monthly cost, base vs working tree, with an Infracost-style headline (gpuloan/render/cost_comment.py).
 
 Exit 0 when the diff was made (a base whose config fails validation is reported, not an error), 2 when the
 working tree's config of a stack fails validation or the diff cannot be made (unknown ref, not a git repo),
@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 from gpuloan import exit_codes, price_args
-from gpuloan.cmd_validate import EXIT_INVALID
+from gpuloan.commands.validate import EXIT_INVALID
 from pricing.sources import catalog
 
 EXIT_ABOVE_THRESHOLD = 3
@@ -39,7 +39,7 @@ def no_prices_banner(fmt: str, text: str) -> str:
     if fmt == "json":
         import json
 
-        from gpuloan import json_doc
+        from gpuloan.render import json_doc
 
         doc = json.loads(text)
         doc["no_price_file"] = NO_PRICES
@@ -75,7 +75,8 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from gpuloan import cost_comment, cost_diff
+    from gpuloan.render import cost_comment
+    from gpuloan import cost_diff
 
     fmt = args.format or ("markdown" if args.markdown else "table")
     threshold = None

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import sys
 
-from gpuloan import exit_codes, json_doc, price_args, stack_arg, stackfile
-from gpuloan import cmd_validate
-from gpuloan.cmd_validate import EXIT_INVALID
+from gpuloan import exit_codes, price_args, stack_arg, stackfile
+from gpuloan.render import json_doc
+from gpuloan.commands import validate as cmd_validate
+from gpuloan.commands.validate import EXIT_INVALID
 from gpuloan.config_json import ConfigJsonError
 from config import config
 from pricing.sources import catalog
@@ -54,7 +55,7 @@ def run(args) -> int:
     if args.json:
         print(json_doc.dumps(result, sort_keys=True, default=str))
     else:
-        from gpuloan import tables
+        from gpuloan.render import tables
 
         render(result, tables.console(), summary=args.summary)
     return 0

@@ -9,7 +9,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from gpuloan import cost_report, exit_codes, json_doc, stack_arg, stackfile
+from gpuloan import cost_report, exit_codes, stack_arg, stackfile
+from gpuloan.render import json_doc
 from config import config
 
 EXIT_INVALID = 2

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import sys
 
-from gpuloan import advise_org, exit_codes, json_doc, price_args, sim_args, stack_arg
+from gpuloan.commands import advise_org
+from gpuloan import exit_codes, price_args, sim_args, stack_arg
+from gpuloan.render import json_doc
 from pricing.sources import catalog
 
 EXIT_BAD_INPUT = 2
@@ -189,7 +191,7 @@ def _prefixed(path: str, pool: str) -> str:
 
 
 def render(doc: dict) -> None:
-    from gpuloan import tables
+    from gpuloan.render import tables
 
     console = tables.console()
     payments = list(doc["rates"])
