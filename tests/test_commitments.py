@@ -12,7 +12,8 @@ import yaml
 from conftest import requires_shared_prices, stack_config
 from policy_cases import NOW, group, pool_settings, settings, spend
 
-from gpuloan import cli, cost_diff
+from gpuloan import cli
+from offline import diff as cost_diff
 from policy.engine import decide, hours_left_in_month
 from policy.model import Observation, PoolObservation, Reason
 from pricing.cost_model import billing, costs

@@ -13,7 +13,8 @@ from conftest import REPO, requires_prices, requires_shared_prices
 from table_checks import split_figures, too_wide_at
 from test_cost_diff import _commit, _copy_project, _set
 
-from gpuloan import cli, cost_diff
+from gpuloan import cli
+from offline import diff as cost_diff
 from gpuloan.render import cost_comment
 from pricing.sources import catalog
 

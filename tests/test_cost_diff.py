@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from conftest import REPO, requires_shared_prices
 
-from gpuloan import cli, cost_diff
+from gpuloan import cli
+from offline import diff as cost_diff
 from pricing.sources import floor_pricing
 
 SKIP = shutil.ignore_patterns(".git", ".venv", "__pycache__", ".pytest_cache", ".hypothesis", "traces", "tests",
@@ -97,7 +98,9 @@ def test_raising_the_floor_changes_the_floor_resources_only(floor_raised):
 @requires_shared_prices
 def test_plain_text_output(floor_raised):
     _, (diff,) = floor_raised
-    out = cost_diff.render_text([diff], "HEAD~1", width=200)  # wide enough that no cell folds
+    from gpuloan.render import cost_comment
+
+    out = cost_comment.render_text([diff], "HEAD~1", width=200)  # wide enough that no cell folds
     assert "stack prod" in out and "resources: 0 to add" in out
     assert "~ training-guaranteed-ng (aws:eks/nodeGroup:NodeGroup): scalingConfig" in out
     training = next(line for line in out.splitlines() if line.strip().startswith("training"))

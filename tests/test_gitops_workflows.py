@@ -116,7 +116,7 @@ def test_preview_posts_one_cost_diff_comment_updated_in_place():
     assert "gpuloan cost-diff --base \"$BASE_SHA\" --markdown" in script
     assert "--method PATCH" in script and "--method POST" in script  # edit the existing comment, else create one
     assert "github-actions[bot]" in script
-    from gpuloan.cost_diff import MARKER
+    from offline.diff import MARKER
 
     assert f"marker='{MARKER}'" in script  # the workflow finds the comment by the marker cost-diff prints
     checkout = steps_using(job, "actions/checkout")[0]
@@ -274,7 +274,7 @@ def _run_cost_diff_step(repo: Path, tmp_path: Path, base: str) -> tuple[subproce
 def test_cost_diff_job_without_a_price_file_comments_how_to_get_one_and_passes_with_a_notice(tmp_path):
     from test_cost_diff import _commit, _copy_project, _git
 
-    from gpuloan.cost_diff import MARKER
+    from offline.diff import MARKER
 
     repo = _copy_project(tmp_path / "repo")
     (repo / "Pulumi.prod.yaml").unlink()  # one stack keeps the run short

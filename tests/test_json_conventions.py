@@ -9,7 +9,8 @@ import re
 
 from conftest import REPO, stack_config
 
-from gpuloan import cli, cost_diff
+from gpuloan import cli
+from offline import diff as cost_diff
 from gpuloan.render import cost_comment, json_doc
 from pricing.cost_model import costs
 from config.config import from_stack_yaml
@@ -36,7 +37,7 @@ def test_every_command_prints_json_through_the_one_convention():
     offenders = [p.relative_to(REPO / "gpuloan").as_posix() for p in sorted((REPO / "gpuloan").rglob("*.py"))
                  if p.relative_to(REPO / "gpuloan").as_posix() not in (
                      "render/json_doc.py", "commands/schema.py", "commands/ci_runner.py", "config_json.py",
-                     "stackfile.py", "cost_diff.py", "preview.py", "stack_arg.py")
+                     "stackfile.py", "preview.py", "stack_arg.py")
                  and any(printers.search(line) and "print" in line for line in p.read_text().splitlines())]
     assert offenders == []
 

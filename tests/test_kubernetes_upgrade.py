@@ -13,7 +13,8 @@ import pytest
 
 from conftest import run_stack, stack_config
 from gpuloan.render import cost_comment
-from gpuloan import cost_diff, preview
+from offline import diff as cost_diff
+from gpuloan import preview
 from offline import rollout
 from offline import runner as offline_runner
 

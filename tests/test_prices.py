@@ -441,7 +441,7 @@ def test_refresh_without_credentials_points_at_the_offline_file(tmp_path, monkey
 
 
 def test_cost_diff_shows_unknown_prices_as_unknown_never_as_zero():
-    from gpuloan import cost_diff
+    from offline import diff as cost_diff
 
     def doc(guaranteed):
         pool = {"pool": "research", "guaranteed_monthly_usd": guaranteed, "elastic_max_monthly_usd": None,

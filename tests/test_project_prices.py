@@ -16,7 +16,8 @@ import pytest
 import yaml
 from conftest import REPO
 
-from gpuloan import cli, cost_diff
+from gpuloan import cli
+from offline import diff as cost_diff
 from gpuloan.commands import cost_diff as cmd_cost_diff, prices as cmd_prices
 from pricing.sources import catalog, pricebook
 

@@ -8,7 +8,8 @@ import copy
 import pytest
 
 from conftest import stack_config
-from gpuloan import cost_diff, preview
+from offline import diff as cost_diff
+from gpuloan import preview
 from offline import rollout
 
 
@@ -104,7 +105,9 @@ def test_the_pr_comment_names_a_replaced_floor(prod_base):
     markdown = cost_diff.render_markdown([d], "main")
     assert "⚠️ **floor**: replaces `prod-training-guaranteed` (2× p4d.24xlarge)" in markdown
     assert "refuses this until protection is lifted" in markdown
-    text = cost_diff.render_text([d], "main")
+    from gpuloan.render import cost_comment
+
+    text = cost_comment.render_text([d], "main")
     assert "node group: FLOOR replaces `prod-training-guaranteed` (2× p4d.24xlarge)" in text
 
 

@@ -102,7 +102,7 @@ def test_one_minor_step_passes_the_gate(dev_repo, tmp_path):
 
 def test_the_override_never_accepts_what_ci_cannot_apply():
     from gpuloan.render import cost_comment
-    from gpuloan import cost_diff
+    from offline import diff as cost_diff
     from offline import rollout
 
     admin = rollout.Blocker("floor", "prod-training-guaranteed", "replaces", ("delete first with the node role …",),

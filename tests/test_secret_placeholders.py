@@ -14,7 +14,8 @@ import yaml
 from conftest import REPO, stack_config
 from test_project_prices import SKIP, _git, made_up_rates
 
-from gpuloan import cli, cost_diff
+from gpuloan import cli
+from offline import diff as cost_diff
 from pricing.sources import catalog, pricebook
 
 CIPHERTEXT = "v1:AAABAJx0Y2lwaGVydGV4dA=="  # the shape Pulumi writes; nothing decrypts it here

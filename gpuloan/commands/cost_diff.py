@@ -76,7 +76,7 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from gpuloan.render import cost_comment
-    from gpuloan import cost_diff
+    from offline import diff as cost_diff
 
     fmt = args.format or ("markdown" if args.markdown else "table")
     threshold = None

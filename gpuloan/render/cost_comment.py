@@ -11,11 +11,12 @@ node up all month); their change is a second line, never mixed into the headline
 from __future__ import annotations
 
 import re
+import textwrap
 from dataclasses import dataclass
 
-from gpuloan import cost_diff
+from offline import diff as cost_diff
 from gpuloan.render import json_doc
-from gpuloan.cost_diff import UNKNOWN, StackDiff
+from offline.diff import UNKNOWN, StackDiff
 
 FORMATS = ("markdown", "table", "json")
 
@@ -280,6 +281,36 @@ def render_markdown(diffs: list[StackDiff], base_label: str, warnings: list[str]
     return "\n".join(lines) + "\n"
 
 
+def render_text(diffs: list[StackDiff], base_label: str, width: int | None = None) -> str:
+    lines = [f"GPU cost diff: {base_label} -> working tree"]
+    for d in diffs:
+        lines += ["", f"stack {d.stack}"]
+        lines += [f"  {n}" for note in cost_diff._side_notes(d) for n in note.split("\n")]
+        if (d.base.ok or d.base.missing) and (d.head.ok or d.head.missing):
+            lines.append(f"  resources: {cost_diff.summary(d)}")
+            for r in d.added:
+                lines.append(f"    + {r['name']} ({r['type']})")
+            for r, keys in d.changed:
+                lines.append(f"    ~ {r['name']} ({r['type']}): {', '.join(keys)}")
+            for r in d.removed:
+                lines.append(f"    - {r['name']} ({r['type']})")
+            for step in d.upgrade_steps:  # folded to 80 columns: an add-on line names four pins
+                lines += textwrap.wrap(f"upgrade {step}", width=80, initial_indent="  ", subsequent_indent="      ",
+                                       break_on_hyphens=False)
+            for change in d.node_groups:
+                lines.append(f"  node group: {'FLOOR ' if change.is_floor else ''}{change.sentence()}")
+        if d.base.ok or d.head.ok:
+            from gpuloan.render import tables  # the one table style; folds to the terminal's width
+
+            t = tables.table(None, cost_diff.HEADERS, words=cost_diff.HEADERS[1:])  # "$1,000 → $2,000": wraps at the arrow
+            for r in cost_diff.cost_rows(d):
+                t.add_row(*r)
+            lines.append(tables.to_text(t, width=width).rstrip("\n"))
+    lines += [f"{d.stack}: {src}" for d, src in cost_diff._price_sources(diffs)]
+    lines += [line for d in diffs for line in cost_diff.commitment_lines(d)]
+    return "\n".join(lines) + "\n"
+
+
 def render_table(diffs: list[StackDiff], base_label: str, warnings: list[str] | None = None,
                  width: int | None = None) -> str:
     lines = [headline(_sum([fixed_change(d) for d in diffs])) + f" (all stacks, {base_label} -> working tree)"]
@@ -287,7 +318,7 @@ def render_table(diffs: list[StackDiff], base_label: str, warnings: list[str] | 
     for d in diffs:
         lines.append(f"{d.stack}: {headline(fixed_change(d))}")
         lines += [f"BLOCKER {d.stack}: this change {b.sentence()}" for b in blockers(d)]
-    return "\n".join(lines) + "\n" + cost_diff.render_text(diffs, base_label, width)
+    return "\n".join(lines) + "\n" + render_text(diffs, base_label, width)
 
 
 def to_json(diffs: list[StackDiff], base_label: str, warnings: list[str] | None = None) -> dict:

@@ -17,7 +17,6 @@ import re
 import subprocess
 import sys
 import tempfile
-import textwrap
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -497,32 +496,3 @@ def node_group_lines(d: StackDiff) -> list[str]:
                    "lifted on purpose")
     return out + [""]
 
-
-def render_text(diffs: list[StackDiff], base_label: str, width: int | None = None) -> str:
-    lines = [f"GPU cost diff: {base_label} -> working tree"]
-    for d in diffs:
-        lines += ["", f"stack {d.stack}"]
-        lines += [f"  {n}" for note in _side_notes(d) for n in note.split("\n")]
-        if (d.base.ok or d.base.missing) and (d.head.ok or d.head.missing):
-            lines.append(f"  resources: {summary(d)}")
-            for r in d.added:
-                lines.append(f"    + {r['name']} ({r['type']})")
-            for r, keys in d.changed:
-                lines.append(f"    ~ {r['name']} ({r['type']}): {', '.join(keys)}")
-            for r in d.removed:
-                lines.append(f"    - {r['name']} ({r['type']})")
-            for step in d.upgrade_steps:  # folded to 80 columns: an add-on line names four pins
-                lines += textwrap.wrap(f"upgrade {step}", width=80, initial_indent="  ", subsequent_indent="      ",
-                                       break_on_hyphens=False)
-            for change in d.node_groups:
-                lines.append(f"  node group: {'FLOOR ' if change.is_floor else ''}{change.sentence()}")
-        if d.base.ok or d.head.ok:
-            from gpuloan.render import tables  # the one table style; folds to the terminal's width
-
-            t = tables.table(None, HEADERS, words=HEADERS[1:])  # "$1,000 → $2,000": wraps at the arrow
-            for r in cost_rows(d):
-                t.add_row(*r)
-            lines.append(tables.to_text(t, width=width).rstrip("\n"))
-    lines += [f"{d.stack}: {src}" for d, src in _price_sources(diffs)]
-    lines += [line for d in diffs for line in commitment_lines(d)]
-    return "\n".join(lines) + "\n"
