@@ -61,9 +61,9 @@ FORMATTED_FILES := __main__.py config/__init__.py config/config_terms.py config/
 	pricing/sources/__init__.py scripts/__init__.py scripts/lint_ratchet.py sim/__init__.py \
 	stacks/__init__.py stacks/capacity/__init__.py stacks/gitops/__init__.py \
 	stacks/kubernetes/__init__.py stacks/policy_function/__init__.py stacks/policy_function/package.py \
-	stacks/spend/__init__.py tests/kubernetes_layer_program.py tests/test_architecture.py \
-	tests/test_kubernetes_docs.py tests/test_lint_ratchet.py tests/test_policy_docs.py tests/test_single_definitions.py \
-	tests/test_project_file.py
+	stacks/spend/__init__.py tests/kubernetes_layer_program.py tests/architecture/test_architecture.py \
+	tests/stacks/test_kubernetes_docs.py tests/architecture/test_lint_ratchet.py tests/policy/test_policy_docs.py tests/architecture/test_single_definitions.py \
+	tests/stacks/test_project_file.py
 
 ## lint: ruff check and format, mypy and complexity ratchets
 lint: $(VENV)/.dev
@@ -81,7 +81,7 @@ test: $(VENV)/.dev lint
 ## each, then every command of README.md and docs/, the
 ## slow ones too; about 45 minutes on 2 shared cores
 test-deep: $(VENV)/.dev
-	GPULOAN_HYPOTHESIS_PROFILE=deep $(BIN)/python -m pytest -q -n 0 tests/test_policy_properties.py tests/test_docs_commands.py
+	GPULOAN_HYPOTHESIS_PROFILE=deep $(BIN)/python -m pytest -q -n 0 tests/policy/test_policy_properties.py tests/test_docs_commands.py
 
 ## bench-spot: back to spot after a fallback, early spot warnings
 bench-spot: $(VENV)/.runtime

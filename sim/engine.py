@@ -18,7 +18,7 @@ multi-node jobs (gangs of whole free nodes). Not modelled: AZs, per-type spot po
 Speed: a tick costs work only where something happens. Quiet runs of minutes -- no node event, no arrival or
 completion, no change of demand, and a controller that proves its decision cannot change before a known minute
 (`Controller.wake`) -- are skipped in one step; billing and served work are settled lazily at the same points in
-both paths, so the fast path gives exactly the tick-by-tick result (tests/test_sim_speed.py compares them).
+both paths, so the fast path gives exactly the tick-by-tick result (tests/sim/test_sim_speed.py compares them).
 """
 
 from __future__ import annotations

@@ -39,10 +39,10 @@ CANNOT_RUN = {
     "git add ": "commits to your repository",
     "kubectl ": "a cluster with Kueue and a workload waiting on a drained Capacity Block (docs/floor.md)",
     ".venv/bin/gpuloan prices refresh ": "AWS credentials (the Price List API)",
-    ".venv/bin/gpuloan cost-report ": "AWS credentials (Cost Explorer; tests/test_cost_report.py runs it against moto)",
+    ".venv/bin/gpuloan cost-report ": "AWS credentials (Cost Explorer; tests/gpuloan/test_cost_report.py runs it against moto)",
     ".venv/bin/gpuloan advise -s prod --history-days ": "AWS credentials (the stack's own CloudWatch metrics)",
-    ".venv/bin/gpuloan advise -s prod --org ": "AWS credentials (every pool's own CloudWatch metrics; tests/test_org_advisor.py runs it against moto)",
-    "python -m venv guardrails/venv ": "PyPI, for the policy pack's own venv (tests/test_guardrails.py runs its rules)",
+    ".venv/bin/gpuloan advise -s prod --org ": "AWS credentials (every pool's own CloudWatch metrics; tests/advise/test_org_advisor.py runs it against moto)",
+    "python -m venv guardrails/venv ": "PyPI, for the policy pack's own venv (tests/guardrails/test_guardrails.py runs its rules)",
     "make test": "it runs this suite, which would recurse (its recipe is checked with make -n)",
     "make install": "it (re)installs .venv, which this suite runs in (its recipe is checked with make -n)",
 }

@@ -31,7 +31,7 @@ def no_price_variable(monkeypatch, tmp_path):
     monkeypatch.delenv(pricebook.ENV_PRICE_FILE, raising=False)
     monkeypatch.delenv(pricebook.ENV_PROJECT_PRICES, raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "empty-cache"))
-    # nor the snapshot shipped in the package (tests/test_price_snapshot.py): these tests are about the files
+    # nor the snapshot shipped in the package (tests/pricing/test_price_snapshot.py): these tests are about the files
     monkeypatch.setenv(pricebook.ENV_SNAPSHOT, "0")
     catalog.use_price_file(None)
     yield

@@ -124,7 +124,7 @@ def _reads_marker(node: ast.AST) -> bool:
 
 def test_every_test_reading_shared_data_by_path_skips_without_it():
     # this file is left out: its example source names the shared paths on purpose
-    sources = {p.name: p.read_text() for p in sorted(TESTS.glob("test_*.py")) if p.name != Path(__file__).name}
+    sources = {p.name: p.read_text() for p in sorted(TESTS.rglob("test_*.py")) if p.name != Path(__file__).name}
     assert unmarked_tests(sources) == [], "add the conftest marker for the data the test reads (requires_shared_*)"
 
 

@@ -1,5 +1,5 @@
 """End to end for a Capacity Block floor: the packaged Lambda, against the moto server and the fake Kubernetes API
-(tests/test_policy_e2e.py's harness), raises the block's node group and its Kueue floor quota at the block's start
+(tests/policy/test_policy_e2e.py's harness), raises the block's node group and its Kueue floor quota at the block's start
 and drains the block ahead of EKS's scale-down. Asserts what changed in the emulator and the fake API."""
 
 from __future__ import annotations

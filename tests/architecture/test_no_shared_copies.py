@@ -5,7 +5,7 @@ subset of a trace, some price rows) is caught too.
 
 The one allowed exception is the price snapshot shipped in the package (pricing/sources/snapshot/): generated from
 the public price tables by scripts/make_price_snapshot.py, with their provenance inside, in the price file format
-(not their bytes); tests/test_price_snapshot.py checks it is what the script gives."""
+(not their bytes); tests/pricing/test_price_snapshot.py checks it is what the script gives."""
 
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ read, the statement's resources must be
   `aws:RequestedRegion`, `iam:PassedToService`, ...) is set to what the statement wants.
 
 Actions that create a new resource (EC2's tag-on-create types, a Lambda's network interfaces, service-linked
-roles) do not touch an existing one and are checked by tests/test_gitops_requests.py instead; actions AWS only
+roles) do not touch an existing one and are checked by tests/stacks/test_gitops_requests.py instead; actions AWS only
 authorizes on `*` must be in perms.UNSCOPABLE with their reason. A failure names the role, policy, statement and
 action. AWS managed policies attached to the workload roles are not generated here: each must be in
 REVIEWED_AWS_MANAGED with why it is needed, and an unknown one fails.
@@ -185,7 +185,7 @@ def foreign_contexts(st: dict, env: str) -> list[tuple[str, dict]]:
                 continue
             if not RESOURCE_KEYS.match(key):
                 raise AssertionError(f"{st.get('Sid')}: condition key {key} is neither a request nor a resource key; "
-                                     "classify it in tests/test_iam_ownership.py")
+                                     "classify it in tests/stacks/test_iam_ownership.py")
             tag = key.split("/", 1)[1] if "/" in key else key
             if base != "Null" and tag not in OWNERSHIP_TAGS and key != "iam:PermissionsBoundary":
                 lookalike[key] = _satisfying(op, expected)

@@ -16,7 +16,7 @@ from offline import document_limits
 from offline import runner as offline
 from config import config
 
-GOOD_DEV = (stackfile.Path(__file__).resolve().parent.parent / "Pulumi.dev.yaml").read_text()
+GOOD_DEV = (stackfile.Path(__file__).resolve().parents[2] / "Pulumi.dev.yaml").read_text()
 
 
 def _with(stack: str, edit) -> str:
@@ -104,7 +104,7 @@ def test_invalid_utf8_is_refused_cleanly(tmp_path, capsys):
 
 def test_the_shipped_stacks_load_strictly():
     for stack in ("dev", "prod"):
-        doc = stackfile.load(stackfile.Path(__file__).resolve().parent.parent / f"Pulumi.{stack}.yaml")
+        doc = stackfile.load(stackfile.Path(__file__).resolve().parents[2] / f"Pulumi.{stack}.yaml")
         assert doc == {"config": stack_config(stack)}
 
 

@@ -166,7 +166,7 @@ def test_a_money_change_alone_counts_as_a_change():
 @requires_prices
 @pytest.mark.parametrize("width", [80, 200])
 def test_table_format_fits_the_terminal_and_never_splits_a_figure(width, fallback_raised):
-    # the table test every command's table passes (tests/test_cli.py), on a change: "$80,358 (+$160,717)" cells
+    # the table test every command's table passes (tests/gpuloan/test_cli.py), on a change: "$80,358 (+$160,717)" cells
     _, diffs = fallback_raised
     out = cost_comment.render_table(diffs, "HEAD~1", width=width)
     gitops = " ".join((REPO / "docs" / "gitops.md").read_text().split())

@@ -185,7 +185,7 @@ def test_the_metrics_exporter_keeps_its_chart_default_of_tolerating_every_taint(
 def test_mig_strategy_from_config_enables_the_mig_manager(strategy):
     data = {**_gpuloan(stack_config("prod")), "gpu_operator": {"mig_strategy": strategy}}
     if strategy == "mixed":
-        # mixed with Kueue on is refused (tests/test_config_hardening.py): MIG resources would never be admitted.
+        # mixed with Kueue on is refused (tests/config/test_config_hardening.py): MIG resources would never be admitted.
         data["scheduling"] = {"kueue": {"enabled": False}}
     cfg = config.parse(data)
     values = gpu_operator.helm_values(cfg)

@@ -251,7 +251,7 @@ def test_json_output_and_an_80_column_table(ce, aws_env, in_repo, capsys, monkey
 
 @pytest.mark.parametrize("width", [80, 200])
 def test_table_fits_the_terminal_and_never_splits_a_figure(width, ce, aws_env, in_repo, capsys, monkeypatch):
-    # the table test every command's table passes (tests/test_cli.py), with a partial month's notes under it
+    # the table test every command's table passes (tests/gpuloan/test_cli.py), with a partial month's notes under it
     monkeypatch.setattr(cost_report, "_today", lambda: TODAY)
     monkeypatch.setenv("COLUMNS", str(width))
     groups = [group("training", "guaranteed", 123_500.0), group("training", "elastic", 1_010_000.25),

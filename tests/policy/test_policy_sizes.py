@@ -216,7 +216,7 @@ def test_the_tick_reads_capacity_shortages_of_every_sizes_spot_group():
     assert Groups.asked == {SPOT, S1, S4}
 
 
-# --- the safety rules hold for pools of several sizes (as tests/test_policy_properties.py for one size) ----------
+# --- the safety rules hold for pools of several sizes (as tests/policy/test_policy_properties.py for one size) ----------
 
 from hypothesis import given, strategies as st  # noqa: E402
 

@@ -3,7 +3,7 @@ where Kueue lets production work run on spot (one rule, config/scheduling.py spo
 demand never needs unless the target forces it, the monthly cost against the pool and environment budgets (over
 either flagged), jobs larger than the pool counted with their sizes, a dominated recommendation called so, and
 the organization advice never showing karpenter+savings-plan dearer than karpenter. The `vision` stack of the
-issue is tests/stacks/Pulumi.vision.yaml."""
+issue is tests/advise/Pulumi.vision.yaml."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from sim.engine import SimSettings
 from sim.traces import Job, JobsTrace, SeriesTrace, read_trace
 from config import config, scheduling
 
-VISION = Path(__file__).parent / "stacks" / "Pulumi.vision.yaml"
+VISION = Path(__file__).parent / "Pulumi.vision.yaml"
 STORMY = replace(SimSettings(), spot_interruptions_per_month=60, spot_unavailable_episodes_per_week=0)
 
 

@@ -27,7 +27,7 @@ def test_a_secure_value_is_not_checked_says_so_and_how_to_validate_it(tmp_path, 
     cfg = stack_config("dev")
     cfg["gpuloan:budget"]["alert_emails"] = [{"secure": CIPHERTEXT}]
     path = _write(tmp_path, {"config": cfg})
-    assert cli.main(["validate", str(path)]) == 0  # everything else is valid (tests/test_secret_placeholders.py)
+    assert cli.main(["validate", str(path)]) == 0  # everything else is valid (tests/config/test_secret_placeholders.py)
     out = capsys.readouterr().out
     assert "not checked: budget.alert_emails[0]: a Pulumi secret (`secure:`)" in out
     assert "pulumi config --show-secrets --json" in out and "--config-json" in out

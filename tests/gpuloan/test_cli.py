@@ -284,8 +284,8 @@ def _cluster05(*extra: str) -> list[str]:
             "--auto-size", "--days", "1:2", *extra]
 
 
-# cost-diff and cost-report pass the same checks (table_checks.py) in tests/test_cost_comment.py and
-# tests/test_cost_report.py, where their git history and Cost Explorer emulator are set up.
+# cost-diff and cost-report pass the same checks (table_checks.py) in tests/gpuloan/test_cost_comment.py and
+# tests/gpuloan/test_cost_report.py, where their git history and Cost Explorer emulator are set up.
 TABLE_COMMANDS = {
     "prices show": ["prices", "show", "-s", "prod"],
     "preview": ["preview", "-s", "prod", "--summary"],

@@ -1,6 +1,6 @@
 """docs/policy.md quotes the deep run of the policy's property tests: the count it quotes is the true one.
 
-Issue 42 item 3: the doc said "10 passed" while tests/test_policy_properties.py held 13 properties.
+Issue 42 item 3: the doc said "10 passed" while tests/policy/test_policy_properties.py held 13 properties.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-DEEP_FILES = ("tests/test_policy_properties.py", "tests/test_policy_state_faults.py")
+REPO = Path(__file__).resolve().parents[2]
+DEEP_FILES = ("tests/policy/test_policy_properties.py", "tests/policy/test_policy_state_faults.py")
 
 
 def _properties() -> list[str]:

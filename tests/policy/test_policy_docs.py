@@ -44,6 +44,6 @@ def test_safety_rules_name_tests_that_exist():
         if row.startswith("|") and not row.startswith("|---"):
             cited |= set(re.findall(r"`([a-z][a-z0-9_]+)`", row.rsplit("|", 2)[-2]))
     assert len(cited) >= 25
-    sources = "\n".join(p.read_text() for p in (REPO / "tests").glob("test_*.py"))
+    sources = "\n".join(p.read_text() for p in (REPO / "tests").rglob("test_*.py"))
     missing = sorted(n for n in cited if f"def {n}(" not in sources and f'Case("{n}"' not in sources)
     assert not missing, missing

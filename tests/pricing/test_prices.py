@@ -180,7 +180,7 @@ def test_costs_come_from_the_price_file_and_name_it(book_file):
 
 def _clean_env(tmp_path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_") and k != pricebook.ENV_PRICE_FILE}
-    # no price source at all: not even the snapshot shipped in the package (tests/test_price_snapshot.py)
+    # no price source at all: not even the snapshot shipped in the package (tests/pricing/test_price_snapshot.py)
     env.update(HOME=str(tmp_path), XDG_CACHE_HOME=str(tmp_path / "cache"), AWS_EC2_METADATA_DISABLED="true",
                GPULOAN_PRICE_SNAPSHOT="0",
                AWS_CONFIG_FILE=str(tmp_path / "none"), AWS_SHARED_CREDENTIALS_FILE=str(tmp_path / "none"))

@@ -63,7 +63,7 @@ def test_preview_role_is_read_only(recorded):
     doc = _role_policy(rec, _role(rec, "preview"))
     actions = [a for s in doc["Statement"] for a in s["Action"]]
     assert actions and all(s["Effect"] == "Allow" for s in doc["Statement"])
-    for action in actions:  # exact actions (tests/test_gitops_permissions.py checks them against the table)
+    for action in actions:  # exact actions (tests/stacks/test_gitops_permissions.py checks them against the table)
         assert re.fullmatch(r"[a-z0-9-]+:(Describe|Get|List|View|BatchGet)[A-Za-z]*", action), action
     assert "budgets:ViewBudget" in actions  # refreshing a budget needs it; no Describe*/Get* wildcard matches it
 
@@ -168,7 +168,7 @@ def test_ci_roles_get_cluster_access_admin_for_deploy_and_a_reader_group_for_pre
     """Without an access entry only the cluster's creator can reach the Kubernetes API, so CI's `pulumi up` would
     be Unauthorized on the Helm release, namespaces and quotas, and its preview could not diff them. The preview
     role gets no EKS access policy (AmazonEKSAdminViewPolicy reads every Secret): its group is bound to a reader
-    (stacks/gitops/ci_rbac.py, tests/test_gitops_permissions.py)."""
+    (stacks/gitops/ci_rbac.py, tests/stacks/test_gitops_permissions.py)."""
     rec = recorded("prod")
     cluster_name = rec.outputs["cluster_name"]
     entries = {r.name: r.inputs for r in rec.of_type("aws:eks/accessEntry:AccessEntry") if "-github-" in r.name}
