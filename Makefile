@@ -55,16 +55,16 @@ preview: $(VENV)/.runtime
 # (issue 34); a file formatted since belongs on it.
 FORMATTED_FILES := __main__.py config/__init__.py config/config_terms.py config/node_sizes.py \
 	config/version_numbers.py config/versions.py gpuloan/__init__.py gpuloan/__main__.py \
-	gpuloan/cmd_ci_runner.py gpuloan/cmd_cost_report.py gpuloan/cmd_preview.py guardrails/__init__.py \
+	gpuloan/commands/ci_runner.py gpuloan/commands/cost_report.py gpuloan/commands/preview.py guardrails/__init__.py \
 	guardrails/__main__.py offline/__init__.py policy/__init__.py policy/deadline.py policy/errors.py \
 	policy/metric_names.py policy/terms.py policy/tick_state.py pricing/__init__.py pricing/cost_model/__init__.py \
 	pricing/sources/__init__.py scripts/__init__.py scripts/lint_ratchet.py sim/__init__.py \
 	stacks/__init__.py stacks/capacity/__init__.py stacks/gitops/__init__.py \
 	stacks/kubernetes/__init__.py stacks/policy_function/__init__.py stacks/policy_function/package.py \
-	stacks/spend/__init__.py tests/kubernetes_layer_program.py tests/test_architecture.py \
-	tests/test_kubernetes_docs.py tests/test_lint_ratchet.py tests/test_policy_docs.py tests/test_single_definitions.py \
-	tests/test_project_file.py config/instance_types.py pricing/checks.py pricing/cost_model/floor_bill.py \
-	tests/test_money_checks.py
+	stacks/spend/__init__.py tests/kubernetes_layer_program.py tests/architecture/test_architecture.py \
+	tests/stacks/test_kubernetes_docs.py tests/architecture/test_lint_ratchet.py tests/policy/test_policy_docs.py tests/architecture/test_single_definitions.py \
+	tests/stacks/test_project_file.py config/instance_types.py pricing/checks.py pricing/cost_model/floor_bill.py \
+	tests/pricing/test_money_checks.py
 
 ## lint: ruff check and format, mypy and complexity ratchets
 lint: $(VENV)/.dev
@@ -82,7 +82,7 @@ test: $(VENV)/.dev lint
 ## each, then every command of README.md and docs/, the
 ## slow ones too; about 45 minutes on 2 shared cores
 test-deep: $(VENV)/.dev
-	GPULOAN_HYPOTHESIS_PROFILE=deep $(BIN)/python -m pytest -q -n 0 tests/test_policy_properties.py tests/test_docs_commands.py
+	GPULOAN_HYPOTHESIS_PROFILE=deep $(BIN)/python -m pytest -q -n 0 tests/policy/test_policy_properties.py tests/test_docs_commands.py
 
 ## bench-spot: back to spot after a fallback, early spot warnings
 bench-spot: $(VENV)/.runtime

@@ -6,7 +6,7 @@ config is validated (`config.config.parse` runs `images_rule` below), so a misma
 config error with a path and a fix, never a broken pod.
 
 Each table names its source. Update a table by adding a row with the same kind of source; the tests in
-tests/test_compat*.py pin the decisions the tables lead to.
+tests/config/test_compat.py pin the decisions the tables lead to.
 """
 
 from __future__ import annotations

@@ -168,7 +168,7 @@ def spot_allowed(cfg: GpuLoanConfig, pool: Pool) -> bool:
 def production_work_on_spot(cfg: GpuLoanConfig, pool: Pool) -> bool:
     """Whether the pool's production work may run on spot: only in a pool listed in
     scheduling.kueue.production_spot_pools (elsewhere it is kept to the floor and on-demand). The one rule the
-    environment simulator and both advisors count production interruptions by (sim/environment.py, sim/advisor.py)."""
+    environment simulator and both advisors count production interruptions by (sim/environment.py, advise/advisor.py)."""
     return pool.name in cfg.scheduling.kueue.production_spot_pools
 
 

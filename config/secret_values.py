@@ -1,7 +1,7 @@
 """Pulumi secrets offline: a `secure:` value is opaque to gpuloan (it has no key to decrypt it), so validation and
 the offline preview put a typed placeholder in its place, one the field's own validation accepts, and list the
 value as not checked. Everything that does not depend on it is still validated and previewed; a figure that does
-depend on it is never shown as a change (gpuloan/cost_diff.py: "not compared: secret").
+depend on it is never shown as a change (offline/diff.py: "not compared: secret").
 
 The placeholder is the first of CANDIDATES with which the config has no problem at the secret's path (and the
 fewest problems elsewhere: a placeholder budget must not trip the pools-within-budget rule). A secret no candidate

@@ -34,7 +34,7 @@ DEFAULT_KUBERNETES_VERSION = "1.35"
 # 1246, "checked against aws eks describe-addon-versions ... the current AWS recommended default versions", merged
 # by its AWS maintainer 2026-04-24): 1.35 -> v1.21.1-eksbuild.1, v1.3.10-eksbuild.2; 1.34 -> v1.20.4-eksbuild.2,
 # v1.3.10-eksbuild.2. Along the one-minor-at-a-time path no pin goes back and the CNI moves one minor per step
-# (AWS: "update one minor version at a time"); tests/test_kubernetes_upgrade.py checks both.
+# (AWS: "update one minor version at a time"); tests/stacks/test_kubernetes_upgrade.py checks both.
 EKS_ADDON_VERSIONS: dict[str, dict[str, str]] = {
     "1.33": {
         "vpc-cni": "v1.20.2-eksbuild.1",

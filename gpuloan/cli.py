@@ -1,6 +1,6 @@
 """The `gpuloan` command: validate, preview and the other subcommands.
 
-Each subcommand lives in its own module `gpuloan/cmd_<name>.py` exposing `register(subparsers)`; the module
+Each subcommand lives in its own module `gpuloan/commands/<name>.py` exposing `register(subparsers)`; the module
 registers its parser and sets `func` (args -> exit code). Add new ones to COMMANDS.
 """
 
@@ -12,15 +12,15 @@ import os
 import sys
 
 COMMANDS = [
-    "gpuloan.cmd_validate",
-    "gpuloan.cmd_preview",
-    "gpuloan.cmd_schema",
-    "gpuloan.cmd_cost_report",
-    "gpuloan.cmd_cost_diff",
-    "gpuloan.cmd_simulate",
-    "gpuloan.cmd_prices",
-    "gpuloan.cmd_ci_runner",
-    "gpuloan.cmd_advise",
+    "gpuloan.commands.validate",
+    "gpuloan.commands.preview",
+    "gpuloan.commands.schema",
+    "gpuloan.commands.cost_report",
+    "gpuloan.commands.cost_diff",
+    "gpuloan.commands.simulate",
+    "gpuloan.commands.prices",
+    "gpuloan.commands.ci_runner",
+    "gpuloan.commands.advise",
 ]
 
 

@@ -277,7 +277,7 @@ LOAN_HEADERS = ("borrowed_cost_usd", "lent_credit_usd", "total_after_loan_usd") 
 def render_table(report: Report, width: int | None = None) -> str:
     from rich.text import Text
 
-    from gpuloan import tables  # the one table style of every command; folds to the terminal's width
+    from gpuloan.render import tables  # the one table style of every command; folds to the terminal's width
 
     show_other = any(r.other_usd for r in report.all_rows)
     # Two-line headers keep the columns as narrow as their figures (a table of eight columns fits 80).

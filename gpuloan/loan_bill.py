@@ -25,7 +25,7 @@ from pricing.cost_model.floor_bill import billing_key, floor_bill
 from pricing.sources.catalog import Prices
 from policy import metric_names as M
 from policy.loan_usage import USE_BORROWED, USE_OWN_FLOOR
-from sim.demand_history import fetch as fetch_metrics
+from advise.demand_history import fetch as fetch_metrics
 
 SECONDS_PER_DAY = 86_400
 QUERIES_PER_CALL = 500  # GetMetricData's limit

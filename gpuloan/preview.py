@@ -137,7 +137,7 @@ def render(doc: dict[str, Any], console, summary: bool = False) -> None:
     """Print the resource tree grouped by component (not with `summary`), the count line, then the cost tables."""
     from rich.tree import Tree
 
-    from gpuloan import tables
+    from gpuloan.render import tables
 
     resources = doc["resources"]
     by_parent: dict[str, list[dict]] = {}
@@ -233,7 +233,7 @@ def render_spread(cost: dict[str, Any], console) -> None:
 
 def render_platform(cost: dict[str, Any], console) -> None:
     """The platform rows (EKS, NAT, system nodes, volumes, KMS, CloudWatch, Lambda) and the fixed monthly total."""
-    from gpuloan import tables
+    from gpuloan.render import tables
 
     rows = cost.get("platform") or []
     if not rows:

@@ -433,7 +433,7 @@ def validate_spot_diversified(args: ResourceValidationArgs, report: ReportViolat
                "two with the same GPUs per node so one spot shortage does not stop the pool")
 
 
-ACCEPT_TRAILER = "Rollout-Blockers-Accepted"  # gpuloan/cost_comment.py; the pack imports no command-line code
+ACCEPT_TRAILER = "Rollout-Blockers-Accepted"  # gpuloan/render/cost_comment.py; the pack imports no command-line code
 ROLLOUT_BLOCKERS_SCHEMA = PolicyConfigSchema(properties={
     "blockers": {"type": "array", "items": {"type": "string"}},
     "administrator_blockers": {"type": "array", "items": {"type": "string"}},

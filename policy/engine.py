@@ -36,7 +36,7 @@ Rules per pool, in order (docs/policy.md explains each with its reason code):
 
 6. Capacity Block floors: the window's rules on the block's own group (policy/capacity_blocks.py).
 
-Safety rules every plan keeps (tests/test_policy_properties.py): the floor is never touched, except a Capacity
+Safety rules every plan keeps (tests/policy/test_policy_properties.py): the floor is never touched, except a Capacity
 Block's group inside its window's rules (policy/capacity_blocks.py); a group gets one
 kind of change per tick (set_desired or terminate, never both: UpdateNodegroupConfig is asynchronous, so an
 absolute size could land after the terminations and relaunch them); no node with any sign of GPU work is

@@ -31,7 +31,7 @@ from policy.model import PendingGang
 
 GPU_RESOURCE = "nvidia.com/gpu"
 # The labels and taints the stack puts on GPU node groups (config/tags.py, stacks/capacity/elastic.py; the Lambda zip does
-# not ship stacks/, tests/test_policy_adapters.py checks the two agree).
+# not ship stacks/, tests/policy/test_policy_adapters.py checks the two agree).
 POOL_LABEL = "gpuloan.io/pool"
 TIER_LABEL = "gpuloan.io/tier"
 CAPACITY_LABEL = "gpuloan.io/capacity"

@@ -29,7 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     # Prices: the caller's price file, else the public table beside the project (the advisor needs rates).
     os.environ.setdefault("GPULOAN_PRICE_FILE", str(DEFAULT_PRICES))
 
-    from sim import advisor
+    from advise import advisor
     from sim import traces
     from pricing import checks
     from pricing.sources import catalog

@@ -1,6 +1,6 @@
 """The organization's loan on the ITP example environment (`make bench-org`; docs/benchmarks.md, "The
 organization's loan"): ten ITP clusters as ten pools on their common clock (days 1-57), three tier rotations,
-three seeds, 1- and 3-year RIs, floors at several guarantee levels; every setup of sim/org_advisor.py sized on
+three seeds, 1- and 3-year RIs, floors at several guarantee levels; every setup of advise/org_advisor.py sized on
 the first 30 days and measured on the 27 after. Prints the tables (markdown, pasted verbatim into the docs), the
 issue's goals with by how much each is met or missed, and the run time; draws cost vs guarantee level per setup.
 
@@ -42,7 +42,7 @@ GOAL_CHEAPER_THAN_TEAM = 0.10
 def _one(job):
     """One (term, rotation, seed, level): the advisor's document (run in a worker process)."""
     term, rotation, seed, level, demands, prices, rate, sizing_days, lookback_days = job
-    from sim import org_advisor as oa
+    from advise import org_advisor as oa
 
     inputs = oa.OrgInputs(demands, prices, {(INSTANCE_TYPE, REGION): rate}, term, sizing_days * 24, lookback_days,
                           level)
@@ -90,7 +90,7 @@ def _sim_config(traces, demands, tiers):
 
 def _sim_unit(rotation, seed, traces, prices, days, sizing_hours):
     """What one (rotation, seed) needs: its demands, its stack and an EnvironmentRunner (cache empty)."""
-    from sim import org_advisor as oa
+    from advise import org_advisor as oa
     from sim import org_demand
     from sim.engine import SimSettings
 
@@ -105,7 +105,7 @@ def _sim_unit(rotation, seed, traces, prices, days, sizing_hours):
 def _sim_setups(demands, prices, sizing_hours):
     """The distinct simulated setups of one (rotation, seed): karpenter (no floors), the p90 floors lent and the
     same floors not lent, whatever the term (terms only change billing)."""
-    from sim import org_advisor as oa
+    from advise import org_advisor as oa
 
     heads = {n: d.head(sizing_hours) for n, d in demands.items()}
     floors = oa.size_floors(heads, prices, GOAL_LEVEL)
@@ -120,7 +120,7 @@ def _sim_run(job):
     """One setup in every scenario (a worker process): one run up to the report window that branches there into
     the shortage scenarios (EnvironmentRunner.run_scenarios); the cache entries it made, with its wall seconds."""
     rotation, seed, setup, scenario_names, days, sizing_hours = job
-    from sim import org_advisor as oa
+    from advise import org_advisor as oa
 
     traces, prices = _SIM_STATE["traces"], _SIM_STATE["prices"]
     demands, runner = _sim_unit(rotation, seed, traces, prices, days, sizing_hours)
@@ -140,7 +140,7 @@ def _simulated(traces, prices, rates, rotations, seeds, scenarios, days, sizing_
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    from sim import org_advisor as oa
+    from advise import org_advisor as oa
 
     sizing_hours = sizing_days * 24
     units = {(r, s): _sim_unit(r, s, traces, prices, days, sizing_hours) for r in rotations for s in seeds}
@@ -324,7 +324,8 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
 
     from pricing.sources import catalog, floor_pricing
-    from sim import fluid, org_advisor, org_demand
+    from sim import fluid, org_demand
+    from advise import org_advisor
 
     days, sizing_days, lookback_days, levels = org_demand.ITP_DAYS, SIZING_DAYS, LOOKBACK_DAYS, LEVELS
     try:

@@ -67,7 +67,8 @@ def org(traces_dir: Path):
     import bench_org
 
     from pricing.sources import catalog
-    from sim import fluid, org_advisor, org_demand
+    from sim import fluid, org_demand
+    from advise import org_advisor
 
     p = catalog.price(bench_org.INSTANCE_TYPE, bench_org.REGION)
     if p is None:

@@ -18,7 +18,7 @@ multi-node jobs (gangs of whole free nodes). Not modelled: AZs, per-type spot po
 Speed: a tick costs work only where something happens. Quiet runs of minutes -- no node event, no arrival or
 completion, no change of demand, and a controller that proves its decision cannot change before a known minute
 (`Controller.wake`) -- are skipped in one step; billing and served work are settled lazily at the same points in
-both paths, so the fast path gives exactly the tick-by-tick result (tests/test_sim_speed.py compares them).
+both paths, so the fast path gives exactly the tick-by-tick result (tests/sim/test_sim_speed.py compares them).
 """
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ class SimSettings:
     spot_unavailable_mean_hours: float = 3.0
     spot_unavailable_fill_share: float = 0.0  # share of a spot launch request granted during an episode (0: none)
     # Named shortage windows, [start, end) minutes, on top of the drawn episodes (the organization advisor's
-    # scenarios, sim/org_advisor.py): spot cannot be launched in `spot_unavailable_windows`; no elastic capacity
+    # scenarios, advise/org_advisor.py): spot cannot be launched in `spot_unavailable_windows`; no elastic capacity
     # of the pool's type at all (InsufficientInstanceCapacity for on-demand, and spot with it) in
     # `on_demand_unavailable_windows`. Nodes already running keep running; a floor is never affected.
     spot_unavailable_windows: tuple[tuple[int, int], ...] = ()

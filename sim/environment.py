@@ -32,7 +32,7 @@ What is modelled (docs/simulator.md, "An environment"; the Kueue semantics in do
   (as a single-pool Simulation skips), and also at any minute another pool touches it (a job binding to or
   leaving its floor, a reclaim preempting its job, a lender's floor with room for its pending work). The result
   is the minute-by-minute one, and a pool that lends nothing and borrows nothing gives exactly
-  sim.engine.Simulation's result (tests/test_environment.py).
+  sim.engine.Simulation's result (tests/sim/test_environment.py).
 - Spot events: each pool has its own common-random-number streams, drawn from the seed and the pool's name
   (`pool_stream`), so every policy and every floor meets the same events in the same pool.
 - Job classes: a pool's tier gives the default (production: every job is production; other tiers: none);
@@ -824,7 +824,7 @@ class Environment:
                                        f"{p.guaranteed.nodes if p.guaranteed else 0}: lending follows the config's "
                                        f"plan, so change the floor in the config (pools[].guaranteed.nodes)")
             # production work may use spot only where Kueue lets it: the one rule of config/scheduling.py, which the
-            # single-pool advisor (sim/advisor.py) uses too
+            # single-pool advisor (advise/advisor.py) uses too
             on_spot = production_work_on_spot(cfg, p)
             self.pools[p.name] = PoolSim(self, spec, trace, controller_factory(spec), settings, self.horizon,
                                          production, on_spot, PRIORITY_VALUES[p.tier])
@@ -881,8 +881,8 @@ class Environment:
         minutes its own quiet-tick proof (Simulation._quiet_until) names, and also at any minute another pool
         touches it (a job binding to or leaving its floor, a reclaim preempting its job, a lender's floor it could
         borrow now having room): it is woken first, its quiet minutes up to then accounted as Simulation._skip
-        does. Processing a pool at a minute it could have skipped changes nothing (tests/test_sim_speed.py), so
-        the result is the tick-by-tick one (tests/test_environment.py compares them)."""
+        does. Processing a pool at a minute it could have skipped changes nothing (tests/sim/test_sim_speed.py), so
+        the result is the tick-by-tick one (tests/sim/test_environment.py compares them)."""
         horizon, settings = self.horizon, self.settings
         warn, every, skip = settings.spot_warning_minutes, settings.sample_every_minutes, settings.skip_quiet_ticks
         self._warn, self._every = warn, every
@@ -1378,7 +1378,7 @@ def simulate_branches(cfg, demands: dict, controller_factory: Callable, settings
     """One run up to `window_from_minute`, then the run as it is (`reduce(result)`) and one continuation per
     branch, (spot windows, on-demand windows) in minutes, all at or after the window's start (each `reduce`d in
     a child process, which must return something picklable). The same figures as a separate run per branch with
-    those windows in its settings (tests/test_org_window.py), for the cost of the part after the window."""
+    those windows in its settings (tests/advise/test_org_window.py), for the cost of the part after the window."""
     for spot_windows, od_windows in branches:
         if any(a < window_from_minute for a, _ in (*spot_windows, *od_windows)):
             raise EnvironmentError("a branch's shortage windows must start at or after the window's first minute "

@@ -91,7 +91,7 @@ class PoolMetrics:
 
 @dataclass
 class EnvironmentRun:
-    """What a run of the environment returns to the advisor (sim/org_advisor.py reads only these fields)."""
+    """What a run of the environment returns to the advisor (advise/org_advisor.py reads only these fields)."""
 
     model: str  # "fluid" here; "simulated" from sim/environment.py
     hours: int

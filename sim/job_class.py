@@ -1,6 +1,6 @@
 """Which jobs of a trace are production: the one classifier (stdlib only).
 
-Floor sizing and the fluid bound (sim/org_demand.py `hourly_profile`, read by sim/fluid.py and sim/org_advisor.py),
+Floor sizing and the fluid bound (sim/org_demand.py `hourly_profile`, read by sim/fluid.py and advise/org_advisor.py),
 the environment simulator (sim/environment.py) and the advisors built on both call `production_flags`, so a "p90"
 floor is sized on exactly the jobs the simulator then runs as production. Before issue 36 the profiles hashed
 `seed:job_id` and the simulator `seed/pool/job_id/index`: two different 30 % of the jobs.

@@ -738,7 +738,7 @@ class GpuLoan(Controller):
         event, arrival, completion or demand change: those bump sim.version): the earlier of the plan's own
         next_decision_at (policy/engine.py, every rule's timer: the engine owns them, nothing here repeats one)
         and the first minute at which the Observation this controller builds changes (`_observation_changes`).
-        tests/test_sim_speed.py compares the result with deciding every minute."""
+        tests/sim/test_sim_speed.py compares the result with deciding every minute."""
         nxt = sim.now + 1
         if not self._quiet_plan or sim.version != self._version:
             return nxt

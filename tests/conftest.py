@@ -15,7 +15,12 @@ REPO = Path(__file__).resolve().parent.parent
 # The command line as tests run it: this interpreter's gpuloan package, wherever the virtual environment lives (the
 # `.venv/bin/gpuloan` of the docs is the same entry point, gpuloan/__main__.py).
 GPULOAN = [sys.executable, "-m", "gpuloan"]
-for p in (str(REPO), str(REPO / "tests")):
+# The tests live in folders that mirror the packages (tests/policy/, tests/sim/, ...; issue 34). The shared helpers
+# stay here (`from fake_kube import FakeKube`), and a test may import another test's helpers by its bare module name
+# from any folder (`from test_policy_e2e import World`): every test module name is unique, so each folder goes on the
+# path, as pytest puts a test's own folder there.
+TEST_FOLDERS = sorted(d for d in (REPO / "tests").iterdir() if d.is_dir() and any(d.glob("test_*.py")))
+for p in (str(REPO), str(REPO / "tests"), *map(str, TEST_FOLDERS)):
     if p not in sys.path:
         sys.path.insert(0, p)
 
@@ -29,7 +34,7 @@ SHARED_TRACES = SHARED_DATA / "traces"
 SHARED_KUEUE_CRDS = SHARED_DATA / "kueue-crds-v0.19.2"  # the CRDs of the pinned Kueue chart (config/versions.py)
 # Tests that need prices read the public table through the offline price file, as a user without AWS access
 # would; without ../shared they read the same rates from the snapshot shipped in the package (generated from that
-# table, tests/test_price_snapshot.py), as a fresh clone does: those carry `requires_prices`. A test that reads the
+# table, tests/pricing/test_price_snapshot.py), as a fresh clone does: those carry `requires_prices`. A test that reads the
 # table's files by path carries `requires_shared_prices` and skips without them. An explicit GPULOAN_PRICE_FILE
 # from the caller is kept.
 if SHARED_PRICES.is_dir():

@@ -65,7 +65,7 @@ def kube_objects(rec: offline.Recording) -> list[dict[str, Any]]:
 
 def validate_strict(manifest: dict[str, Any], cluster_version: str) -> None:
     """Built-in kinds against kubernetes-validate's strict schemas; Kueue kinds against the pinned chart's CRDs
-    (when the shared data is absent those are left to tests/test_kueue.py, which skips saying why)."""
+    (when the shared data is absent those are left to tests/stacks/test_kueue.py, which skips saying why)."""
     if manifest.get("apiVersion", "").startswith(KUEUE_GROUP + "/"):
         if KUEUE_CRDS.is_dir():
             validate_kueue(manifest)

@@ -1,7 +1,7 @@
 """A Pulumi program that declares only the Kubernetes layer, against a stand-in for stacks/cluster.py's Cluster.
 
 Lets the layer's tests run on any config (time-slicing, MIG, existing mode) without depending on the network
-and node groups of the capacity layer; tests/test_kubernetes_stack.py checks the same layer in the real program.
+and node groups of the capacity layer; tests/stacks/test_kubernetes_stack.py checks the same layer in the real program.
 """
 
 import pulumi

@@ -1,5 +1,5 @@
 """Checks on a command's text output: lines that overflow the terminal, figures a table broke across lines.
-Used by the table tests of every command (tests/test_cli.py, test_cost_comment.py, test_cost_report.py)."""
+Used by the table tests of every command (tests/gpuloan/test_cli.py, test_cost_comment.py, test_cost_report.py)."""
 
 from __future__ import annotations
 

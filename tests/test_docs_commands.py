@@ -39,10 +39,10 @@ CANNOT_RUN = {
     "git add ": "commits to your repository",
     "kubectl ": "a cluster with Kueue and a workload waiting on a drained Capacity Block (docs/floor.md)",
     ".venv/bin/gpuloan prices refresh ": "AWS credentials (the Price List API)",
-    ".venv/bin/gpuloan cost-report ": "AWS credentials (Cost Explorer; tests/test_cost_report.py runs it against moto)",
+    ".venv/bin/gpuloan cost-report ": "AWS credentials (Cost Explorer; tests/gpuloan/test_cost_report.py runs it against moto)",
     ".venv/bin/gpuloan advise -s prod --history-days ": "AWS credentials (the stack's own CloudWatch metrics)",
-    ".venv/bin/gpuloan advise -s prod --org ": "AWS credentials (every pool's own CloudWatch metrics; tests/test_org_advisor.py runs it against moto)",
-    "python -m venv guardrails/venv ": "PyPI, for the policy pack's own venv (tests/test_guardrails.py runs its rules)",
+    ".venv/bin/gpuloan advise -s prod --org ": "AWS credentials (every pool's own CloudWatch metrics; tests/advise/test_org_advisor.py runs it against moto)",
+    "python -m venv guardrails/venv ": "PyPI, for the policy pack's own venv (tests/guardrails/test_guardrails.py runs its rules)",
     "make test": "it runs this suite, which would recurse (its recipe is checked with make -n)",
     "make install": "it (re)installs .venv, which this suite runs in (its recipe is checked with make -n)",
 }
@@ -301,7 +301,7 @@ def test_ci_runs_the_readme_test_command():
 
 
 def test_config_reference_is_current():
-    from gpuloan.cmd_schema import config_markdown
+    from gpuloan.commands.schema import config_markdown
 
     assert (REPO / "docs" / "config.md").read_text() == config_markdown(), "run `make schema` to regenerate docs/config.md"
 
@@ -385,7 +385,7 @@ def _make_help_line(target: str) -> str:
 
 
 def test_config_reference_names_what_a_map_holds():
-    from gpuloan.cmd_schema import _type_name
+    from gpuloan.commands.schema import _type_name
     from config.config import InstancePrice
 
     assert _type_name(dict[str, InstancePrice]) == "map of string to InstancePrice"
@@ -393,7 +393,7 @@ def test_config_reference_names_what_a_map_holds():
 
 
 def test_floor_doc_states_how_many_floor_sizes_advise_tries():
-    from sim import advisor
+    from advise import advisor
 
     text = " ".join((REPO / "docs" / "floor.md").read_text().split())
     every, most = re.search(r"every size up to (\d+) nodes, a larger peak in even steps of at most (\d+) sizes", text).groups()

@@ -4,8 +4,8 @@ The table below lists, per Pulumi resource type the program declares, the IAM ac
 refresh (read), create, update and delete it, with the source each list was read from. The preview role gets the
 read actions of the types the stack declares (nothing else); the deploy role gets all four, each mutation scoped
 to this environment by resource name (ARN pattern), IAM path, or the `gpuloan:environment` tag, per service
-(SCOPE_BY_SERVICE). tests/test_gitops_permissions.py walks every resource of the dev and prod plans: a type without
-an entry, or an action the roles do not grant, fails it; tests/test_gitops_requests.py evaluates each create, update
+(SCOPE_BY_SERVICE). tests/stacks/test_gitops_permissions.py walks every resource of the dev and prod plans: a type without
+an entry, or an action the roles do not grant, fails it; tests/stacks/test_gitops_requests.py evaluates each create, update
 and delete request (ARN and context) against the generated documents.
 
 Sources, by service (AWS Service Authorization Reference, "Actions, resources, and condition keys for <service>",
@@ -284,7 +284,7 @@ INVOKES: dict[str, tuple[str, ...]] = {
 # offerings), granted to both roles so previews and deploys can price the plan. None of them can change anything.
 # `gpuloan prices refresh` (the weekly prices workflow, as the preview role) also reads which types the region
 # offers, the facts of a type the offline catalog lacks, and the EKS version's support status
-# (tests/test_prices_requests.py records every call it makes and checks each against the preview role).
+# (tests/pricing/test_prices_requests.py records every call it makes and checks each against the preview role).
 PRICING_ACTIONS = (
     "ec2:DescribeCapacityBlockOfferings",
     "ec2:DescribeInstanceTypeOfferings",
@@ -867,12 +867,12 @@ def markdown() -> str:
         "# What each resource type needs from IAM",
         "",
         "Generated from `stacks/gitops/iam_permissions.py` (`python -m stacks.gitops.iam_permissions > docs/iam-permissions.md`;",
-        "tests/test_gitops_permissions.py checks it is fresh). The preview role gets the **read** column of the types",
+        "tests/stacks/test_gitops_permissions.py checks it is fresh). The preview role gets the **read** column of the types",
         "a stack declares (Lambda reads only on `function:gpuloan-<env>-*`: GetFunction returns a function's",
         "environment and code; `ecr:BatchGetImage`, an image's manifest, only on `repository/gpuloan/<env>/*`);",
         "the deploy role all four, scoped as in the second table (image manifests and layer downloads only from",
         "`repository/gpuloan/<env>/*`), under its own permissions",
-        "boundary `gpuloan-<env>-github-deploy-boundary`. tests/test_gitops_requests.py evaluates every create,",
+        "boundary `gpuloan-<env>-github-deploy-boundary`. tests/stacks/test_gitops_requests.py evaluates every create,",
         "update and delete request of the dev and prod plans against the generated documents. docs/gitops.md",
         "explains the model.",
         "",

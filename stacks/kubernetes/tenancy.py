@@ -35,7 +35,7 @@ TIER_RANK = {tier: rank for rank, tier in enumerate(sorted(PRIORITY_VALUES, key=
 CONTAINER_DEFAULT_REQUESTS = {"cpu": "500m", "memory": "1Gi"}
 
 POLICY_READER_CLUSTER_ROLE = "gpuloan-policy-pod-reader"
-# Exactly what policy/kube.py calls (tests/test_kubernetes_layer.py derives it from the client's requests): list
+# Exactly what policy/kube.py calls (tests/stacks/test_kubernetes_layer.py derives it from the client's requests): list
 # pods (pending GPU pods; the pods bound to a node before it is terminated), get and patch nodes (cordon it
 # first: spec.unschedulable). No watch, no pod get, no delete or eviction: the node goes through Auto Scaling.
 # The name stays "pod-reader" so existing clusters keep the same object; it now also cordons nodes.

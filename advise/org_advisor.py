@@ -1,0 +1,730 @@
+"""The organization's advisor: every pool's floor and one commitment for the whole environment, chosen together,
+and the price of each guarantee (`gpuloan advise -s STACK --demand DIR`; docs/floor.md, "The loan for an
+organization").
+
+No look-ahead. The history is split at `sizing_hours`: everything the advisor recommends is computed from the hours
+before it (demands cut there, `PoolDemand.head`), and every figure it reports is measured on the hours after it,
+as a user buys a commitment on the past and lives with the future:
+1. floors: each production-tier pool gets the guarantee its service needs: by default the `guarantee_percentile`
+   (90) of its hourly production GPUs over the sizing window, in whole nodes (rounded up); other tiers get none
+   (their work may be interrupted, so it borrows instead);
+2. commitment: the environment is run with those floors, idle floor lent, and the commitment is what Cost
+   Explorer would recommend from the last `lookback_days` of that run's eligible usage before the end of the
+   sizing window (advise/commitment_choice.py reads nothing later), bought at the end of the sizing window;
+3. report: the whole history is run with that setup and with each baseline, all billed (billing.bill) on the
+   report window only, each baseline's commitment chosen the way its author would have chosen it.
+
+Setups (`baselines`, each by name):
+- `karpenter`: no floors; production on on-demand, the rest spot-first (spot, then on-demand while spot is short);
+- `karpenter+savings-plan`: the same plus the Cost Explorer commitment of its own sizing-window usage: the
+  cheapest setup *without* any guarantee; every price of a guarantee is measured against it. A plan that saves
+  nothing is not bought: where the commitment would bill more over the report window than `karpenter` without it,
+  the row is `karpenter`'s, with no commitment and `plan_not_bought` saying what it would have cost (this one
+  decision looks at the report window; it only makes the baseline cheaper, so the price of a guarantee is never
+  understated by it);
+- `team-floors`: the same floors, nothing lent, each team paying for itself (the per-pool `guaranteed.payment`
+  model, as a careful team would do it): its own RIs, what Cost Explorer recommends from that team's usage alone
+  (RI sharing off), which always covers the team's floor (a floor is billed every hour, so each of its RIs pays);
+- `floors-not-lent`: the same floors and a Cost Explorer commitment sized on the resulting usage, nothing lent
+  (what lending is worth: gpuloan against it);
+- `fluid-bound`: the same floors, lent, in the fluid model (sim/fluid.py: free repacking, no boots), with the best
+  commitment in hindsight over the report window: the limit of what lending and a shared commitment can do; its
+  price is measured against the fluid model's no-floor run with its own hindsight commitment.
+The recommendation's own result is `recommendation.report` (same keys).
+
+How a setup runs: through a `Runner`: `fluid_runner` (every figure says `"model": "fluid"`) or
+`environment_runner`, which runs each setup through the environment simulator (sim/environment.py: whole nodes,
+boots, Kueue lending and reclaim, spot events, the per-pool controllers; `"model": "simulated"`). The simulated
+runner measures the report window inside ONE run over the whole history (`REPORT_WINDOW_NOTE`), takes the
+sizing window's usage for the commitments from the hours before the window of the same run, runs identical
+simulations once (EnvironmentRunner's cache) and runs the shortage scenarios as the simulator's shortage windows.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from pricing.cost_model import billing
+from advise import commitment_choice
+from sim import fluid, org_loan
+from sim.fluid import EnvironmentRun, PoolPrices, Scenario
+from sim.org_demand import PRODUCTION, TIERS, PoolDemand
+from sim.runner import percentile
+
+DEFAULT_PERCENTILE = 90.0
+KARPENTER, KARPENTER_SP = "karpenter", "karpenter+savings-plan"
+TEAM_FLOORS, NOT_LENT, FLUID_BOUND, GPULOAN = "team-floors", "floors-not-lent", "fluid-bound", "gpuloan"
+BASELINES = (KARPENTER, KARPENTER_SP, TEAM_FLOORS, NOT_LENT, FLUID_BOUND)
+CONTROLLER_GPULOAN, CONTROLLER_KARPENTER = "gpuloan", "karpenter"
+
+# The on-demand shortage scenario: for episodes at this rate and mean length, no new capacity of the instance type
+# can be launched (InsufficientInstanceCapacity), only reserved capacity is there. No public source gives how often
+# this happens for a GPU family, so it is a named scenario with its rate stated, reported apart from the default,
+# like sim/engine.py's SPOT_SHORTAGE (one 3-hour spot-unavailable episode a week), which the spot scenario uses.
+ON_DEMAND_SHORTAGE = {"episodes_per_week": 1.0, "mean_hours": 6.0}
+
+
+# How the simulated mode measures the report window (docs/floor.md; the `--json` document's `report_window_note`).
+REPORT_WINDOW_NOTE = (
+    "one run over the whole history, floors (and their Kueue quotas) there from its first hour; cost: the hourly "
+    "usage of the report window's hours, billed with the commitments in force then; production interruptions, "
+    "reclaim preemptions and their lost work: those that happen in the window; p95 waits: jobs submitted in the "
+    "window (a job never started counts with its wait up to the end); unmet GPU-hours: the work of jobs "
+    "submitted in the window not served by the end of the run (work due by then: a job still running at the end "
+    "is not counted for its hours beyond it, as the fluid model's demand ends there)")
+
+
+class OrgAdviceError(ValueError):
+    """The environment cannot be advised on (no production pool, no sizing window, no rates ...)."""
+
+
+class Runner(Protocol):
+    """Runs the environment: every pool's demand, these floors, lent or not, under one controller."""
+
+    model: str
+
+    def __call__(self, demands: dict[str, PoolDemand], floors_nodes: dict[str, int], *, lend: bool,
+                 controller: str, scenario: Scenario, report_from_hour: int) -> EnvironmentRun: ...
+
+
+@dataclass(frozen=True)
+class OrgInputs:
+    demands: dict[str, PoolDemand]  # the whole history, sizing window first
+    prices: dict[str, PoolPrices]
+    ri_rates: dict[tuple[str, str], float]  # (type, region) -> the commitment's rate per instance-hour
+    term: str  # e.g. "reserved_3yr": the rates' term, for the report
+    sizing_hours: int
+    lookback_days: int = 30
+    guarantee_percentile: float = DEFAULT_PERCENTILE
+    rate_sources: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def hours(self) -> int:
+        return max(d.hours for d in self.demands.values())
+
+
+@dataclass
+class FluidRunner:
+    """The fluid model as a runner: what every setup runs through until sim/environment.py lands."""
+
+    prices: dict[str, PoolPrices]
+    model: str = fluid.MODEL
+
+    def __call__(self, demands, floors_nodes, *, lend, controller, scenario, report_from_hour):
+        # The controller does not matter in the fluid model (no boots, no idle timeouts): that is what it bounds.
+        return fluid.run(demands, self.prices, floors_nodes, lend=lend, scenario=scenario,
+                         report_from_hour=report_from_hour)
+
+
+def fluid_runner(prices: dict[str, PoolPrices]) -> FluidRunner:
+    return FluidRunner(prices)
+
+
+def setup_config(cfg, floors_nodes: dict[str, int], *, lend: bool):
+    """The stack as one setup runs it: each pool's floor set to the setup's size (a pool given a floor it did not
+    have gets a capacity reservation of its instance type; a pool left without one loses `guaranteed`), and, for
+    a setup that does not lend, every team's `lending_limit_pct` at 0 (docs/scheduling.md). Validation limits
+    apply: a floor above the config's 64 nodes or a floorless pool without elastic capacity is refused."""
+    from config.config import Guaranteed, Reservation
+
+    pools = []
+    for pool in cfg.pools:
+        k = floors_nodes.get(pool.name, 0)
+        if k > 64:
+            raise OrgAdviceError(f"pool '{pool.name}': a floor of {k} nodes is above the config's limit of 64 "
+                                 "(pools[].guaranteed.nodes); split the pool")
+        if k == 0:
+            if pool.elastic is None:
+                raise OrgAdviceError(f"pool '{pool.name}' has no elastic capacity: it cannot run without a floor")
+            pools.append(pool.model_copy(update={"guaranteed": None}))
+            continue
+        g = pool.guaranteed
+        itype = g.instance_type if g else pool.elastic.instance_types[0]
+        g = (g.model_copy(update={"nodes": k}) if g else
+             Guaranteed(instance_type=itype, nodes=k, reservation=Reservation.odcr))
+        pools.append(pool.model_copy(update={"guaranteed": g}))
+    kueue = cfg.scheduling.kueue
+    if not lend:
+        teams = {p.team: kueue.sharing(p.team).model_copy(update={"lending_limit_pct": 0}) for p in cfg.pools}
+        kueue = kueue.model_copy(update={"teams": {**kueue.teams, **teams}})
+    scheduling = cfg.scheduling.model_copy(update={"kueue": kueue})
+    return cfg.model_copy(update={"pools": pools, "scheduling": scheduling})
+
+
+@dataclass
+class EnvironmentRunner:
+    """The simulated run: every setup through `simulate` (sim.environment.simulate_environment by default), called
+    as
+
+        simulate(cfg, demands, controller, settings, horizon_minutes, window_from_minute=...)
+
+    with `cfg` = `setup_config(stack, floors, lend=...)`, `demands` the pools' traces (dict pool -> sim.traces
+    trace) cut at the run's horizon, `controller` "gpuloan" or "karpenter" (the per-pool controllers), `settings`
+    the stack's SimSettings with the scenario's shortage windows (`scenario_settings`) and `window_from_minute`
+    the report window's first minute. ONE run over the whole horizon measures the report window: the result must
+    have
+    - `.hourly_usage`: list of billing.Usage, hours from the start of the run (the report bills hours from the
+      window on; the commitments are chosen from the hours before it: no second run over the sizing window);
+    - `.pools[name]` with production_interruptions, unmet_gpu_hours, unmet_production_gpu_hours,
+      floor_gpu_hours, floor_owned_gpu_hours, floor_lent_gpu_hours measured over the report window of that run
+      (events that happened in it; unmet = work of jobs submitted in it not served by the end of the run);
+    - `.p95_wait_minutes_by_tier` (optional): tier -> minutes, jobs submitted in the report window.
+    Floors are there from minute 0 of the run (a floor's Kueue quota and its reservation exist from day 0 of the
+    history, as if it had been bought before it: the sizing window's usage then includes the floor, which is what
+    the commitment is sized on). Identical simulations run once: the runs are cached by what the simulator sees
+    (floors, lending, controller, horizon, report window, scenario; the runner's traces and seed are fixed), so
+    setups that differ only in billing (karpenter and karpenter+savings-plan; team-floors and floors-not-lent;
+    another term) share one run; `run_scenarios` runs a setup once up to the report window and branches there
+    into the shortage scenarios. `runs` counts simulations, `hits` answers from the cache.
+    """
+
+    cfg: object
+    traces: dict
+    settings: object
+    prices: dict[str, PoolPrices]
+    simulate: object
+    model: str = "simulated"
+    use_cache: bool = True  # False: every call simulates (the reference the cache is tested against)
+    cache: dict = field(default_factory=dict)
+    runs: int = 0
+    hits: int = 0
+    progress: object = None  # called with the number of simulations run so far, after each (the CLI's stderr)
+
+    def key(self, hours: int, floors_nodes, lend: bool, controller: str, scenario: Scenario, report_from_hour: int):
+        floors = tuple(sorted((n, k) for n, k in floors_nodes.items() if k))
+        return (hours, report_from_hour, floors, bool(lend and floors), controller,
+                scenario.spot_short_hours, scenario.on_demand_short_hours, getattr(self.settings, "seed", None))
+
+    def __call__(self, demands, floors_nodes, *, lend, controller, scenario, report_from_hour):
+        hours = max(d.hours for d in demands.values())
+        if not 0 <= report_from_hour <= hours:
+            raise OrgAdviceError(f"report window from hour {report_from_hour}: outside the run's {hours} hours")
+        key = self.key(hours, floors_nodes, lend, controller, scenario, report_from_hour)
+        hit = self.cache.get(key) if self.use_cache else None
+        if hit is not None:
+            self.hits += 1
+            return hit
+        cfg = setup_config(self.cfg, floors_nodes, lend=lend)
+        cut = {n: _cut(t, hours) for n, t in self.traces.items()}
+        result = self.simulate(cfg, cut, controller, scenario_settings(self.settings, scenario), hours * 60,
+                               window_from_minute=report_from_hour * 60)
+        self.runs += 1
+        if self.progress is not None:
+            self.progress(self.runs)
+        run = self._run_of(result, demands, hours)
+        if self.use_cache:
+            self.cache[key] = run
+        return run
+
+    def _run_of(self, result, demands, hours: int) -> EnvironmentRun:
+        """The simulation's result as the advisor reads it."""
+        run = EnvironmentRun(self.model, hours, list(result.hourly_usage),
+                             tiers={n: d.tier for n, d in demands.items()})
+        for n in demands:
+            m = fluid.PoolMetrics()
+            src = result.pools[n]
+            for f in ("production_interruptions", "unmet_gpu_hours", "unmet_production_gpu_hours", "floor_gpu_hours",
+                      "floor_owned_gpu_hours", "floor_lent_gpu_hours", "unmet_guaranteed_production_gpu_hours",
+                      "production_waiting_gpu_hours",
+                      "reclaim_preemptions", "reclaim_lost_gpu_hours", "priority_preemptions",
+                      "priority_lost_gpu_hours", "scheduler_preemptions", "scheduler_lost_gpu_hours",
+                      "borrowed_gpu_hours", "borrowed_gpu_hours_from"):
+                if hasattr(src, f):
+                    setattr(m, f, getattr(src, f))
+            run.pools[n] = m
+        run.p95_wait_minutes_by_tier = getattr(result, "p95_wait_minutes_by_tier", None)
+        return run
+
+    def run_scenarios(self, demands, floors_nodes, *, lend, controller, scenarios, report_from_hour) -> list:
+        """The setup in the default scenario and in each of `scenarios`, into the cache, each as `__call__` would
+        give it. With the environment simulator, one run up to the report window branches there into the
+        scenarios (sim/environment.py simulate_branches: their shortage hours all lie in the window, so the runs
+        are the same up to it): the part before the window is simulated once."""
+        scenarios = [sc for sc in scenarios if sc.spot_short_hours or sc.on_demand_short_hours]
+        hours = max(d.hours for d in demands.values())
+        default = Scenario()
+        todo = [sc for sc in [default, *scenarios] if self.key(hours, floors_nodes, lend, controller, sc,
+                                                               report_from_hour) not in self.cache]
+        early = any(h < report_from_hour for sc in todo for h in sc.spot_short_hours | sc.on_demand_short_hours)
+        import os
+
+        if (self.simulate is not simulate_with_environment or not todo or early or not self.use_cache
+                or not hasattr(os, "fork")):  # branching forks the process (POSIX); elsewhere: separate runs
+            return [self(demands, floors_nodes, lend=lend, controller=controller, scenario=sc,
+                         report_from_hour=report_from_hour) for sc in [default, *scenarios]]
+        cfg = setup_config(self.cfg, floors_nodes, lend=lend)
+        cut = {n: _cut(t, hours) for n, t in self.traces.items()}
+        branches = [(_hour_windows(sc.spot_short_hours), _hour_windows(sc.on_demand_short_hours))
+                    for sc in todo[1:]] if todo[0] is default else None
+        if branches is None:  # the default run is cached already: branch from a fresh run of the first scenario
+            return [self(demands, floors_nodes, lend=lend, controller=controller, scenario=sc,
+                         report_from_hour=report_from_hour) for sc in [default, *scenarios]]
+        own, others = simulate_branches_with_environment(cfg, cut, controller, self.settings, hours * 60,
+                                                          report_from_hour * 60, branches)
+        self.runs += 1
+        if self.progress is not None:
+            self.progress(self.runs)
+        for sc, result in zip(todo, [own, *others]):
+            self.cache[self.key(hours, floors_nodes, lend, controller, sc, report_from_hour)] = \
+                self._run_of(result, demands, hours)
+        return [self(demands, floors_nodes, lend=lend, controller=controller, scenario=sc,
+                     report_from_hour=report_from_hour) for sc in [default, *scenarios]]
+
+    def sizing_usage(self, demands, floors_nodes, *, lend, controller, sizing_hours):
+        """The hourly usage Cost Explorer would have seen at the end of the sizing window: the hours before it of
+        the whole run (the default scenario's, cached for the report; a shortage scenario only touches the report
+        window, and a run's hours before the window do not depend on what comes after)."""
+        run = self(demands, floors_nodes, lend=lend, controller=controller, scenario=Scenario(),
+                   report_from_hour=sizing_hours)
+        return [u for u in run.hourly_usage if u.hour < sizing_hours]
+
+
+def scenario_settings(settings, scenario: Scenario):
+    """The SimSettings a scenario runs with: its shortage hours as the simulator's shortage windows (minutes).
+    Spot short: no spot launch; on-demand short: no elastic launch of the pool's type at all (on-demand, and spot
+    with it, as the fluid model's scenario), in every pool of the run; floors are reserved and keep running."""
+    from dataclasses import replace
+
+    if not (scenario.spot_short_hours or scenario.on_demand_short_hours):
+        return settings
+    return replace(settings, spot_unavailable_windows=_hour_windows(scenario.spot_short_hours),
+                   on_demand_unavailable_windows=_hour_windows(scenario.on_demand_short_hours))
+
+
+def _hour_windows(hours) -> tuple[tuple[int, int], ...]:
+    """A set of hours as [start, end) minute windows, consecutive hours merged."""
+    out: list[list[int]] = []
+    for h in sorted(hours):
+        if out and out[-1][1] == h * 60:
+            out[-1][1] = (h + 1) * 60
+        else:
+            out.append([h * 60, (h + 1) * 60])
+    return tuple((a, b) for a, b in out)
+
+
+def _cut(trace, hours: int):
+    """The trace up to `hours` (what a run of that horizon may see)."""
+    from sim.traces import JobsTrace, SeriesTrace
+
+    if isinstance(trace, SeriesTrace):
+        return SeriesTrace(trace.name, trace.gpus_demanded[: hours * 60])
+    return JobsTrace(trace.name, trace.fmt, tuple(j for j in trace.jobs if j.submit_s < hours * 3600))
+
+
+def environment_runner(cfg, traces: dict, settings, prices: dict[str, PoolPrices], simulate=None,
+                       production_share: dict[str, float] | float | None = None, use_cache: bool = True
+                       ) -> EnvironmentRunner:
+    """The simulated run (EnvironmentRunner); `simulate` defaults to `simulate_with_environment` (the environment
+    simulator, sim/environment.py). `production_share` (0..1, per pool or one for all) is written into each pool's
+    service_target.production_share_pct, so the simulator classes as production the share the fluid profiles
+    (sim/org_demand.py) were built with."""
+    if production_share is not None:
+        share = production_share if isinstance(production_share, dict) else {p.name: production_share
+                                                                             for p in cfg.pools}
+        pools = [p.model_copy(update={"service_target": p.service_target.model_copy(
+            update={"production_share_pct": round(100 * share[p.name], 6)})}) if p.name in share else p
+            for p in cfg.pools]
+        cfg = cfg.model_copy(update={"pools": pools})
+    return EnvironmentRunner(cfg, traces, settings, prices, simulate or simulate_with_environment, use_cache=use_cache)
+
+
+@dataclass
+class _SimulatedRun:
+    hourly_usage: list
+    pools: dict
+    p95_wait_minutes_by_tier: dict | None
+
+
+def simulate_with_environment(cfg, demands, controller: str, settings, horizon_minutes: int, *,
+                              window_from_minute: int = 0) -> _SimulatedRun:
+    """One setup through sim.environment.simulate_environment, in the shape EnvironmentRunner reads: billing
+    usage records of the whole run, per-pool figures of the report window (sim/environment.py
+    `_window_figures`), the p95 wait per tier of the jobs submitted in the window."""
+    from sim.environment import simulate_environment
+
+    result = simulate_environment(cfg, demands, _factory(controller), settings, horizon_minutes,
+                                  window_from_minute=window_from_minute)
+    return _reduce(result)
+
+
+def simulate_branches_with_environment(cfg, demands, controller: str, settings, horizon_minutes: int,
+                                       window_from_minute: int, branches) -> tuple[_SimulatedRun, list]:
+    """The run and its branches (sim.environment.simulate_branches), each in EnvironmentRunner's shape."""
+    from sim.environment import simulate_branches
+
+    return simulate_branches(cfg, demands, _factory(controller), settings, horizon_minutes, window_from_minute,
+                             branches, _reduce)
+
+
+def _factory(controller: str):
+    from sim.policies import GpuLoan, Karpenter
+
+    factories = {CONTROLLER_GPULOAN: lambda spec: GpuLoan(), CONTROLLER_KARPENTER: lambda spec: Karpenter()}
+    if controller not in factories:
+        raise OrgAdviceError(f"controller '{controller}': one of {', '.join(factories)}")
+    return factories[controller]
+
+
+def _reduce(result) -> _SimulatedRun:
+    """An EnvironmentResult in EnvironmentRunner's shape (picklable: a branch's child sends it to the parent)."""
+    from dataclasses import asdict
+    from types import SimpleNamespace
+
+    pools = {}
+    for name, m in result.pools.items():
+        win = m["window"]
+        pools[name] = SimpleNamespace(**{k: win[k] for k in (
+            "production_interruptions", "unmet_gpu_hours", "unmet_production_gpu_hours", "floor_gpu_hours",
+            "floor_owned_gpu_hours", "floor_lent_gpu_hours", "reclaim_preemptions", "reclaim_lost_gpu_hours",
+            # a production pool's interruptible jobs preempted by its own production (withinClusterQueue)
+            "priority_preemptions", "priority_lost_gpu_hours",
+            # pods preempted by kube-scheduler for a higher-priority pod pinned to a fragmented floor (issue 36)
+            "scheduler_preemptions", "scheduler_lost_gpu_hours",
+            # production GPU-hours that waited while the pool's own floor had room not running production
+            # (sim/environment.py _track_production_wait): the guarantee not kept
+            "unmet_guaranteed_production_gpu_hours", "production_waiting_gpu_hours",
+            # the loan's bill per pool (sim/org_loan.py): what it borrowed, from whose floor
+            "borrowed_gpu_hours", "borrowed_gpu_hours_from")})
+    usage = [billing.Usage(**asdict(r)) for r in result.usage]
+    return _SimulatedRun(usage, pools, result.environment["window"]["p95_wait_minutes_by_tier"])
+
+
+def size_floors(demands: dict[str, PoolDemand], prices: dict[str, PoolPrices], pct: float) -> dict[str, int]:
+    """Each production pool's floor: the pct-th percentile of its hourly production GPUs, in whole nodes (up)."""
+    if not 0 <= pct <= 100:
+        raise OrgAdviceError(f"guarantee percentile must be between 0 and 100, got {pct}")
+    out = {}
+    for n, d in demands.items():
+        if d.tier != PRODUCTION:
+            out[n] = 0
+            continue
+        gpus = percentile(d.production_gpus, pct)
+        out[n] = math.ceil(round(gpus, 6) / prices[n].gpus_per_node)
+    return out
+
+
+def _heads(demands: dict[str, PoolDemand], hours: int) -> dict[str, PoolDemand]:
+    return {n: d.head(hours) for n, d in demands.items()}
+
+
+def _shift(c: billing.Commitment, by: int) -> billing.Commitment:
+    from dataclasses import replace
+
+    return replace(c, start_hour=max(0, c.start_hour - by),
+                   end_hour=None if c.end_hour is None else c.end_hour - by)
+
+
+def report_bill(run: EnvironmentRun, commitments, report_from: int) -> billing.Bill:
+    """The bill of the report window: hours from `report_from` on, commitments in force there."""
+    usage = [billing.Usage(u.hour - report_from, u.pool, u.instance_type, u.region, u.purchase, u.instance_hours,
+                           u.usd_per_hour) for u in run.hourly_usage if u.hour >= report_from]
+    return billing.bill(usage, [_shift(c, report_from) for c in commitments], hours=run.hours - report_from)
+
+
+def _utilization(b: billing.Bill, names) -> float | None:
+    fee = sum(b.commitment_fee_usd.get(n, 0.0) for n in names)
+    return None if fee <= 0 else round(sum(b.commitment_used_usd.get(n, 0.0) for n in names) / fee, 4)
+
+
+def measure(name: str, run: EnvironmentRun, bill: billing.Bill, commitments, floors: dict[str, int],
+            model: str) -> dict:
+    """One setup's figures over the report window (the JSON keys of `--json`)."""
+    pools = run.pools.values()
+    floor = sum(m.floor_gpu_hours for m in pools)
+    tiers = sorted(set(run.tiers.values()), key=TIERS.index) if run.tiers else []
+    waits = getattr(run, "p95_wait_minutes_by_tier", None) or {t: None for t in tiers}
+    return {
+        "name": name,
+        "model": model,
+        "total_cost_usd": round(bill.total_usd, 2),
+        "production_interruptions": sum(m.production_interruptions for m in pools),
+        "unmet_gpu_hours": round(sum(m.unmet_gpu_hours for m in pools), 3),
+        "unmet_production_gpu_hours": round(sum(m.unmet_production_gpu_hours for m in pools), 3),
+        "unmet_guaranteed_production_gpu_hours": _sum_or_none(m.unmet_guaranteed_production_gpu_hours for m in pools),
+        "production_waiting_gpu_hours": _sum_or_none(getattr(m, "production_waiting_gpu_hours", None)
+                                                     for m in pools),
+        "reclaim_preemptions": sum(getattr(m, "reclaim_preemptions", 0) for m in pools),
+        "reclaim_lost_gpu_hours": round(sum(getattr(m, "reclaim_lost_gpu_hours", 0.0) for m in pools), 3),
+        "priority_preemptions": sum(getattr(m, "priority_preemptions", 0) for m in pools),
+        "priority_lost_gpu_hours": round(sum(getattr(m, "priority_lost_gpu_hours", 0.0) for m in pools), 3),
+        "scheduler_preemptions": sum(getattr(m, "scheduler_preemptions", 0) for m in pools),
+        "scheduler_lost_gpu_hours": round(sum(getattr(m, "scheduler_lost_gpu_hours", 0.0) for m in pools), 3),
+        "p95_wait_minutes_by_tier": waits,
+        "floor_utilization": None if floor <= 0 else {
+            "owned": round(sum(m.floor_owned_gpu_hours for m in pools) / floor, 4),
+            "lent": round(sum(m.floor_lent_gpu_hours for m in pools) / floor, 4)},
+        "commitment_utilization": _utilization(bill, [c.name for c in commitments]),
+        "floors_nodes": {n: k for n, k in floors.items() if k},
+        "commitment_ri_count": sum(c.count for c in commitments),
+        "by_purchase_usd": {k: round(v, 2) for k, v in sorted(bill.by_purchase_usd.items())},
+        "unused_commitment_usd": round(bill.unused_commitment_usd, 2),
+    }
+
+
+def _sum_or_none(values) -> float | None:
+    """The sum, or None when any part was not measured."""
+    xs = list(values)
+    return None if any(x is None for x in xs) else round(sum(xs), 3)
+
+
+@dataclass
+class SetupResult:
+    doc: dict
+    run: EnvironmentRun
+    bill: billing.Bill
+
+
+def _team_commitments(inputs: OrgInputs, runner: Runner, floors: dict[str, int]) -> list[billing.Commitment]:
+    """Each team buys its own RIs: what Cost Explorer would recommend from that team's own usage alone (RI
+    sharing off), never fewer than its floor's nodes (a floor is used every hour, so each of its RIs pays)."""
+    usage = _sizing_usage(inputs, runner, floors, False, CONTROLLER_GPULOAN)
+    out = []
+    for n in inputs.demands:
+        own = [u for u in usage if u.pool == n]
+        c = commitment_choice.cost_explorer(own, inputs.ri_rates, inputs.sizing_hours, inputs.lookback_days,
+                                            name=f"team-ri-{n}")
+        out.extend(c.commitments)
+    return out
+
+
+def _team_bill(run: EnvironmentRun, commitments, report_from: int) -> billing.Bill:
+    """Paid per team: each team's RIs cover only its own usage (RI sharing off), one bill per pool, summed."""
+    total = billing.Bill(hours=run.hours - report_from)
+    for n in run.pools:
+        own = [c for c in commitments if c.name.startswith(f"team-ri-{n}-")]
+        sub = EnvironmentRun(run.model, run.hours, [u for u in run.hourly_usage if u.pool == n])
+        b = report_bill(sub, own, report_from)
+        for k, v in b.by_pool_usd.items():
+            total.by_pool_usd[k] += v
+        for k, v in b.by_purchase_usd.items():
+            total.by_purchase_usd[k] += v
+        for k, v in b.commitment_fee_usd.items():
+            total.commitment_fee_usd[k] += v
+        for k, v in b.commitment_used_usd.items():
+            total.commitment_used_usd[k] += v
+        total.unused_commitment_usd += b.unused_commitment_usd
+        total.without_commitments_usd += b.without_commitments_usd
+    return total
+
+
+def recommend(inputs: OrgInputs, runner: Runner) -> tuple[dict[str, int], commitment_choice.Choice]:
+    """Floors and commitment from the sizing window alone (the demands are cut there before anything reads them)."""
+    s = inputs.sizing_hours
+    if not 0 < s < inputs.hours:
+        raise OrgAdviceError(f"the sizing window ({s} h) must be longer than 0 and shorter than the history "
+                             f"({inputs.hours} h): the advisor sizes on the first part and reports on the rest")
+    heads = _heads(inputs.demands, s)
+    floors = size_floors(heads, inputs.prices, inputs.guarantee_percentile)
+    usage = _sizing_usage(inputs, runner, floors, True, CONTROLLER_GPULOAN)
+    return floors, commitment_choice.cost_explorer(usage, inputs.ri_rates, s, inputs.lookback_days)
+
+
+def _sizing_usage(inputs: OrgInputs, runner: Runner, floors, lend: bool, controller: str) -> list[billing.Usage]:
+    """The setup's hourly usage over the sizing window, what a commitment is chosen from. A runner with
+    `sizing_usage` (EnvironmentRunner) reads it from the hours before the window of its one whole-horizon run;
+    otherwise the runner runs the sizing window alone (the fluid model: its hours do not depend on later ones)."""
+    own = getattr(runner, "sizing_usage", None)
+    if own is not None:
+        return own(inputs.demands, floors, lend=lend, controller=controller, sizing_hours=inputs.sizing_hours)
+    heads = _heads(inputs.demands, inputs.sizing_hours)
+    return runner(heads, floors, lend=lend, controller=controller, scenario=Scenario(),
+                  report_from_hour=0).hourly_usage
+
+
+def _ce_choice(inputs: OrgInputs, runner: Runner, floors, lend: bool, controller: str):
+    usage = _sizing_usage(inputs, runner, floors, lend, controller)
+    return commitment_choice.cost_explorer(usage, inputs.ri_rates, inputs.sizing_hours, inputs.lookback_days)
+
+
+def scenario_for(name: str, hours: int, from_hour: int, seed: int) -> Scenario:
+    """A named scenario's shortage hours, in the report window only (the sizing window saw the default)."""
+    from sim.engine import SPOT_SHORTAGE
+
+    if name == "default":
+        return Scenario()
+    if name == "spot-shortage":
+        hs = fluid.episode_hours(hours, SPOT_SHORTAGE["spot_unavailable_episodes_per_week"],
+                                 SPOT_SHORTAGE["spot_unavailable_mean_hours"], seed)
+        return Scenario(name, spot_short_hours=frozenset(h for h in hs if h >= from_hour))
+    if name == "on-demand-shortage":
+        hs = fluid.episode_hours(hours, ON_DEMAND_SHORTAGE["episodes_per_week"], ON_DEMAND_SHORTAGE["mean_hours"],
+                                 seed + 1000)
+        return Scenario(name, on_demand_short_hours=frozenset(h for h in hs if h >= from_hour))
+    raise OrgAdviceError(f"unknown scenario '{name}' (default, spot-shortage, on-demand-shortage)")
+
+
+SCENARIOS = ("default", "spot-shortage", "on-demand-shortage")
+
+
+def evaluate(inputs: OrgInputs, runner: Runner, *, scenarios=SCENARIOS, seed: int = 1,
+             per_pool_prices: bool = True) -> dict:
+    """The advice document: the recommendation, every baseline and the price of each guarantee, per scenario."""
+    s, hours = inputs.sizing_hours, inputs.hours
+    prerun = getattr(runner, "run_scenarios", None)
+    if prerun is not None and 0 < s < hours:
+        # every scenario of each simulated setup from one run up to the report window (EnvironmentRunner), before
+        # anything asks for one of them alone
+        fl = size_floors(_heads(inputs.demands, s), inputs.prices, inputs.guarantee_percentile)
+        scs = [scenario_for(n, hours, s, seed) for n in scenarios]
+        for f, lend, controller in ((fl, True, CONTROLLER_GPULOAN), (fl, False, CONTROLLER_GPULOAN),
+                                    ({n: 0 for n in inputs.demands}, False, CONTROLLER_KARPENTER)):
+            prerun(inputs.demands, f, lend=lend, controller=controller, scenarios=scs, report_from_hour=s)
+    floors, choice = recommend(inputs, runner)
+    if not any(floors.values()):
+        raise OrgAdviceError("no production pool needs a floor at this percentile (no production-tier pool, or "
+                             "no production demand in the sizing window)")
+    no_floors = {n: 0 for n in inputs.demands}
+    ksp = _ce_choice(inputs, runner, no_floors, False, CONTROLLER_KARPENTER)
+    nl = _ce_choice(inputs, runner, floors, False, CONTROLLER_GPULOAN)
+    team = _team_commitments(inputs, runner, floors)
+    fprices = getattr(runner, "prices", inputs.prices)
+    out_scenarios = {}
+    default_run: EnvironmentRun | None = None
+    for sc_name in scenarios:
+        sc = scenario_for(sc_name, hours, s, seed)
+
+        def go(fl, lend, controller, commitments, name, bill_fn=report_bill, r=runner, model=runner.model):
+            run = r(inputs.demands, fl, lend=lend, controller=controller, scenario=sc, report_from_hour=s)
+            b = bill_fn(run, commitments, s)
+            return SetupResult(measure(name, run, b, commitments, fl, model), run, b)
+
+        k = go(no_floors, False, CONTROLLER_KARPENTER, [], KARPENTER)
+        k_sp = go(no_floors, False, CONTROLLER_KARPENTER, ksp.commitments, KARPENTER_SP)
+        if k_sp.doc["total_cost_usd"] > k.doc["total_cost_usd"]:
+            # A plan that saves nothing is not bought (Cost Explorer recommends none): the row without it.
+            lost = round(k_sp.doc["total_cost_usd"] - k.doc["total_cost_usd"], 2)
+            k_sp = go(no_floors, False, CONTROLLER_KARPENTER, [], KARPENTER_SP)
+            k_sp.doc["plan_not_bought"] = {
+                "reserved_instances": sum(c.count for c in ksp.commitments), "would_cost_usd_more": lost,
+                "why": "the commitment Cost Explorer sizes on the sizing window would bill more than no commitment "
+                       "over the report window: a plan that saves nothing is not bought"}
+        tf = go(floors, False, CONTROLLER_GPULOAN, team, TEAM_FLOORS, bill_fn=_team_bill)
+        notlent = go(floors, False, CONTROLLER_GPULOAN, nl.commitments, NOT_LENT)
+        ours = go(floors, True, CONTROLLER_GPULOAN, choice.commitments, GPULOAN)
+        frun = fluid_runner(fprices)
+        bound, bound0 = _bound(inputs, frun, floors, sc), _bound(inputs, frun, no_floors, sc)
+        base = k_sp.doc["total_cost_usd"]
+        for r in (k, k_sp, tf, notlent, ours):
+            r.doc["price_of_guarantee_pct"] = _pct(r.doc["total_cost_usd"], base)
+        bound.doc["price_of_guarantee_pct"] = _pct(bound.doc["total_cost_usd"], bound0.doc["total_cost_usd"])
+        bound.doc["no_floor_total_cost_usd"] = bound0.doc["total_cost_usd"]
+        ours.doc["dominated_by"] = dominated_by(ours.doc, [k.doc, k_sp.doc, tf.doc, notlent.doc])
+        if sc_name == "default" or default_run is None:
+            default_run = ours.run
+        out_scenarios[sc_name] = {
+            "shortage_hours": len(sc.spot_short_hours | sc.on_demand_short_hours),
+            "recommendation_report": ours.doc,
+            "baselines": [k.doc, k_sp.doc, tf.doc, notlent.doc, bound.doc],
+        }
+    default = out_scenarios.get("default") or next(iter(out_scenarios.values()))
+    assert default_run is not None  # scenarios is never empty: the default document needs one
+    loan = org_loan.per_pool(default_run, choice.commitments, s, _shift)  # the recommendation's default scenario
+    rec = {
+        "floors": {n: {"nodes": k, "gpus": k * inputs.prices[n].gpus_per_node,
+                       "instance_type": inputs.prices[n].instance_type, "tier": inputs.demands[n].tier}
+                   for n, k in floors.items()},
+        # each pool's loan over the report window: what it ran on its own floor, lent, borrowed, in GPU-hours and
+        # dollars at the lender's floor rate, and the reclaims it suffered (sim/org_loan.py)
+        "pools": loan,
+        "commitment": choice.to_json(),
+        "report": default["recommendation_report"],
+        "price_of_guarantee_pct": default["recommendation_report"]["price_of_guarantee_pct"],
+        "price_of_guarantee_usd": round(default["recommendation_report"]["total_cost_usd"]
+                                        - default["baselines"][1]["total_cost_usd"], 2),
+    }
+    rec["dominated_by_scenario"] = {n: sc["recommendation_report"]["dominated_by"] for n, sc in out_scenarios.items()}
+    rec["verdict"] = verdict(rec["dominated_by_scenario"])
+    if per_pool_prices:
+        rec["price_of_each_guarantee"] = _each_guarantee(inputs, runner, floors, choice,
+                                                         default["recommendation_report"]["total_cost_usd"])
+    return {
+        "model": runner.model,
+        "model_note": ("fluid model (sim/fluid.py): free repacking, no boots; production interruptions are 0 and "
+                       "waits are not measured by construction. Not a simulation: --model simulated runs the "
+                       "environment simulator") if runner.model == fluid.MODEL else "simulated environment",
+        "report_window_note": (REPORT_WINDOW_NOTE if runner.model != fluid.MODEL else
+                               "the fluid model's hours from the report window on (sim/fluid.py run)"),
+        "term": inputs.term,
+        "rate_sources": inputs.rate_sources,
+        "sizing_window_hours": s,
+        "report_window_hours": hours - s,
+        "lookback_days": inputs.lookback_days,
+        "guarantee_percentile": inputs.guarantee_percentile,
+        "recommendation": rec,
+        "baselines": default["baselines"],
+        "scenarios": {k: v for k, v in out_scenarios.items() if k != "default"},
+    }
+
+
+# What a setup is judged on beside cost (and each tier's p95 wait): less is better for each (a figure not
+# measured, None, never dominates). Unmet production work is reported beside it, not a key: a guarantee that
+# leaves more work unmet and makes production wait longer is dominated even if a few production GPU-hours fewer
+# go unmet.
+DOMINANCE_KEYS = ("unmet_gpu_hours", "production_interruptions")
+
+
+def dominated_by(ours: dict, setups: list[dict]) -> list[str]:
+    """Setups (of the same model; not the fluid bound, which is no setup to buy) that cost less than `ours` and are
+    no worse on unmet work and production interruptions, nor on any p95 wait both measure: `ours` is dominated
+    by them."""
+    out = []
+    for b in setups:
+        if b["total_cost_usd"] >= ours["total_cost_usd"]:
+            continue
+        if any(b[k] is None or ours[k] is None or b[k] > ours[k] + 1e-9 for k in DOMINANCE_KEYS):
+            continue
+        waits_b, waits_o = b.get("p95_wait_minutes_by_tier") or {}, ours.get("p95_wait_minutes_by_tier") or {}
+        if any(waits_b.get(t) is not None and w is not None and waits_b[t] > w + 1e-9 for t, w in waits_o.items()):
+            continue
+        out.append(b["name"])
+    return out
+
+
+def verdict(dominated: dict[str, list[str]]) -> str:
+    """The recommendation's verdict over the scenarios measured (scenario -> setups that dominate it there): a
+    guarantee is insurance, so it is called dominated only where it is dominated in every scenario."""
+    where = {n: d for n, d in dominated.items() if d}
+    if where and len(where) == len(dominated):
+        common = sorted(set.intersection(*(set(d) for d in where.values()))) or sorted(
+            {x for d in where.values() for x in d})
+        return (f"dominated by {', '.join(common)}: cheaper and no worse on unmet work, production "
+                f"interruptions and p95 waits in every scenario measured ({', '.join(dominated)})")
+    if where:
+        parts = "; ".join(f"{n}: {', '.join(d)}" for n, d in where.items())
+        better = ", ".join(n for n in dominated if n not in where)
+        return (f"dominated where capacity is not short (cheaper and no worse there: {parts}); the guarantee "
+                f"does better in: {better}")
+    return ("not dominated: no setup is both cheaper and no worse on unmet work, production interruptions and p95 "
+            "waits")
+
+
+def _bound(inputs: OrgInputs, frun: FluidRunner, floors, sc: Scenario) -> SetupResult:
+    s = inputs.sizing_hours
+    run = frun(inputs.demands, floors, lend=True, controller=CONTROLLER_GPULOAN, scenario=sc, report_from_hour=s)
+    best = commitment_choice.hindsight(run.hourly_usage, inputs.ri_rates, s, run.hours)
+    b = report_bill(run, best.commitments, s)
+    return SetupResult(measure(FLUID_BOUND, run, b, best.commitments, floors, fluid.MODEL), run, b)
+
+
+def _each_guarantee(inputs: OrgInputs, runner: Runner, floors, choice, total: float) -> dict:
+    """Per production pool: what the environment would pay without that pool's floor (the others kept, the
+    commitment re-chosen the same way): the price of that one guarantee."""
+    out = {}
+    s = inputs.sizing_hours
+    for n, k in floors.items():
+        if not k:
+            continue
+        fl = dict(floors, **{n: 0})
+        c = _ce_choice(inputs, runner, fl, True, CONTROLLER_GPULOAN)
+        run = runner(inputs.demands, fl, lend=True, controller=CONTROLLER_GPULOAN, scenario=Scenario(),
+                     report_from_hour=s)
+        without = report_bill(run, c.commitments, s).total_usd
+        out[n] = {"floor_nodes": k, "usd": round(total - without, 2), "pct_of_total": _pct(total, without)}
+    return out
+
+
+def _pct(x: float, base: float) -> float | None:
+    return None if base <= 0 else round(100 * (x - base) / base, 3)
+

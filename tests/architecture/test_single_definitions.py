@@ -1,0 +1,91 @@
+"""Each shared rule and constant has one definition (issue 34): copies drift apart, and these already had.
+
+The month's hours, the nearest-rank percentile, a pool's production share and the enums the policy's settings
+share with the config are defined once and imported everywhere else.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+
+import pytest
+from conftest import REPO
+
+
+def _definitions(pattern: str) -> list[str]:
+    """`path:line` of every line of tracked Python that matches `pattern` (a definition, not a use)."""
+    listed = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard", "*.py"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    found = []
+    for name in listed.stdout.split():
+        for number, line in enumerate((REPO / name).read_text().splitlines(), 1):
+            if re.match(pattern, line):
+                found.append(f"{name}:{number}")
+    return found
+
+
+@pytest.mark.parametrize(
+    "pattern, home",
+    [
+        (r"HOURS_PER_MONTH\s*=\s*\d", "pricing/cost_model/billing.py"),
+        (r"def percentile\(", "sim/runner.py"),
+        (r"def production_share_pct\(", "sim/environment.py"),
+        (r"class (Workload|Enforcement)\(", "policy/terms.py"),
+        # The floor-under-budget rule the config validation and the CrossGuard pack both apply, and the floors' bill.
+        (r"def floor_over_budget\(", "pricing/checks.py"),
+        (r"def floor_bill\(", "pricing/cost_model/floor_bill.py"),
+    ],
+)
+def test_one_definition(pattern, home):
+    found = _definitions(pattern)
+    assert found and all(f.startswith(home + ":") for f in found), found
+
+
+def test_the_config_validates_against_the_policys_enums_and_the_settings_stay_plain_strings():
+    from config import config
+    from policy import model, terms
+
+    assert config.Workload is terms.Workload and config.Enforcement is terms.Enforcement
+    assert model.WORKLOAD_SERVICE == "service" and json.dumps(model.ENFORCEMENT_CAP) == '"cap_elastic"'
+    assert f"{model.WORKLOAD_BATCH}" == "batch"  # what the Lambda's log lines and settings JSON carry
+
+
+def test_the_percentile_is_nearest_rank_and_refuses_a_rank_outside_0_to_100():
+    from sim.runner import percentile
+
+    assert percentile([10, 20, 30, 40], 50) == 20 and percentile([10, 20, 30, 40], 51) == 30
+    assert percentile([10, 20, 30, 40], 100) == 40 and percentile([], 95) == 0.0
+    assert percentile([10, 20], 0) == 0.0  # no rank: the advisor's "guarantee nothing"
+    with pytest.raises(ValueError, match="between 0 and 100"):
+        percentile([1.0], 101)
+
+
+def test_the_advisor_reads_the_production_share_as_the_simulator_does():
+    from types import SimpleNamespace
+
+    from config.config import Tier
+    from advise.advisor import AdviceError, production_share
+    from sim.environment import production_share_pct
+
+    def pool(tier, pct):
+        return SimpleNamespace(tier=tier, service_target=SimpleNamespace(production_share_pct=pct))
+
+    cfg = SimpleNamespace(pool=lambda name: pools[name])
+    pools = {
+        "prod": pool(Tier.production, None),
+        "exp": pool(Tier.experiment, None),
+        "mixed": pool(Tier.experiment, 30),
+    }
+    for name, p in pools.items():
+        assert production_share(cfg, name) == production_share_pct(p) / 100
+    assert [production_share(cfg, n) for n in pools] == [1.0, 0.0, 0.3]
+    assert production_share(cfg, "prod", override_pct=25) == 0.25
+    with pytest.raises(AdviceError):
+        production_share(cfg, "prod", override_pct=120)
