@@ -71,6 +71,11 @@ SPOT_SHORTAGE = {"spot_unavailable_episodes_per_week": 1.0, "spot_unavailable_me
 SPOT_PARTIAL = {**SPOT_SHORTAGE, "spot_unavailable_fill_share": 0.5}
 
 
+# A checkpoint interval longer than any run: no job ever writes a checkpoint, an interrupted job loses all its work
+# so far (`make bench-org`'s table without checkpoints, issue 36: arbitrary jobs need not checkpoint).
+NO_CHECKPOINTS = 10**9
+
+
 @dataclass(frozen=True)
 class SimSettings:
     # Request to schedulable GPU node. Public figures: ~70-80 s instance launch to node registration on EKS
@@ -842,6 +847,11 @@ class JobsWorkload:
         self.remaining_s = [j.duration_s for j in jobs]
         self.first_start = [None] * n
         self.run_start = [None] * n
+        # Total pending time per job (issue 36): the first wait plus every re-wait after an interruption, a
+        # reclaim or a preemption. `waiting_since` is the minute the job's current wait began (its submission,
+        # then the minute it was stopped); None while it runs or once done.
+        self.waiting_since: list = [j.submit_s / 60 for j in jobs]
+        self.pending_minutes_so_far = [0.0] * n
         self.run_id = [0] * n
         self.on_nodes: list[list] = [[] for _ in range(n)]
         self.early: dict[int, tuple[int, int]] = {}  # job -> (minute of an asked-for checkpoint, minute it is written)
@@ -919,6 +929,7 @@ class JobsWorkload:
             self.remaining_s[i] -= saved
             self._enqueue(i)
             self.pending_gpus += gpus
+            self.waiting_since[i] = now
         self.early.pop(i, None)
         self.running_gpus -= gpus
         self.run_id[i] += 1
@@ -1034,6 +1045,8 @@ class JobsWorkload:
         self.run_start[i] = now
         if self.first_start[i] is None:
             self.first_start[i] = now
+        self.pending_minutes_so_far[i] += max(0.0, now - self.waiting_since[i])
+        self.waiting_since[i] = None
         g = self.gpus[i]
         self.pending_gpus -= g
         self.running_gpus += g
@@ -1059,6 +1072,12 @@ class JobsWorkload:
                 start = horizon
             out.append(max(0.0, start - s / 60))
         return out, never
+
+    def pending_minutes(self, horizon: int) -> list[float]:
+        """Total pending time of every job: its first wait plus every re-wait after it was stopped unfinished; a
+        job waiting at the horizon counts with its wait so far (censored, as `waits_minutes`)."""
+        return [total + (max(0.0, horizon - since) if since is not None else 0.0)
+                for total, since in zip(self.pending_minutes_so_far, self.waiting_since)]
 
     @property
     def unmet_gpu_minutes(self) -> float:

@@ -270,10 +270,12 @@ def test_json_document_has_the_issues_keys():
     names = [b["name"] for b in doc["baselines"]]
     assert {"karpenter", "karpenter+savings-plan", "team-floors", "fluid-bound"} <= set(names)
     for b in [doc["recommendation"]["report"], *doc["baselines"]]:
-        for key in ("total_cost_usd", "production_interruptions", "unmet_gpu_hours", "p95_wait_minutes_by_tier",
+        for key in ("total_cost_usd", "production_interruptions", "unmet_gpu_hours", "pending_by_tier",
                     "floor_utilization", "commitment_utilization"):
             assert key in b, (b["name"], key)
-        assert set(b["p95_wait_minutes_by_tier"]) == {PRODUCTION, EXPERIMENT}
+        assert set(b["pending_by_tier"]) == {PRODUCTION, EXPERIMENT}
+        for tier in b["pending_by_tier"].values():
+            assert set(tier) == {"p95_pending_minutes", "p99_pending_minutes", "max_pending_minutes"}
     assert doc["baselines"][1]["price_of_guarantee_pct"] == 0  # karpenter+savings-plan is the reference
     assert set(doc["scenarios"]) == {"spot-shortage", "on-demand-shortage"}
     json.dumps(doc)
@@ -442,8 +444,12 @@ def test_the_simulated_run_plugs_in_through_simulate_environment(tmp_path):
         hours = horizon_minutes // 60
         calls.append((floors, lend, controller, hours, max(len(t.gpus_demanded) for t in demands.values()),
                       window_from_minute))
-        d = org_demand.profiles(demands, tiers, hours, 1.0)
-        return fluid.run(d, prices, floors, lend=lend, report_from_hour=window_from_minute // 60)
+        # karpenter-shared runs the organization's pools (org_advisor.shared_layout): here one per instance type,
+        # each the sum of the production series of that type
+        shared = {"org-production-series": "training", "org-production-2-series": "inference"}
+        d = org_demand.profiles(demands, {n: PRODUCTION for n in demands}, hours, 1.0)
+        p = {n: prices[shared.get(n, n)] for n in demands}
+        return fluid.run(d, p, floors, lend=lend, report_from_hour=window_from_minute // 60)
 
     runner = org_advisor.environment_runner(cfg, series, None, prices, simulate=simulate)
     inputs = org_advisor.OrgInputs(org_demand.profiles(series, tiers, 96, 1.0), prices, {(T, R): RI}, "t", 48, 7)
@@ -456,8 +462,11 @@ def test_the_simulated_run_plugs_in_through_simulate_environment(tmp_path):
     assert sorted(calls, key=str) == sorted([
         ({"training": 4, "inference": 2}, True, "gpuloan", 96, 96 * 60, 48 * 60),
         ({"training": 0, "inference": 0}, False, "karpenter", 96, 96 * 60, 48 * 60),
-        ({"training": 4, "inference": 2}, False, "gpuloan", 96, 96 * 60, 48 * 60)], key=str)
-    assert runner.runs == 3 and runner.hits > 0
+        ({"training": 4, "inference": 2}, False, "gpuloan", 96, 96 * 60, 48 * 60),
+        # (the shared pools' team keeps Kueue's default lending: there is no floor to lend)
+        ({"org-production-series": 0, "org-production-2-series": 0}, True, "karpenter", 96, 96 * 60, 48 * 60)],
+        key=str)
+    assert runner.runs == 4 and runner.hits > 0
     # the same setup through the fluid runner gives the same figures (the stand-in is the fluid model)
     fl = org_advisor.evaluate(inputs, org_advisor.fluid_runner(prices), scenarios=("default",), per_pool_prices=False)
     assert doc["recommendation"]["report"]["total_cost_usd"] == fl["recommendation"]["report"]["total_cost_usd"]
