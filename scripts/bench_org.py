@@ -92,13 +92,14 @@ def _sim_unit(rotation, seed, traces, prices, days, sizing_hours, checkpoint_min
     checkpointing every `checkpoint_minutes` (NO_CHECKPOINTS: never)."""
     from sim import org_advisor as oa
     from sim import org_demand
-    from sim.engine import SimSettings
+    from sim.engine import NODEGROUP_UPDATE_MINUTES, SimSettings
 
     demands = org_demand.itp_environment(traces, rotation, seed, days)
     tiers = org_demand.rotation_tiers(rotation)
     cfg = _sim_config(traces, demands, tiers)
-    runner = oa.environment_runner(cfg, traces, SimSettings(seed=seed, checkpoint_interval_minutes=checkpoint_minutes),
-                                   prices,
+    settings = SimSettings(seed=seed, checkpoint_interval_minutes=checkpoint_minutes,
+                           nodegroup_update_minutes=NODEGROUP_UPDATE_MINUTES)
+    runner = oa.environment_runner(cfg, traces, settings, prices,
                                    production_share=org_demand.PRODUCTION_SHARE)
     return demands, runner
 

@@ -778,6 +778,10 @@ def evaluate(inputs: OrgInputs, runner: Runner, *, scenarios=SCENARIOS, seed: in
         "price_of_guarantee_pct": default["recommendation_report"]["price_of_guarantee_pct"],
         "price_of_guarantee_usd": round(default["recommendation_report"]["total_cost_usd"]
                                         - default["baselines"][1]["total_cost_usd"], 2),
+        # against the cheapest layout a careful team runs without a guarantee: two shared NodePools and their plan
+        "price_over_shared_pct": default["recommendation_report"]["price_over_shared_pct"],
+        "price_over_shared_usd": round(default["recommendation_report"]["total_cost_usd"]
+                                       - default["baselines"][3]["total_cost_usd"], 2),
     }
     rec["dominated_by_scenario"] = {n: sc["recommendation_report"]["dominated_by"] for n, sc in out_scenarios.items()}
     rec["verdict"] = verdict(rec["dominated_by_scenario"])

@@ -358,6 +358,21 @@ def test_cli_runs_every_setup_through_the_environment_simulator(capsys):
     assert all(r["model"] == "simulated" for sc in doc["scenarios"].values()
                for r in [sc["recommendation_report"], *sc["baselines"]] if r["name"] != "fluid-bound")
     assert doc["simulations"]["cache_hits"] > 0
+    # issue 36: the baselines by the issue's names, each with pending time per tier; the checkpoint interval
+    # that the lost work and pending times depend on is in the document, and progress went to stderr
+    assert {b["name"] for b in doc["baselines"]} == set(org_advisor.BASELINES)
+    assert doc["checkpoint_interval_minutes"] == 30
+    assert "environment simulation(s) done" in out.err
+    for row in rows.values():
+        for tier in row["pending_by_tier"].values():
+            assert {"p95_pending_minutes", "p99_pending_minutes", "max_pending_minutes"} == set(tier)
+
+
+def test_checkpoint_interval_of_zero_is_refused_naming_the_flag(capsys):
+    rc = cli.main(["advise", "-s", "prod", "--demand", "docs/examples/org-demand", "--sizing-days", "3",
+                   "--model", "simulated", "--checkpoint-interval", "0", "--json"])
+    err = capsys.readouterr().err
+    assert rc != 0 and "--checkpoint-interval" in err and "environment simulation" not in err
 
 
 def test_percentile_is_nearest_rank():
