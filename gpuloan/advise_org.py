@@ -201,6 +201,7 @@ def render(doc: dict) -> None:
         console.print(f"  karpenter+savings-plan buys no plan: the {nb['reserved_instances']} RI(s) Cost Explorer "
                       f"sizes on the sizing window would cost ${nb['would_cost_usd_more']:,.0f} more over the "
                       "report window")
+    console.print(f"cheaper layout for this demand: {rec['cheaper_layout']}")
     if doc.get("checkpoint_interval_minutes") is not None:
         console.print(f"every job checkpoints every {doc['checkpoint_interval_minutes']} min "
                       "(--checkpoint-interval): the lost work, reclaims and pending times above depend on it")

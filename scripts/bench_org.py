@@ -170,7 +170,7 @@ def _simulated(traces, prices, rates, rotations, seeds, scenarios, days, sizing_
     return docs, timings
 
 
-SIM_NAMES = ("gpuloan", "karpenter", "karpenter+savings-plan", "karpenter-shared", "karpenter-shared+savings-plan",
+SIM_NAMES = ("gpuloan", "gpuloan-shared", "karpenter", "karpenter+savings-plan", "karpenter-shared", "karpenter-shared+savings-plan",
              "floors-not-lent", "team-floors", "fluid-bound")
 # The issue's goals on the simulated figures (issue 36), worst seed
 GOAL_POINTS_OVER_BOUND = 3.0  # price over karpenter-shared+savings-plan, points above the fluid bound's price
@@ -218,7 +218,7 @@ def _sim_service_table(docs, rotations, seeds, key_of, title) -> None:
     print("|---|---|---|---|---|---|---|---|---|")
     term = TERMS[0]
     for rotation in rotations:
-        for n in ("gpuloan", "karpenter", "karpenter-shared", "floors-not-lent"):
+        for n in ("gpuloan", "gpuloan-shared", "karpenter", "karpenter-shared", "floors-not-lent"):
             rows = [_by_name(docs[key_of(term, rotation, s)])[n] for s in seeds]
             tiers = []
             for t in ("production", "experiment", "learning"):
@@ -338,10 +338,11 @@ def _sim_tables(docs, rotations, seeds, scenarios, checkpoints=(30,)) -> bool:
 
 def _by_name(doc: dict, scenario: str = "default") -> dict[str, dict]:
     if scenario == "default":
-        rows = [doc["recommendation"]["report"], *doc["baselines"]]
+        rows = [doc["recommendation"]["report"], doc["recommendation"]["layouts"]["gpuloan-shared"],
+                *doc["baselines"]]
     else:
         sc = doc["scenarios"][scenario]
-        rows = [sc["recommendation_report"], *sc["baselines"]]
+        rows = [sc["recommendation_report"], sc["shared_layout_report"], *sc["baselines"]]
     return {r["name"]: r for r in rows}
 
 
@@ -468,9 +469,9 @@ def main(argv: list[str] | None = None) -> int:
         ok &= _sim_tables(sdocs, rotations, sim_seeds, scenarios, checkpoints)
         sims = sum(seconds for *_, seconds in timings)
         print(f"bench-org simulated: {sum(runs for *_, runs, _ in timings)} simulations ({len(rotations)} rotations "
-              f"x {len(sim_seeds)} seed(s) x 4 distinct setups x {len(checkpoints)} checkpoint setting(s), the "
+              f"x {len(sim_seeds)} seed(s) x 5 distinct setups x {len(checkpoints)} checkpoint setting(s), the "
               f"first's runs branched at the report window into {len(scenarios) - 1} shortage scenario(s); "
-              f"{len(TERMS) * 7} setup figures per rotation, seed and scenario billed from them) in {wall:.1f} s "
+              f"{len(TERMS) * 9} setup figures per rotation, seed and scenario billed from them) in {wall:.1f} s "
               f"wall on {args.workers} worker(s) ({sims:.0f} s summed over the setups, "
               f"{max(s for *_, s in timings):.0f} s the longest)")
     print(f"\nbench-org: {time.perf_counter() - t0:.1f} s wall in all")

@@ -60,6 +60,11 @@ BASELINES = (KARPENTER, KARPENTER_SP, KARPENTER_SHARED, KARPENTER_SHARED_SP, TEA
 # the layouts a setup runs in: gpuloan's per-pool controllers; Karpenter with one NodePool per team; Karpenter
 # with two NodePools for the whole organization (shared_layout)
 CONTROLLER_GPULOAN, CONTROLLER_KARPENTER, CONTROLLER_KARPENTER_SHARED = "gpuloan", "karpenter", "karpenter-shared"
+# gpuloan with the floors in their teams' production pools and every other job in two shared pools beside them
+CONTROLLER_GPULOAN_SHARED = "gpuloan-shared"
+GPULOAN_LAYOUTS = {CONTROLLER_GPULOAN: "a pool per team", CONTROLLER_GPULOAN_SHARED: (
+    "shared pools (production on-demand, interruptible spot-first, borrowing the floors) beside the production "
+    "pools that hold the floors")}
 KARPENTER_CONTROLLERS = (CONTROLLER_KARPENTER, CONTROLLER_KARPENTER_SHARED)
 
 # The on-demand shortage scenario: for episodes at this rate and mean length, no new capacity of the instance type
@@ -160,8 +165,10 @@ class SharedLayout:
     source: dict
 
 
-def shared_layout(cfg, traces: dict, seed: int) -> SharedLayout:
-    """The organization's work in the shared NodePools (SharedLayout)."""
+def shared_layout(cfg, traces: dict, seed: int, *, keep_floors: bool = False) -> SharedLayout:
+    """The organization's work in shared pools (SharedLayout). `keep_floors` (gpuloan's shared layout): every
+    pool with a floor stays, its team's production jobs on it, and everything else goes to the two shared pools;
+    the interruptible one borrows the idle floors through Kueue as an experiment-tier queue does."""
     from sim import pool as simpool
     from sim.environment import production_flags, production_share_pct
     from sim.traces import Job, JobsTrace, SeriesTrace
@@ -169,7 +176,8 @@ def shared_layout(cfg, traces: dict, seed: int) -> SharedLayout:
     types: list[str] = []
     jobs: dict[str, list] = {}
     series: dict[str, list[int]] = {}
-    members: dict[str, list] = {}  # shared pool -> the team pools it serves
+    members: dict[str, list] = {}  # pool of the layout -> the team pools it serves
+    kept = {p.name for p in cfg.pools if keep_floors and p.guaranteed is not None and p.guaranteed.nodes}
     for p in cfg.pools:
         if p.name not in traces:
             continue  # a pool without demand in this environment (the simulator runs the pools it is given)
@@ -179,16 +187,22 @@ def shared_layout(cfg, traces: dict, seed: int) -> SharedLayout:
             types.append(itype)
         suffix = "" if len(types) == 1 else f"-{types.index(itype) + 1}"
         trace, share = traces[p.name], production_share_pct(p)
+
+        def home(prod: bool) -> str:
+            if prod and p.name in kept:
+                return p.name
+            return (SHARED_PRODUCTION if prod else SHARED_REST) + suffix
+
         if isinstance(trace, JobsTrace):
             flags = production_flags(trace, share, seed, p.name) or [False] * len(trace.jobs)
             for j, prod in zip(trace.jobs, flags):
-                name = (SHARED_PRODUCTION if prod else SHARED_REST) + suffix
+                name = home(prod)
                 jobs.setdefault(name, []).append((j, p.name))
                 members.setdefault(name, [])
                 if p not in members[name]:
                     members[name].append(p)
         else:
-            name = (SHARED_PRODUCTION if share >= 100 else SHARED_REST) + suffix + "-series"
+            name = home(share >= 100) + ("" if share >= 100 and p.name in kept else "-series")
             acc = series.setdefault(name, [])
             acc.extend([0] * (len(trace.gpus_demanded) - len(acc)))
             for t, g in enumerate(trace.gpus_demanded):
@@ -205,10 +219,15 @@ def shared_layout(cfg, traces: dict, seed: int) -> SharedLayout:
     data = cfg.model_dump(mode="json", exclude_unset=True)
     data["pools"] = []
     for name, pools in members.items():
+        if name in kept:  # the team's pool, its floor and its own elastic capacity, running its production only
+            doc = pools[0].model_dump(mode="json", exclude_unset=True)
+            doc["service_target"] = {**doc.get("service_target", {}), "production_share_pct": 100.0}
+            data["pools"].append(doc)
+            continue
         prod = name.startswith(SHARED_PRODUCTION)
-        base = next((q for q in pools if q.elastic is not None), pools[0])
-        if base.elastic is None:
-            raise OrgAdviceError(f"karpenter-shared: pool '{base.name}' has no elastic capacity")
+        base = next((q for q in pools if q.elastic is not None), None)
+        if base is None:
+            raise OrgAdviceError(f"shared layout: pool '{pools[0].name}' has no elastic capacity")
         doc = base.model_dump(mode="json", exclude_unset=True)
         doc.pop("guaranteed", None)
         doc.pop("budget", None)
@@ -219,7 +238,11 @@ def shared_layout(cfg, traces: dict, seed: int) -> SharedLayout:
         data["pools"].append({**doc, "name": name, "team": "org", "tier": "production" if prod else "experiment",
                               "elastic": elastic, "service_target": {**doc.get("service_target", {}),
                                                                      "production_share_pct": 100.0 if prod else 0.0}})
-    data.get("scheduling", {}).get("kueue", {}).pop("teams", None)
+    kueue = data.get("scheduling", {}).get("kueue", {})
+    teams = kueue.get("teams") or {}
+    kueue["teams"] = {t: v for t, v in teams.items() if t in {d["team"] for d in data["pools"]}}
+    if not kueue["teams"]:
+        kueue.pop("teams", None)
     shared = type(cfg).model_validate(data)
     return SharedLayout(shared, traces_out, source)
 
@@ -325,18 +348,23 @@ class EnvironmentRunner:
         gpuloan's config as the setup sets it; Karpenter's with both capacity types (karpenter_config); the shared
         layout's two pools (shared_layout), the pending time measured per team tier of each job."""
         cut = {n: _cut(t, hours) for n, t in self.traces.items()}
+        seed = getattr(self.settings, "seed", 1)
         if controller == CONTROLLER_GPULOAN:
             return setup_config(self.cfg, floors_nodes, lend=lend), cut, controller, {}
-        cfg = karpenter_config(setup_config(self.cfg, floors_nodes, lend=lend))
-        if controller == CONTROLLER_KARPENTER:
-            return cfg, cut, controller, {}
-        if controller != CONTROLLER_KARPENTER_SHARED:
-            raise OrgAdviceError(f"controller '{controller}': one of {CONTROLLER_GPULOAN}, "
-                                 f"{', '.join(KARPENTER_CONTROLLERS)}")
-        layout = shared_layout(cfg, cut, getattr(self.settings, "seed", 1))
+        if controller == CONTROLLER_GPULOAN_SHARED:
+            layout = shared_layout(setup_config(self.cfg, floors_nodes, lend=lend), cut, seed, keep_floors=True)
+            sim_controller = CONTROLLER_GPULOAN
+        else:
+            cfg = karpenter_config(setup_config(self.cfg, floors_nodes, lend=lend))
+            if controller == CONTROLLER_KARPENTER:
+                return cfg, cut, controller, {}
+            if controller != CONTROLLER_KARPENTER_SHARED:
+                raise OrgAdviceError(f"controller '{controller}': one of {CONTROLLER_GPULOAN}, "
+                                     f"{CONTROLLER_GPULOAN_SHARED}, {', '.join(KARPENTER_CONTROLLERS)}")
+            layout, sim_controller = shared_layout(cfg, cut, seed), CONTROLLER_KARPENTER
         tiers = {str(p.name): str(p.tier) for p in self.cfg.pools}
         job_tiers = {n: [tiers[src] for src in srcs] for n, srcs in layout.source.items()}
-        return layout.cfg, layout.traces, CONTROLLER_KARPENTER, {"job_tiers": job_tiers} if job_tiers else {}
+        return layout.cfg, layout.traces, sim_controller, {"job_tiers": job_tiers} if job_tiers else {}
 
     def _run_of(self, result, demands, hours: int) -> EnvironmentRun:
         """The simulation's result as the advisor reads it."""
@@ -712,6 +740,7 @@ def evaluate(inputs: OrgInputs, runner: Runner, *, scenarios=SCENARIOS, seed: in
         for f, lend, controller in simulated_setups(inputs.demands, fl):
             prerun(inputs.demands, f, lend=lend, controller=controller, scenarios=scs, report_from_hour=s)
     floors, choice = recommend(inputs, runner)
+    shared_choice = _ce_choice(inputs, runner, floors, True, CONTROLLER_GPULOAN_SHARED)
     if not any(floors.values()):
         raise OrgAdviceError("no production pool needs a floor at this percentile (no production-tier pool, or "
                              "no production demand in the sizing window)")
@@ -750,10 +779,11 @@ def evaluate(inputs: OrgInputs, runner: Runner, *, scenarios=SCENARIOS, seed: in
         tf = go(floors, False, CONTROLLER_GPULOAN, team, TEAM_FLOORS, bill_fn=_team_bill)
         notlent = go(floors, False, CONTROLLER_GPULOAN, nl.commitments, NOT_LENT)
         ours = go(floors, True, CONTROLLER_GPULOAN, choice.commitments, GPULOAN)
+        ours_shared = go(floors, True, CONTROLLER_GPULOAN_SHARED, shared_choice.commitments, CONTROLLER_GPULOAN_SHARED)
         frun = fluid_runner(fprices)
         bound, bound0 = _bound(inputs, frun, floors, sc), _bound(inputs, frun, no_floors, sc)
         base = k_sp.doc["total_cost_usd"]
-        for r in (k, k_sp, ks, ks_sp, tf, notlent, ours):
+        for r in (k, k_sp, ks, ks_sp, tf, notlent, ours, ours_shared):
             r.doc["price_of_guarantee_pct"] = _pct(r.doc["total_cost_usd"], base)
             # the same, against the cheapest setup a careful team runs without a guarantee (issue 36)
             r.doc["price_over_shared_pct"] = _pct(r.doc["total_cost_usd"], ks_sp.doc["total_cost_usd"])
@@ -763,9 +793,12 @@ def evaluate(inputs: OrgInputs, runner: Runner, *, scenarios=SCENARIOS, seed: in
         tf.doc["commitment_sharing"] = "off: each team's RIs cover its own usage only"
         notlent.doc["commitment_sharing"] = ("on: one commitment for the organization, AWS's default "
                                              "(docs/aws-rules.md)")
+        ours_shared.doc["layout"] = GPULOAN_LAYOUTS[CONTROLLER_GPULOAN_SHARED]
+        ours.doc["layout"] = GPULOAN_LAYOUTS[CONTROLLER_GPULOAN]
         out_scenarios[sc_name] = {
             "shortage_hours": len(sc.spot_short_hours | sc.on_demand_short_hours),
             "recommendation_report": ours.doc,
+            "shared_layout_report": ours_shared.doc,
             "baselines": [k.doc, k_sp.doc, ks.doc, ks_sp.doc, tf.doc, notlent.doc, bound.doc],
         }
     default = out_scenarios.get("default") or next(iter(out_scenarios.values()))
@@ -783,6 +816,17 @@ def evaluate(inputs: OrgInputs, runner: Runner, *, scenarios=SCENARIOS, seed: in
         "price_over_shared_usd": round(default["recommendation_report"]["total_cost_usd"]
                                        - default["baselines"][3]["total_cost_usd"], 2),
     }
+    # the layouts gpuloan runs in (issue 36): which is cheaper for this demand, same floors, each with its own
+    # Cost Explorer commitment
+    shared_report = default["shared_layout_report"]
+    cheaper = min((rec["report"], shared_report), key=lambda r: r["total_cost_usd"])
+    rec["layouts"] = {
+        CONTROLLER_GPULOAN: {"layout": GPULOAN_LAYOUTS[CONTROLLER_GPULOAN],
+                             "total_cost_usd": rec["report"]["total_cost_usd"]},
+        CONTROLLER_GPULOAN_SHARED: shared_report}
+    name = CONTROLLER_GPULOAN if cheaper is rec["report"] else CONTROLLER_GPULOAN_SHARED
+    rec["cheaper_layout"] = (f"{name}: {GPULOAN_LAYOUTS[name]} (${rec['report']['total_cost_usd']:,.0f} in a pool "
+                             f"per team, ${shared_report['total_cost_usd']:,.0f} shared, over the report window)")
     rec["dominated_by_scenario"] = {n: sc["recommendation_report"]["dominated_by"] for n, sc in out_scenarios.items()}
     rec["verdict"] = verdict(rec["dominated_by_scenario"])
     if per_pool_prices:
@@ -856,10 +900,11 @@ def verdict(dominated: dict[str, list[str]]) -> str:
 
 def simulated_setups(demands, floors: dict[str, int]) -> list[tuple[dict[str, int], bool, str]]:
     """The distinct simulations behind every setup of `evaluate` (floors, lend, controller): the floors lent
-    (gpuloan), the floors not lent (team-floors, floors-not-lent), Karpenter per team and shared (each with and
+    (gpuloan, in a pool per team and in shared pools beside the floors), the floors not lent (team-floors, floors-not-lent), Karpenter per team and shared (each with and
     without its plan). Terms and plans change only billing."""
     none = {n: 0 for n in demands}
-    return [(floors, True, CONTROLLER_GPULOAN), (floors, False, CONTROLLER_GPULOAN),
+    return [(floors, True, CONTROLLER_GPULOAN), (floors, True, CONTROLLER_GPULOAN_SHARED),
+            (floors, False, CONTROLLER_GPULOAN),
             (none, False, CONTROLLER_KARPENTER), (none, False, CONTROLLER_KARPENTER_SHARED)]
 
 

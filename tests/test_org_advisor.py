@@ -476,12 +476,15 @@ def test_the_simulated_run_plugs_in_through_simulate_environment(tmp_path):
     # karpenter+savings-plan share it), team-floors and not-lent without lending (one run for both)
     assert sorted(calls, key=str) == sorted([
         ({"training": 4, "inference": 2}, True, "gpuloan", 96, 96 * 60, 48 * 60),
+        # gpuloan-shared: both pools hold a floor and run only production series here, so the shared layout is
+        # the same pools (the simulator is called with the same setup; the cache key differs by layout)
+        ({"training": 4, "inference": 2}, True, "gpuloan", 96, 96 * 60, 48 * 60),
         ({"training": 0, "inference": 0}, False, "karpenter", 96, 96 * 60, 48 * 60),
         ({"training": 4, "inference": 2}, False, "gpuloan", 96, 96 * 60, 48 * 60),
         # (the shared pools' team keeps Kueue's default lending: there is no floor to lend)
         ({"org-production-series": 0, "org-production-2-series": 0}, True, "karpenter", 96, 96 * 60, 48 * 60)],
         key=str)
-    assert runner.runs == 4 and runner.hits > 0
+    assert runner.runs == 5 and runner.hits > 0
     # the same setup through the fluid runner gives the same figures (the stand-in is the fluid model)
     fl = org_advisor.evaluate(inputs, org_advisor.fluid_runner(prices), scenarios=("default",), per_pool_prices=False)
     assert doc["recommendation"]["report"]["total_cost_usd"] == fl["recommendation"]["report"]["total_cost_usd"]

@@ -176,3 +176,41 @@ def replace_settings(update_minutes: int) -> SimSettings:
     from dataclasses import replace
 
     return replace(CALM, nodegroup_update_minutes=update_minutes)
+
+
+def test_gpuloan_shared_layout_keeps_the_floors_with_their_production_and_shares_the_rest():
+    cfg = org_advisor.setup_config(_cfg(share_pct=30.0, capacity="spot_then_on_demand"), {"prod": 2, "exp": 0},
+                                   lend=True)
+    traces = {"prod": _jobs("prod", [(k / 4, 1, 2) for k in range(40)]),
+              "exp": _jobs("exp", [(k / 4, 1, 1) for k in range(40)])}
+    layout = org_advisor.shared_layout(cfg, traces, seed=3, keep_floors=True)
+    pools = {p.name: p for p in layout.cfg.pools}
+    assert set(pools) == {"prod", org_advisor.SHARED_PRODUCTION, org_advisor.SHARED_REST}
+    assert pools["prod"].guaranteed.nodes == 2  # the floor stays with its team
+    flags = production_flags(traces["prod"], 30.0, 3, "prod")
+    assert [j.job_id for j in layout.traces["prod"].jobs] == [
+        f"prod/{j.job_id}" for j, p in zip(traces["prod"].jobs, flags) if p]
+    # the shared interruptible queue borrows the idle floor (an experiment-tier queue in the cohort)
+    from sim.environment import sharing_of
+
+    assert "prod" in sharing_of(layout.cfg)[org_advisor.SHARED_REST].lenders
+
+
+def test_the_advice_says_which_gpuloan_layout_is_cheaper():
+    traces = {"prod": _jobs("prod", [(h, 2, 4) for h in range(0, HOURS, 2)] + [(h + 1, 1, 2) for h in range(30)]),
+              "exp": _jobs("exp", [(h + 0.5, 3, 2) for h in range(0, HOURS, 3)])}
+    prices = _prices()
+    runner = org_advisor.environment_runner(_cfg(capacity="spot_then_on_demand"), traces, CALM, prices,
+                                            production_share=0.3)
+    demands = org_demand.profiles(traces, {"prod": "production", "exp": "experiment"}, HOURS, 0.3)
+    from pricing.sources import catalog
+
+    rate = catalog.price(ITYPE, REGION).ondemand_usd_per_hour * 0.6  # a test rate, not a price claim
+    inputs = org_advisor.OrgInputs(demands, prices, {(ITYPE, REGION): rate}, "t", SIZING, 7, 90.0)
+    doc = org_advisor.evaluate(inputs, runner, scenarios=("default",), per_pool_prices=False)
+    rec = doc["recommendation"]
+    shared = rec["layouts"]["gpuloan-shared"]
+    assert shared["model"] == "simulated" and shared["floors_nodes"] == rec["report"]["floors_nodes"]
+    cheaper = min(("gpuloan", rec["report"]["total_cost_usd"]), ("gpuloan-shared", shared["total_cost_usd"]),
+                  key=lambda kv: kv[1])[0]
+    assert rec["cheaper_layout"].startswith(cheaper + ":")

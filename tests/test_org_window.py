@@ -169,10 +169,11 @@ def test_identical_simulations_run_once_and_the_cache_gives_the_uncached_figures
     b = org_advisor.evaluate(inputs, uncached, scenarios=("default", "on-demand-shortage"), seed=seed,
                              per_pool_prices=False)
     assert a == b
-    # four distinct simulations: karpenter (karpenter+savings-plan shares it), karpenter-shared (and its plan), the
-    # floors lent (gpuloan), the floors not lent (team-floors and floors-not-lent share it), each branched at the
-    # report window into the shortage scenario; the commitments read the default runs' sizing hours
-    assert cached.runs == 4 and cached.hits > 0
+    # five distinct simulations: karpenter (karpenter+savings-plan shares it), karpenter-shared (and its plan), the
+    # floors lent (gpuloan, in a pool per team and in shared pools), the floors not lent (team-floors and
+    # floors-not-lent share it), each branched at the report window into the shortage scenario; the commitments
+    # read the default runs' sizing hours
+    assert cached.runs == 5 and cached.hits > 0
     assert uncached.runs > cached.runs and uncached.hits == 0
     # another term bills the same simulations: no new run
     runs = cached.runs
@@ -261,9 +262,11 @@ def test_bench_org_smoke_runs_both_models_and_checks_the_goals_on_the_simulated_
     assert len(goals) == 4
     for line in goals:
         assert line.count(" met") + line.count(" MISSED") == 6
-    # one per setup (gpuloan lent and not, karpenter per team and shared) and checkpoint setting, scenarios
+    assert "gpuloan-shared $" in out
+    # one per setup (gpuloan lent in both layouts and not lent, karpenter per team and shared) and checkpoint
+    # setting, scenarios
     # branched
-    assert "bench-org simulated: 8 simulations" in out and "s wall" in out
+    assert "bench-org simulated: 10 simulations" in out and "s wall" in out
     for name in ("karpenter-shared $", "karpenter-shared+savings-plan $"):
         assert name in out
 
