@@ -225,7 +225,7 @@ def _sim_service_table(docs, rotations, seeds, key_of, title) -> None:
                 vals = [[_pending(r, t, k) for r in rows] for k in ("p95_pending_minutes", "p99_pending_minutes",
                                                                    "max_pending_minutes")]
                 tiers.append("-" if any(v is None for vs in vals for v in vs) else
-                             " / ".join(f"{_mean(vs):,.0f}" if k < 2 else f"{max(vs):,.0f}"
+                             " / ".join(f"{_mean(vs):,.0f}" if k < 2 else f"{max(v for v in vs if v is not None):,.0f}"
                                         for k, vs in enumerate(vals)))
             print(f"| {rotation + 1} | {n} | {_mean([r['production_interruptions'] for r in rows]):.1f} | "
                   f"{_mean([r['reclaim_preemptions'] for r in rows]):.1f} "
@@ -248,7 +248,9 @@ def _sim_goals(docs, rotations, seeds, key_of, title) -> bool:
     all_met = True
     for term in TERMS:
         for rotation in rotations:
-            over, packing, interr, prod_gap, other_gap, cut = [], [], 0, [], [], []
+            over, packing, prod_gap, cut = [], [], [], []
+            other_gap: list[float] = []
+            interr = 0
             for s in seeds:
                 d = _by_name(docs[key_of(term, rotation, s)])
                 ours, bound, nl, ks, kssp = (d["gpuloan"], d["fluid-bound"], d["floors-not-lent"],

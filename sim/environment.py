@@ -1226,6 +1226,8 @@ class Environment:
         """Total pending minutes (first wait plus every re-wait, engine.JobsWorkload.pending_minutes) of the
         pool's jobs submitted in the report window, censored at the end of the run."""
         w = sim.workload
+        if not isinstance(w, JobsWorkload) or self.window_from is None:
+            return []
         cut_s = self.window_from * 60
         pending = w.pending_minutes(self.horizon)
         return [m for m, s in zip(pending, w.submit_s) if s >= cut_s]

@@ -182,7 +182,7 @@ def shared_layout(cfg, traces: dict, seed: int, *, keep_floors: bool = False) ->
         if p.name not in traces:
             continue  # a pool without demand in this environment (the simulator runs the pools it is given)
         spec = simpool.spec_from_config(cfg, p.name)
-        itype = spec.floor_type or spec.on_demand_type or spec.spot_type
+        itype = str(spec.floor_type or spec.on_demand_type or spec.spot_type)
         if itype not in types:
             types.append(itype)
         suffix = "" if len(types) == 1 else f"-{types.index(itype) + 1}"
@@ -208,7 +208,8 @@ def shared_layout(cfg, traces: dict, seed: int, *, keep_floors: bool = False) ->
             for t, g in enumerate(trace.gpus_demanded):
                 acc[t] += g
             members.setdefault(name, []).append(p)
-    traces_out, source = {}, {}
+    traces_out: dict[str, JobsTrace | SeriesTrace] = {}
+    source: dict[str, list[str]] = {}
     for name, items in jobs.items():
         items.sort(key=lambda r: r[0].submit_s)  # a trace is in submission order
         traces_out[name] = JobsTrace(name, "generic", tuple(Job(f"{src}/{j.job_id}", j.submit_s, j.duration_s,
@@ -362,7 +363,7 @@ class EnvironmentRunner:
                 raise OrgAdviceError(f"controller '{controller}': one of {CONTROLLER_GPULOAN}, "
                                      f"{CONTROLLER_GPULOAN_SHARED}, {', '.join(KARPENTER_CONTROLLERS)}")
             layout, sim_controller = shared_layout(cfg, cut, seed), CONTROLLER_KARPENTER
-        tiers = {str(p.name): str(p.tier) for p in self.cfg.pools}
+        tiers = _pool_tiers(self.cfg)
         job_tiers = {n: [tiers[src] for src in srcs] for n, srcs in layout.source.items()}
         return layout.cfg, layout.traces, sim_controller, {"job_tiers": job_tiers} if job_tiers else {}
 
@@ -421,6 +422,11 @@ class EnvironmentRunner:
         run = self(demands, floors_nodes, lend=lend, controller=controller, scenario=Scenario(),
                    report_from_hour=sizing_hours)
         return [u for u in run.hourly_usage if u.hour < sizing_hours]
+
+
+def _pool_tiers(cfg) -> dict[str, str]:
+    """Pool name -> its tier, of a stack config."""
+    return {str(p.name): str(p.tier) for p in cfg.pools}
 
 
 def _metrics_of(src) -> fluid.PoolMetrics:
@@ -869,7 +875,7 @@ def dominated_by(ours: dict, setups: list[dict]) -> list[str]:
         if any(b[k] is None or ours[k] is None or b[k] > ours[k] + 1e-9 for k in DOMINANCE_KEYS):
             continue
         waits_b, waits_o = _p95_pending(b), _p95_pending(ours)
-        if any(waits_b.get(t) is not None and w is not None and waits_b[t] > w + 1e-9 for t, w in waits_o.items()):
+        if any((wb := waits_b.get(t)) is not None and w is not None and wb > w + 1e-9 for t, w in waits_o.items()):
             continue
         out.append(b["name"])
     return out
