@@ -134,7 +134,8 @@ bench-advise: $(VENV)/.runtime
 	$(BIN)/python scripts/bench_advise.py --traces $(TRACES)
 
 ## bench-org: the organization's loan on the ten ITP
-## clusters, fluid and simulated tables; about 13 minutes
+## clusters, fluid and simulated tables; about 15 minutes
+## a rotation and seed (nine) on a loaded 2-core machine
 bench-org: $(VENV)/.runtime
 	$(BIN)/python scripts/bench_org.py --traces $(TRACES)
 

@@ -55,9 +55,18 @@ from sim.runner import percentile
 
 DEFAULT_PERCENTILE = 90.0
 KARPENTER, KARPENTER_SP = "karpenter", "karpenter+savings-plan"
+KARPENTER_SHARED, KARPENTER_SHARED_SP = "karpenter-shared", "karpenter-shared+savings-plan"
 TEAM_FLOORS, NOT_LENT, FLUID_BOUND, GPULOAN = "team-floors", "floors-not-lent", "fluid-bound", "gpuloan"
-BASELINES = (KARPENTER, KARPENTER_SP, TEAM_FLOORS, NOT_LENT, FLUID_BOUND)
-CONTROLLER_GPULOAN, CONTROLLER_KARPENTER = "gpuloan", "karpenter"
+BASELINES = (KARPENTER, KARPENTER_SP, KARPENTER_SHARED, KARPENTER_SHARED_SP, TEAM_FLOORS, NOT_LENT, FLUID_BOUND)
+# the layouts a setup runs in: gpuloan's per-pool controllers; Karpenter with one NodePool per team; Karpenter
+# with two NodePools for the whole organization (shared_layout)
+CONTROLLER_GPULOAN, CONTROLLER_KARPENTER, CONTROLLER_KARPENTER_SHARED = "gpuloan", "karpenter", "karpenter-shared"
+# gpuloan with the floors in their teams' production pools and every other job in two shared pools beside them
+CONTROLLER_GPULOAN_SHARED = "gpuloan-shared"
+GPULOAN_LAYOUTS = {CONTROLLER_GPULOAN: "a pool per team", CONTROLLER_GPULOAN_SHARED: (
+    "shared pools (production on-demand, interruptible spot-first, borrowing the floors) beside the production "
+    "pools that hold the floors")}
+KARPENTER_CONTROLLERS = (CONTROLLER_KARPENTER, CONTROLLER_KARPENTER_SHARED)
 
 # The on-demand shortage scenario: for episodes at this rate and mean length, no new capacity of the instance type
 # can be launched (InsufficientInstanceCapacity), only reserved capacity is there. No public source gives how often
@@ -122,6 +131,124 @@ def fluid_runner(prices: dict[str, PoolPrices]) -> FluidRunner:
     return FluidRunner(prices)
 
 
+def karpenter_config(cfg):
+    """The stack as a careful Karpenter team runs it (issue 36): every pool's NodePool allows both capacity types,
+    production pods select `karpenter.sh/capacity-type: on-demand` (the stack keeps production off spot:
+    scheduling.kueue.production_spot_pools) and every other pod goes spot first, on-demand while spot is short.
+    A pool configured `on_demand` only (gpuloan's production pools often are) gets `spot_then_on_demand` here,
+    so its interruptible work uses spot as Karpenter's would."""
+    from config.config_terms import ElasticCapacity
+
+    pools = []
+    for pool in cfg.pools:
+        e = pool.elastic
+        if e is not None and e.capacity == ElasticCapacity.on_demand:
+            e = e.model_copy(update={"capacity": ElasticCapacity.spot_then_on_demand})
+        pools.append(pool.model_copy(update={"elastic": e}))
+    return cfg.model_copy(update={"pools": pools})
+
+
+SHARED_PRODUCTION, SHARED_REST = "org-production", "org-interruptible"
+
+
+@dataclass(frozen=True)
+class SharedLayout:
+    """`karpenter-shared`: two NodePools for the whole organization, packing across teams: one on-demand for
+    production pods, one spot-first (on-demand while spot is short) for every other pod (per instance type, where
+    the pools run several). Simulated as two pools, each job of every team in the one its class picks; the class
+    of each job is the one the per-team run gives it (sim/environment.py production_flags with the team's pool
+    name, share and seed), so both layouts run the same jobs as the same classes; a demand series goes whole to
+    the production pool when its pool's share is 100 %, else to the other (as the simulator classes a series),
+    summed minute by minute with the series of its class. `source[pool][k]`: the team pool job k came from."""
+
+    cfg: object
+    traces: dict
+    source: dict
+
+
+def shared_layout(cfg, traces: dict, seed: int, *, keep_floors: bool = False) -> SharedLayout:
+    """The organization's work in shared pools (SharedLayout). `keep_floors` (gpuloan's shared layout): every
+    pool with a floor stays, its team's production jobs on it, and everything else goes to the two shared pools;
+    the interruptible one borrows the idle floors through Kueue as an experiment-tier queue does."""
+    from sim import pool as simpool
+    from sim.environment import production_flags, production_share_pct
+    from sim.traces import Job, JobsTrace, SeriesTrace
+
+    types: list[str] = []
+    jobs: dict[str, list] = {}
+    series: dict[str, list[int]] = {}
+    members: dict[str, list] = {}  # pool of the layout -> the team pools it serves
+    kept = {p.name for p in cfg.pools if keep_floors and p.guaranteed is not None and p.guaranteed.nodes}
+    for p in cfg.pools:
+        if p.name not in traces:
+            continue  # a pool without demand in this environment (the simulator runs the pools it is given)
+        spec = simpool.spec_from_config(cfg, p.name)
+        itype = str(spec.floor_type or spec.on_demand_type or spec.spot_type)
+        if itype not in types:
+            types.append(itype)
+        suffix = "" if len(types) == 1 else f"-{types.index(itype) + 1}"
+        trace, share = traces[p.name], production_share_pct(p)
+
+        def home(prod: bool) -> str:
+            if prod and p.name in kept:
+                return p.name
+            return (SHARED_PRODUCTION if prod else SHARED_REST) + suffix
+
+        if isinstance(trace, JobsTrace):
+            flags = production_flags(trace, share, seed, p.name) or [False] * len(trace.jobs)
+            for j, prod in zip(trace.jobs, flags):
+                name = home(prod)
+                jobs.setdefault(name, []).append((j, p.name))
+                members.setdefault(name, [])
+                if p not in members[name]:
+                    members[name].append(p)
+        else:
+            name = home(share >= 100) + ("" if share >= 100 and p.name in kept else "-series")
+            acc = series.setdefault(name, [])
+            acc.extend([0] * (len(trace.gpus_demanded) - len(acc)))
+            for t, g in enumerate(trace.gpus_demanded):
+                acc[t] += g
+            members.setdefault(name, []).append(p)
+    traces_out: dict[str, JobsTrace | SeriesTrace] = {}
+    source: dict[str, list[str]] = {}
+    for name, items in jobs.items():
+        items.sort(key=lambda r: r[0].submit_s)  # a trace is in submission order
+        traces_out[name] = JobsTrace(name, "generic", tuple(Job(f"{src}/{j.job_id}", j.submit_s, j.duration_s,
+                                                                j.gpus) for j, src in items))
+        source[name] = [src for _, src in items]
+    for name, acc in series.items():
+        traces_out[name] = SeriesTrace(name, tuple(acc))
+    data = cfg.model_dump(mode="json", exclude_unset=True)
+    data["pools"] = []
+    for name, pools in members.items():
+        if name in kept:  # the team's pool, its floor and its own elastic capacity, running its production only
+            doc = pools[0].model_dump(mode="json", exclude_unset=True)
+            doc["service_target"] = {**doc.get("service_target", {}), "production_share_pct": 100.0}
+            data["pools"].append(doc)
+            continue
+        prod = name.startswith(SHARED_PRODUCTION)
+        base = next((q for q in pools if q.elastic is not None), None)
+        if base is None:
+            raise OrgAdviceError(f"shared layout: pool '{pools[0].name}' has no elastic capacity")
+        doc = base.model_dump(mode="json", exclude_unset=True)
+        doc.pop("guaranteed", None)
+        doc.pop("budget", None)
+        capacity = "on_demand" if prod else "spot_then_on_demand"
+        elastic = {k: v for k, v in doc["elastic"].items() if not (prod and k == "back_to_spot")}
+        elastic.update(capacity=capacity, max_nodes=min(500, sum(q.elastic.max_nodes for q in pools
+                                                                  if q.elastic is not None)))
+        data["pools"].append({**doc, "name": name, "team": "org", "tier": "production" if prod else "experiment",
+                              "elastic": elastic, "service_target": {**doc.get("service_target", {}),
+                                                                     "production_share_pct": 100.0 if prod else 0.0}})
+    kueue = data.get("scheduling", {}).get("kueue", {})
+    teams = kueue.get("teams") or {}
+    kueue["teams"] = {t: v for t, v in teams.items() if t in {d["team"] for d in data["pools"]}}
+    if not kueue["teams"]:
+        kueue.pop("teams", None)
+    shared = type(cfg).model_validate(data)
+    return SharedLayout(shared, traces_out, source)
+
+
 def setup_config(cfg, floors_nodes: dict[str, int], *, lend: bool):
     """The stack as one setup runs it: each pool's floor set to the setup's size (a pool given a floor it did not
     have gets a capacity reservation of its instance type; a pool left without one loses `guaranteed`), and, for
@@ -170,7 +297,8 @@ class EnvironmentRunner:
     - `.pools[name]` with production_interruptions, unmet_gpu_hours, unmet_production_gpu_hours,
       floor_gpu_hours, floor_owned_gpu_hours, floor_lent_gpu_hours measured over the report window of that run
       (events that happened in it; unmet = work of jobs submitted in it not served by the end of the run);
-    - `.p95_wait_minutes_by_tier` (optional): tier -> minutes, jobs submitted in the report window.
+    - `.pending_by_tier` (optional): tier -> sim.environment.pending_summary of the total pending minutes per
+      job (first wait plus every re-wait) of the jobs submitted in the report window.
     Floors are there from minute 0 of the run (a floor's Kueue quota and its reservation exist from day 0 of the
     history, as if it had been bought before it: the sizing window's usage then includes the floor, which is what
     the commitment is sized on). Identical simulations run once: the runs are cached by what the simulator sees
@@ -206,10 +334,9 @@ class EnvironmentRunner:
         if hit is not None:
             self.hits += 1
             return hit
-        cfg = setup_config(self.cfg, floors_nodes, lend=lend)
-        cut = {n: _cut(t, hours) for n, t in self.traces.items()}
-        result = self.simulate(cfg, cut, controller, scenario_settings(self.settings, scenario), hours * 60,
-                               window_from_minute=report_from_hour * 60)
+        cfg, cut, sim_controller, reduce = self._layout(floors_nodes, lend, controller, hours)
+        result = self.simulate(cfg, cut, sim_controller, scenario_settings(self.settings, scenario), hours * 60,
+                               window_from_minute=report_from_hour * 60, **reduce)
         self.runs += 1
         if self.progress is not None:
             self.progress(self.runs)
@@ -218,23 +345,41 @@ class EnvironmentRunner:
             self.cache[key] = run
         return run
 
+    def _layout(self, floors_nodes, lend: bool, controller: str, hours: int):
+        """(config, traces cut at the horizon, the per-pool controller, extra arguments of `simulate`) of a setup:
+        gpuloan's config as the setup sets it; Karpenter's with both capacity types (karpenter_config); the shared
+        layout's two pools (shared_layout), the pending time measured per team tier of each job."""
+        cut = {n: _cut(t, hours) for n, t in self.traces.items()}
+        seed = getattr(self.settings, "seed", 1)
+        if controller == CONTROLLER_GPULOAN:
+            return setup_config(self.cfg, floors_nodes, lend=lend), cut, controller, {}
+        if controller == CONTROLLER_GPULOAN_SHARED:
+            layout = shared_layout(setup_config(self.cfg, floors_nodes, lend=lend), cut, seed, keep_floors=True)
+            sim_controller = CONTROLLER_GPULOAN
+        else:
+            cfg = karpenter_config(setup_config(self.cfg, floors_nodes, lend=lend))
+            if controller == CONTROLLER_KARPENTER:
+                return cfg, cut, controller, {}
+            if controller != CONTROLLER_KARPENTER_SHARED:
+                raise OrgAdviceError(f"controller '{controller}': one of {CONTROLLER_GPULOAN}, "
+                                     f"{CONTROLLER_GPULOAN_SHARED}, {', '.join(KARPENTER_CONTROLLERS)}")
+            layout, sim_controller = shared_layout(cfg, cut, seed), CONTROLLER_KARPENTER
+        tiers = _pool_tiers(self.cfg)
+        job_tiers = {n: [tiers[src] for src in srcs] for n, srcs in layout.source.items()}
+        return layout.cfg, layout.traces, sim_controller, {"job_tiers": job_tiers} if job_tiers else {}
+
     def _run_of(self, result, demands, hours: int) -> EnvironmentRun:
         """The simulation's result as the advisor reads it."""
         run = EnvironmentRun(self.model, hours, list(result.hourly_usage),
                              tiers={n: d.tier for n, d in demands.items()})
+        if set(result.pools) != set(demands):  # the shared layout: the organization's pools, not the teams'
+            for n, src in result.pools.items():
+                run.pools[n] = _metrics_of(src)
+            run.pending_by_tier = getattr(result, "pending_by_tier", None)
+            return run
         for n in demands:
-            m = fluid.PoolMetrics()
-            src = result.pools[n]
-            for f in ("production_interruptions", "unmet_gpu_hours", "unmet_production_gpu_hours", "floor_gpu_hours",
-                      "floor_owned_gpu_hours", "floor_lent_gpu_hours", "unmet_guaranteed_production_gpu_hours",
-                      "production_waiting_gpu_hours",
-                      "reclaim_preemptions", "reclaim_lost_gpu_hours", "priority_preemptions",
-                      "priority_lost_gpu_hours", "scheduler_preemptions", "scheduler_lost_gpu_hours",
-                      "borrowed_gpu_hours", "borrowed_gpu_hours_from"):
-                if hasattr(src, f):
-                    setattr(m, f, getattr(src, f))
-            run.pools[n] = m
-        run.p95_wait_minutes_by_tier = getattr(result, "p95_wait_minutes_by_tier", None)
+            run.pools[n] = _metrics_of(result.pools[n])
+        run.pending_by_tier = getattr(result, "pending_by_tier", None)
         return run
 
     def run_scenarios(self, demands, floors_nodes, *, lend, controller, scenarios, report_from_hour) -> list:
@@ -254,15 +399,14 @@ class EnvironmentRunner:
                 or not hasattr(os, "fork")):  # branching forks the process (POSIX); elsewhere: separate runs
             return [self(demands, floors_nodes, lend=lend, controller=controller, scenario=sc,
                          report_from_hour=report_from_hour) for sc in [default, *scenarios]]
-        cfg = setup_config(self.cfg, floors_nodes, lend=lend)
-        cut = {n: _cut(t, hours) for n, t in self.traces.items()}
+        cfg, cut, sim_controller, reduce = self._layout(floors_nodes, lend, controller, hours)
         branches = [(_hour_windows(sc.spot_short_hours), _hour_windows(sc.on_demand_short_hours))
                     for sc in todo[1:]] if todo[0] is default else None
         if branches is None:  # the default run is cached already: branch from a fresh run of the first scenario
             return [self(demands, floors_nodes, lend=lend, controller=controller, scenario=sc,
                          report_from_hour=report_from_hour) for sc in [default, *scenarios]]
-        own, others = simulate_branches_with_environment(cfg, cut, controller, self.settings, hours * 60,
-                                                          report_from_hour * 60, branches)
+        own, others = simulate_branches_with_environment(cfg, cut, sim_controller, self.settings, hours * 60,
+                                                          report_from_hour * 60, branches, **reduce)
         self.runs += 1
         if self.progress is not None:
             self.progress(self.runs)
@@ -279,6 +423,24 @@ class EnvironmentRunner:
         run = self(demands, floors_nodes, lend=lend, controller=controller, scenario=Scenario(),
                    report_from_hour=sizing_hours)
         return [u for u in run.hourly_usage if u.hour < sizing_hours]
+
+
+def _pool_tiers(cfg) -> dict[str, str]:
+    """Pool name -> its tier, of a stack config."""
+    return {str(p.name): str(p.tier) for p in cfg.pools}
+
+
+def _metrics_of(src) -> fluid.PoolMetrics:
+    """One pool's window figures of a simulation, as the advisor reads them."""
+    m = fluid.PoolMetrics()
+    for f in ("production_interruptions", "unmet_gpu_hours", "unmet_production_gpu_hours", "floor_gpu_hours",
+              "floor_owned_gpu_hours", "floor_lent_gpu_hours", "unmet_guaranteed_production_gpu_hours",
+              "production_waiting_gpu_hours", "reclaim_preemptions", "reclaim_lost_gpu_hours",
+              "priority_preemptions", "priority_lost_gpu_hours", "scheduler_preemptions", "scheduler_lost_gpu_hours",
+              "borrowed_gpu_hours", "borrowed_gpu_hours_from"):
+        if hasattr(src, f):
+            setattr(m, f, getattr(src, f))
+    return m
 
 
 def scenario_settings(settings, scenario: Scenario):
@@ -334,11 +496,11 @@ def environment_runner(cfg, traces: dict, settings, prices: dict[str, PoolPrices
 class _SimulatedRun:
     hourly_usage: list
     pools: dict
-    p95_wait_minutes_by_tier: dict | None
+    pending_by_tier: dict | None
 
 
 def simulate_with_environment(cfg, demands, controller: str, settings, horizon_minutes: int, *,
-                              window_from_minute: int = 0) -> _SimulatedRun:
+                              window_from_minute: int = 0, job_tiers: dict | None = None) -> _SimulatedRun:
     """One setup through sim.environment.simulate_environment, in the shape EnvironmentRunner reads: billing
     usage records of the whole run, per-pool figures of the report window (sim/environment.py
     `_window_figures`), the p95 wait per tier of the jobs submitted in the window."""
@@ -346,16 +508,19 @@ def simulate_with_environment(cfg, demands, controller: str, settings, horizon_m
 
     result = simulate_environment(cfg, demands, _factory(controller), settings, horizon_minutes,
                                   window_from_minute=window_from_minute)
-    return _reduce(result)
+    return _reduce(result, job_tiers)
 
 
 def simulate_branches_with_environment(cfg, demands, controller: str, settings, horizon_minutes: int,
-                                       window_from_minute: int, branches) -> tuple[_SimulatedRun, list]:
+                                       window_from_minute: int, branches, job_tiers: dict | None = None
+                                       ) -> tuple[_SimulatedRun, list]:
     """The run and its branches (sim.environment.simulate_branches), each in EnvironmentRunner's shape."""
+    from functools import partial
+
     from sim.environment import simulate_branches
 
     return simulate_branches(cfg, demands, _factory(controller), settings, horizon_minutes, window_from_minute,
-                             branches, _reduce)
+                             branches, partial(_reduce, job_tiers=job_tiers))
 
 
 def _factory(controller: str):
@@ -367,8 +532,10 @@ def _factory(controller: str):
     return factories[controller]
 
 
-def _reduce(result) -> _SimulatedRun:
-    """An EnvironmentResult in EnvironmentRunner's shape (picklable: a branch's child sends it to the parent)."""
+def _reduce(result, job_tiers: dict | None = None) -> _SimulatedRun:
+    """An EnvironmentResult in EnvironmentRunner's shape (picklable: a branch's child sends it to the parent).
+    `job_tiers` (the shared layout): pool -> the tier of the team each of its jobs came from; the pending time is
+    then summarized per those tiers, not per the shared pools' own."""
     from dataclasses import asdict
     from types import SimpleNamespace
 
@@ -388,7 +555,20 @@ def _reduce(result) -> _SimulatedRun:
             # the loan's bill per pool (sim/org_loan.py): what it borrowed, from whose floor
             "borrowed_gpu_hours", "borrowed_gpu_hours_from")})
     usage = [billing.Usage(**asdict(r)) for r in result.usage]
-    return _SimulatedRun(usage, pools, result.environment["window"]["p95_wait_minutes_by_tier"])
+    pending = result.environment["window"]["pending_minutes_by_tier"]
+    if job_tiers is not None:
+        from sim.environment import pending_summary
+
+        by_tier: dict[str, list[float]] = {}
+        start = result.environment["window"]["from_minute"]
+        for name, tiers in job_tiers.items():
+            w = result.sims[name].workload
+            for minutes, submit_s, tier in zip(w.pending_minutes(result.environment["horizon_minutes"]),
+                                               w.submit_s, tiers):
+                if submit_s >= start * 60:
+                    by_tier.setdefault(tier, []).append(minutes)
+        pending = {t: pending_summary(v) for t, v in sorted(by_tier.items(), key=lambda kv: TIERS.index(kv[0]))}
+    return _SimulatedRun(usage, pools, pending)
 
 
 def size_floors(demands: dict[str, PoolDemand], prices: dict[str, PoolPrices], pct: float) -> dict[str, int]:
@@ -434,7 +614,7 @@ def measure(name: str, run: EnvironmentRun, bill: billing.Bill, commitments, flo
     pools = run.pools.values()
     floor = sum(m.floor_gpu_hours for m in pools)
     tiers = sorted(set(run.tiers.values()), key=TIERS.index) if run.tiers else []
-    waits = getattr(run, "p95_wait_minutes_by_tier", None) or {t: None for t in tiers}
+    pending = getattr(run, "pending_by_tier", None) or {t: None for t in tiers}
     return {
         "name": name,
         "model": model,
@@ -451,7 +631,10 @@ def measure(name: str, run: EnvironmentRun, bill: billing.Bill, commitments, flo
         "priority_lost_gpu_hours": round(sum(getattr(m, "priority_lost_gpu_hours", 0.0) for m in pools), 3),
         "scheduler_preemptions": sum(getattr(m, "scheduler_preemptions", 0) for m in pools),
         "scheduler_lost_gpu_hours": round(sum(getattr(m, "scheduler_lost_gpu_hours", 0.0) for m in pools), 3),
-        "p95_wait_minutes_by_tier": waits,
+        # total pending minutes per job (first wait plus every re-wait), p95 / p99 / max per tier; None: not
+        # measured (the fluid model has no queue)
+        "pending_by_tier": {t: v or {"p95_pending_minutes": None, "p99_pending_minutes": None,
+                                     "max_pending_minutes": None} for t, v in pending.items()},
         "floor_utilization": None if floor <= 0 else {
             "owned": round(sum(m.floor_owned_gpu_hours for m in pools) / floor, 4),
             "lent": round(sum(m.floor_lent_gpu_hours for m in pools) / floor, 4)},
@@ -568,15 +751,16 @@ def evaluate(inputs: OrgInputs, runner: Runner, *, scenarios=SCENARIOS, seed: in
         # anything asks for one of them alone
         fl = size_floors(_heads(inputs.demands, s), inputs.prices, inputs.guarantee_percentile)
         scs = [scenario_for(n, hours, s, seed) for n in scenarios]
-        for f, lend, controller in ((fl, True, CONTROLLER_GPULOAN), (fl, False, CONTROLLER_GPULOAN),
-                                    ({n: 0 for n in inputs.demands}, False, CONTROLLER_KARPENTER)):
+        for f, lend, controller in simulated_setups(inputs.demands, fl):
             prerun(inputs.demands, f, lend=lend, controller=controller, scenarios=scs, report_from_hour=s)
     floors, choice = recommend(inputs, runner)
+    shared_choice = _ce_choice(inputs, runner, floors, True, CONTROLLER_GPULOAN_SHARED)
     if not any(floors.values()):
         raise OrgAdviceError("no production pool needs a floor at this percentile (no production-tier pool, or "
                              "no production demand in the sizing window)")
     no_floors = {n: 0 for n in inputs.demands}
     ksp = _ce_choice(inputs, runner, no_floors, False, CONTROLLER_KARPENTER)
+    kssp = _ce_choice(inputs, runner, no_floors, False, CONTROLLER_KARPENTER_SHARED)
     nl = _ce_choice(inputs, runner, floors, False, CONTROLLER_GPULOAN)
     team = _team_commitments(inputs, runner, floors)
     fprices = getattr(runner, "prices", inputs.prices)
@@ -590,33 +774,49 @@ def evaluate(inputs: OrgInputs, runner: Runner, *, scenarios=SCENARIOS, seed: in
             b = bill_fn(run, commitments, s)
             return SetupResult(measure(name, run, b, commitments, fl, model), run, b)
 
-        k = go(no_floors, False, CONTROLLER_KARPENTER, [], KARPENTER)
-        k_sp = go(no_floors, False, CONTROLLER_KARPENTER, ksp.commitments, KARPENTER_SP)
-        if k_sp.doc["total_cost_usd"] > k.doc["total_cost_usd"]:
+        def with_plan(controller, plain, choice, name):
+            with_it = go(no_floors, False, controller, choice.commitments, name)
+            if with_it.doc["total_cost_usd"] <= plain.doc["total_cost_usd"]:
+                return with_it
             # A plan that saves nothing is not bought (Cost Explorer recommends none): the row without it.
-            lost = round(k_sp.doc["total_cost_usd"] - k.doc["total_cost_usd"], 2)
-            k_sp = go(no_floors, False, CONTROLLER_KARPENTER, [], KARPENTER_SP)
-            k_sp.doc["plan_not_bought"] = {
-                "reserved_instances": sum(c.count for c in ksp.commitments), "would_cost_usd_more": lost,
+            lost = round(with_it.doc["total_cost_usd"] - plain.doc["total_cost_usd"], 2)
+            without = go(no_floors, False, controller, [], name)
+            without.doc["plan_not_bought"] = {
+                "reserved_instances": sum(c.count for c in choice.commitments), "would_cost_usd_more": lost,
                 "why": "the commitment Cost Explorer sizes on the sizing window would bill more than no commitment "
                        "over the report window: a plan that saves nothing is not bought"}
+            return without
+
+        k = go(no_floors, False, CONTROLLER_KARPENTER, [], KARPENTER)
+        k_sp = with_plan(CONTROLLER_KARPENTER, k, ksp, KARPENTER_SP)
+        ks = go(no_floors, False, CONTROLLER_KARPENTER_SHARED, [], KARPENTER_SHARED)
+        ks_sp = with_plan(CONTROLLER_KARPENTER_SHARED, ks, kssp, KARPENTER_SHARED_SP)
         tf = go(floors, False, CONTROLLER_GPULOAN, team, TEAM_FLOORS, bill_fn=_team_bill)
         notlent = go(floors, False, CONTROLLER_GPULOAN, nl.commitments, NOT_LENT)
         ours = go(floors, True, CONTROLLER_GPULOAN, choice.commitments, GPULOAN)
+        ours_shared = go(floors, True, CONTROLLER_GPULOAN_SHARED, shared_choice.commitments, CONTROLLER_GPULOAN_SHARED)
         frun = fluid_runner(fprices)
         bound, bound0 = _bound(inputs, frun, floors, sc), _bound(inputs, frun, no_floors, sc)
         base = k_sp.doc["total_cost_usd"]
-        for r in (k, k_sp, tf, notlent, ours):
+        for r in (k, k_sp, ks, ks_sp, tf, notlent, ours, ours_shared):
             r.doc["price_of_guarantee_pct"] = _pct(r.doc["total_cost_usd"], base)
+            # the same, against the cheapest setup a careful team runs without a guarantee (issue 36)
+            r.doc["price_over_shared_pct"] = _pct(r.doc["total_cost_usd"], ks_sp.doc["total_cost_usd"])
         bound.doc["price_of_guarantee_pct"] = _pct(bound.doc["total_cost_usd"], bound0.doc["total_cost_usd"])
         bound.doc["no_floor_total_cost_usd"] = bound0.doc["total_cost_usd"]
-        ours.doc["dominated_by"] = dominated_by(ours.doc, [k.doc, k_sp.doc, tf.doc, notlent.doc])
+        ours.doc["dominated_by"] = dominated_by(ours.doc, [k.doc, k_sp.doc, ks.doc, ks_sp.doc, tf.doc, notlent.doc])
+        tf.doc["commitment_sharing"] = "off: each team's RIs cover its own usage only"
+        notlent.doc["commitment_sharing"] = ("on: one commitment for the organization, AWS's default "
+                                             "(docs/aws-rules.md)")
+        ours_shared.doc["layout"] = GPULOAN_LAYOUTS[CONTROLLER_GPULOAN_SHARED]
+        ours.doc["layout"] = GPULOAN_LAYOUTS[CONTROLLER_GPULOAN]
         if sc_name == "default" or default_run is None:
             default_run = ours.run
         out_scenarios[sc_name] = {
             "shortage_hours": len(sc.spot_short_hours | sc.on_demand_short_hours),
             "recommendation_report": ours.doc,
-            "baselines": [k.doc, k_sp.doc, tf.doc, notlent.doc, bound.doc],
+            "shared_layout_report": ours_shared.doc,
+            "baselines": [k.doc, k_sp.doc, ks.doc, ks_sp.doc, tf.doc, notlent.doc, bound.doc],
         }
     default = out_scenarios.get("default") or next(iter(out_scenarios.values()))
     assert default_run is not None  # scenarios is never empty: the default document needs one
@@ -633,7 +833,22 @@ def evaluate(inputs: OrgInputs, runner: Runner, *, scenarios=SCENARIOS, seed: in
         "price_of_guarantee_pct": default["recommendation_report"]["price_of_guarantee_pct"],
         "price_of_guarantee_usd": round(default["recommendation_report"]["total_cost_usd"]
                                         - default["baselines"][1]["total_cost_usd"], 2),
+        # against the cheapest layout a careful team runs without a guarantee: two shared NodePools and their plan
+        "price_over_shared_pct": default["recommendation_report"]["price_over_shared_pct"],
+        "price_over_shared_usd": round(default["recommendation_report"]["total_cost_usd"]
+                                       - default["baselines"][3]["total_cost_usd"], 2),
     }
+    # the layouts gpuloan runs in (issue 36): which is cheaper for this demand, same floors, each with its own
+    # Cost Explorer commitment
+    shared_report = default["shared_layout_report"]
+    cheaper = min((rec["report"], shared_report), key=lambda r: r["total_cost_usd"])
+    rec["layouts"] = {
+        CONTROLLER_GPULOAN: {"layout": GPULOAN_LAYOUTS[CONTROLLER_GPULOAN],
+                             "total_cost_usd": rec["report"]["total_cost_usd"]},
+        CONTROLLER_GPULOAN_SHARED: shared_report}
+    name = CONTROLLER_GPULOAN if cheaper is rec["report"] else CONTROLLER_GPULOAN_SHARED
+    rec["cheaper_layout"] = (f"{name}: {GPULOAN_LAYOUTS[name]} (${rec['report']['total_cost_usd']:,.0f} in a pool "
+                             f"per team, ${shared_report['total_cost_usd']:,.0f} shared, over the report window)")
     rec["dominated_by_scenario"] = {n: sc["recommendation_report"]["dominated_by"] for n, sc in out_scenarios.items()}
     rec["verdict"] = verdict(rec["dominated_by_scenario"])
     if per_pool_prices:
@@ -675,11 +890,16 @@ def dominated_by(ours: dict, setups: list[dict]) -> list[str]:
             continue
         if any(b[k] is None or ours[k] is None or b[k] > ours[k] + 1e-9 for k in DOMINANCE_KEYS):
             continue
-        waits_b, waits_o = b.get("p95_wait_minutes_by_tier") or {}, ours.get("p95_wait_minutes_by_tier") or {}
-        if any(waits_b.get(t) is not None and w is not None and waits_b[t] > w + 1e-9 for t, w in waits_o.items()):
+        waits_b, waits_o = _p95_pending(b), _p95_pending(ours)
+        if any((wb := waits_b.get(t)) is not None and w is not None and wb > w + 1e-9 for t, w in waits_o.items()):
             continue
         out.append(b["name"])
     return out
+
+
+def _p95_pending(setup: dict) -> dict[str, float | None]:
+    """Tier -> p95 total pending minutes of a setup's document (empty when not measured)."""
+    return {t: (v or {}).get("p95_pending_minutes") for t, v in (setup.get("pending_by_tier") or {}).items()}
 
 
 def verdict(dominated: dict[str, list[str]]) -> str:
@@ -698,6 +918,16 @@ def verdict(dominated: dict[str, list[str]]) -> str:
                 f"does better in: {better}")
     return ("not dominated: no setup is both cheaper and no worse on unmet work, production interruptions and p95 "
             "waits")
+
+
+def simulated_setups(demands, floors: dict[str, int]) -> list[tuple[dict[str, int], bool, str]]:
+    """The distinct simulations behind every setup of `evaluate` (floors, lend, controller): the floors lent
+    (gpuloan, in a pool per team and in shared pools beside the floors), the floors not lent (team-floors, floors-not-lent), Karpenter per team and shared (each with and
+    without its plan). Terms and plans change only billing."""
+    none = {n: 0 for n in demands}
+    return [(floors, True, CONTROLLER_GPULOAN), (floors, True, CONTROLLER_GPULOAN_SHARED),
+            (floors, False, CONTROLLER_GPULOAN),
+            (none, False, CONTROLLER_KARPENTER), (none, False, CONTROLLER_KARPENTER_SHARED)]
 
 
 def _bound(inputs: OrgInputs, frun: FluidRunner, floors, sc: Scenario) -> SetupResult:
@@ -727,4 +957,3 @@ def _each_guarantee(inputs: OrgInputs, runner: Runner, floors, choice, total: fl
 
 def _pct(x: float, base: float) -> float | None:
     return None if base <= 0 else round(100 * (x - base) / base, 3)
-

@@ -158,6 +158,15 @@ def sharing_of(cfg) -> dict[str, PoolSharing]:
     return out
 
 
+def pending_summary(minutes: list[float]) -> dict[str, float | None]:
+    """p95, p99 and max of total pending minutes per job (None for no job): what the advisor reports per tier."""
+    if not minutes:
+        return {"p95_pending_minutes": None, "p99_pending_minutes": None, "max_pending_minutes": None}
+    return {"p95_pending_minutes": round(percentile(minutes, 95), 1),
+            "p99_pending_minutes": round(percentile(minutes, 99), 1),
+            "max_pending_minutes": round(max(minutes), 1)}
+
+
 # --- one pool inside the environment ---------------------------------------------------------------------------
 
 
@@ -1015,6 +1024,7 @@ class Environment:
         by_class: dict[str, list[float]] = {PRODUCTION: [], INTERRUPTIBLE: []}
         win_by_tier: dict[str, list[float]] = {}
         win_by_class: dict[str, list[float]] = {PRODUCTION: [], INTERRUPTIBLE: []}
+        win_pending: dict[str, list[float]] = {}  # tier -> total pending minutes of the window's jobs
         env = {"production_interruptions": 0, "reclaim_preemptions": 0, "reclaim_lost_gpu_hours": 0.0,
                "priority_preemptions": 0, "priority_lost_gpu_hours": 0.0,
                "scheduler_preemptions": 0, "scheduler_lost_gpu_hours": 0.0,
@@ -1036,6 +1046,7 @@ class Environment:
                 m["window"], waits, waits_prod, waits_rest = self._window_figures(sim, tier)
                 if isinstance(sim.workload, JobsWorkload):
                     win_by_tier.setdefault(tier, []).extend(waits)
+                    win_pending.setdefault(tier, []).extend(self._window_pending(sim))
                     win_by_class[PRODUCTION].extend(waits_prod)
                     win_by_class[INTERRUPTIBLE].extend(waits_rest)
             pools[name] = m
@@ -1071,6 +1082,7 @@ class Environment:
                                                for t, v in sorted(win_by_tier.items())}
             win["p95_wait_minutes_by_class"] = {c: round(percentile(v, 95), 1) if v else None
                                                 for c, v in win_by_class.items()}
+            win["pending_minutes_by_tier"] = {t: pending_summary(v) for t, v in sorted(win_pending.items())}
             out["window"] = win
         out["horizon_minutes"] = self.horizon
         out["seed"] = self.settings.seed
@@ -1280,6 +1292,16 @@ class Environment:
                 INTERRUPTIBLE: round(percentile(waits_rest, 95), 1) if waits_rest else None},
         }
         return out, waits_all, waits_prod, waits_rest
+
+    def _window_pending(self, sim: PoolSim) -> list[float]:
+        """Total pending minutes (first wait plus every re-wait, engine.JobsWorkload.pending_minutes) of the
+        pool's jobs submitted in the report window, censored at the end of the run."""
+        w = sim.workload
+        if not isinstance(w, JobsWorkload) or self.window_from is None:
+            return []
+        cut_s = self.window_from * 60
+        pending = w.pending_minutes(self.horizon)
+        return [m for m, s in zip(pending, w.submit_s) if s >= cut_s]
 
     def _pool_extras(self, sim: PoolSim) -> dict:
         horizon = self.horizon

@@ -12,7 +12,7 @@ What it assumes (and why it is a bound, not a simulation):
 - a floor is a capacity reservation billed every hour at the on-demand rate (`reserved` usage), used or not.
 
 So nothing is ever interrupted or kept waiting here: production interruptions are 0 by construction and there is
-no wait to measure (`p95_wait_minutes_by_tier` is None). Only the scenarios' shortages leave work unmet: in an
+no wait to measure (`pending_by_tier` is None). Only the scenarios' shortages leave work unmet: in an
 on-demand shortage hour no new elastic capacity of any kind can be launched for the instance type, and each pool
 keeps at most the elastic GPUs it held the hour before the episode (running instances keep running); production
 takes them first.
@@ -98,7 +98,8 @@ class EnvironmentRun:
     hourly_usage: list[billing.Usage]
     pools: dict[str, PoolMetrics] = field(default_factory=dict)
     tiers: dict[str, str] = field(default_factory=dict)
-    p95_wait_minutes_by_tier: dict[str, float | None] | None = None  # None: not measured (the fluid model)
+    # tier -> p95 / p99 / max total pending minutes per job; None: not measured (the fluid model)
+    pending_by_tier: dict[str, dict] | None = None
 
 
 def run(demands: dict[str, PoolDemand], prices: dict[str, PoolPrices], floors_nodes: dict[str, int], *, lend: bool,

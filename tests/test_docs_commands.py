@@ -55,8 +55,9 @@ SLOW = {
     "make benchmark": "1 min unloaded, 3 under load: 150 simulations of 57 days",
     "make bench-what-if": "30 s unloaded: 60 simulations of 57 days",
     "make bench-advise": "12 s unloaded, 30 s under load: 20 simulations of a month, and a timing benchmark",
-    "make bench-org": "about 13 minutes: 72 fluid advisor runs and 27 simulations of 57 days over the ten ITP "
-                      "clusters (761 s on the shared 2-core machine, docs/benchmarks.md)",
+    "make bench-org": "about 15 minutes per rotation and seed: 72 fluid advisor runs, then 10 simulations of 57 "
+                      "days over the ten ITP clusters per rotation and seed (nine of them; one took 928 s on the "
+                      "loaded shared 2-core machine, docs/benchmarks.md)",
     "make bench-capacity-block": "40 simulated Capacity Blocks, before and after",
     "make bench-sizes": "1 min unloaded, 2 under load: 30 simulations of 57 days",
 }

@@ -123,11 +123,19 @@ def run(args, cfg) -> dict:
     if args.model == "fluid":
         doc = org_advisor.evaluate(inputs, org_advisor.fluid_runner(inputs.prices), seed=args.seed)
     else:  # every scenario through the environment simulator, identical runs once (EnvironmentRunner's cache)
+        from dataclasses import replace
+
+        from sim.engine import NODEGROUP_UPDATE_MINUTES
+
+        # the node group's update is asynchronous (sim/engine.py SimSettings.nodegroup_update_minutes)
+        settings = replace(settings, nodegroup_update_minutes=NODEGROUP_UPDATE_MINUTES)
         runner = org_advisor.environment_runner(cfg, demand, settings, inputs.prices,
                                                 production_share=share)
         runner.progress = _progress()
         doc = org_advisor.evaluate(inputs, runner, seed=args.seed)
         doc["simulations"] = {"runs": runner.runs, "cache_hits": runner.hits}
+    # what every figure of lost work, reclaim and pending time depends on (issue 36); the fluid model loses none
+    doc["checkpoint_interval_minutes"] = settings.checkpoint_interval_minutes if args.model != "fluid" else None
     return {"environment": cfg.environment, "demand": {n: t.name for n, t in demand.items()}, **doc}
 
 
@@ -151,6 +159,14 @@ def _pct(x) -> str:
     return "-" if x is None else f"{x:+.1f} %"
 
 
+def _pending(row: dict) -> str:
+    """The production tier's p95 / p99 total pending minutes per job; "-" where not measured (the fluid model)."""
+    p = (row.get("pending_by_tier") or {}).get("production") or {}
+    if p.get("p95_pending_minutes") is None:
+        return "-"
+    return f"{p['p95_pending_minutes']:,.0f}/{p['p99_pending_minutes']:,.0f}"
+
+
 def _util(u) -> str:
     return "-" if u is None else f"{100 * u['owned']:.0f} / {100 * u['lent']:.0f} %"
 
@@ -170,7 +186,9 @@ def render(doc: dict) -> None:
                     for c in rec["commitment"]["reserved_instances"]) or "none"
     console.print(f"[bold]recommended: floors {floors or 'none'}; organization commitment {ris}, bought at the end "
                   f"of the sizing window; the guarantee costs {_pct(rec['price_of_guarantee_pct'])} "
-                  f"(${rec['price_of_guarantee_usd']:,.0f} over the report window) over karpenter+savings-plan[/]")
+                  f"(${rec['price_of_guarantee_usd']:,.0f} over the report window) over karpenter+savings-plan, "
+                  f"{_pct(rec['price_over_shared_pct'])} (${rec['price_over_shared_usd']:,.0f}) over "
+                  "karpenter-shared+savings-plan[/]")
     for n, g in rec.get("price_of_each_guarantee", {}).items():
         console.print(f"  {n}'s floor of {g['floor_nodes']} nodes: ${g['usd']:,.0f} ({_pct(g['pct_of_total'])})")
     for t in rec["commitment"]["unpriced"]:
@@ -183,6 +201,10 @@ def render(doc: dict) -> None:
         console.print(f"  karpenter+savings-plan buys no plan: the {nb['reserved_instances']} RI(s) Cost Explorer "
                       f"sizes on the sizing window would cost ${nb['would_cost_usd_more']:,.0f} more over the "
                       "report window")
+    console.print(f"cheaper layout for this demand: {rec['cheaper_layout']}")
+    if doc.get("checkpoint_interval_minutes") is not None:
+        console.print(f"every job checkpoints every {doc['checkpoint_interval_minutes']} min "
+                      "(--checkpoint-interval): the lost work, reclaims and pending times above depend on it")
     console.print(f"[bold]verdict: {rec['verdict']}[/]")
     for name, sc in doc["scenarios"].items():
         if not sc["shortage_hours"]:
@@ -198,13 +220,13 @@ def _setups(console, title, rows) -> None:
     from gpuloan.render import tables
 
     cols = ["setup", "cost $", "price of\nguarantee", "floor used\nowned/lent", "commitment\nused",
-            "unmet\nGPU-h", "unmet prod.\nGPU-h", "prod.\ninterr."]
+            "unmet\nGPU-h", "unmet prod.\nGPU-h", "prod.\ninterr.", "prod. pending\np95/p99 min"]
     t = tables.table(title, cols, left=("setup",))
     for r in rows:
         cu = r["commitment_utilization"]
         t.add_row(r["name"], f"{r['total_cost_usd']:,.0f}", _pct(r.get("price_of_guarantee_pct")),
                   _util(r["floor_utilization"]), "-" if cu is None else f"{100 * cu:.0f} %",
                   f"{r['unmet_gpu_hours']:,.0f}", f"{r['unmet_production_gpu_hours']:,.0f}",
-                  str(r["production_interruptions"]))
+                  str(r["production_interruptions"]), _pending(r))
     tables.print_table(console, t)
 

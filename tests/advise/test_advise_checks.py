@@ -177,10 +177,10 @@ def test_org_verdict_calls_a_guarantee_dominated_only_where_it_is_in_every_scena
     assert some.startswith("dominated where capacity is not short") and "does better in: on-demand-shortage" in some
     assert org_advisor.verdict({"default": []}).startswith("not dominated")
     ours = {"name": "gpuloan", "total_cost_usd": 100, "unmet_gpu_hours": 5, "unmet_production_gpu_hours": 1,
-            "production_interruptions": 0, "p95_wait_minutes_by_tier": {"production": 5.0}}
+            "production_interruptions": 0, "pending_by_tier": {"production": {"p95_pending_minutes": 5.0}}}
     k = dict(ours, name="karpenter", total_cost_usd=50, unmet_gpu_hours=9)  # cheaper, more unmet: not dominating
     assert org_advisor.dominated_by(ours, [k]) == []
-    k2 = dict(ours, name="karpenter", total_cost_usd=50, p95_wait_minutes_by_tier={"production": 4.0})
+    k2 = dict(ours, name="karpenter", total_cost_usd=50, pending_by_tier={"production": {"p95_pending_minutes": 4.0}})
     assert org_advisor.dominated_by(ours, [k2]) == ["karpenter"]
 
 
@@ -189,10 +189,12 @@ def test_the_simulated_org_example_of_the_issue_is_dominated_by_karpenter():
     production p95 wait 1,744 min against 507), though 13 production GPU-h fewer go unmet."""
     ours = {"name": "gpuloan", "total_cost_usd": 5702.0, "unmet_gpu_hours": 1306.844,
             "unmet_production_gpu_hours": 250.724, "production_interruptions": 0,
-            "p95_wait_minutes_by_tier": {"experiment": 3520.8, "production": 1743.9}}
+            "pending_by_tier": {"experiment": {"p95_pending_minutes": 3520.8},
+                                "production": {"p95_pending_minutes": 1743.9}}}
     karpenter = {"name": "karpenter", "total_cost_usd": 2737.34, "unmet_gpu_hours": 534.003,
                  "unmet_production_gpu_hours": 263.548, "production_interruptions": 0,
-                 "p95_wait_minutes_by_tier": {"experiment": 3520.8, "production": 507.1}}
+                 "pending_by_tier": {"experiment": {"p95_pending_minutes": 3520.8},
+                                     "production": {"p95_pending_minutes": 507.1}}}
     assert org_advisor.dominated_by(ours, [karpenter]) == ["karpenter"]
     assert org_advisor.verdict({"default": ["karpenter"], "on-demand-shortage": ["karpenter"]}).startswith(
         "dominated by karpenter: cheaper and no worse on unmet work, production interruptions and p95 waits")

@@ -273,10 +273,12 @@ def test_json_document_has_the_issues_keys():
     names = [b["name"] for b in doc["baselines"]]
     assert {"karpenter", "karpenter+savings-plan", "team-floors", "fluid-bound"} <= set(names)
     for b in [doc["recommendation"]["report"], *doc["baselines"]]:
-        for key in ("total_cost_usd", "production_interruptions", "unmet_gpu_hours", "p95_wait_minutes_by_tier",
+        for key in ("total_cost_usd", "production_interruptions", "unmet_gpu_hours", "pending_by_tier",
                     "floor_utilization", "commitment_utilization"):
             assert key in b, (b["name"], key)
-        assert set(b["p95_wait_minutes_by_tier"]) == {PRODUCTION, EXPERIMENT}
+        assert set(b["pending_by_tier"]) == {PRODUCTION, EXPERIMENT}
+        for tier in b["pending_by_tier"].values():
+            assert set(tier) == {"p95_pending_minutes", "p99_pending_minutes", "max_pending_minutes"}
     assert doc["baselines"][1]["price_of_guarantee_pct"] == 0  # karpenter+savings-plan is the reference
     assert set(doc["scenarios"]) == {"spot-shortage", "on-demand-shortage"}
     json.dumps(doc)
@@ -359,6 +361,21 @@ def test_cli_runs_every_setup_through_the_environment_simulator(capsys):
     assert all(r["model"] == "simulated" for sc in doc["scenarios"].values()
                for r in [sc["recommendation_report"], *sc["baselines"]] if r["name"] != "fluid-bound")
     assert doc["simulations"]["cache_hits"] > 0
+    # issue 36: the baselines by the issue's names, each with pending time per tier; the checkpoint interval
+    # that the lost work and pending times depend on is in the document, and progress went to stderr
+    assert {b["name"] for b in doc["baselines"]} == set(org_advisor.BASELINES)
+    assert doc["checkpoint_interval_minutes"] == 30
+    assert "environment simulation(s) done" in out.err
+    for row in rows.values():
+        for tier in row["pending_by_tier"].values():
+            assert {"p95_pending_minutes", "p99_pending_minutes", "max_pending_minutes"} == set(tier)
+
+
+def test_checkpoint_interval_of_zero_is_refused_naming_the_flag(capsys):
+    rc = cli.main(["advise", "-s", "prod", "--demand", "docs/examples/org-demand", "--sizing-days", "3",
+                   "--model", "simulated", "--checkpoint-interval", "0", "--json"])
+    err = capsys.readouterr().err
+    assert rc != 0 and "--checkpoint-interval" in err and "environment simulation" not in err
 
 
 def test_percentile_is_nearest_rank():
@@ -443,8 +460,12 @@ def test_the_simulated_run_plugs_in_through_simulate_environment(tmp_path):
         hours = horizon_minutes // 60
         calls.append((floors, lend, controller, hours, max(len(t.gpus_demanded) for t in demands.values()),
                       window_from_minute))
-        d = org_demand.profiles(demands, tiers, hours, 1.0)
-        return fluid.run(d, prices, floors, lend=lend, report_from_hour=window_from_minute // 60)
+        # karpenter-shared runs the organization's pools (org_advisor.shared_layout): here one per instance type,
+        # each the sum of the production series of that type
+        shared = {"org-production-series": "training", "org-production-2-series": "inference"}
+        d = org_demand.profiles(demands, {n: PRODUCTION for n in demands}, hours, 1.0)
+        p = {n: prices[shared.get(n, n)] for n in demands}
+        return fluid.run(d, p, floors, lend=lend, report_from_hour=window_from_minute // 60)
 
     runner = org_advisor.environment_runner(cfg, series, None, prices, simulate=simulate)
     inputs = org_advisor.OrgInputs(org_demand.profiles(series, tiers, 96, 1.0), prices, {(T, R): RI}, "t", 48, 7)
@@ -456,9 +477,15 @@ def test_the_simulated_run_plugs_in_through_simulate_environment(tmp_path):
     # karpenter+savings-plan share it), team-floors and not-lent without lending (one run for both)
     assert sorted(calls, key=str) == sorted([
         ({"training": 4, "inference": 2}, True, "gpuloan", 96, 96 * 60, 48 * 60),
+        # gpuloan-shared: both pools hold a floor and run only production series here, so the shared layout is
+        # the same pools (the simulator is called with the same setup; the cache key differs by layout)
+        ({"training": 4, "inference": 2}, True, "gpuloan", 96, 96 * 60, 48 * 60),
         ({"training": 0, "inference": 0}, False, "karpenter", 96, 96 * 60, 48 * 60),
-        ({"training": 4, "inference": 2}, False, "gpuloan", 96, 96 * 60, 48 * 60)], key=str)
-    assert runner.runs == 3 and runner.hits > 0
+        ({"training": 4, "inference": 2}, False, "gpuloan", 96, 96 * 60, 48 * 60),
+        # (the shared pools' team keeps Kueue's default lending: there is no floor to lend)
+        ({"org-production-series": 0, "org-production-2-series": 0}, True, "karpenter", 96, 96 * 60, 48 * 60)],
+        key=str)
+    assert runner.runs == 5 and runner.hits > 0
     # the same setup through the fluid runner gives the same figures (the stand-in is the fluid model)
     fl = org_advisor.evaluate(inputs, org_advisor.fluid_runner(prices), scenarios=("default",), per_pool_prices=False)
     assert doc["recommendation"]["report"]["total_cost_usd"] == fl["recommendation"]["report"]["total_cost_usd"]

@@ -113,7 +113,7 @@ def test_unmet_work_of_the_report_window_is_measured_in_one_run_and_is_never_neg
     assert old < 0 < run.pools["prod"].unmet_gpu_hours
 
 
-def test_p95_wait_is_over_the_jobs_submitted_in_the_report_window():
+def test_pending_time_is_over_the_jobs_submitted_in_the_report_window():
     traces = _traces()
     runner, _ = _runner(traces)
     no_floors = {"prod": 0, "exp": 0}
@@ -121,12 +121,14 @@ def test_p95_wait_is_over_the_jobs_submitted_in_the_report_window():
                  report_from_hour=SIZING)
     whole = _plain_run(traces, no_floors, "karpenter")
     w = whole.sims["exp"].workload
-    waits, _ = w.waits_minutes(HOURS * 60)
-    in_window = [x for x, s in zip(waits, w.submit_s) if s >= SIZING * 3600]
-    assert run.p95_wait_minutes_by_tier["experiment"] == round(percentile(in_window, 95), 1)
+    pending = w.pending_minutes(HOURS * 60)
+    in_window = [x for x, s in zip(pending, w.submit_s) if s >= SIZING * 3600]
+    exp = run.pending_by_tier["experiment"]
+    assert exp["p95_pending_minutes"] == round(percentile(in_window, 95), 1)
+    assert exp["p99_pending_minutes"] == round(percentile(in_window, 99), 1)
+    assert exp["max_pending_minutes"] == round(max(in_window), 1)
     # the sizing window's burst waited for hours; the whole run's p95 is that burst's, not the window's
-    assert whole.environment["p95_wait_minutes_by_tier"]["experiment"] > 10 * run.p95_wait_minutes_by_tier[
-        "experiment"]
+    assert whole.environment["p95_wait_minutes_by_tier"]["experiment"] > 10 * exp["p95_pending_minutes"]
 
 
 def test_reclaims_and_lending_are_counted_only_where_they_happen():
@@ -170,10 +172,11 @@ def test_identical_simulations_run_once_and_the_cache_gives_the_uncached_figures
     b = org_advisor.evaluate(inputs, uncached, scenarios=("default", "on-demand-shortage"), seed=seed,
                              per_pool_prices=False)
     assert a == b
-    # three distinct simulations: karpenter (karpenter+savings-plan shares it), the floors lent (gpuloan), the
-    # floors not lent (team-floors and floors-not-lent share it), each branched at the report window into the
-    # shortage scenario; the commitments read the default runs' sizing hours
-    assert cached.runs == 3 and cached.hits > 0
+    # five distinct simulations: karpenter (karpenter+savings-plan shares it), karpenter-shared (and its plan), the
+    # floors lent (gpuloan, in a pool per team and in shared pools), the floors not lent (team-floors and
+    # floors-not-lent share it), each branched at the report window into the shortage scenario; the commitments
+    # read the default runs' sizing hours
+    assert cached.runs == 5 and cached.hits > 0
     assert uncached.runs > cached.runs and uncached.hits == 0
     # another term bills the same simulations: no new run
     runs = cached.runs
@@ -254,11 +257,21 @@ def test_bench_org_smoke_runs_both_models_and_checks_the_goals_on_the_simulated_
     assert bench.main(["--smoke", "--traces", str(SHARED_TRACES / "itp"), "--workers", "1"]) == 0
     out = capsys.readouterr().out
     assert "Model: **fluid**" in out and "Model: **simulated**" in out
-    assert "### The issue's goals at p90 on the simulated figures, worst seed" in out
+    assert ("### The issue's goals at p90 on the simulated figures, checkpoints every 30 min, worst seed" in out)
+    assert "### The issue's goals at p90, no checkpoints, worst seed (reported, not required)" in out
     goals = [line for line in out.splitlines() if line.startswith("| reserved_")
              and ("met" in line or "MISSED" in line) and "min" in line]
-    assert len(goals) == 2  # one row per term (one rotation), each goal met or missed with its margin
-    assert "bench-org simulated: 3 simulations" in out and "s wall" in out  # one per setup, scenarios branched
+    # one row per term (one rotation) with checkpoints and one without, each goal met or missed with its margin
+    assert len(goals) == 4
+    for line in goals:
+        assert line.count(" met") + line.count(" MISSED") == 6
+    assert "gpuloan-shared $" in out
+    # one per setup (gpuloan lent in both layouts and not lent, karpenter per team and shared) and checkpoint
+    # setting, scenarios
+    # branched
+    assert "bench-org simulated: 10 simulations" in out and "s wall" in out
+    for name in ("karpenter-shared $", "karpenter-shared+savings-plan $"):
+        assert name in out
 
 
 def test_scenarios_branched_from_one_run_give_the_figures_of_separate_runs():
@@ -359,3 +372,21 @@ def test_production_jobs_arriving_together_take_the_free_floor_node_and_preempt_
     assert jobs.first_start[2] == jobs.first_start[7] == 25 * 60
     assert res.pools["prod"]["window"]["priority_preemptions"] == 1
     assert res.pools["prod"]["window"]["unmet_guaranteed_production_gpu_hours"] == 0.0
+
+
+def test_pending_time_counts_every_re_wait_after_a_reclaim():
+    """Total pending time per job (issue 36): a job reclaimed off a borrowed floor waits again, and that re-wait
+    counts; a job never stopped waits once (its pending time is its first wait)."""
+    traces = {"prod": _jobs("prod", [(6, 1, 2)]),
+              "exp": _jobs("exp", [(1 + k / 60, 8, 1) for k in range(6)])}
+    whole = _plain_run(traces, {"prod": 2, "exp": 0}, "gpuloan", lend=True)
+    w = whole.sims["exp"].workload
+    assert w.reclaim_preemptions > 0
+    first, _ = w.waits_minutes(HOURS * 60)
+    pending = w.pending_minutes(HOURS * 60)
+    stopped = [k for k in range(len(first)) if pending[k] > first[k] + 1e-9]
+    # every reclaimed job waited again (a boot at least, the floor being its owner's); no other job did
+    assert len(stopped) == w.reclaim_preemptions
+    for k in range(len(first)):
+        assert pending[k] >= first[k] - 1e-9
+    assert min(pending[k] - first[k] for k in stopped) >= CALM.provisioning_delay_minutes - 1
