@@ -156,7 +156,7 @@ class SharedLayout:
     """`karpenter-shared`: two NodePools for the whole organization, packing across teams: one on-demand for
     production pods, one spot-first (on-demand while spot is short) for every other pod (per instance type, where
     the pools run several). Simulated as two pools, each job of every team in the one its class picks; the class
-    of each job is the one the per-team run gives it (sim/environment.py production_flags with the team's pool
+    of each job is the one the per-team run gives it (sim/job_class.py production_flags with the team's pool
     name, share and seed), so both layouts run the same jobs as the same classes; a demand series goes whole to
     the production pool when its pool's share is 100 %, else to the other (as the simulator classes a series),
     summed minute by minute with the series of its class. `source[pool][k]`: the team pool job k came from."""
@@ -171,7 +171,8 @@ def shared_layout(cfg, traces: dict, seed: int, *, keep_floors: bool = False) ->
     pool with a floor stays, its team's production jobs on it, and everything else goes to the two shared pools;
     the interruptible one borrows the idle floors through Kueue as an experiment-tier queue does."""
     from sim import pool as simpool
-    from sim.environment import production_flags, production_share_pct
+    from config.scheduling import production_share_pct
+    from sim.job_class import production_flags
     from sim.traces import Job, JobsTrace, SeriesTrace
 
     types: list[str] = []
@@ -195,7 +196,7 @@ def shared_layout(cfg, traces: dict, seed: int, *, keep_floors: bool = False) ->
             return (SHARED_PRODUCTION if prod else SHARED_REST) + suffix
 
         if isinstance(trace, JobsTrace):
-            flags = production_flags(trace, share, seed, p.name) or [False] * len(trace.jobs)
+            flags = production_flags(trace, share / 100, seed, p.name) or [False] * len(trace.jobs)
             for j, prod in zip(trace.jobs, flags):
                 name = home(prod)
                 jobs.setdefault(name, []).append((j, p.name))

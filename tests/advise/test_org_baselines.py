@@ -11,7 +11,7 @@ from conftest import requires_shared_prices, stack_config
 from advise import org_advisor
 from sim import org_demand
 from sim.engine import SimSettings
-from sim.environment import production_flags
+from sim.job_class import production_flags
 from sim.fluid import PoolPrices, Scenario
 from sim.traces import Job, JobsTrace
 from config import config
@@ -66,7 +66,7 @@ def test_shared_layout_runs_every_job_once_in_the_nodepool_its_class_picks():
     layout = org_advisor.shared_layout(cfg, traces, seed=3)
     assert set(layout.traces) == {org_advisor.SHARED_PRODUCTION, org_advisor.SHARED_REST}
     # the class of each job is the one the per-team simulation gives it (same function, pool name, share, seed)
-    want = {n: {j.job_id for j, p in zip(t.jobs, production_flags(t, 30.0, 3, n)) if p} for n, t in traces.items()}
+    want = {n: {j.job_id for j, p in zip(t.jobs, production_flags(t, 0.30, 3, n)) if p} for n, t in traces.items()}
     got_prod = {j.job_id for j in layout.traces[org_advisor.SHARED_PRODUCTION].jobs}
     assert got_prod == {f"{n}/{i}" for n, ids in want.items() for i in ids}
     every = [j.job_id for t in layout.traces.values() for j in t.jobs]
@@ -188,7 +188,7 @@ def test_gpuloan_shared_layout_keeps_the_floors_with_their_production_and_shares
     pools = {p.name: p for p in layout.cfg.pools}
     assert set(pools) == {"prod", org_advisor.SHARED_PRODUCTION, org_advisor.SHARED_REST}
     assert pools["prod"].guaranteed.nodes == 2  # the floor stays with its team
-    flags = production_flags(traces["prod"], 30.0, 3, "prod")
+    flags = production_flags(traces["prod"], 0.30, 3, "prod")
     assert [j.job_id for j in layout.traces["prod"].jobs] == [
         f"prod/{j.job_id}" for j, p in zip(traces["prod"].jobs, flags) if p]
     # the shared interruptible queue borrows the idle floor (an experiment-tier queue in the cohort)
