@@ -112,16 +112,14 @@ def _sim_setups(demands, prices, sizing_hours):
             (floors, False, oa.CONTROLLER_GPULOAN)]
 
 
-_SIM_STATE: dict = {}  # traces and prices, set before the worker processes fork (not pickled per simulation)
-
-
-def _sim_run(job):
-    """One setup in every scenario (a worker process): one run up to the report window that branches there into
-    the shortage scenarios (EnvironmentRunner.run_scenarios); the cache entries it made, with its wall seconds."""
+def _sim_run(shared, job):
+    """One setup in every scenario (a worker of sim/parallel.py; `shared`: the traces and prices, sent to each
+    worker once): one run up to the report window that branches there into the shortage scenarios
+    (EnvironmentRunner.run_scenarios); the cache entries it made, with its wall seconds."""
     rotation, seed, setup, scenario_names, days, sizing_hours = job
     from sim import org_advisor as oa
 
-    traces, prices = _SIM_STATE["traces"], _SIM_STATE["prices"]
+    traces, prices = shared
     demands, runner = _sim_unit(rotation, seed, traces, prices, days, sizing_hours)
     hours = max(d.hours for d in demands.values())
     scenarios = [oa.scenario_for(n, hours, sizing_hours, seed) for n in scenario_names]
@@ -132,27 +130,23 @@ def _sim_run(job):
     return (rotation, seed), dict(runner.cache), runner.runs, time.perf_counter() - t0, controller
 
 
-def _simulated(traces, prices, rates, rotations, seeds, scenarios, days, sizing_days, lookback_days, workers):
-    """Every distinct setup in a pool of processes (each one run, branched into the scenarios at the report
-    window), then each (term, rotation, seed)'s advice from the filled caches (no simulation runs twice).
-    Returns the documents and the timings."""
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-
+def _simulated(traces, prices, rates, rotations, seeds, scenarios, days, sizing_days, lookback_days, engine):
+    """Every distinct setup on `engine` (sim/parallel.py: local processes or Ray; each one run, branched into the
+    scenarios at the report window), then each (term, rotation, seed)'s advice from the filled caches (no
+    simulation runs twice). Returns the documents and the timings."""
     from sim import org_advisor as oa
+    from sim import parallel
 
     sizing_hours = sizing_days * 24
     units = {(r, s): _sim_unit(r, s, traces, prices, days, sizing_hours) for r in rotations for s in seeds}
     jobs = [(r, s, setup, scenarios, days, sizing_hours)
             for (r, s), (demands, _) in units.items() for setup in _sim_setups(demands, prices, sizing_hours)]
     timings = []
-    _SIM_STATE.update(traces=traces, prices=prices)
-    with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("fork")) as ex:
-        for unit, cache, runs, seconds, controller in ex.map(_sim_run, jobs):
-            units[unit][1].cache.update(cache)
-            timings.append((unit, controller, runs, seconds))
-            print(f"  simulated rotation {unit[0] + 1} seed {unit[1]} {controller}: {seconds:.0f} s "
-                  f"({len(timings)}/{len(jobs)})", file=sys.stderr, flush=True)
+    for unit, cache, runs, seconds, controller in parallel.run_all(
+            jobs, _sim_run, shared=(traces, prices), engine=engine, label="bench-org simulated",
+            describe=lambda j: f"rotation {j[0] + 1} seed {j[1]} {oa.describe_setup((*j[2], []))}"):
+        units[unit][1].cache.update(cache)
+        timings.append((unit, controller, runs, seconds))
     docs = {}
     for (r, s), (demands, runner) in units.items():
         for term in TERMS:
@@ -307,12 +301,18 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"simulated model: scenarios, comma-separated (default {','.join(SIM_SCENARIOS)}; "
                              "spot-shortage adds three simulations per rotation and seed)")
     parser.add_argument("--workers", type=int, default=2, help="processes (default 2)")
+    parser.add_argument("--ray", metavar="ADDRESS", help="simulated model: run the setups on the Ray cluster at "
+                        "ADDRESS (default: $RAY_ADDRESS when set; needs pip install 'gpuloan[ray]')")
     parser.add_argument("--plot", default=str(REPO / "docs" / "bench-org.png"), help="the picture (PNG)")
     parser.add_argument("--smoke", action="store_true",
                         help="a quick run (the script's test): days 1-3 of the traces, sized on the first, rotation "
                              "1, one seed, the p90 level only; its figures mean nothing")
     args = parser.parse_args(argv)
     os.environ.setdefault("GPULOAN_PRICE_FILE", str(DEFAULT_PRICES))
+    from sim import parallel
+
+    # Ray connected (or refused, naming the address) before any table is printed
+    engine = parallel.engine_for(args.workers, args.ray) if args.model != "fluid" else parallel.Engine(parallel.SERIAL)
     t0 = time.perf_counter()
 
     from pricing.sources import catalog, floor_pricing
@@ -376,7 +376,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.model in ("simulated", "both"):
         ts = time.perf_counter()
         sdocs, timings = _simulated(traces, prices, rates, rotations, sim_seeds, scenarios, days, sizing_days,
-                                    lookback_days, args.workers)
+                                    lookback_days, engine)
         wall = time.perf_counter() - ts
         print(f"\nModel: **simulated** (sim/environment.py: whole nodes, boots, Kueue lending and reclaim, spot "
               f"events, the per-pool controllers; the fluid bound stays fluid); seeds {sim_seeds.start}-"
@@ -387,8 +387,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bench-org simulated: {sum(runs for *_, runs, _ in timings)} simulations ({len(rotations)} rotations "
               f"x {len(sim_seeds)} seed(s) x 3 distinct setups, each one run over the whole history branched at "
               f"the report window into {len(scenarios) - 1} shortage scenario(s); {len(TERMS) * 5 * len(scenarios)} "
-              f"setup figures per rotation and seed billed from them) in {wall:.1f} s wall on {args.workers} "
-              f"worker(s) ({sims:.0f} s summed over the setups, {max(s for *_, s in timings):.0f} s the longest)")
+              f"setup figures per rotation and seed billed from them) in {wall:.1f} s wall on "
+              f"{engine.words() if engine.kind == parallel.RAY else f'{args.workers} worker(s)'} "
+              f"({sims:.0f} s summed over the setups, {max(s for *_, s in timings):.0f} s the longest)")
     print(f"\nbench-org: {time.perf_counter() - t0:.1f} s wall in all")
     print("every goal met" if ok else "some goals missed: see the goals tables (the run itself succeeded)")
     return 0

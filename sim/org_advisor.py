@@ -559,8 +559,9 @@ def simulations(inputs: OrgInputs, *, scenarios=SCENARIOS, seed: int = 1, per_po
     s, hours = inputs.sizing_hours, inputs.hours
     fl = size_floors(_heads(inputs.demands, s), inputs.prices, inputs.guarantee_percentile)
     scs = [scenario_for(n, hours, s, seed) for n in scenarios]
-    out = [(fl, True, CONTROLLER_GPULOAN, scs), (fl, False, CONTROLLER_GPULOAN, scs),
-           ({n: 0 for n in inputs.demands}, False, CONTROLLER_KARPENTER, scs)]
+    out: list[tuple[dict[str, int], bool, str, list[Scenario]]] = [
+        (fl, True, CONTROLLER_GPULOAN, scs), (fl, False, CONTROLLER_GPULOAN, scs),
+        ({n: 0 for n in inputs.demands}, False, CONTROLLER_KARPENTER, scs)]
     if per_pool_prices:
         out += [(dict(fl, **{n: 0}), True, CONTROLLER_GPULOAN, [Scenario()]) for n, k in fl.items() if k]
     return out
@@ -591,7 +592,8 @@ def describe_setup(setup) -> str:
     held = ", ".join(f"{n} {k}" for n, k in floors.items() if k) or "none"
     names = "+".join("default" if not (sc.spot_short_hours or sc.on_demand_short_hours) else "shortage"
                      for sc in scenarios)
-    return f"setup {controller}, floors {'lent' if lend else 'not lent'} ({held}), scenarios {names}"
+    return (f"setup {controller}, floors {'lent' if lend else 'not lent'} ({held})"
+            + (f", scenarios {names}" if names else ""))
 
 
 def _simulate_setup(shared, setup) -> tuple[dict, int]:
