@@ -590,10 +590,9 @@ def describe_setup(setup) -> str:
     """A setup as an error names it: `setup gpuloan, floors lent (training 2, infer 1)`."""
     floors, lend, controller, scenarios = setup
     held = ", ".join(f"{n} {k}" for n, k in floors.items() if k) or "none"
-    names = "+".join("default" if not (sc.spot_short_hours or sc.on_demand_short_hours) else "shortage"
-                     for sc in scenarios)
+    shortages = sum(1 for sc in scenarios if sc.spot_short_hours or sc.on_demand_short_hours)
     return (f"setup {controller}, floors {'lent' if lend else 'not lent'} ({held})"
-            + (f", scenarios {names}" if names else ""))
+            + (f", default and {shortages} shortage scenario(s)" if shortages else ""))
 
 
 def _simulate_setup(shared, setup) -> tuple[dict, int]:
