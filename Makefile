@@ -121,8 +121,8 @@ bench-environment: $(VENV)/.runtime
 	$(BIN)/python scripts/bench_environment.py --traces $(TRACES)
 
 ## bench-scale: one simulation at 16-64 pools x 31/90 days:
-## CPU, wall, peak memory, growth ratios (FULL=1: to 128
-## pools); then one policy tick at 50-200 pools
+## CPU, wall, peak memory, growth ratios (FULL=1: every
+## size over 90 days); then one policy tick at 50-200 pools
 bench-scale: $(VENV)/.dev
 	$(BIN)/python scripts/bench_scale.py --traces $(TRACES) $(if $(FULL),--full)
 	@# the tick part (issue 41 item 2) prints the last line, `tick 200 pools: S s, C calls`

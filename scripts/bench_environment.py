@@ -56,13 +56,14 @@ def pools_config(demands: dict, horizon: int, name: str = "bench-environment", l
     template = pool.spec_from_config(config.from_stack_yaml(doc, "Pulumi.prod.yaml"), "training")
     pools = []
     for n, (pool_name, trace) in enumerate(demands.items()):
-        sized = pool.auto_size(template, trace, horizon_minutes=horizon)
+        # a quiet month cut short (bench-scale's few-day runs) has no demand to size from: one elastic node
+        sized = pool.auto_size(template, trace, horizon_minutes=horizon) if trace.jobs else None
         tier = TIERS[n % len(TIERS)]
         entry = {"name": pool_name, "team": f"team-{pool_name}", "tier": tier,
                  "elastic": {"instance_types": [INSTANCE_TYPE],
                              "capacity": "on_demand" if tier == "production" else "spot_then_on_demand",
-                             "max_nodes": sized.elastic_max_nodes, "workload": "batch"}}
-        if sized.floor_nodes:
+                             "max_nodes": sized.elastic_max_nodes if sized else 1, "workload": "batch"}}
+        if sized and sized.floor_nodes:
             entry["guaranteed"] = {"instance_type": INSTANCE_TYPE, "nodes": sized.floor_nodes}
         pools.append(entry)
     data["gpuloan:pools"] = pools

@@ -23,9 +23,14 @@ def test_a_tiled_trace_is_shifted_and_repeated_to_the_horizon():
     assert len({j.job_id for j in out.jobs}) == len(out.jobs)
 
 
-def test_no_two_of_128_pools_replay_the_same_days():
-    keys = {(i % bench_scale.CLUSTERS, bench_scale.shift_days(i)) for i in range(128)}
-    assert len(keys) == 128
+def test_no_two_of_128_pools_replay_the_same_days_and_16_are_bench_environments_months():
+    from scripts.bench_environment import MONTHS
+
+    assert len({bench_scale.month(i) for i in range(128)}) == 128
+    assert [bench_scale.month(i) for i in range(16)] == [(c, first - 1) for c, first, _ in MONTHS]
+    # doubling the pools doubles every month: pools 16-31 are the same months, 17 days later
+    assert [bench_scale.month(i + 16) for i in range(16)] == [(c, (s + 17) % 56) for c, s in
+                                                                 (bench_scale.month(i) for i in range(16))]
 
 
 @requires_shared_traces
@@ -33,8 +38,8 @@ def test_no_two_of_128_pools_replay_the_same_days():
 def test_an_organization_names_each_pool_by_cluster_and_shift_and_sizes_it():
     cfg, demands, horizon = bench_scale.organization(SHARED_TRACES / "itp", 12, 31)
     assert horizon == 31 * 1440 and len(cfg.pools) == 12 == len(demands)
-    assert list(demands)[:2] == ["c01-s21", "c02-s24"] and list(demands)[10] == "c01-s38"
-    assert demands["c01-s21"].jobs != demands["c01-s38"].jobs  # the same cluster, other days
+    assert list(demands)[:2] == ["c01-s0", "c02-s0"] and list(demands)[9:11] == ["c02-s31", "c03-s31"]
+    assert demands["c02-s0"].jobs != demands["c02-s31"].jobs  # the same cluster, other days
     assert cfg.scheduling.kueue.enabled  # every floor lendable in the environment's cohort
 
 
