@@ -43,7 +43,8 @@ def environment(traces_dir: Path, lending: bool = True):
     return pools_config(demands, horizon, lending=lending), demands, horizon
 
 
-def pools_config(demands: dict, horizon: int, name: str = "bench-environment", lending: bool = True):
+def pools_config(demands: dict, horizon: int, name: str = "bench-environment", lending: bool = True,
+                 floor_payment: str | None = None):
     """The benchmark's stack for these pools (name -> trace, in order): the prod stack's settings, each pool sized
     from its own trace, tiers rotating; also scripts/bench_scale.py's organizations."""
     import yaml
@@ -64,7 +65,8 @@ def pools_config(demands: dict, horizon: int, name: str = "bench-environment", l
                              "capacity": "on_demand" if tier == "production" else "spot_then_on_demand",
                              "max_nodes": sized.elastic_max_nodes if sized else 1, "workload": "batch"}}
         if sized and sized.floor_nodes:
-            entry["guaranteed"] = {"instance_type": INSTANCE_TYPE, "nodes": sized.floor_nodes}
+            entry["guaranteed"] = {"instance_type": INSTANCE_TYPE, "nodes": sized.floor_nodes,
+                                   **({"payment": floor_payment} if floor_payment else {})}
         pools.append(entry)
     data["gpuloan:pools"] = pools
     data["gpuloan:scheduling"] = {"kueue": {} if lending else {"enabled": False}}
