@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STACK ?= dev
 .DEFAULT_GOAL := help  # `make` alone lists the targets
 
-.PHONY: help preview lint test test-deep install dev-install data bench-config bench-policy bench-scale-tick bench-sim bench-speed bench-environment bench-advise bench-org bench-capacity-block benchmark bench-what-if bench-spot bench-gangs bench-sizes schema clean
+.PHONY: help preview lint test test-deep install dev-install data bench-config bench-policy bench-scale-tick bench-sim bench-speed bench-environment bench-scale bench-advise bench-org bench-capacity-block benchmark bench-what-if bench-spot bench-gangs bench-sizes schema clean
 
 # Public data beside the project (`make data`; never copied into it): the price table is the offline price file when
 # present, unless the caller set one; otherwise prices come from the cache `gpuloan prices refresh` fills, else the
@@ -128,6 +128,15 @@ bench-speed: $(VENV)/.runtime
 ## bench-environment: time the environment simulator
 bench-environment: $(VENV)/.runtime
 	$(BIN)/python scripts/bench_environment.py --traces $(TRACES)
+
+## bench-scale: one simulation at 16-64 pools x 31/90 days:
+## CPU, wall, peak memory, growth ratios (FULL=1: every
+## size over 90 days); then one policy tick at 50-200 pools
+bench-scale: $(VENV)/.dev
+	$(BIN)/python scripts/bench_scale.py --traces $(TRACES) $(if $(FULL),--full)
+	@# the tick part (issue 41 item 2) prints the last line, `tick 200 pools: S s, C calls`
+	@if [ -f scripts/bench_scale_tick.py ]; then $(BIN)/python scripts/bench_scale_tick.py; \
+	else echo "tick 200 pools: not measured (scripts/bench_scale_tick.py is not there yet)"; fi
 
 ## bench-advise: time advise's floor sweep, one pool over a month
 bench-advise: $(VENV)/.runtime

@@ -742,6 +742,63 @@ def scenario_for(name: str, hours: int, from_hour: int, seed: int) -> Scenario:
 SCENARIOS = ("default", "spot-shortage", "on-demand-shortage")
 
 
+def simulations(inputs: OrgInputs, *, scenarios=SCENARIOS, seed: int = 1, per_pool_prices: bool = True
+                ) -> list[tuple[dict[str, int], bool, str, list[Scenario]]]:
+    """The distinct simulated setups `evaluate` asks its runner for, each as (floors, lend, controller, scenarios):
+    `simulated_setups` of the recommended floors, each in every scenario; with
+    `per_pool_prices`, the recommended floors less each production pool's own, in the default scenario. They are
+    independent of each other: `prefill` runs them at once."""
+    s, hours = inputs.sizing_hours, inputs.hours
+    fl = size_floors(_heads(inputs.demands, s), inputs.prices, inputs.guarantee_percentile)
+    scs = [scenario_for(n, hours, s, seed) for n in scenarios]
+    out: list[tuple[dict[str, int], bool, str, list[Scenario]]] = [
+        (f, lend, controller, scs) for f, lend, controller in simulated_setups(inputs.demands, fl)]
+    if per_pool_prices:
+        out += [(dict(fl, **{n: 0}), True, CONTROLLER_GPULOAN, [Scenario()]) for n, k in fl.items() if k]
+    return out
+
+
+def prefill(runner: EnvironmentRunner, inputs: OrgInputs, engine=None, *, scenarios=SCENARIOS, seed: int = 1,
+            per_pool_prices: bool = True) -> None:
+    """Runs every simulation `evaluate(inputs, runner, ...)` will ask for on `engine` (sim/parallel.py: local
+    processes, Ray, or this process) into the runner's cache, so that evaluate only reads it. The runner goes to
+    each worker once, without its cache; each setup comes back as the cache entries it made."""
+    from dataclasses import replace
+
+    from sim import parallel
+
+    if not 0 < inputs.sizing_hours < inputs.hours:
+        return  # evaluate refuses these inputs itself, with the reason
+    todo = simulations(inputs, scenarios=scenarios, seed=seed, per_pool_prices=per_pool_prices)
+    bare = replace(runner, cache={}, runs=0, hits=0, progress=None)
+    for cache, runs in parallel.run_all(todo, _simulate_setup, shared=(bare, inputs.demands, inputs.sizing_hours),
+                                        engine=engine, describe=describe_setup, label="advise: simulations"):
+        runner.cache.update(cache)
+        runner.runs += runs
+
+
+def describe_setup(setup) -> str:
+    """A setup as an error names it: `setup gpuloan, floors lent (training 2, infer 1)`."""
+    floors, lend, controller, scenarios = setup
+    held = ", ".join(f"{n} {k}" for n, k in floors.items() if k) or "none"
+    shortages = sum(1 for sc in scenarios if sc.spot_short_hours or sc.on_demand_short_hours)
+    return (f"setup {controller}, floors {'lent' if lend else 'not lent'} ({held})"
+            + (f", default and {shortages} shortage scenario(s)" if shortages else ""))
+
+
+def _simulate_setup(shared, setup) -> tuple[dict, int]:
+    """One setup in every scenario on a worker (sim/parallel.py): the cache entries it made and its run count."""
+    runner, demands, sizing_hours = shared
+    runner.cache, runner.runs, runner.hits = {}, 0, 0
+    floors, lend, controller, scenarios = setup
+    if any(sc.spot_short_hours or sc.on_demand_short_hours for sc in scenarios):
+        runner.run_scenarios(demands, floors, lend=lend, controller=controller, scenarios=scenarios,
+                             report_from_hour=sizing_hours)
+    else:  # the default scenario alone: the plain run evaluate would make
+        runner(demands, floors, lend=lend, controller=controller, scenario=Scenario(), report_from_hour=sizing_hours)
+    return runner.cache, runner.runs
+
+
 def evaluate(inputs: OrgInputs, runner: Runner, *, scenarios=SCENARIOS, seed: int = 1,
              per_pool_prices: bool = True) -> dict:
     """The advice document: the recommendation, every baseline and the price of each guarantee, per scenario."""
@@ -750,9 +807,7 @@ def evaluate(inputs: OrgInputs, runner: Runner, *, scenarios=SCENARIOS, seed: in
     if prerun is not None and 0 < s < hours:
         # every scenario of each simulated setup from one run up to the report window (EnvironmentRunner), before
         # anything asks for one of them alone
-        fl = size_floors(_heads(inputs.demands, s), inputs.prices, inputs.guarantee_percentile)
-        scs = [scenario_for(n, hours, s, seed) for n in scenarios]
-        for f, lend, controller in simulated_setups(inputs.demands, fl):
+        for f, lend, controller, scs in simulations(inputs, scenarios=scenarios, seed=seed, per_pool_prices=False):
             prerun(inputs.demands, f, lend=lend, controller=controller, scenarios=scs, report_from_hour=s)
     floors, choice = recommend(inputs, runner)
     shared_choice = _ce_choice(inputs, runner, floors, True, CONTROLLER_GPULOAN_SHARED)
@@ -923,8 +978,8 @@ def verdict(dominated: dict[str, list[str]]) -> str:
 
 def simulated_setups(demands, floors: dict[str, int]) -> list[tuple[dict[str, int], bool, str]]:
     """The distinct simulations behind every setup of `evaluate` (floors, lend, controller): the floors lent
-    (gpuloan, in a pool per team and in shared pools beside the floors), the floors not lent (team-floors, floors-not-lent), Karpenter per team and shared (each with and
-    without its plan). Terms and plans change only billing."""
+    (gpuloan, in a pool per team and in shared pools beside the floors), the floors not lent (team-floors,
+    floors-not-lent), Karpenter per team and shared (each with and without its plan). Terms and plans change only billing."""
     none = {n: 0 for n in demands}
     return [(floors, True, CONTROLLER_GPULOAN), (floors, True, CONTROLLER_GPULOAN_SHARED),
             (floors, False, CONTROLLER_GPULOAN),

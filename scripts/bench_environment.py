@@ -32,37 +32,48 @@ INSTANCE_TYPE = "p4d.24xlarge"
 def environment(traces_dir: Path, lending: bool = True):
     """(config, demands, horizon minutes) of the benchmark environment; `lending=False`: Kueue off (nothing is
     lent or borrowed, every pool on its own capacity)."""
-    import yaml
-
-    from sim import pool, traces
-    from pricing import checks
-    from pricing.sources import catalog
+    from sim import traces
 
     horizon = DAYS * 1440
+    demands, read = {}, {}
+    for cluster, first, last in MONTHS:
+        if cluster not in read:
+            read[cluster] = traces.read_trace(traces_dir / f"cluster{cluster:02d}.csv")
+        demands[f"c{cluster:02d}-d{first}"] = read[cluster].window(first, last)
+    return pools_config(demands, horizon, lending=lending), demands, horizon
+
+
+def pools_config(demands: dict, horizon: int, name: str = "bench-environment", lending: bool = True,
+                 floor_payment: str | None = None):
+    """The benchmark's stack for these pools (name -> trace, in order): the prod stack's settings, each pool sized
+    from its own trace, tiers rotating; also scripts/bench_scale.py's organizations."""
+    import yaml
+
+    from pricing import checks
+    from pricing.sources import catalog
+    from sim import pool
+
     doc = yaml.safe_load((REPO / "Pulumi.prod.yaml").read_text())
     data = doc["config"]
     template = pool.spec_from_config(checks.from_stack_yaml(doc, "Pulumi.prod.yaml", prices=catalog.current()), "training")
-    pools, demands, read = [], {}, {}
-    for n, (cluster, first, last) in enumerate(MONTHS):
-        if cluster not in read:
-            read[cluster] = traces.read_trace(traces_dir / f"cluster{cluster:02d}.csv")
-        trace = read[cluster].window(first, last)
-        sized = pool.auto_size(template, trace, horizon_minutes=horizon)
+    pools = []
+    for n, (pool_name, trace) in enumerate(demands.items()):
+        # a quiet month cut short (bench-scale's few-day runs) has no demand to size from: one elastic node
+        sized = pool.auto_size(template, trace, horizon_minutes=horizon) if trace.jobs else None
         tier = TIERS[n % len(TIERS)]
-        name = f"c{cluster:02d}-d{first}"
-        entry = {"name": name, "team": f"team-{name}", "tier": tier,
+        entry = {"name": pool_name, "team": f"team-{pool_name}", "tier": tier,
                  "elastic": {"instance_types": [INSTANCE_TYPE],
                              "capacity": "on_demand" if tier == "production" else "spot_then_on_demand",
-                             "max_nodes": sized.elastic_max_nodes, "workload": "batch"}}
-        if sized.floor_nodes:
-            entry["guaranteed"] = {"instance_type": INSTANCE_TYPE, "nodes": sized.floor_nodes}
+                             "max_nodes": sized.elastic_max_nodes if sized else 1, "workload": "batch"}}
+        if sized and sized.floor_nodes:
+            entry["guaranteed"] = {"instance_type": INSTANCE_TYPE, "nodes": sized.floor_nodes,
+                                   **({"payment": floor_payment} if floor_payment else {})}
         pools.append(entry)
-        demands[name] = trace
     data["gpuloan:pools"] = pools
     data["gpuloan:scheduling"] = {"kueue": {} if lending else {"enabled": False}}
-    # the prod budget was set for its two pools, not for these sixteen: no cap binds in the benchmark
+    # the prod budget was set for its two pools, not for these: no cap binds in the benchmark
     data["gpuloan:budget"] = {**data["gpuloan:budget"], "monthly_usd": 10_000_000, "enforcement": "alert_only"}
-    return checks.from_stack_yaml(doc, "bench-environment", prices=catalog.current()), demands, horizon
+    return checks.from_stack_yaml(doc, name, prices=catalog.current())
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -114,16 +114,14 @@ def _sim_setups(demands, prices, sizing_hours):
     return oa.simulated_setups(demands, oa.size_floors(heads, prices, GOAL_LEVEL))
 
 
-_SIM_STATE: dict = {}  # traces and prices, set before the worker processes fork (not pickled per simulation)
-
-
-def _sim_run(job):
-    """One setup in every scenario (a worker process): one run up to the report window that branches there into
-    the shortage scenarios (EnvironmentRunner.run_scenarios); the cache entries it made, with its wall seconds."""
+def _sim_run(shared, job):
+    """One setup in every scenario (a worker of sim/parallel.py; `shared`: the traces and prices, sent to each
+    worker once): one run up to the report window that branches there into the shortage scenarios
+    (EnvironmentRunner.run_scenarios); the cache entries it made, with its wall seconds."""
     rotation, seed, setup, scenario_names, days, sizing_hours, checkpoint_minutes = job
     from advise import org_advisor as oa
 
-    traces, prices = _SIM_STATE["traces"], _SIM_STATE["prices"]
+    traces, prices = shared
     demands, runner = _sim_unit(rotation, seed, traces, prices, days, sizing_hours, checkpoint_minutes)
     hours = max(d.hours for d in demands.values())
     scenarios = [oa.scenario_for(n, hours, sizing_hours, seed) for n in scenario_names]
@@ -134,15 +132,13 @@ def _sim_run(job):
     return (rotation, seed, checkpoint_minutes), dict(runner.cache), runner.runs, time.perf_counter() - t0, controller
 
 
-def _simulated(traces, prices, rates, rotations, seeds, scenarios, days, sizing_days, lookback_days, workers,
+def _simulated(traces, prices, rates, rotations, seeds, scenarios, days, sizing_days, lookback_days, engine,
                checkpoints=(30,)):
-    """Every distinct setup in a pool of processes (each one run, branched into the scenarios at the report
-    window), then each (term, rotation, seed)'s advice from the filled caches (no simulation runs twice).
-    Returns the documents and the timings."""
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-
+    """Every distinct setup on `engine` (sim/parallel.py: local processes or Ray; each one run, branched into the
+    scenarios at the report window), then each (term, rotation, seed)'s advice from the filled caches (no
+    simulation runs twice). Returns the documents and the timings."""
     from advise import org_advisor as oa
+    from sim import parallel
 
     sizing_hours = sizing_days * 24
     units = {(r, s, c): _sim_unit(r, s, traces, prices, days, sizing_hours, c)
@@ -150,14 +146,12 @@ def _simulated(traces, prices, rates, rotations, seeds, scenarios, days, sizing_
     jobs = [(r, s, setup, scenarios if c == checkpoints[0] else ("default",), days, sizing_hours, c)
             for (r, s, c), (demands, _) in units.items() for setup in _sim_setups(demands, prices, sizing_hours)]
     timings = []
-    _SIM_STATE.update(traces=traces, prices=prices)
-    with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("fork")) as ex:
-        for unit, cache, runs, seconds, controller in ex.map(_sim_run, jobs):
-            units[unit][1].cache.update(cache)
-            timings.append((unit, controller, runs, seconds))
-            print(f"  simulated rotation {unit[0] + 1} seed {unit[1]} {controller} {_checkpoints(unit[2])}: "
-                  f"{seconds:.0f} s "
-                  f"({len(timings)}/{len(jobs)})", file=sys.stderr, flush=True)
+    for unit, cache, runs, seconds, controller in parallel.run_all(
+            jobs, _sim_run, shared=(traces, prices), engine=engine, label="bench-org simulated",
+            describe=lambda j: f"rotation {j[0] + 1} seed {j[1]} {oa.describe_setup((*j[2], []))} "
+                               f"{_checkpoints(j[6])}"):
+        units[unit][1].cache.update(cache)
+        timings.append((unit, controller, runs, seconds))
     docs = {}
     for (r, s, c), (demands, runner) in units.items():
         for term in TERMS:
@@ -392,6 +386,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="simulated model: the same tables again with no checkpoints at all (default on; "
                              "default scenario only)")
     parser.add_argument("--workers", type=int, default=2, help="processes (default 2)")
+    parser.add_argument("--ray", metavar="ADDRESS", help="simulated model: run the setups on the Ray cluster at "
+                        "ADDRESS (default: $RAY_ADDRESS when set; needs pip install 'gpuloan[ray]')")
     parser.add_argument("--plot", default=str(REPO / "docs" / "bench-org.png"), help="the picture (PNG)")
     parser.add_argument("--smoke", action="store_true",
                         help="a quick run (the script's test): days 1-3 of the traces, sized on the first, rotation "
@@ -401,6 +397,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--checkpoint-interval must be at least 1 minute, got {args.checkpoint_interval} (the table "
                      "without checkpoints is --no-checkpoint-row)")
     os.environ.setdefault("GPULOAN_PRICE_FILE", str(DEFAULT_PRICES))
+    from sim import parallel
+
+    # Ray connected (or refused, naming the address) before any table is printed
+    engine = parallel.engine_for(args.workers, args.ray) if args.model != "fluid" else parallel.Engine(parallel.SERIAL)
     t0 = time.perf_counter()
 
     from pricing.sources import catalog, floor_pricing
@@ -473,7 +473,7 @@ def main(argv: list[str] | None = None) -> int:
 
         checkpoints = (args.checkpoint_interval, *((NO_CHECKPOINTS,) if args.no_checkpoint_row else ()))
         sdocs, timings = _simulated(traces, prices, rates, rotations, sim_seeds, scenarios, days, sizing_days,
-                                    lookback_days, args.workers, checkpoints)
+                                    lookback_days, engine, checkpoints)
         wall = time.perf_counter() - ts
         print(f"\nModel: **simulated** (sim/environment.py: whole nodes, boots, Kueue lending and reclaim, spot "
               f"events, the per-pool controllers; the fluid bound stays fluid); seeds {sim_seeds.start}-"
@@ -486,7 +486,8 @@ def main(argv: list[str] | None = None) -> int:
               f"x {len(sim_seeds)} seed(s) x 5 distinct setups x {len(checkpoints)} checkpoint setting(s), the "
               f"first's runs branched at the report window into {len(scenarios) - 1} shortage scenario(s); "
               f"{len(TERMS) * 9} setup figures per rotation, seed and scenario billed from them) in {wall:.1f} s "
-              f"wall on {args.workers} worker(s) ({sims:.0f} s summed over the setups, "
+              f"wall on {engine.words() if engine.kind == parallel.RAY else f'{args.workers} worker(s)'} "
+              f"({sims:.0f} s summed over the setups, "
               f"{max(s for *_, s in timings):.0f} s the longest)")
     print(f"\nbench-org: {time.perf_counter() - t0:.1f} s wall in all")
     print("every goal met" if ok else "some goals missed: see the goals tables (the run itself succeeded)")

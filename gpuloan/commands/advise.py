@@ -44,8 +44,9 @@ def register(sub) -> None:
                         "100 for tier production, 0 otherwise)")
     p.add_argument("--peak-from-demand", action="store_true",
                    help="size the pool's peak (floor + elastic max) to the demand's peak instead of the stack's")
-    p.add_argument("--jobs", type=int, default=1, metavar="N",
-                   help="simulate N floor sizes at once in separate processes (default 1; results do not change)")
+    p.add_argument("--jobs", type=int, metavar="N",
+                   help="simulate N floor sizes (with --demand --model simulated: N setups) at once in separate "
+                        "processes (default 1; with --demand, the CPUs; results do not change)")
     sim_args.add(p)
     p.add_argument("--json", action="store_true", help="print one JSON document with every point")
     p.add_argument("--plot", metavar="PNG", help="cost vs floor size per payment (one file per pool: POOL- prefix "
@@ -93,6 +94,7 @@ def _demand(args, cfg, pool_name):
 def run(args) -> int:
     from gpuloan import stackfile
     from advise import advisor
+    from sim import parallel
     from sim import traces
     from advise.org_advisor import OrgAdviceError
     from config import config
@@ -102,7 +104,7 @@ def run(args) -> int:
         price_args.apply(args)
         stack, path = stackfile.resolve(stack_arg.resolve(args))
         cfg = checks.from_stack_yaml(stackfile.load(path), path.name, prices=catalog.current())
-        if args.jobs < 1:
+        if args.jobs is not None and args.jobs < 1:
             raise ValueError("--jobs must be at least 1")
         if getattr(args, "org", False) and not args.demand and exit_codes.credentials_missing():
             raise ValueError(f"{exit_codes.NO_CREDENTIALS} (--demand DIR; --org reads every pool's CloudWatch "
@@ -123,10 +125,10 @@ def run(args) -> int:
             target = _target(args, cfg.pool(name).service_target)
             docs.append(advisor.advise(cfg, name, trace, target=target, production_share_pct=args.production_share,
                                        settings=sim_args.settings(args),
-                                       peak_from_demand=args.peak_from_demand, jobs=args.jobs,
+                                       peak_from_demand=args.peak_from_demand, jobs=args.jobs or 1,
                                        progress=_progress(name)))
     except (stackfile.StackFileError, config.ConfigError, traces.TraceError, advisor.AdviceError, OrgAdviceError,
-            catalog.PriceSourceError, stack_arg.NoStackError, ValueError) as err:
+            catalog.PriceSourceError, stack_arg.NoStackError, ValueError, parallel.ParallelError) as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except _aws_errors() as err:

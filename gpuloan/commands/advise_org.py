@@ -36,6 +36,10 @@ def add_arguments(p) -> None:
                    help="how each setup is run: fluid (free repacking, no boots: fast, a bound) or simulated (the "
                         "environment simulator: whole nodes, boots, lending and reclaim, the shortage scenarios "
                         "as shortage windows; one run per distinct setup)")
+    g.add_argument("--ray", metavar="ADDRESS",
+                   help="--model simulated: run the setups on the Ray cluster at ADDRESS (HOST:PORT, ray://HOST:PORT, "
+                        "auto, or local) instead of local processes (default: $RAY_ADDRESS when set; needs "
+                        "pip install 'gpuloan[ray]')")
 
 
 def wanted(args) -> bool:
@@ -119,6 +123,11 @@ def run(args, cfg) -> dict:
     from gpuloan import sim_args
 
     settings = sim_args.settings(args)  # its options are refused before any input is read, whatever the model
+    engine = None
+    if args.model == "simulated":  # Ray connected (or refused) before any input is read or anything computed
+        from sim import parallel
+
+        engine = parallel.engine_for(args.jobs, args.ray)
     inputs, demand, share = _inputs(args, cfg)
     if args.model == "fluid":
         doc = org_advisor.evaluate(inputs, org_advisor.fluid_runner(inputs.prices), seed=args.seed)
@@ -132,6 +141,7 @@ def run(args, cfg) -> dict:
         runner = org_advisor.environment_runner(cfg, demand, settings, inputs.prices,
                                                 production_share=share)
         runner.progress = _progress()
+        org_advisor.prefill(runner, inputs, engine, seed=args.seed)  # the independent setups at once
         doc = org_advisor.evaluate(inputs, runner, seed=args.seed)
         doc["simulations"] = {"runs": runner.runs, "cache_hits": runner.hits}
     # what every figure of lost work, reclaim and pending time depends on (issue 36); the fluid model loses none

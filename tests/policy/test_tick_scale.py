@@ -22,7 +22,7 @@ from policy.tick import Ports, run_tick
 from policy_cases import pool_settings, settings
 from test_policy_adapters import FakeGroups, FakePods, FakePublisher, FakeUtil
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 NOW = datetime(2026, 3, 10, 12, tzinfo=timezone.utc)
 
 
