@@ -487,6 +487,25 @@ class TeamSharing(Strict):
     borrowing_limit_gpus: int | None = Field(None, ge=0, le=100_000, description="Most GPUs each of the team's "
                                              "experiment/learning queues may borrow from any one other pool's idle "
                                              "floor; omit for no limit beyond what that floor lends.")
+    borrowing_limit_pct: float | None = Field(None, ge=0, le=500, description="The same limit in percent of the "
+                                              "borrowing pool's own floor (its nominal quota), rounded down to whole "
+                                              "GPUs: 50 lets a pool with a 16-GPU floor borrow 8 GPUs of each other "
+                                              "floor. A pool without a floor borrows nothing under it. Set this or "
+                                              "borrowing_limit_gpus, not both.")
+    # Kueue (v0.19.2 FairSharing.weight) accepts 0 and reads it as an infinite share: a queue of weight 0 is
+    # admitted to borrowed quota after every other and preempted first. gpuloan refuses it: "borrows nothing"
+    # is borrowing_limit_gpus: 0, which Kueue enforces as a limit instead of an order (docs/scheduling.md).
+    fair_share_weight: float = Field(1, gt=0, le=1000, description="The team's weight in Kueue's fair sharing "
+                                     "among borrowers: idle floors go first to the queue whose borrowed GPUs "
+                                     "divided by its weight are lowest (2 = twice the share of a team of weight "
+                                     "1). Must be above 0; to borrow nothing, set borrowing_limit_gpus: 0.")
+
+    @model_validator(mode="after")
+    def _one_borrow_limit(self) -> "TeamSharing":
+        if self.borrowing_limit_gpus is not None and self.borrowing_limit_pct is not None:
+            raise ValueError("set borrowing_limit_gpus or borrowing_limit_pct, not both (they are the same "
+                             "limit, in GPUs or in percent of the pool's own floor)")
+        return self
 
 
 class Kueue(Strict):
