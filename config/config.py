@@ -520,6 +520,11 @@ class Kueue(Strict):
                                               "run on their spot capacity. Other production pools use the floor, "
                                               "then on-demand: capacity on_demand, or spot_then_on_demand's "
                                               "on-demand group for a batch pool without warm_up (docs/scheduling.md).")
+    fair_sharing: bool = Field(True, description="Kueue's fair sharing among borrowers: idle floors go first to "
+                               "the queue whose borrowed GPUs per fair_share_weight are lowest, and a borrower may "
+                               "preempt another's borrowed work when its share stays lower (docs/scheduling.md, "
+                               "\"Fair sharing among borrowers\"). Off: Kueue's classical order, where flavor order "
+                               "and timing decide and borrowers never preempt each other.")
     teams: dict[str, TeamSharing] = Field(default_factory=dict, description="Lending and borrowing limits per team "
                                           "(key: team name); teams not listed lend their whole floor and borrow "
                                           "without limit.")

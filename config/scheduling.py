@@ -261,10 +261,11 @@ def borrowing_limit_gpus(cfg: GpuLoanConfig, pool: Pool) -> int | None:
 
 
 def fair_sharing_on(cfg: GpuLoanConfig) -> bool:
-    """Whether Kueue's fair sharing is turned on: the environment's cohort holds two ClusterQueues or more (one
-    queue has nobody to share with). Under it the cohort's idle quota goes to the queue of lowest weighted share
+    """Whether Kueue's fair sharing is turned on: scheduling.kueue.fair_sharing (on by default) and the
+    environment's cohort holds two ClusterQueues or more (one queue has nobody to share with). Under it the cohort's idle quota goes to the queue of lowest weighted share
     first (docs/scheduling.md, "Fair sharing among borrowers")."""
-    return cfg.scheduling.kueue.enabled and len(plan(cfg).queues) > 1
+    k = cfg.scheduling.kueue
+    return k.enabled and k.fair_sharing and len(plan(cfg).queues) > 1
 
 
 def own_instance_types(pool: Pool) -> list[str]:

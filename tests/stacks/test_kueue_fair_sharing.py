@@ -77,3 +77,9 @@ def test_weight_and_percent_out_of_range_are_refused_naming_the_field(field, val
     data = stack_config("prod")
     data["gpuloan:scheduling"]["kueue"]["teams"] = {"research": {field: value}}
     assert [p for p, _ in _problems(data)] == [f"scheduling.kueue.teams.research.{field}"]
+
+
+def test_fair_sharing_can_be_turned_off_and_then_no_queue_carries_a_weight():
+    cfg = _two_experiment_teams(fair_sharing=False, teams={"research": {"fair_share_weight": 2}})
+    assert "fairSharing" not in _manager_config(cfg)
+    assert all("fairSharing" not in kueue.cluster_queue_manifest(cfg, q)["spec"] for q in scheduling.plan(cfg).queues)
