@@ -137,6 +137,7 @@ bench-advise: $(VENV)/.runtime
 ## clusters, fluid and simulated tables; about 13 minutes
 bench-org: $(VENV)/.runtime
 	$(BIN)/python scripts/bench_org.py --traces $(TRACES)
+	$(BIN)/python scripts/bench_fair_share.py --traces $(TRACES)
 
 ## bench-capacity-block: Capacity Block floors: idle paid hours
 ## and work lost at the end, before/after
