@@ -147,6 +147,7 @@ bench-advise: $(VENV)/.runtime
 ## a rotation and seed (nine) on a loaded 2-core machine
 bench-org: $(VENV)/.runtime
 	$(BIN)/python scripts/bench_org.py --traces $(TRACES)
+	$(BIN)/python scripts/bench_fair_share.py --traces $(TRACES)
 
 ## bench-capacity-block: Capacity Block floors: idle paid hours
 ## and work lost at the end, before/after

@@ -487,6 +487,25 @@ class TeamSharing(Strict):
     borrowing_limit_gpus: int | None = Field(None, ge=0, le=100_000, description="Most GPUs each of the team's "
                                              "experiment/learning queues may borrow from any one other pool's idle "
                                              "floor; omit for no limit beyond what that floor lends.")
+    borrowing_limit_pct: float | None = Field(None, ge=0, le=500, description="The same limit in percent of the "
+                                              "borrowing pool's own floor (its nominal quota), rounded down to whole "
+                                              "GPUs: 50 lets a pool with a 16-GPU floor borrow 8 GPUs of each other "
+                                              "floor. A pool without a floor borrows nothing under it. Set this or "
+                                              "borrowing_limit_gpus, not both.")
+    # Kueue (v0.19.2 FairSharing.weight) accepts 0 and reads it as an infinite share: a queue of weight 0 is
+    # admitted to borrowed quota after every other and preempted first. gpuloan refuses it: "borrows nothing"
+    # is borrowing_limit_gpus: 0, which Kueue enforces as a limit instead of an order (docs/scheduling.md).
+    fair_share_weight: float = Field(1, gt=0, le=1000, description="The team's weight in Kueue's fair sharing "
+                                     "among borrowers: idle floors go first to the queue whose borrowed GPUs "
+                                     "divided by its weight are lowest (2 = twice the share of a team of weight "
+                                     "1). Must be above 0; to borrow nothing, set borrowing_limit_gpus: 0.")
+
+    @model_validator(mode="after")
+    def _one_borrow_limit(self) -> "TeamSharing":
+        if self.borrowing_limit_gpus is not None and self.borrowing_limit_pct is not None:
+            raise ValueError("set borrowing_limit_gpus or borrowing_limit_pct, not both (they are the same "
+                             "limit, in GPUs or in percent of the pool's own floor)")
+        return self
 
 
 class Kueue(Strict):
@@ -501,6 +520,11 @@ class Kueue(Strict):
                                               "run on their spot capacity. Other production pools use the floor, "
                                               "then on-demand: capacity on_demand, or spot_then_on_demand's "
                                               "on-demand group for a batch pool without warm_up (docs/scheduling.md).")
+    fair_sharing: bool = Field(True, description="Kueue's fair sharing among borrowers: idle floors go first to "
+                               "the queue whose borrowed GPUs per fair_share_weight are lowest, and a borrower may "
+                               "preempt another's borrowed work when its share stays lower (docs/scheduling.md, "
+                               "\"Fair sharing among borrowers\"). Off: Kueue's classical order, where flavor order "
+                               "and timing decide and borrowers never preempt each other.")
     teams: dict[str, TeamSharing] = Field(default_factory=dict, description="Lending and borrowing limits per team "
                                           "(key: team name); teams not listed lend their whole floor and borrow "
                                           "without limit.")

@@ -77,6 +77,7 @@ class PoolQueue:
     local_queue: str
     flavors: tuple[QueueFlavor, ...]
     preempt_lower_priority: bool  # within the queue: production preempts, the others wait (as PriorityClasses)
+    fair_share_weight: float = 1.0  # Kueue ClusterQueue spec.fairSharing.weight: the team's (TeamSharing)
     # The production queue of a pool whose tier is not production but part of whose work is (production_queue):
     # only the pool's floor and its elastic capacity production may use, nothing borrowed.
     production_only: bool = False
@@ -247,6 +248,26 @@ def lendable_gpus(cfg: GpuLoanConfig, pool: Pool) -> int:
     return floor_gpus(cfg, pool) * int(_sharing(cfg, pool.team).lending_limit_pct) // 100
 
 
+def borrowing_limit_gpus(cfg: GpuLoanConfig, pool: Pool) -> int | None:
+    """The borrowingLimit of each lender's floor flavor in the pool's queue: the team's `borrowing_limit_gpus`, or
+    its `borrowing_limit_pct` of the pool's own floor (floor_life_gpus: a Capacity Block's GPUs whether or not
+    its window is open, since the limit is set once by `pulumi up`), rounded down so the limit never exceeds the
+    percent; None: no limit. Kueue's borrowingLimit is per flavor and resource (v0.19.2 pkg/cache/scheduler/
+    resource_node.go `available`), so the percent bounds what is borrowed of each other floor, as the GPU form."""
+    sharing = _sharing(cfg, pool.team)
+    if sharing.borrowing_limit_pct is None:
+        return sharing.borrowing_limit_gpus
+    return floor_life_gpus(cfg, pool) * int(round(sharing.borrowing_limit_pct * 100)) // 10_000
+
+
+def fair_sharing_on(cfg: GpuLoanConfig) -> bool:
+    """Whether Kueue's fair sharing is turned on: scheduling.kueue.fair_sharing (on by default) and the
+    environment's cohort holds two ClusterQueues or more (one queue has nobody to share with). Under it the cohort's idle quota goes to the queue of lowest weighted share
+    first (docs/scheduling.md, "Fair sharing among borrowers")."""
+    k = cfg.scheduling.kueue
+    return k.enabled and k.fair_sharing and len(plan(cfg).queues) > 1
+
+
 def own_instance_types(pool: Pool) -> list[str]:
     """The instance types the pool's own node groups run: what its work is built and sized for."""
     return ([pool.guaranteed.instance_type] if pool.guaranteed else []) + (
@@ -324,7 +345,7 @@ def pool_queues(cfg: GpuLoanConfig, pool: Pool) -> list[PoolQueue]:
             entries.append(QueueFlavor(f.name, 0, None, None))
         else:
             entries.append(QueueFlavor(f.name, f.gpus, lendable if lendable < f.gpus else None, own_borrow_limit))
-    borrow_limit = _sharing(cfg, pool.team).borrowing_limit_gpus
+    borrow_limit = borrowing_limit_gpus(cfg, pool)
     for lender in borrowable_floors(cfg, pool):
         entries.append(QueueFlavor(flavor_name(cfg, lender, FLOOR), 0, None, borrow_limit))
     for f in elastic:
@@ -333,7 +354,8 @@ def pool_queues(cfg: GpuLoanConfig, pool: Pool) -> list[PoolQueue]:
         entries.append(QueueFlavor(f.name, 0, None, None) if f.name in shared else QueueFlavor(f.name, f.gpus, 0,
                                                                                             own_borrow_limit))
     queues = [PoolQueue(pool.name, pool.team, pool.tier, cluster_queue_name(cfg, pool), local_queue_name(pool),
-                        tuple(entries), preempt_lower_priority=pool.tier == Tier.production)]
+                        tuple(entries), preempt_lower_priority=pool.tier == Tier.production,
+                        fair_share_weight=_sharing(cfg, pool.team).fair_share_weight)]
     if split:
         prod_entries = [QueueFlavor(f.name, f.gpus, lendable if lendable < f.gpus else None, 0) for f in floor]
         # only this pool's other queue lists a shared elastic flavor, so leaving its lendingLimit unset lends it
@@ -341,7 +363,7 @@ def pool_queues(cfg: GpuLoanConfig, pool: Pool) -> list[PoolQueue]:
         prod_entries += [QueueFlavor(f.name, f.gpus, None if f.name in shared else 0, 0) for f in prod_elastic]
         queues.append(PoolQueue(pool.name, pool.team, pool.tier, production_queue_name(cfg, pool),
                                 production_local_queue_name(pool), tuple(prod_entries), preempt_lower_priority=False,
-                                production_only=True))
+                                production_only=True, fair_share_weight=_sharing(cfg, pool.team).fair_share_weight))
     return queues
 
 

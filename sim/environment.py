@@ -53,6 +53,11 @@ What is modelled (docs/simulator.md, "An environment"; the Kueue semantics in do
   A pool with a production queue (config/scheduling.py production_queue) holds its floor's quota there: its
   interruptible jobs borrow it. Workloads that fit under nominal quota are admitted before those that borrow
   (Environment._schedule). A gang (a job larger than a node) is admitted to one flavor.
+- Fair sharing (config/scheduling.py fair_sharing_on: on unless scheduling.kueue.fair_sharing is false, with two
+  queues or more): in the borrowing round the queues' heads compete one admission at a time, lowest weighted
+  dominant resource share first (borrowed quota / the team's fair_share_weight; Environment._fair_sharing_round,
+  Kueue v0.19.2 fair_sharing_iterator.go); an owner's reclaim takes the victims' queues highest share first
+  (_fair_sharing_order, fairsharing/ordering.go). Off: each pool in config order admits all it can.
 - Kueue preemption, one victim search (EnvJobsWorkload._kueue_targets): a job that fits its own floor's nominal
   quota but not the quota left evicts, by quota alone, the workloads admitted to the floor by queues that borrow
   it (reclaimWithinCohort: Any) and, in a production pool's queue (withinClusterQueue: LowerPriority), its own
@@ -68,7 +73,9 @@ What is modelled (docs/simulator.md, "An environment"; the Kueue semantics in do
   nodes, policy/kube.py `admits`; a job not admitted has no pods).
 - A pool that neither lends, borrows nor has two job classes (`plain`) is placed as in a single-pool run.
 Not modelled: series pools lending or borrowing (fluid demand has no jobs to admit: they run on their own
-capacity), fair sharing, a borrower's job spanning flavors.
+capacity), a borrower's job spanning flavors, and under fair sharing a borrower preempting another borrower's
+workload (Kueue's preemptionStrategies between two borrowing queues) and the share of an elastic flavor a pool's
+interruptible queue borrows from its own production queue.
 """
 
 from __future__ import annotations
@@ -98,7 +105,7 @@ from sim.runner import elastic_oracle_gpu_hours, metrics_of, oracle_gpu_hours, p
 from sim.traces import JobsTrace
 from config.config_terms import Reservation, Tier
 from stacks.kubernetes.tenancy import PRIORITY_VALUES
-from config.scheduling import FLOOR, plan, production_queue, production_share_pct, production_work_on_spot
+from config.scheduling import FLOOR, fair_sharing_on, plan, production_queue, production_share_pct, production_work_on_spot
 
 # The billing model's purchase kinds (pricing/cost_model/billing.py): a floor is reserved capacity (an ODCR, or a
 # fixed node group billed at the same on-demand rate), a Capacity Block its own kind; elastic nodes spot or on-demand.
@@ -127,6 +134,7 @@ class PoolSharing:
     lendable_gpus: int  # of its own floor: the lendingLimit (or the whole nominal quota when none is set)
     lenders: tuple[str, ...]  # pools whose floor flavors its queue lists, in the queue's flavor order
     borrowing_limit_gpus: dict[str, int | None] = field(default_factory=dict)  # per lender; None: no limit
+    fair_share_weight: float = 1.0  # its ClusterQueue's spec.fairSharing.weight (config/scheduling.py)
 
 
 def sharing_of(cfg) -> dict[str, PoolSharing]:
@@ -139,8 +147,10 @@ def sharing_of(cfg) -> dict[str, PoolSharing]:
     flavors = {f.name: f for f in p.flavors}
     out: dict[str, PoolSharing] = {}
     found: dict[str, tuple[list, list, dict]] = {}
+    weights: dict[str, float] = {}
     for q in p.queues:  # a pool's queue, then its production queue where it has one (both read)
         lendable, lenders, limits = found.setdefault(q.pool, ([0], [], {}))
+        weights.setdefault(q.pool, q.fair_share_weight)  # the queue that borrows (the team's weight, both alike)
         for entry in q.flavors:
             f = flavors[entry.flavor]
             if f.kind != FLOOR:
@@ -154,7 +164,7 @@ def sharing_of(cfg) -> dict[str, PoolSharing]:
                 lim = entry.borrowing_limit_gpus
                 limits[f.pool] = None if lim is None else lim // units
     for name, (lendable, lenders, limits) in found.items():
-        out[name] = PoolSharing(lendable[0], tuple(lenders), limits)
+        out[name] = PoolSharing(lendable[0], tuple(lenders), limits, weights[name])
     return out
 
 
@@ -507,11 +517,10 @@ class EnvJobsWorkload(JobsWorkload):
         preempting. Kueue admits workloads that fit under nominal quota before those that borrow: the first round
         (`borrowing` False) admits only those, and a job whose first fitting flavor is borrowed waits for the
         second."""
-        if not any(self.waiting.values()):
+        cursor = self.admission_cursor()
+        if cursor is None:
             return
-        first = 0 if self.priority_within else 1
-        order = sorted((first if self.is_production(i) else 1, i) for q in self.waiting.values() for i in q)
-        fails_at: dict[bool, float] = {False: math.inf, True: math.inf}  # per class: sizes >= this found no flavor
+        order, fails_at = cursor
         for _, i in order:
             prod = self.is_production(i)
             g = self.gpus[i]
@@ -521,38 +530,75 @@ class EnvJobsWorkload(JobsWorkload):
             if outcome is None:
                 fails_at[prod] = g
 
-    def _try_admit(self, i: int, now: int, borrowing: bool):
-        """One job through its queue's flavors: True admitted, False deferred to the borrowing round, None no
-        flavor has room."""
+    def admission_cursor(self) -> tuple[list, dict] | None:
+        """The waiting jobs in the ClusterQueue's order, and per class the smallest size that found no flavor this
+        pass (sizes at or above it are skipped: BestEffortFIFO moves on past a head that does not fit). None:
+        nothing waits."""
+        if not any(self.waiting.values()):
+            return None
+        first = 0 if self.priority_within else 1
+        order = sorted((first if self.is_production(i) else 1, i) for q in self.waiting.values() for i in q)
+        return order, {False: math.inf, True: math.inf}
+
+    def fair_head(self, cursor: tuple[list, dict], pos: int):
+        """The queue's head for Kueue's fair-sharing tournament from position `pos` of `cursor`: the first job that
+        some flavor has room for (jobs that find none are skipped, as in `admit`). (position, job, choice) or
+        None when no job is left; `choice` as `_choose`'s."""
+        order, fails_at = cursor
+        while pos < len(order):
+            i = order[pos][1]
+            prod, g = self.is_production(i), self.gpus[i]
+            if g < fails_at[prod]:
+                choice = self._choose(i, borrowing=True)
+                if choice is not None:
+                    return pos, i, choice
+                fails_at[prod] = g
+            pos += 1
+        return None
+
+    def borrowed_quota(self) -> int:
+        """GPUs of quota this pool's queue holds above its nominal quota, every flavor together: what Kueue's
+        dominant resource share counts (v0.19.2 pkg/cache/scheduler/fair_sharing.go `dominantResourceShare`:
+        usage above the queue's SubtreeQuota, summed over flavors of one resource; a borrowed floor's nominal
+        quota in this queue is 0, so all of its usage there)."""
+        return sum(self.quota_borrowed.values())
+
+    def _choose(self, i: int, borrowing: bool):
+        """Where job i goes through its queue's flavors, without changing anything: (flavor, Kueue eviction
+        targets, whether it borrows), False deferred to the borrowing round, None no flavor has room."""
         sim, g, prod = self.sim, self.gpus[i], self.is_production(i)
         if sim.floor_gpus:
             if self._own_nominal(i):
                 if g <= sim.floor_gpus - sim.quota_own - sim.quota_lent:
-                    self._admit(i, sim, now)
-                    return True
+                    return sim, [], False
                 targets = self._kueue_targets(i)
                 if targets:
-                    for w, j, why in targets:
-                        w.kueue_evict(j, now, why)
-                    self._admit(i, sim, now)
-                    return True
+                    return sim, targets, False
             elif self._borrow_room(sim) >= g:
-                if not borrowing:
-                    return False
-                self._admit(i, sim, now)
-                return True
+                return (sim, [], True) if borrowing else False
         if not prod:
             for lender, _ in self.lenders:
                 if self._borrow_room(lender) >= g:
-                    if not borrowing:
-                        return False
-                    self._admit(i, lender, now)
-                    return True
+                    return (lender, [], True) if borrowing else False
         elastic = self._elastic_flavor(prod)
         if elastic is not None and self.elastic_admitted.get(elastic[0], 0) + g <= elastic[1]:
-            self._admit(i, ELASTIC_FLAVOR, now)
-            return True
+            return ELASTIC_FLAVOR, [], False
         return None
+
+    def admit_choice(self, i: int, choice, now: int) -> None:
+        flavor, targets, _ = choice
+        for w, j, why in targets:
+            w.kueue_evict(j, now, why)
+        self._admit(i, flavor, now)
+
+    def _try_admit(self, i: int, now: int, borrowing: bool):
+        """One job through its queue's flavors: True admitted, False deferred to the borrowing round, None no
+        flavor has room."""
+        choice = self._choose(i, borrowing)
+        if not choice:
+            return choice
+        self.admit_choice(i, choice, now)
+        return True
 
     def _kueue_targets(self, i: int) -> list:
         """Kueue's classic preemption for job i on its own floor flavor (Kueue v0.19.2 pkg/scheduler/preemption/
@@ -576,6 +622,8 @@ class EnvJobsWorkload(JobsWorkload):
         if not cands:
             return []
         cands.sort(key=lambda c: c[0])
+        if sim.env.fair_sharing:
+            cands = _fair_sharing_order(cands)
         own, lent = sim.quota_own, sim.quota_lent
 
         def fits(own_use: int, lent_use: int) -> bool:
@@ -776,6 +824,33 @@ class UsageRecord:
     usd_per_hour: float  # the rate without any commitment: on-demand (floors too), spot, or the block's price
 
 
+def _fair_sharing_order(cands: list) -> list:
+    """Kueue's victim order under fair sharing (v0.19.2 pkg/scheduler/preemption/fairsharing/ordering.go
+    `nextTarget`, used by preemption.go `runFirstFsStrategy`): again and again the candidates' ClusterQueue of
+    highest share (borrowed quota / weight, recomputed as its workloads are taken; ties: the one whose next
+    candidate comes first in CandidatesOrdering), its next candidate in CandidatesOrdering. The preemptor's own
+    queue (its lower-priority workloads) borrows nothing: share 0, last. An owner within its nominal quota
+    preempts whatever it takes (feature FairSharingPreemptWithinNominal, on by default), so the strategies do not
+    apply to a reclaim. `cands`: sorted (key, workload, job, why, borrowed) as `_kueue_targets` builds them."""
+    groups: dict[tuple[int, bool], list] = {}
+    for c in cands:
+        groups.setdefault((id(c[1]), c[4]), []).append(c)
+    borrowed = {key: (group[0][1].borrowed_quota() if key[1] else 0) for key, group in groups.items()}
+    out = []
+    while groups:
+        def rank(key):
+            w = groups[key][0][1]
+            return (-borrowed[key] / w.sim.env.sharing[w.sim.spec.name].fair_share_weight, groups[key][0][0])
+        key = min(groups, key=rank)
+        c = groups[key].pop(0)
+        out.append(c)
+        if key[1]:
+            borrowed[key] -= c[1].gpus[c[2]]
+        if not groups[key]:
+            del groups[key]
+    return out
+
+
 @dataclass
 class EnvironmentResult:
     pools: dict[str, dict]
@@ -818,6 +893,8 @@ class Environment:
         self._branch_pipes: list[tuple[int, int]] = []
         self._branch_out: int | None = None
         self.sharing = sharing_of(cfg)
+        self.fair_sharing = fair_sharing_on(cfg)
+        self._pool_order = {p.name: n for n, p in enumerate(cfg.pools)}
         self.floor_owner: dict[int, PoolSim] = {}
         self.pools: dict[str, PoolSim] = {}
         for p in cfg.pools:
@@ -980,10 +1057,15 @@ class Environment:
         # (Kueue v0.19.2 pkg/scheduler/scheduler.go, the cohort's heads ordered "under nominal quota before
         # borrowing"); then kube-scheduler binds the admitted pods.
         active = [sim for sim in group if sim.last == now]
-        for borrowing in (False, True):
+        for sim in active:
+            if not sim.workload.plain:
+                sim.workload.admit(now, borrowing=False)
+        if self.fair_sharing:
+            self._fair_sharing_round([sim.workload for sim in active if not sim.workload.plain], now)
+        else:
             for sim in active:
                 if not sim.workload.plain:
-                    sim.workload.admit(now, borrowing)
+                    sim.workload.admit(now, borrowing=True)
         for sim in active:
             if sim.workload.plain:
                 sim.workload.schedule(now)
@@ -993,6 +1075,41 @@ class Environment:
         for sim in group:
             if sim.last == now and sim not in active:
                 sim.workload.schedule(now)
+
+    def _fair_sharing_round(self, queues: list, now: int) -> None:
+        """The borrowing round under Kueue's fair sharing (config/scheduling.py fair_sharing_on): the heads of all
+        queues compete, and the winner is admitted before the next tournament (Kueue v0.19.2 pkg/scheduler/
+        fair_sharing_iterator.go `pop` recomputes every head's share after each admission; `entryComparer.less`):
+        1. a head that borrows nothing first (feature FairSharingPrioritizeNonBorrowing, on by default);
+        2. lowest dominant resource share with the head admitted: the queue's borrowed quota / the cohort's
+           lendable quota / its weight (pkg/cache/scheduler/fair_sharing.go `dominantResourceShare`; one flat
+           cohort, so the lendable quota is the same for every queue and the order is borrowed / weight);
+        3. higher priority (PrioritySortingWithinCohort, on by default); 4. earlier creation (queue order
+        timestamp); then the pools' config order (Kueue's tie among equal entries is its iteration order).
+        Without fair sharing each pool in turn admits all it can (the flavor order and the pools' order decide)."""
+        cursors = {id(w): (w, w.admission_cursor(), 0) for w in queues}
+        cursors = {k: v for k, v in cursors.items() if v[1] is not None}
+        while cursors:
+            best = None
+            for key, (w, cursor, pos) in list(cursors.items()):
+                head = w.fair_head(cursor, pos)
+                if head is None:
+                    del cursors[key]
+                    continue
+                pos, i, choice = head
+                cursors[key] = (w, cursor, pos)
+                borrows = choice[2]
+                weight = self.sharing[w.sim.spec.name].fair_share_weight
+                share = (w.borrowed_quota() + (w.gpus[i] if borrows else 0)) / weight
+                rank = (borrows, share, -w.job_priority(i), w.submit_s[i], self._pool_order[w.sim.spec.name])
+                if best is None or rank < best[0]:
+                    best = (rank, key, i, choice)
+            if best is None:
+                return
+            _, key, i, choice = best
+            w, cursor, pos = cursors[key]
+            w.admit_choice(i, choice, now)
+            cursors[key] = (w, cursor, pos + 1)
 
     def _may_act(self, sim: PoolSim) -> bool:
         """Whether a pool not processed this minute could admit or place something now that another pool changed:

@@ -53,11 +53,19 @@ def chart_version(cfg: GpuLoanConfig) -> str:
     return cfg.scheduling.kueue.chart_version or versions.KUEUE_CHART_VERSION
 
 
-def manager_config() -> dict[str, Any]:
+# Kueue v0.19.2's own default when preemptionStrategies is empty (pkg/scheduler/preemption/preemption.go
+# parseStrategies), written out so the shipped file says what runs.
+FAIR_SHARING_PREEMPTION_STRATEGIES = ["LessThanOrEqualToFinalShare", "LessThanInitialShare"]
+
+
+def manager_config(fair_sharing: bool = False) -> dict[str, Any]:
     """The controller's Configuration. Setting it replaces the chart's default file, so the chart defaults (ports
     the chart's Services and probes point at, leader election) are repeated here; compare with the chart's
-    values.yaml `managerConfig.controllerManagerConfigYaml` when bumping KUEUE_CHART_VERSION."""
-    return {
+    values.yaml `managerConfig.controllerManagerConfigYaml` when bumping KUEUE_CHART_VERSION.
+
+    `fair_sharing` (config/scheduling.py fair_sharing_on): the config API v1beta2 has no `enable` field, the
+    presence of `fairSharing` turns it on (v0.19.2 cmd/kueue/main.go: `if cfg.FairSharing != nil`)."""
+    config: dict[str, Any] = {
         "apiVersion": versions.KUEUE_CONFIG_API_VERSION,
         "kind": "Configuration",
         "health": {"healthProbeBindAddress": ":8081"},
@@ -74,11 +82,15 @@ def manager_config() -> dict[str, Any]:
         "integrations": {"frameworks": INTEGRATIONS},
         "resources": {"excludeResourcePrefixes": EXCLUDED_RESOURCE_PREFIXES},
     }
+    if fair_sharing:
+        config["fairSharing"] = {"preemptionStrategies": list(FAIR_SHARING_PREEMPTION_STRATEGIES)}
+    return config
 
 
 def helm_values(cfg: GpuLoanConfig) -> dict[str, Any]:
     values: dict[str, Any] = {
-        "managerConfig": {"controllerManagerConfigYaml": yaml.safe_dump(manager_config(), sort_keys=False)},
+        "managerConfig": {"controllerManagerConfigYaml": yaml.safe_dump(
+            manager_config(scheduling.fair_sharing_on(cfg)), sort_keys=False)},
     }
     if isinstance(cfg.cluster, NewCluster):
         # The system node group is untainted, so a selector is all it takes; GPU nodes are tainted and would
@@ -117,7 +129,7 @@ def cluster_queue_manifest(cfg: GpuLoanConfig, queue: scheduling.PoolQueue) -> d
         if entry.borrowing_limit_gpus is not None:
             quota["borrowingLimit"] = entry.borrowing_limit_gpus
         flavors.append({"name": entry.flavor, "resources": [quota]})
-    return {
+    manifest: dict[str, Any] = {
         "apiVersion": versions.KUEUE_API_VERSION, "kind": "ClusterQueue",
         "metadata": _meta(queue.name, extra={tags.LABEL_POOL: queue.pool, tags.LABEL_TEAM: queue.team}),
         "spec": {
@@ -136,6 +148,11 @@ def cluster_queue_manifest(cfg: GpuLoanConfig, queue: scheduling.PoolQueue) -> d
             "resourceGroups": [{"coveredResources": [scheduling.GPU_RESOURCE], "flavors": flavors}],
         },
     }
+    if scheduling.fair_sharing_on(cfg):
+        # a Quantity (int-or-string in the CRD): a whole weight as a number, any other as its decimal string
+        w = queue.fair_share_weight
+        manifest["spec"]["fairSharing"] = {"weight": int(w) if w == int(w) else f"{w:g}"}
+    return manifest
 
 
 def local_queue_manifest(queue: scheduling.PoolQueue) -> dict[str, Any]:
