@@ -36,7 +36,7 @@ def _definitions(pattern: str) -> list[str]:
     [
         (r"HOURS_PER_MONTH\s*=\s*\d", "pricing/cost_model/billing.py"),
         (r"def percentile\(", "sim/runner.py"),
-        (r"def production_share_pct\(", "sim/environment.py"),
+        (r"def production_share_pct\(", "config/scheduling.py"),
         (r"class (Workload|Enforcement)\(", "policy/terms.py"),
         # The floor-under-budget rule the config validation and the CrossGuard pack both apply, and the floors' bill.
         (r"def floor_over_budget\(", "pricing/checks.py"),
@@ -72,7 +72,7 @@ def test_the_advisor_reads_the_production_share_as_the_simulator_does():
 
     from config.config import Tier
     from advise.advisor import AdviceError, production_share
-    from sim.environment import production_share_pct
+    from config.scheduling import production_share_pct
 
     def pool(tier, pct):
         return SimpleNamespace(tier=tier, service_target=SimpleNamespace(production_share_pct=pct))
