@@ -102,7 +102,7 @@ schema: $(VENV)/.runtime
 bench-config: $(VENV)/.runtime
 	$(BIN)/python scripts/bench_config.py
 
-## bench-scale-tick: one policy tick of 50, 100 and 200 pools (packaged handler, moto, 100 ms a call)
+## bench-scale-tick: a tick of 50-200 pools (moto, 100 ms a call)
 bench-scale-tick: $(VENV)/.dev
 	$(BIN)/python scripts/bench_scale_tick.py
 

