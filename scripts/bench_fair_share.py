@@ -59,6 +59,9 @@ def main(argv=None) -> int:
     last = days[1] - days[0] + 1 if args.days is None else args.days
     sizing_hours = min(bench_org.SIZING_DAYS, max(1, last - 1)) * 24
     p = catalog.price(bench_org.INSTANCE_TYPE, bench_org.REGION)
+    if p is None or p.spot_usd_per_hour is None:
+        raise SystemExit(f"bench-fair-share: no on-demand and spot price of {bench_org.INSTANCE_TYPE} in "
+                         f"{bench_org.REGION} in the price file ({catalog.missing_price_reason(bench_org.INSTANCE_TYPE, bench_org.REGION)})")
     prices = {c: fluid.PoolPrices(bench_org.INSTANCE_TYPE, bench_org.REGION, 8, p.ondemand_usd_per_hour,
                                   p.spot_usd_per_hour) for c in org_demand.ITP_CLUSTERS}
     traces = org_demand.itp_traces(args.traces, days)

@@ -382,7 +382,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--checkpoint-interval", type=int, default=30, metavar="MINUTES",
                         help="simulated model: minutes between a job's checkpoints, the work an interrupted or "
                              "reclaimed job loses (default 30); printed beside every figure that depends on it")
-    parser.add_argument("--no-checkpoint-row", action=argparse.BooleanOptionalAction, default=True,
+    parser.add_argument("--without-checkpoints-table", action=argparse.BooleanOptionalAction, default=True,
                         help="simulated model: the same tables again with no checkpoints at all (default on; "
                              "default scenario only)")
     parser.add_argument("--workers", type=int, default=2, help="processes (default 2)")
@@ -395,7 +395,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.checkpoint_interval < 1:
         parser.error(f"--checkpoint-interval must be at least 1 minute, got {args.checkpoint_interval} (the table "
-                     "without checkpoints is --no-checkpoint-row)")
+                     "without checkpoints is --without-checkpoints-table)")
     os.environ.setdefault("GPULOAN_PRICE_FILE", str(DEFAULT_PRICES))
     from sim import parallel
 
@@ -471,7 +471,7 @@ def main(argv: list[str] | None = None) -> int:
         ts = time.perf_counter()
         from sim.engine import NO_CHECKPOINTS
 
-        checkpoints = (args.checkpoint_interval, *((NO_CHECKPOINTS,) if args.no_checkpoint_row else ()))
+        checkpoints = (args.checkpoint_interval, *((NO_CHECKPOINTS,) if args.without_checkpoints_table else ()))
         sdocs, timings = _simulated(traces, prices, rates, rotations, sim_seeds, scenarios, days, sizing_days,
                                     lookback_days, engine, checkpoints)
         wall = time.perf_counter() - ts

@@ -17,7 +17,8 @@ from typing import Protocol, Sequence
 
 
 class _Job(Protocol):
-    job_id: str
+    @property
+    def job_id(self) -> str: ...
 
 
 class _JobsTrace(Protocol):
