@@ -3,7 +3,7 @@
 A job that needs k nodes is useless until all k run. Its pods arrive pending together (Kueue admits a workload
 all or nothing); a gang scheduler (coscheduling, Kueue pod groups, Volcano, the Kubernetes PodGroup API) binds
 none of them until all fit, so the nodes that did arrive sit ready, paid and empty. Three rules, each a small
-change to the engine's plan (policy/engine.py calls `view` once per pool and tick):
+change to the engine's plan (policy/decide/pool.py calls `view` once per pool and tick):
 
 1. **Launched whole.** A gang's missing nodes are one unit: `max_step_nodes` never spreads them over ticks (the
    step is raised to the largest gang's missing nodes), and a cut by the group maximum or the budget drops a
