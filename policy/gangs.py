@@ -32,6 +32,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from policy.decide.bound import group_max
 from policy.model import Group, Node, PendingGang, PoolObservation, PoolSettings, Timers
 from policy.packing import first_fit_runs
 
@@ -123,10 +124,7 @@ def view(ps: PoolSettings, po: PoolObservation, groups: dict[str, Group], elasti
     target = spot if (spot is not None and not short) else od
     room_left = 0
     if target is not None:
-        limit = ps.max_nodes(target.name)
-        if target.max_nodes > 0:
-            limit = min(limit, target.max_nodes)
-        room_left = max(0, limit - target.desired_nodes)
+        room_left = max(0, group_max(ps, target.name, target) - target.desired_nodes)
 
     needed = kept = 0
     missing: list[int] = []

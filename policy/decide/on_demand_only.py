@@ -3,13 +3,13 @@ directly, under the same bounds as any scale-up; no spot node is added or kept f
 
 from __future__ import annotations
 
-import math
 from datetime import datetime, timezone
 
 from policy import gangs as gang_rules
 from policy import off_spot
 from policy.decide.budget import Scope
-from policy.decide.common import hold, pack_pods, step_limit
+from policy.decide.bound import bound
+from policy.decide.common import hold, pack_pods
 from policy.model import ACTION_SET_DESIRED, Action, Group, PoolSettings, Reason, Timers
 
 def scale_on_demand_only(ps: PoolSettings, off: off_spot.OffSpot, od: Group | None, in_service: dict[str, int],
@@ -40,42 +40,19 @@ def scale_on_demand_only(ps: PoolSettings, off: off_spot.OffSpot, od: Group | No
     if od.status != "ACTIVE":
         actions.append(hold(name, Reason.UPDATE_IN_PROGRESS, f"{why}, but {od.name} is {od.status}", group=od.name))
         return actions, taken
-    limit = ps.max_nodes(od.name)
-    if od.max_nodes > 0:
-        limit = min(limit, od.max_nodes)
     base = desired[od.name]
-    room = max(0, limit - base)
-    # A gang's nodes come in one step (policy/gangs.py): the step never splits one, a cut drops whole gangs.
+    # A gang's nodes come in one step (policy/gangs.py): the step never splits one, a cut drops whole gangs. These
+    # pods are the first the tick adds nodes for: none added before them counts against the step.
     oldest_first = sorted(off.gangs, key=lambda g: (g.waiting_since is None,
                                                     g.waiting_since or datetime.min.replace(tzinfo=timezone.utc),
                                                     g.name))
     missing = [pack_pods([p for p in g.pod_gpus if p <= ps.gpus_per_node], ps.gpus_per_node)[0]
                for g in oldest_first]
     whole = gang_rules.GangView(False, needed, 0, 0, max(missing, default=0), missing).whole
-    add = whole(min(want, max(step_limit(ps), max(missing, default=0)), room), want)
-    if add < want and room < want:
-        actions.append(hold(name, Reason.AT_MAX, f"{why}; {od.name} is at {base}/{limit}", group=od.name))
-    price = ps.usd_per_hour(od.name)
-    for s in scopes:
-        if not s.capped:
-            continue
-        if not s.known:  # unknown spend is not zero (as in scale_up)
-            actions.append(hold(name, Reason.BUDGET_UNKNOWN, f"{why}; {s.name} month-to-date spend is unknown "
-                                 f"(no AWS Budgets figure read this month), so cap_elastic refuses the scale-up",
-                                 group=od.name))
-            add = 0
-            break
-        affordable = max(0, math.floor(s.headroom_usd_per_hour / price + 1e-9)) if price > 0 else add
-        s.read_headroom(timers, affordable, add)
-        if affordable < add:
-            actions.append(hold(name, Reason.BUDGET_CAP, f"{why}; {s.name} budget ${s.budget_usd:,.0f} affords "
-                                 f"{affordable} more node(s) (month-to-date ${s.month_to_date_usd:,.0f} + projection)",
-                                 group=od.name))
-            add = whole(affordable, want)
+    add, limits = bound(ps, od, base, want, 0, scopes, timers, why, whole, max(missing, default=0))
+    actions += limits
     if add <= 0:
         return actions, taken
-    for s in scopes:
-        s.headroom_usd_per_hour -= add * price
     desired[od.name] = base + add
     actions.insert(0, Action(name, ACTION_SET_DESIRED, Reason.ON_DEMAND_ONLY, group=od.name, desired_from=base,
                              desired_to=base + add, detail=why))

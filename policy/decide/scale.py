@@ -5,12 +5,12 @@ short (SPOT_FALLBACK); bounded by the group max, the step and the budget cap."""
 from __future__ import annotations
 
 import dataclasses
-import math
 from datetime import datetime, timedelta
 
 from policy import gangs as gang_rules
 from policy.decide.budget import Scope
-from policy.decide.common import hold, pack_pods, step_limit
+from policy.decide.bound import bound
+from policy.decide.common import hold, pack_pods
 from policy.decide.warm_up import rhythm_why, warm_up_launches
 from policy.model import (
     ACTION_SET_DESIRED,
@@ -90,42 +90,14 @@ def scale_up(ps: PoolSettings, po: PoolObservation, groups: dict[str, Group], in
         actions.append(hold(name, Reason.UPDATE_IN_PROGRESS, f"{why}, but {target.name} is {target.status}",
                              group=target.name))
         return actions
-    limit = ps.max_nodes(target.name)
-    if target.max_nodes > 0:
-        limit = min(limit, target.max_nodes)
     base = desired[target.name]  # above the group's desired when nodes for pods kept off spot were added this tick
-    room = max(0, limit - base)
     # A gang's nodes come in one step: the step limit never splits one, a cut by the max drops whole gangs.
-    step = max(0, step_limit(ps) - sum(desired[g] - groups[g].desired_nodes for g in groups))
-    add = min(want, step if gangs is None else max(step, gangs.largest_missing), room)
-    if gangs is not None:
-        add = gangs.whole(add, want)
-    if add < want and room < want:
-        actions.append(hold(name, Reason.AT_MAX, f"{why}; {target.name} is at {base}/{limit}",
-                             group=target.name))
-    price = ps.usd_per_hour(target.name)
-    for s in scopes:
-        if not s.capped:
-            continue
-        if not s.known:
-            # Unknown spend is not zero: without an actual figure from AWS Budgets (unreadable now and none kept in
-            # the state) the month so far could already be at the budget, so a capped scope buys nothing.
-            actions.append(hold(name, Reason.BUDGET_UNKNOWN, f"{why}; {s.name} month-to-date spend is unknown "
-                                 f"(no AWS Budgets figure read this month), so cap_elastic refuses the scale-up",
-                                 group=target.name))
-            add = 0
-            break
-        affordable = max(0, math.floor(s.headroom_usd_per_hour / price + 1e-9)) if price > 0 else add
-        s.read_headroom(timers, affordable, add)
-        if affordable < add:
-            actions.append(hold(name, Reason.BUDGET_CAP, f"{why}; {s.name} budget ${s.budget_usd:,.0f} affords "
-                                 f"{affordable} more node(s) (month-to-date ${s.month_to_date_usd:,.0f} + projection)",
-                                 group=target.name))
-            add = affordable if gangs is None else gangs.whole(affordable, want)
+    add, limits = bound(ps, target, base, want, sum(desired[g] - groups[g].desired_nodes for g in groups), scopes,
+                        timers, why, gangs.whole if gangs is not None else None,
+                        gangs.largest_missing if gangs is not None else 0)
+    actions += limits
     if add <= 0:
         return actions
-    for s in scopes:
-        s.headroom_usd_per_hour -= add * price
     desired[target.name] = base + add
     actions.insert(0, Action(name, ACTION_SET_DESIRED, reason, group=target.name, desired_from=base,
                              desired_to=base + add, detail=why))
