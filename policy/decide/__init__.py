@@ -79,25 +79,42 @@ def decide(settings: Settings, observation: Observation, now: datetime) -> Plan:
         rates[ps.name] = ps.guaranteed_usd_per_hour + (elastic_rate(ps, po) if po is not None else 0.0)
     env_scope = None
     if settings.budget_monthly_usd is not None:
-        env_scope = Scope("environment", settings.budget_monthly_usd, observation.environment_spend,
-                           sum(rates.values()) + settings.commitment_unused_usd_per_hour, hours,
-                           settings.budget_enforcement, settings.budget_refresh_minutes)
+        env_scope = Scope(
+            "environment",
+            settings.budget_monthly_usd,
+            observation.environment_spend,
+            sum(rates.values()) + settings.commitment_unused_usd_per_hour,
+            hours,
+            settings.budget_enforcement,
+            settings.budget_refresh_minutes,
+        )
     decisions = []
     for ps in settings.pools:
         po = observation.pool(ps.name)
         scopes = []
         if ps.budget_monthly_usd is not None:
-            scopes.append(Scope(f"pool {ps.name}", ps.budget_monthly_usd, po.spend if po else None,
-                                 rates[ps.name], hours, ps.budget_enforcement, settings.budget_refresh_minutes))
+            scopes.append(
+                Scope(
+                    f"pool {ps.name}",
+                    ps.budget_monthly_usd,
+                    po.spend if po else None,
+                    rates[ps.name],
+                    hours,
+                    ps.budget_enforcement,
+                    settings.budget_refresh_minutes,
+                )
+            )
         if env_scope is not None:
             scopes.append(env_scope)
         # A pool of several node sizes is decided one size at a time (policy/sizes.py). A floor on a Capacity
         # Block also gets its window's actions (policy/capacity_blocks.py).
-        decision = (decide_sizes(ps, po, scopes, now, hours, timers) if ps.other_sizes and po is not None
-                    else decide_pool(ps, po, scopes, now, hours, timers))
+        decision = (
+            decide_sizes(ps, po, scopes, now, hours, timers)
+            if ps.other_sizes and po is not None
+            else decide_pool(ps, po, scopes, now, hours, timers)
+        )
         decisions.append(with_block_actions(ps, po, decision, now, timers))
     return Plan(tuple(decisions), dry_run=settings.dry_run, decided_at=now, next_decision_at=timers.earliest)
-
 
 
 __all__ = [

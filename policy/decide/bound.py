@@ -19,9 +19,18 @@ def group_max(ps: PoolSettings, name: str, group: Group | None) -> int:
     return limit if group is None or group.max_nodes <= 0 else min(limit, group.max_nodes)
 
 
-def bound(ps: PoolSettings, target: Group, base: int, want: int, added_this_tick: int, scopes: list[Scope],
-          timers: Timers, why: str, whole: Callable[[int, int], int] | None = None,
-          largest_gang: int = 0) -> tuple[int, list[Action]]:
+def bound(
+    ps: PoolSettings,
+    target: Group,
+    base: int,
+    want: int,
+    added_this_tick: int,
+    scopes: list[Scope],
+    timers: Timers,
+    why: str,
+    whole: Callable[[int, int], int] | None = None,
+    largest_gang: int = 0,
+) -> tuple[int, list[Action]]:
     """(nodes `target` may grow by from `base`, the holds that say what cut `want`).
 
     `added_this_tick`: nodes already added to the pool this tick, which count against the step. `whole(add, want)`
@@ -45,17 +54,29 @@ def bound(ps: PoolSettings, target: Group, base: int, want: int, added_this_tick
         if not s.known:
             # Unknown spend is not zero: without an actual figure from AWS Budgets (unreadable now and none kept in
             # the state) the month so far could already be at the budget, so a capped scope buys nothing.
-            holds.append(hold(name, Reason.BUDGET_UNKNOWN, f"{why}; {s.name} month-to-date spend is unknown "
-                              f"(no AWS Budgets figure read this month), so cap_elastic refuses the scale-up",
-                              group=target.name))
+            holds.append(
+                hold(
+                    name,
+                    Reason.BUDGET_UNKNOWN,
+                    f"{why}; {s.name} month-to-date spend is unknown "
+                    f"(no AWS Budgets figure read this month), so cap_elastic refuses the scale-up",
+                    group=target.name,
+                )
+            )
             add = 0
             break
         affordable = max(0, math.floor(s.headroom_usd_per_hour / price + 1e-9)) if price > 0 else add
         s.read_headroom(timers, affordable, add)
         if affordable < add:
-            holds.append(hold(name, Reason.BUDGET_CAP, f"{why}; {s.name} budget ${s.budget_usd:,.0f} affords "
-                              f"{affordable} more node(s) (month-to-date ${s.month_to_date_usd:,.0f} + projection)",
-                              group=target.name))
+            holds.append(
+                hold(
+                    name,
+                    Reason.BUDGET_CAP,
+                    f"{why}; {s.name} budget ${s.budget_usd:,.0f} affords "
+                    f"{affordable} more node(s) (month-to-date ${s.month_to_date_usd:,.0f} + projection)",
+                    group=target.name,
+                )
+            )
             add = affordable if whole is None else whole(affordable, want)
     if add > 0:
         for s in scopes:

@@ -22,7 +22,6 @@ def hours_left_in_month(now: datetime) -> float:
     return max((next_month_start(now) - now).total_seconds() / 3600.0, _MIN_HOURS_LEFT)
 
 
-
 class Scope:
     """A budget scope (one pool, or the environment) while a tick is being decided.
 
@@ -32,8 +31,16 @@ class Scope:
 
     __slots__ = ("budget_usd", "month_to_date_usd", "known", "headroom_usd_per_hour", "capped", "name", "reread_at")
 
-    def __init__(self, name: str, budget_usd: float, spend: Spend | None, rate_usd_per_hour: float, hours: float,
-                 enforcement: str, refresh_minutes: int = 60):
+    def __init__(
+        self,
+        name: str,
+        budget_usd: float,
+        spend: Spend | None,
+        rate_usd_per_hour: float,
+        hours: float,
+        enforcement: str,
+        refresh_minutes: int = 60,
+    ):
         self.name = name
         # When the tick reads AWS Budgets' actual figure again (policy/spend.py): month-to-date moves then.
         as_of = spend.actual_as_of if spend is not None else None
@@ -60,4 +67,3 @@ class Scope:
         """Spend reached the budget: drain, if capped. Without an actual figure (Budgets unreadable, e.g. access
         denied) the running estimate alone decides: it only undercounts, so a drain it triggers is due anyway."""
         return self.capped and self.month_to_date_usd >= self.budget_usd
-

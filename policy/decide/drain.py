@@ -11,9 +11,18 @@ from policy.decide.common import hold, step_limit
 from policy.decide.idle import idle_verdict, shows_work
 from policy.model import ACTION_SET_DESIRED, ACTION_TERMINATE, Action, Group, Node, PoolSettings, Reason, Timers
 
-def drain(ps: PoolSettings, groups: dict[str, Group], in_service: dict[str, int], nodes: list[Node],
-           launching_nodes: list[Node], scope: Scope, desired: dict[str, int], now: datetime,
-           timers: Timers) -> list[Action]:
+
+def drain(
+    ps: PoolSettings,
+    groups: dict[str, Group],
+    in_service: dict[str, int],
+    nodes: list[Node],
+    launching_nodes: list[Node],
+    scope: Scope,
+    desired: dict[str, int],
+    now: datetime,
+    timers: Timers,
+) -> list[Action]:
     name = ps.name
     why = f"{scope.name} month-to-date ${scope.month_to_date_usd:,.0f} reached its budget ${scope.budget_usd:,.0f}"
     actions: list[Action] = []
@@ -40,16 +49,33 @@ def drain(ps: PoolSettings, groups: dict[str, Group], in_service: dict[str, int]
             # next tick (EKS applies UpdateNodegroupConfig later, and an absolute size that lands after the
             # terminations would relaunch them).
             desired[gname] = g.desired_nodes - not_launched
-            actions.append(Action(name, ACTION_SET_DESIRED, Reason.BUDGET_DRAIN, group=gname,
-                                  desired_from=g.desired_nodes, desired_to=desired[gname],
-                                  detail=f"{why}; cancel {not_launched} launch(es) not started"))
+            actions.append(
+                Action(
+                    name,
+                    ACTION_SET_DESIRED,
+                    Reason.BUDGET_DRAIN,
+                    group=gname,
+                    desired_from=g.desired_nodes,
+                    desired_to=desired[gname],
+                    detail=f"{why}; cancel {not_launched} launch(es) not started",
+                )
+            )
             continue
         for n in booting[: max(0, step_limit(ps) - cancelled_by_id)]:
             cancelled_by_id += 1
             desired[gname] -= 1
-            actions.append(Action(name, ACTION_TERMINATE, Reason.BUDGET_DRAIN, group=gname, instance_id=n.instance_id,
-                                  desired_from=desired[gname] + 1, desired_to=desired[gname],
-                                  detail=f"{why}; cancel a launch in flight"))
+            actions.append(
+                Action(
+                    name,
+                    ACTION_TERMINATE,
+                    Reason.BUDGET_DRAIN,
+                    group=gname,
+                    instance_id=n.instance_id,
+                    desired_from=desired[gname] + 1,
+                    desired_to=desired[gname],
+                    detail=f"{why}; cancel a launch in flight",
+                )
+            )
     if cancelled:
         return actions
     if not nodes:
@@ -66,12 +92,27 @@ def drain(ps: PoolSettings, groups: dict[str, Group], in_service: dict[str, int]
             working += 1
     for node in sorted(idle, key=_drain_key(ps))[: step_limit(ps)]:
         desired[node.group] -= 1
-        actions.append(Action(name, ACTION_TERMINATE, Reason.BUDGET_DRAIN, group=node.group,
-                              instance_id=node.instance_id, desired_from=desired[node.group] + 1,
-                              desired_to=desired[node.group], detail=f"{why}; the node is idle"))
+        actions.append(
+            Action(
+                name,
+                ACTION_TERMINATE,
+                Reason.BUDGET_DRAIN,
+                group=node.group,
+                instance_id=node.instance_id,
+                desired_from=desired[node.group] + 1,
+                desired_to=desired[node.group],
+                detail=f"{why}; the node is idle",
+            )
+        )
     if working:
-        actions.append(hold(name, Reason.BUDGET_DRAIN, f"{why}; {working} elastic node(s) with GPU work (or without "
-                             "the data to tell) are kept and drained once idle: a working GPU is never taken"))
+        actions.append(
+            hold(
+                name,
+                Reason.BUDGET_DRAIN,
+                f"{why}; {working} elastic node(s) with GPU work (or without "
+                "the data to tell) are kept and drained once idle: a working GPU is never taken",
+            )
+        )
     return actions
 
 
@@ -82,4 +123,3 @@ def _drain_key(ps: PoolSettings):
         return (util is None, util if util is not None else 0.0, n.group != ps.on_demand_group, n.instance_id)
 
     return key
-

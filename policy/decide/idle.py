@@ -9,6 +9,7 @@ from datetime import datetime, timedelta
 
 from policy.model import WORKLOAD_SERVICE, Node, PoolSettings, Timers
 
+
 def shows_work(ps: PoolSettings, node: Node) -> bool:
     """Any known signal of GPU work: a GPU pod on it now, a utilization figure at or above the idle threshold, or
     a GPU requested."""
@@ -56,22 +57,30 @@ def idle_verdict(ps: PoolSettings, node: Node, now: datetime, timers: Timers | N
     if reserved is None:
         return None, "no GPU reserved-capacity data"
     if up >= empty_w and recent is not None:
-        return True, (f"no pod requested its GPUs and max GPU utilization {recent:.2f}% < {threshold:.2f}% for "
-                      f"{ps.empty_timeout_minutes} min")
+        return True, (
+            f"no pod requested its GPUs and max GPU utilization {recent:.2f}% < {threshold:.2f}% for "
+            f"{ps.empty_timeout_minutes} min"
+        )
     if up >= idle_w and recent is None and longer is not None:
-        return True, (f"max GPU utilization {longer:.2f}% < {threshold:.2f}% for {ps.idle_timeout_minutes} min and "
-                      "no pod requested its GPUs")
+        return True, (
+            f"max GPU utilization {longer:.2f}% < {threshold:.2f}% for {ps.idle_timeout_minutes} min and "
+            "no pod requested its GPUs"
+        )
     if up >= idle_w and recent is None:
         return None, "no GPU utilization data"
     return False, ""
 
 
-
 ABOVE_IDLE = "above the idle threshold"
 
 
-def node_reading(ps: PoolSettings, max_pct: float | None, avg_pct: float | None, reserved_pct: float | None,
-                 recent_max_pct: float | None) -> tuple:
+def node_reading(
+    ps: PoolSettings,
+    max_pct: float | None,
+    avg_pct: float | None,
+    reserved_pct: float | None,
+    recent_max_pct: float | None,
+) -> tuple:
     """What the rules read of a node's CloudWatch figures (Node.max_utilization_pct, avg_utilization_pct,
     max_reserved_pct, recent_max_utilization_pct): two nodes whose readings are equal get the same actions (the
     reported figures, PoolDecision.utilization_pct, may differ). A utilization figure is compared with the idle
@@ -96,4 +105,3 @@ def node_idle_threshold_pct(ps: PoolSettings) -> float:
     node is reclaimed only when even a single GPU at the threshold would have shown up in its average.
     """
     return ps.idle_utilization_pct / max(ps.gpus_per_node, 1)
-

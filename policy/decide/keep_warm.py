@@ -8,6 +8,7 @@ from datetime import datetime, timedelta
 
 from policy.model import JUST_AFTER, Node, PoolSettings, Timers
 
+
 def arrival_rate_nodes_per_minute(ps: PoolSettings, arrivals, now: datetime, timers: Timers | None = None) -> float:
     """The pool's recent demand in nodes per minute: GPUs of the pods created within arrival_window_minutes
     (and not finished), in nodes' worth, over the window. No look-ahead: only pods that exist at `now` count.
@@ -42,7 +43,6 @@ def nodes_that_pay(ps: PoolSettings, rate: float | None) -> int:
     return max(0, math.ceil(2.0 * ps.launch_minutes * rate - 1e-9) - 1)
 
 
-
 def never_got_a_pod(ps: PoolSettings, node: Node, now: datetime, timers: Timers | None = None) -> bool:
     """The node's empty window (no GPU requested over it) reaches back into its boot: it has had no GPU pod in
     its whole ready life. launch_minutes stands for the boot (the Lambda keeps no per-node history)."""
@@ -54,8 +54,8 @@ def never_got_a_pod(ps: PoolSettings, node: Node, now: datetime, timers: Timers 
 
 def rate_why(ps: PoolSettings, arrivals, now: datetime) -> str:
     rate = arrival_rate_nodes_per_minute(ps, arrivals, now)
-    return (f"{rate * 60:.1f} node(s) of demand arrived per hour over the last {ps.arrival_window_minutes} min; "
-            f"a relaunch costs {2 * ps.launch_minutes} node-minutes ({ps.launch_minutes} booting, paid, + "
-            f"{ps.launch_minutes} a job waits)")
-
-
+    return (
+        f"{rate * 60:.1f} node(s) of demand arrived per hour over the last {ps.arrival_window_minutes} min; "
+        f"a relaunch costs {2 * ps.launch_minutes} node-minutes ({ps.launch_minutes} booting, paid, + "
+        f"{ps.launch_minutes} a job waits)"
+    )

@@ -29,18 +29,26 @@ from policy.model import (
     Timers,
 )
 
-def decide_sizes(ps: PoolSettings, po: PoolObservation, scopes: list[Scope], now: datetime,
-                  hours: float, timers: Timers) -> PoolDecision:
+
+def decide_sizes(
+    ps: PoolSettings, po: PoolObservation, scopes: list[Scope], now: datetime, hours: float, timers: Timers
+) -> PoolDecision:
     """A pool of several node sizes: each size decided as a pool of its own groups and the pending pods given to
     it (policy/sizes.py), the sizes sharing the budget scopes."""
     for gname in ps.elastic_groups:
         if po.group(gname) is None:  # rule 1 holds the whole pool, every size
-            return PoolDecision(ps.name, (hold(ps.name, Reason.HOLD_MISSING_DATA,
-                                                f"node group {gname} could not be read", group=gname),))
+            return PoolDecision(
+                ps.name,
+                (hold(ps.name, Reason.HOLD_MISSING_DATA, f"node group {gname} could not be read", group=gname),),
+            )
     parts = sizes.split(ps, po)
-    return sizes.merge(ps, po, [decide_pool(sp, spo, scopes, now, hours, timers) for sp, spo in parts],
-                       ps.guaranteed_usd_per_hour, hours)
-
+    return sizes.merge(
+        ps,
+        po,
+        [decide_pool(sp, spo, scopes, now, hours, timers) for sp, spo in parts],
+        ps.guaranteed_usd_per_hour,
+        hours,
+    )
 
 
 def elastic_rate(ps: PoolSettings, po: PoolObservation) -> float:
@@ -52,9 +60,9 @@ def elastic_rate(ps: PoolSettings, po: PoolObservation) -> float:
     return rate
 
 
-
-def decide_pool(ps: PoolSettings, po: PoolObservation | None, scopes: list[Scope], now: datetime,
-                 hours: float, timers: Timers) -> PoolDecision:
+def decide_pool(
+    ps: PoolSettings, po: PoolObservation | None, scopes: list[Scope], now: datetime, hours: float, timers: Timers
+) -> PoolDecision:
     name = ps.name
     if po is None:
         return PoolDecision(name, (hold(name, Reason.HOLD_MISSING_DATA, "no observation for this pool"),))
@@ -62,8 +70,9 @@ def decide_pool(ps: PoolSettings, po: PoolObservation | None, scopes: list[Scope
     for gname in ps.elastic_groups:
         g = po.group(gname)
         if g is None:
-            return PoolDecision(name, (hold(name, Reason.HOLD_MISSING_DATA, f"node group {gname} could not be read",
-                                             group=gname),))
+            return PoolDecision(
+                name, (hold(name, Reason.HOLD_MISSING_DATA, f"node group {gname} could not be read", group=gname),)
+            )
         groups[gname] = g
 
     # One pass over the nodes: counts per group, utilization per tier, idle candidates.
@@ -98,8 +107,9 @@ def decide_pool(ps: PoolSettings, po: PoolObservation | None, scopes: list[Scope
     # "Spot fallback").
     if spot is not None and spot.desired_nodes > in_service[spot.name] + launching[spot.name]:
         leaving_spot = sum(1 for n in po.nodes if n.group == spot.name and n.lifecycle == LIFECYCLE_LEAVING)
-        fallback_at = None if spot.last_change_at is None else spot.last_change_at + timedelta(
-            minutes=ps.fallback_after_minutes)
+        fallback_at = (
+            None if spot.last_change_at is None else spot.last_change_at + timedelta(minutes=ps.fallback_after_minutes)
+        )
         waited = fallback_at is not None and now >= fallback_at
         timers.at(fallback_at)  # the wait runs out: spot counts as short from then on
         unmet_beyond_leaving = spot.desired_nodes > in_service[spot.name] + launching[spot.name] + leaving_spot
@@ -109,8 +119,7 @@ def decide_pool(ps: PoolSettings, po: PoolObservation | None, scopes: list[Scope
     off, off_problem = off_spot.split(po, spot)
     view = off.rest if off is not None else po
     # Pending gangs (policy/gangs.py): launched whole, their wait bounded, their idle nodes released past it.
-    gangs = gang_rules.view(ps, view, groups, elastic_nodes, in_service, launching, spot, od, spot_short, now,
-                            timers)
+    gangs = gang_rules.view(ps, view, groups, elastic_nodes, in_service, launching, spot, od, spot_short, now, timers)
     if gangs is not None:
         spot_short = gangs.spot_short
     fallback_active = spot is not None and od is not None and od.desired_nodes > 0
@@ -126,21 +135,54 @@ def decide_pool(ps: PoolSettings, po: PoolObservation | None, scopes: list[Scope
 
     actions: list[Action] = []
     exhausted = next((s for s in scopes if s.exhausted), None)
-    closed = back_to_spot.closed_to_new_pods(ps, spot, od, po.nodes, spot_short, exhausted is not None,
-                                             on_demand_only_pending=off is not None)
+    closed = back_to_spot.closed_to_new_pods(
+        ps, spot, od, po.nodes, spot_short, exhausted is not None, on_demand_only_pending=off is not None
+    )
     if exhausted is not None:
         actions = drain(ps, groups, in_service, elastic_nodes, launching_nodes, exhausted, desired, now, timers)
     else:
         actions, taken = scale_on_demand_only(ps, off, od, in_service, scopes, desired, timers) if off else ([], 0)
-        actions = merge_set_desired(actions + scale_up(
-            ps, view, groups, in_service, elastic_nodes, spot, od, spot_short, utilization, scopes, now, desired,
-            timers, gangs, closed_group=od.name if closed and od is not None else None, on_demand_taken=taken))
+        actions = merge_set_desired(
+            actions
+            + scale_up(
+                ps,
+                view,
+                groups,
+                in_service,
+                elastic_nodes,
+                spot,
+                od,
+                spot_short,
+                utilization,
+                scopes,
+                now,
+                desired,
+                timers,
+                gangs,
+                closed_group=od.name if closed and od is not None else None,
+                on_demand_taken=taken,
+            )
+        )
         # One kind of change per group per tick: a group that was resized now is not also reclaimed from.
         resized = {a.group for a in actions if a.kind == ACTION_SET_DESIRED and a.group is not None}
-        keep_on_demand = pack_pods([p for p in off.pod_gpus if p <= ps.gpus_per_node], ps.gpus_per_node)[0] \
-            if off is not None and od is not None else 0
-        actions += reclaim(ps, view, groups, elastic_nodes, now, desired, resized, timers, gangs,
-                            frozenset(closed or ()), keep_on_demand)
+        keep_on_demand = (
+            pack_pods([p for p in off.pod_gpus if p <= ps.gpus_per_node], ps.gpus_per_node)[0]
+            if off is not None and od is not None
+            else 0
+        )
+        actions += reclaim(
+            ps,
+            view,
+            groups,
+            elastic_nodes,
+            now,
+            desired,
+            resized,
+            timers,
+            gangs,
+            frozenset(closed or ()),
+            keep_on_demand,
+        )
         if off_problem:
             actions.append(hold(name, Reason.HOLD_MISSING_DATA, off_problem))
         if gangs is not None:
@@ -150,8 +192,15 @@ def decide_pool(ps: PoolSettings, po: PoolObservation | None, scopes: list[Scope
             actions.append(hold(name, Reason.SPOT_RECOVERED, back_to_spot.why(spot, closed), group=od.name))
         elif spot is not None and od is not None and od.desired_nodes > 0 and not spot_short and off is None:
             # (while pods that may not run on spot wait, the on-demand nodes are theirs, not a fallback to leave)
-            actions.append(hold(name, Reason.SPOT_RECOVERED, f"spot {spot.name} is filled; new demand goes to "
-                                 f"spot and on-demand nodes are reclaimed first when idle", group=od.name))
+            actions.append(
+                hold(
+                    name,
+                    Reason.SPOT_RECOVERED,
+                    f"spot {spot.name} is filled; new demand goes to "
+                    f"spot and on-demand nodes are reclaimed first when idle",
+                    group=od.name,
+                )
+            )
     if not actions:
         actions.append(hold(name, Reason.STEADY, "nothing to do"))
 
@@ -171,4 +220,3 @@ def decide_pool(ps: PoolSettings, po: PoolObservation | None, scopes: list[Scope
         utilization_pct=utilization,
         closed_to_new_pods=closed,
     )
-

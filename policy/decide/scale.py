@@ -25,11 +25,25 @@ from policy.model import (
     Timers,
 )
 
-def scale_up(ps: PoolSettings, po: PoolObservation, groups: dict[str, Group], in_service: dict[str, int],
-           elastic_nodes: list[Node], spot: Group | None, od: Group | None, spot_short: bool, utilization: dict[str, float],
-           scopes: list[Scope], now: datetime, desired: dict[str, int], timers: Timers,
-           gangs: gang_rules.GangView | None = None, closed_group: str | None = None,
-           on_demand_taken: int = 0) -> list[Action]:
+
+def scale_up(
+    ps: PoolSettings,
+    po: PoolObservation,
+    groups: dict[str, Group],
+    in_service: dict[str, int],
+    elastic_nodes: list[Node],
+    spot: Group | None,
+    od: Group | None,
+    spot_short: bool,
+    utilization: dict[str, float],
+    scopes: list[Scope],
+    now: datetime,
+    desired: dict[str, int],
+    timers: Timers,
+    gangs: gang_rules.GangView | None = None,
+    closed_group: str | None = None,
+    on_demand_taken: int = 0,
+) -> list[Action]:
     """Scale-up for the pending pods of `po` (those that may run on spot, when policy/off_spot.py split them:
     `on_demand_taken` on-demand nodes on their way are the others', and the nodes added for the others this tick
     count against max_step_nodes)."""
@@ -47,12 +61,21 @@ def scale_up(ps: PoolSettings, po: PoolObservation, groups: dict[str, Group], in
 
     add_pending = needed = 0
     if po.pending_pod_gpus:
-        needed, unfittable = pack_pods(po.pending_pod_gpus, ps.gpus_per_node) if gangs is None else (
-            gangs.needed_nodes, gangs.unfittable)
+        needed, unfittable = (
+            pack_pods(po.pending_pod_gpus, ps.gpus_per_node)
+            if gangs is None
+            else (gangs.needed_nodes, gangs.unfittable)
+        )
         add_pending = max(0, needed - coming)
         if unfittable:
-            actions.append(hold(name, Reason.HOLD_MISSING_DATA, f"{unfittable} pending pod(s) ask for more than "
-                                 f"{ps.gpus_per_node} GPUs per node and can never fit this pool"))
+            actions.append(
+                hold(
+                    name,
+                    Reason.HOLD_MISSING_DATA,
+                    f"{unfittable} pending pod(s) ask for more than "
+                    f"{ps.gpus_per_node} GPUs per node and can never fit this pool",
+                )
+            )
     add_util = 0
     # Utilization adds a node only for a service pool: in a batch pool a node added with nothing pending mostly
     # waits for the next job (docs/policy.md, rule 3).
@@ -60,8 +83,14 @@ def scale_up(ps: PoolSettings, po: PoolObservation, groups: dict[str, Group], in
     if mean is not None and mean >= ps.scale_up_utilization_pct and coming == 0:
         cooling = _cooling(groups.values(), now, ps.cooldown_minutes, timers)
         if cooling is not None:
-            actions.append(hold(name, Reason.COOLDOWN, f"utilization {mean:.0f}% but {cooling} changed less than "
-                                 f"{ps.cooldown_minutes} min ago", group=cooling))
+            actions.append(
+                hold(
+                    name,
+                    Reason.COOLDOWN,
+                    f"utilization {mean:.0f}% but {cooling} changed less than {ps.cooldown_minutes} min ago",
+                    group=cooling,
+                )
+            )
         else:
             add_util = 1
     add_warm = warm_up_launches(ps, po, elastic_nodes, coming, needed)
@@ -70,8 +99,11 @@ def scale_up(ps: PoolSettings, po: PoolObservation, groups: dict[str, Group], in
         return actions
     if add_pending or add_util:
         reason = Reason.SCALE_UP_PENDING if add_pending >= add_util else Reason.SCALE_UP_UTILIZATION
-        why = (f"{sum(po.pending_pod_gpus or ())} pending GPU(s) need {add_pending} more node(s)" if reason is
-               Reason.SCALE_UP_PENDING else f"mean GPU utilization {mean:.0f}% >= {ps.scale_up_utilization_pct:.0f}%")
+        why = (
+            f"{sum(po.pending_pod_gpus or ())} pending GPU(s) need {add_pending} more node(s)"
+            if reason is Reason.SCALE_UP_PENDING
+            else f"mean GPU utilization {mean:.0f}% >= {ps.scale_up_utilization_pct:.0f}%"
+        )
         if add_warm:
             why += f"; {add_warm} more ahead of the daily rhythm ({rhythm_why(ps, po)})"
     else:
@@ -80,29 +112,48 @@ def scale_up(ps: PoolSettings, po: PoolObservation, groups: dict[str, Group], in
     target = spot if (spot is not None and not spot_short) else od
     if target is None:  # spot-only pool and spot is short: nothing else to ask for
         short_name = spot.name if spot is not None else "(none)"
-        actions.append(hold(name, reason, f"{why}, but spot {short_name} is short of capacity and the pool has no "
-                             "on-demand fallback", group=spot.name if spot is not None else None))
+        actions.append(
+            hold(
+                name,
+                reason,
+                f"{why}, but spot {short_name} is short of capacity and the pool has no on-demand fallback",
+                group=spot.name if spot is not None else None,
+            )
+        )
         return actions
     if target is od and spot is not None:
         why = f"{why}; spot {spot.name} short ({in_service[spot.name]}/{spot.desired_nodes} up)"
         reason = Reason.SPOT_FALLBACK
     if target.status != "ACTIVE":
-        actions.append(hold(name, Reason.UPDATE_IN_PROGRESS, f"{why}, but {target.name} is {target.status}",
-                             group=target.name))
+        actions.append(
+            hold(name, Reason.UPDATE_IN_PROGRESS, f"{why}, but {target.name} is {target.status}", group=target.name)
+        )
         return actions
     base = desired[target.name]  # above the group's desired when nodes for pods kept off spot were added this tick
     # A gang's nodes come in one step: the step limit never splits one, a cut by the max drops whole gangs.
-    add, limits = bound(ps, target, base, want, sum(desired[g] - groups[g].desired_nodes for g in groups), scopes,
-                        timers, why, gangs.whole if gangs is not None else None,
-                        gangs.largest_missing if gangs is not None else 0)
+    add, limits = bound(
+        ps,
+        target,
+        base,
+        want,
+        sum(desired[g] - groups[g].desired_nodes for g in groups),
+        scopes,
+        timers,
+        why,
+        gangs.whole if gangs is not None else None,
+        gangs.largest_missing if gangs is not None else 0,
+    )
     actions += limits
     if add <= 0:
         return actions
     desired[target.name] = base + add
-    actions.insert(0, Action(name, ACTION_SET_DESIRED, reason, group=target.name, desired_from=base,
-                             desired_to=base + add, detail=why))
+    actions.insert(
+        0,
+        Action(
+            name, ACTION_SET_DESIRED, reason, group=target.name, desired_from=base, desired_to=base + add, detail=why
+        ),
+    )
     return actions
-
 
 
 def merge_set_desired(actions: list[Action]) -> list[Action]:
@@ -128,7 +179,6 @@ def merge_set_desired(actions: list[Action]) -> list[Action]:
     return out
 
 
-
 def _mean_utilization(po: PoolObservation) -> float | None:
     """Mean over every in-service node of the pool with data (floor and elastic): the load the pool carries."""
     total = 0.0
@@ -149,4 +199,3 @@ def _cooling(groups, now: datetime, cooldown_minutes: int, timers: Timers) -> st
             timers.at(g.last_change_at + limit)
             cooling = cooling or g.name
     return cooling
-

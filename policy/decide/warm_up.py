@@ -6,6 +6,7 @@ from __future__ import annotations
 from policy.decide.keep_warm import nodes_that_pay
 from policy.model import Node, PoolObservation, PoolSettings
 
+
 def warm_up_nodes(ps: PoolSettings, po: PoolObservation) -> int:
     """Spare nodes the daily rhythm asks for (docs/policy.md, "Warm-up ahead of the daily rhythm"); 0 unless
     `warm_up` is on and the history is known.
@@ -19,8 +20,7 @@ def warm_up_nodes(ps: PoolSettings, po: PoolObservation) -> int:
     return nodes_that_pay(ps, po.rhythm_rate_nodes_per_minute) if ps.warm_up else 0
 
 
-def warm_up_launches(ps: PoolSettings, po: PoolObservation, elastic_nodes: list[Node], coming: int,
-                      needed: int) -> int:
+def warm_up_launches(ps: PoolSettings, po: PoolObservation, elastic_nodes: list[Node], coming: int, needed: int) -> int:
     """Nodes to launch so that warm_up_nodes spare ones are up or on their way. Spare: in-service elastic nodes
     (`elastic_nodes`, from decide's one pass) no pod requested a GPU of over the empty window, plus nodes on their
     way that pending pods will not take. Any of them without that figure makes the count unknown: no warm-up
@@ -36,6 +36,7 @@ def warm_up_launches(ps: PoolSettings, po: PoolObservation, elastic_nodes: list[
 
 def rhythm_why(ps: PoolSettings, po: PoolObservation) -> str:
     rate = po.rhythm_rate_nodes_per_minute or 0.0
-    return (f"on earlier days {rate * 60:.1f} node(s) of demand per hour arrived at this time of day; a spare node "
-            f"pays while that brings its job within {2 * ps.launch_minutes} min")
-
+    return (
+        f"on earlier days {rate * 60:.1f} node(s) of demand per hour arrived at this time of day; a spare node "
+        f"pays while that brings its job within {2 * ps.launch_minutes} min"
+    )

@@ -22,8 +22,9 @@ HOURS = 100.0
 
 def scope(budget_usd: float, spent: float | None, rate: float = 0.0, enforcement: str = "cap_elastic"):
     """A budget scope with `spent` month-to-date (None: no actual figure read) and HOURS left in the month."""
-    return budget.Scope("pool research", budget_usd, None if spent is None else Spend(spent, 0.0, NOW), rate, HOURS,
-                        enforcement)
+    return budget.Scope(
+        "pool research", budget_usd, None if spent is None else Spend(spent, 0.0, NOW), rate, HOURS, enforcement
+    )
 
 
 def reasons(holds) -> list[Reason]:
