@@ -32,7 +32,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from policy.decide.bound import group_max  # decide/ imports this module too: group_max is read at call time only
+from policy.decide.bound import group_max  # a cycle: decide/ reads this module at call time only
 from policy.model import Group, Node, PendingGang, PoolObservation, PoolSettings, Timers
 from policy.packing import first_fit_runs
 

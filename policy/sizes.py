@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, replace
 
-from policy.decide.bound import group_max  # decide/ imports this module too: group_max is read at call time only
+from policy.decide.bound import group_max  # a cycle: decide/ reads this module at call time only
 from policy.model import LIFECYCLE_IN_SERVICE, PoolDecision, PoolObservation, PoolSettings, Reason
 
 
