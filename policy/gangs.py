@@ -3,7 +3,7 @@
 A job that needs k nodes is useless until all k run. Its pods arrive pending together (Kueue admits a workload
 all or nothing); a gang scheduler (coscheduling, Kueue pod groups, Volcano, the Kubernetes PodGroup API) binds
 none of them until all fit, so the nodes that did arrive sit ready, paid and empty. Three rules, each a small
-change to the engine's plan (policy/engine.py calls `view` once per pool and tick):
+change to the engine's plan (policy/decide/pool.py calls `view` once per pool and tick):
 
 1. **Launched whole.** A gang's missing nodes are one unit: `max_step_nodes` never spreads them over ticks (the
    step is raised to the largest gang's missing nodes), and a cut by the group maximum or the budget drops a
@@ -32,6 +32,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from policy.decide.bound import group_max  # a cycle: decide/ reads this module at call time only
 from policy.model import Group, Node, PendingGang, PoolObservation, PoolSettings, Timers
 from policy.packing import first_fit_runs
 
@@ -123,10 +124,7 @@ def view(ps: PoolSettings, po: PoolObservation, groups: dict[str, Group], elasti
     target = spot if (spot is not None and not short) else od
     room_left = 0
     if target is not None:
-        limit = ps.max_nodes(target.name)
-        if target.max_nodes > 0:
-            limit = min(limit, target.max_nodes)
-        room_left = max(0, limit - target.desired_nodes)
+        room_left = max(0, group_max(ps, target.name, target) - target.desired_nodes)
 
     needed = kept = 0
     missing: list[int] = []

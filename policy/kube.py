@@ -677,7 +677,7 @@ class KubeClient:
     def gpu_pod_arrivals(self, pools: list[str], since: datetime, shapes: Mapping[str, Sequence[NodeShape]] | None = None
                          ) -> dict[str, tuple[tuple[datetime, int], ...]]:
         """(creation time, GPUs) of each pool's GPU pods created at or after `since` that have not finished
-        (pending or running): the pool's recent arrivals for the keep-or-release rule (policy/engine.py). Pods
+        (pending or running): the pool's recent arrivals for the keep-or-release rule (policy/decide/keep_warm.py). Pods
         that landed at once on a free node count too (a pending-only view would miss exactly the jobs a kept node
         serves). Pods already finished and gone are missed: the rate errs low, so idle nodes go sooner."""
         wanted = set(pools)

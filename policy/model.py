@@ -567,7 +567,7 @@ JUST_AFTER = timedelta(microseconds=1)
 
 class Timers:
     """The moments after `now` at which one of the engine's rules, by its own clock, could decide differently with
-    the observation unchanged. Each rule reports its timers where the rule lives (policy/engine.py and the rule
+    the observation unchanged. Each rule reports its timers where the rule lives (policy/decide/ and the rule
     modules): `at(t)` when its condition changes at `t`, nothing when only a change of the observation can
     change its verdict. `earliest` is the plan's next_decision_at."""
 

@@ -15,7 +15,7 @@ since the tick's read (policy/tick.py). A group whose ASG cannot be found is rep
 out, so its pool holds: never a size guessed from elsewhere.
 
 A spot group's scaling activities (the capacity shortage and its last launch) are read only where the engine uses
-them (policy/engine.py): while a launch is outstanding (the ASG wants more instances than it has in service: the
+them (policy/decide/pool.py): while a launch is outstanding (the ASG wants more instances than it has in service: the
 spot fallback's shortage and wait), and always for the groups named `activities_always` (a `service` pool's,
 whose utilization scale-up waits out a cooldown from any change). Calls that do not depend on each other (the
 activities, the DescribeNodegroup of each group about to change, the pages of instances) run side by side, at
@@ -296,7 +296,7 @@ class AwsNodeGroups:
 
 def _launch_outstanding(asg: dict) -> bool:
     """The ASG wants more instances than it has in service: a launch is under way or failing, which is when the
-    engine reads a spot group's shortage and how long the launch has waited (policy/engine.py, spot_short). A
+    engine reads a spot group's shortage and how long the launch has waited (policy/decide/pool.py, spot_short). A
     booting instance counts as outstanding here (the engine counts it as granted): a read more, never one less."""
     in_service = sum(1 for i in asg.get("Instances", []) if i.get("LifecycleState") == IN_SERVICE)
     return int(asg.get("DesiredCapacity", 0)) > in_service

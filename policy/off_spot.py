@@ -6,7 +6,7 @@ those spot nodes (policy/kube.py `on_demand_only`): counted with the rest, it bo
 kept them idle "for pending pods", and waited until spot happened to be short. So the engine splits the pending
 pods once per pool and tick (`split`):
 - the pods that may not run on spot (and every pod of a gang with one: a gang starts whole) are packed onto the
-  on-demand group directly (policy/engine.py `_scale_on_demand_only`: the group max, the step, the budget cap and
+  on-demand group directly (policy/decide/on_demand_only.py: the group max, the step, the budget cap and
   UPDATE_IN_PROGRESS as for any scale-up, a gang in one step), or, in a pool without an on-demand group, reported
   (`ON_DEMAND_ONLY`) and never bought spot for;
 - the rest go spot-first as before, and only they keep idle spot nodes for pending pods; the idle reclaim may keep

@@ -1,4 +1,4 @@
-"""First fit decreasing over runs of equal bins: the packing our engine (policy.engine.pack_pods) and the
+"""First fit decreasing over runs of equal bins: the packing our engine (policy.decide.pack_pods) and the
 simulator's Karpenter baseline (sim/packing.py) both use.
 
 Bins are kept as runs [free GPUs per bin, bins] in the order they are tried, and all pods of one size go in at

@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, replace
 
+from policy.decide.bound import group_max  # a cycle: decide/ reads this module at call time only
 from policy.model import LIFECYCLE_IN_SERVICE, PoolDecision, PoolObservation, PoolSettings, Reason
 
 
@@ -116,8 +117,7 @@ def _choice(sp: PoolSettings, po: PoolObservation) -> SizeChoice:
     room = 0
     for gname in sp.elastic_groups:
         g = po.group(gname)
-        limit = sp.max_nodes(gname) if g is None or g.max_nodes <= 0 else min(sp.max_nodes(gname), g.max_nodes)
-        room += max(0, limit - (g.desired_nodes if g is not None else 0))
+        room += max(0, group_max(sp, gname, g) - (g.desired_nodes if g is not None else 0))
     price = sp.spot_usd_per_hour if sp.spot_group else sp.on_demand_usd_per_hour
     return SizeChoice(sp.gpus_per_node, price, room)
 

@@ -22,7 +22,7 @@ from typing import Callable
 from policy import capacity_blocks, closing, emf, fanout, loan_usage, notifications, tick_state
 from policy.deadline import MESSAGE as DEADLINE_MESSAGE
 from policy.deadline import Deadline
-from policy.engine import decide
+from policy.decide import decide
 from policy.lease import take as take_lease
 from policy.errors import DeadlineExceeded, MalformedState, PolicyError
 from policy.kube import FloorQuotaPort, NodeGuardPort, PendingPodsPort, elastic_shapes

@@ -22,7 +22,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from policy.engine import decide  # noqa: E402
+from policy.decide import decide  # noqa: E402
 from policy.model import Group, Node, Observation, PoolObservation, PoolSettings, Settings, Spend  # noqa: E402
 from stacks.policy_function.package import build_zip  # noqa: E402
 

@@ -8,7 +8,7 @@ The block (S = start, E = end, D = E - 40 min) is paid for every node from S to 
 Modes:
 - `before` (gpuloan before this change): the group goes to `nodes` at the next `pulumi up`, `deploy_delay_minutes`
   after S; nothing drains ahead of D.
-- `after`: the real policy (policy.engine.decide, with the block's window in its settings) ticks every minute of
+- `after`: the real policy (policy.decide.decide, with the block's window in its settings) ticks every minute of
   the window's transitions; its set_desired raises the group, its checkpoint actions ask the jobs to save.
 Work: each block node runs the pool's training jobs back to back (a block is bought for a backlog). A job saves a
 checkpoint every `checkpoint_interval_minutes` from its own start (SimSettings' default, 30). A job asked to
@@ -33,7 +33,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 
 from policy import capacity_blocks as cb
-from policy.engine import decide
+from policy.decide import decide
 from policy.model import (ACTION_SET_DESIRED, LIFECYCLE_IN_SERVICE, LIFECYCLE_PENDING, Group, Node, Observation,
                           PoolObservation, PoolSettings, Settings)
 

@@ -4,7 +4,7 @@ Each tick, in order: spot reclaims and 2-minute notices, nodes finishing their b
 scheduling (what kube-scheduler does: any pending pod that fits is placed, a gang only with all its pods), the
 policy's tick (it may set group sizes, launch or terminate nodes), the node groups converging to their desired
 size, billing. A controller (sim/policies.py) sees the simulated state; the `gpuloan` controller turns it into the
-Observation the real Lambda would build and calls the real policy.engine.decide.
+Observation the real Lambda would build and calls the real policy.decide.decide.
 
 Modelled: a provisioning delay for every new node; spot interruptions with common random numbers (each spot
 *slot* -- the k-th spot node running at once -- has its own Poisson stream of interruption times at the Spot

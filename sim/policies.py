@@ -1,4 +1,4 @@
-"""The policies compared on the same simulated pool: ours (the real policy.engine.decide) and the baselines.
+"""The policies compared on the same simulated pool: ours (the real policy.decide.decide) and the baselines.
 
 Each controller has `start(sim)` (capacity at minute 0) and `tick(sim)` (once per simulated minute). They see
 the simulated world only through what a real controller could see: nodes, their utilization, pending pods,
@@ -11,7 +11,7 @@ import bisect
 import dataclasses
 from datetime import datetime, timedelta, timezone
 
-from policy import engine
+from policy import decide as rules
 from policy.model import (
     ACTION_SET_DESIRED,
     ACTION_TERMINATE,
@@ -359,7 +359,7 @@ def _minute_at_or_after(when: datetime) -> int:
 
 
 class GpuLoan(Controller):
-    """Our policy: every minute, build the Observation the Lambda would build and call policy.engine.decide."""
+    """Our policy: every minute, build the Observation the Lambda would build and call policy.decide.decide."""
 
     uses_spot = True
 
@@ -377,7 +377,7 @@ class GpuLoan(Controller):
         # release-on-cost rule keeps no empty node. Together they bound what a faster release signal could buy.
         self.instant_idle = instant_idle
         self.keep_for_next_job = keep_for_next_job
-        self.decide = engine.decide  # the real one; tests check the identity
+        self.decide = rules.decide  # the real one; tests check the identity
         self.calls = 0
         self.reasons: dict[str, int] = {}
         # Minutes in which the budget cap held a wanted scale-up (BUDGET_CAP / BUDGET_UNKNOWN), as [start, end)
@@ -407,7 +407,7 @@ class GpuLoan(Controller):
         self._last_held = False  # the last plan held a scale-up for the budget (BUDGET_CAP / BUDGET_UNKNOWN)
         self._quiet_plan = False
         self._version = -1
-        self._decide_again = 0  # the minute of the last plan's next_decision_at (policy/engine.py)
+        self._decide_again = 0  # the minute of the last plan's next_decision_at (policy/decide/)
         self._arrivals_key, self._arrivals_value = None, ()
         self._gangs_key, self._gangs_value = None, ()
         self._off_spot_key, self._off_spot_value = None, ()
@@ -736,7 +736,7 @@ class GpuLoan(Controller):
     def wake(self, sim: Simulation) -> int:
         """The first minute after now at which the tick could act differently if nothing else happens (no node
         event, arrival, completion or demand change: those bump sim.version): the earlier of the plan's own
-        next_decision_at (policy/engine.py, every rule's timer: the engine owns them, nothing here repeats one)
+        next_decision_at (policy/decide/, every rule's timer: the engine owns them, nothing here repeats one)
         and the first minute at which the Observation this controller builds changes (`_observation_changes`).
         tests/sim/test_sim_speed.py compares the result with deciding every minute."""
         nxt = sim.now + 1
@@ -749,7 +749,7 @@ class GpuLoan(Controller):
         engine reads, with no event in between (an event bumps sim.version):
         - a node's CloudWatch figures: a change of its busy GPUs at minute t is read from t + delay on (its first
           datapoint a minute after launch, delayed) and has left a window of w minutes from t + delay + w - 1 on;
-          in between, the first minute its figures read differently to the engine (engine.node_reading: a
+          in between, the first minute its figures read differently to the engine (policy.decide node_reading: a
           utilization figure on the other side of the idle threshold, or another value below it; the reserved
           figure zero or not; a service pool's mean at all);
         - the month-to-date spend reaching a capped budget, or starting again with the simulated month;
@@ -798,7 +798,7 @@ class GpuLoan(Controller):
         now, ps = sim.now, self.ps
         read = now - sim.settings.metric_delay_minutes
         longest = max(ps.idle_timeout_minutes, ps.empty_timeout_minutes, ps.scale_up_window_minutes)
-        busiest = engine.node_reading(ps, 100.0, 100.0, 100.0, 100.0)
+        busiest = rules.node_reading(ps, 100.0, 100.0, 100.0, 100.0)
         windows = (ps.idle_timeout_minutes, ps.scale_up_window_minutes, ps.empty_timeout_minutes)
         distinct = tuple(sorted(set(windows)))
         at = tuple(distinct.index(w) for w in windows)
@@ -806,10 +806,10 @@ class GpuLoan(Controller):
         def reading(n, m: int) -> tuple:
             if n.group == GUARANTEED:
                 avg = sim.window_utilization(n, ps.scale_up_window_minutes, at=m)[1]
-                return engine.node_reading(ps, avg, avg, None, None)
+                return rules.node_reading(ps, avg, avg, None, None)
             stats = sim.window_stats(n, distinct, at=m)
             (mx, _), (_, avg), (reserved, _) = stats[at[0]], stats[at[1]], stats[at[2]]
-            return engine.node_reading(ps, mx, avg, reserved, reserved)
+            return rules.node_reading(ps, mx, avg, reserved, reserved)
 
         for n, settled in moving:
             # Every figure of every window read until it settles lies between the lowest and the highest level
@@ -819,7 +819,7 @@ class GpuLoan(Controller):
             while k > 0 and hist[k][0] > start:
                 k -= 1
             lowest = min(busy for _, busy in hist[k:]) * 100.0 / n.gpus
-            if lowest > 0 and engine.node_reading(ps, lowest, lowest, lowest, lowest) == busiest:
+            if lowest > 0 and rules.node_reading(ps, lowest, lowest, lowest, lowest) == busiest:
                 continue
             before = reading(n, read)
             for t in range(now + 1, min(until, settled + 1)):

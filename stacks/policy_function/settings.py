@@ -103,7 +103,7 @@ def _prices(prices: Prices, cfg: GpuLoanConfig, types: list[str], allow_unknown:
     type. An on-demand group launches its types in the listed order (EKS's "prioritized" allocation,
     stacks/capacity/node_groups.py): its first type. A spot group uses price-capacity-optimized, which asks the
     lowest-priced of the pools with the most capacity: the cheapest type, while that type has capacity; a node of
-    another type is priced at its own type once it runs (policy/engine.py group_usd_per_hour)."""
+    another type is priced at its own type once it runs (policy/decide/common.py group_usd_per_hour)."""
     rows = []
     for t in types:
         p = _price(prices, cfg, t, allow_unknown)

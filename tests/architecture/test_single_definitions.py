@@ -1,7 +1,8 @@
 """Each shared rule and constant has one definition (issue 34): copies drift apart, and these already had.
 
-The month's hours, the nearest-rank percentile, a pool's production share and the enums the policy's settings
-share with the config are defined once and imported everywhere else.
+The month's hours, the nearest-rank percentile, a pool's production share, the enums the policy's settings
+share with the config and the bound of a scale-up (group max, step, budget cap) are defined once and imported
+everywhere else.
 """
 
 from __future__ import annotations
@@ -41,6 +42,12 @@ def _definitions(pattern: str) -> list[str]:
         # The floor-under-budget rule the config validation and the CrossGuard pack both apply, and the floors' bill.
         (r"def floor_over_budget\(", "pricing/checks.py"),
         (r"def floor_bill\(", "pricing/cost_model/floor_bill.py"),
+        # The one bound of every scale-up (policy/decide/bound.py): the group's effective max (the node group's own
+        # max read against 0) and the budget cap (the headroom per node's price) are computed there only.
+        (r"def bound\(", "policy/decide/bound.py"),
+        (r"def group_max\(", "policy/decide/bound.py"),
+        (r".*\.max_nodes\s*(>|<=)\s*0", "policy/decide/bound.py"),
+        (r".*headroom_usd_per_hour\s*/", "policy/decide/bound.py"),
     ],
 )
 def test_one_definition(pattern, home):

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from conftest import SHARED_TRACES, requires_shared_prices, requires_shared_traces, stack_config
 from policy_cases import NOW, OD, SPOT, group, node, observe, pool_settings, settings, spend
 
-from policy.engine import decide, hours_left_in_month
+from policy.decide import decide, hours_left_in_month
 from policy.model import ACTION_SET_DESIRED, Reason, Settings
 from pricing import checks
 from pricing.sources import catalog

@@ -14,7 +14,7 @@ import pytest
 from botocore.stub import Stubber
 
 from policy import capacity_blocks as cb
-from policy.engine import decide
+from policy.decide import decide
 from policy.errors import PolicyError, Throttled
 from policy.model import (ACTION_HOLD, ACTION_SET_DESIRED, BLOCK_UNREAD, Action, BlockDates, Observation,
                           PoolObservation, Reason)

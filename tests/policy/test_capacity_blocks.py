@@ -14,7 +14,7 @@ from pricing.sources import catalog
 import pytest
 
 from policy import capacity_blocks as cb
-from policy.engine import decide
+from policy.decide import decide
 from policy.model import (ACTION_HOLD, ACTION_SET_DESIRED, ACTION_TERMINATE, LIFECYCLE_IN_SERVICE, Action, Node,
                           Observation, Plan, PoolDecision, PoolObservation, Reason, Settings)
 from policy.nodegroups import Instance

@@ -1,4 +1,4 @@
-"""Table-driven cases for policy.engine.decide: one named case per rule and edge (STYLE.md 9)."""
+"""Table-driven cases for policy.decide.decide: one named case per rule and edge (STYLE.md 9)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from dataclasses import dataclass, field, replace
 
 import pytest
 
-from policy.engine import decide, hours_left_in_month, pack_pods
+from policy.decide import decide, hours_left_in_month, pack_pods
 from policy.model import LIFECYCLE_IN_SERVICE, LIFECYCLE_PENDING, Node, Observation, PoolObservation, Reason, Settings
 from policy_cases import FLOOR, NOW, OD, SPOT, ago, group, idle, node, observe, pool_settings, settings, spend
 

@@ -1,4 +1,4 @@
-"""Gangs launched whole (issue 28, kubernetes-sigs/karpenter#3138): policy/gangs.py through policy.engine.decide,
+"""Gangs launched whole (issue 28, kubernetes-sigs/karpenter#3138): policy/gangs.py through policy.decide.decide,
 the Lambda's reading of pod groups (policy/kube.py), the config bound, and the simulator's measure."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 
 from conftest import requires_shared_prices
 from fake_kube import FakeKube, gpu_pod
-from policy.engine import decide
+from policy.decide import decide
 from policy.kube import KubeClient, gang_of
 from policy.model import ACTION_SET_DESIRED, ACTION_TERMINATE, Node, PendingGang, Reason
 from policy_cases import NOW, OD, SPOT, ago, group, idle, node, observe, pool_settings, settings

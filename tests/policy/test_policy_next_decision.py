@@ -11,7 +11,7 @@ from datetime import timedelta
 import pytest
 from hypothesis import given
 
-from policy.engine import decide
+from policy.decide import decide
 from policy.model import (
     ACTION_HOLD,
     JUST_AFTER,

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from policy.engine import decide
+from policy.decide import decide
 from policy.model import LIFECYCLE_PENDING, Observation, PendingGang, Reason
 from policy_cases import NOW, OD, SPOT, ago, group, idle, node, observe, pool_settings, settings, spend
 

@@ -1,4 +1,4 @@
-"""Invariants of policy.engine.decide over generated pools (hypothesis): the floor is never touched, bounds and
+"""Invariants of policy.decide.decide over generated pools (hypothesis): the floor is never touched, bounds and
 steps hold, no scale-up past the budget projection, missing data never shrinks, same input same plan, and
 nodes that are launching are counted (no second scale-up for the same pending pods).
 
@@ -23,7 +23,7 @@ from unittest import mock
 from hypothesis import given, strategies as st
 
 from policy import handler
-from policy.engine import decide, hours_left_in_month, node_idle_threshold_pct, pack_pods, warm_up_nodes
+from policy.decide import decide, hours_left_in_month, node_idle_threshold_pct, pack_pods, warm_up_nodes
 from policy.kube import DO_NOT_DISRUPT, blocking_reason
 from policy.model import (
     ACTION_SET_DESIRED,

@@ -342,7 +342,7 @@ class RereadWorld(FakeGroups):
 def test_no_write_lands_on_a_group_the_re_read_does_not_confirm(world, data):
     from policy.tick import TickResult, _apply
 
-    from policy.engine import decide
+    from policy.decide import decide
 
     s, obs = world
     plan = decide(s, obs, NOW)

@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-from policy.engine import decide
+from policy.decide import decide
 from policy.errors import BadSettings
 from policy.model import ACTION_SET_DESIRED, ACTION_TERMINATE, NodeSize, Reason, Settings
 from policy.sizes import SizeChoice, choose_new_nodes
@@ -255,7 +255,7 @@ def ago_minutes(m):
 
 @given(sized_worlds())
 def test_sized_plans_keep_the_safety_rules(world):
-    from policy.engine import node_idle_threshold_pct
+    from policy.decide import node_idle_threshold_pct
 
     s, obs = world
     ps, po = s.pools[0], obs.pools[0]

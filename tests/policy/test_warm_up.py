@@ -1,5 +1,5 @@
 """Warm-up ahead of the daily rhythm (issue 17): the history (policy/rhythm.py), the engine rule
-(policy/engine.py:warm_up_nodes), the tick's state, and the simulator running the same code."""
+(policy/decide/warm_up.py:warm_up_nodes), the tick's state, and the simulator running the same code."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pricing.sources import catalog
 
 import pytest
 
-from policy.engine import decide, warm_up_nodes
+from policy.decide import decide, warm_up_nodes
 from policy.model import Observation, PoolObservation, Reason
 from policy.rhythm import DAYS, MIN_DAYS, SLOTS_PER_DAY, DailyArrivals
 from policy_cases import NOW, OD, SPOT, group, idle, node, observe, pool_settings, settings, spend

@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 import yaml
 
-import policy.engine
+from policy import decide as rules  # the package: its `decide` is patched below
 from gpuloan import cli
 from sim import pool as simpool
 from sim import runner, traces
@@ -210,13 +210,13 @@ def test_same_seed_same_result_other_seed_other_storm(tmp_path):
 @requires_shared_prices
 def test_simulator_calls_the_real_decide(tmp_path, monkeypatch):
     calls = []
-    real = policy.engine.decide
+    real = rules.decide
 
     def spy(settings, observation, now):
         calls.append(now)
         return real(settings, observation, now)
 
-    monkeypatch.setattr(policy.engine, "decide", spy)
+    monkeypatch.setattr(rules, "decide", spy)
     t = jobs(tmp_path, [(0, 3600, 2)])
     sim, m = runner.run_one(dev_spec(), t, GpuLoan(), replace(CALM, skip_quiet_ticks=False), horizon=90)
     assert len(calls) == 90 and m["decide_calls"] == 90
@@ -225,7 +225,7 @@ def test_simulator_calls_the_real_decide(tmp_path, monkeypatch):
     # quiet minutes are skipped (each one proven to decide the same): every minute is decided or skipped
     assert len(calls) == m["decide_calls"] < 90 and m["decide_calls"] + m["ticks_skipped"] == 90
     assert m["elastic_spot_cost_usd"] > 0  # decide's plan was applied: a spot node was launched for the job
-    assert GpuLoan().decide is policy.engine.decide
+    assert GpuLoan().decide is rules.decide
 
 
 @requires_shared_prices

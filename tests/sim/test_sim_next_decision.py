@@ -10,7 +10,7 @@ import yaml
 
 from config import config
 from conftest import REPO, SHARED_TRACES, requires_shared_prices, requires_shared_traces
-from policy import engine
+from policy import decide as rules
 from sim import pool as simpool
 from sim import runner, traces
 from sim.engine import SimSettings
@@ -25,7 +25,7 @@ class Recording(GpuLoan):
         self.events: list[tuple] = []
 
         def decide(settings, observation, now):
-            plan = engine.decide(settings, observation, now)
+            plan = rules.decide(settings, observation, now)
             self.events += [(sim.now, a.kind, a.reason.value, a.group, a.desired_to, a.instance_id)
                             for a in plan.changes]
             return plan

@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 import yaml
 
-from policy.engine import pack_pods
+from policy.decide import pack_pods
 from sim import pool as simpool
 from sim import runner, traces
 from sim.engine import SPOT_SHORTAGE, SimSettings

@@ -18,7 +18,7 @@ from kube_checks import KUEUE_CRDS, kube_objects, layer, release, run_layer, val
 from policy_cases import NOW, spend
 
 from policy import kube as policy_kube
-from policy.engine import decide
+from policy.decide import decide
 from policy.model import Group, Observation, PoolObservation, Reason
 from pricing import checks
 from pricing.sources import catalog

@@ -185,6 +185,26 @@ def test_zip_is_deterministic_small_and_clean(tmp_path):
     assert len(first) < 200_000
 
 
+def test_the_zip_alone_loads_the_handler_and_the_rule_modules_of_decide(tmp_path):
+    """The package carries policy/'s subfolders (policy/decide/, one rule per module): the handler and every rule
+    import from the extracted zip alone, not from the checkout."""
+    import subprocess
+    import sys
+
+    with zipfile.ZipFile(io.BytesIO(build_zip())) as zf:
+        names = zf.namelist()
+        zf.extractall(tmp_path)
+    assert "policy/decide/__init__.py" in names and "policy/decide/bound.py" in names
+    rules = sorted(n[len("policy/"):-len(".py")].replace("/", ".").removesuffix(".__init__") for n in names
+                   if n.startswith("policy/decide/"))
+    code = ("import importlib, sys; sys.path.insert(0, sys.argv[1]); import policy.handler; "
+            "[importlib.import_module('policy.' + m) for m in sys.argv[2:]]; "
+            "print(sys.modules['policy.decide.bound'].__file__)")
+    out = subprocess.run([sys.executable, "-I", "-c", code, str(tmp_path), *rules], capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.strip() == str(tmp_path / "policy" / "decide" / "bound.py")
+
+
 def test_package_imports_nothing_outside_stdlib_and_boto3():
     import ast
     import sys
