@@ -66,7 +66,8 @@ def main(argv=None) -> int:
                                   p.spot_usd_per_hour) for c in org_demand.ITP_CLUSTERS}
     traces = org_demand.itp_traces(args.traces, days)
     rotation = args.rotation - 1
-    demands, runner = bench_org._sim_unit(rotation, args.seed, traces, prices, days, sizing_hours)
+    demands, runner = bench_org._sim_unit(rotation, args.seed, traces, prices, days, sizing_hours,
+                                          bench_org.DEFAULT_CHECKPOINT_MINUTES)
     hours = min(max(d.hours for d in demands.values()), last * 24)
     heads = {n: d.head(sizing_hours) for n, d in demands.items()}
     floors = oa.size_floors(heads, prices, bench_org.GOAL_LEVEL)

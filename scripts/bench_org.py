@@ -30,6 +30,7 @@ INSTANCE_TYPE, REGION = "p4d.24xlarge", "us-east-1"
 TERMS = ("reserved_1yr", "reserved_3yr")
 LEVELS = (50.0, 75.0, 90.0, 95.0)  # guarantee percentiles drawn; the goals are checked at 90
 GOAL_LEVEL = 90.0
+DEFAULT_CHECKPOINT_MINUTES = 30  # every job checkpoints this often unless --checkpoint-interval says otherwise
 SIZING_DAYS, LOOKBACK_DAYS = 30, 30
 SETUPS_DRAWN = ("gpuloan", "floors-not-lent", "team-floors", "fluid-bound")
 
@@ -379,7 +380,7 @@ def main(argv: list[str] | None = None) -> int:
                              "spot-shortage adds three simulations per rotation and seed)")
     parser.add_argument("--rotations", default="1,2,3", metavar="LIST",
                         help="tier rotations, comma-separated (default 1,2,3; one rotation for a quick check)")
-    parser.add_argument("--checkpoint-interval", type=int, default=30, metavar="MINUTES",
+    parser.add_argument("--checkpoint-interval", type=int, default=DEFAULT_CHECKPOINT_MINUTES, metavar="MINUTES",
                         help="simulated model: minutes between a job's checkpoints, the work an interrupted or "
                              "reclaimed job loses (default 30); printed beside every figure that depends on it")
     parser.add_argument("--without-checkpoints-table", action=argparse.BooleanOptionalAction, default=True,
