@@ -61,8 +61,6 @@ SLOW = {
     "make bench-capacity-block": "40 simulated Capacity Blocks, before and after",
     "make bench-sizes": "1 min unloaded, 2 under load: 30 simulations of 57 days",
     "make bench-scale-tick": "100 CPU-s: ticks of 50, 100 and 200 pools against moto, 100 ms a call",
-    ".venv/bin/python scripts/bench_org.py": "about 5 minutes for one rotation and seed on 2 cores",
-    ".venv/bin/python scripts/bench_fair_share.py": "about 3 minutes: three simulations of 57 days",
 }
 # A command not in SLOW must stay under this many CPU-seconds (its own and its children's), or be listed there.
 FAST_CPU_LIMIT_S = 20
