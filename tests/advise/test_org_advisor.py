@@ -491,3 +491,21 @@ def test_the_simulated_run_plugs_in_through_simulate_environment(tmp_path):
     fl = org_advisor.evaluate(inputs, org_advisor.fluid_runner(prices), scenarios=("default",), per_pool_prices=False)
     assert doc["recommendation"]["report"]["total_cost_usd"] == fl["recommendation"]["report"]["total_cost_usd"]
     assert doc["recommendation"]["report"]["floor_utilization"] == fl["recommendation"]["report"]["floor_utilization"]
+
+
+def test_a_plan_that_saves_nothing_is_not_bought_and_the_row_says_what_it_would_have_cost():
+    # Busy in the sizing window (hours 0-47), idle in the report window: the commitment Cost Explorer sizes on the
+    # window would bill its hours unused, so `+savings-plan` is the baseline without it, saying so (issue 36).
+    busy = _environment()
+    idle_after = {n: _pd(n, d.tier, list(d.production_gpus[:48]) + [0] * 48,
+                        list(d.interruptible_gpus[:48]) + [0] * 48)
+                  for n, d in busy.items()}
+    runner = org_advisor.fluid_runner(_prices(idle_after))
+    doc = org_advisor.evaluate(_inputs(idle_after), runner, scenarios=("default",), per_pool_prices=False)
+    rows = {b["name"]: b for b in doc["baselines"]}
+    for plain, with_plan in (("karpenter", "karpenter+savings-plan"),
+                             ("karpenter-shared", "karpenter-shared+savings-plan")):
+        assert rows[with_plan]["commitment_ri_count"] == 0
+        assert rows[with_plan]["plan_not_bought"]["reserved_instances"] > 0
+        assert rows[with_plan]["plan_not_bought"]["would_cost_usd_more"] > 0
+        assert rows[with_plan]["total_cost_usd"] == rows[plain]["total_cost_usd"]
