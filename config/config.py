@@ -375,6 +375,14 @@ class GpuOperator(Strict):
     time_slicing_replicas: int | None = Field(None, ge=2, le=48, description="Share each GPU between this many pods (time-slicing); omit to disable.")
 
 
+class Shard(Strict):
+    """Some of the environment's pools, decided by an invocation of their own (docs/policy.md, "Shards")."""
+    name: Slug = Field(description="Shard name: its EventBridge rule's name and its lease item in "
+                       "the state table.")
+    pools: list[Slug] = Field(min_length=1, max_length=200, description="The pools (by name) this shard decides; "
+                              "every pool in exactly one shard.")
+
+
 class Policy(Strict):
     enabled: bool = Field(True, description="Deploy the policy function.")
     schedule_minutes: int = Field(1, ge=1, le=60, description="How often the policy function runs.")
@@ -387,6 +395,11 @@ class Policy(Strict):
     aws_calls_in_flight: int = Field(default=8, ge=1, le=32, description="AWS calls one tick makes side by side at most (policy/fanout.py). EKS and Auto Scaling publish no request rate (docs/aws-rules.md): lower it if the account's other tools share those limits and the tick sees throttling.")
     reserve_concurrency: bool = Field(False, description="Reserve one concurrent execution for the function. Off by default: Lambda refuses it on accounts whose unreserved concurrency would drop below 100 (new accounts have a limit of 10); overlapping ticks are kept apart by a lease in the state table either way.")
     log_retention_days: Literal[1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365] = 30
+    shards: list[Shard] = Field(default_factory=list, max_length=20, description="Split the pools over several "
+                                "invocations, one schedule each, when one tick cannot decide them all within its "
+                                "deadline (docs/policy.md, \"Shards\"). Each shard has its own lease and deadline; "
+                                "the environment budget's cap holds across them. Empty: one invocation decides "
+                                "every pool.")
 
 
 class Alarms(Strict):
@@ -887,6 +900,36 @@ def _elastic_problems(cfg: GpuLoanConfig, pool: Pool, at: str, add) -> None:
             f"({e.scale_up_utilization_pct}), or the policy would scale up and reclaim the same nodes")
     if e.on_demand_max_nodes is not None and e.capacity != ElasticCapacity.spot_then_on_demand:
         add(f"{at}.elastic.on_demand_max_nodes", "only applies to capacity: spot_then_on_demand")
+
+
+def _shard_problems(cfg: GpuLoanConfig) -> Problems:
+    """Every pool in exactly one shard, shards non-empty and named once (when policy.shards is set at all)."""
+    shards = cfg.policy.shards
+    if not shards:
+        return []
+    problems: Problems = []
+    seen_names: set[str] = set()
+    owner: dict[str, str] = {}  # pool -> the first shard that lists it
+    pool_names = {p.name for p in cfg.pools}
+    for i, shard in enumerate(shards):
+        if shard.name in seen_names:
+            problems.append((f"policy.shards[{i}].name", f"shard name '{shard.name}' is used twice; names must be "
+                             "unique (each names a schedule and a lease)"))
+        seen_names.add(shard.name)
+        for j, pool in enumerate(shard.pools):
+            at = f"policy.shards[{i}].pools[{j}]"
+            if pool not in pool_names:
+                problems.append((at, f"pool '{pool}' is not a pool of this environment"))
+            elif pool in owner:
+                problems.append((at, f"pool '{pool}' is in two shards, '{owner[pool]}' and '{shard.name}'; each "
+                                 "pool must be in exactly one (two ticks would decide it at once)"))
+            else:
+                owner[pool] = shard.name
+    for i, pool in enumerate(cfg.pools):
+        if pool.name not in owner:
+            problems.append((f"pools[{i}].name", f"pool '{pool.name}' is in no shard of policy.shards; list it in "
+                             "exactly one, or no tick would ever decide it"))
+    return problems
 
 
 def _pool_problems(cfg: GpuLoanConfig) -> Problems:
@@ -1467,6 +1510,7 @@ def _capacity_block_window_problems(at: str, g: Guaranteed) -> list[tuple[str, s
 RULES: tuple[Rule, ...] = (
     _az_problems,
     _pool_name_problems,
+    _shard_problems,
     _pool_problems,
     _commitments_rule,
     _budgets_problems,

@@ -15,7 +15,7 @@ from __future__ import annotations
 import functools
 import json
 import re
-from dataclasses import KW_ONLY, asdict, dataclass, field, fields
+from dataclasses import KW_ONLY, asdict, dataclass, field, fields, replace
 from datetime import datetime, timedelta
 from enum import Enum
 from typing import Any
@@ -279,6 +279,15 @@ class PoolSettings:
 
 
 @dataclass(frozen=True)
+class ShardSettings:
+    """Some of the environment's pools, decided by invocations of their own (config policy.shards,
+    docs/policy.md "Shards"): the schedule of this shard sends {"shard": name}."""
+
+    name: str
+    pools: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class Settings:
     """Everything the policy function needs that does not change between ticks."""
 
@@ -302,6 +311,8 @@ class Settings:
     # AWS calls of one tick that may be in flight at once (policy/fanout.py; docs/aws-rules.md: EKS and Auto Scaling
     # publish no request rate, so the bound is a setting, policy.aws_calls_in_flight)
     aws_calls_in_flight: int = 8
+    # The shards (config policy.shards): empty, one invocation decides every pool (and the JSON has no key).
+    shards: tuple[ShardSettings, ...] = ()
 
     def pool(self, name: str) -> PoolSettings:
         for p in self.pools:
@@ -311,6 +322,8 @@ class Settings:
 
     def to_json(self) -> str:
         data = asdict(self)
+        if not self.shards:
+            del data["shards"]  # unsharded settings read exactly as before shards existed
         data["version"] = SETTINGS_VERSION
         return json.dumps(data, sort_keys=True, separators=(",", ":"))
 
@@ -332,7 +345,58 @@ class Settings:
         if not isinstance(pools, list) or not pools:
             raise BadSettings("settings.pools must be a non-empty list")
         parsed = tuple(_build(PoolSettings, p, f"pools[{i}]") for i, p in enumerate(pools))
-        return _build(cls, {**data, "pools": parsed}, "settings")
+        shards = data.pop("shards", [])
+        if not isinstance(shards, list):
+            raise BadSettings("settings.shards must be a list")
+        parsed_shards = []
+        for i, raw in enumerate(shards):
+            shard = _build(ShardSettings, raw, f"shards[{i}]")
+            if not isinstance(shard.pools, list) or not all(isinstance(p, str) for p in shard.pools):
+                raise BadSettings(f"shards[{i}].pools must be a list of pool names")
+            parsed_shards.append(ShardSettings(str(shard.name), tuple(shard.pools)))
+        settings = _build(cls, {**data, "pools": parsed, "shards": tuple(parsed_shards)}, "settings")
+        problem = shard_problem(settings)
+        if problem:
+            raise BadSettings(f"settings.shards: {problem}")
+        return settings
+
+    def shard(self, name: str) -> "Settings":
+        """These settings restricted to one shard's pools (KeyError: no such shard)."""
+        for sh in self.shards:
+            if sh.name == name:
+                return replace(self, pools=tuple(p for p in self.pools if p.name in sh.pools))
+        raise KeyError(name)
+
+    def shard_of_group(self, group: str) -> str | None:
+        """The shard whose pools own node group `group`, or None."""
+        for sh in self.shards:
+            for name in sh.pools:
+                ps = self.pool(name)
+                if group in ps.elastic_groups or group == ps.guaranteed_group:
+                    return sh.name
+        return None
+
+
+def shard_problem(settings: Settings) -> str | None:
+    """Why the shards do not put every pool in exactly one shard (config/config.py validates the same before a
+    deploy; this guards a package whose settings were edited by hand), or None."""
+    if not settings.shards:
+        return None
+    pools = [p.name for p in settings.pools]
+    listed = [p for sh in settings.shards for p in sh.pools]
+    names = [sh.name for sh in settings.shards]
+    if len(set(names)) != len(names):
+        return "a shard name is used twice"
+    if any(not sh.pools for sh in settings.shards):
+        return "a shard has no pools"
+    twice = sorted({p for p in listed if listed.count(p) > 1})
+    missing = sorted(set(pools) - set(listed))
+    unknown = sorted(set(listed) - set(pools))
+    if twice or missing or unknown:
+        return "; ".join(f"{what}: {', '.join(which)}" for what, which in
+                         (("pools in two shards", twice), ("pools in no shard", missing),
+                          ("not pools", unknown)) if which)
+    return None
 
 
 def _build(cls, data: Any, path: str):

@@ -52,6 +52,25 @@ MUTATING_ASG = ["autoscaling:TerminateInstanceInAutoScalingGroup"]
 STATE_TABLE_ACTIONS = ["dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:DeleteItem", "dynamodb:UpdateItem"]
 
 
+SCHEDULE_NAME_MAX = 64  # EventBridge Scheduler: a schedule's name is 1-64 characters of [0-9a-zA-Z-_.]
+
+
+def schedule_specs(name: str, fn_name: str, cfg: GpuLoanConfig) -> list[tuple[str, str, dict]]:
+    """(Pulumi resource name, schedule name, the event it sends) for each schedule of the function: one per shard
+    of `policy.shards`, else the single schedule of every pool. A shard's schedule name that would pass
+    SCHEDULE_NAME_MAX keeps its end unique with a digest of the shard's name."""
+    if not cfg.policy.shards:
+        return [(f"{name}-schedule", f"{fn_name}-tick", {})]
+    out = []
+    for shard in cfg.policy.shards:
+        schedule_name = f"{fn_name}-tick-{shard.name}"
+        if len(schedule_name) > SCHEDULE_NAME_MAX:
+            digest = hashlib.sha256(shard.name.encode()).hexdigest()[:8]
+            schedule_name = f"{schedule_name[:SCHEDULE_NAME_MAX - 9]}-{digest}"
+        out.append((f"{name}-schedule-{shard.name}", schedule_name, {"shard": shard.name}))
+    return out
+
+
 def group_patterns(cfg: GpuLoanConfig) -> dict[str, GroupNames]:
     """Per pool, the name patterns (`<prefix>*`) of the groups the capacity components create: what IAM is
     scoped to (the actual names are generated at create time)."""
@@ -303,16 +322,20 @@ class PolicyFunction(pulumi.ComponentResource):
                 {"Effect": "Allow", "Action": ["lambda:InvokeFunction"], "Resource": [v[0]]},
                 {"Effect": "Allow", "Action": ["sqs:SendMessage"], "Resource": [v[1]]}]})), opts=child)
         minutes = cfg.policy.schedule_minutes
-        aws.scheduler.Schedule(
-            f"{name}-schedule", name=f"{fn_name}-tick",
-            schedule_expression=f"rate({minutes} minute{'s' if minutes > 1 else ''})",
-            flexible_time_window=aws.scheduler.ScheduleFlexibleTimeWindowArgs(mode="OFF"),
-            target=aws.scheduler.ScheduleTargetArgs(
-                arn=self.function.arn, role_arn=scheduler_role.arn, input=json.dumps({}),
-                retry_policy=aws.scheduler.ScheduleTargetRetryPolicyArgs(maximum_retry_attempts=0,
-                                                                         maximum_event_age_in_seconds=60),
-                dead_letter_config=aws.scheduler.ScheduleTargetDeadLetterConfigArgs(arn=self.dlq.arn)),
-            opts=child)
+        # One schedule per shard (docs/policy.md, "Shards"), each invoking the same function with {"shard": name}:
+        # every shard gets its own invocation, lease and deadline, and one that fails or runs long never delays
+        # another. Without shards, the one schedule of every pool, as before (same resource name, same URN).
+        for resource_name, schedule_name, event in schedule_specs(name, fn_name, cfg):
+            aws.scheduler.Schedule(
+                resource_name, name=schedule_name,
+                schedule_expression=f"rate({minutes} minute{'s' if minutes > 1 else ''})",
+                flexible_time_window=aws.scheduler.ScheduleFlexibleTimeWindowArgs(mode="OFF"),
+                target=aws.scheduler.ScheduleTargetArgs(
+                    arn=self.function.arn, role_arn=scheduler_role.arn, input=json.dumps(event),
+                    retry_policy=aws.scheduler.ScheduleTargetRetryPolicyArgs(maximum_retry_attempts=0,
+                                                                             maximum_event_age_in_seconds=60),
+                    dead_letter_config=aws.scheduler.ScheduleTargetDeadLetterConfigArgs(arn=self.dlq.arn)),
+                opts=child)
 
         # The 2-minute spot interruption notice, delivered to the function at once (not at the next tick): the
         # warned node stops counting as capacity and its GPU pods count as pending, so their replacement starts

@@ -24,7 +24,7 @@ from pricing.cost_model.floor_bill import FloorBill, billing_key, floor_bill
 from pricing.cost_model.floor_bill import floor_rate as config_floor_rate
 from pricing.sources.floor_pricing import missing_rate_reason
 
-from policy.model import NodeSize, PoolSettings, Settings
+from policy.model import NodeSize, PoolSettings, Settings, ShardSettings
 from config.node_sizes import other_size_of_key, pool_sizes
 
 
@@ -266,4 +266,5 @@ def settings_for(prices: Prices, cfg: GpuLoanConfig, cluster_name: str, group_na
         budget_refresh_minutes=cfg.policy.budget_refresh_minutes,
         notify_min_interval_minutes=cfg.policy.notify_min_interval_minutes,
         aws_calls_in_flight=cfg.policy.aws_calls_in_flight,
+        shards=tuple(ShardSettings(sh.name, tuple(sh.pools)) for sh in cfg.policy.shards),
     )
