@@ -8,7 +8,9 @@ Environment:
   GPULOAN_STATE_TABLE   DynamoDB table for spend estimates and notification timestamps (optional)
   GPULOAN_TOPIC_ARN     SNS topic for notifications (optional)
   GPULOAN_KUBE_ENDPOINT, GPULOAN_KUBE_CA_PEM  override the API server found by EKS DescribeCluster (tests)
-Event (all optional): {"dry_run": true} forces a dry run for this invocation (it can never force a live one);
+Event: {"shard": "<name>"} (required when the settings have shards, and refused when they have none; sent by the
+shard's own schedule, docs/policy.md "Shards"): decide only that shard's pools. The rest is optional:
+{"dry_run": true} forces a dry run for this invocation (it can never force a live one);
 {"now": "<ISO-8601>"} replays a dry run at another time, and is honoured ONLY in a dry run: a live tick always
 uses the clock (a crafted or replayed time could otherwise unlock scale-ups past the budget cap or push
 notification timestamps weeks ahead). A replay at an explicit time never writes the state back.
@@ -183,18 +185,56 @@ def handle(event: dict, context, session=None) -> TickResult:
     problem = spot_warning_problem(event)
     if problem:  # reported with the tick's errors (PolicyErrors, the error email), never dropped silently
         errors.append(f"malformed spot warning ignored: {problem}")
+    # A scheduled tick of a sharded environment names its shard (one schedule per shard); a bad name changes
+    # nothing and fails the invocation (the Errors alarm). A spot warning names no shard: see below.
+    if problem and settings.shards:
+        raise BadSettings(f"malformed spot warning ({problem}) in an environment with shards: no shard to run; "
+                          "nothing was changed")
+    shard = None if leaving else event_shard(settings, event)
     session = session or _warm_session()
-    if leaving and not _instance_of_this_stack(settings, session, leaving[0], deadline):
-        # EventBridge's rule matches every spot warning of the account and region (EC2 puts no cluster in the
-        # event): another stack's instance costs one DescribeInstances, not a whole tick.
-        print(json.dumps({"level": "INFO", "message": "spot warning for an instance of another stack: skipped",
-                          "environment": settings.environment, "instances": list(leaving)}))
-        from policy.model import Plan
+    if leaving:
+        ours, owner = _warned_instance(settings, session, leaving[0], deadline)
+        if not ours:
+            # EventBridge's rule matches every spot warning of the account and region (EC2 puts no cluster in the
+            # event): another stack's instance costs one DescribeInstances, not a whole tick.
+            print(json.dumps({"level": "INFO", "message": "spot warning for an instance of another stack: skipped",
+                              "environment": settings.environment, "instances": list(leaving)}))
+            from policy.model import Plan
 
-        return TickResult(Plan((), dry_run=settings.dry_run, decided_at=now), skipped="not this stack's instance")
-    ports = build_ports(settings, session, context, deadline, errors)
+            return TickResult(Plan((), dry_run=settings.dry_run, decided_at=now), skipped="not this stack's instance")
+        if settings.shards:
+            # The warned instance's node group (the eks:nodegroup-name tag EKS puts on it) names the pool, and so
+            # the shard, whose tick runs now under that shard's lease. Not known (the read failed, an untagged
+            # instance): the warning is recorded in the shared "leaving" item, which every shard's next tick reads.
+            shard = owner
+            if shard is None:
+                from policy.state import DynamoState
+                from policy.tick import record_spot_warning
+
+                table = os.environ.get("GPULOAN_STATE_TABLE")
+                state = DynamoState(_bounded(session, "dynamodb", Deadline.from_context(context, INVOCATION_MARGIN_S)),
+                                    table) if table else None
+                return record_spot_warning(settings, state if not replay else None, leaving, now)
+    ports = build_ports(settings if shard is None else settings.shard(shard), session, context, deadline, errors)
     return run_tick(settings, ports, now, deadline=deadline, persist=not replay, errors=errors,
-                    lease=(_lease_holder(context), _lease_seconds(context)), leaving=leaving)
+                    lease=(_lease_holder(context), _lease_seconds(context)), leaving=leaving, shard=shard)
+
+
+def event_shard(settings: Settings, event: dict) -> str | None:
+    """The shard a scheduled invocation decides (its schedule's {"shard": name}), None without shards. A missing or
+    unknown name, or a shard named to an environment without shards, raises BadSettings before anything is read
+    or changed: deciding every pool there would overlap the shards' own ticks."""
+    names = [sh.name for sh in settings.shards]
+    shard = event.get("shard")
+    if not names:
+        if shard is not None:
+            raise BadSettings(f"event.shard {str(shard)[:64]!r}: this environment has no shards (policy.shards); "
+                              "nothing was changed")
+        return None
+    if not isinstance(shard, str) or shard not in names:
+        raise BadSettings(f"event.shard {str(shard)[:64]!r} is not one of this environment's shards "
+                          f"({', '.join(names)}); nothing was changed")
+    return shard
 
 
 def _rebalance(settings: Settings, event: dict, session, context, deadline: Deadline | None,
@@ -246,16 +286,35 @@ def spot_warning_problem(event: dict) -> str | None:
 ENVIRONMENT_TAG = "gpuloan:environment"
 
 
+# The pool's tag gpuloan's launch templates put on every GPU instance (config/tags.py TAG_POOL), and, where it is
+# missing, the node group's name EKS's Auto Scaling group propagates to its instances.
+POOL_TAG = "gpuloan:pool"
+NODEGROUP_TAG = "eks:nodegroup-name"
+
+
 def _instance_of_this_stack(settings: Settings, session, instance_id: str, deadline: Deadline | None = None) -> bool:
     """Whether the warned instance carries this environment's tag. Any doubt (the read fails) counts as ours: a
     warning acted on needlessly costs a tick, one skipped wrongly costs the replacement's head start."""
+    return _warned_instance(settings, session, instance_id, deadline)[0]
+
+
+def _warned_instance(settings: Settings, session, instance_id: str,
+                     deadline: Deadline | None = None) -> tuple[bool, str | None]:
+    """(whether the warned instance is this environment's, the shard whose pool owns its node group or None) from
+    one DescribeInstances. A failed read counts as ours with no shard known."""
     try:
         resp = _bounded(session, "ec2", deadline).describe_instances(Filters=[
             {"Name": "instance-id", "Values": [instance_id]},
             {"Name": f"tag:{ENVIRONMENT_TAG}", "Values": [settings.environment]}])
     except Exception:  # noqa: BLE001
-        return True
-    return any(r.get("Instances") for r in resp.get("Reservations", []))
+        return True, None
+    instances = [i for r in resp.get("Reservations", []) for i in r.get("Instances", [])]
+    if not instances:
+        return False, None
+    if not settings.shards:
+        return True, None
+    tags = {t.get("Key"): t.get("Value") for i in instances for t in i.get("Tags") or []}
+    return True, settings.shard_of_pool(tags.get(POOL_TAG)) or settings.shard_of_group(tags.get(NODEGROUP_TAG))
 
 
 def _lease_holder(context) -> str:

@@ -11,11 +11,12 @@ at most a minute later, acts on it.
 
 from __future__ import annotations
 
+import functools
 import time
 from typing import Callable
 
 from policy.deadline import Deadline
-from policy.state import StatePort
+from policy.state import LEASE_KEY, StatePort
 
 FIRST_BACKOFF_S = 0.25
 MAX_BACKOFF_S = 2.0
@@ -27,17 +28,19 @@ MIN_TICK_S = 10.0
 
 
 def take(state: StatePort, holder: str, ttl_s: float, now_epoch: float, deadline: Deadline | None = None,
-         patient: bool = False, sleep: Callable[[float], None] = time.sleep) -> float | None:
+         patient: bool = False, sleep: Callable[[float], None] = time.sleep, key: str = LEASE_KEY) -> float | None:
     """Seconds waited before the lease was taken, or None when another tick still holds it.
 
     `patient` (a spot warning) retries with doubling backoff while `deadline` leaves MIN_TICK_S after the next
     sleep; without a deadline (outside Lambda) there is nothing to bound the wait, so it is one try, as for a
     scheduled tick. The time waited is measured on the deadline's clock and moves both the lease's start and its
-    end (`ttl_s` is counted from the invocation's start, which Lambda's timeout is too)."""
+    end (`ttl_s` is counted from the invocation's start, which Lambda's timeout is too). `key`: a shard's own lease
+    item (passed to the port only then)."""
+    acquire = state.acquire_lease if key == LEASE_KEY else functools.partial(state.acquire_lease, key=key)
     start = deadline.remaining_s() if deadline is not None else 0.0
     delay, waited = FIRST_BACKOFF_S, 0.0  # the first try is at the invocation's own time
     while True:
-        if state.acquire_lease(holder, now_epoch + waited, ttl_s - waited):
+        if acquire(holder, now_epoch + waited, ttl_s - waited):
             return waited
         if not patient or deadline is None or deadline.remaining_s() - delay < MIN_TICK_S:
             return None

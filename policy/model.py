@@ -367,7 +367,11 @@ class Settings:
                 return replace(self, pools=tuple(p for p in self.pools if p.name in sh.pools))
         raise KeyError(name)
 
-    def shard_of_group(self, group: str) -> str | None:
+    def shard_of_pool(self, pool: str | None) -> str | None:
+        """The shard that decides `pool`, or None."""
+        return next((sh.name for sh in self.shards if pool in sh.pools), None)
+
+    def shard_of_group(self, group: str | None) -> str | None:
         """The shard whose pools own node group `group`, or None."""
         for sh in self.shards:
             for name in sh.pools:
@@ -557,6 +561,9 @@ class PoolObservation:
 class Observation:
     pools: tuple[PoolObservation, ...]
     environment_spend: Spend | None = None
+    # With shards (docs/policy.md, "Shards"): the hourly rate the environment's other shards hold reserved in the
+    # state table (policy/shard_budget.py), part of the environment scope's rate like this tick's own pools.
+    environment_others_usd_per_hour: float = 0.0
 
     def pool(self, name: str) -> PoolObservation | None:
         for p in self.pools:

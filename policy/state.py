@@ -7,7 +7,8 @@ a version attribute makes the second writer fail (ConflictingUpdate) instead. On
 
 The tick lease (issue 12): a live tick acts only while it holds the item {"pk": "lease", "holder", "expires_at"},
 taken with a conditional PutItem that succeeds only when no lease exists or the last one expired, and deleted
-(only by its holder) when the tick ends. Two overlapping ticks (a slow tick and the next schedule, a manual
+(only by its holder) when the tick ends. With shards (docs/policy.md, "Shards") each shard's tick holds its own
+item "lease#<shard>" and writes its own "tick#<shard>": one shard never waits for another. Two overlapping ticks (a slow tick and the next schedule, a manual
 invocation) therefore never both change capacity, without reserved concurrency, which new accounts cannot set
 (it must leave 100 unreserved executions). A tick that dies keeps the lease until it expires (the function's
 timeout), after which the next tick takes it over.
@@ -54,9 +55,11 @@ class StatePort(Protocol):
 
     def save(self, key: str, data: dict, version: int) -> None: ...
 
-    def acquire_lease(self, holder: str, now_epoch: float, ttl_s: float) -> bool: ...
+    # `key`: the lease item; a shard's tick holds its own ("lease#<shard>", policy/shard_budget.py), so shards never
+    # wait for each other. Callers pass it only for a shard: a port without shards may take two arguments.
+    def acquire_lease(self, holder: str, now_epoch: float, ttl_s: float, key: str = LEASE_KEY) -> bool: ...
 
-    def release_lease(self, holder: str) -> None: ...
+    def release_lease(self, holder: str, key: str = LEASE_KEY) -> None: ...
 
     def record_leaving(self, expires_at: dict[str, float]) -> None: ...
 
@@ -113,10 +116,10 @@ class DynamoState:
         except Exception as err:  # noqa: BLE001
             raise classify(err, f"DynamoDB PutItem {key}") from err
 
-    def acquire_lease(self, holder: str, now_epoch: float, ttl_s: float) -> bool:
-        """True when this tick now holds the lease; False when another tick holds an unexpired one."""
+    def acquire_lease(self, holder: str, now_epoch: float, ttl_s: float, key: str = LEASE_KEY) -> bool:
+        """True when this tick now holds the lease `key`; False when another tick holds an unexpired one."""
         self.calls += 1
-        item = {"pk": {"S": LEASE_KEY}, "holder": {"S": holder}, "expires_at": {"N": f"{now_epoch + ttl_s:.3f}"}}
+        item = {"pk": {"S": key}, "holder": {"S": holder}, "expires_at": {"N": f"{now_epoch + ttl_s:.3f}"}}
         try:
             self._db.put_item(TableName=self._table, Item=item,
                               # A lease whose expiry is not a number (a hand edit) would never compare as
@@ -128,15 +131,15 @@ class DynamoState:
         except Exception as err:  # noqa: BLE001
             if _condition_failed(err):
                 return False
-            raise classify(err, "DynamoDB PutItem lease") from err
+            raise classify(err, f"DynamoDB PutItem {key}") from err
 
-    def release_lease(self, holder: str) -> None:
+    def release_lease(self, holder: str, key: str = LEASE_KEY) -> None:
         self.calls += 1
         try:
-            self._db.delete_item(TableName=self._table, Key={"pk": {"S": LEASE_KEY}},
+            self._db.delete_item(TableName=self._table, Key={"pk": {"S": key}},
                                  ConditionExpression="holder = :me", ExpressionAttributeValues={":me": {"S": holder}})
         except Exception as err:  # noqa: BLE001
-            raise classify(err, "DynamoDB DeleteItem lease") from err
+            raise classify(err, f"DynamoDB DeleteItem {key}") from err
 
     def record_leaving(self, expires_at: dict[str, float]) -> None:
         """Store each instance's notice expiry (epoch seconds) without the lease: one UpdateItem, no condition."""
@@ -203,7 +206,7 @@ class MemoryState:
 
     def __init__(self):
         self.items: dict[str, tuple[dict, int]] = {}
-        self.lease: tuple[str, float] | None = None  # (holder, expires_at)
+        self.leases: dict[str, tuple[str, float]] = {}  # lease key -> (holder, expires_at)
         self.leaving: dict[str, float] = {}  # the "leaving" item: instance id -> expires_at
 
     def load(self, key: str) -> tuple[dict, int]:
@@ -217,15 +220,22 @@ class MemoryState:
             raise ConflictingUpdate(f"state {key} changed since it was read")
         self.items[key] = (json.loads(json.dumps(data)), version + 1)
 
-    def acquire_lease(self, holder: str, now_epoch: float, ttl_s: float) -> bool:
-        if self.lease is not None and self.lease[1] >= now_epoch:
+    @property
+    def lease(self) -> tuple[str, float] | None:
+        """The unsharded tick's lease (holder, expires_at), or None."""
+        return self.leases.get(LEASE_KEY)
+
+    def acquire_lease(self, holder: str, now_epoch: float, ttl_s: float, key: str = LEASE_KEY) -> bool:
+        held = self.leases.get(key)
+        if held is not None and held[1] >= now_epoch:
             return False
-        self.lease = (holder, now_epoch + ttl_s)
+        self.leases[key] = (holder, now_epoch + ttl_s)
         return True
 
-    def release_lease(self, holder: str) -> None:
-        if self.lease is not None and self.lease[0] == holder:
-            self.lease = None
+    def release_lease(self, holder: str, key: str = LEASE_KEY) -> None:
+        held = self.leases.get(key)
+        if held is not None and held[0] == holder:
+            del self.leases[key]
 
     def record_leaving(self, expires_at: dict[str, float]) -> None:
         self.leaving.update(_checked_ids(expires_at))

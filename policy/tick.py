@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Callable
 
-from policy import capacity_blocks, closing, emf, fanout, loan_usage, notifications, tick_state
+from policy import capacity_blocks, closing, emf, fanout, loan_usage, notifications, shard_budget, tick_state
 from policy.deadline import MESSAGE as DEADLINE_MESSAGE
 from policy.deadline import Deadline
 from policy.decide import decide
@@ -45,7 +45,7 @@ from policy.nodegroups import GroupState, NodeGroupPort
 from policy.reservations import BlockDatesPort
 from policy.rhythm import DailyArrivals
 from policy.spend import BudgetReader, accrue, observe_spend
-from policy.state import MALFORMED_VERSION, StatePort
+from policy.state import LEASE_KEY, MALFORMED_VERSION, StatePort
 from policy.utilization import NodeRef, UtilizationSource
 
 STATE_KEY = "tick"
@@ -96,10 +96,12 @@ def _recorder(errors: list[str]) -> Callable[[Exception], None]:
 
 def observe(settings: Settings, ports: Ports, state: dict, now: datetime, errors: list[str],
             deadline: Deadline | None = None, node_names: dict[str, str] | None = None,
-            leaving: frozenset[str] = frozenset()) -> Observation:
+            leaving: frozenset[str] = frozenset(), environment: bool = True) -> Observation:
     """What this tick can see. `node_names` (filled when given): instance id -> Kubernetes node name.
     `leaving`: spot instances under EC2's 2-minute interruption notice: seen as leaving (not capacity, never
-    reclaimed), and the GPU pods on them as pending (they need a place before the instance goes)."""
+    reclaimed), and the GPU pods on them as pending (they need a place before the instance goes).
+    `environment`: read the environment budget's spend into this tick's state (False for a shard's tick, which
+    shares it with the other shards instead: policy/shard_budget.py)."""
     record = _recorder(errors)
 
     def in_time() -> bool:
@@ -116,7 +118,7 @@ def observe(settings: Settings, ports: Ports, state: dict, now: datetime, errors
     rhythm = _rhythm_rates(settings, state, pods.arrivals, now)
     displaced = _displaced(settings, ports, read, pods.pending is not None, leaving, record, in_time)
     scopes: dict[str, str | None] = {}
-    if settings.budget_monthly_usd is not None:
+    if settings.budget_monthly_usd is not None and environment:
         scopes[ENV_SCOPE] = settings.budget_name
     for ps in settings.pools:  # every pool, budget or not: the running estimate feeds the spend metrics
         scopes[pool_scope(ps.name)] = ps.budget_name if ps.budget_monthly_usd is not None else None
@@ -648,7 +650,7 @@ def _uncordon(ports: Ports, node_name: str, cordoned: bool) -> None:
 def run_tick(settings: Settings, ports: Ports, now: datetime, log: Callable[[str], None] = print,
              deadline: Deadline | None = None, persist: bool = True, errors: list[str] | None = None,
              lease: tuple[str, float] | None = None, leaving: tuple[str, ...] = (),
-             sleep: Callable[[float], None] = time.sleep) -> TickResult:
+             sleep: Callable[[float], None] = time.sleep, shard: str | None = None) -> TickResult:
     """One tick. `deadline`: when reads and writes stop (policy/deadline.py). `persist`: write the state back
     (False for a replay at an explicit time, which must not move spend or notification timestamps). `errors`:
     failures already met while building the ports (e.g. the cluster endpoint could not be read). `lease`:
@@ -656,8 +658,20 @@ def run_tick(settings: Settings, ports: Ports, now: datetime, log: Callable[[str
     (policy/state.py), so two overlapping ticks never both change capacity. `leaving`: instance ids named by a
     spot interruption warning this invocation received. Such an invocation first records them in the state
     table (without the lease, so a held lease cannot lose them), then waits for the lease within its deadline
-    (policy/lease.py); every tick merges the records, for the notice's length. `sleep`: the wait between tries."""
+    (policy/lease.py); every tick merges the records, for the notice's length. `sleep`: the wait between tries.
+    `shard`: decide only that shard's pools (settings.shards; KeyError for a name it lacks), under the shard's
+    own lease and tick state, the environment budget shared with the other shards (policy/shard_budget.py)."""
     errors = list(errors or [])
+    full = settings
+    if shard is None and settings.shards:
+        # Every pool at once beside the shards' own ticks would decide a pool twice under two leases.
+        errors.append("BadSettings: a tick of an environment with shards must name its shard; nothing was done")
+        log(emf.error_line(settings.environment, len(errors), now))
+        log(json.dumps({"level": "ERROR", "message": "tick errors", "errors": errors}, sort_keys=True))
+        return TickResult(Plan((), dry_run=settings.dry_run, decided_at=now), errors=errors, skipped="no shard")
+    if shard is not None:
+        settings = full.shard(shard)
+    lease_key = shard_budget.lease_key(shard) if shard is not None else LEASE_KEY
     leaving = tuple(i for i in leaving if INSTANCE_ID.fullmatch(i))  # the handler checked; a caller may not have
     recorded = False
     if leaving and ports.state is not None and persist:
@@ -667,7 +681,7 @@ def run_tick(settings: Settings, ports: Ports, now: datetime, log: Callable[[str
     if lease is not None and ports.state is not None and persist and not settings.dry_run:
         try:
             waited = take_lease(ports.state, lease[0], lease[1], now.timestamp(), deadline, patient=bool(leaving),
-                                sleep=sleep)
+                                sleep=sleep, key=lease_key)
         except PolicyError as err:
             _recorder(errors)(err)
             log(emf.error_line(settings.environment, len(errors), now))
@@ -698,12 +712,16 @@ def run_tick(settings: Settings, ports: Ports, now: datetime, log: Callable[[str
                         "waited_for_lease_s": round(waited or 0.0, 3)}))
     result = None
     try:
-        result = _run(settings, ports, now, log, deadline, persist, errors, leaving)
+        result = _run(settings, ports, now, log, deadline, persist, errors, leaving,
+                      (full, shard) if shard is not None else None)
         return result
     finally:
         if holder is not None and ports.state is not None:
             try:
-                ports.state.release_lease(holder)
+                if shard is None:
+                    ports.state.release_lease(holder)
+                else:
+                    ports.state.release_lease(holder, key=lease_key)
             except PolicyError as err:
                 # It expires by itself (the function's timeout) and the next tick takes it over then; until then
                 # ticks do nothing, which is worth a trace: a log line, and a PolicyErrors datapoint of its own.
@@ -736,6 +754,24 @@ def _record_warning(settings: Settings, state: StatePort, leaving: tuple[str, ..
                     "leaving until the notice runs out", "environment": settings.environment,
                     "instances": list(leaving), "expires_at": datetime.fromtimestamp(expires, now.tzinfo).isoformat()}))
     return True
+
+
+def record_spot_warning(settings: Settings, state: StatePort | None, leaving: tuple[str, ...], now: datetime,
+                        log: Callable[[str], None] = print) -> TickResult:
+    """A spot warning whose instance no shard could be found for (policy/handler.py): recorded in the shared
+    "leaving" item only, no tick. Every shard's next tick merges the record, and the shard that owns the instance
+    treats it as leaving (within a schedule interval); a failed record is a tick error, never silent."""
+    errors: list[str] = []
+    leaving = tuple(i for i in leaving if INSTANCE_ID.fullmatch(i))
+    if state is None:
+        errors.append(f"spot warning not recorded ({', '.join(leaving)}): no state table")
+    elif leaving:
+        _record_warning(settings, state, leaving, now, errors, log)
+    log(emf.error_line(settings.environment, len(errors), now))
+    if errors:
+        log(json.dumps({"level": "ERROR", "message": "tick errors", "errors": errors}, sort_keys=True))
+    return TickResult(Plan((), dry_run=settings.dry_run, decided_at=now), errors=errors,
+                      skipped="spot warning recorded for the shard that owns the instance")
 
 
 def _leaving(state: dict, new: tuple[str, ...], now: datetime,
@@ -780,8 +816,10 @@ def _notify(settings: Settings, plan: Plan, ports: Ports, state: dict, now: date
 
 
 def _run(settings: Settings, ports: Ports, now: datetime, log: Callable[[str], None], deadline: Deadline | None,
-         persist: bool, errors: list[str], leaving: tuple[str, ...] = ()) -> TickResult:
+         persist: bool, errors: list[str], leaving: tuple[str, ...] = (),
+         sharded: tuple[Settings, str] | None = None) -> TickResult:
     state: dict = {}
+    state_key = STATE_KEY if sharded is None else shard_budget.tick_key(sharded[1])
     version = 0
     recorded: dict[str, float] = {}
     if ports.state is not None:
@@ -790,7 +828,7 @@ def _run(settings: Settings, ports: Ports, now: datetime, log: Callable[[str], N
         except PolicyError as err:  # warnings recorded by other invocations are unknown: their pods are seen
             errors.append(f"{type(err).__name__}: {err}")  # once evicted, as without the record
         try:
-            state, version = ports.state.load(STATE_KEY)
+            state, version = ports.state.load(state_key)
         except MalformedState as err:  # read, but not ours to use: reported, and rewritten by this tick's save
             errors.append(f"{type(err).__name__}: {err}; the tick's bookkeeping starts afresh")
             state, version = {}, err.version if err.version is not None else MALFORMED_VERSION
@@ -806,8 +844,14 @@ def _run(settings: Settings, ports: Ports, now: datetime, log: Callable[[str], N
         except PolicyError as err:
             errors.append(f"{type(err).__name__}: {err}")
     node_names: dict[str, str] = {}
-    obs = observe(settings, ports, state, now, errors, deadline, node_names, _leaving(state, leaving, now, recorded))
-    plan = decide(settings, obs, now)
+    obs = observe(settings, ports, state, now, errors, deadline, node_names, _leaving(state, leaving, now, recorded),
+                  environment=sharded is None)
+    if sharded is None:
+        plan = decide(settings, obs, now)
+    else:  # the environment budget's headroom, reserved against the other shards' before anything changes
+        plan = shard_budget.decide_and_reserve(sharded[0], sharded[1], settings, obs, ports.state,
+                                               ports.budgets, now, _recorder(errors),
+                                               persist=persist)
     result = TickResult(plan, errors=errors)
     if not plan.dry_run:
         _apply(settings, plan, obs, ports, result, deadline, node_names)
@@ -844,7 +888,7 @@ def _run(settings: Settings, ports: Ports, now: datetime, log: Callable[[str], N
 
     if ports.state is not None and persist:
         try:
-            ports.state.save(STATE_KEY, state, version)
+            ports.state.save(state_key, state, version)
         except PolicyError as err:
             result.errors.append(f"{type(err).__name__}: {err}")
 

@@ -83,7 +83,7 @@ def decide(settings: Settings, observation: Observation, now: datetime) -> Plan:
             "environment",
             settings.budget_monthly_usd,
             observation.environment_spend,
-            sum(rates.values()) + settings.commitment_unused_usd_per_hour,
+            sum(rates.values()) + settings.commitment_unused_usd_per_hour + observation.environment_others_usd_per_hour,
             hours,
             settings.budget_enforcement,
             settings.budget_refresh_minutes,
