@@ -63,3 +63,30 @@ def observe(groups=None, nodes=(), pending=(), spend=None, env_spend=None, name=
 
 def spend(actual: float | None, since: float = 0.0) -> Spend:
     return Spend(actual, since, ago(90))
+
+
+SHARDINGS = (0, 1, 2)  # how the property and fault suites run a tick: no shards, one shard of all, two shards
+
+
+def sharded(s: Settings, shards: int) -> tuple[Settings, str | None]:
+    """`s` run as `shards` shards (docs/policy.md, "Shards"), and the shard its first pool is in (None: no shards).
+    Two shards: a second pool "teamb", which has no groups in the test's world, in a shard of its own."""
+    import dataclasses
+
+    from policy.model import ShardSettings
+
+    if shards == 0:
+        return s, None
+    if shards == 1:
+        return dataclasses.replace(s, shards=(ShardSettings("all", tuple(p.name for p in s.pools)),)), "all"
+    other = pool_settings("teamb")
+    return dataclasses.replace(s, pools=(*s.pools, other), shards=(
+        ShardSettings("one", tuple(p.name for p in s.pools)), ShardSettings("two", ("teamb",)))), "one"
+
+
+def tick_key(shard: str | None) -> str:
+    """The tick state item of `shard` (policy/shard_budget.py), "tick" without shards."""
+    from policy import shard_budget
+    from policy.tick import STATE_KEY
+
+    return STATE_KEY if shard is None else shard_budget.tick_key(shard)

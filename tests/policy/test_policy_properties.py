@@ -399,3 +399,123 @@ def test_spot_is_never_grown_for_pods_that_may_not_run_on_spot(world):
     plan = decide(dataclasses.replace(s, pools=(ps,)), Observation((po,), None), NOW)
     assert not [a for a in plan.changes if a.kind == ACTION_SET_DESIRED and a.group == SPOT
                 and a.desired_to > a.desired_from], [a.to_dict() for a in plan.actions]
+
+
+# --- issue 41: the same rules with the pools in shards ---------------------------------------------------------
+
+
+def _renamed(world, name: str):
+    """The world's pool as another pool `name`: its own groups and instances (policy_cases' naming)."""
+    s, obs = world
+    ps, po = s.pools[0], obs.pools[0]
+    to = {SPOT: f"{name}-spot", OD: f"{name}-od", FLOOR: f"{name}-floor"}
+    ps = dataclasses.replace(ps, name=name, spot_group=to[SPOT], on_demand_group=to[OD], guaranteed_group=to[FLOOR])
+    po = dataclasses.replace(po, name=name, groups=tuple(dataclasses.replace(g, name=to[g.name]) for g in po.groups),
+                             nodes=tuple(dataclasses.replace(n, group=to[n.group], instance_id=f"{name}-{n.instance_id}")
+                                         for n in po.nodes))
+    return ps, po
+
+
+class _Actual:
+    def __init__(self, usd):
+        self.usd = usd
+
+    def actual_usd(self, name):
+        return self.usd
+
+
+def _decide_in_shards(first, second, shards: int, env_budget, actual, seeded: bool):
+    """Two pools decided as `shards` shards (1: one shard of both), one after the other, against one state table
+    (policy/shard_budget.py). Returns the settings, the observation, the plans by shard and the table."""
+    from policy import shard_budget
+    from policy.model import Plan, Settings, ShardSettings
+
+    (ps_a, po_a), (ps_b, po_b) = _renamed(first, "research"), _renamed(second, "teamb")
+    groups = (("all", ("research", "teamb")),) if shards == 1 else (("one", ("research",)), ("two", ("teamb",)))
+    full = Settings("dev", "us-east-1", "c", (ps_a, ps_b), budget_monthly_usd=env_budget, budget_name="env",
+                    shards=tuple(ShardSettings(n, p) for n, p in groups))
+    obs = Observation((po_a, po_b))
+    state = MemoryState()
+    own = {sh.name: (full.shard(sh.name), Observation(tuple(p for p in obs.pools if p.name in sh.pools)))
+           for sh in full.shards}
+    if seeded:  # every shard ticked before: its reservation is what runs now
+        state.save(shard_budget.ENV_BUDGET_KEY, {"shards": {
+            n: {"usd_per_hour": shard_budget.reserved_usd_per_hour(s, o, Plan((), dry_run=True))}
+            for n, (s, o) in own.items()}}, 0)
+    plans = {n: shard_budget.decide_and_reserve(full, n, s, o, state, _Actual(actual), NOW, lambda e: None)
+             for n, (s, o) in own.items()}
+    return full, obs, plans, state
+
+
+@st.composite
+def wanting(draw):
+    """A pool with pending pods and busy nodes only, its groups ACTIVE: it wants to grow, so the budget decides."""
+    ps = pool_settings(spot_max_nodes=draw(st.integers(1, 8)), on_demand_max_nodes=draw(st.integers(1, 4)),
+                       max_step_nodes=draw(st.one_of(st.none(), st.integers(1, 4))))
+    up = draw(st.integers(0, ps.spot_max_nodes))
+    nodes = tuple(Node(f"i-{SPOT}-{k}", SPOT, ago(120), LIFECYCLE_IN_SERVICE, 90.0, 90.0, 100.0, 90.0, 1)
+                  for k in range(up))
+    groups = (Group(SPOT, up, 0, 0, "ACTIVE", ago(60), False), Group(OD, 0, 0, 0, "ACTIVE", ago(60), False))
+    pending = tuple(draw(st.lists(st.integers(1, 1), min_size=1, max_size=10)))
+    return settings(ps), Observation((PoolObservation("research", groups, nodes, pending, None),), None)
+
+
+any_world = st.one_of(worlds(), wanting())
+sharded_worlds = st.tuples(any_world, any_world, st.sampled_from([1, 2]),  # env budgets that bind: $1-12 an hour
+                           st.one_of(st.none(), st.floats(500, 6_000)), st.floats(0, 3_000), st.booleans())
+capped_worlds = st.tuples(wanting(), wanting(), st.sampled_from([1, 2]), st.floats(800, 6_000), st.floats(0, 1_000),
+                          st.booleans())
+
+
+@given(sharded_worlds)
+def test_in_shards_every_pool_keeps_the_safety_rules(case):
+    """Floor untouched, bounds, one kind of change per group, and the pool's own budget projection: per pool,
+    whatever the shard."""
+    first, second, shards, env_budget, actual, seeded = case
+    full, obs, plans, _ = _decide_in_shards(first, second, shards, env_budget, actual, seeded)
+    for plan in plans.values():
+        kinds: dict[str, set[str]] = {}
+        for a in plan.changes:
+            ps, po = full.pool(a.pool), obs.pool(a.pool)
+            assert a.group != ps.guaranteed_group
+            kinds.setdefault(a.group, set()).add(a.kind)
+            if a.kind == ACTION_SET_DESIRED:
+                assert a.desired_to <= max(ps.max_nodes(a.group), po.group(a.group).desired_nodes)
+            assert po.group(a.group).status == "ACTIVE"
+        assert all(len(k) == 1 for k in kinds.values()), kinds
+        for d in plan.decisions:
+            ps, po = full.pool(d.pool), obs.pool(d.pool)
+            grew = any(a.kind == ACTION_SET_DESIRED and a.desired_to > a.desired_from for a in d.actions)
+            if grew and ps.budget_monthly_usd is not None and ps.budget_enforcement == "cap_elastic":
+                spend = po.spend
+                mtd = (spend.month_to_date_usd if spend.actual_usd is not None else spend.estimated_since_usd) \
+                    if spend else 0.0
+                projected = mtd + (d.elastic_usd_per_hour + ps.guaranteed_usd_per_hour) * hours_left_in_month(NOW)
+                assert projected <= ps.budget_monthly_usd + 1e-6
+
+
+@given(st.one_of(sharded_worlds, capped_worlds))
+def test_in_shards_the_environment_budget_holds_across_them(case):
+    """No shard spends headroom another already spent: once any pool grew, the month so far plus every shard's
+    reservation (its floors and the larger of its elastic rate before and after) over the month's hours left
+    fits the environment budget."""
+    from policy import shard_budget
+
+    first, second, shards, env_budget, actual, seeded = case
+    full, obs, plans, state = _decide_in_shards(first, second, shards, env_budget, actual, seeded)
+    grew = any(a.kind == ACTION_SET_DESIRED and a.desired_to > a.desired_from
+               for p in plans.values() for a in p.changes)
+    if env_budget is None or not grew:
+        return
+    shared, _ = state.load(shard_budget.ENV_BUDGET_KEY)
+    reserved = sum(e["usd_per_hour"] for e in shared["shards"].values())
+    assert actual + reserved * hours_left_in_month(NOW) <= env_budget + 1e-3
+
+
+@given(worlds(missing_data=True), worlds(missing_data=True), st.sampled_from([1, 2]),
+       st.one_of(st.none(), st.floats(1_000, 40_000)))
+def test_in_shards_missing_data_never_shrinks(first, second, shards, env_budget):
+    _, _, plans, _ = _decide_in_shards(first, second, shards, env_budget, 0.0, False)
+    for plan in plans.values():
+        for a in plan.changes:
+            assert a.kind == ACTION_SET_DESIRED and a.desired_to >= a.desired_from, a

@@ -15,7 +15,7 @@ import pytest
 
 from policy import tick_state
 from policy.tick import STATE_KEY, run_tick
-from policy_cases import NOW, pool_settings, settings
+from policy_cases import NOW, SHARDINGS, pool_settings, settings, sharded, tick_key
 from test_policy_adapters import _ports
 
 GOOD_SCOPE = {"month": NOW.strftime("%Y-%m"), "actual_usd": 100.0, "actual_as_of": NOW.isoformat(),
@@ -45,12 +45,15 @@ MALFORMED = [
 ]
 
 
+@pytest.mark.parametrize("shards", SHARDINGS)
 @pytest.mark.parametrize("name,data,reported", MALFORMED, ids=[m[0] for m in MALFORMED])
-def test_a_malformed_tick_state_is_reported_and_the_tick_still_acts(name, data, reported):
+def test_a_malformed_tick_state_is_reported_and_the_tick_still_acts(name, data, reported, shards):
     ports = _ports()
+    s, shard = sharded(settings(pool_settings(budget_monthly_usd=2500.0)), shards)
+    STATE_KEY = tick_key(shard)  # noqa: N806 - the module's name, per shard (a shard's own tick state)
     ports.state.items[STATE_KEY] = (json.loads(json.dumps(data)), 3)
     logs: list[str] = []
-    result = run_tick(settings(pool_settings(budget_monthly_usd=2500.0)), ports, NOW, logs.append)
+    result = run_tick(s, ports, NOW, logs.append, shard=shard)
     # the safety rules and the decisions do not depend on the bookkeeping: the idle node is reclaimed
     assert ports.groups.writes == [("terminate", "i-idle")]
     assert any("MalformedState" in e and reported in e for e in result.errors), result.errors
@@ -60,8 +63,7 @@ def test_a_malformed_tick_state_is_reported_and_the_tick_still_acts(name, data, 
     saved, version = ports.state.items[STATE_KEY]
     assert version == 4 and tick_state.clean(saved)[1] == []
     # and the next tick runs clean
-    later = run_tick(settings(pool_settings(budget_monthly_usd=2500.0)), ports, NOW + timedelta(minutes=1),
-                     logs.append)
+    later = run_tick(s, ports, NOW + timedelta(minutes=1), logs.append, shard=shard)
     assert not any("MalformedState" in e for e in later.errors)
 
 
@@ -94,28 +96,35 @@ RAW_ITEMS = [
 ]
 
 
+@pytest.mark.parametrize("shards", SHARDINGS)
 @pytest.mark.parametrize("name,attrs,version", RAW_ITEMS, ids=[r[0] for r in RAW_ITEMS])
-def test_a_malformed_item_in_dynamodb_is_reported_and_rewritten(table, name, attrs, version):
+def test_a_malformed_item_in_dynamodb_is_reported_and_rewritten(table, name, attrs, version, shards):
     from policy.state import DynamoState
 
+    s, shard = sharded(settings(pool_settings()), shards)
+    STATE_KEY = tick_key(shard)  # noqa: N806 - the module's name, per shard (a shard's own tick state)
     table.put_item(TableName="t", Item={"pk": {"S": STATE_KEY}, **attrs})
     ports = _ports()
     ports = type(ports)(**{**ports.__dict__, "state": DynamoState(table, "t")})
-    result = run_tick(settings(pool_settings()), ports, NOW, lambda line: None)
+    result = run_tick(s, ports, NOW, lambda line: None, shard=shard)
     assert ports.groups.writes == [("terminate", "i-idle")]
-    assert any(e.startswith("MalformedState: state item 'tick'") for e in result.errors), result.errors
+    assert any(e.startswith(f"MalformedState: state item '{STATE_KEY}'") for e in result.errors), result.errors
     item = table.get_item(TableName="t", Key={"pk": {"S": STATE_KEY}})["Item"]
     assert int(item["version"]["N"]) == (version or 0) + 1 and isinstance(json.loads(item["data"]["S"]), dict)
     # the next tick reads it and writes it on its own version: no error, no lost write
-    later = run_tick(settings(pool_settings()), ports, NOW + timedelta(minutes=1), lambda line: None)
+    later = run_tick(s, ports, NOW + timedelta(minutes=1), lambda line: None, shard=shard)
     assert not any("MalformedState" in e or "PutItem" in e for e in later.errors), later.errors
 
 
-def test_a_lease_whose_expiry_is_not_a_number_does_not_stop_every_tick(table):
+@pytest.mark.parametrize("shard", [None, "one"])
+def test_a_lease_whose_expiry_is_not_a_number_does_not_stop_every_tick(table, shard):
+    from policy import shard_budget
     from policy.state import LEASE_KEY, DynamoState
 
-    table.put_item(TableName="t", Item={"pk": {"S": LEASE_KEY}, "holder": {"S": "x"}, "expires_at": {"S": "never"}})
-    assert DynamoState(table, "t").acquire_lease("me", NOW.timestamp(), 60) is True
+    key = LEASE_KEY if shard is None else shard_budget.lease_key(shard)
+    table.put_item(TableName="t", Item={"pk": {"S": key}, "holder": {"S": "x"}, "expires_at": {"S": "never"}})
+    assert DynamoState(table, "t").acquire_lease("me", NOW.timestamp(), 60, key=key) is True
+    assert DynamoState(table, "t").acquire_lease("you", NOW.timestamp(), 60, key=key) is False  # held now
 
 
 def test_a_spot_notice_whose_expiry_is_not_a_number_is_skipped(table):
