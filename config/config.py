@@ -925,10 +925,10 @@ def _shard_problems(cfg: GpuLoanConfig) -> Problems:
                                  "pool must be in exactly one (two ticks would decide it at once)"))
             else:
                 owner[pool] = shard.name
-    for i, pool in enumerate(cfg.pools):
-        if pool.name not in owner:
-            problems.append((f"pools[{i}].name", f"pool '{pool.name}' is in no shard of policy.shards; list it in "
-                             "exactly one, or no tick would ever decide it"))
+    for i, configured in enumerate(cfg.pools):
+        if configured.name not in owner:
+            problems.append((f"pools[{i}].name", f"pool '{configured.name}' is in no shard of policy.shards; list "
+                             "it in exactly one, or no tick would ever decide it"))
     return problems
 
 

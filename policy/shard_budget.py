@@ -57,7 +57,8 @@ def worst_case_usd_per_hour(ps: PoolSettings) -> float:
 
 def others_usd_per_hour(full: Settings, shard: str, shared: dict) -> float:
     """The hourly rate the other shards hold reserved; a shard without a usable entry at its worst case."""
-    entries = shared.get("shards") if isinstance(shared.get("shards"), dict) else {}
+    found = shared.get("shards")
+    entries: dict = found if isinstance(found, dict) else {}
     total = 0.0
     for sh in full.shards:
         if sh.name == shard:

@@ -14,7 +14,7 @@ from datetime import timedelta
 import pytest
 
 from policy import tick_state
-from policy.tick import STATE_KEY, run_tick
+from policy.tick import run_tick
 from policy_cases import NOW, SHARDINGS, pool_settings, settings, sharded, tick_key
 from test_policy_adapters import _ports
 
