@@ -321,3 +321,35 @@ def test_a_spot_warning_of_unknown_owner_is_recorded_for_every_shard(monkeypatch
     run_tick(full, ports, NOW, logs.append, lease=("me", 60.0), shard="one")
     saved, _ = state.load(shard_budget.tick_key("one"))
     assert "i-0123456789abcdef0" in saved.get("leaving", {}), json.dumps(saved)[:300]
+
+
+# --- the settings JSON ------------------------------------------------------------------------------------------
+
+
+def test_settings_json_carries_shards_and_an_unsharded_one_has_no_key():
+    full = _settings(1000.0)
+    assert Settings.from_json(full.to_json()).shards == full.shards
+    plain = settings(pool_settings())
+    assert "shards" not in json.loads(plain.to_json())  # the package of an unsharded stack is as before
+
+
+@pytest.mark.parametrize("shards,why", [
+    ((("one", (A,)),), "pools in no shard: teamb"),
+    ((("one", (A, B)), ("two", (B,))), "pools in two shards: teamb"),
+    ((("one", (A,)), ("two", (B, "nosuch"))), "not pools: nosuch"),
+    ((("one", (A,)), ("one", (B,))), "used twice"),
+], ids=["no_shard", "two_shards", "unknown_pool", "duplicate_name"])
+def test_settings_whose_shards_do_not_cover_every_pool_once_are_refused(shards, why):
+    data = json.loads(_settings(1000.0).to_json())
+    data["shards"] = [{"name": n, "pools": list(p)} for n, p in shards]
+    with pytest.raises(BadSettings, match=why):
+        Settings.from_json(json.dumps(data))
+
+
+def test_a_malformed_spot_warning_in_a_sharded_environment_changes_nothing():
+    full = _settings(1000.0)
+    bad = {**WARNING, "detail": {"instance-id": "not-an-instance"}}
+    with mock.patch.object(handler, "load_settings", lambda: full), \
+            mock.patch.object(handler, "build_ports", lambda *a, **k: pytest.fail("nothing is built")):
+        with pytest.raises(BadSettings, match="malformed spot warning"):
+            handler.handle(bad, types.SimpleNamespace(), session=object())
