@@ -110,3 +110,120 @@ def test_the_guarantee_is_never_touched(nominal, configured, limit, own, pending
     wanted = wanted_limit_gpus(ps, lending)
     if None in (own, pending, forecast):
         assert wanted is None
+
+
+# --- the tick reads the floor's queue and patches its lendingLimit, nothing else ------------------------------
+
+QUEUE, FLAVOR = "gpuloan-prod-research", "research-floor"
+
+
+def floor_queue(limit: int | None = 8, own: int = 0, pending: int = 0) -> dict:
+    quota = {"name": "nvidia.com/gpu", "nominalQuota": 8, **({} if limit is None else {"lendingLimit": limit})}
+    return {"metadata": {"name": QUEUE},
+            "spec": {"resourceGroups": [{"coveredResources": ["nvidia.com/gpu"],
+                                         "flavors": [{"name": "research-spot", "resources": [
+                                             {"name": "nvidia.com/gpu", "nominalQuota": 4}]},
+                                                     {"name": FLAVOR, "resources": [quota]}]}]},
+            "status": {"pendingWorkloads": pending, "flavorsUsage": [
+                {"name": FLAVOR, "resources": [{"name": "nvidia.com/gpu", "total": own, "borrowed": 0}]}]}}
+
+
+class FakeFloorQueues:
+    def __init__(self, cq: dict | Exception):
+        self.cq, self.writes = cq, []
+
+    def cluster_queue(self, api, queue):
+        if isinstance(self.cq, Exception):
+            raise self.cq
+        return self.cq
+
+    def set_lending_limit(self, api, queue, flavor, gpus):
+        self.writes.append((queue, flavor, gpus))
+
+
+def rhythm_state(now: datetime, gpus: int) -> dict:
+    """A daily history with `gpus` arriving 20 minutes after `now`'s time of day on each of MIN_DAYS earlier days."""
+    h = DailyArrivals()
+    for d in range(-MIN_DAYS, 0):
+        h.record(now + timedelta(days=d, minutes=21), [(now + timedelta(days=d, minutes=20), gpus)])
+    return {"rhythm": {"research": h.to_state()}}
+
+
+def _tick(queues, state: dict | None = None, now: datetime = NOW):
+    from policy.nodegroups import Instance  # noqa: F401  (the adapters' fakes below build on it)
+    from policy.state import MemoryState
+    from policy.tick import Ports, run_tick
+    from test_policy_adapters import FakeGroups, FakeNodes, FakePods, FakePublisher, FakeUtil
+
+    store = MemoryState()
+    if state is not None:
+        store.items["tick"] = (state, 1)
+    ports = Ports(FakeGroups([group(), group("research-od")], []), FakeUtil({}), FakePods({"research": ()}), None,
+                  store, FakePublisher(), FakeNodes(), queues=queues)
+    return run_tick(settings(LENDER), ports, now, lambda _: None)
+
+
+def test_the_tick_lowers_the_limit_ahead_of_the_owners_rhythm():
+    queues = FakeFloorQueues(floor_queue(limit=8, own=2))
+    result = _tick(queues, rhythm_state(NOW, 3))
+    assert queues.writes == [(QUEUE, FLAVOR, 3)]  # 8 - (2 in use + 3 forecast)
+    assert [(a.kind, a.reason) for a in result.applied] == [(ACTION_SET_LENDING_LIMIT, Reason.LEND_AHEAD)]
+
+
+def test_the_tick_keeps_the_configured_limit_without_a_rhythm_and_touches_nothing_unread():
+    queues = FakeFloorQueues(floor_queue(limit=8, own=6))
+    _tick(queues, {})
+    assert queues.writes == []  # unknown rhythm: the configured limit, already there
+    from policy.errors import DataUnavailable
+
+    queues = FakeFloorQueues(DataUnavailable("ClusterQueue unreadable"))
+    result = _tick(queues, rhythm_state(NOW, 3))
+    assert queues.writes == [] and any("unreadable" in e for e in result.errors)
+
+
+def test_the_tick_refuses_a_limit_outside_the_configured_range(monkeypatch):
+    import policy.tick as tick
+    from policy.model import Action, Plan, PoolDecision
+
+    bad = Action("research", ACTION_SET_LENDING_LIMIT, Reason.LEND_RESTORED, desired_from=8, desired_to=9)
+    monkeypatch.setattr(tick, "decide", lambda s, o, now: Plan((PoolDecision("research", (bad,)),), decided_at=now))
+    queues = FakeFloorQueues(floor_queue())
+    result = _tick(queues, {})
+    assert queues.writes == [] and "refused" in result.failed[0][1]
+
+
+def test_the_kube_client_reads_the_queue_and_patches_only_the_lending_limit():
+    import base64
+
+    from fake_kube import FakeKube
+    from policy.kube import KubeClient, lending_of
+
+    kube = FakeKube("c")
+    try:
+        kube.cluster_queues[QUEUE] = floor_queue(limit=None, own=3, pending=1)
+        url = ("https://sts.us-east-1.amazonaws.com/?Action=GetCallerIdentity&X-Amz-SignedHeaders=host%3Bx-k8s-aws-id"
+               "&X-Amz-Signature=abc")
+        client = KubeClient(kube.endpoint, kube.ca_pem,
+                            lambda: "k8s-aws-v1." + base64.urlsafe_b64encode(url.encode()).decode().rstrip("="))
+        api = "kueue.x-k8s.io/v1beta2"
+        assert lending_of(client.cluster_queue(api, QUEUE), FLAVOR, 2.5) == Lending(8, None, 3.0, 1, 2.5)
+        client.set_lending_limit(api, QUEUE, FLAVOR, 2)
+        client.set_lending_limit(api, QUEUE, FLAVOR, 5)  # present now: replaced
+        assert lending_of(client.cluster_queue(api, QUEUE), FLAVOR, None) == Lending(8, 5, 3.0, 1, None)
+    finally:
+        kube.close()
+    ops = [op for _, body in kube.patches for op in body if op["op"] != "test"]
+    assert {op["path"].rsplit("/", 1)[1] for op in ops} == {"lendingLimit"}  # never nominalQuota
+    quota = kube.cluster_queues[QUEUE]["spec"]["resourceGroups"][0]["flavors"][1]["resources"][0]
+    assert quota["nominalQuota"] == 8
+
+
+def test_a_queue_without_the_floor_flavor_is_unreadable_not_a_guess():
+    from policy.errors import DataUnavailable
+    from policy.kube import lending_of
+
+    with pytest.raises(DataUnavailable, match="no nvidia.com/gpu quota for flavor other"):
+        lending_of(floor_queue(), "other", 1.0)
+    broken = floor_queue()
+    broken["status"] = {}
+    assert lending_of(broken, FLAVOR, 1.0) == Lending(8, 8, None, None, 1.0)
