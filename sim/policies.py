@@ -10,6 +10,7 @@ from __future__ import annotations
 import bisect
 import dataclasses
 from datetime import datetime, timedelta, timezone
+from typing import Any
 
 from policy import decide as rules
 from policy.model import (
@@ -679,12 +680,13 @@ class GpuLoan(Controller):
         the lendingLimit now, the owner's admitted GPUs on it (status.flavorsUsage), its workloads waiting for
         admission (status.pendingWorkloads), and the rhythm's forecast over the lookahead (read after
         _rhythm_rate fed the history, once per slot of the day, as it changes only then)."""
+        pool: Any = sim  # an environment's PoolSim (sim/environment.py sets lend_ahead only there)
         slot = sim.now // SLOT_MINUTES
-        if slot != self._lend_slot[0]:
+        if slot != self._lend_slot[0] and self._rhythm is not None:
             self._lend_slot = (slot, self._rhythm.expected_gpus(now_dt, self.ps.reclaim_lookahead_minutes))
-        w = sim.workload
-        return Lending(sim.floor_gpus, sim.lending_limit_gpus, sim.quota_own,
-                       sum(len(q) for q in w.waiting.values()), self._lend_slot[1])
+        waiting: dict[int, list] = pool.workload.waiting
+        return Lending(pool.floor_gpus, pool.lending_limit_gpus, pool.quota_own,
+                       sum(len(q) for q in waiting.values()), self._lend_slot[1])
 
     def _spend(self, sim: Simulation, now: int) -> Spend:
         """Budgets' actual figure refreshed hourly (it lags), plus the running estimate since."""
@@ -721,7 +723,8 @@ class GpuLoan(Controller):
                 sim.terminate(action.instance_id, decrement=True)
             elif action.kind == ACTION_SET_LENDING_LIMIT:
                 quiet = False
-                sim.set_lending_limit(action.desired_to)
+                lender: Any = sim  # an environment's PoolSim: the only pool whose settings name a queue
+                lender.set_lending_limit(action.desired_to)
         for d in plan.decisions:
             # back to spot (policy/closing.py in the Lambda): the NoSchedule taint on exactly these on-demand nodes
             if d.closed_to_new_pods is not None:

@@ -93,9 +93,9 @@ def lending_limit_actions(ps: PoolSettings, po: PoolObservation | None, now: dat
     elif lending.pending_workloads:
         why = f"{lending.pending_workloads} workload(s) wait in the owner's queue: nothing more is lent"
     else:
-        why = (f"owner uses {lending.own_gpus:g} GPU(s) and on earlier days {lending.forecast_gpus:.1f} more "
-               f"arrived in the next {ps.reclaim_lookahead_minutes} min: {lending.nominal_gpus} - "
-               f"{math.ceil(lending.own_gpus + lending.forecast_gpus - 1e-9)} of the floor lends "
-               f"(at most {configured})")
+        own, forecast = lending.own_gpus or 0.0, lending.forecast_gpus or 0.0  # both known: `wanted` is set
+        why = (f"owner uses {own:g} GPU(s) and on earlier days {forecast:.1f} more arrived in the next "
+               f"{ps.reclaim_lookahead_minutes} min: {lending.nominal_gpus} - {math.ceil(own + forecast - 1e-9)} "
+               f"of the floor lends (at most {configured})")
     return [Action(ps.name, ACTION_SET_LENDING_LIMIT, Reason.LEND_AHEAD if target < now_limit else
                    Reason.LEND_RESTORED, desired_from=now_limit, desired_to=target, detail=why)]
