@@ -342,7 +342,9 @@ def lending_of(cluster_queue: dict, flavor: str, forecast_gpus: float | None) ->
     status = cluster_queue.get("status")
     pending = status.get("pendingWorkloads") if isinstance(status, dict) else None
     pending = pending if isinstance(pending, int) and not isinstance(pending, bool) and pending >= 0 else None
-    return Lending(nominal_gpus=figures["nominalQuota"] or 0, limit_gpus=figures["lendingLimit"],
+    if figures["nominalQuota"] is None:  # required by the CRD: a queue without it is not read as 0
+        raise DataUnavailable(f"ClusterQueue {name}: no nominalQuota for {flavor}")
+    return Lending(nominal_gpus=figures["nominalQuota"], limit_gpus=figures["lendingLimit"],
                    own_gpus=used.get(flavor), pending_workloads=pending, forecast_gpus=forecast_gpus)
 
 

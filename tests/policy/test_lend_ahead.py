@@ -227,3 +227,9 @@ def test_a_queue_without_the_floor_flavor_is_unreadable_not_a_guess():
     broken = floor_queue()
     broken["status"] = {}
     assert lending_of(broken, FLAVOR, 1.0) == Lending(8, 8, None, None, 1.0)
+    for field, value in (("nominalQuota", None), ("nominalQuota", "8k"), ("lendingLimit", "two")):
+        bad = floor_queue()
+        quota = bad["spec"]["resourceGroups"][0]["flavors"][1]["resources"][0]
+        quota.pop(field) if value is None else quota.update({field: value})
+        with pytest.raises(DataUnavailable, match=field):
+            lending_of(bad, FLAVOR, 1.0)
