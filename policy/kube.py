@@ -292,8 +292,9 @@ class NodeGuardPort(Protocol):
 
 
 class FloorQuotaPort(Protocol):
-    """Kueue: the nominal quota of a Capacity Block's floor flavor in its pool's ClusterQueue; and any of the
-    environment's ClusterQueues as read, whose status the loan's usage comes from (policy/loan_usage.py)."""
+    """Kueue: the nominal quota of a Capacity Block's floor flavor in its pool's ClusterQueue; the lendingLimit of a
+    lending floor's flavor (policy/decide/lend_ahead.py); and any of the environment's ClusterQueues as read, whose
+    status the loan's usage and the lend-ahead rule's figures come from (policy/loan_usage.py, lending_of)."""
 
     def floor_quota(self, api_version: str, queue: str, flavor: str) -> int: ...
 

@@ -68,7 +68,9 @@ class Ports:
     state: StatePort | None = None
     publisher: notifications.Publisher | None = None
     nodes: NodeGuardPort | None = None  # cordon + pods on a node; without it nothing is terminated
-    queues: FloorQuotaPort | None = None  # Kueue: a Capacity Block's floor quota (policy/capacity_blocks.py)
+    # Kueue: a Capacity Block's floor quota (policy/capacity_blocks.py), a lending floor's lendingLimit
+    # (policy/decide/lend_ahead.py), the queues' status (policy/loan_usage.py)
+    queues: FloorQuotaPort | None = None
     blocks: BlockDatesPort | None = None  # EC2: the Capacity Blocks' real dates; without it the config's window rules
 
 
