@@ -37,6 +37,7 @@ from policy.model import (
 )
 from policy.rhythm import SLOT_MINUTES
 
+
 def lend_ahead_on(ps: PoolSettings) -> bool:
     return bool(ps.lend_ahead_queue and ps.lend_ahead_flavor)
 
@@ -60,8 +61,9 @@ def next_slot_start(now: datetime) -> datetime:
     return start + timedelta(minutes=SLOT_MINUTES)
 
 
-def with_lending_actions(ps: PoolSettings, po: PoolObservation | None, decision: PoolDecision, now: datetime,
-                         timers: Timers | None = None) -> PoolDecision:
+def with_lending_actions(
+    ps: PoolSettings, po: PoolObservation | None, decision: PoolDecision, now: datetime, timers: Timers | None = None
+) -> PoolDecision:
     """The engine's hook: the decision with the pool's lendingLimit change added (the same decision otherwise)."""
     extra = lending_limit_actions(ps, po, now, timers)
     if not extra:
@@ -70,16 +72,22 @@ def with_lending_actions(ps: PoolSettings, po: PoolObservation | None, decision:
     return dataclasses.replace(decision, actions=kept + tuple(extra))
 
 
-def lending_limit_actions(ps: PoolSettings, po: PoolObservation | None, now: datetime,
-                          timers: Timers | None = None) -> list[Action]:
+def lending_limit_actions(
+    ps: PoolSettings, po: PoolObservation | None, now: datetime, timers: Timers | None = None
+) -> list[Action]:
     """The pool's lendingLimit change, if any (docs/scheduling.md, "Lending ahead of the owner")."""
     if not lend_ahead_on(ps) or po is None:
         return []
     lending = po.lending
     if lending is None:
-        return [Action(ps.name, ACTION_HOLD, Reason.LEND_UNKNOWN,
-                       detail=f"ClusterQueue {ps.lend_ahead_queue} could not be read: its lendingLimit is left as it "
-                              "is")]
+        return [
+            Action(
+                ps.name,
+                ACTION_HOLD,
+                Reason.LEND_UNKNOWN,
+                detail=f"ClusterQueue {ps.lend_ahead_queue} could not be read: its lendingLimit is left as it is",
+            )
+        ]
     if timers is not None:
         timers.at(next_slot_start(now))
     configured = min(ps.lend_ahead_limit_gpus, lending.nominal_gpus)
@@ -94,8 +102,18 @@ def lending_limit_actions(ps: PoolSettings, po: PoolObservation | None, now: dat
         why = f"{lending.pending_workloads} workload(s) wait in the owner's queue: nothing more is lent"
     else:
         own, forecast = lending.own_gpus or 0.0, lending.forecast_gpus or 0.0  # both known: `wanted` is set
-        why = (f"owner uses {own:g} GPU(s) and on earlier days {forecast:.1f} more arrived in the next "
-               f"{ps.reclaim_lookahead_minutes} min: {lending.nominal_gpus} - {math.ceil(own + forecast - 1e-9)} "
-               f"of the floor lends (at most {configured})")
-    return [Action(ps.name, ACTION_SET_LENDING_LIMIT, Reason.LEND_AHEAD if target < now_limit else
-                   Reason.LEND_RESTORED, desired_from=now_limit, desired_to=target, detail=why)]
+        why = (
+            f"owner uses {own:g} GPU(s) and on earlier days {forecast:.1f} more arrived in the next "
+            f"{ps.reclaim_lookahead_minutes} min: {lending.nominal_gpus} - {math.ceil(own + forecast - 1e-9)} "
+            f"of the floor lends (at most {configured})"
+        )
+    return [
+        Action(
+            ps.name,
+            ACTION_SET_LENDING_LIMIT,
+            Reason.LEND_AHEAD if target < now_limit else Reason.LEND_RESTORED,
+            desired_from=now_limit,
+            desired_to=target,
+            detail=why,
+        )
+    ]
