@@ -65,7 +65,7 @@ FORMATTED_FILES := __main__.py config/__init__.py config/config_terms.py config/
 	tests/stacks/test_kubernetes_docs.py tests/architecture/test_lint_ratchet.py tests/policy/test_policy_docs.py tests/architecture/test_single_definitions.py \
 	tests/stacks/test_project_file.py config/instance_types.py pricing/checks.py pricing/cost_model/floor_bill.py \
 	tests/pricing/test_money_checks.py policy/decide/__init__.py policy/decide/bound.py policy/decide/budget.py \
-	policy/decide/common.py policy/decide/drain.py policy/decide/idle.py policy/decide/keep_warm.py \
+	policy/decide/common.py policy/decide/drain.py policy/decide/idle.py policy/decide/keep_warm.py policy/decide/lend_ahead.py \
 	policy/decide/on_demand_only.py policy/decide/pool.py policy/decide/reclaim.py policy/decide/scale.py \
 	policy/decide/warm_up.py tests/policy/test_policy_bound.py
 

@@ -538,6 +538,16 @@ class Kueue(Strict):
                                "preempt another's borrowed work when its share stays lower (docs/scheduling.md, "
                                "\"Fair sharing among borrowers\"). Off: Kueue's classical order, where flavor order "
                                "and timing decide and borrowers never preempt each other.")
+    lend_ahead: bool = Field(False, description="Lend less of each floor ahead of its owner's return: the policy "
+                             "function lowers the floor's lendingLimit by what the owner runs, has waiting and, by "
+                             "its daily rhythm, will bring within reclaim_lookahead_minutes, and raises it again "
+                             "after; the owner's guarantee (nominalQuota) is untouched (docs/scheduling.md, "
+                             "\"Lending ahead of the owner\"). Off by default: on the organization benchmark it cut "
+                             "reclaims 44-63 % and their lost GPU-hours 33-52 % for +0.1-0.4 % cost, short of "
+                             "halving both on every rotation.")
+    reclaim_lookahead_minutes: int = Field(60, ge=10, le=720, description="How far ahead lend_ahead reads the "
+                                           "owner's daily rhythm (minutes, rounded up to 10-minute slots): about "
+                                           "the run time of the borrowed jobs you want to spare a reclaim.")
     teams: dict[str, TeamSharing] = Field(default_factory=dict, description="Lending and borrowing limits per team "
                                           "(key: team name); teams not listed lend their whole floor and borrow "
                                           "without limit.")

@@ -248,6 +248,15 @@ def lendable_gpus(cfg: GpuLoanConfig, pool: Pool) -> int:
     return floor_gpus(cfg, pool) * int(_sharing(cfg, pool.team).lending_limit_pct) // 100
 
 
+def lends_ahead(cfg: GpuLoanConfig, pool: Pool) -> bool:
+    """The policy function keeps this floor's lendingLimit ahead of its owner (scheduling.kueue.lend_ahead;
+    policy/decide/lend_ahead.py): Kueue on, lend_ahead on, the policy on and acting (a dry run patches nothing, so
+    it is granted nothing to patch), and the floor lends something."""
+    return (cfg.scheduling.kueue.enabled and cfg.scheduling.kueue.lend_ahead and cfg.policy.enabled
+            and not cfg.policy.dry_run and floor_life_gpus(cfg, pool) > 0
+            and _sharing(cfg, pool.team).lending_limit_pct > 0)
+
+
 def borrowing_limit_gpus(cfg: GpuLoanConfig, pool: Pool) -> int | None:
     """The borrowingLimit of each lender's floor flavor in the pool's queue: the team's `borrowing_limit_gpus`, or
     its `borrowing_limit_pct` of the pool's own floor (floor_life_gpus: a Capacity Block's GPUs whether or not

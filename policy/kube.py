@@ -27,7 +27,8 @@ from typing import Callable, Mapping, Protocol, Sequence
 
 from policy.deadline import Deadline
 from policy.errors import DataUnavailable, DeadlineExceeded, Throttled
-from policy.model import PendingGang
+from policy.loan_usage import _queue_usage  # the one reader of status.flavorsUsage
+from policy.model import Lending, PendingGang
 
 GPU_RESOURCE = "nvidia.com/gpu"
 # The labels and taints the stack puts on GPU node groups (config/tags.py, stacks/capacity/elastic.py; the Lambda zip does
@@ -291,14 +292,17 @@ class NodeGuardPort(Protocol):
 
 
 class FloorQuotaPort(Protocol):
-    """Kueue: the nominal quota of a Capacity Block's floor flavor in its pool's ClusterQueue; and any of the
-    environment's ClusterQueues as read, whose status the loan's usage comes from (policy/loan_usage.py)."""
+    """Kueue: the nominal quota of a Capacity Block's floor flavor in its pool's ClusterQueue; the lendingLimit of a
+    lending floor's flavor (policy/decide/lend_ahead.py); and any of the environment's ClusterQueues as read, whose
+    status the loan's usage and the lend-ahead rule's figures come from (policy/loan_usage.py, lending_of)."""
 
     def floor_quota(self, api_version: str, queue: str, flavor: str) -> int: ...
 
     def set_floor_quota(self, api_version: str, queue: str, flavor: str, gpus: int) -> None: ...
 
     def cluster_queue(self, api_version: str, queue: str) -> dict: ...
+
+    def set_lending_limit(self, api_version: str, queue: str, flavor: str, gpus: int) -> None: ...
 
 
 def _gpu_quota(cluster_queue: dict, flavor: str) -> tuple[str, object]:
@@ -314,6 +318,35 @@ def _gpu_quota(cluster_queue: dict, flavor: str) -> tuple[str, object]:
                     return f"/spec/resourceGroups/{i}/flavors/{j}/resources/{k}/nominalQuota", r.get("nominalQuota")
     raise DataUnavailable(f"ClusterQueue {(cluster_queue.get('metadata') or {}).get('name', '?')} has no "
                           f"{GPU_RESOURCE} quota for flavor {flavor}")
+
+
+def lending_of(cluster_queue: dict, flavor: str, forecast_gpus: float | None) -> Lending:
+    """A floor flavor's lending as the ClusterQueue that holds its nominal quota has it (policy/decide/
+    lend_ahead.py): spec nominalQuota and lendingLimit (Kueue v0.19.2 apis/kueue/v1beta2/clusterqueue_types.go
+    ResourceQuota), status.flavorsUsage total and status.pendingWorkloads (ClusterQueueStatus). Raises
+    DataUnavailable when the spec has no such quota or a spec figure is not a whole number; an absent status
+    figure is None (the rule then keeps the configured limit)."""
+    name = (cluster_queue.get("metadata") or {}).get("name", "?")
+    pointer, _ = _gpu_quota(cluster_queue, flavor)
+    quota = cluster_queue
+    for key in pointer.strip("/").split("/")[:-1]:
+        quota = quota[int(key)] if isinstance(quota, list) else quota[key]
+    figures = {}
+    for field_name in ("nominalQuota", "lendingLimit"):
+        value = quota.get(field_name)
+        try:
+            figures[field_name] = None if value is None else int(str(value))
+        except ValueError:
+            raise DataUnavailable(f"ClusterQueue {name}: {field_name} {value!r} of {flavor} is not a whole number "
+                                  "of GPUs") from None
+    used, _ = _queue_usage(cluster_queue, [flavor])
+    status = cluster_queue.get("status")
+    pending = status.get("pendingWorkloads") if isinstance(status, dict) else None
+    pending = pending if isinstance(pending, int) and not isinstance(pending, bool) and pending >= 0 else None
+    if figures["nominalQuota"] is None:  # required by the CRD: a queue without it is not read as 0
+        raise DataUnavailable(f"ClusterQueue {name}: no nominalQuota for {flavor}")
+    return Lending(nominal_gpus=figures["nominalQuota"], limit_gpus=figures["lendingLimit"],
+                   own_gpus=used.get(flavor), pending_workloads=pending, forecast_gpus=forecast_gpus)
 
 
 class _Watchdog:
@@ -582,6 +615,18 @@ class KubeClient:
         self._request(path, "PATCH", [{"op": "test", "path": flavor_name, "value": flavor},
                                       {"op": "replace", "path": pointer, "value": int(gpus)}],
                       "application/json-patch+json")
+
+    def set_lending_limit(self, api_version: str, queue: str, flavor: str, gpus: int) -> None:
+        """Set the flavor's nvidia.com/gpu lendingLimit (JSON patch `add`: set whether or not it is there), with
+        the same `test` of the flavor's name as set_floor_quota; the nominalQuota beside it is not written."""
+        path = self._cluster_queue_path(api_version, queue)
+        pointer, _ = _gpu_quota(self._get(path), flavor)
+        flavor_name = pointer.rsplit("/resources/", 1)[0] + "/name"
+        self._request(path, "PATCH", [{"op": "test", "path": flavor_name, "value": flavor},
+                                      {"op": "add", "path": pointer.rsplit("/", 1)[0] + "/lendingLimit",
+                                       "value": int(gpus)}],
+                      "application/json-patch+json")
+
     def set_taint(self, node_name: str, key: str, present: bool) -> bool:
         """Put gpuloan's NoSchedule taint `key=true` on the node, or take it off; other taints stay as they are.
         True when the node changed; False when it already was so or is not registered (still booting). A merge

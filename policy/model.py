@@ -73,11 +73,16 @@ class Reason(str, Enum):
     CAPACITY_BLOCK_DRAIN = "CAPACITY_BLOCK_DRAIN"  # ahead of EKS's scale-down: cordon, ask GPU pods to checkpoint
     CAPACITY_BLOCK_END = "CAPACITY_BLOCK_END"  # from EKS's scale-down (40 min before the end): the group goes to 0
     CAPACITY_BLOCK_HELD = "CAPACITY_BLOCK_HELD"  # capacity_block_active: false: the group is left alone (a roll)
+    # Lending ahead of the owner (policy/decide/lend_ahead.py): the floor flavor's Kueue lendingLimit.
+    LEND_AHEAD = "LEND_AHEAD"  # lowered: the owner's work in use, waiting and forecast keeps that much unlent
+    LEND_RESTORED = "LEND_RESTORED"  # raised again toward the configured limit (forecast passed, or unknown)
+    LEND_UNKNOWN = "LEND_UNKNOWN"  # the floor's queue could not be read: its lendingLimit is left as it is
 
 
 ACTION_SET_DESIRED = "set_desired"  # EKS UpdateNodegroupConfig(desiredSize)
 ACTION_TERMINATE = "terminate"  # ASG TerminateInstanceInAutoScalingGroup(ShouldDecrementDesiredCapacity=True)
 ACTION_HOLD = "hold"  # no change; the reason says why
+ACTION_SET_LENDING_LIMIT = "set_lending_limit"  # Kueue: the lendingLimit of a floor flavor in its ClusterQueue
 
 
 # --- settings ------------------------------------------------------------------------------------------------
@@ -180,6 +185,15 @@ class PoolSettings:
     loan_queue: str | None = None
     loan_queue_api: str = "kueue.x-k8s.io/v1beta2"
     loan_flavors: tuple[tuple[str, str, str], ...] = ()
+    # Lending ahead of the owner (opt-in, scheduling.kueue.lend_ahead; policy/decide/lend_ahead.py): the queue that
+    # holds the floor's nominal quota, its floor flavor, and the lendingLimit the config sets there (Kueue units;
+    # the whole nominal quota when the config sets none). None: the rule is off for the pool.
+    lend_ahead_queue: str | None = None
+    lend_ahead_flavor: str | None = None
+    lend_ahead_limit_gpus: int = 0
+    # How far ahead the owner's daily rhythm is read (policy/rhythm.py): the GPUs its arrivals brought in the next
+    # this-many minutes on earlier days are kept unlent.
+    reclaim_lookahead_minutes: int = 60
     # The pool's other node sizes (policy/sizes.py), one NodeSize each with its own spot and on-demand groups; the
     # fields above (gpus_per_node, spot_group, ...) are the size of the pool's first listed instance type. () for a
     # pool of one size: its groups are spot_group and on_demand_group alone, as before sizes existed.
@@ -519,6 +533,21 @@ class BlockDates:
 
 
 @dataclass(frozen=True)
+class Lending:
+    """A floor flavor in the ClusterQueue that holds its nominal quota, as read this tick (Kueue units). `limit_gpus`
+    None: no lendingLimit set (all of the nominal quota lends). `own_gpus`: the queue's usage of the flavor
+    (status.flavorsUsage total), None if absent. `pending_workloads`: status.pendingWorkloads, None if absent.
+    `forecast_gpus`: GPUs the pool's arrivals brought over the lookahead at this time of day on earlier days
+    (policy/rhythm.py), None while unknown."""
+
+    nominal_gpus: int
+    limit_gpus: int | None
+    own_gpus: float | None
+    pending_workloads: int | None
+    forecast_gpus: float | None
+
+
+@dataclass(frozen=True)
 class PoolObservation:
     """groups: the pool's elastic groups that could be read (a missing one makes the engine hold the pool).
     pending_pod_gpus: GPUs requested by each pending pod that targets the pool; None when unknown."""
@@ -549,6 +578,8 @@ class PoolObservation:
     # A Capacity Block floor's dates as EC2 reports them this tick; None = not read (the configured window rules,
     # as in the simulator), BlockDates(state=BLOCK_UNREAD) = the read failed (policy/capacity_blocks.py).
     block_dates: BlockDates | None = None
+    # A lend-ahead pool's floor flavor as Kueue has it this tick (policy/decide/lend_ahead.py); None = not read.
+    lending: Lending | None = None
 
     def group(self, name: str | None) -> Group | None:
         for g in self.groups:

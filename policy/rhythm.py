@@ -114,3 +114,10 @@ class DailyArrivals:
                     total += row[s]
         gpus_per_minute = total / len(days) / (n_slots * SLOT_MINUTES)
         return gpus_per_minute / max(gpus_per_node, 1)
+
+    def expected_gpus(self, now: datetime, minutes: int) -> float | None:
+        """GPUs the same slots of the day (from the current one, `minutes` rounded up to whole slots) brought on
+        average over the earlier recorded days: the lend-ahead rule's forecast (policy/decide/lend_ahead.py). None
+        until MIN_DAYS days are on record."""
+        rate = self.expected_rate_nodes_per_minute(now, minutes, 1)
+        return None if rate is None else rate * -(-minutes // SLOT_MINUTES) * SLOT_MINUTES

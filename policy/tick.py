@@ -23,11 +23,13 @@ from policy import capacity_blocks, closing, emf, fanout, loan_usage, notificati
 from policy.deadline import MESSAGE as DEADLINE_MESSAGE
 from policy.deadline import Deadline
 from policy.decide import decide
+from policy.decide.lend_ahead import lend_ahead_on
 from policy.lease import take as take_lease
 from policy.errors import DeadlineExceeded, MalformedState, PolicyError
-from policy.kube import FloorQuotaPort, NodeGuardPort, PendingPodsPort, elastic_shapes
+from policy.kube import FloorQuotaPort, NodeGuardPort, PendingPodsPort, elastic_shapes, lending_of
 from policy.model import (
     ACTION_SET_DESIRED,
+    ACTION_SET_LENDING_LIMIT,
     ACTION_TERMINATE,
     BLOCK_UNREAD,
     INSTANCE_ID,
@@ -35,6 +37,7 @@ from policy.model import (
     LIFECYCLE_LEAVING,
     Action,
     BlockDates,
+    Lending,
     Node,
     Observation,
     Plan,
@@ -65,7 +68,9 @@ class Ports:
     state: StatePort | None = None
     publisher: notifications.Publisher | None = None
     nodes: NodeGuardPort | None = None  # cordon + pods on a node; without it nothing is terminated
-    queues: FloorQuotaPort | None = None  # Kueue: a Capacity Block's floor quota (policy/capacity_blocks.py)
+    # Kueue: a Capacity Block's floor quota (policy/capacity_blocks.py), a lending floor's lendingLimit
+    # (policy/decide/lend_ahead.py), the queues' status (policy/loan_usage.py)
+    queues: FloorQuotaPort | None = None
     blocks: BlockDatesPort | None = None  # EC2: the Capacity Blocks' real dates; without it the config's window rules
 
 
@@ -126,6 +131,7 @@ def observe(settings: Settings, ports: Ports, state: dict, now: datetime, errors
                            record, settings.aws_calls_in_flight)
     block_dates = _block_dates(settings, ports, record, in_time)
     quotas = _floor_quotas(settings, ports, record, in_time)
+    lendings = _lendings(settings, ports, _lend_forecasts(settings, state, now), record, in_time)
     pools = []
     for ps in settings.pools:
         groups, nodes = _pool_groups_and_nodes(ps, read, series, pods.bound, leaving, now)
@@ -138,7 +144,7 @@ def observe(settings: Settings, ports: Ports, state: dict, now: datetime, errors
                                      pending_gangs=pods.gangs.get(ps.name, ()),
                                      on_demand_only_pod_gpus=None if pods.off_spot is None
                                      else pods.off_spot.get(ps.name, ()),
-                                     block_dates=block_dates.get(ps.name)))
+                                     block_dates=block_dates.get(ps.name), lending=lendings.get(ps.name)))
     return Observation(tuple(pools), spends.get(ENV_SCOPE))
 
 
@@ -359,19 +365,43 @@ def _record_changes(state: dict, applied: list[Action], now: datetime) -> None:
 
 def _rhythm_rates(settings: Settings, state: dict, arrivals: dict[str, tuple] | None,
                   now: datetime) -> dict[str, float | None]:
-    """For each pool with warm_up: count this tick's new arrivals into the pool's daily history (kept in the
-    state, policy/rhythm.py) and read the rate the same time of day brought on earlier days. Unknown arrivals
-    (pods unreadable) record nothing, so that tick's day is no evidence of a quiet one."""
+    """For each pool with warm_up or lend-ahead: count this tick's new arrivals into the pool's daily history (kept
+    in the state, policy/rhythm.py); for warm_up, read the rate the same time of day brought on earlier days.
+    Unknown arrivals (pods unreadable) record nothing, so that tick's day is no evidence of a quiet one."""
     rates: dict[str, float | None] = {}
     for ps in settings.pools:
-        if not ps.warm_up:
+        if not ps.warm_up and not lend_ahead_on(ps):
             continue
         history = DailyArrivals.from_state((state.get("rhythm") or {}).get(ps.name))
         if arrivals is not None:
             history.record(now, arrivals.get(ps.name, ()))
             state.setdefault("rhythm", {})[ps.name] = history.to_state()
-        rates[ps.name] = history.expected_rate_nodes_per_minute(now, 2 * ps.launch_minutes, ps.gpus_per_node)
+        if ps.warm_up:
+            rates[ps.name] = history.expected_rate_nodes_per_minute(now, 2 * ps.launch_minutes, ps.gpus_per_node)
     return rates
+
+
+def _lend_forecasts(settings: Settings, state: dict, now: datetime) -> dict[str, float | None]:
+    """For each lend-ahead pool: the GPUs its arrivals brought over the next reclaim_lookahead_minutes at this time
+    of day on earlier days (the history _rhythm_rates keeps); None while unknown."""
+    return {ps.name: DailyArrivals.from_state((state.get("rhythm") or {}).get(ps.name)).expected_gpus(
+        now, ps.reclaim_lookahead_minutes) for ps in settings.pools if lend_ahead_on(ps)}
+
+
+def _lendings(settings: Settings, ports: Ports, forecasts: dict[str, float | None], record,
+              in_time) -> dict[str, Lending]:
+    """Lend-ahead pools: their floor flavor as its ClusterQueue has it now (policy/kube.py lending_of); a queue
+    that cannot be read is left out (the rule then changes nothing, LEND_UNKNOWN)."""
+    out: dict[str, Lending] = {}
+    for ps in settings.pools:
+        if not lend_ahead_on(ps) or ports.queues is None or not in_time():
+            continue
+        try:
+            cq = ports.queues.cluster_queue(ps.loan_queue_api, ps.lend_ahead_queue or "")
+            out[ps.name] = lending_of(cq, ps.lend_ahead_flavor or "", forecasts.get(ps.name))
+        except PolicyError as err:
+            record(err)
+    return out
 
 
 def _apply(settings: Settings, plan: Plan, obs: Observation, ports: Ports, result: TickResult,
@@ -388,6 +418,9 @@ def _apply(settings: Settings, plan: Plan, obs: Observation, ports: Ports, resul
         ps = settings.pool(a.pool)
         if a.kind == capacity_blocks.ACTION_SET_QUOTA:
             _apply_quota(a, ps, plan, obs, ports, result, record, deadline)
+            continue
+        if a.kind == ACTION_SET_LENDING_LIMIT:
+            _apply_lending_limit(a, ps, ports, result, record, deadline)
             continue
         why = _refusal(a, ps, plan, obs, kinds)
         if why is not None:
@@ -410,8 +443,8 @@ def _apply(settings: Settings, plan: Plan, obs: Observation, ports: Ports, resul
     for err in problems:
         record(err)
     for a in plan.changes:
-        if a.kind == capacity_blocks.ACTION_SET_QUOTA:
-            continue  # reported by _apply_quota
+        if a.kind in (capacity_blocks.ACTION_SET_QUOTA, ACTION_SET_LENDING_LIMIT):
+            continue  # reported by _apply_quota / _apply_lending_limit
         what, why = outcomes.get(id(a), ("failed", "not applied: its group's changes were cut short"))
         if what == "applied":
             result.applied.append(a)
@@ -575,6 +608,30 @@ def _apply_quota(a: Action, ps, plan: Plan, obs: Observation, ports: Ports, resu
     try:
         ports.queues.set_floor_quota(ps.capacity_block_queue_api, ps.capacity_block_queue, ps.capacity_block_flavor,
                                      a.desired_to)
+        result.applied.append(a)
+    except PolicyError as err:
+        result.failed.append((a, f"{type(err).__name__}: {err}"))
+        record(err)
+
+
+def _apply_lending_limit(a: Action, ps, ports: Ports, result: TickResult, record, deadline) -> None:
+    """A lend-ahead floor's Kueue lendingLimit (policy/decide/lend_ahead.py), only on the pool's own floor queue
+    and flavor and within [0, the configured limit] (behind RBAC, which allows patch of those queues only). The
+    nominalQuota, the guarantee, is never written here."""
+    if not lend_ahead_on(ps) or a.desired_to is None or not 0 <= a.desired_to <= ps.lend_ahead_limit_gpus:
+        result.failed.append((a, f"refused: {a.pool} does not lend ahead, or {a.desired_to} is outside "
+                                 f"[0, {ps.lend_ahead_limit_gpus}]"))
+        return
+    if ports.queues is None:
+        result.failed.append((a, "not applied: no Kubernetes access"))
+        return
+    if deadline is not None and deadline.expired:
+        record(DeadlineExceeded(DEADLINE_MESSAGE))
+        result.failed.append((a, "not applied: tick deadline reached"))
+        return
+    try:
+        ports.queues.set_lending_limit(ps.loan_queue_api, ps.lend_ahead_queue or "", ps.lend_ahead_flavor or "",
+                                       a.desired_to)
         result.applied.append(a)
     except PolicyError as err:
         result.failed.append((a, f"{type(err).__name__}: {err}"))

@@ -105,7 +105,7 @@ from sim.runner import elastic_oracle_gpu_hours, metrics_of, oracle_gpu_hours, p
 from sim.traces import JobsTrace
 from config.config_terms import Reservation, Tier
 from stacks.kubernetes.tenancy import PRIORITY_VALUES
-from config.scheduling import FLOOR, fair_sharing_on, plan, production_queue, production_share_pct, production_work_on_spot
+from config.scheduling import FLOOR, fair_sharing_on, lends_ahead, plan, production_queue, production_share_pct, production_work_on_spot
 
 # The billing model's purchase kinds (pricing/cost_model/billing.py): a floor is reserved capacity (an ODCR, or a
 # fixed node group billed at the same on-demand rate), a Capacity Block its own kind; elastic nodes spot or on-demand.
@@ -203,6 +203,11 @@ class PoolSim(Simulation):
         self.lent_gpu_minutes = 0
         self._lent_since = 0
         self.priority = priority
+        # Kueue's lendingLimit of the floor flavor now (set by the environment from the plan; moved by the policy's
+        # lend-ahead rule where the config turns it on, policy/decide/lend_ahead.py), and that rule's settings for
+        # this pool's controller: (configured limit, reclaim_lookahead_minutes), None where it is off.
+        self.lending_limit_gpus = 0
+        self.lend_ahead: tuple[int, int] | None = None
         super().__init__(spec, trace, controller, settings, horizon, stream=pool_stream(settings.seed, spec.name))
         self.next_at = 0
         if isinstance(trace, JobsTrace):
@@ -220,6 +225,15 @@ class PoolSim(Simulation):
     def _remove(self, node: SimNode, spot_reclaim: bool) -> None:
         super()._remove(node, spot_reclaim)
         self.node_log.append((self.now, node.group, -1))
+
+    def set_lending_limit(self, gpus: int) -> None:
+        """The policy patched the floor flavor's lendingLimit. Lowered: nothing is evicted, new borrowing stops at
+        it (Kueue v0.19.2, docs/aws-rules.md); raised: borrowers waiting for room are woken."""
+        raised = gpus > self.lending_limit_gpus
+        self.lending_limit_gpus = gpus
+        if raised:
+            self.changed = True
+            self.env.wake(self)
 
     def change_lent(self, gpus: int) -> None:
         now = self.now
@@ -503,7 +517,7 @@ class EnvJobsWorkload(JobsWorkload):
         own)."""
         env = self.sim.env
         room = min(lender.floor_gpus - lender.quota_own - lender.quota_lent,
-                   env.sharing[lender.spec.name].lendable_gpus - lender.quota_lent)
+                   lender.lending_limit_gpus - lender.quota_lent)
         if lender is not self.sim:
             limit = env.sharing[self.sim.spec.name].borrowing_limit_gpus.get(lender.spec.name)
             if limit is not None:
@@ -914,6 +928,10 @@ class Environment:
             on_spot = production_work_on_spot(cfg, p)
             self.pools[p.name] = PoolSim(self, spec, trace, controller_factory(spec), settings, self.horizon,
                                          production, on_spot, PRIORITY_VALUES[p.tier])
+            pool_sim = self.pools[p.name]
+            pool_sim.lending_limit_gpus = self.sharing[p.name].lendable_gpus
+            if lends_ahead(cfg, p) and pool_sim.lending_limit_gpus > 0:
+                pool_sim.lend_ahead = (pool_sim.lending_limit_gpus, cfg.scheduling.kueue.reclaim_lookahead_minutes)
         # Lending links: a borrower's queue lists a lender's floor, the lender lends something, both run jobs.
         for name, sim in self.pools.items():
             w = sim.workload

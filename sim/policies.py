@@ -10,15 +10,18 @@ from __future__ import annotations
 import bisect
 import dataclasses
 from datetime import datetime, timedelta, timezone
+from typing import Any
 
 from policy import decide as rules
 from policy.model import (
     ACTION_SET_DESIRED,
+    ACTION_SET_LENDING_LIMIT,
     ACTION_TERMINATE,
     ENFORCEMENT_CAP,
     LIFECYCLE_IN_SERVICE,
     LIFECYCLE_PENDING,
     Group,
+    Lending,
     Node,
     NodeSize,
     Observation,
@@ -413,8 +416,18 @@ class GpuLoan(Controller):
         self._off_spot_key, self._off_spot_value = None, ()
         self._gang_seen: dict[tuple[int, int], int] = {}  # (job, run) -> minute its pods were first pending
         self._when: dict[int, datetime] = {}
-        # Warm-up's daily history, fed the trace's arrivals as they happen (policy/rhythm.py, as in the Lambda).
-        self._rhythm = DailyArrivals() if ps.warm_up else None
+        # Lending ahead of the owner (policy/decide/lend_ahead.py), where the environment's config turns it on: the
+        # floor's queue as the rule's settings name it, and its lendingLimit moved on the simulated pool.
+        lend = getattr(sim, "lend_ahead", None)
+        if lend is not None:
+            ps = dataclasses.replace(ps, lend_ahead_queue="sim", lend_ahead_flavor=GUARANTEED,
+                                     lend_ahead_limit_gpus=lend[0], reclaim_lookahead_minutes=lend[1])
+            self.ps = ps
+            self.settings = Settings(environment="sim", region=sim.spec.region, cluster_name="sim", pools=(ps,))
+        self._lend_slot: tuple[int | None, float | None] = (None, None)  # (slot of the day, forecast GPUs)
+        # Warm-up's and lend-ahead's daily history, fed the trace's arrivals as they happen (policy/rhythm.py, as in
+        # the Lambda).
+        self._rhythm = DailyArrivals() if ps.warm_up or lend is not None else None
         self._rhythm_fed = 0  # jobs (or series minutes) already fed
         self._rhythm_slot: tuple[int | None, float | None] = (None, None)  # (slot of the day's minute, its rate)
         series = getattr(sim.trace, "gpus_demanded", None)
@@ -503,13 +516,17 @@ class GpuLoan(Controller):
         spend = self._spend(sim, now) if ps.budget_monthly_usd is not None else None
         arrivals = self._arrivals(sim)
         rhythm = self._rhythm_rate(sim, now_dt) if self._rhythm is not None else None
+        if not ps.warm_up:
+            rhythm = None  # the history is kept for lend-ahead only: no warm-up figure, as in the Lambda
         gangs = self._pending_gangs(sim)
         off_spot = self._on_demand_only(sim)
-        key = (tuple(nodes), tuple(groups), tuple(pods), spend, arrivals, rhythm, gangs, off_spot)
+        lending = self._lending(sim, now_dt) if ps.lend_ahead_queue else None
+        key = (tuple(nodes), tuple(groups), tuple(pods), spend, arrivals, rhythm, gangs, off_spot, lending)
         if self._last_obs is not None and self._last_obs[0] == key:
             return self._last_obs[1]
         obs = Observation((PoolObservation(ps.name, key[1], key[0], key[2], spend, arrivals, rhythm,
-                                            pending_gangs=gangs, on_demand_only_pod_gpus=off_spot),))
+                                            pending_gangs=gangs, on_demand_only_pod_gpus=off_spot,
+                                            lending=lending),))
         self._last_obs = (key, obs)
         return obs
 
@@ -658,6 +675,19 @@ class GpuLoan(Controller):
         self._rhythm_slot = (slot, rate)
         return rate
 
+    def _lending(self, sim: Simulation, now_dt: datetime) -> Lending:
+        """The floor flavor as the Lambda reads it from the ClusterQueue (policy/kube.py lending_of): nominal quota,
+        the lendingLimit now, the owner's admitted GPUs on it (status.flavorsUsage), its workloads waiting for
+        admission (status.pendingWorkloads), and the rhythm's forecast over the lookahead (read after
+        _rhythm_rate fed the history, once per slot of the day, as it changes only then)."""
+        pool: Any = sim  # an environment's PoolSim (sim/environment.py sets lend_ahead only there)
+        slot = sim.now // SLOT_MINUTES
+        if slot != self._lend_slot[0] and self._rhythm is not None:
+            self._lend_slot = (slot, self._rhythm.expected_gpus(now_dt, self.ps.reclaim_lookahead_minutes))
+        waiting: dict[int, list] = pool.workload.waiting
+        return Lending(pool.floor_gpus, pool.lending_limit_gpus, pool.quota_own,
+                       sum(len(q) for q in waiting.values()), self._lend_slot[1])
+
     def _spend(self, sim: Simulation, now: int) -> Spend:
         """Budgets' actual figure refreshed hourly (it lags), plus the running estimate since."""
         month = now // (730 * 60)
@@ -691,6 +721,10 @@ class GpuLoan(Controller):
             elif action.kind == ACTION_TERMINATE:
                 quiet = False
                 sim.terminate(action.instance_id, decrement=True)
+            elif action.kind == ACTION_SET_LENDING_LIMIT:
+                quiet = False
+                lender: Any = sim  # an environment's PoolSim: the only pool whose settings name a queue
+                lender.set_lending_limit(action.desired_to)
         for d in plan.decisions:
             # back to spot (policy/closing.py in the Lambda): the NoSchedule taint on exactly these on-demand nodes
             if d.closed_to_new_pods is not None:

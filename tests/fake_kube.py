@@ -158,7 +158,7 @@ class FakeKube:
                         key = int(last) if isinstance(target, list) else last
                         if op["op"] == "test" and target[key] != op["value"]:
                             return self._send(422, {"kind": "Status", "reason": "Invalid"})
-                        if op["op"] == "replace":
+                        if op["op"] in ("replace", "add"):  # add on an object member: set it (RFC 6902 4.1)
                             target[key] = op["value"]
                     return self._send(200, cq)
                 if path.startswith("/api/v1/namespaces/"):  # a pod: merge its annotations

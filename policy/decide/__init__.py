@@ -9,8 +9,9 @@ One rule per module, run in this order by `pool.decide_pool` (each module says i
   bound.py           the one bound of every scale-up: the group's effective max, the step, the budget cap
   reclaim.py         rule 4, idle reclaim (idle.py: when a node is idle; keep_warm.py: release on cost)
   warm_up.py         rule 5, warm-up ahead of the daily rhythm
+  lend_ahead.py      rule 7, a floor's Kueue lendingLimit ahead of its owner's forecast return
   common.py          what they share: packing, a group's price, a hold, the step
-then rule 6 (policy/capacity_blocks.py) on the pool's decision.
+then rule 6 (policy/capacity_blocks.py) and rule 7 (lend_ahead.py) on the pool's decision.
 
 The same function runs in the Lambda every tick and in the simulator every simulated minute, so it is kept
 cheap (one pass over each pool's nodes, no copies of the observation). The plan says when the rules' own clocks
@@ -48,6 +49,10 @@ Rules per pool, in order (docs/policy.md explains each with its reason code):
 
 6. Capacity Block floors: the window's rules on the block's own group (policy/capacity_blocks.py).
 
+7. Lending ahead of the owner (opt-in, `lend_ahead`): the floor flavor's Kueue lendingLimit is lowered to what the
+   owner's use, waiting work and daily rhythm leave idle over reclaim_lookahead_minutes, and raised again after
+   (LEND_AHEAD, LEND_RESTORED); never its nominalQuota. Unknown rhythm: the configured limit.
+
 Safety rules every plan keeps (tests/policy/test_policy_properties.py): the floor is never touched, except a Capacity
 Block's group inside its window's rules (policy/capacity_blocks.py); a group gets one
 kind of change per tick (set_desired or terminate, never both: UpdateNodegroupConfig is asynchronous, so an
@@ -64,6 +69,7 @@ from policy.decide.budget import Scope, hours_left_in_month, next_month_start
 from policy.decide.common import group_usd_per_hour, pack_pods
 from policy.decide.idle import ABOVE_IDLE, node_idle_threshold_pct, node_reading
 from policy.decide.keep_warm import arrival_rate_nodes_per_minute, keep_warm_nodes, never_got_a_pod
+from policy.decide.lend_ahead import with_lending_actions
 from policy.decide.pool import decide_pool, decide_sizes, elastic_rate
 from policy.decide.warm_up import warm_up_nodes
 from policy.model import Observation, Plan, Settings, Timers
@@ -113,7 +119,8 @@ def decide(settings: Settings, observation: Observation, now: datetime) -> Plan:
             if ps.other_sizes and po is not None
             else decide_pool(ps, po, scopes, now, hours, timers)
         )
-        decisions.append(with_block_actions(ps, po, decision, now, timers))
+        decision = with_block_actions(ps, po, decision, now, timers)
+        decisions.append(with_lending_actions(ps, po, decision, now, timers))
     return Plan(tuple(decisions), dry_run=settings.dry_run, decided_at=now, next_decision_at=timers.earliest)
 
 

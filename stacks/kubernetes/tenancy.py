@@ -62,18 +62,22 @@ def policy_rbac_rules(cfg: GpuLoanConfig) -> list[dict]:
     """The policy's ClusterRole rules for this config: POLICY_RBAC_RULES; with Kueue, `get` of the environment's
     ClusterQueues (loan_rbac_rule); where the policy keeps a Capacity Block's window (policy/capacity_blocks.py):
     pods `patch`, and with Kueue `get`/`patch` of exactly those pools' ClusterQueues (by name: their floor flavor's
-    quota follows the window)."""
+    quota follows the window); with lend_ahead, `get`/`patch` of the lending floors' queues too (by name: their
+    floor flavor's lendingLimit, policy/decide/lend_ahead.py)."""
     blocks = [p for p in cfg.pools if policy_keeps_block(cfg, p.guaranteed)]
+    # Lend-ahead floors (scheduling.kueue.lend_ahead): the policy patches their lendingLimit, in the same queues.
+    lenders = [p for p in cfg.pools if scheduling.lends_ahead(cfg, p)]
     rules = list(POLICY_RBAC_RULES)
     if cfg.scheduling.kueue.enabled:
         rules.append(loan_rbac_rule(cfg))
-    if not blocks:
+    if not blocks and not lenders:
         return rules
-    rules.append(CAPACITY_BLOCK_RBAC_RULE)
+    if blocks:
+        rules.append(CAPACITY_BLOCK_RBAC_RULE)
     if cfg.scheduling.kueue.enabled:
         rules.append({"apiGroups": [versions.KUEUE_API_VERSION.split("/")[0]], "resources": ["clusterqueues"],
                       "verbs": ["get", "patch"],
-                      "resourceNames": sorted(scheduling.floor_queue_name(cfg, p) for p in blocks)})
+                      "resourceNames": sorted({scheduling.floor_queue_name(cfg, p) for p in blocks + lenders})})
     return rules
 
 

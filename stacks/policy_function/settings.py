@@ -224,8 +224,20 @@ def loan_settings(cfg, pool: Pool) -> dict[str, Any]:
         return {}
     flavors = {f.name: f for p in cfg.pools for f in scheduling.pool_flavors(cfg, p)}
     queue = scheduling.pool_queue(cfg, pool)
-    return dict(loan_queue=queue.name, loan_queue_api=versions.KUEUE_API_VERSION,
-                loan_flavors=tuple((q.flavor, flavors[q.flavor].pool, flavors[q.flavor].kind) for q in queue.flavors))
+    out: dict[str, Any] = dict(loan_queue=queue.name, loan_queue_api=versions.KUEUE_API_VERSION,
+                               loan_flavors=tuple((q.flavor, flavors[q.flavor].pool, flavors[q.flavor].kind)
+                                                  for q in queue.flavors))
+    if scheduling.lends_ahead(cfg, pool):
+        # The queue that holds the floor's nominal quota (its production queue where it has one), and the
+        # lendingLimit the plan gives it there: the most the lend-ahead rule may set (policy/decide/lend_ahead.py).
+        floor_flavor = scheduling.flavor_name(cfg, pool, scheduling.FLOOR)
+        holder = next(q for q in scheduling.pool_queues(cfg, pool) if q.name == scheduling.floor_queue_name(cfg, pool))
+        entry = next(e for e in holder.flavors if e.flavor == floor_flavor)
+        out.update(lend_ahead_queue=holder.name, lend_ahead_flavor=floor_flavor,
+                   lend_ahead_limit_gpus=entry.nominal_gpus if entry.lending_limit_gpus is None
+                   else entry.lending_limit_gpus,
+                   reclaim_lookahead_minutes=cfg.scheduling.kueue.reclaim_lookahead_minutes)
+    return out
 
 
 def default_budget_names(cfg: GpuLoanConfig) -> dict[str, str]:
