@@ -232,3 +232,33 @@ def test_the_packaged_tick_of_an_organization_stays_within_two_and_a_half_calls_
     assert r["applied"] == pools and r["errors"] == [], r
     assert total <= 2.5 * pools + 10, r["operations"]
     assert r["max_in_flight"] > 1, "independent calls run side by side"
+    # `--profile`: every call in the timeline, named by its API operation (EKS's REST paths too), in the tick.
+    rows = {row["operation"]: row for row in _bench().profile(r["timeline"])}
+    assert sum(row["calls"] for row in rows.values()) == total
+    assert rows["eks DescribeNodegroup"]["calls"] == rows["eks UpdateNodegroupConfig"]["calls"] == pools, rows
+    assert all(0 <= row["from_s"] <= row["to_s"] <= r["seconds"] + 1 for row in rows.values()), rows
+    # a group is read again before it is changed
+    assert rows["eks DescribeNodegroup"]["from_s"] < rows["eks UpdateNodegroupConfig"]["from_s"], rows
+
+
+def test_the_profile_sums_each_operation_and_tells_its_span_and_the_seconds_covered():
+    bench = _bench()
+    timeline = [("eks DescribeNodegroup", 1.0, 1.2, 0.05), ("eks DescribeNodegroup", 1.1, 1.4, 0.1),
+                ("eks UpdateNodegroupConfig", 2.0, 2.1, 0.0)]
+    rows = bench.profile(timeline)
+    assert [(r["operation"], r["calls"], round(r["wall_s"], 3), round(r["emulator_s"], 3), r["from_s"], r["to_s"])
+            for r in rows] == [("eks DescribeNodegroup", 2, 0.5, 0.15, 1.0, 1.4),
+                               ("eks UpdateNodegroupConfig", 1, 0.1, 0.0, 2.0, 2.1)]
+    assert round(bench._busy_s([(s, e) for _, s, e, _ in timeline]), 3) == 0.5  # 1.0-1.4 and 2.0-2.1
+    lines = bench.profile_lines({"timeline": timeline, "seconds": 3.0})
+    assert all(len(line) <= 80 for line in lines), lines
+    assert "AWS calls in flight 0.5 s" in "\n".join(lines)
+
+
+def test_the_profile_names_rest_calls_by_their_api_operation():
+    bench = _bench()
+    assert bench._rest_operation("eks", "GET", "/clusters/c/node-groups/p0-s") == "DescribeNodegroup"
+    assert bench._rest_operation("eks", "POST", "/clusters/c/node-groups/p0-s/update-config") == \
+        "UpdateNodegroupConfig"
+    assert bench._rest_operation("eks", "GET", "/clusters/c") == "DescribeCluster"
+    assert bench._rest_operation("no-such-service", "GET", "/x") == "GET /x"
