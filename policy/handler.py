@@ -122,7 +122,8 @@ def build_ports(settings: Settings, session, context, deadline: Deadline | None 
                                               for g in p.spot_groups])
     util = CloudWatchUtilization(_bounded(session, "cloudwatch", deadline), settings.cluster_name,
                                  settings.metric_namespace,
-                                 settings.utilization_metric, settings.reserved_metric, deadline)
+                                 settings.utilization_metric, settings.reserved_metric, deadline,
+                                 in_flight=settings.aws_calls_in_flight)
     endpoint = os.environ.get("GPULOAN_KUBE_ENDPOINT")
     ca_pem = os.environ.get("GPULOAN_KUBE_CA_PEM")
     pods = None

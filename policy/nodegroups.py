@@ -9,7 +9,7 @@ groups, filtered on the `eks:nodegroup-name` tag EKS puts on each managed node g
 (docs/aws-rules.md). The ASG carries what the policy decides on: desired, min and max (EKS applies the node group's
 scaling config to its ASG, and after a targeted termination the ASG's desired is the live figure) and the
 instances. What only DescribeNodegroup reports, the node group's `status` (an EKS update in progress), is read by
-`recheck_many`, once per group the tick is about to change, together with those groups' ASGs again (one
+`recheck_many`, once per group the tick is about to change, side by side with those groups' ASGs read again (one
 DescribeAutoScalingGroups per 50 of them): a change is refused when the group is not ACTIVE or its size moved
 since the tick's read (policy/tick.py). A group whose ASG cannot be found is reported (once per tick) and left
 out, so its pool holds: never a size guessed from elsewhere.
@@ -18,8 +18,9 @@ A spot group's scaling activities (the capacity shortage and its last launch) ar
 them (policy/decide/pool.py): while a launch is outstanding (the ASG wants more instances than it has in service: the
 spot fallback's shortage and wait), and always for the groups named `activities_always` (a `service` pool's,
 whose utilization scale-up waits out a cooldown from any change). Calls that do not depend on each other (the
-activities, the DescribeNodegroup of each group about to change, the pages of instances) run side by side, at
-most `in_flight` at once (policy/fanout.py).
+activities, the DescribeNodegroup of each group about to change and the re-read of their ASGs, the chunks of
+instances, 100 ids each, one page) run side by side, at most `in_flight` at once
+(policy/fanout.py).
 """
 
 from __future__ import annotations
@@ -47,6 +48,10 @@ EKS_CLUSTER_TAG = "eks:cluster-name"
 # Values per tag filter in one DescribeAutoScalingGroups: the API documents no bound for filter values; 50 is the
 # bound it documents for AutoScalingGroupNames, kept here so that a request never asks for more than that.
 NAMES_PER_READ = 50
+# DescribeInstances by instance-id filter (docs/aws-rules.md, "EC2 DescribeInstances, paged"): ids per call (a
+# filter takes at most 200 values) and the page asked for, EC2's largest, so that a chunk is one call.
+IDS_PER_READ = 100
+INSTANCES_PER_PAGE = 1000
 ASG_DELETING = "Delete in progress"  # the ASG's Status while it is being deleted (absent otherwise)
 IN_SERVICE = "InService"
 
@@ -99,6 +104,7 @@ class AwsNodeGroups:
         self._in_flight = in_flight
         self._activities_always = frozenset(activities_always)
         self._lock = threading.Lock()
+        self._asg_of: dict[str, str] = {}  # node group -> the Auto Scaling group the tick's read found for it
         self.calls = 0
 
     def _call(self, what: str, fn, **kwargs):
@@ -150,6 +156,7 @@ class AwsNodeGroups:
                 f"no Auto Scaling group of cluster {self._cluster} carries {EKS_NODEGROUP_TAG} = "
                 f"{', '.join(missing)}: deleted (or the node group is gone or being replaced); nothing is grown or "
                 "shrunk on a size that cannot be read, their pools hold"))
+        self._asg_of.update({name: g["AutoScalingGroupName"] for name, g in asgs.items()})
         instance_ids = [i["InstanceId"] for g in asgs.values() for i in g.get("Instances", [])]
         try:
             details = self._describe_instances(instance_ids)
@@ -198,36 +205,38 @@ class AwsNodeGroups:
         return got
 
     def recheck_many(self, names: list[str]) -> dict[str, GroupState | PolicyError]:
-        """`recheck` of every group at once: one DescribeNodegroup per group (EKS has no batch form), side by side,
-        then their Auto Scaling groups in one DescribeAutoScalingGroups per 50 names. Each group that cannot be
-        read again gets the PolicyError that says why, in its place (nothing may change it)."""
+        """`recheck` of every group at once: one DescribeNodegroup per group (EKS has no batch form) and their Auto
+        Scaling groups in one DescribeAutoScalingGroups per 50 names, all side by side: the ASGs are the ones the
+        tick's read found (by the `eks:nodegroup-name` tag), so they need not wait for EKS to name them. A group
+        whose DescribeNodegroup names another ASG (replaced in between) has that one read after. Each group that
+        cannot be read again gets the PolicyError that says why, in its place (nothing may change it)."""
+        names = list(dict.fromkeys(names))
         out: dict[str, GroupState | PolicyError] = {}
         described: dict[str, tuple[str, str]] = {}  # node group -> (EKS status, its ASG's name)
-        for name, ng, err in fanout.each(lambda n: self._call(
-                "EKS DescribeNodegroup", self._eks.describe_nodegroup, clusterName=self._cluster,
-                nodegroupName=n)["nodegroup"], list(dict.fromkeys(names)), self._in_flight):
-            if err is not None or ng is None:
-                out[name] = _policy_error(err or PolicyError("EKS DescribeNodegroup: no answer"))
-                continue
-            status = ng.get("status", "")
-            asg_names = [a["name"] for a in (ng.get("resources") or {}).get("autoScalingGroups") or []
-                         if a.get("name")]
-            if not asg_names:
-                out[name] = PolicyError(f"node group {name} ({status or 'no status'}): EKS reports no Auto Scaling "
-                                        "group; left unchanged")
-                continue
-            described[name] = (status, asg_names[0])
         by_asg: dict[str, dict] = {}
         failed: dict[str, PolicyError] = {}
-        for chunk, groups, err in fanout.each(lambda chunk: self._call(
-                "Auto Scaling DescribeAutoScalingGroups", self._asg.describe_auto_scaling_groups,
-                AutoScalingGroupNames=chunk, MaxRecords=NAMES_PER_READ).get("AutoScalingGroups", []),
-                _chunks(sorted({asg for _, asg in described.values()}), NAMES_PER_READ), self._in_flight):
-            for asg_name in chunk:
-                if err is not None:
-                    failed[asg_name] = _policy_error(err)
-            for g in groups or ():
-                by_asg[g["AutoScalingGroupName"]] = g
+        known = sorted({self._asg_of[n] for n in names if n in self._asg_of})
+        # The ASG reads first: at most `in_flight` calls at once, these are the ones a change waits for longest.
+        work = [("asgs", chunk) for chunk in _chunks(known, NAMES_PER_READ)] + [("nodegroup", n) for n in names]
+        for (kind, item), value, err in fanout.each(self._recheck_part, work, self._in_flight):
+            if kind == "asgs":
+                self._take_asgs(item, value, err, by_asg, failed)
+                continue
+            if err is not None or value is None:
+                out[item] = _policy_error(err or PolicyError("EKS DescribeNodegroup: no answer"))
+                continue
+            status = value.get("status", "")
+            asg_names = [a["name"] for a in (value.get("resources") or {}).get("autoScalingGroups") or []
+                         if a.get("name")]
+            if not asg_names:
+                out[item] = PolicyError(f"node group {item} ({status or 'no status'}): EKS reports no Auto Scaling "
+                                        "group; left unchanged")
+                continue
+            described[item] = (status, asg_names[0])
+        late = sorted({asg for _, asg in described.values()} - set(known))  # named by EKS, not by the tick's read
+        for chunk, groups, err in fanout.each(lambda chunk: self._recheck_part(("asgs", chunk)),
+                                              _chunks(late, NAMES_PER_READ), self._in_flight):
+            self._take_asgs(chunk, groups, err, by_asg, failed)
         for name, (status, asg_name) in described.items():
             if asg_name in failed:
                 out[name] = failed[asg_name]
@@ -238,13 +247,33 @@ class AwsNodeGroups:
                 out[name] = _state(name, by_asg[asg_name], status, None, False, {})
         return out
 
+    def _recheck_part(self, part: tuple[str, object]):
+        """One call of `recheck_many`: ("nodegroup", name) -> DescribeNodegroup's node group; ("asgs", names) ->
+        those Auto Scaling groups."""
+        kind, item = part
+        if kind == "nodegroup":
+            return self._call("EKS DescribeNodegroup", self._eks.describe_nodegroup, clusterName=self._cluster,
+                              nodegroupName=item)["nodegroup"]
+        return self._call("Auto Scaling DescribeAutoScalingGroups", self._asg.describe_auto_scaling_groups,
+                          AutoScalingGroupNames=item, MaxRecords=NAMES_PER_READ).get("AutoScalingGroups", [])
+
+    @staticmethod
+    def _take_asgs(chunk: list[str], groups, err: Exception | None, by_asg: dict[str, dict],
+                   failed: dict[str, PolicyError]) -> None:
+        for asg_name in chunk:
+            if err is not None:
+                failed[asg_name] = _policy_error(err)
+        for g in groups or ():
+            by_asg[g["AutoScalingGroupName"]] = g
+
     def _describe_instances(self, ids: list[str]) -> dict[str, tuple[datetime | None, str]]:
         # An instance-id *filter*, not InstanceIds: an instance the Auto Scaling group launched seconds ago may
         # not be visible to EC2's API yet, and InstanceIds fails the whole call (InvalidInstanceID.NotFound) for
         # it, which would hold every pool for the tick. A filter just leaves it out (it counts as just launched).
         out = {}
-        # EC2 accepts at most 200 values per filter; the chunks side by side, the first failure fails the read
-        for _, part, err in fanout.each(self._instances, _chunks(sorted(ids), 200), self._in_flight):
+        # EC2 accepts at most 200 values per filter; chunks of IDS_PER_READ side by side (each answer small, so
+        # each call quick: the pagination guide's point), the first failure fails the read
+        for _, part, err in fanout.each(self._instances, _chunks(sorted(ids), IDS_PER_READ), self._in_flight):
             if err is not None:
                 raise _policy_error(err)
             out.update(part or {})
@@ -253,7 +282,8 @@ class AwsNodeGroups:
     def _instances(self, chunk: list[str]) -> dict[str, tuple[datetime | None, str]]:
         out, token = {}, None
         while True:
-            kwargs = {"Filters": [{"Name": "instance-id", "Values": chunk}]}
+            # A filtered read pages: the most a page may hold, as EC2's pagination guide advises for a filter.
+            kwargs = {"Filters": [{"Name": "instance-id", "Values": chunk}], "MaxResults": INSTANCES_PER_PAGE}
             if token:
                 kwargs["NextToken"] = token
             resp = self._call("EC2 DescribeInstances", self._ec2.describe_instances, **kwargs)

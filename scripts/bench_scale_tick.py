@@ -4,13 +4,16 @@ every AWS call delayed by a fixed latency on its way there, and a fake Kubernete
 pool, so that every pool's spot group is grown in the tick measured: the tick with the most writes a steady
 organization sees (a reclaim costs the same calls per group).
 
-    .venv/bin/python scripts/bench_scale_tick.py [--pools 50,100,200] [--latency-ms 100]
+    .venv/bin/python scripts/bench_scale_tick.py [--pools 50,100,200] [--latency-ms 100] [--profile]
     (or: make bench-scale-tick)
 
 Each pool has a spot group (2 instances), an on-demand group (0) and a floor group (1 instance), an hourly budget
 of its own under the environment's, and the state table, topic and lease of the real function. Printed per size:
 the tick's wall seconds (inside the handler, the import excluded), its AWS calls by service, and whether it held
-its deadline. The last line is `tick 200 pools: S s, C calls` (the largest size asked for).
+its deadline. The last line is `tick 200 pools: S s, C calls` (the largest size asked for). `--profile` adds,
+per size, a table of the AWS operations (calls, seconds summed, the emulator's own seconds, and the first start
+and last end in the tick: spans that do not overlap ran one after the other) and how much of the tick had an AWS
+call in flight and how much the emulator spent answering, so that moto's time is told apart from the tick's.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import io
 import json
 import logging
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -65,6 +69,9 @@ class LatencyProxy:
         self.calls: Counter = Counter()
         self.operations: Counter = Counter()
         self.emulator_s: Counter = Counter()  # seconds the emulator took to answer, per operation (beyond latency)
+        # Every call as (operation, started, ended, emulator seconds), on time.monotonic(): the same clock as the
+        # handler's process, so `--profile` can place each call in the tick (what runs side by side, what waits).
+        self.timeline: list[tuple[str, float, float, float]] = []
         self.in_flight = self.max_in_flight = 0
         lock = threading.Lock()
         local = threading.local()
@@ -83,7 +90,8 @@ class LatencyProxy:
                 elif body.startswith(b"Action="):
                     operation = body.split(b"&", 1)[0][len("Action="):].decode()
                 else:
-                    operation = f"{self.command} {self.path.split('?', 1)[0].rsplit('/', 1)[-1]}"
+                    operation = _rest_operation(service, self.command, self.path.split('?', 1)[0])
+                started = time.monotonic()
                 with lock:
                     proxy.calls[service] += 1
                     proxy.operations[f"{service} {operation}"] += 1
@@ -96,8 +104,10 @@ class LatencyProxy:
                     sent = time.monotonic()
                     resp = local.session.request(self.command, upstream + self.path, data=body, timeout=60, headers={
                         k: v for k, v in self.headers.items() if k.lower() not in ("host", "content-length")})
+                    answered = time.monotonic()
                     with lock:
-                        proxy.emulator_s[f"{service} {operation}"] += time.monotonic() - sent
+                        proxy.emulator_s[f"{service} {operation}"] += answered - sent
+                        proxy.timeline.append((f"{service} {operation}", started, answered, answered - sent))
                 finally:
                     with lock:
                         proxy.in_flight -= 1
@@ -130,11 +140,40 @@ class LatencyProxy:
         self.calls.clear()
         self.operations.clear()
         self.emulator_s.clear()
+        self.timeline.clear()
         self.max_in_flight = 0
 
     def close(self) -> None:
         self._server.shutdown()
         self._server.server_close()
+
+
+_REST_ROUTES: dict[str, list[tuple[re.Pattern, str, str]]] = {}
+
+
+def _rest_operation(service: str, method: str, path: str) -> str:
+    """The API operation of a REST request (EKS: `GET /clusters/c/node-groups/p0-s` is DescribeNodegroup), from
+    botocore's own model of the service (`service`: its SigV4 signing name); the method and path when none matches."""
+    if service not in _REST_ROUTES:
+        import botocore.session
+
+        routes = []
+        try:
+            model = botocore.session.get_session().get_service_model(service)
+        except Exception:  # noqa: BLE001 - not a service botocore knows by that name: keep the raw path
+            model = None
+        for name in model.operation_names if model is not None else ():
+            http = model.operation_model(name).http
+            template = http.get("requestUri", "").split("?", 1)[0]
+            pattern = re.escape(template)
+            pattern = re.sub(r"\\\{[^}]+\\\}", "[^/]+", pattern)  # every {member} of the URI: one segment
+            routes.append((re.compile(pattern + "/?"), http.get("method", ""), name))
+        # The longest template first, so `/clusters/{name}` does not take `/clusters/{name}/node-groups/...`.
+        _REST_ROUTES[service] = sorted(routes, key=lambda r: -len(r[0].pattern))
+    for pattern, verb, name in _REST_ROUTES[service]:
+        if verb == method and pattern.fullmatch(path):
+            return name
+    return f"{method} {path}"
 
 
 def _world(pools: int, session) -> Settings:
@@ -183,7 +222,7 @@ _RUN = ("import json,sys,time,types; import policy.handler as h; "
         "ctx = types.SimpleNamespace(invoked_function_arn='arn:aws:lambda:us-east-1:123456789012:function:bench', "
         "aws_request_id='bench', get_remaining_time_in_millis=lambda: int((end - time.monotonic()) * 1000)); "
         "t = time.monotonic(); r = h.lambda_handler({}, ctx); s = time.monotonic() - t; "
-        "print(json.dumps({'seconds': s, 'result': r}))")
+        "print(json.dumps({'seconds': s, 'started': t, 'result': r}))")
 
 
 def _invoke(package_dir: str, env: dict) -> dict:
@@ -234,7 +273,9 @@ def tick(pools: int, latency_s: float, policy_dir: Path | None = None) -> dict:
             spot_ok = [{"key": "gpuloan.io/spot", "operator": "Exists", "effect": "NoSchedule"}]
             kube.pods = [gpu_pod(f"job-{p}", 1, pool=f"p{p}", tolerations=spot_ok) for p in range(pools)]
             out = _invoke(d, env)
-        return {"pools": pools, "seconds": out["seconds"], "calls": dict(proxy.calls),
+        timeline = [(op, round(start - out["started"], 3), round(end - out["started"], 3), round(emulator, 3))
+                    for op, start, end, emulator in sorted(proxy.timeline, key=lambda c: c[1])]
+        return {"pools": pools, "seconds": out["seconds"], "calls": dict(proxy.calls), "timeline": timeline,
                 "operations": dict(proxy.operations),
                 "emulator_s": {k: round(v, 2) for k, v in proxy.emulator_s.most_common()}, "errors": out["result"]["errors"],
                 "changes": len(out["result"]["changes"]), "applied": out["result"]["applied"],
@@ -247,11 +288,60 @@ def tick(pools: int, latency_s: float, policy_dir: Path | None = None) -> dict:
         server.stop()
 
 
+SERVICE_LABELS = {"autoscaling": "ASG", "monitoring": "CloudWatch", "dynamodb": "DynamoDB", "ec2": "EC2",
+                  "eks": "EKS", "sns": "SNS", "budgets": "Budgets", "sts": "STS"}
+
+
+def profile(timeline: list[tuple[str, float, float, float]]) -> list[dict]:
+    """Per operation, in the order the tick first called it: its calls, their seconds summed (the injected latency
+    and the emulator's answer), the emulator's seconds alone, and when the first started and the last ended
+    (seconds since the handler was called): operations whose spans do not overlap ran one after the other."""
+    rows: dict[str, dict] = {}
+    for op, start, end, emulator in timeline:
+        row = rows.setdefault(op, {"operation": op, "calls": 0, "wall_s": 0.0, "emulator_s": 0.0, "from_s": start,
+                                   "to_s": end})
+        row["calls"] += 1
+        row["wall_s"] += end - start
+        row["emulator_s"] += emulator
+        row["from_s"], row["to_s"] = min(row["from_s"], start), max(row["to_s"], end)
+    return list(rows.values())
+
+
+def _busy_s(spans: list[tuple[float, float]]) -> float:
+    """Seconds covered by at least one of the spans."""
+    total, until = 0.0, float("-inf")
+    for start, end in sorted(spans):
+        if end > until:
+            total += end - max(start, until)
+            until = end
+    return total
+
+
+def profile_lines(r: dict) -> list[str]:
+    """`--profile`: the table of `profile` (80 columns), then where the tick's seconds went."""
+    timeline = r["timeline"]
+    lines = [f"  {'operation':<40}{'calls':>6}{'sum s':>8}{'moto s':>8}{'from s':>8}{'to s':>8}"]
+    for row in profile(timeline):
+        service, _, op = row["operation"].partition(" ")
+        name = f"{SERVICE_LABELS.get(service, service)} {op}"
+        lines.append(f"  {name[:40]:<40}{row['calls']:>6}{row['wall_s']:>8.1f}{row['emulator_s']:>8.1f}"
+                     f"{row['from_s']:>8.1f}{row['to_s']:>8.1f}")
+    aws = _busy_s([(start, end) for _, start, end, _ in timeline])
+    moto = _busy_s([(end - emulator, end) for _, _, end, emulator in timeline])
+    summed = sum(emulator for *_, emulator in timeline)
+    lines.append(f"  of the tick's {r['seconds']:.1f} s: AWS calls in flight {aws:.1f} s, the emulator answering "
+                 f"{moto:.1f} s")
+    lines.append(f"  (its answers summed {summed:.1f} s), no AWS call in flight {r['seconds'] - aws:.1f} s")
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--pools", default="50,100,200", help="sizes, comma-separated (default 50,100,200)")
     ap.add_argument("--latency-ms", type=float, default=100.0, help="added to every AWS call (default 100)")
     ap.add_argument("--json", action="store_true", help="one JSON object per size instead of text")
+    ap.add_argument("--profile", action="store_true", help="per AWS operation: calls, seconds (summed, and the "
+                    "emulator's alone), and when in the tick they ran")
     ap.add_argument("--policy-dir", type=Path, help="package this policy/ instead (e.g. another commit's, from "
                     "`git archive <commit> policy | tar -x -C DIR`, then DIR/policy)")
     args = ap.parse_args(argv)
@@ -261,21 +351,27 @@ def main(argv: list[str] | None = None) -> int:
         r = tick(n, args.latency_ms / 1000, args.policy_dir)
         total = sum(r["calls"].values())
         if args.json:
-            print(json.dumps({**r, "total_calls": total}, sort_keys=True))
+            shown = {**r, "total_calls": total, "profile": profile(r["timeline"])}
+            if not args.profile:
+                shown.pop("timeline")
+            print(json.dumps(shown, sort_keys=True))
         else:
             by = " ".join(f"{k}={v}" for k, v in sorted(r["calls"].items()))
             print(f"{n} pools: {r['seconds']:.1f} s, {total} calls ({total / n:.2f} a pool)")
             print(f"  {by}")
             print(f"  applied {r['applied']}/{r['changes']}, failed {r['failed']}, "
                   f"{len(r['errors'])} errors, {r['max_in_flight']} calls at once at most")
-            slow = sorted(((" ".join(k.split()[:2]) if k.startswith("eks") else k, v)
-                           for k, v in r["emulator_s"].items()), key=lambda kv: -kv[1])[:2]
-            print("  the emulator's own answer time, summed: "
-                  + ", ".join(f"{k} {v:.1f} s" for k, v in slow))
+            if r["emulator_s"]:
+                slowest, slowest_s = max(r["emulator_s"].items(), key=lambda kv: kv[1])
+                service, _, op = slowest.partition(" ")
+                print(f"  moto's own answer time, summed: {sum(r['emulator_s'].values()):.1f} s "
+                      f"(most: {SERVICE_LABELS.get(service, service)} {op} {slowest_s:.1f} s)")
             print(f"  the hour's first tick (every budget read, no change): {r['hourly_seconds']:.1f} s, "
                   f"{r['hourly_calls']} calls")
             for e in r["errors"][:3]:
                 print(f"  error: {e[:74]}")
+            if args.profile:
+                print("\n".join(profile_lines(r)))
         last = (n, r["seconds"], total)
     if last is not None:
         print(f"tick {last[0]} pools: {last[1]:.1f} s, {last[2]} calls")

@@ -19,8 +19,9 @@ from policy.nodegroups import AwsNodeGroups, GroupState
 from policy.notifications import SnsPublisher, publish_all
 from policy.state import MemoryState
 from policy.tick import Ports, run_tick
+from policy.utilization import CloudWatchUtilization, NodeRef
 from policy_cases import pool_settings, settings
-from test_policy_adapters import FakeGroups, FakePods, FakePublisher, FakeUtil
+from test_policy_adapters import FakeCloudWatch, FakeGroups, FakePods, FakePublisher, FakeUtil
 
 ROOT = Path(__file__).resolve().parents[2]
 NOW = datetime(2026, 3, 10, 12, tzinfo=timezone.utc)
@@ -59,6 +60,40 @@ def test_fanout_keeps_the_order_bounds_the_calls_in_flight_and_returns_each_fail
     assert fanout.each(call, [1], in_flight=4) == [(1, 10, None)]
 
 
+def test_metric_batches_are_read_side_by_side_each_with_its_pages_and_one_failure_fails_the_read():
+    """1,800 queries (600 nodes) are four GetMetricData batches: side by side (policy/fanout.py), every page of
+    each followed; a batch that fails fails the read as before (no series: every node counts as busy)."""
+    seen = _Concurrency()
+
+    class PagedCloudWatch(FakeCloudWatch):
+        fail = False
+
+        def get_metric_data(self, **kw):
+            with seen:
+                time.sleep(0.02)
+            if self.fail and len(kw["MetricDataQueries"]) < 500:
+                raise Throttled("CloudWatch: Rate exceeded")
+            whole = super().get_metric_data(**{k: v for k, v in kw.items() if k != "NextToken"})
+            half = len(whole["MetricDataResults"]) // 2  # each batch answers in two pages
+            if "NextToken" in kw:
+                return {"MetricDataResults": whole["MetricDataResults"][half:]}
+            return {"MetricDataResults": whole["MetricDataResults"][:half], "NextToken": "more"}
+
+    cw = PagedCloudWatch()
+    nodes = [NodeRef(f"i-{k}", f"ip-{k}") for k in range(600)]
+    util = CloudWatchUtilization(cw, "c", in_flight=4)
+    series = util.read(nodes, NOW, 30)
+    assert util.calls == 8 and 1 < seen.most <= 4
+    assert len(series) == 600 and all(s.max_over(NOW, 30) == 3.0 and s.reserved_max_over(NOW, 30) == 0.0
+                                      for s in series.values())
+    cw.fail = True
+    try:
+        util.read(nodes, NOW, 30)
+        raise AssertionError("a failed batch must fail the read")
+    except Throttled:
+        pass
+
+
 # --- the node group adapter, over stub clients (what it asks AWS, not what moto answers) ---------------------------
 
 class _Asg:
@@ -85,7 +120,11 @@ class _Asg:
 
 
 class _Ec2:
-    def describe_instances(self, Filters, NextToken=None):  # noqa: N803
+    def __init__(self):
+        self.asked: list[dict] = []
+
+    def describe_instances(self, Filters, MaxResults=None, NextToken=None):  # noqa: N803
+        self.asked.append({"ids": len(Filters[0]["Values"]), "MaxResults": MaxResults})
         return {"Reservations": []}
 
 
@@ -138,6 +177,48 @@ def test_the_groups_about_to_change_are_read_again_at_once_and_each_failure_stay
     assert isinstance(got["g7"], PolicyError) and "does not exist" in str(got["g7"])
     ok = [g for g in names if g not in ("g3", "g7")]
     assert all(isinstance(got[g], GroupState) and got[g].group.status == "ACTIVE" for g in ok)
+
+
+def test_instances_are_described_a_hundred_ids_a_call_side_by_side_each_call_one_page():
+    """A filtered DescribeInstances pages (EC2's pagination guide: ask for up to 1,000 a page); 100 ids a call keep
+    each answer small and the calls side by side, where 200 ids a call at moto's default page of 100 were two
+    pages one after the other."""
+    ec2 = _Ec2()
+    groups = {f"asg-{g}": _asg(g, n, n) for g, n in (("a", 100), ("b", 100), ("c", 50))}
+    AwsNodeGroups(_Eks(), _Asg(groups), ec2, "c", in_flight=8).read(["a", "b", "c"], NOW)
+    assert sorted(a["ids"] for a in ec2.asked) == [50, 100, 100]
+    assert {a["MaxResults"] for a in ec2.asked} == {1000}
+
+
+def test_the_re_read_of_the_asgs_does_not_wait_for_eks_to_name_them():
+    """The ASGs the tick's read found are read again side by side with the DescribeNodegroup calls (first: a change
+    waits for them); only an ASG that EKS names and the read did not (the node group replaced in between) is read
+    after. One call at a time here, so the order is the order they were started in."""
+    log: list[str] = []
+
+    class Asg(_Asg):
+        def describe_auto_scaling_groups(self, **kw):
+            if kw.get("AutoScalingGroupNames") is not None:
+                log.append(f"asgs {len(kw['AutoScalingGroupNames'])}")
+            return super().describe_auto_scaling_groups(**kw)
+
+    class Eks(_Eks):
+        def describe_nodegroup(self, clusterName, nodegroupName):  # noqa: N803
+            log.append(f"nodegroup {nodegroupName}")
+            got = super().describe_nodegroup(clusterName, nodegroupName)
+            if nodegroupName == "g2":  # replaced since the read: EKS names a new ASG
+                got["nodegroup"]["resources"]["autoScalingGroups"] = [{"name": "asg-g2-new"}]
+            return got
+
+    groups = {f"asg-{g}": _asg(g, 1, 1) for g in ("g0", "g1", "g2")}
+    groups["asg-g2-new"] = {**_asg("g2", 3, 3), "AutoScalingGroupName": "asg-g2-new", "Tags": []}
+    ec2 = _Ec2()
+    adapter = AwsNodeGroups(Eks(), Asg(groups), ec2, "c", in_flight=1)
+    assert set(adapter.read(["g0", "g1", "g2"], NOW)) == {"g0", "g1", "g2"}
+    assert ec2.asked == [{"ids": 3, "MaxResults": 1000}]  # a filtered read pages at EC2's largest page
+    got = adapter.recheck_many(["g0", "g1", "g2"])
+    assert log == ["asgs 3", "nodegroup g0", "nodegroup g1", "nodegroup g2", "asgs 1"]
+    assert {g: s.group.desired_nodes for g, s in got.items()} == {"g0": 1, "g1": 1, "g2": 3}
 
 
 class _Sns:
@@ -232,3 +313,33 @@ def test_the_packaged_tick_of_an_organization_stays_within_two_and_a_half_calls_
     assert r["applied"] == pools and r["errors"] == [], r
     assert total <= 2.5 * pools + 10, r["operations"]
     assert r["max_in_flight"] > 1, "independent calls run side by side"
+    # `--profile`: every call in the timeline, named by its API operation (EKS's REST paths too), in the tick.
+    rows = {row["operation"]: row for row in _bench().profile(r["timeline"])}
+    assert sum(row["calls"] for row in rows.values()) == total
+    assert rows["eks DescribeNodegroup"]["calls"] == rows["eks UpdateNodegroupConfig"]["calls"] == pools, rows
+    assert all(0 <= row["from_s"] <= row["to_s"] <= r["seconds"] + 1 for row in rows.values()), rows
+    # a group is read again before it is changed
+    assert rows["eks DescribeNodegroup"]["from_s"] < rows["eks UpdateNodegroupConfig"]["from_s"], rows
+
+
+def test_the_profile_sums_each_operation_and_tells_its_span_and_the_seconds_covered():
+    bench = _bench()
+    timeline = [("eks DescribeNodegroup", 1.0, 1.2, 0.05), ("eks DescribeNodegroup", 1.1, 1.4, 0.1),
+                ("eks UpdateNodegroupConfig", 2.0, 2.1, 0.0)]
+    rows = bench.profile(timeline)
+    assert [(r["operation"], r["calls"], round(r["wall_s"], 3), round(r["emulator_s"], 3), r["from_s"], r["to_s"])
+            for r in rows] == [("eks DescribeNodegroup", 2, 0.5, 0.15, 1.0, 1.4),
+                               ("eks UpdateNodegroupConfig", 1, 0.1, 0.0, 2.0, 2.1)]
+    assert round(bench._busy_s([(s, e) for _, s, e, _ in timeline]), 3) == 0.5  # 1.0-1.4 and 2.0-2.1
+    lines = bench.profile_lines({"timeline": timeline, "seconds": 3.0})
+    assert all(len(line) <= 80 for line in lines), lines
+    assert "AWS calls in flight 0.5 s" in "\n".join(lines)
+
+
+def test_the_profile_names_rest_calls_by_their_api_operation():
+    bench = _bench()
+    assert bench._rest_operation("eks", "GET", "/clusters/c/node-groups/p0-s") == "DescribeNodegroup"
+    assert bench._rest_operation("eks", "POST", "/clusters/c/node-groups/p0-s/update-config") == \
+        "UpdateNodegroupConfig"
+    assert bench._rest_operation("eks", "GET", "/clusters/c") == "DescribeCluster"
+    assert bench._rest_operation("no-such-service", "GET", "/x") == "GET /x"
