@@ -6,7 +6,7 @@ sized from its own trace, tiers rotating), cut to the first 21 days of each mont
 GPUs the pool's jobs would hold if each started on submission, sim/pool.py demand_profile) and the stack file
 `Pulumi.advise16.yaml` naming the same pools. Then, as docs/simulator.md shows:
 
-    .venv/bin/python scripts/advise_environment.py /tmp/advise16
+    .venv/bin/python scripts/advise_environment.py /tmp/advise16 --traces ../shared/data/traces/itp
     .venv/bin/gpuloan advise -s /tmp/advise16/Pulumi.advise16.yaml --demand /tmp/advise16 \\
         --model simulated --sizing-days 14 --lookback-days 7 --json > /tmp/advise16.json
 """
