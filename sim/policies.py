@@ -127,7 +127,8 @@ class Karpenter(Controller):
         # Pools of several node sizes: the simulator hands Karpenter a minute's pending pods as one batch; its own
         # batch window is 1 s idle, 10 s at most (karpenter.sh settings BATCH_IDLE_DURATION / BATCH_MAX_DURATION),
         # so pods seconds apart get claims of their own. `claim_per_pod` bounds that the other way: every pod that
-        # fits no existing node gets its own claim (and the cheapest type that holds it).
+        # fits no existing node gets its own claim (and the cheapest type that holds it). The window's timing (when
+        # the launch is asked for) is modelled in seconds with SimSettings.latency (`_batch_close`, sim/latency.py).
         self.claim_per_pod = claim_per_pod
         self.uses_spot = True
         self.name = name
