@@ -29,17 +29,18 @@ TIERS = ("production", "experiment", "learning")
 INSTANCE_TYPE = "p4d.24xlarge"
 
 
-def environment(traces_dir: Path, lending: bool = True):
+def environment(traces_dir: Path, lending: bool = True, days: int = DAYS):
     """(config, demands, horizon minutes) of the benchmark environment; `lending=False`: Kueue off (nothing is
-    lent or borrowed, every pool on its own capacity)."""
+    lent or borrowed, every pool on its own capacity); `days`: each pool's first `days` days of its month
+    (scripts/advise_environment.py builds the advisor's 3-week environment from them)."""
     from sim import traces
 
-    horizon = DAYS * 1440
+    horizon = days * 1440
     demands, read = {}, {}
     for cluster, first, last in MONTHS:
         if cluster not in read:
             read[cluster] = traces.read_trace(traces_dir / f"cluster{cluster:02d}.csv")
-        demands[f"c{cluster:02d}-d{first}"] = read[cluster].window(first, last)
+        demands[f"c{cluster:02d}-d{first}"] = read[cluster].window(first, min(last, first + days - 1))
     return pools_config(demands, horizon, lending=lending), demands, horizon
 
 
@@ -47,6 +48,15 @@ def pools_config(demands: dict, horizon: int, name: str = "bench-environment", l
                  floor_payment: str | None = None):
     """The benchmark's stack for these pools (name -> trace, in order): the prod stack's settings, each pool sized
     from its own trace, tiers rotating; also scripts/bench_scale.py's organizations."""
+    from pricing import checks
+    from pricing.sources import catalog
+
+    return checks.from_stack_yaml(pools_doc(demands, horizon, lending, floor_payment), name,
+                                  prices=catalog.current())
+
+
+def pools_doc(demands: dict, horizon: int, lending: bool = True, floor_payment: str | None = None) -> dict:
+    """pools_config's stack file, as the YAML document (`config:` ...)."""
     import yaml
 
     from pricing import checks
@@ -73,7 +83,7 @@ def pools_config(demands: dict, horizon: int, name: str = "bench-environment", l
     data["gpuloan:scheduling"] = {"kueue": {} if lending else {"enabled": False}}
     # the prod budget was set for its two pools, not for these: no cap binds in the benchmark
     data["gpuloan:budget"] = {**data["gpuloan:budget"], "monthly_usd": 10_000_000, "enforcement": "alert_only"}
-    return checks.from_stack_yaml(doc, name, prices=catalog.current())
+    return doc
 
 
 def main(argv: list[str] | None = None) -> int:

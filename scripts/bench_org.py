@@ -94,13 +94,14 @@ def _sim_unit(rotation, seed, traces, prices, days, sizing_hours, checkpoint_min
     checkpointing every `checkpoint_minutes` (NO_CHECKPOINTS: never)."""
     from advise import org_advisor as oa
     from sim import org_demand
-    from sim.engine import NODEGROUP_UPDATE_MINUTES, SimSettings
+    from sim.engine import SimSettings
+    from sim.latency import ElasticLatency
 
     demands = org_demand.itp_environment(traces, rotation, seed, days)
     tiers = org_demand.rotation_tiers(rotation)
     cfg = _sim_config(traces, demands, tiers)
     settings = SimSettings(seed=seed, checkpoint_interval_minutes=checkpoint_minutes,
-                           nodegroup_update_minutes=NODEGROUP_UPDATE_MINUTES)
+                           latency=ElasticLatency())
     runner = oa.environment_runner(cfg, traces, settings, prices,
                                    production_share=org_demand.PRODUCTION_SHARE)
     return demands, runner

@@ -28,8 +28,11 @@ import heapq
 import math
 import random
 from dataclasses import dataclass, field
+from typing import Any
 
 from sim.gangs import GangHoldMeter
+from sim.latency import (ElasticLatency, drawn_arrival_second, karpenter_ready_minute, nodegroup_applied_second,
+                         nodegroup_ready_minute, nodegroup_update_ticks)
 from pricing.cost_model.billing import HOURS_PER_MONTH
 from sim.pool import PoolSpec
 from sim.traces import JobsTrace, SeriesTrace
@@ -64,14 +67,13 @@ LEAVING = "Terminating"  # a node under a spot notice, as the policy sees it (ne
 
 # The spot-shortage scenario: spot launches fail for episodes of this mean length at this rate. No public source
 # gives GPU spot availability history, so it is a named scenario reported beside the default, never inside it.
-SPOT_SHORTAGE = {"spot_unavailable_episodes_per_week": 1.0, "spot_unavailable_mean_hours": 3.0}
+# Typed Any: the dicts are SimSettings keyword arguments (**SPOT_SHORTAGE), whose fields are not all floats.
+SPOT_SHORTAGE: dict[str, Any] = {"spot_unavailable_episodes_per_week": 1.0, "spot_unavailable_mean_hours": 3.0}
 # The same episodes, but spot is scarce rather than gone: a launch request gets half the nodes it asks for (rounded
 # down), so a multi-node job's nodes arrive in part (kubernetes-sigs/karpenter#3138: "3 of 4 nodes Ready and
 # billing while the last pod sits Pending"). A named scenario too, for scripts/bench_gangs.py.
-SPOT_PARTIAL = {**SPOT_SHORTAGE, "spot_unavailable_fill_share": 0.5}
+SPOT_PARTIAL: dict[str, Any] = {**SPOT_SHORTAGE, "spot_unavailable_fill_share": 0.5}
 
-
-NODEGROUP_UPDATE_MINUTES = 1  # SimSettings.nodegroup_update_minutes of the organization's runs
 
 # A checkpoint interval longer than any run: no job ever writes a checkpoint, an interrupted job loses all its work
 # so far (`make bench-org`'s table without checkpoints, issue 36: arbitrary jobs need not checkpoint).
@@ -126,10 +128,16 @@ class SimSettings:
     # group acts on it. The update is asynchronous ("The response output includes an update ID that you can use to
     # track the status of your node group update with the DescribeUpdate API operation", EKS API Reference), and
     # the node group is UPDATING meanwhile: a second update then fails (ResourceInUseException; docs/aws-rules.md).
-    # No public source gives its duration; the policy function learns it is done at its next run at the earliest,
-    # so the organization runs (advise/org_advisor.py, `make bench-org`) use 1 (NODEGROUP_UPDATE_MINUTES). 0: the
-    # group acts on a new size the minute it is set (the model before issue 36; the other benchmarks).
+    # No public source gives its duration. 0: the group acts on a new size the minute it is set (the other
+    # benchmarks); the organization's runs set `latency` below, which takes the update's duration in seconds.
     nodegroup_update_minutes: int = 0
+    # The elastic path's latency per side at second resolution (sim/latency.py, issue 36): the function's schedule
+    # and run time, the update's asynchrony and the Auto Scaling group's launch for node groups; Karpenter's batch
+    # window and CreateFleet; rounded up to the minute only where a node becomes Ready. It replaces
+    # nodegroup_update_minutes (the update's ticks come from its seconds). None: a node is Ready
+    # provisioning_delay_minutes after the minute it is asked for (the other benchmarks). The organization's runs
+    # (advise/org_advisor.py, `make bench-org`) set ElasticLatency().
+    latency: ElasticLatency | None = None
 
 
 @dataclass
@@ -302,6 +310,8 @@ class Simulation:
         self.last_change = dict.fromkeys(self.elastic_groups)  # minute of the last size change (cooldown)
         # minute each group's last UpdateNodegroupConfig completes (SimSettings.nodegroup_update_minutes)
         self.update_done_at = dict.fromkeys(self.elastic_groups, 0)
+        # second at which EKS has applied each group's last update to its Auto Scaling group (SimSettings.latency)
+        self.update_applied_s = dict.fromkeys(self.elastic_groups, 0.0)
         self.short_since = dict.fromkeys(self.elastic_groups)
         # Node groups (Auto Scaling groups) converge to their desired size; a controller that launches instances
         # itself (Karpenter, run-instances) has no group to converge, and a reclaimed node is not replaced for it.
@@ -406,8 +416,9 @@ class Simulation:
         self.changed = True
         self.version += 1
 
-    def launch(self, group: str, count: int) -> int:
-        """Launch nodes directly (Karpenter-style); returns how many launched (spot fails during an episode)."""
+    def launch(self, group: str, count: int, request_s: float | None = None) -> int:
+        """Launch nodes directly (Karpenter-style); returns how many launched (spot fails during an episode).
+        `request_s`: the second of the launch request (SimSettings.latency; default: this minute's start)."""
         if count <= 0:
             return 0
         if group in self.spot_groups and not self.spot_available:
@@ -418,11 +429,29 @@ class Simulation:
         if group == ON_DEMAND and not self.on_demand_available:
             self.c.on_demand_launch_failures += 1
             return 0
+        ready_at = self._fleet_ready_at(request_s)
         for _ in range(count):
-            self._new_node(group, ready_at=self.now + self.settings.provisioning_delay_minutes)
+            self._new_node(group, ready_at=ready_at)
         self.desired[group] = self.count(group)
         self.last_change[group] = self.now
         return count
+
+    def _fleet_ready_at(self, request_s: float | None) -> int:
+        """Minute a node launched directly (CreateFleet) is Ready."""
+        lat = self.settings.latency
+        if lat is None:
+            return self.now + self.settings.provisioning_delay_minutes
+        request_s = 60.0 * self.now if request_s is None else request_s
+        return max(self.now + 1, karpenter_ready_minute(request_s, lat, self.settings.provisioning_delay_minutes * 60))
+
+    def _group_ready_at(self, group: str) -> int:
+        """Minute a node the group's Auto Scaling group launches now is Ready: from the later of this minute's start
+        (the group acting on its own: a replacement, a retry) and the second EKS applied the last update."""
+        lat = self.settings.latency
+        if lat is None:
+            return self.now + self.settings.provisioning_delay_minutes
+        acts_s = max(60.0 * self.now, self.update_applied_s[group])
+        return max(self.now + 1, nodegroup_ready_minute(acts_s, lat, self.settings.provisioning_delay_minutes * 60))
 
     def start_static(self, group: str, count: int) -> None:
         """Capacity that is there from minute 0 (the static baseline's always-on fleet)."""
@@ -435,7 +464,8 @@ class Simulation:
         nodes first, then the emptiest, newest nodes)."""
         desired = max(0, desired)
         if desired != self.desired[group]:
-            wait = self.settings.nodegroup_update_minutes
+            lat = self.settings.latency
+            wait = self.settings.nodegroup_update_minutes if lat is None else nodegroup_update_ticks(lat)
             if wait and self.now < self.update_done_at[group]:
                 # UpdateNodegroupConfig while the node group is UPDATING fails; the caller asks again later
                 self.c.nodegroup_update_conflicts += 1
@@ -445,6 +475,8 @@ class Simulation:
             self.desired[group] = desired
             self.last_change[group] = self.now
             self.update_done_at[group] = self.now + wait
+            if lat is not None:
+                self.update_applied_s[group] = nodegroup_applied_second(self.now, lat)
             self.version += 1
 
     def set_closed(self, group: str, closed: frozenset) -> bool:
@@ -534,7 +566,7 @@ class Simulation:
                     self.short_since[group] = self.now
                     self.version += 1
                 for _ in range(int((want - have) * self.settings.spot_unavailable_fill_share)):  # scarce, not gone
-                    self._new_node(group, ready_at=self.now + self.settings.provisioning_delay_minutes)
+                    self._new_node(group, ready_at=self._group_ready_at(group))
                 return
             if group == ON_DEMAND and not self.on_demand_available:
                 self.c.on_demand_launch_failures += 1
@@ -542,8 +574,9 @@ class Simulation:
                     self.short_since[group] = self.now
                     self.version += 1
                 return
+            ready_at = self._group_ready_at(group)
             for _ in range(want - have):
-                self._new_node(group, ready_at=self.now + self.settings.provisioning_delay_minutes)
+                self._new_node(group, ready_at=ready_at)
         elif have > want:
             now = self.now
             nodes.sort(key=lambda n: (n.ready(now), n.busy, -n.serial))
@@ -909,6 +942,12 @@ class JobsWorkload:
     def repeat(self, minutes: int) -> None:
         pass  # running jobs are accounted when they stop
 
+    def arrival_seconds(self, minute: int) -> list[float]:
+        """Submission seconds of the jobs submitted in `minute` (the trace's own seconds: sim/latency.py)."""
+        lo = bisect.bisect_left(self.submit_s, 60 * minute)
+        hi = bisect.bisect_left(self.submit_s, 60 * (minute + 1), lo)
+        return self.submit_s[lo:hi]
+
     def tick(self, now: int) -> None:
         sim = self.sim
         ends = self.ends
@@ -1174,6 +1213,13 @@ class SeriesWorkload:
 
     def repeat(self, minutes: int) -> None:
         self.sim.c.served_gpu_minutes += self._served_now * minutes
+
+    def arrival_seconds(self, minute: int) -> list[float]:
+        """The second new pods appear in `minute` where the level rises: a minute series has no seconds, so one is
+        drawn from the pool's stream and the minute (sim/latency.py)."""
+        if self._level(minute) <= (self._level(minute - 1) if minute > 0 else 0):
+            return []
+        return [60.0 * minute + drawn_arrival_second(self.sim.stream, minute)]
 
     def schedule(self, now: int) -> None:
         sim = self.sim

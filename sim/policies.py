@@ -35,6 +35,7 @@ from policy.model import (
 from policy.rhythm import DAYS as RHYTHM_DAYS
 from policy.rhythm import SLOT_MINUTES, SLOTS_PER_DAY, DailyArrivals, day_and_slot
 from sim.engine import GUARANTEED, LEAVING, MINUTES_PER_MONTH, ON_DEMAND, SPOT, Simulation, size_group
+from sim.latency import karpenter_batch_close
 from sim.packing import new_claims, new_nodes_needed
 from sim.pool import PoolSpec
 
@@ -129,7 +130,8 @@ class Karpenter(Controller):
         # Pools of several node sizes: the simulator hands Karpenter a minute's pending pods as one batch; its own
         # batch window is 1 s idle, 10 s at most (karpenter.sh settings BATCH_IDLE_DURATION / BATCH_MAX_DURATION),
         # so pods seconds apart get claims of their own. `claim_per_pod` bounds that the other way: every pod that
-        # fits no existing node gets its own claim (and the cheapest type that holds it).
+        # fits no existing node gets its own claim (and the cheapest type that holds it). The window's timing (when
+        # the launch is asked for) is modelled in seconds with SimSettings.latency (`_batch_close`, sim/latency.py).
         self.claim_per_pod = claim_per_pod
         self.uses_spot = True
         self.name = name
@@ -141,6 +143,7 @@ class Karpenter(Controller):
         # karpenter.sh/do-not-disrupt): a training job evicted loses its work since the last checkpoint.
         self.replace_on_demand = replace_on_demand
         self._replacing: dict[str, str] = {}  # on-demand node -> the spot node launched to replace it
+        self._request_s: float | None = None  # this tick's launch request second (_batch_close)
 
     def _demand(self, sim: Simulation) -> dict[int, int]:
         pending = sim.workload.pending_counts()
@@ -149,8 +152,19 @@ class Karpenter(Controller):
             pending[size] = pending.get(size, 0) + count
         return pending
 
+    def _batch_close(self, sim: Simulation) -> float | None:
+        """Second of this minute's launch request (SimSettings.latency, sim/latency.py): the close of the batch
+        window holding the minute's last pod arrival; with no arrival this minute (pods still pending, pods of a
+        node under a notice), a window opened at the minute's start."""
+        lat = sim.settings.latency
+        if lat is None:
+            return None
+        arrivals = sim.workload.arrival_seconds(sim.now)
+        return karpenter_batch_close(arrivals, lat) if arrivals else 60.0 * sim.now + lat.batch_idle_s
+
     def tick(self, sim: Simulation) -> None:
         now = sim.now
+        self._request_s = self._batch_close(sim)
         if self.replace_on_demand:
             self._replace_on_demand(sim)
         pending = self._demand(sim)
@@ -207,7 +221,7 @@ class Karpenter(Controller):
                 continue  # empty: the WhenEmpty rule below deletes it
             if spare is None:
                 room = sim.spec.spot_max_nodes - sim.count(SPOT)
-                if room > 0 and sim.launch(SPOT, 1):
+                if room > 0 and sim.launch(SPOT, 1, self._request_s):
                     newest = max((n for n in sim.nodes.values() if n.group == SPOT), key=lambda n: n.serial)
                     self._replacing[node.id] = newest.id
             elif sim.nodes[spare].ready_at <= now:
@@ -251,12 +265,12 @@ class Karpenter(Controller):
             od = ON_DEMAND if size == spec.gpus_per_node else size_group(ON_DEMAND, size)
             spot_max, od_max = maxima[size]
             if spec.has_spot:
-                launched = sim.launch(spot, max(0, min(count, spot_max - sim.count(spot))))
+                launched = sim.launch(spot, max(0, min(count, spot_max - sim.count(spot))), self._request_s)
                 count -= launched
                 if launched or not spec.has_on_demand:
                     continue
             if spec.has_on_demand:
-                sim.launch(od, max(0, min(count, od_max - sim.count(od))))
+                sim.launch(od, max(0, min(count, od_max - sim.count(od))), self._request_s)
 
     def _provision(self, sim: Simulation, count: int) -> None:
         spec = sim.spec
@@ -264,21 +278,20 @@ class Karpenter(Controller):
             room = spec.spot_max_nodes - sim.count(SPOT)
             if spec.has_on_demand:  # one NodePool limit over both capacity types
                 room = min(room, spec.elastic_max_nodes - sim.count(SPOT) - sim.count(ON_DEMAND))
-            launched = sim.launch(SPOT, max(0, min(count, room)))
+            launched = sim.launch(SPOT, max(0, min(count, room)), self._request_s)
             count -= launched
             if launched or not spec.has_on_demand:
                 return
         if spec.has_on_demand:
             self._provision_on_demand(sim, count)
 
-    @staticmethod
-    def _provision_on_demand(sim: Simulation, count: int) -> None:
+    def _provision_on_demand(self, sim: Simulation, count: int) -> None:
         spec = sim.spec
         if not spec.has_on_demand:
             return
         room = spec.elastic_max_nodes - sim.count(SPOT) - sim.count(ON_DEMAND)
         room = min(room, spec.on_demand_max_nodes - sim.count(ON_DEMAND))
-        sim.launch(ON_DEMAND, max(0, min(count, room)))
+        sim.launch(ON_DEMAND, max(0, min(count, room)), self._request_s)
 
 
 class ThresholdScript(Controller):

@@ -134,10 +134,10 @@ def run(args, cfg) -> dict:
     else:  # every scenario through the environment simulator, identical runs once (EnvironmentRunner's cache)
         from dataclasses import replace
 
-        from sim.engine import NODEGROUP_UPDATE_MINUTES
+        from sim.latency import ElasticLatency
 
-        # the node group's update is asynchronous (sim/engine.py SimSettings.nodegroup_update_minutes)
-        settings = replace(settings, nodegroup_update_minutes=NODEGROUP_UPDATE_MINUTES)
+        # the elastic path's latency per side, from documented figures (sim/latency.py, SimSettings.latency)
+        settings = replace(settings, latency=ElasticLatency())
         runner = org_advisor.environment_runner(cfg, demand, settings, inputs.prices,
                                                 production_share=share)
         runner.progress = _progress()
