@@ -288,9 +288,15 @@ class SimNodeGuard:
 
     def __init__(self, sim: Simulation):
         self.sim = sim
-        self.cordoned: set[str] = set()
+        self._cordoned: set[str] = set()
         self.blocked = 0  # terminations a pod on the node forbade
         self.changed = False
+
+    @property
+    def cordoned(self) -> set[str]:
+        """The nodes cordoned now (a terminated node is gone, and with it its cordon)."""
+        self._cordoned &= self.sim.nodes.keys()
+        return self._cordoned
 
     def _node(self, name: str) -> SimNode:
         node = self.sim.nodes.get(name)
