@@ -338,12 +338,13 @@ class SimNodeGuard:
 
 class SimBudgets:
     """BudgetReader: the pool's billed spend in the current calendar month, as AWS Budgets reports it (a calendar
-    month, UTC). The tick reads it at most every `budget_refresh_minutes`, the first time in a month at the month's
-    first tick: the billed total then is where the month's figure starts."""
+    month, UTC). The tick reads it at most every `budget_refresh_minutes`, and in a new month at the month's first
+    minute (the controller wakes then: sim/policies.py `GpuLoan._spend_changes`): the billed total at that read is
+    where the month's figure starts."""
 
     def __init__(self, sim: Simulation):
         self.sim = sim
-        self._month: str | None = None
+        self._month = budget_month(at_minute(0))  # nothing was billed before the simulation starts
         self._billed_before_month = 0.0
 
     def _billed(self) -> float:

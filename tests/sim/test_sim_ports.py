@@ -113,3 +113,25 @@ def test_without_the_race_the_same_node_is_terminated(tmp_path, racing):
     first = next((t, r) for t, r in controller.results
                  if any(a.kind == ACTION_TERMINATE for a in r.plan.changes))
     assert bool(first[1].blocked) == racing and bool(first[1].applied) != racing
+
+
+@requires_shared_prices
+def test_the_simulated_budgets_figure_is_the_calendar_months(tmp_path):
+    # AWS Budgets' MONTHLY actual spend starts again on the first of the month, 00:00 UTC (docs/aws-rules.md);
+    # the simulation starts on 2021-03-04, so its first budget month ends after 28 days, not 730 hours.
+    from sim.engine import Simulation
+    from sim.policies import FloorOnly
+    from sim.ports import at_minute, minute_at_or_after
+
+    spec = dev_spec()  # one floor node, billed every minute
+    sim = Simulation(spec, series(tmp_path, [0] * 60), FloorOnly(), CALM, horizon_minutes=60 * 24 * 40)
+    budgets = SimBudgets(sim)
+    april = minute_at_or_after(at_minute(0).replace(month=4, day=1))
+    assert april == 28 * 24 * 60
+    sim.now = april - 60
+    march = budgets.actual_usd("b")
+    assert march == pytest.approx(spec.floor_usd_per_hour * (april - 60) / 60)
+    sim.now = april
+    assert budgets.actual_usd("b") == 0.0  # the first read of April: nothing billed in April yet
+    sim.now = april + 120
+    assert budgets.actual_usd("b") == pytest.approx(spec.floor_usd_per_hour * 2)
