@@ -425,7 +425,7 @@ class GpuLoan(Controller):
             sim.recommendations.clear()
         guard = self.ports.nodes
         guard.changed = False  # type: ignore[union-attr]
-        result = self.run_tick(self.settings, self.ports, now_dt, log=_no_log, lease=_LEASE,
+        result = self.run_tick(self.settings, self.ports, now_dt, log=tick.no_log, lease=_LEASE,
                                leaving=self._new_warnings(sim))
         plan = result.plan
         self.calls += 1
@@ -579,10 +579,6 @@ class GpuLoan(Controller):
                     until = t
                     break
         return until
-
-
-def _no_log(line: str) -> None:
-    """The tick's log lines (its decisions, EMF metrics) go nowhere in a simulation."""
 
 
 _LEASE = ("simulator", 60.0)  # (holder, seconds): the tick takes the state's lease as the Lambda's does

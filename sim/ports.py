@@ -25,6 +25,7 @@ floor quota for the tick to move (sim/capacity_block.py simulates blocks on thei
 from __future__ import annotations
 
 import bisect
+import functools
 from datetime import datetime, timedelta, timezone
 
 from policy.errors import ConflictingUpdate, PolicyError
@@ -41,8 +42,9 @@ from sim.engine import GUARANTEED, Simulation, SimNode
 SIM_EPOCH = datetime(2021, 3, 4, tzinfo=timezone.utc)
 
 
+@functools.lru_cache(maxsize=8192)
 def at_minute(minute: int) -> datetime:
-    """The wall-clock time of a simulated minute."""
+    """The wall-clock time of a simulated minute (the same minutes come back tick after tick: cached)."""
     return SIM_EPOCH + timedelta(minutes=minute)
 
 
@@ -61,6 +63,7 @@ class SimNodeGroups:
         self.sim, self.ps = sim, ps
         self.changed = False  # a write reached the simulation since `changed` was last cleared
         self._groups: dict[tuple, Group] = {}
+        self._instances: dict[tuple[str, bool], Instance] = {}  # (node, still booting) -> as last reported
 
     def _group(self, name: str) -> Group:
         sim = self.sim
@@ -78,14 +81,23 @@ class SimNodeGroups:
         return group
 
     def _state(self, name: str, nodes: list[SimNode]) -> GroupState:
-        now = self.sim.now
-        return GroupState(self._group(name), tuple(
-            Instance(n.id, name, LIFECYCLE_PENDING if n.ready_at > now else LIFECYCLE_IN_SERVICE,
-                     at_minute(n.launched), node_name=n.id) for n in nodes))
+        now, cache = self.sim.now, self._instances
+        out = []
+        for n in nodes:
+            key = (n.id, n.ready_at > now)
+            inst = cache.get(key)
+            if inst is None:  # an instance is the same object from tick to tick until it comes into service
+                inst = cache[key] = Instance(n.id, name, LIFECYCLE_PENDING if key[1] else LIFECYCLE_IN_SERVICE,
+                                             at_minute(n.launched), node_name=n.id)
+            out.append(inst)
+        return GroupState(self._group(name), tuple(out))
 
     def _by_group(self) -> dict[str, list[SimNode]]:
+        nodes = self.sim.nodes
+        if len(self._instances) > 2 * len(nodes) + 64:  # forget the instances that are gone
+            self._instances = {k: v for k, v in self._instances.items() if k[0] in nodes}
         out: dict[str, list[SimNode]] = {}
-        for n in self.sim.nodes.values():
+        for n in nodes.values():
             out.setdefault(n.group, []).append(n)
         return out
 
@@ -138,11 +150,13 @@ class SimUtilization:
     def __init__(self, sim: Simulation, ps: PoolSettings, instant_idle: bool = False):
         self.sim, self.instant_idle = sim, instant_idle
         self.windows = tuple(sorted({ps.idle_timeout_minutes, ps.scale_up_window_minutes, ps.empty_timeout_minutes}))
+        self._series: dict[tuple, SimSeries] = {}  # figures -> the series read last minute with them
 
     def read(self, nodes, now: datetime, window_minutes: int) -> dict[str, Series]:
         sim, windows = self.sim, self.windows
         read_at = sim.now - sim.settings.metric_delay_minutes
         out: dict[str, Series] = {}
+        cache, used = self._series, {}
         for ref in nodes:
             n = sim.nodes.get(ref.instance_id)
             if n is None:
@@ -151,7 +165,12 @@ class SimUtilization:
                 stats = [(0.0, 0.0)] * len(windows)
             else:
                 stats = sim.window_stats(n, windows, at=read_at)
-            out[ref.instance_id] = SimSeries(dict(zip(windows, stats)))
+            key = tuple(stats)
+            series = cache.get(key)  # most nodes read as they did a minute ago: the same object again
+            if series is None:
+                series = SimSeries(dict(zip(windows, stats)))
+            used[key] = out[ref.instance_id] = series
+        self._series = used
         return out
 
 
