@@ -64,6 +64,7 @@ class SimNodeGroups:
         self.changed = False  # a write reached the simulation since `changed` was last cleared
         self._groups: dict[tuple, Group] = {}
         self._instances: dict[tuple[str, bool], Instance] = {}  # (node, still booting) -> as last reported
+        self._last_read: tuple[tuple, dict[str, GroupState]] | None = None
 
     def _group(self, name: str) -> Group:
         sim = self.sim
@@ -102,9 +103,17 @@ class SimNodeGroups:
         return out
 
     def read(self, names: list[str], now: datetime, activities_for, on_error) -> dict[str, GroupState]:
+        sim = self.sim
+        # Every change a read shows bumps sim.version (a launch, a node gone, a size set, a shortage), except a node
+        # coming into service: with both the same, the groups read as they did.
+        key = (sim.version, tuple(names), sum(1 for n in sim.nodes.values() if n.ready_at > sim.now))
+        if self._last_read is not None and self._last_read[0] == key:
+            return self._last_read[1]
         by_group = self._by_group()
-        known = set(self.sim.elastic_groups) | {GUARANTEED}
-        return {g: self._state(g, by_group.get(g, [])) for g in names if g in known}
+        known = set(sim.elastic_groups) | {GUARANTEED}
+        read = {g: self._state(g, by_group.get(g, [])) for g in names if g in known}
+        self._last_read = (key, read)
+        return read
 
     def recheck(self, group: str) -> GroupState:
         return self._state(group, self._by_group().get(group, []))
@@ -161,11 +170,15 @@ class SimUtilization:
             n = sim.nodes.get(ref.instance_id)
             if n is None:
                 continue
+            hist = n.hist
             if self.instant_idle and n.busy == 0:
-                stats = [(0.0, 0.0)] * len(windows)
+                key: tuple = ((0.0, 0.0),) * len(windows)
+            elif read_at > n.launched and hist[-1][0] <= max(n.launched, read_at - windows[-1] + 1):
+                pct = 100.0 * hist[-1][1] / n.gpus  # unchanged over every window (most nodes, most minutes)
+                key = ((pct, pct),) * len(windows)
             else:
-                stats = sim.window_stats(n, windows, at=read_at)
-            key = tuple(stats)
+                key = tuple(sim.window_stats(n, windows, at=read_at))
+            stats = key
             series = cache.get(key)  # most nodes read as they did a minute ago: the same object again
             if series is None:
                 series = SimSeries(dict(zip(windows, stats)))
