@@ -3,8 +3,8 @@
 Each tick, in order: spot reclaims and 2-minute notices, nodes finishing their boot, jobs finishing, arrivals,
 scheduling (what kube-scheduler does: any pending pod that fits is placed, a gang only with all its pods), the
 policy's tick (it may set group sizes, launch or terminate nodes), the node groups converging to their desired
-size, billing. A controller (sim/policies.py) sees the simulated state; the `gpuloan` controller turns it into the
-Observation the real Lambda would build and calls the real policy.decide.decide.
+size, billing. A controller (sim/policies.py) sees the simulated state; the `gpuloan` controller runs the Lambda's
+own tick (policy.tick.run_tick, and in it policy.decide.decide) over in-memory ports on it (sim/ports.py).
 
 Modelled: a provisioning delay for every new node; spot interruptions with common random numbers (each spot
 *slot* -- the k-th spot node running at once -- has its own Poisson stream of interruption times at the Spot

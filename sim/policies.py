@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 from datetime import datetime, timedelta
+from typing import Any
 
 from policy import decide as rules
 from policy import tick
@@ -515,8 +516,8 @@ class GpuLoan(Controller):
             wake = self._reading_changes(sim, moving, wake)
         if ps.budget_monthly_usd is not None:
             wake = min(wake, self._spend_changes(sim))
-        arrivals = self.ports.pods.arrival_minutes(now - ps.arrival_window_minutes) \
-            if self.keep_for_next_job else ()  # type: ignore[union-attr]
+        pods: Any = self.ports.pods  # sim/ports.py SimPods
+        arrivals = pods.arrival_minutes(now - ps.arrival_window_minutes) if self.keep_for_next_job else ()
         if arrivals:
             wake = min(wake, arrivals[0][0] + ps.arrival_window_minutes)
         if ps.warm_up:
@@ -538,7 +539,8 @@ class GpuLoan(Controller):
         wake = min(wake, minute_at_or_after(datetime.fromisoformat(as_of)
                                             + timedelta(minutes=self.settings.budget_refresh_minutes)))
         if ps.budget_enforcement == ENFORCEMENT_CAP:
-            left = ps.budget_monthly_usd - (spend.get("actual_usd") or 0.0) - float(spend.get("estimated_since_usd", 0.0))
+            budget = ps.budget_monthly_usd or 0.0  # not None: checked by the caller
+            left = budget - (spend.get("actual_usd") or 0.0) - float(spend.get("estimated_since_usd", 0.0))
             if left <= 0:
                 return nxt
             usd_per_minute = self._rates.get(tick.pool_scope(ps.name), (0.0, 0.0))[0] / 60

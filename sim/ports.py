@@ -27,6 +27,7 @@ from __future__ import annotations
 import bisect
 import functools
 from datetime import datetime, timedelta, timezone
+from typing import Any
 
 from policy.errors import ConflictingUpdate, PolicyError
 from policy.model import LIFECYCLE_IN_SERVICE, LIFECYCLE_PENDING, Group, PendingGang, PoolSettings
@@ -195,11 +196,16 @@ class SimPods:
     def __init__(self, sim: Simulation, ps: PoolSettings, keep_for_next_job: bool = True, gangs: bool = True):
         self.sim, self.ps = sim, ps
         self.keep_for_next_job, self.gangs = keep_for_next_job, gangs
-        self._pods_key, self._pods_value = None, ()
-        self._off_spot_key, self._off_spot_value = None, ()
-        self._gangs_key, self._gangs_value = None, ()
+        # each view of the pod list with the key it was built from: rebuilt only when that changes
+        self._pods_key: tuple | None = None
+        self._pods_value: tuple[int, ...] = ()
+        self._off_spot_key: tuple | None = None
+        self._off_spot_value: tuple[int, ...] = ()
+        self._gangs_key: tuple | None = None
+        self._gangs_value: tuple[PendingGang, ...] = ()
         self._gang_seen: dict[tuple[int, int], int] = {}  # (job, run) -> minute its pods were first pending
-        self._arrivals_key, self._arrivals_value = None, ()
+        self._arrivals_key: tuple | None = None
+        self._arrivals_value: tuple[tuple[datetime, int], ...] = ()
         series = getattr(sim.trace, "gpus_demanded", None)
         # A demand series has no pods: a rise of the level is that many 1-GPU pods created that minute.
         self._rises = None if series is None else [max(0, series[t] - (series[t - 1] if t else 0))
@@ -240,7 +246,7 @@ class SimPods:
         if self._rises is not None:
             rises = self._rises
             return [(t, rises[t]) for t in range(max(0, lo), min(sim.now + 1, len(rises))) if rises[t]]
-        w = sim.workload
+        w: Any = sim.workload  # a job trace's workload (a series has its rises above)
         start = bisect.bisect_left(w._arrival_minute, lo, 0, w._next)
         out: dict[int, int] = {}
         for i in range(start, w._next):
@@ -266,7 +272,7 @@ class SimPods:
         if not self.gangs or queues is None:
             return []
         gpn = self.ps.gpus_per_node
-        w = sim.workload
+        w: Any = sim.workload  # queues: a job trace's workload
         off_spot = bool(w.on_demand_only_pending()) if hasattr(w, "on_demand_only_pending") else False
         out = []
         seen = self._gang_seen
@@ -285,6 +291,10 @@ class SimPods:
             self._gang_seen = {k: v for k, v in seen.items() if k in live}
         return sorted(out)
 
+    def workload_gpus(self, job: int) -> int:
+        w: Any = self.sim.workload  # gangs come from a job trace's queues only
+        return w.gpus[job]
+
     def pending_gangs(self, pools: list[str], shapes=None) -> dict[str, tuple[PendingGang, ...]]:
         runs = self._gang_runs()
         key = tuple(runs)
@@ -292,7 +302,7 @@ class SimPods:
             gpn = self.ps.gpus_per_node
             gangs = []
             for i, run, first, off in runs:
-                whole, last = divmod(self.sim.workload.gpus[i], gpn)
+                whole, last = divmod(self.workload_gpus(i), gpn)
                 if last == 0:
                     whole, last = whole - 1, gpn
                 gangs.append(PendingGang(f"job-{i}", (gpn,) * whole + (last,), at_minute(first), on_demand_only=off))
