@@ -872,6 +872,26 @@ def _notify(settings: Settings, plan: Plan, ports: Ports, state: dict, now: date
             _recorder(result.errors)(err)
 
 
+def no_log(line: str) -> None:
+    """A tick's `log` that drops every line; given it, the tick does not build its decision and metric lines."""
+
+
+def spend_rates(settings: Settings, plan: Plan) -> dict[str, tuple[float, float]]:
+    """What each spend scope accrues per hour while `plan` holds: (total, elastic) USD/hour per pool (floor +
+    elastic) and for the environment (with the commitments' unused fees, billed every hour, used or not). The
+    simulator accounts the ticks it skips with it (sim/policies.py)."""
+    rates = {}
+    total_env = elastic_env = 0.0
+    for d in plan.decisions:
+        ps = settings.pool(d.pool)
+        total = ps.guaranteed_usd_per_hour + d.elastic_usd_per_hour
+        rates[pool_scope(d.pool)] = (total, d.elastic_usd_per_hour)
+        total_env += total
+        elastic_env += d.elastic_usd_per_hour
+    rates[ENV_SCOPE] = (total_env + settings.commitment_unused_usd_per_hour, elastic_env)
+    return rates
+
+
 def _run(settings: Settings, ports: Ports, now: datetime, log: Callable[[str], None], deadline: Deadline | None,
          persist: bool, errors: list[str], leaving: tuple[str, ...] = (),
          sharded: tuple[Settings, str] | None = None) -> TickResult:
@@ -918,17 +938,7 @@ def _run(settings: Settings, ports: Ports, now: datetime, log: Callable[[str], N
                             else "back to spot: on-demand node open to new pods again", "node": name,
                             "environment": settings.environment}))
 
-    rates = {}
-    total_env = elastic_env = 0.0
-    for d in plan.decisions:
-        ps = settings.pool(d.pool)
-        total = ps.guaranteed_usd_per_hour + d.elastic_usd_per_hour
-        rates[pool_scope(d.pool)] = (total, d.elastic_usd_per_hour)
-        total_env += total
-        elastic_env += d.elastic_usd_per_hour
-    # The commitments' unused fees bill every hour, used or not: environment spend like the floors.
-    rates[ENV_SCOPE] = (total_env + settings.commitment_unused_usd_per_hour, elastic_env)
-    accrue(state, rates, now)
+    accrue(state, spend_rates(settings, plan), now)
     # The loan's usage from Kueue's queue status: before the error mail (a new problem is in it, once: the state
     # keeps it until it clears).
     loan_lines = loan_usage.tick_lines(settings, ports.queues, state, now, deadline, result.errors, log)
@@ -949,6 +959,8 @@ def _run(settings: Settings, ports: Ports, now: datetime, log: Callable[[str], N
         except PolicyError as err:
             result.errors.append(f"{type(err).__name__}: {err}")
 
+    if log is no_log:
+        return result  # nobody reads the lines: not built (the simulator's ticks, sim/policies.py)
     failed = {id(a): why for a, why in result.failed}
     blocked = {id(a): why for a, why in result.blocked}
     for d in plan.decisions:

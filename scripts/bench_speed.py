@@ -77,8 +77,9 @@ def org(traces_dir: Path):
                                   p.spot_usd_per_hour) for c in org_demand.ITP_CLUSTERS}
     traces = org_demand.itp_traces(traces_dir, ORG_DAYS)
     sizing_hours = ORG_SIZING_DAYS * 24
-    demands, runner = bench_org._sim_unit(ORG_ROTATION, ORG_SEED, traces, prices, ORG_DAYS, sizing_hours)
-    _, (floors, lend, controller), _ = bench_org._sim_setups(demands, prices, sizing_hours)
+    demands, runner = bench_org._sim_unit(ORG_ROTATION, ORG_SEED, traces, prices, ORG_DAYS, sizing_hours,
+                                          bench_org.DEFAULT_CHECKPOINT_MINUTES)
+    floors, lend, controller = bench_org._sim_setups(demands, prices, sizing_hours)[0]  # the p90 floors lent
     runner.use_cache = False
     default = org_advisor.scenario_for("default", max(d.hours for d in demands.values()), sizing_hours, ORG_SEED)
     base = runner.settings

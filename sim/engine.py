@@ -3,8 +3,8 @@
 Each tick, in order: spot reclaims and 2-minute notices, nodes finishing their boot, jobs finishing, arrivals,
 scheduling (what kube-scheduler does: any pending pod that fits is placed, a gang only with all its pods), the
 policy's tick (it may set group sizes, launch or terminate nodes), the node groups converging to their desired
-size, billing. A controller (sim/policies.py) sees the simulated state; the `gpuloan` controller turns it into the
-Observation the real Lambda would build and calls the real policy.decide.decide.
+size, billing. A controller (sim/policies.py) sees the simulated state; the `gpuloan` controller runs the Lambda's
+own tick (policy.tick.run_tick, and in it policy.decide.decide) over in-memory ports on it (sim/ports.py).
 
 Modelled: a provisioning delay for every new node; spot interruptions with common random numbers (each spot
 *slot* -- the k-th spot node running at once -- has its own Poisson stream of interruption times at the Spot
@@ -63,6 +63,9 @@ class _FillRank(dict):
 FILL_RANK = _FillRank({GUARANTEED: 0, SPOT: 1, ON_DEMAND: 2})
 LEAST_ALLOCATED, MOST_ALLOCATED = "least_allocated", "most_allocated"
 PLACEMENTS = (LEAST_ALLOCATED, MOST_ALLOCATED)
+# A node's id is shaped like an EC2 instance id ("i-" and hex digits, policy.model.INSTANCE_ID: the tick records a
+# spot warning only for such an id); its first digit stands for the group, in the groups' order (g < o < s).
+_ID_LETTER = {"g": "a", "o": "b", "s": "c"}
 LEAVING = "Terminating"  # a node under a spot notice, as the policy sees it (neither capacity nor launching)
 
 # The spot-shortage scenario: spot launches fail for episodes of this mean length at this rate. No public source
@@ -372,9 +375,9 @@ class Simulation:
                 self._next_slot += 1
             reclaim = self.interruptions.next_after(slot, self.now)
         rebalance = self._rebalance_minute(slot, reclaim) if reclaim is not None else None
-        node = SimNode(f"i-{group[0]}{self._serial:07d}", self._serial, group, self.group_gpus[group], price, self.now,
-                       ready_at, reclaim, False, 0, set(), [(self.now, 0)], None, None, slot, 0, 0, False, rebalance,
-                       False)
+        node = SimNode(f"i-{_ID_LETTER[group[0]]}{self._serial:07d}", self._serial, group, self.group_gpus[group],
+                       price, self.now, ready_at, reclaim, False, 0, set(), [(self.now, 0)], None, None, slot, 0, 0,
+                       False, rebalance, False)
         self.nodes[node.id] = node
         self.counts[group] += 1
         self.rates[group] += price

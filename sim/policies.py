@@ -1,4 +1,5 @@
-"""The policies compared on the same simulated pool: ours (the real policy.decide.decide) and the baselines.
+"""The policies compared on the same simulated pool: ours (the Lambda's own tick, policy.tick.run_tick, over the
+in-memory ports of sim/ports.py) and the baselines.
 
 Each controller has `start(sim)` (capacity at minute 0) and `tick(sim)` (once per simulated minute). They see
 the simulated world only through what a real controller could see: nodes, their utilization, pending pods,
@@ -7,40 +8,32 @@ and the answer to a launch request.
 
 from __future__ import annotations
 
-import bisect
+import copy
 import dataclasses
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from typing import Any
 
 from policy import decide as rules
+from policy import tick
+from policy.decide import next_month_start
 from policy.model import (
     ACTION_SET_DESIRED,
     ACTION_SET_LENDING_LIMIT,
     ACTION_TERMINATE,
     ENFORCEMENT_CAP,
-    LIFECYCLE_IN_SERVICE,
-    LIFECYCLE_PENDING,
-    Group,
-    Lending,
-    Node,
     NodeSize,
     Observation,
-    PendingGang,
-    PoolObservation,
     PoolSettings,
     Reason,
     Settings,
-    Spend,
 )
-from policy.rhythm import DAYS as RHYTHM_DAYS
-from policy.rhythm import SLOT_MINUTES, SLOTS_PER_DAY, DailyArrivals, day_and_slot
-from sim.engine import GUARANTEED, LEAVING, MINUTES_PER_MONTH, ON_DEMAND, SPOT, Simulation, size_group
+from policy.rhythm import SLOT_MINUTES
+from policy.spend import MAX_ACCRUAL_GAP, accrue
+from sim.engine import GUARANTEED, ON_DEMAND, SPOT, Simulation, size_group
 from sim.latency import karpenter_batch_close
 from sim.packing import new_claims, new_nodes_needed
 from sim.pool import PoolSpec
-
-# The ITP traces start on 2021-03-04; any fixed UTC origin works (it only places the month boundaries).
-SIM_EPOCH = datetime(2021, 3, 4, tzinfo=timezone.utc)
+from sim.ports import at_minute, minute_at_or_after, node_pod_gpus, sim_ports
 
 
 class Controller:
@@ -84,17 +77,10 @@ def displaced_pods(sim: Simulation) -> dict[int, int]:
     """GPU requests of the pods on nodes under a spot interruption notice (one pod per node and job), as counts
     per size. In series mode every busy GPU of such a node is one 1-GPU pod."""
     out: dict[int, int] = {}
-    on_nodes = getattr(sim.workload, "on_nodes", None)
     for n in sim.nodes.values():
-        if not (n.warned and n.busy):
-            continue
-        if on_nodes is None:
-            out[1] = out.get(1, 0) + n.busy
-            continue
-        for i in n.jobs:
-            for node, used in on_nodes[i]:
-                if node is n:
-                    out[used] = out.get(used, 0) + 1
+        if n.warned and n.busy:
+            for used in node_pod_gpus(sim, n):
+                out[used] = out.get(used, 0) + 1
     return out
 
 
@@ -368,14 +354,9 @@ def pool_settings(spec: PoolSpec) -> PoolSettings:
     )
 
 
-def _minute_at_or_after(when: datetime) -> int:
-    """The first whole simulated minute at or after `when` (a rule that flips just after a minute flips by the
-    next one)."""
-    return -(-(when - SIM_EPOCH) // timedelta(minutes=1))
-
-
 class GpuLoan(Controller):
-    """Our policy: every minute, build the Observation the Lambda would build and call policy.decide.decide."""
+    """Our policy: the Lambda's own tick (policy.tick.run_tick: observe, decide, the checks before a change, apply,
+    spend and warm-up bookkeeping in its state) over in-memory ports on the simulated pool (sim/ports.py)."""
 
     uses_spot = True
 
@@ -393,7 +374,7 @@ class GpuLoan(Controller):
         # release-on-cost rule keeps no empty node. Together they bound what a faster release signal could buy.
         self.instant_idle = instant_idle
         self.keep_for_next_job = keep_for_next_job
-        self.decide = rules.decide  # the real one; tests check the identity
+        self.run_tick = tick.run_tick  # the Lambda's own; tests check the identity
         self.calls = 0
         self.reasons: dict[str, int] = {}
         # Minutes in which the budget cap held a wanted scale-up (BUDGET_CAP / BUDGET_UNKNOWN), as [start, end)
@@ -410,307 +391,51 @@ class GpuLoan(Controller):
                      "idle_timeout_minutes", "empty_timeout_minutes", "cooldown_minutes", "max_step_nodes",
                      "fallback_after_minutes", "workload", "launch_minutes", "arrival_window_minutes", "warm_up")
             ps = dataclasses.replace(ps, **{k: getattr(base, k) for k in knobs})
+        lend = getattr(sim, "lend_ahead", None)  # (configured lendingLimit, lookahead): sim/environment.py PoolSim
+        if lend is not None:
+            # Lending ahead of the owner (policy/decide/lend_ahead.py) where the environment's config turns it on:
+            # the floor's queue as the rule's settings name it, read and patched through sim/ports.py
+            ps = dataclasses.replace(ps, lend_ahead_queue="sim", lend_ahead_flavor=GUARANTEED,
+                                     lend_ahead_limit_gpus=lend[0], reclaim_lookahead_minutes=lend[1])
+        if ps.budget_monthly_usd is not None and not ps.budget_name:
+            # the stack names the pool's AWS Budget (stacks/spend); the tick reads the budget by its name
+            ps = dataclasses.replace(ps, budget_name=f"sim-{ps.name}")
         self.ps = ps
-        self.settings = Settings(environment="sim", region=sim.spec.region, cluster_name="sim", pools=(ps,))
+        # One AWS call at a time: the simulated tick runs in order, with no threads, so a simulation is reproducible.
+        self.settings = Settings(environment="sim", region=sim.spec.region, cluster_name="sim", pools=(ps,),
+                                 aws_calls_in_flight=1)
         sim.hist_keep = max(sim.hist_keep, max(ps.idle_timeout_minutes, ps.empty_timeout_minutes,
                                                ps.scale_up_window_minutes) + sim.settings.metric_delay_minutes + 1)
-        self._node_cache: dict = {}
-        self._group_cache: dict = {}
-        self._last_obs = None
-        self._month_spend_at_refresh = 0.0
-        self._pods_key, self._pods_value = None, ()
+        self.ports = sim_ports(sim, ps, instant_idle=self.instant_idle, keep_for_next_job=self.keep_for_next_job,
+                               gangs=self.gangs)
+        self._warned: set[str] = set()  # nodes whose spot warning the function has been invoked with
         self._last_reasons: list[str] = []
         self._last_held = False  # the last plan held a scale-up for the budget (BUDGET_CAP / BUDGET_UNKNOWN)
         self._quiet_plan = False
         self._version = -1
         self._decide_again = 0  # the minute of the last plan's next_decision_at (policy/decide/)
-        self._arrivals_key, self._arrivals_value = None, ()
-        self._gangs_key, self._gangs_value = None, ()
-        self._off_spot_key, self._off_spot_value = None, ()
-        self._gang_seen: dict[tuple[int, int], int] = {}  # (job, run) -> minute its pods were first pending
-        self._when: dict[int, datetime] = {}
-        # Lending ahead of the owner (policy/decide/lend_ahead.py), where the environment's config turns it on: the
-        # floor's queue as the rule's settings name it, and its lendingLimit moved on the simulated pool.
-        lend = getattr(sim, "lend_ahead", None)
-        if lend is not None:
-            ps = dataclasses.replace(ps, lend_ahead_queue="sim", lend_ahead_flavor=GUARANTEED,
-                                     lend_ahead_limit_gpus=lend[0], reclaim_lookahead_minutes=lend[1])
-            self.ps = ps
-            self.settings = Settings(environment="sim", region=sim.spec.region, cluster_name="sim", pools=(ps,))
-        self._lend_slot: tuple[int | None, float | None] = (None, None)  # (slot of the day, forecast GPUs)
-        # Warm-up's and lend-ahead's daily history, fed the trace's arrivals as they happen (policy/rhythm.py, as in
-        # the Lambda).
-        self._rhythm = DailyArrivals() if ps.warm_up or lend is not None else None
-        self._rhythm_fed = 0  # jobs (or series minutes) already fed
-        self._rhythm_slot: tuple[int | None, float | None] = (None, None)  # (slot of the day's minute, its rate)
-        series = getattr(sim.trace, "gpus_demanded", None)
-        self._rises = None
-        if series is not None:
-            # A demand series has no pods: a rise of the level is that many 1-GPU pods created that minute.
-            self._rises = [max(0, series[t] - (series[t - 1] if t else 0)) for t in range(len(series))]
+        self._rates: dict[str, tuple[float, float]] = {}  # the last plan's spend rates (policy.tick.spend_rates)
 
-    def observe(self, sim: Simulation, now_dt: datetime) -> Observation:
-        """The Observation the Lambda would build this minute. Unchanged parts reuse last minute's objects
-        (frozen dataclasses are slow to build and the engine does not care about identity)."""
-        ps = self.ps
-        now = sim.now
-        nodes = []
-        cache = self._node_cache
-        used: dict = {}
-        idle_w, up_w, empty_w = ps.idle_timeout_minutes, ps.scale_up_window_minutes, ps.empty_timeout_minutes
-        windows = (idle_w, up_w, empty_w)
-        distinct = tuple(sorted(set(windows)))  # one walk per distinct window length (up and empty are often equal)
-        at = tuple(distinct.index(w) for w in windows)
-        # CloudWatch's windows end at the newest datapoint: this minute's reading is of minute `read`
-        delay = sim.settings.metric_delay_minutes
-        read = now - delay
-        window_start = read - max(windows) + 1
-        for n in sim.nodes.values():
-            stable = n.obs_cache
-            if stable is not None and now >= stable[0]:
-                nodes.append(stable[1])  # ready, and every window past its last change: the same Node as before
-                continue
-            if n.warned:
-                # EventBridge's "EC2 Spot Instance Interruption Warning" names the instance: the function treats
-                # it as leaving (not capacity) and its pods as needing a place (added to the pending pods below).
-                key = (n.id, LEAVING, None, None)
-            elif n.ready_at > now:
-                key = (n.id, None, None, None)
-            elif n.group == GUARANTEED:
-                _, avg = sim.window_utilization(n, up_w, at=read)
-                key = (n.id, avg, avg, None)
-            elif self.instant_idle and n.busy == 0:
-                key = (n.id, 0.0, 0.0, 0.0)  # what-if: idle from the minute its last pod ended
-            elif read > n.launched and n.hist[-1][0] <= (n.launched if n.launched > window_start else window_start):
-                # unchanged over every window (most nodes, most minutes): window_stats' answer without the call
-                pct = 100.0 * n.busy / n.gpus
-                key = (n.id, pct, pct, pct)
-            else:
-                # In the simulator a GPU is requested exactly while a job runs on it, so the reserved capacity
-                # Container Insights would report equals the busy share the utilization is computed from.
-                stats = sim.window_stats(n, distinct, at=read)
-                (mx, _), (_, avg), (reserved, _) = stats[at[0]], stats[at[1]], stats[at[2]]
-                key = (n.id, mx, avg, reserved)
-            if not n.warned and n.ready_at <= now:
-                # the pods bound to it, from the tick's pod list (fresh, where the metrics are minutes old)
-                key = key + (sim.workload.pods_on(n),)
-            node = cache.get(key)
-            if node is None:
-                launched = SIM_EPOCH + timedelta(minutes=n.launched)
-                if n.warned:
-                    node = Node(n.id, n.group, launched, LEAVING)
-                elif n.ready_at > now:
-                    node = Node(n.id, n.group, launched, LIFECYCLE_PENDING)
-                else:
-                    # utilization over the empty window = the busy share = the reserved figure in the simulator
-                    node = Node(n.id, n.group, launched, LIFECYCLE_IN_SERVICE, key[1], key[2], key[3], key[3],
-                                key[4])
-            if not n.warned and n.ready_at <= now:
-                # From this minute on the node reads the same until it changes (set_busy and the spot notice
-                # clear obs_cache).
-                settled = n.hist[-1][0] + (up_w if n.group == GUARANTEED else max(windows)) - 1 + delay
-                n.obs_cache = (max(now, n.launched + 1 + delay, settled), node) \
-                    if now >= settled and read > n.launched else None
-            used[key] = node
-            nodes.append(node)
-        self._node_cache = used  # only this minute's nodes can repeat next minute
-        groups = []
-        for g in ps.elastic_groups:
-            key = (g, sim.desired[g], sim.last_change[g], g in ps.spot_groups and sim.short_since[g] is not None)
-            group = self._group_cache.get(key)
-            if group is None:
-                last = key[2]
-                group = Group(g, key[1], 0, ps.max_nodes(g),
-                              last_change_at=None if last is None else SIM_EPOCH + timedelta(minutes=last),
-                              capacity_shortage=key[3])
-                self._group_cache = {key: group, **{k: v for k, v in self._group_cache.items() if k[0] != g}}
-            groups.append(group)
-        pods = self._pods(sim)
-        spend = self._spend(sim, now) if ps.budget_monthly_usd is not None else None
-        arrivals = self._arrivals(sim)
-        rhythm = self._rhythm_rate(sim, now_dt) if self._rhythm is not None else None
-        if not ps.warm_up:
-            rhythm = None  # the history is kept for lend-ahead only: no warm-up figure, as in the Lambda
-        gangs = self._pending_gangs(sim)
-        off_spot = self._on_demand_only(sim)
-        lending = self._lending(sim, now_dt) if ps.lend_ahead_queue else None
-        key = (tuple(nodes), tuple(groups), tuple(pods), spend, arrivals, rhythm, gangs, off_spot, lending)
-        if self._last_obs is not None and self._last_obs[0] == key:
-            return self._last_obs[1]
-        obs = Observation((PoolObservation(ps.name, key[1], key[0], key[2], spend, arrivals, rhythm,
-                                            pending_gangs=gangs, on_demand_only_pod_gpus=off_spot,
-                                            lending=lending),))
-        self._last_obs = (key, obs)
-        return obs
+    @property
+    def state(self) -> dict:
+        """The policy's own tick state (spend, warm-up history, its last changes), as the Lambda keeps it."""
+        return self.ports.state.load(tick.STATE_KEY)[0]  # type: ignore[union-attr]
 
-    def _pods(self, sim: Simulation) -> tuple[int, ...]:
-        """Pending pods (a multi-node job is one pod per node) plus the pods of nodes under a spot notice, as the
-        sorted tuple the Observation carries; rebuilt only when the counts change."""
-        counts = sim.workload.pending_counts()
-        for size, n in displaced_pods(sim).items():
-            counts[size] = counts.get(size, 0) + n
-        key = tuple(sorted(counts.items()))
-        if key == self._pods_key:
-            return self._pods_value
-        self._pods_key, self._pods_value = key, self._pod_list(key)
-        return self._pods_value
+    def _new_warnings(self, sim: Simulation) -> tuple[str, ...]:
+        """EventBridge's "EC2 Spot Instance Interruption Warning" invokes the function with the instance (once)."""
+        warned = [n.id for n in sim.nodes.values() if n.warned and n.id not in self._warned]
+        self._warned = {i for i in self._warned if i in sim.nodes} | set(warned)
+        return tuple(warned)
 
-    def _pod_list(self, counts) -> tuple[int, ...]:
-        """(job size, jobs) pairs as pods: a multi-node job is one pod per node."""
-        gpn = self.ps.gpus_per_node
-        pods: list[int] = []
-        for size, n in counts:
-            whole, last = divmod(size, gpn) if size > gpn else (0, size)
-            if size > gpn and last == 0:
-                whole, last = whole - 1, gpn
-            pods += [gpn] * (whole * n) + [last] * n
-        return tuple(pods)
-
-    def _on_demand_only(self, sim: Simulation) -> tuple[int, ...]:
-        """The pending pods that may not run on spot (production work kept off spot in an environment,
-        sim/environment.py `on_demand_only_pending`), as the Lambda reads them (policy/kube.py
-        `pending_on_demand_only`): among the pending pods of `_pods`. () for a workload without job classes."""
-        read = getattr(sim.workload, "on_demand_only_pending", None)
-        counts = read() if read is not None else None
-        if not counts:
-            return ()
-        key = tuple(sorted(counts.items()))
-        if key != self._off_spot_key:
-            self._off_spot_key, self._off_spot_value = key, self._pod_list(key)
-        return self._off_spot_value
-
-    def _gang_runs(self, sim: Simulation) -> list[tuple[int, int, int, bool]]:
-        """(job, run, minute first pending, may not run on spot) of every pending multi-node job: its pods were
-        created at that minute (at its arrival, or when an interruption sent it back to the queue), as the Lambda
-        reads them. Production jobs kept off spot wait in their own queues (sim/environment.py) and are the gangs
-        that may not run on spot."""
-        queues = getattr(sim.workload, "queues", None)
-        if not self.gangs or queues is None:  # (empty: production gangs may still wait in their own queues)
-            return []
-        gpn = self.ps.gpus_per_node
-        w = sim.workload
-        off_spot = bool(w.on_demand_only_pending()) if hasattr(w, "on_demand_only_pending") else False
-        out = []
-        seen = self._gang_seen
-        for off, qs in ((False, queues), (off_spot, getattr(w, "prod_queues", {}) if off_spot else {})):
-            for size, q in qs.items():
-                if size <= gpn:
-                    continue
-                for i in q:
-                    run = (i, w.run_id[i])
-                    since = seen.get(run)
-                    if since is None:
-                        since = seen[run] = sim.now
-                    out.append((i, run[1], since, off))
-        if len(seen) > 4 * len(out) + 64:  # forget runs that started
-            live = {(i, r) for i, r, _, _ in out}
-            self._gang_seen = {k: v for k, v in seen.items() if k in live}
-        return sorted(out)
-
-    def _pending_gangs(self, sim: Simulation) -> tuple:
-        runs = self._gang_runs(sim)
-        key = tuple(runs)
-        if key == self._gangs_key:
-            return self._gangs_value
-        gpn = self.ps.gpus_per_node
-        gangs = []
-        for i, run, since, off in runs:
-            whole, last = divmod(sim.workload.gpus[i], gpn)
-            if last == 0:
-                whole, last = whole - 1, gpn
-            gangs.append(PendingGang(f"job-{i}", (gpn,) * whole + (last,), SIM_EPOCH + timedelta(minutes=since),
-                                     on_demand_only=off))
-        self._gangs_key, self._gangs_value = key, tuple(gangs)
-        return self._gangs_value
-
-    def arrival_minutes(self, sim: Simulation) -> list[tuple[int, int]]:
-        """(minute, GPUs) of the pods created within the arrival window that have not finished: what the
-        Lambda's pod list shows (policy/kube.py `gpu_pod_arrivals`). Only the past: no look-ahead."""
-        now, window = sim.now, self.ps.arrival_window_minutes
-        lo = now - window + 1
-        if self._rises is not None:
-            rises = self._rises
-            return [(t, rises[t]) for t in range(max(0, lo), min(now + 1, len(rises))) if rises[t]]
-        w = sim.workload
-        start = bisect.bisect_left(w._arrival_minute, lo, 0, w._next)
-        out: dict[int, int] = {}
-        for i in range(start, w._next):
-            if not w.done[i] and w.gpus[i] <= w.pool_gpus:
-                m = w._arrival_minute[i]
-                out[m] = out.get(m, 0) + w.gpus[i]
-        return sorted(out.items())
-
-    def _arrivals(self, sim: Simulation) -> tuple:
-        if not self.keep_for_next_job:
-            return ()
-        key = tuple(self.arrival_minutes(sim))
-        if key != self._arrivals_key:
-            when = self._when
-            if len(when) > 4096:
-                when.clear()
-            out = []
-            for m, g in key:
-                t = when.get(m)
-                if t is None:
-                    t = when[m] = SIM_EPOCH + timedelta(minutes=m)
-                out.append((t, g))
-            self._arrivals_key, self._arrivals_value = key, tuple(out)
-        return self._arrivals_value
-
-    def _rhythm_rate(self, sim: Simulation, now_dt: datetime) -> float | None:
-        """Feed the arrivals since the last call into the daily history and read the warm-up rate, as the
-        Lambda's tick does (policy/tick.py:_rhythm_rates). The Lambda runs every minute, so every simulated day
-        counts as recorded, quiet or not."""
-        history, now = self._rhythm, sim.now
-        slot = now // SLOT_MINUTES
-        if slot == self._rhythm_slot[0]:
-            # The rate reads earlier days only and changes when a slot begins; today's arrivals can wait until
-            # then (record() files each under its own minute).
-            return self._rhythm_slot[1]
-        new: list[tuple[datetime, int]] = []
-        if self._rises is not None:
-            upto = min(now + 1, len(self._rises))
-            new = [(SIM_EPOCH + timedelta(minutes=t), self._rises[t]) for t in range(self._rhythm_fed, upto)
-                   if self._rises[t]]
-            self._rhythm_fed = max(self._rhythm_fed, upto)
-        else:
-            w = sim.workload
-            for i in range(self._rhythm_fed, w._next):
-                if w.gpus[i] <= w.pool_gpus:
-                    new.append((SIM_EPOCH + timedelta(minutes=w._arrival_minute[i]), w.gpus[i]))
-            self._rhythm_fed = max(self._rhythm_fed, w._next)
-        today, first = day_and_slot(now_dt)[0], day_and_slot(SIM_EPOCH)[0]
-        for d in range(max(first, today - RHYTHM_DAYS + 1), today + 1):
-            history.rows.setdefault(d, [0.0] * SLOTS_PER_DAY)
-        history.record(now_dt, new)
-        ps = self.ps
-        rate = history.expected_rate_nodes_per_minute(now_dt, 2 * ps.launch_minutes, ps.gpus_per_node)
-        self._rhythm_slot = (slot, rate)
-        return rate
-
-    def _lending(self, sim: Simulation, now_dt: datetime) -> Lending:
-        """The floor flavor as the Lambda reads it from the ClusterQueue (policy/kube.py lending_of): nominal quota,
-        the lendingLimit now, the owner's admitted GPUs on it (status.flavorsUsage), its workloads waiting for
-        admission (status.pendingWorkloads), and the rhythm's forecast over the lookahead (read after
-        _rhythm_rate fed the history, once per slot of the day, as it changes only then)."""
-        pool: Any = sim  # an environment's PoolSim (sim/environment.py sets lend_ahead only there)
-        slot = sim.now // SLOT_MINUTES
-        if slot != self._lend_slot[0] and self._rhythm is not None:
-            self._lend_slot = (slot, self._rhythm.expected_gpus(now_dt, self.ps.reclaim_lookahead_minutes))
-        waiting: dict[int, list] = pool.workload.waiting
-        return Lending(pool.floor_gpus, pool.lending_limit_gpus, pool.quota_own,
-                       sum(len(q) for q in waiting.values()), self._lend_slot[1])
-
-    def _spend(self, sim: Simulation, now: int) -> Spend:
-        """Budgets' actual figure refreshed hourly (it lags), plus the running estimate since."""
-        month = now // (730 * 60)
-        total = sim.month_usd(month)
-        if now % 60 == 0:
-            self._month_spend_at_refresh = total
-        return Spend(self._month_spend_at_refresh, max(0.0, total - self._month_spend_at_refresh))
+    def observe(self, sim: Simulation, now_dt: datetime | None = None) -> Observation:
+        """The Observation the tick would build now (policy.tick.observe over the same ports and a copy of the
+        state; nothing is written): for tests."""
+        now_dt = now_dt or at_minute(sim.now)
+        leaving = frozenset(n.id for n in sim.nodes.values() if n.warned)
+        return tick.observe(self.settings, self.ports, copy.deepcopy(self.state), now_dt, [], leaving=leaving)
 
     def tick(self, sim: Simulation) -> None:
-        now_dt = SIM_EPOCH + timedelta(minutes=sim.now)
+        now_dt = at_minute(sim.now)
         if sim.recommendations:
             # EventBridge's rebalance recommendation invokes the function at once (policy/rebalance.py): with
             # rebalance_checkpoint on, the node is tainted and its jobs checkpoint; otherwise it is not listened to
@@ -719,31 +444,22 @@ class GpuLoan(Controller):
                     if node.id in sim.nodes:
                         sim.signal_rebalance(node)
             sim.recommendations.clear()
-        plan = self.decide(self.settings, self.observe(sim, now_dt), now_dt)
+        guard = self.ports.nodes
+        guard.changed = False  # type: ignore[union-attr]
+        result = self.run_tick(self.settings, self.ports, now_dt, log=tick.no_log, lease=_LEASE,
+                               leaving=self._new_warnings(sim))
+        plan = result.plan
         self.calls += 1
-        self._decide_again = sim.horizon if plan.next_decision_at is None else _minute_at_or_after(
+        self._decide_again = sim.horizon if plan.next_decision_at is None else minute_at_or_after(
             plan.next_decision_at)
+        self._rates = tick.spend_rates(self.settings, plan)
         reasons = []
-        quiet = True
+        quiet = not guard.changed  # type: ignore[union-attr]  # a back-to-spot taint moved
         for action in plan.actions:
             reasons.append(action.reason.value)
             self.reasons[action.reason.value] = self.reasons.get(action.reason.value, 0) + 1
-            if action.kind == ACTION_SET_DESIRED:
+            if action.kind in (ACTION_SET_DESIRED, ACTION_TERMINATE, ACTION_SET_LENDING_LIMIT):
                 quiet = False
-                sim.set_desired(action.group, action.desired_to)
-            elif action.kind == ACTION_TERMINATE:
-                quiet = False
-                sim.terminate(action.instance_id, decrement=True)
-            elif action.kind == ACTION_SET_LENDING_LIMIT:
-                quiet = False
-                lender: Any = sim  # an environment's PoolSim: the only pool whose settings name a queue
-                lender.set_lending_limit(action.desired_to)
-        for d in plan.decisions:
-            # back to spot (policy/closing.py in the Lambda): the NoSchedule taint on exactly these on-demand nodes
-            if d.closed_to_new_pods is not None:
-                closed = frozenset(d.closed_to_new_pods)
-                for group in self.ps.on_demand_groups:  # every size's on-demand group
-                    quiet = not sim.set_closed(group, closed) and quiet
         self._last_reasons = reasons
         self._quiet_plan = quiet
         self._last_held = not _CAP_HELD.isdisjoint(reasons)
@@ -762,29 +478,26 @@ class GpuLoan(Controller):
     def cap_held_minutes(self) -> int:
         return sum(b - a for a, b in self.cap_held)
 
-    @property
-    def reads_spend_each_minute(self) -> bool:
-        """With a budget the Lambda reads month-to-date spend every tick (the hourly Budgets refresh included):
-        skipped minutes replay those reads one by one, so billing is settled at the same minutes either way."""
-        return self.ps.budget_monthly_usd is not None
-
     def repeat(self, sim: Simulation, ticks: int) -> None:
-        """The skipped ticks would have decided the same plan (see wake): count its reasons for each."""
+        """The skipped ticks would have decided the same plan (see wake): count its reasons for each, and account
+        their spend in the policy's state as they would have (policy.spend.accrue at the plan's rates, at most
+        MAX_ACCRUAL_GAP at a time, as ticks that ran would have)."""
         for r in self._last_reasons:
             self.reasons[r] += ticks
         if self._last_held:
-            # sim/engine.py _skip: minute by minute (sim.now is the skipped minute) when spend is read each minute,
-            # else in one step from the deciding minute (sim.now) on
-            self._hold_minutes(sim.now if self.reads_spend_each_minute else sim.now + 1, ticks)
-        if self.reads_spend_each_minute:
-            for _ in range(ticks):
-                self._spend(sim, sim.now)
+            self._hold_minutes(sim.now + 1, ticks)
+        state = self.state
+        minute, last = sim.now, sim.now + ticks
+        step = int(MAX_ACCRUAL_GAP / timedelta(minutes=1))
+        while minute < last:
+            minute = min(minute + step, last)
+            accrue(state, self._rates, at_minute(minute))
 
     def wake(self, sim: Simulation) -> int:
         """The first minute after now at which the tick could act differently if nothing else happens (no node
         event, arrival, completion or demand change: those bump sim.version): the earlier of the plan's own
         next_decision_at (policy/decide/, every rule's timer: the engine owns them, nothing here repeats one)
-        and the first minute at which the Observation this controller builds changes (`_observation_changes`).
+        and the first minute at which the Observation the tick builds changes (`_observation_changes`).
         tests/sim/test_sim_speed.py compares the result with deciding every minute."""
         nxt = sim.now + 1
         if not self._quiet_plan or sim.version != self._version:
@@ -792,14 +505,15 @@ class GpuLoan(Controller):
         return max(nxt, self._observation_changes(sim, min(sim.horizon, self._decide_again)))
 
     def _observation_changes(self, sim: Simulation, until: int) -> int:
-        """The first minute after now (at most `until`) at which the Observation of `observe` changes in what the
+        """The first minute after now (at most `until`) at which the Observation of the tick changes in what the
         engine reads, with no event in between (an event bumps sim.version):
         - a node's CloudWatch figures: a change of its busy GPUs at minute t is read from t + delay on (its first
           datapoint a minute after launch, delayed) and has left a window of w minutes from t + delay + w - 1 on;
           in between, the first minute its figures read differently to the engine (policy.decide node_reading: a
           utilization figure on the other side of the idle threshold, or another value below it; the reserved
           figure zero or not; a service pool's mean at all);
-        - the month-to-date spend reaching a capped budget, or starting again with the simulated month;
+        - with a budget, the tick's next AWS Budgets read (the policy's state says when), the calendar month's
+          start, and the month-to-date spend (the policy's own figure) reaching a capped budget;
         - an arrival leaving the arrival window; the warm-up history's slot of the day."""
         now, ps = sim.now, self.ps
         nxt = now + 1
@@ -814,29 +528,44 @@ class GpuLoan(Controller):
             if first > now:
                 wake = min(wake, first)  # its first datapoint
                 continue
-            w = ps.scale_up_window_minutes if n.group == GUARANTEED else longest  # a floor node's mean only
             t = n.hist[-1][0] + delay if len(n.hist) > 1 else None
-            if t is None or t + w - 1 <= now:
+            if t is None or t + longest - 1 <= now:
                 continue  # its newest change has left every window: it reads the same until an event
-            moving.append((n, t + w - 1))  # read from t on (not yet when t > now), settled from t + w - 1
+            moving.append((n, t + longest - 1))  # read from t on (not yet when t > now), settled from t + w - 1
         if moving and wake > nxt:
             wake = self._reading_changes(sim, moving, wake)
         if ps.budget_monthly_usd is not None:
-            month = now // MINUTES_PER_MONTH
-            wake = min(wake, (month + 1) * MINUTES_PER_MONTH)  # the simulated month's spend starts again
-            if ps.budget_enforcement == ENFORCEMENT_CAP:
-                left = ps.budget_monthly_usd - sim.c.monthly_usd.get(month, 0.0)
-                usd_per_minute = sum(sim.rates.values()) / 60
-                if left <= 0:
-                    return nxt
-                if usd_per_minute > 0:
-                    wake = min(wake, now + int(left / usd_per_minute))  # reaches the budget: one minute early at least
-        arrivals = self.arrival_minutes(sim) if self.keep_for_next_job else ()
+            wake = min(wake, self._spend_changes(sim))
+        pods: Any = self.ports.pods  # sim/ports.py SimPods
+        arrivals = pods.arrival_minutes(now - ps.arrival_window_minutes) if self.keep_for_next_job else ()
         if arrivals:
             wake = min(wake, arrivals[0][0] + ps.arrival_window_minutes)
-        if self._rhythm is not None:
+        if ps.warm_up:
             # the warm-up rate reads whole slots of the day (SIM_EPOCH is a midnight)
             wake = min(wake, (now // SLOT_MINUTES + 1) * SLOT_MINUTES)
+        return max(nxt, wake)
+
+    def _spend_changes(self, sim: Simulation) -> int:
+        """With a budget: the first minute at which the tick's spend reads differently to the rules: its next AWS
+        Budgets read, the next calendar month, and (capped) the minute the policy's month-to-date reaches the
+        budget at the plan's rate (one minute early at least)."""
+        now, ps = sim.now, self.ps
+        nxt = now + 1
+        wake = minute_at_or_after(next_month_start(at_minute(now)))
+        spend = (self.state.get("spend") or {}).get(tick.pool_scope(ps.name)) or {}
+        as_of = spend.get("actual_as_of")
+        if not as_of:
+            return nxt  # Budgets not read yet: the next tick asks
+        wake = min(wake, minute_at_or_after(datetime.fromisoformat(as_of)
+                                            + timedelta(minutes=self.settings.budget_refresh_minutes)))
+        if ps.budget_enforcement == ENFORCEMENT_CAP:
+            budget = ps.budget_monthly_usd or 0.0  # not None: checked by the caller
+            left = budget - (spend.get("actual_usd") or 0.0) - float(spend.get("estimated_since_usd", 0.0))
+            if left <= 0:
+                return nxt
+            usd_per_minute = self._rates.get(tick.pool_scope(ps.name), (0.0, 0.0))[0] / 60
+            if usd_per_minute > 0:
+                wake = min(wake, now + int(left / usd_per_minute))
         return max(nxt, wake)
 
     def _reading_changes(self, sim: Simulation, moving: list, until: int) -> int:
@@ -851,9 +580,7 @@ class GpuLoan(Controller):
         at = tuple(distinct.index(w) for w in windows)
 
         def reading(n, m: int) -> tuple:
-            if n.group == GUARANTEED:
-                avg = sim.window_utilization(n, ps.scale_up_window_minutes, at=m)[1]
-                return rules.node_reading(ps, avg, avg, None, None)
+            # as sim/ports.py SimUtilization serves them to the tick (policy/tick.py _pool_groups_and_nodes)
             stats = sim.window_stats(n, distinct, at=m)
             (mx, _), (_, avg), (reserved, _) = stats[at[0]], stats[at[1]], stats[at[2]]
             return rules.node_reading(ps, mx, avg, reserved, reserved)
@@ -874,6 +601,9 @@ class GpuLoan(Controller):
                     until = t
                     break
         return until
+
+
+_LEASE = ("simulator", 60.0)  # (holder, seconds): the tick takes the state's lease as the Lambda's does
 
 
 # Plans held for the budget (counted as the minutes the cap held a wanted scale-up).

@@ -10,7 +10,7 @@ import yaml
 
 from config import config
 from conftest import REPO, SHARED_TRACES, requires_shared_prices, requires_shared_traces
-from policy import decide as rules
+from policy import tick
 from sim import pool as simpool
 from sim import runner, traces
 from sim.engine import SimSettings
@@ -18,19 +18,19 @@ from sim.policies import GpuLoan
 
 
 class Recording(GpuLoan):
-    """Our controller, recording every change its plans make with the simulated minute (the real decide)."""
+    """Our controller, recording every change its plans make with the simulated minute (the Lambda's real tick)."""
 
     def start(self, sim):
         super().start(sim)
         self.events: list[tuple] = []
 
-        def decide(settings, observation, now):
-            plan = rules.decide(settings, observation, now)
+        def run_tick(settings, ports, now, **kwargs):
+            result = tick.run_tick(settings, ports, now, **kwargs)
             self.events += [(sim.now, a.kind, a.reason.value, a.group, a.desired_to, a.instance_id)
-                            for a in plan.changes]
-            return plan
+                            for a in result.plan.changes]
+            return result
 
-        self.decide = decide
+        self.run_tick = run_tick
 
 
 @requires_shared_prices
