@@ -103,12 +103,12 @@ def build_ports(settings: Settings, session, context, deadline: Deadline | None 
                 errors: list[str] | None = None) -> Ports:
     """The adapters of one tick. A failure to find the cluster's API server goes into `errors` (the tick's
     errors and PolicyErrors): without it pending pods are unknown and nothing is terminated."""
-    from policy.kube import KubeClient, eks_token
+    from policy.io.kube import KubeClient, eks_token
     from policy.model import WORKLOAD_SERVICE
-    from policy.nodegroups import AwsNodeGroups
+    from policy.io.nodegroups import AwsNodeGroups
     from policy.notifications import SnsPublisher
     from policy.spend import AwsBudgets
-    from policy.state import DynamoState
+    from policy.io.state import DynamoState
     from policy.utilization import CloudWatchUtilization
 
     eks = _bounded(session, "eks", deadline)
@@ -155,7 +155,7 @@ def build_ports(settings: Settings, session, context, deadline: Deadline | None 
                              settings.aws_calls_in_flight) if topic else None
     blocks = None
     if any(p.capacity_block_reservation_id and p.capacity_block_start for p in settings.pools):
-        from policy.reservations import AwsCapacityBlocks
+        from policy.io.reservations import AwsCapacityBlocks
 
         blocks = AwsCapacityBlocks(_bounded(session, "ec2", deadline), deadline)
     return Ports(groups, util, pods, budgets, state, publisher, pods, pods, blocks)

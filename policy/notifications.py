@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from typing import Protocol
 
 from policy import fanout
-from policy.aws_errors import classify
+from policy.io.aws_errors import classify
 from policy.deadline import Deadline, check
 from policy.model import ACTION_SET_DESIRED, ACTION_TERMINATE, PoolDecision, Reason
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from policy.errors import PolicyError
-from policy.kube import REBALANCE_TAINT_KEY, NodeGuardPort
+from policy.io.kube import REBALANCE_TAINT_KEY, NodeGuardPort
 from policy.model import INSTANCE_ID, Settings
 
 REBALANCE = "EC2 Instance Rebalance Recommendation"

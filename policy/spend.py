@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 from typing import Callable, Protocol
 
 from policy import fanout
-from policy.aws_errors import classify, refused
+from policy.io.aws_errors import classify, refused
 from policy.deadline import Deadline, check
 from policy.errors import DataUnavailable
 from policy.model import Spend

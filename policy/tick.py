@@ -25,7 +25,7 @@ from policy.deadline import Deadline
 from policy.decide import decide
 from policy.lease import take as take_lease
 from policy.errors import DeadlineExceeded, MalformedState, PolicyError
-from policy.kube import FloorQuotaPort, NodeGuardPort, PendingPodsPort, elastic_shapes
+from policy.io.kube import FloorQuotaPort, NodeGuardPort, PendingPodsPort, elastic_shapes
 from policy.model import (
     ACTION_SET_DESIRED,
     ACTION_TERMINATE,
@@ -41,11 +41,11 @@ from policy.model import (
     PoolObservation,
     Settings,
 )
-from policy.nodegroups import GroupState, NodeGroupPort
-from policy.reservations import BlockDatesPort
+from policy.io.nodegroups import GroupState, NodeGroupPort
+from policy.io.reservations import BlockDatesPort
 from policy.rhythm import DailyArrivals
 from policy.spend import BudgetReader, accrue, observe_spend
-from policy.state import MALFORMED_VERSION, StatePort
+from policy.io.state import MALFORMED_VERSION, StatePort
 from policy.utilization import NodeRef, UtilizationSource
 
 STATE_KEY = "tick"

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Iterable, Protocol
 
-from policy.aws_errors import classify
+from policy.io.aws_errors import classify
 from policy.deadline import Deadline, check
 
 MAX_QUERIES_PER_CALL = 500

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Callable, Protocol
 
-from policy.aws_errors import classify
+from policy.io.aws_errors import classify
 from policy import fanout
 from policy.deadline import Deadline
 from policy.errors import PolicyError

@@ -12,7 +12,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Protocol
 
-from policy.aws_errors import classify
+from policy.io.aws_errors import classify
 from policy.deadline import Deadline
 from policy.model import BlockDates
 

@@ -30,7 +30,7 @@ from __future__ import annotations
 import json
 from typing import Protocol
 
-from policy.aws_errors import classify
+from policy.io.aws_errors import classify
 from policy.errors import MalformedState
 from policy.model import INSTANCE_ID
 

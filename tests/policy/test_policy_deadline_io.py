@@ -35,7 +35,7 @@ def server(request):
 
 
 def _kube(srv: SlowHttpServer, seconds: float = DEADLINE_S):
-    from policy.kube import KubeClient
+    from policy.io.kube import KubeClient
 
     return KubeClient(srv.url, srv.ca_pem, lambda: "k8s-aws-v1.token", Deadline(seconds))
 

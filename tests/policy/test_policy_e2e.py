@@ -505,7 +505,7 @@ def test_the_lease_is_exclusive_on_dynamodb(aws_env):
     expired lease can be taken."""
     import boto3
 
-    from policy.state import DynamoState
+    from policy.io.state import DynamoState
 
     ddb = boto3.client("dynamodb")
     ddb.create_table(TableName="t", AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
@@ -727,7 +727,7 @@ def test_a_failed_record_is_loud(world, kube, lambda_dir, aws_env):
 def test_leaving_records_on_dynamodb(aws_env):
     """DynamoState's records against the emulated DynamoDB: written without a read or a lease (the item is created
     by the first one), kept beside the tick item's whole-item writes, pruned only while still expired."""
-    from policy.state import DynamoState
+    from policy.io.state import DynamoState
 
     ddb = boto3.client("dynamodb")
     ddb.create_table(TableName="t", AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],

@@ -96,7 +96,7 @@ RAW_ITEMS = [
 
 @pytest.mark.parametrize("name,attrs,version", RAW_ITEMS, ids=[r[0] for r in RAW_ITEMS])
 def test_a_malformed_item_in_dynamodb_is_reported_and_rewritten(table, name, attrs, version):
-    from policy.state import DynamoState
+    from policy.io.state import DynamoState
 
     table.put_item(TableName="t", Item={"pk": {"S": STATE_KEY}, **attrs})
     ports = _ports()
@@ -112,14 +112,14 @@ def test_a_malformed_item_in_dynamodb_is_reported_and_rewritten(table, name, att
 
 
 def test_a_lease_whose_expiry_is_not_a_number_does_not_stop_every_tick(table):
-    from policy.state import LEASE_KEY, DynamoState
+    from policy.io.state import LEASE_KEY, DynamoState
 
     table.put_item(TableName="t", Item={"pk": {"S": LEASE_KEY}, "holder": {"S": "x"}, "expires_at": {"S": "never"}})
     assert DynamoState(table, "t").acquire_lease("me", NOW.timestamp(), 60) is True
 
 
 def test_a_spot_notice_whose_expiry_is_not_a_number_is_skipped(table):
-    from policy.state import LEAVING_KEY, DynamoState
+    from policy.io.state import LEAVING_KEY, DynamoState
 
     table.put_item(TableName="t", Item={"pk": {"S": LEAVING_KEY}, "i-0123456789abcdef0": {"S": "soon"},
                                         "i-0123456789abcdef1": {"N": "1000.5"}})

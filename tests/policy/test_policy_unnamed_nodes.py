@@ -15,7 +15,7 @@ from botocore.stub import Stubber
 
 from policy.errors import DataUnavailable
 from policy.model import LIFECYCLE_IN_SERVICE
-from policy.nodegroups import GroupState, Instance
+from policy.io.nodegroups import GroupState, Instance
 from policy.tick import Ports, observe
 from policy.utilization import CloudWatchUtilization
 from policy_cases import NOW, OD, SPOT, group, settings

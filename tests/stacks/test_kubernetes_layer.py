@@ -152,7 +152,7 @@ def _tolerates(tolerations: list[dict], taint: dict) -> bool:
 def test_operator_daemonsets_and_nfd_tolerate_the_taints_the_policy_puts_on_gpu_nodes():
     """Issue 35 item 7: a device-plugin pod recreated on a node the policy tainted (back to spot, rebalance
     recommendation) must land there, with the exact taints the Lambda writes (policy/kube.py)."""
-    from policy import kube as policy_kube
+    from policy.io import kube as policy_kube
 
     values = release(layer("prod"), "gpu-operator").inputs["values"]
     for key in (policy_kube.BACK_TO_SPOT_TAINT_KEY, policy_kube.REBALANCE_TAINT_KEY):
@@ -360,7 +360,7 @@ def test_policy_role_grants_exactly_the_verbs_the_policy_client_uses():
     import urllib.parse
 
     from fake_kube import FakeKube, gpu_pod
-    from policy.kube import KubeClient
+    from policy.io.kube import KubeClient
 
     kube = FakeKube("c")
     try:

@@ -17,7 +17,7 @@ from conftest import REPO, requires_shared_kueue_crds, requires_shared_prices, r
 from kube_checks import KUEUE_CRDS, kube_objects, layer, release, run_layer, validate_kueue
 from policy_cases import NOW, spend
 
-from policy import kube as policy_kube
+from policy.io import kube as policy_kube
 from policy.decide import decide
 from policy.model import Group, Observation, PoolObservation, Reason
 from pricing import checks
