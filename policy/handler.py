@@ -30,7 +30,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from policy import rebalance
-from policy.deadline import BoundedClient, Deadline
+from policy.deadline import Deadline
+from policy.io.bounded import BoundedClient
 from policy.errors import BadSettings, PolicyError
 from policy.model import INSTANCE_ID, Settings
 from policy.tick import Ports, TickResult, run_tick
@@ -106,10 +107,10 @@ def build_ports(settings: Settings, session, context, deadline: Deadline | None 
     from policy.io.kube import KubeClient, eks_token
     from policy.model import WORKLOAD_SERVICE
     from policy.io.nodegroups import AwsNodeGroups
-    from policy.notifications import SnsPublisher
-    from policy.spend import AwsBudgets
+    from policy.io.sns import SnsPublisher
+    from policy.io.budgets import AwsBudgets
     from policy.io.state import DynamoState
-    from policy.utilization import CloudWatchUtilization
+    from policy.io.cloudwatch import CloudWatchUtilization
 
     eks = _bounded(session, "eks", deadline)
     # A service pool's utilization scale-up waits out a cooldown from its groups' last change, so its spot groups'

@@ -15,7 +15,7 @@ import time
 from typing import Callable
 
 from policy.deadline import Deadline
-from policy.io.state import StatePort
+from policy.ports import StatePort
 
 FIRST_BACKOFF_S = 0.25
 MAX_BACKOFF_S = 2.0

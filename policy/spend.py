@@ -15,8 +15,7 @@ from datetime import datetime, timedelta
 from typing import Callable, Protocol
 
 from policy import fanout
-from policy.io.aws_errors import classify, refused
-from policy.deadline import Deadline, check
+from policy.io.aws_errors import refused
 from policy.errors import DataUnavailable
 from policy.model import Spend
 
@@ -28,24 +27,6 @@ REFUSED_WHY_CHARS = 300  # the refusal's message, kept in the state to report it
 
 class BudgetReader(Protocol):
     def actual_usd(self, budget_name: str) -> float: ...
-
-
-class AwsBudgets:
-    def __init__(self, budgets, account_id: str, deadline: Deadline | None = None):
-        self._budgets = budgets
-        self._account = account_id
-        self._deadline = deadline
-        self.calls = 0
-
-    def actual_usd(self, budget_name: str) -> float:
-        check(self._deadline)
-        self.calls += 1
-        try:
-            resp = self._budgets.describe_budget(AccountId=self._account, BudgetName=budget_name)
-        except Exception as err:  # noqa: BLE001
-            raise classify(err, f"Budgets DescribeBudget {budget_name}") from err
-        spend = ((resp.get("Budget") or {}).get("CalculatedSpend") or {}).get("ActualSpend") or {}
-        return float(spend.get("Amount", 0.0))
 
 
 def _month(now: datetime) -> str:

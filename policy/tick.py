@@ -25,7 +25,9 @@ from policy.deadline import Deadline
 from policy.decide import decide
 from policy.lease import take as take_lease
 from policy.errors import DeadlineExceeded, MalformedState, PolicyError
-from policy.io.kube import FloorQuotaPort, NodeGuardPort, PendingPodsPort, elastic_shapes
+from policy.pods import elastic_shapes
+from policy.ports import (BlockDatesPort, FloorQuotaPort, GroupState, MALFORMED_VERSION, NodeGroupPort, NodeGuardPort,
+                          PendingPodsPort, StatePort)
 from policy.model import (
     ACTION_SET_DESIRED,
     ACTION_TERMINATE,
@@ -41,11 +43,8 @@ from policy.model import (
     PoolObservation,
     Settings,
 )
-from policy.io.nodegroups import GroupState, NodeGroupPort
-from policy.io.reservations import BlockDatesPort
 from policy.rhythm import DailyArrivals
 from policy.spend import BudgetReader, accrue, observe_spend
-from policy.io.state import MALFORMED_VERSION, StatePort
 from policy.utilization import NodeRef, UtilizationSource
 
 STATE_KEY = "tick"

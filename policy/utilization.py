@@ -1,8 +1,7 @@
-"""Per-node GPU utilization from CloudWatch (Container Insights by default): one port, one boto3 adapter.
+"""Per-node GPU utilization (Container Insights by default): the port, and the per-minute series it returns with
+the rule that makes a node's window count (fresh and mostly covered, else missing data, which never shrinks).
 
-Three queries per node (utilization Average and Maximum, GPU reserved-capacity Maximum, per minute) over one
-window long enough for every pool's idle timeout, empty timeout and scale-up window, batched <= 500 queries per
-GetMetricData call (DESIGN.md decision 7).
+The CloudWatch adapter is policy/io/cloudwatch.py.
 """
 
 from __future__ import annotations
@@ -11,11 +10,6 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Iterable, Protocol
 
-from policy.io.aws_errors import classify
-from policy.deadline import Deadline, check
-
-MAX_QUERIES_PER_CALL = 500
-PERIOD_SECONDS = 60
 # A node counts as idle only when its datapoints cover most of the idle window and are fresh; anything less is
 # missing data, which never shrinks capacity. Container Insights publishes a minute's datapoint a few minutes
 # late, so the idle window ends at the newest datapoint (at most MAX_STALENESS old), not at `now`: anchored at
@@ -68,69 +62,3 @@ def _covered_max(points: list[tuple[datetime, float]], now: datetime, minutes: i
 
 class UtilizationSource(Protocol):
     def read(self, nodes: Iterable[NodeRef], now: datetime, window_minutes: int) -> dict[str, Series]: ...
-
-
-class CloudWatchUtilization:
-    """GetMetricData over `namespace`/`metric` with dimensions ClusterName, InstanceId, NodeName."""
-
-    def __init__(self, cloudwatch, cluster_name: str, namespace: str = "ContainerInsights",
-                 metric: str = "node_gpu_utilization", reserved_metric: str = "node_gpu_reserved_capacity",
-                 deadline: Deadline | None = None):
-        self._cw = cloudwatch
-        self._deadline = deadline
-        self._cluster = cluster_name
-        self._namespace = namespace
-        self._metric = metric
-        self._reserved_metric = reserved_metric
-        self.calls = 0
-
-    def _query(self, qid: str, node: NodeRef, stat: str, metric: str | None = None) -> dict:
-        dims = [{"Name": "ClusterName", "Value": self._cluster}, {"Name": "InstanceId", "Value": node.instance_id},
-                {"Name": "NodeName", "Value": node.node_name}]
-        return {"Id": qid, "ReturnData": True, "MetricStat": {
-            "Metric": {"Namespace": self._namespace, "MetricName": metric or self._metric, "Dimensions": dims},
-            "Period": PERIOD_SECONDS, "Stat": stat}}
-
-    def read(self, nodes: Iterable[NodeRef], now: datetime, window_minutes: int) -> dict[str, Series]:
-        """Series per instance id. A node whose Kubernetes name is unknown (EC2 DescribeInstances failed or has
-        not listed it yet: the tick reports that failure itself) is not queried: a NodeName dimension of "" can
-        match no datapoint, and botocore refuses the whole call for it (an empty dimension value), which would
-        blind every node behind a CloudWatch error that hides the real cause. Such a node has no series, so it
-        counts as busy."""
-        nodes = [n for n in nodes if n.node_name]
-        queries: list[dict] = []
-        owner: dict[str, tuple[str, str]] = {}
-        for i, node in enumerate(nodes):
-            for stat, tag, metric in (("Average", "a", None), ("Maximum", "m", None),
-                                      ("Maximum", "r", self._reserved_metric)):
-                qid = f"{tag}{i}"
-                owner[qid] = (node.instance_id, tag)
-                queries.append(self._query(qid, node, stat, metric))
-        raw: dict[str, dict[str, dict[datetime, float]]] = {n.instance_id: {"a": {}, "m": {}, "r": {}} for n in nodes}
-        start = now - timedelta(minutes=window_minutes) - MAX_STALENESS  # the idle window may end that early
-        for k in range(0, len(queries), MAX_QUERIES_PER_CALL):
-            batch = queries[k:k + MAX_QUERIES_PER_CALL]
-            token = None
-            while True:
-                kwargs = {"MetricDataQueries": batch, "StartTime": start, "EndTime": now, "ScanBy": "TimestampDescending"}
-                if token:
-                    kwargs["NextToken"] = token
-                check(self._deadline)
-                try:
-                    self.calls += 1
-                    resp = self._cw.get_metric_data(**kwargs)
-                except Exception as err:  # noqa: BLE001 - every failure becomes a typed PolicyError
-                    raise classify(err, "CloudWatch GetMetricData") from err
-                for result in resp.get("MetricDataResults", []):
-                    iid, tag = owner[result["Id"]]
-                    for ts, value in zip(result.get("Timestamps", []), result.get("Values", [])):
-                        raw[iid][tag][ts] = value
-                token = resp.get("NextToken")
-                if not token:
-                    break
-        out = {}
-        for iid, by in raw.items():
-            stamps = sorted(set(by["a"]) | set(by["m"]), reverse=True)
-            out[iid] = Series(tuple((ts, by["a"].get(ts), by["m"].get(ts)) for ts in stamps),
-                              tuple(sorted(by["r"].items(), reverse=True)))
-        return out

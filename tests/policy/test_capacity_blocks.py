@@ -17,8 +17,8 @@ from policy import capacity_blocks as cb
 from policy.decide import decide
 from policy.model import (ACTION_HOLD, ACTION_SET_DESIRED, ACTION_TERMINATE, LIFECYCLE_IN_SERVICE, Action, Node,
                           Observation, Plan, PoolDecision, PoolObservation, Reason, Settings)
-from policy.io.nodegroups import Instance
-from policy.io.state import MemoryState
+from policy.ports import Instance
+from policy.memory_state import MemoryState
 from policy.tick import Ports, run_tick
 from policy_cases import FLOOR, OD, SPOT, group, pool_settings, settings
 from test_policy_adapters import FakeGroups, FakeNodes, FakePods, FakePublisher, FakeUtil

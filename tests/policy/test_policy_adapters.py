@@ -10,13 +10,14 @@ import pytest
 from fake_kube import gpu_pod
 from policy import notifications as N
 from policy.errors import ConflictingUpdate, Throttled
-from policy.io.kube import pod_gpus, pod_pools
+from policy.pods import pod_gpus, pod_pools
 from policy.model import ACTION_SET_DESIRED, ACTION_TERMINATE, Action, PoolDecision, Reason
-from policy.io.nodegroups import GroupState, Instance
+from policy.ports import GroupState, Instance
 from policy.spend import accrue, observe_spend
-from policy.io.state import MemoryState
+from policy.memory_state import MemoryState
 from policy.tick import Ports, run_tick
-from policy.utilization import MAX_QUERIES_PER_CALL, CloudWatchUtilization, NodeRef, Series
+from policy.io.cloudwatch import MAX_QUERIES_PER_CALL, CloudWatchUtilization
+from policy.utilization import NodeRef, Series
 from policy_cases import NOW, OD, SPOT, ago, group, pool_settings, settings
 
 
@@ -158,7 +159,8 @@ def test_pending_pods_count_for_the_elastic_groups_only_when_they_could_run_ther
     from datetime import datetime, timezone
 
     from fake_kube import FakeKube
-    from policy.io.kube import KubeClient, elastic_shapes
+    from policy.io.kube import KubeClient
+    from policy.pods import elastic_shapes
 
     pod["metadata"]["creationTimestamp"] = "2026-03-10T11:50:00Z"
     kube = FakeKube("c")
@@ -179,15 +181,15 @@ def test_pending_pods_count_for_the_elastic_groups_only_when_they_could_run_ther
 
 
 def test_the_policy_knows_the_labels_and_taints_the_stack_puts_on_elastic_nodes():
-    """policy/kube.py repeats config/tags.py's keys (the Lambda zip does not ship stacks/): they must agree, or
+    """policy/pods.py repeats config/tags.py's keys (the Lambda zip does not ship stacks/): they must agree, or
     floor work would count as elastic demand again."""
-    from policy.io import kube
+    from policy import pods
     from config import tags
     from stacks.capacity import elastic, guaranteed
 
-    assert (kube.POOL_LABEL, kube.TIER_LABEL, kube.CAPACITY_LABEL) == (tags.LABEL_POOL, tags.LABEL_TIER,
+    assert (pods.POOL_LABEL, pods.TIER_LABEL, pods.CAPACITY_LABEL) == (tags.LABEL_POOL, tags.LABEL_TIER,
                                                                        tags.LABEL_CAPACITY)
-    assert kube.SPOT_TAINT_KEY == tags.SPOT_TAINT_KEY and kube.ELASTIC_TIER == elastic.TIER != guaranteed.TIER
+    assert pods.SPOT_TAINT_KEY == tags.SPOT_TAINT_KEY and pods.ELASTIC_TIER == elastic.TIER != guaranteed.TIER
     # the spot-warning path tells this stack's instances by the launch templates' environment tag
     from policy import handler
 
@@ -624,7 +626,7 @@ OFF_SPOT_CASES = [
 
 @pytest.mark.parametrize("name,pod,expected", OFF_SPOT_CASES, ids=[c[0] for c in OFF_SPOT_CASES])
 def test_a_pod_may_not_run_on_spot_when_it_admits_the_on_demand_shape_only(name, pod, expected):
-    from policy.io.kube import on_demand_only
+    from policy.pods import on_demand_only
 
     assert on_demand_only(pod, "p") is expected
 
@@ -644,7 +646,7 @@ def test_the_lambda_reads_the_pending_pods_kept_off_spot_from_the_same_pod_list(
     """Issue 27 follow-up: the pending pods that may not run on spot, per pool, from the pod list pending_gpus read
     (no extra call); a gang with one such pod goes whole; shapes filter as for pending_gpus."""
     from fake_kube import FakeKube
-    from policy.io.kube import elastic_shapes
+    from policy.pods import elastic_shapes
 
     kube = FakeKube("c", page_size=2)
     try:
@@ -693,7 +695,7 @@ class OffSpotPods(FakePods):
 
 def test_the_tick_passes_the_pods_kept_off_spot_and_the_on_demand_group_grows_for_them():
     from policy.errors import DataUnavailable
-    from policy.io.kube import CAPACITY_LABEL, elastic_shapes
+    from policy.pods import CAPACITY_LABEL, elastic_shapes
 
     ports = _ports(pending={"research": (1, 1)})
     pods = OffSpotPods({"research": (1, 1)}, {"research": (1, 1)})

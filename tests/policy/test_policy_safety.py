@@ -26,8 +26,8 @@ from policy.model import (
     PoolObservation,
     Reason,
 )
-from policy.io.nodegroups import Instance
-from policy.io.state import MemoryState
+from policy.ports import Instance
+from policy.memory_state import MemoryState
 from policy.tick import Ports, TickResult, _apply, run_tick
 from policy_cases import NOW, OD, SPOT, ago, group, pool_settings, settings
 from test_policy_adapters import FakeGroups, FakeNodes, FakePods, FakePublisher, FakeUtil

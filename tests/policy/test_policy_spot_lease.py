@@ -12,8 +12,8 @@ import pytest
 from policy.deadline import Deadline
 from policy.errors import Throttled
 from policy.lease import MIN_TICK_S
-from policy.io.nodegroups import Instance
-from policy.io.state import MemoryState
+from policy.ports import Instance
+from policy.memory_state import MemoryState
 from policy.tick import Ports, run_tick
 from policy_cases import NOW, OD, SPOT, ago, group, pool_settings, settings
 from test_policy_adapters import FakeGroups, FakeNodes, FakePods, FakePublisher, FakeUtil

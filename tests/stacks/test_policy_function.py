@@ -243,7 +243,8 @@ def test_state_table_permissions_are_exactly_the_calls_the_state_adapter_makes(r
     emulated DynamoDB, each request's operation recorded; the role's State statement allows exactly those."""
     import boto3
 
-    from policy.io.state import DynamoState, StatePort
+    from policy.io.state import DynamoState
+    from policy.ports import StatePort
 
     session = boto3.Session()
     operations: set[str] = set()
