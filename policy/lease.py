@@ -1,4 +1,4 @@
-"""Taking the tick lease (policy/state.py): at once for a scheduled tick, with a short backoff for a spot warning.
+"""Taking the tick lease (policy/ports.py StatePort, policy/io/state.py): at once for a scheduled tick, with a short backoff for a spot warning.
 
 A scheduled tick that finds the lease held does nothing: the holder is doing the same work and the next schedule
 is a minute away. A spot interruption warning cannot wait that minute: EC2 reclaims the instance two minutes

@@ -1,7 +1,7 @@
 """What the policy reads from the Kubernetes API server's JSON, pure: which pods are demand for elastic nodes, which
 pods and nodes forbid a termination, pod groups (gangs), and the labels and taints of the node groups pods are
-matched against. policy/io/kube.py reads the objects (pods, nodes) and applies these rules to them; the simulator
-and the tests apply the same rules to their own objects.
+matched against. policy/io/kube.py reads the objects (pods, nodes) and applies these rules to them; the tests
+apply them to objects of their own (tests/stacks/test_kueue.py: what Kueue's admitted pods look like).
 """
 
 from __future__ import annotations
@@ -214,7 +214,7 @@ def blocking_reason(pod: dict) -> str | None:
 
 
 def fits_elastic(pod: dict, pool: str, shapes: Mapping[str, Sequence[NodeShape]] | None) -> bool:
-    """Whether the pod could run on one of `pool`'s elastic node groups (`shapes`); any pod when the shapes are unknown."""
+    """Whether the pod could run on one of `pool`'s elastic groups (`shapes`); any pod where they are unknown."""
     if shapes is None or pool not in shapes:
         return True
     return any(admits(pod, shape) for shape in shapes[pool])

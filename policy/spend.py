@@ -6,7 +6,7 @@ its figure only a few times a day, so a fresh read is usually the same (or a sti
 replaces what the estimate already counted where it is higher, so month-to-date never drops on a read and the
 estimate keeps covering the Budgets lag. A new month resets everything. A read AWS refuses (access denied, no
 such budget) is backed off the same `budget_refresh_minutes` (`refused_at`), where a throttled or unreachable one
-is retried next tick. The figures live in the tick state (policy/state.py).
+is retried next tick. The figures live in the tick state (policy/io/state.py).
 """
 
 from __future__ import annotations

@@ -8,7 +8,8 @@ ClusterQueues by name (floor_quota); nothing else.
 
 The token is what `aws eks get-token` makes: a presigned STS GetCallerIdentity URL (header x-k8s-aws-id =
 cluster name), base64url-encoded behind `k8s-aws-v1.`. The API server's CA comes from EKS DescribeCluster, so
-TLS is verified against the cluster's own CA, never disabled.
+TLS is verified against the cluster's own CA, never disabled. Which pods count (demand, blockers, gangs) is
+policy/pods.py's rule; the ports this client implements are policy/ports.py's.
 """
 
 from __future__ import annotations

@@ -32,9 +32,14 @@ def _lint(tmp_path: Path) -> subprocess.CompletedProcess:
         lines.append("")
     (tmp_path / "pyproject.toml").write_text("\n".join(lines), encoding="utf-8")
     lint_imports = Path(sys.executable).with_name("lint-imports")
-    return subprocess.run([str(lint_imports), "--config", "pyproject.toml", "--no-cache"], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=300,
-                          env={"PATH": str(lint_imports.parent), "PYTHONPATH": str(tmp_path)})
+    return subprocess.run(
+        [str(lint_imports), "--config", "pyproject.toml", "--no-cache"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={"PATH": str(lint_imports.parent), "PYTHONPATH": str(tmp_path)},
+    )
 
 
 @pytest.fixture()
@@ -53,12 +58,15 @@ def test_the_policy_contracts_are_declared():
     assert not any(c.get("ignore_imports") or c.get("allow_indirect_imports") for c in found.values())
 
 
-@pytest.mark.parametrize("module, forbidden, named", [
-    ("policy/decide/scale.py", "from policy.io import kube", "policy.io"),  # the core reading the cluster itself
-    ("policy/model.py", "import botocore.exceptions", "botocore"),
-    ("policy/terms.py", "import boto3", "boto3"),
-    ("policy/io/sns.py", "from policy.decide import decide", "policy.decide"),  # an adapter deciding
-])
+@pytest.mark.parametrize(
+    "module, forbidden, named",
+    [
+        ("policy/decide/scale.py", "from policy.io import kube", "policy.io"),  # the core reading the cluster itself
+        ("policy/model.py", "import botocore.exceptions", "botocore"),
+        ("policy/terms.py", "import boto3", "boto3"),
+        ("policy/io/sns.py", "from policy.decide import decide", "policy.decide"),  # an adapter deciding
+    ],
+)
 def test_each_contract_fails_on_one_forbidden_import(policy_copy: Path, module: str, forbidden: str, named: str):
     kept = _lint(policy_copy)
     assert kept.returncode == 0, kept.stdout + kept.stderr

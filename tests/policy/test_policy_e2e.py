@@ -580,7 +580,7 @@ def test_an_event_that_is_not_a_spot_warning_names_no_instance():
     assert spot_warning({**warning, "detail": {"instance-id": "i-0; drop"}}) == ()
 
 
-# A spot warning is never lost to a held lease (policy/lease.py, policy/state.py's "leaving" item).
+# A spot warning is never lost to a held lease (policy/lease.py, policy/io/state.py's "leaving" item).
 
 def _warning(instance_id: str) -> dict:
     return {"source": "aws.ec2", "detail-type": "EC2 Spot Instance Interruption Warning",

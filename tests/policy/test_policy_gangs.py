@@ -1,5 +1,5 @@
 """Gangs launched whole (issue 28, kubernetes-sigs/karpenter#3138): policy/gangs.py through policy.decide.decide,
-the Lambda's reading of pod groups (policy/kube.py), the config bound, and the simulator's measure."""
+the Lambda's reading of pod groups (policy/pods.py, policy/io/kube.py), the config bound, and the simulator's measure."""
 
 from __future__ import annotations
 

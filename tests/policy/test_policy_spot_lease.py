@@ -1,5 +1,5 @@
 """A spot interruption warning is never lost to a held lease (policy/tick.py run_tick, policy/lease.py,
-policy/state.py's "leaving" records), over the in-memory state and fakes. The same rules against the packaged zip
+policy/io/state.py's "leaving" records), over the in-memory state and fakes. The same rules against the packaged zip
 and the moto server: tests/policy/test_policy_e2e.py."""
 
 from __future__ import annotations
