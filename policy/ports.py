@@ -3,16 +3,17 @@
 policy/io/ implements them against AWS and the cluster's Kubernetes API; policy/memory_state.py, the tests and the
 simulator implement them in memory. policy/tick.py `Ports` holds one of each for a tick. The ports whose pure
 callers are alone in using them are declared beside those callers: BudgetReader (policy/spend.py), Publisher
-(policy/notifications.py), UtilizationSource (policy/utilization.py), ClusterQueuePort (policy/loan_usage.py).
+(policy/notifications.py), ClusterQueuePort (policy/loan_usage.py).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Callable, Mapping, Protocol, Sequence
+from typing import Callable, Iterable, Mapping, Protocol, Sequence
 
 from policy.errors import PolicyError
+from policy.gpu_series import Series
 from policy.model import INSTANCE_ID, BlockDates, Group, PendingGang
 from policy.pods import NodeShape
 
@@ -132,3 +133,16 @@ class FloorQuotaPort(Protocol):
     def set_floor_quota(self, api_version: str, queue: str, flavor: str, gpus: int) -> None: ...
 
     def cluster_queue(self, api_version: str, queue: str) -> dict: ...
+
+
+# --- GPU utilization per node (policy/io/cloudwatch.py: CloudWatch GetMetricData).
+
+
+@dataclass(frozen=True)
+class NodeRef:
+    instance_id: str
+    node_name: str  # the Kubernetes node name = the instance's private DNS name on EKS
+
+
+class UtilizationSource(Protocol):
+    def read(self, nodes: Iterable[NodeRef], now: datetime, window_minutes: int) -> dict[str, Series]: ...

@@ -27,7 +27,7 @@ from policy.lease import take as take_lease
 from policy.errors import DeadlineExceeded, MalformedState, PolicyError
 from policy.pods import elastic_shapes
 from policy.ports import (BlockDatesPort, FloorQuotaPort, GroupState, MALFORMED_VERSION, NodeGroupPort, NodeGuardPort,
-                          PendingPodsPort, StatePort)
+                          NodeRef, PendingPodsPort, StatePort, UtilizationSource)
 from policy.model import (
     ACTION_SET_DESIRED,
     ACTION_TERMINATE,
@@ -45,7 +45,6 @@ from policy.model import (
 )
 from policy.rhythm import DailyArrivals
 from policy.spend import BudgetReader, accrue, observe_spend
-from policy.utilization import NodeRef, UtilizationSource
 
 STATE_KEY = "tick"
 ENV_SCOPE = "environment"

@@ -1,5 +1,5 @@
 """CloudWatch GetMetricData: per-node GPU utilization (Container Insights by default), the UtilizationSource of
-policy/utilization.py.
+policy/ports.py, as the series of policy/gpu_series.py.
 
 Three queries per node (utilization Average and Maximum, GPU reserved-capacity Maximum, per minute) over one
 window long enough for every pool's idle timeout, empty timeout and scale-up window, batched <= 500 queries per
@@ -13,7 +13,8 @@ from typing import Iterable
 
 from policy.deadline import Deadline, check
 from policy.io.aws_errors import classify
-from policy.utilization import MAX_STALENESS, NodeRef, Series
+from policy.gpu_series import MAX_STALENESS, Series
+from policy.ports import NodeRef
 
 MAX_QUERIES_PER_CALL = 500
 PERIOD_SECONDS = 60

@@ -17,7 +17,8 @@ from policy.spend import accrue, observe_spend
 from policy.memory_state import MemoryState
 from policy.tick import Ports, run_tick
 from policy.io.cloudwatch import MAX_QUERIES_PER_CALL, CloudWatchUtilization
-from policy.utilization import NodeRef, Series
+from policy.gpu_series import Series
+from policy.ports import NodeRef
 from policy_cases import NOW, OD, SPOT, ago, group, pool_settings, settings
 
 

@@ -122,7 +122,7 @@ def _aws_ports(srv: SlowHttpServer, monkeypatch, deadline_s: float = DEADLINE_S)
 def _first_call(ports, port: str):
     from datetime import datetime, timezone
 
-    from policy.utilization import NodeRef
+    from policy.ports import NodeRef
 
     now = datetime.now(timezone.utc)
     return {

@@ -1,14 +1,12 @@
-"""Per-node GPU utilization (Container Insights by default): the port, and the per-minute series it returns with
-the rule that makes a node's window count (fresh and mostly covered, else missing data, which never shrinks).
-
-The CloudWatch adapter is policy/io/cloudwatch.py.
+"""A node's per-minute GPU utilization series, as the utilization port returns it (policy/ports.py
+UtilizationSource; CloudWatch: policy/io/cloudwatch.py), and the rule that makes a window of it count: fresh and
+mostly covered, else missing data, which never shrinks capacity. Pure.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Iterable, Protocol
 
 # A node counts as idle only when its datapoints cover most of the idle window and are fresh; anything less is
 # missing data, which never shrinks capacity. Container Insights publishes a minute's datapoint a few minutes
@@ -16,12 +14,6 @@ from typing import Iterable, Protocol
 # `now`, the minutes still in flight count as gaps and a short idle timeout (5-10 min) could never be met.
 MIN_COVERAGE = 0.8
 MAX_STALENESS = timedelta(minutes=5)
-
-
-@dataclass(frozen=True)
-class NodeRef:
-    instance_id: str
-    node_name: str  # the Kubernetes node name = the instance's private DNS name on EKS
 
 
 @dataclass(frozen=True)
@@ -58,7 +50,3 @@ def _covered_max(points: list[tuple[datetime, float]], now: datetime, minutes: i
     if len(vals) < MIN_COVERAGE * minutes:
         return None
     return max(vals)
-
-
-class UtilizationSource(Protocol):
-    def read(self, nodes: Iterable[NodeRef], now: datetime, window_minutes: int) -> dict[str, Series]: ...
