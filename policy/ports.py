@@ -53,6 +53,9 @@ class NodeGroupPort(Protocol):
 
 # --- Persisted state (policy/io/state.py: DynamoDB; policy/memory_state.py: in memory).
 
+# The items the state keeps besides the tick state: the tick lease and the spot warning records.
+LEASE_KEY = "lease"
+LEAVING_KEY = "leaving"
 # save()'s `version` for an item whose own version did not parse (MalformedState.version None): it is replaced by
 # version 1, as if it had been version 0.
 MALFORMED_VERSION = -1

@@ -32,10 +32,7 @@ import json
 from policy.io.aws_errors import classify
 from policy.errors import MalformedState
 from policy.model import INSTANCE_ID
-from policy.ports import MALFORMED_VERSION, checked_ids
-
-LEASE_KEY = "lease"
-LEAVING_KEY = "leaving"
+from policy.ports import LEASE_KEY, LEAVING_KEY, MALFORMED_VERSION, checked_ids
 
 
 class DynamoState:

@@ -112,14 +112,16 @@ def test_a_malformed_item_in_dynamodb_is_reported_and_rewritten(table, name, att
 
 
 def test_a_lease_whose_expiry_is_not_a_number_does_not_stop_every_tick(table):
-    from policy.io.state import LEASE_KEY, DynamoState
+    from policy.io.state import DynamoState
+    from policy.ports import LEASE_KEY
 
     table.put_item(TableName="t", Item={"pk": {"S": LEASE_KEY}, "holder": {"S": "x"}, "expires_at": {"S": "never"}})
     assert DynamoState(table, "t").acquire_lease("me", NOW.timestamp(), 60) is True
 
 
 def test_a_spot_notice_whose_expiry_is_not_a_number_is_skipped(table):
-    from policy.io.state import LEAVING_KEY, DynamoState
+    from policy.io.state import DynamoState
+    from policy.ports import LEAVING_KEY
 
     table.put_item(TableName="t", Item={"pk": {"S": LEAVING_KEY}, "i-0123456789abcdef0": {"S": "soon"},
                                         "i-0123456789abcdef1": {"N": "1000.5"}})
