@@ -67,7 +67,8 @@ FORMATTED_FILES := __main__.py config/__init__.py config/config_terms.py config/
 	tests/pricing/test_money_checks.py policy/decide/__init__.py policy/decide/bound.py policy/decide/budget.py \
 	policy/decide/common.py policy/decide/drain.py policy/decide/idle.py policy/decide/keep_warm.py policy/decide/lend_ahead.py \
 	policy/decide/on_demand_only.py policy/decide/pool.py policy/decide/reclaim.py policy/decide/scale.py \
-	policy/decide/warm_up.py tests/policy/test_policy_bound.py
+	policy/decide/warm_up.py tests/policy/test_policy_bound.py \
+	policy/io/__init__.py policy/io/bounded.py tests/architecture/test_policy_io.py
 
 ## lint: ruff check and format, mypy and complexity ratchets
 lint: $(VENV)/.dev

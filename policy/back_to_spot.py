@@ -4,7 +4,7 @@ While spot is short the engine grows the on-demand fallback group (rule 4). Once
 with free GPUs would keep taking new pods -- kube-scheduler places a pod on any node it fits, and the preferred
 affinity for spot only breaks ties between nodes that exist -- so it never empties and stays at the on-demand price
 (Karpenter's users report the same: aws/karpenter-provider-aws#7832). So, once spot is back, every on-demand node of
-the pool is closed to new pods (the tick puts a NoSchedule taint on it, policy/kube.py): the pods it runs finish
+the pool is closed to new pods (the tick puts a NoSchedule taint on it, policy/closing.py): the pods it runs finish
 there, new pods wait as unschedulable, the scale-up adds spot nodes for them (the closed nodes count as no room),
 and a closed node goes as soon as it is idle (never kept warm: nothing can land on it). When spot is short again,
 or the rule is turned off, the taint comes off and the fallback group serves as before.

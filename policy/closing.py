@@ -12,7 +12,8 @@ from __future__ import annotations
 from typing import Callable
 
 from policy.errors import PolicyError
-from policy.kube import BACK_TO_SPOT_TAINT_KEY, NodeGuardPort
+from policy.pods import BACK_TO_SPOT_TAINT_KEY
+from policy.ports import NodeGuardPort
 from policy.model import Observation, Plan, Settings
 
 

@@ -32,7 +32,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from policy import rebalance
-from policy.deadline import BoundedClient, Deadline
+from policy.deadline import Deadline
+from policy.io.bounded import BoundedClient
 from policy.errors import BadSettings, PolicyError
 from policy.model import INSTANCE_ID, Settings
 from policy.tick import Ports, TickResult, run_tick
@@ -105,17 +106,17 @@ def build_ports(settings: Settings, session, context, deadline: Deadline | None 
                 errors: list[str] | None = None) -> Ports:
     """The adapters of one tick. A failure to find the cluster's API server goes into `errors` (the tick's
     errors and PolicyErrors): without it pending pods are unknown and nothing is terminated."""
-    from policy.kube import KubeClient, eks_token
+    from policy.io.kube import KubeClient, eks_token
     from policy.model import WORKLOAD_SERVICE
-    from policy.nodegroups import AwsNodeGroups
-    from policy.notifications import SnsPublisher
-    from policy.spend import AwsBudgets
-    from policy.state import DynamoState
-    from policy.utilization import CloudWatchUtilization
+    from policy.io.nodegroups import AwsNodeGroups
+    from policy.io.sns import SnsPublisher
+    from policy.io.budgets import AwsBudgets
+    from policy.io.state import DynamoState
+    from policy.io.cloudwatch import CloudWatchUtilization
 
     eks = _bounded(session, "eks", deadline)
     # A service pool's utilization scale-up waits out a cooldown from its groups' last change, so its spot groups'
-    # activities are read every tick; any other spot group's only while a launch is outstanding (policy/nodegroups.py).
+    # activities are read every tick; any other spot group's only while a launch is outstanding (policy/io/nodegroups.py).
     groups = AwsNodeGroups(eks, _bounded(session, "autoscaling", deadline), _bounded(session, "ec2", deadline),
                            settings.cluster_name, deadline, in_flight=settings.aws_calls_in_flight,
                            activities_always=[g for p in settings.pools if p.workload == WORKLOAD_SERVICE
@@ -158,7 +159,7 @@ def build_ports(settings: Settings, session, context, deadline: Deadline | None 
                              settings.aws_calls_in_flight) if topic else None
     blocks = None
     if any(p.capacity_block_reservation_id and p.capacity_block_start for p in settings.pools):
-        from policy.reservations import AwsCapacityBlocks
+        from policy.io.reservations import AwsCapacityBlocks
 
         blocks = AwsCapacityBlocks(_bounded(session, "ec2", deadline), deadline)
     return Ports(groups, util, pods, budgets, state, publisher, pods, pods, blocks)
@@ -209,7 +210,7 @@ def handle(event: dict, context, session=None) -> TickResult:
             # instance): the warning is recorded in the shared "leaving" item, which every shard's next tick reads.
             shard = owner
             if shard is None:
-                from policy.state import DynamoState
+                from policy.io.state import DynamoState
                 from policy.tick import record_spot_warning
 
                 table = os.environ.get("GPULOAN_STATE_TABLE")

@@ -1,4 +1,4 @@
-"""Taking the tick lease (policy/state.py): at once for a scheduled tick, with a short backoff for a spot warning.
+"""Taking the tick lease (policy/ports.py StatePort, policy/io/state.py): at once for a scheduled tick, with a short backoff for a spot warning.
 
 A scheduled tick that finds the lease held does nothing: the holder is doing the same work and the next schedule
 is a minute away. A spot interruption warning cannot wait that minute: EC2 reclaims the instance two minutes
@@ -16,7 +16,7 @@ import time
 from typing import Callable
 
 from policy.deadline import Deadline
-from policy.state import LEASE_KEY, StatePort
+from policy.ports import LEASE_KEY, StatePort
 
 FIRST_BACKOFF_S = 0.25
 MAX_BACKOFF_S = 2.0

@@ -452,7 +452,7 @@ class Node:
     # max utilization over the last empty_timeout_minutes: an empty node goes before the idle timeout only when
     # its GPUs were also idle over that window (0 GPUs requested is one signal, not proof: issue 14)
     recent_max_utilization_pct: float | None = None
-    # GPU-requesting pods bound to the node in this tick's pod list (policy/kube.py gpu_pods_by_node): read from
+    # GPU-requesting pods bound to the node in this tick's pod list (policy/io/kube.py gpu_pods_by_node): read from
     # the API server, so fresh where the metrics are minutes old. None: unknown (the pod list failed).
     gpu_pods: int | None = None
     # The EC2 instance type (Auto Scaling's DescribeAutoScalingGroups lists it per instance): the budget cap prices
@@ -478,7 +478,7 @@ class Group:
     max_nodes: int = 0
     # Anything but ACTIVE means "do not touch this tick". The tick's batched read sees only what the Auto Scaling
     # group says (DELETING while it is deleted); EKS's own status (UPDATING, DEGRADED, ...) is read again just
-    # before a change, which is refused unless ACTIVE (policy/nodegroups.py, policy/tick.py:_recheck).
+    # before a change, which is refused unless ACTIVE (policy/io/nodegroups.py, policy/tick.py:_recheck).
     status: str = "ACTIVE"
     # Latest of the group's last scaling activity and the last change this policy made to it (the tick state).
     last_change_at: datetime | None = None
@@ -504,7 +504,7 @@ class Spend:
 
 @dataclass(frozen=True)
 class PendingGang:
-    """Pending pods that start only together (one pod group: policy/kube.py `gang_of`). Its pods are also among
+    """Pending pods that start only together (one pod group: policy/pods.py `gang_of`). Its pods are also among
     the pool's pending_pod_gpus; this says which of them belong together.
 
     waiting_since: the creation time of its oldest pending pod (when its nodes were first due); None = unknown,
@@ -571,7 +571,7 @@ class PoolObservation:
     # The pending pods that form gangs (a subset of pending_pod_gpus, grouped); () = none known.
     pending_gangs: tuple[PendingGang, ...] = ()
     # The pending pods that may not run on the pool's spot nodes: they admit the pool's on-demand elastic shape
-    # but not its spot shape (policy/kube.py `on_demand_only`: on-demand asked for by node selector or required
+    # but not its spot shape (policy/pods.py `on_demand_only`: on-demand asked for by node selector or required
     # affinity, or the spot taint not tolerated), and every pod of a gang with such a pod. A subset of
     # pending_pod_gpus; None = unknown (they are then counted with the rest, as before this was read), () = none.
     on_demand_only_pod_gpus: tuple[int, ...] | None = ()

@@ -2,7 +2,7 @@
 
 The engine adds nodes for pending pods to the spot group first (rule 4). A pod whose node selection asks for
 `gpuloan.io/capacity: on-demand` (or keeps off spot), or that does not tolerate the spot taint, can never land on
-those spot nodes (policy/kube.py `on_demand_only`): counted with the rest, it bought spot nodes nobody could use,
+those spot nodes (policy/pods.py `on_demand_only`): counted with the rest, it bought spot nodes nobody could use,
 kept them idle "for pending pods", and waited until spot happened to be short. So the engine splits the pending
 pods once per pool and tick (`split`):
 - the pods that may not run on spot (and every pod of a gang with one: a gang starts whole) are packed onto the

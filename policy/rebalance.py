@@ -25,11 +25,12 @@ from dataclasses import dataclass
 from typing import Callable
 
 from policy.errors import PolicyError
-from policy.kube import REBALANCE_TAINT_KEY, NodeGuardPort
+from policy.io.instances import describe
+from policy.pods import REBALANCE_TAINT_KEY
+from policy.ports import NodeGuardPort
 from policy.model import INSTANCE_ID, Settings
 
 REBALANCE = "EC2 Instance Rebalance Recommendation"
-ENVIRONMENT_TAG, POOL_TAG = "gpuloan:environment", "gpuloan:pool"  # config/tags.py, on every GPU instance
 
 
 def recommendation(event: dict) -> str | None:
@@ -54,18 +55,6 @@ class Outcome:
     tainted: bool = False
     skipped: str = ""  # why nothing was done
     errors: list[str] | None = None
-
-
-def describe(ec2, settings: Settings, instance_id: str) -> tuple[str, str] | None:
-    """(pool, node name) of the instance when it carries this environment's tag, else None. One DescribeInstances;
-    the node name is the instance's private DNS name, as EKS registers nodes of its AMIs (policy/nodegroups.py)."""
-    resp = ec2.describe_instances(Filters=[{"Name": "instance-id", "Values": [instance_id]},
-                                           {"Name": f"tag:{ENVIRONMENT_TAG}", "Values": [settings.environment]}])
-    for r in resp.get("Reservations", []):
-        for inst in r.get("Instances", []):
-            tags = {t.get("Key"): t.get("Value") for t in inst.get("Tags") or []}
-            return tags.get(POOL_TAG, ""), inst.get("PrivateDnsName", "")
-    return None
 
 
 def handle(settings: Settings, event: dict, ec2, nodes: Callable[[], NodeGuardPort | None],

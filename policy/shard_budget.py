@@ -2,7 +2,7 @@
 
 A shard's tick decides only its own pools, but the environment budget caps all of them together: no shard may
 spend headroom another already spent. The shards share one item of the state table, "budget#environment"
-(policy/state.py: {"pk", "version", "data"}), holding
+(policy/io/state.py: {"pk", "version", "data"}), holding
 - `spend.environment`: the environment's month-to-date spend (the last AWS Budgets actual + the running estimate
   since, policy/spend.py), which every shard's tick adds its own pools' spend to;
 - `shards.<name>`: the hourly rate each shard reserved at its last tick (`usd_per_hour`: its floors plus the larger
@@ -33,7 +33,7 @@ from policy.decide.pool import elastic_rate
 from policy.errors import ConflictingUpdate, DataUnavailable, MalformedState, PolicyError
 from policy.model import Observation, Plan, PoolSettings, Settings
 from policy.spend import MAX_ACCRUAL_GAP, BudgetReader, observe_spend
-from policy.state import MALFORMED_VERSION, StatePort
+from policy.ports import MALFORMED_VERSION, StatePort
 
 ENV_BUDGET_KEY = "budget#environment"
 ENV_SCOPE = "environment"  # the scope name of policy/tick.py's spend state

@@ -6,7 +6,7 @@ its figure only a few times a day, so a fresh read is usually the same (or a sti
 replaces what the estimate already counted where it is higher, so month-to-date never drops on a read and the
 estimate keeps covering the Budgets lag. A new month resets everything. A read AWS refuses (access denied, no
 such budget) is backed off the same `budget_refresh_minutes` (`refused_at`), where a throttled or unreachable one
-is retried next tick. The figures live in the tick state (policy/state.py).
+is retried next tick. The figures live in the tick state (policy/io/state.py).
 """
 
 from __future__ import annotations
@@ -15,8 +15,7 @@ from datetime import datetime, timedelta
 from typing import Callable, Protocol
 
 from policy import fanout
-from policy.aws_errors import classify, refused
-from policy.deadline import Deadline, check
+from policy.io.aws_errors import refused
 from policy.errors import DataUnavailable
 from policy.model import Spend
 
@@ -28,24 +27,6 @@ REFUSED_WHY_CHARS = 300  # the refusal's message, kept in the state to report it
 
 class BudgetReader(Protocol):
     def actual_usd(self, budget_name: str) -> float: ...
-
-
-class AwsBudgets:
-    def __init__(self, budgets, account_id: str, deadline: Deadline | None = None):
-        self._budgets = budgets
-        self._account = account_id
-        self._deadline = deadline
-        self.calls = 0
-
-    def actual_usd(self, budget_name: str) -> float:
-        check(self._deadline)
-        self.calls += 1
-        try:
-            resp = self._budgets.describe_budget(AccountId=self._account, BudgetName=budget_name)
-        except Exception as err:  # noqa: BLE001
-            raise classify(err, f"Budgets DescribeBudget {budget_name}") from err
-        spend = ((resp.get("Budget") or {}).get("CalculatedSpend") or {}).get("ActualSpend") or {}
-        return float(spend.get("Amount", 0.0))
 
 
 def _month(now: datetime) -> str:

@@ -26,7 +26,10 @@ from policy.decide import decide
 from policy.decide.lend_ahead import lend_ahead_on
 from policy.lease import take as take_lease
 from policy.errors import DeadlineExceeded, MalformedState, PolicyError
-from policy.kube import FloorQuotaPort, NodeGuardPort, PendingPodsPort, elastic_shapes, lending_of
+from policy.io.kube import lending_of
+from policy.pods import elastic_shapes
+from policy.ports import (LEASE_KEY, BlockDatesPort, FloorQuotaPort, GroupState, MALFORMED_VERSION, NodeGroupPort, NodeGuardPort,
+                          NodeRef, PendingPodsPort, StatePort, UtilizationSource)
 from policy.model import (
     ACTION_SET_DESIRED,
     ACTION_SET_LENDING_LIMIT,
@@ -44,12 +47,8 @@ from policy.model import (
     PoolObservation,
     Settings,
 )
-from policy.nodegroups import GroupState, NodeGroupPort
-from policy.reservations import BlockDatesPort
 from policy.rhythm import DailyArrivals
 from policy.spend import BudgetReader, accrue, observe_spend
-from policy.state import LEASE_KEY, MALFORMED_VERSION, StatePort
-from policy.utilization import NodeRef, UtilizationSource
 
 STATE_KEY = "tick"
 ENV_SCOPE = "environment"
@@ -191,7 +190,7 @@ class _Pods:
 
 def _read_pods(settings: Settings, ports: Ports, now: datetime, record, in_time) -> _Pods:
     """Pending demand, the pods that may not run on spot, recent arrivals, gangs and GPU pods per node: one pod list
-    read (policy/kube.py), each view of it unknown on its own failure."""
+    read (policy/io/kube.py), each view of it unknown on its own failure."""
     out = _Pods()
     names = [ps.name for ps in settings.pools]
     # Only pods that could run on a pool's elastic groups are demand for them (floor-pinned work is not).
@@ -390,7 +389,7 @@ def _lend_forecasts(settings: Settings, state: dict, now: datetime) -> dict[str,
 
 def _lendings(settings: Settings, ports: Ports, forecasts: dict[str, float | None], record,
               in_time) -> dict[str, Lending]:
-    """Lend-ahead pools: their floor flavor as its ClusterQueue has it now (policy/kube.py lending_of); a queue
+    """Lend-ahead pools: their floor flavor as its ClusterQueue has it now (policy/io/kube.py lending_of); a queue
     that cannot be read is left out (the rule then changes nothing, LEND_UNKNOWN)."""
     out: dict[str, Lending] = {}
     for ps in settings.pools:
@@ -712,7 +711,7 @@ def run_tick(settings: Settings, ports: Ports, now: datetime, log: Callable[[str
     (False for a replay at an explicit time, which must not move spend or notification timestamps). `errors`:
     failures already met while building the ports (e.g. the cluster endpoint could not be read). `lease`:
     (holder, seconds): a live tick with a state table acts only while it holds the table's lease
-    (policy/state.py), so two overlapping ticks never both change capacity. `leaving`: instance ids named by a
+    (policy/io/state.py), so two overlapping ticks never both change capacity. `leaving`: instance ids named by a
     spot interruption warning this invocation received. Such an invocation first records them in the state
     table (without the lease, so a held lease cannot lose them), then waits for the lease within its deadline
     (policy/lease.py); every tick merges the records, for the notice's length. `sleep`: the wait between tries.
@@ -834,7 +833,7 @@ def record_spot_warning(settings: Settings, state: StatePort | None, leaving: tu
 def _leaving(state: dict, new: tuple[str, ...], now: datetime,
              recorded: dict[str, float] | None = None) -> frozenset[str]:
     """Instances under a spot notice: those of this invocation, those earlier ticks stored in the tick state, and
-    those warning invocations recorded in the "leaving" item (`recorded`, policy/state.py), until the notice (plus
+    those warning invocations recorded in the "leaving" item (`recorded`, policy/io/state.py), until the notice (plus
     a minute for clocks) has run out; the tick state keeps them with their expiry (epoch seconds)."""
     kept = {i: t for i, t in (state.get("leaving") or {}).items() if isinstance(t, (int, float)) and t > now.timestamp()}
     for iid, t in (recorded or {}).items():

@@ -1,4 +1,4 @@
-"""The shape of the tick state (the DynamoDB item "tick", policy/state.py), checked before anything reads it.
+"""The shape of the tick state (the DynamoDB item "tick", policy/io/state.py), checked before anything reads it.
 
 The item is written by this code, but a hand edit, a restore from an old backup or a future release can leave
 something else there. A state that does not parse must never stop a tick: the safety rules do not depend on it,

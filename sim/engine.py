@@ -110,7 +110,7 @@ class SimSettings:
     # cluster.bin_packing). None: what the simulated stack's cluster runs (PoolSpec.placement).
     placement: str | None = None
     # Minutes from a CloudWatch datapoint's minute to the tick that can read it: the policy function's windows end
-    # at the newest datapoint (policy/utilization.py), so at minute t it reads minutes up to t - delay. "If you
+    # at the newest datapoint (policy/io/cloudwatch.py), so at minute t it reads minutes up to t - delay. "If you
     # receive 1-minute metrics with CloudWatch, then their availability delay is about 2 minutes" (Datadog,
     # https://docs.datadoghq.com/integrations/guide/cloud-metric-delay/). Karpenter reads the API server (no
     # delay); the pods the function lists are read fresh too. 0: the reading of this very minute.

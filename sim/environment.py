@@ -70,7 +70,7 @@ What is modelled (docs/simulator.md, "An environment"; the Kueue semantics in do
   (_scheduler_victims: SelectVictimsOnNode, pickOneNodeForPreemption); the victims' workloads stay admitted and
   their new pods wait on the same flavor (`scheduler_preemptions`, `scheduler_lost_gpu_hours`). The controllers
   see only the pending pods of jobs admitted to elastic flavors (floor-pinned pods are not demand for elastic
-  nodes, policy/kube.py `admits`; a job not admitted has no pods).
+  nodes, policy/pods.py `admits`; a job not admitted has no pods).
 - A pool that neither lends, borrows nor has two job classes (`plain`) is placed as in a single-pool run.
 Not modelled: series pools lending or borrowing (fluid demand has no jobs to admit: they run on their own
 capacity), a borrower's job spanning flavors, and under fair sharing a borrower preempting another borrower's
@@ -293,7 +293,7 @@ class EnvJobsWorkload(JobsWorkload):
         self.floor_pending: list = []  # heap of jobs admitted to a floor whose pods wait for a node of it
         # self.queues / self.prod_queues: jobs admitted to the pool's elastic flavor whose pods are pending, the
         # interruptible and the production ones: what the policy function sees (floor-pinned pods it ignores,
-        # policy/kube.py `admits`; suspended jobs have no pods)
+        # policy/pods.py `admits`; suspended jobs have no pods)
         self.elastic_admitted: dict[str, int] = {}  # elastic flavor kind -> GPUs admitted to it
         self.first_placement: list = [None] * n  # (pool whose node, node group) of the first start
         self.production_interruptions = 0

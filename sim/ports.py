@@ -31,13 +31,12 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from policy.errors import ConflictingUpdate, PolicyError
-from policy.kube import GPU_RESOURCE
+from policy.pods import GPU_RESOURCE
 from policy.model import LIFECYCLE_IN_SERVICE, LIFECYCLE_PENDING, Group, PendingGang, PoolSettings
-from policy.nodegroups import GroupState, Instance
 from policy.spend import _month as budget_month
-from policy.state import LEASE_KEY, _checked_ids
+from policy.ports import LEASE_KEY, GroupState, Instance, checked_ids
 from policy.tick import Ports
-from policy.utilization import Series
+from policy.gpu_series import Series
 from sim.engine import GUARANTEED, Simulation, SimNode
 
 # The ITP traces start on 2021-03-04; any fixed UTC midnight works (it places the calendar months of the budget
@@ -328,7 +327,7 @@ def node_pod_gpus(sim: Simulation, node: SimNode) -> tuple[int, ...]:
 class SimNodeGuard:
     """NodeGuardPort: cordon, the pods on a node, the back-to-spot taint. A cordon lasts only while the tick checks
     the node (nothing is scheduled in between in the simulator), so it is kept here, not on the node; a GPU pod on
-    the node keeps it (policy/kube.py `blocking_reason`)."""
+    the node keeps it (policy/pods.py `blocking_reason`)."""
 
     def __init__(self, sim: Simulation):
         self.sim = sim
@@ -415,12 +414,12 @@ class SimPublisher:
 
 
 class SimState:
-    """StatePort over dicts, with the same compare-and-set as DynamoState (policy/state.py). `load` hands the tick
+    """StatePort over dicts, with the same compare-and-set as DynamoState (policy/io/state.py). `load` hands the tick
     the dict it saved last (no copy: a simulated tick is the only reader, and it saves what it changed)."""
 
     def __init__(self):
         self.items: dict[str, tuple[dict, int]] = {}
-        self.leases: dict[str, tuple[str, float]] = {}  # lease key (policy/state.py, one per shard) -> (holder, expiry)
+        self.leases: dict[str, tuple[str, float]] = {}  # lease key (policy/io/state.py, one per shard) -> (holder, expiry)
         self.leaving: dict[str, float] = {}
 
     def load(self, key: str) -> tuple[dict, int]:
@@ -444,7 +443,7 @@ class SimState:
             del self.leases[key]
 
     def record_leaving(self, expires_at: dict[str, float]) -> None:
-        self.leaving.update(_checked_ids(expires_at))
+        self.leaving.update(checked_ids(expires_at))
 
     def load_leaving(self) -> dict[str, float]:
         return dict(self.leaving)
@@ -460,7 +459,7 @@ class SimState:
 class SimLendingQueue:
     """Kueue for the lend-ahead rule (policy/decide/lend_ahead.py), on an environment's pool (sim/environment.py
     PoolSim): its floor's ClusterQueue as the tick reads it (spec nominalQuota and lendingLimit, status
-    flavorsUsage and pendingWorkloads, read by policy.kube.lending_of) and the lendingLimit patch, applied to the
+    flavorsUsage and pendingWorkloads, read by policy.io.kube.lending_of) and the lendingLimit patch, applied to the
     simulated Kueue. Only the floor flavor is there: the rule reads nothing else."""
 
     def __init__(self, pool: Any, flavor: str):

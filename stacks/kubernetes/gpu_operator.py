@@ -15,7 +15,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 import yaml
 
-from policy.kube import BACK_TO_SPOT_TAINT_KEY, REBALANCE_TAINT_KEY
+from policy.pods import BACK_TO_SPOT_TAINT_KEY, REBALANCE_TAINT_KEY
 from config import tags, versions
 from config.config import GpuLoanConfig, MigStrategy
 from config.names import GPU_OPERATOR_NAMESPACE

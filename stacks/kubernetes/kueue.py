@@ -2,7 +2,7 @@
 
 Kueue holds a Job suspended until its queue has quota for it, so a Job that is not admitted creates no pods and
 the policy function (which counts unschedulable GPU pods) never buys nodes for it; Deployment/StatefulSet pods
-wait behind a scheduling gate, which the policy ignores too (policy/kube.py `unschedulable`). What the policy sees
+wait behind a scheduling gate, which the policy ignores too (policy/pods.py `unschedulable`). What the policy sees
 pending is admitted work, and admitted work never exceeds what the groups can reach (docs/scheduling.md).
 
 Manifests are pure functions (tests validate them against the CRD schemas); the component declares each one

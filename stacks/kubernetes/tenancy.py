@@ -35,7 +35,7 @@ TIER_RANK = {tier: rank for rank, tier in enumerate(sorted(PRIORITY_VALUES, key=
 CONTAINER_DEFAULT_REQUESTS = {"cpu": "500m", "memory": "1Gi"}
 
 POLICY_READER_CLUSTER_ROLE = "gpuloan-policy-pod-reader"
-# Exactly what policy/kube.py calls (tests/stacks/test_kubernetes_layer.py derives it from the client's requests): list
+# Exactly what policy/io/kube.py calls (tests/stacks/test_kubernetes_layer.py derives it from the client's requests): list
 # pods (pending GPU pods; the pods bound to a node before it is terminated), get and patch nodes (cordon it
 # first: spec.unschedulable). No watch, no pod get, no delete or eviction: the node goes through Auto Scaling.
 # The name stays "pod-reader" so existing clusters keep the same object; it now also cordons nodes.
@@ -46,7 +46,7 @@ POLICY_RBAC_RULES = [
 
 
 # A Capacity Block floor's drain marks the GPU pods on the block's nodes with the time to checkpoint by
-# (policy/kube.py mark_checkpoint: a merge patch of one annotation). Granted only where a pool has such a floor.
+# (policy/io/kube.py mark_checkpoint: a merge patch of one annotation). Granted only where a pool has such a floor.
 CAPACITY_BLOCK_RBAC_RULE = {"apiGroups": [""], "resources": ["pods"], "verbs": ["patch"]}
 
 

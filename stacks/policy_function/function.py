@@ -117,7 +117,7 @@ def policy_document(*, partition: str, region: str, account: str, cluster_name: 
          "Resource": [f"{log_group_arn}:*"]},
         {"Sid": "ReadCluster", "Effect": "Allow", "Action": ["eks:DescribeCluster"],
          "Resource": [f"{base}:eks:{region}:{account}:cluster/{cluster_name}"]},
-        # Read again just before the policy changes a group (policy/nodegroups.py recheck): only the groups it may
+        # Read again just before the policy changes a group (policy/io/nodegroups.py recheck): only the groups it may
         # change. Every group, floors included, is read through its Auto Scaling group (ReadUnscopable).
         {"Sid": "ReadNodeGroups", "Effect": "Allow", "Action": ["eks:DescribeNodegroup"],
          "Resource": [nodegroup(n) for n in sorted(elastic + blocks)]},
@@ -135,7 +135,7 @@ def policy_document(*, partition: str, region: str, account: str, cluster_name: 
             "autoscaling:DescribeAutoScalingGroups", "autoscaling:DescribeScalingActivities",
             "ec2:DescribeInstances", "cloudwatch:GetMetricData"]},
         # PutItem/DeleteItem also take and release the tick lease; UpdateItem records a spot warning without the
-        # lease and prunes expired records (policy/state.py). Exactly the calls DynamoState makes (a test derives
+        # lease and prunes expired records (policy/io/state.py). Exactly the calls DynamoState makes (a test derives
         # them from its requests), on this table only.
         {"Sid": "State", "Effect": "Allow", "Action": STATE_TABLE_ACTIONS, "Resource": [table_arn]},
         {"Sid": "DeadLetters", "Effect": "Allow", "Action": ["sqs:SendMessage"], "Resource": [dlq_arn]},
@@ -155,7 +155,7 @@ def policy_document(*, partition: str, region: str, account: str, cluster_name: 
                                                              "ec2:DescribeSecurityGroups"], "Resource": ["*"]},
     ]
     if blocks:
-        # The blocks' real dates (policy/reservations.py). DescribeCapacityReservations has no resource-level
+        # The blocks' real dates (policy/io/reservations.py). DescribeCapacityReservations has no resource-level
         # permission (a List action without resource types, docs/aws-rules.md): "*" is the only Resource it takes.
         statements.append({"Sid": "ReadCapacityBlockDates", "Effect": "Allow",
                            "Action": ["ec2:DescribeCapacityReservations"], "Resource": ["*"]})

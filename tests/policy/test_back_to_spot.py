@@ -105,7 +105,7 @@ def test_the_taint_comes_off_when_the_engine_no_longer_closes_the_node(kube):
     """Spot short again (or the rule off): the decision closes no node, and the tick takes its taint off the pool's
     on-demand nodes, leaving every other taint; a node not registered yet is skipped, a spot node never touched."""
     from policy import closing
-    from policy.kube import KubeClient
+    from policy.io.kube import KubeClient
     from policy.model import Node, Observation, Plan, PoolDecision, PoolObservation
 
     for name in ("od-1", "spot-1"):
@@ -130,7 +130,7 @@ def test_the_taint_comes_off_when_the_engine_no_longer_closes_the_node(kube):
 
 def test_a_node_changed_between_read_and_patch_is_left_for_the_next_tick(kube):
     """The taint patch carries the resourceVersion it read: a conflict is a tick error, not a lost taint."""
-    from policy.kube import KubeClient
+    from policy.io.kube import KubeClient
 
     kube.add_node("n1")
     client = KubeClient(kube.endpoint, kube.ca_pem, lambda: _token())

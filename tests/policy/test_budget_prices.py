@@ -157,7 +157,7 @@ def test_the_node_group_read_gives_each_instance_its_type(aws_env):
     on, so the tick's Node carries the type the budget cap prices it at."""
     from test_policy_e2e import CLUSTER, World
 
-    from policy.nodegroups import AwsNodeGroups
+    from policy.io.nodegroups import AwsNodeGroups
 
     w = World(aws_env)
     ids = w.group("dev-train-spot", 2)

@@ -18,7 +18,7 @@ from policy.decide import decide
 from policy.errors import PolicyError, Throttled
 from policy.model import (ACTION_HOLD, ACTION_SET_DESIRED, BLOCK_UNREAD, Action, BlockDates, Observation,
                           PoolObservation, Reason)
-from policy.reservations import AwsCapacityBlocks
+from policy.io.reservations import AwsCapacityBlocks
 from policy.tick import run_tick
 from policy_cases import FLOOR, OD, SPOT, group, settings
 from test_capacity_blocks import (DRAIN, END, SCALE_DOWN, START, CheckpointNodes, _document, _tick_ports, block,

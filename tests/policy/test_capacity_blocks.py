@@ -17,8 +17,8 @@ from policy import capacity_blocks as cb
 from policy.decide import decide
 from policy.model import (ACTION_HOLD, ACTION_SET_DESIRED, ACTION_TERMINATE, LIFECYCLE_IN_SERVICE, Action, Node,
                           Observation, Plan, PoolDecision, PoolObservation, Reason, Settings)
-from policy.nodegroups import Instance
-from policy.state import MemoryState
+from policy.ports import Instance
+from policy.memory_state import MemoryState
 from policy.tick import Ports, run_tick
 from policy_cases import FLOOR, OD, SPOT, group, pool_settings, settings
 from test_policy_adapters import FakeGroups, FakeNodes, FakePods, FakePublisher, FakeUtil
@@ -358,7 +358,7 @@ def test_rbac_grants_pod_patch_only_with_a_block_and_the_client_uses_exactly_tha
 
     from conftest import stack_config
     from fake_kube import FakeKube, gpu_pod
-    from policy.kube import KubeClient
+    from policy.io.kube import KubeClient
     from config import scheduling, versions
     from stacks.kubernetes import tenancy
 

@@ -150,8 +150,8 @@ def rhythm_state(now: datetime, gpus: int) -> dict:
 
 
 def _tick(queues, state: dict | None = None, now: datetime = NOW):
-    from policy.nodegroups import Instance  # noqa: F401  (the adapters' fakes below build on it)
-    from policy.state import MemoryState
+    from policy.ports import Instance  # noqa: F401  (the adapters' fakes below build on it)
+    from policy.memory_state import MemoryState
     from policy.tick import Ports, run_tick
     from test_policy_adapters import FakeGroups, FakeNodes, FakePods, FakePublisher, FakeUtil
 
@@ -196,7 +196,7 @@ def test_the_kube_client_reads_the_queue_and_patches_only_the_lending_limit():
     import base64
 
     from fake_kube import FakeKube
-    from policy.kube import KubeClient, lending_of
+    from policy.io.kube import KubeClient, lending_of
 
     kube = FakeKube("c")
     try:
@@ -220,7 +220,7 @@ def test_the_kube_client_reads_the_queue_and_patches_only_the_lending_limit():
 
 def test_a_queue_without_the_floor_flavor_is_unreadable_not_a_guess():
     from policy.errors import DataUnavailable
-    from policy.kube import lending_of
+    from policy.io.kube import lending_of
 
     with pytest.raises(DataUnavailable, match="no nvidia.com/gpu quota for flavor other"):
         lending_of(floor_queue(), "other", 1.0)

@@ -10,13 +10,15 @@ import pytest
 from fake_kube import gpu_pod
 from policy import notifications as N
 from policy.errors import ConflictingUpdate, Throttled
-from policy.kube import pod_gpus, pod_pools
+from policy.pods import pod_gpus, pod_pools
 from policy.model import ACTION_SET_DESIRED, ACTION_TERMINATE, Action, PoolDecision, Reason
-from policy.nodegroups import GroupState, Instance
+from policy.ports import GroupState, Instance
 from policy.spend import accrue, observe_spend
-from policy.state import MemoryState
+from policy.memory_state import MemoryState
 from policy.tick import Ports, run_tick
-from policy.utilization import MAX_QUERIES_PER_CALL, CloudWatchUtilization, NodeRef, Series
+from policy.io.cloudwatch import MAX_QUERIES_PER_CALL, CloudWatchUtilization
+from policy.gpu_series import Series
+from policy.ports import NodeRef
 from policy_cases import NOW, OD, SPOT, ago, group, pool_settings, settings
 
 
@@ -93,7 +95,7 @@ def test_only_pods_the_scheduler_could_not_place_are_demand():
     import base64
 
     from fake_kube import FakeKube
-    from policy.kube import KubeClient
+    from policy.io.kube import KubeClient
 
     kube = FakeKube("c", page_size=2)
     try:
@@ -158,7 +160,8 @@ def test_pending_pods_count_for_the_elastic_groups_only_when_they_could_run_ther
     from datetime import datetime, timezone
 
     from fake_kube import FakeKube
-    from policy.kube import KubeClient, elastic_shapes
+    from policy.io.kube import KubeClient
+    from policy.pods import elastic_shapes
 
     pod["metadata"]["creationTimestamp"] = "2026-03-10T11:50:00Z"
     kube = FakeKube("c")
@@ -179,15 +182,15 @@ def test_pending_pods_count_for_the_elastic_groups_only_when_they_could_run_ther
 
 
 def test_the_policy_knows_the_labels_and_taints_the_stack_puts_on_elastic_nodes():
-    """policy/kube.py repeats config/tags.py's keys (the Lambda zip does not ship stacks/): they must agree, or
+    """policy/pods.py repeats config/tags.py's keys (the Lambda zip does not ship stacks/): they must agree, or
     floor work would count as elastic demand again."""
-    from policy import kube
+    from policy import pods
     from config import tags
     from stacks.capacity import elastic, guaranteed
 
-    assert (kube.POOL_LABEL, kube.TIER_LABEL, kube.CAPACITY_LABEL) == (tags.LABEL_POOL, tags.LABEL_TIER,
+    assert (pods.POOL_LABEL, pods.TIER_LABEL, pods.CAPACITY_LABEL) == (tags.LABEL_POOL, tags.LABEL_TIER,
                                                                        tags.LABEL_CAPACITY)
-    assert kube.SPOT_TAINT_KEY == tags.SPOT_TAINT_KEY and kube.ELASTIC_TIER == elastic.TIER != guaranteed.TIER
+    assert pods.SPOT_TAINT_KEY == tags.SPOT_TAINT_KEY and pods.ELASTIC_TIER == elastic.TIER != guaranteed.TIER
     # the spot-warning path tells this stack's instances by the launch templates' environment tag
     from policy import handler
 
@@ -203,7 +206,7 @@ def test_gpu_pod_arrivals_are_recent_unfinished_gpu_pods_per_pool():
     from datetime import datetime, timezone
 
     from fake_kube import FakeKube
-    from policy.kube import KubeClient
+    from policy.io.kube import KubeClient
 
     def at(pod, when):
         pod["metadata"]["creationTimestamp"] = when
@@ -520,7 +523,7 @@ def test_an_instance_ec2_does_not_know_yet_does_not_fail_the_read(aws_env):
     import boto3
     from botocore.exceptions import ClientError
 
-    from policy.nodegroups import AwsNodeGroups
+    from policy.io.nodegroups import AwsNodeGroups
 
     ec2 = boto3.client("ec2")
     image = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
@@ -558,7 +561,7 @@ def test_a_kubernetes_answer_that_drips_in_is_cut_at_the_deadline(drip_s_per_byt
     from fake_kube import FakeKube
     from policy.deadline import Deadline
     from policy.errors import DeadlineExceeded
-    from policy.kube import KubeClient
+    from policy.io.kube import KubeClient
 
     kube = FakeKube("c")
     try:
@@ -584,7 +587,7 @@ def test_a_dripping_kubernetes_api_leaves_the_tick_blind_not_late():
 
     from fake_kube import FakeKube
     from policy.deadline import Deadline
-    from policy.kube import KubeClient
+    from policy.io.kube import KubeClient
 
     kube = FakeKube("c")
     try:
@@ -625,7 +628,7 @@ OFF_SPOT_CASES = [
 
 @pytest.mark.parametrize("name,pod,expected", OFF_SPOT_CASES, ids=[c[0] for c in OFF_SPOT_CASES])
 def test_a_pod_may_not_run_on_spot_when_it_admits_the_on_demand_shape_only(name, pod, expected):
-    from policy.kube import on_demand_only
+    from policy.pods import on_demand_only
 
     assert on_demand_only(pod, "p") is expected
 
@@ -633,7 +636,7 @@ def test_a_pod_may_not_run_on_spot_when_it_admits_the_on_demand_shape_only(name,
 def _client(kube):
     import base64
 
-    from policy.kube import KubeClient
+    from policy.io.kube import KubeClient
 
     url = "https://sts.us-east-1.amazonaws.com/?Action=GetCallerIdentity&X-Amz-SignedHeaders=host%3Bx-k8s-aws-id" \
           "&X-Amz-Signature=abc"
@@ -645,7 +648,7 @@ def test_the_lambda_reads_the_pending_pods_kept_off_spot_from_the_same_pod_list(
     """Issue 27 follow-up: the pending pods that may not run on spot, per pool, from the pod list pending_gpus read
     (no extra call); a gang with one such pod goes whole; shapes filter as for pending_gpus."""
     from fake_kube import FakeKube
-    from policy.kube import elastic_shapes
+    from policy.pods import elastic_shapes
 
     kube = FakeKube("c", page_size=2)
     try:
@@ -694,7 +697,7 @@ class OffSpotPods(FakePods):
 
 def test_the_tick_passes_the_pods_kept_off_spot_and_the_on_demand_group_grows_for_them():
     from policy.errors import DataUnavailable
-    from policy.kube import CAPACITY_LABEL, elastic_shapes
+    from policy.pods import CAPACITY_LABEL, elastic_shapes
 
     ports = _ports(pending={"research": (1, 1)})
     pods = OffSpotPods({"research": (1, 1)}, {"research": (1, 1)})

@@ -14,7 +14,8 @@ import pytest
 from botocore.stub import Stubber
 
 from policy import tick_state
-from policy.spend import AwsBudgets, observe_spend
+from policy.io.budgets import AwsBudgets
+from policy.spend import observe_spend
 from policy_cases import NOW
 
 REFRESH_MINUTES = 60

@@ -35,7 +35,7 @@ def server(request):
 
 
 def _kube(srv: SlowHttpServer, seconds: float = DEADLINE_S):
-    from policy.kube import KubeClient
+    from policy.io.kube import KubeClient
 
     return KubeClient(srv.url, srv.ca_pem, lambda: "k8s-aws-v1.token", Deadline(seconds))
 
@@ -122,7 +122,7 @@ def _aws_ports(srv: SlowHttpServer, monkeypatch, deadline_s: float = DEADLINE_S)
 def _first_call(ports, port: str):
     from datetime import datetime, timezone
 
-    from policy.utilization import NodeRef
+    from policy.ports import NodeRef
 
     now = datetime.now(timezone.utc)
     return {

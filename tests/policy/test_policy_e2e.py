@@ -505,7 +505,7 @@ def test_the_lease_is_exclusive_on_dynamodb(aws_env):
     expired lease can be taken."""
     import boto3
 
-    from policy.state import DynamoState
+    from policy.io.state import DynamoState
 
     ddb = boto3.client("dynamodb")
     ddb.create_table(TableName="t", AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
@@ -580,7 +580,7 @@ def test_an_event_that_is_not_a_spot_warning_names_no_instance():
     assert spot_warning({**warning, "detail": {"instance-id": "i-0; drop"}}) == ()
 
 
-# A spot warning is never lost to a held lease (policy/lease.py, policy/state.py's "leaving" item).
+# A spot warning is never lost to a held lease (policy/lease.py, policy/io/state.py's "leaving" item).
 
 def _warning(instance_id: str) -> dict:
     return {"source": "aws.ec2", "detail-type": "EC2 Spot Instance Interruption Warning",
@@ -727,7 +727,7 @@ def test_a_failed_record_is_loud(world, kube, lambda_dir, aws_env):
 def test_leaving_records_on_dynamodb(aws_env):
     """DynamoState's records against the emulated DynamoDB: written without a read or a lease (the item is created
     by the first one), kept beside the tick item's whole-item writes, pruned only while still expired."""
-    from policy.state import DynamoState
+    from policy.io.state import DynamoState
 
     ddb = boto3.client("dynamodb")
     ddb.create_table(TableName="t", AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],

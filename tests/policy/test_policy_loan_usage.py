@@ -16,7 +16,7 @@ from config import config, scheduling
 from policy import loan_usage
 from policy import metric_names as M
 from policy.deadline import Deadline
-from policy.kube import KubeClient
+from policy.io.kube import KubeClient
 from pricing.sources import catalog
 from stacks.kubernetes import tenancy
 from stacks.kubernetes.kueue import cluster_queue_manifest

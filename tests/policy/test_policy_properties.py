@@ -24,7 +24,7 @@ from hypothesis import given, strategies as st
 
 from policy import handler
 from policy.decide import decide, hours_left_in_month, node_idle_threshold_pct, pack_pods, warm_up_nodes
-from policy.kube import DO_NOT_DISRUPT, blocking_reason
+from policy.pods import DO_NOT_DISRUPT, blocking_reason
 from policy.model import (
     ACTION_SET_DESIRED,
     ACTION_TERMINATE,
@@ -38,8 +38,8 @@ from policy.model import (
     Reason,
     Spend,
 )
-from policy.nodegroups import Instance
-from policy.state import MemoryState
+from policy.ports import Instance
+from policy.memory_state import MemoryState
 from policy.tick import Ports, TickResult, _apply
 from policy_cases import FLOOR, NOW, OD, SPOT, ago, pool_settings, settings
 from test_policy_adapters import FakeGroups, FakePods, FakePublisher, FakeUtil
@@ -317,7 +317,7 @@ def _pod(k: int, p: dict) -> dict:
 
 
 class PodsOnNodes:
-    """NodeGuardPort over generated pods, using the product's own blocking rule (policy.kube.blocking_reason)."""
+    """NodeGuardPort over generated pods, using the product's own blocking rule (policy.pods.blocking_reason)."""
 
     def __init__(self, pods: dict[str, list[dict]]):
         self.pods = pods

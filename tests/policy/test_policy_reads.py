@@ -16,8 +16,9 @@ import pytest
 from aws_emulator import REGION, eks_asg_tags
 from policy.errors import PolicyError, Throttled
 from policy.model import ACTION_SET_DESIRED, ACTION_TERMINATE
-from policy.nodegroups import AwsNodeGroups, GroupState, Instance
-from policy.state import MemoryState
+from policy.io.nodegroups import AwsNodeGroups
+from policy.ports import GroupState, Instance
+from policy.memory_state import MemoryState
 from policy.tick import Ports, run_tick
 from policy_cases import NOW, OD, SPOT, ago, group, pool_settings, settings
 from test_policy_adapters import FakeGroups, FakeNodes, FakePods, FakePublisher, FakeUtil

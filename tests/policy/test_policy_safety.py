@@ -14,7 +14,7 @@ from fake_kube import FakeKube
 from policy import handler
 from policy.deadline import Deadline
 from policy.errors import DataUnavailable, PolicyError
-from policy.kube import KubeClient
+from policy.io.kube import KubeClient
 from policy.model import (
     ACTION_SET_DESIRED,
     ACTION_TERMINATE,
@@ -26,8 +26,8 @@ from policy.model import (
     PoolObservation,
     Reason,
 )
-from policy.nodegroups import Instance
-from policy.state import MemoryState
+from policy.ports import Instance
+from policy.memory_state import MemoryState
 from policy.tick import Ports, TickResult, _apply, run_tick
 from policy_cases import NOW, OD, SPOT, ago, group, pool_settings, settings
 from test_policy_adapters import FakeGroups, FakeNodes, FakePods, FakePublisher, FakeUtil

@@ -182,7 +182,7 @@ def test_back_to_spot_closes_each_sizes_fallback_nodes_once_that_sizes_spot_is_b
 def test_the_tick_taints_another_sizes_fallback_node(kube):
     """policy/closing.py puts the back-to-spot taint on every size's on-demand nodes the engine closes."""
     from policy import closing
-    from policy.kube import KubeClient
+    from policy.io.kube import KubeClient
     from policy.model import Node, Observation, Plan, PoolDecision, PoolObservation
     from test_back_to_spot import TAINT, _taints, _token
 

@@ -1,5 +1,5 @@
 """A spot interruption warning is never lost to a held lease (policy/tick.py run_tick, policy/lease.py,
-policy/state.py's "leaving" records), over the in-memory state and fakes. The same rules against the packaged zip
+policy/io/state.py's "leaving" records), over the in-memory state and fakes. The same rules against the packaged zip
 and the moto server: tests/policy/test_policy_e2e.py."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import pytest
 from policy.deadline import Deadline
 from policy.errors import Throttled
 from policy.lease import MIN_TICK_S
-from policy.nodegroups import Instance
-from policy.state import MemoryState
+from policy.ports import Instance
+from policy.memory_state import MemoryState
 from policy.tick import Ports, run_tick
 from policy_cases import NOW, OD, SPOT, ago, group, pool_settings, settings
 from test_policy_adapters import FakeGroups, FakeNodes, FakePods, FakePublisher, FakeUtil

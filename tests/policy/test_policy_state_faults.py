@@ -99,7 +99,7 @@ RAW_ITEMS = [
 @pytest.mark.parametrize("shards", SHARDINGS)
 @pytest.mark.parametrize("name,attrs,version", RAW_ITEMS, ids=[r[0] for r in RAW_ITEMS])
 def test_a_malformed_item_in_dynamodb_is_reported_and_rewritten(table, name, attrs, version, shards):
-    from policy.state import DynamoState
+    from policy.io.state import DynamoState
 
     s, shard = sharded(settings(pool_settings()), shards)
     STATE_KEY = tick_key(shard)  # noqa: N806 - the module's name, per shard (a shard's own tick state)
@@ -119,7 +119,8 @@ def test_a_malformed_item_in_dynamodb_is_reported_and_rewritten(table, name, att
 @pytest.mark.parametrize("shard", [None, "one"])
 def test_a_lease_whose_expiry_is_not_a_number_does_not_stop_every_tick(table, shard):
     from policy import shard_budget
-    from policy.state import LEASE_KEY, DynamoState
+    from policy.io.state import DynamoState
+    from policy.ports import LEASE_KEY
 
     key = LEASE_KEY if shard is None else shard_budget.lease_key(shard)
     table.put_item(TableName="t", Item={"pk": {"S": key}, "holder": {"S": "x"}, "expires_at": {"S": "never"}})
@@ -128,7 +129,8 @@ def test_a_lease_whose_expiry_is_not_a_number_does_not_stop_every_tick(table, sh
 
 
 def test_a_spot_notice_whose_expiry_is_not_a_number_is_skipped(table):
-    from policy.state import LEAVING_KEY, DynamoState
+    from policy.io.state import DynamoState
+    from policy.ports import LEAVING_KEY
 
     table.put_item(TableName="t", Item={"pk": {"S": LEAVING_KEY}, "i-0123456789abcdef0": {"S": "soon"},
                                         "i-0123456789abcdef1": {"N": "1000.5"}})

@@ -15,9 +15,9 @@ from botocore.stub import Stubber
 
 from policy.errors import DataUnavailable
 from policy.model import LIFECYCLE_IN_SERVICE
-from policy.nodegroups import GroupState, Instance
+from policy.ports import GroupState, Instance
 from policy.tick import Ports, observe
-from policy.utilization import CloudWatchUtilization
+from policy.io.cloudwatch import CloudWatchUtilization
 from policy_cases import NOW, OD, SPOT, group, settings
 
 EC2_FAILURE = "EC2 DescribeInstances: AccessDenied: not authorized"

@@ -17,7 +17,8 @@ from policy import handler, shard_budget
 from policy.decide import hours_left_in_month
 from policy.errors import BadSettings, ConflictingUpdate, Throttled
 from policy.model import ACTION_SET_DESIRED, Observation, PoolObservation, Reason, Settings, ShardSettings
-from policy.state import LEASE_KEY, MemoryState
+from policy.memory_state import MemoryState
+from policy.ports import LEASE_KEY
 from policy.tick import STATE_KEY, Ports, run_tick
 from policy_cases import NOW, group, pool_settings, settings
 from test_policy_adapters import FakeGroups, FakeNodes, FakePods, FakePublisher, FakeUtil
@@ -124,7 +125,7 @@ def table(aws_env):
 def test_two_shards_racing_on_dynamodb_never_exceed_the_headroom(table, affordable):
     """Threads against the moto server, started together, each shard wanting 4 nodes: whatever the order,
     what both add together fits the headroom, and each reservation was written with the version condition."""
-    from policy.state import DynamoState
+    from policy.io.state import DynamoState
 
     full = _settings(_budget_affording(affordable))
     for attempt in range(3):
@@ -311,7 +312,7 @@ def test_a_spot_warning_of_unknown_owner_is_recorded_for_every_shard(monkeypatch
     monkeypatch.setenv("GPULOAN_STATE_TABLE", "t")
     with mock.patch.object(handler, "load_settings", lambda: full), \
             mock.patch.object(handler, "_bounded", lambda session, service, deadline: Ec2(fail=True)), \
-            mock.patch("policy.state.DynamoState", lambda client, table: state), \
+            mock.patch("policy.io.state.DynamoState", lambda client, table: state), \
             mock.patch.object(handler, "run_tick", lambda *a, **k: pytest.fail("no tick without a shard")):
         result = handler.handle(WARNING, types.SimpleNamespace(), session=object())
     assert "i-0123456789abcdef0" in state.leaving and not result.errors

@@ -15,11 +15,14 @@ from policy import fanout
 from policy.deadline import Deadline
 from policy.errors import PolicyError, Throttled
 from policy.model import Group
-from policy.nodegroups import AwsNodeGroups, GroupState
-from policy.notifications import SnsPublisher, publish_all
-from policy.state import MemoryState
+from policy.io.nodegroups import AwsNodeGroups
+from policy.ports import GroupState
+from policy.io.sns import SnsPublisher
+from policy.notifications import publish_all
+from policy.memory_state import MemoryState
 from policy.tick import Ports, run_tick
-from policy.utilization import CloudWatchUtilization, NodeRef
+from policy.io.cloudwatch import CloudWatchUtilization
+from policy.ports import NodeRef
 from policy_cases import pool_settings, settings
 from test_policy_adapters import FakeCloudWatch, FakeGroups, FakePods, FakePublisher, FakeUtil
 

@@ -151,12 +151,12 @@ def _tolerates(tolerations: list[dict], taint: dict) -> bool:
 
 def test_operator_daemonsets_and_nfd_tolerate_the_taints_the_policy_puts_on_gpu_nodes():
     """Issue 35 item 7: a device-plugin pod recreated on a node the policy tainted (back to spot, rebalance
-    recommendation) must land there, with the exact taints the Lambda writes (policy/kube.py)."""
-    from policy import kube as policy_kube
+    recommendation) must land there, with the exact taints the Lambda writes (policy/pods.py)."""
+    from policy import pods as policy_pods
 
     values = release(layer("prod"), "gpu-operator").inputs["values"]
-    for key in (policy_kube.BACK_TO_SPOT_TAINT_KEY, policy_kube.REBALANCE_TAINT_KEY):
-        taint = {"key": key, "value": policy_kube.TAINT_VALUE, "effect": policy_kube.TAINT_EFFECT}
+    for key in (policy_pods.BACK_TO_SPOT_TAINT_KEY, policy_pods.REBALANCE_TAINT_KEY):
+        taint = {"key": key, "value": policy_pods.TAINT_VALUE, "effect": policy_pods.TAINT_EFFECT}
         assert _tolerates(values["daemonsets"]["tolerations"], taint), key
         assert _tolerates(values["node-feature-discovery"]["worker"]["tolerations"], taint), key
 
@@ -354,13 +354,13 @@ def _gpuloan(cfg: dict) -> dict:
 
 
 def test_policy_role_grants_exactly_the_verbs_the_policy_client_uses():
-    """Least privilege, both ways: every request policy/kube.py makes (pending pods, then before a termination:
+    """Least privilege, both ways: every request policy/io/kube.py makes (pending pods, then before a termination:
     cordon, the node's pods, uncordon) is allowed by the role, and the role allows nothing it does not make."""
     import base64
     import urllib.parse
 
     from fake_kube import FakeKube, gpu_pod
-    from policy.kube import KubeClient
+    from policy.io.kube import KubeClient
 
     kube = FakeKube("c")
     try:

@@ -17,7 +17,7 @@ from conftest import REPO, requires_shared_kueue_crds, requires_shared_prices, r
 from kube_checks import KUEUE_CRDS, kube_objects, layer, release, run_layer, validate_kueue
 from policy_cases import NOW, spend
 
-from policy import kube as policy_kube
+from policy import pods as policy_pods
 from policy.decide import decide
 from policy.model import Group, Observation, PoolObservation, Reason
 from pricing import checks
@@ -536,7 +536,7 @@ def test_not_admitted_work_is_invisible_to_the_policy():
                       "containers": [{"resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
              "status": {"phase": "Pending", "conditions": [
                  {"type": "PodScheduled", "status": "False", "reason": "SchedulingGated"}]}}
-    assert policy_kube.unschedulable(gated) is False
+    assert policy_pods.unschedulable(gated) is False
 
 
 def test_admitted_pods_count_for_the_pool_their_flavor_pins_them_to():
@@ -545,8 +545,8 @@ def test_admitted_pods_count_for_the_pool_their_flavor_pins_them_to():
     # Kueue merges the flavor's nodeLabels into the pod's nodeSelector when it admits the workload.
     pod = {"spec": {"nodeSelector": dict(spot.node_labels),
                     "containers": [{"resources": {"limits": {"nvidia.com/gpu": "8"}}}]}}
-    assert policy_kube.pod_pools(pod) == {"training"}
-    assert policy_kube.pod_gpus(pod) == 8
+    assert policy_pods.pod_pools(pod) == {"training"}
+    assert policy_pods.pod_gpus(pod) == 8
 
 
 def _dev_settings(cfg):

@@ -205,6 +205,26 @@ def test_the_zip_alone_loads_the_handler_and_the_rule_modules_of_decide(tmp_path
     assert out.stdout.strip() == str(tmp_path / "policy" / "decide" / "bound.py")
 
 
+def test_the_zip_alone_loads_the_adapters_of_io(tmp_path):
+    """Issue 34: the AWS and Kubernetes adapters live in policy/io/. The handler imports them only when it builds a
+    tick's ports, so each is imported here, with the handler, from the extracted zip alone."""
+    import subprocess
+    import sys
+
+    with zipfile.ZipFile(io.BytesIO(build_zip())) as zf:
+        names = zf.namelist()
+        zf.extractall(tmp_path)
+    adapters = sorted(n[len("policy/"):-len(".py")].replace("/", ".").removesuffix(".__init__") for n in names
+                      if n.startswith("policy/io/"))
+    assert {"io", "io.kube", "io.nodegroups", "io.state", "io.cloudwatch", "io.budgets", "io.sns"} <= set(adapters)
+    code = ("import importlib, sys; sys.path.insert(0, sys.argv[1]); import policy.handler; "
+            "[importlib.import_module('policy.' + m) for m in sys.argv[2:]]; "
+            "print(sys.modules['policy.io.kube'].__file__)")
+    out = subprocess.run([sys.executable, "-I", "-c", code, str(tmp_path), *adapters], capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.strip() == str(tmp_path / "policy" / "io" / "kube.py")
+
+
 def test_package_imports_nothing_outside_stdlib_and_boto3():
     import ast
     import sys
@@ -243,7 +263,8 @@ def test_state_table_permissions_are_exactly_the_calls_the_state_adapter_makes(r
     emulated DynamoDB, each request's operation recorded; the role's State statement allows exactly those."""
     import boto3
 
-    from policy.state import DynamoState, StatePort
+    from policy.io.state import DynamoState
+    from policy.ports import StatePort
 
     session = boto3.Session()
     operations: set[str] = set()

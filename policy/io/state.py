@@ -29,43 +29,11 @@ a conditional REMOVE (only while they are still expired, so a concurrent re-reco
 from __future__ import annotations
 
 import json
-from typing import Protocol
 
-from policy.aws_errors import classify
+from policy.io.aws_errors import classify
 from policy.errors import MalformedState
 from policy.model import INSTANCE_ID
-
-LEASE_KEY = "lease"
-LEAVING_KEY = "leaving"
-# save()'s `version` for an item whose own version did not parse (MalformedState.version None): it is replaced by
-# version 1, as if it had been version 0.
-MALFORMED_VERSION = -1
-
-
-def _checked_ids(expires_at: dict[str, float]) -> dict[str, float]:
-    """Only well-formed instance ids are ever stored: they become attribute names, so anything else is refused."""
-    bad = sorted(i for i in expires_at if not (isinstance(i, str) and INSTANCE_ID.fullmatch(i)))
-    if bad:
-        raise ValueError(f"not EC2 instance ids, not recorded: {', '.join(map(repr, bad))[:200]}")
-    return expires_at
-
-
-class StatePort(Protocol):
-    def load(self, key: str) -> tuple[dict, int]: ...
-
-    def save(self, key: str, data: dict, version: int) -> None: ...
-
-    # `key`: the lease item; a shard's tick holds its own ("lease#<shard>", policy/shard_budget.py), so shards never
-    # wait for each other. Callers pass it only for a shard: a port without shards may take two arguments.
-    def acquire_lease(self, holder: str, now_epoch: float, ttl_s: float, key: str = LEASE_KEY) -> bool: ...
-
-    def release_lease(self, holder: str, key: str = LEASE_KEY) -> None: ...
-
-    def record_leaving(self, expires_at: dict[str, float]) -> None: ...
-
-    def load_leaving(self) -> dict[str, float]: ...
-
-    def prune_leaving(self, ids: list[str], now_epoch: float) -> bool: ...
+from policy.ports import LEASE_KEY, LEAVING_KEY, MALFORMED_VERSION, checked_ids
 
 
 class DynamoState:
@@ -143,7 +111,7 @@ class DynamoState:
 
     def record_leaving(self, expires_at: dict[str, float]) -> None:
         """Store each instance's notice expiry (epoch seconds) without the lease: one UpdateItem, no condition."""
-        ids = sorted(_checked_ids(expires_at))
+        ids = sorted(checked_ids(expires_at))
         if not ids:
             return
         self.calls += 1
@@ -177,7 +145,7 @@ class DynamoState:
     def prune_leaving(self, ids: list[str], now_epoch: float) -> bool:
         """Remove `ids` if every one is still expired at `now_epoch`; False (nothing removed) when one was
         re-recorded meanwhile or is already gone: the next tick reads the item again and retries."""
-        ids = sorted(_checked_ids(dict.fromkeys(ids, 0.0)))
+        ids = sorted(checked_ids(dict.fromkeys(ids, 0.0)))
         if not ids:
             return True
         self.calls += 1
@@ -199,54 +167,3 @@ def _condition_failed(err: Exception) -> bool:
     """A conditional write refused because its condition did not hold (not an error: the caller's answer)."""
     return ((getattr(err, "response", None) or {}).get("Error") or {}).get("Code", "") == \
         "ConditionalCheckFailedException"
-
-
-class MemoryState:
-    """In-memory StatePort with the same compare-and-set semantics (tests, simulator, dry runs without a table)."""
-
-    def __init__(self):
-        self.items: dict[str, tuple[dict, int]] = {}
-        self.leases: dict[str, tuple[str, float]] = {}  # lease key -> (holder, expires_at)
-        self.leaving: dict[str, float] = {}  # the "leaving" item: instance id -> expires_at
-
-    def load(self, key: str) -> tuple[dict, int]:
-        data, version = self.items.get(key, ({}, 0))
-        return json.loads(json.dumps(data)), version
-
-    def save(self, key: str, data: dict, version: int) -> None:
-        from policy.errors import ConflictingUpdate
-
-        if self.items.get(key, ({}, 0))[1] != version:
-            raise ConflictingUpdate(f"state {key} changed since it was read")
-        self.items[key] = (json.loads(json.dumps(data)), version + 1)
-
-    @property
-    def lease(self) -> tuple[str, float] | None:
-        """The unsharded tick's lease (holder, expires_at), or None."""
-        return self.leases.get(LEASE_KEY)
-
-    def acquire_lease(self, holder: str, now_epoch: float, ttl_s: float, key: str = LEASE_KEY) -> bool:
-        held = self.leases.get(key)
-        if held is not None and held[1] >= now_epoch:
-            return False
-        self.leases[key] = (holder, now_epoch + ttl_s)
-        return True
-
-    def release_lease(self, holder: str, key: str = LEASE_KEY) -> None:
-        held = self.leases.get(key)
-        if held is not None and held[0] == holder:
-            del self.leases[key]
-
-    def record_leaving(self, expires_at: dict[str, float]) -> None:
-        self.leaving.update(_checked_ids(expires_at))
-
-    def load_leaving(self) -> dict[str, float]:
-        return dict(self.leaving)
-
-    def prune_leaving(self, ids: list[str], now_epoch: float) -> bool:
-        ids = list(_checked_ids(dict.fromkeys(ids, 0.0)))
-        if not all(i in self.leaving and self.leaving[i] <= now_epoch for i in ids):
-            return False
-        for i in ids:
-            del self.leaving[i]
-        return True

@@ -27,15 +27,15 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Collection
-from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from typing import Callable, Protocol
+from typing import Callable
 
-from policy.aws_errors import classify
+from policy.io.aws_errors import classify
 from policy import fanout
 from policy.deadline import Deadline
 from policy.errors import PolicyError
 from policy.model import Group
+from policy.ports import GroupState, Instance
 
 # Scaling activity messages that mean "AWS had no capacity" (spot or on-demand).
 SHORTAGE_MARKERS = ("InsufficientInstanceCapacity", "insufficient capacity", "Insufficient capacity",
@@ -54,37 +54,6 @@ IDS_PER_READ = 100
 INSTANCES_PER_PAGE = 1000
 ASG_DELETING = "Delete in progress"  # the ASG's Status while it is being deleted (absent otherwise)
 IN_SERVICE = "InService"
-
-
-@dataclass(frozen=True)
-class Instance:
-    instance_id: str
-    group: str
-    lifecycle: str
-    launched_at: datetime | None = None
-    node_name: str = ""
-    instance_type: str | None = None  # DescribeAutoScalingGroups' InstanceType: the budget cap prices the node at it
-
-
-@dataclass(frozen=True)
-class GroupState:
-    group: Group
-    instances: tuple[Instance, ...]
-
-
-class NodeGroupPort(Protocol):
-    def read(self, names: list[str], now: datetime, activities_for: set[str],
-             on_error: Callable[[PolicyError], None]) -> dict[str, GroupState]: ...
-
-    def recheck(self, group: str) -> GroupState: ...
-
-    # Optional (policy/tick.py uses it when the port has it): every group about to change, read again at once;
-    # a group that could not be is a PolicyError in its place.
-    # def recheck_many(self, groups: list[str]) -> dict[str, GroupState | PolicyError]: ...
-
-    def set_desired(self, group: str, desired: int) -> None: ...
-
-    def terminate(self, instance_id: str) -> None: ...
 
 
 def _chunks(items: list, n: int):

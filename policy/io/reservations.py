@@ -10,15 +10,10 @@ grants it on "*" (stacks/policy_function/function.py, docs/aws-rules.md); it is 
 from __future__ import annotations
 
 from datetime import datetime, timezone
-from typing import Protocol
 
-from policy.aws_errors import classify
+from policy.io.aws_errors import classify
 from policy.deadline import Deadline
 from policy.model import BlockDates
-
-
-class BlockDatesPort(Protocol):
-    def read(self, reservation_ids: list[str]) -> dict[str, BlockDates]: ...
 
 
 class AwsCapacityBlocks:
