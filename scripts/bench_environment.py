@@ -44,9 +44,11 @@ def environment(traces_dir: Path, lending: bool = True):
 
 
 def pools_config(demands: dict, horizon: int, name: str = "bench-environment", lending: bool = True,
-                 floor_payment: str | None = None):
+                 floor_payment: str | None = None, max_lenders: int | None = None):
     """The benchmark's stack for these pools (name -> trace, in order): the prod stack's settings, each pool sized
-    from its own trace, tiers rotating; also scripts/bench_scale.py's organizations."""
+    from its own trace, tiers rotating; also scripts/bench_scale.py's organizations. `max_lenders`: only the first
+    that many pools with a floor lend it (the others' teams get lending_limit_pct 0), as a user of more pools than
+    a Kueue queue can list floors for configures it (config/scheduling.py MAX_FLAVORS_PER_GROUP)."""
     import yaml
 
     from pricing import checks
@@ -70,7 +72,11 @@ def pools_config(demands: dict, horizon: int, name: str = "bench-environment", l
                                    **({"payment": floor_payment} if floor_payment else {})}
         pools.append(entry)
     data["gpuloan:pools"] = pools
-    data["gpuloan:scheduling"] = {"kueue": {} if lending else {"enabled": False}}
+    kueue: dict = {} if lending else {"enabled": False}
+    if lending and max_lenders is not None:
+        floors = [p for p in pools if "guaranteed" in p]
+        kueue["teams"] = {p["team"]: {"lending_limit_pct": 0} for p in floors[max_lenders:]}
+    data["gpuloan:scheduling"] = {"kueue": kueue}
     # the prod budget was set for its two pools, not for these: no cap binds in the benchmark
     data["gpuloan:budget"] = {**data["gpuloan:budget"], "monthly_usd": 10_000_000, "enforcement": "alert_only"}
     return checks.from_stack_yaml(doc, name, prices=catalog.current())

@@ -193,6 +193,7 @@ class PoolSim(Simulation):
         self.lent_gpus = 0  # GPUs of this pool's floor running other pools' jobs now
         self.floor_nodes: list[SimNode] = []  # never removed (a floor is never terminated)
         self._floor_busy = 0  # GPUs busy on the floor nodes, own and lent
+        self.floor_version = 0  # bumped whenever a pod binds to or leaves a floor node
         self.borrowed_jobs: dict = {}  # (id(borrower workload), job) -> (borrower workload, job) on this floor
         # Kueue's usage of the floor flavor: GPUs of workloads admitted to it (running or with pods pending) that
         # count against the owner's nominal quota, and that are borrowed (other queues, or the pool's interruptible
@@ -237,6 +238,7 @@ class PoolSim(Simulation):
     def set_busy(self, node: SimNode, busy: int) -> None:
         if node.group == GUARANTEED:
             self._floor_busy += busy - node.busy
+            self.floor_version += 1  # the pods on its floor changed (EnvJobsWorkload._place_on_floor reads it)
         super().set_busy(node, busy)
 
 
@@ -290,6 +292,8 @@ class EnvJobsWorkload(JobsWorkload):
         self.scheduler_preemptions = 0  # jobs whose pods kube-scheduler preempted for a higher-priority pod
         self.scheduler_lost_gpu_minutes = 0.0
         self._stopping_as: str | None = None  # why the job being stopped stops: "reclaim" | "within" | "scheduler"
+        # (floor owner, GPUs, priority, nodes) -> the owner's floor_version when kube-scheduler found no victims
+        self._no_victims: dict[tuple, int] = {}
 
     # -- classes --
 
@@ -720,8 +724,15 @@ class EnvJobsWorkload(JobsWorkload):
             if len(whole) >= k:
                 self._start(i, [(n, gpn) for n in whole[: k - 1]] + [(whole[k - 1], g - gpn * (k - 1))], now)
                 return True
+        # The victim search reads only the floor's pods and this pod's size and priority: one that found none
+        # finds none again until a pod binds to or leaves the floor (a pending gang or production pod is tried
+        # at every scheduling pass while it waits, the largest part of a month's work before this was kept).
+        key = (owner.spec.name, g, self.job_priority(i), len(nodes))
+        if self._no_victims.get(key) == owner.floor_version:
+            return False
         chosen = self._scheduler_victims(i, nodes)
         if chosen is None:
+            self._no_victims[key] = owner.floor_version
             return False
         chosen_nodes, victims = chosen
         for w, j in victims:
