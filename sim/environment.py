@@ -204,6 +204,8 @@ class PoolSim(Simulation):
         self.lent_gpu_minutes = 0
         self._lent_since = 0
         self.priority = priority
+        self.order = 0  # its place in the config, and its group of pools that lend to each other (Environment)
+        self.group_index = 0
         super().__init__(spec, trace, controller, settings, horizon, stream=pool_stream(settings.seed, spec.name))
         self.next_at = 0
         if isinstance(trace, JobsTrace):
@@ -728,7 +730,7 @@ class EnvJobsWorkload(JobsWorkload):
         # finds none again until a pod binds to or leaves the floor (a pending gang or production pod is tried
         # at every scheduling pass while it waits, the largest part of a month's work before this was kept).
         key = (owner.spec.name, g, self.job_priority(i), len(nodes))
-        if self._no_victims.get(key) == owner.floor_version:
+        if self.no_victims_on(owner, i):
             return False
         chosen = self._scheduler_victims(i, nodes)
         if chosen is None:
@@ -749,6 +751,13 @@ class EnvJobsWorkload(JobsWorkload):
             self._start(i, [(n, gpn) for n in chosen_nodes[: k - 1]] + [(chosen_nodes[k - 1], g - gpn * (k - 1))],
                         now)
         return True
+
+    def no_victims_on(self, owner: "PoolSim", i: int) -> bool:
+        """Whether kube-scheduler's last victim search for job i's pods on `owner`'s floor found none and the
+        floor's pods have not changed since."""
+        nodes = sum(1 for n in owner.floor_nodes if n.ready_at <= self.sim.now)
+        key = (owner.spec.name, self.gpus[i], self.job_priority(i), nodes)
+        return self._no_victims.get(key) == owner.floor_version
 
     def _scheduler_victims(self, i: int, nodes: list):
         """kube-scheduler's default preemption for job i's pod(s) pinned to these floor nodes (kubernetes
@@ -1191,6 +1200,11 @@ class Environment:
             owner = w.admitted_to[i]
             need = min(w.gpus[i], owner.spec.gpus_per_node)
             if any(n.gpus - n.busy >= need for n in owner.floor_nodes):
+                return True
+            # no room, but kube-scheduler may preempt lower-priority pods there now: unless its last search on
+            # this floor, unchanged since, found no victims (a pod another pool's job left makes room for it
+            # with victims that did not add up before)
+            if not w.no_victims_on(owner, i):
                 return True
         return False
 

@@ -8,9 +8,11 @@ import random
 from dataclasses import asdict, replace
 
 import pytest
+from conftest import SHARED_TRACES, requires_shared_traces
 from test_environment import CONTROLLERS, STORMY, env_config, pool, random_jobs
 
 from sim import environment as envsim
+from sim.engine import SimSettings
 from sim.environment import simulate_environment
 
 # What differs between skipping quiet minutes and deciding every minute by construction: the work done.
@@ -76,3 +78,18 @@ def test_a_minute_looks_only_at_the_pools_with_waiting_work(monkeypatch):
     many, busy_many = run(8)
     assert busy_few["floor_lent_gpu_hours"] == 0 and busy_few["borrowed_gpu_hours"] > 0  # it did borrow idle floors
     assert many <= few
+
+
+@requires_shared_traces
+def test_bench_scales_organization_for_three_days_equals_deciding_every_minute():
+    """16 pools of p4d lending in one cohort (scripts/bench_scale.py's organization, the ITP months): a pod pinned
+    to a full floor gets room by kube-scheduler preemption when the owner's own job there ends (minute 618); the
+    pool waiting must be processed then although no node has room for it without preempting."""
+    from scripts import bench_scale
+
+    cfg, demands, horizon = bench_scale.organization(SHARED_TRACES / "itp", 16, 3)
+    fast = simulate_environment(cfg, demands, CONTROLLERS["karpenter"], SimSettings(seed=1), horizon)
+    slow = simulate_environment(cfg, demands, CONTROLLERS["karpenter"], SimSettings(seed=1, skip_quiet_ticks=False),
+                                horizon)
+    assert fast.environment["scheduler_preemptions"] > 0
+    assert _result_json(fast) == _result_json(slow)
