@@ -728,7 +728,7 @@ class EnvJobsWorkload(JobsWorkload):
                 return True
         # The victim search reads only the floor's pods and this pod's size and priority: one that found none
         # finds none again until a pod binds to or leaves the floor (a pending gang or production pod is tried
-        # at every scheduling pass while it waits, the largest part of a month's work before this was kept).
+        # at every scheduling pass while it waits: a fifth of a 32-pool month's CPU before this was kept).
         key = (owner.spec.name, g, self.job_priority(i), len(nodes))
         if self.no_victims_on(owner, i):
             return False
@@ -999,7 +999,7 @@ class Environment:
         the result is the tick-by-tick one (tests/sim/test_environment.py compares them).
 
         A minute costs work per pool processed in it, not per pool of the environment (issue 41): the minutes pools
-        are due at sit in a heap (`_due`: (minute, config order); an entry whose minute is no longer its pool's
+        are due at sit in a heap (`due`: (minute, config order); an entry whose minute is no longer its pool's
         `next_at` is stale and dropped), a group is scheduled only when one of its pools was processed, and the
         pools another pool's change may let act are looked up among those with waiting work (`_hungry`)."""
         horizon, settings = self.horizon, self.settings
