@@ -45,17 +45,20 @@ def environment(traces_dir: Path, lending: bool = True, days: int = DAYS):
 
 
 def pools_config(demands: dict, horizon: int, name: str = "bench-environment", lending: bool = True,
-                 floor_payment: str | None = None):
+                 floor_payment: str | None = None, max_lenders: int | None = None):
     """The benchmark's stack for these pools (name -> trace, in order): the prod stack's settings, each pool sized
-    from its own trace, tiers rotating; also scripts/bench_scale.py's organizations."""
+    from its own trace, tiers rotating; also scripts/bench_scale.py's organizations. `max_lenders`: only the first
+    that many pools with a floor lend it (the others' teams get lending_limit_pct 0), as a user of more pools than
+    a Kueue queue can list floors for configures it (config/scheduling.py MAX_FLAVORS_PER_GROUP)."""
     from pricing import checks
     from pricing.sources import catalog
 
-    return checks.from_stack_yaml(pools_doc(demands, horizon, lending, floor_payment), name,
+    return checks.from_stack_yaml(pools_doc(demands, horizon, lending, floor_payment, max_lenders), name,
                                   prices=catalog.current())
 
 
-def pools_doc(demands: dict, horizon: int, lending: bool = True, floor_payment: str | None = None) -> dict:
+def pools_doc(demands: dict, horizon: int, lending: bool = True, floor_payment: str | None = None,
+              max_lenders: int | None = None) -> dict:
     """pools_config's stack file, as the YAML document (`config:` ...)."""
     import yaml
 
@@ -80,7 +83,11 @@ def pools_doc(demands: dict, horizon: int, lending: bool = True, floor_payment: 
                                    **({"payment": floor_payment} if floor_payment else {})}
         pools.append(entry)
     data["gpuloan:pools"] = pools
-    data["gpuloan:scheduling"] = {"kueue": {} if lending else {"enabled": False}}
+    kueue: dict = {} if lending else {"enabled": False}
+    if lending and max_lenders is not None:
+        floors = [p for p in pools if "guaranteed" in p]
+        kueue["teams"] = {p["team"]: {"lending_limit_pct": 0} for p in floors[max_lenders:]}
+    data["gpuloan:scheduling"] = {"kueue": kueue}
     # the prod budget was set for its two pools, not for these: no cap binds in the benchmark
     data["gpuloan:budget"] = {**data["gpuloan:budget"], "monthly_usd": 10_000_000, "enforcement": "alert_only"}
     return doc

@@ -193,6 +193,7 @@ class PoolSim(Simulation):
         self.lent_gpus = 0  # GPUs of this pool's floor running other pools' jobs now
         self.floor_nodes: list[SimNode] = []  # never removed (a floor is never terminated)
         self._floor_busy = 0  # GPUs busy on the floor nodes, own and lent
+        self.floor_version = 0  # bumped whenever a pod binds to or leaves a floor node
         self.borrowed_jobs: dict = {}  # (id(borrower workload), job) -> (borrower workload, job) on this floor
         # Kueue's usage of the floor flavor: GPUs of workloads admitted to it (running or with pods pending) that
         # count against the owner's nominal quota, and that are borrowed (other queues, or the pool's interruptible
@@ -208,6 +209,8 @@ class PoolSim(Simulation):
         # this pool's controller: (configured limit, reclaim_lookahead_minutes), None where it is off.
         self.lending_limit_gpus = 0
         self.lend_ahead: tuple[int, int] | None = None
+        self.order = 0  # its place in the config, and its group of pools that lend to each other (Environment)
+        self.group_index = 0
         super().__init__(spec, trace, controller, settings, horizon, stream=pool_stream(settings.seed, spec.name))
         self.next_at = 0
         if isinstance(trace, JobsTrace):
@@ -251,6 +254,7 @@ class PoolSim(Simulation):
     def set_busy(self, node: SimNode, busy: int) -> None:
         if node.group == GUARANTEED:
             self._floor_busy += busy - node.busy
+            self.floor_version += 1  # the pods on its floor changed (EnvJobsWorkload._place_on_floor reads it)
         super().set_busy(node, busy)
 
 
@@ -304,6 +308,8 @@ class EnvJobsWorkload(JobsWorkload):
         self.scheduler_preemptions = 0  # jobs whose pods kube-scheduler preempted for a higher-priority pod
         self.scheduler_lost_gpu_minutes = 0.0
         self._stopping_as: str | None = None  # why the job being stopped stops: "reclaim" | "within" | "scheduler"
+        # (floor owner, GPUs, priority, nodes) -> the owner's floor_version when kube-scheduler found no victims
+        self._no_victims: dict[tuple, int] = {}
 
     # -- classes --
 
@@ -734,8 +740,15 @@ class EnvJobsWorkload(JobsWorkload):
             if len(whole) >= k:
                 self._start(i, [(n, gpn) for n in whole[: k - 1]] + [(whole[k - 1], g - gpn * (k - 1))], now)
                 return True
+        # The victim search reads only the floor's pods and this pod's size and priority: one that found none
+        # finds none again until a pod binds to or leaves the floor (a pending gang or production pod is tried
+        # at every scheduling pass while it waits: a fifth of a 32-pool month's CPU before this was kept).
+        key = (owner.spec.name, g, self.job_priority(i), len(nodes))
+        if self.no_victims_on(owner, i):
+            return False
         chosen = self._scheduler_victims(i, nodes)
         if chosen is None:
+            self._no_victims[key] = owner.floor_version
             return False
         chosen_nodes, victims = chosen
         for w, j in victims:
@@ -752,6 +765,13 @@ class EnvJobsWorkload(JobsWorkload):
             self._start(i, [(n, gpn) for n in chosen_nodes[: k - 1]] + [(chosen_nodes[k - 1], g - gpn * (k - 1))],
                         now)
         return True
+
+    def no_victims_on(self, owner: "PoolSim", i: int) -> bool:
+        """Whether kube-scheduler's last victim search for job i's pods on `owner`'s floor found none and the
+        floor's pods have not changed since."""
+        nodes = sum(1 for n in owner.floor_nodes if n.ready_at <= self.sim.now)
+        key = (owner.spec.name, self.gpus[i], self.job_priority(i), nodes)
+        return self._no_victims.get(key) == owner.floor_version
 
     def _scheduler_victims(self, i: int, nodes: list):
         """kube-scheduler's default preemption for job i's pod(s) pinned to these floor nodes (kubernetes
@@ -975,6 +995,14 @@ class Environment:
         for name in names:
             groups.setdefault(root(name), []).append(self.pools[name])
         self.groups = list(groups.values())
+        # Where each pool sits, so that a minute costs work per pool processed, never per pool of the environment:
+        # its place in the config (the order pools are woken, scheduled and reported in) and its group.
+        for n, name in enumerate(names):
+            self.pools[name].order = n
+        self._by_order = [self.pools[name] for name in names]
+        for k, group in enumerate(self.groups):
+            for sim in group:
+                sim.group_index = k
         self.lenders = [s for s in self.pools.values() if any(
             ls is s for o in self.pools.values() for ls, _ in getattr(o.workload, "lenders", ()))]
 
@@ -986,7 +1014,12 @@ class Environment:
         touches it (a job binding to or leaving its floor, a reclaim preempting its job, a lender's floor it could
         borrow now having room): it is woken first, its quiet minutes up to then accounted as Simulation._skip
         does. Processing a pool at a minute it could have skipped changes nothing (tests/sim/test_sim_speed.py), so
-        the result is the tick-by-tick one (tests/sim/test_environment.py compares them)."""
+        the result is the tick-by-tick one (tests/sim/test_environment.py compares them).
+
+        A minute costs work per pool processed in it, not per pool of the environment (issue 41): the minutes pools
+        are due at sit in a heap (`due`: (minute, config order); an entry whose minute is no longer its pool's
+        `next_at` is stale and dropped), a group is scheduled only when one of its pools was processed, and the
+        pools another pool's change may let act are looked up among those with waiting work (`_hungry`)."""
         horizon, settings = self.horizon, self.settings
         warn, every, skip = settings.spot_warning_minutes, settings.sample_every_minutes, settings.skip_quiet_ticks
         self._warn, self._every = warn, every
@@ -995,6 +1028,10 @@ class Environment:
         for sim in pools:
             sim.controller.start(sim)
             sim.last = -1  # the last minute processed; minutes after it up to next_at - 1 are quiet
+        # per group, its pools (config order) that could act when another pool frees room: waiting work
+        self._hungry: list[set[PoolSim]] = [set() for _ in self.groups]
+        due = [(sim.next_at, sim.order) for sim in pools]
+        heapq.heapify(due)
         now = 0
         window = self.window_from
         while now < horizon:
@@ -1004,12 +1041,17 @@ class Environment:
                 self._window_start = {n: self._counters_at(sim, window) for n, sim in self.pools.items()}
             self._now = now
             self._awake: list[PoolSim] = []
+            self._awake_in: dict[int, list[PoolSim]] = {}  # group index -> its pools processed this minute
             self._ticked = False
-            for sim in pools:
-                if sim.next_at <= now:
-                    self.wake(sim)
-            for group in self.groups:
-                self._schedule(group, now)
+            woken = set()
+            while due and due[0][0] <= now:
+                at, n = heapq.heappop(due)
+                if pools[n].next_at == at:  # else stale: the pool was processed since and is due later
+                    woken.add(n)
+            for n in sorted(woken):  # config order, as a scan of every pool would wake them
+                self.wake(pools[n])
+            for k in sorted(self._awake_in):
+                self._schedule(self.groups[k], now)
             for sim in self._awake:  # may grow while iterating: a pool woken by a schedule
                 sim.controller.tick(sim)
                 sim.recommendations.clear()  # as Simulation.run: EventBridge delivers each recommendation once
@@ -1018,15 +1060,23 @@ class Environment:
                         if sim.desired[g] != sim.group_size(g):
                             sim._reconcile(g)
             self._ticked = True
-            for group in self.groups:
-                self._schedule(group, now)
+            for k in sorted(self._awake_in):
+                self._schedule(self.groups[k], now)
             for sim in self._awake:
                 self._track_production_wait(sim, now)
                 sim.gang_hold.tick(now)  # as Simulation.run, after the minute's last scheduling pass
                 if now % every == 0:
                     sim._sample(now)
                 sim.next_at = sim._quiet_until(now) if skip and now + 1 < horizon else now + 1
-            now = min(sim.next_at for sim in pools)
+                heapq.heappush(due, (sim.next_at, sim.order))
+                hungry = self._hungry[sim.group_index]
+                if self._could_wait_on_others(sim):
+                    hungry.add(sim)
+                else:
+                    hungry.discard(sim)
+            while pools[due[0][1]].next_at != due[0][0]:  # drop stale entries: the earliest valid one is next
+                heapq.heappop(due)
+            now = due[0][0]
         if window is not None and self._window_start is None:  # the window starts at the horizon: empty
             self._window_start = {n: self._counters_at(sim, window) for n, sim in self.pools.items()}
         for sim in pools:
@@ -1053,46 +1103,58 @@ class Environment:
             sim._node_events(now, self._warn)
         sim.workload.tick(now)
         self._awake.append(sim)
+        self._awake_in.setdefault(sim.group_index, []).append(sim)
         if self._ticked:
             # Woken after the controllers' turn: its controller's tick this minute came before the change and,
             # the pool being quiet until then, repeated its last plan (Controller.repeat counts it so).
             sim.controller.repeat(sim, 1)
 
     def _schedule(self, group: list[PoolSim], now: int) -> None:
+        awake = self._awake_in.get(group[0].group_index, [])
         if len(group) == 1:
             sim = group[0]
             if sim.last == now and sim.changed:
                 sim.workload.schedule(now)
             return
-        if not any(sim.changed for sim in group if sim.last == now):
+        if not any(sim.changed for sim in awake):
             return
         # Pools not processed this minute join where they could act now (a floor they wait for or may borrow has
-        # room), checked at their turn: what the pools before them did counts.
-        for sim in group:
+        # room), checked at their turn: what the pools before them did counts. Only a pool with waiting work can
+        # (`_may_act`), and a pool not processed has not changed since it was: the group's `_hungry` ones.
+        for sim in sorted(self._hungry[group[0].group_index], key=lambda s: s.order):
             if sim.last != now and self._may_act(sim):
                 self.wake(sim)
         # Kueue admits the workloads that fit under their queue's nominal quota first, then those that borrow
         # (Kueue v0.19.2 pkg/scheduler/scheduler.go, the cohort's heads ordered "under nominal quota before
-        # borrowing"); then kube-scheduler binds the admitted pods.
-        active = [sim for sim in group if sim.last == now]
-        for sim in active:
-            if not sim.workload.plain:
-                sim.workload.admit(now, borrowing=False)
+        # borrowing"); then kube-scheduler binds the admitted pods. Each pass goes through the pools in config
+        # order, and a pool woken during a pass (a Kueue eviction requeued its job, a preemption stopped its pods)
+        # takes its turn there if it has not come yet, as it would with every pool processed every minute.
+        self._in_order(awake, lambda sim: sim.workload.plain or sim.workload.admit(now, borrowing=False))
+        # the nominal pass's evictions may have left a floor room that a pool not processed could borrow
+        for sim in sorted(self._hungry[group[0].group_index], key=lambda s: s.order):
+            if sim.last != now and self._may_act(sim):
+                self.wake(sim)
         if self.fair_sharing:
-            self._fair_sharing_round([sim.workload for sim in active if not sim.workload.plain], now)
+            self._fair_sharing_round([sim.workload for sim in sorted(awake, key=lambda s: s.order)
+                                      if not sim.workload.plain], now)
         else:
-            for sim in active:
-                if not sim.workload.plain:
-                    sim.workload.admit(now, borrowing=True)
-        for sim in active:
-            if sim.workload.plain:
-                sim.workload.schedule(now)
-            else:
-                sim.workload.place(now)
-        # pools woken by this pass (a Kueue eviction requeued their job): their turn now, in the same minute
-        for sim in group:
-            if sim.last == now and sim not in active:
-                sim.workload.schedule(now)
+            self._in_order(awake, lambda sim: sim.workload.plain or sim.workload.admit(now, borrowing=True))
+        self._in_order(awake, lambda sim: sim.workload.schedule(now) if sim.workload.plain
+                       else sim.workload.place(now))
+
+    def _in_order(self, awake: list[PoolSim], step: Callable[[PoolSim], object]) -> None:
+        """`step` for each pool of `awake` in config order; a pool appended to `awake` meanwhile (woken by a step)
+        gets its step too if its turn has not passed."""
+        turns = sorted(sim.order for sim in awake)
+        seen, pos = len(awake), -1
+        while turns:
+            pos = heapq.heappop(turns)
+            step(self._by_order[pos])
+            if len(awake) > seen:
+                for sim in awake[seen:]:
+                    if sim.order > pos:
+                        heapq.heappush(turns, sim.order)
+                seen = len(awake)
 
     def _fair_sharing_round(self, queues: list, now: int) -> None:
         """The borrowing round under Kueue's fair sharing (config/scheduling.py fair_sharing_on): the heads of all
@@ -1129,6 +1191,14 @@ class Environment:
             w.admit_choice(i, choice, now)
             cursors[key] = (w, cursor, pos + 1)
 
+    @staticmethod
+    def _could_wait_on_others(sim: PoolSim) -> bool:
+        """Whether another pool's change could let `sim` act while `sim` itself is not processed: `_may_act`'s
+        first test, true only with waiting work (the state it reads changes only at minutes the pool is
+        processed, so it is kept per group from the end of each such minute)."""
+        w = sim.workload
+        return isinstance(w, EnvJobsWorkload) and not w.plain and bool(w.pending_gpus)
+
     def _may_act(self, sim: PoolSim) -> bool:
         """Whether a pool not processed this minute could admit or place something now that another pool changed:
         a waiting job a lender's floor quota has room for, or a pod pinned to a floor that has room for it now
@@ -1148,6 +1218,11 @@ class Environment:
             owner = w.admitted_to[i]
             need = min(w.gpus[i], owner.spec.gpus_per_node)
             if any(n.gpus - n.busy >= need for n in owner.floor_nodes):
+                return True
+            # no room, but kube-scheduler may preempt lower-priority pods there now: unless its last search on
+            # this floor, unchanged since, found no victims (a pod another pool's job left makes room for it
+            # with victims that did not add up before)
+            if not w.no_victims_on(owner, i):
                 return True
         return False
 

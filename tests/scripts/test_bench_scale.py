@@ -45,6 +45,21 @@ def test_an_organization_names_each_pool_by_cluster_and_shift_and_sizes_it():
 
 @requires_shared_traces
 @requires_shared_prices
+def test_128_pools_validate_as_shipped_with_60_floors_lent():
+    """The largest organization is one a user could deploy: every Kueue queue lists at most 64 flavors, because
+    only the first 60 floors lend (the others' teams lend 0 %, what the validation error tells a user to do)."""
+    from config.scheduling import MAX_FLAVORS_PER_GROUP, pool_queue
+
+    cfg, _, _ = bench_scale.organization(SHARED_TRACES / "itp", 128, 3)
+    floors = [p for p in cfg.pools if p.guaranteed]
+    lending = [p for p in floors if cfg.scheduling.kueue.sharing(p.team).lending_limit_pct > 0]
+    assert len(cfg.pools) == 128 and len(floors) > bench_scale.MAX_LENDERS
+    assert lending == floors[:bench_scale.MAX_LENDERS]
+    assert max(len(pool_queue(cfg, p).flavors) for p in cfg.pools) <= MAX_FLAVORS_PER_GROUP
+
+
+@requires_shared_traces
+@requires_shared_prices
 def test_a_tiny_run_prints_each_simulation_and_the_two_ratio_lines(capsys):
     rc = bench_scale.main(["--traces", str(SHARED_TRACES / "itp"), "--runs", "2:3,4:3,2:9"])
     out = capsys.readouterr().out.splitlines()

@@ -1,0 +1,95 @@
+"""Issue 41 item 3: one environment simulation whose work grows with the pools processed, not with every pool of
+the environment each minute, and whose result is still the minute-by-minute one."""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import asdict, replace
+
+import pytest
+from conftest import SHARED_TRACES, requires_shared_traces
+from test_environment import CONTROLLERS, STORMY, env_config, pool, random_jobs
+
+from sim import environment as envsim
+from sim.engine import SimSettings
+from sim.environment import simulate_environment
+
+# What differs between skipping quiet minutes and deciding every minute by construction: the work done.
+WORK_KEYS = {"ticks_skipped", "sim_seconds", "decide_calls"}
+
+
+def _result_json(res) -> str:
+    """The whole result as the advisor and the benchmarks read it, without the figures of the work done."""
+
+    def strip(d: dict) -> dict:
+        return {k: v for k, v in d.items() if k not in WORK_KEYS}
+
+    doc = {"pools": {n: strip(p) for n, p in res.pools.items()}, "environment": strip(res.environment),
+           "usage": [asdict(u) for u in res.usage],
+           "samples": {n: s.samples for n, s in res.sims.items()},
+           "counters": {n: asdict(s.c) for n, s in res.sims.items()}}
+    return json.dumps(doc, sort_keys=True, default=str)
+
+
+@pytest.mark.parametrize("controller", sorted(CONTROLLERS))
+@pytest.mark.parametrize("fair_sharing", [True, False])
+def test_the_whole_result_equals_deciding_every_pool_every_minute(controller, fair_sharing):
+    # two cohorts' worth of pools in one group: lenders, borrowers without a floor, a production lender with its
+    # own interruptible work (a production queue reclaims), gangs of 2; spot interruptions throughout
+    pools = [pool("alpha", tier="production", capacity="on_demand", floor=3), pool("beta", floor=2),
+             pool("gamma", tier="learning", floor=0), pool("delta", floor=1), pool("eps", floor=0),
+             pool("zeta", tier="experiment", floor=2, share=30), pool("eta", tier="learning", floor=1)]
+    cfg = env_config(pools, fair_sharing=fair_sharing)
+    r = random.Random(7)
+    demands = {p["name"]: random_jobs(p["name"], seed=70 + k, n=r.randint(30, 70), max_gpus=2)
+               for k, p in enumerate(pools)}
+    fast = simulate_environment(cfg, demands, CONTROLLERS[controller], STORMY, 2 * 1440)
+    slow = simulate_environment(cfg, demands, CONTROLLERS[controller], replace(STORMY, skip_quiet_ticks=False),
+                                2 * 1440)
+    assert fast.environment["reclaim_preemptions"] > 0 and fast.environment["floor_lent_gpu_hours"] > 0
+    assert sum(fast.pools[n]["ticks_skipped"] for n in demands) > 0
+    assert _result_json(fast) == _result_json(slow)
+
+
+def test_a_minute_looks_only_at_the_pools_with_waiting_work(monkeypatch):
+    """A group of many idle lenders and one busy borrower: when the borrower's job ends (its floor or a lender's
+    has room again), the pools the schedule asks whether they could act now are those with waiting work, not
+    every pool of the group; twice the idle pools ask no more."""
+    asked: list[str] = []
+    may_act = envsim.Environment._may_act
+
+    def counting(self, sim):
+        asked.append(sim.spec.name)
+        return may_act(self, sim)
+
+    monkeypatch.setattr(envsim.Environment, "_may_act", counting)
+
+    def run(idle: int) -> tuple[int, dict]:
+        asked.clear()
+        pools = [pool("busy", floor=1)] + [pool(f"idle{k}", floor=1) for k in range(idle)]
+        cfg = env_config(pools)
+        demands = {"busy": random_jobs("busy", seed=1, n=80, max_gpus=1)}
+        demands |= {f"idle{k}": random_jobs(f"idle{k}", seed=0, n=0) for k in range(idle)}
+        res = simulate_environment(cfg, demands, CONTROLLERS["karpenter"], STORMY, 1440)
+        return len(asked), res.pools["busy"]
+
+    few, busy_few = run(4)
+    many, busy_many = run(8)
+    assert busy_few["floor_lent_gpu_hours"] == 0 and busy_few["borrowed_gpu_hours"] > 0  # it did borrow idle floors
+    assert many <= few
+
+
+@requires_shared_traces
+def test_bench_scales_organization_for_three_days_equals_deciding_every_minute():
+    """16 pools of p4d lending in one cohort (scripts/bench_scale.py's organization, the ITP months): a pod pinned
+    to a full floor gets room by kube-scheduler preemption when the owner's own job there ends (minute 618); the
+    pool waiting must be processed then although no node has room for it without preempting."""
+    from scripts import bench_scale
+
+    cfg, demands, horizon = bench_scale.organization(SHARED_TRACES / "itp", 16, 3)
+    fast = simulate_environment(cfg, demands, CONTROLLERS["karpenter"], SimSettings(seed=1), horizon)
+    slow = simulate_environment(cfg, demands, CONTROLLERS["karpenter"], SimSettings(seed=1, skip_quiet_ticks=False),
+                                horizon)
+    assert fast.environment["scheduler_preemptions"] > 0
+    assert _result_json(fast) == _result_json(slow)
