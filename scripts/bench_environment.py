@@ -29,7 +29,7 @@ TIERS = ("production", "experiment", "learning")
 INSTANCE_TYPE = "p4d.24xlarge"
 
 
-def environment(traces_dir: Path, lending: bool = True):
+def environment(prices, traces_dir: Path, lending: bool = True):
     """(config, demands, horizon minutes) of the benchmark environment; `lending=False`: Kueue off (nothing is
     lent or borrowed, every pool on its own capacity)."""
     from sim import traces
@@ -40,22 +40,21 @@ def environment(traces_dir: Path, lending: bool = True):
         if cluster not in read:
             read[cluster] = traces.read_trace(traces_dir / f"cluster{cluster:02d}.csv")
         demands[f"c{cluster:02d}-d{first}"] = read[cluster].window(first, last)
-    return pools_config(demands, horizon, lending=lending), demands, horizon
+    return pools_config(prices, demands, horizon, lending=lending), demands, horizon
 
 
-def pools_config(demands: dict, horizon: int, name: str = "bench-environment", lending: bool = True,
+def pools_config(prices, demands: dict, horizon: int, name: str = "bench-environment", lending: bool = True,
                  floor_payment: str | None = None):
     """The benchmark's stack for these pools (name -> trace, in order): the prod stack's settings, each pool sized
     from its own trace, tiers rotating; also scripts/bench_scale.py's organizations."""
     import yaml
 
     from pricing import checks
-    from pricing.sources import catalog
     from sim import pool
 
     doc = yaml.safe_load((REPO / "Pulumi.prod.yaml").read_text())
     data = doc["config"]
-    template = pool.spec_from_config(checks.from_stack_yaml(doc, "Pulumi.prod.yaml", prices=catalog.current()), "training")
+    template = pool.spec_from_config(prices, checks.from_stack_yaml(doc, "Pulumi.prod.yaml", prices=prices), "training")
     pools = []
     for n, (pool_name, trace) in enumerate(demands.items()):
         # a quiet month cut short (bench-scale's few-day runs) has no demand to size from: one elastic node
@@ -73,10 +72,11 @@ def pools_config(demands: dict, horizon: int, name: str = "bench-environment", l
     data["gpuloan:scheduling"] = {"kueue": {} if lending else {"enabled": False}}
     # the prod budget was set for its two pools, not for these: no cap binds in the benchmark
     data["gpuloan:budget"] = {**data["gpuloan:budget"], "monthly_usd": 10_000_000, "enforcement": "alert_only"}
-    return checks.from_stack_yaml(doc, name, prices=catalog.current())
+    return checks.from_stack_yaml(doc, name, prices=prices)
 
 
 def main(argv: list[str] | None = None) -> int:
+    from pricing.sources import catalog
     from sim.engine import SimSettings
     from sim.environment import simulate_environment
     from sim.policies import GpuLoan, Karpenter
@@ -87,7 +87,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-lending", action="store_true", help="Kueue off: the same pools, nothing lent")
     args = parser.parse_args(argv)
     t0 = time.perf_counter()
-    cfg, demands, horizon = environment(args.traces, lending=not args.no_lending)
+    prices = catalog.Prices.resolve()  # read once, passed down
+    cfg, demands, horizon = environment(prices, args.traces, lending=not args.no_lending)
     jobs = sum(len(t.jobs) for t in demands.values())
     floors = sum(p.guaranteed.nodes for p in cfg.pools if p.guaranteed)
     print(f"{len(cfg.pools)} pools, {jobs} jobs, {DAYS} days, {floors} floor nodes of {INSTANCE_TYPE} "
@@ -95,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     worst = 0.0
     for name, factory in (("gpuloan", lambda spec: GpuLoan()), ("karpenter", lambda spec: Karpenter())):
         t0, c0 = time.perf_counter(), time.process_time()
-        res = simulate_environment(cfg, demands, factory, SimSettings(seed=args.seed), horizon)
+        res = simulate_environment(prices, cfg, demands, factory, SimSettings(seed=args.seed), horizon)
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0
         worst = max(worst, cpu)
         e = res.environment
