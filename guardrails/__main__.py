@@ -17,5 +17,6 @@ from policies import policies  # noqa: E402
 from pricing.sources import catalog  # noqa: E402
 
 # The prices in force ($GPULOAN_PRICE_FILE, the project's file, the cache, the snapshot), read once for the pack.
-PolicyPack(name="gpuloan-guardrails", enforcement_level=EnforcementLevel.MANDATORY,
-           policies=policies(catalog.Prices.resolve()))
+PolicyPack(
+    name="gpuloan-guardrails", enforcement_level=EnforcementLevel.MANDATORY, policies=policies(catalog.Prices.resolve())
+)

@@ -183,4 +183,3 @@ def from_stack_yaml(doc: dict[str, Any], source: str, *, prices: Prices) -> GpuL
     from config import config
 
     return config.from_stack_yaml(doc, source, instance_facts=prices.book.instance_facts, rules=rules(prices))
-

@@ -42,8 +42,7 @@ def run(args) -> int:
         # The program next to the stack file is the one previewed (a git worktree previews its own code).
         program = path.parent / "__main__.py"
         print(f"running the {stack} program offline (Pulumi mocks) ...", file=sys.stderr)
-        result = preview_document(prices, stack, doc.get("config") or {},
-                                  program if program.is_file() else None)
+        result = preview_document(prices, stack, doc.get("config") or {}, program if program.is_file() else None)
     except (stackfile.StackFileError, catalog.PriceSourceError, stack_arg.NoStackError, ConfigJsonError) as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_INVALID
