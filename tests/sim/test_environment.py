@@ -268,7 +268,7 @@ def test_floor_sizing_and_the_simulator_class_the_same_jobs_as_production():
 
     trace = random_jobs("t", seed=3, n=400)
     cfg = env_config([pool("alpha", share=30)])
-    env = envsim.Environment(cfg, {"alpha": trace}, lambda spec: Karpenter(), SimSettings(seed=5))
+    env = envsim.Environment(resolved_prices(), cfg, {"alpha": trace}, lambda spec: Karpenter(), SimSettings(seed=5))
     flags = env.pools["alpha"].workload.production
     hours = int(-(-max(j.submit_s + j.duration_s for j in trace.jobs) // 3600))
     profile = org_demand.hourly_profile("alpha", "experiment", trace, hours, production_share=0.30, seed=5)
