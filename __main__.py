@@ -6,8 +6,8 @@ Config problems stop the program before any resource is registered (config/confi
 import pulumi
 
 from stacks import platform
+from stacks.load import from_pulumi_config
 from config import config
-from pricing import checks
 from stacks.policy_function import settings as policy_settings
 from pricing.sources import catalog
 
@@ -15,7 +15,7 @@ try:
     # The price book in force, read once here and passed down (docs/architecture.md, "The price book's path"): under
     # `pulumi up` resolved here; the offline runner (offline/runner.py) hands in the prices of its command.
     prices = globals().get("GPULOAN_PROGRAM_PRICES") or catalog.Prices.resolve()
-    cfg = checks.from_pulumi_config(prices=prices)
+    cfg = from_pulumi_config(prices=prices)
     prices = prices.with_config(cfg)
 except (config.ConfigError, catalog.PriceSourceError) as err:
     # A clean, complete list of problems instead of a traceback; nothing has been registered yet.

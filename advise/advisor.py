@@ -68,7 +68,7 @@ def production_share(cfg: GpuLoanConfig, pool_name: str, override_pct: float | N
     return pct / 100
 
 
-def payment_rates(cfg: GpuLoanConfig, pool_name: str, floor_type: str) -> tuple[dict, dict]:
+def payment_rates(prices: catalog.Prices, cfg: GpuLoanConfig, pool_name: str, floor_type: str) -> tuple[dict, dict]:
     """payment -> FloorRate for every payment the price book (or the user, for the configured payment) prices;
     payment -> why not, for the others."""
     pool = cfg.pool(pool_name)
@@ -76,10 +76,10 @@ def payment_rates(cfg: GpuLoanConfig, pool_name: str, floor_type: str) -> tuple[
     rates, missing = {}, {}
     for payment in floor_pricing.PAYMENTS:
         user = g.rate if (g is not None and g.instance_type == floor_type and g.price_model == payment) else None
-        r = floor_pricing.floor_rate(catalog.current(), floor_type, cfg.region, payment, user.usd_per_hour if user else None,
+        r = floor_pricing.floor_rate(prices, floor_type, cfg.region, payment, user.usd_per_hour if user else None,
                                      user.source if user else None)
         if r is None:
-            missing[payment] = floor_pricing.missing_rate_reason(catalog.current(), floor_type, cfg.region, payment)
+            missing[payment] = floor_pricing.missing_rate_reason(prices, floor_type, cfg.region, payment)
         else:
             rates[payment] = r
     return rates, missing
@@ -149,18 +149,19 @@ def _simulate(spec, trace, settings: SimSettings, horizon: int, sizes: list[int]
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    # fork: the workers inherit the price book already read (catalog's module state), no re-reading per process.
+    # fork: the workers inherit the specs and their price book, no re-reading per process.
     with ProcessPoolExecutor(max_workers=min(jobs, len(sizes)), mp_context=multiprocessing.get_context("fork")) as pool:
         yield from pool.map(_run_size, work)
 
 
-def advise(cfg: GpuLoanConfig, pool_name: str, trace, *, target: ServiceTarget | None = None,
+def advise(prices: catalog.Prices, cfg: GpuLoanConfig, pool_name: str, trace, *, target: ServiceTarget | None = None,
            production_share_pct: float | None = None, settings: SimSettings = SimSettings(),
            sizes: list[int] | None = None, peak_from_demand: bool = False, jobs: int = 1,
            progress=None) -> dict:
     """The advice document of one pool (every point, the recommendation, break-evens); JSON-ready."""
+    prices = prices.with_config(cfg)  # the config's own instance_prices for the types the book lacks
     try:
-        spec = simpool.spec_from_config(cfg, pool_name)
+        spec = simpool.spec_from_config(prices, cfg, pool_name)
     except simpool.PoolError as err:
         raise AdviceError(str(err)) from None
     pool = cfg.pool(pool_name)
@@ -182,7 +183,7 @@ def advise(cfg: GpuLoanConfig, pool_name: str, trace, *, target: ServiceTarget |
         # fallback only (config/scheduling.py pool_flavors), so that is the pool simulated.
         spec = replace(spec, capacity=ElasticCapacity.on_demand)
     floor_type = spec.floor_type or spec.on_demand_type or spec.spot_type
-    rates, missing = payment_rates(cfg, pool_name, floor_type)
+    rates, missing = payment_rates(prices, cfg, pool_name, floor_type)
     if not rates:
         raise AdviceError(f"no rate for a {floor_type} floor: " + "; ".join(f"{p}: {m}" for p, m in missing.items()))
     scale = MINUTES_PER_MONTH / horizon  # simulated spend -> a 730-hour month
@@ -224,7 +225,7 @@ def advise(cfg: GpuLoanConfig, pool_name: str, trace, *, target: ServiceTarget |
     busy = busy_share_by_node(profile, spec.floor_node_gpus, spec.floor_peak_nodes)
     best = choose(points, busy)
     current_nodes = pool.guaranteed.nodes if pool.guaranteed else 0
-    current_payment = floor_payment_equivalent(catalog.current(), cfg, pool) if pool.guaranteed else None
+    current_payment = floor_payment_equivalent(prices, cfg, pool) if pool.guaranteed else None
     od = rates.get(floor_pricing.ON_DEMAND)
     spot = spec.spot_usd_per_hour if spec.has_spot else None
     budget = pool.budget.monthly_usd if pool.budget else None

@@ -23,6 +23,7 @@ import datetime as dt
 import math
 
 from policy import metric_names as M
+from pricing.sources.catalog import Prices
 from sim.traces import SeriesTrace
 
 
@@ -97,14 +98,13 @@ def demand_series(data: dict[str, dict[dt.datetime, float]], start: dt.datetime,
     return series[:minutes], min(gaps, minutes)
 
 
-def read(cfg, pool_name: str, days: int, cloudwatch=None, now: dt.datetime | None = None) -> SeriesTrace:
+def read(prices: Prices, cfg, pool_name: str, days: int, cloudwatch=None, now: dt.datetime | None = None) -> SeriesTrace:
     """The last `days` days of the pool's demand as a minute series. `cloudwatch`: an injected boto3 client
     (default: one built for the stack's region from the usual credentials)."""
-    from pricing.sources import catalog
 
     pool = cfg.pool(pool_name)
-    gpn = catalog.lookup((pool.elastic.instance_types[0] if pool.elastic else pool.guaranteed.instance_type)).gpus
-    floor_gpus = pool.guaranteed.nodes * catalog.lookup(pool.guaranteed.instance_type).gpus if pool.guaranteed else 0
+    gpn = prices.lookup((pool.elastic.instance_types[0] if pool.elastic else pool.guaranteed.instance_type)).gpus
+    floor_gpus = pool.guaranteed.nodes * prices.lookup(pool.guaranteed.instance_type).gpus if pool.guaranteed else 0
     period = period_seconds(days)
     end = (now or dt.datetime.now(dt.timezone.utc)).replace(second=0, microsecond=0)
     end -= dt.timedelta(seconds=end.timestamp() % period)  # whole periods only

@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from pricing.cost_model import billing
+from pricing.sources.catalog import Prices
 from advise import commitment_choice
 from sim import fluid, org_loan
 from sim.fluid import EnvironmentRun, PoolPrices, Scenario
@@ -166,7 +167,7 @@ class SharedLayout:
     source: dict
 
 
-def shared_layout(cfg, traces: dict, seed: int, *, keep_floors: bool = False) -> SharedLayout:
+def shared_layout(price_book: Prices, cfg, traces: dict, seed: int, *, keep_floors: bool = False) -> SharedLayout:
     """The organization's work in shared pools (SharedLayout). `keep_floors` (gpuloan's shared layout): every
     pool with a floor stays, its team's production jobs on it, and everything else goes to the two shared pools;
     the interruptible one borrows the idle floors through Kueue as an experiment-tier queue does."""
@@ -183,7 +184,7 @@ def shared_layout(cfg, traces: dict, seed: int, *, keep_floors: bool = False) ->
     for p in cfg.pools:
         if p.name not in traces:
             continue  # a pool without demand in this environment (the simulator runs the pools it is given)
-        spec = simpool.spec_from_config(cfg, p.name)
+        spec = simpool.spec_from_config(price_book, cfg, p.name)
         itype = str(spec.floor_type or spec.on_demand_type or spec.spot_type)
         if itype not in types:
             types.append(itype)
@@ -286,9 +287,10 @@ class EnvironmentRunner:
     """The simulated run: every setup through `simulate` (sim.environment.simulate_environment by default), called
     as
 
-        simulate(cfg, demands, controller, settings, horizon_minutes, window_from_minute=...)
+        simulate(price_book, cfg, demands, controller, settings, horizon_minutes, window_from_minute=...)
 
-    with `cfg` = `setup_config(stack, floors, lend=...)`, `demands` the pools' traces (dict pool -> sim.traces
+    with `price_book` the prices of the command that built the runner (sim/pool.py prices the pools with them),
+    `cfg` = `setup_config(stack, floors, lend=...)`, `demands` the pools' traces (dict pool -> sim.traces
     trace) cut at the run's horizon, `controller` "gpuloan" or "karpenter" (the per-pool controllers), `settings`
     the stack's SimSettings with the scenario's shortage windows (`scenario_settings`) and `window_from_minute`
     the report window's first minute. ONE run over the whole horizon measures the report window: the result must
@@ -309,6 +311,7 @@ class EnvironmentRunner:
     into the shortage scenarios. `runs` counts simulations, `hits` answers from the cache.
     """
 
+    price_book: Prices
     cfg: object
     traces: dict
     settings: object
@@ -336,7 +339,7 @@ class EnvironmentRunner:
             self.hits += 1
             return hit
         cfg, cut, sim_controller, reduce = self._layout(floors_nodes, lend, controller, hours)
-        result = self.simulate(cfg, cut, sim_controller, scenario_settings(self.settings, scenario), hours * 60,
+        result = self.simulate(self.price_book, cfg, cut, sim_controller, scenario_settings(self.settings, scenario), hours * 60,
                                window_from_minute=report_from_hour * 60, **reduce)
         self.runs += 1
         if self.progress is not None:
@@ -355,7 +358,8 @@ class EnvironmentRunner:
         if controller == CONTROLLER_GPULOAN:
             return setup_config(self.cfg, floors_nodes, lend=lend), cut, controller, {}
         if controller == CONTROLLER_GPULOAN_SHARED:
-            layout = shared_layout(setup_config(self.cfg, floors_nodes, lend=lend), cut, seed, keep_floors=True)
+            layout = shared_layout(self.price_book, setup_config(self.cfg, floors_nodes, lend=lend), cut, seed,
+                                   keep_floors=True)
             sim_controller = CONTROLLER_GPULOAN
         else:
             cfg = karpenter_config(setup_config(self.cfg, floors_nodes, lend=lend))
@@ -364,7 +368,7 @@ class EnvironmentRunner:
             if controller != CONTROLLER_KARPENTER_SHARED:
                 raise OrgAdviceError(f"controller '{controller}': one of {CONTROLLER_GPULOAN}, "
                                      f"{CONTROLLER_GPULOAN_SHARED}, {', '.join(KARPENTER_CONTROLLERS)}")
-            layout, sim_controller = shared_layout(cfg, cut, seed), CONTROLLER_KARPENTER
+            layout, sim_controller = shared_layout(self.price_book, cfg, cut, seed), CONTROLLER_KARPENTER
         tiers = _pool_tiers(self.cfg)
         job_tiers = {n: [tiers[src] for src in srcs] for n, srcs in layout.source.items()}
         return layout.cfg, layout.traces, sim_controller, {"job_tiers": job_tiers} if job_tiers else {}
@@ -406,7 +410,7 @@ class EnvironmentRunner:
         if branches is None:  # the default run is cached already: branch from a fresh run of the first scenario
             return [self(demands, floors_nodes, lend=lend, controller=controller, scenario=sc,
                          report_from_hour=report_from_hour) for sc in [default, *scenarios]]
-        own, others = simulate_branches_with_environment(cfg, cut, sim_controller, self.settings, hours * 60,
+        own, others = simulate_branches_with_environment(self.price_book, cfg, cut, sim_controller, self.settings, hours * 60,
                                                           report_from_hour * 60, branches, **reduce)
         self.runs += 1
         if self.progress is not None:
@@ -476,7 +480,7 @@ def _cut(trace, hours: int):
     return JobsTrace(trace.name, trace.fmt, tuple(j for j in trace.jobs if j.submit_s < hours * 3600))
 
 
-def environment_runner(cfg, traces: dict, settings, prices: dict[str, PoolPrices], simulate=None,
+def environment_runner(price_book: Prices, cfg, traces: dict, settings, prices: dict[str, PoolPrices], simulate=None,
                        production_share: dict[str, float] | float | None = None, use_cache: bool = True
                        ) -> EnvironmentRunner:
     """The simulated run (EnvironmentRunner); `simulate` defaults to `simulate_with_environment` (the environment
@@ -490,7 +494,8 @@ def environment_runner(cfg, traces: dict, settings, prices: dict[str, PoolPrices
             update={"production_share_pct": round(100 * share[p.name], 6)})}) if p.name in share else p
             for p in cfg.pools]
         cfg = cfg.model_copy(update={"pools": pools})
-    return EnvironmentRunner(cfg, traces, settings, prices, simulate or simulate_with_environment, use_cache=use_cache)
+    return EnvironmentRunner(price_book, cfg, traces, settings, prices, simulate or simulate_with_environment,
+                             use_cache=use_cache)
 
 
 @dataclass
@@ -500,19 +505,19 @@ class _SimulatedRun:
     pending_by_tier: dict | None
 
 
-def simulate_with_environment(cfg, demands, controller: str, settings, horizon_minutes: int, *,
+def simulate_with_environment(price_book: Prices, cfg, demands, controller: str, settings, horizon_minutes: int, *,
                               window_from_minute: int = 0, job_tiers: dict | None = None) -> _SimulatedRun:
     """One setup through sim.environment.simulate_environment, in the shape EnvironmentRunner reads: billing
     usage records of the whole run, per-pool figures of the report window (sim/environment.py
     `_window_figures`), the p95 wait per tier of the jobs submitted in the window."""
     from sim.environment import simulate_environment
 
-    result = simulate_environment(cfg, demands, _factory(controller), settings, horizon_minutes,
+    result = simulate_environment(price_book, cfg, demands, _factory(controller), settings, horizon_minutes,
                                   window_from_minute=window_from_minute)
     return _reduce(result, job_tiers)
 
 
-def simulate_branches_with_environment(cfg, demands, controller: str, settings, horizon_minutes: int,
+def simulate_branches_with_environment(price_book: Prices, cfg, demands, controller: str, settings, horizon_minutes: int,
                                        window_from_minute: int, branches, job_tiers: dict | None = None
                                        ) -> tuple[_SimulatedRun, list]:
     """The run and its branches (sim.environment.simulate_branches), each in EnvironmentRunner's shape."""
@@ -520,7 +525,7 @@ def simulate_branches_with_environment(cfg, demands, controller: str, settings, 
 
     from sim.environment import simulate_branches
 
-    return simulate_branches(cfg, demands, _factory(controller), settings, horizon_minutes, window_from_minute,
+    return simulate_branches(price_book, cfg, demands, _factory(controller), settings, horizon_minutes, window_from_minute,
                              branches, partial(_reduce, job_tiers=job_tiers))
 
 

@@ -1381,18 +1381,14 @@ def region_problems(aws_region: Any, gpuloan_region: Any) -> list[tuple[str, str
     return []
 
 
-def from_pulumi_config(*, instance_facts: InstanceFacts | None = None, rules: Sequence[Rule] = ()) -> GpuLoanConfig:
-    """Inside `pulumi up/preview`: read every `gpuloan:` key the engine passed to the program (parse's
-    `instance_facts` and `rules`: the program entry passes its price book's)."""
+def from_engine_config(raw_config: dict[str, Any], source: str, *, instance_facts: InstanceFacts | None = None,
+                       rules: Sequence[Rule] = ()) -> GpuLoanConfig:
+    """The string map the Pulumi engine hands a program (`namespace:key` -> the value, JSON text for anything but a
+    string) → the `gpuloan:` namespace → GpuLoanConfig (parse's `instance_facts` and `rules`). The program reads the
+    map from the engine (stacks/load.py from_pulumi_config); config/ never imports Pulumi."""
     import json
 
-    import pulumi
-    from pulumi.runtime.config import CONFIG, get_config_env
-
     data: dict[str, Any] = {}
-    source = f"the config of stack {pulumi.get_stack()}"
-    # The language host hands config over in-process (CONFIG); older hosts use the PULUMI_CONFIG variable.
-    raw_config = {**get_config_env(), **CONFIG.get()}
     problems = namespace_problems(raw_config)
     for key, raw in raw_config.items():
         namespace, _, name = key.partition(":")

@@ -10,7 +10,7 @@ from offline import runner as offline
 from pricing.cost_model import costs, platform_costs
 from config import config as config_mod
 from pricing import checks
-from pricing.sources import catalog
+from pricing.sources.catalog import Prices
 from pricing.cost_model import spot_spread
 
 # Inputs worth showing per resource in the tree; the JSON output has every input.
@@ -24,24 +24,26 @@ KEY_INPUTS = (
 )
 
 
-def validated_config(stack_config: dict[str, Any], source: str) -> config_mod.GpuLoanConfig:
-    return checks.from_stack_yaml({"config": stack_config}, source, prices=catalog.current())
+def validated_config(prices: Prices, stack_config: dict[str, Any], source: str) -> config_mod.GpuLoanConfig:
+    return checks.from_stack_yaml({"config": stack_config}, source, prices=prices)
 
 
-def preview_document(stack: str, stack_config: dict[str, Any], program: Path | None = None) -> dict[str, Any]:
+def preview_document(prices: Prices, stack: str, stack_config: dict[str, Any],
+                     program: Path | None = None) -> dict[str, Any]:
     """The `gpuloan preview --json` document. Raises ConfigError before running the program when config is bad.
 
     A Pulumi secret (`secure:`) is opaque offline: the program runs with a placeholder its field accepts
     (config/secret_values.py), the paths are listed under `unchecked_secrets`, and the figures that depend on one
     are null with the reason under `cost.secret_figures` (never the placeholder's value)."""
     source = f"Pulumi.{stack}.yaml"
-    cfg = validated_config(stack_config, source)
+    cfg = validated_config(prices, stack_config, source)
     stack_config, unchecked = config_mod.with_secret_placeholders(stack_config, source)
-    recording = offline.run_program(stack, stack_config, program)
+    recording = offline.run_program(stack, stack_config, program, prices=prices)
+    prices = prices.with_config(cfg)  # the config's own instance_prices for the types the book lacks
     # Registration order follows the async resolution of outputs and varies run to run; URN order does not.
     resources = sorted((r.to_json() for r in recording.resources), key=lambda r: r["urn"])
-    cost = costs.stack_cost(catalog.current(), cfg).to_json()
-    platform = platform_costs.platform_costs(catalog.current(), cfg, resources)
+    cost = costs.stack_cost(prices, cfg).to_json()
+    platform = platform_costs.platform_costs(prices, cfg, resources)
     known, unknown = platform_costs.total(platform)
     cost["platform"] = [row.to_json() for row in platform]
     cost["platform_known_monthly_usd"] = known
@@ -52,7 +54,7 @@ def preview_document(stack: str, stack_config: dict[str, Any], program: Path | N
     # The environment budget pays for the platform too; with unknown platform rows the headroom is an upper bound.
     cost["budget_headroom_monthly_usd"] = None if floor is None else round(cost["budget_monthly_usd"] - floor - known, 2)
     cost["budget_headroom_is_upper_bound"] = bool(unknown)
-    cost["spot_spread"] = spread_document(cfg)
+    cost["spot_spread"] = spread_document(prices, cfg)
     hide_secret_figures(cost, unchecked)
     return round_money({
         "stack": stack,
@@ -95,20 +97,20 @@ def hide_secret_figures(cost: dict[str, Any], unchecked: list[str]) -> None:
     cost["secret_figures"] = {k: sorted(set(v)) for k, v in hidden.items()}
 
 
-def spread_document(cfg: config_mod.GpuLoanConfig) -> dict[str, Any]:
+def spread_document(prices: Prices, cfg: config_mod.GpuLoanConfig) -> dict[str, Any]:
     """Per pool with spot, the figures price-capacity-optimized decides on; and the advisories (dominated types)."""
     pools = []
     for p in cfg.pools:
         if not spot_spread.launches_spot(p):
             continue
-        rows = spot_spread.pool_figures(catalog.current(), cfg, p)
+        rows = spot_spread.pool_figures(prices, cfg, p)
         # one spot group per node size (config/node_sizes.py): a multi-size pool says so and what picks the size
         pools.append({"pool": p.name, "types": [r.to_json() for r in rows], "summary": spot_spread.summary(rows),
                       "spot_groups": [{"gpus_per_node": gpus, "instance_types": [r.instance_type for _, r in g]}
                                       for gpus, g in spot_spread.by_size(rows)],
                       "size_choice": spot_spread.SIZE_CHOICE if spot_spread.is_multi_size(rows) else None})
     return {"pools": pools,
-            "advisories": [{"path": a.path, "message": a.message} for a in spot_spread.advisories(catalog.current(), cfg)]}
+            "advisories": [{"path": a.path, "message": a.message} for a in spot_spread.advisories(prices, cfg)]}
 
 
 def round_money(value: Any, key: str = "") -> Any:

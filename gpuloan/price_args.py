@@ -15,7 +15,7 @@ def add(parser) -> None:
              "cache or the snapshot shipped in the package; see docs/prices.md")
 
 
-def apply(args) -> None:
-    """Make the option take effect before anything reads a price. Raises PriceSourceError for a bad file."""
-    catalog.use_price_file(getattr(args, "price_file", None))
-    catalog.book()  # read now, so a bad file is reported as such and not halfway through a command
+def apply(args) -> catalog.Prices:
+    """The prices the command passes down, read once here (so a bad file is reported as such and not halfway through
+    a command). Raises PriceSourceError for a bad file."""
+    return catalog.Prices.resolve(getattr(args, "price_file", None))

@@ -12,6 +12,11 @@ for path in (str(HERE), str(HERE.parent)):
 
 from pulumi_policy import EnforcementLevel, PolicyPack  # noqa: E402
 
-from policies import POLICIES  # noqa: E402
+from policies import policies  # noqa: E402
 
-PolicyPack(name="gpuloan-guardrails", enforcement_level=EnforcementLevel.MANDATORY, policies=POLICIES)
+from pricing.sources import catalog  # noqa: E402
+
+# The prices in force ($GPULOAN_PRICE_FILE, the project's file, the cache, the snapshot), read once for the pack.
+PolicyPack(
+    name="gpuloan-guardrails", enforcement_level=EnforcementLevel.MANDATORY, policies=policies(catalog.Prices.resolve())
+)

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import json
 import re
+from functools import partial
 from typing import Any, Callable
 
 from pulumi_policy import (
@@ -123,10 +124,10 @@ def _instance_types(props: dict) -> list[str]:
     return [t for t in found if isinstance(t, str)]
 
 
-def is_gpu_resource(resource_type: str, props: dict) -> bool:
+def is_gpu_resource(prices: catalog.Prices, resource_type: str, props: dict) -> bool:
     if resource_type not in (NODE_GROUP, LAUNCH_TEMPLATE, CAPACITY_RESERVATION):
         return False
-    if any(catalog.lookup(t) is not None and catalog.lookup(t).gpus > 0 for t in _instance_types(props)):
+    if any(prices.lookup(t) is not None and prices.lookup(t).gpus > 0 for t in _instance_types(props)):
         return True
     if "NVIDIA" in str(props.get("amiType") or ""):
         return True
@@ -184,9 +185,9 @@ def _trusts_lambda(props: dict) -> bool:
 # --- mandatory resource rules ------------------------------------------------------------------------------
 
 
-def validate_gpu_tags(args: ResourceValidationArgs, report: ReportViolation) -> None:
+def validate_gpu_tags(prices: catalog.Prices, args: ResourceValidationArgs, report: ReportViolation) -> None:
     props = dict(args.props)
-    if not is_gpu_resource(args.resource_type, props):
+    if not is_gpu_resource(prices, args.resource_type, props):
         return
     if "tags" in props and not _known(props["tags"]):
         return  # computed during preview; judged at `up`
@@ -320,12 +321,12 @@ def _resources(args: StackValidationArgs, type_: str) -> list:
     return [r for r in args.resources if r.resource_type == type_]
 
 
-def pools_in_stack(args: StackValidationArgs) -> dict[str, list]:
+def pools_in_stack(prices: catalog.Prices, args: StackValidationArgs) -> dict[str, list]:
     """Pool name -> its GPU node groups (from the gpuloan:pool tag)."""
     pools: dict[str, list] = {}
     for r in _resources(args, NODE_GROUP):
         pool = _as_dict(r.props.get("tags")).get(tags.TAG_POOL)
-        if pool and is_gpu_resource(r.resource_type, dict(r.props)):
+        if pool and is_gpu_resource(prices, r.resource_type, dict(r.props)):
             pools.setdefault(pool, []).append(r)
     return pools
 
@@ -360,8 +361,8 @@ def pool_budgets(args: StackValidationArgs) -> dict[str, list]:
     return found
 
 
-def validate_pool_budgets(args: StackValidationArgs, report: ReportViolation) -> None:
-    pools = pools_in_stack(args)
+def validate_pool_budgets(prices: catalog.Prices, args: StackValidationArgs, report: ReportViolation) -> None:
+    pools = pools_in_stack(prices, args)
     budgets = pool_budgets(args)
     env_budgets = [b for b in _resources(args, BUDGET) if _budget_filter_values(dict(b.props), tags.TAG_ENVIRONMENT)
                    and not _budget_filter_values(dict(b.props), tags.TAG_POOL)]
@@ -378,7 +379,7 @@ def validate_pool_budgets(args: StackValidationArgs, report: ReportViolation) ->
                    candidates[0].urn)
 
 
-def floor_monthly_usd(args: StackValidationArgs) -> dict[str, tuple[float, list[str]]]:
+def floor_monthly_usd(prices: catalog.Prices, args: StackValidationArgs) -> dict[str, tuple[float, list[str]]]:
     """Pool -> (guaranteed floor's on-demand USD per month, notes), from node group sizes and catalog prices."""
     templates = {}
     for lt in _resources(args, LAUNCH_TEMPLATE):
@@ -386,7 +387,7 @@ def floor_monthly_usd(args: StackValidationArgs) -> dict[str, tuple[float, list[
         if t.get(tags.TAG_TIER) == "guaranteed" and t.get(tags.TAG_POOL):
             templates[t[tags.TAG_POOL]] = lt.props.get("instanceType")
     out: dict[str, tuple[float, list[str]]] = {}
-    for pool, groups in pools_in_stack(args).items():
+    for pool, groups in pools_in_stack(prices, args).items():
         total, notes = 0.0, []
         for ng in groups:
             if tier_of(dict(ng.props)) != "guaranteed":
@@ -398,7 +399,7 @@ def floor_monthly_usd(args: StackValidationArgs) -> dict[str, tuple[float, list[
             # its start: the policy function raises it later): count its max, the block's size.
             nodes = (scaling.get("maxSize") if ng.props.get("capacityType") == "CAPACITY_BLOCK"
                      else scaling.get("desiredSize")) or 0
-            price = catalog.price(types[0], region) if types[0] and region else None
+            price = prices.price(types[0], region) if types[0] and region else None
             if price is None:
                 notes.append(f"no price for {types[0]} in {region or 'an unknown region'}")
                 continue
@@ -407,9 +408,9 @@ def floor_monthly_usd(args: StackValidationArgs) -> dict[str, tuple[float, list[
     return out
 
 
-def validate_floor_under_budget(args: StackValidationArgs, report: ReportViolation) -> None:
+def validate_floor_under_budget(prices: catalog.Prices, args: StackValidationArgs, report: ReportViolation) -> None:
     budgets = pool_budgets(args)
-    for pool, (fixed_usd, _notes) in sorted(floor_monthly_usd(args).items()):
+    for pool, (fixed_usd, _notes) in sorted(floor_monthly_usd(prices, args).items()):
         for b in budgets.get(pool, []):
             try:
                 limit_usd = float(b.props.get("limitAmount"))
@@ -460,28 +461,31 @@ def _resource_policy(name: str, description: str, fn: Callable, level: Enforceme
 MANDATORY = EnforcementLevel.MANDATORY
 ADVISORY = EnforcementLevel.ADVISORY
 
-POLICIES = [
-    _resource_policy("gpu-resources-tagged", "GPU resources carry the pool, team and environment tags.",
-                     validate_gpu_tags, MANDATORY),
-    _resource_policy("elastic-node-groups-bounded", "Elastic node groups have a max size and ignore desiredSize.",
-                     validate_elastic_bounded, MANDATORY),
-    _resource_policy("policy-role-no-mutating-star", "The policy function's role has no mutating action on '*'.",
-                     validate_policy_role, MANDATORY),
-    _resource_policy("ecr-immutable-and-scanned", "ECR repositories are immutable and scanned on push.",
-                     validate_ecr, MANDATORY),
-    StackValidationPolicy(name="pool-budget-with-email", description="Every pool has a budget that emails someone.",
-                          validate=validate_pool_budgets, enforcement_level=MANDATORY),
-    _resource_policy("launch-templates-imdsv2", "Launch templates require IMDSv2.",
-                     validate_imdsv2, MANDATORY),
-    _resource_policy("roles-no-star-on-star", "No role of the stack may do every action on every resource.",
-                     validate_no_star_on_star, MANDATORY),
-    StackValidationPolicy(name="rollout-blockers", description="The change replaces or deletes nothing a reviewer "
-                          "must stop at, unless it says so on purpose.", validate=validate_rollout_blockers,
-                          enforcement_level=MANDATORY, config_schema=ROLLOUT_BLOCKERS_SCHEMA),
-    _resource_policy("spot-pools-diversified", "Spot node groups use at least two instance types.",
-                     validate_spot_diversified, ADVISORY),
-    StackValidationPolicy(name="floor-under-budget", description="A pool's guaranteed floor costs less than its budget.",
-                          validate=validate_floor_under_budget, enforcement_level=ADVISORY),
-    _resource_policy("floor-protected", "The guaranteed floor's node groups and reservations are protected.",
-                     validate_floor_protected, ADVISORY),
-]
+def policies(prices: catalog.Prices) -> list:
+    """The pack's rules; those that know a GPU type or price one read `prices` (the pack's entry resolves them
+    once, __main__.py)."""
+    return [
+        _resource_policy("gpu-resources-tagged", "GPU resources carry the pool, team and environment tags.",
+                         partial(validate_gpu_tags, prices), MANDATORY),
+        _resource_policy("elastic-node-groups-bounded", "Elastic node groups have a max size and ignore desiredSize.",
+                         validate_elastic_bounded, MANDATORY),
+        _resource_policy("policy-role-no-mutating-star", "The policy function's role has no mutating action on '*'.",
+                         validate_policy_role, MANDATORY),
+        _resource_policy("ecr-immutable-and-scanned", "ECR repositories are immutable and scanned on push.",
+                         validate_ecr, MANDATORY),
+        StackValidationPolicy(name="pool-budget-with-email", description="Every pool has a budget that emails someone.",
+                              validate=partial(validate_pool_budgets, prices), enforcement_level=MANDATORY),
+        _resource_policy("launch-templates-imdsv2", "Launch templates require IMDSv2.",
+                         validate_imdsv2, MANDATORY),
+        _resource_policy("roles-no-star-on-star", "No role of the stack may do every action on every resource.",
+                         validate_no_star_on_star, MANDATORY),
+        StackValidationPolicy(name="rollout-blockers", description="The change replaces or deletes nothing a reviewer "
+                              "must stop at, unless it says so on purpose.", validate=validate_rollout_blockers,
+                              enforcement_level=MANDATORY, config_schema=ROLLOUT_BLOCKERS_SCHEMA),
+        _resource_policy("spot-pools-diversified", "Spot node groups use at least two instance types.",
+                         validate_spot_diversified, ADVISORY),
+        StackValidationPolicy(name="floor-under-budget", description="A pool's guaranteed floor costs less than its budget.",
+                              validate=partial(validate_floor_under_budget, prices), enforcement_level=ADVISORY),
+        _resource_policy("floor-protected", "The guaranteed floor's node groups and reservations are protected.",
+                         validate_floor_protected, ADVISORY),
+    ]

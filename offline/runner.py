@@ -345,11 +345,8 @@ def run_program(stack: str, config: dict[str, Any], program: Path | None = None,
 
     `records` (optional) receives each resource as it is registered, also when the program fails. `prices`: the
     prices of the command that runs the program (its --prices), handed to the program as PROGRAM_PRICES; None:
-    catalog.current() (transitional, issue 34: the module state a caller not yet handed a Prices set).
+    the program resolves the prices in force itself, as under `pulumi up`.
     """
-    from pricing.sources import catalog
-
-    prices = prices if prices is not None else catalog.current()
     import pulumi
     from pulumi.runtime import settings as pulumi_settings
     from pulumi.runtime.stack import run_pulumi_func

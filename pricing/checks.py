@@ -8,9 +8,9 @@
   config validation and the CrossGuard pack (guardrails/policies.py, floor-under-budget) both apply.
 
 The config (the layer below) knows no prices: it runs these rules because the caller passes them in
-(`config.parse(..., rules=checks.rules(prices))`); `parse`, `from_stack_yaml` and `from_pulumi_config` below are the
-config's entry points with the money rules and the price book's instance facts, so every caller that validates for
-a deployment refuses the same configs with the same messages.
+(`config.parse(..., rules=checks.rules(prices))`); `parse` and `from_stack_yaml` below (and stacks/load.py
+`from_pulumi_config`, the Pulumi program's) are the config's entry points with the money rules and the price book's
+instance facts, so every caller that validates for a deployment refuses the same configs with the same messages.
 
 Stdlib only at import time: the policy pack (guardrails/, whose virtualenv has no pydantic) imports
 `floor_over_budget`; the rules import the config and the floor bill when they run.
@@ -19,8 +19,6 @@ Stdlib only at import time: the policy pack (guardrails/, whose virtualenv has n
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
-
-from pricing.sources import catalog
 
 if TYPE_CHECKING:  # annotations only: the policy pack imports this module without pydantic
     from collections.abc import Callable
@@ -153,16 +151,6 @@ def floor_budget_problems(prices: Prices, cfg: GpuLoanConfig) -> Problems:
     return problems
 
 
-def _use_config_prices(cfg: GpuLoanConfig) -> Problems:
-    """Transitional (issue 34): the module-level prices of catalog.py that callers not yet handed a Prices read
-    get the config's `instance_prices`, as config.parse wrote them before."""
-    catalog.use_config_prices(
-        cfg.region,
-        {t: (p.ondemand_usd_per_hour, p.spot_usd_per_hour, p.source) for t, p in cfg.instance_prices.items()},
-    )
-    return []
-
-
 # The money rules, run after the config's own (config.config.RULES) in this order; each takes the prices in force.
 MONEY_RULES: tuple[Callable[[Prices, GpuLoanConfig], Problems], ...] = (
     missing_price_problems,
@@ -179,7 +167,7 @@ def rules(prices: Prices) -> tuple[Rule, ...]:
     def bind(rule: Callable[[Prices, GpuLoanConfig], Problems]) -> Rule:
         return lambda cfg: rule(prices.with_config(cfg), cfg)
 
-    return (_use_config_prices, *(bind(rule) for rule in MONEY_RULES))
+    return tuple(bind(rule) for rule in MONEY_RULES)
 
 
 def parse(data: dict[str, Any], source: str = "config", *, prices: Prices) -> GpuLoanConfig:
@@ -195,10 +183,3 @@ def from_stack_yaml(doc: dict[str, Any], source: str, *, prices: Prices) -> GpuL
     from config import config
 
     return config.from_stack_yaml(doc, source, instance_facts=prices.book.instance_facts, rules=rules(prices))
-
-
-def from_pulumi_config(*, prices: Prices) -> GpuLoanConfig:
-    """config.from_pulumi_config with the money rules and the price book's instance facts (the Pulumi program)."""
-    from config import config
-
-    return config.from_pulumi_config(instance_facts=prices.book.instance_facts, rules=rules(prices))

@@ -29,6 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     import yaml
 
     import bench_environment as be
+    from pricing.sources import catalog
     from sim import pool
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -36,13 +37,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--traces", type=Path, default=REPO.parent / "shared" / "data" / "traces" / "itp")
     parser.add_argument("--days", type=int, default=DAYS, help=f"days of each pool's month (default {DAYS})")
     args = parser.parse_args(argv)
-    _, demands, horizon = be.environment(args.traces, days=args.days)
+    prices = catalog.Prices.resolve()  # read once, passed down
+    _, demands, horizon = be.environment(prices, args.traces, days=args.days)
     args.out.mkdir(parents=True, exist_ok=True)
     for name, trace in demands.items():
         series = pool.demand_profile(trace, horizon)[:horizon]
         (args.out / f"{name}.csv").write_text(
             "minute,gpus_demanded\n" + "".join(f"{m},{g}\n" for m, g in enumerate(series)))
-    (args.out / STACK_FILE).write_text(yaml.safe_dump(be.pools_doc(demands, horizon), sort_keys=False))
+    (args.out / STACK_FILE).write_text(yaml.safe_dump(be.pools_doc(prices, demands, horizon), sort_keys=False))
     print(f"{len(demands)} pools, {args.days} days of minute series in {args.out}; stack file "
           f"{args.out / STACK_FILE}")
     return 0

@@ -34,10 +34,11 @@ def main(argv: list[str] | None = None) -> int:
     from pricing import checks
     from pricing.sources import catalog
 
-    cfg = checks.from_stack_yaml(yaml.safe_load((REPO / "Pulumi.prod.yaml").read_text()), "Pulumi.prod.yaml", prices=catalog.current())
+    prices = catalog.Prices.resolve()  # read once, passed down
+    cfg = checks.from_stack_yaml(yaml.safe_load((REPO / "Pulumi.prod.yaml").read_text()), "Pulumi.prod.yaml", prices=prices)
     trace = traces.read_trace(Path(args.traces) / f"{args.cluster}.csv").window(0, 29)
     t0, c0 = time.perf_counter(), time.process_time()
-    doc = advisor.advise(cfg, "training", trace, peak_from_demand=True, jobs=args.jobs)
+    doc = advisor.advise(prices, cfg, "training", trace, peak_from_demand=True, jobs=args.jobs)
     wall = time.perf_counter() - t0
     n = len(doc["points"])
     # With several jobs the simulations' CPU time is the workers', not this process's: report wall time only.

@@ -45,16 +45,18 @@ def hundred_pools() -> dict:
 
 def main() -> None:
     data = hundred_pools()
-    checks.parse(data, prices=catalog.current())  # warm the price table cache once, as a long-lived process would
+    prices = catalog.Prices.resolve()  # read once, as the CLI does at its entry
+    checks.parse(data, prices=prices)  # warm the price table cache once, as a long-lived process would
     times = []
     for _ in range(5):
         t0 = time.perf_counter()
-        checks.parse(data, prices=catalog.current())
+        checks.parse(data, prices=prices)
         times.append(time.perf_counter() - t0)
     t0 = time.perf_counter()
     subprocess.run([sys.executable, "-c", f"import sys; sys.path.insert(0, {str(REPO)!r}); "
-                    "import yaml; from pricing import checks; from scripts.bench_config import hundred_pools; "
-                    "checks.parse(hundred_pools(), prices=catalog.current())"], cwd=REPO, check=True)
+                    "import yaml; from pricing import checks; from pricing.sources import catalog; "
+                    "from scripts.bench_config import hundred_pools; "
+                    "checks.parse(hundred_pools(), prices=catalog.Prices.resolve())"], cwd=REPO, check=True)
     cold_s = time.perf_counter() - t0
     t0 = time.perf_counter()
     subprocess.run([sys.executable, "-m", "gpuloan", "preview", "dev"], cwd=REPO, check=True, capture_output=True)

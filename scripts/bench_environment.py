@@ -29,7 +29,7 @@ TIERS = ("production", "experiment", "learning")
 INSTANCE_TYPE = "p4d.24xlarge"
 
 
-def environment(traces_dir: Path, lending: bool = True, days: int = DAYS):
+def environment(prices, traces_dir: Path, lending: bool = True, days: int = DAYS):
     """(config, demands, horizon minutes) of the benchmark environment; `lending=False`: Kueue off (nothing is
     lent or borrowed, every pool on its own capacity); `days`: each pool's first `days` days of its month
     (scripts/advise_environment.py builds the advisor's 3-week environment from them)."""
@@ -41,34 +41,32 @@ def environment(traces_dir: Path, lending: bool = True, days: int = DAYS):
         if cluster not in read:
             read[cluster] = traces.read_trace(traces_dir / f"cluster{cluster:02d}.csv")
         demands[f"c{cluster:02d}-d{first}"] = read[cluster].window(first, min(last, first + days - 1))
-    return pools_config(demands, horizon, lending=lending), demands, horizon
+    return pools_config(prices, demands, horizon, lending=lending), demands, horizon
 
 
-def pools_config(demands: dict, horizon: int, name: str = "bench-environment", lending: bool = True,
+def pools_config(prices, demands: dict, horizon: int, name: str = "bench-environment", lending: bool = True,
                  floor_payment: str | None = None, max_lenders: int | None = None):
     """The benchmark's stack for these pools (name -> trace, in order): the prod stack's settings, each pool sized
     from its own trace, tiers rotating; also scripts/bench_scale.py's organizations. `max_lenders`: only the first
     that many pools with a floor lend it (the others' teams get lending_limit_pct 0), as a user of more pools than
     a Kueue queue can list floors for configures it (config/scheduling.py MAX_FLAVORS_PER_GROUP)."""
     from pricing import checks
-    from pricing.sources import catalog
 
-    return checks.from_stack_yaml(pools_doc(demands, horizon, lending, floor_payment, max_lenders), name,
-                                  prices=catalog.current())
+    return checks.from_stack_yaml(pools_doc(prices, demands, horizon, lending, floor_payment, max_lenders), name,
+                                  prices=prices)
 
 
-def pools_doc(demands: dict, horizon: int, lending: bool = True, floor_payment: str | None = None,
+def pools_doc(prices, demands: dict, horizon: int, lending: bool = True, floor_payment: str | None = None,
               max_lenders: int | None = None) -> dict:
     """pools_config's stack file, as the YAML document (`config:` ...)."""
     import yaml
 
     from pricing import checks
-    from pricing.sources import catalog
     from sim import pool
 
     doc = yaml.safe_load((REPO / "Pulumi.prod.yaml").read_text())
     data = doc["config"]
-    template = pool.spec_from_config(checks.from_stack_yaml(doc, "Pulumi.prod.yaml", prices=catalog.current()), "training")
+    template = pool.spec_from_config(prices, checks.from_stack_yaml(doc, "Pulumi.prod.yaml", prices=prices), "training")
     pools = []
     for n, (pool_name, trace) in enumerate(demands.items()):
         # a quiet month cut short (bench-scale's few-day runs) has no demand to size from: one elastic node
@@ -94,6 +92,7 @@ def pools_doc(demands: dict, horizon: int, lending: bool = True, floor_payment: 
 
 
 def main(argv: list[str] | None = None) -> int:
+    from pricing.sources import catalog
     from sim.engine import SimSettings
     from sim.environment import simulate_environment
     from sim.policies import GpuLoan, Karpenter
@@ -104,7 +103,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-lending", action="store_true", help="Kueue off: the same pools, nothing lent")
     args = parser.parse_args(argv)
     t0 = time.perf_counter()
-    cfg, demands, horizon = environment(args.traces, lending=not args.no_lending)
+    prices = catalog.Prices.resolve()  # read once, passed down
+    cfg, demands, horizon = environment(prices, args.traces, lending=not args.no_lending)
     jobs = sum(len(t.jobs) for t in demands.values())
     floors = sum(p.guaranteed.nodes for p in cfg.pools if p.guaranteed)
     print(f"{len(cfg.pools)} pools, {jobs} jobs, {DAYS} days, {floors} floor nodes of {INSTANCE_TYPE} "
@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     worst = 0.0
     for name, factory in (("gpuloan", lambda spec: GpuLoan()), ("karpenter", lambda spec: Karpenter())):
         t0, c0 = time.perf_counter(), time.process_time()
-        res = simulate_environment(cfg, demands, factory, SimSettings(seed=args.seed), horizon)
+        res = simulate_environment(prices, cfg, demands, factory, SimSettings(seed=args.seed), horizon)
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0
         worst = max(worst, cpu)
         e = res.environment

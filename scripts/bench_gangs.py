@@ -50,10 +50,11 @@ def run(args: tuple[str, str, int, str]) -> list[dict]:
     from pricing.sources import catalog
 
     traces_dir, cluster, seed, scenario = args
-    cfg = checks.from_stack_yaml(yaml.safe_load((REPO / f"Pulumi.{STACK}.yaml").read_text()), f"Pulumi.{STACK}.yaml", prices=catalog.current())
+    prices = catalog.Prices.resolve()  # each worker process reads the prices in force once
+    cfg = checks.from_stack_yaml(yaml.safe_load((REPO / f"Pulumi.{STACK}.yaml").read_text()), f"Pulumi.{STACK}.yaml", prices=prices)
     trace = traces.read_trace(Path(traces_dir) / f"{cluster}.csv").window(*DAYS)
     horizon = (DAYS[1] - DAYS[0] + 1) * 1440
-    spec = pool.auto_size(pool.spec_from_config(cfg, POOL), trace, horizon_minutes=horizon)
+    spec = pool.auto_size(pool.spec_from_config(prices, cfg, POOL), trace, horizon_minutes=horizon)
     if scenario == "partial_spot_only":
         spec = replace(spec, capacity="spot")
     settings = SimSettings(seed=seed, **(SPOT_SHORTAGE if scenario == "shortage" else SPOT_PARTIAL))
@@ -103,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{time.perf_counter() - t0:.1f} s wall on {args.workers} worker(s)")
     from pricing.sources import catalog
 
-    print(catalog.price_source("us-east-1"))  # the prod stack's region
+    print(catalog.Prices.resolve().price_source("us-east-1"))  # the prod stack's region
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
     return 0

@@ -59,7 +59,8 @@ def main(argv=None) -> int:
     days = org_demand.ITP_DAYS
     last = days[1] - days[0] + 1 if args.days is None else args.days
     sizing_hours = min(bench_org.SIZING_DAYS, max(1, last - 1)) * 24
-    p = catalog.price(bench_org.INSTANCE_TYPE, bench_org.REGION)
+    price_book = catalog.Prices.resolve()  # read once, passed down
+    p = price_book.price(bench_org.INSTANCE_TYPE, bench_org.REGION)
     if p is None or p.spot_usd_per_hour is None:
         raise SystemExit(f"bench-lend-ahead: no on-demand and spot price of {bench_org.INSTANCE_TYPE} in "
                          f"{bench_org.REGION} in the price file")
@@ -67,7 +68,7 @@ def main(argv=None) -> int:
                                   p.spot_usd_per_hour) for c in org_demand.ITP_CLUSTERS}
     traces = org_demand.itp_traces(args.traces, days)
     rotation = args.rotation - 1
-    demands, runner = bench_org._sim_unit(rotation, args.seed, traces, prices, days, sizing_hours,
+    demands, runner = bench_org._sim_unit(price_book, rotation, args.seed, traces, prices, days, sizing_hours,
                                           bench_org.DEFAULT_CHECKPOINT_MINUTES)
     hours = min(max(d.hours for d in demands.values()), last * 24)
     heads = {n: d.head(sizing_hours) for n, d in demands.items()}
@@ -80,7 +81,7 @@ def main(argv=None) -> int:
     for label, on in (("off", False), ("on", True)):
         cfg = with_lend_ahead(base, on, args.lookahead)
         t0 = time.perf_counter()
-        res = simulate_environment(cfg, cut, oa._factory(oa.CONTROLLER_GPULOAN), SimSettings(seed=args.seed),
+        res = simulate_environment(price_book, cfg, cut, oa._factory(oa.CONTROLLER_GPULOAN), SimSettings(seed=args.seed),
                                    hours * 60)
         rows[label] = figures(res)
         print(f"  {label}: {time.perf_counter() - t0:.0f} s", file=sys.stderr)

@@ -42,7 +42,7 @@ def _pool(name: str, tier: str, capacity: str, floor: int, share: float | None =
     return p
 
 
-def environment_config():
+def environment_config(prices):
     """The dev stack with the three pools (its budget raised: the dev budget is for its one pool)."""
     data = copy.deepcopy(yaml.safe_load((REPO / "Pulumi.dev.yaml").read_text())["config"])
     data["gpuloan:pools"] = [_pool("cluster04", "production", "on_demand", 4),
@@ -50,7 +50,7 @@ def environment_config():
                              _pool("cluster08", "learning", "spot_then_on_demand", 0, 30)]
     data["gpuloan:scheduling"] = {"kueue": {}}
     data["gpuloan:budget"]["monthly_usd"] = 10_000_000
-    return checks.from_stack_yaml({"config": data}, "bench-off-spot", prices=catalog.current())
+    return checks.from_stack_yaml({"config": data}, "bench-off-spot", prices=prices)
 
 
 def main() -> int:
@@ -58,7 +58,8 @@ def main() -> int:
     parser.add_argument("--traces", default=str(REPO.parent / "shared" / "data" / "traces" / "itp"), metavar="DIR")
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
-    cfg = environment_config()
+    prices = catalog.Prices.resolve()  # read once, passed down
+    cfg = environment_config(prices)
     traces = {p.name: read_trace(Path(args.traces) / f"{p.name}.csv").window(*DAYS) for p in cfg.pools}
     horizon = (DAYS[1] - DAYS[0] + 1) * 1440
     print("| policy | pool | p95 wait production (min) | p95 wait interruptible (min) | unmet GPU-h | "
@@ -66,7 +67,7 @@ def main() -> int:
     print("|---|---|---|---|---|---|---|---|")
     for name, factory in (("gpuloan", lambda spec: GpuLoan()), ("karpenter", lambda spec: Karpenter())):
         t0 = time.perf_counter()
-        res = simulate_environment(cfg, traces, factory, SimSettings(seed=args.seed), horizon)
+        res = simulate_environment(prices, cfg, traces, factory, SimSettings(seed=args.seed), horizon)
         for pool in SHARED_POOLS:
             m = res.pools[pool]
             wait = m["p95_wait_minutes_by_class"]

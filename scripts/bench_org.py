@@ -57,7 +57,7 @@ def _one(job):
 SIM_SCENARIOS = ("default", "on-demand-shortage")
 
 
-def _sim_config(traces, demands, tiers):
+def _sim_config(price_book, traces, demands, tiers):
     """The example environment as a stack: the prod stack's settings with one pool per cluster, each of p4d nodes
     (the shared price table's type of this benchmark), every pool's elastic capacity spot first (spot, then
     on-demand while spot is short) with production pods kept off spot (scheduling.kueue.production_spot_pools
@@ -70,7 +70,6 @@ def _sim_config(traces, demands, tiers):
     import yaml
 
     from pricing import checks
-    from pricing.sources import catalog
 
     doc = yaml.safe_load((REPO / "Pulumi.prod.yaml").read_text())
     c = doc["config"]
@@ -86,12 +85,12 @@ def _sim_config(traces, demands, tiers):
     c["gpuloan:scheduling"] = {"kueue": {"production_spot_pools": []}}
     c["gpuloan:budget"] = {"monthly_usd": 9_000_000, "alert_emails": ["platform@example.com"],
                            "enforcement": "alert_only"}
-    return checks.from_stack_yaml(doc, "prod", prices=catalog.current())
+    return checks.from_stack_yaml(doc, "prod", prices=price_book)
 
 
-def _sim_unit(rotation, seed, traces, prices, days, sizing_hours, checkpoint_minutes):
+def _sim_unit(price_book, rotation, seed, traces, prices, days, sizing_hours, checkpoint_minutes):
     """What one (rotation, seed) needs: its demands, its stack and an EnvironmentRunner (cache empty), every job
-    checkpointing every `checkpoint_minutes` (NO_CHECKPOINTS: never)."""
+    checkpointing every `checkpoint_minutes` (NO_CHECKPOINTS: never); `price_book` the benchmark's Prices."""
     from advise import org_advisor as oa
     from sim import org_demand
     from sim.engine import SimSettings
@@ -99,10 +98,10 @@ def _sim_unit(rotation, seed, traces, prices, days, sizing_hours, checkpoint_min
 
     demands = org_demand.itp_environment(traces, rotation, seed, days)
     tiers = org_demand.rotation_tiers(rotation)
-    cfg = _sim_config(traces, demands, tiers)
+    cfg = _sim_config(price_book, traces, demands, tiers)
     settings = SimSettings(seed=seed, checkpoint_interval_minutes=checkpoint_minutes,
                            latency=ElasticLatency())
-    runner = oa.environment_runner(cfg, traces, settings, prices,
+    runner = oa.environment_runner(price_book, cfg, traces, settings, prices,
                                    production_share=org_demand.PRODUCTION_SHARE)
     return demands, runner
 
@@ -123,8 +122,8 @@ def _sim_run(shared, job):
     rotation, seed, setup, scenario_names, days, sizing_hours, checkpoint_minutes = job
     from advise import org_advisor as oa
 
-    traces, prices = shared
-    demands, runner = _sim_unit(rotation, seed, traces, prices, days, sizing_hours, checkpoint_minutes)
+    traces, prices, price_book = shared
+    demands, runner = _sim_unit(price_book, rotation, seed, traces, prices, days, sizing_hours, checkpoint_minutes)
     hours = max(d.hours for d in demands.values())
     scenarios = [oa.scenario_for(n, hours, sizing_hours, seed) for n in scenario_names]
     floors, lend, controller = setup
@@ -134,7 +133,7 @@ def _sim_run(shared, job):
     return (rotation, seed, checkpoint_minutes), dict(runner.cache), runner.runs, time.perf_counter() - t0, controller
 
 
-def _simulated(traces, prices, rates, rotations, seeds, scenarios, days, sizing_days, lookback_days, engine,
+def _simulated(price_book, traces, prices, rates, rotations, seeds, scenarios, days, sizing_days, lookback_days, engine,
                checkpoints=(30,)):
     """Every distinct setup on `engine` (sim/parallel.py: local processes or Ray; each one run, branched into the
     scenarios at the report window), then each (term, rotation, seed)'s advice from the filled caches (no
@@ -143,13 +142,13 @@ def _simulated(traces, prices, rates, rotations, seeds, scenarios, days, sizing_
     from sim import parallel
 
     sizing_hours = sizing_days * 24
-    units = {(r, s, c): _sim_unit(r, s, traces, prices, days, sizing_hours, c)
+    units = {(r, s, c): _sim_unit(price_book, r, s, traces, prices, days, sizing_hours, c)
              for c in checkpoints for r in rotations for s in seeds}
     jobs = [(r, s, setup, scenarios if c == checkpoints[0] else ("default",), days, sizing_hours, c)
             for (r, s, c), (demands, _) in units.items() for setup in _sim_setups(demands, prices, sizing_hours)]
     timings = []
     for unit, cache, runs, seconds, controller in parallel.run_all(
-            jobs, _sim_run, shared=(traces, prices), engine=engine, label="bench-org simulated",
+            jobs, _sim_run, shared=(traces, prices, price_book), engine=engine, label="bench-org simulated",
             describe=lambda j: f"rotation {j[0] + 1} seed {j[1]} {oa.describe_setup((*j[2], []))} "
                                f"{_checkpoints(j[6])}"):
         units[unit][1].cache.update(cache)
@@ -425,10 +424,11 @@ def main(argv: list[str] | None = None) -> int:
     if unknown or "default" not in scenarios:
         parser.error(f"--sim-scenarios {args.sim_scenarios}: 'default' and any of "
                      f"{', '.join(org_advisor.SCENARIOS)}")
-    p = catalog.price(INSTANCE_TYPE, REGION)
+    price_book = catalog.Prices.resolve()  # read once, passed down (the workers get it with the traces)
+    p = price_book.price(INSTANCE_TYPE, REGION)
     prices = {c: fluid.PoolPrices(INSTANCE_TYPE, REGION, 8, p.ondemand_usd_per_hour, p.spot_usd_per_hour)
               for c in org_demand.ITP_CLUSTERS}
-    rates = {t: floor_pricing.floor_rate(catalog.current(), INSTANCE_TYPE, REGION, t) for t in TERMS}
+    rates = {t: floor_pricing.floor_rate(price_book, INSTANCE_TYPE, REGION, t) for t in TERMS}
     traces = org_demand.itp_traces(args.traces, days)
 
     print(f"Prices: {INSTANCE_TYPE} {REGION} on-demand ${p.ondemand_usd_per_hour:,.4f}/h, spot "
@@ -474,7 +474,7 @@ def main(argv: list[str] | None = None) -> int:
         from sim.engine import NO_CHECKPOINTS
 
         checkpoints = (args.checkpoint_interval, *((NO_CHECKPOINTS,) if args.without_checkpoints_table else ()))
-        sdocs, timings = _simulated(traces, prices, rates, rotations, sim_seeds, scenarios, days, sizing_days,
+        sdocs, timings = _simulated(price_book, traces, prices, rates, rotations, sim_seeds, scenarios, days, sizing_days,
                                     lookback_days, engine, checkpoints)
         wall = time.perf_counter() - ts
         print(f"\nModel: **simulated** (sim/environment.py: whole nodes, boots, Kueue lending and reclaim, spot "

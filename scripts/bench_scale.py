@@ -75,7 +75,7 @@ def tiled(trace, shift: int, days: int):
     return JobsTrace(f"{trace.name}[shift {shift} d, {days} d]", trace.fmt, tuple(jobs))
 
 
-def organization(traces_dir: Path, pools: int, days: int):
+def organization(prices, traces_dir: Path, pools: int, days: int):
     """(config, demands, horizon minutes) of an organization of `pools` pools over `days` days."""
     from scripts.bench_environment import pools_config
     from sim import traces
@@ -90,7 +90,7 @@ def organization(traces_dir: Path, pools: int, days: int):
     horizon = days * 1440
     # floors on 3-year RIs: on-demand, the floors alone of 64 pools ($11M a month) would pass the largest budget the
     # config takes ($10M); the figures here are times, and the payment changes the bill, not the work
-    return (pools_config(named, horizon, name="bench-scale", floor_payment="reserved_3yr", max_lenders=MAX_LENDERS),
+    return (pools_config(prices, named, horizon, name="bench-scale", floor_payment="reserved_3yr", max_lenders=MAX_LENDERS),
             named, horizon)
 
 
@@ -98,14 +98,16 @@ def one(traces_dir: Path, pools: int, days: int, policy: str, seed: int) -> dict
     """One simulation, in this process (a child of main): its CPU and wall seconds, and this process's peak RSS."""
     import resource
 
+    from pricing.sources import catalog
     from sim.engine import SimSettings
     from sim.environment import simulate_environment
     from sim.policies import GpuLoan, Karpenter
 
-    cfg, demands, horizon = organization(traces_dir, pools, days)
+    prices = catalog.Prices.resolve()  # this child's prices, read once
+    cfg, demands, horizon = organization(prices, traces_dir, pools, days)
     factory = (lambda spec: GpuLoan()) if policy == "gpuloan" else (lambda spec: Karpenter())
     t0, c0 = time.perf_counter(), time.process_time()
-    res = simulate_environment(cfg, demands, factory, SimSettings(seed=seed), horizon)
+    res = simulate_environment(prices, cfg, demands, factory, SimSettings(seed=seed), horizon)
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     e = res.environment
     return {"pools": pools, "days": days, "policy": policy, "cpu_s": round(cpu, 2), "wall_s": round(wall, 2),

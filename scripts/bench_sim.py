@@ -30,9 +30,11 @@ def cases(traces_dir: Path):
     from pricing import checks
     from pricing.sources import catalog
 
+    prices = catalog.Prices.resolve()  # read once for every case
+
     def spec(stack: str, pool_name: str | None):
-        cfg = checks.from_stack_yaml(yaml.safe_load((REPO / f"Pulumi.{stack}.yaml").read_text()), f"Pulumi.{stack}.yaml", prices=catalog.current())
-        return pool.spec_from_config(cfg, pool_name)
+        cfg = checks.from_stack_yaml(yaml.safe_load((REPO / f"Pulumi.{stack}.yaml").read_text()), f"Pulumi.{stack}.yaml", prices=prices)
+        return pool.spec_from_config(prices, cfg, pool_name)
 
     horizon = (DAYS[1] - DAYS[0] + 1) * 1440
     c08 = traces.read_trace(traces_dir / "cluster08.csv").window(*DAYS)

@@ -47,11 +47,10 @@ POOLS = {"right-sized (1/4/8)": SIZED, "8-GPU only": EIGHT_ONLY}
 PER_POD = "karpenter-claim-per-pod"
 
 
-def _config(types: tuple[str, ...]):
+def _config(prices, types: tuple[str, ...]):
     import yaml
 
     from pricing import checks
-    from pricing.sources import catalog
 
     raw = yaml.safe_load((REPO / f"Pulumi.{STACK}.yaml").read_text())
     pools = raw["config"]["gpuloan:pools"]
@@ -64,13 +63,15 @@ def _config(types: tuple[str, ...]):
     raw["config"]["gpuloan:pools"] = [pool]
     raw["config"].pop("gpuloan:commitments", None)
     raw["config"].pop("gpuloan:scheduling", None)
-    return checks.from_stack_yaml(raw, f"Pulumi.{STACK}.yaml (pool {POOL}: {', '.join(types)})", prices=catalog.current())
+    return checks.from_stack_yaml(raw, f"Pulumi.{STACK}.yaml (pool {POOL}: {', '.join(types)})", prices=prices)
 
 
 def spec_for(types: tuple[str, ...], trace, horizon: int):
+    from pricing.sources import catalog
     from sim import pool
 
-    return pool.auto_size(pool.spec_from_config(_config(types), POOL), trace, horizon_minutes=horizon, floor_nodes=0)
+    prices = catalog.Prices.resolve()  # each worker process reads the prices in force
+    return pool.auto_size(pool.spec_from_config(prices, _config(prices, types), POOL), trace, horizon_minutes=horizon, floor_nodes=0)
 
 
 def oracle_packing(spec, trace, horizon: int) -> dict:
@@ -217,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{time.perf_counter() - t0:.1f} s wall on {args.workers} worker(s)")
     from pricing.sources import catalog
 
-    print(catalog.price_source("us-east-1"))  # the prod stack's region
+    print(catalog.Prices.resolve().price_source("us-east-1"))  # the prod stack's region
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
     return 0

@@ -46,6 +46,7 @@ def one_pool(traces_dir: Path):
     import yaml
 
     from config import config
+    from pricing.sources import catalog
     from sim import pool, runner, traces
     from sim.engine import SimSettings
     from sim.policies import GpuLoan
@@ -53,7 +54,8 @@ def one_pool(traces_dir: Path):
     horizon = 31 * 1440
     cfg = config.from_stack_yaml(yaml.safe_load((REPO / "Pulumi.prod.yaml").read_text()), "Pulumi.prod.yaml")
     trace = traces.read_trace(traces_dir / "cluster08.csv").window(1, 31)
-    spec = pool.auto_size(pool.spec_from_config(cfg, "training"), trace, horizon_minutes=horizon)
+    spec = pool.auto_size(pool.spec_from_config(catalog.Prices.resolve(), cfg, "training"), trace,
+                          horizon_minutes=horizon)
     out = []
     for skip in (False, True):
         settings = replace(SimSettings(), skip_quiet_ticks=skip)
@@ -70,14 +72,15 @@ def org(traces_dir: Path):
     from sim import fluid, org_demand
     from advise import org_advisor
 
-    p = catalog.price(bench_org.INSTANCE_TYPE, bench_org.REGION)
+    price_book = catalog.Prices.resolve()  # read once, passed down
+    p = price_book.price(bench_org.INSTANCE_TYPE, bench_org.REGION)
     if p is None:
         sys.exit(f"no price for {bench_org.INSTANCE_TYPE} in {bench_org.REGION}: set GPULOAN_PRICE_FILE")
     prices = {c: fluid.PoolPrices(bench_org.INSTANCE_TYPE, bench_org.REGION, 8, p.ondemand_usd_per_hour,
                                   p.spot_usd_per_hour) for c in org_demand.ITP_CLUSTERS}
     traces = org_demand.itp_traces(traces_dir, ORG_DAYS)
     sizing_hours = ORG_SIZING_DAYS * 24
-    demands, runner = bench_org._sim_unit(ORG_ROTATION, ORG_SEED, traces, prices, ORG_DAYS, sizing_hours,
+    demands, runner = bench_org._sim_unit(price_book, ORG_ROTATION, ORG_SEED, traces, prices, ORG_DAYS, sizing_hours,
                                           bench_org.DEFAULT_CHECKPOINT_MINUTES)
     floors, lend, controller = bench_org._sim_setups(demands, prices, sizing_hours)[0]  # the p90 floors lent
     runner.use_cache = False

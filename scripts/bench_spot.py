@@ -50,10 +50,11 @@ def run(args: tuple) -> dict:
     from pricing.sources import catalog
 
     traces_dir, cluster, seed, figure, share = args
-    cfg = checks.from_stack_yaml(yaml.safe_load((REPO / f"Pulumi.{STACK}.yaml").read_text()), f"Pulumi.{STACK}.yaml", prices=catalog.current())
+    prices = catalog.Prices.resolve()  # each worker process reads the prices in force once
+    cfg = checks.from_stack_yaml(yaml.safe_load((REPO / f"Pulumi.{STACK}.yaml").read_text()), f"Pulumi.{STACK}.yaml", prices=prices)
     trace = traces.read_trace(Path(traces_dir) / f"{cluster}.csv").window(*DAYS)
     horizon = (DAYS[1] - DAYS[0] + 1) * 1440
-    spec = pool.auto_size(pool.spec_from_config(cfg, POOL), trace, horizon_minutes=horizon)
+    spec = pool.auto_size(pool.spec_from_config(prices, cfg, POOL), trace, horizon_minutes=horizon)
     ps = pool_settings(spec)
     if figure == BACK:
         settings = SimSettings(seed=seed, **SPOT_SHORTAGE)

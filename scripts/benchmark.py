@@ -52,10 +52,11 @@ def run_cluster(args: tuple[str, str, int, int | None, bool]) -> dict:
 
     traces_dir, cluster, seed, floor_nodes, scenario = args
     shortage = scenario == SHORTAGE
-    cfg = checks.from_stack_yaml(yaml.safe_load((REPO / f"Pulumi.{STACK}.yaml").read_text()), f"Pulumi.{STACK}.yaml", prices=catalog.current())
+    prices = catalog.Prices.resolve()  # each worker process reads the prices in force once
+    cfg = checks.from_stack_yaml(yaml.safe_load((REPO / f"Pulumi.{STACK}.yaml").read_text()), f"Pulumi.{STACK}.yaml", prices=prices)
     trace = traces.read_trace(Path(traces_dir) / f"{cluster}.csv").window(*DAYS)
     horizon = (DAYS[1] - DAYS[0] + 1) * 1440
-    spec = pool.auto_size(pool.spec_from_config(cfg, POOL), trace, horizon_minutes=horizon, floor_nodes=floor_nodes)
+    spec = pool.auto_size(pool.spec_from_config(prices, cfg, POOL), trace, horizon_minutes=horizon, floor_nodes=floor_nodes)
     policies = what_if_policies() if scenario == WHAT_IF else all_policies(spec, warm_up=scenario == DEFAULT)
     settings = SimSettings(seed=seed)
     if shortage:
@@ -201,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     from pricing.sources import catalog
 
     first = out[scenarios[0]]
-    print(catalog.price_source(first[0]["pool"]["region"]) if first else "")
+    print(catalog.Prices.resolve().price_source(first[0]["pool"]["region"]) if first else "")
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=2))
     return 0

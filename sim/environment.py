@@ -86,7 +86,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from pricing.sources import catalog
+from pricing.sources.catalog import Prices
 from sim.job_class import production_flags  # the one classifier: floors and the fluid bound use it too
 from sim.engine import (
     FILL_RANK,
@@ -894,7 +894,7 @@ class EnvironmentResult:
 
 
 class Environment:
-    def __init__(self, cfg, demands: dict, controller_factory: Callable, settings: SimSettings = SimSettings(),
+    def __init__(self, prices: Prices, cfg, demands: dict, controller_factory: Callable, settings: SimSettings = SimSettings(),
                  horizon_minutes: int | None = None, specs: dict[str, PoolSpec] | None = None,
                  window_from_minute: int | None = None):
         names = [p.name for p in cfg.pools]
@@ -932,7 +932,7 @@ class Environment:
         self.floor_owner: dict[int, PoolSim] = {}
         self.pools: dict[str, PoolSim] = {}
         for p in cfg.pools:
-            spec = specs.get(p.name) or spec_from_config(cfg, p.name)
+            spec = specs.get(p.name) or spec_from_config(prices, cfg, p.name)
             trace = demands[p.name]
             share = production_share_pct(p)
             if isinstance(trace, JobsTrace):
@@ -1559,7 +1559,7 @@ def hourly_usage(sim: PoolSim, cfg, horizon: int) -> list[UsageRecord]:
     kinds = {}
     if spec.floor_nodes:
         cb = pool.guaranteed is not None and pool.guaranteed.reservation == Reservation.capacity_block
-        rate = spec.floor_usd_per_hour if cb else catalog.price(spec.floor_type, spec.region).ondemand_usd_per_hour
+        rate = spec.floor_usd_per_hour if cb else spec.prices.price(spec.floor_type, spec.region).ondemand_usd_per_hour
         kinds[GUARANTEED] = (spec.floor_type, CAPACITY_BLOCK if cb else RESERVED, rate)
     if spec.spot_type:
         kinds[SPOT] = (spec.spot_type, PURCHASE_OF_GROUP[SPOT], spec.spot_usd_per_hour)
@@ -1595,16 +1595,17 @@ def hourly_usage(sim: PoolSim, cfg, horizon: int) -> list[UsageRecord]:
     return out
 
 
-def simulate_environment(cfg, demands: dict, controller_factory: Callable, settings: SimSettings = SimSettings(),
+def simulate_environment(prices: Prices, cfg, demands: dict, controller_factory: Callable, settings: SimSettings = SimSettings(),
                          horizon_minutes: int | None = None, specs: dict[str, PoolSpec] | None = None,
                          window_from_minute: int | None = None) -> EnvironmentResult:
     """Run every pool of `cfg` on one clock (module docstring) and return the per-pool and environment figures."""
     t0 = time.perf_counter()
-    env = Environment(cfg, demands, controller_factory, settings, horizon_minutes, specs, window_from_minute).run()
+    env = Environment(prices, cfg, demands, controller_factory, settings, horizon_minutes, specs,
+                      window_from_minute).run()
     return env.result(time.perf_counter() - t0)
 
 
-def simulate_branches(cfg, demands: dict, controller_factory: Callable, settings: SimSettings, horizon_minutes: int,
+def simulate_branches(prices: Prices, cfg, demands: dict, controller_factory: Callable, settings: SimSettings, horizon_minutes: int,
                       window_from_minute: int, branches: list[tuple[tuple, tuple]], reduce: Callable
                       ) -> tuple[object, list]:
     """One run up to `window_from_minute`, then the run as it is (`reduce(result)`) and one continuation per
@@ -1616,7 +1617,7 @@ def simulate_branches(cfg, demands: dict, controller_factory: Callable, settings
             raise EnvironmentError("a branch's shortage windows must start at or after the window's first minute "
                                    f"({window_from_minute}): before it the branches share one run")
     t0 = time.perf_counter()
-    env = Environment(cfg, demands, controller_factory, settings, horizon_minutes, specs=None,
+    env = Environment(prices, cfg, demands, controller_factory, settings, horizon_minutes, specs=None,
                       window_from_minute=window_from_minute)
     env.branches, env.branch_reduce = list(branches), reduce
     env.run()

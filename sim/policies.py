@@ -325,10 +325,9 @@ def pool_settings(spec: PoolSpec) -> PoolSettings:
     knobs and prices the Lambda gets), with the simulated sizes (auto-size and floor sweeps change them)."""
     from types import SimpleNamespace
 
-    from pricing.sources import catalog
     from stacks.policy_function import settings as policy_settings
 
-    base = policy_settings.pool_settings(catalog.current(), SimpleNamespace(region=spec.region), spec.pool,
+    base = policy_settings.pool_settings(spec.prices, SimpleNamespace(region=spec.region), spec.pool,
                                          policy_settings.GroupNames(SPOT, ON_DEMAND, GUARANTEED))
     budget = {}
     if spec.budget_monthly_usd is None:

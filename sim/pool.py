@@ -14,7 +14,7 @@ Every policy in a comparison uses the same PoolSpec: same floor, same types, sam
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from pricing.sources import catalog
 from config.config import ElasticCapacity, GpuLoanConfig, Pool
@@ -65,6 +65,8 @@ class PoolSpec:
     budget_monthly_usd: float | None
     oracle_usd_per_gpu_hour: float  # cheapest spot (or on-demand where no spot) price per GPU-hour of the types
     pool: Pool  # the config pool this spec was made from (knobs for our policy)
+    # The prices this spec was priced with (spec_from_config's): the policy's settings and the bill read the same.
+    prices: catalog.Prices = field(compare=False, repr=False)
     # the cluster's kube-scheduler scoring: most_allocated with cluster.bin_packing, else least_allocated (the
     # default profile; an existing cluster is taken to run it)
     placement: str = "least_allocated"
@@ -144,31 +146,33 @@ class PoolSpec:
         }
 
 
-def _price(t: str, region: str) -> catalog.Price:
-    p = catalog.price(t, region)
+def _price(prices: catalog.Prices, t: str, region: str) -> catalog.Price:
+    p = prices.price(t, region)
     if p is None:
-        raise PoolError(f"cannot simulate without prices: {catalog.missing_price_reason(t, region)}")
+        raise PoolError(f"cannot simulate without prices: {prices.missing_price_reason(t, region)}")
     return p
 
 
-def _floor_price(region: str, pool: Pool) -> float:
+def _floor_price(prices: catalog.Prices, region: str, pool: Pool) -> float:
     """One floor node at the rate it is paid (guaranteed.payment; pricing/sources/floor_pricing.py)."""
     from types import SimpleNamespace
 
     from pricing.cost_model.floor_bill import floor_rate
     from pricing.sources.floor_pricing import missing_rate_reason
 
-    rate = floor_rate(catalog.current(), SimpleNamespace(region=region), pool)
+    rate = floor_rate(prices, SimpleNamespace(region=region), pool)
     if rate is None:
         g = pool.guaranteed
-        _price(g.instance_type, region)  # no on-demand price at all: that message first
+        _price(prices, g.instance_type, region)  # no on-demand price at all: that message first
         raise PoolError(f"cannot simulate without the floor's rate: "
-                        f"{missing_rate_reason(catalog.current(), g.instance_type, region, g.price_model)}")
+                        f"{missing_rate_reason(prices, g.instance_type, region, g.price_model)}")
     return rate.usd_per_hour
 
 
-def spec_from_config(cfg: GpuLoanConfig, pool_name: str | None = None) -> PoolSpec:
-    """The pool `pool_name` (default: the stack's first pool) of a validated config."""
+def spec_from_config(prices: catalog.Prices, cfg: GpuLoanConfig, pool_name: str | None = None) -> PoolSpec:
+    """The pool `pool_name` (default: the stack's first pool) of a validated config, priced by `prices` plus the
+    config's own `instance_prices`."""
+    prices = prices.with_config(cfg)
     if pool_name is None:
         pool = cfg.pools[0]
     else:
@@ -176,10 +180,10 @@ def spec_from_config(cfg: GpuLoanConfig, pool_name: str | None = None) -> PoolSp
         if pool_name not in names:
             raise PoolError(f"no pool '{pool_name}' in this stack; pools: {', '.join(names)}")
         pool = cfg.pool(pool_name)
-    return replace(_spec(cfg.region, _paid_as_covered(cfg, pool)), placement=placement_of(cfg))
+    return replace(_spec(prices, cfg.region, _paid_as_covered(prices, cfg, pool)), placement=placement_of(cfg))
 
 
-def _paid_as_covered(cfg: GpuLoanConfig, pool: Pool) -> Pool:
+def _paid_as_covered(prices: catalog.Prices, cfg: GpuLoanConfig, pool: Pool) -> Pool:
     """The pool with its floor priced the way the environment pays it when this pool runs alone: a floor the
     organization's commitments cover in full (an RI count of its type at least its nodes, a plan that covers them:
     pricing/cost_model/floor_bill.py floor_payment_equivalent) at that commitment's rate, else as its own payment says."""
@@ -189,7 +193,7 @@ def _paid_as_covered(cfg: GpuLoanConfig, pool: Pool) -> Pool:
     g = pool.guaranteed
     if g is None:
         return pool
-    paid_as = floor_payment_equivalent(catalog.current(), cfg, pool)
+    paid_as = floor_payment_equivalent(prices, cfg, pool)
     if paid_as == g.price_model:
         return pool
     return pool.model_copy(update={"guaranteed": g.model_copy(update={"payment": FloorPayment(paid_as)})})
@@ -202,11 +206,11 @@ def placement_of(cfg: GpuLoanConfig) -> str:
     return "most_allocated" if isinstance(cfg.cluster, NewCluster) and cfg.cluster.bin_packing else "least_allocated"
 
 
-def _spec(region: str, pool: Pool) -> PoolSpec:
+def _spec(book: catalog.Prices, region: str, pool: Pool) -> PoolSpec:
     g, e = pool.guaranteed, pool.elastic
     types = ([g.instance_type] if g else []) + (list(e.instance_types) if e else [])
-    gpus = catalog.lookup(types[0]).gpus
-    floor_price = _floor_price(region, pool) if g else 0.0
+    gpus = book.lookup(types[0]).gpus
+    floor_price = _floor_price(book, region, pool) if g else 0.0
     spot_type = od_type = None
     spot_price = od_price = 0.0
     rate, bucket = DEFAULT_INTERRUPTIONS_PER_MONTH, None
@@ -216,7 +220,7 @@ def _spec(region: str, pool: Pool) -> PoolSpec:
         capacity = e.capacity
         by_size: dict[int, list[str]] = {}
         for t in e.instance_types:
-            by_size.setdefault(catalog.lookup(t).gpus, []).append(t)
+            by_size.setdefault(book.lookup(t).gpus, []).append(t)
         # Several sizes: the largest is the spec's own (a job larger than a node is a gang of the largest nodes),
         # the others its sizes, each priced as a one-size pool's groups. The floor keeps its own type's size
         # (floor_gpus_per_node): its nodes are simulated with their own GPUs, as the product deploys them.
@@ -224,20 +228,20 @@ def _spec(region: str, pool: Pool) -> PoolSpec:
         for size, names in sorted(by_size.items()):
             if size == gpus:
                 continue
-            p = {t: _price(t, region) for t in names}
+            p = {t: _price(book, t, region) for t in names}
             cheapest = min(names, key=lambda t: p[t].spot_or_ondemand_usd_per_hour)
             sizes += (SizeSpec(size, cheapest, p[cheapest].spot_or_ondemand_usd_per_hour, names[0],
                                p[names[0]].ondemand_usd_per_hour, e.max_nodes, e.on_demand_max_nodes or e.max_nodes),)
-        prices = {t: _price(t, region) for t in by_size[gpus]}
+        prices = {t: _price(book, t, region) for t in by_size[gpus]}
         od_type = by_size[gpus][0]
         od_price = prices[od_type].ondemand_usd_per_hour
         spot_type = min(by_size[gpus], key=lambda t: prices[t].spot_or_ondemand_usd_per_hour)
         spot_price = prices[spot_type].spot_or_ondemand_usd_per_hour
         bucket = prices[spot_type].interruption_bucket
         rate = ADVISOR_BUCKET_PER_MONTH.get(bucket or "", DEFAULT_INTERRUPTIONS_PER_MONTH)
-    oracle = min(_price(t, region).spot_or_ondemand_usd_per_hour / catalog.lookup(t).gpus for t in types)
+    oracle = min(_price(book, t, region).spot_or_ondemand_usd_per_hour / book.lookup(t).gpus for t in types)
     budget = pool.budget.monthly_usd if pool.budget else None
-    floor_gpus = catalog.lookup(g.instance_type).gpus if g else 0
+    floor_gpus = book.lookup(g.instance_type).gpus if g else 0
     return PoolSpec(
         name=pool.name, region=region, tier=str(pool.tier), team=pool.team, gpus_per_node=gpus,
         floor_nodes=g.nodes if g else 0, floor_type=g.instance_type if g else None, floor_usd_per_hour=floor_price,
@@ -245,7 +249,7 @@ def _spec(region: str, pool: Pool) -> PoolSpec:
         spot_interruption_bucket=bucket, on_demand_type=od_type, on_demand_usd_per_hour=od_price,
         spot_max_nodes=e.max_nodes if e else 0,
         on_demand_max_nodes=(e.on_demand_max_nodes or e.max_nodes) if e else 0,
-        budget_monthly_usd=budget, oracle_usd_per_gpu_hour=oracle, pool=pool, sizes=sizes,
+        budget_monthly_usd=budget, oracle_usd_per_gpu_hour=oracle, pool=pool, prices=book, sizes=sizes,
         floor_gpus_per_node=floor_gpus if floor_gpus != gpus else 0,
     )
 
@@ -298,11 +302,11 @@ def auto_size(spec: PoolSpec, trace, quantile: float = FLOOR_QUANTILE, horizon_m
     floor_nodes = min(floor_nodes, math.ceil(profile[-1] / floor_gpn))
     elastic = max(1, math.ceil((profile[-1] - floor_nodes * floor_gpn) / gpn))
     floor_type = spec.floor_type or spec.on_demand_type or spec.spot_type
-    floor_price = spec.floor_usd_per_hour or _price(floor_type, spec.region).ondemand_usd_per_hour
+    floor_price = spec.floor_usd_per_hour or _price(spec.prices, floor_type, spec.region).ondemand_usd_per_hour
     capacity = spec.capacity if spec.capacity != "none" else ElasticCapacity.spot_then_on_demand
     spot_type, od_type = spec.spot_type or floor_type, spec.on_demand_type or floor_type
-    spot_price = spec.spot_usd_per_hour or _price(spot_type, spec.region).spot_or_ondemand_usd_per_hour
-    od_price = spec.on_demand_usd_per_hour or _price(od_type, spec.region).ondemand_usd_per_hour
+    spot_price = spec.spot_usd_per_hour or _price(spec.prices, spot_type, spec.region).spot_or_ondemand_usd_per_hour
+    od_price = spec.on_demand_usd_per_hour or _price(spec.prices, od_type, spec.region).ondemand_usd_per_hour
     # Other node sizes: each size alone covers the same peak (the policy chooses among them, none is short).
     sizes = tuple(replace(z, spot_max_nodes=-(-elastic * gpn // z.gpus_per_node),
                           on_demand_max_nodes=-(-elastic * gpn // z.gpus_per_node)) for z in spec.sizes)
@@ -316,7 +320,7 @@ def with_floor(spec: PoolSpec, floor_nodes: int) -> PoolSpec:
     """Same pool, another floor; elastic max keeps covering the same peak (in GPUs: the floor's nodes may be of a
     smaller size than the elastic max's)."""
     floor_type = spec.floor_type or spec.on_demand_type
-    price = spec.floor_usd_per_hour or _price(floor_type, spec.region).ondemand_usd_per_hour
+    price = spec.floor_usd_per_hour or _price(spec.prices, floor_type, spec.region).ondemand_usd_per_hour
     elastic = max(1, -(-(spec.peak_gpus - floor_nodes * spec.floor_node_gpus) // spec.gpus_per_node))
     return replace(spec, floor_nodes=floor_nodes, floor_type=floor_type, floor_usd_per_hour=price,
                    spot_max_nodes=elastic, on_demand_max_nodes=elastic)

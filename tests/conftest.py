@@ -97,15 +97,28 @@ def recorded():
 from aws_emulator import aws_env, moto_server  # noqa: E402,F401
 
 
+def resolved_prices(price_file=None):
+    """The prices a test passes down, read now as a command reads them at its entry: `price_file`, else the
+    environment in force (the shared table through GPULOAN_PRICE_FILE above, else the package's snapshot; none
+    under `no_prices`). Nothing in pricing/ remembers them: each test builds its own."""
+    from pricing.sources.catalog import Prices
+
+    return Prices.resolve(price_file)
+
+
+@pytest.fixture
+def prices():
+    """The prices in force for this test (resolved_prices)."""
+    return resolved_prices()
+
+
 @pytest.fixture
 def no_prices(monkeypatch, tmp_path):
     """A machine with no price at all: no file, no cache, no project price file, the shipped snapshot turned off."""
-    from pricing.sources import catalog, pricebook
+    from pricing.sources import pricebook
 
     monkeypatch.delenv(pricebook.ENV_PRICE_FILE, raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.setenv(pricebook.ENV_SNAPSHOT, "0")
     monkeypatch.setenv(pricebook.ENV_PROJECT_PRICES, "0")
-    catalog.use_price_file(None)
     yield
-    catalog.use_price_file(None)

@@ -7,11 +7,11 @@ and node groups of the capacity layer; tests/stacks/test_kubernetes_stack.py che
 import pulumi
 
 from stacks import cluster, platform
-from pricing import checks
+from stacks.load import from_pulumi_config
 from pricing.sources import catalog
 from stacks.kubernetes import layer as kubernetes
 
-cfg = checks.from_pulumi_config(prices=catalog.current())
+cfg = from_pulumi_config(prices=catalog.Prices.resolve())  # a program entry reads its prices once
 
 
 class StandInCluster:

@@ -22,7 +22,7 @@ import typing
 from dataclasses import dataclass
 
 import pytest
-from conftest import GPULOAN, REPO, SHARED_DATA, requires_prices, requires_shared_prices, requires_shared_traces
+from conftest import GPULOAN, REPO, SHARED_DATA, requires_prices, requires_shared_prices, requires_shared_traces, resolved_prices
 from doc_commands import SHELL_LANGS, DocCommand, blocks, commands_of, doc_pages, shell_commands, split_comment
 
 DEEP = os.environ.get("GPULOAN_HYPOTHESIS_PROFILE") == "deep"
@@ -353,12 +353,11 @@ def test_kubernetes_doc_installs_kubernetes_validate_before_running_it():
 
 def test_docs_say_a_pool_may_mix_sizes_as_validate_accepts():
     from pricing import checks
-    from pricing.sources import catalog
     from conftest import stack_config
 
     cfg = stack_config("prod")
     cfg["gpuloan:pools"][1]["elastic"]["instance_types"] = ["g6e.xlarge", "g6e.12xlarge"]  # 1 and 4 GPUs, one model
-    checks.from_stack_yaml({"config": cfg}, "prod", prices=catalog.current())  # valid: no ConfigError
+    checks.from_stack_yaml({"config": cfg}, "prod", prices=resolved_prices())  # valid: no ConfigError
     for page in ("docs/capacity.md", "docs/config.md"):
         text = _flat_doc(page)
         assert "refuses a list that mixes them" not in text and "have the same GPUs per node, and the same" not in text

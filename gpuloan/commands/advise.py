@@ -73,7 +73,7 @@ def _target(args, base):
     return base.model_copy(update=changes) if changes else base
 
 
-def _demand(args, cfg, pool_name):
+def _demand(args, prices, cfg, pool_name):
     from sim import traces
 
     if args.trace or args.series:
@@ -85,7 +85,7 @@ def _demand(args, cfg, pool_name):
 
         if args.history_days < 1:
             raise ValueError("--history-days must be at least 1")
-        trace = demand_history.read(cfg, pool_name, args.history_days)
+        trace = demand_history.read(prices, cfg, pool_name, args.history_days)
     if args.days:
         trace = trace.window(*traces.parse_days(args.days))
     return trace
@@ -101,16 +101,17 @@ def run(args) -> int:
     from pricing import checks
 
     try:
-        price_args.apply(args)
+        prices = price_args.apply(args)
         stack, path = stackfile.resolve(stack_arg.resolve(args))
-        cfg = checks.from_stack_yaml(stackfile.load(path), path.name, prices=catalog.current())
+        cfg = checks.from_stack_yaml(stackfile.load(path), path.name, prices=prices)
+        prices = prices.with_config(cfg)
         if args.jobs is not None and args.jobs < 1:
             raise ValueError("--jobs must be at least 1")
         if getattr(args, "org", False) and not args.demand and exit_codes.credentials_missing():
             raise ValueError(f"{exit_codes.NO_CREDENTIALS} (--demand DIR; --org reads every pool's CloudWatch "
                              "history)")
         if advise_org.wanted(args):
-            return _run_org(args, cfg, stack)
+            return _run_org(args, prices, cfg, stack)
         names = [p.name for p in cfg.pools]
         pools = args.pool or names
         for name in pools:
@@ -121,9 +122,9 @@ def run(args) -> int:
                              f"reads the stack's own CloudWatch history)")
         docs = []
         for name in pools:
-            trace = _demand(args, cfg, name)
+            trace = _demand(args, prices, cfg, name)
             target = _target(args, cfg.pool(name).service_target)
-            docs.append(advisor.advise(cfg, name, trace, target=target, production_share_pct=args.production_share,
+            docs.append(advisor.advise(prices, cfg, name, trace, target=target, production_share_pct=args.production_share,
                                        settings=sim_args.settings(args),
                                        peak_from_demand=args.peak_from_demand, jobs=args.jobs or 1,
                                        progress=_progress(name)))
@@ -138,11 +139,11 @@ def run(args) -> int:
         for doc in docs:
             doc["plot"] = args.plot if len(docs) == 1 else _prefixed(args.plot, doc["pool"])
     if args.json:
-        print(json_doc.dumps({"stack": stack, "price_source": catalog.price_source(cfg.region), "pools": docs}))
+        print(json_doc.dumps({"stack": stack, "price_source": prices.price_source(cfg.region), "pools": docs}))
     else:
         for doc in docs:
             render(doc)
-        print(catalog.price_source(cfg.region))
+        print(prices.price_source(cfg.region))
     if args.plot:  # after the table, as `simulate` does, and named on stderr: stdout stays the result
         from advise.advisor_plot import plot
 
@@ -153,17 +154,17 @@ def run(args) -> int:
     return 0
 
 
-def _run_org(args, cfg, stack) -> int:
+def _run_org(args, prices, cfg, stack) -> int:
     """The organization mode: errors are raised to run()'s handlers, the document printed here."""
     if args.plot:
         raise ValueError("--plot is not available with --demand/--org (make bench-org draws the organization's "
                          "picture)")
-    doc = advise_org.run(args, cfg)
+    doc = advise_org.run(args, prices, cfg)
     if args.json:
-        print(json_doc.dumps({"stack": stack, "price_source": catalog.price_source(cfg.region), **doc}))
+        print(json_doc.dumps({"stack": stack, "price_source": prices.price_source(cfg.region), **doc}))
     else:
         advise_org.render(doc)
-        print(catalog.price_source(cfg.region))
+        print(prices.price_source(cfg.region))
     return 0
 
 

@@ -46,8 +46,8 @@ def wanted(args) -> bool:
     return bool(getattr(args, "demand", None) or getattr(args, "org", False))
 
 
-def _inputs(args, cfg):
-    from pricing.sources import catalog, floor_pricing
+def _inputs(args, price_book, cfg):
+    from pricing.sources import floor_pricing
     from sim import fluid, org_demand, traces
     from sim import pool as simpool
     from advise.advisor import production_share
@@ -63,27 +63,27 @@ def _inputs(args, cfg):
 
         if args.history_days < 2:
             raise ValueError("--history-days must be at least 2 with --org (a sizing and a report window)")
-        demand = {n: demand_history.read(cfg, n, args.history_days) for n in names}
+        demand = {n: demand_history.read(price_book, cfg, n, args.history_days) for n in names}
     if args.days:
         demand = {n: t.window(*traces.parse_days(args.days)) for n, t in demand.items()}
     prices, rates, sources = {}, {}, {}
     for n in names:
-        spec = simpool.spec_from_config(cfg, n)
+        spec = simpool.spec_from_config(price_book, cfg, n)
         itype = spec.floor_type or spec.on_demand_type or spec.spot_type
-        p = catalog.price(itype, cfg.region)
+        p = price_book.price(itype, cfg.region)
         if p is None:
-            raise ValueError(f"pool '{n}': {catalog.missing_price_reason(itype, cfg.region)}")
+            raise ValueError(f"pool '{n}': {price_book.missing_price_reason(itype, cfg.region)}")
         spot = spec.spot_usd_per_hour if spec.has_spot else None
         prices[n] = fluid.PoolPrices(itype, cfg.region, spec.gpus_per_node, p.ondemand_usd_per_hour, spot)
         g = cfg.pool(n).guaranteed
         user = g.rate if (g is not None and g.instance_type == itype and g.price_model == args.term) else None
-        r = floor_pricing.floor_rate(catalog.current(), itype, cfg.region, args.term, user.usd_per_hour if user else None,
+        r = floor_pricing.floor_rate(price_book, itype, cfg.region, args.term, user.usd_per_hour if user else None,
                                      user.source if user else None)
         if r is not None:
             rates[(itype, cfg.region)] = r.usd_per_hour
             sources[f"{itype}@{cfg.region}"] = f"${r.usd_per_hour:,.4f}/h: {r.source}"
         else:
-            sources[f"{itype}@{cfg.region}"] = "not priced: " + floor_pricing.missing_rate_reason(catalog.current(), itype, cfg.region,
+            sources[f"{itype}@{cfg.region}"] = "not priced: " + floor_pricing.missing_rate_reason(price_book, itype, cfg.region,
                                                                                                  args.term)
     if not rates:
         raise OrgAdviceError(f"no {args.term} rate for any pool's instance type: "
@@ -114,8 +114,9 @@ def _inputs(args, cfg):
     return inputs, demand, share
 
 
-def run(args, cfg) -> dict:
-    """The advice document (JSON-ready). Raises the usual input errors (ValueError and kin)."""
+def run(args, price_book, cfg) -> dict:
+    """The advice document (JSON-ready) by the command's prices (`price_book`). Raises the usual input errors
+    (ValueError and kin)."""
     from advise import org_advisor
 
     if not 0 <= args.guarantee_percentile <= 100:
@@ -128,7 +129,8 @@ def run(args, cfg) -> dict:
         from sim import parallel
 
         engine = parallel.engine_for(args.jobs, args.ray)
-    inputs, demand, share = _inputs(args, cfg)
+    price_book = price_book.with_config(cfg)  # the config's own instance_prices for the types the book lacks
+    inputs, demand, share = _inputs(args, price_book, cfg)
     if args.model == "fluid":
         doc = org_advisor.evaluate(inputs, org_advisor.fluid_runner(inputs.prices), seed=args.seed)
     else:  # every scenario through the environment simulator, identical runs once (EnvironmentRunner's cache)
@@ -138,7 +140,7 @@ def run(args, cfg) -> dict:
 
         # the elastic path's latency per side, from documented figures (sim/latency.py, SimSettings.latency)
         settings = replace(settings, latency=ElasticLatency())
-        runner = org_advisor.environment_runner(cfg, demand, settings, inputs.prices,
+        runner = org_advisor.environment_runner(price_book, cfg, demand, settings, inputs.prices,
                                                 production_share=share)
         runner.progress = _progress()
         org_advisor.prefill(runner, inputs, engine, seed=args.seed)  # the independent setups at once

@@ -16,6 +16,7 @@ import sys
 from gpuloan import exit_codes, stackfile
 from gpuloan.commands.validate import EXIT_INVALID, load_config
 from config import config
+from pricing.sources import catalog
 from stacks.gitops.github_oidc import runs_on
 
 
@@ -34,10 +35,13 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
+    # The money rules validate with the prices in force ($GPULOAN_PRICE_FILE, the project's file, the cache, the
+    # snapshot), read once for every stack.
+    prices = catalog.Prices.resolve()
     out = {}
     for name in args.stacks:
         try:
-            stack, cfg = load_config(name)
+            stack, cfg = load_config(prices, name)
         except (stackfile.StackFileError, config.ConfigError) as err:
             print(f"error: {err}", file=sys.stderr)
             return EXIT_INVALID

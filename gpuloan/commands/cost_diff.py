@@ -87,7 +87,7 @@ def run(args) -> int:
             print(f"error: {err}", file=sys.stderr)
             return EXIT_INVALID
     try:
-        price_args.apply(args)
+        prices = price_args.apply(args)
         print(f"previewing {', '.join(args.stack) if args.stack else 'every stack'} at {args.base} and in the "
               "working tree ...", file=sys.stderr)
         diffs = cost_diff.cost_diff(Path.cwd(), args.base, args.stack, price_file=args.price_file)
@@ -96,7 +96,7 @@ def run(args) -> int:
         return EXIT_INVALID
     # Replace/roll warnings of the change, where the rollout module supplies them (one line each).
     warnings = [w for d in diffs for w in getattr(d, "warnings", None) or []]
-    no_prices = catalog.book().origin is None
+    no_prices = prices.origin is None
     if fmt == "markdown" and not cost_comment.changed(diffs) and not no_prices:
         print("no resource and no cost changed: nothing to comment", file=sys.stderr)
     else:

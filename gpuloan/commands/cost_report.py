@@ -57,8 +57,9 @@ def register(sub) -> None:
 def run(args, ce=None, cloudwatch=None) -> int:
     try:
         _, path = stackfile.resolve(stack_arg.resolve(args))
-        prices = catalog.current()
+        prices = catalog.Prices.resolve()  # the prices in force, read once here and passed down
         cfg = checks.from_stack_yaml(stackfile.load(path), path.name, prices=prices)
+        prices = prices.with_config(cfg)  # the config's own instance_prices for the types the book lacks
         period = cost_report.parse_month(args.month)
     except (stackfile.StackFileError, cost_report.CostReportError, stack_arg.NoStackError) as err:
         print(f"error: {err}", file=sys.stderr)

@@ -36,13 +36,13 @@ def run(args) -> int:
     from gpuloan.preview import preview_document, render
 
     try:
-        price_args.apply(args)
+        prices = price_args.apply(args)
         stack, path = stackfile.resolve(stack_arg.resolve(args))
         _, doc, _ = cmd_validate.stack_document(str(path), args.config_json)
         # The program next to the stack file is the one previewed (a git worktree previews its own code).
         program = path.parent / "__main__.py"
         print(f"running the {stack} program offline (Pulumi mocks) ...", file=sys.stderr)
-        result = preview_document(stack, doc.get("config") or {}, program if program.is_file() else None)
+        result = preview_document(prices, stack, doc.get("config") or {}, program if program.is_file() else None)
     except (stackfile.StackFileError, catalog.PriceSourceError, stack_arg.NoStackError, ConfigJsonError) as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_INVALID
@@ -51,7 +51,7 @@ def run(args) -> int:
         print("nothing was previewed: fix the config first", file=sys.stderr)
         return EXIT_INVALID
     # Deprecated settings in use (the config validated above): warnings on stderr, the JSON on stdout unchanged.
-    for at, message in config.deprecations(checks.from_stack_yaml(doc, path.name, prices=catalog.current())):
+    for at, message in config.deprecations(checks.from_stack_yaml(doc, path.name, prices=prices)):
         print(f"warning: {at}: {message}", file=sys.stderr)
     if args.json:
         print(json_doc.dumps(result, sort_keys=True, default=str))

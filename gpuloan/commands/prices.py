@@ -93,13 +93,13 @@ def _say(text: str, indent: int = 4) -> None:
     print(textwrap.fill(text, width=width, subsequent_indent=" " * indent, break_on_hyphens=False))
 
 
-def print_spot_spread(doc: dict[str, Any], region: str, zones: list[str]) -> None:
+def print_spot_spread(prices: catalog.Prices, doc: dict[str, Any], region: str, zones: list[str]) -> None:
     """Per pool with spot: type, GPUs, spot and on-demand $/GPU-h, Spot Advisor bucket, how the spot price was
     obtained; then the types another listed type beats on both price and interruptions (docs/capacity.md)."""
     money = lambda v: "unknown" if v is None else f"${v:,.4f}"  # noqa: E731
     where = f"{len(zones)} AZ(s)" if zones else "the cluster's AZs"
     for pool, types in spot_pools(doc):
-        rows = spot_spread.figures(catalog.current(), types, region)
+        rows = spot_spread.figures(prices, types, region)
         groups = spot_spread.by_size(rows)
         advised = {d.index: d for d in spot_spread.dominated(rows)}
         for gpus, group in groups:
@@ -211,7 +211,6 @@ def run_refresh(args, clients=None) -> int:
         written = pricebook.write_cache(result.book)
     else:
         written = [pricebook.write_project_file(result.book, output_path(args, path))]
-    catalog.reset()
     for t, p in sorted(body.prices.items()):
         spot = f"${p.spot_usd_per_hour:,.4f}/h spot" if p.spot_usd_per_hour is not None else "no spot price"
         commits = len(body.commitments.get(t, []))
@@ -242,7 +241,7 @@ def output_path(args, stack_file) -> "Path":
 
 def run_show(args) -> int:
     try:
-        price_args.apply(args)
+        prices = price_args.apply(args)
         _, path = stackfile.resolve(stack_arg.resolve(args))
         doc = stackfile.load(path)
         region, types, zones = stack_targets(doc)
@@ -250,20 +249,20 @@ def run_show(args) -> int:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
     for t in types:
-        p = catalog.price(t, region)
+        p = prices.price(t, region)
         if p is None:
-            _say(f"{t:<22} unknown: {catalog.missing_price_reason(t, region)}")
+            _say(f"{t:<22} unknown: {prices.missing_price_reason(t, region)}")
             continue
         spot = (f"${p.spot_usd_per_hour:,.4f}/h spot ({p.spot_basis})" if p.spot_usd_per_hour is not None
                 else "no spot price")
         _say(f"{t:<22} ${p.ondemand_usd_per_hour:,.4f}/h on demand (as of {p.as_of}), {spot}")
-        for c in catalog.commitments(t, region):
+        for c in prices.commitments(t, region):
             _say(f"{'':<4}{c.offer}: ${c.usd_per_hour:,.4f}/h ({c.source}, {c.as_of})", indent=6)
-    for key, rate in sorted(catalog.book().regions.get(region, pricebook.RegionPrices(region, "", "")).platform.items()):
+    for key, rate in sorted(prices.book.regions.get(region, pricebook.RegionPrices(region, "", "")).platform.items()):
         _say(f"{key:<22} ${rate.usd_per_unit:g}/{rate.unit} ({rate.source}, {rate.as_of})")
-    if not catalog.book().regions.get(region) or not catalog.book().regions[region].platform:
+    if not prices.book.regions.get(region) or not prices.book.regions[region].platform:
         _say(f"{'platform':<22} no platform rates (EKS, NAT, EBS ...): those preview rows are unknown "
               "(docs/prices.md, \"Platform rates\")")
-    print_spot_spread(doc, region, zones)
-    print(catalog.price_source(region))
+    print_spot_spread(prices, doc, region, zones)
+    print(prices.price_source(region))
     return 0

@@ -9,7 +9,6 @@ import sys
 
 from gpuloan import exit_codes, price_args, sim_args, stack_arg
 from gpuloan.render import json_doc
-from pricing.sources import catalog
 
 EXIT_BAD_INPUT = 2
 
@@ -61,13 +60,13 @@ def run(args) -> int:
         print(f"error: {problem}", file=sys.stderr)
         return EXIT_BAD_INPUT
     try:
-        price_args.apply(args)
+        prices = price_args.apply(args)
         trace = traces.read_trace(args.trace)
         if args.days:
             trace = trace.window(*traces.parse_days(args.days))
         _, path = stackfile.resolve(stack_arg.resolve(args))
-        cfg = checks.from_stack_yaml(stackfile.load(path), path.name, prices=catalog.current())
-        spec = simpool.spec_from_config(cfg, args.pool)
+        cfg = checks.from_stack_yaml(stackfile.load(path), path.name, prices=prices)
+        spec = simpool.spec_from_config(prices, cfg, args.pool)
         horizon = None
         if args.auto_size or args.sweep_floor:
             from sim.engine import default_horizon
@@ -110,7 +109,7 @@ def run(args) -> int:
     big = runner.jobs_larger_than(trace, peak_gpus)
     doc["jobs_larger_than_pool"] = big["count"]
     doc["jobs_larger_than_pool_sizes"] = big["sizes"]  # GPUs -> jobs
-    doc["price_source"] = catalog.price_source(spec.region)
+    doc["price_source"] = spec.prices.price_source(spec.region)
     if args.json:
         print(json_doc.dumps(doc))
     else:
@@ -197,7 +196,7 @@ def _sweep(args, spec, trace, settings) -> int:
             k: m[k] for k in ("total_cost_usd", "cost_over_oracle", "p95_wait_minutes", "unmet_gpu_hours",
                               "interruptions")}})
     doc = {"trace": trace.name, "pool": spec.name, "sweep_floor": rows,
-           "price_source": catalog.price_source(spec.region)}
+           "price_source": spec.prices.price_source(spec.region)}
     if args.json:
         print(json_doc.dumps(doc))
         if args.plot:
@@ -213,7 +212,7 @@ def _sweep(args, spec, trace, settings) -> int:
                       f"{r['cost_over_oracle']:.2f}", str(r["p95_wait_minutes"]), f"{r['unmet_gpu_hours']:,.1f}",
                       str(r["interruptions"]))
     tables.print_table(tables.console(), table)
-    print(catalog.price_source(spec.region))
+    print(spec.prices.price_source(spec.region))
     if args.plot:  # after the table, as for the comparison
         _plot_sweep(args, doc, spec, trace, settings, horizon)
     return 0

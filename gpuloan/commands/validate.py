@@ -47,24 +47,25 @@ def stack_document(stack_or_file: str, config_json: str | None = None) -> tuple[
     return stack, stackfile.load(path), path.name
 
 
-def load_config(stack_or_file: str, config_json: str | None = None) -> tuple[str, config.GpuLoanConfig]:
+def load_config(prices: catalog.Prices, stack_or_file: str,
+                config_json: str | None = None) -> tuple[str, config.GpuLoanConfig]:
     """Resolve, read and validate; raises StackFileError, ConfigJsonError or ConfigError."""
     stack, doc, source = stack_document(stack_or_file, config_json)
-    return stack, checks.from_stack_yaml(doc, source, prices=catalog.current())
+    return stack, checks.from_stack_yaml(doc, source, prices=prices)
 
 
-def price_rules_not_checked(cfg: config.GpuLoanConfig) -> list[str]:
+def price_rules_not_checked(prices: catalog.Prices, cfg: config.GpuLoanConfig) -> list[str]:
     """The rules that need a price the source lacks, each with why: validate never skips one silently."""
-    book = catalog.book()
+    book = prices.book
     why = "no price source" if book.origin is None else f"no {cfg.region} prices in {book.where()}"
     out = []
-    if not catalog.prices_cover(cfg.region):
+    if not prices.prices_cover(cfg.region):
         out.append(f"every instance type has a price in {cfg.region} ({why})")
-    bill = floor_bill.floor_bill(catalog.current(), cfg)
+    bill = floor_bill.floor_bill(prices.with_config(cfg), cfg)
     unpriced = [f"pools[{i}] ({p.name})" for i, p in enumerate(cfg.pools)
                 if p.guaranteed is not None and bill.pool_usd(floor_bill.billing_key(cfg, i)) is None]
     if unpriced:
-        cause = why if not catalog.prices_cover(cfg.region) else "; ".join(bill.unknown)
+        cause = why if not prices.prices_cover(cfg.region) else "; ".join(bill.unknown)
         out.append(f"the floors' cost against the pool and environment budgets, for {', '.join(unpriced)} "
                    f"({cause}); {pricebook.FIX}")
     return out
@@ -83,9 +84,10 @@ def off_spot_notes(cfg: config.GpuLoanConfig) -> list[str]:
 
 def run(args) -> int:
     try:
-        price_args.apply(args)
+        prices = price_args.apply(args)
         stack, doc, source = stack_document(stack_arg.resolve(args), getattr(args, "config_json", None))
-        cfg = checks.from_stack_yaml(doc, source, prices=catalog.current())
+        cfg = checks.from_stack_yaml(doc, source, prices=prices)
+        prices = prices.with_config(cfg)
     except (stackfile.StackFileError, catalog.PriceSourceError, stack_arg.NoStackError, ConfigJsonError) as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_INVALID
@@ -103,11 +105,11 @@ def run(args) -> int:
     for path in unchecked:
         print(f"  not checked: {path}: a Pulumi secret (`secure:`), opaque offline; everything else was validated "
               f"with a placeholder in its place; {config.CONFIG_JSON_HINT}")
-    for rule in price_rules_not_checked(cfg):
+    for rule in price_rules_not_checked(prices, cfg):
         print(f"  not checked: {rule}")
     for note in off_spot_notes(cfg):
         print(f"  {note}")
-    for advisory in spot_spread.advisories(catalog.current(), cfg):
+    for advisory in spot_spread.advisories(prices, cfg):
         _warn(f"warning: {advisory}")
     for path, message in config.deprecations(cfg):
         _warn(f"warning: {path}: {message}")

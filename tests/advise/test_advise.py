@@ -8,14 +8,13 @@ import json
 from dataclasses import replace
 
 import pytest
-from conftest import SHARED_TRACES, requires_shared_prices, requires_shared_traces, stack_config
+from conftest import SHARED_TRACES, requires_shared_prices, requires_shared_traces, stack_config, resolved_prices
 
 from gpuloan import cli
 from advise import advisor
 from sim.engine import SimSettings
 from sim.traces import SeriesTrace
 from pricing import checks
-from pricing.sources import catalog
 from config import config
 from pricing.sources import floor_pricing
 
@@ -30,7 +29,7 @@ STORMY = replace(SimSettings(), spot_interruptions_per_month=60, spot_unavailabl
 def _prod(**training) -> config.GpuLoanConfig:
     data = stack_config("prod")
     data["gpuloan:pools"][0].update(training)
-    return checks.from_stack_yaml({"config": data}, "test", prices=catalog.current())
+    return checks.from_stack_yaml({"config": data}, "test", prices=resolved_prices())
 
 
 def _steady(gpus: int, days: int = DAYS) -> SeriesTrace:
@@ -38,11 +37,11 @@ def _steady(gpus: int, days: int = DAYS) -> SeriesTrace:
 
 
 def _rate(payment: str) -> float:
-    return floor_pricing.floor_rate(catalog.current(), "p4d.24xlarge", "us-east-1", payment).usd_per_hour
+    return floor_pricing.floor_rate(resolved_prices(), "p4d.24xlarge", "us-east-1", payment).usd_per_hour
 
 
 def test_each_point_is_the_floor_at_each_rate_plus_the_simulated_elastic_part():
-    doc = advisor.advise(_prod(), "training", _steady(16), settings=STORMY, sizes=[0, 1, 2, 3])
+    doc = advisor.advise(resolved_prices(), _prod(), "training", _steady(16), settings=STORMY, sizes=[0, 1, 2, 3])
     assert [p["floor_nodes"] for p in doc["points"]] == [0, 1, 2, 3]
     assert set(doc["rates"]) == {"on_demand", "reserved_1yr", "reserved_3yr", "capacity_block"}
     assert "savings_plan" in doc["no_rate"]  # no public Savings Plans data: not priced, not guessed
@@ -55,7 +54,7 @@ def test_each_point_is_the_floor_at_each_rate_plus_the_simulated_elastic_part():
 
 
 def test_production_work_on_spot_is_a_violation_so_the_floor_covers_it():
-    doc = advisor.advise(_prod(), "training", _steady(16), settings=STORMY, sizes=[0, 1, 2, 3])
+    doc = advisor.advise(resolved_prices(), _prod(), "training", _steady(16), settings=STORMY, sizes=[0, 1, 2, 3])
     assert doc["production_share"] == 1.0  # tier production
     zero = doc["points"][0]
     assert zero["jobs_interrupted"] > 0 and zero["production_interruptions_per_month"] > 0 and not zero["meets_target"]
@@ -67,7 +66,7 @@ def test_production_work_on_spot_is_a_violation_so_the_floor_covers_it():
 
 
 def test_work_that_may_be_interrupted_stays_on_spot():
-    doc = advisor.advise(_prod(), "training", _steady(16), settings=STORMY, sizes=[0, 1, 2, 3],
+    doc = advisor.advise(resolved_prices(), _prod(), "training", _steady(16), settings=STORMY, sizes=[0, 1, 2, 3],
                          production_share_pct=0)
     assert doc["points"][0]["production_interruptions_per_month"] == 0
     # spot p4d costs less per hour than any commitment: no floor
@@ -77,7 +76,7 @@ def test_work_that_may_be_interrupted_stays_on_spot():
 def test_service_target_from_config_and_no_recommendation_when_nothing_meets_it():
     cfg = _prod(service_target={"production_interruptions_per_month": 0, "production_share_pct": 50})
     # only the floor-less point, whose production work runs on a stormy spot market
-    doc = advisor.advise(cfg, "training", _steady(16), settings=STORMY, sizes=[0])
+    doc = advisor.advise(resolved_prices(), cfg, "training", _steady(16), settings=STORMY, sizes=[0])
     assert doc["production_share"] == 0.5 and doc["recommendation"] is None
     assert doc["points"][0]["production_interruptions_per_month"] == pytest.approx(
         doc["points"][0]["jobs_interrupted"] * 0.5 * 43800 / (DAYS * 1440), abs=0.01)
@@ -144,6 +143,6 @@ def test_cli_on_an_itp_cluster_prints_a_recommendation_and_a_plot(tmp_path, monk
 
 
 def test_parallel_sweep_gives_the_same_points():
-    one = advisor.advise(_prod(), "training", _steady(16, days=1), settings=STORMY, sizes=[0, 1, 2])
-    two = advisor.advise(_prod(), "training", _steady(16, days=1), settings=STORMY, sizes=[0, 1, 2], jobs=2)
+    one = advisor.advise(resolved_prices(), _prod(), "training", _steady(16, days=1), settings=STORMY, sizes=[0, 1, 2])
+    two = advisor.advise(resolved_prices(), _prod(), "training", _steady(16, days=1), settings=STORMY, sizes=[0, 1, 2], jobs=2)
     assert one["points"] == two["points"] and one["recommendation"] == two["recommendation"]

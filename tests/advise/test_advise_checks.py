@@ -13,7 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import yaml
-from conftest import REPO, SHARED_TRACES, requires_shared_prices, requires_shared_traces, stack_config
+from conftest import REPO, SHARED_TRACES, requires_shared_prices, requires_shared_traces, stack_config, resolved_prices
 
 from gpuloan import cli
 from advise import advisor, org_advisor
@@ -21,7 +21,6 @@ from sim import environment
 from sim.engine import SimSettings
 from sim.traces import Job, JobsTrace, SeriesTrace, read_trace
 from pricing import checks
-from pricing.sources import catalog
 from config import config, scheduling
 
 VISION = Path(__file__).parent / "Pulumi.vision.yaml"
@@ -31,7 +30,7 @@ STORMY = replace(SimSettings(), spot_interruptions_per_month=60, spot_unavailabl
 def _vision(**changes) -> config.GpuLoanConfig:
     data = yaml.safe_load(VISION.read_text())["config"]
     data.update(changes)
-    return checks.from_stack_yaml({"config": data}, "vision", prices=catalog.current())
+    return checks.from_stack_yaml({"config": data}, "vision", prices=resolved_prices())
 
 
 def _point(n, usd, p95=5.0, unmet=0.0, misses=()):
@@ -47,11 +46,11 @@ def test_one_rule_says_where_production_work_may_run_on_spot():
 @requires_shared_prices
 def test_production_work_kept_off_spot_is_never_counted_as_interrupted():
     demand = SeriesTrace("steady 2 GPUs", tuple([2] * (3 * 1440)))
-    off = advisor.advise(_vision(), "vision", demand, settings=STORMY, sizes=[0, 1], production_share_pct=30)
+    off = advisor.advise(resolved_prices(), _vision(), "vision", demand, settings=STORMY, sizes=[0, 1], production_share_pct=30)
     assert off["production_on_spot"] is False
     assert all(p["production_interruptions_per_month"] == 0 for p in off["points"])
     listed = _vision(**{"gpuloan:scheduling": {"kueue": {"production_spot_pools": ["vision"]}}})
-    on = advisor.advise(listed, "vision", demand, settings=STORMY, sizes=[0, 1], production_share_pct=30)
+    on = advisor.advise(resolved_prices(), listed, "vision", demand, settings=STORMY, sizes=[0, 1], production_share_pct=30)
     assert on["production_on_spot"] is True
     zero = on["points"][0]
     assert zero["jobs_interrupted"] > 0 and zero["production_interruptions_per_month"] > 0
@@ -60,7 +59,7 @@ def test_production_work_kept_off_spot_is_never_counted_as_interrupted():
 @requires_shared_prices
 def test_all_production_work_off_spot_is_simulated_on_the_floor_and_on_demand():
     demand = SeriesTrace("steady 2 GPUs", tuple([2] * (2 * 1440)))
-    doc = advisor.advise(_vision(), "vision", demand, settings=STORMY, sizes=[0])  # tier production: share 100 %
+    doc = advisor.advise(resolved_prices(), _vision(), "vision", demand, settings=STORMY, sizes=[0])  # tier production: share 100 %
     assert doc["elastic"]["capacity"] == "on_demand"
     assert doc["points"][0]["elastic_spot_monthly_usd"] == 0 and doc["points"][0]["jobs_interrupted"] == 0
 
@@ -95,7 +94,7 @@ def test_budget_lines_flag_a_recommendation_over_either_budget():
 def test_jobs_larger_than_the_pool_are_counted_with_their_sizes():
     jobs = JobsTrace("big jobs", "generic", (Job("a", 0, 3600, 1), Job("b", 60, 3600, 16), Job("c", 120, 600, 16),
                                             Job("d", 180, 600, 32)))
-    doc = advisor.advise(_vision(), "vision", jobs, sizes=[0])
+    doc = advisor.advise(resolved_prices(), _vision(), "vision", jobs, sizes=[0])
     assert doc["peak_nodes"] == 8  # floor 2 + elastic 6 one-GPU nodes
     assert doc["jobs_larger_than_pool"] == {"count": 3, "of_jobs": 4, "pool_peak_gpus": 8,
                                             "sizes": {"16": 2, "32": 1}}
@@ -116,7 +115,7 @@ def test_the_vision_case_of_the_issue(tmp_path, monkeypatch, capsys):
     (the whole sweep takes minutes on a shared machine): none, today's 2, and the peak."""
     cfg = _vision()
     trace = read_trace(str(SHARED_TRACES / "itp" / "cluster09.csv")).window(0, 13)
-    doc = advisor.advise(cfg, "vision", trace, production_share_pct=30, peak_from_demand=True,
+    doc = advisor.advise(resolved_prices(), cfg, "vision", trace, production_share_pct=30, peak_from_demand=True,
                          sizes=[0, 2, 115])
     assert doc["peak_nodes"] >= 115
     assert all(p["production_interruptions_per_month"] == 0 for p in doc["points"])
@@ -140,8 +139,8 @@ def test_the_vision_case_of_the_issue(tmp_path, monkeypatch, capsys):
 @requires_shared_prices
 def test_text_output_states_the_prod_budgets_and_json_flags_them(monkeypatch, capsys):
     series = SeriesTrace("steady", tuple([16] * 1440))
-    cfg = checks.from_stack_yaml({"config": stack_config("prod")}, "test", prices=catalog.current())
-    doc = advisor.advise(cfg, "training", series, sizes=[2])
+    cfg = checks.from_stack_yaml({"config": stack_config("prod")}, "test", prices=resolved_prices())
+    doc = advisor.advise(resolved_prices(), cfg, "training", series, sizes=[2])
     rec = doc["recommendation"]
     assert rec["pool_budget_monthly_usd"] == 60_000 and rec["environment_budget_monthly_usd"] == 75_000
     assert [x["scope"] for x in doc["budget_lines"]] == ["pool", "environment"]

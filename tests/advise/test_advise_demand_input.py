@@ -4,9 +4,8 @@ the crash to fix first and its "Bad input" paragraph)."""
 from __future__ import annotations
 
 import pytest
-from conftest import requires_shared_prices, stack_config
+from conftest import requires_shared_prices, stack_config, resolved_prices
 from pricing import checks
-from pricing.sources import catalog
 
 from gpuloan import cli
 
@@ -29,8 +28,8 @@ def test_a_series_pool_reclaimed_before_it_served_as_much_keeps_whole_gpus():
     from sim import engine, pool as simpool, traces
     from sim.policies import GpuLoan
 
-    cfg = checks.from_stack_yaml({"config": stack_config("prod")}, "test", prices=catalog.current())
-    spec = simpool.spec_from_config(cfg, "research")
+    cfg = checks.from_stack_yaml({"config": stack_config("prod")}, "test", prices=resolved_prices())
+    spec = simpool.spec_from_config(resolved_prices(), cfg, "research")
     sim = engine.Simulation(spec, traces.SeriesTrace("s", (spec.gpus_per_node,) * 120), None,
                             engine.SimSettings(spot_unavailable_episodes_per_week=0))
     assert sim.launch(engine.SPOT, 1) == 1

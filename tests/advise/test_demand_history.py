@@ -7,19 +7,18 @@ import datetime as dt
 
 import boto3
 import pytest
-from conftest import requires_shared_prices, stack_config
+from conftest import requires_shared_prices, stack_config, resolved_prices
 
 from gpuloan import cli
 from advise import demand_history
 from policy import metric_names as M
 from pricing import checks
-from pricing.sources import catalog
 
 NOW = dt.datetime.now(dt.timezone.utc).replace(second=0, microsecond=0)
 
 
 def _cfg():
-    return checks.from_stack_yaml({"config": stack_config("prod")}, "test", prices=catalog.current())
+    return checks.from_stack_yaml({"config": stack_config("prod")}, "test", prices=resolved_prices())
 
 
 def _put(cw, name: str, value: float, minute: dt.datetime, **dims) -> None:
@@ -63,7 +62,7 @@ def test_history_read_from_cloudwatch_on_the_emulator(aws_env):
     cw.put_metric_data(Namespace=M.NAMESPACE, MetricData=[{"MetricName": M.PENDING_GPUS, "Timestamp": first,
                        "Value": 999, "Dimensions": [{"Name": M.DIM_ENVIRONMENT, "Value": "prod"},
                                                     {"Name": M.DIM_POOL, "Value": "inference"}]}])
-    trace = demand_history.read(_cfg(), "training", 1, cloudwatch=cw, now=NOW)
+    trace = demand_history.read(resolved_prices(), _cfg(), "training", 1, cloudwatch=cw, now=NOW)
     assert len(trace.gpus_demanded) == 1440
     window = trace.gpus_demanded[-30:-20]
     # floor: 2 p4d x 8 GPUs at 50 % = 8; first 5 minutes 8 pending, then one 8-GPU spot node
@@ -75,7 +74,7 @@ def test_history_read_from_cloudwatch_on_the_emulator(aws_env):
 def test_no_history_is_a_clear_error(aws_env):
     cw = boto3.client("cloudwatch", region_name="us-east-1")
     with pytest.raises(demand_history.HistoryError, match="has no gpuloan metrics for environment prod, pool training"):
-        demand_history.read(_cfg(), "training", 1, cloudwatch=cw, now=NOW)
+        demand_history.read(resolved_prices(), _cfg(), "training", 1, cloudwatch=cw, now=NOW)
 
 
 @requires_shared_prices

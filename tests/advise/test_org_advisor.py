@@ -15,11 +15,10 @@ import math
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from conftest import requires_shared_prices
+from conftest import requires_shared_prices, resolved_prices
 
 from gpuloan import cli
 from pricing import checks
-from pricing.sources import catalog
 from pricing.cost_model import billing
 from advise import commitment_choice, org_advisor
 from sim import fluid, org_demand
@@ -425,7 +424,7 @@ def test_setup_config_sets_each_floor_and_turns_lending_off():
     from conftest import stack_config
 
 
-    cfg = checks.from_stack_yaml({"config": stack_config("prod")}, "test", prices=catalog.current())
+    cfg = checks.from_stack_yaml({"config": stack_config("prod")}, "test", prices=resolved_prices())
     lent = org_advisor.setup_config(cfg, {"training": 5, "inference": 0}, lend=True)
     assert lent.pool("training").guaranteed.nodes == 5
     assert lent.pool("training").guaranteed.payment == cfg.pool("training").guaranteed.payment
@@ -447,14 +446,14 @@ def test_the_simulated_run_plugs_in_through_simulate_environment(tmp_path):
 
     from sim import traces as tr
 
-    cfg = checks.from_stack_yaml({"config": stack_config("prod")}, "test", prices=catalog.current())
+    cfg = checks.from_stack_yaml({"config": stack_config("prod")}, "test", prices=resolved_prices())
     series = {"training": tr.SeriesTrace("training", tuple(16 + 16 * ((m // 60) % 6 < 3) for m in range(4 * 1440))),
               "inference": tr.SeriesTrace("inference", tuple([2] * (4 * 1440)))}
     prices = {"training": PoolPrices(T, R, 8, OD, SPOT), "inference": PoolPrices("g6e.xlarge", R, 1, 2.0, 1.0)}
     tiers = {"training": PRODUCTION, "inference": PRODUCTION}
     calls = []
 
-    def simulate(cfg_variant, demands, controller, settings, horizon_minutes, *, window_from_minute):
+    def simulate(price_book, cfg_variant, demands, controller, settings, horizon_minutes, *, window_from_minute):
         # the pools this environment's demand covers (the shipped prod stack has a third, research, not used here)
         floors = {p.name: p.guaranteed.nodes if p.guaranteed else 0 for p in cfg_variant.pools if p.name in demands}
         lend = all(cfg_variant.scheduling.kueue.sharing(p.team).lending_limit_pct > 0 for p in cfg_variant.pools)
@@ -468,7 +467,7 @@ def test_the_simulated_run_plugs_in_through_simulate_environment(tmp_path):
         p = {n: prices[shared.get(n, n)] for n in demands}
         return fluid.run(d, p, floors, lend=lend, report_from_hour=window_from_minute // 60)
 
-    runner = org_advisor.environment_runner(cfg, series, None, prices, simulate=simulate)
+    runner = org_advisor.environment_runner(resolved_prices(), cfg, series, None, prices, simulate=simulate)
     inputs = org_advisor.OrgInputs(org_demand.profiles(series, tiers, 96, 1.0), prices, {(T, R): RI}, "t", 48, 7)
     doc = org_advisor.evaluate(inputs, runner, scenarios=("default",), per_pool_prices=False)
     assert doc["model"] == "simulated" and doc["recommendation"]["report"]["model"] == "simulated"

@@ -6,7 +6,7 @@ recommends (never one that costs more); total pending time per job reported per 
 from __future__ import annotations
 
 import pytest
-from conftest import requires_shared_prices, stack_config
+from conftest import requires_shared_prices, stack_config, resolved_prices
 
 from advise import org_advisor
 from sim import org_demand
@@ -46,9 +46,8 @@ def _jobs(name: str, rows) -> JobsTrace:
 
 
 def _prices():
-    from pricing.sources import catalog
 
-    p = catalog.price(ITYPE, REGION)
+    p = resolved_prices().price(ITYPE, REGION)
     return {n: PoolPrices(ITYPE, REGION, 4, p.ondemand_usd_per_hour, p.spot_usd_per_hour) for n in ("prod", "exp")}
 
 
@@ -63,7 +62,7 @@ def test_shared_layout_runs_every_job_once_in_the_nodepool_its_class_picks():
     cfg = _cfg(share_pct=30.0)
     traces = {"prod": _jobs("prod", [(k / 4, 1, 2) for k in range(40)]),
               "exp": _jobs("exp", [(k / 4, 1, 1) for k in range(40)])}
-    layout = org_advisor.shared_layout(cfg, traces, seed=3)
+    layout = org_advisor.shared_layout(resolved_prices(), cfg, traces, seed=3)
     assert set(layout.traces) == {org_advisor.SHARED_PRODUCTION, org_advisor.SHARED_REST}
     # the class of each job is the one the per-team simulation gives it (same function, pool name, share, seed)
     want = {n: {j.job_id for j, p in zip(t.jobs, production_flags(t, 0.30, 3, n)) if p} for n, t in traces.items()}
@@ -84,7 +83,7 @@ def test_shared_nodepools_pack_across_teams():
     """Each team runs a 2-GPU interruptible job for the whole history on 4-GPU nodes: one node per team in its
     own NodePool, one node for both in the shared one, so karpenter-shared pays about half of karpenter."""
     traces = {"prod": _jobs("prod", [(0, HOURS, 2)]), "exp": _jobs("exp", [(0, HOURS, 2)])}
-    runner = org_advisor.environment_runner(_cfg(share_pct=0.0), traces, CALM, _prices())
+    runner = org_advisor.environment_runner(resolved_prices(), _cfg(share_pct=0.0), traces, CALM, _prices())
     demands = org_demand.profiles(traces, {"prod": "production", "exp": "experiment"}, HOURS, 0.0)
     none = {"prod": 0, "exp": 0}
     per_team = runner(demands, none, lend=False, controller="karpenter", scenario=Scenario(), report_from_hour=0)
@@ -104,11 +103,10 @@ def test_advice_reports_the_issue_baselines_with_cost_interruptions_and_pending_
     traces = {"prod": _jobs("prod", [(h, 2, 4) for h in range(0, HOURS, 2)] + [(h + 1, 1, 2) for h in range(30)]),
               "exp": _jobs("exp", [(h + 0.5, 3, 2) for h in range(0, HOURS, 3)])}
     prices = _prices()
-    runner = org_advisor.environment_runner(_cfg(), traces, CALM, prices, production_share=0.3)
+    runner = org_advisor.environment_runner(resolved_prices(), _cfg(), traces, CALM, prices, production_share=0.3)
     demands = org_demand.profiles(traces, {"prod": "production", "exp": "experiment"}, HOURS, 0.3)
-    from pricing.sources import catalog
 
-    rate = catalog.price(ITYPE, REGION).ondemand_usd_per_hour * 0.6  # a test rate, not a price claim
+    rate = resolved_prices().price(ITYPE, REGION).ondemand_usd_per_hour * 0.6  # a test rate, not a price claim
     inputs = org_advisor.OrgInputs(demands, prices, {(ITYPE, REGION): rate}, "t", SIZING, 7, 90.0)
     doc = org_advisor.evaluate(inputs, runner, scenarios=("default",), per_pool_prices=False)
     by = {b["name"]: b for b in doc["baselines"]}
@@ -160,7 +158,7 @@ def test_a_node_group_update_is_asynchronous_and_a_second_one_while_updating_fai
     from sim.traces import SeriesTrace
 
     cfg = _cfg(share_pct=0.0, capacity="spot_then_on_demand")
-    spec = spec_from_config(cfg, "exp")
+    spec = spec_from_config(resolved_prices(), cfg, "exp")
     settings = replace_settings(update_minutes)
     sim = Simulation(spec, SeriesTrace("exp", (0,) * 30), _AskEveryMinute({2: 1, 3: 2}), settings, 30)
     sim.run()
@@ -184,7 +182,7 @@ def test_gpuloan_shared_layout_keeps_the_floors_with_their_production_and_shares
                                    lend=True)
     traces = {"prod": _jobs("prod", [(k / 4, 1, 2) for k in range(40)]),
               "exp": _jobs("exp", [(k / 4, 1, 1) for k in range(40)])}
-    layout = org_advisor.shared_layout(cfg, traces, seed=3, keep_floors=True)
+    layout = org_advisor.shared_layout(resolved_prices(), cfg, traces, seed=3, keep_floors=True)
     pools = {p.name: p for p in layout.cfg.pools}
     assert set(pools) == {"prod", org_advisor.SHARED_PRODUCTION, org_advisor.SHARED_REST}
     assert pools["prod"].guaranteed.nodes == 2  # the floor stays with its team
@@ -201,12 +199,11 @@ def test_the_advice_says_which_gpuloan_layout_is_cheaper():
     traces = {"prod": _jobs("prod", [(h, 2, 4) for h in range(0, HOURS, 2)] + [(h + 1, 1, 2) for h in range(30)]),
               "exp": _jobs("exp", [(h + 0.5, 3, 2) for h in range(0, HOURS, 3)])}
     prices = _prices()
-    runner = org_advisor.environment_runner(_cfg(capacity="spot_then_on_demand"), traces, CALM, prices,
+    runner = org_advisor.environment_runner(resolved_prices(), _cfg(capacity="spot_then_on_demand"), traces, CALM, prices,
                                             production_share=0.3)
     demands = org_demand.profiles(traces, {"prod": "production", "exp": "experiment"}, HOURS, 0.3)
-    from pricing.sources import catalog
 
-    rate = catalog.price(ITYPE, REGION).ondemand_usd_per_hour * 0.6  # a test rate, not a price claim
+    rate = resolved_prices().price(ITYPE, REGION).ondemand_usd_per_hour * 0.6  # a test rate, not a price claim
     inputs = org_advisor.OrgInputs(demands, prices, {(ITYPE, REGION): rate}, "t", SIZING, 7, 90.0)
     doc = org_advisor.evaluate(inputs, runner, scenarios=("default",), per_pool_prices=False)
     rec = doc["recommendation"]

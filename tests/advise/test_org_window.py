@@ -8,7 +8,7 @@ from __future__ import annotations
 import sys
 
 import pytest
-from conftest import requires_shared_prices, requires_shared_traces, stack_config
+from conftest import requires_shared_prices, requires_shared_traces, stack_config, resolved_prices
 
 from advise import org_advisor
 from sim import org_demand
@@ -19,7 +19,6 @@ from sim.policies import GpuLoan, Karpenter
 from sim.runner import percentile
 from sim.traces import Job, JobsTrace
 from pricing import checks
-from pricing.sources import catalog
 from config import config
 
 pytestmark = requires_shared_prices
@@ -42,7 +41,7 @@ def _cfg(prod_share_pct: float = 100.0) -> config.GpuLoanConfig:
          "elastic": {"instance_types": [ITYPE], "capacity": "spot", "max_nodes": 2}}]
     data["gpuloan:scheduling"] = {"kueue": {"production_spot_pools": []}}
     data["gpuloan:budget"]["monthly_usd"] = 1_000_000
-    return checks.from_stack_yaml({"config": data}, "test", prices=catalog.current())
+    return checks.from_stack_yaml({"config": data}, "test", prices=resolved_prices())
 
 
 def _jobs(name: str, rows) -> JobsTrace:
@@ -67,18 +66,17 @@ def _demands(traces):
 
 
 def _runner(traces, **kw):
-    from pricing.sources import catalog
 
-    p = catalog.price(ITYPE, REGION)
+    p = resolved_prices().price(ITYPE, REGION)
     prices = {n: PoolPrices(ITYPE, REGION, 1, p.ondemand_usd_per_hour, p.spot_usd_per_hour) for n in traces}
-    return org_advisor.environment_runner(_cfg(), traces, CALM, prices, **kw), prices
+    return org_advisor.environment_runner(resolved_prices(), _cfg(), traces, CALM, prices, **kw), prices
 
 
 def _plain_run(traces, floors, controller, hours=HOURS, settings=CALM, lend=False):
     """The same setup through simulate_environment with no window: the figures read straight off the jobs."""
     cfg = org_advisor.setup_config(_cfg(), floors, lend=lend)
     cut = {n: org_advisor._cut(t, hours) for n, t in traces.items()}
-    return simulate_environment(cfg, cut, KARPENTER[controller], settings, hours * 60)
+    return simulate_environment(resolved_prices(), cfg, cut, KARPENTER[controller], settings, hours * 60)
 
 
 def _unmet_submitted_from(res, pool: str, hour: int, end_hour: int = HOURS) -> float:
@@ -160,9 +158,8 @@ def test_identical_simulations_run_once_and_the_cache_gives_the_uncached_figures
     traces = _traces()
     cached, prices = _runner(traces)
     uncached, _ = _runner(traces, use_cache=False)
-    from pricing.sources import catalog
 
-    rate = catalog.price(ITYPE, REGION).ondemand_usd_per_hour * 0.6  # a test rate, not a price claim
+    rate = resolved_prices().price(ITYPE, REGION).ondemand_usd_per_hour * 0.6  # a test rate, not a price claim
     inputs = org_advisor.OrgInputs(_demands(traces), prices, {(ITYPE, REGION): rate}, "t", SIZING, 7, 90.0)
     # a seed whose on-demand shortage falls in this short report window (a scenario run of its own)
     seed = next(s for s in range(1, 200)
@@ -233,7 +230,7 @@ def test_on_demand_launches_fail_inside_a_shortage_window():
     cfg = _cfg()
     settings = SimSettings(spot_interruptions_per_month=0.0, on_demand_unavailable_windows=((0, 120),))
     trace = _jobs("prod", [(0, 1, 1)])
-    sim = Simulation(spec_from_config(cfg, "prod"), trace, Karpenter(), settings, 6 * 60).run()
+    sim = Simulation(spec_from_config(resolved_prices(), cfg, "prod"), trace, Karpenter(), settings, 6 * 60).run()
     assert sim.c.on_demand_launch_failures > 0
     first = min((n.launched for n in sim.nodes.values() if n.group == ON_DEMAND), default=None)
     w = sim.workload
@@ -312,7 +309,7 @@ def test_production_waiting_within_its_floor_preempts_the_pools_own_interruptibl
     figures, windows = {}, {}
     for controller, floors in (("gpuloan", {"prod": 1, "exp": 0}), ("karpenter", {"prod": 0, "exp": 0})):
         cfg = org_advisor.setup_config(_cfg(50), floors, lend=True)
-        res = simulate_environment(cfg, traces, KARPENTER[controller], short, HOURS * 60,
+        res = simulate_environment(resolved_prices(), cfg, traces, KARPENTER[controller], short, HOURS * 60,
                                    window_from_minute=SIZING * 60)
         w = windows[controller] = res.pools["prod"]["window"]
         figures[controller] = (w["production_waiting_gpu_hours"], w["unmet_guaranteed_production_gpu_hours"])
@@ -347,7 +344,7 @@ def test_production_pool_admits_by_quota_and_pins_each_job_to_its_flavor():
     assert production_flags(traces["prod"], 0.5, CALM.seed, "prod") == [False, False, True] + [False] * 4 + [True]
     short = SimSettings(spot_interruptions_per_month=0.0, on_demand_unavailable_windows=((SIZING * 60, HOURS * 60),))
     cfg = org_advisor.setup_config(_cfg(50), {"prod": 1, "exp": 0}, lend=True)
-    res = simulate_environment(cfg, traces, KARPENTER["gpuloan"], short, HOURS * 60, window_from_minute=SIZING * 60)
+    res = simulate_environment(resolved_prices(), cfg, traces, KARPENTER["gpuloan"], short, HOURS * 60, window_from_minute=SIZING * 60)
     jobs = res.sims["prod"].workload
     assert jobs.first_start[2] == int(24.5 * 60)
     assert [jobs.admitted_to[k] for k in range(3, 7)] == ["elastic"] * 4
@@ -367,7 +364,7 @@ def test_production_jobs_arriving_together_take_the_free_floor_node_and_preempt_
     assert production_flags(traces["prod"], 0.5, CALM.seed, "prod") == [False, False, True] + [False] * 4 + [True]
     short = SimSettings(spot_interruptions_per_month=0.0, on_demand_unavailable_windows=((SIZING * 60, HOURS * 60),))
     cfg = org_advisor.setup_config(_cfg(50), {"prod": 2, "exp": 0}, lend=True)
-    res = simulate_environment(cfg, traces, KARPENTER["gpuloan"], short, HOURS * 60, window_from_minute=SIZING * 60)
+    res = simulate_environment(resolved_prices(), cfg, traces, KARPENTER["gpuloan"], short, HOURS * 60, window_from_minute=SIZING * 60)
     jobs = res.sims["prod"].workload
     assert jobs.first_start[2] == jobs.first_start[7] == 25 * 60
     assert res.pools["prod"]["window"]["priority_preemptions"] == 1

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from conftest import stack_config
+from conftest import stack_config, resolved_prices
 
 from pricing import checks
 from config import compat, config, versions
-from pricing.sources import catalog
 
 
 def _parse(stack: str, images: list[dict], pools: list[dict] | None = None):
@@ -15,7 +14,7 @@ def _parse(stack: str, images: list[dict], pools: list[dict] | None = None):
     cfg["gpuloan:images"] = images
     if pools is not None:
         cfg["gpuloan:pools"] = pools
-    return checks.from_stack_yaml({"config": cfg}, stack, prices=catalog.current())
+    return checks.from_stack_yaml({"config": cfg}, stack, prices=resolved_prices())
 
 
 def _img(cuda: str, python: str = "3.11", torch: str | None = None, tag: str | None = None, **extra) -> dict:
@@ -139,7 +138,7 @@ def test_every_pinned_cuda_image_has_a_driver_row_and_runs_on_the_node_driver():
 
 
 def test_every_nvidia_architecture_in_the_catalog_has_a_cuda_range():
-    arches = {t.architecture for t in catalog.instance_types().values() if t.is_nvidia}
+    arches = {t.architecture for t in resolved_prices().instance_types().values() if t.is_nvidia}
     assert arches and arches <= set(compat.ARCH_CUDA)
 
 

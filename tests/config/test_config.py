@@ -9,10 +9,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO, requires_shared_prices, stack_config
+from conftest import REPO, requires_shared_prices, stack_config, resolved_prices
 
 from pricing import checks
-from pricing.sources import catalog
 from config import config
 
 
@@ -160,7 +159,7 @@ NEEDS_PRICES = {"floor costs more than pool budget", "floor costs more than env 
 def test_invalid_config_is_rejected_with_path_and_message(tmp_path, name, stack, changes, path, message):
     stack_file = _write_stack(tmp_path, stack, changes)
     with pytest.raises(config.ConfigError) as err:
-        checks.from_stack_yaml(yaml.safe_load(stack_file.read_text()), stack_file.name, prices=catalog.current())
+        checks.from_stack_yaml(yaml.safe_load(stack_file.read_text()), stack_file.name, prices=resolved_prices())
     problems = {(_normalize(p), m) for p, m in err.value.problems}
     wanted = _normalize(path)
     assert any(p == wanted and message in m for p, m in problems), problems

@@ -9,13 +9,12 @@ import argparse
 import pytest
 import yaml
 
-from conftest import run_stack, stack_config
+from conftest import run_stack, stack_config, resolved_prices
 from gpuloan.commands import validate as cmd_validate
 from gpuloan import stackfile
 from offline import document_limits
 from offline import runner as offline
 from pricing import checks
-from pricing.sources import catalog
 from config import config
 
 GOOD_DEV = (stackfile.Path(__file__).resolve().parents[2] / "Pulumi.dev.yaml").read_text()
@@ -222,7 +221,7 @@ def test_a_tag_with_a_character_aws_refuses_is_refused_before_any_resource(key, 
     cfg = stack_config("dev")
     cfg["gpuloan:default_tags"] = {**cfg["gpuloan:default_tags"], key: value}
     with pytest.raises(config.ConfigError) as raised:
-        checks.from_stack_yaml({"config": cfg}, "Pulumi.dev.yaml", prices=catalog.current())
+        checks.from_stack_yaml({"config": cfg}, "Pulumi.dev.yaml", prices=resolved_prices())
     assert "default_tags" in str(raised.value) and bad in str(raised.value)
 
 
@@ -230,4 +229,4 @@ def test_tags_in_any_script_with_spaces_and_the_allowed_symbols_pass():
     cfg = stack_config("dev")
     cfg["gpuloan:default_tags"] = {"Kostenstelle": "Forschung & Entwicklung".replace("&", "+"),
                                    "チーム": "機械学習", "path/to:key=v+1-@x_y.z": "", "owner": "a b\u00a0c"}
-    checks.from_stack_yaml({"config": cfg}, "Pulumi.dev.yaml", prices=catalog.current())
+    checks.from_stack_yaml({"config": cfg}, "Pulumi.dev.yaml", prices=resolved_prices())

@@ -7,13 +7,13 @@ import json
 
 import pytest
 import yaml
-from conftest import stack_config
+from conftest import stack_config, resolved_prices
 
 from gpuloan import cli
 from pricing import checks
 from pricing.cost_model import costs
 from config import config
-from pricing.sources import catalog, pricebook
+from pricing.sources import pricebook
 
 CIPHERTEXT = "v1:AAABAJx0Y2lwaGVydGV4dA=="  # the shape Pulumi writes; nothing decrypts it here
 
@@ -48,7 +48,7 @@ def test_a_whole_secret_key_is_reported_once(tmp_path):
     cfg = stack_config("dev")
     cfg["gpuloan:github"] = {"secure": CIPHERTEXT}
     with pytest.raises(config.ConfigError) as err:
-        checks.from_stack_yaml({"config": cfg}, "Pulumi.dev.yaml", prices=catalog.current())
+        checks.from_stack_yaml({"config": cfg}, "Pulumi.dev.yaml", prices=resolved_prices())
     assert [p for p, _ in err.value.problems] == ["github"]
 
 
@@ -56,7 +56,7 @@ def test_a_key_an_esc_environment_may_supply_is_not_just_field_required(tmp_path
     cfg = stack_config("dev")
     del cfg["gpuloan:budget"]
     with pytest.raises(config.ConfigError) as err:
-        checks.from_stack_yaml({"environment": ["acme/gpu-budgets"], "config": cfg}, "Pulumi.dev.yaml", prices=catalog.current())
+        checks.from_stack_yaml({"environment": ["acme/gpu-budgets"], "config": cfg}, "Pulumi.dev.yaml", prices=resolved_prices())
     (path, msg), = [p for p in err.value.problems if p[0] == "budget"]
     assert "the stack imports the ESC environment(s) acme/gpu-budgets" in msg and "--config-json" in msg
 
@@ -88,38 +88,38 @@ def test_config_json_without_show_secrets_says_so(tmp_path, capsys):
 
 
 @pytest.fixture
-def g6_only(tmp_path):
+def g6_only(tmp_path, monkeypatch):
     """A price source that covers us-east-1 but prices g6.xlarge only (numbers are test inputs)."""
     doc = {"format": pricebook.FORMAT, "regions": {"us-east-1": {
         "source": "test fixture", "read_at": "2026-12-01",
         "instance_types": {"g6.xlarge": {"ondemand_usd_per_hour": 1.0, "source": "test fixture", "as_of": "2026-12-01"}}}}}
     path = tmp_path / "prices.json"
     path.write_text(json.dumps(doc))
-    catalog.use_price_file(path)
+    monkeypatch.setenv(pricebook.ENV_PRICE_FILE, str(path))
     yield
-    catalog.use_price_file(None)
-    catalog.use_config_prices("us-east-1", {})
 
 
 def test_a_type_without_a_price_can_be_priced_in_the_config(g6_only):
     cfg = stack_config("dev")
     assert "g5.xlarge" in cfg["gpuloan:pools"][0]["elastic"]["instance_types"]
     with pytest.raises(config.ConfigError) as err:
-        checks.from_stack_yaml({"config": cfg}, "Pulumi.dev.yaml", prices=catalog.current())
+        checks.from_stack_yaml({"config": cfg}, "Pulumi.dev.yaml", prices=resolved_prices())
     assert any("g5.xlarge" in msg for _, msg in err.value.problems)  # without it: an error naming the path
     cfg["gpuloan:instance_prices"] = {"g5.xlarge": {"ondemand_usd_per_hour": 2.0, "spot_usd_per_hour": 1.5,
                                                     "source": "test fixture: a quote"}}
-    parsed = checks.from_stack_yaml({"config": cfg}, "Pulumi.dev.yaml", prices=catalog.current())
-    p = catalog.price("g5.xlarge", "us-east-1")
+    parsed = checks.from_stack_yaml({"config": cfg}, "Pulumi.dev.yaml", prices=resolved_prices())
+    prices = resolved_prices().with_config(parsed)  # the book plus the config's own prices, as a command holds them
+    p = prices.price("g5.xlarge", "us-east-1")
     assert p.ondemand_usd_per_hour == 2.0 and "gpuloan:instance_prices (test fixture: a quote)" in p.source
-    pool = costs.pool_cost(catalog.current(), parsed, parsed.pools[0])
+    pool = costs.pool_cost(prices, parsed, parsed.pools[0])
     assert pool.elastic_spot_usd_per_hour == 1.5  # the priciest spot of g6 (1.0, no spot) and g5 (1.5)
-    assert catalog.price("g6.xlarge", "us-east-1").source == "test fixture"  # the price source wins where it has one
+    assert prices.price("g6.xlarge", "us-east-1").source == "test fixture"  # the price source wins where it has one
+    assert resolved_prices().price("g5.xlarge", "us-east-1") is None  # parsing wrote nothing: the book lacks it
 
 
 def test_a_config_price_needs_a_source():
     cfg = stack_config("dev")
     cfg["gpuloan:instance_prices"] = {"g5.xlarge": {"ondemand_usd_per_hour": 2.0}}
     with pytest.raises(config.ConfigError) as err:
-        checks.from_stack_yaml({"config": cfg}, "Pulumi.dev.yaml", prices=catalog.current())
+        checks.from_stack_yaml({"config": cfg}, "Pulumi.dev.yaml", prices=resolved_prices())
     assert ("instance_prices.g5.xlarge.source", "Field required") in err.value.problems

@@ -16,7 +16,7 @@ from test_project_prices import SKIP, _git, made_up_rates
 
 from gpuloan import cli
 from offline import diff as cost_diff
-from pricing.sources import catalog, pricebook
+from pricing.sources import pricebook
 
 CIPHERTEXT = "v1:AAABAJx0Y2lwaGVydGV4dA=="  # the shape Pulumi writes; nothing decrypts it here
 
@@ -41,9 +41,7 @@ def project(tmp_path, monkeypatch):
     pricebook.write_project_file(made_up_rates("dev"), root / pricebook.PROJECT_PRICE_FILE)
     monkeypatch.delenv(pricebook.ENV_PRICE_FILE, raising=False)
     monkeypatch.chdir(root)
-    catalog.use_price_file(None)
     yield root
-    catalog.use_price_file(None)
 
 
 def _stack(root, cfg: dict) -> None:

@@ -10,10 +10,9 @@ import subprocess
 import sys
 from types import SimpleNamespace
 from pricing import checks
-from pricing.sources import catalog
 
 import pytest
-from conftest import GPULOAN, REPO, SHARED_TRACES, requires_shared_prices, requires_shared_traces
+from conftest import GPULOAN, REPO, SHARED_TRACES, requires_shared_prices, requires_shared_traces, resolved_prices
 
 from gpuloan import cli, stack_arg
 from table_checks import split_figures as _split_figures, too_wide_at as _too_wide_at
@@ -273,7 +272,7 @@ def test_bench_config_measures_a_valid_hundred_pool_config_with_a_large_kueue_co
     from scripts.bench_config import hundred_pools
     from config import scheduling
 
-    cfg = checks.parse(hundred_pools(), prices=catalog.current())  # raises ConfigError (the Kueue 64-flavor rule) on an invalid config
+    cfg = checks.parse(hundred_pools(), prices=resolved_prices())  # raises ConfigError (the Kueue 64-flavor rule) on an invalid config
     assert len(cfg.pools) == 100 and cfg.scheduling.kueue.enabled
     widest = max(len(scheduling.pool_queue(cfg, p).flavors) for p in cfg.pools)
     assert 40 < widest <= scheduling.MAX_FLAVORS_PER_GROUP  # borrowing across teams is still in the measurement

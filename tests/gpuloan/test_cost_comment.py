@@ -9,14 +9,13 @@ import json
 import re
 
 import pytest
-from conftest import REPO, requires_prices, requires_shared_prices
+from conftest import REPO, requires_prices, requires_shared_prices, resolved_prices
 from table_checks import split_figures, too_wide_at
 from test_cost_diff import _commit, _copy_project, _set
 
 from gpuloan import cli
 from offline import diff as cost_diff
 from gpuloan.render import cost_comment
-from pricing.sources import catalog
 
 FALLBACK = "        max_nodes: 6\n        on_demand_max_nodes: 2\n"
 
@@ -37,7 +36,7 @@ def test_raising_the_fallback_ceiling_is_a_money_change(fallback_raised):
     training = next(r for r in diff.pools if r["pool"] == "training")
     added = training["head"]["fallback_max_monthly_usd"] - training["base"]["fallback_max_monthly_usd"]
     # four more on-demand nodes of the pool's priciest type, all month
-    priciest = max(catalog.price(t, "us-east-1").ondemand_usd_per_hour for t in ("p4d.24xlarge", "p5.48xlarge"))
+    priciest = max(resolved_prices().price(t, "us-east-1").ondemand_usd_per_hour for t in ("p4d.24xlarge", "p5.48xlarge"))
     assert added == pytest.approx(4 * priciest * 730, abs=0.05)
     assert f"+${added:,.0f}" == "+$160,717"
     row = next(r for r in cost_diff.cost_rows(diff) if r[0] == "training")

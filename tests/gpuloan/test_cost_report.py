@@ -12,7 +12,6 @@ import csv
 import datetime as dt
 import json
 from pricing import checks
-from pricing.sources import catalog
 
 import boto3
 import pytest
@@ -21,6 +20,7 @@ import requests
 from gpuloan import cli, cost_report
 from stacks.spend import budgets
 from table_checks import split_figures, too_wide_at
+from conftest import resolved_prices
 
 TODAY = dt.date(2026, 8, 15)
 
@@ -186,7 +186,7 @@ def test_inactive_tags_reported_when_the_api_says_so():
     cfg_period = cost_report.parse_month("2026-07", TODAY)
     from conftest import stack_config
 
-    cfg = checks.from_stack_yaml({"config": stack_config("dev")}, "dev", prices=catalog.current())
+    cfg = checks.from_stack_yaml({"config": stack_config("dev")}, "dev", prices=resolved_prices())
     fetched = cost_report.Fetched({("research", "elastic"): 10.0}, pages=1, estimated=False)
     report = cost_report.build_report(cfg, cfg_period, fetched,
                                       {"gpuloan:environment": "Active", "gpuloan:pool": "Inactive",
@@ -197,7 +197,7 @@ def test_inactive_tags_reported_when_the_api_says_so():
 def test_unknown_pool_gets_its_own_row_without_budget():
     from conftest import stack_config
 
-    cfg = checks.from_stack_yaml({"config": stack_config("dev")}, "dev", prices=catalog.current())
+    cfg = checks.from_stack_yaml({"config": stack_config("dev")}, "dev", prices=resolved_prices())
     fetched = cost_report.Fetched({("research", "elastic"): 10.0, ("old-pool", "elastic"): 7.0}, 1, False)
     report = cost_report.build_report(cfg, cost_report.parse_month("2026-07", TODAY), fetched)
     old = next(r for r in report.rows if r.pool == "old-pool")

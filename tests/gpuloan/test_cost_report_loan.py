@@ -15,8 +15,8 @@ import pytest
 
 from gpuloan import cost_report, loan_bill
 from policy import metric_names as M
-from pricing.sources import catalog
 from test_cost_report import group, page, run_cli, supply
+from conftest import resolved_prices
 
 TODAY = dt.date(2026, 8, 15)
 TICKS_PER_DAY = 1440  # Pulumi.prod.yaml: policy.schedule_minutes 1
@@ -63,7 +63,7 @@ def test_the_borrower_pays_the_owner_is_credited_and_the_totals_reconcile_to_the
     doc = json.loads(out)
     loan = doc["loan"]
     pools = {p["pool"]: p for p in loan["pools"]}
-    rate = loan_bill.floor_rates(catalog.current(), cost_report_cfg())["training"]
+    rate = loan_bill.floor_rates(resolved_prices(), cost_report_cfg())["training"]
     assert loan["rates_usd_per_gpu_hour"]["training"] == round(rate, 6)
     # 30 days with samples, 4 GPUs x 24 h each (the 9th's half of the ticks still average 4)
     assert pools["research"]["borrowed_gpu_hours"] == 30 * 96
@@ -116,7 +116,7 @@ def test_the_table_shows_the_loan_within_80_columns(aws_env, in_repo, capsys, mo
     code, out, err = run_cli(["cost-report", "--month", "2026-07", "-s", "prod"], ce, capsys)
     assert code == 0, err
     assert "the loan: floors used by other pools" in out
-    rate = loan_bill.floor_rates(catalog.current(), cost_report_cfg())["training"]
+    rate = loan_bill.floor_rates(resolved_prices(), cost_report_cfg())["training"]
     assert f"{31 * round(96 * rate, 2):,.2f}" in out  # research's charge and training's credit
     assert too_wide_at(out, 80) == [] and split_figures(out) == []
     assert "estimated" not in out and "no LoanGpus" not in out

@@ -10,7 +10,6 @@ import pytest
 from conftest import REPO
 
 from gpuloan import cli, exit_codes
-from pricing.sources import catalog
 
 
 def _parsers():
@@ -52,9 +51,7 @@ def no_credentials(monkeypatch, tmp_path):
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
     monkeypatch.chdir(REPO)
-    catalog.use_price_file(None)
     yield
-    catalog.use_price_file(None)
 
 
 @pytest.mark.parametrize("argv", [

@@ -7,13 +7,12 @@ from __future__ import annotations
 import json
 import re
 
-from conftest import REPO, stack_config
+from conftest import REPO, stack_config, resolved_prices
 
 from gpuloan import cli
 from offline import diff as cost_diff
 from gpuloan.render import cost_comment, json_doc
 from pricing.cost_model import costs
-from pricing.sources import catalog
 from pricing import checks
 
 
@@ -65,7 +64,7 @@ def test_cost_diff_json_has_the_version_and_null_for_an_unknown_amount():
 
 
 def test_no_commitments_row_for_a_stack_without_commitments_even_without_prices(no_prices, capsys):
-    cost = costs.stack_cost(catalog.current(), checks.from_stack_yaml({"config": stack_config("dev")}, "dev", prices=catalog.current())).to_json()
+    cost = costs.stack_cost(resolved_prices(), checks.from_stack_yaml({"config": stack_config("dev")}, "dev", prices=resolved_prices())).to_json()
     assert cost["unused_commitment_monthly_usd"] == 0.0 and not cost["commitments"]
     assert cost_diff._commitment_figures({"cost": cost}) is None
     assert cli.main(["preview", "-s", "dev", "--summary"]) == 0

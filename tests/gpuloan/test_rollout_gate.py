@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from pulumi_policy import StackValidationArgs
 
-from conftest import REPO
+from conftest import REPO, resolved_prices
 from test_cost_diff import _commit, _copy_project, _git, _set
 from test_gitops_workflows import load
 
@@ -151,7 +151,7 @@ def test_the_guardrail_reports_the_gates_blockers_unless_accepted():
 
 
 def test_the_rule_is_mandatory_with_a_config_schema():
-    [policy] = [p for p in g.POLICIES if p.name == "rollout-blockers"]
+    [policy] = [p for p in g.policies(resolved_prices()) if p.name == "rollout-blockers"]
     assert policy.enforcement_level == g.MANDATORY
     assert set(policy.config_schema.properties) == {"blockers", "administrator_blockers", "accepted"}
     from gpuloan.render import cost_comment

@@ -5,12 +5,12 @@ elastic ceiling prices it at on-demand, not spot."""
 from __future__ import annotations
 
 import pytest
-from conftest import stack_config
+from conftest import stack_config, resolved_prices
 
 from gpuloan import cli
 from gpuloan.commands import validate as cmd_validate
 from pricing.cost_model import costs
-from pricing.sources import catalog, pricebook
+from pricing.sources import pricebook
 from pricing import checks
 
 
@@ -21,9 +21,7 @@ def snapshot_only(monkeypatch, tmp_path):
     monkeypatch.delenv(pricebook.ENV_SNAPSHOT, raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.setenv(pricebook.ENV_PROJECT_PRICES, "0")
-    catalog.use_price_file(None)
     yield
-    catalog.use_price_file(None)
 
 
 def test_without_prices_validate_names_the_rules_it_could_not_check(no_prices, capsys):
@@ -47,9 +45,9 @@ def _prod_with_training_off_spot() -> dict:
 
 
 def test_a_production_pool_kept_off_spot_is_said_so_and_priced_at_on_demand(snapshot_only):
-    shipped = costs.stack_cost(catalog.current(), checks.from_stack_yaml({"config": stack_config("prod")}, "prod", prices=catalog.current()))
-    cfg = checks.from_stack_yaml({"config": _prod_with_training_off_spot()}, "prod", prices=catalog.current())
-    off = costs.stack_cost(catalog.current(), cfg)
+    shipped = costs.stack_cost(resolved_prices(), checks.from_stack_yaml({"config": stack_config("prod")}, "prod", prices=resolved_prices()))
+    cfg = checks.from_stack_yaml({"config": _prod_with_training_off_spot()}, "prod", prices=resolved_prices())
+    off = costs.stack_cost(resolved_prices(), cfg)
     before, after = shipped.pools[0], off.pools[0]
     assert (before.pool, before.elastic_price_model, after.elastic_price_model) == ("training", "spot", "on_demand")
     # the ceiling at on-demand: the same figure as the on-demand fallback's ceiling per node
@@ -59,4 +57,4 @@ def test_a_production_pool_kept_off_spot_is_said_so_and_priced_at_on_demand(snap
     notes = cmd_validate.off_spot_notes(cfg)
     assert notes == ["pools[0] (training): production work stays off spot (not in "
                      "scheduling.kueue.production_spot_pools): it runs on the on-demand group, priced at on-demand"]
-    assert cmd_validate.off_spot_notes(checks.from_stack_yaml({"config": stack_config("prod")}, "prod", prices=catalog.current())) == []
+    assert cmd_validate.off_spot_notes(checks.from_stack_yaml({"config": stack_config("prod")}, "prod", prices=resolved_prices())) == []

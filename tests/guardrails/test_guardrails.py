@@ -9,7 +9,7 @@ import re
 
 import pytest
 import yaml
-from conftest import REPO, requires_shared_prices, run_stack, stack_config
+from conftest import REPO, requires_shared_prices, run_stack, stack_config, resolved_prices
 from pulumi_policy import (
     EnforcementLevel,
     PolicyCustomTimeouts,
@@ -22,9 +22,8 @@ from pulumi_policy import (
 )
 
 from guardrails import policies as g
-from pricing.sources import catalog
 
-POLICY_BY_NAME = {p.name: p for p in g.POLICIES}
+POLICY_BY_NAME = {p.name: p for p in g.policies(resolved_prices())}
 
 
 # --- recording -> CrossGuard arguments ---------------------------------------------------------------------
@@ -70,7 +69,7 @@ def violations(policy_name, args):
 
 def all_violations(rec):
     out = []
-    for policy in g.POLICIES:
+    for policy in g.policies(resolved_prices()):
         if isinstance(policy, ResourceValidationPolicy):
             for r in rec.resources:
                 out += [(policy.name, r.name, m) for m in violations(policy.name, resource_args(rec, r))]
@@ -96,7 +95,7 @@ def test_shipped_stacks_pass_every_guardrail(recorded, stack):
 
 
 def test_mandatory_and_advisory_rules_are_the_issues():
-    levels = {p.name: p.enforcement_level for p in g.POLICIES}
+    levels = {p.name: p.enforcement_level for p in g.policies(resolved_prices())}
     assert {n for n, lvl in levels.items() if lvl == EnforcementLevel.MANDATORY} == {
         "gpu-resources-tagged", "elastic-node-groups-bounded", "policy-role-no-mutating-star",
         "ecr-immutable-and-scanned", "pool-budget-with-email", "launch-templates-imdsv2",
@@ -121,7 +120,7 @@ def test_pack_files_are_pinned_like_the_project():
 
 def test_gpu_tags_compliant_including_environment_from_provider_default_tags(recorded):
     rec = recorded("prod")
-    gpu = [r for r in rec.resources if g.is_gpu_resource(r.type, r.inputs)]
+    gpu = [r for r in rec.resources if g.is_gpu_resource(resolved_prices(), r.type, r.inputs)]
     assert {r.type for r in gpu} >= {g.NODE_GROUP, g.LAUNCH_TEMPLATE}
     for r in gpu:
         assert violations("gpu-resources-tagged", resource_args(rec, r)) == []
@@ -145,7 +144,7 @@ def test_gpu_tags_violation_names_the_missing_tag(recorded, missing):
 def test_non_gpu_system_nodes_need_no_pool_tag(recorded):
     rec = recorded("prod")
     system = [r for r in rec.of_type(g.NODE_GROUP) if r.inputs.get("labels", {}).get("gpuloan.io/tier") == "system"]
-    assert system and not g.is_gpu_resource(g.NODE_GROUP, system[0].inputs)
+    assert system and not g.is_gpu_resource(resolved_prices(), g.NODE_GROUP, system[0].inputs)
     assert violations("gpu-resources-tagged", resource_args(rec, system[0])) == []
 
 
@@ -314,12 +313,12 @@ def test_ecr_repository_violations(recorded, name, change, expect):
 
 def test_every_prod_pool_has_an_emailing_budget(recorded):
     assert violations("pool-budget-with-email", stack_args(recorded("prod"))) == []
-    assert set(g.pools_in_stack(stack_args(recorded("prod")))) == {"training", "inference", "research"}
+    assert set(g.pools_in_stack(resolved_prices(), stack_args(recorded("prod")))) == {"training", "inference", "research"}
 
 
 def test_single_pool_stack_may_rely_on_the_environment_budget(recorded):
     args = stack_args(recorded("dev"))
-    assert list(g.pools_in_stack(args)) == ["research"] and g.pool_budgets(args) == {}
+    assert list(g.pools_in_stack(resolved_prices(), args)) == ["research"] and g.pool_budgets(args) == {}
     assert violations("pool-budget-with-email", args) == []
 
 
@@ -374,10 +373,10 @@ def test_spot_groups_diversified_and_single_type_reported(recorded):
 
 @requires_shared_prices
 def test_floor_cost_is_computed_from_catalog_prices(recorded):
-    floors = g.floor_monthly_usd(stack_args(recorded("prod")))
-    p4d = catalog.price("p4d.24xlarge", "us-east-1").ondemand_usd_per_hour
+    floors = g.floor_monthly_usd(resolved_prices(), stack_args(recorded("prod")))
+    p4d = resolved_prices().price("p4d.24xlarge", "us-east-1").ondemand_usd_per_hour
     assert floors["training"][0] == pytest.approx(2 * p4d * 730)
-    g6e = catalog.price("g6e.xlarge", "us-east-1").ondemand_usd_per_hour
+    g6e = resolved_prices().price("g6e.xlarge", "us-east-1").ondemand_usd_per_hour
     assert floors["inference"][0] == pytest.approx(2 * g6e * 730)
 
 
@@ -391,8 +390,8 @@ def test_a_capacity_block_floor_counts_its_whole_size_before_it_starts(recorded)
         props["capacityType"] = "CAPACITY_BLOCK"
         props["scalingConfig"] = {"minSize": 0, "desiredSize": 0, "maxSize": 2}
 
-    floors = g.floor_monthly_usd(stack_args(rec, edit={floor.name: block_before_its_start}))
-    p4d = catalog.price("p4d.24xlarge", "us-east-1").ondemand_usd_per_hour
+    floors = g.floor_monthly_usd(resolved_prices(), stack_args(rec, edit={floor.name: block_before_its_start}))
+    p4d = resolved_prices().price("p4d.24xlarge", "us-east-1").ondemand_usd_per_hour
     assert floors["training"][0] == pytest.approx(2 * p4d * 730)
 
 

@@ -7,12 +7,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import REPO, requires_shared_prices
+from conftest import REPO, requires_shared_prices, resolved_prices
 
 from gpuloan import cli
 from offline import diff as cost_diff
 from pricing.sources import floor_pricing
-from pricing.sources import catalog
 
 SKIP = shutil.ignore_patterns(".git", ".venv", "__pycache__", ".pytest_cache", ".hypothesis", "traces", "tests",
                               "*.egg-info", "venv", "out", "build", "dist")
@@ -78,7 +77,7 @@ def test_raising_the_floor_shows_the_added_cost_per_month(floor_raised):
     assert md.startswith(cost_diff.MARKER)
     assert EXPECTED_TABLE in md
     # The added cost is one p4d.24xlarge at the rate of the RI that now covers it (reserved_1yr) for 730 hours.
-    one_node = floor_pricing.floor_rate(catalog.current(), "p4d.24xlarge", "us-east-1", "reserved_1yr").usd_per_hour * 730
+    one_node = floor_pricing.floor_rate(resolved_prices(), "p4d.24xlarge", "us-east-1", "reserved_1yr").usd_per_hour * 730
     row = next(r for r in diff.pools if r["pool"] == "training")
     assert row["head"]["guaranteed_monthly_usd"] - row["base"]["guaranteed_monthly_usd"] == pytest.approx(one_node, abs=0.02)
     assert f"+${one_node:,.0f}" == "+$9,867"

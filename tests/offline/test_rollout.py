@@ -5,18 +5,17 @@ from __future__ import annotations
 
 import copy
 from pricing import checks
-from pricing.sources import catalog
 
 import pytest
 
-from conftest import stack_config
+from conftest import stack_config, resolved_prices
 from offline import diff as cost_diff
 from gpuloan import preview
 from offline import rollout
 
 
 def _doc(stack: str, config: dict) -> dict:
-    return preview.preview_document(stack, config)
+    return preview.preview_document(resolved_prices(), stack, config)
 
 
 @pytest.fixture(scope="module")
@@ -271,7 +270,7 @@ def test_an_ended_capacity_block_is_asked_for_no_nodes():
 
 
     g = checks.from_stack_yaml({"config": _block_config(active=True, end="2027-01-15T11:30:00Z")},
-                                   "dev", prices=catalog.current()).pools[0].guaranteed
+                                   "dev", prices=resolved_prices()).pools[0].guaranteed
     end = dt.datetime(2027, 1, 15, 11, 30, tzinfo=dt.timezone.utc)
     assert g.floor_up(end - dt.timedelta(minutes=41))
     # From EKS's own scale-down, 40 minutes before the end, the program stops asking for the floor.

@@ -12,13 +12,12 @@ import pytest
 from hypothesis import given
 from hypothesis import settings as settings_h
 from hypothesis import strategies as st
-from conftest import SHARED_TRACES, requires_shared_prices, requires_shared_traces, stack_config
+from conftest import SHARED_TRACES, requires_shared_prices, requires_shared_traces, stack_config, resolved_prices
 from policy_cases import NOW, OD, SPOT, group, node, observe, pool_settings, settings, spend
 
 from policy.decide import decide, hours_left_in_month
 from policy.model import ACTION_SET_DESIRED, Reason, Settings
 from pricing import checks
-from pricing.sources import catalog
 from stacks.policy_function import settings as policy_settings
 
 P4D_SPOT, P5_SPOT, P4D_OD, P5_OD = 4.55, 20.0, 22.0, 55.0
@@ -76,11 +75,11 @@ def test_settings_json_keeps_the_per_type_prices():
 
 @requires_shared_prices
 def test_prod_training_settings_price_what_each_group_launches():
-    cfg = checks.from_stack_yaml({"config": stack_config("prod")}, "test", prices=catalog.current())
+    cfg = checks.from_stack_yaml({"config": stack_config("prod")}, "test", prices=resolved_prices())
     pool = cfg.pool("training")
     names = policy_settings.GroupNames("t-spot", "t-od", "t-floor")
-    ps = policy_settings.pool_settings(catalog.current(), cfg, pool, names)
-    p4d, p5 = catalog.price("p4d.24xlarge", cfg.region), catalog.price("p5.48xlarge", cfg.region)
+    ps = policy_settings.pool_settings(resolved_prices(), cfg, pool, names)
+    p4d, p5 = resolved_prices().price("p4d.24xlarge", cfg.region), resolved_prices().price("p5.48xlarge", cfg.region)
     assert p5.spot_or_ondemand_usd_per_hour > p4d.spot_or_ondemand_usd_per_hour  # the case the issue names
     # spot: the cheapest type; on-demand: the first listed (p4d.24xlarge), not the priciest (p5.48xlarge)
     assert ps.spot_usd_per_hour == pytest.approx(p4d.spot_or_ondemand_usd_per_hour)
@@ -97,8 +96,8 @@ def test_readme_trace_gpuloan_waits_as_long_as_karpenter_when_the_budget_does_no
     from sim import pool as simpool
     from sim.policies import GpuLoan, Karpenter
 
-    cfg = checks.from_stack_yaml({"config": stack_config("prod")}, "test", prices=catalog.current())
-    spec = simpool.spec_from_config(cfg, "training")
+    cfg = checks.from_stack_yaml({"config": stack_config("prod")}, "test", prices=resolved_prices())
+    spec = simpool.spec_from_config(resolved_prices(), cfg, "training")
     trace = traces.read_trace(str(SHARED_TRACES / "itp" / "cluster05.csv")).window(1, 7)
     doc = runner.compare(spec, trace, policies=[GpuLoan(), Karpenter()])
     ours, karpenter = doc["policies"]
@@ -137,7 +136,7 @@ def test_cap_held_minutes_are_counted_named_and_plotted(tmp_path):
 
     data = stack_config("prod")
     data["gpuloan:pools"][0]["budget"]["monthly_usd"] = 24_000  # binds: the floor alone is most of it
-    spec = simpool.spec_from_config(checks.from_stack_yaml({"config": data}, "test", prices=catalog.current()), "training")
+    spec = simpool.spec_from_config(resolved_prices(), checks.from_stack_yaml({"config": data}, "test", prices=resolved_prices()), "training")
     trace = traces.read_trace(str(SHARED_TRACES / "itp" / "cluster05.csv")).window(1, 7)
     doc = runner.compare(spec, trace, policies=[GpuLoan(), Karpenter()])
     ours = doc["policies"][0]

@@ -6,7 +6,6 @@ tested with botocore's Stubber, the decision purely, the tick with an in-memory 
 
 from __future__ import annotations
 
-from pricing.sources import catalog
 from datetime import timedelta
 
 import boto3
@@ -23,6 +22,7 @@ from policy.tick import run_tick
 from policy_cases import FLOOR, OD, SPOT, group, settings
 from test_capacity_blocks import (DRAIN, END, SCALE_DOWN, START, CheckpointNodes, _document, _tick_ports, block,
                                   block_changes, floor_nodes, kueue_block, quota_changes)
+from conftest import resolved_prices
 
 RID = "cr-0123456789abcdef0"
 EXTENDED = END + timedelta(days=7)  # the block was extended by a week; config still says END
@@ -212,6 +212,6 @@ def test_settings_carry_the_reservation_id():
     from test_capacity_blocks import _block_cfg
 
     cfg = _block_cfg()
-    s = Settings.from_json(settings_for(catalog.current(), cfg, "c", {}, allow_unknown_prices=True).to_json())
+    s = Settings.from_json(settings_for(resolved_prices(), cfg, "c", {}, allow_unknown_prices=True).to_json())
     assert s.pools[0].capacity_block_reservation_id == cfg.pools[0].guaranteed.reservation_id
     assert s.pools[0].capacity_block_reservation_id.startswith("cr-")

@@ -9,7 +9,6 @@ import dataclasses
 import json
 from datetime import datetime, timedelta, timezone
 from pricing import checks
-from pricing.sources import catalog
 
 import pytest
 
@@ -22,6 +21,7 @@ from policy.memory_state import MemoryState
 from policy.tick import Ports, run_tick
 from policy_cases import FLOOR, OD, SPOT, group, pool_settings, settings
 from test_policy_adapters import FakeGroups, FakeNodes, FakePods, FakePublisher, FakeUtil
+from conftest import resolved_prices
 
 START = datetime(2027, 1, 8, 3, 0, tzinfo=timezone.utc)  # a block that starts at 03:00
 END = datetime(2027, 1, 15, 11, 30, tzinfo=timezone.utc)
@@ -269,7 +269,7 @@ def _block_cfg(**guaranteed):
     data["gpuloan:pools"][0]["guaranteed"].update(
         reservation="capacity_block", reservation_id="cr-0123456789abcdef0", payment="capacity_block",
         capacity_block_start="2027-01-08T03:00:00Z", capacity_block_end="2027-01-15T11:30:00Z", **guaranteed)
-    return checks.from_stack_yaml({"config": data}, "test", prices=catalog.current())
+    return checks.from_stack_yaml({"config": data}, "test", prices=resolved_prices())
 
 
 def test_program_leaves_the_block_queues_floor_quota_to_the_policy():
@@ -294,7 +294,7 @@ def test_settings_carry_the_window_and_survive_the_package_json():
     from stacks.policy_function.settings import settings_for
 
     cfg = _block_cfg(capacity_block_checkpoint_lead_minutes=45)
-    s = settings_for(catalog.current(), cfg, "c", {p.name: {"spot": "s", "on_demand": "o", "guaranteed": "g"} for p in cfg.pools},
+    s = settings_for(resolved_prices(), cfg, "c", {p.name: {"spot": "s", "on_demand": "o", "guaranteed": "g"} for p in cfg.pools},
                      allow_unknown_prices=True)
     s = Settings.from_json(s.to_json())
     training = s.pool(cfg.pools[0].name)
@@ -303,7 +303,7 @@ def test_settings_carry_the_window_and_survive_the_package_json():
     assert (training.capacity_block_queue, training.capacity_block_flavor, training.capacity_block_quota_gpus) == (
         "gpuloan-prod-training", "gpuloan-prod-training-floor", 16)
     assert all(p.capacity_block_start is None for p in s.pools[1:])  # other floors: no window
-    held = settings_for(catalog.current(), _block_cfg(capacity_block_active=False), "c", {}, allow_unknown_prices=True)
+    held = settings_for(resolved_prices(), _block_cfg(capacity_block_active=False), "c", {}, allow_unknown_prices=True)
     assert held.pools[0].capacity_block_held
 
 
@@ -362,7 +362,7 @@ def test_rbac_grants_pod_patch_only_with_a_block_and_the_client_uses_exactly_tha
     from config import scheduling, versions
     from stacks.kubernetes import tenancy
 
-    plain = checks.from_stack_yaml({"config": stack_config("prod")}, "test", prices=catalog.current())
+    plain = checks.from_stack_yaml({"config": stack_config("prod")}, "test", prices=resolved_prices())
     # without a block: the base rules and, with Kueue, the loan's read of the environment's queues
     assert tenancy.policy_rbac_rules(plain) == [*tenancy.POLICY_RBAC_RULES, tenancy.loan_rbac_rule(plain)]
     cfg = _block_cfg()

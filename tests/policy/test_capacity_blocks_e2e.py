@@ -11,11 +11,10 @@ from datetime import timedelta
 import pytest
 
 from aws_emulator import CapacityReservationsFake
-from conftest import requires_shared_prices
+from conftest import requires_shared_prices, resolved_prices
 from fake_kube import FakeKube, gpu_pod
 from policy import capacity_blocks as cb
 from pricing import checks
-from pricing.sources import catalog
 from config import scheduling
 from stacks.kubernetes.kueue import cluster_queue_manifest
 from stacks.policy_function.package import build_zip
@@ -35,13 +34,13 @@ def _block_cfg():
         reservation="capacity_block", reservation_id="cr-0123456789abcdef0", availability_zone="us-east-1a",
         rate={"usd_per_hour": 1.0, "source": "test value standing in for the block's quote"},
         capacity_block_start=START.isoformat(), capacity_block_end=END.isoformat())
-    return checks.parse(data, prices=catalog.current())
+    return checks.parse(data, prices=resolved_prices())
 
 
 @pytest.fixture(scope="module")
 def block_lambda(tmp_path_factory):
     cfg = _block_cfg()
-    s = settings_for(catalog.current(), cfg, CLUSTER, GROUPS)
+    s = settings_for(resolved_prices(), cfg, CLUSTER, GROUPS)
     root = tmp_path_factory.mktemp("lambda-block")
     zipfile.ZipFile(io.BytesIO(build_zip(settings_json=s.to_json()))).extractall(root)
     return root, s, cfg

@@ -17,11 +17,10 @@ import boto3
 import pytest
 
 from aws_emulator import REGION, eks_asg_tags, emulator_env
-from conftest import requires_shared_prices, stack_config
+from conftest import requires_shared_prices, stack_config, resolved_prices
 from fake_kube import FakeKube, gpu_pod
 from config import scheduling
 from pricing import checks
-from pricing.sources import catalog
 from stacks.kubernetes.kueue import cluster_queue_manifest
 from stacks.policy_function.package import build_zip
 from stacks.policy_function.settings import settings_for
@@ -38,7 +37,7 @@ def _cfg():
     data["pools"].append({"name": "train", "team": "research", "tier": "experiment",
                           "elastic": {"instance_types": ["g6.xlarge"], "capacity": "spot_then_on_demand",
                                       "max_nodes": 3}})
-    return checks.parse(data, prices=catalog.current())
+    return checks.parse(data, prices=resolved_prices())
 
 
 GROUPS = {"research": {"spot": "dev-research-spot", "guaranteed": "dev-research-guaranteed"},
@@ -46,7 +45,7 @@ GROUPS = {"research": {"spot": "dev-research-spot", "guaranteed": "dev-research-
 
 
 def _settings():
-    return settings_for(catalog.current(), _cfg(), CLUSTER, GROUPS)
+    return settings_for(resolved_prices(), _cfg(), CLUSTER, GROUPS)
 
 
 @pytest.fixture(scope="module")

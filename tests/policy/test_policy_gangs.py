@@ -6,11 +6,10 @@ from __future__ import annotations
 import base64
 from dataclasses import replace
 from pricing import checks
-from pricing.sources import catalog
 
 import pytest
 
-from conftest import requires_shared_prices
+from conftest import requires_shared_prices, resolved_prices
 from fake_kube import FakeKube, gpu_pod
 from policy.decide import decide
 from policy.io.kube import KubeClient
@@ -255,8 +254,8 @@ def _prod_spec():
     from conftest import REPO
     from sim import pool as simpool
 
-    cfg = checks.from_stack_yaml(yaml.safe_load((REPO / "Pulumi.prod.yaml").read_text()), "prod", prices=catalog.current())
-    return replace(simpool.spec_from_config(cfg, "training"), floor_nodes=0)  # 8-GPU nodes
+    cfg = checks.from_stack_yaml(yaml.safe_load((REPO / "Pulumi.prod.yaml").read_text()), "prod", prices=resolved_prices())
+    return replace(simpool.spec_from_config(resolved_prices(), cfg, "training"), floor_nodes=0)  # 8-GPU nodes
 
 
 def _jobs(tmp_path, rows):

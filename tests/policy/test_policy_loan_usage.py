@@ -10,14 +10,13 @@ from datetime import datetime, timezone
 
 import pytest
 
-from conftest import stack_config
+from conftest import stack_config, resolved_prices
 from fake_kube import FakeKube
 from config import config, scheduling
 from policy import loan_usage
 from policy import metric_names as M
 from policy.deadline import Deadline
 from policy.io.kube import KubeClient
-from pricing.sources import catalog
 from stacks.kubernetes import tenancy
 from stacks.kubernetes.kueue import cluster_queue_manifest
 from stacks.policy_function.settings import settings_for
@@ -80,7 +79,7 @@ def figures(lines: list[str]) -> dict[tuple[str, str, str], float]:
 
 def test_prod_research_borrowing_training_floor_is_lent_by_training(kube):
     cfg = prod_cfg()
-    settings = settings_for(catalog.current(), cfg, "c", groups(cfg), allow_unknown_prices=True)
+    settings = settings_for(resolved_prices(), cfg, "c", groups(cfg), allow_unknown_prices=True)
     floor = scheduling.flavor_name(cfg, cfg.pool("training"), scheduling.FLOOR)
     spot = scheduling.flavor_name(cfg, cfg.pool("research"), scheduling.SPOT)
     # training runs 8 of its 16 floor GPUs, research borrows the other 8 and runs 16 on its own spot
@@ -114,7 +113,7 @@ def test_rbac_grants_exactly_the_get_the_loan_read_uses(kube):
     assert rule == {"apiGroups": ["kueue.x-k8s.io"], "resources": ["clusterqueues"], "verbs": ["get"],
                     "resourceNames": sorted(q.name for q in scheduling.plan(cfg).queues)}
     loaded(kube, cfg, {})
-    settings = settings_for(catalog.current(), cfg, "c", groups(cfg), allow_unknown_prices=True)
+    settings = settings_for(resolved_prices(), cfg, "c", groups(cfg), allow_unknown_prices=True)
     loan_usage.tick_lines(settings, client(kube), {}, NOW, None, [], print)
     for request in kube.requests:
         method, target = request.split(" ", 1)
@@ -124,12 +123,12 @@ def test_rbac_grants_exactly_the_get_the_loan_read_uses(kube):
     off = cfg.model_copy(update={"scheduling": cfg.scheduling.model_copy(update={
         "kueue": cfg.scheduling.kueue.model_copy(update={"enabled": False})})})
     assert not any("clusterqueues" in r["resources"] for r in tenancy.policy_rbac_rules(off))
-    assert settings_for(catalog.current(), off, "c", groups(off), allow_unknown_prices=True).pools[0].loan_queue is None
+    assert settings_for(resolved_prices(), off, "c", groups(off), allow_unknown_prices=True).pools[0].loan_queue is None
 
 
 def test_an_absent_status_field_is_reported_once_and_nothing_is_charged_from_a_guess(kube):
     cfg = prod_cfg()
-    settings = settings_for(catalog.current(), cfg, "c", groups(cfg), allow_unknown_prices=True)
+    settings = settings_for(resolved_prices(), cfg, "c", groups(cfg), allow_unknown_prices=True)
     floor = scheduling.flavor_name(cfg, cfg.pool("training"), scheduling.FLOOR)
     loaded(kube, cfg, {"training": {floor: 16}, "research": {floor: 0}})
     research = scheduling.cluster_queue_name(cfg, cfg.pool("research"))
@@ -156,7 +155,7 @@ def test_an_absent_status_field_is_reported_once_and_nothing_is_charged_from_a_g
 
 def test_an_unreachable_queue_is_reported_once(kube):
     cfg = prod_cfg()
-    settings = settings_for(catalog.current(), cfg, "c", groups(cfg), allow_unknown_prices=True)
+    settings = settings_for(resolved_prices(), cfg, "c", groups(cfg), allow_unknown_prices=True)
     state: dict = {"loan_reported": "not an object"}  # a malformed part of the state is started afresh
     errors: list[str] = []
     got = figures(loan_usage.tick_lines(settings, client(kube), state, NOW, None, errors, print))  # 404 each
@@ -171,7 +170,7 @@ def test_an_unreachable_queue_is_reported_once(kube):
 
 def test_the_read_is_skipped_and_logged_when_the_deadline_is_near(kube):
     cfg = prod_cfg()
-    settings = settings_for(catalog.current(), cfg, "c", groups(cfg), allow_unknown_prices=True)
+    settings = settings_for(resolved_prices(), cfg, "c", groups(cfg), allow_unknown_prices=True)
     loaded(kube, cfg, {})
     logged: list[str] = []
     near = Deadline(loan_usage.READ_MIN_SECONDS - 1)
@@ -184,7 +183,7 @@ def test_a_deadline_passing_mid_way_publishes_nothing_unread_and_reports_no_prob
     from policy.errors import DeadlineExceeded
 
     cfg = prod_cfg()
-    settings = settings_for(catalog.current(), cfg, "c", groups(cfg), allow_unknown_prices=True)
+    settings = settings_for(resolved_prices(), cfg, "c", groups(cfg), allow_unknown_prices=True)
     floor = scheduling.flavor_name(cfg, cfg.pool("training"), scheduling.FLOOR)
     loaded(kube, cfg, {"training": {floor: 8}, "research": {floor: 8}})
     real = client(kube)

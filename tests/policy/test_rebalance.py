@@ -9,8 +9,7 @@ import zipfile
 
 import pytest
 
-from conftest import requires_shared_prices, run_stack, stack_config
-from pricing.sources import catalog
+from conftest import requires_shared_prices, run_stack, stack_config, resolved_prices
 from config import config
 from stacks.policy_function.package import build_zip
 from stacks.policy_function.settings import settings_for
@@ -23,7 +22,7 @@ def _opted_settings():
     cfg = _cfg()
     pools = [p.model_copy(update={"elastic": p.elastic.model_copy(update={"rebalance_checkpoint": True})})
              if p.name == "train" else p for p in cfg.pools]
-    return settings_for(catalog.current(), cfg.model_copy(update={"pools": pools}), CLUSTER, GROUPS)
+    return settings_for(resolved_prices(), cfg.model_copy(update={"pools": pools}), CLUSTER, GROUPS)
 
 
 @pytest.fixture(scope="module")

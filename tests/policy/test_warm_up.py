@@ -7,7 +7,6 @@ import dataclasses
 import json
 from datetime import datetime, timedelta, timezone
 from pricing import checks
-from pricing.sources import catalog
 
 import pytest
 
@@ -15,7 +14,7 @@ from policy.decide import decide, warm_up_nodes
 from policy.model import Observation, PoolObservation, Reason
 from policy.rhythm import DAYS, MIN_DAYS, SLOTS_PER_DAY, DailyArrivals
 from policy_cases import NOW, OD, SPOT, group, idle, node, observe, pool_settings, settings, spend
-from conftest import requires_shared_prices
+from conftest import requires_shared_prices, resolved_prices
 
 R = Reason
 MIDNIGHT = datetime(2026, 3, 10, tzinfo=timezone.utc)
@@ -217,10 +216,10 @@ def test_warm_up_serves_a_daily_rhythm_without_the_boot_wait_and_the_fast_path_a
     from sim.policies import GpuLoan, pool_settings as sim_pool_settings
     from conftest import REPO
 
-    cfg = checks.from_stack_yaml(yaml.safe_load((REPO / "Pulumi.prod.yaml").read_text()), "prod", prices=catalog.current())
+    cfg = checks.from_stack_yaml(yaml.safe_load((REPO / "Pulumi.prod.yaml").read_text()), "prod", prices=resolved_prices())
     trace = _rhythm_trace(tmp_path)
     horizon = 14 * 1440
-    spec = simpool.auto_size(simpool.spec_from_config(cfg, "training"), trace, horizon_minutes=horizon)
+    spec = simpool.auto_size(simpool.spec_from_config(resolved_prices(), cfg, "training"), trace, horizon_minutes=horizon)
     calm = SimSettings(spot_interruptions_per_month=0.0, spot_unavailable_episodes_per_week=0.0)
     out = {}
     for warm in (False, True):

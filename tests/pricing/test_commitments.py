@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 import yaml
-from conftest import requires_shared_prices, stack_config
+from conftest import requires_shared_prices, stack_config, resolved_prices
 from policy_cases import NOW, group, pool_settings, settings, spend
 
 from gpuloan import cli
@@ -18,7 +18,7 @@ from policy.decide import decide, hours_left_in_month
 from policy.model import Observation, PoolObservation, Reason
 from pricing import checks
 from pricing.cost_model import billing, costs
-from pricing.sources import catalog, floor_pricing
+from pricing.sources import floor_pricing
 from config import config
 from stacks.policy_function import settings as policy_settings
 
@@ -28,11 +28,11 @@ HOURS = billing.HOURS_PER_MONTH
 
 
 def _od(t: str) -> float:
-    return catalog.price(t, "us-east-1").ondemand_usd_per_hour
+    return resolved_prices().price(t, "us-east-1").ondemand_usd_per_hour
 
 
 def _ri_rate() -> float:
-    return floor_pricing.commitment_rate(catalog.current(), "reserved_instances", 1, "no_upfront", "p4d.24xlarge",
+    return floor_pricing.commitment_rate(resolved_prices(), "reserved_instances", 1, "no_upfront", "p4d.24xlarge",
                                          "us-east-1").usd_per_hour
 
 
@@ -44,7 +44,7 @@ def _prod(**changes) -> dict:
 
 
 def _cfg(data: dict) -> config.GpuLoanConfig:
-    return checks.from_stack_yaml({"config": data}, "test", prices=catalog.current())
+    return checks.from_stack_yaml({"config": data}, "test", prices=resolved_prices())
 
 
 def _problems(data: dict) -> list[tuple[str, str]]:
@@ -118,18 +118,16 @@ def test_without_any_price_source_commitments_are_valid_and_their_costs_unknown(
     monkeypatch.delenv(pricebook.ENV_PRICE_FILE, raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "empty-cache"))
     monkeypatch.setenv(pricebook.ENV_SNAPSHOT, "0")  # nor the snapshot shipped in the package
-    catalog.use_price_file(None)
     try:
         cfg = _cfg(_prod(commitments=[RI, SP]))
-        cost = costs.stack_cost(catalog.current(), cfg).to_json()
+        cost = costs.stack_cost(resolved_prices(), cfg).to_json()
         assert cost["guaranteed_monthly_usd"] is None and cost["unused_commitment_monthly_usd"] is None
         assert all(p["guaranteed_monthly_usd"] is None for p in cost["pools"] if p["guaranteed_nodes"])
         # unknown spend is not zero: the policy function refuses to deploy without the figures
         with pytest.raises(policy_settings.PriceUnknown):
-            policy_settings.settings_for(catalog.current(), cfg, "c", {}, budget_names={})
+            policy_settings.settings_for(resolved_prices(), cfg, "c", {}, budget_names={})
     finally:
         monkeypatch.undo()
-        catalog.use_price_file(None)
 
 
 def test_a_commitment_without_a_rate_stops_the_policy_deploy_even_when_every_floor_is_priced(tmp_path, monkeypatch):
@@ -138,7 +136,6 @@ def test_a_commitment_without_a_rate_stops_the_policy_deploy_even_when_every_flo
     monkeypatch.delenv(pricebook.ENV_PRICE_FILE, raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "empty-cache"))
     monkeypatch.setenv(pricebook.ENV_SNAPSHOT, "0")  # nor the snapshot shipped in the package
-    catalog.use_price_file(None)
     try:
         # no price source: the floors carry the user's own rates, the elastic types the config's prices; only the
         # Savings Plan's rates are unknown (valid offline: nothing can tell the rate is missing)
@@ -149,15 +146,14 @@ def test_a_commitment_without_a_rate_stops_the_policy_deploy_even_when_every_flo
         data["gpuloan:instance_prices"] = {t: {"ondemand_usd_per_hour": 20.0, "source": "a quote, 2026-11"}
                                            for t in ("p4d.24xlarge", "p5.48xlarge", "g6e.xlarge", "g6e.2xlarge")}
         cfg = _cfg(data)
-        assert costs.stack_cost(catalog.current(), cfg).guaranteed_monthly_usd is None  # unknown, not priced without the plan
+        assert costs.stack_cost(resolved_prices(), cfg).guaranteed_monthly_usd is None  # unknown, not priced without the plan
         with pytest.raises(policy_settings.PriceUnknown, match=r"commitments\[0\] \(org-compute\): no rate"):
-            policy_settings.settings_for(catalog.current(), cfg, "c", {}, budget_names={})
+            policy_settings.settings_for(resolved_prices(), cfg, "c", {}, budget_names={})
         # an offline preview may run with it unknown (nothing is deployed): null, never zero
-        s = policy_settings.settings_for(catalog.current(), cfg, "c", {}, budget_names={}, allow_unknown_prices=True)
+        s = policy_settings.settings_for(resolved_prices(), cfg, "c", {}, budget_names={}, allow_unknown_prices=True)
         assert s.commitment_unused_usd_per_hour is None and s.pool("training").guaranteed_usd_per_hour is None
     finally:
         monkeypatch.undo()
-        catalog.use_price_file(None)
 
 
 def test_the_deprecated_shorthand_warns_in_validate_and_preview_naming_field_and_replacement(tmp_path, capsys):
@@ -183,7 +179,7 @@ def test_the_deprecated_shorthand_warns_in_validate_and_preview_naming_field_and
 def test_prod_preview_priced_with_an_org_ri_equals_the_billing_models_figure():
     # Three RIs for a floor of two: one RI-hour unused every hour, billed all the same.
     cfg = _cfg(_prod(commitments=[{**RI, "count": 3}]))
-    cost = costs.stack_cost(catalog.current(), cfg).to_json()
+    cost = costs.stack_cost(resolved_prices(), cfg).to_json()
     ri, p4d, g6e = _ri_rate(), _od("p4d.24xlarge"), _od("g6e.xlarge")
     by_pool = {p["pool"]: p for p in cost["pools"]}
     # by hand: the floor's 2 nodes at the RI rate; 1 RI unused; inference at on-demand; no floor for research
@@ -214,7 +210,7 @@ def test_a_savings_plan_covers_the_highest_discount_first_across_pools():
              "g6e.xlarge": {"usd_per_hour": round(0.9 * g6e, 4), "source": "illustrative, 2026-12"}}
     sp_p4d, sp_g6e = rates["p4d.24xlarge"]["usd_per_hour"], rates["g6e.xlarge"]["usd_per_hour"]
     cfg = _cfg(_prod(commitments=[{**SP, "hourly_commitment_usd": 2 * sp_p4d + 1.0, "rates": rates}]))
-    by_pool = {p["pool"]: p for p in costs.stack_cost(catalog.current(), cfg).to_json()["pools"]}
+    by_pool = {p["pool"]: p for p in costs.stack_cost(resolved_prices(), cfg).to_json()["pools"]}
     assert by_pool["training"]["guaranteed_monthly_usd"] == pytest.approx(2 * sp_p4d * HOURS, abs=0.02)
     covered_g6e_hours = 1.0 / sp_g6e
     assert by_pool["inference"]["guaranteed_monthly_usd"] == pytest.approx(
@@ -239,7 +235,7 @@ def test_preview_table_shows_the_commitment_and_its_unused_row(capsys, monkeypat
 
 def _side(data: dict) -> cost_diff.Side:
     cfg = _cfg(data)
-    return cost_diff.Side(doc={"resources": [], "cost": costs.stack_cost(catalog.current(), cfg).to_json()})
+    return cost_diff.Side(doc={"resources": [], "cost": costs.stack_cost(resolved_prices(), cfg).to_json()})
 
 
 def test_cost_diff_shows_a_commitment_change():
@@ -294,7 +290,7 @@ def test_the_pool_budget_rule_prices_the_floor_with_the_environments_commitments
 
 def test_policy_settings_bill_floors_with_commitments_and_count_unused_fees_as_fixed_spend():
     cfg = _cfg(_prod(commitments=[{**RI, "count": 3}]))
-    s = policy_settings.settings_for(catalog.current(), cfg, "c", {}, budget_names={})
+    s = policy_settings.settings_for(resolved_prices(), cfg, "c", {}, budget_names={})
     ri = _ri_rate()
     assert s.pool("training").guaranteed_usd_per_hour == pytest.approx(2 * ri, abs=1e-6)
     assert s.commitment_unused_usd_per_hour == pytest.approx(ri, abs=1e-6)

@@ -12,11 +12,10 @@ import copy
 
 import grimp
 import pytest
-from conftest import requires_shared_prices, stack_config
+from conftest import requires_shared_prices, stack_config, resolved_prices
 
 from config import config
 from pricing import checks
-from pricing.sources import catalog
 
 
 def _gpuloan_keys(stack: str) -> dict:
@@ -35,20 +34,13 @@ def test_no_module_of_config_imports_pricing():
     assert edges == []
 
 
-def test_parsing_a_config_with_instance_prices_writes_no_price_state():
-    data = _gpuloan_keys("dev")
-    data["instance_prices"] = {"p4d.24xlarge": {"ondemand_usd_per_hour": 2.0, "source": "test input: a quote"}}
-    config.parse(data)
-    assert catalog._config_prices == {}  # the table a later price lookup would fall back to
-
-
 @requires_shared_prices
 def test_the_config_alone_accepts_a_floor_over_budget_the_money_rules_refuse():
     data = _gpuloan_keys("prod")
     data["pools"][0]["budget"]["monthly_usd"] = 10000
     config.parse(copy.deepcopy(data))  # no prices below pricing: the config has nothing to compare
     with pytest.raises(config.ConfigError) as err:
-        checks.parse(data, prices=catalog.current())
+        checks.parse(data, prices=resolved_prices())
     [(path, message)] = [(p, m) for p, m in err.value.problems if p == "pools[0].budget.monthly_usd"]
     assert message.startswith("the guaranteed floor alone costs $") and "more than the pool budget ($10,000)" in message
 

@@ -10,12 +10,12 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import SHARED_PRICES, requires_shared_prices, stack_config
+from conftest import SHARED_PRICES, requires_shared_prices, stack_config, resolved_prices
 
 from gpuloan import preview
 from pricing.cost_model import platform_costs
 from stacks.capacity import launch_templates
-from pricing.sources import catalog, pricebook
+from pricing.sources import pricebook
 
 # key -> (test rate, unit): round numbers, clearly not prices anyone read anywhere
 FIXTURE_RATES = {
@@ -39,14 +39,13 @@ def _price_file(tmp_path, rates=FIXTURE_RATES):
 
 
 @pytest.fixture
-def fixture_prices(tmp_path):
-    catalog.use_price_file(_price_file(tmp_path))
+def fixture_prices(tmp_path, monkeypatch):
+    monkeypatch.setenv(pricebook.ENV_PRICE_FILE, str(_price_file(tmp_path)))
     yield
-    catalog.use_price_file(None)
 
 
 def _doc(stack: str) -> dict:
-    return preview.preview_document(stack, stack_config(stack))
+    return preview.preview_document(resolved_prices(), stack, stack_config(stack))
 
 
 def _rows(doc: dict) -> dict[str, dict]:
@@ -100,7 +99,7 @@ def test_platform_rows_are_quantity_times_the_price_file_rate(fixture_prices):
 def test_usage_assumptions_come_from_the_config(fixture_prices):
     cfg = stack_config("dev")
     cfg["gpuloan:cost_assumptions"] = {"nat_data_gb_per_month": 1000, "log_ingest_gb_per_month": 42}
-    rows = _rows(preview.preview_document("dev", cfg))
+    rows = _rows(preview.preview_document(resolved_prices(), "dev", cfg))
     assert rows["NAT data processed"]["monthly_usd"] == pytest.approx(0.5 * 1000)
     assert rows["CloudWatch Logs ingestion"]["monthly_usd"] == pytest.approx(1.0 * 42)
 
@@ -170,30 +169,30 @@ def test_the_offline_calendar_says_which_versions_are_past_standard_support():
 
 def test_the_shipped_stacks_run_a_version_in_standard_support():
     for stack in ("dev", "prod"):
-        cfg = preview.validated_config(stack_config(stack), stack)
+        cfg = preview.validated_config(resolved_prices(), stack_config(stack), stack)
         assert platform_costs.version_support(platform_costs.cluster_version(cfg), TODAY).status == \
             platform_costs.STANDARD_SUPPORT, stack
 
 
 @requires_shared_prices
-def test_a_version_in_extended_support_adds_the_surcharge_row(tmp_path):
+def test_a_version_in_extended_support_adds_the_surcharge_row(tmp_path, monkeypatch):
     rates = {**FIXTURE_RATES, "eks_extended_support": (5.0, "hour")}
-    catalog.use_price_file(_price_file(tmp_path, rates))
+    monkeypatch.setenv(pricebook.ENV_PRICE_FILE, str(_price_file(tmp_path, rates)))
     try:
         config = stack_config("dev")
         config["gpuloan:cluster"]["kubernetes_version"] = "1.33"
-        cfg = preview.validated_config(config, "dev")
-        rows = {r.item: r for r in platform_costs.platform_costs(catalog.current(), cfg, [{"type": "aws:eks/cluster:Cluster"}], TODAY)}
+        cfg = preview.validated_config(resolved_prices(), config, "dev")
+        rows = {r.item: r for r in platform_costs.platform_costs(resolved_prices(), cfg, [{"type": "aws:eks/cluster:Cluster"}], TODAY)}
         assert rows["EKS control plane"].monthly_usd == 730.0
         assert rows["EKS extended support"].monthly_usd == 5.0 * 730
         assert "extended support since 2026-07-29" in rows["EKS extended support"].basis
         config["gpuloan:cluster"]["kubernetes_version"] = "1.35"
-        cfg = preview.validated_config(config, "dev")
-        rows = {r.item: r for r in platform_costs.platform_costs(catalog.current(), cfg, [{"type": "aws:eks/cluster:Cluster"}], TODAY)}
+        cfg = preview.validated_config(resolved_prices(), config, "dev")
+        rows = {r.item: r for r in platform_costs.platform_costs(resolved_prices(), cfg, [{"type": "aws:eks/cluster:Cluster"}], TODAY)}
         assert "EKS extended support" not in rows
         assert "standard support until 2027-03-27" in rows["EKS control plane"].basis
     finally:
-        catalog.use_price_file(None)
+        monkeypatch.undo()
 
 
 class _EksVersions:

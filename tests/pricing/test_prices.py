@@ -22,7 +22,7 @@ import boto3
 import pytest
 import yaml
 from botocore.stub import Stubber
-from conftest import REPO, requires_prices, requires_shared_prices, stack_config
+from conftest import REPO, requires_prices, requires_shared_prices, stack_config, resolved_prices
 
 from gpuloan.commands import prices as cmd_prices
 from pricing.sources import aws_prices
@@ -55,7 +55,6 @@ def book_file(tmp_path):
         return path
 
     yield make
-    catalog.use_price_file(None)
 
 
 # --- the price file, the cache and the book in force -------------------------------------------------------
@@ -150,28 +149,27 @@ def test_config_is_valid_without_any_price_and_costs_are_unknown(book_file, tmp_
     monkeypatch.delenv(pricebook.ENV_PRICE_FILE, raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "empty-cache"))
     monkeypatch.setenv(pricebook.ENV_SNAPSHOT, "0")  # nor the snapshot shipped in the package
-    catalog.use_price_file(None)
-    cfg = checks.from_stack_yaml({"config": stack_config("dev")}, "dev", prices=catalog.current())
-    cost = costs.stack_cost(catalog.current(), cfg).to_json()
+    cfg = checks.from_stack_yaml({"config": stack_config("dev")}, "dev", prices=resolved_prices())
+    cost = costs.stack_cost(resolved_prices(), cfg).to_json()
     assert cost["guaranteed_monthly_usd"] is None and cost["elastic_max_monthly_usd"] is None
     assert cost["budget_headroom_monthly_usd"] is None and cost["has_price_source"] is False
     assert "prices: unknown (no price source)" in cost["price_source"] and "prices refresh" in cost["price_source"]
 
 
-def test_a_region_the_source_covers_but_without_the_type_fails_validation_with_its_path(book_file):
-    catalog.use_price_file(book_file(prices={"g6.xlarge": {"ondemand_usd_per_hour": 1.0}}))
+def test_a_region_the_source_covers_but_without_the_type_fails_validation_with_its_path(book_file, monkeypatch):
+    monkeypatch.setenv(pricebook.ENV_PRICE_FILE, str(book_file(prices={"g6.xlarge": {"ondemand_usd_per_hour": 1.0}})))
     with pytest.raises(ConfigError) as err:
-        checks.from_stack_yaml({"config": stack_config("dev")}, "dev", prices=catalog.current())
+        checks.from_stack_yaml({"config": stack_config("dev")}, "dev", prices=resolved_prices())
     assert "pools[0].elastic.instance_types[1]" in str(err.value)
     assert "no price for g5.xlarge in us-east-1" in str(err.value)
 
 
-def test_costs_come_from_the_price_file_and_name_it(book_file):
+def test_costs_come_from_the_price_file_and_name_it(book_file, monkeypatch):
     from pricing.cost_model import costs
 
     path = book_file()
-    catalog.use_price_file(path)
-    cost = costs.stack_cost(catalog.current(), checks.from_stack_yaml({"config": stack_config("dev")}, "dev", prices=catalog.current())).to_json()
+    monkeypatch.setenv(pricebook.ENV_PRICE_FILE, str(path))
+    cost = costs.stack_cost(resolved_prices(), checks.from_stack_yaml({"config": stack_config("dev")}, "dev", prices=resolved_prices())).to_json()
     pool = cost["pools"][0]
     assert pool["guaranteed_monthly_usd"] == 730.0  # 1 x g6.xlarge at 1.0 $/h
     assert pool["elastic_max_monthly_usd"] == 4 * 2.0 * 730  # g5.xlarge has no spot price: its on-demand rate
@@ -224,10 +222,10 @@ def test_preview_json_without_prices_has_null_costs_and_null_lambda_prices(tmp_p
 def test_a_deployment_without_prices_stops_with_the_fix(book_file):
     from stacks.policy_function.settings import PriceUnknown, settings_for
 
-    catalog.use_price_file(book_file(region="eu-west-1"))  # a source, but not for the stack's region
-    cfg = checks.from_stack_yaml({"config": stack_config("dev")}, "dev", prices=catalog.current())
+    prices = resolved_prices(book_file(region="eu-west-1"))  # a source, but not for the stack's region
+    cfg = checks.from_stack_yaml({"config": stack_config("dev")}, "dev", prices=prices)
     with pytest.raises(PriceUnknown) as err:
-        settings_for(catalog.current(), cfg, "c", {}, budget_names={})
+        settings_for(prices, cfg, "c", {}, budget_names={})
     assert "g6.xlarge in us-east-1" in str(err.value) and "prices refresh" in str(err.value)
 
 
@@ -239,7 +237,7 @@ def test_a_deployment_without_prices_registers_nothing(book_file, monkeypatch):
     from offline import runner as offline
     from stacks.policy_function import settings as policy_settings
 
-    catalog.use_price_file(book_file(region="eu-west-1"))
+    monkeypatch.setenv(pricebook.ENV_PRICE_FILE, str(book_file(region="eu-west-1")))
     monkeypatch.setattr(policy_settings, "offline_preview", contextlib.nullcontext)
     records: list = []
     with pytest.raises(Exception) as err:
@@ -473,18 +471,18 @@ def test_instance_facts_of_a_type_missing_from_the_table_come_from_ec2_and_are_c
     assert pricebook.load_cache().instance_facts["g6.xlarge"] == facts
 
 
-def test_a_cached_type_whose_gpu_gpuloan_cannot_classify_is_refused_clearly(book_file, tmp_path):
+def test_a_cached_type_whose_gpu_gpuloan_cannot_classify_is_refused_clearly(book_file, tmp_path, monkeypatch):
     path = book_file()
     doc = json.loads(path.read_text())
     doc["instance_facts"] = {"g99.xlarge": {"gpus": 1, "gpu_model": "X9", "gpu_memory_gib": 64,
                                             "cpu_architecture": "x86_64"}}
     path.write_text(json.dumps(doc))
-    catalog.use_price_file(path)
-    assert catalog.lookup("g99.xlarge").gpus == 1
+    monkeypatch.setenv(pricebook.ENV_PRICE_FILE, str(path))
+    assert resolved_prices().lookup("g99.xlarge").gpus == 1
     cfg = stack_config("dev")
     cfg["gpuloan:pools"][0]["elastic"]["instance_types"] = ["g99.xlarge"]
     with pytest.raises(ConfigError) as err:
-        checks.from_stack_yaml({"config": cfg}, "dev", prices=catalog.current())
+        checks.from_stack_yaml({"config": cfg}, "dev", prices=resolved_prices())
     assert "pools[0].elastic.instance_types" in str(err.value) and "no CUDA support rules" in str(err.value)
 
 
@@ -492,8 +490,8 @@ def test_a_cached_type_whose_gpu_gpuloan_cannot_classify_is_refused_clearly(book
 def test_the_simulator_reads_the_interruption_bucket_from_the_offline_file():
     from sim import pool as simpool
 
-    spec = simpool.spec_from_config(checks.from_stack_yaml({"config": stack_config("prod")}, "prod", prices=catalog.current()), "training")
-    assert spec.spot_interruption_bucket == catalog.price(spec.spot_type, "us-east-1").interruption_bucket
+    spec = simpool.spec_from_config(resolved_prices(), checks.from_stack_yaml({"config": stack_config("prod")}, "prod", prices=resolved_prices()), "training")
+    assert spec.spot_interruption_bucket == resolved_prices().price(spec.spot_type, "us-east-1").interruption_bucket
     assert spec.spot_interruption_bucket is not None
     assert spec.spot_interruptions_per_month == simpool.ADVISOR_BUCKET_PER_MONTH[spec.spot_interruption_bucket]
 

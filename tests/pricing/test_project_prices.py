@@ -19,7 +19,7 @@ from conftest import REPO
 from gpuloan import cli
 from offline import diff as cost_diff
 from gpuloan.commands import cost_diff as cmd_cost_diff, prices as cmd_prices
-from pricing.sources import catalog, pricebook
+from pricing.sources import pricebook
 
 SKIP = shutil.ignore_patterns(".git", ".venv", "__pycache__", ".pytest_cache", ".hypothesis", "tests", "*.egg-info",
                               "venv", "out", "build", "dist", pricebook.PROJECT_PRICE_FILE)
@@ -33,9 +33,7 @@ def no_price_variable(monkeypatch, tmp_path):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "empty-cache"))
     # nor the snapshot shipped in the package (tests/pricing/test_price_snapshot.py): these tests are about the files
     monkeypatch.setenv(pricebook.ENV_SNAPSHOT, "0")
-    catalog.use_price_file(None)
     yield
-    catalog.use_price_file(None)
 
 
 def made_up_rates(stack: str, usd_per_hour: float = 1.0) -> pricebook.PriceBook:

@@ -18,12 +18,12 @@ import re
 import pytest
 import yaml
 from capacity_helpers import ELASTIC, NODE_GROUP, dev_variant, private_subnet_azs, under
-from conftest import REPO, SHARED_PRICES, STACKS, requires_shared_prices, stack_config
+from conftest import REPO, SHARED_PRICES, STACKS, requires_shared_prices, stack_config, resolved_prices
 from rich.console import Console
 
 from gpuloan import cli, preview
 from config import tags
-from pricing.sources import catalog, pricebook
+from pricing.sources import pricebook
 from pricing.cost_model import spot_spread
 from pricing import checks
 
@@ -38,7 +38,7 @@ def _spot_groups(rec) -> dict[str, object]:
 @pytest.mark.parametrize("stack", STACKS)
 def test_every_spot_group_has_every_elastic_type_and_a_subnet_in_every_az(recorded, stack):
     rec = recorded(stack)
-    cfg = checks.from_stack_yaml({"config": stack_config(stack)}, stack, prices=catalog.current())
+    cfg = checks.from_stack_yaml({"config": stack_config(stack)}, stack, prices=resolved_prices())
     azs = list(cfg.cluster.availability_zones)
     private = private_subnet_azs(rec)
     assert sorted(set(private.values())) == sorted(azs), "the network has one private subnet per cluster AZ"
@@ -67,10 +67,10 @@ def test_prod_training_spot_spans_all_three_azs_although_its_floor_is_pinned_to_
 
 
 def test_an_on_demand_only_pool_has_no_spot_spread():
-    cfg = checks.from_stack_yaml({"config": dev_variant(elastic={"capacity": "on_demand"})}, "dev", prices=catalog.current())
+    cfg = checks.from_stack_yaml({"config": dev_variant(elastic={"capacity": "on_demand"})}, "dev", prices=resolved_prices())
     assert not spot_spread.launches_spot(cfg.pools[0])
-    assert spot_spread.pool_figures(catalog.current(), cfg, cfg.pools[0]) == [] and spot_spread.advisories(catalog.current(), cfg) == []
-    assert preview.spread_document(cfg) == {"pools": [], "advisories": []}
+    assert spot_spread.pool_figures(resolved_prices(), cfg, cfg.pools[0]) == [] and spot_spread.advisories(resolved_prices(), cfg) == []
+    assert preview.spread_document(resolved_prices(), cfg) == {"pools": [], "advisories": []}
 
 
 # --- the rule: dominated types ------------------------------------------------------------------------------
@@ -163,7 +163,6 @@ def prod_price_file(tmp_path):
         return str(path)
 
     yield make
-    catalog.use_price_file(None)
 
 
 def _validate(monkeypatch, capsys, price_file: str) -> tuple[int, str, str]:
@@ -203,14 +202,14 @@ def test_validate_says_nothing_when_a_price_or_bucket_is_unknown(prod_price_file
     assert rc == 0 and "warning" not in err
 
 
-def test_figures_are_per_gpu_with_their_basis_and_unknowns_stay_unknown(prod_price_file):
-    catalog.use_price_file(prod_price_file({"p4d.24xlarge": (8.0, "10-15%")}))
-    p4d, p5 = spot_spread.figures(catalog.current(), ["p4d.24xlarge", "p5.48xlarge"], "us-east-1")
+def test_figures_are_per_gpu_with_their_basis_and_unknowns_stay_unknown(prod_price_file, monkeypatch):
+    monkeypatch.setenv(pricebook.ENV_PRICE_FILE, str(prod_price_file({"p4d.24xlarge": (8.0, "10-15%")})))
+    p4d, p5 = spot_spread.figures(resolved_prices(), ["p4d.24xlarge", "p5.48xlarge"], "us-east-1")
     assert (p4d.gpus, p4d.spot_usd_per_gpu_hour, p4d.ondemand_usd_per_gpu_hour) == (8, 1.0, 1.25)
     assert (p4d.interruption_bucket, p4d.spot_basis, p4d.source) == ("10-15%", "observed-median", "test")
     assert (p5.spot_usd_per_gpu_hour, p5.interruption_bucket, p5.spot_basis) == (None, None, "none")
     assert p5.ondemand_usd_per_gpu_hour == 1.25
-    [unpriced] = spot_spread.figures(catalog.current(), ["g6.xlarge"], "us-east-1")
+    [unpriced] = spot_spread.figures(resolved_prices(), ["g6.xlarge"], "us-east-1")
     assert unpriced.spot_usd_per_gpu_hour is None and unpriced.ondemand_usd_per_gpu_hour is None
 
 
@@ -240,12 +239,12 @@ def test_prices_show_lists_each_spot_pool_per_gpu_and_the_advisory(prod_price_fi
 
 
 @requires_shared_prices
-def test_preview_shows_a_spread_line_per_spot_pool_and_the_advisories_of_prod():
-    catalog.use_price_file(SHARED_PRICES)
+def test_preview_shows_a_spread_line_per_spot_pool_and_the_advisories_of_prod(monkeypatch):
+    monkeypatch.setenv(pricebook.ENV_PRICE_FILE, str(SHARED_PRICES))
     try:
         config = yaml.safe_load((REPO / "Pulumi.prod.yaml").read_text())["config"]
-        cfg = checks.from_stack_yaml({"config": config}, "prod", prices=catalog.current())
-        doc = preview.spread_document(cfg)
+        cfg = checks.from_stack_yaml({"config": config}, "prod", prices=resolved_prices())
+        doc = preview.spread_document(resolved_prices(), cfg)
         assert [p["pool"] for p in doc["pools"]] == ["training", "inference", "research"]
         for p in doc["pools"]:
             assert [t["instance_type"] for t in p["types"]] == list(cfg.pool(p["pool"]).elastic.instance_types)
@@ -268,7 +267,7 @@ def test_preview_shows_a_spread_line_per_spot_pool_and_the_advisories_of_prod():
         assert text.count("spot, spread by price and capacity over:") == 3
         assert text.count("spot advisory") == len(doc["advisories"])
     finally:
-        catalog.use_price_file(None)
+        monkeypatch.undo()
 
 
 
@@ -292,7 +291,6 @@ def sized_price_file(tmp_path):
     path.write_text(json.dumps({"format": pricebook.FORMAT, "regions": {"us-east-1": {
         "source": "test rates", "read_at": "2026-11-30", "instance_types": types}}}))
     yield str(path)
-    catalog.use_price_file(None)
 
 
 def _sized_config() -> dict:
@@ -300,16 +298,16 @@ def _sized_config() -> dict:
                        elastic={"instance_types": G6E_SIZES, "capacity": "spot_then_on_demand"})
 
 
-def test_a_multi_size_pool_is_advised_per_size_group_in_validate_and_preview(sized_price_file):
-    catalog.use_price_file(sized_price_file)
-    cfg = checks.from_stack_yaml({"config": _sized_config()}, "dev", prices=catalog.current())
+def test_a_multi_size_pool_is_advised_per_size_group_in_validate_and_preview(sized_price_file, monkeypatch):
+    monkeypatch.setenv(pricebook.ENV_PRICE_FILE, str(sized_price_file))
+    cfg = checks.from_stack_yaml({"config": _sized_config()}, "dev", prices=resolved_prices())
     # only g6e.2xlarge (index 2), against g6e.xlarge of its own 1-GPU group; the 4- and 8-GPU types are dearer and
     # riskier per GPU than g6e.xlarge, but EC2 never chooses between sizes, so they get no advisory
-    [advisory] = spot_spread.advisories(catalog.current(), cfg)
+    [advisory] = spot_spread.advisories(resolved_prices(), cfg)
     assert advisory.path == "pools[0].elastic.instance_types[2]"
     assert "g6e.2xlarge spot costs $0.9000/GPU-h" in advisory.message and "g6e.xlarge $0.5000/GPU-h" in advisory.message
     assert "the pool's 1-GPU spot group" in advisory.message
-    doc = preview.spread_document(cfg)
+    doc = preview.spread_document(resolved_prices(), cfg)
     [pool] = doc["pools"]
     assert pool["spot_groups"] == [{"gpus_per_node": 1, "instance_types": ["g6e.2xlarge", "g6e.xlarge"]},
                                    {"gpus_per_node": 4, "instance_types": ["g6e.12xlarge"]},

@@ -4,10 +4,9 @@ series a user could give `gpuloan advise --demand DIR`, with a stack file naming
 from __future__ import annotations
 
 import yaml
-from conftest import SHARED_TRACES, requires_shared_prices, requires_shared_traces
+from conftest import SHARED_TRACES, requires_shared_prices, requires_shared_traces, resolved_prices
 
 from pricing import checks
-from pricing.sources import catalog
 from scripts import advise_environment
 from sim import org_demand
 
@@ -22,7 +21,7 @@ def test_the_folder_holds_16_minute_series_of_the_days_asked_and_a_stack_of_the_
         lines = f.read_text().splitlines()
         assert lines[0] == "minute,gpus_demanded" and len(lines) == 1 + 2 * 1440
     doc = yaml.safe_load((tmp_path / advise_environment.STACK_FILE).read_text())
-    cfg = checks.from_stack_yaml(doc, "advise16", prices=catalog.current())
+    cfg = checks.from_stack_yaml(doc, "advise16", prices=resolved_prices())
     names = [p.name for p in cfg.pools]
     assert sorted(names) == sorted(f.stem for f in files)
     demand = org_demand.read_demand_dir(tmp_path, names)  # what `advise --demand` reads: every pool, series

@@ -4,7 +4,7 @@ the ITP traces differ pool by pool and cover the horizon, and a tiny run prints 
 from __future__ import annotations
 
 import pytest
-from conftest import REPO, SHARED_TRACES, requires_shared_prices, requires_shared_traces
+from conftest import REPO, SHARED_TRACES, requires_shared_prices, requires_shared_traces, resolved_prices
 
 from scripts import bench_scale
 from sim.traces import Job, JobsTrace
@@ -36,7 +36,7 @@ def test_no_two_of_128_pools_replay_the_same_days_and_16_are_bench_environments_
 @requires_shared_traces
 @requires_shared_prices
 def test_an_organization_names_each_pool_by_cluster_and_shift_and_sizes_it():
-    cfg, demands, horizon = bench_scale.organization(SHARED_TRACES / "itp", 12, 31)
+    cfg, demands, horizon = bench_scale.organization(resolved_prices(), SHARED_TRACES / "itp", 12, 31)
     assert horizon == 31 * 1440 and len(cfg.pools) == 12 == len(demands)
     assert list(demands)[:2] == ["c01-s0", "c02-s0"] and list(demands)[9:11] == ["c02-s31", "c03-s31"]
     assert demands["c02-s0"].jobs != demands["c02-s31"].jobs  # the same cluster, other days

@@ -7,7 +7,7 @@ import random
 from dataclasses import replace
 
 import pytest
-from conftest import requires_shared_prices, stack_config
+from conftest import requires_shared_prices, stack_config, resolved_prices
 
 from sim import environment as envsim
 from sim.engine import GUARANTEED, ON_DEMAND, SPOT, SimSettings, Simulation
@@ -17,7 +17,6 @@ from sim.pool import spec_from_config
 from sim.runner import metrics_of
 from sim.traces import Job, JobsTrace
 from pricing import checks
-from pricing.sources import catalog
 from config import config
 
 pytestmark = requires_shared_prices
@@ -46,7 +45,7 @@ def env_config(pools: list[dict], **kueue) -> config.GpuLoanConfig:
     data["gpuloan:pools"] = pools
     data["gpuloan:scheduling"] = {"kueue": kueue}
     data["gpuloan:budget"]["monthly_usd"] = 1_000_000  # the dev budget is for its one pool
-    return checks.from_stack_yaml({"config": data}, "test", prices=catalog.current())
+    return checks.from_stack_yaml({"config": data}, "test", prices=resolved_prices())
 
 
 def jobs(name: str, rows: list[tuple[float, float, int]]) -> JobsTrace:
@@ -78,11 +77,11 @@ def test_pools_that_share_nothing_run_exactly_as_each_alone(controller, no_lendi
     cfg = env_config(pools, teams=teams)
     demands = {p["name"]: random_jobs(p["name"], seed=k, max_gpus=2) for k, p in enumerate(pools)}
     horizon = 2 * 1440
-    res = simulate_environment(cfg, demands, CONTROLLERS[controller], STORMY, horizon)
+    res = simulate_environment(resolved_prices(), cfg, demands, CONTROLLERS[controller], STORMY, horizon)
     assert res.environment["interruptions"] > 0  # spot events happen, in every run alike
     for name, trace in demands.items():
         ctl = CONTROLLERS[controller](None)
-        alone = Simulation(spec_from_config(cfg, name), trace, ctl, STORMY, horizon,
+        alone = Simulation(spec_from_config(resolved_prices(), cfg, name), trace, ctl, STORMY, horizon,
                            stream=pool_stream(STORMY.seed, name)).run()
         assert res.sims[name].c == alone.c  # every counter: cost by month, served, lost, interruptions, launches
         ours = res.pools[name]
@@ -103,8 +102,8 @@ def test_skipping_quiet_minutes_gives_the_tick_by_tick_result_with_lending(contr
     r = random.Random(seed)
     demands = {p["name"]: random_jobs(p["name"], seed=seed * 10 + k, n=r.randint(20, 60), max_gpus=2)
                for k, p in enumerate(pools)}
-    fast = simulate_environment(cfg, demands, CONTROLLERS[controller], STORMY, 2 * 1440)
-    slow = simulate_environment(cfg, demands, CONTROLLERS[controller], replace(STORMY, skip_quiet_ticks=False),
+    fast = simulate_environment(resolved_prices(), cfg, demands, CONTROLLERS[controller], STORMY, 2 * 1440)
+    slow = simulate_environment(resolved_prices(), cfg, demands, CONTROLLERS[controller], replace(STORMY, skip_quiet_ticks=False),
                                 2 * 1440)
     assert fast.environment["reclaim_preemptions"] > 0 and fast.environment["floor_lent_gpu_hours"] > 0
     for name in demands:
@@ -129,7 +128,7 @@ def two_teams(borrower: dict | None = None, lender: dict | None = None, **kueue)
 def test_an_idle_floor_runs_another_teams_interruptible_job_before_the_borrower_buys_spot():
     cfg = two_teams()
     demands = {"lender": jobs("lender", []), "borrower": jobs("borrower", [(0, 300, 1), (0, 300, 1)])}
-    res = simulate_environment(cfg, demands, CONTROLLERS["karpenter"], CALM, 600)
+    res = simulate_environment(resolved_prices(), cfg, demands, CONTROLLERS["karpenter"], CALM, 600)
     b = res.sims["borrower"].workload
     assert b.first_start == [0, 0]  # the second job did not wait for a spot node to boot
     assert first_placement(res, "borrower", 1) == ("lender", GUARANTEED)
@@ -143,7 +142,7 @@ def test_an_idle_floor_runs_another_teams_interruptible_job_before_the_borrower_
 def test_without_lending_the_second_job_waits_for_spot():
     cfg = two_teams(teams={"team-lender": {"lending_limit_pct": 0}})
     demands = {"lender": jobs("lender", []), "borrower": jobs("borrower", [(0, 300, 1), (0, 300, 1)])}
-    res = simulate_environment(cfg, demands, CONTROLLERS["karpenter"], CALM, 600)
+    res = simulate_environment(resolved_prices(), cfg, demands, CONTROLLERS["karpenter"], CALM, 600)
     assert res.sims["borrower"].workload.first_start == [0, CALM.provisioning_delay_minutes]
     assert res.pools["lender"]["floor_lent_gpu_hours"] == 0
 
@@ -152,7 +151,7 @@ def test_without_lending_the_second_job_waits_for_spot():
 def test_the_owner_reclaims_its_floor_and_the_borrower_loses_the_work_since_its_checkpoint(controller):
     cfg = two_teams()
     demands = {"lender": jobs("lender", [(100, 200, 1)]), "borrower": jobs("borrower", [(0, 300, 1), (0, 300, 1)])}
-    res = simulate_environment(cfg, demands, CONTROLLERS[controller], CALM, 1000)
+    res = simulate_environment(resolved_prices(), cfg, demands, CONTROLLERS[controller], CALM, 1000)
     assert res.sims["lender"].workload.first_start == [100]  # the owner's job starts on its floor at once
     bp = res.pools["borrower"]
     assert bp["reclaim_preemptions"] == 1
@@ -169,7 +168,7 @@ def test_the_most_recently_admitted_borrower_is_preempted_first():
     # borrower's floor runs job 0; jobs 1 (minute 0) and 2 (minute 45) borrow the lender's two nodes
     demands = {"lender": jobs("lender", [(100, 100, 1)]),
                "borrower": jobs("borrower", [(0, 500, 1), (0, 500, 1), (45, 500, 1)])}
-    res = simulate_environment(cfg, demands, CONTROLLERS["karpenter"], CALM, 1500)
+    res = simulate_environment(resolved_prices(), cfg, demands, CONTROLLERS["karpenter"], CALM, 1500)
     b = res.sims["borrower"].workload
     assert b.first_start[:3] == [0, 0, 45]
     assert res.pools["borrower"]["reclaim_preemptions"] == 1
@@ -182,7 +181,7 @@ def test_an_owner_gang_takes_back_whole_nodes():
     cfg = two_teams(lender={"floor": 2}, borrower={"floor": 0})
     demands = {"lender": jobs("lender", [(100, 100, 2)]),
                "borrower": jobs("borrower", [(0, 500, 1), (0, 500, 1)])}
-    res = simulate_environment(cfg, demands, CONTROLLERS["karpenter"], CALM, 1000)
+    res = simulate_environment(resolved_prices(), cfg, demands, CONTROLLERS["karpenter"], CALM, 1000)
     assert res.sims["lender"].workload.first_start == [100]
     assert res.pools["borrower"]["reclaim_preemptions"] == 2
     assert res.pools["borrower"]["reclaim_lost_gpu_hours"] == round(2 * 10 / 60, 3)
@@ -191,7 +190,7 @@ def test_an_owner_gang_takes_back_whole_nodes():
 def test_production_jobs_never_borrow_and_never_run_on_spot():
     cfg = two_teams(borrower={"share": 100, "capacity": "spot_then_on_demand"})
     demands = {"lender": jobs("lender", []), "borrower": jobs("borrower", [(0, 300, 1), (0, 300, 1)])}
-    res = simulate_environment(cfg, demands, CONTROLLERS["karpenter"], STORMY, 600)
+    res = simulate_environment(resolved_prices(), cfg, demands, CONTROLLERS["karpenter"], STORMY, 600)
     bp = res.pools["borrower"]
     assert bp["production_jobs"] == 2
     assert res.pools["lender"]["floor_lent_gpu_hours"] == 0 and bp["borrowed_gpu_hours"] == 0
@@ -204,7 +203,7 @@ def test_production_jobs_never_borrow_and_never_run_on_spot():
 def test_in_a_mixed_pool_production_jobs_stay_off_spot_nodes_interruptible_jobs_use(controller):
     cfg = env_config([pool("mixed", floor=1, capacity="spot_then_on_demand", max_nodes=6, share=50)])
     demands = {"mixed": random_jobs("mixed", seed=5, n=200)}
-    res = simulate_environment(cfg, demands, CONTROLLERS[controller], STORMY, 2 * 1440)
+    res = simulate_environment(resolved_prices(), cfg, demands, CONTROLLERS[controller], STORMY, 2 * 1440)
     w = res.sims["mixed"].workload
     started = [k for k in range(len(w.gpus)) if w.first_placement[k] is not None]
     groups = {(w.production[k], w.first_placement[k][1]) for k in started}
@@ -218,7 +217,7 @@ def test_production_on_spot_where_the_pool_is_listed_and_its_interruptions_count
                     production_spot_pools=["borrower"])
     rows = [(0, 300, 1)] + [(m, 600, 1) for m in range(0, 1440, 60)]
     demands = {"lender": jobs("lender", []), "borrower": jobs("borrower", rows)}
-    res = simulate_environment(cfg, demands, CONTROLLERS["karpenter"], replace(STORMY, spot_interruptions_per_month=60.0),
+    res = simulate_environment(resolved_prices(), cfg, demands, CONTROLLERS["karpenter"], replace(STORMY, spot_interruptions_per_month=60.0),
                                2 * 1440)
     bp = res.pools["borrower"]
     assert bp["borrowed_gpu_hours"] == 0  # listed for spot, still never on borrowed capacity
@@ -234,7 +233,7 @@ def test_production_on_spot_where_the_pool_is_listed_and_its_interruptions_count
 def test_lending_and_borrowing_limits_hold(kueue, lent_gpus):
     cfg = two_teams(lender={"floor": 4}, borrower={"floor": 0, "max_nodes": 8}, **kueue)
     demands = {"lender": jobs("lender", []), "borrower": jobs("borrower", [(0, 600, 1)] * 6)}
-    res = simulate_environment(cfg, demands, CONTROLLERS["karpenter"], CALM, 600)
+    res = simulate_environment(resolved_prices(), cfg, demands, CONTROLLERS["karpenter"], CALM, 600)
     # the long jobs started at minute 0 run to the horizon: lent GPU-hours = GPUs lent x 10 hours
     assert res.pools["lender"]["floor_lent_gpu_hours"] == lent_gpus * 10.0
     assert res.pools["borrower"]["borrowed_gpu_hours"] == lent_gpus * 10.0
@@ -245,7 +244,7 @@ def test_floors_of_another_gpus_per_node_never_lend():
     cfg = two_teams(lender={"instance_type": "g6.12xlarge"})
     assert envsim.sharing_of(cfg)["borrower"].lenders == ()
     demands = {"lender": jobs("lender", []), "borrower": jobs("borrower", [(0, 300, 1), (0, 300, 1)])}
-    res = simulate_environment(cfg, demands, CONTROLLERS["karpenter"], CALM, 600)
+    res = simulate_environment(resolved_prices(), cfg, demands, CONTROLLERS["karpenter"], CALM, 600)
     assert res.pools["lender"]["floor_lent_gpu_hours"] == 0
     assert res.sims["borrower"].workload.first_start == [0, CALM.provisioning_delay_minutes]
 
@@ -255,7 +254,7 @@ def test_production_queues_borrow_nothing_but_lend():
     sharing = envsim.sharing_of(cfg)
     assert sharing["borrower"].lenders == () and sharing["lender"].lenders == ("borrower",)
     demands = {"lender": jobs("lender", [(0, 300, 1), (0, 300, 1)]), "borrower": jobs("borrower", [])}
-    res = simulate_environment(cfg, demands, CONTROLLERS["karpenter"], CALM, 600)
+    res = simulate_environment(resolved_prices(), cfg, demands, CONTROLLERS["karpenter"], CALM, 600)
     assert res.pools["borrower"]["floor_lent_gpu_hours"] == 5.0  # the production floor lent to the experiment
 
 
@@ -269,7 +268,7 @@ def test_floor_sizing_and_the_simulator_class_the_same_jobs_as_production():
 
     trace = random_jobs("t", seed=3, n=400)
     cfg = env_config([pool("alpha", share=30)])
-    env = envsim.Environment(cfg, {"alpha": trace}, lambda spec: Karpenter(), SimSettings(seed=5))
+    env = envsim.Environment(resolved_prices(), cfg, {"alpha": trace}, lambda spec: Karpenter(), SimSettings(seed=5))
     flags = env.pools["alpha"].workload.production
     hours = int(-(-max(j.submit_s + j.duration_s for j in trace.jobs) // 3600))
     profile = org_demand.hourly_profile("alpha", "experiment", trace, hours, production_share=0.30, seed=5)
@@ -294,7 +293,7 @@ def test_hourly_usage_adds_up_to_what_the_simulator_billed():
     pools = [pool("alpha", capacity="spot_then_on_demand", share=50), pool("beta", floor=2)]
     cfg = env_config(pools)
     demands = {p["name"]: random_jobs(p["name"], seed=20 + k, n=200) for k, p in enumerate(pools)}
-    res = simulate_environment(cfg, demands, CONTROLLERS["karpenter"], STORMY, 2 * 1440)
+    res = simulate_environment(resolved_prices(), cfg, demands, CONTROLLERS["karpenter"], STORMY, 2 * 1440)
     assert {u.purchase for u in res.usage} <= PURCHASES
     for name in demands:
         sim = res.sims[name]
@@ -312,9 +311,9 @@ def test_hourly_usage_adds_up_to_what_the_simulator_billed():
 
 def test_a_config_with_another_floor_is_simulated_without_deploying_anything():
     demands = {"alpha": random_jobs("alpha", seed=3), "beta": random_jobs("beta", seed=4)}
-    small = simulate_environment(env_config([pool("alpha", floor=1), pool("beta")]), demands,
+    small = simulate_environment(resolved_prices(), env_config([pool("alpha", floor=1), pool("beta")]), demands,
                                  CONTROLLERS["karpenter"], CALM, 1440)
-    large = simulate_environment(env_config([pool("alpha", floor=3), pool("beta")]), demands,
+    large = simulate_environment(resolved_prices(), env_config([pool("alpha", floor=3), pool("beta")]), demands,
                                  CONTROLLERS["karpenter"], CALM, 1440)
     assert small.pools["alpha"]["floor_gpu_hours"] == 24.0 and large.pools["alpha"]["floor_gpu_hours"] == 72.0
     assert large.sims["alpha"].spec.floor_nodes == 3
@@ -323,13 +322,13 @@ def test_a_config_with_another_floor_is_simulated_without_deploying_anything():
 def test_bad_environments_are_refused_with_the_pool_named():
     cfg = env_config([pool("alpha"), pool("beta")])
     with pytest.raises(EnvironmentError, match="no demand for pool.*beta"):
-        simulate_environment(cfg, {"alpha": jobs("alpha", [(0, 10, 1)])}, CONTROLLERS["karpenter"], CALM, 60)
+        simulate_environment(resolved_prices(), cfg, {"alpha": jobs("alpha", [(0, 10, 1)])}, CONTROLLERS["karpenter"], CALM, 60)
     with pytest.raises(EnvironmentError, match="unknown pool.*gamma"):
-        simulate_environment(cfg, {"alpha": jobs("a", []), "beta": jobs("b", []), "gamma": jobs("c", [])},
+        simulate_environment(resolved_prices(), cfg, {"alpha": jobs("a", []), "beta": jobs("b", []), "gamma": jobs("c", [])},
                              CONTROLLERS["karpenter"], CALM, 60)
-    spec = replace(spec_from_config(cfg, "alpha"), floor_nodes=5)
+    spec = replace(spec_from_config(resolved_prices(), cfg, "alpha"), floor_nodes=5)
     with pytest.raises(EnvironmentError, match=r"specs\['alpha'\].*pools\[\]\.guaranteed\.nodes"):
-        simulate_environment(cfg, {"alpha": jobs("a", []), "beta": jobs("b", [])}, CONTROLLERS["karpenter"], CALM,
+        simulate_environment(resolved_prices(), cfg, {"alpha": jobs("a", []), "beta": jobs("b", [])}, CONTROLLERS["karpenter"], CALM,
                              60, specs={"alpha": spec})
 
 
@@ -340,7 +339,7 @@ def test_production_work_kept_off_spot_gets_on_demand_nodes_with_waits_like_karp
     15 GPU-hours never served) while spot nodes they could not use were bought."""
     cfg = env_config([pool("mixed", floor=1, capacity="spot_then_on_demand", max_nodes=6, share=30)])
     demands = {"mixed": random_jobs("mixed", seed=5, n=60)}
-    out = {c: simulate_environment(cfg, demands, CONTROLLERS[c], CALM, 3 * 1440) for c in CONTROLLERS}
+    out = {c: simulate_environment(resolved_prices(), cfg, demands, CONTROLLERS[c], CALM, 3 * 1440) for c in CONTROLLERS}
     ours, theirs = out["gpuloan"].pools["mixed"], out["karpenter"].pools["mixed"]
     prod_wait = ours["p95_wait_minutes_by_class"]["production"]
     assert ours["production_jobs"] > 0 and ours["unmet_gpu_hours"] == 0

@@ -8,6 +8,7 @@ import pytest
 from test_environment import CALM, CONTROLLERS, GUARANTEED, env_config, first_placement, jobs, pool
 
 from sim.environment import simulate_environment
+from conftest import resolved_prices
 
 
 def _lender_and_two_borrowers(**kueue):
@@ -49,7 +50,7 @@ def test_idle_floor_goes_to_the_borrower_of_lowest_weighted_share(case):
     cfg = _lender_and_two_borrowers(**kueue)
     rows = [(0, 300, 1)] * 4
     demands = {"lender": jobs("lender", []), "ann": jobs("ann", rows), "bob": jobs("bob", rows)}
-    res = simulate_environment(cfg, demands, CONTROLLERS["karpenter"], CALM, 400)
+    res = simulate_environment(resolved_prices(), cfg, demands, CONTROLLERS["karpenter"], CALM, 400)
     assert (_on_the_floor(res, "ann", 4), _on_the_floor(res, "bob", 4)) == (on_a, on_b)
     assert res.pools["lender"]["floor_lent_gpu_hours"] == 4 * 5.0  # the floor is full either way
 
@@ -67,6 +68,6 @@ def test_the_owner_reclaims_from_the_borrower_of_highest_share_first():
                      teams={"team-bob": {"fair_share_weight": 0.5}})
     rows = [(0, 300, 1)] * 4
     demands = {"lender": jobs("lender", [(60, 100, 1)]), "zed": jobs("zed", rows), "bob": jobs("bob", rows)}
-    res = simulate_environment(cfg, demands, CONTROLLERS["karpenter"], CALM, 500)
+    res = simulate_environment(resolved_prices(), cfg, demands, CONTROLLERS["karpenter"], CALM, 500)
     assert (_on_the_floor(res, "zed", 4), _on_the_floor(res, "bob", 4)) == (3, 1)
     assert (res.pools["zed"]["reclaim_preemptions"], res.pools["bob"]["reclaim_preemptions"]) == (1, 0)

@@ -13,6 +13,7 @@ from dataclasses import replace
 from test_environment import CALM, CONTROLLERS, GUARANTEED, env_config, first_placement, jobs, pool
 
 from sim.environment import simulate_environment
+from conftest import resolved_prices
 
 BIG = "g6.12xlarge"  # 4 GPUs per node
 LEAST = replace(CALM, placement="least_allocated")  # checkpoints every 30 minutes (SimSettings' default)
@@ -39,7 +40,7 @@ def test_a_job_admitted_by_quota_to_a_fragmented_floor_waits_there_for_a_node():
     cfg = _lender_and_borrower("experiment")
     demands = {"lender": jobs("lender", [(100, 100, 4)]),
                "borrower": jobs("borrower", [(0, 500, 1), (10, 500, 1)])}
-    res = simulate_environment(cfg, demands, CONTROLLERS["karpenter"], LEAST, 1000)
+    res = simulate_environment(resolved_prices(), cfg, demands, CONTROLLERS["karpenter"], LEAST, 1000)
     assert [first_placement(res, "borrower", k) for k in (0, 1)] == [("lender", GUARANTEED)] * 2
     assert res.sims["lender"].workload.first_start == [500]
     assert first_placement(res, "lender", 0) == ("lender", GUARANTEED)
@@ -75,7 +76,7 @@ def test_kueue_reclaims_by_quota_and_kube_scheduler_preempts_on_the_fragmented_f
     cfg = _lender_and_borrower("production")
     demands = {"lender": jobs("lender", [(100, 100, 4)]),
                "borrower": jobs("borrower", [(0, 500, 2), (15, 500, 2), (20, 500, 2), (30, 500, 2)])}
-    res = simulate_environment(cfg, demands, CONTROLLERS["karpenter"], LEAST, 1000)
+    res = simulate_environment(resolved_prices(), cfg, demands, CONTROLLERS["karpenter"], LEAST, 1000)
     b = res.sims["borrower"]
     assert [first_placement(res, "borrower", k) for k in range(4)] == [("lender", GUARANTEED)] * 4
     assert res.sims["lender"].workload.first_start == [100]
@@ -106,8 +107,8 @@ def test_skipping_quiet_minutes_gives_the_tick_by_tick_result_with_classes_and_p
     r = random.Random(7)
     demands = {p["name"]: random_jobs(p["name"], seed=70 + k, n=r.randint(60, 90), max_gpus=4)
                for k, p in enumerate(pools)}
-    fast = simulate_environment(cfg, demands, CONTROLLERS["karpenter"], STORMY, 2 * 1440)
-    slow = simulate_environment(cfg, demands, CONTROLLERS["karpenter"], replace(STORMY, skip_quiet_ticks=False),
+    fast = simulate_environment(resolved_prices(), cfg, demands, CONTROLLERS["karpenter"], STORMY, 2 * 1440)
+    slow = simulate_environment(resolved_prices(), cfg, demands, CONTROLLERS["karpenter"], replace(STORMY, skip_quiet_ticks=False),
                                 2 * 1440)
     env = fast.environment
     # every mechanism happens, and none of them (nor a spot reclaim: production stays off spot) hits production

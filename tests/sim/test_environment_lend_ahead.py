@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from conftest import resolved_prices
 from sim.environment import simulate_environment
 from test_environment import CALM, CONTROLLERS, STORMY, env_config, jobs, pool, random_jobs
 
@@ -23,7 +24,7 @@ def run(lend_ahead: bool, controller: str = "gpuloan"):
     # the other borrows the lender's idle floor (then is reclaimed at 09:00) or, lent nothing, takes spot.
     demands = {"lender": jobs("lender", daily(9 * 60, 60, 1)),
                "borrower": jobs("borrower", daily(8 * 60 + 20, 120, 1, per_day=2))}
-    return simulate_environment(cfg, demands, CONTROLLERS[controller], CALM, DAYS * 1440)
+    return simulate_environment(resolved_prices(), cfg, demands, CONTROLLERS[controller], CALM, DAYS * 1440)
 
 
 def test_lending_ahead_of_the_owners_daily_return_spares_the_reclaims_once_the_rhythm_is_known():
@@ -53,8 +54,8 @@ def test_skipping_quiet_minutes_gives_the_tick_by_tick_result_with_lend_ahead():
     pools = [pool("alpha", floor=2), pool("beta", floor=1), pool("gamma", tier="learning", floor=0)]
     cfg = env_config(pools, lend_ahead=True, reclaim_lookahead_minutes=30)
     demands = {p["name"]: random_jobs(p["name"], seed=k, n=90, days=5, max_gpus=1) for k, p in enumerate(pools)}
-    fast = simulate_environment(cfg, demands, CONTROLLERS["gpuloan"], STORMY, 5 * 1440)
-    slow = simulate_environment(cfg, demands, CONTROLLERS["gpuloan"], replace(STORMY, skip_quiet_ticks=False),
+    fast = simulate_environment(resolved_prices(), cfg, demands, CONTROLLERS["gpuloan"], STORMY, 5 * 1440)
+    slow = simulate_environment(resolved_prices(), cfg, demands, CONTROLLERS["gpuloan"], replace(STORMY, skip_quiet_ticks=False),
                                 5 * 1440)
     assert sum(fast.sims[n].controller.reasons.get("LEND_AHEAD", 0) for n in demands) > 0
     for name in demands:

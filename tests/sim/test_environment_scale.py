@@ -8,7 +8,7 @@ import random
 from dataclasses import asdict, replace
 
 import pytest
-from conftest import SHARED_TRACES, requires_shared_traces
+from conftest import SHARED_TRACES, requires_shared_traces, resolved_prices
 from test_environment import CONTROLLERS, STORMY, env_config, pool, random_jobs
 
 from sim import environment as envsim
@@ -44,8 +44,8 @@ def test_the_whole_result_equals_deciding_every_pool_every_minute(controller, fa
     r = random.Random(7)
     demands = {p["name"]: random_jobs(p["name"], seed=70 + k, n=r.randint(30, 70), max_gpus=2)
                for k, p in enumerate(pools)}
-    fast = simulate_environment(cfg, demands, CONTROLLERS[controller], STORMY, 2 * 1440)
-    slow = simulate_environment(cfg, demands, CONTROLLERS[controller], replace(STORMY, skip_quiet_ticks=False),
+    fast = simulate_environment(resolved_prices(), cfg, demands, CONTROLLERS[controller], STORMY, 2 * 1440)
+    slow = simulate_environment(resolved_prices(), cfg, demands, CONTROLLERS[controller], replace(STORMY, skip_quiet_ticks=False),
                                 2 * 1440)
     assert fast.environment["reclaim_preemptions"] > 0 and fast.environment["floor_lent_gpu_hours"] > 0
     assert sum(fast.pools[n]["ticks_skipped"] for n in demands) > 0
@@ -71,7 +71,7 @@ def test_a_minute_looks_only_at_the_pools_with_waiting_work(monkeypatch):
         cfg = env_config(pools)
         demands = {"busy": random_jobs("busy", seed=1, n=80, max_gpus=1)}
         demands |= {f"idle{k}": random_jobs(f"idle{k}", seed=0, n=0) for k in range(idle)}
-        res = simulate_environment(cfg, demands, CONTROLLERS["karpenter"], STORMY, 1440)
+        res = simulate_environment(resolved_prices(), cfg, demands, CONTROLLERS["karpenter"], STORMY, 1440)
         return len(asked), res.pools["busy"]
 
     few, busy_few = run(4)
@@ -87,9 +87,9 @@ def test_bench_scales_organization_for_three_days_equals_deciding_every_minute()
     pool waiting must be processed then although no node has room for it without preempting."""
     from scripts import bench_scale
 
-    cfg, demands, horizon = bench_scale.organization(SHARED_TRACES / "itp", 16, 3)
-    fast = simulate_environment(cfg, demands, CONTROLLERS["karpenter"], SimSettings(seed=1), horizon)
-    slow = simulate_environment(cfg, demands, CONTROLLERS["karpenter"], SimSettings(seed=1, skip_quiet_ticks=False),
+    cfg, demands, horizon = bench_scale.organization(resolved_prices(), SHARED_TRACES / "itp", 16, 3)
+    fast = simulate_environment(resolved_prices(), cfg, demands, CONTROLLERS["karpenter"], SimSettings(seed=1), horizon)
+    slow = simulate_environment(resolved_prices(), cfg, demands, CONTROLLERS["karpenter"], SimSettings(seed=1, skip_quiet_ticks=False),
                                 horizon)
     assert fast.environment["scheduler_preemptions"] > 0
     assert _result_json(fast) == _result_json(slow)

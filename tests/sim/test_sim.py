@@ -17,15 +17,14 @@ from sim.engine import ON_DEMAND, SPOT, SimSettings, Simulation
 from sim.policies import (Controller, FloorOnly, GpuLoan, Karpenter, StaticPeak, ThresholdScript, all_policies,
                           what_if_policies)
 from pricing import checks
-from pricing.sources import catalog
-from conftest import REPO, SHARED_TRACES, requires_shared_prices, requires_shared_traces
+from conftest import REPO, SHARED_TRACES, requires_shared_prices, requires_shared_traces, resolved_prices
 
 CALM = SimSettings(spot_interruptions_per_month=0.0, spot_unavailable_episodes_per_week=0.0)
 
 
 def dev_spec() -> simpool.PoolSpec:
-    cfg = checks.from_stack_yaml(yaml.safe_load((REPO / "Pulumi.dev.yaml").read_text()), "dev", prices=catalog.current())
-    return simpool.spec_from_config(cfg)  # floor 1 x g6.xlarge (1 GPU), spot g6/g5.xlarge up to 4
+    cfg = checks.from_stack_yaml(yaml.safe_load((REPO / "Pulumi.dev.yaml").read_text()), "dev", prices=resolved_prices())
+    return simpool.spec_from_config(resolved_prices(), cfg)  # floor 1 x g6.xlarge (1 GPU), spot g6/g5.xlarge up to 4
 
 
 def jobs(tmp_path, rows, name="t.csv"):

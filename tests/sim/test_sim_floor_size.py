@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import yaml
 from capacity_helpers import dev_variant
-from conftest import REPO, requires_prices
+from conftest import REPO, requires_prices, resolved_prices
 
 from gpuloan import cli
 from pricing import checks
-from pricing.sources import catalog
 from sim import pool as simpool
 from sim.engine import GUARANTEED, SPOT, SimSettings, Simulation, size_group
 from sim.policies import GpuLoan
@@ -29,7 +28,7 @@ def _config(floor_nodes: int = 2) -> dict:
 
 
 def _spec(floor_nodes: int = 2) -> simpool.PoolSpec:
-    return simpool.spec_from_config(checks.from_stack_yaml({"config": _config(floor_nodes)}, "dev", prices=catalog.current()), "research")
+    return simpool.spec_from_config(resolved_prices(), checks.from_stack_yaml({"config": _config(floor_nodes)}, "dev", prices=resolved_prices()), "research")
 
 
 @requires_prices
@@ -51,7 +50,7 @@ def test_a_floor_of_the_largest_size_is_unchanged():
     cfg = dev_variant(guaranteed={"instance_type": "g6e.48xlarge", "nodes": 1},
                       elastic={"instance_types": G6E, "capacity": "spot_then_on_demand", "max_nodes": 3})
     cfg["gpuloan:budget"]["monthly_usd"] = 100_000
-    spec = simpool.spec_from_config(checks.from_stack_yaml({"config": cfg}, "dev", prices=catalog.current()), "research")
+    spec = simpool.spec_from_config(resolved_prices(), checks.from_stack_yaml({"config": cfg}, "dev", prices=resolved_prices()), "research")
     assert (spec.floor_gpus_per_node, spec.floor_node_gpus, spec.floor_gpus) == (0, 8, 8)
     assert spec.peak_gpus == spec.peak_nodes * spec.gpus_per_node and spec.floor_peak_nodes == spec.peak_nodes
 

@@ -15,21 +15,20 @@ from sim import runner, traces
 from sim.engine import GUARANTEED, LEAVING, ON_DEMAND, SPOT, SimSettings, Simulation, SlotInterruptions
 from sim.policies import Controller, FloorOnly, GpuLoan, ThresholdScript
 from pricing import checks
-from pricing.sources import catalog
 from capacity_helpers import dev_variant
-from conftest import REPO, requires_shared_prices
+from conftest import REPO, requires_shared_prices, resolved_prices
 
 CALM = SimSettings(spot_interruptions_per_month=0.0, spot_unavailable_episodes_per_week=0.0)
 
 
 def dev_spec() -> simpool.PoolSpec:
-    cfg = checks.from_stack_yaml(yaml.safe_load((REPO / "Pulumi.dev.yaml").read_text()), "dev", prices=catalog.current())
-    return simpool.spec_from_config(cfg)  # floor 1 x g6.xlarge (1 GPU), spot g6/g5.xlarge up to 4
+    cfg = checks.from_stack_yaml(yaml.safe_load((REPO / "Pulumi.dev.yaml").read_text()), "dev", prices=resolved_prices())
+    return simpool.spec_from_config(resolved_prices(), cfg)  # floor 1 x g6.xlarge (1 GPU), spot g6/g5.xlarge up to 4
 
 
 def prod_spec() -> simpool.PoolSpec:
-    cfg = checks.from_stack_yaml(yaml.safe_load((REPO / "Pulumi.prod.yaml").read_text()), "prod", prices=catalog.current())
-    return simpool.spec_from_config(cfg, "training")  # 8-GPU nodes
+    cfg = checks.from_stack_yaml(yaml.safe_load((REPO / "Pulumi.prod.yaml").read_text()), "prod", prices=resolved_prices())
+    return simpool.spec_from_config(resolved_prices(), cfg, "training")  # 8-GPU nodes
 
 
 def jobs(tmp_path, rows, name="t.csv"):
@@ -81,10 +80,10 @@ def test_a_pod_goes_to_the_emptiest_node_or_with_bin_packing_to_the_fullest(tmp_
 
 @requires_shared_prices
 def test_the_simulated_cluster_places_pods_as_the_stacks_scheduler_does():
-    cfg = checks.from_stack_yaml(yaml.safe_load((REPO / "Pulumi.dev.yaml").read_text()), "dev", prices=catalog.current())
-    assert simpool.spec_from_config(cfg).placement == "most_allocated"  # cluster.bin_packing: true
+    cfg = checks.from_stack_yaml(yaml.safe_load((REPO / "Pulumi.dev.yaml").read_text()), "dev", prices=resolved_prices())
+    assert simpool.spec_from_config(resolved_prices(), cfg).placement == "most_allocated"  # cluster.bin_packing: true
     cfg = cfg.model_copy(update={"cluster": cfg.cluster.model_copy(update={"bin_packing": False})})
-    assert simpool.spec_from_config(cfg).placement == "least_allocated"  # kube-scheduler's default
+    assert simpool.spec_from_config(resolved_prices(), cfg).placement == "least_allocated"  # kube-scheduler's default
 
 
 @requires_shared_prices
@@ -184,7 +183,7 @@ def _series_sized_spec(floor_type: str, floor_nodes: int) -> simpool.PoolSpec:
     cfg = dev_variant(guaranteed={"instance_type": floor_type, "nodes": floor_nodes},
                       elastic={"instance_types": ["g6e.12xlarge", "g6e.2xlarge"], "max_nodes": 3})
     cfg["gpuloan:budget"]["monthly_usd"] = 100_000  # room for the floor: the budget is not under test
-    return simpool.spec_from_config(checks.from_stack_yaml({"config": cfg}, "dev", prices=catalog.current()), "research")
+    return simpool.spec_from_config(resolved_prices(), checks.from_stack_yaml({"config": cfg}, "dev", prices=resolved_prices()), "research")
 
 
 def _ten_then_two(days: int = 1) -> traces.SeriesTrace:

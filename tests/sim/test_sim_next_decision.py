@@ -9,7 +9,7 @@ from dataclasses import replace
 import yaml
 
 from config import config
-from conftest import REPO, SHARED_TRACES, requires_shared_prices, requires_shared_traces
+from conftest import REPO, SHARED_TRACES, requires_shared_prices, requires_shared_traces, resolved_prices
 from policy import tick
 from sim import pool as simpool
 from sim import runner, traces
@@ -39,7 +39,7 @@ def test_a_small_month_costs_the_same_to_the_cent_with_the_same_events_both_ways
     trace = traces.read_trace(SHARED_TRACES / "itp" / "cluster08.csv").window(1, 8)
     horizon = 8 * 1440
     cfg = config.from_stack_yaml(yaml.safe_load((REPO / "Pulumi.prod.yaml").read_text()), "prod")
-    spec = simpool.auto_size(simpool.spec_from_config(cfg, "training"), trace, horizon_minutes=horizon)
+    spec = simpool.auto_size(simpool.spec_from_config(resolved_prices(), cfg, "training"), trace, horizon_minutes=horizon)
     stormy = SimSettings(seed=3, spot_interruptions_per_month=8.0)
     every, skipping = Recording(), Recording()
     _, slow = runner.run_one(spec, trace, every, replace(stormy, skip_quiet_ticks=False), horizon)

@@ -7,11 +7,10 @@ from __future__ import annotations
 import sys
 from dataclasses import replace
 from pricing import checks
-from pricing.sources import catalog
 
 import pytest
 
-from conftest import REPO, SHARED_TRACES, requires_shared_prices, requires_shared_traces
+from conftest import REPO, SHARED_TRACES, requires_shared_prices, requires_shared_traces, resolved_prices
 from sim import runner, traces
 from sim.engine import SPOT, SPOT_SHORTAGE, SimSettings, Simulation, size_group
 from sim.packing import new_claims
@@ -124,10 +123,10 @@ def test_a_one_size_pool_gives_the_results_it_gave_before_sizes(cluster):
 
     from sim import pool
 
-    cfg = checks.from_stack_yaml(yaml.safe_load((REPO / "Pulumi.prod.yaml").read_text()), "Pulumi.prod.yaml", prices=catalog.current())
+    cfg = checks.from_stack_yaml(yaml.safe_load((REPO / "Pulumi.prod.yaml").read_text()), "Pulumi.prod.yaml", prices=resolved_prices())
     trace = traces.read_trace(ITP / f"{cluster}.csv").window(1, 57)
     horizon = 57 * 1440
-    spec = pool.auto_size(pool.spec_from_config(cfg, "training"), trace, horizon_minutes=horizon)
+    spec = pool.auto_size(pool.spec_from_config(resolved_prices(), cfg, "training"), trace, horizon_minutes=horizon)
     assert spec.sizes == ()
     extra = SPOT_SHORTAGE if cluster == "cluster03" else {}
     for c in (GpuLoan("gpuloan"), Karpenter()):

@@ -17,8 +17,7 @@ from sim.latency import ElasticLatency
 from sim.packing import new_nodes_needed
 from sim.policies import GpuLoan, all_policies, what_if_policies
 from pricing import checks
-from pricing.sources import catalog
-from conftest import REPO, SHARED_TRACES, requires_shared_prices, requires_shared_traces
+from conftest import REPO, SHARED_TRACES, requires_shared_prices, requires_shared_traces, resolved_prices
 
 ITP = SHARED_TRACES / "itp"
 
@@ -97,13 +96,13 @@ def _strip(m: dict) -> dict:
 
 
 def _dev():
-    cfg = checks.from_stack_yaml(yaml.safe_load((REPO / "Pulumi.dev.yaml").read_text()), "dev", prices=catalog.current())
-    return simpool.spec_from_config(cfg)
+    cfg = checks.from_stack_yaml(yaml.safe_load((REPO / "Pulumi.dev.yaml").read_text()), "dev", prices=resolved_prices())
+    return simpool.spec_from_config(resolved_prices(), cfg)
 
 
 def _prod_training():
-    cfg = checks.from_stack_yaml(yaml.safe_load((REPO / "Pulumi.prod.yaml").read_text()), "prod", prices=catalog.current())
-    return simpool.spec_from_config(cfg, "training")
+    cfg = checks.from_stack_yaml(yaml.safe_load((REPO / "Pulumi.prod.yaml").read_text()), "prod", prices=resolved_prices())
+    return simpool.spec_from_config(resolved_prices(), cfg, "training")
 
 
 def _series_from_jobs(trace, horizon):

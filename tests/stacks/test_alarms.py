@@ -11,11 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, run_stack, stack_config
+from conftest import REPO, run_stack, stack_config, resolved_prices
 from policy import metric_names as m
 from stacks.spend import alarms
 from pricing import checks
-from pricing.sources import catalog
 
 ALARM = "aws:cloudwatch/metricAlarm:MetricAlarm"
 CONTAINER_INSIGHTS_GPU = {"node_gpu_utilization", "node_gpu_memory_utilization", "node_gpu_limit",
@@ -117,7 +116,7 @@ def test_spot_only_pool_has_no_fallback_alarm(recorded):
 
 
 def test_idle_waste_alarm_follows_the_configured_threshold_and_hours(recorded):
-    cfg = checks.parse({k.split(":", 1)[1]: v for k, v in stack_config("prod").items() if k.startswith("gpuloan:")}, prices=catalog.current())
+    cfg = checks.parse({k.split(":", 1)[1]: v for k, v in stack_config("prod").items() if k.startswith("gpuloan:")}, prices=resolved_prices())
     a = alarms_by_name(recorded("prod"))["gpuloan-prod-training-idle-waste"].inputs
     (expr,) = [q["expression"] for q in a["metricQueries"] if "expression" in q]
     assert f"util < {cfg.alarms.idle_utilization_pct:g}" in expr
@@ -169,7 +168,7 @@ def _variant_config():
 
 def test_guaranteed_only_pool_saturates_above_95_percent_and_elastic_only_still_gets_its_alarms():
     ns = {k.split(":", 1)[1]: v for k, v in _variant_config().items() if k.startswith("gpuloan:")}
-    specs = {s.alarm_name: s for s in alarms.alarm_specs(checks.parse(ns, prices=catalog.current()), "c")}
+    specs = {s.alarm_name: s for s in alarms.alarm_specs(checks.parse(ns, prices=resolved_prices()), "c")}
     sat = specs["gpuloan-prod-training-saturation"]
     (q,) = sat.queries
     assert (q.metric_name, q.dimensions[m.DIM_TIER], sat.threshold) == (m.POOL_GPU_UTILIZATION, "guaranteed", 95.0)
@@ -180,7 +179,7 @@ def test_guaranteed_only_pool_saturates_above_95_percent_and_elastic_only_still_
 def test_no_floor_anywhere_means_no_missing_metrics_alarm():
     ns = {k.split(":", 1)[1]: v for k, v in stack_config("dev").items() if k.startswith("gpuloan:")}
     del ns["pools"][0]["guaranteed"]
-    assert alarms.missing_metrics_spec(checks.parse(ns, prices=catalog.current()), "c") is None
+    assert alarms.missing_metrics_spec(checks.parse(ns, prices=resolved_prices()), "c") is None
 
 
 # --- dashboard -------------------------------------------------------------------------------------------------
@@ -278,7 +277,7 @@ def test_dashboard_splits_alarms_into_widgets_of_at_most_100():
 
     arns = [f"arn:aws:cloudwatch:us-east-1:123456789012:alarm:a{i:03d}" for i in range(250)]
     ns = {k.split(":", 1)[1]: v for k, v in stack_config("dev").items() if k.startswith("gpuloan:")}
-    body = dashboard_body(checks.parse(ns, prices=catalog.current()), "gpuloan-dev", arns)
+    body = dashboard_body(checks.parse(ns, prices=resolved_prices()), "gpuloan-dev", arns)
     widgets = [w for w in body["widgets"] if w["type"] == "alarm"]
     assert [len(w["properties"]["alarms"]) for w in widgets] == [100, 100, 50]
     assert sorted(a for w in widgets for a in w["properties"]["alarms"]) == sorted(arns)

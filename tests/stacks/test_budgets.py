@@ -7,10 +7,9 @@ import json
 
 import pytest
 
-from conftest import run_stack, stack_config
+from conftest import run_stack, stack_config, resolved_prices
 from offline.runner import ACCOUNT_ID
 from pricing import checks
-from pricing.sources import catalog
 from config import config, tags
 from stacks.spend import alerts, budgets
 
@@ -83,7 +82,7 @@ def test_budget_filter_limit_thresholds_and_subscribers(recorded, name, spend_fi
 
 
 def test_pool_budget_filter_uses_the_pool_tag_key_that_resources_carry():
-    spec = next(s for s in budgets.budget_specs(checks.parse(gpuloan_ns("prod"), prices=catalog.current())) if s.tag_value == "training")
+    spec = next(s for s in budgets.budget_specs(checks.parse(gpuloan_ns("prod"), prices=resolved_prices())) if s.tag_value == "training")
     assert spec.tag_key == tags.TAG_POOL
     assert spec.filter_value == f"user:{tags.TAG_POOL}$training"
 
@@ -91,7 +90,7 @@ def test_pool_budget_filter_uses_the_pool_tag_key_that_resources_carry():
 def test_a_pool_budget_without_emails_still_notifies_the_topic():
     ns = gpuloan_ns("prod")
     ns["pools"][1]["budget"]["alert_emails"] = []
-    spec = next(s for s in budgets.budget_specs(checks.parse(ns, prices=catalog.current())) if s.tag_value == "inference")
+    spec = next(s for s in budgets.budget_specs(checks.parse(ns, prices=resolved_prices())) if s.tag_value == "inference")
     (first, *_) = budgets.notifications(spec, "arn:aws:sns:us-east-1:123456789012:t")
     assert first.subscriber_email_addresses is None  # AWS rejects an empty list
     assert first.subscriber_sns_topic_arns == ["arn:aws:sns:us-east-1:123456789012:t"]
@@ -105,7 +104,7 @@ def test_first_deploy_declares_no_tag_activation(recorded, stack):
     # AWS refuses to activate a key no billed resource carried yet ("empty result"), and the gpuloan keys only
     # reach a bill once the node groups ran: an activation in the first `pulumi up` would fail the deploy.
     assert recorded(stack).of_type(COST_ALLOCATION_TAG) == []
-    assert checks.parse(gpuloan_ns(stack), prices=catalog.current()).budget.activate_cost_allocation_tags is False
+    assert checks.parse(gpuloan_ns(stack), prices=resolved_prices()).budget.activate_cost_allocation_tags is False
 
 
 def test_opting_in_activates_every_cost_allocation_key_and_retains_it():
@@ -124,7 +123,7 @@ def test_activation_flag_belongs_to_the_environment_budget_only():
     ns = gpuloan_ns("prod")
     ns["pools"][0]["budget"]["activate_cost_allocation_tags"] = True
     with pytest.raises(config.ConfigError) as err:
-        checks.parse(ns, prices=catalog.current())
+        checks.parse(ns, prices=resolved_prices())
     assert "pools[0].budget.activate_cost_allocation_tags" in [p for p, _ in err.value.problems]
 
 
@@ -237,7 +236,7 @@ def test_bad_budget_config_is_rejected_with_its_path(mutate, path, message):
     ns = gpuloan_ns("prod")
     mutate(ns)
     with pytest.raises(config.ConfigError) as err:
-        checks.parse(ns, prices=catalog.current())
+        checks.parse(ns, prices=resolved_prices())
     assert any(p == path and message in m for p, m in err.value.problems), err.value.problems
 
 
@@ -245,7 +244,7 @@ def test_exactly_ten_notifications_and_ten_emails_are_accepted():
     ns = gpuloan_ns("prod")
     ns["budget"]["actual_thresholds_pct"] = [10, 20, 30, 40, 50, 60, 70, 80, 100]
     ns["budget"]["alert_emails"] = [f"p{i}@example.com" for i in range(10)]
-    cfg = checks.parse(ns, prices=catalog.current())
+    cfg = checks.parse(ns, prices=resolved_prices())
     (env_spec, *_) = budgets.budget_specs(cfg)
     assert len(budgets.notifications(env_spec, "arn:aws:sns:us-east-1:1:t")) == 10
 

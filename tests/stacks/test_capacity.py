@@ -16,12 +16,11 @@ from capacity_helpers import (
     DESIRED, ELASTIC, GUARANTEED, LAUNCH_TEMPLATE, NODE_GROUP, ODCR, RESERVATION_ID, dev_variant,
     is_taggable, parent_of, template_of, under,
 )
-from conftest import STACKS, run_stack, stack_config
+from conftest import STACKS, run_stack, stack_config, resolved_prices
 from offline import runner as offline
 from config import names, tags, versions
 from config.config import ConfigError
 from pricing import checks
-from pricing.sources import catalog
 from stacks.capacity.guaranteed import gpu_ami_type
 
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "true", "effect": "NO_SCHEDULE"}
@@ -52,7 +51,7 @@ def test_elastic_groups_ignore_desired_size_and_no_other_group_does(recorded, st
 @pytest.mark.parametrize("stack", STACKS)
 def test_floor_is_fixed_size_on_demand_and_tainted(recorded, stack):
     rec = recorded(stack)
-    cfg = checks.from_stack_yaml({"config": stack_config(stack)}, stack, prices=catalog.current())
+    cfg = checks.from_stack_yaml({"config": stack_config(stack)}, stack, prices=resolved_prices())
     floors = groups(rec, GUARANTEED)
     assert len(floors) == sum(1 for p in cfg.pools if p.guaranteed)
     for ng in floors:
@@ -99,7 +98,7 @@ def _subnet_id(rec, subnet) -> str:
 @pytest.mark.parametrize("stack", STACKS)
 def test_elastic_groups_labels_taints_and_types(recorded, stack):
     rec = recorded(stack)
-    cfg = checks.from_stack_yaml({"config": stack_config(stack)}, stack, prices=catalog.current())
+    cfg = checks.from_stack_yaml({"config": stack_config(stack)}, stack, prices=resolved_prices())
     for ng in groups(rec, ELASTIC):
         pool = cfg.pool(ng.inputs["labels"][tags.LABEL_POOL])
         labels = ng.inputs["labels"]
@@ -139,7 +138,7 @@ def test_every_launch_template_requires_imdsv2_and_encrypts_a_gp3_root(recorded,
 @pytest.mark.parametrize("stack", STACKS)
 def test_instances_volumes_and_enis_carry_the_cost_allocation_tags(recorded, stack):
     rec = recorded(stack)
-    cfg = checks.from_stack_yaml({"config": stack_config(stack)}, stack, prices=catalog.current())
+    cfg = checks.from_stack_yaml({"config": stack_config(stack)}, stack, prices=resolved_prices())
     for component in (GUARANTEED, ELASTIC):
         for ng in groups(rec, component):
             pool = cfg.pool(ng.inputs["labels"][tags.LABEL_POOL])
@@ -184,7 +183,7 @@ def test_every_aws_resource_goes_through_the_tagging_provider(recorded, stack):
 @pytest.mark.parametrize("stack", STACKS)
 def test_stack_outputs_name_every_group(recorded, stack):
     rec = recorded(stack)
-    cfg = checks.from_stack_yaml({"config": stack_config(stack)}, stack, prices=catalog.current())
+    cfg = checks.from_stack_yaml({"config": stack_config(stack)}, stack, prices=resolved_prices())
     assert rec.outputs["cluster_name"] == f"gpuloan-{stack}"
     assert rec.outputs["cluster_endpoint"].startswith("https://")
     assert set(rec.outputs["pools"]) == {p.name for p in cfg.pools}
@@ -405,7 +404,7 @@ def test_invalid_combinations_fail_before_any_resource(case, monkeypatch):
     assert path in str(err.value)
     assert registered == [], "config errors must stop the program before the first resource"
     with pytest.raises(ConfigError) as direct:
-        checks.from_stack_yaml({"config": config}, "dev", prices=catalog.current())
+        checks.from_stack_yaml({"config": config}, "dev", prices=resolved_prices())
     assert path in [p for p, _ in direct.value.problems]
 
 

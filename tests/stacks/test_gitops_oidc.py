@@ -6,10 +6,9 @@ import json
 import re
 
 import pytest
-from conftest import run_stack, stack_config
+from conftest import run_stack, stack_config, resolved_prices
 
 from pricing import checks
-from pricing.sources import catalog
 from config import config as config_mod
 from stacks.gitops import github_oidc
 
@@ -145,13 +144,13 @@ def test_bad_github_config_names_the_field(github, path):
     data = {k.split(":", 1)[1]: v for k, v in stack_config("prod").items() if k.startswith("gpuloan:")}
     data["github"] = github
     with pytest.raises(config_mod.ConfigError) as err:
-        checks.parse(data, prices=catalog.current())
+        checks.parse(data, prices=resolved_prices())
     assert path in [p for p, _ in err.value.problems]
 
 
 def test_trust_subjects_are_exact():
     data = {k.split(":", 1)[1]: v for k, v in stack_config("prod").items() if k.startswith("gpuloan:")}
-    cfg = checks.parse(data, prices=catalog.current())
+    cfg = checks.parse(data, prices=resolved_prices())
     assert github_oidc.trust_subjects(cfg) == {
         "preview": ["repo:example-org/ml-infra:pull_request", "repo:example-org/ml-infra:environment:gpuloan-prices"],
         "deploy": ["repo:example-org/ml-infra:environment:prod"],
@@ -196,7 +195,7 @@ def _parse_with_github(github: dict, stack: str = "prod", cluster: dict | None =
     data["github"] = github
     if cluster is not None:
         data["cluster"] = cluster
-    return checks.parse(data, prices=catalog.current())
+    return checks.parse(data, prices=resolved_prices())
 
 
 def _problems(github: dict, **kw) -> dict[str, str]:

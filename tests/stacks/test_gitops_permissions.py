@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import json
 from pricing import checks
-from pricing.sources import catalog
 
 import pytest
-from conftest import STACKS
+from conftest import STACKS, resolved_prices
 from iam_eval import allowed, granted_somewhere
 
 from stacks.gitops import ci_rbac, iam_permissions as perms
@@ -399,7 +398,7 @@ def test_state_key_without_a_bucket_is_refused():
     data = {k.split(":", 1)[1]: v for k, v in stack_config("dev").items() if k.startswith("gpuloan:")}
     data["github"]["state_kms_key_arn"] = KEY
     with pytest.raises(config.ConfigError) as err:
-        checks.parse(data, prices=catalog.current())
+        checks.parse(data, prices=resolved_prices())
     assert "github.state_kms_key_arn" in dict(err.value.problems)
 
 

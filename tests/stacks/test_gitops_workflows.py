@@ -8,11 +8,10 @@ import subprocess
 import sys
 from pathlib import Path
 from pricing import checks
-from pricing.sources import catalog
 
 import pytest
 import yaml
-from conftest import GPULOAN, REPO, stack_config
+from conftest import GPULOAN, REPO, stack_config, resolved_prices
 
 WORKFLOWS = REPO / ".github" / "workflows"
 BIN = Path(sys.executable).parent
@@ -239,7 +238,7 @@ def test_the_scheduled_price_refresh_opens_a_pull_request_through_the_preview_ro
 def config_mod_parse_prod():
 
     return checks.parse({k.split(":", 1)[1]: v for k, v in stack_config("prod").items()
-                             if k.startswith("gpuloan:")}, prices=catalog.current())
+                             if k.startswith("gpuloan:")}, prices=resolved_prices())
 
 
 # --- the cost-diff job in a repository that commits no price file (a fresh fork; this repository) ------------

@@ -10,11 +10,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO, run_stack, stack_config
+from conftest import REPO, run_stack, stack_config, resolved_prices
 
 from stacks import images
 from pricing import checks
-from pricing.sources import catalog
 from config import config, versions
 
 DOCKERFILES = sorted((REPO / "images").rglob("Dockerfile"))
@@ -57,7 +56,7 @@ def _cfg(stack: str = "prod", images_: list[dict] | None = None) -> config.GpuLo
     cfg = stack_config(stack)
     if images_ is not None:
         cfg["gpuloan:images"] = images_
-    return checks.from_stack_yaml({"config": cfg}, stack, prices=catalog.current())
+    return checks.from_stack_yaml({"config": cfg}, stack, prices=resolved_prices())
 
 
 # --- the pure plan -------------------------------------------------------------------------------------------

@@ -7,13 +7,12 @@ import json
 
 import pytest
 import yaml
-from conftest import stack_config
+from conftest import stack_config, resolved_prices
 from kube_checks import HELM_RELEASE, kube_objects, layer, release, run_layer, schema_version, validate_strict
 
 from pricing import checks
 from config import config, tags, versions
 from stacks.kubernetes import gpu_metrics, gpu_operator, k8s_provider, tenancy
-from pricing.sources import catalog
 
 STACKS = ("dev", "prod")
 
@@ -188,7 +187,7 @@ def test_mig_strategy_from_config_enables_the_mig_manager(strategy):
     if strategy == "mixed":
         # mixed with Kueue on is refused (tests/config/test_config_hardening.py): MIG resources would never be admitted.
         data["scheduling"] = {"kueue": {"enabled": False}}
-    cfg = checks.parse(data, prices=catalog.current())
+    cfg = checks.parse(data, prices=resolved_prices())
     values = gpu_operator.helm_values(cfg)
     assert values["mig"]["strategy"] == strategy
     assert values["migManager"]["enabled"] is True
@@ -297,15 +296,15 @@ def test_gpu_quota_sums_every_pool_of_a_team_and_counts_gpus_per_node():
     cfg = stack_config("prod")
     pools = cfg["gpuloan:pools"]
     pools[1]["team"] = "research"  # research now owns both pools
-    parsed = checks.from_stack_yaml({"config": cfg}, "test", prices=catalog.current())
+    parsed = checks.from_stack_yaml({"config": cfg}, "test", prices=resolved_prices())
     assert tenancy.team_gpu_quota(parsed, "research") == 64 + 10 + 16 + 8  # experiments' spot and borrowing too
-    assert catalog.lookup("p4d.24xlarge").gpus == 8
+    assert resolved_prices().lookup("p4d.24xlarge").gpus == 8
 
 
 def test_time_slicing_multiplies_the_quota_in_device_plugin_units():
     cfg = stack_config("dev")
     cfg["gpuloan:gpu_operator"] = {"time_slicing_replicas": 4}
-    parsed = checks.from_stack_yaml({"config": cfg}, "test", prices=catalog.current())
+    parsed = checks.from_stack_yaml({"config": cfg}, "test", prices=resolved_prices())
     assert tenancy.team_gpu_quota(parsed, "research") == 5 * 4
 
 

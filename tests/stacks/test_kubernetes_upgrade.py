@@ -11,7 +11,7 @@ import re
 
 import pytest
 
-from conftest import run_stack, stack_config
+from conftest import run_stack, stack_config, resolved_prices
 from gpuloan.render import cost_comment
 from offline import diff as cost_diff
 from gpuloan import preview
@@ -26,7 +26,7 @@ def _config(version: str) -> dict:
 
 
 def _doc(version: str) -> dict:
-    return preview.preview_document("dev", _config(version))
+    return preview.preview_document(resolved_prices(), "dev", _config(version))
 
 
 def _without_role_paths(self, args):
@@ -229,7 +229,7 @@ def test_a_version_change_of_an_active_capacity_block_floor_is_staged():
     def block(version: str, active: bool) -> dict:
         config = _block_config(active=active)
         config["gpuloan:cluster"]["kubernetes_version"] = version
-        return preview.preview_document("dev", config)
+        return preview.preview_document(resolved_prices(), "dev", config)
 
     [floor] = [b for b in rollout.blockers(block("1.34", True), block("1.35", True)) if b.what == "floor"]
     assert floor.action == "rolls" and "version" in floor.reasons and rollout.CAPACITY_BLOCK_STAGED in floor.reasons

@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import pytest
 import yaml
-from conftest import REPO, stack_config
+from conftest import REPO, stack_config, resolved_prices
 from kube_checks import WORKLOADS, schema_version, validate_strict
 
 from pricing import checks
-from pricing.sources import catalog
 from config import config, tags
 from stacks.kubernetes import tenancy
 
-PROD = checks.from_stack_yaml({"config": stack_config("prod")}, "Pulumi.prod.yaml", prices=catalog.current())
+PROD = checks.from_stack_yaml({"config": stack_config("prod")}, "Pulumi.prod.yaml", prices=resolved_prices())
 CLUSTER_VERSION = PROD.cluster.kubernetes_version
 
 

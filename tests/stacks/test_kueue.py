@@ -13,7 +13,7 @@ import yaml
 from hypothesis import HealthCheck, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
-from conftest import REPO, requires_shared_kueue_crds, requires_shared_prices, run_stack, stack_config
+from conftest import REPO, requires_shared_kueue_crds, requires_shared_prices, run_stack, stack_config, resolved_prices
 from kube_checks import KUEUE_CRDS, kube_objects, layer, release, run_layer, validate_kueue
 from policy_cases import NOW, spend
 
@@ -21,7 +21,6 @@ from policy import pods as policy_pods
 from policy.decide import decide
 from policy.model import Group, Observation, PoolObservation, Reason
 from pricing import checks
-from pricing.sources import catalog
 from config import config, scheduling, tags, versions
 from stacks.policy_function import settings as policy_settings
 from stacks.kubernetes import kueue, tenancy
@@ -36,12 +35,12 @@ def _cfg(stack: str, **sections) -> config.GpuLoanConfig:
     data = stack_config(stack)
     for key, value in sections.items():
         data[f"gpuloan:{key}"] = value
-    return checks.from_stack_yaml({"config": data}, f"Pulumi.{stack}.yaml", prices=catalog.current())
+    return checks.from_stack_yaml({"config": data}, f"Pulumi.{stack}.yaml", prices=resolved_prices())
 
 
 def _problems(data: dict) -> list[tuple[str, str]]:
     with pytest.raises(ConfigError) as err:
-        checks.from_stack_yaml({"config": data}, "test", prices=catalog.current())
+        checks.from_stack_yaml({"config": data}, "test", prices=resolved_prices())
     return err.value.problems
 
 
@@ -209,13 +208,13 @@ def test_capacity_block_floor_has_quota_only_inside_its_window_or_while_held():
     data["gpuloan:pools"][0]["guaranteed"].update(reservation="capacity_block", reservation_id="cr-0123456789abcdef0",
                                                   payment="capacity_block", capacity_block_start=iso(10),
                                                   capacity_block_end=iso(17))
-    cfg = checks.from_stack_yaml({"config": data}, "test", prices=catalog.current())
+    cfg = checks.from_stack_yaml({"config": data}, "test", prices=resolved_prices())
     assert _quotas(_cq(cfg, "training"))["gpuloan-prod-training-floor"]["nominalQuota"] == 0
     data["gpuloan:pools"][0]["guaranteed"].update(capacity_block_start=iso(-1), capacity_block_end=iso(6))
-    cfg = checks.from_stack_yaml({"config": data}, "test", prices=catalog.current())
+    cfg = checks.from_stack_yaml({"config": data}, "test", prices=resolved_prices())
     assert _quotas(_cq(cfg, "training"))["gpuloan-prod-training-floor"]["nominalQuota"] == 16
     data["gpuloan:pools"][0]["guaranteed"]["capacity_block_active"] = False  # held at 0 for a roll
-    cfg = checks.from_stack_yaml({"config": data}, "test", prices=catalog.current())
+    cfg = checks.from_stack_yaml({"config": data}, "test", prices=resolved_prices())
     assert _quotas(_cq(cfg, "training"))["gpuloan-prod-training-floor"]["nominalQuota"] == 0
 
 
@@ -241,7 +240,7 @@ def test_a_future_capacity_block_counts_in_the_team_quota_so_admitted_pods_are_n
         training["elastic"].pop("on_demand_max_nodes", None)
         training["budget"]["monthly_usd"] = 400000  # a block of p5s costs more than prod's p4d budget
         data["gpuloan:budget"] = {**data.get("gpuloan:budget", {}), "monthly_usd": 500000}
-        return checks.from_stack_yaml({"config": data}, "test", prices=catalog.current())
+        return checks.from_stack_yaml({"config": data}, "test", prices=resolved_prices())
 
     future, open_now = with_block(10, 17), with_block(-1, 6)
     assert _quotas(_cq(future, "training"))["gpuloan-prod-training-floor"]["nominalQuota"] == 0
@@ -266,7 +265,7 @@ def _variants():
             data["gpuloan:scheduling"] = {"kueue": {"production_spot_pools": [] if capacity == "on_demand" or
                                                     tier != "production" else [p["name"] for p in
                                                                                data["gpuloan:pools"]]}}
-            out.append((f"{tier}-{capacity}", checks.from_stack_yaml({"config": data}, "test", prices=catalog.current())))
+            out.append((f"{tier}-{capacity}", checks.from_stack_yaml({"config": data}, "test", prices=resolved_prices())))
     return out
 
 
@@ -317,7 +316,7 @@ def test_production_flavor_order_without_spot_is_floor_then_on_demand():
     data = stack_config("prod")
     data["gpuloan:pools"][1]["elastic"]["capacity"] = "on_demand"
     data["gpuloan:scheduling"] = {"kueue": {"production_spot_pools": ["training"]}}
-    cfg = checks.from_stack_yaml({"config": data}, "test", prices=catalog.current())
+    cfg = checks.from_stack_yaml({"config": data}, "test", prices=resolved_prices())
     cq = _cq(cfg, "inference")
     assert list(_quotas(cq)) == ["gpuloan-prod-inference-floor", "gpuloan-prod-inference-on-demand"]
     [od] = [f for f in scheduling.pool_flavors(cfg, cfg.pool("inference")) if f.kind == scheduling.ON_DEMAND]
@@ -336,7 +335,7 @@ def _two_experiment_teams(**sharing):
     training["elastic"].update(instance_types=["g6e.xlarge"], max_nodes=4)
     data["gpuloan:pools"][0] = {k: v for k, v in training.items() if v is not None}
     data["gpuloan:scheduling"] = {"kueue": {"production_spot_pools": ["inference"], **sharing}}
-    return checks.from_stack_yaml({"config": data}, "test", prices=catalog.current())
+    return checks.from_stack_yaml({"config": data}, "test", prices=resolved_prices())
 
 
 def test_experiment_order_is_floor_then_borrowed_floors_then_spot():
@@ -353,7 +352,7 @@ def test_floors_with_other_gpus_per_node_are_not_borrowed():
     data = stack_config("prod")
     data["gpuloan:pools"][0]["tier"] = "experiment"  # 8-GPU p4d pool; inference floor is 1-GPU g6e
     data["gpuloan:scheduling"]["kueue"]["production_spot_pools"] = ["inference"]
-    cfg = checks.from_stack_yaml({"config": data}, "test", prices=catalog.current())
+    cfg = checks.from_stack_yaml({"config": data}, "test", prices=resolved_prices())
     assert "gpuloan-prod-inference-floor" not in _quotas(_cq(cfg, "training"))
 
 
@@ -456,7 +455,7 @@ def test_production_pool_with_spot_it_may_not_use_is_an_error_until_listed(capac
     data["gpuloan:scheduling"] = {"kueue": {"production_spot_pools": ["training"]}}
     assert ("pools[1].elastic.capacity" in {p for p, _ in _problems(data)})
     data["gpuloan:scheduling"]["kueue"]["production_spot_pools"].append("inference")
-    checks.from_stack_yaml({"config": data}, "test", prices=catalog.current())  # listing it is the explicit permission
+    checks.from_stack_yaml({"config": data}, "test", prices=resolved_prices())  # listing it is the explicit permission
 
 
 def test_a_batch_production_pool_with_spot_then_on_demand_gets_its_on_demand_group_as_flavor():
@@ -468,7 +467,7 @@ def test_a_batch_production_pool_with_spot_then_on_demand_gets_its_on_demand_gro
     inference = data["gpuloan:pools"][1]
     inference["elastic"].update(workload="batch", on_demand_max_nodes=3)
     data["gpuloan:scheduling"] = {"kueue": {"production_spot_pools": ["training"]}}
-    cfg = checks.from_stack_yaml({"config": data}, "test", prices=catalog.current())
+    cfg = checks.from_stack_yaml({"config": data}, "test", prices=resolved_prices())
     pool = cfg.pool("inference")
     [od] = [f for f in scheduling.pool_flavors(cfg, pool) if f.kind != scheduling.FLOOR]
     assert od.kind == scheduling.ON_DEMAND and od.node_labels[tags.LABEL_CAPACITY] == "on-demand"
@@ -490,7 +489,7 @@ def test_production_pool_whose_rules_add_spot_before_pods_are_pending_stays_an_e
 def test_the_rule_is_off_with_kueue_off():
     data = stack_config("prod")
     data["gpuloan:scheduling"] = {"kueue": {"enabled": False}}
-    checks.from_stack_yaml({"config": data}, "test", prices=catalog.current())
+    checks.from_stack_yaml({"config": data}, "test", prices=resolved_prices())
 
 
 @pytest.mark.parametrize("entry,fragment", [
@@ -507,10 +506,10 @@ def test_production_spot_pools_may_list_pools_that_need_no_permission():
     # A tier or capacity change of the pool alone must not break the config: the entry then allows nothing.
     data = stack_config("dev")  # research is tier experiment
     data["gpuloan:scheduling"] = {"kueue": {"production_spot_pools": ["research"]}}
-    checks.from_stack_yaml({"config": data}, "test", prices=catalog.current())
+    checks.from_stack_yaml({"config": data}, "test", prices=resolved_prices())
     data = stack_config("prod")
     data["gpuloan:pools"][1]["elastic"]["capacity"] = "on_demand"
-    cfg = checks.from_stack_yaml({"config": data}, "test", prices=catalog.current())
+    cfg = checks.from_stack_yaml({"config": data}, "test", prices=resolved_prices())
     assert [f.kind for f in scheduling.pool_flavors(cfg, cfg.pool("inference"))] == ["floor", "on-demand"]
 
 
@@ -551,7 +550,7 @@ def test_admitted_pods_count_for_the_pool_their_flavor_pins_them_to():
 
 def _dev_settings(cfg):
     names = {"research": {"spot": "dev-research-spot", "guaranteed": "dev-research-guaranteed"}}
-    return policy_settings.settings_for(catalog.current(), cfg, "gpuloan-dev", names)
+    return policy_settings.settings_for(resolved_prices(), cfg, "gpuloan-dev", names)
 
 
 def _pool_observation(pending, spent):
@@ -662,7 +661,7 @@ def _configs(draw):
     teams = {t: {"lending_limit_pct": draw(st.sampled_from([0, 50, 100]))} for t in {p["team"] for p in pools}}
     data["gpuloan:scheduling"] = {"kueue": {"production_spot_pools": spot_ok, "teams": teams}}
     data["gpuloan:gpu_operator"] = {"time_slicing_replicas": draw(st.sampled_from([None, 2]))}
-    return checks.from_stack_yaml({"config": data}, "generated", prices=catalog.current())
+    return checks.from_stack_yaml({"config": data}, "generated", prices=resolved_prices())
 
 
 @hsettings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -737,7 +736,7 @@ def _borrower(own_types: list[str], lender_type: str) -> config.GpuLoanConfig:
     data["gpuloan:pools"][0]["elastic"]["instance_types"] = [lender_type]
     data["gpuloan:pools"][2]["elastic"]["instance_types"] = own_types
     data.pop("gpuloan:commitments")  # the RIs are for p4d.24xlarge; not what these cases are about
-    return checks.from_stack_yaml({"config": data}, "test", prices=catalog.current())
+    return checks.from_stack_yaml({"config": data}, "test", prices=resolved_prices())
 
 
 @pytest.mark.parametrize("own, lender, lent", [
@@ -764,7 +763,7 @@ def test_several_node_sizes_share_one_elastic_flavor_that_selects_every_size_and
     data = dev_variant(guaranteed={"instance_type": "g6e.2xlarge"},
                        elastic={"instance_types": ["g6e.48xlarge", "g6e.12xlarge", "g6e.2xlarge"],
                                 "capacity": "spot_then_on_demand", "max_nodes": 2})
-    cfg = checks.from_stack_yaml({"config": data}, "dev", prices=catalog.current())
+    cfg = checks.from_stack_yaml({"config": data}, "dev", prices=resolved_prices())
     pool = cfg.pools[0]
     elastic = [f for f in scheduling.pool_flavors(cfg, pool) if f.kind != scheduling.FLOOR]
     assert [f.gpus for f in elastic] == [2 * (8 + 4 + 1)]  # every size's groups at their max, in GPUs

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import yaml
-from conftest import requires_shared_kueue_crds, stack_config
+from conftest import requires_shared_kueue_crds, stack_config, resolved_prices
 from kube_checks import release, layer, validate_kueue
 from test_kueue import _cq, _problems, _quotas, _two_experiment_teams
 
@@ -29,8 +29,7 @@ def test_one_queue_has_nobody_to_share_with_so_fair_sharing_stays_off():
     data = stack_config("dev")
     data["gpuloan:pools"] = data["gpuloan:pools"][:1]
     from pricing import checks
-    from pricing.sources import catalog
-    cfg = checks.from_stack_yaml({"config": data}, "test", prices=catalog.current())
+    cfg = checks.from_stack_yaml({"config": data}, "test", prices=resolved_prices())
     assert len(scheduling.plan(cfg).queues) == 1
     assert "fairSharing" not in _manager_config(cfg)
     [q] = scheduling.plan(cfg).queues

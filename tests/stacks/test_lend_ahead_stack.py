@@ -5,9 +5,8 @@ it is on and the policy acts."""
 from __future__ import annotations
 
 import pytest
-from conftest import stack_config
+from conftest import resolved_prices, stack_config
 from pricing import checks
-from pricing.sources import catalog
 
 from config import scheduling
 from stacks.kubernetes import tenancy
@@ -16,7 +15,7 @@ from stacks.kubernetes import tenancy
 def prod(**kueue) -> object:
     raw = stack_config("prod")
     raw["gpuloan:scheduling"]["kueue"].update(kueue)
-    return checks.from_stack_yaml({"config": raw}, "test", prices=catalog.current())
+    return checks.from_stack_yaml({"config": raw}, "test", prices=resolved_prices())
 
 
 def test_off_by_default_the_rbac_is_unchanged():
@@ -43,11 +42,11 @@ def test_a_team_that_lends_nothing_is_not_patched():
     raw = stack_config("prod")
     kueue = raw["gpuloan:scheduling"]["kueue"]
     kueue["lend_ahead"] = True
-    cfg = checks.from_stack_yaml({"config": raw}, "test", prices=catalog.current())
+    cfg = checks.from_stack_yaml({"config": raw}, "test", prices=resolved_prices())
     teams = {p.team for p in cfg.pools if scheduling.lends_ahead(cfg, p)}
     team = sorted(teams)[0]
     kueue.setdefault("teams", {}).setdefault(team, {})["lending_limit_pct"] = 0
-    cfg = checks.from_stack_yaml({"config": raw}, "test", prices=catalog.current())
+    cfg = checks.from_stack_yaml({"config": raw}, "test", prices=resolved_prices())
     assert not [p for p in cfg.pools if p.team == team and scheduling.lends_ahead(cfg, p)]
 
 

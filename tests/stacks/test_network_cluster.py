@@ -10,11 +10,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from capacity_helpers import CLUSTER, NODE_GROUP, descendants, dev_variant, is_taggable
-from conftest import STACKS, run_stack, stack_config
+from conftest import STACKS, run_stack, stack_config, resolved_prices
 from offline import runner as offline
 from stacks import cluster as cluster_mod
 from pricing import checks
-from pricing.sources import catalog
 from config import tags, versions
 from pricing import checks
 from stacks.network import plan_subnets
@@ -26,7 +25,7 @@ NETWORK_TYPES = {"aws:ec2/vpc:Vpc", SUBNET, "aws:ec2/natGateway:NatGateway", "aw
 
 
 def cfg_of(stack):
-    return checks.from_stack_yaml({"config": stack_config(stack)}, stack, prices=catalog.current())
+    return checks.from_stack_yaml({"config": stack_config(stack)}, stack, prices=resolved_prices())
 
 
 def in_cluster(rec, type_=None):
@@ -153,7 +152,7 @@ def test_bin_packing_needs_kubernetes_1_31():
     config = stack_config("dev")
     config["gpuloan:cluster"]["kubernetes_version"] = "1.30"
     with pytest.raises(ConfigError) as err:
-        checks.from_stack_yaml({"config": config}, "dev", prices=catalog.current())
+        checks.from_stack_yaml({"config": config}, "dev", prices=resolved_prices())
     assert "cluster.bin_packing" in str(err.value) and "1.31" in str(err.value)
 
 
@@ -305,7 +304,7 @@ def test_node_subnet_ids_must_be_subnet_ids():
     data = {k.split(":", 1)[1]: v for k, v in stack_config("dev").items() if k.startswith("gpuloan:")}
     data["cluster"] = {**EXISTING, "node_subnet_ids": ["vpc-123"]}
     with pytest.raises(config_mod.ConfigError) as err:
-        checks.parse(data, prices=catalog.current())
+        checks.parse(data, prices=resolved_prices())
     assert any(p.startswith("cluster.node_subnet_ids") for p, _ in err.value.problems)
 
 
@@ -316,7 +315,7 @@ def test_an_existing_stack_replaces_its_fixed_name_system_group_new_group_first(
 
     from conftest import stack_config
 
-    head = preview.preview_document("dev", stack_config("dev"))
+    head = preview.preview_document(resolved_prices(), "dev", stack_config("dev"))
     base = json.loads(json.dumps(head))
     [old] = [r for r in base["resources"] if r["type"] == NODE_GROUP and r["inputs"].get("labels", {}).get(
         tags.LABEL_TIER) == "system"]

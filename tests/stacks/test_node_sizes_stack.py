@@ -9,10 +9,9 @@ import fnmatch
 import pytest
 
 from capacity_helpers import ELASTIC, NODE_GROUP, dev_variant, under
-from conftest import requires_shared_prices, run_stack
+from conftest import requires_shared_prices, run_stack, resolved_prices
 from config.config import ConfigError
 from pricing import checks
-from pricing.sources import catalog
 
 G6E = ["g6e.48xlarge", "g6e.12xlarge", "g6e.2xlarge"]
 
@@ -64,11 +63,10 @@ def test_the_policy_may_resize_every_size_and_its_settings_name_them(sized):
     assert set(ps.elastic_groups) == names
     assert ps.gpus_per_node == 8 and sorted(s.gpus_per_node for s in ps.other_sizes) == [1, 4]
     # each size is priced by its own type, from the price book (g6e.2xlarge's on-demand rate, not the 48xlarge's)
-    from pricing.sources import catalog
 
     one = next(s for s in ps.other_sizes if s.gpus_per_node == 1)
-    assert one.on_demand_usd_per_hour == catalog.price("g6e.2xlarge", "us-east-1").ondemand_usd_per_hour
-    assert ps.on_demand_usd_per_hour == catalog.price("g6e.48xlarge", "us-east-1").ondemand_usd_per_hour
+    assert one.on_demand_usd_per_hour == resolved_prices().price("g6e.2xlarge", "us-east-1").ondemand_usd_per_hour
+    assert ps.on_demand_usd_per_hour == resolved_prices().price("g6e.48xlarge", "us-east-1").ondemand_usd_per_hour
 
 
 @requires_shared_prices
@@ -80,7 +78,7 @@ def test_a_one_size_pool_keeps_its_group_names_urns_and_inputs(recorded, stack):
     from conftest import stack_config
 
     rec = recorded(stack)
-    cfg = checks.from_stack_yaml({"config": stack_config(stack)}, stack, prices=catalog.current())
+    cfg = checks.from_stack_yaml({"config": stack_config(stack)}, stack, prices=resolved_prices())
     for pool in cfg.pools:
         if pool.elastic is None:
             continue
@@ -98,7 +96,7 @@ def test_a_one_size_pool_keeps_its_group_names_urns_and_inputs(recorded, stack):
 def test_kueue_elastic_quota_is_every_sizes_gpus_in_one_flavor():
     from config import scheduling
 
-    cfg = checks.from_stack_yaml({"config": _sized(max_nodes=3)}, "dev", prices=catalog.current())
+    cfg = checks.from_stack_yaml({"config": _sized(max_nodes=3)}, "dev", prices=resolved_prices())
     pool = cfg.pools[0]
     elastic = [f for f in scheduling.pool_flavors(cfg, pool) if f.kind != scheduling.FLOOR]
     assert len(elastic) == 1
@@ -116,7 +114,7 @@ def test_bad_size_mixes_name_the_field_before_any_resource(types, words):
     config = _sized(instance_types=types)
     config["gpuloan:pools"][0].pop("guaranteed")
     with pytest.raises(ConfigError) as err:
-        checks.from_stack_yaml({"config": config}, "dev", prices=catalog.current())
+        checks.from_stack_yaml({"config": config}, "dev", prices=resolved_prices())
     problems = [(p, m) for p, m in err.value.problems if words in m]
     assert problems and problems[0][0].startswith("pools[0].elastic.instance_types"), err.value.problems
 
@@ -124,15 +122,14 @@ def test_bad_size_mixes_name_the_field_before_any_resource(types, words):
 @requires_shared_prices
 def test_the_previews_elastic_ceiling_counts_every_sizes_groups_at_their_max():
     from pricing.cost_model.costs import pool_cost
-    from pricing.sources import catalog
 
-    cfg = checks.from_stack_yaml({"config": _sized(max_nodes=3)}, "dev", prices=catalog.current())
-    cost = pool_cost(catalog.current(), cfg, cfg.pools[0])
-    spot = sum(catalog.price(t, "us-east-1").spot_or_ondemand_usd_per_hour for t in G6E)
+    cfg = checks.from_stack_yaml({"config": _sized(max_nodes=3)}, "dev", prices=resolved_prices())
+    cost = pool_cost(resolved_prices(), cfg, cfg.pools[0])
+    spot = sum(resolved_prices().price(t, "us-east-1").spot_or_ondemand_usd_per_hour for t in G6E)
     assert cost.elastic_max_gpus == 3 * (8 + 4 + 1)
     assert cost.elastic_max_monthly_usd == pytest.approx(3 * spot * 730, rel=1e-6)
-    one = checks.from_stack_yaml({"config": _sized(max_nodes=3, instance_types=["g6e.2xlarge"])}, "dev", prices=catalog.current())
-    assert pool_cost(catalog.current(), one, one.pools[0]).elastic_max_gpus == 3 * 1
+    one = checks.from_stack_yaml({"config": _sized(max_nodes=3, instance_types=["g6e.2xlarge"])}, "dev", prices=resolved_prices())
+    assert pool_cost(resolved_prices(), one, one.pools[0]).elastic_max_gpus == 3 * 1
 
 
 # --- issue 35 item 4: names keyed to a size, never to list order ---------------------------------------------
@@ -142,7 +139,7 @@ def _sized_doc(types: list[str], **elastic) -> dict:
 
     config = dev_variant(guaranteed={"instance_type": "g6e.2xlarge"},
                          elastic={"instance_types": types, "capacity": "spot_then_on_demand", **elastic})
-    return preview.preview_document("dev", config)
+    return preview.preview_document(resolved_prices(), "dev", config)
 
 
 def _prefixes(doc) -> dict[str, tuple[str, ...]]:
@@ -186,6 +183,6 @@ def test_an_earlier_release_stack_whose_first_type_was_not_the_largest_keeps_its
 def test_plain_names_gpus_must_name_one_of_the_pools_sizes():
     config = _sized(plain_names_gpus=2)
     with pytest.raises(ConfigError) as err:
-        checks.from_stack_yaml({"config": config}, "dev", prices=catalog.current())
+        checks.from_stack_yaml({"config": config}, "dev", prices=resolved_prices())
     assert "pools[0].elastic" in str(err.value)
     assert "plain_names_gpus: 2 GPUs per node is none of this pool's sizes (1, 4, 8)" in str(err.value)

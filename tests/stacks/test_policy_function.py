@@ -10,10 +10,9 @@ import zipfile
 
 import pytest
 
-from conftest import requires_shared_prices
+from conftest import requires_shared_prices, resolved_prices
 from policy.model import Settings
 from pricing import checks
-from pricing.sources import catalog
 from config import tags, versions
 from stacks.policy_function.package import build_zip
 
@@ -322,7 +321,7 @@ def _largest_config():
     # The prod template pools are production tier on spot: Kueue must list each of them as allowed on spot.
     data["scheduling"] = {"kueue": {**data["scheduling"]["kueue"], "production_spot_pools": [p["name"] for p in pools]}}
     pools[:] = [{k: v for k, v in p.items() if v is not None} for p in pools]
-    return checks.parse(data, prices=catalog.current()), most
+    return checks.parse(data, prices=resolved_prices()), most
 
 
 @requires_shared_prices
@@ -342,7 +341,7 @@ def test_settings_of_the_largest_config_travel_in_the_package_not_the_environmen
     suffix = "20261203072755123400000001"
     names = {p.name: {g: node_group_name_prefix(cfg.environment, p.name, g) + suffix
                       for g in (GROUP_SPOT, GROUP_ON_DEMAND, GROUP_GUARANTEED)} for p in cfg.pools}
-    settings_json = settings_for(catalog.current(), cfg, cluster_name_for(cfg), names, default_budget_names(cfg)).to_json()
+    settings_json = settings_for(resolved_prices(), cfg, cluster_name_for(cfg), names, default_budget_names(cfg)).to_json()
     assert len(settings_json.encode()) > 30 * LAMBDA_ENV_LIMIT_BYTES  # ~150 KB: far past what an env var carries
     table = "gpuloan-" + "e" * 40 + "-policy-state"
     topic = "arn:aws:sns:ap-southeast-2:123456789012:" + "t" * 256
