@@ -129,6 +129,7 @@ def run(args, cfg) -> dict:
 
         engine = parallel.engine_for(args.jobs, args.ray)
     inputs, demand, share = _inputs(args, cfg)
+    _refuse_unbuildable_setups(args, cfg, inputs, demand)
     if args.model == "fluid":
         doc = org_advisor.evaluate(inputs, org_advisor.fluid_runner(inputs.prices), seed=args.seed)
     else:  # every scenario through the environment simulator, identical runs once (EnvironmentRunner's cache)
@@ -147,6 +148,26 @@ def run(args, cfg) -> dict:
     # what every figure of lost work, reclaim and pending time depends on (issue 36); the fluid model loses none
     doc["checkpoint_interval_minutes"] = settings.checkpoint_interval_minutes if args.model != "fluid" else None
     return {"environment": cfg.environment, "demand": {n: t.name for n, t in demand.items()}, **doc}
+
+
+def _refuse_unbuildable_setups(args, cfg, inputs, demand) -> None:
+    """Every setup the advice runs (its floors sized on the sizing window) checked against the stack's own
+    validation before the first simulation, in either model: a floor over the node limit, a Kueue limit or quota
+    the setup breaks is refused now, naming the pool and field, not after minutes of simulations (issue 36)."""
+    from advise import org_advisor
+    from pricing.sources import catalog
+
+    # the stack as its user wrote it, with the advised floors: --production-share is a what-if of the advice,
+    # checked on its own (0-100, _inputs), not a change the user would deploy
+    problems = org_advisor.setup_problems(cfg, demand, inputs, seed=args.seed,
+                                          instance_facts=catalog.current().book.instance_facts)
+    if problems:
+        lines = "\n".join(f" - {path}: {msg}" for path, msg in problems)
+        raise OrgAdviceError(
+            f"{len(problems)} problem(s) in the setups the advice would run, refused before any simulation (the "
+            f"floors are p{inputs.guarantee_percentile:g} of each production pool's hourly production GPUs over "
+            f"the sizing window, in whole nodes; split such a pool, or lower --guarantee-percentile or "
+            f"--production-share):\n{lines}")
 
 
 def _progress():
