@@ -355,6 +355,7 @@ class EnvironmentRunner:
     runs: int = 0
     hits: int = 0
     progress: object = None  # called with the number of simulations run so far, after each (the CLI's stderr)
+    stack_cfg: object = None  # the stack without environment_runner's production shares: what setups are checked on
 
     def key(self, hours: int, floors_nodes, lend: bool, controller: str, scenario: Scenario, report_from_hour: int):
         floors = tuple(sorted((n, k) for n, k in floors_nodes.items() if k))
@@ -382,8 +383,11 @@ class EnvironmentRunner:
         return run
 
     def _layout(self, floors_nodes, lend: bool, controller: str, hours: int):
+        # the floors checked on the stack as its user wrote it (a floor over the node limit, a Kueue limit ...);
+        # `cfg` may carry the advice's what-if production shares, which the user does not deploy
+        setup_config(self.stack_cfg if self.stack_cfg is not None else self.cfg, floors_nodes, lend=lend)
         return setup_layout(self.cfg, self.traces, floors_nodes, lend, controller, hours,
-                            getattr(self.settings, "seed", 1))
+                            getattr(self.settings, "seed", 1), check=False)
 
     def _run_of(self, result, demands, hours: int) -> EnvironmentRun:
         """The simulation's result as the advisor reads it."""
@@ -566,8 +570,8 @@ def environment_runner(cfg, traces: dict, settings, prices: dict[str, PoolPrices
     simulator, sim/environment.py). `production_share` (0..1, per pool or one for all) is written into each pool's
     service_target.production_share_pct, so the simulator classes as production the share the fluid profiles
     (sim/org_demand.py) were built with."""
-    cfg = with_production_share(cfg, production_share)
-    return EnvironmentRunner(cfg, traces, settings, prices, simulate or simulate_with_environment, use_cache=use_cache)
+    return EnvironmentRunner(with_production_share(cfg, production_share), traces, settings, prices,
+                             simulate or simulate_with_environment, use_cache=use_cache, stack_cfg=cfg)
 
 
 @dataclass

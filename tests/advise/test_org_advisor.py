@@ -439,8 +439,8 @@ def test_setup_config_sets_each_floor_and_turns_lending_off():
     with pytest.raises(org_advisor.OrgAdviceError,
                        match=r"guaranteed\.nodes \(pool 'training'\): Input should be less than or equal to 64"):
         org_advisor.setup_config(cfg, {"training": 65}, lend=True)
-    given = org_advisor.setup_config(cfg, {"training": 2, "inference": 1}, lend=True)  # a new reservation: one AZ
-    assert given.pool("inference").guaranteed.availability_zone == cfg.cluster.availability_zones[0]
+    given = org_advisor.setup_config(cfg, {"training": 2, "research": 1}, lend=True)  # a new reservation: one AZ
+    assert given.pool("research").guaranteed.availability_zone == cfg.cluster.availability_zones[0]
 
 
 @requires_shared_prices
