@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from pricing.cost_model import billing
-from advise import commitment_choice
+from advise import commitment_choice, sanity
 from sim import fluid, org_loan
 from sim.fluid import EnvironmentRun, PoolPrices, Scenario
 from sim.org_demand import PRODUCTION, TIERS, PoolDemand
@@ -991,7 +991,7 @@ def evaluate(inputs: OrgInputs, runner: Runner, *, scenarios=SCENARIOS, seed: in
     if per_pool_prices:
         rec["price_of_each_guarantee"] = _each_guarantee(inputs, runner, floors, choice,
                                                          default["recommendation_report"]["total_cost_usd"])
-    return {
+    doc = {
         "model": runner.model,
         "model_note": ("fluid model (sim/fluid.py): free repacking, no boots; production interruptions are 0 and "
                        "waits are not measured by construction. Not a simulation: --model simulated runs the "
@@ -1008,6 +1008,13 @@ def evaluate(inputs: OrgInputs, runner: Runner, *, scenarios=SCENARIOS, seed: in
         "baselines": default["baselines"],
         "scenarios": {k: v for k, v in out_scenarios.items() if k != "default"},
     }
+    # figures that contradict each other are no advice (advise/sanity.py): the document says what failed
+    checked = sanity.check(doc)
+    doc["sanity_check"] = checked.to_json()
+    if not checked.passed:
+        rec["withheld"] = ("not advice: the figures failed the sanity check (sanity_check.failures): "
+                           + "; ".join(checked.failures))
+    return doc
 
 
 # What a setup is judged on beside cost (and each tier's p95 wait): less is better for each (a figure not

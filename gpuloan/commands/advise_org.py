@@ -74,7 +74,9 @@ def _inputs(args, cfg):
         if p is None:
             raise ValueError(f"pool '{n}': {catalog.missing_price_reason(itype, cfg.region)}")
         spot = spec.spot_usd_per_hour if spec.has_spot else None
-        prices[n] = fluid.PoolPrices(itype, cfg.region, spec.gpus_per_node, p.ondemand_usd_per_hour, spot)
+        # the same deployment as the simulated rows: the pool's elastic node limit (sim/fluid.py)
+        prices[n] = fluid.PoolPrices(itype, cfg.region, spec.gpus_per_node, p.ondemand_usd_per_hour, spot,
+                                     spec.elastic_max_nodes * spec.gpus_per_node)
         g = cfg.pool(n).guaranteed
         user = g.rate if (g is not None and g.instance_type == itype and g.price_model == args.term) else None
         r = floor_pricing.floor_rate(catalog.current(), itype, cfg.region, args.term, user.usd_per_hour if user else None,
@@ -215,6 +217,15 @@ def render(doc: dict) -> None:
     floors = ", ".join(f"{n} {f['nodes']} x {f['instance_type']}" for n, f in rec["floors"].items() if f["nodes"])
     ris = ", ".join(f"{c['count']} x {c['instance_type']} RI ({c['region']})"
                     for c in rec["commitment"]["reserved_instances"]) or "none"
+    checked = doc.get("sanity_check") or {}
+    for note in checked.get("notes", []):
+        console.print(f"  [yellow]note: {note}[/]")
+    if rec.get("withheld"):
+        console.print("[bold red]no recommendation: the figures above contradict each other, so they are not "
+                      "advice:[/]")
+        for failure in checked.get("failures", []):
+            console.print(f"  [red]- {failure}[/]")
+        return
     console.print(f"[bold]recommended: floors {floors or 'none'}; organization commitment {ris}, bought at the end "
                   f"of the sizing window; the guarantee costs {_pct(rec['price_of_guarantee_pct'])} "
                   f"(${rec['price_of_guarantee_usd']:,.0f} over the report window) over karpenter+savings-plan, "
