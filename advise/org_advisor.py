@@ -211,6 +211,13 @@ def shared_layout(cfg, traces: dict, seed: int, *, keep_floors: bool = False) ->
             for t, g in enumerate(trace.gpus_demanded):
                 acc[t] += g
             members.setdefault(name, []).append(p)
+    for p in cfg.pools:
+        if p.name in kept and p.name in traces and p.name not in members:
+            # a floor whose team has no production jobs here (a demand series of a share under 100 % goes whole
+            # to the shared pools): the floor is still bought, billed and lent, so its pool stays, with no work
+            # of its own (issue 36: it vanished, and gpuloan-shared was billed with no floor at all)
+            members[p.name] = [p]
+            jobs[p.name] = []
     traces_out: dict[str, JobsTrace | SeriesTrace] = {}
     source: dict[str, list[str]] = {}
     for name, items in jobs.items():

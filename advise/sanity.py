@@ -8,9 +8,12 @@ default scenario and in each shortage scenario:
 - a `+savings-plan` row never costs more than the same layout without it (a plan that saves nothing is not
   bought: advise/org_advisor.py `with_plan`);
 - the fluid bound (sim/fluid.py: the same floors, lent, free repacking, no boots, the best commitment in
-  hindsight) never costs more than a setup of the same floors that served at least as much work (gpuloan, its
-  shared layout, floors-not-lent, team-floors): a bound a real layout beats is not a bound. Where that setup left
-  more work unmet than the bound, the two are not the same work: that is a note, not a failure;
+  hindsight, on the per-team deployment: each pool's own capacity types and node limits) never costs more than a
+  setup of that deployment and the same floors that served at least as much work (gpuloan, floors-not-lent,
+  team-floors): a bound a real layout beats is not a bound. Where that setup left more work unmet than the bound,
+  the two are not the same work: that is a note, not a failure. gpuloan's shared layout is another deployment
+  (interruptible work of every team spot-first in shared pools, whatever its pool's capacity type), so the bound
+  says nothing about it;
 - no recommended floor is over the stack's node limit (config.config.Guaranteed.nodes), the limit `setup_problems`
   refuses before any simulation.
 """
@@ -22,6 +25,8 @@ from dataclasses import dataclass, field
 # Rounding of the figures (cents; GPU-hours to 3 decimals) is not a contradiction.
 COST_TOLERANCE_USD = 1.0
 UNMET_TOLERANCE_GPU_HOURS = 0.5
+# the setups run on the deployment the fluid bound runs (a pool per team, the same floors)
+SAME_DEPLOYMENT_AS_BOUND = ("gpuloan", "floors-not-lent", "team-floors")
 
 
 @dataclass
@@ -71,7 +76,7 @@ def check(doc: dict) -> Sanity:
         bound = by_name.get("fluid-bound")
         if bound:
             for r in rows:
-                if r is bound or r["name"] not in ("gpuloan", "gpuloan-shared", "floors-not-lent", "team-floors"):
+                if r is bound or r["name"] not in SAME_DEPLOYMENT_AS_BOUND:
                     continue
                 if bound["total_cost_usd"] <= r["total_cost_usd"] + COST_TOLERANCE_USD:
                     continue

@@ -168,3 +168,34 @@ def test_the_cli_withholds_contradictory_advice_and_exits_1(tmp_path, capsys, mo
     assert "no recommendation: the figures above contradict each other" in out.out
     assert "recommended: floors" not in out.out
     assert "a bound a real layout beats is not a bound" in out.err
+
+
+def test_a_bound_above_the_shared_layout_is_no_contradiction():
+    """The bound runs the per-team deployment (each pool's own capacity types); gpuloan's shared layout puts every
+    team's interruptible work spot-first in shared pools, which can be cheaper than any per-team setup."""
+    doc = _doc()
+    shared = doc["recommendation"]["layouts"]["gpuloan-shared"]
+    shared["total_cost_usd"] = _row(doc, "fluid-bound")["total_cost_usd"] - 500
+    shared["unmet_gpu_hours"] = 0.0
+    assert sanity.check(doc).passed
+
+
+@requires_shared_prices
+def test_the_shared_layout_keeps_a_floor_whose_team_has_only_a_demand_series():
+    """A demand series of a share under 100 % goes whole to the shared interruptible pool (as the simulator classes
+    a series); the floor of its team must stay (bought, billed, lent). It vanished: gpuloan-shared was billed with
+    no floor at all, below the bound of the same floors (the 16-pool advise case, issue 36)."""
+    from conftest import stack_config
+    from pricing import checks
+    from pricing.sources import catalog
+    from sim.traces import SeriesTrace
+
+    cfg = checks.from_stack_yaml({"config": stack_config("prod")}, "test", prices=catalog.current())
+    cfg = org_advisor.with_production_share(cfg, 0.3)
+    traces = {n: SeriesTrace(n, (8,) * 600) for n in ("training", "inference", "research")}
+    layout = org_advisor.shared_layout(org_advisor.setup_config(cfg, {"training": 2, "inference": 1}, lend=True,
+                                                                check=False),
+                                       traces, 1, keep_floors=True)
+    floors = {p.name: p.guaranteed.nodes for p in layout.cfg.pools if p.guaranteed is not None}
+    assert floors == {"training": 2, "inference": 1}
+    assert not layout.traces["training"].jobs and layout.source["training"] == []
