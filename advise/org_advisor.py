@@ -43,12 +43,13 @@ simulations once (EnvironmentRunner's cache) and runs the shortage scenarios as 
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from pricing.cost_model import billing
 from pricing.sources.catalog import Prices
-from advise import commitment_choice
+from advise import commitment_choice, sanity
 from sim import fluid, org_loan
 from sim.fluid import EnvironmentRun, PoolPrices, Scenario
 from sim.org_demand import PRODUCTION, TIERS, PoolDemand
@@ -211,6 +212,13 @@ def shared_layout(price_book: Prices, cfg, traces: dict, seed: int, *, keep_floo
             for t, g in enumerate(trace.gpus_demanded):
                 acc[t] += g
             members.setdefault(name, []).append(p)
+    for p in cfg.pools:
+        if p.name in kept and p.name in traces and p.name not in members:
+            # a floor whose team has no production jobs here (a demand series of a share under 100 % goes whole
+            # to the shared pools): the floor is still bought, billed and lent, so its pool stays, with no work
+            # of its own (issue 36: it vanished, and gpuloan-shared was billed with no floor at all)
+            members[p.name] = [p]
+            jobs[p.name] = []
     traces_out: dict[str, JobsTrace | SeriesTrace] = {}
     source: dict[str, list[str]] = {}
     for name, items in jobs.items():
@@ -251,19 +259,18 @@ def shared_layout(price_book: Prices, cfg, traces: dict, seed: int, *, keep_floo
     return SharedLayout(shared, traces_out, source)
 
 
-def setup_config(cfg, floors_nodes: dict[str, int], *, lend: bool):
+def setup_config(cfg, floors_nodes: dict[str, int], *, lend: bool, check: bool = True):
     """The stack as one setup runs it: each pool's floor set to the setup's size (a pool given a floor it did not
     have gets a capacity reservation of its instance type; a pool left without one loses `guaranteed`), and, for
-    a setup that does not lend, every team's `lending_limit_pct` at 0 (docs/scheduling.md). Validation limits
-    apply: a floor above the config's 64 nodes or a floorless pool without elastic capacity is refused."""
+    a setup that does not lend, every team's `lending_limit_pct` at 0 (docs/scheduling.md). A new reservation
+    is placed in the cluster's first AZ (the simulator does not model AZs; a reservation needs one). `check`: the
+    result goes through the stack's own validation (`config_problems`: a floor above the 64-node limit, a Kueue
+    limit ...), refused with every problem; a floorless pool without elastic capacity is refused either way."""
     from config.config import Guaranteed, Reservation
 
     pools = []
     for pool in cfg.pools:
         k = floors_nodes.get(pool.name, 0)
-        if k > 64:
-            raise OrgAdviceError(f"pool '{pool.name}': a floor of {k} nodes is above the config's limit of 64 "
-                                 "(pools[].guaranteed.nodes); split the pool")
         if k == 0:
             if pool.elastic is None:
                 raise OrgAdviceError(f"pool '{pool.name}' has no elastic capacity: it cannot run without a floor")
@@ -272,14 +279,49 @@ def setup_config(cfg, floors_nodes: dict[str, int], *, lend: bool):
         g = pool.guaranteed
         itype = g.instance_type if g else pool.elastic.instance_types[0]
         g = (g.model_copy(update={"nodes": k}) if g else
-             Guaranteed(instance_type=itype, nodes=k, reservation=Reservation.odcr))
+             Guaranteed(instance_type=itype, nodes=k, reservation=Reservation.odcr,
+                        availability_zone=cfg.cluster.availability_zones[0]))
         pools.append(pool.model_copy(update={"guaranteed": g}))
     kueue = cfg.scheduling.kueue
     if not lend:
         teams = {p.team: kueue.sharing(p.team).model_copy(update={"lending_limit_pct": 0}) for p in cfg.pools}
         kueue = kueue.model_copy(update={"teams": {**kueue.teams, **teams}})
     scheduling = cfg.scheduling.model_copy(update={"kueue": kueue})
-    return cfg.model_copy(update={"pools": pools, "scheduling": scheduling})
+    out = cfg.model_copy(update={"pools": pools, "scheduling": scheduling})
+    problems = config_problems(out) if check else []
+    if problems:
+        raise OrgAdviceError(_problem_lines(problems, f"the setup's stack (floors {_held(floors_nodes)})"))
+    return out
+
+
+def config_problems(cfg, instance_facts=None) -> list[tuple[str, str]]:
+    """(path, message) of every rule of the stack's own validation (config.parse: node limits, Kueue limits,
+    quotas ...) that a setup's config breaks, each path with its pool's name: the one check of what a setup may
+    be, made up front by `setup_problems` and again by `setup_config`."""
+    from config.config import ConfigError, parse
+
+    try:
+        parse(cfg.model_dump(mode="json", exclude_unset=True), "setup", instance_facts=instance_facts)
+    except ConfigError as err:
+        names = [p.name for p in cfg.pools]
+
+        def named(path: str) -> str:
+            m = re.match(r"^pools\[(\d+)\]", path)
+            if m and int(m.group(1)) < len(names):
+                return f"{path} (pool '{names[int(m.group(1))]}')"
+            return path
+
+        return [(named(path), msg) for path, msg in err.problems]
+    return []
+
+
+def _held(floors_nodes) -> str:
+    return ", ".join(f"{n} {k}" for n, k in floors_nodes.items() if k) or "none"
+
+
+def _problem_lines(problems, where: str) -> str:
+    lines = "\n".join(f" - {path}: {msg}" for path, msg in problems)
+    return f"{len(problems)} problem(s) in {where}:\n{lines}"
 
 
 @dataclass
@@ -323,6 +365,7 @@ class EnvironmentRunner:
     runs: int = 0
     hits: int = 0
     progress: object = None  # called with the number of simulations run so far, after each (the CLI's stderr)
+    stack_cfg: object = None  # the stack without environment_runner's production shares: what setups are checked on
 
     def key(self, hours: int, floors_nodes, lend: bool, controller: str, scenario: Scenario, report_from_hour: int):
         floors = tuple(sorted((n, k) for n, k in floors_nodes.items() if k))
@@ -350,28 +393,11 @@ class EnvironmentRunner:
         return run
 
     def _layout(self, floors_nodes, lend: bool, controller: str, hours: int):
-        """(config, traces cut at the horizon, the per-pool controller, extra arguments of `simulate`) of a setup:
-        gpuloan's config as the setup sets it; Karpenter's with both capacity types (karpenter_config); the shared
-        layout's two pools (shared_layout), the pending time measured per team tier of each job."""
-        cut = {n: _cut(t, hours) for n, t in self.traces.items()}
-        seed = getattr(self.settings, "seed", 1)
-        if controller == CONTROLLER_GPULOAN:
-            return setup_config(self.cfg, floors_nodes, lend=lend), cut, controller, {}
-        if controller == CONTROLLER_GPULOAN_SHARED:
-            layout = shared_layout(self.price_book, setup_config(self.cfg, floors_nodes, lend=lend), cut, seed,
-                                   keep_floors=True)
-            sim_controller = CONTROLLER_GPULOAN
-        else:
-            cfg = karpenter_config(setup_config(self.cfg, floors_nodes, lend=lend))
-            if controller == CONTROLLER_KARPENTER:
-                return cfg, cut, controller, {}
-            if controller != CONTROLLER_KARPENTER_SHARED:
-                raise OrgAdviceError(f"controller '{controller}': one of {CONTROLLER_GPULOAN}, "
-                                     f"{CONTROLLER_GPULOAN_SHARED}, {', '.join(KARPENTER_CONTROLLERS)}")
-            layout, sim_controller = shared_layout(self.price_book, cfg, cut, seed), CONTROLLER_KARPENTER
-        tiers = _pool_tiers(self.cfg)
-        job_tiers = {n: [tiers[src] for src in srcs] for n, srcs in layout.source.items()}
-        return layout.cfg, layout.traces, sim_controller, {"job_tiers": job_tiers} if job_tiers else {}
+        # the floors checked on the stack as its user wrote it (a floor over the node limit, a Kueue limit ...);
+        # `cfg` may carry the advice's what-if production shares, which the user does not deploy
+        setup_config(self.stack_cfg if self.stack_cfg is not None else self.cfg, floors_nodes, lend=lend)
+        return setup_layout(self.price_book, self.cfg, self.traces, floors_nodes, lend, controller, hours,
+                            getattr(self.settings, "seed", 1), check=False)
 
     def _run_of(self, result, demands, hours: int) -> EnvironmentRun:
         """The simulation's result as the advisor reads it."""
@@ -430,6 +456,59 @@ class EnvironmentRunner:
         return [u for u in run.hourly_usage if u.hour < sizing_hours]
 
 
+def setup_layout(price_book: Prices, cfg, traces: dict, floors_nodes, lend: bool, controller: str, hours: int, seed: int, *,
+                 check: bool = True):
+    """(config, traces cut at the horizon, the per-pool controller, extra arguments of `simulate`) of a setup:
+    gpuloan's config as the setup sets it; Karpenter's with both capacity types (karpenter_config); the shared
+    layout's two pools (shared_layout), the pending time measured per team tier of each job. `check`: as
+    setup_config's."""
+    cut = {n: _cut(t, hours) for n, t in traces.items()}
+    own = setup_config(cfg, floors_nodes, lend=lend, check=check)
+    if controller == CONTROLLER_GPULOAN:
+        return own, cut, controller, {}
+    if controller == CONTROLLER_GPULOAN_SHARED:
+        layout = shared_layout(price_book, own, cut, seed, keep_floors=True)
+        sim_controller = CONTROLLER_GPULOAN
+    else:
+        kcfg = karpenter_config(own)
+        if controller == CONTROLLER_KARPENTER:
+            return kcfg, cut, controller, {}
+        if controller != CONTROLLER_KARPENTER_SHARED:
+            raise OrgAdviceError(f"controller '{controller}': one of {CONTROLLER_GPULOAN}, "
+                                 f"{CONTROLLER_GPULOAN_SHARED}, {', '.join(KARPENTER_CONTROLLERS)}")
+        layout, sim_controller = shared_layout(price_book, kcfg, cut, seed), CONTROLLER_KARPENTER
+    tiers = _pool_tiers(cfg)
+    job_tiers = {n: [tiers[src] for src in srcs] for n, srcs in layout.source.items()}
+    return layout.cfg, layout.traces, sim_controller, {"job_tiers": job_tiers} if job_tiers else {}
+
+
+def setup_problems(price_book: Prices, cfg, traces: dict, inputs: "OrgInputs", *, seed: int = 1, instance_facts=None,
+                   per_pool_prices: bool = True) -> list[tuple[str, str]]:
+    """Every refusal that the config and the demand alone decide, before anything is simulated (issue 36): the
+    floors the advisor sizes (`size_floors` on the sizing window) put into every distinct setup's config
+    (`simulations`: gpuloan per team and shared, floors not lent, Karpenter per team and shared, each floor
+    dropped once), each through the stack's own validation (`config_problems`). (path, message) pairs, each
+    naming its pool and the setup, each problem once."""
+    hours = inputs.hours
+    if not 0 < inputs.sizing_hours < hours:
+        return []  # recommend refuses this with its reason
+    out: dict[tuple[str, str], str] = {}
+    for floors, lend, controller, _ in simulations(inputs, seed=seed, per_pool_prices=per_pool_prices):
+        where = describe_setup((floors, lend, controller, []))
+        try:
+            # the stack with the setup's floors is what the user would deploy: all of its rules apply; the
+            # Karpenter and shared layouts derived from it are models of other deployments (their synthetic pools
+            # need not meet gpuloan's naming rules), so they only have to build
+            found = config_problems(setup_config(cfg, floors, lend=lend, check=False), instance_facts)
+            if not found:
+                setup_layout(price_book, cfg, traces, floors, lend, controller, hours, seed, check=False)
+        except ValueError as err:  # OrgAdviceError, or pydantic's ValidationError of a shared layout's config
+            found = [(where, str(err).splitlines()[0])]
+        for problem in found:
+            out.setdefault(problem, where)
+    return [(path, f"{msg} ({where})") for (path, msg), where in out.items()]
+
+
 def _pool_tiers(cfg) -> dict[str, str]:
     """Pool name -> its tier, of a stack config."""
     return {str(p.name): str(p.tier) for p in cfg.pools}
@@ -480,6 +559,20 @@ def _cut(trace, hours: int):
     return JobsTrace(trace.name, trace.fmt, tuple(j for j in trace.jobs if j.submit_s < hours * 3600))
 
 
+def with_production_share(cfg, production_share: dict[str, float] | float | None):
+    """The stack with `production_share` (0..1, per pool or one for all) written into each pool's
+    service_target.production_share_pct, so the simulator classes as production the share the fluid profiles
+    (sim/org_demand.py) were built with; None: the stack as it is."""
+    if production_share is None:
+        return cfg
+    share = production_share if isinstance(production_share, dict) else {p.name: production_share
+                                                                         for p in cfg.pools}
+    pools = [p.model_copy(update={"service_target": p.service_target.model_copy(
+        update={"production_share_pct": round(100 * share[p.name], 6)})}) if p.name in share else p
+        for p in cfg.pools]
+    return cfg.model_copy(update={"pools": pools})
+
+
 def environment_runner(price_book: Prices, cfg, traces: dict, settings, prices: dict[str, PoolPrices], simulate=None,
                        production_share: dict[str, float] | float | None = None, use_cache: bool = True
                        ) -> EnvironmentRunner:
@@ -487,15 +580,8 @@ def environment_runner(price_book: Prices, cfg, traces: dict, settings, prices: 
     simulator, sim/environment.py). `production_share` (0..1, per pool or one for all) is written into each pool's
     service_target.production_share_pct, so the simulator classes as production the share the fluid profiles
     (sim/org_demand.py) were built with."""
-    if production_share is not None:
-        share = production_share if isinstance(production_share, dict) else {p.name: production_share
-                                                                             for p in cfg.pools}
-        pools = [p.model_copy(update={"service_target": p.service_target.model_copy(
-            update={"production_share_pct": round(100 * share[p.name], 6)})}) if p.name in share else p
-            for p in cfg.pools]
-        cfg = cfg.model_copy(update={"pools": pools})
-    return EnvironmentRunner(price_book, cfg, traces, settings, prices, simulate or simulate_with_environment,
-                             use_cache=use_cache)
+    return EnvironmentRunner(price_book, with_production_share(cfg, production_share), traces, settings, prices,
+                             simulate or simulate_with_environment, use_cache=use_cache, stack_cfg=cfg)
 
 
 @dataclass
@@ -915,7 +1001,7 @@ def evaluate(inputs: OrgInputs, runner: Runner, *, scenarios=SCENARIOS, seed: in
     if per_pool_prices:
         rec["price_of_each_guarantee"] = _each_guarantee(inputs, runner, floors, choice,
                                                          default["recommendation_report"]["total_cost_usd"])
-    return {
+    doc = {
         "model": runner.model,
         "model_note": ("fluid model (sim/fluid.py): free repacking, no boots; production interruptions are 0 and "
                        "waits are not measured by construction. Not a simulation: --model simulated runs the "
@@ -932,6 +1018,13 @@ def evaluate(inputs: OrgInputs, runner: Runner, *, scenarios=SCENARIOS, seed: in
         "baselines": default["baselines"],
         "scenarios": {k: v for k, v in out_scenarios.items() if k != "default"},
     }
+    # figures that contradict each other are no advice (advise/sanity.py): the document says what failed
+    checked = sanity.check(doc)
+    doc["sanity_check"] = checked.to_json()
+    if not checked.passed:
+        rec["withheld"] = ("not advice: the figures failed the sanity check (sanity_check.failures): "
+                           + "; ".join(checked.failures))
+    return doc
 
 
 # What a setup is judged on beside cost (and each tier's p95 wait): less is better for each (a figure not

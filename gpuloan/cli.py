@@ -51,7 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
         importlib.import_module(module).register(sub)
     from gpuloan import exit_codes
 
-    exit_codes.document(parser, {0: "done", 1: "done in part (prices refresh)",
+    exit_codes.document(parser, {0: "done", 1: "done in part (prices refresh; advise --demand: advice withheld)",
                                  2: "bad input, or no AWS credentials for a command that needs them",
                                  3: "AWS refused or could not be reached; cost-diff: above --fail-above",
                                  4: "cost-diff: no price at all"}, ".venv/bin/gpuloan validate -s prod")

@@ -2,7 +2,8 @@
 (issue 37, item 4). A command uses the codes that apply to it; a script can rely on:
 
 - 0: done;
-- 1: done in part (`prices refresh`: the prices it could read were written, the others were not);
+- 1: done in part (`prices refresh`: the prices it could read were written, the others were not; `advise
+  --demand`: the figures printed, the recommendation withheld because they failed the sanity check);
 - 2: nothing could start: bad input (stack, config, file, option) or no AWS credentials for a command that needs
   them (`prices refresh`, `cost-report`, `advise` from the stack's history);
 - 3: AWS refused or could not be reached with the credentials given (`cost-report`, `advise`); `cost-diff`: the

@@ -9,7 +9,13 @@ What it assumes (and why it is a bound, not a simulation):
   work fills what production left of its own floor, then (when floors are lent) the idle floor of other pools of
   the same instance type, then spot, then on-demand when spot is short (the elastic capacity type
   `spot_then_on_demand`, and Karpenter's NodePool with both capacity types, fall back the same way);
-- a floor is a capacity reservation billed every hour at the on-demand rate (`reserved` usage), used or not.
+- a floor is a capacity reservation billed every hour at the on-demand rate (`reserved` usage), used or not;
+- the deployment is the simulated rows': a pool's elastic GPUs (spot and on-demand together) never exceed its
+  node groups' limit (`PoolPrices.elastic_max_gpus`: sim/pool.py `PoolSpec.elastic_max_nodes`, the most elastic
+  nodes the pool may run at once, the simulator's own cap). Past it, interruptible work gives way first and the
+  rest is unmet, as in the simulator. Before issue 36 the fluid model had no cap: the "bound" served work the
+  deployment cannot launch (29,610 GPU-hours a week in the 16-pool advise case) and so cost more than setups
+  that could not serve it.
 
 So nothing is ever interrupted or kept waiting here: production interruptions are 0 by construction and there is
 no wait to measure (`pending_by_tier` is None). Only the scenarios' shortages leave work unmet: in an
@@ -44,6 +50,7 @@ class PoolPrices:
     gpus_per_node: int
     on_demand_usd_per_hour: float
     spot_usd_per_hour: float | None  # None: the pool uses no spot (its interruptible work runs on on-demand)
+    elastic_max_gpus: float | None = None  # the most elastic GPUs at once (None: no limit, e.g. a bare model)
 
 
 @dataclass(frozen=True)
@@ -172,11 +179,25 @@ def run(demands: dict[str, PoolDemand], prices: dict[str, PoolPrices], floors_no
                     spot_gpus[n] = int_spot
                     mx[n].unmet_production_gpu_hours += unmet_p
                     mx[n].unmet_gpu_hours += unmet_p + unmet_o
+                    prod_elastic = prod_od
                 elif pr.spot_usd_per_hour is None or spot_short:
+                    prod_elastic = od_gpus[n]
                     od_gpus[n] += rest
                     spot_gpus[n] = 0.0
                 else:
+                    prod_elastic = od_gpus[n]
                     spot_gpus[n] = rest
+                cap = pr.elastic_max_gpus
+                if cap is not None and od_gpus[n] + spot_gpus[n] > cap + 1e-12:
+                    # the node groups' limit: production keeps what it can, interruptible work gives way first
+                    prod_kept = min(prod_elastic, cap)
+                    other_kept = cap - prod_kept
+                    other_spot = min(spot_gpus[n], other_kept)
+                    other_od = min(od_gpus[n] - prod_elastic, other_kept - other_spot)
+                    cut = od_gpus[n] + spot_gpus[n] - prod_kept - other_spot - other_od
+                    mx[n].unmet_production_gpu_hours += prod_elastic - prod_kept
+                    mx[n].unmet_gpu_hours += cut
+                    od_gpus[n], spot_gpus[n] = prod_kept + other_od, other_spot
         for n in names:
             pr = prices[n]
             if not od_short:

@@ -54,6 +54,7 @@ def register(sub) -> None:
     price_args.add(p)
     advise_org.add_arguments(p)
     exit_codes.document(p, {0: "advice printed",
+                            1: "--demand/--org: figures printed, advice withheld (they failed the sanity check)",
                             2: "bad input: the stack, its config or an option (every problem named on stderr), the demand, prices, or no AWS credentials for the stack's history",
                             3: "AWS refused or could not be reached (CloudWatch, reading the history)"},
                         ".venv/bin/gpuloan advise -s prod --demand docs/examples/org-demand --sizing-days 3 "
@@ -165,6 +166,9 @@ def _run_org(args, prices, cfg, stack) -> int:
     else:
         advise_org.render(doc)
         print(prices.price_source(cfg.region))
+    if doc["recommendation"].get("withheld"):  # the figures contradict each other (advise/sanity.py)
+        print(f"error: {doc['recommendation']['withheld']}", file=sys.stderr)
+        return exit_codes.PARTIAL
     return 0
 
 

@@ -74,7 +74,9 @@ def _inputs(args, price_book, cfg):
         if p is None:
             raise ValueError(f"pool '{n}': {price_book.missing_price_reason(itype, cfg.region)}")
         spot = spec.spot_usd_per_hour if spec.has_spot else None
-        prices[n] = fluid.PoolPrices(itype, cfg.region, spec.gpus_per_node, p.ondemand_usd_per_hour, spot)
+        # the same deployment as the simulated rows: the pool's elastic node limit (sim/fluid.py)
+        prices[n] = fluid.PoolPrices(itype, cfg.region, spec.gpus_per_node, p.ondemand_usd_per_hour, spot,
+                                     spec.elastic_max_nodes * spec.gpus_per_node)
         g = cfg.pool(n).guaranteed
         user = g.rate if (g is not None and g.instance_type == itype and g.price_model == args.term) else None
         r = floor_pricing.floor_rate(price_book, itype, cfg.region, args.term, user.usd_per_hour if user else None,
@@ -131,6 +133,7 @@ def run(args, price_book, cfg) -> dict:
         engine = parallel.engine_for(args.jobs, args.ray)
     price_book = price_book.with_config(cfg)  # the config's own instance_prices for the types the book lacks
     inputs, demand, share = _inputs(args, price_book, cfg)
+    _refuse_unbuildable_setups(args, price_book, cfg, inputs, demand)
     if args.model == "fluid":
         doc = org_advisor.evaluate(inputs, org_advisor.fluid_runner(inputs.prices), seed=args.seed)
     else:  # every scenario through the environment simulator, identical runs once (EnvironmentRunner's cache)
@@ -149,6 +152,25 @@ def run(args, price_book, cfg) -> dict:
     # what every figure of lost work, reclaim and pending time depends on (issue 36); the fluid model loses none
     doc["checkpoint_interval_minutes"] = settings.checkpoint_interval_minutes if args.model != "fluid" else None
     return {"environment": cfg.environment, "demand": {n: t.name for n, t in demand.items()}, **doc}
+
+
+def _refuse_unbuildable_setups(args, price_book, cfg, inputs, demand) -> None:
+    """Every setup the advice runs (its floors sized on the sizing window) checked against the stack's own
+    validation before the first simulation, in either model: a floor over the node limit, a Kueue limit or quota
+    the setup breaks is refused now, naming the pool and field, not after minutes of simulations (issue 36)."""
+    from advise import org_advisor
+
+    # the stack as its user wrote it, with the advised floors: --production-share is a what-if of the advice,
+    # checked on its own (0-100, _inputs), not a change the user would deploy
+    problems = org_advisor.setup_problems(price_book, cfg, demand, inputs, seed=args.seed,
+                                          instance_facts=price_book.book.instance_facts)
+    if problems:
+        lines = "\n".join(f" - {path}: {msg}" for path, msg in problems)
+        raise OrgAdviceError(
+            f"{len(problems)} problem(s) in the setups the advice would run, refused before any simulation (the "
+            f"floors are p{inputs.guarantee_percentile:g} of each production pool's hourly production GPUs over "
+            f"the sizing window, in whole nodes; split such a pool, or lower --guarantee-percentile or "
+            f"--production-share):\n{lines}")
 
 
 def _progress():
@@ -196,6 +218,15 @@ def render(doc: dict) -> None:
     floors = ", ".join(f"{n} {f['nodes']} x {f['instance_type']}" for n, f in rec["floors"].items() if f["nodes"])
     ris = ", ".join(f"{c['count']} x {c['instance_type']} RI ({c['region']})"
                     for c in rec["commitment"]["reserved_instances"]) or "none"
+    checked = doc.get("sanity_check") or {}
+    for note in checked.get("notes", []):
+        console.print(f"  [yellow]note: {note}[/]")
+    if rec.get("withheld"):
+        console.print("[bold red]no recommendation: the figures above contradict each other, so they are not "
+                      "advice:[/]")
+        for failure in checked.get("failures", []):
+            console.print(f"  [red]- {failure}[/]")
+        return
     console.print(f"[bold]recommended: floors {floors or 'none'}; organization commitment {ris}, bought at the end "
                   f"of the sizing window; the guarantee costs {_pct(rec['price_of_guarantee_pct'])} "
                   f"(${rec['price_of_guarantee_usd']:,.0f} over the report window) over karpenter+savings-plan, "

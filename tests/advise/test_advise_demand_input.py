@@ -105,6 +105,31 @@ def test_bad_demand_input_is_refused_naming_the_file_or_field_before_any_run(tmp
     assert message in err
 
 
+@requires_shared_prices
+@pytest.mark.parametrize("model", ["fluid", "simulated"])
+def test_a_floor_over_the_node_limit_is_refused_before_any_run_naming_pool_and_field(tmp_path, capsys,
+                                                                                    monkeypatch, model):
+    """Issue 36: a production pool whose p90 floor is over the stack's 64-node limit was refused only when the
+    simulated setup's config was built, after minutes of simulations (and the fluid model printed the floor as
+    advice). Every setup's config goes through the stack's own validation before anything runs."""
+    from sim import fluid
+    from advise import org_advisor
+
+    _prod_demand(tmp_path)
+    _series(tmp_path / "training.csv", [8 * 70] * (4 * 1440))  # p4d.24xlarge, 8 GPUs: a floor of 70 nodes
+
+    def no_run(*args, **kwargs):
+        raise AssertionError("a run started on a setup the stack refuses")
+
+    monkeypatch.setattr(org_advisor, "environment_runner", no_run)
+    monkeypatch.setattr(fluid, "run", no_run)
+    rc = cli.main(["advise", "-s", "prod", "--demand", str(tmp_path), "--model", model])
+    err = capsys.readouterr().err
+    assert rc == 2, err
+    assert "refused before any simulation" in err
+    assert "pools[0].guaranteed.nodes (pool 'training'): Input should be less than or equal to 64" in err
+
+
 @pytest.mark.parametrize("minutes", [0, -30])
 def test_simulate_refuses_a_checkpoint_interval_below_a_minute_too(minutes):
     """`gpuloan simulate` and `advise` share the option (gpuloan/sim_args.py): the engine read 0 as "never" where a

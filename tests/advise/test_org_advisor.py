@@ -434,8 +434,12 @@ def test_setup_config_sets_each_floor_and_turns_lending_off():
     assert all(kept.scheduling.kueue.sharing(p.team).lending_limit_pct == 0 for p in kept.pools)
     before = {t: cfg.scheduling.kueue.sharing(t).lending_limit_pct for t in cfg.teams}
     assert before["research"] == 100 and before["serving"] == 100  # the stack itself is untouched
-    with pytest.raises(org_advisor.OrgAdviceError, match="above the config's limit of 64"):
+    # the stack's own validation (config.parse), not a copy of its limits: the field and the pool named
+    with pytest.raises(org_advisor.OrgAdviceError,
+                       match=r"guaranteed\.nodes \(pool 'training'\): Input should be less than or equal to 64"):
         org_advisor.setup_config(cfg, {"training": 65}, lend=True)
+    given = org_advisor.setup_config(cfg, {"training": 2, "research": 1}, lend=True)  # a new reservation: one AZ
+    assert given.pool("research").guaranteed.availability_zone == cfg.cluster.availability_zones[0]
 
 
 @requires_shared_prices
