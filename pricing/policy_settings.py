@@ -10,7 +10,6 @@ unknown prices (an offline or `pulumi preview` run, where nothing is deployed): 
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
 from typing import Any
 from types import SimpleNamespace
@@ -18,6 +17,7 @@ from types import SimpleNamespace
 from pricing.sources import catalog
 from pricing.sources.catalog import Prices
 from config import scheduling, versions
+from config.budget_plan import budget_specs
 from config.config import ElasticCapacity, GpuLoanConfig, Pool, Reservation
 from pricing.cost_model.billing import HOURS_PER_MONTH
 from pricing.cost_model.floor_bill import FloorBill, billing_key, floor_bill
@@ -57,26 +57,6 @@ class GroupNames:
 
 class PriceUnknown(ValueError):
     """The policy's budget cap needs a price the price source does not have."""
-
-
-_offline_preview = False
-
-
-@contextlib.contextmanager
-def offline_preview():
-    """While the offline preview (offline/runner.py) runs the program: nothing is deployed, so the Lambda
-    settings may carry unknown (null) prices. The offline engine runs as an update (outputs must resolve), so
-    pulumi.runtime.is_dry_run() cannot tell it apart from a real deployment."""
-    global _offline_preview
-    before, _offline_preview = _offline_preview, True
-    try:
-        yield
-    finally:
-        _offline_preview = before
-
-
-def unknown_prices_allowed() -> bool:
-    return _offline_preview
 
 
 def missing_prices(prices: Prices, cfg: GpuLoanConfig) -> list[str]:
@@ -241,9 +221,7 @@ def loan_settings(cfg, pool: Pool) -> dict[str, Any]:
 
 
 def default_budget_names(cfg: GpuLoanConfig) -> dict[str, str]:
-    """Budget names as stacks/spend/budgets.py creates them: "" -> environment budget, pool name -> pool budget."""
-    from stacks.spend.budgets import budget_specs
-
+    """Budget names as stacks/spend/budgets.py creates them (config/budget_plan.py): "" -> environment budget, pool name -> pool budget."""
     out = {}
     for spec in budget_specs(cfg):
         out[spec.tag_value if spec.resource_name.startswith("budget-pool-") else ""] = spec.budget_name
