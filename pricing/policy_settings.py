@@ -221,7 +221,7 @@ def loan_settings(cfg, pool: Pool) -> dict[str, Any]:
 
 
 def default_budget_names(cfg: GpuLoanConfig) -> dict[str, str]:
-    """Budget names as stacks/spend/budgets.py creates them (config/budget_plan.py): "" -> environment budget, pool name -> pool budget."""
+    """Budget names as config/budget_plan.py plans them: "" -> environment budget, pool name -> pool budget."""
     out = {}
     for spec in budget_specs(cfg):
         out[spec.tag_value if spec.resource_name.startswith("budget-pool-") else ""] = spec.budget_name
