@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from config import scheduling, versions
-from config.instance_types import InstanceFacts, lookup
+from config.instance_types import InstanceFacts, known_type
 from config.node_sizes import node_sizes
 from config.config import GpuLoanConfig, Pool, Tier, policy_keeps_block
 
@@ -28,7 +28,7 @@ PREEMPTION_POLICIES: dict[Tier, str] = {
     Tier.experiment: "Never",
     Tier.learning: "Never",
 }
-TIER_RANK = {tier: rank for rank, tier in enumerate(sorted(PRIORITY_VALUES, key=PRIORITY_VALUES.get))}
+TIER_RANK = {tier: rank for rank, tier in enumerate(sorted(PRIORITY_VALUES, key=lambda tier: PRIORITY_VALUES[tier]))}
 
 # Defaults for containers that set no requests: the scheduler then packs by something real instead of zero.
 # No default limits: a default memory limit would OOM-kill a training job that simply forgot to set one.
@@ -91,7 +91,7 @@ def pool_gpus(pool: Pool, facts: InstanceFacts | None = None) -> int:
     (config/node_sizes.py: each size's groups have max_nodes)."""
     gpus = 0
     if pool.guaranteed is not None:
-        gpus += pool.guaranteed.nodes * lookup(pool.guaranteed.instance_type, facts).gpus
+        gpus += pool.guaranteed.nodes * known_type(pool.guaranteed.instance_type, facts).gpus
     if pool.elastic is not None:
         gpus += sum(pool.elastic.max_nodes * size.gpus_per_node for size in node_sizes(pool.elastic.instance_types, facts=facts))
     return gpus
@@ -111,7 +111,7 @@ def team_gpu_quota(cfg: GpuLoanConfig, team: str) -> int:
 
 
 def team_max_tier(cfg: GpuLoanConfig, team: str) -> Tier:
-    return max((p.tier for p in cfg.pools if p.team == team), key=TIER_RANK.get)
+    return max((p.tier for p in cfg.pools if p.team == team), key=lambda tier: TIER_RANK[tier])
 
 
 def forbidden_priority_classes(cfg: GpuLoanConfig, team: str) -> list[str]:
