@@ -43,8 +43,15 @@ class BudgetSpec:
         return (*self.also_tags, (self.tag_key, self.tag_value))
 
 
-def budget_spec(resource_name: str, budget_name: str, b: Budget, key: str, value: str, resource_tags,
-          also_tags: tuple[tuple[str, str], ...] = ()) -> BudgetSpec:
+def budget_spec(
+    resource_name: str,
+    budget_name: str,
+    b: Budget,
+    key: str,
+    value: str,
+    resource_tags,
+    also_tags: tuple[tuple[str, str], ...] = (),
+) -> BudgetSpec:
     return BudgetSpec(
         resource_name=resource_name,
         budget_name=budget_name,
@@ -61,13 +68,23 @@ def budget_spec(resource_name: str, budget_name: str, b: Budget, key: str, value
 
 def budget_specs(cfg: GpuLoanConfig) -> list[BudgetSpec]:
     env = cfg.environment
-    specs = [budget_spec("budget-environment", f"gpuloan-{env}", cfg.budget, tags.TAG_ENVIRONMENT, env,
-                   tags.environment_tags(env))]
+    specs = [
+        budget_spec(
+            "budget-environment", f"gpuloan-{env}", cfg.budget, tags.TAG_ENVIRONMENT, env, tags.environment_tags(env)
+        )
+    ]
     for pool in cfg.pools:
         if pool.budget is None:
             continue
-        specs.append(budget_spec(
-            f"budget-pool-{pool.name}", f"gpuloan-{env}-{pool.name}", pool.budget, tags.TAG_POOL, pool.name,
-            tags.pool_tags(env, pool.name, pool.team, "platform"), also_tags=((tags.TAG_ENVIRONMENT, env),),
-        ))
+        specs.append(
+            budget_spec(
+                f"budget-pool-{pool.name}",
+                f"gpuloan-{env}-{pool.name}",
+                pool.budget,
+                tags.TAG_POOL,
+                pool.name,
+                tags.pool_tags(env, pool.name, pool.team, "platform"),
+                also_tags=((tags.TAG_ENVIRONMENT, env),),
+            )
+        )
     return specs

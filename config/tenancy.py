@@ -54,8 +54,12 @@ def loan_rbac_rule(cfg: GpuLoanConfig) -> dict:
     """`get` of the environment's own ClusterQueues, by name: each tick reads their status for the loan's usage
     (policy/loan_usage.py). Not `list`: RBAC cannot narrow a list by name, and other environments' queues may
     share the cluster."""
-    return {"apiGroups": [versions.KUEUE_API_VERSION.split("/")[0]], "resources": ["clusterqueues"],
-            "verbs": ["get"], "resourceNames": sorted(scheduling.cluster_queue_name(cfg, p) for p in cfg.pools)}
+    return {
+        "apiGroups": [versions.KUEUE_API_VERSION.split("/")[0]],
+        "resources": ["clusterqueues"],
+        "verbs": ["get"],
+        "resourceNames": sorted(scheduling.cluster_queue_name(cfg, p) for p in cfg.pools),
+    }
 
 
 def policy_rbac_rules(cfg: GpuLoanConfig) -> list[dict]:
@@ -75,9 +79,14 @@ def policy_rbac_rules(cfg: GpuLoanConfig) -> list[dict]:
     if blocks:
         rules.append(CAPACITY_BLOCK_RBAC_RULE)
     if cfg.scheduling.kueue.enabled:
-        rules.append({"apiGroups": [versions.KUEUE_API_VERSION.split("/")[0]], "resources": ["clusterqueues"],
-                      "verbs": ["get", "patch"],
-                      "resourceNames": sorted({scheduling.floor_queue_name(cfg, p) for p in blocks + lenders})})
+        rules.append(
+            {
+                "apiGroups": [versions.KUEUE_API_VERSION.split("/")[0]],
+                "resources": ["clusterqueues"],
+                "verbs": ["get", "patch"],
+                "resourceNames": sorted({scheduling.floor_queue_name(cfg, p) for p in blocks + lenders}),
+            }
+        )
     return rules
 
 
@@ -93,7 +102,9 @@ def pool_gpus(pool: Pool, facts: InstanceFacts | None = None) -> int:
     if pool.guaranteed is not None:
         gpus += pool.guaranteed.nodes * known_type(pool.guaranteed.instance_type, facts).gpus
     if pool.elastic is not None:
-        gpus += sum(pool.elastic.max_nodes * size.gpus_per_node for size in node_sizes(pool.elastic.instance_types, facts=facts))
+        gpus += sum(
+            pool.elastic.max_nodes * size.gpus_per_node for size in node_sizes(pool.elastic.instance_types, facts=facts)
+        )
     return gpus
 
 
