@@ -68,7 +68,8 @@ FORMATTED_FILES := __main__.py config/__init__.py config/config_terms.py config/
 	policy/decide/common.py policy/decide/drain.py policy/decide/idle.py policy/decide/keep_warm.py policy/decide/lend_ahead.py \
 	policy/decide/on_demand_only.py policy/decide/pool.py policy/decide/reclaim.py policy/decide/scale.py \
 	policy/decide/warm_up.py tests/policy/test_policy_bound.py \
-	policy/io/__init__.py policy/io/bounded.py tests/architecture/test_policy_io.py
+	policy/io/__init__.py policy/io/bounded.py tests/architecture/test_policy_io.py \
+	config/tenancy.py config/budget_plan.py stacks/policy_function/preview_mode.py
 
 ## lint: ruff check and format, mypy and complexity ratchets
 lint: $(VENV)/.dev

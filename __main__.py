@@ -8,8 +8,9 @@ import pulumi
 from stacks import platform
 from stacks.load import from_pulumi_config
 from config import config
-from stacks.policy_function import settings as policy_settings
+from pricing import policy_settings
 from pricing.sources import catalog
+from stacks.policy_function import preview_mode
 
 try:
     # The price book in force, read once here and passed down (docs/architecture.md, "The price book's path"): under
@@ -23,7 +24,7 @@ except (config.ConfigError, catalog.PriceSourceError) as err:
 
 # A deployment spends by these prices (the policy's budget cap), so it needs all of them before anything is
 # registered; a preview shows unknown ones as unknown (docs/prices.md).
-if not (pulumi.runtime.is_dry_run() or policy_settings.unknown_prices_allowed()):
+if not (pulumi.runtime.is_dry_run() or preview_mode.unknown_prices_allowed()):
     missing = policy_settings.missing_prices(prices, cfg)
     if missing:
         raise pulumi.RunError("prices needed to deploy are missing:\n - " + "\n - ".join(missing))

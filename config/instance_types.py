@@ -172,6 +172,15 @@ def lookup(name: str, facts: InstanceFacts | None = None) -> InstanceType | None
     return KNOWN.get(name) or (facts or {}).get(name)
 
 
+def known_type(name: str, facts: InstanceFacts | None = None) -> InstanceType:
+    """lookup() of a type the config has validated (config/config.py refuses unknown types): a KeyError naming
+    the type if it is unknown all the same, not an AttributeError on None further on."""
+    itype = lookup(name, facts)
+    if itype is None:
+        raise KeyError(f"unknown GPU instance type '{name}'")
+    return itype
+
+
 def known(facts: InstanceFacts | None = None) -> dict[str, InstanceType]:
     """Every GPU type gpuloan knows: the table plus the facts read from EC2."""
     return {**(facts or {}), **KNOWN}

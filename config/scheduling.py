@@ -407,7 +407,7 @@ def queue_reach_gpus(cfg: GpuLoanConfig, queue: PoolQueue) -> int:
 def team_gpu_ceiling(cfg: GpuLoanConfig, team: str) -> int:
     """The most GPUs Kueue can admit for a team at any time (own quotas, a Capacity Block's for its whole life, +
     borrowable): the team namespace's ResourceQuota is set to this, so it never refuses pods of admitted work and
-    still bounds pods that bypass the queue (stacks/kubernetes/tenancy.py, docs/scheduling.md)."""
+    still bounds pods that bypass the queue (config/tenancy.py team_gpu_quota, docs/scheduling.md)."""
     return sum(queue_reach_gpus(cfg, q) for q in plan(cfg).queues if q.team == team)
 
 

@@ -382,7 +382,7 @@ def run_program(stack: str, config: dict[str, Any], program: Path | None = None,
         resolved = _sync_await(pulumi.Output.from_input(dict(root.outputs)).future())
         exported.update(_plain(resolved or {}))
 
-    from stacks.policy_function.settings import offline_preview
+    from stacks.policy_function.preview_mode import offline_preview
 
     cwd = os.getcwd()
     os.chdir(program.parent)

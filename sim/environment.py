@@ -104,7 +104,7 @@ from sim.pool import PoolError, PoolSpec, demand_profile, spec_from_config
 from sim.runner import elastic_oracle_gpu_hours, metrics_of, oracle_gpu_hours, percentile
 from sim.traces import JobsTrace
 from config.config_terms import Reservation, Tier
-from stacks.kubernetes.tenancy import PRIORITY_VALUES
+from config.tenancy import PRIORITY_VALUES
 from config.scheduling import FLOOR, fair_sharing_on, lends_ahead, plan, production_queue, production_share_pct, production_work_on_spot
 
 # The billing model's purchase kinds (pricing/cost_model/billing.py): a floor is reserved capacity (an ODCR, or a

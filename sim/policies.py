@@ -29,6 +29,7 @@ from policy.model import (
 )
 from policy.rhythm import SLOT_MINUTES
 from policy.spend import MAX_ACCRUAL_GAP, accrue
+from pricing import policy_settings
 from sim.engine import GUARANTEED, ON_DEMAND, SPOT, Simulation, size_group
 from sim.latency import karpenter_batch_close
 from sim.packing import new_claims, new_nodes_needed
@@ -321,11 +322,9 @@ class ThresholdScript(Controller):
 
 
 def pool_settings(spec: PoolSpec) -> PoolSettings:
-    """The policy settings of the simulated pool: stacks/policy_function/settings.py's mapping of the stack's pool (the
+    """The policy settings of the simulated pool: pricing/policy_settings.py's mapping of the stack's pool (the
     knobs and prices the Lambda gets), with the simulated sizes (auto-size and floor sweeps change them)."""
     from types import SimpleNamespace
-
-    from stacks.policy_function import settings as policy_settings
 
     base = policy_settings.pool_settings(spec.prices, SimpleNamespace(region=spec.region), spec.pool,
                                          policy_settings.GroupNames(SPOT, ON_DEMAND, GUARANTEED))

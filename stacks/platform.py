@@ -11,7 +11,7 @@ from __future__ import annotations
 import pulumi
 import pulumi_aws as aws
 
-from config import tags
+from config import budget_plan, tags
 from stacks.spend import alarms, budgets, dashboard
 from stacks.kubernetes import layer as kubernetes
 from stacks.capacity import live_sizes
@@ -70,7 +70,7 @@ def build(cfg: GpuLoanConfig, prices: Prices) -> dict[str, object]:
 
     # 6. Budgets and pool alarms.
     budgets.Budgets(f"{env}-budgets", budgets.BudgetsArgs(
-        tuple(budgets.budget_specs(cfg)), alerts.topic_arn, budgets.activation_keys(cfg)), opts=opts)
+        tuple(budget_plan.budget_specs(cfg)), alerts.topic_arn, budgets.activation_keys(cfg)), opts=opts)
     pool_alarms = alarms.Alarms(f"{env}-alarms", alarms.AlarmsArgs(
         tuple(alarms.alarm_specs(cfg, cluster.name)), alerts.topic_arn), opts=opts)
     dashboard_alarms = pool_alarms.alarm_arns

@@ -17,8 +17,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 import yaml
 
-from config import scheduling, tags, versions
-from stacks.kubernetes import tenancy
+from config import scheduling, tags, tenancy, versions
 from stacks.capacity import system_nodes
 from config.config import GpuLoanConfig, NewCluster, Tier, policy_keeps_block
 from config.names import KUEUE_NAMESPACE
@@ -164,7 +163,7 @@ def local_queue_manifest(queue: scheduling.PoolQueue) -> dict[str, Any]:
 
 
 def workload_priority_class_manifest(tier: Tier) -> dict[str, Any]:
-    # Same names and values as the PriorityClasses (stacks/kubernetes/tenancy.py), so a Job's queue order and its pods'
+    # Same names and values as the PriorityClasses (config/tenancy.py), so a Job's queue order and its pods'
     # scheduling priority agree whichever of the two labels a user sets.
     return {
         "apiVersion": versions.KUEUE_API_VERSION, "kind": "WorkloadPriorityClass",

@@ -13,6 +13,7 @@ import pulumi
 
 from stacks.kubernetes import gpu_metrics, gpu_operator, k8s_provider, kueue, tenancy
 from config.config import GpuLoanConfig
+from config.tenancy import priority_class_name
 
 
 def build(cfg: GpuLoanConfig, cluster: k8s_provider.ClusterLike, opts: pulumi.ResourceOptions) -> dict[str, Any]:
@@ -33,7 +34,7 @@ def build(cfg: GpuLoanConfig, cluster: k8s_provider.ClusterLike, opts: pulumi.Re
     tiers = tenancy.Tenancy(f"{cfg.environment}-tenancy", cfg, opts=in_cluster)
     outputs["team_namespaces"] = sorted(tiers.namespaces)
     outputs["team_gpu_quotas"] = tiers.gpu_quotas
-    outputs["priority_classes"] = {t: tenancy.priority_class_name(t) for t in tiers.priority_classes}
+    outputs["priority_classes"] = {t: priority_class_name(t) for t in tiers.priority_classes}
     queues = None
     if cfg.scheduling.kueue.enabled:
         queues = kueue.Kueue(f"{cfg.environment}-kueue", cfg, tiers.namespaces, opts=in_cluster)

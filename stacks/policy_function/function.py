@@ -29,7 +29,8 @@ from config.node_sizes import pool_sizes, size_suffix
 from config.config import ElasticCapacity as CapacityMode
 from config.config import GpuLoanConfig, Reservation
 from stacks.policy_function.package import HANDLER, build_zip, source_code_hash
-from stacks.policy_function.settings import GroupNames, settings_for, unknown_prices_allowed
+from pricing.policy_settings import GroupNames, settings_for
+from stacks.policy_function.preview_mode import unknown_prices_allowed
 from pricing.sources.catalog import Prices
 
 BUILD_DIR = Path(__file__).resolve().parents[2] / "build"
@@ -227,7 +228,7 @@ class PolicyFunction(pulumi.ComponentResource):
         guaranteed = sorted(g.guaranteed for g in patterns.values() if g.guaranteed)
         capacity_blocks = sorted(patterns[p.name].guaranteed for p in cfg.pools if p.guaranteed is not None
                                  and p.guaranteed.reservation == Reservation.capacity_block)
-        from stacks.policy_function.settings import default_budget_names
+        from pricing.policy_settings import default_budget_names
 
         budget_names = default_budget_names(cfg)
 

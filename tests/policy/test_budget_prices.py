@@ -18,7 +18,7 @@ from policy_cases import NOW, OD, SPOT, group, node, observe, pool_settings, set
 from policy.decide import decide, hours_left_in_month
 from policy.model import ACTION_SET_DESIRED, Reason, Settings
 from pricing import checks
-from stacks.policy_function import settings as policy_settings
+from pricing import policy_settings
 
 P4D_SPOT, P5_SPOT, P4D_OD, P5_OD = 4.55, 20.0, 22.0, 55.0
 ROWS = ((SPOT, "p4d.24xlarge", P4D_SPOT), (SPOT, "p5.48xlarge", P5_SPOT),

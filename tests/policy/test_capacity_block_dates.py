@@ -208,7 +208,7 @@ def test_iam_reads_block_dates_only_with_a_block_and_describes_only_groups_it_ma
 
 def test_settings_carry_the_reservation_id():
     from policy.model import Settings
-    from stacks.policy_function.settings import settings_for
+    from pricing.policy_settings import settings_for
     from test_capacity_blocks import _block_cfg
 
     cfg = _block_cfg()

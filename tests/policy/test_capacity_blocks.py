@@ -291,7 +291,7 @@ def test_program_leaves_the_block_queues_floor_quota_to_the_policy():
 
 
 def test_settings_carry_the_window_and_survive_the_package_json():
-    from stacks.policy_function.settings import settings_for
+    from pricing.policy_settings import settings_for
 
     cfg = _block_cfg(capacity_block_checkpoint_lead_minutes=45)
     s = settings_for(resolved_prices(), cfg, "c", {p.name: {"spot": "s", "on_demand": "o", "guaranteed": "g"} for p in cfg.pools},
@@ -360,7 +360,7 @@ def test_rbac_grants_pod_patch_only_with_a_block_and_the_client_uses_exactly_tha
     from fake_kube import FakeKube, gpu_pod
     from policy.io.kube import KubeClient
     from config import scheduling, versions
-    from stacks.kubernetes import tenancy
+    from config import tenancy
 
     plain = checks.from_stack_yaml({"config": stack_config("prod")}, "test", prices=resolved_prices())
     # without a block: the base rules and, with Kueue, the loan's read of the environment's queues

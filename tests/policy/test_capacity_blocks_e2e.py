@@ -18,7 +18,7 @@ from pricing import checks
 from config import scheduling
 from stacks.kubernetes.kueue import cluster_queue_manifest
 from stacks.policy_function.package import build_zip
-from stacks.policy_function.settings import settings_for
+from pricing.policy_settings import settings_for
 from test_policy_e2e import CLUSTER, GROUPS, NOW, World, _cfg, _env, run_lambda
 
 START = NOW - timedelta(minutes=1)

@@ -23,7 +23,7 @@ from config import scheduling
 from pricing import checks
 from stacks.kubernetes.kueue import cluster_queue_manifest
 from stacks.policy_function.package import build_zip
-from stacks.policy_function.settings import settings_for
+from pricing.policy_settings import settings_for
 
 CLUSTER = "gpuloan-dev"
 ACCOUNT = "123456789012"

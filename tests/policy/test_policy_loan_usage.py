@@ -17,9 +17,9 @@ from policy import loan_usage
 from policy import metric_names as M
 from policy.deadline import Deadline
 from policy.io.kube import KubeClient
-from stacks.kubernetes import tenancy
+from config import tenancy
 from stacks.kubernetes.kueue import cluster_queue_manifest
-from stacks.policy_function.settings import settings_for
+from pricing.policy_settings import settings_for
 
 NOW = datetime(2026, 11, 3, 12, 0, tzinfo=timezone.utc)
 

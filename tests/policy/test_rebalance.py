@@ -12,7 +12,7 @@ import pytest
 from conftest import requires_shared_prices, run_stack, stack_config, resolved_prices
 from config import config
 from stacks.policy_function.package import build_zip
-from stacks.policy_function.settings import settings_for
+from pricing.policy_settings import settings_for
 from test_policy_e2e import CLUSTER, GROUPS, _cfg, _env, kube, run_lambda, world  # noqa: F401 - fixtures
 
 TAINT = "gpuloan.io/rebalance-recommended"

@@ -20,7 +20,7 @@ from pricing import checks
 from pricing.cost_model import billing, costs
 from pricing.sources import floor_pricing
 from config import config
-from stacks.policy_function import settings as policy_settings
+from pricing import policy_settings
 
 pytestmark = requires_shared_prices
 

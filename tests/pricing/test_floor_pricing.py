@@ -13,7 +13,7 @@ from pricing import checks
 from pricing.cost_model import costs, floor_bill
 from sim import pool as simpool
 from config import config
-from stacks.policy_function import settings as policy_settings
+from pricing import policy_settings
 from pricing.sources import catalog, floor_pricing
 
 pytestmark = requires_prices

@@ -220,7 +220,7 @@ def test_preview_json_without_prices_has_null_costs_and_null_lambda_prices(tmp_p
 
 
 def test_a_deployment_without_prices_stops_with_the_fix(book_file):
-    from stacks.policy_function.settings import PriceUnknown, settings_for
+    from pricing.policy_settings import PriceUnknown, settings_for
 
     prices = resolved_prices(book_file(region="eu-west-1"))  # a source, but not for the stack's region
     cfg = checks.from_stack_yaml({"config": stack_config("dev")}, "dev", prices=prices)
@@ -235,10 +235,10 @@ def test_a_deployment_without_prices_registers_nothing(book_file, monkeypatch):
     import contextlib
 
     from offline import runner as offline
-    from stacks.policy_function import settings as policy_settings
+    from stacks.policy_function import preview_mode
 
     monkeypatch.setenv(pricebook.ENV_PRICE_FILE, str(book_file(region="eu-west-1")))
-    monkeypatch.setattr(policy_settings, "offline_preview", contextlib.nullcontext)
+    monkeypatch.setattr(preview_mode, "offline_preview", contextlib.nullcontext)
     records: list = []
     with pytest.raises(Exception) as err:
         offline.run_program("dev", stack_config("dev"), records=records)

@@ -10,7 +10,7 @@ import pytest
 from conftest import run_stack, stack_config, resolved_prices
 from offline.runner import ACCOUNT_ID
 from pricing import checks
-from config import config, tags
+from config import budget_plan, config, tags
 from stacks.spend import alerts, budgets
 
 BUDGET = "aws:budgets/budget:Budget"
@@ -82,7 +82,7 @@ def test_budget_filter_limit_thresholds_and_subscribers(recorded, name, spend_fi
 
 
 def test_pool_budget_filter_uses_the_pool_tag_key_that_resources_carry():
-    spec = next(s for s in budgets.budget_specs(checks.parse(gpuloan_ns("prod"), prices=resolved_prices())) if s.tag_value == "training")
+    spec = next(s for s in budget_plan.budget_specs(checks.parse(gpuloan_ns("prod"), prices=resolved_prices())) if s.tag_value == "training")
     assert spec.tag_key == tags.TAG_POOL
     assert spec.filter_value == f"user:{tags.TAG_POOL}$training"
 
@@ -90,7 +90,7 @@ def test_pool_budget_filter_uses_the_pool_tag_key_that_resources_carry():
 def test_a_pool_budget_without_emails_still_notifies_the_topic():
     ns = gpuloan_ns("prod")
     ns["pools"][1]["budget"]["alert_emails"] = []
-    spec = next(s for s in budgets.budget_specs(checks.parse(ns, prices=resolved_prices())) if s.tag_value == "inference")
+    spec = next(s for s in budget_plan.budget_specs(checks.parse(ns, prices=resolved_prices())) if s.tag_value == "inference")
     (first, *_) = budgets.notifications(spec, "arn:aws:sns:us-east-1:123456789012:t")
     assert first.subscriber_email_addresses is None  # AWS rejects an empty list
     assert first.subscriber_sns_topic_arns == ["arn:aws:sns:us-east-1:123456789012:t"]
@@ -245,7 +245,7 @@ def test_exactly_ten_notifications_and_ten_emails_are_accepted():
     ns["budget"]["actual_thresholds_pct"] = [10, 20, 30, 40, 50, 60, 70, 80, 100]
     ns["budget"]["alert_emails"] = [f"p{i}@example.com" for i in range(10)]
     cfg = checks.parse(ns, prices=resolved_prices())
-    (env_spec, *_) = budgets.budget_specs(cfg)
+    (env_spec, *_) = budget_plan.budget_specs(cfg)
     assert len(budgets.notifications(env_spec, "arn:aws:sns:us-east-1:1:t")) == 10
 
 

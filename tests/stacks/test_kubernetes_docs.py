@@ -9,7 +9,8 @@ import subprocess
 from conftest import REPO
 
 from config import versions
-from stacks.kubernetes import gpu_metrics, gpu_operator, tenancy
+from config import tenancy
+from stacks.kubernetes import gpu_metrics, gpu_operator
 
 KUBERNETES_MD = (REPO / "docs" / "kubernetes.md").read_text()
 METRICS_MD = (REPO / "docs" / "metrics.md").read_text()

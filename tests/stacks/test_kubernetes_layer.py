@@ -11,8 +11,8 @@ from conftest import stack_config, resolved_prices
 from kube_checks import HELM_RELEASE, kube_objects, layer, release, run_layer, schema_version, validate_strict
 
 from pricing import checks
-from config import config, tags, versions
-from stacks.kubernetes import gpu_metrics, gpu_operator, k8s_provider, tenancy
+from config import config, tags, tenancy, versions
+from stacks.kubernetes import gpu_metrics, gpu_operator, k8s_provider
 
 STACKS = ("dev", "prod")
 

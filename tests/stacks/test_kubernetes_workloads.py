@@ -9,7 +9,7 @@ from kube_checks import WORKLOADS, schema_version, validate_strict
 
 from pricing import checks
 from config import config, tags
-from stacks.kubernetes import tenancy
+from config import tenancy
 
 PROD = checks.from_stack_yaml({"config": stack_config("prod")}, "Pulumi.prod.yaml", prices=resolved_prices())
 CLUSTER_VERSION = PROD.cluster.kubernetes_version

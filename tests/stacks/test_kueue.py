@@ -21,9 +21,9 @@ from policy import pods as policy_pods
 from policy.decide import decide
 from policy.model import Group, Observation, PoolObservation, Reason
 from pricing import checks
-from config import config, scheduling, tags, versions
-from stacks.policy_function import settings as policy_settings
-from stacks.kubernetes import kueue, tenancy
+from config import config, scheduling, tags, tenancy, versions
+from pricing import policy_settings
+from stacks.kubernetes import kueue
 from config.config import ConfigError, Tier
 
 STACKS = ("dev", "prod")

@@ -9,7 +9,7 @@ from conftest import resolved_prices, stack_config
 from pricing import checks
 
 from config import scheduling
-from stacks.kubernetes import tenancy
+from config import tenancy
 
 
 def prod(**kueue) -> object:
@@ -51,7 +51,7 @@ def test_a_team_that_lends_nothing_is_not_patched():
 
 
 def test_the_policy_settings_carry_the_queue_the_flavor_and_the_configured_limit():
-    from stacks.policy_function.settings import loan_settings
+    from pricing.policy_settings import loan_settings
 
     cfg = prod(lend_ahead=True, reclaim_lookahead_minutes=90)
     for pool in cfg.pools:

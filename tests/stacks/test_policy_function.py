@@ -333,7 +333,7 @@ def test_settings_of_the_largest_config_travel_in_the_package_not_the_environmen
     from config.names import GROUP_GUARANTEED, GROUP_ON_DEMAND, GROUP_SPOT, node_group_name_prefix
     from stacks.policy_function.function import LAMBDA_ENV_LIMIT_BYTES, function_environment
     from stacks.policy_function.package import SETTINGS_ENTRY
-    from stacks.policy_function.settings import default_budget_names, settings_for
+    from pricing.policy_settings import default_budget_names, settings_for
 
     cfg, most = _largest_config()
     assert most == 200 and len(cfg.pools) == most

@@ -10,14 +10,14 @@ unknown prices (an offline or `pulumi preview` run, where nothing is deployed): 
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 from types import SimpleNamespace
 
 from pricing.sources import catalog
 from pricing.sources.catalog import Prices
 from config import scheduling, versions
+from config.budget_plan import budget_specs
 from config.config import ElasticCapacity, GpuLoanConfig, Pool, Reservation
 from pricing.cost_model.billing import HOURS_PER_MONTH
 from pricing.cost_model.floor_bill import FloorBill, billing_key, floor_bill
@@ -25,6 +25,7 @@ from pricing.cost_model.floor_bill import floor_rate as config_floor_rate
 from pricing.sources.floor_pricing import missing_rate_reason
 
 from policy.model import NodeSize, PoolSettings, Settings, ShardSettings
+from config.instance_types import known_type
 from config.node_sizes import other_size_of_key, pool_sizes
 
 
@@ -57,26 +58,6 @@ class GroupNames:
 
 class PriceUnknown(ValueError):
     """The policy's budget cap needs a price the price source does not have."""
-
-
-_offline_preview = False
-
-
-@contextlib.contextmanager
-def offline_preview():
-    """While the offline preview (offline/runner.py) runs the program: nothing is deployed, so the Lambda
-    settings may carry unknown (null) prices. The offline engine runs as an update (outputs must resolve), so
-    pulumi.runtime.is_dry_run() cannot tell it apart from a real deployment."""
-    global _offline_preview
-    before, _offline_preview = _offline_preview, True
-    try:
-        yield
-    finally:
-        _offline_preview = before
-
-
-def unknown_prices_allowed() -> bool:
-    return _offline_preview
 
 
 def missing_prices(prices: Prices, cfg: GpuLoanConfig) -> list[str]:
@@ -113,6 +94,13 @@ def _prices(prices: Prices, cfg: GpuLoanConfig, types: list[str], allow_unknown:
     return min(r[1] for r in rows), rows[0][2], tuple(rows)
 
 
+def _rate(usd_per_hour: float | None) -> float:
+    """A rate as the settings carry it. None only where the caller allowed unknown prices (an offline or `pulumi
+    preview` run: nothing is deployed, the rate is null in the settings JSON); policy.model types the deployed
+    settings, which never hold None (settings_for raises PriceUnknown first). A type-level cast, no conversion."""
+    return cast(float, usd_per_hour)
+
+
 def _type_rows(spot_group: str | None, od_group: str | None, rows) -> tuple[tuple[str, str, float], ...]:
     """PoolSettings.instance_usd_per_hour rows of one size's groups."""
     out = []
@@ -128,15 +116,16 @@ def pool_settings(prices: Prices, cfg: GpuLoanConfig, pool: Pool, names: GroupNa
                   allow_unknown_prices: bool = False, fixed_bill: FloorBill | None = None) -> PoolSettings:
     e, g = pool.elastic, pool.guaranteed
     loan = loan_settings(cfg, pool)  # before `cfg` may stand for this pool alone below
-    floor_gpus = prices.lookup(g.instance_type).gpus if g else 0
-    floor_rate = 0.0
+    floor_gpus = known_type(g.instance_type, prices.book.instance_facts).gpus if g else 0
+    floor_rate: float | None = 0.0
     if g is not None:
         # The floor as billed with the environment's commitments (pricing/cost_model/floor_bill.py, the same month preview and
         # the budget rule price): the fixed part of the budget projection. A user rate needs no price book.
         if fixed_bill is None and not hasattr(cfg, "pools"):
             # One pool priced alone (the simulator passes its region only and sets the floor's rate itself):
-            # the pool's own floor and its per-pool shorthand, no environment commitments.
-            cfg = SimpleNamespace(region=cfg.region, pools=[pool], commitments=[])
+            # the pool's own floor and its per-pool shorthand, no environment commitments. Duck-typed: the three
+            # fields floor_bill and the pricing below read of a config (the cast is for mypy only).
+            cfg = cast(GpuLoanConfig, SimpleNamespace(region=cfg.region, pools=[pool], commitments=[]))
         fixed_bill = fixed_bill if fixed_bill is not None else floor_bill(prices, cfg)
         i = next(i for i, p in enumerate(cfg.pools) if p is pool)
         monthly = fixed_bill.pool_usd(billing_key(cfg, i))
@@ -153,7 +142,8 @@ def pool_settings(prices: Prices, cfg: GpuLoanConfig, pool: Pool, names: GroupNa
         floor_rate = None if monthly is None else monthly / HOURS_PER_MONTH
     if e is None:
         gpus = floor_gpus or 1
-        spot_usd = od_usd = 0.0
+        spot_usd: float | None = 0.0
+        od_usd: float | None = 0.0
         spot_group = od_group = None
         spot_max = od_max = 0
         knobs: dict[str, Any] = {}
@@ -188,7 +178,7 @@ def pool_settings(prices: Prices, cfg: GpuLoanConfig, pool: Pool, names: GroupNa
             s_usd, o_usd, rows = _prices(prices, cfg, list(size.instance_types), allow_unknown_prices)
             instance_rows += _type_rows(spot_name if has_spot else None, od_name if has_od else None, rows)
             others.append(NodeSize(size.gpus_per_node, spot_name if has_spot else None, od_name if has_od else None,
-                                   spot_max, od_max, s_usd, o_usd))
+                                   spot_max, od_max, _rate(s_usd), _rate(o_usd)))
         knobs["other_sizes"] = tuple(others)
         knobs["instance_usd_per_hour"] = instance_rows
     block: dict[str, Any] = {}
@@ -211,9 +201,9 @@ def pool_settings(prices: Prices, cfg: GpuLoanConfig, pool: Pool, names: GroupNa
     return PoolSettings(
         name=pool.name, team=pool.team, tier=str(pool.tier), gpus_per_node=gpus,
         spot_group=spot_group, on_demand_group=od_group, spot_max_nodes=spot_max, on_demand_max_nodes=od_max,
-        spot_usd_per_hour=spot_usd, on_demand_usd_per_hour=od_usd,
+        spot_usd_per_hour=_rate(spot_usd), on_demand_usd_per_hour=_rate(od_usd),
         guaranteed_group=names.guaranteed if g else None, guaranteed_nodes=g.nodes if g else 0,
-        guaranteed_usd_per_hour=floor_rate, **knobs, **budget, **block, **loan,
+        guaranteed_usd_per_hour=_rate(floor_rate), **knobs, **budget, **block, **loan,
     )
 
 
@@ -241,9 +231,7 @@ def loan_settings(cfg, pool: Pool) -> dict[str, Any]:
 
 
 def default_budget_names(cfg: GpuLoanConfig) -> dict[str, str]:
-    """Budget names as stacks/spend/budgets.py creates them: "" -> environment budget, pool name -> pool budget."""
-    from stacks.spend.budgets import budget_specs
-
+    """Budget names as config/budget_plan.py plans them: "" -> environment budget, pool name -> pool budget."""
     out = {}
     for spec in budget_specs(cfg):
         out[spec.tag_value if spec.resource_name.startswith("budget-pool-") else ""] = spec.budget_name
@@ -272,7 +260,7 @@ def settings_for(prices: Prices, cfg: GpuLoanConfig, cluster_name: str, group_na
         environment=cfg.environment, region=cfg.region, cluster_name=cluster_name, pools=tuple(pools),
         budget_monthly_usd=cfg.budget.monthly_usd, budget_enforcement=str(cfg.budget.enforcement),
         budget_name=budget_names.get(""), dry_run=cfg.policy.dry_run,
-        commitment_unused_usd_per_hour=None if unused is None else unused / HOURS_PER_MONTH, schedule_minutes=cfg.policy.schedule_minutes,
+        commitment_unused_usd_per_hour=_rate(None if unused is None else unused / HOURS_PER_MONTH), schedule_minutes=cfg.policy.schedule_minutes,
         metric_namespace=cfg.policy.metric_namespace, utilization_metric=cfg.policy.utilization_metric,
         reserved_metric=cfg.policy.reserved_metric,
         budget_refresh_minutes=cfg.policy.budget_refresh_minutes,
