@@ -22,7 +22,7 @@ figures that depend on it (the owner's `lent` too, when a borrower's queue is th
 from a guess. Such a problem is reported once (kept in the tick state until it clears), not every minute. The reads
 are skipped, and the skip logged, when less than READ_MIN_SECONDS of the tick's deadline is left.
 
-RBAC: `get` on the environment's ClusterQueues by name (stacks/kubernetes/tenancy.py).
+RBAC: `get` on the environment's ClusterQueues by name (config/tenancy.py).
 """
 
 from __future__ import annotations

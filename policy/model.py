@@ -1,6 +1,6 @@
 """The data the policy engine reads and writes: frozen dataclasses, standard library only.
 
-    Settings     what the operator configured (built at plan time by stacks/policy_function/settings.py, shipped inside the
+    Settings     what the operator configured (built at plan time by pricing/policy_settings.py, shipped inside the
                  Lambda package as policy/settings.json: `Settings.to_json()` / `Settings.from_json()`).
     Observation  what one tick saw: per pool, the node groups, the nodes with their GPU utilization, the GPUs
                  requested by pending pods and the spend. Built by policy/tick.py:observe in the Lambda, or directly
@@ -112,7 +112,7 @@ class PoolSettings:
 
     `spot_group` is the primary group when present; `on_demand_group` is the fallback (or the only group for
     capacity: on_demand). Prices are per node and hour. A group's `*_usd_per_hour` is the price of the type the
-    group launches when it grows (stacks/policy_function/settings.py: an on-demand group its first listed type,
+    group launches when it grows (pricing/policy_settings.py: an on-demand group its first listed type,
     EKS's "prioritized" order; a spot group its cheapest, what price-capacity-optimized asks for first); a
     running node is priced at its own type (`instance_usd_per_hour`), and a node whose type is not known at the
     group's priciest listed type (unknown spend is not zero).

@@ -1,7 +1,7 @@
 """The cluster's Kubernetes API, standard-library HTTPS with an EKS bearer token: pending GPU pods per pool, and
 the last check before a node is terminated (cordon it, then read its pods).
 
-RBAC (stacks/kubernetes/tenancy.py, the policy ClusterRole): pods `list`, nodes `get` and `patch`; with Kueue,
+RBAC (config/tenancy.py, the policy ClusterRole): pods `list`, nodes `get` and `patch`; with Kueue,
 `get` of the environment's ClusterQueues by name (cluster_queue: the loan's usage, policy/loan_usage.py); where a
 pool's floor is a Capacity Block, pods `patch` (mark_checkpoint) and, with Kueue, `get`/`patch` of those pools'
 ClusterQueues by name (floor_quota); nothing else.
