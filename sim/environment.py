@@ -1202,7 +1202,8 @@ class Environment:
     def _may_act(self, sim: PoolSim) -> bool:
         """Whether a pool not processed this minute could admit or place something now that another pool changed:
         a waiting job a lender's floor quota has room for, or a pod pinned to a floor that has room for it now
-        (its own quota, nodes and elastic flavor are as they were)."""
+        (its own quota and nodes are as they were), or a waiting job its elastic flavor has room for (requeued by a
+        Kueue eviction after its own last admission pass)."""
         w = sim.workload
         if not isinstance(w, EnvJobsWorkload) or w.plain or not w.pending_gpus:
             return False
@@ -1213,6 +1214,11 @@ class Environment:
             if any(w._borrow_room(lender) >= small for lender in lenders):
                 return True
         if sizes and sim.floor_gpus and sim.floor_gpus - sim.quota_own - sim.quota_lent >= min(sizes):
+            return True
+        # a job Kueue evicted after the pool's own admission pass of its last minute (a lender reclaiming its
+        # floor in the borrowing round) waits with room in the pool's elastic flavor: the next pass admits it
+        if sizes and any(f is not None and f[1] - w.elastic_admitted.get(f[0], 0) >= min(sizes)
+                         for f in (w._elastic_flavor(False), w._elastic_flavor(True))):
             return True
         for i in w.floor_pending:
             owner = w.admitted_to[i]

@@ -93,3 +93,20 @@ def test_bench_scales_organization_for_three_days_equals_deciding_every_minute()
                                 horizon)
     assert fast.environment["scheduler_preemptions"] > 0
     assert _result_json(fast) == _result_json(slow)
+
+
+@requires_shared_traces
+def test_a_job_requeued_after_its_pools_admission_pass_is_admitted_next_minute_as_every_minute():
+    """16 pools over 7 days (the organization of scripts/bench_scale.py): at minute 9048 two 1-GPU jobs of c09-s31
+    are evicted from a lender's floor after c09-s31's own admission pass and wait with room in its spot flavor.
+    Deciding every minute, the next minute's pass admits them (a spot launch at 9049); skipping, c09-s31 is quiet
+    by its own events and must be woken by the group's pass (`Environment._may_act`: a waiting job its elastic
+    flavor has room for). Before that the two runs split there (scripts/compare_skip.py finds such splits)."""
+    from scripts import bench_scale
+
+    cfg, demands, horizon = bench_scale.organization(resolved_prices(), SHARED_TRACES / "itp", 16, 7)
+    fast = simulate_environment(resolved_prices(), cfg, demands, CONTROLLERS["karpenter"], SimSettings(seed=1), horizon)
+    slow = simulate_environment(resolved_prices(), cfg, demands, CONTROLLERS["karpenter"],
+                                SimSettings(seed=1, skip_quiet_ticks=False), horizon)
+    assert sum(fast.pools[n]["ticks_skipped"] for n in demands) > 0
+    assert _result_json(fast) == _result_json(slow)
