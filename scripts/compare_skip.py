@@ -68,10 +68,10 @@ def compare(prices, cfg, demands, factory, horizon: int, seed: int = 1, out=prin
             f"{ra:4d}/{rb:<4d}{mark}")
     split = first_split(every, skipping)
     if split:
-        minute, name, a, b = split
+        minute, name, sample_every, sample_skipping = split
         out(f"first split: minute {minute}, pool {name}")
-        out(f"  every minute {a}")
-        out(f"  skipping     {b}")
+        out(f"  every minute {sample_every}")
+        out(f"  skipping     {sample_skipping}")
         equal = False
     out("results equal" if equal else "results DIFFER")
     return equal

@@ -61,6 +61,8 @@ SLOW = {
     "make bench-capacity-block": "40 simulated Capacity Blocks, before and after",
     "make bench-sizes": "1 min unloaded, 2 under load: 30 simulations of 57 days",
     "make bench-scale-tick": "100 CPU-s: ticks of 50, 100 and 200 pools against moto, 100 ms a call",
+    ".venv/bin/python scripts/bench_scale_tick.py --pools 200": "50 CPU-s: a tick of 200 pools against moto, "
+                                                               "profiled",
     ".venv/bin/gpuloan advise -s /tmp/advise16/": "256 CPU-s: 10 simulations of 16 pools over 3 weeks "
                                                    "(docs/simulator.md)",
 }

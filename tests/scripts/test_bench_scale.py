@@ -50,7 +50,7 @@ def test_128_pools_validate_as_shipped_with_60_floors_lent():
     only the first 60 floors lend (the others' teams lend 0 %, what the validation error tells a user to do)."""
     from config.scheduling import MAX_FLAVORS_PER_GROUP, pool_queue
 
-    cfg, _, _ = bench_scale.organization(SHARED_TRACES / "itp", 128, 3)
+    cfg, _, _ = bench_scale.organization(resolved_prices(), SHARED_TRACES / "itp", 128, 3)
     floors = [p for p in cfg.pools if p.guaranteed]
     lending = [p for p in floors if cfg.scheduling.kueue.sharing(p.team).lending_limit_pct > 0]
     assert len(cfg.pools) == 128 and len(floors) > bench_scale.MAX_LENDERS
