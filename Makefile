@@ -51,30 +51,10 @@ preview: $(VENV)/.runtime
 	$(BIN)/gpuloan validate $(STACK)
 	$(BIN)/gpuloan preview $(STACK)
 
-# The files `ruff format --check` holds to the formatter today: the list grows until one repo-wide `ruff format`
-# (issue 34); a file formatted since belongs on it.
-FORMATTED_FILES := __main__.py config/__init__.py config/config_terms.py config/node_sizes.py \
-	config/version_numbers.py config/versions.py gpuloan/__init__.py gpuloan/__main__.py \
-	gpuloan/commands/ci_runner.py gpuloan/commands/cost_report.py gpuloan/commands/preview.py guardrails/__init__.py \
-	guardrails/__main__.py offline/__init__.py policy/__init__.py policy/deadline.py policy/errors.py \
-	policy/metric_names.py policy/terms.py policy/tick_state.py pricing/__init__.py pricing/cost_model/__init__.py \
-	pricing/sources/__init__.py scripts/__init__.py scripts/lint_ratchet.py sim/__init__.py \
-	stacks/__init__.py stacks/capacity/__init__.py stacks/gitops/__init__.py \
-	stacks/kubernetes/__init__.py stacks/policy_function/__init__.py stacks/policy_function/package.py \
-	stacks/spend/__init__.py tests/kubernetes_layer_program.py tests/architecture/test_architecture.py \
-	tests/stacks/test_kubernetes_docs.py tests/architecture/test_lint_ratchet.py tests/policy/test_policy_docs.py tests/architecture/test_single_definitions.py \
-	tests/stacks/test_project_file.py config/instance_types.py pricing/checks.py pricing/cost_model/floor_bill.py \
-	tests/pricing/test_money_checks.py policy/decide/__init__.py policy/decide/bound.py policy/decide/budget.py \
-	policy/decide/common.py policy/decide/drain.py policy/decide/idle.py policy/decide/keep_warm.py policy/decide/lend_ahead.py \
-	policy/decide/on_demand_only.py policy/decide/pool.py policy/decide/reclaim.py policy/decide/scale.py \
-	policy/decide/warm_up.py tests/policy/test_policy_bound.py \
-	policy/io/__init__.py policy/io/bounded.py tests/architecture/test_policy_io.py \
-	config/tenancy.py config/budget_plan.py stacks/policy_function/preview_mode.py
-
 ## lint: ruff check and format, mypy and complexity ratchets
 lint: $(VENV)/.dev
 	$(BIN)/ruff check .
-	$(BIN)/ruff format --check $(FORMATTED_FILES)
+	$(BIN)/ruff format --check .
 	$(BIN)/python scripts/lint_ratchet.py
 
 ## test: make lint, the import layers, then the whole

@@ -76,8 +76,9 @@ def payment_rates(prices: catalog.Prices, cfg: GpuLoanConfig, pool_name: str, fl
     rates, missing = {}, {}
     for payment in floor_pricing.PAYMENTS:
         user = g.rate if (g is not None and g.instance_type == floor_type and g.price_model == payment) else None
-        r = floor_pricing.floor_rate(prices, floor_type, cfg.region, payment, user.usd_per_hour if user else None,
-                                     user.source if user else None)
+        r = floor_pricing.floor_rate(
+            prices, floor_type, cfg.region, payment, user.usd_per_hour if user else None, user.source if user else None
+        )
         if r is None:
             missing[payment] = floor_pricing.missing_rate_reason(prices, floor_type, cfg.region, payment)
         else:
@@ -109,14 +110,19 @@ def busy_share_by_node(profile: list[int], gpus_per_node: int, nodes: int) -> li
 def break_even_words(instance_type: str, payment: str, rate: float, ondemand: float, spot: float | None) -> str:
     """'a reserved_1yr p4d.24xlarge pays for itself when it is busy more than 62 % of the hours ...'"""
     share = rate / ondemand
-    text = f"a {payment} {instance_type} at ${rate:,.2f}/h pays for itself when it is busy more than " \
-           f"{100 * share:.0f} % of the hours (against on-demand at ${ondemand:,.2f}/h)"
+    text = (
+        f"a {payment} {instance_type} at ${rate:,.2f}/h pays for itself when it is busy more than "
+        f"{100 * share:.0f} % of the hours (against on-demand at ${ondemand:,.2f}/h)"
+    )
     if share >= 1:
         text = f"a {payment} {instance_type} at ${rate:,.2f}/h never beats on-demand at ${ondemand:,.2f}/h"
     if spot:
         s = rate / spot
-        text += (f"; against spot at ${spot:,.2f}/h it never does" if s >= 1 else
-                 f"; against spot at ${spot:,.2f}/h, busy more than {100 * s:.0f} %")
+        text += (
+            f"; against spot at ${spot:,.2f}/h it never does"
+            if s >= 1
+            else f"; against spot at ${spot:,.2f}/h, busy more than {100 * s:.0f} %"
+        )
     return text
 
 
@@ -128,8 +134,10 @@ def _meets(point: dict, target: ServiceTarget, jobs: bool) -> list[str]:
     if point["unmet_pct"] > target.unmet_pct:
         missed.append(f"unmet {point['unmet_pct']:.2f} % > {target.unmet_pct:g} %")
     if point["production_interruptions_per_month"] > target.production_interruptions_per_month + 1e-9:
-        missed.append(f"{point['production_interruptions_per_month']:.1f} production interruptions/month > "
-                      f"{target.production_interruptions_per_month:g}")
+        missed.append(
+            f"{point['production_interruptions_per_month']:.1f} production interruptions/month > "
+            f"{target.production_interruptions_per_month:g}"
+        )
     return missed
 
 
@@ -154,10 +162,20 @@ def _simulate(spec, trace, settings: SimSettings, horizon: int, sizes: list[int]
         yield from pool.map(_run_size, work)
 
 
-def advise(prices: catalog.Prices, cfg: GpuLoanConfig, pool_name: str, trace, *, target: ServiceTarget | None = None,
-           production_share_pct: float | None = None, settings: SimSettings = SimSettings(),
-           sizes: list[int] | None = None, peak_from_demand: bool = False, jobs: int = 1,
-           progress=None) -> dict:
+def advise(
+    prices: catalog.Prices,
+    cfg: GpuLoanConfig,
+    pool_name: str,
+    trace,
+    *,
+    target: ServiceTarget | None = None,
+    production_share_pct: float | None = None,
+    settings: SimSettings = SimSettings(),
+    sizes: list[int] | None = None,
+    peak_from_demand: bool = False,
+    jobs: int = 1,
+    progress=None,
+) -> dict:
     """The advice document of one pool (every point, the recommendation, break-evens); JSON-ready."""
     prices = prices.with_config(cfg)  # the config's own instance_prices for the types the book lacks
     try:
@@ -201,7 +219,8 @@ def advise(prices: catalog.Prices, cfg: GpuLoanConfig, pool_name: str, trace, *,
         # floor size changes).
         unmet = max(0.0, oracle_hours - m["gpu_hours_served"])
         point = {
-            "floor_nodes": n, "floor_gpus": n * spec.floor_node_gpus,
+            "floor_nodes": n,
+            "floor_gpus": n * spec.floor_node_gpus,
             "elastic_monthly_usd": round(elastic, 2),
             "elastic_spot_monthly_usd": round(m["elastic_spot_cost_usd"] * scale, 2),
             "elastic_on_demand_monthly_usd": round(m["elastic_on_demand_cost_usd"] * scale, 2),
@@ -214,7 +233,8 @@ def advise(prices: catalog.Prices, cfg: GpuLoanConfig, pool_name: str, trace, *,
             # production work is interrupted only where it may run on spot (production_work_on_spot); elsewhere
             # its nodes are the floor and on-demand, which are not reclaimed
             "production_interruptions_per_month": round(m["jobs_interrupted"] * share * scale, 2)
-            if production_on_spot else 0.0,
+            if production_on_spot
+            else 0.0,
         }
         point["misses"] = _meets(point, target, jobs)
         point["meets_target"] = not point["misses"]
@@ -242,15 +262,21 @@ def advise(prices: catalog.Prices, cfg: GpuLoanConfig, pool_name: str, trace, *,
         "floor_gpus_per_node": spec.floor_node_gpus,  # the floor's own size (smaller in a multi-size pool)
         "peak_nodes": spec.peak_nodes,
         "peak_from_demand": peak_from_demand,
-        "elastic": {"capacity": str(spec.capacity), "spot_type": spec.spot_type,
-                    "spot_usd_per_hour": spec.spot_usd_per_hour, "on_demand_type": spec.on_demand_type,
-                    "on_demand_usd_per_hour": spec.on_demand_usd_per_hour},
+        "elastic": {
+            "capacity": str(spec.capacity),
+            "spot_type": spec.spot_type,
+            "spot_usd_per_hour": spec.spot_usd_per_hour,
+            "on_demand_type": spec.on_demand_type,
+            "on_demand_usd_per_hour": spec.on_demand_usd_per_hour,
+        },
         "production_share": share,
         # whether Kueue lets this pool's production work run on spot (scheduling.kueue.production_spot_pools)
         "production_on_spot": production_on_spot,
         "target": target.model_dump(),
-        "rates": {p: {"usd_per_hour": r.usd_per_hour, "basis": r.basis, "source": r.source, "billing": r.billing}
-                  for p, r in rates.items()},
+        "rates": {
+            p: {"usd_per_hour": r.usd_per_hour, "basis": r.basis, "source": r.source, "billing": r.billing}
+            for p, r in rates.items()
+        },
         "no_rate": missing,
         "current": {"floor_nodes": current_nodes, "payment": current_payment},
         "budget_monthly_usd": budget,
@@ -258,16 +284,21 @@ def advise(prices: catalog.Prices, cfg: GpuLoanConfig, pool_name: str, trace, *,
         "jobs_larger_than_pool": runner.jobs_larger_than(trace, spec.peak_gpus),
         "points": points,
         "node_busy_share": [round(b, 4) for b in busy],
-        "break_even": {p: break_even_words(floor_type, p, r.usd_per_hour, od.usd_per_hour, spot)
-                       for p, r in rates.items() if od is not None and p != floor_pricing.ON_DEMAND},
+        "break_even": {
+            p: break_even_words(floor_type, p, r.usd_per_hour, od.usd_per_hour, spot)
+            for p, r in rates.items()
+            if od is not None and p != floor_pricing.ON_DEMAND
+        },
         "seed": settings.seed,
         "sweep_seconds": round(sweep_seconds, 3),
         "jobs": jobs,
     }
     if best is None:
         doc["recommendation"] = None
-        doc["summary"] = (f"no floor from 0 to {spec.floor_peak_nodes} nodes meets the target with this pool's elastic "
-                          "capacity; raise elastic.max_nodes (or try --peak-from-demand) or relax service_target")
+        doc["summary"] = (
+            f"no floor from 0 to {spec.floor_peak_nodes} nodes meets the target with this pool's elastic "
+            "capacity; raise elastic.max_nodes (or try --peak-from-demand) or relax service_target"
+        )
     else:
         n, p, usd = best
         current = next((pt for pt in points if pt["floor_nodes"] == current_nodes), None)
@@ -275,17 +306,24 @@ def advise(prices: catalog.Prices, cfg: GpuLoanConfig, pool_name: str, trace, *,
         over_pool = bool(budget is not None and usd > budget)
         over_env = bool(env_budget is not None and usd > env_budget)
         rec_point = next(pt for pt in points if pt["floor_nodes"] == n)
-        doc["recommendation"] = {"floor_nodes": n, "floor_gpus": n * spec.floor_node_gpus, "payment": p,
-                                 "monthly_usd": usd, "current_monthly_usd": now_usd,
-                                 "pool_budget_monthly_usd": budget, "environment_budget_monthly_usd": env_budget,
-                                 "over_pool_budget": over_pool, "over_environment_budget": over_env,
-                                 "over_budget": over_pool or over_env,
-                                 "forced_unneeded_node": False,
-                                 "dominated_by": dominated_by(rec_point, usd, points, busy)}
+        doc["recommendation"] = {
+            "floor_nodes": n,
+            "floor_gpus": n * spec.floor_node_gpus,
+            "payment": p,
+            "monthly_usd": usd,
+            "current_monthly_usd": now_usd,
+            "pool_budget_monthly_usd": budget,
+            "environment_budget_monthly_usd": env_budget,
+            "over_pool_budget": over_pool,
+            "over_environment_budget": over_env,
+            "over_budget": over_pool or over_env,
+            "forced_unneeded_node": False,
+            "dominated_by": dominated_by(rec_point, usd, points, busy),
+        }
         words = f"floor of {n} x {floor_type}" + (f" paid {p}" if n else " (no floor)")
         doc["summary"] = f"cheapest meeting the target: {words}, ${usd:,.0f}/month"
         if now_usd is not None:
-            doc["summary"] += (f" (today's {current_nodes} x {current_payment}: ${now_usd:,.0f}/month)")
+            doc["summary"] += f" (today's {current_nodes} x {current_payment}: ${now_usd:,.0f}/month)"
         if n and n <= len(busy):
             doc["summary"] += f"; its last floor node is needed {100 * busy[n - 1]:.0f} % of the time"
             if _unneeded_last_node(n, busy):
@@ -293,9 +331,11 @@ def advise(prices: catalog.Prices, cfg: GpuLoanConfig, pool_name: str, trace, *,
                 smaller = [pt for pt in points if pt["floor_nodes"] < n]
                 why = "; ".join(smaller[-1]["misses"]) if smaller else "no smaller floor was simulated"
                 doc["recommendation"]["forced_unneeded_node"] = True
-                doc["summary"] += (f", kept only because the service target forces it (no floor without such a "
-                                   f"node meets the target; {smaller[-1]['floor_nodes'] if smaller else n - 1} "
-                                   f"node(s): {why})")
+                doc["summary"] += (
+                    f", kept only because the service target forces it (no floor without such a "
+                    f"node meets the target; {smaller[-1]['floor_nodes'] if smaller else n - 1} "
+                    f"node(s): {why})"
+                )
         doc["budget_lines"] = budget_lines(usd, budget, env_budget)
         doc["verdict"] = _verdict(doc["recommendation"])
     return doc
@@ -328,8 +368,11 @@ def dominated_by(rec: dict, usd: float, points: list[dict], busy: list[float]) -
         if pt is rec or _unneeded_last_node(pt["floor_nodes"], busy):
             continue
         cheapest = min(pt["monthly_usd"].values())
-        waits_no_worse = (pt["p95_wait_minutes"] is None or rec["p95_wait_minutes"] is None
-                          or pt["p95_wait_minutes"] <= rec["p95_wait_minutes"])
+        waits_no_worse = (
+            pt["p95_wait_minutes"] is None
+            or rec["p95_wait_minutes"] is None
+            or pt["p95_wait_minutes"] <= rec["p95_wait_minutes"]
+        )
         if cheapest < usd - 0.005 and pt["unmet_gpu_hours"] <= rec["unmet_gpu_hours"] and waits_no_worse:
             out.append({"floor_nodes": pt["floor_nodes"], "monthly_usd": cheapest, "misses": pt["misses"]})
     return out
@@ -340,8 +383,14 @@ def budget_lines(usd: float, pool_budget: float | None, env_budget: float | None
     out: list[dict] = []
     for scope, budget in (("pool", pool_budget), ("environment", env_budget)):
         if budget is None:
-            out.append({"scope": scope, "budget_monthly_usd": None, "over": False,
-                        "text": f"${usd:,.0f}/month against the {scope} budget: none set"})
+            out.append(
+                {
+                    "scope": scope,
+                    "budget_monthly_usd": None,
+                    "over": False,
+                    "text": f"${usd:,.0f}/month against the {scope} budget: none set",
+                }
+            )
             continue
         over = usd > budget
         text = f"${usd:,.0f}/month against the {scope} budget ${budget:,.0f}: {100 * usd / budget:.0f} %"
@@ -356,13 +405,23 @@ def _verdict(rec: dict) -> str:
     parts = []
     if rec["dominated_by"]:
         d = min(rec["dominated_by"], key=lambda x: x["monthly_usd"])
-        parts.append(f"dominated: a floor of {d['floor_nodes']} node(s) costs ${d['monthly_usd']:,.0f}/month, less, "
-                     f"with no more unmet work and no longer p95 wait"
-                     + (f" (it misses {'; '.join(d['misses'])})" if d["misses"] else ""))
+        parts.append(
+            f"dominated: a floor of {d['floor_nodes']} node(s) costs ${d['monthly_usd']:,.0f}/month, less, "
+            f"with no more unmet work and no longer p95 wait"
+            + (f" (it misses {'; '.join(d['misses'])})" if d["misses"] else "")
+        )
     if rec["over_budget"]:
-        parts.append("over " + " and ".join(s for s, o in (("the pool budget", rec["over_pool_budget"]),
-                                                           ("the environment budget", rec["over_environment_budget"]))
-                                            if o))
+        parts.append(
+            "over "
+            + " and ".join(
+                s
+                for s, o in (
+                    ("the pool budget", rec["over_pool_budget"]),
+                    ("the environment budget", rec["over_environment_budget"]),
+                )
+                if o
+            )
+        )
     if rec["forced_unneeded_node"]:
         parts.append("its last floor node is kept only because the target forces it")
     return "verdict: " + ("; ".join(parts) if parts else "meets the target, within every budget, not dominated")

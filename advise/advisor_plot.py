@@ -33,13 +33,29 @@ def figure(doc: dict):
     ax.plot(sizes, [p["elastic_monthly_usd"] for p in points], color="grey", linestyle=":", label="elastic part alone")
     rec = doc.get("recommendation")
     if rec:
-        ax.scatter([rec["floor_nodes"]], [rec["monthly_usd"]], s=160, facecolors="none", edgecolors="red",
-                   linewidths=2, zorder=5, label=(f"recommended: {rec['floor_nodes']} nodes, {rec['payment']}"
-                                                  if rec["floor_nodes"] else "recommended: no floor"))
+        ax.scatter(
+            [rec["floor_nodes"]],
+            [rec["monthly_usd"]],
+            s=160,
+            facecolors="none",
+            edgecolors="red",
+            linewidths=2,
+            zorder=5,
+            label=(
+                f"recommended: {rec['floor_nodes']} nodes, {rec['payment']}"
+                if rec["floor_nodes"]
+                else "recommended: no floor"
+            ),
+        )
     # Shading alone cannot say "all" or "none": the legend does.
     meeting = [p["meets_target"] for p in points]
-    shade = ("every floor size shown meets the service target" if all(meeting) else
-             "no floor size shown meets the service target" if not any(meeting) else "meets the service target")
+    shade = (
+        "every floor size shown meets the service target"
+        if all(meeting)
+        else "no floor size shown meets the service target"
+        if not any(meeting)
+        else "meets the service target"
+    )
     ax.plot([], [], color="#55a868", alpha=0.3 if any(meeting) else 0.0, linewidth=8, label=shade)
     ax.yaxis.set_major_formatter(StrMethodFormatter("${x:,.0f}"))
     ax.set_xlabel(f"floor size (nodes of {doc['floor_instance_type']}, {doc['gpus_per_node']} GPUs each)")

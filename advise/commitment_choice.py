@@ -50,12 +50,23 @@ class Choice:
     unpriced: tuple[str, ...] = ()  # eligible usage of types nobody gave a commitment rate for
 
     def to_json(self) -> dict:
-        return {"method": self.method, "window_hours": list(self.window),
-                "estimated_savings_usd_over_window": round(self.estimated_savings_usd, 2),
-                "reserved_instances": [{"name": c.name, "instance_type": c.instance_type, "region": c.region,
-                                        "count": c.count, "usd_per_hour": c.rates_usd_per_hour[c.instance_type],
-                                        "start_hour": c.start_hour} for c in self.commitments],
-                "unpriced": list(self.unpriced)}
+        return {
+            "method": self.method,
+            "window_hours": list(self.window),
+            "estimated_savings_usd_over_window": round(self.estimated_savings_usd, 2),
+            "reserved_instances": [
+                {
+                    "name": c.name,
+                    "instance_type": c.instance_type,
+                    "region": c.region,
+                    "count": c.count,
+                    "usd_per_hour": c.rates_usd_per_hour[c.instance_type],
+                    "start_hour": c.start_hour,
+                }
+                for c in self.commitments
+            ],
+            "unpriced": list(self.unpriced),
+        }
 
 
 def eligible_by_hour(usage: list[billing.Usage], first: int, end: int) -> dict[tuple[str, str, float], list[float]]:
@@ -91,14 +102,30 @@ def best_units(savings: Callable[[int], float], upper: int) -> tuple[int, float]
     return lo, f(lo)
 
 
-def ri(name: str, instance_type: str, region: str, count: int, usd_per_hour: float, start_hour: int = 0
-       ) -> billing.Commitment:
-    return billing.Commitment(name, billing.RESERVED_INSTANCES, {instance_type: usd_per_hour}, region=region,
-                              instance_type=instance_type, count=count, start_hour=start_hour)
+def ri(
+    name: str, instance_type: str, region: str, count: int, usd_per_hour: float, start_hour: int = 0
+) -> billing.Commitment:
+    return billing.Commitment(
+        name,
+        billing.RESERVED_INSTANCES,
+        {instance_type: usd_per_hour},
+        region=region,
+        instance_type=instance_type,
+        count=count,
+        start_hour=start_hour,
+    )
 
 
-def best_reserved_instances(usage: list[billing.Usage], ri_rates: dict[tuple[str, str], float], first: int, end: int,
-                            *, method: str, start_hour: int, name: str = "org-ri") -> Choice:
+def best_reserved_instances(
+    usage: list[billing.Usage],
+    ri_rates: dict[tuple[str, str], float],
+    first: int,
+    end: int,
+    *,
+    method: str,
+    start_hour: int,
+    name: str = "org-ri",
+) -> Choice:
     """The RI count per (type, region) that saves most over the usage of hours [first, end), by `bill`."""
     if end <= first:
         raise ValueError(f"empty sizing window [{first}, {end})")
@@ -123,20 +150,28 @@ def best_reserved_instances(usage: list[billing.Usage], ri_rates: dict[tuple[str
     return Choice(method, tuple(commitments), (first, end), total, counts, tuple(unpriced))
 
 
-def cost_explorer(usage: list[billing.Usage], ri_rates: dict[tuple[str, str], float], purchase_hour: int,
-                  lookback_days: int = 30, name: str = "org-ri") -> Choice:
+def cost_explorer(
+    usage: list[billing.Usage],
+    ri_rates: dict[tuple[str, str], float],
+    purchase_hour: int,
+    lookback_days: int = 30,
+    name: str = "org-ri",
+) -> Choice:
     """What Cost Explorer would recommend at `purchase_hour` from the last `lookback_days` of eligible usage,
     bought then (the commitment starts at `purchase_hour`). Only usage before the purchase hour is read."""
     if lookback_days not in LOOKBACK_DAYS:
-        raise ValueError(f"lookback must be one of {', '.join(map(str, LOOKBACK_DAYS))} days (Cost Explorer's), "
-                         f"got {lookback_days}")
+        raise ValueError(
+            f"lookback must be one of {', '.join(map(str, LOOKBACK_DAYS))} days (Cost Explorer's), got {lookback_days}"
+        )
     first = max(0, purchase_hour - lookback_days * HOURS_PER_DAY)
     past = [u for u in usage if u.hour < purchase_hour]
-    return best_reserved_instances(past, ri_rates, first, purchase_hour, method="cost-explorer",
-                                   start_hour=purchase_hour, name=name)
+    return best_reserved_instances(
+        past, ri_rates, first, purchase_hour, method="cost-explorer", start_hour=purchase_hour, name=name
+    )
 
 
-def hindsight(usage: list[billing.Usage], ri_rates: dict[tuple[str, str], float], first: int, end: int,
-              name: str = "org-ri") -> Choice:
+def hindsight(
+    usage: list[billing.Usage], ri_rates: dict[tuple[str, str], float], first: int, end: int, name: str = "org-ri"
+) -> Choice:
     """The RIs that save most over the very hours they are billed on (in force from `first`)."""
     return best_reserved_instances(usage, ri_rates, first, end, method="hindsight", start_hour=first, name=name)

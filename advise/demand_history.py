@@ -44,14 +44,22 @@ def queries(environment: str, pool: str, period: int) -> list[dict]:
     def q(qid: str, name: str, extra: dict[str, str]) -> dict:
         dims = [{"Name": M.DIM_ENVIRONMENT, "Value": environment}, {"Name": M.DIM_POOL, "Value": pool}]
         dims += [{"Name": k, "Value": v} for k, v in extra.items()]
-        return {"Id": qid, "ReturnData": True, "MetricStat": {
-            "Metric": {"Namespace": M.NAMESPACE, "MetricName": name, "Dimensions": dims},
-            "Period": period, "Stat": "Average"}}
+        return {
+            "Id": qid,
+            "ReturnData": True,
+            "MetricStat": {
+                "Metric": {"Namespace": M.NAMESPACE, "MetricName": name, "Dimensions": dims},
+                "Period": period,
+                "Stat": "Average",
+            },
+        }
 
-    return [q("pending", M.PENDING_GPUS, {}),
-            q("spot", M.ELASTIC_NODES, {M.DIM_CAPACITY: "spot"}),
-            q("ondemand", M.ELASTIC_NODES, {M.DIM_CAPACITY: "on_demand"}),
-            q("floorutil", M.POOL_GPU_UTILIZATION, {M.DIM_TIER: "guaranteed"})]
+    return [
+        q("pending", M.PENDING_GPUS, {}),
+        q("spot", M.ELASTIC_NODES, {M.DIM_CAPACITY: "spot"}),
+        q("ondemand", M.ELASTIC_NODES, {M.DIM_CAPACITY: "on_demand"}),
+        q("floorutil", M.POOL_GPU_UTILIZATION, {M.DIM_TIER: "guaranteed"}),
+    ]
 
 
 def fetch(cloudwatch, qs: list[dict], start: dt.datetime, end: dt.datetime) -> dict[str, dict[dt.datetime, float]]:
@@ -71,8 +79,14 @@ def fetch(cloudwatch, qs: list[dict], start: dt.datetime, end: dt.datetime) -> d
             return out
 
 
-def demand_series(data: dict[str, dict[dt.datetime, float]], start: dt.datetime, minutes: int, period: int,
-                  gpus_per_node: int, floor_gpus: int) -> tuple[list[int], int]:
+def demand_series(
+    data: dict[str, dict[dt.datetime, float]],
+    start: dt.datetime,
+    minutes: int,
+    period: int,
+    gpus_per_node: int,
+    floor_gpus: int,
+) -> tuple[list[int], int]:
     """GPUs demanded per minute from `start`, and the minutes without any datapoint."""
     step = period // 60
     slots = math.ceil(minutes / step)
@@ -98,7 +112,9 @@ def demand_series(data: dict[str, dict[dt.datetime, float]], start: dt.datetime,
     return series[:minutes], min(gaps, minutes)
 
 
-def read(prices: Prices, cfg, pool_name: str, days: int, cloudwatch=None, now: dt.datetime | None = None) -> SeriesTrace:
+def read(
+    prices: Prices, cfg, pool_name: str, days: int, cloudwatch=None, now: dt.datetime | None = None
+) -> SeriesTrace:
     """The last `days` days of the pool's demand as a minute series. `cloudwatch`: an injected boto3 client
     (default: one built for the stack's region from the usual credentials)."""
 
@@ -116,17 +132,24 @@ def read(prices: Prices, cfg, pool_name: str, days: int, cloudwatch=None, now: d
     try:
         data = fetch(cloudwatch, queries(cfg.environment, pool_name, period), start, end)
     except (BotoCoreError, ClientError) as err:  # credentials, throttling, access denied
-        raise HistoryError(f"cannot read the pool's history from CloudWatch (GetMetricData in {cfg.region}): "
-                           f"{err}; or give the demand with --trace/--series") from None
+        raise HistoryError(
+            f"cannot read the pool's history from CloudWatch (GetMetricData in {cfg.region}): "
+            f"{err}; or give the demand with --trace/--series"
+        ) from None
     if not any(data.values()):
-        raise HistoryError(f"CloudWatch has no {M.NAMESPACE} metrics for environment {cfg.environment}, pool "
-                           f"{pool_name} in the last {days} days (is the policy function deployed and running?); "
-                           "give the demand with --trace/--series")
+        raise HistoryError(
+            f"CloudWatch has no {M.NAMESPACE} metrics for environment {cfg.environment}, pool "
+            f"{pool_name} in the last {days} days (is the policy function deployed and running?); "
+            "give the demand with --trace/--series"
+        )
     minutes = days * 1440
     series, gaps = demand_series(data, start, minutes, period, gpn, floor_gpus)
     note = f", {gaps} minutes without data" if gaps else ""
-    return SeriesTrace(f"history of {cfg.environment}/{pool_name}, {days} days to {end:%Y-%m-%d %H:%M} UTC at "
-                       f"{period // 60}-minute resolution{note}", tuple(series))
+    return SeriesTrace(
+        f"history of {cfg.environment}/{pool_name}, {days} days to {end:%Y-%m-%d %H:%M} UTC at "
+        f"{period // 60}-minute resolution{note}",
+        tuple(series),
+    )
 
 
 def _client(region: str):

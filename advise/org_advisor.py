@@ -65,9 +65,13 @@ BASELINES = (KARPENTER, KARPENTER_SP, KARPENTER_SHARED, KARPENTER_SHARED_SP, TEA
 CONTROLLER_GPULOAN, CONTROLLER_KARPENTER, CONTROLLER_KARPENTER_SHARED = "gpuloan", "karpenter", "karpenter-shared"
 # gpuloan with the floors in their teams' production pools and every other job in two shared pools beside them
 CONTROLLER_GPULOAN_SHARED = "gpuloan-shared"
-GPULOAN_LAYOUTS = {CONTROLLER_GPULOAN: "a pool per team", CONTROLLER_GPULOAN_SHARED: (
-    "shared pools (production on-demand, interruptible spot-first, borrowing the floors) beside the production "
-    "pools that hold the floors")}
+GPULOAN_LAYOUTS = {
+    CONTROLLER_GPULOAN: "a pool per team",
+    CONTROLLER_GPULOAN_SHARED: (
+        "shared pools (production on-demand, interruptible spot-first, borrowing the floors) beside the production "
+        "pools that hold the floors"
+    ),
+}
 KARPENTER_CONTROLLERS = (CONTROLLER_KARPENTER, CONTROLLER_KARPENTER_SHARED)
 
 # The on-demand shortage scenario: for episodes at this rate and mean length, no new capacity of the instance type
@@ -84,7 +88,8 @@ REPORT_WINDOW_NOTE = (
     "reclaim preemptions and their lost work: those that happen in the window; p95 waits: jobs submitted in the "
     "window (a job never started counts with its wait up to the end); unmet GPU-hours: the work of jobs "
     "submitted in the window not served by the end of the run (work due by then: a job still running at the end "
-    "is not counted for its hours beyond it, as the fluid model's demand ends there)")
+    "is not counted for its hours beyond it, as the fluid model's demand ends there)"
+)
 
 
 class OrgAdviceError(ValueError):
@@ -96,8 +101,16 @@ class Runner(Protocol):
 
     model: str
 
-    def __call__(self, demands: dict[str, PoolDemand], floors_nodes: dict[str, int], *, lend: bool,
-                 controller: str, scenario: Scenario, report_from_hour: int) -> EnvironmentRun: ...
+    def __call__(
+        self,
+        demands: dict[str, PoolDemand],
+        floors_nodes: dict[str, int],
+        *,
+        lend: bool,
+        controller: str,
+        scenario: Scenario,
+        report_from_hour: int,
+    ) -> EnvironmentRun: ...
 
 
 @dataclass(frozen=True)
@@ -125,8 +138,9 @@ class FluidRunner:
 
     def __call__(self, demands, floors_nodes, *, lend, controller, scenario, report_from_hour):
         # The controller does not matter in the fluid model (no boots, no idle timeouts): that is what it bounds.
-        return fluid.run(demands, self.prices, floors_nodes, lend=lend, scenario=scenario,
-                         report_from_hour=report_from_hour)
+        return fluid.run(
+            demands, self.prices, floors_nodes, lend=lend, scenario=scenario, report_from_hour=report_from_hour
+        )
 
 
 def fluid_runner(prices: dict[str, PoolPrices]) -> FluidRunner:
@@ -223,8 +237,9 @@ def shared_layout(price_book: Prices, cfg, traces: dict, seed: int, *, keep_floo
     source: dict[str, list[str]] = {}
     for name, items in jobs.items():
         items.sort(key=lambda r: r[0].submit_s)  # a trace is in submission order
-        traces_out[name] = JobsTrace(name, "generic", tuple(Job(f"{src}/{j.job_id}", j.submit_s, j.duration_s,
-                                                                j.gpus) for j, src in items))
+        traces_out[name] = JobsTrace(
+            name, "generic", tuple(Job(f"{src}/{j.job_id}", j.submit_s, j.duration_s, j.gpus) for j, src in items)
+        )
         source[name] = [src for _, src in items]
     for name, acc in series.items():
         traces_out[name] = SeriesTrace(name, tuple(acc))
@@ -245,11 +260,19 @@ def shared_layout(price_book: Prices, cfg, traces: dict, seed: int, *, keep_floo
         doc.pop("budget", None)
         capacity = "on_demand" if prod else "spot_then_on_demand"
         elastic = {k: v for k, v in doc["elastic"].items() if not (prod and k == "back_to_spot")}
-        elastic.update(capacity=capacity, max_nodes=min(500, sum(q.elastic.max_nodes for q in pools
-                                                                  if q.elastic is not None)))
-        data["pools"].append({**doc, "name": name, "team": "org", "tier": "production" if prod else "experiment",
-                              "elastic": elastic, "service_target": {**doc.get("service_target", {}),
-                                                                     "production_share_pct": 100.0 if prod else 0.0}})
+        elastic.update(
+            capacity=capacity, max_nodes=min(500, sum(q.elastic.max_nodes for q in pools if q.elastic is not None))
+        )
+        data["pools"].append(
+            {
+                **doc,
+                "name": name,
+                "team": "org",
+                "tier": "production" if prod else "experiment",
+                "elastic": elastic,
+                "service_target": {**doc.get("service_target", {}), "production_share_pct": 100.0 if prod else 0.0},
+            }
+        )
     kueue = data.get("scheduling", {}).get("kueue", {})
     teams = kueue.get("teams") or {}
     kueue["teams"] = {t: v for t, v in teams.items() if t in {d["team"] for d in data["pools"]}}
@@ -278,9 +301,16 @@ def setup_config(cfg, floors_nodes: dict[str, int], *, lend: bool, check: bool =
             continue
         g = pool.guaranteed
         itype = g.instance_type if g else pool.elastic.instance_types[0]
-        g = (g.model_copy(update={"nodes": k}) if g else
-             Guaranteed(instance_type=itype, nodes=k, reservation=Reservation.odcr,
-                        availability_zone=cfg.cluster.availability_zones[0]))
+        g = (
+            g.model_copy(update={"nodes": k})
+            if g
+            else Guaranteed(
+                instance_type=itype,
+                nodes=k,
+                reservation=Reservation.odcr,
+                availability_zone=cfg.cluster.availability_zones[0],
+            )
+        )
         pools.append(pool.model_copy(update={"guaranteed": g}))
     kueue = cfg.scheduling.kueue
     if not lend:
@@ -369,8 +399,16 @@ class EnvironmentRunner:
 
     def key(self, hours: int, floors_nodes, lend: bool, controller: str, scenario: Scenario, report_from_hour: int):
         floors = tuple(sorted((n, k) for n, k in floors_nodes.items() if k))
-        return (hours, report_from_hour, floors, bool(lend and floors), controller,
-                scenario.spot_short_hours, scenario.on_demand_short_hours, getattr(self.settings, "seed", None))
+        return (
+            hours,
+            report_from_hour,
+            floors,
+            bool(lend and floors),
+            controller,
+            scenario.spot_short_hours,
+            scenario.on_demand_short_hours,
+            getattr(self.settings, "seed", None),
+        )
 
     def __call__(self, demands, floors_nodes, *, lend, controller, scenario, report_from_hour):
         hours = max(d.hours for d in demands.values())
@@ -382,8 +420,16 @@ class EnvironmentRunner:
             self.hits += 1
             return hit
         cfg, cut, sim_controller, reduce = self._layout(floors_nodes, lend, controller, hours)
-        result = self.simulate(self.price_book, cfg, cut, sim_controller, scenario_settings(self.settings, scenario), hours * 60,
-                               window_from_minute=report_from_hour * 60, **reduce)
+        result = self.simulate(
+            self.price_book,
+            cfg,
+            cut,
+            sim_controller,
+            scenario_settings(self.settings, scenario),
+            hours * 60,
+            window_from_minute=report_from_hour * 60,
+            **reduce,
+        )
         self.runs += 1
         if self.progress is not None:
             self.progress(self.runs)
@@ -396,13 +442,23 @@ class EnvironmentRunner:
         # the floors checked on the stack as its user wrote it (a floor over the node limit, a Kueue limit ...);
         # `cfg` may carry the advice's what-if production shares, which the user does not deploy
         setup_config(self.stack_cfg if self.stack_cfg is not None else self.cfg, floors_nodes, lend=lend)
-        return setup_layout(self.price_book, self.cfg, self.traces, floors_nodes, lend, controller, hours,
-                            getattr(self.settings, "seed", 1), check=False)
+        return setup_layout(
+            self.price_book,
+            self.cfg,
+            self.traces,
+            floors_nodes,
+            lend,
+            controller,
+            hours,
+            getattr(self.settings, "seed", 1),
+            check=False,
+        )
 
     def _run_of(self, result, demands, hours: int) -> EnvironmentRun:
         """The simulation's result as the advisor reads it."""
-        run = EnvironmentRun(self.model, hours, list(result.hourly_usage),
-                             tiers={n: d.tier for n, d in demands.items()})
+        run = EnvironmentRun(
+            self.model, hours, list(result.hourly_usage), tiers={n: d.tier for n, d in demands.items()}
+        )
         if set(result.pools) != set(demands):  # the shared layout: the organization's pools, not the teams'
             for n, src in result.pools.items():
                 run.pools[n] = _metrics_of(src)
@@ -421,43 +477,97 @@ class EnvironmentRunner:
         scenarios = [sc for sc in scenarios if sc.spot_short_hours or sc.on_demand_short_hours]
         hours = max(d.hours for d in demands.values())
         default = Scenario()
-        todo = [sc for sc in [default, *scenarios] if self.key(hours, floors_nodes, lend, controller, sc,
-                                                               report_from_hour) not in self.cache]
+        todo = [
+            sc
+            for sc in [default, *scenarios]
+            if self.key(hours, floors_nodes, lend, controller, sc, report_from_hour) not in self.cache
+        ]
         early = any(h < report_from_hour for sc in todo for h in sc.spot_short_hours | sc.on_demand_short_hours)
         import os
 
-        if (self.simulate is not simulate_with_environment or not todo or early or not self.use_cache
-                or not hasattr(os, "fork")):  # branching forks the process (POSIX); elsewhere: separate runs
-            return [self(demands, floors_nodes, lend=lend, controller=controller, scenario=sc,
-                         report_from_hour=report_from_hour) for sc in [default, *scenarios]]
+        if (
+            self.simulate is not simulate_with_environment
+            or not todo
+            or early
+            or not self.use_cache
+            or not hasattr(os, "fork")
+        ):  # branching forks the process (POSIX); elsewhere: separate runs
+            return [
+                self(
+                    demands,
+                    floors_nodes,
+                    lend=lend,
+                    controller=controller,
+                    scenario=sc,
+                    report_from_hour=report_from_hour,
+                )
+                for sc in [default, *scenarios]
+            ]
         cfg, cut, sim_controller, reduce = self._layout(floors_nodes, lend, controller, hours)
-        branches = [(_hour_windows(sc.spot_short_hours), _hour_windows(sc.on_demand_short_hours))
-                    for sc in todo[1:]] if todo[0] is default else None
+        branches = (
+            [(_hour_windows(sc.spot_short_hours), _hour_windows(sc.on_demand_short_hours)) for sc in todo[1:]]
+            if todo[0] is default
+            else None
+        )
         if branches is None:  # the default run is cached already: branch from a fresh run of the first scenario
-            return [self(demands, floors_nodes, lend=lend, controller=controller, scenario=sc,
-                         report_from_hour=report_from_hour) for sc in [default, *scenarios]]
-        own, others = simulate_branches_with_environment(self.price_book, cfg, cut, sim_controller, self.settings, hours * 60,
-                                                          report_from_hour * 60, branches, **reduce)
+            return [
+                self(
+                    demands,
+                    floors_nodes,
+                    lend=lend,
+                    controller=controller,
+                    scenario=sc,
+                    report_from_hour=report_from_hour,
+                )
+                for sc in [default, *scenarios]
+            ]
+        own, others = simulate_branches_with_environment(
+            self.price_book,
+            cfg,
+            cut,
+            sim_controller,
+            self.settings,
+            hours * 60,
+            report_from_hour * 60,
+            branches,
+            **reduce,
+        )
         self.runs += 1
         if self.progress is not None:
             self.progress(self.runs)
         for sc, result in zip(todo, [own, *others]):
-            self.cache[self.key(hours, floors_nodes, lend, controller, sc, report_from_hour)] = \
-                self._run_of(result, demands, hours)
-        return [self(demands, floors_nodes, lend=lend, controller=controller, scenario=sc,
-                     report_from_hour=report_from_hour) for sc in [default, *scenarios]]
+            self.cache[self.key(hours, floors_nodes, lend, controller, sc, report_from_hour)] = self._run_of(
+                result, demands, hours
+            )
+        return [
+            self(
+                demands, floors_nodes, lend=lend, controller=controller, scenario=sc, report_from_hour=report_from_hour
+            )
+            for sc in [default, *scenarios]
+        ]
 
     def sizing_usage(self, demands, floors_nodes, *, lend, controller, sizing_hours):
         """The hourly usage Cost Explorer would have seen at the end of the sizing window: the hours before it of
         the whole run (the default scenario's, cached for the report; a shortage scenario only touches the report
         window, and a run's hours before the window do not depend on what comes after)."""
-        run = self(demands, floors_nodes, lend=lend, controller=controller, scenario=Scenario(),
-                   report_from_hour=sizing_hours)
+        run = self(
+            demands, floors_nodes, lend=lend, controller=controller, scenario=Scenario(), report_from_hour=sizing_hours
+        )
         return [u for u in run.hourly_usage if u.hour < sizing_hours]
 
 
-def setup_layout(price_book: Prices, cfg, traces: dict, floors_nodes, lend: bool, controller: str, hours: int, seed: int, *,
-                 check: bool = True):
+def setup_layout(
+    price_book: Prices,
+    cfg,
+    traces: dict,
+    floors_nodes,
+    lend: bool,
+    controller: str,
+    hours: int,
+    seed: int,
+    *,
+    check: bool = True,
+):
     """(config, traces cut at the horizon, the per-pool controller, extra arguments of `simulate`) of a setup:
     gpuloan's config as the setup sets it; Karpenter's with both capacity types (karpenter_config); the shared
     layout's two pools (shared_layout), the pending time measured per team tier of each job. `check`: as
@@ -474,16 +584,26 @@ def setup_layout(price_book: Prices, cfg, traces: dict, floors_nodes, lend: bool
         if controller == CONTROLLER_KARPENTER:
             return kcfg, cut, controller, {}
         if controller != CONTROLLER_KARPENTER_SHARED:
-            raise OrgAdviceError(f"controller '{controller}': one of {CONTROLLER_GPULOAN}, "
-                                 f"{CONTROLLER_GPULOAN_SHARED}, {', '.join(KARPENTER_CONTROLLERS)}")
+            raise OrgAdviceError(
+                f"controller '{controller}': one of {CONTROLLER_GPULOAN}, "
+                f"{CONTROLLER_GPULOAN_SHARED}, {', '.join(KARPENTER_CONTROLLERS)}"
+            )
         layout, sim_controller = shared_layout(price_book, kcfg, cut, seed), CONTROLLER_KARPENTER
     tiers = _pool_tiers(cfg)
     job_tiers = {n: [tiers[src] for src in srcs] for n, srcs in layout.source.items()}
     return layout.cfg, layout.traces, sim_controller, {"job_tiers": job_tiers} if job_tiers else {}
 
 
-def setup_problems(price_book: Prices, cfg, traces: dict, inputs: "OrgInputs", *, seed: int = 1, instance_facts=None,
-                   per_pool_prices: bool = True) -> list[tuple[str, str]]:
+def setup_problems(
+    price_book: Prices,
+    cfg,
+    traces: dict,
+    inputs: "OrgInputs",
+    *,
+    seed: int = 1,
+    instance_facts=None,
+    per_pool_prices: bool = True,
+) -> list[tuple[str, str]]:
     """Every refusal that the config and the demand alone decide, before anything is simulated (issue 36): the
     floors the advisor sizes (`size_floors` on the sizing window) put into every distinct setup's config
     (`simulations`: gpuloan per team and shared, floors not lent, Karpenter per team and shared, each floor
@@ -517,11 +637,24 @@ def _pool_tiers(cfg) -> dict[str, str]:
 def _metrics_of(src) -> fluid.PoolMetrics:
     """One pool's window figures of a simulation, as the advisor reads them."""
     m = fluid.PoolMetrics()
-    for f in ("production_interruptions", "unmet_gpu_hours", "unmet_production_gpu_hours", "floor_gpu_hours",
-              "floor_owned_gpu_hours", "floor_lent_gpu_hours", "unmet_guaranteed_production_gpu_hours",
-              "production_waiting_gpu_hours", "reclaim_preemptions", "reclaim_lost_gpu_hours",
-              "priority_preemptions", "priority_lost_gpu_hours", "scheduler_preemptions", "scheduler_lost_gpu_hours",
-              "borrowed_gpu_hours", "borrowed_gpu_hours_from"):
+    for f in (
+        "production_interruptions",
+        "unmet_gpu_hours",
+        "unmet_production_gpu_hours",
+        "floor_gpu_hours",
+        "floor_owned_gpu_hours",
+        "floor_lent_gpu_hours",
+        "unmet_guaranteed_production_gpu_hours",
+        "production_waiting_gpu_hours",
+        "reclaim_preemptions",
+        "reclaim_lost_gpu_hours",
+        "priority_preemptions",
+        "priority_lost_gpu_hours",
+        "scheduler_preemptions",
+        "scheduler_lost_gpu_hours",
+        "borrowed_gpu_hours",
+        "borrowed_gpu_hours_from",
+    ):
         if hasattr(src, f):
             setattr(m, f, getattr(src, f))
     return m
@@ -535,8 +668,11 @@ def scenario_settings(settings, scenario: Scenario):
 
     if not (scenario.spot_short_hours or scenario.on_demand_short_hours):
         return settings
-    return replace(settings, spot_unavailable_windows=_hour_windows(scenario.spot_short_hours),
-                   on_demand_unavailable_windows=_hour_windows(scenario.on_demand_short_hours))
+    return replace(
+        settings,
+        spot_unavailable_windows=_hour_windows(scenario.spot_short_hours),
+        on_demand_unavailable_windows=_hour_windows(scenario.on_demand_short_hours),
+    )
 
 
 def _hour_windows(hours) -> tuple[tuple[int, int], ...]:
@@ -565,23 +701,46 @@ def with_production_share(cfg, production_share: dict[str, float] | float | None
     (sim/org_demand.py) were built with; None: the stack as it is."""
     if production_share is None:
         return cfg
-    share = production_share if isinstance(production_share, dict) else {p.name: production_share
-                                                                         for p in cfg.pools}
-    pools = [p.model_copy(update={"service_target": p.service_target.model_copy(
-        update={"production_share_pct": round(100 * share[p.name], 6)})}) if p.name in share else p
-        for p in cfg.pools]
+    share = production_share if isinstance(production_share, dict) else {p.name: production_share for p in cfg.pools}
+    pools = [
+        p.model_copy(
+            update={
+                "service_target": p.service_target.model_copy(
+                    update={"production_share_pct": round(100 * share[p.name], 6)}
+                )
+            }
+        )
+        if p.name in share
+        else p
+        for p in cfg.pools
+    ]
     return cfg.model_copy(update={"pools": pools})
 
 
-def environment_runner(price_book: Prices, cfg, traces: dict, settings, prices: dict[str, PoolPrices], simulate=None,
-                       production_share: dict[str, float] | float | None = None, use_cache: bool = True
-                       ) -> EnvironmentRunner:
+def environment_runner(
+    price_book: Prices,
+    cfg,
+    traces: dict,
+    settings,
+    prices: dict[str, PoolPrices],
+    simulate=None,
+    production_share: dict[str, float] | float | None = None,
+    use_cache: bool = True,
+) -> EnvironmentRunner:
     """The simulated run (EnvironmentRunner); `simulate` defaults to `simulate_with_environment` (the environment
     simulator, sim/environment.py). `production_share` (0..1, per pool or one for all) is written into each pool's
     service_target.production_share_pct, so the simulator classes as production the share the fluid profiles
     (sim/org_demand.py) were built with."""
-    return EnvironmentRunner(price_book, with_production_share(cfg, production_share), traces, settings, prices,
-                             simulate or simulate_with_environment, use_cache=use_cache, stack_cfg=cfg)
+    return EnvironmentRunner(
+        price_book,
+        with_production_share(cfg, production_share),
+        traces,
+        settings,
+        prices,
+        simulate or simulate_with_environment,
+        use_cache=use_cache,
+        stack_cfg=cfg,
+    )
 
 
 @dataclass
@@ -591,28 +750,55 @@ class _SimulatedRun:
     pending_by_tier: dict | None
 
 
-def simulate_with_environment(price_book: Prices, cfg, demands, controller: str, settings, horizon_minutes: int, *,
-                              window_from_minute: int = 0, job_tiers: dict | None = None) -> _SimulatedRun:
+def simulate_with_environment(
+    price_book: Prices,
+    cfg,
+    demands,
+    controller: str,
+    settings,
+    horizon_minutes: int,
+    *,
+    window_from_minute: int = 0,
+    job_tiers: dict | None = None,
+) -> _SimulatedRun:
     """One setup through sim.environment.simulate_environment, in the shape EnvironmentRunner reads: billing
     usage records of the whole run, per-pool figures of the report window (sim/environment.py
     `_window_figures`), the p95 wait per tier of the jobs submitted in the window."""
     from sim.environment import simulate_environment
 
-    result = simulate_environment(price_book, cfg, demands, _factory(controller), settings, horizon_minutes,
-                                  window_from_minute=window_from_minute)
+    result = simulate_environment(
+        price_book, cfg, demands, _factory(controller), settings, horizon_minutes, window_from_minute=window_from_minute
+    )
     return _reduce(result, job_tiers)
 
 
-def simulate_branches_with_environment(price_book: Prices, cfg, demands, controller: str, settings, horizon_minutes: int,
-                                       window_from_minute: int, branches, job_tiers: dict | None = None
-                                       ) -> tuple[_SimulatedRun, list]:
+def simulate_branches_with_environment(
+    price_book: Prices,
+    cfg,
+    demands,
+    controller: str,
+    settings,
+    horizon_minutes: int,
+    window_from_minute: int,
+    branches,
+    job_tiers: dict | None = None,
+) -> tuple[_SimulatedRun, list]:
     """The run and its branches (sim.environment.simulate_branches), each in EnvironmentRunner's shape."""
     from functools import partial
 
     from sim.environment import simulate_branches
 
-    return simulate_branches(price_book, cfg, demands, _factory(controller), settings, horizon_minutes, window_from_minute,
-                             branches, partial(_reduce, job_tiers=job_tiers))
+    return simulate_branches(
+        price_book,
+        cfg,
+        demands,
+        _factory(controller),
+        settings,
+        horizon_minutes,
+        window_from_minute,
+        branches,
+        partial(_reduce, job_tiers=job_tiers),
+    )
 
 
 def _factory(controller: str):
@@ -634,18 +820,34 @@ def _reduce(result, job_tiers: dict | None = None) -> _SimulatedRun:
     pools = {}
     for name, m in result.pools.items():
         win = m["window"]
-        pools[name] = SimpleNamespace(**{k: win[k] for k in (
-            "production_interruptions", "unmet_gpu_hours", "unmet_production_gpu_hours", "floor_gpu_hours",
-            "floor_owned_gpu_hours", "floor_lent_gpu_hours", "reclaim_preemptions", "reclaim_lost_gpu_hours",
-            # a production pool's interruptible jobs preempted by its own production (withinClusterQueue)
-            "priority_preemptions", "priority_lost_gpu_hours",
-            # pods preempted by kube-scheduler for a higher-priority pod pinned to a fragmented floor (issue 36)
-            "scheduler_preemptions", "scheduler_lost_gpu_hours",
-            # production GPU-hours that waited while the pool's own floor had room not running production
-            # (sim/environment.py _track_production_wait): the guarantee not kept
-            "unmet_guaranteed_production_gpu_hours", "production_waiting_gpu_hours",
-            # the loan's bill per pool (sim/org_loan.py): what it borrowed, from whose floor
-            "borrowed_gpu_hours", "borrowed_gpu_hours_from")})
+        pools[name] = SimpleNamespace(
+            **{
+                k: win[k]
+                for k in (
+                    "production_interruptions",
+                    "unmet_gpu_hours",
+                    "unmet_production_gpu_hours",
+                    "floor_gpu_hours",
+                    "floor_owned_gpu_hours",
+                    "floor_lent_gpu_hours",
+                    "reclaim_preemptions",
+                    "reclaim_lost_gpu_hours",
+                    # a production pool's interruptible jobs preempted by its own production (withinClusterQueue)
+                    "priority_preemptions",
+                    "priority_lost_gpu_hours",
+                    # pods preempted by kube-scheduler for a higher-priority pod pinned to a fragmented floor (issue 36)
+                    "scheduler_preemptions",
+                    "scheduler_lost_gpu_hours",
+                    # production GPU-hours that waited while the pool's own floor had room not running production
+                    # (sim/environment.py _track_production_wait): the guarantee not kept
+                    "unmet_guaranteed_production_gpu_hours",
+                    "production_waiting_gpu_hours",
+                    # the loan's bill per pool (sim/org_loan.py): what it borrowed, from whose floor
+                    "borrowed_gpu_hours",
+                    "borrowed_gpu_hours_from",
+                )
+            }
+        )
     usage = [billing.Usage(**asdict(r)) for r in result.usage]
     pending = result.environment["window"]["pending_minutes_by_tier"]
     if job_tiers is not None:
@@ -655,8 +857,9 @@ def _reduce(result, job_tiers: dict | None = None) -> _SimulatedRun:
         start = result.environment["window"]["from_minute"]
         for name, tiers in job_tiers.items():
             w = result.sims[name].workload
-            for minutes, submit_s, tier in zip(w.pending_minutes(result.environment["horizon_minutes"]),
-                                               w.submit_s, tiers):
+            for minutes, submit_s, tier in zip(
+                w.pending_minutes(result.environment["horizon_minutes"]), w.submit_s, tiers
+            ):
                 if submit_s >= start * 60:
                     by_tier.setdefault(tier, []).append(minutes)
         pending = {t: pending_summary(v) for t, v in sorted(by_tier.items(), key=lambda kv: TIERS.index(kv[0]))}
@@ -684,14 +887,18 @@ def _heads(demands: dict[str, PoolDemand], hours: int) -> dict[str, PoolDemand]:
 def _shift(c: billing.Commitment, by: int) -> billing.Commitment:
     from dataclasses import replace
 
-    return replace(c, start_hour=max(0, c.start_hour - by),
-                   end_hour=None if c.end_hour is None else c.end_hour - by)
+    return replace(c, start_hour=max(0, c.start_hour - by), end_hour=None if c.end_hour is None else c.end_hour - by)
 
 
 def report_bill(run: EnvironmentRun, commitments, report_from: int) -> billing.Bill:
     """The bill of the report window: hours from `report_from` on, commitments in force there."""
-    usage = [billing.Usage(u.hour - report_from, u.pool, u.instance_type, u.region, u.purchase, u.instance_hours,
-                           u.usd_per_hour) for u in run.hourly_usage if u.hour >= report_from]
+    usage = [
+        billing.Usage(
+            u.hour - report_from, u.pool, u.instance_type, u.region, u.purchase, u.instance_hours, u.usd_per_hour
+        )
+        for u in run.hourly_usage
+        if u.hour >= report_from
+    ]
     return billing.bill(usage, [_shift(c, report_from) for c in commitments], hours=run.hours - report_from)
 
 
@@ -700,8 +907,9 @@ def _utilization(b: billing.Bill, names) -> float | None:
     return None if fee <= 0 else round(sum(b.commitment_used_usd.get(n, 0.0) for n in names) / fee, 4)
 
 
-def measure(name: str, run: EnvironmentRun, bill: billing.Bill, commitments, floors: dict[str, int],
-            model: str) -> dict:
+def measure(
+    name: str, run: EnvironmentRun, bill: billing.Bill, commitments, floors: dict[str, int], model: str
+) -> dict:
     """One setup's figures over the report window (the JSON keys of `--json`)."""
     pools = run.pools.values()
     floor = sum(m.floor_gpu_hours for m in pools)
@@ -715,8 +923,7 @@ def measure(name: str, run: EnvironmentRun, bill: billing.Bill, commitments, flo
         "unmet_gpu_hours": round(sum(m.unmet_gpu_hours for m in pools), 3),
         "unmet_production_gpu_hours": round(sum(m.unmet_production_gpu_hours for m in pools), 3),
         "unmet_guaranteed_production_gpu_hours": _sum_or_none(m.unmet_guaranteed_production_gpu_hours for m in pools),
-        "production_waiting_gpu_hours": _sum_or_none(getattr(m, "production_waiting_gpu_hours", None)
-                                                     for m in pools),
+        "production_waiting_gpu_hours": _sum_or_none(getattr(m, "production_waiting_gpu_hours", None) for m in pools),
         "reclaim_preemptions": sum(getattr(m, "reclaim_preemptions", 0) for m in pools),
         "reclaim_lost_gpu_hours": round(sum(getattr(m, "reclaim_lost_gpu_hours", 0.0) for m in pools), 3),
         "priority_preemptions": sum(getattr(m, "priority_preemptions", 0) for m in pools),
@@ -725,11 +932,16 @@ def measure(name: str, run: EnvironmentRun, bill: billing.Bill, commitments, flo
         "scheduler_lost_gpu_hours": round(sum(getattr(m, "scheduler_lost_gpu_hours", 0.0) for m in pools), 3),
         # total pending minutes per job (first wait plus every re-wait), p95 / p99 / max per tier; None: not
         # measured (the fluid model has no queue)
-        "pending_by_tier": {t: v or {"p95_pending_minutes": None, "p99_pending_minutes": None,
-                                     "max_pending_minutes": None} for t, v in pending.items()},
-        "floor_utilization": None if floor <= 0 else {
+        "pending_by_tier": {
+            t: v or {"p95_pending_minutes": None, "p99_pending_minutes": None, "max_pending_minutes": None}
+            for t, v in pending.items()
+        },
+        "floor_utilization": None
+        if floor <= 0
+        else {
             "owned": round(sum(m.floor_owned_gpu_hours for m in pools) / floor, 4),
-            "lent": round(sum(m.floor_lent_gpu_hours for m in pools) / floor, 4)},
+            "lent": round(sum(m.floor_lent_gpu_hours for m in pools) / floor, 4),
+        },
         "commitment_utilization": _utilization(bill, [c.name for c in commitments]),
         "floors_nodes": {n: k for n, k in floors.items() if k},
         "commitment_ri_count": sum(c.count for c in commitments),
@@ -758,8 +970,9 @@ def _team_commitments(inputs: OrgInputs, runner: Runner, floors: dict[str, int])
     out = []
     for n in inputs.demands:
         own = [u for u in usage if u.pool == n]
-        c = commitment_choice.cost_explorer(own, inputs.ri_rates, inputs.sizing_hours, inputs.lookback_days,
-                                            name=f"team-ri-{n}")
+        c = commitment_choice.cost_explorer(
+            own, inputs.ri_rates, inputs.sizing_hours, inputs.lookback_days, name=f"team-ri-{n}"
+        )
         out.extend(c.commitments)
     return out
 
@@ -788,8 +1001,10 @@ def recommend(inputs: OrgInputs, runner: Runner) -> tuple[dict[str, int], commit
     """Floors and commitment from the sizing window alone (the demands are cut there before anything reads them)."""
     s = inputs.sizing_hours
     if not 0 < s < inputs.hours:
-        raise OrgAdviceError(f"the sizing window ({s} h) must be longer than 0 and shorter than the history "
-                             f"({inputs.hours} h): the advisor sizes on the first part and reports on the rest")
+        raise OrgAdviceError(
+            f"the sizing window ({s} h) must be longer than 0 and shorter than the history "
+            f"({inputs.hours} h): the advisor sizes on the first part and reports on the rest"
+        )
     heads = _heads(inputs.demands, s)
     floors = size_floors(heads, inputs.prices, inputs.guarantee_percentile)
     usage = _sizing_usage(inputs, runner, floors, True, CONTROLLER_GPULOAN)
@@ -804,8 +1019,7 @@ def _sizing_usage(inputs: OrgInputs, runner: Runner, floors, lend: bool, control
     if own is not None:
         return own(inputs.demands, floors, lend=lend, controller=controller, sizing_hours=inputs.sizing_hours)
     heads = _heads(inputs.demands, inputs.sizing_hours)
-    return runner(heads, floors, lend=lend, controller=controller, scenario=Scenario(),
-                  report_from_hour=0).hourly_usage
+    return runner(heads, floors, lend=lend, controller=controller, scenario=Scenario(), report_from_hour=0).hourly_usage
 
 
 def _ce_choice(inputs: OrgInputs, runner: Runner, floors, lend: bool, controller: str):
@@ -820,12 +1034,17 @@ def scenario_for(name: str, hours: int, from_hour: int, seed: int) -> Scenario:
     if name == "default":
         return Scenario()
     if name == "spot-shortage":
-        hs = fluid.episode_hours(hours, SPOT_SHORTAGE["spot_unavailable_episodes_per_week"],
-                                 SPOT_SHORTAGE["spot_unavailable_mean_hours"], seed)
+        hs = fluid.episode_hours(
+            hours,
+            SPOT_SHORTAGE["spot_unavailable_episodes_per_week"],
+            SPOT_SHORTAGE["spot_unavailable_mean_hours"],
+            seed,
+        )
         return Scenario(name, spot_short_hours=frozenset(h for h in hs if h >= from_hour))
     if name == "on-demand-shortage":
-        hs = fluid.episode_hours(hours, ON_DEMAND_SHORTAGE["episodes_per_week"], ON_DEMAND_SHORTAGE["mean_hours"],
-                                 seed + 1000)
+        hs = fluid.episode_hours(
+            hours, ON_DEMAND_SHORTAGE["episodes_per_week"], ON_DEMAND_SHORTAGE["mean_hours"], seed + 1000
+        )
         return Scenario(name, on_demand_short_hours=frozenset(h for h in hs if h >= from_hour))
     raise OrgAdviceError(f"unknown scenario '{name}' (default, spot-shortage, on-demand-shortage)")
 
@@ -833,8 +1052,9 @@ def scenario_for(name: str, hours: int, from_hour: int, seed: int) -> Scenario:
 SCENARIOS = ("default", "spot-shortage", "on-demand-shortage")
 
 
-def simulations(inputs: OrgInputs, *, scenarios=SCENARIOS, seed: int = 1, per_pool_prices: bool = True
-                ) -> list[tuple[dict[str, int], bool, str, list[Scenario]]]:
+def simulations(
+    inputs: OrgInputs, *, scenarios=SCENARIOS, seed: int = 1, per_pool_prices: bool = True
+) -> list[tuple[dict[str, int], bool, str, list[Scenario]]]:
     """The distinct simulated setups `evaluate` asks its runner for, each as (floors, lend, controller, scenarios):
     `simulated_setups` of the recommended floors, each in every scenario; with
     `per_pool_prices`, the recommended floors less each production pool's own, in the default scenario. They are
@@ -843,14 +1063,22 @@ def simulations(inputs: OrgInputs, *, scenarios=SCENARIOS, seed: int = 1, per_po
     fl = size_floors(_heads(inputs.demands, s), inputs.prices, inputs.guarantee_percentile)
     scs = [scenario_for(n, hours, s, seed) for n in scenarios]
     out: list[tuple[dict[str, int], bool, str, list[Scenario]]] = [
-        (f, lend, controller, scs) for f, lend, controller in simulated_setups(inputs.demands, fl)]
+        (f, lend, controller, scs) for f, lend, controller in simulated_setups(inputs.demands, fl)
+    ]
     if per_pool_prices:
         out += [(dict(fl, **{n: 0}), True, CONTROLLER_GPULOAN, [Scenario()]) for n, k in fl.items() if k]
     return out
 
 
-def prefill(runner: EnvironmentRunner, inputs: OrgInputs, engine=None, *, scenarios=SCENARIOS, seed: int = 1,
-            per_pool_prices: bool = True) -> None:
+def prefill(
+    runner: EnvironmentRunner,
+    inputs: OrgInputs,
+    engine=None,
+    *,
+    scenarios=SCENARIOS,
+    seed: int = 1,
+    per_pool_prices: bool = True,
+) -> None:
     """Runs every simulation `evaluate(inputs, runner, ...)` will ask for on `engine` (sim/parallel.py: local
     processes, Ray, or this process) into the runner's cache, so that evaluate only reads it. The runner goes to
     each worker once, without its cache; each setup comes back as the cache entries it made."""
@@ -862,8 +1090,14 @@ def prefill(runner: EnvironmentRunner, inputs: OrgInputs, engine=None, *, scenar
         return  # evaluate refuses these inputs itself, with the reason
     todo = simulations(inputs, scenarios=scenarios, seed=seed, per_pool_prices=per_pool_prices)
     bare = replace(runner, cache={}, runs=0, hits=0, progress=None)
-    for cache, runs in parallel.run_all(todo, _simulate_setup, shared=(bare, inputs.demands, inputs.sizing_hours),
-                                        engine=engine, describe=describe_setup, label="advise: simulations"):
+    for cache, runs in parallel.run_all(
+        todo,
+        _simulate_setup,
+        shared=(bare, inputs.demands, inputs.sizing_hours),
+        engine=engine,
+        describe=describe_setup,
+        label="advise: simulations",
+    ):
         runner.cache.update(cache)
         runner.runs += runs
 
@@ -873,8 +1107,9 @@ def describe_setup(setup) -> str:
     floors, lend, controller, scenarios = setup
     held = ", ".join(f"{n} {k}" for n, k in floors.items() if k) or "none"
     shortages = sum(1 for sc in scenarios if sc.spot_short_hours or sc.on_demand_short_hours)
-    return (f"setup {controller}, floors {'lent' if lend else 'not lent'} ({held})"
-            + (f", default and {shortages} shortage scenario(s)" if shortages else ""))
+    return f"setup {controller}, floors {'lent' if lend else 'not lent'} ({held})" + (
+        f", default and {shortages} shortage scenario(s)" if shortages else ""
+    )
 
 
 def _simulate_setup(shared, setup) -> tuple[dict, int]:
@@ -883,15 +1118,17 @@ def _simulate_setup(shared, setup) -> tuple[dict, int]:
     runner.cache, runner.runs, runner.hits = {}, 0, 0
     floors, lend, controller, scenarios = setup
     if any(sc.spot_short_hours or sc.on_demand_short_hours for sc in scenarios):
-        runner.run_scenarios(demands, floors, lend=lend, controller=controller, scenarios=scenarios,
-                             report_from_hour=sizing_hours)
+        runner.run_scenarios(
+            demands, floors, lend=lend, controller=controller, scenarios=scenarios, report_from_hour=sizing_hours
+        )
     else:  # the default scenario alone: the plain run evaluate would make
         runner(demands, floors, lend=lend, controller=controller, scenario=Scenario(), report_from_hour=sizing_hours)
     return runner.cache, runner.runs
 
 
-def evaluate(inputs: OrgInputs, runner: Runner, *, scenarios=SCENARIOS, seed: int = 1,
-             per_pool_prices: bool = True) -> dict:
+def evaluate(
+    inputs: OrgInputs, runner: Runner, *, scenarios=SCENARIOS, seed: int = 1, per_pool_prices: bool = True
+) -> dict:
     """The advice document: the recommendation, every baseline and the price of each guarantee, per scenario."""
     s, hours = inputs.sizing_hours, inputs.hours
     prerun = getattr(runner, "run_scenarios", None)
@@ -903,8 +1140,10 @@ def evaluate(inputs: OrgInputs, runner: Runner, *, scenarios=SCENARIOS, seed: in
     floors, choice = recommend(inputs, runner)
     shared_choice = _ce_choice(inputs, runner, floors, True, CONTROLLER_GPULOAN_SHARED)
     if not any(floors.values()):
-        raise OrgAdviceError("no production pool needs a floor at this percentile (no production-tier pool, or "
-                             "no production demand in the sizing window)")
+        raise OrgAdviceError(
+            "no production pool needs a floor at this percentile (no production-tier pool, or "
+            "no production demand in the sizing window)"
+        )
     no_floors = {n: 0 for n in inputs.demands}
     ksp = _ce_choice(inputs, runner, no_floors, False, CONTROLLER_KARPENTER)
     kssp = _ce_choice(inputs, runner, no_floors, False, CONTROLLER_KARPENTER_SHARED)
@@ -929,9 +1168,11 @@ def evaluate(inputs: OrgInputs, runner: Runner, *, scenarios=SCENARIOS, seed: in
             lost = round(with_it.doc["total_cost_usd"] - plain.doc["total_cost_usd"], 2)
             without = go(no_floors, False, controller, [], name)
             without.doc["plan_not_bought"] = {
-                "reserved_instances": sum(c.count for c in choice.commitments), "would_cost_usd_more": lost,
+                "reserved_instances": sum(c.count for c in choice.commitments),
+                "would_cost_usd_more": lost,
                 "why": "the commitment Cost Explorer sizes on the sizing window would bill more than no commitment "
-                       "over the report window: a plan that saves nothing is not bought"}
+                "over the report window: a plan that saves nothing is not bought",
+            }
             return without
 
         k = go(no_floors, False, CONTROLLER_KARPENTER, [], KARPENTER)
@@ -953,8 +1194,7 @@ def evaluate(inputs: OrgInputs, runner: Runner, *, scenarios=SCENARIOS, seed: in
         bound.doc["no_floor_total_cost_usd"] = bound0.doc["total_cost_usd"]
         ours.doc["dominated_by"] = dominated_by(ours.doc, [k.doc, k_sp.doc, ks.doc, ks_sp.doc, tf.doc, notlent.doc])
         tf.doc["commitment_sharing"] = "off: each team's RIs cover its own usage only"
-        notlent.doc["commitment_sharing"] = ("on: one commitment for the organization, AWS's default "
-                                             "(docs/aws-rules.md)")
+        notlent.doc["commitment_sharing"] = "on: one commitment for the organization, AWS's default (docs/aws-rules.md)"
         ours_shared.doc["layout"] = GPULOAN_LAYOUTS[CONTROLLER_GPULOAN_SHARED]
         ours.doc["layout"] = GPULOAN_LAYOUTS[CONTROLLER_GPULOAN]
         if sc_name == "default" or default_run is None:
@@ -969,45 +1209,66 @@ def evaluate(inputs: OrgInputs, runner: Runner, *, scenarios=SCENARIOS, seed: in
     assert default_run is not None  # scenarios is never empty: the default document needs one
     loan = org_loan.per_pool(default_run, choice.commitments, s, _shift)  # the recommendation's default scenario
     rec = {
-        "floors": {n: {"nodes": k, "gpus": k * inputs.prices[n].gpus_per_node,
-                       "instance_type": inputs.prices[n].instance_type, "tier": inputs.demands[n].tier}
-                   for n, k in floors.items()},
+        "floors": {
+            n: {
+                "nodes": k,
+                "gpus": k * inputs.prices[n].gpus_per_node,
+                "instance_type": inputs.prices[n].instance_type,
+                "tier": inputs.demands[n].tier,
+            }
+            for n, k in floors.items()
+        },
         # each pool's loan over the report window: what it ran on its own floor, lent, borrowed, in GPU-hours and
         # dollars at the lender's floor rate, and the reclaims it suffered (sim/org_loan.py)
         "pools": loan,
         "commitment": choice.to_json(),
         "report": default["recommendation_report"],
         "price_of_guarantee_pct": default["recommendation_report"]["price_of_guarantee_pct"],
-        "price_of_guarantee_usd": round(default["recommendation_report"]["total_cost_usd"]
-                                        - default["baselines"][1]["total_cost_usd"], 2),
+        "price_of_guarantee_usd": round(
+            default["recommendation_report"]["total_cost_usd"] - default["baselines"][1]["total_cost_usd"], 2
+        ),
         # against the cheapest layout a careful team runs without a guarantee: two shared NodePools and their plan
         "price_over_shared_pct": default["recommendation_report"]["price_over_shared_pct"],
-        "price_over_shared_usd": round(default["recommendation_report"]["total_cost_usd"]
-                                       - default["baselines"][3]["total_cost_usd"], 2),
+        "price_over_shared_usd": round(
+            default["recommendation_report"]["total_cost_usd"] - default["baselines"][3]["total_cost_usd"], 2
+        ),
     }
     # the layouts gpuloan runs in (issue 36): which is cheaper for this demand, same floors, each with its own
     # Cost Explorer commitment
     shared_report = default["shared_layout_report"]
     cheaper = min((rec["report"], shared_report), key=lambda r: r["total_cost_usd"])
     rec["layouts"] = {
-        CONTROLLER_GPULOAN: {"layout": GPULOAN_LAYOUTS[CONTROLLER_GPULOAN],
-                             "total_cost_usd": rec["report"]["total_cost_usd"]},
-        CONTROLLER_GPULOAN_SHARED: shared_report}
+        CONTROLLER_GPULOAN: {
+            "layout": GPULOAN_LAYOUTS[CONTROLLER_GPULOAN],
+            "total_cost_usd": rec["report"]["total_cost_usd"],
+        },
+        CONTROLLER_GPULOAN_SHARED: shared_report,
+    }
     name = CONTROLLER_GPULOAN if cheaper is rec["report"] else CONTROLLER_GPULOAN_SHARED
-    rec["cheaper_layout"] = (f"{name}: {GPULOAN_LAYOUTS[name]} (${rec['report']['total_cost_usd']:,.0f} in a pool "
-                             f"per team, ${shared_report['total_cost_usd']:,.0f} shared, over the report window)")
+    rec["cheaper_layout"] = (
+        f"{name}: {GPULOAN_LAYOUTS[name]} (${rec['report']['total_cost_usd']:,.0f} in a pool "
+        f"per team, ${shared_report['total_cost_usd']:,.0f} shared, over the report window)"
+    )
     rec["dominated_by_scenario"] = {n: sc["recommendation_report"]["dominated_by"] for n, sc in out_scenarios.items()}
     rec["verdict"] = verdict(rec["dominated_by_scenario"])
     if per_pool_prices:
-        rec["price_of_each_guarantee"] = _each_guarantee(inputs, runner, floors, choice,
-                                                         default["recommendation_report"]["total_cost_usd"])
+        rec["price_of_each_guarantee"] = _each_guarantee(
+            inputs, runner, floors, choice, default["recommendation_report"]["total_cost_usd"]
+        )
     doc = {
         "model": runner.model,
-        "model_note": ("fluid model (sim/fluid.py): free repacking, no boots; production interruptions are 0 and "
-                       "waits are not measured by construction. Not a simulation: --model simulated runs the "
-                       "environment simulator") if runner.model == fluid.MODEL else "simulated environment",
-        "report_window_note": (REPORT_WINDOW_NOTE if runner.model != fluid.MODEL else
-                               "the fluid model's hours from the report window on (sim/fluid.py run)"),
+        "model_note": (
+            "fluid model (sim/fluid.py): free repacking, no boots; production interruptions are 0 and "
+            "waits are not measured by construction. Not a simulation: --model simulated runs the "
+            "environment simulator"
+        )
+        if runner.model == fluid.MODEL
+        else "simulated environment",
+        "report_window_note": (
+            REPORT_WINDOW_NOTE
+            if runner.model != fluid.MODEL
+            else "the fluid model's hours from the report window on (sim/fluid.py run)"
+        ),
         "term": inputs.term,
         "rate_sources": inputs.rate_sources,
         "sizing_window_hours": s,
@@ -1022,8 +1283,9 @@ def evaluate(inputs: OrgInputs, runner: Runner, *, scenarios=SCENARIOS, seed: in
     checked = sanity.check(doc)
     doc["sanity_check"] = checked.to_json()
     if not checked.passed:
-        rec["withheld"] = ("not advice: the figures failed the sanity check (sanity_check.failures): "
-                           + "; ".join(checked.failures))
+        rec["withheld"] = "not advice: the figures failed the sanity check (sanity_check.failures): " + "; ".join(
+            checked.failures
+        )
     return doc
 
 
@@ -1062,16 +1324,20 @@ def verdict(dominated: dict[str, list[str]]) -> str:
     where = {n: d for n, d in dominated.items() if d}
     if where and len(where) == len(dominated):
         common = sorted(set.intersection(*(set(d) for d in where.values()))) or sorted(
-            {x for d in where.values() for x in d})
-        return (f"dominated by {', '.join(common)}: cheaper and no worse on unmet work, production "
-                f"interruptions and p95 waits in every scenario measured ({', '.join(dominated)})")
+            {x for d in where.values() for x in d}
+        )
+        return (
+            f"dominated by {', '.join(common)}: cheaper and no worse on unmet work, production "
+            f"interruptions and p95 waits in every scenario measured ({', '.join(dominated)})"
+        )
     if where:
         parts = "; ".join(f"{n}: {', '.join(d)}" for n, d in where.items())
         better = ", ".join(n for n in dominated if n not in where)
-        return (f"dominated where capacity is not short (cheaper and no worse there: {parts}); the guarantee "
-                f"does better in: {better}")
-    return ("not dominated: no setup is both cheaper and no worse on unmet work, production interruptions and p95 "
-            "waits")
+        return (
+            f"dominated where capacity is not short (cheaper and no worse there: {parts}); the guarantee "
+            f"does better in: {better}"
+        )
+    return "not dominated: no setup is both cheaper and no worse on unmet work, production interruptions and p95 waits"
 
 
 def simulated_setups(demands, floors: dict[str, int]) -> list[tuple[dict[str, int], bool, str]]:
@@ -1079,9 +1345,13 @@ def simulated_setups(demands, floors: dict[str, int]) -> list[tuple[dict[str, in
     (gpuloan, in a pool per team and in shared pools beside the floors), the floors not lent (team-floors,
     floors-not-lent), Karpenter per team and shared (each with and without its plan). Terms and plans change only billing."""
     none = {n: 0 for n in demands}
-    return [(floors, True, CONTROLLER_GPULOAN), (floors, True, CONTROLLER_GPULOAN_SHARED),
-            (floors, False, CONTROLLER_GPULOAN),
-            (none, False, CONTROLLER_KARPENTER), (none, False, CONTROLLER_KARPENTER_SHARED)]
+    return [
+        (floors, True, CONTROLLER_GPULOAN),
+        (floors, True, CONTROLLER_GPULOAN_SHARED),
+        (floors, False, CONTROLLER_GPULOAN),
+        (none, False, CONTROLLER_KARPENTER),
+        (none, False, CONTROLLER_KARPENTER_SHARED),
+    ]
 
 
 def _bound(inputs: OrgInputs, frun: FluidRunner, floors, sc: Scenario) -> SetupResult:
@@ -1102,8 +1372,9 @@ def _each_guarantee(inputs: OrgInputs, runner: Runner, floors, choice, total: fl
             continue
         fl = dict(floors, **{n: 0})
         c = _ce_choice(inputs, runner, fl, True, CONTROLLER_GPULOAN)
-        run = runner(inputs.demands, fl, lend=True, controller=CONTROLLER_GPULOAN, scenario=Scenario(),
-                     report_from_hour=s)
+        run = runner(
+            inputs.demands, fl, lend=True, controller=CONTROLLER_GPULOAN, scenario=Scenario(), report_from_hour=s
+        )
         without = report_bill(run, c.commitments, s).total_usd
         out[n] = {"floor_nodes": k, "usd": round(total - without, 2), "pct_of_total": _pct(total, without)}
     return out

@@ -53,9 +53,13 @@ def check(doc: dict) -> Sanity:
     """The advice document's contradictions (`Sanity.failures`) and the comparisons it cannot make (`notes`)."""
     out = Sanity()
     rec = doc["recommendation"]
-    scenarios = {"default": {"recommendation_report": rec["report"],
-                             "shared_layout_report": (rec.get("layouts") or {}).get("gpuloan-shared"),
-                             "baselines": doc["baselines"]}}
+    scenarios = {
+        "default": {
+            "recommendation_report": rec["report"],
+            "shared_layout_report": (rec.get("layouts") or {}).get("gpuloan-shared"),
+            "baselines": doc["baselines"],
+        }
+    }
     scenarios.update(doc.get("scenarios") or {})
     for name, sc in scenarios.items():
         rows = [r for r in (sc.get("recommendation_report"), sc.get("shared_layout_report"), *sc["baselines"]) if r]
@@ -72,7 +76,8 @@ def check(doc: dict) -> Sanity:
             if a and b and b["total_cost_usd"] > a["total_cost_usd"] + COST_TOLERANCE_USD:
                 out.failures.append(
                     f"{where}: {b['name']} costs ${b['total_cost_usd']:,.0f}, more than {plain} without the plan "
-                    f"(${a['total_cost_usd']:,.0f}): a plan that saves nothing is not bought")
+                    f"(${a['total_cost_usd']:,.0f}): a plan that saves nothing is not bought"
+                )
         bound = by_name.get("fluid-bound")
         if bound:
             for r in rows:
@@ -85,15 +90,19 @@ def check(doc: dict) -> Sanity:
                     out.notes.append(
                         f"{where}: the fluid bound (${bound['total_cost_usd']:,.0f}) is above {r['name']} "
                         f"(${r['total_cost_usd']:,.0f}), which left {more_unmet:,.0f} GPU-hours more unmet: not "
-                        "the same work, so no bound on it")
+                        "the same work, so no bound on it"
+                    )
                     continue
                 out.failures.append(
                     f"{where}: the fluid bound costs ${bound['total_cost_usd']:,.0f}, more than {r['name']} "
                     f"(${r['total_cost_usd']:,.0f}) with the same floors and no more work unmet: a bound a real "
-                    "layout beats is not a bound")
+                    "layout beats is not a bound"
+                )
     limit = floor_node_limit()
     for pool, f in rec["floors"].items():
         if f["nodes"] > limit:
-            out.failures.append(f"pool '{pool}': a floor of {f['nodes']} nodes is over the stack's limit of "
-                                f"{limit} (pools[].guaranteed.nodes)")
+            out.failures.append(
+                f"pool '{pool}': a floor of {f['nodes']} nodes is over the stack's limit of "
+                f"{limit} (pools[].guaranteed.nodes)"
+            )
     return out

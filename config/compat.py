@@ -142,6 +142,7 @@ TORCH_RELEASES: dict[Version, TorchRelease] = {
     (2, 9): TorchRelease((3, 10), (3, 14), ("cu126", "cu128", "cu130"), (0, 1)),
 }
 
+
 # GPU architectures the PyTorch CUDA wheels carry kernels for, by wheel CUDA version.
 # Source: `torch.cuda.get_arch_list()` of the official builds, tabulated in moi90/pytorch_compute_capabilities
 # (table.md): cu118 builds include sm_37..sm_90; cu12.1-12.6 builds sm_50..sm_90 (no sm_37, no sm_100);
@@ -165,7 +166,8 @@ def _pool_gpus(cfg: config.GpuLoanConfig) -> list[tuple[InstanceType, str]]:
     by_model: dict[str, tuple[InstanceType, dict[str, list[str]]]] = {}
     for i, pool in enumerate(cfg.pools):
         names = ([pool.guaranteed.instance_type] if pool.guaranteed else []) + (
-            list(pool.elastic.instance_types) if pool.elastic else [])
+            list(pool.elastic.instance_types) if pool.elastic else []
+        )
         for name in dict.fromkeys(names):
             itype = cfg.instance_type(name)
             if itype is None:
@@ -201,21 +203,38 @@ def image_problems(cfg: config.GpuLoanConfig, driver: Version | None = None) -> 
         cuda = cuda_full[:2]
 
         if img.python_version not in versions.IMAGE_PYTHON_PATCH:
-            problems.append((f"{at}.python_version", f"gpuloan pins Python {', '.join(image_python_versions())} for "
-                             f"images (config/versions.py IMAGE_PYTHON_PATCH); {img.python_version} is not one of them"))
+            problems.append(
+                (
+                    f"{at}.python_version",
+                    f"gpuloan pins Python {', '.join(image_python_versions())} for "
+                    f"images (config/versions.py IMAGE_PYTHON_PATCH); {img.python_version} is not one of them",
+                )
+            )
 
         if cuda not in TOOLKIT_DRIVER:
             known = ", ".join(versions.CUDA_IMAGE_PATCH[v] for v in sorted(versions.CUDA_IMAGE_PATCH))
-            problems.append((f"{at}.cuda_version", f"CUDA {img.cuda_version} is not in gpuloan's compatibility table; "
-                             f"use one of {known}"))
+            problems.append(
+                (
+                    f"{at}.cuda_version",
+                    f"CUDA {img.cuda_version} is not in gpuloan's compatibility table; use one of {known}",
+                )
+            )
         else:
             verdict = driver_supports(cuda, driver)
             if not verdict.ok:
-                runnable = [versions.CUDA_IMAGE_PATCH[v] for v in sorted(versions.CUDA_IMAGE_PATCH)
-                            if driver_supports(v, driver).ok]
-                problems.append((f"{at}.cuda_version", f"CUDA {img.cuda_version} needs NVIDIA driver >= "
-                                 f"{fmt_driver(verdict.needed)}, but GPU nodes run driver {driver_text}; "
-                                 f"use cuda_version {runnable[-1] if runnable else '(none)'} or older"))
+                runnable = [
+                    versions.CUDA_IMAGE_PATCH[v]
+                    for v in sorted(versions.CUDA_IMAGE_PATCH)
+                    if driver_supports(v, driver).ok
+                ]
+                problems.append(
+                    (
+                        f"{at}.cuda_version",
+                        f"CUDA {img.cuda_version} needs NVIDIA driver >= "
+                        f"{fmt_driver(verdict.needed)}, but GPU nodes run driver {driver_text}; "
+                        f"use cuda_version {runnable[-1] if runnable else '(none)'} or older",
+                    )
+                )
 
         for itype, where in gpus:
             rng = cuda_range_for(itype.gpu_model, itype.architecture)
@@ -223,13 +242,23 @@ def image_problems(cfg: config.GpuLoanConfig, driver: Version | None = None) -> 
                 continue
             lo, removed = rng
             if cuda < lo:
-                problems.append((f"{at}.cuda_version", f"{where} needs CUDA >= {fmt(lo)}, the image has CUDA "
-                                 f"{img.cuda_version}: raise cuda_version to "
-                                 f"{versions.CUDA_IMAGE_PATCH.get(max(lo, (11, 8)), fmt(lo))} or newer"))
+                problems.append(
+                    (
+                        f"{at}.cuda_version",
+                        f"{where} needs CUDA >= {fmt(lo)}, the image has CUDA "
+                        f"{img.cuda_version}: raise cuda_version to "
+                        f"{versions.CUDA_IMAGE_PATCH.get(max(lo, (11, 8)), fmt(lo))} or newer",
+                    )
+                )
             elif removed is not None and cuda >= removed:
-                problems.append((f"{at}.cuda_version", f"{where}: CUDA {fmt(removed)} dropped {itype.architecture} "
-                                 f"GPUs, the image has CUDA {img.cuda_version}: use a CUDA < {fmt(removed)} image "
-                                 "or move the pool to newer GPUs"))
+                problems.append(
+                    (
+                        f"{at}.cuda_version",
+                        f"{where}: CUDA {fmt(removed)} dropped {itype.architecture} "
+                        f"GPUs, the image has CUDA {img.cuda_version}: use a CUDA < {fmt(removed)} image "
+                        "or move the pool to newer GPUs",
+                    )
+                )
 
         if img.pytorch is not None:
             problems.extend(_pytorch_problems(img, at, cuda, driver, gpus))
@@ -242,19 +271,33 @@ def _pytorch_problems(img, at: str, cuda: Version, driver: Version, gpus) -> lis
     release = TORCH_RELEASES.get(tv[:2])
     if release is None:
         known = ", ".join(fmt(v) for v in sorted(TORCH_RELEASES))
-        return [(f"{at}.pytorch.version", f"PyTorch {img.pytorch.version} is not in gpuloan's compatibility table "
-                 f"(known: {known}); add a row to config/compat.py TORCH_RELEASES with its source")]
+        return [
+            (
+                f"{at}.pytorch.version",
+                f"PyTorch {img.pytorch.version} is not in gpuloan's compatibility table "
+                f"(known: {known}); add a row to config/compat.py TORCH_RELEASES with its source",
+            )
+        ]
     if tv[2] not in release.patches:
         released = ", ".join(f"{fmt(tv[:2])}.{p}" for p in release.patches)
-        problems.append((f"{at}.pytorch.version", f"PyTorch {img.pytorch.version} was never released; "
-                         f"released {fmt(tv[:2])}.x versions: {released}"))
+        problems.append(
+            (
+                f"{at}.pytorch.version",
+                f"PyTorch {img.pytorch.version} was never released; released {fmt(tv[:2])}.x versions: {released}",
+            )
+        )
 
     tag = img.pytorch.cuda_tag
     wheel_cuda = cuda_of_tag(tag)
     choices = _cuda_choices_for(release, driver)
     if tag not in release.cuda_tags:
-        problems.append((f"{at}.pytorch.cuda_tag", f"PyTorch {img.pytorch.version} has no {tag} wheels; it ships "
-                         f"{', '.join(release.cuda_tags)}: use " + "; or ".join(choices)))
+        problems.append(
+            (
+                f"{at}.pytorch.cuda_tag",
+                f"PyTorch {img.pytorch.version} has no {tag} wheels; it ships "
+                f"{', '.join(release.cuda_tags)}: use " + "; or ".join(choices),
+            )
+        )
     elif wheel_cuda != cuda:
         fixes = []
         if wheel_cuda in versions.CUDA_IMAGE_PATCH and driver_supports(wheel_cuda, driver).ok:
@@ -263,29 +306,47 @@ def _pytorch_problems(img, at: str, cuda: Version, driver: Version, gpus) -> lis
             fixes.append(f"set cuda_tag to {tag_of_cuda(cuda)} (keeps CUDA {fmt(cuda)})")
         else:
             # Offer a newer pair in the image's CUDA major (the usual intent), or any pair if the tag can't be kept.
-            newer = [c for c in choices if c.startswith(f"cuda_version {cuda[0]}.")
-                     and cuda_of_tag(c.rsplit(" ", 1)[-1]) > wheel_cuda]
+            newer = [
+                c
+                for c in choices
+                if c.startswith(f"cuda_version {cuda[0]}.") and cuda_of_tag(c.rsplit(" ", 1)[-1]) > wheel_cuda
+            ]
             if newer or not fixes:
                 fixes.append(f"use {(newer or choices or ['a supported pair'])[-1]}")
-        problems.append((f"{at}.pytorch.cuda_tag", f"{tag} wheels are built for CUDA {fmt(wheel_cuda)} but the "
-                         f"image's base is CUDA {img.cuda_version} (cuda_version); they must match: "
-                         + ", or ".join(fixes)))
+        problems.append(
+            (
+                f"{at}.pytorch.cuda_tag",
+                f"{tag} wheels are built for CUDA {fmt(wheel_cuda)} but the "
+                f"image's base is CUDA {img.cuda_version} (cuda_version); they must match: " + ", or ".join(fixes),
+            )
+        )
 
     py = parse_version(img.python_version)
     if not release.python_min <= py <= release.python_max:
-        problems.append((f"{at}.python_version", f"PyTorch {img.pytorch.version} supports Python "
-                         f"{fmt(release.python_min)} to {fmt(release.python_max)}; set python_version within that "
-                         "range or pick a PyTorch release that supports " + img.python_version))
+        problems.append(
+            (
+                f"{at}.python_version",
+                f"PyTorch {img.pytorch.version} supports Python "
+                f"{fmt(release.python_min)} to {fmt(release.python_max)}; set python_version within that "
+                "range or pick a PyTorch release that supports " + img.python_version,
+            )
+        )
 
     if tag in release.cuda_tags:
         covered = torch_wheel_architectures(wheel_cuda)
         for itype, where in gpus:
             if itype.architecture in ARCH_CUDA and itype.architecture not in covered:
-                better = [t for t in release.cuda_tags if itype.architecture in torch_wheel_architectures(cuda_of_tag(t))]
-                hint = (f"use cuda_tag {better[-1]} (with a matching cuda_version)" if better
-                        else f"no wheel of PyTorch {fmt(tv[:2])} supports them: pick another PyTorch release")
-                problems.append((f"{at}.pytorch.cuda_tag", f"PyTorch {tag} wheels carry no kernels for "
-                                 f"{where}: {hint}"))
+                better = [
+                    t for t in release.cuda_tags if itype.architecture in torch_wheel_architectures(cuda_of_tag(t))
+                ]
+                hint = (
+                    f"use cuda_tag {better[-1]} (with a matching cuda_version)"
+                    if better
+                    else f"no wheel of PyTorch {fmt(tv[:2])} supports them: pick another PyTorch release"
+                )
+                problems.append(
+                    (f"{at}.pytorch.cuda_tag", f"PyTorch {tag} wheels carry no kernels for {where}: {hint}")
+                )
     return problems
 
 
@@ -299,14 +360,18 @@ def matrix_markdown() -> str:
     driver = parse_version(versions.EKS_AL2023_NVIDIA_DRIVER_VERSION)
     lines = ["| PyTorch | Python | wheel tag -> `cuda_version` | GPU architectures with kernels |", "|---|---|---|---|"]
     for tv, rel in sorted(TORCH_RELEASES.items()):
-        pairs = ", ".join(f"{t} -> {versions.CUDA_IMAGE_PATCH.get(cuda_of_tag(t), fmt(cuda_of_tag(t)) + '.x')}"
-                          for t in rel.cuda_tags)
-        arches = "; ".join(f"{t}: {', '.join(a for a in ARCH_CUDA if a in torch_wheel_architectures(cuda_of_tag(t)))}"
-                           for t in rel.cuda_tags)
-        lines.append(f"| {fmt(tv)}.{'/'.join(str(p) for p in rel.patches)} | {fmt(rel.python_min)}-"
-                     f"{fmt(rel.python_max)} | {pairs} | {arches} |")
-    lines += ["", "| CUDA | driver it shipped with | runs on the node driver "
-              f"{fmt_driver(driver)} |", "|---|---|---|"]
+        pairs = ", ".join(
+            f"{t} -> {versions.CUDA_IMAGE_PATCH.get(cuda_of_tag(t), fmt(cuda_of_tag(t)) + '.x')}" for t in rel.cuda_tags
+        )
+        arches = "; ".join(
+            f"{t}: {', '.join(a for a in ARCH_CUDA if a in torch_wheel_architectures(cuda_of_tag(t)))}"
+            for t in rel.cuda_tags
+        )
+        lines.append(
+            f"| {fmt(tv)}.{'/'.join(str(p) for p in rel.patches)} | {fmt(rel.python_min)}-"
+            f"{fmt(rel.python_max)} | {pairs} | {arches} |"
+        )
+    lines += ["", f"| CUDA | driver it shipped with | runs on the node driver {fmt_driver(driver)} |", "|---|---|---|"]
     for cuda, drv in sorted(TOOLKIT_DRIVER.items()):
         verdict = driver_supports(cuda, driver)
         how = "yes" if verdict.native else ("yes (minor-version compatibility)" if verdict.ok else "no")

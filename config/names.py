@@ -50,8 +50,11 @@ def node_group_name_pattern(environment: str, pool: str, group: str) -> str:
     return node_group_name_prefix(environment, pool, group) + "*"
 
 
-def node_group_arn_pattern(region: str, account_id: str, cluster_name: str, environment: str, pool: str,
-                           group: str, partition: str = "aws") -> str:
+def node_group_arn_pattern(
+    region: str, account_id: str, cluster_name: str, environment: str, pool: str, group: str, partition: str = "aws"
+) -> str:
     """The IAM resource pattern matching one gpuloan node group (any generated suffix, any UUID)."""
-    return (f"arn:{partition}:eks:{region}:{account_id}:nodegroup/{cluster_name}/"
-            f"{node_group_name_pattern(environment, pool, group)}/*")
+    return (
+        f"arn:{partition}:eks:{region}:{account_id}:nodegroup/{cluster_name}/"
+        f"{node_group_name_pattern(environment, pool, group)}/*"
+    )

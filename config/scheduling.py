@@ -134,7 +134,9 @@ def elastic_units(cfg: GpuLoanConfig, pool: Pool, max_nodes: int | None = None) 
     if e is None:
         raise ValueError(f"pool {pool.name} has no elastic capacity")
     nodes = e.max_nodes if max_nodes is None else max_nodes
-    return sum(_units(cfg, size.instance_types[0], nodes) for size in node_sizes(e.instance_types, facts=cfg.instance_facts))
+    return sum(
+        _units(cfg, size.instance_types[0], nodes) for size in node_sizes(e.instance_types, facts=cfg.instance_facts)
+    )
 
 
 def gpus_per_node(cfg: GpuLoanConfig, pool: Pool) -> int:
@@ -212,31 +214,68 @@ def pool_flavors(cfg: GpuLoanConfig, pool: Pool) -> list[Flavor]:
     out: list[Flavor] = []
     base = {tags.LABEL_POOL: pool.name}
     if pool.guaranteed is not None:
-        out.append(Flavor(flavor_name(cfg, pool, FLOOR), pool.name, FLOOR,
-                          {**base, tags.LABEL_TIER: "guaranteed"}, (GPU_TOLERATION,), floor_gpus(cfg, pool)))
+        out.append(
+            Flavor(
+                flavor_name(cfg, pool, FLOOR),
+                pool.name,
+                FLOOR,
+                {**base, tags.LABEL_TIER: "guaranteed"},
+                (GPU_TOLERATION,),
+                floor_gpus(cfg, pool),
+            )
+        )
     e = pool.elastic
     if e is None:
         return out
     elastic_labels = {**base, tags.LABEL_TIER: "elastic"}
     if e.capacity == ElasticCapacity.on_demand:
-        out.append(Flavor(flavor_name(cfg, pool, ON_DEMAND), pool.name, ON_DEMAND,
-                          {**elastic_labels, tags.LABEL_CAPACITY: "on-demand"}, (GPU_TOLERATION,),
-                          elastic_units(cfg, pool)))
+        out.append(
+            Flavor(
+                flavor_name(cfg, pool, ON_DEMAND),
+                pool.name,
+                ON_DEMAND,
+                {**elastic_labels, tags.LABEL_CAPACITY: "on-demand"},
+                (GPU_TOLERATION,),
+                elastic_units(cfg, pool),
+            )
+        )
     elif e.capacity == ElasticCapacity.spot_then_on_demand and not spot_allowed(cfg, pool):
         # Production work kept off spot: the on-demand group, up to its own max. The flavor's capacity label goes
         # on the admitted pods, so the policy sees them as pods that may not run on spot and grows this group.
-        out.append(Flavor(flavor_name(cfg, pool, ON_DEMAND), pool.name, ON_DEMAND,
-                          {**elastic_labels, tags.LABEL_CAPACITY: "on-demand"}, (GPU_TOLERATION,),
-                          elastic_units(cfg, pool, e.on_demand_max_nodes or e.max_nodes)))
+        out.append(
+            Flavor(
+                flavor_name(cfg, pool, ON_DEMAND),
+                pool.name,
+                ON_DEMAND,
+                {**elastic_labels, tags.LABEL_CAPACITY: "on-demand"},
+                (GPU_TOLERATION,),
+                elastic_units(cfg, pool, e.on_demand_max_nodes or e.max_nodes),
+            )
+        )
     elif spot_allowed(cfg, pool):
         # Quota = the spot group's max: the on-demand fallback replaces missing spot nodes, it never adds to them.
-        out.append(Flavor(flavor_name(cfg, pool, SPOT), pool.name, SPOT, elastic_labels,
-                          (GPU_TOLERATION, SPOT_TOLERATION), elastic_units(cfg, pool)))
+        out.append(
+            Flavor(
+                flavor_name(cfg, pool, SPOT),
+                pool.name,
+                SPOT,
+                elastic_labels,
+                (GPU_TOLERATION, SPOT_TOLERATION),
+                elastic_units(cfg, pool),
+            )
+        )
         if production_queue(cfg, pool) and _production_elastic_kind(cfg, pool) == ON_DEMAND:
             # The production queue's elastic capacity: the on-demand group, pinned as a production pool's is.
-            out.append(Flavor(flavor_name(cfg, pool, ON_DEMAND), pool.name, ON_DEMAND,
-                              {**elastic_labels, tags.LABEL_CAPACITY: "on-demand"}, (GPU_TOLERATION,),
-                              elastic_units(cfg, pool, e.on_demand_max_nodes or e.max_nodes)))
+            out.append(
+                Flavor(
+                    flavor_name(cfg, pool, ON_DEMAND),
+                    pool.name,
+                    ON_DEMAND,
+                    {**elastic_labels, tags.LABEL_CAPACITY: "on-demand"},
+                    (GPU_TOLERATION,),
+                    elastic_units(cfg, pool, e.on_demand_max_nodes or e.max_nodes),
+                )
+            )
     return out
 
 
@@ -252,9 +291,14 @@ def lends_ahead(cfg: GpuLoanConfig, pool: Pool) -> bool:
     """The policy function keeps this floor's lendingLimit ahead of its owner (scheduling.kueue.lend_ahead;
     policy/decide/lend_ahead.py): Kueue on, lend_ahead on, the policy on and acting (a dry run patches nothing, so
     it is granted nothing to patch), and the floor lends something."""
-    return (cfg.scheduling.kueue.enabled and cfg.scheduling.kueue.lend_ahead and cfg.policy.enabled
-            and not cfg.policy.dry_run and floor_life_gpus(cfg, pool) > 0
-            and _sharing(cfg, pool.team).lending_limit_pct > 0)
+    return (
+        cfg.scheduling.kueue.enabled
+        and cfg.scheduling.kueue.lend_ahead
+        and cfg.policy.enabled
+        and not cfg.policy.dry_run
+        and floor_life_gpus(cfg, pool) > 0
+        and _sharing(cfg, pool.team).lending_limit_pct > 0
+    )
 
 
 def borrowing_limit_gpus(cfg: GpuLoanConfig, pool: Pool) -> int | None:
@@ -280,7 +324,8 @@ def fair_sharing_on(cfg: GpuLoanConfig) -> bool:
 def own_instance_types(pool: Pool) -> list[str]:
     """The instance types the pool's own node groups run: what its work is built and sized for."""
     return ([pool.guaranteed.instance_type] if pool.guaranteed else []) + (
-        list(pool.elastic.instance_types) if pool.elastic else [])
+        list(pool.elastic.instance_types) if pool.elastic else []
+    )
 
 
 def work_runs_on(cfg: GpuLoanConfig, borrower: Pool, lender_type: str) -> bool:
@@ -294,8 +339,12 @@ def work_runs_on(cfg: GpuLoanConfig, borrower: Pool, lender_type: str) -> bool:
     lender = cfg.gpu_type(lender_type)
     for t in own_instance_types(borrower):
         own = cfg.gpu_type(t)
-        if (own.gpu_model == lender.gpu_model and own.gpus == lender.gpus
-                and own.cpu_architecture == lender.cpu_architecture and own.gpu_memory_gib <= lender.gpu_memory_gib):
+        if (
+            own.gpu_model == lender.gpu_model
+            and own.gpus == lender.gpus
+            and own.cpu_architecture == lender.cpu_architecture
+            and own.gpu_memory_gib <= lender.gpu_memory_gib
+        ):
             return True
     return False
 
@@ -309,8 +358,14 @@ def borrowable_floors(cfg: GpuLoanConfig, pool: Pool) -> list[Pool]:
     """
     if pool.tier == Tier.production:
         return []
-    return [p for p in cfg.pools if p.name != pool.name and lendable_gpus(cfg, p) > 0
-            and p.guaranteed is not None and work_runs_on(cfg, pool, p.guaranteed.instance_type)]
+    return [
+        p
+        for p in cfg.pools
+        if p.name != pool.name
+        and lendable_gpus(cfg, p) > 0
+        and p.guaranteed is not None
+        and work_runs_on(cfg, pool, p.guaranteed.instance_type)
+    ]
 
 
 def pool_queue(cfg: GpuLoanConfig, pool: Pool) -> PoolQueue:
@@ -339,8 +394,12 @@ def pool_queues(cfg: GpuLoanConfig, pool: Pool) -> list[PoolQueue]:
     prod_kind = _production_elastic_kind(cfg, pool) if split else None
     # the interruptible queue's elastic flavor: the pool's own (spot, or on-demand for capacity on_demand), not the
     # on-demand group added for the production queue of a pool whose elastic capacity is spot first
-    prod_only_od = split and prod_kind == ON_DEMAND and pool.elastic is not None \
+    prod_only_od = (
+        split
+        and prod_kind == ON_DEMAND
+        and pool.elastic is not None
         and pool.elastic.capacity != ElasticCapacity.on_demand
+    )
     elastic = [f for f in own if f.kind != FLOOR and not (prod_only_od and f.kind == ON_DEMAND)]
     prod_elastic = [f for f in own if f.kind == prod_kind] if prod_kind else []
     shared = {f.name for f in elastic} & {f.name for f in prod_elastic}  # one flavor both queues use
@@ -360,19 +419,39 @@ def pool_queues(cfg: GpuLoanConfig, pool: Pool) -> list[PoolQueue]:
     for f in elastic:
         # Elastic quota is never lent: another team's work on it would make this pool's policy buy nodes on this
         # pool's budget. Shared with the production queue, it is that queue's quota, borrowed here.
-        entries.append(QueueFlavor(f.name, 0, None, None) if f.name in shared else QueueFlavor(f.name, f.gpus, 0,
-                                                                                            own_borrow_limit))
-    queues = [PoolQueue(pool.name, pool.team, pool.tier, cluster_queue_name(cfg, pool), local_queue_name(pool),
-                        tuple(entries), preempt_lower_priority=pool.tier == Tier.production,
-                        fair_share_weight=_sharing(cfg, pool.team).fair_share_weight)]
+        entries.append(
+            QueueFlavor(f.name, 0, None, None) if f.name in shared else QueueFlavor(f.name, f.gpus, 0, own_borrow_limit)
+        )
+    queues = [
+        PoolQueue(
+            pool.name,
+            pool.team,
+            pool.tier,
+            cluster_queue_name(cfg, pool),
+            local_queue_name(pool),
+            tuple(entries),
+            preempt_lower_priority=pool.tier == Tier.production,
+            fair_share_weight=_sharing(cfg, pool.team).fair_share_weight,
+        )
+    ]
     if split:
         prod_entries = [QueueFlavor(f.name, f.gpus, lendable if lendable < f.gpus else None, 0) for f in floor]
         # only this pool's other queue lists a shared elastic flavor, so leaving its lendingLimit unset lends it
         # to that queue alone
         prod_entries += [QueueFlavor(f.name, f.gpus, None if f.name in shared else 0, 0) for f in prod_elastic]
-        queues.append(PoolQueue(pool.name, pool.team, pool.tier, production_queue_name(cfg, pool),
-                                production_local_queue_name(pool), tuple(prod_entries), preempt_lower_priority=False,
-                                production_only=True, fair_share_weight=_sharing(cfg, pool.team).fair_share_weight))
+        queues.append(
+            PoolQueue(
+                pool.name,
+                pool.team,
+                pool.tier,
+                production_queue_name(cfg, pool),
+                production_local_queue_name(pool),
+                tuple(prod_entries),
+                preempt_lower_priority=False,
+                production_only=True,
+                fair_share_weight=_sharing(cfg, pool.team).fair_share_weight,
+            )
+        )
     return queues
 
 
@@ -428,8 +507,9 @@ def scheduling_problems(cfg: GpuLoanConfig) -> list[tuple[str, str]]:
         # A name that matches no pool is a typo or a leftover; listing a pool that is not production or has no spot
         # is harmless (nothing to allow) and stays valid, so a pool can change tier or capacity on its own.
         if pool is None:
-            problems.append((f"{at}.production_spot_pools[{j}]", f"no pool named '{name}' "
-                             f"(pools: {', '.join(sorted(pools))})"))
+            problems.append(
+                (f"{at}.production_spot_pools[{j}]", f"no pool named '{name}' (pools: {', '.join(sorted(pools))})")
+            )
     for team in k.teams:
         if team not in cfg.teams and team not in set_aside:
             problems.append((f"{at}.teams.{team}", f"no pool belongs to team '{team}' (teams: {', '.join(cfg.teams)})"))
@@ -448,12 +528,19 @@ def scheduling_problems(cfg: GpuLoanConfig) -> list[tuple[str, str]]:
             why = "its spot-only elastic group could never run this pool's work"
         elif e.workload == Workload.service or e.warm_up:
             rule = "workload: service's utilization scale-up" if e.workload == Workload.service else "warm_up"
-            why = (f"{rule} adds nodes before any pod is pending, spot first, and this pool's work could not use "
-                   "them (pods that may not run on spot get on-demand nodes only once they are pending)")
+            why = (
+                f"{rule} adds nodes before any pod is pending, spot first, and this pool's work could not use "
+                "them (pods that may not run on spot get on-demand nodes only once they are pending)"
+            )
         else:
             continue
-        problems.append((f"pools[{i}].elastic.capacity", f"production work stays off spot under Kueue, and {why}: "
-                         f"set capacity: on_demand, or list '{pool.name}' in {at}.production_spot_pools"))
+        problems.append(
+            (
+                f"pools[{i}].elastic.capacity",
+                f"production work stays off spot under Kueue, and {why}: "
+                f"set capacity: on_demand, or list '{pool.name}' in {at}.production_spot_pools",
+            )
+        )
     names = {p.name for p in cfg.pools}
     for i, pool in enumerate(cfg.pools):
         if not production_queue(cfg, pool):
@@ -462,25 +549,45 @@ def scheduling_problems(cfg: GpuLoanConfig) -> list[tuple[str, str]]:
         # never reclaimed for another team, never on spot (unless listed) and never on a borrowed floor.
         where = f"pools[{i}].service_target.production_share_pct"
         if pool.guaranteed is None and _production_elastic_kind(cfg, pool) is None:
-            problems.append((where, f"{production_share_pct(pool):g} % of this pool's work is production, which "
-                             "stays off spot under Kueue, and the pool has no floor and spot-only elastic capacity, so "
-                             "its production queue could never admit anything: add a floor (guaranteed), set "
-                             f"elastic.capacity: spot_then_on_demand or on_demand, or list '{pool.name}' in "
-                             f"{at}.production_spot_pools"))
+            problems.append(
+                (
+                    where,
+                    f"{production_share_pct(pool):g} % of this pool's work is production, which "
+                    "stays off spot under Kueue, and the pool has no floor and spot-only elastic capacity, so "
+                    "its production queue could never admit anything: add a floor (guaranteed), set "
+                    f"elastic.capacity: spot_then_on_demand or on_demand, or list '{pool.name}' in "
+                    f"{at}.production_spot_pools",
+                )
+            )
         pct = _sharing(cfg, pool.team).lending_limit_pct
         if pool.guaranteed is not None and pct < 100:
-            problems.append((f"{at}.teams.{pool.team}.lending_limit_pct", f"pool '{pool.name}' has production work "
-                             f"({production_share_pct(pool):g} %), so its floor's quota is its production queue's "
-                             "and its other work borrows the idle floor like any team's: a lendingLimit below 100 % "
-                             "would cap this team's own interruptible work on its floor too; leave it at 100, or "
-                             "set service_target.production_share_pct: 0"))
+            problems.append(
+                (
+                    f"{at}.teams.{pool.team}.lending_limit_pct",
+                    f"pool '{pool.name}' has production work "
+                    f"({production_share_pct(pool):g} %), so its floor's quota is its production queue's "
+                    "and its other work borrows the idle floor like any team's: a lendingLimit below 100 % "
+                    "would cap this team's own interruptible work on its floor too; leave it at 100, or "
+                    "set service_target.production_share_pct: 0",
+                )
+            )
         clash = f"{pool.name}{PRODUCTION_QUEUE_SUFFIX}"
         if clash in names:
-            problems.append((f"pools[{i}].name", f"pool '{pool.name}' gets the production queue '{clash}', and a "
-                             f"pool of that name exists: rename one of them"))
+            problems.append(
+                (
+                    f"pools[{i}].name",
+                    f"pool '{pool.name}' gets the production queue '{clash}', and a "
+                    f"pool of that name exists: rename one of them",
+                )
+            )
     for i, pool in enumerate(cfg.pools):
         n = len(pool_queue(cfg, pool).flavors)
         if n > MAX_FLAVORS_PER_GROUP:
-            problems.append((f"pools[{i}]", f"its Kueue queue would list {n} flavors (own + borrowable floors); "
-                             f"Kueue allows {MAX_FLAVORS_PER_GROUP}: lower lending_limit_pct of some teams to 0"))
+            problems.append(
+                (
+                    f"pools[{i}]",
+                    f"its Kueue queue would list {n} flavors (own + borrowable floors); "
+                    f"Kueue allows {MAX_FLAVORS_PER_GROUP}: lower lending_limit_pct of some teams to 0",
+                )
+            )
     return problems

@@ -17,8 +17,21 @@ from typing import Any, Callable
 # Strings first (an email passes every string field that takes an address, and any plain string field), then
 # numbers from large to small (a large budget keeps budget-sum rules satisfied), then the other JSON types.
 PLACEHOLDER_EMAIL = "unchecked-secret@example.com"
-CANDIDATES: tuple[Any, ...] = (PLACEHOLDER_EMAIL, "unchecked-secret", 1_000_000, 10_000, 100, 10, 1, 0.5, True,
-                               False, 0, [], {})
+CANDIDATES: tuple[Any, ...] = (
+    PLACEHOLDER_EMAIL,
+    "unchecked-secret",
+    1_000_000,
+    10_000,
+    100,
+    10,
+    1,
+    0.5,
+    True,
+    False,
+    0,
+    [],
+    {},
+)
 
 _PART = re.compile(r"([^.\[\]]+)|\[(\d+)\]")
 
@@ -49,8 +62,9 @@ def _put(data: Any, path: str, value: Any) -> None:
     data[last] = value
 
 
-def substitute(data: dict[str, Any], problems_of: Callable[[dict[str, Any]], list[tuple[str, str]]]
-               ) -> tuple[dict[str, Any], list[str], list[str]]:
+def substitute(
+    data: dict[str, Any], problems_of: Callable[[dict[str, Any]], list[tuple[str, str]]]
+) -> tuple[dict[str, Any], list[str], list[str]]:
     """(a copy of the `gpuloan:` data with placeholders, the secret paths replaced (not checked), the secret paths
     no placeholder fits (left as they are)). `problems_of(data)` validates and returns the (path, message) list."""
     secrets = [p for p in secure_paths(data) if p != "(root)"]
@@ -102,5 +116,11 @@ def touches_money(path: str) -> bool:
         return False
     if budget_secret(path) is not False:
         return False
-    return path.split(".")[0].split("[")[0] in {"region", "pools", "cluster", "instance_prices",
-                                                           "cost_assumptions", "policy"}
+    return path.split(".")[0].split("[")[0] in {
+        "region",
+        "pools",
+        "cluster",
+        "instance_prices",
+        "cost_assumptions",
+        "policy",
+    }

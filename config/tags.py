@@ -29,6 +29,7 @@ def pool_tags(environment: str, pool: str, team: str, tier: str, capacity: str |
         tags[TAG_CAPACITY] = capacity
     return tags
 
+
 # Kubernetes group the policy function's IAM role maps to (EKS access entry); a ClusterRole lets it list pods only.
 POLICY_READER_GROUP = "gpuloan-policy-readers"
 

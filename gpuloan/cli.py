@@ -43,18 +43,30 @@ def build_parser() -> argparse.ArgumentParser:
         description="GPUs on loan: a guaranteed floor, plus elastic spot/on-demand GPUs in a budget.",
     )
     parser.add_argument("--version", action="version", version=f"gpuloan {version()}")
-    parser.add_argument("-C", "--cwd", metavar="DIR", default=None,
-                        help="run as if started in DIR (like `pulumi --cwd`); without it the project is the nearest "
-                             "directory at or above the current one holding Pulumi.yaml")
+    parser.add_argument(
+        "-C",
+        "--cwd",
+        metavar="DIR",
+        default=None,
+        help="run as if started in DIR (like `pulumi --cwd`); without it the project is the nearest "
+        "directory at or above the current one holding Pulumi.yaml",
+    )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module in COMMANDS:
         importlib.import_module(module).register(sub)
     from gpuloan import exit_codes
 
-    exit_codes.document(parser, {0: "done", 1: "done in part (prices refresh; advise --demand: advice withheld)",
-                                 2: "bad input, or no AWS credentials for a command that needs them",
-                                 3: "AWS refused or could not be reached; cost-diff: above --fail-above",
-                                 4: "cost-diff: no price at all"}, ".venv/bin/gpuloan validate -s prod")
+    exit_codes.document(
+        parser,
+        {
+            0: "done",
+            1: "done in part (prices refresh; advise --demand: advice withheld)",
+            2: "bad input, or no AWS credentials for a command that needs them",
+            3: "AWS refused or could not be reached; cost-diff: above --fail-above",
+            4: "cost-diff: no price at all",
+        },
+        ".venv/bin/gpuloan validate -s prod",
+    )
     return parser
 
 

@@ -24,18 +24,21 @@ def load(path: Path | str) -> dict[str, Any]:
     except OSError as err:
         raise ConfigJsonError(f"--config-json {path}: {err.strerror}") from None
     except ValueError as err:
-        raise ConfigJsonError(f"--config-json {path}: not JSON ({err.msg} at line {err.lineno}); write it with "
-                              "`pulumi config --show-secrets --json -s STACK`") from None
+        raise ConfigJsonError(
+            f"--config-json {path}: not JSON ({err.msg} at line {err.lineno}); write it with "
+            "`pulumi config --show-secrets --json -s STACK`"
+        ) from None
     if not isinstance(doc, dict):
         raise ConfigJsonError(f"--config-json {path}: expected the object `pulumi config --json` prints")
     config: dict[str, Any] = {}
     for key, entry in doc.items():
         if not isinstance(entry, dict) or "value" not in entry and "objectValue" not in entry:
-            raise ConfigJsonError(f"--config-json {path}: {key}: expected {{\"value\": ..., \"secret\": ...}}")
+            raise ConfigJsonError(f'--config-json {path}: {key}: expected {{"value": ..., "secret": ...}}')
         if entry.get("secret") and "value" not in entry and "objectValue" not in entry:
             raise ConfigJsonError(f"--config-json {path}: {key} is a secret without its value: add --show-secrets")
         if entry.get("secret") and entry.get("value") == "[secret]":
-            raise ConfigJsonError(f"--config-json {path}: {key} is shown as [secret]: run `pulumi config` with "
-                                  "--show-secrets")
+            raise ConfigJsonError(
+                f"--config-json {path}: {key} is shown as [secret]: run `pulumi config` with --show-secrets"
+            )
         config[key] = entry["objectValue"] if entry.get("objectValue") is not None else entry["value"]
     return config

@@ -172,23 +172,35 @@ class Report:
         return [*self.rows, self.untagged, self.total]
 
     def borrowed_usd(self, row: Row) -> float:
-        return 0.0 if self.loan is None or row is self.untagged else (
-            self.loan.borrowed_usd(row.pool) if row is not self.total else 0.0)
+        return (
+            0.0
+            if self.loan is None or row is self.untagged
+            else (self.loan.borrowed_usd(row.pool) if row is not self.total else 0.0)
+        )
 
     def lent_credit_usd(self, row: Row) -> float:
-        return 0.0 if self.loan is None or row is self.untagged else (
-            self.loan.lent_credit_usd(row.pool) if row is not self.total else 0.0)
+        return (
+            0.0
+            if self.loan is None or row is self.untagged
+            else (self.loan.lent_credit_usd(row.pool) if row is not self.total else 0.0)
+        )
 
     def after_loan_usd(self, row: Row) -> float:
         """The row's bill with the loan moved: borrowed hours paid, lent hours credited. In cents, so that the
         pools' figures add up to Cost Explorer's total exactly (every transfer is counted on both sides)."""
-        cents = round(row.total_usd * 100) + round(self.borrowed_usd(row) * 100) - round(
-            self.lent_credit_usd(row) * 100)
+        cents = (
+            round(row.total_usd * 100) + round(self.borrowed_usd(row) * 100) - round(self.lent_credit_usd(row) * 100)
+        )
         return cents / 100
 
 
-def build_report(cfg: GpuLoanConfig, period: Period, fetched: Fetched,
-                 status: dict[str, str] | None = None, loan: LoanBill | None = None) -> Report:
+def build_report(
+    cfg: GpuLoanConfig,
+    period: Period,
+    fetched: Fetched,
+    status: dict[str, str] | None = None,
+    loan: LoanBill | None = None,
+) -> Report:
     by_pool: dict[str, dict[str, float]] = {}
     for (pool, tier), usd in fetched.amounts.items():
         slot = tier if tier in (TIER_GUARANTEED, TIER_ELASTIC) else "other"
@@ -197,36 +209,63 @@ def build_report(cfg: GpuLoanConfig, period: Period, fetched: Fetched,
 
     def row(pool: str, team: str, budget: float | None, note: str = "") -> Row:
         parts = by_pool.get(pool, {})
-        return Row(pool, team, parts.get(TIER_GUARANTEED, 0.0), parts.get(TIER_ELASTIC, 0.0),
-                   parts.get("other", 0.0), budget, note)
+        return Row(
+            pool,
+            team,
+            parts.get(TIER_GUARANTEED, 0.0),
+            parts.get(TIER_ELASTIC, 0.0),
+            parts.get("other", 0.0),
+            budget,
+            note,
+        )
 
     rows = [row(p.name, p.team, p.budget.monthly_usd if p.budget else None) for p in cfg.pools]
     configured = {p.name for p in cfg.pools}
     for pool in sorted(set(by_pool) - configured - {""}):
         rows.append(row(pool, "?", None, "not in the stack config (removed or renamed pool?)"))
     untagged = row("", "", None)
-    untagged = Row(UNTAGGED, "", untagged.guaranteed_usd, untagged.elastic_usd, untagged.other_usd, None,
-                   "shared platform (control plane, NAT, system nodes) and spend without a pool tag")
+    untagged = Row(
+        UNTAGGED,
+        "",
+        untagged.guaranteed_usd,
+        untagged.elastic_usd,
+        untagged.other_usd,
+        None,
+        "shared platform (control plane, NAT, system nodes) and spend without a pool tag",
+    )
     every = [*rows, untagged]
-    total = Row("total", "", sum(r.guaranteed_usd for r in every), sum(r.elastic_usd for r in every),
-                sum(r.other_usd for r in every), cfg.budget.monthly_usd, f"environment {cfg.environment}")
+    total = Row(
+        "total",
+        "",
+        sum(r.guaranteed_usd for r in every),
+        sum(r.elastic_usd for r in every),
+        sum(r.other_usd for r in every),
+        cfg.budget.monthly_usd,
+        f"environment {cfg.environment}",
+    )
 
     messages: list[str] = []
     month, env = period.month, cfg.environment
     inactive = sorted(k for k, s in (status or {}).items() if s != "Active")
     if inactive:
-        messages.append(f"cost-allocation tag(s) not active: {', '.join(inactive)}. Activate them once the "
-                        "stack's resources have run for a day: `budget.activate_cost_allocation_tags: true` and "
-                        "`pulumi up`, or the `aws ce update-cost-allocation-tags-status` command of docs/budgets.md; "
-                        "AWS needs up to 24 hours, and activation only applies from then on.")
+        messages.append(
+            f"cost-allocation tag(s) not active: {', '.join(inactive)}. Activate them once the "
+            "stack's resources have run for a day: `budget.activate_cost_allocation_tags: true` and "
+            "`pulumi up`, or the `aws ce update-cost-allocation-tags-status` command of docs/budgets.md; "
+            "AWS needs up to 24 hours, and activation only applies from then on."
+        )
     if not fetched.amounts or abs(total.total_usd) < 0.005:
-        messages.append(f"No spend tagged {tags.TAG_ENVIRONMENT}={env} in {month}. Either nothing ran that month, "
-                        f"or the {tags.TAG_ENVIRONMENT} cost-allocation tag was not active yet (activation takes "
-                        "up to 24 hours and is not retroactive).")
+        messages.append(
+            f"No spend tagged {tags.TAG_ENVIRONMENT}={env} in {month}. Either nothing ran that month, "
+            f"or the {tags.TAG_ENVIRONMENT} cost-allocation tag was not active yet (activation takes "
+            "up to 24 hours and is not retroactive)."
+        )
     elif all(r.total_usd == 0 for r in rows) and untagged.total_usd > 0:
-        messages.append(f"None of the {month} spend carries a {tags.TAG_POOL} value, so it cannot be split per "
-                        f"pool: the {tags.TAG_POOL} cost-allocation tag is probably not active yet (up to 24 hours "
-                        "after activation, and only for spend from then on).")
+        messages.append(
+            f"None of the {month} spend carries a {tags.TAG_POOL} value, so it cannot be split per "
+            f"pool: the {tags.TAG_POOL} cost-allocation tag is probably not active yet (up to 24 hours "
+            "after activation, and only for spend from then on)."
+        )
     if period.partial:
         messages.append(f"{month} is not over: figures are month to date (up to {period.end - dt.timedelta(days=1)}).")
     if fetched.estimated:
@@ -247,8 +286,10 @@ def loan_messages(loan: LoanBill) -> list[str]:
     for why, days in by_reason.items():
         out.append(f"loan figures estimated on {_day_ranges(days)}: {why}")
     if loan.missing_days:
-        out.append(f"no LoanGpus samples on {_day_ranges(loan.missing_days)}: nothing borrowed is charged on "
-                   "those days (the policy function did not publish them: not deployed yet, or no Kueue status)")
+        out.append(
+            f"no LoanGpus samples on {_day_ranges(loan.missing_days)}: nothing borrowed is charged on "
+            "those days (the policy function did not publish them: not deployed yet, or no Kueue status)"
+        )
     return out
 
 
@@ -281,11 +322,16 @@ def render_table(report: Report, width: int | None = None) -> str:
 
     show_other = any(r.other_usd for r in report.all_rows)
     # Two-line headers keep the columns as narrow as their figures (a table of eight columns fits 80).
-    header = ["pool", "team", "guaranteed\n(fixed)", "elastic\n(usage)"] + (["other"] if show_other else []) + [
-        "total", "budget", "% of\nbudget"]
-    title = (f"gpuloan cost report: environment {report.environment}, {report.period.month} "
-             f"({report.period.start} to {report.period.end - dt.timedelta(days=1)})\n"
-             f"{report.currency}, {METRIC}, from Cost Explorer")
+    header = (
+        ["pool", "team", "guaranteed\n(fixed)", "elastic\n(usage)"]
+        + (["other"] if show_other else [])
+        + ["total", "budget", "% of\nbudget"]
+    )
+    title = (
+        f"gpuloan cost report: environment {report.environment}, {report.period.month} "
+        f"({report.period.start} to {report.period.end - dt.timedelta(days=1)})\n"
+        f"{report.currency}, {METRIC}, from Cost Explorer"
+    )
     t = tables.table(None, header, left=("pool", "team"))
     for r in report.all_rows:
         cells = [r.pool, r.team, _usd(r.guaranteed_usd), _usd(r.elastic_usd)]
@@ -310,30 +356,57 @@ def _loan_table(report: Report, tables):
     """Who used whose floor: GPU-hours, and the bill with the loan moved (borrower pays, owner credited)."""
     loan = report.loan
     assert loan is not None
-    t = tables.table("the loan: floors used by other pools (Kueue status, LoanGpus)",
-                     ["pool", "own floor\nGPU-h", "lent\nGPU-h", "borrowed\nGPU-h", "borrowed\n(pays)",
-                      "lent\n(credit)", "total after\nthe loan"], left=("pool",))
+    t = tables.table(
+        "the loan: floors used by other pools (Kueue status, LoanGpus)",
+        [
+            "pool",
+            "own floor\nGPU-h",
+            "lent\nGPU-h",
+            "borrowed\nGPU-h",
+            "borrowed\n(pays)",
+            "lent\n(credit)",
+            "total after\nthe loan",
+        ],
+        left=("pool",),
+    )
     for r in report.all_rows:
         named = r is not report.untagged and r is not report.total
-        t.add_row(r.pool, _hours(loan.own_floor_gpu_hours.get(r.pool)) if named else "",
-                  _hours(loan.lent_gpu_hours(r.pool)) if named else "",
-                  _hours(loan.borrowed_gpu_hours(r.pool)) if named else "",
-                  _usd(report.borrowed_usd(r)), _usd(report.lent_credit_usd(r)), _usd(report.after_loan_usd(r)),
-                  end_section=r is report.all_rows[-2])
+        t.add_row(
+            r.pool,
+            _hours(loan.own_floor_gpu_hours.get(r.pool)) if named else "",
+            _hours(loan.lent_gpu_hours(r.pool)) if named else "",
+            _hours(loan.borrowed_gpu_hours(r.pool)) if named else "",
+            _usd(report.borrowed_usd(r)),
+            _usd(report.lent_credit_usd(r)),
+            _usd(report.after_loan_usd(r)),
+            end_section=r is report.all_rows[-2],
+        )
     return t
 
 
 def to_json(report: Report) -> dict:
     """`cost-report --json`: the rows as numbers, with the period and the notes."""
     return {
-        "environment": report.environment, "month": report.period.month, "start": str(report.period.start),
-        "end_exclusive": str(report.period.end), "currency": report.currency, "metric": METRIC,
-        "rows": [{"pool": r.pool, "team": r.team, "guaranteed_usd": round(r.guaranteed_usd, 2),
-                  "elastic_usd": round(r.elastic_usd, 2), "other_usd": round(r.other_usd, 2),
-                  "total_usd": round(r.total_usd, 2),
-                  "budget_usd": None if r.budget_usd is None else round(r.budget_usd, 2),
-                  "pct_of_budget": None if r.pct_of_budget is None else round(r.pct_of_budget, 1),
-                  "note": r.note} for r in report.all_rows],
+        "environment": report.environment,
+        "month": report.period.month,
+        "start": str(report.period.start),
+        "end_exclusive": str(report.period.end),
+        "currency": report.currency,
+        "metric": METRIC,
+        "rows": [
+            {
+                "pool": r.pool,
+                "team": r.team,
+                "guaranteed_usd": round(r.guaranteed_usd, 2),
+                "elastic_usd": round(r.elastic_usd, 2),
+                "other_usd": round(r.other_usd, 2),
+                "total_usd": round(r.total_usd, 2),
+                "budget_usd": None if r.budget_usd is None else round(r.budget_usd, 2),
+                "pct_of_budget": None if r.pct_of_budget is None else round(r.pct_of_budget, 1),
+                "note": r.note,
+            }
+            for r in report.all_rows
+        ],
         "messages": list(report.messages),
         "loan": None if report.loan is None else loan_json(report),
     }
@@ -346,15 +419,24 @@ def loan_json(report: Report) -> dict:
     pools = []
     for r in report.all_rows:
         named = r is not report.untagged and r is not report.total
-        pools.append({
-            "pool": r.pool, "team": r.team,
-            "own_floor_gpu_hours": round(loan.own_floor_gpu_hours.get(r.pool, 0.0), 2) if named else None,
-            "lent_gpu_hours": round(loan.lent_gpu_hours(r.pool), 2) if named else None,
-            "borrowed_gpu_hours": round(loan.borrowed_gpu_hours(r.pool), 2) if named else None,
-            "idle_floor_gpu_hours": (None if not named or loan.idle_floor_gpu_hours(r.pool) is None
-                                     else round(loan.idle_floor_gpu_hours(r.pool) or 0.0, 2)),
-            "borrowed_cost_usd": report.borrowed_usd(r), "lent_credit_usd": report.lent_credit_usd(r),
-            "total_usd": round(r.total_usd, 2), "total_after_loan_usd": report.after_loan_usd(r)})
+        pools.append(
+            {
+                "pool": r.pool,
+                "team": r.team,
+                "own_floor_gpu_hours": round(loan.own_floor_gpu_hours.get(r.pool, 0.0), 2) if named else None,
+                "lent_gpu_hours": round(loan.lent_gpu_hours(r.pool), 2) if named else None,
+                "borrowed_gpu_hours": round(loan.borrowed_gpu_hours(r.pool), 2) if named else None,
+                "idle_floor_gpu_hours": (
+                    None
+                    if not named or loan.idle_floor_gpu_hours(r.pool) is None
+                    else round(loan.idle_floor_gpu_hours(r.pool) or 0.0, 2)
+                ),
+                "borrowed_cost_usd": report.borrowed_usd(r),
+                "lent_credit_usd": report.lent_credit_usd(r),
+                "total_usd": round(r.total_usd, 2),
+                "total_after_loan_usd": report.after_loan_usd(r),
+            }
+        )
     return {
         "rates_usd_per_gpu_hour": {p: None if v is None else round(v, 6) for p, v in sorted(loan.rates.items())},
         "pools": pools,
@@ -364,8 +446,16 @@ def loan_json(report: Report) -> dict:
     }
 
 
-DAILY_HEADERS = ("day", "pool", "team", "borrowed_gpu_hours", "lent_gpu_hours", "borrowed_cost_usd",
-                 "lent_credit_usd", "estimated")
+DAILY_HEADERS = (
+    "day",
+    "pool",
+    "team",
+    "borrowed_gpu_hours",
+    "lent_gpu_hours",
+    "borrowed_cost_usd",
+    "lent_credit_usd",
+    "estimated",
+)
 
 
 def daily_rows(report: Report) -> list[dict]:
@@ -377,9 +467,19 @@ def daily_rows(report: Report) -> list[dict]:
     out: dict[tuple[dt.date, str], dict] = {}
     for t in loan.transfers:
         for pool, side in ((t.borrower, "borrowed"), (t.owner, "lent")):
-            row = out.setdefault((t.day, pool), {
-                "day": str(t.day), "pool": pool, "team": teams.get(pool, "?"), "borrowed_gpu_hours": 0.0,
-                "lent_gpu_hours": 0.0, "borrowed_cost_usd": 0.0, "lent_credit_usd": 0.0, "estimated": t.estimated})
+            row = out.setdefault(
+                (t.day, pool),
+                {
+                    "day": str(t.day),
+                    "pool": pool,
+                    "team": teams.get(pool, "?"),
+                    "borrowed_gpu_hours": 0.0,
+                    "lent_gpu_hours": 0.0,
+                    "borrowed_cost_usd": 0.0,
+                    "lent_credit_usd": 0.0,
+                    "estimated": t.estimated,
+                },
+            )
             row[f"{side}_gpu_hours"] = round(row[f"{side}_gpu_hours"] + t.gpu_hours, 2)
             key = "borrowed_cost_usd" if side == "borrowed" else "lent_credit_usd"
             row[key] = round(row[key] + t.usd, 2)
@@ -401,9 +501,27 @@ def write_csv(report: Report, path: Path) -> None:
         w.writerow(("month", *HEADERS, "note", *LOAN_HEADERS))
         for r in report.all_rows:
             pct = r.pct_of_budget
-            loan = ("", "", "") if report.loan is None else (
-                f"{report.borrowed_usd(r):.2f}", f"{report.lent_credit_usd(r):.2f}", f"{report.after_loan_usd(r):.2f}")
-            w.writerow((report.period.month, r.pool, r.team, f"{r.guaranteed_usd:.2f}", f"{r.elastic_usd:.2f}",
-                        f"{r.other_usd:.2f}", f"{r.total_usd:.2f}",
-                        "" if r.budget_usd is None else f"{r.budget_usd:.2f}", "" if pct is None else f"{pct:.1f}",
-                        r.note, *loan))
+            loan = (
+                ("", "", "")
+                if report.loan is None
+                else (
+                    f"{report.borrowed_usd(r):.2f}",
+                    f"{report.lent_credit_usd(r):.2f}",
+                    f"{report.after_loan_usd(r):.2f}",
+                )
+            )
+            w.writerow(
+                (
+                    report.period.month,
+                    r.pool,
+                    r.team,
+                    f"{r.guaranteed_usd:.2f}",
+                    f"{r.elastic_usd:.2f}",
+                    f"{r.other_usd:.2f}",
+                    f"{r.total_usd:.2f}",
+                    "" if r.budget_usd is None else f"{r.budget_usd:.2f}",
+                    "" if pct is None else f"{pct:.1f}",
+                    r.note,
+                    *loan,
+                )
+            )

@@ -16,8 +16,9 @@ import argparse
 import textwrap
 
 OK, PARTIAL, BAD_INPUT, AWS_FAILED = 0, 1, 2, 3
-NO_CREDENTIALS = ("no AWS credentials; configure them (aws configure, AWS_PROFILE or AWS_ACCESS_KEY_ID) or give "
-                  "the input offline")
+NO_CREDENTIALS = (
+    "no AWS credentials; configure them (aws configure, AWS_PROFILE or AWS_ACCESS_KEY_ID) or give the input offline"
+)
 HELP_WIDTH = 79
 
 
@@ -35,7 +36,13 @@ def document(parser: argparse.ArgumentParser, codes: dict[int, str], example: st
     for code, meaning in sorted(codes.items()):
         lines += textwrap.wrap(meaning, HELP_WIDTH, initial_indent=f"  {code}  ", subsequent_indent="     ")
     lines += ["", "example:"]
-    lines += textwrap.wrap(example, HELP_WIDTH, initial_indent="  ", subsequent_indent="      ",
-                           break_on_hyphens=False, break_long_words=False)
+    lines += textwrap.wrap(
+        example,
+        HELP_WIDTH,
+        initial_indent="  ",
+        subsequent_indent="      ",
+        break_on_hyphens=False,
+        break_long_words=False,
+    )
     parser.epilog = "\n".join(lines)
     parser.formatter_class = argparse.RawDescriptionHelpFormatter

@@ -63,10 +63,19 @@ def series(cfg: GpuLoanConfig) -> list[Series]:
 
 def _query(cfg: GpuLoanConfig, s: Series, stat: str, qid: str) -> dict:
     dims = {M.DIM_ENVIRONMENT: cfg.environment, M.DIM_POOL: s.pool, M.DIM_USE: s.use, M.DIM_FLAVOR: s.flavor}
-    return {"Id": qid, "ReturnData": True, "MetricStat": {
-        "Metric": {"Namespace": M.NAMESPACE, "MetricName": M.LOAN_GPUS,
-                   "Dimensions": [{"Name": k, "Value": v} for k, v in dims.items()]},
-        "Period": SECONDS_PER_DAY, "Stat": stat}}
+    return {
+        "Id": qid,
+        "ReturnData": True,
+        "MetricStat": {
+            "Metric": {
+                "Namespace": M.NAMESPACE,
+                "MetricName": M.LOAN_GPUS,
+                "Dimensions": [{"Name": k, "Value": v} for k, v in dims.items()],
+            },
+            "Period": SECONDS_PER_DAY,
+            "Stat": stat,
+        },
+    }
 
 
 @dataclass(frozen=True)
@@ -88,11 +97,13 @@ def read(cloudwatch, cfg: GpuLoanConfig, start: dt.date, end: dt.date) -> dict[S
 
     try:
         for k in range(0, len(queries), QUERIES_PER_CALL):
-            got.update(fetch_metrics(cloudwatch, queries[k:k + QUERIES_PER_CALL], t0, t1))
+            got.update(fetch_metrics(cloudwatch, queries[k : k + QUERIES_PER_CALL], t0, t1))
     except ClientError as err:
         error = err.response.get("Error", {})
-        raise LoanBillError(f"CloudWatch refused GetMetricData: {error.get('Code', '')} "
-                            f"{error.get('Message', err)} (the caller needs cloudwatch:GetMetricData)") from None
+        raise LoanBillError(
+            f"CloudWatch refused GetMetricData: {error.get('Code', '')} "
+            f"{error.get('Message', err)} (the caller needs cloudwatch:GetMetricData)"
+        ) from None
     except BotoCoreError as err:
         raise LoanBillError(f"could not reach CloudWatch: {err}") from None
     out: dict[Series, dict[dt.date, DayUse]] = {}
@@ -142,8 +153,9 @@ class LoanBill:
     def idle_floor_gpu_hours(self, pool: str) -> float | None:
         if pool not in self.floor_gpu_hours:
             return None
-        return max(0.0, self.floor_gpu_hours[pool] - self.own_floor_gpu_hours.get(pool, 0.0)
-                   - self.lent_gpu_hours(pool))
+        return max(
+            0.0, self.floor_gpu_hours[pool] - self.own_floor_gpu_hours.get(pool, 0.0) - self.lent_gpu_hours(pool)
+        )
 
 
 def floor_rates(prices: Prices, cfg: GpuLoanConfig) -> dict[str, float | None]:
@@ -160,8 +172,14 @@ def floor_rates(prices: Prices, cfg: GpuLoanConfig) -> dict[str, float | None]:
     return out
 
 
-def build(prices: Prices, cfg: GpuLoanConfig, used: dict[Series, dict[dt.date, DayUse]], start: dt.date, end: dt.date,
-          today: dt.date | None = None) -> LoanBill:
+def build(
+    prices: Prices,
+    cfg: GpuLoanConfig,
+    used: dict[Series, dict[dt.date, DayUse]],
+    start: dt.date,
+    end: dt.date,
+    today: dt.date | None = None,
+) -> LoanBill:
     """The transfers of [start, end). `today`: a day not over is estimated as far as its ticks go."""
     rates = floor_rates(prices, cfg)
     expected = SECONDS_PER_DAY // 60 // cfg.policy.schedule_minutes  # one sample per tick
@@ -181,11 +199,15 @@ def build(prices: Prices, cfg: GpuLoanConfig, used: dict[Series, dict[dt.date, D
         if day == today:
             why.append("the day is not over: its ticks so far, scaled to 24 hours")
         elif short:
-            why.append(f"{min(short)} of {expected} ticks' samples at worst, the mean scaled to 24 hours (the "
-                       "policy function missed ticks or the metrics lag)")
+            why.append(
+                f"{min(short)} of {expected} ticks' samples at worst, the mean scaled to 24 hours (the "
+                "policy function missed ticks or the metrics lag)"
+            )
         if len(uses) < len(used):
-            why.append(f"{len(used) - len(uses)} of {len(used)} series without a sample (a queue's status was "
-                       "unreadable): not charged")
+            why.append(
+                f"{len(used) - len(uses)} of {len(used)} series without a sample (a queue's status was "
+                "unreadable): not charged"
+            )
         if why:
             estimated[day] = "; ".join(why)
         for s, u in uses:
@@ -199,9 +221,14 @@ def build(prices: Prices, cfg: GpuLoanConfig, used: dict[Series, dict[dt.date, D
             transfers.append(Transfer(day, s.pool, s.owner, hours, round(hours * rate, 2), estimated.get(day, "")))
     unknown = sorted(p for p, r in rates.items() if r is None)
     if unknown:
-        messages.append(f"floor rate unknown for {', '.join(unknown)}: hours borrowed there are not charged "
-                        "(give the floor's rate, docs/floor.md)")
+        messages.append(
+            f"floor rate unknown for {', '.join(unknown)}: hours borrowed there are not charged "
+            "(give the floor's rate, docs/floor.md)"
+        )
     hours = len(days) * 24
-    floor_hours = {p.name: float(scheduling.floor_life_gpus(cfg, p) * hours) for p in cfg.pools
-                   if scheduling.floor_life_gpus(cfg, p)}
+    floor_hours = {
+        p.name: float(scheduling.floor_life_gpus(cfg, p) * hours)
+        for p in cfg.pools
+        if scheduling.floor_life_gpus(cfg, p)
+    }
     return LoanBill(rates, transfers, own, floor_hours, estimated, missing, messages)

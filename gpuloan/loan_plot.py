@@ -20,9 +20,12 @@ def bars(doc: dict) -> list[tuple[str, dict[str, float], float]]:
         if r["pool"] == "total":
             continue
         moved = loan.get(r["pool"], {})
-        parts = {"floor kept": r["guaranteed_usd"] - (moved.get("lent_credit_usd") or 0.0),
-                 "borrowed floor": moved.get("borrowed_cost_usd") or 0.0,
-                 "elastic": r["elastic_usd"], "other": r["other_usd"]}
+        parts = {
+            "floor kept": r["guaranteed_usd"] - (moved.get("lent_credit_usd") or 0.0),
+            "borrowed floor": moved.get("borrowed_cost_usd") or 0.0,
+            "elastic": r["elastic_usd"],
+            "other": r["other_usd"],
+        }
         out.append((f"{r['pool']} ({r['team']})" if r["team"] else r["pool"], parts, r["total_usd"]))
     return out
 
@@ -32,10 +35,17 @@ def figure(doc: dict):
     fig, ax = plt.subplots(figsize=(10, 1.2 + 0.6 * len(rows)))
     labels = [label for label, _, _ in rows]
     for name, colour in SEGMENTS:
-        left = [sum(parts[n] for n, _ in SEGMENTS[:[s for s, _ in SEGMENTS].index(name)]) for _, parts, _ in rows]
+        left = [sum(parts[n] for n, _ in SEGMENTS[: [s for s, _ in SEGMENTS].index(name)]) for _, parts, _ in rows]
         ax.barh(labels, [parts[name] for _, parts, _ in rows], left=left, color=colour, label=name)
-    ax.scatter([before for _, _, before in rows], labels, marker="|", s=400, color="black",
-               label="billed before the loan", zorder=5)
+    ax.scatter(
+        [before for _, _, before in rows],
+        labels,
+        marker="|",
+        s=400,
+        color="black",
+        label="billed before the loan",
+        zorder=5,
+    )
     ax.invert_yaxis()
     ax.set_xlabel(f"USD, {doc['month']} (AmortizedCost; the loan at each floor's effective rate)")
     ax.set_title(f"gpuloan cost report: environment {doc['environment']}, who pays for which floor hours")

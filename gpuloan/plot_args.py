@@ -35,6 +35,8 @@ def write(plot_fn, doc: dict, path: str) -> Path:
         plot_fn(doc, str(svg))
         body = svg.read_text()
     title = html.escape(f"gpuloan simulate: {doc.get('trace', '')}")
-    out.write_text(f"<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>{title}</title></head>\n"
-                   f"<body>\n{body}\n</body></html>\n")
+    out.write_text(
+        f'<!doctype html>\n<html><head><meta charset="utf-8"><title>{title}</title></head>\n'
+        f"<body>\n{body}\n</body></html>\n"
+    )
     return out

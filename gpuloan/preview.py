@@ -15,12 +15,40 @@ from pricing.cost_model import spot_spread
 
 # Inputs worth showing per resource in the tree; the JSON output has every input.
 KEY_INPUTS = (
-    "nodeGroupName", "nodeGroupNamePrefix", "updateConfig", "capacityType", "instanceTypes", "amiType",
-    "scalingConfig", "labels", "taints",
-    "instanceType", "instanceCount", "availabilityZone", "instanceMatchCriteria", "version", "chart",
-    "repositoryOpts", "budgetType", "limitAmount", "runtime", "architectures", "reservedConcurrentExecutions",
-    "imageTagMutability", "cidrBlock", "scheduleExpression", "metricName", "threshold", "addonName",
-    "addonVersion", "value", "role", "topic", "endpoint", "protocol", "kubeSchedulerConfig",
+    "nodeGroupName",
+    "nodeGroupNamePrefix",
+    "updateConfig",
+    "capacityType",
+    "instanceTypes",
+    "amiType",
+    "scalingConfig",
+    "labels",
+    "taints",
+    "instanceType",
+    "instanceCount",
+    "availabilityZone",
+    "instanceMatchCriteria",
+    "version",
+    "chart",
+    "repositoryOpts",
+    "budgetType",
+    "limitAmount",
+    "runtime",
+    "architectures",
+    "reservedConcurrentExecutions",
+    "imageTagMutability",
+    "cidrBlock",
+    "scheduleExpression",
+    "metricName",
+    "threshold",
+    "addonName",
+    "addonVersion",
+    "value",
+    "role",
+    "topic",
+    "endpoint",
+    "protocol",
+    "kubeSchedulerConfig",
 )
 
 
@@ -28,8 +56,9 @@ def validated_config(prices: Prices, stack_config: dict[str, Any], source: str) 
     return checks.from_stack_yaml({"config": stack_config}, source, prices=prices)
 
 
-def preview_document(prices: Prices, stack: str, stack_config: dict[str, Any],
-                     program: Path | None = None) -> dict[str, Any]:
+def preview_document(
+    prices: Prices, stack: str, stack_config: dict[str, Any], program: Path | None = None
+) -> dict[str, Any]:
     """The `gpuloan preview --json` document. Raises ConfigError before running the program when config is bad.
 
     A Pulumi secret (`secure:`) is opaque offline: the program runs with a placeholder its field accepts
@@ -52,17 +81,21 @@ def preview_document(prices: Prices, stack: str, stack_config: dict[str, Any],
     # The fixed monthly bill: the floor plus the platform rows that have a price (the unknown ones are listed).
     cost["fixed_monthly_usd"] = None if floor is None else round(floor + known, 2)
     # The environment budget pays for the platform too; with unknown platform rows the headroom is an upper bound.
-    cost["budget_headroom_monthly_usd"] = None if floor is None else round(cost["budget_monthly_usd"] - floor - known, 2)
+    cost["budget_headroom_monthly_usd"] = (
+        None if floor is None else round(cost["budget_monthly_usd"] - floor - known, 2)
+    )
     cost["budget_headroom_is_upper_bound"] = bool(unknown)
     cost["spot_spread"] = spread_document(prices, cfg)
     hide_secret_figures(cost, unchecked)
-    return round_money({
-        "stack": stack,
-        "resources": resources,
-        "outputs": recording.outputs,
-        "cost": cost,
-        "unchecked_secrets": unchecked,
-    })
+    return round_money(
+        {
+            "stack": stack,
+            "resources": resources,
+            "outputs": recording.outputs,
+            "cost": cost,
+            "unchecked_secrets": unchecked,
+        }
+    )
 
 
 SECRET = "secret"  # what a figure derived from a Pulumi secret shows instead of the placeholder's value
@@ -75,8 +108,13 @@ def hide_secret_figures(cost: dict[str, Any], unchecked: list[str]) -> None:
 
     hidden: dict[str, list[str]] = {}
     budget_fields = ["budget_monthly_usd", "budget_headroom_monthly_usd"]
-    money_fields = ["guaranteed_monthly_usd", "elastic_max_monthly_usd", "fallback_max_monthly_usd",
-                    "fixed_monthly_usd", "budget_headroom_monthly_usd"]
+    money_fields = [
+        "guaranteed_monthly_usd",
+        "elastic_max_monthly_usd",
+        "fallback_max_monthly_usd",
+        "fixed_monthly_usd",
+        "budget_headroom_monthly_usd",
+    ]
     for path in unchecked:
         which = secret_values.budget_secret(path)
         if which is None:
@@ -84,8 +122,11 @@ def hide_secret_figures(cost: dict[str, Any], unchecked: list[str]) -> None:
         elif which is not False and which < len(cost["pools"]):
             hidden.setdefault(cost["pools"][which]["pool"], []).append("budget_monthly_usd")
         elif secret_values.touches_money(path):
-            pools = [cost["pools"][int(m)]["pool"] for m in re.findall(r"^pools\[(\d+)\]", path)
-                     if int(m) < len(cost["pools"])] or [p["pool"] for p in cost["pools"]]
+            pools = [
+                cost["pools"][int(m)]["pool"]
+                for m in re.findall(r"^pools\[(\d+)\]", path)
+                if int(m) < len(cost["pools"])
+            ] or [p["pool"] for p in cost["pools"]]
             for name in pools:
                 hidden.setdefault(name, []).extend(money_fields[:3])
             hidden.setdefault("total", []).extend(money_fields)
@@ -105,12 +146,22 @@ def spread_document(prices: Prices, cfg: config_mod.GpuLoanConfig) -> dict[str, 
             continue
         rows = spot_spread.pool_figures(prices, cfg, p)
         # one spot group per node size (config/node_sizes.py): a multi-size pool says so and what picks the size
-        pools.append({"pool": p.name, "types": [r.to_json() for r in rows], "summary": spot_spread.summary(rows),
-                      "spot_groups": [{"gpus_per_node": gpus, "instance_types": [r.instance_type for _, r in g]}
-                                      for gpus, g in spot_spread.by_size(rows)],
-                      "size_choice": spot_spread.SIZE_CHOICE if spot_spread.is_multi_size(rows) else None})
-    return {"pools": pools,
-            "advisories": [{"path": a.path, "message": a.message} for a in spot_spread.advisories(prices, cfg)]}
+        pools.append(
+            {
+                "pool": p.name,
+                "types": [r.to_json() for r in rows],
+                "summary": spot_spread.summary(rows),
+                "spot_groups": [
+                    {"gpus_per_node": gpus, "instance_types": [r.instance_type for _, r in g]}
+                    for gpus, g in spot_spread.by_size(rows)
+                ],
+                "size_choice": spot_spread.SIZE_CHOICE if spot_spread.is_multi_size(rows) else None,
+            }
+        )
+    return {
+        "pools": pools,
+        "advisories": [{"path": a.path, "message": a.message} for a in spot_spread.advisories(prices, cfg)],
+    }
 
 
 def round_money(value: Any, key: str = "") -> Any:
@@ -172,51 +223,76 @@ def render(doc: dict[str, Any], console, summary: bool = False) -> None:
     console.print(f"[bold]Resources:[/] [green]{counts}[/] (stack {doc['stack']}, offline preview, nothing is created)")
 
     cost = doc["cost"]
-    table = tables.table(f"Estimated monthly cost ({cost['region']}, 730 h/month)",
-                         ("pool", "team", "guaranteed\n(fixed)", "elastic max\n(spot)", "fallback max\n(on-demand)",
-                          "budget"), left=("pool", "team"),
-                         words=("guaranteed\n(fixed)", "elastic max\n(spot)", "fallback max\n(on-demand)"))
+    table = tables.table(
+        f"Estimated monthly cost ({cost['region']}, 730 h/month)",
+        ("pool", "team", "guaranteed\n(fixed)", "elastic max\n(spot)", "fallback max\n(on-demand)", "budget"),
+        left=("pool", "team"),
+        words=("guaranteed\n(fixed)", "elastic max\n(spot)", "fallback max\n(on-demand)"),
+    )
     money = lambda v: "unknown" if v is None else f"${v:,.0f}"  # noqa: E731
     secret = cost.get("secret_figures") or {}
     for p in cost["pools"]:
-        g = (f"{p['guaranteed_nodes']}× {p['guaranteed_instance_type']} {money(p['guaranteed_monthly_usd'])} "
-             f"({' + '.join([p['guaranteed_price_model'], *(p.get('guaranteed_commitments') or [])])})"
-             if p["guaranteed_nodes"] else "—")
-        e = (f"0–{p['elastic_max_nodes']} nodes {money(p['elastic_max_monthly_usd'])}" if p["elastic_max_nodes"] else "—")
-        f = (f"0–{p['fallback_max_nodes']} nodes {money(p['fallback_max_monthly_usd'])}" if p["fallback_max_nodes"] else "—")
-        budget = ("—" if p["budget_monthly_usd"] is None else money(p["budget_monthly_usd"])) \
-            if "budget_monthly_usd" not in secret.get(p["pool"], ()) else SECRET  # no pool budget, or a secret one
+        g = (
+            f"{p['guaranteed_nodes']}× {p['guaranteed_instance_type']} {money(p['guaranteed_monthly_usd'])} "
+            f"({' + '.join([p['guaranteed_price_model'], *(p.get('guaranteed_commitments') or [])])})"
+            if p["guaranteed_nodes"]
+            else "—"
+        )
+        e = f"0–{p['elastic_max_nodes']} nodes {money(p['elastic_max_monthly_usd'])}" if p["elastic_max_nodes"] else "—"
+        f = (
+            f"0–{p['fallback_max_nodes']} nodes {money(p['fallback_max_monthly_usd'])}"
+            if p["fallback_max_nodes"]
+            else "—"
+        )
+        budget = (
+            ("—" if p["budget_monthly_usd"] is None else money(p["budget_monthly_usd"]))
+            if "budget_monthly_usd" not in secret.get(p["pool"], ())
+            else SECRET
+        )  # no pool budget, or a secret one
         table.add_row(p["pool"], p["team"], g, e, f, budget)
     if cost.get("commitments") or cost.get("unused_commitment_monthly_usd") is None:
         # A commitment bills every hour of its term: what no floor used belongs to no pool, and is fixed all the same.
         table.add_row("commitments (unused)", "", money(cost.get("unused_commitment_monthly_usd")), "—", "—", "—")
-    table.add_row("[bold]total[/]", "", money(cost["guaranteed_monthly_usd"]), money(cost["elastic_max_monthly_usd"]),
-                  money(cost["fallback_max_monthly_usd"]),
-                  SECRET if "budget_monthly_usd" in secret.get("total", ()) else money(cost["budget_monthly_usd"]))
+    table.add_row(
+        "[bold]total[/]",
+        "",
+        money(cost["guaranteed_monthly_usd"]),
+        money(cost["elastic_max_monthly_usd"]),
+        money(cost["fallback_max_monthly_usd"]),
+        SECRET if "budget_monthly_usd" in secret.get("total", ()) else money(cost["budget_monthly_usd"]),
+    )
     tables.print_table(console, table)
     for path in doc.get("unchecked_secrets") or []:
-        console.print(f"  [yellow]not checked[/] {path}: a Pulumi secret (`secure:`), opaque offline: previewed with "
-                      "a placeholder, the figures it feeds are not shown", soft_wrap=True)
+        console.print(
+            f"  [yellow]not checked[/] {path}: a Pulumi secret (`secure:`), opaque offline: previewed with "
+            "a placeholder, the figures it feeds are not shown",
+            soft_wrap=True,
+        )
     render_platform(cost, console)
     for p in cost["pools"]:
         notes = "; ".join(n for n in (p["guaranteed_note"], p["elastic_note"]) if n)
         if notes:
             console.print(f"  [dim]{p['pool']}: {notes}[/]")  # folds to the terminal's width
         if p["guaranteed_rate_source"]:
-            console.print(f"  [dim]{p['pool']} floor rate ({p['guaranteed_price_model']}): "
-                          f"{p['guaranteed_rate_source']}[/]")
+            console.print(
+                f"  [dim]{p['pool']} floor rate ({p['guaranteed_price_model']}): {p['guaranteed_rate_source']}[/]"
+            )
     for c in cost.get("commitments") or []:
-        console.print(f"  [dim]commitment {c['name']} ({c['kind']}, {c['status']}; {c['source']}): fee "
-                      f"{money(c['fee_monthly_usd'])}/month, {money(c['used_monthly_usd'])} covering floor hours, "
-                      f"{money(c['unused_monthly_usd'])} unused by the floors; rates: {c['rates']}[/]")
+        console.print(
+            f"  [dim]commitment {c['name']} ({c['kind']}, {c['status']}; {c['source']}): fee "
+            f"{money(c['fee_monthly_usd'])}/month, {money(c['used_monthly_usd'])} covering floor hours, "
+            f"{money(c['unused_monthly_usd'])} unused by the floors; rates: {c['rates']}[/]"
+        )
     render_spread(cost, console)
     # Without any price source the one reason and fix is the price line below; otherwise each gap has its reason.
     for line in cost["unknown_prices"] if cost["has_price_source"] else ():
         console.print(f"  [yellow]cost unknown[/] {line}", soft_wrap=True)
     # Always said, so a reader knows how old the figures are (or that there are none, and how to get them).
     console.print(f"  [dim]{cost['price_source']}[/]", soft_wrap=True)
-    console.print("  [dim]elastic figures are ceilings (every elastic node up all month); the policy keeps actual "
-                  "elastic spend under the budget when enforcement is cap_elastic[/]")
+    console.print(
+        "  [dim]elastic figures are ceilings (every elastic node up all month); the policy keeps actual "
+        "elastic spend under the budget when enforcement is cap_elastic[/]"
+    )
 
 
 def render_spread(cost: dict[str, Any], console) -> None:
@@ -225,8 +301,10 @@ def render_spread(cost: dict[str, Any], console) -> None:
     spread = cost.get("spot_spread") or {"pools": [], "advisories": []}
     for p in spread["pools"]:
         if p.get("size_choice"):
-            console.print(f"  [dim]{p['pool']} spot, {p['size_choice']}; each group spread by price and capacity "
-                          f"over: {p['summary']}[/]")
+            console.print(
+                f"  [dim]{p['pool']} spot, {p['size_choice']}; each group spread by price and capacity "
+                f"over: {p['summary']}[/]"
+            )
         else:
             console.print(f"  [dim]{p['pool']} spot, spread by price and capacity over: {p['summary']}[/]")
     for a in spread["advisories"]:
@@ -241,12 +319,22 @@ def render_platform(cost: dict[str, Any], console) -> None:
     if not rows:
         return
     money = lambda v: "unknown" if v is None else f"${v:,.2f}"  # noqa: E731
-    table = tables.table("Platform (monthly)", ("item", "quantity", "rate", "monthly", "price model"),
-                         left=("item", "price model"), words=("quantity",), drop=("price model", "rate", "quantity"))
+    table = tables.table(
+        "Platform (monthly)",
+        ("item", "quantity", "rate", "monthly", "price model"),
+        left=("item", "price model"),
+        words=("quantity",),
+        drop=("price model", "rate", "quantity"),
+    )
     for r in rows:
         rate = "unknown" if r["usd_per_unit"] is None else f"${r['usd_per_unit']:g}/{r['unit']}"
-        table.add_row(r["item"], f"{r['quantity']:,.6g} {r['unit']}", rate, money(r["monthly_usd"]),
-                      r["price_model"].replace("_", " "))
+        table.add_row(
+            r["item"],
+            f"{r['quantity']:,.6g} {r['unit']}",
+            rate,
+            money(r["monthly_usd"]),
+            r["price_model"].replace("_", " "),
+        )
     known = cost["platform_known_monthly_usd"]
     if len(cost["platform_unknown"]) >= len(rows):  # nothing priced: "$0.00 + unknown" would read as a figure
         total = "unknown"
@@ -260,9 +348,13 @@ def render_platform(cost: dict[str, Any], console) -> None:
         headroom, bound = None, ""
         money = lambda v, m=money: SECRET if v is None else m(v)  # noqa: E731
     # An unknown figure stays "unknown": "unknown + unknown platform items" or "at most unknown" read as figures.
-    console.print(f"  fixed monthly (floor + platform): {money(fixed)}"
-                  + (" + unknown platform items" if cost["platform_unknown"] and fixed is not None else "")
-                  + f"; budget headroom: {bound if headroom is not None else ''}{money(headroom)}")
+    console.print(
+        f"  fixed monthly (floor + platform): {money(fixed)}"
+        + (" + unknown platform items" if cost["platform_unknown"] and fixed is not None else "")
+        + f"; budget headroom: {bound if headroom is not None else ''}{money(headroom)}"
+    )
     if cost["platform_unknown"]:
-        console.print(f"  [yellow]platform cost unknown[/] for {', '.join(cost['platform_unknown'])}: the price "
-                      "source has no platform rates for them (docs/prices.md#platform-rates)")
+        console.print(
+            f"  [yellow]platform cost unknown[/] for {', '.join(cost['platform_unknown'])}: the price "
+            "source has no platform rates for them (docs/prices.md#platform-rates)"
+        )

@@ -9,10 +9,15 @@ from pricing.sources import catalog, pricebook
 
 def add(parser) -> None:
     parser.add_argument(
-        "--prices", "--price-file", dest="price_file", metavar="PATH", default=None,
+        "--prices",
+        "--price-file",
+        dest="price_file",
+        metavar="PATH",
+        default=None,
         help=f"read prices from this file (gpuloan price JSON, the public aws_gpu_prices.csv, or a folder holding "
-             f"it) instead of ${pricebook.ENV_PRICE_FILE}, the project's {pricebook.PROJECT_PRICE_FILE}, the "
-             "cache or the snapshot shipped in the package; see docs/prices.md")
+        f"it) instead of ${pricebook.ENV_PRICE_FILE}, the project's {pricebook.PROJECT_PRICE_FILE}, the "
+        "cache or the snapshot shipped in the package; see docs/prices.md",
+    )
 
 
 def apply(args) -> catalog.Prices:

@@ -22,15 +22,22 @@ class NoStackError(Exception):
     """No stack was named and none can be found; the message lists the stacks in the project."""
 
 
-def add(parser, positional: bool = False, help_text: str = "stack name (reads ./Pulumi.<stack>.yaml) or a stack file") -> None:
-    parser.add_argument("-s", "--stack", dest="stack_option", metavar="STACK",
-                        help=f"{help_text}; default ${ENV_STACK}, else the stack `pulumi stack select` chose")
+def add(
+    parser, positional: bool = False, help_text: str = "stack name (reads ./Pulumi.<stack>.yaml) or a stack file"
+) -> None:
+    parser.add_argument(
+        "-s",
+        "--stack",
+        dest="stack_option",
+        metavar="STACK",
+        help=f"{help_text}; default ${ENV_STACK}, else the stack `pulumi stack select` chose",
+    )
     if positional:
         parser.add_argument("stack_positional", nargs="?", metavar="STACK", help="same as -s STACK (kept as an alias)")
 
 
 def _stacks_in(cwd: Path) -> list[str]:
-    return sorted(p.name[len("Pulumi."):-len(".yaml")] for p in cwd.glob("Pulumi.*.yaml"))
+    return sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in cwd.glob("Pulumi.*.yaml"))
 
 
 def selected_stack(cwd: Path, environ: dict[str, str] | None = None) -> str | None:

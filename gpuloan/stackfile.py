@@ -35,11 +35,11 @@ def resolve(stack_or_file: str, cwd: Path | None = None) -> tuple[str, Path]:
     if candidate.suffix in (".yaml", ".yml") or candidate.is_file():
         path = candidate if candidate.is_absolute() else cwd / candidate
         name = path.name
-        stack = name[len("Pulumi."):].rsplit(".", 1)[0] if name.startswith("Pulumi.") else path.stem
+        stack = name[len("Pulumi.") :].rsplit(".", 1)[0] if name.startswith("Pulumi.") else path.stem
     else:
         stack, path = stack_or_file, project_dir(cwd) / f"Pulumi.{stack_or_file}.yaml"
     if not path.is_file():
-        available = sorted(p.name[len("Pulumi."):-len(".yaml")] for p in path.parent.glob("Pulumi.*.yaml"))
+        available = sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in path.parent.glob("Pulumi.*.yaml"))
         hint = f" (stacks here: {', '.join(available)})" if available else ""
         raise StackFileError(f"no stack file {path}{hint}")
     return stack, path
@@ -59,8 +59,10 @@ def load(path: Path) -> dict[str, Any]:
     try:
         text = path.read_bytes().decode("utf-8")
     except UnicodeDecodeError as err:
-        raise StackFileError(f"{path.name}: not valid UTF-8 (byte 0x{err.object[err.start]:02x} at offset "
-                             f"{err.start}); save the file as UTF-8") from None
+        raise StackFileError(
+            f"{path.name}: not valid UTF-8 (byte 0x{err.object[err.start]:02x} at offset "
+            f"{err.start}); save the file as UTF-8"
+        ) from None
     return loads(text, path.name)
 
 
@@ -69,8 +71,10 @@ def loads(text: str, name: str = "stack file") -> dict[str, Any]:
         loader = yaml.SafeLoader(text)
     except yaml.reader.ReaderError as err:
         # The reader checks characters first: a NUL or another control character YAML does not allow.
-        raise StackFileError(f"{name}: character {err.character!r} at offset {err.position} is not allowed in YAML "
-                             "(a NUL or control character: the file is damaged or not a text file)") from None
+        raise StackFileError(
+            f"{name}: character {err.character!r} at offset {err.position} is not allowed in YAML "
+            "(a NUL or control character: the file is damaged or not a text file)"
+        ) from None
     try:
         try:
             node = loader.get_single_node()
@@ -105,7 +109,7 @@ def _syntax_error(err: yaml.YAMLError, text: str, name: str) -> str:
         return f"{name}: invalid YAML: {problem}"
     lines = text.splitlines()
     shown = lines[mark.line] if mark.line < len(lines) else ""
-    pointer = "".join("\t" if c == "\t" else " " for c in shown[:mark.column]) + "^"
+    pointer = "".join("\t" if c == "\t" else " " for c in shown[: mark.column]) + "^"
     where = f"{name}:{mark.line + 1}:{mark.column + 1}: invalid YAML: {problem}\n"
     context_mark = getattr(err, "context_mark", None)
     if context_mark is not None and context_mark.line < mark.line and context_mark.line < len(lines):
@@ -156,11 +160,15 @@ def _check_keys(root: yaml.Node, name: str) -> None:
                 text = _key_text(key_node)
                 where = f"{path}.{text}" if path else text
                 if not isinstance(key_node, yaml.ScalarNode) or key_node.tag != STR_TAG:
-                    raise StackFileError(f"{name}: {where}: key at {_line(key_node)} is not a string "
-                                         f"({key_node.tag.rsplit(':', 1)[-1]}); quote it")
+                    raise StackFileError(
+                        f"{name}: {where}: key at {_line(key_node)} is not a string "
+                        f"({key_node.tag.rsplit(':', 1)[-1]}); quote it"
+                    )
                 if text in first_line:
-                    raise StackFileError(f"{name}: {where}: duplicate key (lines {first_line[text]} and "
-                                         f"{key_node.start_mark.line + 1}); YAML would silently keep the last one")
+                    raise StackFileError(
+                        f"{name}: {where}: duplicate key (lines {first_line[text]} and "
+                        f"{key_node.start_mark.line + 1}); YAML would silently keep the last one"
+                    )
                 first_line[text] = key_node.start_mark.line + 1
                 todo.append((value_node, where))
         elif isinstance(node, yaml.SequenceNode):

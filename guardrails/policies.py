@@ -74,13 +74,20 @@ READ_ACTION = re.compile(r"^[\w-]+:(Describe|Get|List|BatchGet|View|Query|Scan|S
 SCOPING_CONDITION_KEY = re.compile(r"(ResourceTag/|^cloudwatch:namespace$)", re.I)
 # Actions AWS only grants on "*": a VPC Lambda's network interfaces (AWSLambdaVPCAccessExecutionRole) and
 # X-Ray trace upload (AWSXRayDaemonWriteAccess). None of them can touch a node group.
-UNSCOPABLE_ACTIONS = frozenset({
-    "ec2:CreateNetworkInterface", "ec2:DeleteNetworkInterface",
-    "ec2:AssignPrivateIpAddresses", "ec2:UnassignPrivateIpAddresses",
-    "xray:PutTraceSegments", "xray:PutTelemetryRecords",
-})
+UNSCOPABLE_ACTIONS = frozenset(
+    {
+        "ec2:CreateNetworkInterface",
+        "ec2:DeleteNetworkInterface",
+        "ec2:AssignPrivateIpAddresses",
+        "ec2:UnassignPrivateIpAddresses",
+        "xray:PutTraceSegments",
+        "xray:PutTelemetryRecords",
+    }
+)
 NARROW_EXCLUSION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{2,}\*?$")
-BROAD_MANAGED_POLICY = re.compile(r":policy/(AdministratorAccess|PowerUserAccess|IAMFullAccess|[A-Za-z0-9]+FullAccess)$")
+BROAD_MANAGED_POLICY = re.compile(
+    r":policy/(AdministratorAccess|PowerUserAccess|IAMFullAccess|[A-Za-z0-9]+FullAccess)$"
+)
 
 
 # --- helpers -----------------------------------------------------------------------------------------------
@@ -113,8 +120,7 @@ def effective_tags(props: dict, provider: Any) -> dict[str, str]:
 
 
 def tier_of(props: dict) -> str | None:
-    return (_as_dict(props.get("tags")).get(tags.TAG_TIER)
-            or _as_dict(props.get("labels")).get(tags.LABEL_TIER))
+    return _as_dict(props.get("tags")).get(tags.TAG_TIER) or _as_dict(props.get("labels")).get(tags.LABEL_TIER)
 
 
 def _instance_types(props: dict) -> list[str]:
@@ -194,8 +200,10 @@ def validate_gpu_tags(prices: catalog.Prices, args: ResourceValidationArgs, repo
     have = effective_tags(props, args.provider)
     missing = [k for k in (tags.TAG_POOL, tags.TAG_TEAM, tags.TAG_ENVIRONMENT) if not have.get(k)]
     if missing:
-        report(f"GPU resource '{args.name}' lacks the cost-allocation tag(s) {', '.join(missing)}: its spend would "
-               "not show up in the pool's budget or the cost report (use config.tags.pool_tags)")
+        report(
+            f"GPU resource '{args.name}' lacks the cost-allocation tag(s) {', '.join(missing)}: its spend would "
+            "not show up in the pool's budget or the cost report (use config.tags.pool_tags)"
+        )
 
 
 def validate_elastic_bounded(args: ResourceValidationArgs, report: ReportViolation) -> None:
@@ -205,13 +213,17 @@ def validate_elastic_bounded(args: ResourceValidationArgs, report: ReportViolati
     scaling = _as_dict(props.get("scalingConfig"))
     max_size = scaling.get("maxSize")
     if not isinstance(max_size, (int, float)) or max_size < 1:
-        report(f"elastic node group '{args.name}' has no max size (scalingConfig.maxSize): the policy could grow "
-               "it without bound")
+        report(
+            f"elastic node group '{args.name}' has no max size (scalingConfig.maxSize): the policy could grow "
+            "it without bound"
+        )
     ignored = {_normalize_path(p) for p in args.opts.ignore_changes or []}
     clamp = isinstance(max_size, (int, float)) and scaling.get("desiredSize") == max_size
     if not ignored & {"scalingconfig.desiredsize", "scalingconfig"} and not clamp:
-        report(f"elastic node group '{args.name}' must ignore_changes scalingConfig.desiredSize: the policy Lambda "
-               "sets it, and each `pulumi up` would otherwise reset the live size")
+        report(
+            f"elastic node group '{args.name}' must ignore_changes scalingConfig.desiredSize: the policy Lambda "
+            "sets it, and each `pulumi up` would otherwise reset the live size"
+        )
 
 
 def validate_floor_protected(args: ResourceValidationArgs, report: ReportViolation) -> None:
@@ -220,8 +232,10 @@ def validate_floor_protected(args: ResourceValidationArgs, report: ReportViolati
     if not (floor_group or args.resource_type == CAPACITY_RESERVATION):
         return
     if not args.opts.protect:
-        report(f"guaranteed floor resource '{args.name}' is not protected: a change that replaces it would take the "
-               "floor down (set protect_critical: true, the default, unless a replacement is meant)")
+        report(
+            f"guaranteed floor resource '{args.name}' is not protected: a change that replaces it would take the "
+            "floor down (set protect_critical: true, the default, unless a replacement is meant)"
+        )
 
 
 def validate_policy_role(args: ResourceValidationArgs, report: ReportViolation) -> None:
@@ -234,17 +248,21 @@ def validate_policy_role(args: ResourceValidationArgs, report: ReportViolation) 
     elif args.resource_type == IAM_ROLE_POLICY_ATTACHMENT and in_policy_function(args.urn):
         arn = str(props.get("policyArn") or "")
         if BROAD_MANAGED_POLICY.search(arn):
-            report(f"the policy function's role gets the broad managed policy {arn}; it may only resize this "
-                   "stack's elastic node groups")
+            report(
+                f"the policy function's role gets the broad managed policy {arn}; it may only resize this "
+                "stack's elastic node groups"
+            )
         return
     for doc in documents:
         if not isinstance(doc, (str, dict)):
             continue  # unknown during preview
         bad = unscoped_mutating_actions(doc)
         if bad:
-            report(f"the policy function's IAM policy '{args.name}' allows {', '.join(sorted(bad))} on Resource "
-                   "\"*\" without a scoping condition: name the elastic node groups' ARNs or add a resource-tag "
-                   "condition, so the guaranteed floor stays untouchable")
+            report(
+                f"the policy function's IAM policy '{args.name}' allows {', '.join(sorted(bad))} on Resource "
+                '"*" without a scoping condition: name the elastic node groups\' ARNs or add a resource-tag '
+                "condition, so the guaranteed floor stays untouchable"
+            )
 
 
 # AWS managed policies that allow "*" on "*" (AdministratorAccess is literally that).
@@ -276,15 +294,19 @@ def validate_no_star_on_star(args: ResourceValidationArgs, report: ReportViolati
         arns = [str(props.get("policyArn") or "")]
     for arn in arns:
         if ADMIN_MANAGED_POLICY.search(arn):
-            report(f"'{args.name}' gives a role {arn}: every action on every resource. Grant the actions the role "
-                   "needs (stacks/gitops/iam_permissions.py lists them per resource type)")
+            report(
+                f"'{args.name}' gives a role {arn}: every action on every resource. Grant the actions the role "
+                "needs (stacks/gitops/iam_permissions.py lists them per resource type)"
+            )
     for doc in documents:
         if not isinstance(doc, (str, dict)):
             continue  # unknown during preview
         bad = star_on_star_statements(doc)
         if bad:
-            report(f"IAM policy '{args.name}' allows every action on Resource \"*\" ({', '.join(bad)}): an "
-                   "administrator. Grant the actions the role needs (stacks/gitops/iam_permissions.py)")
+            report(
+                f"IAM policy '{args.name}' allows every action on Resource \"*\" ({', '.join(bad)}): an "
+                "administrator. Grant the actions the role needs (stacks/gitops/iam_permissions.py)"
+            )
 
 
 def validate_ecr(args: ResourceValidationArgs, report: ReportViolation) -> None:
@@ -294,14 +316,20 @@ def validate_ecr(args: ResourceValidationArgs, report: ReportViolation) -> None:
     mutability = props.get("imageTagMutability")
     if mutability == "IMMUTABLE_WITH_EXCLUSION":
         # Registry build-cache tags are rewritten by every build; a literal prefix keeps version tags immutable.
-        filters = [f.get("filter") for f in props.get("imageTagMutabilityExclusionFilters") or [] if isinstance(f, dict)]
+        filters = [
+            f.get("filter") for f in props.get("imageTagMutabilityExclusionFilters") or [] if isinstance(f, dict)
+        ]
         broad = [f for f in filters if not isinstance(f, str) or not NARROW_EXCLUSION.match(f)]
         if broad or not filters:
-            report(f"ECR repository '{args.name}' exempts {', '.join(map(str, broad)) or 'no named'} tags from "
-                   "immutability: exclusions must be literal prefixes such as 'buildcache-*'")
+            report(
+                f"ECR repository '{args.name}' exempts {', '.join(map(str, broad)) or 'no named'} tags from "
+                "immutability: exclusions must be literal prefixes such as 'buildcache-*'"
+            )
     elif mutability != "IMMUTABLE":
-        report(f"ECR repository '{args.name}' must set imageTagMutability IMMUTABLE: a pushed tag must always mean "
-               "the same image (pods pinned to it)")
+        report(
+            f"ECR repository '{args.name}' must set imageTagMutability IMMUTABLE: a pushed tag must always mean "
+            "the same image (pods pinned to it)"
+        )
     if _as_dict(props.get("imageScanningConfiguration")).get("scanOnPush") is not True:
         report(f"ECR repository '{args.name}' must scan on push (imageScanningConfiguration.scanOnPush)")
 
@@ -310,8 +338,10 @@ def validate_imdsv2(args: ResourceValidationArgs, report: ReportViolation) -> No
     if args.resource_type != LAUNCH_TEMPLATE:
         return
     if _as_dict(dict(args.props).get("metadataOptions")).get("httpTokens") != "required":
-        report(f"launch template '{args.name}' must require IMDSv2 (metadataOptions.httpTokens = required): IMDSv1 "
-               "lets any SSRF in a pod read the node role's credentials")
+        report(
+            f"launch template '{args.name}' must require IMDSv2 (metadataOptions.httpTokens = required): IMDSv1 "
+            "lets any SSRF in a pod read the node role's credentials"
+        )
 
 
 # --- stack rules -------------------------------------------------------------------------------------------
@@ -338,7 +368,7 @@ def _budget_filter_values(budget_props: dict, key: str) -> list[str]:
     values = []
     for f in budget_props.get("costFilters") or []:
         if isinstance(f, dict) and f.get("name") == "TagKeyValue":
-            values += [v[len(prefix):] for v in f.get("values") or [] if isinstance(v, str) and v.startswith(prefix)]
+            values += [v[len(prefix) :] for v in f.get("values") or [] if isinstance(v, str) and v.startswith(prefix)]
     expression = budget_props.get("filterExpression")
     if isinstance(expression, dict):
         for block in [expression, *(expression.get("ands") or [])]:
@@ -349,8 +379,12 @@ def _budget_filter_values(budget_props: dict, key: str) -> list[str]:
 
 
 def _emails(budget_props: dict) -> list[str]:
-    return [e for n in budget_props.get("notifications") or [] if isinstance(n, dict)
-            for e in n.get("subscriberEmailAddresses") or []]
+    return [
+        e
+        for n in budget_props.get("notifications") or []
+        if isinstance(n, dict)
+        for e in n.get("subscriberEmailAddresses") or []
+    ]
 
 
 def pool_budgets(args: StackValidationArgs) -> dict[str, list]:
@@ -364,19 +398,26 @@ def pool_budgets(args: StackValidationArgs) -> dict[str, list]:
 def validate_pool_budgets(prices: catalog.Prices, args: StackValidationArgs, report: ReportViolation) -> None:
     pools = pools_in_stack(prices, args)
     budgets = pool_budgets(args)
-    env_budgets = [b for b in _resources(args, BUDGET) if _budget_filter_values(dict(b.props), tags.TAG_ENVIRONMENT)
-                   and not _budget_filter_values(dict(b.props), tags.TAG_POOL)]
+    env_budgets = [
+        b
+        for b in _resources(args, BUDGET)
+        if _budget_filter_values(dict(b.props), tags.TAG_ENVIRONMENT)
+        and not _budget_filter_values(dict(b.props), tags.TAG_POOL)
+    ]
     for pool, groups in sorted(pools.items()):
         own = budgets.get(pool, [])
         # With a single pool the environment budget watches exactly that pool's spend (plus shared platform
         # costs, which only makes it alert earlier), so it counts as the pool's budget.
         candidates = own or (env_budgets if len(pools) == 1 else [])
         if not candidates:
-            report(f"pool '{pool}' has no budget: add pools[].budget with alert_emails to its stack config",
-                   groups[0].urn)
+            report(
+                f"pool '{pool}' has no budget: add pools[].budget with alert_emails to its stack config", groups[0].urn
+            )
         elif not any(_emails(dict(b.props)) for b in candidates):
-            report(f"pool '{pool}'s budget emails nobody: add at least one address to its budget.alert_emails",
-                   candidates[0].urn)
+            report(
+                f"pool '{pool}'s budget emails nobody: add at least one address to its budget.alert_emails",
+                candidates[0].urn,
+            )
 
 
 def floor_monthly_usd(prices: catalog.Prices, args: StackValidationArgs) -> dict[str, tuple[float, list[str]]]:
@@ -397,8 +438,11 @@ def floor_monthly_usd(prices: catalog.Prices, args: StackValidationArgs) -> dict
             scaling = _as_dict(ng.props.get("scalingConfig"))
             # A Capacity Block is paid for its whole window whatever its group's size at this `pulumi up` (0 before
             # its start: the policy function raises it later): count its max, the block's size.
-            nodes = (scaling.get("maxSize") if ng.props.get("capacityType") == "CAPACITY_BLOCK"
-                     else scaling.get("desiredSize")) or 0
+            nodes = (
+                scaling.get("maxSize")
+                if ng.props.get("capacityType") == "CAPACITY_BLOCK"
+                else scaling.get("desiredSize")
+            ) or 0
             price = prices.price(types[0], region) if types[0] and region else None
             if price is None:
                 notes.append(f"no price for {types[0]} in {region or 'an unknown region'}")
@@ -417,8 +461,11 @@ def validate_floor_under_budget(prices: catalog.Prices, args: StackValidationArg
             except (TypeError, ValueError):
                 continue
             if floor_over_budget(fixed_usd, limit_usd):  # the config validation's rule (pricing/checks.py)
-                report(f"pool '{pool}': {floor_over_budget_message(fixed_usd, 'on demand', 'budget', limit_usd)}; "
-                       "elastic capacity would be capped at once", b.urn)
+                report(
+                    f"pool '{pool}': {floor_over_budget_message(fixed_usd, 'on demand', 'budget', limit_usd)}; "
+                    "elastic capacity would be capped at once",
+                    b.urn,
+                )
 
 
 # --- advisory ----------------------------------------------------------------------------------------------
@@ -430,28 +477,36 @@ def validate_spot_diversified(args: ResourceValidationArgs, report: ReportViolat
         return
     types = props.get("instanceTypes")
     if isinstance(types, list) and len(types) < 2:
-        report(f"spot node group '{args.name}' uses one instance type ({', '.join(types) or 'none'}): list at least "
-               "two with the same GPUs per node so one spot shortage does not stop the pool")
+        report(
+            f"spot node group '{args.name}' uses one instance type ({', '.join(types) or 'none'}): list at least "
+            "two with the same GPUs per node so one spot shortage does not stop the pool"
+        )
 
 
 ACCEPT_TRAILER = "Rollout-Blockers-Accepted"  # gpuloan/render/cost_comment.py; the pack imports no command-line code
-ROLLOUT_BLOCKERS_SCHEMA = PolicyConfigSchema(properties={
-    "blockers": {"type": "array", "items": {"type": "string"}},
-    "administrator_blockers": {"type": "array", "items": {"type": "string"}},
-    "accepted": {"type": "string"},
-})
+ROLLOUT_BLOCKERS_SCHEMA = PolicyConfigSchema(
+    properties={
+        "blockers": {"type": "array", "items": {"type": "string"}},
+        "administrator_blockers": {"type": "array", "items": {"type": "string"}},
+        "accepted": {"type": "string"},
+    }
+)
 
 
 def validate_rollout_blockers(args: StackValidationArgs, report: ReportViolation) -> None:
     config = args.get_config() or {}
     for sentence in config.get("administrator_blockers") or []:
-        report(f"rollout blocker CI's deploy role cannot apply: {sentence}; an administrator applies it "
-               "(docs/gitops.md, \"Rollout blockers\")")
+        report(
+            f"rollout blocker CI's deploy role cannot apply: {sentence}; an administrator applies it "
+            '(docs/gitops.md, "Rollout blockers")'
+        )
     if str(config.get("accepted") or "").strip():
         return
     for sentence in config.get("blockers") or []:
-        report(f"rollout blocker: {sentence}; to apply it on purpose, add the trailer '{ACCEPT_TRAILER}: <why>' "
-               "to the commit (docs/gitops.md, \"Rollout blockers\")")
+        report(
+            f"rollout blocker: {sentence}; to apply it on purpose, add the trailer '{ACCEPT_TRAILER}: <why>' "
+            'to the commit (docs/gitops.md, "Rollout blockers")'
+        )
 
 
 def _resource_policy(name: str, description: str, fn: Callable, level: EnforcementLevel) -> ResourceValidationPolicy:
@@ -461,31 +516,68 @@ def _resource_policy(name: str, description: str, fn: Callable, level: Enforceme
 MANDATORY = EnforcementLevel.MANDATORY
 ADVISORY = EnforcementLevel.ADVISORY
 
+
 def policies(prices: catalog.Prices) -> list:
     """The pack's rules; those that know a GPU type or price one read `prices` (the pack's entry resolves them
     once, __main__.py)."""
     return [
-        _resource_policy("gpu-resources-tagged", "GPU resources carry the pool, team and environment tags.",
-                         partial(validate_gpu_tags, prices), MANDATORY),
-        _resource_policy("elastic-node-groups-bounded", "Elastic node groups have a max size and ignore desiredSize.",
-                         validate_elastic_bounded, MANDATORY),
-        _resource_policy("policy-role-no-mutating-star", "The policy function's role has no mutating action on '*'.",
-                         validate_policy_role, MANDATORY),
-        _resource_policy("ecr-immutable-and-scanned", "ECR repositories are immutable and scanned on push.",
-                         validate_ecr, MANDATORY),
-        StackValidationPolicy(name="pool-budget-with-email", description="Every pool has a budget that emails someone.",
-                              validate=partial(validate_pool_budgets, prices), enforcement_level=MANDATORY),
-        _resource_policy("launch-templates-imdsv2", "Launch templates require IMDSv2.",
-                         validate_imdsv2, MANDATORY),
-        _resource_policy("roles-no-star-on-star", "No role of the stack may do every action on every resource.",
-                         validate_no_star_on_star, MANDATORY),
-        StackValidationPolicy(name="rollout-blockers", description="The change replaces or deletes nothing a reviewer "
-                              "must stop at, unless it says so on purpose.", validate=validate_rollout_blockers,
-                              enforcement_level=MANDATORY, config_schema=ROLLOUT_BLOCKERS_SCHEMA),
-        _resource_policy("spot-pools-diversified", "Spot node groups use at least two instance types.",
-                         validate_spot_diversified, ADVISORY),
-        StackValidationPolicy(name="floor-under-budget", description="A pool's guaranteed floor costs less than its budget.",
-                              validate=partial(validate_floor_under_budget, prices), enforcement_level=ADVISORY),
-        _resource_policy("floor-protected", "The guaranteed floor's node groups and reservations are protected.",
-                         validate_floor_protected, ADVISORY),
+        _resource_policy(
+            "gpu-resources-tagged",
+            "GPU resources carry the pool, team and environment tags.",
+            partial(validate_gpu_tags, prices),
+            MANDATORY,
+        ),
+        _resource_policy(
+            "elastic-node-groups-bounded",
+            "Elastic node groups have a max size and ignore desiredSize.",
+            validate_elastic_bounded,
+            MANDATORY,
+        ),
+        _resource_policy(
+            "policy-role-no-mutating-star",
+            "The policy function's role has no mutating action on '*'.",
+            validate_policy_role,
+            MANDATORY,
+        ),
+        _resource_policy(
+            "ecr-immutable-and-scanned", "ECR repositories are immutable and scanned on push.", validate_ecr, MANDATORY
+        ),
+        StackValidationPolicy(
+            name="pool-budget-with-email",
+            description="Every pool has a budget that emails someone.",
+            validate=partial(validate_pool_budgets, prices),
+            enforcement_level=MANDATORY,
+        ),
+        _resource_policy("launch-templates-imdsv2", "Launch templates require IMDSv2.", validate_imdsv2, MANDATORY),
+        _resource_policy(
+            "roles-no-star-on-star",
+            "No role of the stack may do every action on every resource.",
+            validate_no_star_on_star,
+            MANDATORY,
+        ),
+        StackValidationPolicy(
+            name="rollout-blockers",
+            description="The change replaces or deletes nothing a reviewer must stop at, unless it says so on purpose.",
+            validate=validate_rollout_blockers,
+            enforcement_level=MANDATORY,
+            config_schema=ROLLOUT_BLOCKERS_SCHEMA,
+        ),
+        _resource_policy(
+            "spot-pools-diversified",
+            "Spot node groups use at least two instance types.",
+            validate_spot_diversified,
+            ADVISORY,
+        ),
+        StackValidationPolicy(
+            name="floor-under-budget",
+            description="A pool's guaranteed floor costs less than its budget.",
+            validate=partial(validate_floor_under_budget, prices),
+            enforcement_level=ADVISORY,
+        ),
+        _resource_policy(
+            "floor-protected",
+            "The guaranteed floor's node groups and reservations are protected.",
+            validate_floor_protected,
+            ADVISORY,
+        ),
     ]

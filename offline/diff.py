@@ -105,7 +105,7 @@ def worktree(repo: Path, commit: str) -> Iterator[Path]:
 
 
 def stacks_in(root: Path) -> list[str]:
-    return sorted(p.name[len("Pulumi."):-len(".yaml")] for p in root.glob("Pulumi.*.yaml"))
+    return sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in root.glob("Pulumi.*.yaml"))
 
 
 def head_price_file(head: Path, price_file: Path | str | None = None) -> Path | None:
@@ -136,11 +136,20 @@ def preview_side(root: Path, stack: str, price_file: Path | None = None) -> Side
     """Run that tree's own `gpuloan preview STACK --json` (its code first on sys.path)."""
     if not (root / f"Pulumi.{stack}.yaml").is_file():
         return Side(missing=True)
-    env = {**os.environ, **_price_env(price_file),
-           "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
+    env = {
+        **os.environ,
+        **_price_env(price_file),
+        "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
+    }
     try:
-        result = subprocess.run([sys.executable, "-m", "gpuloan", "preview", stack, "--json"], cwd=root, env=env,
-                                capture_output=True, text=True, timeout=PREVIEW_TIMEOUT_SECONDS)
+        result = subprocess.run(
+            [sys.executable, "-m", "gpuloan", "preview", stack, "--json"],
+            cwd=root,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=PREVIEW_TIMEOUT_SECONDS,
+        )
     except subprocess.TimeoutExpired:
         return Side(error=f"the offline preview took over {PREVIEW_TIMEOUT_SECONDS} s")
     if result.returncode == 0:
@@ -184,13 +193,25 @@ def diff_resources(base: dict | None, head: dict | None) -> tuple[list[dict], li
     for k in new:
         if k in old:
             a, b = old[k], new[k]
-            keys = sorted({key for key in set(a["inputs"]) | set(b["inputs"])
-                           if not _same_input(a["inputs"].get(key), b["inputs"].get(key))})
+            keys = sorted(
+                {
+                    key
+                    for key in set(a["inputs"]) | set(b["inputs"])
+                    if not _same_input(a["inputs"].get(key), b["inputs"].get(key))
+                }
+            )
             keys += [opt for opt in ("ignore_changes", "protect") if a.get(opt) != b.get(opt)]
             if keys:
                 marks = [m for m in (_placeholder_marker(base, a), _placeholder_marker(head, b)) if m]
-                changed.append((b, [f"{k} [secret]" if any(m(a["inputs"].get(k)) or m(b["inputs"].get(k))
-                                                           for m in marks) else k for k in keys]))
+                changed.append(
+                    (
+                        b,
+                        [
+                            f"{k} [secret]" if any(m(a["inputs"].get(k)) or m(b["inputs"].get(k)) for m in marks) else k
+                            for k in keys
+                        ],
+                    )
+                )
     return added, removed, changed
 
 
@@ -202,15 +223,23 @@ def _placeholder_marker(doc: dict | None, resource: dict):
     from config.secret_values import CANDIDATES
 
     tokens = [re.escape(c) for c in CANDIDATES if isinstance(c, str)]
-    tokens += [rf"(?<![\d.]){c}(\.0+)?(?![\d.])" for c in CANDIDATES
-               if isinstance(c, int) and not isinstance(c, bool) and c >= 100]
+    tokens += [
+        rf"(?<![\d.]){c}(\.0+)?(?![\d.])"
+        for c in CANDIDATES
+        if isinstance(c, int) and not isinstance(c, bool) and c >= 100
+    ]
     pattern = re.compile("|".join(tokens))
     return lambda value: value is not None and bool(pattern.search(json.dumps(value, default=str)))
 
 
 # Every money column the preview's cost table shows is diffed (the on-demand fallback ceiling included).
-COST_FIELDS = ("guaranteed_monthly_usd", "elastic_max_monthly_usd", "fallback_max_monthly_usd", "budget_monthly_usd",
-               "headroom_monthly_usd")
+COST_FIELDS = (
+    "guaranteed_monthly_usd",
+    "elastic_max_monthly_usd",
+    "fallback_max_monthly_usd",
+    "budget_monthly_usd",
+    "headroom_monthly_usd",
+)
 # A cost whose price the price source lacks (the preview's null): shown as such, never as $0 (docs/prices.md).
 UNKNOWN = "unknown"
 # A figure a Pulumi secret feeds on either side (the preview's `cost.secret_figures`): never compared, never shown
@@ -253,13 +282,18 @@ def _commitment_figures(doc: dict | None) -> dict[str, float | str | None] | Non
     cost = (doc or {}).get("cost") or {}
     if not cost.get("commitments") and cost.get("unused_commitment_monthly_usd", 0.0) is not None:
         return None
-    return {"guaranteed_monthly_usd": _cost(cost.get("unused_commitment_monthly_usd")),
-            "elastic_max_monthly_usd": None, "fallback_max_monthly_usd": None, "budget_monthly_usd": None,
-            "headroom_monthly_usd": None}
+    return {
+        "guaranteed_monthly_usd": _cost(cost.get("unused_commitment_monthly_usd")),
+        "elastic_max_monthly_usd": None,
+        "fallback_max_monthly_usd": None,
+        "budget_monthly_usd": None,
+        "headroom_monthly_usd": None,
+    }
 
 
 def commitment_lines(d: "StackDiff") -> list[str]:
     """One line per commitment whose fee or use differs between the sides (or that one side lacks)."""
+
     def rows(side) -> dict[str, dict]:
         return {c["name"]: c for c in ((side.doc or {}).get("cost", {}).get("commitments") or [])} if side.ok else {}
 
@@ -267,15 +301,20 @@ def commitment_lines(d: "StackDiff") -> list[str]:
     out = []
     for name in [*new, *(n for n in old if n not in new)]:
         b, h = old.get(name), new.get(name)
-        if b is not None and h is not None and all(round(b[k]) == round(h[k]) for k in
-                                                   ("fee_monthly_usd", "used_monthly_usd")):
+        if (
+            b is not None
+            and h is not None
+            and all(round(b[k]) == round(h[k]) for k in ("fee_monthly_usd", "used_monthly_usd"))
+        ):
             continue
         c = h or b
         what = "added" if b is None else "removed" if h is None else "changed"
-        out.append(f"{d.stack}: commitment {name} ({c['kind']}, {c['status']}) {what}: fee "
-                   f"{money_cell(b and b['fee_monthly_usd'], h and h['fee_monthly_usd'])}/month, covering floor hours "
-                   f"{money_cell(b and b['used_monthly_usd'], h and h['used_monthly_usd'])}, unused "
-                   f"{money_cell(b and b['unused_monthly_usd'], h and h['unused_monthly_usd'])}")
+        out.append(
+            f"{d.stack}: commitment {name} ({c['kind']}, {c['status']}) {what}: fee "
+            f"{money_cell(b and b['fee_monthly_usd'], h and h['fee_monthly_usd'])}/month, covering floor hours "
+            f"{money_cell(b and b['used_monthly_usd'], h and h['used_monthly_usd'])}, unused "
+            f"{money_cell(b and b['unused_monthly_usd'], h and h['unused_monthly_usd'])}"
+        )
     return out
 
 
@@ -317,14 +356,22 @@ def diff_costs(base: dict | None, head: dict | None) -> tuple[list[dict], dict]:
     old = {p["pool"]: p for p in (base or {}).get("cost", {}).get("pools", [])}
     new = {p["pool"]: p for p in (head or {}).get("cost", {}).get("pools", [])}
     names = list(new) + [n for n in old if n not in new]
-    rows = [{"pool": n, "base": _pool_figures(old[n]) if n in old else None,
-             "head": _pool_figures(new[n]) if n in new else None} for n in names]
+    rows = [
+        {
+            "pool": n,
+            "base": _pool_figures(old[n]) if n in old else None,
+            "head": _pool_figures(new[n]) if n in new else None,
+        }
+        for n in names
+    ]
     # The commitments' fees no floor uses: billed all the same, in no pool (the total includes them).
     sides = [_commitment_figures(doc) for doc in (base, head)]
     if any(s is not None for s in sides):
         rows.append({"pool": COMMITMENTS_ROW, "base": sides[0], "head": sides[1]})
-    totals = {"base": _total_figures(base["cost"]) if base else None,
-              "head": _total_figures(head["cost"]) if head else None}
+    totals = {
+        "base": _total_figures(base["cost"]) if base else None,
+        "head": _total_figures(head["cost"]) if head else None,
+    }
     for row in rows:
         _mark_secrets(row["pool"], [row["base"], row["head"]], [base, head])
     _mark_secrets("total", [totals["base"], totals["head"]], [base, head])
@@ -348,14 +395,17 @@ def diff_stack(stack: str, base: Side, head: Side) -> StackDiff:
 
 def diff_platform(base: dict | None, head: dict | None) -> list[dict]:
     """Rows {item, base, head} of the platform cost (monthly USD, UNKNOWN, or None where the side lacks it)."""
+
     def rows(doc):
         return {r["item"]: _cost(r["monthly_usd"]) for r in (doc or {}).get("cost", {}).get("platform", [])}
+
     old, new = rows(base), rows(head)
     return [{"item": i, "base": old.get(i), "head": new.get(i)} for i in [*new, *(i for i in old if i not in new)]]
 
 
-def cost_diff(repo: Path, base_ref: str, stacks: list[str] | None = None, parallel: int = 2,
-              price_file: Path | str | None = None) -> list[StackDiff]:
+def cost_diff(
+    repo: Path, base_ref: str, stacks: list[str] | None = None, parallel: int = 2, price_file: Path | str | None = None
+) -> list[StackDiff]:
     root = repo_root(repo)
     commit = resolve_ref(root, base_ref)
     price_file = head_price_file(repo, price_file)
@@ -366,8 +416,10 @@ def cost_diff(repo: Path, base_ref: str, stacks: list[str] | None = None, parall
         known = set(stacks_in(base_root)) | set(stacks_in(root))
         unknown = [s for s in names if s not in known]
         if unknown:  # a typo must not read as "will not change" and pass a required check
-            raise CostDiffError(f"no stack {', '.join(unknown)} in the working tree or at {base_ref} (stacks: "
-                                f"{', '.join(sorted(known)) or 'none'})")
+            raise CostDiffError(
+                f"no stack {', '.join(unknown)} in the working tree or at {base_ref} (stacks: "
+                f"{', '.join(sorted(known)) or 'none'})"
+            )
         jobs = [(base_root, s) for s in names] + [(root, s) for s in names]
         with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
             sides = list(pool.map(lambda job: preview_side(*job, price_file=price_file), jobs))
@@ -423,11 +475,15 @@ def _side_notes(d: StackDiff) -> list[str]:
     notes = []
     secrets = sorted({p for side in (d.base, d.head) if side.ok for p in side.doc.get("unchecked_secrets") or []})
     if secrets:
-        notes.append("not compared: secret (Pulumi `secure:` values, opaque offline; previewed with placeholders, "
-                     "figures they feed not shown): " + ", ".join(secrets))
+        notes.append(
+            "not compared: secret (Pulumi `secure:` values, opaque offline; previewed with placeholders, "
+            "figures they feed not shown): " + ", ".join(secrets)
+        )
     for name, side in (("base", d.base), ("head", d.head)):
         if side.missing:
-            notes.append(f"{name}: no Pulumi.{d.stack}.yaml" + (" (new stack)" if name == "base" else " (stack removed)"))
+            notes.append(
+                f"{name}: no Pulumi.{d.stack}.yaml" + (" (new stack)" if name == "base" else " (stack removed)")
+            )
         elif side.problems:
             notes.append(f"{name}: config fails validation:" + "".join(f"\n  - {p}" for p in side.problems))
         elif side.error:
@@ -458,26 +514,45 @@ def render_markdown(diffs: list[StackDiff], base_label: str) -> str:
                 lines.append("| " + " | ".join(cells) + " |")
             lines.append("")
         lines += node_group_lines(d)
-        resource_lines = ([f"| + add | `{r['type']}` | {r['name']} |" for r in d.added]
-                          + [f"| ~ change | `{r['type']}` | {r['name']} ({', '.join(keys)}) |" for r, keys in d.changed]
-                          + [f"| − remove | `{r['type']}` | {r['name']} |" for r in d.removed])
+        resource_lines = (
+            [f"| + add | `{r['type']}` | {r['name']} |" for r in d.added]
+            + [f"| ~ change | `{r['type']}` | {r['name']} ({', '.join(keys)}) |" for r, keys in d.changed]
+            + [f"| − remove | `{r['type']}` | {r['name']} |" for r in d.removed]
+        )
         if resource_lines:
-            lines += ["<details><summary>resources</summary>", "", "| | type | name |", "|---|---|---|",
-                      *resource_lines, "", "</details>", ""]
-    lines.append("Monthly USD at 730 h/month; guaranteed = the floor at the rate it is paid (price model and "
-                 "source below), elastic max = every elastic (spot) node up all month (a ceiling), fallback max = the "
-                 "on-demand fallback group at its max all month (a ceiling), headroom = budget "
-                 "minus floor. Offline preview: nothing was created.")
+            lines += [
+                "<details><summary>resources</summary>",
+                "",
+                "| | type | name |",
+                "|---|---|---|",
+                *resource_lines,
+                "",
+                "</details>",
+                "",
+            ]
+    lines.append(
+        "Monthly USD at 730 h/month; guaranteed = the floor at the rate it is paid (price model and "
+        "source below), elastic max = every elastic (spot) node up all month (a ceiling), fallback max = the "
+        "on-demand fallback group at its max all month (a ceiling), headroom = budget "
+        "minus floor. Offline preview: nothing was created."
+    )
     lines += [f"{d.stack}: {src}" for d, src in _price_sources(diffs)]
     lines += [line for d in diffs for line in commitment_lines(d)]
-    lines += [f"{d.stack}/{p['pool']} floor: {p['guaranteed_price_model']}, {p['guaranteed_rate_source'] or 'rate unknown'}"
-              for d in diffs if d.head.ok for p in d.head.doc["cost"]["pools"] if p.get("guaranteed_price_model")]
+    lines += [
+        f"{d.stack}/{p['pool']} floor: {p['guaranteed_price_model']}, {p['guaranteed_rate_source'] or 'rate unknown'}"
+        for d in diffs
+        if d.head.ok
+        for p in d.head.doc["cost"]["pools"]
+        if p.get("guaranteed_price_model")
+    ]
     return "\n".join(lines) + "\n"
 
 
 def _price_sources(diffs: list[StackDiff]) -> list[tuple[StackDiff, str]]:
     """Each stack's price line (source and date of its prices, or how to get prices), from the working tree."""
-    return [(d, d.head.doc["cost"]["price_source"]) for d in diffs if d.head.ok and "price_source" in d.head.doc["cost"]]
+    return [
+        (d, d.head.doc["cost"]["price_source"]) for d in diffs if d.head.ok and "price_source" in d.head.doc["cost"]
+    ]
 
 
 def node_group_lines(d: StackDiff) -> list[str]:
@@ -492,7 +567,8 @@ def node_group_lines(d: StackDiff) -> list[str]:
         mark = "⚠️ **floor**: " if change.is_floor else ""
         out.append(f"- {mark}{change.sentence()}")
     if any(c.is_floor and c.action in ("replaces", "deletes") for c in d.node_groups):
-        out.append("- the floor is `protect`ed (protect_critical): `pulumi up` refuses this until protection is "
-                   "lifted on purpose")
+        out.append(
+            "- the floor is `protect`ed (protect_critical): `pulumi up` refuses this until protection is "
+            "lifted on purpose"
+        )
     return out + [""]
-

@@ -19,6 +19,7 @@ class DocumentTooLarge(ValueError):
 
 def check_value(value: Any, name: str) -> None:
     """The limits for a document already built (dicts, lists, scalars); raises DocumentTooLarge."""
+
     def children(v: Any) -> list[Any]:
         if isinstance(v, dict):
             return [x for pair in v.items() for x in pair]
@@ -27,8 +28,9 @@ def check_value(value: Any, name: str) -> None:
     check_graph(value, name, children, lambda v: "in the config", "a value")
 
 
-def check_graph(root: Any, name: str, children: Callable[[Any], list[Any]], where: Callable[[Any], str],
-                cycle: str) -> None:
+def check_graph(
+    root: Any, name: str, children: Callable[[Any], list[Any]], where: Callable[[Any], str], cycle: str
+) -> None:
     """Expanded size and depth of a graph whose shared nodes are one object each, each computed once; refuses
     cycles. Iterative, so a deep document cannot exhaust the stack either."""
     size: dict[int, int] = {}
@@ -45,9 +47,11 @@ def check_graph(root: Any, name: str, children: Callable[[Any], list[Any]], wher
             depth[key] = 1 + max((depth[id(k)] for k in kids), default=0)
             open_.discard(key)
             if size[key] > MAX_EXPANDED_NODES:
-                raise DocumentTooLarge(f"{name}: the value {where(node)} expands to more than {MAX_EXPANDED_NODES:,} "
-                                       "values through YAML aliases (*name); a stack file needs far fewer, so it "
-                                       "is refused before anything expands it")
+                raise DocumentTooLarge(
+                    f"{name}: the value {where(node)} expands to more than {MAX_EXPANDED_NODES:,} "
+                    "values through YAML aliases (*name); a stack file needs far fewer, so it "
+                    "is refused before anything expands it"
+                )
             if depth[key] > MAX_DEPTH:
                 raise DocumentTooLarge(f"{name}: nested too deeply {where(node)} (more than {MAX_DEPTH} levels)")
             continue

@@ -39,8 +39,13 @@ ADDON = "aws:eks/addon:Addon"
 # aws_eks_cluster: ForceNew arguments (terraform-provider-aws internal/service/eks/cluster.go). `vpcConfig.subnetIds`
 # and `version` are updated in place (UpdateClusterConfig, UpdateClusterVersion).
 CLUSTER_REPLACE_FORCING = (
-    "name", "roleArn", "bootstrapSelfManagedAddons", "accessConfig.bootstrapClusterCreatorAdminPermissions",
-    "kubernetesNetworkConfig.ipFamily", "kubernetesNetworkConfig.serviceIpv4Cidr", "outpostConfig",
+    "name",
+    "roleArn",
+    "bootstrapSelfManagedAddons",
+    "accessConfig.bootstrapClusterCreatorAdminPermissions",
+    "kubernetesNetworkConfig.ipFamily",
+    "kubernetesNetworkConfig.serviceIpv4Cidr",
+    "outpostConfig",
     "remoteNetworkConfig",
 )
 # aws_iam_role: ForceNew arguments; a replaced role has a new ARN.
@@ -48,8 +53,18 @@ ROLE_REPLACE_FORCING = ("name", "namePrefix", "path")
 
 # aws_eks_node_group: ForceNew arguments (engine/camelCase names). `subnetIds` is a set: order is not a change.
 NODE_GROUP_REPLACE_FORCING = (
-    "amiType", "capacityType", "clusterName", "diskSize", "instanceTypes", "launchTemplate.id",
-    "launchTemplate.name", "nodeGroupName", "nodeGroupNamePrefix", "nodeRoleArn", "remoteAccess", "subnetIds",
+    "amiType",
+    "capacityType",
+    "clusterName",
+    "diskSize",
+    "instanceTypes",
+    "launchTemplate.id",
+    "launchTemplate.name",
+    "nodeGroupName",
+    "nodeGroupNamePrefix",
+    "nodeRoleArn",
+    "remoteAccess",
+    "subnetIds",
 )
 SET_VALUED = frozenset({"subnetIds"})
 # aws_eks_node_group: updated in place by UpdateNodegroupVersion, which replaces every node.
@@ -60,8 +75,14 @@ LAUNCH_TEMPLATE_REPLACE_FORCING = ("name", "namePrefix")
 LAUNCH_TEMPLATE_NO_NEW_VERSION = frozenset({"tags", "tagsAll", "updateDefaultVersion", "defaultVersion"})
 # aws_ec2_capacity_reservation: ForceNew arguments (a new reservation id, so a new template version).
 CAPACITY_RESERVATION_REPLACE_FORCING = (
-    "availabilityZone", "instanceType", "instancePlatform", "tenancy", "ebsOptimized", "ephemeralStorage",
-    "outpostArn", "placementGroupArn",
+    "availabilityZone",
+    "instanceType",
+    "instancePlatform",
+    "tenancy",
+    "ebsOptimized",
+    "ephemeralStorage",
+    "outpostArn",
+    "placementGroupArn",
 )
 
 
@@ -120,8 +141,10 @@ def _size(inputs: dict[str, Any], template: dict[str, Any] | None) -> str:
     return f"{scaling.get('desiredSize', scaling.get('maxSize', '?'))}× {kinds}"
 
 
-CAPACITY_BLOCK_STAGED = ("staged: a Capacity Block group is upgraded only at desired 0 (EKS); set "
-                         "capacity_block_active: false and apply, apply this change, then remove it (docs/floor.md)")
+CAPACITY_BLOCK_STAGED = (
+    "staged: a Capacity Block group is upgraded only at desired 0 (EKS); set "
+    "capacity_block_active: false and apply, apply this change, then remove it (docs/floor.md)"
+)
 
 
 def _desired(inputs: dict[str, Any]) -> int:
@@ -161,7 +184,7 @@ def _role_urn_of(arn: str, roles: dict[str, dict[str, Any]]) -> str | None:
     last = found.group(1)
     for urn, role in roles.items():
         for name in (role["inputs"].get("name"), role["name"]):
-            if name and (last == name or (last.startswith(name) and MOCK_ID_SUFFIX.match(last[len(name):]))):
+            if name and (last == name or (last.startswith(name) and MOCK_ID_SUFFIX.match(last[len(name) :]))):
                 return urn
     return None
 
@@ -217,8 +240,13 @@ def planned_inputs(base: dict[str, Any] | None, head: dict[str, Any] | None) -> 
         out[urn] = inputs
     # A role that is not replaced keeps its ARN: every head reference to it takes the string the base used for the
     # same role (same URN), whatever either side's offline runner rendered.
-    kept = {urn for urn, r in new.items() if r["type"] == IAM_ROLE and urn in old
-            and not any(_changed(old[urn]["inputs"], out[urn], k) for k in ROLE_REPLACE_FORCING)}
+    kept = {
+        urn
+        for urn, r in new.items()
+        if r["type"] == IAM_ROLE
+        and urn in old
+        and not any(_changed(old[urn]["inputs"], out[urn], k) for k in ROLE_REPLACE_FORCING)
+    }
     base_arn: dict[str, str] = {}
     for arn, urn in sorted(_role_references(old).items()):
         base_arn.setdefault(urn, arn)
@@ -236,8 +264,9 @@ def _version_step(old: Any, new: Any) -> str | None:
         return None
     if b < a:
         return f"Kubernetes {old} -> {new}: EKS never downgrades a cluster"
-    return (f"Kubernetes {old} -> {new}: EKS updates a cluster one minor version at a time "
-            f"(apply {a[0]}.{a[1] + 1} first)")
+    return (
+        f"Kubernetes {old} -> {new}: EKS updates a cluster one minor version at a time (apply {a[0]}.{a[1] + 1} first)"
+    )
 
 
 @dataclass(frozen=True)
@@ -258,11 +287,15 @@ class Blocker:
         return f"{self.action} the {self.what} `{self.name}`{why}"
 
 
-ELASTIC_NODES_UP = ("running nodes are evicted: the offline preview cannot see the group's live size, so it counts "
-                    "nodes as up (docs/capacity.md, \"Node group names\")")
-ROLE_WITHOUT_PATH = ("delete first with the node role `{arn}`, which predates role paths: CI's deploy role may delete "
-                     "the group but not pass that role to CreateNodegroup, so a CI deploy would delete the floor and "
-                     "fail to create it; apply with an administrator's credentials (docs/gitops.md)")
+ELASTIC_NODES_UP = (
+    "running nodes are evicted: the offline preview cannot see the group's live size, so it counts "
+    'nodes as up (docs/capacity.md, "Node group names")'
+)
+ROLE_WITHOUT_PATH = (
+    "delete first with the node role `{arn}`, which predates role paths: CI's deploy role may delete "
+    "the group but not pass that role to CreateNodegroup, so a CI deploy would delete the floor and "
+    "fail to create it; apply with an administrator's credentials (docs/gitops.md)"
+)
 DELETE_FIRST = "delete first:"
 
 
@@ -358,14 +391,30 @@ def _version_blockers(name: str, base: dict[str, Any], head: dict[str, Any], old
         out.append(Blocker("EKS cluster", name, "upgrades", (step,)))
     lagging = _lagging_groups(base, str(old))
     if lagging:
-        out.append(Blocker("EKS cluster", name, "upgrades", (
-            f"Kubernetes {old} -> {new} while node groups lag the control plane ({', '.join(lagging)}): EKS "
-            f"updates the control plane only when every managed node group is on {old}",)))
+        out.append(
+            Blocker(
+                "EKS cluster",
+                name,
+                "upgrades",
+                (
+                    f"Kubernetes {old} -> {new} while node groups lag the control plane ({', '.join(lagging)}): EKS "
+                    f"updates the control plane only when every managed node group is on {old}",
+                ),
+            )
+        )
     behind = _lagging_groups(head, str(new))
     if behind:
-        out.append(Blocker("EKS cluster", name, "upgrades", (
-            f"Kubernetes {old} -> {new} leaves node groups behind ({', '.join(behind)}): EKS will refuse the "
-            "next control-plane update",)))
+        out.append(
+            Blocker(
+                "EKS cluster",
+                name,
+                "upgrades",
+                (
+                    f"Kubernetes {old} -> {new} leaves node groups behind ({', '.join(behind)}): EKS will refuse the "
+                    "next control-plane update",
+                ),
+            )
+        )
     return out
 
 
@@ -387,10 +436,13 @@ def upgrade_steps(base: dict[str, Any] | None, head: dict[str, Any] | None) -> l
             if a != b:
                 addons.append(f"{r['inputs'].get('addonName')} {a} -> {b}")
     steps.append("2. add-ons: " + ("; ".join(addons) if addons else "no version change"))
-    rolled = [c.group for c in group_changes(base, head) if c.action == "rolls" and any(
-        r == "version" for r in c.reasons)]
-    steps.append(f"3. node groups to {new} (UpdateNodegroupVersion, one node at a time where MINIMAL): "
-                 + (", ".join(f"`{g}`" for g in rolled) or "none"))
+    rolled = [
+        c.group for c in group_changes(base, head) if c.action == "rolls" and any(r == "version" for r in c.reasons)
+    ]
+    steps.append(
+        f"3. node groups to {new} (UpdateNodegroupVersion, one node at a time where MINIMAL): "
+        + (", ".join(f"`{g}`" for g in rolled) or "none")
+    )
     return steps
 
 
@@ -404,7 +456,9 @@ def group_changes(base: dict[str, Any] | None, head: dict[str, Any] | None) -> l
     # Reservations whose replacement gives the floor a new reservation id (its template targets it).
     replaced_reservations = [
         (r, [k for k in CAPACITY_RESERVATION_REPLACE_FORCING if _changed(r["inputs"], planned[u], k)])
-        for u, r in old.items() if r["type"] == CAPACITY_RESERVATION and u in new]
+        for u, r in old.items()
+        if r["type"] == CAPACITY_RESERVATION and u in new
+    ]
     replaced_reservations = [(r, keys) for r, keys in replaced_reservations if keys]
 
     out: list[GroupChange] = []
@@ -428,8 +482,9 @@ def group_changes(base: dict[str, Any] | None, head: dict[str, Any] | None) -> l
         if tmpl_a is not None and tmpl_b is not None:
             ta, tb = tmpl_a["inputs"], tmpl_b["inputs"]
             replace += [f"launch template {k}" for k in LAUNCH_TEMPLATE_REPLACE_FORCING if _changed(ta, tb, k)]
-            versioned = sorted(k for k in set(ta) | set(tb)
-                               if k not in LAUNCH_TEMPLATE_NO_NEW_VERSION and ta.get(k) != tb.get(k))
+            versioned = sorted(
+                k for k in set(ta) | set(tb) if k not in LAUNCH_TEMPLATE_NO_NEW_VERSION and ta.get(k) != tb.get(k)
+            )
             if versioned:
                 roll.append(f"new launch template version ({', '.join(versioned)})")
         new_reservation = False
@@ -439,12 +494,20 @@ def group_changes(base: dict[str, Any] | None, head: dict[str, Any] | None) -> l
                     roll.append(f"new capacity reservation ({', '.join(keys)})")
                     new_reservation = True
         held = _reservation_target(tmpl_a)
-        if replace and _tier(a) == "guaranteed" and held and not new_reservation and held == _reservation_target(tmpl_b):
+        if (
+            replace
+            and _tier(a) == "guaranteed"
+            and held
+            and not new_reservation
+            and held == _reservation_target(tmpl_b)
+        ):
             # The new group would target a reservation whose whole capacity the old group holds: its launches
             # fail, so the floor group is replaced delete-first (stacks/capacity/guaranteed.py), with an outage.
             nodes = (a.get("scalingConfig") or {}).get("desiredSize", "?")
-            replace.append(f"delete first: the reservation {held} stays and the old group holds all of it, so "
-                           f"{nodes} floor node(s) are down until the new group is up (docs/floor.md)")
+            replace.append(
+                f"delete first: the reservation {held} stays and the old group holds all of it, so "
+                f"{nodes} floor node(s) are down until the new group is up (docs/floor.md)"
+            )
         if replace and _tier(a) == "guaranteed" and (_reservation_target(tmpl_b) or held):
             # A floor on a reservation is replaced delete-first (stacks/capacity/guaranteed.py). With a node role
             # from before role paths, CI's deploy role could delete the group but not create the new one.

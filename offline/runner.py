@@ -106,7 +106,9 @@ def _eks_cluster(name: str, inputs: dict[str, Any], region: str) -> dict[str, An
     oidc = f"https://oidc.eks.{region}.amazonaws.com/id/{_short_hash(name).upper()}0000000000000000000000"
     return {
         "endpoint": f"https://{_short_hash(name).upper()}.gr7.{region}.eks.amazonaws.com",
-        "certificateAuthority": {"data": "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCm9mZmxpbmUKLS0tLS1FTkQgQ0VSVElGSUNBVEUtLS0tLQo="},
+        "certificateAuthority": {
+            "data": "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCm9mZmxpbmUKLS0tLS1FTkQgQ0VSVElGSUNBVEUtLS0tLQo="
+        },
         "identities": [{"oidcs": [{"issuer": oidc}]}],
         "vpcConfig": {**inputs.get("vpcConfig", {}), "clusterSecurityGroupId": f"sg-{_short_hash(name, 'cluster')}"},
         "version": inputs.get("version", "1.33"),
@@ -140,7 +142,9 @@ def generated_name(prefix: str, logical_name: str) -> str:
 @outputs_for("aws:eks/nodeGroup:NodeGroup")
 def _node_group(name: str, inputs: dict[str, Any], region: str) -> dict[str, Any]:
     out: dict[str, Any] = {
-        "resources": [{"autoscalingGroups": [{"name": f"eks-{name}-{_short_hash(name)}"}]}], "status": "ACTIVE"}
+        "resources": [{"autoscalingGroups": [{"name": f"eks-{name}-{_short_hash(name)}"}]}],
+        "status": "ACTIVE",
+    }
     group_name = inputs.get("nodeGroupName")
     if not group_name and inputs.get("nodeGroupNamePrefix"):
         group_name = generated_name(inputs["nodeGroupNamePrefix"], name)
@@ -170,7 +174,9 @@ class OfflineMocks:
         state = dict(args.inputs)
         state.setdefault("name", args.inputs.get("name", args.name))
         if args.typ.startswith("aws:"):
-            state.setdefault("arn", f"arn:aws:{service}:{self.region}:{ACCOUNT_ID}:{args.typ.rsplit(':', 1)[-1].lower()}/{rid}")
+            state.setdefault(
+                "arn", f"arn:aws:{service}:{self.region}:{ACCOUNT_ID}:{args.typ.rsplit(':', 1)[-1].lower()}/{rid}"
+            )
         extra = TYPE_OUTPUTS.get(args.typ)
         if extra is not None:
             extra_state = extra(args.name, args.inputs, self.region)
@@ -188,7 +194,11 @@ class OfflineMocks:
 InvokeFn = Callable[[dict[str, Any], OfflineMocks], dict[str, Any]]
 INVOKES: dict[str, InvokeFn] = {
     "aws:index/getCallerIdentity:getCallerIdentity": lambda a, m: {
-        "accountId": ACCOUNT_ID, "arn": f"arn:aws:iam::{ACCOUNT_ID}:user/offline", "userId": "AIDAOFFLINE", "id": ACCOUNT_ID},
+        "accountId": ACCOUNT_ID,
+        "arn": f"arn:aws:iam::{ACCOUNT_ID}:user/offline",
+        "userId": "AIDAOFFLINE",
+        "id": ACCOUNT_ID,
+    },
     "aws:index/getRegion:getRegion": lambda a, m: {"name": m.region, "region": m.region, "id": m.region},
     "aws:index/getPartition:getPartition": lambda a, m: {"partition": "aws", "dnsSuffix": "amazonaws.com", "id": "aws"},
     "aws:eks/getCluster:getCluster": lambda a, m: {
@@ -196,17 +206,29 @@ INVOKES: dict[str, InvokeFn] = {
         "arn": f"arn:aws:eks:{m.region}:{ACCOUNT_ID}:cluster/{a.get('name')}",
         "endpoint": f"https://{_short_hash(a.get('name', '')).upper()}.gr7.{m.region}.eks.amazonaws.com",
         "version": "1.33",
-        "certificateAuthorities": [{"data": "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCm9mZmxpbmUKLS0tLS1FTkQgQ0VSVElGSUNBVEUtLS0tLQo="}],
+        "certificateAuthorities": [
+            {"data": "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCm9mZmxpbmUKLS0tLS1FTkQgQ0VSVElGSUNBVEUtLS0tLQo="}
+        ],
         "identities": [{"oidcs": [{"issuer": f"https://oidc.eks.{m.region}.amazonaws.com/id/OFFLINE"}]}],
-        "vpcConfig": {"vpcId": "vpc-0offline", "subnetIds": ["subnet-0offline1", "subnet-0offline2"],
-                      "clusterSecurityGroupId": "sg-0offline", "securityGroupIds": [], "endpointPrivateAccess": True,
-                      "endpointPublicAccess": False, "publicAccessCidrs": []},
+        "vpcConfig": {
+            "vpcId": "vpc-0offline",
+            "subnetIds": ["subnet-0offline1", "subnet-0offline2"],
+            "clusterSecurityGroupId": "sg-0offline",
+            "securityGroupIds": [],
+            "endpointPrivateAccess": True,
+            "endpointPublicAccess": False,
+            "publicAccessCidrs": [],
+        },
         "roleArn": f"arn:aws:iam::{ACCOUNT_ID}:role/{a.get('name')}-cluster",
         "id": a.get("name"),
     },
     "aws:ecr/getAuthorizationToken:getAuthorizationToken": lambda a, m: {
-        "userName": "AWS", "password": "offline-token", "proxyEndpoint": f"https://{ACCOUNT_ID}.dkr.ecr.{m.region}.amazonaws.com",
-        "authorizationToken": "QVdTOm9mZmxpbmU=", "id": m.region},
+        "userName": "AWS",
+        "password": "offline-token",
+        "proxyEndpoint": f"https://{ACCOUNT_ID}.dkr.ecr.{m.region}.amazonaws.com",
+        "authorizationToken": "QVdTOm9mZmxpbmU=",
+        "id": m.region,
+    },
 }
 
 
@@ -223,8 +245,12 @@ def _get_node_groups(args: dict[str, Any], mocks: "OfflineMocks") -> dict[str, A
 def _get_node_group(args: dict[str, Any], mocks: "OfflineMocks") -> dict[str, Any]:
     key = (args.get("clusterName"), args.get("nodeGroupName"))
     size = LIVE_NODE_GROUPS[key]
-    return {"clusterName": key[0], "nodeGroupName": key[1], "id": f"{key[0]}:{key[1]}",
-            "scalingConfigs": [{"desiredSize": size, "minSize": 0, "maxSize": max(size, 1)}]}
+    return {
+        "clusterName": key[0],
+        "nodeGroupName": key[1],
+        "id": f"{key[0]}:{key[1]}",
+        "scalingConfigs": [{"desiredSize": size, "minSize": 0, "maxSize": max(size, 1)}],
+    }
 
 
 INVOKES["aws:eks/getNodeGroups:getNodeGroups"] = _get_node_groups
@@ -262,20 +288,22 @@ def _make_monitor(mocks: OfflineMocks, records: list[RecordedResource]):
             if request.type != "pulumi:pulumi:Stack":
                 inputs = rpc.deserialize_properties(request.object)
                 reg = self.resources.get(response.urn)
-                records.append(RecordedResource(
-                    urn=response.urn,
-                    type=request.type,
-                    name=request.name,
-                    parent=request.parent,
-                    inputs=_plain(inputs),
-                    outputs=_plain(reg.state if reg else {}),
-                    custom=bool(request.custom),
-                    ignore_changes=list(request.ignoreChanges),
-                    protect=bool(request.protect),
-                    delete_before_replace=bool(request.deleteBeforeReplace),
-                    provider=request.provider,
-                    dependencies=list(request.dependencies),
-                ))
+                records.append(
+                    RecordedResource(
+                        urn=response.urn,
+                        type=request.type,
+                        name=request.name,
+                        parent=request.parent,
+                        inputs=_plain(inputs),
+                        outputs=_plain(reg.state if reg else {}),
+                        custom=bool(request.custom),
+                        ignore_changes=list(request.ignoreChanges),
+                        protect=bool(request.protect),
+                        delete_before_replace=bool(request.deleteBeforeReplace),
+                        provider=request.provider,
+                        dependencies=list(request.dependencies),
+                    )
+                )
             return response
 
     return RecordingMonitor(mocks)
@@ -339,8 +367,13 @@ def config_to_pulumi(config: dict[str, Any]) -> dict[str, str]:
     return {k: (v if isinstance(v, str) else json.dumps(v)) for k, v in config.items()}
 
 
-def run_program(stack: str, config: dict[str, Any], program: Path | None = None,
-                records: list[RecordedResource] | None = None, prices: Prices | None = None) -> Recording:
+def run_program(
+    stack: str,
+    config: dict[str, Any],
+    program: Path | None = None,
+    records: list[RecordedResource] | None = None,
+    prices: Prices | None = None,
+) -> Recording:
     """Run __main__.py with `config` (the stack YAML's `config:` map) and return what it declared.
 
     `records` (optional) receives each resource as it is registered, also when the program fails. `prices`: the
@@ -392,8 +425,13 @@ def run_program(stack: str, config: dict[str, Any], program: Path | None = None,
     finally:
         os.chdir(cwd)
         pulumi_settings.ROOT.set(None)
-    return Recording(stack=stack, resources=records, outputs=exported, invokes=list(mocks.invokes),
-                     invoke_args=list(mocks.invoke_args))
+    return Recording(
+        stack=stack,
+        resources=records,
+        outputs=exported,
+        invokes=list(mocks.invokes),
+        invoke_args=list(mocks.invoke_args),
+    )
 
 
 @outputs_for("aws:ecr/repository:Repository")
@@ -420,4 +458,3 @@ def _iam_role(name: str, inputs: dict[str, Any], region: str) -> dict[str, Any]:
 def _iam_policy(name: str, inputs: dict[str, Any], region: str) -> dict[str, Any]:
     # IAM's real ARN shape: global (no region), the path inside the ARN (IAM patterns match on it).
     return {"arn": f"arn:aws:iam::{ACCOUNT_ID}:policy{inputs.get('path') or '/'}{inputs.get('name', name)}"}
-

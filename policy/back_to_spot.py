@@ -22,8 +22,15 @@ from __future__ import annotations
 from policy.model import Group, PoolSettings
 
 
-def closed_to_new_pods(ps: PoolSettings, spot: Group | None, od: Group | None, nodes, spot_short: bool,
-                       draining: bool, on_demand_only_pending: bool = False) -> tuple[str, ...] | None:
+def closed_to_new_pods(
+    ps: PoolSettings,
+    spot: Group | None,
+    od: Group | None,
+    nodes,
+    spot_short: bool,
+    draining: bool,
+    on_demand_only_pending: bool = False,
+) -> tuple[str, ...] | None:
     """The instance ids of the pool's on-demand nodes (in service or booting) that should take no new pods; () when
     none should (spot short or its last activity failed for capacity, the budget drain, the rule off, or pods that
     may not run on spot are pending: the on-demand group is their home, not a fallback to leave, and a closed node
@@ -37,8 +44,10 @@ def closed_to_new_pods(ps: PoolSettings, spot: Group | None, od: Group | None, n
 
 
 def why(spot: Group, closed: tuple[str, ...]) -> str:
-    return (f"spot {spot.name} is back: {len(closed)} on-demand node(s) take no new pods (NoSchedule taint) and go "
-            "once idle; pods that wait get spot nodes")
+    return (
+        f"spot {spot.name} is back: {len(closed)} on-demand node(s) take no new pods (NoSchedule taint) and go "
+        "once idle; pods that wait get spot nodes"
+    )
 
 
 __all__ = ["closed_to_new_pods", "why"]

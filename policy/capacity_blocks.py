@@ -70,8 +70,15 @@ PHASE_UNCONFIRMED = "unconfirmed"  # the configured window says drain or down, b
 # EC2 CapacityReservation.State (botocore ec2 model): a block that is over, and one not delivered yet.
 ENDED_STATES = frozenset({"expired", "cancelled", "cancelling", "failed", "payment-failed"})
 WAITING_STATES = frozenset({"scheduled", "pending", "payment-pending", "assessing", "delayed"})
-BLOCK_REASONS = frozenset({Reason.CAPACITY_BLOCK_WAITING, Reason.CAPACITY_BLOCK_START, Reason.CAPACITY_BLOCK_DRAIN,
-                           Reason.CAPACITY_BLOCK_END, Reason.CAPACITY_BLOCK_HELD})
+BLOCK_REASONS = frozenset(
+    {
+        Reason.CAPACITY_BLOCK_WAITING,
+        Reason.CAPACITY_BLOCK_START,
+        Reason.CAPACITY_BLOCK_DRAIN,
+        Reason.CAPACITY_BLOCK_END,
+        Reason.CAPACITY_BLOCK_HELD,
+    }
+)
 
 
 def parse_time(text: str | None) -> datetime:
@@ -112,8 +119,10 @@ def mismatch(ps: PoolSettings, dates: BlockDates | None) -> str | None:
         return None
     start, end = parse_time(ps.capacity_block_start), parse_time(ps.capacity_block_end)
     if (start, end) != (dates.start, dates.end):
-        return (f"EC2 says {_iso(dates.start)} to {_iso(dates.end)} ({dates.state}), config says {_iso(start)} to "
-                f"{_iso(end)}: the policy follows EC2; correct guaranteed.capacity_block_start/_end")
+        return (
+            f"EC2 says {_iso(dates.start)} to {_iso(dates.end)} ({dates.state}), config says {_iso(start)} to "
+            f"{_iso(end)}: the policy follows EC2; correct guaranteed.capacity_block_start/_end"
+        )
     return None
 
 
@@ -148,8 +157,9 @@ def _hold(ps: PoolSettings, reason: Reason, detail: str) -> Action:
     return Action(ps.name, ACTION_HOLD, reason, group=ps.guaranteed_group, detail=detail)
 
 
-def block_actions(ps: PoolSettings, po: PoolObservation | None, now: datetime,
-                  timers: Timers | None = None) -> list[Action]:
+def block_actions(
+    ps: PoolSettings, po: PoolObservation | None, now: datetime, timers: Timers | None = None
+) -> list[Action]:
     """The window's actions on the pool's Capacity Block group this tick; [] for any other pool. `timers`: the
     window's dates (start, drain, EKS's scale-down) change the phase."""
     if not is_block(ps):
@@ -163,62 +173,130 @@ def block_actions(ps: PoolSettings, po: PoolObservation | None, now: datetime,
             for t in (start, drain_at(end, ps.capacity_block_checkpoint_lead_minutes), scale_down_at(end)):
                 timers.at(t)
     except ValueError as err:  # the settings are validated at plan time; a bad one is reported, never a crash
-        return [Action(name, ACTION_HOLD, Reason.HOLD_MISSING_DATA, group=gname,
-                       detail=f"Capacity Block window unreadable ({err}): the block's group is left alone")]
+        return [
+            Action(
+                name,
+                ACTION_HOLD,
+                Reason.HOLD_MISSING_DATA,
+                group=gname,
+                detail=f"Capacity Block window unreadable ({err}): the block's group is left alone",
+            )
+        ]
     return _group_actions(ps, po, now, where, start, end) + _quota_actions(ps, po, where)
 
 
-def _group_actions(ps: PoolSettings, po: PoolObservation | None, now: datetime, where: str, start: datetime,
-                   end: datetime) -> list[Action]:
+def _group_actions(
+    ps: PoolSettings, po: PoolObservation | None, now: datetime, where: str, start: datetime, end: datetime
+) -> list[Action]:
     name, gname = ps.name, ps.guaranteed_group
     if where == PHASE_HELD:
-        return [_hold(ps, Reason.CAPACITY_BLOCK_HELD, "capacity_block_active: false holds the block's group "
-                      "(a roll at desired 0): left alone")]
+        return [
+            _hold(
+                ps,
+                Reason.CAPACITY_BLOCK_HELD,
+                "capacity_block_active: false holds the block's group (a roll at desired 0): left alone",
+            )
+        ]
     if where == PHASE_UNCONFIRMED:
-        return [Action(name, ACTION_HOLD, Reason.HOLD_MISSING_DATA, group=gname,
-                       detail=f"the configured window ends at {_iso(end)}, but EC2's dates for the block could not "
-                              "be read: no drain or scale-down on config alone (an extension or a typo would take "
-                              "a paid block away early); EKS still scales the group down 40 minutes before the "
-                              "real end")]
+        return [
+            Action(
+                name,
+                ACTION_HOLD,
+                Reason.HOLD_MISSING_DATA,
+                group=gname,
+                detail=f"the configured window ends at {_iso(end)}, but EC2's dates for the block could not "
+                "be read: no drain or scale-down on config alone (an extension or a typo would take "
+                "a paid block away early); EKS still scales the group down 40 minutes before the "
+                "real end",
+            )
+        ]
     dates = po.block_dates if po is not None else None
     if where == PHASE_BEFORE:
         state = f" (EC2: {dates.state})" if dates is not None and dates.state in WAITING_STATES else ""
-        return [_hold(ps, Reason.CAPACITY_BLOCK_WAITING, f"the block starts at {_iso(start)}{state}: a launch "
-                      "before then fails")]
+        return [
+            _hold(
+                ps,
+                Reason.CAPACITY_BLOCK_WAITING,
+                f"the block starts at {_iso(start)}{state}: a launch before then fails",
+            )
+        ]
     group = po.group(gname) if po is not None else None
     if group is None:
-        return [Action(name, ACTION_HOLD, Reason.HOLD_MISSING_DATA, group=gname,
-                       detail=f"Capacity Block group {gname} could not be read")]
+        return [
+            Action(
+                name,
+                ACTION_HOLD,
+                Reason.HOLD_MISSING_DATA,
+                group=gname,
+                detail=f"Capacity Block group {gname} could not be read",
+            )
+        ]
     if group.status != "ACTIVE":
         return [Action(name, ACTION_HOLD, Reason.UPDATE_IN_PROGRESS, group=gname, detail=f"{gname} is {group.status}")]
     down = scale_down_at(end)
     if where == PHASE_UP:
         if group.desired_nodes < ps.guaranteed_nodes:
-            return [Action(name, ACTION_SET_DESIRED, Reason.CAPACITY_BLOCK_START, group=gname,
-                           desired_from=group.desired_nodes, desired_to=ps.guaranteed_nodes,
-                           detail=f"the block is active (from {_iso(start)}) and paid: raise its group "
-                                  f"to {ps.guaranteed_nodes} node(s)")]
+            return [
+                Action(
+                    name,
+                    ACTION_SET_DESIRED,
+                    Reason.CAPACITY_BLOCK_START,
+                    group=gname,
+                    desired_from=group.desired_nodes,
+                    desired_to=ps.guaranteed_nodes,
+                    detail=f"the block is active (from {_iso(start)}) and paid: raise its group "
+                    f"to {ps.guaranteed_nodes} node(s)",
+                )
+            ]
         return []
     if where == PHASE_DRAIN:
-        nodes = sorted((n for n in (po.nodes if po is not None else ()) if n.group == gname
-                        and n.lifecycle == LIFECYCLE_IN_SERVICE), key=lambda n: n.instance_id)
+        nodes = sorted(
+            (
+                n
+                for n in (po.nodes if po is not None else ())
+                if n.group == gname and n.lifecycle == LIFECYCLE_IN_SERVICE
+            ),
+            key=lambda n: n.instance_id,
+        )
         if not nodes:
-            return [_hold(ps, Reason.CAPACITY_BLOCK_DRAIN, f"no node of the block left to drain before "
-                          f"{down.isoformat()}")]
-        return [Action(name, ACTION_CHECKPOINT, Reason.CAPACITY_BLOCK_DRAIN, group=gname, instance_id=n.instance_id,
-                       detail=f"EKS scales the block's group to 0 at {down.isoformat()}: cordon the node and ask its "
-                              f"GPU pods to checkpoint by then ({CHECKPOINT_BY_ANNOTATION})") for n in nodes]
+            return [
+                _hold(ps, Reason.CAPACITY_BLOCK_DRAIN, f"no node of the block left to drain before {down.isoformat()}")
+            ]
+        return [
+            Action(
+                name,
+                ACTION_CHECKPOINT,
+                Reason.CAPACITY_BLOCK_DRAIN,
+                group=gname,
+                instance_id=n.instance_id,
+                detail=f"EKS scales the block's group to 0 at {down.isoformat()}: cordon the node and ask its "
+                f"GPU pods to checkpoint by then ({CHECKPOINT_BY_ANNOTATION})",
+            )
+            for n in nodes
+        ]
     if group.desired_nodes > 0:  # PHASE_DOWN
         over = f" (EC2: {dates.state})" if dates is not None and dates.state in ENDED_STATES else ""
-        return [Action(name, ACTION_SET_DESIRED, Reason.CAPACITY_BLOCK_END, group=gname,
-                       desired_from=group.desired_nodes, desired_to=0,
-                       detail=f"the block ends at {_iso(end)}{over}; from {down.isoformat()} its group is at 0 "
-                              "(EKS's own scale-down; EC2 shuts instances down 30 minutes before the end)")]
+        return [
+            Action(
+                name,
+                ACTION_SET_DESIRED,
+                Reason.CAPACITY_BLOCK_END,
+                group=gname,
+                desired_from=group.desired_nodes,
+                desired_to=0,
+                detail=f"the block ends at {_iso(end)}{over}; from {down.isoformat()} its group is at 0 "
+                "(EKS's own scale-down; EC2 shuts instances down 30 minutes before the end)",
+            )
+        ]
     return []
 
 
-_QUOTA_REASON = {PHASE_BEFORE: Reason.CAPACITY_BLOCK_WAITING, PHASE_DRAIN: Reason.CAPACITY_BLOCK_DRAIN,
-                 PHASE_DOWN: Reason.CAPACITY_BLOCK_END, PHASE_HELD: Reason.CAPACITY_BLOCK_HELD}
+_QUOTA_REASON = {
+    PHASE_BEFORE: Reason.CAPACITY_BLOCK_WAITING,
+    PHASE_DRAIN: Reason.CAPACITY_BLOCK_DRAIN,
+    PHASE_DOWN: Reason.CAPACITY_BLOCK_END,
+    PHASE_HELD: Reason.CAPACITY_BLOCK_HELD,
+}
 
 
 def quota_wanted(ps: PoolSettings, where: str) -> int:
@@ -235,15 +313,23 @@ def _quota_actions(ps: PoolSettings, po: PoolObservation | None, where: str) -> 
     want = quota_wanted(ps, where)
     if po.floor_quota_gpus == want:
         return []
-    return [Action(ps.name, ACTION_SET_QUOTA, _QUOTA_REASON.get(where, Reason.CAPACITY_BLOCK_START),
-                   desired_from=po.floor_quota_gpus, desired_to=want,
-                   detail=f"Kueue ClusterQueue {ps.capacity_block_queue}, flavor {ps.capacity_block_flavor}: "
-                          f"nominalQuota {po.floor_quota_gpus} -> {want} GPU(s) "
-                          f"({'the block is up' if want else 'the block is not up or is draining'})")]
+    return [
+        Action(
+            ps.name,
+            ACTION_SET_QUOTA,
+            _QUOTA_REASON.get(where, Reason.CAPACITY_BLOCK_START),
+            desired_from=po.floor_quota_gpus,
+            desired_to=want,
+            detail=f"Kueue ClusterQueue {ps.capacity_block_queue}, flavor {ps.capacity_block_flavor}: "
+            f"nominalQuota {po.floor_quota_gpus} -> {want} GPU(s) "
+            f"({'the block is up' if want else 'the block is not up or is draining'})",
+        )
+    ]
 
 
-def with_block_actions(ps: PoolSettings, po: PoolObservation | None, decision: PoolDecision,
-                       now: datetime, timers: Timers | None = None) -> PoolDecision:
+def with_block_actions(
+    ps: PoolSettings, po: PoolObservation | None, decision: PoolDecision, now: datetime, timers: Timers | None = None
+) -> PoolDecision:
     """The engine's hook: the decision with the block's actions added (the same decision for any other pool)."""
     extra = block_actions(ps, po, now, timers)
     if not extra:

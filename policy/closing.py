@@ -17,8 +17,14 @@ from policy.ports import NodeGuardPort
 from policy.model import Observation, Plan, Settings
 
 
-def apply(settings: Settings, plan: Plan, obs: Observation, nodes: NodeGuardPort | None, node_names: dict[str, str],
-          record: Callable[[Exception], None]) -> list[tuple[str, bool]]:
+def apply(
+    settings: Settings,
+    plan: Plan,
+    obs: Observation,
+    nodes: NodeGuardPort | None,
+    node_names: dict[str, str],
+    record: Callable[[Exception], None],
+) -> list[tuple[str, bool]]:
     """(node name, closed) for every node whose taint changed."""
     changed: list[tuple[str, bool]] = []
     if nodes is None or plan.dry_run:

@@ -17,11 +17,13 @@ def line(dimensions: dict[str, str], metrics: dict[str, tuple[float, str]], now:
     doc = {
         "_aws": {
             "Timestamp": int(now.timestamp() * 1000),
-            "CloudWatchMetrics": [{
-                "Namespace": M.NAMESPACE,
-                "Dimensions": [sorted(dimensions)],
-                "Metrics": [{"Name": name, "Unit": unit} for name, (_, unit) in sorted(metrics.items())],
-            }],
+            "CloudWatchMetrics": [
+                {
+                    "Namespace": M.NAMESPACE,
+                    "Dimensions": [sorted(dimensions)],
+                    "Metrics": [{"Name": name, "Unit": unit} for name, (_, unit) in sorted(metrics.items())],
+                }
+            ],
         },
         **dimensions,
         **{name: value for name, (value, _) in metrics.items()},
@@ -29,8 +31,14 @@ def line(dimensions: dict[str, str], metrics: dict[str, tuple[float, str]], now:
     return json.dumps(doc, sort_keys=True, separators=(",", ":"))
 
 
-def pool_lines(environment: str, decision: PoolDecision, capacity_of: dict[str, str], elastic_max_nodes: int,
-               estimated_elastic_usd: float | None, now: datetime) -> list[str]:
+def pool_lines(
+    environment: str,
+    decision: PoolDecision,
+    capacity_of: dict[str, str],
+    elastic_max_nodes: int,
+    estimated_elastic_usd: float | None,
+    now: datetime,
+) -> list[str]:
     """The per-pool metrics of one tick."""
     base = {M.DIM_ENVIRONMENT: environment, M.DIM_POOL: decision.pool}
     metrics: dict[str, tuple[float, str]] = {

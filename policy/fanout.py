@@ -25,8 +25,9 @@ R = TypeVar("R")
 DEFAULT_IN_FLIGHT = 8
 
 
-def each(fn: Callable[[T], R], items: Iterable[T], in_flight: int = DEFAULT_IN_FLIGHT) -> list[tuple[T, R | None,
-                                                                                                     Exception | None]]:
+def each(
+    fn: Callable[[T], R], items: Iterable[T], in_flight: int = DEFAULT_IN_FLIGHT
+) -> list[tuple[T, R | None, Exception | None]]:
     """`fn(item)` for every item, at most `in_flight` at once, in the items' order: (item, result, None) or (item,
     None, the exception it raised). Nothing is raised here: each caller decides what a failure of one item means
     (it never stops the others). One item, or `in_flight` 1, runs in the caller's thread."""

@@ -88,9 +88,19 @@ class GangView:
         return total + min(singles, add - total)
 
 
-def view(ps: PoolSettings, po: PoolObservation, groups: dict[str, Group], elastic_nodes: list[Node],
-         in_service: dict[str, int], launching: dict[str, int], spot: Group | None, od: Group | None,
-         spot_short: bool, now: datetime, timers: Timers | None = None) -> GangView | None:
+def view(
+    ps: PoolSettings,
+    po: PoolObservation,
+    groups: dict[str, Group],
+    elastic_nodes: list[Node],
+    in_service: dict[str, int],
+    launching: dict[str, int],
+    spot: Group | None,
+    od: Group | None,
+    spot_short: bool,
+    now: datetime,
+    timers: Timers | None = None,
+) -> GangView | None:
     """The gangs' view of this tick, or None when the pool has no pending gang (the plan is then unchanged).
     `timers`: each gang's wait running out (rule 2) changes the view."""
     gangs = po.pending_gangs
@@ -105,8 +115,10 @@ def view(ps: PoolSettings, po: PoolObservation, groups: dict[str, Group], elasti
     for g in gangs:
         singles.subtract(g.pod_gpus)
     if any(n < 0 for n in singles.values()) or any(not g.pod_gpus for g in gangs):
-        problem = ("gang pods that are not among the pending pods: gangs ignored this tick, every pending pod "
-                   "counted on its own")
+        problem = (
+            "gang pods that are not among the pending pods: gangs ignored this tick, every pending pod "
+            "counted on its own"
+        )
         return GangView(spot_short, *_plain(pending, gpn), largest_missing=0, problems=[problem])
 
     spot_unmet = spot is not None and spot.desired_nodes > in_service[spot.name] + launching[spot.name]
@@ -136,10 +148,17 @@ def view(ps: PoolSettings, po: PoolObservation, groups: dict[str, Group], elasti
         lacks = k - has - on_way
         if is_late and lacks > 0 and lacks > room_left:
             # Past the bound and the group new nodes go to cannot add them all: stop holding the part that came.
-            where = (f"{target.name} has room for {room_left}" if target is not None else
-                     f"spot {spot.name} short and no on-demand fallback" if spot is not None else "no elastic group")
-            released.append(f"gang {g.name}: {has} of {k} node(s) up after {ps.gang_wait_minutes} min, {lacks} "
-                            f"missing, {where}: its idle nodes are released; retried whole once capacity is there")
+            where = (
+                f"{target.name} has room for {room_left}"
+                if target is not None
+                else f"spot {spot.name} short and no on-demand fallback"
+                if spot is not None
+                else "no elastic group"
+            )
+            released.append(
+                f"gang {g.name}: {has} of {k} node(s) up after {ps.gang_wait_minutes} min, {lacks} "
+                f"missing, {where}: its idle nodes are released; retried whole once capacity is there"
+            )
             continue
         idle_left -= has
         coming_left -= on_way

@@ -74,8 +74,9 @@ def load_settings() -> Settings:
     else:
         raw = os.environ.get("GPULOAN_SETTINGS")
     if not raw:
-        raise BadSettings(f"no policy settings: the package has no {SETTINGS_FILE.name} and GPULOAN_SETTINGS is "
-                          "not set")
+        raise BadSettings(
+            f"no policy settings: the package has no {SETTINGS_FILE.name} and GPULOAN_SETTINGS is not set"
+        )
     if _settings_cache is None or _settings_cache[0] != raw:
         _settings_cache = (raw, Settings.from_json(raw))
     return _settings_cache[1]
@@ -102,8 +103,9 @@ def _account_id(context, session, deadline: Deadline | None = None) -> str:
     return _bounded(session, "sts", deadline).get_caller_identity()["Account"]
 
 
-def build_ports(settings: Settings, session, context, deadline: Deadline | None = None,
-                errors: list[str] | None = None) -> Ports:
+def build_ports(
+    settings: Settings, session, context, deadline: Deadline | None = None, errors: list[str] | None = None
+) -> Ports:
     """The adapters of one tick. A failure to find the cluster's API server goes into `errors` (the tick's
     errors and PolicyErrors): without it pending pods are unknown and nothing is terminated."""
     from policy.io.kube import KubeClient, eks_token
@@ -117,14 +119,24 @@ def build_ports(settings: Settings, session, context, deadline: Deadline | None 
     eks = _bounded(session, "eks", deadline)
     # A service pool's utilization scale-up waits out a cooldown from its groups' last change, so its spot groups'
     # activities are read every tick; any other spot group's only while a launch is outstanding (policy/io/nodegroups.py).
-    groups = AwsNodeGroups(eks, _bounded(session, "autoscaling", deadline), _bounded(session, "ec2", deadline),
-                           settings.cluster_name, deadline, in_flight=settings.aws_calls_in_flight,
-                           activities_always=[g for p in settings.pools if p.workload == WORKLOAD_SERVICE
-                                              for g in p.spot_groups])
-    util = CloudWatchUtilization(_bounded(session, "cloudwatch", deadline), settings.cluster_name,
-                                 settings.metric_namespace,
-                                 settings.utilization_metric, settings.reserved_metric, deadline,
-                                 in_flight=settings.aws_calls_in_flight)
+    groups = AwsNodeGroups(
+        eks,
+        _bounded(session, "autoscaling", deadline),
+        _bounded(session, "ec2", deadline),
+        settings.cluster_name,
+        deadline,
+        in_flight=settings.aws_calls_in_flight,
+        activities_always=[g for p in settings.pools if p.workload == WORKLOAD_SERVICE for g in p.spot_groups],
+    )
+    util = CloudWatchUtilization(
+        _bounded(session, "cloudwatch", deadline),
+        settings.cluster_name,
+        settings.metric_namespace,
+        settings.utilization_metric,
+        settings.reserved_metric,
+        deadline,
+        in_flight=settings.aws_calls_in_flight,
+    )
     endpoint = os.environ.get("GPULOAN_KUBE_ENDPOINT")
     ca_pem = os.environ.get("GPULOAN_KUBE_CA_PEM")
     pods = None
@@ -140,23 +152,29 @@ def build_ports(settings: Settings, session, context, deadline: Deadline | None 
         pods = KubeClient(endpoint, ca_pem, lambda: eks_token(sts, credentials, settings.cluster_name), deadline)
     except Exception as err:  # noqa: BLE001 - no API server known: pending pods are unknown, which holds
         if errors is not None:
-            errors.append(f"cluster endpoint unavailable (EKS DescribeCluster): {type(err).__name__}: "
-                          f"{str(err)[:300]}")
+            errors.append(f"cluster endpoint unavailable (EKS DescribeCluster): {type(err).__name__}: {str(err)[:300]}")
     needs_budgets = settings.budget_name or any(p.budget_name for p in settings.pools)
     budgets = None
     if needs_budgets:
         try:
-            budgets = AwsBudgets(_bounded(session, "budgets", deadline), _account_id(context, session, deadline),
-                                 deadline)
+            budgets = AwsBudgets(
+                _bounded(session, "budgets", deadline), _account_id(context, session, deadline), deadline
+            )
         except Exception as err:  # noqa: BLE001 - no account id: spend runs on the estimate alone (still caps)
             if errors is not None:
                 errors.append(f"budgets unreadable (account id unknown): {type(err).__name__}: {str(err)[:300]}")
     table = os.environ.get("GPULOAN_STATE_TABLE")
-    state = DynamoState(_bounded(session, "dynamodb", Deadline.from_context(context, INVOCATION_MARGIN_S)),
-                        table) if table else None
+    state = (
+        DynamoState(_bounded(session, "dynamodb", Deadline.from_context(context, INVOCATION_MARGIN_S)), table)
+        if table
+        else None
+    )
     topic = os.environ.get("GPULOAN_TOPIC_ARN")
-    publisher = SnsPublisher(_bounded(session, "sns", deadline), topic, deadline,
-                             settings.aws_calls_in_flight) if topic else None
+    publisher = (
+        SnsPublisher(_bounded(session, "sns", deadline), topic, deadline, settings.aws_calls_in_flight)
+        if topic
+        else None
+    )
     blocks = None
     if any(p.capacity_block_reservation_id and p.capacity_block_start for p in settings.pools):
         from policy.io.reservations import AwsCapacityBlocks
@@ -177,8 +195,15 @@ def handle(event: dict, context, session=None) -> TickResult:
         if settings.dry_run:
             now, replay = _explicit_time(event["now"]), True
         else:
-            print(json.dumps({"level": "WARNING", "message": "event.now ignored: a live tick uses the clock",
-                              "event_now": str(event["now"])[:64]}))
+            print(
+                json.dumps(
+                    {
+                        "level": "WARNING",
+                        "message": "event.now ignored: a live tick uses the clock",
+                        "event_now": str(event["now"])[:64],
+                    }
+                )
+            )
     deadline = Deadline.from_context(context, DEADLINE_MARGIN_S)
     errors: list[str] = []
     if rebalance.is_recommendation(event):
@@ -190,8 +215,9 @@ def handle(event: dict, context, session=None) -> TickResult:
     # A scheduled tick of a sharded environment names its shard (one schedule per shard); a bad name changes
     # nothing and fails the invocation (the Errors alarm). A spot warning names no shard: see below.
     if problem and settings.shards:
-        raise BadSettings(f"malformed spot warning ({problem}) in an environment with shards: no shard to run; "
-                          "nothing was changed")
+        raise BadSettings(
+            f"malformed spot warning ({problem}) in an environment with shards: no shard to run; nothing was changed"
+        )
     shard = None if leaving else event_shard(settings, event)
     session = session or _warm_session()
     if leaving:
@@ -199,8 +225,16 @@ def handle(event: dict, context, session=None) -> TickResult:
         if not ours:
             # EventBridge's rule matches every spot warning of the account and region (EC2 puts no cluster in the
             # event): another stack's instance costs one DescribeInstances, not a whole tick.
-            print(json.dumps({"level": "INFO", "message": "spot warning for an instance of another stack: skipped",
-                              "environment": settings.environment, "instances": list(leaving)}))
+            print(
+                json.dumps(
+                    {
+                        "level": "INFO",
+                        "message": "spot warning for an instance of another stack: skipped",
+                        "environment": settings.environment,
+                        "instances": list(leaving),
+                    }
+                )
+            )
             from policy.model import Plan
 
             return TickResult(Plan((), dry_run=settings.dry_run, decided_at=now), skipped="not this stack's instance")
@@ -214,12 +248,26 @@ def handle(event: dict, context, session=None) -> TickResult:
                 from policy.tick import record_spot_warning
 
                 table = os.environ.get("GPULOAN_STATE_TABLE")
-                state = DynamoState(_bounded(session, "dynamodb", Deadline.from_context(context, INVOCATION_MARGIN_S)),
-                                    table) if table else None
+                state = (
+                    DynamoState(
+                        _bounded(session, "dynamodb", Deadline.from_context(context, INVOCATION_MARGIN_S)), table
+                    )
+                    if table
+                    else None
+                )
                 return record_spot_warning(settings, state if not replay else None, leaving, now)
     ports = build_ports(settings if shard is None else settings.shard(shard), session, context, deadline, errors)
-    return run_tick(settings, ports, now, deadline=deadline, persist=not replay, errors=errors,
-                    lease=(_lease_holder(context), _lease_seconds(context)), leaving=leaving, shard=shard)
+    return run_tick(
+        settings,
+        ports,
+        now,
+        deadline=deadline,
+        persist=not replay,
+        errors=errors,
+        lease=(_lease_holder(context), _lease_seconds(context)),
+        leaving=leaving,
+        shard=shard,
+    )
 
 
 def event_shard(settings: Settings, event: dict) -> str | None:
@@ -230,25 +278,33 @@ def event_shard(settings: Settings, event: dict) -> str | None:
     shard = event.get("shard")
     if not names:
         if shard is not None:
-            raise BadSettings(f"event.shard {str(shard)[:64]!r}: this environment has no shards (policy.shards); "
-                              "nothing was changed")
+            raise BadSettings(
+                f"event.shard {str(shard)[:64]!r}: this environment has no shards (policy.shards); nothing was changed"
+            )
         return None
     if not isinstance(shard, str) or shard not in names:
-        raise BadSettings(f"event.shard {str(shard)[:64]!r} is not one of this environment's shards "
-                          f"({', '.join(names)}); nothing was changed")
+        raise BadSettings(
+            f"event.shard {str(shard)[:64]!r} is not one of this environment's shards "
+            f"({', '.join(names)}); nothing was changed"
+        )
     return shard
 
 
-def _rebalance(settings: Settings, event: dict, session, context, deadline: Deadline | None,
-               now: datetime) -> TickResult:
+def _rebalance(
+    settings: Settings, event: dict, session, context, deadline: Deadline | None, now: datetime
+) -> TickResult:
     """EC2's rebalance recommendation (policy/rebalance.py): a taint on the node, no tick. Errors are counted in
     PolicyErrors like a tick's."""
     from policy import emf
     from policy.model import Plan
 
     errors: list[str] = []
-    outcome = rebalance.handle(settings, event, _bounded(session, "ec2", deadline),
-                               lambda: build_ports(settings, session, context, deadline, errors).nodes)
+    outcome = rebalance.handle(
+        settings,
+        event,
+        _bounded(session, "ec2", deadline),
+        lambda: build_ports(settings, session, context, deadline, errors).nodes,
+    )
     errors += outcome.errors or []
     print(emf.error_line(settings.environment, len(errors), now))
     if errors:
@@ -300,14 +356,18 @@ def _instance_of_this_stack(settings: Settings, session, instance_id: str, deadl
     return _warned_instance(settings, session, instance_id, deadline)[0]
 
 
-def _warned_instance(settings: Settings, session, instance_id: str,
-                     deadline: Deadline | None = None) -> tuple[bool, str | None]:
+def _warned_instance(
+    settings: Settings, session, instance_id: str, deadline: Deadline | None = None
+) -> tuple[bool, str | None]:
     """(whether the warned instance is this environment's, the shard whose pool owns its node group or None) from
     one DescribeInstances. A failed read counts as ours with no shard known."""
     try:
-        resp = _bounded(session, "ec2", deadline).describe_instances(Filters=[
-            {"Name": "instance-id", "Values": [instance_id]},
-            {"Name": f"tag:{ENVIRONMENT_TAG}", "Values": [settings.environment]}])
+        resp = _bounded(session, "ec2", deadline).describe_instances(
+            Filters=[
+                {"Name": "instance-id", "Values": [instance_id]},
+                {"Name": f"tag:{ENVIRONMENT_TAG}", "Values": [settings.environment]},
+            ]
+        )
     except Exception:  # noqa: BLE001
         return True, None
     instances = [i for r in resp.get("Reservations", []) for i in r.get("Instances", [])]
@@ -336,9 +396,12 @@ _clients: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # session -
 def boto_config():
     from botocore.config import Config
 
-    return Config(connect_timeout=CONNECT_TIMEOUT_S, read_timeout=READ_TIMEOUT_S,
-                  retries={"mode": "adaptive", "total_max_attempts": MAX_ATTEMPTS},
-                  max_pool_connections=MAX_POOL_CONNECTIONS)
+    return Config(
+        connect_timeout=CONNECT_TIMEOUT_S,
+        read_timeout=READ_TIMEOUT_S,
+        retries={"mode": "adaptive", "total_max_attempts": MAX_ATTEMPTS},
+        max_pool_connections=MAX_POOL_CONNECTIONS,
+    )
 
 
 def _client(session, service: str):

@@ -27,8 +27,16 @@ MAX_BACKOFF_S = 2.0
 MIN_TICK_S = 10.0
 
 
-def take(state: StatePort, holder: str, ttl_s: float, now_epoch: float, deadline: Deadline | None = None,
-         patient: bool = False, sleep: Callable[[float], None] = time.sleep, key: str = LEASE_KEY) -> float | None:
+def take(
+    state: StatePort,
+    holder: str,
+    ttl_s: float,
+    now_epoch: float,
+    deadline: Deadline | None = None,
+    patient: bool = False,
+    sleep: Callable[[float], None] = time.sleep,
+    key: str = LEASE_KEY,
+) -> float | None:
     """Seconds waited before the lease was taken, or None when another tick still holds it.
 
     `patient` (a spot warning) retries with doubling backoff while `deadline` leaves MIN_TICK_S after the next

@@ -77,8 +77,11 @@ def _queue_usage(cq: dict, flavors: list[str]) -> tuple[dict[str, float], list[s
                     found[str(row.get("name"))] = _quantity(r["total"])
                 except ValueError:
                     pass  # reported below as absent: never a guessed figure
-    missing = [f"ClusterQueue {name}: status.flavorsUsage has no {GPU_RESOURCE} total for flavor {f}"
-               for f in flavors if f not in found]
+    missing = [
+        f"ClusterQueue {name}: status.flavorsUsage has no {GPU_RESOURCE} total for flavor {f}"
+        for f in flavors
+        if f not in found
+    ]
     return {f: found[f] for f in flavors if f in found}, missing
 
 
@@ -145,20 +148,43 @@ def usage(settings: Settings, queues: ClusterQueuePort) -> tuple[list[Usage], li
     return out, problems, not_read
 
 
-def tick_lines(settings: Settings, queues: ClusterQueuePort | None, state: dict, now: datetime,
-               deadline: Deadline | None, errors: list[str], log: Callable[[str], None]) -> list[str]:
+def tick_lines(
+    settings: Settings,
+    queues: ClusterQueuePort | None,
+    state: dict,
+    now: datetime,
+    deadline: Deadline | None,
+    errors: list[str],
+    log: Callable[[str], None],
+) -> list[str]:
     """The tick's LoanGpus EMF lines. Problems new since the last tick go to `errors` (once: the tick state keeps
     them until they clear); a skip for lack of time is logged, every time, and publishes nothing."""
     if queues is None or not any(p.loan_queue for p in settings.pools):
         return []
     if deadline is not None and deadline.remaining_s() < READ_MIN_SECONDS:
-        log(json.dumps({"level": "WARNING", "message": "loan usage not read: the tick's deadline is near",
-                        "environment": settings.environment, "seconds_left": round(deadline.remaining_s(), 1)}))
+        log(
+            json.dumps(
+                {
+                    "level": "WARNING",
+                    "message": "loan usage not read: the tick's deadline is near",
+                    "environment": settings.environment,
+                    "seconds_left": round(deadline.remaining_s(), 1),
+                }
+            )
+        )
         return []
     figures, problems, not_read = usage(settings, queues)
     if not_read:
-        log(json.dumps({"level": "WARNING", "message": "loan usage partly read: the tick's deadline passed",
-                        "environment": settings.environment, "queues_not_read": not_read}))
+        log(
+            json.dumps(
+                {
+                    "level": "WARNING",
+                    "message": "loan usage partly read: the tick's deadline passed",
+                    "environment": settings.environment,
+                    "queues_not_read": not_read,
+                }
+            )
+        )
     reported = state.get(STATE_KEY)
     reported = {k: v for k, v in reported.items() if isinstance(v, str)} if isinstance(reported, dict) else {}
     for problem in problems:
@@ -166,5 +192,11 @@ def tick_lines(settings: Settings, queues: ClusterQueuePort | None, state: dict,
             errors.append(f"LoanUsageUnavailable: {problem}; reported once, nothing charged from it until it clears")
             reported[problem] = now.isoformat()
     state[STATE_KEY] = {k: v for k, v in reported.items() if k in problems}
-    return [emf.line({M.DIM_ENVIRONMENT: settings.environment, M.DIM_POOL: u.pool, M.DIM_USE: u.use,
-                      M.DIM_FLAVOR: u.flavor}, {M.LOAN_GPUS: (u.gpus, "Count")}, now) for u in figures]
+    return [
+        emf.line(
+            {M.DIM_ENVIRONMENT: settings.environment, M.DIM_POOL: u.pool, M.DIM_USE: u.use, M.DIM_FLAVOR: u.flavor},
+            {M.LOAN_GPUS: (u.gpus, "Count")},
+            now,
+        )
+        for u in figures
+    ]

@@ -205,8 +205,11 @@ class PoolSettings:
     def __post_init__(self):
         # Settings JSON carries the rows as lists: back to tuples (the dataclass stays hashable).
         object.__setattr__(self, "loan_flavors", tuple((str(f), str(p), str(k)) for f, p, k in self.loan_flavors))
-        object.__setattr__(self, "instance_usd_per_hour", tuple(
-            (str(g), str(t), float(usd)) for g, t, usd in self.instance_usd_per_hour))
+        object.__setattr__(
+            self,
+            "instance_usd_per_hour",
+            tuple((str(g), str(t), float(usd)) for g, t, usd in self.instance_usd_per_hour),
+        )
         # Settings JSON carries the sizes as objects: rebuild them, refusing unknown keys and clashing sizes.
         sizes = []
         for i, s in enumerate(self.other_sizes):
@@ -252,9 +255,13 @@ class PoolSettings:
 
     @property
     def elastic_max_nodes(self) -> int:
-        own = (self.spot_max_nodes if self.spot_group else 0) + (self.on_demand_max_nodes if self.on_demand_group else 0)
-        return own + sum((s.spot_max_nodes if s.spot_group else 0) + (s.on_demand_max_nodes if s.on_demand_group else 0)
-                         for s in self.other_sizes)
+        own = (self.spot_max_nodes if self.spot_group else 0) + (
+            self.on_demand_max_nodes if self.on_demand_group else 0
+        )
+        return own + sum(
+            (s.spot_max_nodes if s.spot_group else 0) + (s.on_demand_max_nodes if s.on_demand_group else 0)
+            for s in self.other_sizes
+        )
 
     def max_nodes(self, group: str) -> int:
         s = self.size_of(group) if self.other_sizes else None
@@ -411,9 +418,11 @@ def shard_problem(settings: Settings) -> str | None:
     missing = sorted(set(pools) - set(listed))
     unknown = sorted(set(listed) - set(pools))
     if twice or missing or unknown:
-        return "; ".join(f"{what}: {', '.join(which)}" for what, which in
-                         (("pools in two shards", twice), ("pools in no shard", missing),
-                          ("not pools", unknown)) if which)
+        return "; ".join(
+            f"{what}: {', '.join(which)}"
+            for what, which in (("pools in two shards", twice), ("pools in no shard", missing), ("not pools", unknown))
+            if which
+        )
     return None
 
 

@@ -42,18 +42,18 @@ _ADVICE = {
     KIND_SCALE_UP: "No action needed. Idle nodes are reclaimed after the pool's idle timeout.",
     KIND_RECLAIM: "No action needed. The nodes were idle; capacity returns when pods are pending again.",
     KIND_BUDGET_CAP: "Pending work may wait. Raise the budget (budget.monthly_usd in Pulumi.<env>.yaml) or free "
-                     "capacity if the work is urgent.",
+    "capacity if the work is urgent.",
     KIND_BUDGET_UNKNOWN: "Month-to-date spend could not be read from AWS Budgets and none was kept in the tick "
-                         "state, so enforcement cap_elastic adds no elastic node. Check the function's logs (budgets:"
-                         "ViewBudget, the DynamoDB state table); scale-ups resume once a Budgets figure is read.",
+    "state, so enforcement cap_elastic adds no elastic node. Check the function's logs (budgets:"
+    "ViewBudget, the DynamoDB state table); scale-ups resume once a Budgets figure is read.",
     KIND_BUDGET_DRAIN: "Elastic capacity is being removed, idle nodes first. The guaranteed floor is untouched. "
-                       "Raise the budget or switch enforcement to alert_only to stop the drain.",
+    "Raise the budget or switch enforcement to alert_only to stop the drain.",
     KIND_FALLBACK: "On-demand nodes cost more than spot. They are reclaimed first once spot capacity returns and "
-                   "they go idle.",
+    "they go idle.",
     KIND_RECOVERED: "New demand goes to spot again; on-demand fallback nodes are reclaimed first when idle.",
     KIND_ON_DEMAND_ONLY: "These pods ask for on-demand capacity (or do not tolerate the spot taint) and the pool has "
-                         "no on-demand group, so they wait and no spot node is bought for them. Give the pool "
-                         "on-demand capacity (elastic.capacity spot_then_on_demand) or let the pods tolerate spot.",
+    "no on-demand group, so they wait and no spot node is bought for them. Give the pool "
+    "on-demand capacity (elastic.capacity spot_then_on_demand) or let the pods tolerate spot.",
     KIND_ERROR: "Capacity was left as it was. If this repeats, check the function's logs and its Errors alarm.",
 }
 
@@ -71,8 +71,11 @@ def kinds_of(decision: PoolDecision) -> list[str]:
     kinds = []
     reasons = set(decision.reasons)
     changes = decision.changes
-    if any(a.kind == ACTION_SET_DESIRED and a.reason in (Reason.SCALE_UP_PENDING, Reason.SCALE_UP_UTILIZATION,
-                                                         Reason.ON_DEMAND_ONLY) for a in changes):
+    if any(
+        a.kind == ACTION_SET_DESIRED
+        and a.reason in (Reason.SCALE_UP_PENDING, Reason.SCALE_UP_UTILIZATION, Reason.ON_DEMAND_ONLY)
+        for a in changes
+    ):
         kinds.append(KIND_SCALE_UP)
     if any(a.kind == ACTION_TERMINATE and a.reason == Reason.RECLAIM_IDLE for a in changes):
         kinds.append(KIND_RECLAIM)
@@ -95,21 +98,38 @@ def _money(v: float | None) -> str:
     return "unknown" if v is None else f"${v:,.2f}"
 
 
-def render(kind: str, environment: str, decision: PoolDecision, budget_usd: float | None = None,
-           dry_run: bool = False) -> Message:
-    n = sum(1 for a in decision.changes if (kind == KIND_SCALE_UP and a.kind == ACTION_SET_DESIRED)
-            or (kind == KIND_RECLAIM and a.kind == ACTION_TERMINATE))
+def render(
+    kind: str, environment: str, decision: PoolDecision, budget_usd: float | None = None, dry_run: bool = False
+) -> Message:
+    n = sum(
+        1
+        for a in decision.changes
+        if (kind == KIND_SCALE_UP and a.kind == ACTION_SET_DESIRED)
+        or (kind == KIND_RECLAIM and a.kind == ACTION_TERMINATE)
+    )
     if kind == KIND_SCALE_UP:
-        n = sum(a.desired_to - a.desired_from for a in decision.changes if a.kind == ACTION_SET_DESIRED
-                and a.desired_to is not None and a.desired_from is not None and a.desired_to > a.desired_from)
+        n = sum(
+            a.desired_to - a.desired_from
+            for a in decision.changes
+            if a.kind == ACTION_SET_DESIRED
+            and a.desired_to is not None
+            and a.desired_from is not None
+            and a.desired_to > a.desired_from
+        )
     headline = _HEADLINE[kind].format(n=n)
     prefix = f"[gpuloan {environment}]{' [dry run]' if dry_run else ''} {decision.pool}: "
     subject = (prefix + headline)[:SUBJECT_MAX]
-    lines = [f"Environment: {environment}", f"Pool: {decision.pool}", f"What happened: {headline}"
-             + (" (dry run: nothing was changed)" if dry_run else ""), ""]
-    relevant = [a for a in decision.actions
-                if a.changes or kind in (KIND_BUDGET_CAP, KIND_BUDGET_UNKNOWN, KIND_RECOVERED, KIND_ERROR,
-                                         KIND_ON_DEMAND_ONLY)]
+    lines = [
+        f"Environment: {environment}",
+        f"Pool: {decision.pool}",
+        f"What happened: {headline}" + (" (dry run: nothing was changed)" if dry_run else ""),
+        "",
+    ]
+    relevant = [
+        a
+        for a in decision.actions
+        if a.changes or kind in (KIND_BUDGET_CAP, KIND_BUDGET_UNKNOWN, KIND_RECOVERED, KIND_ERROR, KIND_ON_DEMAND_ONLY)
+    ]
     for a in relevant:
         what = a.reason.value
         if a.kind == ACTION_SET_DESIRED:
@@ -117,20 +137,32 @@ def render(kind: str, environment: str, decision: PoolDecision, budget_usd: floa
         elif a.kind == ACTION_TERMINATE:
             what += f": terminated {a.instance_id} in {a.group}"
         lines.append(f" - {what}" + (f" ({a.detail})" if a.detail else ""))
-    lines += ["", "Elastic nodes now: " + (", ".join(f"{g}={n}" for g, n in sorted(decision.desired_after.items()))
-                                         or "none"),
-              # The reported figure is the running estimate alone when no Budgets figure was read: not the month.
-              f"Month-to-date spend: "
-              f"{'unknown' if kind == KIND_BUDGET_UNKNOWN else _money(decision.month_to_date_usd)}"
-              + (f" of {_money(budget_usd)} budget" if budget_usd is not None else ""),
-              f"Projected month: {_money(decision.projected_month_usd)}", "", _ADVICE[kind]]
+    lines += [
+        "",
+        "Elastic nodes now: " + (", ".join(f"{g}={n}" for g, n in sorted(decision.desired_after.items())) or "none"),
+        # The reported figure is the running estimate alone when no Budgets figure was read: not the month.
+        f"Month-to-date spend: "
+        f"{'unknown' if kind == KIND_BUDGET_UNKNOWN else _money(decision.month_to_date_usd)}"
+        + (f" of {_money(budget_usd)} budget" if budget_usd is not None else ""),
+        f"Projected month: {_money(decision.projected_month_usd)}",
+        "",
+        _ADVICE[kind],
+    ]
     return Message(kind, decision.pool, subject, "\n".join(lines))
 
 
 def render_error(environment: str, error: str) -> Message:
     subject = f"[gpuloan {environment}] all pools: {_HEADLINE[KIND_ERROR]}"[:SUBJECT_MAX]
-    body = "\n".join([f"Environment: {environment}", f"What happened: {_HEADLINE[KIND_ERROR]}", "",
-                      f"Error: {error}", "", _ADVICE[KIND_ERROR]])
+    body = "\n".join(
+        [
+            f"Environment: {environment}",
+            f"What happened: {_HEADLINE[KIND_ERROR]}",
+            "",
+            f"Error: {error}",
+            "",
+            _ADVICE[KIND_ERROR],
+        ]
+    )
     return Message(KIND_ERROR, "all pools", subject, body)
 
 

@@ -49,19 +49,23 @@ def split(po: PoolObservation, spot: Group | None) -> tuple[OffSpot | None, str 
     rest = Counter(p for p in pending if p > 0)
     rest.subtract(pods)
     if any(n < 0 for n in rest.values()):
-        return None, ("pods that may not run on spot that are not among the pending pods: every pending pod "
-                      "counted spot-first this tick")
+        return None, (
+            "pods that may not run on spot that are not among the pending pods: every pending pod "
+            "counted spot-first this tick"
+        )
     gangs = tuple(g for g in po.pending_gangs if g.on_demand_only)
-    rest_po = dataclasses.replace(po, pending_pod_gpus=tuple(sorted(rest.elements(), reverse=True)),
-                                  pending_gangs=tuple(g for g in po.pending_gangs if not g.on_demand_only),
-                                  on_demand_only_pod_gpus=())
+    rest_po = dataclasses.replace(
+        po,
+        pending_pod_gpus=tuple(sorted(rest.elements(), reverse=True)),
+        pending_gangs=tuple(g for g in po.pending_gangs if not g.on_demand_only),
+        on_demand_only_pod_gpus=(),
+    )
     return OffSpot(pods, gangs, rest_po), None
 
 
 def describe(pods: tuple[int, ...]) -> str:
     """'3 pending pod(s) that may not run on spot (2 x 8 GPUs, 1 x 4 GPUs)' for the reasons' details."""
-    sizes = ", ".join(f"{n} x {g} GPU{'s' if g != 1 else ''}" for g, n in sorted(Counter(pods).items(),
-                                                                                  reverse=True))
+    sizes = ", ".join(f"{n} x {g} GPU{'s' if g != 1 else ''}" for g, n in sorted(Counter(pods).items(), reverse=True))
     return f"{len(pods)} pending pod(s) that may not run on spot ({sizes})"
 
 

@@ -41,7 +41,7 @@ def first_fit_runs(counts: Mapping[int, int], gpus_per_node: int, runs: list[lis
             untouched = bins - filled - (1 if rest else 0)
             if untouched:
                 split.append([free, untouched])
-            runs[i:i + 1] = split
+            runs[i : i + 1] = split
             left = 0
         if left:
             per_bin = gpus_per_node // need

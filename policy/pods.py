@@ -61,8 +61,9 @@ def pod_pools(pod: dict) -> set[str]:
     if selected:
         return {selected}
     pools: set[str] = set()
-    required = (((spec.get("affinity") or {}).get("nodeAffinity") or {})
-                .get("requiredDuringSchedulingIgnoredDuringExecution") or {})
+    required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ) or {}
     for term in required.get("nodeSelectorTerms") or []:
         for expr in term.get("matchExpressions") or []:
             if expr.get("key") == POOL_LABEL and expr.get("operator") == "In":
@@ -84,6 +85,7 @@ def elastic_shapes(pool: str, spot: bool, on_demand: bool) -> tuple[NodeShape, .
     taint, on-demand ones the GPU taint only. The GPU taint is not checked: EKS runs the ExtendedResourceToleration
     admission controller, which gives every pod that requests nvidia.com/gpu a toleration for it
     (docs/aws-rules.md), and only GPU pods are counted."""
+
     def shape(capacity: str, taints: tuple[str, ...]) -> NodeShape:
         return NodeShape(((POOL_LABEL, pool), (TIER_LABEL, ELASTIC_TIER), (CAPACITY_LABEL, capacity)), taints)
 
@@ -144,11 +146,15 @@ def admits(pod: dict, shape: NodeShape) -> bool:
     for key, value in (spec.get("nodeSelector") or {}).items():
         if key.startswith("gpuloan.io/") and labels.get(key) != value:
             return False
-    required = (((spec.get("affinity") or {}).get("nodeAffinity") or {})
-                .get("requiredDuringSchedulingIgnoredDuringExecution") or {})
+    required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ) or {}
     terms = required.get("nodeSelectorTerms") or []
-    if terms and not any(all(_expression_holds(e, labels) for e in (term or {}).get("matchExpressions") or [])
-                         for term in terms if isinstance(term, dict)):
+    if terms and not any(
+        all(_expression_holds(e, labels) for e in (term or {}).get("matchExpressions") or [])
+        for term in terms
+        if isinstance(term, dict)
+    ):
         return False
     tolerations = spec.get("tolerations") or []
     return all(_tolerates(tolerations, key) for key in shape.taint_keys)
@@ -183,13 +189,17 @@ def gang_of(pod: dict) -> str | None:
     spec = pod.get("spec") or {}
     ref = spec.get("workloadRef") or {}
     # v1.35: the gang is one pod group of one Workload, and each replica key of it is a gang of its own.
-    group = "/".join(str(ref[k]) for k in ("name", "podGroup", "podGroupReplicaKey") if ref.get(k)) if (
-        ref.get("name") and ref.get("podGroup")) else None
+    group = (
+        "/".join(str(ref[k]) for k in ("name", "podGroup", "podGroupReplicaKey") if ref.get(k))
+        if (ref.get("name") and ref.get("podGroup"))
+        else None
+    )
     group = group or (spec.get("schedulingGroup") or {}).get("podGroupName")
     if not group:
         labels, annotations = meta.get("labels") or {}, meta.get("annotations") or {}
         group = next((labels[k] for k in GANG_LABELS if labels.get(k)), None) or next(
-            (annotations[k] for k in GANG_ANNOTATIONS if annotations.get(k)), None)
+            (annotations[k] for k in GANG_ANNOTATIONS if annotations.get(k)), None
+        )
     if not isinstance(group, str) or not group:
         return None
     return f"{meta.get('namespace', '')}/{group}"

@@ -37,8 +37,9 @@ class GroupState:
 
 
 class NodeGroupPort(Protocol):
-    def read(self, names: list[str], now: datetime, activities_for: set[str],
-             on_error: Callable[[PolicyError], None]) -> dict[str, GroupState]: ...
+    def read(
+        self, names: list[str], now: datetime, activities_for: set[str], on_error: Callable[[PolicyError], None]
+    ) -> dict[str, GroupState]: ...
 
     def recheck(self, group: str) -> GroupState: ...
 
@@ -98,17 +99,21 @@ class BlockDatesPort(Protocol):
 
 
 class PendingPodsPort(Protocol):
-    def pending_gpus(self, pools: list[str], shapes: Mapping[str, Sequence[NodeShape]] | None = None
-                     ) -> dict[str, tuple[int, ...]]: ...
+    def pending_gpus(
+        self, pools: list[str], shapes: Mapping[str, Sequence[NodeShape]] | None = None
+    ) -> dict[str, tuple[int, ...]]: ...
 
-    def gpu_pod_arrivals(self, pools: list[str], since: datetime, shapes: Mapping[str, Sequence[NodeShape]] | None = None
-                         ) -> dict[str, tuple[tuple[datetime, int], ...]]: ...
+    def gpu_pod_arrivals(
+        self, pools: list[str], since: datetime, shapes: Mapping[str, Sequence[NodeShape]] | None = None
+    ) -> dict[str, tuple[tuple[datetime, int], ...]]: ...
 
-    def pending_gangs(self, pools: list[str], shapes: Mapping[str, Sequence[NodeShape]] | None = None
-                      ) -> dict[str, tuple[PendingGang, ...]]: ...
+    def pending_gangs(
+        self, pools: list[str], shapes: Mapping[str, Sequence[NodeShape]] | None = None
+    ) -> dict[str, tuple[PendingGang, ...]]: ...
 
-    def pending_on_demand_only(self, pools: list[str], shapes: Mapping[str, Sequence[NodeShape]] | None = None
-                               ) -> dict[str, tuple[int, ...]]: ...
+    def pending_on_demand_only(
+        self, pools: list[str], shapes: Mapping[str, Sequence[NodeShape]] | None = None
+    ) -> dict[str, tuple[int, ...]]: ...
 
     def gpu_pods_by_node(self) -> dict[str, int]: ...
 

@@ -57,25 +57,35 @@ class Outcome:
     errors: list[str] | None = None
 
 
-def handle(settings: Settings, event: dict, ec2, nodes: Callable[[], NodeGuardPort | None],
-           log: Callable[[str], None] = print) -> Outcome:
+def handle(
+    settings: Settings, event: dict, ec2, nodes: Callable[[], NodeGuardPort | None], log: Callable[[str], None] = print
+) -> Outcome:
     """Taint the node of the instance the recommendation names, if its pool opted in. `nodes` builds the Kubernetes
     client only when it is needed."""
     iid = recommendation(event)
     if iid is None:
         detail = event.get("detail")
         shown = detail.get("instance-id") if isinstance(detail, dict) else detail
-        return Outcome(None, skipped="malformed", errors=[f"malformed rebalance recommendation ignored: instance-id "
-                                                           f"{str(shown)[:40]!r} is not an EC2 instance id"])
+        return Outcome(
+            None,
+            skipped="malformed",
+            errors=[
+                f"malformed rebalance recommendation ignored: instance-id {str(shown)[:40]!r} is not an EC2 instance id"
+            ],
+        )
     opted = {p.name for p in settings.pools if p.rebalance_checkpoint}
     if not opted:
         return _skip(Outcome(iid, skipped="no pool has rebalance_checkpoint"), log)
     try:
         found = describe(ec2, settings, iid)
     except Exception as err:  # noqa: BLE001 - EC2 unreadable: nothing known to act on; reported
-        return Outcome(iid, skipped="instance unreadable",
-                       errors=[f"rebalance recommendation for {iid}: DescribeInstances failed: {type(err).__name__}: "
-                               f"{str(err)[:300]}"])
+        return Outcome(
+            iid,
+            skipped="instance unreadable",
+            errors=[
+                f"rebalance recommendation for {iid}: DescribeInstances failed: {type(err).__name__}: {str(err)[:300]}"
+            ],
+        )
     if found is None:
         return _skip(Outcome(iid, skipped="not this stack's instance"), log)
     pool, node = found
@@ -97,13 +107,30 @@ def handle(settings: Settings, event: dict, ec2, nodes: Callable[[], NodeGuardPo
     except PolicyError as err:
         out.errors = [f"rebalance recommendation for {iid}: could not taint {node}: {type(err).__name__}: {err}"]
         return out
-    log(json.dumps({"level": "INFO", "message": "rebalance recommendation: node tainted, its jobs may checkpoint now",
-                    "environment": settings.environment, "pool": pool, "instance": iid, "node": node,
-                    "taint": f"{REBALANCE_TAINT_KEY}=true:NoSchedule"}))
+    log(
+        json.dumps(
+            {
+                "level": "INFO",
+                "message": "rebalance recommendation: node tainted, its jobs may checkpoint now",
+                "environment": settings.environment,
+                "pool": pool,
+                "instance": iid,
+                "node": node,
+                "taint": f"{REBALANCE_TAINT_KEY}=true:NoSchedule",
+            }
+        )
+    )
     return out
 
 
 def _skip(out: Outcome, log: Callable[[str], None]) -> Outcome:
-    log(json.dumps({"level": "INFO", "message": f"rebalance recommendation skipped: {out.skipped}",
-                    "instance": out.instance_id}))
+    log(
+        json.dumps(
+            {
+                "level": "INFO",
+                "message": f"rebalance recommendation skipped: {out.skipped}",
+                "instance": out.instance_id,
+            }
+        )
+    )
     return out

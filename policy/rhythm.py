@@ -56,9 +56,13 @@ class DailyArrivals:
                 day = int(k)
             except (TypeError, ValueError):
                 continue
-            if isinstance(v, list) and len(v) == SLOTS_PER_DAY and all(
-                    isinstance(x, (int, float)) and not isinstance(x, bool) and x >= 0 and math.isfinite(x)
-                    for x in v):
+            if (
+                isinstance(v, list)
+                and len(v) == SLOTS_PER_DAY
+                and all(
+                    isinstance(x, (int, float)) and not isinstance(x, bool) and x >= 0 and math.isfinite(x) for x in v
+                )
+            ):
                 rows[day] = [float(x) for x in v]
         last = raw.get("last")
         last = float(last) if isinstance(last, (int, float)) and not isinstance(last, bool) else None
@@ -67,8 +71,10 @@ class DailyArrivals:
     def to_state(self) -> dict:
         # GPU counts are whole numbers: written as ints, a row of a quiet day is mostly "0, " (3 bytes a slot;
         # about 3 KB a pool for the week, far inside DynamoDB's 400 KB item).
-        return {"rows": {str(d): [int(x) if x == int(x) else round(x, 3) for x in v]
-                         for d, v in sorted(self.rows.items())}, "last": self.last}
+        return {
+            "rows": {str(d): [int(x) if x == int(x) else round(x, 3) for x in v] for d, v in sorted(self.rows.items())},
+            "last": self.last,
+        }
 
     # --- recording -------------------------------------------------------------------------------------------
 

@@ -84,8 +84,9 @@ def reserved_usd_per_hour(settings: Settings, obs: Observation, plan: Plan) -> f
     for ps in settings.pools:
         po = obs.pool(ps.name)
         now_rate = elastic_rate(ps, po) if po is not None else 0.0
-        unread = sum(ps.max_nodes(g) * ps.usd_per_hour(g) for g in ps.elastic_groups
-                     if po is None or po.group(g) is None)
+        unread = sum(
+            ps.max_nodes(g) * ps.usd_per_hour(g) for g in ps.elastic_groups if po is None or po.group(g) is None
+        )
         planned = after.get(ps.name, 0.0) if not plan.dry_run else 0.0  # a dry run changes nothing
         total += ps.guaranteed_usd_per_hour + max(now_rate, planned) + unread
     return total
@@ -110,20 +111,32 @@ def _accrue_and_reserve(shared: dict, full: Settings, shard: str, reserved: floa
     entries[shard] = {"usd_per_hour": round(reserved, 6), "accrued_at": now.isoformat()}
 
 
-def decide_and_reserve(full: Settings, shard: str, settings: Settings, obs: Observation, state: StatePort | None,
-                       budgets: BudgetReader | None, now: datetime, record: Callable[[Exception], None],
-                       persist: bool = True) -> Plan:
+def decide_and_reserve(
+    full: Settings,
+    shard: str,
+    settings: Settings,
+    obs: Observation,
+    state: StatePort | None,
+    budgets: BudgetReader | None,
+    now: datetime,
+    record: Callable[[Exception], None],
+    persist: bool = True,
+) -> Plan:
     """The plan of one shard's tick (`settings`: the shard's pools; `full`: every pool, for the others' worst
     case), its environment scope counting what the other shards reserved, and this shard's reservation stored
     (conditionally) before the plan is returned. Without an environment budget there is nothing to share: the
     shard's pools' own budgets are in its own tick state."""
     if settings.budget_monthly_usd is None:
         return decide(settings, obs, now)
-    unknown = dataclasses.replace(obs, environment_spend=None,
-                                  environment_others_usd_per_hour=others_usd_per_hour(full, shard, {}))
+    unknown = dataclasses.replace(
+        obs, environment_spend=None, environment_others_usd_per_hour=others_usd_per_hour(full, shard, {})
+    )
     if state is None:
-        record(DataUnavailable("no state table: the other shards' spend is unknown, so the environment budget "
-                               "allows no scale-up"))
+        record(
+            DataUnavailable(
+                "no state table: the other shards' spend is unknown, so the environment budget allows no scale-up"
+            )
+        )
         return decide(settings, unknown, now)
     for _ in range(RESERVE_ATTEMPTS):
         try:
@@ -134,11 +147,22 @@ def decide_and_reserve(full: Settings, shard: str, settings: Settings, obs: Obse
         except PolicyError as err:
             record(err)
             return decide(settings, unknown, now)
-        spend = observe_spend(shared, {ENV_SCOPE: settings.budget_name}, budgets, now,
-                              settings.budget_refresh_minutes, record, settings.aws_calls_in_flight)[ENV_SCOPE]
-        plan = decide(settings, dataclasses.replace(obs, environment_spend=spend,
-                                                    environment_others_usd_per_hour=others_usd_per_hour(
-                                                        full, shard, shared)), now)
+        spend = observe_spend(
+            shared,
+            {ENV_SCOPE: settings.budget_name},
+            budgets,
+            now,
+            settings.budget_refresh_minutes,
+            record,
+            settings.aws_calls_in_flight,
+        )[ENV_SCOPE]
+        plan = decide(
+            settings,
+            dataclasses.replace(
+                obs, environment_spend=spend, environment_others_usd_per_hour=others_usd_per_hour(full, shard, shared)
+            ),
+            now,
+        )
         if not persist:
             return plan  # a replay at an explicit time writes nothing (and changes nothing: a dry run)
         _accrue_and_reserve(shared, full, shard, reserved_usd_per_hour(settings, obs, plan), now)
@@ -150,6 +174,9 @@ def decide_and_reserve(full: Settings, shard: str, settings: Settings, obs: Obse
         except PolicyError as err:
             record(err)
             break
-    record(DataUnavailable(f"the environment budget's reservation ({ENV_BUDGET_KEY}) was not stored: no "
-                           "scale-up this tick"))
+    record(
+        DataUnavailable(
+            f"the environment budget's reservation ({ENV_BUDGET_KEY}) was not stored: no scale-up this tick"
+        )
+    )
     return decide(settings, unknown, now)

@@ -79,8 +79,10 @@ def choose_new_nodes(pod_gpus: Counter, sizes: list[SizeChoice]) -> tuple[dict[i
                     given[largest][g] += n
             return given, nodes
         fills = {s.gpus_per_node: fill_one_node(left, s.gpus_per_node) for s in open_}
-        best = min(open_, key=lambda s: (s.usd_per_hour / sum(g * k for g, k in fills[s.gpus_per_node].items()),
-                                         s.gpus_per_node))
+        best = min(
+            open_,
+            key=lambda s: (s.usd_per_hour / sum(g * k for g, k in fills[s.gpus_per_node].items()), s.gpus_per_node),
+        )
         taken = fills[best.gpus_per_node]
         # The same choice repeats while no size's first fit changes, which holds while every pod size has at
         # least what any size's node would take of it with pods to spare. Take those repeats in one step
@@ -106,10 +108,19 @@ def size_pools(ps: PoolSettings) -> list[PoolSettings]:
     """One PoolSettings per size, smallest first, each with only its own groups (and no other_sizes)."""
     out = [replace(ps, other_sizes=())]
     for s in ps.other_sizes:
-        out.append(replace(ps, other_sizes=(), gpus_per_node=s.gpus_per_node, spot_group=s.spot_group,
-                           on_demand_group=s.on_demand_group, spot_max_nodes=s.spot_max_nodes,
-                           on_demand_max_nodes=s.on_demand_max_nodes, spot_usd_per_hour=s.spot_usd_per_hour,
-                           on_demand_usd_per_hour=s.on_demand_usd_per_hour))
+        out.append(
+            replace(
+                ps,
+                other_sizes=(),
+                gpus_per_node=s.gpus_per_node,
+                spot_group=s.spot_group,
+                on_demand_group=s.on_demand_group,
+                spot_max_nodes=s.spot_max_nodes,
+                on_demand_max_nodes=s.on_demand_max_nodes,
+                spot_usd_per_hour=s.spot_usd_per_hour,
+                on_demand_usd_per_hour=s.on_demand_usd_per_hour,
+            )
+        )
     return sorted(out, key=lambda p: p.gpus_per_node)
 
 
@@ -176,19 +187,30 @@ def split(ps: PoolSettings, po: PoolObservation) -> list[tuple[PoolSettings, Poo
         mine = set(sp.elastic_groups)
         is_largest = sp.gpus_per_node == largest
         nodes = tuple(n for n in po.nodes if n.group in mine or (is_largest and n.group not in ps.elastic_groups))
-        out.append((sp, replace(
-            po, groups=tuple(g for g in po.groups if g.name in mine or (is_largest and g.name not in ps.elastic_groups)),
-            nodes=nodes, pending_pod_gpus=None if assigned is None else assigned[sp.gpus_per_node],
-            arrivals=po.arrivals if is_largest else (() if po.arrivals is not None else None),
-            rhythm_rate_nodes_per_minute=po.rhythm_rate_nodes_per_minute if is_largest else None,
-            floor_quota_gpus=po.floor_quota_gpus if is_largest else None,
-            pending_gangs=po.pending_gangs if is_largest else (),
-            on_demand_only_pod_gpus=off_spot[sp.gpus_per_node])))
+        out.append(
+            (
+                sp,
+                replace(
+                    po,
+                    groups=tuple(
+                        g for g in po.groups if g.name in mine or (is_largest and g.name not in ps.elastic_groups)
+                    ),
+                    nodes=nodes,
+                    pending_pod_gpus=None if assigned is None else assigned[sp.gpus_per_node],
+                    arrivals=po.arrivals if is_largest else (() if po.arrivals is not None else None),
+                    rhythm_rate_nodes_per_minute=po.rhythm_rate_nodes_per_minute if is_largest else None,
+                    floor_quota_gpus=po.floor_quota_gpus if is_largest else None,
+                    pending_gangs=po.pending_gangs if is_largest else (),
+                    on_demand_only_pod_gpus=off_spot[sp.gpus_per_node],
+                ),
+            )
+        )
     return out
 
 
-def _off_spot_by_size(pools: list[PoolSettings], po: PoolObservation, assigned: dict[int, tuple[int, ...]] | None
-                      ) -> dict[int, tuple[int, ...] | None]:
+def _off_spot_by_size(
+    pools: list[PoolSettings], po: PoolObservation, assigned: dict[int, tuple[int, ...]] | None
+) -> dict[int, tuple[int, ...] | None]:
     """The pods that may not run on spot (PoolObservation.on_demand_only_pod_gpus) among each size's pending pods:
     each size's share stays a subset of its own pending pods (policy/off_spot.py holds the pool otherwise), so the
     same pod is never counted by two sizes. Largest size first, where gang pods go."""
@@ -203,8 +225,9 @@ def _off_spot_by_size(pools: list[PoolSettings], po: PoolObservation, assigned: 
     return out
 
 
-def merge(ps: PoolSettings, po: PoolObservation, decisions: list[PoolDecision], guaranteed_usd_per_hour: float,
-          hours: float) -> PoolDecision:
+def merge(
+    ps: PoolSettings, po: PoolObservation, decisions: list[PoolDecision], guaranteed_usd_per_hour: float, hours: float
+) -> PoolDecision:
     """The sizes' decisions as the pool's one: their actions (a size with nothing to do says nothing unless no size
     does anything), desired sizes, rates, and the figures recomputed over the whole pool."""
     actions = []
@@ -228,12 +251,17 @@ def merge(ps: PoolSettings, po: PoolObservation, decisions: list[PoolDecision], 
             util_n[tier] = util_n.get(tier, 0) + 1
     pending = None if po.pending_pod_gpus is None else sum(p for p in po.pending_pod_gpus if p > 0)
     return PoolDecision(
-        ps.name, tuple(actions), desired_after=desired, pending_gpus=pending, elastic_usd_per_hour=elastic_rate,
-        month_to_date_usd=mtd, projected_month_usd=projected,
+        ps.name,
+        tuple(actions),
+        desired_after=desired,
+        pending_gpus=pending,
+        elastic_usd_per_hour=elastic_rate,
+        month_to_date_usd=mtd,
+        projected_month_usd=projected,
         fallback_active=any(d.fallback_active for d in decisions),
         utilization_pct={t: util_sum[t] / util_n[t] for t in util_sum},
-        closed_to_new_pods=tuple(i for c in closed for i in c) if closed else None)
+        closed_to_new_pods=tuple(i for c in closed for i in c) if closed else None,
+    )
 
 
-__all__ = ["SizeChoice", "assign_pending", "choose_new_nodes", "fill_one_node", "merge", "size_pools",
-           "split"]
+__all__ = ["SizeChoice", "assign_pending", "choose_new_nodes", "fill_one_node", "merge", "size_pools", "split"]

@@ -33,8 +33,15 @@ def _month(now: datetime) -> str:
     return now.strftime("%Y-%m")
 
 
-def observe_spend(state: dict, scopes: dict[str, str | None], reader: BudgetReader | None, now: datetime,
-                  refresh_minutes: int, on_error: Callable[[Exception], None], in_flight: int = 1) -> dict[str, Spend]:
+def observe_spend(
+    state: dict,
+    scopes: dict[str, str | None],
+    reader: BudgetReader | None,
+    now: datetime,
+    refresh_minutes: int,
+    on_error: Callable[[Exception], None],
+    in_flight: int = 1,
+) -> dict[str, Spend]:
     """Spend per scope ("environment", "pool:<name>"), refreshing stale actuals from Budgets. Mutates `state`. The
     budgets due are read side by side, at most `in_flight` at once (policy/fanout.py): the hour's first tick of an
     organization of 200 pools reads 200 of them."""
@@ -43,22 +50,41 @@ def observe_spend(state: dict, scopes: dict[str, str | None], reader: BudgetRead
     for scope, budget_name in scopes.items():
         s = spend_state.get(scope)
         if s is None or s.get("month") != _month(now):
-            s = spend_state[scope] = {"month": _month(now), "actual_usd": None, "actual_as_of": None,
-                                      "estimated_since_usd": 0.0, "elastic_month_usd": 0.0}
+            s = spend_state[scope] = {
+                "month": _month(now),
+                "actual_usd": None,
+                "actual_as_of": None,
+                "estimated_since_usd": 0.0,
+                "elastic_month_usd": 0.0,
+            }
         as_of = datetime.fromisoformat(s["actual_as_of"]) if s.get("actual_as_of") else None
         due = as_of is None or now - as_of >= timedelta(minutes=refresh_minutes)
         refused_at = datetime.fromisoformat(s["refused_at"]) if s.get("refused_at") else None
-        if due and budget_name and refused_at is not None and \
-                timedelta(0) <= now - refused_at < timedelta(minutes=refresh_minutes):
+        if (
+            due
+            and budget_name
+            and refused_at is not None
+            and timedelta(0) <= now - refused_at < timedelta(minutes=refresh_minutes)
+        ):
             # Refused (access denied, no such budget): asked again only `refresh_minutes` later, like a good read,
             # not every tick. Still reported every tick: the figure is still unknown (or stale), never zero.
             again = refused_at + timedelta(minutes=refresh_minutes)
-            on_error(DataUnavailable(f"Budgets DescribeBudget {budget_name} refused at {refused_at.isoformat()}, not "
-                                     f"asked again before {again.isoformat()}: {s.get('refused_why', '')}"))
+            on_error(
+                DataUnavailable(
+                    f"Budgets DescribeBudget {budget_name} refused at {refused_at.isoformat()}, not "
+                    f"asked again before {again.isoformat()}: {s.get('refused_why', '')}"
+                )
+            )
         elif due and budget_name and reader is not None:
             ask[scope] = budget_name
-    answers = {name: (actual, err) for name, actual, err in
-               fanout.each(reader.actual_usd, sorted(set(ask.values())), in_flight)} if reader is not None else {}
+    answers = (
+        {
+            name: (actual, err)
+            for name, actual, err in fanout.each(reader.actual_usd, sorted(set(ask.values())), in_flight)
+        }
+        if reader is not None
+        else {}
+    )
     out = {}
     for scope in scopes:
         s = spend_state[scope]

@@ -28,8 +28,19 @@ from policy.lease import take as take_lease
 from policy.errors import DeadlineExceeded, MalformedState, PolicyError
 from policy.io.kube import lending_of
 from policy.pods import elastic_shapes
-from policy.ports import (LEASE_KEY, BlockDatesPort, FloorQuotaPort, GroupState, MALFORMED_VERSION, NodeGroupPort, NodeGuardPort,
-                          NodeRef, PendingPodsPort, StatePort, UtilizationSource)
+from policy.ports import (
+    LEASE_KEY,
+    BlockDatesPort,
+    FloorQuotaPort,
+    GroupState,
+    MALFORMED_VERSION,
+    NodeGroupPort,
+    NodeGuardPort,
+    NodeRef,
+    PendingPodsPort,
+    StatePort,
+    UtilizationSource,
+)
 from policy.model import (
     ACTION_SET_DESIRED,
     ACTION_SET_LENDING_LIMIT,
@@ -84,9 +95,16 @@ class TickResult:
     skipped: str = ""  # why the tick did nothing at all (another tick holds the lease)
 
     def summary(self) -> dict:
-        return {"dry_run": self.plan.dry_run, "applied": len(self.applied), "failed": len(self.failed),
-                "blocked": len(self.blocked), "skipped": self.skipped, "errors": self.errors, "notified": self.notified,
-                "changes": [{"pool": a.pool, **a.to_dict()} for a in self.plan.changes]}
+        return {
+            "dry_run": self.plan.dry_run,
+            "applied": len(self.applied),
+            "failed": len(self.failed),
+            "blocked": len(self.blocked),
+            "skipped": self.skipped,
+            "errors": self.errors,
+            "notified": self.notified,
+            "changes": [{"pool": a.pool, **a.to_dict()} for a in self.plan.changes],
+        }
 
 
 def _recorder(errors: list[str]) -> Callable[[Exception], None]:
@@ -98,9 +116,17 @@ def _recorder(errors: list[str]) -> Callable[[Exception], None]:
     return record
 
 
-def observe(settings: Settings, ports: Ports, state: dict, now: datetime, errors: list[str],
-            deadline: Deadline | None = None, node_names: dict[str, str] | None = None,
-            leaving: frozenset[str] = frozenset(), environment: bool = True) -> Observation:
+def observe(
+    settings: Settings,
+    ports: Ports,
+    state: dict,
+    now: datetime,
+    errors: list[str],
+    deadline: Deadline | None = None,
+    node_names: dict[str, str] | None = None,
+    leaving: frozenset[str] = frozenset(),
+    environment: bool = True,
+) -> Observation:
     """What this tick can see. `node_names` (filled when given): instance id -> Kubernetes node name.
     `leaving`: spot instances under EC2's 2-minute interruption notice: seen as leaving (not capacity, never
     reclaimed), and the GPU pods on them as pending (they need a place before the instance goes).
@@ -126,24 +152,37 @@ def observe(settings: Settings, ports: Ports, state: dict, now: datetime, errors
         scopes[ENV_SCOPE] = settings.budget_name
     for ps in settings.pools:  # every pool, budget or not: the running estimate feeds the spend metrics
         scopes[pool_scope(ps.name)] = ps.budget_name if ps.budget_monthly_usd is not None else None
-    spends = observe_spend(state, scopes, ports.budgets if in_time() else None, now, settings.budget_refresh_minutes,
-                           record, settings.aws_calls_in_flight)
+    spends = observe_spend(
+        state,
+        scopes,
+        ports.budgets if in_time() else None,
+        now,
+        settings.budget_refresh_minutes,
+        record,
+        settings.aws_calls_in_flight,
+    )
     block_dates = _block_dates(settings, ports, record, in_time)
     quotas = _floor_quotas(settings, ports, record, in_time)
     lendings = _lendings(settings, ports, _lend_forecasts(settings, state, now), record, in_time)
     pools = []
     for ps in settings.pools:
         groups, nodes = _pool_groups_and_nodes(ps, read, series, pods.bound, leaving, now)
-        pools.append(PoolObservation(ps.name, groups, nodes,
-                                     None if pods.pending is None else pods.pending.get(ps.name, ())
-                                     + tuple(displaced.get(ps.name, ())),
-                                     spends.get(pool_scope(ps.name)),
-                                     None if pods.arrivals is None else pods.arrivals.get(ps.name, ()),
-                                     rhythm.get(ps.name), floor_quota_gpus=quotas.get(ps.name),
-                                     pending_gangs=pods.gangs.get(ps.name, ()),
-                                     on_demand_only_pod_gpus=None if pods.off_spot is None
-                                     else pods.off_spot.get(ps.name, ()),
-                                     block_dates=block_dates.get(ps.name), lending=lendings.get(ps.name)))
+        pools.append(
+            PoolObservation(
+                ps.name,
+                groups,
+                nodes,
+                None if pods.pending is None else pods.pending.get(ps.name, ()) + tuple(displaced.get(ps.name, ())),
+                spends.get(pool_scope(ps.name)),
+                None if pods.arrivals is None else pods.arrivals.get(ps.name, ()),
+                rhythm.get(ps.name),
+                floor_quota_gpus=quotas.get(ps.name),
+                pending_gangs=pods.gangs.get(ps.name, ()),
+                on_demand_only_pod_gpus=None if pods.off_spot is None else pods.off_spot.get(ps.name, ()),
+                block_dates=block_dates.get(ps.name),
+                lending=lendings.get(ps.name),
+            )
+        )
     return Observation(tuple(pools), spends.get(ENV_SCOPE))
 
 
@@ -163,12 +202,18 @@ def _read_groups(settings: Settings, ports: Ports, now: datetime, record, in_tim
         return {}
 
 
-def _read_utilization(settings: Settings, ports: Ports, read: dict[str, GroupState], now: datetime, record,
-                      in_time) -> dict:
-    refs = [NodeRef(i.instance_id, i.node_name) for gs in read.values() for i in gs.instances
-            if i.lifecycle == LIFECYCLE_IN_SERVICE]
-    window = max(max(ps.idle_timeout_minutes, ps.empty_timeout_minutes, ps.scale_up_window_minutes)
-                 for ps in settings.pools)
+def _read_utilization(
+    settings: Settings, ports: Ports, read: dict[str, GroupState], now: datetime, record, in_time
+) -> dict:
+    refs = [
+        NodeRef(i.instance_id, i.node_name)
+        for gs in read.values()
+        for i in gs.instances
+        if i.lifecycle == LIFECYCLE_IN_SERVICE
+    ]
+    window = max(
+        max(ps.idle_timeout_minutes, ps.empty_timeout_minutes, ps.scale_up_window_minutes) for ps in settings.pools
+    )
     if not refs or not in_time():
         return {}
     try:
@@ -181,6 +226,7 @@ def _read_utilization(settings: Settings, ports: Ports, read: dict[str, GroupSta
 @dataclass
 class _Pods:
     """What the tick knows of the pods (None: unknown)."""
+
     pending: dict[str, tuple[int, ...]] | None = None
     off_spot: dict[str, tuple[int, ...]] | None = None
     arrivals: dict[str, tuple] | None = None
@@ -194,14 +240,19 @@ def _read_pods(settings: Settings, ports: Ports, now: datetime, record, in_time)
     out = _Pods()
     names = [ps.name for ps in settings.pools]
     # Only pods that could run on a pool's elastic groups are demand for them (floor-pinned work is not).
-    shapes = {ps.name: elastic_shapes(ps.name, ps.spot_group is not None, ps.on_demand_group is not None)
-              for ps in settings.pools}
+    shapes = {
+        ps.name: elastic_shapes(ps.name, ps.spot_group is not None, ps.on_demand_group is not None)
+        for ps in settings.pools
+    }
     # Pending demand also counts, in a pool with spot, the pods that may run on on-demand nodes only, whether the
     # pool has an on-demand group or not: the engine grows that group for them, or reports that none can, and
     # never buys spot for them (docs/policy.md, "Pods that may not run on spot").
-    demand_shapes = {ps.name: elastic_shapes(ps.name, ps.spot_group is not None,
-                                             ps.on_demand_group is not None or ps.spot_group is not None)
-                     for ps in settings.pools}
+    demand_shapes = {
+        ps.name: elastic_shapes(
+            ps.name, ps.spot_group is not None, ps.on_demand_group is not None or ps.spot_group is not None
+        )
+        for ps in settings.pools
+    }
     if ports.pods is None:
         record(PolicyError("Kubernetes API not configured or its endpoint unknown: pending pods are unknown"))
         return out
@@ -235,8 +286,15 @@ def _read_pods(settings: Settings, ports: Ports, now: datetime, record, in_time)
     return out
 
 
-def _displaced(settings: Settings, ports: Ports, read: dict[str, GroupState], pods_known: bool,
-               leaving: frozenset[str], record, in_time) -> dict[str, list[int]]:
+def _displaced(
+    settings: Settings,
+    ports: Ports,
+    read: dict[str, GroupState],
+    pods_known: bool,
+    leaving: frozenset[str],
+    record,
+    in_time,
+) -> dict[str, list[int]]:
     """The GPU pods on instances under a spot notice, per pool: pending work from now on."""
     displaced: dict[str, list[int]] = {}
     if not leaving or not pods_known or ports.nodes is None:
@@ -260,15 +318,17 @@ def _floor_quotas(settings: Settings, ports: Ports, record, in_time) -> dict[str
     for ps in settings.pools:
         if ps.capacity_block_queue and capacity_blocks.is_block(ps) and ports.queues is not None and in_time():
             try:
-                quotas[ps.name] = ports.queues.floor_quota(ps.capacity_block_queue_api, ps.capacity_block_queue,
-                                                           ps.capacity_block_flavor or "")
+                quotas[ps.name] = ports.queues.floor_quota(
+                    ps.capacity_block_queue_api, ps.capacity_block_queue, ps.capacity_block_flavor or ""
+                )
             except PolicyError as err:
                 record(err)
     return quotas
 
 
-def _pool_groups_and_nodes(ps, read: dict[str, GroupState], series: dict, bound: dict[str, int] | None,
-                           leaving: frozenset[str], now: datetime) -> tuple[tuple, tuple]:
+def _pool_groups_and_nodes(
+    ps, read: dict[str, GroupState], series: dict, bound: dict[str, int] | None, leaving: frozenset[str], now: datetime
+) -> tuple[tuple, tuple]:
     groups, nodes = [], []
     for gname in ps.elastic_groups + ((ps.guaranteed_group,) if ps.guaranteed_group else ()):
         gs = read.get(gname)
@@ -278,17 +338,20 @@ def _pool_groups_and_nodes(ps, read: dict[str, GroupState], series: dict, bound:
             groups.append(gs.group)  # a Capacity Block's group too: the policy keeps its window
         for inst in gs.instances:
             s = series.get(inst.instance_id)
-            nodes.append(Node(
-                inst.instance_id, gname,
-                inst.launched_at or now,  # unknown launch time = just launched: never idle on a guess
-                LIFECYCLE_LEAVING if inst.instance_id in leaving else inst.lifecycle,
-                s.max_over(now, ps.idle_timeout_minutes) if s else None,
-                s.avg_over(now, ps.scale_up_window_minutes) if s else None,
-                s.reserved_max_over(now, ps.empty_timeout_minutes) if s else None,
-                s.max_over(now, ps.empty_timeout_minutes) if s else None,
-                bound.get(inst.node_name, 0) if bound is not None and inst.node_name else None,
-                instance_type=inst.instance_type,
-            ))
+            nodes.append(
+                Node(
+                    inst.instance_id,
+                    gname,
+                    inst.launched_at or now,  # unknown launch time = just launched: never idle on a guess
+                    LIFECYCLE_LEAVING if inst.instance_id in leaving else inst.lifecycle,
+                    s.max_over(now, ps.idle_timeout_minutes) if s else None,
+                    s.avg_over(now, ps.scale_up_window_minutes) if s else None,
+                    s.reserved_max_over(now, ps.empty_timeout_minutes) if s else None,
+                    s.max_over(now, ps.empty_timeout_minutes) if s else None,
+                    bound.get(inst.node_name, 0) if bound is not None and inst.node_name else None,
+                    instance_type=inst.instance_type,
+                )
+            )
     return tuple(groups), tuple(nodes)
 
 
@@ -296,8 +359,11 @@ def _block_dates(settings: Settings, ports: Ports, record, in_time) -> dict[str,
     """Per Capacity Block pool with a reservation id: its dates and state from EC2 (one call for every block), or
     BlockDates(state=BLOCK_UNREAD) when they could not be read (each failure, a block EC2 did not return, and any
     mismatch with config are tick errors: PolicyErrors and the error email). Without the port: none (config)."""
-    pools = {ps.name: ps.capacity_block_reservation_id for ps in settings.pools
-             if capacity_blocks.is_block(ps) and ps.capacity_block_reservation_id}
+    pools = {
+        ps.name: ps.capacity_block_reservation_id
+        for ps in settings.pools
+        if capacity_blocks.is_block(ps) and ps.capacity_block_reservation_id
+    }
     if not pools or ports.blocks is None:
         return {}
     read: dict[str, BlockDates] | None = None  # None: not answered
@@ -305,15 +371,23 @@ def _block_dates(settings: Settings, ports: Ports, record, in_time) -> dict[str,
         try:
             read = ports.blocks.read(sorted(set(pools.values())))
         except PolicyError as err:
-            record(PolicyError(f"Capacity Block dates unread ({type(err).__name__}: {err}); no block is drained or "
-                               "scaled down on its configured dates alone this tick"))
+            record(
+                PolicyError(
+                    f"Capacity Block dates unread ({type(err).__name__}: {err}); no block is drained or "
+                    "scaled down on its configured dates alone this tick"
+                )
+            )
     out: dict[str, BlockDates] = {}
     for name, rid in pools.items():
         dates = (read or {}).get(rid)
         if dates is None:
             if read is not None:  # the call answered without this block
-                record(PolicyError(f"Capacity Block {rid} of pool {name}: EC2 did not return it (another account's, "
-                                   "or a wrong guaranteed.reservation_id); no drain or scale-down on config alone"))
+                record(
+                    PolicyError(
+                        f"Capacity Block {rid} of pool {name}: EC2 did not return it (another account's, "
+                        "or a wrong guaranteed.reservation_id); no drain or scale-down on config alone"
+                    )
+                )
             out[name] = BlockDates(rid, BLOCK_UNREAD)
             continue
         try:
@@ -351,8 +425,11 @@ def _with_own_changes(read: dict[str, GroupState], state: dict, now: datetime) -
 def _record_changes(state: dict, applied: list[Action], now: datetime) -> None:
     """Remember when this tick changed each group (a size or a termination), for the next ticks' cooldown and
     fallback wait; entries older than CHANGES_KEPT go."""
-    changed = {g: t for g, t in (state.get("changed") or {}).items()
-               if timedelta(0) <= now - datetime.fromisoformat(t) < CHANGES_KEPT}
+    changed = {
+        g: t
+        for g, t in (state.get("changed") or {}).items()
+        if timedelta(0) <= now - datetime.fromisoformat(t) < CHANGES_KEPT
+    }
     for a in applied:
         if a.kind in (ACTION_SET_DESIRED, ACTION_TERMINATE) and a.group:
             changed[a.group] = now.isoformat()
@@ -362,8 +439,9 @@ def _record_changes(state: dict, applied: list[Action], now: datetime) -> None:
         state.pop("changed", None)
 
 
-def _rhythm_rates(settings: Settings, state: dict, arrivals: dict[str, tuple] | None,
-                  now: datetime) -> dict[str, float | None]:
+def _rhythm_rates(
+    settings: Settings, state: dict, arrivals: dict[str, tuple] | None, now: datetime
+) -> dict[str, float | None]:
     """For each pool with warm_up or lend-ahead: count this tick's new arrivals into the pool's daily history (kept
     in the state, policy/rhythm.py); for warm_up, read the rate the same time of day brought on earlier days.
     Unknown arrivals (pods unreadable) record nothing, so that tick's day is no evidence of a quiet one."""
@@ -383,12 +461,18 @@ def _rhythm_rates(settings: Settings, state: dict, arrivals: dict[str, tuple] | 
 def _lend_forecasts(settings: Settings, state: dict, now: datetime) -> dict[str, float | None]:
     """For each lend-ahead pool: the GPUs its arrivals brought over the next reclaim_lookahead_minutes at this time
     of day on earlier days (the history _rhythm_rates keeps); None while unknown."""
-    return {ps.name: DailyArrivals.from_state((state.get("rhythm") or {}).get(ps.name)).expected_gpus(
-        now, ps.reclaim_lookahead_minutes) for ps in settings.pools if lend_ahead_on(ps)}
+    return {
+        ps.name: DailyArrivals.from_state((state.get("rhythm") or {}).get(ps.name)).expected_gpus(
+            now, ps.reclaim_lookahead_minutes
+        )
+        for ps in settings.pools
+        if lend_ahead_on(ps)
+    }
 
 
-def _lendings(settings: Settings, ports: Ports, forecasts: dict[str, float | None], record,
-              in_time) -> dict[str, Lending]:
+def _lendings(
+    settings: Settings, ports: Ports, forecasts: dict[str, float | None], record, in_time
+) -> dict[str, Lending]:
     """Lend-ahead pools: their floor flavor as its ClusterQueue has it now (policy/io/kube.py lending_of); a queue
     that cannot be read is left out (the rule then changes nothing, LEND_UNKNOWN)."""
     out: dict[str, Lending] = {}
@@ -403,8 +487,15 @@ def _lendings(settings: Settings, ports: Ports, forecasts: dict[str, float | Non
     return out
 
 
-def _apply(settings: Settings, plan: Plan, obs: Observation, ports: Ports, result: TickResult,
-           deadline: Deadline | None = None, node_names: dict[str, str] | None = None) -> None:
+def _apply(
+    settings: Settings,
+    plan: Plan,
+    obs: Observation,
+    ports: Ports,
+    result: TickResult,
+    deadline: Deadline | None = None,
+    node_names: dict[str, str] | None = None,
+) -> None:
     """Carry out the plan's changes. Each is first checked here (behind IAM: only the pool's elastic groups, one
     kind of change per group, only instances observed in the group); the groups about to change are read again all
     at once (`_recheck_all`); then each group's changes are made in the plan's order, the groups side by side (at
@@ -427,8 +518,9 @@ def _apply(settings: Settings, plan: Plan, obs: Observation, ports: Ports, resul
             continue
         accepted.setdefault(a.group or "", []).append(a)
     fresh: dict[str, GroupState | None] = {}  # each group as read again before its first change (None: unreadable)
-    to_recheck = [g for g, acts in accepted.items() if any(a.kind in (ACTION_SET_DESIRED, ACTION_TERMINATE)
-                                                           for a in acts)]
+    to_recheck = [
+        g for g, acts in accepted.items() if any(a.kind in (ACTION_SET_DESIRED, ACTION_TERMINATE) for a in acts)
+    ]
     if to_recheck and not (deadline is not None and deadline.expired):
         _recheck_all(to_recheck, ports, fresh, record, settings.aws_calls_in_flight)
     run = _GroupRun(settings, obs, ports, deadline, node_names or {}, fresh)
@@ -458,9 +550,12 @@ def _refusal(a: Action, ps, plan: Plan, obs: Observation, kinds: dict[str, str])
     pool's elastic groups, only instances observed in them; a Capacity Block's group only for what its window
     allows now (policy/capacity_blocks.py)."""
     if a.group not in ps.elastic_groups and not (
-            plan.decided_at is not None and capacity_blocks.may_touch(ps, a, plan.decided_at, _dates(obs, a.pool))):
-        return (f"refused: {a.group} is not an elastic group of {a.pool}, nor a Capacity Block group inside the "
-                "window that allows this action")
+        plan.decided_at is not None and capacity_blocks.may_touch(ps, a, plan.decided_at, _dates(obs, a.pool))
+    ):
+        return (
+            f"refused: {a.group} is not an elastic group of {a.pool}, nor a Capacity Block group inside the "
+            "window that allows this action"
+        )
     if kinds.setdefault(a.group or "", a.kind) != a.kind:
         # The engine never plans this (a property test); refuse it here too: EKS applies a desired size
         # asynchronously, so it could land after the terminations and relaunch them.
@@ -472,8 +567,7 @@ def _refusal(a: Action, ps, plan: Plan, obs: Observation, kinds: dict[str, str])
     return None
 
 
-def _recheck_all(groups: list[str], ports: Ports, fresh: dict[str, GroupState | None], record,
-                 in_flight: int) -> None:
+def _recheck_all(groups: list[str], ports: Ports, fresh: dict[str, GroupState | None], record, in_flight: int) -> None:
     """Every group about to change, read again at once: the port's batched `recheck_many` where it has one (one
     DescribeNodegroup per group side by side, their Auto Scaling groups in one call per 50), else `recheck` per
     group. A group that could not be read is None: nothing is changed on it, and the failure is reported."""
@@ -484,8 +578,9 @@ def _recheck_all(groups: list[str], ports: Ports, fresh: dict[str, GroupState | 
         except PolicyError as err:
             got = {g: err for g in groups}
     else:
-        got = {g: (value if err is None else err) for g, value, err in fanout.each(ports.groups.recheck, groups,
-                                                                                   in_flight)}
+        got = {
+            g: (value if err is None else err) for g, value, err in fanout.each(ports.groups.recheck, groups, in_flight)
+        }
     for g in groups:
         value = got.get(g)
         if isinstance(value, GroupState):
@@ -501,8 +596,15 @@ class _GroupRun:
     (so a second change to it is checked against what the first left). Groups run side by side: what they share
     is `blind` (once the pods of a node could not be read, no further termination starts in any group)."""
 
-    def __init__(self, settings: Settings, obs: Observation, ports: Ports, deadline: Deadline | None,
-                 node_names: dict[str, str], fresh: dict[str, GroupState | None]):
+    def __init__(
+        self,
+        settings: Settings,
+        obs: Observation,
+        ports: Ports,
+        deadline: Deadline | None,
+        node_names: dict[str, str],
+        fresh: dict[str, GroupState | None],
+    ):
         self.settings, self.obs, self.ports, self.deadline = settings, obs, ports, deadline
         self.node_names, self.fresh = node_names, fresh
         self.blind = ""
@@ -529,20 +631,33 @@ class _GroupRun:
         try:
             if a.kind == ACTION_SET_DESIRED:
                 ports.groups.set_desired(a.group, a.desired_to)  # type: ignore[arg-type]  # _verdict: both set
-                _after_change(self.fresh, a.group, lambda gs: dataclasses.replace(
-                    gs, group=dataclasses.replace(gs.group, desired_nodes=a.desired_to)))
+                _after_change(
+                    self.fresh,
+                    a.group,
+                    lambda gs: dataclasses.replace(gs, group=dataclasses.replace(gs.group, desired_nodes=a.desired_to)),
+                )
             elif a.kind == capacity_blocks.ACTION_CHECKPOINT:
-                why = _checkpoint(a, ports, self.node_names.get(a.instance_id or "", ""), self.settings.pool(a.pool),
-                                  _dates(self.obs, a.pool))
+                why = _checkpoint(
+                    a,
+                    ports,
+                    self.node_names.get(a.instance_id or "", ""),
+                    self.settings.pool(a.pool),
+                    _dates(self.obs, a.pool),
+                )
                 if why is not None:
                     return "failed", why
             elif a.kind == ACTION_TERMINATE:
                 why = _guard_and_terminate(a, ports, self.node_names.get(a.instance_id or "", ""))
                 if why is not None:
                     return "blocked", why
-                _after_change(self.fresh, a.group, lambda gs: GroupState(
-                    dataclasses.replace(gs.group, desired_nodes=max(0, gs.group.desired_nodes - 1)),
-                    tuple(i for i in gs.instances if i.instance_id != a.instance_id)))
+                _after_change(
+                    self.fresh,
+                    a.group,
+                    lambda gs: GroupState(
+                        dataclasses.replace(gs.group, desired_nodes=max(0, gs.group.desired_nodes - 1)),
+                        tuple(i for i in gs.instances if i.instance_id != a.instance_id),
+                    ),
+                )
             return "applied", ""
         except _Blind as err:
             with self._lock:
@@ -577,8 +692,10 @@ def _verdict(a: Action, fresh: dict[str, GroupState | None]) -> str | None:
         return f"refused: {a.group} is {gs.group.status or 'of unknown status'} (read again before the change)"
     if a.kind == ACTION_SET_DESIRED:
         if a.desired_from is not None and gs.group.desired_nodes != a.desired_from:
-            return (f"refused: {a.group}'s desired size is {gs.group.desired_nodes} now, not the {a.desired_from} "
-                    "this tick decided on; the next tick decides again")
+            return (
+                f"refused: {a.group}'s desired size is {gs.group.desired_nodes} now, not the {a.desired_from} "
+                "this tick decided on; the next tick decides again"
+            )
         return None
     if not any(i.instance_id == a.instance_id and not i.lifecycle.startswith(LEAVING_STATES) for i in gs.instances):
         return f"refused: {a.instance_id} is no longer in {a.group}, or is already leaving it (read again)"
@@ -588,14 +705,23 @@ def _verdict(a: Action, fresh: dict[str, GroupState | None]) -> str | None:
 LEAVING_STATES = ("Terminat", "Detach")  # Auto Scaling lifecycle states of an instance on its way out
 
 
-def _apply_quota(a: Action, ps, plan: Plan, obs: Observation, ports: Ports, result: TickResult, record,
-                 deadline) -> None:
+def _apply_quota(
+    a: Action, ps, plan: Plan, obs: Observation, ports: Ports, result: TickResult, record, deadline
+) -> None:
     """A Capacity Block's Kueue floor quota, only to the value its window wants now (behind RBAC, which allows
     get/patch of the block pools' ClusterQueues only)."""
-    if plan.decided_at is None or a.desired_to is None or not capacity_blocks.may_touch(ps, a, plan.decided_at,
-                                                                                          _dates(obs, a.pool)):
-        result.failed.append((a, f"refused: the floor quota of {a.pool} is not a Capacity Block's, or the window "
-                                 "does not ask for this value now"))
+    if (
+        plan.decided_at is None
+        or a.desired_to is None
+        or not capacity_blocks.may_touch(ps, a, plan.decided_at, _dates(obs, a.pool))
+    ):
+        result.failed.append(
+            (
+                a,
+                f"refused: the floor quota of {a.pool} is not a Capacity Block's, or the window "
+                "does not ask for this value now",
+            )
+        )
         return
     if ports.queues is None:
         result.failed.append((a, "not applied: no Kubernetes access"))
@@ -605,8 +731,9 @@ def _apply_quota(a: Action, ps, plan: Plan, obs: Observation, ports: Ports, resu
         result.failed.append((a, "not applied: tick deadline reached"))
         return
     try:
-        ports.queues.set_floor_quota(ps.capacity_block_queue_api, ps.capacity_block_queue, ps.capacity_block_flavor,
-                                     a.desired_to)
+        ports.queues.set_floor_quota(
+            ps.capacity_block_queue_api, ps.capacity_block_queue, ps.capacity_block_flavor, a.desired_to
+        )
         result.applied.append(a)
     except PolicyError as err:
         result.failed.append((a, f"{type(err).__name__}: {err}"))
@@ -618,8 +745,9 @@ def _apply_lending_limit(a: Action, ps, ports: Ports, result: TickResult, record
     and flavor and within [0, the configured limit] (behind RBAC, which allows patch of those queues only). The
     nominalQuota, the guarantee, is never written here."""
     if not lend_ahead_on(ps) or a.desired_to is None or not 0 <= a.desired_to <= ps.lend_ahead_limit_gpus:
-        result.failed.append((a, f"refused: {a.pool} does not lend ahead, or {a.desired_to} is outside "
-                                 f"[0, {ps.lend_ahead_limit_gpus}]"))
+        result.failed.append(
+            (a, f"refused: {a.pool} does not lend ahead, or {a.desired_to} is outside [0, {ps.lend_ahead_limit_gpus}]")
+        )
         return
     if ports.queues is None:
         result.failed.append((a, "not applied: no Kubernetes access"))
@@ -629,8 +757,9 @@ def _apply_lending_limit(a: Action, ps, ports: Ports, result: TickResult, record
         result.failed.append((a, "not applied: tick deadline reached"))
         return
     try:
-        ports.queues.set_lending_limit(ps.loan_queue_api, ps.lend_ahead_queue or "", ps.lend_ahead_flavor or "",
-                                       a.desired_to)
+        ports.queues.set_lending_limit(
+            ps.loan_queue_api, ps.lend_ahead_queue or "", ps.lend_ahead_flavor or "", a.desired_to
+        )
         result.applied.append(a)
     except PolicyError as err:
         result.failed.append((a, f"{type(err).__name__}: {err}"))
@@ -650,8 +779,10 @@ def _guard_and_terminate(a: Action, ports: Ports, node_name: str) -> str | None:
     was terminated. Raises _Blind when the pods could not be read (the node is uncordoned again, if we cordoned
     it), PolicyError when the termination itself failed."""
     if ports.nodes is None:
-        raise _Blind("the Kubernetes API is unavailable, so the node's pods cannot be checked",
-                     PolicyError("no Kubernetes access: terminations skipped"))
+        raise _Blind(
+            "the Kubernetes API is unavailable, so the node's pods cannot be checked",
+            PolicyError("no Kubernetes access: terminations skipped"),
+        )
     if not node_name:
         return f"{a.instance_id} has no known Kubernetes node name, so its pods cannot be checked"
     try:
@@ -689,8 +820,9 @@ def _checkpoint(a: Action, ports: Ports, node_name: str, ps, dates: BlockDates |
         return f"not drained: {a.instance_id} has no known Kubernetes node name"
     by = capacity_blocks.scale_down_at(capacity_blocks.window(ps, dates)[1])  # EC2's end when it was read
     ports.nodes.cordon(node_name)  # a PolicyError here is recorded by _apply; the next tick tries again
-    ports.nodes.mark_checkpoint(node_name, capacity_blocks.CHECKPOINT_BY_ANNOTATION,
-                                by.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"))
+    ports.nodes.mark_checkpoint(
+        node_name, capacity_blocks.CHECKPOINT_BY_ANNOTATION, by.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    )
     return None
 
 
@@ -703,10 +835,19 @@ def _uncordon(ports: Ports, node_name: str, cordoned: bool) -> None:
             pass  # the next tick's check cordons/reads again; a cordoned idle node is reclaimed anyway
 
 
-def run_tick(settings: Settings, ports: Ports, now: datetime, log: Callable[[str], None] = print,
-             deadline: Deadline | None = None, persist: bool = True, errors: list[str] | None = None,
-             lease: tuple[str, float] | None = None, leaving: tuple[str, ...] = (),
-             sleep: Callable[[float], None] = time.sleep, shard: str | None = None) -> TickResult:
+def run_tick(
+    settings: Settings,
+    ports: Ports,
+    now: datetime,
+    log: Callable[[str], None] = print,
+    deadline: Deadline | None = None,
+    persist: bool = True,
+    errors: list[str] | None = None,
+    lease: tuple[str, float] | None = None,
+    leaving: tuple[str, ...] = (),
+    sleep: Callable[[float], None] = time.sleep,
+    shard: str | None = None,
+) -> TickResult:
     """One tick. `deadline`: when reads and writes stop (policy/deadline.py). `persist`: write the state back
     (False for a replay at an explicit time, which must not move spend or notification timestamps). `errors`:
     failures already met while building the ports (e.g. the cluster endpoint could not be read). `lease`:
@@ -736,8 +877,16 @@ def run_tick(settings: Settings, ports: Ports, now: datetime, log: Callable[[str
     waited: float | None = 0.0
     if lease is not None and ports.state is not None and persist and not settings.dry_run:
         try:
-            waited = take_lease(ports.state, lease[0], lease[1], now.timestamp(), deadline, patient=bool(leaving),
-                                sleep=sleep, key=lease_key)
+            waited = take_lease(
+                ports.state,
+                lease[0],
+                lease[1],
+                now.timestamp(),
+                deadline,
+                patient=bool(leaving),
+                sleep=sleep,
+                key=lease_key,
+            )
         except PolicyError as err:
             _recorder(errors)(err)
             log(emf.error_line(settings.environment, len(errors), now))
@@ -745,17 +894,35 @@ def run_tick(settings: Settings, ports: Ports, now: datetime, log: Callable[[str
             return TickResult(Plan((), dry_run=False, decided_at=now), errors=errors, skipped="lease unreadable")
         if waited is None:
             if not leaving:
-                log(json.dumps({"level": "WARNING", "message": "another tick holds the lease: this one does "
-                                "nothing", "environment": settings.environment}))
+                log(
+                    json.dumps(
+                        {
+                            "level": "WARNING",
+                            "message": "another tick holds the lease: this one does nothing",
+                            "environment": settings.environment,
+                        }
+                    )
+                )
             else:
-                log(json.dumps({
-                    "level": "WARNING" if recorded else "ERROR", "environment": settings.environment,
-                    "instances": list(leaving),
-                    "message": ("spot warning left to the next tick: another tick held the lease for as long as "
+                log(
+                    json.dumps(
+                        {
+                            "level": "WARNING" if recorded else "ERROR",
+                            "environment": settings.environment,
+                            "instances": list(leaving),
+                            "message": (
+                                "spot warning left to the next tick: another tick held the lease for as long as "
                                 "this invocation could wait; the instance is recorded, so the next tick (within "
-                                "a minute) treats it as leaving")
-                    if recorded else ("spot warning not acted on and not recorded: another tick held the lease "
-                                      "and the record failed; the instance is seen only when its pods are evicted")}))
+                                "a minute) treats it as leaving"
+                            )
+                            if recorded
+                            else (
+                                "spot warning not acted on and not recorded: another tick held the lease "
+                                "and the record failed; the instance is seen only when its pods are evicted"
+                            ),
+                        }
+                    )
+                )
             if leaving and errors:  # e.g. the record failed: loud although this invocation does nothing else
                 log(emf.error_line(settings.environment, len(errors), now))
                 log(json.dumps({"level": "ERROR", "message": "tick errors", "errors": errors}, sort_keys=True))
@@ -763,13 +930,22 @@ def run_tick(settings: Settings, ports: Ports, now: datetime, log: Callable[[str
         holder = lease[0]
         now += timedelta(seconds=waited)  # the tick runs at the time it got the lease
     if leaving:
-        log(json.dumps({"level": "INFO", "message": "spot warning acted on by this invocation",
-                        "environment": settings.environment, "instances": list(leaving),
-                        "waited_for_lease_s": round(waited or 0.0, 3)}))
+        log(
+            json.dumps(
+                {
+                    "level": "INFO",
+                    "message": "spot warning acted on by this invocation",
+                    "environment": settings.environment,
+                    "instances": list(leaving),
+                    "waited_for_lease_s": round(waited or 0.0, 3),
+                }
+            )
+        )
     result = None
     try:
-        result = _run(settings, ports, now, log, deadline, persist, errors, leaving,
-                      (full, shard) if shard is not None else None)
+        result = _run(
+            settings, ports, now, log, deadline, persist, errors, leaving, (full, shard) if shard is not None else None
+        )
         return result
     finally:
         if holder is not None and ports.state is not None:
@@ -796,24 +972,43 @@ def _notice_expiry(now: datetime) -> float:
     return now.timestamp() + (SPOT_NOTICE_MINUTES + 1) * 60
 
 
-def _record_warning(settings: Settings, state: StatePort, leaving: tuple[str, ...], now: datetime,
-                    errors: list[str], log: Callable[[str], None]) -> bool:
+def _record_warning(
+    settings: Settings,
+    state: StatePort,
+    leaving: tuple[str, ...],
+    now: datetime,
+    errors: list[str],
+    log: Callable[[str], None],
+) -> bool:
     """Record the warned instances before anything else; a failure is a tick error (PolicyErrors), never silent."""
     expires = _notice_expiry(now)
     try:
         state.record_leaving(dict.fromkeys(leaving, expires))
     except (PolicyError, ValueError) as err:
-        _recorder(errors)(PolicyError(f"spot warning not recorded ({', '.join(leaving)}): "
-                                      f"{type(err).__name__}: {err}"))
+        _recorder(errors)(PolicyError(f"spot warning not recorded ({', '.join(leaving)}): {type(err).__name__}: {err}"))
         return False
-    log(json.dumps({"level": "INFO", "message": "spot warning recorded: every tick treats these instances as "
-                    "leaving until the notice runs out", "environment": settings.environment,
-                    "instances": list(leaving), "expires_at": datetime.fromtimestamp(expires, now.tzinfo).isoformat()}))
+    log(
+        json.dumps(
+            {
+                "level": "INFO",
+                "message": "spot warning recorded: every tick treats these instances as "
+                "leaving until the notice runs out",
+                "environment": settings.environment,
+                "instances": list(leaving),
+                "expires_at": datetime.fromtimestamp(expires, now.tzinfo).isoformat(),
+            }
+        )
+    )
     return True
 
 
-def record_spot_warning(settings: Settings, state: StatePort | None, leaving: tuple[str, ...], now: datetime,
-                        log: Callable[[str], None] = print) -> TickResult:
+def record_spot_warning(
+    settings: Settings,
+    state: StatePort | None,
+    leaving: tuple[str, ...],
+    now: datetime,
+    log: Callable[[str], None] = print,
+) -> TickResult:
     """A spot warning whose instance no shard could be found for (policy/handler.py): recorded in the shared
     "leaving" item only, no tick. Every shard's next tick merges the record, and the shard that owns the instance
     treats it as leaving (within a schedule interval); a failed record is a tick error, never silent."""
@@ -826,16 +1021,22 @@ def record_spot_warning(settings: Settings, state: StatePort | None, leaving: tu
     log(emf.error_line(settings.environment, len(errors), now))
     if errors:
         log(json.dumps({"level": "ERROR", "message": "tick errors", "errors": errors}, sort_keys=True))
-    return TickResult(Plan((), dry_run=settings.dry_run, decided_at=now), errors=errors,
-                      skipped="spot warning recorded for the shard that owns the instance")
+    return TickResult(
+        Plan((), dry_run=settings.dry_run, decided_at=now),
+        errors=errors,
+        skipped="spot warning recorded for the shard that owns the instance",
+    )
 
 
-def _leaving(state: dict, new: tuple[str, ...], now: datetime,
-             recorded: dict[str, float] | None = None) -> frozenset[str]:
+def _leaving(
+    state: dict, new: tuple[str, ...], now: datetime, recorded: dict[str, float] | None = None
+) -> frozenset[str]:
     """Instances under a spot notice: those of this invocation, those earlier ticks stored in the tick state, and
     those warning invocations recorded in the "leaving" item (`recorded`, policy/io/state.py), until the notice (plus
     a minute for clocks) has run out; the tick state keeps them with their expiry (epoch seconds)."""
-    kept = {i: t for i, t in (state.get("leaving") or {}).items() if isinstance(t, (int, float)) and t > now.timestamp()}
+    kept = {
+        i: t for i, t in (state.get("leaving") or {}).items() if isinstance(t, (int, float)) and t > now.timestamp()
+    }
     for iid, t in (recorded or {}).items():
         if t > now.timestamp():
             kept[iid] = max(t, kept.get(iid, t))
@@ -891,9 +1092,17 @@ def spend_rates(settings: Settings, plan: Plan) -> dict[str, tuple[float, float]
     return rates
 
 
-def _run(settings: Settings, ports: Ports, now: datetime, log: Callable[[str], None], deadline: Deadline | None,
-         persist: bool, errors: list[str], leaving: tuple[str, ...] = (),
-         sharded: tuple[Settings, str] | None = None) -> TickResult:
+def _run(
+    settings: Settings,
+    ports: Ports,
+    now: datetime,
+    log: Callable[[str], None],
+    deadline: Deadline | None,
+    persist: bool,
+    errors: list[str],
+    leaving: tuple[str, ...] = (),
+    sharded: tuple[Settings, str] | None = None,
+) -> TickResult:
     state: dict = {}
     state_key = STATE_KEY if sharded is None else shard_budget.tick_key(sharded[1])
     version = 0
@@ -920,22 +1129,40 @@ def _run(settings: Settings, ports: Ports, now: datetime, log: Callable[[str], N
         except PolicyError as err:
             errors.append(f"{type(err).__name__}: {err}")
     node_names: dict[str, str] = {}
-    obs = observe(settings, ports, state, now, errors, deadline, node_names, _leaving(state, leaving, now, recorded),
-                  environment=sharded is None)
+    obs = observe(
+        settings,
+        ports,
+        state,
+        now,
+        errors,
+        deadline,
+        node_names,
+        _leaving(state, leaving, now, recorded),
+        environment=sharded is None,
+    )
     if sharded is None:
         plan = decide(settings, obs, now)
     else:  # the environment budget's headroom, reserved against the other shards' before anything changes
-        plan = shard_budget.decide_and_reserve(sharded[0], sharded[1], settings, obs, ports.state,
-                                               ports.budgets, now, _recorder(errors),
-                                               persist=persist)
+        plan = shard_budget.decide_and_reserve(
+            sharded[0], sharded[1], settings, obs, ports.state, ports.budgets, now, _recorder(errors), persist=persist
+        )
     result = TickResult(plan, errors=errors)
     if not plan.dry_run:
         _apply(settings, plan, obs, ports, result, deadline, node_names)
         _record_changes(state, result.applied, now)
         for name, closed in closing.apply(settings, plan, obs, ports.nodes, node_names, _recorder(result.errors)):
-            log(json.dumps({"level": "INFO", "message": "back to spot: on-demand node closed to new pods" if closed
-                            else "back to spot: on-demand node open to new pods again", "node": name,
-                            "environment": settings.environment}))
+            log(
+                json.dumps(
+                    {
+                        "level": "INFO",
+                        "message": "back to spot: on-demand node closed to new pods"
+                        if closed
+                        else "back to spot: on-demand node open to new pods again",
+                        "node": name,
+                        "environment": settings.environment,
+                    }
+                )
+            )
 
     accrue(state, spend_rates(settings, plan), now)
     # The loan's usage from Kueue's queue status: before the error mail (a new problem is in it, once: the state
@@ -943,8 +1170,11 @@ def _run(settings: Settings, ports: Ports, now: datetime, log: Callable[[str], N
     loan_lines = loan_usage.tick_lines(settings, ports.queues, state, now, deadline, result.errors, log)
 
     _notify(settings, plan, ports, state, now, result)
-    if result.errors and ports.publisher is not None and notifications.due(
-            state, "all:error", now, settings.notify_min_interval_minutes):
+    if (
+        result.errors
+        and ports.publisher is not None
+        and notifications.due(state, "all:error", now, settings.notify_min_interval_minutes)
+    ):
         msg = notifications.render_error(settings.environment, "; ".join(result.errors)[:1000])
         try:
             ports.publisher.publish(msg.subject, msg.body)
@@ -965,19 +1195,39 @@ def _run(settings: Settings, ports: Ports, now: datetime, log: Callable[[str], N
     for d in plan.decisions:
         ps = settings.pool(d.pool)
         spend_state = (state.get("spend") or {}).get(pool_scope(d.pool)) or {}
-        log(json.dumps({
-            "level": "INFO", "message": "pool decision", "environment": settings.environment, "pool": d.pool,
-            "dry_run": plan.dry_run, "decided_at": now.isoformat(),
-            "actions": [{**a.to_dict(), **({"failed": failed[id(a)]} if id(a) in failed else {}),
-                         **({"blocked": blocked[id(a)]} if id(a) in blocked else {})} for a in d.actions],
-            "desired_after": d.desired_after, "pending_gpus": d.pending_gpus,
-            "elastic_usd_per_hour": round(d.elastic_usd_per_hour, 4),
-            "month_to_date_usd": d.month_to_date_usd, "projected_month_usd": d.projected_month_usd,
-            "fallback_active": d.fallback_active, "utilization_pct": d.utilization_pct,
-        }, sort_keys=True, default=str))
+        log(
+            json.dumps(
+                {
+                    "level": "INFO",
+                    "message": "pool decision",
+                    "environment": settings.environment,
+                    "pool": d.pool,
+                    "dry_run": plan.dry_run,
+                    "decided_at": now.isoformat(),
+                    "actions": [
+                        {
+                            **a.to_dict(),
+                            **({"failed": failed[id(a)]} if id(a) in failed else {}),
+                            **({"blocked": blocked[id(a)]} if id(a) in blocked else {}),
+                        }
+                        for a in d.actions
+                    ],
+                    "desired_after": d.desired_after,
+                    "pending_gpus": d.pending_gpus,
+                    "elastic_usd_per_hour": round(d.elastic_usd_per_hour, 4),
+                    "month_to_date_usd": d.month_to_date_usd,
+                    "projected_month_usd": d.projected_month_usd,
+                    "fallback_active": d.fallback_active,
+                    "utilization_pct": d.utilization_pct,
+                },
+                sort_keys=True,
+                default=str,
+            )
+        )
         capacity_of = {g: ps.capacity_of(g) for g in ps.elastic_groups}
-        for line in emf.pool_lines(settings.environment, d, capacity_of, ps.elastic_max_nodes,
-                                   spend_state.get("elastic_month_usd"), now):
+        for line in emf.pool_lines(
+            settings.environment, d, capacity_of, ps.elastic_max_nodes, spend_state.get("elastic_month_usd"), now
+        ):
             log(line)
     for line in loan_lines:
         log(line)

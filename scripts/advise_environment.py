@@ -43,10 +43,10 @@ def main(argv: list[str] | None = None) -> int:
     for name, trace in demands.items():
         series = pool.demand_profile(trace, horizon)[:horizon]
         (args.out / f"{name}.csv").write_text(
-            "minute,gpus_demanded\n" + "".join(f"{m},{g}\n" for m, g in enumerate(series)))
+            "minute,gpus_demanded\n" + "".join(f"{m},{g}\n" for m, g in enumerate(series))
+        )
     (args.out / STACK_FILE).write_text(yaml.safe_dump(be.pools_doc(prices, demands, horizon), sort_keys=False))
-    print(f"{len(demands)} pools, {args.days} days of minute series in {args.out}; stack file "
-          f"{args.out / STACK_FILE}")
+    print(f"{len(demands)} pools, {args.days} days of minute series in {args.out}; stack file {args.out / STACK_FILE}")
     return 0
 
 

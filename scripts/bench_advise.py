@@ -35,17 +35,24 @@ def main(argv: list[str] | None = None) -> int:
     from pricing.sources import catalog
 
     prices = catalog.Prices.resolve()  # read once, passed down
-    cfg = checks.from_stack_yaml(yaml.safe_load((REPO / "Pulumi.prod.yaml").read_text()), "Pulumi.prod.yaml", prices=prices)
+    cfg = checks.from_stack_yaml(
+        yaml.safe_load((REPO / "Pulumi.prod.yaml").read_text()), "Pulumi.prod.yaml", prices=prices
+    )
     trace = traces.read_trace(Path(args.traces) / f"{args.cluster}.csv").window(0, 29)
     t0, c0 = time.perf_counter(), time.process_time()
     doc = advisor.advise(prices, cfg, "training", trace, peak_from_demand=True, jobs=args.jobs)
     wall = time.perf_counter() - t0
     n = len(doc["points"])
     # With several jobs the simulations' CPU time is the workers', not this process's: report wall time only.
-    cpu = (f", {time.process_time() - c0:.1f} s CPU, {(time.process_time() - c0) / n:.2f} s CPU per simulated "
-           "pool-month") if args.jobs == 1 else ""
-    print(f"bench-advise: 30 days x 1 pool ({args.cluster}, {len(trace.jobs)} jobs), {n} floor sizes 0..{doc['peak_nodes']} "
-          f"x {len(doc['rates'])} payments, {args.jobs} job(s): {wall:.1f} s wall{cpu}; {doc['summary']}")
+    cpu = (
+        (f", {time.process_time() - c0:.1f} s CPU, {(time.process_time() - c0) / n:.2f} s CPU per simulated pool-month")
+        if args.jobs == 1
+        else ""
+    )
+    print(
+        f"bench-advise: 30 days x 1 pool ({args.cluster}, {len(trace.jobs)} jobs), {n} floor sizes 0..{doc['peak_nodes']} "
+        f"x {len(doc['rates'])} payments, {args.jobs} job(s): {wall:.1f} s wall{cpu}; {doc['summary']}"
+    )
     return 0
 
 

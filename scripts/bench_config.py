@@ -26,8 +26,11 @@ TEAMS = 10
 
 
 def hundred_pools() -> dict:
-    data = {k.split(":", 1)[1]: v for k, v in yaml.safe_load((REPO / "Pulumi.dev.yaml").read_text())["config"].items()
-            if k.startswith("gpuloan:")}
+    data = {
+        k.split(":", 1)[1]: v
+        for k, v in yaml.safe_load((REPO / "Pulumi.dev.yaml").read_text())["config"].items()
+        if k.startswith("gpuloan:")
+    }
     pool = data["pools"][0]
     data["pools"] = []
     for i in range(100):
@@ -53,16 +56,26 @@ def main() -> None:
         checks.parse(data, prices=prices)
         times.append(time.perf_counter() - t0)
     t0 = time.perf_counter()
-    subprocess.run([sys.executable, "-c", f"import sys; sys.path.insert(0, {str(REPO)!r}); "
-                    "import yaml; from pricing import checks; from pricing.sources import catalog; "
-                    "from scripts.bench_config import hundred_pools; "
-                    "checks.parse(hundred_pools(), prices=catalog.Prices.resolve())"], cwd=REPO, check=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            f"import sys; sys.path.insert(0, {str(REPO)!r}); "
+            "import yaml; from pricing import checks; from pricing.sources import catalog; "
+            "from scripts.bench_config import hundred_pools; "
+            "checks.parse(hundred_pools(), prices=catalog.Prices.resolve())",
+        ],
+        cwd=REPO,
+        check=True,
+    )
     cold_s = time.perf_counter() - t0
     t0 = time.perf_counter()
     subprocess.run([sys.executable, "-m", "gpuloan", "preview", "dev"], cwd=REPO, check=True, capture_output=True)
     preview_s = time.perf_counter() - t0
-    print(f"validate 100 pools: median {statistics.median(times) * 1000:.1f} ms warm, {cold_s:.2f} s in a fresh "
-          f"process (incl. imports) [target < 1 s] | gpuloan preview dev: {preview_s:.2f} s wall [target < 10 s]")
+    print(
+        f"validate 100 pools: median {statistics.median(times) * 1000:.1f} ms warm, {cold_s:.2f} s in a fresh "
+        f"process (incl. imports) [target < 1 s] | gpuloan preview dev: {preview_s:.2f} s wall [target < 10 s]"
+    )
 
 
 if __name__ == "__main__":

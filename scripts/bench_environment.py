@@ -44,20 +44,34 @@ def environment(prices, traces_dir: Path, lending: bool = True, days: int = DAYS
     return pools_config(prices, demands, horizon, lending=lending), demands, horizon
 
 
-def pools_config(prices, demands: dict, horizon: int, name: str = "bench-environment", lending: bool = True,
-                 floor_payment: str | None = None, max_lenders: int | None = None):
+def pools_config(
+    prices,
+    demands: dict,
+    horizon: int,
+    name: str = "bench-environment",
+    lending: bool = True,
+    floor_payment: str | None = None,
+    max_lenders: int | None = None,
+):
     """The benchmark's stack for these pools (name -> trace, in order): the prod stack's settings, each pool sized
     from its own trace, tiers rotating; also scripts/bench_scale.py's organizations. `max_lenders`: only the first
     that many pools with a floor lend it (the others' teams get lending_limit_pct 0), as a user of more pools than
     a Kueue queue can list floors for configures it (config/scheduling.py MAX_FLAVORS_PER_GROUP)."""
     from pricing import checks
 
-    return checks.from_stack_yaml(pools_doc(prices, demands, horizon, lending, floor_payment, max_lenders), name,
-                                  prices=prices)
+    return checks.from_stack_yaml(
+        pools_doc(prices, demands, horizon, lending, floor_payment, max_lenders), name, prices=prices
+    )
 
 
-def pools_doc(prices, demands: dict, horizon: int, lending: bool = True, floor_payment: str | None = None,
-              max_lenders: int | None = None) -> dict:
+def pools_doc(
+    prices,
+    demands: dict,
+    horizon: int,
+    lending: bool = True,
+    floor_payment: str | None = None,
+    max_lenders: int | None = None,
+) -> dict:
     """pools_config's stack file, as the YAML document (`config:` ...)."""
     import yaml
 
@@ -72,13 +86,23 @@ def pools_doc(prices, demands: dict, horizon: int, lending: bool = True, floor_p
         # a quiet month cut short (bench-scale's few-day runs) has no demand to size from: one elastic node
         sized = pool.auto_size(template, trace, horizon_minutes=horizon) if trace.jobs else None
         tier = TIERS[n % len(TIERS)]
-        entry = {"name": pool_name, "team": f"team-{pool_name}", "tier": tier,
-                 "elastic": {"instance_types": [INSTANCE_TYPE],
-                             "capacity": "on_demand" if tier == "production" else "spot_then_on_demand",
-                             "max_nodes": sized.elastic_max_nodes if sized else 1, "workload": "batch"}}
+        entry = {
+            "name": pool_name,
+            "team": f"team-{pool_name}",
+            "tier": tier,
+            "elastic": {
+                "instance_types": [INSTANCE_TYPE],
+                "capacity": "on_demand" if tier == "production" else "spot_then_on_demand",
+                "max_nodes": sized.elastic_max_nodes if sized else 1,
+                "workload": "batch",
+            },
+        }
         if sized and sized.floor_nodes:
-            entry["guaranteed"] = {"instance_type": INSTANCE_TYPE, "nodes": sized.floor_nodes,
-                                   **({"payment": floor_payment} if floor_payment else {})}
+            entry["guaranteed"] = {
+                "instance_type": INSTANCE_TYPE,
+                "nodes": sized.floor_nodes,
+                **({"payment": floor_payment} if floor_payment else {}),
+            }
         pools.append(entry)
     data["gpuloan:pools"] = pools
     kueue: dict = {} if lending else {"enabled": False}
@@ -107,8 +131,10 @@ def main(argv: list[str] | None = None) -> int:
     cfg, demands, horizon = environment(prices, args.traces, lending=not args.no_lending)
     jobs = sum(len(t.jobs) for t in demands.values())
     floors = sum(p.guaranteed.nodes for p in cfg.pools if p.guaranteed)
-    print(f"{len(cfg.pools)} pools, {jobs} jobs, {DAYS} days, {floors} floor nodes of {INSTANCE_TYPE} "
-          f"(built in {time.perf_counter() - t0:.1f} s)")
+    print(
+        f"{len(cfg.pools)} pools, {jobs} jobs, {DAYS} days, {floors} floor nodes of {INSTANCE_TYPE} "
+        f"(built in {time.perf_counter() - t0:.1f} s)"
+    )
     worst = 0.0
     for name, factory in (("gpuloan", lambda spec: GpuLoan()), ("karpenter", lambda spec: Karpenter())):
         t0, c0 = time.perf_counter(), time.process_time()
@@ -116,12 +142,14 @@ def main(argv: list[str] | None = None) -> int:
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0
         worst = max(worst, cpu)
         e = res.environment
-        print(f"  {name:10s} {wall:6.1f} s wall {cpu:6.1f} s CPU  cost ${e['total_cost_usd']:,.0f}  "
-              f"served {e['gpu_hours_served']:,.0f} of {e['demand_gpu_hours']:,.0f} GPU-h  "
-              f"floor used {e['floor_utilization']['owned']:.1%} owned + {e['floor_utilization']['lent']:.1%} lent  "
-              f"reclaims {e['reclaim_preemptions']} ({e['reclaim_lost_gpu_hours']:.0f} GPU-h lost)  "
-              f"production interruptions {e['production_interruptions']}  "
-              f"p95 wait by tier {e['p95_wait_minutes_by_tier']}")
+        print(
+            f"  {name:10s} {wall:6.1f} s wall {cpu:6.1f} s CPU  cost ${e['total_cost_usd']:,.0f}  "
+            f"served {e['gpu_hours_served']:,.0f} of {e['demand_gpu_hours']:,.0f} GPU-h  "
+            f"floor used {e['floor_utilization']['owned']:.1%} owned + {e['floor_utilization']['lent']:.1%} lent  "
+            f"reclaims {e['reclaim_preemptions']} ({e['reclaim_lost_gpu_hours']:.0f} GPU-h lost)  "
+            f"production interruptions {e['production_interruptions']}  "
+            f"p95 wait by tier {e['p95_wait_minutes_by_tier']}"
+        )
     print(f"bench-environment: slowest policy {worst:.1f} s CPU (target < 60 s per policy)")
     return 0
 

@@ -61,14 +61,19 @@ def main(argv=None) -> int:
     price_book = catalog.Prices.resolve()  # read once, passed down
     p = price_book.price(bench_org.INSTANCE_TYPE, bench_org.REGION)
     if p is None or p.spot_usd_per_hour is None:
-        raise SystemExit(f"bench-fair-share: no on-demand and spot price of {bench_org.INSTANCE_TYPE} in "
-                         f"{bench_org.REGION} in the price file ({price_book.missing_price_reason(bench_org.INSTANCE_TYPE, bench_org.REGION)})")
-    prices = {c: fluid.PoolPrices(bench_org.INSTANCE_TYPE, bench_org.REGION, 8, p.ondemand_usd_per_hour,
-                                  p.spot_usd_per_hour) for c in org_demand.ITP_CLUSTERS}
+        raise SystemExit(
+            f"bench-fair-share: no on-demand and spot price of {bench_org.INSTANCE_TYPE} in "
+            f"{bench_org.REGION} in the price file ({price_book.missing_price_reason(bench_org.INSTANCE_TYPE, bench_org.REGION)})"
+        )
+    prices = {
+        c: fluid.PoolPrices(bench_org.INSTANCE_TYPE, bench_org.REGION, 8, p.ondemand_usd_per_hour, p.spot_usd_per_hour)
+        for c in org_demand.ITP_CLUSTERS
+    }
     traces = org_demand.itp_traces(args.traces, days)
     rotation = args.rotation - 1
-    demands, runner = bench_org._sim_unit(price_book, rotation, args.seed, traces, prices, days, sizing_hours,
-                                          bench_org.DEFAULT_CHECKPOINT_MINUTES)
+    demands, runner = bench_org._sim_unit(
+        price_book, rotation, args.seed, traces, prices, days, sizing_hours, bench_org.DEFAULT_CHECKPOINT_MINUTES
+    )
     hours = min(max(d.hours for d in demands.values()), last * 24)
     heads = {n: d.head(sizing_hours) for n, d in demands.items()}
     floors = oa.size_floors(heads, prices, bench_org.GOAL_LEVEL)
@@ -77,23 +82,33 @@ def main(argv=None) -> int:
     tiers = org_demand.rotation_tiers(rotation)
     borrowers = [n for n in demands if tiers[n] != "production"]
     heavy = max(borrowers, key=lambda n: sum(demands[n].interruptible_gpus[:hours]))  # the largest borrower
-    runs = {"off": (False, {}), "on, equal weights": (True, {}),
-            f"on, {heavy} weighs {HEAVY_WEIGHT:g}": (True, {base.pool(heavy).team: HEAVY_WEIGHT})}
+    runs = {
+        "off": (False, {}),
+        "on, equal weights": (True, {}),
+        f"on, {heavy} weighs {HEAVY_WEIGHT:g}": (True, {base.pool(heavy).team: HEAVY_WEIGHT}),
+    }
     print(f"Fair sharing among borrowers: rotation {args.rotation}, seed {args.seed}, days 1-{hours // 24}")
     print("p90 floors (nodes): " + ", ".join(f"{n[-2:]}: {k}" for n, k in floors.items() if k) + "\n")
     table = {}
     for name, (fair, weights) in runs.items():
         cfg = _with_sharing(base, fair, weights)
         t0 = time.perf_counter()
-        res = simulate_environment(price_book, cfg, cut, oa._factory(oa.CONTROLLER_GPULOAN), SimSettings(seed=args.seed),
-                                   hours * 60)
+        res = simulate_environment(
+            price_book, cfg, cut, oa._factory(oa.CONTROLLER_GPULOAN), SimSettings(seed=args.seed), hours * 60
+        )
         rows = []
         for n in demands:
             team = cfg.pool(n).team
-            rows.append({"pool": n, "tier": tiers[n], "weight": cfg.scheduling.kueue.sharing(team).fair_share_weight,
-                         "demand": sum(demands[n].interruptible_gpus[:hours]),
-                         "borrowed": res.pools[n]["borrowed_gpu_hours"],
-                         "reclaims": res.pools[n]["reclaim_preemptions"]})
+            rows.append(
+                {
+                    "pool": n,
+                    "tier": tiers[n],
+                    "weight": cfg.scheduling.kueue.sharing(team).fair_share_weight,
+                    "demand": sum(demands[n].interruptible_gpus[:hours]),
+                    "borrowed": res.pools[n]["borrowed_gpu_hours"],
+                    "reclaims": res.pools[n]["reclaim_preemptions"],
+                }
+            )
         table[name] = rows
         print(f"  {name}: {time.perf_counter() - t0:.0f} s", file=sys.stderr)
     labels = {"off": "off", "on, equal weights": "on, equal"}
@@ -115,8 +130,10 @@ def main(argv=None) -> int:
     print("|---|---:|---:|---:|---:|")
     for name, rows in table.items():
         points, cv = _spread(rows)
-        print(f"| {labels[name]} | {sum(r['borrowed'] for r in rows):,.0f} | {points:.1f} points | {cv:.2f} | "
-              f"{sum(r['reclaims'] for r in rows):,} |")
+        print(
+            f"| {labels[name]} | {sum(r['borrowed'] for r in rows):,.0f} | {points:.1f} points | {cv:.2f} | "
+            f"{sum(r['reclaims'] for r in rows):,} |"
+        )
     return 0
 
 

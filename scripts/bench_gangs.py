@@ -35,9 +35,11 @@ CLUSTERS = ("cluster01", "cluster02", "cluster03", "cluster04", "cluster06")
 DAYS = (1, 57)
 STACK, POOL = "prod", "training"
 SCENARIOS = ("shortage", "partial", "partial_spot_only")
-TITLES = {"shortage": "SPOT_SHORTAGE, spot then on-demand",
-          "partial": "SPOT_PARTIAL, spot then on-demand",
-          "partial_spot_only": "SPOT_PARTIAL, spot only"}
+TITLES = {
+    "shortage": "SPOT_SHORTAGE, spot then on-demand",
+    "partial": "SPOT_PARTIAL, spot then on-demand",
+    "partial_spot_only": "SPOT_PARTIAL, spot only",
+}
 
 
 def run(args: tuple[str, str, int, str]) -> list[dict]:
@@ -51,7 +53,9 @@ def run(args: tuple[str, str, int, str]) -> list[dict]:
 
     traces_dir, cluster, seed, scenario = args
     prices = catalog.Prices.resolve()  # each worker process reads the prices in force once
-    cfg = checks.from_stack_yaml(yaml.safe_load((REPO / f"Pulumi.{STACK}.yaml").read_text()), f"Pulumi.{STACK}.yaml", prices=prices)
+    cfg = checks.from_stack_yaml(
+        yaml.safe_load((REPO / f"Pulumi.{STACK}.yaml").read_text()), f"Pulumi.{STACK}.yaml", prices=prices
+    )
     trace = traces.read_trace(Path(traces_dir) / f"{cluster}.csv").window(*DAYS)
     horizon = (DAYS[1] - DAYS[0] + 1) * 1440
     spec = pool.auto_size(pool.spec_from_config(prices, cfg, POOL), trace, horizon_minutes=horizon)
@@ -61,19 +65,31 @@ def run(args: tuple[str, str, int, str]) -> list[dict]:
     out = []
     for controller in (GpuLoan("gpuloan-before", gangs=False), GpuLoan("gpuloan"), Karpenter()):
         _, m = runner.run_one(spec, trace, controller, settings, horizon)
-        out.append({"cluster": cluster, "scenario": scenario, "policy": controller.name,
-                    "held_gpu_hours": m["gang_held_gpu_hours"], "cost_usd": m["total_cost_usd"],
-                    "p95_wait_minutes": m["p95_wait_minutes"], "mean_wait_minutes": m["mean_wait_minutes"],
-                    "unmet_gpu_hours": m["unmet_gpu_hours"],
-                    "released": (m.get("decisions_by_reason") or {}).get("GANG_RELEASED", 0)
-                    if controller.name == "gpuloan" else None})
+        out.append(
+            {
+                "cluster": cluster,
+                "scenario": scenario,
+                "policy": controller.name,
+                "held_gpu_hours": m["gang_held_gpu_hours"],
+                "cost_usd": m["total_cost_usd"],
+                "p95_wait_minutes": m["p95_wait_minutes"],
+                "mean_wait_minutes": m["mean_wait_minutes"],
+                "unmet_gpu_hours": m["unmet_gpu_hours"],
+                "released": (m.get("decisions_by_reason") or {}).get("GANG_RELEASED", 0)
+                if controller.name == "gpuloan"
+                else None,
+            }
+        )
     return out
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--traces", default=str(REPO.parent / "shared" / "data" / "traces" / "itp"),
-                        help="folder of the ITP cluster CSVs (default ../shared/data/traces/itp)")
+    parser.add_argument(
+        "--traces",
+        default=str(REPO.parent / "shared" / "data" / "traces" / "itp"),
+        help="folder of the ITP cluster CSVs (default ../shared/data/traces/itp)",
+    )
     parser.add_argument("--seed", type=int, default=1, help="seed (default 1, as `gpuloan simulate`)")
     parser.add_argument("--json", help="write every result here")
     parser.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1))
@@ -86,22 +102,30 @@ def main(argv: list[str] | None = None) -> int:
     print(f"simulating {len(tasks) * 3} runs on {args.workers} worker(s) ...", file=sys.stderr)
     with ProcessPoolExecutor(args.workers) as pool:
         rows = [r for rows in pool.map(run, tasks) for r in rows]
-    print("| scenario | cluster | policy | GPU-h held for waiting gangs | cost USD | p95 / mean wait min | "
-          "unmet GPU-h | gangs released (decisions) |")
+    print(
+        "| scenario | cluster | policy | GPU-h held for waiting gangs | cost USD | p95 / mean wait min | "
+        "unmet GPU-h | gangs released (decisions) |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {TITLES[r['scenario']]} | {r['cluster'][-2:]} | {r['policy']} | {r['held_gpu_hours']:,.1f} | "
-              f"{r['cost_usd']:,.0f} | {r['p95_wait_minutes']:.1f} / {r['mean_wait_minutes']:.2f} | "
-              f"{r['unmet_gpu_hours']:,.1f} | {'-' if r['released'] is None else r['released']} |")
+        print(
+            f"| {TITLES[r['scenario']]} | {r['cluster'][-2:]} | {r['policy']} | {r['held_gpu_hours']:,.1f} | "
+            f"{r['cost_usd']:,.0f} | {r['p95_wait_minutes']:.1f} / {r['mean_wait_minutes']:.2f} | "
+            f"{r['unmet_gpu_hours']:,.1f} | {'-' if r['released'] is None else r['released']} |"
+        )
     print()
     print("| scenario | gpuloan-before | gpuloan | karpenter | (GPU-h held, all five clusters) |")
     print("|---|---|---|---|---|")
     for s in SCENARIOS:
-        tot = {p: sum(r["held_gpu_hours"] for r in rows if r["scenario"] == s and r["policy"] == p)
-               for p in ("gpuloan-before", "gpuloan", "karpenter")}
+        tot = {
+            p: sum(r["held_gpu_hours"] for r in rows if r["scenario"] == s and r["policy"] == p)
+            for p in ("gpuloan-before", "gpuloan", "karpenter")
+        }
         print(f"| {TITLES[s]} | {tot['gpuloan-before']:,.1f} | {tot['gpuloan']:,.1f} | {tot['karpenter']:,.1f} | |")
-    print(f"\nbench-gangs: {len(CLUSTERS)} clusters x {len(SCENARIOS)} scenarios x 3 policies, seed {args.seed}, "
-          f"{time.perf_counter() - t0:.1f} s wall on {args.workers} worker(s)")
+    print(
+        f"\nbench-gangs: {len(CLUSTERS)} clusters x {len(SCENARIOS)} scenarios x 3 policies, seed {args.seed}, "
+        f"{time.perf_counter() - t0:.1f} s wall on {args.workers} worker(s)"
+    )
     from pricing.sources import catalog
 
     print(catalog.Prices.resolve().price_source("us-east-1"))  # the prod stack's region

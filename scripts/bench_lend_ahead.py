@@ -35,10 +35,15 @@ def figures(res) -> dict[str, float | None]:
             production_waits += [x for k, x in enumerate(waits) if w.production[k]]
     env = res.environment
     summary = pending_summary(production_waits)
-    return {"reclaim preemptions": env["reclaim_preemptions"], "reclaim lost GPU-h": env["reclaim_lost_gpu_hours"],
-            "lent floor GPU-h": env["floor_lent_gpu_hours"], "cost USD": env["total_cost_usd"],
-            "prod p95 wait min": summary["p95_pending_minutes"], "prod p99 wait min": summary["p99_pending_minutes"],
-            "prod interruptions": env["production_interruptions"]}
+    return {
+        "reclaim preemptions": env["reclaim_preemptions"],
+        "reclaim lost GPU-h": env["reclaim_lost_gpu_hours"],
+        "lent floor GPU-h": env["floor_lent_gpu_hours"],
+        "cost USD": env["total_cost_usd"],
+        "prod p95 wait min": summary["p95_pending_minutes"],
+        "prod p99 wait min": summary["p99_pending_minutes"],
+        "prod interruptions": env["production_interruptions"],
+    }
 
 
 def main(argv=None) -> int:
@@ -62,27 +67,35 @@ def main(argv=None) -> int:
     price_book = catalog.Prices.resolve()  # read once, passed down
     p = price_book.price(bench_org.INSTANCE_TYPE, bench_org.REGION)
     if p is None or p.spot_usd_per_hour is None:
-        raise SystemExit(f"bench-lend-ahead: no on-demand and spot price of {bench_org.INSTANCE_TYPE} in "
-                         f"{bench_org.REGION} in the price file")
-    prices = {c: fluid.PoolPrices(bench_org.INSTANCE_TYPE, bench_org.REGION, 8, p.ondemand_usd_per_hour,
-                                  p.spot_usd_per_hour) for c in org_demand.ITP_CLUSTERS}
+        raise SystemExit(
+            f"bench-lend-ahead: no on-demand and spot price of {bench_org.INSTANCE_TYPE} in "
+            f"{bench_org.REGION} in the price file"
+        )
+    prices = {
+        c: fluid.PoolPrices(bench_org.INSTANCE_TYPE, bench_org.REGION, 8, p.ondemand_usd_per_hour, p.spot_usd_per_hour)
+        for c in org_demand.ITP_CLUSTERS
+    }
     traces = org_demand.itp_traces(args.traces, days)
     rotation = args.rotation - 1
-    demands, runner = bench_org._sim_unit(price_book, rotation, args.seed, traces, prices, days, sizing_hours,
-                                          bench_org.DEFAULT_CHECKPOINT_MINUTES)
+    demands, runner = bench_org._sim_unit(
+        price_book, rotation, args.seed, traces, prices, days, sizing_hours, bench_org.DEFAULT_CHECKPOINT_MINUTES
+    )
     hours = min(max(d.hours for d in demands.values()), last * 24)
     heads = {n: d.head(sizing_hours) for n, d in demands.items()}
     floors = oa.size_floors(heads, prices, bench_org.GOAL_LEVEL)
     base = oa.setup_config(runner.cfg, floors, lend=True)
     cut = {n: oa._cut(t, hours) for n, t in runner.traces.items()}
-    print(f"Lending ahead of the owner: rotation {args.rotation}, seed {args.seed}, days 1-{hours // 24}, "
-          f"lookahead {args.lookahead} min")
+    print(
+        f"Lending ahead of the owner: rotation {args.rotation}, seed {args.seed}, days 1-{hours // 24}, "
+        f"lookahead {args.lookahead} min"
+    )
     rows = {}
     for label, on in (("off", False), ("on", True)):
         cfg = with_lend_ahead(base, on, args.lookahead)
         t0 = time.perf_counter()
-        res = simulate_environment(price_book, cfg, cut, oa._factory(oa.CONTROLLER_GPULOAN), SimSettings(seed=args.seed),
-                                   hours * 60)
+        res = simulate_environment(
+            price_book, cfg, cut, oa._factory(oa.CONTROLLER_GPULOAN), SimSettings(seed=args.seed), hours * 60
+        )
         rows[label] = figures(res)
         print(f"  {label}: {time.perf_counter() - t0:.0f} s", file=sys.stderr)
     print("\n| figure | off | on | change |")
@@ -95,8 +108,7 @@ def main(argv=None) -> int:
             change = f"{100 * (on_value - off) / off:+.1f}%"
         else:
             change = f"{on_value - off:+g}"
-        print(f"| {key} | {off if off is not None else '-'} | {on_value if on_value is not None else '-'} | "
-              f"{change} |")
+        print(f"| {key} | {off if off is not None else '-'} | {on_value if on_value is not None else '-'} | {change} |")
     return 0
 
 

@@ -33,8 +33,12 @@ SHARED_POOLS = ("cluster07", "cluster08")
 
 
 def _pool(name: str, tier: str, capacity: str, floor: int, share: float | None = None) -> dict:
-    p = {"name": name, "team": f"team-{name}", "tier": tier,
-         "elastic": {"instance_types": [INSTANCE_TYPE], "capacity": capacity, "max_nodes": 40}}
+    p = {
+        "name": name,
+        "team": f"team-{name}",
+        "tier": tier,
+        "elastic": {"instance_types": [INSTANCE_TYPE], "capacity": capacity, "max_nodes": 40},
+    }
     if floor:
         p["guaranteed"] = {"instance_type": INSTANCE_TYPE, "nodes": floor}
     if share is not None:
@@ -45,9 +49,11 @@ def _pool(name: str, tier: str, capacity: str, floor: int, share: float | None =
 def environment_config(prices):
     """The dev stack with the three pools (its budget raised: the dev budget is for its one pool)."""
     data = copy.deepcopy(yaml.safe_load((REPO / "Pulumi.dev.yaml").read_text())["config"])
-    data["gpuloan:pools"] = [_pool("cluster04", "production", "on_demand", 4),
-                             _pool("cluster07", "experiment", "spot_then_on_demand", 0, 30),
-                             _pool("cluster08", "learning", "spot_then_on_demand", 0, 30)]
+    data["gpuloan:pools"] = [
+        _pool("cluster04", "production", "on_demand", 4),
+        _pool("cluster07", "experiment", "spot_then_on_demand", 0, 30),
+        _pool("cluster08", "learning", "spot_then_on_demand", 0, 30),
+    ]
     data["gpuloan:scheduling"] = {"kueue": {}}
     data["gpuloan:budget"]["monthly_usd"] = 10_000_000
     return checks.from_stack_yaml({"config": data}, "bench-off-spot", prices=prices)
@@ -62,8 +68,10 @@ def main() -> int:
     cfg = environment_config(prices)
     traces = {p.name: read_trace(Path(args.traces) / f"{p.name}.csv").window(*DAYS) for p in cfg.pools}
     horizon = (DAYS[1] - DAYS[0] + 1) * 1440
-    print("| policy | pool | p95 wait production (min) | p95 wait interruptible (min) | unmet GPU-h | "
-          "elastic spot $ | elastic on-demand $ | production interruptions |")
+    print(
+        "| policy | pool | p95 wait production (min) | p95 wait interruptible (min) | unmet GPU-h | "
+        "elastic spot $ | elastic on-demand $ | production interruptions |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for name, factory in (("gpuloan", lambda spec: GpuLoan()), ("karpenter", lambda spec: Karpenter())):
         t0 = time.perf_counter()
@@ -71,9 +79,11 @@ def main() -> int:
         for pool in SHARED_POOLS:
             m = res.pools[pool]
             wait = m["p95_wait_minutes_by_class"]
-            print(f"| {name} | {pool} | {wait['production']} | {wait['interruptible']} | {m['unmet_gpu_hours']:,.1f} | "
-                  f"{m['elastic_spot_cost_usd']:,.0f} | {m['elastic_on_demand_cost_usd']:,.0f} | "
-                  f"{m['production_interruptions']} |")
+            print(
+                f"| {name} | {pool} | {wait['production']} | {wait['interruptible']} | {m['unmet_gpu_hours']:,.1f} | "
+                f"{m['elastic_spot_cost_usd']:,.0f} | {m['elastic_on_demand_cost_usd']:,.0f} | "
+                f"{m['production_interruptions']} |"
+            )
         print(f"<!-- {name}: {time.perf_counter() - t0:.1f} s -->", file=sys.stderr)
     return 0
 

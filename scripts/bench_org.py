@@ -45,8 +45,9 @@ def _one(job):
     term, rotation, seed, level, demands, prices, rate, sizing_days, lookback_days = job
     from advise import org_advisor as oa
 
-    inputs = oa.OrgInputs(demands, prices, {(INSTANCE_TYPE, REGION): rate}, term, sizing_days * 24, lookback_days,
-                          level)
+    inputs = oa.OrgInputs(
+        demands, prices, {(INSTANCE_TYPE, REGION): rate}, term, sizing_days * 24, lookback_days, level
+    )
     scenarios = oa.SCENARIOS if level == GOAL_LEVEL else ("default",)
     doc = oa.evaluate(inputs, oa.fluid_runner(prices), scenarios=scenarios, seed=seed, per_pool_prices=False)
     return (term, rotation, seed, level), doc
@@ -77,14 +78,26 @@ def _sim_config(price_book, traces, demands, tiers):
     for name in traces:
         d = demands[name]
         peak = max(d.production_gpus[h] + d.interruptible_gpus[h] for h in range(d.hours))
-        pools.append({"name": name, "team": name, "tier": tiers[name],
-                      "elastic": {"instance_types": [INSTANCE_TYPE], "capacity": "spot_then_on_demand",
-                                  "max_nodes": min(500, max(2, math.ceil(peak / 8) * 2))}})
+        pools.append(
+            {
+                "name": name,
+                "team": name,
+                "tier": tiers[name],
+                "elastic": {
+                    "instance_types": [INSTANCE_TYPE],
+                    "capacity": "spot_then_on_demand",
+                    "max_nodes": min(500, max(2, math.ceil(peak / 8) * 2)),
+                },
+            }
+        )
     c["gpuloan:pools"] = pools
     c.pop("gpuloan:commitments", None)
     c["gpuloan:scheduling"] = {"kueue": {"production_spot_pools": []}}
-    c["gpuloan:budget"] = {"monthly_usd": 9_000_000, "alert_emails": ["platform@example.com"],
-                           "enforcement": "alert_only"}
+    c["gpuloan:budget"] = {
+        "monthly_usd": 9_000_000,
+        "alert_emails": ["platform@example.com"],
+        "enforcement": "alert_only",
+    }
     return checks.from_stack_yaml(doc, "prod", prices=price_book)
 
 
@@ -99,10 +112,10 @@ def _sim_unit(price_book, rotation, seed, traces, prices, days, sizing_hours, ch
     demands = org_demand.itp_environment(traces, rotation, seed, days)
     tiers = org_demand.rotation_tiers(rotation)
     cfg = _sim_config(price_book, traces, demands, tiers)
-    settings = SimSettings(seed=seed, checkpoint_interval_minutes=checkpoint_minutes,
-                           latency=ElasticLatency())
-    runner = oa.environment_runner(price_book, cfg, traces, settings, prices,
-                                   production_share=org_demand.PRODUCTION_SHARE)
+    settings = SimSettings(seed=seed, checkpoint_interval_minutes=checkpoint_minutes, latency=ElasticLatency())
+    runner = oa.environment_runner(
+        price_book, cfg, traces, settings, prices, production_share=org_demand.PRODUCTION_SHARE
+    )
     return demands, runner
 
 
@@ -128,13 +141,26 @@ def _sim_run(shared, job):
     scenarios = [oa.scenario_for(n, hours, sizing_hours, seed) for n in scenario_names]
     floors, lend, controller = setup
     t0 = time.perf_counter()
-    runner.run_scenarios(demands, floors, lend=lend, controller=controller, scenarios=scenarios,
-                         report_from_hour=sizing_hours)
+    runner.run_scenarios(
+        demands, floors, lend=lend, controller=controller, scenarios=scenarios, report_from_hour=sizing_hours
+    )
     return (rotation, seed, checkpoint_minutes), dict(runner.cache), runner.runs, time.perf_counter() - t0, controller
 
 
-def _simulated(price_book, traces, prices, rates, rotations, seeds, scenarios, days, sizing_days, lookback_days, engine,
-               checkpoints=(30,)):
+def _simulated(
+    price_book,
+    traces,
+    prices,
+    rates,
+    rotations,
+    seeds,
+    scenarios,
+    days,
+    sizing_days,
+    lookback_days,
+    engine,
+    checkpoints=(30,),
+):
     """Every distinct setup on `engine` (sim/parallel.py: local processes or Ray; each one run, branched into the
     scenarios at the report window), then each (term, rotation, seed)'s advice from the filled caches (no
     simulation runs twice). Returns the documents and the timings."""
@@ -142,32 +168,64 @@ def _simulated(price_book, traces, prices, rates, rotations, seeds, scenarios, d
     from sim import parallel
 
     sizing_hours = sizing_days * 24
-    units = {(r, s, c): _sim_unit(price_book, r, s, traces, prices, days, sizing_hours, c)
-             for c in checkpoints for r in rotations for s in seeds}
-    jobs = [(r, s, setup, scenarios if c == checkpoints[0] else ("default",), days, sizing_hours, c)
-            for (r, s, c), (demands, _) in units.items() for setup in _sim_setups(demands, prices, sizing_hours)]
+    units = {
+        (r, s, c): _sim_unit(price_book, r, s, traces, prices, days, sizing_hours, c)
+        for c in checkpoints
+        for r in rotations
+        for s in seeds
+    }
+    jobs = [
+        (r, s, setup, scenarios if c == checkpoints[0] else ("default",), days, sizing_hours, c)
+        for (r, s, c), (demands, _) in units.items()
+        for setup in _sim_setups(demands, prices, sizing_hours)
+    ]
     timings = []
     for unit, cache, runs, seconds, controller in parallel.run_all(
-            jobs, _sim_run, shared=(traces, prices, price_book), engine=engine, label="bench-org simulated",
-            describe=lambda j: f"rotation {j[0] + 1} seed {j[1]} {oa.describe_setup((*j[2], []))} "
-                               f"{_checkpoints(j[6])}"):
+        jobs,
+        _sim_run,
+        shared=(traces, prices, price_book),
+        engine=engine,
+        label="bench-org simulated",
+        describe=lambda j: f"rotation {j[0] + 1} seed {j[1]} {oa.describe_setup((*j[2], []))} {_checkpoints(j[6])}",
+    ):
         units[unit][1].cache.update(cache)
         timings.append((unit, controller, runs, seconds))
     docs = {}
     for (r, s, c), (demands, runner) in units.items():
         for term in TERMS:
-            inputs = oa.OrgInputs(demands, prices, {(INSTANCE_TYPE, REGION): rates[term].usd_per_hour}, term,
-                                  sizing_hours, lookback_days, GOAL_LEVEL)
+            inputs = oa.OrgInputs(
+                demands,
+                prices,
+                {(INSTANCE_TYPE, REGION): rates[term].usd_per_hour},
+                term,
+                sizing_hours,
+                lookback_days,
+                GOAL_LEVEL,
+            )
             key = (term, r, s, GOAL_LEVEL) if c == checkpoints[0] else (term, r, s, GOAL_LEVEL, c)
-            docs[key] = oa.evaluate(inputs, runner, scenarios=scenarios if c == checkpoints[0] else ("default",),
-                                    seed=s, per_pool_prices=False)
+            docs[key] = oa.evaluate(
+                inputs,
+                runner,
+                scenarios=scenarios if c == checkpoints[0] else ("default",),
+                seed=s,
+                per_pool_prices=False,
+            )
         if runner.runs:
             raise RuntimeError(f"rotation {r + 1} seed {s}: {runner.runs} simulation(s) outside the prefilled cache")
     return docs, timings
 
 
-SIM_NAMES = ("gpuloan", "gpuloan-shared", "karpenter", "karpenter+savings-plan", "karpenter-shared", "karpenter-shared+savings-plan",
-             "floors-not-lent", "team-floors", "fluid-bound")
+SIM_NAMES = (
+    "gpuloan",
+    "gpuloan-shared",
+    "karpenter",
+    "karpenter+savings-plan",
+    "karpenter-shared",
+    "karpenter-shared+savings-plan",
+    "floors-not-lent",
+    "team-floors",
+    "fluid-bound",
+)
 # The issue's goals on the simulated figures (issue 36), worst seed
 GOAL_POINTS_OVER_BOUND = 3.0  # price over karpenter-shared+savings-plan, points above the fluid bound's price
 GOAL_PACKING_POINTS = 2.0  # gpuloan's simulated over fluid dollars, points above karpenter-shared+sp's
@@ -187,8 +245,11 @@ def _pending(row: dict, tier: str, key: str) -> float | None:
 def _sim_cost_table(docs, rotations, seeds, key_of, title) -> None:
     """Cost and price over karpenter-shared+savings-plan per setup, mean of seeds; the fluid dollars beside."""
     print(f"### {title}\n")
-    print("| term | rotation | " + " | ".join(f"{n} $ (over k-shared+sp)" for n in SIM_NAMES) +
-          " | floor used owned / lent |")
+    print(
+        "| term | rotation | "
+        + " | ".join(f"{n} $ (over k-shared+sp)" for n in SIM_NAMES)
+        + " | floor used owned / lent |"
+    )
     print("|---|---|" + "---|" * (len(SIM_NAMES) + 1))
     for term in TERMS:
         for rotation in rotations:
@@ -197,21 +258,28 @@ def _sim_cost_table(docs, rotations, seeds, key_of, title) -> None:
             for n in SIM_NAMES:
                 cost = _mean([r[n]["total_cost_usd"] for r in rows])
                 if n == "fluid-bound":
-                    cells.append(f"{cost:,.0f} ({_mean([r[n]['price_of_guarantee_pct'] for r in rows]):+.1f} % over "
-                                 f"fluid ${_mean([r[n]['no_floor_total_cost_usd'] for r in rows]):,.0f})")
+                    cells.append(
+                        f"{cost:,.0f} ({_mean([r[n]['price_of_guarantee_pct'] for r in rows]):+.1f} % over "
+                        f"fluid ${_mean([r[n]['no_floor_total_cost_usd'] for r in rows]):,.0f})"
+                    )
                 else:
                     cells.append(f"{cost:,.0f} ({_mean([r[n]['price_over_shared_pct'] for r in rows]):+.1f} %)")
             fu = [r["gpuloan"]["floor_utilization"] for r in rows]
-            print(f"| {term} | {rotation + 1} | " + " | ".join(cells) +
-                  f" | {100 * _mean([f['owned'] for f in fu]):.0f} / {100 * _mean([f['lent'] for f in fu]):.0f} % |")
+            print(
+                f"| {term} | {rotation + 1} | "
+                + " | ".join(cells)
+                + f" | {100 * _mean([f['owned'] for f in fu]):.0f} / {100 * _mean([f['lent'] for f in fu]):.0f} % |"
+            )
     print()
 
 
 def _sim_service_table(docs, rotations, seeds, key_of, title) -> None:
     print(f"### {title}\n")
-    print("| rotation | setup | production interruptions | reclaim preemptions (lost GPU-h) | priority / "
-          "kube-scheduler preemptions (lost GPU-h) | unmet GPU-h | total pending min p95 / p99 / max: production | "
-          "experiment | learning |")
+    print(
+        "| rotation | setup | production interruptions | reclaim preemptions (lost GPU-h) | priority / "
+        "kube-scheduler preemptions (lost GPU-h) | unmet GPU-h | total pending min p95 / p99 / max: production | "
+        "experiment | learning |"
+    )
     print("|---|---|---|---|---|---|---|---|---|")
     term = TERMS[0]
     for rotation in rotations:
@@ -219,30 +287,41 @@ def _sim_service_table(docs, rotations, seeds, key_of, title) -> None:
             rows = [_by_name(docs[key_of(term, rotation, s)])[n] for s in seeds]
             tiers = []
             for t in ("production", "experiment", "learning"):
-                vals = [[_pending(r, t, k) for r in rows] for k in ("p95_pending_minutes", "p99_pending_minutes",
-                                                                   "max_pending_minutes")]
-                tiers.append("-" if any(v is None for vs in vals for v in vs) else
-                             " / ".join(f"{_mean(vs):,.0f}" if k < 2 else f"{max(v for v in vs if v is not None):,.0f}"
-                                        for k, vs in enumerate(vals)))
-            print(f"| {rotation + 1} | {n} | {_mean([r['production_interruptions'] for r in rows]):.1f} | "
-                  f"{_mean([r['reclaim_preemptions'] for r in rows]):.1f} "
-                  f"({_mean([r['reclaim_lost_gpu_hours'] for r in rows]):,.0f}) | "
-                  f"{_mean([r.get('priority_preemptions', 0) for r in rows]):.1f} / "
-                  f"{_mean([r.get('scheduler_preemptions', 0) for r in rows]):.1f} "
-                  f"({_mean([r.get('priority_lost_gpu_hours', 0) for r in rows]):,.0f} / "
-                  f"{_mean([r.get('scheduler_lost_gpu_hours', 0) for r in rows]):,.0f}) | "
-                  f"{_mean([r['unmet_gpu_hours'] for r in rows]):,.0f} | " + " | ".join(tiers) + " |")
+                vals = [
+                    [_pending(r, t, k) for r in rows]
+                    for k in ("p95_pending_minutes", "p99_pending_minutes", "max_pending_minutes")
+                ]
+                tiers.append(
+                    "-"
+                    if any(v is None for vs in vals for v in vs)
+                    else " / ".join(
+                        f"{_mean(vs):,.0f}" if k < 2 else f"{max(v for v in vs if v is not None):,.0f}"
+                        for k, vs in enumerate(vals)
+                    )
+                )
+            print(
+                f"| {rotation + 1} | {n} | {_mean([r['production_interruptions'] for r in rows]):.1f} | "
+                f"{_mean([r['reclaim_preemptions'] for r in rows]):.1f} "
+                f"({_mean([r['reclaim_lost_gpu_hours'] for r in rows]):,.0f}) | "
+                f"{_mean([r.get('priority_preemptions', 0) for r in rows]):.1f} / "
+                f"{_mean([r.get('scheduler_preemptions', 0) for r in rows]):.1f} "
+                f"({_mean([r.get('priority_lost_gpu_hours', 0) for r in rows]):,.0f} / "
+                f"{_mean([r.get('scheduler_lost_gpu_hours', 0) for r in rows]):,.0f}) | "
+                f"{_mean([r['unmet_gpu_hours'] for r in rows]):,.0f} | " + " | ".join(tiers) + " |"
+            )
     print()
 
 
 def _sim_goals(docs, rotations, seeds, key_of, title) -> bool:
     """The issue's goals per term and rotation, worst seed, with by how much each is met or missed."""
     print(f"### {title}\n")
-    print(f"| term | rotation | price over k-shared+sp minus the fluid bound's (goal <= +{GOAL_POINTS_OVER_BOUND:g} "
-          f"points) | simulated over fluid $, gpuloan minus k-shared+sp (goal <= +{GOAL_PACKING_POINTS:g} points) | "
-          "production interruptions (goal 0) | production p95 / p99 pending under karpenter-shared's (goal < 0 "
-          f"min) | other tiers' p95 / p99 pending over karpenter-shared's, worst (goal <= +{GOAL_OTHER_TIERS_MINUTES:g} "
-          "min) | lending's cut of the price vs floors-not-lent (goal >= 25 %) |")
+    print(
+        f"| term | rotation | price over k-shared+sp minus the fluid bound's (goal <= +{GOAL_POINTS_OVER_BOUND:g} "
+        f"points) | simulated over fluid $, gpuloan minus k-shared+sp (goal <= +{GOAL_PACKING_POINTS:g} points) | "
+        "production interruptions (goal 0) | production p95 / p99 pending under karpenter-shared's (goal < 0 "
+        f"min) | other tiers' p95 / p99 pending over karpenter-shared's, worst (goal <= +{GOAL_OTHER_TIERS_MINUTES:g} "
+        "min) | lending's cut of the price vs floors-not-lent (goal >= 25 %) |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     all_met = True
     for term in TERMS:
@@ -252,35 +331,52 @@ def _sim_goals(docs, rotations, seeds, key_of, title) -> bool:
             interr = 0
             for s in seeds:
                 d = _by_name(docs[key_of(term, rotation, s)])
-                ours, bound, nl, ks, kssp = (d["gpuloan"], d["fluid-bound"], d["floors-not-lent"],
-                                             d["karpenter-shared"], d["karpenter-shared+savings-plan"])
+                ours, bound, nl, ks, kssp = (
+                    d["gpuloan"],
+                    d["fluid-bound"],
+                    d["floors-not-lent"],
+                    d["karpenter-shared"],
+                    d["karpenter-shared+savings-plan"],
+                )
                 over.append(ours["price_over_shared_pct"] - bound["price_of_guarantee_pct"])
                 ours_ratio = ours["total_cost_usd"] / bound["total_cost_usd"] - 1
                 k_ratio = kssp["total_cost_usd"] / bound["no_floor_total_cost_usd"] - 1
                 packing.append(100 * (ours_ratio - k_ratio))
                 interr += ours["production_interruptions"]
                 for key in ("p95_pending_minutes", "p99_pending_minutes"):
-                    prod_gap.append((_pending(ours, "production", key) or 0.0)
-                                    - (_pending(ks, "production", key) or 0.0))
-                    other_gap.extend((_pending(ours, t, key) or 0.0) - (_pending(ks, t, key) or 0.0)
-                                     for t in ours["pending_by_tier"] if t != "production")
+                    prod_gap.append(
+                        (_pending(ours, "production", key) or 0.0) - (_pending(ks, "production", key) or 0.0)
+                    )
+                    other_gap.extend(
+                        (_pending(ours, t, key) or 0.0) - (_pending(ks, t, key) or 0.0)
+                        for t in ours["pending_by_tier"]
+                        if t != "production"
+                    )
                 nl_price = nl["price_over_shared_pct"]
                 cut.append((nl_price - ours["price_over_shared_pct"]) / nl_price if nl_price > 0 else 0.0)
             w_over, w_pack, w_prod = max(over), max(packing), max(prod_gap)
             w_other, w_cut = max(other_gap, default=0.0), min(cut)
-            met = [w_over <= GOAL_POINTS_OVER_BOUND, w_pack <= GOAL_PACKING_POINTS, interr == 0, w_prod < 0,
-                   w_other <= GOAL_OTHER_TIERS_MINUTES, w_cut >= GOAL_LENDING_CUT]
+            met = [
+                w_over <= GOAL_POINTS_OVER_BOUND,
+                w_pack <= GOAL_PACKING_POINTS,
+                interr == 0,
+                w_prod < 0,
+                w_other <= GOAL_OTHER_TIERS_MINUTES,
+                w_cut >= GOAL_LENDING_CUT,
+            ]
             all_met &= all(met)
 
             def mark(ok, text):
                 return f"{text} {'met' if ok else 'MISSED'}"
 
-            print(f"| {term} | {rotation + 1} | "
-                  f"{mark(met[0], f'{w_over:+.1f} points ({GOAL_POINTS_OVER_BOUND - w_over:+.1f} of margin)')} | "
-                  f"{mark(met[1], f'{w_pack:+.1f} points ({GOAL_PACKING_POINTS - w_pack:+.1f} of margin)')} | "
-                  f"{mark(met[2], str(interr))} | {mark(met[3], f'{w_prod:+,.1f} min')} | "
-                  f"{mark(met[4], f'{w_other:+,.1f} min')} | "
-                  f"{mark(met[5], f'{100 * w_cut:.0f} % ({100 * (w_cut - GOAL_LENDING_CUT):+.0f} points)')} |")
+            print(
+                f"| {term} | {rotation + 1} | "
+                f"{mark(met[0], f'{w_over:+.1f} points ({GOAL_POINTS_OVER_BOUND - w_over:+.1f} of margin)')} | "
+                f"{mark(met[1], f'{w_pack:+.1f} points ({GOAL_PACKING_POINTS - w_pack:+.1f} of margin)')} | "
+                f"{mark(met[2], str(interr))} | {mark(met[3], f'{w_prod:+,.1f} min')} | "
+                f"{mark(met[4], f'{w_other:+,.1f} min')} | "
+                f"{mark(met[5], f'{100 * w_cut:.0f} % ({100 * (w_cut - GOAL_LENDING_CUT):+.0f} points)')} |"
+            )
     print()
     return all_met
 
@@ -296,51 +392,86 @@ def _sim_tables(docs, rotations, seeds, scenarios, checkpoints=(30,)) -> bool:
         return (term, rotation, s, GOAL_LEVEL)
 
     label = _checkpoints(first)
-    _sim_cost_table(docs, rotations, seeds, key_of, f"Simulated, {label}: p{GOAL_LEVEL:g} guarantee for every "
-                    "production pool, default scenario (report window, mean of seeds); price over "
-                    "karpenter-shared+savings-plan")
-    _sim_service_table(docs, rotations, seeds, key_of, f"Simulated, {label}: service in the report window "
-                       "(default scenario; interruptions, preemptions and unmet work mean of seeds; total "
-                       "pending time per job, first wait plus every re-wait: p95 and p99 mean of seeds, max the "
-                       "largest; the same in both terms)")
-    all_met = _sim_goals(docs, rotations, seeds, key_of, f"The issue's goals at p{GOAL_LEVEL:g} on the simulated "
-                         f"figures, {label}, worst seed")
+    _sim_cost_table(
+        docs,
+        rotations,
+        seeds,
+        key_of,
+        f"Simulated, {label}: p{GOAL_LEVEL:g} guarantee for every "
+        "production pool, default scenario (report window, mean of seeds); price over "
+        "karpenter-shared+savings-plan",
+    )
+    _sim_service_table(
+        docs,
+        rotations,
+        seeds,
+        key_of,
+        f"Simulated, {label}: service in the report window "
+        "(default scenario; interruptions, preemptions and unmet work mean of seeds; total "
+        "pending time per job, first wait plus every re-wait: p95 and p99 mean of seeds, max the "
+        "largest; the same in both terms)",
+    )
+    all_met = _sim_goals(
+        docs,
+        rotations,
+        seeds,
+        key_of,
+        f"The issue's goals at p{GOAL_LEVEL:g} on the simulated figures, {label}, worst seed",
+    )
     for sc in scenarios:
         if sc == "default":
             continue
-        print(f"### Simulated, {label}: scenario {sc}, p{GOAL_LEVEL:g} floors (report window, mean of seeds): cost $ "
-              "/ production GPU-h waiting (of them, within the pool's floor)\n")
+        print(
+            f"### Simulated, {label}: scenario {sc}, p{GOAL_LEVEL:g} floors (report window, mean of seeds): cost $ "
+            "/ production GPU-h waiting (of them, within the pool's floor)\n"
+        )
         print("| term | rotation | shortage hours | " + " | ".join(SIM_NAMES) + " |")
         print("|---|---|---|" + "---|" * len(SIM_NAMES))
         for term in TERMS:
             for rotation in rotations:
                 hours = _mean([docs[(term, rotation, s, GOAL_LEVEL)]["scenarios"][sc]["shortage_hours"] for s in seeds])
-                cells = [f"{_cell(docs, term, rotation, seeds, n, scenario=sc):,.0f} / " + _waiting_cell(
-                         docs, term, rotation, seeds, n, sc) for n in SIM_NAMES]
+                cells = [
+                    f"{_cell(docs, term, rotation, seeds, n, scenario=sc):,.0f} / "
+                    + _waiting_cell(docs, term, rotation, seeds, n, sc)
+                    for n in SIM_NAMES
+                ]
                 print(f"| {term} | {rotation + 1} | {hours:.1f} | " + " | ".join(cells) + " |")
         print()
     for c in checkpoints[1:]:
+
         def key_c(term, rotation, s, c=c):
             return (term, rotation, s, GOAL_LEVEL, c)
 
         label = _checkpoints(c)
-        _sim_cost_table(docs, rotations, seeds, key_c, f"Simulated, {label}: p{GOAL_LEVEL:g} guarantee, default "
-                        "scenario (mean of seeds); price over karpenter-shared+savings-plan")
+        _sim_cost_table(
+            docs,
+            rotations,
+            seeds,
+            key_c,
+            f"Simulated, {label}: p{GOAL_LEVEL:g} guarantee, default "
+            "scenario (mean of seeds); price over karpenter-shared+savings-plan",
+        )
         _sim_service_table(docs, rotations, seeds, key_c, f"Simulated, {label}: service in the report window")
-        _sim_goals(docs, rotations, seeds, key_c, f"The issue's goals at p{GOAL_LEVEL:g}, {label}, worst seed "
-                   "(reported, not required)")
-    print("Production GPU-h waiting: GPUs of queued production jobs, minute by minute over the report window; "
-          "within its floor: the part its own floor had room for, the simulator's "
-          "`unmet_guaranteed_production_gpu_hours`. The fluid bound's dollars: the same floors, lent, in the fluid "
-          "model (free repacking, no boots) with the best commitment in hindsight; its price is over the fluid "
-          "model's run without floors (its own hindsight commitment).\n")
+        _sim_goals(
+            docs,
+            rotations,
+            seeds,
+            key_c,
+            f"The issue's goals at p{GOAL_LEVEL:g}, {label}, worst seed (reported, not required)",
+        )
+    print(
+        "Production GPU-h waiting: GPUs of queued production jobs, minute by minute over the report window; "
+        "within its floor: the part its own floor had room for, the simulator's "
+        "`unmet_guaranteed_production_gpu_hours`. The fluid bound's dollars: the same floors, lent, in the fluid "
+        "model (free repacking, no boots) with the best commitment in hindsight; its price is over the fluid "
+        "model's run without floors (its own hindsight commitment).\n"
+    )
     return all_met
 
 
 def _by_name(doc: dict, scenario: str = "default") -> dict[str, dict]:
     if scenario == "default":
-        rows = [doc["recommendation"]["report"], doc["recommendation"]["layouts"]["gpuloan-shared"],
-                *doc["baselines"]]
+        rows = [doc["recommendation"]["report"], doc["recommendation"]["layouts"]["gpuloan-shared"], *doc["baselines"]]
     else:
         sc = doc["scenarios"][scenario]
         rows = [sc["recommendation_report"], sc["shared_layout_report"], *sc["baselines"]]
@@ -370,33 +501,63 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--traces", default=str(DEFAULT_TRACES), metavar="DIR", help="the ITP traces folder")
-    parser.add_argument("--model", choices=("fluid", "simulated", "both"), default="both",
-                        help="the fluid tables, the simulated tables, or both (default both)")
+    parser.add_argument(
+        "--model",
+        choices=("fluid", "simulated", "both"),
+        default="both",
+        help="the fluid tables, the simulated tables, or both (default both)",
+    )
     parser.add_argument("--seeds", type=int, default=3, help="fluid model: seeds 1..N (default 3)")
-    parser.add_argument("--sim-seeds", type=int, default=3,
-                        help="simulated model: seeds 1..N (default 3, about 2 min each on 2 cores)")
-    parser.add_argument("--sim-scenarios", default=",".join(SIM_SCENARIOS), metavar="NAMES",
-                        help=f"simulated model: scenarios, comma-separated (default {','.join(SIM_SCENARIOS)}; "
-                             "spot-shortage adds three simulations per rotation and seed)")
-    parser.add_argument("--rotations", default="1,2,3", metavar="LIST",
-                        help="tier rotations, comma-separated (default 1,2,3; one rotation for a quick check)")
-    parser.add_argument("--checkpoint-interval", type=int, default=DEFAULT_CHECKPOINT_MINUTES, metavar="MINUTES",
-                        help="simulated model: minutes between a job's checkpoints, the work an interrupted or "
-                             "reclaimed job loses (default 30); printed beside every figure that depends on it")
-    parser.add_argument("--without-checkpoints-table", action=argparse.BooleanOptionalAction, default=True,
-                        help="simulated model: the same tables again with no checkpoints at all (default on; "
-                             "default scenario only)")
+    parser.add_argument(
+        "--sim-seeds", type=int, default=3, help="simulated model: seeds 1..N (default 3, about 2 min each on 2 cores)"
+    )
+    parser.add_argument(
+        "--sim-scenarios",
+        default=",".join(SIM_SCENARIOS),
+        metavar="NAMES",
+        help=f"simulated model: scenarios, comma-separated (default {','.join(SIM_SCENARIOS)}; "
+        "spot-shortage adds three simulations per rotation and seed)",
+    )
+    parser.add_argument(
+        "--rotations",
+        default="1,2,3",
+        metavar="LIST",
+        help="tier rotations, comma-separated (default 1,2,3; one rotation for a quick check)",
+    )
+    parser.add_argument(
+        "--checkpoint-interval",
+        type=int,
+        default=DEFAULT_CHECKPOINT_MINUTES,
+        metavar="MINUTES",
+        help="simulated model: minutes between a job's checkpoints, the work an interrupted or "
+        "reclaimed job loses (default 30); printed beside every figure that depends on it",
+    )
+    parser.add_argument(
+        "--without-checkpoints-table",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="simulated model: the same tables again with no checkpoints at all (default on; default scenario only)",
+    )
     parser.add_argument("--workers", type=int, default=2, help="processes (default 2)")
-    parser.add_argument("--ray", metavar="ADDRESS", help="simulated model: run the setups on the Ray cluster at "
-                        "ADDRESS (default: $RAY_ADDRESS when set; needs pip install 'gpuloan[ray]')")
+    parser.add_argument(
+        "--ray",
+        metavar="ADDRESS",
+        help="simulated model: run the setups on the Ray cluster at "
+        "ADDRESS (default: $RAY_ADDRESS when set; needs pip install 'gpuloan[ray]')",
+    )
     parser.add_argument("--plot", default=str(REPO / "docs" / "bench-org.png"), help="the picture (PNG)")
-    parser.add_argument("--smoke", action="store_true",
-                        help="a quick run (the script's test): days 1-3 of the traces, sized on the first, rotation "
-                             "1, one seed, the p90 level only; its figures mean nothing")
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="a quick run (the script's test): days 1-3 of the traces, sized on the first, rotation "
+        "1, one seed, the p90 level only; its figures mean nothing",
+    )
     args = parser.parse_args(argv)
     if args.checkpoint_interval < 1:
-        parser.error(f"--checkpoint-interval must be at least 1 minute, got {args.checkpoint_interval} (the table "
-                     "without checkpoints is --without-checkpoints-table)")
+        parser.error(
+            f"--checkpoint-interval must be at least 1 minute, got {args.checkpoint_interval} (the table "
+            "without checkpoints is --without-checkpoints-table)"
+        )
     os.environ.setdefault("GPULOAN_PRICE_FILE", str(DEFAULT_PRICES))
     from sim import parallel
 
@@ -422,26 +583,34 @@ def main(argv: list[str] | None = None) -> int:
     scenarios = tuple(x.strip() for x in args.sim_scenarios.split(",") if x.strip())
     unknown = [x for x in scenarios if x not in org_advisor.SCENARIOS]
     if unknown or "default" not in scenarios:
-        parser.error(f"--sim-scenarios {args.sim_scenarios}: 'default' and any of "
-                     f"{', '.join(org_advisor.SCENARIOS)}")
+        parser.error(f"--sim-scenarios {args.sim_scenarios}: 'default' and any of {', '.join(org_advisor.SCENARIOS)}")
     price_book = catalog.Prices.resolve()  # read once, passed down (the workers get it with the traces)
     p = price_book.price(INSTANCE_TYPE, REGION)
-    prices = {c: fluid.PoolPrices(INSTANCE_TYPE, REGION, 8, p.ondemand_usd_per_hour, p.spot_usd_per_hour)
-              for c in org_demand.ITP_CLUSTERS}
+    prices = {
+        c: fluid.PoolPrices(INSTANCE_TYPE, REGION, 8, p.ondemand_usd_per_hour, p.spot_usd_per_hour)
+        for c in org_demand.ITP_CLUSTERS
+    }
     rates = {t: floor_pricing.floor_rate(price_book, INSTANCE_TYPE, REGION, t) for t in TERMS}
     traces = org_demand.itp_traces(args.traces, days)
 
-    print(f"Prices: {INSTANCE_TYPE} {REGION} on-demand ${p.ondemand_usd_per_hour:,.4f}/h, spot "
-          f"${p.spot_usd_per_hour:,.4f}/h ({p.source}); RIs no upfront: "
-          + "; ".join(f"{t} ${r.usd_per_hour:,.4f}/h ({r.source})" for t, r in rates.items()) + ".")
+    print(
+        f"Prices: {INSTANCE_TYPE} {REGION} on-demand ${p.ondemand_usd_per_hour:,.4f}/h, spot "
+        f"${p.spot_usd_per_hour:,.4f}/h ({p.source}); RIs no upfront: "
+        + "; ".join(f"{t} ${r.usd_per_hour:,.4f}/h ({r.source})" for t, r in rates.items())
+        + "."
+    )
     last_day = days[1] - days[0] + 1
-    print(f"Sized on days 1-{sizing_days} (Cost Explorer lookback {lookback_days} days, bought at the end of day "
-          f"{sizing_days}), reported on days {sizing_days + 1}-{last_day}; 30 % of each pool's jobs production "
-          f"(seeded per job); figures are means over the seeds.\n")
+    print(
+        f"Sized on days 1-{sizing_days} (Cost Explorer lookback {lookback_days} days, bought at the end of day "
+        f"{sizing_days}), reported on days {sizing_days + 1}-{last_day}; 30 % of each pool's jobs production "
+        f"(seeded per job); figures are means over the seeds.\n"
+    )
     for rotation in rotations:
         r = org_demand.ROTATIONS[rotation]
-        print(f"- rotation {rotation + 1}: production {', '.join(r['production'])}; experiment "
-              f"{', '.join(r['experiment'])}; learning {', '.join(r['learning'])}")
+        print(
+            f"- rotation {rotation + 1}: production {', '.join(r['production'])}; experiment "
+            f"{', '.join(r['experiment'])}; learning {', '.join(r['learning'])}"
+        )
     print()
     ok = True
     if args.model in ("fluid", "both"):
@@ -452,45 +621,77 @@ def main(argv: list[str] | None = None) -> int:
                 demands = org_demand.itp_environment(traces, rotation, seed, days)
                 for term in TERMS:
                     for level in levels:
-                        jobs.append((term, rotation, seed, level, demands, prices, rates[term].usd_per_hour,
-                                     sizing_days, lookback_days))
+                        jobs.append(
+                            (
+                                term,
+                                rotation,
+                                seed,
+                                level,
+                                demands,
+                                prices,
+                                rates[term].usd_per_hour,
+                                sizing_days,
+                                lookback_days,
+                            )
+                        )
         with ProcessPoolExecutor(max_workers=args.workers, mp_context=multiprocessing.get_context("fork")) as ex:
             docs = dict(ex.map(_one, jobs))
         wall = time.perf_counter() - tf
-        print(f"Model: **fluid** (sim/fluid.py: free repacking, no boots, production never interrupted by "
-              f"construction, waits not measured); seeds {seeds.start}-{seeds.stop - 1}.\n")
+        print(
+            f"Model: **fluid** (sim/fluid.py: free repacking, no boots, production never interrupted by "
+            f"construction, waits not measured); seeds {seeds.start}-{seeds.stop - 1}.\n"
+        )
         _main_table(docs, rotations, seeds)
         ok &= _goals_table(docs, rotations, seeds)
         _scenario_tables(docs, rotations, seeds)
         if len(levels) > 1:
             _levels_table(docs, rotations, seeds, levels)
             _plot(docs, rotations, seeds, args.plot, levels)
-        print(f"\nbench-org fluid: {len(jobs)} advisor runs ({len(TERMS)} terms x {len(rotations)} rotations x "
-              f"{len(seeds)} seeds x {len(levels)} guarantee levels; the p{GOAL_LEVEL:g} runs with both scenarios) "
-              f"in {wall:.1f} s wall on {args.workers} worker(s)"
-              + (f"; picture {_shown(args.plot)}" if len(levels) > 1 else ""))
+        print(
+            f"\nbench-org fluid: {len(jobs)} advisor runs ({len(TERMS)} terms x {len(rotations)} rotations x "
+            f"{len(seeds)} seeds x {len(levels)} guarantee levels; the p{GOAL_LEVEL:g} runs with both scenarios) "
+            f"in {wall:.1f} s wall on {args.workers} worker(s)"
+            + (f"; picture {_shown(args.plot)}" if len(levels) > 1 else "")
+        )
     if args.model in ("simulated", "both"):
         ts = time.perf_counter()
         from sim.engine import NO_CHECKPOINTS
 
         checkpoints = (args.checkpoint_interval, *((NO_CHECKPOINTS,) if args.without_checkpoints_table else ()))
-        sdocs, timings = _simulated(price_book, traces, prices, rates, rotations, sim_seeds, scenarios, days, sizing_days,
-                                    lookback_days, engine, checkpoints)
+        sdocs, timings = _simulated(
+            price_book,
+            traces,
+            prices,
+            rates,
+            rotations,
+            sim_seeds,
+            scenarios,
+            days,
+            sizing_days,
+            lookback_days,
+            engine,
+            checkpoints,
+        )
         wall = time.perf_counter() - ts
-        print(f"\nModel: **simulated** (sim/environment.py: whole nodes, boots, Kueue lending and reclaim, spot "
-              f"events, the per-pool controllers; the fluid bound stays fluid); seeds {sim_seeds.start}-"
-              f"{sim_seeds.stop - 1}; scenarios {', '.join(scenarios)}; {_checkpoints(checkpoints[0])}"
-              + (f", then {_checkpoints(checkpoints[1])}" if len(checkpoints) > 1 else "") + ". "
-              f"{org_advisor.REPORT_WINDOW_NOTE[0].upper()}{org_advisor.REPORT_WINDOW_NOTE[1:]}.\n")
+        print(
+            f"\nModel: **simulated** (sim/environment.py: whole nodes, boots, Kueue lending and reclaim, spot "
+            f"events, the per-pool controllers; the fluid bound stays fluid); seeds {sim_seeds.start}-"
+            f"{sim_seeds.stop - 1}; scenarios {', '.join(scenarios)}; {_checkpoints(checkpoints[0])}"
+            + (f", then {_checkpoints(checkpoints[1])}" if len(checkpoints) > 1 else "")
+            + ". "
+            f"{org_advisor.REPORT_WINDOW_NOTE[0].upper()}{org_advisor.REPORT_WINDOW_NOTE[1:]}.\n"
+        )
         ok &= _sim_tables(sdocs, rotations, sim_seeds, scenarios, checkpoints)
         sims = sum(seconds for *_, seconds in timings)
-        print(f"bench-org simulated: {sum(runs for *_, runs, _ in timings)} simulations ({len(rotations)} rotations "
-              f"x {len(sim_seeds)} seed(s) x 5 distinct setups x {len(checkpoints)} checkpoint setting(s), the "
-              f"first's runs branched at the report window into {len(scenarios) - 1} shortage scenario(s); "
-              f"{len(TERMS) * 9} setup figures per rotation, seed and scenario billed from them) in {wall:.1f} s "
-              f"wall on {engine.words() if engine.kind == parallel.RAY else f'{args.workers} worker(s)'} "
-              f"({sims:.0f} s summed over the setups, "
-              f"{max(s for *_, s in timings):.0f} s the longest)")
+        print(
+            f"bench-org simulated: {sum(runs for *_, runs, _ in timings)} simulations ({len(rotations)} rotations "
+            f"x {len(sim_seeds)} seed(s) x 5 distinct setups x {len(checkpoints)} checkpoint setting(s), the "
+            f"first's runs branched at the report window into {len(scenarios) - 1} shortage scenario(s); "
+            f"{len(TERMS) * 9} setup figures per rotation, seed and scenario billed from them) in {wall:.1f} s "
+            f"wall on {engine.words() if engine.kind == parallel.RAY else f'{args.workers} worker(s)'} "
+            f"({sims:.0f} s summed over the setups, "
+            f"{max(s for *_, s in timings):.0f} s the longest)"
+        )
     print(f"\nbench-org: {time.perf_counter() - t0:.1f} s wall in all")
     print("every goal met" if ok else "some goals missed: see the goals tables (the run itself succeeded)")
     return 0
@@ -508,34 +709,40 @@ def _cell(docs, term, rotation, seeds, name, key="total_cost_usd", scenario="def
 
 def _main_table(docs, rotations, seeds) -> None:
     print(f"### p{GOAL_LEVEL:g} guarantee for every production pool, default scenario (report window, mean of seeds)\n")
-    print("| term | rotation | karpenter $ | karpenter+savings-plan $ | gpuloan $ (price) | fluid bound, same floors "
-          "(price) | floors-not-lent $ (price) | team-floors $ (price) | floor used owned / lent | RIs gpuloan / "
-          "k+sp / bound |")
+    print(
+        "| term | rotation | karpenter $ | karpenter+savings-plan $ | gpuloan $ (price) | fluid bound, same floors "
+        "(price) | floors-not-lent $ (price) | team-floors $ (price) | floor used owned / lent | RIs gpuloan / "
+        "k+sp / bound |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|")
     for term in TERMS:
         for rotation in rotations:
+
             def c(name, key="total_cost_usd"):
                 return _cell(docs, term, rotation, seeds, name, key)
 
-            fu = [docs[(term, rotation, s, GOAL_LEVEL)]["recommendation"]["report"]["floor_utilization"]
-                  for s in seeds]
-            print(f"| {term} | {rotation + 1} | {c('karpenter'):,.0f} | {c('karpenter+savings-plan'):,.0f} | "
-                  f"{c('gpuloan'):,.0f} ({c('gpuloan', 'price_of_guarantee_pct'):+.1f} %) | "
-                  f"{c('fluid-bound'):,.0f} ({c('fluid-bound', 'price_of_guarantee_pct'):+.1f} %) | "
-                  f"{c('floors-not-lent'):,.0f} ({c('floors-not-lent', 'price_of_guarantee_pct'):+.1f} %) | "
-                  f"{c('team-floors'):,.0f} ({c('team-floors', 'price_of_guarantee_pct'):+.1f} %) | "
-                  f"{100 * _mean([f['owned'] for f in fu]):.0f} / {100 * _mean([f['lent'] for f in fu]):.0f} % | "
-                  f"{c('gpuloan', 'commitment_ri_count'):.0f} / {c('karpenter+savings-plan', 'commitment_ri_count'):.0f}"
-                  f" / {c('fluid-bound', 'commitment_ri_count'):.0f} |")
+            fu = [docs[(term, rotation, s, GOAL_LEVEL)]["recommendation"]["report"]["floor_utilization"] for s in seeds]
+            print(
+                f"| {term} | {rotation + 1} | {c('karpenter'):,.0f} | {c('karpenter+savings-plan'):,.0f} | "
+                f"{c('gpuloan'):,.0f} ({c('gpuloan', 'price_of_guarantee_pct'):+.1f} %) | "
+                f"{c('fluid-bound'):,.0f} ({c('fluid-bound', 'price_of_guarantee_pct'):+.1f} %) | "
+                f"{c('floors-not-lent'):,.0f} ({c('floors-not-lent', 'price_of_guarantee_pct'):+.1f} %) | "
+                f"{c('team-floors'):,.0f} ({c('team-floors', 'price_of_guarantee_pct'):+.1f} %) | "
+                f"{100 * _mean([f['owned'] for f in fu]):.0f} / {100 * _mean([f['lent'] for f in fu]):.0f} % | "
+                f"{c('gpuloan', 'commitment_ri_count'):.0f} / {c('karpenter+savings-plan', 'commitment_ri_count'):.0f}"
+                f" / {c('fluid-bound', 'commitment_ri_count'):.0f} |"
+            )
     print()
 
 
 def _goals_table(docs, rotations, seeds) -> bool:
     """Each goal per term and rotation, the worst seed; True when every one is met."""
     print(f"### The issue's goals at p{GOAL_LEVEL:g}, worst seed (fluid model for every setup)\n")
-    print("| term | rotation | price over the fluid bound (goal <= +5.0 points) | lending's cut of the price (goal >= "
-          "25 %) | cheaper than team-floors (goal >= 10 %) | production interruptions (goal 0) | unmet guaranteed "
-          "production GPU-h, on-demand shortage (goal 0) |")
+    print(
+        "| term | rotation | price over the fluid bound (goal <= +5.0 points) | lending's cut of the price (goal >= "
+        "25 %) | cheaper than team-floors (goal >= 10 %) | production interruptions (goal 0) | unmet guaranteed "
+        "production GPU-h, on-demand shortage (goal 0) |"
+    )
     print("|---|---|---|---|---|---|---|")
     all_met = True
     for term in TERMS:
@@ -552,18 +759,25 @@ def _goals_table(docs, rotations, seeds) -> bool:
                 od = _by_name(docs[(term, rotation, s, GOAL_LEVEL)], "on-demand-shortage")["gpuloan"]
                 unmet_g += od["unmet_guaranteed_production_gpu_hours"]
             w_over, w_cut, w_cheaper = max(over), min(cut), min(cheaper)
-            met = (w_over <= GOAL_POINTS_ABOVE_BOUND, w_cut >= GOAL_LENDING_CUT, w_cheaper >= GOAL_CHEAPER_THAN_TEAM,
-                   interr == 0, unmet_g <= 1e-9)
+            met = (
+                w_over <= GOAL_POINTS_ABOVE_BOUND,
+                w_cut >= GOAL_LENDING_CUT,
+                w_cheaper >= GOAL_CHEAPER_THAN_TEAM,
+                interr == 0,
+                unmet_g <= 1e-9,
+            )
             all_met &= all(met)
 
             def mark(ok, text):
                 return f"{text} {'met' if ok else 'MISSED'}"
 
-            print(f"| {term} | {rotation + 1} | "
-                  f"{mark(met[0], f'{w_over:+.1f} points ({GOAL_POINTS_ABOVE_BOUND - w_over:+.1f} of margin)')} | "
-                  f"{mark(met[1], f'{100 * w_cut:.0f} % ({100 * (w_cut - GOAL_LENDING_CUT):+.0f} points)')} | "
-                  f"{mark(met[2], f'{100 * w_cheaper:.1f} % ({100 * (w_cheaper - GOAL_CHEAPER_THAN_TEAM):+.1f} points)')} | "
-                  f"{mark(met[3], str(interr))} (fluid: 0 by construction) | {mark(met[4], f'{unmet_g:.0f}')} |")
+            print(
+                f"| {term} | {rotation + 1} | "
+                f"{mark(met[0], f'{w_over:+.1f} points ({GOAL_POINTS_ABOVE_BOUND - w_over:+.1f} of margin)')} | "
+                f"{mark(met[1], f'{100 * w_cut:.0f} % ({100 * (w_cut - GOAL_LENDING_CUT):+.0f} points)')} | "
+                f"{mark(met[2], f'{100 * w_cheaper:.1f} % ({100 * (w_cheaper - GOAL_CHEAPER_THAN_TEAM):+.1f} points)')} | "
+                f"{mark(met[3], str(interr))} (fluid: 0 by construction) | {mark(met[4], f'{unmet_g:.0f}')} |"
+            )
     print("\np95 wait per tier (goal: no worse than karpenter's): not measured; the fluid model has no queue.\n")
     return all_met
 
@@ -571,16 +785,20 @@ def _goals_table(docs, rotations, seeds) -> bool:
 def _scenario_tables(docs, rotations, seeds) -> None:
     names = ("gpuloan", "karpenter", "karpenter+savings-plan", "team-floors", "floors-not-lent", "fluid-bound")
     for sc in ("spot-shortage", "on-demand-shortage"):
-        print(f"### Scenario {sc}, p{GOAL_LEVEL:g} floors (report window, mean of seeds): cost $ / unmet production "
-              "GPU-h\n")
+        print(
+            f"### Scenario {sc}, p{GOAL_LEVEL:g} floors (report window, mean of seeds): cost $ / unmet production "
+            "GPU-h\n"
+        )
         print("| term | rotation | shortage hours | " + " | ".join(names) + " |")
         print("|---|---|---|" + "---|" * len(names))
         for term in TERMS:
             for rotation in rotations:
                 hours = _mean([docs[(term, rotation, s, GOAL_LEVEL)]["scenarios"][sc]["shortage_hours"] for s in seeds])
-                cells = [f"{_cell(docs, term, rotation, seeds, n, scenario=sc):,.0f} / "
-                         f"{_cell(docs, term, rotation, seeds, n, 'unmet_production_gpu_hours', sc):,.0f}"
-                         for n in names]
+                cells = [
+                    f"{_cell(docs, term, rotation, seeds, n, scenario=sc):,.0f} / "
+                    f"{_cell(docs, term, rotation, seeds, n, 'unmet_production_gpu_hours', sc):,.0f}"
+                    for n in names
+                ]
                 print(f"| {term} | {rotation + 1} | {hours:.1f} | " + " | ".join(cells) + " |")
         print()
 
@@ -591,8 +809,10 @@ def _levels_table(docs, rotations, seeds, levels=LEVELS) -> None:
     print("|---|---|" + "---|" * len(levels))
     for term in TERMS:
         for name in SETUPS_DRAWN:
-            cells = [_mean([_cell(docs, term, r, seeds, name, "price_of_guarantee_pct", level=lv) for r in rotations])
-                     for lv in levels]
+            cells = [
+                _mean([_cell(docs, term, r, seeds, name, "price_of_guarantee_pct", level=lv) for r in rotations])
+                for lv in levels
+            ]
             print(f"| {term} | {name} | " + " | ".join(f"{x:+.1f} %" for x in cells) + " |")
     print()
 
@@ -604,12 +824,18 @@ def _plot(docs, rotations, seeds, path: str, levels=LEVELS) -> None:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, len(TERMS), figsize=(11, 4.2), sharey=True)
-    style = {"gpuloan": ("#2a7ab9", "-", "o"), "floors-not-lent": ("#dd8452", "--", "s"),
-             "team-floors": ("#c44e52", ":", "^"), "fluid-bound": ("#55a868", "-.", "D")}
+    style = {
+        "gpuloan": ("#2a7ab9", "-", "o"),
+        "floors-not-lent": ("#dd8452", "--", "s"),
+        "team-floors": ("#c44e52", ":", "^"),
+        "fluid-bound": ("#55a868", "-.", "D"),
+    }
     for ax, term in zip(axes, TERMS):
         for name in SETUPS_DRAWN:
-            ys = [_mean([_cell(docs, term, r, seeds, name, "price_of_guarantee_pct", level=lv) for r in rotations])
-                  for lv in levels]
+            ys = [
+                _mean([_cell(docs, term, r, seeds, name, "price_of_guarantee_pct", level=lv) for r in rotations])
+                for lv in levels
+            ]
             color, ls, marker = style[name]
             ax.plot(levels, ys, ls, color=color, marker=marker, label=name)
         ax.axhline(0, color="#444", lw=0.8)

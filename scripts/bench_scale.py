@@ -90,8 +90,11 @@ def organization(prices, traces_dir: Path, pools: int, days: int):
     horizon = days * 1440
     # floors on 3-year RIs: on-demand, the floors alone of 64 pools ($11M a month) would pass the largest budget the
     # config takes ($10M); the figures here are times, and the payment changes the bill, not the work
-    return (pools_config(prices, named, horizon, name="bench-scale", floor_payment="reserved_3yr", max_lenders=MAX_LENDERS),
-            named, horizon)
+    return (
+        pools_config(prices, named, horizon, name="bench-scale", floor_payment="reserved_3yr", max_lenders=MAX_LENDERS),
+        named,
+        horizon,
+    )
 
 
 def one(traces_dir: Path, pools: int, days: int, policy: str, seed: int) -> dict:
@@ -110,18 +113,41 @@ def one(traces_dir: Path, pools: int, days: int, policy: str, seed: int) -> dict
     res = simulate_environment(prices, cfg, demands, factory, SimSettings(seed=seed), horizon)
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     e = res.environment
-    return {"pools": pools, "days": days, "policy": policy, "cpu_s": round(cpu, 2), "wall_s": round(wall, 2),
-            "peak_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
-            "jobs": sum(len(t.jobs) for t in demands.values()), "cost_usd": round(e["total_cost_usd"]),
-            "served_gpu_h": round(e["gpu_hours_served"]), "demand_gpu_h": round(e["demand_gpu_hours"])}
+    return {
+        "pools": pools,
+        "days": days,
+        "policy": policy,
+        "cpu_s": round(cpu, 2),
+        "wall_s": round(wall, 2),
+        "peak_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+        "jobs": sum(len(t.jobs) for t in demands.values()),
+        "cost_usd": round(e["total_cost_usd"]),
+        "served_gpu_h": round(e["gpu_hours_served"]),
+        "demand_gpu_h": round(e["demand_gpu_hours"]),
+    }
 
 
 def _child(traces_dir: Path, pools: int, days: int, policy: str, seed: int) -> dict:
-    done = subprocess.run([sys.executable, __file__, "--traces", str(traces_dir), "--seed", str(seed), "--one",
-                           str(pools), str(days), policy], capture_output=True, text=True)
+    done = subprocess.run(
+        [
+            sys.executable,
+            __file__,
+            "--traces",
+            str(traces_dir),
+            "--seed",
+            str(seed),
+            "--one",
+            str(pools),
+            str(days),
+            policy,
+        ],
+        capture_output=True,
+        text=True,
+    )
     if done.returncode != 0:
-        raise SystemExit(f"bench-scale: {pools} pools x {days} days, {policy}: exit {done.returncode}\n"
-                         f"{done.stderr[-3000:]}")
+        raise SystemExit(
+            f"bench-scale: {pools} pools x {days} days, {policy}: exit {done.returncode}\n{done.stderr[-3000:]}"
+        )
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
@@ -163,8 +189,7 @@ def main(argv: list[str] | None = None) -> int:
         runs = [(int(p), int(d)) for p, d in (r.split(":") for r in args.runs.split(","))]
     t0 = time.perf_counter()
     print("bench-scale: one environment simulation per line, each in its own process")
-    print(f"{'pools':>5} {'days':>4} {'policy':9} {'jobs':>8} {'CPU s':>7} {'wall s':>7} {'peak MB':>7} "
-          f"{'x prev':>6}")
+    print(f"{'pools':>5} {'days':>4} {'policy':9} {'jobs':>8} {'CPU s':>7} {'wall s':>7} {'peak MB':>7} {'x prev':>6}")
     results: dict[tuple[int, int, str], dict] = {}
     for pools, days in runs:
         for policy in POLICIES:
@@ -174,20 +199,27 @@ def main(argv: list[str] | None = None) -> int:
             shorter = shorter_days(results, pools, days, policy)
             prev = results.get((pools // 2, days, policy)) or (results[(pools, shorter, policy)] if shorter else None)
             step = f"{_ratio(r, prev):6.2f}" if prev else "     -"
-            print(f"{pools:5d} {days:4d} {policy:9} {r['jobs']:8,d} {r['cpu_s']:7.1f} {r['wall_s']:7.1f} "
-                  f"{r['peak_mb']:7,d} {step}", flush=True)
+            print(
+                f"{pools:5d} {days:4d} {policy:9} {r['jobs']:8,d} {r['cpu_s']:7.1f} {r['wall_s']:7.1f} "
+                f"{r['peak_mb']:7,d} {step}",
+                flush=True,
+            )
     pools_steps, days_steps = ratios(results)
     print("\nsteps (CPU seconds of the larger organization / the smaller):")
     for name, x in pools_steps + days_steps:
         print(f"  {name}: {x:.2f}")
     worst_mem = max(results.values(), key=lambda r: r["peak_mb"])
-    print(f"largest peak memory: {worst_mem['peak_mb']:,d} MB ({worst_mem['pools']} pools x {worst_mem['days']} "
-          f"days, {worst_mem['policy']}); {time.perf_counter() - t0:.0f} s wall in all")
+    print(
+        f"largest peak memory: {worst_mem['peak_mb']:,d} MB ({worst_mem['pools']} pools x {worst_mem['days']} "
+        f"days, {worst_mem['policy']}); {time.perf_counter() - t0:.0f} s wall in all"
+    )
     for pol in POLICIES:
         big, month = results.get((*LARGEST, pol)), results.get((*MONTH, pol))
         if big and month:
-            print(f"{pol}: {LARGEST[0]} pools x {LARGEST[1]} days: {_ratio(big, month):.1f}x the {MONTH[0]}-pool "
-                  f"month's CPU (goal 25), peak {big['peak_mb']:,d} MB (goal 4,096)")
+            print(
+                f"{pol}: {LARGEST[0]} pools x {LARGEST[1]} days: {_ratio(big, month):.1f}x the {MONTH[0]}-pool "
+                f"month's CPU (goal 25), peak {big['peak_mb']:,d} MB (goal 4,096)"
+            )
     print(f"pools x2 ratio: {max((x for _, x in pools_steps), default=float('nan')):.2f}")
     print(f"days x3 ratio: {max((x for _, x in days_steps), default=float('nan')):.2f}")
     return 0

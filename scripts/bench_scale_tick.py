@@ -88,9 +88,9 @@ class LatencyProxy:
                 if target:
                     operation = target.rsplit(".", 1)[-1]
                 elif body.startswith(b"Action="):
-                    operation = body.split(b"&", 1)[0][len("Action="):].decode()
+                    operation = body.split(b"&", 1)[0][len("Action=") :].decode()
                 else:
-                    operation = _rest_operation(service, self.command, self.path.split('?', 1)[0])
+                    operation = _rest_operation(service, self.command, self.path.split("?", 1)[0])
                 started = time.monotonic()
                 with lock:
                     proxy.calls[service] += 1
@@ -102,8 +102,13 @@ class LatencyProxy:
                     if not hasattr(local, "session"):
                         local.session = requests.Session()
                     sent = time.monotonic()
-                    resp = local.session.request(self.command, upstream + self.path, data=body, timeout=60, headers={
-                        k: v for k, v in self.headers.items() if k.lower() not in ("host", "content-length")})
+                    resp = local.session.request(
+                        self.command,
+                        upstream + self.path,
+                        data=body,
+                        timeout=60,
+                        headers={k: v for k, v in self.headers.items() if k.lower() not in ("host", "content-length")},
+                    )
                     answered = time.monotonic()
                     with lock:
                         proxy.emulator_s[f"{service} {operation}"] += answered - sent
@@ -114,8 +119,14 @@ class LatencyProxy:
                 data = resp.content
                 self.send_response(resp.status_code)
                 for k, v in resp.headers.items():
-                    if k.lower() not in ("content-length", "transfer-encoding", "connection", "content-encoding",
-                                         "server", "date"):
+                    if k.lower() not in (
+                        "content-length",
+                        "transfer-encoding",
+                        "connection",
+                        "content-encoding",
+                        "server",
+                        "date",
+                    ):
                         self.send_header(k, v)
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
@@ -179,55 +190,112 @@ def _rest_operation(service: str, method: str, path: str) -> str:
 def _world(pools: int, session) -> Settings:
     """The emulated account: `pools` pools of a spot (2 nodes), an on-demand (0) and a floor (1) group each."""
     eks, asg, ec2 = session.client("eks"), session.client("autoscaling"), session.client("ec2")
-    subnet = ec2.create_subnet(VpcId=ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"],
-                               CidrBlock="10.0.0.0/18", AvailabilityZone=f"{REGION}a")["Subnet"]["SubnetId"]
-    eks.create_cluster(name=CLUSTER, roleArn=f"arn:aws:iam::{ACCOUNT}:role/r", resourcesVpcConfig={"subnetIds": [subnet]})
-    ec2.create_launch_template(LaunchTemplateName="gpu-lt", LaunchTemplateData={
-        "ImageId": ec2.describe_images()["Images"][0]["ImageId"], "InstanceType": "g6.xlarge"})
-    session.client("dynamodb").create_table(TableName=TABLE, BillingMode="PAY_PER_REQUEST",
-                                            AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
-                                            KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}])
+    subnet = ec2.create_subnet(
+        VpcId=ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"],
+        CidrBlock="10.0.0.0/18",
+        AvailabilityZone=f"{REGION}a",
+    )["Subnet"]["SubnetId"]
+    eks.create_cluster(
+        name=CLUSTER, roleArn=f"arn:aws:iam::{ACCOUNT}:role/r", resourcesVpcConfig={"subnetIds": [subnet]}
+    )
+    ec2.create_launch_template(
+        LaunchTemplateName="gpu-lt",
+        LaunchTemplateData={"ImageId": ec2.describe_images()["Images"][0]["ImageId"], "InstanceType": "g6.xlarge"},
+    )
+    session.client("dynamodb").create_table(
+        TableName=TABLE,
+        BillingMode="PAY_PER_REQUEST",
+        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
+        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+    )
     budgets = session.client("budgets")
-    budgets.create_budget(AccountId=ACCOUNT, Budget={"BudgetName": "env", "BudgetLimit": {
-        "Amount": "10000000", "Unit": "USD"}, "TimeUnit": "MONTHLY", "BudgetType": "COST"})
+    budgets.create_budget(
+        AccountId=ACCOUNT,
+        Budget={
+            "BudgetName": "env",
+            "BudgetLimit": {"Amount": "10000000", "Unit": "USD"},
+            "TimeUnit": "MONTHLY",
+            "BudgetType": "COST",
+        },
+    )
     ps = []
     for p in range(pools):
         for kind, n in (("s", 2), ("o", 0), ("g", 1)):
             name = f"p{p}-{kind}"
             if kind != "g":  # an elastic group: EKS's node group too (the tick reads it again, then resizes it)
-                eks.create_nodegroup(clusterName=CLUSTER, nodegroupName=name, subnets=[subnet],
-                                     nodeRole=f"arn:aws:iam::{ACCOUNT}:role/n",
-                                     scalingConfig={"minSize": 0, "maxSize": 8, "desiredSize": n})
+                eks.create_nodegroup(
+                    clusterName=CLUSTER,
+                    nodegroupName=name,
+                    subnets=[subnet],
+                    nodeRole=f"arn:aws:iam::{ACCOUNT}:role/n",
+                    scalingConfig={"minSize": 0, "maxSize": 8, "desiredSize": n},
+                )
                 asg_name = eks.describe_nodegroup(clusterName=CLUSTER, nodegroupName=name)["nodegroup"]["resources"][
-                    "autoScalingGroups"][0]["name"]
+                    "autoScalingGroups"
+                ][0]["name"]
             else:  # a floor is read through its Auto Scaling group only: moto's CreateNodegroup is the slow part
                 asg_name = f"eks-{name}"
-            asg.create_auto_scaling_group(AutoScalingGroupName=asg_name, MinSize=0, MaxSize=8, DesiredCapacity=n,
-                                          VPCZoneIdentifier=subnet,
-                                          LaunchTemplate={"LaunchTemplateName": "gpu-lt", "Version": "$Latest"},
-                                          Tags=[{"Key": k, "Value": v, "PropagateAtLaunch": True}  # as EKS tags it
-                                                for k, v in (("eks:cluster-name", CLUSTER),
-                                                             ("eks:nodegroup-name", name))])
-        budgets.create_budget(AccountId=ACCOUNT, Budget={"BudgetName": f"b{p}", "BudgetLimit": {
-            "Amount": "100000", "Unit": "USD"}, "TimeUnit": "MONTHLY", "BudgetType": "COST"})
-        ps.append(PoolSettings(name=f"p{p}", team=f"t{p}", tier="experiment", gpus_per_node=1, spot_group=f"p{p}-s",
-                               on_demand_group=f"p{p}-o", guaranteed_group=f"p{p}-g", spot_max_nodes=8,
-                               on_demand_max_nodes=8, spot_usd_per_hour=0.4, on_demand_usd_per_hour=1.0,
-                               guaranteed_nodes=1, budget_monthly_usd=100_000.0, budget_name=f"b{p}"))
+            asg.create_auto_scaling_group(
+                AutoScalingGroupName=asg_name,
+                MinSize=0,
+                MaxSize=8,
+                DesiredCapacity=n,
+                VPCZoneIdentifier=subnet,
+                LaunchTemplate={"LaunchTemplateName": "gpu-lt", "Version": "$Latest"},
+                Tags=[
+                    {"Key": k, "Value": v, "PropagateAtLaunch": True}  # as EKS tags it
+                    for k, v in (("eks:cluster-name", CLUSTER), ("eks:nodegroup-name", name))
+                ],
+            )
+        budgets.create_budget(
+            AccountId=ACCOUNT,
+            Budget={
+                "BudgetName": f"b{p}",
+                "BudgetLimit": {"Amount": "100000", "Unit": "USD"},
+                "TimeUnit": "MONTHLY",
+                "BudgetType": "COST",
+            },
+        )
+        ps.append(
+            PoolSettings(
+                name=f"p{p}",
+                team=f"t{p}",
+                tier="experiment",
+                gpus_per_node=1,
+                spot_group=f"p{p}-s",
+                on_demand_group=f"p{p}-o",
+                guaranteed_group=f"p{p}-g",
+                spot_max_nodes=8,
+                on_demand_max_nodes=8,
+                spot_usd_per_hour=0.4,
+                on_demand_usd_per_hour=1.0,
+                guaranteed_nodes=1,
+                budget_monthly_usd=100_000.0,
+                budget_name=f"b{p}",
+            )
+        )
     return Settings("bench", REGION, CLUSTER, tuple(ps), budget_monthly_usd=10_000_000.0, budget_name="env")
 
 
-_RUN = ("import json,sys,time,types; import policy.handler as h; "
-        "end = time.monotonic() + int(sys.argv[1]) / 1000; "
-        "ctx = types.SimpleNamespace(invoked_function_arn='arn:aws:lambda:us-east-1:123456789012:function:bench', "
-        "aws_request_id='bench', get_remaining_time_in_millis=lambda: int((end - time.monotonic()) * 1000)); "
-        "t = time.monotonic(); r = h.lambda_handler({}, ctx); s = time.monotonic() - t; "
-        "print(json.dumps({'seconds': s, 'started': t, 'result': r}))")
+_RUN = (
+    "import json,sys,time,types; import policy.handler as h; "
+    "end = time.monotonic() + int(sys.argv[1]) / 1000; "
+    "ctx = types.SimpleNamespace(invoked_function_arn='arn:aws:lambda:us-east-1:123456789012:function:bench', "
+    "aws_request_id='bench', get_remaining_time_in_millis=lambda: int((end - time.monotonic()) * 1000)); "
+    "t = time.monotonic(); r = h.lambda_handler({}, ctx); s = time.monotonic() - t; "
+    "print(json.dumps({'seconds': s, 'started': t, 'result': r}))"
+)
 
 
 def _invoke(package_dir: str, env: dict) -> dict:
-    proc = subprocess.run([sys.executable, "-c", _RUN, str(FUNCTION_REMAINING_MS)], cwd=package_dir, env=env,
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", _RUN, str(FUNCTION_REMAINING_MS)],
+        cwd=package_dir,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     if proc.returncode != 0:
         raise RuntimeError(f"the handler failed:\n{proc.stderr[-3000:]}")
     return json.loads(proc.stdout.splitlines()[-1])
@@ -249,8 +317,7 @@ def tick(pools: int, latency_s: float, policy_dir: Path | None = None) -> dict:
     proxy = LatencyProxy(moto, latency_s)
     kube = FakeKube(CLUSTER, page_size=500)
     base_env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "GPULOAN_", "PYTHONPATH"))}
-    creds = {"AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "x", "AWS_DEFAULT_REGION": REGION,
-             "AWS_REGION": REGION}
+    creds = {"AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "x", "AWS_DEFAULT_REGION": REGION, "AWS_REGION": REGION}
     try:
         requests.post(f"{moto}/moto-api/reset", timeout=60)  # moto's backends are per process, not per server
         setup = boto3.Session(aws_access_key_id="x", aws_secret_access_key="x", region_name=REGION)
@@ -261,8 +328,15 @@ def tick(pools: int, latency_s: float, policy_dir: Path | None = None) -> dict:
             topic = setup.client("sns").create_topic(Name="alerts")["TopicArn"]
         finally:
             os.environ.pop("AWS_ENDPOINT_URL") if old is None else os.environ.update(AWS_ENDPOINT_URL=old)
-        env = {**base_env, **creds, "AWS_ENDPOINT_URL": proxy.endpoint, "GPULOAN_STATE_TABLE": TABLE,
-               "GPULOAN_TOPIC_ARN": topic, "GPULOAN_KUBE_ENDPOINT": kube.endpoint, "GPULOAN_KUBE_CA_PEM": kube.ca_pem}
+        env = {
+            **base_env,
+            **creds,
+            "AWS_ENDPOINT_URL": proxy.endpoint,
+            "GPULOAN_STATE_TABLE": TABLE,
+            "GPULOAN_TOPIC_ARN": topic,
+            "GPULOAN_KUBE_ENDPOINT": kube.endpoint,
+            "GPULOAN_KUBE_CA_PEM": kube.ca_pem,
+        }
         with tempfile.TemporaryDirectory() as d:
             zipfile.ZipFile(io.BytesIO(build_zip(policy_dir or POLICY_DIR, settings.to_json()))).extractall(d)
             # The first tick of the hour reads every budget (one DescribeBudget each, policy/spend.py) and finds
@@ -273,23 +347,42 @@ def tick(pools: int, latency_s: float, policy_dir: Path | None = None) -> dict:
             spot_ok = [{"key": "gpuloan.io/spot", "operator": "Exists", "effect": "NoSchedule"}]
             kube.pods = [gpu_pod(f"job-{p}", 1, pool=f"p{p}", tolerations=spot_ok) for p in range(pools)]
             out = _invoke(d, env)
-        timeline = [(op, round(start - out["started"], 3), round(end - out["started"], 3), round(emulator, 3))
-                    for op, start, end, emulator in sorted(proxy.timeline, key=lambda c: c[1])]
-        return {"pools": pools, "seconds": out["seconds"], "calls": dict(proxy.calls), "timeline": timeline,
-                "operations": dict(proxy.operations),
-                "emulator_s": {k: round(v, 2) for k, v in proxy.emulator_s.most_common()}, "errors": out["result"]["errors"],
-                "changes": len(out["result"]["changes"]), "applied": out["result"]["applied"],
-                "failed": out["result"]["failed"], "max_in_flight": proxy.max_in_flight,
-                "hourly_seconds": hourly["seconds"], "hourly_calls": hourly_calls,
-                "hourly_errors": hourly["result"]["errors"]}
+        timeline = [
+            (op, round(start - out["started"], 3), round(end - out["started"], 3), round(emulator, 3))
+            for op, start, end, emulator in sorted(proxy.timeline, key=lambda c: c[1])
+        ]
+        return {
+            "pools": pools,
+            "seconds": out["seconds"],
+            "calls": dict(proxy.calls),
+            "timeline": timeline,
+            "operations": dict(proxy.operations),
+            "emulator_s": {k: round(v, 2) for k, v in proxy.emulator_s.most_common()},
+            "errors": out["result"]["errors"],
+            "changes": len(out["result"]["changes"]),
+            "applied": out["result"]["applied"],
+            "failed": out["result"]["failed"],
+            "max_in_flight": proxy.max_in_flight,
+            "hourly_seconds": hourly["seconds"],
+            "hourly_calls": hourly_calls,
+            "hourly_errors": hourly["result"]["errors"],
+        }
     finally:
         kube.close()
         proxy.close()
         server.stop()
 
 
-SERVICE_LABELS = {"autoscaling": "ASG", "monitoring": "CloudWatch", "dynamodb": "DynamoDB", "ec2": "EC2",
-                  "eks": "EKS", "sns": "SNS", "budgets": "Budgets", "sts": "STS"}
+SERVICE_LABELS = {
+    "autoscaling": "ASG",
+    "monitoring": "CloudWatch",
+    "dynamodb": "DynamoDB",
+    "ec2": "EC2",
+    "eks": "EKS",
+    "sns": "SNS",
+    "budgets": "Budgets",
+    "sts": "STS",
+}
 
 
 def profile(timeline: list[tuple[str, float, float, float]]) -> list[dict]:
@@ -298,8 +391,9 @@ def profile(timeline: list[tuple[str, float, float, float]]) -> list[dict]:
     (seconds since the handler was called): operations whose spans do not overlap ran one after the other."""
     rows: dict[str, dict] = {}
     for op, start, end, emulator in timeline:
-        row = rows.setdefault(op, {"operation": op, "calls": 0, "wall_s": 0.0, "emulator_s": 0.0, "from_s": start,
-                                   "to_s": end})
+        row = rows.setdefault(
+            op, {"operation": op, "calls": 0, "wall_s": 0.0, "emulator_s": 0.0, "from_s": start, "to_s": end}
+        )
         row["calls"] += 1
         row["wall_s"] += end - start
         row["emulator_s"] += emulator
@@ -324,13 +418,16 @@ def profile_lines(r: dict) -> list[str]:
     for row in profile(timeline):
         service, _, op = row["operation"].partition(" ")
         name = f"{SERVICE_LABELS.get(service, service)} {op}"
-        lines.append(f"  {name[:40]:<40}{row['calls']:>6}{row['wall_s']:>8.1f}{row['emulator_s']:>8.1f}"
-                     f"{row['from_s']:>8.1f}{row['to_s']:>8.1f}")
+        lines.append(
+            f"  {name[:40]:<40}{row['calls']:>6}{row['wall_s']:>8.1f}{row['emulator_s']:>8.1f}"
+            f"{row['from_s']:>8.1f}{row['to_s']:>8.1f}"
+        )
     aws = _busy_s([(start, end) for _, start, end, _ in timeline])
     moto = _busy_s([(end - emulator, end) for _, _, end, emulator in timeline])
     summed = sum(emulator for *_, emulator in timeline)
-    lines.append(f"  of the tick's {r['seconds']:.1f} s: AWS calls in flight {aws:.1f} s, the emulator answering "
-                 f"{moto:.1f} s")
+    lines.append(
+        f"  of the tick's {r['seconds']:.1f} s: AWS calls in flight {aws:.1f} s, the emulator answering {moto:.1f} s"
+    )
     lines.append(f"  (its answers summed {summed:.1f} s), no AWS call in flight {r['seconds'] - aws:.1f} s")
     return lines
 
@@ -340,10 +437,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pools", default="50,100,200", help="sizes, comma-separated (default 50,100,200)")
     ap.add_argument("--latency-ms", type=float, default=100.0, help="added to every AWS call (default 100)")
     ap.add_argument("--json", action="store_true", help="one JSON object per size instead of text")
-    ap.add_argument("--profile", action="store_true", help="per AWS operation: calls, seconds (summed, and the "
-                    "emulator's alone), and when in the tick they ran")
-    ap.add_argument("--policy-dir", type=Path, help="package this policy/ instead (e.g. another commit's, from "
-                    "`git archive <commit> policy | tar -x -C DIR`, then DIR/policy)")
+    ap.add_argument(
+        "--profile",
+        action="store_true",
+        help="per AWS operation: calls, seconds (summed, and the emulator's alone), and when in the tick they ran",
+    )
+    ap.add_argument(
+        "--policy-dir",
+        type=Path,
+        help="package this policy/ instead (e.g. another commit's, from "
+        "`git archive <commit> policy | tar -x -C DIR`, then DIR/policy)",
+    )
     args = ap.parse_args(argv)
     sizes = [int(x) for x in args.pools.split(",") if x.strip()]
     last = None
@@ -359,15 +463,21 @@ def main(argv: list[str] | None = None) -> int:
             by = " ".join(f"{k}={v}" for k, v in sorted(r["calls"].items()))
             print(f"{n} pools: {r['seconds']:.1f} s, {total} calls ({total / n:.2f} a pool)")
             print(f"  {by}")
-            print(f"  applied {r['applied']}/{r['changes']}, failed {r['failed']}, "
-                  f"{len(r['errors'])} errors, {r['max_in_flight']} calls at once at most")
+            print(
+                f"  applied {r['applied']}/{r['changes']}, failed {r['failed']}, "
+                f"{len(r['errors'])} errors, {r['max_in_flight']} calls at once at most"
+            )
             if r["emulator_s"]:
                 slowest, slowest_s = max(r["emulator_s"].items(), key=lambda kv: kv[1])
                 service, _, op = slowest.partition(" ")
-                print(f"  moto's own answer time, summed: {sum(r['emulator_s'].values()):.1f} s "
-                      f"(most: {SERVICE_LABELS.get(service, service)} {op} {slowest_s:.1f} s)")
-            print(f"  the hour's first tick (every budget read, no change): {r['hourly_seconds']:.1f} s, "
-                  f"{r['hourly_calls']} calls")
+                print(
+                    f"  moto's own answer time, summed: {sum(r['emulator_s'].values()):.1f} s "
+                    f"(most: {SERVICE_LABELS.get(service, service)} {op} {slowest_s:.1f} s)"
+                )
+            print(
+                f"  the hour's first tick (every budget read, no change): {r['hourly_seconds']:.1f} s, "
+                f"{r['hourly_calls']} calls"
+            )
             for e in r["errors"][:3]:
                 print(f"  error: {e[:74]}")
             if args.profile:

@@ -33,7 +33,9 @@ def cases(traces_dir: Path):
     prices = catalog.Prices.resolve()  # read once for every case
 
     def spec(stack: str, pool_name: str | None):
-        cfg = checks.from_stack_yaml(yaml.safe_load((REPO / f"Pulumi.{stack}.yaml").read_text()), f"Pulumi.{stack}.yaml", prices=prices)
+        cfg = checks.from_stack_yaml(
+            yaml.safe_load((REPO / f"Pulumi.{stack}.yaml").read_text()), f"Pulumi.{stack}.yaml", prices=prices
+        )
         return pool.spec_from_config(prices, cfg, pool_name)
 
     horizon = (DAYS[1] - DAYS[0] + 1) * 1440
@@ -57,15 +59,19 @@ def main(argv: list[str] | None = None) -> int:
     worst = 0.0
     for trace, spec, horizon in cases(args.traces):
         peak = spec.peak_nodes * spec.gpus_per_node
-        print(f"{trace.name} (31 days, {trace.fmt}): pool floor {spec.floor_nodes} + elastic {spec.elastic_max_nodes} "
-              f"x {spec.gpus_per_node}-GPU nodes (peak {peak} GPUs)")
+        print(
+            f"{trace.name} (31 days, {trace.fmt}): pool floor {spec.floor_nodes} + elastic {spec.elastic_max_nodes} "
+            f"x {spec.gpus_per_node}-GPU nodes (peak {peak} GPUs)"
+        )
         for controller in all_policies(spec):
             t0 = time.perf_counter()
             _, m = runner.run_one(spec, trace, controller, SimSettings(), horizon)
             wall = time.perf_counter() - t0
             worst = max(worst, m["sim_cpu_seconds"])
-            print(f"  {controller.name:18s} {wall:6.2f} s wall {m['sim_cpu_seconds']:6.2f} s CPU  "
-                  f"{m['ticks_skipped']:6d} of {horizon} ticks skipped")
+            print(
+                f"  {controller.name:18s} {wall:6.2f} s wall {m['sim_cpu_seconds']:6.2f} s CPU  "
+                f"{m['ticks_skipped']:6d} of {horizon} ticks skipped"
+            )
     print(f"bench-sim: slowest run {worst:.2f} s CPU (target < 5 s per policy and trace)")
     return 0
 

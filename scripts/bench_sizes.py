@@ -71,7 +71,9 @@ def spec_for(types: tuple[str, ...], trace, horizon: int):
     from sim import pool
 
     prices = catalog.Prices.resolve()  # each worker process reads the prices in force
-    return pool.auto_size(pool.spec_from_config(prices, _config(prices, types), POOL), trace, horizon_minutes=horizon, floor_nodes=0)
+    return pool.auto_size(
+        pool.spec_from_config(prices, _config(prices, types), POOL), trace, horizon_minutes=horizon, floor_nodes=0
+    )
 
 
 def oracle_packing(spec, trace, horizon: int) -> dict:
@@ -154,21 +156,40 @@ def run(args: tuple[str, str, int, int, int]) -> list[dict]:
         for controller in (GpuLoan("gpuloan"), Karpenter(), Karpenter(name=PER_POD, claim_per_pod=True)):
             _, m = runner.run_one(spec, trace, controller, SimSettings(seed=seed), horizon)
             use = m["elastic_gpu_hours_by_use"]
-            out.append({"cluster": cluster, "pool": pool_name, "policy": controller.name,
-                        "elastic_usd": m["elastic_spot_cost_usd"] + m["elastic_on_demand_cost_usd"],
-                        "paid_gpu_hours": use["paid"], "busy_gpu_hours": use["busy"],
-                        "unmet_gpu_hours": m["unmet_gpu_hours"], "p95_wait_minutes": m["p95_wait_minutes"],
-                        "mean_wait_minutes": m["mean_wait_minutes"], **packing, "sim_seconds": m["sim_seconds"]})
+            out.append(
+                {
+                    "cluster": cluster,
+                    "pool": pool_name,
+                    "policy": controller.name,
+                    "elastic_usd": m["elastic_spot_cost_usd"] + m["elastic_on_demand_cost_usd"],
+                    "paid_gpu_hours": use["paid"],
+                    "busy_gpu_hours": use["busy"],
+                    "unmet_gpu_hours": m["unmet_gpu_hours"],
+                    "p95_wait_minutes": m["p95_wait_minutes"],
+                    "mean_wait_minutes": m["mean_wait_minutes"],
+                    **packing,
+                    "sim_seconds": m["sim_seconds"],
+                }
+            )
     return out
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--traces", default=str(REPO.parent / "shared" / "data" / "traces" / "itp"),
-                        help="folder of the ITP cluster CSVs (default ../shared/data/traces/itp)")
+    parser.add_argument(
+        "--traces",
+        default=str(REPO.parent / "shared" / "data" / "traces" / "itp"),
+        help="folder of the ITP cluster CSVs (default ../shared/data/traces/itp)",
+    )
     parser.add_argument("--clusters", nargs="+", default=list(CLUSTERS), help=f"default {' '.join(CLUSTERS)}")
-    parser.add_argument("--days", nargs=2, type=int, default=list(DAYS), metavar=("FIRST", "LAST"),
-                        help=f"trace days (default {DAYS[0]} {DAYS[1]})")
+    parser.add_argument(
+        "--days",
+        nargs=2,
+        type=int,
+        default=list(DAYS),
+        metavar=("FIRST", "LAST"),
+        help=f"trace days (default {DAYS[0]} {DAYS[1]})",
+    )
     parser.add_argument("--seed", type=int, default=1, help="seed (default 1, as `gpuloan simulate`)")
     parser.add_argument("--json", help="write every result here")
     parser.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1))
@@ -185,14 +206,18 @@ def main(argv: list[str] | None = None) -> int:
     print("| cluster | pool | policy | elastic $ | GPU-h paid / used | unmet GPU-h | p95 / mean wait min |")
     print("|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['cluster'][-2:]} | {r['pool']} | {r['policy']} | {r['elastic_usd']:,.0f} | "
-              f"{r['paid_gpu_hours']:,.0f} / {r['busy_gpu_hours']:,.0f} | {r['unmet_gpu_hours']:,.1f} | "
-              f"{r['p95_wait_minutes']:.1f} / {r['mean_wait_minutes']:.2f} |")
+        print(
+            f"| {r['cluster'][-2:]} | {r['pool']} | {r['policy']} | {r['elastic_usd']:,.0f} | "
+            f"{r['paid_gpu_hours']:,.0f} / {r['busy_gpu_hours']:,.0f} | {r['unmet_gpu_hours']:,.1f} | "
+            f"{r['p95_wait_minutes']:.1f} / {r['mean_wait_minutes']:.2f} |"
+        )
     print()
     sized, eight = POOLS
-    print("| cluster | oracle packing $ 8-only -> right-sized | oracle GPU-h paid 8-only -> right-sized (used) | "
-          "predicted bill ratio | gpuloan bill ratio | karpenter / claim-per-pod bill ratio | "
-          "gpuloan vs karpenter / claim-per-pod, right-sized |")
+    print(
+        "| cluster | oracle packing $ 8-only -> right-sized | oracle GPU-h paid 8-only -> right-sized (used) | "
+        "predicted bill ratio | gpuloan bill ratio | karpenter / claim-per-pod bill ratio | "
+        "gpuloan vs karpenter / claim-per-pod, right-sized |"
+    )
     print("|---|---|---|---|---|---|---|")
     tot: dict = {}
     for c in args.clusters + ["all"]:
@@ -209,13 +234,17 @@ def main(argv: list[str] | None = None) -> int:
         policies = ("gpuloan", "karpenter", PER_POD)
         ratio = {p: cell[(sized, p)]["elastic_usd"] / cell[(eight, p)]["elastic_usd"] for p in policies}
         vs = {p: cell[(sized, "gpuloan")]["elastic_usd"] / cell[(sized, p)]["elastic_usd"] - 1 for p in policies}
-        print(f"| {c[-2:] if c != 'all' else 'all'} | {e['oracle_usd']:,.0f} -> {s['oracle_usd']:,.0f} | "
-              f"{e['oracle_paid_gpu_hours']:,.0f} -> {s['oracle_paid_gpu_hours']:,.0f} "
-              f"({s['oracle_used_gpu_hours']:,.0f}) | {s['oracle_usd'] / e['oracle_usd']:.3f} | "
-              f"{ratio['gpuloan']:.3f} | {ratio['karpenter']:.3f} / {ratio[PER_POD]:.3f} | "
-              f"{vs['karpenter']:+.1%} / {vs[PER_POD]:+.1%} |")
-    print(f"\nbench-sizes: {len(args.clusters)} clusters, days {a}-{b}, 2 pools x 3 policies, seed {args.seed}, "
-          f"{time.perf_counter() - t0:.1f} s wall on {args.workers} worker(s)")
+        print(
+            f"| {c[-2:] if c != 'all' else 'all'} | {e['oracle_usd']:,.0f} -> {s['oracle_usd']:,.0f} | "
+            f"{e['oracle_paid_gpu_hours']:,.0f} -> {s['oracle_paid_gpu_hours']:,.0f} "
+            f"({s['oracle_used_gpu_hours']:,.0f}) | {s['oracle_usd'] / e['oracle_usd']:.3f} | "
+            f"{ratio['gpuloan']:.3f} | {ratio['karpenter']:.3f} / {ratio[PER_POD]:.3f} | "
+            f"{vs['karpenter']:+.1%} / {vs[PER_POD]:+.1%} |"
+        )
+    print(
+        f"\nbench-sizes: {len(args.clusters)} clusters, days {a}-{b}, 2 pools x 3 policies, seed {args.seed}, "
+        f"{time.perf_counter() - t0:.1f} s wall on {args.workers} worker(s)"
+    )
     from pricing.sources import catalog
 
     print(catalog.Prices.resolve().price_source("us-east-1"))  # the prod stack's region

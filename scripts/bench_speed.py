@@ -54,8 +54,9 @@ def one_pool(traces_dir: Path):
     horizon = 31 * 1440
     cfg = config.from_stack_yaml(yaml.safe_load((REPO / "Pulumi.prod.yaml").read_text()), "Pulumi.prod.yaml")
     trace = traces.read_trace(traces_dir / "cluster08.csv").window(1, 31)
-    spec = pool.auto_size(pool.spec_from_config(catalog.Prices.resolve(), cfg, "training"), trace,
-                          horizon_minutes=horizon)
+    spec = pool.auto_size(
+        pool.spec_from_config(catalog.Prices.resolve(), cfg, "training"), trace, horizon_minutes=horizon
+    )
     out = []
     for skip in (False, True):
         settings = replace(SimSettings(), skip_quiet_ticks=skip)
@@ -76,12 +77,15 @@ def org(traces_dir: Path):
     p = price_book.price(bench_org.INSTANCE_TYPE, bench_org.REGION)
     if p is None:
         sys.exit(f"no price for {bench_org.INSTANCE_TYPE} in {bench_org.REGION}: set GPULOAN_PRICE_FILE")
-    prices = {c: fluid.PoolPrices(bench_org.INSTANCE_TYPE, bench_org.REGION, 8, p.ondemand_usd_per_hour,
-                                  p.spot_usd_per_hour) for c in org_demand.ITP_CLUSTERS}
+    prices = {
+        c: fluid.PoolPrices(bench_org.INSTANCE_TYPE, bench_org.REGION, 8, p.ondemand_usd_per_hour, p.spot_usd_per_hour)
+        for c in org_demand.ITP_CLUSTERS
+    }
     traces = org_demand.itp_traces(traces_dir, ORG_DAYS)
     sizing_hours = ORG_SIZING_DAYS * 24
-    demands, runner = bench_org._sim_unit(price_book, ORG_ROTATION, ORG_SEED, traces, prices, ORG_DAYS, sizing_hours,
-                                          bench_org.DEFAULT_CHECKPOINT_MINUTES)
+    demands, runner = bench_org._sim_unit(
+        price_book, ORG_ROTATION, ORG_SEED, traces, prices, ORG_DAYS, sizing_hours, bench_org.DEFAULT_CHECKPOINT_MINUTES
+    )
     floors, lend, controller = bench_org._sim_setups(demands, prices, sizing_hours)[0]  # the p90 floors lent
     runner.use_cache = False
     default = org_advisor.scenario_for("default", max(d.hours for d in demands.values()), sizing_hours, ORG_SEED)
@@ -89,8 +93,11 @@ def org(traces_dir: Path):
     out = []
     for skip in (False, True):
         runner.settings = replace(base, skip_quiet_ticks=skip)
-        run, cpu, wall = _timed(lambda: runner(demands, floors, lend=lend, controller=controller, scenario=default,
-                                               report_from_hour=sizing_hours))
+        run, cpu, wall = _timed(
+            lambda: runner(
+                demands, floors, lend=lend, controller=controller, scenario=default, report_from_hour=sizing_hours
+            )
+        )
         out.append((run, cpu, wall))
     return out
 
@@ -112,8 +119,13 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("GPULOAN_PRICE_FILE", str(DEFAULT_PRICES))
     ok = report("one pool, cluster08 days 1-31 (prod training)", one_pool(args.traces))
     first, last = ORG_DAYS
-    ok = report(f"organization, 10 pools, rotation {ORG_ROTATION + 1}, seed {ORG_SEED}, days {first}-{last}",
-                org(args.traces)) and ok
+    ok = (
+        report(
+            f"organization, 10 pools, rotation {ORG_ROTATION + 1}, seed {ORG_SEED}, days {first}-{last}",
+            org(args.traces),
+        )
+        and ok
+    )
     return 0 if ok else 1
 
 

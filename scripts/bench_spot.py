@@ -51,27 +51,40 @@ def run(args: tuple) -> dict:
 
     traces_dir, cluster, seed, figure, share = args
     prices = catalog.Prices.resolve()  # each worker process reads the prices in force once
-    cfg = checks.from_stack_yaml(yaml.safe_load((REPO / f"Pulumi.{STACK}.yaml").read_text()), f"Pulumi.{STACK}.yaml", prices=prices)
+    cfg = checks.from_stack_yaml(
+        yaml.safe_load((REPO / f"Pulumi.{STACK}.yaml").read_text()), f"Pulumi.{STACK}.yaml", prices=prices
+    )
     trace = traces.read_trace(Path(traces_dir) / f"{cluster}.csv").window(*DAYS)
     horizon = (DAYS[1] - DAYS[0] + 1) * 1440
     spec = pool.auto_size(pool.spec_from_config(prices, cfg, POOL), trace, horizon_minutes=horizon)
     ps = pool_settings(spec)
     if figure == BACK:
         settings = SimSettings(seed=seed, **SPOT_SHORTAGE)
-        policies = [GpuLoan("gpuloan"), GpuLoan("gpuloan-no-back-to-spot",
-                                                settings=dataclasses.replace(ps, back_to_spot=False)), Karpenter(),
-                    Karpenter(name="karpenter-underutilized", replace_on_demand=True)]
+        policies = [
+            GpuLoan("gpuloan"),
+            GpuLoan("gpuloan-no-back-to-spot", settings=dataclasses.replace(ps, back_to_spot=False)),
+            Karpenter(),
+            Karpenter(name="karpenter-underutilized", replace_on_demand=True),
+        ]
     else:
         settings = SimSettings(seed=seed, spot_interruptions_per_month=STORM_PER_MONTH, rebalance_early_share=share)
-        policies = [GpuLoan("gpuloan"), GpuLoan("gpuloan-rebalance",
-                                                settings=dataclasses.replace(ps, rebalance_checkpoint=True)),
-                    Karpenter()]
+        policies = [
+            GpuLoan("gpuloan"),
+            GpuLoan("gpuloan-rebalance", settings=dataclasses.replace(ps, rebalance_checkpoint=True)),
+            Karpenter(),
+        ]
     out = []
     for c in policies:
         _, m = runner.run_one(spec, trace, c, settings, horizon)
         out.append(m)
-    return {"cluster": cluster, "seed": seed, "figure": figure, "share": share, "metrics": out,
-            "spot_per_month": spec.spot_interruptions_per_month}
+    return {
+        "cluster": cluster,
+        "seed": seed,
+        "figure": figure,
+        "share": share,
+        "metrics": out,
+        "spot_per_month": spec.spot_interruptions_per_month,
+    }
 
 
 def _ms(values: list[float]) -> tuple[float, float]:
@@ -98,45 +111,59 @@ def main(argv: list[str] | None = None) -> int:
     if missing:
         parser.error(f"--traces {args.traces}: no {', '.join(m + '.csv' for m in missing)} (see docs/simulator.md)")
     tasks = [(args.traces, c, args.seed + k, BACK, None) for c in CLUSTERS for k in range(args.seeds)]
-    tasks += [(args.traces, c, args.seed + k, EARLY, share) for share in EARLY_SHARES for c in CLUSTERS
-              for k in range(args.seeds)]
+    tasks += [
+        (args.traces, c, args.seed + k, EARLY, share)
+        for share in EARLY_SHARES
+        for c in CLUSTERS
+        for k in range(args.seeds)
+    ]
     t0 = time.perf_counter()
     print(f"simulating {len(tasks)} runs on {args.workers} worker(s) ...", file=sys.stderr)
     with ProcessPoolExecutor(args.workers) as ex:
         results = list(ex.map(run, tasks))
 
     print("\n### Back to spot after a fallback (spot-shortage scenario: one 3-hour spot-unavailable episode a week)\n")
-    print("| cluster | policy | on-demand node-hours while spot available | on-demand node-hours | cost USD | "
-          "mean wait min | p95 wait min | lost GPU-h | busy nodes disrupted |")
+    print(
+        "| cluster | policy | on-demand node-hours while spot available | on-demand node-hours | cost USD | "
+        "mean wait min | p95 wait min | lost GPU-h | busy nodes disrupted |"
+    )
     print("|---|---|---|---|---|---|---|---|---|")
     for c in CLUSTERS:
         runs = [r for r in results if r["figure"] == BACK and r["cluster"] == c]
         lead = c.replace("cluster", "")
         for i, m in enumerate(runs[0]["metrics"]):
-            print(f"| {lead} | {m['name']} | {_cell(runs, i, 'on_demand_node_hours_spot_available', '.1f')} | "
-                  f"{_cell(runs, i, 'on_demand_node_hours', '.1f')} | {_cell(runs, i, 'total_cost_usd', ',.0f')} | "
-                  f"{_cell(runs, i, 'mean_wait_minutes', '.2f')} | {_cell(runs, i, 'p95_wait_minutes', '.1f')} | "
-                  f"{_cell(runs, i, 'lost_gpu_hours', '.1f')} | {_cell(runs, i, 'busy_node_terminations', '.1f')} |")
+            print(
+                f"| {lead} | {m['name']} | {_cell(runs, i, 'on_demand_node_hours_spot_available', '.1f')} | "
+                f"{_cell(runs, i, 'on_demand_node_hours', '.1f')} | {_cell(runs, i, 'total_cost_usd', ',.0f')} | "
+                f"{_cell(runs, i, 'mean_wait_minutes', '.2f')} | {_cell(runs, i, 'p95_wait_minutes', '.1f')} | "
+                f"{_cell(runs, i, 'lost_gpu_hours', '.1f')} | {_cell(runs, i, 'busy_node_terminations', '.1f')} |"
+            )
             lead = ""
 
     def per_job(x):  # lost GPU-hours per interrupted job of one run's metrics
         return x["lost_gpu_hours"] / x["jobs_interrupted"] if x["jobs_interrupted"] else 0.0
 
-    print(f"\n### Early spot warnings (interruption-heavy market: {STORM_PER_MONTH:g} interruptions per spot "
-          "node-month; the recommendation 10-20 min before the interruption for the share shown, else with the "
-          "notice)\n")
-    print("| cluster | early share | policy | interruptions | jobs interrupted | lost GPU-h | lost GPU-h per "
-          "interrupted job | cost USD | p95 wait min |")
+    print(
+        f"\n### Early spot warnings (interruption-heavy market: {STORM_PER_MONTH:g} interruptions per spot "
+        "node-month; the recommendation 10-20 min before the interruption for the share shown, else with the "
+        "notice)\n"
+    )
+    print(
+        "| cluster | early share | policy | interruptions | jobs interrupted | lost GPU-h | lost GPU-h per "
+        "interrupted job | cost USD | p95 wait min |"
+    )
     print("|---|---|---|---|---|---|---|---|---|")
     for c in CLUSTERS:
         lead = c.replace("cluster", "")
         for share in EARLY_SHARES:
             runs = [r for r in results if r["figure"] == EARLY and r["cluster"] == c and r["share"] == share]
             for i, m in enumerate(runs[0]["metrics"]):
-                print(f"| {lead} | {share:g} | {m['name']} | {_cell(runs, i, 'interruptions', '.1f')} | "
-                      f"{_cell(runs, i, 'jobs_interrupted', '.0f')} | {_cell(runs, i, 'lost_gpu_hours', '.1f')} | "
-                      f"{_cell(runs, i, per_job, '.3f')} | {_cell(runs, i, 'total_cost_usd', ',.0f')} | "
-                      f"{_cell(runs, i, 'p95_wait_minutes', '.1f')} |")
+                print(
+                    f"| {lead} | {share:g} | {m['name']} | {_cell(runs, i, 'interruptions', '.1f')} | "
+                    f"{_cell(runs, i, 'jobs_interrupted', '.0f')} | {_cell(runs, i, 'lost_gpu_hours', '.1f')} | "
+                    f"{_cell(runs, i, per_job, '.3f')} | {_cell(runs, i, 'total_cost_usd', ',.0f')} | "
+                    f"{_cell(runs, i, 'p95_wait_minutes', '.1f')} |"
+                )
                 lead = ""
     print("\nAll clusters, per interrupted job (the mean over clusters and seeds of lost GPU-h / jobs interrupted):\n")
     print("| early share | " + " | ".join(m["name"] for m in results[-1]["metrics"]) + " |")
@@ -149,8 +176,10 @@ def main(argv: list[str] | None = None) -> int:
             jobs = sum(r["metrics"][i]["jobs_interrupted"] for r in runs)
             cells.append(f"{lost / jobs:.3f} ({lost:,.0f} GPU-h / {jobs} jobs)" if jobs else "-")
         print(f"| {share:g} | " + " | ".join(cells) + " |")
-    print(f"\nbench-spot: {len(tasks)} runs of 57 days in {time.perf_counter() - t0:.0f} s on {args.workers} "
-          f"worker(s); Spot Advisor rate of the pool's type {results[0]['spot_per_month']:g} a month")
+    print(
+        f"\nbench-spot: {len(tasks)} runs of 57 days in {time.perf_counter() - t0:.0f} s on {args.workers} "
+        f"worker(s); Spot Advisor rate of the pool's type {results[0]['spot_per_month']:g} a month"
+    )
     return 0
 
 

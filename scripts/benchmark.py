@@ -53,10 +53,14 @@ def run_cluster(args: tuple[str, str, int, int | None, bool]) -> dict:
     traces_dir, cluster, seed, floor_nodes, scenario = args
     shortage = scenario == SHORTAGE
     prices = catalog.Prices.resolve()  # each worker process reads the prices in force once
-    cfg = checks.from_stack_yaml(yaml.safe_load((REPO / f"Pulumi.{STACK}.yaml").read_text()), f"Pulumi.{STACK}.yaml", prices=prices)
+    cfg = checks.from_stack_yaml(
+        yaml.safe_load((REPO / f"Pulumi.{STACK}.yaml").read_text()), f"Pulumi.{STACK}.yaml", prices=prices
+    )
     trace = traces.read_trace(Path(traces_dir) / f"{cluster}.csv").window(*DAYS)
     horizon = (DAYS[1] - DAYS[0] + 1) * 1440
-    spec = pool.auto_size(pool.spec_from_config(prices, cfg, POOL), trace, horizon_minutes=horizon, floor_nodes=floor_nodes)
+    spec = pool.auto_size(
+        pool.spec_from_config(prices, cfg, POOL), trace, horizon_minutes=horizon, floor_nodes=floor_nodes
+    )
     policies = what_if_policies() if scenario == WHAT_IF else all_policies(spec, warm_up=scenario == DEFAULT)
     settings = SimSettings(seed=seed)
     if shortage:
@@ -84,34 +88,43 @@ def print_tables(docs: list[dict], title: str) -> None:
     from sim.policies import WARM_UP_NAME, WHAT_IF_NAMES
 
     print(f"\n### {title}\n")
-    print("| cluster | policy | cost USD | cost / oracle | elastic cost / oracle | mean wait min | p50 / p95 wait min | "
-          "unmet GPU-h | interruptions | node launches |")
+    print(
+        "| cluster | policy | cost USD | cost / oracle | elastic cost / oracle | mean wait min | p50 / p95 wait min | "
+        "unmet GPU-h | interruptions | node launches |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|")
     for doc in docs:
         cluster = doc["trace"].split("[")[0].replace("cluster", "")
-        lead = (f"{cluster} (oracle ${doc['oracle_cost_usd']:,.0f}; in whole nodes "
-                f"${doc['whole_node_bound_cost_usd']:,.0f})")
+        lead = (
+            f"{cluster} (oracle ${doc['oracle_cost_usd']:,.0f}; in whole nodes "
+            f"${doc['whole_node_bound_cost_usd']:,.0f})"
+        )
         for r in doc["summary"]:
             floor = doc["pool"]["floor_nodes"]
             name = r["name"] if r["floor_nodes"] == floor else f"{r['name']} (floor {r['floor_nodes']})"
-            print(f"| {lead} | {name} | {_pm(r, 'total_cost_usd', ',.0f')} | {_pm(r, 'cost_over_oracle', '.2f')} | "
-                  f"{_pm(r, 'elastic_cost_over_oracle', '.2f')} | {_pm(r, 'mean_wait_minutes', '.2f')} | "
-                  f"{r['p50_wait_minutes']:.1f} / "
-                  f"{_pm(r, 'p95_wait_minutes', '.1f')} | {_pm(r, 'unmet_gpu_hours', ',.1f')} | "
-                  f"{_pm(r, 'interruptions', '.1f')} | {_pm(r, 'node_launches', '.0f')} |")
+            print(
+                f"| {lead} | {name} | {_pm(r, 'total_cost_usd', ',.0f')} | {_pm(r, 'cost_over_oracle', '.2f')} | "
+                f"{_pm(r, 'elastic_cost_over_oracle', '.2f')} | {_pm(r, 'mean_wait_minutes', '.2f')} | "
+                f"{r['p50_wait_minutes']:.1f} / "
+                f"{_pm(r, 'p95_wait_minutes', '.1f')} | {_pm(r, 'unmet_gpu_hours', ',.1f')} | "
+                f"{_pm(r, 'interruptions', '.1f')} | {_pm(r, 'node_launches', '.0f')} |"
+            )
             lead = ""
-    ours_names = [n for n in ("gpuloan", "gpuloan-defaults", *WHAT_IF_NAMES)
-                  if any(v["ours"] == n for v in docs[0]["verdicts"])]
+    ours_names = [
+        n for n in ("gpuloan", "gpuloan-defaults", *WHAT_IF_NAMES) if any(v["ours"] == n for v in docs[0]["verdicts"])
+    ]
     print("\n| cluster | " + " | ".join(f"{n} vs karpenter" for n in ours_names) + " |")
     print("|---|" + "---|" * len(ours_names))
     for doc in docs:
         cells = []
         for ours in ours_names:
             v = next(v for v in doc["verdicts"] if v["ours"] == ours and v["baseline"] == "karpenter")
-            cells.append(f"**{v['verdict'].replace(ours + ' ', '')}**: cost {v['cost_diff_pct']:+.1f} % "
-                         f"(${v['cost_diff_usd']:+,.0f} ± {v['cost_noise_usd'] or 0:,.0f}), p95 "
-                         f"{v['service_diff']:+.2f} ± {v['service_noise'] or 0:.2f} min; mean wait "
-                         f"{v['mean_wait_diff']:+.2f} ± {v['mean_wait_noise'] or 0:.2f} min")
+            cells.append(
+                f"**{v['verdict'].replace(ours + ' ', '')}**: cost {v['cost_diff_pct']:+.1f} % "
+                f"(${v['cost_diff_usd']:+,.0f} ± {v['cost_noise_usd'] or 0:,.0f}), p95 "
+                f"{v['service_diff']:+.2f} ± {v['service_noise'] or 0:.2f} min; mean wait "
+                f"{v['mean_wait_diff']:+.2f} ± {v['mean_wait_noise'] or 0:.2f} min"
+            )
         print(f"| {doc['trace'].split('[')[0].replace('cluster', '')} | " + " | ".join(cells) + " |")
     warm = [next((v for v in d["verdicts"] if v["ours"] == WARM_UP_NAME), None) for d in docs]
     if any(warm):
@@ -120,12 +133,16 @@ def print_tables(docs: list[dict], title: str) -> None:
         for doc, v in zip(docs, warm):
             i = [r["name"] for r in doc["summary"]].index(WARM_UP_NAME)
             decisions = [run[i].get("decisions_by_reason", {}).get("WARM_UP", 0) for run in doc["runs"]]
-            print(f"| {doc['trace'].split('[')[0].replace('cluster', '')} | **{v['verdict']}**: cost "
-                  f"{v['cost_diff_pct']:+.1f} % (${v['cost_diff_usd']:+,.0f} ± {v['cost_noise_usd'] or 0:,.0f}), "
-                  f"p95 {v['service_diff']:+.2f} ± {v['service_noise'] or 0:.2f} min | "
-                  f"{sum(decisions) / len(decisions):.0f} |")
-    print("\nWhere the elastic GPU-hours go (mean over the seeds, as a share of the oracle's GPU-hours; "
-          "`elastic_gpu_hours_by_use` in --json):\n")
+            print(
+                f"| {doc['trace'].split('[')[0].replace('cluster', '')} | **{v['verdict']}**: cost "
+                f"{v['cost_diff_pct']:+.1f} % (${v['cost_diff_usd']:+,.0f} ± {v['cost_noise_usd'] or 0:,.0f}), "
+                f"p95 {v['service_diff']:+.2f} ± {v['service_noise'] or 0:.2f} min | "
+                f"{sum(decisions) / len(decisions):.0f} |"
+            )
+    print(
+        "\nWhere the elastic GPU-hours go (mean over the seeds, as a share of the oracle's GPU-hours; "
+        "`elastic_gpu_hours_by_use` in --json):\n"
+    )
     print("| cluster | policy | busy | free on a node with a pod | ready, no pod | booting | whole-node bound |")
     print("|---|---|---|---|---|---|---|")
     for doc in docs:
@@ -137,10 +154,14 @@ def print_tables(docs: list[dict], title: str) -> None:
             if name not in names:
                 continue
             i = names.index(name)
-            use = {k: sum(run[i]["elastic_gpu_hours_by_use"][k] for run in doc["runs"]) / len(doc["runs"])
-                   for k in ("busy", "free_on_busy_nodes", "empty", "booting")}
-            print(f"| {lead} | {name} | {use['busy'] / oracle_h:.3f} | {use['free_on_busy_nodes'] / oracle_h:.3f} | "
-                  f"{use['empty'] / oracle_h:.3f} | {use['booting'] / oracle_h:.3f} | {bound:.3f} |")
+            use = {
+                k: sum(run[i]["elastic_gpu_hours_by_use"][k] for run in doc["runs"]) / len(doc["runs"])
+                for k in ("busy", "free_on_busy_nodes", "empty", "booting")
+            }
+            print(
+                f"| {lead} | {name} | {use['busy'] / oracle_h:.3f} | {use['free_on_busy_nodes'] / oracle_h:.3f} | "
+                f"{use['empty'] / oracle_h:.3f} | {use['booting'] / oracle_h:.3f} | {bound:.3f} |"
+            )
             lead = ""
 
 
@@ -148,19 +169,32 @@ def main(argv: list[str] | None = None) -> int:
     from sim import runner
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--traces", default=str(REPO.parent / "shared" / "data" / "traces" / "itp"),
-                        help="folder of the ITP cluster CSVs (default ../shared/data/traces/itp)")
+    parser.add_argument(
+        "--traces",
+        default=str(REPO.parent / "shared" / "data" / "traces" / "itp"),
+        help="folder of the ITP cluster CSVs (default ../shared/data/traces/itp)",
+    )
     parser.add_argument("--json", help="write every result here")
     parser.add_argument("--seed", type=int, default=1, help="first seed (default 1, as `gpuloan simulate`)")
     parser.add_argument("--seeds", type=int, default=3, help="seeds per cluster (default 3)")
-    parser.add_argument("--floor-nodes", type=int, default=None,
-                        help="floor size instead of the auto-size quantile (e.g. 1: one always-on node per cluster)")
+    parser.add_argument(
+        "--floor-nodes",
+        type=int,
+        default=None,
+        help="floor size instead of the auto-size quantile (e.g. 1: one always-on node per cluster)",
+    )
     parser.add_argument("--no-shortage", action="store_true", help="skip the spot-shortage scenario")
-    parser.add_argument("--no-spread", action="store_true",
-                        help="skip the scenario without bin packing (kube-scheduler's default scoring)")
-    parser.add_argument("--what-if", action="store_true",
-                        help="only the what-if table: our policy with an instant idle signal, with and without the "
-                             "nodes release-on-cost keeps, beside gpuloan and karpenter")
+    parser.add_argument(
+        "--no-spread",
+        action="store_true",
+        help="skip the scenario without bin packing (kube-scheduler's default scoring)",
+    )
+    parser.add_argument(
+        "--what-if",
+        action="store_true",
+        help="only the what-if table: our policy with an instant idle signal, with and without the "
+        "nodes release-on-cost keeps, beside gpuloan and karpenter",
+    )
     parser.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1))
     args = parser.parse_args(argv)
     missing = [c for c in CLUSTERS if not (Path(args.traces) / f"{c}.csv").is_file()]
@@ -169,8 +203,12 @@ def main(argv: list[str] | None = None) -> int:
     scenarios = [DEFAULT] + ([] if args.no_shortage else [SHORTAGE]) + ([] if args.no_spread else [SPREAD])
     if args.what_if:
         scenarios = [WHAT_IF]
-    tasks = [(args.traces, c, args.seed + k, args.floor_nodes, scenario)
-             for scenario in scenarios for c in CLUSTERS for k in range(args.seeds)]
+    tasks = [
+        (args.traces, c, args.seed + k, args.floor_nodes, scenario)
+        for scenario in scenarios
+        for c in CLUSTERS
+        for k in range(args.seeds)
+    ]
     t0 = time.perf_counter()
     done_at = {}
     print(f"simulating {len(tasks)} runs on {args.workers} worker(s) ...", file=sys.stderr)  # progress: stderr
@@ -186,19 +224,22 @@ def main(argv: list[str] | None = None) -> int:
             runs = [d for t, d in zip(tasks, results) if t[1] == c and t[4] == scenario]
             docs.append(runner.summarize(runs))
         out[scenario] = docs
-    titles = {DEFAULT: "Default: spot interruptions at the Spot Advisor rate, no spot shortage",
-              SHORTAGE: "Scenario: spot shortages (one 3-hour spot-unavailable episode a week; the policies that "
-                        "use spot)",
-              SPREAD: "Scenario: without bin packing (`cluster.bin_packing: false`: kube-scheduler's default scoring "
-                      "puts a pod on the emptiest node it fits; the policies that use spot)",
-              WHAT_IF: "What-if: an instant idle signal (a node reads idle from the minute its last pod ends), with "
-                       "and without the nodes release-on-cost keeps"}
+    titles = {
+        DEFAULT: "Default: spot interruptions at the Spot Advisor rate, no spot shortage",
+        SHORTAGE: "Scenario: spot shortages (one 3-hour spot-unavailable episode a week; the policies that use spot)",
+        SPREAD: "Scenario: without bin packing (`cluster.bin_packing: false`: kube-scheduler's default scoring "
+        "puts a pod on the emptiest node it fits; the policies that use spot)",
+        WHAT_IF: "What-if: an instant idle signal (a node reads idle from the minute its last pod ends), with "
+        "and without the nodes release-on-cost keeps",
+    }
     for scenario in scenarios:
         print_tables(out[scenario], titles[scenario])
     slowest = max(r["sim_seconds"] for docs in out.values() for d in docs for run in d["runs"] for r in run)
-    print(f"\nbenchmark: {len(CLUSTERS)} clusters x {args.seeds} seeds: "
-          + ", ".join(f"{scenario.replace('_', ' ')} done at {done_at[scenario]:.1f} s" for scenario in scenarios)
-          + f" wall on {args.workers} worker(s); slowest single run (57 days x 1 pool) {slowest:.2f} s")
+    print(
+        f"\nbenchmark: {len(CLUSTERS)} clusters x {args.seeds} seeds: "
+        + ", ".join(f"{scenario.replace('_', ' ')} done at {done_at[scenario]:.1f} s" for scenario in scenarios)
+        + f" wall on {args.workers} worker(s); slowest single run (57 days x 1 pool) {slowest:.2f} s"
+    )
     from pricing.sources import catalog
 
     first = out[scenarios[0]]

@@ -48,24 +48,26 @@ def compare(prices, cfg, demands, factory, horizon: int, seed: int = 1, out=prin
         settings = SimSettings(seed=seed, skip_quiet_ticks=skip, sample_every_minutes=1)
         t0 = time.process_time()
         runs[skip] = simulate_environment(prices, cfg, demands, factory, settings, horizon)
-        out(f"{'skipping' if skip else 'every minute'}: {time.process_time() - t0:.1f} s CPU, "
-            f"${runs[skip].environment['total_cost_usd']:,.2f}")
+        out(
+            f"{'skipping' if skip else 'every minute'}: {time.process_time() - t0:.1f} s CPU, "
+            f"${runs[skip].environment['total_cost_usd']:,.2f}"
+        )
     every, skipping = runs[False], runs[True]
     equal = True
     out(f"{'pool':12} {'cost every':>13} {'cost skip':>13} {'launches':>11} {'reclaims':>9}")
     for name in every.pools:
         a, b = every.sims[name].c, skipping.sims[name].c
         ca, cb = every.pools[name]["total_cost_usd"], skipping.pools[name]["total_cost_usd"]
-        same = ({k: v for k, v in asdict(a).items() if k not in WORK_KEYS}
-                == {k: v for k, v in asdict(b).items() if k not in WORK_KEYS}
-                and {k: v for k, v in every.pools[name].items() if k not in WORK_KEYS}
-                == {k: v for k, v in skipping.pools[name].items() if k not in WORK_KEYS})
+        same = {k: v for k, v in asdict(a).items() if k not in WORK_KEYS} == {
+            k: v for k, v in asdict(b).items() if k not in WORK_KEYS
+        } and {k: v for k, v in every.pools[name].items() if k not in WORK_KEYS} == {
+            k: v for k, v in skipping.pools[name].items() if k not in WORK_KEYS
+        }
         equal &= same
         mark = "" if same else "  <-"
         ra = every.pools[name].get("reclaim_preemptions", 0)
         rb = skipping.pools[name].get("reclaim_preemptions", 0)
-        out(f"{name:12} {ca:13,.2f} {cb:13,.2f} {a.node_launches:5d}/{b.node_launches:<5d} "
-            f"{ra:4d}/{rb:<4d}{mark}")
+        out(f"{name:12} {ca:13,.2f} {cb:13,.2f} {a.node_launches:5d}/{b.node_launches:<5d} {ra:4d}/{rb:<4d}{mark}")
     split = first_split(every, skipping)
     if split:
         minute, name, sample_every, sample_skipping = split

@@ -48,8 +48,10 @@ def _sha256(data: bytes) -> str:
 
 
 def traces_present(folder: Path) -> bool:
-    return all((folder / name).is_file() and _sha256((folder / name).read_bytes()) == digest
-               for name, digest in TRACE_SHA256.items())
+    return all(
+        (folder / name).is_file() and _sha256((folder / name).read_bytes()) == digest
+        for name, digest in TRACE_SHA256.items()
+    )
 
 
 def unpack(archive: bytes) -> dict[str, bytes]:
@@ -72,11 +74,17 @@ def unpack(archive: bytes) -> dict[str, bytes]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     epilog="exit codes: 0 done (or already there), 1 no network or download "
-                                            "failed, 2 a checksum mismatch. example: make data SHARED_DATA=../data")
-    parser.add_argument("--shared-data", type=Path, default=REPO.parent / "shared" / "data",
-                        help="the folder to fill (default ../shared/data)")
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        epilog="exit codes: 0 done (or already there), 1 no network or download "
+        "failed, 2 a checksum mismatch. example: make data SHARED_DATA=../data",
+    )
+    parser.add_argument(
+        "--shared-data",
+        type=Path,
+        default=REPO.parent / "shared" / "data",
+        help="the folder to fill (default ../shared/data)",
+    )
     parser.add_argument("--url", default=ARCHIVE_URL, help="where to read the archive (default: GitHub, pinned)")
     args = parser.parse_args(argv)
     folder = args.shared_data / "traces" / "itp"
@@ -88,8 +96,11 @@ def main(argv: list[str] | None = None) -> int:
         with urllib.request.urlopen(args.url, timeout=60) as answer:
             archive = answer.read()
     except (OSError, ValueError) as err:
-        print(f"error: cannot download the traces ({err}); without network, copy them into {folder} by hand "
-              "(README.md, \"Data and prices\")", file=sys.stderr)
+        print(
+            f"error: cannot download the traces ({err}); without network, copy them into {folder} by hand "
+            '(README.md, "Data and prices")',
+            file=sys.stderr,
+        )
         return EXIT_NETWORK
     try:
         files = unpack(archive)

@@ -45,7 +45,7 @@ def render(source: Path) -> str:
         "oldest_region_as_of": dates[0],
         "generated_by": "scripts/make_price_snapshot.py (the reader of `--prices DIR`, pricing/sources/pricebook.py)",
         "what": "public price tables, not prices read from AWS for your account: `gpuloan prices refresh -s STACK` "
-                "replaces them (docs/prices.md)",
+        "replaces them (docs/prices.md)",
         "inputs": {name: {"sha256": hashlib.sha256((source / name).read_bytes()).hexdigest()} for name in INPUTS},
         # SOURCE.md and COMMITMENTS.md verbatim: every source, commit, snapshot date and licence the rows carry
         "provenance": {name: (source / name).read_text() for name in ("SOURCE.md", "COMMITMENTS.md")},
@@ -55,9 +55,13 @@ def render(source: Path) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--source", type=Path, default=DEFAULT_SOURCE,
-                        help="folder with aws_gpu_prices.csv, aws_gpu_commitment_prices.csv, SOURCE.md and "
-                             "COMMITMENTS.md (default: ../shared/data/prices)")
+    parser.add_argument(
+        "--source",
+        type=Path,
+        default=DEFAULT_SOURCE,
+        help="folder with aws_gpu_prices.csv, aws_gpu_commitment_prices.csv, SOURCE.md and "
+        "COMMITMENTS.md (default: ../shared/data/prices)",
+    )
     parser.add_argument("--output", type=Path, default=pricebook.SNAPSHOT_FILE, help="the snapshot to write")
     parser.add_argument("--check", action="store_true", help="only compare: exit 1 if the output is not current")
     args = parser.parse_args(argv)
@@ -69,8 +73,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.check:
         current = args.output.read_text() if args.output.is_file() else ""
         if current != text:
-            print(f"{args.output.relative_to(REPO)} is not what {args.source} gives: run "
-                  "scripts/make_price_snapshot.py", file=sys.stderr)
+            print(
+                f"{args.output.relative_to(REPO)} is not what {args.source} gives: run scripts/make_price_snapshot.py",
+                file=sys.stderr,
+            )
             return 1
         print(f"{args.output.relative_to(REPO)} is current")
         return 0

@@ -34,8 +34,17 @@ from datetime import datetime, timedelta, timezone
 
 from policy import capacity_blocks as cb
 from policy.decide import decide
-from policy.model import (ACTION_SET_DESIRED, LIFECYCLE_IN_SERVICE, LIFECYCLE_PENDING, Group, Node, Observation,
-                          PoolObservation, PoolSettings, Settings)
+from policy.model import (
+    ACTION_SET_DESIRED,
+    LIFECYCLE_IN_SERVICE,
+    LIFECYCLE_PENDING,
+    Group,
+    Node,
+    Observation,
+    PoolObservation,
+    PoolSettings,
+    Settings,
+)
 
 BEFORE, AFTER = "before", "after"
 FLOOR, SPOT = "block-floor", "block-spot"
@@ -84,11 +93,22 @@ def _at(minute: int) -> datetime:
 
 def _settings(s: BlockScenario) -> Settings:
     pool = PoolSettings(
-        name="block", team="t", tier="production", gpus_per_node=s.gpus_per_node, spot_group=SPOT,
-        on_demand_group=None, spot_max_nodes=8, on_demand_max_nodes=0, spot_usd_per_hour=0.0,
-        on_demand_usd_per_hour=0.0, guaranteed_group=FLOOR, guaranteed_nodes=s.nodes,
-        capacity_block_start=_at(s.start_minute).isoformat(), capacity_block_end=_at(s.end_minute).isoformat(),
-        capacity_block_checkpoint_lead_minutes=s.checkpoint_lead_minutes)
+        name="block",
+        team="t",
+        tier="production",
+        gpus_per_node=s.gpus_per_node,
+        spot_group=SPOT,
+        on_demand_group=None,
+        spot_max_nodes=8,
+        on_demand_max_nodes=0,
+        spot_usd_per_hour=0.0,
+        on_demand_usd_per_hour=0.0,
+        guaranteed_group=FLOOR,
+        guaranteed_nodes=s.nodes,
+        capacity_block_start=_at(s.start_minute).isoformat(),
+        capacity_block_end=_at(s.end_minute).isoformat(),
+        capacity_block_checkpoint_lead_minutes=s.checkpoint_lead_minutes,
+    )
     return Settings(environment="sim", region="us-east-1", cluster_name="sim", pools=(pool,))
 
 
@@ -201,9 +221,14 @@ class Summary:
 
 
 def summarize(results: list[BlockResult], scens: list[BlockScenario]) -> Summary:
-    return Summary(len(results), sum(s.duration_minutes * s.nodes for s in scens),
-                   sum(r.idle_start_node_minutes for r in results), sum(r.idle_end_node_minutes for r in results),
-                   sum(r.lost_gpu_minutes for r in results) / 60, sum(r.handed_over_gpu_minutes for r in results) / 60)
+    return Summary(
+        len(results),
+        sum(s.duration_minutes * s.nodes for s in scens),
+        sum(r.idle_start_node_minutes for r in results),
+        sum(r.idle_end_node_minutes for r in results),
+        sum(r.lost_gpu_minutes for r in results) / 60,
+        sum(r.handed_over_gpu_minutes for r in results) / 60,
+    )
 
 
 def compare(blocks: int = 40, seed: int = 1, deploy_delays_minutes=(60, 6 * 60, 24 * 60), **kw) -> list[tuple]:

@@ -31,8 +31,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sim.gangs import GangHoldMeter
-from sim.latency import (ElasticLatency, drawn_arrival_second, karpenter_ready_minute, nodegroup_applied_second,
-                         nodegroup_ready_minute, nodegroup_update_ticks)
+from sim.latency import (
+    ElasticLatency,
+    drawn_arrival_second,
+    karpenter_ready_minute,
+    nodegroup_applied_second,
+    nodegroup_ready_minute,
+    nodegroup_update_ticks,
+)
 from pricing.cost_model.billing import HOURS_PER_MONTH
 from sim.pool import PoolSpec
 from sim.traces import JobsTrace, SeriesTrace
@@ -145,9 +151,28 @@ class SimSettings:
 
 @dataclass
 class SimNode:
-    __slots__ = ("id", "serial", "group", "gpus", "usd_per_hour", "launched", "ready_at", "reclaim_at", "warned",
-                 "busy", "jobs", "hist", "empty_since", "obs_cache", "slot", "busy_minutes", "empty_minutes",
-                 "closed", "rebalance_at", "recommended")
+    __slots__ = (
+        "id",
+        "serial",
+        "group",
+        "gpus",
+        "usd_per_hour",
+        "launched",
+        "ready_at",
+        "reclaim_at",
+        "warned",
+        "busy",
+        "jobs",
+        "hist",
+        "empty_since",
+        "obs_cache",
+        "slot",
+        "busy_minutes",
+        "empty_minutes",
+        "closed",
+        "rebalance_at",
+        "recommended",
+    )
     id: str
     serial: int
     group: str
@@ -263,8 +288,15 @@ class SlotInterruptions:
 
 
 class Simulation:
-    def __init__(self, spec: PoolSpec, trace: JobsTrace | SeriesTrace, controller, settings: SimSettings = SimSettings(),
-                 horizon_minutes: int | None = None, stream: str | None = None):
+    def __init__(
+        self,
+        spec: PoolSpec,
+        trace: JobsTrace | SeriesTrace,
+        controller,
+        settings: SimSettings = SimSettings(),
+        horizon_minutes: int | None = None,
+        stream: str | None = None,
+    ):
         """`stream`: what the spot interruption and shortage streams are drawn from (default: the seed). An
         environment gives each pool its own (sim/environment.py: the seed and the pool's name)."""
         self.spec = spec
@@ -289,8 +321,13 @@ class Simulation:
         self.interruptions = SlotInterruptions(stream, self.spot_interrupt_rate_per_minute)
         self._free_slots: list[int] = []  # heap of released spot slots; the lowest is taken first
         self._next_slot = 0
-        self.episodes = spot_episodes(stream, self.horizon, settings.spot_unavailable_episodes_per_week,
-                                      settings.spot_unavailable_mean_hours) if spec.has_spot else []
+        self.episodes = (
+            spot_episodes(
+                stream, self.horizon, settings.spot_unavailable_episodes_per_week, settings.spot_unavailable_mean_hours
+            )
+            if spec.has_spot
+            else []
+        )
         self.od_episodes: list[tuple[int, int]] = []
         self.add_shortage_windows(settings.spot_unavailable_windows, settings.on_demand_unavailable_windows)
         self.recommendations: list[SimNode] = []  # rebalance recommendations not yet read by the controller
@@ -298,13 +335,17 @@ class Simulation:
         self.nodes: dict[str, SimNode] = {}
         self._serial = 0
         # Every elastic group: the largest size's SPOT and ON_DEMAND, then each other size's (size_group).
-        self.elastic_groups = (SPOT, ON_DEMAND) + tuple(size_group(k, z.gpus_per_node) for z in spec.sizes
-                                                        for k in (SPOT, ON_DEMAND))
+        self.elastic_groups = (SPOT, ON_DEMAND) + tuple(
+            size_group(k, z.gpus_per_node) for z in spec.sizes for k in (SPOT, ON_DEMAND)
+        )
         self.spot_groups = tuple(g for g in self.elastic_groups if kind_of(g) == SPOT)
         self.on_demand_groups = tuple(g for g in self.elastic_groups if kind_of(g) == ON_DEMAND)
         self.group_gpus = {GUARANTEED: spec.floor_node_gpus, SPOT: spec.gpus_per_node, ON_DEMAND: spec.gpus_per_node}
-        self.group_usd_per_hour = {GUARANTEED: spec.floor_usd_per_hour, SPOT: spec.spot_usd_per_hour,
-                                   ON_DEMAND: spec.on_demand_usd_per_hour}
+        self.group_usd_per_hour = {
+            GUARANTEED: spec.floor_usd_per_hour,
+            SPOT: spec.spot_usd_per_hour,
+            ON_DEMAND: spec.on_demand_usd_per_hour,
+        }
         for z in spec.sizes:
             for k, price in ((SPOT, z.spot_usd_per_hour), (ON_DEMAND, z.on_demand_usd_per_hour)):
                 self.group_gpus[size_group(k, z.gpus_per_node)] = z.gpus_per_node
@@ -375,14 +416,37 @@ class Simulation:
                 self._next_slot += 1
             reclaim = self.interruptions.next_after(slot, self.now)
         rebalance = self._rebalance_minute(slot, reclaim) if reclaim is not None else None
-        node = SimNode(f"i-{_ID_LETTER[group[0]]}{self._serial:07d}", self._serial, group, self.group_gpus[group],
-                       price, self.now, ready_at, reclaim, False, 0, set(), [(self.now, 0)], None, None, slot, 0, 0,
-                       False, rebalance, False)
+        node = SimNode(
+            f"i-{_ID_LETTER[group[0]]}{self._serial:07d}",
+            self._serial,
+            group,
+            self.group_gpus[group],
+            price,
+            self.now,
+            ready_at,
+            reclaim,
+            False,
+            0,
+            set(),
+            [(self.now, 0)],
+            None,
+            None,
+            slot,
+            0,
+            0,
+            False,
+            rebalance,
+            False,
+        )
         self.nodes[node.id] = node
         self.counts[group] += 1
         self.rates[group] += price
-        self._next_event = min(self._next_event, ready_at, reclaim - self.settings.spot_warning_minutes
-                               if reclaim is not None else ready_at, rebalance if rebalance is not None else ready_at)
+        self._next_event = min(
+            self._next_event,
+            ready_at,
+            reclaim - self.settings.spot_warning_minutes if reclaim is not None else ready_at,
+            rebalance if rebalance is not None else ready_at,
+        )
         if group != GUARANTEED:
             self.c.node_launches += 1
         self.changed = True
@@ -393,8 +457,11 @@ class Simulation:
         """Force a node's interruption minute, and its rebalance recommendation's (tests)."""
         node.reclaim_at = minute
         node.rebalance_at = rebalance_at
-        self._next_event = min(self._next_event, minute - self.settings.spot_warning_minutes,
-                               rebalance_at if rebalance_at is not None else minute)
+        self._next_event = min(
+            self._next_event,
+            minute - self.settings.spot_warning_minutes,
+            rebalance_at if rebalance_at is not None else minute,
+        )
 
     def _rebalance_minute(self, slot: int, reclaim: int) -> int | None:
         """When EC2's rebalance recommendation for the interruption at `reclaim` comes, if before the 2-minute
@@ -522,13 +589,21 @@ class Simulation:
 
     def elastic_gpu_minutes(self) -> dict[str, int]:
         """Elastic GPU-minutes paid so far: booting, ready with no pod, busy, and free on a node with a pod."""
-        c = Counters(elastic_paid=self.c.elastic_paid, elastic_booting=self.c.elastic_booting,
-                     elastic_empty=self.c.elastic_empty, elastic_busy=self.c.elastic_busy)
+        c = Counters(
+            elastic_paid=self.c.elastic_paid,
+            elastic_booting=self.c.elastic_booting,
+            elastic_empty=self.c.elastic_empty,
+            elastic_busy=self.c.elastic_busy,
+        )
         for node in self.nodes.values():
             self._close(node, self.now, c)
-        return {"paid": c.elastic_paid, "booting": c.elastic_booting, "empty": c.elastic_empty,
-                "busy": c.elastic_busy,
-                "free_on_busy_nodes": c.elastic_paid - c.elastic_booting - c.elastic_empty - c.elastic_busy}
+        return {
+            "paid": c.elastic_paid,
+            "booting": c.elastic_booting,
+            "empty": c.elastic_empty,
+            "busy": c.elastic_busy,
+            "free_on_busy_nodes": c.elastic_paid - c.elastic_booting - c.elastic_empty - c.elastic_busy,
+        }
 
     def _remove(self, node: SimNode, spot_reclaim: bool) -> None:
         self._settle(self.now)
@@ -779,8 +854,16 @@ class Simulation:
             if n.ready(now):
                 gpus[kind_of(n.group)] += n.gpus
         c = self.c
-        self.samples.append((now, self.workload.demand_gpus(), gpus[GUARANTEED], gpus[SPOT], gpus[ON_DEMAND],
-                             c.guaranteed_usd + c.spot_usd + c.on_demand_usd))
+        self.samples.append(
+            (
+                now,
+                self.workload.demand_gpus(),
+                gpus[GUARANTEED],
+                gpus[SPOT],
+                gpus[ON_DEMAND],
+                c.guaranteed_usd + c.spot_usd + c.on_demand_usd,
+            )
+        )
 
     # --- utilization as CloudWatch would report it -------------------------------------------------------------
 
@@ -804,7 +887,9 @@ class Simulation:
         node.empty_since = self.now if busy == 0 else None
         node.obs_cache = None
 
-    def window_utilization(self, node: SimNode, minutes: int, at: int | None = None) -> tuple[float | None, float | None]:
+    def window_utilization(
+        self, node: SimNode, minutes: int, at: int | None = None
+    ) -> tuple[float | None, float | None]:
         """(max %, mean %) of the node's GPUs busy over the last `minutes` (including this minute); None when the
         node has been up for less than one full minute (no datapoint yet). `at`: another minute, as the node reads
         then: a later one if nothing changes before it, or an earlier one (a delayed CloudWatch reading)."""
@@ -834,8 +919,9 @@ class Simulation:
         span = now + 1 - start
         return 100.0 * peak / node.gpus, 100.0 * area / (span * node.gpus)
 
-    def window_stats(self, node: SimNode, windows: tuple[int, ...], at: int | None = None
-                     ) -> list[tuple[float | None, float | None]]:
+    def window_stats(
+        self, node: SimNode, windows: tuple[int, ...], at: int | None = None
+    ) -> list[tuple[float | None, float | None]]:
         """window_utilization for several windows in one walk over the node's history (the simulator's hot path:
         the policy reads three windows per node every minute); `at` as there."""
         now = self.now if at is None else at
@@ -1033,8 +1119,9 @@ class JobsWorkload:
         if not self.pending_gpus:
             return
         gpn = sim.spec.gpus_per_node
-        nodes = [n for n in sim.nodes.values()
-                 if n.ready_at <= now and not n.warned and not n.closed and n.busy < n.gpus]
+        nodes = [
+            n for n in sim.nodes.values() if n.ready_at <= now and not n.warned and not n.closed and n.busy < n.gpus
+        ]
         if not nodes:
             return
         nodes.sort(key=lambda n: (FILL_RANK[n.group], n.serial))
@@ -1139,8 +1226,10 @@ class JobsWorkload:
     def pending_minutes(self, horizon: int) -> list[float]:
         """Total pending time of every job: its first wait plus every re-wait after it was stopped unfinished; a
         job waiting at the horizon counts with its wait so far (censored, as `waits_minutes`)."""
-        return [total + (max(0.0, horizon - since) if since is not None else 0.0)
-                for total, since in zip(self.pending_minutes_so_far, self.waiting_since)]
+        return [
+            total + (max(0.0, horizon - since) if since is not None else 0.0)
+            for total, since in zip(self.pending_minutes_so_far, self.waiting_since)
+        ]
 
     @property
     def unmet_gpu_minutes(self) -> float:

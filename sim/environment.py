@@ -105,7 +105,15 @@ from sim.runner import elastic_oracle_gpu_hours, metrics_of, oracle_gpu_hours, p
 from sim.traces import JobsTrace
 from config.config_terms import Reservation, Tier
 from config.tenancy import PRIORITY_VALUES
-from config.scheduling import FLOOR, fair_sharing_on, lends_ahead, plan, production_queue, production_share_pct, production_work_on_spot
+from config.scheduling import (
+    FLOOR,
+    fair_sharing_on,
+    lends_ahead,
+    plan,
+    production_queue,
+    production_share_pct,
+    production_work_on_spot,
+)
 
 # The billing model's purchase kinds (pricing/cost_model/billing.py): a floor is reserved capacity (an ODCR, or a
 # fixed node group billed at the same on-demand rate), a Capacity Block its own kind; elastic nodes spot or on-demand.
@@ -172,9 +180,11 @@ def pending_summary(minutes: list[float]) -> dict[str, float | None]:
     """p95, p99 and max of total pending minutes per job (None for no job): what the advisor reports per tier."""
     if not minutes:
         return {"p95_pending_minutes": None, "p99_pending_minutes": None, "max_pending_minutes": None}
-    return {"p95_pending_minutes": round(percentile(minutes, 95), 1),
-            "p99_pending_minutes": round(percentile(minutes, 99), 1),
-            "max_pending_minutes": round(max(minutes), 1)}
+    return {
+        "p95_pending_minutes": round(percentile(minutes, 95), 1),
+        "p99_pending_minutes": round(percentile(minutes, 99), 1),
+        "max_pending_minutes": round(max(minutes), 1),
+    }
 
 
 # --- one pool inside the environment ---------------------------------------------------------------------------
@@ -183,11 +193,23 @@ def pending_summary(minutes: list[float]) -> dict[str, float | None]:
 class PoolSim(Simulation):
     """A Simulation that logs node counts (for hourly usage) and, on a job trace, admits as Kueue does."""
 
-    def __init__(self, env: "Environment", spec: PoolSpec, trace, controller, settings: SimSettings,
-                 horizon: int, production: list[bool] | None, production_on_spot: bool, priority: int):
+    def __init__(
+        self,
+        env: "Environment",
+        spec: PoolSpec,
+        trace,
+        controller,
+        settings: SimSettings,
+        horizon: int,
+        production: list[bool] | None,
+        production_on_spot: bool,
+        priority: int,
+    ):
         if spec.sizes:  # the environment's usage and commitment accounting is per SPOT / ON_DEMAND group
-            raise PoolError(f"pool {spec.name}: the environment simulator does not model pools of several node sizes "
-                            "yet; simulate the pool alone (`gpuloan simulate`, `make bench-sizes`)")
+            raise PoolError(
+                f"pool {spec.name}: the environment simulator does not model pools of several node sizes "
+                "yet; simulate the pool alone (`gpuloan simulate`, `make bench-sizes`)"
+            )
         self.env = env
         self.node_log: list[tuple[int, str, int]] = []  # (minute, group, +1 / -1)
         self.lent_gpus = 0  # GPUs of this pool's floor running other pools' jobs now
@@ -388,8 +410,9 @@ class EnvJobsWorkload(JobsWorkload):
         now = self.sim.now
         self.borrowed_gpu_minutes += self.borrowed_now * (now - self._borrowed_since)
         for lender, gpus in self.borrowed.items():
-            self.borrowed_gpu_minutes_from[lender] = (self.borrowed_gpu_minutes_from.get(lender, 0)
-                                                      + gpus * (now - self._borrowed_since))
+            self.borrowed_gpu_minutes_from[lender] = self.borrowed_gpu_minutes_from.get(lender, 0) + gpus * (
+                now - self._borrowed_since
+            )
         self._borrowed_since = now
 
     def _start(self, i: int, chosen: list, now: int) -> None:
@@ -522,8 +545,9 @@ class EnvJobsWorkload(JobsWorkload):
         lendingLimit and this queue's borrowingLimit (own floor of a pool with a production queue: no limit of its
         own)."""
         env = self.sim.env
-        room = min(lender.floor_gpus - lender.quota_own - lender.quota_lent,
-                   lender.lending_limit_gpus - lender.quota_lent)
+        room = min(
+            lender.floor_gpus - lender.quota_own - lender.quota_lent, lender.lending_limit_gpus - lender.quota_lent
+        )
         if lender is not self.sim:
             limit = env.sharing[self.sim.spec.name].borrowing_limit_gpus.get(lender.spec.name)
             if limit is not None:
@@ -687,8 +711,11 @@ class EnvJobsWorkload(JobsWorkload):
         sim.changed = False
         if not self.pending_gpus:
             return
-        elastic = [n for n in sim.nodes.values() if n.group != GUARANTEED and n.ready_at <= now and not n.warned
-                   and not n.closed and n.busy < n.gpus]
+        elastic = [
+            n
+            for n in sim.nodes.values()
+            if n.group != GUARANTEED and n.ready_at <= now and not n.warned and not n.closed and n.busy < n.gpus
+        ]
         elastic.sort(key=lambda n: (FILL_RANK[n.group], n.serial))
         off_spot = [n for n in elastic if n.group != SPOT]
         gpn = sim.spec.gpus_per_node
@@ -762,8 +789,7 @@ class EnvJobsWorkload(JobsWorkload):
             if any(n.busy for n in chosen_nodes):
                 return False
             k = len(chosen_nodes)
-            self._start(i, [(n, gpn) for n in chosen_nodes[: k - 1]] + [(chosen_nodes[k - 1], g - gpn * (k - 1))],
-                        now)
+            self._start(i, [(n, gpn) for n in chosen_nodes[: k - 1]] + [(chosen_nodes[k - 1], g - gpn * (k - 1))], now)
         return True
 
     def no_victims_on(self, owner: "PoolSim", i: int) -> bool:
@@ -788,8 +814,11 @@ class EnvJobsWorkload(JobsWorkload):
         def pods_on(n):
             out = []
             for key in n.jobs:
-                w, j = (env.pools[key[0]].workload, key[1]) if isinstance(key, tuple) else (
-                    env.floor_owner[id(n)].workload, key)
+                w, j = (
+                    (env.pools[key[0]].workload, key[1])
+                    if isinstance(key, tuple)
+                    else (env.floor_owner[id(n)].workload, key)
+                )
                 used = next(u for m, u in w.on_nodes[j] if m is n)
                 out.append((w.job_priority(j), w.run_start[j], used, w, j))
             return out
@@ -872,9 +901,11 @@ def _fair_sharing_order(cands: list) -> list:
     borrowed = {key: (group[0][1].borrowed_quota() if key[1] else 0) for key, group in groups.items()}
     out = []
     while groups:
+
         def rank(key):
             w = groups[key][0][1]
             return (-borrowed[key] / w.sim.env.sharing[w.sim.spec.name].fair_share_weight, groups[key][0][0])
+
         key = min(groups, key=rank)
         c = groups[key].pop(0)
         out.append(c)
@@ -894,9 +925,17 @@ class EnvironmentResult:
 
 
 class Environment:
-    def __init__(self, prices: Prices, cfg, demands: dict, controller_factory: Callable, settings: SimSettings = SimSettings(),
-                 horizon_minutes: int | None = None, specs: dict[str, PoolSpec] | None = None,
-                 window_from_minute: int | None = None):
+    def __init__(
+        self,
+        prices: Prices,
+        cfg,
+        demands: dict,
+        controller_factory: Callable,
+        settings: SimSettings = SimSettings(),
+        horizon_minutes: int | None = None,
+        specs: dict[str, PoolSpec] | None = None,
+        window_from_minute: int | None = None,
+    ):
         names = [p.name for p in cfg.pools]
         missing = [n for n in names if n not in demands]
         extra = [n for n in demands if n not in names]
@@ -910,11 +949,13 @@ class Environment:
             raise EnvironmentError(f"specs for unknown pool(s) {', '.join(unknown)}; pools: {', '.join(names)}")
         self.cfg = cfg
         self.settings = settings
-        self.horizon = horizon_minutes if horizon_minutes is not None else max(
-            default_horizon(demands[n]) for n in names)
+        self.horizon = (
+            horizon_minutes if horizon_minutes is not None else max(default_horizon(demands[n]) for n in names)
+        )
         if window_from_minute is not None and not 0 <= window_from_minute <= self.horizon:
-            raise EnvironmentError(f"window_from_minute {window_from_minute}: must be between 0 and the horizon "
-                                   f"({self.horizon} minutes)")
+            raise EnvironmentError(
+                f"window_from_minute {window_from_minute}: must be between 0 and the horizon ({self.horizon} minutes)"
+            )
         self.window_from = window_from_minute
         self._window_start: dict[str, dict] | None = None  # each pool's counters at the window's first minute
         # Production work waiting, per pool (the report window's, or the whole run's): [GPUs waiting now, of them
@@ -940,14 +981,25 @@ class Environment:
             else:
                 production = [True] if share >= 100 else None
             if spec.floor_nodes != (p.guaranteed.nodes if p.guaranteed else 0):
-                raise EnvironmentError(f"specs['{p.name}'] has {spec.floor_nodes} floor nodes, the config "
-                                       f"{p.guaranteed.nodes if p.guaranteed else 0}: lending follows the config's "
-                                       f"plan, so change the floor in the config (pools[].guaranteed.nodes)")
+                raise EnvironmentError(
+                    f"specs['{p.name}'] has {spec.floor_nodes} floor nodes, the config "
+                    f"{p.guaranteed.nodes if p.guaranteed else 0}: lending follows the config's "
+                    f"plan, so change the floor in the config (pools[].guaranteed.nodes)"
+                )
             # production work may use spot only where Kueue lets it: the one rule of config/scheduling.py, which the
             # single-pool advisor (advise/advisor.py) uses too
             on_spot = production_work_on_spot(cfg, p)
-            self.pools[p.name] = PoolSim(self, spec, trace, controller_factory(spec), settings, self.horizon,
-                                         production, on_spot, PRIORITY_VALUES[p.tier])
+            self.pools[p.name] = PoolSim(
+                self,
+                spec,
+                trace,
+                controller_factory(spec),
+                settings,
+                self.horizon,
+                production,
+                on_spot,
+                PRIORITY_VALUES[p.tier],
+            )
             pool_sim = self.pools[p.name]
             pool_sim.lending_limit_gpus = self.sharing[p.name].lendable_gpus
             if lends_ahead(cfg, p) and pool_sim.lending_limit_gpus > 0:
@@ -959,8 +1011,11 @@ class Environment:
                 continue
             for lender in self.sharing[name].lenders:
                 ls = self.pools[lender]
-                if self.sharing[lender].lendable_gpus > 0 and ls.spec.floor_nodes and isinstance(
-                        ls.workload, EnvJobsWorkload):
+                if (
+                    self.sharing[lender].lendable_gpus > 0
+                    and ls.spec.floor_nodes
+                    and isinstance(ls.workload, EnvJobsWorkload)
+                ):
                     w.lenders.append((ls, self.sharing[name].borrowing_limit_gpus.get(lender)))
             kept_off_spot = w.production is not None and not w.production_on_spot and sim.spec.has_spot
             # A production pool with a floor and interruptible jobs of its own: its ClusterQueue preempts lower
@@ -972,13 +1027,20 @@ class Environment:
             pool_cfg = self.cfg.pool(name)
             w.split = self.cfg.scheduling.kueue.enabled and production_queue(self.cfg, pool_cfg)
             w.within_lower_priority = pool_cfg.tier == Tier.production
-            w.priority_within = ((w.within_lower_priority or w.split) and w.production is not None
-                                 and not all(w.production) and sim.spec.floor_nodes > 0)
+            w.priority_within = (
+                (w.within_lower_priority or w.split)
+                and w.production is not None
+                and not all(w.production)
+                and sim.spec.floor_nodes > 0
+            )
             # a production-tier pool's interruptible jobs run at a lower WorkloadPriorityClass than its production
-            w.interruptible_priority = PRIORITY_VALUES[Tier.experiment if pool_cfg.tier == Tier.production
-                                                       else pool_cfg.tier]
-            lends = any(lender == name for o in self.sharing.values() for lender in o.lenders) and \
-                self.sharing[name].lendable_gpus > 0
+            w.interruptible_priority = PRIORITY_VALUES[
+                Tier.experiment if pool_cfg.tier == Tier.production else pool_cfg.tier
+            ]
+            lends = (
+                any(lender == name for o in self.sharing.values() for lender in o.lenders)
+                and self.sharing[name].lendable_gpus > 0
+            )
             w.plain = not w.lenders and not lends and not kept_off_spot and not w.priority_within
         # Groups of pools that can influence each other (connected by lending): they skip quiet minutes together.
         parent = {n: n for n in self.pools}
@@ -1003,8 +1065,11 @@ class Environment:
         for k, group in enumerate(self.groups):
             for sim in group:
                 sim.group_index = k
-        self.lenders = [s for s in self.pools.values() if any(
-            ls is s for o in self.pools.values() for ls, _ in getattr(o.workload, "lenders", ()))]
+        self.lenders = [
+            s
+            for s in self.pools.values()
+            if any(ls is s for o in self.pools.values() for ls, _ in getattr(o.workload, "lenders", ()))
+        ]
 
     # -- time --
 
@@ -1135,12 +1200,12 @@ class Environment:
             if sim.last != now and self._may_act(sim):
                 self.wake(sim)
         if self.fair_sharing:
-            self._fair_sharing_round([sim.workload for sim in sorted(awake, key=lambda s: s.order)
-                                      if not sim.workload.plain], now)
+            self._fair_sharing_round(
+                [sim.workload for sim in sorted(awake, key=lambda s: s.order) if not sim.workload.plain], now
+            )
         else:
             self._in_order(awake, lambda sim: sim.workload.plain or sim.workload.admit(now, borrowing=True))
-        self._in_order(awake, lambda sim: sim.workload.schedule(now) if sim.workload.plain
-                       else sim.workload.place(now))
+        self._in_order(awake, lambda sim: sim.workload.schedule(now) if sim.workload.plain else sim.workload.place(now))
 
     def _in_order(self, awake: list[PoolSim], step: Callable[[PoolSim], object]) -> None:
         """`step` for each pool of `awake` in config order; a pool appended to `awake` meanwhile (woken by a step)
@@ -1217,8 +1282,10 @@ class Environment:
             return True
         # a job Kueue evicted after the pool's own admission pass of its last minute (a lender reclaiming its
         # floor in the borrowing round) waits with room in the pool's elastic flavor: the next pass admits it
-        if sizes and any(f is not None and f[1] - w.elastic_admitted.get(f[0], 0) >= min(sizes)
-                         for f in (w._elastic_flavor(False), w._elastic_flavor(True))):
+        if sizes and any(
+            f is not None and f[1] - w.elastic_admitted.get(f[0], 0) >= min(sizes)
+            for f in (w._elastic_flavor(False), w._elastic_flavor(True))
+        ):
             return True
         for i in w.floor_pending:
             owner = w.admitted_to[i]
@@ -1241,14 +1308,35 @@ class Environment:
         win_by_tier: dict[str, list[float]] = {}
         win_by_class: dict[str, list[float]] = {PRODUCTION: [], INTERRUPTIBLE: []}
         win_pending: dict[str, list[float]] = {}  # tier -> total pending minutes of the window's jobs
-        env = {"production_interruptions": 0, "reclaim_preemptions": 0, "reclaim_lost_gpu_hours": 0.0,
-               "priority_preemptions": 0, "priority_lost_gpu_hours": 0.0,
-               "scheduler_preemptions": 0, "scheduler_lost_gpu_hours": 0.0,
-               "floor_gpu_hours": 0.0, "floor_owned_gpu_hours": 0.0, "floor_lent_gpu_hours": 0.0,
-               "borrowed_gpu_hours": 0.0, "production_jobs": 0}
-        sums = ("total_cost_usd", "guaranteed_cost_usd", "elastic_spot_cost_usd", "elastic_on_demand_cost_usd",
-                "demand_gpu_hours", "gpu_hours_served", "unmet_gpu_hours", "interruptions", "jobs_interrupted",
-                "busy_node_terminations", "lost_gpu_hours", "spot_launch_failures", "node_launches")
+        env = {
+            "production_interruptions": 0,
+            "reclaim_preemptions": 0,
+            "reclaim_lost_gpu_hours": 0.0,
+            "priority_preemptions": 0,
+            "priority_lost_gpu_hours": 0.0,
+            "scheduler_preemptions": 0,
+            "scheduler_lost_gpu_hours": 0.0,
+            "floor_gpu_hours": 0.0,
+            "floor_owned_gpu_hours": 0.0,
+            "floor_lent_gpu_hours": 0.0,
+            "borrowed_gpu_hours": 0.0,
+            "production_jobs": 0,
+        }
+        sums = (
+            "total_cost_usd",
+            "guaranteed_cost_usd",
+            "elastic_spot_cost_usd",
+            "elastic_on_demand_cost_usd",
+            "demand_gpu_hours",
+            "gpu_hours_served",
+            "unmet_gpu_hours",
+            "interruptions",
+            "jobs_interrupted",
+            "busy_node_terminations",
+            "lost_gpu_hours",
+            "spot_launch_failures",
+            "node_launches",
+        )
         for name, sim in self.pools.items():
             spec, trace = sim.spec, sim.trace
             horizon = self.horizon
@@ -1281,23 +1369,40 @@ class Environment:
         floor = out["floor_gpu_hours"]
         out["floor_utilization"] = {
             "owned": round(out["floor_owned_gpu_hours"] / floor, 4) if floor else None,
-            "lent": round(out["floor_lent_gpu_hours"] / floor, 4) if floor else None}
+            "lent": round(out["floor_lent_gpu_hours"] / floor, 4) if floor else None,
+        }
         out["p95_wait_minutes_by_tier"] = {t: round(percentile(v, 95), 1) for t, v in sorted(by_tier.items())}
-        out["p95_wait_minutes_by_class"] = {c: round(percentile(v, 95), 1) if v else None
-                                            for c, v in by_class.items()}
+        out["p95_wait_minutes_by_class"] = {c: round(percentile(v, 95), 1) if v else None for c, v in by_class.items()}
         if self.window_from is not None:
-            keys = ("production_interruptions", "jobs_interrupted", "spot_interruptions", "lost_gpu_hours",
-                    "reclaim_preemptions", "reclaim_lost_gpu_hours", "priority_preemptions",
-                    "priority_lost_gpu_hours", "scheduler_preemptions", "scheduler_lost_gpu_hours",
-                    "borrowed_gpu_hours", "floor_gpu_hours",
-                    "floor_owned_gpu_hours", "floor_lent_gpu_hours", "unmet_gpu_hours", "unmet_production_gpu_hours",
-                    "production_waiting_gpu_hours", "unmet_guaranteed_production_gpu_hours", "jobs_submitted")
+            keys = (
+                "production_interruptions",
+                "jobs_interrupted",
+                "spot_interruptions",
+                "lost_gpu_hours",
+                "reclaim_preemptions",
+                "reclaim_lost_gpu_hours",
+                "priority_preemptions",
+                "priority_lost_gpu_hours",
+                "scheduler_preemptions",
+                "scheduler_lost_gpu_hours",
+                "borrowed_gpu_hours",
+                "floor_gpu_hours",
+                "floor_owned_gpu_hours",
+                "floor_lent_gpu_hours",
+                "unmet_gpu_hours",
+                "unmet_production_gpu_hours",
+                "production_waiting_gpu_hours",
+                "unmet_guaranteed_production_gpu_hours",
+                "jobs_submitted",
+            )
             win = {k: round(sum(p["window"][k] for p in pools.values()), 3) for k in keys}
             win["from_minute"], win["to_minute"] = self.window_from, self.horizon
-            win["p95_wait_minutes_by_tier"] = {t: round(percentile(v, 95), 1) if v else None
-                                               for t, v in sorted(win_by_tier.items())}
-            win["p95_wait_minutes_by_class"] = {c: round(percentile(v, 95), 1) if v else None
-                                                for c, v in win_by_class.items()}
+            win["p95_wait_minutes_by_tier"] = {
+                t: round(percentile(v, 95), 1) if v else None for t, v in sorted(win_by_tier.items())
+            }
+            win["p95_wait_minutes_by_class"] = {
+                c: round(percentile(v, 95), 1) if v else None for c, v in win_by_class.items()
+            }
             win["pending_minutes_by_tier"] = {t: pending_summary(v) for t, v in sorted(win_pending.items())}
             out["window"] = win
         out["horizon_minutes"] = self.horizon
@@ -1418,8 +1523,9 @@ class Environment:
             t, b = n.hist[-1]
             busy += n.busy_minutes + max(0, minute - t) * b
         return {
-            "production_interruptions": env_w.production_interruptions if env_w else (
-                sim.c.jobs_interrupted if sim.production_all else 0),
+            "production_interruptions": env_w.production_interruptions
+            if env_w
+            else (sim.c.jobs_interrupted if sim.production_all else 0),
             "jobs_interrupted": sim.c.jobs_interrupted,
             "spot_interruptions": sim.c.spot_interruptions,
             "lost_gpu_minutes": sim.c.lost_gpu_minutes,
@@ -1429,12 +1535,21 @@ class Environment:
             "priority_lost_gpu_minutes": env_w.priority_lost_gpu_minutes if env_w else 0.0,
             "scheduler_preemptions": env_w.scheduler_preemptions if env_w else 0,
             "scheduler_lost_gpu_minutes": env_w.scheduler_lost_gpu_minutes if env_w else 0.0,
-            "borrowed_gpu_minutes": (env_w.borrowed_gpu_minutes + env_w.borrowed_now * max(
-                0, minute - env_w._borrowed_since)) if env_w else 0,
+            "borrowed_gpu_minutes": (
+                env_w.borrowed_gpu_minutes + env_w.borrowed_now * max(0, minute - env_w._borrowed_since)
+            )
+            if env_w
+            else 0,
             "floor_lent_gpu_minutes": sim.lent_gpu_minutes + sim.lent_gpus * max(0, minute - sim._lent_since),
-            **({f"borrowed_gpu_minutes_from:{p.spec.name}": env_w.borrowed_gpu_minutes_from.get(p.spec.name, 0)
-                + env_w.borrowed.get(p.spec.name, 0) * max(0, minute - env_w._borrowed_since)
-                for p, _ in env_w.lenders} if env_w else {}),
+            **(
+                {
+                    f"borrowed_gpu_minutes_from:{p.spec.name}": env_w.borrowed_gpu_minutes_from.get(p.spec.name, 0)
+                    + env_w.borrowed.get(p.spec.name, 0) * max(0, minute - env_w._borrowed_since)
+                    for p, _ in env_w.lenders
+                }
+                if env_w
+                else {}
+            ),
             "floor_busy_gpu_minutes": busy,
             "unmet_gpu_minutes": w.unmet_gpu_minutes if not isinstance(w, JobsWorkload) else 0.0,
         }
@@ -1492,8 +1607,11 @@ class Environment:
             "scheduler_preemptions": d["scheduler_preemptions"],
             "scheduler_lost_gpu_hours": round(d["scheduler_lost_gpu_minutes"] / 60, 3),
             "borrowed_gpu_hours": round(d["borrowed_gpu_minutes"] / 60, 3),
-            "borrowed_gpu_hours_from": {k.split(":", 1)[1]: round(v / 60, 3) for k, v in d.items()
-                                        if k.startswith("borrowed_gpu_minutes_from:") and v},
+            "borrowed_gpu_hours_from": {
+                k.split(":", 1)[1]: round(v / 60, 3)
+                for k, v in d.items()
+                if k.startswith("borrowed_gpu_minutes_from:") and v
+            },
             "floor_gpu_hours": round(floor_minutes / 60, 3),
             "floor_owned_gpu_hours": round((d["floor_busy_gpu_minutes"] - d["floor_lent_gpu_minutes"]) / 60, 3),
             "floor_lent_gpu_hours": round(d["floor_lent_gpu_minutes"] / 60, 3),
@@ -1505,7 +1623,8 @@ class Environment:
             "p95_wait_minutes": round(percentile(waits_all, 95), 1) if waits_all else None,
             "p95_wait_minutes_by_class": {
                 PRODUCTION: round(percentile(waits_prod, 95), 1) if waits_prod else None,
-                INTERRUPTIBLE: round(percentile(waits_rest, 95), 1) if waits_rest else None},
+                INTERRUPTIBLE: round(percentile(waits_rest, 95), 1) if waits_rest else None,
+            },
         }
         return out, waits_all, waits_prod, waits_rest
 
@@ -1532,8 +1651,9 @@ class Environment:
         env_w = w if isinstance(w, EnvJobsWorkload) else None
         out = {
             "production_jobs": sum(env_w.production) if env_w and env_w.production else 0,
-            "production_interruptions": env_w.production_interruptions if env_w else (
-                sim.c.jobs_interrupted if sim.production_all else 0),
+            "production_interruptions": env_w.production_interruptions
+            if env_w
+            else (sim.c.jobs_interrupted if sim.production_all else 0),
             "reclaim_preemptions": env_w.reclaim_preemptions if env_w else 0,
             "reclaim_lost_gpu_hours": round(env_w.reclaim_lost_gpu_minutes / 60, 3) if env_w else 0.0,
             "priority_preemptions": env_w.priority_preemptions if env_w else 0,
@@ -1541,8 +1661,9 @@ class Environment:
             "scheduler_preemptions": env_w.scheduler_preemptions if env_w else 0,
             "scheduler_lost_gpu_hours": round(env_w.scheduler_lost_gpu_minutes / 60, 3) if env_w else 0.0,
             "borrowed_gpu_hours": round(env_w.borrowed_gpu_minutes / 60, 3) if env_w else 0.0,
-            "borrowed_gpu_hours_from": {n: round(m / 60, 3) for n, m in env_w.borrowed_gpu_minutes_from.items()
-                                        if m} if env_w else {},
+            "borrowed_gpu_hours_from": {n: round(m / 60, 3) for n, m in env_w.borrowed_gpu_minutes_from.items() if m}
+            if env_w
+            else {},
             "floor_gpu_hours": round(floor_minutes / 60, 3),
             "floor_owned_gpu_hours": round((busy - lent) / 60, 3),
             "floor_lent_gpu_hours": round(lent / 60, 3),
@@ -1551,8 +1672,10 @@ class Environment:
             waits, _ = env_w.waits_minutes(horizon)
             prod = [x for x, p in zip(waits, env_w.production) if p]
             rest = [x for x, p in zip(waits, env_w.production) if not p]
-            out["p95_wait_minutes_by_class"] = {PRODUCTION: round(percentile(prod, 95), 1) if prod else None,
-                                                INTERRUPTIBLE: round(percentile(rest, 95), 1) if rest else None}
+            out["p95_wait_minutes_by_class"] = {
+                PRODUCTION: round(percentile(prod, 95), 1) if prod else None,
+                INTERRUPTIBLE: round(percentile(rest, 95), 1) if rest else None,
+            }
         return out
 
 
@@ -1601,30 +1724,56 @@ def hourly_usage(sim: PoolSim, cfg, horizon: int) -> list[UsageRecord]:
     return out
 
 
-def simulate_environment(prices: Prices, cfg, demands: dict, controller_factory: Callable, settings: SimSettings = SimSettings(),
-                         horizon_minutes: int | None = None, specs: dict[str, PoolSpec] | None = None,
-                         window_from_minute: int | None = None) -> EnvironmentResult:
+def simulate_environment(
+    prices: Prices,
+    cfg,
+    demands: dict,
+    controller_factory: Callable,
+    settings: SimSettings = SimSettings(),
+    horizon_minutes: int | None = None,
+    specs: dict[str, PoolSpec] | None = None,
+    window_from_minute: int | None = None,
+) -> EnvironmentResult:
     """Run every pool of `cfg` on one clock (module docstring) and return the per-pool and environment figures."""
     t0 = time.perf_counter()
-    env = Environment(prices, cfg, demands, controller_factory, settings, horizon_minutes, specs,
-                      window_from_minute).run()
+    env = Environment(
+        prices, cfg, demands, controller_factory, settings, horizon_minutes, specs, window_from_minute
+    ).run()
     return env.result(time.perf_counter() - t0)
 
 
-def simulate_branches(prices: Prices, cfg, demands: dict, controller_factory: Callable, settings: SimSettings, horizon_minutes: int,
-                      window_from_minute: int, branches: list[tuple[tuple, tuple]], reduce: Callable
-                      ) -> tuple[object, list]:
+def simulate_branches(
+    prices: Prices,
+    cfg,
+    demands: dict,
+    controller_factory: Callable,
+    settings: SimSettings,
+    horizon_minutes: int,
+    window_from_minute: int,
+    branches: list[tuple[tuple, tuple]],
+    reduce: Callable,
+) -> tuple[object, list]:
     """One run up to `window_from_minute`, then the run as it is (`reduce(result)`) and one continuation per
     branch, (spot windows, on-demand windows) in minutes, all at or after the window's start (each `reduce`d in
     a child process, which must return something picklable). The same figures as a separate run per branch with
     those windows in its settings (tests/advise/test_org_window.py), for the cost of the part after the window."""
     for spot_windows, od_windows in branches:
         if any(a < window_from_minute for a, _ in (*spot_windows, *od_windows)):
-            raise EnvironmentError("a branch's shortage windows must start at or after the window's first minute "
-                                   f"({window_from_minute}): before it the branches share one run")
+            raise EnvironmentError(
+                "a branch's shortage windows must start at or after the window's first minute "
+                f"({window_from_minute}): before it the branches share one run"
+            )
     t0 = time.perf_counter()
-    env = Environment(prices, cfg, demands, controller_factory, settings, horizon_minutes, specs=None,
-                      window_from_minute=window_from_minute)
+    env = Environment(
+        prices,
+        cfg,
+        demands,
+        controller_factory,
+        settings,
+        horizon_minutes,
+        specs=None,
+        window_from_minute=window_from_minute,
+    )
     env.branches, env.branch_reduce = list(branches), reduce
     env.run()
     seconds = time.perf_counter() - t0

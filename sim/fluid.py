@@ -109,8 +109,16 @@ class EnvironmentRun:
     pending_by_tier: dict[str, dict] | None = None
 
 
-def run(demands: dict[str, PoolDemand], prices: dict[str, PoolPrices], floors_nodes: dict[str, int], *, lend: bool,
-        scenario: Scenario = Scenario(), hours: int | None = None, report_from_hour: int = 0) -> EnvironmentRun:
+def run(
+    demands: dict[str, PoolDemand],
+    prices: dict[str, PoolPrices],
+    floors_nodes: dict[str, int],
+    *,
+    lend: bool,
+    scenario: Scenario = Scenario(),
+    hours: int | None = None,
+    report_from_hour: int = 0,
+) -> EnvironmentRun:
     """Serve every pool's demand hour by hour (module docstring). Usage covers every hour (billing picks its
     window); metrics count the hours from `report_from_hour` on (the advisor's report window)."""
     names = list(demands)
@@ -160,7 +168,8 @@ def run(demands: dict[str, PoolDemand], prices: dict[str, PoolPrices], floors_no
                             part = got * idle[lender] / lendable
                             if part > 0 and lender != n:
                                 mx[n].borrowed_gpu_hours_from[lender] = (
-                                    mx[n].borrowed_gpu_hours_from.get(lender, 0.0) + part)
+                                    mx[n].borrowed_gpu_hours_from.get(lender, 0.0) + part
+                                )
                         want[n] -= got
             for n in members:
                 pr = prices[n]
@@ -206,12 +215,33 @@ def run(demands: dict[str, PoolDemand], prices: dict[str, PoolPrices], floors_no
                 held_od[n], held_spot[n] = min(held_od[n], od_gpus[n]), min(held_spot[n], spot_gpus[n])
             gpn = pr.gpus_per_node
             if floors_nodes.get(n, 0):
-                usage.append(billing.Usage(h, n, pr.instance_type, pr.region, billing.RESERVED,
-                                           float(floors_nodes[n]), pr.on_demand_usd_per_hour))
+                usage.append(
+                    billing.Usage(
+                        h,
+                        n,
+                        pr.instance_type,
+                        pr.region,
+                        billing.RESERVED,
+                        float(floors_nodes[n]),
+                        pr.on_demand_usd_per_hour,
+                    )
+                )
             if od_gpus[n] > 1e-12:
-                usage.append(billing.Usage(h, n, pr.instance_type, pr.region, billing.ON_DEMAND, od_gpus[n] / gpn,
-                                           pr.on_demand_usd_per_hour))
+                usage.append(
+                    billing.Usage(
+                        h,
+                        n,
+                        pr.instance_type,
+                        pr.region,
+                        billing.ON_DEMAND,
+                        od_gpus[n] / gpn,
+                        pr.on_demand_usd_per_hour,
+                    )
+                )
             if spot_gpus[n] > 1e-12:
-                usage.append(billing.Usage(h, n, pr.instance_type, pr.region, billing.SPOT, spot_gpus[n] / gpn,
-                                           pr.spot_usd_per_hour))
+                usage.append(
+                    billing.Usage(
+                        h, n, pr.instance_type, pr.region, billing.SPOT, spot_gpus[n] / gpn, pr.spot_usd_per_hour
+                    )
+                )
     return EnvironmentRun(MODEL, horizon, usage, metrics, {n: d.tier for n, d in demands.items()})

@@ -40,8 +40,11 @@ class GangHoldMeter:
         self._held_gpus = 0
         wanted = self._gang_nodes_pending()
         if wanted:
-            empty = [n.gpus for n in self.sim.nodes.values()
-                     if n.group != self.floor_group and n.busy == 0 and not n.warned and n.ready_at <= now]
+            empty = [
+                n.gpus
+                for n in self.sim.nodes.values()
+                if n.group != self.floor_group and n.busy == 0 and not n.warned and n.ready_at <= now
+            ]
             self._held_gpus = sum(sorted(empty, reverse=True)[:wanted])
         self.repeat(1)
 

@@ -29,7 +29,7 @@ class _JobsTrace(Protocol):
 def is_production(seed: int, pool: str, job_id: str, position: int, share: float) -> bool:
     """One job's class: production with probability `share` (0..1), the same answer in every run of one seed."""
     digest = hashlib.blake2b(f"{seed}/{pool}/{job_id}/{position}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big") < share * 2 ** 64
+    return int.from_bytes(digest, "big") < share * 2**64
 
 
 def production_flags(trace: _JobsTrace, share: float, seed: int, pool: str) -> list[bool] | None:

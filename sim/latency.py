@@ -47,8 +47,15 @@ class ElasticLatency:
     create_fleet_s: float = 2.0
 
     def __post_init__(self):
-        for name in ("schedule_period_s", "function_run_s", "nodegroup_update_s", "asg_launch_s", "batch_idle_s",
-                     "batch_max_s", "create_fleet_s"):
+        for name in (
+            "schedule_period_s",
+            "function_run_s",
+            "nodegroup_update_s",
+            "asg_launch_s",
+            "batch_idle_s",
+            "batch_max_s",
+            "create_fleet_s",
+        ):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or value < 0 or math.isnan(value):
                 raise ValueError(f"ElasticLatency.{name} {value!r}: seconds, >= 0")

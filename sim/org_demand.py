@@ -44,15 +44,21 @@ ITP_DAYS = (1, 57)  # the traces' steady state (SOURCE.md: ramp-up on day 0, ram
 # 09 ~27, 10 ~3), whose work is small and least urgent; experiment the rest. Rotating moves every large and
 # mid-size cluster through the production tier once, so no result rests on one lucky choice of teams.
 ROTATIONS: tuple[dict[str, tuple[str, ...]], ...] = (
-    {PRODUCTION: ("cluster04", "cluster02", "cluster08"),
-     EXPERIMENT: ("cluster07", "cluster03", "cluster06", "cluster01"),
-     LEARNING: ("cluster05", "cluster09", "cluster10")},
-    {PRODUCTION: ("cluster07", "cluster06", "cluster02"),
-     EXPERIMENT: ("cluster04", "cluster03", "cluster08", "cluster09"),
-     LEARNING: ("cluster01", "cluster05", "cluster10")},
-    {PRODUCTION: ("cluster03", "cluster08", "cluster06"),
-     EXPERIMENT: ("cluster04", "cluster07", "cluster02", "cluster05"),
-     LEARNING: ("cluster01", "cluster09", "cluster10")},
+    {
+        PRODUCTION: ("cluster04", "cluster02", "cluster08"),
+        EXPERIMENT: ("cluster07", "cluster03", "cluster06", "cluster01"),
+        LEARNING: ("cluster05", "cluster09", "cluster10"),
+    },
+    {
+        PRODUCTION: ("cluster07", "cluster06", "cluster02"),
+        EXPERIMENT: ("cluster04", "cluster03", "cluster08", "cluster09"),
+        LEARNING: ("cluster01", "cluster05", "cluster10"),
+    },
+    {
+        PRODUCTION: ("cluster03", "cluster08", "cluster06"),
+        EXPERIMENT: ("cluster04", "cluster07", "cluster02", "cluster05"),
+        LEARNING: ("cluster01", "cluster09", "cluster10"),
+    },
 )
 
 
@@ -95,8 +101,12 @@ def read_demand_dir(directory: str | Path, pools: list[str]) -> dict[str, Trace]
             problems.append((str(d / f"{name}.csv"), f"missing: pool '{name}' needs a demand file"))
     for stem, path in csvs.items():
         if stem not in pools:
-            problems.append((str(path), f"no pool named '{stem}' in this stack (pools: {', '.join(pools)}); "
-                                        "rename or remove the file"))
+            problems.append(
+                (
+                    str(path),
+                    f"no pool named '{stem}' in this stack (pools: {', '.join(pools)}); rename or remove the file",
+                )
+            )
     out: dict[str, Trace] = {}
     for name in pools:
         if name not in csvs:
@@ -110,8 +120,9 @@ def read_demand_dir(directory: str | Path, pools: list[str]) -> dict[str, Trace]
     return out
 
 
-def hourly_profile(name: str, tier: str, trace: Trace, hours: int, production_share: float = PRODUCTION_SHARE,
-                   seed: int = 1) -> PoolDemand:
+def hourly_profile(
+    name: str, tier: str, trace: Trace, hours: int, production_share: float = PRODUCTION_SHARE, seed: int = 1
+) -> PoolDemand:
     """The pool's mean GPUs per hour over `hours` hours from the trace's time 0, production and interruptible."""
     if not 0 <= production_share <= 1:
         raise ValueError(f"production share must be between 0 and 1, got {production_share}")
@@ -144,8 +155,13 @@ def horizon_hours(traces: dict[str, Trace]) -> int:
     return max(1, math.ceil(minutes / 60))
 
 
-def profiles(traces: dict[str, Trace], tiers: dict[str, str], hours: int, production_share: dict[str, float] | float,
-             seed: int = 1) -> dict[str, PoolDemand]:
+def profiles(
+    traces: dict[str, Trace],
+    tiers: dict[str, str],
+    hours: int,
+    production_share: dict[str, float] | float,
+    seed: int = 1,
+) -> dict[str, PoolDemand]:
     share = production_share if isinstance(production_share, dict) else {n: production_share for n in traces}
     return {n: hourly_profile(n, tiers[n], t, hours, share[n], seed) for n, t in traces.items()}
 
@@ -168,9 +184,9 @@ def itp_traces(traces_dir: str | Path, days: tuple[int, int] = ITP_DAYS) -> dict
     return {c: read_trace(d / f"{c}.csv").window(*days) for c in ITP_CLUSTERS}
 
 
-def itp_environment(traces: dict[str, JobsTrace], rotation: int, seed: int,
-                    days: tuple[int, int] = ITP_DAYS) -> dict[str, PoolDemand]:
+def itp_environment(
+    traces: dict[str, JobsTrace], rotation: int, seed: int, days: tuple[int, int] = ITP_DAYS
+) -> dict[str, PoolDemand]:
     """The example environment's hourly demand for one rotation and seed."""
     hours = (days[1] - days[0] + 1) * HOURS_PER_DAY
     return profiles(traces, rotation_tiers(rotation), hours, PRODUCTION_SHARE, seed)
-

@@ -19,9 +19,13 @@ FLOOR_PURCHASES = (billing.RESERVED, billing.CAPACITY_BLOCK)
 
 def floor_rates(run: EnvironmentRun, commitments, report_from: int, shift) -> dict[str, float]:
     """Lender pool -> USD per floor GPU-hour over the report window (floors billed alone with the commitments)."""
-    usage = [billing.Usage(u.hour - report_from, u.pool, u.instance_type, u.region, u.purchase, u.instance_hours,
-                           u.usd_per_hour) for u in run.hourly_usage
-             if u.hour >= report_from and u.purchase in FLOOR_PURCHASES]
+    usage = [
+        billing.Usage(
+            u.hour - report_from, u.pool, u.instance_type, u.region, u.purchase, u.instance_hours, u.usd_per_hour
+        )
+        for u in run.hourly_usage
+        if u.hour >= report_from and u.purchase in FLOOR_PURCHASES
+    ]
     bill = billing.bill(usage, [shift(c, report_from) for c in commitments], hours=run.hours - report_from)
     out = {}
     for name, m in run.pools.items():

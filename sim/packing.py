@@ -64,13 +64,14 @@ def _fit(runs: list[list[int]], need: int, left: int) -> int:
         untouched = bins - filled - (1 if rest else 0)
         if untouched:
             split.append([free, untouched])
-        runs[i:i + 1] = split
+        runs[i : i + 1] = split
         left = 0
     return left
 
 
-def new_claims(pending: Mapping[int, int], gpus_per_node: int, free_gpus: Iterable[int] = (),
-               claim_per_pod: bool = False) -> dict[int, int]:
+def new_claims(
+    pending: Mapping[int, int], gpus_per_node: int, free_gpus: Iterable[int] = (), claim_per_pod: bool = False
+) -> dict[int, int]:
     """What Karpenter's provisioner packs onto new NodeClaims, for a NodePool of several node sizes whose largest
     has `gpus_per_node` GPUs: GPUs used on a new claim -> claims. As new_nodes_needed: gangs first onto whole empty
     nodes of the largest size (then new full claims), then first fit decreasing onto the free GPUs of existing and

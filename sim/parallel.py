@@ -82,8 +82,15 @@ def engine_for(workers: int | None = None, ray_address: str | None = None) -> En
     return Engine(SERIAL) if n == 1 else Engine(PROCESSES, workers=n)
 
 
-def run_all(tasks: Sequence, fn: Callable[[Any, Any], Any], *, shared: Any = None, engine: Engine | None = None,
-            describe: Callable[[Any], str] = repr, label: str = "simulations") -> list:
+def run_all(
+    tasks: Sequence,
+    fn: Callable[[Any, Any], Any],
+    *,
+    shared: Any = None,
+    engine: Engine | None = None,
+    describe: Callable[[Any], str] = repr,
+    label: str = "simulations",
+) -> list:
     """`[fn(shared, t) for t in tasks]` on `engine` (default: this process), with progress on stderr."""
     engine = engine or Engine(SERIAL)
     tasks = list(tasks)
@@ -114,8 +121,11 @@ class Progress:
         self.done += 1
         elapsed = time.perf_counter() - self.t0
         left = elapsed / self.done * (self.total - self.done)
-        print(f"{self.label}: {self.done}/{self.total} done, {_duration(elapsed)} elapsed, about "
-              f"{_duration(left)} left", file=self.stream, flush=True)
+        print(
+            f"{self.label}: {self.done}/{self.total} done, {_duration(elapsed)} elapsed, about {_duration(left)} left",
+            file=self.stream,
+            flush=True,
+        )
 
 
 def _duration(seconds: float) -> str:
@@ -179,8 +189,9 @@ def _pool_pass(indices, tasks, fn, shared, workers, results, progress, describe)
     ctx = _context()
     started = ctx.SimpleQueue()
     broken = False
-    with ProcessPoolExecutor(max_workers=min(workers, len(indices)), mp_context=ctx, initializer=_install,
-                             initargs=(shared, started)) as ex:
+    with ProcessPoolExecutor(
+        max_workers=min(workers, len(indices)), mp_context=ctx, initializer=_install, initargs=(shared, started)
+    ) as ex:
         futures = {ex.submit(_pooled, fn, i, tasks[i]): i for i in indices}
         pending = set(futures)
         while pending:
@@ -240,11 +251,11 @@ def connect_ray(address: str) -> None:
 def _try_in_child(address: str, seconds: float) -> None:
     import subprocess
 
-    code = ("import sys, ray; ray.init(address=sys.argv[1], logging_level='ERROR', log_to_driver=False); "
-            "ray.shutdown()")
+    code = "import sys, ray; ray.init(address=sys.argv[1], logging_level='ERROR', log_to_driver=False); ray.shutdown()"
     try:
-        done = subprocess.run([sys.executable, "-c", code, address], capture_output=True, text=True,
-                              timeout=max(1.0, seconds))
+        done = subprocess.run(
+            [sys.executable, "-c", code, address], capture_output=True, text=True, timeout=max(1.0, seconds)
+        )
     except subprocess.TimeoutExpired as e:
         raise RayUnreachable(f"Ray at {address}: no answer within {RAY_CONNECT_TIMEOUT_S:.0f} s") from e
     if done.returncode != 0:

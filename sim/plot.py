@@ -45,28 +45,48 @@ def comparison_figure(doc: dict, focus: str = "gpuloan"):
         focus = next(iter(series))
     rows = series[focus]
     days = [r[0] / 1440 for r in rows]
-    top.stackplot(days, [r[2] for r in rows], [r[4] for r in rows], [r[3] for r in rows],
-                  labels=[f"{focus}: guaranteed GPUs", f"{focus}: elastic on-demand GPUs",
-                          f"{focus}: elastic spot GPUs"],
-                  colors=["#4c72b0", "#dd8452", "#55a868"], alpha=0.75)
+    top.stackplot(
+        days,
+        [r[2] for r in rows],
+        [r[4] for r in rows],
+        [r[3] for r in rows],
+        labels=[f"{focus}: guaranteed GPUs", f"{focus}: elastic on-demand GPUs", f"{focus}: elastic spot GPUs"],
+        colors=["#4c72b0", "#dd8452", "#55a868"],
+        alpha=0.75,
+    )
     top.plot(days, [r[1] for r in rows], color="black", linewidth=0.8, label="demand (running + pending GPUs)")
     for name in OVERLAID_BASELINES:
         if name in series and name != focus:
             color, style = _BASELINE_STYLE[name]
             b = series[name]
-            top.step([r[0] / 1440 for r in b], [_capacity(r) for r in b], where="post", color=color,
-                     linestyle=style, linewidth=1.2, label=f"{name}: total capacity (GPUs)")
+            top.step(
+                [r[0] / 1440 for r in b],
+                [_capacity(r) for r in b],
+                where="post",
+                color=color,
+                linestyle=style,
+                linewidth=1.2,
+                label=f"{name}: total capacity (GPUs)",
+            )
     # Minutes in which the budget cap held a wanted scale-up of the policy in focus: shaded on both panels, so a
     # wait the cap caused is not read as the policy's (the table and the verdict count them too).
     held = next((r.get("budget_cap_held") for r in doc.get("policies", []) if r["name"] == focus), None) or []
     for i, (a, b) in enumerate(held):
         for ax in (top, bottom):
-            ax.axvspan(a / 1440, b / 1440, color="#c44e52", alpha=0.18, linewidth=0,
-                       label=(f"{focus}: budget cap held scale-ups "
-                              f"({sum(y - x for x, y in held):,} min)") if i == 0 and ax is top else None)
+            ax.axvspan(
+                a / 1440,
+                b / 1440,
+                color="#c44e52",
+                alpha=0.18,
+                linewidth=0,
+                label=(f"{focus}: budget cap held scale-ups ({sum(y - x for x, y in held):,} min)")
+                if i == 0 and ax is top
+                else None,
+            )
     top.set_ylabel("GPUs")
-    top.set_title(f"{doc['trace']} on pool {doc['pool']['name']}: capacity by tier under {focus}, "
-                  "baselines' capacity overlaid")
+    top.set_title(
+        f"{doc['trace']} on pool {doc['pool']['name']}: capacity by tier under {focus}, baselines' capacity overlaid"
+    )
     top.legend(loc="upper left", fontsize=8)
 
     budget = doc["pool"].get("budget_monthly_usd")
@@ -84,18 +104,37 @@ def comparison_figure(doc: dict, focus: str = "gpuloan"):
         label = f"{name}: ${final:,.0f}" + ("" if final <= top_usd else " (off the axis)")
         # The policy in focus is a wide solid line under the others, which are thin and dashed: where a baseline
         # spends exactly as ours (karpenter often does), both stay visible instead of one hiding the other.
-        bottom.plot([r[0] / 1440 for r in b], [r[5] for r in b], label=label,
-                    linewidth=3.0 if name == focus else 1.2, linestyle="-" if name == focus else "--",
-                    zorder=2 if name == focus else 3)
+        bottom.plot(
+            [r[0] / 1440 for r in b],
+            [r[5] for r in b],
+            label=label,
+            linewidth=3.0 if name == focus else 1.2,
+            linestyle="-" if name == focus else "--",
+            zorder=2 if name == focus else 3,
+        )
     bottom.axhline(doc["oracle_cost_usd"], color="grey", linestyle="--", label="oracle (total)")
     if budget:
         # The budget is monthly; over the run it allows budget x elapsed months (pro rata, as the simulator counts
         # budget_months_exceeded), so it is a straight line through the origin on the cumulative cost.
-        bottom.plot([0, end / 1440], [0, budget * end / MINUTES_PER_MONTH], color="#937860", linestyle="-.",
-                    linewidth=1.5, label=f"budget ${budget:,.0f}/month (cumulative, pro rata)")
+        bottom.plot(
+            [0, end / 1440],
+            [0, budget * end / MINUTES_PER_MONTH],
+            color="#937860",
+            linestyle="-.",
+            linewidth=1.5,
+            label=f"budget ${budget:,.0f}/month (cumulative, pro rata)",
+        )
     else:
-        bottom.text(0.99, 0.97, "no budget on this pool (--auto-size drops the stack's)", transform=bottom.transAxes,
-                    ha="right", va="top", fontsize=8, color="#937860")
+        bottom.text(
+            0.99,
+            0.97,
+            "no budget on this pool (--auto-size drops the stack's)",
+            transform=bottom.transAxes,
+            ha="right",
+            va="top",
+            fontsize=8,
+            color="#937860",
+        )
     bottom.set_yscale("linear")
     bottom.set_ylim(0, top_usd)
     bottom.set_ylabel("cumulative cost, USD")
@@ -135,14 +174,30 @@ def frontier_figure(doc: dict):
     baselines = doc.get("baselines") or []
     key, label, short = service_key(rows + baselines)
     fig, ax = plt.subplots(figsize=(9, 6.5))
-    ax.scatter([r[key] for r in rows], [r["total_cost_usd"] for r in rows], color="#4c72b0", zorder=3,
-               label="gpuloan, one point per floor size")
+    ax.scatter(
+        [r[key] for r in rows],
+        [r["total_cost_usd"] for r in rows],
+        color="#4c72b0",
+        zorder=3,
+        label="gpuloan, one point per floor size",
+    )
     for r in rows:
-        ax.annotate(f"floor {r['floor_nodes']}", (r[key], r["total_cost_usd"]), textcoords="offset points",
-                    xytext=(5, 4), fontsize=8)
+        ax.annotate(
+            f"floor {r['floor_nodes']}",
+            (r[key], r["total_cost_usd"]),
+            textcoords="offset points",
+            xytext=(5, 4),
+            fontsize=8,
+        )
     front = pareto(rows, key)
-    ax.plot([r[key] for r in front], [r["total_cost_usd"] for r in front], color="#4c72b0", linewidth=1.5,
-            zorder=2, label="Pareto frontier (no floor is both cheaper and faster)")
+    ax.plot(
+        [r[key] for r in front],
+        [r["total_cost_usd"] for r in front],
+        color="#4c72b0",
+        linewidth=1.5,
+        zorder=2,
+        label="Pareto frontier (no floor is both cheaper and faster)",
+    )
     # The axis is scaled to the sweep (what the user chooses from): a baseline far slower (floor-only waits days)
     # would squeeze every floor into one column; it is listed in the legend with its figures instead.
     widest = max([r[key] for r in rows] + [1.0])
@@ -152,11 +207,26 @@ def frontier_figure(doc: dict):
         name = f"{b['name']} (floor {b['floor_nodes']})"
         if b[key] > right:
             name += f": {b[key]:,.1f} {short}, ${b['total_cost_usd']:,.0f}, off the axis"
-        ax.scatter([min(b[key], right)], [b["total_cost_usd"]], marker=markers[i % len(markers)], s=60,
-                   color="#c44e52", zorder=4, label=name, clip_on=True, alpha=1.0 if b[key] <= right else 0.0)
+        ax.scatter(
+            [min(b[key], right)],
+            [b["total_cost_usd"]],
+            marker=markers[i % len(markers)],
+            s=60,
+            color="#c44e52",
+            zorder=4,
+            label=name,
+            clip_on=True,
+            alpha=1.0 if b[key] <= right else 0.0,
+        )
         if b[key] <= right:
-            ax.annotate(b["name"], (b[key], b["total_cost_usd"]), textcoords="offset points", xytext=(5, -10),
-                        fontsize=8, color="#c44e52")
+            ax.annotate(
+                b["name"],
+                (b[key], b["total_cost_usd"]),
+                textcoords="offset points",
+                xytext=(5, -10),
+                fontsize=8,
+                color="#c44e52",
+            )
     ax.set_xlim(-0.03 * right, right)
     ax.set_xscale("linear")
     ax.set_yscale("linear")

@@ -111,8 +111,13 @@ class Karpenter(Controller):
     name = "karpenter"
     node_groups = False
 
-    def __init__(self, consolidate_after_minutes: int = 0, name: str = "karpenter",
-                 replace_on_demand: bool = False, claim_per_pod: bool = False):
+    def __init__(
+        self,
+        consolidate_after_minutes: int = 0,
+        name: str = "karpenter",
+        replace_on_demand: bool = False,
+        claim_per_pod: bool = False,
+    ):
         self.consolidate_after = consolidate_after_minutes
         # Pools of several node sizes: the simulator hands Karpenter a minute's pending pods as one batch; its own
         # batch window is 1 s idle, 10 s at most (karpenter.sh settings BATCH_IDLE_DURATION / BATCH_MAX_DURATION),
@@ -176,8 +181,9 @@ class Karpenter(Controller):
             on_demand_only = getattr(sim.workload, "on_demand_only_pending", None)
             wants = on_demand_only() if on_demand_only is not None else None
             if wants:
-                free_not_spot = [n.gpus - n.busy for n in sim.nodes.values()
-                                 if not n.warned and n.gpus > n.busy and n.group != SPOT]
+                free_not_spot = [
+                    n.gpus - n.busy for n in sim.nodes.values() if not n.warned and n.gpus > n.busy and n.group != SPOT
+                ]
                 od_nodes = new_nodes_needed(wants, sim.spec.gpus_per_node, free_not_spot)
                 if od_nodes:
                     self._provision_on_demand(sim, od_nodes)
@@ -235,8 +241,9 @@ class Karpenter(Controller):
         """GPUs per node of the cheapest size that holds `used_gpus` (spot prices where the pool has spot; ties:
         the smaller size): Karpenter launches the cheapest instance type that fits a NodeClaim's pods."""
         options = [(spec.spot_usd_per_hour if spec.has_spot else spec.on_demand_usd_per_hour, spec.gpus_per_node)]
-        options += [(z.spot_usd_per_hour if spec.has_spot else z.on_demand_usd_per_hour, z.gpus_per_node)
-                    for z in spec.sizes]
+        options += [
+            (z.spot_usd_per_hour if spec.has_spot else z.on_demand_usd_per_hour, z.gpus_per_node) for z in spec.sizes
+        ]
         return min(o for o in options if o[1] >= used_gpus)[1]
 
     def _provision_sized(self, sim: Simulation, claims: dict[int, int]) -> None:
@@ -326,29 +333,45 @@ def pool_settings(spec: PoolSpec) -> PoolSettings:
     knobs and prices the Lambda gets), with the simulated sizes (auto-size and floor sweeps change them)."""
     from types import SimpleNamespace
 
-    base = policy_settings.pool_settings(spec.prices, SimpleNamespace(region=spec.region), spec.pool,
-                                         policy_settings.GroupNames(SPOT, ON_DEMAND, GUARANTEED))
+    base = policy_settings.pool_settings(
+        spec.prices,
+        SimpleNamespace(region=spec.region),
+        spec.pool,
+        policy_settings.GroupNames(SPOT, ON_DEMAND, GUARANTEED),
+    )
     budget = {}
     if spec.budget_monthly_usd is None:
         budget = dict(budget_monthly_usd=None)
     return dataclasses.replace(
-        base, gpus_per_node=spec.gpus_per_node,
-        spot_group=SPOT if spec.has_spot else None, on_demand_group=ON_DEMAND if spec.has_on_demand else None,
+        base,
+        gpus_per_node=spec.gpus_per_node,
+        spot_group=SPOT if spec.has_spot else None,
+        on_demand_group=ON_DEMAND if spec.has_on_demand else None,
         spot_max_nodes=spec.spot_max_nodes if spec.has_spot else 0,
         on_demand_max_nodes=spec.on_demand_max_nodes if spec.has_on_demand else 0,
         # The budget cap prices what the simulated groups launch (sim/pool.py: the spot group its cheapest type, the
         # on-demand group its first listed, as EKS allocates them); every simulated node is of that type, so one
         # price per group (no per-type rows) is the price of each running node too.
-        spot_usd_per_hour=spec.spot_usd_per_hour, on_demand_usd_per_hour=spec.on_demand_usd_per_hour,
+        spot_usd_per_hour=spec.spot_usd_per_hour,
+        on_demand_usd_per_hour=spec.on_demand_usd_per_hour,
         instance_usd_per_hour=(),
-        guaranteed_group=GUARANTEED if spec.floor_nodes else None, guaranteed_nodes=spec.floor_nodes,
-        guaranteed_usd_per_hour=spec.floor_nodes * spec.floor_usd_per_hour, **budget,
+        guaranteed_group=GUARANTEED if spec.floor_nodes else None,
+        guaranteed_nodes=spec.floor_nodes,
+        guaranteed_usd_per_hour=spec.floor_nodes * spec.floor_usd_per_hour,
+        **budget,
         # the pool's other node sizes, each its own pair of simulated groups (sim/engine.py size_group)
-        other_sizes=tuple(NodeSize(
-            z.gpus_per_node, size_group(SPOT, z.gpus_per_node) if spec.has_spot else None,
-            size_group(ON_DEMAND, z.gpus_per_node) if spec.has_on_demand else None,
-            z.spot_max_nodes if spec.has_spot else 0, z.on_demand_max_nodes if spec.has_on_demand else 0,
-            z.spot_usd_per_hour, z.on_demand_usd_per_hour) for z in spec.sizes),
+        other_sizes=tuple(
+            NodeSize(
+                z.gpus_per_node,
+                size_group(SPOT, z.gpus_per_node) if spec.has_spot else None,
+                size_group(ON_DEMAND, z.gpus_per_node) if spec.has_on_demand else None,
+                z.spot_max_nodes if spec.has_spot else 0,
+                z.on_demand_max_nodes if spec.has_on_demand else 0,
+                z.spot_usd_per_hour,
+                z.on_demand_usd_per_hour,
+            )
+            for z in spec.sizes
+        ),
     )
 
 
@@ -358,8 +381,15 @@ class GpuLoan(Controller):
 
     uses_spot = True
 
-    def __init__(self, name: str = "gpuloan", settings: PoolSettings | None = None, defaults: bool = False,
-                 instant_idle: bool = False, keep_for_next_job: bool = True, gangs: bool = True):
+    def __init__(
+        self,
+        name: str = "gpuloan",
+        settings: PoolSettings | None = None,
+        defaults: bool = False,
+        instant_idle: bool = False,
+        keep_for_next_job: bool = True,
+        gangs: bool = True,
+    ):
         self.name = name
         # `gangs=False` shows the engine no pod groups (the Lambda before it read them: every pending pod on its
         # own), the "before" of scripts/bench_gangs.py.
@@ -382,30 +412,61 @@ class GpuLoan(Controller):
     def start(self, sim: Simulation) -> None:
         ps = self._given or pool_settings(sim.spec)
         if self.defaults:
-            base = PoolSettings(name="x", team="x", tier="x", gpus_per_node=1, spot_group=None, on_demand_group=None,
-                                spot_max_nodes=0, on_demand_max_nodes=0, spot_usd_per_hour=0,
-                                on_demand_usd_per_hour=0)
-            knobs = ("scale_up_utilization_pct", "scale_up_window_minutes", "idle_utilization_pct",
-                     "idle_timeout_minutes", "empty_timeout_minutes", "cooldown_minutes", "max_step_nodes",
-                     "fallback_after_minutes", "workload", "launch_minutes", "arrival_window_minutes", "warm_up")
+            base = PoolSettings(
+                name="x",
+                team="x",
+                tier="x",
+                gpus_per_node=1,
+                spot_group=None,
+                on_demand_group=None,
+                spot_max_nodes=0,
+                on_demand_max_nodes=0,
+                spot_usd_per_hour=0,
+                on_demand_usd_per_hour=0,
+            )
+            knobs = (
+                "scale_up_utilization_pct",
+                "scale_up_window_minutes",
+                "idle_utilization_pct",
+                "idle_timeout_minutes",
+                "empty_timeout_minutes",
+                "cooldown_minutes",
+                "max_step_nodes",
+                "fallback_after_minutes",
+                "workload",
+                "launch_minutes",
+                "arrival_window_minutes",
+                "warm_up",
+            )
             ps = dataclasses.replace(ps, **{k: getattr(base, k) for k in knobs})
         lend = getattr(sim, "lend_ahead", None)  # (configured lendingLimit, lookahead): sim/environment.py PoolSim
         if lend is not None:
             # Lending ahead of the owner (policy/decide/lend_ahead.py) where the environment's config turns it on:
             # the floor's queue as the rule's settings name it, read and patched through sim/ports.py
-            ps = dataclasses.replace(ps, lend_ahead_queue="sim", lend_ahead_flavor=GUARANTEED,
-                                     lend_ahead_limit_gpus=lend[0], reclaim_lookahead_minutes=lend[1])
+            ps = dataclasses.replace(
+                ps,
+                lend_ahead_queue="sim",
+                lend_ahead_flavor=GUARANTEED,
+                lend_ahead_limit_gpus=lend[0],
+                reclaim_lookahead_minutes=lend[1],
+            )
         if ps.budget_monthly_usd is not None and not ps.budget_name:
             # the stack names the pool's AWS Budget (stacks/spend); the tick reads the budget by its name
             ps = dataclasses.replace(ps, budget_name=f"sim-{ps.name}")
         self.ps = ps
         # One AWS call at a time: the simulated tick runs in order, with no threads, so a simulation is reproducible.
-        self.settings = Settings(environment="sim", region=sim.spec.region, cluster_name="sim", pools=(ps,),
-                                 aws_calls_in_flight=1)
-        sim.hist_keep = max(sim.hist_keep, max(ps.idle_timeout_minutes, ps.empty_timeout_minutes,
-                                               ps.scale_up_window_minutes) + sim.settings.metric_delay_minutes + 1)
-        self.ports = sim_ports(sim, ps, instant_idle=self.instant_idle, keep_for_next_job=self.keep_for_next_job,
-                               gangs=self.gangs)
+        self.settings = Settings(
+            environment="sim", region=sim.spec.region, cluster_name="sim", pools=(ps,), aws_calls_in_flight=1
+        )
+        sim.hist_keep = max(
+            sim.hist_keep,
+            max(ps.idle_timeout_minutes, ps.empty_timeout_minutes, ps.scale_up_window_minutes)
+            + sim.settings.metric_delay_minutes
+            + 1,
+        )
+        self.ports = sim_ports(
+            sim, ps, instant_idle=self.instant_idle, keep_for_next_job=self.keep_for_next_job, gangs=self.gangs
+        )
         self._warned: set[str] = set()  # nodes whose spot warning the function has been invoked with
         self._last_reasons: list[str] = []
         self._last_held = False  # the last plan held a scale-up for the budget (BUDGET_CAP / BUDGET_UNKNOWN)
@@ -444,12 +505,12 @@ class GpuLoan(Controller):
             sim.recommendations.clear()
         guard = self.ports.nodes
         guard.changed = False  # type: ignore[union-attr]
-        result = self.run_tick(self.settings, self.ports, now_dt, log=tick.no_log, lease=_LEASE,
-                               leaving=self._new_warnings(sim))
+        result = self.run_tick(
+            self.settings, self.ports, now_dt, log=tick.no_log, lease=_LEASE, leaving=self._new_warnings(sim)
+        )
         plan = result.plan
         self.calls += 1
-        self._decide_again = sim.horizon if plan.next_decision_at is None else minute_at_or_after(
-            plan.next_decision_at)
+        self._decide_again = sim.horizon if plan.next_decision_at is None else minute_at_or_after(plan.next_decision_at)
         self._rates = tick.spend_rates(self.settings, plan)
         reasons = []
         quiet = not guard.changed  # type: ignore[union-attr]  # a back-to-spot taint moved
@@ -554,8 +615,10 @@ class GpuLoan(Controller):
         as_of = spend.get("actual_as_of")
         if not as_of:
             return nxt  # Budgets not read yet: the next tick asks
-        wake = min(wake, minute_at_or_after(datetime.fromisoformat(as_of)
-                                            + timedelta(minutes=self.settings.budget_refresh_minutes)))
+        wake = min(
+            wake,
+            minute_at_or_after(datetime.fromisoformat(as_of) + timedelta(minutes=self.settings.budget_refresh_minutes)),
+        )
         if ps.budget_enforcement == ENFORCEMENT_CAP:
             budget = ps.budget_monthly_usd or 0.0  # not None: checked by the caller
             left = budget - (spend.get("actual_usd") or 0.0) - float(spend.get("estimated_since_usd", 0.0))
@@ -618,8 +681,12 @@ WHAT_IF_NAMES = (INSTANT_IDLE_NAME, INSTANT_IDLE_NO_KEEP_NAME)
 def what_if_policies() -> list[Controller]:
     """Our policy with the stack's settings, the two what-ifs that bound a faster release signal, and karpenter:
     the rows of scripts/benchmark.py --what-if."""
-    return [GpuLoan("gpuloan"), GpuLoan(INSTANT_IDLE_NAME, instant_idle=True),
-            GpuLoan(INSTANT_IDLE_NO_KEEP_NAME, instant_idle=True, keep_for_next_job=False), Karpenter()]
+    return [
+        GpuLoan("gpuloan"),
+        GpuLoan(INSTANT_IDLE_NAME, instant_idle=True),
+        GpuLoan(INSTANT_IDLE_NO_KEEP_NAME, instant_idle=True, keep_for_next_job=False),
+        Karpenter(),
+    ]
 
 
 def all_policies(spec: PoolSpec, warm_up: bool = False, what_if: bool = False) -> list[Controller]:

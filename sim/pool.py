@@ -119,11 +119,26 @@ class PoolSpec:
         return tuple(sorted([self.gpus_per_node] + [z.gpus_per_node for z in self.sizes]))
 
     def describe(self) -> dict:
-        sizes = {"sizes": [{"gpus_per_node": z.gpus_per_node, "spot_type": z.spot_type,
-                            "on_demand_type": z.on_demand_type, "spot_usd_per_hour": z.spot_usd_per_hour,
-                            "on_demand_usd_per_hour": z.on_demand_usd_per_hour, "spot_max_nodes": z.spot_max_nodes,
-                            "on_demand_max_nodes": z.on_demand_max_nodes} for z in self.sizes]} if self.sizes else {}
-        return {**sizes,
+        sizes = (
+            {
+                "sizes": [
+                    {
+                        "gpus_per_node": z.gpus_per_node,
+                        "spot_type": z.spot_type,
+                        "on_demand_type": z.on_demand_type,
+                        "spot_usd_per_hour": z.spot_usd_per_hour,
+                        "on_demand_usd_per_hour": z.on_demand_usd_per_hour,
+                        "spot_max_nodes": z.spot_max_nodes,
+                        "on_demand_max_nodes": z.on_demand_max_nodes,
+                    }
+                    for z in self.sizes
+                ]
+            }
+            if self.sizes
+            else {}
+        )
+        return {
+            **sizes,
             "name": self.name,
             "region": self.region,
             "gpus_per_node": self.gpus_per_node,
@@ -164,8 +179,10 @@ def _floor_price(prices: catalog.Prices, region: str, pool: Pool) -> float:
     if rate is None:
         g = pool.guaranteed
         _price(prices, g.instance_type, region)  # no on-demand price at all: that message first
-        raise PoolError(f"cannot simulate without the floor's rate: "
-                        f"{missing_rate_reason(prices, g.instance_type, region, g.price_model)}")
+        raise PoolError(
+            f"cannot simulate without the floor's rate: "
+            f"{missing_rate_reason(prices, g.instance_type, region, g.price_model)}"
+        )
     return rate.usd_per_hour
 
 
@@ -230,8 +247,17 @@ def _spec(book: catalog.Prices, region: str, pool: Pool) -> PoolSpec:
                 continue
             p = {t: _price(book, t, region) for t in names}
             cheapest = min(names, key=lambda t: p[t].spot_or_ondemand_usd_per_hour)
-            sizes += (SizeSpec(size, cheapest, p[cheapest].spot_or_ondemand_usd_per_hour, names[0],
-                               p[names[0]].ondemand_usd_per_hour, e.max_nodes, e.on_demand_max_nodes or e.max_nodes),)
+            sizes += (
+                SizeSpec(
+                    size,
+                    cheapest,
+                    p[cheapest].spot_or_ondemand_usd_per_hour,
+                    names[0],
+                    p[names[0]].ondemand_usd_per_hour,
+                    e.max_nodes,
+                    e.on_demand_max_nodes or e.max_nodes,
+                ),
+            )
         prices = {t: _price(book, t, region) for t in by_size[gpus]}
         od_type = by_size[gpus][0]
         od_price = prices[od_type].ondemand_usd_per_hour
@@ -243,13 +269,28 @@ def _spec(book: catalog.Prices, region: str, pool: Pool) -> PoolSpec:
     budget = pool.budget.monthly_usd if pool.budget else None
     floor_gpus = book.lookup(g.instance_type).gpus if g else 0
     return PoolSpec(
-        name=pool.name, region=region, tier=str(pool.tier), team=pool.team, gpus_per_node=gpus,
-        floor_nodes=g.nodes if g else 0, floor_type=g.instance_type if g else None, floor_usd_per_hour=floor_price,
-        capacity=capacity, spot_type=spot_type, spot_usd_per_hour=spot_price, spot_interruptions_per_month=rate,
-        spot_interruption_bucket=bucket, on_demand_type=od_type, on_demand_usd_per_hour=od_price,
+        name=pool.name,
+        region=region,
+        tier=str(pool.tier),
+        team=pool.team,
+        gpus_per_node=gpus,
+        floor_nodes=g.nodes if g else 0,
+        floor_type=g.instance_type if g else None,
+        floor_usd_per_hour=floor_price,
+        capacity=capacity,
+        spot_type=spot_type,
+        spot_usd_per_hour=spot_price,
+        spot_interruptions_per_month=rate,
+        spot_interruption_bucket=bucket,
+        on_demand_type=od_type,
+        on_demand_usd_per_hour=od_price,
         spot_max_nodes=e.max_nodes if e else 0,
         on_demand_max_nodes=(e.on_demand_max_nodes or e.max_nodes) if e else 0,
-        budget_monthly_usd=budget, oracle_usd_per_gpu_hour=oracle, pool=pool, prices=book, sizes=sizes,
+        budget_monthly_usd=budget,
+        oracle_usd_per_gpu_hour=oracle,
+        pool=pool,
+        prices=book,
+        sizes=sizes,
         floor_gpus_per_node=floor_gpus if floor_gpus != gpus else 0,
     )
 
@@ -286,8 +327,13 @@ def demand_profile(trace, horizon_minutes: int | None = None) -> list[int]:
     return out
 
 
-def auto_size(spec: PoolSpec, trace, quantile: float = FLOOR_QUANTILE, horizon_minutes: int | None = None,
-              floor_nodes: int | None = None) -> PoolSpec:
+def auto_size(
+    spec: PoolSpec,
+    trace,
+    quantile: float = FLOOR_QUANTILE,
+    horizon_minutes: int | None = None,
+    floor_nodes: int | None = None,
+) -> PoolSpec:
     """Size the pool from the trace: floor = the demand `quantile` in whole nodes (rounded down, 0 included; see
     FLOOR_QUANTILE), elastic max = the nodes that cover the peak on top of the floor. Types, prices and knobs stay the stack's.
 
@@ -308,12 +354,29 @@ def auto_size(spec: PoolSpec, trace, quantile: float = FLOOR_QUANTILE, horizon_m
     spot_price = spec.spot_usd_per_hour or _price(spec.prices, spot_type, spec.region).spot_or_ondemand_usd_per_hour
     od_price = spec.on_demand_usd_per_hour or _price(spec.prices, od_type, spec.region).ondemand_usd_per_hour
     # Other node sizes: each size alone covers the same peak (the policy chooses among them, none is short).
-    sizes = tuple(replace(z, spot_max_nodes=-(-elastic * gpn // z.gpus_per_node),
-                          on_demand_max_nodes=-(-elastic * gpn // z.gpus_per_node)) for z in spec.sizes)
-    return replace(spec, floor_nodes=floor_nodes, floor_type=floor_type, floor_usd_per_hour=floor_price,
-                   capacity=capacity, spot_type=spot_type, on_demand_type=od_type, spot_usd_per_hour=spot_price,
-                   on_demand_usd_per_hour=od_price, spot_max_nodes=elastic, on_demand_max_nodes=elastic,
-                   budget_monthly_usd=None, sizes=sizes)
+    sizes = tuple(
+        replace(
+            z,
+            spot_max_nodes=-(-elastic * gpn // z.gpus_per_node),
+            on_demand_max_nodes=-(-elastic * gpn // z.gpus_per_node),
+        )
+        for z in spec.sizes
+    )
+    return replace(
+        spec,
+        floor_nodes=floor_nodes,
+        floor_type=floor_type,
+        floor_usd_per_hour=floor_price,
+        capacity=capacity,
+        spot_type=spot_type,
+        on_demand_type=od_type,
+        spot_usd_per_hour=spot_price,
+        on_demand_usd_per_hour=od_price,
+        spot_max_nodes=elastic,
+        on_demand_max_nodes=elastic,
+        budget_monthly_usd=None,
+        sizes=sizes,
+    )
 
 
 def with_floor(spec: PoolSpec, floor_nodes: int) -> PoolSpec:
@@ -322,5 +385,11 @@ def with_floor(spec: PoolSpec, floor_nodes: int) -> PoolSpec:
     floor_type = spec.floor_type or spec.on_demand_type
     price = spec.floor_usd_per_hour or _price(spec.prices, floor_type, spec.region).ondemand_usd_per_hour
     elastic = max(1, -(-(spec.peak_gpus - floor_nodes * spec.floor_node_gpus) // spec.gpus_per_node))
-    return replace(spec, floor_nodes=floor_nodes, floor_type=floor_type, floor_usd_per_hour=price,
-                   spot_max_nodes=elastic, on_demand_max_nodes=elastic)
+    return replace(
+        spec,
+        floor_nodes=floor_nodes,
+        floor_type=floor_type,
+        floor_usd_per_hour=price,
+        spot_max_nodes=elastic,
+        on_demand_max_nodes=elastic,
+    )

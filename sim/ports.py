@@ -73,13 +73,23 @@ class SimNodeGroups:
         if name == GUARANTEED:
             key: tuple = (name, sim.count(GUARANTEED), None, False)
         else:
-            key = (name, sim.desired[name], sim.last_change[name],
-                   name in self.ps.spot_groups and sim.short_since[name] is not None)
+            key = (
+                name,
+                sim.desired[name],
+                sim.last_change[name],
+                name in self.ps.spot_groups and sim.short_since[name] is not None,
+            )
         group = self._groups.get(key)
         if group is None:  # frozen dataclasses are slow to build; most minutes a group is as it was
             last = key[2]
-            group = Group(name, key[1], 0, key[1] if name == GUARANTEED else self.ps.max_nodes(name),
-                          last_change_at=None if last is None else at_minute(last), capacity_shortage=key[3])
+            group = Group(
+                name,
+                key[1],
+                0,
+                key[1] if name == GUARANTEED else self.ps.max_nodes(name),
+                last_change_at=None if last is None else at_minute(last),
+                capacity_shortage=key[3],
+            )
             self._groups = {key: group, **{k: v for k, v in self._groups.items() if k[0] != name}}
         return group
 
@@ -90,8 +100,13 @@ class SimNodeGroups:
             key = (n.id, n.ready_at > now)
             inst = cache.get(key)
             if inst is None:  # an instance is the same object from tick to tick until it comes into service
-                inst = cache[key] = Instance(n.id, name, LIFECYCLE_PENDING if key[1] else LIFECYCLE_IN_SERVICE,
-                                             at_minute(n.launched), node_name=n.id)
+                inst = cache[key] = Instance(
+                    n.id,
+                    name,
+                    LIFECYCLE_PENDING if key[1] else LIFECYCLE_IN_SERVICE,
+                    at_minute(n.launched),
+                    node_name=n.id,
+                )
             out.append(inst)
         return GroupState(self._group(name), tuple(out))
 
@@ -209,8 +224,9 @@ class SimPods:
         self._arrivals_value: tuple[tuple[datetime, int], ...] = ()
         series = getattr(sim.trace, "gpus_demanded", None)
         # A demand series has no pods: a rise of the level is that many 1-GPU pods created that minute.
-        self._rises = None if series is None else [max(0, series[t] - (series[t - 1] if t else 0))
-                                                   for t in range(len(series))]
+        self._rises = (
+            None if series is None else [max(0, series[t] - (series[t - 1] if t else 0)) for t in range(len(series))]
+        )
 
     def _pod_list(self, counts) -> tuple[int, ...]:
         """(job size, jobs) pairs as pods: a multi-node job is one pod per node."""
@@ -419,7 +435,9 @@ class SimState:
 
     def __init__(self):
         self.items: dict[str, tuple[dict, int]] = {}
-        self.leases: dict[str, tuple[str, float]] = {}  # lease key (policy/io/state.py, one per shard) -> (holder, expiry)
+        self.leases: dict[
+            str, tuple[str, float]
+        ] = {}  # lease key (policy/io/state.py, one per shard) -> (holder, expiry)
         self.leaving: dict[str, float] = {}
 
     def load(self, key: str) -> tuple[dict, int]:
@@ -470,21 +488,32 @@ class SimLendingQueue:
         pool = self.pool
         gpus = {"name": GPU_RESOURCE, "nominalQuota": pool.floor_gpus, "lendingLimit": pool.lending_limit_gpus}
         waiting = sum(len(q) for q in pool.workload.waiting.values())
-        return {"metadata": {"name": queue},
-                "spec": {"resourceGroups": [{"flavors": [{"name": self.flavor, "resources": [gpus]}]}]},
-                "status": {"flavorsUsage": [{"name": self.flavor,
-                                             "resources": [{"name": GPU_RESOURCE, "total": pool.quota_own}]}],
-                           "pendingWorkloads": waiting}}
+        return {
+            "metadata": {"name": queue},
+            "spec": {"resourceGroups": [{"flavors": [{"name": self.flavor, "resources": [gpus]}]}]},
+            "status": {
+                "flavorsUsage": [{"name": self.flavor, "resources": [{"name": GPU_RESOURCE, "total": pool.quota_own}]}],
+                "pendingWorkloads": waiting,
+            },
+        }
 
     def set_lending_limit(self, api_version: str, queue: str, flavor: str, gpus: int) -> None:
         self.pool.set_lending_limit(gpus)
 
 
-def sim_ports(sim: Simulation, ps: PoolSettings, *, instant_idle: bool = False, keep_for_next_job: bool = True,
-              gangs: bool = True) -> Ports:
+def sim_ports(
+    sim: Simulation, ps: PoolSettings, *, instant_idle: bool = False, keep_for_next_job: bool = True, gangs: bool = True
+) -> Ports:
     """Every port of the tick over `sim` (no Capacity Block dates: see the module's docstring); Kueue only for a
     pool that lends ahead (SimLendingQueue)."""
     queues: Any = SimLendingQueue(sim, ps.lend_ahead_flavor or "") if ps.lend_ahead_queue else None
-    return Ports(groups=SimNodeGroups(sim, ps), utilization=SimUtilization(sim, ps, instant_idle),
-                 pods=SimPods(sim, ps, keep_for_next_job, gangs), budgets=SimBudgets(sim), state=SimState(),
-                 publisher=SimPublisher(sim), nodes=SimNodeGuard(sim), queues=queues)
+    return Ports(
+        groups=SimNodeGroups(sim, ps),
+        utilization=SimUtilization(sim, ps, instant_idle),
+        pods=SimPods(sim, ps, keep_for_next_job, gangs),
+        budgets=SimBudgets(sim),
+        state=SimState(),
+        publisher=SimPublisher(sim),
+        nodes=SimNodeGuard(sim),
+        queues=queues,
+    )

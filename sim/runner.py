@@ -49,8 +49,13 @@ def elastic_oracle_gpu_hours(profile: list[int], floor_gpus: int) -> float:
     return sum(d - floor_gpus for d in profile if d > floor_gpus) / 60
 
 
-def metrics_of(sim: Simulation, controller: Controller, oracle_cost: float, seconds: float,
-               elastic_oracle_cost: float | None = None) -> dict:
+def metrics_of(
+    sim: Simulation,
+    controller: Controller,
+    oracle_cost: float,
+    seconds: float,
+    elastic_oracle_cost: float | None = None,
+) -> dict:
     c = sim.c
     total = c.guaranteed_usd + c.spot_usd + c.on_demand_usd
     elastic = c.spot_usd + c.on_demand_usd
@@ -86,10 +91,15 @@ def metrics_of(sim: Simulation, controller: Controller, oracle_cost: float, seco
     }
     if isinstance(wl, JobsWorkload):
         waits, never = wl.waits_minutes(sim.horizon)
-        out.update(mean_wait_minutes=round(sum(waits) / len(waits), 3) if waits else 0.0,
-                   p50_wait_minutes=round(percentile(waits, 50), 1), p95_wait_minutes=round(percentile(waits, 95), 1),
-                   p99_wait_minutes=round(percentile(waits, 99), 1), jobs=len(waits), jobs_never_started=never,
-                   jobs_larger_than_pool=wl.larger_than_pool)
+        out.update(
+            mean_wait_minutes=round(sum(waits) / len(waits), 3) if waits else 0.0,
+            p50_wait_minutes=round(percentile(waits, 50), 1),
+            p95_wait_minutes=round(percentile(waits, 95), 1),
+            p99_wait_minutes=round(percentile(waits, 99), 1),
+            jobs=len(waits),
+            jobs_never_started=never,
+            jobs_larger_than_pool=wl.larger_than_pool,
+        )
     else:
         out.update(mean_wait_minutes=None, p50_wait_minutes=None, p95_wait_minutes=None, p99_wait_minutes=None)
     out["ticks_skipped"] = sim.ticks_skipped
@@ -115,21 +125,34 @@ def budget_months_exceeded(sim: Simulation) -> int | None:
     return exceeded
 
 
-def run_one(spec: PoolSpec, trace, controller: Controller, settings: SimSettings = SimSettings(),
-            horizon: int | None = None, progress=None) -> tuple[Simulation, dict]:
+def run_one(
+    spec: PoolSpec,
+    trace,
+    controller: Controller,
+    settings: SimSettings = SimSettings(),
+    horizon: int | None = None,
+    progress=None,
+) -> tuple[Simulation, dict]:
     horizon = horizon if horizon is not None else default_horizon(trace)
     oracle_cost = oracle_gpu_hours(trace, horizon) * spec.oracle_usd_per_gpu_hour
     elastic_oracle = elastic_oracle_gpu_hours(demand_profile(trace, horizon), spec.floor_gpus)
     t0, c0 = time.perf_counter(), time.process_time()
     sim = Simulation(spec, trace, controller, settings, horizon).run(progress)
-    m = metrics_of(sim, controller, oracle_cost, time.perf_counter() - t0,
-                   elastic_oracle * spec.oracle_usd_per_gpu_hour)
+    m = metrics_of(
+        sim, controller, oracle_cost, time.perf_counter() - t0, elastic_oracle * spec.oracle_usd_per_gpu_hour
+    )
     m["sim_cpu_seconds"] = round(time.process_time() - c0, 3)
     return sim, m
 
 
-def compare(spec: PoolSpec, trace, settings: SimSettings = SimSettings(), policies: list[Controller] | None = None,
-            horizon: int | None = None, progress=None) -> dict:
+def compare(
+    spec: PoolSpec,
+    trace,
+    settings: SimSettings = SimSettings(),
+    policies: list[Controller] | None = None,
+    horizon: int | None = None,
+    progress=None,
+) -> dict:
     """The JSON document of `gpuloan simulate`: every policy on the same pool and trace, plus the oracle."""
     horizon = horizon if horizon is not None else default_horizon(trace)
     oracle_hours = oracle_gpu_hours(trace, horizon)
@@ -159,7 +182,8 @@ def compare(spec: PoolSpec, trace, settings: SimSettings = SimSettings(), polici
             "checkpoint_interval_minutes": settings.checkpoint_interval_minutes,
             "spot_warning_minutes": settings.spot_warning_minutes,
             "spot_interruptions_per_month": settings.spot_interruptions_per_month
-            if settings.spot_interruptions_per_month is not None else spec.spot_interruptions_per_month,
+            if settings.spot_interruptions_per_month is not None
+            else spec.spot_interruptions_per_month,
             "spot_unavailable_episodes_per_week": settings.spot_unavailable_episodes_per_week,
             "spot_unavailable_mean_hours": settings.spot_unavailable_mean_hours,
             "metric_delay_minutes": settings.metric_delay_minutes,
@@ -169,8 +193,9 @@ def compare(spec: PoolSpec, trace, settings: SimSettings = SimSettings(), polici
         "oracle_cost_usd": round(oracle_hours * spec.oracle_usd_per_gpu_hour, 2),
         # The oracle in whole nodes: every minute ceil(demand / GPUs per node) nodes, as if running jobs could
         # be repacked for free at every minute. No placement of whole jobs on whole nodes pays less.
-        "whole_node_bound_cost_usd": round(whole_node_gpu_hours(trace, horizon, spec.gpus_per_node)
-                                           * spec.oracle_usd_per_gpu_hour, 2),
+        "whole_node_bound_cost_usd": round(
+            whole_node_gpu_hours(trace, horizon, spec.gpus_per_node) * spec.oracle_usd_per_gpu_hour, 2
+        ),
         "policies": results,
         "_series": series,  # for the plot; dropped from the JSON output
     }
@@ -197,8 +222,12 @@ def jobs_larger_than(trace, peak_gpus: int) -> dict:
     for j in jobs:
         if j.gpus > peak_gpus:
             sizes[j.gpus] = sizes.get(j.gpus, 0) + 1
-    return {"count": sum(sizes.values()), "of_jobs": len(jobs), "pool_peak_gpus": peak_gpus,
-            "sizes": {str(g): k for g, k in sorted(sizes.items())}}
+    return {
+        "count": sum(sizes.values()),
+        "of_jobs": len(jobs),
+        "pool_peak_gpus": peak_gpus,
+        "sizes": {str(g): k for g, k in sorted(sizes.items())},
+    }
 
 
 def larger_jobs_words(big: dict) -> str:
@@ -223,9 +252,14 @@ def single_verdict(doc: dict, name: str = "gpuloan") -> str:
     else:
         better = [p for p in doc["policies"] if not p["name"].startswith("gpuloan") and p[key] < ours[key]]
         if better:
-            parts.append(f"no baseline is both cheaper and better than {name}, but " + "; ".join(
-                f"{p['name']} has a lower {what} ({p[key]:g} vs {ours[key]:g}{unit}) for "
-                f"${p['total_cost_usd'] - ours['total_cost_usd']:+,.0f}" for p in better))
+            parts.append(
+                f"no baseline is both cheaper and better than {name}, but "
+                + "; ".join(
+                    f"{p['name']} has a lower {what} ({p[key]:g} vs {ours[key]:g}{unit}) for "
+                    f"${p['total_cost_usd'] - ours['total_cost_usd']:+,.0f}"
+                    for p in better
+                )
+            )
         else:
             parts.append(f"no baseline is both cheaper and better ({what}) than {name}")
     held = ours.get("budget_cap_held_minutes") or 0
@@ -236,8 +270,17 @@ def single_verdict(doc: dict, name: str = "gpuloan") -> str:
 
 # --- several seeds -------------------------------------------------------------------------------------------
 
-SUMMARY_METRICS = ("total_cost_usd", "cost_over_oracle", "elastic_cost_over_oracle", "mean_wait_minutes",
-                   "p50_wait_minutes", "p95_wait_minutes", "unmet_gpu_hours", "interruptions", "node_launches")
+SUMMARY_METRICS = (
+    "total_cost_usd",
+    "cost_over_oracle",
+    "elastic_cost_over_oracle",
+    "mean_wait_minutes",
+    "p50_wait_minutes",
+    "p95_wait_minutes",
+    "unmet_gpu_hours",
+    "interruptions",
+    "node_launches",
+)
 
 
 def mean_sd(values: list[float]) -> tuple[float, float]:
@@ -247,8 +290,15 @@ def mean_sd(values: list[float]) -> tuple[float, float]:
     return mean, sd
 
 
-def compare_seeds(spec: PoolSpec, trace, settings: SimSettings = SimSettings(), seeds: int = 3,
-                  horizon: int | None = None, policies=None, progress=None) -> dict:
+def compare_seeds(
+    spec: PoolSpec,
+    trace,
+    settings: SimSettings = SimSettings(),
+    seeds: int = 3,
+    horizon: int | None = None,
+    policies=None,
+    progress=None,
+) -> dict:
     """`compare` for seeds settings.seed .. settings.seed + seeds - 1 (common random numbers: in each seed every
     policy meets the same interruption and shortage events), then per policy the mean and standard deviation of
     each metric across seeds, and a verdict of `gpuloan` against every baseline. `policies`: a function
@@ -350,7 +400,12 @@ def verdict_between(doc: dict, ours_name: str, name: str) -> dict:
     else:
         text = "trade-off"
     return {
-        "ours": ours_name, "baseline": name, "verdict": text, "cost": c, "service": w, "service_metric": service,
+        "ours": ours_name,
+        "baseline": name,
+        "verdict": text,
+        "cost": c,
+        "service": w,
+        "service_metric": service,
         "cost_diff_usd": round(cost[0], 2) if cost else None,
         "cost_noise_usd": round(cost[1], 2) if cost and math.isfinite(cost[1]) else None,
         "cost_diff_pct": round(100 * cost[0] / base_cost, 2) if cost and base_cost else None,
@@ -364,5 +419,7 @@ def _mean_wait(runs: list[list[dict]], ours: int, theirs: int, jobs: bool) -> di
     if not jobs or any(r[k].get("mean_wait_minutes") is None for r in runs for k in (ours, theirs)):
         return {}
     diff = _paired(runs, ours, theirs, "mean_wait_minutes")
-    return {"mean_wait_diff": round(diff[0], 3) if diff else None,
-            "mean_wait_noise": round(diff[1], 3) if diff and math.isfinite(diff[1]) else None}
+    return {
+        "mean_wait_diff": round(diff[0], 3) if diff else None,
+        "mean_wait_noise": round(diff[1], 3) if diff and math.isfinite(diff[1]) else None,
+    }

@@ -61,9 +61,7 @@ class JobsTrace:
         """Jobs submitted in days first_day..last_day (inclusive, day 0 = the trace's time origin), re-based so
         first_day starts at 0. A job running into the window from before it is not included (it ran elsewhere)."""
         lo, hi = first_day * MINUTES_PER_DAY * 60, (last_day + 1) * MINUTES_PER_DAY * 60
-        jobs = tuple(
-            Job(j.job_id, j.submit_s - lo, j.duration_s, j.gpus) for j in self.jobs if lo <= j.submit_s < hi
-        )
+        jobs = tuple(Job(j.job_id, j.submit_s - lo, j.duration_s, j.gpus) for j in self.jobs if lo <= j.submit_s < hi)
         return JobsTrace(f"{self.name}[days {first_day}:{last_day}]", self.fmt, jobs)
 
     @property
@@ -138,9 +136,17 @@ def read_trace(path: str | Path) -> Trace:
             raise TraceError(source, [(f"{source}:1", "empty file: expected a header line")]) from None
         fmt = detect_format(header)
         if not fmt:
-            raise TraceError(source, [(f"{source}:1", f"unknown header {','.join(header)!r}; expected one of "
-                                       f"{','.join(ITP_COLUMNS)!r} (ITP jobs), {','.join(GENERIC_COLUMNS)!r} "
-                                       f"(generic jobs) or {','.join(SERIES_COLUMNS)!r} (demand series)")])
+            raise TraceError(
+                source,
+                [
+                    (
+                        f"{source}:1",
+                        f"unknown header {','.join(header)!r}; expected one of "
+                        f"{','.join(ITP_COLUMNS)!r} (ITP jobs), {','.join(GENERIC_COLUMNS)!r} "
+                        f"(generic jobs) or {','.join(SERIES_COLUMNS)!r} (demand series)",
+                    )
+                ],
+            )
         index = {c.strip().lower(): i for i, c in enumerate(header)}
         rows = list(reader)
     problems: list[tuple[str, str]] = []

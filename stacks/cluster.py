@@ -38,8 +38,13 @@ def _scoring(type_: str, resources) -> aws.eks.ClusterKubeSchedulerConfigArgs:
         node_resources_fit=aws.eks.ClusterKubeSchedulerConfigNodeResourcesFitArgs(
             scoring_strategy=aws.eks.ClusterKubeSchedulerConfigNodeResourcesFitScoringStrategyArgs(
                 type=type_,
-                resources=[aws.eks.ClusterKubeSchedulerConfigNodeResourcesFitScoringStrategyResourceArgs(
-                    name=n, weight=w) for n, w in resources])))
+                resources=[
+                    aws.eks.ClusterKubeSchedulerConfigNodeResourcesFitScoringStrategyResourceArgs(name=n, weight=w)
+                    for n, w in resources
+                ],
+            )
+        )
+    )
 
 
 def bin_packing_config() -> aws.eks.ClusterKubeSchedulerConfigArgs:
@@ -53,6 +58,8 @@ def scheduler_config(spec: NewCluster) -> aws.eks.ClusterKubeSchedulerConfigArgs
     if tuple(int(p) for p in spec.kubernetes_version.split(".")) < BIN_PACKING_MIN_VERSION:
         return None
     return _scoring(*DEFAULT_SCORING)
+
+
 # Control-plane logs (audit especially) are large; keep enough for an incident review, not forever.
 CONTROL_PLANE_LOG_RETENTION_DAYS = 90
 KMS_DELETION_WINDOW_DAYS = 30
@@ -84,8 +91,12 @@ def cluster_name_for(cfg: GpuLoanConfig) -> str:
 
 
 def _assume_role_policy(service: str) -> str:
-    return json.dumps({"Version": "2012-10-17", "Statement": [{
-        "Effect": "Allow", "Principal": {"Service": service}, "Action": "sts:AssumeRole"}]})
+    return json.dumps(
+        {
+            "Version": "2012-10-17",
+            "Statement": [{"Effect": "Allow", "Principal": {"Service": service}, "Action": "sts:AssumeRole"}],
+        }
+    )
 
 
 class Cluster(pulumi.ComponentResource):
@@ -114,8 +125,7 @@ class Cluster(pulumi.ComponentResource):
         self._subnets_by_az: dict[str, pulumi.Output[str]] = {}
         self._existing_subnet_cache: dict[str | None, pulumi.Output[list[str]]] = {}
         existing = isinstance(cfg.cluster, ExistingCluster)
-        self._node_role = self._make_node_role(
-            name, cfg, NODE_POLICIES_EXISTING_CLUSTER if existing else NODE_POLICIES)
+        self._node_role = self._make_node_role(name, cfg, NODE_POLICIES_EXISTING_CLUSTER if existing else NODE_POLICIES)
         self.node_role_arn = self._node_role.arn
         self.node_role_name = self._node_role.name
         if existing:
@@ -123,22 +133,33 @@ class Cluster(pulumi.ComponentResource):
         else:
             self._new(name, cfg, cfg.cluster)
         self._admit_ci_runners(name, cfg)
-        self.register_outputs({
-            "name": self.name, "arn": self.arn, "endpoint": self.endpoint,
-            "oidc_provider_arn": self.oidc_provider_arn, "node_role_arn": self.node_role_arn,
-            "vpc_id": self.vpc_id, "private_subnet_ids": self.private_subnet_ids,
-        })
+        self.register_outputs(
+            {
+                "name": self.name,
+                "arn": self.arn,
+                "endpoint": self.endpoint,
+                "oidc_provider_arn": self.oidc_provider_arn,
+                "node_role_arn": self.node_role_arn,
+                "vpc_id": self.vpc_id,
+                "private_subnet_ids": self.private_subnet_ids,
+            }
+        )
 
     # --- shared ------------------------------------------------------------------------------------------
 
     def _make_node_role(self, name: str, cfg: GpuLoanConfig, policies: tuple[str, ...]) -> aws.iam.Role:
         child = pulumi.ResourceOptions(parent=self)
-        role = aws.iam.Role(f"{name}-node-role", assume_role_policy=_assume_role_policy("ec2.amazonaws.com"),
-                            description=f"gpuloan {cfg.environment}: EKS nodes (system and GPU)",
-                            tags={tags.TAG_TIER: "platform"}, opts=child)
+        role = aws.iam.Role(
+            f"{name}-node-role",
+            assume_role_policy=_assume_role_policy("ec2.amazonaws.com"),
+            description=f"gpuloan {cfg.environment}: EKS nodes (system and GPU)",
+            tags={tags.TAG_TIER: "platform"},
+            opts=child,
+        )
         for policy in policies:
-            aws.iam.RolePolicyAttachment(f"{name}-node-{policy}", role=role.name,
-                                         policy_arn=managed_policy_arn(cfg.region, policy), opts=child)
+            aws.iam.RolePolicyAttachment(
+                f"{name}-node-{policy}", role=role.name, policy_arn=managed_policy_arn(cfg.region, policy), opts=child
+            )
         return role
 
     def _admit_ci_runners(self, name: str, cfg: GpuLoanConfig) -> None:
@@ -150,14 +171,28 @@ class Cluster(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self)
         for sg in gh.runner_security_group_ids:
             aws.vpc.SecurityGroupIngressRule(
-                f"{name}-ci-runner-{sg}", security_group_id=self.cluster_security_group_id, ip_protocol="tcp",
-                from_port=443, to_port=443, referenced_security_group_id=sg,
-                description="gpuloan CI self-hosted runners -> EKS API", tags={tags.TAG_TIER: "platform"}, opts=child)
+                f"{name}-ci-runner-{sg}",
+                security_group_id=self.cluster_security_group_id,
+                ip_protocol="tcp",
+                from_port=443,
+                to_port=443,
+                referenced_security_group_id=sg,
+                description="gpuloan CI self-hosted runners -> EKS API",
+                tags={tags.TAG_TIER: "platform"},
+                opts=child,
+            )
         for cidr in gh.runner_private_cidrs:
             aws.vpc.SecurityGroupIngressRule(
-                f"{name}-ci-runner-{cidr.replace('/', '-')}", security_group_id=self.cluster_security_group_id,
-                ip_protocol="tcp", from_port=443, to_port=443, cidr_ipv4=cidr,
-                description="gpuloan CI self-hosted runners -> EKS API", tags={tags.TAG_TIER: "platform"}, opts=child)
+                f"{name}-ci-runner-{cidr.replace('/', '-')}",
+                security_group_id=self.cluster_security_group_id,
+                ip_protocol="tcp",
+                from_port=443,
+                to_port=443,
+                cidr_ipv4=cidr,
+                description="gpuloan CI self-hosted runners -> EKS API",
+                tags={tags.TAG_TIER: "platform"},
+                opts=child,
+            )
 
     def subnet_ids_in(self, availability_zone: str | None) -> pulumi.Output[list[str]]:
         """Private subnets for nodes: all of them, or those of one AZ (a reservation's)."""
@@ -175,25 +210,48 @@ class Cluster(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self)
         platform = {tags.TAG_TIER: "platform"}
         cluster_name = cluster_name_for(cfg)
-        self.network = Network(f"{name}-net", vpc_cidr=spec.vpc_cidr, availability_zones=spec.availability_zones,
-                               cluster_name=cluster_name, opts=child)
+        self.network = Network(
+            f"{name}-net",
+            vpc_cidr=spec.vpc_cidr,
+            availability_zones=spec.availability_zones,
+            cluster_name=cluster_name,
+            opts=child,
+        )
         self._subnets_by_az = self.network.private_subnet_ids_by_az
 
         # Secrets are envelope-encrypted with a key this stack owns, so access to them can be audited and revoked.
-        key = aws.kms.Key(f"{name}-secrets-key", description=f"EKS secrets encryption for {cluster_name}",
-                          enable_key_rotation=True, deletion_window_in_days=KMS_DELETION_WINDOW_DAYS,
-                          tags=platform, opts=child)
-        aws.kms.Alias(f"{name}-secrets-key-alias", name=f"alias/{cluster_name}-eks-secrets", target_key_id=key.key_id,
-                      opts=child)
+        key = aws.kms.Key(
+            f"{name}-secrets-key",
+            description=f"EKS secrets encryption for {cluster_name}",
+            enable_key_rotation=True,
+            deletion_window_in_days=KMS_DELETION_WINDOW_DAYS,
+            tags=platform,
+            opts=child,
+        )
+        aws.kms.Alias(
+            f"{name}-secrets-key-alias", name=f"alias/{cluster_name}-eks-secrets", target_key_id=key.key_id, opts=child
+        )
         # Created before the cluster so EKS writes into a group with retention instead of a never-expiring one.
-        log_group = aws.cloudwatch.LogGroup(f"{name}-control-plane-logs", name=f"/aws/eks/{cluster_name}/cluster",
-                                            retention_in_days=CONTROL_PLANE_LOG_RETENTION_DAYS, tags=platform,
-                                            opts=child)
-        cluster_role = aws.iam.Role(f"{name}-cluster-role", assume_role_policy=_assume_role_policy("eks.amazonaws.com"),
-                                    description=f"EKS control plane of {cluster_name}", tags=platform, opts=child)
+        log_group = aws.cloudwatch.LogGroup(
+            f"{name}-control-plane-logs",
+            name=f"/aws/eks/{cluster_name}/cluster",
+            retention_in_days=CONTROL_PLANE_LOG_RETENTION_DAYS,
+            tags=platform,
+            opts=child,
+        )
+        cluster_role = aws.iam.Role(
+            f"{name}-cluster-role",
+            assume_role_policy=_assume_role_policy("eks.amazonaws.com"),
+            description=f"EKS control plane of {cluster_name}",
+            tags=platform,
+            opts=child,
+        )
         cluster_policy = aws.iam.RolePolicyAttachment(
-            f"{name}-cluster-AmazonEKSClusterPolicy", role=cluster_role.name,
-            policy_arn=managed_policy_arn(cfg.region, "AmazonEKSClusterPolicy"), opts=child)
+            f"{name}-cluster-AmazonEKSClusterPolicy",
+            role=cluster_role.name,
+            policy_arn=managed_policy_arn(cfg.region, "AmazonEKSClusterPolicy"),
+            opts=child,
+        )
 
         # The configured CIDRs plus the CI runners' egress CIDRs (github.cluster_access: runner_cidrs).
         public_cidrs = endpoint_public_cidrs(cfg)
@@ -212,9 +270,11 @@ class Cluster(pulumi.ComponentResource):
             # Access entries, not the aws-auth ConfigMap: IAM-managed, auditable, no ConfigMap to corrupt.
             # The identity running `pulumi up` becomes cluster admin so the Kubernetes layer can be installed.
             access_config=aws.eks.ClusterAccessConfigArgs(
-                authentication_mode="API", bootstrap_cluster_creator_admin_permissions=True),
+                authentication_mode="API", bootstrap_cluster_creator_admin_permissions=True
+            ),
             encryption_config=aws.eks.ClusterEncryptionConfigArgs(
-                resources=["secrets"], provider=aws.eks.ClusterEncryptionConfigProviderArgs(key_arn=key.arn)),
+                resources=["secrets"], provider=aws.eks.ClusterEncryptionConfigProviderArgs(key_arn=key.arn)
+            ),
             enabled_cluster_log_types=CONTROL_PLANE_LOG_TYPES,
             kube_scheduler_config=scheduler_config(spec),
             # The networking add-ons are managed below with pinned versions instead of unmanaged defaults.
@@ -222,8 +282,9 @@ class Cluster(pulumi.ComponentResource):
             tags=platform,
             # Deleting or replacing the cluster takes every workload with it: protected unless protect_critical
             # is false (a `name`, subnet or encryption change would otherwise replace it).
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[log_group, cluster_policy],
-                                        protect=cfg.protect_critical),
+            opts=pulumi.ResourceOptions(
+                parent=self, depends_on=[log_group, cluster_policy], protect=cfg.protect_critical
+            ),
         )
 
         self.name = eks.name
@@ -236,38 +297,65 @@ class Cluster(pulumi.ComponentResource):
         self.private_subnet_ids = self.network.private_subnet_ids
 
         # IRSA for workloads that need AWS APIs; the Pod Identity agent add-on serves the newer mechanism.
-        oidc = aws.iam.OpenIdConnectProvider(f"{name}-oidc", url=self.oidc_issuer_url,
-                                             client_id_lists=["sts.amazonaws.com"], tags=platform, opts=child)
+        oidc = aws.iam.OpenIdConnectProvider(
+            f"{name}-oidc", url=self.oidc_issuer_url, client_id_lists=["sts.amazonaws.com"], tags=platform, opts=child
+        )
         self.oidc_provider_arn = oidc.arn
 
         cni_role = aws.iam.Role(
             f"{name}-vpc-cni-role",
             description=f"aws-node (VPC CNI) of {cluster_name}",
             assume_role_policy=irsa_trust_policy(oidc.arn, self.oidc_issuer_url, "kube-system", "aws-node"),
-            tags=platform, opts=child)
+            tags=platform,
+            opts=child,
+        )
         cni_policy = aws.iam.RolePolicyAttachment(
-            f"{name}-vpc-cni-AmazonEKS_CNI_Policy", role=cni_role.name,
-            policy_arn=managed_policy_arn(cfg.region, "AmazonEKS_CNI_Policy"), opts=child)
+            f"{name}-vpc-cni-AmazonEKS_CNI_Policy",
+            role=cni_role.name,
+            policy_arn=managed_policy_arn(cfg.region, "AmazonEKS_CNI_Policy"),
+            opts=child,
+        )
 
         pins = versions.EKS_ADDON_VERSIONS[spec.kubernetes_version]
         before_nodes = []
         for addon in ADDONS_BEFORE_NODES:
-            before_nodes.append(aws.eks.Addon(
-                f"{name}-addon-{addon}", cluster_name=eks.name, addon_name=addon, addon_version=pins[addon],
-                service_account_role_arn=cni_role.arn if addon == "vpc-cni" else None,
-                resolve_conflicts_on_create="OVERWRITE", resolve_conflicts_on_update="OVERWRITE", tags=platform,
-                opts=pulumi.ResourceOptions(parent=self, depends_on=[cni_policy] if addon == "vpc-cni" else [])))
+            before_nodes.append(
+                aws.eks.Addon(
+                    f"{name}-addon-{addon}",
+                    cluster_name=eks.name,
+                    addon_name=addon,
+                    addon_version=pins[addon],
+                    service_account_role_arn=cni_role.arn if addon == "vpc-cni" else None,
+                    resolve_conflicts_on_create="OVERWRITE",
+                    resolve_conflicts_on_update="OVERWRITE",
+                    tags=platform,
+                    opts=pulumi.ResourceOptions(parent=self, depends_on=[cni_policy] if addon == "vpc-cni" else []),
+                )
+            )
 
         self.system_node_group = system_node_group(
-            f"{name}-system", environment=cfg.environment, spec=spec.system_nodes, cluster_name=eks.name,
+            f"{name}-system",
+            environment=cfg.environment,
+            spec=spec.system_nodes,
+            cluster_name=eks.name,
             kubernetes_version=spec.kubernetes_version,
-            node_role_arn=self._node_role.arn, subnet_ids=self.network.private_subnet_ids,
-            extra_tags=dict(cfg.default_tags), parent=self, depends_on=before_nodes)
+            node_role_arn=self._node_role.arn,
+            subnet_ids=self.network.private_subnet_ids,
+            extra_tags=dict(cfg.default_tags),
+            parent=self,
+            depends_on=before_nodes,
+        )
         for addon in ADDONS_AFTER_NODES:
             aws.eks.Addon(
-                f"{name}-addon-{addon}", cluster_name=eks.name, addon_name=addon, addon_version=pins[addon],
-                resolve_conflicts_on_create="OVERWRITE", resolve_conflicts_on_update="OVERWRITE", tags=platform,
-                opts=pulumi.ResourceOptions(parent=self, depends_on=[self.system_node_group]))
+                f"{name}-addon-{addon}",
+                cluster_name=eks.name,
+                addon_name=addon,
+                addon_version=pins[addon],
+                resolve_conflicts_on_create="OVERWRITE",
+                resolve_conflicts_on_update="OVERWRITE",
+                tags=platform,
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[self.system_node_group]),
+            )
 
     # --- existing cluster -----------------------------------------------------------------------------------
 
@@ -288,7 +376,8 @@ class Cluster(pulumi.ComponentResource):
         account = aws.get_caller_identity_output(opts=invoke).account_id
         partition = partition_for(self._cfg.region)
         self.oidc_provider_arn = pulumi.Output.all(account, self.oidc_issuer_url).apply(
-            lambda a: f"arn:{partition}:iam::{a[0]}:oidc-provider/{a[1].removeprefix('https://')}")
+            lambda a: f"arn:{partition}:iam::{a[0]}:oidc-provider/{a[1].removeprefix('https://')}"
+        )
         self.private_subnet_ids = self._lookup_subnets(list(spec.availability_zones))
 
     def _lookup_subnets(self, availability_zones: list[str]) -> pulumi.Output[list[str]]:
@@ -299,31 +388,45 @@ class Cluster(pulumi.ComponentResource):
             if self._node_subnet_ids:
                 out = [aws.ec2.GetSubnetsFilterArgs(name="subnet-id", values=self._node_subnet_ids)]
             else:
-                out = [aws.ec2.GetSubnetsFilterArgs(name="subnet-id", values=list(vpc_config.subnet_ids)),
-                       aws.ec2.GetSubnetsFilterArgs(name="map-public-ip-on-launch", values=["false"])]
+                out = [
+                    aws.ec2.GetSubnetsFilterArgs(name="subnet-id", values=list(vpc_config.subnet_ids)),
+                    aws.ec2.GetSubnetsFilterArgs(name="map-public-ip-on-launch", values=["false"]),
+                ]
             if availability_zones:
                 out.append(aws.ec2.GetSubnetsFilterArgs(name="availability-zone", values=availability_zones))
             return out
 
-        found = aws.ec2.get_subnets_output(filters=self._found.vpc_config.apply(filters),
-                                           opts=pulumi.InvokeOptions(parent=self))
+        found = aws.ec2.get_subnets_output(
+            filters=self._found.vpc_config.apply(filters), opts=pulumi.InvokeOptions(parent=self)
+        )
         return found.ids
 
 
-def irsa_trust_policy(provider_arn: pulumi.Input[str], issuer_url: pulumi.Input[str], namespace: str,
-                      service_account: str) -> pulumi.Output[str]:
+def irsa_trust_policy(
+    provider_arn: pulumi.Input[str], issuer_url: pulumi.Input[str], namespace: str, service_account: str
+) -> pulumi.Output[str]:
     """Trust policy letting exactly one Kubernetes service account assume a role through the cluster's OIDC."""
+
     def render(args: list[str]) -> str:
         arn, issuer = args
         host = issuer.removeprefix("https://")
-        return json.dumps({"Version": "2012-10-17", "Statement": [{
-            "Effect": "Allow",
-            "Principal": {"Federated": arn},
-            "Action": "sts:AssumeRoleWithWebIdentity",
-            "Condition": {"StringEquals": {
-                f"{host}:sub": f"system:serviceaccount:{namespace}:{service_account}",
-                f"{host}:aud": "sts.amazonaws.com",
-            }},
-        }]})
+        return json.dumps(
+            {
+                "Version": "2012-10-17",
+                "Statement": [
+                    {
+                        "Effect": "Allow",
+                        "Principal": {"Federated": arn},
+                        "Action": "sts:AssumeRoleWithWebIdentity",
+                        "Condition": {
+                            "StringEquals": {
+                                f"{host}:sub": f"system:serviceaccount:{namespace}:{service_account}",
+                                f"{host}:aud": "sts.amazonaws.com",
+                            }
+                        },
+                    }
+                ],
+            }
+        )
 
     return pulumi.Output.all(provider_arn, issuer_url).apply(render)

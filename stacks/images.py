@@ -59,8 +59,14 @@ class BuildPlan:
 
     def pushed_inputs(self) -> dict:
         """Everything that decides what is pushed under `tag` (the tag is a hash of exactly this)."""
-        return {"dockerfile": str(self.dockerfile), "context": self.context_digest, "build_args": self.build_args,
-                "platforms": list(self.platforms), "labels": self.labels, "parent": self.parent_tag}
+        return {
+            "dockerfile": str(self.dockerfile),
+            "context": self.context_digest,
+            "build_args": self.build_args,
+            "platforms": list(self.platforms),
+            "labels": self.labels,
+            "parent": self.parent_tag,
+        }
 
 
 @dataclass(frozen=True)
@@ -85,10 +91,18 @@ def context_digest(directory: Path) -> str:
     return h.hexdigest()
 
 
-def _build(dockerfile: Path, args: dict[str, str], platforms: tuple[str, ...], labels: dict[str, str],
-           tag_prefix: str, cache_tag: str, parent_tag: str = "") -> BuildPlan:
-    plan = BuildPlan(dockerfile, args, "", cache_tag, platforms, labels,
-                     context_digest(REPO_ROOT / dockerfile.parent), parent_tag)
+def _build(
+    dockerfile: Path,
+    args: dict[str, str],
+    platforms: tuple[str, ...],
+    labels: dict[str, str],
+    tag_prefix: str,
+    cache_tag: str,
+    parent_tag: str = "",
+) -> BuildPlan:
+    plan = BuildPlan(
+        dockerfile, args, "", cache_tag, platforms, labels, context_digest(REPO_ROOT / dockerfile.parent), parent_tag
+    )
     tag = f"{tag_prefix}-{content_hash(plan.pushed_inputs())}"
     return BuildPlan(dockerfile, args, tag, cache_tag, platforms, labels, plan.context_digest, parent_tag)
 
@@ -108,7 +122,8 @@ def platforms_for(cfg: GpuLoanConfig) -> tuple[str, ...]:
     cpus = set()
     for pool in cfg.pools:
         names = ([pool.guaranteed.instance_type] if pool.guaranteed else []) + (
-            list(pool.elastic.instance_types) if pool.elastic else [])
+            list(pool.elastic.instance_types) if pool.elastic else []
+        )
         for name in names:
             itype = cfg.instance_type(name)
             if itype is not None:
@@ -135,8 +150,9 @@ def plan_image(cfg: GpuLoanConfig, img: Image) -> ImagePlan:
         "io.gpuloan.cuda-version": img.cuda_version,
         "io.gpuloan.python-version": python_patch,
     }
-    base = _build(BASE_DIR / "Dockerfile", base_args, platforms, base_labels, f"base-{versions_part}",
-                  f"{CACHE_TAG_PREFIX}base")
+    base = _build(
+        BASE_DIR / "Dockerfile", base_args, platforms, base_labels, f"base-{versions_part}", f"{CACHE_TAG_PREFIX}base"
+    )
 
     framework = None
     labels = dict(base_labels)
@@ -150,8 +166,15 @@ def plan_image(cfg: GpuLoanConfig, img: Image) -> ImagePlan:
         if img.pytorch:
             versions_part += f"-torch{img.pytorch.version}-{img.pytorch.cuda_tag}"
             labels["io.gpuloan.pytorch-version"] = f"{img.pytorch.version}+{img.pytorch.cuda_tag}"
-        framework = _build(FRAMEWORK_DIR / "Dockerfile", fw_args, platforms, labels, versions_part,
-                           f"{CACHE_TAG_PREFIX}framework", parent_tag=base.tag)
+        framework = _build(
+            FRAMEWORK_DIR / "Dockerfile",
+            fw_args,
+            platforms,
+            labels,
+            versions_part,
+            f"{CACHE_TAG_PREFIX}framework",
+            parent_tag=base.tag,
+        )
     return ImagePlan(img.name, f"gpuloan/{cfg.environment}/{img.name}", platforms, base, framework, labels)
 
 
@@ -160,12 +183,23 @@ def plan_images(cfg: GpuLoanConfig) -> list[ImagePlan]:
 
 
 def lifecycle_policy() -> str:
-    return json.dumps({"rules": [
-        {"rulePriority": 1, "description": f"expire untagged manifests after {UNTAGGED_EXPIRE_DAYS} days",
-         "selection": {"tagStatus": "untagged", "countType": "sinceImagePushed", "countUnit": "days",
-                       "countNumber": UNTAGGED_EXPIRE_DAYS},
-         "action": {"type": "expire"}},
-    ]})
+    return json.dumps(
+        {
+            "rules": [
+                {
+                    "rulePriority": 1,
+                    "description": f"expire untagged manifests after {UNTAGGED_EXPIRE_DAYS} days",
+                    "selection": {
+                        "tagStatus": "untagged",
+                        "countType": "sinceImagePushed",
+                        "countUnit": "days",
+                        "countNumber": UNTAGGED_EXPIRE_DAYS,
+                    },
+                    "action": {"type": "expire"},
+                },
+            ]
+        }
+    )
 
 
 class CudaImages(pulumi.ComponentResource):
@@ -193,23 +227,29 @@ class CudaImages(pulumi.ComponentResource):
                 f"{name}-{plan.name}",
                 name=plan.repository_name,
                 image_tag_mutability="IMMUTABLE_WITH_EXCLUSION",
-                image_tag_mutability_exclusion_filters=[aws.ecr.RepositoryImageTagMutabilityExclusionFilterArgs(
-                    filter=f"{CACHE_TAG_PREFIX}*", filter_type="WILDCARD")],
+                image_tag_mutability_exclusion_filters=[
+                    aws.ecr.RepositoryImageTagMutabilityExclusionFilterArgs(
+                        filter=f"{CACHE_TAG_PREFIX}*", filter_type="WILDCARD"
+                    )
+                ],
                 image_scanning_configuration=aws.ecr.RepositoryImageScanningConfigurationArgs(scan_on_push=True),
-                encryption_configurations=[aws.ecr.RepositoryEncryptionConfigurationArgs(
-                    encryption_type="KMS", kms_key=self.key.arn)],
+                encryption_configurations=[
+                    aws.ecr.RepositoryEncryptionConfigurationArgs(encryption_type="KMS", kms_key=self.key.arn)
+                ],
                 # ECR refuses to delete a repository that still holds images (RepositoryNotEmptyException), and
                 # the build caches belong to no Pulumi resource: without this `pulumi destroy` stops here.
                 # Every image is rebuilt from the repository's Dockerfiles and pins.
                 force_delete=True,
                 opts=child,
             )
-            aws.ecr.LifecyclePolicy(f"{name}-{plan.name}-lifecycle", repository=repo.name, policy=lifecycle_policy(),
-                                    opts=child)
+            aws.ecr.LifecyclePolicy(
+                f"{name}-{plan.name}-lifecycle", repository=repo.name, policy=lifecycle_policy(), opts=child
+            )
             self.repositories[plan.name] = repo
 
             token = aws.ecr.get_authorization_token_output(
-                registry_id=repo.registry_id, opts=pulumi.InvokeOutputOptions(parent=self))
+                registry_id=repo.registry_id, opts=pulumi.InvokeOutputOptions(parent=self)
+            )
             registry = docker_build.RegistryArgs(
                 address=repo.repository_url.apply(lambda url: url.split("/", 1)[0]),
                 username=token.user_name,
@@ -218,18 +258,36 @@ class CudaImages(pulumi.ComponentResource):
             base = self._build(f"{name}-{plan.name}-base-image", plan, plan.base, repo, registry, {})
             final = base
             if plan.framework is not None:
-                final = self._build(f"{name}-{plan.name}-image", plan, plan.framework, repo, registry,
-                                    {"BASE_IMAGE": base.ref}, depends_on=[base])
+                final = self._build(
+                    f"{name}-{plan.name}-image",
+                    plan,
+                    plan.framework,
+                    repo,
+                    registry,
+                    {"BASE_IMAGE": base.ref},
+                    depends_on=[base],
+                )
             self.images[plan.name] = final
             uris[plan.name] = final.ref
 
         self.image_uris = pulumi.Output.all(**uris) if uris else pulumi.Output.from_input({})
-        self.repository_urls = pulumi.Output.all(**{n: r.repository_url for n, r in self.repositories.items()}) \
-            if self.repositories else pulumi.Output.from_input({})
+        self.repository_urls = (
+            pulumi.Output.all(**{n: r.repository_url for n, r in self.repositories.items()})
+            if self.repositories
+            else pulumi.Output.from_input({})
+        )
         self.register_outputs({"image_uris": self.image_uris, "repository_urls": self.repository_urls})
 
-    def _build(self, resource_name: str, plan: ImagePlan, build: BuildPlan, repo: aws.ecr.Repository,
-               registry: docker_build.RegistryArgs, extra_args: dict, depends_on=None) -> docker_build.Image:
+    def _build(
+        self,
+        resource_name: str,
+        plan: ImagePlan,
+        build: BuildPlan,
+        repo: aws.ecr.Repository,
+        registry: docker_build.RegistryArgs,
+        extra_args: dict,
+        depends_on=None,
+    ) -> docker_build.Image:
         url = repo.repository_url
         return docker_build.Image(
             resource_name,
@@ -243,11 +301,21 @@ class CudaImages(pulumi.ComponentResource):
             # A CUDA + PyTorch build takes many minutes and GBs; a PR preview shows the new tag instead.
             build_on_preview=False,
             registries=[registry],
-            cache_from=[docker_build.CacheFromArgs(registry=docker_build.CacheFromRegistryArgs(
-                ref=url.apply(lambda u: f"{u}:{build.cache_tag}")))],
+            cache_from=[
+                docker_build.CacheFromArgs(
+                    registry=docker_build.CacheFromRegistryArgs(ref=url.apply(lambda u: f"{u}:{build.cache_tag}"))
+                )
+            ],
             # ECR accepts registry caches only as an OCI image manifest.
-            cache_to=[docker_build.CacheToArgs(registry=docker_build.CacheToRegistryArgs(
-                ref=url.apply(lambda u: f"{u}:{build.cache_tag}"), mode=docker_build.CacheMode.MAX,
-                image_manifest=True, oci_media_types=True))],
+            cache_to=[
+                docker_build.CacheToArgs(
+                    registry=docker_build.CacheToRegistryArgs(
+                        ref=url.apply(lambda u: f"{u}:{build.cache_tag}"),
+                        mode=docker_build.CacheMode.MAX,
+                        image_manifest=True,
+                        oci_media_types=True,
+                    )
+                )
+            ],
             opts=pulumi.ResourceOptions(parent=self, depends_on=depends_on or []),
         )

@@ -25,5 +25,9 @@ def from_pulumi_config(*, prices: Prices) -> GpuLoanConfig:
 
     # The language host hands config over in-process (CONFIG); older hosts use the PULUMI_CONFIG variable.
     raw_config = {**get_config_env(), **CONFIG.get()}
-    return config.from_engine_config(raw_config, f"the config of stack {pulumi.get_stack()}",
-                                     instance_facts=prices.book.instance_facts, rules=checks.rules(prices))
+    return config.from_engine_config(
+        raw_config,
+        f"the config of stack {pulumi.get_stack()}",
+        instance_facts=prices.book.instance_facts,
+        rules=checks.rules(prices),
+    )

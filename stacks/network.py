@@ -60,22 +60,39 @@ class Network(pulumi.ComponentResource):
     private_subnet_ids_by_az: dict[str, pulumi.Output[str]]
     public_subnet_ids: pulumi.Output[list[str]]
 
-    def __init__(self, name: str, *, vpc_cidr: str, availability_zones: list[str], cluster_name: str,
-                 opts: pulumi.ResourceOptions | None = None):
+    def __init__(
+        self,
+        name: str,
+        *,
+        vpc_cidr: str,
+        availability_zones: list[str],
+        cluster_name: str,
+        opts: pulumi.ResourceOptions | None = None,
+    ):
         super().__init__("gpuloan:network:Network", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         platform = {tags.TAG_TIER: "platform"}
         specs = plan_subnets(vpc_cidr, availability_zones)
 
-        vpc = aws.ec2.Vpc(f"{name}-vpc", cidr_block=vpc_cidr, enable_dns_hostnames=True, enable_dns_support=True,
-                          tags={**platform, "Name": f"{cluster_name}"}, opts=child)
+        vpc = aws.ec2.Vpc(
+            f"{name}-vpc",
+            cidr_block=vpc_cidr,
+            enable_dns_hostnames=True,
+            enable_dns_support=True,
+            tags={**platform, "Name": f"{cluster_name}"},
+            opts=child,
+        )
         # The default security group of a new VPC allows all traffic between its members; empty it so nothing
         # relies on it by accident (EKS uses its own cluster security group).
         aws.ec2.DefaultSecurityGroup(f"{name}-default-sg", vpc_id=vpc.id, tags=platform, opts=child)
         igw = aws.ec2.InternetGateway(f"{name}-igw", vpc_id=vpc.id, tags=platform, opts=child)
         public_rt = aws.ec2.RouteTable(
-            f"{name}-public", vpc_id=vpc.id, tags={**platform, "Name": f"{cluster_name}-public"},
-            routes=[aws.ec2.RouteTableRouteArgs(cidr_block="0.0.0.0/0", gateway_id=igw.id)], opts=child)
+            f"{name}-public",
+            vpc_id=vpc.id,
+            tags={**platform, "Name": f"{cluster_name}-public"},
+            routes=[aws.ec2.RouteTableRouteArgs(cidr_block="0.0.0.0/0", gateway_id=igw.id)],
+            opts=child,
+        )
 
         # Kubernetes discovers load-balancer subnets by these tags.
         cluster_tag = {f"kubernetes.io/cluster/{cluster_name}": "shared"}
@@ -89,25 +106,47 @@ class Network(pulumi.ComponentResource):
                 cidr_block=spec.cidr_block,
                 availability_zone=spec.availability_zone,
                 map_public_ip_on_launch=False,
-                tags={**platform, **cluster_tag, "Name": f"{cluster_name}-{spec.kind}-{spec.availability_zone}",
-                      ("kubernetes.io/role/elb" if is_public else "kubernetes.io/role/internal-elb"): "1"},
+                tags={
+                    **platform,
+                    **cluster_tag,
+                    "Name": f"{cluster_name}-{spec.kind}-{spec.availability_zone}",
+                    ("kubernetes.io/role/elb" if is_public else "kubernetes.io/role/internal-elb"): "1",
+                },
                 opts=child,
             )
             (public_by_az if is_public else private_by_az)[spec.availability_zone] = subnet
             if is_public:
-                aws.ec2.RouteTableAssociation(f"{name}-public-{spec.availability_zone}", subnet_id=subnet.id,
-                                              route_table_id=public_rt.id, opts=child)
+                aws.ec2.RouteTableAssociation(
+                    f"{name}-public-{spec.availability_zone}",
+                    subnet_id=subnet.id,
+                    route_table_id=public_rt.id,
+                    opts=child,
+                )
 
         for az in availability_zones:
-            eip = aws.ec2.Eip(f"{name}-nat-{az}", domain="vpc", tags={**platform, "Name": f"{cluster_name}-nat-{az}"},
-                              opts=pulumi.ResourceOptions(parent=self, depends_on=[igw]))
-            nat = aws.ec2.NatGateway(f"{name}-nat-{az}", allocation_id=eip.id, subnet_id=public_by_az[az].id,
-                                     tags={**platform, "Name": f"{cluster_name}-nat-{az}"}, opts=child)
+            eip = aws.ec2.Eip(
+                f"{name}-nat-{az}",
+                domain="vpc",
+                tags={**platform, "Name": f"{cluster_name}-nat-{az}"},
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[igw]),
+            )
+            nat = aws.ec2.NatGateway(
+                f"{name}-nat-{az}",
+                allocation_id=eip.id,
+                subnet_id=public_by_az[az].id,
+                tags={**platform, "Name": f"{cluster_name}-nat-{az}"},
+                opts=child,
+            )
             rt = aws.ec2.RouteTable(
-                f"{name}-private-{az}", vpc_id=vpc.id, tags={**platform, "Name": f"{cluster_name}-private-{az}"},
-                routes=[aws.ec2.RouteTableRouteArgs(cidr_block="0.0.0.0/0", nat_gateway_id=nat.id)], opts=child)
-            aws.ec2.RouteTableAssociation(f"{name}-private-{az}", subnet_id=private_by_az[az].id,
-                                          route_table_id=rt.id, opts=child)
+                f"{name}-private-{az}",
+                vpc_id=vpc.id,
+                tags={**platform, "Name": f"{cluster_name}-private-{az}"},
+                routes=[aws.ec2.RouteTableRouteArgs(cidr_block="0.0.0.0/0", nat_gateway_id=nat.id)],
+                opts=child,
+            )
+            aws.ec2.RouteTableAssociation(
+                f"{name}-private-{az}", subnet_id=private_by_az[az].id, route_table_id=rt.id, opts=child
+            )
 
         self.vpc_id = vpc.id
         self.private_subnet_ids_by_az = {az: private_by_az[az].id for az in availability_zones}

@@ -55,8 +55,9 @@ def build(cfg: GpuLoanConfig, prices: Prices) -> dict[str, object]:
     # 3. Per pool: the guaranteed floor and the elastic spot / on-demand groups.
     #    The elastic groups' live sizes are read first: lowering max_nodes below one must not fail (live_sizes.py).
     live = live_sizes.read_live_desired(cfg, cluster_name_for(cfg), provider)
-    capacity = {pool.name: pool_capacity.build_pool(cfg, pool, cluster, opts, live.get(pool.name))
-                for pool in cfg.pools}
+    capacity = {
+        pool.name: pool_capacity.build_pool(cfg, pool, cluster, opts, live.get(pool.name)) for pool in cfg.pools
+    }
     outputs["pools"] = {name: pool_capacity.pool_outputs(cfg.pool(name), *groups) for name, groups in capacity.items()}
 
     # 4. Kubernetes layer: GPU Operator, GPU metrics add-on, tiers, team namespaces and quotas.
@@ -69,35 +70,57 @@ def build(cfg: GpuLoanConfig, prices: Prices) -> dict[str, object]:
         outputs["image_uris"] = CudaImages(f"{env}-images", cfg, opts=opts).image_uris
 
     # 6. Budgets and pool alarms.
-    budgets.Budgets(f"{env}-budgets", budgets.BudgetsArgs(
-        tuple(budget_plan.budget_specs(cfg)), alerts.topic_arn, budgets.activation_keys(cfg)), opts=opts)
-    pool_alarms = alarms.Alarms(f"{env}-alarms", alarms.AlarmsArgs(
-        tuple(alarms.alarm_specs(cfg, cluster.name)), alerts.topic_arn), opts=opts)
+    budgets.Budgets(
+        f"{env}-budgets",
+        budgets.BudgetsArgs(tuple(budget_plan.budget_specs(cfg)), alerts.topic_arn, budgets.activation_keys(cfg)),
+        opts=opts,
+    )
+    pool_alarms = alarms.Alarms(
+        f"{env}-alarms", alarms.AlarmsArgs(tuple(alarms.alarm_specs(cfg, cluster.name)), alerts.topic_arn), opts=opts
+    )
     dashboard_alarms = pool_alarms.alarm_arns
 
     # 7. The policy function that resizes the elastic groups.
     if cfg.policy.enabled:
         from stacks.policy_function.function import PolicyFunction, PolicyFunctionArgs
 
-        policy_fn = PolicyFunction(f"{env}-policy", PolicyFunctionArgs(
-            cfg, cluster, account_id, partition, alerts.topic_arn, alerts.kms_key_arn,
-            depends_on=[c for groups in capacity.values() for c in groups if c is not None],
-            group_names={name: pool_capacity.group_names(*groups) for name, groups in capacity.items()},
-            prices=prices), opts=opts)
+        policy_fn = PolicyFunction(
+            f"{env}-policy",
+            PolicyFunctionArgs(
+                cfg,
+                cluster,
+                account_id,
+                partition,
+                alerts.topic_arn,
+                alerts.kms_key_arn,
+                depends_on=[c for groups in capacity.values() for c in groups if c is not None],
+                group_names={name: pool_capacity.group_names(*groups) for name, groups in capacity.items()},
+                prices=prices,
+            ),
+            opts=opts,
+        )
         outputs["policy_function_name"] = policy_fn.function_name
         dashboard_alarms = pulumi.Output.all(pool_alarms.alarm_arns, policy_fn.alarm_arns).apply(lambda v: v[0] + v[1])
 
     # The dashboard comes last so its alarm widget lists the policy function's alarms too.
-    board = dashboard.Dashboard(f"{env}-dashboard", dashboard.DashboardArgs(cfg, cluster.name, dashboard_alarms),
-                                opts=opts)
+    board = dashboard.Dashboard(
+        f"{env}-dashboard", dashboard.DashboardArgs(cfg, cluster.name, dashboard_alarms), opts=opts
+    )
     outputs["dashboard_name"] = board.dashboard_name
 
     # 8. GitHub OIDC roles for pull-request previews and deploys (optional).
     if cfg.github is not None:
         from stacks.gitops.github_oidc import GitHubOidc
 
-        github = GitHubOidc(f"{env}-github", cfg, account_id=account_id, partition=partition,
-                            declared_types=guard.declared_types, cluster_name=cluster.name, opts=opts)
+        github = GitHubOidc(
+            f"{env}-github",
+            cfg,
+            account_id=account_id,
+            partition=partition,
+            declared_types=guard.declared_types,
+            cluster_name=cluster.name,
+            opts=opts,
+        )
         outputs["github_oidc_provider_arn"] = github.provider_arn
         outputs["github_preview_role_arn"] = github.preview_role_arn
         outputs["github_deploy_role_arn"] = github.deploy_role_arn

@@ -51,23 +51,26 @@ def aws_env(moto_server, monkeypatch):
 def emulator_env(endpoint: str) -> dict[str, str]:
     """Environment for a subprocess (e.g. the extracted Lambda) that should talk to the emulator."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
-    env.update({
-        "AWS_ENDPOINT_URL": endpoint,
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_SESSION_TOKEN": "testing",
-        "AWS_DEFAULT_REGION": REGION,
-        "AWS_REGION": REGION,
-    })
+    env.update(
+        {
+            "AWS_ENDPOINT_URL": endpoint,
+            "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_SESSION_TOKEN": "testing",
+            "AWS_DEFAULT_REGION": REGION,
+            "AWS_REGION": REGION,
+        }
+    )
     return env
 
 
 def eks_asg_tags(cluster: str, nodegroup: str) -> list[dict]:
     """The tags EKS puts on a managed node group's Auto Scaling group (docs/aws-rules.md): moto's EKS makes no
     ASG, so the tests create it, tagged as EKS tags it; the policy finds each group's ASG by these tags."""
-    return [{"ResourceId": "", "ResourceType": "auto-scaling-group", "Key": key, "Value": value,
-             "PropagateAtLaunch": True}
-            for key, value in (("eks:cluster-name", cluster), ("eks:nodegroup-name", nodegroup))]
+    return [
+        {"ResourceId": "", "ResourceType": "auto-scaling-group", "Key": key, "Value": value, "PropagateAtLaunch": True}
+        for key, value in (("eks:cluster-name", cluster), ("eks:nodegroup-name", nodegroup))
+    ]
 
 
 class CapacityReservationsFake:
@@ -93,8 +96,12 @@ class CapacityReservationsFake:
                     fake.asked.append(ids)
                     self._send(200, fake._xml(ids).encode(), "text/xml")
                     return
-                resp = requests.post(moto_endpoint + self.path, data=body, timeout=30, headers={
-                    k: v for k, v in self.headers.items() if k.lower() not in ("host", "content-length")})
+                resp = requests.post(
+                    moto_endpoint + self.path,
+                    data=body,
+                    timeout=30,
+                    headers={k: v for k, v in self.headers.items() if k.lower() not in ("host", "content-length")},
+                )
                 self._send(resp.status_code, resp.content, resp.headers.get("Content-Type", "text/xml"))
 
             def _send(self, status, data, content_type):
@@ -117,10 +124,14 @@ class CapacityReservationsFake:
             f"<startDate>{start.strftime('%Y-%m-%dT%H:%M:%S.000Z')}</startDate>"
             f"<endDate>{end.strftime('%Y-%m-%dT%H:%M:%S.000Z')}</endDate>"
             "<reservationType>capacity-block</reservationType></item>"
-            for rid, (state, start, end) in self.reservations.items() if rid in ids)
-        return ('<?xml version="1.0" encoding="UTF-8"?><DescribeCapacityReservationsResponse '
-                'xmlns="http://ec2.amazonaws.com/doc/2016-11-15/"><requestId>fake</requestId>'
-                f"<capacityReservationSet>{items}</capacityReservationSet></DescribeCapacityReservationsResponse>")
+            for rid, (state, start, end) in self.reservations.items()
+            if rid in ids
+        )
+        return (
+            '<?xml version="1.0" encoding="UTF-8"?><DescribeCapacityReservationsResponse '
+            'xmlns="http://ec2.amazonaws.com/doc/2016-11-15/"><requestId>fake</requestId>'
+            f"<capacityReservationSet>{items}</capacityReservationSet></DescribeCapacityReservationsResponse>"
+        )
 
     def close(self) -> None:
         self._server.shutdown()

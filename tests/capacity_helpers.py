@@ -20,8 +20,13 @@ DESIRED = "scalingConfig.desiredSize"
 RESERVATION_ID = "cr-0123456789abcdef0"
 
 
-def dev_variant(*, guaranteed: dict | None = None, elastic: dict | None = None, cluster: dict | None = None,
-                drop: tuple[str, ...] = ()) -> dict:
+def dev_variant(
+    *,
+    guaranteed: dict | None = None,
+    elastic: dict | None = None,
+    cluster: dict | None = None,
+    drop: tuple[str, ...] = (),
+) -> dict:
     """The dev stack's config with the research pool's guaranteed/elastic blocks (or the cluster) changed."""
     config = stack_config("dev")
     pool = config["gpuloan:pools"][0]
@@ -83,5 +88,8 @@ def subnet_id(rec, subnet) -> str:
 
 def private_subnet_azs(rec) -> dict[str, str]:
     """subnet id -> AZ of every private (internal-elb) subnet the network declared."""
-    return {subnet_id(rec, s): s.inputs["availabilityZone"] for s in rec.of_type(SUBNET)
-            if "kubernetes.io/role/internal-elb" in (s.inputs.get("tags") or {})}
+    return {
+        subnet_id(rec, s): s.inputs["availabilityZone"]
+        for s in rec.of_type(SUBNET)
+        if "kubernetes.io/role/internal-elb" in (s.inputs.get("tags") or {})
+    }

@@ -46,11 +46,14 @@ from pricing.sources.pricebook import SNAPSHOT_FILE  # noqa: E402
 
 requires_shared_prices = pytest.mark.skipif(not SHARED_PRICES.is_dir(), reason="../shared/data/prices is absent")
 # Prices through the price book only: ../shared's table, else the package's snapshot (the same rates).
-requires_prices = pytest.mark.skipif(not (SHARED_PRICES.is_dir() or SNAPSHOT_FILE.is_file()),
-                                     reason="neither ../shared/data/prices nor the package's price snapshot")
+requires_prices = pytest.mark.skipif(
+    not (SHARED_PRICES.is_dir() or SNAPSHOT_FILE.is_file()),
+    reason="neither ../shared/data/prices nor the package's price snapshot",
+)
 requires_shared_traces = pytest.mark.skipif(not SHARED_TRACES.is_dir(), reason="../shared/data/traces is absent")
-requires_shared_kueue_crds = pytest.mark.skipif(not SHARED_KUEUE_CRDS.is_dir(),
-                                                reason="../shared/data/kueue-crds-v0.19.2 is absent")
+requires_shared_kueue_crds = pytest.mark.skipif(
+    not SHARED_KUEUE_CRDS.is_dir(), reason="../shared/data/kueue-crds-v0.19.2 is absent"
+)
 
 from offline import runner as offline  # noqa: E402
 
@@ -59,10 +62,15 @@ from offline import runner as offline  # noqa: E402
 # the profile decides. The engine is pure and fast; generation dominates, so no per-example deadline.
 from hypothesis import HealthCheck, settings as _hypothesis_settings  # noqa: E402
 
-_hypothesis_settings.register_profile("ci", max_examples=120, deadline=None,
-                                      suppress_health_check=[HealthCheck.too_slow])
-_hypothesis_settings.register_profile("deep", max_examples=10_000, deadline=None,
-                                      suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+_hypothesis_settings.register_profile(
+    "ci", max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+_hypothesis_settings.register_profile(
+    "deep",
+    max_examples=10_000,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
 _hypothesis_settings.load_profile(os.environ.get("GPULOAN_HYPOTHESIS_PROFILE", "ci"))
 
 STACKS = ("dev", "prod")

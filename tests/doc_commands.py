@@ -19,10 +19,10 @@ EXITS = re.compile(r"\bexits (\d+)\b")
 
 @dataclass(frozen=True)
 class DocCommand:
-    page: str      # the page, relative to the repository: README.md, docs/floor.md
-    line: int      # the command's first line in the page (1-based)
-    text: str      # the command as written, comment removed, lines of a loop joined by newlines
-    comment: str   # the comment after it ("" if none)
+    page: str  # the page, relative to the repository: README.md, docs/floor.md
+    line: int  # the command's first line in the page (1-based)
+    text: str  # the command as written, comment removed, lines of a loop joined by newlines
+    comment: str  # the comment after it ("" if none)
 
     @property
     def expected_exit(self) -> int:
@@ -36,7 +36,7 @@ class DocCommand:
 @dataclass(frozen=True)
 class Block:
     page: str
-    line: int      # the line of the opening fence
+    line: int  # the line of the opening fence
     lang: str
     body: str
 
@@ -51,8 +51,14 @@ def blocks(repo: Path) -> list[Block]:
     for path in doc_pages(repo):
         text = path.read_text()
         for m in FENCE.finditer(text):
-            found.append(Block(str(path.relative_to(repo)), text.count("\n", 0, m.start()) + 1,
-                               m.group(1).strip().split(" ")[0], m.group(2)))
+            found.append(
+                Block(
+                    str(path.relative_to(repo)),
+                    text.count("\n", 0, m.start()) + 1,
+                    m.group(1).strip().split(" ")[0],
+                    m.group(2),
+                )
+            )
     return found
 
 
@@ -71,7 +77,7 @@ def split_comment(line: str) -> tuple[str, str]:
         elif c in "'\"":
             quote = c
         elif c == "#" and (i == 0 or line[i - 1].isspace()):
-            return line[:i].rstrip(), line[i + 1:].strip()
+            return line[:i].rstrip(), line[i + 1 :].strip()
         i += 1
     return line.rstrip(), ""
 

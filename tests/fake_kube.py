@@ -31,22 +31,38 @@ def _self_signed() -> tuple[str, str]:
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "fake-kube")])
     now = dt.datetime.now(dt.timezone.utc)
-    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
-            .serial_number(x509.random_serial_number()).not_valid_before(now - dt.timedelta(minutes=5))
-            .not_valid_after(now + dt.timedelta(hours=2))
-            .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost")]), critical=False)
-            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-            .sign(key, hashes.SHA256()))
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(hours=2))
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost")]), critical=False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
     cert_pem = cert.public_bytes(serialization.Encoding.PEM).decode()
-    key_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                serialization.NoEncryption()).decode()
+    key_pem = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    ).decode()
     return cert_pem, key_pem
 
 
-def gpu_pod(name: str, gpus: int, pool: str | None = None, affinity_pools: list[str] | None = None,
-            node_name: str | None = None, scheduled: str | None = "Unschedulable",
-            gates: list[str] | None = None, phase: str = "Pending", annotations: dict | None = None,
-            node_selector: dict | None = None, tolerations: list[dict] | None = None) -> dict:
+def gpu_pod(
+    name: str,
+    gpus: int,
+    pool: str | None = None,
+    affinity_pools: list[str] | None = None,
+    node_name: str | None = None,
+    scheduled: str | None = "Unschedulable",
+    gates: list[str] | None = None,
+    phase: str = "Pending",
+    annotations: dict | None = None,
+    node_selector: dict | None = None,
+    tolerations: list[dict] | None = None,
+) -> dict:
     """A pod as the API server returns it. `scheduled`: the reason of its PodScheduled=False condition as the
     scheduler sets it (Unschedulable: no node fits; SchedulingGated: held by `gates`), None = not tried yet."""
     spec: dict = {"containers": [{"name": "main", "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}]}
@@ -57,9 +73,15 @@ def gpu_pod(name: str, gpus: int, pool: str | None = None, affinity_pools: list[
     if tolerations is not None:
         spec["tolerations"] = tolerations
     if affinity_pools:
-        spec["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-            "nodeSelectorTerms": [{"matchExpressions": [
-                {"key": "gpuloan.io/pool", "operator": "In", "values": affinity_pools}]}]}}}
+        spec["affinity"] = {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [
+                        {"matchExpressions": [{"key": "gpuloan.io/pool", "operator": "In", "values": affinity_pools}]}
+                    ]
+                }
+            }
+        }
     if gates:
         spec["schedulingGates"] = [{"name": g} for g in gates]
     status: dict = {"phase": phase}
@@ -163,8 +185,14 @@ class FakeKube:
                     return self._send(200, cq)
                 if path.startswith("/api/v1/namespaces/"):  # a pod: merge its annotations
                     _, _, _, ns, _, pod_name = path.strip("/").split("/")
-                    pod = next((p for p in fake.pods if p["metadata"]["name"] == pod_name
-                                and p["metadata"].get("namespace") == ns), None)
+                    pod = next(
+                        (
+                            p
+                            for p in fake.pods
+                            if p["metadata"]["name"] == pod_name and p["metadata"].get("namespace") == ns
+                        ),
+                        None,
+                    )
                     if pod is None or self.headers.get("Content-Type") != "application/merge-patch+json":
                         return self._send(404 if pod is None else 415, {"kind": "Status"})
                     fake.patches.append((f"{ns}/{pod_name}", body))
@@ -211,20 +239,24 @@ class FakeKube:
                 limit = min(int((q.get("limit") or ["500"])[0]), fake.page_size)
                 scoped = "spec.nodeName=" in selector and not selector.endswith("spec.nodeName=")
                 selected = [p for p in fake.pods + (fake.late_pods if scoped else []) if _field_selector(selector)(p)]
-                page = selected[start:start + limit]
+                page = selected[start : start + limit]
                 more = start + limit < len(selected)
-                return self._send(200, {"kind": "PodList", "items": page,
-                                        "metadata": {"continue": str(start + limit) if more else ""}})
+                return self._send(
+                    200,
+                    {"kind": "PodList", "items": page, "metadata": {"continue": str(start + limit) if more else ""}},
+                )
 
             def _send(self, code: int, body: dict):
                 data = json.dumps(body).encode()
                 if fake.drip_s_per_byte:
-                    raw = (f"HTTP/1.1 {code} X\r\nContent-Type: application/json\r\nContent-Length: {len(data)}\r\n"
-                           f"Connection: close\r\n\r\n").encode() + data
+                    raw = (
+                        f"HTTP/1.1 {code} X\r\nContent-Type: application/json\r\nContent-Length: {len(data)}\r\n"
+                        f"Connection: close\r\n\r\n"
+                    ).encode() + data
                     self.close_connection = True
                     try:
                         for k in range(len(raw)):
-                            self.wfile.write(raw[k:k + 1])
+                            self.wfile.write(raw[k : k + 1])
                             self.wfile.flush()
                             time.sleep(fake.drip_s_per_byte)
                     except OSError:  # the client gave up: what the drip test wants
@@ -255,8 +287,11 @@ class FakeKube:
         except ValueError:
             return False
         q = urllib.parse.parse_qs(urllib.parse.urlparse(url).query)
-        return (q.get("Action") == ["GetCallerIdentity"] and "X-Amz-Signature" in q
-                and "x-k8s-aws-id" in (q.get("X-Amz-SignedHeaders") or [""])[0])
+        return (
+            q.get("Action") == ["GetCallerIdentity"]
+            and "X-Amz-Signature" in q
+            and "x-k8s-aws-id" in (q.get("X-Amz-SignedHeaders") or [""])[0]
+        )
 
     def close(self) -> None:
         self.server.shutdown()

@@ -75,8 +75,13 @@ def _decide(documents: list[dict], action: str, resource: str, context: dict[str
     return any(st["Effect"] == "Allow" and statement_applies(st, action, resource, context) for st in statements)
 
 
-def allowed(documents: list[dict] | dict, action: str, resource: str = "*",
-            context: dict[str, Any] | None = None, boundary: dict | None = None) -> bool:
+def allowed(
+    documents: list[dict] | dict,
+    action: str,
+    resource: str = "*",
+    context: dict[str, Any] | None = None,
+    boundary: dict | None = None,
+) -> bool:
     """Identity policies `documents`, and the principal's permissions boundary if it has one: a request within the
     account is allowed only when an identity policy allows it AND the boundary allows it, and an explicit deny in
     either refuses it (IAM User Guide, "Policy evaluation logic" and "Permissions boundaries for IAM entities",
@@ -91,6 +96,8 @@ def allowed(documents: list[dict] | dict, action: str, resource: str = "*",
 def granted_somewhere(documents: list[dict] | dict, action: str) -> bool:
     """Some Allow statement names this action (whatever its resource or condition)."""
     docs = documents if isinstance(documents, list) else [documents]
-    return any(st["Effect"] == "Allow" and any(action_matches(p, action) for p in _listify(st.get("Action", [])))
-               for d in docs for st in _listify(d["Statement"]))
-
+    return any(
+        st["Effect"] == "Allow" and any(action_matches(p, action) for p in _listify(st.get("Action", [])))
+        for d in docs
+        for st in _listify(d["Statement"])
+    )

@@ -78,8 +78,11 @@ def _closed(schema: Any) -> Any:
     them unless an object says additionalProperties: false. Close every object schema that lists its properties."""
     if isinstance(schema, dict):
         out = {k: _closed(v) for k, v in schema.items()}
-        if "properties" in schema and "additionalProperties" not in schema \
-                and not schema.get("x-kubernetes-preserve-unknown-fields"):
+        if (
+            "properties" in schema
+            and "additionalProperties" not in schema
+            and not schema.get("x-kubernetes-preserve-unknown-fields")
+        ):
             out["additionalProperties"] = False
         return out
     if isinstance(schema, list):
@@ -104,8 +107,10 @@ def validate_kueue(manifest: dict[str, Any]) -> None:
     for group in spec.get("resourceGroups") or []:
         for flavor in group["flavors"]:
             if len(flavor["resources"]) != len(group["coveredResources"]):
-                raise jsonschema.ValidationError(f"flavor {flavor['name']}: flavors must have the same number of "
-                                                 "resources as the coveredResources")
+                raise jsonschema.ValidationError(
+                    f"flavor {flavor['name']}: flavors must have the same number of resources as the coveredResources"
+                )
             if not spec.get("cohortName") and any(
-                    "borrowingLimit" in r or "lendingLimit" in r for r in flavor["resources"]):
+                "borrowingLimit" in r or "lendingLimit" in r for r in flavor["resources"]
+            ):
                 raise jsonschema.ValidationError("borrowingLimit/lendingLimit must be nil when cohort is empty")

@@ -46,8 +46,9 @@ class Plan:
         (cluster,) = rec.of_type("aws:eks/cluster:Cluster")
         self.cluster = cluster.inputs["name"]
         self.cluster_sg = cluster.outputs["vpcConfig"]["clusterSecurityGroupId"]
-        self.boundary = next((r.outputs["arn"] for r in rec.of_type("aws:iam/policy:Policy")
-                              if r.name.endswith("-role-boundary")), None)
+        self.boundary = next(
+            (r.outputs["arn"] for r in rec.of_type("aws:iam/policy:Policy") if r.name.endswith("-role-boundary")), None
+        )
         # The mocks' resource ids: the names other resources' inputs refer to.
         self.by_id = {}
         for r in rec.resources:
@@ -62,12 +63,19 @@ class Plan:
 
     def new(self, r, **extra) -> dict[str, Any]:
         t = self.tags(r)
-        return {**{f"aws:RequestTag/{k}": v for k, v in t.items()}, "aws:TagKeys": sorted(t),
-                "aws:RequestedRegion": self.region, **extra}
+        return {
+            **{f"aws:RequestTag/{k}": v for k, v in t.items()},
+            "aws:TagKeys": sorted(t),
+            "aws:RequestedRegion": self.region,
+            **extra,
+        }
 
     def own(self, r, **extra) -> dict[str, Any]:
-        return {**{f"aws:ResourceTag/{k}": v for k, v in self.tags(r).items()}, "aws:RequestedRegion": self.region,
-                **extra}
+        return {
+            **{f"aws:ResourceTag/{k}": v for k, v in self.tags(r).items()},
+            "aws:RequestedRegion": self.region,
+            **extra,
+        }
 
     def ref(self, resource_id: str) -> dict[str, Any]:
         """The context of an existing resource another one refers to (its VPC, subnet, security group...)."""
@@ -123,14 +131,14 @@ def calls(type_: str):
     return register
 
 
-def _named(arn_of: Callable[[Plan, Any], str], create: str, update: str, delete: str,
-           tag: str | None = None) -> Fn:
+def _named(arn_of: Callable[[Plan, Any], str], create: str, update: str, delete: str, tag: str | None = None) -> Fn:
     """A service whose calls all land on the resource's own ARN; `tag` is its tag-on-create action."""
 
     def fn(p: Plan, r) -> Calls:
         a = arn_of(p, r)
-        out: Calls = {op: [(act, a, p.own(r)) for act in acts.split()]
-                      for op, acts in (("update", update), ("delete", delete))}
+        out: Calls = {
+            op: [(act, a, p.own(r)) for act in acts.split()] for op, acts in (("update", update), ("delete", delete))
+        }
         out["create"] = [(act, a, p.new(r)) for act in create.split()]
         if tag:
             out["create"].append((tag, a, p.new(r)))
@@ -143,8 +151,11 @@ def _ec2_create(p: Plan, r, action: str, kind: str, extra: list[tuple[str, str, 
     """An EC2 create with TagSpecifications: the create on the new resource, the existing resources it names, and
     the tag-on-create CreateTags request."""
     new = p.new(r)
-    return [(f"ec2:{action}", p.ec2(kind), new), *extra,
-            ("ec2:CreateTags", p.ec2(kind), {**new, "ec2:CreateAction": action})]
+    return [
+        (f"ec2:{action}", p.ec2(kind), new),
+        *extra,
+        ("ec2:CreateTags", p.ec2(kind), {**new, "ec2:CreateAction": action}),
+    ]
 
 
 def _ec2_own(p: Plan, r, kind: str, rid: str, actions: str) -> list:
@@ -157,21 +168,26 @@ def _tag_update(p: Plan, r, arn: str, action: str) -> tuple:
 
 # --- EC2 --------------------------------------------------------------------------------------------------------
 
+
 @calls("aws:ec2/vpc:Vpc")
 def _vpc(p, r):
     rid = p.rid(r)
-    return {"create": _ec2_create(p, r, "CreateVpc", "vpc") + _ec2_own(p, r, "vpc", rid, "ec2:ModifyVpcAttribute"),
-            "update": _ec2_own(p, r, "vpc", rid, "ec2:ModifyVpcAttribute ec2:CreateTags ec2:DeleteTags"),
-            "delete": _ec2_own(p, r, "vpc", rid, "ec2:DeleteVpc")}
+    return {
+        "create": _ec2_create(p, r, "CreateVpc", "vpc") + _ec2_own(p, r, "vpc", rid, "ec2:ModifyVpcAttribute"),
+        "update": _ec2_own(p, r, "vpc", rid, "ec2:ModifyVpcAttribute ec2:CreateTags ec2:DeleteTags"),
+        "delete": _ec2_own(p, r, "vpc", rid, "ec2:DeleteVpc"),
+    }
 
 
 @calls("aws:ec2/subnet:Subnet")
 def _subnet(p, r):
     rid, vpc = p.rid(r), r.inputs["vpcId"]
-    return {"create": _ec2_create(p, r, "CreateSubnet", "subnet", [("ec2:CreateSubnet", p.ec2("vpc", vpc), p.ref(vpc))])
-            + _ec2_own(p, r, "subnet", rid, "ec2:ModifySubnetAttribute"),
-            "update": _ec2_own(p, r, "subnet", rid, "ec2:ModifySubnetAttribute ec2:CreateTags ec2:DeleteTags"),
-            "delete": _ec2_own(p, r, "subnet", rid, "ec2:DeleteSubnet")}
+    return {
+        "create": _ec2_create(p, r, "CreateSubnet", "subnet", [("ec2:CreateSubnet", p.ec2("vpc", vpc), p.ref(vpc))])
+        + _ec2_own(p, r, "subnet", rid, "ec2:ModifySubnetAttribute"),
+        "update": _ec2_own(p, r, "subnet", rid, "ec2:ModifySubnetAttribute ec2:CreateTags ec2:DeleteTags"),
+        "delete": _ec2_own(p, r, "subnet", rid, "ec2:DeleteSubnet"),
+    }
 
 
 @calls("aws:ec2/internetGateway:InternetGateway")
@@ -179,60 +195,89 @@ def _igw(p, r):
     rid, vpc = p.rid(r), r.inputs["vpcId"]
     attach = [("ec2:AttachInternetGateway", p.ec2("vpc", vpc), p.ref(vpc))]
     detach = [("ec2:DetachInternetGateway", p.ec2("vpc", vpc), p.ref(vpc))]
-    return {"create": _ec2_create(p, r, "CreateInternetGateway", "internet-gateway")
-            + _ec2_own(p, r, "internet-gateway", rid, "ec2:AttachInternetGateway") + attach,
-            "update": _ec2_own(p, r, "internet-gateway", rid, "ec2:CreateTags ec2:DeleteTags"),
-            "delete": _ec2_own(p, r, "internet-gateway", rid, "ec2:DetachInternetGateway ec2:DeleteInternetGateway")
-            + detach}
+    return {
+        "create": _ec2_create(p, r, "CreateInternetGateway", "internet-gateway")
+        + _ec2_own(p, r, "internet-gateway", rid, "ec2:AttachInternetGateway")
+        + attach,
+        "update": _ec2_own(p, r, "internet-gateway", rid, "ec2:CreateTags ec2:DeleteTags"),
+        "delete": _ec2_own(p, r, "internet-gateway", rid, "ec2:DetachInternetGateway ec2:DeleteInternetGateway")
+        + detach,
+    }
 
 
 @calls("aws:ec2/eip:Eip")
 def _eip(p, r):
     rid = p.rid(r)
-    return {"create": _ec2_create(p, r, "AllocateAddress", "elastic-ip"),
-            "update": _ec2_own(p, r, "elastic-ip", rid, "ec2:CreateTags ec2:DeleteTags"),
-            "delete": _ec2_own(p, r, "elastic-ip", rid, "ec2:ReleaseAddress")}
+    return {
+        "create": _ec2_create(p, r, "AllocateAddress", "elastic-ip"),
+        "update": _ec2_own(p, r, "elastic-ip", rid, "ec2:CreateTags ec2:DeleteTags"),
+        "delete": _ec2_own(p, r, "elastic-ip", rid, "ec2:ReleaseAddress"),
+    }
 
 
 @calls("aws:ec2/natGateway:NatGateway")
 def _nat(p, r):
     rid, subnet, eip = p.rid(r), r.inputs["subnetId"], r.inputs["allocationId"]
-    return {"create": _ec2_create(p, r, "CreateNatGateway", "natgateway", [
+    return {
+        "create": _ec2_create(
+            p,
+            r,
+            "CreateNatGateway",
+            "natgateway",
+            [
                 ("ec2:CreateNatGateway", p.ec2("subnet", subnet), p.ref(subnet)),
-                ("ec2:CreateNatGateway", p.ec2("elastic-ip", eip), p.ref(eip))]),
-            "update": _ec2_own(p, r, "natgateway", rid, "ec2:CreateTags ec2:DeleteTags"),
-            "delete": _ec2_own(p, r, "natgateway", rid, "ec2:DeleteNatGateway")}
+                ("ec2:CreateNatGateway", p.ec2("elastic-ip", eip), p.ref(eip)),
+            ],
+        ),
+        "update": _ec2_own(p, r, "natgateway", rid, "ec2:CreateTags ec2:DeleteTags"),
+        "delete": _ec2_own(p, r, "natgateway", rid, "ec2:DeleteNatGateway"),
+    }
 
 
 @calls("aws:ec2/routeTable:RouteTable")
 def _route_table(p, r):
     rid, vpc = p.rid(r), r.inputs["vpcId"]
-    return {"create": _ec2_create(p, r, "CreateRouteTable", "route-table",
-                                  [("ec2:CreateRouteTable", p.ec2("vpc", vpc), p.ref(vpc))])
-            + _ec2_own(p, r, "route-table", rid, "ec2:CreateRoute"),
-            "update": _ec2_own(p, r, "route-table", rid, "ec2:CreateRoute ec2:ReplaceRoute ec2:DeleteRoute "
-                               "ec2:CreateTags ec2:DeleteTags"),
-            "delete": _ec2_own(p, r, "route-table", rid, "ec2:DeleteRoute ec2:DeleteRouteTable")}
+    return {
+        "create": _ec2_create(
+            p, r, "CreateRouteTable", "route-table", [("ec2:CreateRouteTable", p.ec2("vpc", vpc), p.ref(vpc))]
+        )
+        + _ec2_own(p, r, "route-table", rid, "ec2:CreateRoute"),
+        "update": _ec2_own(
+            p, r, "route-table", rid, "ec2:CreateRoute ec2:ReplaceRoute ec2:DeleteRoute ec2:CreateTags ec2:DeleteTags"
+        ),
+        "delete": _ec2_own(p, r, "route-table", rid, "ec2:DeleteRoute ec2:DeleteRouteTable"),
+    }
 
 
 @calls("aws:ec2/routeTableAssociation:RouteTableAssociation")
 def _rta(p, r):
     rt, subnet = r.inputs["routeTableId"], r.inputs["subnetId"]
     both = lambda a: [(a, p.ec2("route-table", rt), p.ref(rt)), (a, p.ec2("subnet", subnet), p.ref(subnet))]  # noqa
-    return {"create": both("ec2:AssociateRouteTable"), "update": both("ec2:ReplaceRouteTableAssociation"),
-            "delete": [("ec2:DisassociateRouteTable", p.ec2("route-table", rt), p.ref(rt))]}
+    return {
+        "create": both("ec2:AssociateRouteTable"),
+        "update": both("ec2:ReplaceRouteTableAssociation"),
+        "delete": [("ec2:DisassociateRouteTable", p.ec2("route-table", rt), p.ref(rt))],
+    }
 
 
 @calls("aws:ec2/securityGroup:SecurityGroup")
 def _sg(p, r):
     rid, vpc = p.rid(r), r.inputs["vpcId"]
     # The provider revokes the allow-all egress rule AWS adds, then authorizes the declared rules.
-    return {"create": _ec2_create(p, r, "CreateSecurityGroup", "security-group",
-                                  [("ec2:CreateSecurityGroup", p.ec2("vpc", vpc), p.ref(vpc))])
-            + _ec2_own(p, r, "security-group", rid, "ec2:RevokeSecurityGroupEgress ec2:AuthorizeSecurityGroupEgress"),
-            "update": _ec2_own(p, r, "security-group", rid, "ec2:AuthorizeSecurityGroupEgress "
-                               "ec2:RevokeSecurityGroupEgress ec2:CreateTags ec2:DeleteTags"),
-            "delete": _ec2_own(p, r, "security-group", rid, "ec2:DeleteSecurityGroup")}
+    return {
+        "create": _ec2_create(
+            p, r, "CreateSecurityGroup", "security-group", [("ec2:CreateSecurityGroup", p.ec2("vpc", vpc), p.ref(vpc))]
+        )
+        + _ec2_own(p, r, "security-group", rid, "ec2:RevokeSecurityGroupEgress ec2:AuthorizeSecurityGroupEgress"),
+        "update": _ec2_own(
+            p,
+            r,
+            "security-group",
+            rid,
+            "ec2:AuthorizeSecurityGroupEgress ec2:RevokeSecurityGroupEgress ec2:CreateTags ec2:DeleteTags",
+        ),
+        "delete": _ec2_own(p, r, "security-group", rid, "ec2:DeleteSecurityGroup"),
+    }
 
 
 @calls("aws:ec2/defaultSecurityGroup:DefaultSecurityGroup")
@@ -242,43 +287,66 @@ def _default_sg(p, r):
     rid = p.rid(r)
     untagged = {"aws:RequestedRegion": p.region}
     request = {k: v for k, v in p.new(r).items() if k.startswith("aws:")}
-    return {"create": [("ec2:CreateTags", p.ec2("security-group", rid), {**untagged, **request})]
-            + _ec2_own(p, r, "security-group", rid, "ec2:RevokeSecurityGroupIngress ec2:RevokeSecurityGroupEgress"),
-            "update": _ec2_own(p, r, "security-group", rid, "ec2:RevokeSecurityGroupIngress "
-                               "ec2:RevokeSecurityGroupEgress ec2:CreateTags ec2:DeleteTags"),
-            "delete": []}
+    return {
+        "create": [("ec2:CreateTags", p.ec2("security-group", rid), {**untagged, **request})]
+        + _ec2_own(p, r, "security-group", rid, "ec2:RevokeSecurityGroupIngress ec2:RevokeSecurityGroupEgress"),
+        "update": _ec2_own(
+            p,
+            r,
+            "security-group",
+            rid,
+            "ec2:RevokeSecurityGroupIngress ec2:RevokeSecurityGroupEgress ec2:CreateTags ec2:DeleteTags",
+        ),
+        "delete": [],
+    }
 
 
 @calls("aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule")
 def _ingress(p, r):
     sg = r.inputs["securityGroupId"]
     rule = p.ec2("security-group-rule", p.rid(r))
-    return {"create": [("ec2:AuthorizeSecurityGroupIngress", p.ec2("security-group", sg), p.ref(sg))]
-            + _ec2_create(p, r, "AuthorizeSecurityGroupIngress", "security-group-rule"),
-            "update": [("ec2:ModifySecurityGroupRules", p.ec2("security-group", sg), p.ref(sg)),
-                       ("ec2:CreateTags", rule, p.own(r)), ("ec2:DeleteTags", rule, p.own(r))],
-            "delete": [("ec2:RevokeSecurityGroupIngress", p.ec2("security-group", sg), p.ref(sg))]}
+    return {
+        "create": [("ec2:AuthorizeSecurityGroupIngress", p.ec2("security-group", sg), p.ref(sg))]
+        + _ec2_create(p, r, "AuthorizeSecurityGroupIngress", "security-group-rule"),
+        "update": [
+            ("ec2:ModifySecurityGroupRules", p.ec2("security-group", sg), p.ref(sg)),
+            ("ec2:CreateTags", rule, p.own(r)),
+            ("ec2:DeleteTags", rule, p.own(r)),
+        ],
+        "delete": [("ec2:RevokeSecurityGroupIngress", p.ec2("security-group", sg), p.ref(sg))],
+    }
 
 
 @calls("aws:ec2/launchTemplate:LaunchTemplate")
 def _launch_template(p, r):
     rid = r.outputs.get("id") or p.rid(r)
-    return {"create": _ec2_create(p, r, "CreateLaunchTemplate", "launch-template"),
-            "update": _ec2_own(p, r, "launch-template", rid, "ec2:CreateLaunchTemplateVersion "
-                               "ec2:ModifyLaunchTemplate ec2:CreateTags ec2:DeleteTags"),
-            "delete": _ec2_own(p, r, "launch-template", rid, "ec2:DeleteLaunchTemplate")}
+    return {
+        "create": _ec2_create(p, r, "CreateLaunchTemplate", "launch-template"),
+        "update": _ec2_own(
+            p,
+            r,
+            "launch-template",
+            rid,
+            "ec2:CreateLaunchTemplateVersion ec2:ModifyLaunchTemplate ec2:CreateTags ec2:DeleteTags",
+        ),
+        "delete": _ec2_own(p, r, "launch-template", rid, "ec2:DeleteLaunchTemplate"),
+    }
 
 
 @calls("aws:ec2/capacityReservation:CapacityReservation")
 def _odcr(p, r):
     rid = p.rid(r)
-    return {"create": _ec2_create(p, r, "CreateCapacityReservation", "capacity-reservation"),
-            "update": _ec2_own(p, r, "capacity-reservation", rid, "ec2:ModifyCapacityReservation ec2:CreateTags "
-                               "ec2:DeleteTags"),
-            "delete": _ec2_own(p, r, "capacity-reservation", rid, "ec2:CancelCapacityReservation")}
+    return {
+        "create": _ec2_create(p, r, "CreateCapacityReservation", "capacity-reservation"),
+        "update": _ec2_own(
+            p, r, "capacity-reservation", rid, "ec2:ModifyCapacityReservation ec2:CreateTags ec2:DeleteTags"
+        ),
+        "delete": _ec2_own(p, r, "capacity-reservation", rid, "ec2:CancelCapacityReservation"),
+    }
 
 
 # --- EKS --------------------------------------------------------------------------------------------------------
+
 
 def _pass(p: Plan, role_arn: str, service: str) -> tuple:
     return ("iam:PassRole", role_arn, {"iam:PassedToService": service})
@@ -291,13 +359,21 @@ def _cluster(p, r):
     key_arn, key_ctx = p.arn("kms", f"key/{p.uuid(key)}"), p.own(key)
     role = p.role_by_name(r.inputs["roleArn"].rsplit("/", 1)[-1])
     slr = p.arn("iam", "role/aws-service-role/eks.amazonaws.com/AWSServiceRoleForAmazonEKS", region=False)
-    return {"create": [("eks:CreateCluster", c, p.new(r)), ("eks:TagResource", c, p.new(r)),
-                       _pass(p, role, "eks.amazonaws.com"), ("kms:DescribeKey", key_arn, key_ctx),
-                       ("kms:CreateGrant", key_arn, key_ctx),
-                       ("iam:CreateServiceLinkedRole", slr, {"iam:AWSServiceName": "eks.amazonaws.com"})],
-            "update": [(a, c, p.own(r)) for a in ("eks:UpdateClusterConfig", "eks:UpdateClusterVersion",
-                                                  "eks:TagResource", "eks:UntagResource")],
-            "delete": [("eks:DeleteCluster", c, p.own(r))]}
+    return {
+        "create": [
+            ("eks:CreateCluster", c, p.new(r)),
+            ("eks:TagResource", c, p.new(r)),
+            _pass(p, role, "eks.amazonaws.com"),
+            ("kms:DescribeKey", key_arn, key_ctx),
+            ("kms:CreateGrant", key_arn, key_ctx),
+            ("iam:CreateServiceLinkedRole", slr, {"iam:AWSServiceName": "eks.amazonaws.com"}),
+        ],
+        "update": [
+            (a, c, p.own(r))
+            for a in ("eks:UpdateClusterConfig", "eks:UpdateClusterVersion", "eks:TagResource", "eks:UntagResource")
+        ],
+        "delete": [("eks:DeleteCluster", c, p.own(r))],
+    }
 
 
 @calls("aws:eks/nodeGroup:NodeGroup")
@@ -305,27 +381,45 @@ def _node_group(p, r):
     c = p.arn("eks", f"cluster/{r.inputs['clusterName']}")
     ng = r.outputs["arn"]
     role = p.role_by_name(r.inputs["nodeRoleArn"].rsplit("/", 1)[-1])
-    slr = p.arn("iam", "role/aws-service-role/eks-nodegroup.amazonaws.com/AWSServiceRoleForAmazonEKSNodegroup",
-                region=False)
-    return {"create": [("eks:CreateNodegroup", c, p.new(r)), ("eks:CreateNodegroup", ng, p.new(r)),
-                       ("eks:TagResource", ng, p.new(r)), _pass(p, role, "eks.amazonaws.com"),
-                       ("iam:CreateServiceLinkedRole", slr, {"iam:AWSServiceName": "eks-nodegroup.amazonaws.com"}),
-                       ("ec2:DescribeLaunchTemplateVersions", "*", {})],
-            "update": [(a, ng, p.own(r)) for a in ("eks:UpdateNodegroupConfig", "eks:UpdateNodegroupVersion",
-                                                   "eks:TagResource", "eks:UntagResource")],
-            "delete": [("eks:DeleteNodegroup", ng, p.own(r))]}
+    slr = p.arn(
+        "iam", "role/aws-service-role/eks-nodegroup.amazonaws.com/AWSServiceRoleForAmazonEKSNodegroup", region=False
+    )
+    return {
+        "create": [
+            ("eks:CreateNodegroup", c, p.new(r)),
+            ("eks:CreateNodegroup", ng, p.new(r)),
+            ("eks:TagResource", ng, p.new(r)),
+            _pass(p, role, "eks.amazonaws.com"),
+            ("iam:CreateServiceLinkedRole", slr, {"iam:AWSServiceName": "eks-nodegroup.amazonaws.com"}),
+            ("ec2:DescribeLaunchTemplateVersions", "*", {}),
+        ],
+        "update": [
+            (a, ng, p.own(r))
+            for a in ("eks:UpdateNodegroupConfig", "eks:UpdateNodegroupVersion", "eks:TagResource", "eks:UntagResource")
+        ],
+        "delete": [("eks:DeleteNodegroup", ng, p.own(r))],
+    }
 
 
 @calls("aws:eks/addon:Addon")
 def _addon(p, r):
     c = p.arn("eks", f"cluster/{r.inputs['clusterName']}")
     a = p.arn("eks", f"addon/{r.inputs['clusterName']}/{r.inputs['addonName']}/{p.uuid(r)}")
-    passes = ([_pass(p, r.inputs["serviceAccountRoleArn"], "eks.amazonaws.com")]
-              if r.inputs.get("serviceAccountRoleArn") else [])
-    return {"create": [("eks:CreateAddon", c, p.new(r)), ("eks:CreateAddon", a, p.new(r)),
-                       ("eks:TagResource", a, p.new(r)), *passes],
-            "update": [("eks:UpdateAddon", a, p.own(r)), *passes],
-            "delete": [("eks:DeleteAddon", a, p.own(r))]}
+    passes = (
+        [_pass(p, r.inputs["serviceAccountRoleArn"], "eks.amazonaws.com")]
+        if r.inputs.get("serviceAccountRoleArn")
+        else []
+    )
+    return {
+        "create": [
+            ("eks:CreateAddon", c, p.new(r)),
+            ("eks:CreateAddon", a, p.new(r)),
+            ("eks:TagResource", a, p.new(r)),
+            *passes,
+        ],
+        "update": [("eks:UpdateAddon", a, p.own(r)), *passes],
+        "delete": [("eks:DeleteAddon", a, p.own(r))],
+    }
 
 
 def _access_entry_arn(p: Plan, r) -> str:
@@ -337,16 +431,25 @@ def _access_entry_arn(p: Plan, r) -> str:
 def _access_entry(p, r):
     c = p.arn("eks", f"cluster/{r.inputs['clusterName']}")
     e = _access_entry_arn(p, r)
-    return {"create": [("eks:CreateAccessEntry", c, p.new(r)), ("eks:CreateAccessEntry", e, p.new(r)),
-                       ("eks:TagResource", e, p.new(r))],
-            "update": [("eks:UpdateAccessEntry", e, p.own(r))], "delete": [("eks:DeleteAccessEntry", e, p.own(r))]}
+    return {
+        "create": [
+            ("eks:CreateAccessEntry", c, p.new(r)),
+            ("eks:CreateAccessEntry", e, p.new(r)),
+            ("eks:TagResource", e, p.new(r)),
+        ],
+        "update": [("eks:UpdateAccessEntry", e, p.own(r))],
+        "delete": [("eks:DeleteAccessEntry", e, p.own(r))],
+    }
 
 
 @calls("aws:eks/accessPolicyAssociation:AccessPolicyAssociation")
 def _access_policy(p, r):
     e = _access_entry_arn(p, r)
-    return {"create": [("eks:AssociateAccessPolicy", e, {})], "update": [("eks:AssociateAccessPolicy", e, {})],
-            "delete": [("eks:DisassociateAccessPolicy", e, {})]}
+    return {
+        "create": [("eks:AssociateAccessPolicy", e, {})],
+        "update": [("eks:AssociateAccessPolicy", e, {})],
+        "delete": [("eks:DisassociateAccessPolicy", e, {})],
+    }
 
 
 @calls("aws:eks/podIdentityAssociation:PodIdentityAssociation")
@@ -354,75 +457,105 @@ def _pod_identity(p, r):
     c = p.arn("eks", f"cluster/{r.inputs['clusterName']}")
     a = p.arn("eks", f"podidentityassociation/{r.inputs['clusterName']}/a-{p.uuid(r)}")
     role = r.inputs["roleArn"]
-    return {"create": [("eks:CreatePodIdentityAssociation", c, p.new(r)), ("eks:TagResource", a, p.new(r)),
-                       _pass(p, role, "pods.eks.amazonaws.com"), ("iam:GetRole", role, {})],
-            "update": [("eks:UpdatePodIdentityAssociation", a, p.own(r)), _pass(p, role, "pods.eks.amazonaws.com")],
-            "delete": [("eks:DeletePodIdentityAssociation", a, p.own(r))]}
+    return {
+        "create": [
+            ("eks:CreatePodIdentityAssociation", c, p.new(r)),
+            ("eks:TagResource", a, p.new(r)),
+            _pass(p, role, "pods.eks.amazonaws.com"),
+            ("iam:GetRole", role, {}),
+        ],
+        "update": [("eks:UpdatePodIdentityAssociation", a, p.own(r)), _pass(p, role, "pods.eks.amazonaws.com")],
+        "delete": [("eks:DeletePodIdentityAssociation", a, p.own(r))],
+    }
 
 
 # --- IAM --------------------------------------------------------------------------------------------------------
+
 
 @calls("aws:iam/role:Role")
 def _role(p, r):
     a = p.role_arn(r)
     bound = {"iam:PermissionsBoundary": r.inputs["permissionsBoundary"]} if r.inputs.get("permissionsBoundary") else {}
-    return {"create": [("iam:CreateRole", a, p.new(r, **bound)), ("iam:TagRole", a, p.new(r))],
-            # IAM puts the role's boundary in the context of its trust-policy, settings and delete calls (Service
-            # Authorization Reference, IAM; docs/aws-rules.md), not in that of its tag calls.
-            "update": [("iam:UpdateAssumeRolePolicy", a, {**p.own(r), **bound}),
-                       ("iam:UpdateRole", a, {**p.own(r), **bound}),
-                       ("iam:UpdateRoleDescription", a, {**p.own(r), **bound}), _tag_update(p, r, a, "iam:TagRole"),
-                       ("iam:UntagRole", a, p.own(r))]
-            + ([("iam:PutRolePermissionsBoundary", a, {**p.own(r), **bound})] if bound else []),
-            "delete": [("iam:ListInstanceProfilesForRole", a, p.own(r)), ("iam:DeleteRole", a, {**p.own(r), **bound})]}
+    return {
+        "create": [("iam:CreateRole", a, p.new(r, **bound)), ("iam:TagRole", a, p.new(r))],
+        # IAM puts the role's boundary in the context of its trust-policy, settings and delete calls (Service
+        # Authorization Reference, IAM; docs/aws-rules.md), not in that of its tag calls.
+        "update": [
+            ("iam:UpdateAssumeRolePolicy", a, {**p.own(r), **bound}),
+            ("iam:UpdateRole", a, {**p.own(r), **bound}),
+            ("iam:UpdateRoleDescription", a, {**p.own(r), **bound}),
+            _tag_update(p, r, a, "iam:TagRole"),
+            ("iam:UntagRole", a, p.own(r)),
+        ]
+        + ([("iam:PutRolePermissionsBoundary", a, {**p.own(r), **bound})] if bound else []),
+        "delete": [("iam:ListInstanceProfilesForRole", a, p.own(r)), ("iam:DeleteRole", a, {**p.own(r), **bound})],
+    }
 
 
 @calls("aws:iam/rolePolicy:RolePolicy")
 def _role_policy(p, r):
     role = p.role_of(r)
     ctx = p.boundary_of_role(role)
-    return {"create": [("iam:PutRolePolicy", role, ctx)], "update": [("iam:PutRolePolicy", role, ctx)],
-            "delete": [("iam:DeleteRolePolicy", role, ctx)]}
+    return {
+        "create": [("iam:PutRolePolicy", role, ctx)],
+        "update": [("iam:PutRolePolicy", role, ctx)],
+        "delete": [("iam:DeleteRolePolicy", role, ctx)],
+    }
 
 
 @calls("aws:iam/rolePolicyAttachment:RolePolicyAttachment")
 def _attachment(p, r):
     role = p.role_of(r)
     ctx = {**p.boundary_of_role(role), "iam:PolicyARN": r.inputs["policyArn"]}
-    return {"create": [("iam:AttachRolePolicy", role, ctx)], "update": [("iam:AttachRolePolicy", role, ctx)],
-            "delete": [("iam:DetachRolePolicy", role, ctx)]}
+    return {
+        "create": [("iam:AttachRolePolicy", role, ctx)],
+        "update": [("iam:AttachRolePolicy", role, ctx)],
+        "delete": [("iam:DetachRolePolicy", role, ctx)],
+    }
 
 
 @calls("aws:iam/policy:Policy")
 def _policy(p, r):
     a = p.arn("iam", f"policy{r.inputs.get('path', '/')}{r.inputs.get('name') or r.name}", region=False)
-    return {"create": [("iam:CreatePolicy", a, p.new(r)), ("iam:TagPolicy", a, p.new(r))],
-            "update": [("iam:CreatePolicyVersion", a, p.own(r)), ("iam:DeletePolicyVersion", a, p.own(r))],
-            "delete": [("iam:DeletePolicy", a, p.own(r))]}
+    return {
+        "create": [("iam:CreatePolicy", a, p.new(r)), ("iam:TagPolicy", a, p.new(r))],
+        "update": [("iam:CreatePolicyVersion", a, p.own(r)), ("iam:DeletePolicyVersion", a, p.own(r))],
+        "delete": [("iam:DeletePolicy", a, p.own(r))],
+    }
 
 
 @calls("aws:iam/openIdConnectProvider:OpenIdConnectProvider")
 def _oidc(p, r):
     a = r.outputs["arn"]
-    return {"create": [("iam:CreateOpenIDConnectProvider", a, p.new(r)), ("iam:TagOpenIDConnectProvider", a, p.new(r))],
-            "update": [("iam:UpdateOpenIDConnectProviderThumbprint", a, p.own(r))],
-            "delete": [("iam:DeleteOpenIDConnectProvider", a, p.own(r))]}
+    return {
+        "create": [("iam:CreateOpenIDConnectProvider", a, p.new(r)), ("iam:TagOpenIDConnectProvider", a, p.new(r))],
+        "update": [("iam:UpdateOpenIDConnectProviderThumbprint", a, p.own(r))],
+        "delete": [("iam:DeleteOpenIDConnectProvider", a, p.own(r))],
+    }
 
 
 # --- KMS --------------------------------------------------------------------------------------------------------
+
 
 @calls("aws:kms/key:Key")
 def _key(p, r):
     a = p.arn("kms", f"key/{p.uuid(r)}")
     # CreateKey has no resource: IAM evaluates it, and the kms:TagResource its tags need, on "*" with the request's
     # tags (KMS developer guide, "Controlling access to tags").
-    return {"create": [("kms:CreateKey", "*", p.new(r)), ("kms:TagResource", "*", p.new(r)),
-                       ("kms:EnableKeyRotation", a, p.own(r)),
-                       ("kms:PutKeyPolicy", a, p.own(r))],
-            "update": [(x, a, p.own(r)) for x in ("kms:PutKeyPolicy", "kms:EnableKeyRotation",
-                                                  "kms:UpdateKeyDescription", "kms:UntagResource")]
-            + [_tag_update(p, r, a, "kms:TagResource")],
-            "delete": [("kms:ScheduleKeyDeletion", a, p.own(r))]}
+    return {
+        "create": [
+            ("kms:CreateKey", "*", p.new(r)),
+            ("kms:TagResource", "*", p.new(r)),
+            ("kms:EnableKeyRotation", a, p.own(r)),
+            ("kms:PutKeyPolicy", a, p.own(r)),
+        ],
+        "update": [
+            (x, a, p.own(r))
+            for x in ("kms:PutKeyPolicy", "kms:EnableKeyRotation", "kms:UpdateKeyDescription", "kms:UntagResource")
+        ]
+        + [_tag_update(p, r, a, "kms:TagResource")],
+        "delete": [("kms:ScheduleKeyDeletion", a, p.own(r))],
+    }
 
 
 @calls("aws:kms/alias:Alias")
@@ -437,56 +570,98 @@ def _alias(p, r):
 
 # --- everything named by this environment -------------------------------------------------------------------------
 
+
 def _name(r, key: str = "name") -> str:
     return r.inputs[key]
 
 
-REQUESTS.update({
-    "aws:budgets/budget:Budget": _named(
-        lambda p, r: p.arn("budgets", f"budget/{_name(r)}", region=False),
-        "budgets:ModifyBudget", "budgets:ModifyBudget budgets:UntagResource", "budgets:ModifyBudget",
-        "budgets:TagResource"),
-    "aws:cloudwatch/dashboard:Dashboard": _named(
-        lambda p, r: p.arn("cloudwatch", f"dashboard/{_name(r, 'dashboardName')}", region=False),
-        "cloudwatch:PutDashboard", "cloudwatch:PutDashboard", "cloudwatch:DeleteDashboards"),
-    "aws:cloudwatch/metricAlarm:MetricAlarm": _named(
-        lambda p, r: p.arn("cloudwatch", f"alarm:{_name(r)}"),
-        "cloudwatch:PutMetricAlarm", "cloudwatch:PutMetricAlarm cloudwatch:UntagResource", "cloudwatch:DeleteAlarms",
-        "cloudwatch:TagResource"),
-    "aws:cloudwatch/logGroup:LogGroup": _named(
-        lambda p, r: p.arn("logs", f"log-group:{_name(r)}"),
-        "logs:CreateLogGroup logs:PutRetentionPolicy", "logs:PutRetentionPolicy logs:UntagResource",
-        "logs:DeleteLogGroup", "logs:TagResource"),
-    "aws:cloudwatch/eventRule:EventRule": _named(
-        lambda p, r: p.arn("events", f"rule/{_name(r)}"),
-        "events:PutRule", "events:PutRule events:UntagResource", "events:DeleteRule", "events:TagResource"),
-    "aws:cloudwatch/eventTarget:EventTarget": _named(
-        lambda p, r: p.arn("events", f"rule/{_name(r, 'rule')}"),
-        "events:PutTargets", "events:PutTargets", "events:RemoveTargets"),
-    "aws:dynamodb/table:Table": _named(
-        lambda p, r: p.arn("dynamodb", f"table/{_name(r)}"),
-        "dynamodb:CreateTable dynamodb:UpdateContinuousBackups", "dynamodb:UpdateTable dynamodb:UpdateTimeToLive "
-        "dynamodb:UpdateContinuousBackups dynamodb:UntagResource", "dynamodb:DeleteTable", "dynamodb:TagResource"),
-    "aws:ecr/repository:Repository": _named(
-        lambda p, r: p.arn("ecr", f"repository/{_name(r)}"),
-        "ecr:CreateRepository", "ecr:PutImageTagMutability ecr:PutImageScanningConfiguration ecr:UntagResource",
-        "ecr:ListImages ecr:BatchDeleteImage ecr:DeleteRepository", "ecr:TagResource"),
-    "aws:ecr/lifecyclePolicy:LifecyclePolicy": _named(
-        lambda p, r: p.arn("ecr", f"repository/{_name(r, 'repository')}"),
-        "ecr:PutLifecyclePolicy", "ecr:PutLifecyclePolicy", "ecr:DeleteLifecyclePolicy"),
-    "aws:sqs/queue:Queue": _named(
-        lambda p, r: p.arn("sqs", _name(r)),
-        "sqs:CreateQueue sqs:SetQueueAttributes", "sqs:SetQueueAttributes sqs:UntagQueue", "sqs:DeleteQueue",
-        "sqs:TagQueue"),
-    "aws:sns/topic:Topic": _named(
-        lambda p, r: p.arn("sns", _name(r)),
-        "sns:CreateTopic sns:SetTopicAttributes", "sns:SetTopicAttributes sns:UntagResource", "sns:DeleteTopic",
-        "sns:TagResource"),
-    "aws:scheduler/schedule:Schedule": lambda p, r: _with_pass(
-        _named(lambda p, r: p.arn("scheduler", f"schedule/default/{_name(r)}"),
-               "scheduler:CreateSchedule", "scheduler:UpdateSchedule", "scheduler:DeleteSchedule")(p, r),
-        _pass(p, r.inputs["target"]["roleArn"], "scheduler.amazonaws.com")),
-})
+REQUESTS.update(
+    {
+        "aws:budgets/budget:Budget": _named(
+            lambda p, r: p.arn("budgets", f"budget/{_name(r)}", region=False),
+            "budgets:ModifyBudget",
+            "budgets:ModifyBudget budgets:UntagResource",
+            "budgets:ModifyBudget",
+            "budgets:TagResource",
+        ),
+        "aws:cloudwatch/dashboard:Dashboard": _named(
+            lambda p, r: p.arn("cloudwatch", f"dashboard/{_name(r, 'dashboardName')}", region=False),
+            "cloudwatch:PutDashboard",
+            "cloudwatch:PutDashboard",
+            "cloudwatch:DeleteDashboards",
+        ),
+        "aws:cloudwatch/metricAlarm:MetricAlarm": _named(
+            lambda p, r: p.arn("cloudwatch", f"alarm:{_name(r)}"),
+            "cloudwatch:PutMetricAlarm",
+            "cloudwatch:PutMetricAlarm cloudwatch:UntagResource",
+            "cloudwatch:DeleteAlarms",
+            "cloudwatch:TagResource",
+        ),
+        "aws:cloudwatch/logGroup:LogGroup": _named(
+            lambda p, r: p.arn("logs", f"log-group:{_name(r)}"),
+            "logs:CreateLogGroup logs:PutRetentionPolicy",
+            "logs:PutRetentionPolicy logs:UntagResource",
+            "logs:DeleteLogGroup",
+            "logs:TagResource",
+        ),
+        "aws:cloudwatch/eventRule:EventRule": _named(
+            lambda p, r: p.arn("events", f"rule/{_name(r)}"),
+            "events:PutRule",
+            "events:PutRule events:UntagResource",
+            "events:DeleteRule",
+            "events:TagResource",
+        ),
+        "aws:cloudwatch/eventTarget:EventTarget": _named(
+            lambda p, r: p.arn("events", f"rule/{_name(r, 'rule')}"),
+            "events:PutTargets",
+            "events:PutTargets",
+            "events:RemoveTargets",
+        ),
+        "aws:dynamodb/table:Table": _named(
+            lambda p, r: p.arn("dynamodb", f"table/{_name(r)}"),
+            "dynamodb:CreateTable dynamodb:UpdateContinuousBackups",
+            "dynamodb:UpdateTable dynamodb:UpdateTimeToLive dynamodb:UpdateContinuousBackups dynamodb:UntagResource",
+            "dynamodb:DeleteTable",
+            "dynamodb:TagResource",
+        ),
+        "aws:ecr/repository:Repository": _named(
+            lambda p, r: p.arn("ecr", f"repository/{_name(r)}"),
+            "ecr:CreateRepository",
+            "ecr:PutImageTagMutability ecr:PutImageScanningConfiguration ecr:UntagResource",
+            "ecr:ListImages ecr:BatchDeleteImage ecr:DeleteRepository",
+            "ecr:TagResource",
+        ),
+        "aws:ecr/lifecyclePolicy:LifecyclePolicy": _named(
+            lambda p, r: p.arn("ecr", f"repository/{_name(r, 'repository')}"),
+            "ecr:PutLifecyclePolicy",
+            "ecr:PutLifecyclePolicy",
+            "ecr:DeleteLifecyclePolicy",
+        ),
+        "aws:sqs/queue:Queue": _named(
+            lambda p, r: p.arn("sqs", _name(r)),
+            "sqs:CreateQueue sqs:SetQueueAttributes",
+            "sqs:SetQueueAttributes sqs:UntagQueue",
+            "sqs:DeleteQueue",
+            "sqs:TagQueue",
+        ),
+        "aws:sns/topic:Topic": _named(
+            lambda p, r: p.arn("sns", _name(r)),
+            "sns:CreateTopic sns:SetTopicAttributes",
+            "sns:SetTopicAttributes sns:UntagResource",
+            "sns:DeleteTopic",
+            "sns:TagResource",
+        ),
+        "aws:scheduler/schedule:Schedule": lambda p, r: _with_pass(
+            _named(
+                lambda p, r: p.arn("scheduler", f"schedule/default/{_name(r)}"),
+                "scheduler:CreateSchedule",
+                "scheduler:UpdateSchedule",
+                "scheduler:DeleteSchedule",
+            )(p, r),
+            _pass(p, r.inputs["target"]["roleArn"], "scheduler.amazonaws.com"),
+        ),
+    }
+)
 
 
 def _with_pass(out: Calls, passing: tuple) -> Calls:
@@ -509,8 +684,11 @@ def _topic_policy(p, r):
 def _subscription(p, r):
     t = _topic_arn(p, r.inputs["topic"])
     sub = f"{t}:{p.uuid(r)}"  # a subscription's ARN is its topic's ARN plus an id (SNS API reference, Subscribe)
-    return {"create": [("sns:Subscribe", t, {})], "update": [("sns:SetSubscriptionAttributes", sub, {})],
-            "delete": [("sns:Unsubscribe", sub, {"aws:RequestedRegion": p.region})]}
+    return {
+        "create": [("sns:Subscribe", t, {})],
+        "update": [("sns:SetSubscriptionAttributes", sub, {})],
+        "delete": [("sns:Unsubscribe", sub, {"aws:RequestedRegion": p.region})],
+    }
 
 
 def _function_arn(p: Plan, name_or_arn: str) -> str:
@@ -526,28 +704,46 @@ def _function(p, r):
     # With a VPC configuration Lambda checks the caller may describe the subnets, groups and VPC (Lambda developer
     # guide, "Giving Lambda functions access to resources in an Amazon VPC").
     vpc = [(a, "*", {}) for a in ("ec2:DescribeSecurityGroups", "ec2:DescribeSubnets", "ec2:DescribeVpcs")]
-    return {"create": [("lambda:CreateFunction", f, p.new(r)), ("lambda:TagResource", f, p.new(r)),
-                       _pass(p, role, "lambda.amazonaws.com"), ("lambda:PutFunctionConcurrency", f, p.own(r)), *vpc],
-            "update": [(a, f, p.own(r)) for a in ("lambda:UpdateFunctionCode", "lambda:UpdateFunctionConfiguration",
-                                                  "lambda:PutFunctionConcurrency", "lambda:UntagResource")]
-            + [_pass(p, role, "lambda.amazonaws.com"), *vpc],
-            "delete": [("lambda:DeleteFunction", f, p.own(r))]}
+    return {
+        "create": [
+            ("lambda:CreateFunction", f, p.new(r)),
+            ("lambda:TagResource", f, p.new(r)),
+            _pass(p, role, "lambda.amazonaws.com"),
+            ("lambda:PutFunctionConcurrency", f, p.own(r)),
+            *vpc,
+        ],
+        "update": [
+            (a, f, p.own(r))
+            for a in (
+                "lambda:UpdateFunctionCode",
+                "lambda:UpdateFunctionConfiguration",
+                "lambda:PutFunctionConcurrency",
+                "lambda:UntagResource",
+            )
+        ]
+        + [_pass(p, role, "lambda.amazonaws.com"), *vpc],
+        "delete": [("lambda:DeleteFunction", f, p.own(r))],
+    }
 
 
 @calls("aws:lambda/functionEventInvokeConfig:FunctionEventInvokeConfig")
 def _invoke_config(p, r):
     f = _function_arn(p, r.inputs["functionName"])
-    return {"create": [("lambda:PutFunctionEventInvokeConfig", f, {})],
-            "update": [("lambda:UpdateFunctionEventInvokeConfig", f, {})],
-            "delete": [("lambda:DeleteFunctionEventInvokeConfig", f, {})]}
+    return {
+        "create": [("lambda:PutFunctionEventInvokeConfig", f, {})],
+        "update": [("lambda:UpdateFunctionEventInvokeConfig", f, {})],
+        "delete": [("lambda:DeleteFunctionEventInvokeConfig", f, {})],
+    }
 
 
 @calls("aws:lambda/permission:Permission")
 def _permission(p, r):
     f = _function_arn(p, r.inputs["function"])
-    return {"create": [("lambda:AddPermission", f, {})],
-            "update": [("lambda:RemovePermission", f, {}), ("lambda:AddPermission", f, {})],
-            "delete": [("lambda:RemovePermission", f, {})]}
+    return {
+        "create": [("lambda:AddPermission", f, {})],
+        "update": [("lambda:RemovePermission", f, {}), ("lambda:AddPermission", f, {})],
+        "delete": [("lambda:RemovePermission", f, {})],
+    }
 
 
 @calls("docker-build:index:Image")
@@ -555,8 +751,10 @@ def _image(p, r):
     (ref,) = r.inputs["tags"][:1]
     repo = ref.split("/", 1)[1].rsplit(":", 1)[0]
     a = p.arn("ecr", f"repository/{repo}")
-    push = ("ecr:BatchCheckLayerAvailability ecr:InitiateLayerUpload ecr:UploadLayerPart ecr:CompleteLayerUpload "
-            "ecr:PutImage ecr:BatchGetImage ecr:GetDownloadUrlForLayer")
+    push = (
+        "ecr:BatchCheckLayerAvailability ecr:InitiateLayerUpload ecr:UploadLayerPart ecr:CompleteLayerUpload "
+        "ecr:PutImage ecr:BatchGetImage ecr:GetDownloadUrlForLayer"
+    )
     build = [("ecr:GetAuthorizationToken", "*", {})] + [(x, a, {}) for x in push.split()]
     return {"create": build, "update": build, "delete": []}
 

@@ -18,13 +18,28 @@ import time
 from pathlib import Path
 
 BODY = b'{"kind": "PodList", "metadata": {}, "items": []}'
-BEHAVIOURS = ("slow_headers", "slow_body_keep_alive", "slow_body_close", "slow_body_http10", "slow_body_chunked",
-              "no_answer", "silent", "closed_mid_body", "closed_mid_body_http10")
+BEHAVIOURS = (
+    "slow_headers",
+    "slow_body_keep_alive",
+    "slow_body_close",
+    "slow_body_http10",
+    "slow_body_chunked",
+    "no_answer",
+    "silent",
+    "closed_mid_body",
+    "closed_mid_body_http10",
+)
 
 
 class SlowHttpServer:
-    def __init__(self, behaviour: str, drip_s_per_byte: float = 0.1, tls: bool = False, body: bytes = BODY,
-                 content_type: str = "application/json"):
+    def __init__(
+        self,
+        behaviour: str,
+        drip_s_per_byte: float = 0.1,
+        tls: bool = False,
+        body: bytes = BODY,
+        content_type: str = "application/json",
+    ):
         if behaviour not in BEHAVIOURS:
             raise ValueError(f"unknown behaviour {behaviour!r}")
         self.behaviour = behaviour
@@ -109,7 +124,7 @@ class SlowHttpServer:
         for i in range(len(data)):
             if self._stop.is_set():
                 raise OSError("server closed")
-            conn.sendall(data[i:i + 1])
+            conn.sendall(data[i : i + 1])
             time.sleep(self.drip_s_per_byte)
 
     def _head(self, version: str = "HTTP/1.1", **extra: str) -> bytes:
@@ -143,7 +158,7 @@ class SlowHttpServer:
             self._stop.wait(30)
             return False
         if self.behaviour == "closed_mid_body":
-            conn.sendall(self._head(Content_Length=length) + b[:len(b) // 2])
+            conn.sendall(self._head(Content_Length=length) + b[: len(b) // 2])
             return False
-        conn.sendall(self._head("HTTP/1.0") + b[:len(b) // 2])  # closed_mid_body_http10
+        conn.sendall(self._head("HTTP/1.0") + b[: len(b) // 2])  # closed_mid_body_http10
         return False

@@ -27,7 +27,7 @@ def split_figures(out: str) -> list[str]:
             if figure.endswith((",", ".")):
                 end = line.rstrip()
                 # "29," ending a cell's line with digits right below it: the rest of the figure folded there
-                if end.endswith(token) and any(c.isdigit() for c in below[len(end) - len(token):len(end) + 1]):
+                if end.endswith(token) and any(c.isdigit() for c in below[len(end) - len(token) : len(end) + 1]):
                     bad.append(f"{token!r} in {line!r}")
                 figure = figure.rstrip(",.")  # else punctuation after the figure ("± $2, p95")
             if "," in figure and not re.fullmatch(r"\d{1,3}(,\d{3})+(\.\d+)?", figure):
@@ -38,5 +38,6 @@ def split_figures(out: str) -> list[str]:
 
 
 def too_wide_at(out: str, width: int) -> list[str]:
-    return [line for line in out.splitlines()
-            if len(line) > width and not line.lstrip().startswith(PRICE_LINE_PREFIXES)]
+    return [
+        line for line in out.splitlines() if len(line) > width and not line.lstrip().startswith(PRICE_LINE_PREFIXES)
+    ]

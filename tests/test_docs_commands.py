@@ -22,7 +22,15 @@ import typing
 from dataclasses import dataclass
 
 import pytest
-from conftest import GPULOAN, REPO, SHARED_DATA, requires_prices, requires_shared_prices, requires_shared_traces, resolved_prices
+from conftest import (
+    GPULOAN,
+    REPO,
+    SHARED_DATA,
+    requires_prices,
+    requires_shared_prices,
+    requires_shared_traces,
+    resolved_prices,
+)
 from doc_commands import SHELL_LANGS, DocCommand, blocks, commands_of, doc_pages, shell_commands, split_comment
 
 DEEP = os.environ.get("GPULOAN_HYPOTHESIS_PROFILE") == "deep"
@@ -56,15 +64,14 @@ SLOW = {
     "make bench-what-if": "30 s unloaded: 60 simulations of 57 days",
     "make bench-advise": "12 s unloaded, 30 s under load: 20 simulations of a month, and a timing benchmark",
     "make bench-org": "about 15 minutes per rotation and seed: 72 fluid advisor runs, then 10 simulations of 57 "
-                      "days over the ten ITP clusters per rotation and seed (nine of them; one took 928 s on the "
-                      "loaded shared 2-core machine, docs/benchmarks.md)",
+    "days over the ten ITP clusters per rotation and seed (nine of them; one took 928 s on the "
+    "loaded shared 2-core machine, docs/benchmarks.md)",
     "make bench-capacity-block": "40 simulated Capacity Blocks, before and after",
     "make bench-sizes": "1 min unloaded, 2 under load: 30 simulations of 57 days",
     "make bench-scale-tick": "100 CPU-s: ticks of 50, 100 and 200 pools against moto, 100 ms a call",
-    ".venv/bin/python scripts/bench_scale_tick.py --pools 200": "50 CPU-s: a tick of 200 pools against moto, "
-                                                               "profiled",
+    ".venv/bin/python scripts/bench_scale_tick.py --pools 200": "50 CPU-s: a tick of 200 pools against moto, profiled",
     ".venv/bin/gpuloan advise -s /tmp/advise16/": "256 CPU-s: 10 simulations of 16 pools over 3 weeks "
-                                                   "(docs/simulator.md)",
+    "(docs/simulator.md)",
 }
 # A command not in SLOW must stay under this many CPU-seconds (its own and its children's), or be listed there.
 FAST_CPU_LIMIT_S = 20
@@ -77,8 +84,9 @@ def _flat(text: str) -> str:
 def _row(table: dict[str, str], cmd: DocCommand) -> str | None:
     """The row whose key starts the command; a key ending in `$` is the whole command."""
     text = _flat(cmd.text)
-    return next((key for key in table if (text == key[:-1] if key.endswith("$") else (text + " ").startswith(key))),
-                None)
+    return next(
+        (key for key in table if (text == key[:-1] if key.endswith("$") else (text + " ").startswith(key))), None
+    )
 
 
 def _page_exports(cmd: DocCommand) -> list[str]:
@@ -142,8 +150,9 @@ def run_documented(cmd: DocCommand, shared_data: str | None = None) -> Run:
 @functools.cache
 def _run_script(script: str, shared_data: str | None = None) -> Run:
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    result = subprocess.run(["bash", "-c", script], cwd=REPO, capture_output=True, text=True, timeout=1200,
-                            env=_env(shared_data))
+    result = subprocess.run(
+        ["bash", "-c", script], cwd=REPO, capture_output=True, text=True, timeout=1200, env=_env(shared_data)
+    )
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu_s = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
     return Run(result.returncode, result.stdout, result.stderr, cpu_s)
@@ -162,7 +171,8 @@ RUNNABLE = [c for c in COMMANDS if not _row(CANNOT_RUN, c)]
 def test_documented_command_runs_as_written(cmd):
     run = run_documented(cmd)
     assert run.returncode == cmd.expected_exit, (
-        f"{cmd} exited {run.returncode}, the doc says {cmd.expected_exit}:\n{run.stdout[-1500:]}\n{run.stderr[-1500:]}")
+        f"{cmd} exited {run.returncode}, the doc says {cmd.expected_exit}:\n{run.stdout[-1500:]}\n{run.stderr[-1500:]}"
+    )
     if not _row(SLOW, cmd):
         assert run.cpu_s < FAST_CPU_LIMIT_S, f"{cmd} took {run.cpu_s:.1f} CPU-s: list it in SLOW (deep profile only)"
 
@@ -172,12 +182,18 @@ def _readme_newcomer_commands() -> list:
     text = (REPO / "README.md").read_text()
     five = text.split("## Five minutes with it", 1)[1].split("\n## ", 1)[0]
     lines = {c.line for c in COMMANDS if c.page == "README.md"}
-    start = text[:text.index("## Five minutes with it")].count("\n") + 1
+    start = text[: text.index("## Five minutes with it")].count("\n") + 1
     end = start + five.count("\n")
     picked = [c for c in COMMANDS if c.page == "README.md" and (c.text == "make preview" or start <= c.line <= end)]
     assert lines and len(picked) >= 6
-    return [pytest.param(c, id=f"README.md:{c.line}", marks=[pytest.mark.skip(reason="slow: deep profile only")]
-                         if _row(SLOW, c) and not DEEP else []) for c in picked]
+    return [
+        pytest.param(
+            c,
+            id=f"README.md:{c.line}",
+            marks=[pytest.mark.skip(reason="slow: deep profile only")] if _row(SLOW, c) and not DEEP else [],
+        )
+        for c in picked
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -196,7 +212,9 @@ def test_readme_commands_print_dollars_with_nothing_beside_the_clone(cmd, nothin
     assert re.search(r"\$\d[\d,]*", run.stdout), run.stdout[-1500:]
     assert "not checked" not in run.stdout
     if "validate" not in cmd.text:
-        assert re.search(r"^\s*(?:[\w-]+: )?prices: gpuloan snapshot of \d{4}-\d\d-\d\d", run.stdout, re.M), run.stdout[-800:]
+        assert re.search(r"^\s*(?:[\w-]+: )?prices: gpuloan snapshot of \d{4}-\d\d-\d\d", run.stdout, re.M), run.stdout[
+            -800:
+        ]
 
 
 def test_every_fenced_block_says_what_it_holds():
@@ -217,8 +235,7 @@ def _gpuloan_help(argv: list[str]) -> str:
     """`--help` of the subcommand (`prices refresh` is two words)."""
     words = [a for a in argv[1:3] if not a.startswith("-")]
     for n in (len(words), 1):
-        result = subprocess.run([*GPULOAN, *words[:n], "--help"], cwd=REPO, capture_output=True,
-                                text=True, timeout=60)
+        result = subprocess.run([*GPULOAN, *words[:n], "--help"], cwd=REPO, capture_output=True, text=True, timeout=60)
         if result.returncode == 0:
             return result.stdout
     raise AssertionError(result.stderr)
@@ -236,8 +253,10 @@ def _config_path_exists(path: str) -> bool:
             return False
         model = model.model_fields[name].annotation
         while typing.get_args(model):  # list[X], X | None: look inside
-            model = next((a for a in typing.get_args(model) if isinstance(a, type) and issubclass(a, BaseModel)),
-                         typing.get_args(model)[0])
+            model = next(
+                (a for a in typing.get_args(model) if isinstance(a, type) and issubclass(a, BaseModel)),
+                typing.get_args(model)[0],
+            )
     return True
 
 
@@ -267,11 +286,13 @@ def test_a_command_that_cannot_run_here_names_what_exists(cmd, recorded):
 
 
 def test_the_command_reader_joins_continuations_and_loops_and_keeps_comments_apart():
-    body = ('make preview   # creates .venv\n'
-            'gh api --method PUT "repos/o/r/environments/prod" \\\n  -F "x=#notacomment"  # a comment\n'
-            '\n# a comment line\n'
-            'for env in dev prod; do\n  gh api "$env"\ndone\n'
-            '.venv/bin/gpuloan validate -s broken  # exits 2: the file names a missing pool\n')
+    body = (
+        "make preview   # creates .venv\n"
+        'gh api --method PUT "repos/o/r/environments/prod" \\\n  -F "x=#notacomment"  # a comment\n'
+        "\n# a comment line\n"
+        'for env in dev prod; do\n  gh api "$env"\ndone\n'
+        ".venv/bin/gpuloan validate -s broken  # exits 2: the file names a missing pool\n"
+    )
     cmds = commands_of(body, "p.md", 10)
     assert [(c.line, c.text, c.comment) for c in cmds] == [
         (10, "make preview", "creates .venv"),
@@ -309,7 +330,9 @@ def test_ci_runs_the_readme_test_command():
 def test_config_reference_is_current():
     from gpuloan.commands.schema import config_markdown
 
-    assert (REPO / "docs" / "config.md").read_text() == config_markdown(), "run `make schema` to regenerate docs/config.md"
+    assert (REPO / "docs" / "config.md").read_text() == config_markdown(), (
+        "run `make schema` to regenerate docs/config.md"
+    )
 
 
 # --- figures and claims quoted in the docs, checked against what the code does -------------------------------
@@ -317,8 +340,11 @@ def test_config_reference_is_current():
 
 def test_make_help_shows_every_documented_line_of_every_target():
     makefile = (REPO / "Makefile").read_text()
-    documented = [line[3:].split(": ", 1)[-1].strip() if re.match(r"## [a-z-]+: ", line) else line[3:].strip()
-                  for line in makefile.splitlines() if line.startswith("## ")]
+    documented = [
+        line[3:].split(": ", 1)[-1].strip() if re.match(r"## [a-z-]+: ", line) else line[3:].strip()
+        for line in makefile.splitlines()
+        if line.startswith("## ")
+    ]
     shown = subprocess.run(["make", "help"], cwd=REPO, capture_output=True, text=True, timeout=60).stdout
     shown_text = [line.strip() for line in shown.splitlines()]
     missing = [d for d in documented if not any(s.endswith(d) for s in shown_text)]
@@ -333,9 +359,14 @@ def test_make_help_fits_80_columns():
 def test_bench_org_states_one_duration_everywhere():
     """The Makefile's help, the benchmarks page and this suite's SLOW row say the same, and the run quoted on the
     page took that long."""
-    said = [re.search(r"about (\d+) minutes", text).group(1) for text in (
-        _make_help_line("bench-org"), _flat_doc("docs/benchmarks.md").split("make bench-org #")[1][:120],
-        SLOW["make bench-org"])]
+    said = [
+        re.search(r"about (\d+) minutes", text).group(1)
+        for text in (
+            _make_help_line("bench-org"),
+            _flat_doc("docs/benchmarks.md").split("make bench-org #")[1][:120],
+            SLOW["make bench-org"],
+        )
+    ]
     quoted_s = float(re.search(r"bench-org: ([\d.]+) s wall in all", _flat_doc("docs/benchmarks.md")).group(1))
     assert len(set(said)) == 1 and round(quoted_s / 60) == int(said[0]), said
 
@@ -379,8 +410,9 @@ def test_capacity_doc_describes_one_spot_group_per_size_as_the_advisory_does():
 
 
 def test_config_doc_capacity_row_says_production_work_stays_off_spot():
-    row = next(line for line in (REPO / "docs" / "config.md").read_text().splitlines()
-               if line.startswith("| `capacity` |"))
+    row = next(
+        line for line in (REPO / "docs" / "config.md").read_text().splitlines() if line.startswith("| `capacity` |")
+    )
     assert "production_spot_pools" in row and "off spot" in row and "prices its elastic nodes at on-demand" in row
 
 
@@ -401,7 +433,9 @@ def test_floor_doc_states_how_many_floor_sizes_advise_tries():
     from advise import advisor
 
     text = " ".join((REPO / "docs" / "floor.md").read_text().split())
-    every, most = re.search(r"every size up to (\d+) nodes, a larger peak in even steps of at most (\d+) sizes", text).groups()
+    every, most = re.search(
+        r"every size up to (\d+) nodes, a larger peak in even steps of at most (\d+) sizes", text
+    ).groups()
     assert advisor.floor_sizes(int(every)) == list(range(int(every) + 1))
     assert len(advisor.floor_sizes(int(every) + 1)) < int(every) + 2  # one more node and sizes are skipped
     assert int(most) == advisor.MAX_POINTS and len(advisor.floor_sizes(1000)) <= int(most) + 1
@@ -419,8 +453,9 @@ def test_simulator_doc_quotes_the_real_trace_error(tmp_path):
     quoted = re.search(r"`trace\.csv:3: ([^`]+)`", text).group(1)
     bad = tmp_path / "trace.csv"
     bad.write_text("submit_s,duration_s,gpus\n0,600,8\nx,600,8\n")
-    result = subprocess.run([*GPULOAN, "simulate", "--trace", str(bad), "-s", "dev"],
-                            cwd=REPO, capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [*GPULOAN, "simulate", "--trace", str(bad), "-s", "dev"], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 2 and f"{bad}:3: {quoted}" in result.stderr
 
 
@@ -451,19 +486,27 @@ def test_floor_doc_hand_check_quotes_the_first_commands_figures():
     cmd = documented("docs/floor.md", r"^\.venv/bin/gpuloan advise .*--trace")
     doc = _advise_json(cmd)
     two = next(p for p in doc["points"] if p["floor_nodes"] == 2)
-    elastic, total, printed = re.search(r"at 2 floor nodes the elastic part costs \$([\d,.]+)/month, so `reserved_1yr` "
-                                        r"costs 2 × 13\.5171 × 730 \+ [\d,.]+ = \$([\d,.]+) \(the table prints "
-                                        r"\$([\d,]+)\)", text).groups()
+    elastic, total, printed = re.search(
+        r"at 2 floor nodes the elastic part costs \$([\d,.]+)/month, so `reserved_1yr` "
+        r"costs 2 × 13\.5171 × 730 \+ [\d,.]+ = \$([\d,.]+) \(the table prints "
+        r"\$([\d,]+)\)",
+        text,
+    ).groups()
     assert (elastic, total) == (f"{two['elastic_monthly_usd']:,.2f}", f"{two['monthly_usd']['reserved_1yr']:,.2f}")
     assert re.search(rf"^2 +[\d,]+ +{printed} ", run_documented(cmd).stdout, re.M)  # the table of the command itself
-    peak, step = re.search(r"The peak from that week's demand is (\d+) nodes, so the sweep tries every (\w+) size",
-                           text).groups()
+    peak, step = re.search(
+        r"The peak from that week's demand is (\d+) nodes, so the sweep tries every (\w+) size", text
+    ).groups()
     assert doc["peak_nodes"] == int(peak) and step == "second"
     assert [p["floor_nodes"] for p in doc["points"]] == list(range(0, int(peak) + 1, 2))
-    per_month, below = re.search(r"interrupt production work \(([\d.]+) interruptions a month\) at every floor below "
-                                 r"(\d+) nodes", text).groups()
+    per_month, below = re.search(
+        r"interrupt production work \(([\d.]+) interruptions a month\) at every floor below "
+        r"(\d+) nodes",
+        text,
+    ).groups()
     assert {p["production_interruptions_per_month"] for p in doc["points"] if p["floor_nodes"] < int(below)} == {
-        float(per_month)}
+        float(per_month)
+    }
     rec = re.search(r"a floor of (\d+) nodes paid `(\w+)`, \$([\d,]+)/month", text).groups()
     r = doc["recommendation"]
     assert (str(r["floor_nodes"]), r["payment"], f"{r['monthly_usd']:,.0f}") == rec
@@ -472,14 +515,18 @@ def test_floor_doc_hand_check_quotes_the_first_commands_figures():
 @requires_prices  # the docs' commands price with the snapshot
 def test_floor_doc_quotes_the_preview_of_the_training_floor():
     text = _flat_doc("docs/floor.md")
-    cell, unused, line = re.search(r"shows it as `(2× p4d\.24xlarge \$[\d,]+ \([^)]+\))` .*?, `(commitments \(unused\) "
-                                   r"\$[\d,]+)`, and the line `([^`]+)…", text).groups()
+    cell, unused, line = re.search(
+        r"shows it as `(2× p4d\.24xlarge \$[\d,]+ \([^)]+\))` .*?, `(commitments \(unused\) "
+        r"\$[\d,]+)`, and the line `([^`]+)…",
+        text,
+    ).groups()
     # the same command as budgets.md's (one run serves both)
     out = _flat(run_documented(documented("docs/budgets.md", r"^\.venv/bin/gpuloan preview -s prod$")).stdout)
     # at 80 columns the cell folds over lines, its parts in order between the row's other cells
     parts = re.match(r"(2×) (p4d\.24xlarge) (\$[\d,]+) \((\w+) \+ ([\w-]+)\)", cell).groups()
-    assert re.search(r"training research " + r" .*?".join(re.escape(x) for x in (*parts[:4], "+", parts[4] + ")")),
-                     out), cell
+    assert re.search(
+        r"training research " + r" .*?".join(re.escape(x) for x in (*parts[:4], "+", parts[4] + ")")), out
+    ), cell
     label, usd = unused.split(" $")
     assert re.search(r"commitments .*?" + re.escape(f"${usd}") + r" .*?\(unused\)", out), unused
     # the quoted line elides with "…"; the notes fold at 80 columns, mid-word too: compare without whitespace
@@ -494,7 +541,9 @@ def test_simulator_doc_quotes_the_sweep_examples_frontier():
     text = _flat_doc("docs/simulator.md")
     low, low_usd, low_p95, high, high_usd = re.search(
         r"the frontier runs from floor (\d+) \(about \$([\d,]+), p95 ([\d.]+) min, level with karpenter\) to floor "
-        r"(\d+) \(about \$([\d,]+), no wait\)", text).groups()
+        r"(\d+) \(about \$([\d,]+), no wait\)",
+        text,
+    ).groups()
     out = run_documented(documented("docs/simulator.md", r"--sweep-floor")).stdout
     rows = {int(r[0]): r for r in (line.split() for line in out.splitlines()) if r and r[0].isdigit()}
     about = lambda usd: f"{round(int(usd.replace(',', '')), -2):,}"  # noqa: E731
@@ -505,8 +554,10 @@ def test_simulator_doc_quotes_the_sweep_examples_frontier():
 
 @pytest.mark.skipif(not DEEP, reason="make bench-policy is SLOW: deep profile only")
 def test_policy_doc_quotes_the_bench_lines_counts_and_zip():
-    quoted = re.search(r"`decide 100 pools x 32 nodes: [\d.]+ ms (?:\(target < 20\) )?\| (AWS calls per tick[^|]+)\| (zip: [\d.]+ KiB)",
-                       _flat_doc("docs/policy.md")).groups()
+    quoted = re.search(
+        r"`decide 100 pools x 32 nodes: [\d.]+ ms (?:\(target < 20\) )?\| (AWS calls per tick[^|]+)\| (zip: [\d.]+ KiB)",
+        _flat_doc("docs/policy.md"),
+    ).groups()
     out = run_documented(documented("docs/policy.md", r"^make bench-policy$")).stdout
     assert quoted[0] in out and quoted[1] in out
 
@@ -516,11 +567,14 @@ def test_benchmarks_doc_quotes_the_advisors_verdict_on_the_month(cmd):
     floor, payment, usd, today, today_usd, share = re.search(
         r"Its verdict on that month: (\d+) floor nodes paid (\w+), (\$[\d,]+)/month, the cheapest floor that meets the "
         r"production pool's service target \(today's (\d+ × \w+), (\$[\d,]+), does not\); its last floor node is "
-        r"needed (\d+) % of the time", _flat_doc("docs/benchmarks.md")).groups()
+        r"needed (\d+) % of the time",
+        _flat_doc("docs/benchmarks.md"),
+    ).groups()
     out = run_documented(cmd).stdout
-    assert (f"cheapest meeting the target: floor of {floor} x p4d.24xlarge paid {payment}, {usd}/month (today's "
-            f"{today.replace('×', 'x')}: {today_usd}/month); its last floor node is needed {share} % of the time"
-            ) in out
+    assert (
+        f"cheapest meeting the target: floor of {floor} x p4d.24xlarge paid {payment}, {usd}/month (today's "
+        f"{today.replace('×', 'x')}: {today_usd}/month); its last floor node is needed {share} % of the time"
+    ) in out
 
 
 # A fenced block right after `<!-- output of: COMMAND -->` is what COMMAND prints at 80 columns: every line of the
@@ -535,10 +589,13 @@ def _output_blocks() -> list:
     found = []
     for path in doc_pages(REPO):
         page, text = str(path.relative_to(REPO)), path.read_text()
-        marked = [(command, [r for r in block.splitlines() if r.strip()])
-                  for command, block in OUTPUT_MARK.findall(text)]
-        marked += [(command, [r for r in region.splitlines() if r.startswith("|")])
-                   for command, region in OUTPUT_REGION.findall(text)]
+        marked = [
+            (command, [r for r in block.splitlines() if r.strip()]) for command, block in OUTPUT_MARK.findall(text)
+        ]
+        marked += [
+            (command, [r for r in region.splitlines() if r.startswith("|")])
+            for command, region in OUTPUT_REGION.findall(text)
+        ]
         for command, rows in marked:
             # the command as one of the page's shell blocks shows it (so it also runs as written), or as marked
             cmd = next((c for c in COMMANDS if c.page == page and c.text == command), DocCommand(page, 0, command, ""))
@@ -564,8 +621,9 @@ def test_the_readme_cost_table_and_the_benchmark_tables_are_marked_as_command_ou
     marked = {(p.values[0].page, p.values[0].text): len(p.values[1]) for p in _output_blocks()}
     assert marked[("docs/benchmarks.md", "make benchmark")] > 100
     assert marked[("docs/benchmarks.md", "make bench-what-if")] > 40
-    assert any(p.values[0].page == "README.md" and "preview -s prod --summary" in p.values[0].text
-               for p in _output_blocks())
+    assert any(
+        p.values[0].page == "README.md" and "preview -s prod --summary" in p.values[0].text for p in _output_blocks()
+    )
 
 
 # --- commands quoted in prose (`gpuloan simulate --warm-up`, `make bench-sim`) name what exists ----------------
@@ -602,6 +660,9 @@ def test_commands_quoted_in_prose_name_real_subcommands_options_and_make_targets
                 wrong.append(f"{path.name}: `{quoted}`: no subcommand {words[1]}")
                 continue
             options = {s for a in parser._actions for s in a.option_strings}
-            wrong += [f"{path.name}: `{quoted}`: {parser.prog} has no {w}" for w in words
-                      if w.startswith("-") and w.split("=")[0] not in options]
+            wrong += [
+                f"{path.name}: `{quoted}`: {parser.prog} has no {w}"
+                for w in words
+                if w.startswith("-") and w.split("=")[0] not in options
+            ]
     assert wrong == []

@@ -28,44 +28,77 @@ def register(sub) -> None:
     src = p.add_mutually_exclusive_group()
     src.add_argument("--trace", help="demand: a job trace (ITP or submit_s,duration_s,gpus) or a series CSV")
     src.add_argument("--series", help="demand: a minute,gpus_demanded CSV")
-    src.add_argument("--demand", metavar="DIR",
-                     help="the whole environment's demand: one <pool>.csv per pool (job trace or minute,gpus_demanded); "
-                          "advises every pool's floor and one organization commitment together")
-    p.add_argument("--history-days", type=int, default=30, metavar="N",
-                   help="without --trace/--series: read the stack's own CloudWatch metrics of the last N days "
-                        "(default 30)")
+    src.add_argument(
+        "--demand",
+        metavar="DIR",
+        help="the whole environment's demand: one <pool>.csv per pool (job trace or minute,gpus_demanded); "
+        "advises every pool's floor and one organization commitment together",
+    )
+    p.add_argument(
+        "--history-days",
+        type=int,
+        default=30,
+        metavar="N",
+        help="without --trace/--series: read the stack's own CloudWatch metrics of the last N days (default 30)",
+    )
     p.add_argument("--days", help="A:B, days of the trace to use, counted from 0, both included")
     p.add_argument("--target-p95-wait", type=float, metavar="MINUTES", help="overrides service_target.p95_wait_minutes")
     p.add_argument("--target-unmet-pct", type=float, metavar="PCT", help="overrides service_target.unmet_pct")
-    p.add_argument("--target-production-interruptions", type=float, metavar="N",
-                   help="overrides service_target.production_interruptions_per_month")
-    p.add_argument("--production-share", type=float, metavar="PCT",
-                   help="share of the demand that is production work (default: the pool's service target, else "
-                        "100 for tier production, 0 otherwise)")
-    p.add_argument("--peak-from-demand", action="store_true",
-                   help="size the pool's peak (floor + elastic max) to the demand's peak instead of the stack's")
-    p.add_argument("--jobs", type=int, metavar="N",
-                   help="simulate N floor sizes (with --demand --model simulated: N setups) at once in separate "
-                        "processes (default 1; with --demand, the CPUs; results do not change)")
+    p.add_argument(
+        "--target-production-interruptions",
+        type=float,
+        metavar="N",
+        help="overrides service_target.production_interruptions_per_month",
+    )
+    p.add_argument(
+        "--production-share",
+        type=float,
+        metavar="PCT",
+        help="share of the demand that is production work (default: the pool's service target, else "
+        "100 for tier production, 0 otherwise)",
+    )
+    p.add_argument(
+        "--peak-from-demand",
+        action="store_true",
+        help="size the pool's peak (floor + elastic max) to the demand's peak instead of the stack's",
+    )
+    p.add_argument(
+        "--jobs",
+        type=int,
+        metavar="N",
+        help="simulate N floor sizes (with --demand --model simulated: N setups) at once in separate "
+        "processes (default 1; with --demand, the CPUs; results do not change)",
+    )
     sim_args.add(p)
     p.add_argument("--json", action="store_true", help="print one JSON document with every point")
-    p.add_argument("--plot", metavar="PNG", help="cost vs floor size per payment (one file per pool: POOL- prefix "
-                   "when several pools)")
+    p.add_argument(
+        "--plot",
+        metavar="PNG",
+        help="cost vs floor size per payment (one file per pool: POOL- prefix when several pools)",
+    )
     price_args.add(p)
     advise_org.add_arguments(p)
-    exit_codes.document(p, {0: "advice printed",
-                            1: "--demand/--org: figures printed, advice withheld (they failed the sanity check)",
-                            2: "bad input: the stack, its config or an option (every problem named on stderr), the demand, prices, or no AWS credentials for the stack's history",
-                            3: "AWS refused or could not be reached (CloudWatch, reading the history)"},
-                        ".venv/bin/gpuloan advise -s prod --demand docs/examples/org-demand --sizing-days 3 "
-                        "--lookback-days 7 --production-share 30")
+    exit_codes.document(
+        p,
+        {
+            0: "advice printed",
+            1: "--demand/--org: figures printed, advice withheld (they failed the sanity check)",
+            2: "bad input: the stack, its config or an option (every problem named on stderr), the demand, prices, or no AWS credentials for the stack's history",
+            3: "AWS refused or could not be reached (CloudWatch, reading the history)",
+        },
+        ".venv/bin/gpuloan advise -s prod --demand docs/examples/org-demand --sizing-days 3 "
+        "--lookback-days 7 --production-share 30",
+    )
     p.set_defaults(func=run)
 
 
 def _target(args, base):
     changes = {}
-    for opt, field in (("target_p95_wait", "p95_wait_minutes"), ("target_unmet_pct", "unmet_pct"),
-                       ("target_production_interruptions", "production_interruptions_per_month")):
+    for opt, field in (
+        ("target_p95_wait", "p95_wait_minutes"),
+        ("target_unmet_pct", "unmet_pct"),
+        ("target_production_interruptions", "production_interruptions_per_month"),
+    ):
         value = getattr(args, opt)
         if value is not None:
             if value < 0:
@@ -109,8 +142,7 @@ def run(args) -> int:
         if args.jobs is not None and args.jobs < 1:
             raise ValueError("--jobs must be at least 1")
         if getattr(args, "org", False) and not args.demand and exit_codes.credentials_missing():
-            raise ValueError(f"{exit_codes.NO_CREDENTIALS} (--demand DIR; --org reads every pool's CloudWatch "
-                             "history)")
+            raise ValueError(f"{exit_codes.NO_CREDENTIALS} (--demand DIR; --org reads every pool's CloudWatch history)")
         if advise_org.wanted(args):
             return _run_org(args, prices, cfg, stack)
         names = [p.name for p in cfg.pools]
@@ -119,18 +151,39 @@ def run(args) -> int:
             if name not in names:
                 raise ValueError(f"no pool '{name}' in this stack; pools: {', '.join(names)}")
         if not (args.trace or args.series) and exit_codes.credentials_missing():
-            raise ValueError(f"{exit_codes.NO_CREDENTIALS} (--trace/--series/--demand; without them advise "
-                             f"reads the stack's own CloudWatch history)")
+            raise ValueError(
+                f"{exit_codes.NO_CREDENTIALS} (--trace/--series/--demand; without them advise "
+                f"reads the stack's own CloudWatch history)"
+            )
         docs = []
         for name in pools:
             trace = _demand(args, prices, cfg, name)
             target = _target(args, cfg.pool(name).service_target)
-            docs.append(advisor.advise(prices, cfg, name, trace, target=target, production_share_pct=args.production_share,
-                                       settings=sim_args.settings(args),
-                                       peak_from_demand=args.peak_from_demand, jobs=args.jobs or 1,
-                                       progress=_progress(name)))
-    except (stackfile.StackFileError, config.ConfigError, traces.TraceError, advisor.AdviceError, OrgAdviceError,
-            catalog.PriceSourceError, stack_arg.NoStackError, ValueError, parallel.ParallelError) as err:
+            docs.append(
+                advisor.advise(
+                    prices,
+                    cfg,
+                    name,
+                    trace,
+                    target=target,
+                    production_share_pct=args.production_share,
+                    settings=sim_args.settings(args),
+                    peak_from_demand=args.peak_from_demand,
+                    jobs=args.jobs or 1,
+                    progress=_progress(name),
+                )
+            )
+    except (
+        stackfile.StackFileError,
+        config.ConfigError,
+        traces.TraceError,
+        advisor.AdviceError,
+        OrgAdviceError,
+        catalog.PriceSourceError,
+        stack_arg.NoStackError,
+        ValueError,
+        parallel.ParallelError,
+    ) as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except _aws_errors() as err:
@@ -158,8 +211,9 @@ def run(args) -> int:
 def _run_org(args, prices, cfg, stack) -> int:
     """The organization mode: errors are raised to run()'s handlers, the document printed here."""
     if args.plot:
-        raise ValueError("--plot is not available with --demand/--org (make bench-org draws the organization's "
-                         "picture)")
+        raise ValueError(
+            "--plot is not available with --demand/--org (make bench-org draws the organization's picture)"
+        )
     doc = advise_org.run(args, prices, cfg)
     if args.json:
         print(json_doc.dumps({"stack": stack, "price_source": prices.price_source(cfg.region), **doc}))
@@ -179,8 +233,11 @@ def _progress(pool: str):
     t0 = time.perf_counter()
 
     def report(done: int, total: int) -> None:
-        print(f"advise: pool {pool}: floor size {done}/{total} simulated "
-              f"({time.perf_counter() - t0:,.0f} s)", file=sys.stderr, flush=True)
+        print(
+            f"advise: pool {pool}: floor size {done}/{total} simulated ({time.perf_counter() - t0:,.0f} s)",
+            file=sys.stderr,
+            flush=True,
+        )
 
     return report
 
@@ -205,10 +262,12 @@ def render(doc: dict) -> None:
     payments = list(doc["rates"])
     t = doc["target"]
     floor_gpus = doc.get("floor_gpus_per_node", doc["gpus_per_node"])  # the floor's own size
-    title = (f"pool {doc['pool']}: monthly cost vs floor size ({doc['floor_instance_type']}, {floor_gpus} "
-             f"GPUs/node) on {doc['demand']}; target p95 wait <= {t['p95_wait_minutes']:g} min, unmet <= "
-             f"{t['unmet_pct']:g} %, production interruptions <= {t['production_interruptions_per_month']:g}/month "
-             f"(production share {100 * doc['production_share']:.0f} %)")
+    title = (
+        f"pool {doc['pool']}: monthly cost vs floor size ({doc['floor_instance_type']}, {floor_gpus} "
+        f"GPUs/node) on {doc['demand']}; target p95 wait <= {t['p95_wait_minutes']:g} min, unmet <= "
+        f"{t['unmet_pct']:g} %, production interruptions <= {t['production_interruptions_per_month']:g}/month "
+        f"(production share {100 * doc['production_share']:.0f} %)"
+    )
     paid = [f"{p}\n$/mo" for p in payments]
     cols = ["floor\nnodes", "elastic\n$/mo", *paid, "p95 wait\nmin", "unmet\n%", "prod. int.\n/mo", "meets"]
     # On a narrow terminal the service columns a reader checks against the target stay, the elastic share goes
@@ -222,8 +281,12 @@ def render(doc: dict) -> None:
             if rec.get("floor_nodes") == pt["floor_nodes"] and rec.get("payment") == p:
                 text = f"[bold green]{text} *[/]"
             cells.append(text)
-        cells += ["-" if pt["p95_wait_minutes"] is None else f"{pt['p95_wait_minutes']:g}", f"{pt['unmet_pct']:.2f}",
-                  f"{pt['production_interruptions_per_month']:.1f}", "yes" if pt["meets_target"] else "no"]
+        cells += [
+            "-" if pt["p95_wait_minutes"] is None else f"{pt['p95_wait_minutes']:g}",
+            f"{pt['unmet_pct']:.2f}",
+            f"{pt['production_interruptions_per_month']:.1f}",
+            "yes" if pt["meets_target"] else "no",
+        ]
         table.add_row(*cells)
     tables.print_table(console, table)
     # Prose wraps between words at the terminal's width (a figure is one word, so it stays whole).
@@ -236,11 +299,14 @@ def render(doc: dict) -> None:
     if big["count"]:
         from sim.runner import larger_jobs_words
 
-        console.print(f"[yellow]{larger_jobs_words(big)}: they never run; raise elastic.max_nodes or use "
-                      "--peak-from-demand[/]")
+        console.print(
+            f"[yellow]{larger_jobs_words(big)}: they never run; raise elastic.max_nodes or use --peak-from-demand[/]"
+        )
     if not doc["production_on_spot"] and doc["production_share"] > 0:
-        console.print("  production work stays off spot (pool not in scheduling.kueue.production_spot_pools): "
-                      "spot reclaims interrupt none of it")
+        console.print(
+            "  production work stays off spot (pool not in scheduling.kueue.production_spot_pools): "
+            "spot reclaims interrupt none of it"
+        )
     if doc.get("verdict"):
         console.print(doc["verdict"])
     for p, words in doc["break_even"].items():

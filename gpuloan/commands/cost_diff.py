@@ -25,10 +25,12 @@ from pricing.sources import catalog
 EXIT_ABOVE_THRESHOLD = 3
 EXIT_NO_PRICES = 4
 EXIT_BLOCKERS = 5
-NO_PRICES = ("No price file: no cost was compared. This repository commits no gpuloan-prices.json beside Pulumi.yaml "
-             "(and no --prices / GPULOAN_PRICE_FILE was given), so every money figure below is unknown, not "
-             "unchanged. Run `gpuloan prices refresh -s STACK` with AWS credentials and commit gpuloan-prices.json, "
-             "or let the scheduled price-refresh workflow open that pull request (docs/prices.md).")
+NO_PRICES = (
+    "No price file: no cost was compared. This repository commits no gpuloan-prices.json beside Pulumi.yaml "
+    "(and no --prices / GPULOAN_PRICE_FILE was given), so every money figure below is unknown, not "
+    "unchanged. Run `gpuloan prices refresh -s STACK` with AWS credentials and commit gpuloan-prices.json, "
+    "or let the scheduled price-refresh workflow open that pull request (docs/prices.md)."
+)
 
 
 def no_prices_banner(fmt: str, text: str) -> str:
@@ -51,26 +53,48 @@ def register(sub) -> None:
     p = sub.add_parser("cost-diff", help="resources added/changed/removed and the monthly cost change vs a git ref")
     p.add_argument("--base", required=True, metavar="REF", help="git ref to compare against (branch, tag, commit)")
     p.add_argument("-s", "--stack", action="append", metavar="S", help="a stack to compare (repeatable); default: all")
-    p.add_argument("--format", choices=("markdown", "table", "json"), default=None,
-                   help="markdown: the PR comment; table: plain text (default); json: one document")
+    p.add_argument(
+        "--format",
+        choices=("markdown", "table", "json"),
+        default=None,
+        help="markdown: the PR comment; table: plain text (default); json: one document",
+    )
     p.add_argument("--markdown", action="store_true", help="same as --format markdown")
-    p.add_argument("--fail-above", metavar="$N|N%", default=None,
-                   help="exit 3 when the fixed monthly cost of all stacks rises by more than $N (or N percent)")
-    p.add_argument("--fail-on-blockers", action="store_true",
-                   help="exit 5 when the change has a rollout blocker (docs/gitops.md, \"Rollout blockers\")")
-    p.add_argument("--accept-blockers", metavar="WHY", default=None,
-                   help="the blockers are meant (the Rollout-Blockers-Accepted commit trailer); never accepts one "
-                        "CI's deploy role cannot apply")
-    p.add_argument("--guardrail-config", metavar="PATH", default=None,
-                   help="write the guardrails pack's rollout-blockers config (pulumi up --policy-pack-config)")
+    p.add_argument(
+        "--fail-above",
+        metavar="$N|N%",
+        default=None,
+        help="exit 3 when the fixed monthly cost of all stacks rises by more than $N (or N percent)",
+    )
+    p.add_argument(
+        "--fail-on-blockers",
+        action="store_true",
+        help='exit 5 when the change has a rollout blocker (docs/gitops.md, "Rollout blockers")',
+    )
+    p.add_argument(
+        "--accept-blockers",
+        metavar="WHY",
+        default=None,
+        help="the blockers are meant (the Rollout-Blockers-Accepted commit trailer); never accepts one "
+        "CI's deploy role cannot apply",
+    )
+    p.add_argument(
+        "--guardrail-config",
+        metavar="PATH",
+        default=None,
+        help="write the guardrails pack's rollout-blockers config (pulumi up --policy-pack-config)",
+    )
     price_args.add(p)
-    exit_codes.document(p, {0: "the diff was made (a base that fails validation is reported, not an error)",
-                            2: "the working tree's config fails validation, the ref is unknown, or a -s stack "
-                               "exists on neither side",
-                            3: "the fixed monthly cost rose above --fail-above",
-                            4: "no price at all (no price file, no cache, the snapshot turned off): no cost was "
-                               "compared"},
-                        ".venv/bin/gpuloan cost-diff --base main --markdown")
+    exit_codes.document(
+        p,
+        {
+            0: "the diff was made (a base that fails validation is reported, not an error)",
+            2: "the working tree's config fails validation, the ref is unknown, or a -s stack exists on neither side",
+            3: "the fixed monthly cost rose above --fail-above",
+            4: "no price at all (no price file, no cache, the snapshot turned off): no cost was compared",
+        },
+        ".venv/bin/gpuloan cost-diff --base main --markdown",
+    )
     p.set_defaults(func=run)
 
 
@@ -88,8 +112,11 @@ def run(args) -> int:
             return EXIT_INVALID
     try:
         prices = price_args.apply(args)
-        print(f"previewing {', '.join(args.stack) if args.stack else 'every stack'} at {args.base} and in the "
-              "working tree ...", file=sys.stderr)
+        print(
+            f"previewing {', '.join(args.stack) if args.stack else 'every stack'} at {args.base} and in the "
+            "working tree ...",
+            file=sys.stderr,
+        )
         diffs = cost_diff.cost_diff(Path.cwd(), args.base, args.stack, price_file=args.price_file)
     except (cost_diff.CostDiffError, catalog.PriceSourceError) as err:
         print(f"error: {err}", file=sys.stderr)
@@ -116,14 +143,18 @@ def run(args) -> int:
         import textwrap
 
         def say(text: str) -> None:  # 80 columns, continuation lines indented
-            print("\n".join(textwrap.wrap(text, width=80, subsequent_indent="  ", break_on_hyphens=False)),
-                  file=sys.stderr)
+            print(
+                "\n".join(textwrap.wrap(text, width=80, subsequent_indent="  ", break_on_hyphens=False)),
+                file=sys.stderr,
+            )
 
         for sentence in refused:
             say(f"error: rollout blocker: {sentence}")
         if refused:
-            say(f"error: to apply them on purpose, add the trailer '{cost_comment.ACCEPT_TRAILER}: <why>' to the "
-                "commit (not for a change CI cannot apply: an administrator applies it; docs/gitops.md)")
+            say(
+                f"error: to apply them on purpose, add the trailer '{cost_comment.ACCEPT_TRAILER}: <why>' to the "
+                "commit (not for a change CI cannot apply: an administrator applies it; docs/gitops.md)"
+            )
             return EXIT_BLOCKERS
         if args.accept_blockers and any(cost_comment.blockers(d) for d in diffs):
             print(f"rollout blockers accepted: {args.accept_blockers.strip()}", file=sys.stderr)

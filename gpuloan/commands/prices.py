@@ -22,31 +22,48 @@ EXIT_BAD_INPUT = 2
 
 
 def register(sub) -> None:
-    p = sub.add_parser("prices", help="read GPU prices from AWS into the project's price file, or show the prices "
-                                      "in force")
+    p = sub.add_parser(
+        "prices", help="read GPU prices from AWS into the project's price file, or show the prices in force"
+    )
     verbs = p.add_subparsers(dest="verb", required=True, metavar="VERB")
-    r = verbs.add_parser("refresh", help=f"read the stack's prices from AWS (your credentials) into "
-                                         f"{pricebook.PROJECT_PRICE_FILE} beside Pulumi.yaml (commit it)")
+    r = verbs.add_parser(
+        "refresh",
+        help=f"read the stack's prices from AWS (your credentials) into "
+        f"{pricebook.PROJECT_PRICE_FILE} beside Pulumi.yaml (commit it)",
+    )
     stack_arg.add(r)
-    r.add_argument("--instance-type", action="append", default=[], metavar="TYPE",
-                   help="also read this type (repeatable), e.g. one the config does not use yet")
+    r.add_argument(
+        "--instance-type",
+        action="append",
+        default=[],
+        metavar="TYPE",
+        help="also read this type (repeatable), e.g. one the config does not use yet",
+    )
     r.add_argument("--profile", help="AWS profile (default: the usual AWS credential chain)")
     where = r.add_mutually_exclusive_group()
-    where.add_argument("--output", metavar="PATH", default=None,
-                       help=f"write this price file (default: {pricebook.PROJECT_PRICE_FILE} beside the project's "
-                            "Pulumi.yaml; other regions already in it are kept)")
-    where.add_argument("--cache", action="store_true",
-                       help="write the per-user cache (~/.cache/gpuloan) instead of a project file")
+    where.add_argument(
+        "--output",
+        metavar="PATH",
+        default=None,
+        help=f"write this price file (default: {pricebook.PROJECT_PRICE_FILE} beside the project's "
+        "Pulumi.yaml; other regions already in it are kept)",
+    )
+    where.add_argument(
+        "--cache", action="store_true", help="write the per-user cache (~/.cache/gpuloan) instead of a project file"
+    )
     r.set_defaults(func=run_refresh)
-    refresh_codes = {0: "every price was read and written",
-                     1: "some prices could not be read (throttled, missing, not offered); the others were written",
-                     2: "bad input (the stack, --output), or no AWS credentials"}
+    refresh_codes = {
+        0: "every price was read and written",
+        1: "some prices could not be read (throttled, missing, not offered); the others were written",
+        2: "bad input (the stack, --output), or no AWS credentials",
+    }
     exit_codes.document(r, refresh_codes, ".venv/bin/gpuloan prices refresh -s prod")
     s = verbs.add_parser("show", help="the prices in force for the stack's instance types, with source and date")
     stack_arg.add(s)
     price_args.add(s)
-    exit_codes.document(s, {0: "shown", 2: "bad input: the stack or the price file"},
-                        ".venv/bin/gpuloan prices show -s prod")
+    exit_codes.document(
+        s, {0: "shown", 2: "bad input: the stack or the price file"}, ".venv/bin/gpuloan prices show -s prod"
+    )
     s.set_defaults(func=run_show)
     exit_codes.document(p, {**refresh_codes, 0: "done"}, ".venv/bin/gpuloan prices show -s dev")
 
@@ -104,15 +121,20 @@ def print_spot_spread(prices: catalog.Prices, doc: dict[str, Any], region: str, 
         advised = {d.index: d for d in spot_spread.dominated(rows)}
         for gpus, group in groups:
             # a multi-size pool has one spot group per size (config/node_sizes.py), each spread on its own
-            name = (f"spot spread of pool {pool}" if len(groups) == 1
-                    else f"spot spread of pool {pool}, {spot_spread.size_words(gpus)} group")
+            name = (
+                f"spot spread of pool {pool}"
+                if len(groups) == 1
+                else f"spot spread of pool {pool}, {spot_spread.size_words(gpus)} group"
+            )
             _say(f"{name} (price-capacity-optimized over {len(group)} type(s) x {where}):")
             # 76 columns: the row fits 80; the spot price's basis, a sentence, goes on its own folded line below it
             print(f"  {'type':<20} {'GPUs':>4} {'spot $/GPU-h':>13} {'on-demand $/GPU-h':>18} {'interruptions':>13}")
             for _, r in group:
-                print(f"  {r.instance_type:<20} {r.gpus if r.gpus is not None else '?':>4} "
-                      f"{money(r.spot_usd_per_gpu_hour):>13} {money(r.ondemand_usd_per_gpu_hour):>18} "
-                      f"{r.interruption_bucket or 'unknown':>13}")
+                print(
+                    f"  {r.instance_type:<20} {r.gpus if r.gpus is not None else '?':>4} "
+                    f"{money(r.spot_usd_per_gpu_hour):>13} {money(r.ondemand_usd_per_gpu_hour):>18} "
+                    f"{r.interruption_bucket or 'unknown':>13}"
+                )
                 _say(f"    spot price basis: {r.spot_basis}", indent=6)
             for i, _ in group:
                 if i in advised:
@@ -138,8 +160,12 @@ def _clients(region: str, profile: str | None):
 
     session = boto3.Session(profile_name=profile) if profile else boto3.Session()
     # The Price List and Savings Plans APIs answer from us-east-1 for every region priced.
-    return (session.client("pricing", region_name="us-east-1"), session.client("ec2", region_name=region),
-            session.client("savingsplans", region_name="us-east-1"), session.client("eks", region_name=region))
+    return (
+        session.client("pricing", region_name="us-east-1"),
+        session.client("ec2", region_name=region),
+        session.client("savingsplans", region_name="us-east-1"),
+        session.client("eks", region_name=region),
+    )
 
 
 def cluster_version_of(doc: dict[str, Any]) -> str:
@@ -147,8 +173,11 @@ def cluster_version_of(doc: dict[str, Any]) -> str:
     from config import versions
 
     cluster = (doc.get("config") or {}).get("gpuloan:cluster") or {}
-    return str(cluster.get("kubernetes_version") or versions.DEFAULT_KUBERNETES_VERSION) if isinstance(
-        cluster, dict) else versions.DEFAULT_KUBERNETES_VERSION
+    return (
+        str(cluster.get("kubernetes_version") or versions.DEFAULT_KUBERNETES_VERSION)
+        if isinstance(cluster, dict)
+        else versions.DEFAULT_KUBERNETES_VERSION
+    )
 
 
 def version_support_lines(eks_client, version: str) -> list[str]:
@@ -158,11 +187,15 @@ def version_support_lines(eks_client, version: str) -> list[str]:
 
     live = platform_costs.read_version_support(eks_client, version)
     offline = platform_costs.version_support(version)
-    lines = [f"Kubernetes {version}: {live.status} (end of standard support {live.end_of_standard_support or '?'}; "
-             f"{live.source})"]
+    lines = [
+        f"Kubernetes {version}: {live.status} (end of standard support {live.end_of_standard_support or '?'}; "
+        f"{live.source})"
+    ]
     if (live.status, live.end_of_standard_support) != (offline.status, offline.end_of_standard_support):
-        lines.append(f"note: the offline calendar ({offline.source}) says {offline.status} until "
-                     f"{offline.end_of_standard_support or '?'}: update config/versions.py:EKS_VERSION_CALENDAR")
+        lines.append(
+            f"note: the offline calendar ({offline.source}) says {offline.status} until "
+            f"{offline.end_of_standard_support or '?'}: update config/versions.py:EKS_VERSION_CALENDAR"
+        )
     return lines
 
 
@@ -186,13 +219,25 @@ def run_refresh(args, clients=None) -> int:
         pricing, ec2, plans, *rest = clients or _clients(region, args.profile)
         eks = rest[0] if rest else None
         print(f"reading {len(types)} instance type(s) in {region} from AWS ...", file=sys.stderr)
-        result = aws_prices.refresh(region, types, pricing_client=pricing, ec2_client=ec2, savingsplans_client=plans,
-                                    zones=zones, known_facts=catalog.KNOWN)
+        result = aws_prices.refresh(
+            region,
+            types,
+            pricing_client=pricing,
+            ec2_client=ec2,
+            savingsplans_client=plans,
+            zones=zones,
+            known_facts=catalog.KNOWN,
+        )
         print(f"reading platform rates (EKS, NAT, EBS, KMS, CloudWatch, Lambda) in {region} ...", file=sys.stderr)
-        platform, platform_gaps = aws_prices.refresh_platform(region, system_instance_types(doc), pricing_client=pricing)
+        platform, platform_gaps = aws_prices.refresh_platform(
+            region, system_instance_types(doc), pricing_client=pricing
+        )
     except NoCredentialsError:
-        print("error: no AWS credentials; configure them (aws configure / AWS_PROFILE), or use an offline price "
-              f"file instead ({pricebook.ENV_PRICE_FILE}, see docs/prices.md)", file=sys.stderr)
+        print(
+            "error: no AWS credentials; configure them (aws configure / AWS_PROFILE), or use an offline price "
+            f"file instead ({pricebook.ENV_PRICE_FILE}, see docs/prices.md)",
+            file=sys.stderr,
+        )
         return EXIT_BAD_INPUT
     except (aws_prices.PriceFetchError, BotoCoreError) as err:
         print(f"error: {err}", file=sys.stderr)
@@ -221,11 +266,12 @@ def run_refresh(args, clients=None) -> int:
         print(f"error: {problem}", file=sys.stderr)
     for key, rate in sorted(body.platform.items()):
         print(f"{key:<22} ${rate.usd_per_unit:g}/{rate.unit} ({rate.source}, {rate.as_of})")
-    print(f"wrote {len(body.prices)} price(s) and {len(body.platform)} platform rate(s) for {region}, read "
-          f"{body.read_at}, in {', '.join(map(str, written))}")
+    print(
+        f"wrote {len(body.prices)} price(s) and {len(body.platform)} platform rate(s) for {region}, read "
+        f"{body.read_at}, in {', '.join(map(str, written))}"
+    )
     if not getattr(args, "cache", False):
-        print(f"commit it (git add {written[0].name}): previews, cost diffs and CI read it from there",
-              file=sys.stderr)
+        print(f"commit it (git add {written[0].name}): previews, cost diffs and CI read it from there", file=sys.stderr)
     return EXIT_PARTIAL if result.problems else 0
 
 
@@ -253,16 +299,21 @@ def run_show(args) -> int:
         if p is None:
             _say(f"{t:<22} unknown: {prices.missing_price_reason(t, region)}")
             continue
-        spot = (f"${p.spot_usd_per_hour:,.4f}/h spot ({p.spot_basis})" if p.spot_usd_per_hour is not None
-                else "no spot price")
+        spot = (
+            f"${p.spot_usd_per_hour:,.4f}/h spot ({p.spot_basis})"
+            if p.spot_usd_per_hour is not None
+            else "no spot price"
+        )
         _say(f"{t:<22} ${p.ondemand_usd_per_hour:,.4f}/h on demand (as of {p.as_of}), {spot}")
         for c in prices.commitments(t, region):
             _say(f"{'':<4}{c.offer}: ${c.usd_per_hour:,.4f}/h ({c.source}, {c.as_of})", indent=6)
     for key, rate in sorted(prices.book.regions.get(region, pricebook.RegionPrices(region, "", "")).platform.items()):
         _say(f"{key:<22} ${rate.usd_per_unit:g}/{rate.unit} ({rate.source}, {rate.as_of})")
     if not prices.book.regions.get(region) or not prices.book.regions[region].platform:
-        _say(f"{'platform':<22} no platform rates (EKS, NAT, EBS ...): those preview rows are unknown "
-              "(docs/prices.md, \"Platform rates\")")
+        _say(
+            f"{'platform':<22} no platform rates (EKS, NAT, EBS ...): those preview rows are unknown "
+            '(docs/prices.md, "Platform rates")'
+        )
     print_spot_spread(prices, doc, region, zones)
     print(prices.price_source(region))
     return 0

@@ -75,15 +75,23 @@ def _type_name(annotation) -> str:
         return " \\| ".join(f"`{m.value}`" for m in annotation)
     if isinstance(annotation, type):
         return {"str": "string", "int": "integer", "float": "number", "bool": "boolean"}.get(
-            annotation.__name__, annotation.__name__)
+            annotation.__name__, annotation.__name__
+        )
     return str(annotation)
 
 
 def _constraints(field) -> str:
     parts = []
     for m in field.metadata:
-        for attr, sym in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<"), ("min_length", "min items/len"),
-                          ("max_length", "max items/len"), ("pattern", "pattern")):
+        for attr, sym in (
+            ("ge", ">="),
+            ("gt", ">"),
+            ("le", "<="),
+            ("lt", "<"),
+            ("min_length", "min items/len"),
+            ("max_length", "max items/len"),
+            ("pattern", "pattern"),
+        ):
             v = getattr(m, attr, None)
             if v is not None:
                 parts.append(f"{sym} `{v}`" if attr == "pattern" else f"{sym} {v}")
@@ -128,8 +136,14 @@ def config_markdown() -> str:
         sections.append((prefix, model))
         for name, field in model.model_fields.items():
             for sub in models_in(field.annotation):
-                is_list = typing.get_origin(typing.get_args(field.annotation)[0] if typing.get_origin(
-                    field.annotation) is typing.Union else field.annotation) is list
+                is_list = (
+                    typing.get_origin(
+                        typing.get_args(field.annotation)[0]
+                        if typing.get_origin(field.annotation) is typing.Union
+                        else field.annotation
+                    )
+                    is list
+                )
                 walk(f"{prefix}.{name}" + ("[]" if is_list else ""), sub)
 
     walk("gpuloan:", config.GpuLoanConfig)
@@ -152,7 +166,9 @@ def config_markdown() -> str:
         out += ["| key | type | default | constraints | description |", "|---|---|---|---|---|"]
         for name, field in model.model_fields.items():
             desc = (field.description or "").replace("|", "\\|")
-            out.append(f"| `{name}` | {_type_name(field.annotation)} | {_default(field)} | {_constraints(field)} | {desc} |")
+            out.append(
+                f"| `{name}` | {_type_name(field.annotation)} | {_default(field)} | {_constraints(field)} | {desc} |"
+            )
         out.append("")
     out += [
         "## Rules that span fields",

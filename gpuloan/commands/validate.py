@@ -24,16 +24,24 @@ def register(sub) -> None:
     stack_arg.add(p, positional=True)
     add_config_json(p)
     price_args.add(p)
-    exit_codes.document(p, {0: "valid (advisories and unchecked rules are printed, not errors)",
-                            2: "invalid: every problem with its path, or an unreadable stack or price file"},
-                        ".venv/bin/gpuloan validate -s prod")
+    exit_codes.document(
+        p,
+        {
+            0: "valid (advisories and unchecked rules are printed, not errors)",
+            2: "invalid: every problem with its path, or an unreadable stack or price file",
+        },
+        ".venv/bin/gpuloan validate -s prod",
+    )
     p.set_defaults(func=run)
 
 
 def add_config_json(p) -> None:
-    p.add_argument("--config-json", metavar="FILE",
-                   help="read the config from `pulumi config --show-secrets --json` output instead of the stack "
-                        "file (secrets and keys from an imported ESC environment)")
+    p.add_argument(
+        "--config-json",
+        metavar="FILE",
+        help="read the config from `pulumi config --show-secrets --json` output instead of the stack "
+        "file (secrets and keys from an imported ESC environment)",
+    )
 
 
 def stack_document(stack_or_file: str, config_json: str | None = None) -> tuple[str, dict, str]:
@@ -47,8 +55,9 @@ def stack_document(stack_or_file: str, config_json: str | None = None) -> tuple[
     return stack, stackfile.load(path), path.name
 
 
-def load_config(prices: catalog.Prices, stack_or_file: str,
-                config_json: str | None = None) -> tuple[str, config.GpuLoanConfig]:
+def load_config(
+    prices: catalog.Prices, stack_or_file: str, config_json: str | None = None
+) -> tuple[str, config.GpuLoanConfig]:
     """Resolve, read and validate; raises StackFileError, ConfigJsonError or ConfigError."""
     stack, doc, source = stack_document(stack_or_file, config_json)
     return stack, checks.from_stack_yaml(doc, source, prices=prices)
@@ -62,12 +71,17 @@ def price_rules_not_checked(prices: catalog.Prices, cfg: config.GpuLoanConfig) -
     if not prices.prices_cover(cfg.region):
         out.append(f"every instance type has a price in {cfg.region} ({why})")
     bill = floor_bill.floor_bill(prices.with_config(cfg), cfg)
-    unpriced = [f"pools[{i}] ({p.name})" for i, p in enumerate(cfg.pools)
-                if p.guaranteed is not None and bill.pool_usd(floor_bill.billing_key(cfg, i)) is None]
+    unpriced = [
+        f"pools[{i}] ({p.name})"
+        for i, p in enumerate(cfg.pools)
+        if p.guaranteed is not None and bill.pool_usd(floor_bill.billing_key(cfg, i)) is None
+    ]
     if unpriced:
         cause = why if not prices.prices_cover(cfg.region) else "; ".join(bill.unknown)
-        out.append(f"the floors' cost against the pool and environment budgets, for {', '.join(unpriced)} "
-                   f"({cause}); {pricebook.FIX}")
+        out.append(
+            f"the floors' cost against the pool and environment budgets, for {', '.join(unpriced)} "
+            f"({cause}); {pricebook.FIX}"
+        )
     return out
 
 
@@ -76,10 +90,15 @@ def off_spot_notes(cfg: config.GpuLoanConfig) -> list[str]:
     from config.config import ElasticCapacity, Tier
     from config.scheduling import spot_allowed
 
-    return [f"pools[{i}] ({p.name}): production work stays off spot (not in "
-            "scheduling.kueue.production_spot_pools): it runs on the on-demand group, priced at on-demand"
-            for i, p in enumerate(cfg.pools) if p.tier == Tier.production and p.elastic is not None
-            and p.elastic.capacity != ElasticCapacity.on_demand and not spot_allowed(cfg, p)]
+    return [
+        f"pools[{i}] ({p.name}): production work stays off spot (not in "
+        "scheduling.kueue.production_spot_pools): it runs on the on-demand group, priced at on-demand"
+        for i, p in enumerate(cfg.pools)
+        if p.tier == Tier.production
+        and p.elastic is not None
+        and p.elastic.capacity != ElasticCapacity.on_demand
+        and not spot_allowed(cfg, p)
+    ]
 
 
 def run(args) -> int:
@@ -98,13 +117,20 @@ def run(args) -> int:
 
     _, unchecked = config.with_secret_placeholders(doc.get("config") or {}, source)
     gpus = sum((p.guaranteed.nodes if p.guaranteed else 0) for p in cfg.pools)
-    budget = ("budget secret" if any(secret_values.budget_secret(p) is None for p in unchecked)
-              else f"budget ${cfg.budget.monthly_usd:,.0f}/month")
-    print(f"{stack}: valid ({len(cfg.pools)} pool(s), {gpus} guaranteed node(s), {budget}, region {cfg.region})"
-          + (" except the secrets below" if unchecked else ""))
+    budget = (
+        "budget secret"
+        if any(secret_values.budget_secret(p) is None for p in unchecked)
+        else f"budget ${cfg.budget.monthly_usd:,.0f}/month"
+    )
+    print(
+        f"{stack}: valid ({len(cfg.pools)} pool(s), {gpus} guaranteed node(s), {budget}, region {cfg.region})"
+        + (" except the secrets below" if unchecked else "")
+    )
     for path in unchecked:
-        print(f"  not checked: {path}: a Pulumi secret (`secure:`), opaque offline; everything else was validated "
-              f"with a placeholder in its place; {config.CONFIG_JSON_HINT}")
+        print(
+            f"  not checked: {path}: a Pulumi secret (`secure:`), opaque offline; everything else was validated "
+            f"with a placeholder in its place; {config.CONFIG_JSON_HINT}"
+        )
     for rule in price_rules_not_checked(prices, cfg):
         print(f"  not checked: {rule}")
     for note in off_spot_notes(cfg):
@@ -118,5 +144,9 @@ def run(args) -> int:
 
 def _warn(text: str) -> None:
     """A warning on stderr, folded at 80 columns (continuation lines indented), never split inside a word."""
-    print("\n".join(textwrap.wrap(text, width=80, subsequent_indent="  ", break_long_words=False,
-                                   break_on_hyphens=False)), file=sys.stderr)
+    print(
+        "\n".join(
+            textwrap.wrap(text, width=80, subsequent_indent="  ", break_long_words=False, break_on_hyphens=False)
+        ),
+        file=sys.stderr,
+    )

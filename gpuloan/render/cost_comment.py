@@ -44,8 +44,12 @@ class Change:
 
     def to_json(self) -> dict:
         r = lambda v: round(v, 2) if isinstance(v, float) else v  # noqa: E731
-        return {"base_monthly_usd": r(self.base), "head_monthly_usd": r(self.head), "delta_monthly_usd": r(self.delta),
-                "delta_pct": None if self.percent is None else round(self.percent, 1)}
+        return {
+            "base_monthly_usd": r(self.base),
+            "head_monthly_usd": r(self.head),
+            "delta_monthly_usd": r(self.delta),
+            "delta_pct": None if self.percent is None else round(self.percent, 1),
+        }
 
 
 def _fixed(doc: dict | None) -> float | str | None:
@@ -170,19 +174,33 @@ def resource_costs(d: StackDiff) -> list[tuple[str, str, str]]:
     for row in d.pools:
         b, h = row["base"] or {}, row["head"] or {}
         p = models.get(row["pool"], {})
-        for label, key, model in (("floor node group", "guaranteed_monthly_usd", "guaranteed_price_model"),
-                                  ("spot node group (ceiling)", "elastic_max_monthly_usd", "elastic_price_model"),
-                                  ("on-demand fallback group (ceiling)", "fallback_max_monthly_usd",
-                                   "fallback_price_model")):
+        for label, key, model in (
+            ("floor node group", "guaranteed_monthly_usd", "guaranteed_price_model"),
+            ("spot node group (ceiling)", "elastic_max_monthly_usd", "elastic_price_model"),
+            ("on-demand fallback group (ceiling)", "fallback_max_monthly_usd", "fallback_price_model"),
+        ):
             if (b.get(key) or 0) == 0 and (h.get(key) or 0) == 0:
                 continue
-            out.append((f"{row['pool']} {label}", p.get(model, "on_demand").replace("_", " "),
-                        cost_diff.money_cell(b.get(key), h.get(key), base_known)))
-    pmodels = {r["item"]: r["price_model"] for doc in (_side_doc(d.base), _side_doc(d.head))
-               for r in (doc or {}).get("cost", {}).get("platform", [])}
+            out.append(
+                (
+                    f"{row['pool']} {label}",
+                    p.get(model, "on_demand").replace("_", " "),
+                    cost_diff.money_cell(b.get(key), h.get(key), base_known),
+                )
+            )
+    pmodels = {
+        r["item"]: r["price_model"]
+        for doc in (_side_doc(d.base), _side_doc(d.head))
+        for r in (doc or {}).get("cost", {}).get("platform", [])
+    }
     for row in d.platform:
-        out.append((row["item"], pmodels.get(row["item"], "on_demand").replace("_", " "),
-                    cost_diff.money_cell(row["base"], row["head"], base_known)))
+        out.append(
+            (
+                row["item"],
+                pmodels.get(row["item"], "on_demand").replace("_", " "),
+                cost_diff.money_cell(row["base"], row["head"], base_known),
+            )
+        )
     return out
 
 
@@ -205,13 +223,20 @@ def refused_blockers(diffs: list[StackDiff], accepted: str | None) -> list[str]:
     """The blockers that stop a deploy: every one unless `accepted` (the override's reason) says the change means
     them, and whatever `accepted` says, those CI's deploy role cannot carry out (an administrator applies them)."""
     reason = (accepted or "").strip()
-    out = [f"{d.stack}: this change {b.sentence()}" for d in diffs for b in blockers(d)
-           if b.needs_administrator or not reason]
+    out = [
+        f"{d.stack}: this change {b.sentence()}"
+        for d in diffs
+        for b in blockers(d)
+        if b.needs_administrator or not reason
+    ]
     if not reason:
         # A base that could not be previewed (its config no longer validates, its program failed) hides every
         # blocker: unknown is not "none".
-        out += [f"{d.stack}: the base could not be previewed, so the rollout cannot be checked"
-                for d in diffs if not d.base.ok and not d.base.missing]
+        out += [
+            f"{d.stack}: the base could not be previewed, so the rollout cannot be checked"
+            for d in diffs
+            if not d.base.ok and not d.base.missing
+        ]
     return out
 
 
@@ -219,20 +244,30 @@ def guardrail_config(diffs: list[StackDiff], accepted: str | None) -> dict:
     """The guardrails pack's config for `pulumi up --policy-pack-config` (pulumi/actions' policyPackConfigs): the
     rollout blockers the pack reports (guardrails/policies.py:validate_rollout_blockers)."""
     found = [(d, b) for d in diffs for b in blockers(d)]
-    return {GUARDRAIL_POLICY: {
-        "blockers": [f"{d.stack}: {b.sentence()}" for d, b in found if not b.needs_administrator],
-        "administrator_blockers": [f"{d.stack}: {b.sentence()}" for d, b in found if b.needs_administrator],
-        "accepted": (accepted or "").strip()}}
+    return {
+        GUARDRAIL_POLICY: {
+            "blockers": [f"{d.stack}: {b.sentence()}" for d, b in found if not b.needs_administrator],
+            "administrator_blockers": [f"{d.stack}: {b.sentence()}" for d, b in found if b.needs_administrator],
+            "accepted": (accepted or "").strip(),
+        }
+    }
 
 
-BLOCKER_NOTE = ("running nodes and the pods on them go with it; with protect_critical `pulumi up` refuses it until "
-                "protection is lifted on purpose (docs/gitops.md, \"The cost diff\")")
+BLOCKER_NOTE = (
+    "running nodes and the pods on them go with it; with protect_critical `pulumi up` refuses it until "
+    'protection is lifted on purpose (docs/gitops.md, "The cost diff")'
+)
 
 
 def render_markdown(diffs: list[StackDiff], base_label: str, warnings: list[str] | None = None) -> str:
     total = _sum([fixed_change(d) for d in diffs])
-    lines = [cost_diff.MARKER, f"## 💰 {headline(total)}", "",
-             f"All stacks, `{base_label}` → this change; fixed = guaranteed floors + platform (730 h/month).", ""]
+    lines = [
+        cost_diff.MARKER,
+        f"## 💰 {headline(total)}",
+        "",
+        f"All stacks, `{base_label}` → this change; fixed = guaranteed floors + platform (730 h/month).",
+        "",
+    ]
     for w in warnings or []:
         lines.append(f"> ⚠️ {w}")
     if warnings:
@@ -263,19 +298,38 @@ def render_markdown(diffs: list[StackDiff], base_label: str, warnings: list[str]
             lines.append("")
             priced = resource_costs(d)
             if priced:
-                lines += ["<details><summary>monthly cost per resource</summary>", "",
-                          "| resource | price model | monthly |", "|---|---|---:|",
-                          *[f"| {r} | {m} | {c} |" for r, m, c in priced], "", "</details>", ""]
+                lines += [
+                    "<details><summary>monthly cost per resource</summary>",
+                    "",
+                    "| resource | price model | monthly |",
+                    "|---|---|---:|",
+                    *[f"| {r} | {m} | {c} |" for r, m, c in priced],
+                    "",
+                    "</details>",
+                    "",
+                ]
         lines += cost_diff.node_group_lines(d)  # replaced / rolled node groups, floors flagged (offline/rollout.py)
-        changes = ([f"| + add | `{r['type']}` | {r['name']} |" for r in d.added]
-                   + [f"| ~ change | `{r['type']}` | {r['name']} ({', '.join(k)}) |" for r, k in d.changed]
-                   + [f"| − remove | `{r['type']}` | {r['name']} |" for r in d.removed])
+        changes = (
+            [f"| + add | `{r['type']}` | {r['name']} |" for r in d.added]
+            + [f"| ~ change | `{r['type']}` | {r['name']} ({', '.join(k)}) |" for r, k in d.changed]
+            + [f"| − remove | `{r['type']}` | {r['name']} |" for r in d.removed]
+        )
         if changes:
-            lines += ["<details><summary>resources</summary>", "", "| | type | name |", "|---|---|---|", *changes,
-                      "", "</details>", ""]
-    lines.append("Guaranteed = the floor at the rate it is paid (its price model in the per-resource table); elastic max / fallback max = every spot / on-demand "
-                 "fallback node up all month (ceilings); headroom = budget minus floor and platform (≤: some platform "
-                 "rows have no price). Offline preview: nothing was created.")
+            lines += [
+                "<details><summary>resources</summary>",
+                "",
+                "| | type | name |",
+                "|---|---|---|",
+                *changes,
+                "",
+                "</details>",
+                "",
+            ]
+    lines.append(
+        "Guaranteed = the floor at the rate it is paid (its price model in the per-resource table); elastic max / fallback max = every spot / on-demand "
+        "fallback node up all month (ceilings); headroom = budget minus floor and platform (≤: some platform "
+        "rows have no price). Offline preview: nothing was created."
+    )
     lines += [f"{d.stack}: {src}" for d, src in cost_diff._price_sources(diffs)]
     lines += [line for d in diffs for line in cost_diff.commitment_lines(d)]
     return "\n".join(lines) + "\n"
@@ -295,14 +349,17 @@ def render_text(diffs: list[StackDiff], base_label: str, width: int | None = Non
             for r in d.removed:
                 lines.append(f"    - {r['name']} ({r['type']})")
             for step in d.upgrade_steps:  # folded to 80 columns: an add-on line names four pins
-                lines += textwrap.wrap(f"upgrade {step}", width=80, initial_indent="  ", subsequent_indent="      ",
-                                       break_on_hyphens=False)
+                lines += textwrap.wrap(
+                    f"upgrade {step}", width=80, initial_indent="  ", subsequent_indent="      ", break_on_hyphens=False
+                )
             for change in d.node_groups:
                 lines.append(f"  node group: {'FLOOR ' if change.is_floor else ''}{change.sentence()}")
         if d.base.ok or d.head.ok:
             from gpuloan.render import tables  # the one table style; folds to the terminal's width
 
-            t = tables.table(None, cost_diff.HEADERS, words=cost_diff.HEADERS[1:])  # "$1,000 → $2,000": wraps at the arrow
+            t = tables.table(
+                None, cost_diff.HEADERS, words=cost_diff.HEADERS[1:]
+            )  # "$1,000 → $2,000": wraps at the arrow
             for r in cost_diff.cost_rows(d):
                 t.add_row(*r)
             lines.append(tables.to_text(t, width=width).rstrip("\n"))
@@ -311,8 +368,9 @@ def render_text(diffs: list[StackDiff], base_label: str, width: int | None = Non
     return "\n".join(lines) + "\n"
 
 
-def render_table(diffs: list[StackDiff], base_label: str, warnings: list[str] | None = None,
-                 width: int | None = None) -> str:
+def render_table(
+    diffs: list[StackDiff], base_label: str, warnings: list[str] | None = None, width: int | None = None
+) -> str:
     lines = [headline(_sum([fixed_change(d) for d in diffs])) + f" (all stacks, {base_label} -> working tree)"]
     lines += [f"warning: {w}" for w in warnings or []]
     for d in diffs:
@@ -328,8 +386,11 @@ def to_json(diffs: list[StackDiff], base_label: str, warnings: list[str] | None 
             "headline": headline(fixed_change(d)),
             "fixed": fixed_change(d).to_json(),
             "ceiling": ceiling_change(d).to_json(),
-            "resources": {"add": [r["urn"] for r in d.added], "remove": [r["urn"] for r in d.removed],
-                          "change": [{"urn": r["urn"], "inputs": k} for r, k in d.changed]},
+            "resources": {
+                "add": [r["urn"] for r in d.added],
+                "remove": [r["urn"] for r in d.removed],
+                "change": [{"urn": r["urn"], "inputs": k} for r, k in d.changed],
+            },
             "pools": d.pools,
             "totals": d.totals,
             "platform": d.platform,
@@ -339,8 +400,14 @@ def to_json(diffs: list[StackDiff], base_label: str, warnings: list[str] | None 
         }
 
     total = _sum([fixed_change(d) for d in diffs])
-    return {"base": base_label, "changed": changed(diffs), "headline": headline(total), "fixed": total.to_json(),
-            "warnings": list(warnings or []), "stacks": [stack(d) for d in diffs]}
+    return {
+        "base": base_label,
+        "changed": changed(diffs),
+        "headline": headline(total),
+        "fixed": total.to_json(),
+        "warnings": list(warnings or []),
+        "stacks": [stack(d) for d in diffs],
+    }
 
 
 def render_json(diffs: list[StackDiff], base_label: str, warnings: list[str] | None = None) -> str:

@@ -24,8 +24,14 @@ def console(file=None, stderr: bool = False) -> Console:
     return Console(file=file, stderr=stderr, soft_wrap=False)
 
 
-def table(title: str | None, columns: Sequence[str], left: Iterable[str] = (), whole: Iterable[str] = (),
-          words: Iterable[str] = (), drop: Sequence[str] | None = None) -> Table:
+def table(
+    title: str | None,
+    columns: Sequence[str],
+    left: Iterable[str] = (),
+    whole: Iterable[str] = (),
+    words: Iterable[str] = (),
+    drop: Sequence[str] | None = None,
+) -> Table:
     """A table with `columns`; those in `left` (labels) are left-aligned, the others (figures) right-aligned.
 
     A figure column never wraps. Columns in `words` (cells of several words, such as "2× p4d.24xlarge $19,735")
@@ -37,12 +43,20 @@ def table(title: str | None, columns: Sequence[str], left: Iterable[str] = (), w
     whole, words = set(whole), set(words)
     # A rule under the header and above the total, no vertical borders: two characters between columns, so eight
     # columns of figures still fit 80.
-    t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, header_style="bold", pad_edge=False,
-              show_edge=False, collapse_padding=True)
+    t = Table(
+        title=title,
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        header_style="bold",
+        pad_edge=False,
+        show_edge=False,
+        collapse_padding=True,
+    )
     for c in columns:
         wraps = (c in left or c in words) and c not in whole
-        t.add_column(c, justify="left" if c in left else "right", no_wrap=not wraps,
-                     overflow="fold" if wraps else "ellipsis")
+        t.add_column(
+            c, justify="left" if c in left else "right", no_wrap=not wraps, overflow="fold" if wraps else "ellipsis"
+        )
     t.drop_order = list(drop) if drop is not None else list(reversed(columns[1:]))  # type: ignore[attr-defined]
     return t
 

@@ -5,18 +5,39 @@ from __future__ import annotations
 from policy.errors import CapacityShortage, ConflictingUpdate, DataUnavailable, PolicyError, Throttled
 
 _THROTTLING = {
-    "Throttling", "ThrottlingException", "ThrottledException", "RequestLimitExceeded", "TooManyRequestsException",
-    "RequestThrottled", "RequestThrottledException", "ProvisionedThroughputExceededException", "SlowDown",
-    "ServiceUnavailable", "ServiceUnavailableException", "InternalFailure", "InternalError", "InternalServerError",
+    "Throttling",
+    "ThrottlingException",
+    "ThrottledException",
+    "RequestLimitExceeded",
+    "TooManyRequestsException",
+    "RequestThrottled",
+    "RequestThrottledException",
+    "ProvisionedThroughputExceededException",
+    "SlowDown",
+    "ServiceUnavailable",
+    "ServiceUnavailableException",
+    "InternalFailure",
+    "InternalError",
+    "InternalServerError",
     "ServerException",
 }
-_CONFLICT = {"ResourceInUseException", "ScalingActivityInProgress", "ResourceContention",
-             "ConditionalCheckFailedException"}
+_CONFLICT = {
+    "ResourceInUseException",
+    "ScalingActivityInProgress",
+    "ResourceContention",
+    "ConditionalCheckFailedException",
+}
 _CAPACITY = {"InsufficientInstanceCapacity", "InsufficientCapacity"}
 # Refusals that asking again a minute later will not change (a missing permission, a budget that does not exist):
 # a read refused so is backed off (policy/spend.py), where a throttled or unreachable one is retried next tick.
-_REFUSED = {"AccessDenied", "AccessDeniedException", "UnauthorizedOperation", "UnauthorizedException",
-            "NotFoundException", "UnrecognizedClientException"}
+_REFUSED = {
+    "AccessDenied",
+    "AccessDeniedException",
+    "UnauthorizedOperation",
+    "UnauthorizedException",
+    "NotFoundException",
+    "UnrecognizedClientException",
+}
 
 
 def classify(err: Exception, what: str) -> PolicyError:

@@ -25,9 +25,16 @@ PERIOD_SECONDS = 60
 class CloudWatchUtilization:
     """GetMetricData over `namespace`/`metric` with dimensions ClusterName, InstanceId, NodeName."""
 
-    def __init__(self, cloudwatch, cluster_name: str, namespace: str = "ContainerInsights",
-                 metric: str = "node_gpu_utilization", reserved_metric: str = "node_gpu_reserved_capacity",
-                 deadline: Deadline | None = None, in_flight: int = fanout.DEFAULT_IN_FLIGHT):
+    def __init__(
+        self,
+        cloudwatch,
+        cluster_name: str,
+        namespace: str = "ContainerInsights",
+        metric: str = "node_gpu_utilization",
+        reserved_metric: str = "node_gpu_reserved_capacity",
+        deadline: Deadline | None = None,
+        in_flight: int = fanout.DEFAULT_IN_FLIGHT,
+    ):
         self._cw = cloudwatch
         self._deadline = deadline
         self._in_flight = in_flight
@@ -39,11 +46,20 @@ class CloudWatchUtilization:
         self.calls = 0
 
     def _query(self, qid: str, node: NodeRef, stat: str, metric: str | None = None) -> dict:
-        dims = [{"Name": "ClusterName", "Value": self._cluster}, {"Name": "InstanceId", "Value": node.instance_id},
-                {"Name": "NodeName", "Value": node.node_name}]
-        return {"Id": qid, "ReturnData": True, "MetricStat": {
-            "Metric": {"Namespace": self._namespace, "MetricName": metric or self._metric, "Dimensions": dims},
-            "Period": PERIOD_SECONDS, "Stat": stat}}
+        dims = [
+            {"Name": "ClusterName", "Value": self._cluster},
+            {"Name": "InstanceId", "Value": node.instance_id},
+            {"Name": "NodeName", "Value": node.node_name},
+        ]
+        return {
+            "Id": qid,
+            "ReturnData": True,
+            "MetricStat": {
+                "Metric": {"Namespace": self._namespace, "MetricName": metric or self._metric, "Dimensions": dims},
+                "Period": PERIOD_SECONDS,
+                "Stat": stat,
+            },
+        }
 
     def _batch(self, batch: list[dict], start: datetime, now: datetime) -> list[dict]:
         """Every page of one GetMetricData batch: its MetricDataResults."""
@@ -75,14 +91,17 @@ class CloudWatchUtilization:
         queries: list[dict] = []
         owner: dict[str, tuple[str, str]] = {}
         for i, node in enumerate(nodes):
-            for stat, tag, metric in (("Average", "a", None), ("Maximum", "m", None),
-                                      ("Maximum", "r", self._reserved_metric)):
+            for stat, tag, metric in (
+                ("Average", "a", None),
+                ("Maximum", "m", None),
+                ("Maximum", "r", self._reserved_metric),
+            ):
                 qid = f"{tag}{i}"
                 owner[qid] = (node.instance_id, tag)
                 queries.append(self._query(qid, node, stat, metric))
         raw: dict[str, dict[str, dict[datetime, float]]] = {n.instance_id: {"a": {}, "m": {}, "r": {}} for n in nodes}
         start = now - timedelta(minutes=window_minutes) - MAX_STALENESS  # the idle window may end that early
-        batches = [queries[k:k + MAX_QUERIES_PER_CALL] for k in range(0, len(queries), MAX_QUERIES_PER_CALL)]
+        batches = [queries[k : k + MAX_QUERIES_PER_CALL] for k in range(0, len(queries), MAX_QUERIES_PER_CALL)]
         # The batches side by side (each one's pages in turn); any batch that fails fails the read, as one call did.
         for _, results, err in fanout.each(lambda batch: self._batch(batch, start, now), batches, self._in_flight):
             if err is not None:
@@ -94,6 +113,8 @@ class CloudWatchUtilization:
         out = {}
         for iid, by in raw.items():
             stamps = sorted(set(by["a"]) | set(by["m"]), reverse=True)
-            out[iid] = Series(tuple((ts, by["a"].get(ts), by["m"].get(ts)) for ts in stamps),
-                              tuple(sorted(by["r"].items(), reverse=True)))
+            out[iid] = Series(
+                tuple((ts, by["a"].get(ts), by["m"].get(ts)) for ts in stamps),
+                tuple(sorted(by["r"].items(), reverse=True)),
+            )
         return out

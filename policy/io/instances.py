@@ -11,8 +11,12 @@ ENVIRONMENT_TAG, POOL_TAG = "gpuloan:environment", "gpuloan:pool"  # config/tags
 def describe(ec2, settings: Settings, instance_id: str) -> tuple[str, str] | None:
     """(pool, node name) of the instance when it carries this environment's tag, else None. One DescribeInstances;
     the node name is the instance's private DNS name, as EKS registers nodes of its AMIs (policy/io/nodegroups.py)."""
-    resp = ec2.describe_instances(Filters=[{"Name": "instance-id", "Values": [instance_id]},
-                                           {"Name": f"tag:{ENVIRONMENT_TAG}", "Values": [settings.environment]}])
+    resp = ec2.describe_instances(
+        Filters=[
+            {"Name": "instance-id", "Values": [instance_id]},
+            {"Name": f"tag:{ENVIRONMENT_TAG}", "Values": [settings.environment]},
+        ]
+    )
     for r in resp.get("Reservations", []):
         for inst in r.get("Instances", []):
             tags = {t.get("Key"): t.get("Value") for t in inst.get("Tags") or []}

@@ -29,9 +29,22 @@ from policy.deadline import Deadline
 from policy.errors import DataUnavailable, DeadlineExceeded, Throttled
 from policy.loan_usage import _queue_usage  # the one reader of status.flavorsUsage
 from policy.model import Lending, PendingGang
-from policy.pods import (DO_NOT_DISRUPT, GPU_RESOURCE, TAINT_EFFECT, TAINT_VALUE, TERMINAL_PHASES, NodeShape,
-                         blocking_reason, creation_time, fits_elastic, gang_of, on_demand_only, pod_gpus, pod_pools,
-                         unschedulable)
+from policy.pods import (
+    DO_NOT_DISRUPT,
+    GPU_RESOURCE,
+    TAINT_EFFECT,
+    TAINT_VALUE,
+    TERMINAL_PHASES,
+    NodeShape,
+    blocking_reason,
+    creation_time,
+    fits_elastic,
+    gang_of,
+    on_demand_only,
+    pod_gpus,
+    pod_pools,
+    unschedulable,
+)
 
 PAGE_SIZE = 500
 TIMEOUT_SECONDS = 10  # per request; less when the tick's deadline is nearer
@@ -44,8 +57,9 @@ def eks_token(sts_client, credentials, cluster_name: str) -> str:
     from botocore.signers import RequestSigner
 
     region = sts_client.meta.region_name
-    signer = RequestSigner(sts_client.meta.service_model.service_id, region, "sts", "v4",
-                           credentials, sts_client.meta.events)
+    signer = RequestSigner(
+        sts_client.meta.service_model.service_id, region, "sts", "v4", credentials, sts_client.meta.events
+    )
     params = {
         "method": "GET",
         "url": f"https://sts.{region}.amazonaws.com/?Action=GetCallerIdentity&Version=2011-06-15",
@@ -72,8 +86,10 @@ def _gpu_quota(cluster_queue: dict, flavor: str) -> tuple[str, object]:
             for k, r in enumerate(f.get("resources") or []):
                 if r.get("name") == GPU_RESOURCE:
                     return f"/spec/resourceGroups/{i}/flavors/{j}/resources/{k}/nominalQuota", r.get("nominalQuota")
-    raise DataUnavailable(f"ClusterQueue {(cluster_queue.get('metadata') or {}).get('name', '?')} has no "
-                          f"{GPU_RESOURCE} quota for flavor {flavor}")
+    raise DataUnavailable(
+        f"ClusterQueue {(cluster_queue.get('metadata') or {}).get('name', '?')} has no "
+        f"{GPU_RESOURCE} quota for flavor {flavor}"
+    )
 
 
 def lending_of(cluster_queue: dict, flavor: str, forecast_gpus: float | None) -> Lending:
@@ -93,16 +109,22 @@ def lending_of(cluster_queue: dict, flavor: str, forecast_gpus: float | None) ->
         try:
             figures[field_name] = None if value is None else int(str(value))
         except ValueError:
-            raise DataUnavailable(f"ClusterQueue {name}: {field_name} {value!r} of {flavor} is not a whole number "
-                                  "of GPUs") from None
+            raise DataUnavailable(
+                f"ClusterQueue {name}: {field_name} {value!r} of {flavor} is not a whole number of GPUs"
+            ) from None
     used, _ = _queue_usage(cluster_queue, [flavor])
     status = cluster_queue.get("status")
     pending = status.get("pendingWorkloads") if isinstance(status, dict) else None
     pending = pending if isinstance(pending, int) and not isinstance(pending, bool) and pending >= 0 else None
     if figures["nominalQuota"] is None:  # required by the CRD: a queue without it is not read as 0
         raise DataUnavailable(f"ClusterQueue {name}: no nominalQuota for {flavor}")
-    return Lending(nominal_gpus=figures["nominalQuota"], limit_gpus=figures["lendingLimit"],
-                   own_gpus=used.get(flavor), pending_workloads=pending, forecast_gpus=forecast_gpus)
+    return Lending(
+        nominal_gpus=figures["nominalQuota"],
+        limit_gpus=figures["lendingLimit"],
+        own_gpus=used.get(flavor),
+        pending_workloads=pending,
+        forecast_gpus=forecast_gpus,
+    )
 
 
 class _Watchdog:
@@ -210,8 +232,9 @@ class KubeClient:
         self._deadline.check()
         return max(0.05, min(TIMEOUT_SECONDS, self._deadline.remaining_s()))
 
-    def _request(self, path: str, method: str = "GET", body: dict | list | None = None,
-                 content_type: str = "application/json") -> dict:
+    def _request(
+        self, path: str, method: str = "GET", body: dict | list | None = None, content_type: str = "application/json"
+    ) -> dict:
         """One API call, bounded as a whole by `_timeout()`: a socket timeout only bounds each read, and a server
         that drips its answer a byte at a time would keep a tick past the function's timeout. The connection is
         opened within the bound and a watchdog shuts it down at the bound (`_Watchdog`), which ends any read in
@@ -243,8 +266,10 @@ class KubeClient:
             status, reason, raw = resp.status, resp.reason, resp.read()
         except (OSError, http.client.HTTPException, ValueError) as err:
             if watchdog.fired or (self._deadline is not None and self._deadline.expired):
-                raise DeadlineExceeded(f"Kubernetes API {method} {path} did not answer within {budget_s:.1f} s "
-                                       f"(the tick's deadline): {type(err).__name__}") from err
+                raise DeadlineExceeded(
+                    f"Kubernetes API {method} {path} did not answer within {budget_s:.1f} s "
+                    f"(the tick's deadline): {type(err).__name__}"
+                ) from err
             raise DataUnavailable(f"Kubernetes API unreachable: {err}") from err
         finally:
             watchdog.cancel()
@@ -252,8 +277,10 @@ class KubeClient:
         if watchdog.fired:
             # A close-delimited body (HTTP/1.0, or Connection: close without a length) ends where the shutdown
             # cut it, with no error: what was read is not the answer.
-            raise DeadlineExceeded(f"Kubernetes API {method} {path} did not answer within {budget_s:.1f} s "
-                                   "(the tick's deadline): cut mid-answer")
+            raise DeadlineExceeded(
+                f"Kubernetes API {method} {path} did not answer within {budget_s:.1f} s "
+                "(the tick's deadline): cut mid-answer"
+            )
         if status == 429 or status >= 500:
             raise Throttled(f"Kubernetes API {status} on {method} {path}")
         if status == 404:
@@ -337,8 +364,10 @@ class KubeClient:
                 continue
             if (meta.get("annotations") or {}).get(key) == value:
                 continue
-            path = (f"/api/v1/namespaces/{urllib.parse.quote(meta.get('namespace', ''), safe='')}/pods/"
-                    f"{urllib.parse.quote(meta.get('name', ''), safe='')}")
+            path = (
+                f"/api/v1/namespaces/{urllib.parse.quote(meta.get('namespace', ''), safe='')}/pods/"
+                f"{urllib.parse.quote(meta.get('name', ''), safe='')}"
+            )
             self._request(path, "PATCH", {"metadata": {"annotations": {key: value}}}, "application/merge-patch+json")
             patched += 1
         return patched
@@ -358,8 +387,9 @@ class KubeClient:
         try:
             return int(str(value))
         except ValueError:
-            raise DataUnavailable(f"ClusterQueue {queue}: nominalQuota {value!r} of {flavor} is not a whole "
-                                  "number of GPUs") from None
+            raise DataUnavailable(
+                f"ClusterQueue {queue}: nominalQuota {value!r} of {flavor} is not a whole number of GPUs"
+            ) from None
 
     def set_floor_quota(self, api_version: str, queue: str, flavor: str, gpus: int) -> None:
         """Set that quota with a JSON patch whose `test` pins the flavor's name at the position read, so a
@@ -368,9 +398,15 @@ class KubeClient:
         path = self._cluster_queue_path(api_version, queue)
         pointer, _ = _gpu_quota(self._get(path), flavor)
         flavor_name = pointer.rsplit("/resources/", 1)[0] + "/name"
-        self._request(path, "PATCH", [{"op": "test", "path": flavor_name, "value": flavor},
-                                      {"op": "replace", "path": pointer, "value": int(gpus)}],
-                      "application/json-patch+json")
+        self._request(
+            path,
+            "PATCH",
+            [
+                {"op": "test", "path": flavor_name, "value": flavor},
+                {"op": "replace", "path": pointer, "value": int(gpus)},
+            ],
+            "application/json-patch+json",
+        )
 
     def set_lending_limit(self, api_version: str, queue: str, flavor: str, gpus: int) -> None:
         """Set the flavor's nvidia.com/gpu lendingLimit (JSON patch `add`: set whether or not it is there), with
@@ -378,10 +414,15 @@ class KubeClient:
         path = self._cluster_queue_path(api_version, queue)
         pointer, _ = _gpu_quota(self._get(path), flavor)
         flavor_name = pointer.rsplit("/resources/", 1)[0] + "/name"
-        self._request(path, "PATCH", [{"op": "test", "path": flavor_name, "value": flavor},
-                                      {"op": "add", "path": pointer.rsplit("/", 1)[0] + "/lendingLimit",
-                                       "value": int(gpus)}],
-                      "application/json-patch+json")
+        self._request(
+            path,
+            "PATCH",
+            [
+                {"op": "test", "path": flavor_name, "value": flavor},
+                {"op": "add", "path": pointer.rsplit("/", 1)[0] + "/lendingLimit", "value": int(gpus)},
+            ],
+            "application/json-patch+json",
+        )
 
     def set_taint(self, node_name: str, key: str, present: bool) -> bool:
         """Put gpuloan's NoSchedule taint `key=true` on the node, or take it off; other taints stay as they are.
@@ -433,8 +474,9 @@ class KubeClient:
                 if fits_elastic(pod, pool, shapes):
                     yield pool, pod, gpus
 
-    def pending_gpus(self, pools: list[str], shapes: Mapping[str, Sequence[NodeShape]] | None = None
-                     ) -> dict[str, tuple[int, ...]]:
+    def pending_gpus(
+        self, pools: list[str], shapes: Mapping[str, Sequence[NodeShape]] | None = None
+    ) -> dict[str, tuple[int, ...]]:
         """GPUs of each unschedulable pending pod per pool. With `shapes` (the pool's elastic groups), only pods
         that could run on one of them: demand the policy can meet by adding elastic nodes."""
         found: dict[str, list[int]] = {p: [] for p in pools}
@@ -442,8 +484,9 @@ class KubeClient:
             found[pool].append(gpus)
         return {p: tuple(v) for p, v in found.items()}
 
-    def pending_gangs(self, pools: list[str], shapes: Mapping[str, Sequence[NodeShape]] | None = None
-                      ) -> dict[str, tuple[PendingGang, ...]]:
+    def pending_gangs(
+        self, pools: list[str], shapes: Mapping[str, Sequence[NodeShape]] | None = None
+    ) -> dict[str, tuple[PendingGang, ...]]:
         """The pending pods of pending_gpus that belong to a pod group (`gang_of`), grouped per pool and group,
         each group with the creation time of its oldest pending pod (None when one has none: its wait is
         unknown, and an unknown wait never releases anything)."""
@@ -456,13 +499,19 @@ class KubeClient:
             pods.append(gpus)
             created.append(creation_time(pod))
             off_spot.append(on_demand_only(pod, pool))
-        return {p: tuple(PendingGang(name, tuple(sorted(pods, reverse=True)),
-                                     None if None in created else min(created), any(off_spot))
-                         for name, (pods, created, off_spot) in sorted(groups.items()))
-                for p, groups in found.items()}
+        return {
+            p: tuple(
+                PendingGang(
+                    name, tuple(sorted(pods, reverse=True)), None if None in created else min(created), any(off_spot)
+                )
+                for name, (pods, created, off_spot) in sorted(groups.items())
+            )
+            for p, groups in found.items()
+        }
 
-    def pending_on_demand_only(self, pools: list[str], shapes: Mapping[str, Sequence[NodeShape]] | None = None
-                               ) -> dict[str, tuple[int, ...]]:
+    def pending_on_demand_only(
+        self, pools: list[str], shapes: Mapping[str, Sequence[NodeShape]] | None = None
+    ) -> dict[str, tuple[int, ...]]:
         """GPUs of the pending pods of pending_gpus (same `shapes`, same pod list: no extra call) that may not run
         on the pool's spot nodes (`on_demand_only`), plus every pod of a gang one of whose pods may not: a gang
         starts whole, so it goes to on-demand whole."""
@@ -475,8 +524,9 @@ class KubeClient:
                 found[pool].append(gpus)
         return {p: tuple(v) for p, v in found.items()}
 
-    def gpu_pod_arrivals(self, pools: list[str], since: datetime, shapes: Mapping[str, Sequence[NodeShape]] | None = None
-                         ) -> dict[str, tuple[tuple[datetime, int], ...]]:
+    def gpu_pod_arrivals(
+        self, pools: list[str], since: datetime, shapes: Mapping[str, Sequence[NodeShape]] | None = None
+    ) -> dict[str, tuple[tuple[datetime, int], ...]]:
         """(creation time, GPUs) of each pool's GPU pods created at or after `since` that have not finished
         (pending or running): the pool's recent arrivals for the keep-or-release rule (policy/decide/keep_warm.py). Pods
         that landed at once on a free node count too (a pending-only view would miss exactly the jobs a kept node

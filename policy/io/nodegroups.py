@@ -38,8 +38,14 @@ from policy.model import Group
 from policy.ports import GroupState, Instance
 
 # Scaling activity messages that mean "AWS had no capacity" (spot or on-demand).
-SHORTAGE_MARKERS = ("InsufficientInstanceCapacity", "insufficient capacity", "Insufficient capacity",
-                    "MaxSpotInstanceCountExceeded", "SpotMaxPriceTooLow", "UnfulfillableCapacity")
+SHORTAGE_MARKERS = (
+    "InsufficientInstanceCapacity",
+    "insufficient capacity",
+    "Insufficient capacity",
+    "MaxSpotInstanceCountExceeded",
+    "SpotMaxPriceTooLow",
+    "UnfulfillableCapacity",
+)
 SHORTAGE_RECENT = timedelta(minutes=30)
 # EKS tags each managed node group's Auto Scaling group with these (docs/aws-rules.md, "Auto Scaling group
 # (EKS-owned)"); the policy's IAM condition on TerminateInstanceInAutoScalingGroup reads the same tag.
@@ -58,15 +64,23 @@ IN_SERVICE = "InService"
 
 def _chunks(items: list, n: int):
     for i in range(0, len(items), n):
-        yield items[i:i + n]
+        yield items[i : i + n]
 
 
 class AwsNodeGroups:
     """Auto Scaling (tag-filtered DescribeAutoScalingGroups, activities, targeted termination) + EC2
     DescribeInstances (launch time, DNS) + EKS DescribeNodegroup (recheck) / UpdateNodegroupConfig."""
 
-    def __init__(self, eks, autoscaling, ec2, cluster_name: str, deadline: Deadline | None = None,
-                 in_flight: int = fanout.DEFAULT_IN_FLIGHT, activities_always: Collection[str] = frozenset()):
+    def __init__(
+        self,
+        eks,
+        autoscaling,
+        ec2,
+        cluster_name: str,
+        deadline: Deadline | None = None,
+        in_flight: int = fanout.DEFAULT_IN_FLIGHT,
+        activities_always: Collection[str] = frozenset(),
+    ):
         self._eks, self._asg, self._ec2 = eks, autoscaling, ec2
         self._cluster = cluster_name
         self._deadline = deadline
@@ -86,11 +100,17 @@ class AwsNodeGroups:
         except Exception as err:  # noqa: BLE001 - every failure becomes a typed PolicyError
             raise classify(err, what) from err
 
-    def read(self, names: list[str], now: datetime, activities_for: Collection[str] = frozenset(),
-             on_error: Callable[[PolicyError], None] | None = None) -> dict[str, GroupState]:
+    def read(
+        self,
+        names: list[str],
+        now: datetime,
+        activities_for: Collection[str] = frozenset(),
+        on_error: Callable[[PolicyError], None] | None = None,
+    ) -> dict[str, GroupState]:
         """Groups that could be read in full (their Auto Scaling group, its recent activities when asked). A group
         missing from the result could not be: the engine holds its pool, and only its pool. Each failure goes to
         `on_error` (raised when None); groups without an Auto Scaling group are one failure for all of them."""
+
         def fail(err: PolicyError) -> None:
             if on_error is None:
                 raise err
@@ -99,8 +119,9 @@ class AwsNodeGroups:
         wanted = set(names)
         found: dict[str, list[dict]] = {}
         unread: set[str] = set()
-        for chunk, groups, err in fanout.each(self._tagged_groups, _chunks(sorted(wanted), NAMES_PER_READ),
-                                              self._in_flight):
+        for chunk, groups, err in fanout.each(
+            self._tagged_groups, _chunks(sorted(wanted), NAMES_PER_READ), self._in_flight
+        ):
             if err is not None:
                 unread.update(chunk)
                 fail(_policy_error(err))
@@ -116,15 +137,22 @@ class AwsNodeGroups:
                 asgs[name] = mine[0]
             elif len(mine) > 1:
                 ambiguous.add(name)
-                fail(PolicyError(f"node group {name}: {len(mine)} Auto Scaling groups carry {EKS_NODEGROUP_TAG}="
-                                 f"{name} ({', '.join(sorted(g['AutoScalingGroupName'] for g in mine))}): its size "
-                                 "is ambiguous, its pool holds"))
+                fail(
+                    PolicyError(
+                        f"node group {name}: {len(mine)} Auto Scaling groups carry {EKS_NODEGROUP_TAG}="
+                        f"{name} ({', '.join(sorted(g['AutoScalingGroupName'] for g in mine))}): its size "
+                        "is ambiguous, its pool holds"
+                    )
+                )
         missing = sorted(wanted - unread - set(asgs) - ambiguous)
         if missing:  # one report per tick for all of them (the tick's errors, PolicyErrors, the error email)
-            fail(PolicyError(
-                f"no Auto Scaling group of cluster {self._cluster} carries {EKS_NODEGROUP_TAG} = "
-                f"{', '.join(missing)}: deleted (or the node group is gone or being replaced); nothing is grown or "
-                "shrunk on a size that cannot be read, their pools hold"))
+            fail(
+                PolicyError(
+                    f"no Auto Scaling group of cluster {self._cluster} carries {EKS_NODEGROUP_TAG} = "
+                    f"{', '.join(missing)}: deleted (or the node group is gone or being replaced); nothing is grown or "
+                    "shrunk on a size that cannot be read, their pools hold"
+                )
+            )
         self._asg_of.update({name: g["AutoScalingGroupName"] for name, g in asgs.items()})
         instance_ids = [i["InstanceId"] for g in asgs.values() for i in g.get("Instances", [])]
         try:
@@ -134,11 +162,19 @@ class AwsNodeGroups:
             # can be checked for pods (never terminated): the groups stay usable for scale-up.
             details = {}
             fail(err)
-        wanted_activities = [name for name, asg in asgs.items() if name in activities_for
-                             and (name in self._activities_always or _launch_outstanding(asg))]
-        activities = {name: (value, err) for name, value, err in fanout.each(
-            lambda name: self._activities(asgs[name]["AutoScalingGroupName"], now), wanted_activities,
-            self._in_flight)}
+        wanted_activities = [
+            name
+            for name, asg in asgs.items()
+            if name in activities_for and (name in self._activities_always or _launch_outstanding(asg))
+        ]
+        activities = {
+            name: (value, err)
+            for name, value, err in fanout.each(
+                lambda name: self._activities(asgs[name]["AutoScalingGroupName"], now),
+                wanted_activities,
+                self._in_flight,
+            )
+        }
         out: dict[str, GroupState] = {}
         for name, asg in asgs.items():
             seen, problem = activities.get(name, (None, None))
@@ -146,8 +182,9 @@ class AwsNodeGroups:
                 fail(_policy_error(problem))  # cooldown and shortage unknown: the group is not usable this tick
                 continue
             last, shortage = seen if seen is not None else (None, False)
-            out[name] = _state(name, asg, "DELETING" if asg.get("Status") == ASG_DELETING else "ACTIVE", last,
-                               shortage, details)
+            out[name] = _state(
+                name, asg, "DELETING" if asg.get("Status") == ASG_DELETING else "ACTIVE", last, shortage, details
+            )
         return out
 
     def _tagged_groups(self, names: list[str]) -> list[dict]:
@@ -157,8 +194,9 @@ class AwsNodeGroups:
             kwargs = {"Filters": [{"Name": f"tag:{EKS_NODEGROUP_TAG}", "Values": names}], "MaxRecords": 100}
             if token:
                 kwargs["NextToken"] = token
-            resp = self._call("Auto Scaling DescribeAutoScalingGroups", self._asg.describe_auto_scaling_groups,
-                              **kwargs)
+            resp = self._call(
+                "Auto Scaling DescribeAutoScalingGroups", self._asg.describe_auto_scaling_groups, **kwargs
+            )
             out += resp.get("AutoScalingGroups", [])
             token = resp.get("NextToken")
             if not token:
@@ -195,23 +233,27 @@ class AwsNodeGroups:
                 out[item] = _policy_error(err or PolicyError("EKS DescribeNodegroup: no answer"))
                 continue
             status = value.get("status", "")
-            asg_names = [a["name"] for a in (value.get("resources") or {}).get("autoScalingGroups") or []
-                         if a.get("name")]
+            asg_names = [
+                a["name"] for a in (value.get("resources") or {}).get("autoScalingGroups") or [] if a.get("name")
+            ]
             if not asg_names:
-                out[item] = PolicyError(f"node group {item} ({status or 'no status'}): EKS reports no Auto Scaling "
-                                        "group; left unchanged")
+                out[item] = PolicyError(
+                    f"node group {item} ({status or 'no status'}): EKS reports no Auto Scaling group; left unchanged"
+                )
                 continue
             described[item] = (status, asg_names[0])
         late = sorted({asg for _, asg in described.values()} - set(known))  # named by EKS, not by the tick's read
-        for chunk, groups, err in fanout.each(lambda chunk: self._recheck_part(("asgs", chunk)),
-                                              _chunks(late, NAMES_PER_READ), self._in_flight):
+        for chunk, groups, err in fanout.each(
+            lambda chunk: self._recheck_part(("asgs", chunk)), _chunks(late, NAMES_PER_READ), self._in_flight
+        ):
             self._take_asgs(chunk, groups, err, by_asg, failed)
         for name, (status, asg_name) in described.items():
             if asg_name in failed:
                 out[name] = failed[asg_name]
             elif asg_name not in by_asg:
-                out[name] = PolicyError(f"node group {name}: its Auto Scaling group {asg_name} does not exist "
-                                        "(deleted?); left unchanged")
+                out[name] = PolicyError(
+                    f"node group {name}: its Auto Scaling group {asg_name} does not exist (deleted?); left unchanged"
+                )
             else:
                 out[name] = _state(name, by_asg[asg_name], status, None, False, {})
         return out
@@ -221,14 +263,20 @@ class AwsNodeGroups:
         those Auto Scaling groups."""
         kind, item = part
         if kind == "nodegroup":
-            return self._call("EKS DescribeNodegroup", self._eks.describe_nodegroup, clusterName=self._cluster,
-                              nodegroupName=item)["nodegroup"]
-        return self._call("Auto Scaling DescribeAutoScalingGroups", self._asg.describe_auto_scaling_groups,
-                          AutoScalingGroupNames=item, MaxRecords=NAMES_PER_READ).get("AutoScalingGroups", [])
+            return self._call(
+                "EKS DescribeNodegroup", self._eks.describe_nodegroup, clusterName=self._cluster, nodegroupName=item
+            )["nodegroup"]
+        return self._call(
+            "Auto Scaling DescribeAutoScalingGroups",
+            self._asg.describe_auto_scaling_groups,
+            AutoScalingGroupNames=item,
+            MaxRecords=NAMES_PER_READ,
+        ).get("AutoScalingGroups", [])
 
     @staticmethod
-    def _take_asgs(chunk: list[str], groups, err: Exception | None, by_asg: dict[str, dict],
-                   failed: dict[str, PolicyError]) -> None:
+    def _take_asgs(
+        chunk: list[str], groups, err: Exception | None, by_asg: dict[str, dict], failed: dict[str, PolicyError]
+    ) -> None:
         for asg_name in chunk:
             if err is not None:
                 failed[asg_name] = _policy_error(err)
@@ -265,8 +313,12 @@ class AwsNodeGroups:
                 return out
 
     def _activities(self, asg_name: str, now: datetime) -> tuple[datetime | None, bool]:
-        resp = self._call("Auto Scaling DescribeScalingActivities", self._asg.describe_scaling_activities,
-                          AutoScalingGroupName=asg_name, MaxRecords=10)
+        resp = self._call(
+            "Auto Scaling DescribeScalingActivities",
+            self._asg.describe_scaling_activities,
+            AutoScalingGroupName=asg_name,
+            MaxRecords=10,
+        )
         acts = sorted(resp.get("Activities", []), key=lambda a: a.get("StartTime") or now, reverse=True)
         last = _utc(acts[0]["StartTime"]) if acts and acts[0].get("StartTime") else None
         shortage = False
@@ -283,14 +335,22 @@ class AwsNodeGroups:
         return last, shortage
 
     def set_desired(self, group: str, desired: int) -> None:
-        self._call("EKS UpdateNodegroupConfig", self._eks.update_nodegroup_config, clusterName=self._cluster,
-                   nodegroupName=group, scalingConfig={"desiredSize": int(desired)})
+        self._call(
+            "EKS UpdateNodegroupConfig",
+            self._eks.update_nodegroup_config,
+            clusterName=self._cluster,
+            nodegroupName=group,
+            scalingConfig={"desiredSize": int(desired)},
+        )
 
     def terminate(self, instance_id: str) -> None:
         # Decrement, so the ASG does not launch a replacement for the node we just reclaimed.
-        self._call("Auto Scaling TerminateInstanceInAutoScalingGroup",
-                   self._asg.terminate_instance_in_auto_scaling_group, InstanceId=instance_id,
-                   ShouldDecrementDesiredCapacity=True)
+        self._call(
+            "Auto Scaling TerminateInstanceInAutoScalingGroup",
+            self._asg.terminate_instance_in_auto_scaling_group,
+            InstanceId=instance_id,
+            ShouldDecrementDesiredCapacity=True,
+        )
 
 
 def _launch_outstanding(asg: dict) -> bool:
@@ -311,15 +371,29 @@ def _tag(asg: dict, key: str) -> str:
     return next((t.get("Value", "") for t in asg.get("Tags") or [] if t.get("Key") == key), "")
 
 
-def _state(name: str, asg: dict, status: str, last_change: datetime | None, shortage: bool,
-           details: dict[str, tuple[datetime | None, str]]) -> GroupState:
-    group = Group(name, int(asg.get("DesiredCapacity", 0)), int(asg.get("MinSize", 0)), int(asg.get("MaxSize", 0)),
-                  status, last_change, shortage)
+def _state(
+    name: str,
+    asg: dict,
+    status: str,
+    last_change: datetime | None,
+    shortage: bool,
+    details: dict[str, tuple[datetime | None, str]],
+) -> GroupState:
+    group = Group(
+        name,
+        int(asg.get("DesiredCapacity", 0)),
+        int(asg.get("MinSize", 0)),
+        int(asg.get("MaxSize", 0)),
+        status,
+        last_change,
+        shortage,
+    )
     instances = []
     for i in asg.get("Instances", []):
         launched, dns = details.get(i["InstanceId"], (None, ""))
-        instances.append(Instance(i["InstanceId"], name, i.get("LifecycleState", ""), launched, dns,
-                                  i.get("InstanceType")))
+        instances.append(
+            Instance(i["InstanceId"], name, i.get("LifecycleState", ""), launched, dns, i.get("InstanceType"))
+        )
     return GroupState(group, tuple(instances))
 
 

@@ -42,8 +42,9 @@ class AwsCapacityBlocks:
             for r in resp.get("CapacityReservations", []):
                 rid = r.get("CapacityReservationId")
                 if rid in ids:
-                    out[rid] = BlockDates(rid, str(r.get("State", "")), _utc(r.get("StartDate")),
-                                          _utc(r.get("EndDate")))
+                    out[rid] = BlockDates(
+                        rid, str(r.get("State", "")), _utc(r.get("StartDate")), _utc(r.get("EndDate"))
+                    )
             token = resp.get("NextToken")
             if not token:
                 return out

@@ -15,8 +15,9 @@ BATCH_BYTES = 200 * 1024
 
 
 class SnsPublisher:
-    def __init__(self, sns, topic_arn: str, deadline: Deadline | None = None,
-                 in_flight: int = fanout.DEFAULT_IN_FLIGHT):
+    def __init__(
+        self, sns, topic_arn: str, deadline: Deadline | None = None, in_flight: int = fanout.DEFAULT_IN_FLIGHT
+    ):
         self._sns = sns
         self._topic = topic_arn
         self._deadline = deadline
@@ -39,8 +40,11 @@ class SnsPublisher:
         chunks, start = [], 0
         while start < len(messages):
             end, size = start, 0
-            while end < len(messages) and end - start < BATCH_ENTRIES and (
-                    end == start or size + len(messages[end][0]) + len(messages[end][1]) <= BATCH_BYTES):
+            while (
+                end < len(messages)
+                and end - start < BATCH_ENTRIES
+                and (end == start or size + len(messages[end][0]) + len(messages[end][1]) <= BATCH_BYTES)
+            ):
                 size += len(messages[end][0]) + len(messages[end][1])
                 end += 1
             chunks.append(range(start, end))
@@ -63,5 +67,8 @@ class SnsPublisher:
             self.calls += 1
         entries = [{"Id": str(i), "Subject": messages[i][0], "Message": messages[i][1]} for i in chunk]
         resp = self._sns.publish_batch(TopicArn=self._topic, PublishBatchRequestEntries=entries)
-        return {int(f["Id"]): f"{f.get('Code', '')}: {f.get('Message', '')}" for f in resp.get("Failed") or []
-                if str(f.get("Id", "")).isdigit() and int(f["Id"]) in chunk}
+        return {
+            int(f["Id"]): f"{f.get('Code', '')}: {f.get('Message', '')}"
+            for f in resp.get("Failed") or []
+            if str(f.get("Id", "")).isdigit() and int(f["Id"]) in chunk
+        }

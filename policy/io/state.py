@@ -67,20 +67,30 @@ class DynamoState:
     def save(self, key: str, data: dict, version: int) -> None:
         """Write `data` if the stored version is still `version` (0 = never written); else ConflictingUpdate."""
         self.calls += 1
-        item = {"pk": {"S": key}, "version": {"N": str(max(version, 0) + 1)},
-                "data": {"S": json.dumps(data, sort_keys=True, separators=(",", ":"))}}
+        item = {
+            "pk": {"S": key},
+            "version": {"N": str(max(version, 0) + 1)},
+            "data": {"S": json.dumps(data, sort_keys=True, separators=(",", ":"))},
+        }
         try:
             if version == 0:
                 self._db.put_item(TableName=self._table, Item=item, ConditionExpression="attribute_not_exists(pk)")
             elif version == MALFORMED_VERSION:
                 # Replaces an item whose version did not parse, only while it is still that item: a tick that
                 # rewrote it meanwhile (a numeric version) wins, as any concurrent writer does.
-                self._db.put_item(TableName=self._table, Item=item,
-                                  ConditionExpression="attribute_exists(pk) AND NOT attribute_type(version, :n)",
-                                  ExpressionAttributeValues={":n": {"S": "N"}})
+                self._db.put_item(
+                    TableName=self._table,
+                    Item=item,
+                    ConditionExpression="attribute_exists(pk) AND NOT attribute_type(version, :n)",
+                    ExpressionAttributeValues={":n": {"S": "N"}},
+                )
             else:
-                self._db.put_item(TableName=self._table, Item=item, ConditionExpression="version = :v",
-                                  ExpressionAttributeValues={":v": {"N": str(version)}})
+                self._db.put_item(
+                    TableName=self._table,
+                    Item=item,
+                    ConditionExpression="version = :v",
+                    ExpressionAttributeValues={":v": {"N": str(version)}},
+                )
         except Exception as err:  # noqa: BLE001
             raise classify(err, f"DynamoDB PutItem {key}") from err
 
@@ -89,12 +99,15 @@ class DynamoState:
         self.calls += 1
         item = {"pk": {"S": key}, "holder": {"S": holder}, "expires_at": {"N": f"{now_epoch + ttl_s:.3f}"}}
         try:
-            self._db.put_item(TableName=self._table, Item=item,
-                              # A lease whose expiry is not a number (a hand edit) would never compare as
-                              # expired and would stop every tick for good: it counts as expired.
-                              ConditionExpression="attribute_not_exists(pk) OR NOT attribute_type(expires_at, :n) "
-                                                  "OR expires_at < :now",
-                              ExpressionAttributeValues={":now": {"N": f"{now_epoch:.3f}"}, ":n": {"S": "N"}})
+            self._db.put_item(
+                TableName=self._table,
+                Item=item,
+                # A lease whose expiry is not a number (a hand edit) would never compare as
+                # expired and would stop every tick for good: it counts as expired.
+                ConditionExpression="attribute_not_exists(pk) OR NOT attribute_type(expires_at, :n) "
+                "OR expires_at < :now",
+                ExpressionAttributeValues={":now": {"N": f"{now_epoch:.3f}"}, ":n": {"S": "N"}},
+            )
             return True
         except Exception as err:  # noqa: BLE001
             if _condition_failed(err):
@@ -104,8 +117,12 @@ class DynamoState:
     def release_lease(self, holder: str, key: str = LEASE_KEY) -> None:
         self.calls += 1
         try:
-            self._db.delete_item(TableName=self._table, Key={"pk": {"S": key}},
-                                 ConditionExpression="holder = :me", ExpressionAttributeValues={":me": {"S": holder}})
+            self._db.delete_item(
+                TableName=self._table,
+                Key={"pk": {"S": key}},
+                ConditionExpression="holder = :me",
+                ExpressionAttributeValues={":me": {"S": holder}},
+            )
         except Exception as err:  # noqa: BLE001
             raise classify(err, f"DynamoDB DeleteItem {key}") from err
 
@@ -118,9 +135,13 @@ class DynamoState:
         names = {f"#i{k}": iid for k, iid in enumerate(ids)}  # "i-..." has a '-': only usable as a placeholder
         values = {f":e{k}": {"N": f"{expires_at[iid]:.3f}"} for k, iid in enumerate(ids)}
         try:
-            self._db.update_item(TableName=self._table, Key={"pk": {"S": LEAVING_KEY}},
-                                 UpdateExpression="SET " + ", ".join(f"#i{k} = :e{k}" for k in range(len(ids))),
-                                 ExpressionAttributeNames=names, ExpressionAttributeValues=values)
+            self._db.update_item(
+                TableName=self._table,
+                Key={"pk": {"S": LEAVING_KEY}},
+                UpdateExpression="SET " + ", ".join(f"#i{k} = :e{k}" for k in range(len(ids))),
+                ExpressionAttributeNames=names,
+                ExpressionAttributeValues=values,
+            )
         except Exception as err:  # noqa: BLE001
             raise classify(err, "DynamoDB UpdateItem leaving") from err
 
@@ -151,11 +172,14 @@ class DynamoState:
         self.calls += 1
         names = {f"#i{k}": iid for k, iid in enumerate(ids)}
         try:
-            self._db.update_item(TableName=self._table, Key={"pk": {"S": LEAVING_KEY}},
-                                 UpdateExpression="REMOVE " + ", ".join(names),
-                                 ConditionExpression=" AND ".join(f"{n} <= :now" for n in names),
-                                 ExpressionAttributeNames=names,
-                                 ExpressionAttributeValues={":now": {"N": f"{now_epoch:.3f}"}})
+            self._db.update_item(
+                TableName=self._table,
+                Key={"pk": {"S": LEAVING_KEY}},
+                UpdateExpression="REMOVE " + ", ".join(names),
+                ConditionExpression=" AND ".join(f"{n} <= :now" for n in names),
+                ExpressionAttributeNames=names,
+                ExpressionAttributeValues={":now": {"N": f"{now_epoch:.3f}"}},
+            )
             return True
         except Exception as err:  # noqa: BLE001
             if _condition_failed(err):
@@ -165,5 +189,6 @@ class DynamoState:
 
 def _condition_failed(err: Exception) -> bool:
     """A conditional write refused because its condition did not hold (not an error: the caller's answer)."""
-    return ((getattr(err, "response", None) or {}).get("Error") or {}).get("Code", "") == \
-        "ConditionalCheckFailedException"
+    return ((getattr(err, "response", None) or {}).get("Error") or {}).get(
+        "Code", ""
+    ) == "ConditionalCheckFailedException"

@@ -185,11 +185,14 @@ class Bill:
             "unused_commitment_usd": round(self.unused_commitment_usd, 2),
             "by_pool_usd": {k: round(v, 2) for k, v in sorted(self.by_pool_usd.items())},
             "by_purchase_usd": {k: round(v, 2) for k, v in sorted(self.by_purchase_usd.items())},
-            "commitments": {name: {"fee_usd": round(fee, 2),
-                                   "used_usd": round(self.commitment_used_usd.get(name, 0.0), 2),
-                                   "utilization": (None if (u := self.commitment_utilization(name)) is None
-                                                   else round(u, 4))}
-                            for name, fee in sorted(self.commitment_fee_usd.items())},
+            "commitments": {
+                name: {
+                    "fee_usd": round(fee, 2),
+                    "used_usd": round(self.commitment_used_usd.get(name, 0.0), 2),
+                    "utilization": (None if (u := self.commitment_utilization(name)) is None else round(u, 4)),
+                }
+                for name, fee in sorted(self.commitment_fee_usd.items())
+            },
         }
 
 
@@ -210,7 +213,9 @@ def bill(usage: Iterable[Usage], commitments: Iterable[Commitment] = (), hours: 
     ordered = _order(commitments)
     names = [c.name for c in ordered]
     if len(set(names)) != len(names):
-        raise BillingError(f"commitment names must be unique: {', '.join(sorted(n for n in set(names) if names.count(n) > 1))}")
+        raise BillingError(
+            f"commitment names must be unique: {', '.join(sorted(n for n in set(names) if names.count(n) > 1))}"
+        )
     by_hour: dict[int, list[Usage]] = defaultdict(list)
     for u in usage:
         check_usage(u)
@@ -252,9 +257,14 @@ def _bill_hour(lines: Iterable[Usage], commitments: list[Commitment], out: Bill)
         budget = fee
         eligible = [i for i, u in enumerate(lines) if left[i] > 0 and c.covers(u)]
         # highest savings percentage over the usage's own rate first; equal percentages: the lower rate first
-        eligible.sort(key=lambda i: (-(1 - c.rates_usd_per_hour[lines[i].instance_type] / lines[i].usd_per_hour)
-                                     if lines[i].usd_per_hour > 0 else 0.0,
-                                     c.rates_usd_per_hour[lines[i].instance_type]))
+        eligible.sort(
+            key=lambda i: (
+                -(1 - c.rates_usd_per_hour[lines[i].instance_type] / lines[i].usd_per_hour)
+                if lines[i].usd_per_hour > 0
+                else 0.0,
+                c.rates_usd_per_hour[lines[i].instance_type],
+            )
+        )
         for i in eligible:
             if budget <= 1e-12:
                 break

@@ -29,7 +29,9 @@ class PoolCost:
     guaranteed_usd_per_hour: float | None  # None: no price for the type in the price source
     guaranteed_monthly_usd: float | None
     guaranteed_note: str
-    guaranteed_price_model: str | None  # how the floor is paid (pricing/sources/floor_pricing.py PAYMENTS); None: no floor
+    guaranteed_price_model: (
+        str | None
+    )  # how the floor is paid (pricing/sources/floor_pricing.py PAYMENTS); None: no floor
     guaranteed_rate_source: str  # where the floor's rate was read ("" when unknown or no floor)
     guaranteed_commitments: list[str]  # the environment's commitments whose scope covers the floor's hours
     elastic_instance_types: list[str]
@@ -47,7 +49,11 @@ class PoolCost:
 
     @property
     def worst_case_monthly_usd(self) -> float | None:
-        floor, elastic, fallback = self.guaranteed_monthly_usd, self.elastic_max_monthly_usd, self.fallback_max_monthly_usd
+        floor, elastic, fallback = (
+            self.guaranteed_monthly_usd,
+            self.elastic_max_monthly_usd,
+            self.fallback_max_monthly_usd,
+        )
         if floor is None or elastic is None or fallback is None:
             return None
         return floor + max(elastic, fallback)
@@ -131,12 +137,15 @@ def pool_cost(prices: Prices, cfg: GpuLoanConfig, pool: Pool, fixed_bill: FloorB
         # Per node and hour as billed: the floor's own rate, or less where a commitment covers its hours.
         g_rate = None if fixed is None else round(fixed / (g.nodes * HOURS_PER_MONTH), 6)
         g_note = floor_pricing.BILLING[g_model] + (
-            "; no reservation, so the floor is not guaranteed to launch" if g.reservation == Reservation.none else "")
+            "; no reservation, so the floor is not guaranteed to launch" if g.reservation == Reservation.none else ""
+        )
         covering = [n for n in fixed_bill.covering.get(billing_key(cfg, i), ()) if not n.startswith("pools[")]
         if covering:
-            g_note += ("; the organization's commitments " + ", ".join(covering) + " discount its instance-hours, "
-                       "those in a capacity reservation too (covered hours at their rates; a commitment's unused part "
-                       "is on its own row)")
+            g_note += (
+                "; the organization's commitments " + ", ".join(covering) + " discount its instance-hours, "
+                "those in a capacity reservation too (covered hours at their rates; a commitment's unused part "
+                "is on its own row)"
+            )
     spot_rate: float | None = 0.0
     fallback_rate: float | None = 0.0
     e_note = ""
@@ -154,8 +163,10 @@ def pool_cost(prices: Prices, cfg: GpuLoanConfig, pool: Pool, fixed_bill: FloorB
         priced = [p for p in type_prices if p is not None]  # all of them: none is unknown here
         # Several node sizes (config/node_sizes.py): each size's groups reach max_nodes, so the ceiling is per node
         # of every size together, the priciest type of each size. One size: its priciest type, as before.
-        sizes = [[priced[e.instance_types.index(t)] for t in z.instance_types]
-                 for z in node_sizes(e.instance_types, facts=cfg.instance_facts)]
+        sizes = [
+            [priced[e.instance_types.index(t)] for t in z.instance_types]
+            for z in node_sizes(e.instance_types, facts=cfg.instance_facts)
+        ]
         if e.capacity == ElasticCapacity.on_demand:
             spot_rate = sum(max(p.ondemand_usd_per_hour for p in z) for z in sizes)
             e_note = "on-demand elastic group; priciest type"
@@ -163,14 +174,18 @@ def pool_cost(prices: Prices, cfg: GpuLoanConfig, pool: Pool, fixed_bill: FloorB
             # Kueue keeps this pool's production work off spot (config/scheduling.py): the policy grows the
             # on-demand group for it, so a ceiling at spot prices would understate what its elastic nodes cost.
             spot_rate = sum(max(p.ondemand_usd_per_hour for p in z) for z in sizes)
-            e_note = (f"production work stays off spot ({pool.name} is not in scheduling.kueue.production_spot_pools):"
-                      " its elastic nodes are on-demand; priciest type")
+            e_note = (
+                f"production work stays off spot ({pool.name} is not in scheduling.kueue.production_spot_pools):"
+                " its elastic nodes are on-demand; priciest type"
+            )
         else:
             spot_rate = sum(max(p.spot_or_ondemand_usd_per_hour for p in z) for z in sizes)
             bases = {p.spot_basis for p in priced}
-            e_note = "spot, priciest type" + (
-                "; some types have no spot price in the data, shown at on-demand" if "none" in bases else ""
-            ) + ("; spot partly from the Spot Advisor estimate" if "advisor-estimate" in bases else "")
+            e_note = (
+                "spot, priciest type"
+                + ("; some types have no spot price in the data, shown at on-demand" if "none" in bases else "")
+                + ("; spot partly from the Spot Advisor estimate" if "advisor-estimate" in bases else "")
+            )
         spot_nodes = e.max_nodes
         if e.capacity == ElasticCapacity.spot_then_on_demand:
             fallback_nodes = e.on_demand_max_nodes or e.max_nodes
@@ -192,8 +207,9 @@ def pool_cost(prices: Prices, cfg: GpuLoanConfig, pool: Pool, fixed_bill: FloorB
         guaranteed_note=g_note,
         guaranteed_price_model=g_model,
         guaranteed_rate_source=g_source,
-        guaranteed_commitments=[n for n in fixed_bill.covering.get(billing_key(cfg, i), ())
-                                if not n.startswith("pools[")],
+        guaranteed_commitments=[
+            n for n in fixed_bill.covering.get(billing_key(cfg, i), ()) if not n.startswith("pools[")
+        ],
         elastic_instance_types=list(e.instance_types) if e else [],
         elastic_max_nodes=spot_nodes,
         elastic_max_gpus=spot_nodes * e_gpus_per_node,
@@ -202,8 +218,13 @@ def pool_cost(prices: Prices, cfg: GpuLoanConfig, pool: Pool, fixed_bill: FloorB
         fallback_max_nodes=fallback_nodes,
         fallback_usd_per_hour=fallback_rate,
         fallback_max_monthly_usd=_monthly(fallback_rate, fallback_nodes),
-        elastic_price_model=("none" if e is None else "on_demand" if e.capacity == ElasticCapacity.on_demand
-                             or not spot_allowed(cfg, pool) else "spot"),
+        elastic_price_model=(
+            "none"
+            if e is None
+            else "on_demand"
+            if e.capacity == ElasticCapacity.on_demand or not spot_allowed(cfg, pool)
+            else "spot"
+        ),
         fallback_price_model="on_demand" if fallback_nodes else "none",
         elastic_note=e_note,
         budget_monthly_usd=pool.budget.monthly_usd if pool.budget else None,
@@ -234,7 +255,8 @@ def stack_cost(prices: Prices, cfg: GpuLoanConfig) -> StackCost:
         pools=[pool_cost(prices, cfg, p, fixed_bill) for p in cfg.pools],
         budget_monthly_usd=cfg.budget.monthly_usd,
         price_source=prices.price_source(cfg.region),
-        unknown_prices=unknown_prices(prices, cfg) + [line for line in fixed_bill.unknown if line.startswith("commitments[")],
+        unknown_prices=unknown_prices(prices, cfg)
+        + [line for line in fixed_bill.unknown if line.startswith("commitments[")],
         has_price_source=prices.origin is not None,
         commitments=fixed_bill.commitments,
         unused_commitment_monthly_usd=None if unused is None else round(unused, 2),

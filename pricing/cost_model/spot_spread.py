@@ -48,7 +48,9 @@ class SpotFigures:
     gpu_model: str
     spot_usd_per_gpu_hour: float | None  # None: no spot price in the price source
     ondemand_usd_per_gpu_hour: float | None  # None: no price at all
-    spot_basis: str  # how the spot price was obtained (pricing/sources/pricebook.py Price.spot_basis), "none" without one
+    spot_basis: (
+        str  # how the spot price was obtained (pricing/sources/pricebook.py Price.spot_basis), "none" without one
+    )
     interruption_bucket: str | None  # a Spot Advisor bucket, None when the source has none (or an unknown label)
     source: str  # where the prices were read ("" without a price)
     as_of: str
@@ -68,14 +70,19 @@ class Dominated:
 
     def reason(self) -> str:
         a, b = self.figures, self.better
-        models = (f" ({a.gpu_model} vs {b.gpu_model}: weigh the work per GPU too)"
-                  if a.gpu_model and b.gpu_model and a.gpu_model != b.gpu_model else "")
+        models = (
+            f" ({a.gpu_model} vs {b.gpu_model}: weigh the work per GPU too)"
+            if a.gpu_model and b.gpu_model and a.gpu_model != b.gpu_model
+            else ""
+        )
         group = f"the pool's {size_words(a.gpus)} spot group" if self.multi_size else "its spot group"
-        return (f"{a.instance_type} spot costs ${a.spot_usd_per_gpu_hour:,.4f}/GPU-h at interruption "
-                f"frequency {a.interruption_bucket} (Spot Instance Advisor), {b.instance_type} "
-                f"${b.spot_usd_per_gpu_hour:,.4f}/GPU-h at {b.interruption_bucket}; in {group}, "
-                f"price-capacity-optimized still launches {a.instance_type} when its spot pool is the deeper one, "
-                f"so keep it only if that extra capacity is worth both{models}")
+        return (
+            f"{a.instance_type} spot costs ${a.spot_usd_per_gpu_hour:,.4f}/GPU-h at interruption "
+            f"frequency {a.interruption_bucket} (Spot Instance Advisor), {b.instance_type} "
+            f"${b.spot_usd_per_gpu_hour:,.4f}/GPU-h at {b.interruption_bucket}; in {group}, "
+            f"price-capacity-optimized still launches {a.instance_type} when its spot pool is the deeper one, "
+            f"so keep it only if that extra capacity is worth both{models}"
+        )
 
 
 @dataclass(frozen=True)
@@ -100,15 +107,22 @@ def figures(prices: Prices, instance_types: list[str], region: str) -> list[Spot
     for t in instance_types:
         facts, price = prices.lookup(t), prices.price(t, region)
         gpus = facts.gpus if facts is not None and facts.gpus > 0 else None
-        per_gpu = (lambda usd: None if usd is None or gpus is None else usd / gpus)  # noqa: E731
-        rows.append(SpotFigures(
-            instance_type=t, gpus=gpus, gpu_model=facts.gpu_model if facts is not None else "",
-            spot_usd_per_gpu_hour=per_gpu(price.spot_usd_per_hour if price else None),
-            ondemand_usd_per_gpu_hour=per_gpu(price.ondemand_usd_per_hour if price else None),
-            spot_basis=(price.spot_basis if price and price.spot_usd_per_hour is not None else "none"),
-            interruption_bucket=(price.interruption_bucket
-                                 if price and bucket_rank(price.interruption_bucket) is not None else None),
-            source=price.source if price else "", as_of=price.as_of if price else ""))
+        per_gpu = lambda usd: None if usd is None or gpus is None else usd / gpus  # noqa: E731
+        rows.append(
+            SpotFigures(
+                instance_type=t,
+                gpus=gpus,
+                gpu_model=facts.gpu_model if facts is not None else "",
+                spot_usd_per_gpu_hour=per_gpu(price.spot_usd_per_hour if price else None),
+                ondemand_usd_per_gpu_hour=per_gpu(price.ondemand_usd_per_hour if price else None),
+                spot_basis=(price.spot_basis if price and price.spot_usd_per_hour is not None else "none"),
+                interruption_bucket=(
+                    price.interruption_bucket if price and bucket_rank(price.interruption_bucket) is not None else None
+                ),
+                source=price.source if price else "",
+                as_of=price.as_of if price else "",
+            )
+        )
     return rows
 
 
@@ -131,10 +145,12 @@ def is_multi_size(rows: list[SpotFigures]) -> bool:
 
 
 # What decides between sizes, said wherever a multi-size pool's spread is shown (docs/policy.md, docs/capacity.md).
-SIZE_CHOICE = ("one spot group per node size, EC2 spreads each group's launches over that group's types only; "
-               "the policy picks the size: each new node is of the size with the lowest price per GPU that the "
-               "pending pods use (docs/policy.md, \"Right-sized nodes\"), so a type is compared only with types of "
-               "its own size")
+SIZE_CHOICE = (
+    "one spot group per node size, EC2 spreads each group's launches over that group's types only; "
+    "the policy picks the size: each new node is of the size with the lowest price per GPU that the "
+    'pending pods use (docs/policy.md, "Right-sized nodes"), so a type is compared only with types of '
+    "its own size"
+)
 
 
 def dominated(rows: list[SpotFigures]) -> list[Dominated]:
@@ -183,14 +199,16 @@ def advisories(prices: Prices, cfg: "GpuLoanConfig") -> list[Advisory]:
 def summary(rows: list[SpotFigures]) -> str:
     """One line: each type's spot $/GPU-h and bucket, cheapest first (what price-capacity-optimized weighs); for
     several sizes, per spot group ("1-GPU group: ... | 4-GPU group: ...")."""
+
     def key(r: SpotFigures):
         return (r.spot_usd_per_gpu_hour is None, r.spot_usd_per_gpu_hour or 0.0, r.instance_type)
 
     def line(group: list[SpotFigures]) -> str:
         parts = []
         for r in sorted(group, key=key):
-            price = ("spot price unknown" if r.spot_usd_per_gpu_hour is None
-                     else f"${r.spot_usd_per_gpu_hour:,.2f}/GPU-h")
+            price = (
+                "spot price unknown" if r.spot_usd_per_gpu_hour is None else f"${r.spot_usd_per_gpu_hour:,.2f}/GPU-h"
+            )
             parts.append(f"{r.instance_type} {price}, interruptions {r.interruption_bucket or 'unknown'}")
         return "; ".join(parts)
 

@@ -62,9 +62,13 @@ def _call(what: str, fn, **kwargs):
     except ClientError as err:
         code = err.response.get("Error", {}).get("Code", "")
         if code in THROTTLE_CODES:
-            raise Throttled(f"{what}: AWS throttled the call ({code}); wait a minute and run "
-                            "`gpuloan prices refresh` again (the cache keeps the prices already read)") from None
-        raise PriceFetchError(f"{what}: {code or 'error'}: {err.response.get('Error', {}).get('Message', err)}") from None
+            raise Throttled(
+                f"{what}: AWS throttled the call ({code}); wait a minute and run "
+                "`gpuloan prices refresh` again (the cache keeps the prices already read)"
+            ) from None
+        raise PriceFetchError(
+            f"{what}: {code or 'error'}: {err.response.get('Error', {}).get('Message', err)}"
+        ) from None
     except (BotoCoreError, ResponseParserError) as err:  # the latter: a non-AWS answer (proxy, emulator)
         raise PriceFetchError(f"{what}: {err}") from None
 
@@ -76,9 +80,17 @@ def price_list_filters(instance_type: str, region: str) -> list[dict]:
     """The filters that leave one SKU: Linux, shared tenancy, no pre-installed software, used capacity
     ("Used" is the normal instance-hour; "UnusedCapacityReservation"/"AllocatedCapacityReservation" are
     reservation line items)."""
-    return [{"Type": "TERM_MATCH", "Field": field, "Value": value} for field, value in (
-        ("instanceType", instance_type), ("regionCode", region), ("operatingSystem", "Linux"),
-        ("tenancy", "Shared"), ("preInstalledSw", "NA"), ("capacitystatus", "Used"))]
+    return [
+        {"Type": "TERM_MATCH", "Field": field, "Value": value}
+        for field, value in (
+            ("instanceType", instance_type),
+            ("regionCode", region),
+            ("operatingSystem", "Linux"),
+            ("tenancy", "Shared"),
+            ("preInstalledSw", "NA"),
+            ("capacitystatus", "Used"),
+        )
+    ]
 
 
 def price_list_products(client, service: str, filters: list[dict], what: str) -> list[dict]:
@@ -107,34 +119,49 @@ class PriceListReader:
         self._client = pricing_client
 
     def products(self, instance_type: str, region: str) -> list[dict]:
-        return price_list_products(self._client, "AmazonEC2", price_list_filters(instance_type, region),
-                                   f"{instance_type} in {region}")
+        return price_list_products(
+            self._client, "AmazonEC2", price_list_filters(instance_type, region), f"{instance_type} in {region}"
+        )
 
     def price(self, instance_type: str, region: str) -> ListedPrice:
         products = self.products(instance_type, region)
         # Capacity Block SKUs share the attributes above and carry marketoption=CapacityBlock.
-        products = [p for p in products
-                    if p.get("product", {}).get("attributes", {}).get("marketoption", "OnDemand") == "OnDemand"]
+        products = [
+            p
+            for p in products
+            if p.get("product", {}).get("attributes", {}).get("marketoption", "OnDemand") == "OnDemand"
+        ]
         if not products:
-            raise NoPrice(f"the Price List has no Linux/shared-tenancy SKU for {instance_type} in {region} "
-                          "(empty answer); check the type and region names")
+            raise NoPrice(
+                f"the Price List has no Linux/shared-tenancy SKU for {instance_type} in {region} "
+                "(empty answer); check the type and region names"
+            )
         if len(products) > 1:
             skus = ", ".join(sorted(p.get("product", {}).get("sku", "?") for p in products))
-            raise NoPrice(f"the Price List has {len(products)} SKUs for {instance_type} in {region} ({skus}); "
-                          "refusing to guess which one is billed")
+            raise NoPrice(
+                f"the Price List has {len(products)} SKUs for {instance_type} in {region} ({skus}); "
+                "refusing to guess which one is billed"
+            )
         product = products[0]
         sku = product.get("product", {}).get("sku", "?")
         terms = product.get("terms", {})
-        ondemand = [(t.get("effectiveDate", ""), d) for t in terms.get("OnDemand", {}).values()
-                    for d in t.get("priceDimensions", {}).values() if d.get("unit") == "Hrs"]
+        ondemand = [
+            (t.get("effectiveDate", ""), d)
+            for t in terms.get("OnDemand", {}).values()
+            for d in t.get("priceDimensions", {}).values()
+            if d.get("unit") == "Hrs"
+        ]
         usd = [(date, float(d.get("pricePerUnit", {}).get("USD", "0"))) for date, d in ondemand]
         usd = [(date, v) for date, v in usd if v > 0]
         if not usd:
-            raise NoPrice(f"the Price List SKU {sku} for {instance_type} in {region} has no on-demand USD hourly "
-                          "price (missing price)")
+            raise NoPrice(
+                f"the Price List SKU {sku} for {instance_type} in {region} has no on-demand USD hourly "
+                "price (missing price)"
+            )
         as_of, rate = usd[0]
-        reserved = [r for t in terms.get("Reserved", {}).values()
-                    if (r := _reserved_rate(instance_type, region, t)) is not None]
+        reserved = [
+            r for t in terms.get("Reserved", {}).values() if (r := _reserved_rate(instance_type, region, t)) is not None
+        ]
         return ListedPrice(rate, as_of[:10], reserved)
 
 
@@ -155,9 +182,15 @@ def _reserved_rate(instance_type: str, region: str, term: dict) -> CommitmentRat
     if effective <= 0:
         return None
     klass = "" if attrs.get("OfferingClass", "standard") == "standard" else f"_{attrs['OfferingClass']}"
-    return CommitmentRate(instance_type, region, f"reserved_{years}yr_{option}{klass}", round(effective, 6),
-                          PRICE_LIST_SOURCE, term.get("effectiveDate", "")[:10],
-                          notes=f"hourly {hourly} + upfront {upfront} over {years} year(s)")
+    return CommitmentRate(
+        instance_type,
+        region,
+        f"reserved_{years}yr_{option}{klass}",
+        round(effective, 6),
+        PRICE_LIST_SOURCE,
+        term.get("effectiveDate", "")[:10],
+        notes=f"hourly {hourly} + upfront {upfront} over {years} year(s)",
+    )
 
 
 # --- Price List: platform rates (EKS, NAT, EBS, KMS, CloudWatch, Lambda) -----------------------------------
@@ -171,8 +204,12 @@ PLATFORM_QUERIES: dict[str, tuple[str, tuple[tuple[str, str, str], ...], str, st
     "eks_extended_support": ("AmazonEKS", (), "AmazonEKS-Hours:extendedSupport", "Hrs"),
     "nat_gateway": ("AmazonEC2", (("TERM_MATCH", "productFamily", "NAT Gateway"),), "NatGateway-Hours", "Hrs"),
     "nat_gateway_data": ("AmazonEC2", (("TERM_MATCH", "productFamily", "NAT Gateway"),), "NatGateway-Bytes", "GB"),
-    "ebs_gp3_storage": ("AmazonEC2", (("TERM_MATCH", "productFamily", "Storage"),
-                                      ("TERM_MATCH", "volumeApiName", "gp3")), "EBS:VolumeUsage.gp3", "GB-Mo"),
+    "ebs_gp3_storage": (
+        "AmazonEC2",
+        (("TERM_MATCH", "productFamily", "Storage"), ("TERM_MATCH", "volumeApiName", "gp3")),
+        "EBS:VolumeUsage.gp3",
+        "GB-Mo",
+    ),
     "kms_key": ("awskms", (), "KMS-Keys", "Keys"),
     "cloudwatch_alarm": ("AmazonCloudWatch", (), "CW:AlarmMonitorUsage", "Alarms"),
     "cloudwatch_dashboard": ("AmazonCloudWatch", (), "DashboardsUsageHour", "Dashboards"),
@@ -190,16 +227,20 @@ def _usage_type_matches(usage_type: str, suffix: str) -> bool:
 
 def platform_filters(key: str, region: str) -> list[dict]:
     _, extra, suffix, _ = PLATFORM_QUERIES[key]
-    return ([{"Type": "TERM_MATCH", "Field": "regionCode", "Value": region}]
-            + [{"Type": t, "Field": f, "Value": v} for t, f, v in extra]
-            + [{"Type": "CONTAINS", "Field": "usagetype", "Value": suffix}])
+    return (
+        [{"Type": "TERM_MATCH", "Field": "regionCode", "Value": region}]
+        + [{"Type": t, "Field": f, "Value": v} for t, f, v in extra]
+        + [{"Type": "CONTAINS", "Field": "usagetype", "Value": suffix}]
+    )
 
 
 def _first_paid_tier(dimensions: list[dict]) -> float | None:
     """The list price of the first tier that costs money (tiered items: CloudWatch, Lambda): free tiers are not
     subtracted and volume discounts not applied, so the estimate is an upper bound for small stacks."""
-    paid = sorted(((float(d.get("beginRange") or 0), float(d.get("pricePerUnit", {}).get("USD", "0")))
-                   for d in dimensions), key=lambda x: x[0])
+    paid = sorted(
+        ((float(d.get("beginRange") or 0), float(d.get("pricePerUnit", {}).get("USD", "0"))) for d in dimensions),
+        key=lambda x: x[0],
+    )
     return next((usd for _, usd in paid if usd > 0), None)
 
 
@@ -212,10 +253,15 @@ class PlatformPriceReader:
 
         service, _, suffix, unit = PLATFORM_QUERIES[key]
         what = f"{key} ({service} {suffix}) in {region}"
-        products = [p for p in price_list_products(self._client, service, platform_filters(key, region), what)
-                    if _usage_type_matches(p.get("product", {}).get("attributes", {}).get("usagetype", ""), suffix)]
+        products = [
+            p
+            for p in price_list_products(self._client, service, platform_filters(key, region), what)
+            if _usage_type_matches(p.get("product", {}).get("attributes", {}).get("usagetype", ""), suffix)
+        ]
         if not products:
-            raise NoPrice(f"the Price List has no {service} product with usage type {suffix} in {region} (empty answer)")
+            raise NoPrice(
+                f"the Price List has no {service} product with usage type {suffix} in {region} (empty answer)"
+            )
         if len(products) > 1:
             skus = ", ".join(sorted(p.get("product", {}).get("sku", "?") for p in products))
             raise NoPrice(f"the Price List has {len(products)} SKUs for {what} ({skus}); refusing to guess")
@@ -238,12 +284,14 @@ class PlatformPriceReader:
     def instance_rate(self, instance_type: str, region: str) -> PlatformRate:
         """A non-GPU instance's on-demand hourly rate (the system nodes), keyed ec2:<type> in the price book."""
         listed = PriceListReader(self._client).price(instance_type, region)
-        return PlatformRate(listed.ondemand_usd_per_hour, "hour", f"{PRICE_LIST_SOURCE}: AmazonEC2 {instance_type}",
-                            listed.as_of)
+        return PlatformRate(
+            listed.ondemand_usd_per_hour, "hour", f"{PRICE_LIST_SOURCE}: AmazonEC2 {instance_type}", listed.as_of
+        )
 
 
-def refresh_platform(region: str, system_instance_types: list[str], *, pricing_client,
-                     keys: list[str] | None = None) -> tuple[dict[str, PlatformRate], list[str]]:
+def refresh_platform(
+    region: str, system_instance_types: list[str], *, pricing_client, keys: list[str] | None = None
+) -> tuple[dict[str, PlatformRate], list[str]]:
     """The platform rates of `region` ({key: rate}) and one problem line per rate that could not be read."""
     reader = PlatformPriceReader(pricing_client)
     rates: dict[str, PlatformRate] = {}
@@ -277,16 +325,26 @@ class SpotHistoryReader:
     def __init__(self, ec2_client):
         self._client = ec2_client
 
-    def quote(self, instance_type: str, zones: list[str] | None = None, now: dt.datetime | None = None,
-              days: int = SPOT_LOOKBACK_DAYS) -> SpotQuote | None:
+    def quote(
+        self,
+        instance_type: str,
+        zones: list[str] | None = None,
+        now: dt.datetime | None = None,
+        days: int = SPOT_LOOKBACK_DAYS,
+    ) -> SpotQuote | None:
         """The latest Linux spot price of each zone (only `zones` when given) over the last `days`, and their
         median; None when no zone has one (no spot market for the type there)."""
         now = now or dt.datetime.now(dt.timezone.utc)
         latest: dict[str, tuple[dt.datetime, float]] = {}
         token = None
         while True:
-            kwargs = {"InstanceTypes": [instance_type], "ProductDescriptions": ["Linux/UNIX"],
-                      "StartTime": now - dt.timedelta(days=days), "EndTime": now, "MaxResults": 1000}
+            kwargs = {
+                "InstanceTypes": [instance_type],
+                "ProductDescriptions": ["Linux/UNIX"],
+                "StartTime": now - dt.timedelta(days=days),
+                "EndTime": now,
+                "MaxResults": 1000,
+            }
             if token:
                 kwargs["NextToken"] = token
             page = _call(f"spot price history of {instance_type}", self._client.describe_spot_price_history, **kwargs)
@@ -303,8 +361,9 @@ class SpotHistoryReader:
             return None
         prices = [usd for _, usd in latest.values()]
         newest = max(ts for ts, _ in latest.values())
-        return SpotQuote(statistics.median(prices), min(prices), max(prices), tuple(sorted(latest)),
-                         newest.date().isoformat())
+        return SpotQuote(
+            statistics.median(prices), min(prices), max(prices), tuple(sorted(latest)), newest.date().isoformat()
+        )
 
 
 # --- Savings Plans and Capacity Blocks ---------------------------------------------------------------------
@@ -320,16 +379,25 @@ class SavingsPlansReader:
         out: dict[str, CommitmentRate] = {}
         token = None
         while True:
-            kwargs = {"savingsPlanTypes": ["Compute", "EC2Instance"], "products": ["EC2"],
-                      "serviceCodes": ["AmazonEC2"], "operations": ["RunInstances"],
-                      "filters": [{"name": "instanceType", "values": [instance_type]},
-                                  {"name": "region", "values": [region]},
-                                  {"name": "tenancy", "values": ["shared"]},
-                                  {"name": "productDescription", "values": ["Linux/UNIX"]}]}
+            kwargs = {
+                "savingsPlanTypes": ["Compute", "EC2Instance"],
+                "products": ["EC2"],
+                "serviceCodes": ["AmazonEC2"],
+                "operations": ["RunInstances"],
+                "filters": [
+                    {"name": "instanceType", "values": [instance_type]},
+                    {"name": "region", "values": [region]},
+                    {"name": "tenancy", "values": ["shared"]},
+                    {"name": "productDescription", "values": ["Linux/UNIX"]},
+                ],
+            }
             if token:
                 kwargs["nextToken"] = token
-            page = _call(f"Savings Plans rates of {instance_type} in {region}",
-                         self._client.describe_savings_plans_offering_rates, **kwargs)
+            page = _call(
+                f"Savings Plans rates of {instance_type} in {region}",
+                self._client.describe_savings_plans_offering_rates,
+                **kwargs,
+            )
             for r in page.get("searchResults", []):
                 if ":" not in r.get("usageType", "") or "BoxUsage" not in r.get("usageType", ""):
                     continue  # dedicated / host usage: not what a shared-tenancy node group runs on
@@ -340,8 +408,15 @@ class SavingsPlansReader:
                 offer = f"savings_plan_{plan}_{years}yr_{payment}"
                 usd = float(r.get("rate") or 0)
                 if usd > 0 and offer not in out:
-                    out[offer] = CommitmentRate(instance_type, region, offer, usd, SAVINGS_PLANS_SOURCE, today,
-                                                notes=f"offering {o.get('offeringId', '?')}")
+                    out[offer] = CommitmentRate(
+                        instance_type,
+                        region,
+                        offer,
+                        usd,
+                        SAVINGS_PLANS_SOURCE,
+                        today,
+                        notes=f"offering {o.get('offeringId', '?')}",
+                    )
             token = page.get("nextToken")
             if not token:
                 return list(out.values())
@@ -362,13 +437,22 @@ class CapacityBlockReader:
     def __init__(self, ec2_client):
         self._client = ec2_client
 
-    def cheapest(self, instance_type: str, region: str, today: str, hours: int = 24,
-                 count: int = 1) -> CommitmentRate | None:
+    def cheapest(
+        self, instance_type: str, region: str, today: str, hours: int = 24, count: int = 1
+    ) -> CommitmentRate | None:
         """The lowest effective hourly rate per instance among the Capacity Block offers open now, or None."""
-        offers = [o for page in _paged(f"Capacity Block offerings of {instance_type} in {region}", self._client,
-                                       "describe_capacity_block_offerings", InstanceType=instance_type,
-                                       InstanceCount=count, CapacityDurationHours=hours)
-                  for o in page.get("CapacityBlockOfferings", [])]
+        offers = [
+            o
+            for page in _paged(
+                f"Capacity Block offerings of {instance_type} in {region}",
+                self._client,
+                "describe_capacity_block_offerings",
+                InstanceType=instance_type,
+                InstanceCount=count,
+                CapacityDurationHours=hours,
+            )
+            for o in page.get("CapacityBlockOfferings", [])
+        ]
         best = None
         for o in offers:
             if o.get("CurrencyCode", "USD") != "USD":
@@ -380,9 +464,16 @@ class CapacityBlockReader:
         if best is None:
             return None
         usd, o = best
-        return CommitmentRate(instance_type, region, "capacity_block", round(usd, 6), CAPACITY_BLOCK_SOURCE, today,
-                              notes=f"upfront fee / (hours x instances) of offer {o.get('CapacityBlockOfferingId')} "
-                                    f"in {o.get('AvailabilityZone')}; the OS fee while running is extra")
+        return CommitmentRate(
+            instance_type,
+            region,
+            "capacity_block",
+            round(usd, 6),
+            CAPACITY_BLOCK_SOURCE,
+            today,
+            notes=f"upfront fee / (hours x instances) of offer {o.get('CapacityBlockOfferingId')} "
+            f"in {o.get('AvailabilityZone')}; the OS fee while running is extra",
+        )
 
 
 # --- instance types ----------------------------------------------------------------------------------------
@@ -393,11 +484,17 @@ class InstanceTypeReader:
         self._client = ec2_client
 
     def offered(self, instance_types: list[str], region: str) -> set[str]:
-        return {o["InstanceType"]
-                for page in _paged(f"instance type offerings in {region}", self._client,
-                                   "describe_instance_type_offerings", LocationType="region",
-                                   Filters=[{"Name": "instance-type", "Values": list(instance_types)}])
-                for o in page.get("InstanceTypeOfferings", [])}
+        return {
+            o["InstanceType"]
+            for page in _paged(
+                f"instance type offerings in {region}",
+                self._client,
+                "describe_instance_type_offerings",
+                LocationType="region",
+                Filters=[{"Name": "instance-type", "Values": list(instance_types)}],
+            )
+            for o in page.get("InstanceTypeOfferings", [])
+        }
 
     def facts(self, instance_types: list[str]) -> dict[str, InstanceType]:
         if not instance_types:
@@ -411,8 +508,12 @@ class InstanceTypeReader:
             g = gpus[0]
             arch = "arm64" if "arm64" in (it.get("ProcessorInfo") or {}).get("SupportedArchitectures", []) else "x86_64"
             out[it["InstanceType"]] = InstanceType(
-                it["InstanceType"], sum(x.get("Count", 0) for x in gpus), str(g.get("Name", "unknown")).upper(),
-                round((g.get("MemoryInfo") or {}).get("SizeInMiB", 0) / 1024, 2), arch)
+                it["InstanceType"],
+                sum(x.get("Count", 0) for x in gpus),
+                str(g.get("Name", "unknown")).upper(),
+                round((g.get("MemoryInfo") or {}).get("SizeInMiB", 0) / 1024, 2),
+                arch,
+            )
         return out
 
 
@@ -426,9 +527,17 @@ class RefreshResult:
     notes: list[str] = field(default_factory=list)  # optional data that was not available
 
 
-def refresh(region: str, instance_types: list[str], *, pricing_client, ec2_client, savingsplans_client=None,
-            zones: list[str] | None = None, known_facts: dict[str, InstanceType] | None = None,
-            now: dt.datetime | None = None) -> RefreshResult:
+def refresh(
+    region: str,
+    instance_types: list[str],
+    *,
+    pricing_client,
+    ec2_client,
+    savingsplans_client=None,
+    zones: list[str] | None = None,
+    known_facts: dict[str, InstanceType] | None = None,
+    now: dt.datetime | None = None,
+) -> RefreshResult:
     """Read the prices of `instance_types` in `region` from AWS into a one-region PriceBook."""
     now = now or dt.datetime.now(dt.timezone.utc)
     today = now.date().isoformat()
@@ -458,14 +567,21 @@ def refresh(region: str, instance_types: list[str], *, pricing_client, ec2_clien
         except PriceFetchError as err:
             result.notes.append(f"{t}: no spot price ({err})")
         if quote is None:
-            result.notes.append(f"{t}: no spot price history in {', '.join(zones) if zones else region}; "
-                                "spot is shown at the on-demand price")
+            result.notes.append(
+                f"{t}: no spot price history in {', '.join(zones) if zones else region}; "
+                "spot is shown at the on-demand price"
+            )
         body.prices[t] = Price(
-            t, region, listed.ondemand_usd_per_hour, quote.median_usd_per_hour if quote else None,
-            "observed-median" if quote else "none", None,
-            source=PRICE_LIST_SOURCE + (f"; spot: {SPOT_SOURCE}, median of the latest price in "
-                                        f"{', '.join(quote.zones)}" if quote else ""),
-            as_of=listed.as_of)
+            t,
+            region,
+            listed.ondemand_usd_per_hour,
+            quote.median_usd_per_hour if quote else None,
+            "observed-median" if quote else "none",
+            None,
+            source=PRICE_LIST_SOURCE
+            + (f"; spot: {SPOT_SOURCE}, median of the latest price in {', '.join(quote.zones)}" if quote else ""),
+            as_of=listed.as_of,
+        )
         rates = list(listed.reserved)
         if plans is not None:
             try:

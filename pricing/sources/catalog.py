@@ -25,6 +25,7 @@ from pricing.sources.pricebook import CommitmentRate, Price, PriceSourceError  #
 if TYPE_CHECKING:  # annotations only: the policy pack imports this module without pydantic
     from config.config import GpuLoanConfig
 
+
 @dataclass(frozen=True)
 class Prices:
     """The prices in force: one price book (pricebook.resolve: --prices, $GPULOAN_PRICE_FILE, the project's file,
@@ -45,13 +46,25 @@ class Prices:
 
     def with_config(self, cfg: GpuLoanConfig) -> Prices:
         """These prices plus the config's `instance_prices` (replacing those of another config)."""
-        return self.with_instance_prices(cfg.region, {t: (p.ondemand_usd_per_hour, p.spot_usd_per_hour, p.source)
-                                                      for t, p in cfg.instance_prices.items()})
+        return self.with_instance_prices(
+            cfg.region,
+            {t: (p.ondemand_usd_per_hour, p.spot_usd_per_hour, p.source) for t, p in cfg.instance_prices.items()},
+        )
 
     def with_instance_prices(self, region: str, given: Mapping[str, tuple[float, float | None, str]]) -> Prices:
-        own = {(t, region): Price(t, region, ondemand, spot, "user-config" if spot else "none", None,
-                                  source=f"config gpuloan:instance_prices ({source})", as_of="")
-               for t, (ondemand, spot, source) in given.items()}
+        own = {
+            (t, region): Price(
+                t,
+                region,
+                ondemand,
+                spot,
+                "user-config" if spot else "none",
+                None,
+                source=f"config gpuloan:instance_prices ({source})",
+                as_of="",
+            )
+            for t, (ondemand, spot, source) in given.items()
+        }
         return replace(self, config_prices=own)
 
     @property
@@ -93,4 +106,3 @@ class Prices:
     def price_source(self, region: str) -> str:
         """The line a cost table prints under itself: source and date of its prices, or how to get prices."""
         return self.book.describe(region)
-

@@ -72,8 +72,14 @@ class FloorRate:
         return BILLING[self.payment]
 
 
-def floor_rate(prices: Prices, instance_type: str, region: str, payment: str, user_usd_per_hour: float | None = None,
-               user_source: str | None = None) -> FloorRate | None:
+def floor_rate(
+    prices: Prices,
+    instance_type: str,
+    region: str,
+    payment: str,
+    user_usd_per_hour: float | None = None,
+    user_source: str | None = None,
+) -> FloorRate | None:
     """The rate of one floor node, or None when neither the user nor the price book has one."""
     if payment not in PAYMENTS:
         raise ValueError(f"unknown floor payment '{payment}' (one of {', '.join(PAYMENTS)})")
@@ -83,8 +89,13 @@ def floor_rate(prices: Prices, instance_type: str, region: str, payment: str, us
     if payment == ON_DEMAND:
         if ondemand is None:
             return None
-        return FloorRate(payment, ondemand.ondemand_usd_per_hour, "on-demand",
-                         f"on-demand: {ondemand.source or prices.origin}", ondemand.as_of)
+        return FloorRate(
+            payment,
+            ondemand.ondemand_usd_per_hour,
+            "on-demand",
+            f"on-demand: {ondemand.source or prices.origin}",
+            ondemand.as_of,
+        )
     rates = prices.commitments(instance_type, region)
     for offer in OFFERS[payment]:
         found = [c for c in rates if c.offer == offer]
@@ -99,18 +110,25 @@ def floor_rate(prices: Prices, instance_type: str, region: str, payment: str, us
                 return None
             ratio = c.usd_per_hour / c.reference_ondemand_usd_per_hour
             usd = round(ratio * ondemand.ondemand_usd_per_hour, 4)
-            return FloorRate(payment, usd, "ratio",
-                             f"{ratio:.3f} x today's on-demand ${ondemand.ondemand_usd_per_hour:g}: {offer} "
-                             f"${c.usd_per_hour:g} / on-demand ${c.reference_ondemand_usd_per_hour:g} as of {c.as_of} "
-                             f"({c.source})", c.as_of)
+            return FloorRate(
+                payment,
+                usd,
+                "ratio",
+                f"{ratio:.3f} x today's on-demand ${ondemand.ondemand_usd_per_hour:g}: {offer} "
+                f"${c.usd_per_hour:g} / on-demand ${c.reference_ondemand_usd_per_hour:g} as of {c.as_of} "
+                f"({c.source})",
+                c.as_of,
+            )
         return FloorRate(payment, c.usd_per_hour, "published", f"{offer} as of {c.as_of} ({c.source})", c.as_of)
     return None
 
 
 def missing_rate_reason(prices: Prices, instance_type: str, region: str, payment: str) -> str:
     """Why `floor_rate` is None for this floor (no user rate given), with the fix."""
-    fix = ("give your own rate: guaranteed.rate: {usd_per_hour: N, source: 'where you read it'} "
-           "(gpuloan never guesses a committed price; docs/floor.md)")
+    fix = (
+        "give your own rate: guaranteed.rate: {usd_per_hour: N, source: 'where you read it'} "
+        "(gpuloan never guesses a committed price; docs/floor.md)"
+    )
     if payment == ON_DEMAND or prices.price(instance_type, region) is None:
         return f"{prices.missing_price_reason(instance_type, region)}; or {fix}"
     offers = " or ".join(OFFERS[payment])
@@ -133,8 +151,9 @@ def commitment_offer(kind: str, term_years: int, payment_option: str) -> str:
     return f"{COMMITMENT_OFFER_PREFIX[kind]}_{term_years}yr_{payment_option}"
 
 
-def commitment_rate(prices: Prices, kind: str, term_years: int, payment_option: str, instance_type: str,
-                    region: str) -> FloorRate | None:
+def commitment_rate(
+    prices: Prices, kind: str, term_years: int, payment_option: str, instance_type: str, region: str
+) -> FloorRate | None:
     """What one instance-hour of `instance_type` costs under a commitment of this kind, term and payment option,
     from the price book; None when the book has no such rate (the user must give one: nothing here guesses).
 
@@ -151,8 +170,13 @@ def commitment_rate(prices: Prices, kind: str, term_years: int, payment_option: 
         if ondemand is None:
             return None
         ratio = c.usd_per_hour / c.reference_ondemand_usd_per_hour
-        return FloorRate(payment, round(ratio * ondemand.ondemand_usd_per_hour, 4), "ratio",
-                         f"{ratio:.3f} x today's on-demand ${ondemand.ondemand_usd_per_hour:g}: {offer} "
-                         f"${c.usd_per_hour:g} / on-demand ${c.reference_ondemand_usd_per_hour:g} as of {c.as_of} "
-                         f"({c.source})", c.as_of)
+        return FloorRate(
+            payment,
+            round(ratio * ondemand.ondemand_usd_per_hour, 4),
+            "ratio",
+            f"{ratio:.3f} x today's on-demand ${ondemand.ondemand_usd_per_hour:g}: {offer} "
+            f"${c.usd_per_hour:g} / on-demand ${c.reference_ondemand_usd_per_hour:g} as of {c.as_of} "
+            f"({c.source})",
+            c.as_of,
+        )
     return FloorRate(payment, c.usd_per_hour, "published", f"{offer} as of {c.as_of} ({c.source})", c.as_of)

@@ -61,9 +61,11 @@ ENV_SNAPSHOT = "GPULOAN_PRICE_SNAPSHOT"  # "0": never fall back to the shipped s
 # What PriceBook.kind says about where a book was read (the `prices:` line names it without a path).
 KIND_FILE, KIND_PROJECT, KIND_CACHE, KIND_SNAPSHOT = "file", "project", "cache", "snapshot"
 LINE_WIDTH = 79  # the `prices:` line fits an 80-column terminal
-FIX = ("run `gpuloan prices refresh -s STACK` (reads AWS prices with your credentials into "
-       f"{PROJECT_PRICE_FILE} beside Pulumi.yaml; commit it) or point --prices / {ENV_PRICE_FILE} at a price "
-       "file; see docs/prices.md")
+FIX = (
+    "run `gpuloan prices refresh -s STACK` (reads AWS prices with your credentials into "
+    f"{PROJECT_PRICE_FILE} beside Pulumi.yaml; commit it) or point --prices / {ENV_PRICE_FILE} at a price "
+    "file; see docs/prices.md"
+)
 
 _SKYPILOT = "skypilot-org/"
 
@@ -171,9 +173,14 @@ class RegionPrices:
             types[t] = {"offered": False, "reason": reason}
         for t, rates in sorted(self.commitments.items()):
             types.setdefault(t, {})["commitments"] = [
-                {k: v for k, v in asdict(c).items() if k not in ("instance_type", "region")} for c in rates]
-        return {"source": self.source, "read_at": self.read_at, "instance_types": types,
-                "platform": {k: asdict(v) for k, v in sorted(self.platform.items())}}
+                {k: v for k, v in asdict(c).items() if k not in ("instance_type", "region")} for c in rates
+            ]
+        return {
+            "source": self.source,
+            "read_at": self.read_at,
+            "instance_types": types,
+            "platform": {k: asdict(v) for k, v in sorted(self.platform.items())},
+        }
 
     @classmethod
     def from_json(cls, region: str, d: dict, where: str) -> "RegionPrices":
@@ -185,20 +192,32 @@ class RegionPrices:
                     out.not_offered[t] = str(entry.get("reason") or "not offered in this region")
                 elif "ondemand_usd_per_hour" in entry:
                     out.prices[t] = Price(
-                        instance_type=t, region=region,
+                        instance_type=t,
+                        region=region,
                         ondemand_usd_per_hour=_positive(entry["ondemand_usd_per_hour"], f"{at}.ondemand_usd_per_hour"),
-                        spot_usd_per_hour=(None if entry.get("spot_usd_per_hour") is None else
-                                           _positive(entry["spot_usd_per_hour"], f"{at}.spot_usd_per_hour")),
+                        spot_usd_per_hour=(
+                            None
+                            if entry.get("spot_usd_per_hour") is None
+                            else _positive(entry["spot_usd_per_hour"], f"{at}.spot_usd_per_hour")
+                        ),
                         spot_basis=str(entry.get("spot_basis") or "none"),
                         interruption_bucket=entry.get("interruption_bucket"),
-                        source=str(entry.get("source") or d["source"]), as_of=str(entry.get("as_of") or d["read_at"]))
+                        source=str(entry.get("source") or d["source"]),
+                        as_of=str(entry.get("as_of") or d["read_at"]),
+                    )
                 for j, c in enumerate(entry.get("commitments") or []):
-                    out.commitments.setdefault(t, []).append(CommitmentRate(
-                        instance_type=t, region=region, offer=str(c["offer"]),
-                        usd_per_hour=_positive(c["usd_per_hour"], f"{at}.commitments[{j}].usd_per_hour"),
-                        source=str(c["source"]), as_of=str(c["as_of"]),
-                        reference_ondemand_usd_per_hour=c.get("reference_ondemand_usd_per_hour"),
-                        notes=str(c.get("notes") or "")))
+                    out.commitments.setdefault(t, []).append(
+                        CommitmentRate(
+                            instance_type=t,
+                            region=region,
+                            offer=str(c["offer"]),
+                            usd_per_hour=_positive(c["usd_per_hour"], f"{at}.commitments[{j}].usd_per_hour"),
+                            source=str(c["source"]),
+                            as_of=str(c["as_of"]),
+                            reference_ondemand_usd_per_hour=c.get("reference_ondemand_usd_per_hour"),
+                            notes=str(c.get("notes") or ""),
+                        )
+                    )
             for k, r in (d.get("platform") or {}).items():
                 out.platform[k] = _platform_rate(k, r, f"{where}: regions.{region}.platform.{k}")
         except KeyError as err:
@@ -273,17 +292,28 @@ class PriceBook:
         date = r.read_at[:10] or "an unknown date"
         age = _age_days(r.read_at, today or dt.date.today())
         limit = SNAPSHOT_STALE_AFTER_DAYS if self.kind == KIND_SNAPSHOT else STALE_AFTER_DAYS
-        stale = (f"{age} days old: gpuloan prices refresh" if age is not None and age > limit
-                 and (self.kind != KIND_FILE or self.origin.endswith(PROJECT_PRICE_FILE)) else "")
+        stale = (
+            f"{age} days old: gpuloan prices refresh"
+            if age is not None and age > limit and (self.kind != KIND_FILE or self.origin.endswith(PROJECT_PRICE_FILE))
+            else ""
+        )
         if self.kind == KIND_SNAPSHOT:  # its source is the snapshot itself (provenance inside it, docs/prices.md)
-            return _fit([f"prices: gpuloan snapshot of {date}" + (f", {stale}" if stale else ""),
-                         f"prices: gpuloan snapshot of {date}" + (f", {age} days old" if stale else "")])
+            return _fit(
+                [
+                    f"prices: gpuloan snapshot of {date}" + (f", {stale}" if stale else ""),
+                    f"prices: gpuloan snapshot of {date}" + (f", {age} days old" if stale else ""),
+                ]
+            )
         source = r.source.split(" (")[0]  # "AWS APIs", "public table aws_gpu_prices.csv": the details are in the file
         tail = f"; {stale}" if stale else ""
-        return _fit([f"prices: {source}, as of {date} ({self.where()}){tail}",
-                     f"prices: {source}, as of {date}{tail}",
-                     f"prices: {source}, as of {date}" + (f"; {age} days old" if stale else ""),
-                     f"prices: as of {date} ({self.where()})" + (f"; {age} days old" if stale else "")])
+        return _fit(
+            [
+                f"prices: {source}, as of {date} ({self.where()}){tail}",
+                f"prices: {source}, as of {date}{tail}",
+                f"prices: {source}, as of {date}" + (f"; {age} days old" if stale else ""),
+                f"prices: as of {date} ({self.where()})" + (f"; {age} days old" if stale else ""),
+            ]
+        )
 
     def where(self) -> str:
         """Where the book was read, as a reader can say it anywhere: a path relative to here, under ~, or the
@@ -301,21 +331,24 @@ class PriceBook:
         self.instance_facts.update(other.instance_facts)
 
     def to_json(self) -> dict:
-        return {"format": FORMAT,
-                "regions": {n: r.to_json() for n, r in sorted(self.regions.items())},
-                "instance_facts": {n: t.to_json() for n, t in sorted(self.instance_facts.items())}}
+        return {
+            "format": FORMAT,
+            "regions": {n: r.to_json() for n, r in sorted(self.regions.items())},
+            "instance_facts": {n: t.to_json() for n, t in sorted(self.instance_facts.items())},
+        }
 
     @classmethod
     def from_json(cls, d: dict, where: str) -> "PriceBook":
         if not isinstance(d, dict) or d.get("format") != FORMAT:
-            raise PriceSourceError(f"{where}: not a gpuloan price file (expected \"format\": \"{FORMAT}\")")
+            raise PriceSourceError(f'{where}: not a gpuloan price file (expected "format": "{FORMAT}")')
         book = cls(origin=where)
         for region, body in (d.get("regions") or {}).items():
             book.regions[region] = RegionPrices.from_json(region, body, where)
         for name, f in (d.get("instance_facts") or {}).items():
             try:
-                book.instance_facts[name] = InstanceType(name, int(f["gpus"]), str(f["gpu_model"]),
-                                                         float(f["gpu_memory_gib"]), str(f["cpu_architecture"]))
+                book.instance_facts[name] = InstanceType(
+                    name, int(f["gpus"]), str(f["gpu_model"]), float(f["gpu_memory_gib"]), str(f["cpu_architecture"])
+                )
             except (KeyError, TypeError, ValueError) as err:
                 raise PriceSourceError(f"{where}: instance_facts.{name}: {err}") from None
         return book
@@ -336,7 +369,7 @@ def _fit(candidates: list[str]) -> str:
     for line in candidates:
         if len(line) <= LINE_WIDTH:
             return line
-    return candidates[-1][:LINE_WIDTH - 1] + "…"
+    return candidates[-1][: LINE_WIDTH - 1] + "…"
 
 
 def _short_path(text: str) -> str:
@@ -376,8 +409,16 @@ def read_public_csv(path: Path) -> PriceBook:
             rows = list(csv.DictReader(f))
     except OSError as err:
         raise PriceSourceError(f"cannot read {path}: {err.strerror}") from None
-    need = {"instance_type", "region", "ondemand_usd_per_hour", "spot_usd_per_hour", "source", "price_snapshot",
-            "advisor_savings_pct", "advisor_interruption_freq"}
+    need = {
+        "instance_type",
+        "region",
+        "ondemand_usd_per_hour",
+        "spot_usd_per_hour",
+        "source",
+        "price_snapshot",
+        "advisor_savings_pct",
+        "advisor_interruption_freq",
+    }
     if rows and not need <= set(rows[0]):
         raise PriceSourceError(f"{path}: missing columns {', '.join(sorted(need - set(rows[0])))}")
     pairs: dict[tuple[str, str], dict[str, dict]] = {}
@@ -403,12 +444,19 @@ def read_public_csv(path: Path) -> PriceBook:
             if savings is not None and 0 < savings < 100:
                 spot, basis = ondemand * (1 - savings / 100), "advisor-estimate"
         bucket = base["advisor_interruption_freq"] or (snapshot or {}).get("advisor_interruption_freq") or None
-        r = book.regions.setdefault(region, RegionPrices(
-            region, f"public table {path.name} (on-demand from each row's source; spot = on-demand x the observed "
-            "spot/on-demand ratio of the SkyPilot 2025 snapshot)", ""))
+        r = book.regions.setdefault(
+            region,
+            RegionPrices(
+                region,
+                f"public table {path.name} (on-demand from each row's source; spot = on-demand x the observed "
+                "spot/on-demand ratio of the SkyPilot 2025 snapshot)",
+                "",
+            ),
+        )
         r.read_at = max(r.read_at, _latest_date(base["price_snapshot"]))
-        r.prices[t] = Price(t, region, ondemand, spot, basis, bucket, source=base["source"],
-                            as_of=base["price_snapshot"])
+        r.prices[t] = Price(
+            t, region, ondemand, spot, basis, bucket, source=base["source"], as_of=base["price_snapshot"]
+        )
     return book
 
 
@@ -429,12 +477,21 @@ def read_commitments_csv(path: Path, book: PriceBook) -> None:
         usd = _float(row.get("usd_per_hour"))
         if usd is None:
             continue
-        region = book.regions.setdefault(row["region"], RegionPrices(row["region"], f"public table {path.name}",
-                                                                     row["snapshot_date"]))
-        region.commitments.setdefault(row["instance_type"], []).append(CommitmentRate(
-            instance_type=row["instance_type"], region=row["region"], offer=row["offer"], usd_per_hour=usd,
-            source=row["source"], as_of=row["snapshot_date"],
-            reference_ondemand_usd_per_hour=_float(row.get("ondemand_usd_per_hour")), notes=row.get("notes") or ""))
+        region = book.regions.setdefault(
+            row["region"], RegionPrices(row["region"], f"public table {path.name}", row["snapshot_date"])
+        )
+        region.commitments.setdefault(row["instance_type"], []).append(
+            CommitmentRate(
+                instance_type=row["instance_type"],
+                region=row["region"],
+                offer=row["offer"],
+                usd_per_hour=usd,
+                source=row["source"],
+                as_of=row["snapshot_date"],
+                reference_ondemand_usd_per_hour=_float(row.get("ondemand_usd_per_hour")),
+                notes=row.get("notes") or "",
+            )
+        )
 
 
 # --- files, cache and resolution ---------------------------------------------------------------------------
@@ -544,8 +601,7 @@ def load_snapshot(environ: Mapping[str, str] | None = None) -> PriceBook | None:
     return load(SNAPSHOT_FILE)
 
 
-def resolve(explicit: Path | None = None, environ: dict[str, str] | None = None,
-            cwd: Path | None = None) -> PriceBook:
+def resolve(explicit: Path | None = None, environ: dict[str, str] | None = None, cwd: Path | None = None) -> PriceBook:
     """The price book in force: --prices, else $GPULOAN_PRICE_FILE, else the project's price file, else the
     cache, else the snapshot shipped in the package, else an empty book (no price source)."""
     env = os.environ if environ is None else environ

@@ -47,8 +47,15 @@ class ElasticCapacity(pulumi.ComponentResource):
     on_demand_group: aws.eks.NodeGroup | None
     group_names: dict[str, pulumi.Output[str]]
 
-    def __init__(self, name: str, cfg: GpuLoanConfig, pool: Pool, cluster, opts: pulumi.ResourceOptions | None = None,
-                 live_desired: dict[str, int] | None = None):
+    def __init__(
+        self,
+        name: str,
+        cfg: GpuLoanConfig,
+        pool: Pool,
+        cluster,
+        opts: pulumi.ResourceOptions | None = None,
+        live_desired: dict[str, int] | None = None,
+    ):
         """`live_desired`: the live desired size per group kind ("spot", "on_demand") where it could be read."""
         super().__init__("gpuloan:capacity:ElasticCapacity", name, None, opts)
         self._live = live_desired or {}
@@ -63,31 +70,58 @@ class ElasticCapacity(pulumi.ComponentResource):
             sfx = size_suffix(size)
             if e.capacity in (CapacityMode.spot, CapacityMode.spot_then_on_demand):
                 key = kind_key("spot", size)
-                group = self._group(f"{name}-spot{sfx}", GROUP_SPOT + sfx, "SPOT", "spot", e.max_nodes,
-                                    [GPU_TAINT, SPOT_TAINT], self._live.get(key), size)
+                group = self._group(
+                    f"{name}-spot{sfx}",
+                    GROUP_SPOT + sfx,
+                    "SPOT",
+                    "spot",
+                    e.max_nodes,
+                    [GPU_TAINT, SPOT_TAINT],
+                    self._live.get(key),
+                    size,
+                )
                 self.size_groups[key] = group
                 self.group_names[key] = group.node_group_name
                 if size.first:
                     self.spot_group = group
             if e.capacity in (CapacityMode.on_demand, CapacityMode.spot_then_on_demand):
                 key = kind_key("on_demand", size)
-                group = self._group(f"{name}-on-demand{sfx}", GROUP_ON_DEMAND + sfx, "ON_DEMAND", "on-demand",
-                                    e.on_demand_max_nodes or e.max_nodes, [GPU_TAINT], self._live.get(key), size)
+                group = self._group(
+                    f"{name}-on-demand{sfx}",
+                    GROUP_ON_DEMAND + sfx,
+                    "ON_DEMAND",
+                    "on-demand",
+                    e.on_demand_max_nodes or e.max_nodes,
+                    [GPU_TAINT],
+                    self._live.get(key),
+                    size,
+                )
                 self.size_groups[key] = group
                 self.group_names[key] = group.node_group_name
                 if size.first:
                     self.on_demand_group = group
         self.register_outputs({"group_names": self.group_names})
 
-    def _group(self, name: str, group: str, capacity_type: str, capacity: str, max_nodes: int,
-               taints: list[aws.eks.NodeGroupTaintArgs], live_desired: int | None,
-               size: NodeSizeTypes) -> aws.eks.NodeGroup:
+    def _group(
+        self,
+        name: str,
+        group: str,
+        capacity_type: str,
+        capacity: str,
+        max_nodes: int,
+        taints: list[aws.eks.NodeGroupTaintArgs],
+        live_desired: int | None,
+        size: NodeSizeTypes,
+    ) -> aws.eks.NodeGroup:
         cfg, pool, cluster = self._cfg, self._pool, self._cluster
         types = list(size.instance_types)  # one shape per group: this size's types only
         template = launch_templates.node_launch_template(
-            f"{name}-lt", tags=instance_tags(cfg, pool, TIER, capacity, group),
-            root_volume_gib=launch_templates.GPU_ROOT_VOLUME_GIB, parent=self,
-            description=f"gpuloan {cfg.environment}/{pool.name}: elastic {capacity}")
+            f"{name}-lt",
+            tags=instance_tags(cfg, pool, TIER, capacity, group),
+            root_volume_gib=launch_templates.GPU_ROOT_VOLUME_GIB,
+            parent=self,
+            description=f"gpuloan {cfg.environment}/{pool.name}: elastic {capacity}",
+        )
         depends_on = [cluster.system_node_group] if cluster.system_node_group is not None else []
         desired, ignore = scaling(max_nodes, live_desired)
         return aws.eks.NodeGroup(

@@ -50,8 +50,9 @@ def floor_scaling(g: Guaranteed, now: dt.datetime | None = None) -> tuple[int, i
 DESIRED_SIZE_PATH = "scalingConfig.desiredSize"
 
 
-def block_scaling(cfg: GpuLoanConfig, g: Guaranteed, now: dt.datetime | None = None
-                  ) -> tuple[tuple[int, int, int], list[str]]:
+def block_scaling(
+    cfg: GpuLoanConfig, g: Guaranteed, now: dt.datetime | None = None
+) -> tuple[tuple[int, int, int], list[str]]:
     """((min, desired, max), ignore_changes) of a floor's group. A Capacity Block the policy function keeps: min 0
     (the policy and EKS take it to 0 at the end; a min of `nodes` would refuse that), max `nodes`, and the desired
     size left to the policy (the value sent is only the one a new group starts at: the window's, as floor_up says).
@@ -86,9 +87,16 @@ class GuaranteedCapacity(pulumi.ComponentResource):
             # Targeted: only launches that name this reservation use it, so no other workload eats the floor.
             # Unlimited: the reservation lives as long as the pool; removing the pool releases it.
             self.capacity_reservation = aws.ec2.CapacityReservation(
-                f"{name}-odcr", instance_type=g.instance_type, instance_platform="Linux/UNIX",
-                availability_zone=g.availability_zone, instance_count=g.nodes, instance_match_criteria="targeted",
-                end_date_type="unlimited", tags=resource_tags, opts=critical)
+                f"{name}-odcr",
+                instance_type=g.instance_type,
+                instance_platform="Linux/UNIX",
+                availability_zone=g.availability_zone,
+                instance_count=g.nodes,
+                instance_match_criteria="targeted",
+                end_date_type="unlimited",
+                tags=resource_tags,
+                opts=critical,
+            )
             self.reservation_id = self.capacity_reservation.id
         elif g.reservation_id:
             self.reservation_id = pulumi.Output.from_input(g.reservation_id)
@@ -97,11 +105,16 @@ class GuaranteedCapacity(pulumi.ComponentResource):
 
         is_block = g.reservation == Reservation.capacity_block
         self.launch_template = launch_templates.node_launch_template(
-            f"{name}-lt", tags=instance_tags(cfg, pool, TIER, capacity, GROUP_GUARANTEED),
-            root_volume_gib=launch_templates.GPU_ROOT_VOLUME_GIB, parent=self,
+            f"{name}-lt",
+            tags=instance_tags(cfg, pool, TIER, capacity, GROUP_GUARANTEED),
+            root_volume_gib=launch_templates.GPU_ROOT_VOLUME_GIB,
+            parent=self,
             # The type lives in the template: Capacity Block node groups require it there.
-            instance_type=g.instance_type, reservation_id=self.reservation_id, capacity_block=is_block,
-            description=f"gpuloan {cfg.environment}/{pool.name}: guaranteed floor")
+            instance_type=g.instance_type,
+            reservation_id=self.reservation_id,
+            capacity_block=is_block,
+            description=f"gpuloan {cfg.environment}/{pool.name}: guaranteed floor",
+        )
 
         (low, desired, high), ignore = block_scaling(cfg, g)
         depends_on = [cluster.system_node_group] if cluster.system_node_group is not None else []
@@ -127,9 +140,14 @@ class GuaranteedCapacity(pulumi.ComponentResource):
             # A floor on a reservation is replaced delete-first: the reservation is sized to the floor, so a new
             # group created beside the old one targets capacity the old group holds and its launches fail. The
             # floor is down until the new group is up; the cost diff says so (offline/rollout.py, docs/floor.md).
-            opts=pulumi.ResourceOptions(parent=self, depends_on=depends_on, protect=cfg.protect_critical,
-                                        delete_before_replace=self.reservation_id is not None,
-                                        ignore_changes=ignore),
+            opts=pulumi.ResourceOptions(
+                parent=self,
+                depends_on=depends_on,
+                protect=cfg.protect_critical,
+                delete_before_replace=self.reservation_id is not None,
+                ignore_changes=ignore,
+            ),
         )
-        self.register_outputs({"node_group_name": self.node_group.node_group_name,
-                               "reservation_id": self.reservation_id})
+        self.register_outputs(
+            {"node_group_name": self.node_group.node_group_name, "reservation_id": self.reservation_id}
+        )

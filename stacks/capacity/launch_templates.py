@@ -44,7 +44,8 @@ def node_launch_template(
     reservation = None
     if reservation_id is not None:
         target = aws.ec2.LaunchTemplateCapacityReservationSpecificationCapacityReservationTargetArgs(
-            capacity_reservation_id=reservation_id)
+            capacity_reservation_id=reservation_id
+        )
         reservation = aws.ec2.LaunchTemplateCapacityReservationSpecificationArgs(capacity_reservation_target=target)
     return aws.ec2.LaunchTemplate(
         name,
@@ -57,16 +58,21 @@ def node_launch_template(
             http_put_response_hop_limit=IMDS_HOP_LIMIT,
             instance_metadata_tags="disabled",
         ),
-        block_device_mappings=[aws.ec2.LaunchTemplateBlockDeviceMappingArgs(
-            device_name=ROOT_DEVICE_NAME,
-            ebs=aws.ec2.LaunchTemplateBlockDeviceMappingEbsArgs(
-                volume_size=root_volume_gib, volume_type="gp3", encrypted="true", delete_on_termination="true"),
-        )],
+        block_device_mappings=[
+            aws.ec2.LaunchTemplateBlockDeviceMappingArgs(
+                device_name=ROOT_DEVICE_NAME,
+                ebs=aws.ec2.LaunchTemplateBlockDeviceMappingEbsArgs(
+                    volume_size=root_volume_gib, volume_type="gp3", encrypted="true", delete_on_termination="true"
+                ),
+            )
+        ],
         capacity_reservation_specification=reservation,
         instance_market_options=(
-            aws.ec2.LaunchTemplateInstanceMarketOptionsArgs(market_type="capacity-block") if capacity_block else None),
-        tag_specifications=[aws.ec2.LaunchTemplateTagSpecificationArgs(resource_type=rt, tags=tags)
-                            for rt in TAGGED_RESOURCE_TYPES],
+            aws.ec2.LaunchTemplateInstanceMarketOptionsArgs(market_type="capacity-block") if capacity_block else None
+        ),
+        tag_specifications=[
+            aws.ec2.LaunchTemplateTagSpecificationArgs(resource_type=rt, tags=tags) for rt in TAGGED_RESOURCE_TYPES
+        ],
         tags=tags,
         opts=pulumi.ResourceOptions(parent=parent),
     )

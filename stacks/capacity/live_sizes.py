@@ -37,14 +37,20 @@ def sizes_by_prefix(names_and_sizes: dict[str, int], prefixes: dict[str, str]) -
     return out
 
 
-def read_live_desired(cfg: GpuLoanConfig, cluster_name: str, provider: pulumi.ProviderResource
-                      ) -> dict[str, dict[str, int]]:
+def read_live_desired(
+    cfg: GpuLoanConfig, cluster_name: str, provider: pulumi.ProviderResource
+) -> dict[str, dict[str, int]]:
     """{pool: {"spot" | "on_demand": live desired size}} for the elastic groups that exist now."""
     # every size's groups (config/node_sizes.py): "spot", "on_demand" for the plain size, "spot-4gpu" ... others
-    prefixes = {(pool.name, key + size_suffix(size)): node_group_name_prefix(cfg.environment, pool.name,
-                                                                             kind + size_suffix(size))
-                for pool in cfg.pools if pool.elastic is not None
-                for size in pool_sizes(pool.elastic, cfg.instance_facts) for key, kind in KINDS.items()}
+    prefixes = {
+        (pool.name, key + size_suffix(size)): node_group_name_prefix(
+            cfg.environment, pool.name, kind + size_suffix(size)
+        )
+        for pool in cfg.pools
+        if pool.elastic is not None
+        for size in pool_sizes(pool.elastic, cfg.instance_facts)
+        for key, kind in KINDS.items()
+    }
     if not prefixes:
         return {}
     opts = pulumi.InvokeOptions(provider=provider)
@@ -57,8 +63,10 @@ def read_live_desired(cfg: GpuLoanConfig, cluster_name: str, provider: pulumi.Pr
             if group.scaling_configs:
                 sizes[name] = int(group.scaling_configs[0].desired_size)
     except Exception as err:  # noqa: BLE001 - any failure means "unknown", which changes nothing (module doc)
-        pulumi.log.info(f"live elastic sizes of cluster {cluster_name} not read ({type(err).__name__}); the "
-                        "policy function keeps owning the desired size")
+        pulumi.log.info(
+            f"live elastic sizes of cluster {cluster_name} not read ({type(err).__name__}); the "
+            "policy function keeps owning the desired size"
+        )
         return {}
     out: dict[str, dict[str, int]] = {}
     for key, size in sizes_by_prefix(sizes, {f"{p}/{k}": v for (p, k), v in prefixes.items()}).items():

@@ -32,11 +32,14 @@ def instance_types_for(capacity_type: str, instance_types: list[str]) -> list[st
 GPU_UPDATE_STRATEGY = "MINIMAL"
 
 
-def gpu_update_config(*, max_unavailable: int | None = None,
-                      max_unavailable_percentage: int | None = None) -> aws.eks.NodeGroupUpdateConfigArgs:
-    return aws.eks.NodeGroupUpdateConfigArgs(max_unavailable=max_unavailable,
-                                             max_unavailable_percentage=max_unavailable_percentage,
-                                             update_strategy=GPU_UPDATE_STRATEGY)
+def gpu_update_config(
+    *, max_unavailable: int | None = None, max_unavailable_percentage: int | None = None
+) -> aws.eks.NodeGroupUpdateConfigArgs:
+    return aws.eks.NodeGroupUpdateConfigArgs(
+        max_unavailable=max_unavailable,
+        max_unavailable_percentage=max_unavailable_percentage,
+        update_strategy=GPU_UPDATE_STRATEGY,
+    )
 
 
 def instance_tags(cfg: GpuLoanConfig, pool: Pool, tier: str, capacity: str, group: str) -> dict[str, str]:
@@ -44,5 +47,8 @@ def instance_tags(cfg: GpuLoanConfig, pool: Pool, tier: str, capacity: str, grou
 
     Provider default tags never reach ASG-launched instances, so everything a bill needs is spelled out here.
     """
-    return {**cfg.default_tags, **tags.pool_tags(cfg.environment, pool.name, pool.team, tier, capacity),
-            "Name": names.node_group_label(cfg.environment, pool.name, group)}
+    return {
+        **cfg.default_tags,
+        **tags.pool_tags(cfg.environment, pool.name, pool.team, tier, capacity),
+        "Name": names.node_group_label(cfg.environment, pool.name, group),
+    }

@@ -25,16 +25,31 @@ from stacks.capacity.guaranteed import GuaranteedCapacity
 # Re-exported, importable here as before the split, for code written against this module (branches in flight);
 # new code imports them from config/names.py and stacks/capacity/node_groups.py.
 from config.names import (  # noqa: F401
-    GENERATED_SUFFIX_LENGTH, GROUP_GUARANTEED, GROUP_ON_DEMAND, GROUP_SPOT, NODE_GROUP_NAME_MAX, NODE_GROUP_PREFIX_MAX,
-    PREFIX_END, node_group_arn_pattern, node_group_label, node_group_name_pattern, node_group_name_prefix,
+    GENERATED_SUFFIX_LENGTH,
+    GROUP_GUARANTEED,
+    GROUP_ON_DEMAND,
+    GROUP_SPOT,
+    NODE_GROUP_NAME_MAX,
+    NODE_GROUP_PREFIX_MAX,
+    PREFIX_END,
+    node_group_arn_pattern,
+    node_group_label,
+    node_group_name_pattern,
+    node_group_name_prefix,
 )
 from stacks.capacity.node_groups import (  # noqa: F401
-    GPU_TAINT, GPU_UPDATE_STRATEGY, SPOT_TAINT, gpu_update_config, instance_tags, instance_types_for,
+    GPU_TAINT,
+    GPU_UPDATE_STRATEGY,
+    SPOT_TAINT,
+    gpu_update_config,
+    instance_tags,
+    instance_types_for,
 )
 
 
-def build_pool(cfg: GpuLoanConfig, pool: Pool, cluster, opts: pulumi.ResourceOptions,
-               live_desired: dict[str, int] | None = None):
+def build_pool(
+    cfg: GpuLoanConfig, pool: Pool, cluster, opts: pulumi.ResourceOptions, live_desired: dict[str, int] | None = None
+):
     """(GuaranteedCapacity | None, ElasticCapacity | None) for one pool; `live_desired` as stacks/capacity/live_sizes.py reads."""
     guaranteed = elastic = None
     if pool.guaranteed is not None:

@@ -47,11 +47,19 @@ def system_node_group(
     parent: pulumi.Resource,
     depends_on: list[pulumi.Resource],
 ) -> aws.eks.NodeGroup:
-    node_tags = {**extra_tags, **tags.environment_tags(environment), tags.TAG_TIER: "platform",
-                 "Name": system_node_group_name(environment)}
+    node_tags = {
+        **extra_tags,
+        **tags.environment_tags(environment),
+        tags.TAG_TIER: "platform",
+        "Name": system_node_group_name(environment),
+    }
     template = launch_templates.node_launch_template(
-        f"{name}-lt", tags=node_tags, root_volume_gib=launch_templates.SYSTEM_ROOT_VOLUME_GIB, parent=parent,
-        description="gpuloan system nodes (CoreDNS, operators, metrics agents)")
+        f"{name}-lt",
+        tags=node_tags,
+        root_volume_gib=launch_templates.SYSTEM_ROOT_VOLUME_GIB,
+        parent=parent,
+        description="gpuloan system nodes (CoreDNS, operators, metrics agents)",
+    )
     return aws.eks.NodeGroup(
         name,
         cluster_name=cluster_name,
@@ -66,7 +74,8 @@ def system_node_group(
         capacity_type="ON_DEMAND",
         instance_types=[spec.instance_type],
         scaling_config=aws.eks.NodeGroupScalingConfigArgs(
-            min_size=spec.nodes, desired_size=spec.nodes, max_size=spec.nodes),
+            min_size=spec.nodes, desired_size=spec.nodes, max_size=spec.nodes
+        ),
         update_config=aws.eks.NodeGroupUpdateConfigArgs(max_unavailable=1),
         launch_template=launch_templates.template_ref(template),
         labels={tags.LABEL_TIER: SYSTEM_TIER_LABEL},

@@ -59,12 +59,16 @@ class CiRbac(pulumi.ComponentResource):
         super().__init__("gpuloan:gitops:CiRbac", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         subjects = [{"kind": "Group", "apiGroup": "rbac.authorization.k8s.io", "name": PREVIEW_GROUP}]
-        reader = k8s.rbac.v1.ClusterRole(f"{name}-reader", metadata={"name": READER, "labels": MANAGED_BY},
-                                         rules=reader_rules(), opts=child)
+        reader = k8s.rbac.v1.ClusterRole(
+            f"{name}-reader", metadata={"name": READER, "labels": MANAGED_BY}, rules=reader_rules(), opts=child
+        )
         k8s.rbac.v1.ClusterRoleBinding(
-            f"{name}-reader", metadata={"name": READER, "labels": MANAGED_BY},
+            f"{name}-reader",
+            metadata={"name": READER, "labels": MANAGED_BY},
             role_ref={"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": READER},
-            subjects=subjects, opts=pulumi.ResourceOptions(parent=self, depends_on=[reader]))
+            subjects=subjects,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[reader]),
+        )
         # Helm keeps each release's records as Secrets in the release's namespace; a preview of the release reads
         # them there and nowhere else.
         release_namespaces = [gpu_operator.NAMESPACE] if cfg.gpu_operator.enabled else []
@@ -75,10 +79,14 @@ class CiRbac(pulumi.ComponentResource):
             releases = k8s.rbac.v1.Role(
                 f"{name}-helm-releases{suffix}",
                 metadata={"name": f"{READER}-helm-releases", "namespace": namespace, "labels": MANAGED_BY},
-                rules=[{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list"]}], opts=child)
+                rules=[{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list"]}],
+                opts=child,
+            )
             k8s.rbac.v1.RoleBinding(
                 f"{name}-helm-releases{suffix}",
                 metadata={"name": f"{READER}-helm-releases", "namespace": namespace, "labels": MANAGED_BY},
                 role_ref={"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": f"{READER}-helm-releases"},
-                subjects=subjects, opts=pulumi.ResourceOptions(parent=self, depends_on=[releases]))
+                subjects=subjects,
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[releases]),
+            )
         self.register_outputs({"group": PREVIEW_GROUP})

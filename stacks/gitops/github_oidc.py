@@ -47,8 +47,11 @@ DEPLOY_ACCESS_POLICY = "AmazonEKSClusterAdminPolicy"
 
 # Resource types this component declares itself (the program's other types come from stacks/gitops/role_guard.py).
 OWN_TYPES = (
-    "aws:iam/role:Role", "aws:iam/rolePolicy:RolePolicy", "aws:eks/accessEntry:AccessEntry",
-    "aws:eks/accessPolicyAssociation:AccessPolicyAssociation", "aws:iam/policy:Policy",
+    "aws:iam/role:Role",
+    "aws:iam/rolePolicy:RolePolicy",
+    "aws:eks/accessEntry:AccessEntry",
+    "aws:eks/accessPolicyAssociation:AccessPolicyAssociation",
+    "aws:iam/policy:Policy",
     "aws:iam/rolePolicyAttachment:RolePolicyAttachment",
 )
 OIDC_PROVIDER = "aws:iam/openIdConnectProvider:OpenIdConnectProvider"
@@ -64,25 +67,34 @@ def trust_subjects(cfg: GpuLoanConfig) -> dict[str, list[str]]:
     gh = cfg.github
     assert gh is not None
     repo = gh.repository
-    deploy = ([f"repo:{repo}:environment:{gh.deploy_environment}"] if gh.deploy_environment
-              else [f"repo:{repo}:ref:{DEPLOY_REF}"])
-    return {"preview": [f"repo:{repo}:pull_request", f"repo:{repo}:environment:{PRICES_ENVIRONMENT}"],
-            "deploy": deploy}
+    deploy = (
+        [f"repo:{repo}:environment:{gh.deploy_environment}"]
+        if gh.deploy_environment
+        else [f"repo:{repo}:ref:{DEPLOY_REF}"]
+    )
+    return {"preview": [f"repo:{repo}:pull_request", f"repo:{repo}:environment:{PRICES_ENVIRONMENT}"], "deploy": deploy}
 
 
 def trust_policy(provider_arn: str, subjects: list[str]) -> str:
-    return json.dumps({
-        "Version": "2012-10-17",
-        "Statement": [{
-            "Effect": "Allow",
-            "Principal": {"Federated": provider_arn},
-            "Action": "sts:AssumeRoleWithWebIdentity",
-            "Condition": {"StringEquals": {
-                f"{GITHUB_OIDC_HOST}:aud": STS_AUDIENCE,
-                f"{GITHUB_OIDC_HOST}:sub": subjects if len(subjects) > 1 else subjects[0],
-            }},
-        }],
-    }, sort_keys=True)
+    return json.dumps(
+        {
+            "Version": "2012-10-17",
+            "Statement": [
+                {
+                    "Effect": "Allow",
+                    "Principal": {"Federated": provider_arn},
+                    "Action": "sts:AssumeRoleWithWebIdentity",
+                    "Condition": {
+                        "StringEquals": {
+                            f"{GITHUB_OIDC_HOST}:aud": STS_AUDIENCE,
+                            f"{GITHUB_OIDC_HOST}:sub": subjects if len(subjects) > 1 else subjects[0],
+                        }
+                    },
+                }
+            ],
+        },
+        sort_keys=True,
+    )
 
 
 PULUMI_PROJECT = "gpuloan"  # Pulumi.yaml's name: the DIY backend keys state by project and stack
@@ -122,9 +134,16 @@ class GitHubOidc(pulumi.ComponentResource):
     preview_role_arn: pulumi.Output[str]
     deploy_role_arn: pulumi.Output[str]
 
-    def __init__(self, name: str, cfg: GpuLoanConfig, account_id: pulumi.Input[str], partition: pulumi.Input[str],
-                 declared_types: Iterable[str], cluster_name: pulumi.Input[str] | None = None,
-                 opts: pulumi.ResourceOptions | None = None):
+    def __init__(
+        self,
+        name: str,
+        cfg: GpuLoanConfig,
+        account_id: pulumi.Input[str],
+        partition: pulumi.Input[str],
+        declared_types: Iterable[str],
+        cluster_name: pulumi.Input[str] | None = None,
+        opts: pulumi.ResourceOptions | None = None,
+    ):
         super().__init__("gpuloan:gitops:GitHubOidc", name, None, opts)
         if cfg.github is None:
             raise ValueError("GitHubOidc needs cfg.github (the repository to trust)")
@@ -135,32 +154,41 @@ class GitHubOidc(pulumi.ComponentResource):
         if cfg.github.create_oidc_provider:
             # AWS validates GitHub's certificate against its own trusted CAs, so no thumbprint is pinned here.
             # One provider per URL per account: a second stack in the same account references this one.
-            oidc = aws.iam.OpenIdConnectProvider(f"{name}-provider", url=GITHUB_OIDC_URL,
-                                                 client_id_lists=[STS_AUDIENCE], tags=platform, opts=child)
+            oidc = aws.iam.OpenIdConnectProvider(
+                f"{name}-provider", url=GITHUB_OIDC_URL, client_id_lists=[STS_AUDIENCE], tags=platform, opts=child
+            )
             self.provider_arn = oidc.arn
             types.add(OIDC_PROVIDER)
         else:
             self.provider_arn = pulumi.Output.all(account_id, partition).apply(
-                lambda v: provider_arn_for(cfg, v[0], v[1]))
+                lambda v: provider_arn_for(cfg, v[0], v[1])
+            )
 
         subjects = trust_subjects(cfg)
         env = cfg.environment
         repo = cfg.github.repository
         stack_cluster = cluster_name_for(cfg)
         scope = pulumi.Output.all(partition, account_id).apply(
-            lambda v: perms.Scope(v[0], v[1], cfg.region, env, stack_cluster))
-        deploy_from = (f"environment {cfg.github.deploy_environment}" if cfg.github.deploy_environment
-                       else DEPLOY_REF)
+            lambda v: perms.Scope(v[0], v[1], cfg.region, env, stack_cluster)
+        )
+        deploy_from = f"environment {cfg.github.deploy_environment}" if cfg.github.deploy_environment else DEPLOY_REF
         deploy_types = sorted(types)
         state = state_backend(cfg)
         # The deploy role's own permissions boundary (stacks/iam_permissions.deploy_boundary_document): a ceiling
         # over its policies, out of its own reach (CI path; the boundary denies IAM writes there).
         deploy_boundary = aws.iam.Policy(
-            f"{name}-deploy-boundary", name=perms.deploy_boundary_name(env), path=perms.ci_path(env),
+            f"{name}-deploy-boundary",
+            name=perms.deploy_boundary_name(env),
+            path=perms.ci_path(env),
             description=f"gpuloan {env} deploy role: the most it may do, whatever its policies say",
-            policy=scope.apply(lambda sc: json.dumps(perms.deploy_boundary_document(
-                sc, perms.deploy_services(sorted(types), state)), sort_keys=True)),
-            tags=platform, opts=child)
+            policy=scope.apply(
+                lambda sc: json.dumps(
+                    perms.deploy_boundary_document(sc, perms.deploy_services(sorted(types), state)), sort_keys=True
+                )
+            ),
+            tags=platform,
+            opts=child,
+        )
         created: dict[str, aws.iam.Role] = {}
         for kind, description in (
             ("preview", f"pulumi preview from pull requests of {repo} (read-only)"),
@@ -179,38 +207,64 @@ class GitHubOidc(pulumi.ComponentResource):
                 opts=child,
             )
             if kind == "preview":
-                aws.iam.RolePolicy(f"{name}-preview-read", role=role.id, opts=child, policy=scope.apply(
-                    lambda sc: json.dumps(perms.preview_policy_document(sorted(types), perms.INVOKES, state,
-                                                                        sc.partition, scope=sc), sort_keys=True)))
+                aws.iam.RolePolicy(
+                    f"{name}-preview-read",
+                    role=role.id,
+                    opts=child,
+                    policy=scope.apply(
+                        lambda sc: json.dumps(
+                            perms.preview_policy_document(sorted(types), perms.INVOKES, state, sc.partition, scope=sc),
+                            sort_keys=True,
+                        )
+                    ),
+                )
             else:
                 # Larger than a role's inline policies may be: managed policies, planned with the widest ARNs.
                 document = scope.apply(lambda s: perms.deploy_policy_document(deploy_types, s, perms.INVOKES, state))
-                for i, sids in enumerate(perms.deploy_policy_chunks(deploy_types, env, cfg.region, stack_cluster,
-                                                                    state)):
+                for i, sids in enumerate(
+                    perms.deploy_policy_chunks(deploy_types, env, cfg.region, stack_cluster, state)
+                ):
                     policy = aws.iam.Policy(
-                        f"{name}-deploy-manage-{i + 1}", name=f"gpuloan-{env}-github-deploy-{i + 1}",
-                        path=perms.ci_path(env), description=f"gpuloan {env} deploy role, part {i + 1}",
+                        f"{name}-deploy-manage-{i + 1}",
+                        name=f"gpuloan-{env}-github-deploy-{i + 1}",
+                        path=perms.ci_path(env),
+                        description=f"gpuloan {env} deploy role, part {i + 1}",
                         policy=document.apply(lambda d, ids=sids: json.dumps(perms.select(d, ids), sort_keys=True)),
-                        tags=platform, opts=child)
-                    aws.iam.RolePolicyAttachment(f"{name}-deploy-manage-{i + 1}", role=role.name,
-                                                 policy_arn=policy.arn, opts=child)
+                        tags=platform,
+                        opts=child,
+                    )
+                    aws.iam.RolePolicyAttachment(
+                        f"{name}-deploy-manage-{i + 1}", role=role.name, policy_arn=policy.arn, opts=child
+                    )
             if cluster_name is not None:
                 entry = aws.eks.AccessEntry(
-                    f"{name}-{kind}-access", cluster_name=cluster_name, principal_arn=role.arn, type="STANDARD",
-                    kubernetes_groups=[PREVIEW_GROUP] if kind == "preview" else None, tags=platform, opts=child)
+                    f"{name}-{kind}-access",
+                    cluster_name=cluster_name,
+                    principal_arn=role.arn,
+                    type="STANDARD",
+                    kubernetes_groups=[PREVIEW_GROUP] if kind == "preview" else None,
+                    tags=platform,
+                    opts=child,
+                )
                 if kind == "deploy":
                     aws.eks.AccessPolicyAssociation(
-                        f"{name}-{kind}-access-policy", cluster_name=cluster_name, principal_arn=role.arn,
-                        policy_arn=pulumi.Output.concat("arn:", partition, ":eks::aws:cluster-access-policy/",
-                                                        DEPLOY_ACCESS_POLICY),
+                        f"{name}-{kind}-access-policy",
+                        cluster_name=cluster_name,
+                        principal_arn=role.arn,
+                        policy_arn=pulumi.Output.concat(
+                            "arn:", partition, ":eks::aws:cluster-access-policy/", DEPLOY_ACCESS_POLICY
+                        ),
                         access_scope=aws.eks.AccessPolicyAssociationAccessScopeArgs(type="cluster"),
-                        opts=pulumi.ResourceOptions(parent=self, depends_on=[entry]))
+                        opts=pulumi.ResourceOptions(parent=self, depends_on=[entry]),
+                    )
             created[kind] = role
 
         self.preview_role_arn = created["preview"].arn
         self.deploy_role_arn = created["deploy"].arn
-        self.register_outputs({
-            "provider_arn": self.provider_arn,
-            "preview_role_arn": self.preview_role_arn,
-            "deploy_role_arn": self.deploy_role_arn,
-        })
+        self.register_outputs(
+            {
+                "provider_arn": self.provider_arn,
+                "preview_role_arn": self.preview_role_arn,
+                "deploy_role_arn": self.deploy_role_arn,
+            }
+        )

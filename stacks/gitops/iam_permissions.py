@@ -58,23 +58,37 @@ TABLE: dict[str, Needs] = {
         "budgets:ViewBudget budgets:ListTagsForResource",
         "budgets:ModifyBudget budgets:TagResource",
         "budgets:ModifyBudget budgets:TagResource budgets:UntagResource",
-        "budgets:ModifyBudget", SAR.format("awsbudgetservice")),
+        "budgets:ModifyBudget",
+        SAR.format("awsbudgetservice"),
+    ),
     "aws:cloudwatch/dashboard:Dashboard": _n(
-        "cloudwatch:GetDashboard", "cloudwatch:PutDashboard", "cloudwatch:PutDashboard",
-        "cloudwatch:DeleteDashboards", SAR.format("amazoncloudwatch")),
+        "cloudwatch:GetDashboard",
+        "cloudwatch:PutDashboard",
+        "cloudwatch:PutDashboard",
+        "cloudwatch:DeleteDashboards",
+        SAR.format("amazoncloudwatch"),
+    ),
     "aws:cloudwatch/logGroup:LogGroup": _n(
         "logs:DescribeLogGroups logs:ListTagsForResource",
         "logs:CreateLogGroup logs:PutRetentionPolicy logs:TagResource",
         "logs:PutRetentionPolicy logs:DeleteRetentionPolicy logs:TagResource logs:UntagResource",
-        "logs:DeleteLogGroup", SAR.format("amazoncloudwatchlogs")),
+        "logs:DeleteLogGroup",
+        SAR.format("amazoncloudwatchlogs"),
+    ),
     "aws:cloudwatch/metricAlarm:MetricAlarm": _n(
         "cloudwatch:DescribeAlarms cloudwatch:ListTagsForResource",
         "cloudwatch:PutMetricAlarm cloudwatch:TagResource",
         "cloudwatch:PutMetricAlarm cloudwatch:TagResource cloudwatch:UntagResource",
-        "cloudwatch:DeleteAlarms", SAR.format("amazoncloudwatch")),
+        "cloudwatch:DeleteAlarms",
+        SAR.format("amazoncloudwatch"),
+    ),
     "aws:costexplorer/costAllocationTag:CostAllocationTag": _n(
-        "ce:ListCostAllocationTags", "ce:UpdateCostAllocationTagsStatus", "ce:UpdateCostAllocationTagsStatus",
-        "ce:UpdateCostAllocationTagsStatus", SAR.format("awscostexplorerservice")),
+        "ce:ListCostAllocationTags",
+        "ce:UpdateCostAllocationTagsStatus",
+        "ce:UpdateCostAllocationTagsStatus",
+        "ce:UpdateCostAllocationTagsStatus",
+        SAR.format("awscostexplorerservice"),
+    ),
     "aws:dynamodb/table:Table": _n(
         # Table configuration only: GetItem/Query/Scan (the policy state) are never needed to refresh it.
         "dynamodb:DescribeTable dynamodb:DescribeContinuousBackups dynamodb:DescribeTimeToLive "
@@ -82,35 +96,62 @@ TABLE: dict[str, Needs] = {
         "dynamodb:CreateTable dynamodb:UpdateContinuousBackups dynamodb:TagResource",
         "dynamodb:UpdateTable dynamodb:UpdateContinuousBackups dynamodb:UpdateTimeToLive dynamodb:TagResource "
         "dynamodb:UntagResource",
-        "dynamodb:DeleteTable", SAR.format("amazondynamodb")),
+        "dynamodb:DeleteTable",
+        SAR.format("amazondynamodb"),
+    ),
     "aws:ec2/capacityReservation:CapacityReservation": _n(
-        "ec2:DescribeCapacityReservations", f"ec2:CreateCapacityReservation {_EC2_TAGS}",
-        f"ec2:ModifyCapacityReservation {_EC2_TAGS}", "ec2:CancelCapacityReservation", _EC2),
+        "ec2:DescribeCapacityReservations",
+        f"ec2:CreateCapacityReservation {_EC2_TAGS}",
+        f"ec2:ModifyCapacityReservation {_EC2_TAGS}",
+        "ec2:CancelCapacityReservation",
+        _EC2,
+    ),
     "aws:ec2/defaultSecurityGroup:DefaultSecurityGroup": _n(
         "ec2:DescribeSecurityGroups ec2:DescribeSecurityGroupRules",
         f"ec2:RevokeSecurityGroupIngress ec2:RevokeSecurityGroupEgress {_EC2_TAGS}",
         f"ec2:AuthorizeSecurityGroupIngress ec2:AuthorizeSecurityGroupEgress ec2:RevokeSecurityGroupIngress "
         f"ec2:RevokeSecurityGroupEgress {_EC2_TAGS}",
-        "", _EC2 + " (the provider adopts the VPC's default group; delete only forgets it)"),
+        "",
+        _EC2 + " (the provider adopts the VPC's default group; delete only forgets it)",
+    ),
     "aws:ec2/eip:Eip": _n(
-        "ec2:DescribeAddresses ec2:DescribeAddressesAttribute", f"ec2:AllocateAddress {_EC2_TAGS}", _EC2_TAGS,
-        "ec2:ReleaseAddress ec2:DisassociateAddress", _EC2),
+        "ec2:DescribeAddresses ec2:DescribeAddressesAttribute",
+        f"ec2:AllocateAddress {_EC2_TAGS}",
+        _EC2_TAGS,
+        "ec2:ReleaseAddress ec2:DisassociateAddress",
+        _EC2,
+    ),
     "aws:ec2/internetGateway:InternetGateway": _n(
-        "ec2:DescribeInternetGateways", f"ec2:CreateInternetGateway ec2:AttachInternetGateway {_EC2_TAGS}",
+        "ec2:DescribeInternetGateways",
+        f"ec2:CreateInternetGateway ec2:AttachInternetGateway {_EC2_TAGS}",
         f"ec2:AttachInternetGateway ec2:DetachInternetGateway {_EC2_TAGS}",
-        "ec2:DetachInternetGateway ec2:DeleteInternetGateway", _EC2),
+        "ec2:DetachInternetGateway ec2:DeleteInternetGateway",
+        _EC2,
+    ),
     "aws:ec2/launchTemplate:LaunchTemplate": _n(
-        "ec2:DescribeLaunchTemplates ec2:DescribeLaunchTemplateVersions", f"ec2:CreateLaunchTemplate {_EC2_TAGS}",
-        f"ec2:CreateLaunchTemplateVersion ec2:ModifyLaunchTemplate {_EC2_TAGS}", "ec2:DeleteLaunchTemplate", _EC2),
+        "ec2:DescribeLaunchTemplates ec2:DescribeLaunchTemplateVersions",
+        f"ec2:CreateLaunchTemplate {_EC2_TAGS}",
+        f"ec2:CreateLaunchTemplateVersion ec2:ModifyLaunchTemplate {_EC2_TAGS}",
+        "ec2:DeleteLaunchTemplate",
+        _EC2,
+    ),
     "aws:ec2/natGateway:NatGateway": _n(
-        "ec2:DescribeNatGateways", f"ec2:CreateNatGateway {_EC2_TAGS}", _EC2_TAGS, "ec2:DeleteNatGateway", _EC2),
+        "ec2:DescribeNatGateways", f"ec2:CreateNatGateway {_EC2_TAGS}", _EC2_TAGS, "ec2:DeleteNatGateway", _EC2
+    ),
     "aws:ec2/routeTable:RouteTable": _n(
-        "ec2:DescribeRouteTables", f"ec2:CreateRouteTable ec2:CreateRoute {_EC2_TAGS}",
-        f"ec2:CreateRoute ec2:ReplaceRoute ec2:DeleteRoute {_EC2_TAGS}", "ec2:DeleteRouteTable ec2:DeleteRoute",
-        _EC2),
+        "ec2:DescribeRouteTables",
+        f"ec2:CreateRouteTable ec2:CreateRoute {_EC2_TAGS}",
+        f"ec2:CreateRoute ec2:ReplaceRoute ec2:DeleteRoute {_EC2_TAGS}",
+        "ec2:DeleteRouteTable ec2:DeleteRoute",
+        _EC2,
+    ),
     "aws:ec2/routeTableAssociation:RouteTableAssociation": _n(
-        "ec2:DescribeRouteTables", "ec2:AssociateRouteTable", "ec2:ReplaceRouteTableAssociation",
-        "ec2:DisassociateRouteTable", _EC2),
+        "ec2:DescribeRouteTables",
+        "ec2:AssociateRouteTable",
+        "ec2:ReplaceRouteTableAssociation",
+        "ec2:DisassociateRouteTable",
+        _EC2,
+    ),
     "aws:ec2/securityGroup:SecurityGroup": _n(
         "ec2:DescribeSecurityGroups ec2:DescribeSecurityGroupRules",
         # The provider removes the default allow-all egress rule AWS adds, then authorizes the declared ones.
@@ -119,92 +160,147 @@ TABLE: dict[str, Needs] = {
         f"ec2:AuthorizeSecurityGroupEgress ec2:RevokeSecurityGroupEgress ec2:AuthorizeSecurityGroupIngress "
         f"ec2:RevokeSecurityGroupIngress ec2:UpdateSecurityGroupRuleDescriptionsEgress "
         f"ec2:UpdateSecurityGroupRuleDescriptionsIngress {_EC2_TAGS}",
-        "ec2:DeleteSecurityGroup ec2:DescribeNetworkInterfaces", _EC2),
+        "ec2:DeleteSecurityGroup ec2:DescribeNetworkInterfaces",
+        _EC2,
+    ),
     "aws:ec2/subnet:Subnet": _n(
-        "ec2:DescribeSubnets", f"ec2:CreateSubnet ec2:ModifySubnetAttribute {_EC2_TAGS}",
-        f"ec2:ModifySubnetAttribute {_EC2_TAGS}", "ec2:DeleteSubnet ec2:DescribeNetworkInterfaces", _EC2),
+        "ec2:DescribeSubnets",
+        f"ec2:CreateSubnet ec2:ModifySubnetAttribute {_EC2_TAGS}",
+        f"ec2:ModifySubnetAttribute {_EC2_TAGS}",
+        "ec2:DeleteSubnet ec2:DescribeNetworkInterfaces",
+        _EC2,
+    ),
     "aws:ec2/vpc:Vpc": _n(
         # The provider also reads the VPC's default security group, main route table and default network ACL.
         "ec2:DescribeVpcs ec2:DescribeVpcAttribute ec2:DescribeSecurityGroups ec2:DescribeRouteTables "
         "ec2:DescribeNetworkAcls",
-        f"ec2:CreateVpc ec2:ModifyVpcAttribute {_EC2_TAGS}", f"ec2:ModifyVpcAttribute {_EC2_TAGS}", "ec2:DeleteVpc",
-        _EC2),
+        f"ec2:CreateVpc ec2:ModifyVpcAttribute {_EC2_TAGS}",
+        f"ec2:ModifyVpcAttribute {_EC2_TAGS}",
+        "ec2:DeleteVpc",
+        _EC2,
+    ),
     "aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule": _n(
-        "ec2:DescribeSecurityGroupRules", f"ec2:AuthorizeSecurityGroupIngress {_EC2_TAGS}",
-        f"ec2:ModifySecurityGroupRules {_EC2_TAGS}", "ec2:RevokeSecurityGroupIngress", _EC2),
+        "ec2:DescribeSecurityGroupRules",
+        f"ec2:AuthorizeSecurityGroupIngress {_EC2_TAGS}",
+        f"ec2:ModifySecurityGroupRules {_EC2_TAGS}",
+        "ec2:RevokeSecurityGroupIngress",
+        _EC2,
+    ),
     "aws:ecr/repository:Repository": _n(
         "ecr:DescribeRepositories ecr:ListTagsForResource",
         "ecr:CreateRepository ecr:TagResource",
         "ecr:PutImageTagMutability ecr:PutImageScanningConfiguration ecr:TagResource ecr:UntagResource",
         # force_delete deletes the images with the repository (issue 12 item 6).
-        "ecr:DeleteRepository ecr:ListImages ecr:BatchDeleteImage", SAR.format("amazonelasticcontainerregistry")),
+        "ecr:DeleteRepository ecr:ListImages ecr:BatchDeleteImage",
+        SAR.format("amazonelasticcontainerregistry"),
+    ),
     "aws:ecr/lifecyclePolicy:LifecyclePolicy": _n(
-        "ecr:GetLifecyclePolicy", "ecr:PutLifecyclePolicy", "ecr:PutLifecyclePolicy", "ecr:DeleteLifecyclePolicy",
-        SAR.format("amazonelasticcontainerregistry")),
+        "ecr:GetLifecyclePolicy",
+        "ecr:PutLifecyclePolicy",
+        "ecr:PutLifecyclePolicy",
+        "ecr:DeleteLifecyclePolicy",
+        SAR.format("amazonelasticcontainerregistry"),
+    ),
     "aws:eks/accessEntry:AccessEntry": _n(
-        "eks:DescribeAccessEntry eks:ListTagsForResource", "eks:CreateAccessEntry eks:TagResource",
-        "eks:UpdateAccessEntry eks:TagResource eks:UntagResource", "eks:DeleteAccessEntry",
-        SAR.format("amazonelastickubernetesservice")),
+        "eks:DescribeAccessEntry eks:ListTagsForResource",
+        "eks:CreateAccessEntry eks:TagResource",
+        "eks:UpdateAccessEntry eks:TagResource eks:UntagResource",
+        "eks:DeleteAccessEntry",
+        SAR.format("amazonelastickubernetesservice"),
+    ),
     "aws:eks/accessPolicyAssociation:AccessPolicyAssociation": _n(
-        "eks:ListAssociatedAccessPolicies", "eks:AssociateAccessPolicy", "eks:AssociateAccessPolicy",
-        "eks:DisassociateAccessPolicy", SAR.format("amazonelastickubernetesservice")),
+        "eks:ListAssociatedAccessPolicies",
+        "eks:AssociateAccessPolicy",
+        "eks:AssociateAccessPolicy",
+        "eks:DisassociateAccessPolicy",
+        SAR.format("amazonelastickubernetesservice"),
+    ),
     "aws:eks/addon:Addon": _n(
         "eks:DescribeAddon eks:ListTagsForResource",
         "eks:CreateAddon eks:TagResource iam:PassRole",  # service_account_role_arn is passed to EKS
-        "eks:UpdateAddon eks:TagResource eks:UntagResource iam:PassRole", "eks:DeleteAddon",
-        SAR.format("amazonelastickubernetesservice")),
+        "eks:UpdateAddon eks:TagResource eks:UntagResource iam:PassRole",
+        "eks:DeleteAddon",
+        SAR.format("amazonelastickubernetesservice"),
+    ),
     "aws:eks/cluster:Cluster": _n(
         "eks:DescribeCluster eks:ListTagsForResource",
         # CreateCluster passes the cluster role; secrets encryption needs DescribeKey and CreateGrant on the key
         # (EKS user guide "Encrypt Kubernetes secrets with KMS"); the first cluster creates EKS's service role.
-        "eks:CreateCluster eks:TagResource iam:PassRole kms:DescribeKey kms:CreateGrant "
-        "iam:CreateServiceLinkedRole",
+        "eks:CreateCluster eks:TagResource iam:PassRole kms:DescribeKey kms:CreateGrant iam:CreateServiceLinkedRole",
         "eks:UpdateClusterConfig eks:UpdateClusterVersion eks:AssociateEncryptionConfig eks:TagResource "
-        "eks:UntagResource eks:DescribeUpdate", "eks:DeleteCluster", SAR.format("amazonelastickubernetesservice")),
+        "eks:UntagResource eks:DescribeUpdate",
+        "eks:DeleteCluster",
+        SAR.format("amazonelastickubernetesservice"),
+    ),
     "aws:eks/nodeGroup:NodeGroup": _n(
         "eks:DescribeNodegroup eks:ListTagsForResource",
         "eks:CreateNodegroup eks:TagResource iam:PassRole iam:CreateServiceLinkedRole "
         "ec2:DescribeLaunchTemplateVersions",
         "eks:UpdateNodegroupConfig eks:UpdateNodegroupVersion eks:TagResource eks:UntagResource eks:DescribeUpdate",
-        "eks:DeleteNodegroup", SAR.format("amazonelastickubernetesservice")),
+        "eks:DeleteNodegroup",
+        SAR.format("amazonelastickubernetesservice"),
+    ),
     "aws:eks/podIdentityAssociation:PodIdentityAssociation": _n(
         "eks:DescribePodIdentityAssociation eks:ListTagsForResource",
         "eks:CreatePodIdentityAssociation eks:TagResource iam:PassRole iam:GetRole",
         "eks:UpdatePodIdentityAssociation eks:TagResource eks:UntagResource iam:PassRole iam:GetRole",
-        "eks:DeletePodIdentityAssociation", SAR.format("amazonelastickubernetesservice")),
+        "eks:DeletePodIdentityAssociation",
+        SAR.format("amazonelastickubernetesservice"),
+    ),
     "aws:iam/openIdConnectProvider:OpenIdConnectProvider": _n(
-        "iam:GetOpenIDConnectProvider", "iam:CreateOpenIDConnectProvider iam:TagOpenIDConnectProvider",
+        "iam:GetOpenIDConnectProvider",
+        "iam:CreateOpenIDConnectProvider iam:TagOpenIDConnectProvider",
         "iam:UpdateOpenIDConnectProviderThumbprint iam:AddClientIDToOpenIDConnectProvider "
         "iam:RemoveClientIDFromOpenIDConnectProvider iam:TagOpenIDConnectProvider iam:UntagOpenIDConnectProvider",
-        "iam:DeleteOpenIDConnectProvider", SAR.format("awsidentityandaccessmanagementiam")),
+        "iam:DeleteOpenIDConnectProvider",
+        SAR.format("awsidentityandaccessmanagementiam"),
+    ),
     "aws:iam/policy:Policy": _n(
         "iam:GetPolicy iam:GetPolicyVersion iam:ListPolicyVersions iam:ListPolicyTags",
         "iam:CreatePolicy iam:TagPolicy",
         "iam:CreatePolicyVersion iam:DeletePolicyVersion iam:ListPolicyVersions iam:TagPolicy iam:UntagPolicy",
         "iam:DeletePolicy iam:DeletePolicyVersion iam:ListPolicyVersions",
-        SAR.format("awsidentityandaccessmanagementiam")),
+        SAR.format("awsidentityandaccessmanagementiam"),
+    ),
     "aws:iam/role:Role": _n(
         # The provider reads inline and attached policies too (its inline_policy/managed_policy_arns outputs).
         "iam:GetRole iam:ListRolePolicies iam:ListAttachedRolePolicies",
         "iam:CreateRole iam:TagRole iam:PutRolePermissionsBoundary",
         "iam:UpdateRole iam:UpdateRoleDescription iam:UpdateAssumeRolePolicy iam:TagRole iam:UntagRole "
         "iam:PutRolePermissionsBoundary",
-        "iam:DeleteRole iam:ListInstanceProfilesForRole", SAR.format("awsidentityandaccessmanagementiam")),
+        "iam:DeleteRole iam:ListInstanceProfilesForRole",
+        SAR.format("awsidentityandaccessmanagementiam"),
+    ),
     "aws:iam/rolePolicy:RolePolicy": _n(
-        "iam:GetRolePolicy", "iam:PutRolePolicy", "iam:PutRolePolicy", "iam:DeleteRolePolicy",
-        SAR.format("awsidentityandaccessmanagementiam")),
+        "iam:GetRolePolicy",
+        "iam:PutRolePolicy",
+        "iam:PutRolePolicy",
+        "iam:DeleteRolePolicy",
+        SAR.format("awsidentityandaccessmanagementiam"),
+    ),
     "aws:iam/rolePolicyAttachment:RolePolicyAttachment": _n(
-        "iam:ListAttachedRolePolicies", "iam:AttachRolePolicy", "iam:AttachRolePolicy", "iam:DetachRolePolicy",
-        SAR.format("awsidentityandaccessmanagementiam")),
+        "iam:ListAttachedRolePolicies",
+        "iam:AttachRolePolicy",
+        "iam:AttachRolePolicy",
+        "iam:DetachRolePolicy",
+        SAR.format("awsidentityandaccessmanagementiam"),
+    ),
     "aws:kms/alias:Alias": _n(
-        "kms:ListAliases", "kms:CreateAlias", "kms:UpdateAlias", "kms:DeleteAlias",
-        SAR.format("awskeymanagementservice")),
+        "kms:ListAliases",
+        "kms:CreateAlias",
+        "kms:UpdateAlias",
+        "kms:DeleteAlias",
+        SAR.format("awskeymanagementservice"),
+    ),
     "aws:kms/key:Key": _n(
         # Key metadata, policy, rotation and tags. Never kms:Decrypt: refreshing a key reads no ciphertext.
         "kms:DescribeKey kms:GetKeyPolicy kms:GetKeyRotationStatus kms:ListResourceTags",
         "kms:CreateKey kms:EnableKeyRotation kms:PutKeyPolicy kms:TagResource",
         "kms:PutKeyPolicy kms:EnableKeyRotation kms:DisableKeyRotation kms:UpdateKeyDescription kms:TagResource "
-        "kms:UntagResource", "kms:ScheduleKeyDeletion", SAR.format("awskeymanagementservice")),
+        "kms:UntagResource",
+        "kms:ScheduleKeyDeletion",
+        SAR.format("awskeymanagementservice"),
+    ),
     "aws:lambda/function:Function": _n(
         # GetFunction is the provider's read and returns the environment variables and a code download URL; no
         # narrower read exists (GetFunctionConfiguration returns the environment too). The function's environment
@@ -215,45 +311,83 @@ TABLE: dict[str, Needs] = {
         f"lambda:CreateFunction lambda:PutFunctionConcurrency lambda:TagResource iam:PassRole {_LAMBDA_VPC}",
         "lambda:UpdateFunctionCode lambda:UpdateFunctionConfiguration lambda:PutFunctionConcurrency "
         f"lambda:DeleteFunctionConcurrency lambda:TagResource lambda:UntagResource iam:PassRole {_LAMBDA_VPC}",
-        "lambda:DeleteFunction", SAR.format("awslambda")),
+        "lambda:DeleteFunction",
+        SAR.format("awslambda"),
+    ),
     "aws:lambda/functionEventInvokeConfig:FunctionEventInvokeConfig": _n(
-        "lambda:GetFunctionEventInvokeConfig", "lambda:PutFunctionEventInvokeConfig",
+        "lambda:GetFunctionEventInvokeConfig",
+        "lambda:PutFunctionEventInvokeConfig",
         "lambda:PutFunctionEventInvokeConfig lambda:UpdateFunctionEventInvokeConfig",
-        "lambda:DeleteFunctionEventInvokeConfig", SAR.format("awslambda")),
+        "lambda:DeleteFunctionEventInvokeConfig",
+        SAR.format("awslambda"),
+    ),
     # The spot interruption warning rule of the policy function (stacks/policy_function/function.py).
     "aws:cloudwatch/eventRule:EventRule": _n(
-        "events:DescribeRule events:ListTagsForResource", "events:PutRule events:TagResource",
-        "events:PutRule events:TagResource events:UntagResource", "events:DeleteRule",
-        SAR.format("amazoneventbridge")),
+        "events:DescribeRule events:ListTagsForResource",
+        "events:PutRule events:TagResource",
+        "events:PutRule events:TagResource events:UntagResource",
+        "events:DeleteRule",
+        SAR.format("amazoneventbridge"),
+    ),
     "aws:cloudwatch/eventTarget:EventTarget": _n(
-        "events:ListTargetsByRule", "events:PutTargets", "events:PutTargets", "events:RemoveTargets",
-        SAR.format("amazoneventbridge")),
+        "events:ListTargetsByRule",
+        "events:PutTargets",
+        "events:PutTargets",
+        "events:RemoveTargets",
+        SAR.format("amazoneventbridge"),
+    ),
     "aws:lambda/permission:Permission": _n(
-        "lambda:GetPolicy", "lambda:AddPermission", "lambda:AddPermission lambda:RemovePermission",
-        "lambda:RemovePermission", SAR.format("awslambda")),
+        "lambda:GetPolicy",
+        "lambda:AddPermission",
+        "lambda:AddPermission lambda:RemovePermission",
+        "lambda:RemovePermission",
+        SAR.format("awslambda"),
+    ),
     "aws:scheduler/schedule:Schedule": _n(
-        "scheduler:GetSchedule", "scheduler:CreateSchedule iam:PassRole", "scheduler:UpdateSchedule iam:PassRole",
-        "scheduler:DeleteSchedule", SAR.format("amazoneventbridgescheduler")),
+        "scheduler:GetSchedule",
+        "scheduler:CreateSchedule iam:PassRole",
+        "scheduler:UpdateSchedule iam:PassRole",
+        "scheduler:DeleteSchedule",
+        SAR.format("amazoneventbridgescheduler"),
+    ),
     "aws:sns/topic:Topic": _n(
-        "sns:GetTopicAttributes sns:ListTagsForResource", "sns:CreateTopic sns:SetTopicAttributes sns:TagResource",
-        "sns:SetTopicAttributes sns:TagResource sns:UntagResource", "sns:DeleteTopic", SAR.format("amazonsns")),
+        "sns:GetTopicAttributes sns:ListTagsForResource",
+        "sns:CreateTopic sns:SetTopicAttributes sns:TagResource",
+        "sns:SetTopicAttributes sns:TagResource sns:UntagResource",
+        "sns:DeleteTopic",
+        SAR.format("amazonsns"),
+    ),
     "aws:sns/topicPolicy:TopicPolicy": _n(
-        "sns:GetTopicAttributes", "sns:SetTopicAttributes", "sns:SetTopicAttributes", "sns:SetTopicAttributes",
-        SAR.format("amazonsns")),
+        "sns:GetTopicAttributes",
+        "sns:SetTopicAttributes",
+        "sns:SetTopicAttributes",
+        "sns:SetTopicAttributes",
+        SAR.format("amazonsns"),
+    ),
     "aws:sns/topicSubscription:TopicSubscription": _n(
-        "sns:GetSubscriptionAttributes", "sns:Subscribe sns:GetSubscriptionAttributes",
-        "sns:SetSubscriptionAttributes", "sns:Unsubscribe", SAR.format("amazonsns")),
+        "sns:GetSubscriptionAttributes",
+        "sns:Subscribe sns:GetSubscriptionAttributes",
+        "sns:SetSubscriptionAttributes",
+        "sns:Unsubscribe",
+        SAR.format("amazonsns"),
+    ),
     "aws:sqs/queue:Queue": _n(
         # Attributes and tags only: ReceiveMessage (the dead letters) is never needed to refresh the queue.
         "sqs:GetQueueAttributes sqs:GetQueueUrl sqs:ListQueueTags",
-        "sqs:CreateQueue sqs:SetQueueAttributes sqs:TagQueue", "sqs:SetQueueAttributes sqs:TagQueue sqs:UntagQueue",
-        "sqs:DeleteQueue", SAR.format("amazonsqs")),
+        "sqs:CreateQueue sqs:SetQueueAttributes sqs:TagQueue",
+        "sqs:SetQueueAttributes sqs:TagQueue sqs:UntagQueue",
+        "sqs:DeleteQueue",
+        SAR.format("amazonsqs"),
+    ),
     "aws:ssm/parameter:Parameter": _n(
         # Listed ahead of use (policy settings may move to a parameter, issue 12 item 7). A String parameter's
         # value comes with GetParameter; the roles never get kms:Decrypt, so a SecureString stays unreadable.
         "ssm:GetParameter ssm:DescribeParameters ssm:ListTagsForResource",
-        "ssm:PutParameter ssm:AddTagsToResource", "ssm:PutParameter ssm:AddTagsToResource ssm:RemoveTagsFromResource",
-        "ssm:DeleteParameter", SAR.format("awssystemsmanager")),
+        "ssm:PutParameter ssm:AddTagsToResource",
+        "ssm:PutParameter ssm:AddTagsToResource ssm:RemoveTagsFromResource",
+        "ssm:DeleteParameter",
+        SAR.format("awssystemsmanager"),
+    ),
     # Images are pushed to this stack's ECR repositories (ECR user guide "Required IAM permissions for pushing an
     # image"); a refresh reads the pushed manifest only (BatchGetImage), never a layer. Deleting the resource does
     # not delete the image from the registry (docker-build provider docs), the repository's force_delete does.
@@ -263,7 +397,9 @@ TABLE: dict[str, Needs] = {
         "ecr:CompleteLayerUpload ecr:PutImage ecr:BatchGetImage ecr:GetDownloadUrlForLayer",
         "ecr:GetAuthorizationToken ecr:BatchCheckLayerAvailability ecr:InitiateLayerUpload ecr:UploadLayerPart "
         "ecr:CompleteLayerUpload ecr:PutImage ecr:BatchGetImage ecr:GetDownloadUrlForLayer",
-        "", "https://docs.aws.amazon.com/AmazonECR/latest/userguide/image-push-iam.html"),
+        "",
+        "https://docs.aws.amazon.com/AmazonECR/latest/userguide/image-push-iam.html",
+    ),
 }
 
 # Data sources (invokes) the program calls, with the read actions they need. getCallerIdentity needs no
@@ -301,7 +437,7 @@ COST_REPORT_ACTIONS = ("ce:GetCostAndUsage",)
 NO_IAM_NEEDED = {
     "pulumi:providers:aws": "a provider configuration, not a cloud resource",
     "pulumi:providers:kubernetes": "a provider configuration; its kubeconfig runs `aws eks get-token`, a presigned "
-                                   "sts:GetCallerIdentity that needs no permission",
+    "sts:GetCallerIdentity that needs no permission",
 }
 
 # Kubernetes kinds: no IAM action (the EKS access entry admits the role), but the preview reader ClusterRole must
@@ -376,6 +512,7 @@ def inner_reads(types: Iterable[str]) -> list[str]:
 
 ENV_TAG = tags.TAG_ENVIRONMENT
 
+
 # IAM paths. The stack's workload roles live under workload_path, which the deploy role may manage; the CI roles,
 # their policies and the permissions boundary live under ci_path, which only an administrator's `pulumi up` may
 # change (a deploy role that could edit its own policy or the boundary could lift both).
@@ -402,8 +539,9 @@ class Scope:
     cluster_name: str
 
     def arn(self, service: str, rest: str, region: bool = True, account: bool = True) -> str:
-        return (f"arn:{self.partition}:{service}:{self.region if region else ''}:"
-                f"{self.account if account else ''}:{rest}")
+        return (
+            f"arn:{self.partition}:{service}:{self.region if region else ''}:{self.account if account else ''}:{rest}"
+        )
 
     @property
     def prefix(self) -> str:
@@ -419,10 +557,15 @@ def _named_resources(s: Scope) -> dict[str, list[str]]:
     p = s.prefix
     return {
         "budgets": [s.arn("budgets", f"budget/{p}", region=False), s.arn("budgets", f"budget/{p}-*", region=False)],
-        "cloudwatch": [s.arn("cloudwatch", f"alarm:{p}-*"), s.arn("cloudwatch", f"dashboard/{p}", region=False),
-                       s.arn("cloudwatch", f"dashboard/{p}-*", region=False)],
-        "logs": [s.arn("logs", f"log-group:/aws/eks/{s.cluster_name}/*"),
-                 s.arn("logs", f"log-group:/aws/lambda/{p}-*")],
+        "cloudwatch": [
+            s.arn("cloudwatch", f"alarm:{p}-*"),
+            s.arn("cloudwatch", f"dashboard/{p}", region=False),
+            s.arn("cloudwatch", f"dashboard/{p}-*", region=False),
+        ],
+        "logs": [
+            s.arn("logs", f"log-group:/aws/eks/{s.cluster_name}/*"),
+            s.arn("logs", f"log-group:/aws/lambda/{p}-*"),
+        ],
         "dynamodb": [s.arn("dynamodb", f"table/{p}-*")],
         "sqs": [s.arn("sqs", f"{p}-*")],
         "sns": [s.arn("sns", f"{p}-*")],
@@ -441,38 +584,43 @@ def _named_resources(s: Scope) -> dict[str, list[str]]:
 # Actions AWS authorizes only on "*" (no resource-level permission), with why that is acceptable.
 UNSCOPABLE: dict[str, str] = {
     "ce:UpdateCostAllocationTagsStatus": "account-wide setting without a resource type; it only switches tag "
-                                         "keys on or off for cost reports and cannot spend or read",
+    "keys on or off for cost reports and cannot spend or read",
     "ecr:GetAuthorizationToken": "no resource type; the registry token it returns is limited to what the role "
-                                 "may do in ECR (its own repositories)",
+    "may do in ECR (its own repositories)",
     "sns:Unsubscribe": "the Service Authorization Reference lists no resource type and no condition key for it "
-                       "(Subscribe has the topic, Unsubscribe nothing), so it is granted on `*` in the stack's region "
-                       "only (`aws:RequestedRegion`); it can only remove a subscription (alerts of another stack in "
-                       "the same region could be muted, not read or changed)",
+    "(Subscribe has the topic, Unsubscribe nothing), so it is granted on `*` in the stack's region "
+    "only (`aws:RequestedRegion`); it can only remove a subscription (alerts of another stack in "
+    "the same region could be muted, not read or changed)",
 }
 # Actions the deploy role is never granted: the administrator's `pulumi up` makes these changes (docs/gitops.md,
 # "Keys are the administrator's"). A deploy whose plan needs one fails with AccessDenied before anything else of
 # that resource happens.
 ADMINISTRATOR_ONLY: dict[str, str] = {
     "kms:CreateKey": "tags sent with CreateKey need kms:TagResource in an IAM policy that is not restricted to "
-                     "particular keys (KMS developer guide, \"Controlling access to tags\"), and KMS has no condition "
-                     "that tells a new key from an existing one (no ec2:CreateAction): the grant would let the role "
-                     "tag, then re-policy, grant or delete, any untagged key of the region (issue 42). Keys are "
-                     "created by the administrator's `pulumi up`, which creates the CI roles too",
+    'particular keys (KMS developer guide, "Controlling access to tags"), and KMS has no condition '
+    "that tells a new key from an existing one (no ec2:CreateAction): the grant would let the role "
+    "tag, then re-policy, grant or delete, any untagged key of the region (issue 42). Keys are "
+    "created by the administrator's `pulumi up`, which creates the CI roles too",
     "iam:CreateOpenIDConnectProvider": "the same for the cluster's IRSA provider: its ARN names an issuer ID "
-                                       "EKS assigns (not a name of this environment), and tags sent with the "
-                                       "create need iam:TagOpenIDConnectProvider on a provider without tags, which "
-                                       "every other cluster's untagged provider in the account would satisfy. It "
-                                       "is created with the cluster, by the administrator's first `pulumi up`",
+    "EKS assigns (not a name of this environment), and tags sent with the "
+    "create need iam:TagOpenIDConnectProvider on a provider without tags, which "
+    "every other cluster's untagged provider in the account would satisfy. It "
+    "is created with the cluster, by the administrator's first `pulumi up`",
 }
 # UNSCOPABLE actions that are still limited to the stack's region (global condition key aws:RequestedRegion).
 REGION_ONLY = ("sns:Unsubscribe",)
 # Create actions authorized with a tag the request must carry (aws:RequestTag), the new resource has no tags yet.
 TAG_ON_CREATE: dict[str, str] = {
     # EC2 action -> the resource type it creates (its ARN "type/")
-    "ec2:CreateVpc": "vpc", "ec2:CreateSubnet": "subnet", "ec2:CreateRouteTable": "route-table",
-    "ec2:CreateInternetGateway": "internet-gateway", "ec2:CreateNatGateway": "natgateway",
-    "ec2:AllocateAddress": "elastic-ip", "ec2:CreateSecurityGroup": "security-group",
-    "ec2:CreateLaunchTemplate": "launch-template", "ec2:CreateCapacityReservation": "capacity-reservation",
+    "ec2:CreateVpc": "vpc",
+    "ec2:CreateSubnet": "subnet",
+    "ec2:CreateRouteTable": "route-table",
+    "ec2:CreateInternetGateway": "internet-gateway",
+    "ec2:CreateNatGateway": "natgateway",
+    "ec2:AllocateAddress": "elastic-ip",
+    "ec2:CreateSecurityGroup": "security-group",
+    "ec2:CreateLaunchTemplate": "launch-template",
+    "ec2:CreateCapacityReservation": "capacity-reservation",
     "ec2:AuthorizeSecurityGroupIngress": "security-group-rule",
     "ec2:AuthorizeSecurityGroupEgress": "security-group-rule",
 }
@@ -520,9 +668,17 @@ def _state_statements(state: StateBackend, partition: str, write: bool) -> list[
         _stmt("StateLock", ["s3:GetObject", "s3:PutObject", "s3:DeleteObject"], locks),
     ]
     if write:
-        out.append(_stmt("StateWrite", ["s3:PutObject", "s3:DeleteObject"], [
-            stack_state[0], f"{b}/.pulumi/history/{state.project}/{state.stack}/*",
-            f"{b}/.pulumi/backups/{state.project}/{state.stack}/*"]))
+        out.append(
+            _stmt(
+                "StateWrite",
+                ["s3:PutObject", "s3:DeleteObject"],
+                [
+                    stack_state[0],
+                    f"{b}/.pulumi/history/{state.project}/{state.stack}/*",
+                    f"{b}/.pulumi/backups/{state.project}/{state.stack}/*",
+                ],
+            )
+        )
     if state.kms_key_arn:
         actions = ["kms:Decrypt"] + (["kms:Encrypt", "kms:GenerateDataKey"] if write else [])
         out.append(_stmt("StateSecrets", actions, state.kms_key_arn))
@@ -541,8 +697,13 @@ def _own_function_reads(s: Scope) -> list[str]:
 OWN_IMAGE_READS = ("ecr:BatchGetImage",)
 
 
-def preview_policy_document(types: Iterable[str], invokes: Iterable[str] = (), state: StateBackend | None = None,
-                            partition: str = "aws", scope: Scope | None = None) -> dict:
+def preview_policy_document(
+    types: Iterable[str],
+    invokes: Iterable[str] = (),
+    state: StateBackend | None = None,
+    partition: str = "aws",
+    scope: Scope | None = None,
+) -> dict:
     """Exactly the refresh reads of the declared types, the invokes' reads and the price lookups (and, with a
     self-managed backend, this stack's state, read-only). With `scope`, Lambda reads (GetFunction returns a
     function's environment and code) are limited to this environment's functions."""
@@ -552,8 +713,11 @@ def preview_policy_document(types: Iterable[str], invokes: Iterable[str] = (), s
     else:
         function_reads = [a for a in reads if _service(a) == "lambda"]
         image_reads = [a for a in reads if a in OWN_IMAGE_READS]
-        statements = [_stmt("RefreshDeclaredResources",
-                            [a for a in reads if a not in function_reads and a not in image_reads], "*")]
+        statements = [
+            _stmt(
+                "RefreshDeclaredResources", [a for a in reads if a not in function_reads and a not in image_reads], "*"
+            )
+        ]
         if function_reads:
             statements.append(_stmt("RefreshOwnFunctions", function_reads, _own_function_reads(scope)))
         if image_reads:
@@ -563,8 +727,9 @@ def preview_policy_document(types: Iterable[str], invokes: Iterable[str] = (), s
     return {"Version": "2012-10-17", "Statement": statements}
 
 
-def deploy_policy_document(types: Iterable[str], scope: Scope, invokes: Iterable[str] = (),
-                           state: StateBackend | None = None) -> dict:
+def deploy_policy_document(
+    types: Iterable[str], scope: Scope, invokes: Iterable[str] = (), state: StateBackend | None = None
+) -> dict:
     """Read what refresh reads; change only this environment's resources (SCOPE_BY_SERVICE, docs/gitops.md)."""
     types = sorted(set(types))
     s = scope
@@ -590,9 +755,17 @@ def deploy_policy_document(types: Iterable[str], scope: Scope, invokes: Iterable
             # tag request may not move a key to another environment; aliases are also checked by their name.
             key = [a for a in actions if a not in ADMINISTRATOR_ONLY]
             alias = [a for a in key if "Alias" in a]
-            statements.append(_stmt("ChangeOwnKmsKeys", key, s.arn("kms", "key/*"), {
-                "StringEquals": {f"aws:ResourceTag/{ENV_TAG}": s.env},
-                "StringEqualsIfExists": {f"aws:RequestTag/{ENV_TAG}": s.env}}))
+            statements.append(
+                _stmt(
+                    "ChangeOwnKmsKeys",
+                    key,
+                    s.arn("kms", "key/*"),
+                    {
+                        "StringEquals": {f"aws:ResourceTag/{ENV_TAG}": s.env},
+                        "StringEqualsIfExists": {f"aws:RequestTag/{ENV_TAG}": s.env},
+                    },
+                )
+            )
             if alias:
                 statements.append(_stmt("ChangeOwnKmsAliases", alias, named["kms"]))
         elif service == "ec2":
@@ -620,35 +793,68 @@ def _ec2_statements(actions: list[str], s: Scope) -> list[dict]:
     out = []
     for a in create:
         # The new resource is only authorized when the request tags it with this environment...
-        out.append(_stmt(f"Ec2{a.split(':')[1]}Tagged", [a], s.arn("ec2", f"{TAG_ON_CREATE[a]}/*"),
-                         {"StringEquals": {f"aws:RequestTag/{ENV_TAG}": s.env}}))
+        out.append(
+            _stmt(
+                f"Ec2{a.split(':')[1]}Tagged",
+                [a],
+                s.arn("ec2", f"{TAG_ON_CREATE[a]}/*"),
+                {"StringEquals": {f"aws:RequestTag/{ENV_TAG}": s.env}},
+            )
+        )
     # ...and tagging is only allowed as part of such a create, or on a resource this environment already owns.
     # EC2 puts the bare API name in ec2:CreateAction ("CreateLaunchTemplate", "RunInstances"), not the IAM action
     # (EC2 User Guide, "Grant permission to tag resources during creation"; docs/aws-rules.md).
-    out.append(_stmt("Ec2TagOnCreate", ["ec2:CreateTags"], s.arn("ec2", "*"),
-                     {"StringEquals": {"ec2:CreateAction": [create_action_value(a) for a in create],
-                                       f"aws:RequestTag/{ENV_TAG}": s.env}}))
+    out.append(
+        _stmt(
+            "Ec2TagOnCreate",
+            ["ec2:CreateTags"],
+            s.arn("ec2", "*"),
+            {
+                "StringEquals": {
+                    "ec2:CreateAction": [create_action_value(a) for a in create],
+                    f"aws:RequestTag/{ENV_TAG}": s.env,
+                }
+            },
+        )
+    )
     # Everything else (including the existing resources a create refers to: the VPC of a new subnet, the group of
     # a new rule) needs the environment's tag on the resource.
-    out.append(_stmt("Ec2ChangeOwn", actions, s.arn("ec2", "*"),
-                     {"StringEquals": {f"aws:ResourceTag/{ENV_TAG}": s.env}}))
+    out.append(
+        _stmt("Ec2ChangeOwn", actions, s.arn("ec2", "*"), {"StringEquals": {f"aws:ResourceTag/{ENV_TAG}": s.env}})
+    )
     # The cluster security group is created by EKS, which tags it with the cluster's name, not ours.
     sg_rules = [a for a in actions if "SecurityGroup" in a]
     if sg_rules:
-        out.append(_stmt("Ec2ChangeClusterSecurityGroup", sg_rules, s.arn("ec2", "security-group/*"),
-                         {"StringEquals": {"aws:ResourceTag/aws:eks:cluster-name": s.cluster_name}}))
+        out.append(
+            _stmt(
+                "Ec2ChangeClusterSecurityGroup",
+                sg_rules,
+                s.arn("ec2", "security-group/*"),
+                {"StringEquals": {"aws:ResourceTag/aws:eks:cluster-name": s.cluster_name}},
+            )
+        )
     return out
 
 
 # Role actions whose request context carries iam:PermissionsBoundary (the boundary the request sets or the role
 # carries), per the Service Authorization Reference for IAM (docs/aws-rules.md, "IAM `iam:PermissionsBoundary`").
-BOUNDARY_CONDITION_ACTIONS = ("iam:CreateRole", "iam:PutRolePermissionsBoundary", "iam:PutRolePolicy",
-                              "iam:AttachRolePolicy", "iam:DeleteRolePolicy", "iam:DetachRolePolicy")
+BOUNDARY_CONDITION_ACTIONS = (
+    "iam:CreateRole",
+    "iam:PutRolePermissionsBoundary",
+    "iam:PutRolePolicy",
+    "iam:AttachRolePolicy",
+    "iam:DeleteRolePolicy",
+    "iam:DetachRolePolicy",
+)
 # Trust-policy edits, deletes and role settings: the key is in their context too, and they also need this
 # environment's tag on the role, so a role under the path that the administrator made without the boundary (the
 # deploy role cannot remove one) is never taken over through its trust policy.
-ROLE_ACTIONS_BY_TAG_AND_BOUNDARY = ("iam:UpdateAssumeRolePolicy", "iam:DeleteRole", "iam:UpdateRole",
-                                    "iam:UpdateRoleDescription")
+ROLE_ACTIONS_BY_TAG_AND_BOUNDARY = (
+    "iam:UpdateAssumeRolePolicy",
+    "iam:DeleteRole",
+    "iam:UpdateRole",
+    "iam:UpdateRoleDescription",
+)
 # Role actions without that key, allowed only on roles tagged with this environment. TagRole is among them: a
 # role that does not carry the tag yet cannot be given it, so the tag conditions below cannot be met by tagging
 # first (issue 42). The one exception is the TagRole that IAM evaluates for the tags CreateRole sends
@@ -670,44 +876,103 @@ def _iam_statements(actions: list[str], s: Scope) -> list[dict]:
     if "iam:CreateRole" in actions:
         # A new role is born with this environment's tag (CreateRole supports aws:RequestTag), so every role this
         # role creates is one the tag conditions below recognise.
-        out.append(_stmt("IamCreateRolesTaggedWithBoundary", ["iam:CreateRole"], roles,
-                         {"StringEquals": {**boundary["StringEquals"], **own_tag}}))
+        out.append(
+            _stmt(
+                "IamCreateRolesTaggedWithBoundary",
+                ["iam:CreateRole"],
+                roles,
+                {"StringEquals": {**boundary["StringEquals"], **own_tag}},
+            )
+        )
     # Trust-policy edits, deletes and role settings need the environment's tag on the role (every role the stack
     # creates has it from the provider's default tags) and the boundary on it.
     tagged_and_bounded = [a for a in actions if a in ROLE_ACTIONS_BY_TAG_AND_BOUNDARY]
     if tagged_and_bounded:
-        out.append(_stmt("IamChangeOwnTaggedBoundedRoles", tagged_and_bounded, roles,
-                         {"StringEquals": {f"aws:ResourceTag/{ENV_TAG}": s.env, **boundary["StringEquals"]}}))
+        out.append(
+            _stmt(
+                "IamChangeOwnTaggedBoundedRoles",
+                tagged_and_bounded,
+                roles,
+                {"StringEquals": {f"aws:ResourceTag/{ENV_TAG}": s.env, **boundary["StringEquals"]}},
+            )
+        )
     # Tag changes carry no iam:PermissionsBoundary: the environment's tag on the role, and a tag change may not move
     # the role to another environment.
     tagged = [a for a in actions if a in ROLE_ACTIONS_BY_TAG]
     if tagged:
-        out.append(_stmt("IamChangeOwnTaggedRoles", tagged, roles,
-                         {"StringEquals": {f"aws:ResourceTag/{ENV_TAG}": s.env},
-                          "StringEqualsIfExists": own_tag}))
+        out.append(
+            _stmt(
+                "IamChangeOwnTaggedRoles",
+                tagged,
+                roles,
+                {"StringEquals": {f"aws:ResourceTag/{ENV_TAG}": s.env}, "StringEqualsIfExists": own_tag},
+            )
+        )
     if "iam:TagRole" in actions and "iam:CreateRole" in actions:
         # CreateRole with tags also needs iam:TagRole on the new role's ARN, which has no tags yet; IAM offers no
         # condition that tells that check from a TagRole on an existing untagged role (no ec2:CreateAction for
         # IAM). So: only under this environment's path, only this environment's tag, on a role without one.
         # The path is this environment's name (docs/gitops.md: nothing else may live there).
-        out.append(_stmt("IamTagRoleOnCreate", ["iam:TagRole"], roles,
-                         {"StringEquals": own_tag, "Null": {f"aws:ResourceTag/{ENV_TAG}": "true"}}))
-    role_other = [a for a in actions if ("Role" in a and a not in BOUNDARY_CONDITION_ACTIONS and a not in tagged
-                                         and a not in tagged_and_bounded and a != "iam:PassRole"
-                                         and "ServiceLinked" not in a)]
+        out.append(
+            _stmt(
+                "IamTagRoleOnCreate",
+                ["iam:TagRole"],
+                roles,
+                {"StringEquals": own_tag, "Null": {f"aws:ResourceTag/{ENV_TAG}": "true"}},
+            )
+        )
+    role_other = [
+        a
+        for a in actions
+        if (
+            "Role" in a
+            and a not in BOUNDARY_CONDITION_ACTIONS
+            and a not in tagged
+            and a not in tagged_and_bounded
+            and a != "iam:PassRole"
+            and "ServiceLinked" not in a
+        )
+    ]
     if role_other:
         out.append(_stmt("IamChangeOwnRoles", role_other, roles))
     policy_actions = [a for a in actions if "Policy" in a and "Role" not in a]
     if policy_actions:
         out.append(_stmt("IamChangeOwnPolicies", policy_actions, policies))
     if "iam:PassRole" in actions:
-        out.append(_stmt("IamPassOwnRoles", ["iam:PassRole"], roles, {"StringEquals": {"iam:PassedToService": [
-            "eks.amazonaws.com", "lambda.amazonaws.com", "scheduler.amazonaws.com", "pods.eks.amazonaws.com"]}}))
+        out.append(
+            _stmt(
+                "IamPassOwnRoles",
+                ["iam:PassRole"],
+                roles,
+                {
+                    "StringEquals": {
+                        "iam:PassedToService": [
+                            "eks.amazonaws.com",
+                            "lambda.amazonaws.com",
+                            "scheduler.amazonaws.com",
+                            "pods.eks.amazonaws.com",
+                        ]
+                    }
+                },
+            )
+        )
     if "iam:CreateServiceLinkedRole" in actions:
-        out.append(_stmt("IamServiceLinkedRoles", ["iam:CreateServiceLinkedRole"],
-                         s.arn("iam", "role/aws-service-role/*", region=False),
-                         {"StringEquals": {"iam:AWSServiceName": [
-                             "eks.amazonaws.com", "eks-nodegroup.amazonaws.com", "autoscaling.amazonaws.com"]}}))
+        out.append(
+            _stmt(
+                "IamServiceLinkedRoles",
+                ["iam:CreateServiceLinkedRole"],
+                s.arn("iam", "role/aws-service-role/*", region=False),
+                {
+                    "StringEquals": {
+                        "iam:AWSServiceName": [
+                            "eks.amazonaws.com",
+                            "eks-nodegroup.amazonaws.com",
+                            "autoscaling.amazonaws.com",
+                        ]
+                    }
+                },
+            )
+        )
     oidc = [a for a in actions if "OpenIDConnectProvider" in a and a not in ADMINISTRATOR_ONLY]
     if oidc:
         # The cluster's IRSA provider: created by the administrator (ADMINISTRATOR_ONLY), changed only while it
@@ -715,8 +980,14 @@ def _iam_statements(actions: list[str], s: Scope) -> list[dict]:
         # the GitHub provider carries the environment tag too (the provider's default tags), so the tag alone would
         # put it in reach.
         eks_issuers = s.arn("iam", f"oidc-provider/oidc.eks.{s.region}.amazonaws.com/id/*", region=False)
-        out.append(_stmt("IamChangeOwnClusterOidc", oidc, eks_issuers,
-                         {"StringEquals": {f"aws:ResourceTag/{ENV_TAG}": s.env}, "StringEqualsIfExists": own_tag}))
+        out.append(
+            _stmt(
+                "IamChangeOwnClusterOidc",
+                oidc,
+                eks_issuers,
+                {"StringEquals": {f"aws:ResourceTag/{ENV_TAG}": s.env}, "StringEqualsIfExists": own_tag},
+            )
+        )
     return out
 
 
@@ -726,20 +997,56 @@ def boundary_policy_document(scope: Scope) -> dict:
     Its job is to make the deploy role unable to mint an administrator: a role it creates must carry this
     boundary (deploy_policy_document), and this boundary grants no IAM, Organizations or account action.
     """
-    services = ("autoscaling", "cloudwatch", "dynamodb", "ec2", "ecr", "eks", "eks-auth", "elasticloadbalancing",
-                "kms", "lambda", "logs", "sns", "sqs", "ssm", "xray", "budgets", "ce", "pricing")
-    return {"Version": "2012-10-17", "Statement": [
-        {"Sid": "WorkloadServices", "Effect": "Allow", "Action": [f"{svc}:*" for svc in services], "Resource": "*"},
-        # A role of this environment never touches a resource tagged for another one, whatever its own policy
-        # says (the deploy role writes those policies, so this is what keeps dev's roles out of prod).
-        {"Sid": "NoOtherEnvironment", "Effect": "Deny", "Action": "*", "Resource": "*", "Condition": {
-            "StringNotEquals": {f"aws:ResourceTag/{ENV_TAG}": scope.env},
-            "Null": {f"aws:ResourceTag/{ENV_TAG}": "false"}}},
-        # The EKS cluster role creates the load balancer service-linked role; nothing else in IAM.
-        {"Sid": "ServiceLinkedRolesOnly", "Effect": "Allow", "Action": ["iam:CreateServiceLinkedRole"],
-         "Resource": "*", "Condition": {"StringEquals": {"iam:AWSServiceName": [
-             "elasticloadbalancing.amazonaws.com", "autoscaling.amazonaws.com"]}}},
-    ]}
+    services = (
+        "autoscaling",
+        "cloudwatch",
+        "dynamodb",
+        "ec2",
+        "ecr",
+        "eks",
+        "eks-auth",
+        "elasticloadbalancing",
+        "kms",
+        "lambda",
+        "logs",
+        "sns",
+        "sqs",
+        "ssm",
+        "xray",
+        "budgets",
+        "ce",
+        "pricing",
+    )
+    return {
+        "Version": "2012-10-17",
+        "Statement": [
+            {"Sid": "WorkloadServices", "Effect": "Allow", "Action": [f"{svc}:*" for svc in services], "Resource": "*"},
+            # A role of this environment never touches a resource tagged for another one, whatever its own policy
+            # says (the deploy role writes those policies, so this is what keeps dev's roles out of prod).
+            {
+                "Sid": "NoOtherEnvironment",
+                "Effect": "Deny",
+                "Action": "*",
+                "Resource": "*",
+                "Condition": {
+                    "StringNotEquals": {f"aws:ResourceTag/{ENV_TAG}": scope.env},
+                    "Null": {f"aws:ResourceTag/{ENV_TAG}": "false"},
+                },
+            },
+            # The EKS cluster role creates the load balancer service-linked role; nothing else in IAM.
+            {
+                "Sid": "ServiceLinkedRolesOnly",
+                "Effect": "Allow",
+                "Action": ["iam:CreateServiceLinkedRole"],
+                "Resource": "*",
+                "Condition": {
+                    "StringEquals": {
+                        "iam:AWSServiceName": ["elasticloadbalancing.amazonaws.com", "autoscaling.amazonaws.com"]
+                    }
+                },
+            },
+        ],
+    }
 
 
 def deploy_boundary_name(env: str) -> str:
@@ -747,8 +1054,20 @@ def deploy_boundary_name(env: str) -> str:
 
 
 # IAM write actions (any that could change a role, policy, user, group or identity provider).
-_IAM_WRITES = ["iam:Add*", "iam:Attach*", "iam:Create*", "iam:Delete*", "iam:Detach*", "iam:PassRole", "iam:Put*",
-               "iam:Remove*", "iam:Set*", "iam:Tag*", "iam:Untag*", "iam:Update*"]
+_IAM_WRITES = [
+    "iam:Add*",
+    "iam:Attach*",
+    "iam:Create*",
+    "iam:Delete*",
+    "iam:Detach*",
+    "iam:PassRole",
+    "iam:Put*",
+    "iam:Remove*",
+    "iam:Set*",
+    "iam:Tag*",
+    "iam:Untag*",
+    "iam:Update*",
+]
 
 
 def deploy_services(types: Iterable[str], state: StateBackend | None = None) -> list[str]:
@@ -764,21 +1083,53 @@ def deploy_boundary_document(scope: Scope, services: Iterable[str]) -> dict:
     reach the CI roles, their policies, the boundaries or the GitHub provider, create IAM users or groups, assume
     another role, leave the organization, or touch a resource tagged for another environment.
     """
-    ci_resources = [scope.arn("iam", f"role{ci_path(scope.env)}*", region=False),
-                    scope.arn("iam", f"policy{ci_path(scope.env)}*", region=False),
-                    scope.arn("iam", "oidc-provider/token.actions.githubusercontent.com", region=False)]
-    return {"Version": "2012-10-17", "Statement": [
-        {"Sid": "ItsServices", "Effect": "Allow", "Action": [f"{svc}:*" for svc in sorted(set(services))],
-         "Resource": "*"},
-        {"Sid": "NotTheAdministrators", "Effect": "Deny", "Action": _IAM_WRITES, "Resource": ci_resources},
-        {"Sid": "NoIdentitiesOrAccounts", "Effect": "Deny", "Resource": "*", "Action": [
-            "iam:*User*", "iam:*Group*", "iam:*AccessKey*", "iam:*LoginProfile*", "iam:*SAMLProvider*",
-            "iam:*ServiceSpecificCredential*", "iam:*SSHPublicKey*", "iam:*MFADevice*", "iam:*AccountAlias*",
-            "iam:UpdateAccountPasswordPolicy", "organizations:*", "account:*", "sts:AssumeRole"]},
-        {"Sid": "NoOtherEnvironment", "Effect": "Deny", "Action": "*", "Resource": "*", "Condition": {
-            "StringNotEquals": {f"aws:ResourceTag/{ENV_TAG}": scope.env},
-            "Null": {f"aws:ResourceTag/{ENV_TAG}": "false"}}},
-    ]}
+    ci_resources = [
+        scope.arn("iam", f"role{ci_path(scope.env)}*", region=False),
+        scope.arn("iam", f"policy{ci_path(scope.env)}*", region=False),
+        scope.arn("iam", "oidc-provider/token.actions.githubusercontent.com", region=False),
+    ]
+    return {
+        "Version": "2012-10-17",
+        "Statement": [
+            {
+                "Sid": "ItsServices",
+                "Effect": "Allow",
+                "Action": [f"{svc}:*" for svc in sorted(set(services))],
+                "Resource": "*",
+            },
+            {"Sid": "NotTheAdministrators", "Effect": "Deny", "Action": _IAM_WRITES, "Resource": ci_resources},
+            {
+                "Sid": "NoIdentitiesOrAccounts",
+                "Effect": "Deny",
+                "Resource": "*",
+                "Action": [
+                    "iam:*User*",
+                    "iam:*Group*",
+                    "iam:*AccessKey*",
+                    "iam:*LoginProfile*",
+                    "iam:*SAMLProvider*",
+                    "iam:*ServiceSpecificCredential*",
+                    "iam:*SSHPublicKey*",
+                    "iam:*MFADevice*",
+                    "iam:*AccountAlias*",
+                    "iam:UpdateAccountPasswordPolicy",
+                    "organizations:*",
+                    "account:*",
+                    "sts:AssumeRole",
+                ],
+            },
+            {
+                "Sid": "NoOtherEnvironment",
+                "Effect": "Deny",
+                "Action": "*",
+                "Resource": "*",
+                "Condition": {
+                    "StringNotEquals": {f"aws:ResourceTag/{ENV_TAG}": scope.env},
+                    "Null": {f"aws:ResourceTag/{ENV_TAG}": "false"},
+                },
+            },
+        ],
+    }
 
 
 # IAM quotas: a customer managed policy holds at most 6,144 characters (whitespace not counted), a role at most 10
@@ -810,13 +1161,15 @@ def plan_chunks(document: dict, limit: int = MANAGED_POLICY_MAX_CHARS) -> list[l
         chunks[-1].append(st["Sid"])
         current.append(st)
     if len(chunks) > ROLE_MANAGED_POLICIES_MAX:
-        raise ValueError(f"the deploy policy needs {len(chunks)} managed policies; a role takes "
-                         f"{ROLE_MANAGED_POLICIES_MAX}")
+        raise ValueError(
+            f"the deploy policy needs {len(chunks)} managed policies; a role takes {ROLE_MANAGED_POLICIES_MAX}"
+        )
     return chunks
 
 
-def deploy_policy_chunks(types: Iterable[str], env: str, region: str, cluster_name: str,
-                         state: StateBackend | None = None) -> list[list[str]]:
+def deploy_policy_chunks(
+    types: Iterable[str], env: str, region: str, cluster_name: str, state: StateBackend | None = None
+) -> list[list[str]]:
     """The statement ids of each deploy managed policy, planned with the widest ARNs this stack could have."""
     widest = Scope(_WIDEST.partition, _WIDEST.account, region, env, cluster_name)
     return plan_chunks(deploy_policy_document(types, widest, INVOKES, state))
@@ -835,23 +1188,23 @@ SCOPE_BY_SERVICE: dict[str, str] = {
     "cloudwatch": "alarm ARN `alarm:gpuloan-<env>-*`, dashboard ARN `dashboard/gpuloan-<env>`",
     "dynamodb": "table ARN `table/gpuloan-<env>-*`",
     "ec2": "creates: `aws:RequestTag/gpuloan:environment=<env>` on the new resource; everything else: "
-           "`aws:ResourceTag/gpuloan:environment=<env>` (the cluster security group: `aws:eks:cluster-name`); tags "
-           "only on create (`ec2:CreateAction`) or on own resources; region in the ARN",
+    "`aws:ResourceTag/gpuloan:environment=<env>` (the cluster security group: `aws:eks:cluster-name`); tags "
+    "only on create (`ec2:CreateAction`) or on own resources; region in the ARN",
     "ecr": "repository ARN `repository/gpuloan/<env>/*`; `ecr:GetAuthorizationToken` has no resource type",
     "eks": "cluster name in every EKS ARN: `cluster/<cluster>`, `*/<cluster>/*` (node groups, add-ons, access "
-           "entries, pod identity associations)",
+    "entries, pod identity associations)",
     "iam": "roles and policies under the path `/gpuloan/<env>/`; CreateRole/PutRolePolicy/AttachRolePolicy/"
-           "DeleteRolePolicy/DetachRolePolicy/PutRolePermissionsBoundary only with `iam:PermissionsBoundary` = the "
-           "environment's boundary, CreateRole also with the request tag `gpuloan:environment=<env>`; "
-           "UpdateAssumeRolePolicy/DeleteRole/UpdateRole/TagRole/UntagRole only on roles tagged "
-           "`gpuloan:environment=<env>` (TagRole on an untagged role of the path only with that tag: the check IAM "
-           "makes for CreateRole's tags); the deploy role's own boundary denies IAM writes on `/gpuloan-ci/<env>/`, "
-           "users, groups, sts:AssumeRole and other environments' resources; PassRole to "
-           "EKS/Lambda/Scheduler/Pod Identity only; the cluster's IRSA provider by the environment tag (created by the "
-           "administrator); CI roles, "
-           "boundary and GitHub provider (`/gpuloan-ci/<env>/`, untagged) are out of reach",
+    "DeleteRolePolicy/DetachRolePolicy/PutRolePermissionsBoundary only with `iam:PermissionsBoundary` = the "
+    "environment's boundary, CreateRole also with the request tag `gpuloan:environment=<env>`; "
+    "UpdateAssumeRolePolicy/DeleteRole/UpdateRole/TagRole/UntagRole only on roles tagged "
+    "`gpuloan:environment=<env>` (TagRole on an untagged role of the path only with that tag: the check IAM "
+    "makes for CreateRole's tags); the deploy role's own boundary denies IAM writes on `/gpuloan-ci/<env>/`, "
+    "users, groups, sts:AssumeRole and other environments' resources; PassRole to "
+    "EKS/Lambda/Scheduler/Pod Identity only; the cluster's IRSA provider by the environment tag (created by the "
+    "administrator); CI roles, "
+    "boundary and GitHub provider (`/gpuloan-ci/<env>/`, untagged) are out of reach",
     "kms": "no CreateKey (the administrator's, see below); keys by `aws:ResourceTag` (a tag change may not set "
-           "another environment); aliases `alias/gpuloan-<env>-*`",
+    "another environment); aliases `alias/gpuloan-<env>-*`",
     "lambda": "function ARN `function:gpuloan-<env>-*`",
     "logs": "log-group ARNs `/aws/eks/<cluster>/*`, `/aws/lambda/gpuloan-<env>-*`",
     "scheduler": "schedule ARN `schedule/default/gpuloan-<env>-*`",
@@ -881,24 +1234,44 @@ def markdown() -> str:
     ]
     cell = lambda actions: "<br>".join(f"`{a}`" for a in actions) or "—"  # noqa: E731
     for type_, n in sorted(TABLE.items()):
-        lines.append(f"| `{type_}` | {cell(n.read)} | {cell(n.create)} | {cell(n.update)} | {cell(n.delete)} | "
-                     f"[source]({n.source.split(' ')[0]}) |")
+        lines.append(
+            f"| `{type_}` | {cell(n.read)} | {cell(n.create)} | {cell(n.update)} | {cell(n.delete)} | "
+            f"[source]({n.source.split(' ')[0]}) |"
+        )
     lines += ["", "Data sources the program calls:", "", "| invoke | read |", "|---|---|"]
     lines += [f"| `{t}` | {cell(a)} |" for t, a in sorted(INVOKES.items())]
-    lines += ["", "Price lookups, both roles: " + ", ".join(f"`{a}`" for a in PRICING_ACTIONS) + ".",
-              "Not granted (no workflow runs `gpuloan cost-report` with these roles): "
-              + ", ".join(f"`{a}`" for a in COST_REPORT_ACTIONS) + ".",
-              "", "## How the deploy role's changes are scoped, per service", "",
-              "| service | scoped by |", "|---|---|"]
+    lines += [
+        "",
+        "Price lookups, both roles: " + ", ".join(f"`{a}`" for a in PRICING_ACTIONS) + ".",
+        "Not granted (no workflow runs `gpuloan cost-report` with these roles): "
+        + ", ".join(f"`{a}`" for a in COST_REPORT_ACTIONS)
+        + ".",
+        "",
+        "## How the deploy role's changes are scoped, per service",
+        "",
+        "| service | scoped by |",
+        "|---|---|",
+    ]
     lines += [f"| {svc} | {text} |" for svc, text in sorted(SCOPE_BY_SERVICE.items())]
-    lines += ["", "## Actions only the administrator's `pulumi up` makes", "",
-              "The deploy role is never granted these; a deploy that needs one fails with AccessDenied "
-              "(docs/gitops.md).", "", "| action | why |", "|---|---|"]
+    lines += [
+        "",
+        "## Actions only the administrator's `pulumi up` makes",
+        "",
+        "The deploy role is never granted these; a deploy that needs one fails with AccessDenied (docs/gitops.md).",
+        "",
+        "| action | why |",
+        "|---|---|",
+    ]
     lines += [f"| `{a}` | {why} |" for a, why in sorted(ADMINISTRATOR_ONLY.items())]
     lines += ["", "## Actions AWS only authorizes on `*`", "", "| action | why that is acceptable |", "|---|---|"]
     lines += [f"| `{a}` | {why} |" for a, why in sorted(UNSCOPABLE.items())]
-    lines += ["", "## Kubernetes kinds the preview role may read (no IAM action; EKS access entry + RBAC)", "",
-              "| type | API group | resource |", "|---|---|---|"]
+    lines += [
+        "",
+        "## Kubernetes kinds the preview role may read (no IAM action; EKS access entry + RBAC)",
+        "",
+        "| type | API group | resource |",
+        "|---|---|---|",
+    ]
     lines += [f"| `{t}` | `{g or 'core'}` | {r} |" for t, (g, r) in sorted(KUBERNETES_KINDS.items())]
     return "\n".join(lines) + "\n"
 

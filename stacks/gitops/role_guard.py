@@ -39,21 +39,35 @@ KEPT_FROM_STATE = ("path",)
 class RoleGuard:
     """Installs the stack transformation; `declared_types` grows as the program registers resources."""
 
-    def __init__(self, cfg: GpuLoanConfig, opts: pulumi.ResourceOptions, account_id: pulumi.Input[str],
-                 partition: pulumi.Input[str], cluster_name: str):
+    def __init__(
+        self,
+        cfg: GpuLoanConfig,
+        opts: pulumi.ResourceOptions,
+        account_id: pulumi.Input[str],
+        partition: pulumi.Input[str],
+        cluster_name: str,
+    ):
         self.env = cfg.environment
         self.declared_types: set[str] = set()
         self.boundary: aws.iam.Policy | None = None
         if cfg.github is not None:
             # Created by the first (administrator's) `pulumi up`; the deploy role cannot change it (CI path).
-            document = pulumi.Output.all(partition, account_id).apply(lambda v: json.dumps(
-                perms.boundary_policy_document(perms.Scope(v[0], v[1], cfg.region, self.env, cluster_name)),
-                sort_keys=True))
+            document = pulumi.Output.all(partition, account_id).apply(
+                lambda v: json.dumps(
+                    perms.boundary_policy_document(perms.Scope(v[0], v[1], cfg.region, self.env, cluster_name)),
+                    sort_keys=True,
+                )
+            )
             self.boundary = aws.iam.Policy(
-                f"{self.env}-role-boundary", name=perms.boundary_name(self.env), path=perms.ci_path(self.env),
+                f"{self.env}-role-boundary",
+                name=perms.boundary_name(self.env),
+                path=perms.ci_path(self.env),
                 description=f"gpuloan {self.env}: the most any role of this stack may do (no IAM, no other "
-                            f"environment's resources)",
-                policy=document, tags={tags.TAG_TIER: "platform"}, opts=opts)
+                f"environment's resources)",
+                policy=document,
+                tags={tags.TAG_TIER: "platform"},
+                opts=opts,
+            )
             self.declared_types.add("aws:iam/policy:Policy")
         pulumi.runtime.register_stack_transformation(self._transform)
 

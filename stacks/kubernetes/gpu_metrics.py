@@ -27,8 +27,13 @@ CLOUDWATCH_AGENT_POLICY = "CloudWatchAgentServerPolicy"
 GPU_METRIC_NAMESPACE = "ContainerInsights"
 GPU_UTILIZATION_METRIC = "node_gpu_utilization"
 GPU_RESERVED_METRIC = "node_gpu_reserved_capacity"  # % of the node's GPUs requested by pods: the "empty node" signal
-GPU_NODE_METRICS = ("node_gpu_utilization", "node_gpu_memory_utilization", "node_gpu_limit",
-                    "node_gpu_usage_total", "node_gpu_reserved_capacity")
+GPU_NODE_METRICS = (
+    "node_gpu_utilization",
+    "node_gpu_memory_utilization",
+    "node_gpu_limit",
+    "node_gpu_usage_total",
+    "node_gpu_reserved_capacity",
+)
 GPU_NODE_DIMENSIONS = (("ClusterName",), ("ClusterName", "InstanceId", "NodeName"))
 
 
@@ -41,37 +46,52 @@ def partition_of(region: str) -> str:
 
 def addon_configuration() -> dict[str, Any]:
     """The add-on's configuration_values (checked against the add-on schema: agent.config.logs...)."""
-    return {"agent": {"config": {"logs": {"metrics_collected": {"kubernetes": {
-        "enhanced_container_insights": True,
-        "accelerated_compute_metrics": True,
-    }}}}}}
+    return {
+        "agent": {
+            "config": {
+                "logs": {
+                    "metrics_collected": {
+                        "kubernetes": {
+                            "enhanced_container_insights": True,
+                            "accelerated_compute_metrics": True,
+                        }
+                    }
+                }
+            }
+        }
+    }
 
 
 def trust_policy(cluster_name: str) -> dict[str, Any]:
     """Only the agent's service account, in its namespace, on this cluster, may assume the role."""
     return {
         "Version": "2012-10-17",
-        "Statement": [{
-            "Sid": "CloudWatchAgentPodIdentity",
-            "Effect": "Allow",
-            "Principal": {"Service": "pods.eks.amazonaws.com"},
-            "Action": ["sts:AssumeRole", "sts:TagSession"],
-            # Pod Identity sets these session tags; without the condition any association in the account could
-            # hand this role to any pod.
-            "Condition": {"StringEquals": {
-                "aws:RequestTag/eks-cluster-name": cluster_name,
-                "aws:RequestTag/kubernetes-namespace": AGENT_NAMESPACE,
-                "aws:RequestTag/kubernetes-service-account": AGENT_SERVICE_ACCOUNT,
-            }},
-        }],
+        "Statement": [
+            {
+                "Sid": "CloudWatchAgentPodIdentity",
+                "Effect": "Allow",
+                "Principal": {"Service": "pods.eks.amazonaws.com"},
+                "Action": ["sts:AssumeRole", "sts:TagSession"],
+                # Pod Identity sets these session tags; without the condition any association in the account could
+                # hand this role to any pod.
+                "Condition": {
+                    "StringEquals": {
+                        "aws:RequestTag/eks-cluster-name": cluster_name,
+                        "aws:RequestTag/kubernetes-namespace": AGENT_NAMESPACE,
+                        "aws:RequestTag/kubernetes-service-account": AGENT_SERVICE_ACCOUNT,
+                    }
+                },
+            }
+        ],
     }
 
 
 class GpuMetrics(pulumi.ComponentResource):
     """IAM role + Pod Identity association, then the add-on (so the agent starts with credentials)."""
 
-    def __init__(self, name: str, cluster_name: pulumi.Input[str], region: str,
-                 opts: pulumi.ResourceOptions | None = None):
+    def __init__(
+        self, name: str, cluster_name: pulumi.Input[str], region: str, opts: pulumi.ResourceOptions | None = None
+    ):
         super().__init__("gpuloan:gpu_metrics:GpuMetrics", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
 

@@ -46,13 +46,15 @@ def time_slicing_config(replicas: int) -> dict[str, Any]:
     """The device plugin's sharing config: each physical GPU is advertised as `replicas` nvidia.com/gpu."""
     return {
         "version": "v1",
-        "sharing": {"timeSlicing": {
-            # Keep the resource name nvidia.com/gpu so quotas and workloads need no second resource name.
-            "renameByDefault": False,
-            # A pod asking for 2 slices would get 2 slices of possibly the same GPU, not 2 GPUs: refuse it.
-            "failRequestsGreaterThanOne": True,
-            "resources": [{"name": "nvidia.com/gpu", "replicas": replicas}],
-        }},
+        "sharing": {
+            "timeSlicing": {
+                # Keep the resource name nvidia.com/gpu so quotas and workloads need no second resource name.
+                "renameByDefault": False,
+                # A pod asking for 2 slices would get 2 slices of possibly the same GPU, not 2 GPUs: refuse it.
+                "failRequestsGreaterThanOne": True,
+                "resources": [{"name": "nvidia.com/gpu", "replicas": replicas}],
+            }
+        },
     }
 
 
@@ -90,21 +92,29 @@ class GpuOperator(pulumi.ComponentResource):
 
         namespace = k8s.core.v1.Namespace(
             f"{name}-ns",
-            metadata={"name": NAMESPACE, "labels": {
-                # Device plugin and validator pods need host access; only this namespace allows it.
-                "pod-security.kubernetes.io/enforce": "privileged",
-            }},
+            metadata={
+                "name": NAMESPACE,
+                "labels": {
+                    # Device plugin and validator pods need host access; only this namespace allows it.
+                    "pod-security.kubernetes.io/enforce": "privileged",
+                },
+            },
             opts=child,
         )
         depends: list[pulumi.Resource] = [namespace]
         if cfg.gpu_operator.time_slicing_replicas:
-            depends.append(k8s.core.v1.ConfigMap(
-                f"{name}-time-slicing",
-                metadata={"name": TIME_SLICING_CONFIGMAP, "namespace": NAMESPACE},
-                data={TIME_SLICING_PROFILE: yaml.safe_dump(
-                    time_slicing_config(cfg.gpu_operator.time_slicing_replicas), sort_keys=False)},
-                opts=pulumi.ResourceOptions(parent=self, depends_on=[namespace]),
-            ))
+            depends.append(
+                k8s.core.v1.ConfigMap(
+                    f"{name}-time-slicing",
+                    metadata={"name": TIME_SLICING_CONFIGMAP, "namespace": NAMESPACE},
+                    data={
+                        TIME_SLICING_PROFILE: yaml.safe_dump(
+                            time_slicing_config(cfg.gpu_operator.time_slicing_replicas), sort_keys=False
+                        )
+                    },
+                    opts=pulumi.ResourceOptions(parent=self, depends_on=[namespace]),
+                )
+            )
 
         self.release = k8s.helm.v3.Release(
             f"{name}-release",

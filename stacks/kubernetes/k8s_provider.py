@@ -33,24 +33,46 @@ def kubeconfig(cluster_name: str, endpoint: str, certificate_authority_data: str
     return {
         "apiVersion": "v1",
         "kind": "Config",
-        "clusters": [{"name": cluster_name, "cluster": {
-            "server": endpoint, "certificate-authority-data": certificate_authority_data}}],
+        "clusters": [
+            {
+                "name": cluster_name,
+                "cluster": {"server": endpoint, "certificate-authority-data": certificate_authority_data},
+            }
+        ],
         "contexts": [{"name": context, "context": {"cluster": cluster_name, "user": context}}],
         "current-context": context,
-        "users": [{"name": context, "user": {"exec": {
-            "apiVersion": EXEC_API_VERSION,
-            "command": "aws",
-            # --region pins the token to the stack's region even when the operator's shell defaults elsewhere.
-            "args": ["eks", "get-token", "--cluster-name", cluster_name, "--region", region, "--output", "json"],
-            "interactiveMode": "Never",
-        }}}],
+        "users": [
+            {
+                "name": context,
+                "user": {
+                    "exec": {
+                        "apiVersion": EXEC_API_VERSION,
+                        "command": "aws",
+                        # --region pins the token to the stack's region even when the operator's shell defaults elsewhere.
+                        "args": [
+                            "eks",
+                            "get-token",
+                            "--cluster-name",
+                            cluster_name,
+                            "--region",
+                            region,
+                            "--output",
+                            "json",
+                        ],
+                        "interactiveMode": "Never",
+                    }
+                },
+            }
+        ],
     }
 
 
-def make_provider(name: str, cluster: ClusterLike, region: str,
-                  opts: pulumi.ResourceOptions | None = None) -> k8s.Provider:
+def make_provider(
+    name: str, cluster: ClusterLike, region: str, opts: pulumi.ResourceOptions | None = None
+) -> k8s.Provider:
     config = pulumi.Output.all(cluster.name, cluster.endpoint, cluster.certificate_authority_data).apply(
-        lambda parts: json.dumps(kubeconfig(parts[0], parts[1], parts[2], region)))
+        lambda parts: json.dumps(kubeconfig(parts[0], parts[1], parts[2], region))
+    )
     return k8s.Provider(
         name,
         kubeconfig=config,

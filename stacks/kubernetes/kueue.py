@@ -71,9 +71,16 @@ def manager_config(fair_sharing: bool = False) -> dict[str, Any]:
         "metrics": {"bindAddress": ":8443"},
         "webhook": {"port": 9443},
         "leaderElection": {"leaderElect": True, "resourceName": "c1f6bfd2.kueue.x-k8s.io"},
-        "controller": {"groupKindConcurrency": {
-            "Job.batch": 5, "Pod": 5, "Workload.kueue.x-k8s.io": 5, "LocalQueue.kueue.x-k8s.io": 1,
-            "ClusterQueue.kueue.x-k8s.io": 1, "ResourceFlavor.kueue.x-k8s.io": 1}},
+        "controller": {
+            "groupKindConcurrency": {
+                "Job.batch": 5,
+                "Pod": 5,
+                "Workload.kueue.x-k8s.io": 5,
+                "LocalQueue.kueue.x-k8s.io": 1,
+                "ClusterQueue.kueue.x-k8s.io": 1,
+                "ResourceFlavor.kueue.x-k8s.io": 1,
+            }
+        },
         "clientConnection": {"qps": 50, "burst": 100},
         # Only jobs that name a queue are managed, and only in team namespaces: system pods are never gated.
         "manageJobsWithoutQueueName": False,
@@ -88,8 +95,11 @@ def manager_config(fair_sharing: bool = False) -> dict[str, Any]:
 
 def helm_values(cfg: GpuLoanConfig) -> dict[str, Any]:
     values: dict[str, Any] = {
-        "managerConfig": {"controllerManagerConfigYaml": yaml.safe_dump(
-            manager_config(scheduling.fair_sharing_on(cfg)), sort_keys=False)},
+        "managerConfig": {
+            "controllerManagerConfigYaml": yaml.safe_dump(
+                manager_config(scheduling.fair_sharing_on(cfg)), sort_keys=False
+            )
+        },
     }
     if isinstance(cfg.cluster, NewCluster):
         # The system node group is untainted, so a selector is all it takes; GPU nodes are tainted and would
@@ -107,7 +117,8 @@ def _meta(name: str, namespace: str | None = None, extra: dict[str, str] | None 
 
 def resource_flavor_manifest(flavor: scheduling.Flavor) -> dict[str, Any]:
     return {
-        "apiVersion": versions.KUEUE_API_VERSION, "kind": "ResourceFlavor",
+        "apiVersion": versions.KUEUE_API_VERSION,
+        "kind": "ResourceFlavor",
         "metadata": _meta(flavor.name, extra={tags.LABEL_POOL: flavor.pool}),
         # Kueue adds these to admitted pods: the node selector pins them to the group, the tolerations let them in.
         "spec": {"nodeLabels": dict(flavor.node_labels), "tolerations": [dict(t) for t in flavor.tolerations]},
@@ -115,8 +126,12 @@ def resource_flavor_manifest(flavor: scheduling.Flavor) -> dict[str, Any]:
 
 
 def cohort_manifest(cfg: GpuLoanConfig) -> dict[str, Any]:
-    return {"apiVersion": versions.KUEUE_API_VERSION, "kind": "Cohort",
-            "metadata": _meta(scheduling.cohort_name(cfg)), "spec": {}}
+    return {
+        "apiVersion": versions.KUEUE_API_VERSION,
+        "kind": "Cohort",
+        "metadata": _meta(scheduling.cohort_name(cfg)),
+        "spec": {},
+    }
 
 
 def cluster_queue_manifest(cfg: GpuLoanConfig, queue: scheduling.PoolQueue) -> dict[str, Any]:
@@ -129,7 +144,8 @@ def cluster_queue_manifest(cfg: GpuLoanConfig, queue: scheduling.PoolQueue) -> d
             quota["borrowingLimit"] = entry.borrowing_limit_gpus
         flavors.append({"name": entry.flavor, "resources": [quota]})
     manifest: dict[str, Any] = {
-        "apiVersion": versions.KUEUE_API_VERSION, "kind": "ClusterQueue",
+        "apiVersion": versions.KUEUE_API_VERSION,
+        "kind": "ClusterQueue",
         "metadata": _meta(queue.name, extra={tags.LABEL_POOL: queue.pool, tags.LABEL_TEAM: queue.team}),
         "spec": {
             "cohortName": scheduling.cohort_name(cfg),
@@ -156,7 +172,8 @@ def cluster_queue_manifest(cfg: GpuLoanConfig, queue: scheduling.PoolQueue) -> d
 
 def local_queue_manifest(queue: scheduling.PoolQueue) -> dict[str, Any]:
     return {
-        "apiVersion": versions.KUEUE_API_VERSION, "kind": "LocalQueue",
+        "apiVersion": versions.KUEUE_API_VERSION,
+        "kind": "LocalQueue",
         "metadata": _meta(queue.local_queue, namespace=queue.team, extra={tags.LABEL_POOL: queue.pool}),
         "spec": {"clusterQueue": queue.name},
     }
@@ -166,7 +183,8 @@ def workload_priority_class_manifest(tier: Tier) -> dict[str, Any]:
     # Same names and values as the PriorityClasses (config/tenancy.py), so a Job's queue order and its pods'
     # scheduling priority agree whichever of the two labels a user sets.
     return {
-        "apiVersion": versions.KUEUE_API_VERSION, "kind": "WorkloadPriorityClass",
+        "apiVersion": versions.KUEUE_API_VERSION,
+        "kind": "WorkloadPriorityClass",
         "metadata": _meta(tenancy.priority_class_name(tier)),
         "value": tenancy.PRIORITY_VALUES[tier],
         "description": f"gpuloan {tier.value} tier (Kueue admission order; same value as the PriorityClass)",
@@ -176,11 +194,13 @@ def workload_priority_class_manifest(tier: Tier) -> dict[str, Any]:
 def manifests(cfg: GpuLoanConfig) -> list[dict[str, Any]]:
     """Every Kueue object of the environment, in creation order."""
     p = scheduling.plan(cfg)
-    return ([workload_priority_class_manifest(t) for t in Tier]
-            + [cohort_manifest(cfg)]
-            + [resource_flavor_manifest(f) for f in p.flavors]
-            + [cluster_queue_manifest(cfg, q) for q in p.queues]
-            + [local_queue_manifest(q) for q in p.queues])
+    return (
+        [workload_priority_class_manifest(t) for t in Tier]
+        + [cohort_manifest(cfg)]
+        + [resource_flavor_manifest(f) for f in p.flavors]
+        + [cluster_queue_manifest(cfg, q) for q in p.queues]
+        + [local_queue_manifest(q) for q in p.queues]
+    )
 
 
 def block_quota_ignored(cfg: GpuLoanConfig, pool, queue: scheduling.PoolQueue) -> list[str]:
@@ -188,8 +208,11 @@ def block_quota_ignored(cfg: GpuLoanConfig, pool, queue: scheduling.PoolQueue) -
     flavor's nominalQuota (policy/capacity_blocks.py raises it at the block's start and sets 0 from the drain), so
     a later `pulumi up` does not put back the value of the moment it ran. The floor is the first flavor of the queue
     that holds its quota (config/scheduling.py:floor_queue_name). [] for any other queue."""
-    if not policy_keeps_block(cfg, pool.guaranteed) or not queue.flavors or queue.name != scheduling.floor_queue_name(
-            cfg, pool):
+    if (
+        not policy_keeps_block(cfg, pool.guaranteed)
+        or not queue.flavors
+        or queue.name != scheduling.floor_queue_name(cfg, pool)
+    ):
         return []
     assert queue.flavors[0].flavor == scheduling.flavor_name(cfg, pool, scheduling.FLOOR)
     return ["spec.resourceGroups[0].flavors[0].resources[0].nominalQuota"]
@@ -207,15 +230,26 @@ class KueueObject(pulumi.CustomResource):
 class Kueue(pulumi.ComponentResource):
     """Namespace, the kueue Helm release, and the queue objects of config/scheduling.py's plan."""
 
-    def __init__(self, name: str, cfg: GpuLoanConfig, team_namespaces: dict[str, pulumi.Resource],
-                 opts: pulumi.ResourceOptions | None = None):
+    def __init__(
+        self,
+        name: str,
+        cfg: GpuLoanConfig,
+        team_namespaces: dict[str, pulumi.Resource],
+        opts: pulumi.ResourceOptions | None = None,
+    ):
         super().__init__("gpuloan:kueue:Kueue", name, None, opts)
         self.chart_version = chart_version(cfg)
         self.values = helm_values(cfg)
         namespace = k8s.core.v1.Namespace(
             f"{name}-ns",
-            metadata={"name": NAMESPACE, "labels": {**MANAGED_BY, "pod-security.kubernetes.io/enforce": "baseline",
-                                                    "pod-security.kubernetes.io/warn": "restricted"}},
+            metadata={
+                "name": NAMESPACE,
+                "labels": {
+                    **MANAGED_BY,
+                    "pod-security.kubernetes.io/enforce": "baseline",
+                    "pod-security.kubernetes.io/warn": "restricted",
+                },
+            },
             opts=pulumi.ResourceOptions(parent=self),
         )
         self.release = k8s.helm.v3.Release(
@@ -237,8 +271,10 @@ class Kueue(pulumi.ComponentResource):
         for tier in Tier:
             KueueObject(f"{name}-priority-{tier.value}", workload_priority_class_manifest(tier), after_release)
         cohort = KueueObject(f"{name}-cohort", cohort_manifest(cfg), after_release)
-        flavors = [KueueObject(f"{name}-flavor-{f.pool}-{f.kind}", resource_flavor_manifest(f), after_release)
-                   for f in p.flavors]
+        flavors = [
+            KueueObject(f"{name}-flavor-{f.pool}-{f.kind}", resource_flavor_manifest(f), after_release)
+            for f in p.flavors
+        ]
         self.cluster_queues: dict[str, KueueObject] = {}
         self.local_queues: dict[str, str] = {}
         pools = {pool.name: pool for pool in cfg.pools}
@@ -246,12 +282,21 @@ class Kueue(pulumi.ComponentResource):
             # a pool's production queue (config/scheduling.py production_queue) is a resource of its own: the
             # pool's queue keeps its name, so its URN does not change
             suffix = scheduling.PRODUCTION_QUEUE_SUFFIX if q.production_only else ""
-            cq = KueueObject(f"{name}-cq-{q.pool}{suffix}", cluster_queue_manifest(cfg, q),
-                             pulumi.ResourceOptions(parent=self, depends_on=[self.release, cohort, *flavors],
-                                                    ignore_changes=block_quota_ignored(cfg, pools[q.pool], q)))
+            cq = KueueObject(
+                f"{name}-cq-{q.pool}{suffix}",
+                cluster_queue_manifest(cfg, q),
+                pulumi.ResourceOptions(
+                    parent=self,
+                    depends_on=[self.release, cohort, *flavors],
+                    ignore_changes=block_quota_ignored(cfg, pools[q.pool], q),
+                ),
+            )
             self.cluster_queues[f"{q.pool}{suffix}"] = cq
             waits = [self.release, cq] + ([team_namespaces[q.team]] if q.team in team_namespaces else [])
-            KueueObject(f"{name}-lq-{q.pool}{suffix}", local_queue_manifest(q),
-                        pulumi.ResourceOptions(parent=self, depends_on=waits))
+            KueueObject(
+                f"{name}-lq-{q.pool}{suffix}",
+                local_queue_manifest(q),
+                pulumi.ResourceOptions(parent=self, depends_on=waits),
+            )
             self.local_queues[f"{q.pool}{suffix}"] = f"{q.team}/{q.local_queue}"
         self.register_outputs({"chart_version": self.chart_version, "local_queues": self.local_queues})

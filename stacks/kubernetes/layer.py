@@ -20,8 +20,9 @@ def build(cfg: GpuLoanConfig, cluster: k8s_provider.ClusterLike, opts: pulumi.Re
     """Declare the layer; `opts` carries the explicit aws provider. Returns stack outputs."""
     aws_providers = dict(opts.providers) if isinstance(opts.providers, dict) else {}
     waits = [r for r in [getattr(cluster, "system_node_group", None)] if r is not None]
-    k8s = k8s_provider.make_provider(f"{cfg.environment}-k8s", cluster, cfg.region,
-                                     opts=pulumi.ResourceOptions(depends_on=waits))
+    k8s = k8s_provider.make_provider(
+        f"{cfg.environment}-k8s", cluster, cfg.region, opts=pulumi.ResourceOptions(depends_on=waits)
+    )
     in_cluster = pulumi.ResourceOptions(providers={**aws_providers, "kubernetes": k8s}, depends_on=waits)
 
     outputs: dict[str, Any] = {}
@@ -45,6 +46,11 @@ def build(cfg: GpuLoanConfig, cluster: k8s_provider.ClusterLike, opts: pulumi.Re
         # which exist once the releases' namespaces do).
         from stacks.gitops.ci_rbac import CiRbac
 
-        CiRbac(f"{cfg.environment}-ci-rbac", cfg, opts=pulumi.ResourceOptions.merge(
-            in_cluster, pulumi.ResourceOptions(depends_on=[r for r in (operator, queues) if r is not None])))
+        CiRbac(
+            f"{cfg.environment}-ci-rbac",
+            cfg,
+            opts=pulumi.ResourceOptions.merge(
+                in_cluster, pulumi.ResourceOptions(depends_on=[r for r in (operator, queues) if r is not None])
+            ),
+        )
     return outputs

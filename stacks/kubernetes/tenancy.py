@@ -43,14 +43,17 @@ class Tenancy(pulumi.ComponentResource):
         for team in cfg.teams:
             ns = k8s.core.v1.Namespace(
                 f"{name}-{team}",
-                metadata={"name": team, "labels": {
-                    **MANAGED_BY,
-                    tags.LABEL_TEAM: team,
-                    # Baseline blocks privileged/host-access pods in team namespaces; warn on restricted so
-                    # teams see what to tighten.
-                    "pod-security.kubernetes.io/enforce": "baseline",
-                    "pod-security.kubernetes.io/warn": "restricted",
-                }},
+                metadata={
+                    "name": team,
+                    "labels": {
+                        **MANAGED_BY,
+                        tags.LABEL_TEAM: team,
+                        # Baseline blocks privileged/host-access pods in team namespaces; warn on restricted so
+                        # teams see what to tighten.
+                        "pod-security.kubernetes.io/enforce": "baseline",
+                        "pod-security.kubernetes.io/warn": "restricted",
+                    },
+                },
                 opts=child,
             )
             self.namespaces[team] = ns
@@ -68,8 +71,12 @@ class Tenancy(pulumi.ComponentResource):
                 k8s.core.v1.ResourceQuota(
                     f"{name}-{team}-tiers",
                     metadata={"name": "tier-ceiling", "namespace": team, "labels": MANAGED_BY},
-                    spec={"hard": {"pods": "0"}, "scopeSelector": {"matchExpressions": [
-                        {"scopeName": "PriorityClass", "operator": "In", "values": forbidden}]}},
+                    spec={
+                        "hard": {"pods": "0"},
+                        "scopeSelector": {
+                            "matchExpressions": [{"scopeName": "PriorityClass", "operator": "In", "values": forbidden}]
+                        },
+                    },
                     opts=in_ns,
                 )
             k8s.core.v1.LimitRange(
@@ -90,11 +97,17 @@ class Tenancy(pulumi.ComponentResource):
         k8s.rbac.v1.ClusterRoleBinding(
             f"{name}-policy-reader",
             metadata={"name": POLICY_READER_CLUSTER_ROLE, "labels": MANAGED_BY},
-            role_ref={"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": POLICY_READER_CLUSTER_ROLE},
+            role_ref={
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": POLICY_READER_CLUSTER_ROLE,
+            },
             subjects=[{"kind": "Group", "apiGroup": "rbac.authorization.k8s.io", "name": tags.POLICY_READER_GROUP}],
             opts=pulumi.ResourceOptions(parent=self, depends_on=[reader]),
         )
-        self.register_outputs({
-            "priority_classes": {t: priority_class_name(t) for t in self.priority_classes},
-            "team_gpu_quotas": self.gpu_quotas,
-        })
+        self.register_outputs(
+            {
+                "priority_classes": {t: priority_class_name(t) for t in self.priority_classes},
+                "team_gpu_quotas": self.gpu_quotas,
+            }
+        )

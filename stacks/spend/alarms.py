@@ -101,21 +101,39 @@ def pool_alarm_specs(cfg: GpuLoanConfig, pool: Pool) -> list[AlarmSpec]:
     if pool.elastic is not None:
         period, periods = alarm_window(a.idle_hours * 60, schedule)
         nodes, nodes_sum = _node_queries(env, pool, "Minimum")
-        util = Query("util", m.NAMESPACE, m.POOL_GPU_UTILIZATION,
-                     _pool_dims(env, pool.name, **{m.DIM_TIER: "elastic"}), "Average")
-        specs.append(AlarmSpec(
-            key=f"{pool.name}-idle-waste",
-            alarm_name=f"{prefix}-idle-waste",
-            description=(f"Pool {pool.name} ({env}): elastic GPU nodes stayed up for {a.idle_hours} h while their "
-                         f"utilization was under {a.idle_utilization_pct:g} %. Money is spent on idle GPUs: check "
-                         "the policy function's idle reclaim (dry_run?) and idle_timeout_minutes."),
-            comparison="GreaterThanOrEqualToThreshold", threshold=1, period_s=period, evaluation_periods=periods,
-            # No data means no elastic nodes or no policy ticks; the missing-metrics alarm covers the latter.
-            treat_missing_data="notBreaching",
-            queries=(*nodes, util, Query(
-                "idle", expression=f"IF(({nodes_sum}) > 0 AND util < {a.idle_utilization_pct:g}, 1, 0)",
-                label="elastic nodes up and idle")),
-        ))
+        util = Query(
+            "util",
+            m.NAMESPACE,
+            m.POOL_GPU_UTILIZATION,
+            _pool_dims(env, pool.name, **{m.DIM_TIER: "elastic"}),
+            "Average",
+        )
+        specs.append(
+            AlarmSpec(
+                key=f"{pool.name}-idle-waste",
+                alarm_name=f"{prefix}-idle-waste",
+                description=(
+                    f"Pool {pool.name} ({env}): elastic GPU nodes stayed up for {a.idle_hours} h while their "
+                    f"utilization was under {a.idle_utilization_pct:g} %. Money is spent on idle GPUs: check "
+                    "the policy function's idle reclaim (dry_run?) and idle_timeout_minutes."
+                ),
+                comparison="GreaterThanOrEqualToThreshold",
+                threshold=1,
+                period_s=period,
+                evaluation_periods=periods,
+                # No data means no elastic nodes or no policy ticks; the missing-metrics alarm covers the latter.
+                treat_missing_data="notBreaching",
+                queries=(
+                    *nodes,
+                    util,
+                    Query(
+                        "idle",
+                        expression=f"IF(({nodes_sum}) > 0 AND util < {a.idle_utilization_pct:g}, 1, 0)",
+                        label="elastic nodes up and idle",
+                    ),
+                ),
+            )
+        )
         period, periods = alarm_window(a.saturation_minutes, schedule)
         nodes, nodes_sum = _node_queries(env, pool, "Maximum")
         # ElasticMaxNodes is spot max + on-demand max, but on-demand only stands in for missing spot: a pool whose
@@ -123,45 +141,78 @@ def pool_alarm_specs(cfg: GpuLoanConfig, pool: Pool) -> list[AlarmSpec]:
         at_max = f"({nodes_sum}) >= max_nodes"
         if "spot" in CAPACITY_DIMENSIONS[pool.elastic.capacity]:
             at_max = f"({at_max} OR FILL(nodes_spot, 0) >= {pool.elastic.max_nodes})"
-        specs.append(AlarmSpec(
-            key=f"{pool.name}-saturation",
-            alarm_name=f"{prefix}-saturation",
-            description=(f"Pool {pool.name} ({env}): at its elastic max with GPU pods still pending for "
-                         f"{a.saturation_minutes} min; demand is going unmet. Raise elastic.max_nodes (and the "
-                         "budget), or check for a budget cap or missing spot capacity."),
-            comparison="GreaterThanOrEqualToThreshold", threshold=1, period_s=period, evaluation_periods=periods,
-            treat_missing_data="notBreaching",
-            queries=(*nodes,
-                     Query("max_nodes", m.NAMESPACE, m.ELASTIC_MAX_NODES, _pool_dims(env, pool.name), "Maximum"),
-                     Query("pending", m.NAMESPACE, m.PENDING_GPUS, _pool_dims(env, pool.name), "Minimum"),
-                     Query("saturated", expression=f"IF({at_max} AND FILL(pending, 0) > 0, 1, 0)",
-                           label="at elastic max with GPUs pending")),
-        ))
+        specs.append(
+            AlarmSpec(
+                key=f"{pool.name}-saturation",
+                alarm_name=f"{prefix}-saturation",
+                description=(
+                    f"Pool {pool.name} ({env}): at its elastic max with GPU pods still pending for "
+                    f"{a.saturation_minutes} min; demand is going unmet. Raise elastic.max_nodes (and the "
+                    "budget), or check for a budget cap or missing spot capacity."
+                ),
+                comparison="GreaterThanOrEqualToThreshold",
+                threshold=1,
+                period_s=period,
+                evaluation_periods=periods,
+                treat_missing_data="notBreaching",
+                queries=(
+                    *nodes,
+                    Query("max_nodes", m.NAMESPACE, m.ELASTIC_MAX_NODES, _pool_dims(env, pool.name), "Maximum"),
+                    Query("pending", m.NAMESPACE, m.PENDING_GPUS, _pool_dims(env, pool.name), "Minimum"),
+                    Query(
+                        "saturated",
+                        expression=f"IF({at_max} AND FILL(pending, 0) > 0, 1, 0)",
+                        label="at elastic max with GPUs pending",
+                    ),
+                ),
+            )
+        )
         if pool.elastic.capacity == ElasticCapacity.spot_then_on_demand:
             period, periods = alarm_window(a.fallback_minutes, schedule)
-            specs.append(AlarmSpec(
-                key=f"{pool.name}-fallback-too-long",
-                alarm_name=f"{prefix}-fallback-too-long",
-                description=(f"Pool {pool.name} ({env}): on-demand fallback has been in use for "
-                             f"{a.fallback_minutes} min (spot capacity unavailable). On-demand costs several times "
-                             "spot: add instance types or AZs to elastic.instance_types, or accept the cost."),
-                comparison="GreaterThanOrEqualToThreshold", threshold=1, period_s=period,
-                evaluation_periods=periods, treat_missing_data="notBreaching",
-                queries=(Query("fallback", m.NAMESPACE, m.FALLBACK_ACTIVE, _pool_dims(env, pool.name), "Minimum"),),
-            ))
+            specs.append(
+                AlarmSpec(
+                    key=f"{pool.name}-fallback-too-long",
+                    alarm_name=f"{prefix}-fallback-too-long",
+                    description=(
+                        f"Pool {pool.name} ({env}): on-demand fallback has been in use for "
+                        f"{a.fallback_minutes} min (spot capacity unavailable). On-demand costs several times "
+                        "spot: add instance types or AZs to elastic.instance_types, or accept the cost."
+                    ),
+                    comparison="GreaterThanOrEqualToThreshold",
+                    threshold=1,
+                    period_s=period,
+                    evaluation_periods=periods,
+                    treat_missing_data="notBreaching",
+                    queries=(Query("fallback", m.NAMESPACE, m.FALLBACK_ACTIVE, _pool_dims(env, pool.name), "Minimum"),),
+                )
+            )
     elif pool.guaranteed is not None:
         period, periods = alarm_window(a.saturation_minutes, schedule)
-        specs.append(AlarmSpec(
-            key=f"{pool.name}-saturation",
-            alarm_name=f"{prefix}-saturation",
-            description=(f"Pool {pool.name} ({env}) has no elastic capacity and its guaranteed GPUs were over "
-                         f"{SATURATED_FLOOR_UTILIZATION_PCT:g} % busy for {a.saturation_minutes} min; demand may be "
-                         "going unmet. Add elastic capacity or more guaranteed nodes."),
-            comparison="GreaterThanOrEqualToThreshold", threshold=SATURATED_FLOOR_UTILIZATION_PCT, period_s=period,
-            evaluation_periods=periods, treat_missing_data="notBreaching",
-            queries=(Query("util", m.NAMESPACE, m.POOL_GPU_UTILIZATION,
-                           _pool_dims(env, pool.name, **{m.DIM_TIER: "guaranteed"}), "Average"),),
-        ))
+        specs.append(
+            AlarmSpec(
+                key=f"{pool.name}-saturation",
+                alarm_name=f"{prefix}-saturation",
+                description=(
+                    f"Pool {pool.name} ({env}) has no elastic capacity and its guaranteed GPUs were over "
+                    f"{SATURATED_FLOOR_UTILIZATION_PCT:g} % busy for {a.saturation_minutes} min; demand may be "
+                    "going unmet. Add elastic capacity or more guaranteed nodes."
+                ),
+                comparison="GreaterThanOrEqualToThreshold",
+                threshold=SATURATED_FLOOR_UTILIZATION_PCT,
+                period_s=period,
+                evaluation_periods=periods,
+                treat_missing_data="notBreaching",
+                queries=(
+                    Query(
+                        "util",
+                        m.NAMESPACE,
+                        m.POOL_GPU_UTILIZATION,
+                        _pool_dims(env, pool.name, **{m.DIM_TIER: "guaranteed"}),
+                        "Average",
+                    ),
+                ),
+            )
+        )
     return specs
 
 
@@ -175,14 +226,26 @@ def missing_metrics_spec(cfg: GpuLoanConfig, cluster_name: pulumi.Input[str]) ->
     return AlarmSpec(
         key="gpu-metrics-missing",
         alarm_name=f"gpuloan-{cfg.environment}-gpu-metrics-missing",
-        description=(f"No {cfg.policy.utilization_metric} samples from the cluster ({cfg.policy.metric_namespace}) "
-                     f"for {MISSING_METRICS_MINUTES} min, although guaranteed GPU nodes should be up. The policy "
-                     "treats missing data as busy and stops idle reclaim. Check the amazon-cloudwatch-observability "
-                     "add-on pods and the GPU nodes."),
-        comparison="LessThanThreshold", threshold=1, period_s=period, evaluation_periods=periods,
+        description=(
+            f"No {cfg.policy.utilization_metric} samples from the cluster ({cfg.policy.metric_namespace}) "
+            f"for {MISSING_METRICS_MINUTES} min, although guaranteed GPU nodes should be up. The policy "
+            "treats missing data as busy and stops idle reclaim. Check the amazon-cloudwatch-observability "
+            "add-on pods and the GPU nodes."
+        ),
+        comparison="LessThanThreshold",
+        threshold=1,
+        period_s=period,
+        evaluation_periods=periods,
         treat_missing_data="breaching",
-        queries=(Query("samples", cfg.policy.metric_namespace, cfg.policy.utilization_metric,
-                       {"ClusterName": cluster_name}, "SampleCount"),),
+        queries=(
+            Query(
+                "samples",
+                cfg.policy.metric_namespace,
+                cfg.policy.utilization_metric,
+                {"ClusterName": cluster_name},
+                "SampleCount",
+            ),
+        ),
     )
 
 
@@ -194,12 +257,15 @@ def alarm_specs(cfg: GpuLoanConfig, cluster_name: pulumi.Input[str]) -> list[Ala
 
 def _metric_query_args(q: Query, period_s: int, returns: bool) -> aws.cloudwatch.MetricAlarmMetricQueryArgs:
     if q.is_expression:
-        return aws.cloudwatch.MetricAlarmMetricQueryArgs(id=q.id, expression=q.expression, label=q.label or None,
-                                                         return_data=True)
+        return aws.cloudwatch.MetricAlarmMetricQueryArgs(
+            id=q.id, expression=q.expression, label=q.label or None, return_data=True
+        )
     return aws.cloudwatch.MetricAlarmMetricQueryArgs(
-        id=q.id, return_data=returns,
+        id=q.id,
+        return_data=returns,
         metric=aws.cloudwatch.MetricAlarmMetricQueryMetricArgs(
-            namespace=q.namespace, metric_name=q.metric_name, dimensions=q.dimensions, stat=q.stat, period=period_s),
+            namespace=q.namespace, metric_name=q.metric_name, dimensions=q.dimensions, stat=q.stat, period=period_s
+        ),
     )
 
 
@@ -231,13 +297,20 @@ class Alarms(pulumi.ComponentResource):
             if len(spec.queries) == 1:
                 q = spec.queries[0]
                 alarm = aws.cloudwatch.MetricAlarm(
-                    f"{name}-{spec.key}", namespace=q.namespace, metric_name=q.metric_name, dimensions=q.dimensions,
-                    statistic=q.stat, period=spec.period_s, **common)
+                    f"{name}-{spec.key}",
+                    namespace=q.namespace,
+                    metric_name=q.metric_name,
+                    dimensions=q.dimensions,
+                    statistic=q.stat,
+                    period=spec.period_s,
+                    **common,
+                )
             else:
                 alarm = aws.cloudwatch.MetricAlarm(
                     f"{name}-{spec.key}",
                     metric_queries=[_metric_query_args(q, spec.period_s, returns=False) for q in spec.queries],
-                    **common)
+                    **common,
+                )
             self.alarms[spec.alarm_name] = alarm
         self.alarm_arns = pulumi.Output.all(*[a.arn for a in self.alarms.values()]).apply(list)
         self.register_outputs({"alarm_arns": self.alarm_arns})

@@ -33,7 +33,9 @@ class AlertsArgs:
     emails: tuple[str, ...] = ()
 
     @staticmethod
-    def from_config(cfg: GpuLoanConfig, account_id: pulumi.Input[str], partition: pulumi.Input[str] = "aws") -> "AlertsArgs":
+    def from_config(
+        cfg: GpuLoanConfig, account_id: pulumi.Input[str], partition: pulumi.Input[str] = "aws"
+    ) -> "AlertsArgs":
         return AlertsArgs(cfg.environment, account_id, cfg.region, partition, topic_emails(cfg))
 
 
@@ -101,14 +103,16 @@ def topic_policy(topic_arn: str, account_id: str, region: str, partition: str = 
         }
         for service in PUBLISHING_SERVICES
     ]
-    statements.append({
-        "Sid": "DenyInsecureTransport",
-        "Effect": "Deny",
-        "Principal": "*",
-        "Action": "SNS:Publish",
-        "Resource": topic_arn,
-        "Condition": {"Bool": {"aws:SecureTransport": "false"}},
-    })
+    statements.append(
+        {
+            "Sid": "DenyInsecureTransport",
+            "Effect": "Deny",
+            "Principal": "*",
+            "Action": "SNS:Publish",
+            "Resource": topic_arn,
+            "Condition": {"Bool": {"aws:SecureTransport": "false"}},
+        }
+    )
     return {"Version": "2012-10-17", "Statement": statements}
 
 
@@ -130,7 +134,8 @@ class Alerts(pulumi.ComponentResource):
             enable_key_rotation=True,
             deletion_window_in_days=KMS_DELETION_WINDOW_DAYS,
             policy=pulumi.Output.all(account_id, partition).apply(
-                lambda v: json.dumps(key_policy(v[0], args.region, v[1]))),
+                lambda v: json.dumps(key_policy(v[0], args.region, v[1]))
+            ),
             tags=tags.environment_tags(args.environment),
             opts=child,
         )
@@ -152,7 +157,8 @@ class Alerts(pulumi.ComponentResource):
             f"{name}-topic-policy",
             arn=self.topic.arn,
             policy=pulumi.Output.all(self.topic.arn, account_id, partition).apply(
-                lambda v: json.dumps(topic_policy(v[0], v[1], args.region, v[2]))),
+                lambda v: json.dumps(topic_policy(v[0], v[1], args.region, v[2]))
+            ),
             opts=child,
         )
         for email in args.emails:

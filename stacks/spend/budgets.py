@@ -45,8 +45,9 @@ def notifications(spec: BudgetSpec, topic_arn: pulumi.Input[str]) -> list[aws.bu
             subscriber_sns_topic_arns=[topic_arn],
         )
 
-    return ([one("ACTUAL", p) for p in spec.actual_thresholds_pct]
-            + [one("FORECASTED", p) for p in spec.forecasted_thresholds_pct])
+    return [one("ACTUAL", p) for p in spec.actual_thresholds_pct] + [
+        one("FORECASTED", p) for p in spec.forecasted_thresholds_pct
+    ]
 
 
 def spend_filter(spec: BudgetSpec) -> dict:
@@ -54,13 +55,21 @@ def spend_filter(spec: BudgetSpec) -> dict:
     several tags, which classic filters can only OR, as a filter expression that ANDs them (the Budgets
     Expression API; its tag keys are plain, without the `user:` prefix, as in Cost Explorer)."""
     if not spec.also_tags:
-        return {"cost_filters": [aws.budgets.BudgetCostFilterArgs(name="TagKeyValue", values=[spec.filter_value])],
-                "cost_types": aws.budgets.BudgetCostTypesArgs(use_amortized=True)}  # COST_METRIC
+        return {
+            "cost_filters": [aws.budgets.BudgetCostFilterArgs(name="TagKeyValue", values=[spec.filter_value])],
+            "cost_types": aws.budgets.BudgetCostTypesArgs(use_amortized=True),
+        }  # COST_METRIC
     return {
-        "filter_expression": aws.budgets.BudgetFilterExpressionArgs(ands=[
-            aws.budgets.BudgetFilterExpressionAndArgs(tags=aws.budgets.BudgetFilterExpressionAndTagsArgs(
-                key=key, values=[value], match_options=["EQUALS"]))
-            for key, value in spec.scope_tags]),
+        "filter_expression": aws.budgets.BudgetFilterExpressionArgs(
+            ands=[
+                aws.budgets.BudgetFilterExpressionAndArgs(
+                    tags=aws.budgets.BudgetFilterExpressionAndTagsArgs(
+                        key=key, values=[value], match_options=["EQUALS"]
+                    )
+                )
+                for key, value in spec.scope_tags
+            ]
+        ),
         "metrics": COST_METRIC,  # an expression budget takes a metric instead of cost types
     }
 
@@ -90,7 +99,8 @@ class Budgets(pulumi.ComponentResource):
         tag_opts = pulumi.ResourceOptions(parent=self, retain_on_delete=True)
         self.tag_activations = [
             aws.costexplorer.CostAllocationTag(
-                f"{name}-tag-{key.replace(':', '-')}", tag_key=key, status="Active", opts=tag_opts)
+                f"{name}-tag-{key.replace(':', '-')}", tag_key=key, status="Active", opts=tag_opts
+            )
             for key in args.activate_tag_keys
         ]
         self.budgets: dict[str, aws.budgets.Budget] = {}

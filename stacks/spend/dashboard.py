@@ -40,9 +40,18 @@ def _grid(widgets: list[dict[str, Any]], height: int = 6) -> list[dict[str, Any]
     return widgets
 
 
-def _metric_widget(title: str, region: str, metrics: list[list[Any]], stat: str, *, unit_label: str = "",
-                   annotations: list[dict[str, Any]] | None = None, y_min: float | None = 0,
-                   y_max: float | None = None, stacked: bool = False) -> dict[str, Any]:
+def _metric_widget(
+    title: str,
+    region: str,
+    metrics: list[list[Any]],
+    stat: str,
+    *,
+    unit_label: str = "",
+    annotations: list[dict[str, Any]] | None = None,
+    y_min: float | None = 0,
+    y_max: float | None = None,
+    stacked: bool = False,
+) -> dict[str, Any]:
     left: dict[str, Any] = {"showUnits": False}
     if unit_label:
         left["label"] = unit_label
@@ -51,8 +60,14 @@ def _metric_widget(title: str, region: str, metrics: list[list[Any]], stat: str,
     if y_max is not None:
         left["max"] = y_max
     props: dict[str, Any] = {
-        "title": title, "region": region, "view": "timeSeries", "stacked": stacked, "period": PERIOD_S,
-        "stat": stat, "metrics": metrics, "yAxis": {"left": left},
+        "title": title,
+        "region": region,
+        "view": "timeSeries",
+        "stacked": stacked,
+        "period": PERIOD_S,
+        "stat": stat,
+        "metrics": metrics,
+        "yAxis": {"left": left},
     }
     if annotations:
         props["annotations"] = {"horizontal": annotations}
@@ -62,61 +77,125 @@ def _metric_widget(title: str, region: str, metrics: list[list[Any]], stat: str,
 def dashboard_body(cfg: GpuLoanConfig, cluster_name: str, alarm_arns: list[str]) -> dict[str, Any]:
     env, region = cfg.environment, cfg.region
     pools = cfg.pools
-    widgets: list[dict[str, Any]] = [{
-        "type": "text", "_height": 2,
-        "properties": {"markdown": (
-            f"## gpuloan · {env}\nGuaranteed floor + elastic GPUs per pool. Spend lines are the policy function's "
-            "own estimate (AWS Budgets lags hours); `gpuloan cost-report --month YYYY-MM --stack "
-            f"{env}` gives the billed figures. See docs/budgets.md.")},
-    }]
+    widgets: list[dict[str, Any]] = [
+        {
+            "type": "text",
+            "_height": 2,
+            "properties": {
+                "markdown": (
+                    f"## gpuloan · {env}\nGuaranteed floor + elastic GPUs per pool. Spend lines are the policy function's "
+                    "own estimate (AWS Budgets lags hours); `gpuloan cost-report --month YYYY-MM --stack "
+                    f"{env}` gives the billed figures. See docs/budgets.md."
+                )
+            },
+        }
+    ]
 
     util = []
     for p in pools:
         for tier, present in (("guaranteed", p.guaranteed), ("elastic", p.elastic)):
             if present is not None:
-                util.append([m.NAMESPACE, m.POOL_GPU_UTILIZATION, m.DIM_ENVIRONMENT, env, m.DIM_POOL, p.name,
-                             m.DIM_TIER, tier, {"label": f"{p.name} {tier}"}])
-    widgets.append(_metric_widget("GPU utilization per pool (%)", region, util, "Average", unit_label="%",
-                                  y_max=100))
+                util.append(
+                    [
+                        m.NAMESPACE,
+                        m.POOL_GPU_UTILIZATION,
+                        m.DIM_ENVIRONMENT,
+                        env,
+                        m.DIM_POOL,
+                        p.name,
+                        m.DIM_TIER,
+                        tier,
+                        {"label": f"{p.name} {tier}"},
+                    ]
+                )
+    widgets.append(_metric_widget("GPU utilization per pool (%)", region, util, "Average", unit_label="%", y_max=100))
 
     nodes = []
     for p in pools:
         if p.elastic is None:
             continue
         for cap in CAPACITY_DIMENSIONS[p.elastic.capacity]:
-            nodes.append([m.NAMESPACE, m.ELASTIC_NODES, m.DIM_ENVIRONMENT, env, m.DIM_POOL, p.name,
-                          m.DIM_CAPACITY, cap, {"label": f"{p.name} {cap}"}])
-        nodes.append([m.NAMESPACE, m.ELASTIC_MAX_NODES, m.DIM_ENVIRONMENT, env, m.DIM_POOL, p.name,
-                      {"label": f"{p.name} max", "color": "#7f7f7f"}])
+            nodes.append(
+                [
+                    m.NAMESPACE,
+                    m.ELASTIC_NODES,
+                    m.DIM_ENVIRONMENT,
+                    env,
+                    m.DIM_POOL,
+                    p.name,
+                    m.DIM_CAPACITY,
+                    cap,
+                    {"label": f"{p.name} {cap}"},
+                ]
+            )
+        nodes.append(
+            [
+                m.NAMESPACE,
+                m.ELASTIC_MAX_NODES,
+                m.DIM_ENVIRONMENT,
+                env,
+                m.DIM_POOL,
+                p.name,
+                {"label": f"{p.name} max", "color": "#7f7f7f"},
+            ]
+        )
     if nodes:
-        widgets.append(_metric_widget("Elastic nodes (desired) vs max", region, nodes, "Maximum",
-                                      unit_label="nodes"))
-        pending = [[m.NAMESPACE, m.PENDING_GPUS, m.DIM_ENVIRONMENT, env, m.DIM_POOL, p.name, {"label": p.name}]
-                   for p in pools]
-        widgets.append(_metric_widget("GPUs requested by pending pods", region, pending, "Maximum",
-                                      unit_label="GPUs"))
+        widgets.append(_metric_widget("Elastic nodes (desired) vs max", region, nodes, "Maximum", unit_label="nodes"))
+        pending = [
+            [m.NAMESPACE, m.PENDING_GPUS, m.DIM_ENVIRONMENT, env, m.DIM_POOL, p.name, {"label": p.name}] for p in pools
+        ]
+        widgets.append(_metric_widget("GPUs requested by pending pods", region, pending, "Maximum", unit_label="GPUs"))
 
-    spend = [[m.NAMESPACE, m.MONTH_TO_DATE_SPEND_USD, m.DIM_ENVIRONMENT, env, m.DIM_POOL, p.name,
-              {"label": f"{p.name} month to date"}] for p in pools]
+    spend = [
+        [
+            m.NAMESPACE,
+            m.MONTH_TO_DATE_SPEND_USD,
+            m.DIM_ENVIRONMENT,
+            env,
+            m.DIM_POOL,
+            p.name,
+            {"label": f"{p.name} month to date"},
+        ]
+        for p in pools
+    ]
     budget_lines = [{"label": f"{p.name} budget", "value": p.budget.monthly_usd} for p in pools if p.budget]
     budget_lines.append({"label": f"{env} budget", "value": cfg.budget.monthly_usd, "color": "#d62728"})
-    widgets.append(_metric_widget("Month-to-date spend vs budget (USD, estimate)", region, spend, "Maximum",
-                                  unit_label="USD", annotations=budget_lines))
+    widgets.append(
+        _metric_widget(
+            "Month-to-date spend vs budget (USD, estimate)",
+            region,
+            spend,
+            "Maximum",
+            unit_label="USD",
+            annotations=budget_lines,
+        )
+    )
 
-    decisions = [[{
-        "id": "decisions",
-        "expression": (f"SEARCH('{{{m.NAMESPACE},{m.DIM_ENVIRONMENT},{m.DIM_POOL},{m.DIM_REASON}}} "
-                       f"MetricName=\"{m.DECISIONS}\" {m.DIM_ENVIRONMENT}=\"{env}\"', 'Sum', {PERIOD_S})"),
-        "label": "",
-    }]]
-    widgets.append(_metric_widget("Policy decisions by reason", region, decisions, "Sum", unit_label="decisions",
-                                  stacked=True))
+    decisions = [
+        [
+            {
+                "id": "decisions",
+                "expression": (
+                    f"SEARCH('{{{m.NAMESPACE},{m.DIM_ENVIRONMENT},{m.DIM_POOL},{m.DIM_REASON}}} "
+                    f'MetricName="{m.DECISIONS}" {m.DIM_ENVIRONMENT}="{env}"\', \'Sum\', {PERIOD_S})'
+                ),
+                "label": "",
+            }
+        ]
+    ]
+    widgets.append(
+        _metric_widget("Policy decisions by reason", region, decisions, "Sum", unit_label="decisions", stacked=True)
+    )
 
-    fallback = [[m.NAMESPACE, m.FALLBACK_ACTIVE, m.DIM_ENVIRONMENT, env, m.DIM_POOL, p.name, {"label": p.name}]
-                for p in pools if p.elastic is not None and len(CAPACITY_DIMENSIONS[p.elastic.capacity]) > 1]
+    fallback = [
+        [m.NAMESPACE, m.FALLBACK_ACTIVE, m.DIM_ENVIRONMENT, env, m.DIM_POOL, p.name, {"label": p.name}]
+        for p in pools
+        if p.elastic is not None and len(CAPACITY_DIMENSIONS[p.elastic.capacity]) > 1
+    ]
     errors = [[m.NAMESPACE, m.POLICY_ERRORS, m.DIM_ENVIRONMENT, env, {"label": "policy errors", "stat": "Sum"}]]
-    widgets.append(_metric_widget("On-demand fallback active (1 = yes) and policy errors", region,
-                                  fallback + errors, "Maximum"))
+    widgets.append(
+        _metric_widget("On-demand fallback active (1 = yes) and policy errors", region, fallback + errors, "Maximum")
+    )
 
     ns, util_metric = cfg.policy.metric_namespace, cfg.policy.utilization_metric
     cluster = [
@@ -124,16 +203,22 @@ def dashboard_body(cfg: GpuLoanConfig, cluster_name: str, alarm_arns: list[str])
         [ns, util_metric, "ClusterName", cluster_name, {"label": "GPU utilization (max)", "stat": "Maximum"}],
     ]
     if ns == "ContainerInsights":
-        cluster.append([ns, "node_gpu_memory_utilization", "ClusterName", cluster_name,
-                        {"label": "GPU memory utilization (avg)"}])
+        cluster.append(
+            [ns, "node_gpu_memory_utilization", "ClusterName", cluster_name, {"label": "GPU memory utilization (avg)"}]
+        )
     widgets.append(_metric_widget(f"Cluster GPUs ({ns})", region, cluster, "Average", unit_label="%", y_max=100))
 
     arns = sorted(alarm_arns)
-    chunks = [arns[i:i + MAX_ALARMS_PER_WIDGET] for i in range(0, len(arns), MAX_ALARMS_PER_WIDGET)]
+    chunks = [arns[i : i + MAX_ALARMS_PER_WIDGET] for i in range(0, len(arns), MAX_ALARMS_PER_WIDGET)]
     for n, chunk in enumerate(chunks, 1):
         title = "Alarms" if len(chunks) == 1 else f"Alarms ({n}/{len(chunks)})"
-        widgets.append({"type": "alarm", "_height": 3,
-                        "properties": {"title": title, "alarms": chunk, "sortBy": "stateUpdatedTimestamp"}})
+        widgets.append(
+            {
+                "type": "alarm",
+                "_height": 3,
+                "properties": {"title": title, "alarms": chunk, "sortBy": "stateUpdatedTimestamp"},
+            }
+        )
     return {"widgets": _grid(widgets)}
 
 
@@ -150,7 +235,8 @@ class Dashboard(pulumi.ComponentResource):
     def __init__(self, name: str, args: DashboardArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("gpuloan:dashboard:Dashboard", name, None, opts)
         body = pulumi.Output.all(args.cluster_name, args.alarm_arns).apply(
-            lambda v: json.dumps(dashboard_body(args.cfg, v[0], list(v[1] or [])), sort_keys=True))
+            lambda v: json.dumps(dashboard_body(args.cfg, v[0], list(v[1] or [])), sort_keys=True)
+        )
         self.dashboard = aws.cloudwatch.Dashboard(
             f"{name}-dashboard",
             dashboard_name=f"gpuloan-{args.cfg.environment}",

@@ -61,13 +61,15 @@ def test_production_work_on_spot_is_a_violation_so_the_floor_covers_it():
     rec = doc["recommendation"]
     # the cheapest way to run 16 GPUs around the clock without interruptions: 2 nodes at the lowest committed rate
     assert (rec["floor_nodes"], rec["payment"]) == (2, "reserved_3yr")
-    assert rec["monthly_usd"] == pytest.approx(2 * _rate("reserved_3yr") * 730 + doc["points"][2]["elastic_monthly_usd"],
-                                               abs=0.02)
+    assert rec["monthly_usd"] == pytest.approx(
+        2 * _rate("reserved_3yr") * 730 + doc["points"][2]["elastic_monthly_usd"], abs=0.02
+    )
 
 
 def test_work_that_may_be_interrupted_stays_on_spot():
-    doc = advisor.advise(resolved_prices(), _prod(), "training", _steady(16), settings=STORMY, sizes=[0, 1, 2, 3],
-                         production_share_pct=0)
+    doc = advisor.advise(
+        resolved_prices(), _prod(), "training", _steady(16), settings=STORMY, sizes=[0, 1, 2, 3], production_share_pct=0
+    )
     assert doc["points"][0]["production_interruptions_per_month"] == 0
     # spot p4d costs less per hour than any commitment: no floor
     assert doc["recommendation"]["floor_nodes"] == 0
@@ -79,14 +81,17 @@ def test_service_target_from_config_and_no_recommendation_when_nothing_meets_it(
     doc = advisor.advise(resolved_prices(), cfg, "training", _steady(16), settings=STORMY, sizes=[0])
     assert doc["production_share"] == 0.5 and doc["recommendation"] is None
     assert doc["points"][0]["production_interruptions_per_month"] == pytest.approx(
-        doc["points"][0]["jobs_interrupted"] * 0.5 * 43800 / (DAYS * 1440), abs=0.01)
+        doc["points"][0]["jobs_interrupted"] * 0.5 * 43800 / (DAYS * 1440), abs=0.01
+    )
     assert "no floor from 0 to 8 nodes meets the target" in doc["summary"]
 
 
 def test_break_even_in_words():
     words = advisor.break_even_words("p4d.24xlarge", "reserved_1yr", 13.5171, 21.957642, 4.55)
-    assert words.startswith("a reserved_1yr p4d.24xlarge at $13.52/h pays for itself when it is busy more than 62 % "
-                            "of the hours (against on-demand at $21.96/h)")
+    assert words.startswith(
+        "a reserved_1yr p4d.24xlarge at $13.52/h pays for itself when it is busy more than 62 % "
+        "of the hours (against on-demand at $21.96/h)"
+    )
     assert "against spot at $4.55/h it never does" in words
 
 
@@ -108,8 +113,25 @@ def test_cli_on_a_series_file_prints_json_and_writes_the_plot(tmp_path, monkeypa
     series.write_text("minute,gpus_demanded\n" + "".join(f"{m},{16 if m % 1440 < 720 else 8}\n" for m in range(1440)))
     png = tmp_path / "advice.png"
     monkeypatch.chdir(REPO)
-    assert cli.main(["advise", "-s", "prod", "--pool", "training", "--series", str(series), "--json",
-                     "--plot", str(png), "--target-p95-wait", "60"]) == 0
+    assert (
+        cli.main(
+            [
+                "advise",
+                "-s",
+                "prod",
+                "--pool",
+                "training",
+                "--series",
+                str(series),
+                "--json",
+                "--plot",
+                str(png),
+                "--target-p95-wait",
+                "60",
+            ]
+        )
+        == 0
+    )
     doc = json.loads(capsys.readouterr().out)
     [pool] = doc["pools"]
     assert [p["floor_nodes"] for p in pool["points"]] == list(range(9))
@@ -134,8 +156,24 @@ def test_cli_on_an_itp_cluster_prints_a_recommendation_and_a_plot(tmp_path, monk
 
     png = tmp_path / "itp.png"
     monkeypatch.chdir(REPO)
-    assert cli.main(["advise", "-s", "prod", "--pool", "training", "--trace", str(SHARED_TRACES / "itp" / "cluster02.csv"),
-                     "--days", "0:1", "--plot", str(png)]) == 0
+    assert (
+        cli.main(
+            [
+                "advise",
+                "-s",
+                "prod",
+                "--pool",
+                "training",
+                "--trace",
+                str(SHARED_TRACES / "itp" / "cluster02.csv"),
+                "--days",
+                "0:1",
+                "--plot",
+                str(png),
+            ]
+        )
+        == 0
+    )
     out = " ".join(capsys.readouterr().out.split())  # the prose wraps at the terminal's width
     assert "cheapest meeting the target" in out or "no floor from 0" in out
     assert "pays for itself when it is busy more than 62 % of the hours" in out
@@ -144,5 +182,7 @@ def test_cli_on_an_itp_cluster_prints_a_recommendation_and_a_plot(tmp_path, monk
 
 def test_parallel_sweep_gives_the_same_points():
     one = advisor.advise(resolved_prices(), _prod(), "training", _steady(16, days=1), settings=STORMY, sizes=[0, 1, 2])
-    two = advisor.advise(resolved_prices(), _prod(), "training", _steady(16, days=1), settings=STORMY, sizes=[0, 1, 2], jobs=2)
+    two = advisor.advise(
+        resolved_prices(), _prod(), "training", _steady(16, days=1), settings=STORMY, sizes=[0, 1, 2], jobs=2
+    )
     assert one["points"] == two["points"] and one["recommendation"] == two["recommendation"]

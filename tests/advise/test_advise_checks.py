@@ -34,8 +34,14 @@ def _vision(**changes) -> config.GpuLoanConfig:
 
 
 def _point(n, usd, p95=5.0, unmet=0.0, misses=()):
-    return {"floor_nodes": n, "monthly_usd": {"on_demand": usd}, "p95_wait_minutes": p95, "unmet_gpu_hours": unmet,
-            "misses": list(misses), "meets_target": not misses}
+    return {
+        "floor_nodes": n,
+        "monthly_usd": {"on_demand": usd},
+        "p95_wait_minutes": p95,
+        "unmet_gpu_hours": unmet,
+        "misses": list(misses),
+        "meets_target": not misses,
+    }
 
 
 def test_one_rule_says_where_production_work_may_run_on_spot():
@@ -46,11 +52,15 @@ def test_one_rule_says_where_production_work_may_run_on_spot():
 @requires_shared_prices
 def test_production_work_kept_off_spot_is_never_counted_as_interrupted():
     demand = SeriesTrace("steady 2 GPUs", tuple([2] * (3 * 1440)))
-    off = advisor.advise(resolved_prices(), _vision(), "vision", demand, settings=STORMY, sizes=[0, 1], production_share_pct=30)
+    off = advisor.advise(
+        resolved_prices(), _vision(), "vision", demand, settings=STORMY, sizes=[0, 1], production_share_pct=30
+    )
     assert off["production_on_spot"] is False
     assert all(p["production_interruptions_per_month"] == 0 for p in off["points"])
     listed = _vision(**{"gpuloan:scheduling": {"kueue": {"production_spot_pools": ["vision"]}}})
-    on = advisor.advise(resolved_prices(), listed, "vision", demand, settings=STORMY, sizes=[0, 1], production_share_pct=30)
+    on = advisor.advise(
+        resolved_prices(), listed, "vision", demand, settings=STORMY, sizes=[0, 1], production_share_pct=30
+    )
     assert on["production_on_spot"] is True
     zero = on["points"][0]
     assert zero["jobs_interrupted"] > 0 and zero["production_interruptions_per_month"] > 0
@@ -59,7 +69,9 @@ def test_production_work_kept_off_spot_is_never_counted_as_interrupted():
 @requires_shared_prices
 def test_all_production_work_off_spot_is_simulated_on_the_floor_and_on_demand():
     demand = SeriesTrace("steady 2 GPUs", tuple([2] * (2 * 1440)))
-    doc = advisor.advise(resolved_prices(), _vision(), "vision", demand, settings=STORMY, sizes=[0])  # tier production: share 100 %
+    doc = advisor.advise(
+        resolved_prices(), _vision(), "vision", demand, settings=STORMY, sizes=[0]
+    )  # tier production: share 100 %
     assert doc["elastic"]["capacity"] == "on_demand"
     assert doc["points"][0]["elastic_spot_monthly_usd"] == 0 and doc["points"][0]["jobs_interrupted"] == 0
 
@@ -92,12 +104,14 @@ def test_budget_lines_flag_a_recommendation_over_either_budget():
 
 @requires_shared_prices
 def test_jobs_larger_than_the_pool_are_counted_with_their_sizes():
-    jobs = JobsTrace("big jobs", "generic", (Job("a", 0, 3600, 1), Job("b", 60, 3600, 16), Job("c", 120, 600, 16),
-                                            Job("d", 180, 600, 32)))
+    jobs = JobsTrace(
+        "big jobs",
+        "generic",
+        (Job("a", 0, 3600, 1), Job("b", 60, 3600, 16), Job("c", 120, 600, 16), Job("d", 180, 600, 32)),
+    )
     doc = advisor.advise(resolved_prices(), _vision(), "vision", jobs, sizes=[0])
     assert doc["peak_nodes"] == 8  # floor 2 + elastic 6 one-GPU nodes
-    assert doc["jobs_larger_than_pool"] == {"count": 3, "of_jobs": 4, "pool_peak_gpus": 8,
-                                            "sizes": {"16": 2, "32": 1}}
+    assert doc["jobs_larger_than_pool"] == {"count": 3, "of_jobs": 4, "pool_peak_gpus": 8, "sizes": {"16": 2, "32": 1}}
 
 
 def _vision_project(tmp_path: Path) -> Path:
@@ -115,8 +129,9 @@ def test_the_vision_case_of_the_issue(tmp_path, monkeypatch, capsys):
     (the whole sweep takes minutes on a shared machine): none, today's 2, and the peak."""
     cfg = _vision()
     trace = read_trace(str(SHARED_TRACES / "itp" / "cluster09.csv")).window(0, 13)
-    doc = advisor.advise(resolved_prices(), cfg, "vision", trace, production_share_pct=30, peak_from_demand=True,
-                         sizes=[0, 2, 115])
+    doc = advisor.advise(
+        resolved_prices(), cfg, "vision", trace, production_share_pct=30, peak_from_demand=True, sizes=[0, 2, 115]
+    )
     assert doc["peak_nodes"] >= 115
     assert all(p["production_interruptions_per_month"] == 0 for p in doc["points"])
     rec = doc["recommendation"]
@@ -127,8 +142,23 @@ def test_the_vision_case_of_the_issue(tmp_path, monkeypatch, capsys):
     assert "over the environment budget" in doc["verdict"]
     # the text output: the budget line, and progress on stderr while it runs (one short day of the trace)
     monkeypatch.chdir(_vision_project(tmp_path))
-    assert cli.main(["advise", "-s", "vision", "--trace", str(SHARED_TRACES / "itp" / "cluster09.csv"),
-                     "--days", "0:0", "--production-share", "30", "--peak-from-demand"]) == 0
+    assert (
+        cli.main(
+            [
+                "advise",
+                "-s",
+                "vision",
+                "--trace",
+                str(SHARED_TRACES / "itp" / "cluster09.csv"),
+                "--days",
+                "0:0",
+                "--production-share",
+                "30",
+                "--peak-from-demand",
+            ]
+        )
+        == 0
+    )
     captured = capsys.readouterr()
     out = " ".join(captured.out.split())
     assert "against the pool budget: none set" in out and "OVER the environment budget: $" in out
@@ -150,8 +180,19 @@ def test_text_output_states_the_prod_budgets_and_json_flags_them(monkeypatch, ca
 @requires_shared_prices
 def test_org_advice_never_shows_a_plan_dearer_than_none_nor_an_empty_scenario(monkeypatch, capsys):
     monkeypatch.chdir(REPO)
-    args = ["advise", "-s", "prod", "--demand", "docs/examples/org-demand", "--sizing-days", "3",
-            "--lookback-days", "7", "--production-share", "30"]
+    args = [
+        "advise",
+        "-s",
+        "prod",
+        "--demand",
+        "docs/examples/org-demand",
+        "--sizing-days",
+        "3",
+        "--lookback-days",
+        "7",
+        "--production-share",
+        "30",
+    ]
     assert cli.main([*args, "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     for sc in [{"baselines": doc["baselines"], "shortage_hours": 1}, *doc["scenarios"].values()]:
@@ -171,12 +212,19 @@ def test_org_advice_never_shows_a_plan_dearer_than_none_nor_an_empty_scenario(mo
 
 def test_org_verdict_calls_a_guarantee_dominated_only_where_it_is_in_every_scenario():
     assert org_advisor.verdict({"default": ["karpenter"], "on-demand-shortage": ["karpenter"]}).startswith(
-        "dominated by karpenter: cheaper")
+        "dominated by karpenter: cheaper"
+    )
     some = org_advisor.verdict({"default": ["karpenter"], "on-demand-shortage": []})
     assert some.startswith("dominated where capacity is not short") and "does better in: on-demand-shortage" in some
     assert org_advisor.verdict({"default": []}).startswith("not dominated")
-    ours = {"name": "gpuloan", "total_cost_usd": 100, "unmet_gpu_hours": 5, "unmet_production_gpu_hours": 1,
-            "production_interruptions": 0, "pending_by_tier": {"production": {"p95_pending_minutes": 5.0}}}
+    ours = {
+        "name": "gpuloan",
+        "total_cost_usd": 100,
+        "unmet_gpu_hours": 5,
+        "unmet_production_gpu_hours": 1,
+        "production_interruptions": 0,
+        "pending_by_tier": {"production": {"p95_pending_minutes": 5.0}},
+    }
     k = dict(ours, name="karpenter", total_cost_usd=50, unmet_gpu_hours=9)  # cheaper, more unmet: not dominating
     assert org_advisor.dominated_by(ours, [k]) == []
     k2 = dict(ours, name="karpenter", total_cost_usd=50, pending_by_tier={"production": {"p95_pending_minutes": 4.0}})
@@ -186,17 +234,32 @@ def test_org_verdict_calls_a_guarantee_dominated_only_where_it_is_in_every_scena
 def test_the_simulated_org_example_of_the_issue_is_dominated_by_karpenter():
     """`--model simulated` on docs/examples/org-demand: +108 % and 1,307 unmet GPU-h against Karpenter's 534 (its
     production p95 wait 1,744 min against 507), though 13 production GPU-h fewer go unmet."""
-    ours = {"name": "gpuloan", "total_cost_usd": 5702.0, "unmet_gpu_hours": 1306.844,
-            "unmet_production_gpu_hours": 250.724, "production_interruptions": 0,
-            "pending_by_tier": {"experiment": {"p95_pending_minutes": 3520.8},
-                                "production": {"p95_pending_minutes": 1743.9}}}
-    karpenter = {"name": "karpenter", "total_cost_usd": 2737.34, "unmet_gpu_hours": 534.003,
-                 "unmet_production_gpu_hours": 263.548, "production_interruptions": 0,
-                 "pending_by_tier": {"experiment": {"p95_pending_minutes": 3520.8},
-                                     "production": {"p95_pending_minutes": 507.1}}}
+    ours = {
+        "name": "gpuloan",
+        "total_cost_usd": 5702.0,
+        "unmet_gpu_hours": 1306.844,
+        "unmet_production_gpu_hours": 250.724,
+        "production_interruptions": 0,
+        "pending_by_tier": {
+            "experiment": {"p95_pending_minutes": 3520.8},
+            "production": {"p95_pending_minutes": 1743.9},
+        },
+    }
+    karpenter = {
+        "name": "karpenter",
+        "total_cost_usd": 2737.34,
+        "unmet_gpu_hours": 534.003,
+        "unmet_production_gpu_hours": 263.548,
+        "production_interruptions": 0,
+        "pending_by_tier": {
+            "experiment": {"p95_pending_minutes": 3520.8},
+            "production": {"p95_pending_minutes": 507.1},
+        },
+    }
     assert org_advisor.dominated_by(ours, [karpenter]) == ["karpenter"]
     assert org_advisor.verdict({"default": ["karpenter"], "on-demand-shortage": ["karpenter"]}).startswith(
-        "dominated by karpenter: cheaper and no worse on unmet work, production interruptions and p95 waits")
+        "dominated by karpenter: cheaper and no worse on unmet work, production interruptions and p95 waits"
+    )
 
 
 @requires_shared_prices

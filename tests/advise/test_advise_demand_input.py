@@ -31,8 +31,12 @@ def test_a_series_pool_reclaimed_before_it_served_as_much_keeps_whole_gpus():
 
     cfg = checks.from_stack_yaml({"config": stack_config("prod")}, "test", prices=resolved_prices())
     spec = simpool.spec_from_config(resolved_prices(), cfg, "research")
-    sim = engine.Simulation(spec, traces.SeriesTrace("s", (spec.gpus_per_node,) * 120), None,
-                            engine.SimSettings(spot_unavailable_episodes_per_week=0))
+    sim = engine.Simulation(
+        spec,
+        traces.SeriesTrace("s", (spec.gpus_per_node,) * 120),
+        None,
+        engine.SimSettings(spot_unavailable_episodes_per_week=0),
+    )
     assert sim.launch(engine.SPOT, 1) == 1
     (node,) = sim.nodes.values()
     node.ready_at = 0
@@ -64,29 +68,61 @@ def test_simulated_advice_on_minute_series_with_spot_reclaims_runs(tmp_path, cap
     for pool in ("training", "inference", "research"):
         levels = [draw.choice([0, 1, 3, 5, 9, 13, 17, 24]) for _ in range(0, 4 * 1440, 7)]
         _series(tmp_path / f"{pool}.csv", [levels[m // 7] for m in range(4 * 1440)])
-    rc = cli.main(["advise", "-s", "prod", "--demand", str(tmp_path), "--sizing-days", "2", "--lookback-days", "7",
-                   "--model", "simulated", "--spot-episodes-per-week", "30", "--json"])
+    rc = cli.main(
+        [
+            "advise",
+            "-s",
+            "prod",
+            "--demand",
+            str(tmp_path),
+            "--sizing-days",
+            "2",
+            "--lookback-days",
+            "7",
+            "--model",
+            "simulated",
+            "--spot-episodes-per-week",
+            "30",
+            "--json",
+        ]
+    )
     out = capsys.readouterr()
     assert rc == 0, out.err
 
 
 @requires_shared_prices
 @pytest.mark.parametrize("model", ["fluid", "simulated"])
-@pytest.mark.parametrize("case,extra,message", [
-    ("a pool the config lacks", [], "typo.csv: no pool named 'typo' in this stack"),
-    ("production share above 100", ["--production-share", "120"],
-     "--production-share must be between 0 and 100, got 120"),
-    ("production share below 0", ["--production-share", "-5"], "--production-share must be between 0 and 100"),
-    ("checkpoint interval 0", ["--checkpoint-interval", "0"], "--checkpoint-interval must be at least 1 minute"),
-    ("checkpoint interval negative", ["--checkpoint-interval", "-30"],
-     "--checkpoint-interval must be at least 1 minute, got -30"),
-    ("history shorter than the sizing window", ["--sizing-days", "4"],
-     "--sizing-days 4: must be at least 1 and shorter than the history"),
-    ("one pool's trace shorter than the sizing window", ["--sizing-days", "2", "short"],
-     "research.csv: 24 h of demand, shorter than the sizing window of 48 h (--sizing-days 2)"),
-])
-def test_bad_demand_input_is_refused_naming_the_file_or_field_before_any_run(tmp_path, capsys, monkeypatch,
-                                                                            model, case, extra, message):
+@pytest.mark.parametrize(
+    "case,extra,message",
+    [
+        ("a pool the config lacks", [], "typo.csv: no pool named 'typo' in this stack"),
+        (
+            "production share above 100",
+            ["--production-share", "120"],
+            "--production-share must be between 0 and 100, got 120",
+        ),
+        ("production share below 0", ["--production-share", "-5"], "--production-share must be between 0 and 100"),
+        ("checkpoint interval 0", ["--checkpoint-interval", "0"], "--checkpoint-interval must be at least 1 minute"),
+        (
+            "checkpoint interval negative",
+            ["--checkpoint-interval", "-30"],
+            "--checkpoint-interval must be at least 1 minute, got -30",
+        ),
+        (
+            "history shorter than the sizing window",
+            ["--sizing-days", "4"],
+            "--sizing-days 4: must be at least 1 and shorter than the history",
+        ),
+        (
+            "one pool's trace shorter than the sizing window",
+            ["--sizing-days", "2", "short"],
+            "research.csv: 24 h of demand, shorter than the sizing window of 48 h (--sizing-days 2)",
+        ),
+    ],
+)
+def test_bad_demand_input_is_refused_naming_the_file_or_field_before_any_run(
+    tmp_path, capsys, monkeypatch, model, case, extra, message
+):
     from sim import fluid
     from advise import org_advisor
 
@@ -109,8 +145,9 @@ def test_bad_demand_input_is_refused_naming_the_file_or_field_before_any_run(tmp
 
 @requires_shared_prices
 @pytest.mark.parametrize("model", ["fluid", "simulated"])
-def test_a_floor_over_the_node_limit_is_refused_before_any_run_naming_pool_and_field(tmp_path, capsys,
-                                                                                    monkeypatch, model):
+def test_a_floor_over_the_node_limit_is_refused_before_any_run_naming_pool_and_field(
+    tmp_path, capsys, monkeypatch, model
+):
     """Issue 36: a production pool whose p90 floor is over the stack's 64-node limit was refused only when the
     simulated setup's config was built, after minutes of simulations (and the fluid model printed the floor as
     advice). Every setup's config goes through the stack's own validation before anything runs."""

@@ -26,16 +26,21 @@ def _pd(name, tier, prod, other):
 
 # --- the cause: the fluid model on the same deployment ------------------------------------------------------------
 
-@pytest.mark.parametrize("case,prod,other,spot,cap,od_gpus,spot_gpus,unmet,unmet_prod", [
-    # 2 nodes of 8 GPUs at most: production (10 GPUs past no floor) keeps its on-demand, interruptible gives way
-    ("production first", 10, 20, SPOT, 16, 10, 6, 14, 0),
-    ("production alone over the limit", 20, 5, SPOT, 16, 16, 0, 9, 4),
-    ("no spot: interruptible on on-demand, capped", 4, 20, None, 16, 16, 0, 8, 0),
-    ("under the limit: all served", 4, 4, SPOT, 16, 4, 4, 0, 0),
-    ("no limit (None): all served, as before", 10, 20, SPOT, None, 10, 20, 0, 0),
-])
-def test_fluid_elastic_gpus_never_exceed_the_pools_node_limit(case, prod, other, spot, cap, od_gpus, spot_gpus,
-                                                              unmet, unmet_prod):
+
+@pytest.mark.parametrize(
+    "case,prod,other,spot,cap,od_gpus,spot_gpus,unmet,unmet_prod",
+    [
+        # 2 nodes of 8 GPUs at most: production (10 GPUs past no floor) keeps its on-demand, interruptible gives way
+        ("production first", 10, 20, SPOT, 16, 10, 6, 14, 0),
+        ("production alone over the limit", 20, 5, SPOT, 16, 16, 0, 9, 4),
+        ("no spot: interruptible on on-demand, capped", 4, 20, None, 16, 16, 0, 8, 0),
+        ("under the limit: all served", 4, 4, SPOT, 16, 4, 4, 0, 0),
+        ("no limit (None): all served, as before", 10, 20, SPOT, None, 10, 20, 0, 0),
+    ],
+)
+def test_fluid_elastic_gpus_never_exceed_the_pools_node_limit(
+    case, prod, other, spot, cap, od_gpus, spot_gpus, unmet, unmet_prod
+):
     demands = {"a": _pd("a", EXPERIMENT, [prod], [other])}
     run = fluid.run(demands, {"a": PoolPrices(T, R, 8, OD, spot, cap)}, {}, lend=False)
     got = {u.purchase: u.instance_hours * 8 for u in run.hourly_usage}
@@ -51,10 +56,12 @@ def test_the_advisors_fluid_bound_runs_the_stacks_node_limits(tmp_path, capsys):
     unmet every hour in every row, the fluid bound's included (before issue 36's fix the bound served all 40, and
     so cost more than setups that could not)."""
     for pool, gpus in (("training", 16), ("inference", 1), ("research", 40)):
-        (tmp_path / f"{pool}.csv").write_text("minute,gpus_demanded\n" + "".join(
-            f"{m},{gpus}\n" for m in range(4 * 1440)))
-    rc = cli.main(["advise", "-s", "prod", "--demand", str(tmp_path), "--sizing-days", "2", "--lookback-days", "7",
-                   "--json"])
+        (tmp_path / f"{pool}.csv").write_text(
+            "minute,gpus_demanded\n" + "".join(f"{m},{gpus}\n" for m in range(4 * 1440))
+        )
+    rc = cli.main(
+        ["advise", "-s", "prod", "--demand", str(tmp_path), "--sizing-days", "2", "--lookback-days", "7", "--json"]
+    )
     out = capsys.readouterr()
     assert rc == 0, out.err
     doc = json.loads(out.out)
@@ -66,15 +73,17 @@ def test_the_advisors_fluid_bound_runs_the_stacks_node_limits(tmp_path, capsys):
 
 # --- the check ----------------------------------------------------------------------------------------------------
 
+
 def _doc():
     """A consistent advice document from the fluid model (the same runner for every row)."""
     hours = 96
-    demands = {"a": _pd("a", PRODUCTION, [16 + 8 * ((h // 6) % 2) for h in range(hours)], [4] * hours),
-               "b": _pd("b", EXPERIMENT, [0] * hours, [24 * ((h // 8) % 3 == 0) for h in range(hours)])}
+    demands = {
+        "a": _pd("a", PRODUCTION, [16 + 8 * ((h // 6) % 2) for h in range(hours)], [4] * hours),
+        "b": _pd("b", EXPERIMENT, [0] * hours, [24 * ((h // 8) % 3 == 0) for h in range(hours)]),
+    }
     prices = {n: PoolPrices(T, R, 8, OD, SPOT) for n in demands}
     inputs = org_advisor.OrgInputs(demands, prices, {(T, R): RI}, "test-term", 48, 7, 90.0)
-    return org_advisor.evaluate(inputs, org_advisor.fluid_runner(prices), scenarios=("default",),
-                                per_pool_prices=False)
+    return org_advisor.evaluate(inputs, org_advisor.fluid_runner(prices), scenarios=("default",), per_pool_prices=False)
 
 
 def _row(doc, name):
@@ -90,8 +99,10 @@ def test_a_consistent_document_passes_and_is_advice():
 def _bound_above(doc, more_unmet=0.0):
     """The bound $100 above floors-not-lent; every setup of the same floors `more_unmet` GPU-hours short of it."""
     bound = _row(doc, "fluid-bound")
-    for row in (*(_row(doc, n) for n in ("gpuloan", "team-floors", "floors-not-lent")),
-                doc["recommendation"]["layouts"]["gpuloan-shared"]):
+    for row in (
+        *(_row(doc, n) for n in ("gpuloan", "team-floors", "floors-not-lent")),
+        doc["recommendation"]["layouts"]["gpuloan-shared"],
+    ):
         row["unmet_gpu_hours"] = bound["unmet_gpu_hours"] + more_unmet
     bound["total_cost_usd"] = _row(doc, "floors-not-lent")["total_cost_usd"] + 100
 
@@ -112,16 +123,20 @@ def _floor_over_limit(doc):
     doc["recommendation"]["floors"]["a"]["nodes"] = 65
 
 
-@pytest.mark.parametrize("case,break_it,failure", [
-    ("a bound above a layout of the same work", _bound_above,
-     "the fluid bound costs $"),
-    ("a +savings-plan row dearer than without", _plan_dearer,
-     "karpenter+savings-plan costs $"),
-    ("a negative cost", _negative, "team-floors costs $-1.00, below zero"),
-    ("a negative part of a bill", _negative_part, "gpuloan's spot bill is $-3.00, below zero"),
-    ("a floor over the node limit", _floor_over_limit,
-     "pool 'a': a floor of 65 nodes is over the stack's limit of 64"),
-])
+@pytest.mark.parametrize(
+    "case,break_it,failure",
+    [
+        ("a bound above a layout of the same work", _bound_above, "the fluid bound costs $"),
+        ("a +savings-plan row dearer than without", _plan_dearer, "karpenter+savings-plan costs $"),
+        ("a negative cost", _negative, "team-floors costs $-1.00, below zero"),
+        ("a negative part of a bill", _negative_part, "gpuloan's spot bill is $-3.00, below zero"),
+        (
+            "a floor over the node limit",
+            _floor_over_limit,
+            "pool 'a': a floor of 65 nodes is over the stack's limit of 64",
+        ),
+    ],
+)
 def test_each_contradiction_fails_the_check_and_says_what(case, break_it, failure):
     doc = _doc()
     break_it(doc)
@@ -160,8 +175,9 @@ def test_the_cli_withholds_contradictory_advice_and_exits_1(tmp_path, capsys, mo
 
     monkeypatch.setattr(org_advisor, "_bound", dear_bound)
     for pool, gpus in (("training", 16), ("inference", 1), ("research", 8)):
-        (tmp_path / f"{pool}.csv").write_text("minute,gpus_demanded\n" + "".join(
-            f"{m},{gpus}\n" for m in range(4 * 1440)))
+        (tmp_path / f"{pool}.csv").write_text(
+            "minute,gpus_demanded\n" + "".join(f"{m},{gpus}\n" for m in range(4 * 1440))
+        )
     rc = cli.main(["advise", "-s", "prod", "--demand", str(tmp_path), "--sizing-days", "2", "--lookback-days", "7"])
     out = capsys.readouterr()
     assert rc == 1, out.err
@@ -193,9 +209,13 @@ def test_the_shared_layout_keeps_a_floor_whose_team_has_only_a_demand_series():
     cfg = checks.from_stack_yaml({"config": stack_config("prod")}, "test", prices=prices)
     cfg = org_advisor.with_production_share(cfg, 0.3)
     traces = {n: SeriesTrace(n, (8,) * 600) for n in ("training", "inference", "research")}
-    layout = org_advisor.shared_layout(prices, org_advisor.setup_config(cfg, {"training": 2, "inference": 1}, lend=True,
-                                                                check=False),
-                                       traces, 1, keep_floors=True)
+    layout = org_advisor.shared_layout(
+        prices,
+        org_advisor.setup_config(cfg, {"training": 2, "inference": 1}, lend=True, check=False),
+        traces,
+        1,
+        keep_floors=True,
+    )
     floors = {p.name: p.guaranteed.nodes for p in layout.cfg.pools if p.guaranteed is not None}
     assert floors == {"training": 2, "inference": 1}
     assert not layout.traces["training"].jobs and layout.source["training"] == []

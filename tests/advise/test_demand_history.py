@@ -24,8 +24,12 @@ def _cfg():
 def _put(cw, name: str, value: float, minute: dt.datetime, **dims) -> None:
     dimensions = [{"Name": M.DIM_ENVIRONMENT, "Value": "prod"}, {"Name": M.DIM_POOL, "Value": "training"}]
     dimensions += [{"Name": k, "Value": v} for k, v in dims.items()]
-    cw.put_metric_data(Namespace=M.NAMESPACE, MetricData=[
-        {"MetricName": name, "Dimensions": dimensions, "Timestamp": minute, "Value": value, "Unit": "Count"}])
+    cw.put_metric_data(
+        Namespace=M.NAMESPACE,
+        MetricData=[
+            {"MetricName": name, "Dimensions": dimensions, "Timestamp": minute, "Value": value, "Unit": "Count"}
+        ],
+    )
 
 
 def test_period_follows_cloudwatch_retention():
@@ -37,8 +41,12 @@ def test_period_follows_cloudwatch_retention():
 def test_demand_is_pending_plus_elastic_plus_the_floors_busy_share():
     start = dt.datetime(2026, 12, 1, tzinfo=dt.timezone.utc)
     at = lambda m: start + dt.timedelta(minutes=m)  # noqa: E731
-    data = {"pending": {at(0): 4.0}, "spot": {at(0): 2.0, at(1): 1.0}, "ondemand": {at(1): 1.0},
-            "floorutil": {at(0): 50.0, at(1): 100.0}}
+    data = {
+        "pending": {at(0): 4.0},
+        "spot": {at(0): 2.0, at(1): 1.0},
+        "ondemand": {at(1): 1.0},
+        "floorutil": {at(0): 50.0, at(1): 100.0},
+    }
     series, gaps = demand_history.demand_series(data, start, 3, 60, gpus_per_node=8, floor_gpus=16)
     # minute 0: 4 pending + 2 spot nodes x 8 + 16 floor GPUs x 50 %; minute 1: 2 elastic nodes x 8 + 16; minute 2: none
     assert series == [4 + 16 + 8, 16 + 16, 0] and gaps == 1
@@ -59,9 +67,20 @@ def test_history_read_from_cloudwatch_on_the_emulator(aws_env):
         _put(cw, M.ELASTIC_NODES, 1 if m >= 5 else 0, minute, **{M.DIM_CAPACITY: "spot"})
         _put(cw, M.POOL_GPU_UTILIZATION, 50, minute, **{M.DIM_TIER: "guaranteed"})
     # another pool's metrics must not leak in
-    cw.put_metric_data(Namespace=M.NAMESPACE, MetricData=[{"MetricName": M.PENDING_GPUS, "Timestamp": first,
-                       "Value": 999, "Dimensions": [{"Name": M.DIM_ENVIRONMENT, "Value": "prod"},
-                                                    {"Name": M.DIM_POOL, "Value": "inference"}]}])
+    cw.put_metric_data(
+        Namespace=M.NAMESPACE,
+        MetricData=[
+            {
+                "MetricName": M.PENDING_GPUS,
+                "Timestamp": first,
+                "Value": 999,
+                "Dimensions": [
+                    {"Name": M.DIM_ENVIRONMENT, "Value": "prod"},
+                    {"Name": M.DIM_POOL, "Value": "inference"},
+                ],
+            }
+        ],
+    )
     trace = demand_history.read(resolved_prices(), _cfg(), "training", 1, cloudwatch=cw, now=NOW)
     assert len(trace.gpus_demanded) == 1440
     window = trace.gpus_demanded[-30:-20]
@@ -96,13 +115,36 @@ def test_advise_org_without_demand_reads_every_pools_history(aws_env, capsys, mo
 
     cw = boto3.client("cloudwatch", region_name="us-east-1")
     for pool in ("training", "inference", "research"):
-        data = [{"MetricName": M.PENDING_GPUS, "Timestamp": NOW - dt.timedelta(hours=h, minutes=5), "Value": 8.0,
-                 "Unit": "Count", "Dimensions": [{"Name": M.DIM_ENVIRONMENT, "Value": "prod"},
-                                                 {"Name": M.DIM_POOL, "Value": pool}]} for h in range(47)]
+        data = [
+            {
+                "MetricName": M.PENDING_GPUS,
+                "Timestamp": NOW - dt.timedelta(hours=h, minutes=5),
+                "Value": 8.0,
+                "Unit": "Count",
+                "Dimensions": [{"Name": M.DIM_ENVIRONMENT, "Value": "prod"}, {"Name": M.DIM_POOL, "Value": pool}],
+            }
+            for h in range(47)
+        ]
         cw.put_metric_data(Namespace=M.NAMESPACE, MetricData=data)
     monkeypatch.chdir(REPO)
-    assert cli.main(["advise", "-s", "prod", "--org", "--history-days", "2", "--sizing-days", "1", "--lookback-days",
-                     "7", "--json"]) == 0
+    assert (
+        cli.main(
+            [
+                "advise",
+                "-s",
+                "prod",
+                "--org",
+                "--history-days",
+                "2",
+                "--sizing-days",
+                "1",
+                "--lookback-days",
+                "7",
+                "--json",
+            ]
+        )
+        == 0
+    )
     doc = __import__("json").loads(capsys.readouterr().out)
     assert doc["demand"]["training"].startswith("history of prod/training, 2 days")
     assert doc["demand"]["inference"].startswith("history of prod/inference, 2 days")

@@ -35,6 +35,7 @@ def _prices(names, spot=SPOT):
 
 # --- the demand directory -----------------------------------------------------------------------------------------
 
+
 def _series(path, values):
     path.write_text("minute,gpus_demanded\n" + "".join(f"{m},{v}\n" for m, v in enumerate(values)))
 
@@ -92,6 +93,7 @@ def test_itp_rotations_name_each_cluster_once_with_three_production_four_experim
 
 # --- the commitment choice ----------------------------------------------------------------------------------------
 
+
 def _od_usage(series):
     return [billing.Usage(h, "p", T, R, billing.ON_DEMAND, x, OD) for h, x in enumerate(series) if x]
 
@@ -100,20 +102,28 @@ def _brute_force(usage, first, end):
     best = (0, 0.0)
     for n in range(0, 12):
         c = [commitment_choice.ri("x", T, R, n, RI)] if n else []
-        lines = [billing.Usage(u.hour - first, u.pool, u.instance_type, u.region, u.purchase, u.instance_hours,
-                               u.usd_per_hour) for u in usage if first <= u.hour < end]
+        lines = [
+            billing.Usage(
+                u.hour - first, u.pool, u.instance_type, u.region, u.purchase, u.instance_hours, u.usd_per_hour
+            )
+            for u in usage
+            if first <= u.hour < end
+        ]
         s = billing.bill(lines, c, hours=end - first).savings_usd
         if s > best[1] + 1e-9:
             best = (n, s)
     return best
 
 
-@pytest.mark.parametrize("series", [
-    [4, 4, 4, 4, 0, 0],  # RI at 6 of 10 pays when used > 60 % of hours: 4 hours of 6 (67 %) -> 4 RIs
-    [5, 3, 3, 1, 1, 0, 0, 2, 6, 3],
-    [0.5, 2.5, 2.5, 2.5, 7, 0, 1, 3, 3, 3, 3, 2],
-    [0, 0, 0],
-])
+@pytest.mark.parametrize(
+    "series",
+    [
+        [4, 4, 4, 4, 0, 0],  # RI at 6 of 10 pays when used > 60 % of hours: 4 hours of 6 (67 %) -> 4 RIs
+        [5, 3, 3, 1, 1, 0, 0, 2, 6, 3],
+        [0.5, 2.5, 2.5, 2.5, 7, 0, 1, 3, 3, 3, 3, 2],
+        [0, 0, 0],
+    ],
+)
 def test_cost_explorer_choice_maximizes_savings_over_the_lookback(series):
     usage = _od_usage(series)
     purchase = len(series)
@@ -125,8 +135,9 @@ def test_cost_explorer_choice_maximizes_savings_over_the_lookback(series):
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.floats(min_value=0, max_value=9, allow_nan=False).map(lambda x: round(x, 2)), min_size=1,
-                max_size=24))
+@given(
+    st.lists(st.floats(min_value=0, max_value=9, allow_nan=False).map(lambda x: round(x, 2)), min_size=1, max_size=24)
+)
 def test_cost_explorer_choice_matches_brute_force_on_any_series(series):
     usage = _od_usage(series)
     choice = commitment_choice.cost_explorer(usage, {(T, R): RI}, len(series), lookback_days=7)
@@ -155,6 +166,7 @@ def test_spot_usage_is_never_counted_for_a_commitment():
 
 
 # --- the fluid model ----------------------------------------------------------------------------------------------
+
 
 def _pd(name, tier, prod, other):
     return PoolDemand(name, tier, tuple(float(x) for x in prod), tuple(float(x) for x in other))
@@ -198,6 +210,7 @@ def test_episode_hours_are_seeded():
 
 
 # --- the advisor --------------------------------------------------------------------------------------------------
+
 
 def _environment(hours=96, tail=None):
     """Pool a (production) with a daily cycle, pool b (experiment) busy by day; `tail` replaces everything after
@@ -243,8 +256,11 @@ def test_fluid_bound_is_at_most_every_setups_fluid_cost_with_the_same_floors():
     for pct in (50.0, 90.0):
         doc = org_advisor.evaluate(_inputs(_environment(), pct), runner, per_pool_prices=False)
         for sc in ["default", *doc["scenarios"]]:
-            rows = ([doc["recommendation"]["report"], *doc["baselines"]] if sc == "default" else
-                    [doc["scenarios"][sc]["recommendation_report"], *doc["scenarios"][sc]["baselines"]])
+            rows = (
+                [doc["recommendation"]["report"], *doc["baselines"]]
+                if sc == "default"
+                else [doc["scenarios"][sc]["recommendation_report"], *doc["scenarios"][sc]["baselines"]]
+            )
             by = {r["name"]: r for r in rows}
             bound = by["fluid-bound"]["total_cost_usd"]
             for name in ("gpuloan", "team-floors", "floors-not-lent"):
@@ -268,13 +284,24 @@ def test_json_document_has_the_issues_keys():
     runner = org_advisor.fluid_runner(_prices(_environment()))
     doc = org_advisor.evaluate(_inputs(_environment()), runner)
     assert doc["model"] == "fluid" and "not a simulation" in doc["model_note"].lower()
-    assert set(doc["recommendation"]) >= {"floors", "commitment", "report", "price_of_guarantee_pct",
-                                          "price_of_each_guarantee"}
+    assert set(doc["recommendation"]) >= {
+        "floors",
+        "commitment",
+        "report",
+        "price_of_guarantee_pct",
+        "price_of_each_guarantee",
+    }
     names = [b["name"] for b in doc["baselines"]]
     assert {"karpenter", "karpenter+savings-plan", "team-floors", "fluid-bound"} <= set(names)
     for b in [doc["recommendation"]["report"], *doc["baselines"]]:
-        for key in ("total_cost_usd", "production_interruptions", "unmet_gpu_hours", "pending_by_tier",
-                    "floor_utilization", "commitment_utilization"):
+        for key in (
+            "total_cost_usd",
+            "production_interruptions",
+            "unmet_gpu_hours",
+            "pending_by_tier",
+            "floor_utilization",
+            "commitment_utilization",
+        ):
             assert key in b, (b["name"], key)
         assert set(b["pending_by_tier"]) == {PRODUCTION, EXPERIMENT}
         for tier in b["pending_by_tier"].values():
@@ -297,13 +324,15 @@ def test_report_is_billed_on_the_report_window_only():
 
 # --- the CLI ------------------------------------------------------------------------------------------------------
 
+
 @requires_shared_prices
 def test_cli_advises_the_prod_stack_on_a_tiny_demand_dir(tmp_path, capsys):
     _series(tmp_path / "training.csv", [16 + 16 * ((m // 60) % 6 < 3) for m in range(4 * 1440)])
     _series(tmp_path / "inference.csv", [2 if (m // 60) % 24 < 12 else 1 for m in range(4 * 1440)])
     _series(tmp_path / "research.csv", [0] * (4 * 1440))  # prod's experiment pool
-    rc = cli.main(["advise", "-s", "prod", "--demand", str(tmp_path), "--sizing-days", "2", "--lookback-days", "7",
-                   "--json"])
+    rc = cli.main(
+        ["advise", "-s", "prod", "--demand", str(tmp_path), "--sizing-days", "2", "--lookback-days", "7", "--json"]
+    )
     out = capsys.readouterr()
     assert rc == 0, out.err
     doc = json.loads(out.out)
@@ -313,8 +342,12 @@ def test_cli_advises_the_prod_stack_on_a_tiny_demand_dir(tmp_path, capsys):
     assert floors["training"]["nodes"] == 4
     assert [c["count"] for c in doc["recommendation"]["commitment"]["reserved_instances"]] == [4]
     assert doc["recommendation"]["commitment"]["unpriced"] == ["g6e.xlarge@us-east-1"]  # no public g6e RI rate
-    assert {b["name"] for b in doc["baselines"]} >= {"karpenter", "karpenter+savings-plan", "team-floors",
-                                                     "fluid-bound"}
+    assert {b["name"] for b in doc["baselines"]} >= {
+        "karpenter",
+        "karpenter+savings-plan",
+        "team-floors",
+        "fluid-bound",
+    }
 
 
 @requires_shared_prices
@@ -331,8 +364,21 @@ def test_cli_prints_the_tables_with_the_model_named(tmp_path, capsys):
     _series(tmp_path / "training.csv", [16 + 16 * ((m // 60) % 6 < 3) for m in range(4 * 1440)])
     _series(tmp_path / "inference.csv", [1] * (4 * 1440))
     _series(tmp_path / "research.csv", [0] * (4 * 1440))  # prod's experiment pool
-    rc = cli.main(["advise", "-s", "prod", "--demand", str(tmp_path), "--sizing-days", "2", "--lookback-days", "7",
-                   "--term", "reserved_3yr"])
+    rc = cli.main(
+        [
+            "advise",
+            "-s",
+            "prod",
+            "--demand",
+            str(tmp_path),
+            "--sizing-days",
+            "2",
+            "--lookback-days",
+            "7",
+            "--term",
+            "reserved_3yr",
+        ]
+    )
     out = capsys.readouterr().out
     assert rc == 0
     assert "fluid model" in out and "karpenter+savings-plan" in out and "recommended: floors training 4" in out
@@ -343,8 +389,24 @@ def test_cli_runs_every_setup_through_the_environment_simulator(capsys):
     """`--model simulated`: the shipped example demand (docs/examples/org-demand: jobs of three pools) through
     sim/environment.py, whole nodes and boots; production work is never interrupted, the research pool borrows
     the training floor's idle GPUs only where lending is on."""
-    rc = cli.main(["advise", "-s", "prod", "--demand", "docs/examples/org-demand", "--sizing-days", "3",
-                   "--lookback-days", "7", "--production-share", "30", "--model", "simulated", "--json"])
+    rc = cli.main(
+        [
+            "advise",
+            "-s",
+            "prod",
+            "--demand",
+            "docs/examples/org-demand",
+            "--sizing-days",
+            "3",
+            "--lookback-days",
+            "7",
+            "--production-share",
+            "30",
+            "--model",
+            "simulated",
+            "--json",
+        ]
+    )
     out = capsys.readouterr()
     assert rc == 0, out.err
     doc = json.loads(out.out)
@@ -358,8 +420,12 @@ def test_cli_runs_every_setup_through_the_environment_simulator(capsys):
     assert rows["gpuloan"]["total_cost_usd"] <= rows["floors-not-lent"]["total_cost_usd"]
     # the shortage scenarios run through the simulator too, and setups differing only in billing share a run
     assert set(doc["scenarios"]) == {"spot-shortage", "on-demand-shortage"}
-    assert all(r["model"] == "simulated" for sc in doc["scenarios"].values()
-               for r in [sc["recommendation_report"], *sc["baselines"]] if r["name"] != "fluid-bound")
+    assert all(
+        r["model"] == "simulated"
+        for sc in doc["scenarios"].values()
+        for r in [sc["recommendation_report"], *sc["baselines"]]
+        if r["name"] != "fluid-bound"
+    )
     assert doc["simulations"]["cache_hits"] > 0
     # issue 36: the baselines by the issue's names, each with pending time per tier; the checkpoint interval
     # that the lost work and pending times depend on is in the document, and progress went to stderr
@@ -372,8 +438,22 @@ def test_cli_runs_every_setup_through_the_environment_simulator(capsys):
 
 
 def test_checkpoint_interval_of_zero_is_refused_naming_the_flag(capsys):
-    rc = cli.main(["advise", "-s", "prod", "--demand", "docs/examples/org-demand", "--sizing-days", "3",
-                   "--model", "simulated", "--checkpoint-interval", "0", "--json"])
+    rc = cli.main(
+        [
+            "advise",
+            "-s",
+            "prod",
+            "--demand",
+            "docs/examples/org-demand",
+            "--sizing-days",
+            "3",
+            "--model",
+            "simulated",
+            "--checkpoint-interval",
+            "0",
+            "--json",
+        ]
+    )
     err = capsys.readouterr().err
     assert rc != 0 and "--checkpoint-interval" in err and "environment simulation" not in err
 
@@ -386,7 +466,10 @@ def test_percentile_is_nearest_rank():
 
 def test_worked_example_of_docs_floor_md():
     """The table of docs/floor.md, "Worked example": the fluid model and the billing model give its figures."""
-    d = {"A": _pd("A", PRODUCTION, [16, 16, 8, 8], [0, 0, 0, 0]), "B": _pd("B", EXPERIMENT, [0, 0, 0, 0], [0, 8, 16, 0])}
+    d = {
+        "A": _pd("A", PRODUCTION, [16, 16, 8, 8], [0, 0, 0, 0]),
+        "B": _pd("B", EXPERIMENT, [0, 0, 0, 0], [0, 8, 16, 0]),
+    }
     prices = _prices(d)
     assert org_advisor.size_floors(d, prices, 90) == {"A": 2, "B": 0}
     rates = {(T, R): RI}
@@ -404,11 +487,14 @@ def test_worked_example_of_docs_floor_md():
 
 
 @requires_shared_prices
-@pytest.mark.parametrize("extra,message", [
-    (["--pool", "training"], "--pool does not apply with --demand/--org"),
-    (["--sizing-days", "4"], "--sizing-days 4: must be at least 1 and shorter than the history"),
-    (["--guarantee-percentile", "120"], "--guarantee-percentile must be between 0 and 100"),
-])
+@pytest.mark.parametrize(
+    "extra,message",
+    [
+        (["--pool", "training"], "--pool does not apply with --demand/--org"),
+        (["--sizing-days", "4"], "--sizing-days 4: must be at least 1 and shorter than the history"),
+        (["--guarantee-percentile", "120"], "--guarantee-percentile must be between 0 and 100"),
+    ],
+)
 def test_cli_refuses_what_the_organization_mode_cannot_do(tmp_path, capsys, extra, message):
     _series(tmp_path / "training.csv", [16] * (4 * 1440))
     _series(tmp_path / "inference.csv", [1] * (4 * 1440))
@@ -419,10 +505,10 @@ def test_cli_refuses_what_the_organization_mode_cannot_do(tmp_path, capsys, extr
 
 # --- the simulated run's seam -------------------------------------------------------------------------------------
 
+
 @requires_shared_prices
 def test_setup_config_sets_each_floor_and_turns_lending_off():
     from conftest import stack_config
-
 
     cfg = checks.from_stack_yaml({"config": stack_config("prod")}, "test", prices=resolved_prices())
     lent = org_advisor.setup_config(cfg, {"training": 5, "inference": 0}, lend=True)
@@ -435,8 +521,10 @@ def test_setup_config_sets_each_floor_and_turns_lending_off():
     before = {t: cfg.scheduling.kueue.sharing(t).lending_limit_pct for t in cfg.teams}
     assert before["research"] == 100 and before["serving"] == 100  # the stack itself is untouched
     # the stack's own validation (config.parse), not a copy of its limits: the field and the pool named
-    with pytest.raises(org_advisor.OrgAdviceError,
-                       match=r"guaranteed\.nodes \(pool 'training'\): Input should be less than or equal to 64"):
+    with pytest.raises(
+        org_advisor.OrgAdviceError,
+        match=r"guaranteed\.nodes \(pool 'training'\): Input should be less than or equal to 64",
+    ):
         org_advisor.setup_config(cfg, {"training": 65}, lend=True)
     given = org_advisor.setup_config(cfg, {"training": 2, "research": 1}, lend=True)  # a new reservation: one AZ
     assert given.pool("research").guaranteed.availability_zone == cfg.cluster.availability_zones[0]
@@ -451,8 +539,10 @@ def test_the_simulated_run_plugs_in_through_simulate_environment(tmp_path):
     from sim import traces as tr
 
     cfg = checks.from_stack_yaml({"config": stack_config("prod")}, "test", prices=resolved_prices())
-    series = {"training": tr.SeriesTrace("training", tuple(16 + 16 * ((m // 60) % 6 < 3) for m in range(4 * 1440))),
-              "inference": tr.SeriesTrace("inference", tuple([2] * (4 * 1440)))}
+    series = {
+        "training": tr.SeriesTrace("training", tuple(16 + 16 * ((m // 60) % 6 < 3) for m in range(4 * 1440))),
+        "inference": tr.SeriesTrace("inference", tuple([2] * (4 * 1440))),
+    }
     prices = {"training": PoolPrices(T, R, 8, OD, SPOT), "inference": PoolPrices("g6e.xlarge", R, 1, 2.0, 1.0)}
     tiers = {"training": PRODUCTION, "inference": PRODUCTION}
     calls = []
@@ -462,8 +552,9 @@ def test_the_simulated_run_plugs_in_through_simulate_environment(tmp_path):
         floors = {p.name: p.guaranteed.nodes if p.guaranteed else 0 for p in cfg_variant.pools if p.name in demands}
         lend = all(cfg_variant.scheduling.kueue.sharing(p.team).lending_limit_pct > 0 for p in cfg_variant.pools)
         hours = horizon_minutes // 60
-        calls.append((floors, lend, controller, hours, max(len(t.gpus_demanded) for t in demands.values()),
-                      window_from_minute))
+        calls.append(
+            (floors, lend, controller, hours, max(len(t.gpus_demanded) for t in demands.values()), window_from_minute)
+        )
         # karpenter-shared runs the organization's pools (org_advisor.shared_layout): here one per instance type,
         # each the sum of the production series of that type
         shared = {"org-production-series": "training", "org-production-2-series": "inference"}
@@ -479,16 +570,19 @@ def test_the_simulated_run_plugs_in_through_simulate_environment(tmp_path):
     # ONE run per distinct setup over the whole history, the report window measured inside it (from hour 48);
     # the commitments come from the same runs' hours before it: karpenter runs without floors (karpenter and
     # karpenter+savings-plan share it), team-floors and not-lent without lending (one run for both)
-    assert sorted(calls, key=str) == sorted([
-        ({"training": 4, "inference": 2}, True, "gpuloan", 96, 96 * 60, 48 * 60),
-        # gpuloan-shared: both pools hold a floor and run only production series here, so the shared layout is
-        # the same pools (the simulator is called with the same setup; the cache key differs by layout)
-        ({"training": 4, "inference": 2}, True, "gpuloan", 96, 96 * 60, 48 * 60),
-        ({"training": 0, "inference": 0}, False, "karpenter", 96, 96 * 60, 48 * 60),
-        ({"training": 4, "inference": 2}, False, "gpuloan", 96, 96 * 60, 48 * 60),
-        # (the shared pools' team keeps Kueue's default lending: there is no floor to lend)
-        ({"org-production-series": 0, "org-production-2-series": 0}, True, "karpenter", 96, 96 * 60, 48 * 60)],
-        key=str)
+    assert sorted(calls, key=str) == sorted(
+        [
+            ({"training": 4, "inference": 2}, True, "gpuloan", 96, 96 * 60, 48 * 60),
+            # gpuloan-shared: both pools hold a floor and run only production series here, so the shared layout is
+            # the same pools (the simulator is called with the same setup; the cache key differs by layout)
+            ({"training": 4, "inference": 2}, True, "gpuloan", 96, 96 * 60, 48 * 60),
+            ({"training": 0, "inference": 0}, False, "karpenter", 96, 96 * 60, 48 * 60),
+            ({"training": 4, "inference": 2}, False, "gpuloan", 96, 96 * 60, 48 * 60),
+            # (the shared pools' team keeps Kueue's default lending: there is no floor to lend)
+            ({"org-production-series": 0, "org-production-2-series": 0}, True, "karpenter", 96, 96 * 60, 48 * 60),
+        ],
+        key=str,
+    )
     assert runner.runs == 5 and runner.hits > 0
     # the same setup through the fluid runner gives the same figures (the stand-in is the fluid model)
     fl = org_advisor.evaluate(inputs, org_advisor.fluid_runner(prices), scenarios=("default",), per_pool_prices=False)
@@ -500,14 +594,17 @@ def test_a_plan_that_saves_nothing_is_not_bought_and_the_row_says_what_it_would_
     # Busy in the sizing window (hours 0-47), idle in the report window: the commitment Cost Explorer sizes on the
     # window would bill its hours unused, so `+savings-plan` is the baseline without it, saying so (issue 36).
     busy = _environment()
-    idle_after = {n: _pd(n, d.tier, list(d.production_gpus[:48]) + [0] * 48,
-                        list(d.interruptible_gpus[:48]) + [0] * 48)
-                  for n, d in busy.items()}
+    idle_after = {
+        n: _pd(n, d.tier, list(d.production_gpus[:48]) + [0] * 48, list(d.interruptible_gpus[:48]) + [0] * 48)
+        for n, d in busy.items()
+    }
     runner = org_advisor.fluid_runner(_prices(idle_after))
     doc = org_advisor.evaluate(_inputs(idle_after), runner, scenarios=("default",), per_pool_prices=False)
     rows = {b["name"]: b for b in doc["baselines"]}
-    for plain, with_plan in (("karpenter", "karpenter+savings-plan"),
-                             ("karpenter-shared", "karpenter-shared+savings-plan")):
+    for plain, with_plan in (
+        ("karpenter", "karpenter+savings-plan"),
+        ("karpenter-shared", "karpenter-shared+savings-plan"),
+    ):
         assert rows[with_plan]["commitment_ri_count"] == 0
         assert rows[with_plan]["plan_not_bought"]["reserved_instances"] > 0
         assert rows[with_plan]["plan_not_bought"]["would_cost_usd_more"] > 0

@@ -21,19 +21,35 @@ pytestmark = requires_shared_prices
 ITYPE, REGION = "g6.12xlarge", "us-east-1"  # 4 GPUs per node
 CALM = SimSettings(spot_interruptions_per_month=0.0)
 HOURS, SIZING = 48, 24
-NAMES = {"karpenter", "karpenter+savings-plan", "karpenter-shared", "karpenter-shared+savings-plan",
-         "floors-not-lent", "team-floors", "fluid-bound"}
+NAMES = {
+    "karpenter",
+    "karpenter+savings-plan",
+    "karpenter-shared",
+    "karpenter-shared+savings-plan",
+    "floors-not-lent",
+    "team-floors",
+    "fluid-bound",
+}
 
 
 def _cfg(share_pct: float = 30.0, capacity: str = "on_demand") -> config.GpuLoanConfig:
     data = stack_config("dev")
     data["gpuloan:pools"] = [
-        {"name": "prod", "team": "team-prod", "tier": "production",
-         "elastic": {"instance_types": [ITYPE], "capacity": capacity, "max_nodes": 8},
-         "service_target": {"production_share_pct": share_pct}},
-        {"name": "exp", "team": "team-exp", "tier": "experiment",
-         "elastic": {"instance_types": [ITYPE], "capacity": "spot_then_on_demand", "max_nodes": 8},
-         "service_target": {"production_share_pct": share_pct}}]
+        {
+            "name": "prod",
+            "team": "team-prod",
+            "tier": "production",
+            "elastic": {"instance_types": [ITYPE], "capacity": capacity, "max_nodes": 8},
+            "service_target": {"production_share_pct": share_pct},
+        },
+        {
+            "name": "exp",
+            "team": "team-exp",
+            "tier": "experiment",
+            "elastic": {"instance_types": [ITYPE], "capacity": "spot_then_on_demand", "max_nodes": 8},
+            "service_target": {"production_share_pct": share_pct},
+        },
+    ]
     data["gpuloan:scheduling"] = {"kueue": {"production_spot_pools": []}}
     data["gpuloan:budget"]["monthly_usd"] = 1_000_000
     return config.from_stack_yaml({"config": data}, "test")
@@ -41,8 +57,9 @@ def _cfg(share_pct: float = 30.0, capacity: str = "on_demand") -> config.GpuLoan
 
 def _jobs(name: str, rows) -> JobsTrace:
     """rows: (submit hour, duration hours, GPUs)."""
-    return JobsTrace(name, "generic", tuple(Job(f"{name}-{k}", a * 3600, d * 3600, g)
-                                            for k, (a, d, g) in enumerate(rows)))
+    return JobsTrace(
+        name, "generic", tuple(Job(f"{name}-{k}", a * 3600, d * 3600, g) for k, (a, d, g) in enumerate(rows))
+    )
 
 
 def _prices():
@@ -60,8 +77,10 @@ def test_karpenter_runs_every_pool_spot_first_with_production_pods_on_on_demand(
 
 def test_shared_layout_runs_every_job_once_in_the_nodepool_its_class_picks():
     cfg = _cfg(share_pct=30.0)
-    traces = {"prod": _jobs("prod", [(k / 4, 1, 2) for k in range(40)]),
-              "exp": _jobs("exp", [(k / 4, 1, 1) for k in range(40)])}
+    traces = {
+        "prod": _jobs("prod", [(k / 4, 1, 2) for k in range(40)]),
+        "exp": _jobs("exp", [(k / 4, 1, 1) for k in range(40)]),
+    }
     layout = org_advisor.shared_layout(resolved_prices(), cfg, traces, seed=3)
     assert set(layout.traces) == {org_advisor.SHARED_PRODUCTION, org_advisor.SHARED_REST}
     # the class of each job is the one the per-team simulation gives it (same function, pool name, share, seed)
@@ -87,8 +106,7 @@ def test_shared_nodepools_pack_across_teams():
     demands = org_demand.profiles(traces, {"prod": "production", "exp": "experiment"}, HOURS, 0.0)
     none = {"prod": 0, "exp": 0}
     per_team = runner(demands, none, lend=False, controller="karpenter", scenario=Scenario(), report_from_hour=0)
-    shared = runner(demands, none, lend=False, controller="karpenter-shared", scenario=Scenario(),
-                    report_from_hour=0)
+    shared = runner(demands, none, lend=False, controller="karpenter-shared", scenario=Scenario(), report_from_hour=0)
 
     def node_hours(run):
         return sum(u.instance_hours for u in run.hourly_usage)
@@ -100,8 +118,10 @@ def test_shared_nodepools_pack_across_teams():
 
 
 def test_advice_reports_the_issue_baselines_with_cost_interruptions_and_pending_per_tier():
-    traces = {"prod": _jobs("prod", [(h, 2, 4) for h in range(0, HOURS, 2)] + [(h + 1, 1, 2) for h in range(30)]),
-              "exp": _jobs("exp", [(h + 0.5, 3, 2) for h in range(0, HOURS, 3)])}
+    traces = {
+        "prod": _jobs("prod", [(h, 2, 4) for h in range(0, HOURS, 2)] + [(h + 1, 1, 2) for h in range(30)]),
+        "exp": _jobs("exp", [(h + 0.5, 3, 2) for h in range(0, HOURS, 3)]),
+    }
     prices = _prices()
     runner = org_advisor.environment_runner(resolved_prices(), _cfg(), traces, CALM, prices, production_share=0.3)
     demands = org_demand.profiles(traces, {"prod": "production", "exp": "experiment"}, HOURS, 0.3)
@@ -178,17 +198,21 @@ def replace_settings(update_minutes: int) -> SimSettings:
 
 
 def test_gpuloan_shared_layout_keeps_the_floors_with_their_production_and_shares_the_rest():
-    cfg = org_advisor.setup_config(_cfg(share_pct=30.0, capacity="spot_then_on_demand"), {"prod": 2, "exp": 0},
-                                   lend=True)
-    traces = {"prod": _jobs("prod", [(k / 4, 1, 2) for k in range(40)]),
-              "exp": _jobs("exp", [(k / 4, 1, 1) for k in range(40)])}
+    cfg = org_advisor.setup_config(
+        _cfg(share_pct=30.0, capacity="spot_then_on_demand"), {"prod": 2, "exp": 0}, lend=True
+    )
+    traces = {
+        "prod": _jobs("prod", [(k / 4, 1, 2) for k in range(40)]),
+        "exp": _jobs("exp", [(k / 4, 1, 1) for k in range(40)]),
+    }
     layout = org_advisor.shared_layout(resolved_prices(), cfg, traces, seed=3, keep_floors=True)
     pools = {p.name: p for p in layout.cfg.pools}
     assert set(pools) == {"prod", org_advisor.SHARED_PRODUCTION, org_advisor.SHARED_REST}
     assert pools["prod"].guaranteed.nodes == 2  # the floor stays with its team
     flags = production_flags(traces["prod"], 0.30, 3, "prod")
     assert [j.job_id for j in layout.traces["prod"].jobs] == [
-        f"prod/{j.job_id}" for j, p in zip(traces["prod"].jobs, flags) if p]
+        f"prod/{j.job_id}" for j, p in zip(traces["prod"].jobs, flags) if p
+    ]
     # the shared interruptible queue borrows the idle floor (an experiment-tier queue in the cohort)
     from sim.environment import sharing_of
 
@@ -196,11 +220,14 @@ def test_gpuloan_shared_layout_keeps_the_floors_with_their_production_and_shares
 
 
 def test_the_advice_says_which_gpuloan_layout_is_cheaper():
-    traces = {"prod": _jobs("prod", [(h, 2, 4) for h in range(0, HOURS, 2)] + [(h + 1, 1, 2) for h in range(30)]),
-              "exp": _jobs("exp", [(h + 0.5, 3, 2) for h in range(0, HOURS, 3)])}
+    traces = {
+        "prod": _jobs("prod", [(h, 2, 4) for h in range(0, HOURS, 2)] + [(h + 1, 1, 2) for h in range(30)]),
+        "exp": _jobs("exp", [(h + 0.5, 3, 2) for h in range(0, HOURS, 3)]),
+    }
     prices = _prices()
-    runner = org_advisor.environment_runner(resolved_prices(), _cfg(capacity="spot_then_on_demand"), traces, CALM, prices,
-                                            production_share=0.3)
+    runner = org_advisor.environment_runner(
+        resolved_prices(), _cfg(capacity="spot_then_on_demand"), traces, CALM, prices, production_share=0.3
+    )
     demands = org_demand.profiles(traces, {"prod": "production", "exp": "experiment"}, HOURS, 0.3)
 
     rate = resolved_prices().price(ITYPE, REGION).ondemand_usd_per_hour * 0.6  # a test rate, not a price claim
@@ -209,6 +236,7 @@ def test_the_advice_says_which_gpuloan_layout_is_cheaper():
     rec = doc["recommendation"]
     shared = rec["layouts"]["gpuloan-shared"]
     assert shared["model"] == "simulated" and shared["floors_nodes"] == rec["report"]["floors_nodes"]
-    cheaper = min(("gpuloan", rec["report"]["total_cost_usd"]), ("gpuloan-shared", shared["total_cost_usd"]),
-                  key=lambda kv: kv[1])[0]
+    cheaper = min(
+        ("gpuloan", rec["report"]["total_cost_usd"]), ("gpuloan-shared", shared["total_cost_usd"]), key=lambda kv: kv[1]
+    )[0]
     assert rec["cheaper_layout"].startswith(cheaper + ":")

@@ -34,11 +34,20 @@ def _cfg(prod_share_pct: float = 100.0) -> config.GpuLoanConfig:
     runner sets them per setup)."""
     data = stack_config("dev")
     data["gpuloan:pools"] = [
-        {"name": "prod", "team": "team-prod", "tier": "production",
-         "elastic": {"instance_types": [ITYPE], "capacity": "on_demand", "max_nodes": 4},
-         "service_target": {"production_share_pct": prod_share_pct}},
-        {"name": "exp", "team": "team-exp", "tier": "experiment",
-         "elastic": {"instance_types": [ITYPE], "capacity": "spot", "max_nodes": 2}}]
+        {
+            "name": "prod",
+            "team": "team-prod",
+            "tier": "production",
+            "elastic": {"instance_types": [ITYPE], "capacity": "on_demand", "max_nodes": 4},
+            "service_target": {"production_share_pct": prod_share_pct},
+        },
+        {
+            "name": "exp",
+            "team": "team-exp",
+            "tier": "experiment",
+            "elastic": {"instance_types": [ITYPE], "capacity": "spot", "max_nodes": 2},
+        },
+    ]
     data["gpuloan:scheduling"] = {"kueue": {"production_spot_pools": []}}
     data["gpuloan:budget"]["monthly_usd"] = 1_000_000
     return checks.from_stack_yaml({"config": data}, "test", prices=resolved_prices())
@@ -46,8 +55,9 @@ def _cfg(prod_share_pct: float = 100.0) -> config.GpuLoanConfig:
 
 def _jobs(name: str, rows) -> JobsTrace:
     """rows: (submit hour, duration hours, GPUs)."""
-    return JobsTrace(name, "generic", tuple(Job(f"{name}-{k}", a * 3600, d * 3600, g)
-                                            for k, (a, d, g) in enumerate(rows)))
+    return JobsTrace(
+        name, "generic", tuple(Job(f"{name}-{k}", a * 3600, d * 3600, g) for k, (a, d, g) in enumerate(rows))
+    )
 
 
 def _traces() -> dict[str, JobsTrace]:
@@ -96,8 +106,9 @@ def test_unmet_work_of_the_report_window_is_measured_in_one_run_and_is_never_neg
     traces = _traces()
     runner, _ = _runner(traces)
     no_floors = {"prod": 0, "exp": 0}
-    run = runner(_demands(traces), no_floors, lend=False, controller="karpenter", scenario=Scenario(),
-                 report_from_hour=SIZING)
+    run = runner(
+        _demands(traces), no_floors, lend=False, controller="karpenter", scenario=Scenario(), report_from_hour=SIZING
+    )
     whole = _plain_run(traces, no_floors, "karpenter")
     # the definition: work of jobs submitted in the window not served by the end of the run
     expected = _unmet_submitted_from(whole, "prod", SIZING)
@@ -115,8 +126,9 @@ def test_pending_time_is_over_the_jobs_submitted_in_the_report_window():
     traces = _traces()
     runner, _ = _runner(traces)
     no_floors = {"prod": 0, "exp": 0}
-    run = runner(_demands(traces), no_floors, lend=False, controller="karpenter", scenario=Scenario(),
-                 report_from_hour=SIZING)
+    run = runner(
+        _demands(traces), no_floors, lend=False, controller="karpenter", scenario=Scenario(), report_from_hour=SIZING
+    )
     whole = _plain_run(traces, no_floors, "karpenter")
     w = whole.sims["exp"].workload
     pending = w.pending_minutes(HOURS * 60)
@@ -134,12 +146,15 @@ def test_reclaims_and_lending_are_counted_only_where_they_happen():
     window's, not the run's (the floor is there from hour 0 of the run)."""
     # prod owns a 2-node floor; its jobs come back at hour 6 while exp borrows it (a reclaim), then prod uses its
     # floor alone in the window; exp's burst of hour 1 borrows the idle floor
-    traces = {"prod": _jobs("prod", [(6, 1, 2), (26, 4, 1), (36, 4, 1)]),
-              "exp": _jobs("exp", [(1 + k / 60, 8, 1) for k in range(6)])}
+    traces = {
+        "prod": _jobs("prod", [(6, 1, 2), (26, 4, 1), (36, 4, 1)]),
+        "exp": _jobs("exp", [(1 + k / 60, 8, 1) for k in range(6)]),
+    }
     runner, _ = _runner(traces)
     floors = {"prod": 2, "exp": 0}
-    run = runner(_demands(traces), floors, lend=True, controller="gpuloan", scenario=Scenario(),
-                 report_from_hour=SIZING)
+    run = runner(
+        _demands(traces), floors, lend=True, controller="gpuloan", scenario=Scenario(), report_from_hour=SIZING
+    )
     whole = _plain_run(traces, floors, "gpuloan", lend=True)
     assert whole.environment["reclaim_preemptions"] > 0 and whole.environment["floor_lent_gpu_hours"] > 0
     m = run.pools["prod"]
@@ -149,8 +164,14 @@ def test_reclaims_and_lending_are_counted_only_where_they_happen():
     # a window from hour 0 is the whole run: the same figures as the run's own totals
     run0 = runner(_demands(traces), floors, lend=True, controller="gpuloan", scenario=Scenario(), report_from_hour=0)
     for n in traces:
-        for k in ("floor_gpu_hours", "floor_owned_gpu_hours", "floor_lent_gpu_hours", "reclaim_preemptions",
-                  "reclaim_lost_gpu_hours", "production_interruptions"):
+        for k in (
+            "floor_gpu_hours",
+            "floor_owned_gpu_hours",
+            "floor_lent_gpu_hours",
+            "reclaim_preemptions",
+            "reclaim_lost_gpu_hours",
+            "production_interruptions",
+        ):
             assert getattr(run0.pools[n], k) == pytest.approx(whole.pools[n][k], abs=1e-3), (n, k)
 
 
@@ -162,12 +183,17 @@ def test_identical_simulations_run_once_and_the_cache_gives_the_uncached_figures
     rate = resolved_prices().price(ITYPE, REGION).ondemand_usd_per_hour * 0.6  # a test rate, not a price claim
     inputs = org_advisor.OrgInputs(_demands(traces), prices, {(ITYPE, REGION): rate}, "t", SIZING, 7, 90.0)
     # a seed whose on-demand shortage falls in this short report window (a scenario run of its own)
-    seed = next(s for s in range(1, 200)
-                if org_advisor.scenario_for("on-demand-shortage", HOURS, SIZING, s).on_demand_short_hours)
-    a = org_advisor.evaluate(inputs, cached, scenarios=("default", "on-demand-shortage"), seed=seed,
-                             per_pool_prices=False)
-    b = org_advisor.evaluate(inputs, uncached, scenarios=("default", "on-demand-shortage"), seed=seed,
-                             per_pool_prices=False)
+    seed = next(
+        s
+        for s in range(1, 200)
+        if org_advisor.scenario_for("on-demand-shortage", HOURS, SIZING, s).on_demand_short_hours
+    )
+    a = org_advisor.evaluate(
+        inputs, cached, scenarios=("default", "on-demand-shortage"), seed=seed, per_pool_prices=False
+    )
+    b = org_advisor.evaluate(
+        inputs, uncached, scenarios=("default", "on-demand-shortage"), seed=seed, per_pool_prices=False
+    )
     assert a == b
     # five distinct simulations: karpenter (karpenter+savings-plan shares it), karpenter-shared (and its plan), the
     # floors lent (gpuloan, in a pool per team and in shared pools), the floors not lent (team-floors and
@@ -177,17 +203,23 @@ def test_identical_simulations_run_once_and_the_cache_gives_the_uncached_figures
     assert uncached.runs > cached.runs and uncached.hits == 0
     # another term bills the same simulations: no new run
     runs = cached.runs
-    org_advisor.evaluate(inputs.__class__(**{**inputs.__dict__, "term": "other", "ri_rates": {(ITYPE, REGION): rate
-                                                                                             * 0.7}}),
-                         cached, scenarios=("default",), seed=seed, per_pool_prices=False)
+    org_advisor.evaluate(
+        inputs.__class__(**{**inputs.__dict__, "term": "other", "ri_rates": {(ITYPE, REGION): rate * 0.7}}),
+        cached,
+        scenarios=("default",),
+        seed=seed,
+        per_pool_prices=False,
+    )
     assert cached.runs == runs
 
 
 def test_on_demand_shortage_runs_through_the_simulator_and_reports_unmet_production():
     """No elastic capacity in the report window: karpenter's production work submitted there is left unmet; the
     floor (reserved capacity) keeps serving production within it."""
-    traces = {"prod": _jobs("prod", [(2, 3, 1), (10, 2, 2), (30, 3, 1), (36, 2, 2), (42, 3, 1)]),
-              "exp": _jobs("exp", [(3, 1, 1)])}
+    traces = {
+        "prod": _jobs("prod", [(2, 3, 1), (10, 2, 2), (30, 3, 1), (36, 2, 2), (42, 3, 1)]),
+        "exp": _jobs("exp", [(3, 1, 1)]),
+    }
     runner, _ = _runner(traces)
     short = Scenario("on-demand-shortage", on_demand_short_hours=frozenset(range(SIZING, HOURS)))
     d = _demands(traces)
@@ -202,8 +234,9 @@ def test_on_demand_shortage_runs_through_the_simulator_and_reports_unmet_product
     assert ours.pools["prod"].production_waiting_gpu_hours == 0
     assert ours.pools["prod"].unmet_guaranteed_production_gpu_hours == 0
     # the default scenario serves karpenter's production work (the shortage is what left it unmet)
-    k0 = runner(d, {"prod": 0, "exp": 0}, lend=False, controller="karpenter", scenario=Scenario(),
-                report_from_hour=SIZING)
+    k0 = runner(
+        d, {"prod": 0, "exp": 0}, lend=False, controller="karpenter", scenario=Scenario(), report_from_hour=SIZING
+    )
     assert k0.pools["prod"].unmet_production_gpu_hours == 0
     # the scenario is a run of its own, the default one is not reused for it
     assert runner.runs == 3
@@ -254,10 +287,13 @@ def test_bench_org_smoke_runs_both_models_and_checks_the_goals_on_the_simulated_
     assert bench.main(["--smoke", "--traces", str(SHARED_TRACES / "itp"), "--workers", "1"]) == 0
     out = capsys.readouterr().out
     assert "Model: **fluid**" in out and "Model: **simulated**" in out
-    assert ("### The issue's goals at p90 on the simulated figures, checkpoints every 30 min, worst seed" in out)
+    assert "### The issue's goals at p90 on the simulated figures, checkpoints every 30 min, worst seed" in out
     assert "### The issue's goals at p90, no checkpoints, worst seed (reported, not required)" in out
-    goals = [line for line in out.splitlines() if line.startswith("| reserved_")
-             and ("met" in line or "MISSED" in line) and "min" in line]
+    goals = [
+        line
+        for line in out.splitlines()
+        if line.startswith("| reserved_") and ("met" in line or "MISSED" in line) and "min" in line
+    ]
     # one row per term (one rotation) with checkpoints and one without, each goal met or missed with its margin
     assert len(goals) == 4
     for line in goals:
@@ -276,17 +312,25 @@ def test_scenarios_branched_from_one_run_give_the_figures_of_separate_runs():
     run forks there, each branch adds its shortage windows): the same figures as a separate run per scenario."""
     traces = _traces()
     d = _demands(traces)
-    scenarios = [Scenario("on-demand-shortage", on_demand_short_hours=frozenset(range(29, 37))),
-                 Scenario("spot-shortage", spot_short_hours=frozenset(range(26, 41)))]
-    setups = [({"prod": 0, "exp": 0}, False, "karpenter"), ({"prod": 1, "exp": 0}, True, "gpuloan"),
-              ({"prod": 1, "exp": 0}, False, "gpuloan")]
+    scenarios = [
+        Scenario("on-demand-shortage", on_demand_short_hours=frozenset(range(29, 37))),
+        Scenario("spot-shortage", spot_short_hours=frozenset(range(26, 41))),
+    ]
+    setups = [
+        ({"prod": 0, "exp": 0}, False, "karpenter"),
+        ({"prod": 1, "exp": 0}, True, "gpuloan"),
+        ({"prod": 1, "exp": 0}, False, "gpuloan"),
+    ]
     for floors, lend, controller in setups:
         branched, _ = _runner(traces)
         separate, _ = _runner(traces, use_cache=False)
-        got = branched.run_scenarios(d, floors, lend=lend, controller=controller, scenarios=scenarios,
-                                     report_from_hour=SIZING)
-        want = [separate(d, floors, lend=lend, controller=controller, scenario=sc, report_from_hour=SIZING)
-                for sc in [Scenario(), *scenarios]]
+        got = branched.run_scenarios(
+            d, floors, lend=lend, controller=controller, scenarios=scenarios, report_from_hour=SIZING
+        )
+        want = [
+            separate(d, floors, lend=lend, controller=controller, scenario=sc, report_from_hour=SIZING)
+            for sc in [Scenario(), *scenarios]
+        ]
         assert branched.runs == 1 and separate.runs == 3
         assert got == want, controller
         if not lend:  # the scenarios do change these runs (exp's spot launches fail): different runs compared
@@ -309,8 +353,9 @@ def test_production_waiting_within_its_floor_preempts_the_pools_own_interruptibl
     figures, windows = {}, {}
     for controller, floors in (("gpuloan", {"prod": 1, "exp": 0}), ("karpenter", {"prod": 0, "exp": 0})):
         cfg = org_advisor.setup_config(_cfg(50), floors, lend=True)
-        res = simulate_environment(resolved_prices(), cfg, traces, KARPENTER[controller], short, HOURS * 60,
-                                   window_from_minute=SIZING * 60)
+        res = simulate_environment(
+            resolved_prices(), cfg, traces, KARPENTER[controller], short, HOURS * 60, window_from_minute=SIZING * 60
+        )
         w = windows[controller] = res.pools["prod"]["window"]
         figures[controller] = (w["production_waiting_gpu_hours"], w["unmet_guaranteed_production_gpu_hours"])
         if controller == "gpuloan":
@@ -338,13 +383,23 @@ def test_production_pool_admits_by_quota_and_pins_each_job_to_its_flavor():
     anything."""
     from sim.environment import production_flags
 
-    rows = [(1, 0.5, 1), (1.5, 0.5, 1), (24.5, 2, 1), (25, 3, 1), (25.1, 3, 1), (25.2, 3, 1), (25.3, 3, 1),
-            (25.5, 1, 1)]
+    rows = [
+        (1, 0.5, 1),
+        (1.5, 0.5, 1),
+        (24.5, 2, 1),
+        (25, 3, 1),
+        (25.1, 3, 1),
+        (25.2, 3, 1),
+        (25.3, 3, 1),
+        (25.5, 1, 1),
+    ]
     traces = {"prod": _jobs("prod", rows), "exp": _jobs("exp", [(3, 1, 1)])}
     assert production_flags(traces["prod"], 0.5, CALM.seed, "prod") == [False, False, True] + [False] * 4 + [True]
     short = SimSettings(spot_interruptions_per_month=0.0, on_demand_unavailable_windows=((SIZING * 60, HOURS * 60),))
     cfg = org_advisor.setup_config(_cfg(50), {"prod": 1, "exp": 0}, lend=True)
-    res = simulate_environment(resolved_prices(), cfg, traces, KARPENTER["gpuloan"], short, HOURS * 60, window_from_minute=SIZING * 60)
+    res = simulate_environment(
+        resolved_prices(), cfg, traces, KARPENTER["gpuloan"], short, HOURS * 60, window_from_minute=SIZING * 60
+    )
     jobs = res.sims["prod"].workload
     assert jobs.first_start[2] == int(24.5 * 60)
     assert [jobs.admitted_to[k] for k in range(3, 7)] == ["elastic"] * 4
@@ -364,7 +419,9 @@ def test_production_jobs_arriving_together_take_the_free_floor_node_and_preempt_
     assert production_flags(traces["prod"], 0.5, CALM.seed, "prod") == [False, False, True] + [False] * 4 + [True]
     short = SimSettings(spot_interruptions_per_month=0.0, on_demand_unavailable_windows=((SIZING * 60, HOURS * 60),))
     cfg = org_advisor.setup_config(_cfg(50), {"prod": 2, "exp": 0}, lend=True)
-    res = simulate_environment(resolved_prices(), cfg, traces, KARPENTER["gpuloan"], short, HOURS * 60, window_from_minute=SIZING * 60)
+    res = simulate_environment(
+        resolved_prices(), cfg, traces, KARPENTER["gpuloan"], short, HOURS * 60, window_from_minute=SIZING * 60
+    )
     jobs = res.sims["prod"].workload
     assert jobs.first_start[2] == jobs.first_start[7] == 25 * 60
     assert res.pools["prod"]["window"]["priority_preemptions"] == 1
@@ -374,8 +431,7 @@ def test_production_jobs_arriving_together_take_the_free_floor_node_and_preempt_
 def test_pending_time_counts_every_re_wait_after_a_reclaim():
     """Total pending time per job (issue 36): a job reclaimed off a borrowed floor waits again, and that re-wait
     counts; a job never stopped waits once (its pending time is its first wait)."""
-    traces = {"prod": _jobs("prod", [(6, 1, 2)]),
-              "exp": _jobs("exp", [(1 + k / 60, 8, 1) for k in range(6)])}
+    traces = {"prod": _jobs("prod", [(6, 1, 2)]), "exp": _jobs("exp", [(1 + k / 60, 8, 1) for k in range(6)])}
     whole = _plain_run(traces, {"prod": 2, "exp": 0}, "gpuloan", lend=True)
     w = whole.sims["exp"].workload
     assert w.reclaim_preemptions > 0

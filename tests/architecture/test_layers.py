@@ -47,8 +47,14 @@ print(json.dumps({"modules": len(names), "pulumi": loaded}))
 
 
 def test_importing_every_module_below_stacks_loads_no_pulumi():
-    run = subprocess.run([sys.executable, "-c", IMPORT_ALL, *NO_PULUMI_PACKAGES], cwd=ROOT, capture_output=True,
-                         text=True, input=json.dumps(PULUMI_MODULES), timeout=300)
+    run = subprocess.run(
+        [sys.executable, "-c", IMPORT_ALL, *NO_PULUMI_PACKAGES],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        input=json.dumps(PULUMI_MODULES),
+        timeout=300,
+    )
     assert run.returncode == 0, run.stderr
     found = json.loads(run.stdout.strip().splitlines()[-1])
     assert found["modules"] > 40  # the walk did import the packages' modules

@@ -26,8 +26,9 @@ def _digests(data: bytes) -> set[str]:
 
 
 def _repository_files() -> list:
-    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=REPO,
-                            capture_output=True)
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=REPO, capture_output=True
+    )
     if listed.returncode == 0:
         return [REPO / name for name in listed.stdout.decode().split("\0") if name]
     return [p for p in REPO.rglob("*") if not SKIP_DIRS & set(p.relative_to(REPO).parts)]

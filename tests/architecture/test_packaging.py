@@ -53,14 +53,29 @@ def test_the_wheel_installs_into_an_empty_venv_and_validates_a_stack(tmp_path):
     dependencies held to requirements.txt's pins (`-c`: the versions tested, from pip's cache when it has them;
     otherwise from the package index), then run outside the checkout."""
     src = tmp_path / "src"
-    shutil.copytree(REPO, src, ignore=shutil.ignore_patterns(".venv", ".git", "build", "*.egg-info", "__pycache__",
-                                                             ".hypothesis", ".pytest_cache"))
+    shutil.copytree(
+        REPO,
+        src,
+        ignore=shutil.ignore_patterns(
+            ".venv", ".git", "build", "*.egg-info", "__pycache__", ".hypothesis", ".pytest_cache"
+        ),
+    )
     _run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(tmp_path / "dist"), str(src)])
     (wheel,) = (tmp_path / "dist").glob("gpuloan-*.whl")
     venv = tmp_path / "venv"
     _run([sys.executable, "-m", "venv", str(venv)])
-    _run([str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", str(wheel),
-          "-c", str(REPO / "requirements.txt")])
+    _run(
+        [
+            str(venv / "bin" / "python"),
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            str(wheel),
+            "-c",
+            str(REPO / "requirements.txt"),
+        ]
+    )
     project = tmp_path / "project"
     project.mkdir()
     for name in ("Pulumi.yaml", "Pulumi.dev.yaml"):
@@ -72,8 +87,11 @@ def test_the_wheel_installs_into_an_empty_venv_and_validates_a_stack(tmp_path):
     assert version.stdout.strip() == f"gpuloan {_pyproject()['project']['version']}"
     valid = _run([gpuloan, "validate", "dev"], cwd=project, env=env)
     assert valid.stdout.startswith("dev: valid"), valid.stdout
-    where = _run([str(venv / "bin" / "python"), "-c", "import sim, gpuloan; print(sim.__file__, gpuloan.__file__)"],
-                 cwd=project, env=env)
+    where = _run(
+        [str(venv / "bin" / "python"), "-c", "import sim, gpuloan; print(sim.__file__, gpuloan.__file__)"],
+        cwd=project,
+        env=env,
+    )
     assert str(REPO) not in where.stdout and str(venv) in where.stdout
 
 

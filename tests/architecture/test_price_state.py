@@ -20,8 +20,20 @@ from pricing import checks
 from pricing.cost_model import costs
 
 PRICING = REPO / "pricing"
-MUTATORS = {"append", "add", "clear", "discard", "extend", "insert", "pop", "popitem", "remove", "setdefault",
-            "update", "__setitem__"}
+MUTATORS = {
+    "append",
+    "add",
+    "clear",
+    "discard",
+    "extend",
+    "insert",
+    "pop",
+    "popitem",
+    "remove",
+    "setdefault",
+    "update",
+    "__setitem__",
+}
 
 
 def _module_containers(tree: ast.Module) -> set[str]:
@@ -34,8 +46,10 @@ def _module_containers(tree: ast.Module) -> set[str]:
         elif isinstance(node, ast.AnnAssign) and node.value is not None:
             targets, value = [node.target], node.value
         mutable = isinstance(value, (ast.Dict, ast.List, ast.Set, ast.DictComp, ast.ListComp, ast.SetComp)) or (
-            isinstance(value, ast.Call) and isinstance(value.func, ast.Name)
-            and value.func.id in ("dict", "list", "set", "defaultdict", "OrderedDict"))
+            isinstance(value, ast.Call)
+            and isinstance(value.func, ast.Name)
+            and value.func.id in ("dict", "list", "set", "defaultdict", "OrderedDict")
+        )
         if mutable:
             names |= {t.id for t in targets if isinstance(t, ast.Name)}
     return names
@@ -59,19 +73,24 @@ def state_writes(source: str, filename: str = "<source>") -> list[str]:
                 found.append(f"{where}: global {', '.join(node.names)}")
             elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "globals":
                 found.append(f"{where}: globals()")
-            elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-                  and isinstance(node.func.value, ast.Name) and node.func.value.id in shared
-                  and node.func.attr in MUTATORS):
+            elif (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and isinstance(node.func.value, ast.Name)
+                and node.func.value.id in shared
+                and node.func.attr in MUTATORS
+            ):
                 found.append(f"{where}: {node.func.value.id}.{node.func.attr}(...)")
-            elif (isinstance(node, (ast.Assign, ast.AugAssign, ast.Delete))
-                  and any(isinstance(t, ast.Subscript) and isinstance(t.value, ast.Name) and t.value.id in shared
-                          for t in (node.targets if isinstance(node, (ast.Assign, ast.Delete)) else [node.target]))):
+            elif isinstance(node, (ast.Assign, ast.AugAssign, ast.Delete)) and any(
+                isinstance(t, ast.Subscript) and isinstance(t.value, ast.Name) and t.value.id in shared
+                for t in (node.targets if isinstance(node, (ast.Assign, ast.Delete)) else [node.target])
+            ):
                 found.append(f"{where}: a module-level container written by subscript")
     return found
 
 
 def test_the_check_finds_the_old_price_globals():
-    old = '''
+    old = """
 _book = None
 _config_prices: dict = {}
 
@@ -88,15 +107,19 @@ def fine(prices):
     own = {}
     own["x"] = 1
     return prices.price("x", "y")
-'''
+"""
     found = state_writes(old)
     assert [f.split(": ", 1)[1] for f in found] == [
-        "global _book", "_config_prices.clear(...)", "a module-level container written by subscript"]
+        "global _book",
+        "_config_prices.clear(...)",
+        "a module-level container written by subscript",
+    ]
 
 
 def test_no_module_under_pricing_writes_module_state():
-    found = [w for path in sorted(PRICING.rglob("*.py"))
-             for w in state_writes(path.read_text(), str(path.relative_to(REPO)))]
+    found = [
+        w for path in sorted(PRICING.rglob("*.py")) for w in state_writes(path.read_text(), str(path.relative_to(REPO)))
+    ]
     assert found == []
 
 
@@ -109,7 +132,9 @@ def _pricing_state() -> dict:
             if name.startswith("__"):
                 continue
             try:
-                state[(module.__name__, name)] = copy.deepcopy(value) if isinstance(value, (dict, list, set)) else id(value)
+                state[(module.__name__, name)] = (
+                    copy.deepcopy(value) if isinstance(value, (dict, list, set)) else id(value)
+                )
             except TypeError:  # a container of something that cannot be copied: its identity, at least
                 state[(module.__name__, name)] = id(value)
     return state
@@ -120,8 +145,9 @@ def _overridden(usd_per_hour: float) -> dict:
     cfg = stack_config("dev")
     pool = cfg["gpuloan:pools"][0]
     types = {pool["guaranteed"]["instance_type"], *pool["elastic"]["instance_types"]}
-    cfg["gpuloan:instance_prices"] = {t: {"ondemand_usd_per_hour": usd_per_hour, "source": "test input"}
-                                      for t in sorted(types)}
+    cfg["gpuloan:instance_prices"] = {
+        t: {"ondemand_usd_per_hour": usd_per_hour, "source": "test input"} for t in sorted(types)
+    }
     return {"config": cfg}
 
 

@@ -51,8 +51,12 @@ def _shared_uses(node: ast.AST, names: set[str]) -> list[ast.AST]:
             uses.append(n)
         elif isinstance(n, ast.Constant) and isinstance(n.value, str) and "shared/data" in n.value:
             uses.append(n)
-        elif isinstance(n, ast.BinOp) and isinstance(n.op, ast.Div) and isinstance(n.right, ast.Constant) \
-                and n.right.value == "shared":
+        elif (
+            isinstance(n, ast.BinOp)
+            and isinstance(n.op, ast.Div)
+            and isinstance(n.right, ast.Constant)
+            and n.right.value == "shared"
+        ):
             uses.append(n)
     return uses
 
@@ -65,8 +69,13 @@ def _guarded(fn: ast.FunctionDef, names: set[str]) -> bool:
     """Every use sits under `if <shared path>.is_dir()` / `.exists()` (an optional extra check, not a dependency)."""
     guarded = set()
     for node in ast.walk(fn):
-        if isinstance(node, ast.If) and _reads_shared(node.test, names) and isinstance(node.test, ast.Call) \
-                and isinstance(node.test.func, ast.Attribute) and node.test.func.attr in ("is_dir", "exists"):
+        if (
+            isinstance(node, ast.If)
+            and _reads_shared(node.test, names)
+            and isinstance(node.test, ast.Call)
+            and isinstance(node.test.func, ast.Attribute)
+            and node.test.func.attr in ("is_dir", "exists")
+        ):
             guarded |= {id(n) for n in ast.walk(node)}
     return all(id(n) in guarded for n in _shared_uses(fn, names))
 
@@ -83,8 +92,11 @@ def _helpers_reading_shared(tree: ast.Module, names: set[str]) -> set[str]:
         for name, fn in functions.items():
             body = [n for n in fn.body if not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant))]
             # by name only: a '../shared/data/...' text in a helper is a pattern to match (marks), not a read
-            direct = [u for u in _shared_uses(ast.Module(body=body, type_ignores=[]), pieces)
-                      if not isinstance(u, ast.Constant)]
+            direct = [
+                u
+                for u in _shared_uses(ast.Module(body=body, type_ignores=[]), pieces)
+                if not isinstance(u, ast.Constant)
+            ]
             via = any(isinstance(n, ast.Name) and n.id in found for n in ast.walk(fn))
             if name not in found and ((direct and not _guarded(fn, pieces)) or via):
                 more.add(name)
@@ -106,8 +118,12 @@ def unmarked_tests(sources: dict[str, str]) -> list[str]:
         tree = ast.parse(text)
         names = _module_shared_names(tree)
         helpers = _helpers_reading_shared(tree, names)
-        module_marked = any(isinstance(n, ast.Assign) and any(getattr(t, "id", "") == "pytestmark" for t in n.targets)
-                            and _reads_marker(n.value) for n in tree.body)
+        module_marked = any(
+            isinstance(n, ast.Assign)
+            and any(getattr(t, "id", "") == "pytestmark" for t in n.targets)
+            and _reads_marker(n.value)
+            for n in tree.body
+        )
         for fn in (n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name.startswith("test_")):
             body = ast.Module(body=fn.body, type_ignores=[])
             if module_marked or _decorator_names(fn) & MARKERS:
@@ -118,8 +134,10 @@ def unmarked_tests(sources: dict[str, str]) -> list[str]:
 
 
 def _reads_marker(node: ast.AST) -> bool:
-    return any(isinstance(n, ast.Name | ast.Attribute) and getattr(n, "id", getattr(n, "attr", "")) in MARKERS
-               for n in ast.walk(node))
+    return any(
+        isinstance(n, ast.Name | ast.Attribute) and getattr(n, "id", getattr(n, "attr", "")) in MARKERS
+        for n in ast.walk(node)
+    )
 
 
 def test_every_test_reading_shared_data_by_path_skips_without_it():
@@ -129,7 +147,7 @@ def test_every_test_reading_shared_data_by_path_skips_without_it():
 
 
 def test_the_check_finds_an_unmarked_test_and_accepts_a_marked_or_guarded_one():
-    source = '''
+    source = """
 from conftest import SHARED_TRACES, requires_shared_traces
 ITP = SHARED_TRACES / "itp"
 HERE = "tests"
@@ -160,7 +178,10 @@ def test_through_a_helper():
 @requires_prices
 def test_prices_through_the_book_only_is_no_excuse(table):
     pass
-'''
-    assert unmarked_tests({"test_x.py": source}) == ["test_x.py::test_unmarked", "test_x.py::test_literal_path",
-                                                     "test_x.py::test_through_a_helper",
-                                                     "test_x.py::test_prices_through_the_book_only_is_no_excuse"]
+"""
+    assert unmarked_tests({"test_x.py": source}) == [
+        "test_x.py::test_unmarked",
+        "test_x.py::test_literal_path",
+        "test_x.py::test_through_a_helper",
+        "test_x.py::test_prices_through_the_book_only_is_no_excuse",
+    ]

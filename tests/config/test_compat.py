@@ -25,41 +25,130 @@ def _img(cuda: str, python: str = "3.11", torch: str | None = None, tag: str | N
 
 
 def _pool(*types: str) -> list[dict]:
-    return [{"name": "gpu", "team": "ml", "tier": "experiment",
-             "elastic": {"instance_types": list(types), "capacity": "spot", "max_nodes": 2}}]
+    return [
+        {
+            "name": "gpu",
+            "team": "ml",
+            "tier": "experiment",
+            "elastic": {"instance_types": list(types), "capacity": "spot", "max_nodes": 2},
+        }
+    ]
 
 
 # (name, stack, image, pools (None: the stack's own), expected path, fragments the message must contain)
 INVALID = [
-    ("the original notes: CUDA 12.0 base with cu118 wheels", "dev", _img("12.0.0", torch="2.5.1", tag="cu118"), None,
-     "images[0].pytorch.cuda_tag", ["cu118", "CUDA 11.8", "12.0.0", "set cuda_version to 11.8.0",
-                                    "cuda_version 12.4.1 with cuda_tag cu124"]),
-    ("newer base than the wheel", "prod", _img("12.6.3", torch="2.5.1", tag="cu124"), None,
-     "images[0].pytorch.cuda_tag", ["cu124", "12.6.3", "set cuda_version to 12.4.1"]),
-    ("wheel tag the release never shipped", "dev", _img("12.6.3", torch="2.5.1", tag="cu126"), None,
-     "images[0].pytorch.cuda_tag", ["no cu126 wheels", "cu118, cu121, cu124"]),
-    ("python too new for the pin", "dev", _img("12.4.1", python="3.13", torch="2.5.1", tag="cu124"), None,
-     "images[0].python_version", ["3.9 to 3.12"]),
-    ("python gpuloan does not pin", "dev", _img("12.4.1", python="3.8"), None,
-     "images[0].python_version", ["3.10, 3.11, 3.12, 3.13"]),
-    ("unreleased torch patch", "dev", _img("12.4.1", torch="2.5.7", tag="cu124"), None,
-     "images[0].pytorch.version", ["never released", "2.5.0, 2.5.1"]),
-    ("torch minor not in the table", "dev", _img("12.8.1", torch="2.15.0", tag="cu128"), None,
-     "images[0].pytorch.version", ["not in gpuloan's compatibility table", "TORCH_RELEASES"]),
-    ("CUDA not in the table", "dev", _img("10.2.0"), None,
-     "images[0].cuda_version", ["not in gpuloan's compatibility table", "12.4.1"]),
-    ("hopper needs CUDA 11.8", "prod", _img("11.7.1", torch="2.0.1", tag="cu117"), None,
-     "images[0].cuda_version", ["H100 (hopper)", "pools[0] (training)", "p5.48xlarge", ">= 11.8", "11.8.0"]),
-    ("ada needs CUDA 11.8", "dev", _img("11.7.1", torch="2.0.1", tag="cu117"), _pool("g6.xlarge"),
-     "images[0].cuda_version", ["L4 (ada)", ">= 11.8"]),
-    ("blackwell needs CUDA 12.8", "dev", _img("12.6.3", torch="2.6.0", tag="cu126"), _pool("p6-b200.48xlarge"),
-     "images[0].cuda_version", ["B200 (blackwell)", ">= 12.8", "12.8.1"]),
-    ("blackwell needs cu128+ wheels even on a 12.8 base", "dev", _img("12.8.1", torch="2.6.0", tag="cu126"),
-     _pool("p6-b200.48xlarge"), "images[0].pytorch.cuda_tag", ["no kernels", "blackwell", "pick another PyTorch"]),
-    ("kepler was dropped in CUDA 12", "dev", _img("12.4.1"), _pool("p2.xlarge"),
-     "images[0].cuda_version", ["K80 (kepler)", "CUDA 12.0 dropped kepler"]),
-    ("volta has no kernels in cu128 wheels", "dev", _img("12.8.1", torch="2.7.1", tag="cu128"), _pool("p3.2xlarge"),
-     "images[0].pytorch.cuda_tag", ["V100 (volta)", "use cuda_tag cu126"]),
+    (
+        "the original notes: CUDA 12.0 base with cu118 wheels",
+        "dev",
+        _img("12.0.0", torch="2.5.1", tag="cu118"),
+        None,
+        "images[0].pytorch.cuda_tag",
+        ["cu118", "CUDA 11.8", "12.0.0", "set cuda_version to 11.8.0", "cuda_version 12.4.1 with cuda_tag cu124"],
+    ),
+    (
+        "newer base than the wheel",
+        "prod",
+        _img("12.6.3", torch="2.5.1", tag="cu124"),
+        None,
+        "images[0].pytorch.cuda_tag",
+        ["cu124", "12.6.3", "set cuda_version to 12.4.1"],
+    ),
+    (
+        "wheel tag the release never shipped",
+        "dev",
+        _img("12.6.3", torch="2.5.1", tag="cu126"),
+        None,
+        "images[0].pytorch.cuda_tag",
+        ["no cu126 wheels", "cu118, cu121, cu124"],
+    ),
+    (
+        "python too new for the pin",
+        "dev",
+        _img("12.4.1", python="3.13", torch="2.5.1", tag="cu124"),
+        None,
+        "images[0].python_version",
+        ["3.9 to 3.12"],
+    ),
+    (
+        "python gpuloan does not pin",
+        "dev",
+        _img("12.4.1", python="3.8"),
+        None,
+        "images[0].python_version",
+        ["3.10, 3.11, 3.12, 3.13"],
+    ),
+    (
+        "unreleased torch patch",
+        "dev",
+        _img("12.4.1", torch="2.5.7", tag="cu124"),
+        None,
+        "images[0].pytorch.version",
+        ["never released", "2.5.0, 2.5.1"],
+    ),
+    (
+        "torch minor not in the table",
+        "dev",
+        _img("12.8.1", torch="2.15.0", tag="cu128"),
+        None,
+        "images[0].pytorch.version",
+        ["not in gpuloan's compatibility table", "TORCH_RELEASES"],
+    ),
+    (
+        "CUDA not in the table",
+        "dev",
+        _img("10.2.0"),
+        None,
+        "images[0].cuda_version",
+        ["not in gpuloan's compatibility table", "12.4.1"],
+    ),
+    (
+        "hopper needs CUDA 11.8",
+        "prod",
+        _img("11.7.1", torch="2.0.1", tag="cu117"),
+        None,
+        "images[0].cuda_version",
+        ["H100 (hopper)", "pools[0] (training)", "p5.48xlarge", ">= 11.8", "11.8.0"],
+    ),
+    (
+        "ada needs CUDA 11.8",
+        "dev",
+        _img("11.7.1", torch="2.0.1", tag="cu117"),
+        _pool("g6.xlarge"),
+        "images[0].cuda_version",
+        ["L4 (ada)", ">= 11.8"],
+    ),
+    (
+        "blackwell needs CUDA 12.8",
+        "dev",
+        _img("12.6.3", torch="2.6.0", tag="cu126"),
+        _pool("p6-b200.48xlarge"),
+        "images[0].cuda_version",
+        ["B200 (blackwell)", ">= 12.8", "12.8.1"],
+    ),
+    (
+        "blackwell needs cu128+ wheels even on a 12.8 base",
+        "dev",
+        _img("12.8.1", torch="2.6.0", tag="cu126"),
+        _pool("p6-b200.48xlarge"),
+        "images[0].pytorch.cuda_tag",
+        ["no kernels", "blackwell", "pick another PyTorch"],
+    ),
+    (
+        "kepler was dropped in CUDA 12",
+        "dev",
+        _img("12.4.1"),
+        _pool("p2.xlarge"),
+        "images[0].cuda_version",
+        ["K80 (kepler)", "CUDA 12.0 dropped kepler"],
+    ),
+    (
+        "volta has no kernels in cu128 wheels",
+        "dev",
+        _img("12.8.1", torch="2.7.1", tag="cu128"),
+        _pool("p3.2xlarge"),
+        "images[0].pytorch.cuda_tag",
+        ["V100 (volta)", "use cuda_tag cu126"],
+    ),
 ]
 
 
@@ -77,7 +166,12 @@ VALID = [
     ("cu118 on its own base", "dev", _img("11.8.0", torch="2.5.1", tag="cu118"), None),
     ("python only, no framework", "dev", _img("12.6.3", python="3.13"), None),
     ("packages only", "dev", _img("12.4.1", packages=["numpy==2.1.3"]), None),
-    ("blackwell with cu128", "dev", _img("12.8.1", python="3.12", torch="2.7.1", tag="cu128"), _pool("p6-b200.48xlarge")),
+    (
+        "blackwell with cu128",
+        "dev",
+        _img("12.8.1", python="3.12", torch="2.7.1", tag="cu128"),
+        _pool("p6-b200.48xlarge"),
+    ),
     ("CUDA 13 on the R580 driver", "prod", _img("13.0.1", python="3.12", torch="2.9.1", tag="cu130"), None),
     ("cu118 still covers kepler", "dev", _img("11.8.0", torch="2.5.1", tag="cu118"), _pool("p2.xlarge")),
     ("volta on cu126", "dev", _img("12.6.3", torch="2.7.1", tag="cu126"), _pool("p3.2xlarge")),
@@ -92,21 +186,30 @@ def test_valid_image_matrix_passes(name, stack, image, pools):
 
 def test_every_image_problem_is_reported_at_once():
     with pytest.raises(config.ConfigError) as err:
-        _parse("dev", [_img("12.4.1", python="3.13", torch="2.5.1", tag="cu126"), _img("12.0.0", torch="2.5.1", tag="cu118") | {"name": "second"}])
+        _parse(
+            "dev",
+            [
+                _img("12.4.1", python="3.13", torch="2.5.1", tag="cu126"),
+                _img("12.0.0", torch="2.5.1", tag="cu118") | {"name": "second"},
+            ],
+        )
     paths = {p for p, _ in err.value.problems}
     assert {"images[0].pytorch.cuda_tag", "images[0].python_version", "images[1].pytorch.cuda_tag"} <= paths
 
 
 # --- the driver rule, against drivers other than the shipped constant ----------------------------------------
-@pytest.mark.parametrize("cuda,driver,ok,native", [
-    ((12, 4), (550, 54, 14), True, True),      # the toolkit's own driver
-    ((12, 4), (535, 104, 5), True, False),     # minor-version compatibility inside CUDA 12
-    ((12, 9), (525, 60, 13), True, False),     # the CUDA 12 family minimum
-    ((12, 0), (520, 61, 5), False, False),     # below the family minimum
-    ((13, 0), (575, 51, 3), False, False),     # CUDA 13 needs the R580 branch
-    ((13, 0), (580, 65, 6), True, True),
-    ((11, 8), (580, 159, 3), True, True),      # newer drivers run older toolkits
-])
+@pytest.mark.parametrize(
+    "cuda,driver,ok,native",
+    [
+        ((12, 4), (550, 54, 14), True, True),  # the toolkit's own driver
+        ((12, 4), (535, 104, 5), True, False),  # minor-version compatibility inside CUDA 12
+        ((12, 9), (525, 60, 13), True, False),  # the CUDA 12 family minimum
+        ((12, 0), (520, 61, 5), False, False),  # below the family minimum
+        ((13, 0), (575, 51, 3), False, False),  # CUDA 13 needs the R580 branch
+        ((13, 0), (580, 65, 6), True, True),
+        ((11, 8), (580, 159, 3), True, True),  # newer drivers run older toolkits
+    ],
+)
 def test_driver_supports(cuda, driver, ok, native):
     verdict = compat.driver_supports(cuda, driver)
     assert (verdict.ok, verdict.native) == (ok, native)

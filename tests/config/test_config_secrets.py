@@ -56,16 +56,24 @@ def test_a_key_an_esc_environment_may_supply_is_not_just_field_required(tmp_path
     cfg = stack_config("dev")
     del cfg["gpuloan:budget"]
     with pytest.raises(config.ConfigError) as err:
-        checks.from_stack_yaml({"environment": ["acme/gpu-budgets"], "config": cfg}, "Pulumi.dev.yaml", prices=resolved_prices())
-    (path, msg), = [p for p in err.value.problems if p[0] == "budget"]
+        checks.from_stack_yaml(
+            {"environment": ["acme/gpu-budgets"], "config": cfg}, "Pulumi.dev.yaml", prices=resolved_prices()
+        )
+    ((path, msg),) = [p for p in err.value.problems if p[0] == "budget"]
     assert "the stack imports the ESC environment(s) acme/gpu-budgets" in msg and "--config-json" in msg
 
 
 def test_config_json_validates_the_decrypted_values(tmp_path, capsys, monkeypatch):
     cfg = stack_config("dev")
     # `pulumi config --show-secrets --json`: structured keys carry objectValue, plain ones a string value
-    dump = {k: ({"value": json.dumps(v), "objectValue": v, "secret": k == "gpuloan:budget"}
-                if isinstance(v, (dict, list)) else {"value": str(v), "secret": False}) for k, v in cfg.items()}
+    dump = {
+        k: (
+            {"value": json.dumps(v), "objectValue": v, "secret": k == "gpuloan:budget"}
+            if isinstance(v, (dict, list))
+            else {"value": str(v), "secret": False}
+        )
+        for k, v in cfg.items()
+    }
     (tmp_path / "cfg.json").write_text(json.dumps(dump))
     stack_file = dict(cfg)
     stack_file["gpuloan:budget"] = {"secure": CIPHERTEXT}
@@ -90,9 +98,18 @@ def test_config_json_without_show_secrets_says_so(tmp_path, capsys):
 @pytest.fixture
 def g6_only(tmp_path, monkeypatch):
     """A price source that covers us-east-1 but prices g6.xlarge only (numbers are test inputs)."""
-    doc = {"format": pricebook.FORMAT, "regions": {"us-east-1": {
-        "source": "test fixture", "read_at": "2026-12-01",
-        "instance_types": {"g6.xlarge": {"ondemand_usd_per_hour": 1.0, "source": "test fixture", "as_of": "2026-12-01"}}}}}
+    doc = {
+        "format": pricebook.FORMAT,
+        "regions": {
+            "us-east-1": {
+                "source": "test fixture",
+                "read_at": "2026-12-01",
+                "instance_types": {
+                    "g6.xlarge": {"ondemand_usd_per_hour": 1.0, "source": "test fixture", "as_of": "2026-12-01"}
+                },
+            }
+        },
+    }
     path = tmp_path / "prices.json"
     path.write_text(json.dumps(doc))
     monkeypatch.setenv(pricebook.ENV_PRICE_FILE, str(path))
@@ -105,8 +122,9 @@ def test_a_type_without_a_price_can_be_priced_in_the_config(g6_only):
     with pytest.raises(config.ConfigError) as err:
         checks.from_stack_yaml({"config": cfg}, "Pulumi.dev.yaml", prices=resolved_prices())
     assert any("g5.xlarge" in msg for _, msg in err.value.problems)  # without it: an error naming the path
-    cfg["gpuloan:instance_prices"] = {"g5.xlarge": {"ondemand_usd_per_hour": 2.0, "spot_usd_per_hour": 1.5,
-                                                    "source": "test fixture: a quote"}}
+    cfg["gpuloan:instance_prices"] = {
+        "g5.xlarge": {"ondemand_usd_per_hour": 2.0, "spot_usd_per_hour": 1.5, "source": "test fixture: a quote"}
+    }
     parsed = checks.from_stack_yaml({"config": cfg}, "Pulumi.dev.yaml", prices=resolved_prices())
     prices = resolved_prices().with_config(parsed)  # the book plus the config's own prices, as a command holds them
     p = prices.price("g5.xlarge", "us-east-1")

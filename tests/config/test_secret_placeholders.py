@@ -48,7 +48,9 @@ def _stack(root, cfg: dict) -> None:
     (root / "Pulumi.dev.yaml").write_text(yaml.safe_dump({"config": cfg}))
 
 
-@pytest.mark.parametrize("make, path", [(secure_email, "budget.alert_emails[0]"), (secure_budget, "budget.monthly_usd")])
+@pytest.mark.parametrize(
+    "make, path", [(secure_email, "budget.alert_emails[0]"), (secure_budget, "budget.monthly_usd")]
+)
 def test_validate_checks_everything_else_and_lists_the_secret(project, capsys, make, path):
     _stack(project, make())
     assert cli.main(["validate", "dev"]) == 0

@@ -23,14 +23,18 @@ TABLE_WIDTH = 80
 def _run(args: list[str], columns: int | None = None, **kw) -> subprocess.CompletedProcess:
     env = {**os.environ, **({"COLUMNS": str(columns)} if columns else {})}
     env.pop("PULUMI_STACK", None)
-    return subprocess.run(GPULOAN + args, cwd=kw.pop("cwd", REPO), env=env, capture_output=True, text=True,
-                          timeout=600, **kw)
+    return subprocess.run(
+        GPULOAN + args, cwd=kw.pop("cwd", REPO), env=env, capture_output=True, text=True, timeout=600, **kw
+    )
 
 
 def _too_wide(out: str) -> list[str]:
     """Lines wider than the terminal, except the one-line price source (a path, kept whole for copy and paste)."""
-    return [line for line in out.splitlines()
-            if len(line) > TABLE_WIDTH and not line.lstrip().startswith(("prices:", "dev: prices:", "prod: prices:"))]
+    return [
+        line
+        for line in out.splitlines()
+        if len(line) > TABLE_WIDTH and not line.lstrip().startswith(("prices:", "dev: prices:", "prod: prices:"))
+    ]
 
 
 def test_version():
@@ -71,8 +75,13 @@ def test_stack_comes_from_option_then_positional_then_env_then_the_selected_stac
 @pytest.mark.parametrize("argv", [["validate"], ["preview", "--json"], ["prices", "show"]])
 def test_no_stack_is_a_clear_error_listing_the_stacks(argv, tmp_path):
     result = subprocess.run(
-        GPULOAN + argv, cwd=REPO, capture_output=True, text=True, timeout=120,
-        env={k: v for k, v in {**os.environ, "PULUMI_HOME": str(tmp_path)}.items() if k != "PULUMI_STACK"})
+        GPULOAN + argv,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={k: v for k, v in {**os.environ, "PULUMI_HOME": str(tmp_path)}.items() if k != "PULUMI_STACK"},
+    )
     assert result.returncode == 2
     assert "no stack given" in result.stderr and "stacks in this project: dev, prod" in result.stderr
 
@@ -93,8 +102,14 @@ def test_s_and_the_positional_form_mean_the_same(capsys, monkeypatch):
 
 def test_piping_into_head_ends_quietly():
     # --json: far more than a pipe buffer (64 KiB), so the writer is still writing when head has gone
-    result = subprocess.run(f"{sys.executable} -m gpuloan preview -s prod --json | head -n 1", shell=True, cwd=REPO,
-                            capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        f"{sys.executable} -m gpuloan preview -s prod --json | head -n 1",
+        shell=True,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0
     assert "Traceback" not in result.stderr and "BrokenPipeError" not in result.stderr
     assert result.stdout == "{\n"
@@ -115,14 +130,17 @@ def test_preview_fits_80_columns_and_counts_like_pulumi():
 @requires_shared_traces
 def test_simulate_fits_80_columns():
     trace = SHARED_TRACES / "itp" / "cluster05.csv"
-    result = _run(["simulate", "--trace", str(trace), "-s", "prod", "--pool", "training", "--auto-size",
-                   "--days", "1:7"], columns=80)
+    result = _run(
+        ["simulate", "--trace", str(trace), "-s", "prod", "--pool", "training", "--auto-size", "--days", "1:7"],
+        columns=80,
+    )
     assert result.returncode == 0, result.stderr
     assert _too_wide(result.stdout) == [] and "gpuloan-defaults" in result.stdout  # a policy name never folds
 
 
-@pytest.mark.parametrize("name, message", [("plot.gif", "must end in .png, .svg, .html"),
-                                            ("no-such-folder/plot.png", "does not exist")])
+@pytest.mark.parametrize(
+    "name, message", [("plot.gif", "must end in .png, .svg, .html"), ("no-such-folder/plot.png", "does not exist")]
+)
 def test_plot_path_is_checked_before_the_run(tmp_path, name, message):
     result = _run(["simulate", "--trace", str(tmp_path / "missing.csv"), "-s", "dev", "--plot", str(tmp_path / name)])
     assert result.returncode == 2
@@ -134,8 +152,23 @@ def test_plot_path_is_checked_before_the_run(tmp_path, name, message):
 def test_plot_html_is_written_after_the_table_and_named(tmp_path):
     trace = SHARED_TRACES / "itp" / "cluster05.csv"
     out = tmp_path / "c05.html"
-    result = _run(["simulate", "--trace", str(trace), "-s", "prod", "--pool", "training", "--auto-size",
-                   "--days", "1:3", "--plot", str(out)], columns=120)
+    result = _run(
+        [
+            "simulate",
+            "--trace",
+            str(trace),
+            "-s",
+            "prod",
+            "--pool",
+            "training",
+            "--auto-size",
+            "--days",
+            "1:3",
+            "--plot",
+            str(out),
+        ],
+        columns=120,
+    )
     assert result.returncode == 0, result.stderr
     assert f"wrote the plot to {out}" in result.stderr and "gpuloan" in result.stdout
     page = out.read_text()
@@ -179,9 +212,12 @@ def _subparsers():
 
 def test_every_option_of_every_command_says_what_it_does():
     parser, commands = _subparsers()
-    missing = [f"{name} {'/'.join(a.option_strings) or a.dest}"
-               for name, sub in [("gpuloan", parser), *commands.items()] for a in sub._actions
-               if not (a.help or "").strip() and a.dest != "command" and not a.option_strings == []]
+    missing = [
+        f"{name} {'/'.join(a.option_strings) or a.dest}"
+        for name, sub in [("gpuloan", parser), *commands.items()]
+        for a in sub._actions
+        if not (a.help or "").strip() and a.dest != "command" and not a.option_strings == []
+    ]
     assert missing == []
 
 
@@ -189,8 +225,16 @@ def test_advise_and_simulate_share_stack_seed_and_simulation_options():
     _, commands = _subparsers()
     advise = commands["advise"].parse_args([])  # -s is not required: $PULUMI_STACK / the selected stack, as elsewhere
     simulate = commands["simulate"].parse_args(["--trace", "t.csv"])
-    shared = ("stack_option", "seed", "provisioning_delay", "checkpoint_interval", "metric_delay",
-              "spot_episodes_per_week", "placement", "price_file")
+    shared = (
+        "stack_option",
+        "seed",
+        "provisioning_delay",
+        "checkpoint_interval",
+        "metric_delay",
+        "spot_episodes_per_week",
+        "placement",
+        "price_file",
+    )
     assert {k: getattr(advise, k) for k in shared} == {k: getattr(simulate, k) for k in shared}
     helps = {name: {a.dest: a.help for a in commands[name]._actions} for name in ("advise", "simulate")}
     assert {k: helps["advise"][k] for k in shared} == {k: helps["simulate"][k] for k in shared}
@@ -211,11 +255,25 @@ def _platform_text(unknown_items: int) -> str:
     from gpuloan import preview
     from gpuloan.render import tables
 
-    rows = [{"item": f"item {i}", "quantity": 1, "unit": "month", "usd_per_unit": None if i < unknown_items else 2.0,
-             "monthly_usd": None if i < unknown_items else 2.0, "price_model": "on_demand"} for i in range(3)]
-    cost = {"platform": rows, "platform_known_monthly_usd": 2.0 * (3 - unknown_items),
-            "platform_unknown": [r["item"] for r in rows if r["monthly_usd"] is None], "fixed_monthly_usd": 10.0,
-            "budget_headroom_monthly_usd": 90.0, "budget_headroom_is_upper_bound": unknown_items > 0}
+    rows = [
+        {
+            "item": f"item {i}",
+            "quantity": 1,
+            "unit": "month",
+            "usd_per_unit": None if i < unknown_items else 2.0,
+            "monthly_usd": None if i < unknown_items else 2.0,
+            "price_model": "on_demand",
+        }
+        for i in range(3)
+    ]
+    cost = {
+        "platform": rows,
+        "platform_known_monthly_usd": 2.0 * (3 - unknown_items),
+        "platform_unknown": [r["item"] for r in rows if r["monthly_usd"] is None],
+        "fixed_monthly_usd": 10.0,
+        "budget_headroom_monthly_usd": 90.0,
+        "budget_headroom_is_upper_bound": unknown_items > 0,
+    }
     buf = io.StringIO()
     preview.render_platform(cost, tables.console(file=buf))
     return next(line for line in buf.getvalue().splitlines() if line.startswith("total"))
@@ -242,10 +300,18 @@ def test_advise_names_its_plot_on_stderr_like_simulate(tmp_path, monkeypatch, ca
 # --- YAML syntax errors --------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("text, where, line, caret_col", [
-    ("config:\n  gpuloan:region: us-east-1\n  gpuloan:pools: [a, b\n  gpuloan:x: 1\n", ":4:12:", "  gpuloan:x: 1", 11),
-    ("config:\n  a: b: c\n", ":2:7:", "  a: b: c", 6),
-])
+@pytest.mark.parametrize(
+    "text, where, line, caret_col",
+    [
+        (
+            "config:\n  gpuloan:region: us-east-1\n  gpuloan:pools: [a, b\n  gpuloan:x: 1\n",
+            ":4:12:",
+            "  gpuloan:x: 1",
+            11,
+        ),
+        ("config:\n  a: b: c\n", ":2:7:", "  a: b: c", 6),
+    ],
+)
 def test_yaml_syntax_error_shows_file_line_column_and_the_line_with_a_caret(tmp_path, text, where, line, caret_col):
     bad = tmp_path / "Pulumi.broken.yaml"
     bad.write_text(text)
@@ -272,7 +338,9 @@ def test_bench_config_measures_a_valid_hundred_pool_config_with_a_large_kueue_co
     from scripts.bench_config import hundred_pools
     from config import scheduling
 
-    cfg = checks.parse(hundred_pools(), prices=resolved_prices())  # raises ConfigError (the Kueue 64-flavor rule) on an invalid config
+    cfg = checks.parse(
+        hundred_pools(), prices=resolved_prices()
+    )  # raises ConfigError (the Kueue 64-flavor rule) on an invalid config
     assert len(cfg.pools) == 100 and cfg.scheduling.kueue.enabled
     widest = max(len(scheduling.pool_queue(cfg, p).flavors) for p in cfg.pools)
     assert 40 < widest <= scheduling.MAX_FLAVORS_PER_GROUP  # borrowing across teams is still in the measurement
@@ -280,9 +348,21 @@ def test_bench_config_measures_a_valid_hundred_pool_config_with_a_large_kueue_co
 
 # --- every command's table fits the terminal and keeps its figures whole ---------------------------------------
 
+
 def _cluster05(*extra: str) -> list[str]:
-    return ["simulate", "--trace", str(SHARED_TRACES / "itp" / "cluster05.csv"), "-s", "prod", "--pool", "training",
-            "--auto-size", "--days", "1:2", *extra]
+    return [
+        "simulate",
+        "--trace",
+        str(SHARED_TRACES / "itp" / "cluster05.csv"),
+        "-s",
+        "prod",
+        "--pool",
+        "training",
+        "--auto-size",
+        "--days",
+        "1:2",
+        *extra,
+    ]
 
 
 # cost-diff and cost-report pass the same checks (table_checks.py) in tests/gpuloan/test_cost_comment.py and
@@ -293,8 +373,17 @@ TABLE_COMMANDS = {
     "simulate": _cluster05("--what-if"),
     "simulate --seeds": _cluster05("--seeds", "2"),
     "simulate --sweep-floor": _cluster05("--sweep-floor"),
-    "advise": ["advise", "-s", "prod", "--pool", "training", "--trace", str(SHARED_TRACES / "itp" / "cluster02.csv"),
-               "--days", "0:0"],
+    "advise": [
+        "advise",
+        "-s",
+        "prod",
+        "--pool",
+        "training",
+        "--trace",
+        str(SHARED_TRACES / "itp" / "cluster02.csv"),
+        "--days",
+        "0:0",
+    ],
 }
 
 

@@ -36,7 +36,9 @@ def test_raising_the_fallback_ceiling_is_a_money_change(fallback_raised):
     training = next(r for r in diff.pools if r["pool"] == "training")
     added = training["head"]["fallback_max_monthly_usd"] - training["base"]["fallback_max_monthly_usd"]
     # four more on-demand nodes of the pool's priciest type, all month
-    priciest = max(resolved_prices().price(t, "us-east-1").ondemand_usd_per_hour for t in ("p4d.24xlarge", "p5.48xlarge"))
+    priciest = max(
+        resolved_prices().price(t, "us-east-1").ondemand_usd_per_hour for t in ("p4d.24xlarge", "p5.48xlarge")
+    )
     assert added == pytest.approx(4 * priciest * 730, abs=0.05)
     assert f"+${added:,.0f}" == "+$160,717"
     row = next(r for r in cost_diff.cost_rows(diff) if r[0] == "training")
@@ -65,20 +67,36 @@ def test_an_unchanged_tree_reports_no_change_and_prints_no_comment(fallback_rais
 
 
 def _doc(floor: float | None, elastic: float = 100.0, fallback: float = 50.0, platform: list | None = None) -> dict:
-    pool = {"pool": "p", "guaranteed_monthly_usd": floor, "elastic_max_monthly_usd": elastic,
-            "fallback_max_monthly_usd": fallback, "budget_monthly_usd": None, "guaranteed_price_model": "on_demand",
-            "elastic_price_model": "spot", "fallback_price_model": "on_demand",
-            "worst_case_monthly_usd": None if floor is None else floor + max(elastic, fallback)}
+    pool = {
+        "pool": "p",
+        "guaranteed_monthly_usd": floor,
+        "elastic_max_monthly_usd": elastic,
+        "fallback_max_monthly_usd": fallback,
+        "budget_monthly_usd": None,
+        "guaranteed_price_model": "on_demand",
+        "elastic_price_model": "spot",
+        "fallback_price_model": "on_demand",
+        "worst_case_monthly_usd": None if floor is None else floor + max(elastic, fallback),
+    }
     platform = platform or []
     known = sum(r["monthly_usd"] for r in platform if r["monthly_usd"] is not None)
     unknown = [r["item"] for r in platform if r["monthly_usd"] is None]
-    return {"resources": [], "cost": {
-        "pools": [pool], "guaranteed_monthly_usd": floor, "elastic_max_monthly_usd": elastic,
-        "fallback_max_monthly_usd": fallback, "budget_monthly_usd": 10_000.0, "platform": platform,
-        "platform_known_monthly_usd": known, "platform_unknown": unknown,
-        "fixed_monthly_usd": None if floor is None else floor + known,
-        "budget_headroom_monthly_usd": None if floor is None else 10_000.0 - floor - known,
-        "budget_headroom_is_upper_bound": bool(unknown)}}
+    return {
+        "resources": [],
+        "cost": {
+            "pools": [pool],
+            "guaranteed_monthly_usd": floor,
+            "elastic_max_monthly_usd": elastic,
+            "fallback_max_monthly_usd": fallback,
+            "budget_monthly_usd": 10_000.0,
+            "platform": platform,
+            "platform_known_monthly_usd": known,
+            "platform_unknown": unknown,
+            "fixed_monthly_usd": None if floor is None else floor + known,
+            "budget_headroom_monthly_usd": None if floor is None else 10_000.0 - floor - known,
+            "budget_headroom_is_upper_bound": bool(unknown),
+        },
+    }
 
 
 def _diff(base: dict | None, head: dict | None, stack: str = "s") -> cost_diff.StackDiff:
@@ -86,12 +104,15 @@ def _diff(base: dict | None, head: dict | None, stack: str = "s") -> cost_diff.S
     return cost_diff.diff_stack(stack, side(base), side(head))
 
 
-@pytest.mark.parametrize("base, head, expected", [
-    (1000.0, 1460.0, "Monthly cost will increase by $460 (+46 %)"),
-    (1000.0, 900.0, "Monthly cost will decrease by $100 (−10 %)"),
-    (1000.0, 1000.0, "Monthly cost will not change ($1,000)"),
-    (None, 1000.0, "Monthly cost change unknown (a price is missing on one side; see the notes)"),
-])
+@pytest.mark.parametrize(
+    "base, head, expected",
+    [
+        (1000.0, 1460.0, "Monthly cost will increase by $460 (+46 %)"),
+        (1000.0, 900.0, "Monthly cost will decrease by $100 (−10 %)"),
+        (1000.0, 1000.0, "Monthly cost will not change ($1,000)"),
+        (None, 1000.0, "Monthly cost change unknown (a price is missing on one side; see the notes)"),
+    ],
+)
 def test_headline(base, head, expected):
     assert cost_comment.headline(cost_comment.fixed_change(_diff(_doc(base), _doc(head)))) == expected
 
@@ -120,8 +141,10 @@ def test_unknown_platform_rows_make_the_headroom_an_upper_bound():
     assert total[cost_diff.HEADERS.index("budget headroom")] == "≤$9,000 → ≤$8,000 (−$1,000)"
 
 
-@pytest.mark.parametrize("text, parsed", [("$5000", ("usd", 5000.0)), ("5,000", ("usd", 5000.0)),
-                                          ("10%", ("pct", 10.0)), ("2.5 %", ("pct", 2.5))])
+@pytest.mark.parametrize(
+    "text, parsed",
+    [("$5000", ("usd", 5000.0)), ("5,000", ("usd", 5000.0)), ("10%", ("pct", 10.0)), ("2.5 %", ("pct", 2.5))],
+)
 def test_fail_above_accepts_amounts_and_percentages(text, parsed):
     assert cost_comment.parse_threshold(text) == parsed
 
@@ -145,14 +168,19 @@ def test_fail_above_fails_on_an_unknown_change():
 def test_json_format_is_one_document_with_the_headline_and_the_changed_flag():
     doc = json.loads(cost_comment.render_json([_diff(_doc(1000.0), _doc(1460.0))], "main", ["replace x"]))
     assert doc["headline"] == "Monthly cost will increase by $460 (+46 %)" and doc["changed"] is True
-    assert doc["fixed"] == {"base_monthly_usd": 1000.0, "head_monthly_usd": 1460.0, "delta_monthly_usd": 460.0,
-                            "delta_pct": 46.0}
+    assert doc["fixed"] == {
+        "base_monthly_usd": 1000.0,
+        "head_monthly_usd": 1460.0,
+        "delta_monthly_usd": 460.0,
+        "delta_pct": 46.0,
+    }
     assert doc["warnings"] == ["replace x"]
 
 
 def test_replace_and_roll_warnings_have_a_slot_in_the_comment():
-    md = cost_comment.render_markdown([_diff(_doc(1000.0), _doc(1000.0))], "main",
-                                      ["training-guaranteed-ng is replaced: its nodes roll"])
+    md = cost_comment.render_markdown(
+        [_diff(_doc(1000.0), _doc(1000.0))], "main", ["training-guaranteed-ng is replaced: its nodes roll"]
+    )
     assert "> ⚠️ training-guaranteed-ng is replaced: its nodes roll" in md
 
 
@@ -169,8 +197,11 @@ def test_table_format_fits_the_terminal_and_never_splits_a_figure(width, fallbac
     _, diffs = fallback_raised
     out = cost_comment.render_table(diffs, "HEAD~1", width=width)
     gitops = " ".join((REPO / "docs" / "gitops.md").read_text().split())
-    quoted = re.search(r"Raising `on_demand_max_nodes` 2 → 6 instead leaves the headline unchanged and shows "
-                       r"`(\(\+\$[\d,]+\))` in the fallback column", gitops).group(1)
+    quoted = re.search(
+        r"Raising `on_demand_max_nodes` 2 → 6 instead leaves the headline unchanged and shows "
+        r"`(\(\+\$[\d,]+\))` in the fallback column",
+        gitops,
+    ).group(1)
     assert quoted in out  # docs/gitops.md's figure for this change
     assert too_wide_at(out, width) == [] and split_figures(out) == []
     if width == 200:  # a wide terminal shows every column
@@ -190,8 +221,16 @@ def test_table_format_fits_80_columns_and_gates(fallback_raised, monkeypatch, ca
 
 
 def test_a_base_previewed_before_content_hashing_does_not_show_the_lambda_code_as_changed():
-    fn = lambda code, digest: {"urn": "u", "type": "aws:lambda/function:Function", "name": "f",  # noqa: E731
-                               "inputs": {"code": code, "sourceCodeHash": digest}, "ignore_changes": [], "protect": False}
+    def fn(code, digest):
+        return {
+            "urn": "u",
+            "type": "aws:lambda/function:Function",
+            "name": "f",
+            "inputs": {"code": code, "sourceCodeHash": digest},
+            "ignore_changes": [],
+            "protect": False,
+        }
+
     old = {"resources": [fn("<pulumi.asset.FileArchive object at 0x7f3a2c1d0e50>", "h1")]}
     same = {"resources": [fn({"asset": "FileArchive", "sha256": "ab" * 32}, "h1")]}
     new_code = {"resources": [fn({"asset": "FileArchive", "sha256": "cd" * 32}, "h2")]}

@@ -26,15 +26,19 @@ TODAY = dt.date(2026, 8, 15)
 
 
 def group(pool: str, tier: str, usd: float) -> dict:
-    return {"Keys": [f"gpuloan:pool${pool}", f"gpuloan:tier${tier}"],
-            "Metrics": {"AmortizedCost": {"Amount": f"{usd:.10f}", "Unit": "USD"}}}
+    return {
+        "Keys": [f"gpuloan:pool${pool}", f"gpuloan:tier${tier}"],
+        "Metrics": {"AmortizedCost": {"Amount": f"{usd:.10f}", "Unit": "USD"}},
+    }
 
 
-def page(groups: list[dict], token: str | None = None, start="2026-07-01", end="2026-08-01",
-         estimated=False) -> dict:
-    result = {"ResultsByTime": [{"TimePeriod": {"Start": start, "End": end}, "Total": {}, "Groups": groups,
-                                 "Estimated": estimated}],
-              "DimensionValueAttributes": []}
+def page(groups: list[dict], token: str | None = None, start="2026-07-01", end="2026-08-01", estimated=False) -> dict:
+    result = {
+        "ResultsByTime": [
+            {"TimePeriod": {"Start": start, "End": end}, "Total": {}, "Groups": groups, "Estimated": estimated}
+        ],
+        "DimensionValueAttributes": [],
+    }
     if token:
         result["NextPageToken"] = token
     return result
@@ -42,8 +46,9 @@ def page(groups: list[dict], token: str | None = None, start="2026-07-01", end="
 
 def supply(endpoint: str, *pages: dict) -> None:
     """Queue test-supplied Cost Explorer answers in the emulator."""
-    resp = requests.post(f"{endpoint}/moto-api/static/ce/cost-and-usage-results", json={"results": list(pages)},
-                         timeout=10)
+    resp = requests.post(
+        f"{endpoint}/moto-api/static/ce/cost-and-usage-results", json={"results": list(pages)}, timeout=10
+    )
     assert resp.status_code == 201
 
 
@@ -69,19 +74,28 @@ def run_cli(argv, ce_client, capsys):
 # --- pure parts -------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("text, start, end, partial", [
-    ("2026-07", dt.date(2026, 7, 1), dt.date(2026, 8, 1), False),
-    ("2025-12", dt.date(2025, 12, 1), dt.date(2026, 1, 1), False),  # year rollover
-    ("2026-08", dt.date(2026, 8, 1), dt.date(2026, 8, 16), True),  # running month: up to today inclusive
-])
+@pytest.mark.parametrize(
+    "text, start, end, partial",
+    [
+        ("2026-07", dt.date(2026, 7, 1), dt.date(2026, 8, 1), False),
+        ("2025-12", dt.date(2025, 12, 1), dt.date(2026, 1, 1), False),  # year rollover
+        ("2026-08", dt.date(2026, 8, 1), dt.date(2026, 8, 16), True),  # running month: up to today inclusive
+    ],
+)
 def test_month_periods(text, start, end, partial):
     p = cost_report.parse_month(text, today=TODAY)
     assert (p.start, p.end, p.partial) == (start, end, partial)
 
 
-@pytest.mark.parametrize("text, fragment", [
-    ("2026-13", "YYYY-MM"), ("July", "YYYY-MM"), ("2026-7", "YYYY-MM"), ("2026-09", "has not started yet"),
-])
+@pytest.mark.parametrize(
+    "text, fragment",
+    [
+        ("2026-13", "YYYY-MM"),
+        ("July", "YYYY-MM"),
+        ("2026-7", "YYYY-MM"),
+        ("2026-09", "has not started yet"),
+    ],
+)
 def test_bad_months_are_rejected(text, fragment):
     with pytest.raises(cost_report.CostReportError, match=fragment):
         cost_report.parse_month(text, today=TODAY)
@@ -101,14 +115,29 @@ def test_request_groups_by_pool_and_tier_and_filters_the_environment():
 def test_report_per_pool_with_pagination(ce, aws_env, in_repo, capsys, tmp_path, monkeypatch):
     monkeypatch.setattr(cost_report, "_today", lambda: TODAY)
     # Test-supplied figures, two pages: the second page repeats training/elastic (must be summed).
-    supply(aws_env,
-           page([group("training", "guaranteed", 23_500.0), group("training", "elastic", 9_000.25),
-                 group("inference", "guaranteed", 2_700.0)], token="page-2"),
-           page([group("training", "elastic", 1_000.0), group("inference", "elastic", 400.5),
-                 group("", "platform", 1_234.0), group("", "", 66.0)]))
+    supply(
+        aws_env,
+        page(
+            [
+                group("training", "guaranteed", 23_500.0),
+                group("training", "elastic", 9_000.25),
+                group("inference", "guaranteed", 2_700.0),
+            ],
+            token="page-2",
+        ),
+        page(
+            [
+                group("training", "elastic", 1_000.0),
+                group("inference", "elastic", 400.5),
+                group("", "platform", 1_234.0),
+                group("", "", 66.0),
+            ]
+        ),
+    )
     out_csv = tmp_path / "report.csv"
-    code, out, err = run_cli(["cost-report", "--month", "2026-07", "--stack", "prod", "--csv", str(out_csv)],
-                             ce, capsys)
+    code, out, err = run_cli(
+        ["cost-report", "--month", "2026-07", "--stack", "prod", "--csv", str(out_csv)], ce, capsys
+    )
     assert code == 0, err
     assert "environment prod, 2026-07" in out
     rows = {r["pool"]: r for r in csv.DictReader(out_csv.open())}
@@ -145,8 +174,9 @@ def test_pool_tag_not_yet_active(ce, aws_env, in_repo, capsys, monkeypatch):
 
 def test_running_month_is_marked_month_to_date_and_estimated(ce, aws_env, in_repo, capsys, monkeypatch):
     monkeypatch.setattr(cost_report, "_today", lambda: TODAY)
-    supply(aws_env, page([group("research", "guaranteed", 100.0)], start="2026-08-01", end="2026-08-16",
-                         estimated=True))
+    supply(
+        aws_env, page([group("research", "guaranteed", 100.0)], start="2026-08-01", end="2026-08-16", estimated=True)
+    )
     code, out, _ = run_cli(["cost-report", "--month", "2026-08", "--stack", "dev"], ce, capsys)
     assert code == 0
     assert "month to date (up to 2026-08-15)" in out and "estimated" in out
@@ -175,8 +205,9 @@ def test_cost_explorer_refusal_exits_3(in_repo, capsys):
 
     client = boto3.client("ce", region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x")
     with Stubber(client) as stub:
-        stub.add_client_error("get_cost_and_usage", service_error_code="AccessDeniedException",
-                              service_message="User is not authorized")
+        stub.add_client_error(
+            "get_cost_and_usage", service_error_code="AccessDeniedException", service_message="User is not authorized"
+        )
         code, _, err = run_cli(["cost-report", "--month", "2025-01", "--stack", "dev"], client, capsys)
     assert code == 3
     assert "AccessDeniedException" in err and "ce:GetCostAndUsage" in err
@@ -188,9 +219,17 @@ def test_inactive_tags_reported_when_the_api_says_so():
 
     cfg = checks.from_stack_yaml({"config": stack_config("dev")}, "dev", prices=resolved_prices())
     fetched = cost_report.Fetched({("research", "elastic"): 10.0}, pages=1, estimated=False)
-    report = cost_report.build_report(cfg, cfg_period, fetched,
-                                      {"gpuloan:environment": "Active", "gpuloan:pool": "Inactive",
-                                       "gpuloan:team": "Active", "gpuloan:tier": "missing"})
+    report = cost_report.build_report(
+        cfg,
+        cfg_period,
+        fetched,
+        {
+            "gpuloan:environment": "Active",
+            "gpuloan:pool": "Inactive",
+            "gpuloan:team": "Active",
+            "gpuloan:tier": "missing",
+        },
+    )
     assert any("not active: gpuloan:pool, gpuloan:tier" in m for m in report.messages)
 
 
@@ -221,9 +260,14 @@ def test_the_installed_command_end_to_end(aws_env, tmp_path):
 
     supply(aws_env, page([group("research", "guaranteed", 580.0), group("research", "elastic", 120.5)]))
     out_csv = tmp_path / "dev.csv"
-    result = subprocess.run([*GPULOAN, "cost-report", "--month", "2026-07",
-                             "--stack", "dev", "--csv", str(out_csv)],
-                            cwd=REPO, env=emulator_env(aws_env), capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [*GPULOAN, "cost-report", "--month", "2026-07", "--stack", "dev", "--csv", str(out_csv)],
+        cwd=REPO,
+        env=emulator_env(aws_env),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr
     rows = {r["pool"]: r for r in csv.DictReader(out_csv.open())}
     assert rows["research"]["total_usd"] == "700.50"  # test-supplied 580 + 120.50
@@ -233,8 +277,12 @@ def test_the_installed_command_end_to_end(aws_env, tmp_path):
 def test_json_output_and_an_80_column_table(ce, aws_env, in_repo, capsys, monkeypatch):
     monkeypatch.setattr(cost_report, "_today", lambda: TODAY)
     monkeypatch.setenv("COLUMNS", "80")
-    groups = [group("training", "guaranteed", 23_500.0), group("training", "elastic", 10_000.25),
-              group("inference", "guaranteed", 2_700.0), group("", "platform", 1_234.0)]
+    groups = [
+        group("training", "guaranteed", 23_500.0),
+        group("training", "elastic", 10_000.25),
+        group("inference", "guaranteed", 2_700.0),
+        group("", "platform", 1_234.0),
+    ]
     supply(aws_env, page(groups))
     code, out, err = run_cli(["cost-report", "--month", "2026-07", "-s", "prod", "--json"], ce, capsys)
     assert code == 0, err
@@ -254,8 +302,13 @@ def test_table_fits_the_terminal_and_never_splits_a_figure(width, ce, aws_env, i
     # the table test every command's table passes (tests/gpuloan/test_cli.py), with a partial month's notes under it
     monkeypatch.setattr(cost_report, "_today", lambda: TODAY)
     monkeypatch.setenv("COLUMNS", str(width))
-    groups = [group("training", "guaranteed", 123_500.0), group("training", "elastic", 1_010_000.25),
-              group("inference", "guaranteed", 2_700.0), group("", "platform", 1_234.0), group("ghost", "elastic", 9.5)]
+    groups = [
+        group("training", "guaranteed", 123_500.0),
+        group("training", "elastic", 1_010_000.25),
+        group("inference", "guaranteed", 2_700.0),
+        group("", "platform", 1_234.0),
+        group("ghost", "elastic", 9.5),
+    ]
     supply(aws_env, page(groups, start="2026-08-01", end="2026-08-16", estimated=True))
     code, out, err = run_cli(["cost-report", "--month", "2026-08", "-s", "prod"], ce, capsys)
     assert code == 0, err

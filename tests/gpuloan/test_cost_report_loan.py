@@ -31,22 +31,36 @@ def in_repo(monkeypatch):
     monkeypatch.setattr(cost_report, "_today", lambda: TODAY)
 
 
-def put_day(cw, pool: str, use: str, day: int, mean_gpus: float, samples: int = TICKS_PER_DAY,
-            flavor: str = TRAINING_FLOOR) -> None:
+def put_day(
+    cw, pool: str, use: str, day: int, mean_gpus: float, samples: int = TICKS_PER_DAY, flavor: str = TRAINING_FLOOR
+) -> None:
     dims = {M.DIM_ENVIRONMENT: "prod", M.DIM_POOL: pool, M.DIM_USE: use, M.DIM_FLAVOR: flavor}
-    cw.put_metric_data(Namespace=M.NAMESPACE, MetricData=[{
-        "MetricName": M.LOAN_GPUS, "Dimensions": [{"Name": k, "Value": v} for k, v in dims.items()],
-        "Timestamp": dt.datetime(2026, 7, day, 12, tzinfo=dt.timezone.utc), "Unit": "Count",
-        "StatisticValues": {"SampleCount": samples, "Sum": mean_gpus * samples, "Minimum": 0, "Maximum": 16}}])
+    cw.put_metric_data(
+        Namespace=M.NAMESPACE,
+        MetricData=[
+            {
+                "MetricName": M.LOAN_GPUS,
+                "Dimensions": [{"Name": k, "Value": v} for k, v in dims.items()],
+                "Timestamp": dt.datetime(2026, 7, day, 12, tzinfo=dt.timezone.utc),
+                "Unit": "Count",
+                "StatisticValues": {"SampleCount": samples, "Sum": mean_gpus * samples, "Minimum": 0, "Maximum": 16},
+            }
+        ],
+    )
 
 
-CE_PAGE = [group("training", "guaranteed", 20_000.0), group("training", "elastic", 1_500.0),
-           group("research", "elastic", 3_000.0), group("inference", "guaranteed", 2_700.0),
-           group("", "platform", 1_234.56)]
+CE_PAGE = [
+    group("training", "guaranteed", 20_000.0),
+    group("training", "elastic", 1_500.0),
+    group("research", "elastic", 3_000.0),
+    group("inference", "guaranteed", 2_700.0),
+    group("", "platform", 1_234.56),
+]
 
 
-def test_the_borrower_pays_the_owner_is_credited_and_the_totals_reconcile_to_the_cent(aws_env, in_repo, capsys,
-                                                                                       tmp_path):
+def test_the_borrower_pays_the_owner_is_credited_and_the_totals_reconcile_to_the_cent(
+    aws_env, in_repo, capsys, tmp_path
+):
     ce, cw = boto3.client("ce", region_name="us-east-1"), boto3.client("cloudwatch", region_name="us-east-1")
     for day in range(1, 32):
         if day == 20:
@@ -57,8 +71,22 @@ def test_the_borrower_pays_the_owner_is_credited_and_the_totals_reconcile_to_the
         put_day(cw, "research", "borrowed", day, 4.0, samples=720 if day == 9 else TICKS_PER_DAY)
     supply(aws_env, page(CE_PAGE))
     daily_csv, plot = tmp_path / "daily.csv", tmp_path / "loan.png"
-    code, out, err = run_cli(["cost-report", "--month", "2026-07", "-s", "prod", "--json",
-                              "--daily-csv", str(daily_csv), "--plot", str(plot)], ce, capsys)
+    code, out, err = run_cli(
+        [
+            "cost-report",
+            "--month",
+            "2026-07",
+            "-s",
+            "prod",
+            "--json",
+            "--daily-csv",
+            str(daily_csv),
+            "--plot",
+            str(plot),
+        ],
+        ce,
+        capsys,
+    )
     assert code == 0, err
     doc = json.loads(out)
     loan = doc["loan"]
@@ -142,8 +170,11 @@ def test_cloudwatch_refusing_leaves_the_loan_out_and_the_bill_stands(aws_env, in
 
     ce = boto3.client("ce", region_name="us-east-1")
     supply(aws_env, page(CE_PAGE))
-    args = __import__("gpuloan.cli", fromlist=["build_parser"]).build_parser().parse_args(
-        ["cost-report", "--month", "2026-07", "-s", "prod", "--json"])
+    args = (
+        __import__("gpuloan.cli", fromlist=["build_parser"])
+        .build_parser()
+        .parse_args(["cost-report", "--month", "2026-07", "-s", "prod", "--json"])
+    )
     assert args.func(args, ce=ce, cloudwatch=Refusing()) == 0
     captured = capsys.readouterr()
     assert json.loads(captured.out)["loan"] is None

@@ -19,12 +19,14 @@ def _parsers():
     for name, sub in next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction").choices.items():
         out.append(([name], sub))
         verbs = [a for a in sub._actions if a.__class__.__name__ == "_SubParsersAction"]
-        for verb, p in (verbs[0].choices.items() if verbs else ()):
+        for verb, p in verbs[0].choices.items() if verbs else ():
             out.append(([name, verb], p))
     return out
 
 
-@pytest.mark.parametrize("words,parser", _parsers(), ids=lambda x: " ".join(x) or "gpuloan" if isinstance(x, list) else "")
+@pytest.mark.parametrize(
+    "words,parser", _parsers(), ids=lambda x: " ".join(x) or "gpuloan" if isinstance(x, list) else ""
+)
 def test_every_help_lists_its_exit_codes_and_one_example_in_80_columns(words, parser, monkeypatch):
     monkeypatch.setenv("COLUMNS", "80")
     text = parser.format_help()
@@ -43,9 +45,16 @@ def test_every_help_lists_its_exit_codes_and_one_example_in_80_columns(words, pa
 
 @pytest.fixture
 def no_credentials(monkeypatch, tmp_path):
-    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE",
-                "AWS_ENDPOINT_URL", "AWS_CONTAINER_CREDENTIALS_FULL_URI", "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
-                "AWS_WEB_IDENTITY_TOKEN_FILE"):
+    for key in (
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_SESSION_TOKEN",
+        "AWS_PROFILE",
+        "AWS_ENDPOINT_URL",
+        "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+        "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+        "AWS_WEB_IDENTITY_TOKEN_FILE",
+    ):
         monkeypatch.delenv(key, raising=False)
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
@@ -54,12 +63,16 @@ def no_credentials(monkeypatch, tmp_path):
     yield
 
 
-@pytest.mark.parametrize("argv", [
-    ["prices", "refresh", "-s", "dev", "--output", "/dev/null"],
-    ["cost-report", "-s", "dev", "--month", "2026-11"],
-    ["advise", "-s", "dev", "--history-days", "7"],
-    ["advise", "-s", "prod", "--org", "--history-days", "7"],
-], ids=["prices refresh", "cost-report", "advise history", "advise org"])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["prices", "refresh", "-s", "dev", "--output", "/dev/null"],
+        ["cost-report", "-s", "dev", "--month", "2026-11"],
+        ["advise", "-s", "dev", "--history-days", "7"],
+        ["advise", "-s", "prod", "--org", "--history-days", "7"],
+    ],
+    ids=["prices refresh", "cost-report", "advise history", "advise org"],
+)
 def test_no_credentials_is_the_same_exit_everywhere(argv, no_credentials, capsys):
     assert exit_codes.credentials_missing()
     assert cli.main(argv) == exit_codes.BAD_INPUT

@@ -12,8 +12,13 @@ from conftest import GPULOAN, REPO, SHARED_PRICES, STACKS, requires_prices, requ
 
 
 def _preview_json(stack_or_file: str, cwd=REPO) -> tuple[int, dict | None, str]:
-    result = subprocess.run([sys.executable, "-m", "gpuloan", "preview", stack_or_file, "--json"], cwd=cwd,
-                            capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-m", "gpuloan", "preview", stack_or_file, "--json"],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     doc = json.loads(result.stdout) if result.returncode == 0 else None
     return result.returncode, doc, result.stderr
 
@@ -28,7 +33,9 @@ def test_preview_json_has_the_documented_shape(previews, stack):
     rc, doc, err = previews[stack]
     assert rc == 0, err
     assert set(doc) == {"schema_version", "stack", "resources", "outputs", "cost", "unchecked_secrets"}
-    assert {"platform", "fixed_monthly_usd", "budget_headroom_monthly_usd", "fallback_max_monthly_usd"} <= set(doc["cost"])
+    assert {"platform", "fixed_monthly_usd", "budget_headroom_monthly_usd", "fallback_max_monthly_usd"} <= set(
+        doc["cost"]
+    )
     assert doc["stack"] == stack
     assert doc["resources"], "the program declared no resources"
     for r in doc["resources"]:
@@ -54,7 +61,11 @@ def test_dev_pool_cost_matches_a_hand_computation(previews):
     pool = doc["cost"]["pools"][0]
 
     def current_od(t):  # the 2026 on-demand row (Karpenter's table for us-east-1)
-        return float(next(r for r in _csv_rows(t, "us-east-1") if r["source"].startswith("aws/karpenter"))["ondemand_usd_per_hour"])
+        return float(
+            next(r for r in _csv_rows(t, "us-east-1") if r["source"].startswith("aws/karpenter"))[
+                "ondemand_usd_per_hour"
+            ]
+        )
 
     def spot(t):  # current on-demand x the snapshot's observed spot/on-demand ratio
         snap = next(r for r in _csv_rows(t, "us-east-1") if r["source"].startswith("skypilot"))
@@ -72,7 +83,9 @@ def test_dev_pool_cost_matches_a_hand_computation(previews):
 def test_prod_totals_add_up(previews):
     _, doc, _ = previews["prod"]
     cost = doc["cost"]
-    assert cost["guaranteed_monthly_usd"] == pytest.approx(sum(p["guaranteed_monthly_usd"] for p in cost["pools"]), abs=0.05)
+    assert cost["guaranteed_monthly_usd"] == pytest.approx(
+        sum(p["guaranteed_monthly_usd"] for p in cost["pools"]), abs=0.05
+    )
     training = next(p for p in cost["pools"] if p["pool"] == "training")
     assert training["guaranteed_nodes"] == 2 and training["guaranteed_gpus"] == 16
     assert training["fallback_max_nodes"] == 2  # on_demand_max_nodes
@@ -81,8 +94,9 @@ def test_prod_totals_add_up(previews):
 
 @requires_shared_prices
 def test_preview_text_shows_tree_and_costs():
-    result = subprocess.run([sys.executable, "-m", "gpuloan", "preview", "prod"], cwd=REPO,
-                            capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-m", "gpuloan", "preview", "prod"], cwd=REPO, capture_output=True, text=True, timeout=300
+    )
     assert result.returncode == 0, result.stderr
     assert "stack prod" in result.stdout
     assert "Estimated monthly cost" in result.stdout
@@ -103,8 +117,15 @@ def test_preview_stops_on_bad_config_before_running(tmp_path):
 
 def test_preview_json_is_byte_identical_across_runs():
     """Same tree, same bytes: assets by content hash, resources in URN order, money rounded (cost-diff relies on it)."""
-    runs = [subprocess.run([sys.executable, "-m", "gpuloan", "preview", "-s", "prod", "--json"], cwd=REPO,
-                           capture_output=True, timeout=300) for _ in range(2)]
+    runs = [
+        subprocess.run(
+            [sys.executable, "-m", "gpuloan", "preview", "-s", "prod", "--json"],
+            cwd=REPO,
+            capture_output=True,
+            timeout=300,
+        )
+        for _ in range(2)
+    ]
     assert runs[0].returncode == 0, runs[0].stderr
     assert runs[0].stdout == runs[1].stdout
     doc = json.loads(runs[0].stdout)
@@ -121,7 +142,8 @@ def test_without_prices_the_fixed_cost_line_says_unknown_not_a_bound(tmp_path):
 
     env = {k: v for k, v in os.environ.items() if k != "GPULOAN_PRICE_FILE"}
     env.update(XDG_CACHE_HOME=str(tmp_path), GPULOAN_PRICE_SNAPSHOT="0")
-    out = subprocess.run([*GPULOAN, "preview", "-s", "dev"], cwd=REPO, env=env,
-                         capture_output=True, text=True, timeout=300).stdout
+    out = subprocess.run(
+        [*GPULOAN, "preview", "-s", "dev"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300
+    ).stdout
     line = " ".join(out.split("fixed monthly (floor + platform):", 1)[1].split("platform cost unknown", 1)[0].split())
     assert line == "unknown; budget headroom: unknown", line

@@ -30,8 +30,9 @@ def _gate_script(stack: str) -> str:
 def _run_gate(repo: Path, tmp_path: Path, before: str) -> tuple[subprocess.CompletedProcess, dict]:
     """The dev job's gate step as a Linux runner runs a `run:` step (`bash -e {0}`), in `repo`."""
     env = dict(os.environ, BEFORE_SHA=before, RUNNER_TEMP=str(tmp_path))
-    result = subprocess.run(["bash", "-e", "-c", _gate_script("dev")], cwd=repo, env=env, capture_output=True,
-                            text=True, timeout=600)
+    result = subprocess.run(
+        ["bash", "-e", "-c", _gate_script("dev")], cwd=repo, env=env, capture_output=True, text=True, timeout=600
+    )
     config_file = tmp_path / "guardrails-config.json"
     return result, json.loads(config_file.read_text()) if config_file.exists() else {}
 
@@ -71,14 +72,22 @@ def test_a_two_minor_jump_is_refused_and_the_trailer_lets_an_accepted_blocker_th
         assert refused.returncode == 5, refused.stdout + refused.stderr
         said = " ".join(refused.stderr.split())  # folded to 80 columns
         assert all(len(line) <= 80 for line in refused.stderr.splitlines() if "rollout blocker" in line)
-        assert "error: rollout blocker: dev: this change upgrades the EKS cluster `gpuloan-dev` (Kubernetes 1.33 " \
-               "-> 1.35" in said
+        assert (
+            "error: rollout blocker: dev: this change upgrades the EKS cluster `gpuloan-dev` (Kubernetes 1.33 "
+            "-> 1.35" in said
+        )
         assert "Rollout-Blockers-Accepted: <why>" in said
         [blocker] = config["rollout-blockers"]["blockers"]
         assert blocker.startswith("dev: upgrades the EKS cluster") and config["rollout-blockers"]["accepted"] == ""
 
-        _git(repo, "commit", "--amend", "--quiet", "-m",
-             "dev to 1.35\n\nRollout-Blockers-Accepted: a test of the override")
+        _git(
+            repo,
+            "commit",
+            "--amend",
+            "--quiet",
+            "-m",
+            "dev to 1.35\n\nRollout-Blockers-Accepted: a test of the override",
+        )
         accepted, config = _run_gate(repo, tmp_path, base)
         assert accepted.returncode == 0, accepted.stdout + accepted.stderr
         assert "rollout blockers accepted: a test of the override" in accepted.stderr
@@ -105,8 +114,13 @@ def test_the_override_never_accepts_what_ci_cannot_apply():
     from offline import diff as cost_diff
     from offline import rollout
 
-    admin = rollout.Blocker("floor", "prod-training-guaranteed", "replaces", ("delete first with the node role …",),
-                            needs_administrator=True)
+    admin = rollout.Blocker(
+        "floor",
+        "prod-training-guaranteed",
+        "replaces",
+        ("delete first with the node role …",),
+        needs_administrator=True,
+    )
     other = rollout.Blocker("elastic group", "prod-training-spot", "replaces", ("instanceTypes",))
     d = cost_diff.StackDiff("prod", cost_diff.Side(doc={}), cost_diff.Side(doc={}))
     original = cost_comment.blockers
@@ -122,13 +136,15 @@ def test_the_override_never_accepts_what_ci_cannot_apply():
     # a base that could not be previewed hides its blockers: refused too, unless accepted
     unknown = cost_diff.StackDiff("dev", cost_diff.Side(problems=["region: unknown"]), cost_diff.Side(doc={}))
     assert cost_comment.refused_blockers([unknown], None) == [
-        "dev: the base could not be previewed, so the rollout cannot be checked"]
+        "dev: the base could not be previewed, so the rollout cannot be checked"
+    ]
     assert cost_comment.refused_blockers([unknown], "meant") == []
     new_stack = cost_diff.StackDiff("dev", cost_diff.Side(missing=True), cost_diff.Side(doc={}))
     assert cost_comment.refused_blockers([new_stack], None) == []
 
 
 # --- the guardrails pack ----------------------------------------------------------------------------------------
+
 
 def _report(config: dict | None) -> list[str]:
     found: list[str] = []
@@ -138,14 +154,20 @@ def _report(config: dict | None) -> list[str]:
 
 def test_the_guardrail_reports_the_gates_blockers_unless_accepted():
     assert _report(None) == []  # an administrator's `pulumi up`: no gate, nothing to report
-    blockers = {"blockers": ["prod: replaces the floor `prod-training-guaranteed` (subnetIds)"],
-                "administrator_blockers": [], "accepted": ""}
+    blockers = {
+        "blockers": ["prod: replaces the floor `prod-training-guaranteed` (subnetIds)"],
+        "administrator_blockers": [],
+        "accepted": "",
+    }
     [msg] = _report(blockers)
     assert msg.startswith("rollout blocker: prod: replaces the floor `prod-training-guaranteed`")
     assert "Rollout-Blockers-Accepted: <why>" in msg
     assert _report({**blockers, "accepted": "moving the floor to 1b in the maintenance window"}) == []
-    admin = {**blockers, "administrator_blockers": ["prod: replaces the floor `x` (delete first with …)"],
-             "accepted": "meant"}
+    admin = {
+        **blockers,
+        "administrator_blockers": ["prod: replaces the floor `x` (delete first with …)"],
+        "accepted": "meant",
+    }
     [msg] = _report(admin)
     assert "CI's deploy role cannot apply" in msg
 

@@ -15,13 +15,34 @@ TRACE = "docs/examples/org-demand/training.csv"
 
 def test_seeds_table_keeps_every_cell_and_header_whole_at_80_columns():
     env = {**os.environ, "COLUMNS": "80"}
-    out = subprocess.run([sys.executable, "-m", "gpuloan", "simulate", "-s", "prod", "--pool", "training", "--trace",
-                          TRACE, "--days", "0:6", "--auto-size", "--seeds", "2"], cwd=REPO, env=env,
-                         capture_output=True, text=True, timeout=600).stdout
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gpuloan",
+            "simulate",
+            "-s",
+            "prod",
+            "--pool",
+            "training",
+            "--trace",
+            TRACE,
+            "--days",
+            "0:6",
+            "--auto-size",
+            "--seeds",
+            "2",
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    ).stdout
     lines = out.splitlines()
     rule = next(i for i, line in enumerate(lines) if line.startswith("─"))
-    header, rows = lines[rule - 2:rule], []
-    for line in lines[rule + 1:]:
+    header, rows = lines[rule - 2 : rule], []
+    for line in lines[rule + 1 :]:
         if not line.strip() or line.startswith("("):
             break
         rows.append(line)

@@ -14,7 +14,6 @@ from pricing.sources import pricebook
 from pricing import checks
 
 
-
 @pytest.fixture
 def snapshot_only(monkeypatch, tmp_path):
     monkeypatch.delenv(pricebook.ENV_PRICE_FILE, raising=False)
@@ -29,8 +28,10 @@ def test_without_prices_validate_names_the_rules_it_could_not_check(no_prices, c
     out = capsys.readouterr().out
     # ... and says what it could not tell
     assert "not checked: every instance type has a price in us-east-1 (no price source)" in out
-    assert ("not checked: the floors' cost against the pool and environment budgets, for pools[0] (training), "
-            "pools[1] (inference) (no price source)") in out
+    assert (
+        "not checked: the floors' cost against the pool and environment budgets, for pools[0] (training), "
+        "pools[1] (inference) (no price source)"
+    ) in out
 
 
 def test_with_prices_nothing_is_left_unchecked(snapshot_only, capsys):
@@ -45,7 +46,9 @@ def _prod_with_training_off_spot() -> dict:
 
 
 def test_a_production_pool_kept_off_spot_is_said_so_and_priced_at_on_demand(snapshot_only):
-    shipped = costs.stack_cost(resolved_prices(), checks.from_stack_yaml({"config": stack_config("prod")}, "prod", prices=resolved_prices()))
+    shipped = costs.stack_cost(
+        resolved_prices(), checks.from_stack_yaml({"config": stack_config("prod")}, "prod", prices=resolved_prices())
+    )
     cfg = checks.from_stack_yaml({"config": _prod_with_training_off_spot()}, "prod", prices=resolved_prices())
     off = costs.stack_cost(resolved_prices(), cfg)
     before, after = shipped.pools[0], off.pools[0]
@@ -55,6 +58,13 @@ def test_a_production_pool_kept_off_spot_is_said_so_and_priced_at_on_demand(snap
     assert "production work stays off spot" in after.elastic_note
     assert off.pools[1].elastic_price_model == "spot"  # inference is still listed
     notes = cmd_validate.off_spot_notes(cfg)
-    assert notes == ["pools[0] (training): production work stays off spot (not in "
-                     "scheduling.kueue.production_spot_pools): it runs on the on-demand group, priced at on-demand"]
-    assert cmd_validate.off_spot_notes(checks.from_stack_yaml({"config": stack_config("prod")}, "prod", prices=resolved_prices())) == []
+    assert notes == [
+        "pools[0] (training): production work stays off spot (not in "
+        "scheduling.kueue.production_spot_pools): it runs on the on-demand group, priced at on-demand"
+    ]
+    assert (
+        cmd_validate.off_spot_notes(
+            checks.from_stack_yaml({"config": stack_config("prod")}, "prod", prices=resolved_prices())
+        )
+        == []
+    )

@@ -38,15 +38,26 @@ def _provider(rec, r):
 
 
 def _opts(r, ignore_changes=None):
-    return PolicyResourceOptions(protect=r.protect, ignore_changes=list(r.ignore_changes if ignore_changes is None
-                                                                          else ignore_changes),
-                                 delete_before_replace=None, aliases=[], custom_timeouts=PolicyCustomTimeouts(0, 0, 0),
-                                 additional_secret_outputs=[], parent=r.parent)
+    return PolicyResourceOptions(
+        protect=r.protect,
+        ignore_changes=list(r.ignore_changes if ignore_changes is None else ignore_changes),
+        delete_before_replace=None,
+        aliases=[],
+        custom_timeouts=PolicyCustomTimeouts(0, 0, 0),
+        additional_secret_outputs=[],
+        parent=r.parent,
+    )
 
 
 def resource_args(rec, r, props=None, ignore_changes=None, urn=None):
-    return ResourceValidationArgs(r.type, copy.deepcopy(r.inputs) if props is None else props, urn or r.urn, r.name,
-                                  _opts(r, ignore_changes), _provider(rec, r))
+    return ResourceValidationArgs(
+        r.type,
+        copy.deepcopy(r.inputs) if props is None else props,
+        urn or r.urn,
+        r.name,
+        _opts(r, ignore_changes),
+        _provider(rec, r),
+    )
 
 
 def stack_args(rec, edit=None, drop=()):
@@ -97,18 +108,30 @@ def test_shipped_stacks_pass_every_guardrail(recorded, stack):
 def test_mandatory_and_advisory_rules_are_the_issues():
     levels = {p.name: p.enforcement_level for p in g.policies(resolved_prices())}
     assert {n for n, lvl in levels.items() if lvl == EnforcementLevel.MANDATORY} == {
-        "gpu-resources-tagged", "elastic-node-groups-bounded", "policy-role-no-mutating-star",
-        "ecr-immutable-and-scanned", "pool-budget-with-email", "launch-templates-imdsv2",
-        "roles-no-star-on-star", "rollout-blockers"}
+        "gpu-resources-tagged",
+        "elastic-node-groups-bounded",
+        "policy-role-no-mutating-star",
+        "ecr-immutable-and-scanned",
+        "pool-budget-with-email",
+        "launch-templates-imdsv2",
+        "roles-no-star-on-star",
+        "rollout-blockers",
+    }
     assert {n for n, lvl in levels.items() if lvl == EnforcementLevel.ADVISORY} == {
-        "spot-pools-diversified", "floor-under-budget", "floor-protected"}
+        "spot-pools-diversified",
+        "floor-under-budget",
+        "floor-protected",
+    }
 
 
 def test_pack_files_are_pinned_like_the_project():
     meta = yaml.safe_load((REPO / "guardrails" / "PulumiPolicy.yaml").read_text())
     assert meta["runtime"]["name"] == "python" and meta["version"]
-    pins = dict(line.split("==") for line in (REPO / "guardrails" / "requirements.txt").read_text().splitlines()
-                if "==" in line and not line.startswith("#"))
+    pins = dict(
+        line.split("==")
+        for line in (REPO / "guardrails" / "requirements.txt").read_text().splitlines()
+        if "==" in line and not line.startswith("#")
+    )
     project = (REPO / "requirements.txt").read_text() + (REPO / "requirements-dev.txt").read_text()
     for name, version in pins.items():
         assert f"{name}=={version}" in project, f"guardrails pins {name}=={version}, the project does not"
@@ -188,8 +211,12 @@ def test_elastic_group_clamped_to_a_lower_max_is_compliant(recorded):
 
 
 def _floor_resources(rec):
-    return [r for r in rec.resources if (r.type == g.NODE_GROUP and r.inputs["labels"].get("gpuloan.io/tier")
-                                         == "guaranteed") or r.type == g.CAPACITY_RESERVATION]
+    return [
+        r
+        for r in rec.resources
+        if (r.type == g.NODE_GROUP and r.inputs["labels"].get("gpuloan.io/tier") == "guaranteed")
+        or r.type == g.CAPACITY_RESERVATION
+    ]
 
 
 def test_protected_floor_is_compliant(recorded):
@@ -214,8 +241,9 @@ def test_unprotected_floor_is_flagged():
 def test_guaranteed_groups_are_not_elastic(recorded):
     rec = recorded("prod")
     floor = [r for r in rec.of_type(g.NODE_GROUP) if r.inputs["labels"].get("gpuloan.io/tier") == "guaranteed"]
-    assert floor and all(violations("elastic-node-groups-bounded", resource_args(rec, r, ignore_changes=[])) == []
-                         for r in floor)
+    assert floor and all(
+        violations("elastic-node-groups-bounded", resource_args(rec, r, ignore_changes=[])) == [] for r in floor
+    )
 
 
 # --- policy-role-no-mutating-star --------------------------------------------------------------------------
@@ -236,12 +264,20 @@ def test_policy_role_documents_in_the_program_are_compliant(recorded):
     for r in in_function:
         assert violations("policy-role-no-mutating-star", resource_args(rec, r)) == [], r.name
     read_only = rec.named("prod-github-preview-read")
-    assert violations("policy-role-no-mutating-star",
-                      resource_args(rec, read_only, urn=_as_policy_function_child(read_only))) == []
+    assert (
+        violations(
+            "policy-role-no-mutating-star", resource_args(rec, read_only, urn=_as_policy_function_child(read_only))
+        )
+        == []
+    )
 
 
-WIDE = json.dumps({"Version": "2012-10-17", "Statement": [
-    {"Effect": "Allow", "Action": ["ec2:*", "eks:*", "iam:*"], "Resource": "*"}]})
+WIDE = json.dumps(
+    {
+        "Version": "2012-10-17",
+        "Statement": [{"Effect": "Allow", "Action": ["ec2:*", "eks:*", "iam:*"], "Resource": "*"}],
+    }
+)
 
 
 def test_policy_role_with_mutating_star_violates(recorded):
@@ -249,30 +285,71 @@ def test_policy_role_with_mutating_star_violates(recorded):
     wide = rec.named("prod-github-preview-read")
     props = {**copy.deepcopy(wide.inputs), "policy": WIDE}
     assert violations("policy-role-no-mutating-star", resource_args(rec, wide, props)) == []  # not the policy role
-    (msg,) = violations("policy-role-no-mutating-star",
-                        resource_args(rec, wide, props, urn=_as_policy_function_child(wide)))
+    (msg,) = violations(
+        "policy-role-no-mutating-star", resource_args(rec, wide, props, urn=_as_policy_function_child(wide))
+    )
     assert "eks:*" in msg and "iam:*" in msg
 
 
-@pytest.mark.parametrize("name, statement, bad", [
-    ("update any node group", {"Action": "eks:UpdateNodegroupConfig", "Resource": "*"}, ["eks:UpdateNodegroupConfig"]),
-    ("terminate scoped by tag", {"Action": "autoscaling:TerminateInstanceInAutoScalingGroup", "Resource": "*",
-     "Condition": {"StringEquals": {"autoscaling:ResourceTag/gpuloan:tier": "elastic"}}}, []),
-    ("metrics in one namespace", {"Action": "cloudwatch:PutMetricData", "Resource": "*",
-     "Condition": {"StringEquals": {"cloudwatch:namespace": "gpuloan"}}}, []),
-    ("region condition does not scope", {"Action": ["eks:*"], "Resource": "*",
-     "Condition": {"StringEquals": {"aws:RequestedRegion": "us-east-1"}}}, ["eks:*"]),
-    ("reads on star", {"Action": ["eks:DescribeNodegroup", "autoscaling:Describe*", "ce:GetCostAndUsage"],
-     "Resource": "*"}, []),
-    ("named group ARN", {"Action": "eks:UpdateNodegroupConfig",
-     "Resource": "arn:aws:eks:us-east-1:123456789012:nodegroup/gpuloan-prod/prod-training-spot/*"}, []),
-    ("vpc lambda enis", {"Action": ["ec2:CreateNetworkInterface", "ec2:DeleteNetworkInterface"], "Resource": "*"}, []),
-    ("deny is fine", {"Effect": "Deny", "Action": "*", "Resource": "*"}, []),
-    ("budget reads", {"Action": ["budgets:ViewBudget", "dynamodb:Query"], "Resource": "*"}, []),
-    ("everything", {"Action": "*", "Resource": "*"}, ["*"]),
-    ("wildcard verb", {"Action": ["autoscaling:Terminate*", "eks:Update*"], "Resource": ["*"]},
-     ["autoscaling:Terminate*", "eks:Update*"]),
-])
+@pytest.mark.parametrize(
+    "name, statement, bad",
+    [
+        (
+            "update any node group",
+            {"Action": "eks:UpdateNodegroupConfig", "Resource": "*"},
+            ["eks:UpdateNodegroupConfig"],
+        ),
+        (
+            "terminate scoped by tag",
+            {
+                "Action": "autoscaling:TerminateInstanceInAutoScalingGroup",
+                "Resource": "*",
+                "Condition": {"StringEquals": {"autoscaling:ResourceTag/gpuloan:tier": "elastic"}},
+            },
+            [],
+        ),
+        (
+            "metrics in one namespace",
+            {
+                "Action": "cloudwatch:PutMetricData",
+                "Resource": "*",
+                "Condition": {"StringEquals": {"cloudwatch:namespace": "gpuloan"}},
+            },
+            [],
+        ),
+        (
+            "region condition does not scope",
+            {"Action": ["eks:*"], "Resource": "*", "Condition": {"StringEquals": {"aws:RequestedRegion": "us-east-1"}}},
+            ["eks:*"],
+        ),
+        (
+            "reads on star",
+            {"Action": ["eks:DescribeNodegroup", "autoscaling:Describe*", "ce:GetCostAndUsage"], "Resource": "*"},
+            [],
+        ),
+        (
+            "named group ARN",
+            {
+                "Action": "eks:UpdateNodegroupConfig",
+                "Resource": "arn:aws:eks:us-east-1:123456789012:nodegroup/gpuloan-prod/prod-training-spot/*",
+            },
+            [],
+        ),
+        (
+            "vpc lambda enis",
+            {"Action": ["ec2:CreateNetworkInterface", "ec2:DeleteNetworkInterface"], "Resource": "*"},
+            [],
+        ),
+        ("deny is fine", {"Effect": "Deny", "Action": "*", "Resource": "*"}, []),
+        ("budget reads", {"Action": ["budgets:ViewBudget", "dynamodb:Query"], "Resource": "*"}, []),
+        ("everything", {"Action": "*", "Resource": "*"}, ["*"]),
+        (
+            "wildcard verb",
+            {"Action": ["autoscaling:Terminate*", "eks:Update*"], "Resource": ["*"]},
+            ["autoscaling:Terminate*", "eks:Update*"],
+        ),
+    ],
+)
 def test_unscoped_mutating_actions_table(name, statement, bad):
     stmt = {"Effect": "Allow", **statement}
     assert g.unscoped_mutating_actions(json.dumps({"Version": "2012-10-17", "Statement": [stmt]})) == bad, name
@@ -289,15 +366,30 @@ def test_ecr_repositories_compliant(recorded):
         assert violations("ecr-immutable-and-scanned", resource_args(rec, repo)) == []
 
 
-@pytest.mark.parametrize("name, change, expect", [
-    ("mutable and unscanned", {"imageTagMutability": "MUTABLE", "imageScanningConfiguration": {"scanOnPush": False}},
-     ["IMMUTABLE", "scan on push"]),
-    ("exclusion of every tag", {"imageTagMutability": "IMMUTABLE_WITH_EXCLUSION",
-     "imageTagMutabilityExclusionFilters": [{"filterType": "WILDCARD", "filter": "*"}]}, ["literal prefixes"]),
-    ("exclusion without filters", {"imageTagMutability": "IMMUTABLE_WITH_EXCLUSION",
-     "imageTagMutabilityExclusionFilters": []}, ["literal prefixes"]),
-    ("scanning removed", {"imageScanningConfiguration": None}, ["scan on push"]),
-])
+@pytest.mark.parametrize(
+    "name, change, expect",
+    [
+        (
+            "mutable and unscanned",
+            {"imageTagMutability": "MUTABLE", "imageScanningConfiguration": {"scanOnPush": False}},
+            ["IMMUTABLE", "scan on push"],
+        ),
+        (
+            "exclusion of every tag",
+            {
+                "imageTagMutability": "IMMUTABLE_WITH_EXCLUSION",
+                "imageTagMutabilityExclusionFilters": [{"filterType": "WILDCARD", "filter": "*"}],
+            },
+            ["literal prefixes"],
+        ),
+        (
+            "exclusion without filters",
+            {"imageTagMutability": "IMMUTABLE_WITH_EXCLUSION", "imageTagMutabilityExclusionFilters": []},
+            ["literal prefixes"],
+        ),
+        ("scanning removed", {"imageScanningConfiguration": None}, ["scan on push"]),
+    ],
+)
 def test_ecr_repository_violations(recorded, name, change, expect):
     rec = recorded("prod")
     repo = rec.of_type(g.ECR_REPOSITORY)[0]
@@ -313,7 +405,11 @@ def test_ecr_repository_violations(recorded, name, change, expect):
 
 def test_every_prod_pool_has_an_emailing_budget(recorded):
     assert violations("pool-budget-with-email", stack_args(recorded("prod"))) == []
-    assert set(g.pools_in_stack(resolved_prices(), stack_args(recorded("prod")))) == {"training", "inference", "research"}
+    assert set(g.pools_in_stack(resolved_prices(), stack_args(recorded("prod")))) == {
+        "training",
+        "inference",
+        "research",
+    }
 
 
 def test_single_pool_stack_may_rely_on_the_environment_budget(recorded):
@@ -383,8 +479,12 @@ def test_floor_cost_is_computed_from_catalog_prices(recorded):
 @requires_shared_prices
 def test_a_capacity_block_floor_counts_its_whole_size_before_it_starts(recorded):
     rec = recorded("prod")
-    (floor,) = [r for r in rec.of_type(g.NODE_GROUP) if r.inputs.get("labels", {}).get("gpuloan.io/pool") == "training"
-                and r.inputs.get("labels", {}).get("gpuloan.io/tier") == "guaranteed"]
+    (floor,) = [
+        r
+        for r in rec.of_type(g.NODE_GROUP)
+        if r.inputs.get("labels", {}).get("gpuloan.io/pool") == "training"
+        and r.inputs.get("labels", {}).get("gpuloan.io/tier") == "guaranteed"
+    ]
 
     def block_before_its_start(props):  # as the program declares a block whose window has not begun
         props["capacityType"] = "CAPACITY_BLOCK"
@@ -412,10 +512,19 @@ def test_floor_under_budget_compliant_and_violating(recorded):
 def test_lambda_trusted_role_inline_policies_are_checked_wherever_declared(recorded):
     rec = recorded("prod")
     role = rec.named("prod-github-preview")
-    lambda_trust = json.dumps({"Version": "2012-10-17", "Statement": [{
-        "Effect": "Allow", "Principal": {"Service": "lambda.amazonaws.com"}, "Action": "sts:AssumeRole"}]})
-    props = {**copy.deepcopy(role.inputs), "assumeRolePolicy": lambda_trust,
-             "inlinePolicies": [{"name": "resize", "policy": WIDE}]}
+    lambda_trust = json.dumps(
+        {
+            "Version": "2012-10-17",
+            "Statement": [
+                {"Effect": "Allow", "Principal": {"Service": "lambda.amazonaws.com"}, "Action": "sts:AssumeRole"}
+            ],
+        }
+    )
+    props = {
+        **copy.deepcopy(role.inputs),
+        "assumeRolePolicy": lambda_trust,
+        "inlinePolicies": [{"name": "resize", "policy": WIDE}],
+    }
     (msg,) = violations("policy-role-no-mutating-star", resource_args(rec, role, props))
     assert "ec2:*" in msg
     props["inlinePolicies"] = [{"name": "read", "policy": rec.named("prod-github-preview-read").inputs["policy"]}]
@@ -424,8 +533,11 @@ def test_lambda_trusted_role_inline_policies_are_checked_wherever_declared(recor
 
 def test_policy_function_role_widened_to_every_node_group_violates(recorded):
     rec = recorded("prod")
-    (policy,) = [r for r in rec.of_type(g.IAM_ROLE_POLICY)
-                 if g.in_policy_function(r.urn) and "UpdateNodegroupConfig" in r.inputs["policy"]]
+    (policy,) = [
+        r
+        for r in rec.of_type(g.IAM_ROLE_POLICY)
+        if g.in_policy_function(r.urn) and "UpdateNodegroupConfig" in r.inputs["policy"]
+    ]
     doc = json.loads(policy.inputs["policy"])
     for stmt in doc["Statement"]:
         if "eks:UpdateNodegroupConfig" in stmt["Action"]:
@@ -449,14 +561,17 @@ def test_no_role_of_the_shipped_stacks_gets_star_on_star(recorded, stack):
         assert violations("roles-no-star-on-star", resource_args(rec, r)) == [], r.name
 
 
-@pytest.mark.parametrize("name, statement, bad", [
-    ("admin", {"Effect": "Allow", "Action": "*", "Resource": "*"}, True),
-    ("admin in a list", {"Effect": "Allow", "Action": ["s3:GetObject", "*"], "Resource": ["*"]}, True),
-    ("not-action on star", {"Effect": "Allow", "NotAction": ["iam:*"], "Resource": "*"}, True),
-    ("every action on one bucket", {"Effect": "Allow", "Action": "*", "Resource": "arn:aws:s3:::b/*"}, False),
-    ("service wildcard", {"Effect": "Allow", "Action": "ec2:*", "Resource": "*"}, False),
-    ("deny everything", {"Effect": "Deny", "Action": "*", "Resource": "*"}, False),
-])
+@pytest.mark.parametrize(
+    "name, statement, bad",
+    [
+        ("admin", {"Effect": "Allow", "Action": "*", "Resource": "*"}, True),
+        ("admin in a list", {"Effect": "Allow", "Action": ["s3:GetObject", "*"], "Resource": ["*"]}, True),
+        ("not-action on star", {"Effect": "Allow", "NotAction": ["iam:*"], "Resource": "*"}, True),
+        ("every action on one bucket", {"Effect": "Allow", "Action": "*", "Resource": "arn:aws:s3:::b/*"}, False),
+        ("service wildcard", {"Effect": "Allow", "Action": "ec2:*", "Resource": "*"}, False),
+        ("deny everything", {"Effect": "Deny", "Action": "*", "Resource": "*"}, False),
+    ],
+)
 def test_star_on_star_statements_table(name, statement, bad):
     doc = {"Version": "2012-10-17", "Statement": [statement]}
     assert bool(g.star_on_star_statements(doc)) is bad, name
@@ -464,17 +579,29 @@ def test_star_on_star_statements_table(name, statement, bad):
 
 def test_star_on_star_violates_in_every_place_a_policy_can_live(recorded):
     rec = recorded("prod")
-    admin = json.dumps({"Version": "2012-10-17", "Statement": [
-        {"Sid": "Everything", "Effect": "Allow", "Action": "*", "Resource": "*"}]})
+    admin = json.dumps(
+        {
+            "Version": "2012-10-17",
+            "Statement": [{"Sid": "Everything", "Effect": "Allow", "Action": "*", "Resource": "*"}],
+        }
+    )
     role_policy = next(r for r in rec.of_type(g.IAM_ROLE_POLICY))
-    (msg,) = violations("roles-no-star-on-star", resource_args(rec, role_policy, {**role_policy.inputs, "policy": admin}))
+    (msg,) = violations(
+        "roles-no-star-on-star", resource_args(rec, role_policy, {**role_policy.inputs, "policy": admin})
+    )
     assert "Everything" in msg and role_policy.name in msg
     managed = next(r for r in rec.of_type(g.IAM_POLICY))
     assert violations("roles-no-star-on-star", resource_args(rec, managed, {**managed.inputs, "policy": admin}))
     role = next(r for r in rec.of_type(g.IAM_ROLE))
-    assert violations("roles-no-star-on-star", resource_args(
-        rec, role, {**role.inputs, "inlinePolicies": [{"name": "x", "policy": admin}]}))
+    assert violations(
+        "roles-no-star-on-star",
+        resource_args(rec, role, {**role.inputs, "inlinePolicies": [{"name": "x", "policy": admin}]}),
+    )
     attachment = next(r for r in rec.of_type(g.IAM_ROLE_POLICY_ATTACHMENT))
-    (msg,) = violations("roles-no-star-on-star", resource_args(
-        rec, attachment, {**attachment.inputs, "policyArn": "arn:aws:iam::aws:policy/AdministratorAccess"}))
+    (msg,) = violations(
+        "roles-no-star-on-star",
+        resource_args(
+            rec, attachment, {**attachment.inputs, "policyArn": "arn:aws:iam::aws:policy/AdministratorAccess"}
+        ),
+    )
     assert "AdministratorAccess" in msg

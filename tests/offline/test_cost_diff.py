@@ -13,13 +13,29 @@ from gpuloan import cli
 from offline import diff as cost_diff
 from pricing.sources import floor_pricing
 
-SKIP = shutil.ignore_patterns(".git", ".venv", "__pycache__", ".pytest_cache", ".hypothesis", "traces", "tests",
-                              "*.egg-info", "venv", "out", "build", "dist")
+SKIP = shutil.ignore_patterns(
+    ".git",
+    ".venv",
+    "__pycache__",
+    ".pytest_cache",
+    ".hypothesis",
+    "traces",
+    "tests",
+    "*.egg-info",
+    "venv",
+    "out",
+    "build",
+    "dist",
+)
 
 
 def _git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@example.com", "-C", str(repo), *args],
-                          check=True, capture_output=True, text=True).stdout
+    return subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", "-C", str(repo), *args],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
 
 
 def _copy_project(dst: Path) -> Path:
@@ -77,9 +93,13 @@ def test_raising_the_floor_shows_the_added_cost_per_month(floor_raised):
     assert md.startswith(cost_diff.MARKER)
     assert EXPECTED_TABLE in md
     # The added cost is one p4d.24xlarge at the rate of the RI that now covers it (reserved_1yr) for 730 hours.
-    one_node = floor_pricing.floor_rate(resolved_prices(), "p4d.24xlarge", "us-east-1", "reserved_1yr").usd_per_hour * 730
+    one_node = (
+        floor_pricing.floor_rate(resolved_prices(), "p4d.24xlarge", "us-east-1", "reserved_1yr").usd_per_hour * 730
+    )
     row = next(r for r in diff.pools if r["pool"] == "training")
-    assert row["head"]["guaranteed_monthly_usd"] - row["base"]["guaranteed_monthly_usd"] == pytest.approx(one_node, abs=0.02)
+    assert row["head"]["guaranteed_monthly_usd"] - row["base"]["guaranteed_monthly_usd"] == pytest.approx(
+        one_node, abs=0.02
+    )
     assert f"+${one_node:,.0f}" == "+$9,867"
 
 
@@ -88,8 +108,11 @@ def test_raising_the_floor_changes_the_floor_resources_only(floor_raised):
     assert diff.added == [] and diff.removed == []
     changed = {r["name"]: keys for r, keys in diff.changed}
     assert changed["training-guaranteed-ng"] == ["scalingConfig"]
-    reservation = [name for name, r in [(r["name"], r) for r, _ in diff.changed]
-                   if r["type"] == "aws:ec2/capacityReservation:CapacityReservation"]
+    reservation = [
+        name
+        for name, r in [(r["name"], r) for r, _ in diff.changed]
+        if r["type"] == "aws:ec2/capacityReservation:CapacityReservation"
+    ]
     assert len(reservation) == 1 and changed[reservation[0]] == ["instanceCount"]
     assert not any("inference" in name for name in changed)  # the other pool is untouched
     assert "Resources: 0 to add" in cost_diff.render_markdown([diff], "HEAD~1")

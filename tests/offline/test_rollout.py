@@ -44,8 +44,12 @@ def test_raising_the_floor_rolls_nothing(prod_base):
 
 
 def test_editing_elastic_instance_types_replaces_the_elastic_groups(prod_base):
-    changes = _by_group(_changes(
-        prod_base, lambda c: c["gpuloan:pools"][0]["elastic"].update(instance_types=["p5.48xlarge", "p4de.24xlarge"])))
+    changes = _by_group(
+        _changes(
+            prod_base,
+            lambda c: c["gpuloan:pools"][0]["elastic"].update(instance_types=["p5.48xlarge", "p4de.24xlarge"]),
+        )
+    )
     assert set(changes) == {"prod-training-spot", "prod-training-on-demand"}
     spot = changes["prod-training-spot"]
     assert spot.action == "replaces" and "instanceTypes" in spot.reasons and not spot.is_floor
@@ -53,8 +57,11 @@ def test_editing_elastic_instance_types_replaces_the_elastic_groups(prod_base):
 
 
 def test_reordering_spot_types_replaces_nothing_but_reordering_on_demand_preference_does(prod_base):
-    changes = _by_group(_changes(
-        prod_base, lambda c: c["gpuloan:pools"][0]["elastic"].update(instance_types=["p5.48xlarge", "p4d.24xlarge"])))
+    changes = _by_group(
+        _changes(
+            prod_base, lambda c: c["gpuloan:pools"][0]["elastic"].update(instance_types=["p5.48xlarge", "p4d.24xlarge"])
+        )
+    )
     # Spot types are sorted (order-free); the on-demand group's order is its launch preference.
     assert set(changes) == {"prod-training-on-demand"}
 
@@ -71,8 +78,11 @@ def test_moving_the_floor_to_another_az_replaces_it_and_its_reservation(prod_bas
 
 def test_a_default_tags_edit_rolls_every_node(prod_base):
     changes = _changes(prod_base, lambda c: c["gpuloan:default_tags"].update({"cost-center": "research"}))
-    groups = {r["inputs"].get("nodeGroupNamePrefix") or r["inputs"].get("nodeGroupName")
-              for r in prod_base["resources"] if r["type"] == rollout.NODE_GROUP}
+    groups = {
+        r["inputs"].get("nodeGroupNamePrefix") or r["inputs"].get("nodeGroupName")
+        for r in prod_base["resources"]
+        if r["type"] == rollout.NODE_GROUP
+    }
     assert len(changes) == len(groups) == 8  # 2 floors, 5 elastic, the system group
     for c in changes:
         assert c.action == "rolls"
@@ -89,7 +99,10 @@ def test_removing_a_pool_deletes_its_groups(prod_base):
 
     changes = _by_group(_changes(prod_base, remove_inference))
     assert {g for g, c in changes.items() if c.action == "deletes"} == {
-        "prod-inference-guaranteed", "prod-inference-spot", "prod-inference-on-demand"}
+        "prod-inference-guaranteed",
+        "prod-inference-spot",
+        "prod-inference-on-demand",
+    }
 
 
 def test_replace_forcing_table_treats_subnets_as_a_set():
@@ -113,6 +126,7 @@ def test_the_pr_comment_names_a_replaced_floor(prod_base):
 
 
 # --- blockers: the cluster, a floor, a reservation (issue 24 item 2) -------------------------------------------
+
 
 def _without_role_paths(self, args):
     # The program as it was before every role got an IAM path (stacks/gitops/role_guard.py): types recorded, roles as
@@ -166,7 +180,8 @@ def test_moving_the_floor_blocks_on_the_floor_and_its_reservation(prod_base):
     found = rollout.blockers(prod_base, _doc("prod", config))
     assert [(b.what, b.action, b.name) for b in found] == [
         ("floor", "replaces", "prod-training-guaranteed"),
-        ("capacity reservation", "replaces", "training-guaranteed-odcr")]
+        ("capacity reservation", "replaces", "training-guaranteed-odcr"),
+    ]
 
 
 def test_raising_the_floor_blocks_nothing(prod_base):
@@ -183,8 +198,10 @@ def test_the_pr_comment_and_the_local_preview_show_blockers(prod_base):
     d = cost_diff.diff_stack("prod", cost_diff.Side(doc=prod_base), cost_diff.Side(doc=_doc("prod", config)))
     markdown = cost_comment.render_markdown([d], "main")
     assert "> ⛔ **Blocker**: this change replaces the floor `prod-training-guaranteed`" in markdown
-    assert "> ⛔ **Blocker**: this change replaces the capacity reservation `training-guaranteed-odcr` " \
-           "(availabilityZone)" in markdown
+    assert (
+        "> ⛔ **Blocker**: this change replaces the capacity reservation `training-guaranteed-odcr` "
+        "(availabilityZone)" in markdown
+    )
     table = cost_comment.render_table([d], "main")
     assert "BLOCKER prod: this change replaces the capacity reservation `training-guaranteed-odcr`" in table
     assert len(cost_comment.to_json([d], "main")["stacks"][0]["blockers"]) == 2
@@ -194,9 +211,9 @@ def test_the_pr_comment_and_the_local_preview_show_blockers(prod_base):
 
 # --- issue 24 item 6: a floor replaced while its reservation stays --------------------------------------------
 
+
 def _floor_group(doc, label):
-    [g] = [r for r in doc["resources"] if r["type"] == rollout.NODE_GROUP
-           and rollout.group_label(r["inputs"]) == label]
+    [g] = [r for r in doc["resources"] if r["type"] == rollout.NODE_GROUP and rollout.group_label(r["inputs"]) == label]
     return g
 
 
@@ -232,6 +249,7 @@ def test_floors_on_a_reservation_are_replaced_delete_first_and_others_create_fir
 
 # --- issue 24 item 7: Capacity Block floors: staged rolls, nothing asked of an ended block ---------------------
 
+
 def _block_config(active: bool, end: str | None = None) -> dict:
     """A Capacity Block floor inside its window (started yesterday, ends in 100 days, or `end` with a 7-day block);
     `active` false holds it at 0 (a roll)."""
@@ -242,10 +260,14 @@ def _block_config(active: bool, end: str | None = None) -> dict:
     start_t = end_t - dt.timedelta(days=7) if end else today - dt.timedelta(days=1)
     config = stack_config("dev")
     config["gpuloan:pools"][0]["guaranteed"].update(
-        reservation="capacity_block", reservation_id="cr-0123456789abcdef0", availability_zone="us-east-1a",
-        capacity_block_active=active, capacity_block_start=start_t.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        reservation="capacity_block",
+        reservation_id="cr-0123456789abcdef0",
+        availability_zone="us-east-1a",
+        capacity_block_active=active,
+        capacity_block_start=start_t.strftime("%Y-%m-%dT%H:%M:%SZ"),
         capacity_block_end=end_t.strftime("%Y-%m-%dT%H:%M:%SZ"),
-        rate={"usd_per_hour": 1.0, "source": "test value standing in for the block's quote"})
+        rate={"usd_per_hour": 1.0, "source": "test value standing in for the block's quote"},
+    )
     return config
 
 
@@ -268,9 +290,13 @@ def test_rolling_an_active_capacity_block_floor_must_be_staged():
 def test_an_ended_capacity_block_is_asked_for_no_nodes():
     import datetime as dt
 
-
-    g = checks.from_stack_yaml({"config": _block_config(active=True, end="2027-01-15T11:30:00Z")},
-                                   "dev", prices=resolved_prices()).pools[0].guaranteed
+    g = (
+        checks.from_stack_yaml(
+            {"config": _block_config(active=True, end="2027-01-15T11:30:00Z")}, "dev", prices=resolved_prices()
+        )
+        .pools[0]
+        .guaranteed
+    )
     end = dt.datetime(2027, 1, 15, 11, 30, tzinfo=dt.timezone.utc)
     assert g.floor_up(end - dt.timedelta(minutes=41))
     # From EKS's own scale-down, 40 minutes before the end, the program stops asking for the floor.
@@ -287,14 +313,17 @@ def test_a_kubernetes_jump_of_two_minor_versions_is_a_blocker():
     old["gpuloan:cluster"]["kubernetes_version"] = "1.33"
     base = _doc("dev", old)
     [blocker] = rollout.blockers(base, _doc("dev", stack_config("dev")))  # the shipped 1.35
-    assert blocker.sentence() == ("upgrades the EKS cluster `gpuloan-dev` (Kubernetes 1.33 -> 1.35: EKS updates a "
-                                  "cluster one minor version at a time (apply 1.34 first))")
+    assert blocker.sentence() == (
+        "upgrades the EKS cluster `gpuloan-dev` (Kubernetes 1.33 -> 1.35: EKS updates a "
+        "cluster one minor version at a time (apply 1.34 first))"
+    )
     step = stack_config("dev")
     step["gpuloan:cluster"]["kubernetes_version"] = "1.34"
     assert rollout.blockers(base, _doc("dev", step)) == []
 
 
 # --- issue 35 items 4 and 5 -----------------------------------------------------------------------------------
+
 
 def test_replacing_or_deleting_an_elastic_group_is_a_blocker(prod_base):
     config = stack_config("prod")

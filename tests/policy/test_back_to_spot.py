@@ -17,8 +17,10 @@ def _changes(d):
 
 
 # spot is back: one spot node up, the group not short; two on-demand fallback nodes, one busy, one booting
-_BACK = dict(groups=[group(SPOT, 1), group(OD, 2)],
-             nodes=[node("i-s"), node("i-o1", OD), node("i-o2", OD, age=1, lifecycle=LIFECYCLE_PENDING)])
+_BACK = dict(
+    groups=[group(SPOT, 1), group(OD, 2)],
+    nodes=[node("i-s"), node("i-o1", OD), node("i-o2", OD, age=1, lifecycle=LIFECYCLE_PENDING)],
+)
 
 
 def test_once_spot_is_back_every_on_demand_node_is_closed_to_new_pods():
@@ -74,22 +76,22 @@ def _taints(kube, name):
 
 
 @requires_shared_prices
-def test_the_tick_taints_the_fallback_node_once_spot_is_back(
-        world, kube, lambda_dir, aws_env):
+def test_the_tick_taints_the_fallback_node_once_spot_is_back(world, kube, lambda_dir, aws_env):
     spot = world.asg_of["dev-train-spot"]
     od = world.asg_of["dev-train-on-demand"]
     world.asg.update_auto_scaling_group(AutoScalingGroupName=spot, DesiredCapacity=1)
-    world.eks.update_nodegroup_config(clusterName="gpuloan-dev", nodegroupName="dev-train-spot",
-                                      scalingConfig={"desiredSize": 1})
+    world.eks.update_nodegroup_config(
+        clusterName="gpuloan-dev", nodegroupName="dev-train-spot", scalingConfig={"desiredSize": 1}
+    )
     world.asg.update_auto_scaling_group(AutoScalingGroupName=od, DesiredCapacity=1)
-    world.eks.update_nodegroup_config(clusterName="gpuloan-dev", nodegroupName="dev-train-on-demand",
-                                      scalingConfig={"desiredSize": 1})
+    world.eks.update_nodegroup_config(
+        clusterName="gpuloan-dev", nodegroupName="dev-train-on-demand", scalingConfig={"desiredSize": 1}
+    )
     (spot_node,), (od_node,) = world.instances("dev-train-spot"), world.instances("dev-train-on-demand")
     names = {i: world.dns(i) for i in (spot_node, od_node)}
     for name in names.values():
         kube.add_node(name)
-    kube.nodes[names[od_node]]["spec"]["taints"] = [{"key": "nvidia.com/gpu", "value": "true",
-                                                     "effect": "NoSchedule"}]
+    kube.nodes[names[od_node]]["spec"]["taints"] = [{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}]
     result, logs = run_lambda(lambda_dir, aws_env, world.settings.to_json(), _env(world, kube), {})
     assert result["errors"] == []
     assert _taints(kube, names[od_node]) == ["nvidia.com/gpu", TAINT]  # the node group's own taint stays
@@ -110,8 +112,10 @@ def test_the_taint_comes_off_when_the_engine_no_longer_closes_the_node(kube):
 
     for name in ("od-1", "spot-1"):
         kube.add_node(name)
-    kube.nodes["od-1"]["spec"]["taints"] = [{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"},
-                                            {"key": TAINT, "value": "true", "effect": "NoSchedule"}]
+    kube.nodes["od-1"]["spec"]["taints"] = [
+        {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"},
+        {"key": TAINT, "value": "true", "effect": "NoSchedule"},
+    ]
     kube.nodes["spot-1"]["spec"]["taints"] = [{"key": TAINT, "value": "true", "effect": "NoSchedule"}]
     nodes = (Node("i-o1", OD, NOW), Node("i-o2", OD, NOW), Node("i-s1", SPOT, NOW))
     obs = Observation((PoolObservation("research", (), nodes),))
@@ -156,6 +160,8 @@ def test_a_node_changed_between_read_and_patch_is_left_for_the_next_tick(kube):
 def _token() -> str:
     import base64
 
-    url = ("https://sts.us-east-1.amazonaws.com/?Action=GetCallerIdentity&Version=2011-06-15"
-           "&X-Amz-SignedHeaders=host%3Bx-k8s-aws-id&X-Amz-Signature=abc")
+    url = (
+        "https://sts.us-east-1.amazonaws.com/?Action=GetCallerIdentity&Version=2011-06-15"
+        "&X-Amz-SignedHeaders=host%3Bx-k8s-aws-id&X-Amz-Signature=abc"
+    )
     return "k8s-aws-v1." + base64.urlsafe_b64encode(url.encode()).decode().rstrip("=")

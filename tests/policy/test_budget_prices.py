@@ -21,17 +21,30 @@ from pricing import checks
 from pricing import policy_settings
 
 P4D_SPOT, P5_SPOT, P4D_OD, P5_OD = 4.55, 20.0, 22.0, 55.0
-ROWS = ((SPOT, "p4d.24xlarge", P4D_SPOT), (SPOT, "p5.48xlarge", P5_SPOT),
-        (OD, "p4d.24xlarge", P4D_OD), (OD, "p5.48xlarge", P5_OD))
+ROWS = (
+    (SPOT, "p4d.24xlarge", P4D_SPOT),
+    (SPOT, "p5.48xlarge", P5_SPOT),
+    (OD, "p4d.24xlarge", P4D_OD),
+    (OD, "p5.48xlarge", P5_OD),
+)
 HOURS = hours_left_in_month(NOW)
 
 
 def _training(budget_per_hour: float):
     """An 8-GPU pool of p4d and p5 whose pool budget leaves `budget_per_hour` of headroom with nothing spent."""
-    return pool_settings(gpus_per_node=8, spot_max_nodes=8, on_demand_max_nodes=2, max_step_nodes=None,
-                         spot_usd_per_hour=P4D_SPOT, on_demand_usd_per_hour=P4D_OD, instance_usd_per_hour=ROWS,
-                         guaranteed_nodes=0, guaranteed_group=None, guaranteed_usd_per_hour=0.0,
-                         budget_monthly_usd=budget_per_hour * HOURS)
+    return pool_settings(
+        gpus_per_node=8,
+        spot_max_nodes=8,
+        on_demand_max_nodes=2,
+        max_step_nodes=None,
+        spot_usd_per_hour=P4D_SPOT,
+        on_demand_usd_per_hour=P4D_OD,
+        instance_usd_per_hour=ROWS,
+        guaranteed_nodes=0,
+        guaranteed_group=None,
+        guaranteed_usd_per_hour=0.0,
+        budget_monthly_usd=budget_per_hour * HOURS,
+    )
 
 
 def _added(plan) -> int:
@@ -53,8 +66,9 @@ def test_the_cap_still_holds_what_the_launch_type_cannot_afford():
     assert _added(plan) == 2 and Reason.BUDGET_CAP in plan.decision("research").reasons
 
 
-@pytest.mark.parametrize("itype, price", [("p5.48xlarge", P5_SPOT), ("p4d.24xlarge", P4D_SPOT),
-                                          (None, P5_SPOT), ("g6e.xlarge", P5_SPOT)])
+@pytest.mark.parametrize(
+    "itype, price", [("p5.48xlarge", P5_SPOT), ("p4d.24xlarge", P4D_SPOT), (None, P5_SPOT), ("g6e.xlarge", P5_SPOT)]
+)
 def test_a_running_node_is_priced_at_its_own_type_and_an_unknown_one_at_the_priciest(itype, price):
     ps = _training(40.0)
     running = node("i-1", SPOT, max_util=100.0, reserved=100.0)
@@ -107,10 +121,18 @@ def test_readme_trace_gpuloan_waits_as_long_as_karpenter_when_the_budget_does_no
 
 
 def _doc(ours_cost, ours_p95, held=0):
-    return {"policies": [
-        {"name": "gpuloan", "total_cost_usd": ours_cost, "p95_wait_minutes": ours_p95, "budget_cap_held_minutes": held},
-        {"name": "karpenter", "total_cost_usd": 5236.0, "p95_wait_minutes": 370.2},
-        {"name": "floor-only", "total_cost_usd": 4541.0, "p95_wait_minutes": 2939.8}]}
+    return {
+        "policies": [
+            {
+                "name": "gpuloan",
+                "total_cost_usd": ours_cost,
+                "p95_wait_minutes": ours_p95,
+                "budget_cap_held_minutes": held,
+            },
+            {"name": "karpenter", "total_cost_usd": 5236.0, "p95_wait_minutes": 370.2},
+            {"name": "floor-only", "total_cost_usd": 4541.0, "p95_wait_minutes": 2939.8},
+        ]
+    }
 
 
 def test_a_verdict_never_reads_clean_when_gpuloan_waits_longer():
@@ -136,7 +158,9 @@ def test_cap_held_minutes_are_counted_named_and_plotted(tmp_path):
 
     data = stack_config("prod")
     data["gpuloan:pools"][0]["budget"]["monthly_usd"] = 24_000  # binds: the floor alone is most of it
-    spec = simpool.spec_from_config(resolved_prices(), checks.from_stack_yaml({"config": data}, "test", prices=resolved_prices()), "training")
+    spec = simpool.spec_from_config(
+        resolved_prices(), checks.from_stack_yaml({"config": data}, "test", prices=resolved_prices()), "training"
+    )
     trace = traces.read_trace(str(SHARED_TRACES / "itp" / "cluster05.csv")).window(1, 7)
     doc = runner.compare(spec, trace, policies=[GpuLoan(), Karpenter()])
     ours = doc["policies"][0]
@@ -144,7 +168,8 @@ def test_cap_held_minutes_are_counted_named_and_plotted(tmp_path):
     assert held > 0 and held == sum(b - a for a, b in ours["budget_cap_held"])
     # every held minute is a minute some plan held for the budget; never more minutes than plans that did
     assert held <= ours["decisions_by_reason"].get("BUDGET_CAP", 0) + ours["decisions_by_reason"].get(
-        "BUDGET_UNKNOWN", 0)
+        "BUDGET_UNKNOWN", 0
+    )
     assert f"budget cap held gpuloan's scale-ups for {held:,} minutes" in runner.single_verdict(doc)
     fig = comparison_figure(doc)
     labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
@@ -169,8 +194,12 @@ TYPE_PRICE = {"p4d.24xlarge": P4D_SPOT, "p5.48xlarge": P5_SPOT}
 
 
 @settings_h(deadline=None)
-@given(types=st.lists(st.sampled_from(["p4d.24xlarge", "p5.48xlarge", None, "g6e.xlarge"]), max_size=5),
-       coming=st.integers(0, 2), pending=st.integers(0, 6), headroom=st.floats(0.0, 120.0))
+@given(
+    types=st.lists(st.sampled_from(["p4d.24xlarge", "p5.48xlarge", None, "g6e.xlarge"]), max_size=5),
+    coming=st.integers(0, 2),
+    pending=st.integers(0, 6),
+    headroom=st.floats(0.0, 120.0),
+)
 def test_never_past_the_cap_whatever_types_run(types, coming, pending, headroom):
     """Priced at what runs, the cap still holds: the spend rate after the plan, with every running node at its
     true price (a node of unknown type at whichever listed type it really is, the dearest at worst) and every
@@ -181,8 +210,9 @@ def test_never_past_the_cap_whatever_types_run(types, coming, pending, headroom)
     for i, t in enumerate(types):
         n = node(f"i-{i}", SPOT, max_util=100.0, reserved=100.0)
         nodes.append(type(n)(**{**n.__dict__, "instance_type": t}))
-    obs = observe(groups=[group(SPOT, len(nodes) + coming), group(OD, 0)], nodes=nodes, pending=(8,) * pending,
-                  spend=spend(0.0))
+    obs = observe(
+        groups=[group(SPOT, len(nodes) + coming), group(OD, 0)], nodes=nodes, pending=(8,) * pending, spend=spend(0.0)
+    )
     d = decide(settings(ps), obs, NOW).decision("research")
     worst = sum(TYPE_PRICE.get(t, P5_SPOT) for t in types)  # an unknown type may be the dearest
     after = d.desired_after.get(SPOT, len(nodes) + coming)

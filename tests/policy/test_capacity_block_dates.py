@@ -15,13 +15,33 @@ from botocore.stub import Stubber
 from policy import capacity_blocks as cb
 from policy.decide import decide
 from policy.errors import PolicyError, Throttled
-from policy.model import (ACTION_HOLD, ACTION_SET_DESIRED, BLOCK_UNREAD, Action, BlockDates, Observation,
-                          PoolObservation, Reason)
+from policy.model import (
+    ACTION_HOLD,
+    ACTION_SET_DESIRED,
+    BLOCK_UNREAD,
+    Action,
+    BlockDates,
+    Observation,
+    PoolObservation,
+    Reason,
+)
 from policy.io.reservations import AwsCapacityBlocks
 from policy.tick import run_tick
 from policy_cases import FLOOR, OD, SPOT, group, settings
-from test_capacity_blocks import (DRAIN, END, SCALE_DOWN, START, CheckpointNodes, _document, _tick_ports, block,
-                                  block_changes, floor_nodes, kueue_block, quota_changes)
+from test_capacity_blocks import (
+    DRAIN,
+    END,
+    SCALE_DOWN,
+    START,
+    CheckpointNodes,
+    _document,
+    _tick_ports,
+    block,
+    block_changes,
+    floor_nodes,
+    kueue_block,
+    quota_changes,
+)
 from conftest import resolved_prices
 
 RID = "cr-0123456789abcdef0"
@@ -34,8 +54,9 @@ def dates(state="active", start=START, end=EXTENDED) -> BlockDates:
 
 def obs(desired: int, nodes=(), block_dates=None, quota=None) -> Observation:
     groups = (group(SPOT, 0), group(OD, 0), group(FLOOR, desired))
-    return Observation((PoolObservation("research", groups, tuple(nodes), (), floor_quota_gpus=quota,
-                                        block_dates=block_dates),))
+    return Observation(
+        (PoolObservation("research", groups, tuple(nodes), (), floor_quota_gpus=quota, block_dates=block_dates),)
+    )
 
 
 def with_id(**kw):
@@ -44,25 +65,37 @@ def with_id(**kw):
 
 # --- the adapter (botocore's Stubber: the request EC2 gets, the answer it gives) ----------------------------------
 
+
 def _ec2():
     return boto3.client("ec2", region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x")
 
 
 def _reservation(rid, state="active", start=START, end=EXTENDED):
-    return {"CapacityReservationId": rid, "State": state, "StartDate": start, "EndDate": end,
-            "ReservationType": "capacity-block", "InstanceType": "p5.48xlarge", "AvailabilityZone": "us-east-1a"}
+    return {
+        "CapacityReservationId": rid,
+        "State": state,
+        "StartDate": start,
+        "EndDate": end,
+        "ReservationType": "capacity-block",
+        "InstanceType": "p5.48xlarge",
+        "AvailabilityZone": "us-east-1a",
+    }
 
 
 def test_one_call_reads_every_block_with_its_pages():
     ec2 = _ec2()
     other = "cr-0fedcba9876543210"
     with Stubber(ec2) as stub:
-        stub.add_response("describe_capacity_reservations",
-                          {"CapacityReservations": [_reservation(RID)], "NextToken": "t"},
-                          {"CapacityReservationIds": [RID, other]})
-        stub.add_response("describe_capacity_reservations",
-                          {"CapacityReservations": [_reservation(other, "scheduled")]},
-                          {"CapacityReservationIds": [RID, other], "NextToken": "t"})
+        stub.add_response(
+            "describe_capacity_reservations",
+            {"CapacityReservations": [_reservation(RID)], "NextToken": "t"},
+            {"CapacityReservationIds": [RID, other]},
+        )
+        stub.add_response(
+            "describe_capacity_reservations",
+            {"CapacityReservations": [_reservation(other, "scheduled")]},
+            {"CapacityReservationIds": [RID, other], "NextToken": "t"},
+        )
         adapter = AwsCapacityBlocks(ec2)
         read = adapter.read([other, RID, RID])
         stub.assert_no_pending_responses()
@@ -70,14 +103,17 @@ def test_one_call_reads_every_block_with_its_pages():
     assert read[other].state == "scheduled" and adapter.calls == 2
 
 
-@pytest.mark.parametrize("code,status", [("RequestLimitExceeded", 503), ("UnauthorizedOperation", 403),
-                                         ("InvalidCapacityReservationId.NotFound", 400)])
+@pytest.mark.parametrize(
+    "code,status",
+    [("RequestLimitExceeded", 503), ("UnauthorizedOperation", 403), ("InvalidCapacityReservationId.NotFound", 400)],
+)
 def test_a_failed_read_raises_even_after_a_good_page(code, status):
     """Throttled, denied, or a page that fails after a good one: never a partial answer taken for the whole."""
     ec2 = _ec2()
     with Stubber(ec2) as stub:
-        stub.add_response("describe_capacity_reservations",
-                          {"CapacityReservations": [_reservation(RID)], "NextToken": "t"})
+        stub.add_response(
+            "describe_capacity_reservations", {"CapacityReservations": [_reservation(RID)], "NextToken": "t"}
+        )
         stub.add_client_error("describe_capacity_reservations", code, "no", http_status_code=status)
         with pytest.raises(PolicyError, match=f"DescribeCapacityReservations: {code}"):
             AwsCapacityBlocks(ec2).read([RID])
@@ -94,6 +130,7 @@ def test_the_handler_reads_dates_only_where_a_floor_is_a_block(monkeypatch):
 
 # --- the decision on EC2's dates --------------------------------------------------------------------------------
 
+
 def test_an_extension_moves_the_drain_and_the_scale_down():
     """Config says END; EC2 says a week later. At the configured drain and scale-down nothing is taken away; at
     EC2's they are."""
@@ -102,9 +139,11 @@ def test_an_extension_moves_the_drain_and_the_scale_down():
     assert block_changes(decide(settings(with_id()), obs(2, floor_nodes(), ext), SCALE_DOWN + timedelta(hours=1))) == []
     late_drain = EXTENDED - cb.EKS_SCALEDOWN_BEFORE_END - timedelta(minutes=30)
     assert {a.kind for a in block_changes(decide(settings(with_id()), obs(2, floor_nodes(), ext), late_drain))} == {
-        cb.ACTION_CHECKPOINT}
-    [down] = block_changes(decide(settings(with_id()), obs(2, floor_nodes(), ext),
-                                  EXTENDED - cb.EKS_SCALEDOWN_BEFORE_END))
+        cb.ACTION_CHECKPOINT
+    }
+    [down] = block_changes(
+        decide(settings(with_id()), obs(2, floor_nodes(), ext), EXTENDED - cb.EKS_SCALEDOWN_BEFORE_END)
+    )
     assert (down.kind, down.desired_to) == (ACTION_SET_DESIRED, 0)
 
 
@@ -128,21 +167,33 @@ def test_unread_dates_still_raise_the_block_but_never_drain_or_lower_it():
         [hold] = [a for a in plan.decision("research").actions if a.group == FLOOR]
         assert (hold.kind, hold.reason) == (ACTION_HOLD, Reason.HOLD_MISSING_DATA)
         assert "could not be read" in hold.detail
-        assert not cb.may_touch(with_id(), Action("research", ACTION_SET_DESIRED, Reason.CAPACITY_BLOCK_END,
-                                                  group=FLOOR, desired_from=2, desired_to=0), at, unread)
+        assert not cb.may_touch(
+            with_id(),
+            Action(
+                "research", ACTION_SET_DESIRED, Reason.CAPACITY_BLOCK_END, group=FLOOR, desired_from=2, desired_to=0
+            ),
+            at,
+            unread,
+        )
     kueue = kueue_block(capacity_block_reservation_id=RID)
     assert quota_changes(decide(settings(kueue), obs(2, floor_nodes(), unread, quota=16), DRAIN)) == []
-    assert not cb.may_touch(kueue, Action("research", cb.ACTION_SET_QUOTA, Reason.CAPACITY_BLOCK_DRAIN,
-                                          desired_from=16, desired_to=0), DRAIN, unread)
+    assert not cb.may_touch(
+        kueue,
+        Action("research", cb.ACTION_SET_QUOTA, Reason.CAPACITY_BLOCK_DRAIN, desired_from=16, desired_to=0),
+        DRAIN,
+        unread,
+    )
 
 
 def test_without_a_read_the_configured_window_rules_as_before():
     """The simulator and a block without a reservation id: no dates, the configured window (unchanged)."""
     assert {a.kind for a in block_changes(decide(settings(block()), obs(2, floor_nodes()), DRAIN))} == {
-        cb.ACTION_CHECKPOINT}
+        cb.ACTION_CHECKPOINT
+    }
 
 
 # --- the tick ---------------------------------------------------------------------------------------------------
+
 
 class FakeBlocks:
     def __init__(self, answer):
@@ -194,6 +245,7 @@ def test_a_block_ec2_does_not_return_is_reported():
 
 
 # --- IAM and settings -------------------------------------------------------------------------------------------
+
 
 def test_iam_reads_block_dates_only_with_a_block_and_describes_only_groups_it_may_change():
     with_block = {s["Sid"]: s for s in _document(["dev-a-guaranteed_*"])["Statement"]}

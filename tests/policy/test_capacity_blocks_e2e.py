@@ -31,9 +31,13 @@ def _block_cfg():
     cfg = _cfg()
     data = cfg.model_dump(mode="json", exclude_unset=True)
     data["pools"][0]["guaranteed"].update(
-        reservation="capacity_block", reservation_id="cr-0123456789abcdef0", availability_zone="us-east-1a",
+        reservation="capacity_block",
+        reservation_id="cr-0123456789abcdef0",
+        availability_zone="us-east-1a",
         rate={"usd_per_hour": 1.0, "source": "test value standing in for the block's quote"},
-        capacity_block_start=START.isoformat(), capacity_block_end=END.isoformat())
+        capacity_block_start=START.isoformat(),
+        capacity_block_end=END.isoformat(),
+    )
     return checks.parse(data, prices=resolved_prices())
 
 
@@ -79,8 +83,14 @@ def _world(aws_env, kube, cfg, floor_desired: int) -> World:
     # Every queue as the stack makes it, with the status Kueue writes (each flavor listed, nothing in use): the
     # tick reads them all for the loan's usage (policy/loan_usage.py)
     for q in scheduling.plan(cfg).queues:
-        kube.cluster_queues[q.name] = {**cluster_queue_manifest(cfg, q), "status": {"flavorsUsage": [
-            {"name": f.flavor, "resources": [{"name": "nvidia.com/gpu", "total": "0"}]} for f in q.flavors]}}
+        kube.cluster_queues[q.name] = {
+            **cluster_queue_manifest(cfg, q),
+            "status": {
+                "flavorsUsage": [
+                    {"name": f.flavor, "resources": [{"name": "nvidia.com/gpu", "total": "0"}]} for f in q.flavors
+                ]
+            },
+        }
     cq = kube.cluster_queues[scheduling.cluster_queue_name(cfg, research)]
     cq["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0]["nominalQuota"] = 0 if not floor_desired else 1
     return w
@@ -95,8 +105,9 @@ def _quota(kube: FakeKube, cfg) -> int:
 def test_the_lambda_raises_the_block_and_its_quota_at_the_start(block_lambda, kube, aws_env, ec2_blocks):
     root, s, cfg = block_lambda
     w = _world(aws_env, kube, cfg, 0)
-    result, logs = run_lambda(root, aws_env, s.to_json(), _env_with(w, kube, ec2_blocks), {},
-                              clock=START + timedelta(seconds=20))
+    result, logs = run_lambda(
+        root, aws_env, s.to_json(), _env_with(w, kube, ec2_blocks), {}, clock=START + timedelta(seconds=20)
+    )
     assert result["errors"] == []
     assert w.desired("dev-research-guaranteed") == 1  # the floor's `nodes`, with no `pulumi up`
     assert _quota(kube, cfg) == 1  # Kueue admits the pool's work to the block (1 x g6.xlarge = 1 GPU)
@@ -110,10 +121,13 @@ def test_the_lambda_drains_the_block_ahead_of_ekss_scale_down(block_lambda, kube
     w = _world(aws_env, kube, cfg, 1)
     node = w.dns(w.floor[0])
     kube.add_node(node)
-    kube.pods = [gpu_pod("train-step", 1, pool="research", node_name=node, phase="Running"),
-                 gpu_pod("elsewhere", 1, pool="research", node_name="other", phase="Running")]
-    result, _ = run_lambda(root, aws_env, s.to_json(), _env_with(w, kube, ec2_blocks), {},
-                           clock=DRAIN + timedelta(minutes=1))
+    kube.pods = [
+        gpu_pod("train-step", 1, pool="research", node_name=node, phase="Running"),
+        gpu_pod("elsewhere", 1, pool="research", node_name="other", phase="Running"),
+    ]
+    result, _ = run_lambda(
+        root, aws_env, s.to_json(), _env_with(w, kube, ec2_blocks), {}, clock=DRAIN + timedelta(minutes=1)
+    )
     assert result["errors"] == [] and ec2_blocks.asked == [[RID]]
     by = SCALE_DOWN.strftime("%Y-%m-%dT%H:%M:%SZ")
     assert (node, {"spec": {"unschedulable": True}}) in kube.patches  # cordoned: nothing new lands there
@@ -133,8 +147,9 @@ def test_the_lambda_keeps_an_extended_block_and_says_config_is_behind(block_lamb
     node = w.dns(w.floor[0])
     kube.add_node(node)
     kube.pods = [gpu_pod("train-step", 1, pool="research", node_name=node, phase="Running")]
-    result, _ = run_lambda(root, aws_env, s.to_json(), _env_with(w, kube, ec2_blocks), {},
-                           clock=DRAIN + timedelta(minutes=1))
+    result, _ = run_lambda(
+        root, aws_env, s.to_json(), _env_with(w, kube, ec2_blocks), {}, clock=DRAIN + timedelta(minutes=1)
+    )
     assert not kube.patches and "annotations" not in kube.pods[0]["metadata"]
     assert w.desired("dev-research-guaranteed") == 1 and _quota(kube, cfg) == 1
     assert any(RID in e and "follows EC2" in e for e in result["errors"])

@@ -16,14 +16,24 @@ from policy.model import ACTION_HOLD, ACTION_SET_LENDING_LIMIT, Lending, PoolObs
 from policy.rhythm import MIN_DAYS, DailyArrivals
 from policy_cases import NOW, group, observe, pool_settings, settings
 
-LENDER = pool_settings(lend_ahead_queue="gpuloan-prod-research", lend_ahead_flavor="research-floor",
-                       lend_ahead_limit_gpus=8, reclaim_lookahead_minutes=60)
+LENDER = pool_settings(
+    lend_ahead_queue="gpuloan-prod-research",
+    lend_ahead_flavor="research-floor",
+    lend_ahead_limit_gpus=8,
+    reclaim_lookahead_minutes=60,
+)
 
 
-def reading(limit: int | None = 8, own: float | None = 0, pending: int | None = 0,
-            forecast: float | None = 0.0, nominal: int = 8) -> Lending:
-    return Lending(nominal_gpus=nominal, limit_gpus=limit, own_gpus=own, pending_workloads=pending,
-                   forecast_gpus=forecast)
+def reading(
+    limit: int | None = 8,
+    own: float | None = 0,
+    pending: int | None = 0,
+    forecast: float | None = 0.0,
+    nominal: int = 8,
+) -> Lending:
+    return Lending(
+        nominal_gpus=nominal, limit_gpus=limit, own_gpus=own, pending_workloads=pending, forecast_gpus=forecast
+    )
 
 
 def with_lending(lending: Lending | None):
@@ -36,19 +46,27 @@ def limit_actions(lending: Lending | None, ps=LENDER, now: datetime = NOW):
     return [a for a in plan.actions if a.kind == ACTION_SET_LENDING_LIMIT or a.reason == Reason.LEND_UNKNOWN]
 
 
-@pytest.mark.parametrize("case, lending, to, reason", [
-    ("quiet owner, quiet hour: lends all it is configured to", reading(limit=8, own=0, forecast=0), None, None),
-    ("owner's morning is coming: 3 GPUs kept", reading(limit=8, own=0, forecast=2.4), 5, Reason.LEND_AHEAD),
-    ("what the owner runs is kept too", reading(limit=8, own=2, forecast=2.4), 3, Reason.LEND_AHEAD),
-    ("work waits in the owner's queue: nothing more lent", reading(limit=8, own=1, pending=2), 0, Reason.LEND_AHEAD),
-    ("forecast above the floor: 0, never negative", reading(limit=8, own=6, forecast=9), 0, Reason.LEND_AHEAD),
-    ("forecast passed: raised back", reading(limit=2, own=0, forecast=0), 8, Reason.LEND_RESTORED),
-    ("never above the configured limit", reading(limit=4, own=0, forecast=0, nominal=16), 8, Reason.LEND_RESTORED),
-    ("no limit set yet (all lends): lowered", reading(limit=None, own=0, forecast=3), 5, Reason.LEND_AHEAD),
-    ("rhythm unknown: the configured limit", reading(limit=3, forecast=None), 8, Reason.LEND_RESTORED),
-    ("usage field absent: the configured limit", reading(limit=3, own=None, forecast=1), 8, Reason.LEND_RESTORED),
-    ("already there: no patch", reading(limit=5, own=1, forecast=2), None, None),
-])
+@pytest.mark.parametrize(
+    "case, lending, to, reason",
+    [
+        ("quiet owner, quiet hour: lends all it is configured to", reading(limit=8, own=0, forecast=0), None, None),
+        ("owner's morning is coming: 3 GPUs kept", reading(limit=8, own=0, forecast=2.4), 5, Reason.LEND_AHEAD),
+        ("what the owner runs is kept too", reading(limit=8, own=2, forecast=2.4), 3, Reason.LEND_AHEAD),
+        (
+            "work waits in the owner's queue: nothing more lent",
+            reading(limit=8, own=1, pending=2),
+            0,
+            Reason.LEND_AHEAD,
+        ),
+        ("forecast above the floor: 0, never negative", reading(limit=8, own=6, forecast=9), 0, Reason.LEND_AHEAD),
+        ("forecast passed: raised back", reading(limit=2, own=0, forecast=0), 8, Reason.LEND_RESTORED),
+        ("never above the configured limit", reading(limit=4, own=0, forecast=0, nominal=16), 8, Reason.LEND_RESTORED),
+        ("no limit set yet (all lends): lowered", reading(limit=None, own=0, forecast=3), 5, Reason.LEND_AHEAD),
+        ("rhythm unknown: the configured limit", reading(limit=3, forecast=None), 8, Reason.LEND_RESTORED),
+        ("usage field absent: the configured limit", reading(limit=3, own=None, forecast=1), 8, Reason.LEND_RESTORED),
+        ("already there: no patch", reading(limit=5, own=1, forecast=2), None, None),
+    ],
+)
 def test_the_limit_goes_down_ahead_of_the_forecast_and_back_up_after(case, lending, to, reason):
     acts = limit_actions(lending)
     if to is None:
@@ -95,9 +113,14 @@ def test_the_forecast_is_the_rhythm_of_earlier_days_over_the_lookahead():
 
 
 @hyp_settings(max_examples=200, deadline=None)
-@given(nominal=st.integers(0, 64), configured=st.integers(0, 80), limit=st.one_of(st.none(), st.integers(0, 64)),
-       own=st.one_of(st.none(), st.floats(0, 64)), pending=st.one_of(st.none(), st.integers(0, 5)),
-       forecast=st.one_of(st.none(), st.floats(0, 200)))
+@given(
+    nominal=st.integers(0, 64),
+    configured=st.integers(0, 80),
+    limit=st.one_of(st.none(), st.integers(0, 64)),
+    own=st.one_of(st.none(), st.floats(0, 64)),
+    pending=st.one_of(st.none(), st.integers(0, 5)),
+    forecast=st.one_of(st.none(), st.floats(0, 200)),
+)
 def test_the_guarantee_is_never_touched(nominal, configured, limit, own, pending, forecast):
     """Whatever the reading: the only change is a lendingLimit within [0, configured] (never nominalQuota, never a
     node group), and unknown data asks for the configured limit, never less."""
@@ -119,13 +142,24 @@ QUEUE, FLAVOR = "gpuloan-prod-research", "research-floor"
 
 def floor_queue(limit: int | None = 8, own: int = 0, pending: int = 0) -> dict:
     quota = {"name": "nvidia.com/gpu", "nominalQuota": 8, **({} if limit is None else {"lendingLimit": limit})}
-    return {"metadata": {"name": QUEUE},
-            "spec": {"resourceGroups": [{"coveredResources": ["nvidia.com/gpu"],
-                                         "flavors": [{"name": "research-spot", "resources": [
-                                             {"name": "nvidia.com/gpu", "nominalQuota": 4}]},
-                                                     {"name": FLAVOR, "resources": [quota]}]}]},
-            "status": {"pendingWorkloads": pending, "flavorsUsage": [
-                {"name": FLAVOR, "resources": [{"name": "nvidia.com/gpu", "total": own, "borrowed": 0}]}]}}
+    return {
+        "metadata": {"name": QUEUE},
+        "spec": {
+            "resourceGroups": [
+                {
+                    "coveredResources": ["nvidia.com/gpu"],
+                    "flavors": [
+                        {"name": "research-spot", "resources": [{"name": "nvidia.com/gpu", "nominalQuota": 4}]},
+                        {"name": FLAVOR, "resources": [quota]},
+                    ],
+                }
+            ]
+        },
+        "status": {
+            "pendingWorkloads": pending,
+            "flavorsUsage": [{"name": FLAVOR, "resources": [{"name": "nvidia.com/gpu", "total": own, "borrowed": 0}]}],
+        },
+    }
 
 
 class FakeFloorQueues:
@@ -158,8 +192,16 @@ def _tick(queues, state: dict | None = None, now: datetime = NOW):
     store = MemoryState()
     if state is not None:
         store.items["tick"] = (state, 1)
-    ports = Ports(FakeGroups([group(), group("research-od")], []), FakeUtil({}), FakePods({"research": ()}), None,
-                  store, FakePublisher(), FakeNodes(), queues=queues)
+    ports = Ports(
+        FakeGroups([group(), group("research-od")], []),
+        FakeUtil({}),
+        FakePods({"research": ()}),
+        None,
+        store,
+        FakePublisher(),
+        FakeNodes(),
+        queues=queues,
+    )
     return run_tick(settings(LENDER), ports, now, lambda _: None)
 
 
@@ -201,10 +243,15 @@ def test_the_kube_client_reads_the_queue_and_patches_only_the_lending_limit():
     kube = FakeKube("c")
     try:
         kube.cluster_queues[QUEUE] = floor_queue(limit=None, own=3, pending=1)
-        url = ("https://sts.us-east-1.amazonaws.com/?Action=GetCallerIdentity&X-Amz-SignedHeaders=host%3Bx-k8s-aws-id"
-               "&X-Amz-Signature=abc")
-        client = KubeClient(kube.endpoint, kube.ca_pem,
-                            lambda: "k8s-aws-v1." + base64.urlsafe_b64encode(url.encode()).decode().rstrip("="))
+        url = (
+            "https://sts.us-east-1.amazonaws.com/?Action=GetCallerIdentity&X-Amz-SignedHeaders=host%3Bx-k8s-aws-id"
+            "&X-Amz-Signature=abc"
+        )
+        client = KubeClient(
+            kube.endpoint,
+            kube.ca_pem,
+            lambda: "k8s-aws-v1." + base64.urlsafe_b64encode(url.encode()).decode().rstrip("="),
+        )
         api = "kueue.x-k8s.io/v1beta2"
         assert lending_of(client.cluster_queue(api, QUEUE), FLAVOR, 2.5) == Lending(8, None, 3.0, 1, 2.5)
         client.set_lending_limit(api, QUEUE, FLAVOR, 2)

@@ -23,26 +23,84 @@ from policy_cases import NOW, OD, SPOT, ago, group, pool_settings, settings
 
 
 def _decision(*actions, **kw) -> PoolDecision:
-    return PoolDecision("training", tuple(actions), desired_after={"prod-training-spot": 3, "prod-training-on-demand": 0},
-                        month_to_date_usd=1234.5, projected_month_usd=5000.0, **kw)
+    return PoolDecision(
+        "training",
+        tuple(actions),
+        desired_after={"prod-training-spot": 3, "prod-training-on-demand": 0},
+        month_to_date_usd=1234.5,
+        projected_month_usd=5000.0,
+        **kw,
+    )
 
 
 KINDS = {
-    N.KIND_SCALE_UP: _decision(Action("training", ACTION_SET_DESIRED, Reason.SCALE_UP_PENDING, "prod-training-spot", 1, 3,
-                                      detail="2 pending GPU(s) need 2 more node(s)")),
-    N.KIND_RECLAIM: _decision(Action("training", ACTION_TERMINATE, Reason.RECLAIM_IDLE, "prod-training-spot", 4, 3,
-                                     instance_id="i-0abc", detail="max GPU utilization 0.5% < 5% for 30 min")),
-    N.KIND_BUDGET_CAP: _decision(Action("training", "hold", Reason.BUDGET_CAP, "prod-training-spot",
-                                        detail="pool training budget $60,000 affords 0 more node(s)")),
-    N.KIND_BUDGET_DRAIN: _decision(Action("training", ACTION_TERMINATE, Reason.BUDGET_DRAIN, "prod-training-spot", 3, 2,
-                                          instance_id="i-0def", detail="month-to-date reached the budget")),
-    N.KIND_FALLBACK: _decision(Action("training", ACTION_SET_DESIRED, Reason.SPOT_FALLBACK, "prod-training-on-demand",
-                                      0, 1, detail="spot short (0/1 up)"), fallback_active=True),
-    N.KIND_RECOVERED: _decision(Action("training", "hold", Reason.SPOT_RECOVERED, "prod-training-on-demand",
-                                       detail="spot is filled")),
-    N.KIND_ON_DEMAND_ONLY: _decision(Action("training", "hold", Reason.ON_DEMAND_ONLY,
-                                            detail="2 pending pod(s) that may not run on spot (2 x 8 GPUs): ... no "
-                                                   "on-demand group")),
+    N.KIND_SCALE_UP: _decision(
+        Action(
+            "training",
+            ACTION_SET_DESIRED,
+            Reason.SCALE_UP_PENDING,
+            "prod-training-spot",
+            1,
+            3,
+            detail="2 pending GPU(s) need 2 more node(s)",
+        )
+    ),
+    N.KIND_RECLAIM: _decision(
+        Action(
+            "training",
+            ACTION_TERMINATE,
+            Reason.RECLAIM_IDLE,
+            "prod-training-spot",
+            4,
+            3,
+            instance_id="i-0abc",
+            detail="max GPU utilization 0.5% < 5% for 30 min",
+        )
+    ),
+    N.KIND_BUDGET_CAP: _decision(
+        Action(
+            "training",
+            "hold",
+            Reason.BUDGET_CAP,
+            "prod-training-spot",
+            detail="pool training budget $60,000 affords 0 more node(s)",
+        )
+    ),
+    N.KIND_BUDGET_DRAIN: _decision(
+        Action(
+            "training",
+            ACTION_TERMINATE,
+            Reason.BUDGET_DRAIN,
+            "prod-training-spot",
+            3,
+            2,
+            instance_id="i-0def",
+            detail="month-to-date reached the budget",
+        )
+    ),
+    N.KIND_FALLBACK: _decision(
+        Action(
+            "training",
+            ACTION_SET_DESIRED,
+            Reason.SPOT_FALLBACK,
+            "prod-training-on-demand",
+            0,
+            1,
+            detail="spot short (0/1 up)",
+        ),
+        fallback_active=True,
+    ),
+    N.KIND_RECOVERED: _decision(
+        Action("training", "hold", Reason.SPOT_RECOVERED, "prod-training-on-demand", detail="spot is filled")
+    ),
+    N.KIND_ON_DEMAND_ONLY: _decision(
+        Action(
+            "training",
+            "hold",
+            Reason.ON_DEMAND_ONLY,
+            detail="2 pending pod(s) that may not run on spot (2 x 8 GPUs): ... no on-demand group",
+        )
+    ),
 }
 
 
@@ -65,7 +123,8 @@ def test_subjects_say_what_happened():
     assert subjects[N.KIND_RECLAIM] == "[gpuloan prod] training: reclaimed 1 idle GPU node(s)"
     assert subjects[N.KIND_FALLBACK] == "[gpuloan prod] training: spot short, using on-demand fallback"
     assert N.render(N.KIND_SCALE_UP, "prod", KINDS[N.KIND_SCALE_UP], dry_run=True).subject.startswith(
-        "[gpuloan prod] [dry run] training:")
+        "[gpuloan prod] [dry run] training:"
+    )
     err = N.render_error("prod", "Throttled: CloudWatch GetMetricData")
     assert err.subject == "[gpuloan prod] all pools: policy function could not complete a tick"
     assert "Capacity was left as it was" in err.body
@@ -99,13 +158,17 @@ def test_only_pods_the_scheduler_could_not_place_are_demand():
 
     kube = FakeKube("c", page_size=2)
     try:
-        kube.pods = [gpu_pod("unschedulable", 2, pool="p"),
-                     gpu_pod("gated", 4, pool="p", scheduled="SchedulingGated", gates=["kueue.x-k8s.io/admission"]),
-                     gpu_pod("gated-no-condition-yet", 4, pool="p", scheduled=None, gates=["example.com/hold"]),
-                     gpu_pod("not-tried-yet", 1, pool="p", scheduled=None),
-                     gpu_pod("other-pool", 1, pool="q")]
-        url = "https://sts.us-east-1.amazonaws.com/?Action=GetCallerIdentity&X-Amz-SignedHeaders=host%3Bx-k8s-aws-id" \
-              "&X-Amz-Signature=abc"
+        kube.pods = [
+            gpu_pod("unschedulable", 2, pool="p"),
+            gpu_pod("gated", 4, pool="p", scheduled="SchedulingGated", gates=["kueue.x-k8s.io/admission"]),
+            gpu_pod("gated-no-condition-yet", 4, pool="p", scheduled=None, gates=["example.com/hold"]),
+            gpu_pod("not-tried-yet", 1, pool="p", scheduled=None),
+            gpu_pod("other-pool", 1, pool="q"),
+        ]
+        url = (
+            "https://sts.us-east-1.amazonaws.com/?Action=GetCallerIdentity&X-Amz-SignedHeaders=host%3Bx-k8s-aws-id"
+            "&X-Amz-Signature=abc"
+        )
         token = "k8s-aws-v1." + base64.urlsafe_b64encode(url.encode()).decode().rstrip("=")
         pods = KubeClient(kube.endpoint, kube.ca_pem, lambda: token)
         assert pods.pending_gpus(["p", "q"]) == {"p": (2,), "q": (1,)}
@@ -122,30 +185,73 @@ ELASTIC_PIN = {"gpuloan.io/tier": "elastic"}
 
 
 def _affinity(*expressions: dict) -> dict:
-    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-        "nodeSelectorTerms": [{"matchExpressions": list(expressions)}]}}}
+    return {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": list(expressions)}]
+            }
+        }
+    }
 
 
 ELASTIC_DEMAND_CASES = [
     # (name, pod, pool's groups (spot, on_demand), counted for the elastic groups)
-    ("floor_pinned_by_kueue", gpu_pod("f", 8, pool="p", node_selector=FLOOR_PIN, tolerations=[SPOT_TOLERATION]),
-     (True, True), False),
-    ("floor_pinned_by_affinity", {**gpu_pod("f", 8, pool="p"), "spec": {
-        **gpu_pod("f", 8, pool="p")["spec"],
-        "affinity": _affinity({"key": "gpuloan.io/tier", "operator": "In", "values": ["guaranteed"]})}},
-     (True, True), False),
-    ("spot_flavored", gpu_pod("s", 8, pool="p", node_selector=ELASTIC_PIN, tolerations=[SPOT_TOLERATION]),
-     (True, False), True),
+    (
+        "floor_pinned_by_kueue",
+        gpu_pod("f", 8, pool="p", node_selector=FLOOR_PIN, tolerations=[SPOT_TOLERATION]),
+        (True, True),
+        False,
+    ),
+    (
+        "floor_pinned_by_affinity",
+        {
+            **gpu_pod("f", 8, pool="p"),
+            "spec": {
+                **gpu_pod("f", 8, pool="p")["spec"],
+                "affinity": _affinity({"key": "gpuloan.io/tier", "operator": "In", "values": ["guaranteed"]}),
+            },
+        },
+        (True, True),
+        False,
+    ),
+    (
+        "spot_flavored",
+        gpu_pod("s", 8, pool="p", node_selector=ELASTIC_PIN, tolerations=[SPOT_TOLERATION]),
+        (True, False),
+        True,
+    ),
     ("no_spot_toleration_on_a_spot_only_pool", gpu_pod("n", 1, pool="p"), (True, False), False),
     ("no_spot_toleration_goes_to_the_on_demand_group", gpu_pod("n", 1, pool="p"), (True, True), True),
-    ("pinned_to_on_demand_on_a_spot_only_pool", gpu_pod("o", 1, pool="p", node_selector={
-        "gpuloan.io/capacity": "on-demand"}, tolerations=[SPOT_TOLERATION]), (True, False), False),
-    ("kept_off_spot_by_affinity", {**gpu_pod("k", 1, pool="p", tolerations=[SPOT_TOLERATION]), "spec": {
-        **gpu_pod("k", 1, pool="p", tolerations=[SPOT_TOLERATION])["spec"],
-        "affinity": _affinity({"key": "gpuloan.io/capacity", "operator": "NotIn", "values": ["spot"]})}},
-     (True, False), False),
-    ("a_label_gpuloan_does_not_set_is_not_held_against_it", gpu_pod("z", 1, pool="p", node_selector={
-        "topology.kubernetes.io/zone": "us-east-1a"}, tolerations=[{"operator": "Exists"}]), (True, False), True),
+    (
+        "pinned_to_on_demand_on_a_spot_only_pool",
+        gpu_pod("o", 1, pool="p", node_selector={"gpuloan.io/capacity": "on-demand"}, tolerations=[SPOT_TOLERATION]),
+        (True, False),
+        False,
+    ),
+    (
+        "kept_off_spot_by_affinity",
+        {
+            **gpu_pod("k", 1, pool="p", tolerations=[SPOT_TOLERATION]),
+            "spec": {
+                **gpu_pod("k", 1, pool="p", tolerations=[SPOT_TOLERATION])["spec"],
+                "affinity": _affinity({"key": "gpuloan.io/capacity", "operator": "NotIn", "values": ["spot"]}),
+            },
+        },
+        (True, False),
+        False,
+    ),
+    (
+        "a_label_gpuloan_does_not_set_is_not_held_against_it",
+        gpu_pod(
+            "z",
+            1,
+            pool="p",
+            node_selector={"topology.kubernetes.io/zone": "us-east-1a"},
+            tolerations=[{"operator": "Exists"}],
+        ),
+        (True, False),
+        True,
+    ),
     ("floor_only_pool", gpu_pod("x", 1, pool="p", tolerations=[SPOT_TOLERATION]), (False, False), False),
 ]
 
@@ -167,8 +273,10 @@ def test_pending_pods_count_for_the_elastic_groups_only_when_they_could_run_ther
     kube = FakeKube("c")
     try:
         kube.pods = [pod]
-        url = "https://sts.us-east-1.amazonaws.com/?Action=GetCallerIdentity&X-Amz-SignedHeaders=host%3Bx-k8s-aws-id" \
-              "&X-Amz-Signature=abc"
+        url = (
+            "https://sts.us-east-1.amazonaws.com/?Action=GetCallerIdentity&X-Amz-SignedHeaders=host%3Bx-k8s-aws-id"
+            "&X-Amz-Signature=abc"
+        )
         token = "k8s-aws-v1." + base64.urlsafe_b64encode(url.encode()).decode().rstrip("=")
         client = KubeClient(kube.endpoint, kube.ca_pem, lambda: token)
         shapes = {"p": elastic_shapes("p", *groups)}
@@ -188,8 +296,11 @@ def test_the_policy_knows_the_labels_and_taints_the_stack_puts_on_elastic_nodes(
     from config import tags
     from stacks.capacity import elastic, guaranteed
 
-    assert (pods.POOL_LABEL, pods.TIER_LABEL, pods.CAPACITY_LABEL) == (tags.LABEL_POOL, tags.LABEL_TIER,
-                                                                       tags.LABEL_CAPACITY)
+    assert (pods.POOL_LABEL, pods.TIER_LABEL, pods.CAPACITY_LABEL) == (
+        tags.LABEL_POOL,
+        tags.LABEL_TIER,
+        tags.LABEL_CAPACITY,
+    )
     assert pods.SPOT_TAINT_KEY == tags.SPOT_TAINT_KEY and pods.ELASTIC_TIER == elastic.TIER != guaranteed.TIER
     # the spot-warning path tells this stack's instances by the launch templates' environment tag
     from policy import handler
@@ -214,29 +325,36 @@ def test_gpu_pod_arrivals_are_recent_unfinished_gpu_pods_per_pool():
 
     kube = FakeKube("c", page_size=2)
     try:
-        kube.pods = [at(gpu_pod("new-pending", 2, pool="p"), "2026-03-10T11:50:00Z"),
-                     at(gpu_pod("new-running", 1, pool="p", node_name="n1", phase="Running"), "2026-03-10T11:55:00Z"),
-                     at(gpu_pod("new-done", 4, pool="p", node_name="n1", phase="Succeeded"), "2026-03-10T11:56:00Z"),
-                     at(gpu_pod("old", 8, pool="p", node_name="n2", phase="Running"), "2026-03-10T10:00:00Z"),
-                     at(gpu_pod("cpu", 0, pool="p", node_name="n1", phase="Running"), "2026-03-10T11:57:00Z"),
-                     gpu_pod("no-time", 1, pool="p"),
-                     at(gpu_pod("other", 1, pool="q", node_name="n3", phase="Running"), "2026-03-10T11:58:00Z")]
-        url = "https://sts.us-east-1.amazonaws.com/?Action=GetCallerIdentity&X-Amz-SignedHeaders=host%3Bx-k8s-aws-id" \
-              "&X-Amz-Signature=abc"
+        kube.pods = [
+            at(gpu_pod("new-pending", 2, pool="p"), "2026-03-10T11:50:00Z"),
+            at(gpu_pod("new-running", 1, pool="p", node_name="n1", phase="Running"), "2026-03-10T11:55:00Z"),
+            at(gpu_pod("new-done", 4, pool="p", node_name="n1", phase="Succeeded"), "2026-03-10T11:56:00Z"),
+            at(gpu_pod("old", 8, pool="p", node_name="n2", phase="Running"), "2026-03-10T10:00:00Z"),
+            at(gpu_pod("cpu", 0, pool="p", node_name="n1", phase="Running"), "2026-03-10T11:57:00Z"),
+            gpu_pod("no-time", 1, pool="p"),
+            at(gpu_pod("other", 1, pool="q", node_name="n3", phase="Running"), "2026-03-10T11:58:00Z"),
+        ]
+        url = (
+            "https://sts.us-east-1.amazonaws.com/?Action=GetCallerIdentity&X-Amz-SignedHeaders=host%3Bx-k8s-aws-id"
+            "&X-Amz-Signature=abc"
+        )
         token = "k8s-aws-v1." + base64.urlsafe_b64encode(url.encode()).decode().rstrip("=")
         client = KubeClient(kube.endpoint, kube.ca_pem, lambda: token)
         utc = timezone.utc
         got = client.gpu_pod_arrivals(["p", "q"], datetime(2026, 3, 10, 11, 0, tzinfo=utc))
-        assert got == {"p": ((datetime(2026, 3, 10, 11, 50, tzinfo=utc), 2), (datetime(2026, 3, 10, 11, 55, tzinfo=utc), 1)),
-                       "q": ((datetime(2026, 3, 10, 11, 58, tzinfo=utc), 1),)}
+        assert got == {
+            "p": ((datetime(2026, 3, 10, 11, 50, tzinfo=utc), 2), (datetime(2026, 3, 10, 11, 55, tzinfo=utc), 1)),
+            "q": ((datetime(2026, 3, 10, 11, 58, tzinfo=utc), 1),),
+        }
         assert client.node_pod_gpus("n1") == (1,)  # the finished and the CPU pod need no place
         # Demand and arrivals come from one list of the unfinished pods per tick (the client lives one tick).
         listed = len([r for r in kube.requests if r.startswith("GET /api/v1/pods") and "nodeName%3Dn1" not in r])
         assert client.pending_gpus(["p", "q"]) == {"p": (2, 1), "q": ()}
         # the GPU pods bound to each node, unfinished (the finished, the CPU and the unbound pods do not count)
         assert client.gpu_pods_by_node() == {"n1": 1, "n2": 1, "n3": 1}
-        assert len([r for r in kube.requests if r.startswith("GET /api/v1/pods") and "nodeName%3Dn1" not in r]) \
-            == listed
+        assert (
+            len([r for r in kube.requests if r.startswith("GET /api/v1/pods") and "nodeName%3Dn1" not in r]) == listed
+        )
     finally:
         kube.close()
 
@@ -255,8 +373,9 @@ class FakeCloudWatch:
             metric = q["MetricStat"]["Metric"]["MetricName"]
             self.metrics.add((metric, q["MetricStat"]["Stat"]))
             value = 0.0 if metric == "node_gpu_reserved_capacity" else 3.0
-            out.append({"Id": q["Id"], "Timestamps": [NOW - timedelta(minutes=m) for m in range(30)],
-                        "Values": [value] * 30})
+            out.append(
+                {"Id": q["Id"], "Timestamps": [NOW - timedelta(minutes=m) for m in range(30)], "Values": [value] * 30}
+            )
         return {"MetricDataResults": out}
 
 
@@ -267,8 +386,11 @@ def test_get_metric_data_is_batched_at_500_queries():
     # three queries per node: utilization Average and Maximum, GPU reserved capacity Maximum
     # (the batches run side by side: in any order)
     assert sorted(cw.batches) == [300, MAX_QUERIES_PER_CALL, MAX_QUERIES_PER_CALL, MAX_QUERIES_PER_CALL]
-    assert cw.metrics == {("node_gpu_utilization", "Average"), ("node_gpu_utilization", "Maximum"),
-                          ("node_gpu_reserved_capacity", "Maximum")}
+    assert cw.metrics == {
+        ("node_gpu_utilization", "Average"),
+        ("node_gpu_utilization", "Maximum"),
+        ("node_gpu_reserved_capacity", "Maximum"),
+    }
     assert len(series) == 600 and series["i-599"].max_over(NOW, 30) == 3.0
     assert series["i-599"].reserved_max_over(NOW, 10) == 0.0
     assert Series(series["i-599"].points).reserved_max_over(NOW, 10) is None  # no reserved data: not "empty"
@@ -290,11 +412,13 @@ def test_idle_window_allows_for_the_publication_delay(delay):
     idle = Series(tuple((NOW - timedelta(minutes=m), 1.0, 1.0) for m in range(delay, 60)))
     for timeout in (5, 10, 15, 30):
         assert idle.max_over(NOW, timeout) == 1.0, timeout
-    busy_inside = Series(tuple((NOW - timedelta(minutes=m), 1.0, 90.0 if m == delay + 4 else 1.0)
-                               for m in range(delay, 60)))
+    busy_inside = Series(
+        tuple((NOW - timedelta(minutes=m), 1.0, 90.0 if m == delay + 4 else 1.0) for m in range(delay, 60))
+    )
     assert busy_inside.max_over(NOW, 5) == 90.0
-    busy_before = Series(tuple((NOW - timedelta(minutes=m), 1.0, 90.0 if m == delay + 5 else 1.0)
-                               for m in range(delay, 60)))
+    busy_before = Series(
+        tuple((NOW - timedelta(minutes=m), 1.0, 90.0 if m == delay + 5 else 1.0) for m in range(delay, 60))
+    )
     assert busy_before.max_over(NOW, 5) == 1.0
     gappy = Series(tuple((NOW - timedelta(minutes=m), 1.0, 1.0) for m in range(delay, 60) if m % 3))
     assert gappy.max_over(NOW, 10) is None  # 3 or 4 of 10 minutes missing is not "idle for 10 minutes"
@@ -372,8 +496,11 @@ class FakeGroups:
         self.writes = []
 
     def read(self, names, now, activities_for=frozenset(), on_error=None):
-        return {n: GroupState(self.groups[n], tuple(i for i in self.instances if i.group == n))
-                for n in names if n in self.groups}
+        return {
+            n: GroupState(self.groups[n], tuple(i for i in self.instances if i.group == n))
+            for n in names
+            if n in self.groups
+        }
 
     def recheck(self, name):
         """The group as it is now (AwsNodeGroups.recheck reads it again just before a change)."""
@@ -406,8 +533,9 @@ class FakeUtil:
             if u is None:
                 continue
             stamps = [now - timedelta(minutes=m) for m in range(window)]
-            out[n.instance_id] = Series(tuple((t, u, u) for t in stamps),
-                                        tuple((t, 0.0 if u < 5 else 100.0) for t in stamps))
+            out[n.instance_id] = Series(
+                tuple((t, u, u) for t in stamps), tuple((t, 0.0 if u < 5 else 100.0) for t in stamps)
+            )
         return out
 
 
@@ -472,16 +600,27 @@ class FakePublisher:
 
 
 def _ports(fail=None, pending=None, nodes=None):
-    groups = FakeGroups([group(SPOT, 2), group(OD, 0)],
-                        [Instance("i-idle", SPOT, "InService", ago(120), "n1"),
-                         Instance("i-busy", SPOT, "InService", ago(120), "n2")], fail)
-    return Ports(groups, FakeUtil({"i-idle": 0.0, "i-busy": 70.0}),
-                 FakePods({"research": ()} if pending is None else pending), None, MemoryState(), FakePublisher(),
-                 FakeNodes() if nodes is None else nodes)
+    groups = FakeGroups(
+        [group(SPOT, 2), group(OD, 0)],
+        [Instance("i-idle", SPOT, "InService", ago(120), "n1"), Instance("i-busy", SPOT, "InService", ago(120), "n2")],
+        fail,
+    )
+    return Ports(
+        groups,
+        FakeUtil({"i-idle": 0.0, "i-busy": 70.0}),
+        FakePods({"research": ()} if pending is None else pending),
+        None,
+        MemoryState(),
+        FakePublisher(),
+        FakeNodes() if nodes is None else nodes,
+    )
 
 
-@pytest.mark.parametrize("fail", [ConflictingUpdate("EKS UpdateNodegroupConfig: ResourceInUseException"),
-                                  Throttled("Auto Scaling: Throttling")], ids=["update_in_progress", "throttled"])
+@pytest.mark.parametrize(
+    "fail",
+    [ConflictingUpdate("EKS UpdateNodegroupConfig: ResourceInUseException"), Throttled("Auto Scaling: Throttling")],
+    ids=["update_in_progress", "throttled"],
+)
 def test_write_faults_are_recorded_not_raised(fail):
     ports = _ports(fail)
     logs = []
@@ -567,8 +706,10 @@ def test_a_kubernetes_answer_that_drips_in_is_cut_at_the_deadline(drip_s_per_byt
     try:
         kube.pods = [gpu_pod("p", 1, pool="p")]
         kube.drip_s_per_byte = drip_s_per_byte
-        url = "https://sts.us-east-1.amazonaws.com/?Action=GetCallerIdentity&X-Amz-SignedHeaders=host%3Bx-k8s-aws-id" \
-              "&X-Amz-Signature=abc"
+        url = (
+            "https://sts.us-east-1.amazonaws.com/?Action=GetCallerIdentity&X-Amz-SignedHeaders=host%3Bx-k8s-aws-id"
+            "&X-Amz-Signature=abc"
+        )
         token = "k8s-aws-v1." + base64.urlsafe_b64encode(url.encode()).decode().rstrip("=")
         client = KubeClient(kube.endpoint, kube.ca_pem, lambda: token, Deadline(2.0))
         started = time.monotonic()
@@ -592,13 +733,16 @@ def test_a_dripping_kubernetes_api_leaves_the_tick_blind_not_late():
     kube = FakeKube("c")
     try:
         kube.drip_s_per_byte = 0.5
-        url = "https://sts.us-east-1.amazonaws.com/?Action=GetCallerIdentity&X-Amz-SignedHeaders=host%3Bx-k8s-aws-id" \
-              "&X-Amz-Signature=abc"
+        url = (
+            "https://sts.us-east-1.amazonaws.com/?Action=GetCallerIdentity&X-Amz-SignedHeaders=host%3Bx-k8s-aws-id"
+            "&X-Amz-Signature=abc"
+        )
         token = "k8s-aws-v1." + base64.urlsafe_b64encode(url.encode()).decode().rstrip("=")
         deadline = Deadline(2.0)
         ports = _ports()
-        ports = Ports(**{**ports.__dict__, "pods": KubeClient(kube.endpoint, kube.ca_pem, lambda: token, deadline),
-                         "nodes": None})
+        ports = Ports(
+            **{**ports.__dict__, "pods": KubeClient(kube.endpoint, kube.ca_pem, lambda: token, deadline), "nodes": None}
+        )
         started = time.monotonic()
         result = run_tick(settings(pool_settings()), ports, NOW, lambda line: None, deadline=deadline)
         assert time.monotonic() - started < 3.0
@@ -616,12 +760,28 @@ OFF_SPOT_CASES = [
     ("spot_flavored", gpu_pod("s", 1, pool="p", node_selector=ELASTIC_PIN, tolerations=[SPOT_TOLERATION]), False),
     ("pinned_to_on_demand", gpu_pod("o", 1, pool="p", node_selector=OD_PIN, tolerations=[SPOT_TOLERATION]), True),
     ("no_spot_toleration", gpu_pod("n", 1, pool="p", node_selector=ELASTIC_PIN), True),
-    ("kept_off_spot_by_affinity", {**gpu_pod("k", 1, pool="p", tolerations=[SPOT_TOLERATION]), "spec": {
-        **gpu_pod("k", 1, pool="p", tolerations=[SPOT_TOLERATION])["spec"],
-        "affinity": _affinity({"key": "gpuloan.io/capacity", "operator": "NotIn", "values": ["spot"]})}}, True),
-    ("required_on_demand_by_affinity", {**gpu_pod("a", 1, pool="p", tolerations=[SPOT_TOLERATION]), "spec": {
-        **gpu_pod("a", 1, pool="p", tolerations=[SPOT_TOLERATION])["spec"],
-        "affinity": _affinity({"key": "gpuloan.io/capacity", "operator": "In", "values": ["on-demand"]})}}, True),
+    (
+        "kept_off_spot_by_affinity",
+        {
+            **gpu_pod("k", 1, pool="p", tolerations=[SPOT_TOLERATION]),
+            "spec": {
+                **gpu_pod("k", 1, pool="p", tolerations=[SPOT_TOLERATION])["spec"],
+                "affinity": _affinity({"key": "gpuloan.io/capacity", "operator": "NotIn", "values": ["spot"]}),
+            },
+        },
+        True,
+    ),
+    (
+        "required_on_demand_by_affinity",
+        {
+            **gpu_pod("a", 1, pool="p", tolerations=[SPOT_TOLERATION]),
+            "spec": {
+                **gpu_pod("a", 1, pool="p", tolerations=[SPOT_TOLERATION])["spec"],
+                "affinity": _affinity({"key": "gpuloan.io/capacity", "operator": "In", "values": ["on-demand"]}),
+            },
+        },
+        True,
+    ),
     ("floor_pinned_is_neither", gpu_pod("f", 1, pool="p", node_selector=FLOOR_PIN), False),
 ]
 
@@ -638,8 +798,10 @@ def _client(kube):
 
     from policy.io.kube import KubeClient
 
-    url = "https://sts.us-east-1.amazonaws.com/?Action=GetCallerIdentity&X-Amz-SignedHeaders=host%3Bx-k8s-aws-id" \
-          "&X-Amz-Signature=abc"
+    url = (
+        "https://sts.us-east-1.amazonaws.com/?Action=GetCallerIdentity&X-Amz-SignedHeaders=host%3Bx-k8s-aws-id"
+        "&X-Amz-Signature=abc"
+    )
     token = "k8s-aws-v1." + base64.urlsafe_b64encode(url.encode()).decode().rstrip("=")
     return KubeClient(kube.endpoint, kube.ca_pem, lambda: token)
 
@@ -653,13 +815,15 @@ def test_the_lambda_reads_the_pending_pods_kept_off_spot_from_the_same_pod_list(
     kube = FakeKube("c", page_size=2)
     try:
         gang = {"scheduling.x-k8s.io/pod-group": "train"}
-        kube.pods = [gpu_pod("spot-ok", 2, pool="p", node_selector=ELASTIC_PIN, tolerations=[SPOT_TOLERATION]),
-                     gpu_pod("prod", 4, pool="p", node_selector=OD_PIN, tolerations=[SPOT_TOLERATION]),
-                     gpu_pod("g0", 8, pool="p", node_selector=OD_PIN, tolerations=[SPOT_TOLERATION]),
-                     gpu_pod("g1", 8, pool="p", node_selector=ELASTIC_PIN, tolerations=[SPOT_TOLERATION]),
-                     gpu_pod("floor", 1, pool="p", node_selector=FLOOR_PIN),
-                     gpu_pod("other", 1, pool="q", node_selector=OD_PIN),
-                     gpu_pod("running", 8, pool="p", node_selector=OD_PIN, node_name="n1", phase="Running")]
+        kube.pods = [
+            gpu_pod("spot-ok", 2, pool="p", node_selector=ELASTIC_PIN, tolerations=[SPOT_TOLERATION]),
+            gpu_pod("prod", 4, pool="p", node_selector=OD_PIN, tolerations=[SPOT_TOLERATION]),
+            gpu_pod("g0", 8, pool="p", node_selector=OD_PIN, tolerations=[SPOT_TOLERATION]),
+            gpu_pod("g1", 8, pool="p", node_selector=ELASTIC_PIN, tolerations=[SPOT_TOLERATION]),
+            gpu_pod("floor", 1, pool="p", node_selector=FLOOR_PIN),
+            gpu_pod("other", 1, pool="q", node_selector=OD_PIN),
+            gpu_pod("running", 8, pool="p", node_selector=OD_PIN, node_name="n1", phase="Running"),
+        ]
         for name in ("g0", "g1"):
             next(p for p in kube.pods if p["metadata"]["name"] == name)["metadata"]["labels"] = gang
         client = _client(kube)
@@ -704,7 +868,8 @@ def test_the_tick_passes_the_pods_kept_off_spot_and_the_on_demand_group_grows_fo
     ports = Ports(ports.groups, ports.utilization, pods, None, MemoryState(), FakePublisher(), FakeNodes())
     result = run_tick(settings(pool_settings()), ports, NOW, lambda _: None)
     assert [(a.group, a.desired_to, a.reason) for a in result.applied if a.kind == ACTION_SET_DESIRED] == [
-        (OD, 2, Reason.ON_DEMAND_ONLY)]
+        (OD, 2, Reason.ON_DEMAND_ONLY)
+    ]
     # unreadable: recorded, and every pending pod counts spot-first as before (never a guess that shrinks)
     pods.off_spot = DataUnavailable("pods unreadable")
     ports = Ports(ports.groups, ports.utilization, pods, None, MemoryState(), FakePublisher(), FakeNodes())

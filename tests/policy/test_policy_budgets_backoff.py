@@ -20,16 +20,23 @@ from policy_cases import NOW
 
 REFRESH_MINUTES = 60
 SCOPES = {"environment": "gpuloan-dev"}
-ANSWER = {"Budget": {"BudgetName": "gpuloan-dev", "BudgetType": "COST", "TimeUnit": "MONTHLY",
-                     "CalculatedSpend": {"ActualSpend": {"Amount": "123.4", "Unit": "USD"}}}}
+ANSWER = {
+    "Budget": {
+        "BudgetName": "gpuloan-dev",
+        "BudgetType": "COST",
+        "TimeUnit": "MONTHLY",
+        "CalculatedSpend": {"ActualSpend": {"Amount": "123.4", "Unit": "USD"}},
+    }
+}
 EXPECTED = {"AccountId": "123456789012", "BudgetName": "gpuloan-dev"}
 
 
 def _ticks(answers: list[str | None], minutes: list[float]):
     """One observe_spend per entry of `minutes` after NOW; `answers` are what Budgets says to each call, in order
     (an error code, or None for the figure). Returns (the spends, the errors per tick, the calls made)."""
-    budgets = boto3.client("budgets", region_name="us-east-1", aws_access_key_id="testing",
-                           aws_secret_access_key="testing")
+    budgets = boto3.client(
+        "budgets", region_name="us-east-1", aws_access_key_id="testing", aws_secret_access_key="testing"
+    )
     reader = AwsBudgets(budgets, "123456789012")
     state: dict = {}
     spends, errors = [], []
@@ -43,8 +50,16 @@ def _ticks(answers: list[str | None], minutes: list[float]):
             state, problems = tick_state.clean(json.loads(json.dumps(state)))  # as stored and read back
             assert problems == []
             tick_errors: list[str] = []
-            spends.append(observe_spend(state, SCOPES, reader, NOW + timedelta(minutes=m), REFRESH_MINUTES,
-                                        lambda err: tick_errors.append(str(err)))["environment"])
+            spends.append(
+                observe_spend(
+                    state,
+                    SCOPES,
+                    reader,
+                    NOW + timedelta(minutes=m),
+                    REFRESH_MINUTES,
+                    lambda err: tick_errors.append(str(err)),
+                )["environment"]
+            )
             errors.append(tick_errors)
         stub.assert_no_pending_responses()
     return spends, errors, reader.calls

@@ -21,8 +21,15 @@ SLACK_S = 0.6  # thread scheduling on a loaded 2-core machine; the unbounded cal
 DRIP_S_PER_BYTE = 0.15
 DRIP_TOTAL_S = len(BODY) * DRIP_S_PER_BYTE  # about 7 s: a byte every 0.15 s never trips a per-read timeout
 
-SLOW = ["slow_headers", "slow_body_keep_alive", "slow_body_close", "slow_body_http10", "slow_body_chunked",
-        "no_answer", "silent"]
+SLOW = [
+    "slow_headers",
+    "slow_body_keep_alive",
+    "slow_body_close",
+    "slow_body_http10",
+    "slow_body_chunked",
+    "no_answer",
+    "silent",
+]
 CUT = ["closed_mid_body", "closed_mid_body_http10"]
 
 
@@ -108,13 +115,16 @@ def _aws_ports(srv: SlowHttpServer, monkeypatch, deadline_s: float = DEADLINE_S)
     monkeypatch.setenv("GPULOAN_STATE_TABLE", "state")
     monkeypatch.setenv("GPULOAN_TOPIC_ARN", "arn:aws:sns:us-east-1:123456789012:alerts")
     session = boto3.Session(aws_access_key_id="testing", aws_secret_access_key="testing", region_name="us-east-1")
-    context = SimpleNamespace(invoked_function_arn="arn:aws:lambda:us-east-1:123456789012:function:f",
-                              get_remaining_time_in_millis=lambda: (deadline_s + handler.INVOCATION_MARGIN_S) * 1000)
+    context = SimpleNamespace(
+        invoked_function_arn="arn:aws:lambda:us-east-1:123456789012:function:f",
+        get_remaining_time_in_millis=lambda: (deadline_s + handler.INVOCATION_MARGIN_S) * 1000,
+    )
     for service in ("eks", "autoscaling", "ec2", "cloudwatch", "budgets", "sns", "sts", "dynamodb"):
         handler._client(session, service)  # built before the deadline starts: a client's model loads in ~1 s
     errors: list[str] = []
-    ports = handler.build_ports(replace(settings(), budget_name="gpuloan-dev"), session, context,
-                                Deadline(deadline_s), errors)
+    ports = handler.build_ports(
+        replace(settings(), budget_name="gpuloan-dev"), session, context, Deadline(deadline_s), errors
+    )
     assert errors == []
     return ports
 

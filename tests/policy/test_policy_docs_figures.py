@@ -18,13 +18,23 @@ DEEP_FILES = ("tests/policy/test_policy_properties.py", "tests/policy/test_polic
 def _properties() -> list[str]:
     """The Hypothesis properties: the test functions decorated with @given."""
     tree = ast.parse((REPO / DEEP_FILES[0]).read_text())
-    return [f.name for f in tree.body if isinstance(f, ast.FunctionDef) and f.name.startswith("test_")
-            and any(isinstance(d, ast.Call) and getattr(d.func, "id", "") == "given" for d in f.decorator_list)]
+    return [
+        f.name
+        for f in tree.body
+        if isinstance(f, ast.FunctionDef)
+        and f.name.startswith("test_")
+        and any(isinstance(d, ast.Call) and getattr(d.func, "id", "") == "given" for d in f.decorator_list)
+    ]
 
 
 def _collected() -> int:
-    out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:randomly", *DEEP_FILES],
-                         cwd=REPO, capture_output=True, text=True, timeout=120).stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:randomly", *DEEP_FILES],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    ).stdout
     return int(re.search(r"(\d+) tests? collected", out).group(1))
 
 

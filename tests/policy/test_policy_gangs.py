@@ -22,8 +22,15 @@ GPN = 8
 
 
 def _ps(**kw):
-    base = dict(gpus_per_node=GPN, spot_max_nodes=8, on_demand_max_nodes=4, max_step_nodes=None,
-                idle_timeout_minutes=10, empty_timeout_minutes=2, gang_wait_minutes=15)
+    base = dict(
+        gpus_per_node=GPN,
+        spot_max_nodes=8,
+        on_demand_max_nodes=4,
+        max_step_nodes=None,
+        idle_timeout_minutes=10,
+        empty_timeout_minutes=2,
+        gang_wait_minutes=15,
+    )
     base.update(kw)
     return pool_settings(**base)
 
@@ -210,17 +217,26 @@ def test_the_lambda_groups_pending_pods_of_one_pod_group_with_their_oldest_creat
     kube = FakeKube("c", page_size=2)
     try:
         lab = {"scheduling.x-k8s.io/pod-group": "train"}
-        kube.pods = [_labelled("w0", 8, "2026-03-10T11:50:00Z", labels=lab),
-                     _labelled("w1", 8, "2026-03-10T11:45:00Z", labels=lab),
-                     _labelled("solo", 2, "2026-03-10T11:40:00Z"),
-                     gpu_pod("running", 8, pool="p", node_name="n1", phase="Running")]
-        url = "https://sts.us-east-1.amazonaws.com/?Action=GetCallerIdentity&X-Amz-SignedHeaders=host%3Bx-k8s-aws-id" \
-              "&X-Amz-Signature=abc"
+        kube.pods = [
+            _labelled("w0", 8, "2026-03-10T11:50:00Z", labels=lab),
+            _labelled("w1", 8, "2026-03-10T11:45:00Z", labels=lab),
+            _labelled("solo", 2, "2026-03-10T11:40:00Z"),
+            gpu_pod("running", 8, pool="p", node_name="n1", phase="Running"),
+        ]
+        url = (
+            "https://sts.us-east-1.amazonaws.com/?Action=GetCallerIdentity&X-Amz-SignedHeaders=host%3Bx-k8s-aws-id"
+            "&X-Amz-Signature=abc"
+        )
         token = "k8s-aws-v1." + base64.urlsafe_b64encode(url.encode()).decode().rstrip("=")
         client = KubeClient(kube.endpoint, kube.ca_pem, lambda: token)
         # no spot toleration on these pods: the gang may not run on spot (policy/off_spot.py)
-        assert client.pending_gangs(["p"]) == {"p": (PendingGang(
-            "research/train", (8, 8), datetime(2026, 3, 10, 11, 45, tzinfo=timezone.utc), on_demand_only=True),)}
+        assert client.pending_gangs(["p"]) == {
+            "p": (
+                PendingGang(
+                    "research/train", (8, 8), datetime(2026, 3, 10, 11, 45, tzinfo=timezone.utc), on_demand_only=True
+                ),
+            )
+        }
         assert sorted(client.pending_gpus(["p"])["p"]) == [2, 8, 8]  # the gang's pods are pending pods too
     finally:
         kube.close()
@@ -254,7 +270,9 @@ def _prod_spec():
     from conftest import REPO
     from sim import pool as simpool
 
-    cfg = checks.from_stack_yaml(yaml.safe_load((REPO / "Pulumi.prod.yaml").read_text()), "prod", prices=resolved_prices())
+    cfg = checks.from_stack_yaml(
+        yaml.safe_load((REPO / "Pulumi.prod.yaml").read_text()), "prod", prices=resolved_prices()
+    )
     return replace(simpool.spec_from_config(resolved_prices(), cfg, "training"), floor_nodes=0)  # 8-GPU nodes
 
 
@@ -295,8 +313,12 @@ def test_scarce_spot_leaves_a_partial_gang_that_only_the_gang_rules_release(tmp_
 
     spec = replace(_prod_spec(), capacity="spot", spot_max_nodes=8)
     # spot scarce from the first minute to past the horizon: each launch request gets half what it asks
-    scarce = SimSettings(spot_interruptions_per_month=0.0, spot_unavailable_episodes_per_week=1e7,
-                         spot_unavailable_mean_hours=1000.0, spot_unavailable_fill_share=0.5)
+    scarce = SimSettings(
+        spot_interruptions_per_month=0.0,
+        spot_unavailable_episodes_per_week=1e7,
+        spot_unavailable_mean_hours=1000.0,
+        spot_unavailable_fill_share=0.5,
+    )
     trace = _jobs(tmp_path, [(60, 36000, 32)])  # a 4-node gang
     held = {}
     for controller in (GpuLoan("before", gangs=False), GpuLoan("after"), Karpenter()):
@@ -315,4 +337,6 @@ def test_a_spot_fill_share_outside_0_to_1_is_refused_by_name(tmp_path, share):
     from sim.policies import Karpenter
 
     with pytest.raises(ValueError, match="spot_unavailable_fill_share"):
-        Simulation(_prod_spec(), _jobs(tmp_path, [(0, 60, 8)]), Karpenter(), SimSettings(spot_unavailable_fill_share=share))
+        Simulation(
+            _prod_spec(), _jobs(tmp_path, [(0, 60, 8)]), Karpenter(), SimSettings(spot_unavailable_fill_share=share)
+        )

@@ -15,16 +15,23 @@ from policy_cases import NOW, OD, SPOT, group, node, observe, settings
 
 
 def _grows(plan) -> dict[str, tuple[int, int, Reason]]:
-    return {a.group: (a.desired_from, a.desired_to, a.reason) for d in plan.decisions for a in d.actions
-            if a.kind == ACTION_SET_DESIRED}
+    return {
+        a.group: (a.desired_from, a.desired_to, a.reason)
+        for d in plan.decisions
+        for a in d.actions
+        if a.kind == ACTION_SET_DESIRED
+    }
 
 
 def test_the_pods_of_a_leaving_spot_node_wait_for_spot_not_on_demand():
     """Desired 2: one busy node, one leaving whose GPU pod is pending. The spot group's replacement for the
     leaving instance is the pod's place (it counts as coming, docs/policy.md "Spot interruption notice"): no
     on-demand node, no fallback. Before issue 42: SPOT_FALLBACK, research-od 0 -> 1."""
-    obs = observe(groups=(group(SPOT, 2, changed=60, max_nodes=4), group(OD, 0, max_nodes=2)),
-                  nodes=(node("i-busy"), node("i-leaving", lifecycle=LIFECYCLE_LEAVING)), pending=(1,))
+    obs = observe(
+        groups=(group(SPOT, 2, changed=60, max_nodes=4), group(OD, 0, max_nodes=2)),
+        nodes=(node("i-busy"), node("i-leaving", lifecycle=LIFECYCLE_LEAVING)),
+        pending=(1,),
+    )
     plan = decide(settings(), obs, NOW)
     assert OD not in _grows(plan)
     assert Reason.SPOT_FALLBACK not in {a.reason for d in plan.decisions for a in d.actions}
@@ -32,21 +39,30 @@ def test_the_pods_of_a_leaving_spot_node_wait_for_spot_not_on_demand():
 
 def test_a_second_displaced_pod_gets_a_spot_node():
     """Two pending pods for one leaving node's slot: the one beyond the replacement gets a spot node."""
-    obs = observe(groups=(group(SPOT, 2, changed=60, max_nodes=4), group(OD, 0, max_nodes=2)),
-                  nodes=(node("i-busy"), node("i-leaving", lifecycle=LIFECYCLE_LEAVING)), pending=(1, 1))
+    obs = observe(
+        groups=(group(SPOT, 2, changed=60, max_nodes=4), group(OD, 0, max_nodes=2)),
+        nodes=(node("i-busy"), node("i-leaving", lifecycle=LIFECYCLE_LEAVING)),
+        pending=(1, 1),
+    )
     assert _grows(decide(settings(), obs, NOW)) == {SPOT: (2, 3, Reason.SCALE_UP_PENDING)}
 
 
 def test_a_failed_spot_launch_still_falls_back_with_a_node_leaving():
-    obs = observe(groups=(group(SPOT, 2, changed=60, max_nodes=4, shortage=True), group(OD, 0, max_nodes=2)),
-                  nodes=(node("i-busy"), node("i-leaving", lifecycle=LIFECYCLE_LEAVING)), pending=(1,))
+    obs = observe(
+        groups=(group(SPOT, 2, changed=60, max_nodes=4, shortage=True), group(OD, 0, max_nodes=2)),
+        nodes=(node("i-busy"), node("i-leaving", lifecycle=LIFECYCLE_LEAVING)),
+        pending=(1,),
+    )
     grows = _grows(decide(settings(), obs, NOW))
     assert set(grows) == {OD} and grows[OD][2] == Reason.SPOT_FALLBACK
 
 
 def test_an_instance_that_never_came_still_falls_back_with_a_node_leaving():
     # desired 3: one in service, one leaving, one that spot has not filled for an hour
-    obs = observe(groups=(group(SPOT, 3, changed=60, max_nodes=4), group(OD, 0, max_nodes=2)),
-                  nodes=(node("i-busy"), node("i-leaving", lifecycle=LIFECYCLE_LEAVING)), pending=(1,))
+    obs = observe(
+        groups=(group(SPOT, 3, changed=60, max_nodes=4), group(OD, 0, max_nodes=2)),
+        nodes=(node("i-busy"), node("i-leaving", lifecycle=LIFECYCLE_LEAVING)),
+        pending=(1,),
+    )
     grows = _grows(decide(settings(), obs, NOW))
     assert set(grows) == {OD} and grows[OD][2] == Reason.SPOT_FALLBACK

@@ -29,8 +29,10 @@ def prod_cfg():
 
 
 def groups(cfg) -> dict:
-    return {p.name: {"spot": f"{p.name}-spot", "on_demand": f"{p.name}-od", "guaranteed": f"{p.name}-floor"}
-            for p in cfg.pools}
+    return {
+        p.name: {"spot": f"{p.name}-spot", "on_demand": f"{p.name}-od", "guaranteed": f"{p.name}-floor"}
+        for p in cfg.pools
+    }
 
 
 def with_status(cfg, queue, used: dict[str, int]) -> dict:
@@ -48,10 +50,13 @@ def with_status(cfg, queue, used: dict[str, int]) -> dict:
 
 
 def client(kube: FakeKube) -> KubeClient:
-    url = ("https://sts.us-east-1.amazonaws.com/?Action=GetCallerIdentity&X-Amz-SignedHeaders=host%3Bx-k8s-aws-id"
-           "&X-Amz-Signature=abc")
-    return KubeClient(kube.endpoint, kube.ca_pem,
-                      lambda: "k8s-aws-v1." + base64.urlsafe_b64encode(url.encode()).decode().rstrip("="))
+    url = (
+        "https://sts.us-east-1.amazonaws.com/?Action=GetCallerIdentity&X-Amz-SignedHeaders=host%3Bx-k8s-aws-id"
+        "&X-Amz-Signature=abc"
+    )
+    return KubeClient(
+        kube.endpoint, kube.ca_pem, lambda: "k8s-aws-v1." + base64.urlsafe_b64encode(url.encode()).decode().rstrip("=")
+    )
 
 
 @pytest.fixture
@@ -71,8 +76,9 @@ def figures(lines: list[str]) -> dict[tuple[str, str, str], float]:
     for line in lines:
         doc = json.loads(line)
         assert doc["_aws"]["CloudWatchMetrics"][0]["Namespace"] == M.NAMESPACE
-        assert doc["_aws"]["CloudWatchMetrics"][0]["Dimensions"] == [sorted(
-            [M.DIM_ENVIRONMENT, M.DIM_FLAVOR, M.DIM_POOL, M.DIM_USE])]
+        assert doc["_aws"]["CloudWatchMetrics"][0]["Dimensions"] == [
+            sorted([M.DIM_ENVIRONMENT, M.DIM_FLAVOR, M.DIM_POOL, M.DIM_USE])
+        ]
         out[(doc[M.DIM_POOL], doc[M.DIM_USE], doc[M.DIM_FLAVOR])] = doc[M.LOAN_GPUS]
     return out
 
@@ -102,16 +108,21 @@ def test_prod_research_borrowing_training_floor_is_lent_by_training(kube):
     assert got[("inference", "own_floor", inference_floor)] == 0
     assert got[("inference", "lent", inference_floor)] == 0
     # one GET per queue of the environment, by name, nothing else
-    assert sorted(kube.requests) == sorted(f"GET /apis/kueue.x-k8s.io/v1beta2/clusterqueues/{q.name}"
-                                           for q in scheduling.plan(cfg).queues)
+    assert sorted(kube.requests) == sorted(
+        f"GET /apis/kueue.x-k8s.io/v1beta2/clusterqueues/{q.name}" for q in scheduling.plan(cfg).queues
+    )
 
 
 def test_rbac_grants_exactly_the_get_the_loan_read_uses(kube):
     cfg = prod_cfg()
     rule = tenancy.loan_rbac_rule(cfg)
     assert rule in tenancy.policy_rbac_rules(cfg)
-    assert rule == {"apiGroups": ["kueue.x-k8s.io"], "resources": ["clusterqueues"], "verbs": ["get"],
-                    "resourceNames": sorted(q.name for q in scheduling.plan(cfg).queues)}
+    assert rule == {
+        "apiGroups": ["kueue.x-k8s.io"],
+        "resources": ["clusterqueues"],
+        "verbs": ["get"],
+        "resourceNames": sorted(q.name for q in scheduling.plan(cfg).queues),
+    }
     loaded(kube, cfg, {})
     settings = settings_for(resolved_prices(), cfg, "c", groups(cfg), allow_unknown_prices=True)
     loan_usage.tick_lines(settings, client(kube), {}, NOW, None, [], print)
@@ -120,8 +131,13 @@ def test_rbac_grants_exactly_the_get_the_loan_read_uses(kube):
         parts = urllib.parse.urlparse(target).path.strip("/").split("/")  # apis, group, version, resource, name
         assert (method, parts[1], parts[3]) == ("GET", "kueue.x-k8s.io", "clusterqueues") and len(parts) == 5
         assert parts[4] in rule["resourceNames"]
-    off = cfg.model_copy(update={"scheduling": cfg.scheduling.model_copy(update={
-        "kueue": cfg.scheduling.kueue.model_copy(update={"enabled": False})})})
+    off = cfg.model_copy(
+        update={
+            "scheduling": cfg.scheduling.model_copy(
+                update={"kueue": cfg.scheduling.kueue.model_copy(update={"enabled": False})}
+            )
+        }
+    )
     assert not any("clusterqueues" in r["resources"] for r in tenancy.policy_rbac_rules(off))
     assert settings_for(resolved_prices(), off, "c", groups(off), allow_unknown_prices=True).pools[0].loan_queue is None
 

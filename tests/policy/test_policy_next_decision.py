@@ -68,8 +68,10 @@ def _case_spot_fallback_wait():
 
 def _case_cooldown():
     ps = pool_settings(workload="service")
-    obs = observe(groups=(group(SPOT, 1, changed=2), group(OD, 0, changed=None)),
-                  nodes=(node("i-a", SPOT, age=60, max_util=95.0, avg_util=95.0, reserved=100.0),))
+    obs = observe(
+        groups=(group(SPOT, 1, changed=2), group(OD, 0, changed=None)),
+        nodes=(node("i-a", SPOT, age=60, max_util=95.0, avg_util=95.0, reserved=100.0),),
+    )
     return settings(ps), obs, ago(2) + timedelta(minutes=5)
 
 
@@ -81,21 +83,30 @@ def _case_arrival_leaves_window():
 def _case_never_got_a_pod():
     po = observe(nodes=(idle("i-a", age=5),)).pools[0]
     # empty window 2 + launch 6 minutes: the node counts as never used up to and including 8 minutes after launch
-    return (settings(pool_settings(empty_timeout_minutes=2, launch_minutes=6)),
-            _with(po, arrivals=_kept_warm_arrivals(10)), ago(5) + timedelta(minutes=8) + JUST_AFTER)
+    return (
+        settings(pool_settings(empty_timeout_minutes=2, launch_minutes=6)),
+        _with(po, arrivals=_kept_warm_arrivals(10)),
+        ago(5) + timedelta(minutes=8) + JUST_AFTER,
+    )
 
 
 def _case_gang_wait():
     po = observe(groups=(group(SPOT, 2, changed=None), group(OD, 0, changed=None)), pending=(1, 1)).pools[0]
     gang = PendingGang("ml/job", (1, 1), ago(10))
-    return settings(pool_settings(gang_wait_minutes=15)), _with(po, pending_gangs=(gang,)), ago(10) + timedelta(
-        minutes=15)
+    return (
+        settings(pool_settings(gang_wait_minutes=15)),
+        _with(po, pending_gangs=(gang,)),
+        ago(10) + timedelta(minutes=15),
+    )
 
 
 def _case_capacity_block_start():
     start = NOW + timedelta(minutes=20)
-    ps = pool_settings(capacity_block_start=start.isoformat(), capacity_block_end=(start + timedelta(days=2)).isoformat(),
-                       guaranteed_nodes=2)
+    ps = pool_settings(
+        capacity_block_start=start.isoformat(),
+        capacity_block_end=(start + timedelta(days=2)).isoformat(),
+        guaranteed_nodes=2,
+    )
     obs = observe(groups=(group(SPOT, 0), group(OD, 0), Group(FLOOR, 0, 0, 2)))
     return settings(ps), obs, start
 
@@ -126,15 +137,16 @@ def test_each_rule_reports_its_timer(name):
     plan = decide(s, obs, NOW)
     assert plan.next_decision_at == when
     if name != "budget_projection":  # a cut scale-up is re-sized every minute; the others change at the timer
-        later = decide(s, obs, when + timedelta(seconds=59) if when.second == 0 and not when.microsecond
-                       else when)
+        later = decide(s, obs, when + timedelta(seconds=59) if when.second == 0 and not when.microsecond else when)
         assert later.actions != plan.actions
 
 
 def test_only_an_observation_change_moves_a_quiet_plan():
     """A pool with busy nodes and nothing pending: no rule has a timer (the simulator then waits for its world)."""
-    obs = observe(groups=(group(SPOT, 1, changed=600), group(OD, 0, changed=None)),
-                  nodes=(node("i-a", SPOT, age=600, max_util=90.0, reserved=100.0),))
+    obs = observe(
+        groups=(group(SPOT, 1, changed=600), group(OD, 0, changed=None)),
+        nodes=(node("i-a", SPOT, age=600, max_util=90.0, reserved=100.0),),
+    )
     plan = decide(settings(pool_settings()), obs, NOW)
     assert plan.next_decision_at is None
     assert all(a.kind == ACTION_HOLD for a in plan.actions) and Reason.STEADY in plan.decisions[0].reasons

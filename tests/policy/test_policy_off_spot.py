@@ -16,15 +16,17 @@ R = Reason
 
 def off_spot(obs: Observation, pods, gangs=()) -> Observation:
     po = obs.pools[0]
-    return Observation((replace(po, on_demand_only_pod_gpus=pods, pending_gangs=tuple(gangs)),),
-                       obs.environment_spend)
+    return Observation((replace(po, on_demand_only_pod_gpus=pods, pending_gangs=tuple(gangs)),), obs.environment_spend)
 
 
 def changes(plan) -> list[tuple]:
     out = []
     for a in plan.changes:
-        out.append(("set", a.group, a.desired_from, a.desired_to, a.reason) if a.kind == "set_desired"
-                   else ("term", a.instance_id, a.reason))
+        out.append(
+            ("set", a.group, a.desired_from, a.desired_to, a.reason)
+            if a.kind == "set_desired"
+            else ("term", a.instance_id, a.reason)
+        )
     return out
 
 
@@ -82,8 +84,9 @@ def test_group_max_step_and_update_in_progress_bound_them():
     # the step bounds the tick, both groups together
     both = decide(settings(pool_settings(max_step_nodes=2)), off_spot(observe(pending=(1, 1, 1, 1)), (1,)), NOW)
     assert sorted(changes(both)) == [("set", OD, 0, 1, R.ON_DEMAND_ONLY), ("set", SPOT, 0, 1, R.SCALE_UP_PENDING)]
-    updating = decide(settings(), off_spot(observe(groups=[group(SPOT, 0), group(OD, 0, status="UPDATING")],
-                                                   pending=(1,)), (1,)), NOW)
+    updating = decide(
+        settings(), off_spot(observe(groups=[group(SPOT, 0), group(OD, 0, status="UPDATING")], pending=(1,)), (1,)), NOW
+    )
     assert changes(updating) == [] and R.UPDATE_IN_PROGRESS in reasons(updating)
 
 
@@ -94,17 +97,29 @@ def test_a_gang_kept_off_spot_comes_in_one_step_on_on_demand():
 
 
 def test_on_demand_nodes_on_their_way_count_for_them():
-    plan = decide(settings(), off_spot(observe(groups=[group(SPOT, 0), group(OD, 1, changed=1)],
-                                               nodes=[node("i-boot", OD, lifecycle=LIFECYCLE_PENDING)],
-                                               pending=(1,)), (1,)), NOW)
+    plan = decide(
+        settings(),
+        off_spot(
+            observe(
+                groups=[group(SPOT, 0), group(OD, 1, changed=1)],
+                nodes=[node("i-boot", OD, lifecycle=LIFECYCLE_PENDING)],
+                pending=(1,),
+            ),
+            (1,),
+        ),
+        NOW,
+    )
     assert changes(plan) == []
 
 
 def test_idle_spot_nodes_are_not_kept_for_them_and_idle_on_demand_nodes_may_be():
     # on-demand at its max (2/2, one busy, one idle), one spot node idle, one kept-off pod pending: it may land on
     # the idle on-demand node only. Before: counted spot-first, it bought a spot node and kept the idle spot one.
-    obs = observe(groups=[group(SPOT, 1), group(OD, 2)],
-                  nodes=[idle("i-spot", SPOT), idle("i-od", OD), node("i-od-busy", OD)], pending=(1,))
+    obs = observe(
+        groups=[group(SPOT, 1), group(OD, 2)],
+        nodes=[idle("i-spot", SPOT), idle("i-od", OD), node("i-od-busy", OD)],
+        pending=(1,),
+    )
     plan = decide(settings(), off_spot(obs, (1,)), NOW)
     assert changes(plan) == [("term", "i-spot", R.RECLAIM_IDLE)]
     assert R.AT_MAX in reasons(plan)
@@ -121,8 +136,9 @@ def test_back_to_spot_does_not_close_the_on_demand_nodes_they_wait_for():
     # spot filled, one on-demand node busy: back to spot would close it; with a kept-off pod waiting it stays open
     obs = observe(groups=[group(SPOT, 1), group(OD, 1)], nodes=[node("i-spot"), node("i-od", OD)])
     assert decide(settings(), obs, NOW).decisions[0].closed_to_new_pods == ("i-od",)
-    waiting = decide(settings(), off_spot(replace(obs, pools=(replace(obs.pools[0], pending_pod_gpus=(1,)),)),
-                                          (1,)), NOW)
+    waiting = decide(
+        settings(), off_spot(replace(obs, pools=(replace(obs.pools[0], pending_pod_gpus=(1,)),)), (1,)), NOW
+    )
     assert waiting.decisions[0].closed_to_new_pods == ()
     assert changes(waiting) == [("set", OD, 1, 2, R.ON_DEMAND_ONLY)]
 
@@ -137,8 +153,11 @@ def test_spot_short_sends_both_to_on_demand_in_one_change():
 @pytest.mark.parametrize("off", [None, ()], ids=["unknown", "none"])
 def test_unknown_or_none_changes_nothing(off):
     obs = observe(nodes=[idle("i-spot")], pending=(1, 1))
-    assert changes(decide(settings(), off_spot(obs, off), NOW)) == changes(decide(settings(), obs, NOW)) == [
-        ("set", SPOT, 1, 3, R.SCALE_UP_PENDING)]
+    assert (
+        changes(decide(settings(), off_spot(obs, off), NOW))
+        == changes(decide(settings(), obs, NOW))
+        == [("set", SPOT, 1, 3, R.SCALE_UP_PENDING)]
+    )
 
 
 def test_pods_that_are_not_among_the_pending_ones_are_reported_and_ignored():

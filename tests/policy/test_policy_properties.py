@@ -81,21 +81,40 @@ def worlds(draw, missing_data: bool = False):
             # GPU reserved capacity: mostly 0 (empty) or one GPU's share, sometimes missing
             rv = None if missing_data else draw(st.one_of(st.none(), st.sampled_from([0.0, 0.0, 12.5, 100.0])))
             pods = None if missing_data else draw(st.one_of(st.none(), st.sampled_from([0, 0, 0, 1, 3])))
-            nodes.append(Node(f"i-{gname}-{k}", gname, ago(draw(st.integers(0, 240))), lifecycle, mu, au, rv, ru,
-                              pods))
+            nodes.append(Node(f"i-{gname}-{k}", gname, ago(draw(st.integers(0, 240))), lifecycle, mu, au, rv, ru, pods))
         if gname != FLOOR:
-            groups.append(Group(gname, n_up + n_boot + extra, 0, 0, draw(st.sampled_from(["ACTIVE", "ACTIVE", "UPDATING"])),
-                                draw(st.one_of(st.none(), st.integers(0, 120).map(ago))), draw(st.booleans())))
+            groups.append(
+                Group(
+                    gname,
+                    n_up + n_boot + extra,
+                    0,
+                    0,
+                    draw(st.sampled_from(["ACTIVE", "ACTIVE", "UPDATING"])),
+                    draw(st.one_of(st.none(), st.integers(0, 120).map(ago))),
+                    draw(st.booleans()),
+                )
+            )
     if missing_data:
         pending = None
         spend = None
     else:
         pending = draw(st.one_of(st.none(), st.lists(st.integers(0, 9), max_size=12).map(tuple)))
-        spend = draw(st.one_of(st.none(), st.builds(Spend, st.one_of(st.none(), st.floats(0, 25_000)),
-                                                    st.floats(0, 500))))
+        spend = draw(
+            st.one_of(st.none(), st.builds(Spend, st.one_of(st.none(), st.floats(0, 25_000)), st.floats(0, 500)))
+        )
     # recent GPU pod arrivals (minutes ago, GPUs): sometimes unknown, often enough to keep idle nodes warm
-    arrivals = None if missing_data else draw(st.one_of(st.none(), st.lists(
-        st.tuples(st.integers(0, 90).map(ago), st.integers(1, 8)), max_size=40).map(lambda v: tuple(sorted(v)))))
+    arrivals = (
+        None
+        if missing_data
+        else draw(
+            st.one_of(
+                st.none(),
+                st.lists(st.tuples(st.integers(0, 90).map(ago), st.integers(1, 8)), max_size=40).map(
+                    lambda v: tuple(sorted(v))
+                ),
+            )
+        )
+    )
     # the daily rhythm's rate for warm-up (nodes' worth per minute): unknown, quiet, or enough to want spares
     rhythm = None if missing_data else draw(st.one_of(st.none(), st.floats(0, 3)))
     # pending pods that form a gang (policy/gangs.py): some of the pending ones, waiting within or past the bound
@@ -119,8 +138,22 @@ def worlds(draw, missing_data: bool = False):
                     off.append(p)
         off += [rest[i] for i in sorted(draw(st.sets(st.integers(0, len(rest) - 1))))] if rest else []
         off = tuple(off)
-    obs = Observation((PoolObservation("research", tuple(groups), tuple(nodes), pending, spend, arrivals, rhythm,
-                                       pending_gangs=gangs, on_demand_only_pod_gpus=off),), None)
+    obs = Observation(
+        (
+            PoolObservation(
+                "research",
+                tuple(groups),
+                tuple(nodes),
+                pending,
+                spend,
+                arrivals,
+                rhythm,
+                pending_gangs=gangs,
+                on_demand_only_pod_gpus=off,
+            ),
+        ),
+        None,
+    )
     return settings(ps), obs
 
 
@@ -204,8 +237,12 @@ def test_launching_nodes_are_counted(world):
     groups, nodes = list(po.groups), list(po.nodes)
     for a in ups:
         i = next(k for k, g in enumerate(groups) if g.name == a.group)
-        groups[i] = dataclasses.replace(groups[i], desired_nodes=a.desired_to, last_change_at=NOW, capacity_shortage=False)
-        nodes += [Node(f"i-new-{a.group}-{k}", a.group, NOW, LIFECYCLE_PENDING) for k in range(a.desired_to - a.desired_from)]
+        groups[i] = dataclasses.replace(
+            groups[i], desired_nodes=a.desired_to, last_change_at=NOW, capacity_shortage=False
+        )
+        nodes += [
+            Node(f"i-new-{a.group}-{k}", a.group, NOW, LIFECYCLE_PENDING) for k in range(a.desired_to - a.desired_from)
+        ]
     after = Observation((dataclasses.replace(po, groups=tuple(groups), nodes=tuple(nodes)),), None)
     again = decide(s, after, NOW)
     # A step-limited first tick may add the rest now, but booting nodes are never asked for twice: both ticks
@@ -247,8 +284,10 @@ def test_warm_up_adds_at_most_the_spares_it_wants_and_never_blind(world):
         assert Reason.WARM_UP not in plan.decision("research").reasons
         return
     assert added <= max(needed, util_node) + warm_up_nodes(ps, po)
-    blind = any(n.group in ps.elastic_groups and n.lifecycle == LIFECYCLE_IN_SERVICE and n.max_reserved_pct is None
-                for n in po.nodes)
+    blind = any(
+        n.group in ps.elastic_groups and n.lifecycle == LIFECYCLE_IN_SERVICE and n.max_reserved_pct is None
+        for n in po.nodes
+    )
     if blind:
         assert all(a.reason != Reason.WARM_UP for a in ups)
         assert added <= max(needed, util_node)
@@ -300,20 +339,28 @@ def test_one_kind_of_change_per_group_per_plan(world):
     assert all(len(k) == 1 for k in kinds.values()), kinds
 
 
-pods_strategy = st.lists(st.fixed_dictionaries({
-    "phase": st.sampled_from(["Pending", "Running", "Succeeded", "Failed", "Unknown"]),
-    "gpus": st.integers(0, 2),
-    "annotation": st.sampled_from([None, *DO_NOT_DISRUPT]),
-    "value": st.sampled_from(["true", "false", "True"]),
-}), max_size=3)
+pods_strategy = st.lists(
+    st.fixed_dictionaries(
+        {
+            "phase": st.sampled_from(["Pending", "Running", "Succeeded", "Failed", "Unknown"]),
+            "gpus": st.integers(0, 2),
+            "annotation": st.sampled_from([None, *DO_NOT_DISRUPT]),
+            "value": st.sampled_from(["true", "false", "True"]),
+        }
+    ),
+    max_size=3,
+)
 
 
 def _pod(k: int, p: dict) -> dict:
     meta = {"name": f"p{k}", "namespace": "ml"}
     if p["annotation"]:
         meta["annotations"] = {p["annotation"]: p["value"]}
-    return {"metadata": meta, "status": {"phase": p["phase"]},
-            "spec": {"containers": [{"resources": {"limits": {"nvidia.com/gpu": str(p["gpus"])}}}]}}
+    return {
+        "metadata": meta,
+        "status": {"phase": p["phase"]},
+        "spec": {"containers": [{"resources": {"limits": {"nvidia.com/gpu": str(p["gpus"])}}}]},
+    }
 
 
 class PodsOnNodes:
@@ -338,12 +385,19 @@ def test_no_applied_termination_hits_a_gpu_pod_or_do_not_disrupt(world, data):
     (pending or running) or a pod annotated do-not-disrupt=true is never terminated."""
     s, obs = world
     plan = decide(s, obs, NOW)
-    pods = {f"node-{n.instance_id}": [_pod(k, p) for k, p in enumerate(data.draw(pods_strategy))]
-            for n in obs.pools[0].nodes}
+    pods = {
+        f"node-{n.instance_id}": [_pod(k, p) for k, p in enumerate(data.draw(pods_strategy))]
+        for n in obs.pools[0].nodes
+    }
     # The groups as the tick's re-read before a change finds them (tick._recheck): the observed instances, so a
     # planned termination reaches the pod check instead of being refused as "no longer in the group".
-    groups = FakeGroups(list(obs.pools[0].groups), [Instance(n.instance_id, n.group, n.lifecycle, n.launched_at,
-                                                             f"node-{n.instance_id}") for n in obs.pools[0].nodes])
+    groups = FakeGroups(
+        list(obs.pools[0].groups),
+        [
+            Instance(n.instance_id, n.group, n.lifecycle, n.launched_at, f"node-{n.instance_id}")
+            for n in obs.pools[0].nodes
+        ],
+    )
     ports = Ports(groups, FakeUtil({}), FakePods({}), None, MemoryState(), FakePublisher(), PodsOnNodes(pods))
     result = TickResult(plan)
     _apply(s, plan, obs, ports, result, None, {n.instance_id: f"node-{n.instance_id}" for n in obs.pools[0].nodes})
@@ -357,18 +411,23 @@ def test_no_applied_termination_hits_a_gpu_pod_or_do_not_disrupt(world, data):
             assert not (live and (gpu or dnd)), (args[0], pod)
 
 
-@given(st.datetimes(timezones=st.just(__import__("datetime").timezone.utc)).map(lambda t: t.isoformat())
-       | st.text(max_size=30), st.booleans())
+@given(
+    st.datetimes(timezones=st.just(__import__("datetime").timezone.utc)).map(lambda t: t.isoformat())
+    | st.text(max_size=30),
+    st.booleans(),
+)
 def test_a_live_tick_ignores_the_event_time(event_now, with_dry_run_false):
     """Whatever time an event carries, a live tick decides at the clock's time and writes state as usual."""
     seen = {}
     event = {"now": event_now}
     if with_dry_run_false:
         event["dry_run"] = False
-    with mock.patch.object(handler, "load_settings", lambda: settings(pool_settings())), \
-            mock.patch.object(handler, "build_ports", lambda *a, **k: None), \
-            mock.patch.object(handler, "clock", lambda: NOW), \
-            mock.patch.object(handler, "run_tick", lambda st_, p, now, **kw: seen.update(now=now, **kw)):
+    with (
+        mock.patch.object(handler, "load_settings", lambda: settings(pool_settings())),
+        mock.patch.object(handler, "build_ports", lambda *a, **k: None),
+        mock.patch.object(handler, "clock", lambda: NOW),
+        mock.patch.object(handler, "run_tick", lambda st_, p, now, **kw: seen.update(now=now, **kw)),
+    ):
         handler.handle(event, types.SimpleNamespace(), session=object())
     assert seen["now"] == NOW and seen["persist"] is True
 
@@ -380,8 +439,10 @@ def test_desired_never_drops_below_the_instances_that_exist(world):
     have no instance yet; an instance leaves by id (terminate), chosen by the rules that check its work."""
     s, obs = world
     po = obs.pools[0]
-    live = {g.name: sum(1 for n in po.nodes if n.group == g.name and (n.lifecycle == LIFECYCLE_IN_SERVICE
-                                                                      or n.launching)) for g in po.groups}
+    live = {
+        g.name: sum(1 for n in po.nodes if n.group == g.name and (n.lifecycle == LIFECYCLE_IN_SERVICE or n.launching))
+        for g in po.groups
+    }
     for a in decide(s, obs, NOW).changes:
         if a.kind == ACTION_SET_DESIRED and a.desired_to < a.desired_from:
             assert a.desired_to >= live[a.group], (a, live)
@@ -397,8 +458,9 @@ def test_spot_is_never_grown_for_pods_that_may_not_run_on_spot(world):
     gangs = tuple(dataclasses.replace(g, on_demand_only=True) for g in po.pending_gangs)
     po = dataclasses.replace(po, on_demand_only_pod_gpus=po.pending_pod_gpus, pending_gangs=gangs)
     plan = decide(dataclasses.replace(s, pools=(ps,)), Observation((po,), None), NOW)
-    assert not [a for a in plan.changes if a.kind == ACTION_SET_DESIRED and a.group == SPOT
-                and a.desired_to > a.desired_from], [a.to_dict() for a in plan.actions]
+    assert not [
+        a for a in plan.changes if a.kind == ACTION_SET_DESIRED and a.group == SPOT and a.desired_to > a.desired_from
+    ], [a.to_dict() for a in plan.actions]
 
 
 # --- issue 41: the same rules with the pools in shards ---------------------------------------------------------
@@ -410,9 +472,12 @@ def _renamed(world, name: str):
     ps, po = s.pools[0], obs.pools[0]
     to = {SPOT: f"{name}-spot", OD: f"{name}-od", FLOOR: f"{name}-floor"}
     ps = dataclasses.replace(ps, name=name, spot_group=to[SPOT], on_demand_group=to[OD], guaranteed_group=to[FLOOR])
-    po = dataclasses.replace(po, name=name, groups=tuple(dataclasses.replace(g, name=to[g.name]) for g in po.groups),
-                             nodes=tuple(dataclasses.replace(n, group=to[n.group], instance_id=f"{name}-{n.instance_id}")
-                                         for n in po.nodes))
+    po = dataclasses.replace(
+        po,
+        name=name,
+        groups=tuple(dataclasses.replace(g, name=to[g.name]) for g in po.groups),
+        nodes=tuple(dataclasses.replace(n, group=to[n.group], instance_id=f"{name}-{n.instance_id}") for n in po.nodes),
+    )
     return ps, po
 
 
@@ -432,39 +497,68 @@ def _decide_in_shards(first, second, shards: int, env_budget, actual, seeded: bo
 
     (ps_a, po_a), (ps_b, po_b) = _renamed(first, "research"), _renamed(second, "teamb")
     groups = (("all", ("research", "teamb")),) if shards == 1 else (("one", ("research",)), ("two", ("teamb",)))
-    full = Settings("dev", "us-east-1", "c", (ps_a, ps_b), budget_monthly_usd=env_budget, budget_name="env",
-                    shards=tuple(ShardSettings(n, p) for n, p in groups))
+    full = Settings(
+        "dev",
+        "us-east-1",
+        "c",
+        (ps_a, ps_b),
+        budget_monthly_usd=env_budget,
+        budget_name="env",
+        shards=tuple(ShardSettings(n, p) for n, p in groups),
+    )
     obs = Observation((po_a, po_b))
     state = MemoryState()
-    own = {sh.name: (full.shard(sh.name), Observation(tuple(p for p in obs.pools if p.name in sh.pools)))
-           for sh in full.shards}
+    own = {
+        sh.name: (full.shard(sh.name), Observation(tuple(p for p in obs.pools if p.name in sh.pools)))
+        for sh in full.shards
+    }
     if seeded:  # every shard ticked before: its reservation is what runs now
-        state.save(shard_budget.ENV_BUDGET_KEY, {"shards": {
-            n: {"usd_per_hour": shard_budget.reserved_usd_per_hour(s, o, Plan((), dry_run=True))}
-            for n, (s, o) in own.items()}}, 0)
-    plans = {n: shard_budget.decide_and_reserve(full, n, s, o, state, _Actual(actual), NOW, lambda e: None)
-             for n, (s, o) in own.items()}
+        state.save(
+            shard_budget.ENV_BUDGET_KEY,
+            {
+                "shards": {
+                    n: {"usd_per_hour": shard_budget.reserved_usd_per_hour(s, o, Plan((), dry_run=True))}
+                    for n, (s, o) in own.items()
+                }
+            },
+            0,
+        )
+    plans = {
+        n: shard_budget.decide_and_reserve(full, n, s, o, state, _Actual(actual), NOW, lambda e: None)
+        for n, (s, o) in own.items()
+    }
     return full, obs, plans, state
 
 
 @st.composite
 def wanting(draw):
     """A pool with pending pods and busy nodes only, its groups ACTIVE: it wants to grow, so the budget decides."""
-    ps = pool_settings(spot_max_nodes=draw(st.integers(1, 8)), on_demand_max_nodes=draw(st.integers(1, 4)),
-                       max_step_nodes=draw(st.one_of(st.none(), st.integers(1, 4))))
+    ps = pool_settings(
+        spot_max_nodes=draw(st.integers(1, 8)),
+        on_demand_max_nodes=draw(st.integers(1, 4)),
+        max_step_nodes=draw(st.one_of(st.none(), st.integers(1, 4))),
+    )
     up = draw(st.integers(0, ps.spot_max_nodes))
-    nodes = tuple(Node(f"i-{SPOT}-{k}", SPOT, ago(120), LIFECYCLE_IN_SERVICE, 90.0, 90.0, 100.0, 90.0, 1)
-                  for k in range(up))
+    nodes = tuple(
+        Node(f"i-{SPOT}-{k}", SPOT, ago(120), LIFECYCLE_IN_SERVICE, 90.0, 90.0, 100.0, 90.0, 1) for k in range(up)
+    )
     groups = (Group(SPOT, up, 0, 0, "ACTIVE", ago(60), False), Group(OD, 0, 0, 0, "ACTIVE", ago(60), False))
     pending = tuple(draw(st.lists(st.integers(1, 1), min_size=1, max_size=10)))
     return settings(ps), Observation((PoolObservation("research", groups, nodes, pending, None),), None)
 
 
 any_world = st.one_of(worlds(), wanting())
-sharded_worlds = st.tuples(any_world, any_world, st.sampled_from([1, 2]),  # env budgets that bind: $1-12 an hour
-                           st.one_of(st.none(), st.floats(500, 6_000)), st.floats(0, 3_000), st.booleans())
-capped_worlds = st.tuples(wanting(), wanting(), st.sampled_from([1, 2]), st.floats(800, 6_000), st.floats(0, 1_000),
-                          st.booleans())
+sharded_worlds = st.tuples(
+    any_world,
+    any_world,
+    st.sampled_from([1, 2]),  # env budgets that bind: $1-12 an hour
+    st.one_of(st.none(), st.floats(500, 6_000)),
+    st.floats(0, 3_000),
+    st.booleans(),
+)
+capped_worlds = st.tuples(
+    wanting(), wanting(), st.sampled_from([1, 2]), st.floats(800, 6_000), st.floats(0, 1_000), st.booleans()
+)
 
 
 @given(sharded_worlds)
@@ -488,8 +582,11 @@ def test_in_shards_every_pool_keeps_the_safety_rules(case):
             grew = any(a.kind == ACTION_SET_DESIRED and a.desired_to > a.desired_from for a in d.actions)
             if grew and ps.budget_monthly_usd is not None and ps.budget_enforcement == "cap_elastic":
                 spend = po.spend
-                mtd = (spend.month_to_date_usd if spend.actual_usd is not None else spend.estimated_since_usd) \
-                    if spend else 0.0
+                mtd = (
+                    (spend.month_to_date_usd if spend.actual_usd is not None else spend.estimated_since_usd)
+                    if spend
+                    else 0.0
+                )
                 projected = mtd + (d.elastic_usd_per_hour + ps.guaranteed_usd_per_hour) * hours_left_in_month(NOW)
                 assert projected <= ps.budget_monthly_usd + 1e-6
 
@@ -503,8 +600,9 @@ def test_in_shards_the_environment_budget_holds_across_them(case):
 
     first, second, shards, env_budget, actual, seeded = case
     full, obs, plans, state = _decide_in_shards(first, second, shards, env_budget, actual, seeded)
-    grew = any(a.kind == ACTION_SET_DESIRED and a.desired_to > a.desired_from
-               for p in plans.values() for a in p.changes)
+    grew = any(
+        a.kind == ACTION_SET_DESIRED and a.desired_to > a.desired_from for p in plans.values() for a in p.changes
+    )
     if env_budget is None or not grew:
         return
     shared, _ = state.load(shard_budget.ENV_BUDGET_KEY)
@@ -512,8 +610,12 @@ def test_in_shards_the_environment_budget_holds_across_them(case):
     assert actual + reserved * hours_left_in_month(NOW) <= env_budget + 1e-3
 
 
-@given(worlds(missing_data=True), worlds(missing_data=True), st.sampled_from([1, 2]),
-       st.one_of(st.none(), st.floats(1_000, 40_000)))
+@given(
+    worlds(missing_data=True),
+    worlds(missing_data=True),
+    st.sampled_from([1, 2]),
+    st.one_of(st.none(), st.floats(1_000, 40_000)),
+)
 def test_in_shards_missing_data_never_shrinks(first, second, shards, env_budget):
     _, _, plans, _ = _decide_in_shards(first, second, shards, env_budget, 0.0, False)
     for plan in plans.values():

@@ -52,26 +52,42 @@ class _World:
         s = boto3.Session(region_name=REGION)
         self.eks, self.asg, self.ec2 = s.client("eks"), s.client("autoscaling"), s.client("ec2")
         vpc = self.ec2.create_vpc(CidrBlock="10.50.0.0/16")["Vpc"]["VpcId"]
-        self.subnet = self.ec2.create_subnet(VpcId=vpc, CidrBlock="10.50.1.0/24",
-                                             AvailabilityZone=f"{REGION}a")["Subnet"]["SubnetId"]
-        self.eks.create_cluster(name=CLUSTER, roleArn="arn:aws:iam::123456789012:role/eks",
-                                resourcesVpcConfig={"subnetIds": [self.subnet]})
-        self.ec2.create_launch_template(LaunchTemplateName="gpu", LaunchTemplateData={
-            "ImageId": self.ec2.describe_images()["Images"][0]["ImageId"], "InstanceType": "g6.xlarge"})
+        self.subnet = self.ec2.create_subnet(VpcId=vpc, CidrBlock="10.50.1.0/24", AvailabilityZone=f"{REGION}a")[
+            "Subnet"
+        ]["SubnetId"]
+        self.eks.create_cluster(
+            name=CLUSTER, roleArn="arn:aws:iam::123456789012:role/eks", resourcesVpcConfig={"subnetIds": [self.subnet]}
+        )
+        self.ec2.create_launch_template(
+            LaunchTemplateName="gpu",
+            LaunchTemplateData={
+                "ImageId": self.ec2.describe_images()["Images"][0]["ImageId"],
+                "InstanceType": "g6.xlarge",
+            },
+        )
         self.asg_of: dict[str, str] = {}
 
     def group(self, name: str, desired: int, eks_desired: int | None = None, cluster: str = CLUSTER) -> None:
-        self.eks.create_nodegroup(clusterName=CLUSTER, nodegroupName=name, nodeRole="arn:aws:iam::123456789012:role/n",
-                                  subnets=[self.subnet], scalingConfig={
-                                      "minSize": 0, "maxSize": 4,
-                                      "desiredSize": desired if eks_desired is None else eks_desired})
+        self.eks.create_nodegroup(
+            clusterName=CLUSTER,
+            nodegroupName=name,
+            nodeRole="arn:aws:iam::123456789012:role/n",
+            subnets=[self.subnet],
+            scalingConfig={"minSize": 0, "maxSize": 4, "desiredSize": desired if eks_desired is None else eks_desired},
+        )
         asg_name = self.eks.describe_nodegroup(clusterName=CLUSTER, nodegroupName=name)["nodegroup"]["resources"][
-            "autoScalingGroups"][0]["name"]
+            "autoScalingGroups"
+        ][0]["name"]
         self.asg_of[name] = asg_name
-        self.asg.create_auto_scaling_group(AutoScalingGroupName=asg_name, MinSize=0, MaxSize=4, DesiredCapacity=desired,
-                                           VPCZoneIdentifier=self.subnet,
-                                           LaunchTemplate={"LaunchTemplateName": "gpu", "Version": "$Latest"},
-                                           Tags=eks_asg_tags(cluster, name))
+        self.asg.create_auto_scaling_group(
+            AutoScalingGroupName=asg_name,
+            MinSize=0,
+            MaxSize=4,
+            DesiredCapacity=desired,
+            VPCZoneIdentifier=self.subnet,
+            LaunchTemplate={"LaunchTemplateName": "gpu", "Version": "$Latest"},
+            Tags=eks_asg_tags(cluster, name),
+        )
 
     def delete_asg(self, name: str) -> None:
         self.asg.delete_auto_scaling_group(AutoScalingGroupName=self.asg_of[name], ForceDelete=True)
@@ -79,8 +95,12 @@ class _World:
     def adapter(self, calls: list | None = None) -> AwsNodeGroups:
         if calls is not None:
             for client in (self.eks, self.asg, self.ec2):
-                client.meta.events.register("before-parameter-build", lambda model, params, **_: calls.append(
-                    (model.name, params.get("nodegroupName") or params.get("AutoScalingGroupNames"))))
+                client.meta.events.register(
+                    "before-parameter-build",
+                    lambda model, params, **_: calls.append(
+                        (model.name, params.get("nodegroupName") or params.get("AutoScalingGroupNames"))
+                    ),
+                )
         return AwsNodeGroups(self.eks, self.asg, self.ec2, CLUSTER)
 
 
@@ -124,12 +144,17 @@ def test_a_tick_never_grows_or_shrinks_a_group_whose_auto_scaling_group_is_gone(
     world.group(SPOT, 0)
     world.group(OD, 0)
     world.delete_asg(SPOT)
-    ports = Ports(world.adapter(), FakeUtil({}), FakePods({"research": (1, 1)}), None, MemoryState(), FakePublisher(),
-                  FakeNodes())
+    ports = Ports(
+        world.adapter(), FakeUtil({}), FakePods({"research": (1, 1)}), None, MemoryState(), FakePublisher(), FakeNodes()
+    )
     result = run_tick(settings(pool_settings()), ports, datetime.now(timezone.utc), lambda _: None)
     assert not [a for a in result.applied if a.kind in (ACTION_SET_DESIRED, ACTION_TERMINATE)]
-    assert world.eks.describe_nodegroup(clusterName=CLUSTER, nodegroupName=SPOT)["nodegroup"]["scalingConfig"][
-        "desiredSize"] == 0
+    assert (
+        world.eks.describe_nodegroup(clusterName=CLUSTER, nodegroupName=SPOT)["nodegroup"]["scalingConfig"][
+            "desiredSize"
+        ]
+        == 0
+    )
     assert len([e for e in result.errors if "no Auto Scaling group" in e]) == 1
 
 
@@ -139,14 +164,23 @@ def test_a_change_is_made_right_after_its_group_is_read_again(world):
     world.group(SPOT, 0)
     world.group(OD, 0)
     calls: list = []
-    ports = Ports(world.adapter(calls), FakeUtil({}), FakePods({"research": (1, 1)}), None, MemoryState(),
-                  FakePublisher(), FakeNodes())
+    ports = Ports(
+        world.adapter(calls),
+        FakeUtil({}),
+        FakePods({"research": (1, 1)}),
+        None,
+        MemoryState(),
+        FakePublisher(),
+        FakeNodes(),
+    )
     result = run_tick(settings(pool_settings()), ports, datetime.now(timezone.utc), lambda _: None)
     assert [(a.group, a.desired_to) for a in result.applied] == [(SPOT, 2)], result.failed
     update = calls.index(("UpdateNodegroupConfig", SPOT))
     # the two re-reads run side by side (issue 41), so in either order
-    assert sorted(calls[update - 2:update], key=str) == [("DescribeAutoScalingGroups", [world.asg_of[SPOT]]),
-                                                         ("DescribeNodegroup", SPOT)]
+    assert sorted(calls[update - 2 : update], key=str) == [
+        ("DescribeAutoScalingGroups", [world.asg_of[SPOT]]),
+        ("DescribeNodegroup", SPOT),
+    ]
     assert ("DescribeNodegroup", OD) not in calls
 
 
@@ -160,6 +194,7 @@ def test_recheck_refuses_a_group_whose_auto_scaling_group_is_gone(world):
 
 
 # --- the tick's side: what a re-read refuses (in-memory port) ---------------------------------------------------
+
 
 class MovedGroups(FakeGroups):
     """The groups as the tick read them; `now` is what a read just before the change finds."""
@@ -175,20 +210,30 @@ class MovedGroups(FakeGroups):
         return super().recheck(name)
 
 
-SPOT_NODES = [Instance("i-idle", SPOT, "InService", ago(120), "n1"), Instance("i-busy", SPOT, "InService", ago(120), "n2")]
+SPOT_NODES = [
+    Instance("i-idle", SPOT, "InService", ago(120), "n1"),
+    Instance("i-busy", SPOT, "InService", ago(120), "n2"),
+]
 
 
 def _tick(groups, pending=None):
-    ports = Ports(groups, FakeUtil({"i-idle": 0.0, "i-busy": 70.0}),
-                  FakePods({"research": ()} if pending is None else pending), None, MemoryState(), FakePublisher(),
-                  FakeNodes())
+    ports = Ports(
+        groups,
+        FakeUtil({"i-idle": 0.0, "i-busy": 70.0}),
+        FakePods({"research": ()} if pending is None else pending),
+        None,
+        MemoryState(),
+        FakePublisher(),
+        FakeNodes(),
+    )
     return ports, run_tick(settings(pool_settings()), ports, NOW, lambda _: None)
 
 
 def test_a_scale_up_on_a_size_that_moved_since_the_read_is_refused():
     moved = GroupState(group(SPOT, 4), tuple(SPOT_NODES))  # someone (or EKS) raised it meanwhile
-    ports, result = _tick(MovedGroups([group(SPOT, 2), group(OD, 0)], SPOT_NODES, {SPOT: moved}),
-                          {"research": (1, 1, 1)})
+    ports, result = _tick(
+        MovedGroups([group(SPOT, 2), group(OD, 0)], SPOT_NODES, {SPOT: moved}), {"research": (1, 1, 1)}
+    )
     assert ports.groups.writes == []
     assert any("desired size is 4 now, not the 2" in why for _, why in result.failed)
 
@@ -221,16 +266,27 @@ def test_a_failed_re_read_changes_nothing_and_is_reported():
 def test_a_group_is_read_again_once_per_tick_and_the_tick_remembers_its_own_change():
     """Two reclaims in one group: one re-read. The change's time goes into the tick state: the next tick's cooldown
     and spot fallback wait count from it (DescribeNodegroup's modifiedAt is no longer read every tick)."""
-    nodes = [Instance("i-idle", SPOT, "InService", ago(120), "n1"), Instance("i-idle2", SPOT, "InService", ago(120), "n3")]
+    nodes = [
+        Instance("i-idle", SPOT, "InService", ago(120), "n1"),
+        Instance("i-idle2", SPOT, "InService", ago(120), "n3"),
+    ]
     groups = FakeGroups([group(SPOT, 2), group(OD, 0)], nodes)
-    ports = Ports(groups, FakeUtil({"i-idle": 0.0, "i-idle2": 0.0}), FakePods({"research": ()}), None, MemoryState(),
-                  FakePublisher(), FakeNodes())
+    ports = Ports(
+        groups,
+        FakeUtil({"i-idle": 0.0, "i-idle2": 0.0}),
+        FakePods({"research": ()}),
+        None,
+        MemoryState(),
+        FakePublisher(),
+        FakeNodes(),
+    )
     run_tick(settings(pool_settings()), ports, NOW, lambda _: None)
     assert [w[0] for w in groups.writes] == ["terminate", "terminate"] and groups.rechecked == [SPOT]
     state, _ = ports.state.load("tick")
     assert state["changed"] == {SPOT: NOW.isoformat()}
 
     from policy.tick import observe
+
     seen = observe(settings(pool_settings()), ports, state, NOW + timedelta(minutes=1), [])
     spot = next(g for g in seen.pools[0].groups if g.name == SPOT)
     assert spot.last_change_at == NOW
@@ -238,14 +294,35 @@ def test_a_group_is_read_again_once_per_tick_and_the_tick_remembers_its_own_chan
 
 # --- the batched read failing: throttled, denied, a page that fails after a good one (botocore's Stubber) --------
 
+
 def _asg_answer(name: str, desired: int = 1) -> dict:
-    return {"AutoScalingGroupName": f"eks-{name}-uuid", "MinSize": 0, "MaxSize": 4, "DesiredCapacity": desired,
-            "DefaultCooldown": 300, "AvailabilityZones": ["us-east-1a"], "HealthCheckType": "EC2",
-            "CreatedTime": NOW, "Instances": [],
-            "Tags": [{"Key": "eks:nodegroup-name", "Value": name, "ResourceId": f"eks-{name}-uuid",
-                      "ResourceType": "auto-scaling-group", "PropagateAtLaunch": True},
-                     {"Key": "eks:cluster-name", "Value": CLUSTER, "ResourceId": f"eks-{name}-uuid",
-                      "ResourceType": "auto-scaling-group", "PropagateAtLaunch": True}]}
+    return {
+        "AutoScalingGroupName": f"eks-{name}-uuid",
+        "MinSize": 0,
+        "MaxSize": 4,
+        "DesiredCapacity": desired,
+        "DefaultCooldown": 300,
+        "AvailabilityZones": ["us-east-1a"],
+        "HealthCheckType": "EC2",
+        "CreatedTime": NOW,
+        "Instances": [],
+        "Tags": [
+            {
+                "Key": "eks:nodegroup-name",
+                "Value": name,
+                "ResourceId": f"eks-{name}-uuid",
+                "ResourceType": "auto-scaling-group",
+                "PropagateAtLaunch": True,
+            },
+            {
+                "Key": "eks:cluster-name",
+                "Value": CLUSTER,
+                "ResourceId": f"eks-{name}-uuid",
+                "ResourceType": "auto-scaling-group",
+                "PropagateAtLaunch": True,
+            },
+        ],
+    }
 
 
 def _stubbed():
@@ -263,8 +340,11 @@ def test_a_page_that_fails_after_a_good_one_leaves_every_group_of_the_read_out(c
     adapter, asg, ec2 = _stubbed()
     names = sorted([SPOT, OD])
     with asg, ec2:
-        asg.add_response("describe_auto_scaling_groups", {"AutoScalingGroups": [_asg_answer(SPOT)], "NextToken": "p2"},
-                         {"Filters": [{"Name": "tag:eks:nodegroup-name", "Values": names}], "MaxRecords": 100})
+        asg.add_response(
+            "describe_auto_scaling_groups",
+            {"AutoScalingGroups": [_asg_answer(SPOT)], "NextToken": "p2"},
+            {"Filters": [{"Name": "tag:eks:nodegroup-name", "Values": names}], "MaxRecords": 100},
+        )
         asg.add_client_error("describe_auto_scaling_groups", code, "no", http_status_code=status)
         ec2.add_response("describe_instances", {"Reservations": []})
         errors: list = []
@@ -277,11 +357,18 @@ def test_more_than_fifty_groups_are_read_fifty_names_a_call_and_a_failed_call_ho
     adapter, asg, ec2 = _stubbed()
     names = sorted(f"g{k:03d}" for k in range(60))
     with asg, ec2:
-        asg.add_response("describe_auto_scaling_groups", {"AutoScalingGroups": [_asg_answer(n) for n in names[:50]]},
-                         {"Filters": [{"Name": "tag:eks:nodegroup-name", "Values": names[:50]}], "MaxRecords": 100})
-        asg.add_client_error("describe_auto_scaling_groups", "Throttling", "slow down", http_status_code=400,
-                             expected_params={"Filters": [{"Name": "tag:eks:nodegroup-name", "Values": names[50:]}],
-                                              "MaxRecords": 100})
+        asg.add_response(
+            "describe_auto_scaling_groups",
+            {"AutoScalingGroups": [_asg_answer(n) for n in names[:50]]},
+            {"Filters": [{"Name": "tag:eks:nodegroup-name", "Values": names[:50]}], "MaxRecords": 100},
+        )
+        asg.add_client_error(
+            "describe_auto_scaling_groups",
+            "Throttling",
+            "slow down",
+            http_status_code=400,
+            expected_params={"Filters": [{"Name": "tag:eks:nodegroup-name", "Values": names[50:]}], "MaxRecords": 100},
+        )
         errors: list = []
         read = adapter.read(names, NOW, frozenset(), errors.append)
     assert sorted(read) == names[:50]
@@ -310,8 +397,10 @@ def test_a_change_time_ahead_of_the_clock_is_ignored_and_dropped():
     assert all(g.last_change_at is None for g in seen.pools[0].groups)
     ports.state.items["tick"] = (future, 1)
     run_tick(settings(pool_settings()), ports, NOW, lambda _: None)
-    assert SPOT not in (ports.state.load("tick")[0].get("changed") or {}) or \
-        ports.state.load("tick")[0]["changed"][SPOT] == NOW.isoformat()
+    assert (
+        SPOT not in (ports.state.load("tick")[0].get("changed") or {})
+        or ports.state.load("tick")[0]["changed"][SPOT] == NOW.isoformat()
+    )
 
 
 # --- property: whatever the re-read finds, nothing is changed on a stale or unreadable group ---------------------
@@ -350,8 +439,9 @@ def test_no_write_lands_on_a_group_the_re_read_does_not_confirm(world, data):
     plan = decide(s, obs, NOW)
     po = obs.pools[0]
     found = {g.name: data.draw(st.sampled_from(["same", "moved", "updating", "fail"])) for g in po.groups}
-    instances = [Instance(n.instance_id, n.group, n.lifecycle, n.launched_at, f"node-{n.instance_id}")
-                 for n in po.nodes]
+    instances = [
+        Instance(n.instance_id, n.group, n.lifecycle, n.launched_at, f"node-{n.instance_id}") for n in po.nodes
+    ]
     groups = RereadWorld(list(po.groups), instances, found)
     ports = Ports(groups, FakeUtil({}), FakePods({}), None, MemoryState(), FakePublisher(), PodsOnNodes({}))
     result = TickResult(plan)

@@ -34,8 +34,10 @@ from test_policy_adapters import FakeGroups, FakeNodes, FakePods, FakePublisher,
 
 
 def _token() -> str:
-    url = ("https://sts.us-east-1.amazonaws.com/?Action=GetCallerIdentity&X-Amz-SignedHeaders=host%3Bx-k8s-aws-id"
-           "&X-Amz-Signature=abc")
+    url = (
+        "https://sts.us-east-1.amazonaws.com/?Action=GetCallerIdentity&X-Amz-SignedHeaders=host%3Bx-k8s-aws-id"
+        "&X-Amz-Signature=abc"
+    )
     return "k8s-aws-v1." + base64.urlsafe_b64encode(url.encode()).decode().rstrip("=")
 
 
@@ -46,8 +48,9 @@ def _world(nodes: FakeNodes | None = None, n_idle: int = 2, pods=None):
     util["i-busy"] = 70.0
     groups = FakeGroups([group(SPOT, len(instances)), group(OD, 0)], instances)
     pods = FakePods({"research": ()}) if pods is None else pods
-    return Ports(groups, FakeUtil(util), pods, None, MemoryState(), FakePublisher(),
-                 FakeNodes() if nodes is None else nodes)
+    return Ports(
+        groups, FakeUtil(util), pods, None, MemoryState(), FakePublisher(), FakeNodes() if nodes is None else nodes
+    )
 
 
 def test_every_termination_is_cordoned_then_checked():
@@ -96,10 +99,19 @@ def test_the_tick_refuses_two_kinds_of_change_on_one_group():
     ps = pool_settings()
     ports = _world()
     obs = Observation((PoolObservation("research", (group(SPOT, 3),), (Node("i-idle0", SPOT, ago(120)),)),))
-    plan = Plan((PoolDecision("research", (
-        Action("research", ACTION_SET_DESIRED, Reason.BUDGET_DRAIN, SPOT, 3, 2, detail="x"),
-        Action("research", ACTION_TERMINATE, Reason.BUDGET_DRAIN, SPOT, 2, 1, instance_id="i-idle0", detail="x"),
-    )),))
+    plan = Plan(
+        (
+            PoolDecision(
+                "research",
+                (
+                    Action("research", ACTION_SET_DESIRED, Reason.BUDGET_DRAIN, SPOT, 3, 2, detail="x"),
+                    Action(
+                        "research", ACTION_TERMINATE, Reason.BUDGET_DRAIN, SPOT, 2, 1, instance_id="i-idle0", detail="x"
+                    ),
+                ),
+            ),
+        )
+    )
     result = TickResult(plan)
     _apply(settings(ps), plan, obs, ports, result, None, {"i-idle0": "node-0"})
     assert ports.groups.writes == [("set", SPOT, 2)]
@@ -156,13 +168,25 @@ def test_budgets_access_denied_is_an_error_and_the_estimate_still_drains():
     ps = pool_settings(budget_monthly_usd=100.0, budget_name="b")
     ports = _world(n_idle=1)
     ports.budgets = Denied()
-    ports.state.items["tick"] = ({"spend": {"pool:research": {
-        "month": NOW.strftime("%Y-%m"), "actual_usd": None, "actual_as_of": None, "estimated_since_usd": 150.0,
-        "elastic_month_usd": 100.0}}}, 1)
+    ports.state.items["tick"] = (
+        {
+            "spend": {
+                "pool:research": {
+                    "month": NOW.strftime("%Y-%m"),
+                    "actual_usd": None,
+                    "actual_as_of": None,
+                    "estimated_since_usd": 150.0,
+                    "elastic_month_usd": 100.0,
+                }
+            }
+        },
+        1,
+    )
     result = run_tick(settings(ps), ports, NOW, lambda _: None)
     assert any("AccessDenied" in e for e in result.errors)
     assert [(a.kind, a.reason, a.instance_id) for a in result.applied] == [
-        (ACTION_TERMINATE, Reason.BUDGET_DRAIN, "i-idle0")]
+        (ACTION_TERMINATE, Reason.BUDGET_DRAIN, "i-idle0")
+    ]
     assert ports.groups.writes == [("terminate", "i-idle0")], "the busy node is never drained"
 
 
@@ -212,7 +236,8 @@ def test_a_throttling_endpoint_is_tried_exactly_max_attempts_times(monkeypatch):
         monkeypatch.setenv(key, "x")
     try:
         sns = boto3.Session(region_name="us-east-1").client(
-            "sns", endpoint_url=f"http://127.0.0.1:{server.server_address[1]}", config=handler.boto_config())
+            "sns", endpoint_url=f"http://127.0.0.1:{server.server_address[1]}", config=handler.boto_config()
+        )
         with pytest.raises(Exception):
             sns.list_topics()
     finally:

@@ -21,9 +21,14 @@ S1, O1, S4, O4 = "research-spot-1gpu", "research-od-1gpu", "research-spot-4gpu",
 
 
 def _sized(**kw):
-    base = dict(gpus_per_node=8, spot_usd_per_hour=8.2956, on_demand_usd_per_hour=30.13118, spot_max_nodes=10,
-                on_demand_max_nodes=10,
-                other_sizes=(NodeSize(1, S1, O1, 10, 10, 0.8337, 2.24208), NodeSize(4, S4, O4, 10, 10, 5.0844, 10.49264)))
+    base = dict(
+        gpus_per_node=8,
+        spot_usd_per_hour=8.2956,
+        on_demand_usd_per_hour=30.13118,
+        spot_max_nodes=10,
+        on_demand_max_nodes=10,
+        other_sizes=(NodeSize(1, S1, O1, 10, 10, 0.8337, 2.24208), NodeSize(4, S4, O4, 10, 10, 5.0844, 10.49264)),
+    )
     base.update(kw)
     return pool_settings(**base)
 
@@ -57,8 +62,11 @@ def test_price_per_fitted_gpu_picks_the_size_whose_pods_fill_it_cheapest():
 
 def test_a_full_size_sends_its_pods_to_the_next_cheapest_size():
     ps = _sized(other_sizes=(NodeSize(1, S1, O1, 2, 2, 0.8337, 2.24208), NodeSize(4, S4, O4, 10, 10, 5.0844, 10.49264)))
-    plan = decide(settings(ps), observe(groups=_groups(s1=2), nodes=[node(f"i-{k}", S1) for k in range(2)],
-                                        pending=(1, 1, 1)), _now())
+    plan = decide(
+        settings(ps),
+        observe(groups=_groups(s1=2), nodes=[node(f"i-{k}", S1) for k in range(2)], pending=(1, 1, 1)),
+        _now(),
+    )
     assert _sets(plan) == {S4: 1}
 
 
@@ -137,8 +145,10 @@ def _one_by_one(pods, sizes):
     while left:
         fits = [s for s in sizes if s.gpus_per_node >= max(left)]
         fills = {s.gpus_per_node: fill_one_node(left, s.gpus_per_node) for s in fits}
-        best = min(fits, key=lambda s: (s.usd_per_hour / sum(g * k for g, k in fills[s.gpus_per_node].items()),
-                                        s.gpus_per_node))
+        best = min(
+            fits,
+            key=lambda s: (s.usd_per_hour / sum(g * k for g, k in fills[s.gpus_per_node].items()), s.gpus_per_node),
+        )
         for g, k in fills[best.gpus_per_node].items():
             given[best.gpus_per_node][g] += k
             left[g] -= k
@@ -161,8 +171,9 @@ def test_a_one_size_pool_decides_as_before_sizes_existed():
     # The same observation with and without an empty other_sizes: the very same plan.
     ps = pool_settings(gpus_per_node=8)
     obs = observe(pending=(4, 4, 2, 6))
-    assert decide(settings(ps), obs, _now()) == decide(settings(pool_settings(gpus_per_node=8, other_sizes=())),
-                                                        obs, _now())
+    assert decide(settings(ps), obs, _now()) == decide(
+        settings(pool_settings(gpus_per_node=8, other_sizes=())), obs, _now()
+    )
 
 
 def _now():
@@ -192,7 +203,8 @@ def test_the_tick_taints_another_sizes_fallback_node(kube):
     plan = Plan((PoolDecision("research", (), closed_to_new_pods=("i-o1",)),))
     errors = []
     assert closing.apply(settings(_sized()), plan, obs, client, {"i-o1": "od-1gpu"}, errors.append) == [
-        ("od-1gpu", True)]
+        ("od-1gpu", True)
+    ]
     assert errors == [] and TAINT in _taints(kube, "od-1gpu")
 
 
@@ -225,11 +237,17 @@ from policy.model import Group, LIFECYCLE_IN_SERVICE, LIFECYCLE_PENDING, Node, O
 
 @st.composite
 def sized_worlds(draw):
-    ps = _sized(spot_max_nodes=draw(st.integers(1, 4)), on_demand_max_nodes=draw(st.integers(1, 3)),
-                max_step_nodes=draw(st.one_of(st.none(), st.integers(1, 3))),
-                budget_monthly_usd=draw(st.one_of(st.none(), st.floats(500, 50_000))), idle_timeout_minutes=10,
-                other_sizes=(NodeSize(1, S1, O1, draw(st.integers(1, 6)), draw(st.integers(1, 3)), 0.8337, 2.24208),
-                             NodeSize(4, S4, O4, draw(st.integers(1, 4)), draw(st.integers(1, 3)), 5.0844, 10.49264)))
+    ps = _sized(
+        spot_max_nodes=draw(st.integers(1, 4)),
+        on_demand_max_nodes=draw(st.integers(1, 3)),
+        max_step_nodes=draw(st.one_of(st.none(), st.integers(1, 3))),
+        budget_monthly_usd=draw(st.one_of(st.none(), st.floats(500, 50_000))),
+        idle_timeout_minutes=10,
+        other_sizes=(
+            NodeSize(1, S1, O1, draw(st.integers(1, 6)), draw(st.integers(1, 3)), 0.8337, 2.24208),
+            NodeSize(4, S4, O4, draw(st.integers(1, 4)), draw(st.integers(1, 3)), 5.0844, 10.49264),
+        ),
+    )
     groups, nodes = [], []
     for gname in ps.elastic_groups:
         up, boot = draw(st.integers(0, 3)), draw(st.integers(0, 1))
@@ -237,14 +255,33 @@ def sized_worlds(draw):
             util = draw(st.one_of(st.none(), st.sampled_from([0.0, 0.0, 3.0, 50.0])))
             reserved = draw(st.one_of(st.none(), st.sampled_from([0.0, 0.0, 25.0])))
             pods = draw(st.one_of(st.none(), st.sampled_from([0, 0, 1])))
-            nodes.append(Node(f"i-{gname}-{k}", gname, ago_minutes(draw(st.integers(0, 120))),
-                              LIFECYCLE_IN_SERVICE if k < up else LIFECYCLE_PENDING, util, util, reserved, util, pods))
-        groups.append(Group(gname, up + boot + draw(st.integers(0, 1)), 0, 0, "ACTIVE",
-                            ago_minutes(draw(st.integers(0, 30))), draw(st.booleans())))
+            nodes.append(
+                Node(
+                    f"i-{gname}-{k}",
+                    gname,
+                    ago_minutes(draw(st.integers(0, 120))),
+                    LIFECYCLE_IN_SERVICE if k < up else LIFECYCLE_PENDING,
+                    util,
+                    util,
+                    reserved,
+                    util,
+                    pods,
+                )
+            )
+        groups.append(
+            Group(
+                gname,
+                up + boot + draw(st.integers(0, 1)),
+                0,
+                0,
+                "ACTIVE",
+                ago_minutes(draw(st.integers(0, 30))),
+                draw(st.booleans()),
+            )
+        )
     pending = draw(st.one_of(st.none(), st.lists(st.integers(0, 9), max_size=10).map(tuple)))
     spend_ = draw(st.one_of(st.none(), st.just(spend(1000.0))))
-    return settings(ps), Observation((PoolObservation("research", tuple(groups), tuple(nodes), pending, spend_,
-                                                      ()),))
+    return settings(ps), Observation((PoolObservation("research", tuple(groups), tuple(nodes), pending, spend_, ()),))
 
 
 def ago_minutes(m):

@@ -18,21 +18,35 @@ from policy.tick import run_tick
 from policy_cases import NOW, SHARDINGS, pool_settings, settings, sharded, tick_key
 from test_policy_adapters import _ports
 
-GOOD_SCOPE = {"month": NOW.strftime("%Y-%m"), "actual_usd": 100.0, "actual_as_of": NOW.isoformat(),
-              "estimated_since_usd": 1.0, "elastic_month_usd": 1.0}
+GOOD_SCOPE = {
+    "month": NOW.strftime("%Y-%m"),
+    "actual_usd": 100.0,
+    "actual_as_of": NOW.isoformat(),
+    "estimated_since_usd": 1.0,
+    "elastic_month_usd": 1.0,
+}
 
 MALFORMED = [
     # (name, the parsed state item, the part reported)
     ("spend_not_an_object", {"spend": ["environment"]}, "spend is a list"),
-    ("spend_estimate_not_a_number", {"spend": {"environment": {**GOOD_SCOPE, "estimated_since_usd": "abc"}}},
-     "estimated_since_usd 'abc'"),
+    (
+        "spend_estimate_not_a_number",
+        {"spend": {"environment": {**GOOD_SCOPE, "estimated_since_usd": "abc"}}},
+        "estimated_since_usd 'abc'",
+    ),
     ("spend_actual_nan", {"spend": {"pool:research": {**GOOD_SCOPE, "actual_usd": math.nan}}}, "actual_usd nan"),
     ("spend_actual_negative", {"spend": {"pool:research": {**GOOD_SCOPE, "actual_usd": -5}}}, "actual_usd -5"),
-    ("spend_as_of_not_a_time", {"spend": {"environment": {**GOOD_SCOPE, "actual_as_of": "yesterday"}}},
-     "actual_as_of 'yesterday'"),
+    (
+        "spend_as_of_not_a_time",
+        {"spend": {"environment": {**GOOD_SCOPE, "actual_as_of": "yesterday"}}},
+        "actual_as_of 'yesterday'",
+    ),
     ("spend_scope_not_an_object", {"spend": {"environment": 42}}, "is a int"),
-    ("spend_without_month", {"spend": {"environment": {k: v for k, v in GOOD_SCOPE.items() if k != "month"}}},
-     "has no month"),
+    (
+        "spend_without_month",
+        {"spend": {"environment": {k: v for k, v in GOOD_SCOPE.items() if k != "month"}}},
+        "has no month",
+    ),
     ("last_tick_not_a_time", {"last_tick_at": 12345}, "last_tick_at 12345"),
     ("last_tick_without_zone", {"last_tick_at": "2026-03-10T11:00:00"}, "last_tick_at"),
     ("notified_not_an_object", {"notified": "research:reclaim"}, "notified is a str"),
@@ -68,22 +82,32 @@ def test_a_malformed_tick_state_is_reported_and_the_tick_still_acts(name, data, 
 
 
 def test_a_well_formed_state_reports_nothing():
-    state = {"spend": {"environment": GOOD_SCOPE}, "last_tick_at": NOW.isoformat(),
-             "notified": {"research:reclaim": NOW.isoformat()}, "leaving": {"i-0123456789abcdef0": 1.0e9},
-             "rhythm": {"research": {"rows": {}, "last": None}}, "changed": {"research-spot": NOW.isoformat()},
-             "a_later_release": {"kept": True}}
+    state = {
+        "spend": {"environment": GOOD_SCOPE},
+        "last_tick_at": NOW.isoformat(),
+        "notified": {"research:reclaim": NOW.isoformat()},
+        "leaving": {"i-0123456789abcdef0": 1.0e9},
+        "rhythm": {"research": {"rows": {}, "last": None}},
+        "changed": {"research-spot": NOW.isoformat()},
+        "a_later_release": {"kept": True},
+    }
     assert tick_state.clean(state) == (state, [])
 
 
 # --- in the table (moto server) -----------------------------------------------------------------------------------
+
 
 @pytest.fixture
 def table(aws_env):
     import boto3
 
     ddb = boto3.client("dynamodb")
-    ddb.create_table(TableName="t", AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
-                     KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}], BillingMode="PAY_PER_REQUEST")
+    ddb.create_table(
+        TableName="t",
+        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
+        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+        BillingMode="PAY_PER_REQUEST",
+    )
     return ddb
 
 
@@ -132,6 +156,8 @@ def test_a_spot_notice_whose_expiry_is_not_a_number_is_skipped(table):
     from policy.io.state import DynamoState
     from policy.ports import LEAVING_KEY
 
-    table.put_item(TableName="t", Item={"pk": {"S": LEAVING_KEY}, "i-0123456789abcdef0": {"S": "soon"},
-                                        "i-0123456789abcdef1": {"N": "1000.5"}})
+    table.put_item(
+        TableName="t",
+        Item={"pk": {"S": LEAVING_KEY}, "i-0123456789abcdef0": {"S": "soon"}, "i-0123456789abcdef1": {"N": "1000.5"}},
+    )
     assert DynamoState(table, "t").load_leaving() == {"i-0123456789abcdef1": 1000.5}

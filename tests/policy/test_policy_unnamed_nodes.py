@@ -35,15 +35,22 @@ class GroupsWithoutNames:
 
 
 def test_a_describe_instances_failure_is_the_error_reported_and_named_nodes_are_still_read():
-    cloudwatch = boto3.client("cloudwatch", region_name="us-east-1", aws_access_key_id="testing",
-                              aws_secret_access_key="testing")
+    cloudwatch = boto3.client(
+        "cloudwatch", region_name="us-east-1", aws_access_key_id="testing", aws_secret_access_key="testing"
+    )
     util = CloudWatchUtilization(cloudwatch, "gpuloan-dev")
     stamps = [NOW - timedelta(minutes=m) for m in range(1, 31)]
     errors: list[str] = []
     with Stubber(cloudwatch) as stub:
-        stub.add_response("get_metric_data", {"MetricDataResults": [
-            {"Id": qid, "Timestamps": stamps, "Values": [0.0] * len(stamps), "StatusCode": "Complete"}
-            for qid in ("a0", "m0", "r0")]})
+        stub.add_response(
+            "get_metric_data",
+            {
+                "MetricDataResults": [
+                    {"Id": qid, "Timestamps": stamps, "Values": [0.0] * len(stamps), "StatusCode": "Complete"}
+                    for qid in ("a0", "m0", "r0")
+                ]
+            },
+        )
         obs = observe(settings(), Ports(GroupsWithoutNames(), util), {}, NOW, errors)
         stub.assert_no_pending_responses()
     assert any(EC2_FAILURE in e for e in errors), errors

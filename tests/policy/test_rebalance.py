@@ -20,8 +20,12 @@ TAINT = "gpuloan.io/rebalance-recommended"
 
 def _opted_settings():
     cfg = _cfg()
-    pools = [p.model_copy(update={"elastic": p.elastic.model_copy(update={"rebalance_checkpoint": True})})
-             if p.name == "train" else p for p in cfg.pools]
+    pools = [
+        p.model_copy(update={"elastic": p.elastic.model_copy(update={"rebalance_checkpoint": True})})
+        if p.name == "train"
+        else p
+        for p in cfg.pools
+    ]
     return settings_for(resolved_prices(), cfg.model_copy(update={"pools": pools}), CLUSTER, GROUPS)
 
 
@@ -33,8 +37,11 @@ def opted_dir(tmp_path_factory):
 
 
 def _event(instance_id) -> dict:
-    return {"source": "aws.ec2", "detail-type": "EC2 Instance Rebalance Recommendation",
-            "detail": {"instance-id": instance_id}}
+    return {
+        "source": "aws.ec2",
+        "detail-type": "EC2 Instance Rebalance Recommendation",
+        "detail": {"instance-id": instance_id},
+    }
 
 
 def _train_instance(world, kube, pool: str = "train") -> tuple[str, str]:
@@ -47,8 +54,9 @@ def _train_instance(world, kube, pool: str = "train") -> tuple[str, str]:
 
 
 @requires_shared_prices
-def test_a_rebalance_recommendation_taints_the_node_of_an_opted_in_pool_and_runs_no_tick(world, kube, opted_dir,
-                                                                                       aws_env):
+def test_a_rebalance_recommendation_taints_the_node_of_an_opted_in_pool_and_runs_no_tick(
+    world, kube, opted_dir, aws_env
+):
     iid, name = _train_instance(world, kube)
     settings = _opted_settings()
     result, logs = run_lambda(opted_dir, aws_env, settings.to_json(), _env(world, kube), _event(iid))
@@ -81,23 +89,32 @@ def test_a_malformed_recommendation_is_an_error_and_changes_nothing(world, kube,
 def test_the_rebalance_rule_exists_only_when_a_pool_opts_in_and_only_it_may_invoke(recorded):
     from stacks.policy_function.function import EVENTS_PRINCIPAL
 
-    assert not [r for r in recorded("prod").of_type("aws:cloudwatch/eventRule:EventRule")
-                if r.name.endswith("-rebalance")]
+    assert not [
+        r for r in recorded("prod").of_type("aws:cloudwatch/eventRule:EventRule") if r.name.endswith("-rebalance")
+    ]
     cfg = stack_config("prod")
-    pool = next(p for p in cfg["gpuloan:pools"] if (p.get("elastic") or {}).get("capacity", "spot_then_on_demand")
-                != "on_demand" and p.get("elastic"))
+    pool = next(
+        p
+        for p in cfg["gpuloan:pools"]
+        if (p.get("elastic") or {}).get("capacity", "spot_then_on_demand") != "on_demand" and p.get("elastic")
+    )
     pool["elastic"]["rebalance_checkpoint"] = True
     rec = run_stack("prod", cfg)
     rule = rec.named("prod-policy-rebalance")
-    assert json.loads(rule.inputs["eventPattern"]) == {"source": ["aws.ec2"],
-                                                       "detail-type": ["EC2 Instance Rebalance Recommendation"]}
+    assert json.loads(rule.inputs["eventPattern"]) == {
+        "source": ["aws.ec2"],
+        "detail-type": ["EC2 Instance Rebalance Recommendation"],
+    }
     target = rec.named("prod-policy-rebalance-target").inputs
     assert target["arn"] == rec.named("prod-policy-fn").outputs["arn"] and target["rule"] == rule.outputs["name"]
     perm = rec.named("prod-policy-rebalance-invoke").inputs
     assert perm["sourceArn"] == rule.outputs["arn"] and perm["principal"] == EVENTS_PRINCIPAL
-    perms = [r for r in rec.of_type("aws:lambda/permission:Permission") if r.inputs.get("principal") == EVENTS_PRINCIPAL]
+    perms = [
+        r for r in rec.of_type("aws:lambda/permission:Permission") if r.inputs.get("principal") == EVENTS_PRINCIPAL
+    ]
     assert sorted(p.inputs["sourceArn"] for p in perms) == sorted(
-        [rule.outputs["arn"], rec.named("prod-policy-spot-warning").outputs["arn"]])
+        [rule.outputs["arn"], rec.named("prod-policy-spot-warning").outputs["arn"]]
+    )
 
 
 def test_config_refuses_the_spot_features_where_they_cannot_apply():

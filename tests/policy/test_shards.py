@@ -30,8 +30,9 @@ FLOOR_USD = 0.80  # ... and each pool's floor
 
 def _settings(env_budget: float | None, pools=(A, B), shards=((("one", (A,)), ("two", (B,))))) -> Settings:
     s = settings(*(pool_settings(p) for p in pools), env_budget=env_budget)
-    return dataclasses.replace(s, budget_name="env" if env_budget else None,
-                               shards=tuple(ShardSettings(n, tuple(ps)) for n, ps in shards))
+    return dataclasses.replace(
+        s, budget_name="env" if env_budget else None, shards=tuple(ShardSettings(n, tuple(ps)) for n, ps in shards)
+    )
 
 
 def _pool_obs(name: str, pending=(1, 1, 1, 1)) -> PoolObservation:
@@ -49,8 +50,11 @@ class Budget:
 
 
 def _added(plan) -> int:
-    return sum(a.desired_to - a.desired_from for a in plan.changes
-               if a.kind == ACTION_SET_DESIRED and a.desired_to > a.desired_from)
+    return sum(
+        a.desired_to - a.desired_from
+        for a in plan.changes
+        if a.kind == ACTION_SET_DESIRED and a.desired_to > a.desired_from
+    )
 
 
 def _budget_affording(nodes: int) -> float:
@@ -60,16 +64,19 @@ def _budget_affording(nodes: int) -> float:
 
 def _seeded(state, full: Settings) -> None:
     """Both shards ticked before, each running its floor only."""
-    state.save(shard_budget.ENV_BUDGET_KEY, {"shards": {sh.name: {"usd_per_hour": FLOOR_USD,
-                                                                  "accrued_at": NOW.isoformat()}
-                                                        for sh in full.shards}}, 0)
+    state.save(
+        shard_budget.ENV_BUDGET_KEY,
+        {"shards": {sh.name: {"usd_per_hour": FLOOR_USD, "accrued_at": NOW.isoformat()} for sh in full.shards}},
+        0,
+    )
 
 
 def _decide(full: Settings, shard: str, state, errors: list, budgets=None):
     own = full.shard(shard)
     obs = Observation(tuple(_pool_obs(p.name) for p in own.pools))
-    return shard_budget.decide_and_reserve(full, shard, own, obs, state, budgets or Budget(), NOW,
-                                           lambda e: errors.append(f"{type(e).__name__}: {e}"))
+    return shard_budget.decide_and_reserve(
+        full, shard, own, obs, state, budgets or Budget(), NOW, lambda e: errors.append(f"{type(e).__name__}: {e}")
+    )
 
 
 # --- the budget cap across shards ---------------------------------------------------------------------------------
@@ -116,8 +123,12 @@ def table(aws_env):
     import boto3
 
     ddb = boto3.client("dynamodb")
-    ddb.create_table(TableName="t", AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
-                     KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}], BillingMode="PAY_PER_REQUEST")
+    ddb.create_table(
+        TableName="t",
+        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
+        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+        BillingMode="PAY_PER_REQUEST",
+    )
     return ddb
 
 
@@ -171,9 +182,11 @@ class FailingState(MemoryState):
         return super().save(key, data, version)
 
 
-@pytest.mark.parametrize("fail", [Throttled("DynamoDB PutItem: Throttling"),
-                                  ConflictingUpdate("DynamoDB PutItem: ConditionalCheckFailedException")],
-                         ids=["throttled", "always_conflicting"])
+@pytest.mark.parametrize(
+    "fail",
+    [Throttled("DynamoDB PutItem: Throttling"), ConflictingUpdate("DynamoDB PutItem: ConditionalCheckFailedException")],
+    ids=["throttled", "always_conflicting"],
+)
 def test_a_reservation_not_stored_buys_nothing(fail):
     full = _settings(_budget_affording(5))
     state = FailingState(fail)
@@ -195,10 +208,10 @@ def test_an_environment_without_budget_shares_nothing():
 
 
 def _ports(state, fail=None):
-    groups = FakeGroups([group("research-spot", 0), group("research-od", 0), group("teamb-spot", 0),
-                         group("teamb-od", 0)], [], fail)
-    return Ports(groups, FakeUtil({}), FakePods({A: (1, 1), B: (1, 1)}), Budget(), state, FakePublisher(),
-                 FakeNodes())
+    groups = FakeGroups(
+        [group("research-spot", 0), group("research-od", 0), group("teamb-spot", 0), group("teamb-od", 0)], [], fail
+    )
+    return Ports(groups, FakeUtil({}), FakePods({A: (1, 1), B: (1, 1)}), Budget(), state, FakePublisher(), FakeNodes())
 
 
 def test_a_shard_tick_decides_only_its_pools_under_its_own_lease_and_state():
@@ -245,13 +258,18 @@ def test_a_tick_without_shard_in_a_sharded_environment_does_nothing():
     assert result.skipped == "no shard" and ports.groups.writes == [] and result.errors
 
 
-@pytest.mark.parametrize("event,why", [({}, "is not one of"), ({"shard": "three"}, "is not one of"),
-                                       ({"shard": 7}, "is not one of")], ids=["missing", "unknown", "not_a_name"])
+@pytest.mark.parametrize(
+    "event,why",
+    [({}, "is not one of"), ({"shard": "three"}, "is not one of"), ({"shard": 7}, "is not one of")],
+    ids=["missing", "unknown", "not_a_name"],
+)
 def test_the_handler_refuses_a_missing_or_unknown_shard_loudly(event, why):
     full = _settings(_budget_affording(50))
     built = []
-    with mock.patch.object(handler, "load_settings", lambda: full), \
-            mock.patch.object(handler, "build_ports", lambda *a, **k: built.append(a)):
+    with (
+        mock.patch.object(handler, "load_settings", lambda: full),
+        mock.patch.object(handler, "build_ports", lambda *a, **k: built.append(a)),
+    ):
         with pytest.raises(BadSettings, match=why):
             handler.lambda_handler(event, types.SimpleNamespace())
     assert built == [], "refused before any port was built"
@@ -266,9 +284,11 @@ def test_the_handler_refuses_a_shard_where_there_are_none():
 def test_the_handler_runs_the_named_shard():
     full = _settings(_budget_affording(50))
     seen = {}
-    with mock.patch.object(handler, "load_settings", lambda: full), \
-            mock.patch.object(handler, "build_ports", lambda s, *a, **k: seen.update(pools=[p.name for p in s.pools])), \
-            mock.patch.object(handler, "run_tick", lambda s, p, now, **kw: seen.update(shard=kw["shard"])):
+    with (
+        mock.patch.object(handler, "load_settings", lambda: full),
+        mock.patch.object(handler, "build_ports", lambda s, *a, **k: seen.update(pools=[p.name for p in s.pools])),
+        mock.patch.object(handler, "run_tick", lambda s, p, now, **kw: seen.update(shard=kw["shard"])),
+    ):
         handler.handle({"shard": "two"}, types.SimpleNamespace(), session=object())
     assert seen == {"pools": [B], "shard": "two"}
 
@@ -282,24 +302,40 @@ class Ec2:
             raise RuntimeError("EC2 down")
         if self.tags is None:
             return {"Reservations": []}
-        return {"Reservations": [{"Instances": [{"InstanceId": "i-0123456789abcdef0",
-                                                 "Tags": [{"Key": k, "Value": v} for k, v in self.tags.items()]}]}]}
+        return {
+            "Reservations": [
+                {
+                    "Instances": [
+                        {
+                            "InstanceId": "i-0123456789abcdef0",
+                            "Tags": [{"Key": k, "Value": v} for k, v in self.tags.items()],
+                        }
+                    ]
+                }
+            ]
+        }
 
 
 WARNING = {"source": "aws.ec2", "detail-type": handler.SPOT_WARNING, "detail": {"instance-id": "i-0123456789abcdef0"}}
 
 
-@pytest.mark.parametrize("tags,shard", [
-    ({"gpuloan:environment": "dev", "gpuloan:pool": B}, "two"),
-    ({"gpuloan:environment": "dev", "eks:nodegroup-name": "research-spot"}, "one"),
-], ids=["pool_tag", "nodegroup_tag"])
+@pytest.mark.parametrize(
+    "tags,shard",
+    [
+        ({"gpuloan:environment": "dev", "gpuloan:pool": B}, "two"),
+        ({"gpuloan:environment": "dev", "eks:nodegroup-name": "research-spot"}, "one"),
+    ],
+    ids=["pool_tag", "nodegroup_tag"],
+)
 def test_a_spot_warning_runs_the_shard_that_owns_the_instance(tags, shard):
     full = _settings(_budget_affording(50))
     seen = {}
-    with mock.patch.object(handler, "load_settings", lambda: full), \
-            mock.patch.object(handler, "_bounded", lambda session, service, deadline: Ec2(tags)), \
-            mock.patch.object(handler, "build_ports", lambda s, *a, **k: None), \
-            mock.patch.object(handler, "run_tick", lambda s, p, now, **kw: seen.update(kw)):
+    with (
+        mock.patch.object(handler, "load_settings", lambda: full),
+        mock.patch.object(handler, "_bounded", lambda session, service, deadline: Ec2(tags)),
+        mock.patch.object(handler, "build_ports", lambda s, *a, **k: None),
+        mock.patch.object(handler, "run_tick", lambda s, p, now, **kw: seen.update(kw)),
+    ):
         handler.handle(WARNING, types.SimpleNamespace(), session=object())
     assert seen["shard"] == shard and seen["leaving"] == ("i-0123456789abcdef0",)
 
@@ -310,10 +346,12 @@ def test_a_spot_warning_of_unknown_owner_is_recorded_for_every_shard(monkeypatch
     full = _settings(_budget_affording(50))
     state = MemoryState()
     monkeypatch.setenv("GPULOAN_STATE_TABLE", "t")
-    with mock.patch.object(handler, "load_settings", lambda: full), \
-            mock.patch.object(handler, "_bounded", lambda session, service, deadline: Ec2(fail=True)), \
-            mock.patch("policy.io.state.DynamoState", lambda client, table: state), \
-            mock.patch.object(handler, "run_tick", lambda *a, **k: pytest.fail("no tick without a shard")):
+    with (
+        mock.patch.object(handler, "load_settings", lambda: full),
+        mock.patch.object(handler, "_bounded", lambda session, service, deadline: Ec2(fail=True)),
+        mock.patch("policy.io.state.DynamoState", lambda client, table: state),
+        mock.patch.object(handler, "run_tick", lambda *a, **k: pytest.fail("no tick without a shard")),
+    ):
         result = handler.handle(WARNING, types.SimpleNamespace(), session=object())
     assert "i-0123456789abcdef0" in state.leaving and not result.errors
     # the owning shard's next tick treats the instance as leaving (it is merged from the shared item)
@@ -334,12 +372,16 @@ def test_settings_json_carries_shards_and_an_unsharded_one_has_no_key():
     assert "shards" not in json.loads(plain.to_json())  # the package of an unsharded stack is as before
 
 
-@pytest.mark.parametrize("shards,why", [
-    ((("one", (A,)),), "pools in no shard: teamb"),
-    ((("one", (A, B)), ("two", (B,))), "pools in two shards: teamb"),
-    ((("one", (A,)), ("two", (B, "nosuch"))), "not pools: nosuch"),
-    ((("one", (A,)), ("one", (B,))), "used twice"),
-], ids=["no_shard", "two_shards", "unknown_pool", "duplicate_name"])
+@pytest.mark.parametrize(
+    "shards,why",
+    [
+        ((("one", (A,)),), "pools in no shard: teamb"),
+        ((("one", (A, B)), ("two", (B,))), "pools in two shards: teamb"),
+        ((("one", (A,)), ("two", (B, "nosuch"))), "not pools: nosuch"),
+        ((("one", (A,)), ("one", (B,))), "used twice"),
+    ],
+    ids=["no_shard", "two_shards", "unknown_pool", "duplicate_name"],
+)
 def test_settings_whose_shards_do_not_cover_every_pool_once_are_refused(shards, why):
     data = json.loads(_settings(1000.0).to_json())
     data["shards"] = [{"name": n, "pools": list(p)} for n, p in shards]
@@ -350,7 +392,9 @@ def test_settings_whose_shards_do_not_cover_every_pool_once_are_refused(shards, 
 def test_a_malformed_spot_warning_in_a_sharded_environment_changes_nothing():
     full = _settings(1000.0)
     bad = {**WARNING, "detail": {"instance-id": "not-an-instance"}}
-    with mock.patch.object(handler, "load_settings", lambda: full), \
-            mock.patch.object(handler, "build_ports", lambda *a, **k: pytest.fail("nothing is built")):
+    with (
+        mock.patch.object(handler, "load_settings", lambda: full),
+        mock.patch.object(handler, "build_ports", lambda *a, **k: pytest.fail("nothing is built")),
+    ):
         with pytest.raises(BadSettings, match="malformed spot warning"):
             handler.handle(bad, types.SimpleNamespace(), session=object())

@@ -87,8 +87,9 @@ def test_metric_batches_are_read_side_by_side_each_with_its_pages_and_one_failur
     util = CloudWatchUtilization(cw, "c", in_flight=4)
     series = util.read(nodes, NOW, 30)
     assert util.calls == 8 and 1 < seen.most <= 4
-    assert len(series) == 600 and all(s.max_over(NOW, 30) == 3.0 and s.reserved_max_over(NOW, 30) == 0.0
-                                      for s in series.values())
+    assert len(series) == 600 and all(
+        s.max_over(NOW, 30) == 3.0 and s.reserved_max_over(NOW, 30) == 0.0 for s in series.values()
+    )
     cw.fail = True
     try:
         util.read(nodes, NOW, 30)
@@ -98,6 +99,7 @@ def test_metric_batches_are_read_side_by_side_each_with_its_pages_and_one_failur
 
 
 # --- the node group adapter, over stub clients (what it asks AWS, not what moto answers) ---------------------------
+
 
 class _Asg:
     def __init__(self, groups: dict[str, dict]):
@@ -113,9 +115,13 @@ class _Asg:
                 raise RuntimeError("Rate exceeded")
             return {"AutoScalingGroups": [self.groups[n] for n in AutoScalingGroupNames if n in self.groups]}
         wanted = set(Filters[0]["Values"])
-        return {"AutoScalingGroups": [g for g in self.groups.values()
-                                      if any(t["Key"] == "eks:nodegroup-name" and t["Value"] in wanted
-                                             for t in g["Tags"])]}
+        return {
+            "AutoScalingGroups": [
+                g
+                for g in self.groups.values()
+                if any(t["Key"] == "eks:nodegroup-name" and t["Value"] in wanted for t in g["Tags"])
+            ]
+        }
 
     def describe_scaling_activities(self, AutoScalingGroupName, MaxRecords):  # noqa: N803
         self.activities.append(AutoScalingGroupName)
@@ -140,30 +146,45 @@ class _Eks:
         self.described.append(nodegroupName)
         if nodegroupName in self.fail:
             raise RuntimeError("ThrottlingException")
-        return {"nodegroup": {"status": "ACTIVE", "resources": {"autoScalingGroups": [{"name": f"asg-{nodegroupName}"}]}}}
+        return {
+            "nodegroup": {"status": "ACTIVE", "resources": {"autoScalingGroups": [{"name": f"asg-{nodegroupName}"}]}}
+        }
 
 
 def _asg(group: str, desired: int, in_service: int, pending: int = 0) -> dict:
     instances = [{"InstanceId": f"i-{group}-{k}", "LifecycleState": "InService"} for k in range(in_service)]
     instances += [{"InstanceId": f"i-{group}-p{k}", "LifecycleState": "Pending"} for k in range(pending)]
-    return {"AutoScalingGroupName": f"asg-{group}", "DesiredCapacity": desired, "MinSize": 0, "MaxSize": 8,
-            "Instances": instances, "Tags": [{"Key": "eks:nodegroup-name", "Value": group},
-                                             {"Key": "eks:cluster-name", "Value": "c"}]}
+    return {
+        "AutoScalingGroupName": f"asg-{group}",
+        "DesiredCapacity": desired,
+        "MinSize": 0,
+        "MaxSize": 8,
+        "Instances": instances,
+        "Tags": [{"Key": "eks:nodegroup-name", "Value": group}, {"Key": "eks:cluster-name", "Value": "c"}],
+    }
 
 
 def test_scaling_activities_are_read_only_where_the_engine_uses_them():
     """A spot group's shortage and last launch matter to the engine only while a launch is outstanding (the spot
     fallback); a service pool's always (its cooldown). The others cost no call (issue 41: 1 a pool before)."""
-    asg = _Asg({f"asg-{g}": a for g, a in {
-        "steady-spot": _asg("steady-spot", 2, 2),
-        "short-spot": _asg("short-spot", 3, 2),  # one launch outstanding (failing, or not yet asked)
-        "booting-spot": _asg("booting-spot", 2, 1, pending=1),
-        "service-spot": _asg("service-spot", 1, 1),
-        "od": _asg("od", 2, 1),  # not a spot group: never
-    }.items()})
+    asg = _Asg(
+        {
+            f"asg-{g}": a
+            for g, a in {
+                "steady-spot": _asg("steady-spot", 2, 2),
+                "short-spot": _asg("short-spot", 3, 2),  # one launch outstanding (failing, or not yet asked)
+                "booting-spot": _asg("booting-spot", 2, 1, pending=1),
+                "service-spot": _asg("service-spot", 1, 1),
+                "od": _asg("od", 2, 1),  # not a spot group: never
+            }.items()
+        }
+    )
     groups = AwsNodeGroups(_Eks(), asg, _Ec2(), "c", activities_always={"service-spot"})
-    read = groups.read(["steady-spot", "short-spot", "booting-spot", "service-spot", "od"], NOW,
-                       {"steady-spot", "short-spot", "booting-spot", "service-spot"})
+    read = groups.read(
+        ["steady-spot", "short-spot", "booting-spot", "service-spot", "od"],
+        NOW,
+        {"steady-spot", "short-spot", "booting-spot", "service-spot"},
+    )
     assert set(read) == {"steady-spot", "short-spot", "booting-spot", "service-spot", "od"}
     assert sorted(asg.activities) == ["asg-booting-spot", "asg-service-spot", "asg-short-spot"]
 
@@ -230,9 +251,12 @@ class _Sns:
 
     def publish_batch(self, TopicArn, PublishBatchRequestEntries):  # noqa: N803
         self.batches.append(PublishBatchRequestEntries)
-        return {"Successful": [{"Id": e["Id"]} for e in PublishBatchRequestEntries if e["Id"] != "12"],
-                "Failed": [{"Id": "12", "Code": "InternalError", "Message": "try again"}]
-                if any(e["Id"] == "12" for e in PublishBatchRequestEntries) else []}
+        return {
+            "Successful": [{"Id": e["Id"]} for e in PublishBatchRequestEntries if e["Id"] != "12"],
+            "Failed": [{"Id": "12", "Code": "InternalError", "Message": "try again"}]
+            if any(e["Id"] == "12" for e in PublishBatchRequestEntries)
+            else [],
+        }
 
 
 def test_notifications_go_ten_a_request_and_a_failed_entry_is_its_own_error():
@@ -245,6 +269,7 @@ def test_notifications_go_ten_a_request_and_a_failed_entry_is_its_own_error():
 
 
 # --- the tick: writes side by side, never one after the deadline ------------------------------------------------
+
 
 class _SlowGroups(FakeGroups):
     """Each write takes `write_s`; records how many were in flight at once and whether the deadline had passed
@@ -327,12 +352,16 @@ def test_the_packaged_tick_of_an_organization_stays_within_two_and_a_half_calls_
 
 def test_the_profile_sums_each_operation_and_tells_its_span_and_the_seconds_covered():
     bench = _bench()
-    timeline = [("eks DescribeNodegroup", 1.0, 1.2, 0.05), ("eks DescribeNodegroup", 1.1, 1.4, 0.1),
-                ("eks UpdateNodegroupConfig", 2.0, 2.1, 0.0)]
+    timeline = [
+        ("eks DescribeNodegroup", 1.0, 1.2, 0.05),
+        ("eks DescribeNodegroup", 1.1, 1.4, 0.1),
+        ("eks UpdateNodegroupConfig", 2.0, 2.1, 0.0),
+    ]
     rows = bench.profile(timeline)
-    assert [(r["operation"], r["calls"], round(r["wall_s"], 3), round(r["emulator_s"], 3), r["from_s"], r["to_s"])
-            for r in rows] == [("eks DescribeNodegroup", 2, 0.5, 0.15, 1.0, 1.4),
-                               ("eks UpdateNodegroupConfig", 1, 0.1, 0.0, 2.0, 2.1)]
+    assert [
+        (r["operation"], r["calls"], round(r["wall_s"], 3), round(r["emulator_s"], 3), r["from_s"], r["to_s"])
+        for r in rows
+    ] == [("eks DescribeNodegroup", 2, 0.5, 0.15, 1.0, 1.4), ("eks UpdateNodegroupConfig", 1, 0.1, 0.0, 2.0, 2.1)]
     assert round(bench._busy_s([(s, e) for _, s, e, _ in timeline]), 3) == 0.5  # 1.0-1.4 and 2.0-2.1
     lines = bench.profile_lines({"timeline": timeline, "seconds": 3.0})
     assert all(len(line) <= 80 for line in lines), lines
@@ -342,7 +371,6 @@ def test_the_profile_sums_each_operation_and_tells_its_span_and_the_seconds_cove
 def test_the_profile_names_rest_calls_by_their_api_operation():
     bench = _bench()
     assert bench._rest_operation("eks", "GET", "/clusters/c/node-groups/p0-s") == "DescribeNodegroup"
-    assert bench._rest_operation("eks", "POST", "/clusters/c/node-groups/p0-s/update-config") == \
-        "UpdateNodegroupConfig"
+    assert bench._rest_operation("eks", "POST", "/clusters/c/node-groups/p0-s/update-config") == "UpdateNodegroupConfig"
     assert bench._rest_operation("eks", "GET", "/clusters/c") == "DescribeCluster"
     assert bench._rest_operation("no-such-service", "GET", "/x") == "GET /x"

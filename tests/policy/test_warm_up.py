@@ -77,9 +77,15 @@ def test_state_round_trip_is_small_and_malformed_state_starts_empty():
     back = DailyArrivals.from_state(raw)
     assert back.rows == h.rows and back.last == h.last
     assert len(json.dumps(raw)) < 4_000  # a week of one pool in the DynamoDB state item (400 KB a item)
-    for bad in (None, "x", {"rows": {"1": [1] * 3}}, {"rows": {"x": [0] * SLOTS_PER_DAY}},
-                {"rows": {"5": [-1] + [0] * (SLOTS_PER_DAY - 1)}}, {"rows": {"5": [float("nan")] * SLOTS_PER_DAY}},
-                {"rows": [], "last": "yesterday"}):
+    for bad in (
+        None,
+        "x",
+        {"rows": {"1": [1] * 3}},
+        {"rows": {"x": [0] * SLOTS_PER_DAY}},
+        {"rows": {"5": [-1] + [0] * (SLOTS_PER_DAY - 1)}},
+        {"rows": {"5": [float("nan")] * SLOTS_PER_DAY}},
+        {"rows": [], "last": "yesterday"},
+    ):
         assert DailyArrivals.from_state(bad).rows == {}
 
 
@@ -96,8 +102,10 @@ def _with_rhythm(obs: Observation, rate: float | None) -> Observation:
 
 def test_spares_follow_the_release_on_cost_rule():
     ps = WARM.pools[0]
-    assert [warm_up_nodes(ps, PoolObservation("research", rhythm_rate_nodes_per_minute=r))
-            for r in (None, 0.0, 1 / 12, 0.1, 0.25, 1.0)] == [0, 0, 0, 1, 2, 11]
+    assert [
+        warm_up_nodes(ps, PoolObservation("research", rhythm_rate_nodes_per_minute=r))
+        for r in (None, 0.0, 1 / 12, 0.1, 0.25, 1.0)
+    ] == [0, 0, 0, 1, 2, 11]
     off = dataclasses.replace(ps, warm_up=False)
     assert warm_up_nodes(off, PoolObservation("research", rhythm_rate_nodes_per_minute=1.0)) == 0
 
@@ -115,9 +123,10 @@ def test_warm_up_is_off_by_default_and_off_without_history():
 
 
 def test_empty_and_launching_nodes_count_as_spares():
-    obs = observe(groups=[group(SPOT, 2), group(OD, 0)],
-                  nodes=[node("i-empty", max_util=0.0, reserved=0.0, age=3),
-                         node("i-busy", reserved=100.0)])
+    obs = observe(
+        groups=[group(SPOT, 2), group(OD, 0)],
+        nodes=[node("i-empty", max_util=0.0, reserved=0.0, age=3), node("i-busy", reserved=100.0)],
+    )
     [a] = decide(WARM, _with_rhythm(obs, 0.25), NOW).changes
     assert (a.desired_from, a.desired_to, a.reason) == (2, 3, R.WARM_UP)  # one spare up, one more wanted
     booting = observe(groups=[group(SPOT, 2, changed=1), group(OD, 0)])  # 2 asked for, none up yet
@@ -161,7 +170,10 @@ def test_warm_up_keeps_a_spare_that_never_got_a_pod_and_releases_the_rest():
     assert [a.instance_id for a in plan.changes] == ["i-a"]
     assert R.WARM_UP in plan.decision("research").reasons
     assert [a.instance_id for a in decide(WARM, _with_rhythm(observe(nodes=nodes), None), NOW).changes] == [
-        "i-a", "i-b", "i-c"]
+        "i-a",
+        "i-b",
+        "i-c",
+    ]
 
 
 # --- the tick keeps the history in its state ------------------------------------------------------------------
@@ -216,20 +228,32 @@ def test_warm_up_serves_a_daily_rhythm_without_the_boot_wait_and_the_fast_path_a
     from sim.policies import GpuLoan, pool_settings as sim_pool_settings
     from conftest import REPO
 
-    cfg = checks.from_stack_yaml(yaml.safe_load((REPO / "Pulumi.prod.yaml").read_text()), "prod", prices=resolved_prices())
+    cfg = checks.from_stack_yaml(
+        yaml.safe_load((REPO / "Pulumi.prod.yaml").read_text()), "prod", prices=resolved_prices()
+    )
     trace = _rhythm_trace(tmp_path)
     horizon = 14 * 1440
-    spec = simpool.auto_size(simpool.spec_from_config(resolved_prices(), cfg, "training"), trace, horizon_minutes=horizon)
+    spec = simpool.auto_size(
+        simpool.spec_from_config(resolved_prices(), cfg, "training"), trace, horizon_minutes=horizon
+    )
     calm = SimSettings(spot_interruptions_per_month=0.0, spot_unavailable_episodes_per_week=0.0)
     out = {}
     for warm in (False, True):
         for skip in (True, False):
             ps = dataclasses.replace(sim_pool_settings(spec), warm_up=warm)
-            sim, m = runner.run_one(spec, trace, GpuLoan("g", settings=ps),
-                                    dataclasses.replace(calm, skip_quiet_ticks=skip), horizon=horizon)
+            sim, m = runner.run_one(
+                spec,
+                trace,
+                GpuLoan("g", settings=ps),
+                dataclasses.replace(calm, skip_quiet_ticks=skip),
+                horizon=horizon,
+            )
             w = sim.workload
-            waits = [w.first_start[i] - w._arrival_minute[i] for i in range(len(w.gpus))
-                     if w._arrival_minute[i] >= MIN_DAYS * 1440]  # once the history knows the rhythm
+            waits = [
+                w.first_start[i] - w._arrival_minute[i]
+                for i in range(len(w.gpus))
+                if w._arrival_minute[i] >= MIN_DAYS * 1440
+            ]  # once the history knows the rhythm
             out[warm, skip] = (m["total_cost_usd"], m["node_launches"], sorted(waits), m.get("decisions_by_reason"))
     assert out[True, True] == out[True, False] and out[False, True] == out[False, False]  # fast path = every minute
     cost_off, _, wait_off, _ = out[False, True]

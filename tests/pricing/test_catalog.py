@@ -29,8 +29,11 @@ def test_facts_table_agrees_with_the_public_table_on_gpu_count_and_model():
     public = {r["instance_type"]: (int(r["gpus"]), r["gpu_model"]) for r in _rows()}
     missing = sorted(set(public) - set(instance_types.KNOWN))
     assert missing == []
-    differ = {t: (public[t], (instance_types.KNOWN[t].gpus, instance_types.KNOWN[t].gpu_model))
-              for t in public if public[t] != (instance_types.KNOWN[t].gpus, instance_types.KNOWN[t].gpu_model)}
+    differ = {
+        t: (public[t], (instance_types.KNOWN[t].gpus, instance_types.KNOWN[t].gpu_model))
+        for t in public
+        if public[t] != (instance_types.KNOWN[t].gpus, instance_types.KNOWN[t].gpu_model)
+    }
     assert differ == {}
 
 
@@ -59,7 +62,9 @@ def test_region_without_snapshot_falls_back_to_the_advisor_estimate():
     p = resolved_prices().price("p4d.24xlarge", "eu-central-1")
     row = next(r for r in _rows() if r["instance_type"] == "p4d.24xlarge" and r["region"] == "eu-central-1")
     assert p.spot_basis == "advisor-estimate"
-    assert p.spot_usd_per_hour == pytest.approx(float(row["ondemand_usd_per_hour"]) * (1 - float(row["advisor_savings_pct"]) / 100))
+    assert p.spot_usd_per_hour == pytest.approx(
+        float(row["ondemand_usd_per_hour"]) * (1 - float(row["advisor_savings_pct"]) / 100)
+    )
 
 
 @requires_shared_prices

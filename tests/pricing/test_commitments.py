@@ -32,8 +32,9 @@ def _od(t: str) -> float:
 
 
 def _ri_rate() -> float:
-    return floor_pricing.commitment_rate(resolved_prices(), "reserved_instances", 1, "no_upfront", "p4d.24xlarge",
-                                         "us-east-1").usd_per_hour
+    return floor_pricing.commitment_rate(
+        resolved_prices(), "reserved_instances", 1, "no_upfront", "p4d.24xlarge", "us-east-1"
+    ).usd_per_hour
 
 
 def _prod(**changes) -> dict:
@@ -53,10 +54,23 @@ def _problems(data: dict) -> list[tuple[str, str]]:
     return err.value.problems
 
 
-RI = {"name": "p4d-ri-1yr", "kind": "reserved_instances", "term_years": 1, "status": "held",
-      "source": "RI purchase 2026-11-02", "instance_type": "p4d.24xlarge", "count": 2}
-SP = {"name": "org-compute", "kind": "compute_savings_plan", "term_years": 1, "status": "planned",
-      "source": "Cost Explorer recommendation, 30-day lookback, 2026-12-01", "hourly_commitment_usd": 10.0}
+RI = {
+    "name": "p4d-ri-1yr",
+    "kind": "reserved_instances",
+    "term_years": 1,
+    "status": "held",
+    "source": "RI purchase 2026-11-02",
+    "instance_type": "p4d.24xlarge",
+    "count": 2,
+}
+SP = {
+    "name": "org-compute",
+    "kind": "compute_savings_plan",
+    "term_years": 1,
+    "status": "planned",
+    "source": "Cost Explorer recommendation, 30-day lookback, 2026-12-01",
+    "hourly_commitment_usd": 10.0,
+}
 
 
 # --- config ---------------------------------------------------------------------------------------------------
@@ -72,25 +86,68 @@ def test_shipped_prod_holds_its_commitment_at_the_environment_and_no_shorthand()
 INVALID = [
     ("an RI needs its count", [{**RI, "count": None}], "commitments[0].count", "required for kind reserved_instances"),
     ("an RI needs its type", [{**RI, "instance_type": None}], "commitments[0].instance_type", "required"),
-    ("a plan needs its hourly commitment", [{**SP, "hourly_commitment_usd": None}],
-     "commitments[0].hourly_commitment_usd", "required for kind compute_savings_plan"),
-    ("a plan takes no count", [{**SP, "count": 2, "rates": {"p4d.24xlarge": {"usd_per_hour": 14, "source": "x 2026"},
-                                                          "g6e.xlarge": {"usd_per_hour": 1, "source": "x 2026"}}}],
-     "commitments[0].count", "does not apply"),
-    ("an EC2 Instance plan needs its family", [{**SP, "kind": "ec2_instance_savings_plan"}],
-     "commitments[0].instance_family", "required"),
+    (
+        "a plan needs its hourly commitment",
+        [{**SP, "hourly_commitment_usd": None}],
+        "commitments[0].hourly_commitment_usd",
+        "required for kind compute_savings_plan",
+    ),
+    (
+        "a plan takes no count",
+        [
+            {
+                **SP,
+                "count": 2,
+                "rates": {
+                    "p4d.24xlarge": {"usd_per_hour": 14, "source": "x 2026"},
+                    "g6e.xlarge": {"usd_per_hour": 1, "source": "x 2026"},
+                },
+            }
+        ],
+        "commitments[0].count",
+        "does not apply",
+    ),
+    (
+        "an EC2 Instance plan needs its family",
+        [{**SP, "kind": "ec2_instance_savings_plan"}],
+        "commitments[0].instance_family",
+        "required",
+    ),
     ("a Compute plan takes no region", [{**SP, "region": "us-east-1"}], "commitments[0].region", "every region"),
-    ("a Savings Plan has no rate in the shared data", [SP], "commitments[0].rates",
-     "no savings_plan_compute_1yr_no_upfront rate for p4d.24xlarge"),
-    ("a partial-upfront RI has no rate in the shared data", [{**RI, "payment_option": "partial_upfront"}],
-     "commitments[0].rates", "no reserved_1yr_partial_upfront rate"),
-    ("an RI of a type the data has no RI row for", [{**RI, "instance_type": "p5.48xlarge"}], "commitments[0].rates",
-     "no reserved_1yr_no_upfront rate for p5.48xlarge"),
-    ("an EC2 Instance plan rate for another family", [{**SP, "kind": "ec2_instance_savings_plan",
-                                                       "instance_family": "p4d", "rates": {
-                                                           "p4d.24xlarge": {"usd_per_hour": 14, "source": "x 2026"},
-                                                           "g6e.xlarge": {"usd_per_hour": 1, "source": "x 2026"}}}],
-     "commitments[0].rates.g6e.xlarge", "does not cover"),
+    (
+        "a Savings Plan has no rate in the shared data",
+        [SP],
+        "commitments[0].rates",
+        "no savings_plan_compute_1yr_no_upfront rate for p4d.24xlarge",
+    ),
+    (
+        "a partial-upfront RI has no rate in the shared data",
+        [{**RI, "payment_option": "partial_upfront"}],
+        "commitments[0].rates",
+        "no reserved_1yr_partial_upfront rate",
+    ),
+    (
+        "an RI of a type the data has no RI row for",
+        [{**RI, "instance_type": "p5.48xlarge"}],
+        "commitments[0].rates",
+        "no reserved_1yr_no_upfront rate for p5.48xlarge",
+    ),
+    (
+        "an EC2 Instance plan rate for another family",
+        [
+            {
+                **SP,
+                "kind": "ec2_instance_savings_plan",
+                "instance_family": "p4d",
+                "rates": {
+                    "p4d.24xlarge": {"usd_per_hour": 14, "source": "x 2026"},
+                    "g6e.xlarge": {"usd_per_hour": 1, "source": "x 2026"},
+                },
+            }
+        ],
+        "commitments[0].rates.g6e.xlarge",
+        "does not cover",
+    ),
     ("names are unique", [RI, {**RI, "count": 1}], "commitments[1].name", "used 2 times"),
     ("a 2-year term", [{**RI, "term_years": 2}], "commitments[0].term_years", "Input should be 1 or 3"),
     ("an unknown kind", [{**RI, "kind": "convertible_ri"}], "commitments[0].kind", "Input should be"),
@@ -106,8 +163,10 @@ def test_invalid_commitments_are_refused_naming_the_field(name, commitments, pat
 
 
 def test_a_user_rate_with_its_source_prices_a_plan_the_data_lacks():
-    rates = {"p4d.24xlarge": {"usd_per_hour": 15.0, "source": "Savings Plans purchase page, 2026-12-01"},
-             "g6e.xlarge": {"usd_per_hour": 1.5, "source": "Savings Plans purchase page, 2026-12-01"}}
+    rates = {
+        "p4d.24xlarge": {"usd_per_hour": 15.0, "source": "Savings Plans purchase page, 2026-12-01"},
+        "g6e.xlarge": {"usd_per_hour": 1.5, "source": "Savings Plans purchase page, 2026-12-01"},
+    }
     cfg = _cfg(_prod(commitments=[RI, {**SP, "rates": rates}]))
     assert [c.name for c in cfg.commitments] == ["p4d-ri-1yr", "org-compute"]
 
@@ -143,10 +202,14 @@ def test_a_commitment_without_a_rate_stops_the_policy_deploy_even_when_every_flo
         for pool in data["gpuloan:pools"]:
             if "guaranteed" in pool:
                 pool["guaranteed"]["rate"] = {"usd_per_hour": 10.0, "source": "our invoice, 2026-11"}
-        data["gpuloan:instance_prices"] = {t: {"ondemand_usd_per_hour": 20.0, "source": "a quote, 2026-11"}
-                                           for t in ("p4d.24xlarge", "p5.48xlarge", "g6e.xlarge", "g6e.2xlarge")}
+        data["gpuloan:instance_prices"] = {
+            t: {"ondemand_usd_per_hour": 20.0, "source": "a quote, 2026-11"}
+            for t in ("p4d.24xlarge", "p5.48xlarge", "g6e.xlarge", "g6e.2xlarge")
+        }
         cfg = _cfg(data)
-        assert costs.stack_cost(resolved_prices(), cfg).guaranteed_monthly_usd is None  # unknown, not priced without the plan
+        assert (
+            costs.stack_cost(resolved_prices(), cfg).guaranteed_monthly_usd is None
+        )  # unknown, not priced without the plan
         with pytest.raises(policy_settings.PriceUnknown, match=r"commitments\[0\] \(org-compute\): no rate"):
             policy_settings.settings_for(resolved_prices(), cfg, "c", {}, budget_names={})
         # an offline preview may run with it unknown (nothing is deployed): null, never zero
@@ -189,11 +252,28 @@ def test_prod_preview_priced_with_an_org_ri_equals_the_billing_models_figure():
     assert cost["unused_commitment_monthly_usd"] == pytest.approx(ri * HOURS, abs=0.01)
     assert cost["guaranteed_monthly_usd"] == pytest.approx((3 * ri + 2 * g6e) * HOURS, abs=0.02)
     # ... and exactly what pricing/cost_model/billing.py bills for the same month
-    usage = [u for h in range(HOURS) for u in (
-        billing.Usage(h, "training", "p4d.24xlarge", "us-east-1", billing.RESERVED, 2, p4d),
-        billing.Usage(h, "inference", "g6e.xlarge", "us-east-1", billing.ON_DEMAND, 2, g6e))]
-    b = billing.bill(usage, [billing.Commitment("p4d-ri-1yr", billing.RESERVED_INSTANCES, {"p4d.24xlarge": ri},
-                                                region="us-east-1", instance_type="p4d.24xlarge", count=3)], HOURS)
+    usage = [
+        u
+        for h in range(HOURS)
+        for u in (
+            billing.Usage(h, "training", "p4d.24xlarge", "us-east-1", billing.RESERVED, 2, p4d),
+            billing.Usage(h, "inference", "g6e.xlarge", "us-east-1", billing.ON_DEMAND, 2, g6e),
+        )
+    ]
+    b = billing.bill(
+        usage,
+        [
+            billing.Commitment(
+                "p4d-ri-1yr",
+                billing.RESERVED_INSTANCES,
+                {"p4d.24xlarge": ri},
+                region="us-east-1",
+                instance_type="p4d.24xlarge",
+                count=3,
+            )
+        ],
+        HOURS,
+    )
     assert cost["guaranteed_monthly_usd"] == pytest.approx(b.total_usd, abs=0.02)
     assert cost["unused_commitment_monthly_usd"] == pytest.approx(b.unused_commitment_usd, abs=0.01)
     [row] = cost["commitments"]
@@ -206,15 +286,18 @@ def test_a_savings_plan_covers_the_highest_discount_first_across_pools():
     # Plan rates: p4d 60 % of on-demand (40 % off), g6e 90 % (10 % off). A commitment of two p4d node-hours at the
     # plan rate plus $1: it covers training's two p4d nodes first, then $1 of inference's g6e hours.
     p4d, g6e = _od("p4d.24xlarge"), _od("g6e.xlarge")
-    rates = {"p4d.24xlarge": {"usd_per_hour": round(0.6 * p4d, 4), "source": "illustrative, 2026-12"},
-             "g6e.xlarge": {"usd_per_hour": round(0.9 * g6e, 4), "source": "illustrative, 2026-12"}}
+    rates = {
+        "p4d.24xlarge": {"usd_per_hour": round(0.6 * p4d, 4), "source": "illustrative, 2026-12"},
+        "g6e.xlarge": {"usd_per_hour": round(0.9 * g6e, 4), "source": "illustrative, 2026-12"},
+    }
     sp_p4d, sp_g6e = rates["p4d.24xlarge"]["usd_per_hour"], rates["g6e.xlarge"]["usd_per_hour"]
     cfg = _cfg(_prod(commitments=[{**SP, "hourly_commitment_usd": 2 * sp_p4d + 1.0, "rates": rates}]))
     by_pool = {p["pool"]: p for p in costs.stack_cost(resolved_prices(), cfg).to_json()["pools"]}
     assert by_pool["training"]["guaranteed_monthly_usd"] == pytest.approx(2 * sp_p4d * HOURS, abs=0.02)
     covered_g6e_hours = 1.0 / sp_g6e
     assert by_pool["inference"]["guaranteed_monthly_usd"] == pytest.approx(
-        (1.0 + (2 - covered_g6e_hours) * g6e) * HOURS, abs=0.02)
+        (1.0 + (2 - covered_g6e_hours) * g6e) * HOURS, abs=0.02
+    )
     assert by_pool["training"]["guaranteed_commitments"] == ["org-compute"]
 
 
@@ -302,8 +385,9 @@ def test_the_environment_cap_counts_the_unused_commitment_fee():
     # An unused commitment of 0.50 $/h takes that headroom: nothing fits.
     hours = hours_left_in_month(NOW)
     budget = 500.0 + hours * (0.80 + 0.41 * 1.5)
-    obs = Observation((PoolObservation("research", (group("research-spot"), group("research-od")), (), (1, 1)),),
-                      spend(500.0))
+    obs = Observation(
+        (PoolObservation("research", (group("research-spot"), group("research-od")), (), (1, 1)),), spend(500.0)
+    )
     plain = settings(pool_settings(), env_budget=budget)
     assert [(c.pool, c.desired_to) for c in decide(plain, obs, NOW).changes] == [("research", 1)]
     from dataclasses import replace

@@ -87,20 +87,28 @@ def test_on_demand_payment_is_the_on_demand_price():
 
 def test_no_savings_plans_data_means_no_rate_never_a_guess():
     assert floor_pricing.floor_rate(resolved_prices(), "p4d.24xlarge", "us-east-1", "savings_plan") is None
-    assert floor_pricing.floor_rate(resolved_prices(), "g6e.xlarge", "us-east-1", "reserved_1yr") is None  # no RI row for g6e
+    assert (
+        floor_pricing.floor_rate(resolved_prices(), "g6e.xlarge", "us-east-1", "reserved_1yr") is None
+    )  # no RI row for g6e
 
 
 def test_a_user_rate_always_wins():
-    r = floor_pricing.floor_rate(resolved_prices(), "p4d.24xlarge", "us-east-1", "reserved_1yr", 9.99, "our 2026 RI invoice")
+    r = floor_pricing.floor_rate(
+        resolved_prices(), "p4d.24xlarge", "us-east-1", "reserved_1yr", 9.99, "our 2026 RI invoice"
+    )
     assert (r.usd_per_hour, r.basis) == (9.99, "user") and "our 2026 RI invoice" in r.source
 
 
 def test_savings_plan_prefers_the_ec2_instance_plan(monkeypatch, prices):
     book = prices.book
     region = book.regions["us-east-1"]
-    extra = [catalog.CommitmentRate("p4d.24xlarge", "us-east-1", o, usd, "AWS Savings Plans (test rows)", "2026-12-01")
-             for o, usd in (("savings_plan_compute_1yr_no_upfront", 15.0),
-                            ("savings_plan_ec2_instance_1yr_no_upfront", 13.0))]
+    extra = [
+        catalog.CommitmentRate("p4d.24xlarge", "us-east-1", o, usd, "AWS Savings Plans (test rows)", "2026-12-01")
+        for o, usd in (
+            ("savings_plan_compute_1yr_no_upfront", 15.0),
+            ("savings_plan_ec2_instance_1yr_no_upfront", 13.0),
+        )
+    ]
     monkeypatch.setitem(region.commitments, "p4d.24xlarge", region.commitments["p4d.24xlarge"] + extra)
     r = floor_pricing.floor_rate(prices, "p4d.24xlarge", "us-east-1", "savings_plan")
     assert r.usd_per_hour == 13.0 and "ec2_instance" in r.source
@@ -108,8 +116,14 @@ def test_savings_plan_prefers_the_ec2_instance_plan(monkeypatch, prices):
 
 def test_a_live_reserved_rate_without_reference_is_used_as_read(monkeypatch, prices):
     region = prices.book.regions["us-east-1"]
-    live = catalog.CommitmentRate("p4d.24xlarge", "us-east-1", "reserved_1yr_no_upfront", 12.34,
-                                  "AWS Price List Query API (pricing:GetProducts)", "2026-12-01")
+    live = catalog.CommitmentRate(
+        "p4d.24xlarge",
+        "us-east-1",
+        "reserved_1yr_no_upfront",
+        12.34,
+        "AWS Price List Query API (pricing:GetProducts)",
+        "2026-12-01",
+    )
     monkeypatch.setitem(region.commitments, "p4d.24xlarge", region.commitments["p4d.24xlarge"] + [live])
     r = floor_pricing.floor_rate(prices, "p4d.24xlarge", "us-east-1", "reserved_1yr")
     assert (r.usd_per_hour, r.basis) == (12.34, "published")  # the newest reading wins over the 2022 row
@@ -121,27 +135,68 @@ def test_a_live_reserved_rate_without_reference_is_used_as_read(monkeypatch, pri
 def test_payment_defaults_follow_the_reservation():
     cfg = _cfg(payment=None)
     assert cfg.pools[0].guaranteed.price_model == "on_demand"
-    cfg = _cfg(payment=None, reservation="capacity_block", reservation_id="cr-0123456789abcdef0",
-               capacity_block_start="2098-12-25T11:30:00Z", capacity_block_end="2099-01-01T11:30:00Z")
+    cfg = _cfg(
+        payment=None,
+        reservation="capacity_block",
+        reservation_id="cr-0123456789abcdef0",
+        capacity_block_start="2098-12-25T11:30:00Z",
+        capacity_block_end="2099-01-01T11:30:00Z",
+    )
     assert cfg.pools[0].guaranteed.price_model == "capacity_block"
 
 
 INVALID = [
     # (name, guaranteed changes, pool index, expected path, expected message fragment)
-    ("savings plan without any rate asks for a user rate", {"payment": "savings_plan"}, 0,
-     "pools[0].guaranteed.rate", "no savings_plan_ec2_instance_1yr_no_upfront or savings_plan_compute"),
-    ("reserved rate missing for the type asks for a user rate", {"payment": "reserved_1yr"}, 1,
-     "pools[1].guaranteed.rate", "give your own rate: guaranteed.rate"),
-    ("capacity block payment without a capacity block", {"payment": "capacity_block"}, 0,
-     "pools[0].guaranteed.payment", "needs reservation: capacity_block"),
-    ("capacity block paid as an RI", {"reservation": "capacity_block", "reservation_id": "cr-0123456789abcdef0"}, 0,
-     "pools[0].guaranteed.payment", "does not apply to it"),
+    (
+        "savings plan without any rate asks for a user rate",
+        {"payment": "savings_plan"},
+        0,
+        "pools[0].guaranteed.rate",
+        "no savings_plan_ec2_instance_1yr_no_upfront or savings_plan_compute",
+    ),
+    (
+        "reserved rate missing for the type asks for a user rate",
+        {"payment": "reserved_1yr"},
+        1,
+        "pools[1].guaranteed.rate",
+        "give your own rate: guaranteed.rate",
+    ),
+    (
+        "capacity block payment without a capacity block",
+        {"payment": "capacity_block"},
+        0,
+        "pools[0].guaranteed.payment",
+        "needs reservation: capacity_block",
+    ),
+    (
+        "capacity block paid as an RI",
+        {"reservation": "capacity_block", "reservation_id": "cr-0123456789abcdef0"},
+        0,
+        "pools[0].guaranteed.payment",
+        "does not apply to it",
+    ),
     ("unknown payment", {"payment": "reserved_5yr"}, 0, "pools[0].guaranteed.payment", "Input should be"),
-    ("user rate of zero", {"rate": {"usd_per_hour": 0, "source": "a quote"}}, 0,
-     "pools[0].guaranteed.rate.usd_per_hour", "greater than 0"),
-    ("user rate without its source", {"rate": {"usd_per_hour": 5.0}}, 0, "pools[0].guaranteed.rate.source", "Field required"),
-    ("user rate with an unknown key", {"rate": {"usd_per_hour": 5.0, "source": "a quote", "currency": "EUR"}}, 0,
-     "pools[0].guaranteed.rate.currency", "unknown key"),
+    (
+        "user rate of zero",
+        {"rate": {"usd_per_hour": 0, "source": "a quote"}},
+        0,
+        "pools[0].guaranteed.rate.usd_per_hour",
+        "greater than 0",
+    ),
+    (
+        "user rate without its source",
+        {"rate": {"usd_per_hour": 5.0}},
+        0,
+        "pools[0].guaranteed.rate.source",
+        "Field required",
+    ),
+    (
+        "user rate with an unknown key",
+        {"rate": {"usd_per_hour": 5.0, "source": "a quote", "currency": "EUR"}},
+        0,
+        "pools[0].guaranteed.rate.currency",
+        "unknown key",
+    ),
 ]
 
 
@@ -219,7 +274,10 @@ def test_policy_budget_cap_gets_the_floors_rate():
 def test_simulator_bills_the_floor_at_its_rate():
     cfg = _cfg()
     spec = simpool.spec_from_config(resolved_prices(), cfg, "training")
-    assert spec.floor_usd_per_hour == floor_pricing.floor_rate(resolved_prices(), "p4d.24xlarge", "us-east-1", "reserved_1yr").usd_per_hour
+    assert (
+        spec.floor_usd_per_hour
+        == floor_pricing.floor_rate(resolved_prices(), "p4d.24xlarge", "us-east-1", "reserved_1yr").usd_per_hour
+    )
 
 
 def test_without_any_price_source_a_committed_floor_is_unknown_and_a_user_rate_still_counts(tmp_path, monkeypatch):

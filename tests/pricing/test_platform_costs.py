@@ -19,12 +19,20 @@ from pricing.sources import pricebook
 
 # key -> (test rate, unit): round numbers, clearly not prices anyone read anywhere
 FIXTURE_RATES = {
-    "eks_cluster": (1.0, "hour"), "nat_gateway": (2.0, "hour"), "nat_gateway_data": (0.5, "GB"),
-    "ebs_gp3_storage": (0.25, "GB-month"), "kms_key": (3.0, "month"), "cloudwatch_alarm": (0.5, "month"),
-    "cloudwatch_dashboard": (5.0, "month"), "cloudwatch_metric": (0.25, "month"),
-    "cloudwatch_logs_ingest": (1.0, "GB"), "lambda_request": (0.000001, "request"),
-    "lambda_gb_second_arm64": (0.00001, "GB-second"), "lambda_gb_second_x86_64": (0.00002, "GB-second"),
-    "ec2:m7i.large": (0.5, "hour"), "ec2:m7i.xlarge": (1.0, "hour"),
+    "eks_cluster": (1.0, "hour"),
+    "nat_gateway": (2.0, "hour"),
+    "nat_gateway_data": (0.5, "GB"),
+    "ebs_gp3_storage": (0.25, "GB-month"),
+    "kms_key": (3.0, "month"),
+    "cloudwatch_alarm": (0.5, "month"),
+    "cloudwatch_dashboard": (5.0, "month"),
+    "cloudwatch_metric": (0.25, "month"),
+    "cloudwatch_logs_ingest": (1.0, "GB"),
+    "lambda_request": (0.000001, "request"),
+    "lambda_gb_second_arm64": (0.00001, "GB-second"),
+    "lambda_gb_second_x86_64": (0.00002, "GB-second"),
+    "ec2:m7i.large": (0.5, "hour"),
+    "ec2:m7i.xlarge": (1.0, "hour"),
 }
 
 
@@ -59,7 +67,9 @@ def test_without_platform_rates_every_platform_row_is_unknown_and_headroom_an_up
     assert cost["platform"] and all(r["monthly_usd"] is None for r in cost["platform"])
     assert set(cost["platform_unknown"]) == set(_rows(doc))
     assert cost["budget_headroom_is_upper_bound"] is True
-    assert cost["budget_headroom_monthly_usd"] == pytest.approx(cost["budget_monthly_usd"] - cost["guaranteed_monthly_usd"])
+    assert cost["budget_headroom_monthly_usd"] == pytest.approx(
+        cost["budget_monthly_usd"] - cost["guaranteed_monthly_usd"]
+    )
 
 
 @requires_shared_prices
@@ -77,9 +87,12 @@ def test_platform_rows_are_quantity_times_the_price_file_rate(fixture_prices):
     assert rows["NAT data processed"]["price_model"] == "usage_assumption"
     assert rows["system nodes"]["monthly_usd"] == pytest.approx(0.5 * 730 * system["nodes"])
     assert rows["GPU floor root volumes (EBS gp3)"]["monthly_usd"] == pytest.approx(
-        0.25 * floor_nodes * launch_templates.GPU_ROOT_VOLUME_GIB)
+        0.25 * floor_nodes * launch_templates.GPU_ROOT_VOLUME_GIB
+    )
     assert rows["KMS keys"]["monthly_usd"] == pytest.approx(3.0 * count("aws:kms/key:Key"))
-    assert rows["CloudWatch alarms"]["monthly_usd"] == pytest.approx(0.5 * count("aws:cloudwatch/metricAlarm:MetricAlarm"))
+    assert rows["CloudWatch alarms"]["monthly_usd"] == pytest.approx(
+        0.5 * count("aws:cloudwatch/metricAlarm:MetricAlarm")
+    )
     assert rows["CloudWatch dashboard"]["monthly_usd"] == pytest.approx(5.0)
     runs = 730 * 60  # one a minute
     assert rows["Lambda requests"]["monthly_usd"] == pytest.approx(runs * 0.000001, abs=0.01)
@@ -92,7 +105,8 @@ def test_platform_rows_are_quantity_times_the_price_file_rate(fixture_prices):
     assert cost["fixed_monthly_usd"] == pytest.approx(cost["guaranteed_monthly_usd"] + platform, abs=0.02)
     # The environment budget pays for the platform: the headroom counts it.
     assert cost["budget_headroom_monthly_usd"] == pytest.approx(
-        cost["budget_monthly_usd"] - cost["guaranteed_monthly_usd"] - platform, abs=0.02)
+        cost["budget_monthly_usd"] - cost["guaranteed_monthly_usd"] - platform, abs=0.02
+    )
 
 
 @requires_shared_prices
@@ -104,14 +118,22 @@ def test_usage_assumptions_come_from_the_config(fixture_prices):
     assert rows["CloudWatch Logs ingestion"]["monthly_usd"] == pytest.approx(1.0 * 42)
 
 
-@pytest.mark.parametrize("entry, message", [
-    ({"usd_per_unit": 0.1, "unit": "month", "source": "x", "as_of": "2026-01-01"}, "eks_cluster is priced per hour"),
-    ({"usd_per_unit": 0.1, "unit": "hour", "source": "", "as_of": "2026-01-01"}, "say where the rate was read"),
-    ({"usd_per_unit": 0, "unit": "hour", "source": "x", "as_of": "2026-01-01"}, "usd_per_unit"),
-])
+@pytest.mark.parametrize(
+    "entry, message",
+    [
+        (
+            {"usd_per_unit": 0.1, "unit": "month", "source": "x", "as_of": "2026-01-01"},
+            "eks_cluster is priced per hour",
+        ),
+        ({"usd_per_unit": 0.1, "unit": "hour", "source": "", "as_of": "2026-01-01"}, "say where the rate was read"),
+        ({"usd_per_unit": 0, "unit": "hour", "source": "x", "as_of": "2026-01-01"}, "usd_per_unit"),
+    ],
+)
 def test_a_bad_platform_rate_is_an_error_naming_the_key(tmp_path, entry, message):
-    doc = {"format": pricebook.FORMAT, "regions": {"us-east-1": {"source": "s", "read_at": "2026-12-01",
-                                                                 "platform": {"eks_cluster": entry}}}}
+    doc = {
+        "format": pricebook.FORMAT,
+        "regions": {"us-east-1": {"source": "s", "read_at": "2026-12-01", "platform": {"eks_cluster": entry}}},
+    }
     path = tmp_path / "p.json"
     path.write_text(json.dumps(doc))
     with pytest.raises(pricebook.PriceSourceError, match="regions.us-east-1.platform.eks_cluster") as err:
@@ -120,9 +142,16 @@ def test_a_bad_platform_rate_is_an_error_naming_the_key(tmp_path, entry, message
 
 
 def test_an_unknown_platform_key_is_refused(tmp_path):
-    doc = {"format": pricebook.FORMAT, "regions": {"us-east-1": {"source": "s", "read_at": "2026-12-01",
-                                                                 "platform": {"eks_clustr": {"usd_per_hour": 1,
-                                                                                             "source": "x"}}}}}
+    doc = {
+        "format": pricebook.FORMAT,
+        "regions": {
+            "us-east-1": {
+                "source": "s",
+                "read_at": "2026-12-01",
+                "platform": {"eks_clustr": {"usd_per_hour": 1, "source": "x"}},
+            }
+        },
+    }
     path = tmp_path / "p.json"
     path.write_text(json.dumps(doc))
     with pytest.raises(pricebook.PriceSourceError, match="unknown platform rate"):
@@ -133,20 +162,24 @@ def test_an_unknown_platform_key_is_refused(tmp_path):
 def test_platform_rates_round_trip_through_the_cache_format(tmp_path):
     path = _price_file(tmp_path, {"eks_cluster": (1.0, "hour"), "ec2:m7i.large": (0.5, "hour")})
     book = pricebook.load(path)
-    assert book.platform_rate("eks_cluster", "us-east-1") == pricebook.PlatformRate(1.0, "hour", "test fixture",
-                                                                                    "2026-12-01")
+    assert book.platform_rate("eks_cluster", "us-east-1") == pricebook.PlatformRate(
+        1.0, "hour", "test fixture", "2026-12-01"
+    )
     assert book.platform_rate("ec2:m7i.large", "us-east-1").usd_per_unit == 0.5
 
 
 def test_total_separates_known_from_unknown():
-    rows = [platform_costs.PlatformCost("a", 1, "hour", "eks_cluster", 1.0, 730.0, "on_demand", "", "x"),
-            platform_costs.PlatformCost("b", 1, "month", "kms_key", None, None, "on_demand", "", "")]
+    rows = [
+        platform_costs.PlatformCost("a", 1, "hour", "eks_cluster", 1.0, 730.0, "on_demand", "", "x"),
+        platform_costs.PlatformCost("b", 1, "month", "kms_key", None, None, "on_demand", "", ""),
+    ]
     assert platform_costs.total(rows) == (730.0, ["b"])
 
 
 def test_tiny_per_unit_rates_survive_the_rounding():
-    doc = preview.round_money({"cost": {"usd_per_unit": 0.0000002, "monthly_usd": 12.345678,
-                                        "elastic_spot_usd_per_hour": 1.23456789}})
+    doc = preview.round_money(
+        {"cost": {"usd_per_unit": 0.0000002, "monthly_usd": 12.345678, "elastic_spot_usd_per_hour": 1.23456789}}
+    )
     assert doc["cost"] == {"usd_per_unit": 0.0000002, "monthly_usd": 12.35, "elastic_spot_usd_per_hour": 1.23457}
 
 
@@ -162,16 +195,20 @@ def test_the_offline_calendar_says_which_versions_are_past_standard_support():
     assert (s.status, s.end_of_standard_support) == (platform_costs.STANDARD_SUPPORT, "2027-03-27")
     assert "as of" in s.source and "offline" in s.source
     # Billed from the start of the day standard support ends (UTC).
-    assert platform_costs.version_support("1.35", __import__("datetime").date(2027, 3, 27)).status == \
-        platform_costs.EXTENDED_SUPPORT
+    assert (
+        platform_costs.version_support("1.35", __import__("datetime").date(2027, 3, 27)).status
+        == platform_costs.EXTENDED_SUPPORT
+    )
     assert platform_costs.version_support("1.39", TODAY).status == platform_costs.UNKNOWN_SUPPORT
 
 
 def test_the_shipped_stacks_run_a_version_in_standard_support():
     for stack in ("dev", "prod"):
         cfg = preview.validated_config(resolved_prices(), stack_config(stack), stack)
-        assert platform_costs.version_support(platform_costs.cluster_version(cfg), TODAY).status == \
-            platform_costs.STANDARD_SUPPORT, stack
+        assert (
+            platform_costs.version_support(platform_costs.cluster_version(cfg), TODAY).status
+            == platform_costs.STANDARD_SUPPORT
+        ), stack
 
 
 @requires_shared_prices
@@ -182,13 +219,19 @@ def test_a_version_in_extended_support_adds_the_surcharge_row(tmp_path, monkeypa
         config = stack_config("dev")
         config["gpuloan:cluster"]["kubernetes_version"] = "1.33"
         cfg = preview.validated_config(resolved_prices(), config, "dev")
-        rows = {r.item: r for r in platform_costs.platform_costs(resolved_prices(), cfg, [{"type": "aws:eks/cluster:Cluster"}], TODAY)}
+        rows = {
+            r.item: r
+            for r in platform_costs.platform_costs(resolved_prices(), cfg, [{"type": "aws:eks/cluster:Cluster"}], TODAY)
+        }
         assert rows["EKS control plane"].monthly_usd == 730.0
         assert rows["EKS extended support"].monthly_usd == 5.0 * 730
         assert "extended support since 2026-07-29" in rows["EKS extended support"].basis
         config["gpuloan:cluster"]["kubernetes_version"] = "1.35"
         cfg = preview.validated_config(resolved_prices(), config, "dev")
-        rows = {r.item: r for r in platform_costs.platform_costs(resolved_prices(), cfg, [{"type": "aws:eks/cluster:Cluster"}], TODAY)}
+        rows = {
+            r.item: r
+            for r in platform_costs.platform_costs(resolved_prices(), cfg, [{"type": "aws:eks/cluster:Cluster"}], TODAY)
+        }
         assert "EKS extended support" not in rows
         assert "standard support until 2027-03-27" in rows["EKS control plane"].basis
     finally:
@@ -209,6 +252,7 @@ class _EksVersions:
             def paginate(self, clusterVersions):
                 yield {"clusterVersions": [], "nextToken": "t"}
                 yield {"clusterVersions": [v for v in outer.versions if v["clusterVersion"] in clusterVersions]}
+
         return P()
 
 
@@ -219,16 +263,40 @@ def test_the_online_read_takes_the_status_eks_reports_and_flags_a_stale_calendar
 
     # Shaped like botocore's model of the answer: the deprecated `status` in its own lower-case enum beside
     # `versionStatus` (botocore data/eks service-2.json, ClusterVersionInformation).
-    eks = _EksVersions([{"clusterVersion": "1.35", "status": "standard-support", "versionStatus": "STANDARD_SUPPORT",
-                         "endOfStandardSupportDate": dt.datetime(2027, 3, 27, tzinfo=dt.timezone.utc)}])
+    eks = _EksVersions(
+        [
+            {
+                "clusterVersion": "1.35",
+                "status": "standard-support",
+                "versionStatus": "STANDARD_SUPPORT",
+                "endOfStandardSupportDate": dt.datetime(2027, 3, 27, tzinfo=dt.timezone.utc),
+            }
+        ]
+    )
     live = platform_costs.read_version_support(eks, "1.35")
     assert (live.status, live.end_of_standard_support) == ("STANDARD_SUPPORT", "2027-03-27")
     assert cmd_prices.version_support_lines(eks, "1.35") == [
-        "Kubernetes 1.35: STANDARD_SUPPORT (end of standard support 2027-03-27; EKS DescribeClusterVersions)"]
-    moved = _EksVersions([{"clusterVersion": "1.35", "versionStatus": "STANDARD_SUPPORT",
-                           "endOfStandardSupportDate": "2027-04-30T00:00:00Z"}])
+        "Kubernetes 1.35: STANDARD_SUPPORT (end of standard support 2027-03-27; EKS DescribeClusterVersions)"
+    ]
+    moved = _EksVersions(
+        [
+            {
+                "clusterVersion": "1.35",
+                "versionStatus": "STANDARD_SUPPORT",
+                "endOfStandardSupportDate": "2027-04-30T00:00:00Z",
+            }
+        ]
+    )
     assert "update config/versions.py:EKS_VERSION_CALENDAR" in cmd_prices.version_support_lines(moved, "1.35")[-1]
     assert platform_costs.read_version_support(_EksVersions([]), "1.35").status == platform_costs.UNKNOWN_SUPPORT
-    extended = _EksVersions([{"clusterVersion": "1.32", "status": "extended-support", "versionStatus": "EXTENDED_SUPPORT",
-                              "endOfStandardSupportDate": "2026-03-23T00:00:00Z"}])
+    extended = _EksVersions(
+        [
+            {
+                "clusterVersion": "1.32",
+                "status": "extended-support",
+                "versionStatus": "EXTENDED_SUPPORT",
+                "endOfStandardSupportDate": "2026-03-23T00:00:00Z",
+            }
+        ]
+    )
     assert platform_costs.read_version_support(extended, "1.32").status == platform_costs.EXTENDED_SUPPORT

@@ -29,7 +29,8 @@ def test_the_snapshot_ships_in_the_package_with_its_provenance_and_date():
     assert doc["format"] == pricebook.FORMAT
     meta = doc["snapshot"]
     assert dt.date.fromisoformat(meta["as_of"]) == max(
-        dt.date.fromisoformat(r["read_at"][:10]) for r in doc["regions"].values())
+        dt.date.fromisoformat(r["read_at"][:10]) for r in doc["regions"].values()
+    )
     # every source the rows name, with its licence, as the public tables' own notes state them
     assert "skypilot-org/skypilot-catalog" in meta["provenance"]["SOURCE.md"]
     assert "Apache-2.0" in meta["provenance"]["SOURCE.md"] and "MIT" in meta["provenance"]["COMMITMENTS.md"]
@@ -37,14 +38,16 @@ def test_the_snapshot_ships_in_the_package_with_its_provenance_and_date():
     assert "make_price_snapshot.py" in meta["generated_by"]
     package_data = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
     assert pricebook.SNAPSHOT_FILE.relative_to(REPO / "pricing" / "sources").as_posix() in [
-        p.replace("*", pricebook.SNAPSHOT_FILE.stem) for p in package_data["pricing.sources"]]
+        p.replace("*", pricebook.SNAPSHOT_FILE.stem) for p in package_data["pricing.sources"]
+    ]
 
 
 @requires_shared_prices
 def test_the_snapshot_is_what_the_script_generates_from_the_public_tables():
     """Generated, never edited by hand: the script run on ../shared/data/prices gives the shipped bytes."""
-    assert make_price_snapshot.render(SHARED_PRICES) == pricebook.SNAPSHOT_FILE.read_text(), \
+    assert make_price_snapshot.render(SHARED_PRICES) == pricebook.SNAPSHOT_FILE.read_text(), (
         "run .venv/bin/python scripts/make_price_snapshot.py"
+    )
 
 
 @requires_shared_prices
@@ -75,8 +78,15 @@ def test_the_snapshot_is_the_last_resort(tmp_path, bare_env):
     assert pricebook.resolve(environ=off, cwd=tmp_path).origin is None
 
 
-@pytest.mark.parametrize("today,stale", [(dt.date(2026, 8, 1), False), (dt.date(2026, 10, 18), False),
-                                         (dt.date(2026, 10, 19), True), (dt.date(2027, 6, 1), True)])
+@pytest.mark.parametrize(
+    "today,stale",
+    [
+        (dt.date(2026, 8, 1), False),
+        (dt.date(2026, 10, 18), False),
+        (dt.date(2026, 10, 19), True),
+        (dt.date(2027, 6, 1), True),
+    ],
+)
 def test_the_prices_line_names_the_snapshot_and_its_date_and_warns_past_90_days(today, stale, bare_env):
     book = pricebook.load_snapshot(bare_env)
     as_of = book.regions["us-east-1"].read_at[:10]
@@ -101,10 +111,20 @@ def test_the_prices_line_never_shows_an_absolute_path(tmp_path, bare_env):
 
 def test_a_fresh_machine_prints_dollars_from_the_snapshot(tmp_path, bare_env):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "GPULOAN_"))}
-    env.update(bare_env, COLUMNS="80", AWS_CONFIG_FILE=str(tmp_path / "none"),
-               AWS_SHARED_CREDENTIALS_FILE=str(tmp_path / "none"))
-    result = subprocess.run([sys.executable, "-m", "gpuloan", "preview", "-s", "dev", "--summary"], cwd=REPO,
-                            env=env, capture_output=True, text=True, timeout=300)
+    env.update(
+        bare_env,
+        COLUMNS="80",
+        AWS_CONFIG_FILE=str(tmp_path / "none"),
+        AWS_SHARED_CREDENTIALS_FILE=str(tmp_path / "none"),
+    )
+    result = subprocess.run(
+        [sys.executable, "-m", "gpuloan", "preview", "-s", "dev", "--summary"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr
     assert "unknown" not in result.stdout.split("Estimated monthly cost")[1].split("total")[0]
     assert "$" in result.stdout

@@ -47,24 +47,49 @@ def _answer(action: str, params: dict, region: str) -> dict:
         return {"FormatVersion": "aws_v1", "PriceList": []}  # a platform rate left unknown: a note, not a failure
     if action == "ec2:DescribeInstanceTypeOfferings":
         (types,) = [f["Values"] for f in params["Filters"] if f["Name"] == "instance-type"]
-        return {"InstanceTypeOfferings": [{"InstanceType": t, "LocationType": "region", "Location": region}
-                                          for t in types]}
+        return {
+            "InstanceTypeOfferings": [{"InstanceType": t, "LocationType": "region", "Location": region} for t in types]
+        }
     if action == "ec2:DescribeInstanceTypes":
-        return {"InstanceTypes": [{"InstanceType": t, "ProcessorInfo": {"SupportedArchitectures": ["x86_64"]},
-                                   "GpuInfo": {"Gpus": [{"Name": "L4", "Count": 4, "MemoryInfo": {"SizeInMiB": 23040}}]}}
-                                  for t in params["InstanceTypes"]]}
+        return {
+            "InstanceTypes": [
+                {
+                    "InstanceType": t,
+                    "ProcessorInfo": {"SupportedArchitectures": ["x86_64"]},
+                    "GpuInfo": {"Gpus": [{"Name": "L4", "Count": 4, "MemoryInfo": {"SizeInMiB": 23040}}]},
+                }
+                for t in params["InstanceTypes"]
+            ]
+        }
     if action == "ec2:DescribeSpotPriceHistory":
         (t,) = params["InstanceTypes"]
-        return {"SpotPriceHistory": [{"AvailabilityZone": f"{region}a", "InstanceType": t, "SpotPrice": "0.5",
-                                      "ProductDescription": "Linux/UNIX", "Timestamp": now}]}
+        return {
+            "SpotPriceHistory": [
+                {
+                    "AvailabilityZone": f"{region}a",
+                    "InstanceType": t,
+                    "SpotPrice": "0.5",
+                    "ProductDescription": "Linux/UNIX",
+                    "Timestamp": now,
+                }
+            ]
+        }
     if action == "savingsplans:DescribeSavingsPlansOfferingRates":
         return {"searchResults": []}
     if action == "ec2:DescribeCapacityBlockOfferings":
         return {"CapacityBlockOfferings": []}
     if action == "eks:DescribeClusterVersions":
-        return {"clusterVersions": [{"clusterVersion": v, "versionStatus": "STANDARD_SUPPORT",
-                                     "status": "standard-support", "endOfStandardSupportDate": now}
-                                    for v in params.get("clusterVersions", [])]}
+        return {
+            "clusterVersions": [
+                {
+                    "clusterVersion": v,
+                    "versionStatus": "STANDARD_SUPPORT",
+                    "status": "standard-support",
+                    "endOfStandardSupportDate": now,
+                }
+                for v in params.get("clusterVersions", [])
+            ]
+        }
     return {}  # a call this table does not know yet: still recorded and evaluated
 
 
@@ -89,15 +114,20 @@ class RecordedCalls:
         ok = allowed(self.doc, action, "*", {"aws:RequestedRegion": self.region})
         self.calls.append((action, ok))
         if not ok:
-            error = {"Error": {"Code": "AccessDenied", "Message": f"not authorized to perform: {action}"},
-                     "ResponseMetadata": {"HTTPStatusCode": 403}}
+            error = {
+                "Error": {"Code": "AccessDenied", "Message": f"not authorized to perform: {action}"},
+                "ResponseMetadata": {"HTTPStatusCode": 403},
+            }
             return AWSResponse("https://aws.invalid", 403, {}, None), error
         return AWSResponse("https://aws.invalid", 200, {}, None), _answer(action, self._params, self.region)
 
 
 def _refresh_as_preview_role(stack: str, doc: dict, tmp_path, monkeypatch) -> tuple[int, RecordedCalls]:
-    for key, value in (("AWS_ACCESS_KEY_ID", "ASIAPREVIEW"), ("AWS_SECRET_ACCESS_KEY", "x"),
-                       ("AWS_SESSION_TOKEN", "x")):
+    for key, value in (
+        ("AWS_ACCESS_KEY_ID", "ASIAPREVIEW"),
+        ("AWS_SECRET_ACCESS_KEY", "x"),
+        ("AWS_SESSION_TOKEN", "x"),
+    ):
         monkeypatch.setenv(key, value)  # what configure-aws-credentials exports for the assumed role
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     stack_file = tmp_path / f"Pulumi.{stack}.yaml"
@@ -107,8 +137,13 @@ def _refresh_as_preview_role(stack: str, doc: dict, tmp_path, monkeypatch) -> tu
     clients = cmd_prices._clients(region, None)  # the clients `prices refresh` builds, endpoints and regions
     for client in clients:
         recorder.attach(client)
-    args = SimpleNamespace(stack_option=str(stack_file), instance_type=[NEW_TYPE],
-                           profile=None, output=str(tmp_path / "gpuloan-prices.json"), cache=False)
+    args = SimpleNamespace(
+        stack_option=str(stack_file),
+        instance_type=[NEW_TYPE],
+        profile=None,
+        output=str(tmp_path / "gpuloan-prices.json"),
+        cache=False,
+    )
     rc = cmd_prices.run_refresh(args, clients=clients)
     return rc, recorder
 
@@ -120,9 +155,14 @@ def test_the_preview_role_may_make_every_call_of_prices_refresh(recorded, stack,
     assert refused == [], f"the preview role lacks {refused}: the weekly prices workflow fails on them"
     # Every reader ran, so the recording covers each kind of call refresh makes.
     assert {action for action, _ in recorder.calls} == {
-        "pricing:GetProducts", "ec2:DescribeInstanceTypeOfferings", "ec2:DescribeInstanceTypes",
-        "ec2:DescribeSpotPriceHistory", "savingsplans:DescribeSavingsPlansOfferingRates",
-        "ec2:DescribeCapacityBlockOfferings", "eks:DescribeClusterVersions"}
+        "pricing:GetProducts",
+        "ec2:DescribeInstanceTypeOfferings",
+        "ec2:DescribeInstanceTypes",
+        "ec2:DescribeSpotPriceHistory",
+        "savingsplans:DescribeSavingsPlansOfferingRates",
+        "ec2:DescribeCapacityBlockOfferings",
+        "eks:DescribeClusterVersions",
+    }
     out = capsys.readouterr()
     assert rc == 0, out.err
     assert (tmp_path / "gpuloan-prices.json").exists()
@@ -131,8 +171,10 @@ def test_the_preview_role_may_make_every_call_of_prices_refresh(recorded, stack,
 
 def test_a_refused_call_is_answered_as_aws_answers_it(tmp_path, monkeypatch, capsys):
     """The recorder is able to fail: a policy without the offerings read stops refresh as the workflow saw it."""
-    doc = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": ["pricing:GetProducts"],
-                                                   "Resource": "*"}]}
+    doc = {
+        "Version": "2012-10-17",
+        "Statement": [{"Effect": "Allow", "Action": ["pricing:GetProducts"], "Resource": "*"}],
+    }
     rc, recorder = _refresh_as_preview_role("dev", doc, tmp_path, monkeypatch)
     assert recorder.calls[0] == ("ec2:DescribeInstanceTypeOfferings", False)
     assert rc == cmd_prices.EXIT_PARTIAL

@@ -21,8 +21,20 @@ from offline import diff as cost_diff
 from gpuloan.commands import cost_diff as cmd_cost_diff, prices as cmd_prices
 from pricing.sources import pricebook
 
-SKIP = shutil.ignore_patterns(".git", ".venv", "__pycache__", ".pytest_cache", ".hypothesis", "tests", "*.egg-info",
-                              "venv", "out", "build", "dist", pricebook.PROJECT_PRICE_FILE)
+SKIP = shutil.ignore_patterns(
+    ".git",
+    ".venv",
+    "__pycache__",
+    ".pytest_cache",
+    ".hypothesis",
+    "tests",
+    "*.egg-info",
+    "venv",
+    "out",
+    "build",
+    "dist",
+    pricebook.PROJECT_PRICE_FILE,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -41,8 +53,9 @@ def made_up_rates(stack: str, usd_per_hour: float = 1.0) -> pricebook.PriceBook:
     region, types, _ = cmd_prices.stack_targets(yaml.safe_load((REPO / f"Pulumi.{stack}.yaml").read_text()))
     body = pricebook.RegionPrices(region, "test rates", "2026-11-30T08:00:00+00:00")
     for t in types:
-        body.prices[t] = pricebook.Price(t, region, usd_per_hour, usd_per_hour / 2, "observed-median", "<5%",
-                                         source="test rates", as_of="2026-11-30")
+        body.prices[t] = pricebook.Price(
+            t, region, usd_per_hour, usd_per_hour / 2, "observed-median", "<5%", source="test rates", as_of="2026-11-30"
+        )
     return pricebook.PriceBook(origin=None, regions={region: body})
 
 
@@ -66,7 +79,9 @@ def test_the_project_price_file_is_found_from_a_subfolder_without_any_variable(t
     assert pricebook.resolve(environ=no_snapshot, cwd=tmp_path).origin is None
     # the variable and the option still win over the committed file
     other = tmp_path / "other.json"
-    pricebook.write_project_file(pricebook.PriceBook(None, {"eu-west-1": pricebook.RegionPrices("eu-west-1", "t", "2026-01-01")}), other)
+    pricebook.write_project_file(
+        pricebook.PriceBook(None, {"eu-west-1": pricebook.RegionPrices("eu-west-1", "t", "2026-01-01")}), other
+    )
     assert pricebook.resolve(environ={pricebook.ENV_PRICE_FILE: str(other)}, cwd=project).covers("eu-west-1")
     assert pricebook.resolve(explicit=other, environ={}, cwd=project).origin == str(other)
     # cost-diff's base side: never its own file
@@ -75,7 +90,9 @@ def test_the_project_price_file_is_found_from_a_subfolder_without_any_variable(t
 
 def test_writing_the_project_file_keeps_the_other_regions_and_records_when(tmp_path):
     path = tmp_path / pricebook.PROJECT_PRICE_FILE
-    pricebook.write_project_file(pricebook.PriceBook(None, {"eu-west-1": pricebook.RegionPrices("eu-west-1", "t", "2026-01-01")}), path)
+    pricebook.write_project_file(
+        pricebook.PriceBook(None, {"eu-west-1": pricebook.RegionPrices("eu-west-1", "t", "2026-01-01")}), path
+    )
     pricebook.write_project_file(made_up_rates("dev"), path)
     doc = json.loads(path.read_text())
     assert "eu-west-1" in doc["regions"] and len(doc["regions"]) == 2
@@ -93,8 +110,12 @@ def test_preview_reads_the_committed_price_file_with_no_variable(tmp_path, monke
 
 
 def _git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@example.com", "-C", str(repo), *args],
-                          check=True, capture_output=True, text=True).stdout
+    return subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", "-C", str(repo), *args],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
 
 
 def test_a_cost_diff_prices_base_and_head_with_the_heads_file(tmp_path, monkeypatch):

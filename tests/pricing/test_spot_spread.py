@@ -31,8 +31,11 @@ from pricing import checks
 
 
 def _spot_groups(rec) -> dict[str, object]:
-    return {ng.inputs["labels"][tags.LABEL_POOL]: ng for ng in under(rec, ELASTIC)
-            if ng.type == NODE_GROUP and ng.inputs["capacityType"] == "SPOT"}
+    return {
+        ng.inputs["labels"][tags.LABEL_POOL]: ng
+        for ng in under(rec, ELASTIC)
+        if ng.type == NODE_GROUP and ng.inputs["capacityType"] == "SPOT"
+    }
 
 
 @pytest.mark.parametrize("stack", STACKS)
@@ -67,19 +70,34 @@ def test_prod_training_spot_spans_all_three_azs_although_its_floor_is_pinned_to_
 
 
 def test_an_on_demand_only_pool_has_no_spot_spread():
-    cfg = checks.from_stack_yaml({"config": dev_variant(elastic={"capacity": "on_demand"})}, "dev", prices=resolved_prices())
+    cfg = checks.from_stack_yaml(
+        {"config": dev_variant(elastic={"capacity": "on_demand"})}, "dev", prices=resolved_prices()
+    )
     assert not spot_spread.launches_spot(cfg.pools[0])
-    assert spot_spread.pool_figures(resolved_prices(), cfg, cfg.pools[0]) == [] and spot_spread.advisories(resolved_prices(), cfg) == []
+    assert (
+        spot_spread.pool_figures(resolved_prices(), cfg, cfg.pools[0]) == []
+        and spot_spread.advisories(resolved_prices(), cfg) == []
+    )
     assert preview.spread_document(resolved_prices(), cfg) == {"pools": [], "advisories": []}
 
 
 # --- the rule: dominated types ------------------------------------------------------------------------------
 
 
-def row(instance_type: str, spot_per_gpu: float | None, bucket: str | None,
-        gpu_model: str = "L4", gpus: int = 1) -> spot_spread.SpotFigures:
-    return spot_spread.SpotFigures(instance_type, gpus, gpu_model, spot_per_gpu, None if spot_per_gpu is None else 1.0,
-                                   "observed-median" if spot_per_gpu is not None else "none", bucket, "test", "")
+def row(
+    instance_type: str, spot_per_gpu: float | None, bucket: str | None, gpu_model: str = "L4", gpus: int = 1
+) -> spot_spread.SpotFigures:
+    return spot_spread.SpotFigures(
+        instance_type,
+        gpus,
+        gpu_model,
+        spot_per_gpu,
+        None if spot_per_gpu is None else 1.0,
+        "observed-median" if spot_per_gpu is not None else "none",
+        bucket,
+        "test",
+        "",
+    )
 
 
 # name: (rows, {index of a dominated row: the type named as better})
@@ -91,15 +109,21 @@ DOMINANCE = {
     "unknown bucket -> not warned": ([row("a", 1.0, None), row("b", 0.5, "<5%")], {}),
     "equal price, worse bucket -> not warned": ([row("a", 0.5, ">20%"), row("b", 0.5, "<5%")], {}),
     "same bucket, dearer -> not warned": ([row("a", 1.0, "5-10%"), row("b", 0.5, "5-10%")], {}),
-    "the cheapest better type is named": ([row("a", 2.0, ">20%"), row("b", 1.0, "15-20%"), row("c", 0.5, "10-15%")],
-                                          {0: "c", 1: "c"}),
+    "the cheapest better type is named": (
+        [row("a", 2.0, ">20%"), row("b", 1.0, "15-20%"), row("c", 0.5, "10-15%")],
+        {0: "c", 1: "c"},
+    ),
     "position is the config's, not sorted": ([row("z", 0.5, "<5%"), row("a", 1.0, "5-10%")], {1: "z"}),
     "a single type -> nothing to compare": ([row("a", 1.0, ">20%")], {}),
     # several sizes: one spot group each (config/node_sizes.py); EC2 never chooses between them, the policy does
-    "another size's cheaper, safer type -> not warned": ([row("big", 2.0, ">20%", gpus=4), row("small", 1.0, "<5%")],
-                                                         {}),
+    "another size's cheaper, safer type -> not warned": (
+        [row("big", 2.0, ">20%", gpus=4), row("small", 1.0, "<5%")],
+        {},
+    ),
     "dominated within its own size -> warned, named by its size's type": (
-        [row("s1", 0.5, "<5%"), row("b1", 2.0, ">20%", gpus=4), row("b2", 1.5, "5-10%", gpus=4)], {1: "b2"}),
+        [row("s1", 0.5, "<5%"), row("b1", 2.0, ">20%", gpus=4), row("b2", 1.5, "5-10%", gpus=4)],
+        {1: "b2"},
+    ),
 }
 
 
@@ -118,8 +142,9 @@ def test_a_bucket_label_gpuloan_does_not_know_counts_as_unknown():
 
 
 def test_the_reason_gives_both_figures_and_names_different_gpu_models():
-    [d] = spot_spread.dominated([row("p5.48xlarge", 1.8744, ">20%", "H100"),
-                                 row("p4d.24xlarge", 0.5688, "10-15%", "A100")])
+    [d] = spot_spread.dominated(
+        [row("p5.48xlarge", 1.8744, ">20%", "H100"), row("p4d.24xlarge", 0.5688, "10-15%", "A100")]
+    )
     text = d.reason()
     assert "$1.8744/GPU-h" in text and ">20%" in text and "$0.5688/GPU-h" in text and "10-15%" in text
     assert "price-capacity-optimized" in text and "H100 vs A100" in text
@@ -129,8 +154,10 @@ def test_a_multi_size_reason_names_its_size_group_and_the_summary_splits_by_size
     rows = [row("s1", 0.5, "<5%"), row("b1", 2.0, ">20%", gpus=4), row("b2", 1.5, "5-10%", gpus=4)]
     [d] = spot_spread.dominated(rows)
     assert "in the pool's 4-GPU spot group, price-capacity-optimized" in d.reason()
-    assert spot_spread.summary(rows) == ("1-GPU group: s1 $0.50/GPU-h, interruptions <5% | 4-GPU group: "
-                                         "b2 $1.50/GPU-h, interruptions 5-10%; b1 $2.00/GPU-h, interruptions >20%")
+    assert spot_spread.summary(rows) == (
+        "1-GPU group: s1 $0.50/GPU-h, interruptions <5% | 4-GPU group: "
+        "b2 $1.50/GPU-h, interruptions 5-10%; b1 $2.00/GPU-h, interruptions >20%"
+    )
     [one_size] = spot_spread.dominated([row("a", 1.0, ">20%"), row("b", 0.5, "10-15%")])
     assert "in its spot group, price-capacity-optimized" in one_size.reason()
 
@@ -138,8 +165,13 @@ def test_a_multi_size_reason_names_its_size_group_and_the_summary_splits_by_size
 # --- figures from the price book in force, and where the advisory shows -------------------------------------
 
 # Test rates, low enough that prod's floors fit its budgets (validation checks that too).
-PROD_ONDEMAND = {"p4d.24xlarge": 10.0, "p5.48xlarge": 10.0, "g6e.xlarge": 1.0, "g6e.2xlarge": 1.0,
-                 "p4de.24xlarge": 12.0}
+PROD_ONDEMAND = {
+    "p4d.24xlarge": 10.0,
+    "p5.48xlarge": 10.0,
+    "g6e.xlarge": 1.0,
+    "g6e.2xlarge": 1.0,
+    "p4de.24xlarge": 12.0,
+}
 PROD_TYPES = tuple(PROD_ONDEMAND)
 
 
@@ -151,15 +183,28 @@ def prod_price_file(tmp_path):
         types = {}
         for t in PROD_TYPES:
             usd, bucket = spot.get(t, (None, None))
-            types[t] = {"ondemand_usd_per_hour": PROD_ONDEMAND[t], "source": "test", "as_of": "2026-11-30",
-                        **({"spot_usd_per_hour": usd, "spot_basis": "observed-median"} if usd else {}),
-                        **({"interruption_bucket": bucket} if bucket else {})}
+            types[t] = {
+                "ondemand_usd_per_hour": PROD_ONDEMAND[t],
+                "source": "test",
+                "as_of": "2026-11-30",
+                **({"spot_usd_per_hour": usd, "spot_basis": "observed-median"} if usd else {}),
+                **({"interruption_bucket": bucket} if bucket else {}),
+            }
         # prod's commitments hold 1-year RIs for the training floor's type: validation needs that rate (docs/floor.md)
-        types["p4d.24xlarge"]["commitments"] = [{"offer": "reserved_1yr_no_upfront", "usd_per_hour": 6.0,
-                                                 "source": "test", "as_of": "2026-11-30"}]
+        types["p4d.24xlarge"]["commitments"] = [
+            {"offer": "reserved_1yr_no_upfront", "usd_per_hour": 6.0, "source": "test", "as_of": "2026-11-30"}
+        ]
         path = tmp_path / "prices.json"
-        path.write_text(json.dumps({"format": pricebook.FORMAT, "regions": {"us-east-1": {
-            "source": "test rates", "read_at": "2026-11-30", "instance_types": types}}}))
+        path.write_text(
+            json.dumps(
+                {
+                    "format": pricebook.FORMAT,
+                    "regions": {
+                        "us-east-1": {"source": "test rates", "read_at": "2026-11-30", "instance_types": types}
+                    },
+                }
+            )
+        )
         return str(path)
 
     yield make
@@ -185,8 +230,14 @@ def _warnings(err: str) -> list[str]:
 
 def test_validate_warns_about_a_dominated_type_and_still_passes(prod_price_file, monkeypatch, capsys):
     # p5 (8 GPUs): $16/h = $2/GPU-h at >20%; p4d (8 GPUs): $8/h = $1/GPU-h at 10-15%.
-    path = prod_price_file({"p4d.24xlarge": (8.0, "10-15%"), "p5.48xlarge": (16.0, ">20%"),
-                            "g6e.xlarge": (0.5, ">20%"), "g6e.2xlarge": (1.0, "<5%")})
+    path = prod_price_file(
+        {
+            "p4d.24xlarge": (8.0, "10-15%"),
+            "p5.48xlarge": (16.0, ">20%"),
+            "g6e.xlarge": (0.5, ">20%"),
+            "g6e.2xlarge": (1.0, "<5%"),
+        }
+    )
     rc, out, err = _validate(monkeypatch, capsys, path)
     assert rc == 0 and out.startswith("prod: valid")
     warnings = _warnings(err)
@@ -196,8 +247,14 @@ def test_validate_warns_about_a_dominated_type_and_still_passes(prod_price_file,
 
 
 def test_validate_says_nothing_when_a_price_or_bucket_is_unknown(prod_price_file, monkeypatch, capsys):
-    path = prod_price_file({"p4d.24xlarge": (8.0, "10-15%"), "p5.48xlarge": (None, ">20%"),
-                            "g6e.xlarge": (0.5, None), "g6e.2xlarge": (1.0, ">20%")})
+    path = prod_price_file(
+        {
+            "p4d.24xlarge": (8.0, "10-15%"),
+            "p5.48xlarge": (None, ">20%"),
+            "g6e.xlarge": (0.5, None),
+            "g6e.2xlarge": (1.0, ">20%"),
+        }
+    )
     rc, out, err = _validate(monkeypatch, capsys, path)
     assert rc == 0 and "warning" not in err
 
@@ -214,8 +271,9 @@ def test_figures_are_per_gpu_with_their_basis_and_unknowns_stay_unknown(prod_pri
 
 
 def test_prices_show_lists_each_spot_pool_per_gpu_and_the_advisory(prod_price_file, monkeypatch, capsys):
-    path = prod_price_file({"p4d.24xlarge": (8.0, "10-15%"), "p5.48xlarge": (16.0, ">20%"),
-                            "g6e.xlarge": (0.5, "5-10%")})
+    path = prod_price_file(
+        {"p4d.24xlarge": (8.0, "10-15%"), "p5.48xlarge": (16.0, ">20%"), "g6e.xlarge": (0.5, "5-10%")}
+    )
     monkeypatch.chdir(REPO)
     assert cli.main(["prices", "show", "-s", "prod", "--price-file", path]) == 0
     out = capsys.readouterr().out
@@ -250,8 +308,10 @@ def test_preview_shows_a_spread_line_per_spot_pool_and_the_advisories_of_prod(mo
             assert [t["instance_type"] for t in p["types"]] == list(cfg.pool(p["pool"]).elastic.instance_types)
             assert all(t["spot_usd_per_gpu_hour"] and t["interruption_bucket"] for t in p["types"])
         # docs/capacity.md says the shipped prod stack gets these two with the public table.
-        assert [a["path"] for a in doc["advisories"]] == ["pools[0].elastic.instance_types[1]",
-                                                          "pools[1].elastic.instance_types[1]"]
+        assert [a["path"] for a in doc["advisories"]] == [
+            "pools[0].elastic.instance_types[1]",
+            "pools[1].elastic.instance_types[1]",
+        ]
         # Read from the table, not asserted as a fact about AWS: each flagged type is dearer per GPU and in a
         # worse bucket than another type of its pool.
         for a in doc["advisories"]:
@@ -259,8 +319,11 @@ def test_preview_shows_a_spread_line_per_spot_pool_and_the_advisories_of_prod(mo
             rows = doc["pools"][i]["types"]
             worse = rows[j]
             rank = spot_spread.bucket_rank
-            assert any(r["spot_usd_per_gpu_hour"] < worse["spot_usd_per_gpu_hour"]
-                       and rank(r["interruption_bucket"]) < rank(worse["interruption_bucket"]) for r in rows)
+            assert any(
+                r["spot_usd_per_gpu_hour"] < worse["spot_usd_per_gpu_hour"]
+                and rank(r["interruption_bucket"]) < rank(worse["interruption_bucket"])
+                for r in rows
+            )
         console = Console(record=True, width=400)
         preview.render_spread({"spot_spread": doc}, console)
         text = console.export_text()
@@ -268,7 +331,6 @@ def test_preview_shows_a_spread_line_per_spot_pool_and_the_advisories_of_prod(mo
         assert text.count("spot advisory") == len(doc["advisories"])
     finally:
         monkeypatch.undo()
-
 
 
 # --- a pool of several sizes: one spot group per size ---------------------------------------------------------
@@ -280,22 +342,50 @@ G6E_SIZES = ["g6e.12xlarge", "g6e.48xlarge", "g6e.2xlarge", "g6e.xlarge"]  # 4, 
 def sized_price_file(tmp_path):
     """Test rates: g6e.xlarge (1 GPU) is cheapest and safest per GPU of all; g6e.2xlarge is dominated within the
     1-GPU group; the 4- and 8-GPU types are dearer and riskier than g6e.xlarge but the only types of their size."""
-    spot = {"g6.xlarge": (0.4, "5-10%"), "g5.xlarge": (0.4, "5-10%"), "g6e.xlarge": (0.5, "<5%"),
-            "g6e.2xlarge": (0.9, "10-15%"), "g6e.12xlarge": (4.8, ">20%"), "g6e.48xlarge": (12.0, ">20%")}
-    ondemand = {"g6.xlarge": 0.8, "g5.xlarge": 1.0, "g6e.xlarge": 1.8, "g6e.2xlarge": 2.2, "g6e.12xlarge": 10.0,
-                "g6e.48xlarge": 30.0}
-    types = {t: {"ondemand_usd_per_hour": ondemand[t], "source": "test", "as_of": "2026-11-30",
-                 "spot_usd_per_hour": usd, "spot_basis": "observed-median", "interruption_bucket": bucket}
-             for t, (usd, bucket) in spot.items()}
+    spot = {
+        "g6.xlarge": (0.4, "5-10%"),
+        "g5.xlarge": (0.4, "5-10%"),
+        "g6e.xlarge": (0.5, "<5%"),
+        "g6e.2xlarge": (0.9, "10-15%"),
+        "g6e.12xlarge": (4.8, ">20%"),
+        "g6e.48xlarge": (12.0, ">20%"),
+    }
+    ondemand = {
+        "g6.xlarge": 0.8,
+        "g5.xlarge": 1.0,
+        "g6e.xlarge": 1.8,
+        "g6e.2xlarge": 2.2,
+        "g6e.12xlarge": 10.0,
+        "g6e.48xlarge": 30.0,
+    }
+    types = {
+        t: {
+            "ondemand_usd_per_hour": ondemand[t],
+            "source": "test",
+            "as_of": "2026-11-30",
+            "spot_usd_per_hour": usd,
+            "spot_basis": "observed-median",
+            "interruption_bucket": bucket,
+        }
+        for t, (usd, bucket) in spot.items()
+    }
     path = tmp_path / "prices.json"
-    path.write_text(json.dumps({"format": pricebook.FORMAT, "regions": {"us-east-1": {
-        "source": "test rates", "read_at": "2026-11-30", "instance_types": types}}}))
+    path.write_text(
+        json.dumps(
+            {
+                "format": pricebook.FORMAT,
+                "regions": {"us-east-1": {"source": "test rates", "read_at": "2026-11-30", "instance_types": types}},
+            }
+        )
+    )
     yield str(path)
 
 
 def _sized_config() -> dict:
-    return dev_variant(guaranteed={"instance_type": "g6e.2xlarge"},
-                       elastic={"instance_types": G6E_SIZES, "capacity": "spot_then_on_demand"})
+    return dev_variant(
+        guaranteed={"instance_type": "g6e.2xlarge"},
+        elastic={"instance_types": G6E_SIZES, "capacity": "spot_then_on_demand"},
+    )
 
 
 def test_a_multi_size_pool_is_advised_per_size_group_in_validate_and_preview(sized_price_file, monkeypatch):
@@ -309,9 +399,11 @@ def test_a_multi_size_pool_is_advised_per_size_group_in_validate_and_preview(siz
     assert "the pool's 1-GPU spot group" in advisory.message
     doc = preview.spread_document(resolved_prices(), cfg)
     [pool] = doc["pools"]
-    assert pool["spot_groups"] == [{"gpus_per_node": 1, "instance_types": ["g6e.2xlarge", "g6e.xlarge"]},
-                                   {"gpus_per_node": 4, "instance_types": ["g6e.12xlarge"]},
-                                   {"gpus_per_node": 8, "instance_types": ["g6e.48xlarge"]}]
+    assert pool["spot_groups"] == [
+        {"gpus_per_node": 1, "instance_types": ["g6e.2xlarge", "g6e.xlarge"]},
+        {"gpus_per_node": 4, "instance_types": ["g6e.12xlarge"]},
+        {"gpus_per_node": 8, "instance_types": ["g6e.48xlarge"]},
+    ]
     assert pool["size_choice"] == spot_spread.SIZE_CHOICE and "lowest price per GPU" in pool["size_choice"]
     console = Console(record=True, width=400)
     preview.render_spread({"spot_spread": doc}, console)

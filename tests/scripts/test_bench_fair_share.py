@@ -21,7 +21,8 @@ def test_bench_fair_share_prints_each_team_and_the_spread_with_and_without(capsy
     out = capsys.readouterr().out
     rows = [line for line in out.splitlines() if line.startswith("| cluster")]
     assert len(rows) == 10  # one per team (pool)
-    spread = [line.split(" | ")[0] for line in out.splitlines() if line.startswith("| off") or line.startswith(
-        "| on, ")]
+    spread = [
+        line.split(" | ")[0] for line in out.splitlines() if line.startswith("| off") or line.startswith("| on, ")
+    ]
     assert spread[0] == "| off" and spread[1] == "| on, equal" and "x3" in spread[2]
     assert all(len(line) <= 80 for line in out.splitlines())

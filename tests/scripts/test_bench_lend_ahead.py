@@ -20,8 +20,14 @@ def test_bench_lend_ahead_prints_off_on_and_the_change(capsys, monkeypatch):
     assert bench.main(["--traces", str(SHARED_TRACES / "itp"), "--days", "2"]) == 0
     out = capsys.readouterr().out
     rows = {line.split(" | ")[0].lstrip("| "): line for line in out.splitlines() if line.startswith("| ")}
-    for figure in ("reclaim preemptions", "reclaim lost GPU-h", "cost USD", "prod p95 wait min",
-                   "prod p99 wait min", "prod interruptions"):
+    for figure in (
+        "reclaim preemptions",
+        "reclaim lost GPU-h",
+        "cost USD",
+        "prod p95 wait min",
+        "prod p99 wait min",
+        "prod interruptions",
+    ):
         assert figure in rows, figure
     # two days: no rhythm on record yet (policy/rhythm.py MIN_DAYS), so on is off to the cent
     assert rows["cost USD"].split(" | ")[1] == rows["cost USD"].split(" | ")[2]

@@ -29,8 +29,9 @@ def test_no_two_of_128_pools_replay_the_same_days_and_16_are_bench_environments_
     assert len({bench_scale.month(i) for i in range(128)}) == 128
     assert [bench_scale.month(i) for i in range(16)] == [(c, first - 1) for c, first, _ in MONTHS]
     # doubling the pools doubles every month: pools 16-31 are the same months, 17 days later
-    assert [bench_scale.month(i + 16) for i in range(16)] == [(c, (s + 17) % 56) for c, s in
-                                                                 (bench_scale.month(i) for i in range(16))]
+    assert [bench_scale.month(i + 16) for i in range(16)] == [
+        (c, (s + 17) % 56) for c, s in (bench_scale.month(i) for i in range(16))
+    ]
 
 
 @requires_shared_traces
@@ -54,7 +55,7 @@ def test_128_pools_validate_as_shipped_with_60_floors_lent():
     floors = [p for p in cfg.pools if p.guaranteed]
     lending = [p for p in floors if cfg.scheduling.kueue.sharing(p.team).lending_limit_pct > 0]
     assert len(cfg.pools) == 128 and len(floors) > bench_scale.MAX_LENDERS
-    assert lending == floors[:bench_scale.MAX_LENDERS]
+    assert lending == floors[: bench_scale.MAX_LENDERS]
     assert max(len(pool_queue(cfg, p).flavors) for p in cfg.pools) <= MAX_FLAVORS_PER_GROUP
 
 
@@ -65,8 +66,9 @@ def test_a_tiny_run_prints_each_simulation_and_the_two_ratio_lines(capsys):
     out = capsys.readouterr().out.splitlines()
     assert rc == 0
     rows = [line.split() for line in out if line[:5].strip().isdigit()]
-    assert [(r[0], r[1], r[2]) for r in rows] == [(p, d, pol) for p, d in (("2", "3"), ("4", "3"), ("2", "9"))
-                                                  for pol in ("gpuloan", "karpenter")]
+    assert [(r[0], r[1], r[2]) for r in rows] == [
+        (p, d, pol) for p, d in (("2", "3"), ("4", "3"), ("2", "9")) for pol in ("gpuloan", "karpenter")
+    ]
     assert all(float(r[4]) >= 0 and int(r[6].replace(",", "")) > 0 for r in rows)  # CPU s, peak MB
     assert out[-2].startswith("pools x2 ratio: ") and out[-1].startswith("days x3 ratio: ")
     assert float(out[-2].split(": ")[1]) > 0 and float(out[-1].split(": ")[1]) > 0

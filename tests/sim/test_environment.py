@@ -28,10 +28,22 @@ CONTROLLERS = {"gpuloan": lambda spec: GpuLoan(), "karpenter": lambda spec: Karp
 PURCHASES = {"reserved", "on_demand", "spot", "capacity_block"}
 
 
-def pool(name: str, tier: str = "experiment", floor: int = 1, capacity: str = "spot", max_nodes: int = 4,
-         instance_type: str = "g6.xlarge", team: str | None = None, share: float | None = None) -> dict:
-    p = {"name": name, "team": team or f"team-{name}", "tier": tier,
-         "elastic": {"instance_types": [instance_type], "capacity": capacity, "max_nodes": max_nodes}}
+def pool(
+    name: str,
+    tier: str = "experiment",
+    floor: int = 1,
+    capacity: str = "spot",
+    max_nodes: int = 4,
+    instance_type: str = "g6.xlarge",
+    team: str | None = None,
+    share: float | None = None,
+) -> dict:
+    p = {
+        "name": name,
+        "team": team or f"team-{name}",
+        "tier": tier,
+        "elastic": {"instance_types": [instance_type], "capacity": capacity, "max_nodes": max_nodes},
+    }
     if floor:
         p["guaranteed"] = {"instance_type": instance_type, "nodes": floor}
     if share is not None:
@@ -71,8 +83,11 @@ def first_placement(res, pool_name: str, job: int) -> tuple[str, str]:
 @pytest.mark.parametrize("no_lending", ["lending_limit_0", "no_floors"])
 def test_pools_that_share_nothing_run_exactly_as_each_alone(controller, no_lending):
     floor = 0 if no_lending == "no_floors" else 1
-    pools = [pool("alpha", floor=floor), pool("beta", floor=floor, max_nodes=3),
-             pool("gamma", floor=floor, capacity="spot_then_on_demand")]
+    pools = [
+        pool("alpha", floor=floor),
+        pool("beta", floor=floor, max_nodes=3),
+        pool("gamma", floor=floor, capacity="spot_then_on_demand"),
+    ]
     teams = {f"team-{p['name']}": {"lending_limit_pct": 0} for p in pools} if floor else {}
     cfg = env_config(pools, teams=teams)
     demands = {p["name"]: random_jobs(p["name"], seed=k, max_gpus=2) for k, p in enumerate(pools)}
@@ -81,8 +96,14 @@ def test_pools_that_share_nothing_run_exactly_as_each_alone(controller, no_lendi
     assert res.environment["interruptions"] > 0  # spot events happen, in every run alike
     for name, trace in demands.items():
         ctl = CONTROLLERS[controller](None)
-        alone = Simulation(spec_from_config(resolved_prices(), cfg, name), trace, ctl, STORMY, horizon,
-                           stream=pool_stream(STORMY.seed, name)).run()
+        alone = Simulation(
+            spec_from_config(resolved_prices(), cfg, name),
+            trace,
+            ctl,
+            STORMY,
+            horizon,
+            stream=pool_stream(STORMY.seed, name),
+        ).run()
         assert res.sims[name].c == alone.c  # every counter: cost by month, served, lost, interruptions, launches
         ours = res.pools[name]
         theirs = metrics_of(alone, ctl, 1.0, 0.0, None)
@@ -96,21 +117,34 @@ def test_pools_that_share_nothing_run_exactly_as_each_alone(controller, no_lendi
 @pytest.mark.parametrize("seed", [0, 3])
 def test_skipping_quiet_minutes_gives_the_tick_by_tick_result_with_lending(controller, seed):
     # a production lender, two experiment pools that lend and borrow, a learning pool without a floor; gangs of 2
-    pools = [pool("alpha", tier="production", capacity="on_demand", floor=3), pool("beta", floor=2),
-             pool("gamma", tier="learning", floor=0), pool("delta", floor=1)]
+    pools = [
+        pool("alpha", tier="production", capacity="on_demand", floor=3),
+        pool("beta", floor=2),
+        pool("gamma", tier="learning", floor=0),
+        pool("delta", floor=1),
+    ]
     cfg = env_config(pools)
     r = random.Random(seed)
-    demands = {p["name"]: random_jobs(p["name"], seed=seed * 10 + k, n=r.randint(20, 60), max_gpus=2)
-               for k, p in enumerate(pools)}
+    demands = {
+        p["name"]: random_jobs(p["name"], seed=seed * 10 + k, n=r.randint(20, 60), max_gpus=2)
+        for k, p in enumerate(pools)
+    }
     fast = simulate_environment(resolved_prices(), cfg, demands, CONTROLLERS[controller], STORMY, 2 * 1440)
-    slow = simulate_environment(resolved_prices(), cfg, demands, CONTROLLERS[controller], replace(STORMY, skip_quiet_ticks=False),
-                                2 * 1440)
+    slow = simulate_environment(
+        resolved_prices(), cfg, demands, CONTROLLERS[controller], replace(STORMY, skip_quiet_ticks=False), 2 * 1440
+    )
     assert fast.environment["reclaim_preemptions"] > 0 and fast.environment["floor_lent_gpu_hours"] > 0
     for name in demands:
         assert fast.sims[name].c == slow.sims[name].c, name
         assert fast.sims[name].samples == slow.sims[name].samples, name
-        for key in ("reclaim_preemptions", "reclaim_lost_gpu_hours", "floor_lent_gpu_hours", "borrowed_gpu_hours",
-                    "p95_wait_minutes", "decisions_by_reason"):
+        for key in (
+            "reclaim_preemptions",
+            "reclaim_lost_gpu_hours",
+            "floor_lent_gpu_hours",
+            "borrowed_gpu_hours",
+            "p95_wait_minutes",
+            "decisions_by_reason",
+        ):
             assert fast.pools[name].get(key) == slow.pools[name].get(key), (name, key)
     assert sum(fast.pools[n]["ticks_skipped"] for n in demands) > 0
 
@@ -166,8 +200,10 @@ def test_the_owner_reclaims_its_floor_and_the_borrower_loses_the_work_since_its_
 def test_the_most_recently_admitted_borrower_is_preempted_first():
     cfg = two_teams(lender={"floor": 2})
     # borrower's floor runs job 0; jobs 1 (minute 0) and 2 (minute 45) borrow the lender's two nodes
-    demands = {"lender": jobs("lender", [(100, 100, 1)]),
-               "borrower": jobs("borrower", [(0, 500, 1), (0, 500, 1), (45, 500, 1)])}
+    demands = {
+        "lender": jobs("lender", [(100, 100, 1)]),
+        "borrower": jobs("borrower", [(0, 500, 1), (0, 500, 1), (45, 500, 1)]),
+    }
     res = simulate_environment(resolved_prices(), cfg, demands, CONTROLLERS["karpenter"], CALM, 1500)
     b = res.sims["borrower"].workload
     assert b.first_start[:3] == [0, 0, 45]
@@ -179,8 +215,7 @@ def test_the_most_recently_admitted_borrower_is_preempted_first():
 
 def test_an_owner_gang_takes_back_whole_nodes():
     cfg = two_teams(lender={"floor": 2}, borrower={"floor": 0})
-    demands = {"lender": jobs("lender", [(100, 100, 2)]),
-               "borrower": jobs("borrower", [(0, 500, 1), (0, 500, 1)])}
+    demands = {"lender": jobs("lender", [(100, 100, 2)]), "borrower": jobs("borrower", [(0, 500, 1), (0, 500, 1)])}
     res = simulate_environment(resolved_prices(), cfg, demands, CONTROLLERS["karpenter"], CALM, 1000)
     assert res.sims["lender"].workload.first_start == [100]
     assert res.pools["borrower"]["reclaim_preemptions"] == 2
@@ -213,23 +248,31 @@ def test_in_a_mixed_pool_production_jobs_stay_off_spot_nodes_interruptible_jobs_
 
 
 def test_production_on_spot_where_the_pool_is_listed_and_its_interruptions_count():
-    cfg = two_teams(borrower={"share": 100, "capacity": "spot_then_on_demand"},
-                    production_spot_pools=["borrower"])
+    cfg = two_teams(borrower={"share": 100, "capacity": "spot_then_on_demand"}, production_spot_pools=["borrower"])
     rows = [(0, 300, 1)] + [(m, 600, 1) for m in range(0, 1440, 60)]
     demands = {"lender": jobs("lender", []), "borrower": jobs("borrower", rows)}
-    res = simulate_environment(resolved_prices(), cfg, demands, CONTROLLERS["karpenter"], replace(STORMY, spot_interruptions_per_month=60.0),
-                               2 * 1440)
+    res = simulate_environment(
+        resolved_prices(),
+        cfg,
+        demands,
+        CONTROLLERS["karpenter"],
+        replace(STORMY, spot_interruptions_per_month=60.0),
+        2 * 1440,
+    )
     bp = res.pools["borrower"]
     assert bp["borrowed_gpu_hours"] == 0  # listed for spot, still never on borrowed capacity
     assert bp["elastic_spot_cost_usd"] > 0
     assert bp["production_interruptions"] == bp["jobs_interrupted"] > 0
 
 
-@pytest.mark.parametrize("kueue, lent_gpus", [
-    ({"teams": {"team-lender": {"lending_limit_pct": 50}}}, 2),
-    ({"teams": {"team-borrower": {"borrowing_limit_gpus": 1}}}, 1),
-    ({}, 4),
-])
+@pytest.mark.parametrize(
+    "kueue, lent_gpus",
+    [
+        ({"teams": {"team-lender": {"lending_limit_pct": 50}}}, 2),
+        ({"teams": {"team-borrower": {"borrowing_limit_gpus": 1}}}, 1),
+        ({}, 4),
+    ],
+)
 def test_lending_and_borrowing_limits_hold(kueue, lent_gpus):
     cfg = two_teams(lender={"floor": 4}, borrower={"floor": 0, "max_nodes": 8}, **kueue)
     demands = {"lender": jobs("lender", []), "borrower": jobs("borrower", [(0, 600, 1)] * 6)}
@@ -311,10 +354,22 @@ def test_hourly_usage_adds_up_to_what_the_simulator_billed():
 
 def test_a_config_with_another_floor_is_simulated_without_deploying_anything():
     demands = {"alpha": random_jobs("alpha", seed=3), "beta": random_jobs("beta", seed=4)}
-    small = simulate_environment(resolved_prices(), env_config([pool("alpha", floor=1), pool("beta")]), demands,
-                                 CONTROLLERS["karpenter"], CALM, 1440)
-    large = simulate_environment(resolved_prices(), env_config([pool("alpha", floor=3), pool("beta")]), demands,
-                                 CONTROLLERS["karpenter"], CALM, 1440)
+    small = simulate_environment(
+        resolved_prices(),
+        env_config([pool("alpha", floor=1), pool("beta")]),
+        demands,
+        CONTROLLERS["karpenter"],
+        CALM,
+        1440,
+    )
+    large = simulate_environment(
+        resolved_prices(),
+        env_config([pool("alpha", floor=3), pool("beta")]),
+        demands,
+        CONTROLLERS["karpenter"],
+        CALM,
+        1440,
+    )
     assert small.pools["alpha"]["floor_gpu_hours"] == 24.0 and large.pools["alpha"]["floor_gpu_hours"] == 72.0
     assert large.sims["alpha"].spec.floor_nodes == 3
 
@@ -322,14 +377,29 @@ def test_a_config_with_another_floor_is_simulated_without_deploying_anything():
 def test_bad_environments_are_refused_with_the_pool_named():
     cfg = env_config([pool("alpha"), pool("beta")])
     with pytest.raises(EnvironmentError, match="no demand for pool.*beta"):
-        simulate_environment(resolved_prices(), cfg, {"alpha": jobs("alpha", [(0, 10, 1)])}, CONTROLLERS["karpenter"], CALM, 60)
+        simulate_environment(
+            resolved_prices(), cfg, {"alpha": jobs("alpha", [(0, 10, 1)])}, CONTROLLERS["karpenter"], CALM, 60
+        )
     with pytest.raises(EnvironmentError, match="unknown pool.*gamma"):
-        simulate_environment(resolved_prices(), cfg, {"alpha": jobs("a", []), "beta": jobs("b", []), "gamma": jobs("c", [])},
-                             CONTROLLERS["karpenter"], CALM, 60)
+        simulate_environment(
+            resolved_prices(),
+            cfg,
+            {"alpha": jobs("a", []), "beta": jobs("b", []), "gamma": jobs("c", [])},
+            CONTROLLERS["karpenter"],
+            CALM,
+            60,
+        )
     spec = replace(spec_from_config(resolved_prices(), cfg, "alpha"), floor_nodes=5)
     with pytest.raises(EnvironmentError, match=r"specs\['alpha'\].*pools\[\]\.guaranteed\.nodes"):
-        simulate_environment(resolved_prices(), cfg, {"alpha": jobs("a", []), "beta": jobs("b", [])}, CONTROLLERS["karpenter"], CALM,
-                             60, specs={"alpha": spec})
+        simulate_environment(
+            resolved_prices(),
+            cfg,
+            {"alpha": jobs("a", []), "beta": jobs("b", [])},
+            CONTROLLERS["karpenter"],
+            CALM,
+            60,
+            specs={"alpha": spec},
+        )
 
 
 def test_production_work_kept_off_spot_gets_on_demand_nodes_with_waits_like_karpenters():
@@ -339,7 +409,9 @@ def test_production_work_kept_off_spot_gets_on_demand_nodes_with_waits_like_karp
     15 GPU-hours never served) while spot nodes they could not use were bought."""
     cfg = env_config([pool("mixed", floor=1, capacity="spot_then_on_demand", max_nodes=6, share=30)])
     demands = {"mixed": random_jobs("mixed", seed=5, n=60)}
-    out = {c: simulate_environment(resolved_prices(), cfg, demands, CONTROLLERS[c], CALM, 3 * 1440) for c in CONTROLLERS}
+    out = {
+        c: simulate_environment(resolved_prices(), cfg, demands, CONTROLLERS[c], CALM, 3 * 1440) for c in CONTROLLERS
+    }
     ours, theirs = out["gpuloan"].pools["mixed"], out["karpenter"].pools["mixed"]
     prod_wait = ours["p95_wait_minutes_by_class"]["production"]
     assert ours["production_jobs"] > 0 and ours["unmet_gpu_hours"] == 0

@@ -64,8 +64,10 @@ def test_the_owner_reclaims_from_the_borrower_of_highest_share_first():
     default), taking the victims' queues in order of share (fairsharing/ordering.go `nextTarget`: the highest
     share first): zed's. The classical order (common/ordering.go `CandidatesOrdering`: other queues, lowest
     priority, most recently admitted, all equal here, then the workload key) would take bob's first."""
-    cfg = env_config([pool("lender", floor=4), pool("zed", floor=0), pool("bob", floor=0)],
-                     teams={"team-bob": {"fair_share_weight": 0.5}})
+    cfg = env_config(
+        [pool("lender", floor=4), pool("zed", floor=0), pool("bob", floor=0)],
+        teams={"team-bob": {"fair_share_weight": 0.5}},
+    )
     rows = [(0, 300, 1)] * 4
     demands = {"lender": jobs("lender", [(60, 100, 1)]), "zed": jobs("zed", rows), "bob": jobs("bob", rows)}
     res = simulate_environment(resolved_prices(), cfg, demands, CONTROLLERS["karpenter"], CALM, 500)

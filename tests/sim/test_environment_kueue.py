@@ -20,8 +20,13 @@ LEAST = replace(CALM, placement="least_allocated")  # checkpoints every 30 minut
 
 
 def _lender_and_borrower(lender_tier: str):
-    lender = pool("lender", tier=lender_tier, floor=2, instance_type=BIG,
-                  capacity="on_demand" if lender_tier == "production" else "spot")
+    lender = pool(
+        "lender",
+        tier=lender_tier,
+        floor=2,
+        instance_type=BIG,
+        capacity="on_demand" if lender_tier == "production" else "spot",
+    )
     borrower = pool("borrower", floor=0, instance_type=BIG)
     return env_config([lender, borrower])
 
@@ -38,8 +43,7 @@ def test_a_job_admitted_by_quota_to_a_fragmented_floor_waits_there_for_a_node():
     waits on the floor (it is never moved to elastic nodes, and the policy does not buy any for a floor-pinned
     pod) until borrower job 0 ends at minute 500 and frees node 1."""
     cfg = _lender_and_borrower("experiment")
-    demands = {"lender": jobs("lender", [(100, 100, 4)]),
-               "borrower": jobs("borrower", [(0, 500, 1), (10, 500, 1)])}
+    demands = {"lender": jobs("lender", [(100, 100, 4)]), "borrower": jobs("borrower", [(0, 500, 1), (10, 500, 1)])}
     res = simulate_environment(resolved_prices(), cfg, demands, CONTROLLERS["karpenter"], LEAST, 1000)
     assert [first_placement(res, "borrower", k) for k in (0, 1)] == [("lender", GUARANTEED)] * 2
     assert res.sims["lender"].workload.first_start == [500]
@@ -74,8 +78,10 @@ def test_kueue_reclaims_by_quota_and_kube_scheduler_preempts_on_the_fragmented_f
     admitted to the floor (kube-scheduler's preemption does not evict the Kueue workload): its new pod is pinned
     to the floor and fits node 1's 2 free GPUs, so it starts again at once."""
     cfg = _lender_and_borrower("production")
-    demands = {"lender": jobs("lender", [(100, 100, 4)]),
-               "borrower": jobs("borrower", [(0, 500, 2), (15, 500, 2), (20, 500, 2), (30, 500, 2)])}
+    demands = {
+        "lender": jobs("lender", [(100, 100, 4)]),
+        "borrower": jobs("borrower", [(0, 500, 2), (15, 500, 2), (20, 500, 2), (30, 500, 2)]),
+    }
     res = simulate_environment(resolved_prices(), cfg, demands, CONTROLLERS["karpenter"], LEAST, 1000)
     b = res.sims["borrower"]
     assert [first_placement(res, "borrower", k) for k in range(4)] == [("lender", GUARANTEED)] * 4
@@ -100,22 +106,32 @@ def test_skipping_quiet_minutes_gives_the_tick_by_tick_result_with_classes_and_p
 
     from test_environment import STORMY, random_jobs
 
-    pools = [pool("alpha", tier="production", capacity="on_demand", floor=2, instance_type=BIG, share=40),
-             pool("beta", floor=2, instance_type=BIG, share=30, capacity="spot_then_on_demand"),
-             pool("gamma", tier="learning", floor=0, instance_type=BIG)]
+    pools = [
+        pool("alpha", tier="production", capacity="on_demand", floor=2, instance_type=BIG, share=40),
+        pool("beta", floor=2, instance_type=BIG, share=30, capacity="spot_then_on_demand"),
+        pool("gamma", tier="learning", floor=0, instance_type=BIG),
+    ]
     cfg = env_config(pools)
     r = random.Random(7)
-    demands = {p["name"]: random_jobs(p["name"], seed=70 + k, n=r.randint(60, 90), max_gpus=4)
-               for k, p in enumerate(pools)}
+    demands = {
+        p["name"]: random_jobs(p["name"], seed=70 + k, n=r.randint(60, 90), max_gpus=4) for k, p in enumerate(pools)
+    }
     fast = simulate_environment(resolved_prices(), cfg, demands, CONTROLLERS["karpenter"], STORMY, 2 * 1440)
-    slow = simulate_environment(resolved_prices(), cfg, demands, CONTROLLERS["karpenter"], replace(STORMY, skip_quiet_ticks=False),
-                                2 * 1440)
+    slow = simulate_environment(
+        resolved_prices(), cfg, demands, CONTROLLERS["karpenter"], replace(STORMY, skip_quiet_ticks=False), 2 * 1440
+    )
     env = fast.environment
     # every mechanism happens, and none of them (nor a spot reclaim: production stays off spot) hits production
     assert env["reclaim_preemptions"] > 0 and env["priority_preemptions"] > 0 and env["scheduler_preemptions"] > 0
     assert env["production_interruptions"] == slow.environment["production_interruptions"] == 0
     for name in demands:
         assert fast.sims[name].c == slow.sims[name].c, name
-        for key in ("reclaim_preemptions", "priority_preemptions", "scheduler_preemptions", "floor_lent_gpu_hours",
-                    "borrowed_gpu_hours", "p95_wait_minutes"):
+        for key in (
+            "reclaim_preemptions",
+            "priority_preemptions",
+            "scheduler_preemptions",
+            "floor_lent_gpu_hours",
+            "borrowed_gpu_hours",
+            "p95_wait_minutes",
+        ):
             assert fast.pools[name].get(key) == slow.pools[name].get(key), (name, key)

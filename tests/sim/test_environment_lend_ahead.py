@@ -22,8 +22,10 @@ def run(lend_ahead: bool, controller: str = "gpuloan"):
     cfg = env_config([pool("lender"), pool("borrower")], lend_ahead=lend_ahead, reclaim_lookahead_minutes=60)
     # The owner's job arrives at 09:00 every day; at 08:20 the borrower's two jobs come: one runs on its own floor,
     # the other borrows the lender's idle floor (then is reclaimed at 09:00) or, lent nothing, takes spot.
-    demands = {"lender": jobs("lender", daily(9 * 60, 60, 1)),
-               "borrower": jobs("borrower", daily(8 * 60 + 20, 120, 1, per_day=2))}
+    demands = {
+        "lender": jobs("lender", daily(9 * 60, 60, 1)),
+        "borrower": jobs("borrower", daily(8 * 60 + 20, 120, 1, per_day=2)),
+    }
     return simulate_environment(resolved_prices(), cfg, demands, CONTROLLERS[controller], CALM, DAYS * 1440)
 
 
@@ -55,8 +57,9 @@ def test_skipping_quiet_minutes_gives_the_tick_by_tick_result_with_lend_ahead():
     cfg = env_config(pools, lend_ahead=True, reclaim_lookahead_minutes=30)
     demands = {p["name"]: random_jobs(p["name"], seed=k, n=90, days=5, max_gpus=1) for k, p in enumerate(pools)}
     fast = simulate_environment(resolved_prices(), cfg, demands, CONTROLLERS["gpuloan"], STORMY, 5 * 1440)
-    slow = simulate_environment(resolved_prices(), cfg, demands, CONTROLLERS["gpuloan"], replace(STORMY, skip_quiet_ticks=False),
-                                5 * 1440)
+    slow = simulate_environment(
+        resolved_prices(), cfg, demands, CONTROLLERS["gpuloan"], replace(STORMY, skip_quiet_ticks=False), 5 * 1440
+    )
     assert sum(fast.sims[n].controller.reasons.get("LEND_AHEAD", 0) for n in demands) > 0
     for name in demands:
         assert fast.sims[name].c == slow.sims[name].c, name

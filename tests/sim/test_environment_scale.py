@@ -25,10 +25,13 @@ def _result_json(res) -> str:
     def strip(d: dict) -> dict:
         return {k: v for k, v in d.items() if k not in WORK_KEYS}
 
-    doc = {"pools": {n: strip(p) for n, p in res.pools.items()}, "environment": strip(res.environment),
-           "usage": [asdict(u) for u in res.usage],
-           "samples": {n: s.samples for n, s in res.sims.items()},
-           "counters": {n: asdict(s.c) for n, s in res.sims.items()}}
+    doc = {
+        "pools": {n: strip(p) for n, p in res.pools.items()},
+        "environment": strip(res.environment),
+        "usage": [asdict(u) for u in res.usage],
+        "samples": {n: s.samples for n, s in res.sims.items()},
+        "counters": {n: asdict(s.c) for n, s in res.sims.items()},
+    }
     return json.dumps(doc, sort_keys=True, default=str)
 
 
@@ -37,16 +40,24 @@ def _result_json(res) -> str:
 def test_the_whole_result_equals_deciding_every_pool_every_minute(controller, fair_sharing):
     # two cohorts' worth of pools in one group: lenders, borrowers without a floor, a production lender with its
     # own interruptible work (a production queue reclaims), gangs of 2; spot interruptions throughout
-    pools = [pool("alpha", tier="production", capacity="on_demand", floor=3), pool("beta", floor=2),
-             pool("gamma", tier="learning", floor=0), pool("delta", floor=1), pool("eps", floor=0),
-             pool("zeta", tier="experiment", floor=2, share=30), pool("eta", tier="learning", floor=1)]
+    pools = [
+        pool("alpha", tier="production", capacity="on_demand", floor=3),
+        pool("beta", floor=2),
+        pool("gamma", tier="learning", floor=0),
+        pool("delta", floor=1),
+        pool("eps", floor=0),
+        pool("zeta", tier="experiment", floor=2, share=30),
+        pool("eta", tier="learning", floor=1),
+    ]
     cfg = env_config(pools, fair_sharing=fair_sharing)
     r = random.Random(7)
-    demands = {p["name"]: random_jobs(p["name"], seed=70 + k, n=r.randint(30, 70), max_gpus=2)
-               for k, p in enumerate(pools)}
+    demands = {
+        p["name"]: random_jobs(p["name"], seed=70 + k, n=r.randint(30, 70), max_gpus=2) for k, p in enumerate(pools)
+    }
     fast = simulate_environment(resolved_prices(), cfg, demands, CONTROLLERS[controller], STORMY, 2 * 1440)
-    slow = simulate_environment(resolved_prices(), cfg, demands, CONTROLLERS[controller], replace(STORMY, skip_quiet_ticks=False),
-                                2 * 1440)
+    slow = simulate_environment(
+        resolved_prices(), cfg, demands, CONTROLLERS[controller], replace(STORMY, skip_quiet_ticks=False), 2 * 1440
+    )
     assert fast.environment["reclaim_preemptions"] > 0 and fast.environment["floor_lent_gpu_hours"] > 0
     assert sum(fast.pools[n]["ticks_skipped"] for n in demands) > 0
     assert _result_json(fast) == _result_json(slow)
@@ -89,8 +100,9 @@ def test_bench_scales_organization_for_three_days_equals_deciding_every_minute()
 
     cfg, demands, horizon = bench_scale.organization(resolved_prices(), SHARED_TRACES / "itp", 16, 3)
     fast = simulate_environment(resolved_prices(), cfg, demands, CONTROLLERS["karpenter"], SimSettings(seed=1), horizon)
-    slow = simulate_environment(resolved_prices(), cfg, demands, CONTROLLERS["karpenter"], SimSettings(seed=1, skip_quiet_ticks=False),
-                                horizon)
+    slow = simulate_environment(
+        resolved_prices(), cfg, demands, CONTROLLERS["karpenter"], SimSettings(seed=1, skip_quiet_ticks=False), horizon
+    )
     assert fast.environment["scheduler_preemptions"] > 0
     assert _result_json(fast) == _result_json(slow)
 
@@ -106,7 +118,8 @@ def test_a_job_requeued_after_its_pools_admission_pass_is_admitted_next_minute_a
 
     cfg, demands, horizon = bench_scale.organization(resolved_prices(), SHARED_TRACES / "itp", 16, 7)
     fast = simulate_environment(resolved_prices(), cfg, demands, CONTROLLERS["karpenter"], SimSettings(seed=1), horizon)
-    slow = simulate_environment(resolved_prices(), cfg, demands, CONTROLLERS["karpenter"],
-                                SimSettings(seed=1, skip_quiet_ticks=False), horizon)
+    slow = simulate_environment(
+        resolved_prices(), cfg, demands, CONTROLLERS["karpenter"], SimSettings(seed=1, skip_quiet_ticks=False), horizon
+    )
     assert sum(fast.pools[n]["ticks_skipped"] for n in demands) > 0
     assert _result_json(fast) == _result_json(slow)

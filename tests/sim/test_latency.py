@@ -46,8 +46,9 @@ def test_karpenter_batch_window_closes_one_second_after_a_burst_and_ten_after_it
 # Karpenter: 230 s -> window closes 231 s, CreateFleet 233 s, Ready 593 s: minute 10 (9.88).
 #            185 s -> 186 s, 188 s, Ready 548 s: minute 10 (9.13).
 #            238 s -> 239 s, 241 s, Ready 601 s: minute 11 (10.02): a path 1 s past the minute costs a minute.
-@pytest.mark.parametrize("seconds,gpuloan_ready,karpenter_ready", [
-    ([230], 11, 10), ([185], 11, 10), ([185, 230], 11, 10), ([238], 11, 11)])
+@pytest.mark.parametrize(
+    "seconds,gpuloan_ready,karpenter_ready", [([230], 11, 10), ([185], 11, 10), ([185, 230], 11, 10), ([238], 11, 11)]
+)
 def test_each_sides_node_is_ready_at_the_hand_computed_minute(tmp_path, seconds, gpuloan_ready, karpenter_ready):
     assert latency.nodegroup_ready_minute(latency.nodegroup_applied_second(3, LAT), LAT, BOOT_S) == gpuloan_ready
     assert latency.karpenter_ready_minute(latency.karpenter_batch_close(seconds, LAT), LAT, BOOT_S) == karpenter_ready
@@ -70,6 +71,7 @@ def test_a_path_61_seconds_past_the_minute_costs_two_minutes_one_of_59_costs_one
 
 class _AskAt(Controller):
     """Sets the spot group's desired size at given minutes (a node group controller without a policy)."""
+
     name = "ask"
 
     def __init__(self, sizes):
@@ -86,11 +88,15 @@ class _AskAt(Controller):
         pass
 
 
-@pytest.mark.parametrize("update_s,launched,ready,conflicts", [
-    # tick 2's update: written at 191.8 s, applied at 221.8 s, Ready 586.8 s (minute 10); tick 3's: 646.8 s (11)
-    (30.0, [3, 4], [10, 11], 0),  # done before the next run: the second update is taken
-    # applied at 281.8 s: still UPDATING at tick 3's run (the second update fails), Ready 646.8 s (minute 11)
-    (90.0, [4], [11], 1)])  # still UPDATING at the next run: the second update fails (ResourceInUseException)
+@pytest.mark.parametrize(
+    "update_s,launched,ready,conflicts",
+    [
+        # tick 2's update: written at 191.8 s, applied at 221.8 s, Ready 586.8 s (minute 10); tick 3's: 646.8 s (11)
+        (30.0, [3, 4], [10, 11], 0),  # done before the next run: the second update is taken
+        # applied at 281.8 s: still UPDATING at tick 3's run (the second update fails), Ready 646.8 s (minute 11)
+        (90.0, [4], [11], 1),
+    ],
+)  # still UPDATING at the next run: the second update fails (ResourceInUseException)
 def test_the_update_is_asynchronous_in_seconds(update_s, launched, ready, conflicts):
     lat = replace(LAT, nodegroup_update_s=update_s)
     spec = replace(dev_spec(), floor_nodes=0)

@@ -19,8 +19,15 @@ from sim.org_demand import EXPERIMENT, PRODUCTION, PoolDemand
 
 T, R = "p4d.24xlarge", "us-east-1"
 OD, SPOT, RI = 10.0, 3.0, 6.0
-LOAN_KEYS = {"own_floor_gpu_hours", "lent_gpu_hours", "borrowed_gpu_hours", "borrowed_cost_usd", "lent_credit_usd",
-             "reclaim_preemptions", "reclaim_lost_gpu_hours"}
+LOAN_KEYS = {
+    "own_floor_gpu_hours",
+    "lent_gpu_hours",
+    "borrowed_gpu_hours",
+    "borrowed_cost_usd",
+    "lent_credit_usd",
+    "reclaim_preemptions",
+    "reclaim_lost_gpu_hours",
+}
 
 
 def _pd(name, tier, prod, other):
@@ -38,8 +45,10 @@ def _unshifted(c, by):
 def test_worked_example_of_docs_scheduling_md():
     """docs/scheduling.md, "The loan's bill": A's 2-node floor (16 GPUs) over four hours, A's production
     16, 16, 8, 8 GPUs, B's experiment 0, 8, 16, 0; the floor's two hours a node on the 2 RIs at $6."""
-    d = {"A": _pd("A", PRODUCTION, [16, 16, 8, 8], [0, 0, 0, 0]),
-         "B": _pd("B", EXPERIMENT, [0, 0, 0, 0], [0, 8, 16, 0])}
+    d = {
+        "A": _pd("A", PRODUCTION, [16, 16, 8, 8], [0, 0, 0, 0]),
+        "B": _pd("B", EXPERIMENT, [0, 0, 0, 0], [0, 8, 16, 0]),
+    }
     run = fluid.run(d, _prices(d), {"A": 2}, lend=True)
     ris = commitment_choice.cost_explorer(run.hourly_usage, {(T, R): RI}, 4, 7).commitments
     ris = [org_advisor._shift(c, 4) for c in ris]  # bought for these four hours, as docs/floor.md's example
@@ -68,25 +77,31 @@ def _environment(hours=96):
     other_a = [4 * ((h // 12) % 2) for h in range(hours)]
     other_b = [24 * ((h // 8) % 3 == 0) for h in range(hours)]
     prod_b = [8 * ((h // 4) % 2) for h in range(hours)]
-    return {"a": _pd("a", PRODUCTION, prod_a, other_a), "b": _pd("b", EXPERIMENT, prod_b, other_b),
-            "c": _pd("c", PRODUCTION, [8] * hours, [0] * hours)}
+    return {
+        "a": _pd("a", PRODUCTION, prod_a, other_a),
+        "b": _pd("b", EXPERIMENT, prod_b, other_b),
+        "c": _pd("c", PRODUCTION, [8] * hours, [0] * hours),
+    }
 
 
 def test_each_pool_of_the_recommendation_carries_its_loan_and_lent_equals_borrowed():
     d = _environment()
     inputs = org_advisor.OrgInputs(d, _prices(d), {(T, R): RI}, "test-term", 48, 7, 90.0)
-    doc = org_advisor.evaluate(inputs, org_advisor.fluid_runner(_prices(d)), scenarios=("default",),
-                               per_pool_prices=False)
+    doc = org_advisor.evaluate(
+        inputs, org_advisor.fluid_runner(_prices(d)), scenarios=("default",), per_pool_prices=False
+    )
     pools = doc["recommendation"]["pools"]
     assert set(pools) == {"a", "b", "c"}
     for name, p in pools.items():
         assert LOAN_KEYS <= set(p), name
     assert sum(p["lent_gpu_hours"] for p in pools.values()) == pytest.approx(
-        sum(p["borrowed_gpu_hours"] for p in pools.values()), abs=0.01)
+        sum(p["borrowed_gpu_hours"] for p in pools.values()), abs=0.01
+    )
     assert sum(p["borrowed_gpu_hours"] for p in pools.values()) > 0  # b borrows a's and c's idle floors
     # to the cent: every pair is counted once on each side
     assert round(sum(p["lent_credit_usd"] for p in pools.values()) * 100) == round(
-        sum(p["borrowed_cost_usd"] for p in pools.values()) * 100)
+        sum(p["borrowed_cost_usd"] for p in pools.values()) * 100
+    )
     assert pools["b"]["borrowed_cost_usd"] > 0 and pools["b"]["lent_credit_usd"] == 0
     json.dumps(doc)
 
@@ -95,8 +110,24 @@ def test_each_pool_of_the_recommendation_carries_its_loan_and_lent_equals_borrow
 def test_the_simulated_environment_bills_the_loan_per_pool(capsys):
     """`advise --demand --model simulated`: the environment simulator's borrowing per lender, from Kueue's
     admission as the plan configures it (prod: research borrows training's floor)."""
-    rc = cli.main(["advise", "-s", "prod", "--demand", "docs/examples/org-demand", "--sizing-days", "3",
-                   "--lookback-days", "7", "--production-share", "30", "--model", "simulated", "--json"])
+    rc = cli.main(
+        [
+            "advise",
+            "-s",
+            "prod",
+            "--demand",
+            "docs/examples/org-demand",
+            "--sizing-days",
+            "3",
+            "--lookback-days",
+            "7",
+            "--production-share",
+            "30",
+            "--model",
+            "simulated",
+            "--json",
+        ]
+    )
     out = capsys.readouterr()
     assert rc == 0, out.err
     pools = json.loads(out.out)["recommendation"]["pools"]
@@ -104,7 +135,9 @@ def test_the_simulated_environment_bills_the_loan_per_pool(capsys):
         assert LOAN_KEYS <= set(p), name
     assert pools["research"]["borrowed_gpu_hours"] > 0 and pools["training"]["lent_gpu_hours"] > 0
     assert sum(p["lent_gpu_hours"] for p in pools.values()) == pytest.approx(
-        sum(p["borrowed_gpu_hours"] for p in pools.values()), abs=0.01)
+        sum(p["borrowed_gpu_hours"] for p in pools.values()), abs=0.01
+    )
     assert round(sum(p["lent_credit_usd"] for p in pools.values()) * 100) == round(
-        sum(p["borrowed_cost_usd"] for p in pools.values()) * 100)
+        sum(p["borrowed_cost_usd"] for p in pools.values()) * 100
+    )
     assert pools["research"]["borrowed_cost_usd"] == pools["training"]["lent_credit_usd"] > 0

@@ -125,8 +125,9 @@ def test_a_worker_that_dies_is_retried_once(tmp_path):
 
 def test_a_task_that_kills_its_worker_twice_is_reported_with_its_setup():
     with pytest.raises(parallel.TaskFailed, match=r"setup bad: its worker process died twice"):
-        parallel.run_all(["a", "bad", "c"], _die_on_bad, engine=parallel.engine_for(workers=2),
-                         describe=lambda t: f"setup {t}")
+        parallel.run_all(
+            ["a", "bad", "c"], _die_on_bad, engine=parallel.engine_for(workers=2), describe=lambda t: f"setup {t}"
+        )
 
 
 def _raises_on_three(shared, task):
@@ -138,8 +139,9 @@ def _raises_on_three(shared, task):
 @pytest.mark.parametrize("workers", [1, 2])
 def test_a_task_that_raises_is_named_and_not_retried(workers):
     with pytest.raises(parallel.TaskFailed, match=r"setup 3: ValueError: no floor fits"):
-        parallel.run_all(range(5), _raises_on_three, engine=parallel.engine_for(workers=workers),
-                         describe=lambda t: f"setup {t}")
+        parallel.run_all(
+            range(5), _raises_on_three, engine=parallel.engine_for(workers=workers), describe=lambda t: f"setup {t}"
+        )
 
 
 def _closed_port() -> int:
@@ -153,8 +155,22 @@ def test_an_unreachable_ray_address_fails_fast_naming_it_and_prints_nothing(caps
     pytest.importorskip("ray")
     address = f"127.0.0.1:{_closed_port()}"
     t0 = time.monotonic()
-    rc = cli.main(["advise", "-s", "prod", "--demand", "docs/examples/org-demand", "--sizing-days", "3",
-                   "--model", "simulated", "--json", "--ray", address])
+    rc = cli.main(
+        [
+            "advise",
+            "-s",
+            "prod",
+            "--demand",
+            "docs/examples/org-demand",
+            "--sizing-days",
+            "3",
+            "--model",
+            "simulated",
+            "--json",
+            "--ray",
+            address,
+        ]
+    )
     out = capsys.readouterr()
     assert rc == 2
     assert time.monotonic() - t0 < 30
@@ -180,8 +196,22 @@ def test_a_silent_address_is_given_up_within_the_deadline(monkeypatch):
 @requires_shared_prices
 def test_ray_without_the_extra_says_how_to_install_it(capsys, monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` raises ImportError
-    rc = cli.main(["advise", "-s", "prod", "--demand", "docs/examples/org-demand", "--sizing-days", "3",
-                   "--model", "simulated", "--json", "--ray", "auto"])
+    rc = cli.main(
+        [
+            "advise",
+            "-s",
+            "prod",
+            "--demand",
+            "docs/examples/org-demand",
+            "--sizing-days",
+            "3",
+            "--model",
+            "simulated",
+            "--json",
+            "--ray",
+            "auto",
+        ]
+    )
     out = capsys.readouterr()
     assert rc == 2
     assert "pip install 'gpuloan[ray]'" in out.err and out.out == ""

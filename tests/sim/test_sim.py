@@ -14,8 +14,16 @@ from gpuloan import cli
 from sim import pool as simpool
 from sim import runner, traces
 from sim.engine import ON_DEMAND, SPOT, SimSettings, Simulation
-from sim.policies import (Controller, FloorOnly, GpuLoan, Karpenter, StaticPeak, ThresholdScript, all_policies,
-                          what_if_policies)
+from sim.policies import (
+    Controller,
+    FloorOnly,
+    GpuLoan,
+    Karpenter,
+    StaticPeak,
+    ThresholdScript,
+    all_policies,
+    what_if_policies,
+)
 from pricing import checks
 from conftest import REPO, SHARED_TRACES, requires_shared_prices, requires_shared_traces, resolved_prices
 
@@ -23,7 +31,9 @@ CALM = SimSettings(spot_interruptions_per_month=0.0, spot_unavailable_episodes_p
 
 
 def dev_spec() -> simpool.PoolSpec:
-    cfg = checks.from_stack_yaml(yaml.safe_load((REPO / "Pulumi.dev.yaml").read_text()), "dev", prices=resolved_prices())
+    cfg = checks.from_stack_yaml(
+        yaml.safe_load((REPO / "Pulumi.dev.yaml").read_text()), "dev", prices=resolved_prices()
+    )
     return simpool.spec_from_config(resolved_prices(), cfg)  # floor 1 x g6.xlarge (1 GPU), spot g6/g5.xlarge up to 4
 
 
@@ -50,17 +60,20 @@ def test_series_format(tmp_path):
     assert t.kind == "series" and t.gpus_demanded == (2, 0, 0, 1)
 
 
-@pytest.mark.parametrize("text,needle", [
-    ("a,b,c\n1,2,3\n", "unknown header"),
-    ("", "empty file"),
-    ("submit_s,duration_s,gpus\n0,60,x\n", ":2: gpus is 'x', not a number"),
-    ("submit_s,duration_s,gpus\n0,0,1\n", "duration_s is 0; it must be positive"),
-    ("submit_s,duration_s,gpus\n0,60,1.5\n", "whole number of GPUs"),
-    ("submit_s,duration_s,gpus\n-5,60,1\n", "submit_s is -5"),
-    ("submit_s,duration_s,gpus\n0,60\n", "2 field(s), the header has 3"),
-    ("minute,gpus_demanded\n1,2\n1,3\n", "minute 1 appears twice"),
-    ("submit_s,duration_s,gpus\n", "no jobs"),
-])
+@pytest.mark.parametrize(
+    "text,needle",
+    [
+        ("a,b,c\n1,2,3\n", "unknown header"),
+        ("", "empty file"),
+        ("submit_s,duration_s,gpus\n0,60,x\n", ":2: gpus is 'x', not a number"),
+        ("submit_s,duration_s,gpus\n0,0,1\n", "duration_s is 0; it must be positive"),
+        ("submit_s,duration_s,gpus\n0,60,1.5\n", "whole number of GPUs"),
+        ("submit_s,duration_s,gpus\n-5,60,1\n", "submit_s is -5"),
+        ("submit_s,duration_s,gpus\n0,60\n", "2 field(s), the header has 3"),
+        ("minute,gpus_demanded\n1,2\n1,3\n", "minute 1 appears twice"),
+        ("submit_s,duration_s,gpus\n", "no jobs"),
+    ],
+)
 def test_bad_traces_name_line_and_column(tmp_path, text, needle):
     p = tmp_path / "bad.csv"
     p.write_text(text)
@@ -164,8 +177,7 @@ def _random_trace(tmp_path, seed=3, n=60):
     import random
 
     rng = random.Random(seed)
-    rows = [(rng.randrange(0, 3 * 86400), rng.randrange(600, 6 * 3600), rng.choice([1, 1, 1, 2, 4]))
-            for _ in range(n)]
+    rows = [(rng.randrange(0, 3 * 86400), rng.randrange(600, 6 * 3600), rng.choice([1, 1, 1, 2, 4])) for _ in range(n)]
     return jobs(tmp_path, rows, f"r{seed}.csv")
 
 
@@ -240,8 +252,13 @@ def test_auto_size_covers_the_peak(tmp_path):
     spec = simpool.auto_size(dev_spec(), t)
     # 6 GPUs at minute 1 (1 + 4 + 1); 5 GPUs most of the time, so the 25th percentile floor is 5 nodes
     assert spec.peak_nodes == 6 and spec.floor_nodes == 5
-    assert {p.name for p in all_policies(spec)} >= {"gpuloan", "karpenter", "static-peak", "floor-only",
-                                                      "threshold-script"}
+    assert {p.name for p in all_policies(spec)} >= {
+        "gpuloan",
+        "karpenter",
+        "static-peak",
+        "floor-only",
+        "threshold-script",
+    }
 
 
 # --- the command -------------------------------------------------------------------------------------------

@@ -8,14 +8,16 @@ import pytest
 from sim import capacity_block as cbsim
 
 # One job longer than any block: each node's work is one job from its ready minute to EKS's eviction.
-ONE_JOB = dict(mean_job_hours=1e9, nodes=2, gpus_per_node=8, provisioning_delay_minutes=6,
-               checkpoint_interval_minutes=30)
+ONE_JOB = dict(
+    mean_job_hours=1e9, nodes=2, gpus_per_node=8, provisioning_delay_minutes=6, checkpoint_interval_minutes=30
+)
 
 
 def block(**kw) -> cbsim.BlockScenario:
     # Starts Tuesday 03:00, lasts 2 days 8 h 30 min (ends Thursday 11:30 UTC).
-    return cbsim.BlockScenario(**{"start_minute": 24 * 60 + 3 * 60, "duration_minutes": (2 * 24 + 8) * 60 + 30,
-                                  **ONE_JOB, **kw})
+    return cbsim.BlockScenario(
+        **{"start_minute": 24 * 60 + 3 * 60, "duration_minutes": (2 * 24 + 8) * 60 + 30, **ONE_JOB, **kw}
+    )
 
 
 def test_after_the_policy_raises_the_group_at_the_start_and_nothing_is_lost():

@@ -21,14 +21,20 @@ G6E = ["g6e.48xlarge", "g6e.12xlarge", "g6e.2xlarge"]  # 8, 4 and 1 L40S
 
 def _config(floor_nodes: int = 2) -> dict:
     # the dev stack's research pool: a floor of 1-GPU g6e.2xlarge under elastic types of 8, 4 and 1 GPUs
-    config = dev_variant(guaranteed={"instance_type": "g6e.2xlarge", "nodes": floor_nodes},
-                         elastic={"instance_types": G6E, "capacity": "spot_then_on_demand", "max_nodes": 3})
+    config = dev_variant(
+        guaranteed={"instance_type": "g6e.2xlarge", "nodes": floor_nodes},
+        elastic={"instance_types": G6E, "capacity": "spot_then_on_demand", "max_nodes": 3},
+    )
     config["gpuloan:budget"]["monthly_usd"] = 100_000  # room for the floor and the 8-GPU elastic nodes
     return config
 
 
 def _spec(floor_nodes: int = 2) -> simpool.PoolSpec:
-    return simpool.spec_from_config(resolved_prices(), checks.from_stack_yaml({"config": _config(floor_nodes)}, "dev", prices=resolved_prices()), "research")
+    return simpool.spec_from_config(
+        resolved_prices(),
+        checks.from_stack_yaml({"config": _config(floor_nodes)}, "dev", prices=resolved_prices()),
+        "research",
+    )
 
 
 @requires_prices
@@ -47,10 +53,14 @@ def test_a_floor_of_a_smaller_size_keeps_its_own_gpus_in_the_spec():
 
 @requires_prices
 def test_a_floor_of_the_largest_size_is_unchanged():
-    cfg = dev_variant(guaranteed={"instance_type": "g6e.48xlarge", "nodes": 1},
-                      elastic={"instance_types": G6E, "capacity": "spot_then_on_demand", "max_nodes": 3})
+    cfg = dev_variant(
+        guaranteed={"instance_type": "g6e.48xlarge", "nodes": 1},
+        elastic={"instance_types": G6E, "capacity": "spot_then_on_demand", "max_nodes": 3},
+    )
     cfg["gpuloan:budget"]["monthly_usd"] = 100_000
-    spec = simpool.spec_from_config(resolved_prices(), checks.from_stack_yaml({"config": cfg}, "dev", prices=resolved_prices()), "research")
+    spec = simpool.spec_from_config(
+        resolved_prices(), checks.from_stack_yaml({"config": cfg}, "dev", prices=resolved_prices()), "research"
+    )
     assert (spec.floor_gpus_per_node, spec.floor_node_gpus, spec.floor_gpus) == (0, 8, 8)
     assert spec.peak_gpus == spec.peak_nodes * spec.gpus_per_node and spec.floor_peak_nodes == spec.peak_nodes
 
@@ -58,8 +68,9 @@ def test_a_floor_of_the_largest_size_is_unchanged():
 @requires_prices
 def test_the_floor_nodes_are_simulated_with_their_own_gpus_and_take_the_small_jobs():
     spec = _spec()
-    trace = JobsTrace("small and large", "generic", (Job("a", 60, 3600, 1), Job("b", 60, 3600, 1),
-                                                     Job("c", 60, 3600, 8)))
+    trace = JobsTrace(
+        "small and large", "generic", (Job("a", 60, 3600, 1), Job("b", 60, 3600, 1), Job("c", 60, 3600, 8))
+    )
     sim = Simulation(spec, trace, GpuLoan("gpuloan"), SimSettings(), horizon_minutes=180)
     launched: dict[str, int] = {}
     original = sim._new_node
@@ -107,8 +118,7 @@ def test_advise_sweeps_the_floor_in_its_own_nodes(tmp_path, monkeypatch, capsys)
     import json
 
     monkeypatch.chdir(REPO)
-    rc = cli.main(["advise", "-s", _stack_file(tmp_path), "--pool", "research", "--trace", _jobs(tmp_path),
-                   "--json"])
+    rc = cli.main(["advise", "-s", _stack_file(tmp_path), "--pool", "research", "--trace", _jobs(tmp_path), "--json"])
     out = capsys.readouterr()
     assert rc == 0, out.err
     [doc] = json.loads(out.out)["pools"]

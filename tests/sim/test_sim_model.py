@@ -22,12 +22,16 @@ CALM = SimSettings(spot_interruptions_per_month=0.0, spot_unavailable_episodes_p
 
 
 def dev_spec() -> simpool.PoolSpec:
-    cfg = checks.from_stack_yaml(yaml.safe_load((REPO / "Pulumi.dev.yaml").read_text()), "dev", prices=resolved_prices())
+    cfg = checks.from_stack_yaml(
+        yaml.safe_load((REPO / "Pulumi.dev.yaml").read_text()), "dev", prices=resolved_prices()
+    )
     return simpool.spec_from_config(resolved_prices(), cfg)  # floor 1 x g6.xlarge (1 GPU), spot g6/g5.xlarge up to 4
 
 
 def prod_spec() -> simpool.PoolSpec:
-    cfg = checks.from_stack_yaml(yaml.safe_load((REPO / "Pulumi.prod.yaml").read_text()), "prod", prices=resolved_prices())
+    cfg = checks.from_stack_yaml(
+        yaml.safe_load((REPO / "Pulumi.prod.yaml").read_text()), "prod", prices=resolved_prices()
+    )
     return simpool.spec_from_config(resolved_prices(), cfg, "training")  # 8-GPU nodes
 
 
@@ -80,7 +84,9 @@ def test_a_pod_goes_to_the_emptiest_node_or_with_bin_packing_to_the_fullest(tmp_
 
 @requires_shared_prices
 def test_the_simulated_cluster_places_pods_as_the_stacks_scheduler_does():
-    cfg = checks.from_stack_yaml(yaml.safe_load((REPO / "Pulumi.dev.yaml").read_text()), "dev", prices=resolved_prices())
+    cfg = checks.from_stack_yaml(
+        yaml.safe_load((REPO / "Pulumi.dev.yaml").read_text()), "dev", prices=resolved_prices()
+    )
     assert simpool.spec_from_config(resolved_prices(), cfg).placement == "most_allocated"  # cluster.bin_packing: true
     cfg = cfg.model_copy(update={"cluster": cfg.cluster.model_copy(update={"bin_packing": False})})
     assert simpool.spec_from_config(resolved_prices(), cfg).placement == "least_allocated"  # kube-scheduler's default
@@ -137,8 +143,13 @@ def test_series_shows_delayed_work_at_its_width_until_it_is_served(tmp_path):
             seen.append((sum(obs.pools[0].pending_pod_gpus), sim.workload.backlog))
             super().tick(sim)
 
-    sim, m = runner.run_one(spec, series(tmp_path, [3] * 30 + [0] * 30), Spy(settings=pending_only(spec)),
-                            replace(CALM, skip_quiet_ticks=False), horizon=60)
+    sim, m = runner.run_one(
+        spec,
+        series(tmp_path, [3] * 30 + [0] * 30),
+        Spy(settings=pending_only(spec)),
+        replace(CALM, skip_quiet_ticks=False),
+        horizon=60,
+    )
     # 3 GPUs wanted from minute 0; the nodes are ready at 6. The backlog grows 3, 6, ... 18 GPU-minutes while they
     # boot; it shows as the 3 GPUs that wait (an older model showed the GPU-minutes as pods, up to 6x the
     # shortfall), and it keeps showing at that width once the level is served: the delayed work is pods that run
@@ -166,8 +177,13 @@ def test_series_work_lost_to_a_reclaim_is_pending_until_redone(tmp_path):
                 seen["pending"] = sum(self.observe(sim, None).pools[0].pending_pod_gpus)
             super().tick(sim)
 
-    sim, m = runner.run_one(spec, series(tmp_path, [2] * 180), Watch(settings=pending_only(spec)),
-                            replace(CALM, skip_quiet_ticks=False), horizon=180)
+    sim, m = runner.run_one(
+        spec,
+        series(tmp_path, [2] * 180),
+        Watch(settings=pending_only(spec)),
+        replace(CALM, skip_quiet_ticks=False),
+        horizon=180,
+    )
     assert m["interruptions"] == 1 and m["lost_gpu_hours"] == pytest.approx(15 / 60, abs=1e-3)
     # the replacement is up and the level served, yet the lost work waits on one GPU: the policy sees it
     assert seen["pending"] == 1
@@ -180,10 +196,14 @@ def test_series_work_lost_to_a_reclaim_is_pending_until_redone(tmp_path):
 
 def _series_sized_spec(floor_type: str, floor_nodes: int) -> simpool.PoolSpec:
     """The dev stack's research pool with elastic nodes of 4 and 1 L40S (g6e.12xlarge, g6e.2xlarge), max 3."""
-    cfg = dev_variant(guaranteed={"instance_type": floor_type, "nodes": floor_nodes},
-                      elastic={"instance_types": ["g6e.12xlarge", "g6e.2xlarge"], "max_nodes": 3})
+    cfg = dev_variant(
+        guaranteed={"instance_type": floor_type, "nodes": floor_nodes},
+        elastic={"instance_types": ["g6e.12xlarge", "g6e.2xlarge"], "max_nodes": 3},
+    )
     cfg["gpuloan:budget"]["monthly_usd"] = 100_000  # room for the floor: the budget is not under test
-    return simpool.spec_from_config(resolved_prices(), checks.from_stack_yaml({"config": cfg}, "dev", prices=resolved_prices()), "research")
+    return simpool.spec_from_config(
+        resolved_prices(), checks.from_stack_yaml({"config": cfg}, "dev", prices=resolved_prices()), "research"
+    )
 
 
 def _ten_then_two(days: int = 1) -> traces.SeriesTrace:
@@ -204,8 +224,9 @@ def test_series_nodes_the_fill_uses_show_their_gpu_pods_to_the_policy():
             by_id = {n.instance_id: n for n in self.observe(sim, None).pools[0].nodes}
             for n in sim.nodes.values():
                 if n.ready_at <= sim.now and not n.warned:
-                    seen.append((sim.now - n.ready_at, n.busy, by_id[n.id].gpu_pods,
-                                 by_id[n.id].recent_max_utilization_pct))
+                    seen.append(
+                        (sim.now - n.ready_at, n.busy, by_id[n.id].gpu_pods, by_id[n.id].recent_max_utilization_pct)
+                    )
             super().tick(sim)
 
     runner.run_one(spec, _ten_then_two(), Spy(), replace(CALM, skip_quiet_ticks=False), horizon=400)
@@ -249,8 +270,9 @@ def test_the_policy_sees_the_notice_and_the_group_replaces_the_node_once(tmp_pat
                 seen[sim.now] = ([n.lifecycle for n in obs.nodes], obs.pending_pod_gpus)
             super().tick(sim)
 
-    sim, m = runner.run_one(spec, t, Watch(settings=pending_only(spec)), replace(CALM, skip_quiet_ticks=False),
-                            horizon=100)
+    sim, m = runner.run_one(
+        spec, t, Watch(settings=pending_only(spec)), replace(CALM, skip_quiet_ticks=False), horizon=100
+    )
     assert seen[37] == (["InService"], ())
     lifecycles, pending = seen[38]
     assert lifecycles[0] == LEAVING and pending == (1,)  # the node is leaving, its pod needs a place
@@ -328,21 +350,30 @@ def test_threshold_script_runs_with_the_reserved_card_it_was_written_for(tmp_pat
 
 
 def _doc(costs_ours, costs_theirs, waits_ours, waits_theirs):
-    runs = [[{"name": "gpuloan", "total_cost_usd": a, "p95_wait_minutes": c},
-             {"name": "karpenter", "total_cost_usd": b, "p95_wait_minutes": d}]
-            for a, b, c, d in zip(costs_ours, costs_theirs, waits_ours, waits_theirs)]
-    summary = [{"name": n, "floor_nodes": 0, "total_cost_usd": 100.0, "p95_wait_minutes": 5.0}
-               for n in ("gpuloan", "karpenter")]
+    runs = [
+        [
+            {"name": "gpuloan", "total_cost_usd": a, "p95_wait_minutes": c},
+            {"name": "karpenter", "total_cost_usd": b, "p95_wait_minutes": d},
+        ]
+        for a, b, c, d in zip(costs_ours, costs_theirs, waits_ours, waits_theirs)
+    ]
+    summary = [
+        {"name": n, "floor_nodes": 0, "total_cost_usd": 100.0, "p95_wait_minutes": 5.0}
+        for n in ("gpuloan", "karpenter")
+    ]
     return {"summary": summary, "runs": runs}
 
 
-@pytest.mark.parametrize("ours,theirs,wo,wt,verdict", [
-    ([100, 110, 90], [101, 108, 92], [5, 5, 5], [5, 5, 5], "within the noise"),  # differences swing both ways
-    ([97, 107, 87], [100, 110, 90], [5, 5, 5], [5, 5, 5], "gpuloan better"),  # 3 % cheaper on every seed
-    ([103, 113, 93], [100, 110, 90], [6, 6, 6], [5, 5, 5], "gpuloan dominated"),
-    ([97, 107, 87], [100, 110, 90], [6, 6, 6], [5, 5, 5], "trade-off"),
-    ([97], [100], [5], [5], "one seed: no noise estimate"),
-])
+@pytest.mark.parametrize(
+    "ours,theirs,wo,wt,verdict",
+    [
+        ([100, 110, 90], [101, 108, 92], [5, 5, 5], [5, 5, 5], "within the noise"),  # differences swing both ways
+        ([97, 107, 87], [100, 110, 90], [5, 5, 5], [5, 5, 5], "gpuloan better"),  # 3 % cheaper on every seed
+        ([103, 113, 93], [100, 110, 90], [6, 6, 6], [5, 5, 5], "gpuloan dominated"),
+        ([97, 107, 87], [100, 110, 90], [6, 6, 6], [5, 5, 5], "trade-off"),
+        ([97], [100], [5], [5], "one seed: no noise estimate"),
+    ],
+)
 def test_verdict_says_when_a_difference_is_within_the_noise(ours, theirs, wo, wt, verdict):
     (v,) = runner.verdicts(_doc(ours, theirs, wo, wt), "gpuloan")
     assert v["verdict"] == verdict
@@ -357,8 +388,15 @@ def test_simulate_seeds_json(tmp_path, capsys, monkeypatch):
     doc = json.loads(capsys.readouterr().out)
     assert doc["seeds"] == [1, 2, 3] and len(doc["runs"]) == 3
     row = next(r for r in doc["summary"] if r["name"] == "gpuloan")
-    for key in ("total_cost_usd", "total_cost_usd_sd", "elastic_cost_over_oracle", "p95_wait_minutes",
-                "unmet_gpu_hours", "interruptions", "node_launches"):
+    for key in (
+        "total_cost_usd",
+        "total_cost_usd_sd",
+        "elastic_cost_over_oracle",
+        "p95_wait_minutes",
+        "unmet_gpu_hours",
+        "interruptions",
+        "node_launches",
+    ):
         assert key in row
     assert {v["baseline"] for v in doc["verdicts"]} >= {"karpenter"}
     assert cli.main(["simulate", "--trace", str(t), "--stack", "dev", "--seeds", "0"]) == 2

@@ -26,8 +26,9 @@ class Recording(GpuLoan):
 
         def run_tick(settings, ports, now, **kwargs):
             result = tick.run_tick(settings, ports, now, **kwargs)
-            self.events += [(sim.now, a.kind, a.reason.value, a.group, a.desired_to, a.instance_id)
-                            for a in result.plan.changes]
+            self.events += [
+                (sim.now, a.kind, a.reason.value, a.group, a.desired_to, a.instance_id) for a in result.plan.changes
+            ]
             return result
 
         self.run_tick = run_tick
@@ -39,7 +40,9 @@ def test_a_small_month_costs_the_same_to_the_cent_with_the_same_events_both_ways
     trace = traces.read_trace(SHARED_TRACES / "itp" / "cluster08.csv").window(1, 8)
     horizon = 8 * 1440
     cfg = config.from_stack_yaml(yaml.safe_load((REPO / "Pulumi.prod.yaml").read_text()), "prod")
-    spec = simpool.auto_size(simpool.spec_from_config(resolved_prices(), cfg, "training"), trace, horizon_minutes=horizon)
+    spec = simpool.auto_size(
+        simpool.spec_from_config(resolved_prices(), cfg, "training"), trace, horizon_minutes=horizon
+    )
     stormy = SimSettings(seed=3, spot_interruptions_per_month=8.0)
     every, skipping = Recording(), Recording()
     _, slow = runner.run_one(spec, trace, every, replace(stormy, skip_quiet_ticks=False), horizon)

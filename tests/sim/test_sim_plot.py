@@ -24,10 +24,19 @@ def _series(capacity: int, cost_per_minute: float, minutes: int = 600) -> list[t
 
 
 def _doc(budget=None) -> dict:
-    return {"trace": "t.csv", "pool": {"name": "training", "budget_monthly_usd": budget}, "oracle_cost_usd": 50.0,
-            "_series": {"gpuloan": _series(4, 0.1), "gpuloan-defaults": _series(4, 0.12),
-                        "static-peak": _series(8, 0.3), "floor-only": _series(1, 0.02),
-                        "karpenter": _series(6, 0.15), "threshold-script": _series(5, 0.14)}}
+    return {
+        "trace": "t.csv",
+        "pool": {"name": "training", "budget_monthly_usd": budget},
+        "oracle_cost_usd": 50.0,
+        "_series": {
+            "gpuloan": _series(4, 0.1),
+            "gpuloan-defaults": _series(4, 0.12),
+            "static-peak": _series(8, 0.3),
+            "floor-only": _series(1, 0.02),
+            "karpenter": _series(6, 0.15),
+            "threshold-script": _series(5, 0.14),
+        },
+    }
 
 
 def _labels(ax) -> list[str]:
@@ -64,24 +73,47 @@ def test_comparison_draws_the_budget_pro_rata_on_the_cumulative_cost():
 
 
 def test_pareto_keeps_only_the_rows_nothing_beats_on_both():
-    rows = [{"floor_nodes": 0, "total_cost_usd": 100, "p95_wait_minutes": 30},
-            {"floor_nodes": 1, "total_cost_usd": 120, "p95_wait_minutes": 10},
-            {"floor_nodes": 2, "total_cost_usd": 150, "p95_wait_minutes": 10},  # as fast as floor 1, dearer
-            {"floor_nodes": 3, "total_cost_usd": 130, "p95_wait_minutes": 40},  # slower and dearer than floor 0
-            {"floor_nodes": 4, "total_cost_usd": 200, "p95_wait_minutes": 0}]
+    rows = [
+        {"floor_nodes": 0, "total_cost_usd": 100, "p95_wait_minutes": 30},
+        {"floor_nodes": 1, "total_cost_usd": 120, "p95_wait_minutes": 10},
+        {"floor_nodes": 2, "total_cost_usd": 150, "p95_wait_minutes": 10},  # as fast as floor 1, dearer
+        {"floor_nodes": 3, "total_cost_usd": 130, "p95_wait_minutes": 40},  # slower and dearer than floor 0
+        {"floor_nodes": 4, "total_cost_usd": 200, "p95_wait_minutes": 0},
+    ]
     assert [r["floor_nodes"] for r in simplot.pareto(rows, "p95_wait_minutes")] == [4, 1, 0]
 
 
 def _sweep_doc(baselines=True) -> dict:
-    rows = [{"floor_nodes": f, "floor_gpus": 8 * f, "total_cost_usd": 100 + 40 * f, "p95_wait_minutes": w,
-             "unmet_gpu_hours": 0.0, "interruptions": 0, "cost_over_oracle": 1.0}
-            for f, w in ((0, 30.0), (1, 12.0), (2, 12.0), (3, 0.0))]
+    rows = [
+        {
+            "floor_nodes": f,
+            "floor_gpus": 8 * f,
+            "total_cost_usd": 100 + 40 * f,
+            "p95_wait_minutes": w,
+            "unmet_gpu_hours": 0.0,
+            "interruptions": 0,
+            "cost_over_oracle": 1.0,
+        }
+        for f, w in ((0, 30.0), (1, 12.0), (2, 12.0), (3, 0.0))
+    ]
     doc = {"trace": "t.csv", "pool": "training", "sweep_floor": rows}
     if baselines:
-        doc["baselines"] = [{"name": "karpenter", "floor_nodes": 0, "total_cost_usd": 150, "p95_wait_minutes": 8.0,
-                             "unmet_gpu_hours": 0.0},
-                            {"name": "static-peak", "floor_nodes": 0, "total_cost_usd": 400, "p95_wait_minutes": 0.0,
-                             "unmet_gpu_hours": 0.0}]
+        doc["baselines"] = [
+            {
+                "name": "karpenter",
+                "floor_nodes": 0,
+                "total_cost_usd": 150,
+                "p95_wait_minutes": 8.0,
+                "unmet_gpu_hours": 0.0,
+            },
+            {
+                "name": "static-peak",
+                "floor_nodes": 0,
+                "total_cost_usd": 400,
+                "p95_wait_minutes": 0.0,
+                "unmet_gpu_hours": 0.0,
+            },
+        ]
     return doc
 
 
@@ -101,8 +133,15 @@ def test_frontier_has_one_labelled_point_per_floor_the_frontier_and_the_baseline
 
 def test_frontier_axis_follows_the_sweep_and_names_a_far_baseline_in_the_legend():
     doc = _sweep_doc()
-    doc["baselines"].append({"name": "floor-only", "floor_nodes": 0, "total_cost_usd": 0.0,
-                             "p95_wait_minutes": 11_329.3, "unmet_gpu_hours": 0.0})
+    doc["baselines"].append(
+        {
+            "name": "floor-only",
+            "floor_nodes": 0,
+            "total_cost_usd": 0.0,
+            "p95_wait_minutes": 11_329.3,
+            "unmet_gpu_hours": 0.0,
+        }
+    )
     fig = simplot.frontier_figure(doc)
     (ax,) = fig.axes
     assert ax.get_xlim()[1] < 100  # the floors (0..30 min) stay readable
@@ -143,16 +182,32 @@ def test_both_figures_write_the_requested_format(tmp_path, suffix):
 def _run(args: list[str]) -> subprocess.CompletedProcess:
     env = {**os.environ, "COLUMNS": "120"}
     env.pop("PULUMI_STACK", None)
-    return subprocess.run([sys.executable, "-m", "gpuloan", *args], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "gpuloan", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=600
+    )
 
 
 @requires_shared_prices
 @requires_shared_traces
 def test_sweep_floor_plot_end_to_end_on_an_itp_window(tmp_path):
     out = tmp_path / "sweep.svg"
-    result = _run(["simulate", "--trace", str(SHARED_TRACES / "itp" / "cluster10.csv"), "-s", "prod", "--pool",
-                   "training", "--auto-size", "--days", "51:52", "--sweep-floor", "--plot", str(out)])
+    result = _run(
+        [
+            "simulate",
+            "--trace",
+            str(SHARED_TRACES / "itp" / "cluster10.csv"),
+            "-s",
+            "prod",
+            "--pool",
+            "training",
+            "--auto-size",
+            "--days",
+            "51:52",
+            "--sweep-floor",
+            "--plot",
+            str(out),
+        ]
+    )
     assert result.returncode == 0, result.stderr
     assert "floor sweep" in result.stdout and f"wrote the plot to {out}" in result.stderr
     svg = out.read_text()
@@ -164,8 +219,24 @@ def test_sweep_floor_plot_end_to_end_on_an_itp_window(tmp_path):
 @requires_shared_traces
 def test_sweep_floor_json_plot_keeps_stdout_json(tmp_path):
     out = tmp_path / "sweep.png"
-    result = _run(["simulate", "--trace", str(SHARED_TRACES / "itp" / "cluster10.csv"), "-s", "prod", "--pool",
-                   "training", "--auto-size", "--days", "51:52", "--sweep-floor", "--json", "--plot", str(out)])
+    result = _run(
+        [
+            "simulate",
+            "--trace",
+            str(SHARED_TRACES / "itp" / "cluster10.csv"),
+            "-s",
+            "prod",
+            "--pool",
+            "training",
+            "--auto-size",
+            "--days",
+            "51:52",
+            "--sweep-floor",
+            "--json",
+            "--plot",
+            str(out),
+        ]
+    )
     assert result.returncode == 0, result.stderr
     doc = json.loads(result.stdout)
     assert doc["sweep_floor"] and "baselines" not in doc  # the JSON stays the sweep's
@@ -196,8 +267,9 @@ def test_equal_costs_keep_our_line_visible_and_the_legend_quotes_the_tables_tota
     doc = _doc()
     doc["_series"]["karpenter"] = list(doc["_series"]["gpuloan"])  # karpenter spends exactly as gpuloan
     # the results table's totals (the samples stop short of the end: $59 sampled, $59.49 in the table)
-    doc["policies"] = [{"name": n, "total_cost_usd": 59.49 if n in ("gpuloan", "karpenter") else 100.0}
-                       for n in doc["_series"]]
+    doc["policies"] = [
+        {"name": n, "total_cost_usd": 59.49 if n in ("gpuloan", "karpenter") else 100.0} for n in doc["_series"]
+    ]
     fig = simplot.comparison_figure(doc)
     lines = {line.get_label().split(":")[0]: line for line in fig.axes[1].get_lines()}
     ours, karp = lines["gpuloan"], lines["karpenter"]
@@ -210,15 +282,34 @@ def test_equal_costs_keep_our_line_visible_and_the_legend_quotes_the_tables_tota
 
 
 def _advice(meets: list[bool]) -> dict:
-    points = [{"floor_nodes": n, "monthly_usd": {"on_demand": 10_000.0 + 5_000 * n}, "elastic_monthly_usd": 1_000.0,
-               "meets_target": m} for n, m in enumerate(meets)]
-    return {"points": points, "rates": {"on_demand": {}}, "recommendation": None, "floor_instance_type": "p4d.24xlarge",
-            "gpus_per_node": 8, "pool": "training", "demand": "t.csv"}
+    points = [
+        {
+            "floor_nodes": n,
+            "monthly_usd": {"on_demand": 10_000.0 + 5_000 * n},
+            "elastic_monthly_usd": 1_000.0,
+            "meets_target": m,
+        }
+        for n, m in enumerate(meets)
+    ]
+    return {
+        "points": points,
+        "rates": {"on_demand": {}},
+        "recommendation": None,
+        "floor_instance_type": "p4d.24xlarge",
+        "gpus_per_node": 8,
+        "pool": "training",
+        "demand": "t.csv",
+    }
 
 
-@pytest.mark.parametrize("meets, says", [([True, True, True], "every floor size shown meets the service target"),
-                                         ([False, False], "no floor size shown meets the service target"),
-                                         ([False, True], "meets the service target")])
+@pytest.mark.parametrize(
+    "meets, says",
+    [
+        ([True, True, True], "every floor size shown meets the service target"),
+        ([False, False], "no floor size shown meets the service target"),
+        ([False, True], "meets the service target"),
+    ],
+)
 def test_advice_plot_says_what_the_shading_means_and_labels_dollars(meets, says):
     from advise import advisor_plot
 

@@ -87,8 +87,9 @@ def test_a_termination_a_gpu_pod_forbids_is_blocked_in_the_simulator_as_on_a_clu
     # (result.blocked, uncordoned again). The same tick, over the simulated pool.
     spec = replace(dev_spec(), floor_nodes=0)
     controller = Racing(settings=pending_only(spec))
-    sim, m = runner.run_one(spec, series(tmp_path, [1] * 30 + [0] * 150), controller,
-                            replace(CALM, skip_quiet_ticks=False), horizon=180)
+    sim, m = runner.run_one(
+        spec, series(tmp_path, [1] * 30 + [0] * 150), controller, replace(CALM, skip_quiet_ticks=False), horizon=180
+    )
     guard = controller.ports.nodes
     assert guard.raced, "the policy reclaimed no idle node: the scenario did not reach the guard"
     [(minute, result)] = [(t, r) for t, r in controller.results if r.blocked]
@@ -108,10 +109,10 @@ def test_a_termination_a_gpu_pod_forbids_is_blocked_in_the_simulator_as_on_a_clu
 def test_without_the_race_the_same_node_is_terminated(tmp_path, racing):
     spec = replace(dev_spec(), floor_nodes=0)
     controller = (Racing if racing else Recording)(settings=pending_only(spec))
-    runner.run_one(spec, series(tmp_path, [1] * 30 + [0] * 150), controller, replace(CALM, skip_quiet_ticks=False),
-                   horizon=180)
-    first = next((t, r) for t, r in controller.results
-                 if any(a.kind == ACTION_TERMINATE for a in r.plan.changes))
+    runner.run_one(
+        spec, series(tmp_path, [1] * 30 + [0] * 150), controller, replace(CALM, skip_quiet_ticks=False), horizon=180
+    )
+    first = next((t, r) for t, r in controller.results if any(a.kind == ACTION_TERMINATE for a in r.plan.changes))
     assert bool(first[1].blocked) == racing and bool(first[1].applied) != racing
 
 

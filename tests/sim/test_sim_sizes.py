@@ -26,8 +26,12 @@ def _specs(days=(1, 57), cluster="cluster01"):
 
     trace = traces.read_trace(ITP / f"{cluster}.csv").window(*days)
     horizon = (days[1] - days[0] + 1) * 1440
-    return (trace, horizon, bench_sizes.spec_for(bench_sizes.SIZED, trace, horizon),
-            bench_sizes.spec_for(bench_sizes.EIGHT_ONLY, trace, horizon))
+    return (
+        trace,
+        horizon,
+        bench_sizes.spec_for(bench_sizes.SIZED, trace, horizon),
+        bench_sizes.spec_for(bench_sizes.EIGHT_ONLY, trace, horizon),
+    )
 
 
 def test_karpenter_claims_fill_to_the_largest_type_then_launch_the_cheapest_that_fits():
@@ -40,8 +44,10 @@ def test_karpenter_claims_fill_to_the_largest_type_then_launch_the_cheapest_that
 
     class Spec:
         has_spot, gpus_per_node, spot_usd_per_hour, on_demand_usd_per_hour = True, 8, 8.0, 30.0
-        sizes = (type("Z", (), dict(gpus_per_node=1, spot_usd_per_hour=0.8, on_demand_usd_per_hour=2.2)),
-                 type("Z", (), dict(gpus_per_node=4, spot_usd_per_hour=5.0, on_demand_usd_per_hour=10.5)))
+        sizes = (
+            type("Z", (), dict(gpus_per_node=1, spot_usd_per_hour=0.8, on_demand_usd_per_hour=2.2)),
+            type("Z", (), dict(gpus_per_node=4, spot_usd_per_hour=5.0, on_demand_usd_per_hour=10.5)),
+        )
 
     assert [Karpenter.cheapest_fit(Spec, used) for used in (1, 2, 3, 4, 5, 8)] == [1, 4, 4, 4, 8, 8]
 
@@ -74,8 +80,19 @@ def test_skipping_quiet_ticks_gives_the_tick_by_tick_result_with_several_sizes()
     for make in (lambda: GpuLoan("gpuloan"), Karpenter):
         fast_sim, fast = runner.run_one(sized, trace, make(), settings, horizon)
         slow_sim, slow = runner.run_one(sized, trace, make(), replace(settings, skip_quiet_ticks=False), horizon)
-        strip = lambda m: {k: v for k, v in m.items() if not k.startswith("sim_") and k not in (  # noqa: E731
-            "decide_calls", "ticks_skipped")}
+
+        def strip(m):
+            return {
+                k: v
+                for k, v in m.items()
+                if not k.startswith("sim_")
+                and k
+                not in (
+                    "decide_calls",
+                    "ticks_skipped",
+                )
+            }
+
         assert strip(fast) == strip(slow)
         assert fast_sim.samples == slow_sim.samples
 
@@ -88,8 +105,11 @@ def test_right_sizing_cuts_the_bill_and_gpuloan_is_not_dominated_by_karpenter():
     for name, spec in (("sized", sized), ("eight", eight)):
         for c in (GpuLoan("gpuloan"), Karpenter()):
             _, m = runner.run_one(spec, trace, c, SimSettings(seed=1), horizon)
-            bill[name, c.name] = (m["elastic_spot_cost_usd"] + m["elastic_on_demand_cost_usd"], m["unmet_gpu_hours"],
-                                  m["p95_wait_minutes"])
+            bill[name, c.name] = (
+                m["elastic_spot_cost_usd"] + m["elastic_on_demand_cost_usd"],
+                m["unmet_gpu_hours"],
+                m["p95_wait_minutes"],
+            )
     assert bill["sized", "gpuloan"][0] < 0.9 * bill["eight", "gpuloan"][0]
     ours, theirs = bill["sized", "gpuloan"], bill["sized", "karpenter"]
     assert not (theirs[0] <= ours[0] and theirs[1] <= ours[1] and theirs[2] <= ours[2]), bill
@@ -109,9 +129,12 @@ def test_the_sized_pool_gets_the_policy_settings_of_every_size():
 # stack's training pool auto-sized, seed 1, days 1-57; cluster03 under SPOT_SHORTAGE): the figures
 # docs/benchmarks.md's `make benchmark` tables come from must not move.
 BEFORE_SIZES = {
-    ("cluster01", "gpuloan"): 14108.98, ("cluster01", "karpenter"): 14000.53,
-    ("cluster03", "gpuloan"): 97421.35, ("cluster03", "karpenter"): 96869.33,
-    ("cluster08", "gpuloan"): 45796.54, ("cluster08", "karpenter"): 45633.34,
+    ("cluster01", "gpuloan"): 14108.98,
+    ("cluster01", "karpenter"): 14000.53,
+    ("cluster03", "gpuloan"): 97421.35,
+    ("cluster03", "karpenter"): 96869.33,
+    ("cluster08", "gpuloan"): 45796.54,
+    ("cluster08", "karpenter"): 45633.34,
 }
 
 
@@ -123,7 +146,9 @@ def test_a_one_size_pool_gives_the_results_it_gave_before_sizes(cluster):
 
     from sim import pool
 
-    cfg = checks.from_stack_yaml(yaml.safe_load((REPO / "Pulumi.prod.yaml").read_text()), "Pulumi.prod.yaml", prices=resolved_prices())
+    cfg = checks.from_stack_yaml(
+        yaml.safe_load((REPO / "Pulumi.prod.yaml").read_text()), "Pulumi.prod.yaml", prices=resolved_prices()
+    )
     trace = traces.read_trace(ITP / f"{cluster}.csv").window(1, 57)
     horizon = 57 * 1440
     spec = pool.auto_size(pool.spec_from_config(resolved_prices(), cfg, "training"), trace, horizon_minutes=horizon)

@@ -96,12 +96,16 @@ def _strip(m: dict) -> dict:
 
 
 def _dev():
-    cfg = checks.from_stack_yaml(yaml.safe_load((REPO / "Pulumi.dev.yaml").read_text()), "dev", prices=resolved_prices())
+    cfg = checks.from_stack_yaml(
+        yaml.safe_load((REPO / "Pulumi.dev.yaml").read_text()), "dev", prices=resolved_prices()
+    )
     return simpool.spec_from_config(resolved_prices(), cfg)
 
 
 def _prod_training():
-    cfg = checks.from_stack_yaml(yaml.safe_load((REPO / "Pulumi.prod.yaml").read_text()), "prod", prices=resolved_prices())
+    cfg = checks.from_stack_yaml(
+        yaml.safe_load((REPO / "Pulumi.prod.yaml").read_text()), "prod", prices=resolved_prices()
+    )
     return simpool.spec_from_config(resolved_prices(), cfg, "training")
 
 
@@ -160,8 +164,7 @@ def test_skipping_quiet_ticks_gives_the_tick_by_tick_result(cluster, a, b, mode,
         policies = lambda: all_policies(spec, warm_up=True) + what_if_policies()[1:3]  # noqa: E731
         for fast_ctl, slow_ctl in zip(policies(), policies()):
             fast_sim, fast = runner.run_one(spec, trace, fast_ctl, settings, horizon)
-            slow_sim, slow = runner.run_one(spec, trace, slow_ctl, replace(settings, skip_quiet_ticks=False),
-                                            horizon)
+            slow_sim, slow = runner.run_one(spec, trace, slow_ctl, replace(settings, skip_quiet_ticks=False), horizon)
             assert _strip(fast) == _strip(slow), (cluster, mode, spec.name, fast_ctl.name)
             assert fast_sim.samples == slow_sim.samples
             assert slow["ticks_skipped"] == 0
@@ -179,12 +182,14 @@ def test_skipping_quiet_ticks_with_other_windows_gives_the_tick_by_tick_result(i
     trace = traces.read_trace(ITP / "cluster10.csv").window(50, 57)
     horizon = 8 * 1440
     spec = simpool.auto_size(_prod_training(), trace, horizon_minutes=horizon)
-    ps = replace(pool_settings(spec), idle_timeout_minutes=idle, empty_timeout_minutes=empty,
-                 scale_up_window_minutes=up)
+    ps = replace(
+        pool_settings(spec), idle_timeout_minutes=idle, empty_timeout_minutes=empty, scale_up_window_minutes=up
+    )
     settings = SimSettings(seed=3, spot_interruptions_per_month=8.0)
     fast_sim, fast = runner.run_one(spec, trace, GpuLoan(settings=ps), settings, horizon)
-    slow_sim, slow = runner.run_one(spec, trace, GpuLoan(settings=ps), replace(settings, skip_quiet_ticks=False),
-                                    horizon)
+    slow_sim, slow = runner.run_one(
+        spec, trace, GpuLoan(settings=ps), replace(settings, skip_quiet_ticks=False), horizon
+    )
     assert _strip(fast) == _strip(slow)
     assert fast_sim.samples == slow_sim.samples
     assert fast["ticks_skipped"] > 0 and "RECLAIM_IDLE" in fast["decisions_by_reason"]
@@ -241,8 +246,9 @@ def test_skipping_quiet_ticks_stays_exact_with_rebalance_recommendations_and_bac
     trace = traces.read_trace(ITP / "cluster05.csv").window(1, 8)
     horizon = 8 * 1440
     # a stormy market with frequent spot-unavailable episodes, so that the 8 days meet all of these events
-    settings = SimSettings(seed=5, spot_interruptions_per_month=40.0, rebalance_early_share=1.0,
-                           spot_unavailable_episodes_per_week=14.0)
+    settings = SimSettings(
+        seed=5, spot_interruptions_per_month=40.0, rebalance_early_share=1.0, spot_unavailable_episodes_per_week=14.0
+    )
     spec = _prod_training()
     ps = replace(pool_settings(spec), rebalance_checkpoint=True, budget_monthly_usd=None)
     for make in (lambda: GpuLoan(settings=ps), lambda: Karpenter(name="k", replace_on_demand=True)):

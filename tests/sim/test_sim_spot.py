@@ -59,8 +59,7 @@ def test_karpenter_when_empty_keeps_the_fallback_node_and_underutilized_replaces
 def _rebalance_run(tmp_path, controller, early: bool):
     """One 1-GPU job on a spot node; the node is interrupted at minute 200, its rebalance recommendation at 170."""
     spec = replace(prod_spec(), floor_nodes=0)
-    sim = Simulation(spec, jobs(tmp_path, [(0, 8 * 3600, 1)]), controller, replace(CALM, skip_quiet_ticks=False),
-                     400)
+    sim = Simulation(spec, jobs(tmp_path, [(0, 8 * 3600, 1)]), controller, replace(CALM, skip_quiet_ticks=False), 400)
     tick = controller.tick
 
     def forced(s):
@@ -76,8 +75,9 @@ def _rebalance_run(tmp_path, controller, early: bool):
 @requires_shared_prices
 def test_an_early_recommendation_lets_the_job_checkpoint_before_eks_drains_the_node(tmp_path):
     spec = replace(prod_spec(), floor_nodes=0)
-    with_ = _rebalance_run(tmp_path, GpuLoan("g", settings=replace(pending_only(spec), rebalance_checkpoint=True)),
-                           early=True)
+    with_ = _rebalance_run(
+        tmp_path, GpuLoan("g", settings=replace(pending_only(spec), rebalance_checkpoint=True)), early=True
+    )
     without = _rebalance_run(tmp_path, GpuLoan("g", settings=pending_only(spec)), early=True)
     start = without.workload.first_start[0]
     # EKS replaced the node at the recommendation (170) and drained it once the replacement was ready (176)
@@ -93,8 +93,9 @@ def test_an_early_recommendation_lets_the_job_checkpoint_before_eks_drains_the_n
 @requires_shared_prices
 def test_a_recommendation_with_the_notice_changes_nothing_and_karpenter_does_not_listen(tmp_path):
     spec = replace(prod_spec(), floor_nodes=0)
-    late = _rebalance_run(tmp_path, GpuLoan("g", settings=replace(pending_only(spec), rebalance_checkpoint=True)),
-                          early=False)
+    late = _rebalance_run(
+        tmp_path, GpuLoan("g", settings=replace(pending_only(spec), rebalance_checkpoint=True)), early=False
+    )
     plain = _rebalance_run(tmp_path, GpuLoan("g", settings=pending_only(spec)), early=False)
     assert late.c.lost_gpu_minutes == plain.c.lost_gpu_minutes > 0  # no early signal: nothing to gain
     karpenter = _rebalance_run(tmp_path, Karpenter(), early=True)
@@ -113,8 +114,10 @@ def test_the_early_share_is_drawn_from_the_seed_slot_and_minute_alone():
     assert draws == [b._rebalance_minute(k, 5000 + k) for k in range(40)]
     early = [d for d in draws if d is not None]
     assert 5 < len(early) < 35 and all(10 <= 5000 + k - d <= 20 for k, d in enumerate(draws) if d is not None)
-    assert all(Simulation(spec, jobs_none(), GpuLoan("g"), S(seed=3), 100)._rebalance_minute(k, 5000) is None
-               for k in range(10))
+    assert all(
+        Simulation(spec, jobs_none(), GpuLoan("g"), S(seed=3), 100)._rebalance_minute(k, 5000) is None
+        for k in range(10)
+    )
 
 
 def jobs_none():

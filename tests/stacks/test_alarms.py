@@ -17,8 +17,13 @@ from stacks.spend import alarms
 from pricing import checks
 
 ALARM = "aws:cloudwatch/metricAlarm:MetricAlarm"
-CONTAINER_INSIGHTS_GPU = {"node_gpu_utilization", "node_gpu_memory_utilization", "node_gpu_limit",
-                          "node_gpu_usage_total", "node_gpu_reserved_capacity"}
+CONTAINER_INSIGHTS_GPU = {
+    "node_gpu_utilization",
+    "node_gpu_memory_utilization",
+    "node_gpu_limit",
+    "node_gpu_usage_total",
+    "node_gpu_reserved_capacity",
+}
 
 
 def published_policy_metrics() -> dict[str, frozenset[str]]:
@@ -57,8 +62,11 @@ def alarm_metrics(alarm) -> list[tuple[str, str, dict, str]]:
     i = alarm.inputs
     if "metricQueries" not in i:
         return [(i["namespace"], i["metricName"], i["dimensions"], i["statistic"])]
-    return [(q["metric"]["namespace"], q["metric"]["metricName"], q["metric"]["dimensions"], q["metric"]["stat"])
-            for q in i["metricQueries"] if "metric" in q]
+    return [
+        (q["metric"]["namespace"], q["metric"]["metricName"], q["metric"]["dimensions"], q["metric"]["stat"])
+        for q in i["metricQueries"]
+        if "metric" in q
+    ]
 
 
 def alarms_by_name(rec) -> dict:
@@ -95,18 +103,23 @@ def test_metric_math_expressions_only_use_defined_ids_and_return_one_series(reco
         assert [q["id"] for q in queries if q.get("returnData")] == [expr["id"]]
         used = set(re.findall(r"\b([a-z][a-z0-9_]*)\b", expr["expression"])) - {"if", "and", "or", "fill"}
         assert used <= ids, f"{alarm.name}: {used - ids} undefined"
-        assert all(q["metric"]["period"] == alarm.inputs.get("period", q["metric"]["period"]) for q in queries
-                   if "metric" in q)
+        assert all(
+            q["metric"]["period"] == alarm.inputs.get("period", q["metric"]["period"]) for q in queries if "metric" in q
+        )
 
 
 def test_prod_alarm_set(recorded):
     # Both prod pools are spot_then_on_demand, so each gets a fallback alarm; both have a floor, so the
     # environment gets the missing-metrics alarm.
     assert set(alarms_by_name(recorded("prod"))) >= {
-        "gpuloan-prod-training-idle-waste", "gpuloan-prod-training-saturation",
-        "gpuloan-prod-training-fallback-too-long", "gpuloan-prod-inference-idle-waste",
-        "gpuloan-prod-inference-saturation", "gpuloan-prod-inference-fallback-too-long",
-        "gpuloan-prod-gpu-metrics-missing"}
+        "gpuloan-prod-training-idle-waste",
+        "gpuloan-prod-training-saturation",
+        "gpuloan-prod-training-fallback-too-long",
+        "gpuloan-prod-inference-idle-waste",
+        "gpuloan-prod-inference-saturation",
+        "gpuloan-prod-inference-fallback-too-long",
+        "gpuloan-prod-gpu-metrics-missing",
+    }
 
 
 def test_spot_only_pool_has_no_fallback_alarm(recorded):
@@ -116,7 +129,10 @@ def test_spot_only_pool_has_no_fallback_alarm(recorded):
 
 
 def test_idle_waste_alarm_follows_the_configured_threshold_and_hours(recorded):
-    cfg = checks.parse({k.split(":", 1)[1]: v for k, v in stack_config("prod").items() if k.startswith("gpuloan:")}, prices=resolved_prices())
+    cfg = checks.parse(
+        {k.split(":", 1)[1]: v for k, v in stack_config("prod").items() if k.startswith("gpuloan:")},
+        prices=resolved_prices(),
+    )
     a = alarms_by_name(recorded("prod"))["gpuloan-prod-training-idle-waste"].inputs
     (expr,) = [q["expression"] for q in a["metricQueries"] if "expression" in q]
     assert f"util < {cfg.alarms.idle_utilization_pct:g}" in expr
@@ -131,8 +147,11 @@ def test_missing_gpu_metrics_count_as_breaching(recorded):
     rec = recorded("prod")
     a = alarms_by_name(rec)["gpuloan-prod-gpu-metrics-missing"].inputs
     assert a["treatMissingData"] == "breaching"
-    assert (a["namespace"], a["metricName"], a["statistic"]) == ("ContainerInsights", "node_gpu_utilization",
-                                                                  "SampleCount")
+    assert (a["namespace"], a["metricName"], a["statistic"]) == (
+        "ContainerInsights",
+        "node_gpu_utilization",
+        "SampleCount",
+    )
     assert a["dimensions"] == {"ClusterName": rec.outputs["cluster_name"]}
     assert a["comparisonOperator"] == "LessThanThreshold" and a["threshold"] == 1
 
@@ -143,13 +162,16 @@ def test_fallback_alarm_uses_configured_minutes(recorded):
     assert a["period"] * a["evaluationPeriods"] == 120 * 60  # alarms.fallback_minutes default
 
 
-@pytest.mark.parametrize("window, schedule, expected", [
-    (180, 1, (300, 36)),
-    (5, 1, (300, 1)),
-    (60, 7, (420, 9)),  # period never shorter than the policy's schedule; window rounded up
-    (24 * 60, 60, (3600, 24)),
-    (24 * 60, 7, (420, 205)),  # capped: periods x period must stay within one day
-])
+@pytest.mark.parametrize(
+    "window, schedule, expected",
+    [
+        (180, 1, (300, 36)),
+        (5, 1, (300, 1)),
+        (60, 7, (420, 9)),  # period never shorter than the policy's schedule; window rounded up
+        (24 * 60, 60, (3600, 24)),
+        (24 * 60, 7, (420, 205)),  # capped: periods x period must stay within one day
+    ],
+)
 def test_alarm_window(window, schedule, expected):
     period, periods = alarms.alarm_window(window, schedule)
     assert (period, periods) == expected
@@ -225,8 +247,13 @@ def test_dashboard_references_only_published_metrics(recorded, stack):
 
 def test_dashboard_decisions_by_reason_search_the_published_metric(recorded):
     body = json.loads(dashboard(recorded("prod"))["dashboardBody"])
-    exprs = [x["expression"] for w in body["widgets"] for row in w["properties"].get("metrics", [])
-             for x in row if isinstance(x, dict) and "expression" in x]
+    exprs = [
+        x["expression"]
+        for w in body["widgets"]
+        for row in w["properties"].get("metrics", [])
+        for x in row
+        if isinstance(x, dict) and "expression" in x
+    ]
     (search,) = exprs
     assert f"{{{m.NAMESPACE},{m.DIM_ENVIRONMENT},{m.DIM_POOL},{m.DIM_REASON}}}" in search
     assert f'MetricName="{m.DECISIONS}"' in search and 'Environment="prod"' in search
@@ -236,10 +263,12 @@ def test_dashboard_decisions_by_reason_search_the_published_metric(recorded):
 def test_dashboard_shows_budgets_and_every_alarm(recorded):
     rec = recorded("prod")
     body = json.loads(dashboard(rec)["dashboardBody"])
-    lines = {a["label"]: a["value"] for w in body["widgets"]
-             for a in w["properties"].get("annotations", {}).get("horizontal", [])}
-    assert lines == {"training budget": 60000, "inference budget": 8000, "research budget": 7000,
-                     "prod budget": 75000}
+    lines = {
+        a["label"]: a["value"]
+        for w in body["widgets"]
+        for a in w["properties"].get("annotations", {}).get("horizontal", [])
+    }
+    assert lines == {"training budget": 60000, "inference budget": 8000, "research budget": 7000, "prod budget": 75000}
     (alarm_widget,) = [w for w in body["widgets"] if w["type"] == "alarm"]
     arns = {a.outputs["arn"] for a in alarms_by_name(rec).values()}
     assert set(alarm_widget["properties"]["alarms"]) == arns

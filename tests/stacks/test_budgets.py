@@ -39,8 +39,12 @@ def budgets_by_name(rec) -> dict:
 
 
 def test_prod_has_an_environment_budget_and_one_per_pool_budget(recorded):
-    assert set(budgets_by_name(recorded("prod"))) == {"gpuloan-prod", "gpuloan-prod-training", "gpuloan-prod-inference",
-                                                      "gpuloan-prod-research"}
+    assert set(budgets_by_name(recorded("prod"))) == {
+        "gpuloan-prod",
+        "gpuloan-prod-training",
+        "gpuloan-prod-inference",
+        "gpuloan-prod-research",
+    }
 
 
 def test_dev_pool_without_budget_gets_none(recorded):
@@ -51,21 +55,49 @@ def _and_tags(*pairs):
     return {"ands": [{"tags": {"key": k, "values": [v], "matchOptions": ["EQUALS"]}} for k, v in pairs]}
 
 
-@pytest.mark.parametrize("name, spend_filter, limit, emails, actual, forecasted", [
-    ("gpuloan-prod", {"costFilters": [{"name": "TagKeyValue", "values": ["user:gpuloan:environment$prod"]}],
-                      "costTypes": {"useAmortized": True}},
-     "75000.00", ["ml-platform@example.com", "finance@example.com"], [50, 80, 100], [100]),
-    # Pool budgets AND the environment tag: dev and prod may both have a "training" pool in one account.
-    ("gpuloan-prod-training", {"filterExpression": _and_tags(("gpuloan:environment", "prod"),
-                                                             ("gpuloan:pool", "training")), "metrics": "AmortizedCost"},
-     "60000.00", ["research-leads@example.com", "finance@example.com"], [50, 80, 100], [100]),
-    # inference leaves thresholds at their defaults (50/80/100 actual, 100 forecasted)
-    ("gpuloan-prod-inference", {"filterExpression": _and_tags(("gpuloan:environment", "prod"),
-                                                              ("gpuloan:pool", "inference")), "metrics": "AmortizedCost"},
-     "8000.00", ["serving-oncall@example.com"], [50, 80, 100], [100]),
-])
-def test_budget_filter_limit_thresholds_and_subscribers(recorded, name, spend_filter, limit, emails, actual,
-                                                        forecasted):
+@pytest.mark.parametrize(
+    "name, spend_filter, limit, emails, actual, forecasted",
+    [
+        (
+            "gpuloan-prod",
+            {
+                "costFilters": [{"name": "TagKeyValue", "values": ["user:gpuloan:environment$prod"]}],
+                "costTypes": {"useAmortized": True},
+            },
+            "75000.00",
+            ["ml-platform@example.com", "finance@example.com"],
+            [50, 80, 100],
+            [100],
+        ),
+        # Pool budgets AND the environment tag: dev and prod may both have a "training" pool in one account.
+        (
+            "gpuloan-prod-training",
+            {
+                "filterExpression": _and_tags(("gpuloan:environment", "prod"), ("gpuloan:pool", "training")),
+                "metrics": "AmortizedCost",
+            },
+            "60000.00",
+            ["research-leads@example.com", "finance@example.com"],
+            [50, 80, 100],
+            [100],
+        ),
+        # inference leaves thresholds at their defaults (50/80/100 actual, 100 forecasted)
+        (
+            "gpuloan-prod-inference",
+            {
+                "filterExpression": _and_tags(("gpuloan:environment", "prod"), ("gpuloan:pool", "inference")),
+                "metrics": "AmortizedCost",
+            },
+            "8000.00",
+            ["serving-oncall@example.com"],
+            [50, 80, 100],
+            [100],
+        ),
+    ],
+)
+def test_budget_filter_limit_thresholds_and_subscribers(
+    recorded, name, spend_filter, limit, emails, actual, forecasted
+):
     rec = recorded("prod")
     b = budgets_by_name(rec)[name]
     assert {k: b.get(k) for k in spend_filter} == spend_filter
@@ -82,7 +114,11 @@ def test_budget_filter_limit_thresholds_and_subscribers(recorded, name, spend_fi
 
 
 def test_pool_budget_filter_uses_the_pool_tag_key_that_resources_carry():
-    spec = next(s for s in budget_plan.budget_specs(checks.parse(gpuloan_ns("prod"), prices=resolved_prices())) if s.tag_value == "training")
+    spec = next(
+        s
+        for s in budget_plan.budget_specs(checks.parse(gpuloan_ns("prod"), prices=resolved_prices()))
+        if s.tag_value == "training"
+    )
     assert spec.tag_key == tags.TAG_POOL
     assert spec.filter_value == f"user:{tags.TAG_POOL}$training"
 
@@ -90,7 +126,9 @@ def test_pool_budget_filter_uses_the_pool_tag_key_that_resources_carry():
 def test_a_pool_budget_without_emails_still_notifies_the_topic():
     ns = gpuloan_ns("prod")
     ns["pools"][1]["budget"]["alert_emails"] = []
-    spec = next(s for s in budget_plan.budget_specs(checks.parse(ns, prices=resolved_prices())) if s.tag_value == "inference")
+    spec = next(
+        s for s in budget_plan.budget_specs(checks.parse(ns, prices=resolved_prices())) if s.tag_value == "inference"
+    )
     (first, *_) = budgets.notifications(spec, "arn:aws:sns:us-east-1:123456789012:t")
     assert first.subscriber_email_addresses is None  # AWS rejects an empty list
     assert first.subscriber_sns_topic_arns == ["arn:aws:sns:us-east-1:123456789012:t"]
@@ -207,27 +245,55 @@ def _set(path: str, value):
         for part in parents:
             target = target[int(part)] if part.isdigit() else target[part]
         target[last] = value
+
     return mutate
 
 
 BAD_BUDGETS = [
-    ("invalid email", _set("budget.alert_emails", ["not-an-email"]), "budget.alert_emails[0]",
-     "not a valid email"),
-    ("invalid pool email", _set("pools.1.budget.alert_emails", ["oncall@"]), "pools[1].budget.alert_emails[0]",
-     "not a valid email"),
-    ("11 emails", _set("budget.alert_emails", [f"p{i}@example.com" for i in range(11)]), "budget.alert_emails",
-     "at most 10"),
-    ("threshold zero", _set("budget.actual_thresholds_pct", [0, 50, 100]), "budget.actual_thresholds_pct[0]",
-     "greater than 0"),
-    ("threshold above 1000", _set("budget.forecasted_thresholds_pct", [1001]),
-     "budget.forecasted_thresholds_pct[0]", "less than or equal to 1000"),
-    ("11 notifications", _set("pools.0.budget.actual_thresholds_pct", list(range(10, 101, 10))),
-     "pools[0].budget.actual_thresholds_pct", "11 notifications; AWS Budgets allows 10"),
-    ("duplicate thresholds", _set("budget.actual_thresholds_pct", [50, 50, 100]), "budget.actual_thresholds_pct",
-     "distinct"),
+    ("invalid email", _set("budget.alert_emails", ["not-an-email"]), "budget.alert_emails[0]", "not a valid email"),
+    (
+        "invalid pool email",
+        _set("pools.1.budget.alert_emails", ["oncall@"]),
+        "pools[1].budget.alert_emails[0]",
+        "not a valid email",
+    ),
+    (
+        "11 emails",
+        _set("budget.alert_emails", [f"p{i}@example.com" for i in range(11)]),
+        "budget.alert_emails",
+        "at most 10",
+    ),
+    (
+        "threshold zero",
+        _set("budget.actual_thresholds_pct", [0, 50, 100]),
+        "budget.actual_thresholds_pct[0]",
+        "greater than 0",
+    ),
+    (
+        "threshold above 1000",
+        _set("budget.forecasted_thresholds_pct", [1001]),
+        "budget.forecasted_thresholds_pct[0]",
+        "less than or equal to 1000",
+    ),
+    (
+        "11 notifications",
+        _set("pools.0.budget.actual_thresholds_pct", list(range(10, 101, 10))),
+        "pools[0].budget.actual_thresholds_pct",
+        "11 notifications; AWS Budgets allows 10",
+    ),
+    (
+        "duplicate thresholds",
+        _set("budget.actual_thresholds_pct", [50, 50, 100]),
+        "budget.actual_thresholds_pct",
+        "distinct",
+    ),
     ("no environment email", _set("budget.alert_emails", []), "budget.alert_emails", "at least one address"),
-    ("cap without 100 %", _set("budget.actual_thresholds_pct", [50, 80]), "budget.actual_thresholds_pct",
-     "include 100"),
+    (
+        "cap without 100 %",
+        _set("budget.actual_thresholds_pct", [50, 80]),
+        "budget.actual_thresholds_pct",
+        "include 100",
+    ),
 ]
 
 

@@ -13,8 +13,18 @@ import json
 import pytest
 
 from capacity_helpers import (
-    DESIRED, ELASTIC, GUARANTEED, LAUNCH_TEMPLATE, NODE_GROUP, ODCR, RESERVATION_ID, dev_variant,
-    is_taggable, parent_of, template_of, under,
+    DESIRED,
+    ELASTIC,
+    GUARANTEED,
+    LAUNCH_TEMPLATE,
+    NODE_GROUP,
+    ODCR,
+    RESERVATION_ID,
+    dev_variant,
+    is_taggable,
+    parent_of,
+    template_of,
+    under,
 )
 from conftest import STACKS, run_stack, stack_config, resolved_prices
 from offline import runner as offline
@@ -83,8 +93,11 @@ def test_prod_training_floor_is_bound_to_its_reservation_in_its_az(recorded):
     target = lt.inputs["capacityReservationSpecification"]["capacityReservationTarget"]
     assert target == {"capacityReservationId": odcr_id}
     assert "instanceMarketOptions" not in lt.inputs
-    private_1a = [s for s in rec.of_type("aws:ec2/subnet:Subnet")
-                  if s.inputs["availabilityZone"] == "us-east-1a" and "internal-elb" in str(s.inputs["tags"])]
+    private_1a = [
+        s
+        for s in rec.of_type("aws:ec2/subnet:Subnet")
+        if s.inputs["availabilityZone"] == "us-east-1a" and "internal-elb" in str(s.inputs["tags"])
+    ]
     assert floor.inputs["subnetIds"] == [_subnet_id(rec, private_1a[0])]
     assert rec.outputs["pools"]["training"]["reservation_id"] == odcr_id
     assert rec.outputs["pools"]["inference"]["reservation_id"] is None
@@ -104,7 +117,9 @@ def test_elastic_groups_labels_taints_and_types(recorded, stack):
         labels = ng.inputs["labels"]
         assert labels[tags.LABEL_TIER] == "elastic"
         # Spot: sorted (price-capacity-optimized ignores the order); on-demand: the config's preference order.
-        want = sorted(pool.elastic.instance_types) if ng.inputs["capacityType"] == "SPOT" else pool.elastic.instance_types
+        want = (
+            sorted(pool.elastic.instance_types) if ng.inputs["capacityType"] == "SPOT" else pool.elastic.instance_types
+        )
         assert ng.inputs["instanceTypes"] == want
         assert "instanceType" not in template_of(rec, ng).inputs
         if ng.inputs["capacityType"] == "SPOT":
@@ -194,8 +209,9 @@ def test_stack_outputs_name_every_group(recorded, stack):
         assert out["elastic_spot_node_group_name"].startswith(f"{stack}-{pool.name}-spot_")
         assert len(out["elastic_spot_node_group_name"]) <= names.NODE_GROUP_NAME_MAX
         # The ARN the policy's IAM pattern must match (EKS appends the group's UUID).
-        pattern = names.node_group_arn_pattern("us-east-1", offline.ACCOUNT_ID, f"gpuloan-{stack}", stack,
-                                                  pool.name, names.GROUP_SPOT)
+        pattern = names.node_group_arn_pattern(
+            "us-east-1", offline.ACCOUNT_ID, f"gpuloan-{stack}", stack, pool.name, names.GROUP_SPOT
+        )
         assert fnmatch.fnmatchcase(out["elastic_spot_node_group_arn"], pattern)
 
 
@@ -217,31 +233,72 @@ VARIANTS = {
     "odcr+on_demand": ({"reservation": "odcr", "availability_zone": "us-east-1b"}, {"capacity": "on_demand"}),
     "odcr-by-id+spot_then_on_demand": (
         {"reservation": "odcr", "reservation_id": RESERVATION_ID, "availability_zone": "us-east-1a"},
-        {"capacity": "spot_then_on_demand", "on_demand_max_nodes": 2}),
+        {"capacity": "spot_then_on_demand", "on_demand_max_nodes": 2},
+    ),
     # The price book has no Capacity Block rate for g6.xlarge: the block's buyer states its price (docs/floor.md).
     # A Capacity Block's group: min 0, max `nodes`, the desired size owned by the policy function (ignore_changes);
     # the value sent is the one a new group starts at: the window's (policy/capacity_blocks.py, docs/floor.md).
     "capacity_block-before-start": (
-        {"reservation": "capacity_block", "reservation_id": RESERVATION_ID, "availability_zone": "us-east-1a",
-         "rate": BLOCK_RATE, "capacity_block_start": LATER_START, "capacity_block_end": LATER_END}, {}),
+        {
+            "reservation": "capacity_block",
+            "reservation_id": RESERVATION_ID,
+            "availability_zone": "us-east-1a",
+            "rate": BLOCK_RATE,
+            "capacity_block_start": LATER_START,
+            "capacity_block_end": LATER_END,
+        },
+        {},
+    ),
     "capacity_block-in-window": (
-        {"reservation": "capacity_block", "reservation_id": RESERVATION_ID, "availability_zone": "us-east-1a",
-         "rate": BLOCK_RATE, "capacity_block_start": BLOCK_START, "capacity_block_end": BLOCK_END}, {}),
+        {
+            "reservation": "capacity_block",
+            "reservation_id": RESERVATION_ID,
+            "availability_zone": "us-east-1a",
+            "rate": BLOCK_RATE,
+            "capacity_block_start": BLOCK_START,
+            "capacity_block_end": BLOCK_END,
+        },
+        {},
+    ),
     # Written before capacity_block_start existed, plus the start: `true` reads as the window.
     "capacity_block-active": (
-        {"reservation": "capacity_block", "reservation_id": RESERVATION_ID, "availability_zone": "us-east-1a",
-         "capacity_block_active": True, "rate": BLOCK_RATE, "capacity_block_start": BLOCK_START,
-         "capacity_block_end": BLOCK_END}, {}),
+        {
+            "reservation": "capacity_block",
+            "reservation_id": RESERVATION_ID,
+            "availability_zone": "us-east-1a",
+            "capacity_block_active": True,
+            "rate": BLOCK_RATE,
+            "capacity_block_start": BLOCK_START,
+            "capacity_block_end": BLOCK_END,
+        },
+        {},
+    ),
     # Past EKS's scale-down before the end: the program asks for 0 nodes even with capacity_block_active.
     "capacity_block-ended": (
-        {"reservation": "capacity_block", "reservation_id": RESERVATION_ID, "availability_zone": "us-east-1a",
-         "capacity_block_active": True, "rate": BLOCK_RATE, "capacity_block_start": "2025-12-01T11:30:00Z",
-         "capacity_block_end": "2026-01-01T11:30:00Z"}, {}),
+        {
+            "reservation": "capacity_block",
+            "reservation_id": RESERVATION_ID,
+            "availability_zone": "us-east-1a",
+            "capacity_block_active": True,
+            "rate": BLOCK_RATE,
+            "capacity_block_start": "2025-12-01T11:30:00Z",
+            "capacity_block_end": "2026-01-01T11:30:00Z",
+        },
+        {},
+    ),
     # Held for a roll: the program takes the desired size over and sends 0.
     "capacity_block-held": (
-        {"reservation": "capacity_block", "reservation_id": RESERVATION_ID, "availability_zone": "us-east-1a",
-         "capacity_block_active": False, "rate": BLOCK_RATE, "capacity_block_start": BLOCK_START,
-         "capacity_block_end": BLOCK_END}, {}),
+        {
+            "reservation": "capacity_block",
+            "reservation_id": RESERVATION_ID,
+            "availability_zone": "us-east-1a",
+            "capacity_block_active": False,
+            "rate": BLOCK_RATE,
+            "capacity_block_start": BLOCK_START,
+            "capacity_block_end": BLOCK_END,
+        },
+        {},
+    ),
 }
 
 
@@ -320,8 +377,12 @@ def test_pool_without_floor_or_without_elastic():
 
 
 def test_graviton_pool_gets_the_arm_gpu_ami():
-    rec = run_stack("dev", dev_variant(guaranteed={"instance_type": "g5g.xlarge"},
-                                       elastic={"instance_types": ["g5g.xlarge", "g5g.2xlarge"]}))
+    rec = run_stack(
+        "dev",
+        dev_variant(
+            guaranteed={"instance_type": "g5g.xlarge"}, elastic={"instance_types": ["g5g.xlarge", "g5g.2xlarge"]}
+        ),
+    )
     for ng in groups(rec, GUARANTEED) + groups(rec, ELASTIC):
         assert ng.inputs["amiType"] == versions.GPU_AMI_TYPE_ARM
     assert gpu_ami_type(["g6.xlarge", "g5.xlarge"]) == versions.GPU_AMI_TYPE
@@ -330,60 +391,139 @@ def test_graviton_pool_gets_the_arm_gpu_ami():
 # --- invalid combinations never reach the engine -------------------------------------------------------------
 
 INVALID = {
-    "capacity_block without id": (dict(guaranteed={"reservation": "capacity_block", "availability_zone": "us-east-1a"}),
-                                  "pools[0].guaranteed.reservation_id"),
+    "capacity_block without id": (
+        dict(guaranteed={"reservation": "capacity_block", "availability_zone": "us-east-1a"}),
+        "pools[0].guaranteed.reservation_id",
+    ),
     "reservation without AZ": (dict(guaranteed={"reservation": "odcr"}), "pools[0].guaranteed.availability_zone"),
-    "reservation AZ outside cluster": (dict(guaranteed={"reservation": "odcr", "availability_zone": "us-east-1d"}),
-                                       "pools[0].guaranteed.availability_zone"),
-    "id without reservation": (dict(guaranteed={"reservation_id": RESERVATION_ID}),
-                               "pools[0].guaranteed.reservation_id"),
-    "active flag on odcr": (dict(guaranteed={"reservation": "odcr", "availability_zone": "us-east-1a",
-                                             "capacity_block_active": True}),
-                            "pools[0].guaranteed.capacity_block_active"),
-    "capacity_block without end": (dict(guaranteed={"reservation": "capacity_block", "reservation_id": RESERVATION_ID,
-                                                    "availability_zone": "us-east-1a"}),
-                                   "pools[0].guaranteed.capacity_block_end"),
-    "capacity_block end without zone": (dict(guaranteed={"reservation": "capacity_block",
-                                                         "reservation_id": RESERVATION_ID,
-                                                         "availability_zone": "us-east-1a",
-                                                         "capacity_block_end": "2027-01-15T11:30:00"}),
-                                        "pools[0].guaranteed.capacity_block_end"),
-    "capacity_block without start": (dict(guaranteed={"reservation": "capacity_block",
-                                                      "reservation_id": RESERVATION_ID,
-                                                      "availability_zone": "us-east-1a", "capacity_block_active": True,
-                                                      "capacity_block_end": "2027-01-15T11:30:00Z"}),
-                                     "pools[0].guaranteed.capacity_block_start"),
-    "capacity_block start without zone": (dict(guaranteed={
-        "reservation": "capacity_block", "reservation_id": RESERVATION_ID, "availability_zone": "us-east-1a",
-        "capacity_block_start": "2027-01-08T11:30:00", "capacity_block_end": "2027-01-15T11:30:00Z"}),
-        "pools[0].guaranteed.capacity_block_start"),
-    "capacity_block ends before it starts": (dict(guaranteed={
-        "reservation": "capacity_block", "reservation_id": RESERVATION_ID, "availability_zone": "us-east-1a",
-        "capacity_block_start": "2027-01-15T11:30:00Z", "capacity_block_end": "2027-01-08T11:30:00Z"}),
-        "pools[0].guaranteed.capacity_block_end"),
-    "capacity_block longer than AWS sells": (dict(guaranteed={
-        "reservation": "capacity_block", "reservation_id": RESERVATION_ID, "availability_zone": "us-east-1a",
-        "capacity_block_start": "2027-01-08T11:30:00Z", "capacity_block_end": "2027-07-15T11:30:00Z"}),
-        "pools[0].guaranteed.capacity_block_end"),
-    "capacity_block drain before its start": (dict(guaranteed={
-        "reservation": "capacity_block", "reservation_id": RESERVATION_ID, "availability_zone": "us-east-1a",
-        "capacity_block_start": "2027-01-15T10:00:00Z", "capacity_block_end": "2027-01-15T11:30:00Z",
-        "capacity_block_checkpoint_lead_minutes": 60}),
-        "pools[0].guaranteed.capacity_block_checkpoint_lead_minutes"),
-    "block start on odcr": (dict(guaranteed={"reservation": "odcr", "availability_zone": "us-east-1a",
-                                             "capacity_block_start": "2027-01-08T11:30:00Z"}),
-                            "pools[0].guaranteed.capacity_block_start"),
-    "checkpoint lead on odcr": (dict(guaranteed={"reservation": "odcr", "availability_zone": "us-east-1a",
-                                                 "capacity_block_checkpoint_lead_minutes": 10}),
-                                "pools[0].guaranteed.capacity_block_checkpoint_lead_minutes"),
+    "reservation AZ outside cluster": (
+        dict(guaranteed={"reservation": "odcr", "availability_zone": "us-east-1d"}),
+        "pools[0].guaranteed.availability_zone",
+    ),
+    "id without reservation": (
+        dict(guaranteed={"reservation_id": RESERVATION_ID}),
+        "pools[0].guaranteed.reservation_id",
+    ),
+    "active flag on odcr": (
+        dict(guaranteed={"reservation": "odcr", "availability_zone": "us-east-1a", "capacity_block_active": True}),
+        "pools[0].guaranteed.capacity_block_active",
+    ),
+    "capacity_block without end": (
+        dict(
+            guaranteed={
+                "reservation": "capacity_block",
+                "reservation_id": RESERVATION_ID,
+                "availability_zone": "us-east-1a",
+            }
+        ),
+        "pools[0].guaranteed.capacity_block_end",
+    ),
+    "capacity_block end without zone": (
+        dict(
+            guaranteed={
+                "reservation": "capacity_block",
+                "reservation_id": RESERVATION_ID,
+                "availability_zone": "us-east-1a",
+                "capacity_block_end": "2027-01-15T11:30:00",
+            }
+        ),
+        "pools[0].guaranteed.capacity_block_end",
+    ),
+    "capacity_block without start": (
+        dict(
+            guaranteed={
+                "reservation": "capacity_block",
+                "reservation_id": RESERVATION_ID,
+                "availability_zone": "us-east-1a",
+                "capacity_block_active": True,
+                "capacity_block_end": "2027-01-15T11:30:00Z",
+            }
+        ),
+        "pools[0].guaranteed.capacity_block_start",
+    ),
+    "capacity_block start without zone": (
+        dict(
+            guaranteed={
+                "reservation": "capacity_block",
+                "reservation_id": RESERVATION_ID,
+                "availability_zone": "us-east-1a",
+                "capacity_block_start": "2027-01-08T11:30:00",
+                "capacity_block_end": "2027-01-15T11:30:00Z",
+            }
+        ),
+        "pools[0].guaranteed.capacity_block_start",
+    ),
+    "capacity_block ends before it starts": (
+        dict(
+            guaranteed={
+                "reservation": "capacity_block",
+                "reservation_id": RESERVATION_ID,
+                "availability_zone": "us-east-1a",
+                "capacity_block_start": "2027-01-15T11:30:00Z",
+                "capacity_block_end": "2027-01-08T11:30:00Z",
+            }
+        ),
+        "pools[0].guaranteed.capacity_block_end",
+    ),
+    "capacity_block longer than AWS sells": (
+        dict(
+            guaranteed={
+                "reservation": "capacity_block",
+                "reservation_id": RESERVATION_ID,
+                "availability_zone": "us-east-1a",
+                "capacity_block_start": "2027-01-08T11:30:00Z",
+                "capacity_block_end": "2027-07-15T11:30:00Z",
+            }
+        ),
+        "pools[0].guaranteed.capacity_block_end",
+    ),
+    "capacity_block drain before its start": (
+        dict(
+            guaranteed={
+                "reservation": "capacity_block",
+                "reservation_id": RESERVATION_ID,
+                "availability_zone": "us-east-1a",
+                "capacity_block_start": "2027-01-15T10:00:00Z",
+                "capacity_block_end": "2027-01-15T11:30:00Z",
+                "capacity_block_checkpoint_lead_minutes": 60,
+            }
+        ),
+        "pools[0].guaranteed.capacity_block_checkpoint_lead_minutes",
+    ),
+    "block start on odcr": (
+        dict(
+            guaranteed={
+                "reservation": "odcr",
+                "availability_zone": "us-east-1a",
+                "capacity_block_start": "2027-01-08T11:30:00Z",
+            }
+        ),
+        "pools[0].guaranteed.capacity_block_start",
+    ),
+    "checkpoint lead on odcr": (
+        dict(
+            guaranteed={
+                "reservation": "odcr",
+                "availability_zone": "us-east-1a",
+                "capacity_block_checkpoint_lead_minutes": 10,
+            }
+        ),
+        "pools[0].guaranteed.capacity_block_checkpoint_lead_minutes",
+    ),
     # several sizes are several groups (config/node_sizes.py), of one GPU model only (L4 x1 beside L40S x4: no)
-    "sizes of mixed GPU models": (dict(elastic={"instance_types": ["g6.xlarge", "g6e.12xlarge"]}),
-                            "pools[0].elastic.instance_types"),
-    "mixed CPU architectures": (dict(elastic={"instance_types": ["g5g.xlarge", "g5.xlarge"]}),
-                                "pools[0].elastic.instance_types"),
+    "sizes of mixed GPU models": (
+        dict(elastic={"instance_types": ["g6.xlarge", "g6e.12xlarge"]}),
+        "pools[0].elastic.instance_types",
+    ),
+    "mixed CPU architectures": (
+        dict(elastic={"instance_types": ["g5g.xlarge", "g5.xlarge"]}),
+        "pools[0].elastic.instance_types",
+    ),
     "fallback max on spot-only": (dict(elastic={"on_demand_max_nodes": 2}), "pools[0].elastic.on_demand_max_nodes"),
-    "no add-on pins for version": (dict(cluster={**stack_config("dev")["gpuloan:cluster"], "kubernetes_version": "1.29"}),
-                                   "cluster.kubernetes_version"),
+    "no add-on pins for version": (
+        dict(cluster={**stack_config("dev")["gpuloan:cluster"], "kubernetes_version": "1.29"}),
+        "cluster.kubernetes_version",
+    ),
     "group name too long": (dict(drop=()), "pools[0].name"),
 }
 
@@ -397,8 +537,9 @@ def test_invalid_combinations_fail_before_any_resource(case, monkeypatch):
         config["gpuloan:environment"] = "b" * 32
     registered = []
     original = offline.OfflineMocks.new_resource
-    monkeypatch.setattr(offline.OfflineMocks, "new_resource",
-                        lambda self, args: registered.append(args.typ) or original(self, args))
+    monkeypatch.setattr(
+        offline.OfflineMocks, "new_resource", lambda self, args: registered.append(args.typ) or original(self, args)
+    )
     with pytest.raises(Exception) as err:
         run_stack("dev", config)
     assert path in str(err.value)
@@ -412,9 +553,10 @@ def test_elastic_arn_patterns_match_elastic_groups_and_never_the_floor(recorded)
     # The policy's IAM is scoped with these patterns; EKS node group ARNs end in <name>/<uuid>.
     rec = recorded("prod")
     for pool, out in rec.outputs["pools"].items():
-        spot, on_demand = (names.node_group_arn_pattern("us-east-1", offline.ACCOUNT_ID, "gpuloan-prod", "prod",
-                                                           pool, group)
-                           for group in (names.GROUP_SPOT, names.GROUP_ON_DEMAND))
+        spot, on_demand = (
+            names.node_group_arn_pattern("us-east-1", offline.ACCOUNT_ID, "gpuloan-prod", "prod", pool, group)
+            for group in (names.GROUP_SPOT, names.GROUP_ON_DEMAND)
+        )
         # a pool has the groups its config asks for (prod's research pool: spot only, no floor)
         assert fnmatch.fnmatchcase(out["elastic_spot_node_group_arn"], spot)
         if "elastic_on_demand_node_group_arn" in out:

@@ -41,8 +41,12 @@ def test_prod_preview_role_trusts_only_pull_requests_and_the_price_refresh_of_th
     stmt = _trust(_role(rec, "preview"))
     assert stmt["Action"] == "sts:AssumeRoleWithWebIdentity"
     assert stmt["Principal"]["Federated"] == rec.outputs["github_oidc_provider_arn"]
-    assert stmt["Condition"] == {"StringEquals": {AUD: "sts.amazonaws.com", SUB: [
-        f"repo:{REPO_NAME}:pull_request", f"repo:{REPO_NAME}:environment:gpuloan-prices"]}}
+    assert stmt["Condition"] == {
+        "StringEquals": {
+            AUD: "sts.amazonaws.com",
+            SUB: [f"repo:{REPO_NAME}:pull_request", f"repo:{REPO_NAME}:environment:gpuloan-prices"],
+        }
+    }
     assert "StringLike" not in stmt["Condition"]  # no wildcard subjects
 
 
@@ -56,7 +60,9 @@ def test_deploy_role_without_environment_trusts_only_main():
     cfg = stack_config("dev")
     del cfg["gpuloan:github"]["deploy_environment"]  # the shipped dev deploys through its "dev" environment
     stmt = _trust(_role(run_stack("dev", cfg), "deploy"))
-    assert stmt["Condition"] == {"StringEquals": {AUD: "sts.amazonaws.com", SUB: f"repo:{REPO_NAME}:ref:refs/heads/main"}}
+    assert stmt["Condition"] == {
+        "StringEquals": {AUD: "sts.amazonaws.com", SUB: f"repo:{REPO_NAME}:ref:refs/heads/main"}
+    }
 
 
 def test_preview_role_is_read_only(recorded):
@@ -70,8 +76,11 @@ def test_preview_role_is_read_only(recorded):
 
 
 def _deploy_docs(rec):
-    return [json.loads(r.inputs["policy"]) for r in rec.of_type("aws:iam/policy:Policy")
-            if "-github-deploy-manage-" in r.name]
+    return [
+        json.loads(r.inputs["policy"])
+        for r in rec.of_type("aws:iam/policy:Policy")
+        if "-github-deploy-manage-" in r.name
+    ]
 
 
 def test_deploy_role_changes_are_pinned_to_the_stack_region(recorded):
@@ -82,8 +91,10 @@ def test_deploy_role_changes_are_pinned_to_the_stack_region(recorded):
         for resource in resources:
             if resource == "*":
                 # reads, AWS's resource-less actions, and key creation (pinned by condition)
-                assert st["Sid"] in ("Refresh", "UnscopableByAws") or \
-                    st["Condition"]["StringEquals"]["aws:RequestedRegion"] == "us-east-1", st["Sid"]
+                assert (
+                    st["Sid"] in ("Refresh", "UnscopableByAws")
+                    or st["Condition"]["StringEquals"]["aws:RequestedRegion"] == "us-east-1"
+                ), st["Sid"]
                 continue
             region = resource.split(":")[3]
             assert region in ("", "us-east-1"), (st["Sid"], resource)  # "": IAM, Budgets, dashboards are global
@@ -98,8 +109,11 @@ def test_roles_have_short_sessions_and_deterministic_names(recorded):
 
 
 def test_oidc_provider_is_githubs_with_the_sts_audience(recorded):
-    (provider,) = [r for r in _github_resources(recorded("prod"))
-                   if r.type == "aws:iam/openIdConnectProvider:OpenIdConnectProvider"]
+    (provider,) = [
+        r
+        for r in _github_resources(recorded("prod"))
+        if r.type == "aws:iam/openIdConnectProvider:OpenIdConnectProvider"
+    ]
     assert provider.inputs["url"] == "https://token.actions.githubusercontent.com"
     assert provider.inputs["clientIdLists"] == ["sts.amazonaws.com"]
     assert "gpuloan:gitops:GitHubOidc" in provider.urn
@@ -135,11 +149,14 @@ def test_every_oidc_child_is_parented_to_the_component(recorded):
     assert all(r.parent == component.urn for r in children)
 
 
-@pytest.mark.parametrize("github, path", [
-    ({"repository": "not-a-repo"}, "github.repository"),
-    ({"repository": "o/r", "deploy_environment": "prod env"}, "github.deploy_environment"),
-    ({"repository": "o/r", "trust": "*"}, "github.trust"),
-])
+@pytest.mark.parametrize(
+    "github, path",
+    [
+        ({"repository": "not-a-repo"}, "github.repository"),
+        ({"repository": "o/r", "deploy_environment": "prod env"}, "github.deploy_environment"),
+        ({"repository": "o/r", "trust": "*"}, "github.trust"),
+    ],
+)
 def test_bad_github_config_names_the_field(github, path):
     data = {k.split(":", 1)[1]: v for k, v in stack_config("prod").items() if k.startswith("gpuloan:")}
     data["github"] = github
@@ -159,8 +176,11 @@ def test_trust_subjects_are_exact():
 
 def test_oidc_resources_are_tagged_as_shared_platform_cost(recorded):
     rec = recorded("prod")
-    taggable = [r for r in _github_resources(rec) if r.type in (
-        "aws:iam/role:Role", "aws:iam/openIdConnectProvider:OpenIdConnectProvider")]
+    taggable = [
+        r
+        for r in _github_resources(rec)
+        if r.type in ("aws:iam/role:Role", "aws:iam/openIdConnectProvider:OpenIdConnectProvider")
+    ]
     assert len(taggable) == 3
     assert all(r.inputs["tags"] == {"gpuloan:tier": "platform"} for r in taggable)
 
@@ -173,8 +193,11 @@ def test_ci_roles_get_cluster_access_admin_for_deploy_and_a_reader_group_for_pre
     rec = recorded("prod")
     cluster_name = rec.outputs["cluster_name"]
     entries = {r.name: r.inputs for r in rec.of_type("aws:eks/accessEntry:AccessEntry") if "-github-" in r.name}
-    assocs = {r.name: r.inputs for r in rec.of_type("aws:eks/accessPolicyAssociation:AccessPolicyAssociation")
-              if "-github-" in r.name}
+    assocs = {
+        r.name: r.inputs
+        for r in rec.of_type("aws:eks/accessPolicyAssociation:AccessPolicyAssociation")
+        if "-github-" in r.name
+    }
     for role in ("preview", "deploy"):
         arn = _role(rec, role).outputs["arn"]
         (entry,) = [e for name, e in entries.items() if name.endswith(f"-{role}-access")]
@@ -204,8 +227,11 @@ def _problems(github: dict, **kw) -> dict[str, str]:
     return dict(err.value.problems)
 
 
-SELF_HOSTED = {"cluster_access": "self_hosted", "runner_labels": ["self-hosted", "vpc"],
-               "runner_security_group_ids": ["sg-0a1b2c3d4e5f60718"]}
+SELF_HOSTED = {
+    "cluster_access": "self_hosted",
+    "runner_labels": ["self-hosted", "vpc"],
+    "runner_security_group_ids": ["sg-0a1b2c3d4e5f60718"],
+}
 
 
 def test_an_existing_provider_arn_from_config_is_trusted_and_nothing_is_created():
@@ -224,14 +250,29 @@ def test_the_default_creates_the_provider_once():
     assert cfg.github.create_oidc_provider is True and cfg.github.oidc_provider_arn is None
 
 
-@pytest.mark.parametrize("github, path, words", [
-    ({"oidc_provider_arn": "arn:aws:iam::123456789012:oidc-provider/token.actions.githubusercontent.com"},
-     "github.oidc_provider_arn", "create_oidc_provider: false"),
-    ({"create_oidc_provider": False, "oidc_provider_arn": "arn:aws:iam::123456789012:oidc-provider/example.com"},
-     "github.oidc_provider_arn", "pattern"),
-    ({"create_oidc_provider": False, "oidc_provider_arn": "arn:aws:iam::12345:oidc-provider/token.actions.githubusercontent.com"},
-     "github.oidc_provider_arn", "pattern"),
-])
+@pytest.mark.parametrize(
+    "github, path, words",
+    [
+        (
+            {"oidc_provider_arn": "arn:aws:iam::123456789012:oidc-provider/token.actions.githubusercontent.com"},
+            "github.oidc_provider_arn",
+            "create_oidc_provider: false",
+        ),
+        (
+            {"create_oidc_provider": False, "oidc_provider_arn": "arn:aws:iam::123456789012:oidc-provider/example.com"},
+            "github.oidc_provider_arn",
+            "pattern",
+        ),
+        (
+            {
+                "create_oidc_provider": False,
+                "oidc_provider_arn": "arn:aws:iam::12345:oidc-provider/token.actions.githubusercontent.com",
+            },
+            "github.oidc_provider_arn",
+            "pattern",
+        ),
+    ],
+)
 def test_bad_provider_reference_names_the_field(github, path, words):
     problems = _problems({"repository": "o/r", **SELF_HOSTED, **github})
     assert path in problems and words in problems[path]
@@ -240,28 +281,68 @@ def test_bad_provider_reference_names_the_field(github, path, words):
 # --- issue 12 item 10: CI reach to the cluster API -------------------------------------------------------------
 
 
-@pytest.mark.parametrize("github, cluster, path, words", [
-    ({}, None, "github.cluster_access", "pick how CI reaches the cluster API"),
-    ({"cluster_access": "self_hosted"}, None, "github.runner_labels", "self-hosted runners"),
-    ({"cluster_access": "self_hosted", "runner_labels": ["vpc"]}, None, "github.runner_security_group_ids",
-     "cluster security group must admit them on 443"),
-    ({**SELF_HOSTED, "runner_private_cidrs": ["10.0.0.0/8"]}, None, "github.runner_private_cidrs", "/16 or narrower"),
-    ({**SELF_HOSTED, "runner_private_cidrs": ["192.0.2.0/24"]}, None, "github.runner_private_cidrs", "RFC 1918"),
-    ({**SELF_HOSTED, "runner_security_group_ids": ["sg-nope"]}, None, "github.runner_security_group_ids[0]",
-     "pattern"),
-    ({"cluster_access": "runner_cidrs", "runner_cidrs": ["192.0.2.0/28"], "runner_security_group_ids":
-      ["sg-0a1b2c3d4e5f60718"]}, None, "github.runner_security_group_ids", "only with"),
-    ({**SELF_HOSTED, "runner_cidrs": ["192.0.2.0/28"]}, None, "github.runner_cidrs", "only with"),
-    ({"cluster_access": "runner_cidrs"}, None, "github.runner_cidrs", "egress CIDRs"),
-    ({"cluster_access": "runner_cidrs", "runner_cidrs": ["10.1.0.0/16"]}, None, "github.runner_cidrs", "public IPv4"),
-    ({"cluster_access": "runner_cidrs", "runner_cidrs": ["0.0.0.0/0"]}, None, "github.runner_cidrs", "public IPv4"),
-    ({"cluster_access": "hosted"}, None, "github.cluster_access", "self_hosted"),
-    ({"cluster_access": "runner_cidrs", "runner_cidrs": ["192.0.2.0/28"]},
-     {"mode": "new", "availability_zones": ["us-east-1a", "us-east-1b", "us-east-1c"], "public_endpoint_cidrs": []},
-     "github.cluster_access", "endpoint is private"),
-    ({"cluster_access": "runner_cidrs", "runner_cidrs": ["192.0.2.0/28"]},
-     {"mode": "existing", "name": "shared"}, "github.cluster_access", "existing cluster"),
-])
+@pytest.mark.parametrize(
+    "github, cluster, path, words",
+    [
+        ({}, None, "github.cluster_access", "pick how CI reaches the cluster API"),
+        ({"cluster_access": "self_hosted"}, None, "github.runner_labels", "self-hosted runners"),
+        (
+            {"cluster_access": "self_hosted", "runner_labels": ["vpc"]},
+            None,
+            "github.runner_security_group_ids",
+            "cluster security group must admit them on 443",
+        ),
+        (
+            {**SELF_HOSTED, "runner_private_cidrs": ["10.0.0.0/8"]},
+            None,
+            "github.runner_private_cidrs",
+            "/16 or narrower",
+        ),
+        ({**SELF_HOSTED, "runner_private_cidrs": ["192.0.2.0/24"]}, None, "github.runner_private_cidrs", "RFC 1918"),
+        (
+            {**SELF_HOSTED, "runner_security_group_ids": ["sg-nope"]},
+            None,
+            "github.runner_security_group_ids[0]",
+            "pattern",
+        ),
+        (
+            {
+                "cluster_access": "runner_cidrs",
+                "runner_cidrs": ["192.0.2.0/28"],
+                "runner_security_group_ids": ["sg-0a1b2c3d4e5f60718"],
+            },
+            None,
+            "github.runner_security_group_ids",
+            "only with",
+        ),
+        ({**SELF_HOSTED, "runner_cidrs": ["192.0.2.0/28"]}, None, "github.runner_cidrs", "only with"),
+        ({"cluster_access": "runner_cidrs"}, None, "github.runner_cidrs", "egress CIDRs"),
+        (
+            {"cluster_access": "runner_cidrs", "runner_cidrs": ["10.1.0.0/16"]},
+            None,
+            "github.runner_cidrs",
+            "public IPv4",
+        ),
+        ({"cluster_access": "runner_cidrs", "runner_cidrs": ["0.0.0.0/0"]}, None, "github.runner_cidrs", "public IPv4"),
+        ({"cluster_access": "hosted"}, None, "github.cluster_access", "self_hosted"),
+        (
+            {"cluster_access": "runner_cidrs", "runner_cidrs": ["192.0.2.0/28"]},
+            {
+                "mode": "new",
+                "availability_zones": ["us-east-1a", "us-east-1b", "us-east-1c"],
+                "public_endpoint_cidrs": [],
+            },
+            "github.cluster_access",
+            "endpoint is private",
+        ),
+        (
+            {"cluster_access": "runner_cidrs", "runner_cidrs": ["192.0.2.0/28"]},
+            {"mode": "existing", "name": "shared"},
+            "github.cluster_access",
+            "existing cluster",
+        ),
+    ],
+)
 def test_a_gitops_config_must_pick_how_ci_reaches_the_cluster(github, cluster, path, words):
     problems = _problems({"repository": "o/r", **github}, cluster=cluster)
     assert path in problems and words in problems[path], problems
@@ -272,15 +353,21 @@ def test_self_hosted_runners_are_admitted_to_the_cluster_security_group_on_443(r
         rec = recorded(stack)
         [cluster] = rec.of_type("aws:eks/cluster:Cluster")
         cluster_sg = cluster.outputs["vpcConfig"]["clusterSecurityGroupId"]
-        rules = [r.inputs for r in rec.of_type("aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule")
-                 if r.inputs.get("referencedSecurityGroupId") in cfg_github(stack)["runner_security_group_ids"]]
+        rules = [
+            r.inputs
+            for r in rec.of_type("aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule")
+            if r.inputs.get("referencedSecurityGroupId") in cfg_github(stack)["runner_security_group_ids"]
+        ]
         assert len(rules) == 1
         assert rules[0]["securityGroupId"] == cluster_sg
         assert (rules[0]["ipProtocol"], rules[0]["fromPort"], rules[0]["toPort"]) == ("tcp", 443, 443)
     cfg = stack_config("dev")
     cfg["gpuloan:github"].update(runner_security_group_ids=[], runner_private_cidrs=["10.60.4.0/24"])
-    [rule] = [r.inputs for r in run_stack("dev", cfg).of_type(
-        "aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule") if r.inputs.get("cidrIpv4") == "10.60.4.0/24"]
+    [rule] = [
+        r.inputs
+        for r in run_stack("dev", cfg).of_type("aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule")
+        if r.inputs.get("cidrIpv4") == "10.60.4.0/24"
+    ]
     assert (rule["fromPort"], rule["toPort"]) == (443, 443)
 
 
@@ -290,8 +377,9 @@ def cfg_github(stack: str) -> dict:
 
 def test_runner_cidrs_join_the_endpoint_allow_list(recorded):
     cfg = stack_config("dev")
-    cfg["gpuloan:github"].update(cluster_access="runner_cidrs", runner_cidrs=["192.0.2.0/28"], runner_labels=[],
-                                 runner_security_group_ids=[])
+    cfg["gpuloan:github"].update(
+        cluster_access="runner_cidrs", runner_cidrs=["192.0.2.0/28"], runner_labels=[], runner_security_group_ids=[]
+    )
     (cluster,) = run_stack("dev", cfg).of_type("aws:eks/cluster:Cluster")
     vpc = cluster.inputs["vpcConfig"]
     assert vpc["publicAccessCidrs"] == ["203.0.113.0/24", "192.0.2.0/28"]  # the config's, then CI's

@@ -30,8 +30,11 @@ def preview_doc(rec) -> dict:
 
 
 def deploy_docs(rec) -> list[dict]:
-    docs = [json.loads(r.inputs["policy"]) for r in rec.of_type("aws:iam/policy:Policy")
-            if "-github-deploy-manage-" in r.name]
+    docs = [
+        json.loads(r.inputs["policy"])
+        for r in rec.of_type("aws:iam/policy:Policy")
+        if "-github-deploy-manage-" in r.name
+    ]
     assert docs
     return docs
 
@@ -89,8 +92,18 @@ def test_preview_role_can_refresh_every_declared_resource(recorded, stack):
 
 def test_the_check_catches_the_old_wildcard_preview_policy():
     # The previous preview policy: Describe*/List*/Get* per service. Reading a budget is budgets:ViewBudget.
-    old = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Resource": "*", "Action": [
-        f"{svc}:{verb}*" for svc in ("budgets", "ec2", "eks") for verb in ("Describe", "List", "Get")]}]}
+    old = {
+        "Version": "2012-10-17",
+        "Statement": [
+            {
+                "Effect": "Allow",
+                "Resource": "*",
+                "Action": [
+                    f"{svc}:{verb}*" for svc in ("budgets", "ec2", "eks") for verb in ("Describe", "List", "Get")
+                ],
+            }
+        ],
+    }
     missing = [a for a in perms.TABLE["aws:budgets/budget:Budget"].read if not allowed(old, a)]
     assert missing == ["budgets:ViewBudget"]
 
@@ -119,12 +132,28 @@ def test_both_roles_can_look_up_prices(recorded, stack):
 # --- preview: nothing beyond refresh ------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("action", [
-    "kms:Decrypt", "kms:GenerateDataKey", "ssm:GetParameter", "ssm:GetParameters", "secretsmanager:GetSecretValue",
-    "lambda:GetLayerVersion", "ecr:GetDownloadUrlForLayer", "dynamodb:GetItem", "dynamodb:Query", "dynamodb:Scan",
-    "logs:GetLogEvents", "logs:FilterLogEvents", "sqs:ReceiveMessage", "s3:GetObject", "ce:GetCostAndUsage",
-    "iam:PassRole", "sts:AssumeRole",
-])
+@pytest.mark.parametrize(
+    "action",
+    [
+        "kms:Decrypt",
+        "kms:GenerateDataKey",
+        "ssm:GetParameter",
+        "ssm:GetParameters",
+        "secretsmanager:GetSecretValue",
+        "lambda:GetLayerVersion",
+        "ecr:GetDownloadUrlForLayer",
+        "dynamodb:GetItem",
+        "dynamodb:Query",
+        "dynamodb:Scan",
+        "logs:GetLogEvents",
+        "logs:FilterLogEvents",
+        "sqs:ReceiveMessage",
+        "s3:GetObject",
+        "ce:GetCostAndUsage",
+        "iam:PassRole",
+        "sts:AssumeRole",
+    ],
+)
 @pytest.mark.parametrize("stack", STACKS)
 def test_preview_role_reads_no_data_and_decrypts_nothing(recorded, stack, action):
     assert not allowed(preview_doc(recorded(stack)), action)
@@ -172,8 +201,11 @@ def test_preview_role_holds_exact_read_actions_only(recorded, stack):
 
 def test_preview_kubernetes_reader_lists_every_declared_kind_and_no_secret(recorded):
     rec = recorded("prod")
-    (role,) = [r for r in rec.of_type("kubernetes:rbac.authorization.k8s.io/v1:ClusterRole")
-               if r.inputs["metadata"]["name"] == ci_rbac.READER]
+    (role,) = [
+        r
+        for r in rec.of_type("kubernetes:rbac.authorization.k8s.io/v1:ClusterRole")
+        if r.inputs["metadata"]["name"] == ci_rbac.READER
+    ]
     rules = role.inputs["rules"]
     readable = {(g, res) for rule in rules for g in rule["apiGroups"] for res in rule["resources"]}
     assert all(set(rule["verbs"]) == {"get", "list", "watch"} for rule in rules)
@@ -181,8 +213,11 @@ def test_preview_kubernetes_reader_lists_every_declared_kind_and_no_secret(recor
     for type_ in declared_types(rec):
         if type_.startswith("kubernetes:") and type_ != "kubernetes:helm.sh/v3:Release":
             assert perms.KUBERNETES_KINDS[type_] in readable, type_
-    secrets = [r for r in rec.of_type("kubernetes:rbac.authorization.k8s.io/v1:Role")
-               if r.inputs["metadata"]["name"].startswith(ci_rbac.READER)]
+    secrets = [
+        r
+        for r in rec.of_type("kubernetes:rbac.authorization.k8s.io/v1:Role")
+        if r.inputs["metadata"]["name"].startswith(ci_rbac.READER)
+    ]
     # The Helm release records of the two charts (GPU Operator, Kueue), nowhere else.
     assert sorted(r.inputs["metadata"]["namespace"] for r in secrets) == ["gpu-operator", "kueue-system"]
     for role in secrets:
@@ -193,10 +228,14 @@ def test_preview_access_entry_maps_to_the_reader_group_without_an_access_policy(
     rec = recorded("prod")
     (entry,) = [r for r in rec.of_type("aws:eks/accessEntry:AccessEntry") if r.name.endswith("-preview-access")]
     assert entry.inputs["kubernetesGroups"] == [ci_rbac.PREVIEW_GROUP]
-    assert not [r for r in rec.of_type("aws:eks/accessPolicyAssociation:AccessPolicyAssociation")
-                if "-preview-" in r.name]
-    (binding,) = [r for r in rec.of_type("kubernetes:rbac.authorization.k8s.io/v1:ClusterRoleBinding")
-                  if r.inputs["metadata"]["name"] == ci_rbac.READER]
+    assert not [
+        r for r in rec.of_type("aws:eks/accessPolicyAssociation:AccessPolicyAssociation") if "-preview-" in r.name
+    ]
+    (binding,) = [
+        r
+        for r in rec.of_type("kubernetes:rbac.authorization.k8s.io/v1:ClusterRoleBinding")
+        if r.inputs["metadata"]["name"] == ci_rbac.READER
+    ]
     assert binding.inputs["subjects"][0]["name"] == ci_rbac.PREVIEW_GROUP
 
 
@@ -226,18 +265,33 @@ def _requests(env: str) -> list[tuple[str, str, dict]]:
         ("ec2:CancelCapacityReservation", arn("ec2", "capacity-reservation/cr-0abc"), tagged(env)),
         ("ec2:CreateSubnet", arn("ec2", "subnet/*"), {"aws:RequestTag/gpuloan:environment": env}),
         ("ec2:CreateSubnet", arn("ec2", "vpc/vpc-0abc"), {**tagged(env), "aws:RequestTag/gpuloan:environment": env}),
-        ("ec2:AuthorizeSecurityGroupIngress", arn("ec2", "security-group/sg-0eks"),
-         {"aws:ResourceTag/aws:eks:cluster-name": p}),
+        (
+            "ec2:AuthorizeSecurityGroupIngress",
+            arn("ec2", "security-group/sg-0eks"),
+            {"aws:ResourceTag/aws:eks:cluster-name": p},
+        ),
         ("kms:ScheduleKeyDeletion", arn("kms", "key/1234"), tagged(env)),
         ("kms:CreateAlias", arn("kms", f"alias/{p}-alerts"), {}),
-        ("iam:PutRolePolicy", f"arn:aws:iam::{ACCOUNT}:role/gpuloan/{env}/{p}-policy-us-east-1",
-         {"iam:PermissionsBoundary": f"arn:aws:iam::{ACCOUNT}:policy/gpuloan-ci/{env}/{p}-boundary"}),
-        ("iam:DeleteRole", f"arn:aws:iam::{ACCOUNT}:role/gpuloan/{env}/{env}-cluster-node-role-abc",
-         {**tagged(env), "iam:PermissionsBoundary": f"arn:aws:iam::{ACCOUNT}:policy/gpuloan-ci/{env}/{p}-boundary"}),
-        ("iam:PassRole", f"arn:aws:iam::{ACCOUNT}:role/gpuloan/{env}/{env}-cluster-node-role-abc",
-         {"iam:PassedToService": "eks.amazonaws.com"}),
-        ("iam:DeleteOpenIDConnectProvider", f"arn:aws:iam::{ACCOUNT}:oidc-provider/oidc.eks.us-east-1.amazonaws.com/id/X",
-         tagged(env)),
+        (
+            "iam:PutRolePolicy",
+            f"arn:aws:iam::{ACCOUNT}:role/gpuloan/{env}/{p}-policy-us-east-1",
+            {"iam:PermissionsBoundary": f"arn:aws:iam::{ACCOUNT}:policy/gpuloan-ci/{env}/{p}-boundary"},
+        ),
+        (
+            "iam:DeleteRole",
+            f"arn:aws:iam::{ACCOUNT}:role/gpuloan/{env}/{env}-cluster-node-role-abc",
+            {**tagged(env), "iam:PermissionsBoundary": f"arn:aws:iam::{ACCOUNT}:policy/gpuloan-ci/{env}/{p}-boundary"},
+        ),
+        (
+            "iam:PassRole",
+            f"arn:aws:iam::{ACCOUNT}:role/gpuloan/{env}/{env}-cluster-node-role-abc",
+            {"iam:PassedToService": "eks.amazonaws.com"},
+        ),
+        (
+            "iam:DeleteOpenIDConnectProvider",
+            f"arn:aws:iam::{ACCOUNT}:oidc-provider/oidc.eks.us-east-1.amazonaws.com/id/X",
+            tagged(env),
+        ),
     ]
 
 
@@ -262,7 +316,9 @@ def test_deploy_role_cannot_mint_an_admin_role(recorded, stack):
     assert allowed(docs, "iam:CreateRole", role, {**with_boundary, "aws:RequestTag/gpuloan:environment": stack})
     with_boundary = {**with_boundary, "aws:RequestTag/gpuloan:environment": stack}
     assert not allowed(docs, "iam:CreateRole", role)  # no boundary
-    assert not allowed(docs, "iam:CreateRole", role, {"iam:PermissionsBoundary": "arn:aws:iam::aws:policy/AdministratorAccess"})
+    assert not allowed(
+        docs, "iam:CreateRole", role, {"iam:PermissionsBoundary": "arn:aws:iam::aws:policy/AdministratorAccess"}
+    )
     assert not allowed(docs, "iam:CreateRole", f"arn:aws:iam::{ACCOUNT}:role/admin", with_boundary)  # outside the path
     assert not allowed(docs, "iam:AttachRolePolicy", role)  # a role without the boundary
     assert not allowed(docs, "iam:DeleteRolePermissionsBoundary", role, with_boundary)
@@ -347,10 +403,18 @@ def test_boundary_grants_no_iam_and_nothing_on_another_environment(recorded, sta
     other = "prod" if stack == "dev" else "dev"
     assert allowed(doc, "eks:UpdateNodegroupConfig", "*", tagged(stack))
     assert not allowed(doc, "eks:UpdateNodegroupConfig", "*", tagged(other))
-    for action in ("iam:CreateRole", "iam:PutRolePolicy", "iam:AttachRolePolicy", "iam:PassRole",
-                   "organizations:LeaveOrganization", "sts:AssumeRole"):
+    for action in (
+        "iam:CreateRole",
+        "iam:PutRolePolicy",
+        "iam:AttachRolePolicy",
+        "iam:PassRole",
+        "organizations:LeaveOrganization",
+        "sts:AssumeRole",
+    ):
         assert not allowed(doc, action, "*"), action
-    assert allowed(doc, "iam:CreateServiceLinkedRole", "*", {"iam:AWSServiceName": "elasticloadbalancing.amazonaws.com"})
+    assert allowed(
+        doc, "iam:CreateServiceLinkedRole", "*", {"iam:AWSServiceName": "elasticloadbalancing.amazonaws.com"}
+    )
 
 
 # --- a self-managed S3 backend through the roles (no Pulumi token in CI) ------------------------------------
@@ -405,8 +469,9 @@ def test_state_key_without_a_bucket_is_refused():
 def test_docs_permission_table_is_generated_from_the_code():
     from conftest import REPO
 
-    assert (REPO / "docs" / "iam-permissions.md").read_text() == perms.markdown(), \
+    assert (REPO / "docs" / "iam-permissions.md").read_text() == perms.markdown(), (
         "run: python -m stacks.gitops.iam_permissions > docs/iam-permissions.md"
+    )
 
 
 def test_every_service_the_deploy_role_changes_has_its_scope_documented(recorded):
@@ -422,8 +487,13 @@ def test_every_invoke_the_program_makes_has_an_entry_and_both_roles_may_call_it(
     invoked = set(rec.invokes)
     assert "aws:eks/getNodeGroups:getNodeGroups" in invoked  # the live-size read this test was written for
     assert sorted(invoked - set(perms.INVOKES)) == []
-    deploy_actions = {a for d in deploy_docs(rec) for st in d["Statement"] if st["Effect"] == "Allow"
-                      for a in ([st["Action"]] if isinstance(st.get("Action"), str) else st.get("Action") or [])}
+    deploy_actions = {
+        a
+        for d in deploy_docs(rec)
+        for st in d["Statement"]
+        if st["Effect"] == "Allow"
+        for a in ([st["Action"]] if isinstance(st.get("Action"), str) else st.get("Action") or [])
+    }
     for token in invoked:
         for action in perms.INVOKES[token]:
             assert allowed(preview_doc(rec), action, "*"), f"preview cannot {action} ({token})"
@@ -442,11 +512,17 @@ def test_deploy_roles_own_boundary_caps_whatever_its_policies_grant(recorded, st
     ci = f"arn:aws:iam::{ACCOUNT}:role/gpuloan-ci/{stack}/gpuloan-{stack}-github-deploy"
     ci_policy = f"arn:aws:iam::{ACCOUNT}:policy/gpuloan-ci/{stack}/gpuloan-{stack}-github-deploy-1"
     github = f"arn:aws:iam::{ACCOUNT}:oidc-provider/token.actions.githubusercontent.com"
-    for action, resource in (("iam:PutRolePolicy", ci), ("iam:DeleteRolePermissionsBoundary", ci),
-                             ("iam:UpdateAssumeRolePolicy", ci), ("iam:CreatePolicyVersion", ci_policy),
-                             ("iam:DeleteOpenIDConnectProvider", github), ("iam:CreateUser", "*"),
-                             ("iam:CreateAccessKey", "*"), ("sts:AssumeRole", "*"),
-                             ("organizations:LeaveOrganization", "*")):
+    for action, resource in (
+        ("iam:PutRolePolicy", ci),
+        ("iam:DeleteRolePermissionsBoundary", ci),
+        ("iam:UpdateAssumeRolePolicy", ci),
+        ("iam:CreatePolicyVersion", ci_policy),
+        ("iam:DeleteOpenIDConnectProvider", github),
+        ("iam:CreateUser", "*"),
+        ("iam:CreateAccessKey", "*"),
+        ("sts:AssumeRole", "*"),
+        ("organizations:LeaveOrganization", "*"),
+    ):
         assert allowed(everything, action, resource), action
         assert not allowed(everything, action, resource, boundary=boundary), action
     assert not allowed(everything, "eks:DeleteCluster", "*", tagged(other), boundary=boundary)

@@ -22,8 +22,11 @@ from stacks.gitops import iam_permissions as perms
 
 
 def deploy_docs(rec) -> list[dict]:
-    return [json.loads(r.inputs["policy"]) for r in rec.of_type("aws:iam/policy:Policy")
-            if "-github-deploy-manage-" in r.name]
+    return [
+        json.loads(r.inputs["policy"])
+        for r in rec.of_type("aws:iam/policy:Policy")
+        if "-github-deploy-manage-" in r.name
+    ]
 
 
 def deploy_boundary(rec) -> dict | None:
@@ -41,10 +44,14 @@ def administrators(p: Plan, r, req) -> bool:
     the account's GitHub provider (stacks/gitops/github_oidc.py, stacks/gitops/role_guard.py), and adopting a new VPC's default
     security group, which AWS creates untagged (a new VPC is an administrator's `pulumi up`, docs/gitops.md)."""
     ci = perms.ci_path(p.env)
-    if req.op == "create" and (req.action in perms.ADMINISTRATOR_ONLY or (
-            r.type == "aws:kms/key:Key" and req.action == "kms:TagResource" and req.resource == "*") or (
+    if req.op == "create" and (
+        req.action in perms.ADMINISTRATOR_ONLY
+        or (r.type == "aws:kms/key:Key" and req.action == "kms:TagResource" and req.resource == "*")
+        or (
             r.type == "aws:iam/openIdConnectProvider:OpenIdConnectProvider"
-            and req.action == "iam:TagOpenIDConnectProvider")):
+            and req.action == "iam:TagOpenIDConnectProvider"
+        )
+    ):
         # KMS keys and the cluster's IRSA provider are created by the administrator's `pulumi up` (issue 42):
         # the tags their creates send could only be granted on resources of any owner (perms.ADMINISTRATOR_ONLY).
         return True
@@ -60,8 +67,11 @@ def administrators(p: Plan, r, req) -> bool:
 
 
 def plan_resources(rec) -> list:
-    return [r for r in rec.resources if r.custom and r.type not in perms.NO_IAM_NEEDED
-            and r.type not in perms.KUBERNETES_KINDS]
+    return [
+        r
+        for r in rec.resources
+        if r.custom and r.type not in perms.NO_IAM_NEEDED and r.type not in perms.KUBERNETES_KINDS
+    ]
 
 
 @pytest.mark.parametrize("stack", STACKS)
@@ -95,16 +105,21 @@ def _decisions(rec):
 
 @pytest.mark.parametrize("stack", STACKS)
 def test_deploy_role_may_make_every_request_of_its_plan(recorded, stack):
-    refused = [f"{r.name} ({r.type}) {req.op}: {req.action} on {req.resource} {req.context}"
-               for r, req, ok, admin in _decisions(recorded(stack)) if not admin and not ok]
+    refused = [
+        f"{r.name} ({r.type}) {req.op}: {req.action} on {req.resource} {req.context}"
+        for r, req, ok, admin in _decisions(recorded(stack))
+        if not admin and not ok
+    ]
     assert refused == [], "\n".join(refused)
 
 
 @pytest.mark.parametrize("stack", STACKS)
 def test_deploy_role_may_not_change_what_the_administrator_owns(recorded, stack):
-    granted = [f"{r.name} {req.op}: {req.action} on {req.resource}"
-               for r, req, ok, admin in _decisions(recorded(stack))
-               if admin and ok and not perms._is_read(req.action)]  # reading them is refresh, not change
+    granted = [
+        f"{r.name} {req.op}: {req.action} on {req.resource}"
+        for r, req, ok, admin in _decisions(recorded(stack))
+        if admin and ok and not perms._is_read(req.action)
+    ]  # reading them is refresh, not change
     assert granted == [], "\n".join(granted)
     assert any(admin for _, _, _, admin in _decisions(recorded(stack)))
 
@@ -137,8 +152,12 @@ def test_a_launch_template_create_is_refused_with_the_iam_action_in_create_actio
     assert allowed(doc, "ec2:CreateTags", lt, {**new, "ec2:CreateAction": "CreateLaunchTemplate"})
     assert not allowed(doc, "ec2:CreateTags", lt, {**new, "ec2:CreateAction": "ec2:CreateLaunchTemplate"})
     # Tagging on create only with this environment's tag; never a standalone CreateTags on someone else's resource.
-    assert not allowed(doc, "ec2:CreateTags", lt, {"aws:RequestTag/gpuloan:environment": "prod",
-                                                    "ec2:CreateAction": "CreateLaunchTemplate"})
+    assert not allowed(
+        doc,
+        "ec2:CreateTags",
+        lt,
+        {"aws:RequestTag/gpuloan:environment": "prod", "ec2:CreateAction": "CreateLaunchTemplate"},
+    )
     assert not allowed(doc, "ec2:CreateTags", "arn:aws:ec2:us-east-1:123456789012:launch-template/lt-1", new)
 
 
@@ -147,10 +166,20 @@ def test_the_deploy_role_cannot_adopt_an_untagged_key_role_or_provider():
     key of the region, then re-policy, grant or delete it. Tagging an existing resource now needs this environment's
     tag on it already (and a role's create-time tag only under the environment's path)."""
     scope = perms.Scope("aws", "123456789012", "us-east-1", "dev", "gpuloan-dev")
-    doc = perms.deploy_policy_document(["aws:kms/key:Key", "aws:kms/alias:Alias", "aws:iam/role:Role",
-                                        "aws:iam/openIdConnectProvider:OpenIdConnectProvider"], scope)
-    adopt = {"aws:RequestTag/gpuloan:environment": "dev", "aws:TagKeys": ["gpuloan:environment"],
-             "aws:RequestedRegion": "us-east-1"}
+    doc = perms.deploy_policy_document(
+        [
+            "aws:kms/key:Key",
+            "aws:kms/alias:Alias",
+            "aws:iam/role:Role",
+            "aws:iam/openIdConnectProvider:OpenIdConnectProvider",
+        ],
+        scope,
+    )
+    adopt = {
+        "aws:RequestTag/gpuloan:environment": "dev",
+        "aws:TagKeys": ["gpuloan:environment"],
+        "aws:RequestedRegion": "us-east-1",
+    }
     key = "arn:aws:kms:us-east-1:123456789012:key/0f1e2d3c"
     for resource in ("*", key):
         assert not allowed(doc, "kms:TagResource", resource, adopt), resource
@@ -159,8 +188,12 @@ def test_the_deploy_role_cannot_adopt_an_untagged_key_role_or_provider():
         assert not allowed(doc, action, key, {"aws:RequestedRegion": "us-east-1"}), action
         assert allowed(doc, action, key, {"aws:ResourceTag/gpuloan:environment": "dev"}), action
     # An own key cannot be handed to another environment either.
-    assert not allowed(doc, "kms:TagResource", key, {"aws:ResourceTag/gpuloan:environment": "dev",
-                                                     "aws:RequestTag/gpuloan:environment": "prod"})
+    assert not allowed(
+        doc,
+        "kms:TagResource",
+        key,
+        {"aws:ResourceTag/gpuloan:environment": "dev", "aws:RequestTag/gpuloan:environment": "prod"},
+    )
     # Another cluster's IRSA provider (untagged) cannot be tagged, then deleted.
     provider = "arn:aws:iam::123456789012:oidc-provider/oidc.eks.us-east-1.amazonaws.com/id/ABC"
     assert not allowed(doc, "iam:TagOpenIDConnectProvider", provider, adopt)

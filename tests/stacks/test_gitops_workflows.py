@@ -31,15 +31,23 @@ def steps_using(job: dict, action: str) -> list[dict]:
 def test_workflows_match_the_github_schema():
     files = sorted(str(p) for p in WORKFLOWS.glob("*.yml"))
     assert len(files) >= 2
-    out = subprocess.run([str(BIN / "check-jsonschema"), "--builtin-schema", "vendor.github-workflows", *files],
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [str(BIN / "check-jsonschema"), "--builtin-schema", "vendor.github-workflows", *files],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stdout + out.stderr
 
 
 @pytest.mark.parametrize("persona", ["pedantic", "auditor"])
 def test_zizmor_finds_nothing_even_as_auditor(persona):
-    out = subprocess.run([str(BIN / "zizmor"), "--offline", f"--persona={persona}", str(WORKFLOWS)],
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [str(BIN / "zizmor"), "--offline", f"--persona={persona}", str(WORKFLOWS)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     assert "No findings to report" in out.stdout + out.stderr
 
@@ -95,7 +103,7 @@ def test_preview_runs_on_pull_requests_over_every_stack():
     jobs = doc["jobs"]
     assert "make test" in [s.get("run") for s in jobs["test"]["steps"]]
     stacks = [m["stack"] for m in jobs["preview"]["strategy"]["matrix"]["include"]]
-    assert sorted(stacks) == sorted(p.name[len("Pulumi."):-len(".yaml")] for p in REPO.glob("Pulumi.*.yaml"))
+    assert sorted(stacks) == sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in REPO.glob("Pulumi.*.yaml"))
     (pulumi,) = steps_using(jobs["preview"], "pulumi/actions")
     assert pulumi["with"]["command"] == "preview"
     assert pulumi["with"]["comment-on-pr"] is True
@@ -114,7 +122,7 @@ def test_preview_runs_on_pull_requests_over_every_stack():
 def test_preview_posts_one_cost_diff_comment_updated_in_place():
     job = load("preview.yml")["jobs"]["cost-diff"]
     script = next(s["run"] for s in job["steps"] if "cost-diff" in s.get("run", ""))
-    assert "gpuloan cost-diff --base \"$BASE_SHA\" --markdown" in script
+    assert 'gpuloan cost-diff --base "$BASE_SHA" --markdown' in script
     assert "--method PATCH" in script and "--method POST" in script  # edit the existing comment, else create one
     assert "github-actions[bot]" in script
     from offline.diff import MARKER
@@ -134,9 +142,13 @@ def test_deploy_runs_on_main_with_a_concurrency_group_per_stack():
         assert job["concurrency"]["cancel-in-progress"] is False  # never kill an `up` half-way
         groups[stack] = job["concurrency"]["group"]
         (pulumi,) = steps_using(job, "pulumi/actions")
-        assert pulumi["with"] == {"command": "up", "stack-name": stack, "policyPacks": "guardrails",
-                                  # the rollout gate's blockers, for the guardrails' rollout-blockers rule
-                                  "policyPackConfigs": "${{ runner.temp }}/guardrails-config.json"}
+        assert pulumi["with"] == {
+            "command": "up",
+            "stack-name": stack,
+            "policyPacks": "guardrails",
+            # the rollout gate's blockers, for the guardrails' rollout-blockers rule
+            "policyPackConfigs": "${{ runner.temp }}/guardrails-config.json",
+        }
     assert groups["dev"] != groups["prod"] and all(stack in g for stack, g in groups.items())
     assert jobs["dev"]["needs"] == ["test", "runners"] and jobs["prod"]["needs"] == ["dev", "runners"]
 
@@ -170,8 +182,7 @@ def test_no_pull_request_job_gets_any_pulumi_token_or_secret():
 
 
 def _ci_runner(*stacks: str, cwd=REPO) -> dict:
-    out = subprocess.run([*GPULOAN, "ci-runner", *stacks], capture_output=True, text=True,
-                         timeout=120, cwd=cwd)
+    out = subprocess.run([*GPULOAN, "ci-runner", *stacks], capture_output=True, text=True, timeout=120, cwd=cwd)
     assert out.returncode == 0, out.stderr
     return {k: json.loads(v) for k, v in (line.split("=", 1) for line in out.stdout.splitlines())}
 
@@ -197,8 +208,7 @@ def test_pulumi_jobs_run_where_each_stack_config_says_ci_reaches_the_cluster():
 
 def test_ci_runner_follows_a_changed_config(tmp_path):
     config = stack_config("dev")
-    config["gpuloan:github"] = {"repository": "o/r", "cluster_access": "runner_cidrs",
-                                "runner_cidrs": ["192.0.2.0/28"]}
+    config["gpuloan:github"] = {"repository": "o/r", "cluster_access": "runner_cidrs", "runner_cidrs": ["192.0.2.0/28"]}
     path = tmp_path / "Pulumi.dev.yaml"
     path.write_text(yaml.safe_dump({"config": config}))
     assert _ci_runner(str(path)) == {"dev": "ubuntu-24.04"}  # hosted runners whose egress the endpoint allows
@@ -221,24 +231,30 @@ def test_the_scheduled_price_refresh_opens_a_pull_request_through_the_preview_ro
     assert job["permissions"] == {"contents": "write", "pull-requests": "write", "id-token": "write"}
     assert all(s["with"]["persist-credentials"] is False for s in steps_using(job, "actions/checkout"))
     creds = steps_using(job, "aws-actions/configure-aws-credentials")
-    stacks = sorted(p.name[len("Pulumi."):-len(".yaml")] for p in REPO.glob("Pulumi.*.yaml"))
+    stacks = sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in REPO.glob("Pulumi.*.yaml"))
     assert [c["with"]["role-to-assume"] for c in creds] == [
-        f"${{{{ vars.GPULOAN_PREVIEW_ROLE_ARN_{s.upper()} }}}}" for s in stacks]
+        f"${{{{ vars.GPULOAN_PREVIEW_ROLE_ARN_{s.upper()} }}}}" for s in stacks
+    ]
     assert not any({"aws-access-key-id", "aws-secret-access-key"} & set(c["with"]) for c in creds)  # OIDC only
     runs = [s.get("run", "") for s in job["steps"]]
     assert [r for r in runs if r.startswith(".venv/bin/gpuloan prices refresh")] == [
-        f".venv/bin/gpuloan prices refresh -s {s}" for s in stacks]
+        f".venv/bin/gpuloan prices refresh -s {s}" for s in stacks
+    ]
     script = runs[-1]
     assert f"file={pricebook.PROJECT_PRICE_FILE}" in script and "gh pr create" in script
     cfg = config_mod_parse_prod()
-    assert f"repo:{cfg.github.repository}:environment:{github_oidc.PRICES_ENVIRONMENT}" in \
-        github_oidc.trust_subjects(cfg)["preview"]
+    assert (
+        f"repo:{cfg.github.repository}:environment:{github_oidc.PRICES_ENVIRONMENT}"
+        in github_oidc.trust_subjects(cfg)["preview"]
+    )
 
 
 def config_mod_parse_prod():
 
-    return checks.parse({k.split(":", 1)[1]: v for k, v in stack_config("prod").items()
-                             if k.startswith("gpuloan:")}, prices=resolved_prices())
+    return checks.parse(
+        {k.split(":", 1)[1]: v for k, v in stack_config("prod").items() if k.startswith("gpuloan:")},
+        prices=resolved_prices(),
+    )
 
 
 # --- the cost-diff job in a repository that commits no price file (a fresh fork; this repository) ------------
@@ -256,18 +272,30 @@ def _run_cost_diff_step(repo: Path, tmp_path: Path, base: str) -> tuple[subproce
     stand-in for `gh` (GitHub's API is not reachable here)."""
     import os
 
-    script = next(s["run"] for s in load("preview.yml")["jobs"]["cost-diff"]["steps"] if "cost-diff" in s.get("run", ""))
+    script = next(
+        s["run"] for s in load("preview.yml")["jobs"]["cost-diff"]["steps"] if "cost-diff" in s.get("run", "")
+    )
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
     (bin_dir / "gh").write_text(FAKE_GH)
     (bin_dir / "gh").chmod(0o755)
     env = {k: v for k, v in os.environ.items() if k != "GPULOAN_PRICE_FILE"}  # as on a runner: no price variable
     # and the package's snapshot turned off (docs/prices.md): the job then has no price at all
-    env.update(PATH=f"{bin_dir}:{env['PATH']}", BASE_SHA=base, GPULOAN_PRICE_SNAPSHOT="0", PR_NUMBER="7", REPOSITORY="example-org/ml-infra",
-               GH_TOKEN="not-a-token", GH_CALLS=str(tmp_path / "calls"), GH_POSTED=str(tmp_path / "posted.md"),
-               GITHUB_STEP_SUMMARY=str(tmp_path / "summary.md"), XDG_CACHE_HOME=str(tmp_path / "no-cache"))
-    result = subprocess.run(["bash", "-e", "-c", script], cwd=repo, env=env, capture_output=True, text=True,
-                            timeout=600)
+    env.update(
+        PATH=f"{bin_dir}:{env['PATH']}",
+        BASE_SHA=base,
+        GPULOAN_PRICE_SNAPSHOT="0",
+        PR_NUMBER="7",
+        REPOSITORY="example-org/ml-infra",
+        GH_TOKEN="not-a-token",
+        GH_CALLS=str(tmp_path / "calls"),
+        GH_POSTED=str(tmp_path / "posted.md"),
+        GITHUB_STEP_SUMMARY=str(tmp_path / "summary.md"),
+        XDG_CACHE_HOME=str(tmp_path / "no-cache"),
+    )
+    result = subprocess.run(
+        ["bash", "-e", "-c", script], cwd=repo, env=env, capture_output=True, text=True, timeout=600
+    )
     return result, tmp_path / "posted.md"
 
 

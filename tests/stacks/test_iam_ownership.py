@@ -41,8 +41,10 @@ OTHER_OWNER = "other-owner"
 # makes for a cluster (`aws:` keys cannot be set by anyone but AWS).
 OWNERSHIP_TAGS = (perms.ENV_TAG, "aws:eks:cluster-name", "eks:cluster-name")
 # Condition keys the caller chooses with the request: an attacker sets them to whatever the statement wants.
-REQUEST_KEYS = re.compile(r"^(aws:RequestTag/.+|aws:TagKeys|aws:RequestedRegion|iam:PassedToService|"
-                          r"iam:AWSServiceName|iam:PolicyARN|s3:prefix)$")
+REQUEST_KEYS = re.compile(
+    r"^(aws:RequestTag/.+|aws:TagKeys|aws:RequestedRegion|iam:PassedToService|"
+    r"iam:AWSServiceName|iam:PolicyARN|s3:prefix)$"
+)
 # Condition keys that describe the existing resource.
 RESOURCE_KEYS = re.compile(r"^([a-z0-9-]+:ResourceTag/.+|iam:PermissionsBoundary)$")
 # Keys only present when the request creates the resource (EC2's tag-on-create): never for an existing one.
@@ -70,23 +72,29 @@ OPEN_FINDINGS: dict[tuple[str, str, str], str] = {}
 
 # Statements this test flags that AWS requires as they are: (role name suffix, statement Sid, action) -> the AWS
 # reason and its source. Like an open finding, an entry the check no longer flags fails the test (remove it).
-LAMBDA_VPC_GUIDE = ("Lambda developer guide, \"Giving Lambda functions access to resources in an Amazon VPC\", "
-                    "execution role permissions (docs.aws.amazon.com/lambda/latest/dg/configuration-vpc.html)")
+LAMBDA_VPC_GUIDE = (
+    'Lambda developer guide, "Giving Lambda functions access to resources in an Amazon VPC", '
+    "execution role permissions (docs.aws.amazon.com/lambda/latest/dg/configuration-vpc.html)"
+)
 ACCEPTED_EXCEPTIONS: dict[tuple[str, str, str], str] = {
-    **{("policy-role", "VpcNetworkInterfaces", a): (
-        "Lambda itself creates and deletes the function's Hyperplane network interfaces and assigns their addresses "
-        "with the execution role, on interfaces whose ids nobody knows in advance and that carry none of our tags. "
-        "The guide: \"If you don't specify a resource ID for DeleteNetworkInterface in the execution role, your "
-        "function may not be able to access the VPC. Either specify a unique resource ID, or include all resource "
-        "IDs\"; AWSLambdaVPCAccessExecutionRole grants the three on \"*\". A condition (ec2:Subnet, ec2:Vpc) is "
-        "not a resource ID and is not among the forms the guide accepts, and the lifecycle cannot be exercised "
-        "without AWS, so the statement keeps every interface of the region (hashicorp/terraform-provider-aws "
-        "issue 20698: a narrower DeleteNetworkInterface resource made CreateFunction fail). " + LAMBDA_VPC_GUIDE)
-       for a in ("ec2:AssignPrivateIpAddresses", "ec2:UnassignPrivateIpAddresses")},
+    **{
+        ("policy-role", "VpcNetworkInterfaces", a): (
+            "Lambda itself creates and deletes the function's Hyperplane network interfaces and assigns their addresses "
+            "with the execution role, on interfaces whose ids nobody knows in advance and that carry none of our tags. "
+            "The guide: \"If you don't specify a resource ID for DeleteNetworkInterface in the execution role, your "
+            "function may not be able to access the VPC. Either specify a unique resource ID, or include all resource "
+            'IDs"; AWSLambdaVPCAccessExecutionRole grants the three on "*". A condition (ec2:Subnet, ec2:Vpc) is '
+            "not a resource ID and is not among the forms the guide accepts, and the lifecycle cannot be exercised "
+            "without AWS, so the statement keeps every interface of the region (hashicorp/terraform-provider-aws "
+            "issue 20698: a narrower DeleteNetworkInterface resource made CreateFunction fail). " + LAMBDA_VPC_GUIDE
+        )
+        for a in ("ec2:AssignPrivateIpAddresses", "ec2:UnassignPrivateIpAddresses")
+    },
     ("policy-role", "VpcDeleteNetworkInterfaces", "ec2:DeleteNetworkInterface"): (
         "DeleteNetworkInterface in exactly the form the Lambda guide gives (all resource IDs, "
         "arn:aws:ec2:<region>:<account>:*/*), since Lambda deletes the function's Hyperplane interfaces with the "
-        "execution role and a narrower resource can make CreateFunction refuse it. " + LAMBDA_VPC_GUIDE),
+        "execution role and a narrower resource can make CreateFunction refuse it. " + LAMBDA_VPC_GUIDE
+    ),
 }
 
 
@@ -133,14 +141,18 @@ def own_names(rec, state: perms.StateBackend | None = None) -> tuple[list[str], 
     (cluster,) = rec.of_type("aws:eks/cluster:Cluster")
     scope = perms.Scope("aws", ACCOUNT, REGION, rec.stack, cluster.inputs["name"])
     patterns = [p for ps in perms._named_resources(scope).values() for p in ps]
-    patterns += [scope.arn("iam", f"role{perms.workload_path(rec.stack)}*", region=False),
-                 scope.arn("iam", f"policy{perms.workload_path(rec.stack)}*", region=False)]
+    patterns += [
+        scope.arn("iam", f"role{perms.workload_path(rec.stack)}*", region=False),
+        scope.arn("iam", f"policy{perms.workload_path(rec.stack)}*", region=False),
+    ]
     if state is not None:
         # The stack's own objects of the self-managed backend (perms.StateBackend documents the layout).
         b = f"arn:aws:s3:::{state.bucket}/.pulumi"
-        patterns += [f"{b}/stacks/{state.project}/{state.stack}.json*",
-                     *(f"{b}/{kind}/{state.project}/{state.stack}/*" for kind in ("history", "backups")),
-                     f"{b}/locks/organization/{state.project}/{state.stack}/*"]
+        patterns += [
+            f"{b}/stacks/{state.project}/{state.stack}.json*",
+            *(f"{b}/{kind}/{state.project}/{state.stack}/*" for kind in ("history", "backups")),
+            f"{b}/locks/organization/{state.project}/{state.stack}/*",
+        ]
     from offline.runner import _short_hash
 
     arns = [a for r in rec.resources if r.custom for a in [r.outputs.get("arn")] if isinstance(a, str)]
@@ -184,17 +196,22 @@ def foreign_contexts(st: dict, env: str) -> list[tuple[str, dict]]:
                     request[key] = _satisfying(op, expected)
                 continue
             if not RESOURCE_KEYS.match(key):
-                raise AssertionError(f"{st.get('Sid')}: condition key {key} is neither a request nor a resource key; "
-                                     "classify it in tests/stacks/test_iam_ownership.py")
+                raise AssertionError(
+                    f"{st.get('Sid')}: condition key {key} is neither a request nor a resource key; "
+                    "classify it in tests/stacks/test_iam_ownership.py"
+                )
             tag = key.split("/", 1)[1] if "/" in key else key
             if base != "Null" and tag not in OWNERSHIP_TAGS and key != "iam:PermissionsBoundary":
                 lookalike[key] = _satisfying(op, expected)
     if any(k.startswith("aws:RequestTag/") for k in request) and "aws:TagKeys" not in request:
         request["aws:TagKeys"] = sorted(k.split("/", 1)[1] for k in request if k.startswith("aws:RequestTag/"))
     other = {f"aws:ResourceTag/{perms.ENV_TAG}": other_env}
-    return [("untagged", dict(request)), ("tagged for the other environment", {**request, **other}),
-            ("a look-alike without this environment's tag", {**request, **lookalike}),
-            ("a look-alike of the other environment", {**request, **lookalike, **other})]
+    return [
+        ("untagged", dict(request)),
+        ("tagged for the other environment", {**request, **other}),
+        ("a look-alike without this environment's tag", {**request, **lookalike}),
+        ("a look-alike of the other environment", {**request, **lookalike, **other}),
+    ]
 
 
 # --- the check ------------------------------------------------------------------------------------------------
@@ -246,8 +263,11 @@ def test_no_role_may_change_a_resource_this_environment_did_not_create(recorded,
     found, checked = violations(recorded(stack))
     assert checked > 100  # the deploy role alone has more; an empty walk would prove nothing
     known = {**OPEN_FINDINGS, **ACCEPTED_EXCEPTIONS}
-    unexpected = [f"{role} {sid}: {action} reaches {how}" for role, sid, action, how in found
-                  if _key(role, sid, action) not in known]
+    unexpected = [
+        f"{role} {sid}: {action} reaches {how}"
+        for role, sid, action, how in found
+        if _key(role, sid, action) not in known
+    ]
     assert unexpected == [], "\n".join(unexpected)
     fixed = sorted(set(known) - {_key(r, s, a) for r, s, a, _ in found})
     assert fixed == [], f"no longer flagged, remove from OPEN_FINDINGS / ACCEPTED_EXCEPTIONS: {fixed}"
@@ -263,8 +283,11 @@ def test_the_roles_of_a_stack_with_a_self_managed_state_backend_reach_only_its_o
     rec = run_stack("dev", cfg)
     state = perms.StateBackend("example-pulumi-state", "gpuloan", "dev", key)
     found, _ = violations(rec, state)
-    unexpected = [f"{role} {sid}: {action} reaches {how}" for role, sid, action, how in found
-                  if _key(role, sid, action) not in {**OPEN_FINDINGS, **ACCEPTED_EXCEPTIONS}]
+    unexpected = [
+        f"{role} {sid}: {action} reaches {how}"
+        for role, sid, action, how in found
+        if _key(role, sid, action) not in {**OPEN_FINDINGS, **ACCEPTED_EXCEPTIONS}
+    ]
     assert unexpected == [], "\n".join(unexpected)
     sids = {st.get("Sid") for _, _, doc in identity_policies(rec) for st in doc.get("Statement", [])}
     assert {"StateLock", "StateWrite", "StateSecrets"} <= sids  # the statements were walked
@@ -276,14 +299,24 @@ def test_every_role_and_policy_of_the_plan_is_walked(recorded, stack):
     policies = identity_policies(rec)
     walked_roles = {role for role, _, _ in policies}
     suffixes = {r.split("-", 1)[1] for r in walked_roles}
-    assert {"github-deploy", "github-preview", "policy-role", "policy-scheduler-role", "cluster-node-role",
-            "cluster-cluster-role", "cluster-vpc-cni-role", "gpu-metrics-agent"} <= suffixes, suffixes
+    assert {
+        "github-deploy",
+        "github-preview",
+        "policy-role",
+        "policy-scheduler-role",
+        "cluster-node-role",
+        "cluster-cluster-role",
+        "cluster-vpc-cni-role",
+        "gpu-metrics-agent",
+    } <= suffixes, suffixes
     # Every role with a policy is walked (a role with none can do nothing).
     for r in rec.of_type("aws:iam/role:Role"):
-        has_policy = any(p.inputs.get("role") in (r.inputs.get("name"), r.name) or
-                         str(p.inputs.get("role", "")).startswith(r.name + "-")
-                         for t in ("aws:iam/rolePolicy:RolePolicy", "aws:iam/rolePolicyAttachment:RolePolicyAttachment")
-                         for p in rec.of_type(t))
+        has_policy = any(
+            p.inputs.get("role") in (r.inputs.get("name"), r.name)
+            or str(p.inputs.get("role", "")).startswith(r.name + "-")
+            for t in ("aws:iam/rolePolicy:RolePolicy", "aws:iam/rolePolicyAttachment:RolePolicyAttachment")
+            for p in rec.of_type(t)
+        )
         assert not has_policy or r.name in walked_roles, r.name
     for role, policy, doc in policies:
         if policy.startswith("arn:aws:iam::aws:policy/"):
@@ -301,25 +334,50 @@ def test_the_check_flags_adoption_by_tagging_and_passes_own_names(recorded, monk
     and change them by tag; tag any cluster's OIDC provider) are flagged, names of this environment are not."""
     rec = recorded("dev")
     old = _doc(
-        {"Sid": "TagNewKmsKey", "Effect": "Allow", "Action": ["kms:TagResource"], "Resource": "*", "Condition": {
-            "StringEquals": {"aws:RequestTag/gpuloan:environment": "dev", "aws:RequestedRegion": REGION},
-            "Null": {"aws:ResourceTag/gpuloan:environment": "true"}}},
-        {"Sid": "IamCreateClusterOidcTagged", "Effect": "Allow", "Action": ["iam:TagOpenIDConnectProvider"],
-         "Resource": f"arn:aws:iam::{ACCOUNT}:oidc-provider/oidc.eks.{REGION}.amazonaws.com/id/*",
-         "Condition": {"StringEquals": {"aws:RequestTag/gpuloan:environment": "dev"}}},
-        {"Sid": "ChangeOwnKmsKeys", "Effect": "Allow", "Action": ["kms:PutKeyPolicy"],
-         "Resource": f"arn:aws:kms:{REGION}:{ACCOUNT}:key/*",
-         "Condition": {"StringEquals": {"aws:ResourceTag/gpuloan:environment": "dev"}}},
-        {"Sid": "Tables", "Effect": "Allow", "Action": ["dynamodb:DeleteTable"],
-         "Resource": f"arn:aws:dynamodb:{REGION}:{ACCOUNT}:table/gpuloan-dev-*"},
-        {"Sid": "AnyTable", "Effect": "Allow", "Action": ["dynamodb:DeleteTable"],
-         "Resource": f"arn:aws:dynamodb:{REGION}:{ACCOUNT}:table/gpuloan-*"},
+        {
+            "Sid": "TagNewKmsKey",
+            "Effect": "Allow",
+            "Action": ["kms:TagResource"],
+            "Resource": "*",
+            "Condition": {
+                "StringEquals": {"aws:RequestTag/gpuloan:environment": "dev", "aws:RequestedRegion": REGION},
+                "Null": {"aws:ResourceTag/gpuloan:environment": "true"},
+            },
+        },
+        {
+            "Sid": "IamCreateClusterOidcTagged",
+            "Effect": "Allow",
+            "Action": ["iam:TagOpenIDConnectProvider"],
+            "Resource": f"arn:aws:iam::{ACCOUNT}:oidc-provider/oidc.eks.{REGION}.amazonaws.com/id/*",
+            "Condition": {"StringEquals": {"aws:RequestTag/gpuloan:environment": "dev"}},
+        },
+        {
+            "Sid": "ChangeOwnKmsKeys",
+            "Effect": "Allow",
+            "Action": ["kms:PutKeyPolicy"],
+            "Resource": f"arn:aws:kms:{REGION}:{ACCOUNT}:key/*",
+            "Condition": {"StringEquals": {"aws:ResourceTag/gpuloan:environment": "dev"}},
+        },
+        {
+            "Sid": "Tables",
+            "Effect": "Allow",
+            "Action": ["dynamodb:DeleteTable"],
+            "Resource": f"arn:aws:dynamodb:{REGION}:{ACCOUNT}:table/gpuloan-dev-*",
+        },
+        {
+            "Sid": "AnyTable",
+            "Effect": "Allow",
+            "Action": ["dynamodb:DeleteTable"],
+            "Resource": f"arn:aws:dynamodb:{REGION}:{ACCOUNT}:table/gpuloan-*",
+        },
     )
     monkeypatch.setattr(sys.modules[__name__], "identity_policies", lambda _rec: [("dev-x", "old", old)])
     found, _ = violations(rec)
     assert sorted({(sid, action) for _, sid, action, _ in found}) == [
-        ("AnyTable", "dynamodb:DeleteTable"), ("IamCreateClusterOidcTagged", "iam:TagOpenIDConnectProvider"),
-        ("TagNewKmsKey", "kms:TagResource")]
+        ("AnyTable", "dynamodb:DeleteTable"),
+        ("IamCreateClusterOidcTagged", "iam:TagOpenIDConnectProvider"),
+        ("TagNewKmsKey", "kms:TagResource"),
+    ]
 
 
 def test_the_check_flags_an_asg_matched_by_node_group_name_only(recorded, monkeypatch):
@@ -329,13 +387,23 @@ def test_the_check_flags_an_asg_matched_by_node_group_name_only(recorded, monkey
     (cluster,) = rec.of_type("aws:eks/cluster:Cluster")
     asg = f"arn:aws:autoscaling:{REGION}:{ACCOUNT}:autoScalingGroup:*:autoScalingGroupName/eks-*"
     by_name = {"StringLike": {"autoscaling:ResourceTag/eks:nodegroup-name": ["dev-training-spot_*"]}}
-    old = {"Sid": "Old", "Effect": "Allow", "Action": ["autoscaling:TerminateInstanceInAutoScalingGroup"],
-           "Resource": [asg], "Condition": by_name}
-    new = {**old, "Sid": "New", "Condition": {
-        **by_name, "StringEquals": {"autoscaling:ResourceTag/eks:cluster-name": cluster.inputs["name"]}}}
+    old = {
+        "Sid": "Old",
+        "Effect": "Allow",
+        "Action": ["autoscaling:TerminateInstanceInAutoScalingGroup"],
+        "Resource": [asg],
+        "Condition": by_name,
+    }
+    new = {
+        **old,
+        "Sid": "New",
+        "Condition": {**by_name, "StringEquals": {"autoscaling:ResourceTag/eks:cluster-name": cluster.inputs["name"]}},
+    }
     monkeypatch.setattr(sys.modules[__name__], "identity_policies", lambda _rec: [("dev-x", "p", _doc(old, new))])
     found, _ = violations(rec)
-    assert {(sid, action) for _, sid, action, _ in found} == {("Old", "autoscaling:TerminateInstanceInAutoScalingGroup")}
+    assert {(sid, action) for _, sid, action, _ in found} == {
+        ("Old", "autoscaling:TerminateInstanceInAutoScalingGroup")
+    }
 
 
 def test_each_accepted_exception_cites_its_aws_source():
@@ -345,8 +413,13 @@ def test_each_accepted_exception_cites_its_aws_source():
 
 
 def test_a_condition_key_the_check_does_not_know_fails_it():
-    st = {"Sid": "X", "Effect": "Allow", "Action": ["kms:PutKeyPolicy"], "Resource": "*",
-          "Condition": {"StringEquals": {"kms:CallerAccount": ACCOUNT}}}
+    st = {
+        "Sid": "X",
+        "Effect": "Allow",
+        "Action": ["kms:PutKeyPolicy"],
+        "Resource": "*",
+        "Condition": {"StringEquals": {"kms:CallerAccount": ACCOUNT}},
+    }
     with pytest.raises(AssertionError, match="kms:CallerAccount"):
         foreign_contexts(st, "dev")
 
@@ -356,7 +429,8 @@ def checked_statements(rec) -> list[str]:
     out = set()
     for role, policy, doc in identity_policies(rec):
         for i, st in enumerate(_listify(doc.get("Statement", []))):
-            if st.get("Effect") == "Allow" and any(not perms._is_read(a) and a not in KEY_USE
-                                                   for a in _listify(st.get("Action", []))):
+            if st.get("Effect") == "Allow" and any(
+                not perms._is_read(a) and a not in KEY_USE for a in _listify(st.get("Action", []))
+            ):
                 out.add(f"{role} {st.get('Sid') or f'{policy}[{i}]'}")
     return sorted(out)

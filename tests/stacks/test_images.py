@@ -71,19 +71,31 @@ def test_plan_pins_versions_from_the_config_and_versions_module():
     (plan,) = images.plan_images(_cfg())
     assert plan.repository_name == "gpuloan/prod/pytorch"
     assert plan.base.build_args == {
-        "CUDA_VERSION": "12.4.1", "UBUNTU_VERSION": "22.04", "PYTHON_VERSION": versions.IMAGE_PYTHON_PATCH["3.11"],
-        "PIP_VERSION": versions.IMAGE_PIP_VERSION, "UV_VERSION": versions.IMAGE_UV_VERSION}
-    assert plan.framework.build_args == {"TORCH_VERSION": "2.5.1", "TORCH_CUDA_TAG": "cu124",
-                                         "TORCH_EXPECTED_CUDA": "12.4",
-                                         "EXTRA_PACKAGES": "transformers==4.46.3 accelerate==1.1.1"}
+        "CUDA_VERSION": "12.4.1",
+        "UBUNTU_VERSION": "22.04",
+        "PYTHON_VERSION": versions.IMAGE_PYTHON_PATCH["3.11"],
+        "PIP_VERSION": versions.IMAGE_PIP_VERSION,
+        "UV_VERSION": versions.IMAGE_UV_VERSION,
+    }
+    assert plan.framework.build_args == {
+        "TORCH_VERSION": "2.5.1",
+        "TORCH_CUDA_TAG": "cu124",
+        "TORCH_EXPECTED_CUDA": "12.4",
+        "EXTRA_PACKAGES": "transformers==4.46.3 accelerate==1.1.1",
+    }
     assert re.fullmatch(r"base-cuda12\.4\.1-py3\.11\.\d+-[0-9a-f]{12}", plan.base.tag)
     assert re.fullmatch(r"cuda12\.4\.1-py3\.11\.\d+-torch2\.5\.1-cu124-[0-9a-f]{12}", plan.framework.tag)
     assert plan.platforms == ("linux/amd64",)
 
 
 def test_tags_are_deterministic_and_follow_content():
-    img = {"name": "pytorch", "cuda_version": "12.4.1", "python_version": "3.11",
-           "pytorch": {"version": "2.5.1", "cuda_tag": "cu124"}, "packages": ["transformers==4.46.3"]}
+    img = {
+        "name": "pytorch",
+        "cuda_version": "12.4.1",
+        "python_version": "3.11",
+        "pytorch": {"version": "2.5.1", "cuda_tag": "cu124"},
+        "packages": ["transformers==4.46.3"],
+    }
     first = images.plan_images(_cfg(images_=[img]))[0]
     again = images.plan_images(_cfg(images_=[img]))[0]
     other_pin = images.plan_images(_cfg(images_=[img | {"packages": ["transformers==4.46.2"]}]))[0]
@@ -106,8 +118,12 @@ IMAGE_VARIANTS = {
     "name": ["pytorch", "trainer"],
     "cuda_version": ["12.4.1", "12.6.3"],
     "python_version": ["3.11", "3.12"],
-    "pytorch": [None, {"version": "2.5.1", "cuda_tag": "cu124"}, {"version": "2.6.0", "cuda_tag": "cu124"},
-                {"version": "2.6.0", "cuda_tag": "cu126"}],
+    "pytorch": [
+        None,
+        {"version": "2.5.1", "cuda_tag": "cu124"},
+        {"version": "2.6.0", "cuda_tag": "cu124"},
+        {"version": "2.6.0", "cuda_tag": "cu126"},
+    ],
     "packages": [[], ["transformers==4.46.3"], ["transformers==4.46.2"]],
 }
 
@@ -121,7 +137,7 @@ def _all_builds(monkeypatch, tmp_path) -> list[images.BuildPlan]:
     for extra_file in (False, True):
         if extra_file:
             shutil.copytree(REPO / "images", tmp_path / "images")
-            (tmp_path / images.BASE_DIR / "entrypoint.sh").write_text("#!/bin/sh\nexec \"$@\"\n")
+            (tmp_path / images.BASE_DIR / "entrypoint.sh").write_text('#!/bin/sh\nexec "$@"\n')
             monkeypatch.setattr(images, "REPO_ROOT", tmp_path)
         for values in itertools.product(*IMAGE_VARIANTS.values()):
             img = {k: v for k, v in zip(IMAGE_VARIANTS, values) if v is not None}
@@ -148,8 +164,12 @@ def test_same_tag_means_same_pushed_content(monkeypatch, tmp_path):
 
 
 def test_a_pytorch_change_leaves_the_base_image_and_its_tag_alone():
-    img = {"name": "pytorch", "cuda_version": "12.4.1", "python_version": "3.11",
-           "pytorch": {"version": "2.5.1", "cuda_tag": "cu124"}}
+    img = {
+        "name": "pytorch",
+        "cuda_version": "12.4.1",
+        "python_version": "3.11",
+        "pytorch": {"version": "2.5.1", "cuda_tag": "cu124"},
+    }
     a = images.plan_images(_cfg(images_=[img]))[0]
     b = images.plan_images(_cfg(images_=[img | {"pytorch": {"version": "2.6.0", "cuda_tag": "cu124"}}]))[0]
     assert a.base.pushed_inputs() == b.base.pushed_inputs() and a.base.tag == b.base.tag
@@ -160,7 +180,10 @@ def test_a_pytorch_change_leaves_the_base_image_and_its_tag_alone():
 def test_the_resources_push_exactly_the_planned_inputs(recorded):
     rec = recorded("prod")
     plan = images.plan_images(_cfg())[0]
-    for build, resource in ((plan.base, "prod-images-pytorch-base-image"), (plan.framework, "prod-images-pytorch-image")):
+    for build, resource in (
+        (plan.base, "prod-images-pytorch-base-image"),
+        (plan.framework, "prod-images-pytorch-image"),
+    ):
         inputs = rec.named(resource).inputs
         assert inputs["labels"] == build.labels
         assert inputs["platforms"] == list(build.platforms)
@@ -170,11 +193,19 @@ def test_the_resources_push_exactly_the_planned_inputs(recorded):
 
 
 def test_image_without_framework_builds_the_base_only_and_packages_only_skip_torch():
-    bare, pkgs = images.plan_images(_cfg(images_=[
-        {"name": "bare", "cuda_version": "12.6.3", "python_version": "3.12"},
-        {"name": "tools", "cuda_version": "12.6.3", "python_version": "3.12", "packages": ["numpy==2.1.3"]}]))
+    bare, pkgs = images.plan_images(
+        _cfg(
+            images_=[
+                {"name": "bare", "cuda_version": "12.6.3", "python_version": "3.12"},
+                {"name": "tools", "cuda_version": "12.6.3", "python_version": "3.12", "packages": ["numpy==2.1.3"]},
+            ]
+        )
+    )
     assert bare.framework is None and bare.final is bare.base
-    assert pkgs.framework.build_args["TORCH_VERSION"] == "" and pkgs.framework.build_args["EXTRA_PACKAGES"] == "numpy==2.1.3"
+    assert (
+        pkgs.framework.build_args["TORCH_VERSION"] == ""
+        and pkgs.framework.build_args["EXTRA_PACKAGES"] == "numpy==2.1.3"
+    )
 
 
 def test_platforms_follow_the_pools_cpu_architectures(monkeypatch):
@@ -245,7 +276,11 @@ def test_image_builds_push_tagged_cached_and_authenticated(prod):
         assert inputs["cacheFrom"] == [{"registry": {"ref": cache_ref}}]
         cache_to = inputs["cacheTo"][0]["registry"]
         assert (cache_to["ref"], cache_to["mode"], cache_to["imageManifest"], cache_to["ociMediaTypes"]) == (
-            cache_ref, "max", True, True)
+            cache_ref,
+            "max",
+            True,
+            True,
+        )
         # The ECR token is a secret in state, never plain text.
         registries = inputs["registries"]
         assert isinstance(registries, dict) and "value" in registries and len(registries) == 2
@@ -274,8 +309,14 @@ def test_no_images_means_no_repositories():
 
 def test_a_mismatched_image_stops_the_program_before_any_resource():
     cfg = stack_config("dev")
-    cfg["gpuloan:images"] = [{"name": "pytorch", "cuda_version": "12.0.0", "python_version": "3.11",
-                              "pytorch": {"version": "2.5.1", "cuda_tag": "cu118"}}]
+    cfg["gpuloan:images"] = [
+        {
+            "name": "pytorch",
+            "cuda_version": "12.0.0",
+            "python_version": "3.11",
+            "pytorch": {"version": "2.5.1", "cuda_tag": "cu118"},
+        }
+    ]
     with pytest.raises(Exception) as err:
         run_stack("dev", cfg)
     assert "images[0].pytorch.cuda_tag" in str(err.value)

@@ -16,7 +16,8 @@ DOC = REPO / "docs" / "images.md"
 
 def test_supported_matrix_matches_the_compatibility_tables():
     assert compat.matrix_markdown() in DOC.read_text(), (
-        "docs/images.md is stale: paste `python -c \"from stacks import compat; print(compat.matrix_markdown())\"`")
+        'docs/images.md is stale: paste `python -c "from stacks import compat; print(compat.matrix_markdown())"`'
+    )
 
 
 def test_project_image_example_passes_hadolint(tmp_path):

@@ -35,8 +35,14 @@ def test_every_kubernetes_object_validates_strictly(stack):
     rec = layer(stack)
     version = stack_config(stack)["gpuloan:cluster"]["kubernetes_version"]
     objects = kube_objects(rec)
-    assert {o["kind"] for o in objects} >= {"Namespace", "PriorityClass", "ResourceQuota", "LimitRange",
-                                            "ClusterRole", "ClusterRoleBinding"}
+    assert {o["kind"] for o in objects} >= {
+        "Namespace",
+        "PriorityClass",
+        "ResourceQuota",
+        "LimitRange",
+        "ClusterRole",
+        "ClusterRoleBinding",
+    }
     for obj in objects:
         validate_strict(obj, version)
 
@@ -144,8 +150,12 @@ def test_operator_daemonsets_and_nfd_tolerate_gpu_and_spot_taints():
 
 def _tolerates(tolerations: list[dict], taint: dict) -> bool:
     """Kubernetes' rule (core/v1 Toleration): same effect or none; Exists matches any value of the key."""
-    return any((t.get("effect") in (None, "", taint["effect"])) and t.get("key") == taint["key"]
-               and (t.get("operator") == "Exists" or t.get("value") == taint.get("value")) for t in tolerations)
+    return any(
+        (t.get("effect") in (None, "", taint["effect"]))
+        and t.get("key") == taint["key"]
+        and (t.get("operator") == "Exists" or t.get("value") == taint.get("value"))
+        for t in tolerations
+    )
 
 
 def test_operator_daemonsets_and_nfd_tolerate_the_taints_the_policy_puts_on_gpu_nodes():
@@ -277,7 +287,11 @@ def test_priority_classes_order_and_preemption():
 @pytest.mark.parametrize("stack,teams", [("dev", ["research"]), ("prod", ["research", "serving"])])
 def test_one_namespace_per_team(stack, teams):
     rec = layer(stack)
-    names = sorted(o["metadata"]["name"] for o in _objects(rec, "Namespace") if o["metadata"]["name"] not in ("gpu-operator", "kueue-system"))
+    names = sorted(
+        o["metadata"]["name"]
+        for o in _objects(rec, "Namespace")
+        if o["metadata"]["name"] not in ("gpu-operator", "kueue-system")
+    )
     assert names == teams
     assert rec.outputs["team_namespaces"] == teams
 
@@ -287,8 +301,11 @@ def test_one_namespace_per_team(stack, teams):
 # serving = 2 + 8 g6e.xlarge, 1 GPU each; dev research = 1 + 4 g6/g5.xlarge, 1 GPU each.
 @pytest.mark.parametrize("stack,expected", [("prod", {"research": 88, "serving": 10}), ("dev", {"research": 5})])
 def test_gpu_quota_is_guaranteed_plus_elastic_max_gpus(stack, expected):
-    quotas = {o["metadata"]["namespace"]: o["spec"]["hard"] for o in _objects(layer(stack), "ResourceQuota")
-              if o["metadata"]["name"] == "gpus"}
+    quotas = {
+        o["metadata"]["namespace"]: o["spec"]["hard"]
+        for o in _objects(layer(stack), "ResourceQuota")
+        if o["metadata"]["name"] == "gpus"
+    }
     assert quotas == {team: {"requests.nvidia.com/gpu": str(n)} for team, n in expected.items()}
 
 
@@ -330,16 +347,22 @@ def test_policy_role_lists_pods_and_cordons_nodes_only_and_is_bound_to_the_polic
     rec = layer("prod")
     # (the CI preview reader, stacks/gitops/ci_rbac.py, is another ClusterRole of the layer)
     [role] = [o for o in _objects(rec, "ClusterRole") if o["metadata"]["name"] == "gpuloan-policy-pod-reader"]
-    assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
-                             {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]},
-                             # the loan's usage (policy/loan_usage.py): get, by name, of this environment's queues
-                             {"apiGroups": ["kueue.x-k8s.io"], "resources": ["clusterqueues"], "verbs": ["get"],
-                              "resourceNames": ["gpuloan-prod-inference", "gpuloan-prod-research",
-                                                "gpuloan-prod-training"]}]
+    assert role["rules"] == [
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]},
+        # the loan's usage (policy/loan_usage.py): get, by name, of this environment's queues
+        {
+            "apiGroups": ["kueue.x-k8s.io"],
+            "resources": ["clusterqueues"],
+            "verbs": ["get"],
+            "resourceNames": ["gpuloan-prod-inference", "gpuloan-prod-research", "gpuloan-prod-training"],
+        },
+    ]
     [binding] = [o for o in _objects(rec, "ClusterRoleBinding") if o["metadata"]["name"] == role["metadata"]["name"]]
     assert binding["roleRef"]["name"] == role["metadata"]["name"]
-    assert binding["subjects"] == [{"kind": "Group", "apiGroup": "rbac.authorization.k8s.io",
-                                    "name": tags.POLICY_READER_GROUP}]
+    assert binding["subjects"] == [
+        {"kind": "Group", "apiGroup": "rbac.authorization.k8s.io", "name": tags.POLICY_READER_GROUP}
+    ]
 
 
 def test_team_namespaces_enforce_baseline_pod_security_and_operator_namespace_is_privileged():
@@ -365,10 +388,15 @@ def test_policy_role_grants_exactly_the_verbs_the_policy_client_uses():
     try:
         kube.add_node("n1")
         kube.pods = [gpu_pod("a", 1, pool="p"), gpu_pod("b", 1, node_name="n1", phase="Running")]
-        url = ("https://sts.us-east-1.amazonaws.com/?Action=GetCallerIdentity&X-Amz-SignedHeaders=host%3Bx-k8s-aws-id"
-               "&X-Amz-Signature=abc")
-        client = KubeClient(kube.endpoint, kube.ca_pem,
-                            lambda: "k8s-aws-v1." + base64.urlsafe_b64encode(url.encode()).decode().rstrip("="))
+        url = (
+            "https://sts.us-east-1.amazonaws.com/?Action=GetCallerIdentity&X-Amz-SignedHeaders=host%3Bx-k8s-aws-id"
+            "&X-Amz-Signature=abc"
+        )
+        client = KubeClient(
+            kube.endpoint,
+            kube.ca_pem,
+            lambda: "k8s-aws-v1." + base64.urlsafe_b64encode(url.encode()).decode().rstrip("="),
+        )
         client.pending_gpus(["p"])
         assert client.cordon("n1") is True
         assert client.blockers("n1") == ["default/b requests 1 GPU(s)"]

@@ -11,8 +11,12 @@ from kube_checks import HELM_RELEASE, kube_objects, validate_strict
 from config import versions
 
 STACKS = ("dev", "prod")
-LAYER_TYPES = ("gpuloan:gpu_operator:GpuOperator", "gpuloan:gpu_metrics:GpuMetrics", "gpuloan:tenancy:Tenancy",
-               "gpuloan:kueue:Kueue")
+LAYER_TYPES = (
+    "gpuloan:gpu_operator:GpuOperator",
+    "gpuloan:gpu_metrics:GpuMetrics",
+    "gpuloan:tenancy:Tenancy",
+    "gpuloan:kueue:Kueue",
+)
 
 
 @pytest.mark.parametrize("stack", STACKS)
@@ -22,7 +26,10 @@ def test_program_declares_the_kubernetes_layer(recorded, stack):
         assert len(rec.of_type(type_)) == 1, type_
     assert sorted(r.inputs["chart"] for r in rec.of_type(HELM_RELEASE)) == ["gpu-operator", versions.KUEUE_CHART]
     assert rec.outputs["priority_classes"] == {
-        "production": "gpuloan-production", "experiment": "gpuloan-experiment", "learning": "gpuloan-learning"}
+        "production": "gpuloan-production",
+        "experiment": "gpuloan-experiment",
+        "learning": "gpuloan-learning",
+    }
 
 
 @pytest.mark.parametrize("stack", STACKS)

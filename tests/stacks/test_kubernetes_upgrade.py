@@ -152,7 +152,8 @@ def test_a_jump_from_133_to_135_is_refused(earlier_133, head_135):
     found = rollout.blockers(earlier_133, head_135)
     assert [b.sentence() for b in found] == [
         "upgrades the EKS cluster `gpuloan-dev` (Kubernetes 1.33 -> 1.35: EKS updates a cluster one minor version "
-        "at a time (apply 1.34 first))"]
+        "at a time (apply 1.34 first))"
+    ]
 
 
 def test_step_two_from_134_to_135_is_accepted(head_134, head_135):
@@ -162,8 +163,11 @@ def test_step_two_from_134_to_135_is_accepted(head_134, head_135):
 
 def test_a_control_plane_step_while_a_group_lags_is_refused(head_134, head_135):
     lagging = copy.deepcopy(head_134)
-    [floor] = [r for r in lagging["resources"] if r["type"] == rollout.NODE_GROUP
-               and r["inputs"]["nodeGroupNamePrefix"] == "dev-research-guaranteed_"]
+    [floor] = [
+        r
+        for r in lagging["resources"]
+        if r["type"] == rollout.NODE_GROUP and r["inputs"]["nodeGroupNamePrefix"] == "dev-research-guaranteed_"
+    ]
     floor["inputs"]["version"] = "1.33"
     [blocker] = rollout.blockers(lagging, head_135)
     assert blocker.what == "EKS cluster" and blocker.action == "upgrades"
@@ -172,8 +176,11 @@ def test_a_control_plane_step_while_a_group_lags_is_refused(head_134, head_135):
 
 def test_a_head_that_leaves_a_group_behind_is_refused(head_134, head_135):
     behind = copy.deepcopy(head_135)
-    [spot] = [r for r in behind["resources"] if r["type"] == rollout.NODE_GROUP
-              and r["inputs"]["nodeGroupNamePrefix"] == "dev-research-spot_"]
+    [spot] = [
+        r
+        for r in behind["resources"]
+        if r["type"] == rollout.NODE_GROUP and r["inputs"]["nodeGroupNamePrefix"] == "dev-research-spot_"
+    ]
     spot["inputs"]["version"] = "1.34"
     [blocker] = rollout.blockers(head_134, behind)
     assert "leaves node groups behind (`dev-research-spot` is on 1.34)" in blocker.sentence()
@@ -202,7 +209,7 @@ def test_cost_diff_shows_each_steps_blockers_and_order(earlier_133, head_134, he
     order = [step_md.index(s) for s in ("1. control plane", "2. add-ons", "3. node groups")]
     assert order == sorted(order)
     assert "upgrade 1. control plane: Kubernetes 1.33 -> 1.34" in step_table
-    steps = step_table[step_table.index("  upgrade 1."):step_table.index("  node group:")].splitlines()
+    steps = step_table[step_table.index("  upgrade 1.") : step_table.index("  node group:")].splitlines()
     assert len(steps) > 3 and all(len(line) <= 80 for line in steps)  # the add-on step folds
     last_md, _ = rendered(head_134, head_135)
     assert "Blocker" not in last_md and "Kubernetes 1.34 -> 1.35" in last_md

@@ -81,15 +81,20 @@ def test_elastic_job_runs_on_spot_survives_interruption_and_checkpoints_to_a_vol
     assert pvcs[0]["spec"]["accessModes"] == ["ReadWriteMany"]  # elastic nodes span AZs
     mounts = {m["name"]: m["mountPath"] for m in spec["containers"][0]["volumeMounts"]}
     env = {e["name"]: e.get("value", "") for e in spec["containers"][0]["env"]}
-    assert env["CHECKPOINT_DIR"].startswith(mounts[next(iter(
-        v["name"] for v in spec["volumes"] if "persistentVolumeClaim" in v))])
+    assert env["CHECKPOINT_DIR"].startswith(
+        mounts[next(iter(v["name"] for v in spec["volumes"] if "persistentVolumeClaim" in v))]
+    )
 
 
 def test_inference_prefers_the_floor_and_keeps_a_replica_through_spot_drains():
     deployment = _workload("inference.yaml")
     spec = _pod_spec(deployment)
     [pref] = spec["affinity"]["nodeAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
-    assert pref["preference"]["matchExpressions"][0] == {"key": tags.LABEL_TIER, "operator": "In", "values": ["guaranteed"]}
+    assert pref["preference"]["matchExpressions"][0] == {
+        "key": tags.LABEL_TIER,
+        "operator": "In",
+        "values": ["guaranteed"],
+    }
     [pdb] = [d for d in _docs(REPO / "docs" / "workloads" / "inference.yaml") if d["kind"] == "PodDisruptionBudget"]
     assert pdb["spec"]["selector"] == deployment["spec"]["selector"]
     assert pdb["spec"]["minAvailable"] < deployment["spec"]["replicas"]

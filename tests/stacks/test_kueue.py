@@ -90,14 +90,19 @@ def test_every_kueue_object_validates_against_the_pinned_crds(stack):
 
 
 @needs_crds
-@pytest.mark.parametrize("mutate,message", [
-    (lambda cq: cq["spec"].update(cohort="x"), "Additional properties"),  # the v1beta1 name, gone in v1beta2
-    (lambda cq: cq["spec"]["preemption"].update(reclaimWithinCohort="Always"), "is not one of"),
-    (lambda cq: cq["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0].update(nominalQuota="lots"), "lots"),
-    (lambda cq: cq["spec"].pop("cohortName"), "must be nil when cohort is empty"),
-    (lambda cq: cq["spec"]["resourceGroups"][0].update(coveredResources=["nvidia.com/gpu", "cpu"]),
-     "same number of resources"),
-])
+@pytest.mark.parametrize(
+    "mutate,message",
+    [
+        (lambda cq: cq["spec"].update(cohort="x"), "Additional properties"),  # the v1beta1 name, gone in v1beta2
+        (lambda cq: cq["spec"]["preemption"].update(reclaimWithinCohort="Always"), "is not one of"),
+        (lambda cq: cq["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0].update(nominalQuota="lots"), "lots"),
+        (lambda cq: cq["spec"].pop("cohortName"), "must be nil when cohort is empty"),
+        (
+            lambda cq: cq["spec"]["resourceGroups"][0].update(coveredResources=["nvidia.com/gpu", "cpu"]),
+            "same number of resources",
+        ),
+    ],
+)
 def test_crd_validation_can_fail(mutate, message):
     cfg = _cfg("dev", scheduling={"kueue": {"teams": {"research": {"lending_limit_pct": 50}}}})
     cq = copy.deepcopy(_cq(cfg, "research"))
@@ -151,7 +156,8 @@ def test_manager_config_counts_gpus_only_and_manages_queued_jobs_in_team_namespa
     assert not any(scheduling.GPU_RESOURCE.startswith(prefix) for prefix in excluded)
     assert conf["manageJobsWithoutQueueName"] is False
     assert conf["managedJobsNamespaceSelector"] == {
-        "matchExpressions": [{"key": tags.LABEL_TEAM, "operator": "Exists"}]}
+        "matchExpressions": [{"key": tags.LABEL_TEAM, "operator": "Exists"}]
+    }
     assert {"batch/job", "pod", "deployment"} <= set(conf["integrations"]["frameworks"])
 
 
@@ -184,15 +190,21 @@ def test_prod_quotas_hand_computed():
     # training: 2 p4d floor (8 GPUs each) = 16, spot max 6 x 8 = 48; inference: 2 + 8 g6e.xlarge (1 GPU each).
     cfg = _cfg("prod")
     assert {k: v["nominalQuota"] for k, v in _quotas(_cq(cfg, "training")).items()} == {
-        "gpuloan-prod-training-floor": 16, "gpuloan-prod-training-spot": 48}
+        "gpuloan-prod-training-floor": 16,
+        "gpuloan-prod-training-spot": 48,
+    }
     assert {k: v["nominalQuota"] for k, v in _quotas(_cq(cfg, "inference")).items()} == {
-        "gpuloan-prod-inference-floor": 2, "gpuloan-prod-inference-spot": 8}
+        "gpuloan-prod-inference-floor": 2,
+        "gpuloan-prod-inference-spot": 8,
+    }
 
 
 def test_time_slicing_counts_quota_in_device_plugin_units():
     cfg = _cfg("dev", gpu_operator={"time_slicing_replicas": 4})
     assert {k: v["nominalQuota"] for k, v in _quotas(_cq(cfg, "research")).items()} == {
-        "gpuloan-dev-research-floor": 4, "gpuloan-dev-research-spot": 16}
+        "gpuloan-dev-research-floor": 4,
+        "gpuloan-dev-research-spot": 16,
+    }
 
 
 def test_capacity_block_floor_has_quota_only_inside_its_window_or_while_held():
@@ -205,9 +217,13 @@ def test_capacity_block_floor_has_quota_only_inside_its_window_or_while_held():
 
     data = stack_config("prod")
     # A Capacity Block is paid as one (prod's floor is otherwise paid reserved_1yr). It starts in 10 days.
-    data["gpuloan:pools"][0]["guaranteed"].update(reservation="capacity_block", reservation_id="cr-0123456789abcdef0",
-                                                  payment="capacity_block", capacity_block_start=iso(10),
-                                                  capacity_block_end=iso(17))
+    data["gpuloan:pools"][0]["guaranteed"].update(
+        reservation="capacity_block",
+        reservation_id="cr-0123456789abcdef0",
+        payment="capacity_block",
+        capacity_block_start=iso(10),
+        capacity_block_end=iso(17),
+    )
     cfg = checks.from_stack_yaml({"config": data}, "test", prices=resolved_prices())
     assert _quotas(_cq(cfg, "training"))["gpuloan-prod-training-floor"]["nominalQuota"] == 0
     data["gpuloan:pools"][0]["guaranteed"].update(capacity_block_start=iso(-1), capacity_block_end=iso(6))
@@ -232,11 +248,20 @@ def test_a_future_capacity_block_counts_in_the_team_quota_so_admitted_pods_are_n
     def with_block(start: int, end: int):
         data = stack_config("prod")
         training = data["gpuloan:pools"][0]
-        training["guaranteed"].update(instance_type="p5.48xlarge", reservation="capacity_block",
-                                      reservation_id="cr-0123456789abcdef0", payment="capacity_block",
-                                      capacity_block_start=iso(start), capacity_block_end=iso(end))
-        training["elastic"] = {**training["elastic"], "instance_types": ["p5.48xlarge"], "capacity": "on_demand",
-                               "max_nodes": 8}
+        training["guaranteed"].update(
+            instance_type="p5.48xlarge",
+            reservation="capacity_block",
+            reservation_id="cr-0123456789abcdef0",
+            payment="capacity_block",
+            capacity_block_start=iso(start),
+            capacity_block_end=iso(end),
+        )
+        training["elastic"] = {
+            **training["elastic"],
+            "instance_types": ["p5.48xlarge"],
+            "capacity": "on_demand",
+            "max_nodes": 8,
+        }
         training["elastic"].pop("on_demand_max_nodes", None)
         training["budget"]["monthly_usd"] = 400000  # a block of p5s costs more than prod's p4d budget
         data["gpuloan:budget"] = {**data.get("gpuloan:budget", {}), "monthly_usd": 500000}
@@ -262,10 +287,16 @@ def _variants():
             for pool in data["gpuloan:pools"]:
                 pool["tier"], pool["elastic"]["capacity"] = tier, capacity
                 pool["elastic"].pop("on_demand_max_nodes", None)
-            data["gpuloan:scheduling"] = {"kueue": {"production_spot_pools": [] if capacity == "on_demand" or
-                                                    tier != "production" else [p["name"] for p in
-                                                                               data["gpuloan:pools"]]}}
-            out.append((f"{tier}-{capacity}", checks.from_stack_yaml({"config": data}, "test", prices=resolved_prices())))
+            data["gpuloan:scheduling"] = {
+                "kueue": {
+                    "production_spot_pools": []
+                    if capacity == "on_demand" or tier != "production"
+                    else [p["name"] for p in data["gpuloan:pools"]]
+                }
+            }
+            out.append(
+                (f"{tier}-{capacity}", checks.from_stack_yaml({"config": data}, "test", prices=resolved_prices()))
+            )
     return out
 
 
@@ -294,7 +325,9 @@ def test_quota_never_exceeds_what_the_node_groups_can_reach(name, cfg):
 @pytest.mark.parametrize("stack", STACKS)
 def test_each_flavor_selects_node_groups_of_its_pool_and_tolerates_their_taints(recorded, stack):
     rec = recorded(stack)
-    groups = [r for r in rec.of_type("aws:eks/nodeGroup:NodeGroup") if tags.LABEL_POOL in (r.inputs.get("labels") or {})]
+    groups = [
+        r for r in rec.of_type("aws:eks/nodeGroup:NodeGroup") if tags.LABEL_POOL in (r.inputs.get("labels") or {})
+    ]
     flavors = _kueue_objects(rec, "ResourceFlavor")
     assert flavors
     covered = set()
@@ -341,8 +374,7 @@ def _two_experiment_teams(**sharing):
 def test_experiment_order_is_floor_then_borrowed_floors_then_spot():
     cfg = _two_experiment_teams()
     quotas = _quotas(_cq(cfg, "training"))
-    assert list(quotas) == ["gpuloan-prod-training-floor", "gpuloan-prod-inference-floor",
-                            "gpuloan-prod-training-spot"]
+    assert list(quotas) == ["gpuloan-prod-training-floor", "gpuloan-prod-inference-floor", "gpuloan-prod-training-spot"]
     assert quotas["gpuloan-prod-inference-floor"]["nominalQuota"] == 0  # borrowed, never owned
     # production (inference) lends its floor but borrows nothing
     assert list(_quotas(_cq(cfg, "inference"))) == ["gpuloan-prod-inference-floor", "gpuloan-prod-inference-spot"]
@@ -382,8 +414,7 @@ def test_elastic_quota_is_never_lent():
 
 
 def test_lending_and_borrowing_limits_come_from_config():
-    cfg = _two_experiment_teams(teams={"serving": {"lending_limit_pct": 50},
-                                       "research": {"borrowing_limit_gpus": 1}})
+    cfg = _two_experiment_teams(teams={"serving": {"lending_limit_pct": 50}, "research": {"borrowing_limit_gpus": 1}})
     inference = _quotas(_cq(cfg, "inference"))["gpuloan-prod-inference-floor"]
     assert (inference["nominalQuota"], inference["lendingLimit"]) == (2, 1)
     borrowed = _quotas(_cq(cfg, "training"))["gpuloan-prod-inference-floor"]
@@ -415,8 +446,10 @@ def test_team_resource_quota_is_what_kueue_can_admit_including_borrowed_floors()
 def test_local_queue_per_pool_in_its_team_namespace_and_only_that_team_may_submit(stack):
     cfg = _cfg(stack)
     rec = layer(stack)
-    lqs = {(o["metadata"]["namespace"], o["metadata"]["name"]): o["spec"]["clusterQueue"]
-           for o in _kueue_objects(rec, "LocalQueue")}
+    lqs = {
+        (o["metadata"]["namespace"], o["metadata"]["name"]): o["spec"]["clusterQueue"]
+        for o in _kueue_objects(rec, "LocalQueue")
+    }
     assert lqs == {(p.team, p.name): f"gpuloan-{stack}-{p.name}" for p in cfg.pools}
     namespaces = {o["metadata"]["name"]: o["metadata"]["labels"] for o in kube_objects(rec) if o["kind"] == "Namespace"}
     for cq in _kueue_objects(rec, "ClusterQueue"):
@@ -453,7 +486,7 @@ def test_production_pool_with_spot_it_may_not_use_is_an_error_until_listed(capac
     data = stack_config("prod")
     data["gpuloan:pools"][1]["elastic"]["capacity"] = capacity
     data["gpuloan:scheduling"] = {"kueue": {"production_spot_pools": ["training"]}}
-    assert ("pools[1].elastic.capacity" in {p for p, _ in _problems(data)})
+    assert "pools[1].elastic.capacity" in {p for p, _ in _problems(data)}
     data["gpuloan:scheduling"]["kueue"]["production_spot_pools"].append("inference")
     checks.from_stack_yaml({"config": data}, "test", prices=resolved_prices())  # listing it is the explicit permission
 
@@ -476,8 +509,10 @@ def test_a_batch_production_pool_with_spot_then_on_demand_gets_its_on_demand_gro
     assert list(_quotas(_cq(cfg, "inference"))) == ["gpuloan-prod-inference-floor", "gpuloan-prod-inference-on-demand"]
 
 
-@pytest.mark.parametrize("knob, fragment", [({"workload": "service"}, "utilization scale-up"),
-                                            ({"workload": "batch", "warm_up": True}, "warm_up")])
+@pytest.mark.parametrize(
+    "knob, fragment",
+    [({"workload": "service"}, "utilization scale-up"), ({"workload": "batch", "warm_up": True}, "warm_up")],
+)
 def test_production_pool_whose_rules_add_spot_before_pods_are_pending_stays_an_error(knob, fragment):
     data = stack_config("prod")
     data["gpuloan:pools"][1]["elastic"].update(knob)
@@ -492,10 +527,13 @@ def test_the_rule_is_off_with_kueue_off():
     checks.from_stack_yaml({"config": data}, "test", prices=resolved_prices())
 
 
-@pytest.mark.parametrize("entry,fragment", [
-    ("nope", "no pool named 'nope'"),
-    ("serving", "no pool named"),  # a team's name, not a pool's
-])
+@pytest.mark.parametrize(
+    "entry,fragment",
+    [
+        ("nope", "no pool named 'nope'"),
+        ("serving", "no pool named"),  # a team's name, not a pool's
+    ],
+)
 def test_production_spot_pools_must_name_pools(entry, fragment):
     data = stack_config("prod")
     data["gpuloan:scheduling"]["kueue"]["production_spot_pools"].append(entry)
@@ -531,10 +569,16 @@ def test_team_limits_are_range_checked():
 def test_not_admitted_work_is_invisible_to_the_policy():
     # A Job Kueue has not admitted is suspended: no pods at all. Pod-based kinds (Deployment) wait behind Kueue's
     # scheduling gate: not demand for a node.
-    gated = {"spec": {"schedulingGates": [{"name": "kueue.x-k8s.io/admission"}],
-                      "containers": [{"resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
-             "status": {"phase": "Pending", "conditions": [
-                 {"type": "PodScheduled", "status": "False", "reason": "SchedulingGated"}]}}
+    gated = {
+        "spec": {
+            "schedulingGates": [{"name": "kueue.x-k8s.io/admission"}],
+            "containers": [{"resources": {"limits": {"nvidia.com/gpu": "1"}}}],
+        },
+        "status": {
+            "phase": "Pending",
+            "conditions": [{"type": "PodScheduled", "status": "False", "reason": "SchedulingGated"}],
+        },
+    }
     assert policy_pods.unschedulable(gated) is False
 
 
@@ -542,8 +586,12 @@ def test_admitted_pods_count_for_the_pool_their_flavor_pins_them_to():
     cfg = _cfg("prod")
     [spot] = [f for f in scheduling.pool_flavors(cfg, cfg.pool("training")) if f.kind == scheduling.SPOT]
     # Kueue merges the flavor's nodeLabels into the pod's nodeSelector when it admits the workload.
-    pod = {"spec": {"nodeSelector": dict(spot.node_labels),
-                    "containers": [{"resources": {"limits": {"nvidia.com/gpu": "8"}}}]}}
+    pod = {
+        "spec": {
+            "nodeSelector": dict(spot.node_labels),
+            "containers": [{"resources": {"limits": {"nvidia.com/gpu": "8"}}}],
+        }
+    }
     assert policy_pods.pod_pools(pod) == {"training"}
     assert policy_pods.pod_gpus(pod) == 8
 
@@ -587,8 +635,10 @@ WORKLOADS = sorted((REPO / "docs" / "workloads").glob("*.yaml"))
 @functools.cache
 def _prod_plan():
     cfg = _cfg("prod")
-    return cfg, {kueue.local_queue_manifest(q)["metadata"]["namespace"] + "/" + q.local_queue: q
-                 for q in scheduling.plan(cfg).queues}
+    return cfg, {
+        kueue.local_queue_manifest(q)["metadata"]["namespace"] + "/" + q.local_queue: q
+        for q in scheduling.plan(cfg).queues
+    }
 
 
 def _workload_objects():
@@ -609,7 +659,9 @@ def test_workload_examples_are_admitted_by_queue_name(name, obj):
     selector = spec.get("nodeSelector") or {}
     flavors = {f.name: f for f in scheduling.plan(cfg).flavors}
     # Kueue only assigns a flavor whose node labels do not contradict the pod's own node selector.
-    fitting = [e for e in queue.flavors if all(selector.get(k, v) == v for k, v in flavors[e.flavor].node_labels.items())]
+    fitting = [
+        e for e in queue.flavors if all(selector.get(k, v) == v for k, v in flavors[e.flavor].node_labels.items())
+    ]
     assert fitting, f"{name}: its nodeSelector {selector} matches no flavor of queue {queue.name}"
     per_pod = sum(int(c["resources"]["limits"].get("nvidia.com/gpu", 0)) for c in spec["containers"])
     pods = obj["spec"].get("parallelism", 1) if obj["kind"] == "Job" else 1  # a Deployment is admitted per pod
@@ -646,14 +698,21 @@ def _configs(draw):
     pools, spot_ok = [], []
     for i in range(draw(st.integers(1, 4))):
         gpus = draw(st.sampled_from(sorted(_TYPES)))
-        pool = {"name": f"p{i}", "team": draw(st.sampled_from(["alpha", "beta"])),
-                "tier": draw(st.sampled_from(["production", "experiment", "learning"]))}
+        pool = {
+            "name": f"p{i}",
+            "team": draw(st.sampled_from(["alpha", "beta"])),
+            "tier": draw(st.sampled_from(["production", "experiment", "learning"])),
+        }
         has_floor, has_elastic = draw(st.sampled_from([(True, False), (False, True), (True, True)]))
         if has_floor:
             pool["guaranteed"] = {"instance_type": _TYPES[gpus][0], "nodes": draw(st.integers(1, 3))}
         if has_elastic:
             capacity = draw(st.sampled_from(["spot", "on_demand", "spot_then_on_demand"]))
-            pool["elastic"] = {"instance_types": _TYPES[gpus], "capacity": capacity, "max_nodes": draw(st.integers(1, 6))}
+            pool["elastic"] = {
+                "instance_types": _TYPES[gpus],
+                "capacity": capacity,
+                "max_nodes": draw(st.integers(1, 6)),
+            }
             if pool["tier"] == "production" and capacity != "on_demand":
                 spot_ok.append(pool["name"])
         pools.append(pool)
@@ -673,7 +732,7 @@ def test_quota_invariants_over_generated_configs(cfg):
     for q in plan.queues:
         pool = cfg.pool(q.pool)
         per_node = scheduling.gpus_per_node(cfg, pool)
-        reach = ((pool.guaranteed.nodes if pool.guaranteed else 0) + (pool.elastic.max_nodes if pool.elastic else 0))
+        reach = (pool.guaranteed.nodes if pool.guaranteed else 0) + (pool.elastic.max_nodes if pool.elastic else 0)
         assert sum(e.nominal_gpus for e in q.flavors) <= reach * per_node  # never more than the groups reach
         assert per_node % replicas == 0
         for e in q.flavors:
@@ -713,8 +772,12 @@ def test_scheduling_doc_names_what_the_code_declares():
 
 def test_shipped_prod_lends_the_training_floor_to_research_experiments():
     cfg = _cfg("prod")
-    borrowed = {(q.name, e.flavor) for q in scheduling.plan(cfg).queues for e in q.flavors
-                if not e.flavor.startswith(q.name + "-")}
+    borrowed = {
+        (q.name, e.flavor)
+        for q in scheduling.plan(cfg).queues
+        for e in q.flavors
+        if not e.flavor.startswith(q.name + "-")
+    }
     # a ClusterQueue lists another pool's floor flavor: something is really borrowed (it was not before)
     assert borrowed == {("gpuloan-prod-research", "gpuloan-prod-training-floor")}
     quotas = _quotas(_cq(cfg, "research"))
@@ -739,13 +802,16 @@ def _borrower(own_types: list[str], lender_type: str) -> config.GpuLoanConfig:
     return checks.from_stack_yaml({"config": data}, "test", prices=resolved_prices())
 
 
-@pytest.mark.parametrize("own, lender, lent", [
-    (["p4d.24xlarge"], "p4d.24xlarge", True),  # same A100 nodes
-    (["p4d.24xlarge"], "p4de.24xlarge", True),  # A100 80 GB: a 40 GB job fits
-    (["p4de.24xlarge"], "p4d.24xlarge", False),  # an 80 GB-per-GPU job would not fit 40 GB A100s
-    (["g6e.48xlarge"], "p4d.24xlarge", False),  # 8 L40S vs 8 A100: same GPUs per node, another GPU model
-    (["p5.48xlarge"], "p4d.24xlarge", False),  # H100 work onto A100s
-])
+@pytest.mark.parametrize(
+    "own, lender, lent",
+    [
+        (["p4d.24xlarge"], "p4d.24xlarge", True),  # same A100 nodes
+        (["p4d.24xlarge"], "p4de.24xlarge", True),  # A100 80 GB: a 40 GB job fits
+        (["p4de.24xlarge"], "p4d.24xlarge", False),  # an 80 GB-per-GPU job would not fit 40 GB A100s
+        (["g6e.48xlarge"], "p4d.24xlarge", False),  # 8 L40S vs 8 A100: same GPUs per node, another GPU model
+        (["p5.48xlarge"], "p4d.24xlarge", False),  # H100 work onto A100s
+    ],
+)
 def test_a_floor_is_lent_only_to_queues_whose_work_runs_on_its_gpus(own, lender, lent):
     cfg = _borrower(own, lender)
     assert ("gpuloan-prod-training-floor" in _quotas(_cq(cfg, "research"))) is lent
@@ -760,9 +826,14 @@ def test_several_node_sizes_share_one_elastic_flavor_that_selects_every_size_and
     from capacity_helpers import dev_variant
     from conftest import run_stack
 
-    data = dev_variant(guaranteed={"instance_type": "g6e.2xlarge"},
-                       elastic={"instance_types": ["g6e.48xlarge", "g6e.12xlarge", "g6e.2xlarge"],
-                                "capacity": "spot_then_on_demand", "max_nodes": 2})
+    data = dev_variant(
+        guaranteed={"instance_type": "g6e.2xlarge"},
+        elastic={
+            "instance_types": ["g6e.48xlarge", "g6e.12xlarge", "g6e.2xlarge"],
+            "capacity": "spot_then_on_demand",
+            "max_nodes": 2,
+        },
+    )
     cfg = checks.from_stack_yaml({"config": data}, "dev", prices=resolved_prices())
     pool = cfg.pools[0]
     elastic = [f for f in scheduling.pool_flavors(cfg, pool) if f.kind != scheduling.FLOOR]
@@ -772,8 +843,11 @@ def test_several_node_sizes_share_one_elastic_flavor_that_selects_every_size_and
             validate_kueue(obj)
     # the one elastic flavor's labels select every size's groups (pods admitted on it may land on any size)
     rec = run_stack("dev", data)
-    groups = [r for r in rec.of_type("aws:eks/nodeGroup:NodeGroup")
-              if (r.inputs.get("labels") or {}).get(tags.LABEL_TIER) == "elastic"]
+    groups = [
+        r
+        for r in rec.of_type("aws:eks/nodeGroup:NodeGroup")
+        if (r.inputs.get("labels") or {}).get(tags.LABEL_TIER) == "elastic"
+    ]
     assert len(groups) == 6
     labels = elastic[0].node_labels
     assert all(labels.items() <= g.inputs["labels"].items() for g in groups)

@@ -29,6 +29,7 @@ def test_one_queue_has_nobody_to_share_with_so_fair_sharing_stays_off():
     data = stack_config("dev")
     data["gpuloan:pools"] = data["gpuloan:pools"][:1]
     from pricing import checks
+
     cfg = checks.from_stack_yaml({"config": data}, "test", prices=resolved_prices())
     assert len(scheduling.plan(cfg).queues) == 1
     assert "fairSharing" not in _manager_config(cfg)
@@ -47,8 +48,9 @@ def test_weighted_queues_validate_against_the_pinned_crds(weight):
 @pytest.mark.parametrize("stack, on", [("dev", False), ("prod", True)])
 def test_shipped_stacks_fair_sharing_in_the_release(stack, on):
     # dev has one queue (research), prod three in its cohort
-    conf = yaml.safe_load(release(layer(stack), "kueue").inputs["values"]["managerConfig"][
-        "controllerManagerConfigYaml"])
+    conf = yaml.safe_load(
+        release(layer(stack), "kueue").inputs["values"]["managerConfig"]["controllerManagerConfigYaml"]
+    )
     assert ("fairSharing" in conf) is on
 
 
@@ -62,16 +64,22 @@ def test_borrow_limit_in_percent_of_the_own_floor_rounds_down(pct, limit):
 
 def test_both_borrow_limits_for_one_team_are_refused_naming_both():
     data = stack_config("prod")
-    data["gpuloan:scheduling"]["kueue"]["teams"] = {
-        "research": {"borrowing_limit_gpus": 2, "borrowing_limit_pct": 50}}
+    data["gpuloan:scheduling"]["kueue"]["teams"] = {"research": {"borrowing_limit_gpus": 2, "borrowing_limit_pct": 50}}
     [(path, message)] = _problems(data)
     assert path == "scheduling.kueue.teams.research"
     assert "borrowing_limit_gpus" in message and "borrowing_limit_pct" in message
 
 
-@pytest.mark.parametrize("field, value", [("fair_share_weight", 0), ("fair_share_weight", -1),
-                                          ("fair_share_weight", 1001), ("borrowing_limit_pct", 501),
-                                          ("borrowing_limit_pct", -1)])
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("fair_share_weight", 0),
+        ("fair_share_weight", -1),
+        ("fair_share_weight", 1001),
+        ("borrowing_limit_pct", 501),
+        ("borrowing_limit_pct", -1),
+    ],
+)
 def test_weight_and_percent_out_of_range_are_refused_naming_the_field(field, value):
     data = stack_config("prod")
     data["gpuloan:scheduling"]["kueue"]["teams"] = {"research": {field: value}}

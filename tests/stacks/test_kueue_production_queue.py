@@ -61,8 +61,9 @@ def test_an_experiment_pool_with_production_work_gets_a_production_queue_on_its_
     prod = queues["gpuloan-dev-research-production"]
     assert prod.production_only and prod.local_queue == "research-production" and prod.team == "research"
     # spot-only elastic: production may use the floor alone; the floor's quota is the production queue's
-    assert _quotas(cfg, prod) == {"gpuloan-dev-research-floor": {"name": "nvidia.com/gpu", "nominalQuota": 1,
-                                                                  "borrowingLimit": 0}}
+    assert _quotas(cfg, prod) == {
+        "gpuloan-dev-research-floor": {"name": "nvidia.com/gpu", "nominalQuota": 1, "borrowingLimit": 0}
+    }
     # the interruptible queue borrows the idle floor (nominal 0, listed first), then its spot nodes
     rest = _quotas(cfg, queues["gpuloan-dev-research"])
     assert list(rest) == ["gpuloan-dev-research-floor", "gpuloan-dev-research-spot"]
@@ -79,10 +80,16 @@ def test_with_spot_then_on_demand_the_production_queue_gets_the_on_demand_group_
     assert flavor.node_labels["gpuloan.io/capacity"] == "on-demand"
     assert all(t["key"] != SPOT_TAINT for t in flavor.tolerations)
     assert _quotas(cfg, prod)["gpuloan-dev-research-on-demand"] == {
-        "name": "nvidia.com/gpu", "nominalQuota": 4, "lendingLimit": 0, "borrowingLimit": 0}
+        "name": "nvidia.com/gpu",
+        "nominalQuota": 4,
+        "lendingLimit": 0,
+        "borrowingLimit": 0,
+    }
     # the interruptible queue keeps today's flavors: the floor (borrowed now), then spot
     assert list(_quotas(cfg, _queues(cfg)["gpuloan-dev-research"])) == [
-        "gpuloan-dev-research-floor", "gpuloan-dev-research-spot"]
+        "gpuloan-dev-research-floor",
+        "gpuloan-dev-research-spot",
+    ]
 
 
 def test_with_on_demand_capacity_both_queues_use_one_flavor_held_by_the_production_queue():
@@ -90,8 +97,7 @@ def test_with_on_demand_capacity_both_queues_use_one_flavor_held_by_the_producti
     queues = _queues(cfg)
     prod = _quotas(cfg, queues["gpuloan-dev-research-production"])
     rest = _quotas(cfg, queues["gpuloan-dev-research"])
-    assert prod["gpuloan-dev-research-on-demand"] == {"name": "nvidia.com/gpu", "nominalQuota": 4,
-                                                       "borrowingLimit": 0}
+    assert prod["gpuloan-dev-research-on-demand"] == {"name": "nvidia.com/gpu", "nominalQuota": 4, "borrowingLimit": 0}
     assert rest["gpuloan-dev-research-on-demand"] == {"name": "nvidia.com/gpu", "nominalQuota": 0}
     # counted once in the team's ceiling: floor 1 + on-demand 4
     assert scheduling.team_gpu_ceiling(cfg, "research") == 5
@@ -133,7 +139,8 @@ def test_the_generated_objects_validate_against_the_kueue_crds(capacity):
     local = [o for o in objects if o["kind"] == "LocalQueue"]
     assert {(o["metadata"]["namespace"], o["metadata"]["name"], o["spec"]["clusterQueue"]) for o in local} == {
         ("research", "research", "gpuloan-dev-research"),
-        ("research", "research-production", "gpuloan-dev-research-production")}
+        ("research", "research-production", "gpuloan-dev-research-production"),
+    }
 
 
 def test_a_pool_whose_production_work_could_never_be_admitted_is_refused_naming_the_field():
@@ -142,8 +149,7 @@ def test_a_pool_whose_production_work_could_never_be_admitted_is_refused_naming_
     assert "could never admit" in problems[0][1]
     # listing it in production_spot_pools waives "never on spot": its production queue then uses spot
     cfg = _cfg(_dev(share=30, capacity="spot", floor=None, production_spot_pools=["research"]))
-    assert [e.flavor for e in _queues(cfg)["gpuloan-dev-research-production"].flavors] == [
-        "gpuloan-dev-research-spot"]
+    assert [e.flavor for e in _queues(cfg)["gpuloan-dev-research-production"].flavors] == ["gpuloan-dev-research-spot"]
 
 
 def test_a_lending_limit_that_would_cap_the_teams_own_work_is_refused_naming_the_field():
@@ -183,6 +189,10 @@ def test_the_pulumi_resources_of_a_production_queue_are_new_ones_beside_the_pool
         return k.release.id.apply(lambda _: None)
 
     run()
-    for name in ("kueue-cq-research", "kueue-lq-research", "kueue-cq-research-production",
-                 "kueue-lq-research-production"):
+    for name in (
+        "kueue-cq-research",
+        "kueue-lq-research",
+        "kueue-cq-research-production",
+        "kueue-lq-research-production",
+    ):
         assert name in created

@@ -31,8 +31,12 @@ def test_on_the_policy_may_patch_exactly_the_lending_floors_queues():
     assert [p for p in cfg.pools if p.guaranteed is None and scheduling.lends_ahead(cfg, p)] == []
     rules = tenancy.policy_rbac_rules(cfg)
     assert rules[:-1] == [*tenancy.POLICY_RBAC_RULES, tenancy.loan_rbac_rule(cfg)]  # no pod patch: no block
-    assert rules[-1] == {"apiGroups": ["kueue.x-k8s.io"], "resources": ["clusterqueues"], "verbs": ["get", "patch"],
-                         "resourceNames": sorted(scheduling.floor_queue_name(cfg, p) for p in lenders)}
+    assert rules[-1] == {
+        "apiGroups": ["kueue.x-k8s.io"],
+        "resources": ["clusterqueues"],
+        "verbs": ["get", "patch"],
+        "resourceNames": sorted(scheduling.floor_queue_name(cfg, p) for p in lenders),
+    }
     # a dry run patches nothing: nothing to patch is granted
     dry = cfg.model_copy(update={"policy": cfg.policy.model_copy(update={"dry_run": True})})
     assert tenancy.policy_rbac_rules(dry) == [*tenancy.POLICY_RBAC_RULES, tenancy.loan_rbac_rule(dry)]

@@ -20,8 +20,14 @@ from stacks.network import plan_subnets
 
 EKS = "aws:eks/cluster:Cluster"
 SUBNET = "aws:ec2/subnet:Subnet"
-NETWORK_TYPES = {"aws:ec2/vpc:Vpc", SUBNET, "aws:ec2/natGateway:NatGateway", "aws:ec2/eip:Eip",
-                 "aws:ec2/internetGateway:InternetGateway", "aws:ec2/routeTable:RouteTable"}
+NETWORK_TYPES = {
+    "aws:ec2/vpc:Vpc",
+    SUBNET,
+    "aws:ec2/natGateway:NatGateway",
+    "aws:ec2/eip:Eip",
+    "aws:ec2/internetGateway:InternetGateway",
+    "aws:ec2/routeTable:RouteTable",
+}
 
 
 def cfg_of(stack):
@@ -51,7 +57,7 @@ def test_subnet_plan_is_disjoint_inside_the_vpc_and_one_of_each_kind_per_az(pref
     specs = plan_subnets(str(vpc), azs)
     nets = [ipaddress.ip_network(s.cidr_block) for s in specs]
     assert all(n.subnet_of(vpc) for n in nets)
-    assert all(not a.overlaps(b) for i, a in enumerate(nets) for b in nets[i + 1:])
+    assert all(not a.overlaps(b) for i, a in enumerate(nets) for b in nets[i + 1 :])
     for az in azs:
         assert sorted(s.kind for s in specs if s.availability_zone == az) == ["private", "public"]
     private = [n for s, n in zip(specs, nets) if s.kind == "private"]
@@ -113,7 +119,12 @@ def test_eks_cluster_is_encrypted_logged_and_uses_access_entries(recorded, stack
     assert enc["provider"]["keyArn"].endswith("/" + mock_id(rec, key))
     assert key.inputs["enableKeyRotation"] is True
     assert set(eks.inputs["enabledClusterLogTypes"]) == {
-        "api", "audit", "authenticator", "controllerManager", "scheduler"}
+        "api",
+        "audit",
+        "authenticator",
+        "controllerManager",
+        "scheduler",
+    }
     [logs] = in_cluster(rec, "aws:cloudwatch/logGroup:LogGroup")
     assert logs.inputs["name"] == f"/aws/eks/gpuloan-{stack}/cluster" and logs.inputs["retentionInDays"] > 0
     assert eks.inputs["accessConfig"]["authenticationMode"] == "API"
@@ -198,8 +209,11 @@ def test_node_and_cluster_roles_have_only_the_managed_policies_they_need(recorde
     node_role = next(n for n in roles if n.endswith("-node-role"))
     cluster_role = next(n for n in roles if n.endswith("-cluster-role"))
     cni_role = next(n for n in roles if n.endswith("-vpc-cni-role"))
-    assert attached == {node_role: set(cluster_mod.NODE_POLICIES), cluster_role: {"AmazonEKSClusterPolicy"},
-                        cni_role: {"AmazonEKS_CNI_Policy"}}
+    assert attached == {
+        node_role: set(cluster_mod.NODE_POLICIES),
+        cluster_role: {"AmazonEKSClusterPolicy"},
+        cni_role: {"AmazonEKS_CNI_Policy"},
+    }
     assert not in_cluster(rec, "aws:iam/rolePolicy:RolePolicy"), "no inline policies on cluster or node roles"
     [stmt] = json.loads(roles[node_role].inputs["assumeRolePolicy"])["Statement"]
     assert stmt["Principal"] == {"Service": "ec2.amazonaws.com"} and stmt["Action"] == "sts:AssumeRole"
@@ -226,7 +240,8 @@ def test_partition_follows_the_region():
     assert cluster_mod.partition_for("us-east-1") == "aws"
     assert cluster_mod.partition_for("us-gov-west-1") == "aws-us-gov"
     assert cluster_mod.managed_policy_arn("cn-north-1", "AmazonEKSClusterPolicy") == (
-        "arn:aws-cn:iam::aws:policy/AmazonEKSClusterPolicy")
+        "arn:aws-cn:iam::aws:policy/AmazonEKSClusterPolicy"
+    )
 
 
 # --- existing cluster --------------------------------------------------------------------------------------
@@ -236,15 +251,21 @@ EXISTING = {"mode": "existing", "name": "ml-shared", "availability_zones": ["us-
 
 @pytest.fixture(scope="module")
 def existing():
-    return run_stack("dev", dev_variant(cluster=EXISTING, guaranteed={"reservation": "odcr",
-                                                                      "availability_zone": "us-east-1b"}))
+    return run_stack(
+        "dev", dev_variant(cluster=EXISTING, guaranteed={"reservation": "odcr", "availability_zone": "us-east-1b"})
+    )
 
 
 def test_existing_cluster_creates_no_network_no_cluster_no_addons(existing):
     created = {r.type for r in in_cluster(existing)}
     assert not created & NETWORK_TYPES
-    assert not created & {EKS, "aws:eks/addon:Addon", "aws:kms/key:Key", NODE_GROUP,
-                          "aws:iam/openIdConnectProvider:OpenIdConnectProvider"}
+    assert not created & {
+        EKS,
+        "aws:eks/addon:Addon",
+        "aws:kms/key:Key",
+        NODE_GROUP,
+        "aws:iam/openIdConnectProvider:OpenIdConnectProvider",
+    }
     assert "aws:eks/getCluster:getCluster" in existing.invokes
     assert existing.outputs["cluster_name"] == "ml-shared"
     assert existing.outputs["cluster_endpoint"].startswith("https://")
@@ -261,8 +282,11 @@ def test_existing_cluster_gpu_groups_use_its_subnets_and_a_role_with_cni(existin
     # The reservation's AZ only (the mocked lookup answers one subnet per requested AZ).
     assert len(floor.inputs["subnetIds"]) == 1 and len(spot.inputs["subnetIds"]) == 2
     assert floor.inputs["subnetIds"][0] in spot.inputs["subnetIds"]
-    node_policies = {a.inputs["policyArn"].rsplit("/", 1)[1] for a in in_cluster(existing)
-                     if a.type == "aws:iam/rolePolicyAttachment:RolePolicyAttachment"}
+    node_policies = {
+        a.inputs["policyArn"].rsplit("/", 1)[1]
+        for a in in_cluster(existing)
+        if a.type == "aws:iam/rolePolicyAttachment:RolePolicyAttachment"
+    }
     assert node_policies == set(cluster_mod.NODE_POLICIES_EXISTING_CLUSTER)
 
 
@@ -277,8 +301,11 @@ def test_every_taggable_cluster_resource_is_tagged_as_platform(recorded, stack):
 
 
 def _subnet_filters(recording) -> list[dict]:
-    return [{f["name"]: f["values"] for f in args.get("filters", [])}
-            for token, args in recording.invoke_args if token == "aws:ec2/getSubnets:getSubnets"]
+    return [
+        {f["name"]: f["values"] for f in args.get("filters", [])}
+        for token, args in recording.invoke_args
+        if token == "aws:ec2/getSubnets:getSubnets"
+    ]
 
 
 def test_existing_cluster_default_subnets_are_those_without_public_ips(existing):
@@ -317,8 +344,11 @@ def test_an_existing_stack_replaces_its_fixed_name_system_group_new_group_first(
 
     head = preview.preview_document(resolved_prices(), "dev", stack_config("dev"))
     base = json.loads(json.dumps(head))
-    [old] = [r for r in base["resources"] if r["type"] == NODE_GROUP and r["inputs"].get("labels", {}).get(
-        tags.LABEL_TIER) == "system"]
+    [old] = [
+        r
+        for r in base["resources"]
+        if r["type"] == NODE_GROUP and r["inputs"].get("labels", {}).get(tags.LABEL_TIER) == "system"
+    ]
     old["inputs"]["nodeGroupName"] = old["inputs"].pop("nodeGroupNamePrefix").rstrip("_")  # the old fixed name
     [change] = rollout.group_changes(base, head)
     assert change.action == "replaces" and change.group == "dev-system" and "nodeGroupName" in change.reasons

@@ -18,8 +18,10 @@ G6E = ["g6e.48xlarge", "g6e.12xlarge", "g6e.2xlarge"]
 
 def _sized(**elastic) -> dict:
     # a floor of one of its sizes (1 L40S) and spot then on-demand, so every size has both groups
-    return dev_variant(guaranteed={"instance_type": "g6e.2xlarge"},
-                       elastic={"instance_types": G6E, "capacity": "spot_then_on_demand", **elastic})
+    return dev_variant(
+        guaranteed={"instance_type": "g6e.2xlarge"},
+        elastic={"instance_types": G6E, "capacity": "spot_then_on_demand", **elastic},
+    )
 
 
 @pytest.fixture(scope="module")
@@ -34,8 +36,10 @@ def _elastic_groups(rec) -> dict:
 @requires_shared_prices
 def test_each_size_gets_a_spot_and_an_on_demand_group_of_its_own_shape(sized):
     groups = _elastic_groups(sized)
-    types = {name: (r.inputs["capacityType"], tuple(r.inputs["instanceTypes"]), r.inputs["nodeGroupNamePrefix"])
-             for name, r in groups.items()}
+    types = {
+        name: (r.inputs["capacityType"], tuple(r.inputs["instanceTypes"]), r.inputs["nodeGroupNamePrefix"])
+        for name, r in groups.items()
+    }
     assert types == {
         "research-elastic-spot": ("SPOT", ("g6e.48xlarge",), "dev-research-spot_"),
         "research-elastic-on-demand": ("ON_DEMAND", ("g6e.48xlarge",), "dev-research-on-demand_"),
@@ -82,9 +86,12 @@ def test_a_one_size_pool_keeps_its_group_names_urns_and_inputs(recorded, stack):
     for pool in cfg.pools:
         if pool.elastic is None:
             continue
-        groups = {r.urn.rsplit("::", 1)[1]: r for r in rec.of_type(NODE_GROUP)
-                  if r.inputs["labels"].get("gpuloan.io/tier") == "elastic"
-                  and r.inputs["labels"].get("gpuloan.io/pool") == pool.name}
+        groups = {
+            r.urn.rsplit("::", 1)[1]: r
+            for r in rec.of_type(NODE_GROUP)
+            if r.inputs["labels"].get("gpuloan.io/tier") == "elastic"
+            and r.inputs["labels"].get("gpuloan.io/pool") == pool.name
+        }
         assert set(groups) <= {f"{pool.name}-elastic-spot", f"{pool.name}-elastic-on-demand"}
         for name, r in groups.items():
             kind = "spot" if name.endswith("-spot") else "on-demand"
@@ -105,11 +112,14 @@ def test_kueue_elastic_quota_is_every_sizes_gpus_in_one_flavor():
 
 
 @requires_shared_prices
-@pytest.mark.parametrize("types, words", [
-    (["g6e.48xlarge", "p5.4xlarge"], "several GPU models"),  # L40S x8 beside H100 x1
-    (["g6e.48xlarge", "g6e.2xlarge", "g6e.2xlarge"], "listed twice"),
-    (["g5g.xlarge", "g6e.2xlarge"], "x86_64 and arm64"),
-])
+@pytest.mark.parametrize(
+    "types, words",
+    [
+        (["g6e.48xlarge", "p5.4xlarge"], "several GPU models"),  # L40S x8 beside H100 x1
+        (["g6e.48xlarge", "g6e.2xlarge", "g6e.2xlarge"], "listed twice"),
+        (["g5g.xlarge", "g6e.2xlarge"], "x86_64 and arm64"),
+    ],
+)
 def test_bad_size_mixes_name_the_field_before_any_resource(types, words):
     config = _sized(instance_types=types)
     config["gpuloan:pools"][0].pop("guaranteed")
@@ -128,24 +138,33 @@ def test_the_previews_elastic_ceiling_counts_every_sizes_groups_at_their_max():
     spot = sum(resolved_prices().price(t, "us-east-1").spot_or_ondemand_usd_per_hour for t in G6E)
     assert cost.elastic_max_gpus == 3 * (8 + 4 + 1)
     assert cost.elastic_max_monthly_usd == pytest.approx(3 * spot * 730, rel=1e-6)
-    one = checks.from_stack_yaml({"config": _sized(max_nodes=3, instance_types=["g6e.2xlarge"])}, "dev", prices=resolved_prices())
+    one = checks.from_stack_yaml(
+        {"config": _sized(max_nodes=3, instance_types=["g6e.2xlarge"])}, "dev", prices=resolved_prices()
+    )
     assert pool_cost(resolved_prices(), one, one.pools[0]).elastic_max_gpus == 3 * 1
 
 
 # --- issue 35 item 4: names keyed to a size, never to list order ---------------------------------------------
 
+
 def _sized_doc(types: list[str], **elastic) -> dict:
     from gpuloan import preview
 
-    config = dev_variant(guaranteed={"instance_type": "g6e.2xlarge"},
-                         elastic={"instance_types": types, "capacity": "spot_then_on_demand", **elastic})
+    config = dev_variant(
+        guaranteed={"instance_type": "g6e.2xlarge"},
+        elastic={"instance_types": types, "capacity": "spot_then_on_demand", **elastic},
+    )
     return preview.preview_document(resolved_prices(), "dev", config)
 
 
 def _prefixes(doc) -> dict[str, tuple[str, ...]]:
-    return {r["inputs"]["nodeGroupNamePrefix"]: tuple(r["inputs"]["instanceTypes"])
-            for r in doc["resources"] if r["type"] == NODE_GROUP and r["inputs"].get("instanceTypes")
-            and "-research-" in r["inputs"]["nodeGroupNamePrefix"]}
+    return {
+        r["inputs"]["nodeGroupNamePrefix"]: tuple(r["inputs"]["instanceTypes"])
+        for r in doc["resources"]
+        if r["type"] == NODE_GROUP
+        and r["inputs"].get("instanceTypes")
+        and "-research-" in r["inputs"]["nodeGroupNamePrefix"]
+    }
 
 
 @requires_shared_prices

@@ -16,8 +16,18 @@ from pricing import checks
 from config import tags, versions
 from stacks.policy_function.package import build_zip
 
-MUTATING_PREFIXES = ("eks:Update", "eks:Create", "eks:Delete", "autoscaling:Terminate", "autoscaling:Set",
-                     "autoscaling:Update", "autoscaling:Create", "autoscaling:Delete", "ec2:Terminate", "ec2:Run")
+MUTATING_PREFIXES = (
+    "eks:Update",
+    "eks:Create",
+    "eks:Delete",
+    "autoscaling:Terminate",
+    "autoscaling:Set",
+    "autoscaling:Update",
+    "autoscaling:Create",
+    "autoscaling:Delete",
+    "ec2:Terminate",
+    "ec2:Run",
+)
 
 
 def _policy(rec, env):
@@ -63,12 +73,12 @@ def test_no_mutating_action_on_star_and_guaranteed_groups_not_covered(recorded, 
             continue
         assert "*" not in resources, st
         # IAM matches `*` across any characters, as fnmatch does: no pattern may match a floor's name or ARN.
-        patterns = [p for p in resources] + [v for cond in (st.get("Condition") or {}).values()
-                                            for vals in cond.values() for v in _listify(vals)]
+        patterns = [p for p in resources] + [
+            v for cond in (st.get("Condition") or {}).values() for vals in cond.values() for v in _listify(vals)
+        ]
         for g in guaranteed:
             arn = groups[g].outputs["arn"]
-            assert not _matches_any(g, patterns) and not _matches_any(arn, patterns), \
-                f"{g} is covered by {st['Sid']}"
+            assert not _matches_any(g, patterns) and not _matches_any(arn, patterns), f"{g} is covered by {st['Sid']}"
     resize = next(s for s in doc["Statement"] if s["Sid"] == "ResizeElasticNodeGroups")
     for g in elastic:
         assert _matches_any(groups[g].outputs["arn"], resize["Resource"]), g
@@ -79,10 +89,29 @@ def test_no_mutating_action_on_star_and_guaranteed_groups_not_covered(recorded, 
     # read-only on the floor is allowed (pool utilization), nothing else
     read = next(s for s in doc["Statement"] if s["Sid"] == "ReadNodeGroups")
     assert read["Action"] == ["eks:DescribeNodegroup"]
-    assert all(a.split(":")[1].startswith(("Describe", "Get", "View", "List", "Create", "Put", "Send", "Publish",
-                                            "Delete", "Assign", "Unassign", "Update", "Terminate", "Generate",
-                                            "Decrypt"))
-               for s in doc["Statement"] for a in s["Action"])
+    assert all(
+        a.split(":")[1].startswith(
+            (
+                "Describe",
+                "Get",
+                "View",
+                "List",
+                "Create",
+                "Put",
+                "Send",
+                "Publish",
+                "Delete",
+                "Assign",
+                "Unassign",
+                "Update",
+                "Terminate",
+                "Generate",
+                "Decrypt",
+            )
+        )
+        for s in doc["Statement"]
+        for a in s["Action"]
+    )
 
 
 def _listify(v):
@@ -100,13 +129,20 @@ def test_reclaim_reaches_this_clusters_elastic_asgs_only(recorded, env):
     (cluster,) = rec.of_type("aws:eks/cluster:Cluster")
     cluster_name = cluster.inputs["name"]
     elastic = next(n for n, r in _node_groups(rec).items() if r.inputs["labels"][tags.LABEL_TIER] == "elastic")
-    asg = ("arn:aws:autoscaling:us-east-1:123456789012:autoScalingGroup:0f1e2d3c:"
-           f"autoScalingGroupName/eks-{elastic}-0f1e2d3c")
+    asg = (
+        "arn:aws:autoscaling:us-east-1:123456789012:autoScalingGroup:0f1e2d3c:"
+        f"autoScalingGroupName/eks-{elastic}-0f1e2d3c"
+    )
     action = "autoscaling:TerminateInstanceInAutoScalingGroup"
-    own = {"autoscaling:ResourceTag/eks:nodegroup-name": elastic, "autoscaling:ResourceTag/eks:cluster-name": cluster_name}
+    own = {
+        "autoscaling:ResourceTag/eks:nodegroup-name": elastic,
+        "autoscaling:ResourceTag/eks:cluster-name": cluster_name,
+    }
     assert allowed(doc, action, asg, own)
-    for other in ({**own, "autoscaling:ResourceTag/eks:cluster-name": "another-cluster"},
-                  {"autoscaling:ResourceTag/eks:nodegroup-name": elastic}):  # a look-alike ASG without the cluster
+    for other in (
+        {**own, "autoscaling:ResourceTag/eks:cluster-name": "another-cluster"},
+        {"autoscaling:ResourceTag/eks:nodegroup-name": elastic},
+    ):  # a look-alike ASG without the cluster
         assert not allowed(doc, action, asg, other), other
 
 
@@ -194,13 +230,19 @@ def test_the_zip_alone_loads_the_handler_and_the_rule_modules_of_decide(tmp_path
         names = zf.namelist()
         zf.extractall(tmp_path)
     assert "policy/decide/__init__.py" in names and "policy/decide/bound.py" in names
-    rules = sorted(n[len("policy/"):-len(".py")].replace("/", ".").removesuffix(".__init__") for n in names
-                   if n.startswith("policy/decide/"))
-    code = ("import importlib, sys; sys.path.insert(0, sys.argv[1]); import policy.handler; "
-            "[importlib.import_module('policy.' + m) for m in sys.argv[2:]]; "
-            "print(sys.modules['policy.decide.bound'].__file__)")
-    out = subprocess.run([sys.executable, "-I", "-c", code, str(tmp_path), *rules], capture_output=True, text=True,
-                         check=True)
+    rules = sorted(
+        n[len("policy/") : -len(".py")].replace("/", ".").removesuffix(".__init__")
+        for n in names
+        if n.startswith("policy/decide/")
+    )
+    code = (
+        "import importlib, sys; sys.path.insert(0, sys.argv[1]); import policy.handler; "
+        "[importlib.import_module('policy.' + m) for m in sys.argv[2:]]; "
+        "print(sys.modules['policy.decide.bound'].__file__)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-I", "-c", code, str(tmp_path), *rules], capture_output=True, text=True, check=True
+    )
     assert out.stdout.strip() == str(tmp_path / "policy" / "decide" / "bound.py")
 
 
@@ -213,14 +255,20 @@ def test_the_zip_alone_loads_the_adapters_of_io(tmp_path):
     with zipfile.ZipFile(io.BytesIO(build_zip())) as zf:
         names = zf.namelist()
         zf.extractall(tmp_path)
-    adapters = sorted(n[len("policy/"):-len(".py")].replace("/", ".").removesuffix(".__init__") for n in names
-                      if n.startswith("policy/io/"))
+    adapters = sorted(
+        n[len("policy/") : -len(".py")].replace("/", ".").removesuffix(".__init__")
+        for n in names
+        if n.startswith("policy/io/")
+    )
     assert {"io", "io.kube", "io.nodegroups", "io.state", "io.cloudwatch", "io.budgets", "io.sns"} <= set(adapters)
-    code = ("import importlib, sys; sys.path.insert(0, sys.argv[1]); import policy.handler; "
-            "[importlib.import_module('policy.' + m) for m in sys.argv[2:]]; "
-            "print(sys.modules['policy.io.kube'].__file__)")
-    out = subprocess.run([sys.executable, "-I", "-c", code, str(tmp_path), *adapters], capture_output=True, text=True,
-                         check=True)
+    code = (
+        "import importlib, sys; sys.path.insert(0, sys.argv[1]); import policy.handler; "
+        "[importlib.import_module('policy.' + m) for m in sys.argv[2:]]; "
+        "print(sys.modules['policy.io.kube'].__file__)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-I", "-c", code, str(tmp_path), *adapters], capture_output=True, text=True, check=True
+    )
     assert out.stdout.strip() == str(tmp_path / "policy" / "io" / "kube.py")
 
 
@@ -269,8 +317,12 @@ def test_state_table_permissions_are_exactly_the_calls_the_state_adapter_makes(r
     operations: set[str] = set()
     session.events.register("before-call.dynamodb", lambda model, **kw: operations.add(model.name))
     ddb = session.client("dynamodb")
-    ddb.create_table(TableName="s", AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
-                     KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}], BillingMode="PAY_PER_REQUEST")
+    ddb.create_table(
+        TableName="s",
+        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
+        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+        BillingMode="PAY_PER_REQUEST",
+    )
     operations.clear()
     state = DynamoState(ddb, "s")
     iid = "i-0123456789abcdef0"
@@ -309,8 +361,14 @@ def _largest_config():
     pools = []
     for k in range(most):
         name = f"p{k:03d}-" + "x" * (min(spare, 32) - 5)
-        pools.append({**template, "name": name, "team": template["team"],
-                      "budget": {"monthly_usd": 10_000_000, "enforcement": "cap_elastic"}})
+        pools.append(
+            {
+                **template,
+                "name": name,
+                "team": template["team"],
+                "budget": {"monthly_usd": 10_000_000, "enforcement": "cap_elastic"},
+            }
+        )
     data["pools"] = pools
     data["budget"] = {**data["budget"], "monthly_usd": 10_000_000}
     for p in pools:  # the floors and pool budgets must fit the environment budget (a cross-field rule)
@@ -339,9 +397,16 @@ def test_settings_of_the_largest_config_travel_in_the_package_not_the_environmen
     assert most == 200 and len(cfg.pools) == most
     # Generated names as EKS returns them: the prefix plus the provider's 26-character unique suffix.
     suffix = "20261203072755123400000001"
-    names = {p.name: {g: node_group_name_prefix(cfg.environment, p.name, g) + suffix
-                      for g in (GROUP_SPOT, GROUP_ON_DEMAND, GROUP_GUARANTEED)} for p in cfg.pools}
-    settings_json = settings_for(resolved_prices(), cfg, cluster_name_for(cfg), names, default_budget_names(cfg)).to_json()
+    names = {
+        p.name: {
+            g: node_group_name_prefix(cfg.environment, p.name, g) + suffix
+            for g in (GROUP_SPOT, GROUP_ON_DEMAND, GROUP_GUARANTEED)
+        }
+        for p in cfg.pools
+    }
+    settings_json = settings_for(
+        resolved_prices(), cfg, cluster_name_for(cfg), names, default_budget_names(cfg)
+    ).to_json()
     assert len(settings_json.encode()) > 30 * LAMBDA_ENV_LIMIT_BYTES  # ~150 KB: far past what an env var carries
     table = "gpuloan-" + "e" * 40 + "-policy-state"
     topic = "arn:aws:sns:ap-southeast-2:123456789012:" + "t" * 256
@@ -372,8 +437,10 @@ def test_spot_interruption_warning_reaches_the_function_and_only_from_its_rule(r
 
     rec = recorded("prod")
     rule = rec.named("prod-policy-spot-warning")
-    assert json.loads(rule.inputs["eventPattern"]) == {"source": ["aws.ec2"],
-                                                       "detail-type": ["EC2 Spot Instance Interruption Warning"]}
+    assert json.loads(rule.inputs["eventPattern"]) == {
+        "source": ["aws.ec2"],
+        "detail-type": ["EC2 Spot Instance Interruption Warning"],
+    }
     target = rec.named("prod-policy-spot-warning-target").inputs
     fn = rec.named("prod-policy-fn")
     assert target["arn"] == fn.outputs["arn"] and target["rule"] == rule.outputs["name"]
@@ -382,5 +449,7 @@ def test_spot_interruption_warning_reaches_the_function_and_only_from_its_rule(r
     assert perm["action"] == "lambda:InvokeFunction" and perm["principal"] == EVENTS_PRINCIPAL
     assert perm["sourceArn"] == rule.outputs["arn"] and perm.get("sourceAccount")
     # no other EventBridge permission on the function
-    perms = [r for r in rec.of_type("aws:lambda/permission:Permission") if r.inputs.get("principal") == EVENTS_PRINCIPAL]
+    perms = [
+        r for r in rec.of_type("aws:lambda/permission:Permission") if r.inputs.get("principal") == EVENTS_PRINCIPAL
+    ]
     assert len(perms) == 1

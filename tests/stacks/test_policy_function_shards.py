@@ -52,8 +52,10 @@ def test_packaged_settings_carry_the_shards():
 
     rec = _sharded_prod()
     settings = _packaged_settings("prod", rec.named("prod-policy-fn").inputs)
-    assert [(s.name, s.pools) for s in settings.shards] == [("train", ("training", "research")),
-                                                            ("serve", ("inference",))]
+    assert [(s.name, s.pools) for s in settings.shards] == [
+        ("train", ("training", "research")),
+        ("serve", ("inference",)),
+    ]
     assert [p.name for p in settings.shard("serve").pools] == ["inference"]
 
 
@@ -62,8 +64,10 @@ def test_long_schedule_names_stay_within_the_scheduler_limit_and_distinct():
     data = {k.split(":", 1)[1]: v for k, v in cfg.items() if k.startswith("gpuloan:")}
     long_a, long_b = "a" * 30 + "x1", "a" * 30 + "x2"
     data["environment"] = "e" * 32
-    data["policy"] = {**data["policy"], "shards": [{"name": long_a, "pools": ["training", "research"]},
-                                                   {"name": long_b, "pools": ["inference"]}]}
+    data["policy"] = {
+        **data["policy"],
+        "shards": [{"name": long_a, "pools": ["training", "research"]}, {"name": long_b, "pools": ["inference"]}],
+    }
     parsed = config.GpuLoanConfig.model_validate(data)
     specs = schedule_specs("x-policy", f"gpuloan-{parsed.environment}-policy", parsed)
     names = [s[1] for s in specs]

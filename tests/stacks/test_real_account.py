@@ -27,13 +27,23 @@ def groups(rec, component_type):
 # --- 2. reservation-backed floors cannot surge: MINIMAL update strategy ------------------------------------------
 
 
-@pytest.mark.parametrize("guaranteed", [
-    {},
-    {"reservation": "odcr", "availability_zone": "us-east-1a"},
-    # The price book has no Capacity Block rate for g6.xlarge: the block's buyer states its price (docs/floor.md).
-    {"reservation": "capacity_block", "reservation_id": RESERVATION_ID, "availability_zone": "us-east-1a",
-     "rate": BLOCK_RATE, "capacity_block_start": "2099-01-01T11:30:00Z", "capacity_block_end": "2099-01-08T11:30:00Z"},
-], ids=["on-demand", "odcr", "capacity-block"])
+@pytest.mark.parametrize(
+    "guaranteed",
+    [
+        {},
+        {"reservation": "odcr", "availability_zone": "us-east-1a"},
+        # The price book has no Capacity Block rate for g6.xlarge: the block's buyer states its price (docs/floor.md).
+        {
+            "reservation": "capacity_block",
+            "reservation_id": RESERVATION_ID,
+            "availability_zone": "us-east-1a",
+            "rate": BLOCK_RATE,
+            "capacity_block_start": "2099-01-01T11:30:00Z",
+            "capacity_block_end": "2099-01-08T11:30:00Z",
+        },
+    ],
+    ids=["on-demand", "odcr", "capacity-block"],
+)
 def test_every_gpu_group_replaces_nodes_without_surge(guaranteed):
     # EKS's DEFAULT update strategy launches the new node first; a reservation sized to the floor has no room
     # for it (NodeCreationFailure). MINIMAL terminates first.
@@ -69,8 +79,10 @@ def test_gpu_node_groups_are_auto_named_from_a_prefix_that_fits_eks(recorded, st
 def test_a_group_prefix_never_matches_another_pools_groups():
     # With "-" as the end of the prefix, pool "a"'s spot pattern would match pool "a-spot-x"'s floor.
     spot_a = names.node_group_name_pattern("dev", "a", names.GROUP_SPOT)
-    others = [names.node_group_name_prefix("dev", "a-spot-x", g) + "0" * 26
-              for g in (names.GROUP_GUARANTEED, names.GROUP_SPOT, names.GROUP_ON_DEMAND)]
+    others = [
+        names.node_group_name_prefix("dev", "a-spot-x", g) + "0" * 26
+        for g in (names.GROUP_GUARANTEED, names.GROUP_SPOT, names.GROUP_ON_DEMAND)
+    ]
     assert not any(fnmatch.fnmatchcase(name, spot_a) for name in others)
     assert fnmatch.fnmatchcase(names.node_group_name_prefix("dev", "a", names.GROUP_SPOT) + "1" * 26, spot_a)
 
@@ -91,8 +103,12 @@ def test_on_demand_groups_keep_the_configured_preference_order():
 
 
 def _critical(rec):
-    return (groups(rec, GUARANTEED) + rec.of_type(ODCR) + rec.of_type(CLUSTER)
-            + [t for t in rec.of_type(TABLE) if t.name.endswith("-policy-state")])
+    return (
+        groups(rec, GUARANTEED)
+        + rec.of_type(ODCR)
+        + rec.of_type(CLUSTER)
+        + [t for t in rec.of_type(TABLE) if t.name.endswith("-policy-state")]
+    )
 
 
 def test_floor_reservation_cluster_and_state_table_are_protected_by_default():
@@ -132,11 +148,13 @@ def test_a_protected_state_table_refuses_delete_until_protection_is_turned_off(a
     inputs = table.inputs
     ddb = boto3.client("dynamodb", region_name="us-east-1")
     name = inputs["name"]
-    ddb.create_table(TableName=name, BillingMode=inputs["billingMode"],
-                     AttributeDefinitions=[{"AttributeName": a["name"], "AttributeType": a["type"]}
-                                           for a in inputs["attributes"]],
-                     KeySchema=[{"AttributeName": inputs["hashKey"], "KeyType": "HASH"}],
-                     DeletionProtectionEnabled=inputs["deletionProtectionEnabled"])
+    ddb.create_table(
+        TableName=name,
+        BillingMode=inputs["billingMode"],
+        AttributeDefinitions=[{"AttributeName": a["name"], "AttributeType": a["type"]} for a in inputs["attributes"]],
+        KeySchema=[{"AttributeName": inputs["hashKey"], "KeyType": "HASH"}],
+        DeletionProtectionEnabled=inputs["deletionProtectionEnabled"],
+    )
     with pytest.raises(ClientError, match="DeletionProtectionEnabled"):
         ddb.delete_table(TableName=name)
     ddb.update_table(TableName=name, DeletionProtectionEnabled=False)
@@ -189,8 +207,10 @@ def test_scaling_rule_and_prefix_matching_are_pure():
     assert elastic.scaling(4, 4) == (0, [DESIRED])
     assert elastic.scaling(4, 9) == (4, [])
     sizes = {"dev-a-spot_1": 3, "dev-a-spot_2": 7, "dev-a-spot-x-spot_1": 50, "dev-a-on-demand_1": 1}
-    assert live_sizes.sizes_by_prefix(sizes, {"spot": "dev-a-spot_", "od": "dev-a-on-demand_", "none": "x_"}) == \
-        {"spot": 7, "od": 1}
+    assert live_sizes.sizes_by_prefix(sizes, {"spot": "dev-a-spot_", "od": "dev-a-on-demand_", "none": "x_"}) == {
+        "spot": 7,
+        "od": 1,
+    }
 
 
 def test_other_stacks_are_unaffected_by_live_groups_of_this_one(monkeypatch):
