@@ -64,6 +64,9 @@ def test_the_wheel_installs_into_an_empty_venv_and_validates_a_stack(tmp_path):
     (wheel,) = (tmp_path / "dist").glob("gpuloan-*.whl")
     venv = tmp_path / "venv"
     _run([sys.executable, "-m", "venv", str(venv)])
+    # the installed package alone: no repository on the path (a checkout's gpuloan.egg-info on PYTHONPATH would
+    # make pip take the package for installed), prices from the snapshot shipped in the wheel
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "GPULOAN_PRICE_FILE", "VIRTUAL_ENV")}
     _run(
         [
             str(venv / "bin" / "python"),
@@ -74,14 +77,13 @@ def test_the_wheel_installs_into_an_empty_venv_and_validates_a_stack(tmp_path):
             str(wheel),
             "-c",
             str(REPO / "requirements.txt"),
-        ]
+        ],
+        env=env,
     )
     project = tmp_path / "project"
     project.mkdir()
     for name in ("Pulumi.yaml", "Pulumi.dev.yaml"):
         shutil.copy(REPO / name, project / name)
-    # the installed package alone: no repository on the path, prices from the snapshot shipped in the wheel
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "GPULOAN_PRICE_FILE", "VIRTUAL_ENV")}
     gpuloan = str(venv / "bin" / "gpuloan")
     version = _run([gpuloan, "--version"], cwd=project, env=env)
     assert version.stdout.strip() == f"gpuloan {_pyproject()['project']['version']}"
