@@ -41,7 +41,7 @@ from sim import pool as simpool
 from sim import runner
 from sim.environment import production_share_pct
 from sim.engine import MINUTES_PER_MONTH, SimSettings, default_horizon
-from sim.policies import GpuLoan
+from sim.controllers.gpuloan import GpuLoan
 from pricing.sources import floor_pricing
 from pricing.sources import catalog
 from config.config import ElasticCapacity, GpuLoanConfig, ServiceTarget

@@ -802,7 +802,8 @@ def simulate_branches_with_environment(
 
 
 def _factory(controller: str):
-    from sim.policies import GpuLoan, Karpenter
+    from sim.controllers.gpuloan import GpuLoan
+    from sim.controllers.karpenter import Karpenter
 
     factories = {CONTROLLER_GPULOAN: lambda spec: GpuLoan(), CONTROLLER_KARPENTER: lambda spec: Karpenter()}
     if controller not in factories:

@@ -706,7 +706,7 @@ class Plan:
     # windows, the spot fallback's wait, arrivals leaving the keep-warm window, a gang's wait, a Capacity Block's
     # dates, the budget projection, ...) could change this plan with the observation unchanged; None when only
     # a change of the observation can (Timers). Deciding at any moment before it, on the same observation, gives
-    # the same actions: a caller that knows its observation is unchanged may skip to it (sim/policies.py).
+    # the same actions: a caller that knows its observation is unchanged may skip to it (sim/controllers/gpuloan.py).
     next_decision_at: datetime | None = None
 
     @property

@@ -1079,7 +1079,7 @@ def no_log(line: str) -> None:
 def spend_rates(settings: Settings, plan: Plan) -> dict[str, tuple[float, float]]:
     """What each spend scope accrues per hour while `plan` holds: (total, elastic) USD/hour per pool (floor +
     elastic) and for the environment (with the commitments' unused fees, billed every hour, used or not). The
-    simulator accounts the ticks it skips with it (sim/policies.py)."""
+    simulator accounts the ticks it skips with it (sim/controllers/gpuloan.py)."""
     rates = {}
     total_env = elastic_env = 0.0
     for d in plan.decisions:
@@ -1189,7 +1189,7 @@ def _run(
             result.errors.append(f"{type(err).__name__}: {err}")
 
     if log is no_log:
-        return result  # nobody reads the lines: not built (the simulator's ticks, sim/policies.py)
+        return result  # nobody reads the lines: not built (the simulator's ticks, sim/controllers/gpuloan.py)
     failed = {id(a): why for a, why in result.failed}
     blocked = {id(a): why for a, why in result.blocked}
     for d in plan.decisions:

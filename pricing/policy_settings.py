@@ -195,7 +195,7 @@ def pool_settings(
             gang_wait_minutes=e.gang_wait_minutes,
         )
         # The other sizes, each its own pair of groups priced by its own types (policy/sizes.py chooses among them).
-        # A size the caller named no group of is left out (the simulator names its own: sim/policies.py).
+        # A size the caller named no group of is left out (the simulator names its own: sim/controllers/gpuloan.py).
         named = {gpus: (spot, od) for gpus, spot, od in names.other_sizes}
         others = []
         for size in sizes[1:]:

@@ -119,7 +119,8 @@ def main(argv: list[str] | None = None) -> int:
     from pricing.sources import catalog
     from sim.engine import SimSettings
     from sim.environment import simulate_environment
-    from sim.policies import GpuLoan, Karpenter
+    from sim.controllers.gpuloan import GpuLoan
+    from sim.controllers.karpenter import Karpenter
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--traces", type=Path, default=REPO.parent / "shared" / "data" / "traces" / "itp")

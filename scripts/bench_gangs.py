@@ -8,7 +8,7 @@ Three policies on the same pool, trace and seed (common random numbers):
   the Lambda did before it read pod groups);
 - `gpuloan`: the policy reading gangs (policy/gangs.py, `gang_wait_minutes` 15);
 - `karpenter`: the baseline as Karpenter behaves, with no gang awareness (it launches a node per NodeClaim and
-  keeps nodes pending pods are nominated to; sim/policies.py Karpenter).
+  keeps nodes pending pods are nominated to; sim/controllers/karpenter.py Karpenter).
 Three scenarios: SPOT_SHORTAGE (a 3-hour spot-unavailable episode a week: launches fail) on the pool as it is
 (spot, on-demand fallback); SPOT_PARTIAL (the same episodes, but a spot launch gets half the nodes it asks for:
 the "3 of 4 nodes" of karpenter#3138) on the same pool, and on the pool with spot only (no fallback to complete a
@@ -47,7 +47,8 @@ def run(args: tuple[str, str, int, str]) -> list[dict]:
 
     from sim import pool, runner, traces
     from sim.engine import SPOT_PARTIAL, SPOT_SHORTAGE, SimSettings
-    from sim.policies import GpuLoan, Karpenter
+    from sim.controllers.gpuloan import GpuLoan
+    from sim.controllers.karpenter import Karpenter
     from pricing import checks
     from pricing.sources import catalog
 

@@ -22,7 +22,8 @@ sys.path.insert(0, str(REPO))
 
 from sim.engine import SimSettings  # noqa: E402
 from sim.environment import simulate_environment  # noqa: E402
-from sim.policies import GpuLoan, Karpenter  # noqa: E402
+from sim.controllers.gpuloan import GpuLoan  # noqa: E402
+from sim.controllers.karpenter import Karpenter  # noqa: E402
 from sim.traces import read_trace  # noqa: E402
 from pricing import checks  # noqa: E402
 from pricing.sources import catalog  # noqa: E402

@@ -104,7 +104,8 @@ def one(traces_dir: Path, pools: int, days: int, policy: str, seed: int) -> dict
     from pricing.sources import catalog
     from sim.engine import SimSettings
     from sim.environment import simulate_environment
-    from sim.policies import GpuLoan, Karpenter
+    from sim.controllers.gpuloan import GpuLoan
+    from sim.controllers.karpenter import Karpenter
 
     prices = catalog.Prices.resolve()  # this child's prices, read once
     cfg, demands, horizon = organization(prices, traces_dir, pools, days)

@@ -51,7 +51,7 @@ def cases(traces_dir: Path):
 def main(argv: list[str] | None = None) -> int:
     from sim import runner
     from sim.engine import SimSettings
-    from sim.policies import all_policies
+    from sim.controllers.lineup import all_policies
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--traces", type=Path, default=REPO.parent / "shared" / "data" / "traces" / "itp")

@@ -144,7 +144,8 @@ def oracle_packing(spec, trace, horizon: int) -> dict:
 def run(args: tuple[str, str, int, int, int]) -> list[dict]:
     from sim import runner, traces
     from sim.engine import SimSettings
-    from sim.policies import GpuLoan, Karpenter
+    from sim.controllers.gpuloan import GpuLoan
+    from sim.controllers.karpenter import Karpenter
 
     traces_dir, cluster, seed, a, b = args
     trace = traces.read_trace(Path(traces_dir) / f"{cluster}.csv").window(a, b)

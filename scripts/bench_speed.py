@@ -49,7 +49,7 @@ def one_pool(traces_dir: Path):
     from pricing.sources import catalog
     from sim import pool, runner, traces
     from sim.engine import SimSettings
-    from sim.policies import GpuLoan
+    from sim.controllers.gpuloan import GpuLoan
 
     horizon = 31 * 1440
     cfg = config.from_stack_yaml(yaml.safe_load((REPO / "Pulumi.prod.yaml").read_text()), "Pulumi.prod.yaml")

@@ -7,7 +7,7 @@ seeds), mean ± standard deviation over the seeds.
    (the same settings with it off: the policy before issue 28), `karpenter` (a NodePool with consolidationPolicy
    WhenEmpty, as in `make benchmark`: it does not replace a node that runs pods) and `karpenter-underutilized`
    (WhenEmptyOrUnderutilized as far as on-demand nodes go: each busy on-demand node is replaced by a spot node
-   once spot can be launched, its pods evicted; sim/policies.py). The figure: on-demand node-hours while spot
+   once spot can be launched, its pods evicted; sim/controllers/karpenter.py). The figure: on-demand node-hours while spot
    could be launched (outside every episode), and the work the evictions lose.
 2. Early spot warnings: an interruption-heavy market (2 interruptions per spot node-month, 16x the Spot Advisor
    bucket of the pool's type: a stress scenario, not a measured rate, so that 57 days meet enough interruptions
@@ -45,7 +45,8 @@ def run(args: tuple) -> dict:
 
     from sim import pool, runner, traces
     from sim.engine import SPOT_SHORTAGE, SimSettings
-    from sim.policies import GpuLoan, Karpenter, pool_settings
+    from sim.controllers.gpuloan import GpuLoan, pool_settings
+    from sim.controllers.karpenter import Karpenter
     from pricing import checks
     from pricing.sources import catalog
 

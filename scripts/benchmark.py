@@ -46,7 +46,7 @@ def run_cluster(args: tuple[str, str, int, int | None, bool]) -> dict:
 
     from sim import pool, runner, traces
     from sim.engine import SPOT_SHORTAGE, SimSettings
-    from sim.policies import all_policies, what_if_policies
+    from sim.controllers.lineup import all_policies, what_if_policies
     from pricing import checks
     from pricing.sources import catalog
 
@@ -85,7 +85,7 @@ def _pm(r: dict, key: str, fmt: str) -> str:
 def print_tables(docs: list[dict], title: str) -> None:
     """One Markdown table of every cluster and policy (mean ± sd over the seeds), then the verdicts against
     karpenter, warm-up against gpuloan, and where the elastic GPU-hours go: docs/benchmarks.md is this output."""
-    from sim.policies import WARM_UP_NAME, WHAT_IF_NAMES
+    from sim.controllers.gpuloan import WARM_UP_NAME, WHAT_IF_NAMES
 
     print(f"\n### {title}\n")
     print(

@@ -89,7 +89,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from pricing.sources import catalog
     from scripts import bench_scale
-    from sim.policies import GpuLoan, Karpenter
+    from sim.controllers.gpuloan import GpuLoan
+    from sim.controllers.karpenter import Karpenter
 
     prices = catalog.Prices.resolve()
     cfg, demands, horizon = bench_scale.organization(prices, args.traces, args.pools, args.days)

@@ -3,8 +3,8 @@
 Each tick, in order: spot reclaims and 2-minute notices, nodes finishing their boot, jobs finishing, arrivals,
 scheduling (what kube-scheduler does: any pending pod that fits is placed, a gang only with all its pods), the
 policy's tick (it may set group sizes, launch or terminate nodes), the node groups converging to their desired
-size, billing. A controller (sim/policies.py) sees the simulated state; the `gpuloan` controller runs the Lambda's
-own tick (policy.tick.run_tick, and in it policy.decide.decide) over in-memory ports on it (sim/ports.py).
+size, billing. A controller (sim/controllers/) sees the simulated state; the `gpuloan` controller runs the Lambda's
+own tick (policy.tick.run_tick, and in it policy.decide.decide) over in-memory ports on it (sim/controllers/ports.py).
 
 Modelled: a provisioning delay for every new node; spot interruptions with common random numbers (each spot
 *slot* -- the k-th spot node running at once -- has its own Poisson stream of interruption times at the Spot
@@ -749,7 +749,7 @@ class Simulation:
                     if not node.recommended and now >= node.rebalance_at:
                         # EC2's rebalance recommendation, ahead of the notice: a node group's Capacity Rebalancing
                         # launches a replacement (the node no longer counts towards desired), EventBridge tells
-                        # whoever listens (sim/policies.py); the node itself runs on.
+                        # whoever listens (sim/controllers/); the node itself runs on.
                         node.recommended = True
                         noticed = True
                         self.recommendations.append(node)
@@ -770,7 +770,7 @@ class Simulation:
                 if not node.warned:
                     if now >= node.reclaim_at - warn:
                         # The 2-minute notice: the node is cordoned (no new work lands), its Auto Scaling group
-                        # starts a replacement, and EventBridge tells whoever listens (sim/policies.py).
+                        # starts a replacement, and EventBridge tells whoever listens (sim/controllers/).
                         node.warned = True
                         noticed = True
                         node.obs_cache = None

@@ -362,7 +362,7 @@ class EnvJobsWorkload(JobsWorkload):
         return out
 
     def on_demand_only_pending(self) -> dict[int, int]:
-        """Pending pods that may not run on spot (sim/policies.py Karpenter launches on-demand for them)."""
+        """Pending pods that may not run on spot (sim/controllers/karpenter.py Karpenter launches on-demand for them)."""
         if self.production_on_spot or not self.sim.spec.has_spot:
             return {}
         return {size: len(q) for size, q in self.prod_queues.items() if q}

@@ -8,7 +8,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from sim.engine import MINUTES_PER_MONTH, JobsWorkload, SimSettings, Simulation, default_horizon
-from sim.policies import WARM_UP_NAME, WHAT_IF_NAMES, Controller, GpuLoan, all_policies
+from sim.controllers.gpuloan import WARM_UP_NAME, WHAT_IF_NAMES, GpuLoan
+from sim.controllers.base import Controller
+from sim.controllers.lineup import all_policies
 from sim.pool import PoolSpec, demand_profile, with_floor
 from sim.traces import JobsTrace
 

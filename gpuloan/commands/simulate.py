@@ -74,7 +74,7 @@ def run(args) -> int:
     from gpuloan import stackfile
     from sim import pool as simpool
     from sim import runner, traces
-    from sim.policies import all_policies
+    from sim.controllers.lineup import all_policies
     from config import config
     from pricing import checks
 
@@ -242,7 +242,7 @@ def _sweep(args, spec, trace, settings) -> int:
     from sim import pool as simpool
     from sim import runner
     from sim.engine import default_horizon
-    from sim.policies import GpuLoan
+    from sim.controllers.gpuloan import GpuLoan
 
     horizon = default_horizon(trace)
     peak = spec.floor_peak_nodes  # in floor nodes, which may be of a smaller size than the elastic ones
@@ -310,7 +310,8 @@ def _plot_sweep(args, doc, spec, trace, settings, horizon) -> None:
     from gpuloan import plot_args
     from sim import runner
     from sim.plot import plot_frontier
-    from sim.policies import GpuLoan, all_policies
+    from sim.controllers.gpuloan import GpuLoan
+    from sim.controllers.lineup import all_policies
 
     sys.stdout.flush()
     baselines = [c for c in all_policies(spec) if not isinstance(c, GpuLoan)]

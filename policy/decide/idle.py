@@ -86,7 +86,7 @@ def node_reading(
     reported figures, PoolDecision.utilization_pct, may differ). A utilization figure is compared with the idle
     threshold, and a max's value counts only below it (the idle nodes' order, the reasons' details); a batch
     pool's mean only on which side of it it is, a service pool's mean whole (the pool's mean against the
-    scale-up threshold); the reserved figure is unknown, zero or not. The simulator skips the minutes in which a window's figures move without changing this (sim/policies.py)."""
+    scale-up threshold); the reserved figure is unknown, zero or not. The simulator skips the minutes in which a window's figures move without changing this (sim/controllers/gpuloan.py)."""
     threshold = node_idle_threshold_pct(ps)
 
     def level(v: float | None) -> float | str | None:

@@ -22,12 +22,12 @@ def _prod_demand(tmp_path, days=4, research_days=None):
 
 @requires_shared_prices
 def test_a_series_pool_reclaimed_before_it_served_as_much_keeps_whole_gpus():
-    """The cause of `TypeError: can't multiply sequence by non-int of type 'float'` (sim/policies.py `_pod_list`):
+    """The cause of `TypeError: can't multiply sequence by non-int of type 'float'` (sim/controllers/gpuloan.py `_pod_list`):
     a reclaimed node's lost work, capped by the float served counter, made a series pool's backlog, width and
     pending pods floats. They stay whole numbers, and the policy's view of them is built."""
     from sim import engine, pool as simpool, traces
-    from sim.policies import pool_settings
-    from sim.ports import SimPods
+    from sim.controllers.gpuloan import pool_settings
+    from sim.controllers.ports import SimPods
 
     cfg = checks.from_stack_yaml({"config": stack_config("prod")}, "test", prices=resolved_prices())
     spec = simpool.spec_from_config(resolved_prices(), cfg, "research")
@@ -53,7 +53,7 @@ def test_a_series_pool_reclaimed_before_it_served_as_much_keeps_whole_gpus():
     assert work.backlog == 15 and isinstance(work.backlog, int)
     counts = work.pending_counts()
     assert counts and all(isinstance(n, int) for n in counts.values()), counts
-    # the pod list the policy's tick reads (sim/ports.py, the simulated pending-pods port)
+    # the pod list the policy's tick reads (sim/controllers/ports.py, the simulated pending-pods port)
     ps = pool_settings(spec)
     (pods,) = SimPods(sim, ps).pending_gpus([ps.name]).values()
     assert all(isinstance(g, int) for g in pods) and sum(pods) == sum(s * n for s, n in counts.items())

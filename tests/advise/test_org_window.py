@@ -15,7 +15,8 @@ from sim import org_demand
 from sim.engine import ON_DEMAND, SimSettings
 from sim.environment import simulate_environment
 from sim.fluid import PoolPrices, Scenario
-from sim.policies import GpuLoan, Karpenter
+from sim.controllers.gpuloan import GpuLoan
+from sim.controllers.karpenter import Karpenter
 from sim.runner import percentile
 from sim.traces import Job, JobsTrace
 from pricing import checks

@@ -108,7 +108,8 @@ def test_prod_training_settings_price_what_each_group_launches():
 def test_readme_trace_gpuloan_waits_as_long_as_karpenter_when_the_budget_does_not_bind():
     from sim import runner, traces
     from sim import pool as simpool
-    from sim.policies import GpuLoan, Karpenter
+    from sim.controllers.gpuloan import GpuLoan
+    from sim.controllers.karpenter import Karpenter
 
     cfg = checks.from_stack_yaml({"config": stack_config("prod")}, "test", prices=resolved_prices())
     spec = simpool.spec_from_config(resolved_prices(), cfg, "training")
@@ -154,7 +155,8 @@ def test_cap_held_minutes_are_counted_named_and_plotted(tmp_path):
     from sim import runner, traces
     from sim import pool as simpool
     from sim.plot import comparison_figure
-    from sim.policies import GpuLoan, Karpenter
+    from sim.controllers.gpuloan import GpuLoan
+    from sim.controllers.karpenter import Karpenter
 
     data = stack_config("prod")
     data["gpuloan:pools"][0]["budget"]["monthly_usd"] = 24_000  # binds: the floor alone is most of it

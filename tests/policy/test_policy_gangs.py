@@ -289,7 +289,7 @@ def _jobs(tmp_path, rows):
 def test_the_simulator_meters_gpu_minutes_of_nodes_held_for_a_waiting_gang(tmp_path, skip):
     from sim import runner
     from sim.engine import SPOT, SimSettings
-    from sim.policies import Controller
+    from sim.controllers.base import Controller
 
     class TwoSpotNodes(Controller):
         node_groups = False
@@ -309,7 +309,8 @@ def test_the_simulator_meters_gpu_minutes_of_nodes_held_for_a_waiting_gang(tmp_p
 def test_scarce_spot_leaves_a_partial_gang_that_only_the_gang_rules_release(tmp_path):
     from sim import runner
     from sim.engine import SimSettings
-    from sim.policies import GpuLoan, Karpenter
+    from sim.controllers.gpuloan import GpuLoan
+    from sim.controllers.karpenter import Karpenter
 
     spec = replace(_prod_spec(), capacity="spot", spot_max_nodes=8)
     # spot scarce from the first minute to past the horizon: each launch request gets half what it asks
@@ -334,7 +335,7 @@ def test_scarce_spot_leaves_a_partial_gang_that_only_the_gang_rules_release(tmp_
 @pytest.mark.parametrize("share", [-0.1, 1.5])
 def test_a_spot_fill_share_outside_0_to_1_is_refused_by_name(tmp_path, share):
     from sim.engine import SimSettings, Simulation
-    from sim.policies import Karpenter
+    from sim.controllers.karpenter import Karpenter
 
     with pytest.raises(ValueError, match="spot_unavailable_fill_share"):
         Simulation(

@@ -225,7 +225,7 @@ def test_warm_up_serves_a_daily_rhythm_without_the_boot_wait_and_the_fast_path_a
     from sim import pool as simpool
     from sim import runner
     from sim.engine import SimSettings
-    from sim.policies import GpuLoan, pool_settings as sim_pool_settings
+    from sim.controllers.gpuloan import GpuLoan, pool_settings as sim_pool_settings
     from conftest import REPO
 
     cfg = checks.from_stack_yaml(

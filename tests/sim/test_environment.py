@@ -12,7 +12,8 @@ from conftest import requires_shared_prices, stack_config, resolved_prices
 from sim import environment as envsim
 from sim.engine import GUARANTEED, ON_DEMAND, SPOT, SimSettings, Simulation
 from sim.environment import EnvironmentError, pool_stream, simulate_environment
-from sim.policies import GpuLoan, Karpenter
+from sim.controllers.gpuloan import GpuLoan
+from sim.controllers.karpenter import Karpenter
 from sim.pool import spec_from_config
 from sim.runner import metrics_of
 from sim.traces import Job, JobsTrace

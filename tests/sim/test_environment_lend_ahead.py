@@ -1,5 +1,5 @@
 """Lending ahead of the owner in the simulator (issue 38 item 2): the lendingLimit a floor lends under at each
-minute is the one the policy's plan set (policy/decide/lend_ahead.py, through sim/policies.py GpuLoan), and
+minute is the one the policy's plan set (policy/decide/lend_ahead.py, through sim/controllers/gpuloan.py GpuLoan), and
 Kueue's admission honours it as v0.19.2 does (a lowered limit evicts nothing, new borrowing stops at it; the
 owner's reclaim is unchanged)."""
 

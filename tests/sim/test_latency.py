@@ -9,7 +9,9 @@ import pytest
 
 from sim import latency, traces
 from sim.engine import Simulation
-from sim.policies import Controller, GpuLoan, Karpenter
+from sim.controllers.base import Controller
+from sim.controllers.gpuloan import GpuLoan
+from sim.controllers.karpenter import Karpenter
 from test_sim import CALM, dev_spec
 
 LAT = latency.ElasticLatency()  # R 11.8 s, update 30 s, ASG 5 s; batch 1 s idle / 10 s max, CreateFleet 2 s

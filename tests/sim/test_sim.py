@@ -14,16 +14,11 @@ from gpuloan import cli
 from sim import pool as simpool
 from sim import runner, traces
 from sim.engine import ON_DEMAND, SPOT, SimSettings, Simulation
-from sim.policies import (
-    Controller,
-    FloorOnly,
-    GpuLoan,
-    Karpenter,
-    StaticPeak,
-    ThresholdScript,
-    all_policies,
-    what_if_policies,
-)
+from sim.controllers.base import Controller
+from sim.controllers.baselines import FloorOnly, StaticPeak, ThresholdScript
+from sim.controllers.gpuloan import GpuLoan
+from sim.controllers.karpenter import Karpenter
+from sim.controllers.lineup import all_policies, what_if_policies
 from pricing import checks
 from conftest import REPO, SHARED_TRACES, requires_shared_prices, requires_shared_traces, resolved_prices
 
@@ -290,7 +285,7 @@ def test_simulate_bad_input_exit_2(tmp_path, capsys, monkeypatch):
 
 @requires_shared_prices
 def test_policy_knobs_come_from_the_stack_mapping():
-    from sim.policies import pool_settings
+    from sim.controllers.gpuloan import pool_settings
 
     ps = pool_settings(dev_spec())
     # dev sets no policy knob since issue 17 (its idle window is the default): the stack's sizes and kind come through

@@ -13,7 +13,7 @@ from gpuloan import cli
 from pricing import checks
 from sim import pool as simpool
 from sim.engine import GUARANTEED, SPOT, SimSettings, Simulation, size_group
-from sim.policies import GpuLoan
+from sim.controllers.gpuloan import GpuLoan
 from sim.traces import Job, JobsTrace
 
 G6E = ["g6e.48xlarge", "g6e.12xlarge", "g6e.2xlarge"]  # 8, 4 and 1 L40S

@@ -13,7 +13,9 @@ from gpuloan import cli
 from sim import pool as simpool
 from sim import runner, traces
 from sim.engine import GUARANTEED, LEAVING, ON_DEMAND, SPOT, SimSettings, Simulation, SlotInterruptions
-from sim.policies import Controller, FloorOnly, GpuLoan, ThresholdScript
+from sim.controllers.base import Controller
+from sim.controllers.baselines import FloorOnly, ThresholdScript
+from sim.controllers.gpuloan import GpuLoan
 from pricing import checks
 from capacity_helpers import dev_variant
 from conftest import REPO, requires_shared_prices, resolved_prices
@@ -49,7 +51,7 @@ def series(tmp_path, values, name="s.csv"):
 
 def pending_only(spec):
     """The pool's policy settings with the utilization scale-up out of reach: only pending pods add nodes."""
-    from sim.policies import pool_settings
+    from sim.controllers.gpuloan import pool_settings
 
     return replace(pool_settings(spec), scale_up_utilization_pct=101.0)
 

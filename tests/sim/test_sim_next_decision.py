@@ -14,7 +14,7 @@ from policy import tick
 from sim import pool as simpool
 from sim import runner, traces
 from sim.engine import SimSettings
-from sim.policies import GpuLoan
+from sim.controllers.gpuloan import GpuLoan
 
 
 class Recording(GpuLoan):

@@ -1,5 +1,5 @@
-"""The simulator drives the Lambda's own tick (issue 34): sim.policies.GpuLoan calls policy.tick.run_tick over the
-in-memory ports of sim/ports.py, so the checks before a change, the spend estimate and the warm-up history are the
+"""The simulator drives the Lambda's own tick (issue 34): sim.controllers.gpuloan.GpuLoan calls policy.tick.run_tick over the
+in-memory ports of sim/controllers/ports.py, so the checks before a change, the spend estimate and the warm-up history are the
 Lambda's, not a copy."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from policy import tick
 from policy.model import ACTION_TERMINATE
 from sim import runner
 from sim.engine import SimSettings
-from sim.policies import GpuLoan
-from sim.ports import SimBudgets, SimNodeGuard, SimNodeGroups, SimPods, SimState, SimUtilization
+from sim.controllers.gpuloan import GpuLoan
+from sim.controllers.ports import SimBudgets, SimNodeGuard, SimNodeGroups, SimPods, SimState, SimUtilization
 from conftest import requires_shared_prices
 from test_sim_model import dev_spec, pending_only, series
 
@@ -121,8 +121,8 @@ def test_the_simulated_budgets_figure_is_the_calendar_months(tmp_path):
     # AWS Budgets' MONTHLY actual spend starts again on the first of the month, 00:00 UTC (docs/aws-rules.md);
     # the simulation starts on 2021-03-04, so its first budget month ends after 28 days, not 730 hours.
     from sim.engine import Simulation
-    from sim.policies import FloorOnly
-    from sim.ports import at_minute, minute_at_or_after
+    from sim.controllers.baselines import FloorOnly
+    from sim.controllers.ports import at_minute, minute_at_or_after
 
     spec = dev_spec()  # one floor node, billed every minute
     sim = Simulation(spec, series(tmp_path, [0] * 60), FloorOnly(), CALM, horizon_minutes=60 * 24 * 40)

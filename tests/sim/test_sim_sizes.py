@@ -14,7 +14,8 @@ from conftest import REPO, SHARED_TRACES, requires_shared_prices, requires_share
 from sim import runner, traces
 from sim.engine import SPOT, SPOT_SHORTAGE, SimSettings, Simulation, size_group
 from sim.packing import new_claims
-from sim.policies import GpuLoan, Karpenter, pool_settings
+from sim.controllers.gpuloan import GpuLoan, pool_settings
+from sim.controllers.karpenter import Karpenter
 from sim.traces import Job, JobsTrace
 
 ITP = SHARED_TRACES / "itp"

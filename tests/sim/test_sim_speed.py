@@ -15,7 +15,8 @@ from sim import runner, traces
 from sim.engine import SPOT_SHORTAGE, SimSettings
 from sim.latency import ElasticLatency
 from sim.packing import new_nodes_needed
-from sim.policies import GpuLoan, all_policies, what_if_policies
+from sim.controllers.gpuloan import GpuLoan
+from sim.controllers.lineup import all_policies, what_if_policies
 from pricing import checks
 from conftest import REPO, SHARED_TRACES, requires_shared_prices, requires_shared_traces, resolved_prices
 
@@ -128,7 +129,7 @@ CASES = [
 @requires_shared_traces
 def test_skipping_quiet_ticks_with_a_budget_gives_the_tick_by_tick_result():
     """The stack's own pool keeps its budget (no auto-size): the budget-aware part of the proof."""
-    from sim.policies import pool_settings
+    from sim.controllers.gpuloan import pool_settings
 
     trace = traces.read_trace(ITP / "cluster05.csv").window(1, 6)
     horizon = 6 * 1440
@@ -177,7 +178,7 @@ def test_skipping_quiet_ticks_gives_the_tick_by_tick_result(cluster, a, b, mode,
 def test_skipping_quiet_ticks_with_other_windows_gives_the_tick_by_tick_result(idle, empty, up):
     """Windows of different lengths: the fast path must wake when each window a work signal is read over has
     passed (a node emptied at e is judged idle from e + window - 1 of each)."""
-    from sim.policies import pool_settings
+    from sim.controllers.gpuloan import pool_settings
 
     trace = traces.read_trace(ITP / "cluster10.csv").window(50, 57)
     horizon = 8 * 1440
@@ -202,7 +203,7 @@ def test_skipping_quiet_ticks_with_other_windows_gives_the_tick_by_tick_result(i
 def test_skipping_quiet_ticks_with_delayed_metrics_gives_the_tick_by_tick_result(delay, workload):
     """CloudWatch's delay: a change at minute c is read from c + delay on; the fast path must wake then, and when
     each delayed window has passed (service pools: when the delayed mean crosses the threshold)."""
-    from sim.policies import pool_settings
+    from sim.controllers.gpuloan import pool_settings
 
     trace = traces.read_trace(ITP / "cluster10.csv").window(50, 55)
     horizon = 6 * 1440
@@ -221,7 +222,7 @@ def test_skipping_quiet_ticks_with_delayed_metrics_gives_the_tick_by_tick_result
 def test_a_quiet_pool_still_starts_its_budget_drain_on_time(tmp_path):
     """Nothing happens after the first job; the floor's spend alone reaches the budget after ~11 hours: the skip
     must stop there (the drain's hold appears at the same minute as deciding every minute)."""
-    from sim.policies import pool_settings
+    from sim.controllers.gpuloan import pool_settings
 
     spec = _prod_training()  # floor 2 x p4d.24xlarge
     path = tmp_path / "t.csv"
@@ -241,7 +242,8 @@ def test_skipping_quiet_ticks_stays_exact_with_rebalance_recommendations_and_bac
     """Issue 28's events (a rebalance recommendation, EKS's drain once the replacement would be ready, the taint
     back to spot puts on a fallback node, Karpenter's on-demand replacement) fall on minutes the fast path wakes
     for: the same result as deciding every minute."""
-    from sim.policies import Karpenter, pool_settings
+    from sim.controllers.karpenter import Karpenter
+    from sim.controllers.gpuloan import pool_settings
 
     trace = traces.read_trace(ITP / "cluster05.csv").window(1, 8)
     horizon = 8 * 1440

@@ -7,7 +7,8 @@ from dataclasses import replace
 
 from conftest import requires_shared_prices
 from sim.engine import SPOT, Simulation
-from sim.policies import GpuLoan, Karpenter
+from sim.controllers.gpuloan import GpuLoan
+from sim.controllers.karpenter import Karpenter
 from test_sim_model import CALM, jobs, pending_only, prod_spec
 
 

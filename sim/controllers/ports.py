@@ -1,6 +1,6 @@
 """The Lambda's ports (policy.tick.Ports) over a Simulation: the simulator runs the real tick.
 
-`sim.policies.GpuLoan` calls `policy.tick.run_tick` with these in-memory ports, as the Lambda's handler calls it
+`sim.controllers.gpuloan.GpuLoan` calls `policy.tick.run_tick` with these in-memory ports, as the Lambda's handler calls it
 with the AWS and Kubernetes adapters (policy/handler.py). What the tick reads and writes goes to the simulated pool:
 
 - node groups (`SimNodeGroups`, NodeGroupPort): the simulated groups' desired sizes, last changes, spot shortage
@@ -171,7 +171,7 @@ class SimSeries(Series):
 
 class SimUtilization:
     """UtilizationSource: the windows the pool's rules read (idle, scale-up, empty), delayed. `instant_idle` (a
-    what-if, sim.policies.GpuLoan): a node with no pod reads 0 % from the minute its last pod ended."""
+    what-if, sim.controllers.gpuloan.GpuLoan): a node with no pod reads 0 % from the minute its last pod ended."""
 
     def __init__(self, sim: Simulation, ps: PoolSettings, instant_idle: bool = False):
         self.sim, self.instant_idle = sim, instant_idle
@@ -398,7 +398,7 @@ class SimNodeGuard:
 class SimBudgets:
     """BudgetReader: the pool's billed spend in the current calendar month, as AWS Budgets reports it (a calendar
     month, UTC). The tick reads it at most every `budget_refresh_minutes`, and in a new month at the month's first
-    minute (the controller wakes then: sim/policies.py `GpuLoan._spend_changes`): the billed total at that read is
+    minute (the controller wakes then: sim/controllers/gpuloan.py `GpuLoan._spend_changes`): the billed total at that read is
     where the month's figure starts."""
 
     def __init__(self, sim: Simulation):
