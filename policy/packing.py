@@ -1,5 +1,5 @@
 """First fit decreasing over runs of equal bins: the packing our engine (policy.decide.pack_pods) and the
-simulator's Karpenter baseline (sim/packing.py) both use.
+simulator's Karpenter baseline (sim/cluster.py) both use.
 
 Bins are kept as runs [free GPUs per bin, bins] in the order they are tried, and all pods of one size go in at
 once (first fit puts identical pods into the earliest bins with room, as many as fit in each): the work grows

@@ -12,7 +12,7 @@ Three policies on the same pool, trace and seed (common random numbers):
 Three scenarios: SPOT_SHORTAGE (a 3-hour spot-unavailable episode a week: launches fail) on the pool as it is
 (spot, on-demand fallback); SPOT_PARTIAL (the same episodes, but a spot launch gets half the nodes it asks for:
 the "3 of 4 nodes" of karpenter#3138) on the same pool, and on the pool with spot only (no fallback to complete a
-gang). "held" is sim/gangs.py's meter: empty ready elastic nodes while a gang waits, up to the nodes it needs.
+gang). "held" is sim/cluster.py's meter: empty ready elastic nodes while a gang waits, up to the nodes it needs.
 
 One command: `make bench-gangs` (= `.venv/bin/python scripts/bench_gangs.py [--traces DIR] [--seed S] [--json F]`).
 """

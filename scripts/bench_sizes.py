@@ -8,7 +8,7 @@ and both pools compare on the same nothing), elastic maxima auto-sized from the 
 under `make`), never a figure of ours. Policies on the same pool, trace and seed (common random numbers):
 - `gpuloan`: the real policy engine (policy/sizes.py: pending pods packed first fit decreasing, each new node the size
   with the lowest hourly price per GPU its pods use);
-- `karpenter`: the baseline with Karpenter's own instance type choice (sim/packing.py new_claims: pods packed first
+- `karpenter`: the baseline with Karpenter's own instance type choice (sim/cluster.py new_claims: pods packed first
   fit decreasing onto NodeClaims that may grow to the largest type, each claim launching the cheapest type that fits),
   a minute's pending pods as one batch;
 - `karpenter-claim-per-pod`: the same with a claim per pod that fits no existing node. Karpenter batches pods 1 s

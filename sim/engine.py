@@ -30,7 +30,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
-from sim.gangs import GangHoldMeter
+from sim.cluster import GangHoldMeter
 from sim.latency import (
     ElasticLatency,
     drawn_arrival_second,
@@ -372,7 +372,7 @@ class Simulation:
         self._billed_to = 0  # minutes before this one are billed
         self._next_event = 0  # earliest ready / notice / reclaim minute among the nodes
         self.ticks_skipped = 0
-        self.gang_hold = GangHoldMeter(self, GUARANTEED)  # GPU-minutes of nodes held for waiting gangs (sim/gangs.py)
+        self.gang_hold = GangHoldMeter(self, GUARANTEED)  # GPU-minutes of nodes held for waiting gangs (sim/cluster.py)
         for _ in range(spec.floor_nodes):
             self._new_node(GUARANTEED, ready_at=0)
 

@@ -86,7 +86,7 @@ def metrics_of(
         "node_launches": c.node_launches,
         # where the elastic cost goes: GPU-hours booting, ready with no pod, free on a node with a pod, busy
         "elastic_gpu_hours_by_use": {k: round(v / 60, 1) for k, v in sim.elastic_gpu_minutes().items()},
-        # empty elastic nodes held while a multi-node job waits for the rest of its nodes (sim/gangs.py)
+        # empty elastic nodes held while a multi-node job waits for the rest of its nodes (sim/cluster.py)
         "gang_held_gpu_hours": round(sim.gang_hold.held_gpu_minutes / 60, 2),
         "budget_months_exceeded": budget_months_exceeded(sim),
         "sim_seconds": round(seconds, 3),

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from sim.engine import GUARANTEED, ON_DEMAND, SPOT, Simulation, size_group
 from sim.latency import karpenter_batch_close
-from sim.packing import new_claims, new_nodes_needed
+from sim.cluster import new_claims, new_nodes_needed
 from sim.controllers.ports import node_pod_gpus
 from sim.controllers.base import Controller
 

@@ -13,7 +13,7 @@ import pytest
 from conftest import REPO, SHARED_TRACES, requires_shared_prices, requires_shared_traces, resolved_prices
 from sim import runner, traces
 from sim.engine import SPOT, SPOT_SHORTAGE, SimSettings, Simulation, size_group
-from sim.packing import new_claims
+from sim.cluster import new_claims
 from sim.controllers.gpuloan import GpuLoan, pool_settings
 from sim.controllers.karpenter import Karpenter
 from sim.traces import Job, JobsTrace

@@ -14,7 +14,7 @@ from sim import pool as simpool
 from sim import runner, traces
 from sim.engine import SPOT_SHORTAGE, SimSettings
 from sim.latency import ElasticLatency
-from sim.packing import new_nodes_needed
+from sim.cluster import new_nodes_needed
 from sim.controllers.gpuloan import GpuLoan
 from sim.controllers.lineup import all_policies, what_if_policies
 from pricing import checks
