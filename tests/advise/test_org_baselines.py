@@ -214,7 +214,7 @@ def test_gpuloan_shared_layout_keeps_the_floors_with_their_production_and_shares
         f"prod/{j.job_id}" for j, p in zip(traces["prod"].jobs, flags) if p
     ]
     # the shared interruptible queue borrows the idle floor (an experiment-tier queue in the cohort)
-    from sim.environment import sharing_of
+    from sim.kueue import sharing_of
 
     assert "prod" in sharing_of(layout.cfg)[org_advisor.SHARED_REST].lenders
 

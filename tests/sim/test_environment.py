@@ -10,6 +10,7 @@ import pytest
 from conftest import requires_shared_prices, stack_config, resolved_prices
 
 from sim import environment as envsim
+from sim import kueue
 from sim.engine import GUARANTEED, ON_DEMAND, SPOT, SimSettings, Simulation
 from sim.environment import EnvironmentError, pool_stream, simulate_environment
 from sim.controllers.gpuloan import GpuLoan
@@ -286,7 +287,7 @@ def test_lending_and_borrowing_limits_hold(kueue, lent_gpus):
 def test_floors_of_another_gpus_per_node_never_lend():
     # the lender's floor is 4-GPU g6.12xlarge nodes, the borrower runs 1-GPU g6.xlarge: the plan lists no borrowing
     cfg = two_teams(lender={"instance_type": "g6.12xlarge"})
-    assert envsim.sharing_of(cfg)["borrower"].lenders == ()
+    assert kueue.sharing_of(cfg)["borrower"].lenders == ()
     demands = {"lender": jobs("lender", []), "borrower": jobs("borrower", [(0, 300, 1), (0, 300, 1)])}
     res = simulate_environment(resolved_prices(), cfg, demands, CONTROLLERS["karpenter"], CALM, 600)
     assert res.pools["lender"]["floor_lent_gpu_hours"] == 0
@@ -295,7 +296,7 @@ def test_floors_of_another_gpus_per_node_never_lend():
 
 def test_production_queues_borrow_nothing_but_lend():
     cfg = two_teams(borrower={"tier": "production", "capacity": "on_demand"})
-    sharing = envsim.sharing_of(cfg)
+    sharing = kueue.sharing_of(cfg)
     assert sharing["borrower"].lenders == () and sharing["lender"].lenders == ("borrower",)
     demands = {"lender": jobs("lender", [(0, 300, 1), (0, 300, 1)]), "borrower": jobs("borrower", [])}
     res = simulate_environment(resolved_prices(), cfg, demands, CONTROLLERS["karpenter"], CALM, 600)
