@@ -9,13 +9,14 @@ no system nodes: the cluster's owner runs those; gpuloan only adds a node IAM ro
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 
 import pulumi
 import pulumi_aws as aws
 
 from config import tags, versions
 from config.config import BIN_PACKING_MIN_VERSION, ExistingCluster, GpuLoanConfig, NewCluster, endpoint_public_cidrs
-from stacks.network import Network
+from stacks.network import Network, NetworkArgs
 from stacks.capacity.system_nodes import system_node_group
 
 CONTROL_PLANE_LOG_TYPES = ["api", "audit", "authenticator", "controllerManager", "scheduler"]
@@ -99,6 +100,16 @@ def _assume_role_policy(service: str) -> str:
     )
 
 
+@dataclass(frozen=True)
+class ClusterArgs:
+    # The cluster reads most of the config (cluster, regions, github runners, environment), so it takes all of it.
+    cfg: GpuLoanConfig
+
+    @staticmethod
+    def from_config(cfg: GpuLoanConfig) -> ClusterArgs:
+        return ClusterArgs(cfg)
+
+
 class Cluster(pulumi.ComponentResource):
     name: pulumi.Output[str]
     arn: pulumi.Output[str]
@@ -115,8 +126,9 @@ class Cluster(pulumi.ComponentResource):
     system_node_group: aws.eks.NodeGroup | None
     network: Network | None
 
-    def __init__(self, name: str, cfg: GpuLoanConfig, opts: pulumi.ResourceOptions | None = None):
+    def __init__(self, name: str, args: ClusterArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("gpuloan:cluster:Cluster", name, None, opts)
+        cfg = args.cfg
         self._cfg = cfg
         self._name_prefix = name
         self.kubernetes_version = cfg.cluster.kubernetes_version
@@ -210,13 +222,7 @@ class Cluster(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self)
         platform = {tags.TAG_TIER: "platform"}
         cluster_name = cluster_name_for(cfg)
-        self.network = Network(
-            f"{name}-net",
-            vpc_cidr=spec.vpc_cidr,
-            availability_zones=spec.availability_zones,
-            cluster_name=cluster_name,
-            opts=child,
-        )
+        self.network = Network(f"{name}-net", NetworkArgs.from_config(spec, cluster_name), opts=child)
         self._subnets_by_az = self.network.private_subnet_ids_by_az
 
         # Secrets are envelope-encrypted with a key this stack owns, so access to them can be audited and revoked.

@@ -13,6 +13,8 @@ its desired size, as it does the elastic groups' (block_scaling).
 from __future__ import annotations
 
 import datetime as dt
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import pulumi
 import pulumi_aws as aws
@@ -23,6 +25,9 @@ from config.instance_types import InstanceFacts, lookup
 from config.names import GROUP_GUARANTEED, node_group_name_prefix
 from stacks.capacity.node_groups import GPU_TAINT, gpu_update_config, instance_tags
 from config.config import GpuLoanConfig, Guaranteed, Pool, Reservation, policy_keeps_block
+
+if TYPE_CHECKING:  # annotations only: stacks/cluster.py builds the system nodes from this package
+    from stacks.cluster import Cluster
 
 TIER = "guaranteed"
 
@@ -65,14 +70,28 @@ def block_scaling(
     return (0, g.nodes if g.floor_up(now) else 0, g.nodes), [DESIRED_SIZE_PATH]
 
 
+@dataclass(frozen=True)
+class GuaranteedCapacityArgs:
+    cfg: GpuLoanConfig
+    pool: Pool  # one of cfg.pools, with a `guaranteed:` floor
+    cluster: Cluster  # the Cluster component: name, version, node role, subnets, system node group
+
+    @staticmethod
+    def from_config(cfg: GpuLoanConfig, pool: Pool, cluster: Cluster) -> GuaranteedCapacityArgs:
+        if pool.guaranteed is None:
+            raise ValueError(f"pool {pool.name!r} has no guaranteed floor")
+        return GuaranteedCapacityArgs(cfg, pool, cluster)
+
+
 class GuaranteedCapacity(pulumi.ComponentResource):
     node_group: aws.eks.NodeGroup
     reservation_id: pulumi.Output[str] | None
     capacity_reservation: aws.ec2.CapacityReservation | None
     launch_template: aws.ec2.LaunchTemplate
 
-    def __init__(self, name: str, cfg: GpuLoanConfig, pool: Pool, cluster, opts: pulumi.ResourceOptions | None = None):
+    def __init__(self, name: str, args: GuaranteedCapacityArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("gpuloan:capacity:GuaranteedCapacity", name, None, opts)
+        cfg, pool, cluster = args.cfg, args.pool, args.cluster
         g = pool.guaranteed
         assert g is not None
         # The reservation and the floor's node group are what a team counts on: `protect` makes Pulumi refuse to

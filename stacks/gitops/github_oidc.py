@@ -20,6 +20,7 @@ aws-actions/configure-aws-credentials requests.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Iterable
 
 import pulumi
@@ -123,6 +124,27 @@ def state_backend(cfg: GpuLoanConfig) -> perms.StateBackend | None:
     return perms.StateBackend(cfg.github.state_bucket, PULUMI_PROJECT, cfg.environment, cfg.github.state_kms_key_arn)
 
 
+@dataclass(frozen=True)
+class GitHubOidcArgs:
+    cfg: GpuLoanConfig
+    account_id: pulumi.Input[str]
+    partition: pulumi.Input[str]
+    # The resource types the rest of the program declared (RoleGuard.declared_types), read when the roles are built.
+    declared_types: Iterable[str]
+    # The cluster the deploy role gets an access entry to (the Cluster component's name); None: no entry.
+    cluster_name: pulumi.Input[str] | None = None
+
+    @staticmethod
+    def from_config(
+        cfg: GpuLoanConfig,
+        account_id: pulumi.Input[str],
+        partition: pulumi.Input[str],
+        declared_types: Iterable[str],
+        cluster_name: pulumi.Input[str] | None = None,
+    ) -> GitHubOidcArgs:
+        return GitHubOidcArgs(cfg, account_id, partition, declared_types, cluster_name)
+
+
 class GitHubOidc(pulumi.ComponentResource):
     """The GitHub OIDC provider (or a reference to the account's existing one) and the preview/deploy roles.
 
@@ -134,17 +156,10 @@ class GitHubOidc(pulumi.ComponentResource):
     preview_role_arn: pulumi.Output[str]
     deploy_role_arn: pulumi.Output[str]
 
-    def __init__(
-        self,
-        name: str,
-        cfg: GpuLoanConfig,
-        account_id: pulumi.Input[str],
-        partition: pulumi.Input[str],
-        declared_types: Iterable[str],
-        cluster_name: pulumi.Input[str] | None = None,
-        opts: pulumi.ResourceOptions | None = None,
-    ):
+    def __init__(self, name: str, args: GitHubOidcArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("gpuloan:gitops:GitHubOidc", name, None, opts)
+        cfg, account_id, partition = args.cfg, args.account_id, args.partition
+        declared_types, cluster_name = args.declared_types, args.cluster_name
         if cfg.github is None:
             raise ValueError("GitHubOidc needs cfg.github (the repository to trust)")
         child = pulumi.ResourceOptions(parent=self)

@@ -9,12 +9,14 @@ GetMetricData, so `GPU_METRIC_NAMESPACE`/`GPU_UTILIZATION_METRIC` are the defaul
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
 import pulumi
 import pulumi_aws as aws
 
 from config import versions
+from config.config import GpuLoanConfig
 from config.names import GPU_METRICS_AGENT_NAMESPACE
 
 ADDON_NAME = "amazon-cloudwatch-observability"
@@ -86,13 +88,23 @@ def trust_policy(cluster_name: str) -> dict[str, Any]:
     }
 
 
+@dataclass(frozen=True)
+class GpuMetricsArgs:
+    cluster_name: pulumi.Input[str]
+    region: str
+
+    @staticmethod
+    def from_config(cfg: GpuLoanConfig, cluster_name: pulumi.Input[str]) -> GpuMetricsArgs:
+        """The add-on on the cluster `cluster_name` (the Cluster component's name output)."""
+        return GpuMetricsArgs(cluster_name, cfg.region)
+
+
 class GpuMetrics(pulumi.ComponentResource):
     """IAM role + Pod Identity association, then the add-on (so the agent starts with credentials)."""
 
-    def __init__(
-        self, name: str, cluster_name: pulumi.Input[str], region: str, opts: pulumi.ResourceOptions | None = None
-    ):
+    def __init__(self, name: str, args: GpuMetricsArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("gpuloan:gpu_metrics:GpuMetrics", name, None, opts)
+        cluster_name, region = args.cluster_name, args.region
         child = pulumi.ResourceOptions(parent=self)
 
         self.role = aws.iam.Role(

@@ -18,6 +18,7 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pulumi
 import pulumi_aws as aws
@@ -32,6 +33,9 @@ from stacks.policy_function.package import HANDLER, build_zip, source_code_hash
 from pricing.policy_settings import GroupNames, settings_for
 from stacks.policy_function.preview_mode import unknown_prices_allowed
 from pricing.sources.catalog import Prices
+
+if TYPE_CHECKING:
+    from stacks.cluster import Cluster
 
 BUILD_DIR = Path(__file__).resolve().parents[2] / "build"
 TIMEOUT_SECONDS = 50  # below the 1-minute schedule, so ticks do not overlap
@@ -288,10 +292,10 @@ def write_package(environment: str, data: bytes) -> Path:
     return path
 
 
-@dataclass
+@dataclass(frozen=True)
 class PolicyFunctionArgs:
     cfg: GpuLoanConfig
-    cluster: object  # stacks.cluster.Cluster: name, arn, private_subnet_ids, vpc_id, cluster_security_group_id
+    cluster: Cluster  # name, arn, private_subnet_ids, vpc_id, cluster_security_group_id
     account_id: pulumi.Input[str]
     partition: pulumi.Input[str]
     alerts_topic_arn: pulumi.Input[str] | None = None
@@ -301,6 +305,33 @@ class PolicyFunctionArgs:
     group_names: dict[str, dict[str, pulumi.Input[str]]] | None = None
     # The prices the settings carry (the budget cap's rates): the program entry's, with the config's own.
     prices: Prices = field(kw_only=True)
+
+    @staticmethod
+    def from_config(
+        cfg: GpuLoanConfig,
+        prices: Prices,
+        cluster: Cluster,
+        account_id: pulumi.Input[str],
+        partition: pulumi.Input[str],
+        alerts_topic_arn: pulumi.Input[str] | None = None,
+        alerts_kms_key_arn: pulumi.Input[str] | None = None,
+        *,
+        node_groups: list | None = None,
+        group_names: dict[str, dict[str, pulumi.Input[str]]] | None = None,
+    ) -> PolicyFunctionArgs:
+        """The function of `cfg`'s pools priced by `prices`; `node_groups` (the capacity components) are created
+        first and `group_names` are their generated names, which the settings carry."""
+        return PolicyFunctionArgs(
+            cfg,
+            cluster,
+            account_id,
+            partition,
+            alerts_topic_arn,
+            alerts_kms_key_arn,
+            depends_on=node_groups,
+            group_names=group_names,
+            prices=prices,
+        )
 
 
 class PolicyFunction(pulumi.ComponentResource):

@@ -274,6 +274,11 @@ class AlarmsArgs:
     specs: tuple[AlarmSpec, ...]
     topic_arn: pulumi.Input[str]
 
+    @staticmethod
+    def from_config(cfg: GpuLoanConfig, cluster_name: pulumi.Input[str], topic_arn: pulumi.Input[str]) -> AlarmsArgs:
+        """The pools' alarms on the cluster `cluster_name`, notifying the alerts topic `topic_arn`."""
+        return AlarmsArgs(tuple(alarm_specs(cfg, cluster_name)), topic_arn)
+
 
 class Alarms(pulumi.ComponentResource):
     alarm_arns: pulumi.Output[list[str]]
