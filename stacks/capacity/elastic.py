@@ -108,7 +108,7 @@ class ElasticCapacity(pulumi.ComponentResource):
                     GROUP_ON_DEMAND + sfx,
                     "ON_DEMAND",
                     "on-demand",
-                    e.on_demand_max_nodes or e.max_nodes,
+                    e.on_demand_group_max_nodes,
                     [GPU_TAINT],
                     self._live.get(key),
                     size,
