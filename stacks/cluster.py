@@ -9,7 +9,9 @@ no system nodes: the cluster's owner runs those; gpuloan only adds a node IAM ro
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import pulumi
 import pulumi_aws as aws
@@ -100,6 +102,20 @@ def _assume_role_policy(service: str) -> str:
     )
 
 
+# What EKS returns for every created cluster; the provider types them optional (they are unset only on input).
+def _certificate_data(ca: aws.eks.outputs.ClusterCertificateAuthority) -> str:
+    return cast(str, ca.data)
+
+
+def _oidc_issuer(identities: Sequence[aws.eks.outputs.ClusterIdentity]) -> str:
+    oidcs = cast(Sequence[aws.eks.outputs.ClusterIdentityOidc], identities[0].oidcs)
+    return cast(str, oidcs[0].issuer)
+
+
+def _cluster_security_group(vpc: aws.eks.outputs.ClusterVpcConfig) -> str:
+    return cast(str, vpc.cluster_security_group_id)
+
+
 @dataclass(frozen=True)
 class ClusterArgs:
     # The cluster reads most of the config (cluster, regions, github runners, environment), so it takes all of it.
@@ -136,14 +152,15 @@ class Cluster(pulumi.ComponentResource):
         self.system_node_group = None
         self._subnets_by_az: dict[str, pulumi.Output[str]] = {}
         self._existing_subnet_cache: dict[str | None, pulumi.Output[list[str]]] = {}
-        existing = isinstance(cfg.cluster, ExistingCluster)
+        spec = cfg.cluster
+        existing = isinstance(spec, ExistingCluster)
         self._node_role = self._make_node_role(name, cfg, NODE_POLICIES_EXISTING_CLUSTER if existing else NODE_POLICIES)
         self.node_role_arn = self._node_role.arn
         self.node_role_name = self._node_role.name
-        if existing:
-            self._existing(cfg.cluster)
+        if isinstance(spec, ExistingCluster):
+            self._existing(spec)
         else:
-            self._new(name, cfg, cfg.cluster)
+            self._new(name, cfg, spec)
         self._admit_ci_runners(name, cfg)
         self.register_outputs(
             {
@@ -296,9 +313,9 @@ class Cluster(pulumi.ComponentResource):
         self.name = eks.name
         self.arn = eks.arn
         self.endpoint = eks.endpoint
-        self.certificate_authority_data = eks.certificate_authority.apply(lambda ca: ca.data)
-        self.oidc_issuer_url = eks.identities.apply(lambda ids: ids[0].oidcs[0].issuer)
-        self.cluster_security_group_id = eks.vpc_config.apply(lambda v: v.cluster_security_group_id)
+        self.certificate_authority_data = eks.certificate_authority.apply(_certificate_data)
+        self.oidc_issuer_url = eks.identities.apply(_oidc_issuer)
+        self.cluster_security_group_id = eks.vpc_config.apply(_cluster_security_group)
         self.vpc_id = self.network.vpc_id
         self.private_subnet_ids = self.network.private_subnet_ids
 

@@ -43,7 +43,7 @@ def az_slot(availability_zone: str) -> int:
 def plan_subnets(vpc_cidr: str, availability_zones: list[str]) -> list[SubnetSpec]:
     """Deterministic, non-overlapping subnets, each AZ's at its letter's slot (az_slot)."""
     vpc = ipaddress.ip_network(vpc_cidr)
-    blocks = list(vpc.subnets(prefixlen_diff=_PRIVATE_SPLIT_BITS))
+    blocks: list[ipaddress.IPv4Network | ipaddress.IPv6Network] = list(vpc.subnets(prefixlen_diff=_PRIVATE_SPLIT_BITS))
     public_blocks = list(blocks[-1].subnets(prefixlen_diff=_PUBLIC_SPLIT_BITS))
     specs = []
     for az in availability_zones:

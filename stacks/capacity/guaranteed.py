@@ -34,7 +34,12 @@ TIER = "guaranteed"
 
 def gpu_ami_type(instance_types: list[str], facts: InstanceFacts | None = None) -> str:
     """`facts`: a validated config's instance facts read from EC2 (types newer than the table)."""
-    arm = {lookup(t, facts).cpu_architecture == "arm64" for t in instance_types}
+    arm = set()
+    for name in instance_types:
+        itype = lookup(name, facts)
+        if itype is None:  # the config's validation names an unknown type before any stack is built
+            raise ValueError(f"{name}: not a known GPU instance type")
+        arm.add(itype.cpu_architecture == "arm64")
     return versions.GPU_AMI_TYPE_ARM if arm == {True} else versions.GPU_AMI_TYPE
 
 

@@ -26,12 +26,13 @@ import pulumi_kubernetes as k8s
 
 from stacks.kubernetes import gpu_operator, kueue
 from stacks.gitops import iam_permissions as perms
+from config import tenancy
 from config.config import GpuLoanConfig
 
 PREVIEW_GROUP = "gpuloan-ci-preview"
 READER = "gpuloan-ci-preview-reader"
 READ = ["get", "list", "watch"]
-MANAGED_BY = {"app.kubernetes.io/managed-by": "gpuloan"}
+MANAGED_BY = tenancy.MANAGED_BY  # the one label of every object gpuloan creates in the cluster
 
 # What the GPU Operator chart creates, by API group (a release preview renders and diffs them).
 CHART_KINDS: dict[str, list[str]] = {
