@@ -19,6 +19,7 @@ aws-actions/configure-aws-credentials requests.
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass
 from typing import Iterable
@@ -74,6 +75,11 @@ def trust_subjects(cfg: GpuLoanConfig) -> dict[str, list[str]]:
         else [f"repo:{repo}:ref:{DEPLOY_REF}"]
     )
     return {"preview": [f"repo:{repo}:pull_request", f"repo:{repo}:environment:{PRICES_ENVIRONMENT}"], "deploy": deploy}
+
+
+def _policy_part(document: dict, *, sids: list[str]) -> str:
+    """One managed policy's share of the deploy role's document: the statements `sids`."""
+    return json.dumps(perms.select(document, sids), sort_keys=True)
 
 
 def trust_policy(provider_arn: str, subjects: list[str]) -> str:
@@ -215,7 +221,7 @@ class GitHubOidc(pulumi.ComponentResource):
                 # Outside the deploy role's IAM path: only an administrator changes what CI may do.
                 path=perms.ci_path(env),
                 description=description,
-                assume_role_policy=self.provider_arn.apply(lambda arn, k=kind: trust_policy(arn, subjects[k])),
+                assume_role_policy=self.provider_arn.apply(functools.partial(trust_policy, subjects=subjects[kind])),
                 max_session_duration=ROLE_MAX_SESSION_SECONDS,
                 permissions_boundary=deploy_boundary.arn if kind == "deploy" else None,
                 tags=platform,
@@ -244,7 +250,7 @@ class GitHubOidc(pulumi.ComponentResource):
                         name=f"gpuloan-{env}-github-deploy-{i + 1}",
                         path=perms.ci_path(env),
                         description=f"gpuloan {env} deploy role, part {i + 1}",
-                        policy=document.apply(lambda d, ids=sids: json.dumps(perms.select(d, ids), sort_keys=True)),
+                        policy=document.apply(functools.partial(_policy_part, sids=sids)),
                         tags=platform,
                         opts=child,
                     )
