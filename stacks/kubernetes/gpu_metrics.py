@@ -17,6 +17,7 @@ import pulumi_aws as aws
 
 from config import versions
 from config.config import GpuLoanConfig
+from stacks.cluster import managed_policy_arn
 from config.names import GPU_METRICS_AGENT_NAMESPACE
 
 ADDON_NAME = "amazon-cloudwatch-observability"
@@ -37,13 +38,6 @@ GPU_NODE_METRICS = (
     "node_gpu_reserved_capacity",
 )
 GPU_NODE_DIMENSIONS = (("ClusterName",), ("ClusterName", "InstanceId", "NodeName"))
-
-
-def partition_of(region: str) -> str:
-    # From the region name, not an invoke (STYLE.md 6): the managed policy ARN differs per partition.
-    if region.startswith("cn-"):
-        return "aws-cn"
-    return "aws-us-gov" if "-gov-" in region else "aws"
 
 
 def addon_configuration() -> dict[str, Any]:
@@ -116,7 +110,8 @@ class GpuMetrics(pulumi.ComponentResource):
         attachment = aws.iam.RolePolicyAttachment(
             f"{name}-agent-policy",
             role=self.role.name,
-            policy_arn=f"arn:{partition_of(region)}:iam::aws:policy/{CLOUDWATCH_AGENT_POLICY}",
+            # The partition from the region name, not an invoke (STYLE.md 6): the ARN differs per partition.
+            policy_arn=managed_policy_arn(region, CLOUDWATCH_AGENT_POLICY),
             opts=child,
         )
         association = aws.eks.PodIdentityAssociation(
