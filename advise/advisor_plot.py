@@ -10,6 +10,8 @@ matplotlib.use("Agg")  # no display: files only
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import StrMethodFormatter  # noqa: E402
 
+from pricing.cost_model.billing import HOURS_PER_MONTH  # noqa: E402
+
 
 def plot(doc: dict, path: str) -> None:
     fig = figure(doc)
@@ -59,7 +61,7 @@ def figure(doc: dict):
     ax.plot([], [], color="#55a868", alpha=0.3 if any(meeting) else 0.0, linewidth=8, label=shade)
     ax.yaxis.set_major_formatter(StrMethodFormatter("${x:,.0f}"))
     ax.set_xlabel(f"floor size (nodes of {doc['floor_instance_type']}, {doc['gpus_per_node']} GPUs each)")
-    ax.set_ylabel("expected cost per 730-hour month")
+    ax.set_ylabel(f"expected cost per {HOURS_PER_MONTH}-hour month")
     ax.set_title(f"pool {doc['pool']}: cost vs floor size on {doc['demand']}")
     ax.legend(fontsize=8, loc="best")
     ax.grid(alpha=0.3)

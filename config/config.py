@@ -397,6 +397,11 @@ class Elastic(Strict):
         description='Opt-in, pools with spot: on EC2\'s rebalance recommendation for a spot node (it can come before the 2-minute interruption notice, or with it), the policy function puts the NoSchedule taint `gpuloan.io/rebalance-recommended` on the node, so no new pod lands there and jobs that watch their node checkpoint early (docs/policy.md, "Early spot warnings"). Adds an EventBridge rule for "EC2 Instance Rebalance Recommendation".',
     )
 
+    @property
+    def on_demand_group_max_nodes(self) -> int:
+        """The on-demand group's max: `on_demand_max_nodes`, else `max_nodes` (read here, not spelled out again)."""
+        return self.on_demand_max_nodes or self.max_nodes
+
     @model_validator(mode="after")
     def _spot_features(self):
         if self.rebalance_checkpoint and self.capacity == ElasticCapacity.on_demand:

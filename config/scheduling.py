@@ -249,7 +249,7 @@ def pool_flavors(cfg: GpuLoanConfig, pool: Pool) -> list[Flavor]:
                 ON_DEMAND,
                 {**elastic_labels, tags.LABEL_CAPACITY: "on-demand"},
                 (GPU_TOLERATION,),
-                elastic_units(cfg, pool, e.on_demand_max_nodes or e.max_nodes),
+                elastic_units(cfg, pool, e.on_demand_group_max_nodes),
             )
         )
     elif spot_allowed(cfg, pool):
@@ -273,7 +273,7 @@ def pool_flavors(cfg: GpuLoanConfig, pool: Pool) -> list[Flavor]:
                     ON_DEMAND,
                     {**elastic_labels, tags.LABEL_CAPACITY: "on-demand"},
                     (GPU_TOLERATION,),
-                    elastic_units(cfg, pool, e.on_demand_max_nodes or e.max_nodes),
+                    elastic_units(cfg, pool, e.on_demand_group_max_nodes),
                 )
             )
     return out

@@ -12,6 +12,7 @@ from config import config as config_mod
 from pricing import checks
 from pricing.sources.catalog import Prices
 from pricing.cost_model import spot_spread
+from pricing.cost_model.billing import HOURS_PER_MONTH
 
 # Inputs worth showing per resource in the tree; the JSON output has every input.
 KEY_INPUTS = (
@@ -224,7 +225,7 @@ def render(doc: dict[str, Any], console, summary: bool = False) -> None:
 
     cost = doc["cost"]
     table = tables.table(
-        f"Estimated monthly cost ({cost['region']}, 730 h/month)",
+        f"Estimated monthly cost ({cost['region']}, {HOURS_PER_MONTH} h/month)",
         ("pool", "team", "guaranteed\n(fixed)", "elastic max\n(spot)", "fallback max\n(on-demand)", "budget"),
         left=("pool", "team"),
         words=("guaranteed\n(fixed)", "elastic max\n(spot)", "fallback max\n(on-demand)"),

@@ -177,7 +177,7 @@ def pool_settings(
         od_group = names.on_demand if has_od else None
         instance_rows = _type_rows(spot_group, od_group, type_rows)
         spot_max = e.max_nodes if has_spot else 0
-        od_max = (e.on_demand_max_nodes or e.max_nodes) if has_od else 0
+        od_max = e.on_demand_group_max_nodes if has_od else 0
         knobs = dict(
             scale_up_utilization_pct=e.scale_up_utilization_pct,
             scale_up_window_minutes=e.scale_up_window_minutes,

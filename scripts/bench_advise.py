@@ -39,6 +39,8 @@ def main(argv: list[str] | None = None) -> int:
         yaml.safe_load((REPO / "Pulumi.prod.yaml").read_text()), "Pulumi.prod.yaml", prices=prices
     )
     trace = traces.read_trace(Path(args.traces) / f"{args.cluster}.csv").window(0, 29)
+    if not isinstance(trace, traces.JobsTrace):
+        sys.exit(f"{args.cluster}.csv: a job trace is needed (submit time, duration, GPUs), not a series")
     t0, c0 = time.perf_counter(), time.process_time()
     doc = advisor.advise(prices, cfg, "training", trace, peak_from_demand=True, jobs=args.jobs)
     wall = time.perf_counter() - t0

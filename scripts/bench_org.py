@@ -28,7 +28,7 @@ DEFAULT_TRACES = REPO.parent / "shared" / "data" / "traces" / "itp"
 DEFAULT_PRICES = REPO.parent / "shared" / "data" / "prices"
 INSTANCE_TYPE, REGION = "p4d.24xlarge", "us-east-1"
 TERMS = ("reserved_1yr", "reserved_3yr")
-LEVELS = (50.0, 75.0, 90.0, 95.0)  # guarantee percentiles drawn; the goals are checked at 90
+LEVELS: tuple[float, ...] = (50.0, 75.0, 90.0, 95.0)  # guarantee percentiles drawn; the goals are checked at 90
 GOAL_LEVEL = 90.0
 DEFAULT_CHECKPOINT_MINUTES = 30  # every job checkpoints this often unless --checkpoint-interval says otherwise
 SIZING_DAYS, LOOKBACK_DAYS = 30, 30
@@ -586,11 +586,14 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--sim-scenarios {args.sim_scenarios}: 'default' and any of {', '.join(org_advisor.SCENARIOS)}")
     price_book = catalog.Prices.resolve()  # read once, passed down (the workers get it with the traces)
     p = price_book.price(INSTANCE_TYPE, REGION)
+    floor_rates = {t: floor_pricing.floor_rate(price_book, INSTANCE_TYPE, REGION, t) for t in TERMS}
+    if p is None or None in floor_rates.values():
+        parser.error(f"the price book has no price or floor rate for {INSTANCE_TYPE} in {REGION}")
+    rates = {t: r for t, r in floor_rates.items() if r is not None}
     prices = {
         c: fluid.PoolPrices(INSTANCE_TYPE, REGION, 8, p.ondemand_usd_per_hour, p.spot_usd_per_hour)
         for c in org_demand.ITP_CLUSTERS
     }
-    rates = {t: floor_pricing.floor_rate(price_book, INSTANCE_TYPE, REGION, t) for t in TERMS}
     traces = org_demand.itp_traces(args.traces, days)
 
     print(

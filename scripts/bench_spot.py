@@ -111,7 +111,10 @@ def main(argv: list[str] | None = None) -> int:
     missing = [c for c in CLUSTERS if not (Path(args.traces) / f"{c}.csv").is_file()]
     if missing:
         parser.error(f"--traces {args.traces}: no {', '.join(m + '.csv' for m in missing)} (see docs/simulator.md)")
-    tasks = [(args.traces, c, args.seed + k, BACK, None) for c in CLUSTERS for k in range(args.seeds)]
+    # (traces folder, cluster, seed, experiment, production share: early warnings only)
+    tasks: list[tuple[str, str, int, str, float | None]] = [
+        (args.traces, c, args.seed + k, BACK, None) for c in CLUSTERS for k in range(args.seeds)
+    ]
     tasks += [
         (args.traces, c, args.seed + k, EARLY, share)
         for share in EARLY_SHARES

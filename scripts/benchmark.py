@@ -131,6 +131,8 @@ def print_tables(docs: list[dict], title: str) -> None:
         print("\n| cluster | warm-up vs gpuloan (the same settings, `warm_up: true`) | WARM_UP decisions a run |")
         print("|---|---|---|")
         for doc, v in zip(docs, warm):
+            if v is None:  # a run without the warm-up row
+                continue
             i = [r["name"] for r in doc["summary"]].index(WARM_UP_NAME)
             decisions = [run[i].get("decisions_by_reason", {}).get("WARM_UP", 0) for run in doc["runs"]]
             print(

@@ -9,13 +9,16 @@ no system nodes: the cluster's owner runs those; gpuloan only adds a node IAM ro
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import cast
 
 import pulumi
 import pulumi_aws as aws
 
 from config import tags, versions
 from config.config import BIN_PACKING_MIN_VERSION, ExistingCluster, GpuLoanConfig, NewCluster, endpoint_public_cidrs
-from stacks.network import Network
+from stacks.network import Network, NetworkArgs
 from stacks.capacity.system_nodes import system_node_group
 
 CONTROL_PLANE_LOG_TYPES = ["api", "audit", "authenticator", "controllerManager", "scheduler"]
@@ -99,6 +102,30 @@ def _assume_role_policy(service: str) -> str:
     )
 
 
+# What EKS returns for every created cluster; the provider types them optional (they are unset only on input).
+def _certificate_data(ca: aws.eks.outputs.ClusterCertificateAuthority) -> str:
+    return cast(str, ca.data)
+
+
+def _oidc_issuer(identities: Sequence[aws.eks.outputs.ClusterIdentity]) -> str:
+    oidcs = cast(Sequence[aws.eks.outputs.ClusterIdentityOidc], identities[0].oidcs)
+    return cast(str, oidcs[0].issuer)
+
+
+def _cluster_security_group(vpc: aws.eks.outputs.ClusterVpcConfig) -> str:
+    return cast(str, vpc.cluster_security_group_id)
+
+
+@dataclass(frozen=True)
+class ClusterArgs:
+    # The cluster reads most of the config (cluster, regions, github runners, environment), so it takes all of it.
+    cfg: GpuLoanConfig
+
+    @staticmethod
+    def from_config(cfg: GpuLoanConfig) -> ClusterArgs:
+        return ClusterArgs(cfg)
+
+
 class Cluster(pulumi.ComponentResource):
     name: pulumi.Output[str]
     arn: pulumi.Output[str]
@@ -115,8 +142,9 @@ class Cluster(pulumi.ComponentResource):
     system_node_group: aws.eks.NodeGroup | None
     network: Network | None
 
-    def __init__(self, name: str, cfg: GpuLoanConfig, opts: pulumi.ResourceOptions | None = None):
+    def __init__(self, name: str, args: ClusterArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("gpuloan:cluster:Cluster", name, None, opts)
+        cfg = args.cfg
         self._cfg = cfg
         self._name_prefix = name
         self.kubernetes_version = cfg.cluster.kubernetes_version
@@ -124,14 +152,15 @@ class Cluster(pulumi.ComponentResource):
         self.system_node_group = None
         self._subnets_by_az: dict[str, pulumi.Output[str]] = {}
         self._existing_subnet_cache: dict[str | None, pulumi.Output[list[str]]] = {}
-        existing = isinstance(cfg.cluster, ExistingCluster)
+        spec = cfg.cluster
+        existing = isinstance(spec, ExistingCluster)
         self._node_role = self._make_node_role(name, cfg, NODE_POLICIES_EXISTING_CLUSTER if existing else NODE_POLICIES)
         self.node_role_arn = self._node_role.arn
         self.node_role_name = self._node_role.name
-        if existing:
-            self._existing(cfg.cluster)
+        if isinstance(spec, ExistingCluster):
+            self._existing(spec)
         else:
-            self._new(name, cfg, cfg.cluster)
+            self._new(name, cfg, spec)
         self._admit_ci_runners(name, cfg)
         self.register_outputs(
             {
@@ -210,13 +239,7 @@ class Cluster(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self)
         platform = {tags.TAG_TIER: "platform"}
         cluster_name = cluster_name_for(cfg)
-        self.network = Network(
-            f"{name}-net",
-            vpc_cidr=spec.vpc_cidr,
-            availability_zones=spec.availability_zones,
-            cluster_name=cluster_name,
-            opts=child,
-        )
+        self.network = Network(f"{name}-net", NetworkArgs.from_config(spec, cluster_name), opts=child)
         self._subnets_by_az = self.network.private_subnet_ids_by_az
 
         # Secrets are envelope-encrypted with a key this stack owns, so access to them can be audited and revoked.
@@ -290,9 +313,9 @@ class Cluster(pulumi.ComponentResource):
         self.name = eks.name
         self.arn = eks.arn
         self.endpoint = eks.endpoint
-        self.certificate_authority_data = eks.certificate_authority.apply(lambda ca: ca.data)
-        self.oidc_issuer_url = eks.identities.apply(lambda ids: ids[0].oidcs[0].issuer)
-        self.cluster_security_group_id = eks.vpc_config.apply(lambda v: v.cluster_security_group_id)
+        self.certificate_authority_data = eks.certificate_authority.apply(_certificate_data)
+        self.oidc_issuer_url = eks.identities.apply(_oidc_issuer)
+        self.cluster_security_group_id = eks.vpc_config.apply(_cluster_security_group)
         self.vpc_id = self.network.vpc_id
         self.private_subnet_ids = self.network.private_subnet_ids
 

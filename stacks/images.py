@@ -202,13 +202,24 @@ def lifecycle_policy() -> str:
     )
 
 
+@dataclass(frozen=True)
+class CudaImagesArgs:
+    # The image matrix (`images:`) and the pools' instance types, whose architectures the images are built for.
+    cfg: GpuLoanConfig
+
+    @staticmethod
+    def from_config(cfg: GpuLoanConfig) -> CudaImagesArgs:
+        return CudaImagesArgs(cfg)
+
+
 class CudaImages(pulumi.ComponentResource):
     """ECR repositories (scan on push, immutable tags, KMS) and docker-build images for cfg.images."""
 
     image_uris: pulumi.Output[dict[str, str]]
 
-    def __init__(self, name: str, cfg: GpuLoanConfig, opts: pulumi.ResourceOptions | None = None):
+    def __init__(self, name: str, args: CudaImagesArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("gpuloan:images:CudaImages", name, None, opts)
+        cfg = args.cfg
         child = pulumi.ResourceOptions(parent=self)
         self.plans = plan_images(cfg)
         self.repositories: dict[str, aws.ecr.Repository] = {}

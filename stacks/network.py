@@ -14,6 +14,7 @@ import pulumi
 import pulumi_aws as aws
 
 from config import tags
+from config.config import NewCluster
 
 # Private subnets take 1/8 of the VPC each (up to 6 AZs); the last 1/8 is cut into 8 small public subnets.
 _PRIVATE_SPLIT_BITS = 3
@@ -42,7 +43,7 @@ def az_slot(availability_zone: str) -> int:
 def plan_subnets(vpc_cidr: str, availability_zones: list[str]) -> list[SubnetSpec]:
     """Deterministic, non-overlapping subnets, each AZ's at its letter's slot (az_slot)."""
     vpc = ipaddress.ip_network(vpc_cidr)
-    blocks = list(vpc.subnets(prefixlen_diff=_PRIVATE_SPLIT_BITS))
+    blocks: list[ipaddress.IPv4Network | ipaddress.IPv6Network] = list(vpc.subnets(prefixlen_diff=_PRIVATE_SPLIT_BITS))
     public_blocks = list(blocks[-1].subnets(prefixlen_diff=_PUBLIC_SPLIT_BITS))
     specs = []
     for az in availability_zones:
@@ -54,22 +55,27 @@ def plan_subnets(vpc_cidr: str, availability_zones: list[str]) -> list[SubnetSpe
     return specs
 
 
+@dataclass(frozen=True)
+class NetworkArgs:
+    vpc_cidr: str
+    availability_zones: tuple[str, ...]
+    cluster_name: str  # names the VPC and tags the subnets for the cluster's load balancers
+
+    @staticmethod
+    def from_config(spec: NewCluster, cluster_name: str) -> NetworkArgs:
+        """The network of a new cluster (`cluster:` in the config); `cluster_name` is stacks/cluster.py's."""
+        return NetworkArgs(spec.vpc_cidr, tuple(spec.availability_zones), cluster_name)
+
+
 class Network(pulumi.ComponentResource):
     vpc_id: pulumi.Output[str]
     private_subnet_ids: pulumi.Output[list[str]]
     private_subnet_ids_by_az: dict[str, pulumi.Output[str]]
     public_subnet_ids: pulumi.Output[list[str]]
 
-    def __init__(
-        self,
-        name: str,
-        *,
-        vpc_cidr: str,
-        availability_zones: list[str],
-        cluster_name: str,
-        opts: pulumi.ResourceOptions | None = None,
-    ):
+    def __init__(self, name: str, args: NetworkArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("gpuloan:network:Network", name, None, opts)
+        vpc_cidr, availability_zones, cluster_name = args.vpc_cidr, list(args.availability_zones), args.cluster_name
         child = pulumi.ResourceOptions(parent=self)
         platform = {tags.TAG_TIER: "platform"}
         specs = plan_subnets(vpc_cidr, availability_zones)

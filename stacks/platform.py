@@ -11,13 +11,13 @@ from __future__ import annotations
 import pulumi
 import pulumi_aws as aws
 
-from config import budget_plan, tags
+from config import tags
 from stacks.spend import alarms, budgets, dashboard
 from stacks.kubernetes import layer as kubernetes
 from stacks.capacity import live_sizes
 from stacks.capacity import pools as pool_capacity
 from stacks.spend.alerts import Alerts, AlertsArgs
-from stacks.cluster import Cluster, cluster_name_for
+from stacks.cluster import Cluster, ClusterArgs, cluster_name_for
 from config.config import GpuLoanConfig
 from pricing.sources.catalog import Prices
 from stacks.gitops.role_guard import RoleGuard
@@ -48,7 +48,7 @@ def build(cfg: GpuLoanConfig, prices: Prices) -> dict[str, object]:
     outputs["alerts_topic_arn"] = alerts.topic_arn
 
     # 2. Network and cluster (or the existing cluster, looked up by name).
-    cluster = Cluster(f"{env}-cluster", cfg, opts=opts)
+    cluster = Cluster(f"{env}-cluster", ClusterArgs.from_config(cfg), opts=opts)
     outputs["cluster_name"] = cluster.name
     outputs["cluster_endpoint"] = cluster.endpoint
 
@@ -65,18 +65,14 @@ def build(cfg: GpuLoanConfig, prices: Prices) -> dict[str, object]:
 
     # 5. CUDA images (compatibility was checked at config validation).
     if cfg.images:
-        from stacks.images import CudaImages
+        from stacks.images import CudaImages, CudaImagesArgs
 
-        outputs["image_uris"] = CudaImages(f"{env}-images", cfg, opts=opts).image_uris
+        outputs["image_uris"] = CudaImages(f"{env}-images", CudaImagesArgs.from_config(cfg), opts=opts).image_uris
 
     # 6. Budgets and pool alarms.
-    budgets.Budgets(
-        f"{env}-budgets",
-        budgets.BudgetsArgs(tuple(budget_plan.budget_specs(cfg)), alerts.topic_arn, budgets.activation_keys(cfg)),
-        opts=opts,
-    )
+    budgets.Budgets(f"{env}-budgets", budgets.BudgetsArgs.from_config(cfg, alerts.topic_arn), opts=opts)
     pool_alarms = alarms.Alarms(
-        f"{env}-alarms", alarms.AlarmsArgs(tuple(alarms.alarm_specs(cfg, cluster.name)), alerts.topic_arn), opts=opts
+        f"{env}-alarms", alarms.AlarmsArgs.from_config(cfg, cluster.name, alerts.topic_arn), opts=opts
     )
     dashboard_alarms = pool_alarms.alarm_arns
 
@@ -86,16 +82,16 @@ def build(cfg: GpuLoanConfig, prices: Prices) -> dict[str, object]:
 
         policy_fn = PolicyFunction(
             f"{env}-policy",
-            PolicyFunctionArgs(
+            PolicyFunctionArgs.from_config(
                 cfg,
+                prices,
                 cluster,
                 account_id,
                 partition,
                 alerts.topic_arn,
                 alerts.kms_key_arn,
-                depends_on=[c for groups in capacity.values() for c in groups if c is not None],
+                node_groups=[c for groups in capacity.values() for c in groups if c is not None],
                 group_names={name: pool_capacity.group_names(*groups) for name, groups in capacity.items()},
-                prices=prices,
             ),
             opts=opts,
         )
@@ -104,21 +100,17 @@ def build(cfg: GpuLoanConfig, prices: Prices) -> dict[str, object]:
 
     # The dashboard comes last so its alarm widget lists the policy function's alarms too.
     board = dashboard.Dashboard(
-        f"{env}-dashboard", dashboard.DashboardArgs(cfg, cluster.name, dashboard_alarms), opts=opts
+        f"{env}-dashboard", dashboard.DashboardArgs.from_config(cfg, cluster.name, dashboard_alarms), opts=opts
     )
     outputs["dashboard_name"] = board.dashboard_name
 
     # 8. GitHub OIDC roles for pull-request previews and deploys (optional).
     if cfg.github is not None:
-        from stacks.gitops.github_oidc import GitHubOidc
+        from stacks.gitops.github_oidc import GitHubOidc, GitHubOidcArgs
 
         github = GitHubOidc(
             f"{env}-github",
-            cfg,
-            account_id=account_id,
-            partition=partition,
-            declared_types=guard.declared_types,
-            cluster_name=cluster.name,
+            GitHubOidcArgs.from_config(cfg, account_id, partition, guard.declared_types, cluster.name),
             opts=opts,
         )
         outputs["github_oidc_provider_arn"] = github.provider_arn

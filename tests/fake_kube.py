@@ -162,89 +162,10 @@ class FakeKube:
                 return True
 
             def do_PATCH(self):  # noqa: N802
-                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
-                if not self._common():
-                    return
-                path = urllib.parse.urlparse(self.path).path
-                if "/clusterqueues/" in path:  # a JSON patch (RFC 6902: test, replace) of a ClusterQueue
-                    name = urllib.parse.unquote(path.rsplit("/", 1)[1])
-                    cq = fake.cluster_queues.get(name)
-                    if cq is None or self.headers.get("Content-Type") != "application/json-patch+json":
-                        return self._send(404 if cq is None else 415, {"kind": "Status"})
-                    fake.patches.append((f"clusterqueues/{name}", body))
-                    for op in body:
-                        *parents, last = op["path"].strip("/").split("/")
-                        target = cq
-                        for key in parents:
-                            target = target[int(key)] if isinstance(target, list) else target[key]
-                        key = int(last) if isinstance(target, list) else last
-                        if op["op"] == "test" and target[key] != op["value"]:
-                            return self._send(422, {"kind": "Status", "reason": "Invalid"})
-                        if op["op"] in ("replace", "add"):  # add on an object member: set it (RFC 6902 4.1)
-                            target[key] = op["value"]
-                    return self._send(200, cq)
-                if path.startswith("/api/v1/namespaces/"):  # a pod: merge its annotations
-                    _, _, _, ns, _, pod_name = path.strip("/").split("/")
-                    pod = next(
-                        (
-                            p
-                            for p in fake.pods
-                            if p["metadata"]["name"] == pod_name and p["metadata"].get("namespace") == ns
-                        ),
-                        None,
-                    )
-                    if pod is None or self.headers.get("Content-Type") != "application/merge-patch+json":
-                        return self._send(404 if pod is None else 415, {"kind": "Status"})
-                    fake.patches.append((f"{ns}/{pod_name}", body))
-                    annotations = pod["metadata"].setdefault("annotations", {})
-                    annotations.update((body.get("metadata") or {}).get("annotations") or {})
-                    return self._send(200, pod)
-                name = urllib.parse.unquote(path.removeprefix("/api/v1/nodes/"))
-                if name not in fake.nodes or self.headers.get("Content-Type") != "application/merge-patch+json":
-                    return self._send(404 if name not in fake.nodes else 415, {"kind": "Status"})
-                meta = fake.nodes[name].setdefault("metadata", {})
-                sent = (body.get("metadata") or {}).get("resourceVersion")
-                if sent is not None and sent != meta.get("resourceVersion"):
-                    # as the API server does with a resourceVersion in a patch: the object changed since it was read
-                    return self._send(409, {"kind": "Status", "reason": "Conflict"})
-                meta["resourceVersion"] = str(int(meta.get("resourceVersion", "1")) + 1)
-                fake.patches.append((name, body))
-                spec = fake.nodes[name].setdefault("spec", {})
-                for key, value in (body.get("spec") or {}).items():
-                    if value is None:
-                        spec.pop(key, None)
-                    else:
-                        spec[key] = value
-                return self._send(200, fake.nodes[name])
+                fake._patch(self)
 
             def do_GET(self):  # noqa: N802
-                if not self._common():
-                    return
-                url = urllib.parse.urlparse(self.path)
-                if "/clusterqueues/" in url.path:
-                    cq = fake.cluster_queues.get(urllib.parse.unquote(url.path.rsplit("/", 1)[1]))
-                    return self._send(200, cq) if cq is not None else self._send(404, {"kind": "Status"})
-                if url.path.startswith("/api/v1/nodes/"):
-                    name = urllib.parse.unquote(url.path.removeprefix("/api/v1/nodes/"))
-                    if name not in fake.nodes:
-                        return self._send(404, {"kind": "Status", "reason": "NotFound"})
-                    return self._send(200, fake.nodes[name])
-                if url.path != "/api/v1/pods":
-                    return self._send(404, {"kind": "Status", "reason": "NotFound"})
-                q = urllib.parse.parse_qs(url.query)
-                selector = (q.get("fieldSelector") or [""])[0]
-                if fake.fail_node_pods and "spec.nodeName=" in selector and not selector.endswith("spec.nodeName="):
-                    return self._send(fake.fail_node_pods, {"kind": "Status", "reason": "fake failure"})
-                start = int((q.get("continue") or ["0"])[0])
-                limit = min(int((q.get("limit") or ["500"])[0]), fake.page_size)
-                scoped = "spec.nodeName=" in selector and not selector.endswith("spec.nodeName=")
-                selected = [p for p in fake.pods + (fake.late_pods if scoped else []) if _field_selector(selector)(p)]
-                page = selected[start : start + limit]
-                more = start + limit < len(selected)
-                return self._send(
-                    200,
-                    {"kind": "PodList", "items": page, "metadata": {"continue": str(start + limit) if more else ""}},
-                )
+                fake._get(self)
 
             def _send(self, code: int, body: dict):
                 data = json.dumps(body).encode()
@@ -273,6 +194,89 @@ class FakeKube:
         self.endpoint = f"https://localhost:{self.server.server_address[1]}"
         self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self._thread.start()
+
+    def _patch(self, handler) -> None:
+        """A PATCH: a ClusterQueue (JSON patch), a pod's annotations or a node (merge patches)."""
+        body = json.loads(handler.rfile.read(int(handler.headers.get("Content-Length", 0))) or b"{}")
+        if not handler._common():
+            return
+        path = urllib.parse.urlparse(handler.path).path
+        if "/clusterqueues/" in path:  # a JSON patch (RFC 6902: test, replace) of a ClusterQueue
+            name = urllib.parse.unquote(path.rsplit("/", 1)[1])
+            cq = self.cluster_queues.get(name)
+            if cq is None or handler.headers.get("Content-Type") != "application/json-patch+json":
+                return handler._send(404 if cq is None else 415, {"kind": "Status"})
+            self.patches.append((f"clusterqueues/{name}", body))
+            for op in body:
+                *parents, last = op["path"].strip("/").split("/")
+                target = cq
+                for key in parents:
+                    target = target[int(key)] if isinstance(target, list) else target[key]
+                key = int(last) if isinstance(target, list) else last
+                if op["op"] == "test" and target[key] != op["value"]:
+                    return handler._send(422, {"kind": "Status", "reason": "Invalid"})
+                if op["op"] in ("replace", "add"):  # add on an object member: set it (RFC 6902 4.1)
+                    target[key] = op["value"]
+            return handler._send(200, cq)
+        if path.startswith("/api/v1/namespaces/"):  # a pod: merge its annotations
+            _, _, _, ns, _, pod_name = path.strip("/").split("/")
+            pod = next(
+                (p for p in self.pods if p["metadata"]["name"] == pod_name and p["metadata"].get("namespace") == ns),
+                None,
+            )
+            if pod is None or handler.headers.get("Content-Type") != "application/merge-patch+json":
+                return handler._send(404 if pod is None else 415, {"kind": "Status"})
+            self.patches.append((f"{ns}/{pod_name}", body))
+            annotations = pod["metadata"].setdefault("annotations", {})
+            annotations.update((body.get("metadata") or {}).get("annotations") or {})
+            return handler._send(200, pod)
+        name = urllib.parse.unquote(path.removeprefix("/api/v1/nodes/"))
+        if name not in self.nodes or handler.headers.get("Content-Type") != "application/merge-patch+json":
+            return handler._send(404 if name not in self.nodes else 415, {"kind": "Status"})
+        meta = self.nodes[name].setdefault("metadata", {})
+        sent = (body.get("metadata") or {}).get("resourceVersion")
+        if sent is not None and sent != meta.get("resourceVersion"):
+            # as the API server does with a resourceVersion in a patch: the object changed since it was read
+            return handler._send(409, {"kind": "Status", "reason": "Conflict"})
+        meta["resourceVersion"] = str(int(meta.get("resourceVersion", "1")) + 1)
+        self.patches.append((name, body))
+        spec = self.nodes[name].setdefault("spec", {})
+        for key, value in (body.get("spec") or {}).items():
+            if value is None:
+                spec.pop(key, None)
+            else:
+                spec[key] = value
+        return handler._send(200, self.nodes[name])
+
+    def _get(self, handler) -> None:
+        """A GET: a ClusterQueue, a node, or a page of the pod list (fieldSelector, limit, continue)."""
+        if not handler._common():
+            return
+        url = urllib.parse.urlparse(handler.path)
+        if "/clusterqueues/" in url.path:
+            cq = self.cluster_queues.get(urllib.parse.unquote(url.path.rsplit("/", 1)[1]))
+            return handler._send(200, cq) if cq is not None else handler._send(404, {"kind": "Status"})
+        if url.path.startswith("/api/v1/nodes/"):
+            name = urllib.parse.unquote(url.path.removeprefix("/api/v1/nodes/"))
+            if name not in self.nodes:
+                return handler._send(404, {"kind": "Status", "reason": "NotFound"})
+            return handler._send(200, self.nodes[name])
+        if url.path != "/api/v1/pods":
+            return handler._send(404, {"kind": "Status", "reason": "NotFound"})
+        q = urllib.parse.parse_qs(url.query)
+        selector = (q.get("fieldSelector") or [""])[0]
+        if self.fail_node_pods and "spec.nodeName=" in selector and not selector.endswith("spec.nodeName="):
+            return handler._send(self.fail_node_pods, {"kind": "Status", "reason": "self failure"})
+        start = int((q.get("continue") or ["0"])[0])
+        limit = min(int((q.get("limit") or ["500"])[0]), self.page_size)
+        scoped = "spec.nodeName=" in selector and not selector.endswith("spec.nodeName=")
+        selected = [p for p in self.pods + (self.late_pods if scoped else []) if _field_selector(selector)(p)]
+        page = selected[start : start + limit]
+        more = start + limit < len(selected)
+        return handler._send(
+            200,
+            {"kind": "PodList", "items": page, "metadata": {"continue": str(start + limit) if more else ""}},
+        )
 
     def add_node(self, name: str, unschedulable: bool = False, annotations: dict | None = None) -> None:
         meta = {"name": name, "resourceVersion": "1", **({"annotations": annotations} if annotations else {})}

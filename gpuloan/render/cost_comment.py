@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from offline import diff as cost_diff
 from gpuloan.render import json_doc
 from offline.diff import UNKNOWN, StackDiff
+from pricing.cost_model.billing import HOURS_PER_MONTH
 
 FORMATS = ("markdown", "table", "json")
 
@@ -265,7 +266,7 @@ def render_markdown(diffs: list[StackDiff], base_label: str, warnings: list[str]
         cost_diff.MARKER,
         f"## 💰 {headline(total)}",
         "",
-        f"All stacks, `{base_label}` → this change; fixed = guaranteed floors + platform (730 h/month).",
+        f"All stacks, `{base_label}` → this change; fixed = guaranteed floors + platform ({HOURS_PER_MONTH} h/month).",
         "",
     ]
     for w in warnings or []:

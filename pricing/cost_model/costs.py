@@ -157,7 +157,7 @@ def pool_cost(prices: Prices, cfg: GpuLoanConfig, pool: Pool, fixed_bill: FloorB
         spot_rate = fallback_rate = None
         spot_nodes = e.max_nodes
         if e.capacity == ElasticCapacity.spot_then_on_demand:
-            fallback_nodes = e.on_demand_max_nodes or e.max_nodes
+            fallback_nodes = e.on_demand_group_max_nodes
         e_note = "price unknown for " + ", ".join(t for t, p in zip(e.instance_types, type_prices) if p is None)
     elif e is not None:
         priced = [p for p in type_prices if p is not None]  # all of them: none is unknown here
@@ -188,7 +188,7 @@ def pool_cost(prices: Prices, cfg: GpuLoanConfig, pool: Pool, fixed_bill: FloorB
             )
         spot_nodes = e.max_nodes
         if e.capacity == ElasticCapacity.spot_then_on_demand:
-            fallback_nodes = e.on_demand_max_nodes or e.max_nodes
+            fallback_nodes = e.on_demand_group_max_nodes
             fallback_rate = sum(max(p.ondemand_usd_per_hour for p in z) for z in sizes)
         if len(sizes) > 1:
             e_note += f"; {len(sizes)} node sizes, each its own groups up to max_nodes: rates per node of every size"

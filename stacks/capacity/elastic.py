@@ -10,6 +10,10 @@ managed node group holds one instance shape); the pool's plain size keeps the on
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
 import pulumi
 import pulumi_aws as aws
 
@@ -21,6 +25,9 @@ from config.config import ElasticCapacity as CapacityMode
 from config.config import GpuLoanConfig, Pool
 from config.node_sizes import NodeSizeTypes, kind_key, pool_sizes, size_suffix
 from stacks.capacity.guaranteed import gpu_ami_type
+
+if TYPE_CHECKING:  # annotations only: stacks/cluster.py builds the system nodes from this package
+    from stacks.cluster import Cluster
 
 TIER = "elastic"
 # The policy function owns the desired size (EKS UpdateNodegroupConfig). Without this, every `pulumi up`
@@ -42,23 +49,33 @@ def scaling(max_nodes: int, live_desired: int | None) -> tuple[int, list[str]]:
     return 0, [DESIRED_SIZE_PATH]
 
 
+@dataclass(frozen=True)
+class ElasticCapacityArgs:
+    cfg: GpuLoanConfig
+    pool: Pool  # one of cfg.pools, with `elastic:` capacity
+    cluster: Cluster  # the Cluster component: name, version, node role, subnets, system node group
+    # The live desired size per group kind ("spot", "on_demand", per size) where it could be read
+    # (stacks/capacity/live_sizes.py): lowering max_nodes below it must not fail.
+    live_desired: Mapping[str, int] | None = None
+
+    @staticmethod
+    def from_config(
+        cfg: GpuLoanConfig, pool: Pool, cluster: Cluster, live_desired: Mapping[str, int] | None = None
+    ) -> ElasticCapacityArgs:
+        if pool.elastic is None:
+            raise ValueError(f"pool {pool.name!r} has no elastic capacity")
+        return ElasticCapacityArgs(cfg, pool, cluster, live_desired)
+
+
 class ElasticCapacity(pulumi.ComponentResource):
     spot_group: aws.eks.NodeGroup | None
     on_demand_group: aws.eks.NodeGroup | None
     group_names: dict[str, pulumi.Output[str]]
 
-    def __init__(
-        self,
-        name: str,
-        cfg: GpuLoanConfig,
-        pool: Pool,
-        cluster,
-        opts: pulumi.ResourceOptions | None = None,
-        live_desired: dict[str, int] | None = None,
-    ):
-        """`live_desired`: the live desired size per group kind ("spot", "on_demand") where it could be read."""
+    def __init__(self, name: str, args: ElasticCapacityArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("gpuloan:capacity:ElasticCapacity", name, None, opts)
-        self._live = live_desired or {}
+        cfg, pool, cluster = args.cfg, args.pool, args.cluster
+        self._live = args.live_desired or {}
         e = pool.elastic
         assert e is not None
         self._cfg, self._pool, self._cluster = cfg, pool, cluster
@@ -91,7 +108,7 @@ class ElasticCapacity(pulumi.ComponentResource):
                     GROUP_ON_DEMAND + sfx,
                     "ON_DEMAND",
                     "on-demand",
-                    e.on_demand_max_nodes or e.max_nodes,
+                    e.on_demand_group_max_nodes,
                     [GPU_TAINT],
                     self._live.get(key),
                     size,

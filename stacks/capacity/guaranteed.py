@@ -13,6 +13,8 @@ its desired size, as it does the elastic groups' (block_scaling).
 from __future__ import annotations
 
 import datetime as dt
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import pulumi
 import pulumi_aws as aws
@@ -24,12 +26,20 @@ from config.names import GROUP_GUARANTEED, node_group_name_prefix
 from stacks.capacity.node_groups import GPU_TAINT, gpu_update_config, instance_tags
 from config.config import GpuLoanConfig, Guaranteed, Pool, Reservation, policy_keeps_block
 
+if TYPE_CHECKING:  # annotations only: stacks/cluster.py builds the system nodes from this package
+    from stacks.cluster import Cluster
+
 TIER = "guaranteed"
 
 
 def gpu_ami_type(instance_types: list[str], facts: InstanceFacts | None = None) -> str:
     """`facts`: a validated config's instance facts read from EC2 (types newer than the table)."""
-    arm = {lookup(t, facts).cpu_architecture == "arm64" for t in instance_types}
+    arm = set()
+    for name in instance_types:
+        itype = lookup(name, facts)
+        if itype is None:  # the config's validation names an unknown type before any stack is built
+            raise ValueError(f"{name}: not a known GPU instance type")
+        arm.add(itype.cpu_architecture == "arm64")
     return versions.GPU_AMI_TYPE_ARM if arm == {True} else versions.GPU_AMI_TYPE
 
 
@@ -65,14 +75,28 @@ def block_scaling(
     return (0, g.nodes if g.floor_up(now) else 0, g.nodes), [DESIRED_SIZE_PATH]
 
 
+@dataclass(frozen=True)
+class GuaranteedCapacityArgs:
+    cfg: GpuLoanConfig
+    pool: Pool  # one of cfg.pools, with a `guaranteed:` floor
+    cluster: Cluster  # the Cluster component: name, version, node role, subnets, system node group
+
+    @staticmethod
+    def from_config(cfg: GpuLoanConfig, pool: Pool, cluster: Cluster) -> GuaranteedCapacityArgs:
+        if pool.guaranteed is None:
+            raise ValueError(f"pool {pool.name!r} has no guaranteed floor")
+        return GuaranteedCapacityArgs(cfg, pool, cluster)
+
+
 class GuaranteedCapacity(pulumi.ComponentResource):
     node_group: aws.eks.NodeGroup
     reservation_id: pulumi.Output[str] | None
     capacity_reservation: aws.ec2.CapacityReservation | None
     launch_template: aws.ec2.LaunchTemplate
 
-    def __init__(self, name: str, cfg: GpuLoanConfig, pool: Pool, cluster, opts: pulumi.ResourceOptions | None = None):
+    def __init__(self, name: str, args: GuaranteedCapacityArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("gpuloan:capacity:GuaranteedCapacity", name, None, opts)
+        cfg, pool, cluster = args.cfg, args.pool, args.cluster
         g = pool.guaranteed
         assert g is not None
         # The reservation and the floor's node group are what a team counts on: `protect` makes Pulumi refuse to

@@ -19,8 +19,8 @@ from __future__ import annotations
 import pulumi
 
 from config.config import GpuLoanConfig, Pool
-from stacks.capacity.elastic import ElasticCapacity
-from stacks.capacity.guaranteed import GuaranteedCapacity
+from stacks.capacity.elastic import ElasticCapacity, ElasticCapacityArgs
+from stacks.capacity.guaranteed import GuaranteedCapacity, GuaranteedCapacityArgs
 
 # Re-exported, importable here as before the split, for code written against this module (branches in flight);
 # new code imports them from config/names.py and stacks/capacity/node_groups.py.
@@ -53,9 +53,13 @@ def build_pool(
     """(GuaranteedCapacity | None, ElasticCapacity | None) for one pool; `live_desired` as stacks/capacity/live_sizes.py reads."""
     guaranteed = elastic = None
     if pool.guaranteed is not None:
-        guaranteed = GuaranteedCapacity(f"{pool.name}-guaranteed", cfg, pool, cluster, opts=opts)
+        guaranteed = GuaranteedCapacity(
+            f"{pool.name}-guaranteed", GuaranteedCapacityArgs.from_config(cfg, pool, cluster), opts=opts
+        )
     if pool.elastic is not None:
-        elastic = ElasticCapacity(f"{pool.name}-elastic", cfg, pool, cluster, opts=opts, live_desired=live_desired)
+        elastic = ElasticCapacity(
+            f"{pool.name}-elastic", ElasticCapacityArgs.from_config(cfg, pool, cluster, live_desired), opts=opts
+        )
     return guaranteed, elastic
 
 

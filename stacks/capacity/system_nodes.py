@@ -13,6 +13,8 @@ name): every such change would first delete the only nodes they can run on. A st
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pulumi
 import pulumi_aws as aws
 
@@ -45,7 +47,7 @@ def system_node_group(
     subnet_ids: pulumi.Input[list[str]],
     extra_tags: dict[str, str],
     parent: pulumi.Resource,
-    depends_on: list[pulumi.Resource],
+    depends_on: Sequence[pulumi.Resource],
 ) -> aws.eks.NodeGroup:
     node_tags = {
         **extra_tags,

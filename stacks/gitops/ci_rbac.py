@@ -19,17 +19,20 @@ bound here to:
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import pulumi
 import pulumi_kubernetes as k8s
 
 from stacks.kubernetes import gpu_operator, kueue
 from stacks.gitops import iam_permissions as perms
+from config import tenancy
 from config.config import GpuLoanConfig
 
 PREVIEW_GROUP = "gpuloan-ci-preview"
 READER = "gpuloan-ci-preview-reader"
 READ = ["get", "list", "watch"]
-MANAGED_BY = {"app.kubernetes.io/managed-by": "gpuloan"}
+MANAGED_BY = tenancy.MANAGED_BY  # the one label of every object gpuloan creates in the cluster
 
 # What the GPU Operator chart creates, by API group (a release preview renders and diffs them).
 CHART_KINDS: dict[str, list[str]] = {
@@ -54,9 +57,20 @@ def reader_rules() -> list[dict]:
     return [{"apiGroups": [g], "resources": sorted(r), "verbs": READ} for g, r in sorted(groups.items())]
 
 
+@dataclass(frozen=True)
+class CiRbacArgs:
+    # What the preview role may read depends on which releases the config enables (GPU Operator, Kueue).
+    cfg: GpuLoanConfig
+
+    @staticmethod
+    def from_config(cfg: GpuLoanConfig) -> CiRbacArgs:
+        return CiRbacArgs(cfg)
+
+
 class CiRbac(pulumi.ComponentResource):
-    def __init__(self, name: str, cfg: GpuLoanConfig, opts: pulumi.ResourceOptions | None = None):
+    def __init__(self, name: str, args: CiRbacArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("gpuloan:gitops:CiRbac", name, None, opts)
+        cfg = args.cfg
         child = pulumi.ResourceOptions(parent=self)
         subjects = [{"kind": "Group", "apiGroup": "rbac.authorization.k8s.io", "name": PREVIEW_GROUP}]
         reader = k8s.rbac.v1.ClusterRole(

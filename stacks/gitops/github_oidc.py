@@ -19,7 +19,9 @@ aws-actions/configure-aws-credentials requests.
 
 from __future__ import annotations
 
+import functools
 import json
+from dataclasses import dataclass
 from typing import Iterable
 
 import pulumi
@@ -75,6 +77,11 @@ def trust_subjects(cfg: GpuLoanConfig) -> dict[str, list[str]]:
     return {"preview": [f"repo:{repo}:pull_request", f"repo:{repo}:environment:{PRICES_ENVIRONMENT}"], "deploy": deploy}
 
 
+def _policy_part(document: dict, *, sids: list[str]) -> str:
+    """One managed policy's share of the deploy role's document: the statements `sids`."""
+    return json.dumps(perms.select(document, sids), sort_keys=True)
+
+
 def trust_policy(provider_arn: str, subjects: list[str]) -> str:
     return json.dumps(
         {
@@ -123,6 +130,27 @@ def state_backend(cfg: GpuLoanConfig) -> perms.StateBackend | None:
     return perms.StateBackend(cfg.github.state_bucket, PULUMI_PROJECT, cfg.environment, cfg.github.state_kms_key_arn)
 
 
+@dataclass(frozen=True)
+class GitHubOidcArgs:
+    cfg: GpuLoanConfig
+    account_id: pulumi.Input[str]
+    partition: pulumi.Input[str]
+    # The resource types the rest of the program declared (RoleGuard.declared_types), read when the roles are built.
+    declared_types: Iterable[str]
+    # The cluster the deploy role gets an access entry to (the Cluster component's name); None: no entry.
+    cluster_name: pulumi.Input[str] | None = None
+
+    @staticmethod
+    def from_config(
+        cfg: GpuLoanConfig,
+        account_id: pulumi.Input[str],
+        partition: pulumi.Input[str],
+        declared_types: Iterable[str],
+        cluster_name: pulumi.Input[str] | None = None,
+    ) -> GitHubOidcArgs:
+        return GitHubOidcArgs(cfg, account_id, partition, declared_types, cluster_name)
+
+
 class GitHubOidc(pulumi.ComponentResource):
     """The GitHub OIDC provider (or a reference to the account's existing one) and the preview/deploy roles.
 
@@ -134,17 +162,10 @@ class GitHubOidc(pulumi.ComponentResource):
     preview_role_arn: pulumi.Output[str]
     deploy_role_arn: pulumi.Output[str]
 
-    def __init__(
-        self,
-        name: str,
-        cfg: GpuLoanConfig,
-        account_id: pulumi.Input[str],
-        partition: pulumi.Input[str],
-        declared_types: Iterable[str],
-        cluster_name: pulumi.Input[str] | None = None,
-        opts: pulumi.ResourceOptions | None = None,
-    ):
+    def __init__(self, name: str, args: GitHubOidcArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("gpuloan:gitops:GitHubOidc", name, None, opts)
+        cfg, account_id, partition = args.cfg, args.account_id, args.partition
+        declared_types, cluster_name = args.declared_types, args.cluster_name
         if cfg.github is None:
             raise ValueError("GitHubOidc needs cfg.github (the repository to trust)")
         child = pulumi.ResourceOptions(parent=self)
@@ -200,7 +221,7 @@ class GitHubOidc(pulumi.ComponentResource):
                 # Outside the deploy role's IAM path: only an administrator changes what CI may do.
                 path=perms.ci_path(env),
                 description=description,
-                assume_role_policy=self.provider_arn.apply(lambda arn, k=kind: trust_policy(arn, subjects[k])),
+                assume_role_policy=self.provider_arn.apply(functools.partial(trust_policy, subjects=subjects[kind])),
                 max_session_duration=ROLE_MAX_SESSION_SECONDS,
                 permissions_boundary=deploy_boundary.arn if kind == "deploy" else None,
                 tags=platform,
@@ -229,7 +250,7 @@ class GitHubOidc(pulumi.ComponentResource):
                         name=f"gpuloan-{env}-github-deploy-{i + 1}",
                         path=perms.ci_path(env),
                         description=f"gpuloan {env} deploy role, part {i + 1}",
-                        policy=document.apply(lambda d, ids=sids: json.dumps(perms.select(d, ids), sort_keys=True)),
+                        policy=document.apply(functools.partial(_policy_part, sids=sids)),
                         tags=platform,
                         opts=child,
                     )

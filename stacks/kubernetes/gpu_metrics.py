@@ -9,12 +9,15 @@ GetMetricData, so `GPU_METRIC_NAMESPACE`/`GPU_UTILIZATION_METRIC` are the defaul
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
 import pulumi
 import pulumi_aws as aws
 
 from config import versions
+from config.config import GpuLoanConfig
+from stacks.cluster import managed_policy_arn
 from config.names import GPU_METRICS_AGENT_NAMESPACE
 
 ADDON_NAME = "amazon-cloudwatch-observability"
@@ -35,13 +38,6 @@ GPU_NODE_METRICS = (
     "node_gpu_reserved_capacity",
 )
 GPU_NODE_DIMENSIONS = (("ClusterName",), ("ClusterName", "InstanceId", "NodeName"))
-
-
-def partition_of(region: str) -> str:
-    # From the region name, not an invoke (STYLE.md 6): the managed policy ARN differs per partition.
-    if region.startswith("cn-"):
-        return "aws-cn"
-    return "aws-us-gov" if "-gov-" in region else "aws"
 
 
 def addon_configuration() -> dict[str, Any]:
@@ -86,13 +82,23 @@ def trust_policy(cluster_name: str) -> dict[str, Any]:
     }
 
 
+@dataclass(frozen=True)
+class GpuMetricsArgs:
+    cluster_name: pulumi.Input[str]
+    region: str
+
+    @staticmethod
+    def from_config(cfg: GpuLoanConfig, cluster_name: pulumi.Input[str]) -> GpuMetricsArgs:
+        """The add-on on the cluster `cluster_name` (the Cluster component's name output)."""
+        return GpuMetricsArgs(cluster_name, cfg.region)
+
+
 class GpuMetrics(pulumi.ComponentResource):
     """IAM role + Pod Identity association, then the add-on (so the agent starts with credentials)."""
 
-    def __init__(
-        self, name: str, cluster_name: pulumi.Input[str], region: str, opts: pulumi.ResourceOptions | None = None
-    ):
+    def __init__(self, name: str, args: GpuMetricsArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("gpuloan:gpu_metrics:GpuMetrics", name, None, opts)
+        cluster_name, region = args.cluster_name, args.region
         child = pulumi.ResourceOptions(parent=self)
 
         self.role = aws.iam.Role(
@@ -104,7 +110,8 @@ class GpuMetrics(pulumi.ComponentResource):
         attachment = aws.iam.RolePolicyAttachment(
             f"{name}-agent-policy",
             role=self.role.name,
-            policy_arn=f"arn:{partition_of(region)}:iam::aws:policy/{CLOUDWATCH_AGENT_POLICY}",
+            # The partition from the region name, not an invoke (STYLE.md 6): the ARN differs per partition.
+            policy_arn=managed_policy_arn(region, CLOUDWATCH_AGENT_POLICY),
             opts=child,
         )
         association = aws.eks.PodIdentityAssociation(

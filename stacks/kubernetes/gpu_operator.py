@@ -9,6 +9,7 @@ node (DESIGN.md decision 8, docs/metrics.md).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import pulumi
@@ -81,11 +82,22 @@ def helm_values(cfg: GpuLoanConfig) -> dict[str, Any]:
     }
 
 
+@dataclass(frozen=True)
+class GpuOperatorArgs:
+    # The chart's values come from `gpu_operator:` and the pools' instance types (helm_values).
+    cfg: GpuLoanConfig
+
+    @staticmethod
+    def from_config(cfg: GpuLoanConfig) -> GpuOperatorArgs:
+        return GpuOperatorArgs(cfg)
+
+
 class GpuOperator(pulumi.ComponentResource):
     """Namespace, optional time-slicing ConfigMap, and the gpu-operator Helm release."""
 
-    def __init__(self, name: str, cfg: GpuLoanConfig, opts: pulumi.ResourceOptions | None = None):
+    def __init__(self, name: str, args: GpuOperatorArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("gpuloan:gpu_operator:GpuOperator", name, None, opts)
+        cfg = args.cfg
         child = pulumi.ResourceOptions(parent=self)
         self.chart_version = chart_version(cfg)
         self.values = helm_values(cfg)

@@ -11,6 +11,8 @@ after the release, whose chart installs the CRDs and the admission webhooks that
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import pulumi
@@ -227,17 +229,23 @@ class KueueObject(pulumi.CustomResource):
         super().__init__(f"kubernetes:{manifest['apiVersion']}:{manifest['kind']}", name, dict(manifest), opts)
 
 
+@dataclass(frozen=True)
+class KueueArgs:
+    cfg: GpuLoanConfig
+    # team -> its namespace (the Tenancy component's): a team's LocalQueues wait for their namespace.
+    team_namespaces: Mapping[str, pulumi.Resource]
+
+    @staticmethod
+    def from_config(cfg: GpuLoanConfig, team_namespaces: Mapping[str, pulumi.Resource]) -> KueueArgs:
+        return KueueArgs(cfg, team_namespaces)
+
+
 class Kueue(pulumi.ComponentResource):
     """Namespace, the kueue Helm release, and the queue objects of config/scheduling.py's plan."""
 
-    def __init__(
-        self,
-        name: str,
-        cfg: GpuLoanConfig,
-        team_namespaces: dict[str, pulumi.Resource],
-        opts: pulumi.ResourceOptions | None = None,
-    ):
+    def __init__(self, name: str, args: KueueArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("gpuloan:kueue:Kueue", name, None, opts)
+        cfg, team_namespaces = args.cfg, args.team_namespaces
         self.chart_version = chart_version(cfg)
         self.values = helm_values(cfg)
         namespace = k8s.core.v1.Namespace(

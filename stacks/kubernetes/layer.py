@@ -28,27 +28,33 @@ def build(cfg: GpuLoanConfig, cluster: k8s_provider.ClusterLike, opts: pulumi.Re
     outputs: dict[str, Any] = {}
     operator = None
     if cfg.gpu_operator.enabled:
-        operator = gpu_operator.GpuOperator(f"{cfg.environment}-gpu-operator", cfg, opts=in_cluster)
+        operator = gpu_operator.GpuOperator(
+            f"{cfg.environment}-gpu-operator", gpu_operator.GpuOperatorArgs.from_config(cfg), opts=in_cluster
+        )
         outputs["gpu_operator_chart_version"] = operator.chart_version
-    metrics = gpu_metrics.GpuMetrics(f"{cfg.environment}-gpu-metrics", cluster.name, cfg.region, opts=in_cluster)
+    metrics = gpu_metrics.GpuMetrics(
+        f"{cfg.environment}-gpu-metrics", gpu_metrics.GpuMetricsArgs.from_config(cfg, cluster.name), opts=in_cluster
+    )
     outputs["gpu_metric"] = f"{metrics.metric_namespace}/{metrics.utilization_metric}"
-    tiers = tenancy.Tenancy(f"{cfg.environment}-tenancy", cfg, opts=in_cluster)
+    tiers = tenancy.Tenancy(f"{cfg.environment}-tenancy", tenancy.TenancyArgs.from_config(cfg), opts=in_cluster)
     outputs["team_namespaces"] = sorted(tiers.namespaces)
     outputs["team_gpu_quotas"] = tiers.gpu_quotas
     outputs["priority_classes"] = {t: priority_class_name(t) for t in tiers.priority_classes}
     queues = None
     if cfg.scheduling.kueue.enabled:
-        queues = kueue.Kueue(f"{cfg.environment}-kueue", cfg, tiers.namespaces, opts=in_cluster)
+        queues = kueue.Kueue(
+            f"{cfg.environment}-kueue", kueue.KueueArgs.from_config(cfg, tiers.namespaces), opts=in_cluster
+        )
         outputs["kueue_chart_version"] = queues.chart_version
         outputs["kueue_local_queues"] = queues.local_queues
     if cfg.github is not None:
         # What the GitHub preview role may read in the cluster (no Secrets outside the Helm release namespaces,
         # which exist once the releases' namespaces do).
-        from stacks.gitops.ci_rbac import CiRbac
+        from stacks.gitops.ci_rbac import CiRbac, CiRbacArgs
 
         CiRbac(
             f"{cfg.environment}-ci-rbac",
-            cfg,
+            CiRbacArgs.from_config(cfg),
             opts=pulumi.ResourceOptions.merge(
                 in_cluster, pulumi.ResourceOptions(depends_on=[r for r in (operator, queues) if r is not None])
             ),

@@ -6,6 +6,8 @@ Pulumi in config/tenancy.py; this component creates them.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import pulumi
 import pulumi_kubernetes as k8s
 
@@ -23,9 +25,20 @@ from config.tenancy import (
 )
 
 
+@dataclass(frozen=True)
+class TenancyArgs:
+    # The tiers and every team's namespace, quota and limits: the config's teams, pools and tenancy plan.
+    cfg: GpuLoanConfig
+
+    @staticmethod
+    def from_config(cfg: GpuLoanConfig) -> TenancyArgs:
+        return TenancyArgs(cfg)
+
+
 class Tenancy(pulumi.ComponentResource):
-    def __init__(self, name: str, cfg: GpuLoanConfig, opts: pulumi.ResourceOptions | None = None):
+    def __init__(self, name: str, args: TenancyArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("gpuloan:tenancy:Tenancy", name, None, opts)
+        cfg = args.cfg
         child = pulumi.ResourceOptions(parent=self)
 
         self.priority_classes: dict[str, k8s.scheduling.v1.PriorityClass] = {}

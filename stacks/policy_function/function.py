@@ -18,6 +18,8 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import pulumi
 import pulumi_aws as aws
@@ -32,6 +34,9 @@ from stacks.policy_function.package import HANDLER, build_zip, source_code_hash
 from pricing.policy_settings import GroupNames, settings_for
 from stacks.policy_function.preview_mode import unknown_prices_allowed
 from pricing.sources.catalog import Prices
+
+if TYPE_CHECKING:
+    from stacks.cluster import Cluster
 
 BUILD_DIR = Path(__file__).resolve().parents[2] / "build"
 TIMEOUT_SECONDS = 50  # below the 1-minute schedule, so ticks do not overlap
@@ -84,7 +89,7 @@ def group_patterns(cfg: GpuLoanConfig) -> dict[str, GroupNames]:
         if e is not None and e.capacity in (CapacityMode.on_demand, CapacityMode.spot_then_on_demand):
             od = node_group_name_pattern(cfg.environment, pool.name, GROUP_ON_DEMAND)
         floor = node_group_name_pattern(cfg.environment, pool.name, GROUP_GUARANTEED) if pool.guaranteed else None
-        others = ()
+        others: tuple[tuple[int, str | None, str | None], ...] = ()
         if e is not None:  # the groups of the pool's other node sizes (config/node_sizes.py)
             others = tuple(
                 (
@@ -288,19 +293,46 @@ def write_package(environment: str, data: bytes) -> Path:
     return path
 
 
-@dataclass
+@dataclass(frozen=True)
 class PolicyFunctionArgs:
     cfg: GpuLoanConfig
-    cluster: object  # stacks.cluster.Cluster: name, arn, private_subnet_ids, vpc_id, cluster_security_group_id
+    cluster: Cluster  # name, arn, private_subnet_ids, vpc_id, cluster_security_group_id
     account_id: pulumi.Input[str]
     partition: pulumi.Input[str]
     alerts_topic_arn: pulumi.Input[str] | None = None
     alerts_kms_key_arn: pulumi.Input[str] | None = None
     depends_on: list | None = None  # the node groups, so the function never runs before its groups exist
     # pool -> {"spot" | "on_demand" | "guaranteed": the group's generated name}, from the capacity components.
-    group_names: dict[str, dict[str, pulumi.Input[str]]] | None = None
+    group_names: Mapping[str, Mapping[str, pulumi.Input[str]]] | None = None
     # The prices the settings carry (the budget cap's rates): the program entry's, with the config's own.
     prices: Prices = field(kw_only=True)
+
+    @staticmethod
+    def from_config(
+        cfg: GpuLoanConfig,
+        prices: Prices,
+        cluster: Cluster,
+        account_id: pulumi.Input[str],
+        partition: pulumi.Input[str],
+        alerts_topic_arn: pulumi.Input[str] | None = None,
+        alerts_kms_key_arn: pulumi.Input[str] | None = None,
+        *,
+        node_groups: list | None = None,
+        group_names: Mapping[str, Mapping[str, pulumi.Input[str]]] | None = None,
+    ) -> PolicyFunctionArgs:
+        """The function of `cfg`'s pools priced by `prices`; `node_groups` (the capacity components) are created
+        first and `group_names` are their generated names, which the settings carry."""
+        return PolicyFunctionArgs(
+            cfg,
+            cluster,
+            account_id,
+            partition,
+            alerts_topic_arn,
+            alerts_kms_key_arn,
+            depends_on=node_groups,
+            group_names=group_names,
+            prices=prices,
+        )
 
 
 class PolicyFunction(pulumi.ComponentResource):
@@ -316,11 +348,13 @@ class PolicyFunction(pulumi.ComponentResource):
         fn_name = f"gpuloan-{env}-policy"
         patterns = group_patterns(cfg)
         elastic = sorted(n for g in patterns.values() for n in (g.spot, g.on_demand, *g.other_size_groups) if n)
-        guaranteed = sorted(g.guaranteed for g in patterns.values() if g.guaranteed)
+        guaranteed = sorted(n for g in patterns.values() if (n := g.guaranteed))
         capacity_blocks = sorted(
-            patterns[p.name].guaranteed
+            n
             for p in cfg.pools
-            if p.guaranteed is not None and p.guaranteed.reservation == Reservation.capacity_block
+            if p.guaranteed is not None
+            and p.guaranteed.reservation == Reservation.capacity_block
+            and (n := patterns[p.name].guaranteed)
         )
         from pricing.policy_settings import default_budget_names
 

@@ -87,6 +87,7 @@ def _pool_dims(env: str, pool: str, **extra: str) -> dict[str, str]:
 def _node_queries(env: str, pool: Pool, stat: str) -> tuple[list[Query], str]:
     """ElasticNodes per capacity dimension and the expression summing them (FILL: a capacity with no
     datapoint in a period counts as 0 nodes, not as a gap)."""
+    assert pool.elastic is not None, "only pools with elastic capacity have node alarms"
     queries = [
         Query(f"nodes_{cap}", m.NAMESPACE, m.ELASTIC_NODES, _pool_dims(env, pool.name, **{m.DIM_CAPACITY: cap}), stat)
         for cap in CAPACITY_DIMENSIONS[pool.elastic.capacity]
@@ -273,6 +274,11 @@ def _metric_query_args(q: Query, period_s: int, returns: bool) -> aws.cloudwatch
 class AlarmsArgs:
     specs: tuple[AlarmSpec, ...]
     topic_arn: pulumi.Input[str]
+
+    @staticmethod
+    def from_config(cfg: GpuLoanConfig, cluster_name: pulumi.Input[str], topic_arn: pulumi.Input[str]) -> AlarmsArgs:
+        """The pools' alarms on the cluster `cluster_name`, notifying the alerts topic `topic_arn`."""
+        return AlarmsArgs(tuple(alarm_specs(cfg, cluster_name)), topic_arn)
 
 
 class Alarms(pulumi.ComponentResource):

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_aws as aws
 
-from config import tags
+from config import budget_plan, tags
 from config.budget_plan import BudgetSpec
 from config.config import GpuLoanConfig
 
@@ -80,6 +80,11 @@ class BudgetsArgs:
     topic_arn: pulumi.Input[str]
     # Empty by default: see the module docstring. `activation_keys(cfg)` fills it when the config opts in.
     activate_tag_keys: tuple[str, ...] = ()
+
+    @staticmethod
+    def from_config(cfg: GpuLoanConfig, topic_arn: pulumi.Input[str]) -> BudgetsArgs:
+        """The config's budgets (config/budget_plan.py), notifying the alerts topic `topic_arn`."""
+        return BudgetsArgs(tuple(budget_plan.budget_specs(cfg)), topic_arn, activation_keys(cfg))
 
 
 def activation_keys(cfg: GpuLoanConfig) -> tuple[str, ...]:

@@ -228,6 +228,13 @@ class DashboardArgs:
     cluster_name: pulumi.Input[str]
     alarm_arns: pulumi.Input[list[str]]
 
+    @staticmethod
+    def from_config(
+        cfg: GpuLoanConfig, cluster_name: pulumi.Input[str], alarm_arns: pulumi.Input[list[str]]
+    ) -> DashboardArgs:
+        """The environment's dashboard; `alarm_arns` fill its alarm widget (the pools' and the policy function's)."""
+        return DashboardArgs(cfg, cluster_name, alarm_arns)
+
 
 class Dashboard(pulumi.ComponentResource):
     dashboard_name: pulumi.Output[str]

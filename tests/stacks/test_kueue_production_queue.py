@@ -185,7 +185,7 @@ def test_the_pulumi_resources_of_a_production_queue_are_new_ones_beside_the_pool
 
     @pulumi.runtime.test
     def run():
-        k = kueue.Kueue("kueue", cfg, {})
+        k = kueue.Kueue("kueue", kueue.KueueArgs.from_config(cfg, {}))
         return k.release.id.apply(lambda _: None)
 
     run()
