@@ -214,7 +214,7 @@ def shared_layout(price_book: Prices, cfg, traces: dict, seed: int, *, keep_floo
     the interruptible one borrows the idle floors through Kueue as an experiment-tier queue does."""
     from sim import pool as simpool
     from config.scheduling import production_share_pct
-    from sim.job_class import production_flags
+    from sim.job_class import production_flags, series_is_production
     from sim.traces import Job, JobsTrace, SeriesTrace
 
     types: list[str] = []
@@ -246,7 +246,8 @@ def shared_layout(price_book: Prices, cfg, traces: dict, seed: int, *, keep_floo
                 if p not in members[name]:
                     members[name].append(p)
         else:
-            name = home(share >= 100) + ("" if share >= 100 and p.name in kept else "-series")
+            whole = series_is_production(share / 100)  # the class the per-team run gives the series
+            name = home(whole) + ("" if whole and p.name in kept else "-series")
             acc = series.setdefault(name, [])
             acc.extend([0] * (len(trace.gpus_demanded) - len(acc)))
             for t, g in enumerate(trace.gpus_demanded):
