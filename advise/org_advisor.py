@@ -159,6 +159,8 @@ def pool_prices(price_book: Prices, cfg) -> dict[str, PoolPrices]:
     for p in cfg.pools:
         spec = simpool.spec_from_config(price_book, cfg, p.name)
         itype = spec.floor_type or spec.on_demand_type or spec.spot_type
+        if itype is None:
+            raise ValueError(f"pool '{p.name}': no instance type (neither a floor nor an elastic group)")
         price = price_book.price(itype, cfg.region)
         if price is None:
             raise ValueError(f"pool '{p.name}': {price_book.missing_price_reason(itype, cfg.region)}")

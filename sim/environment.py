@@ -898,7 +898,6 @@ class EnvSeriesWorkload(SeriesWorkload):
         super().__init__(sim)
         self.sim: PoolSim = sim
         self.plain = True
-        self.waiting: dict[int, list] = {}  # no workload of a series waits for admission (the lend-ahead port reads it)
 
     def lent_on(self, node: SimNode) -> int:
         return self.sim.lent_on_node.get(node.id, 0)
