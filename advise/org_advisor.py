@@ -147,6 +147,34 @@ def fluid_runner(prices: dict[str, PoolPrices]) -> FluidRunner:
     return FluidRunner(prices)
 
 
+def pool_prices(price_book: Prices, cfg) -> dict[str, PoolPrices]:
+    """pool -> what the fluid bound runs it on: the instance type of its floor (else of its elastic groups), that
+    type's on-demand rate, its spot rate where the pool runs spot, and its node groups' limit on elastic GPUs
+    (sim/pool.py `PoolSpec.elastic_max_nodes`, the simulator's own cap), so that the bound runs the deployment the
+    simulated rows run (issue 36). The one construction of the bound's inputs: `gpuloan advise --demand` and every
+    benchmark build them here. ValueError naming the pool where the book has no price for its type."""
+    from sim import pool as simpool
+
+    out = {}
+    for p in cfg.pools:
+        spec = simpool.spec_from_config(price_book, cfg, p.name)
+        itype = spec.floor_type or spec.on_demand_type or spec.spot_type
+        if itype is None:
+            raise ValueError(f"pool '{p.name}': no instance type (neither a floor nor an elastic group)")
+        price = price_book.price(itype, cfg.region)
+        if price is None:
+            raise ValueError(f"pool '{p.name}': {price_book.missing_price_reason(itype, cfg.region)}")
+        out[p.name] = PoolPrices(
+            itype,
+            cfg.region,
+            spec.gpus_per_node,
+            price.ondemand_usd_per_hour,
+            spec.spot_usd_per_hour if spec.has_spot else None,
+            spec.elastic_max_nodes * spec.gpus_per_node,
+        )
+    return out
+
+
 def karpenter_config(cfg):
     """The stack as a careful Karpenter team runs it (issue 36): every pool's NodePool allows both capacity types,
     production pods select `karpenter.sh/capacity-type: on-demand` (the stack keeps production off spot:
@@ -188,7 +216,7 @@ def shared_layout(price_book: Prices, cfg, traces: dict, seed: int, *, keep_floo
     the interruptible one borrows the idle floors through Kueue as an experiment-tier queue does."""
     from sim import pool as simpool
     from config.scheduling import production_share_pct
-    from sim.job_class import production_flags
+    from sim.job_class import production_flags, series_is_production
     from sim.traces import Job, JobsTrace, SeriesTrace
 
     types: list[str] = []
@@ -220,7 +248,8 @@ def shared_layout(price_book: Prices, cfg, traces: dict, seed: int, *, keep_floo
                 if p not in members[name]:
                     members[name].append(p)
         else:
-            name = home(share >= 100) + ("" if share >= 100 and p.name in kept else "-series")
+            whole = series_is_production(share / 100)  # the class the per-team run gives the series
+            name = home(whole) + ("" if whole and p.name in kept else "-series")
             acc = series.setdefault(name, [])
             acc.extend([0] * (len(trace.gpus_demanded) - len(acc)))
             for t, g in enumerate(trace.gpus_demanded):

@@ -57,7 +57,7 @@ def main(argv=None) -> int:
 
     from advise import org_advisor as oa
     from pricing.sources import catalog
-    from sim import fluid, org_demand
+    from sim import org_demand
     from sim.engine import SimSettings
     from sim.environment import simulate_environment
 
@@ -71,18 +71,14 @@ def main(argv=None) -> int:
             f"bench-lend-ahead: no on-demand and spot price of {bench_org.INSTANCE_TYPE} in "
             f"{bench_org.REGION} in the price file"
         )
-    prices = {
-        c: fluid.PoolPrices(bench_org.INSTANCE_TYPE, bench_org.REGION, 8, p.ondemand_usd_per_hour, p.spot_usd_per_hour)
-        for c in org_demand.ITP_CLUSTERS
-    }
     traces = org_demand.itp_traces(args.traces, days)
     rotation = args.rotation - 1
     demands, runner = bench_org._sim_unit(
-        price_book, rotation, args.seed, traces, prices, days, sizing_hours, bench_org.DEFAULT_CHECKPOINT_MINUTES
+        price_book, rotation, args.seed, traces, days, sizing_hours, bench_org.DEFAULT_CHECKPOINT_MINUTES
     )
     hours = min(max(d.hours for d in demands.values()), last * 24)
     heads = {n: d.head(sizing_hours) for n, d in demands.items()}
-    floors = oa.size_floors(heads, prices, bench_org.GOAL_LEVEL)
+    floors = oa.size_floors(heads, runner.prices, bench_org.GOAL_LEVEL)
     base = oa.setup_config(runner.cfg, floors, lend=True)
     cut = {n: oa._cut(t, hours) for n, t in runner.traces.items()}
     print(

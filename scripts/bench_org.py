@@ -101,9 +101,11 @@ def _sim_config(price_book, traces, demands, tiers):
     return checks.from_stack_yaml(doc, "prod", prices=price_book)
 
 
-def _sim_unit(price_book, rotation, seed, traces, prices, days, sizing_hours, checkpoint_minutes):
+def _sim_unit(price_book, rotation, seed, traces, days, sizing_hours, checkpoint_minutes):
     """What one (rotation, seed) needs: its demands, its stack and an EnvironmentRunner (cache empty), every job
-    checkpointing every `checkpoint_minutes` (NO_CHECKPOINTS: never); `price_book` the benchmark's Prices."""
+    checkpointing every `checkpoint_minutes` (NO_CHECKPOINTS: never); `price_book` the benchmark's Prices. The
+    runner's `prices` are the fluid bound's inputs built from that stack as the advisor builds them
+    (advise/org_advisor.py pool_prices: each pool's node limit), so the bound runs the simulated rows' deployment."""
     from advise import org_advisor as oa
     from sim import org_demand
     from sim.engine import SimSettings
@@ -114,7 +116,7 @@ def _sim_unit(price_book, rotation, seed, traces, prices, days, sizing_hours, ch
     cfg = _sim_config(price_book, traces, demands, tiers)
     settings = SimSettings(seed=seed, checkpoint_interval_minutes=checkpoint_minutes, latency=ElasticLatency())
     runner = oa.environment_runner(
-        price_book, cfg, traces, settings, prices, production_share=org_demand.PRODUCTION_SHARE
+        price_book, cfg, traces, settings, oa.pool_prices(price_book, cfg), production_share=org_demand.PRODUCTION_SHARE
     )
     return demands, runner
 
@@ -129,14 +131,14 @@ def _sim_setups(demands, prices, sizing_hours):
 
 
 def _sim_run(shared, job):
-    """One setup in every scenario (a worker of sim/parallel.py; `shared`: the traces and prices, sent to each
+    """One setup in every scenario (a worker of sim/parallel.py; `shared`: the traces and the price book, sent to each
     worker once): one run up to the report window that branches there into the shortage scenarios
     (EnvironmentRunner.run_scenarios); the cache entries it made, with its wall seconds."""
     rotation, seed, setup, scenario_names, days, sizing_hours, checkpoint_minutes = job
     from advise import org_advisor as oa
 
-    traces, prices, price_book = shared
-    demands, runner = _sim_unit(price_book, rotation, seed, traces, prices, days, sizing_hours, checkpoint_minutes)
+    traces, price_book = shared
+    demands, runner = _sim_unit(price_book, rotation, seed, traces, days, sizing_hours, checkpoint_minutes)
     hours = max(d.hours for d in demands.values())
     scenarios = [oa.scenario_for(n, hours, sizing_hours, seed) for n in scenario_names]
     floors, lend, controller = setup
@@ -150,7 +152,6 @@ def _sim_run(shared, job):
 def _simulated(
     price_book,
     traces,
-    prices,
     rates,
     rotations,
     seeds,
@@ -169,21 +170,21 @@ def _simulated(
 
     sizing_hours = sizing_days * 24
     units = {
-        (r, s, c): _sim_unit(price_book, r, s, traces, prices, days, sizing_hours, c)
+        (r, s, c): _sim_unit(price_book, r, s, traces, days, sizing_hours, c)
         for c in checkpoints
         for r in rotations
         for s in seeds
     }
     jobs = [
         (r, s, setup, scenarios if c == checkpoints[0] else ("default",), days, sizing_hours, c)
-        for (r, s, c), (demands, _) in units.items()
-        for setup in _sim_setups(demands, prices, sizing_hours)
+        for (r, s, c), (demands, runner) in units.items()
+        for setup in _sim_setups(demands, runner.prices, sizing_hours)
     ]
     timings = []
     for unit, cache, runs, seconds, controller in parallel.run_all(
         jobs,
         _sim_run,
-        shared=(traces, prices, price_book),
+        shared=(traces, price_book),
         engine=engine,
         label="bench-org simulated",
         describe=lambda j: f"rotation {j[0] + 1} seed {j[1]} {oa.describe_setup((*j[2], []))} {_checkpoints(j[6])}",
@@ -195,7 +196,7 @@ def _simulated(
         for term in TERMS:
             inputs = oa.OrgInputs(
                 demands,
-                prices,
+                runner.prices,
                 {(INSTANCE_TYPE, REGION): rates[term].usd_per_hour},
                 term,
                 sizing_hours,
@@ -566,7 +567,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
 
     from pricing.sources import catalog, floor_pricing
-    from sim import fluid, org_demand
+    from sim import org_demand
     from advise import org_advisor
 
     days, sizing_days, lookback_days, levels = org_demand.ITP_DAYS, SIZING_DAYS, LOOKBACK_DAYS, LEVELS
@@ -590,10 +591,6 @@ def main(argv: list[str] | None = None) -> int:
     if p is None or None in floor_rates.values():
         parser.error(f"the price book has no price or floor rate for {INSTANCE_TYPE} in {REGION}")
     rates = {t: r for t, r in floor_rates.items() if r is not None}
-    prices = {
-        c: fluid.PoolPrices(INSTANCE_TYPE, REGION, 8, p.ondemand_usd_per_hour, p.spot_usd_per_hour)
-        for c in org_demand.ITP_CLUSTERS
-    }
     traces = org_demand.itp_traces(args.traces, days)
 
     print(
@@ -622,6 +619,10 @@ def main(argv: list[str] | None = None) -> int:
         for rotation in rotations:
             for seed in seeds:
                 demands = org_demand.itp_environment(traces, rotation, seed, days)
+                # the bound's inputs from the stack the simulated rows run (each pool's node limit), as the
+                # advisor builds them: one construction (advise/org_advisor.py pool_prices)
+                cfg = _sim_config(price_book, traces, demands, org_demand.rotation_tiers(rotation))
+                prices = org_advisor.pool_prices(price_book, cfg)
                 for term in TERMS:
                     for level in levels:
                         jobs.append(
@@ -664,7 +665,6 @@ def main(argv: list[str] | None = None) -> int:
         sdocs, timings = _simulated(
             price_book,
             traces,
-            prices,
             rates,
             rotations,
             sim_seeds,

@@ -70,23 +70,19 @@ def org(traces_dir: Path):
     import bench_org
 
     from pricing.sources import catalog
-    from sim import fluid, org_demand
+    from sim import org_demand
     from advise import org_advisor
 
     price_book = catalog.Prices.resolve()  # read once, passed down
     p = price_book.price(bench_org.INSTANCE_TYPE, bench_org.REGION)
     if p is None:
         sys.exit(f"no price for {bench_org.INSTANCE_TYPE} in {bench_org.REGION}: set GPULOAN_PRICE_FILE")
-    prices = {
-        c: fluid.PoolPrices(bench_org.INSTANCE_TYPE, bench_org.REGION, 8, p.ondemand_usd_per_hour, p.spot_usd_per_hour)
-        for c in org_demand.ITP_CLUSTERS
-    }
     traces = org_demand.itp_traces(traces_dir, ORG_DAYS)
     sizing_hours = ORG_SIZING_DAYS * 24
     demands, runner = bench_org._sim_unit(
-        price_book, ORG_ROTATION, ORG_SEED, traces, prices, ORG_DAYS, sizing_hours, bench_org.DEFAULT_CHECKPOINT_MINUTES
+        price_book, ORG_ROTATION, ORG_SEED, traces, ORG_DAYS, sizing_hours, bench_org.DEFAULT_CHECKPOINT_MINUTES
     )
-    floors, lend, controller = bench_org._sim_setups(demands, prices, sizing_hours)[0]  # the p90 floors lent
+    floors, lend, controller = bench_org._sim_setups(demands, runner.prices, sizing_hours)[0]  # the p90 floors lent
     runner.use_cache = False
     default = org_advisor.scenario_for("default", max(d.hours for d in demands.values()), sizing_hours, ORG_SEED)
     base = runner.settings

@@ -1331,8 +1331,9 @@ class SeriesWorkload:
                 tiers[3 if (n.warned or n.closed) else FILL_RANK[n.group]].append(n)
         served = 0
         for n in (n for tier in tiers for n in tier):
-            use = min(n.gpus, work - served)
-            sim.set_busy(n, use)
+            lent = self.lent_on(n)  # GPUs of the node other pools' pods hold (a lent floor, sim/environment.py)
+            use = min(n.gpus - lent, work - served)
+            sim.set_busy(n, lent + use)
             served += use
         sim.c.served_gpu_minutes += served
         self._served_now = served
@@ -1348,6 +1349,10 @@ class SeriesWorkload:
 
     def early_checkpoint(self, node: SimNode, at: int, written: int) -> None:
         self._early[node.id] = (at, written)
+
+    def lent_on(self, node: SimNode) -> int:
+        """GPUs of `node` that other pools' pods hold: none in a pool alone."""
+        return 0
 
     def evict(self, node: SimNode) -> None:
         interval = self.sim.settings.checkpoint_interval_minutes

@@ -72,8 +72,12 @@ What is modelled (docs/simulator.md, "An environment"; the Kueue semantics in do
   see only the pending pods of jobs admitted to elastic flavors (floor-pinned pods are not demand for elastic
   nodes, policy/pods.py `admits`; a job not admitted has no pods).
 - A pool that neither lends, borrows nor has two job classes (`plain`) is placed as in a single-pool run.
-Not modelled: series pools lending or borrowing (fluid demand has no jobs to admit: they run on their own
-capacity), a borrower's job spanning flavors, and under fair sharing a borrower preempting another borrower's
+- A demand series lends its floor as the generated objects do whatever the demand's format (EnvSeriesWorkload,
+  issue 36): its GPUs hold its queue's nominal quota up to the floor, other queues borrow the rest, and a rising
+  series reclaims it by Kueue's preemption order.
+Not modelled: series pools borrowing (fluid demand has no jobs to admit to another floor: they run on their own
+capacity), a series split into production and interruptible work (it runs whole, sim/job_class.py
+series_is_production), a borrower's job spanning flavors, and under fair sharing a borrower preempting another borrower's
 workload (Kueue's preemptionStrategies between two borrowing queues) and the share of an elastic flavor a pool's
 interruptible queue borrows from its own production queue.
 """
@@ -87,7 +91,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from pricing.sources.catalog import Prices
-from sim.job_class import production_flags  # the one classifier: floors and the fluid bound use it too
+from sim.job_class import production_flags, series_is_production  # the one classifier (floors, the bound)
 from sim.engine import (
     FILL_RANK,
     GUARANTEED,
@@ -95,6 +99,7 @@ from sim.engine import (
     ON_DEMAND,
     SPOT,
     JobsWorkload,
+    SeriesWorkload,
     SimNode,
     SimSettings,
     Simulation,
@@ -168,6 +173,7 @@ class PoolSim(Simulation):
         self.env = env
         self.node_log: list[tuple[int, str, int]] = []  # (minute, group, +1 / -1)
         self.lent_gpus = 0  # GPUs of this pool's floor running other pools' jobs now
+        self.lent_on_node: dict[str, int] = {}  # floor node id -> GPUs of it other pools' jobs hold now
         self.floor_nodes: list[SimNode] = []  # never removed (a floor is never terminated)
         self._floor_busy = 0  # GPUs busy on the floor nodes, own and lent
         self.floor_version = 0  # bumped whenever a pod binds to or leaves a floor node
@@ -192,6 +198,8 @@ class PoolSim(Simulation):
         self.next_at = 0
         if isinstance(trace, JobsTrace):
             self.workload = EnvJobsWorkload(self, production, production_on_spot)
+        else:
+            self.workload = EnvSeriesWorkload(self)
         self.production_all = production is not None and not isinstance(trace, JobsTrace)
 
     def _new_node(self, group: str, ready_at: int) -> SimNode:
@@ -340,6 +348,7 @@ class EnvJobsWorkload(JobsWorkload):
         owner.env.wake(owner)
         owner.borrowed_jobs[(id(self), i)] = (self, i)
         owner.change_lent(used)
+        owner.lent_on_node[node.id] = owner.lent_on_node.get(node.id, 0) + used
         owner.set_busy(node, node.busy + used)
         self._change_borrowed(owner.spec.name, used)
 
@@ -352,6 +361,7 @@ class EnvJobsWorkload(JobsWorkload):
         owner.env.wake(owner)
         owner.borrowed_jobs.pop((id(self), i), None)
         owner.change_lent(-used)
+        owner.lent_on_node[node.id] -= used
         owner.set_busy(node, node.busy - used)
         owner.changed = True  # its floor has room again
         self._change_borrowed(owner.spec.name, -used)
@@ -828,6 +838,61 @@ class EnvJobsWorkload(JobsWorkload):
 # --- the environment -------------------------------------------------------------------------------------------
 
 
+class EnvSeriesWorkload(SeriesWorkload):
+    """A demand series in the environment: SeriesWorkload, with its floor lent as the generated Kueue objects lend
+    it whatever the format the owner's demand is given in (issue 36). The series' GPUs are workloads of the
+    owner's queue on its floor flavor, within its nominal quota (up to the floor's size); other queues borrow the
+    quota it leaves (EnvJobsWorkload._borrow_room reads `quota_own`), and when the series rises Kueue reclaims
+    (reclaimWithinCohort: Any): the borrowed workloads are evicted in the order `EnvJobsWorkload._kueue_targets`
+    takes them (lowest priority, most recently admitted first; by share under fair sharing) until the series
+    fits, then given back in reverse where it still fits (fillBackWorkloads). The fill uses only the floor GPUs no
+    borrowed pod holds (`lent_on`). Not modelled: a series borrowing (it has no jobs to admit to another floor).
+    `plain` (the environment sets it): no queue may borrow the floor, so it runs as in a single-pool run."""
+
+    def __init__(self, sim: PoolSim):
+        super().__init__(sim)
+        self.sim: PoolSim = sim
+        self.plain = True
+
+    def lent_on(self, node: SimNode) -> int:
+        return self.sim.lent_on_node.get(node.id, 0)
+
+    def admit(self, now: int, borrowing: bool) -> None:
+        """Kueue's nominal pass: the series' demand (level and backlog, up to the floor) takes its quota back."""
+        if borrowing:
+            return
+        sim = self.sim
+        backlog = self._backlog_before + (self.backlog - self._backlog_after) if self._minute == now else self.backlog
+        sim.quota_own = min(sim.floor_gpus, self._level(now) + backlog)
+        over = sim.quota_own + sim.quota_lent - sim.floor_gpus
+        if over <= 0:
+            return
+        cands = sorted(
+            ((0, w.job_priority(j), -w.admitted_at[j], w.sim.spec.name, j), w, j, "reclaim", True)
+            for w, j, _ in sim.floor_admitted.values()
+        )
+        if sim.env.fair_sharing:
+            cands = _fair_sharing_order(cands)
+        targets, freed = [], 0
+        for c in cands:
+            targets.append(c)
+            freed += c[1].gpus[c[2]]
+            if freed >= over:
+                break
+        for c in reversed(targets[:-1]):  # fillBackWorkloads
+            if freed - c[1].gpus[c[2]] >= over:
+                targets.remove(c)
+                freed -= c[1].gpus[c[2]]
+        for _, w, j, why, _ in targets:
+            w.kueue_evict(j, now, why)
+
+    def admission_cursor(self) -> None:
+        return None  # nothing waits for admission: the series' demand is its quota (admit)
+
+    def place(self, now: int) -> None:
+        self.schedule(now)
+
+
 @dataclass(frozen=True)
 class UsageRecord:
     """Instance-hours of one instance type, bought one way, by one pool, in one hour of the simulation: the
@@ -905,7 +970,7 @@ class Environment:
             if isinstance(trace, JobsTrace):
                 production = production_flags(trace, share / 100, settings.seed, p.name)
             else:
-                production = [True] if share >= 100 else None
+                production = [True] if series_is_production(share / 100) else None
             if spec.floor_nodes != (p.guaranteed.nodes if p.guaranteed else 0):
                 raise EnvironmentError(
                     f"specs['{p.name}'] has {spec.floor_nodes} floor nodes, the config "
@@ -940,7 +1005,7 @@ class Environment:
                 if (
                     self.sharing[lender].lendable_gpus > 0
                     and ls.spec.floor_nodes
-                    and isinstance(ls.workload, EnvJobsWorkload)
+                    and isinstance(ls.workload, (EnvJobsWorkload, EnvSeriesWorkload))
                 ):
                     w.lenders.append((ls, self.sharing[name].borrowing_limit_gpus.get(lender)))
             kept_off_spot = w.production is not None and not w.production_on_spot and sim.spec.has_spot
@@ -996,6 +1061,9 @@ class Environment:
             for s in self.pools.values()
             if any(ls is s for o in self.pools.values() for ls, _ in getattr(o.workload, "lenders", ()))
         ]
+        for s in self.lenders:  # a series whose floor a queue may borrow joins its group's Kueue passes
+            if isinstance(s.workload, EnvSeriesWorkload):
+                s.workload.plain = False
 
     # -- time --
 

@@ -42,3 +42,14 @@ def production_flags(trace: _JobsTrace, share: float, seed: int, pool: str) -> l
     if share >= 1:
         return [True] * len(trace.jobs)
     return [is_production(seed, pool, j.job_id, k, share) for k, j in enumerate(trace.jobs)]
+
+
+def series_is_production(share: float) -> bool:
+    """A demand series' class in the environment simulator (a `minute,gpus_demanded` file: GPUs per minute, no
+    jobs): there is no job to class, so the simulator runs the series whole, production at share 1 and
+    interruptible below it. sim/environment.py and the organization's shared layouts (advise/org_advisor.py) call
+    it. The fluid profiles (sim/org_demand.py) split each minute by the share instead, so at a share strictly
+    between 0 and 1 the bound and the simulated rows run a series as different work (issue 36, docs/floor.md)."""
+    if not 0 <= share <= 1:
+        raise ValueError(f"production share must be between 0 and 1, got {share}")
+    return share >= 1

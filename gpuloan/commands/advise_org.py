@@ -75,10 +75,9 @@ def wanted(args) -> bool:
 
 def _inputs(args, price_book, cfg):
     from pricing.sources import floor_pricing
-    from sim import fluid, org_demand, traces
-    from sim import pool as simpool
+    from sim import org_demand, traces
     from advise.advisor import production_share
-    from advise.org_advisor import OrgInputs
+    from advise.org_advisor import OrgInputs, pool_prices
 
     names = [p.name for p in cfg.pools]
     if args.pool:
@@ -93,23 +92,11 @@ def _inputs(args, price_book, cfg):
         demand = {n: demand_history.read(price_book, cfg, n, args.history_days) for n in names}
     if args.days:
         demand = {n: t.window(*traces.parse_days(args.days)) for n, t in demand.items()}
-    prices, rates, sources = {}, {}, {}
+    # the bound's inputs as every benchmark builds them: the same deployment as the simulated rows (node limits)
+    prices = pool_prices(price_book, cfg)
+    rates, sources = {}, {}
     for n in names:
-        spec = simpool.spec_from_config(price_book, cfg, n)
-        itype = spec.floor_type or spec.on_demand_type or spec.spot_type
-        p = price_book.price(itype, cfg.region)
-        if p is None:
-            raise ValueError(f"pool '{n}': {price_book.missing_price_reason(itype, cfg.region)}")
-        spot = spec.spot_usd_per_hour if spec.has_spot else None
-        # the same deployment as the simulated rows: the pool's elastic node limit (sim/fluid.py)
-        prices[n] = fluid.PoolPrices(
-            itype,
-            cfg.region,
-            spec.gpus_per_node,
-            p.ondemand_usd_per_hour,
-            spot,
-            spec.elastic_max_nodes * spec.gpus_per_node,
-        )
+        itype = prices[n].instance_type
         g = cfg.pool(n).guaranteed
         user = g.rate if (g is not None and g.instance_type == itype and g.price_model == args.term) else None
         r = floor_pricing.floor_rate(

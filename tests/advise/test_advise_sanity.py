@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import requires_shared_prices
+from conftest import requires_shared_prices, requires_shared_traces
 
 from advise import org_advisor, sanity
 from gpuloan import cli
@@ -69,6 +69,46 @@ def test_the_advisors_fluid_bound_runs_the_stacks_node_limits(tmp_path, capsys):
     assert rows["fluid-bound"]["unmet_gpu_hours"] == pytest.approx(24 * 48)
     assert rows["fluid-bound"]["total_cost_usd"] <= rows["floors-not-lent"]["total_cost_usd"] + 1e-6
     assert doc["sanity_check"] == {"passed": True, "failures": [], "notes": []}
+
+
+def test_the_bounds_inputs_carry_each_pools_capacity_types_and_node_limit(prices):
+    """advise/org_advisor.py pool_prices, the one construction of the bound's inputs: the prod stack's pools each
+    with their own node limit (elastic max nodes x GPUs per node) and no spot rate where the pool runs none."""
+    from conftest import stack_config
+
+    from pricing import checks
+    from sim import pool as simpool
+
+    cfg = checks.from_stack_yaml({"config": stack_config("prod")}, "test", prices=prices)
+    got = org_advisor.pool_prices(prices, cfg)
+    assert set(got) == {p.name for p in cfg.pools}
+    for p in cfg.pools:
+        spec = simpool.spec_from_config(prices, cfg, p.name)
+        assert got[p.name].elastic_max_gpus == spec.elastic_max_nodes * spec.gpus_per_node, p.name
+        assert (got[p.name].spot_usd_per_hour is None) == (not spec.has_spot), p.name
+        assert got[p.name].gpus_per_node == spec.gpus_per_node, p.name
+
+
+@requires_shared_traces
+@requires_shared_prices
+def test_bench_org_builds_the_bound_on_the_simulated_rows_node_limits(prices, monkeypatch):
+    """scripts/bench_org.py: the fluid bound's prices are those of the stack the simulated rows run (each pool's
+    node limit), built by the advisor's own function; before, the benchmark built them without any limit."""
+    import importlib.util
+    import sys
+
+    from conftest import REPO, SHARED_TRACES
+    from sim import org_demand
+
+    spec = importlib.util.spec_from_file_location("bench_org", REPO / "scripts" / "bench_org.py")
+    bench = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "bench_org", bench)
+    spec.loader.exec_module(bench)
+    traces = org_demand.itp_traces(SHARED_TRACES / "itp", (1, 3))
+    demands, runner = bench._sim_unit(prices, 0, 1, traces, (1, 3), 24, bench.DEFAULT_CHECKPOINT_MINUTES)
+    assert runner.prices == org_advisor.pool_prices(prices, runner.cfg)
+    for pool in runner.cfg.pools:
+        assert runner.prices[pool.name].elastic_max_gpus == pool.elastic.max_nodes * 8, pool.name
 
 
 # --- the check ----------------------------------------------------------------------------------------------------

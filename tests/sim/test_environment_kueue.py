@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
+
 from test_environment import CALM, CONTROLLERS, GUARANTEED, env_config, first_placement, jobs, pool
 
 from sim.environment import simulate_environment
@@ -135,3 +137,75 @@ def test_skipping_quiet_minutes_gives_the_tick_by_tick_result_with_classes_and_p
             "p95_wait_minutes",
         ):
             assert fast.pools[name].get(key) == slow.pools[name].get(key), (name, key)
+
+
+def test_a_series_pools_idle_floor_is_lent_to_a_jobs_pool_and_reclaimed_when_the_series_rises():
+    """The generated Kueue objects lend a floor whatever the format its owner's demand is given in (issue 36):
+    before, a pool whose demand is a `minute,gpus_demanded` series never lent its floor in the simulator.
+
+    Lender (production, on-demand elastic, demand a series): floor 2 nodes x 4 GPUs, nominal 8; its series asks 0
+    GPUs until minute 100, then 6. Borrower (experiment, no floor) jobs of 2 GPUs at minutes 0, 15, 20, 30 (j0..j3)
+    borrow the whole idle floor (least allocated: j0 and j2 on node 1, j1 and j3 on node 2). Minute 100: the
+    series' 6 GPUs are its queue's workloads within the nominal 8, the cohort uses 8 of the flavor: Kueue reclaims
+    (reclaimWithinCohort: Any), candidates most recently admitted first (common/ordering.go): j3, j2, j1 free 6 >= 6,
+    so j0 stays (fillBackWorkloads gives none back: 4 < 6). j3 ran 70 minutes (60 saved: 20 GPU-minutes lost), j2
+    80 (40 lost), j1 85 (50 lost): 110 GPU-minutes. They are admitted to the borrower's spot flavor (the floor's
+    quota has 8 - 6 - 2 = 0 left); the series fills the 6 GPUs j0 leaves (2 on node 1, 4 on node 2) and needs no
+    elastic node. Lent: j0 0-500, j1 15-100, j2 20-100, j3 30-100, 2 GPUs each."""
+    from test_environment_scale import _result_json
+
+    from sim.traces import SeriesTrace
+
+    cfg = _lender_and_borrower("production")
+    demands = {
+        "lender": SeriesTrace("lender", (0,) * 100 + (6,) * 900),
+        "borrower": jobs("borrower", [(0, 500, 2), (15, 500, 2), (20, 500, 2), (30, 500, 2)]),
+    }
+    res = simulate_environment(resolved_prices(), cfg, demands, CONTROLLERS["karpenter"], LEAST, 1000)
+    assert [first_placement(res, "borrower", k) for k in range(4)] == [("lender", GUARANTEED)] * 4
+    lender, borrower = res.pools["lender"], res.pools["borrower"]
+    assert borrower["reclaim_preemptions"] == 3
+    assert borrower["reclaim_lost_gpu_hours"] == round(110 / 60, 3)
+    assert borrower["borrowed_gpu_hours"] == round(2 * (500 + 85 + 80 + 70) / 60, 3)
+    assert lender["floor_lent_gpu_hours"] == round(2 * (500 + 85 + 80 + 70) / 60, 3)
+    assert lender["node_launches"] == 0 and lender["unmet_gpu_hours"] == 0
+    assert res.environment["production_interruptions"] == 0
+    # skipping quiet minutes gives the minute-by-minute result with a series lender too
+    every = simulate_environment(
+        resolved_prices(), cfg, demands, CONTROLLERS["karpenter"], replace(LEAST, skip_quiet_ticks=False), 1000
+    )
+    assert _result_json(every) == _result_json(res)
+
+
+@pytest.mark.parametrize("controller", sorted(CONTROLLERS))
+def test_a_series_lender_skipping_quiet_minutes_gives_the_minute_by_minute_result(controller):
+    """A series floor lent to two jobs pools over two days, its level moving every few hours: reclaims, lending
+    and the borrowers' own spot capacity give the same result whether quiet minutes are skipped or not."""
+    import random
+
+    from test_environment import random_jobs
+    from test_environment_scale import _result_json
+
+    from sim.traces import SeriesTrace
+
+    draw = random.Random(5)
+    levels = [draw.choice([0, 0, 1, 3, 5, 8]) for _ in range(0, 2 * 1440, 170)]
+    cfg = env_config(
+        [
+            pool("lender", tier="production", floor=2, instance_type=BIG, capacity="on_demand"),
+            pool("exp", floor=0, instance_type=BIG),
+            pool("learn", tier="learning", floor=0, instance_type=BIG),
+        ]
+    )
+    demands = {
+        "lender": SeriesTrace("lender", tuple(levels[m // 170] for m in range(2 * 1440))),
+        "exp": random_jobs("exp", 1, n=60, max_gpus=4),
+        "learn": random_jobs("learn", 2, n=60, max_gpus=2),
+    }
+    fast = simulate_environment(resolved_prices(), cfg, demands, CONTROLLERS[controller], LEAST, 2 * 1440)
+    every = simulate_environment(
+        resolved_prices(), cfg, demands, CONTROLLERS[controller], replace(LEAST, skip_quiet_ticks=False), 2 * 1440
+    )
+    assert _result_json(fast) == _result_json(every)
+    assert fast.pools["lender"]["floor_lent_gpu_hours"] > 0
+    assert fast.pools["exp"]["reclaim_preemptions"] + fast.pools["learn"]["reclaim_preemptions"] > 0
