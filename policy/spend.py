@@ -30,6 +30,8 @@ class BudgetReader(Protocol):
 
 
 def _month(now: datetime) -> str:
+    if now.year >= 1000:  # what strftime("%Y-%m") gives, without its cost (each tick reads the month)
+        return f"{now.year}-{now.month:02d}"
     return now.strftime("%Y-%m")
 
 

@@ -330,6 +330,7 @@ def _pool_groups_and_nodes(
     ps, read: dict[str, GroupState], series: dict, bound: dict[str, int] | None, leaving: frozenset[str], now: datetime
 ) -> tuple[tuple, tuple]:
     groups, nodes = [], []
+    idle, scale_up, empty = ps.idle_timeout_minutes, ps.scale_up_window_minutes, ps.empty_timeout_minutes
     for gname in ps.elastic_groups + ((ps.guaranteed_group,) if ps.guaranteed_group else ()):
         gs = read.get(gname)
         if gs is None:
@@ -337,18 +338,19 @@ def _pool_groups_and_nodes(
         if gname in ps.elastic_groups or (gname == ps.guaranteed_group and capacity_blocks.is_block(ps)):
             groups.append(gs.group)  # a Capacity Block's group too: the policy keeps its window
         for inst in gs.instances:
-            s = series.get(inst.instance_id)
+            iid, node_name = inst.instance_id, inst.node_name
+            s = series.get(iid)
             nodes.append(
                 Node(
-                    inst.instance_id,
+                    iid,
                     gname,
                     inst.launched_at or now,  # unknown launch time = just launched: never idle on a guess
-                    LIFECYCLE_LEAVING if inst.instance_id in leaving else inst.lifecycle,
-                    s.max_over(now, ps.idle_timeout_minutes) if s else None,
-                    s.avg_over(now, ps.scale_up_window_minutes) if s else None,
-                    s.reserved_max_over(now, ps.empty_timeout_minutes) if s else None,
-                    s.max_over(now, ps.empty_timeout_minutes) if s else None,
-                    bound.get(inst.node_name, 0) if bound is not None and inst.node_name else None,
+                    LIFECYCLE_LEAVING if iid in leaving else inst.lifecycle,
+                    s.max_over(now, idle) if s else None,
+                    s.avg_over(now, scale_up) if s else None,
+                    s.reserved_max_over(now, empty) if s else None,
+                    s.max_over(now, empty) if s else None,
+                    bound.get(node_name, 0) if bound is not None and node_name else None,
                     instance_type=inst.instance_type,
                 )
             )

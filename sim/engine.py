@@ -366,6 +366,7 @@ class Simulation:
         self.samples: list[tuple] = []  # (minute, demand_gpus, guaranteed_gpus, spot_gpus, on_demand_gpus, cost)
         self.changed = True
         self.version = 0  # bumped by every change a controller could observe (the quiet-tick proof reads it)
+        self.nodes_version = 0  # bumped when a node is added or removed (sim/ports.py caches the groups' instances)
         self.counts = dict.fromkeys((GUARANTEED,) + self.elastic_groups, 0)
         self.leaving = dict.fromkeys((GUARANTEED,) + self.elastic_groups, 0)  # nodes under a spot notice
         self.rates = dict.fromkeys((GUARANTEED,) + self.elastic_groups, 0.0)
@@ -439,6 +440,7 @@ class Simulation:
             False,
         )
         self.nodes[node.id] = node
+        self.nodes_version += 1
         self.counts[group] += 1
         self.rates[group] += price
         self._next_event = min(
@@ -610,6 +612,7 @@ class Simulation:
         self.workload.evict(node)
         self._close(node, self.now, self.c)
         del self.nodes[node.id]
+        self.nodes_version += 1
         self.counts[node.group] -= 1
         if node.warned or node.recommended:
             self.leaving[node.group] -= 1

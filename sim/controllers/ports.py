@@ -66,7 +66,9 @@ class SimNodeGroups:
         self.changed = False  # a write reached the simulation since `changed` was last cleared
         self._groups: dict[tuple, Group] = {}
         self._instances: dict[tuple[str, bool], Instance] = {}  # (node, still booting) -> as last reported
-        self._last_read: tuple[tuple, dict[str, GroupState]] | None = None
+        # (key, first minute a booting node comes into service, group -> its instances) of the last instance read
+        self._instances_read: tuple[tuple, float, dict[str, tuple[Instance, ...]]] | None = None
+        self._last_read: tuple[Any, tuple[Group, ...], dict[str, GroupState]] | None = None
 
     def _group(self, name: str) -> Group:
         sim = self.sim
@@ -121,15 +123,23 @@ class SimNodeGroups:
 
     def read(self, names: list[str], now: datetime, activities_for, on_error) -> dict[str, GroupState]:
         sim = self.sim
-        # Every change a read shows bumps sim.version (a launch, a node gone, a size set, a shortage), except a node
-        # coming into service: with both the same, the groups read as they did.
-        key = (sim.version, tuple(names), sum(1 for n in sim.nodes.values() if n.ready_at > sim.now))
-        if self._last_read is not None and self._last_read[0] == key:
-            return self._last_read[1]
-        by_group = self._by_group()
-        known = set(sim.elastic_groups) | {GUARANTEED}
-        read = {g: self._state(g, by_group.get(g, [])) for g in names if g in known}
-        self._last_read = (key, read)
+        # A group's instances change only when a node is added or removed (sim.nodes_version) or one comes into
+        # service (the earliest ready_at still ahead); most events (a job placed or finished) change neither, so
+        # the instances are kept and only the groups' own figures (desired size, last change, shortage) are read.
+        key = (sim.nodes_version, len(sim.nodes), tuple(names))
+        kept = self._instances_read
+        if kept is None or kept[0] != key or sim.now >= kept[1]:
+            by_group = self._by_group()
+            known = set(sim.elastic_groups) | {GUARANTEED}
+            instances = {g: self._state(g, by_group.get(g, [])).instances for g in names if g in known}
+            next_ready = min((n.ready_at for n in sim.nodes.values() if n.ready_at > sim.now), default=float("inf"))
+            kept = self._instances_read = (key, next_ready, instances)
+        groups = tuple(self._group(g) for g in kept[2])
+        last = self._last_read
+        if last is not None and last[0] is kept and all(a is b for a, b in zip(last[1], groups)):
+            return last[2]  # the same read as last time: the same objects
+        read = {g: GroupState(group, inst) for (g, inst), group in zip(kept[2].items(), groups)}
+        self._last_read = (kept, groups, read)
         return read
 
     def recheck(self, group: str) -> GroupState:
@@ -177,29 +187,38 @@ class SimUtilization:
         self.sim, self.instant_idle = sim, instant_idle
         self.windows = tuple(sorted({ps.idle_timeout_minutes, ps.scale_up_window_minutes, ps.empty_timeout_minutes}))
         self._series: dict[tuple, SimSeries] = {}  # figures -> the series read last minute with them
+        self._steady: dict[tuple[int, int], SimSeries] = {}  # (busy GPUs, node GPUs) -> a node's steady figures
 
     def read(self, nodes, now: datetime, window_minutes: int) -> dict[str, Series]:
         sim, windows = self.sim, self.windows
         read_at = sim.now - sim.settings.metric_delay_minutes
+        earliest = read_at - windows[-1] + 1  # the first minute of the longest window read
         out: dict[str, Series] = {}
-        cache, used = self._series, {}
+        cache, used, steady = self._series, {}, self._steady
+        node_of = sim.nodes.get
+        instant_idle = self.instant_idle
         for ref in nodes:
-            n = sim.nodes.get(ref.instance_id)
+            n = node_of(ref.instance_id)
             if n is None:
                 continue
-            hist = n.hist
-            if self.instant_idle and n.busy == 0:
-                key: tuple = ((0.0, 0.0),) * len(windows)
-            elif read_at > n.launched and hist[-1][0] <= max(n.launched, read_at - windows[-1] + 1):
-                pct = 100.0 * hist[-1][1] / n.gpus  # unchanged over every window (most nodes, most minutes)
-                key = ((pct, pct),) * len(windows)
-            else:
+            busy_since, busy = n.hist[-1]
+            launched = n.launched
+            if instant_idle and n.busy == 0:
+                busy = 0
+            elif not (read_at > launched and busy_since <= (launched if launched > earliest else earliest)):
                 key = tuple(sim.window_stats(n, windows, at=read_at))
-            stats = key
-            series = cache.get(key)  # most nodes read as they did a minute ago: the same object again
+                series = cache.get(key)  # most nodes read as they did a minute ago: the same object again
+                if series is None:
+                    series = SimSeries(dict(zip(windows, key)))
+                used[key] = out[ref.instance_id] = series
+                continue
+            # unchanged over every window (most nodes, most minutes), or idle from its last pod (instant_idle): one
+            # series per (busy GPUs, node size), kept for the run
+            series = steady.get((busy, n.gpus))
             if series is None:
-                series = SimSeries(dict(zip(windows, stats)))
-            used[key] = out[ref.instance_id] = series
+                pct = 100.0 * busy / n.gpus
+                series = steady[busy, n.gpus] = SimSeries(dict.fromkeys(windows, (pct, pct)))
+            out[ref.instance_id] = series
         self._series = used
         return out
 
@@ -222,6 +241,7 @@ class SimPods:
         self._gang_seen: dict[tuple[int, int], int] = {}  # (job, run) -> minute its pods were first pending
         self._arrivals_key: tuple | None = None
         self._arrivals_value: tuple[tuple[datetime, int], ...] = ()
+        self._by_node: tuple[int, dict[str, int]] = (-1, {})  # (sim.version, node -> GPU pods) of the last read
         series = getattr(sim.trace, "gpus_demanded", None)
         # A demand series has no pods: a rise of the level is that many 1-GPU pods created that minute.
         self._rises = (
@@ -327,8 +347,11 @@ class SimPods:
         return {self.ps.name: self._gangs_value}
 
     def gpu_pods_by_node(self) -> dict[str, int]:
-        pods_on = self.sim.workload.pods_on
-        return {n.id: pods for n in self.sim.nodes.values() if (pods := pods_on(n))}
+        sim = self.sim
+        if self._by_node[0] != sim.version:  # a pod bound or gone, a node added or removed bumps sim.version
+            pods_on = sim.workload.pods_on
+            self._by_node = (sim.version, {n.id: pods for n in sim.nodes.values() if (pods := pods_on(n))})
+        return self._by_node[1]
 
 
 def node_pod_gpus(sim: Simulation, node: SimNode) -> tuple[int, ...]:
