@@ -441,6 +441,7 @@ class EnvJobsWorkload(JobsWorkload):
         self._release(i)
         self._enqueue(i)
         self.sim.changed = True
+        self.sim.version += 1  # its pending pods are gone (suspended again): the controller reads another pod list
 
     # -- Kueue: quota and admission --
 
@@ -484,6 +485,10 @@ class EnvJobsWorkload(JobsWorkload):
             else:
                 flavor.quota_own += g
         self._enqueue(i)
+        # Admitted, the Workload's pods are created (pending pods the pool's controller reads; a floor's usage the
+        # lend-ahead rule reads): a change the quiet-tick proof must see, even after this minute's ticks (a job
+        # Kueue evicted during the fair-sharing round is admitted in the next pass, after the controllers' turn).
+        self.sim.version += 1
 
     def _release(self, i: int) -> None:
         flavor = self.admitted_to[i]

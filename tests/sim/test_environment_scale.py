@@ -123,3 +123,41 @@ def test_a_job_requeued_after_its_pools_admission_pass_is_admitted_next_minute_a
     )
     assert sum(fast.pools[n]["ticks_skipped"] for n in demands) > 0
     assert _result_json(fast) == _result_json(slow)
+
+
+@pytest.mark.parametrize("controller", sorted(CONTROLLERS))
+def test_a_job_kueue_evicts_in_the_fair_sharing_round_is_seen_pending_the_next_minute_as_every_minute(
+    controller, monkeypatch
+):
+    """Six pools of 4-GPU nodes under fair sharing, two calm days. At minute 1051 p5's own job reclaims its floor
+    from p0, p0's job then reclaims p0's floor from p3's borrowed job: both in the fair-sharing round, which had
+    built p3's queue before the eviction. p3's job is admitted to p3's spot flavor in the pass after the
+    controllers' turn, so its pods are pending from then on. Deciding every minute, p3's controller sees them the
+    next minute; skipping, the admission must count as a change of what the controller reads (`sim.version`), or
+    p3 sleeps on its last plan. Before that fix the two runs split (issue 41 item 3; the 16-pool month's split at
+    minute 7876 in c09-s31 was the same)."""
+    admitted_after_the_ticks: list[tuple[int, str]] = []
+    admit = envsim.EnvJobsWorkload._admit
+
+    def watching(self, i, flavor, now):
+        if flavor == envsim.ELASTIC_FLAVOR and self.sim.env._ticked:
+            admitted_after_the_ticks.append((now, self.sim.spec.name))
+        admit(self, i, flavor, now)
+
+    monkeypatch.setattr(envsim.EnvJobsWorkload, "_admit", watching)
+    shape = [("learning", 2, 3, 59), ("experiment", 1, 1, 29), ("learning", 0, 2, 48)]
+    shape += [("learning", 1, 3, 43), ("learning", 2, 3, 30), ("experiment", 2, 1, 41)]
+    pools = [
+        pool(f"p{k}", tier=tier, floor=floor, max_nodes=most, instance_type="g6.12xlarge")
+        for k, (tier, floor, most, _) in enumerate(shape)
+    ]
+    cfg = env_config(pools, fair_sharing=True)
+    demands = {f"p{k}": random_jobs(f"p{k}", seed=120 + k, n=n, max_gpus=4) for k, (*_, n) in enumerate(shape)}
+    calm = SimSettings(spot_interruptions_per_month=0.0)
+    fast = simulate_environment(resolved_prices(), cfg, demands, CONTROLLERS[controller], calm, 2 * 1440)
+    assert (1051, "p3") in admitted_after_the_ticks  # the case this test is about happens in the skipping run
+    slow = simulate_environment(
+        resolved_prices(), cfg, demands, CONTROLLERS[controller], replace(calm, skip_quiet_ticks=False), 2 * 1440
+    )
+    assert sum(fast.pools[n]["ticks_skipped"] for n in demands) > 0
+    assert _result_json(fast) == _result_json(slow)
