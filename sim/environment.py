@@ -298,6 +298,10 @@ class EnvJobsWorkload(JobsWorkload):
 
     # -- classes --
 
+    def pending_workloads(self) -> int:
+        """Kueue's status.pendingWorkloads of the pool's queues: the jobs not admitted yet (suspended, no pods)."""
+        return sum(len(q) for q in self.waiting.values())
+
     def is_production(self, i: int) -> bool:
         return self.production is not None and self.production[i]
 
@@ -861,6 +865,11 @@ class EnvSeriesWorkload(SeriesWorkload):
 
     def lent_on(self, node: SimNode) -> int:
         return self.sim.lent_on_node.get(node.id, 0)
+
+    def pending_workloads(self) -> int:
+        """Kueue's status.pendingWorkloads of the owner's queue: the series' GPUs are its workloads (see the class
+        docstring), so the GPUs that found no capacity are the pending ones."""
+        return self.waiting
 
     def admit(self, now: int, borrowing: bool) -> None:
         """Kueue's nominal pass: the series' demand (level and backlog, up to the floor) takes its quota back."""

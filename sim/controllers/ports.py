@@ -510,7 +510,7 @@ class SimLendingQueue:
     def cluster_queue(self, api_version: str, queue: str) -> dict:
         pool = self.pool
         gpus = {"name": GPU_RESOURCE, "nominalQuota": pool.floor_gpus, "lendingLimit": pool.lending_limit_gpus}
-        waiting = sum(len(q) for q in pool.workload.waiting.values())
+        waiting = pool.workload.pending_workloads()
         return {
             "metadata": {"name": queue},
             "spec": {"resourceGroups": [{"flavors": [{"name": self.flavor, "resources": [gpus]}]}]},

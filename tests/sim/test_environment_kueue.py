@@ -209,3 +209,23 @@ def test_a_series_lender_skipping_quiet_minutes_gives_the_minute_by_minute_resul
     assert _result_json(fast) == _result_json(every)
     assert fast.pools["lender"]["floor_lent_gpu_hours"] > 0
     assert fast.pools["exp"]["reclaim_preemptions"] + fast.pools["learn"]["reclaim_preemptions"] > 0
+
+
+def test_a_series_lender_with_lend_ahead_on_reads_its_queue_as_kueue_publishes_it():
+    """The lend-ahead rule reads the floor's ClusterQueue (status.pendingWorkloads) through the simulated Kueue: a
+    series owner has no job heaps, its unmet GPUs are its pending work. Before, the port summed job heaps and a
+    series lender with `lend_ahead` on crashed the run."""
+    from sim.traces import SeriesTrace
+
+    pools = [
+        pool("lender", tier="production", floor=2, instance_type=BIG, capacity="on_demand"),
+        pool("exp", floor=0, instance_type=BIG),
+    ]
+    cfg = env_config(pools, lend_ahead=True, reclaim_lookahead_minutes=60)
+    demands = {
+        "lender": SeriesTrace("lender", tuple(0 if (m // 120) % 2 else 8 for m in range(2 * 1440))),
+        "exp": jobs("exp", [(m, 90, 4) for m in range(0, 2 * 1440, 45)]),
+    }
+    res = simulate_environment(resolved_prices(), cfg, demands, CONTROLLERS["gpuloan"], LEAST, 2 * 1440)
+    assert res.pools["lender"]["floor_lent_gpu_hours"] > 0
+    assert res.environment["production_interruptions"] == 0
