@@ -55,9 +55,15 @@ What is modelled (docs/simulator.md, "An environment"; the Kueue semantics in do
   (Environment._schedule). A gang (a job larger than a node) is admitted to one flavor.
 - Fair sharing (config/scheduling.py fair_sharing_on: on unless scheduling.kueue.fair_sharing is false, with two
   queues or more): in the borrowing round the queues' heads compete one admission at a time, lowest weighted
-  dominant resource share first (borrowed quota / the team's fair_share_weight; Environment._fair_sharing_round,
-  Kueue v0.19.2 fair_sharing_iterator.go); an owner's reclaim takes the victims' queues highest share first
-  (_fair_sharing_order, fairsharing/ordering.go). Off: each pool in config order admits all it can.
+  dominant resource share first (borrowed quota x 1000 / the cohort's lendable quota / the team's
+  fair_share_weight, Kueue's float expression: Environment.weighted_share; Environment._fair_sharing_round,
+  Kueue v0.19.2 fair_sharing_iterator.go), equal shares by priority, then creation time (the queue order
+  timestamp of a preempted workload too: docs/aws-rules.md); an owner's reclaim takes the victims' queues
+  highest share first (_fair_sharing_order, fairsharing/ordering.go); a borrower that does not fit a floor's
+  unused quota preempts other borrowers of it where Kueue's strategies let it (_fair_borrow_targets:
+  canPreemptWhileBorrowing, LessThanOrEqualToFinalShare then LessThanInitialShare), and stops its flavor search
+  there (whenCanPreempt: MayStopSearch); the workloads it evicts compete again in the same round. Off: each pool
+  in config order admits all it can, and a borrower never preempts (borrowWithinCohort: Never).
 - Kueue preemption, one victim search (EnvJobsWorkload._kueue_targets): a job that fits its own floor's nominal
   quota but not the quota left evicts, by quota alone, the workloads admitted to the floor by queues that borrow
   it (reclaimWithinCohort: Any) and, in a production pool's queue (withinClusterQueue: LowerPriority), its own
@@ -73,9 +79,9 @@ What is modelled (docs/simulator.md, "An environment"; the Kueue semantics in do
   nodes, policy/pods.py `admits`; a job not admitted has no pods).
 - A pool that neither lends, borrows nor has two job classes (`plain`) is placed as in a single-pool run.
 Not modelled: series pools lending or borrowing (fluid demand has no jobs to admit: they run on their own
-capacity), a borrower's job spanning flavors, and under fair sharing a borrower preempting another borrower's
-workload (Kueue's preemptionStrategies between two borrowing queues) and the share of an elastic flavor a pool's
-interruptible queue borrows from its own production queue.
+capacity), a borrower's job spanning flavors, and under fair sharing the share of an elastic flavor a pool's
+interruptible queue borrows from its own production queue (only floors count in a simulated share; that quota
+does count in the cohort's lendable quota, the shares' denominator).
 """
 
 from __future__ import annotations
@@ -1331,6 +1337,11 @@ class Environment:
             self._fair_sharing_round(
                 [sim.workload for sim in sorted(awake, key=lambda s: s.order) if not sim.workload.plain], now
             )
+            # a borrower's preemption in that round may have freed floor nodes that a pool not processed has pods
+            # pinned to (its waiting jobs could not be admitted at the round's start, or it would have been woken)
+            for sim in sorted(self._hungry[group[0].group_index], key=lambda s: s.order):
+                if sim.last != now and self._may_act(sim):
+                    self.wake(sim)
         else:
             self._in_order(awake, lambda sim: sim.workload.plain or sim.workload.admit(now, borrowing=True))
         self._in_order(awake, lambda sim: sim.workload.schedule(now) if sim.workload.plain else sim.workload.place(now))
