@@ -4,7 +4,8 @@ ten pools, p90 floors sized on the first 30 days and lent), one tier rotation an
 whole run with Kueue's fair sharing off (classical order), on with equal weights, and on with one team weighing
 3. Prints, per team: its weight, its interruptible demand, the GPU-hours it borrowed, borrowed per demanded
 GPU-hour; and the spread among the teams that borrow: max - min of borrowed per demanded GPU-hour, and the
-coefficient of variation of borrowed GPU-hours per unit of weight. `--days N` cuts the run (the test uses 3).
+coefficient of variation of borrowed GPU-hours per unit of weight; reclaim preemptions, and of them those where a
+borrower evicted another borrower's workload (fair sharing). `--days N` cuts the run (the test uses 3).
 """
 
 from __future__ import annotations
@@ -103,6 +104,8 @@ def main(argv=None) -> int:
                     "demand": sum(demands[n].interruptible_gpus[:hours]),
                     "borrowed": res.pools[n]["borrowed_gpu_hours"],
                     "reclaims": res.pools[n]["reclaim_preemptions"],
+                    # of them, evicted for another borrower (fair sharing's preemption among borrowers)
+                    "by_borrowers": getattr(res.sims[n].workload, "fair_share_preemptions", 0),
                 }
             )
         table[name] = rows
@@ -121,14 +124,15 @@ def main(argv=None) -> int:
             cells.append(f"{r['borrowed']:,.0f} ({pct:.1f}%)")
         print(f"| {n} | {r0['tier'][:5]} | {r0['demand']:,.0f} | " + " | ".join(cells) + " |")
     print("\nSpread among the pools that borrow: max - min of % of demand borrowed,")
-    print("and the coefficient of variation (CV) of borrowed GPU-h per unit of weight:\n")
-    print("| fair sharing | borrowed GPU-h | max - min | CV per weight | reclaims |")
-    print("|---|---:|---:|---:|---:|")
+    print("and the coefficient of variation (CV) of borrowed GPU-h per unit of weight;")
+    print("reclaim preemptions, and of them those a borrower made (fair sharing):\n")
+    print("| fair sharing | borrowed GPU-h | max-min | CV/weight | reclaims | by borrower |")
+    print("|---|---:|---:|---:|---:|---:|")
     for name, rows in table.items():
         points, cv = _spread(rows)
         print(
             f"| {labels[name]} | {sum(r['borrowed'] for r in rows):,.0f} | {points:.1f} points | {cv:.2f} | "
-            f"{sum(r['reclaims'] for r in rows):,} |"
+            f"{sum(r['reclaims'] for r in rows):,} | {sum(r['by_borrowers'] for r in rows):,} |"
         )
     return 0
 

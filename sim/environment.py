@@ -55,9 +55,15 @@ What is modelled (docs/simulator.md, "An environment"; the Kueue semantics in do
   (Environment._schedule). A gang (a job larger than a node) is admitted to one flavor.
 - Fair sharing (config/scheduling.py fair_sharing_on: on unless scheduling.kueue.fair_sharing is false, with two
   queues or more): in the borrowing round the queues' heads compete one admission at a time, lowest weighted
-  dominant resource share first (borrowed quota / the team's fair_share_weight; Environment._fair_sharing_round,
-  Kueue v0.19.2 fair_sharing_iterator.go); an owner's reclaim takes the victims' queues highest share first
-  (sim/kueue.py _fair_sharing_order, fairsharing/ordering.go). Off: each pool in config order admits all it can.
+  dominant resource share first (borrowed quota x 1000 / the cohort's lendable quota / the team's
+  fair_share_weight, Kueue's float expression: Environment.weighted_share; Environment._fair_sharing_round,
+  Kueue v0.19.2 fair_sharing_iterator.go), equal shares by priority, then creation time (the queue order
+  timestamp of a preempted workload too: docs/aws-rules.md); an owner's reclaim takes the victims' queues
+  highest share first (sim/kueue.py _fair_sharing_order, fairsharing/ordering.go); a borrower that does not fit a floor's
+  unused quota preempts other borrowers of it where Kueue's strategies let it (_fair_borrow_targets:
+  canPreemptWhileBorrowing, LessThanOrEqualToFinalShare then LessThanInitialShare), and stops its flavor search
+  there (whenCanPreempt: MayStopSearch); the workloads it evicts compete again in the same round. Off: each pool
+  in config order admits all it can, and a borrower never preempts (borrowWithinCohort: Never).
 - Kueue preemption, one victim search (EnvJobsWorkload._kueue_targets): a job that fits its own floor's nominal
   quota but not the quota left evicts, by quota alone, the workloads admitted to the floor by queues that borrow
   it (reclaimWithinCohort: Any) and, in a production pool's queue (withinClusterQueue: LowerPriority), its own
@@ -77,9 +83,9 @@ What is modelled (docs/simulator.md, "An environment"; the Kueue semantics in do
   series reclaims it by Kueue's preemption order.
 Not modelled: series pools borrowing (fluid demand has no jobs to admit to another floor: they run on their own
 capacity), a series split into production and interruptible work (it runs whole, sim/job_class.py
-series_is_production), a borrower's job spanning flavors, and under fair sharing a borrower preempting another borrower's
-workload (Kueue's preemptionStrategies between two borrowing queues) and the share of an elastic flavor a pool's
-interruptible queue borrows from its own production queue.
+series_is_production), a borrower's job spanning flavors, and under fair sharing the share of an elastic flavor a
+pool's interruptible queue borrows from its own production queue (only floors count in a simulated share; that
+quota does count in the cohort's lendable quota, the shares' denominator).
 """
 
 from __future__ import annotations
@@ -108,7 +114,7 @@ from sim.engine import (
 from sim.pool import PoolError, PoolSpec, demand_profile, spec_from_config
 from sim.runner import elastic_oracle_gpu_hours, metrics_of, oracle_gpu_hours, percentile
 from sim.traces import JobsTrace
-from sim.kueue import _fair_sharing_order, sharing_of
+from sim.kueue import _fair_sharing_order, elastic_lendable_gpus, sharing_of
 from config.config_terms import Reservation, Tier
 from config.tenancy import PRIORITY_VALUES
 from config.scheduling import (
@@ -218,6 +224,7 @@ class PoolSim(Simulation):
         """The policy patched the floor flavor's lendingLimit. Lowered: nothing is evicted, new borrowing stops at
         it (Kueue v0.19.2, docs/aws-rules.md); raised: borrowers waiting for room are woken."""
         raised = gpus > self.lending_limit_gpus
+        self.env.cohort_lendable_gpus += gpus - self.lending_limit_gpus  # every fair share's denominator moves
         self.lending_limit_gpus = gpus
         if raised:
             self.changed = True
@@ -255,6 +262,8 @@ class EnvJobsWorkload(JobsWorkload):
     default preemption). With no lender, no production job kept off any node and no priority within the pool
     (`plain`) it schedules exactly as JobsWorkload."""
 
+    sim: PoolSim  # always a PoolSim here (PoolSim.__init__ builds it)
+
     def __init__(self, sim: PoolSim, production: list[bool] | None, production_on_spot: bool):
         self.production = production
         self.production_on_spot = production_on_spot
@@ -288,6 +297,7 @@ class EnvJobsWorkload(JobsWorkload):
         self.production_interruptions = 0
         self.reclaim_preemptions = 0
         self.reclaim_lost_gpu_minutes = 0.0
+        self.fair_share_preemptions = 0  # of the reclaims: evicted for another borrower under fair sharing
         self.priority_preemptions = 0  # interruptible jobs evicted by Kueue for this pool's own production jobs
         self.priority_lost_gpu_minutes = 0.0
         self.scheduler_preemptions = 0  # jobs whose pods kube-scheduler preempted for a higher-priority pod
@@ -594,18 +604,30 @@ class EnvJobsWorkload(JobsWorkload):
                     return sim, targets, False
             elif self._borrow_room(sim) >= g:
                 return (sim, [], True) if borrowing else False
+            elif sim.env.fair_sharing:
+                targets = self._fair_borrow_targets(i, sim)
+                if targets:
+                    return (sim, targets, True) if borrowing else False
         if not prod:
             for lender, _ in self.lenders:
                 if self._borrow_room(lender) >= g:
                     return (lender, [], True) if borrowing else False
+                # Under fair sharing a borrower may preempt other borrowers of this floor (canPreemptWhileBorrowing);
+                # whenCanPreempt MayStopSearch stops here when victims are found, else the next flavor is tried.
+                if sim.env.fair_sharing:
+                    targets = self._fair_borrow_targets(i, lender)
+                    if targets:
+                        return (lender, targets, True) if borrowing else False
         elastic = self._elastic_flavor(prod)
         if elastic is not None and self.elastic_admitted.get(elastic[0], 0) + g <= elastic[1]:
             return ELASTIC_FLAVOR, [], False
         return None
 
     def admit_choice(self, i: int, choice, now: int) -> None:
-        flavor, targets, _ = choice
+        flavor, targets, borrows = choice
         for w, j, why in targets:
+            if borrows:  # a borrower preempting another borrower (fair sharing), counted apart within the reclaims
+                w.fair_share_preemptions += 1
             w.kueue_evict(j, now, why)
         self._admit(i, flavor, now)
 
@@ -666,6 +688,101 @@ class EnvJobsWorkload(JobsWorkload):
                 targets.remove(c)
                 own, lent = own2, lent2
         return [(c[1], c[2], c[3]) for c in targets]
+
+    def _fair_borrow_targets(self, i: int, lender: "PoolSim") -> list:
+        """Kueue's fair-sharing preemption for job i, which would borrow `lender`'s floor flavor but does not fit its
+        unused quota (Kueue v0.19.2 pkg/scheduler/flavorassigner/flavorassigner.go:1371 `fitsResourceQuota` and
+        :1382 `canPreemptWhileBorrowing`: with fair sharing on and reclaimWithinCohort not Never a borrowing
+        workload may preempt, whatever borrowWithinCohort says; pkg/scheduler/preemption/preemption.go:534
+        `fairPreemptions`). The shipped settings: reclaimWithinCohort Any, so the candidates are every workload
+        other ClusterQueues hold on this flavor while they borrow it (preemption.go:631 `findCandidates`, any
+        priority: common/preemption_policy.go:49); the borrower's own queue has withinClusterQueue Never (a
+        production-tier queue, the only one with LowerPriority, borrows nothing). Strategies
+        [LessThanOrEqualToFinalShare, LessThanInitialShare] (stacks/kubernetes/kueue.py, Kueue's default):
+        1. (preemption.go:382 `runFirstFsStrategy`, S2-a) again and again the candidates' queue of highest share
+           (fairsharing/ordering.go:144 `nextTarget`; a tie goes to the queue whose next candidate comes first in
+           common/ordering.go `CandidatesOrdering`: lowest priority, most recently admitted); its candidates in
+           that order: one is taken if the preemptor's share with job i is at most that queue's share without it
+           (fairsharing/strategy.go:41); once taken, the queue is chosen again; one that fails waits for step 2;
+        2. (preemption.go:499 `runSecondFsStrategy`, S2-b) over the candidates step 1 left, queue by queue in the
+           same order: the queue's first one is taken if the preemptor's share with job i is strictly below the
+           queue's share now (strategy.go:46), and the queue is dropped either way;
+        until job i fits the flavor's unused quota; then each target is given back, in reverse order, where it
+        still fits (`fillBackWorkloads`). Shares as Environment.weighted_share. [] if job i cannot take more of
+        the flavor (past the lendingLimit or its borrowingLimit: NoFit) or no victims make it fit (the next
+        flavor is tried). Each target: (workload, job, "reclaim")."""
+        sim, g = self.sim, self.gpus[i]
+        env = sim.env
+        name = lender.spec.name
+        limit = env.sharing[sim.spec.name].borrowing_limit_gpus.get(name) if lender is not sim else None
+        held = self.quota_borrowed.get(name, 0)
+        # potentialAvailable (pkg/cache/scheduler/resource_node.go:129): the cohort's lendable quota of the flavor,
+        # within this queue's borrowingLimit; a request past it is NoFit, no preemption is tried
+        if held + g > (lender.lending_limit_gpus if limit is None else min(lender.lending_limit_gpus, limit)):
+            return []
+        preemptor_share = env.weighted_share(sim.spec.name, self.borrowed_quota() + g)
+        queues: dict[int, list] = {}
+        for w, j, borrowed in lender.floor_admitted.values():
+            if borrowed and w is not self:
+                queues.setdefault(id(w), []).append(((w.job_priority(j), -w.admitted_at[j], w.sim.spec.name, j), w, j))
+        share = {k: env.weighted_share(q[0][1].sim.spec.name, q[0][1].borrowed_quota()) for k, q in queues.items()}
+        if not any(s > preemptor_share for s in share.values()):
+            return []  # neither strategy can pass: each needs a target queue above the preemptor's share
+        borrowed = {k: q[0][1].borrowed_quota() for k, q in queues.items()}
+        for q in queues.values():
+            q.sort(key=lambda c: c[0])
+        lent = lender.quota_lent
+
+        def fits(lent_now: int) -> bool:  # workloadFits: job i within the flavor's unused quota, its own usage out
+            room = min(lender.floor_gpus - lender.quota_own - lent_now, lender.lending_limit_gpus - lent_now)
+            return g <= (room if limit is None else min(room, limit - held))
+
+        def next_queue(live: dict):  # nextTarget: queues that no longer borrow or have no candidates are pruned
+            best = None
+            for k in list(live):
+                if not live[k] or borrowed[k] <= 0:
+                    del live[k]
+                    continue
+                rank = (-share[k], live[k][0][0])
+                if best is None or rank < best[0]:
+                    best = (rank, k)
+            return None if best is None else best[1]
+
+        def take(k: int, c) -> None:
+            nonlocal lent
+            g_c = c[1].gpus[c[2]]
+            borrowed[k] -= g_c
+            share[k] = env.weighted_share(c[1].sim.spec.name, borrowed[k])
+            lent -= g_c
+            targets.append(c)
+
+        targets: list = []
+        retry: dict[int, list] = {}
+        live = dict(queues)
+        done = False
+        while not done and (k := next_queue(live)) is not None:
+            while live[k]:
+                c = live[k].pop(0)
+                after = env.weighted_share(c[1].sim.spec.name, borrowed[k] - c[1].gpus[c[2]])
+                if preemptor_share <= after:  # LessThanOrEqualToFinalShare
+                    take(k, c)
+                    done = fits(lent)
+                    break  # the shares moved: pick the queue again
+                retry.setdefault(k, []).append(c)
+        while not done and (k := next_queue(retry)) is not None:
+            c = retry[k].pop(0)
+            if preemptor_share < share[k]:  # LessThanInitialShare
+                take(k, c)
+                done = fits(lent)
+            del retry[k]  # DropQueue: once per queue
+        if not done:
+            return []
+        for c in reversed(targets[:-1]):  # fillBackWorkloads
+            g_c = c[1].gpus[c[2]]
+            if fits(lent + g_c):
+                targets.remove(c)
+                lent += g_c
+        return [(c[1], c[2], "reclaim") for c in targets]
 
     # -- kube-scheduler: the admitted pods on their flavor's nodes --
 
@@ -1009,6 +1126,14 @@ class Environment:
             pool_sim.lending_limit_gpus = self.sharing[p.name].lendable_gpus
             if lends_ahead(cfg, p) and pool_sim.lending_limit_gpus > 0:
                 pool_sim.lend_ahead = (pool_sim.lending_limit_gpus, cfg.scheduling.kueue.reclaim_lookahead_minutes)
+        # The cohort's lendable quota (Kueue v0.19.2 pkg/cache/scheduler/fair_sharing.go:186 `calculateLendable`:
+        # each queue's nominal quota within its lendingLimit, every flavor): the floors' lendingLimits (moved by
+        # lend-ahead, PoolSim.set_lending_limit) and the elastic quota a production queue leaves its pool's other
+        # queue (no lendingLimit); other elastic flavors lend 0. In Kueue's units (time-slicing replicas).
+        self._kueue_units = cfg.gpu_operator.time_slicing_replicas or 1
+        self.cohort_lendable_gpus = elastic_lendable_gpus(cfg) // self._kueue_units + sum(
+            s.lending_limit_gpus for s in self.pools.values()
+        )
         # Lending links: a borrower's queue lists a lender's floor, the lender lends something, both run jobs.
         for name, sim in self.pools.items():
             w = sim.workload
@@ -1211,6 +1336,11 @@ class Environment:
             self._fair_sharing_round(
                 [sim.workload for sim in sorted(awake, key=lambda s: s.order) if not sim.workload.plain], now
             )
+            # a borrower's preemption in that round may have freed floor nodes that a pool not processed has pods
+            # pinned to (its waiting jobs could not be admitted at the round's start, or it would have been woken)
+            for sim in sorted(self._hungry[group[0].group_index], key=lambda s: s.order):
+                if sim.last != now and self._may_act(sim):
+                    self.wake(sim)
         else:
             self._in_order(awake, lambda sim: sim.workload.plain or sim.workload.admit(now, borrowing=True))
         self._in_order(awake, lambda sim: sim.workload.schedule(now) if sim.workload.plain else sim.workload.place(now))
@@ -1252,8 +1382,7 @@ class Environment:
                 pos, i, choice = head
                 cursors[key] = (w, cursor, pos)
                 borrows = choice[2]
-                weight = self.sharing[w.sim.spec.name].fair_share_weight
-                share = (w.borrowed_quota() + (w.gpus[i] if borrows else 0)) / weight
+                share = self.weighted_share(w.sim.spec.name, w.borrowed_quota() + (w.gpus[i] if borrows else 0))
                 rank = (borrows, share, -w.job_priority(i), w.submit_s[i], self._pool_order[w.sim.spec.name])
                 if best is None or rank < best[0]:
                     best = (rank, key, i, choice)
@@ -1263,6 +1392,24 @@ class Environment:
             w, cursor, pos = cursors[key]
             w.admit_choice(i, choice, now)
             cursors[key] = (w, cursor, pos + 1)
+            # a workload it evicted is requeued and competes in the next cycles (a borrower preempting another
+            # borrower: its queue's cursor, if any, no longer holds it)
+            for victim in {id(t[0]): t[0] for t in choice[1]}.values():
+                fresh = victim.admission_cursor()
+                if fresh is not None:
+                    cursors[id(victim)] = (victim, fresh, 0)
+
+    def weighted_share(self, pool: str, borrowed_gpus: int) -> float:
+        """A ClusterQueue's weighted dominant resource share when it holds `borrowed_gpus` above its nominal quota,
+        computed as Kueue v0.19.2 does (pkg/cache/scheduler/fair_sharing.go:149 `dominantResourceShare`: borrowed
+        x 1000 / the cohort's lendable quota, in float, then :90 `PreciseWeightedShare` / the weight; compared as
+        floats, :112 `CompareDRS`), so that ties and near-ties fall as on a cluster. GPUs are the one resource
+        (the rest is excluded from quota), all queues sit in one flat cohort. 0 when it borrows nothing."""
+        lendable = self.cohort_lendable_gpus * self._kueue_units
+        if borrowed_gpus <= 0 or lendable <= 0:
+            return 0.0
+        ratio = float(borrowed_gpus * self._kueue_units) * 1000.0 / float(lendable)
+        return ratio / self.sharing[pool].fair_share_weight
 
     @staticmethod
     def _could_wait_on_others(sim: PoolSim) -> bool:
@@ -1286,6 +1433,19 @@ class Environment:
             lenders = [lender for lender, _ in w.lenders] + ([sim] if w.split else [])
             if any(w._borrow_room(lender) >= small for lender in lenders):
                 return True
+            # under fair sharing it may preempt other borrowers of a floor whose shares moved: a necessary condition
+            # of either strategy (a queue holding that floor above this queue's share with the job)
+            if self.fair_sharing:
+                mine = self.weighted_share(sim.spec.name, w.borrowed_quota() + small)
+                for o in self._by_order:
+                    ow = o.workload
+                    if (
+                        o is not sim
+                        and isinstance(ow, EnvJobsWorkload)
+                        and any(ow.quota_borrowed.get(lender.spec.name, 0) > 0 for lender in lenders)
+                        and self.weighted_share(o.spec.name, ow.borrowed_quota()) > mine
+                    ):
+                        return True
         if sizes and sim.floor_gpus and sim.floor_gpus - sim.quota_own - sim.quota_lent >= min(sizes):
             return True
         # a job Kueue evicted after the pool's own admission pass of its last minute (a lender reclaiming its

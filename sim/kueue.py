@@ -55,7 +55,7 @@ def sharing_of(cfg) -> dict[str, PoolSharing]:
 def _fair_sharing_order(cands: list) -> list:
     """Kueue's victim order under fair sharing (v0.19.2 pkg/scheduler/preemption/fairsharing/ordering.go
     `nextTarget`, used by preemption.go `runFirstFsStrategy`): again and again the candidates' ClusterQueue of
-    highest share (borrowed quota / weight, recomputed as its workloads are taken; ties: the one whose next
+    highest share (Environment.weighted_share, recomputed as its workloads are taken; ties: the one whose next
     candidate comes first in CandidatesOrdering), its next candidate in CandidatesOrdering. The preemptor's own
     queue (its lower-priority workloads) borrows nothing: share 0, last. An owner within its nominal quota
     preempts whatever it takes (feature FairSharingPreemptWithinNominal, on by default), so the strategies do not
@@ -69,7 +69,7 @@ def _fair_sharing_order(cands: list) -> list:
 
         def rank(key):
             w = groups[key][0][1]
-            return (-borrowed[key] / w.sim.env.sharing[w.sim.spec.name].fair_share_weight, groups[key][0][0])
+            return (-w.sim.env.weighted_share(w.sim.spec.name, borrowed[key]), groups[key][0][0])
 
         key = min(groups, key=rank)
         c = groups[key].pop(0)
@@ -79,3 +79,20 @@ def _fair_sharing_order(cands: list) -> list:
         if not groups[key]:
             del groups[key]
     return out
+
+
+def elastic_lendable_gpus(cfg) -> int:
+    """The elastic part of the cohort's lendable quota (Kueue v0.19.2 pkg/cache/scheduler/fair_sharing.go:186
+    `calculateLendable`: each queue's nominal quota within its lendingLimit): the non-floor flavors' nominal GPUs
+    within their lendingLimit, in the plan's GPUs (Environment divides by the time-slicing replicas)."""
+    if not cfg.scheduling.kueue.enabled:
+        return 0
+    kueue_plan = plan(cfg)
+    kinds = {f.name: f.kind for f in kueue_plan.flavors}
+    lendable = 0
+    for q in kueue_plan.queues:
+        for entry in q.flavors:
+            if kinds[entry.flavor] != FLOOR and entry.nominal_gpus:
+                lend = entry.lending_limit_gpus
+                lendable += entry.nominal_gpus if lend is None else min(entry.nominal_gpus, lend)
+    return lendable

@@ -73,3 +73,48 @@ def test_the_owner_reclaims_from_the_borrower_of_highest_share_first():
     res = simulate_environment(resolved_prices(), cfg, demands, CONTROLLERS["karpenter"], CALM, 500)
     assert (_on_the_floor(res, "zed", 4), _on_the_floor(res, "bob", 4)) == (3, 1)
     assert (res.pools["zed"]["reclaim_preemptions"], res.pools["bob"]["reclaim_preemptions"]) == (1, 0)
+
+
+def _fair_preemption_run(ann_rows, bob_rows, horizon=500):
+    cfg = _lender_and_two_borrowers()
+    demands = {"lender": jobs("lender", []), "ann": jobs("ann", ann_rows), "bob": jobs("bob", bob_rows)}
+    return simulate_environment(resolved_prices(), cfg, demands, CONTROLLERS["karpenter"], CALM, horizon)
+
+
+def test_a_borrower_preempts_the_borrower_of_higher_share_down_to_equal_shares():
+    """Shipped settings: fair sharing on, reclaimWithinCohort Any, borrowWithinCohort Never, flavorFungibility
+    whenCanPreempt MayStopSearch, strategies [LessThanOrEqualToFinalShare, LessThanInitialShare]. The lender's
+    4-GPU floor (lendingLimit unset: the cohort lends 4 GPUs of it, `calculateLendable`), equal weights.
+    Minute 0: ann's four 1-GPU jobs; bob has none: ann borrows all 4 (share 4 x 1000 / 4 = 1000).
+    Minute 10: bob's two 1-GPU jobs. bob's first: the floor has 0 unused, but bob's usage with the job (1) is
+    within what it could ever get (potentialAvailable: 4), and with fair sharing and reclaimWithinCohort != Never
+    a borrower may preempt (flavorassigner.go:1371, :1382 `canPreemptWhileBorrowing`; borrowWithinCohort Never is
+    not read). Candidates (preemption.go:631 `findCandidates`): ann's 4 workloads (ann borrows the flavor; Any
+    priority). Preemptor share with the job 1 x 1000 / 4 = 250; ann's queue (share 1000) without one of its jobs
+    750 >= 250: LessThanOrEqualToFinalShare passes (strategy.go:41), one victim, bob fits. The mode is Reclaim,
+    so MayStopSearch stops at the floor: bob does not go to its spot flavor. bob's second: 500 <= ann without one
+    (3 -> 2) 500: passes again. ann 2, bob 2. ann's two evicted jobs come back: ann's share with one is
+    3 x 250 = 750, bob's 500 is not above it (neither 750 <= 250 nor 750 < 500): no victims
+    (noPreemptionCandidates), the next flavor, ann's own spot, takes them.
+    On main (no borrower-on-borrower preemption) bob's jobs went to spot and ann lost nothing."""
+    res = _fair_preemption_run([(0, 300, 1)] * 4, [(10, 300, 1)] * 2)
+    assert _on_the_floor(res, "bob", 2) == 2
+    assert res.pools["ann"]["reclaim_preemptions"] == 2
+    assert res.sims["ann"].workload.fair_share_preemptions == 2
+    assert res.pools["bob"]["reclaim_preemptions"] == 0
+    # the floor stays full: ann's 4 until minute 10, then 2 of ann's and bob's 2 (ann's end at 300, bob's at 310);
+    # ann's evicted jobs never come back to it
+    assert res.pools["lender"]["floor_lent_gpu_hours"] == round((4 * 300 + 2 * 10) / 60, 3)
+
+
+def test_the_second_strategy_evicts_a_larger_workload_when_the_first_cannot():
+    """ann holds one 4-GPU job on the lender's 4-GPU floor (share 1000); at minute 10 bob's 1-GPU job. Preemptor
+    share 250; ann's share without its only workload would be 0, and 250 <= 0 fails LessThanOrEqualToFinalShare
+    (S2-a): the candidate is kept for the second strategy. LessThanInitialShare (S2-b, preemption.go:499
+    `runSecondFsStrategy`, strategy.go:46): 250 < 1000 (ann's share now) passes: ann's 4-GPU workload is evicted
+    for bob's 1 GPU (Kueue evicts whole workloads). Then ann's job (4 GPUs, 3 unused): ann's share with it 1000,
+    bob's 250 is not above it: no victims; ann's spot flavor (4 nodes of 1 GPU) takes it."""
+    res = _fair_preemption_run([(0, 300, 4)], [(10, 300, 1)])
+    assert _on_the_floor(res, "bob", 1) == 1
+    assert res.pools["ann"]["reclaim_preemptions"] == 1
+    assert res.sims["ann"].workload.fair_share_preemptions == 1
