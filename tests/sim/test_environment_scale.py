@@ -125,17 +125,18 @@ def test_a_job_requeued_after_its_pools_admission_pass_is_admitted_next_minute_a
     assert _result_json(fast) == _result_json(slow)
 
 
-@pytest.mark.parametrize("controller", sorted(CONTROLLERS))
-def test_a_job_kueue_evicts_in_the_fair_sharing_round_is_seen_pending_the_next_minute_as_every_minute(
-    controller, monkeypatch
-):
-    """Six pools of 4-GPU nodes under fair sharing, two calm days. At minute 1051 p5's own job reclaims its floor
-    from p0, p0's job then reclaims p0's floor from p3's borrowed job: both in the fair-sharing round, which had
-    built p3's queue before the eviction. p3's job is admitted to p3's spot flavor in the pass after the
-    controllers' turn, so its pods are pending from then on. Deciding every minute, p3's controller sees them the
-    next minute; skipping, the admission must count as a change of what the controller reads (`sim.version`), or
-    p3 sleeps on its last plan. Before that fix the two runs split (issue 41 item 3; the 16-pool month's split at
-    minute 7876 in c09-s31 was the same)."""
+def test_a_job_kueue_admits_after_the_ticks_is_seen_pending_the_next_minute_as_every_minute(monkeypatch):
+    """Six pools of 4-GPU nodes under fair sharing, two calm days, with a job Kueue admits to its pool's spot
+    flavor in the pass after the controllers' turn (with gpuloan: p2 at minute 2571): from then on its pods are pending. Deciding
+    every minute, p2's controller sees them the next minute; skipping, the admission must count as a change of what
+    the controller reads (`sim.version`), or p2 sleeps on its last plan. Found on 2026-12-06 before Kueue's
+    fair-sharing preemption was modelled (the 16-pool month's split at minute 7876 in c09-s31, and this test's
+    first case at minute 1051, seeds 120+): there a job Kueue evicted during the fair-sharing round was admitted
+    after the ticks. Since the evicted workloads compete again in the same round (v0.19.2), no seed of 100-611
+    splits with the bump taken out; the bump stays because an admission is a change the controller reads, and
+    this test keeps such an admission in the skipping run and both runs equal. gpuloan only: Karpenter's wake
+    reads the pending pods at the end of the minute, not a version (the fair-sharing tests compare it)."""
+    controller = "gpuloan"
     admitted_after_the_ticks: list[tuple[int, str]] = []
     admit = envsim.EnvJobsWorkload._admit
 
@@ -152,10 +153,10 @@ def test_a_job_kueue_evicts_in_the_fair_sharing_round_is_seen_pending_the_next_m
         for k, (tier, floor, most, _) in enumerate(shape)
     ]
     cfg = env_config(pools, fair_sharing=True)
-    demands = {f"p{k}": random_jobs(f"p{k}", seed=120 + k, n=n, max_gpus=4) for k, (*_, n) in enumerate(shape)}
+    demands = {f"p{k}": random_jobs(f"p{k}", seed=431 + k, n=n, max_gpus=4) for k, (*_, n) in enumerate(shape)}
     calm = SimSettings(spot_interruptions_per_month=0.0)
     fast = simulate_environment(resolved_prices(), cfg, demands, CONTROLLERS[controller], calm, 2 * 1440)
-    assert (1051, "p3") in admitted_after_the_ticks  # the case this test is about happens in the skipping run
+    assert admitted_after_the_ticks  # the case this test is about happens in the skipping run
     slow = simulate_environment(
         resolved_prices(), cfg, demands, CONTROLLERS[controller], replace(calm, skip_quiet_ticks=False), 2 * 1440
     )
