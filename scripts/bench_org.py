@@ -109,7 +109,7 @@ def _sim_unit(price_book, rotation, seed, traces, days, sizing_hours, checkpoint
     from advise import org_advisor as oa
     from sim import org_demand
     from sim.engine import SimSettings
-    from sim.latency import ElasticLatency
+    from sim.cloud import ElasticLatency
 
     demands = org_demand.itp_environment(traces, rotation, seed, days)
     tiers = org_demand.rotation_tiers(rotation)

@@ -27,17 +27,24 @@ import bisect
 import heapq
 import math
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from sim.cluster import GangHoldMeter
-from sim.latency import (
+from sim.cloud import (
+    Counters,
     ElasticLatency,
+    SimNode,
+    SlotInterruptions,
     drawn_arrival_second,
     karpenter_ready_minute,
     nodegroup_applied_second,
     nodegroup_ready_minute,
     nodegroup_update_ticks,
+    kind_of,
+    merge_windows,
+    size_group,
+    spot_episodes,
 )
 from pricing.cost_model.billing import HOURS_PER_MONTH
 from sim.pool import PoolSpec
@@ -45,17 +52,6 @@ from sim.traces import JobsTrace, SeriesTrace
 
 GUARANTEED, SPOT, ON_DEMAND = "guaranteed", "spot", "on_demand"
 MINUTES_PER_MONTH = HOURS_PER_MONTH * 60
-
-
-def size_group(kind: str, gpus: int) -> str:
-    """The group of another node size of a pool of several sizes (PoolSpec.sizes): "spot-1gpu", "on_demand-4gpu".
-    The largest size's groups keep the plain names SPOT and ON_DEMAND."""
-    return f"{kind}-{gpus}gpu"
-
-
-def kind_of(group: str) -> str:
-    """GUARANTEED, SPOT or ON_DEMAND: the capacity a group (of any size) bills and fills as."""
-    return group.split("-", 1)[0]
 
 
 class _FillRank(dict):
@@ -140,151 +136,13 @@ class SimSettings:
     # No public source gives its duration. 0: the group acts on a new size the minute it is set (the other
     # benchmarks); the organization's runs set `latency` below, which takes the update's duration in seconds.
     nodegroup_update_minutes: int = 0
-    # The elastic path's latency per side at second resolution (sim/latency.py, issue 36): the function's schedule
+    # The elastic path's latency per side at second resolution (sim/cloud.py, issue 36): the function's schedule
     # and run time, the update's asynchrony and the Auto Scaling group's launch for node groups; Karpenter's batch
     # window and CreateFleet; rounded up to the minute only where a node becomes Ready. It replaces
     # nodegroup_update_minutes (the update's ticks come from its seconds). None: a node is Ready
     # provisioning_delay_minutes after the minute it is asked for (the other benchmarks). The organization's runs
     # (advise/org_advisor.py, `make bench-org`) set ElasticLatency().
     latency: ElasticLatency | None = None
-
-
-@dataclass
-class SimNode:
-    __slots__ = (
-        "id",
-        "serial",
-        "group",
-        "gpus",
-        "usd_per_hour",
-        "launched",
-        "ready_at",
-        "reclaim_at",
-        "warned",
-        "busy",
-        "jobs",
-        "hist",
-        "empty_since",
-        "obs_cache",
-        "slot",
-        "busy_minutes",
-        "empty_minutes",
-        "closed",
-        "rebalance_at",
-        "recommended",
-    )
-    id: str
-    serial: int
-    group: str
-    gpus: int
-    usd_per_hour: float
-    launched: int
-    ready_at: int
-    reclaim_at: int | None
-    warned: bool
-    busy: int
-    jobs: set
-    hist: list  # [(minute, busy_gpus)] change points, pruned to the longest window anyone asks about
-    empty_since: int | None
-    obs_cache: object
-    slot: int | None  # spot slot (common random numbers), None for other capacity
-    busy_minutes: int  # GPU-minutes a pod held, up to the node's last busy change
-    empty_minutes: int  # minutes ready with no pod, up to the node's last busy change
-    closed: bool  # a NoSchedule taint keeps new pods off it (back to spot, the rebalance recommendation)
-    rebalance_at: int | None  # minute of EC2's rebalance recommendation before the notice; None: with the notice
-    recommended: bool  # the recommendation came (the node group's Capacity Rebalancing replaces it)
-
-    @property
-    def free(self) -> int:
-        return self.gpus - self.busy
-
-    def ready(self, now: int) -> bool:
-        return now >= self.ready_at
-
-
-@dataclass
-class Counters:
-    guaranteed_usd: float = 0.0
-    spot_usd: float = 0.0
-    on_demand_usd: float = 0.0
-    served_gpu_minutes: float = 0.0  # useful work (redone work after an interruption is not counted twice)
-    lost_gpu_minutes: float = 0.0
-    spot_interruptions: int = 0
-    jobs_interrupted: int = 0
-    busy_terminations: int = 0  # nodes a policy terminated while they ran work
-    spot_launch_failures: int = 0
-    nodegroup_update_conflicts: int = 0  # desired sizes refused: the node group was still UPDATING
-    on_demand_launch_failures: int = 0  # launches refused in an on-demand shortage window
-    node_launches: int = 0
-    monthly_usd: dict = field(default_factory=dict)
-    # Elastic GPU-minutes paid, split by what they did (closed nodes; Simulation.elastic_gpu_minutes adds the
-    # open ones): where the cost above the oracle goes.
-    elastic_paid: int = 0
-    elastic_booting: int = 0
-    elastic_empty: int = 0
-    elastic_busy: int = 0
-    # On-demand node-minutes billed while spot could be launched (outside every spot-unavailable episode): the
-    # fallback capacity kept after spot came back (issue 28, "Back to spot").
-    on_demand_node_minutes_spot_available: int = 0
-    on_demand_node_minutes: int = 0
-
-
-def spot_episodes(seed: int | str, horizon: int, per_week: float, mean_hours: float) -> list[tuple[int, int]]:
-    """[start, end) minutes in which spot cannot be launched; a Poisson process, the same for every policy."""
-    rng = random.Random(f"episodes-{seed}")
-    out: list[tuple[int, int]] = []
-    if per_week <= 0 or mean_hours <= 0:
-        return out
-    t = 0.0
-    rate = per_week / (7 * 1440)
-    while True:
-        t += rng.expovariate(rate)
-        if t >= horizon:
-            return out
-        length = max(1, int(rng.expovariate(1 / (mean_hours * 60))))
-        out.append((int(t), int(t) + length))
-        t += length
-
-
-def merge_windows(windows) -> list[tuple[int, int]]:
-    """[start, end) minute windows sorted and merged where they overlap or touch."""
-    out: list[list[int]] = []
-    for a, b in sorted((int(a), int(b)) for a, b in windows):
-        if b <= a:
-            continue
-        if out and a <= out[-1][1]:
-            out[-1][1] = max(out[-1][1], b)
-        else:
-            out.append([a, b])
-    return [(a, b) for a, b in out]
-
-
-class SlotInterruptions:
-    """Common random numbers for spot interruptions: slot k's interruption minutes are a Poisson stream drawn
-    from (seed, k) alone. A spot node that takes slot k at minute t is reclaimed at the slot's first event after
-    t: by memorylessness its time to interruption is exponential at the same rate as a per-node draw, but two
-    policies running k spot nodes at the same minute meet the same interruption, whatever their launch order."""
-
-    def __init__(self, seed: int | str, rate_per_minute: float):
-        self.seed = seed
-        self.rate = rate_per_minute
-        self.events: list[list[int]] = []
-        self._clock: list[float] = []
-        self._rngs: list[random.Random] = []
-
-    def next_after(self, slot: int, minute: int) -> int | None:
-        if self.rate <= 0:
-            return None
-        while len(self.events) <= slot:
-            k = len(self.events)
-            self.events.append([])
-            self._clock.append(0.0)
-            self._rngs.append(random.Random(f"spot-slot-{self.seed}-{k}"))
-        ev = self.events[slot]
-        while not ev or ev[-1] <= minute:
-            self._clock[slot] += self._rngs[slot].expovariate(self.rate)
-            ev.append(int(self._clock[slot]) + 1)  # at least one minute after the stream starts
-        return ev[bisect.bisect_right(ev, minute)]
 
 
 class Simulation:
@@ -1035,7 +893,7 @@ class JobsWorkload:
         pass  # running jobs are accounted when they stop
 
     def arrival_seconds(self, minute: int) -> list[float]:
-        """Submission seconds of the jobs submitted in `minute` (the trace's own seconds: sim/latency.py)."""
+        """Submission seconds of the jobs submitted in `minute` (the trace's own seconds: sim/cloud.py)."""
         lo = bisect.bisect_left(self.submit_s, 60 * minute)
         hi = bisect.bisect_left(self.submit_s, 60 * (minute + 1), lo)
         return self.submit_s[lo:hi]
@@ -1311,7 +1169,7 @@ class SeriesWorkload:
 
     def arrival_seconds(self, minute: int) -> list[float]:
         """The second new pods appear in `minute` where the level rises: a minute series has no seconds, so one is
-        drawn from the pool's stream and the minute (sim/latency.py)."""
+        drawn from the pool's stream and the minute (sim/cloud.py)."""
         if self._level(minute) <= (self._level(minute - 1) if minute > 0 else 0):
             return []
         return [60.0 * minute + drawn_arrival_second(self.sim.stream, minute)]

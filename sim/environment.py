@@ -98,6 +98,7 @@ from typing import Callable
 
 from pricing.sources.catalog import Prices
 from sim.job_class import production_flags, series_is_production  # the one classifier (floors, the bound)
+from sim.cloud import SimNode
 from sim.engine import (
     FILL_RANK,
     GUARANTEED,
@@ -106,7 +107,6 @@ from sim.engine import (
     SPOT,
     JobsWorkload,
     SeriesWorkload,
-    SimNode,
     SimSettings,
     Simulation,
     default_horizon,

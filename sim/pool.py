@@ -70,7 +70,7 @@ class PoolSpec:
     # the cluster's kube-scheduler scoring: most_allocated with cluster.bin_packing, else least_allocated (the
     # default profile; an existing cluster is taken to run it)
     placement: str = "least_allocated"
-    # The pool's other node sizes, each its own pair of groups (sim/engine.py size_group); the fields above are the
+    # The pool's other node sizes, each its own pair of groups (sim/cloud.py size_group); the fields above are the
     # largest size's (gpus_per_node is the largest node: a job larger than it is a gang of such nodes). () = one size.
     sizes: tuple[SizeSpec, ...] = ()
     # GPUs per floor node where the floor is of another (smaller) size of the pool than gpus_per_node, as validate

@@ -173,9 +173,9 @@ def run(args, price_book, cfg) -> dict:
     else:  # every scenario through the environment simulator, identical runs once (EnvironmentRunner's cache)
         from dataclasses import replace
 
-        from sim.latency import ElasticLatency
+        from sim.cloud import ElasticLatency
 
-        # the elastic path's latency per side, from documented figures (sim/latency.py, SimSettings.latency)
+        # the elastic path's latency per side, from documented figures (sim/cloud.py, SimSettings.latency)
         settings = replace(settings, latency=ElasticLatency())
         runner = org_advisor.environment_runner(
             price_book, cfg, demand, settings, inputs.prices, production_share=share

@@ -25,7 +25,8 @@ from policy.model import (
 from policy.rhythm import SLOT_MINUTES
 from policy.spend import MAX_ACCRUAL_GAP, accrue
 from pricing import policy_settings
-from sim.engine import GUARANTEED, ON_DEMAND, SPOT, Simulation, size_group
+from sim.cloud import size_group
+from sim.engine import GUARANTEED, ON_DEMAND, SPOT, Simulation
 from sim.pool import PoolSpec
 from sim.controllers.ports import at_minute, minute_at_or_after, sim_ports
 from sim.controllers.base import Controller
@@ -62,7 +63,7 @@ def pool_settings(spec: PoolSpec) -> PoolSettings:
         guaranteed_nodes=spec.floor_nodes,
         guaranteed_usd_per_hour=spec.floor_nodes * spec.floor_usd_per_hour,
         **budget,
-        # the pool's other node sizes, each its own pair of simulated groups (sim/engine.py size_group)
+        # the pool's other node sizes, each its own pair of simulated groups (sim/cloud.py size_group)
         other_sizes=tuple(
             NodeSize(
                 z.gpus_per_node,

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 
-from sim.engine import GUARANTEED, ON_DEMAND, SPOT, Simulation, size_group
-from sim.latency import karpenter_batch_close
+from sim.cloud import karpenter_batch_close, size_group
+from sim.engine import GUARANTEED, ON_DEMAND, SPOT, Simulation
 from sim.cluster import new_claims, new_nodes_needed
 from sim.controllers.ports import node_pod_gpus
 from sim.controllers.base import Controller
@@ -59,7 +59,7 @@ class Karpenter(Controller):
         # batch window is 1 s idle, 10 s at most (karpenter.sh settings BATCH_IDLE_DURATION / BATCH_MAX_DURATION),
         # so pods seconds apart get claims of their own. `claim_per_pod` bounds that the other way: every pod that
         # fits no existing node gets its own claim (and the cheapest type that holds it). The window's timing (when
-        # the launch is asked for) is modelled in seconds with SimSettings.latency (`_batch_close`, sim/latency.py).
+        # the launch is asked for) is modelled in seconds with SimSettings.latency (`_batch_close`, sim/cloud.py).
         self.claim_per_pod = claim_per_pod
         self.uses_spot = True
         self.name = name
@@ -81,7 +81,7 @@ class Karpenter(Controller):
         return pending
 
     def _batch_close(self, sim: Simulation) -> float | None:
-        """Second of this minute's launch request (SimSettings.latency, sim/latency.py): the close of the batch
+        """Second of this minute's launch request (SimSettings.latency, sim/cloud.py): the close of the batch
         window holding the minute's last pod arrival; with no arrival this minute (pods still pending, pods of a
         node under a notice), a window opened at the minute's start."""
         lat = sim.settings.latency

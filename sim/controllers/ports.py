@@ -37,7 +37,8 @@ from policy.spend import _month as budget_month
 from policy.ports import LEASE_KEY, GroupState, Instance, checked_ids
 from policy.tick import Ports
 from policy.gpu_series import Series
-from sim.engine import GUARANTEED, Simulation, SimNode
+from sim.cloud import SimNode
+from sim.engine import GUARANTEED, Simulation
 
 # The ITP traces start on 2021-03-04; any fixed UTC midnight works (it places the calendar months of the budget
 # and the days of the warm-up history).

@@ -1,4 +1,4 @@
-"""The elastic path's latency per side at second resolution (sim/latency.py, issue 36): hand-computed Ready minutes
+"""The elastic path's latency per side at second resolution (sim/cloud.py, issue 36): hand-computed Ready minutes
 for gpuloan's node group path and Karpenter's CreateFleet path, through the real simulator and controllers."""
 
 from __future__ import annotations
@@ -7,14 +7,14 @@ from dataclasses import replace
 
 import pytest
 
-from sim import latency, traces
+from sim import cloud, traces
 from sim.engine import Simulation
 from sim.controllers.base import Controller
 from sim.controllers.gpuloan import GpuLoan
 from sim.controllers.karpenter import Karpenter
 from test_sim import CALM, dev_spec
 
-LAT = latency.ElasticLatency()  # R 11.8 s, update 30 s, ASG 5 s; batch 1 s idle / 10 s max, CreateFleet 2 s
+LAT = cloud.ElasticLatency()  # R 11.8 s, update 30 s, ASG 5 s; batch 1 s idle / 10 s max, CreateFleet 2 s
 BOOT_S = CALM.provisioning_delay_minutes * 60  # 360 s, the same on both sides
 
 
@@ -31,15 +31,15 @@ def _starts(tmp_path, seconds, controller, lat=LAT):
 
 
 def test_ready_minute_rounds_up_only_past_the_minute():
-    assert latency.ready_minute(59) == 1 and latency.ready_minute(60) == 1 and latency.ready_minute(61) == 2
+    assert cloud.ready_minute(59) == 1 and cloud.ready_minute(60) == 1 and cloud.ready_minute(61) == 2
 
 
 def test_karpenter_batch_window_closes_one_second_after_a_burst_and_ten_after_its_first_pod():
-    assert latency.karpenter_batch_close([185], LAT) == 186
-    assert latency.karpenter_batch_close([230, 185], LAT) == 231  # 45 s apart: two windows, the last closes at 231
+    assert cloud.karpenter_batch_close([185], LAT) == 186
+    assert cloud.karpenter_batch_close([230, 185], LAT) == 231  # 45 s apart: two windows, the last closes at 231
     burst = [100 + 0.5 * k for k in range(30)]  # a pod every 0.5 s for 15 s: the window stops at 10 s
-    assert latency.karpenter_batch_close(burst, LAT) == pytest.approx(114.5 + 1)  # the later window's close
-    assert latency.karpenter_batch_close(burst[:15], LAT) == 107 + 1  # within 10 s: 1 s after the last pod
+    assert cloud.karpenter_batch_close(burst, LAT) == pytest.approx(114.5 + 1)  # the later window's close
+    assert cloud.karpenter_batch_close(burst[:15], LAT) == 107 + 1  # within 10 s: 1 s after the last pod
 
 
 # Hand-computed, pod at second 50 of minute 3 (230 s) or at second 5 (185 s):
@@ -52,8 +52,8 @@ def test_karpenter_batch_window_closes_one_second_after_a_burst_and_ten_after_it
     "seconds,gpuloan_ready,karpenter_ready", [([230], 11, 10), ([185], 11, 10), ([185, 230], 11, 10), ([238], 11, 11)]
 )
 def test_each_sides_node_is_ready_at_the_hand_computed_minute(tmp_path, seconds, gpuloan_ready, karpenter_ready):
-    assert latency.nodegroup_ready_minute(latency.nodegroup_applied_second(3, LAT), LAT, BOOT_S) == gpuloan_ready
-    assert latency.karpenter_ready_minute(latency.karpenter_batch_close(seconds, LAT), LAT, BOOT_S) == karpenter_ready
+    assert cloud.nodegroup_ready_minute(cloud.nodegroup_applied_second(3, LAT), LAT, BOOT_S) == gpuloan_ready
+    assert cloud.karpenter_ready_minute(cloud.karpenter_batch_close(seconds, LAT), LAT, BOOT_S) == karpenter_ready
     # through the simulator: each pod starts the minute its node is Ready
     assert _starts(tmp_path, seconds, GpuLoan()) == [gpuloan_ready] * len(seconds)
     assert _starts(tmp_path, seconds, Karpenter()) == [karpenter_ready] * len(seconds)
@@ -65,10 +65,10 @@ def test_without_the_latency_model_both_sides_are_ready_a_provisioning_delay_aft
 
 
 def test_a_path_61_seconds_past_the_minute_costs_two_minutes_one_of_59_costs_one():
-    quick = latency.ElasticLatency(function_run_s=0, nodegroup_update_s=0, asg_launch_s=0)
+    quick = cloud.ElasticLatency(function_run_s=0, nodegroup_update_s=0, asg_launch_s=0)
     # the update is written at 240 s; the ASG acts at once; boot chosen so the path ends 59 s or 61 s past 600 s
-    assert latency.nodegroup_ready_minute(latency.nodegroup_applied_second(3, quick), quick, 360 + 59) == 11
-    assert latency.nodegroup_ready_minute(latency.nodegroup_applied_second(3, quick), quick, 360 + 61) == 12
+    assert cloud.nodegroup_ready_minute(cloud.nodegroup_applied_second(3, quick), quick, 360 + 59) == 11
+    assert cloud.nodegroup_ready_minute(cloud.nodegroup_applied_second(3, quick), quick, 360 + 61) == 12
 
 
 class _AskAt(Controller):
@@ -110,11 +110,11 @@ def test_the_update_is_asynchronous_in_seconds(update_s, launched, ready, confli
 
 
 def test_a_minute_series_draws_its_arrival_second_from_the_stream():
-    a = latency.drawn_arrival_second("1:exp", 7)
-    assert 0 <= a < 60 and a == latency.drawn_arrival_second("1:exp", 7) != latency.drawn_arrival_second("1:exp", 8)
+    a = cloud.drawn_arrival_second("1:exp", 7)
+    assert 0 <= a < 60 and a == cloud.drawn_arrival_second("1:exp", 7) != cloud.drawn_arrival_second("1:exp", 8)
 
 
 @pytest.mark.parametrize("field", ["function_run_s", "nodegroup_update_s", "create_fleet_s"])
 def test_a_negative_figure_is_refused_naming_it(field):
     with pytest.raises(ValueError, match=field):
-        latency.ElasticLatency(**{field: -1.0})
+        cloud.ElasticLatency(**{field: -1.0})

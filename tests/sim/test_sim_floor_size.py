@@ -12,7 +12,8 @@ from conftest import REPO, requires_prices, resolved_prices
 from gpuloan import cli
 from pricing import checks
 from sim import pool as simpool
-from sim.engine import GUARANTEED, SPOT, SimSettings, Simulation, size_group
+from sim.cloud import size_group
+from sim.engine import GUARANTEED, SPOT, SimSettings, Simulation
 from sim.controllers.gpuloan import GpuLoan
 from sim.traces import Job, JobsTrace
 

@@ -12,7 +12,8 @@ import yaml
 from gpuloan import cli
 from sim import pool as simpool
 from sim import runner, traces
-from sim.engine import GUARANTEED, LEAVING, ON_DEMAND, SPOT, SimSettings, Simulation, SlotInterruptions
+from sim.cloud import SlotInterruptions
+from sim.engine import GUARANTEED, LEAVING, ON_DEMAND, SPOT, SimSettings, Simulation
 from sim.controllers.base import Controller
 from sim.controllers.baselines import FloorOnly, ThresholdScript
 from sim.controllers.gpuloan import GpuLoan

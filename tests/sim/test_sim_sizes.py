@@ -12,7 +12,8 @@ import pytest
 
 from conftest import REPO, SHARED_TRACES, requires_shared_prices, requires_shared_traces, resolved_prices
 from sim import runner, traces
-from sim.engine import SPOT, SPOT_SHORTAGE, SimSettings, Simulation, size_group
+from sim.cloud import size_group
+from sim.engine import SPOT, SPOT_SHORTAGE, SimSettings, Simulation
 from sim.cluster import new_claims
 from sim.controllers.gpuloan import GpuLoan, pool_settings
 from sim.controllers.karpenter import Karpenter

@@ -13,7 +13,7 @@ from policy.decide import pack_pods
 from sim import pool as simpool
 from sim import runner, traces
 from sim.engine import SPOT_SHORTAGE, SimSettings
-from sim.latency import ElasticLatency
+from sim.cloud import ElasticLatency
 from sim.cluster import new_nodes_needed
 from sim.controllers.gpuloan import GpuLoan
 from sim.controllers.lineup import all_policies, what_if_policies
@@ -119,7 +119,7 @@ CASES = [
     ("cluster05", 1, 4, "jobs", SPOT_SHORTAGE),
     ("cluster05", 1, 3, "series", {}),
     ("cluster09", 1, 2, "series", SPOT_SHORTAGE),
-    # the elastic path's latency at second resolution (sim/latency.py): Ready minutes from seconds, updates in ticks
+    # the elastic path's latency at second resolution (sim/cloud.py): Ready minutes from seconds, updates in ticks
     ("cluster05", 1, 4, "jobs", {**SPOT_SHORTAGE, "latency": ElasticLatency()}),
     ("cluster09", 1, 2, "series", {"latency": ElasticLatency()}),
 ]
