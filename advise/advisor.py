@@ -10,7 +10,7 @@ the floor is paid, so one simulation per size serves every payment; the floor's 
 and the monthly cost of a point is that plus the simulated elastic spend scaled to a 730-hour month.
 
 Service per point: p95 job wait (job traces), unmet share of the GPU-hours an instant, infinite cluster would
-have served by the horizon (runner.oracle_gpu_hours), and interruptions of
+have served by the horizon (metrics.oracle_gpu_hours), and interruptions of
 production work. Production work is interrupted only where the shipped objects let it run on spot: Kueue admits
 production work to spot only in a pool listed in scheduling.kueue.production_spot_pools (config/scheduling.py
 production_work_on_spot, the rule the organization advisor's environment simulator uses). Where it may: the
@@ -38,7 +38,7 @@ import time
 from dataclasses import replace
 
 from sim import pool as simpool
-from sim import runner
+from sim import metrics, runner
 from sim.environment import production_share_pct
 from sim.engine import MINUTES_PER_MONTH, SimSettings, default_horizon
 from sim.controllers.gpuloan import GpuLoan
@@ -208,7 +208,7 @@ def advise(
     jobs = hasattr(trace, "jobs")
     profile = simpool.demand_profile(trace, horizon)
     demand_gpu_hours = sum(profile) / 60
-    oracle_hours = runner.oracle_gpu_hours(trace, horizon)
+    oracle_hours = metrics.oracle_gpu_hours(trace, horizon)
     points = []
     sizes = sizes if sizes is not None else floor_sizes(spec.floor_peak_nodes)
     t0 = time.perf_counter()

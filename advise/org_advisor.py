@@ -53,7 +53,7 @@ from advise import commitment_choice, sanity
 from sim import fluid, org_loan
 from sim.fluid import EnvironmentRun, PoolPrices, Scenario
 from sim.org_demand import PRODUCTION, TIERS, PoolDemand
-from sim.runner import percentile
+from sim.metrics import percentile
 
 DEFAULT_PERCENTILE = 90.0
 KARPENTER, KARPENTER_SP = "karpenter", "karpenter+savings-plan"
@@ -401,7 +401,7 @@ class EnvironmentRunner:
     - `.pools[name]` with production_interruptions, unmet_gpu_hours, unmet_production_gpu_hours,
       floor_gpu_hours, floor_owned_gpu_hours, floor_lent_gpu_hours measured over the report window of that run
       (events that happened in it; unmet = work of jobs submitted in it not served by the end of the run);
-    - `.pending_by_tier` (optional): tier -> sim.environment.pending_summary of the total pending minutes per
+    - `.pending_by_tier` (optional): tier -> sim.metrics.pending_summary of the total pending minutes per
       job (first wait plus every re-wait) of the jobs submitted in the report window.
     Floors are there from minute 0 of the run (a floor's Kueue quota and its reservation exist from day 0 of the
     history, as if it had been bought before it: the sizing window's usage then includes the floor, which is what
@@ -881,7 +881,7 @@ def _reduce(result, job_tiers: dict | None = None) -> _SimulatedRun:
     usage = [billing.Usage(**asdict(r)) for r in result.usage]
     pending = result.environment["window"]["pending_minutes_by_tier"]
     if job_tiers is not None:
-        from sim.environment import pending_summary
+        from sim.metrics import pending_summary
 
         by_tier: dict[str, list[float]] = {}
         start = result.environment["window"]["from_minute"]

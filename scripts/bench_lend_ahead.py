@@ -25,7 +25,8 @@ def with_lend_ahead(cfg, on: bool, lookahead: int):
 
 
 def figures(res) -> dict[str, float | None]:
-    from sim.environment import EnvJobsWorkload, pending_summary
+    from sim.environment import EnvJobsWorkload
+    from sim.metrics import pending_summary
 
     production_waits: list[float] = []
     for sim in res.sims.values():

@@ -112,7 +112,7 @@ from sim.engine import (
     default_horizon,
 )
 from sim.pool import PoolError, PoolSpec, demand_profile, spec_from_config
-from sim.runner import elastic_oracle_gpu_hours, metrics_of, oracle_gpu_hours, percentile
+from sim.metrics import elastic_oracle_gpu_hours, metrics_of, oracle_gpu_hours, pending_summary, percentile
 from sim.traces import JobsTrace
 from sim.kueue import _fair_sharing_order, elastic_lendable_gpus, sharing_of
 from config.config_terms import Reservation, Tier
@@ -140,17 +140,6 @@ class EnvironmentError(ValueError):
 def pool_stream(seed: int, pool: str) -> str:
     """What a pool's spot interruption and shortage streams are drawn from: the seed and the pool's name."""
     return f"{seed}/{pool}"
-
-
-def pending_summary(minutes: list[float]) -> dict[str, float | None]:
-    """p95, p99 and max of total pending minutes per job (None for no job): what the advisor reports per tier."""
-    if not minutes:
-        return {"p95_pending_minutes": None, "p99_pending_minutes": None, "max_pending_minutes": None}
-    return {
-        "p95_pending_minutes": round(percentile(minutes, 95), 1),
-        "p99_pending_minutes": round(percentile(minutes, 99), 1),
-        "max_pending_minutes": round(max(minutes), 1),
-    }
 
 
 # --- one pool inside the environment ---------------------------------------------------------------------------

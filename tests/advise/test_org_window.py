@@ -17,7 +17,7 @@ from sim.environment import simulate_environment
 from sim.fluid import PoolPrices, Scenario
 from sim.controllers.gpuloan import GpuLoan
 from sim.controllers.karpenter import Karpenter
-from sim.runner import percentile
+from sim.metrics import percentile
 from sim.traces import Job, JobsTrace
 from pricing import checks
 from config import config

@@ -36,7 +36,7 @@ def _definitions(pattern: str) -> list[str]:
     "pattern, home",
     [
         (r"HOURS_PER_MONTH\s*=\s*\d", "pricing/cost_model/billing.py"),
-        (r"def percentile\(", "sim/runner.py"),
+        (r"def percentile\(", "sim/metrics.py"),
         (r"def production_share_pct\(", "config/scheduling.py"),
         (r"class (Workload|Enforcement)\(", "policy/terms.py"),
         # The floor-under-budget rule the config validation and the CrossGuard pack both apply, and the floors' bill.
@@ -65,7 +65,7 @@ def test_the_config_validates_against_the_policys_enums_and_the_settings_stay_pl
 
 
 def test_the_percentile_is_nearest_rank_and_refuses_a_rank_outside_0_to_100():
-    from sim.runner import percentile
+    from sim.metrics import percentile
 
     assert percentile([10, 20, 30, 40], 50) == 20 and percentile([10, 20, 30, 40], 51) == 30
     assert percentile([10, 20, 30, 40], 100) == 40 and percentile([], 95) == 0.0

@@ -16,7 +16,7 @@ from sim.environment import EnvironmentError, pool_stream, simulate_environment
 from sim.controllers.gpuloan import GpuLoan
 from sim.controllers.karpenter import Karpenter
 from sim.pool import spec_from_config
-from sim.runner import metrics_of
+from sim.metrics import metrics_of
 from sim.traces import Job, JobsTrace
 from pricing import checks
 from config import config

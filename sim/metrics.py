@@ -1,0 +1,140 @@
+"""The figures of a run: what a simulated pool cost and served against the oracle's lower bound, its waits, its
+months over budget, and the summaries of several seeds and of pending time.
+
+One definition of each (issue 34): sim/runner.py's comparisons, sim/environment.py's organization runs and the
+advisors (advise/) all take their figures from here.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+from sim.engine import MINUTES_PER_MONTH, JobsWorkload, Simulation
+from sim.controllers.base import Controller
+from sim.controllers.gpuloan import GpuLoan
+from sim.pool import demand_profile
+from sim.traces import JobsTrace
+
+
+def percentile(values: Iterable[float], q: float) -> float:
+    """Nearest-rank percentile (0 < q <= 100): hand-checkable, always one of the values; 0 for no values and for
+    q = 0 (no rank: the floor advisor's "guarantee nothing"). The one percentile of the simulator and the advisors."""
+    if not 0 <= q <= 100:
+        raise ValueError(f"percentile must be between 0 and 100, got {q}")
+    ordered = sorted(values)
+    if not ordered or q == 0:
+        return 0.0
+    return ordered[math.ceil(q / 100 * len(ordered)) - 1]
+
+
+def oracle_gpu_hours(trace, horizon: int) -> float:
+    """Work an instant, infinite, never-interrupted cluster would serve by the horizon."""
+    if isinstance(trace, JobsTrace):
+        limit = horizon * 60
+        return sum(j.gpus * max(0.0, min(j.duration_s, limit - j.submit_s)) for j in trace.jobs) / 3600
+    return sum(trace.gpus_demanded[:horizon]) / 60
+
+
+def whole_node_gpu_hours(trace, horizon: int, gpus_per_node: int) -> float:
+    """GPU-hours of the demand rounded up to whole nodes every minute (the oracle's schedule)."""
+    return sum(-(-d // gpus_per_node) for d in demand_profile(trace, horizon)) * gpus_per_node / 60
+
+
+def elastic_oracle_gpu_hours(profile: list[int], floor_gpus: int) -> float:
+    """The part of the oracle's demand above the floor: what the elastic capacity has to serve at best."""
+    return sum(d - floor_gpus for d in profile if d > floor_gpus) / 60
+
+
+def metrics_of(
+    sim: Simulation,
+    controller: Controller,
+    oracle_cost: float,
+    seconds: float,
+    elastic_oracle_cost: float | None = None,
+) -> dict:
+    c = sim.c
+    total = c.guaranteed_usd + c.spot_usd + c.on_demand_usd
+    elastic = c.spot_usd + c.on_demand_usd
+    wl = sim.workload
+    out = {
+        "name": controller.name,
+        "floor_nodes": sim.spec.floor_nodes,
+        "total_cost_usd": round(total, 2),
+        "guaranteed_cost_usd": round(c.guaranteed_usd, 2),
+        "elastic_spot_cost_usd": round(c.spot_usd, 2),
+        "elastic_on_demand_cost_usd": round(c.on_demand_usd, 2),
+        "cost_over_oracle": round(total / oracle_cost, 3) if oracle_cost > 0 else None,
+        # the floor is a reliability premium every policy pays alike; this is what the policies differ on
+        "elastic_cost_over_oracle": round(elastic / elastic_oracle_cost, 3) if elastic_oracle_cost else None,
+        "demand_gpu_hours": round(wl.demand_gpu_minutes / 60, 3),
+        "gpu_hours_served": round(c.served_gpu_minutes / 60, 3),
+        "unmet_gpu_hours": round(wl.unmet_gpu_minutes / 60, 3),
+        "interruptions": c.spot_interruptions,
+        "jobs_interrupted": c.jobs_interrupted,
+        "busy_node_terminations": c.busy_terminations,
+        "lost_gpu_hours": round(c.lost_gpu_minutes / 60, 3),
+        "spot_launch_failures": c.spot_launch_failures,
+        # on-demand fallback kept while spot could be launched (issue 28, "Back to spot")
+        "on_demand_node_hours": round(c.on_demand_node_minutes / 60, 2),
+        "on_demand_node_hours_spot_available": round(c.on_demand_node_minutes_spot_available / 60, 2),
+        "node_launches": c.node_launches,
+        # where the elastic cost goes: GPU-hours booting, ready with no pod, free on a node with a pod, busy
+        "elastic_gpu_hours_by_use": {k: round(v / 60, 1) for k, v in sim.elastic_gpu_minutes().items()},
+        # empty elastic nodes held while a multi-node job waits for the rest of its nodes (sim/cluster.py)
+        "gang_held_gpu_hours": round(sim.gang_hold.held_gpu_minutes / 60, 2),
+        "budget_months_exceeded": budget_months_exceeded(sim),
+        "sim_seconds": round(seconds, 3),
+    }
+    if isinstance(wl, JobsWorkload):
+        waits, never = wl.waits_minutes(sim.horizon)
+        out.update(
+            mean_wait_minutes=round(sum(waits) / len(waits), 3) if waits else 0.0,
+            p50_wait_minutes=round(percentile(waits, 50), 1),
+            p95_wait_minutes=round(percentile(waits, 95), 1),
+            p99_wait_minutes=round(percentile(waits, 99), 1),
+            jobs=len(waits),
+            jobs_never_started=never,
+            jobs_larger_than_pool=wl.larger_than_pool,
+        )
+    else:
+        out.update(mean_wait_minutes=None, p50_wait_minutes=None, p95_wait_minutes=None, p99_wait_minutes=None)
+    out["ticks_skipped"] = sim.ticks_skipped
+    if isinstance(controller, GpuLoan):
+        out["decide_calls"] = controller.calls
+        out["decisions_by_reason"] = dict(sorted(controller.reasons.items()))
+        # minutes in which the budget cap held a wanted scale-up, and when ([start, end) simulated minutes)
+        out["budget_cap_held_minutes"] = controller.cap_held_minutes
+        out["budget_cap_held"] = [list(r) for r in controller.cap_held]
+    return out
+
+
+def budget_months_exceeded(sim: Simulation) -> int | None:
+    """Simulated 730-hour months whose spend exceeded the pool budget (a partial last month: pro rata)."""
+    budget = sim.spec.budget_monthly_usd
+    if budget is None:
+        return None
+    exceeded = 0
+    for month, usd in sim.c.monthly_usd.items():
+        covered = min(MINUTES_PER_MONTH, sim.horizon - month * MINUTES_PER_MONTH) / MINUTES_PER_MONTH
+        if usd > budget * covered + 1e-6:
+            exceeded += 1
+    return exceeded
+
+
+def mean_sd(values: list[float]) -> tuple[float, float]:
+    n = len(values)
+    mean = sum(values) / n
+    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1)) if n > 1 else 0.0
+    return mean, sd
+
+
+def pending_summary(minutes: list[float]) -> dict[str, float | None]:
+    """p95, p99 and max of total pending minutes per job (None for no job): what the advisor reports per tier."""
+    if not minutes:
+        return {"p95_pending_minutes": None, "p99_pending_minutes": None, "max_pending_minutes": None}
+    return {
+        "p95_pending_minutes": round(percentile(minutes, 95), 1),
+        "p99_pending_minutes": round(percentile(minutes, 99), 1),
+        "max_pending_minutes": round(max(minutes), 1),
+    }
