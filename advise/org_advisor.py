@@ -52,7 +52,7 @@ from pricing.sources.catalog import Prices
 from advise import commitment_choice, sanity
 from sim import fluid, org_loan
 from sim.fluid import EnvironmentRun, PoolPrices, Scenario
-from sim.org_demand import PRODUCTION, TIERS, PoolDemand
+from sim.demand import PRODUCTION, TIERS, PoolDemand
 from sim.metrics import percentile
 
 DEFAULT_PERCENTILE = 90.0
@@ -200,7 +200,7 @@ class SharedLayout:
     """`karpenter-shared`: two NodePools for the whole organization, packing across teams: one on-demand for
     production pods, one spot-first (on-demand while spot is short) for every other pod (per instance type, where
     the pools run several). Simulated as two pools, each job of every team in the one its class picks; the class
-    of each job is the one the per-team run gives it (sim/job_class.py production_flags with the team's pool
+    of each job is the one the per-team run gives it (sim/demand.py production_flags with the team's pool
     name, share and seed), so both layouts run the same jobs as the same classes; a demand series goes whole to
     the production pool when its pool's share is 100 %, else to the other (as the simulator classes a series),
     summed minute by minute with the series of its class. `source[pool][k]`: the team pool job k came from."""
@@ -216,7 +216,7 @@ def shared_layout(price_book: Prices, cfg, traces: dict, seed: int, *, keep_floo
     the interruptible one borrows the idle floors through Kueue as an experiment-tier queue does."""
     from sim import pool as simpool
     from config.scheduling import production_share_pct
-    from sim.job_class import production_flags, series_is_production
+    from sim.demand import production_flags, series_is_production
     from sim.traces import Job, JobsTrace, SeriesTrace
 
     types: list[str] = []
@@ -727,7 +727,7 @@ def _cut(trace, hours: int):
 def with_production_share(cfg, production_share: dict[str, float] | float | None):
     """The stack with `production_share` (0..1, per pool or one for all) written into each pool's
     service_target.production_share_pct, so the simulator classes as production the share the fluid profiles
-    (sim/org_demand.py) were built with; None: the stack as it is."""
+    (sim/demand.py) were built with; None: the stack as it is."""
     if production_share is None:
         return cfg
     share = production_share if isinstance(production_share, dict) else {p.name: production_share for p in cfg.pools}
@@ -759,7 +759,7 @@ def environment_runner(
     """The simulated run (EnvironmentRunner); `simulate` defaults to `simulate_with_environment` (the environment
     simulator, sim/environment.py). `production_share` (0..1, per pool or one for all) is written into each pool's
     service_target.production_share_pct, so the simulator classes as production the share the fluid profiles
-    (sim/org_demand.py) were built with."""
+    (sim/demand.py) were built with."""
     return EnvironmentRunner(
         price_book,
         with_production_share(cfg, production_share),

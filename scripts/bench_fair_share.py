@@ -52,11 +52,11 @@ def main(argv=None) -> int:
 
     from advise import org_advisor as oa
     from pricing.sources import catalog
-    from sim import org_demand
+    from sim import demand as simdemand
     from sim.engine import SimSettings
     from sim.environment import simulate_environment
 
-    days = org_demand.ITP_DAYS
+    days = simdemand.ITP_DAYS
     last = days[1] - days[0] + 1 if args.days is None else args.days
     sizing_hours = min(bench_org.SIZING_DAYS, max(1, last - 1)) * 24
     price_book = catalog.Prices.resolve()  # read once, passed down
@@ -66,7 +66,7 @@ def main(argv=None) -> int:
             f"bench-fair-share: no on-demand and spot price of {bench_org.INSTANCE_TYPE} in "
             f"{bench_org.REGION} in the price file ({price_book.missing_price_reason(bench_org.INSTANCE_TYPE, bench_org.REGION)})"
         )
-    traces = org_demand.itp_traces(args.traces, days)
+    traces = simdemand.itp_traces(args.traces, days)
     rotation = args.rotation - 1
     demands, runner = bench_org._sim_unit(
         price_book, rotation, args.seed, traces, days, sizing_hours, bench_org.DEFAULT_CHECKPOINT_MINUTES
@@ -76,7 +76,7 @@ def main(argv=None) -> int:
     floors = oa.size_floors(heads, runner.prices, bench_org.GOAL_LEVEL)
     base = oa.setup_config(runner.cfg, floors, lend=True)
     cut = {n: oa._cut(t, hours) for n, t in runner.traces.items()}
-    tiers = org_demand.rotation_tiers(rotation)
+    tiers = simdemand.rotation_tiers(rotation)
     borrowers = [n for n in demands if tiers[n] != "production"]
     heavy = max(borrowers, key=lambda n: sum(demands[n].interruptible_gpus[:hours]))  # the largest borrower
     runs = {

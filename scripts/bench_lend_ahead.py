@@ -58,11 +58,11 @@ def main(argv=None) -> int:
 
     from advise import org_advisor as oa
     from pricing.sources import catalog
-    from sim import org_demand
+    from sim import demand as simdemand
     from sim.engine import SimSettings
     from sim.environment import simulate_environment
 
-    days = org_demand.ITP_DAYS
+    days = simdemand.ITP_DAYS
     last = days[1] - days[0] + 1 if args.days is None else args.days
     sizing_hours = min(bench_org.SIZING_DAYS, max(1, last - 1)) * 24
     price_book = catalog.Prices.resolve()  # read once, passed down
@@ -72,7 +72,7 @@ def main(argv=None) -> int:
             f"bench-lend-ahead: no on-demand and spot price of {bench_org.INSTANCE_TYPE} in "
             f"{bench_org.REGION} in the price file"
         )
-    traces = org_demand.itp_traces(args.traces, days)
+    traces = simdemand.itp_traces(args.traces, days)
     rotation = args.rotation - 1
     demands, runner = bench_org._sim_unit(
         price_book, rotation, args.seed, traces, days, sizing_hours, bench_org.DEFAULT_CHECKPOINT_MINUTES

@@ -107,16 +107,16 @@ def _sim_unit(price_book, rotation, seed, traces, days, sizing_hours, checkpoint
     runner's `prices` are the fluid bound's inputs built from that stack as the advisor builds them
     (advise/org_advisor.py pool_prices: each pool's node limit), so the bound runs the simulated rows' deployment."""
     from advise import org_advisor as oa
-    from sim import org_demand
+    from sim import demand as simdemand
     from sim.engine import SimSettings
     from sim.cloud import ElasticLatency
 
-    demands = org_demand.itp_environment(traces, rotation, seed, days)
-    tiers = org_demand.rotation_tiers(rotation)
+    demands = simdemand.itp_environment(traces, rotation, seed, days)
+    tiers = simdemand.rotation_tiers(rotation)
     cfg = _sim_config(price_book, traces, demands, tiers)
     settings = SimSettings(seed=seed, checkpoint_interval_minutes=checkpoint_minutes, latency=ElasticLatency())
     runner = oa.environment_runner(
-        price_book, cfg, traces, settings, oa.pool_prices(price_book, cfg), production_share=org_demand.PRODUCTION_SHARE
+        price_book, cfg, traces, settings, oa.pool_prices(price_book, cfg), production_share=simdemand.PRODUCTION_SHARE
     )
     return demands, runner
 
@@ -567,16 +567,16 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
 
     from pricing.sources import catalog, floor_pricing
-    from sim import org_demand
+    from sim import demand as simdemand
     from advise import org_advisor
 
-    days, sizing_days, lookback_days, levels = org_demand.ITP_DAYS, SIZING_DAYS, LOOKBACK_DAYS, LEVELS
+    days, sizing_days, lookback_days, levels = simdemand.ITP_DAYS, SIZING_DAYS, LOOKBACK_DAYS, LEVELS
     try:
         rotations = sorted({int(x) - 1 for x in args.rotations.split(",") if x.strip()})
     except ValueError:
-        parser.error(f"--rotations {args.rotations}: numbers 1-{len(org_demand.ROTATIONS)}, comma-separated")
-    if not rotations or not all(0 <= r < len(org_demand.ROTATIONS) for r in rotations):
-        parser.error(f"--rotations {args.rotations}: numbers 1-{len(org_demand.ROTATIONS)}, comma-separated")
+        parser.error(f"--rotations {args.rotations}: numbers 1-{len(simdemand.ROTATIONS)}, comma-separated")
+    if not rotations or not all(0 <= r < len(simdemand.ROTATIONS) for r in rotations):
+        parser.error(f"--rotations {args.rotations}: numbers 1-{len(simdemand.ROTATIONS)}, comma-separated")
     seeds, sim_seeds = range(1, args.seeds + 1), range(1, args.sim_seeds + 1)
     if args.smoke:
         days, sizing_days, lookback_days, levels = (1, 3), 1, 7, (GOAL_LEVEL,)
@@ -591,7 +591,7 @@ def main(argv: list[str] | None = None) -> int:
     if p is None or None in floor_rates.values():
         parser.error(f"the price book has no price or floor rate for {INSTANCE_TYPE} in {REGION}")
     rates = {t: r for t, r in floor_rates.items() if r is not None}
-    traces = org_demand.itp_traces(args.traces, days)
+    traces = simdemand.itp_traces(args.traces, days)
 
     print(
         f"Prices: {INSTANCE_TYPE} {REGION} on-demand ${p.ondemand_usd_per_hour:,.4f}/h, spot "
@@ -606,7 +606,7 @@ def main(argv: list[str] | None = None) -> int:
         f"(seeded per job); figures are means over the seeds.\n"
     )
     for rotation in rotations:
-        r = org_demand.ROTATIONS[rotation]
+        r = simdemand.ROTATIONS[rotation]
         print(
             f"- rotation {rotation + 1}: production {', '.join(r['production'])}; experiment "
             f"{', '.join(r['experiment'])}; learning {', '.join(r['learning'])}"
@@ -618,10 +618,10 @@ def main(argv: list[str] | None = None) -> int:
         jobs = []
         for rotation in rotations:
             for seed in seeds:
-                demands = org_demand.itp_environment(traces, rotation, seed, days)
+                demands = simdemand.itp_environment(traces, rotation, seed, days)
                 # the bound's inputs from the stack the simulated rows run (each pool's node limit), as the
                 # advisor builds them: one construction (advise/org_advisor.py pool_prices)
-                cfg = _sim_config(price_book, traces, demands, org_demand.rotation_tiers(rotation))
+                cfg = _sim_config(price_book, traces, demands, simdemand.rotation_tiers(rotation))
                 prices = org_advisor.pool_prices(price_book, cfg)
                 for term in TERMS:
                     for level in levels:

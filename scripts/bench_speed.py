@@ -70,14 +70,14 @@ def org(traces_dir: Path):
     import bench_org
 
     from pricing.sources import catalog
-    from sim import org_demand
+    from sim import demand as simdemand
     from advise import org_advisor
 
     price_book = catalog.Prices.resolve()  # read once, passed down
     p = price_book.price(bench_org.INSTANCE_TYPE, bench_org.REGION)
     if p is None:
         sys.exit(f"no price for {bench_org.INSTANCE_TYPE} in {bench_org.REGION}: set GPULOAN_PRICE_FILE")
-    traces = org_demand.itp_traces(traces_dir, ORG_DAYS)
+    traces = simdemand.itp_traces(traces_dir, ORG_DAYS)
     sizing_hours = ORG_SIZING_DAYS * 24
     demands, runner = bench_org._sim_unit(
         price_book, ORG_ROTATION, ORG_SEED, traces, ORG_DAYS, sizing_hours, bench_org.DEFAULT_CHECKPOINT_MINUTES

@@ -37,7 +37,7 @@ What is modelled (docs/simulator.md, "An environment"; the Kueue semantics in do
   (`pool_stream`), so every policy and every floor meets the same events in the same pool.
 - Job classes: a pool's tier gives the default (production: every job is production; other tiers: none);
   `service_target.production_share_pct` makes that share of the pool's jobs production, picked per job by the
-  seeded hash of sim/job_class.py that floor sizing and the fluid bound use too (stable: the same jobs whatever
+  seeded hash of sim/demand.py that floor sizing and the fluid bound use too (stable: the same jobs whatever
   the floors or the policy). Production jobs never run on spot (unless the pool is in
   scheduling.kueue.production_spot_pools) and never on borrowed capacity, so a reclaim never preempts them: the
   shipped queues admit them so (a production pool's queue, or a pool's production queue). A demand series (no jobs) is all production when its share is 100 % (a production
@@ -82,7 +82,7 @@ What is modelled (docs/simulator.md, "An environment"; the Kueue semantics in do
   issue 36): its GPUs hold its queue's nominal quota up to the floor, other queues borrow the rest, and a rising
   series reclaims it by Kueue's preemption order.
 Not modelled: series pools borrowing (fluid demand has no jobs to admit to another floor: they run on their own
-capacity), a series split into production and interruptible work (it runs whole, sim/job_class.py
+capacity), a series split into production and interruptible work (it runs whole, sim/demand.py
 series_is_production), a borrower's job spanning flavors, and under fair sharing the share of an elastic flavor a
 pool's interruptible queue borrows from its own production queue (only floors count in a simulated share; that
 quota does count in the cohort's lendable quota, the shares' denominator).
@@ -97,7 +97,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from pricing.sources.catalog import Prices
-from sim.job_class import production_flags, series_is_production  # the one classifier (floors, the bound)
+from sim.demand import production_flags, series_is_production  # the one classifier (floors, the bound)
 from sim.cloud import SimNode
 from sim.engine import (
     FILL_RANK,

@@ -35,7 +35,7 @@ import random
 from dataclasses import dataclass, field
 
 from pricing.cost_model import billing
-from sim.org_demand import PoolDemand
+from sim.demand import PoolDemand
 
 HOURS_PER_WEEK = 168
 MODEL = "fluid"

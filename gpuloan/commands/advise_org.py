@@ -75,7 +75,8 @@ def wanted(args) -> bool:
 
 def _inputs(args, price_book, cfg):
     from pricing.sources import floor_pricing
-    from sim import org_demand, traces
+    from sim import demand as simdemand
+    from sim import traces
     from advise.advisor import production_share
     from advise.org_advisor import OrgInputs, pool_prices
 
@@ -83,7 +84,7 @@ def _inputs(args, price_book, cfg):
     if args.pool:
         raise ValueError("--pool does not apply with --demand/--org: the organization is advised as a whole")
     if args.demand:
-        demand = org_demand.read_demand_dir(args.demand, names)
+        demand = simdemand.read_demand_dir(args.demand, names)
     else:
         from advise import demand_history
 
@@ -111,7 +112,7 @@ def _inputs(args, price_book, cfg):
             )
     if not rates:
         raise OrgAdviceError(f"no {args.term} rate for any pool's instance type: " + "; ".join(sources.values()))
-    hours = org_demand.horizon_hours(demand)
+    hours = simdemand.horizon_hours(demand)
     days = hours // 24
     sizing_days = (
         args.sizing_days
@@ -134,7 +135,7 @@ def _inputs(args, price_book, cfg):
         if t.span_minutes < window
     ]
     if short:
-        raise org_demand.OrgDemandError(short)
+        raise simdemand.OrgDemandError(short)
     share = {
         n: (args.production_share if args.production_share is not None else 100 * production_share(cfg, n)) / 100
         for n in names
@@ -143,7 +144,7 @@ def _inputs(args, price_book, cfg):
         if not 0 <= s <= 1:
             raise ValueError(f"--production-share must be between 0 and 100, got {100 * s:g}")
     tiers = {n: str(cfg.pool(n).tier) for n in names}
-    demands = org_demand.profiles(demand, tiers, hours, share, args.seed)
+    demands = simdemand.profiles(demand, tiers, hours, share, args.seed)
     inputs = OrgInputs(
         demands, prices, rates, args.term, sizing_days * 24, args.lookback_days, args.guarantee_percentile, sources
     )

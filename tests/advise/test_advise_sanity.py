@@ -14,7 +14,7 @@ from gpuloan import cli
 from pricing.cost_model import billing
 from sim import fluid
 from sim.fluid import PoolPrices
-from sim.org_demand import EXPERIMENT, PRODUCTION, PoolDemand
+from sim.demand import EXPERIMENT, PRODUCTION, PoolDemand
 
 T, R = "p4d.24xlarge", "us-east-1"
 OD, SPOT, RI = 10.0, 3.0, 6.0
@@ -98,13 +98,13 @@ def test_bench_org_builds_the_bound_on_the_simulated_rows_node_limits(prices, mo
     import sys
 
     from conftest import REPO, SHARED_TRACES
-    from sim import org_demand
+    from sim import demand as simdemand
 
     spec = importlib.util.spec_from_file_location("bench_org", REPO / "scripts" / "bench_org.py")
     bench = importlib.util.module_from_spec(spec)
     monkeypatch.setitem(sys.modules, "bench_org", bench)
     spec.loader.exec_module(bench)
-    traces = org_demand.itp_traces(SHARED_TRACES / "itp", (1, 3))
+    traces = simdemand.itp_traces(SHARED_TRACES / "itp", (1, 3))
     demands, runner = bench._sim_unit(prices, 0, 1, traces, (1, 3), 24, bench.DEFAULT_CHECKPOINT_MINUTES)
     assert runner.prices == org_advisor.pool_prices(prices, runner.cfg)
     for pool in runner.cfg.pools:

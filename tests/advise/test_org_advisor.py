@@ -21,9 +21,10 @@ from gpuloan import cli
 from pricing import checks
 from pricing.cost_model import billing
 from advise import commitment_choice, org_advisor
-from sim import fluid, org_demand
+from sim import demand as simdemand
+from sim import fluid
 from sim.fluid import PoolPrices
-from sim.org_demand import EXPERIMENT, LEARNING, PRODUCTION, PoolDemand
+from sim.demand import EXPERIMENT, LEARNING, PRODUCTION, PoolDemand
 
 T, R = "p4d.24xlarge", "us-east-1"
 OD, SPOT, RI = 10.0, 3.0, 6.0
@@ -45,8 +46,8 @@ def test_demand_dir_names_the_missing_pool_the_extra_file_and_the_bad_line(tmp_p
     (tmp_path / "training.csv").write_text("minute,gpus_demanded\n0,8\n1,eight\n")
     _series(tmp_path / "typo.csv", [1])
     (tmp_path / "README.md").write_text("left alone")
-    with pytest.raises(org_demand.OrgDemandError) as err:
-        org_demand.read_demand_dir(tmp_path, ["training", "inference"])
+    with pytest.raises(simdemand.OrgDemandError) as err:
+        simdemand.read_demand_dir(tmp_path, ["training", "inference"])
     text = str(err.value)
     assert f"{tmp_path / 'inference.csv'}: missing: pool 'inference'" in text
     assert f"{tmp_path / 'typo.csv'}: no pool named 'typo'" in text
@@ -58,13 +59,13 @@ def test_demand_dir_names_the_missing_pool_the_extra_file_and_the_bad_line(tmp_p
 def test_demand_dir_reads_one_trace_per_pool(tmp_path):
     _series(tmp_path / "a.csv", [8, 16])
     (tmp_path / "b.csv").write_text("submit_s,duration_s,gpus\n0,3600,4\n")
-    out = org_demand.read_demand_dir(tmp_path, ["a", "b"])
+    out = simdemand.read_demand_dir(tmp_path, ["a", "b"])
     assert out["a"].gpus_demanded == (8, 16) and out["b"].jobs[0].gpus == 4
 
 
 def test_demand_dir_that_is_not_a_directory(tmp_path):
-    with pytest.raises(org_demand.OrgDemandError, match="no such directory"):
-        org_demand.read_demand_dir(tmp_path / "nope", ["a"])
+    with pytest.raises(simdemand.OrgDemandError, match="no such directory"):
+        simdemand.read_demand_dir(tmp_path / "nope", ["a"])
 
 
 def test_hourly_profile_splits_jobs_by_a_seeded_choice_and_spreads_them_over_hours():
@@ -72,22 +73,22 @@ def test_hourly_profile_splits_jobs_by_a_seeded_choice_and_spreads_them_over_hou
 
     jobs = tuple(Job(f"j{i}", 1800, 3600, 8) for i in range(400))  # each: half of hour 0, half of hour 1
     trace = JobsTrace("t", "generic", jobs)
-    p = org_demand.hourly_profile("t", PRODUCTION, trace, 3, 0.3, seed=1)
+    p = simdemand.hourly_profile("t", PRODUCTION, trace, 3, 0.3, seed=1)
     total = [a + b for a, b in zip(p.production_gpus, p.interruptible_gpus)]
     assert total == pytest.approx([1600, 1600, 0])
     share = p.production_gpus[0] / total[0]
     assert 0.22 < share < 0.38  # 30 % of 400 jobs, by a hash
-    assert org_demand.hourly_profile("t", PRODUCTION, trace, 3, 0.3, seed=1) == p  # deterministic
-    assert org_demand.hourly_profile("t", PRODUCTION, trace, 3, 0.3, seed=2) != p  # seeded
+    assert simdemand.hourly_profile("t", PRODUCTION, trace, 3, 0.3, seed=1) == p  # deterministic
+    assert simdemand.hourly_profile("t", PRODUCTION, trace, 3, 0.3, seed=2) != p  # seeded
 
 
 def test_itp_rotations_name_each_cluster_once_with_three_production_four_experiment_three_learning():
-    for r in range(len(org_demand.ROTATIONS)):
-        tiers = org_demand.rotation_tiers(r)
-        assert sorted(tiers) == list(org_demand.ITP_CLUSTERS)
+    for r in range(len(simdemand.ROTATIONS)):
+        tiers = simdemand.rotation_tiers(r)
+        assert sorted(tiers) == list(simdemand.ITP_CLUSTERS)
         counts = {t: list(tiers.values()).count(t) for t in (PRODUCTION, EXPERIMENT, LEARNING)}
         assert counts == {PRODUCTION: 3, EXPERIMENT: 4, LEARNING: 3}
-    productions = [set(r[PRODUCTION]) for r in org_demand.ROTATIONS]
+    productions = [set(r[PRODUCTION]) for r in simdemand.ROTATIONS]
     assert all(a != b for a, b in itertools.combinations(productions, 2))  # rotated
 
 
@@ -558,12 +559,12 @@ def test_the_simulated_run_plugs_in_through_simulate_environment(tmp_path):
         # karpenter-shared runs the organization's pools (org_advisor.shared_layout): here one per instance type,
         # each the sum of the production series of that type
         shared = {"org-production-series": "training", "org-production-2-series": "inference"}
-        d = org_demand.profiles(demands, {n: PRODUCTION for n in demands}, hours, 1.0)
+        d = simdemand.profiles(demands, {n: PRODUCTION for n in demands}, hours, 1.0)
         p = {n: prices[shared.get(n, n)] for n in demands}
         return fluid.run(d, p, floors, lend=lend, report_from_hour=window_from_minute // 60)
 
     runner = org_advisor.environment_runner(resolved_prices(), cfg, series, None, prices, simulate=simulate)
-    inputs = org_advisor.OrgInputs(org_demand.profiles(series, tiers, 96, 1.0), prices, {(T, R): RI}, "t", 48, 7)
+    inputs = org_advisor.OrgInputs(simdemand.profiles(series, tiers, 96, 1.0), prices, {(T, R): RI}, "t", 48, 7)
     doc = org_advisor.evaluate(inputs, runner, scenarios=("default",), per_pool_prices=False)
     assert doc["model"] == "simulated" and doc["recommendation"]["report"]["model"] == "simulated"
     assert doc["baselines"][-1]["model"] == "fluid"  # the bound stays fluid

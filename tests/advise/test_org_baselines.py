@@ -9,9 +9,9 @@ import pytest
 from conftest import requires_shared_prices, stack_config, resolved_prices
 
 from advise import org_advisor
-from sim import org_demand
+from sim import demand as simdemand
 from sim.engine import SimSettings
-from sim.job_class import production_flags
+from sim.demand import production_flags
 from sim.fluid import PoolPrices, Scenario
 from sim.traces import Job, JobsTrace
 from config import config
@@ -103,7 +103,7 @@ def test_shared_nodepools_pack_across_teams():
     own NodePool, one node for both in the shared one, so karpenter-shared pays about half of karpenter."""
     traces = {"prod": _jobs("prod", [(0, HOURS, 2)]), "exp": _jobs("exp", [(0, HOURS, 2)])}
     runner = org_advisor.environment_runner(resolved_prices(), _cfg(share_pct=0.0), traces, CALM, _prices())
-    demands = org_demand.profiles(traces, {"prod": "production", "exp": "experiment"}, HOURS, 0.0)
+    demands = simdemand.profiles(traces, {"prod": "production", "exp": "experiment"}, HOURS, 0.0)
     none = {"prod": 0, "exp": 0}
     per_team = runner(demands, none, lend=False, controller="karpenter", scenario=Scenario(), report_from_hour=0)
     shared = runner(demands, none, lend=False, controller="karpenter-shared", scenario=Scenario(), report_from_hour=0)
@@ -124,7 +124,7 @@ def test_advice_reports_the_issue_baselines_with_cost_interruptions_and_pending_
     }
     prices = _prices()
     runner = org_advisor.environment_runner(resolved_prices(), _cfg(), traces, CALM, prices, production_share=0.3)
-    demands = org_demand.profiles(traces, {"prod": "production", "exp": "experiment"}, HOURS, 0.3)
+    demands = simdemand.profiles(traces, {"prod": "production", "exp": "experiment"}, HOURS, 0.3)
 
     rate = resolved_prices().price(ITYPE, REGION).ondemand_usd_per_hour * 0.6  # a test rate, not a price claim
     inputs = org_advisor.OrgInputs(demands, prices, {(ITYPE, REGION): rate}, "t", SIZING, 7, 90.0)
@@ -228,7 +228,7 @@ def test_the_advice_says_which_gpuloan_layout_is_cheaper():
     runner = org_advisor.environment_runner(
         resolved_prices(), _cfg(capacity="spot_then_on_demand"), traces, CALM, prices, production_share=0.3
     )
-    demands = org_demand.profiles(traces, {"prod": "production", "exp": "experiment"}, HOURS, 0.3)
+    demands = simdemand.profiles(traces, {"prod": "production", "exp": "experiment"}, HOURS, 0.3)
 
     rate = resolved_prices().price(ITYPE, REGION).ondemand_usd_per_hour * 0.6  # a test rate, not a price claim
     inputs = org_advisor.OrgInputs(demands, prices, {(ITYPE, REGION): rate}, "t", SIZING, 7, 90.0)

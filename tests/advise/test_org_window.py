@@ -11,7 +11,7 @@ import pytest
 from conftest import requires_shared_prices, requires_shared_traces, stack_config, resolved_prices
 
 from advise import org_advisor
-from sim import org_demand
+from sim import demand as simdemand
 from sim.engine import ON_DEMAND, SimSettings
 from sim.environment import simulate_environment
 from sim.fluid import PoolPrices, Scenario
@@ -73,7 +73,7 @@ def _traces() -> dict[str, JobsTrace]:
 
 
 def _demands(traces):
-    return org_demand.profiles(traces, {"prod": org_demand.PRODUCTION, "exp": org_demand.EXPERIMENT}, HOURS, 1.0)
+    return simdemand.profiles(traces, {"prod": simdemand.PRODUCTION, "exp": simdemand.EXPERIMENT}, HOURS, 1.0)
 
 
 def _runner(traces, **kw):

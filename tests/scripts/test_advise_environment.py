@@ -8,7 +8,7 @@ from conftest import SHARED_TRACES, requires_shared_prices, requires_shared_trac
 
 from pricing import checks
 from scripts import advise_environment
-from sim import org_demand
+from sim import demand as simdemand
 
 
 @requires_shared_traces
@@ -24,5 +24,5 @@ def test_the_folder_holds_16_minute_series_of_the_days_asked_and_a_stack_of_the_
     cfg = checks.from_stack_yaml(doc, "advise16", prices=resolved_prices())
     names = [p.name for p in cfg.pools]
     assert sorted(names) == sorted(f.stem for f in files)
-    demand = org_demand.read_demand_dir(tmp_path, names)  # what `advise --demand` reads: every pool, series
+    demand = simdemand.read_demand_dir(tmp_path, names)  # what `advise --demand` reads: every pool, series
     assert set(demand) == set(names) and all(t.kind == "series" for t in demand.values())

@@ -307,16 +307,16 @@ def test_production_queues_borrow_nothing_but_lend():
 
 
 def test_floor_sizing_and_the_simulator_class_the_same_jobs_as_production():
-    """Issue 36: the hourly profiles floors and the fluid bound are sized on (sim/org_demand.py) and the simulator
+    """Issue 36: the hourly profiles floors and the fluid bound are sized on (sim/demand.py) and the simulator
     (this module) call one classifier; before, they hashed differently and a "p90" floor was sized on other jobs."""
-    from sim import org_demand
+    from sim import demand as simdemand
 
     trace = random_jobs("t", seed=3, n=400)
     cfg = env_config([pool("alpha", share=30)])
     env = envsim.Environment(resolved_prices(), cfg, {"alpha": trace}, lambda spec: Karpenter(), SimSettings(seed=5))
     flags = env.pools["alpha"].workload.production
     hours = int(-(-max(j.submit_s + j.duration_s for j in trace.jobs) // 3600))
-    profile = org_demand.hourly_profile("alpha", "experiment", trace, hours, production_share=0.30, seed=5)
+    profile = simdemand.hourly_profile("alpha", "experiment", trace, hours, production_share=0.30, seed=5)
     prod_gpu_hours = sum(j.gpus * j.duration_s for j, p in zip(trace.jobs, flags) if p) / 3600
     assert 0 < sum(flags) < len(flags)
     assert sum(profile.production_gpus) == pytest.approx(prod_gpu_hours)

@@ -15,7 +15,7 @@ from gpuloan import cli
 from advise import commitment_choice, org_advisor
 from sim import fluid, org_loan
 from sim.fluid import PoolPrices
-from sim.org_demand import EXPERIMENT, PRODUCTION, PoolDemand
+from sim.demand import EXPERIMENT, PRODUCTION, PoolDemand
 
 T, R = "p4d.24xlarge", "us-east-1"
 OD, SPOT, RI = 10.0, 3.0, 6.0
