@@ -60,11 +60,11 @@ What is modelled (docs/simulator.md, "An environment"; the Kueue semantics in do
   Kueue v0.19.2 fair_sharing_iterator.go), equal shares by priority, then creation time (the queue order
   timestamp of a preempted workload too: docs/aws-rules.md); an owner's reclaim takes the victims' queues
   highest share first (sim/kueue.py _fair_sharing_order, fairsharing/ordering.go); a borrower that does not fit a floor's
-  unused quota preempts other borrowers of it where Kueue's strategies let it (_fair_borrow_targets:
+  unused quota preempts other borrowers of it where Kueue's strategies let it (kueue.fair_borrow_targets:
   canPreemptWhileBorrowing, LessThanOrEqualToFinalShare then LessThanInitialShare), and stops its flavor search
   there (whenCanPreempt: MayStopSearch); the workloads it evicts compete again in the same round. Off: each pool
   in config order admits all it can, and a borrower never preempts (borrowWithinCohort: Never).
-- Kueue preemption, one victim search (EnvJobsWorkload._kueue_targets): a job that fits its own floor's nominal
+- Kueue preemption, one victim search (sim/kueue.py reclaim_targets): a job that fits its own floor's nominal
   quota but not the quota left evicts, by quota alone, the workloads admitted to the floor by queues that borrow
   it (reclaimWithinCohort: Any) and, in a production pool's queue (withinClusterQueue: LowerPriority), its own
   lower-priority ones; candidates other queues first, lowest priority first, most recently admitted first,
@@ -114,7 +114,8 @@ from sim.engine import (
 from sim.pool import PoolError, PoolSpec, demand_profile, spec_from_config
 from sim.metrics import elastic_oracle_gpu_hours, metrics_of, oracle_gpu_hours, pending_summary, percentile
 from sim.traces import JobsTrace
-from sim.kueue import _fair_sharing_order, elastic_lendable_gpus, sharing_of
+from sim import kueue
+from sim.kueue import ELASTIC_FLAVOR, RECLAIM, elastic_lendable_gpus, sharing_of
 from config.config_terms import Reservation, Tier
 from config.tenancy import PRIORITY_VALUES
 from config.scheduling import (
@@ -130,7 +131,6 @@ from config.scheduling import (
 RESERVED, CAPACITY_BLOCK = "reserved", "capacity_block"
 PURCHASE_OF_GROUP = {SPOT: "spot", ON_DEMAND: "on_demand"}
 PRODUCTION, INTERRUPTIBLE = "production", "interruptible"
-ELASTIC_FLAVOR = "elastic"  # a job admitted to its pool's elastic flavor (EnvJobsWorkload.admitted_to)
 
 
 class EnvironmentError(ValueError):
@@ -244,7 +244,7 @@ class EnvJobsWorkload(JobsWorkload):
 
     Two steps, as on a cluster. **Admission (Kueue)**: a waiting job gets one flavor, by quota alone, in its
     ClusterQueue's order (own floor, the floors its queue may borrow, its own elastic flavor), possibly after Kueue
-    evicts other workloads to make quota room (`_kueue_targets`, the one victim search: reclaim and
+    evicts other workloads to make quota room (sim/kueue.py `reclaim_targets`, the one victim search: reclaim and
     withinClusterQueue alike). **Placement (kube-scheduler)**: the admitted job's pods carry that flavor's node
     selector and wait for a node of it; they are never moved to another flavor. A pod pinned to a floor whose free
     GPUs are in pieces too small for it preempts lower-priority pods there (`_scheduler_victims`, kube-scheduler's
@@ -448,7 +448,7 @@ class EnvJobsWorkload(JobsWorkload):
 
     # -- Kueue: quota and admission --
 
-    def _elastic_flavor(self, prod: bool) -> tuple[str, int] | None:
+    def elastic_flavor(self, prod: bool) -> tuple[str, int] | None:
         """(kind, quota GPUs) of the elastic flavor a job of this class is admitted to (config/scheduling.py
         pool_flavors, pool_queues), or None: a spot flavor's quota is the spot group's max (the on-demand fallback
         replaces missing spot); work kept off spot gets the on-demand group's."""
@@ -460,7 +460,7 @@ class EnvJobsWorkload(JobsWorkload):
             return SPOT, spec.spot_max_nodes * gpn
         return (ON_DEMAND, spec.on_demand_max_nodes * gpn) if spec.has_on_demand else None
 
-    def _own_nominal(self, i: int) -> bool:
+    def own_nominal(self, i: int) -> bool:
         """Whether job i's use of its own floor counts against its ClusterQueue's nominal quota: every job of a pool
         with one queue; with a production queue, only production jobs (the others borrow the floor from it)."""
         return not self.split or self.is_production(i)
@@ -476,10 +476,10 @@ class EnvJobsWorkload(JobsWorkload):
         self.admitted_to[i] = flavor
         self.admitted_at[i] = now
         if flavor == ELASTIC_FLAVOR:
-            kind = self._elastic_flavor(self.is_production(i))[0]
+            kind = self.elastic_flavor(self.is_production(i))[0]
             self.elastic_admitted[kind] = self.elastic_admitted.get(kind, 0) + g
         else:
-            borrowed = flavor is not self.sim or not self._own_nominal(i)
+            borrowed = flavor is not self.sim or not self.own_nominal(i)
             flavor.floor_admitted[(id(self), i)] = (self, i, borrowed)
             if borrowed:
                 flavor.quota_lent += g
@@ -500,7 +500,7 @@ class EnvJobsWorkload(JobsWorkload):
         g = self.gpus[i]
         self.admitted_to[i] = None
         if flavor == ELASTIC_FLAVOR:
-            kind = self._elastic_flavor(self.is_production(i))[0]
+            kind = self.elastic_flavor(self.is_production(i))[0]
             self.elastic_admitted[kind] -= g
             return
         _, _, borrowed = flavor.floor_admitted.pop((id(self), i))
@@ -512,20 +512,6 @@ class EnvJobsWorkload(JobsWorkload):
         if flavor is not self.sim:
             flavor.changed = True  # quota of its floor is free again
             flavor.env.wake(flavor)
-
-    def _borrow_room(self, lender: PoolSim) -> int:
-        """GPUs of the lender's floor quota this queue may still borrow: the floor's unused quota, within its
-        lendingLimit and this queue's borrowingLimit (own floor of a pool with a production queue: no limit of its
-        own)."""
-        env = self.sim.env
-        room = min(
-            lender.floor_gpus - lender.quota_own - lender.quota_lent, lender.lending_limit_gpus - lender.quota_lent
-        )
-        if lender is not self.sim:
-            limit = env.sharing[self.sim.spec.name].borrowing_limit_gpus.get(lender.spec.name)
-            if limit is not None:
-                room = min(room, limit - self.quota_borrowed.get(lender.spec.name, 0))
-        return room
 
     def admit(self, now: int, borrowing: bool) -> None:
         """Kueue's admission of this pool's waiting jobs, in its ClusterQueue order (priority, then creation time;
@@ -560,13 +546,13 @@ class EnvJobsWorkload(JobsWorkload):
     def fair_head(self, cursor: tuple[list, dict], pos: int):
         """The queue's head for Kueue's fair-sharing tournament from position `pos` of `cursor`: the first job that
         some flavor has room for (jobs that find none are skipped, as in `admit`). (position, job, choice) or
-        None when no job is left; `choice` as `_choose`'s."""
+        None when no job is left; `choice` as `kueue.choose`'s."""
         order, fails_at = cursor
         while pos < len(order):
             i = order[pos][1]
             prod, g = self.is_production(i), self.gpus[i]
             if g < fails_at[prod]:
-                choice = self._choose(i, borrowing=True)
+                choice = kueue.choose(self, i, borrowing=True)
                 if choice is not None:
                     return pos, i, choice
                 fails_at[prod] = g
@@ -580,38 +566,6 @@ class EnvJobsWorkload(JobsWorkload):
         quota in this queue is 0, so all of its usage there)."""
         return sum(self.quota_borrowed.values())
 
-    def _choose(self, i: int, borrowing: bool):
-        """Where job i goes through its queue's flavors, without changing anything: (flavor, Kueue eviction
-        targets, whether it borrows), False deferred to the borrowing round, None no flavor has room."""
-        sim, g, prod = self.sim, self.gpus[i], self.is_production(i)
-        if sim.floor_gpus:
-            if self._own_nominal(i):
-                if g <= sim.floor_gpus - sim.quota_own - sim.quota_lent:
-                    return sim, [], False
-                targets = self._kueue_targets(i)
-                if targets:
-                    return sim, targets, False
-            elif self._borrow_room(sim) >= g:
-                return (sim, [], True) if borrowing else False
-            elif sim.env.fair_sharing:
-                targets = self._fair_borrow_targets(i, sim)
-                if targets:
-                    return (sim, targets, True) if borrowing else False
-        if not prod:
-            for lender, _ in self.lenders:
-                if self._borrow_room(lender) >= g:
-                    return (lender, [], True) if borrowing else False
-                # Under fair sharing a borrower may preempt other borrowers of this floor (canPreemptWhileBorrowing);
-                # whenCanPreempt MayStopSearch stops here when victims are found, else the next flavor is tried.
-                if sim.env.fair_sharing:
-                    targets = self._fair_borrow_targets(i, lender)
-                    if targets:
-                        return (lender, targets, True) if borrowing else False
-        elastic = self._elastic_flavor(prod)
-        if elastic is not None and self.elastic_admitted.get(elastic[0], 0) + g <= elastic[1]:
-            return ELASTIC_FLAVOR, [], False
-        return None
-
     def admit_choice(self, i: int, choice, now: int) -> None:
         flavor, targets, borrows = choice
         for w, j, why in targets:
@@ -623,155 +577,11 @@ class EnvJobsWorkload(JobsWorkload):
     def _try_admit(self, i: int, now: int, borrowing: bool):
         """One job through its queue's flavors: True admitted, False deferred to the borrowing round, None no
         flavor has room."""
-        choice = self._choose(i, borrowing)
+        choice = kueue.choose(self, i, borrowing)
         if not choice:
             return choice
         self.admit_choice(i, choice, now)
         return True
-
-    def _kueue_targets(self, i: int) -> list:
-        """Kueue's classic preemption for job i on its own floor flavor (Kueue v0.19.2 pkg/scheduler/preemption/
-        preemption.go `findCandidates`, `classicalPreemptions`, `fillBackWorkloads`; common/ordering.go
-        `CandidatesOrdering`): candidates are the workloads admitted to the floor by queues that borrow it
-        (reclaimWithinCohort: Any, only while job i fits its queue's nominal quota) and, where the queue has
-        withinClusterQueue: LowerPriority, its own lower-priority workloads on the floor; ordered other queues
-        first, lowest priority first, most recently admitted first; taken until job i fits the quota, then each
-        given back, in reverse order, if it still fits. By quota alone: nodes are not looked at. [] if it cannot
-        fit. Each target: (workload, job, "reclaim" | "within")."""
-        sim, g = self.sim, self.gpus[i]
-        nominal = sim.floor_gpus
-        prio = self.job_priority(i)
-        reclaim = sim.quota_own + g <= nominal and sim.quota_lent > 0
-        cands = []
-        for w, j, borrowed in sim.floor_admitted.values():
-            if borrowed and reclaim:
-                cands.append(((0, w.job_priority(j), -w.admitted_at[j], w.sim.spec.name, j), w, j, "reclaim", True))
-            elif not borrowed and w is self and self.within_lower_priority and w.job_priority(j) < prio:
-                cands.append(((1, w.job_priority(j), -w.admitted_at[j], w.sim.spec.name, j), w, j, "within", False))
-        if not cands:
-            return []
-        cands.sort(key=lambda c: c[0])
-        if sim.env.fair_sharing:
-            cands = _fair_sharing_order(cands)
-        own, lent = sim.quota_own, sim.quota_lent
-
-        def fits(own_use: int, lent_use: int) -> bool:
-            return own_use + g <= nominal and g <= nominal - own_use - lent_use
-
-        targets = []
-        for c in cands:
-            g_c = c[1].gpus[c[2]]
-            if c[4]:
-                lent -= g_c
-            else:
-                own -= g_c
-            targets.append(c)
-            if fits(own, lent):
-                break
-        else:
-            return []
-        for c in reversed(targets[:-1]):  # fillBackWorkloads
-            g_c = c[1].gpus[c[2]]
-            own2, lent2 = (own, lent + g_c) if c[4] else (own + g_c, lent)
-            if fits(own2, lent2):
-                targets.remove(c)
-                own, lent = own2, lent2
-        return [(c[1], c[2], c[3]) for c in targets]
-
-    def _fair_borrow_targets(self, i: int, lender: "PoolSim") -> list:
-        """Kueue's fair-sharing preemption for job i, which would borrow `lender`'s floor flavor but does not fit its
-        unused quota (Kueue v0.19.2 pkg/scheduler/flavorassigner/flavorassigner.go:1371 `fitsResourceQuota` and
-        :1382 `canPreemptWhileBorrowing`: with fair sharing on and reclaimWithinCohort not Never a borrowing
-        workload may preempt, whatever borrowWithinCohort says; pkg/scheduler/preemption/preemption.go:534
-        `fairPreemptions`). The shipped settings: reclaimWithinCohort Any, so the candidates are every workload
-        other ClusterQueues hold on this flavor while they borrow it (preemption.go:631 `findCandidates`, any
-        priority: common/preemption_policy.go:49); the borrower's own queue has withinClusterQueue Never (a
-        production-tier queue, the only one with LowerPriority, borrows nothing). Strategies
-        [LessThanOrEqualToFinalShare, LessThanInitialShare] (stacks/kubernetes/kueue.py, Kueue's default):
-        1. (preemption.go:382 `runFirstFsStrategy`, S2-a) again and again the candidates' queue of highest share
-           (fairsharing/ordering.go:144 `nextTarget`; a tie goes to the queue whose next candidate comes first in
-           common/ordering.go `CandidatesOrdering`: lowest priority, most recently admitted); its candidates in
-           that order: one is taken if the preemptor's share with job i is at most that queue's share without it
-           (fairsharing/strategy.go:41); once taken, the queue is chosen again; one that fails waits for step 2;
-        2. (preemption.go:499 `runSecondFsStrategy`, S2-b) over the candidates step 1 left, queue by queue in the
-           same order: the queue's first one is taken if the preemptor's share with job i is strictly below the
-           queue's share now (strategy.go:46), and the queue is dropped either way;
-        until job i fits the flavor's unused quota; then each target is given back, in reverse order, where it
-        still fits (`fillBackWorkloads`). Shares as Environment.weighted_share. [] if job i cannot take more of
-        the flavor (past the lendingLimit or its borrowingLimit: NoFit) or no victims make it fit (the next
-        flavor is tried). Each target: (workload, job, "reclaim")."""
-        sim, g = self.sim, self.gpus[i]
-        env = sim.env
-        name = lender.spec.name
-        limit = env.sharing[sim.spec.name].borrowing_limit_gpus.get(name) if lender is not sim else None
-        held = self.quota_borrowed.get(name, 0)
-        # potentialAvailable (pkg/cache/scheduler/resource_node.go:129): the cohort's lendable quota of the flavor,
-        # within this queue's borrowingLimit; a request past it is NoFit, no preemption is tried
-        if held + g > (lender.lending_limit_gpus if limit is None else min(lender.lending_limit_gpus, limit)):
-            return []
-        preemptor_share = env.weighted_share(sim.spec.name, self.borrowed_quota() + g)
-        queues: dict[int, list] = {}
-        for w, j, borrowed in lender.floor_admitted.values():
-            if borrowed and w is not self:
-                queues.setdefault(id(w), []).append(((w.job_priority(j), -w.admitted_at[j], w.sim.spec.name, j), w, j))
-        share = {k: env.weighted_share(q[0][1].sim.spec.name, q[0][1].borrowed_quota()) for k, q in queues.items()}
-        if not any(s > preemptor_share for s in share.values()):
-            return []  # neither strategy can pass: each needs a target queue above the preemptor's share
-        borrowed = {k: q[0][1].borrowed_quota() for k, q in queues.items()}
-        for q in queues.values():
-            q.sort(key=lambda c: c[0])
-        lent = lender.quota_lent
-
-        def fits(lent_now: int) -> bool:  # workloadFits: job i within the flavor's unused quota, its own usage out
-            room = min(lender.floor_gpus - lender.quota_own - lent_now, lender.lending_limit_gpus - lent_now)
-            return g <= (room if limit is None else min(room, limit - held))
-
-        def next_queue(live: dict):  # nextTarget: queues that no longer borrow or have no candidates are pruned
-            best = None
-            for k in list(live):
-                if not live[k] or borrowed[k] <= 0:
-                    del live[k]
-                    continue
-                rank = (-share[k], live[k][0][0])
-                if best is None or rank < best[0]:
-                    best = (rank, k)
-            return None if best is None else best[1]
-
-        def take(k: int, c) -> None:
-            nonlocal lent
-            g_c = c[1].gpus[c[2]]
-            borrowed[k] -= g_c
-            share[k] = env.weighted_share(c[1].sim.spec.name, borrowed[k])
-            lent -= g_c
-            targets.append(c)
-
-        targets: list = []
-        retry: dict[int, list] = {}
-        live = dict(queues)
-        done = False
-        while not done and (k := next_queue(live)) is not None:
-            while live[k]:
-                c = live[k].pop(0)
-                after = env.weighted_share(c[1].sim.spec.name, borrowed[k] - c[1].gpus[c[2]])
-                if preemptor_share <= after:  # LessThanOrEqualToFinalShare
-                    take(k, c)
-                    done = fits(lent)
-                    break  # the shares moved: pick the queue again
-                retry.setdefault(k, []).append(c)
-        while not done and (k := next_queue(retry)) is not None:
-            c = retry[k].pop(0)
-            if preemptor_share < share[k]:  # LessThanInitialShare
-                take(k, c)
-                done = fits(lent)
-            del retry[k]  # DropQueue: once per queue
-        if not done:
-            return []
-        for c in reversed(targets[:-1]):  # fillBackWorkloads
-            g_c = c[1].gpus[c[2]]
-            if fits(lent + g_c):
-                targets.remove(c)
-                lent += g_c
-        return [(c[1], c[2], "reclaim") for c in targets]
 
     # -- kube-scheduler: the admitted pods on their flavor's nodes --
 
@@ -957,8 +767,8 @@ class EnvSeriesWorkload(SeriesWorkload):
     """A demand series in the environment: SeriesWorkload, with its floor lent as the generated Kueue objects lend
     it whatever the format the owner's demand is given in (issue 36). The series' GPUs are workloads of the
     owner's queue on its floor flavor, within its nominal quota (up to the floor's size); other queues borrow the
-    quota it leaves (EnvJobsWorkload._borrow_room reads `quota_own`), and when the series rises Kueue reclaims
-    (reclaimWithinCohort: Any): the borrowed workloads are evicted in the order `EnvJobsWorkload._kueue_targets`
+    quota it leaves (sim/kueue.py `borrow_room` reads `quota_own`), and when the series rises Kueue reclaims
+    (reclaimWithinCohort: Any): the borrowed workloads are evicted in the order `kueue.reclaim_targets`
     takes them (lowest priority, most recently admitted first; by share under fair sharing) until the series
     fits, then given back in reverse where it still fits (fillBackWorkloads). The fill uses only the floor GPUs no
     borrowed pod holds (`lent_on`). Not modelled: a series borrowing (it has no jobs to admit to another floor).
@@ -987,22 +797,10 @@ class EnvSeriesWorkload(SeriesWorkload):
         over = sim.quota_own + sim.quota_lent - sim.floor_gpus
         if over <= 0:
             return
-        cands = sorted(
-            ((0, w.job_priority(j), -w.admitted_at[j], w.sim.spec.name, j), w, j, "reclaim", True)
-            for w, j, _ in sim.floor_admitted.values()
-        )
-        if sim.env.fair_sharing:
-            cands = _fair_sharing_order(cands)
-        targets, freed = [], 0
-        for c in cands:
-            targets.append(c)
-            freed += c[1].gpus[c[2]]
-            if freed >= over:
-                break
-        for c in reversed(targets[:-1]):  # fillBackWorkloads
-            if freed - c[1].gpus[c[2]] >= over:
-                targets.remove(c)
-                freed -= c[1].gpus[c[2]]
+        cands = [kueue.candidate(w, j, RECLAIM) for w, j, _ in sim.floor_admitted.values()]
+        cands = kueue.candidates_in_order(cands, sim.env.fair_sharing)
+        floor = sim.floor_gpus
+        targets = kueue.classic_victims(cands, sim.quota_own, sim.quota_lent, lambda own, lent: own + lent <= floor)
         for _, w, j, why, _ in targets:
             w.kueue_evict(j, now, why)
 
@@ -1420,7 +1218,7 @@ class Environment:
         if sizes and (w.lenders or w.split):
             small = min(sizes)
             lenders = [lender for lender, _ in w.lenders] + ([sim] if w.split else [])
-            if any(w._borrow_room(lender) >= small for lender in lenders):
+            if any(kueue.borrow_room(w, lender) >= small for lender in lenders):
                 return True
             # under fair sharing it may preempt other borrowers of a floor whose shares moved: a necessary condition
             # of either strategy (a queue holding that floor above this queue's share with the job)
@@ -1441,7 +1239,7 @@ class Environment:
         # floor in the borrowing round) waits with room in the pool's elastic flavor: the next pass admits it
         if sizes and any(
             f is not None and f[1] - w.elastic_admitted.get(f[0], 0) >= min(sizes)
-            for f in (w._elastic_flavor(False), w._elastic_flavor(True))
+            for f in (w.elastic_flavor(False), w.elastic_flavor(True))
         ):
             return True
         for i in w.floor_pending:
