@@ -9,12 +9,19 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from typing import Protocol
 
 from sim.engine import MINUTES_PER_MONTH, JobsWorkload, Simulation
-from sim.controllers.base import Controller
-from sim.controllers.gpuloan import GpuLoan
 from sim.pool import demand_profile
 from sim.traces import JobsTrace
+
+
+class ReportingController(Protocol):
+    """What the figures read of a pool's controller (sim/controllers/base.py Controller has it): its own account of
+    its decisions. A protocol, not the class, so that the figures (and sim/environment.py, which reports them)
+    never import the controllers (the import-linter contract `sim-world-not-controllers`)."""
+
+    def decision_figures(self) -> dict: ...
 
 
 def percentile(values: Iterable[float], q: float) -> float:
@@ -48,7 +55,7 @@ def elastic_oracle_gpu_hours(profile: list[int], floor_gpus: int) -> float:
 
 def metrics_of(
     sim: Simulation,
-    controller: Controller,
+    controller: ReportingController,
     oracle_cost: float,
     seconds: float,
     elastic_oracle_cost: float | None = None,
@@ -100,12 +107,7 @@ def metrics_of(
     else:
         out.update(mean_wait_minutes=None, p50_wait_minutes=None, p95_wait_minutes=None, p99_wait_minutes=None)
     out["ticks_skipped"] = sim.ticks_skipped
-    if isinstance(controller, GpuLoan):
-        out["decide_calls"] = controller.calls
-        out["decisions_by_reason"] = dict(sorted(controller.reasons.items()))
-        # minutes in which the budget cap held a wanted scale-up, and when ([start, end) simulated minutes)
-        out["budget_cap_held_minutes"] = controller.cap_held_minutes
-        out["budget_cap_held"] = [list(r) for r in controller.cap_held]
+    out.update(controller.decision_figures())  # the controller's own (sim/controllers/base.py), none for most
     return out
 
 

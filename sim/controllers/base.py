@@ -31,3 +31,8 @@ class Controller:
 
     def repeat(self, sim: Simulation, ticks: int) -> None:
         pass
+
+    def decision_figures(self) -> dict:
+        """The controller's own account of its decisions, added to the pool's figures (sim/metrics.py
+        `metrics_of`): none here; gpuloan's (its decide calls, their reasons, the budget cap's held minutes)."""
+        return {}

@@ -241,6 +241,15 @@ class GpuLoan(Controller):
     def cap_held_minutes(self) -> int:
         return sum(b - a for a, b in self.cap_held)
 
+    def decision_figures(self) -> dict:
+        return {
+            "decide_calls": self.calls,
+            "decisions_by_reason": dict(sorted(self.reasons.items())),
+            # minutes in which the budget cap held a wanted scale-up, and when ([start, end) simulated minutes)
+            "budget_cap_held_minutes": self.cap_held_minutes,
+            "budget_cap_held": [list(r) for r in self.cap_held],
+        }
+
     def repeat(self, sim: Simulation, ticks: int) -> None:
         """The skipped ticks would have decided the same plan (see wake): count its reasons for each, and account
         their spend in the policy's state as they would have (policy.spend.accrue at the plan's rates, at most
