@@ -151,7 +151,6 @@ class SimNode:
         "jobs",
         "hist",
         "empty_since",
-        "obs_cache",
         "slot",
         "busy_minutes",
         "empty_minutes",
@@ -172,7 +171,6 @@ class SimNode:
     jobs: set
     hist: list  # [(minute, busy_gpus)] change points, pruned to the longest window anyone asks about
     empty_since: int | None
-    obs_cache: object
     slot: int | None  # spot slot (common random numbers), None for other capacity
     busy_minutes: int  # GPU-minutes a pod held, up to the node's last busy change
     empty_minutes: int  # minutes ready with no pod, up to the node's last busy change

@@ -289,7 +289,6 @@ class Simulation:
             set(),
             [(self.now, 0)],
             None,
-            None,
             slot,
             0,
             0,
@@ -634,7 +633,6 @@ class Simulation:
                         # starts a replacement, and EventBridge tells whoever listens (sim/controllers/).
                         node.warned = True
                         noticed = True
-                        node.obs_cache = None
                         if not node.recommended:
                             self.leaving[node.group] += 1
                         self.changed = True
@@ -746,7 +744,6 @@ class Simulation:
         while len(hist) > 2 and hist[1][0] <= cutoff:
             hist.pop(0)
         node.empty_since = self.now if busy == 0 else None
-        node.obs_cache = None
 
     def window_utilization(
         self, node: SimNode, minutes: int, at: int | None = None
