@@ -252,7 +252,7 @@ def fair_borrow_targets(workload, i: int, lender) -> list:
     queues: dict[int, list] = {}
     for w, j, borrowed in lender.floor_admitted.values():
         if borrowed and w is not workload:
-            queues.setdefault(id(w), []).append(((w.job_priority(j), -w.admitted_at[j], w.sim.spec.name, j), w, j))
+            queues.setdefault(id(w), []).append(candidate(w, j, RECLAIM))  # CandidatesOrdering within each queue
     share = {k: env.weighted_share(q[0][1].sim.spec.name, q[0][1].borrowed_quota()) for k, q in queues.items()}
     if not any(s > preemptor_share for s in share.values()):
         return []  # neither strategy can pass: each needs a target queue above the preemptor's share

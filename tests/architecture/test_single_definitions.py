@@ -48,6 +48,10 @@ def _definitions(pattern: str) -> list[str]:
         (r"def group_max\(", "policy/decide/bound.py"),
         (r".*\.max_nodes\s*(>|<=)\s*0", "policy/decide/bound.py"),
         (r".*headroom_usd_per_hour\s*/", "policy/decide/bound.py"),
+        # Kueue's candidate order (most recently admitted first: sim/kueue.py `candidate`, for a job's reclaim, a
+        # demand series' and fair sharing's) and its classic victim search (`classic_victims`, both reclaims).
+        (r".*-\w+\.admitted_at\[", "sim/kueue.py"),
+        (r"def classic_victims\(", "sim/kueue.py"),
     ],
 )
 def test_one_definition(pattern, home):
