@@ -17,9 +17,11 @@ from sim.traces import JobsTrace
 
 
 class ReportingController(Protocol):
-    """What the figures read of a pool's controller (sim/controllers/base.py Controller has it): its own account of
-    its decisions. A protocol, not the class, so that the figures (and sim/environment.py, which reports them)
-    never import the controllers (the import-linter contract `sim-world-not-controllers`)."""
+    """What the figures read of a pool's controller (sim/controllers/base.py Controller has both): its name and its
+    own account of its decisions. A protocol, not the class, so that the figures (and sim/environment.py, which
+    reports them) never import the controllers (the import-linter contract `sim-world-not-controllers`)."""
+
+    name: str
 
     def decision_figures(self) -> dict: ...
 
