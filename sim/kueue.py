@@ -19,6 +19,10 @@ from dataclasses import dataclass, field
 from config.scheduling import FLOOR, plan
 
 
+RECLAIM, WITHIN = "reclaim", "within"  # why Kueue evicts: for another queue's quota, for its own queue's priority
+ELASTIC_FLAVOR = "elastic"  # a job admitted to its pool's elastic flavor (EnvJobsWorkload.admitted_to)
+
+
 @dataclass(frozen=True)
 class PoolSharing:
     """What a pool's ClusterQueue lends and borrows, in simulated GPUs (device-plugin units / time-slicing)."""
@@ -87,10 +91,6 @@ def _fair_sharing_order(cands: list) -> list:
         if not groups[key]:
             del groups[key]
     return out
-
-
-RECLAIM, WITHIN = "reclaim", "within"  # why Kueue evicts: for another queue's quota, for its own queue's priority
-ELASTIC_FLAVOR = "elastic"  # a job admitted to its pool's elastic flavor (EnvJobsWorkload.admitted_to)
 
 
 def candidate(w, j: int, why: str) -> tuple:
