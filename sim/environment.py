@@ -61,7 +61,7 @@ What is modelled (docs/simulator.md, "An environment"; the Kueue semantics in do
   timestamp of a preempted workload too: docs/aws-rules.md); an owner's reclaim takes the victims' queues
   highest share first (sim/kueue.py _fair_sharing_order, fairsharing/ordering.go); a borrower that does not fit a floor's
   unused quota preempts other borrowers of it where Kueue's strategies let it (_fair_borrow_targets:
-  canPreemptWhileBorrowing, LessThanOrEqualToFinalShare then LessThanInitialShare), and stops its flavor search
+  canPreemptWhileBorrowing, scheduling.kueue.fair_sharing_preemption_strategies), and stops its flavor search
   there (whenCanPreempt: MayStopSearch); the workloads it evicts compete again in the same round. Off: each pool
   in config order admits all it can, and a borrower never preempts (borrowWithinCohort: Never).
 - Kueue preemption, one victim search (EnvJobsWorkload._kueue_targets): a job that fits its own floor's nominal
@@ -115,7 +115,7 @@ from sim.pool import PoolError, PoolSpec, demand_profile, spec_from_config
 from sim.metrics import elastic_oracle_gpu_hours, metrics_of, oracle_gpu_hours, pending_summary, percentile
 from sim.traces import JobsTrace
 from sim.kueue import _fair_sharing_order, elastic_lendable_gpus, sharing_of
-from config.config_terms import Reservation, Tier
+from config.config_terms import FairSharingPreemption, Reservation, Tier
 from config.tenancy import PRIORITY_VALUES
 from config.scheduling import (
     fair_sharing_on,
@@ -686,16 +686,20 @@ class EnvJobsWorkload(JobsWorkload):
         `fairPreemptions`). The shipped settings: reclaimWithinCohort Any, so the candidates are every workload
         other ClusterQueues hold on this flavor while they borrow it (preemption.go:631 `findCandidates`, any
         priority: common/preemption_policy.go:49); the borrower's own queue has withinClusterQueue Never (a
-        production-tier queue, the only one with LowerPriority, borrows nothing). Strategies
-        [LessThanOrEqualToFinalShare, LessThanInitialShare] (stacks/kubernetes/kueue.py, Kueue's default):
-        1. (preemption.go:382 `runFirstFsStrategy`, S2-a) again and again the candidates' queue of highest share
-           (fairsharing/ordering.go:144 `nextTarget`; a tie goes to the queue whose next candidate comes first in
-           common/ordering.go `CandidatesOrdering`: lowest priority, most recently admitted); its candidates in
-           that order: one is taken if the preemptor's share with job i is at most that queue's share without it
-           (fairsharing/strategy.go:41); once taken, the queue is chosen again; one that fails waits for step 2;
-        2. (preemption.go:499 `runSecondFsStrategy`, S2-b) over the candidates step 1 left, queue by queue in the
-           same order: the queue's first one is taken if the preemptor's share with job i is strictly below the
-           queue's share now (strategy.go:46), and the queue is dropped either way;
+        production-tier queue, the only one with LowerPriority, borrows nothing). The strategies are the shipped
+        scheduling.kueue.fair_sharing_preemption_strategies (Environment.fair_sharing_strategies; preemption.go:363
+        `parseStrategies`):
+        1. (preemption.go:382 `runFirstFsStrategy`, the first strategy) again and again the candidates' queue of
+           highest share (fairsharing/ordering.go:144 `nextTarget`; a tie goes to the queue whose next candidate
+           comes first in common/ordering.go `CandidatesOrdering`: lowest priority, most recently admitted); its
+           candidates in that order: one is taken if it passes the strategy, LessThanOrEqualToFinalShare (S2-a:
+           the preemptor's share with job i is at most that queue's share without it, fairsharing/strategy.go:41)
+           or LessThanInitialShare (S2-b: strictly below the queue's share now, strategy.go:46); once taken, the
+           queue is chosen again; one that fails waits for step 2;
+        2. only with a second strategy (Kueue accepts only LessThanInitialShare there: pkg/config/validation.go:
+           385-396; preemption.go:557-565 `fairPreemptions`), (preemption.go:499 `runSecondFsStrategy`, S2-b) over
+           the candidates step 1 left, queue by queue in the same order: the queue's first one is taken if the
+           preemptor's share with job i is strictly below the queue's share now, and the queue is dropped either way;
         until job i fits the flavor's unused quota; then each target is given back, in reverse order, where it
         still fits (`fillBackWorkloads`). Shares as Environment.weighted_share. [] if job i cannot take more of
         the flavor (past the lendingLimit or its borrowingLimit: NoFit) or no victims make it fit (the next
@@ -749,16 +753,20 @@ class EnvJobsWorkload(JobsWorkload):
         retry: dict[int, list] = {}
         live = dict(queues)
         done = False
+        final_share_first = env.fair_sharing_strategies[0] == FairSharingPreemption.less_than_or_equal_to_final_share
         while not done and (k := next_queue(live)) is not None:
             while live[k]:
                 c = live[k].pop(0)
-                after = env.weighted_share(c[1].sim.spec.name, borrowed[k] - c[1].gpus[c[2]])
-                if preemptor_share <= after:  # LessThanOrEqualToFinalShare
+                if final_share_first:  # LessThanOrEqualToFinalShare
+                    passed = preemptor_share <= env.weighted_share(c[1].sim.spec.name, borrowed[k] - c[1].gpus[c[2]])
+                else:  # LessThanInitialShare
+                    passed = preemptor_share < share[k]
+                if passed:
                     take(k, c)
                     done = fits(lent)
                     break  # the shares moved: pick the queue again
                 retry.setdefault(k, []).append(c)
-        while not done and (k := next_queue(retry)) is not None:
+        while not done and len(env.fair_sharing_strategies) > 1 and (k := next_queue(retry)) is not None:
             c = retry[k].pop(0)
             if preemptor_share < share[k]:  # LessThanInitialShare
                 take(k, c)
@@ -1080,6 +1088,8 @@ class Environment:
         self._branch_out: int | None = None
         self.sharing = sharing_of(cfg)
         self.fair_sharing = fair_sharing_on(cfg)
+        # the shipped fairSharing.preemptionStrategies (stacks/kubernetes/kueue.py manager_config)
+        self.fair_sharing_strategies = tuple(cfg.scheduling.kueue.fair_sharing_preemption_strategies)
         self._pool_order = {p.name: n for n, p in enumerate(cfg.pools)}
         self.floor_owner: dict[int, PoolSim] = {}
         self.pools: dict[str, PoolSim] = {}
