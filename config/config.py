@@ -39,8 +39,10 @@ from config.config_terms import (
     SET_ASIDE,
     CommitmentKind,
     CommitmentStatus,
+    FAIR_SHARING_PREEMPTION_SETS,
     ElasticCapacity,  # noqa: F401
     Enforcement,
+    FairSharingPreemption,
     FloorPayment,
     MigStrategy,
     PaymentOption,
@@ -798,6 +800,16 @@ class Kueue(Strict):
         '"Fair sharing among borrowers"). Off: Kueue\'s classical order, where flavor order '
         "and timing decide and borrowers never preempt each other.",
     )
+    fair_sharing_preemption_strategies: list[FairSharingPreemption] = Field(
+        default_factory=lambda: [FairSharingPreemption.less_than_or_equal_to_final_share],
+        description="Kueue's fairSharing.preemptionStrategies when fair_sharing is on: "
+        "[LessThanOrEqualToFinalShare] (default) lets a borrower evict another's borrowed work "
+        "only while its own share with the new job stays at or below the victim queue's share "
+        "without the victim, so two borrowers never evict each other back and forth; adding "
+        "LessThanInitialShare also lets it evict a larger job when its share is only below the "
+        "victim queue's. The owner's reclaim of its floor is the same under each "
+        '(docs/scheduling.md, "Fair sharing among borrowers").',
+    )
     lend_ahead: bool = Field(
         False,
         description="Lend less of each floor ahead of its owner's return: the policy "
@@ -822,6 +834,16 @@ class Kueue(Strict):
         "(key: team name); teams not listed lend their whole floor and borrow "
         "without limit.",
     )
+
+    @field_validator("fair_sharing_preemption_strategies")
+    @classmethod
+    def _kueue_accepts_the_strategies(cls, value: list[FairSharingPreemption]) -> list[FairSharingPreemption]:
+        if tuple(value) not in FAIR_SHARING_PREEMPTION_SETS:
+            accepted = " or ".join(
+                "[" + ", ".join(s.value for s in combo) + "]" for combo in FAIR_SHARING_PREEMPTION_SETS
+            )
+            raise ValueError(f"Kueue v0.19.2 accepts {accepted}, not [{', '.join(s.value for s in value)}]")
+        return value
 
     def sharing(self, team: str) -> TeamSharing:
         """The team's limits: its entry in `teams`, or the defaults (lends its whole floor, borrows without limit)."""

@@ -66,3 +66,19 @@ class MigStrategy(StrEnum):
     none = "none"
     single = "single"
     mixed = "mixed"
+
+
+class FairSharingPreemption(StrEnum):
+    """Kueue's fair-sharing preemption strategies (v0.19.2 apis/config/v1beta2/configuration_types.go:734-739)."""
+
+    less_than_or_equal_to_final_share = "LessThanOrEqualToFinalShare"  # rule S2-a
+    less_than_initial_share = "LessThanInitialShare"  # rule S2-b
+
+
+# The lists Kueue v0.19.2 accepts (pkg/config/validation.go:385-396 `validStrategySets`); any other is refused
+# by the controller at start, so gpuloan refuses it first.
+FAIR_SHARING_PREEMPTION_SETS = (
+    (FairSharingPreemption.less_than_or_equal_to_final_share,),
+    (FairSharingPreemption.less_than_initial_share,),
+    (FairSharingPreemption.less_than_or_equal_to_final_share, FairSharingPreemption.less_than_initial_share),
+)

@@ -106,6 +106,7 @@ def main(argv=None) -> int:
                     "reclaims": res.pools[n]["reclaim_preemptions"],
                     # of them, evicted for another borrower (fair sharing's preemption among borrowers)
                     "by_borrowers": getattr(res.sims[n].workload, "fair_share_preemptions", 0),
+                    "cost": res.pools[n]["total_cost_usd"],
                 }
             )
         table[name] = rows
@@ -125,14 +126,16 @@ def main(argv=None) -> int:
         print(f"| {n} | {r0['tier'][:5]} | {r0['demand']:,.0f} | " + " | ".join(cells) + " |")
     print("\nSpread among the pools that borrow: max - min of % of demand borrowed,")
     print("and the coefficient of variation (CV) of borrowed GPU-h per unit of weight;")
-    print("reclaim preemptions, and of them those a borrower made (fair sharing):\n")
-    print("| fair sharing | borrowed GPU-h | max-min | CV/weight | reclaims | by borrower |")
-    print("|---|---:|---:|---:|---:|---:|")
+    print("reclaim preemptions, and of them those a borrower made (fair sharing);")
+    print("the organization's cost over the run:\n")
+    print("| fair sharing | borrowed | max-min | CV/wt | reclaims | by borrower | cost |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
     for name, rows in table.items():
         points, cv = _spread(rows)
         print(
-            f"| {labels[name]} | {sum(r['borrowed'] for r in rows):,.0f} | {points:.1f} points | {cv:.2f} | "
-            f"{sum(r['reclaims'] for r in rows):,} | {sum(r['by_borrowers'] for r in rows):,} |"
+            f"| {labels[name]} | {sum(r['borrowed'] for r in rows):,.0f} | {points:.1f} pts | {cv:.2f} | "
+            f"{sum(r['reclaims'] for r in rows):,} | {sum(r['by_borrowers'] for r in rows):,} | "
+            f"${sum(r['cost'] for r in rows):,.0f} |"
         )
     return 0
 

@@ -61,7 +61,7 @@ What is modelled (docs/simulator.md, "An environment"; the Kueue semantics in do
   timestamp of a preempted workload too: docs/aws-rules.md); an owner's reclaim takes the victims' queues
   highest share first (sim/kueue.py _fair_sharing_order, fairsharing/ordering.go); a borrower that does not fit a floor's
   unused quota preempts other borrowers of it where Kueue's strategies let it (kueue.fair_borrow_targets:
-  canPreemptWhileBorrowing, LessThanOrEqualToFinalShare then LessThanInitialShare), and stops its flavor search
+  canPreemptWhileBorrowing, scheduling.kueue.fair_sharing_preemption_strategies), and stops its flavor search
   there (whenCanPreempt: MayStopSearch); the workloads it evicts compete again in the same round. Off: each pool
   in config order admits all it can, and a borrower never preempts (borrowWithinCohort: Never).
 - Kueue preemption, one victim search (sim/kueue.py reclaim_targets): a job that fits its own floor's nominal
@@ -878,6 +878,8 @@ class Environment:
         self._branch_out: int | None = None
         self.sharing = sharing_of(cfg)
         self.fair_sharing = fair_sharing_on(cfg)
+        # the shipped fairSharing.preemptionStrategies (stacks/kubernetes/kueue.py manager_config)
+        self.fair_sharing_strategies = tuple(cfg.scheduling.kueue.fair_sharing_preemption_strategies)
         self._pool_order = {p.name: n for n, p in enumerate(cfg.pools)}
         self.floor_owner: dict[int, PoolSim] = {}
         self.pools: dict[str, PoolSim] = {}

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from config.config_terms import FairSharingPreemption
 from config.scheduling import FLOOR, plan
 
 
@@ -225,16 +226,20 @@ def fair_borrow_targets(workload, i: int, lender) -> list:
     `fairPreemptions`). The shipped settings: reclaimWithinCohort Any, so the candidates are every workload
     other ClusterQueues hold on this flavor while they borrow it (preemption.go:631 `findCandidates`, any
     priority: common/preemption_policy.go:49); the borrower's own queue has withinClusterQueue Never (a
-    production-tier queue, the only one with LowerPriority, borrows nothing). Strategies
-    [LessThanOrEqualToFinalShare, LessThanInitialShare] (stacks/kubernetes/kueue.py, Kueue's default):
-    1. (preemption.go:382 `runFirstFsStrategy`, S2-a) again and again the candidates' queue of highest share
-       (fairsharing/ordering.go:144 `nextTarget`; a tie goes to the queue whose next candidate comes first in
-       common/ordering.go `CandidatesOrdering`: lowest priority, most recently admitted); its candidates in
-       that order: one is taken if the preemptor's share with job i is at most that queue's share without it
-       (fairsharing/strategy.go:41); once taken, the queue is chosen again; one that fails waits for step 2;
-    2. (preemption.go:499 `runSecondFsStrategy`, S2-b) over the candidates step 1 left, queue by queue in the
-       same order: the queue's first one is taken if the preemptor's share with job i is strictly below the
-       queue's share now (strategy.go:46), and the queue is dropped either way;
+    production-tier queue, the only one with LowerPriority, borrows nothing). The strategies are the shipped
+    scheduling.kueue.fair_sharing_preemption_strategies (Environment.fair_sharing_strategies; preemption.go:363
+    `parseStrategies`):
+    1. (preemption.go:382 `runFirstFsStrategy`, the first strategy) again and again the candidates' queue of
+       highest share (fairsharing/ordering.go:144 `nextTarget`; a tie goes to the queue whose next candidate
+       comes first in common/ordering.go `CandidatesOrdering`: lowest priority, most recently admitted); its
+       candidates in that order: one is taken if it passes the strategy, LessThanOrEqualToFinalShare (S2-a:
+       the preemptor's share with job i is at most that queue's share without it, fairsharing/strategy.go:41)
+       or LessThanInitialShare (S2-b: strictly below the queue's share now, strategy.go:46); once taken, the
+       queue is chosen again; one that fails waits for step 2;
+    2. only with a second strategy (Kueue accepts only LessThanInitialShare there: pkg/config/validation.go:
+       385-396; preemption.go:557-565 `fairPreemptions`), (preemption.go:499 `runSecondFsStrategy`, S2-b) over
+       the candidates step 1 left, queue by queue in the same order: the queue's first one is taken if the
+       preemptor's share with job i is strictly below the queue's share now, and the queue is dropped either way;
     until job i fits the flavor's unused quota; then each target is given back, in reverse order, where it
     still fits (`fillBackWorkloads`). Shares as Environment.weighted_share. [] if job i cannot take more of
     the flavor (past the lendingLimit or its borrowingLimit: NoFit) or no victims make it fit (the next
@@ -288,16 +293,20 @@ def fair_borrow_targets(workload, i: int, lender) -> list:
     retry: dict[int, list] = {}
     live = dict(queues)
     done = False
+    final_share_first = env.fair_sharing_strategies[0] == FairSharingPreemption.less_than_or_equal_to_final_share
     while not done and (k := next_queue(live)) is not None:
         while live[k]:
             c = live[k].pop(0)
-            after = env.weighted_share(c[1].sim.spec.name, borrowed[k] - c[1].gpus[c[2]])
-            if preemptor_share <= after:  # LessThanOrEqualToFinalShare
+            if final_share_first:  # LessThanOrEqualToFinalShare
+                passed = preemptor_share <= env.weighted_share(c[1].sim.spec.name, borrowed[k] - c[1].gpus[c[2]])
+            else:  # LessThanInitialShare
+                passed = preemptor_share < share[k]
+            if passed:
                 take(k, c)
                 done = fits(lent)
                 break  # the shares moved: pick the queue again
             retry.setdefault(k, []).append(c)
-    while not done and (k := next_queue(retry)) is not None:
+    while not done and len(env.fair_sharing_strategies) > 1 and (k := next_queue(retry)) is not None:
         c = retry[k].pop(0)
         if preemptor_share < share[k]:  # LessThanInitialShare
             take(k, c)

@@ -11,7 +11,7 @@ after the release, whose chart installs the CRDs and the admission webhooks that
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,18 +54,15 @@ def chart_version(cfg: GpuLoanConfig) -> str:
     return cfg.scheduling.kueue.chart_version or versions.KUEUE_CHART_VERSION
 
 
-# Kueue v0.19.2's own default when preemptionStrategies is empty (pkg/scheduler/preemption/preemption.go
-# parseStrategies), written out so the shipped file says what runs.
-FAIR_SHARING_PREEMPTION_STRATEGIES = ["LessThanOrEqualToFinalShare", "LessThanInitialShare"]
-
-
-def manager_config(fair_sharing: bool = False) -> dict[str, Any]:
+def manager_config(fair_sharing: bool = False, strategies: Sequence[str] = ()) -> dict[str, Any]:
     """The controller's Configuration. Setting it replaces the chart's default file, so the chart defaults (ports
     the chart's Services and probes point at, leader election) are repeated here; compare with the chart's
     values.yaml `managerConfig.controllerManagerConfigYaml` when bumping KUEUE_CHART_VERSION.
 
     `fair_sharing` (config/scheduling.py fair_sharing_on): the config API v1beta2 has no `enable` field, the
-    presence of `fairSharing` turns it on (v0.19.2 cmd/kueue/main.go: `if cfg.FairSharing != nil`)."""
+    presence of `fairSharing` turns it on (v0.19.2 cmd/kueue/main.go: `if cfg.FairSharing != nil`).
+    `strategies`: scheduling.kueue.fair_sharing_preemption_strategies, always written out (v0.19.2 requires the
+    list when `fairSharing` is present: pkg/config/validation.go:413-414)."""
     config: dict[str, Any] = {
         "apiVersion": versions.KUEUE_CONFIG_API_VERSION,
         "kind": "Configuration",
@@ -91,7 +88,7 @@ def manager_config(fair_sharing: bool = False) -> dict[str, Any]:
         "resources": {"excludeResourcePrefixes": EXCLUDED_RESOURCE_PREFIXES},
     }
     if fair_sharing:
-        config["fairSharing"] = {"preemptionStrategies": list(FAIR_SHARING_PREEMPTION_STRATEGIES)}
+        config["fairSharing"] = {"preemptionStrategies": [str(s) for s in strategies]}
     return config
 
 
@@ -99,7 +96,10 @@ def helm_values(cfg: GpuLoanConfig) -> dict[str, Any]:
     values: dict[str, Any] = {
         "managerConfig": {
             "controllerManagerConfigYaml": yaml.safe_dump(
-                manager_config(scheduling.fair_sharing_on(cfg)), sort_keys=False
+                manager_config(
+                    scheduling.fair_sharing_on(cfg), cfg.scheduling.kueue.fair_sharing_preemption_strategies
+                ),
+                sort_keys=False,
             )
         },
     }
@@ -155,7 +155,10 @@ def cluster_queue_manifest(cfg: GpuLoanConfig, queue: scheduling.PoolQueue) -> d
             "namespaceSelector": {"matchLabels": {tags.LABEL_TEAM: queue.team}},
             "queueingStrategy": "BestEffortFIFO",
             # Stop at the first flavor that fits even if it needs borrowing or preemption: the owner's work takes
-            # its lent floor back (reclaim) instead of moving on to elastic nodes it would pay for.
+            # its lent floor back (reclaim) instead of moving on to elastic nodes it would pay for. Not
+            # TryNextFlavor, even for borrowing: the setting is per queue, and Kueue v0.19.2 gives an owner's
+            # reclaim and a borrower's fair-sharing preemption the same mode (preemption_oracle.go:75-80,
+            # flavorassigner.go:622-624, :1267), so it would send the owner past its own lent floor too.
             "flavorFungibility": {"whenCanBorrow": "MayStopSearch", "whenCanPreempt": "MayStopSearch"},
             "preemption": {
                 "reclaimWithinCohort": "Any",

@@ -25,4 +25,7 @@ def test_bench_fair_share_prints_each_team_and_the_spread_with_and_without(capsy
         line.split(" | ")[0] for line in out.splitlines() if line.startswith("| off") or line.startswith("| on, ")
     ]
     assert spread[0] == "| off" and spread[1] == "| on, equal" and "x3" in spread[2]
+    # the organization's cost of each run, last column of the spread table
+    costs = [line.rstrip(" |").rsplit("| ", 1)[1] for line in out.splitlines() if line.startswith(("| off", "| on, "))]
+    assert len(costs) == 3 and all(c.startswith("$") and float(c[1:].replace(",", "")) > 0 for c in costs)
     assert all(len(line) <= 80 for line in out.splitlines())

@@ -75,15 +75,20 @@ def test_the_owner_reclaims_from_the_borrower_of_highest_share_first():
     assert (res.pools["zed"]["reclaim_preemptions"], res.pools["bob"]["reclaim_preemptions"]) == (1, 0)
 
 
-def _fair_preemption_run(ann_rows, bob_rows, horizon=500):
-    cfg = _lender_and_two_borrowers()
+def _fair_preemption_run(ann_rows, bob_rows, horizon=500, **kueue):
+    cfg = _lender_and_two_borrowers(**kueue)
     demands = {"lender": jobs("lender", []), "ann": jobs("ann", ann_rows), "bob": jobs("bob", bob_rows)}
     return simulate_environment(resolved_prices(), cfg, demands, CONTROLLERS["karpenter"], CALM, horizon)
 
 
-def test_a_borrower_preempts_the_borrower_of_higher_share_down_to_equal_shares():
+BOTH_RULES = ["LessThanOrEqualToFinalShare", "LessThanInitialShare"]  # Kueue's default when the list is empty
+
+
+@pytest.mark.parametrize("strategies", [None, BOTH_RULES], ids=["shipped", "both rules"])
+def test_a_borrower_preempts_the_borrower_of_higher_share_down_to_equal_shares(strategies):
     """Shipped settings: fair sharing on, reclaimWithinCohort Any, borrowWithinCohort Never, flavorFungibility
-    whenCanPreempt MayStopSearch, strategies [LessThanOrEqualToFinalShare, LessThanInitialShare]. The lender's
+    whenCanPreempt MayStopSearch, strategies [LessThanOrEqualToFinalShare] (every victim below passes it, so
+    adding LessThanInitialShare changes nothing here). The lender's
     4-GPU floor (lendingLimit unset: the cohort lends 4 GPUs of it, `calculateLendable`), equal weights.
     Minute 0: ann's four 1-GPU jobs; bob has none: ann borrows all 4 (share 4 x 1000 / 4 = 1000).
     Minute 10: bob's two 1-GPU jobs. bob's first: the floor has 0 unused, but bob's usage with the job (1) is
@@ -97,7 +102,8 @@ def test_a_borrower_preempts_the_borrower_of_higher_share_down_to_equal_shares()
     3 x 250 = 750, bob's 500 is not above it (neither 750 <= 250 nor 750 < 500): no victims
     (noPreemptionCandidates), the next flavor, ann's own spot, takes them.
     On main (no borrower-on-borrower preemption) bob's jobs went to spot and ann lost nothing."""
-    res = _fair_preemption_run([(0, 300, 1)] * 4, [(10, 300, 1)] * 2)
+    kueue = {} if strategies is None else {"fair_sharing_preemption_strategies": strategies}
+    res = _fair_preemption_run([(0, 300, 1)] * 4, [(10, 300, 1)] * 2, **kueue)
     assert _on_the_floor(res, "bob", 2) == 2
     assert res.pools["ann"]["reclaim_preemptions"] == 2
     assert res.sims["ann"].workload.fair_share_preemptions == 2
@@ -108,13 +114,39 @@ def test_a_borrower_preempts_the_borrower_of_higher_share_down_to_equal_shares()
 
 
 def test_the_second_strategy_evicts_a_larger_workload_when_the_first_cannot():
-    """ann holds one 4-GPU job on the lender's 4-GPU floor (share 1000); at minute 10 bob's 1-GPU job. Preemptor
+    """Strategies [LessThanOrEqualToFinalShare, LessThanInitialShare] (not the default). ann holds one 4-GPU job on the lender's 4-GPU floor (share 1000); at minute 10 bob's 1-GPU job. Preemptor
     share 250; ann's share without its only workload would be 0, and 250 <= 0 fails LessThanOrEqualToFinalShare
     (S2-a): the candidate is kept for the second strategy. LessThanInitialShare (S2-b, preemption.go:499
     `runSecondFsStrategy`, strategy.go:46): 250 < 1000 (ann's share now) passes: ann's 4-GPU workload is evicted
     for bob's 1 GPU (Kueue evicts whole workloads). Then ann's job (4 GPUs, 3 unused): ann's share with it 1000,
     bob's 250 is not above it: no victims; ann's spot flavor (4 nodes of 1 GPU) takes it."""
-    res = _fair_preemption_run([(0, 300, 4)], [(10, 300, 1)])
+    res = _fair_preemption_run([(0, 300, 4)], [(10, 300, 1)], fair_sharing_preemption_strategies=BOTH_RULES)
     assert _on_the_floor(res, "bob", 1) == 1
     assert res.pools["ann"]["reclaim_preemptions"] == 1
     assert res.sims["ann"].workload.fair_share_preemptions == 1
+
+
+@pytest.mark.parametrize("strategies", [None, ["LessThanInitialShare"]], ids=["shipped", "second rule alone"])
+def test_with_the_first_rule_alone_a_borrower_never_evicts_a_larger_workload_to_end_above_its_queue(strategies):
+    """The case above with the shipped strategies, [LessThanOrEqualToFinalShare] alone. Kueue v0.19.2
+    pkg/scheduler/preemption/preemption.go:363-366 `parseStrategies` takes the configured list (the default pair
+    only when it is empty); :557-565 `fairPreemptions` runs the second strategy only when the list has two, so
+    `runSecondFsStrategy` (:499) never runs. ann holds one 4-GPU job on the lender's 4-GPU floor (share 1000); at
+    minute 10 bob's 1-GPU job: the floor has 0 unused, bob may preempt while borrowing (flavorassigner.go:1382
+    `canPreemptWhileBorrowing`); `runFirstFsStrategy` (:382): ann's queue (share 1000 > 250, so not skipped as
+    unsatisfiable), its one candidate: preemptor share with the job 250 <= ann's share without it 0 fails
+    (fairsharing/strategy.go:41), so `fits` is false and no target is returned: the oracle says NoCandidates
+    (preemption_oracle.go:62-64), `shouldTryNextFlavor` is true for noPreemptionCandidates (flavorassigner.go:1263)
+    and bob's next flavor, its own spot, fits: bob runs on spot, ann keeps its 4-GPU job until it ends.
+    With [LessThanInitialShare] alone the first pass uses that rule (`parseStrategies`): 250 < 1000 passes, ann's
+    job is evicted as with both rules. On main the simulator always ran both rules: bob evicted ann's job."""
+    kueue = {} if strategies is None else {"fair_sharing_preemption_strategies": strategies}
+    res = _fair_preemption_run([(0, 300, 4)], [(10, 300, 1)], **kueue)
+    evicted = strategies is not None
+    assert _on_the_floor(res, "bob", 1) == int(evicted)
+    assert res.pools["ann"]["reclaim_preemptions"] == int(evicted)
+    assert res.sims["ann"].workload.fair_share_preemptions == int(evicted)
+    if not evicted:
+        assert first_placement(res, "ann", 0) == ("lender", GUARANTEED)
+        # the lender's floor stays lent to ann's one job for its whole 300 minutes
+        assert res.pools["lender"]["floor_lent_gpu_hours"] == round(4 * 300 / 60, 3)

@@ -20,7 +20,8 @@ def _manager_config(cfg) -> dict:
 def test_fair_sharing_is_on_with_a_cohort_and_each_queue_carries_its_team_weight():
     cfg = _two_experiment_teams(teams={"research": {"fair_share_weight": 2.5}})
     conf = _manager_config(cfg)
-    assert conf["fairSharing"] == {"preemptionStrategies": ["LessThanOrEqualToFinalShare", "LessThanInitialShare"]}
+    # the shipped default: the first rule only (docs/scheduling.md, "Fair sharing among borrowers")
+    assert conf["fairSharing"] == {"preemptionStrategies": ["LessThanOrEqualToFinalShare"]}
     assert _cq(cfg, "training")["spec"]["fairSharing"] == {"weight": "2.5"}  # research's queue
     assert _cq(cfg, "inference")["spec"]["fairSharing"] == {"weight": 1}  # serving: the default, equal
 
@@ -90,3 +91,47 @@ def test_fair_sharing_can_be_turned_off_and_then_no_queue_carries_a_weight():
     cfg = _two_experiment_teams(fair_sharing=False, teams={"research": {"fair_share_weight": 2}})
     assert "fairSharing" not in _manager_config(cfg)
     assert all("fairSharing" not in kueue.cluster_queue_manifest(cfg, q)["spec"] for q in scheduling.plan(cfg).queues)
+
+
+@pytest.mark.parametrize(
+    "strategies",
+    [
+        ["LessThanOrEqualToFinalShare"],
+        ["LessThanInitialShare"],
+        ["LessThanOrEqualToFinalShare", "LessThanInitialShare"],
+    ],
+)
+def test_each_strategy_list_kueue_accepts_is_written_out_as_configured(strategies):
+    cfg = _two_experiment_teams(fair_sharing_preemption_strategies=strategies)
+    assert _manager_config(cfg)["fairSharing"] == {"preemptionStrategies": strategies}
+    # the queues do not change with the strategies: flavorFungibility and preemption stay as shipped
+    default = _two_experiment_teams()
+    for q in scheduling.plan(cfg).queues:
+        assert kueue.cluster_queue_manifest(cfg, q) == kueue.cluster_queue_manifest(default, q)
+
+
+@pytest.mark.parametrize(
+    "strategies",
+    [
+        [],  # Kueue v0.19.2: "must be specified" when fairSharing is present
+        ["LessThanInitialShare", "LessThanOrEqualToFinalShare"],  # only S2-b may come second
+        ["LessThanOrEqualToFinalShare", "LessThanOrEqualToFinalShare"],
+        ["LessThanFinalShare"],  # not a strategy
+    ],
+)
+def test_strategy_lists_kueue_refuses_are_refused_naming_the_field(strategies):
+    data = stack_config("prod")
+    data["gpuloan:scheduling"]["kueue"]["fair_sharing_preemption_strategies"] = strategies
+    [(path, message)] = _problems(data)
+    assert path.startswith("scheduling.kueue.fair_sharing_preemption_strategies")  # [i] for a name not known
+    assert "LessThan" in message
+
+
+def test_the_owners_queue_keeps_may_stop_search_so_it_reclaims_its_floor_before_buying_nodes():
+    # whenCanPreempt: TryNextFlavor would move an owner whose floor is lent on to its next flavor: Kueue v0.19.2
+    # gives its reclaim the same mode as a borrower's preemption (docs/aws-rules.md), so gpuloan does not ship it
+    cfg = _two_experiment_teams()
+    for q in scheduling.plan(cfg).queues:
+        spec = kueue.cluster_queue_manifest(cfg, q)["spec"]
+        assert spec["flavorFungibility"] == {"whenCanBorrow": "MayStopSearch", "whenCanPreempt": "MayStopSearch"}
+        assert spec["preemption"]["reclaimWithinCohort"] == "Any"
