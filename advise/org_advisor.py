@@ -52,7 +52,7 @@ from pricing.sources.catalog import Prices
 from advise import commitment_choice, sanity
 from sim import fluid, org_loan
 from sim.fluid import EnvironmentRun, PoolPrices, Scenario
-from sim.demand import PRODUCTION, TIERS, PoolDemand
+from sim.demand import EXPERIMENT, PRODUCTION, TIERS, PoolDemand
 from sim.metrics import percentile
 
 DEFAULT_PERCENTILE = 90.0
@@ -297,7 +297,7 @@ def shared_layout(price_book: Prices, cfg, traces: dict, seed: int, *, keep_floo
                 **doc,
                 "name": name,
                 "team": "org",
-                "tier": "production" if prod else "experiment",
+                "tier": PRODUCTION if prod else EXPERIMENT,
                 "elastic": elastic,
                 "service_target": {**doc.get("service_target", {}), "production_share_pct": 100.0 if prod else 0.0},
             }
