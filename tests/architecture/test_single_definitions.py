@@ -101,9 +101,8 @@ def test_the_advisor_reads_the_production_share_as_the_simulator_does():
 
 
 def test_the_on_demand_groups_max_is_read_from_the_config():
-    # "on_demand_max_nodes, else max_nodes" was spelled out in the Kueue plan, the policy settings, the cost model and
-    # the node groups; config/config.py `Elastic.on_demand_group_max_nodes` is now the one reading. sim/pool.py's two
-    # copies are left to the simulator's split (issue 34; sim/ is being moved meanwhile).
-    found = _definitions(r".*on_demand_max_nodes or \w*\.?max_nodes")
-    assert {f.split(":")[0] for f in found} <= {"config/config.py", "sim/pool.py"}, found
-    assert any(f.startswith("config/config.py:") for f in found)
+    # "on_demand_max_nodes, else max_nodes" was spelled out in the Kueue plan, the policy settings, the cost model,
+    # the node groups and twice in sim/pool.py; config/config.py `Elastic.on_demand_group_max_nodes` is the one
+    # reading now, everywhere.
+    found = _definitions(r".*on_demand_max_nodes\)? or \w*\.?max_nodes")
+    assert found and all(f.startswith("config/config.py:") for f in found), found
