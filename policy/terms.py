@@ -1,9 +1,9 @@
 """The policy's terms, one definition each (issue 34): what a pool runs, its tier, what its budget does, the
 capacity a node group buys and why the engine acted. The config validates a pool's `tier`, `workload` and
-`budget.enforcement` against these (config/config_terms.py re-exports them), and the Lambda receives them in its
-settings as plain strings: a StrEnum member equals its string, and `str()`, f-strings and `json.dumps` write just
-that string, so settings JSON, log lines and metric dimensions read exactly as the strings did. Standard library
-only, like all of policy/.
+`budget.enforcement` against these (config/config_terms.py re-exports those three), and the Lambda receives them
+in its settings as plain strings: a StrEnum member equals its string, and `str()`, f-strings and `json.dumps`
+write just that string, so settings JSON, log lines and metric dimensions read exactly as the strings did.
+Standard library only, like all of policy/.
 """
 
 from __future__ import annotations
