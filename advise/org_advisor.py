@@ -44,16 +44,16 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Protocol
 
 from pricing.cost_model import billing
 from pricing.sources.catalog import Prices
 from advise import commitment_choice, sanity
 from sim import fluid, org_loan
-from sim.fluid import EnvironmentRun, PoolPrices, Scenario
-from sim.demand import PRODUCTION, TIERS, PoolDemand
-from sim.metrics import percentile
+from sim.fluid import PoolPrices, Scenario
+from sim.demand import EXPERIMENT, PRODUCTION, TIERS, PoolDemand
+from sim.metrics import EnvironmentRun, PoolMetrics, percentile
 
 DEFAULT_PERCENTILE = 90.0
 KARPENTER, KARPENTER_SP = "karpenter", "karpenter+savings-plan"
@@ -297,7 +297,7 @@ def shared_layout(price_book: Prices, cfg, traces: dict, seed: int, *, keep_floo
                 **doc,
                 "name": name,
                 "team": "org",
-                "tier": "production" if prod else "experiment",
+                "tier": PRODUCTION if prod else EXPERIMENT,
                 "elastic": elastic,
                 "service_target": {**doc.get("service_target", {}), "production_share_pct": 100.0 if prod else 0.0},
             }
@@ -485,18 +485,16 @@ class EnvironmentRunner:
 
     def _run_of(self, result, demands, hours: int) -> EnvironmentRun:
         """The simulation's result as the advisor reads it."""
-        run = EnvironmentRun(
-            self.model, hours, list(result.hourly_usage), tiers={n: d.tier for n, d in demands.items()}
+        # the shared layout runs the organization's pools, not the teams'
+        names = list(result.pools) if set(result.pools) != set(demands) else list(demands)
+        return EnvironmentRun(
+            self.model,
+            hours,
+            list(result.hourly_usage),
+            {n: _metrics_of(result.pools[n]) for n in names},
+            {n: d.tier for n, d in demands.items()},
+            getattr(result, "pending_by_tier", None),
         )
-        if set(result.pools) != set(demands):  # the shared layout: the organization's pools, not the teams'
-            for n, src in result.pools.items():
-                run.pools[n] = _metrics_of(src)
-            run.pending_by_tier = getattr(result, "pending_by_tier", None)
-            return run
-        for n in demands:
-            run.pools[n] = _metrics_of(result.pools[n])
-        run.pending_by_tier = getattr(result, "pending_by_tier", None)
-        return run
 
     def run_scenarios(self, demands, floors_nodes, *, lend, controller, scenarios, report_from_hour) -> list:
         """The setup in the default scenario and in each of `scenarios`, into the cache, each as `__call__` would
@@ -663,30 +661,13 @@ def _pool_tiers(cfg) -> dict[str, str]:
     return {str(p.name): str(p.tier) for p in cfg.pools}
 
 
-def _metrics_of(src) -> fluid.PoolMetrics:
-    """One pool's window figures of a simulation, as the advisor reads them."""
-    m = fluid.PoolMetrics()
-    for f in (
-        "production_interruptions",
-        "unmet_gpu_hours",
-        "unmet_production_gpu_hours",
-        "floor_gpu_hours",
-        "floor_owned_gpu_hours",
-        "floor_lent_gpu_hours",
-        "unmet_guaranteed_production_gpu_hours",
-        "production_waiting_gpu_hours",
-        "reclaim_preemptions",
-        "reclaim_lost_gpu_hours",
-        "priority_preemptions",
-        "priority_lost_gpu_hours",
-        "scheduler_preemptions",
-        "scheduler_lost_gpu_hours",
-        "borrowed_gpu_hours",
-        "borrowed_gpu_hours_from",
-    ):
-        if hasattr(src, f):
-            setattr(m, f, getattr(src, f))
-    return m
+def _metrics_of(src) -> PoolMetrics:
+    """One pool's window figures of a simulation, as the advisor reads them: the simulator's (`_reduce`) and the
+    fluid model's are PoolMetrics already; another `simulate` may return any object with some of its fields (the
+    others keep PoolMetrics' defaults)."""
+    if isinstance(src, PoolMetrics):
+        return src
+    return PoolMetrics(**{f.name: getattr(src, f.name) for f in fields(PoolMetrics) if hasattr(src, f.name)})
 
 
 def scenario_settings(settings, scenario: Scenario):
@@ -845,39 +826,14 @@ def _reduce(result, job_tiers: dict | None = None) -> _SimulatedRun:
     `job_tiers` (the shared layout): pool -> the tier of the team each of its jobs came from; the pending time is
     then summarized per those tiers, not per the shared pools' own."""
     from dataclasses import asdict
-    from types import SimpleNamespace
 
-    pools = {}
-    for name, m in result.pools.items():
-        win = m["window"]
-        pools[name] = SimpleNamespace(
-            **{
-                k: win[k]
-                for k in (
-                    "production_interruptions",
-                    "unmet_gpu_hours",
-                    "unmet_production_gpu_hours",
-                    "floor_gpu_hours",
-                    "floor_owned_gpu_hours",
-                    "floor_lent_gpu_hours",
-                    "reclaim_preemptions",
-                    "reclaim_lost_gpu_hours",
-                    # a production pool's interruptible jobs preempted by its own production (withinClusterQueue)
-                    "priority_preemptions",
-                    "priority_lost_gpu_hours",
-                    # pods preempted by kube-scheduler for a higher-priority pod pinned to a fragmented floor (issue 36)
-                    "scheduler_preemptions",
-                    "scheduler_lost_gpu_hours",
-                    # production GPU-hours that waited while the pool's own floor had room not running production
-                    # (sim/environment.py _track_production_wait): the guarantee not kept
-                    "unmet_guaranteed_production_gpu_hours",
-                    "production_waiting_gpu_hours",
-                    # the loan's bill per pool (sim/org_loan.py): what it borrowed, from whose floor
-                    "borrowed_gpu_hours",
-                    "borrowed_gpu_hours_from",
-                )
-            }
-        )
+    # every PoolMetrics field is in the window figures (sim/environment.py `_window_figures`); unmet guaranteed
+    # production: GPU-hours that waited while the pool's own floor had room not running production
+    # (_track_production_wait), the guarantee not kept
+    pools = {
+        name: PoolMetrics(**{f.name: m["window"][f.name] for f in fields(PoolMetrics)})
+        for name, m in result.pools.items()
+    }
     usage = [billing.Usage(**asdict(r)) for r in result.usage]
     pending = result.environment["window"]["pending_minutes_by_tier"]
     if job_tiers is not None:
@@ -944,7 +900,7 @@ def measure(
     pools = run.pools.values()
     floor = sum(m.floor_gpu_hours for m in pools)
     tiers = sorted(set(run.tiers.values()), key=TIERS.index) if run.tiers else []
-    pending = getattr(run, "pending_by_tier", None) or {t: None for t in tiers}
+    pending: dict[str, dict | None] = dict(run.pending_by_tier or {}) or {t: None for t in tiers}
     return {
         "name": name,
         "model": model,
@@ -953,13 +909,13 @@ def measure(
         "unmet_gpu_hours": round(sum(m.unmet_gpu_hours for m in pools), 3),
         "unmet_production_gpu_hours": round(sum(m.unmet_production_gpu_hours for m in pools), 3),
         "unmet_guaranteed_production_gpu_hours": _sum_or_none(m.unmet_guaranteed_production_gpu_hours for m in pools),
-        "production_waiting_gpu_hours": _sum_or_none(getattr(m, "production_waiting_gpu_hours", None) for m in pools),
-        "reclaim_preemptions": sum(getattr(m, "reclaim_preemptions", 0) for m in pools),
-        "reclaim_lost_gpu_hours": round(sum(getattr(m, "reclaim_lost_gpu_hours", 0.0) for m in pools), 3),
-        "priority_preemptions": sum(getattr(m, "priority_preemptions", 0) for m in pools),
-        "priority_lost_gpu_hours": round(sum(getattr(m, "priority_lost_gpu_hours", 0.0) for m in pools), 3),
-        "scheduler_preemptions": sum(getattr(m, "scheduler_preemptions", 0) for m in pools),
-        "scheduler_lost_gpu_hours": round(sum(getattr(m, "scheduler_lost_gpu_hours", 0.0) for m in pools), 3),
+        "production_waiting_gpu_hours": _sum_or_none(m.production_waiting_gpu_hours for m in pools),
+        "reclaim_preemptions": sum(m.reclaim_preemptions for m in pools),
+        "reclaim_lost_gpu_hours": round(sum(m.reclaim_lost_gpu_hours for m in pools), 3),
+        "priority_preemptions": sum(m.priority_preemptions for m in pools),
+        "priority_lost_gpu_hours": round(sum(m.priority_lost_gpu_hours for m in pools), 3),
+        "scheduler_preemptions": sum(m.scheduler_preemptions for m in pools),
+        "scheduler_lost_gpu_hours": round(sum(m.scheduler_lost_gpu_hours for m in pools), 3),
         # total pending minutes per job (first wait plus every re-wait), p95 / p99 / max per tier; None: not
         # measured (the fluid model has no queue)
         "pending_by_tier": {

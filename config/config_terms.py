@@ -10,17 +10,11 @@ from contextvars import ContextVar
 from enum import StrEnum
 
 # The terms the policy function's settings carry are defined once, in the policy (the bottom layer, stdlib only).
-from policy.terms import Enforcement, Workload  # noqa: F401  (re-exported)
+from policy.terms import Enforcement, Tier, Workload  # noqa: F401  (re-exported)
 
 # Names and teams of the pools that config.parse set aside during a partial run of the cross-field rules (pools
 # whose own shape errors are reported already; empty otherwise).
 SET_ASIDE: ContextVar[frozenset[str]] = ContextVar("SET_ASIDE", default=frozenset())
-
-
-class Tier(StrEnum):
-    production = "production"
-    experiment = "experiment"
-    learning = "learning"
 
 
 class Reservation(StrEnum):

@@ -50,9 +50,9 @@ from policy.model import (
     PoolDecision,
     PoolObservation,
     PoolSettings,
-    Reason,
     Timers,
 )
+from policy.terms import Reason
 
 # EKS scales a Capacity Block node group to 0 forty minutes before the block ends (EKS User Guide, "Create a managed
 # node group with Capacity Blocks for ML", step 6); EC2 starts shutting instances down 30 minutes before the end.

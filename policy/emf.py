@@ -10,6 +10,7 @@ from datetime import datetime
 
 from policy import metric_names as M
 from policy.model import PoolDecision
+from policy.terms import Capacity
 
 
 def line(dimensions: dict[str, str], metrics: dict[str, tuple[float, str]], now: datetime) -> str:
@@ -34,7 +35,7 @@ def line(dimensions: dict[str, str], metrics: dict[str, tuple[float, str]], now:
 def pool_lines(
     environment: str,
     decision: PoolDecision,
-    capacity_of: dict[str, str],
+    capacity_of: dict[str, Capacity],
     elastic_max_nodes: int,
     estimated_elastic_usd: float | None,
     now: datetime,
@@ -52,9 +53,9 @@ def pool_lines(
     if decision.month_to_date_usd is not None:
         metrics[M.MONTH_TO_DATE_SPEND_USD] = (round(decision.month_to_date_usd, 4), "None")
     out = [line(base, metrics, now)]
-    by_capacity: dict[str, int] = {}
+    by_capacity: dict[Capacity, int] = {}
     for group, n in decision.desired_after.items():
-        cap = capacity_of.get(group, "spot")
+        cap = capacity_of.get(group, Capacity.spot)
         by_capacity[cap] = by_capacity.get(cap, 0) + n
     for cap, n in sorted(by_capacity.items()):
         out.append(line({**base, M.DIM_CAPACITY: cap}, {M.ELASTIC_NODES: (n, "Count")}, now))

@@ -109,7 +109,7 @@ def build_ports(
     """The adapters of one tick. A failure to find the cluster's API server goes into `errors` (the tick's
     errors and PolicyErrors): without it pending pods are unknown and nothing is terminated."""
     from policy.io.kube import KubeClient, eks_token
-    from policy.model import WORKLOAD_SERVICE
+    from policy.terms import Workload
     from policy.io.nodegroups import AwsNodeGroups
     from policy.io.sns import SnsPublisher
     from policy.io.budgets import AwsBudgets
@@ -126,7 +126,7 @@ def build_ports(
         settings.cluster_name,
         deadline,
         in_flight=settings.aws_calls_in_flight,
-        activities_always=[g for p in settings.pools if p.workload == WORKLOAD_SERVICE for g in p.spot_groups],
+        activities_always=[g for p in settings.pools if p.workload == Workload.service for g in p.spot_groups],
     )
     util = CloudWatchUtilization(
         _bounded(session, "cloudwatch", deadline),

@@ -17,10 +17,9 @@ import json
 import re
 from dataclasses import KW_ONLY, asdict, dataclass, field, fields, replace
 from datetime import datetime, timedelta
-from enum import Enum
 from typing import Any
 
-from policy.terms import Enforcement, Workload
+from policy.terms import Capacity, Enforcement, Reason, Workload
 
 SETTINGS_VERSION = 1
 
@@ -29,55 +28,11 @@ LIFECYCLE_IN_SERVICE = "InService"
 LIFECYCLE_PENDING = "Pending"  # also "Pending:Wait", "Pending:Proceed": the node is still booting
 # "Terminating*", "Terminated", "Detaching", "Standby", ... are neither capacity nor launching.
 
-CAPACITY_SPOT = "spot"
-CAPACITY_ON_DEMAND = "on_demand"
-CAPACITY_GUARANTEED = "guaranteed"
-
-ENFORCEMENT_CAP = Enforcement.cap_elastic
 # Auto Scaling's lifecycle state of an instance on its way out; the tick also gives it to a spot instance under
 # EC2's 2-minute interruption notice: neither capacity nor launching, never reclaimed.
 LIFECYCLE_LEAVING = "Terminating"
 # An EC2 instance id ("i-" and 8 or 17 hex digits): what a spot warning must name before it is trusted or stored.
 INSTANCE_ID = re.compile(r"i-[0-9a-f]{8,17}")
-# The settings' string values, named (policy/terms.py holds the one definition the config validates against).
-WORKLOAD_BATCH = Workload.batch  # jobs that queue: pending pods are the scale-up signal
-WORKLOAD_SERVICE = Workload.service  # traffic that does not queue: sustained utilization adds a node too
-ENFORCEMENT_ALERT = Enforcement.alert_only
-
-
-class Reason(str, Enum):
-    """Why the engine did (or did not do) something. Metric dimension values and log fields use `.value`."""
-
-    SCALE_UP_PENDING = "SCALE_UP_PENDING"  # pending pods that target the pool need more nodes
-    SCALE_UP_UTILIZATION = "SCALE_UP_UTILIZATION"  # sustained high average GPU utilization
-    RECLAIM_IDLE = "RECLAIM_IDLE"  # a node stayed idle for the idle timeout: terminate it by instance id
-    BUDGET_CAP = "BUDGET_CAP"  # a wanted scale-up was cut or refused because of the budget
-    BUDGET_UNKNOWN = "BUDGET_UNKNOWN"  # a wanted scale-up was refused: month-to-date spend could not be read (capped)
-    BUDGET_DRAIN = "BUDGET_DRAIN"  # actual spend reached the budget: drain elastic capacity (idle first)
-    SPOT_FALLBACK = "SPOT_FALLBACK"  # spot stayed short: the on-demand group takes the shortfall
-    SPOT_RECOVERED = "SPOT_RECOVERED"  # spot filled again while on-demand nodes run: new demand goes to spot
-    COOLDOWN = "COOLDOWN"  # a group changed too recently for a utilization-driven change
-    AT_MAX = "AT_MAX"  # demand exceeds the elastic maximum
-    UPDATE_IN_PROGRESS = "UPDATE_IN_PROGRESS"  # the node group is being updated: leave it alone this tick
-    HOLD_MISSING_DATA = "HOLD_MISSING_DATA"  # data missing or stale: hold, never shrink
-    KEEP_WARM = "KEEP_WARM"  # idle nodes kept: the next job is expected sooner than a relaunch would cost
-    WARM_UP = "WARM_UP"  # spare nodes launched ahead of the arrivals this time of day usually brings (opt-in)
-    GANG_RELEASED = "GANG_RELEASED"  # a gang past gang_wait_minutes that no group can complete: its idle nodes go
-    # pending pods that may not run on spot (on-demand asked for, or the spot taint not tolerated): the on-demand
-    # group grows for them directly, never spot; without an on-demand group they wait, reported
-    ON_DEMAND_ONLY = "ON_DEMAND_ONLY"
-    STEADY = "STEADY"  # nothing to do
-    # Capacity Block floors (policy/capacity_blocks.py): the window's rules on the block's own node group.
-    CAPACITY_BLOCK_WAITING = "CAPACITY_BLOCK_WAITING"  # before the block's start: its group is left at 0
-    CAPACITY_BLOCK_START = "CAPACITY_BLOCK_START"  # the block is active (and paid): its group goes to the floor size
-    CAPACITY_BLOCK_DRAIN = "CAPACITY_BLOCK_DRAIN"  # ahead of EKS's scale-down: cordon, ask GPU pods to checkpoint
-    CAPACITY_BLOCK_END = "CAPACITY_BLOCK_END"  # from EKS's scale-down (40 min before the end): the group goes to 0
-    CAPACITY_BLOCK_HELD = "CAPACITY_BLOCK_HELD"  # capacity_block_active: false: the group is left alone (a roll)
-    # Lending ahead of the owner (policy/decide/lend_ahead.py): the floor flavor's Kueue lendingLimit.
-    LEND_AHEAD = "LEND_AHEAD"  # lowered: the owner's work in use, waiting and forecast keeps that much unlent
-    LEND_RESTORED = "LEND_RESTORED"  # raised again toward the configured limit (forecast passed, or unknown)
-    LEND_UNKNOWN = "LEND_UNKNOWN"  # the floor's queue could not be read: its lendingLimit is left as it is
-
 
 ACTION_SET_DESIRED = "set_desired"  # EKS UpdateNodegroupConfig(desiredSize)
 ACTION_TERMINATE = "terminate"  # ASG TerminateInstanceInAutoScalingGroup(ShouldDecrementDesiredCapacity=True)
@@ -120,7 +75,7 @@ class PoolSettings:
 
     name: str
     team: str
-    tier: str
+    tier: str  # a Tier value (a plain string once read back from the settings JSON)
     gpus_per_node: int
     spot_group: str | None
     on_demand_group: str | None
@@ -142,9 +97,9 @@ class PoolSettings:
     # Most nodes added or removed per tick; None = no step limit (the group max and the budget cap bound a tick).
     max_step_nodes: int | None = None
     fallback_after_minutes: int = 10
-    # WORKLOAD_BATCH: jobs queue, pending pods are the whole scale-up signal. WORKLOAD_SERVICE: traffic that does
+    # Workload.batch: jobs queue, pending pods are the whole scale-up signal. Workload.service: traffic that does
     # not queue; sustained utilization adds a node too.
-    workload: str = "batch"
+    workload: str = Workload.batch
     # Minutes from a scale-up to a node that takes pods (boot, join, driver): what a relaunch costs, paid and
     # waited; and how far back the pool's GPU pod arrivals are counted for the keep-or-release rule.
     launch_minutes: int = 6
@@ -163,7 +118,7 @@ class PoolSettings:
     # held for it are released and it is not scaled for until capacity looks available again.
     gang_wait_minutes: int = 15
     budget_monthly_usd: float | None = None
-    budget_enforcement: str = ENFORCEMENT_CAP
+    budget_enforcement: str = Enforcement.cap_elastic
     budget_name: str | None = None
     # A floor on a Capacity Block (policy/capacity_blocks.py): its window (ISO 8601 with zone; None for any other
     # floor), the drain's lead before EKS's scale-down, and whether config holds the group (a roll at desired 0).
@@ -291,12 +246,12 @@ class PoolSettings:
         own = prices.get(instance_type) if instance_type is not None else None
         return own if own is not None else max(max(prices.values()), self.usd_per_hour(group))
 
-    def capacity_of(self, group: str) -> str:
+    def capacity_of(self, group: str) -> Capacity:
         if group in self.spot_groups:
-            return CAPACITY_SPOT
+            return Capacity.spot
         if group in self.on_demand_groups:
-            return CAPACITY_ON_DEMAND
-        return CAPACITY_GUARANTEED
+            return Capacity.on_demand
+        return Capacity.guaranteed
 
 
 @dataclass(frozen=True)
@@ -317,7 +272,7 @@ class Settings:
     cluster_name: str
     pools: tuple[PoolSettings, ...]
     budget_monthly_usd: float | None = None  # the environment budget (all pools together)
-    budget_enforcement: str = ENFORCEMENT_CAP
+    budget_enforcement: str = Enforcement.cap_elastic
     budget_name: str | None = None
     dry_run: bool = False
     # The environment's commitments' fees that no floor uses, per hour (Savings Plans / RIs bill every hour of their

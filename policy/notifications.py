@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Protocol
 
-from policy.model import ACTION_SET_DESIRED, ACTION_TERMINATE, PoolDecision, Reason
+from policy.model import ACTION_SET_DESIRED, ACTION_TERMINATE, PoolDecision
+from policy.terms import Reason
 
 SUBJECT_MAX = 100
 

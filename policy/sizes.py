@@ -25,7 +25,8 @@ from collections import Counter
 from dataclasses import dataclass, replace
 
 from policy.decide.bound import group_max  # a cycle: decide/ reads this module at call time only
-from policy.model import LIFECYCLE_IN_SERVICE, PoolDecision, PoolObservation, PoolSettings, Reason
+from policy.model import LIFECYCLE_IN_SERVICE, PoolDecision, PoolObservation, PoolSettings
+from policy.terms import Reason
 
 
 @dataclass(frozen=True)

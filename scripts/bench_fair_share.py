@@ -77,7 +77,7 @@ def main(argv=None) -> int:
     base = oa.setup_config(runner.cfg, floors, lend=True)
     cut = {n: oa._cut(t, hours) for n, t in runner.traces.items()}
     tiers = simdemand.rotation_tiers(rotation)
-    borrowers = [n for n in demands if tiers[n] != "production"]
+    borrowers = [n for n in demands if tiers[n] != simdemand.PRODUCTION]
     heavy = max(borrowers, key=lambda n: sum(demands[n].interruptible_gpus[:hours]))  # the largest borrower
     runs = {
         "off": (False, {}),

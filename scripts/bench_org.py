@@ -24,6 +24,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from policy.terms import Tier  # noqa: E402  (standard library only: nothing read at import)
+
 DEFAULT_TRACES = REPO.parent / "shared" / "data" / "traces" / "itp"
 DEFAULT_PRICES = REPO.parent / "shared" / "data" / "prices"
 INSTANCE_TYPE, REGION = "p4d.24xlarge", "us-east-1"
@@ -287,7 +289,7 @@ def _sim_service_table(docs, rotations, seeds, key_of, title) -> None:
         for n in ("gpuloan", "gpuloan-shared", "karpenter", "karpenter-shared", "floors-not-lent"):
             rows = [_by_name(docs[key_of(term, rotation, s)])[n] for s in seeds]
             tiers = []
-            for t in ("production", "experiment", "learning"):
+            for t in Tier:
                 vals = [
                     [_pending(r, t, k) for r in rows]
                     for k in ("p95_pending_minutes", "p99_pending_minutes", "max_pending_minutes")
@@ -346,12 +348,12 @@ def _sim_goals(docs, rotations, seeds, key_of, title) -> bool:
                 interr += ours["production_interruptions"]
                 for key in ("p95_pending_minutes", "p99_pending_minutes"):
                     prod_gap.append(
-                        (_pending(ours, "production", key) or 0.0) - (_pending(ks, "production", key) or 0.0)
+                        (_pending(ours, Tier.production, key) or 0.0) - (_pending(ks, Tier.production, key) or 0.0)
                     )
                     other_gap.extend(
                         (_pending(ours, t, key) or 0.0) - (_pending(ks, t, key) or 0.0)
                         for t in ours["pending_by_tier"]
-                        if t != "production"
+                        if t != Tier.production
                     )
                 nl_price = nl["price_over_shared_pct"]
                 cut.append((nl_price - ours["price_over_shared_pct"]) / nl_price if nl_price > 0 else 0.0)

@@ -45,6 +45,7 @@ from policy.model import (
     PoolSettings,
     Settings,
 )
+from policy.terms import Tier
 
 BEFORE, AFTER = "before", "after"
 FLOOR, SPOT = "block-floor", "block-spot"
@@ -95,7 +96,7 @@ def _settings(s: BlockScenario) -> Settings:
     pool = PoolSettings(
         name="block",
         team="t",
-        tier="production",
+        tier=Tier.production,
         gpus_per_node=s.gpus_per_node,
         spot_group=SPOT,
         on_demand_group=None,

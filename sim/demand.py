@@ -38,11 +38,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, Sequence
 
+from policy.terms import Tier
 from sim.traces import JobsTrace, SeriesTrace, Trace, TraceError, read_trace
 
 SECONDS_PER_HOUR = 3600
 HOURS_PER_DAY = 24
-PRODUCTION, EXPERIMENT, LEARNING = "production", "experiment", "learning"
+PRODUCTION, EXPERIMENT, LEARNING = Tier.production, Tier.experiment, Tier.learning
 TIERS = (PRODUCTION, EXPERIMENT, LEARNING)
 PRODUCTION_SHARE = 0.30  # the example: 30 % of each pool's jobs are production
 

@@ -17,25 +17,27 @@ What it assumes (and why it is a bound, not a simulation):
   deployment cannot launch (29,610 GPU-hours a week in the 16-pool advise case) and so cost more than setups
   that could not serve it.
 
-So nothing is ever interrupted or kept waiting here: production interruptions are 0 by construction and there is
-no wait to measure (`pending_by_tier` is None). Only the scenarios' shortages leave work unmet: in an
-on-demand shortage hour no new elastic capacity of any kind can be launched for the instance type, and each pool
-keeps at most the elastic GPUs it held the hour before the episode (running instances keep running); production
-takes them first.
+So nothing is ever interrupted or kept waiting here: production interruptions, reclaims and preemptions are 0 by
+construction and there is no wait to measure (`pending_by_tier` and `production_waiting_gpu_hours` are None).
+Only the scenarios' shortages leave work unmet: in an on-demand shortage hour no new elastic capacity of any kind
+can be launched for the instance type, and each pool keeps at most the elastic GPUs it held the hour before the
+episode (running instances keep running); production takes them first.
 
-Output: the hourly usage records of pricing/cost_model/billing.py (one per pool, purchase and hour with usage) and
-per-pool metrics; the caller bills them with whatever commitments it is pricing. Stdlib only, hourly resolution:
-10 pools over 57 days take a few tens of milliseconds.
+Output: an EnvironmentRun (sim/metrics.py; the simulator's runs have the same shape): the hourly usage records of
+pricing/cost_model/billing.py (one per pool, purchase and hour with usage) and per-pool metrics; the caller bills
+them with whatever commitments it is pricing. Plain arithmetic at hourly resolution: 10 pools over 57 days take a
+few tens of milliseconds.
 """
 
 from __future__ import annotations
 
 import math
 import random
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 from pricing.cost_model import billing
 from sim.demand import PoolDemand
+from sim.metrics import EnvironmentRun, PoolMetrics
 
 HOURS_PER_WEEK = 168
 MODEL = "fluid"
@@ -78,35 +80,17 @@ def episode_hours(hours: int, episodes_per_week: float, mean_hours: float, seed:
 
 
 @dataclass
-class PoolMetrics:
+class _Tally:
+    """The figures the fluid model counts for one pool, hour by hour; returned frozen as PoolMetrics (its other
+    fields keep their defaults: 0 by construction, or None where there is nothing to measure)."""
+
     floor_gpu_hours: float = 0.0
-    floor_owned_gpu_hours: float = 0.0  # the owner's work on its floor
-    floor_lent_gpu_hours: float = 0.0  # other pools' interruptible work on it
-    borrowed_gpu_hours: float = 0.0  # this pool's interruptible work on other pools' floors
-    borrowed_gpu_hours_from: dict[str, float] = field(default_factory=dict)  # lender -> the part on its floor
-    production_gpu_hours: float = 0.0
+    floor_owned_gpu_hours: float = 0.0
+    floor_lent_gpu_hours: float = 0.0
+    borrowed_gpu_hours: float = 0.0
+    borrowed_gpu_hours_from: dict[str, float] = field(default_factory=dict)
     unmet_gpu_hours: float = 0.0
     unmet_production_gpu_hours: float = 0.0
-    # production GPU-hours up to the floor's size that went unserved: what the floor guarantees (0 here: a floor
-    # serves its owner's production first, and a lent GPU comes back at once)
-    unmet_guaranteed_production_gpu_hours: float = 0.0
-    # production GPU-hours spent waiting in a queue (the simulator's; the fluid model has no queue: None)
-    production_waiting_gpu_hours: float | None = None
-    production_interruptions: int = 0
-    p95_wait_minutes: float | None = None  # the fluid model has no queue
-
-
-@dataclass
-class EnvironmentRun:
-    """What a run of the environment returns to the advisor (advise/org_advisor.py reads only these fields)."""
-
-    model: str  # "fluid" here; "simulated" from sim/environment.py
-    hours: int
-    hourly_usage: list[billing.Usage]
-    pools: dict[str, PoolMetrics] = field(default_factory=dict)
-    tiers: dict[str, str] = field(default_factory=dict)
-    # tier -> p95 / p99 / max total pending minutes per job; None: not measured (the fluid model)
-    pending_by_tier: dict[str, dict] | None = None
 
 
 def run(
@@ -128,7 +112,7 @@ def run(
         if floors_nodes.get(n, 0) < 0:
             raise ValueError(f"pool '{n}': floor must be >= 0 nodes, got {floors_nodes[n]}")
     horizon = hours if hours is not None else max((d.hours for d in demands.values()), default=0)
-    metrics = {n: PoolMetrics() for n in names}
+    metrics = {n: _Tally() for n in names}
     usage: list[billing.Usage] = []
     floor_gpus = {n: floors_nodes.get(n, 0) * prices[n].gpus_per_node for n in names}
     groups: dict[str, list[str]] = {}
@@ -136,7 +120,7 @@ def run(
         groups.setdefault(prices[n].instance_type, []).append(n)
     held_od = {n: 0.0 for n in names}  # elastic GPUs held in the previous hour (kept through an od shortage)
     held_spot = {n: 0.0 for n in names}
-    scratch = {n: PoolMetrics() for n in names}  # metrics of hours before the report window, dropped
+    scratch = {n: _Tally() for n in names}  # metrics of hours before the report window, dropped
     for h in range(horizon):
         mx = metrics if h >= report_from_hour else scratch
         od_short = h in scenario.on_demand_short_hours
@@ -154,7 +138,6 @@ def run(
                 want[n] = o - own_o
                 m.floor_gpu_hours += f
                 m.floor_owned_gpu_hours += own_p + own_o
-                m.production_gpu_hours += p
                 od_gpus[n] = p - own_p  # production past the floor: on-demand
             if lend:
                 lendable, wanted = sum(idle.values()), sum(want.values())
@@ -244,4 +227,5 @@ def run(
                         h, n, pr.instance_type, pr.region, billing.SPOT, spot_gpus[n] / gpn, pr.spot_usd_per_hour
                     )
                 )
-    return EnvironmentRun(MODEL, horizon, usage, metrics, {n: d.tier for n, d in demands.items()})
+    pools = {n: PoolMetrics(**asdict(t)) for n, t in metrics.items()}
+    return EnvironmentRun(MODEL, horizon, usage, pools, {n: d.tier for n, d in demands.items()})

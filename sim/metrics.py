@@ -2,14 +2,19 @@
 months over budget, and the summaries of several seeds and of pending time.
 
 One definition of each (issue 34): sim/runner.py's comparisons, sim/environment.py's organization runs and the
-advisors (advise/) all take their figures from here.
+advisors (advise/) all take their figures from here. `EnvironmentRun` and its `PoolMetrics` are what one run of an
+organization returns to the advisor and bench-org, the fluid bound's (sim/fluid.py) and the simulator's
+(sim/environment.py, read by advise/org_advisor.py) alike: one frozen shape, read the same way for both models.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from typing import Protocol
+
+from pricing.cost_model import billing
 
 from sim.engine import MINUTES_PER_MONTH, JobsWorkload, Simulation
 from sim.pool import demand_profile
@@ -24,6 +29,51 @@ class ReportingController(Protocol):
     name: str
 
     def decision_figures(self) -> dict: ...
+
+
+@dataclass(frozen=True)
+class PoolMetrics:
+    """One pool's figures over a run's report window (GPU-hours, counts). Both models fill every field; the one
+    the fluid model cannot know is None there, and the events it rules out by construction are 0 (sim/fluid.py:
+    work is fluid, a lent GPU comes back at once with nothing lost, nothing waits in a queue)."""
+
+    floor_gpu_hours: float = 0.0
+    floor_owned_gpu_hours: float = 0.0  # the owner's work on its floor
+    floor_lent_gpu_hours: float = 0.0  # other pools' interruptible work on it
+    borrowed_gpu_hours: float = 0.0  # this pool's interruptible work on other pools' floors
+    borrowed_gpu_hours_from: dict[str, float] = field(default_factory=dict)  # lender -> the part on its floor
+    unmet_gpu_hours: float = 0.0
+    unmet_production_gpu_hours: float = 0.0
+    # production GPU-hours up to the floor's size that went unserved or waited: what the floor guarantees (0 in
+    # the fluid model: a floor serves its owner's production first, and a lent GPU comes back at once)
+    unmet_guaranteed_production_gpu_hours: float = 0.0
+    # production GPU-hours spent waiting in a queue; None: not measured (the fluid model has no queue)
+    production_waiting_gpu_hours: float | None = None
+    production_interruptions: int = 0
+    # lent floor taken back from a borrower's job (Kueue reclaimWithinCohort), and the work it lost
+    reclaim_preemptions: int = 0
+    reclaim_lost_gpu_hours: float = 0.0
+    # a production pool's interruptible jobs preempted by its own production (withinClusterQueue)
+    priority_preemptions: int = 0
+    priority_lost_gpu_hours: float = 0.0
+    # pods preempted by kube-scheduler for a higher-priority pod pinned to a fragmented floor (issue 36)
+    scheduler_preemptions: int = 0
+    scheduler_lost_gpu_hours: float = 0.0
+
+
+@dataclass(frozen=True)
+class EnvironmentRun:
+    """What a run of an organization's pools returns to the advisor (advise/org_advisor.py) and bench-org: its
+    hourly usage (billed with whatever commitments the caller prices: the cost), each pool's figures and the
+    pending time per tier."""
+
+    model: str  # "fluid" (sim/fluid.py) or "simulated" (sim/environment.py)
+    hours: int
+    hourly_usage: list[billing.Usage]
+    pools: dict[str, PoolMetrics] = field(default_factory=dict)
+    tiers: dict[str, str] = field(default_factory=dict)  # pool -> its tier
+    # tier -> pending_summary of the total pending minutes per job; None: not measured (the fluid model)
+    pending_by_tier: dict[str, dict] | None = None
 
 
 def percentile(values: Iterable[float], q: float) -> float:

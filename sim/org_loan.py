@@ -12,7 +12,7 @@ counted on both sides, so lent credit and borrowed cost are equal over the organ
 from __future__ import annotations
 
 from pricing.cost_model import billing
-from sim.fluid import EnvironmentRun
+from sim.metrics import EnvironmentRun
 
 FLOOR_PURCHASES = (billing.RESERVED, billing.CAPACITY_BLOCK)
 
@@ -41,7 +41,7 @@ def per_pool(run: EnvironmentRun, commitments, report_from: int, shift) -> dict[
     cents_paid: dict[str, int] = {n: 0 for n in run.pools}
     cents_credited: dict[str, int] = {n: 0 for n in run.pools}
     for borrower, m in run.pools.items():
-        for lender, hours in sorted((getattr(m, "borrowed_gpu_hours_from", None) or {}).items()):
+        for lender, hours in sorted(m.borrowed_gpu_hours_from.items()):
             cents = round(hours * rates.get(lender, 0.0) * 100)
             cents_paid[borrower] += cents
             cents_credited[lender] = cents_credited.get(lender, 0) + cents
@@ -50,10 +50,10 @@ def per_pool(run: EnvironmentRun, commitments, report_from: int, shift) -> dict[
         out[name] = {
             "own_floor_gpu_hours": round(m.floor_owned_gpu_hours, 3),
             "lent_gpu_hours": round(m.floor_lent_gpu_hours, 3),
-            "borrowed_gpu_hours": round(getattr(m, "borrowed_gpu_hours", 0.0), 3),
+            "borrowed_gpu_hours": round(m.borrowed_gpu_hours, 3),
             "borrowed_cost_usd": cents_paid[name] / 100,
             "lent_credit_usd": cents_credited.get(name, 0) / 100,
-            "reclaim_preemptions": getattr(m, "reclaim_preemptions", 0),
-            "reclaim_lost_gpu_hours": round(getattr(m, "reclaim_lost_gpu_hours", 0.0), 3),
+            "reclaim_preemptions": m.reclaim_preemptions,
+            "reclaim_lost_gpu_hours": round(m.reclaim_lost_gpu_hours, 3),
         }
     return out

@@ -255,7 +255,7 @@ def _spec(book: catalog.Prices, region: str, pool: Pool) -> PoolSpec:
                     names[0],
                     p[names[0]].ondemand_usd_per_hour,
                     e.max_nodes,
-                    e.on_demand_max_nodes or e.max_nodes,
+                    e.on_demand_group_max_nodes,
                 ),
             )
         prices = {t: _price(book, t, region) for t in by_size[gpus]}
@@ -285,7 +285,7 @@ def _spec(book: catalog.Prices, region: str, pool: Pool) -> PoolSpec:
         on_demand_type=od_type,
         on_demand_usd_per_hour=od_price,
         spot_max_nodes=e.max_nodes if e else 0,
-        on_demand_max_nodes=(e.on_demand_max_nodes or e.max_nodes) if e else 0,
+        on_demand_max_nodes=e.on_demand_group_max_nodes if e else 0,
         budget_monthly_usd=budget,
         oracle_usd_per_gpu_hour=oracle,
         pool=pool,

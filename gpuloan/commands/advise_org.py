@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from advise.org_advisor import OrgAdviceError
+from policy.terms import Tier
 
 TERMS = ("reserved_1yr", "reserved_3yr")
 MODELS = ("fluid", "simulated")
@@ -235,7 +236,7 @@ def _pct(x) -> str:
 
 def _pending(row: dict) -> str:
     """The production tier's p95 / p99 total pending minutes per job; "-" where not measured (the fluid model)."""
-    p = (row.get("pending_by_tier") or {}).get("production") or {}
+    p = (row.get("pending_by_tier") or {}).get(Tier.production) or {}
     if p.get("p95_pending_minutes") is None:
         return "-"
     return f"{p['p95_pending_minutes']:,.0f}/{p['p99_pending_minutes']:,.0f}"

@@ -10,7 +10,8 @@ from collections.abc import Callable
 
 from policy.decide.budget import Scope
 from policy.decide.common import hold, step_limit
-from policy.model import Action, Group, PoolSettings, Reason, Timers
+from policy.model import Action, Group, PoolSettings, Timers
+from policy.terms import Reason
 
 
 def group_max(ps: PoolSettings, name: str, group: Group | None) -> int:

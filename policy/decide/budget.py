@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
-from policy.model import ENFORCEMENT_CAP, Spend, Timers
+from policy.model import Spend, Timers
+from policy.terms import Enforcement
 
 _MIN_HOURS_LEFT = 1.0 / 60  # the last minute of a month must not divide by zero
 
@@ -51,7 +52,7 @@ class Scope:
         # Without an actual figure the projection still caps: spend so far counts as the running estimate only.
         self.month_to_date_usd = mtd if mtd is not None else (spend.estimated_since_usd if spend else 0.0)
         self.headroom_usd_per_hour = (budget_usd - self.month_to_date_usd) / hours - rate_usd_per_hour
-        self.capped = enforcement == ENFORCEMENT_CAP
+        self.capped = enforcement == Enforcement.cap_elastic
 
     def read_headroom(self, timers: Timers, affordable: int, add: int) -> None:
         """Timers of a scale-up sized against this scope's headroom: the headroom grows as the month's hours run

@@ -6,7 +6,8 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Mapping
 
-from policy.model import ACTION_HOLD, Action, Node, PoolSettings, Reason
+from policy.model import ACTION_HOLD, Action, Node, PoolSettings
+from policy.terms import Reason
 from policy.packing import first_fit_runs
 
 

@@ -9,7 +9,8 @@ from datetime import datetime
 from policy.decide.budget import Scope
 from policy.decide.common import hold, step_limit
 from policy.decide.idle import idle_verdict, shows_work
-from policy.model import ACTION_SET_DESIRED, ACTION_TERMINATE, Action, Group, Node, PoolSettings, Reason, Timers
+from policy.model import ACTION_SET_DESIRED, ACTION_TERMINATE, Action, Group, Node, PoolSettings, Timers
+from policy.terms import Reason
 
 
 def drain(

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from policy.model import WORKLOAD_SERVICE, Node, PoolSettings, Timers
+from policy.model import Node, PoolSettings, Timers
+from policy.terms import Workload
 
 
 def shows_work(ps: PoolSettings, node: Node) -> bool:
@@ -93,7 +94,7 @@ def node_reading(
         return v if v is None or v < threshold else ABOVE_IDLE
 
     # a batch pool reads a node's mean only against the idle threshold (`_shows_work`, `_idle_verdict`)
-    mean = avg_pct if ps.workload == WORKLOAD_SERVICE or avg_pct is None else avg_pct >= threshold
+    mean = avg_pct if ps.workload == Workload.service or avg_pct is None else avg_pct >= threshold
     return level(max_pct), mean, None if reserved_pct is None else reserved_pct > 0, level(recent_max_pct)
 
 

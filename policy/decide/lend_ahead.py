@@ -32,9 +32,9 @@ from policy.model import (
     PoolDecision,
     PoolObservation,
     PoolSettings,
-    Reason,
     Timers,
 )
+from policy.terms import Reason
 from policy.rhythm import SLOT_MINUTES
 
 

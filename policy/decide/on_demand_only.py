@@ -10,7 +10,8 @@ from policy import off_spot
 from policy.decide.budget import Scope
 from policy.decide.bound import bound
 from policy.decide.common import hold, pack_pods
-from policy.model import ACTION_SET_DESIRED, Action, Group, PoolSettings, Reason, Timers
+from policy.model import ACTION_SET_DESIRED, Action, Group, PoolSettings, Timers
+from policy.terms import Reason
 
 
 def scale_on_demand_only(

@@ -25,9 +25,9 @@ from policy.model import (
     PoolDecision,
     PoolObservation,
     PoolSettings,
-    Reason,
     Timers,
 )
+from policy.terms import Reason
 
 
 def decide_sizes(

@@ -11,7 +11,8 @@ from policy.decide.common import hold, pack_pods, step_limit
 from policy.decide.idle import idle_verdict
 from policy.decide.keep_warm import keep_warm_nodes, never_got_a_pod, rate_why
 from policy.decide.warm_up import rhythm_why, warm_up_nodes
-from policy.model import ACTION_TERMINATE, Action, Group, Node, PoolObservation, PoolSettings, Reason, Timers
+from policy.model import ACTION_TERMINATE, Action, Group, Node, PoolObservation, PoolSettings, Timers
+from policy.terms import Reason
 
 
 def reclaim(

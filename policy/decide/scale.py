@@ -15,15 +15,14 @@ from policy.decide.warm_up import rhythm_why, warm_up_launches
 from policy.model import (
     ACTION_SET_DESIRED,
     LIFECYCLE_IN_SERVICE,
-    WORKLOAD_SERVICE,
     Action,
     Group,
     Node,
     PoolObservation,
     PoolSettings,
-    Reason,
     Timers,
 )
+from policy.terms import Reason, Workload
 
 
 def scale_up(
@@ -79,7 +78,7 @@ def scale_up(
     add_util = 0
     # Utilization adds a node only for a service pool: in a batch pool a node added with nothing pending mostly
     # waits for the next job (docs/policy.md, rule 3).
-    mean = _mean_utilization(po) if ps.workload == WORKLOAD_SERVICE else None
+    mean = _mean_utilization(po) if ps.workload == Workload.service else None
     if mean is not None and mean >= ps.scale_up_utilization_pct and coming == 0:
         cooling = _cooling(groups.values(), now, ps.cooldown_minutes, timers)
         if cooling is not None:

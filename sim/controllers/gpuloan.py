@@ -15,13 +15,12 @@ from policy.model import (
     ACTION_SET_DESIRED,
     ACTION_SET_LENDING_LIMIT,
     ACTION_TERMINATE,
-    ENFORCEMENT_CAP,
     NodeSize,
     Observation,
     PoolSettings,
-    Reason,
     Settings,
 )
+from policy.terms import Enforcement, Reason
 from policy.rhythm import SLOT_MINUTES
 from policy.spend import MAX_ACCRUAL_GAP, accrue
 from pricing import policy_settings
@@ -332,7 +331,7 @@ class GpuLoan(Controller):
             wake,
             minute_at_or_after(datetime.fromisoformat(as_of) + timedelta(minutes=self.settings.budget_refresh_minutes)),
         )
-        if ps.budget_enforcement == ENFORCEMENT_CAP:
+        if ps.budget_enforcement == Enforcement.cap_elastic:
             budget = ps.budget_monthly_usd or 0.0  # not None: checked by the caller
             left = budget - (spend.get("actual_usd") or 0.0) - float(spend.get("estimated_since_usd", 0.0))
             if left <= 0:

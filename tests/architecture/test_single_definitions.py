@@ -38,7 +38,7 @@ def _definitions(pattern: str) -> list[str]:
         (r"HOURS_PER_MONTH\s*=\s*\d", "pricing/cost_model/billing.py"),
         (r"def percentile\(", "sim/metrics.py"),
         (r"def production_share_pct\(", "config/scheduling.py"),
-        (r"class (Workload|Enforcement)\(", "policy/terms.py"),
+        (r"class (Workload|Enforcement|Tier|Capacity|Reason)\(", "policy/terms.py"),
         # The floor-under-budget rule the config validation and the CrossGuard pack both apply, and the floors' bill.
         (r"def floor_over_budget\(", "pricing/checks.py"),
         (r"def floor_bill\(", "pricing/cost_model/floor_bill.py"),
@@ -61,11 +61,13 @@ def test_one_definition(pattern, home):
 
 def test_the_config_validates_against_the_policys_enums_and_the_settings_stay_plain_strings():
     from config import config
-    from policy import model, terms
+    from policy import terms
 
-    assert config.Workload is terms.Workload and config.Enforcement is terms.Enforcement
-    assert model.WORKLOAD_SERVICE == "service" and json.dumps(model.ENFORCEMENT_CAP) == '"cap_elastic"'
-    assert f"{model.WORKLOAD_BATCH}" == "batch"  # what the Lambda's log lines and settings JSON carry
+    assert config.Workload is terms.Workload and config.Enforcement is terms.Enforcement and config.Tier is terms.Tier
+    assert terms.Workload.service == "service" and json.dumps(terms.Enforcement.cap_elastic) == '"cap_elastic"'
+    # what the Lambda's log lines, metric dimensions and settings JSON carry: the string, never "Reason.AT_MAX"
+    assert f"{terms.Workload.batch}" == "batch" and str(terms.Tier.production) == "production"
+    assert f"{terms.Reason.AT_MAX}" == "AT_MAX" and "%s" % terms.Capacity.on_demand == "on_demand"
 
 
 def test_the_percentile_is_nearest_rank_and_refuses_a_rank_outside_0_to_100():
@@ -103,9 +105,8 @@ def test_the_advisor_reads_the_production_share_as_the_simulator_does():
 
 
 def test_the_on_demand_groups_max_is_read_from_the_config():
-    # "on_demand_max_nodes, else max_nodes" was spelled out in the Kueue plan, the policy settings, the cost model and
-    # the node groups; config/config.py `Elastic.on_demand_group_max_nodes` is now the one reading. sim/pool.py's two
-    # copies are left to the simulator's split (issue 34; sim/ is being moved meanwhile).
-    found = _definitions(r".*on_demand_max_nodes or \w*\.?max_nodes")
-    assert {f.split(":")[0] for f in found} <= {"config/config.py", "sim/pool.py"}, found
-    assert any(f.startswith("config/config.py:") for f in found)
+    # "on_demand_max_nodes, else max_nodes" was spelled out in the Kueue plan, the policy settings, the cost model,
+    # the node groups and twice in sim/pool.py; config/config.py `Elastic.on_demand_group_max_nodes` is the one
+    # reading now, everywhere.
+    found = _definitions(r".*on_demand_max_nodes\)? or \w*\.?max_nodes")
+    assert found and all(f.startswith("config/config.py:") for f in found), found

@@ -4,7 +4,8 @@ on-demand fallback nodes take no new pods and go once idle, and the spot group g
 from __future__ import annotations
 
 from policy.decide import decide
-from policy.model import LIFECYCLE_PENDING, Reason
+from policy.model import LIFECYCLE_PENDING
+from policy.terms import Reason
 from policy_cases import NOW, OD, SPOT, group, idle, node, observe, pool_settings, settings, spend
 
 

@@ -16,7 +16,8 @@ from conftest import SHARED_TRACES, requires_shared_prices, requires_shared_trac
 from policy_cases import NOW, OD, SPOT, group, node, observe, pool_settings, settings, spend
 
 from policy.decide import decide, hours_left_in_month
-from policy.model import ACTION_SET_DESIRED, Reason, Settings
+from policy.model import ACTION_SET_DESIRED, Settings
+from policy.terms import Reason
 from pricing import checks
 from pricing import policy_settings
 

@@ -15,16 +15,8 @@ from botocore.stub import Stubber
 from policy import capacity_blocks as cb
 from policy.decide import decide
 from policy.errors import PolicyError, Throttled
-from policy.model import (
-    ACTION_HOLD,
-    ACTION_SET_DESIRED,
-    BLOCK_UNREAD,
-    Action,
-    BlockDates,
-    Observation,
-    PoolObservation,
-    Reason,
-)
+from policy.model import ACTION_HOLD, ACTION_SET_DESIRED, BLOCK_UNREAD, Action, BlockDates, Observation, PoolObservation
+from policy.terms import Reason
 from policy.io.reservations import AwsCapacityBlocks
 from policy.tick import run_tick
 from policy_cases import FLOOR, OD, SPOT, group, settings

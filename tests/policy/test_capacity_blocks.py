@@ -25,9 +25,9 @@ from policy.model import (
     Plan,
     PoolDecision,
     PoolObservation,
-    Reason,
     Settings,
 )
+from policy.terms import Reason
 from policy.ports import Instance
 from policy.memory_state import MemoryState
 from policy.tick import Ports, run_tick

@@ -12,7 +12,8 @@ from hypothesis import given, settings as hyp_settings, strategies as st
 
 from policy.decide import decide
 from policy.decide.lend_ahead import lending_limit_actions, next_slot_start, wanted_limit_gpus
-from policy.model import ACTION_HOLD, ACTION_SET_LENDING_LIMIT, Lending, PoolObservation, Reason, Timers
+from policy.model import ACTION_HOLD, ACTION_SET_LENDING_LIMIT, Lending, PoolObservation, Timers
+from policy.terms import Reason
 from policy.rhythm import MIN_DAYS, DailyArrivals
 from policy_cases import NOW, group, observe, pool_settings, settings
 

@@ -11,7 +11,8 @@ from fake_kube import gpu_pod
 from policy import notifications as N
 from policy.errors import ConflictingUpdate, Throttled
 from policy.pods import pod_gpus, pod_pools
-from policy.model import ACTION_SET_DESIRED, ACTION_TERMINATE, Action, PoolDecision, Reason
+from policy.model import ACTION_SET_DESIRED, ACTION_TERMINATE, Action, PoolDecision
+from policy.terms import Reason
 from policy.ports import GroupState, Instance
 from policy.spend import accrue, observe_spend
 from policy.memory_state import MemoryState

@@ -13,7 +13,8 @@ from conftest import REPO
 from policy import gangs as gang_rules
 from policy.decide import budget, decide, on_demand_only, scale
 from policy.decide.bound import bound, group_max
-from policy.model import Observation, Reason, Spend, Timers
+from policy.model import Observation, Spend, Timers
+from policy.terms import Reason
 from policy_cases import NOW, OD, SPOT, group, observe, pool_settings, settings
 
 R = Reason

@@ -8,7 +8,7 @@ import re
 
 from conftest import REPO
 
-from policy.model import Reason
+from policy.terms import Reason
 
 DOC = (REPO / "docs" / "policy.md").read_text()
 

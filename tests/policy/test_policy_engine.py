@@ -7,7 +7,8 @@ from dataclasses import dataclass, field, replace
 import pytest
 
 from policy.decide import decide, hours_left_in_month, pack_pods
-from policy.model import LIFECYCLE_IN_SERVICE, LIFECYCLE_PENDING, Node, Observation, PoolObservation, Reason, Settings
+from policy.model import LIFECYCLE_IN_SERVICE, LIFECYCLE_PENDING, Node, Observation, PoolObservation, Settings
+from policy.terms import Reason
 from policy_cases import FLOOR, NOW, OD, SPOT, ago, group, idle, node, observe, pool_settings, settings, spend
 
 R = Reason

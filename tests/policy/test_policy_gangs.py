@@ -14,7 +14,8 @@ from fake_kube import FakeKube, gpu_pod
 from policy.decide import decide
 from policy.io.kube import KubeClient
 from policy.pods import gang_of
-from policy.model import ACTION_SET_DESIRED, ACTION_TERMINATE, Node, PendingGang, Reason
+from policy.model import ACTION_SET_DESIRED, ACTION_TERMINATE, Node, PendingGang
+from policy.terms import Reason
 from policy_cases import NOW, OD, SPOT, ago, group, idle, node, observe, pool_settings, settings
 
 R = Reason

@@ -10,7 +10,8 @@ measured shortage (a failed launch, or desired instances that never came). docs/
 from __future__ import annotations
 
 from policy.decide import decide
-from policy.model import ACTION_SET_DESIRED, LIFECYCLE_LEAVING, Reason
+from policy.model import ACTION_SET_DESIRED, LIFECYCLE_LEAVING
+from policy.terms import Reason
 from policy_cases import NOW, OD, SPOT, group, node, observe, settings
 
 

@@ -12,16 +12,8 @@ import pytest
 from hypothesis import given
 
 from policy.decide import decide
-from policy.model import (
-    ACTION_HOLD,
-    JUST_AFTER,
-    Group,
-    Observation,
-    PendingGang,
-    PoolObservation,
-    Reason,
-    Spend,
-)
+from policy.model import ACTION_HOLD, JUST_AFTER, Group, Observation, PendingGang, PoolObservation, Spend
+from policy.terms import Reason
 from policy_cases import FLOOR, NOW, OD, SPOT, ago, group, idle, node, observe, pool_settings, settings
 from test_policy_properties import worlds
 

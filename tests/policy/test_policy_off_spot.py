@@ -8,7 +8,8 @@ from dataclasses import replace
 import pytest
 
 from policy.decide import decide
-from policy.model import LIFECYCLE_PENDING, Observation, PendingGang, Reason
+from policy.model import LIFECYCLE_PENDING, Observation, PendingGang
+from policy.terms import Reason
 from policy_cases import NOW, OD, SPOT, ago, group, idle, node, observe, pool_settings, settings, spend
 
 R = Reason

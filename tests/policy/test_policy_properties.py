@@ -35,9 +35,9 @@ from policy.model import (
     Observation,
     PendingGang,
     PoolObservation,
-    Reason,
     Spend,
 )
+from policy.terms import Reason
 from policy.ports import Instance
 from policy.memory_state import MemoryState
 from policy.tick import Ports, TickResult, _apply

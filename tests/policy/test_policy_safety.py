@@ -24,8 +24,8 @@ from policy.model import (
     Plan,
     PoolDecision,
     PoolObservation,
-    Reason,
 )
+from policy.terms import Reason
 from policy.ports import Instance
 from policy.memory_state import MemoryState
 from policy.tick import Ports, TickResult, _apply, run_tick

@@ -10,7 +10,8 @@ import pytest
 
 from policy.decide import decide
 from policy.errors import BadSettings
-from policy.model import ACTION_SET_DESIRED, ACTION_TERMINATE, NodeSize, Reason, Settings
+from policy.model import ACTION_SET_DESIRED, ACTION_TERMINATE, NodeSize, Settings
+from policy.terms import Reason
 from policy.sizes import SizeChoice, choose_new_nodes
 from policy_cases import OD, SPOT, group, idle, node, observe, pool_settings, settings, spend
 from test_policy_e2e import kube  # noqa: F401 - the fake Kubernetes API fixture

@@ -16,7 +16,8 @@ import pytest
 from policy import handler, shard_budget
 from policy.decide import hours_left_in_month
 from policy.errors import BadSettings, ConflictingUpdate, Throttled
-from policy.model import ACTION_SET_DESIRED, Observation, PoolObservation, Reason, Settings, ShardSettings
+from policy.model import ACTION_SET_DESIRED, Observation, PoolObservation, Settings, ShardSettings
+from policy.terms import Reason
 from policy.memory_state import MemoryState
 from policy.ports import LEASE_KEY
 from policy.tick import STATE_KEY, Ports, run_tick

@@ -11,7 +11,8 @@ from pricing import checks
 import pytest
 
 from policy.decide import decide, warm_up_nodes
-from policy.model import Observation, PoolObservation, Reason
+from policy.model import Observation, PoolObservation
+from policy.terms import Reason
 from policy.rhythm import DAYS, MIN_DAYS, SLOTS_PER_DAY, DailyArrivals
 from policy_cases import NOW, OD, SPOT, group, idle, node, observe, pool_settings, settings, spend
 from conftest import requires_shared_prices, resolved_prices

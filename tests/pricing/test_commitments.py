@@ -15,7 +15,8 @@ from policy_cases import NOW, group, pool_settings, settings, spend
 from gpuloan import cli
 from offline import diff as cost_diff
 from policy.decide import decide, hours_left_in_month
-from policy.model import Observation, PoolObservation, Reason
+from policy.model import Observation, PoolObservation
+from policy.terms import Reason
 from pricing import checks
 from pricing.cost_model import billing, costs
 from pricing.sources import floor_pricing

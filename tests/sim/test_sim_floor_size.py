@@ -126,3 +126,21 @@ def test_advise_sweeps_the_floor_in_its_own_nodes(tmp_path, monkeypatch, capsys)
     assert (doc["floor_instance_type"], doc["floor_gpus_per_node"], doc["gpus_per_node"]) == ("g6e.2xlarge", 1, 8)
     assert all(p["floor_gpus"] == p["floor_nodes"] for p in doc["points"])  # 1 GPU per floor node
     assert max(p["floor_nodes"] for p in doc["points"]) == 2 + 3 * 8  # up to the pool's peak in 1-GPU nodes
+
+
+@requires_prices
+def test_the_on_demand_groups_max_is_the_configs_reading_for_every_size():
+    # config/config.py Elastic.on_demand_group_max_nodes: on_demand_max_nodes when set, else max_nodes (the node
+    # groups the stack deploys); the simulated groups of every size get the same max
+    def spec(**elastic) -> simpool.PoolSpec:
+        config = _config()
+        config["gpuloan:pools"][0]["elastic"].update(elastic)
+        return simpool.spec_from_config(
+            resolved_prices(), checks.from_stack_yaml({"config": config}, "dev", prices=resolved_prices()), "research"
+        )
+
+    own = spec(on_demand_max_nodes=2)
+    assert (own.spot_max_nodes, own.on_demand_max_nodes) == (3, 2)
+    assert [(z.spot_max_nodes, z.on_demand_max_nodes) for z in own.sizes] == [(3, 2), (3, 2)]
+    shared = spec()
+    assert shared.on_demand_max_nodes == 3 and [z.on_demand_max_nodes for z in shared.sizes] == [3, 3]

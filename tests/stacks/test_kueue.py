@@ -19,7 +19,8 @@ from policy_cases import NOW, spend
 
 from policy import pods as policy_pods
 from policy.decide import decide
-from policy.model import Group, Observation, PoolObservation, Reason
+from policy.model import Group, Observation, PoolObservation
+from policy.terms import Reason
 from pricing import checks
 from config import config, scheduling, tags, tenancy, versions
 from pricing import policy_settings
