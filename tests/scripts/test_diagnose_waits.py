@@ -42,8 +42,9 @@ def test_a_job_pinned_to_a_fragmented_floor_waits_there_and_the_recorder_says_so
 def test_a_borrower_reclaimed_by_quota_re_waits_for_kueue_then_spot_and_one_preempted_by_the_scheduler_not_at_all():
     """The scenario of test_kueue_reclaims_by_quota_and_kube_scheduler_preempts_on_the_fragmented_floor: at minute
     100 Kueue evicts borrowers j3 and j2 (reclaim) and admits them to the borrower's spot flavor, where they wait
-    for a spot node; kube-scheduler preempts j1, whose new pod fits the floor at once (no re-wait). Each job's
-    segments add up to its pending minutes."""
+    for a spot node; kube-scheduler preempts j1, whose new pod fits the floor at once (no re-wait), and the lender's
+    pod runs a minute later, once j1's pod has had its graceful termination. Each job's segments add up to its
+    pending minutes."""
     cfg = _lender_and_borrower("production")
     demands = {
         "lender": jobs("lender", [(100, 100, 4)]),
@@ -58,6 +59,8 @@ def test_a_borrower_reclaimed_by_quota_re_waits_for_kueue_then_spot_and_one_pree
         assert segs[0][2] == pending[k] > 0
     assert rec.segments(b, 1, 1000) == [] and pending[1] == 0
     assert b.scheduler_preemptions == 1
+    # the lender's production pod preempted j1 at minute 100 and runs once j1's pod is gone, at 101
+    assert rec.segments(res.sims["lender"].workload, 0, 1000) == [(FIRST, "own floor", 1.0)]
 
 
 def test_the_recorder_leaves_the_simulator_as_it_found_it():
