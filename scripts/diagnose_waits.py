@@ -3,7 +3,7 @@
 
 One unit of `make bench-org` (a rotation and a seed of the ITP example, the p90 floors sized on days 1-30, the
 report window days 31-57, checkpoints every 30 minutes, the default scenario), simulated for the setups named
-(default gpuloan and karpenter-shared). For the jobs of the tier (default production: every job of a
+(default gpuloan and karpenter-shared). For the jobs of each tier named (default production: every job of a
 production team, its interruptible ones too, as `bench-org`'s pending columns count them) submitted in the
 report window whose total pending time is at or above the tier's p95, the minutes pending are split by what the
 job waited in:
@@ -19,7 +19,7 @@ each for the job's first wait and for its re-waits after a reclaim (Kueue evicte
 another borrower), within (Kueue evicted it for a higher priority of its own queue), scheduler (kube-scheduler
 preempted its pods) or interruption (its node went: spot reclaim, a node terminated).
 
-    .venv/bin/python scripts/diagnose_waits.py --rotation 2 --seed 1
+    .venv/bin/python scripts/diagnose_waits.py --rotation 2 --seed 1 --tiers production,experiment
 
 The breakdown is read by observing the simulator's own transitions (admission, release, start, stop) of
 sim/environment.py EnvJobsWorkload: the simulation is the benchmark's, unchanged; the script checks that each
@@ -308,7 +308,12 @@ def main(argv: list[str] | None = None) -> int:
         metavar="NAMES",
         help=f"comma-separated, of {', '.join(SETUPS)} (default gpuloan,karpenter-shared)",
     )
-    parser.add_argument("--tier", default="production", help="the team tier (default production)")
+    parser.add_argument(
+        "--tiers",
+        default="production",
+        metavar="NAMES",
+        help="team tiers, comma-separated, each from the same run (default production)",
+    )
     parser.add_argument("--tail", type=float, default=95.0, help="the tail's percentile (default 95)")
     parser.add_argument("--traces", default=str(DEFAULT_TRACES), metavar="DIR", help="the ITP traces folder")
     parser.add_argument(
@@ -321,13 +326,17 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--setups {args.setups}: any of {', '.join(SETUPS)}")
     if not 1 <= args.rotation <= len(simdemand.ROTATIONS):
         parser.error(f"--rotation {args.rotation}: 1-{len(simdemand.ROTATIONS)}")
+    wanted = [t.strip() for t in args.tiers.split(",") if t.strip()]
+    known = ("production", "experiment", "learning")
+    if not wanted or any(t not in known for t in wanted):
+        parser.error(f"--tiers {args.tiers}: any of {', '.join(known)}")
     if not 0 < args.tail < 100:
         parser.error(f"--tail {args.tail}: a percentile between 0 and 100")
     price_book = catalog.Prices.resolve()
     days, sizing_days = ((1, 4), 2) if args.smoke else (simdemand.ITP_DAYS, SIZING_DAYS)
     traces = simdemand.itp_traces(args.traces, days)
     print(
-        f"rotation {args.rotation}, seed {args.seed}, tier {args.tier}, report window days "
+        f"rotation {args.rotation}, seed {args.seed}, report window days "
         f"{sizing_days + 1}-{days[1] - days[0] + 1} of {days[0]}-{days[1]}"
     )
     for setup in setups:
@@ -335,9 +344,10 @@ def main(argv: list[str] | None = None) -> int:
         result, rec, tiers, job_tiers, floors = run_setup(
             setup, args.rotation - 1, args.seed, traces, price_book, days, sizing_days
         )
-        jobs = tier_jobs(result, tiers, job_tiers, args.tier)
-        for line in breakdown(setup, result, rec, jobs, args.tail):
-            print(line)
+        for tier in wanted:
+            jobs = tier_jobs(result, tiers, job_tiers, tier)
+            for line in breakdown(f"{setup}, tier {tier}", result, rec, jobs, args.tail):
+                print(line)
         held = ", ".join(f"{n} {k}" for n, k in floors.items() if k) or "none"
         print(textwrap.fill(f"floors (nodes): {held}", 78, initial_indent="  ", subsequent_indent="    "))
         print(f"  {time.process_time() - t0:.0f} CPU s", flush=True)
