@@ -98,7 +98,7 @@ from typing import Callable
 
 from pricing.sources.catalog import Prices
 from sim.demand import production_flags, series_is_production  # the one classifier (floors, the bound)
-from sim.cloud import SimNode
+from sim.cloud import SimNode, ready_minute
 from sim.engine import (
     FILL_RANK,
     GUARANTEED,
@@ -252,6 +252,10 @@ class EnvJobsWorkload(JobsWorkload):
     (`plain`) it schedules exactly as JobsWorkload."""
 
     sim: PoolSim  # always a PoolSim here (PoolSim.__init__ builds it)
+    # What a kube-scheduler preemption victim takes to go: Kubernetes' default terminationGracePeriodSeconds (the
+    # preemptor binds after it: kubernetes.io "Pod Priority and Preemption", "Graceful termination of preemption
+    # victims"; docs/aws-rules.md)
+    victim_grace_s = 30.0
 
     def __init__(self, sim: PoolSim, production: list[bool] | None, production_on_spot: bool):
         self.production = production
@@ -393,6 +397,12 @@ class EnvJobsWorkload(JobsWorkload):
         super()._start(i, chosen, now)
 
     def _stop(self, i: int, now: int, finished: bool) -> None:
+        start = self.run_start[i]
+        if start is not None and start > now:  # stopped while its victims terminate (`_place_on_floor`): never ran
+            self.pending_minutes_so_far[i] -= start - now
+            if self.first_start[i] == start:
+                self.first_start[i] = None
+            self.run_start[i] = now
         why = self._stopping_as
         if finished or why in ("reclaim", "within"):
             self._release(i)  # the workload leaves its flavor's quota: done, or evicted by Kueue (requeued)
@@ -671,15 +681,20 @@ class EnvJobsWorkload(JobsWorkload):
         for w, j in victims:
             if w.run_start[j] is not None:  # a victim on several chosen nodes stops once
                 w.stop_as(j, now, "scheduler")
+        # The victims get their graceful termination period; the pod, nominated to the node (its room held for it
+        # meanwhile), binds once they are gone: it holds the GPUs from now and runs from then.
+        runs_from = now + ready_minute(self.victim_grace_s)
         if len(chosen_nodes) == 1:
             if chosen_nodes[0].gpus - chosen_nodes[0].busy < g:
                 return False  # not freed as counted (should not happen): the pod waits
-            self._start(i, [(chosen_nodes[0], g)], now)
+            self._start(i, [(chosen_nodes[0], g)], runs_from)
         else:
             if any(n.busy for n in chosen_nodes):
                 return False
             k = len(chosen_nodes)
-            self._start(i, [(n, gpn) for n in chosen_nodes[: k - 1]] + [(chosen_nodes[k - 1], g - gpn * (k - 1))], now)
+            self._start(
+                i, [(n, gpn) for n in chosen_nodes[: k - 1]] + [(chosen_nodes[k - 1], g - gpn * (k - 1))], runs_from
+            )
         return True
 
     def no_victims_on(self, owner: "PoolSim", i: int) -> bool:
@@ -756,6 +771,9 @@ class EnvJobsWorkload(JobsWorkload):
         return [r[1] for r in chosen], [(p[3], p[4]) for r in chosen for p in r[2]]
 
     def finish(self, horizon: int) -> None:
+        for i, start in enumerate(self.run_start):
+            if start is not None and start > horizon:  # still nominated at the horizon: nothing served yet
+                self.run_start[i] = horizon
         super().finish(horizon)
         self._settle_borrowed()  # the borrowed GPU-minutes up to the horizon
 

@@ -76,7 +76,9 @@ def test_kueue_reclaims_by_quota_and_kube_scheduler_preempts_on_the_fragmented_f
     pods, reprieve the most important while the pod fits; here the one 2-GPU pod on each node must go;
     preemption.go `pickOneNodeForPreemption`: equal highest priority, sum and count, then the node whose
     highest-priority victims started latest): node 2, whose victim j1 started at 15 (node 1's j0 at 0). j1 ran 85
-    minutes, 60 saved, 25 x 2 = 50 GPU-minutes lost. The production job starts at minute 100 on node 2. j1 is still
+    minutes, 60 saved, 25 x 2 = 50 GPU-minutes lost. The production pod is nominated to node 2 at minute 100 (its
+    room held) and binds once j1's pod has had its graceful termination (Kubernetes' default 30 s; kubernetes.io
+    "Pod Priority and Preemption"): it runs from minute 101, one minute pending. j1 is still
     admitted to the floor (kube-scheduler's preemption does not evict the Kueue workload): its new pod is pinned
     to the floor and fits node 1's 2 free GPUs, so it starts again at once."""
     cfg = _lender_and_borrower("production")
@@ -87,7 +89,8 @@ def test_kueue_reclaims_by_quota_and_kube_scheduler_preempts_on_the_fragmented_f
     res = simulate_environment(resolved_prices(), cfg, demands, CONTROLLERS["karpenter"], LEAST, 1000)
     b = res.sims["borrower"]
     assert [first_placement(res, "borrower", k) for k in range(4)] == [("lender", GUARANTEED)] * 4
-    assert res.sims["lender"].workload.first_start == [100]
+    assert res.sims["lender"].workload.first_start == [101]
+    assert res.sims["lender"].workload.pending_minutes(1000) == [1.0]
     lender, borrower = res.pools["lender"], res.pools["borrower"]
     assert borrower["reclaim_preemptions"] == 2
     assert borrower["reclaim_lost_gpu_hours"] == 1.0
