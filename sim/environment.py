@@ -80,10 +80,13 @@ What is modelled (docs/simulator.md, "An environment"; the Kueue semantics in do
 - A pool that neither lends, borrows nor has two job classes (`plain`) is placed as in a single-pool run.
 - A demand series lends its floor as the generated objects do whatever the demand's format (EnvSeriesWorkload,
   issue 36): its GPUs hold its queue's nominal quota up to the floor, other queues borrow the rest, and a rising
-  series reclaims it by Kueue's preemption order.
+  series reclaims it by Kueue's preemption order. Each minute of a series is split into production and
+  interruptible GPUs as the fluid profile splits it (sim/demand.py split_gpus): production on its floor, then
+  on-demand (never spot unless the config lets production run there), the rest on what the floor leaves, spot,
+  then on-demand (fill_series_classes).
 Not modelled: series pools borrowing (fluid demand has no jobs to admit to another floor: they run on their own
-capacity), a series split into production and interruptible work (it runs whole, sim/demand.py
-series_is_production), a borrower's job spanning flavors, and under fair sharing the share of an elastic flavor a
+capacity), a series' production waits (no jobs: `production_waiting_gpu_hours` counts job pools only), a
+borrower's job spanning flavors, and under fair sharing the share of an elastic flavor a
 pool's interruptible queue borrows from its own production queue (only floors count in a simulated share; that
 quota does count in the cohort's lendable quota, the shares' denominator).
 """
@@ -1000,7 +1003,8 @@ class EnvSeriesWorkload(SeriesWorkload):
     (reclaimWithinCohort: Any): the borrowed workloads are evicted in the order `EnvJobsWorkload._kueue_targets`
     takes them (lowest priority, most recently admitted first; by share under fair sharing) until the series
     fits, then given back in reverse where it still fits (fillBackWorkloads). The fill uses only the floor GPUs no
-    borrowed pod holds (`lent_on`). Not modelled: a series borrowing (it has no jobs to admit to another floor).
+    borrowed pod holds (`lent_on`); its production GPUs fill first (fill_series_classes, split_production). Not
+    modelled: a series borrowing (it has no jobs to admit to another floor).
     `plain` (the environment sets it): no queue may borrow the floor, so it runs as in a single-pool run."""
 
     def __init__(self, sim: PoolSim):
