@@ -201,9 +201,9 @@ class SharedLayout:
     production pods, one spot-first (on-demand while spot is short) for every other pod (per instance type, where
     the pools run several). Simulated as two pools, each job of every team in the one its class picks; the class
     of each job is the one the per-team run gives it (sim/demand.py production_flags with the team's pool
-    name, share and seed), so both layouts run the same jobs as the same classes; a demand series goes whole to
-    the production pool when its pool's share is 100 %, else to the other (as the simulator classes a series),
-    summed minute by minute with the series of its class. `source[pool][k]`: the team pool job k came from."""
+    name, share and seed), so both layouts run the same jobs as the same classes; a demand series is split each
+    minute as the simulator splits it (sim/demand.py split_gpus), its production GPUs to the production pool, the
+    rest to the other, each summed minute by minute with the series of its class. `source[pool][k]`: the team pool job k came from."""
 
     cfg: object
     traces: dict
@@ -216,7 +216,7 @@ def shared_layout(price_book: Prices, cfg, traces: dict, seed: int, *, keep_floo
     the interruptible one borrows the idle floors through Kueue as an experiment-tier queue does."""
     from sim import pool as simpool
     from config.scheduling import production_share_pct
-    from sim.demand import production_flags, series_is_production
+    from sim.demand import production_flags, split_series
     from sim.traces import Job, JobsTrace, SeriesTrace
 
     types: list[str] = []
@@ -248,18 +248,21 @@ def shared_layout(price_book: Prices, cfg, traces: dict, seed: int, *, keep_floo
                 if p not in members[name]:
                     members[name].append(p)
         else:
-            whole = series_is_production(share / 100)  # the class the per-team run gives the series
-            name = home(whole) + ("" if whole and p.name in kept else "-series")
-            acc = series.setdefault(name, [])
-            acc.extend([0] * (len(trace.gpus_demanded) - len(acc)))
-            for t, g in enumerate(trace.gpus_demanded):
-                acc[t] += g
-            members.setdefault(name, []).append(p)
+            # each minute split as the per-team run splits it (sim/demand.py split_gpus): production to the
+            # production pool (or the team's kept floor), the rest to the other
+            for prod, part in zip((True, False), split_series(trace.gpus_demanded, share / 100)):
+                if not any(part):
+                    continue
+                name = home(prod) + ("" if prod and p.name in kept else "-series")
+                acc = series.setdefault(name, [])
+                acc.extend([0] * (len(part) - len(acc)))
+                for t, g in enumerate(part):
+                    acc[t] += g
+                members.setdefault(name, []).append(p)
     for p in cfg.pools:
         if p.name in kept and p.name in traces and p.name not in members:
-            # a floor whose team has no production jobs here (a demand series of a share under 100 % goes whole
-            # to the shared pools): the floor is still bought, billed and lent, so its pool stays, with no work
-            # of its own (issue 36: it vanished, and gpuloan-shared was billed with no floor at all)
+            # a floor whose team has no production work here (a job trace or a series at a share of 0 %): the
+            # floor is still bought, billed and lent, so its pool stays, with no work of its own (issue 36: it vanished, and gpuloan-shared was billed with no floor at all)
             members[p.name] = [p]
             jobs[p.name] = []
     traces_out: dict[str, JobsTrace | SeriesTrace] = {}

@@ -11,15 +11,15 @@ Two sources:
 
 Production work: a job is production with probability `production_share` by the seeded hash below, the
 one the environment simulator uses too (the same job is production for every setup, every term, every floor size
-and both models of one seed); a series, which has no jobs,
-splits each minute's GPUs in that share (fluid). Production work is never interruptible: it runs on its pool's
+and both models of one seed); a series, which has no jobs, splits each minute's GPUs in that share, rounded to
+whole GPUs (`split_gpus`), in both models. Production work is never interruptible: it runs on its pool's
 floor or on on-demand, never on spot or on another pool's lent floor.
 
 The hourly profile (`PoolDemand`): the mean GPUs each kind of work demands in each hour, as if every job ran from
 its submission (an instant, infinite cluster: the fluid model's demand, sim/fluid.py). Stdlib only.
 
 Which jobs of a trace are production, the one classifier (`production_flags`, `is_production`,
-`series_is_production`, at the end of this module; sim/job_class.py before issue 34's split): floor sizing and the
+`split_gpus` for a series, at the end of this module; sim/job_class.py before issue 34's split): floor sizing and the
 fluid bound (`hourly_profile`, read by sim/fluid.py and advise/org_advisor.py), the environment simulator
 (sim/environment.py) and the advisors built on both call `production_flags`, so a "p90" floor is sized on exactly
 the jobs the simulator then runs as production. Before issue 36 the profiles hashed `seed:job_id` and the simulator
@@ -144,8 +144,9 @@ def hourly_profile(
     if isinstance(trace, SeriesTrace):
         for minute, gpus in enumerate(trace.gpus_demanded[: hours * 60]):
             h = minute // 60
-            prod[h] += gpus * production_share / 60
-            other[h] += gpus * (1 - production_share) / 60
+            prod_gpus, other_gpus = split_gpus(gpus, production_share)  # as the simulator splits it
+            prod[h] += prod_gpus / 60
+            other[h] += other_gpus / 60
     else:
         end_s = hours * SECONDS_PER_HOUR
         production = production_flags(trace, production_share, seed, name) or [False] * len(trace.jobs)
@@ -236,12 +237,23 @@ def production_flags(trace: _JobsTrace, share: float, seed: int, pool: str) -> l
     return [is_production(seed, pool, j.job_id, k, share) for k, j in enumerate(trace.jobs)]
 
 
-def series_is_production(share: float) -> bool:
-    """A demand series' class in the environment simulator (a `minute,gpus_demanded` file: GPUs per minute, no
-    jobs): there is no job to class, so the simulator runs the series whole, production at share 1 and
-    interruptible below it. sim/environment.py and the organization's shared layouts (advise/org_advisor.py) call
-    it. The fluid profiles (`hourly_profile`, above) split each minute by the share instead, so at a share strictly
-    between 0 and 1 the bound and the simulated rows run a series as different work (issue 36, docs/floor.md)."""
+def split_gpus(gpus: int, share: float) -> tuple[int, int]:
+    """One minute of a demand series (a `minute,gpus_demanded` file: GPUs per minute, no jobs to class) split into
+    (production, interruptible) whole GPUs: production is `gpus * share` rounded to the nearest GPU, halves up,
+    the rest interruptible. Whole GPUs because the simulator runs GPUs as 1-GPU pods (a pod is production or not,
+    never 0.3 of one); to the nearest so that each minute is within half a GPU of the share, neither class
+    favoured (rounding up would make a 1-GPU series all production at any share); and a function of the minute's
+    GPUs alone, so a minute like the one before splits like it (the simulator's quiet minutes stay quiet). The one
+    split of a series: the fluid profiles (`hourly_profile`), the environment simulator (sim/environment.py
+    EnvSeriesWorkload) and the organization's shared layouts (advise/org_advisor.py) call it (issue 36)."""
     if not 0 <= share <= 1:
         raise ValueError(f"production share must be between 0 and 1, got {share}")
-    return share >= 1
+    # round(.., 9) first: 5 * 0.3 is 1.4999999999999998 in binary floating point, a half that must round up
+    production = min(gpus, math.floor(round(gpus * share, 9) + 0.5))
+    return production, gpus - production
+
+
+def split_series(gpus_demanded: Sequence[int], share: float) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """A whole series split minute by minute (`split_gpus`): (production GPUs, interruptible GPUs) per minute."""
+    pairs = [split_gpus(g, share) for g in gpus_demanded]
+    return tuple(p for p, _ in pairs), tuple(r for _, r in pairs)

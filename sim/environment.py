@@ -80,10 +80,13 @@ What is modelled (docs/simulator.md, "An environment"; the Kueue semantics in do
 - A pool that neither lends, borrows nor has two job classes (`plain`) is placed as in a single-pool run.
 - A demand series lends its floor as the generated objects do whatever the demand's format (EnvSeriesWorkload,
   issue 36): its GPUs hold its queue's nominal quota up to the floor, other queues borrow the rest, and a rising
-  series reclaims it by Kueue's preemption order.
+  series reclaims it by Kueue's preemption order. Each minute of a series is split into production and
+  interruptible GPUs as the fluid profile splits it (sim/demand.py split_gpus): production on its floor, then
+  on-demand (never spot unless the config lets production run there), the rest on what the floor leaves, spot,
+  then on-demand (fill_series_classes).
 Not modelled: series pools borrowing (fluid demand has no jobs to admit to another floor: they run on their own
-capacity), a series split into production and interruptible work (it runs whole, sim/demand.py
-series_is_production), a borrower's job spanning flavors, and under fair sharing the share of an elastic flavor a
+capacity), a series' production waits (no jobs: `production_waiting_gpu_hours` counts job pools only), a
+borrower's job spanning flavors, and under fair sharing the share of an elastic flavor a
 pool's interruptible queue borrows from its own production queue (only floors count in a simulated share; that
 quota does count in the cohort's lendable quota, the shares' denominator).
 """
@@ -97,7 +100,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from pricing.sources.catalog import Prices
-from sim.demand import production_flags, series_is_production  # the one classifier (floors, the bound)
+from sim.demand import production_flags, split_series  # the one classification (floors, the bound)
 from sim.cloud import SimNode, ready_minute
 from sim.engine import (
     FILL_RANK,
@@ -195,7 +198,6 @@ class PoolSim(Simulation):
             self.workload = EnvJobsWorkload(self, production, production_on_spot)
         else:
             self.workload = EnvSeriesWorkload(self)
-        self.production_all = production is not None and not isinstance(trace, JobsTrace)
 
     def _new_node(self, group: str, ready_at: int) -> SimNode:
         node = super()._new_node(group, ready_at)
@@ -781,6 +783,46 @@ class EnvJobsWorkload(JobsWorkload):
 # --- the environment -------------------------------------------------------------------------------------------
 
 
+def fill_series_classes(
+    tiers: list[list[SimNode]],
+    lent_on: Callable[[SimNode], int],
+    production: int,
+    interruptible: int,
+    prod_on_spot: bool,
+) -> tuple[dict[str, int], dict[str, int]]:
+    """A demand series' fill of two classes, as the generated Kueue objects route them (issue 36):
+    (production GPUs per node id, interruptible GPUs per node id). `tiers`: the ready nodes in fill order (floor,
+    spot, on-demand, then warned or closed ones last, sim/engine.py SeriesWorkload.schedule); `lent_on(node)`: GPUs
+    of the node other pools' pods hold. Production work (the team's production queue: its floor, then on-demand,
+    never spot unless the config lets production run there, config/scheduling.py production_work_on_spot, never
+    a borrowed floor) fills first: it outranks the pool's interruptible work on the floor (its queue reclaims the
+    floor, docs/scheduling.md). Interruptible work (the team's interruptible queue) takes what is left, floor,
+    spot, then on-demand. A series borrows no other pool's floor (module docstring, "Not modelled")."""
+    prod_on: dict[str, int] = {}
+    rest_on: dict[str, int] = {}
+    left = production
+    for tier in tiers:
+        for n in tier:
+            if not left:
+                break
+            if n.group == SPOT and not prod_on_spot:
+                continue
+            use = min(n.gpus - lent_on(n), left)
+            if use > 0:
+                prod_on[n.id] = use
+                left -= use
+    left = interruptible
+    for tier in tiers:
+        for n in tier:
+            if not left:
+                break
+            use = min(n.gpus - lent_on(n) - prod_on.get(n.id, 0), left)
+            if use > 0:
+                rest_on[n.id] = use
+                left -= use
+    return prod_on, rest_on
+
+
 class EnvSeriesWorkload(SeriesWorkload):
     """A demand series in the environment: SeriesWorkload, with its floor lent as the generated Kueue objects lend
     it whatever the format the owner's demand is given in (issue 36). The series' GPUs are workloads of the
@@ -789,16 +831,117 @@ class EnvSeriesWorkload(SeriesWorkload):
     (reclaimWithinCohort: Any): the borrowed workloads are evicted in the order `kueue.reclaim_targets`
     takes them (lowest priority, most recently admitted first; by share under fair sharing) until the series
     fits, then given back in reverse where it still fits (fillBackWorkloads). The fill uses only the floor GPUs no
-    borrowed pod holds (`lent_on`). Not modelled: a series borrowing (it has no jobs to admit to another floor).
+    borrowed pod holds (`lent_on`); its production GPUs fill first (fill_series_classes, split_production). Not
+    modelled: a series borrowing (it has no jobs to admit to another floor).
     `plain` (the environment sets it): no queue may borrow the floor, so it runs as in a single-pool run."""
 
     def __init__(self, sim: PoolSim):
         super().__init__(sim)
         self.sim: PoolSim = sim
         self.plain = True
+        # Two classes (split_production): each minute's production GPUs, None while the series is all
+        # interruptible (it then fills as SeriesWorkload does). The totals of SeriesWorkload (backlog, waiting,
+        # pending) stay the sums of both classes; below, the production class's part of them.
+        self.production_series: tuple[int, ...] | None = None
+        self.production_on_spot = False
+        self.prod_backlog = 0
+        self._prod_backlog_before = 0
+        self._prod_backlog_after = 0
+        self.prod_width = 0
+        self.rest_width = 0
+        self.prod_pending = 0
+        self._prod_on: dict[str, int] = {}  # node id -> production GPUs the last fill put on it
+        self.production_interruptions = 0  # nodes removed while they ran production GPUs
+
+    def split_production(self, share: float, on_spot: bool) -> None:
+        """Run the series as two classes: each minute `split_gpus(level, share)` production GPUs (the split the
+        fluid profiles use, sim/demand.py), the rest interruptible; `on_spot`: production may use spot
+        (config/scheduling.py production_work_on_spot)."""
+        production = split_series(self.series, share)[0]
+        self.production_series = production if any(production) else None
+        self.production_on_spot = on_spot
 
     def lent_on(self, node: SimNode) -> int:
         return self.sim.lent_on_node.get(node.id, 0)
+
+    def tick(self, now: int) -> None:
+        super().tick(now)
+        if self._minute == now:  # the fill repeats: nothing is delayed, in either class
+            self._prod_backlog_before = self._prod_backlog_after = 0
+
+    def schedule(self, now: int) -> None:
+        """SeriesWorkload.schedule with two classes (fill_series_classes), each with its own backlog and width."""
+        prod_series = self.production_series
+        if prod_series is None:
+            super().schedule(now)
+            return
+        sim = self.sim
+        sim.changed = False
+        d = self._level(now)
+        dp = prod_series[now] if now < len(prod_series) else 0
+        if self._minute == now:  # capacity changed within the minute: re-fill from the same starting point
+            sim.c.served_gpu_minutes -= self._served_now
+            self.backlog = self._backlog_before + (self.backlog - self._backlog_after)
+            self.prod_backlog = self._prod_backlog_before + (self.prod_backlog - self._prod_backlog_after)
+        self._minute = now
+        self._backlog_before, self._prod_backlog_before = self.backlog, self.prod_backlog
+        tiers: list[list[SimNode]] = [[], [], [], []]
+        for n in sim.nodes.values():
+            if n.ready_at <= now:
+                tiers[3 if (n.warned or n.closed) else FILL_RANK[n.group]].append(n)
+        prod_work = self.prod_backlog + dp
+        rest_work = self.backlog - self.prod_backlog + d - dp
+        prod_on, rest_on = fill_series_classes(tiers, self.lent_on, prod_work, rest_work, self.production_on_spot)
+        for tier in tiers:
+            for n in tier:
+                sim.set_busy(n, self.lent_on(n) + prod_on.get(n.id, 0) + rest_on.get(n.id, 0))
+        self._prod_on = prod_on
+        served_prod, served_rest = sum(prod_on.values()), sum(rest_on.values())
+        sim.c.served_gpu_minutes += served_prod + served_rest
+        self._served_now = served_prod + served_rest
+        self.prod_backlog = prod_work - served_prod
+        rest_backlog = rest_work - served_rest
+        self.backlog = self.prod_backlog + rest_backlog
+        self._backlog_after, self._prod_backlog_after = self.backlog, self.prod_backlog
+        self.level = d
+        prod_waiting, rest_waiting = max(0, dp - served_prod), max(0, d - dp - served_rest)
+        self.waiting = prod_waiting + rest_waiting
+        self.prod_width = max(self.prod_width, prod_waiting) if self.prod_backlog else 0
+        self.rest_width = max(self.rest_width, rest_waiting) if rest_backlog else 0
+        prod_pending = min(math.ceil(self.prod_backlog), self.prod_width)
+        pending = prod_pending + min(math.ceil(rest_backlog), self.rest_width)
+        if pending != self.pending or prod_pending != self.prod_pending:
+            self.pending, self.prod_pending = pending, prod_pending
+            sim.version += 1
+
+    def on_demand_only_pending(self) -> dict[int, int]:
+        """Pending pods that may not run on spot: the production class's (sim/controllers read it as they read
+        EnvJobsWorkload's)."""
+        if self.production_on_spot or not self.sim.spec.has_spot or not self.prod_pending:
+            return {}
+        return {1: self.prod_pending}
+
+    def evict(self, node: SimNode) -> None:
+        """SeriesWorkload.evict, the lost work returned to the backlog of the class that ran it."""
+        if self.production_series is None:
+            super().evict(node)
+            return
+        busy, prod = node.busy, self._prod_on.pop(node.id, 0)
+        before = self.backlog
+        super().evict(node)
+        lost = self.backlog - before
+        prod_lost = lost * prod // busy if busy else 0  # exact: lost is busy GPUs x minutes unless capped
+        self.prod_backlog += prod_lost
+        if prod_lost:
+            self.prod_width = max(self.prod_width, prod)
+        if lost > prod_lost:
+            self.rest_width = max(self.rest_width, busy - prod)
+        if prod:
+            self.production_interruptions += 1
+
+    @property
+    def unmet_production_gpu_minutes(self) -> float:
+        return self.prod_backlog if self.production_series is not None else 0
 
     def pending_workloads(self) -> int:
         """Kueue's status.pendingWorkloads of the owner's queue: the series' GPUs are its workloads (see the class
@@ -905,10 +1048,10 @@ class Environment:
             spec = specs.get(p.name) or spec_from_config(prices, cfg, p.name)
             trace = demands[p.name]
             share = production_share_pct(p)
-            if isinstance(trace, JobsTrace):
-                production = production_flags(trace, share / 100, settings.seed, p.name)
-            else:
-                production = [True] if series_is_production(share / 100) else None
+            # a series has no jobs to class: its minutes are split (EnvSeriesWorkload.split_production, below)
+            production = (
+                production_flags(trace, share / 100, settings.seed, p.name) if isinstance(trace, JobsTrace) else None
+            )
             if spec.floor_nodes != (p.guaranteed.nodes if p.guaranteed else 0):
                 raise EnvironmentError(
                     f"specs['{p.name}'] has {spec.floor_nodes} floor nodes, the config "
@@ -930,6 +1073,8 @@ class Environment:
                 PRIORITY_VALUES[p.tier],
             )
             pool_sim = self.pools[p.name]
+            if isinstance(pool_sim.workload, EnvSeriesWorkload):
+                pool_sim.workload.split_production(share / 100, on_spot)
             pool_sim.lending_limit_gpus = self.sharing[p.name].lendable_gpus
             if lends_ahead(cfg, p) and pool_sim.lending_limit_gpus > 0:
                 pool_sim.lend_ahead = (pool_sim.lending_limit_gpus, cfg.scheduling.kueue.reclaim_lookahead_minutes)
@@ -1500,7 +1645,7 @@ class Environment:
         return {
             "production_interruptions": env_w.production_interruptions
             if env_w
-            else (sim.c.jobs_interrupted if sim.production_all else 0),
+            else getattr(w, "production_interruptions", 0),
             "jobs_interrupted": sim.c.jobs_interrupted,
             "spot_interruptions": sim.c.spot_interruptions,
             "lost_gpu_minutes": sim.c.lost_gpu_minutes,
@@ -1567,7 +1712,7 @@ class Environment:
             unmet, unmet_prod = unmet / 3600, unmet_prod / 3600
         else:  # a series: its backlog at the end, oldest served first (so the window's, unless older was never)
             unmet = w.unmet_gpu_minutes / 60
-            unmet_prod = unmet if sim.production_all else 0.0
+            unmet_prod = getattr(w, "unmet_production_gpu_minutes", 0) / 60
         out = {
             "from_minute": start,
             "to_minute": end,
@@ -1628,7 +1773,7 @@ class Environment:
             "production_jobs": sum(env_w.production) if env_w and env_w.production else 0,
             "production_interruptions": env_w.production_interruptions
             if env_w
-            else (sim.c.jobs_interrupted if sim.production_all else 0),
+            else getattr(w, "production_interruptions", 0),
             "reclaim_preemptions": env_w.reclaim_preemptions if env_w else 0,
             "reclaim_lost_gpu_hours": round(env_w.reclaim_lost_gpu_minutes / 60, 3) if env_w else 0.0,
             "priority_preemptions": env_w.priority_preemptions if env_w else 0,

@@ -236,26 +236,50 @@ def test_a_bound_above_the_shared_layout_is_no_contradiction():
     assert sanity.check(doc).passed
 
 
-@requires_shared_prices
-def test_the_shared_layout_keeps_a_floor_whose_team_has_only_a_demand_series():
-    """A demand series of a share under 100 % goes whole to the shared interruptible pool (as the simulator classes
-    a series); the floor of its team must stay (bought, billed, lent). It vanished: gpuloan-shared was billed with
-    no floor at all, below the bound of the same floors (the 16-pool advise case, issue 36)."""
+def _series_layout(share: float):
     from conftest import resolved_prices, stack_config
     from pricing import checks
     from sim.traces import SeriesTrace
 
     prices = resolved_prices()
     cfg = checks.from_stack_yaml({"config": stack_config("prod")}, "test", prices=prices)
-    cfg = org_advisor.with_production_share(cfg, 0.3)
+    cfg = org_advisor.with_production_share(cfg, share)
     traces = {n: SeriesTrace(n, (8,) * 600) for n in ("training", "inference", "research")}
-    layout = org_advisor.shared_layout(
+    return org_advisor.shared_layout(
         prices,
         org_advisor.setup_config(cfg, {"training": 2, "inference": 1}, lend=True, check=False),
         traces,
         1,
         keep_floors=True,
     )
+
+
+@requires_shared_prices
+def test_the_shared_layout_keeps_a_floor_whose_team_has_only_a_demand_series():
+    """A demand series at a share of 0 % is all interruptible: it goes to the shared interruptible pool; the floor
+    of its team must stay (bought, billed, lent). It vanished: gpuloan-shared was billed with no floor at all,
+    below the bound of the same floors (the 16-pool advise case, issue 36)."""
+    layout = _series_layout(0.0)
     floors = {p.name: p.guaranteed.nodes for p in layout.cfg.pools if p.guaranteed is not None}
     assert floors == {"training": 2, "inference": 1}
     assert not layout.traces["training"].jobs and layout.source["training"] == []
+    rest = [t.gpus_demanded for n, t in layout.traces.items() if n.startswith(org_advisor.SHARED_REST)]
+    assert sum(s[0] for s in rest) == 24 and all(len(set(s)) == 1 for s in rest)
+
+
+@requires_shared_prices
+def test_the_shared_layout_splits_a_demand_series_as_the_per_team_run_does():
+    """At 30 % each minute of 8 GPUs is 2 production GPUs (2.4 rounded, sim/demand.py split_gpus) and 6
+    interruptible, as the per-team simulation and the fluid bound split it (issue 36): the production part stays on
+    the team's kept floor (training, inference) or goes to the shared production pool (research has no floor),
+    the interruptible parts of all three go to the shared interruptible pool. It went whole to the interruptible
+    pool, so the floors ran nothing of their teams."""
+    layout = _series_layout(0.3)
+    floors = {p.name: p.guaranteed.nodes for p in layout.cfg.pools if p.guaranteed is not None}
+    assert floors == {"training": 2, "inference": 1}
+    demanded = {name: trace.gpus_demanded for name, trace in layout.traces.items()}
+    assert demanded.pop("training") == (2,) * 600 and demanded.pop("inference") == (2,) * 600
+    prod = [s for n, s in demanded.items() if n.startswith(org_advisor.SHARED_PRODUCTION)]
+    rest = [s for n, s in demanded.items() if n.startswith(org_advisor.SHARED_REST)]
+    assert prod == [(2,) * 600]  # research's production part: research has no floor
+    assert sorted(rest) == [(6,) * 600] * 3 and len(prod) + len(rest) == len(demanded)
