@@ -69,7 +69,7 @@ class WaitRecorder:
         if flavor is None:
             return "kueue"
         if flavor == ELASTIC_FLAVOR:
-            return f"elastic {w._elastic_flavor(w.is_production(i))[0].replace('_', '-')}"
+            return f"elastic {w.elastic_flavor(w.is_production(i))[0].replace('_', '-')}"
         return "own floor" if flavor is w.sim else "borrowed floor"
 
     def install(self):
