@@ -816,9 +816,9 @@ class Kueue(Strict):
         "function lowers the floor's lendingLimit by what the owner runs, has waiting and, by "
         "its daily rhythm, will bring within reclaim_lookahead_minutes, and raises it again "
         "after; the owner's guarantee (nominalQuota) is untouched (docs/scheduling.md, "
-        '"Lending ahead of the owner"). Off by default: on the organization benchmark it cut '
-        "reclaims 44-63 % and their lost GPU-hours 33-52 % for +0.1-0.4 % cost, short of "
-        "halving both on every rotation.",
+        '"Lending ahead of the owner"). Off by default: on the organization benchmark, with fair '
+        "sharing as shipped, it cut reclaims 23-53 % and their lost GPU-hours 19-46 % for "
+        "-0.3 to +0.2 % cost, short of halving both on every rotation.",
     )
     reclaim_lookahead_minutes: int = Field(
         60,

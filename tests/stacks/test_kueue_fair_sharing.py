@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import yaml
-from conftest import requires_shared_kueue_crds, stack_config, resolved_prices
+from conftest import REPO, requires_shared_kueue_crds, stack_config, resolved_prices
 from kube_checks import release, layer, validate_kueue
 from test_kueue import _cq, _problems, _quotas, _two_experiment_teams
 
@@ -135,3 +135,9 @@ def test_the_owners_queue_keeps_may_stop_search_so_it_reclaims_its_floor_before_
         spec = kueue.cluster_queue_manifest(cfg, q)["spec"]
         assert spec["flavorFungibility"] == {"whenCanBorrow": "MayStopSearch", "whenCanPreempt": "MayStopSearch"}
         assert spec["preemption"]["reclaimWithinCohort"] == "Any"
+
+
+def test_the_scheduling_doc_names_the_shipped_strategies():
+    shipped = _manager_config(_two_experiment_teams())["fairSharing"]["preemptionStrategies"]
+    doc = (REPO / "docs" / "scheduling.md").read_text()
+    assert f"`preemptionStrategies: [{', '.join(shipped)}]`" in doc
