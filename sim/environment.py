@@ -179,6 +179,9 @@ class PoolSim(Simulation):
         self.quota_own = 0
         self.quota_lent = 0
         self.floor_admitted: dict = {}
+        # the workloads holding borrowed quota of this floor now (as a set, in no particular order): fair sharing's
+        # candidate queues, read without going through every admission or every pool (issue 41)
+        self.borrowers: dict[EnvJobsWorkload, None] = {}
         self.lent_gpu_minutes = 0
         self._lent_since = 0
         self.priority = priority
@@ -269,6 +272,7 @@ class EnvJobsWorkload(JobsWorkload):
         self.lenders: list[tuple[PoolSim, int | None]] = []  # set by the environment
         self.borrowed: dict[str, int] = {}  # lender -> GPUs this pool's jobs hold on its floor now (running)
         self.quota_borrowed: dict[str, int] = {}  # lender -> GPUs of this pool's jobs admitted to its floor
+        self.quota_borrowed_total = 0  # their sum, kept as they change (read at every fair-sharing comparison)
         self.borrowed_gpu_minutes = 0
         self.borrowed_gpu_minutes_from: dict[str, float] = {}  # lender -> GPU-minutes on its floor (the loan's bill)
         self.borrowed_now = 0
@@ -485,6 +489,8 @@ class EnvJobsWorkload(JobsWorkload):
                 flavor.quota_lent += g
                 name = flavor.spec.name
                 self.quota_borrowed[name] = self.quota_borrowed.get(name, 0) + g
+                self.quota_borrowed_total += g
+                flavor.borrowers[self] = None
             else:
                 flavor.quota_own += g
         self._enqueue(i)
@@ -507,6 +513,9 @@ class EnvJobsWorkload(JobsWorkload):
         if borrowed:
             flavor.quota_lent -= g
             self.quota_borrowed[flavor.spec.name] -= g
+            self.quota_borrowed_total -= g
+            if not self.quota_borrowed[flavor.spec.name]:
+                del flavor.borrowers[self]
         else:
             flavor.quota_own -= g
         if flavor is not self.sim:
@@ -578,7 +587,7 @@ class EnvJobsWorkload(JobsWorkload):
         dominant resource share counts (v0.19.2 pkg/cache/scheduler/fair_sharing.go `dominantResourceShare`:
         usage above the queue's SubtreeQuota, summed over flavors of one resource; a borrowed floor's nominal
         quota in this queue is 0, so all of its usage there)."""
-        return sum(self.quota_borrowed.values())
+        return self.quota_borrowed_total
 
     def _choose(self, i: int, borrowing: bool):
         """Where job i goes through its queue's flavors, without changing anything: (flavor, Kueue eviction
@@ -710,13 +719,18 @@ class EnvJobsWorkload(JobsWorkload):
         if held + g > (lender.lending_limit_gpus if limit is None else min(lender.lending_limit_gpus, limit)):
             return []
         preemptor_share = env.weighted_share(sim.spec.name, self.borrowed_quota() + g)
+        # neither strategy can pass without a target queue above the preemptor's share: checked on the floor's
+        # borrowers before its admissions are gone through (the candidates' queues are exactly those borrowers)
+        if not any(
+            w is not self and env.weighted_share(w.sim.spec.name, w.borrowed_quota()) > preemptor_share
+            for w in lender.borrowers
+        ):
+            return []
         queues: dict[int, list] = {}
         for w, j, borrowed in lender.floor_admitted.values():
             if borrowed and w is not self:
                 queues.setdefault(id(w), []).append(((w.job_priority(j), -w.admitted_at[j], w.sim.spec.name, j), w, j))
         share = {k: env.weighted_share(q[0][1].sim.spec.name, q[0][1].borrowed_quota()) for k, q in queues.items()}
-        if not any(s > preemptor_share for s in share.values()):
-            return []  # neither strategy can pass: each needs a target queue above the preemptor's share
         borrowed = {k: q[0][1].borrowed_quota() for k, q in queues.items()}
         for q in queues.values():
             q.sort(key=lambda c: c[0])
@@ -1426,15 +1440,10 @@ class Environment:
             # of either strategy (a queue holding that floor above this queue's share with the job)
             if self.fair_sharing:
                 mine = self.weighted_share(sim.spec.name, w.borrowed_quota() + small)
-                for o in self._by_order:
-                    ow = o.workload
-                    if (
-                        o is not sim
-                        and isinstance(ow, EnvJobsWorkload)
-                        and any(ow.quota_borrowed.get(lender.spec.name, 0) > 0 for lender in lenders)
-                        and self.weighted_share(o.spec.name, ow.borrowed_quota()) > mine
-                    ):
-                        return True
+                for lender in lenders:  # each floor's borrowers: not a scan of every pool per lender
+                    for ow in lender.borrowers:
+                        if ow.sim is not sim and self.weighted_share(ow.sim.spec.name, ow.borrowed_quota()) > mine:
+                            return True
         if sizes and sim.floor_gpus and sim.floor_gpus - sim.quota_own - sim.quota_lent >= min(sizes):
             return True
         # a job Kueue evicted after the pool's own admission pass of its last minute (a lender reclaiming its
