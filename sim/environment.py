@@ -182,6 +182,9 @@ class PoolSim(Simulation):
         self.quota_own = 0
         self.quota_lent = 0
         self.floor_admitted: dict = {}
+        # the workloads holding borrowed quota of this floor now (as a set, in no particular order): fair sharing's
+        # candidate queues, read without going through every admission or every pool (issue 41)
+        self.borrowers: dict[EnvJobsWorkload, None] = {}
         self.lent_gpu_minutes = 0
         self._lent_since = 0
         self.priority = priority
@@ -275,6 +278,7 @@ class EnvJobsWorkload(JobsWorkload):
         self.lenders: list[tuple[PoolSim, int | None]] = []  # set by the environment
         self.borrowed: dict[str, int] = {}  # lender -> GPUs this pool's jobs hold on its floor now (running)
         self.quota_borrowed: dict[str, int] = {}  # lender -> GPUs of this pool's jobs admitted to its floor
+        self.quota_borrowed_total = 0  # their sum, kept as they change (read at every fair-sharing comparison)
         self.borrowed_gpu_minutes = 0
         self.borrowed_gpu_minutes_from: dict[str, float] = {}  # lender -> GPU-minutes on its floor (the loan's bill)
         self.borrowed_now = 0
@@ -497,6 +501,8 @@ class EnvJobsWorkload(JobsWorkload):
                 flavor.quota_lent += g
                 name = flavor.spec.name
                 self.quota_borrowed[name] = self.quota_borrowed.get(name, 0) + g
+                self.quota_borrowed_total += g
+                flavor.borrowers[self] = None
             else:
                 flavor.quota_own += g
         self._enqueue(i)
@@ -519,6 +525,9 @@ class EnvJobsWorkload(JobsWorkload):
         if borrowed:
             flavor.quota_lent -= g
             self.quota_borrowed[flavor.spec.name] -= g
+            self.quota_borrowed_total -= g
+            if not self.quota_borrowed[flavor.spec.name]:
+                del flavor.borrowers[self]
         else:
             flavor.quota_own -= g
         if flavor is not self.sim:
@@ -576,7 +585,7 @@ class EnvJobsWorkload(JobsWorkload):
         dominant resource share counts (v0.19.2 pkg/cache/scheduler/fair_sharing.go `dominantResourceShare`:
         usage above the queue's SubtreeQuota, summed over flavors of one resource; a borrowed floor's nominal
         quota in this queue is 0, so all of its usage there)."""
-        return sum(self.quota_borrowed.values())
+        return self.quota_borrowed_total
 
     def admit_choice(self, i: int, choice, now: int) -> None:
         flavor, targets, borrows = choice
@@ -1389,15 +1398,10 @@ class Environment:
             # of either strategy (a queue holding that floor above this queue's share with the job)
             if self.fair_sharing:
                 mine = self.weighted_share(sim.spec.name, w.borrowed_quota() + small)
-                for o in self._by_order:
-                    ow = o.workload
-                    if (
-                        o is not sim
-                        and isinstance(ow, EnvJobsWorkload)
-                        and any(ow.quota_borrowed.get(lender.spec.name, 0) > 0 for lender in lenders)
-                        and self.weighted_share(o.spec.name, ow.borrowed_quota()) > mine
-                    ):
-                        return True
+                for lender in lenders:  # each floor's borrowers: not a scan of every pool per lender
+                    for ow in lender.borrowers:
+                        if ow.sim is not sim and self.weighted_share(ow.sim.spec.name, ow.borrowed_quota()) > mine:
+                            return True
         if sizes and sim.floor_gpus and sim.floor_gpus - sim.quota_own - sim.quota_lent >= min(sizes):
             return True
         # a job Kueue evicted after the pool's own admission pass of its last minute (a lender reclaiming its

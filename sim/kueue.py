@@ -254,13 +254,18 @@ def fair_borrow_targets(workload, i: int, lender) -> list:
     if held + g > (lender.lending_limit_gpus if limit is None else min(lender.lending_limit_gpus, limit)):
         return []
     preemptor_share = env.weighted_share(sim.spec.name, workload.borrowed_quota() + g)
+    # neither strategy can pass without a target queue above the preemptor's share: checked on the floor's
+    # borrowers before its admissions are gone through (the candidates' queues are exactly those borrowers)
+    if not any(
+        w is not workload and env.weighted_share(w.sim.spec.name, w.borrowed_quota()) > preemptor_share
+        for w in lender.borrowers
+    ):
+        return []
     queues: dict[int, list] = {}
     for w, j, borrowed in lender.floor_admitted.values():
         if borrowed and w is not workload:
             queues.setdefault(id(w), []).append(candidate(w, j, RECLAIM))  # CandidatesOrdering within each queue
     share = {k: env.weighted_share(q[0][1].sim.spec.name, q[0][1].borrowed_quota()) for k, q in queues.items()}
-    if not any(s > preemptor_share for s in share.values()):
-        return []  # neither strategy can pass: each needs a target queue above the preemptor's share
     borrowed = {k: q[0][1].borrowed_quota() for k, q in queues.items()}
     for q in queues.values():
         q.sort(key=lambda c: c[0])

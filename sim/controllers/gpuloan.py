@@ -308,9 +308,9 @@ class GpuLoan(Controller):
         if ps.budget_monthly_usd is not None:
             wake = min(wake, self._spend_changes(sim))
         pods: Any = self.ports.pods  # sim/controllers/ports.py SimPods
-        arrivals = pods.arrival_minutes(now - ps.arrival_window_minutes) if self.keep_for_next_job else ()
-        if arrivals:
-            wake = min(wake, arrivals[0][0] + ps.arrival_window_minutes)
+        first_arrival = pods.first_arrival_minute(now - ps.arrival_window_minutes) if self.keep_for_next_job else None
+        if first_arrival is not None:
+            wake = min(wake, first_arrival + ps.arrival_window_minutes)
         if ps.warm_up:
             # the warm-up rate reads whole slots of the day (SIM_EPOCH is a midnight)
             wake = min(wake, (now // SLOT_MINUTES + 1) * SLOT_MINUTES)

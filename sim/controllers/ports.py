@@ -293,6 +293,21 @@ class SimPods:
                 out[m] = out.get(m, 0) + w.gpus[i]
         return sorted(out.items())
 
+    def first_arrival_minute(self, since_minute: int) -> int | None:
+        """The minute of the earliest of `arrival_minutes(since_minute)`, None if there is none: what the quiet-tick
+        proof reads (sim/controllers/gpuloan.py), found without listing the others."""
+        sim = self.sim
+        lo = since_minute + 1
+        if self._rises is not None:
+            rises = self._rises
+            return next((t for t in range(max(0, lo), min(sim.now + 1, len(rises))) if rises[t]), None)
+        w: Any = sim.workload
+        start = bisect.bisect_left(w._arrival_minute, lo, 0, w._next)
+        for i in range(start, w._next):
+            if not w.done[i] and w.gpus[i] <= w.pool_gpus:
+                return w._arrival_minute[i]
+        return None
+
     def gpu_pod_arrivals(self, pools: list[str], since: datetime, shapes=None) -> dict[str, tuple]:
         if not self.keep_for_next_job:
             return {self.ps.name: ()}

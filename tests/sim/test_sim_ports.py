@@ -136,3 +136,30 @@ def test_the_simulated_budgets_figure_is_the_calendar_months(tmp_path):
     assert budgets.actual_usd("b") == 0.0  # the first read of April: nothing billed in April yet
     sim.now = april + 120
     assert budgets.actual_usd("b") == pytest.approx(spec.floor_usd_per_hour * 2)
+
+
+@requires_shared_prices
+@pytest.mark.parametrize("trace_kind", ["jobs", "series"])
+def test_the_first_arrival_minute_is_the_first_of_the_arrival_minutes(tmp_path, trace_kind):
+    """The quiet-tick proof reads only the earliest arrival (SimPods.first_arrival_minute): at every minute and every
+    window start it is the first of the full list the tick reads, or None when that is empty."""
+    from test_sim_model import jobs
+
+    if trace_kind == "jobs":  # submit_s, duration_s, gpus: some finish, one is larger than the pool (never counted)
+        rows = [(60 * m, 60 * (5 + m % 7), 1 + m % 4) for m in range(0, 120, 3)] + [(600, 600, 10_000)]
+        trace = jobs(tmp_path, rows)
+    else:
+        trace = series(tmp_path, [0, 2, 2, 0, 0, 5, 1, 1, 0, 3] * 12)
+    checked = []
+
+    class Checking(GpuLoan):
+        def tick(self, sim):
+            super().tick(sim)
+            pods = self.ports.pods
+            for since in range(sim.now - 30, sim.now + 1):
+                full = pods.arrival_minutes(since)
+                assert pods.first_arrival_minute(since) == (full[0][0] if full else None), (sim.now, since)
+                checked.append(bool(full))
+
+    runner.run_one(dev_spec(), trace, Checking(), replace(CALM, skip_quiet_ticks=False), horizon=150)
+    assert any(checked) and not all(checked)  # both cases were seen
