@@ -73,12 +73,15 @@ class WaitRecorder:
         return "own floor" if flavor is w.sim else "borrowed floor"
 
     def install(self):
-        """Wrap the transitions of EnvJobsWorkload; returns the function that removes the wrappers."""
+        """Wrap the transitions of EnvJobsWorkload and kube-scheduler's victim search (sim/cluster.py, which the
+        environment calls through its module); returns the function that removes the wrappers."""
+        from sim import cluster
         from sim.environment import EnvJobsWorkload
 
         rec = self
-        names = ("_admit", "_release", "_start", "_stop", "_scheduler_victims")
+        names = ("_admit", "_release", "_start", "_stop")
         originals = {n: getattr(EnvJobsWorkload, n) for n in names}
+        original_victims = cluster.scheduler_victims
 
         def note(w, i, event, detail=None, minute=None):
             rec.workloads[id(w)] = w
@@ -105,7 +108,7 @@ class WaitRecorder:
                 note(w, i, "stop", (why, rec.label(w, i)))
 
         def _scheduler_victims(w, i, nodes):
-            chosen = originals["_scheduler_victims"](w, i, nodes)
+            chosen = original_victims(w, i, nodes)
             key = (id(w), i)
             if chosen is not None:
                 rec.preempted_for[key] += 1
@@ -130,14 +133,15 @@ class WaitRecorder:
             "_release": _release,
             "_start": _start,
             "_stop": _stop,
-            "_scheduler_victims": _scheduler_victims,
         }
         for n, f in wrappers.items():
             setattr(EnvJobsWorkload, n, f)
+        cluster.scheduler_victims = _scheduler_victims
 
         def remove():
             for n, f in originals.items():
                 setattr(EnvJobsWorkload, n, f)
+            cluster.scheduler_victims = original_victims
 
         return remove
 

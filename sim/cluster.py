@@ -1,6 +1,8 @@
 """The simulated cluster's placement side: what the bin packing of pending pods onto nodes needs (the Karpenter
 baseline's provisioner, `new_nodes_needed`, `new_claims`) and what waiting gangs (multi-node jobs placed
-all-or-nothing by the scheduler) hold (`GangHoldMeter`). Stdlib and policy/packing.py only.
+all-or-nothing by the scheduler) hold (`GangHoldMeter`), and kube-scheduler's preemption of lower-priority pods
+for a pod pinned to a floor (`scheduler_victims`: it reads the environment's workloads and nodes through what they
+hold, so it imports none of them). Stdlib and policy/packing.py only.
 
 The Karpenter baseline's bin packing: pending pods onto the free GPUs of existing nodes, then onto new nodes.
 
@@ -25,6 +27,7 @@ the state billing charges the minute at; skipped quiet minutes repeat it (Simula
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 
 from policy.packing import first_fit_runs
@@ -172,3 +175,74 @@ class GangHoldMeter:
         if self._held_gpus:
             self.held_gpu_minutes += self._held_gpus * minutes
             self.minutes_with_held_nodes += minutes
+
+
+# --- kube-scheduler's preemption of lower-priority pods on a floor (issue 36) ---
+
+
+def scheduler_victims(workload, i: int, nodes: list):
+    """kube-scheduler's default preemption for job i's pod(s) pinned to these floor nodes (kubernetes
+    pkg/scheduler/framework/plugins/defaultpreemption/default_preemption.go `SelectVictimsOnNode`: every
+    lower-priority pod is removed, then as many as possible are reprieved, the most important first, while the
+    pod still fits; pkg/scheduler/framework/preemption/preemption.go `pickOneNodeForPreemption`: the node whose
+    highest victim priority is lowest, then the lowest sum of victim priorities, then the fewest victims, then
+    the latest start among the highest-priority victims). A gang needs whole nodes: each of its pods takes a
+    node whose pods are all of lower priority. (nodes, [(workload, job)]) or None."""
+    g, prio = workload.gpus[i], workload.job_priority(i)
+    gpn = workload.admitted_to[i].spec.gpus_per_node
+    env = workload.sim.env
+
+    def pods_on(n):
+        out = []
+        for key in n.jobs:
+            w, j = (
+                (env.pools[key[0]].workload, key[1])
+                if isinstance(key, tuple)
+                else (env.floor_owner[id(n)].workload, key)
+            )
+            used = next(u for m, u in w.on_nodes[j] if m is n)
+            out.append((w.job_priority(j), w.run_start[j], used, w, j))
+        return out
+
+    if g > gpn:
+        return _scheduler_gang_victims(workload, i, nodes, pods_on)
+    best = None
+    for n in nodes:
+        pods = pods_on(n)
+        lower = [p for p in pods if p[0] < prio]
+        have = n.gpus - n.busy + sum(p[2] for p in lower)
+        if have < g:
+            continue
+        victims = []
+        for p in sorted(lower, key=lambda p: (-p[0], p[1], p[4])):  # most important first: reprieve
+            if have - p[2] >= g:
+                have -= p[2]
+            else:
+                victims.append(p)
+        if not victims:
+            continue  # fits without preemption: not this pass's case
+        top = max(p[0] for p in victims)
+        latest = max(p[1] for p in victims if p[0] == top)
+        key = (top, sum(p[0] for p in victims), len(victims), -latest, n.serial)
+        if best is None or key < best[0]:
+            best = (key, n, victims)
+    return None if best is None else ([best[1]], [(p[3], p[4]) for p in best[2]])
+
+
+def _scheduler_gang_victims(workload, i: int, nodes: list, pods_on):
+    """A gang's pods each need a whole node: the nodes whose pods are all of lower priority, ranked as
+    `pickOneNodeForPreemption` ranks them (empty nodes first)."""
+    g, prio = workload.gpus[i], workload.job_priority(i)
+    k = -(-g // workload.admitted_to[i].spec.gpus_per_node)
+    ranked = []
+    for n in nodes:
+        pods = pods_on(n)
+        if any(p[0] >= prio for p in pods):
+            continue
+        top = max((p[0] for p in pods), default=-math.inf)
+        ranked.append(((top, sum(p[0] for p in pods), len(pods), n.serial), n, pods))
+    if len(ranked) < k:
+        return None
+    ranked.sort(key=lambda r: r[0])
+    chosen = ranked[:k]
+    return [r[1] for r in chosen], [(p[3], p[4]) for r in chosen for p in r[2]]

@@ -73,7 +73,7 @@ What is modelled (docs/simulator.md, "An environment"; the Kueue semantics in do
   again (`reclaim_preemptions`, `priority_preemptions` and their lost GPU-hours).
 - kube-scheduler (EnvJobsWorkload.place): admitted pods bind to nodes of their flavor (fill order as in a
   single-pool run); a pod pinned to a floor with no node room preempts lower-priority pods there
-  (_scheduler_victims: SelectVictimsOnNode, pickOneNodeForPreemption); the victims' workloads stay admitted and
+  (sim/cluster.py scheduler_victims: SelectVictimsOnNode, pickOneNodeForPreemption); the victims' workloads stay admitted and
   their new pods wait on the same flavor (`scheduler_preemptions`, `scheduler_lost_gpu_hours`). The controllers
   see only the pending pods of jobs admitted to elastic flavors (floor-pinned pods are not demand for elastic
   nodes, policy/pods.py `admits`; a job not admitted has no pods).
@@ -117,7 +117,7 @@ from sim.engine import (
 from sim.pool import PoolError, PoolSpec, demand_profile, spec_from_config
 from sim.metrics import elastic_oracle_gpu_hours, metrics_of, oracle_gpu_hours, pending_summary, percentile
 from sim.traces import JobsTrace
-from sim import kueue
+from sim import cluster, kueue
 from sim.kueue import ELASTIC_FLAVOR, RECLAIM, elastic_lendable_gpus, sharing_of
 from config.config_terms import Reservation, Tier
 from config.tenancy import PRIORITY_VALUES
@@ -252,7 +252,7 @@ class EnvJobsWorkload(JobsWorkload):
     evicts other workloads to make quota room (sim/kueue.py `reclaim_targets`, the one victim search: reclaim and
     withinClusterQueue alike). **Placement (kube-scheduler)**: the admitted job's pods carry that flavor's node
     selector and wait for a node of it; they are never moved to another flavor. A pod pinned to a floor whose free
-    GPUs are in pieces too small for it preempts lower-priority pods there (`_scheduler_victims`, kube-scheduler's
+    GPUs are in pieces too small for it preempts lower-priority pods there (sim/cluster.py `scheduler_victims`, kube-scheduler's
     default preemption). With no lender, no production job kept off any node and no priority within the pool
     (`plain`) it schedules exactly as JobsWorkload."""
 
@@ -617,7 +617,7 @@ class EnvJobsWorkload(JobsWorkload):
     def place(self, now: int) -> None:
         """Bind the pending pods of admitted jobs to nodes of their flavor: the pool's elastic nodes (production
         kept off spot: its on-demand nodes), or the floor it was admitted to; a floor pod that finds no room
-        preempts lower-priority pods (`_scheduler_victims`)."""
+        preempts lower-priority pods (sim/cluster.py `scheduler_victims`)."""
         sim = self.sim
         sim.changed = False
         if not self.pending_gpus:
@@ -684,7 +684,7 @@ class EnvJobsWorkload(JobsWorkload):
         key = (owner.spec.name, g, self.job_priority(i), len(nodes))
         if self.no_victims_on(owner, i):
             return False
-        chosen = self._scheduler_victims(i, nodes)
+        chosen = cluster.scheduler_victims(self, i, nodes)
         if chosen is None:
             self._no_victims[key] = owner.floor_version
             return False
@@ -714,72 +714,6 @@ class EnvJobsWorkload(JobsWorkload):
         nodes = sum(1 for n in owner.floor_nodes if n.ready_at <= self.sim.now)
         key = (owner.spec.name, self.gpus[i], self.job_priority(i), nodes)
         return self._no_victims.get(key) == owner.floor_version
-
-    def _scheduler_victims(self, i: int, nodes: list):
-        """kube-scheduler's default preemption for job i's pod(s) pinned to these floor nodes (kubernetes
-        pkg/scheduler/framework/plugins/defaultpreemption/default_preemption.go `SelectVictimsOnNode`: every
-        lower-priority pod is removed, then as many as possible are reprieved, the most important first, while the
-        pod still fits; pkg/scheduler/framework/preemption/preemption.go `pickOneNodeForPreemption`: the node whose
-        highest victim priority is lowest, then the lowest sum of victim priorities, then the fewest victims, then
-        the latest start among the highest-priority victims). A gang needs whole nodes: each of its pods takes a
-        node whose pods are all of lower priority. (nodes, [(workload, job)]) or None."""
-        g, prio = self.gpus[i], self.job_priority(i)
-        gpn = self.admitted_to[i].spec.gpus_per_node
-        env = self.sim.env
-
-        def pods_on(n):
-            out = []
-            for key in n.jobs:
-                w, j = (
-                    (env.pools[key[0]].workload, key[1])
-                    if isinstance(key, tuple)
-                    else (env.floor_owner[id(n)].workload, key)
-                )
-                used = next(u for m, u in w.on_nodes[j] if m is n)
-                out.append((w.job_priority(j), w.run_start[j], used, w, j))
-            return out
-
-        if g > gpn:
-            return self._scheduler_gang_victims(i, nodes, pods_on)
-        best = None
-        for n in nodes:
-            pods = pods_on(n)
-            lower = [p for p in pods if p[0] < prio]
-            have = n.gpus - n.busy + sum(p[2] for p in lower)
-            if have < g:
-                continue
-            victims = []
-            for p in sorted(lower, key=lambda p: (-p[0], p[1], p[4])):  # most important first: reprieve
-                if have - p[2] >= g:
-                    have -= p[2]
-                else:
-                    victims.append(p)
-            if not victims:
-                continue  # fits without preemption: not this pass's case
-            top = max(p[0] for p in victims)
-            latest = max(p[1] for p in victims if p[0] == top)
-            key = (top, sum(p[0] for p in victims), len(victims), -latest, n.serial)
-            if best is None or key < best[0]:
-                best = (key, n, victims)
-        return None if best is None else ([best[1]], [(p[3], p[4]) for p in best[2]])
-
-    def _scheduler_gang_victims(self, i: int, nodes: list, pods_on):
-        """A gang's pods each need a whole node: the nodes whose pods are all of lower priority, ranked as
-        `pickOneNodeForPreemption` ranks them (empty nodes first)."""
-        g, prio = self.gpus[i], self.job_priority(i)
-        k = -(-g // self.admitted_to[i].spec.gpus_per_node)
-        ranked = []
-        for n in nodes:
-            pods = pods_on(n)
-            if any(p[0] >= prio for p in pods):
-                continue
-            top = max((p[0] for p in pods), default=-math.inf)
-            ranked.append(((top, sum(p[0] for p in pods), len(pods), n.serial), n, pods))
-        if len(ranked) < k:
-            return None
-        ranked.sort(key=lambda r: r[0])
-        chosen = ranked[:k]
-        return [r[1] for r in chosen], [(p[3], p[4]) for r in chosen for p in r[2]]
 
     def finish(self, horizon: int) -> None:
         for i, start in enumerate(self.run_start):
