@@ -514,22 +514,7 @@ def render_markdown(diffs: list[StackDiff], base_label: str) -> str:
                 lines.append("| " + " | ".join(cells) + " |")
             lines.append("")
         lines += node_group_lines(d)
-        resource_lines = (
-            [f"| + add | `{r['type']}` | {r['name']} |" for r in d.added]
-            + [f"| ~ change | `{r['type']}` | {r['name']} ({', '.join(keys)}) |" for r, keys in d.changed]
-            + [f"| − remove | `{r['type']}` | {r['name']} |" for r in d.removed]
-        )
-        if resource_lines:
-            lines += [
-                "<details><summary>resources</summary>",
-                "",
-                "| | type | name |",
-                "|---|---|---|",
-                *resource_lines,
-                "",
-                "</details>",
-                "",
-            ]
+        lines += resource_lines(d)
     lines.append(
         "Monthly USD at 730 h/month; guaranteed = the floor at the rate it is paid (price model and "
         "source below), elastic max = every elastic (spot) node up all month (a ceiling), fallback max = the "
@@ -546,6 +531,27 @@ def render_markdown(diffs: list[StackDiff], base_label: str) -> str:
         if p.get("guaranteed_price_model")
     ]
     return "\n".join(lines) + "\n"
+
+
+def resource_lines(d: StackDiff) -> list[str]:
+    """The collapsed table of resources added, changed (with the inputs that changed) and removed; [] if none."""
+    rows = (
+        [f"| + add | `{r['type']}` | {r['name']} |" for r in d.added]
+        + [f"| ~ change | `{r['type']}` | {r['name']} ({', '.join(keys)}) |" for r, keys in d.changed]
+        + [f"| − remove | `{r['type']}` | {r['name']} |" for r in d.removed]
+    )
+    if not rows:
+        return []
+    return [
+        "<details><summary>resources</summary>",
+        "",
+        "| | type | name |",
+        "|---|---|---|",
+        *rows,
+        "",
+        "</details>",
+        "",
+    ]
 
 
 def _price_sources(diffs: list[StackDiff]) -> list[tuple[StackDiff, str]]:

@@ -30,7 +30,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 
-from policy.packing import first_fit_runs
+from policy.packing import first_fit_runs, fit_into_runs
 
 
 def new_nodes_needed(pending: Mapping[int, int], gpus_per_node: int, free_gpus: Iterable[int] = ()) -> int:
@@ -60,34 +60,6 @@ def new_nodes_needed(pending: Mapping[int, int], gpus_per_node: int, free_gpus: 
                 runs.pop(0)
         nodes += k * left - take
     return nodes + first_fit_runs(pending, gpn, runs)
-
-
-def _fit(runs: list[list[int]], need: int, left: int) -> int:
-    """First fit of `left` pods of `need` GPUs into the bins of `runs` ([free GPUs, bins], tried in order), as
-    policy/packing.py first_fit_runs does; returns the pods that found no bin."""
-    i = 0
-    while left and i < len(runs):
-        free, bins = runs[i]
-        per_bin = free // need
-        if per_bin == 0:
-            i += 1
-            continue
-        filled = min(bins, left // per_bin)
-        if filled == bins:
-            runs[i][0] = free - per_bin * need
-            left -= per_bin * bins
-            i += 1
-            continue
-        rest = left - filled * per_bin
-        split = [[free - per_bin * need, filled]] if filled else []
-        if rest:
-            split.append([free - rest * need, 1])
-        untouched = bins - filled - (1 if rest else 0)
-        if untouched:
-            split.append([free, untouched])
-        runs[i : i + 1] = split
-        left = 0
-    return left
 
 
 def new_claims(
@@ -120,12 +92,12 @@ def new_claims(
             claims[gpn] = claims.get(gpn, 0) + k * left - take
     new: list[list[int]] = []
     for need in sorted((n for n in pending if 0 < n <= gpn), reverse=True):
-        left = _fit(runs, need, pending[need])
+        left = fit_into_runs(runs, need, pending[need])
         if claim_per_pod:
             if left:
                 claims[need] = claims.get(need, 0) + left
             continue
-        left = _fit(new, need, left)
+        left = fit_into_runs(new, need, left)
         if left:
             per_bin = gpn // need
             filled, rest = divmod(left, per_bin)

@@ -310,22 +310,7 @@ def render_markdown(diffs: list[StackDiff], base_label: str, warnings: list[str]
                     "",
                 ]
         lines += cost_diff.node_group_lines(d)  # replaced / rolled node groups, floors flagged (offline/rollout.py)
-        changes = (
-            [f"| + add | `{r['type']}` | {r['name']} |" for r in d.added]
-            + [f"| ~ change | `{r['type']}` | {r['name']} ({', '.join(k)}) |" for r, k in d.changed]
-            + [f"| − remove | `{r['type']}` | {r['name']} |" for r in d.removed]
-        )
-        if changes:
-            lines += [
-                "<details><summary>resources</summary>",
-                "",
-                "| | type | name |",
-                "|---|---|---|",
-                *changes,
-                "",
-                "</details>",
-                "",
-            ]
+        lines += cost_diff.resource_lines(d)
     lines.append(
         "Guaranteed = the floor at the rate it is paid (its price model in the per-resource table); elastic max / fallback max = every spot / on-demand "
         "fallback node up all month (ceilings); headroom = budget minus floor and platform (≤: some platform "

@@ -34,7 +34,8 @@ from policy.errors import ConflictingUpdate, PolicyError
 from policy.pods import GPU_RESOURCE
 from policy.model import LIFECYCLE_IN_SERVICE, LIFECYCLE_PENDING, Group, PendingGang, PoolSettings
 from policy.spend import _month as budget_month
-from policy.ports import LEASE_KEY, GroupState, Instance, checked_ids
+from policy.memory_state import MemoryState
+from policy.ports import GroupState, Instance
 from policy.tick import Ports
 from policy.gpu_series import Series
 from sim.cloud import SimNode
@@ -468,16 +469,10 @@ class SimPublisher:
         self.sent.append((self.sim.now, subject))
 
 
-class SimState:
-    """StatePort over dicts, with the same compare-and-set as DynamoState (policy/io/state.py). `load` hands the tick
-    the dict it saved last (no copy: a simulated tick is the only reader, and it saves what it changed)."""
-
-    def __init__(self):
-        self.items: dict[str, tuple[dict, int]] = {}
-        self.leases: dict[
-            str, tuple[str, float]
-        ] = {}  # lease key (policy/io/state.py, one per shard) -> (holder, expiry)
-        self.leaving: dict[str, float] = {}
+class SimState(MemoryState):
+    """policy/memory_state.py's StatePort (DynamoState's compare-and-set, leases and leaving ids), except that
+    `load` hands the tick the dict it saved last and `save` keeps it: no JSON copy, since a simulated tick is the
+    only reader and saves what it changed."""
 
     def load(self, key: str) -> tuple[dict, int]:
         return self.items.get(key, ({}, 0))
@@ -486,31 +481,6 @@ class SimState:
         if self.items.get(key, ({}, 0))[1] != version:
             raise ConflictingUpdate(f"state {key} changed since it was read")
         self.items[key] = (data, version + 1)
-
-    def acquire_lease(self, holder: str, now_epoch: float, ttl_s: float, key: str = LEASE_KEY) -> bool:
-        lease = self.leases.get(key)
-        if lease is not None and lease[1] >= now_epoch:
-            return False
-        self.leases[key] = (holder, now_epoch + ttl_s)
-        return True
-
-    def release_lease(self, holder: str, key: str = LEASE_KEY) -> None:
-        lease = self.leases.get(key)
-        if lease is not None and lease[0] == holder:
-            del self.leases[key]
-
-    def record_leaving(self, expires_at: dict[str, float]) -> None:
-        self.leaving.update(checked_ids(expires_at))
-
-    def load_leaving(self) -> dict[str, float]:
-        return dict(self.leaving)
-
-    def prune_leaving(self, ids: list[str], now_epoch: float) -> bool:
-        if not all(i in self.leaving and self.leaving[i] <= now_epoch for i in ids):
-            return False
-        for i in ids:
-            del self.leaving[i]
-        return True
 
 
 class SimLendingQueue:
