@@ -1253,19 +1253,21 @@ class Environment:
         deciding every minute it would have had that turn. Until 2026-12-06 it was checked only between passes,
         and the 16-pool month split at minute 5026: a borrowed pod waiting for a lender's floor missed the room
         the lender's own preemptions freed during the pass, and a later pool's pod took that node."""
-        turns = sorted({sim.order for sim in awake} | {sim.order for sim in join if sim.last != self._now})
+        processed = set(awake)  # the group's pools processed this minute
+        turns = sorted({sim.order for sim in awake} | {sim.order for sim in join if sim not in processed})
         queued = set(turns)
         seen, pos = len(awake), -1
         while turns:
             pos = heapq.heappop(turns)
             sim = self._by_order[pos]
-            if sim.last != self._now:  # a pool of `join`: not processed yet
+            if sim not in processed:  # a pool of `join`
                 if not self._may_act(sim):
                     continue
                 self.wake(sim)
             step(sim)
             if len(awake) > seen:
                 for other in awake[seen:]:
+                    processed.add(other)
                     if other.order > pos and other.order not in queued:
                         heapq.heappush(turns, other.order)
                         queued.add(other.order)
