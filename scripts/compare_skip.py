@@ -7,6 +7,9 @@ cost) or the counters differ. Issue 41 item 3: they must not differ at all.
 
     .venv/bin/python scripts/compare_skip.py --pools 4 --days 3 --policy gpuloan
 
+`--minutes M` stops both runs at minute M of the same organization (a split found at minute 5030 of the 16-pool
+month is seen with `--pools 16 --days 31 --minutes 5031` in a tenth of the month's CPU).
+
 builds scripts/bench_scale.py's organization (the ITP traces, ../shared/data/traces/itp). Exit status 0 when the
 two runs are equal, 1 when they split.
 """
@@ -86,6 +89,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--days", type=int, default=3)
     parser.add_argument("--policy", choices=("gpuloan", "karpenter"), default="gpuloan")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--minutes",
+        type=int,
+        help="stop both runs at this minute (the organization is still the one of --days): a split found late in "
+        "a long run is reproduced in a fraction of its time",
+    )
     args = parser.parse_args(argv)
     from pricing.sources import catalog
     from scripts import bench_scale
@@ -94,6 +103,10 @@ def main(argv: list[str] | None = None) -> int:
 
     prices = catalog.Prices.resolve()
     cfg, demands, horizon = bench_scale.organization(prices, args.traces, args.pools, args.days)
+    if args.minutes is not None:
+        if not 0 < args.minutes <= horizon:
+            parser.error(f"--minutes must be between 1 and {horizon} (--days {args.days}), got {args.minutes}")
+        horizon = args.minutes
     factory = (lambda spec: GpuLoan()) if args.policy == "gpuloan" else (lambda spec: Karpenter())
     return 0 if compare(prices, cfg, demands, factory, horizon, args.seed) else 1
 

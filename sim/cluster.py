@@ -159,7 +159,16 @@ def scheduler_victims(workload, i: int, nodes: list):
     pod still fits; pkg/scheduler/framework/preemption/preemption.go `pickOneNodeForPreemption`: the node whose
     highest victim priority is lowest, then the lowest sum of victim priorities, then the fewest victims, then
     the latest start among the highest-priority victims). A gang needs whole nodes: each of its pods takes a
-    node whose pods are all of lower priority. (nodes, [(workload, job)]) or None."""
+    node whose pods are all of lower priority. (nodes, [(workload, job)]) or None.
+
+    Where kube-scheduler leaves the choice open, the simulator breaks the tie by the pods' identity, never by
+    the order they sit on the node: `SelectVictimsOnNode` sorts the node's pods with `sort.Slice` (not stable) by
+    `MoreImportantPod` (pkg/scheduler/util/utils.go: higher priority, then the earlier `GetPodStartTime`), so
+    pods equal on both keep the order of the node's pod list, i.e. the order they were bound. Here two pods of
+    one priority that started the same minute are ranked by job index, then by pool name (job indices repeat
+    across pools); before 2026-12-06 the second key was the order of `n.jobs`, a set whose order follows the
+    history of binds and string hashes, and skipping quiet minutes could change which of two such pods of
+    different pools was preempted (issue 41). The victims come back in that order too."""
     g, prio = workload.gpus[i], workload.job_priority(i)
     gpn = workload.admitted_to[i].spec.gpus_per_node
     env = workload.sim.env
@@ -173,7 +182,9 @@ def scheduler_victims(workload, i: int, nodes: list):
                 else (env.floor_owner[id(n)].workload, key)
             )
             used = next(u for m, u in w.on_nodes[j] if m is n)
-            out.append((w.job_priority(j), w.run_start[j], used, w, j))
+            out.append((w.job_priority(j), w.run_start[j], used, w, j, w.sim.spec.name))
+        # most important first (`MoreImportantPod`), ties by identity: the same order whatever the binding history
+        out.sort(key=lambda p: (-p[0], p[1], p[4], p[5]))
         return out
 
     if g > gpn:
@@ -186,7 +197,7 @@ def scheduler_victims(workload, i: int, nodes: list):
         if have < g:
             continue
         victims = []
-        for p in sorted(lower, key=lambda p: (-p[0], p[1], p[4])):  # most important first: reprieve
+        for p in lower:  # most important first (pods_on's order): reprieve
             if have - p[2] >= g:
                 have -= p[2]
             else:

@@ -97,7 +97,7 @@ import heapq
 import math
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Iterable
 
 from pricing.sources.catalog import Prices
 from sim.demand import production_flags, split_series  # the one classification (floors, the bound)
@@ -1238,20 +1238,39 @@ class Environment:
                     self.wake(sim)
         else:
             self._in_order(awake, lambda sim: sim.workload.plain or sim.workload.admit(now, borrowing=True))
-        self._in_order(awake, lambda sim: sim.workload.schedule(now) if sim.workload.plain else sim.workload.place(now))
+        # kube-scheduler's pass: a pod pinned to a floor that a pool before it freed during the pass (its pods
+        # preempted by kube-scheduler) binds at its pool's turn, as when every pool is processed every minute
+        self._in_order(
+            awake,
+            lambda sim: sim.workload.schedule(now) if sim.workload.plain else sim.workload.place(now),
+            self._hungry[group[0].group_index],
+        )
 
-    def _in_order(self, awake: list[PoolSim], step: Callable[[PoolSim], object]) -> None:
+    def _in_order(self, awake: list[PoolSim], step: Callable[[PoolSim], object], join: Iterable[PoolSim] = ()) -> None:
         """`step` for each pool of `awake` in config order; a pool appended to `awake` meanwhile (woken by a step)
-        gets its step too if its turn has not passed."""
-        turns = sorted(sim.order for sim in awake)
+        gets its step too if its turn has not passed. A pool of `join` not processed this minute is woken at its
+        turn if it may act then (`_may_act`: what the pools before it did in this pass counts), and takes its step;
+        deciding every minute it would have had that turn. Until 2026-12-06 it was checked only between passes,
+        and the 16-pool month split at minute 5026: a borrowed pod waiting for a lender's floor missed the room
+        the lender's own preemptions freed during the pass, and a later pool's pod took that node."""
+        processed = set(awake)  # the group's pools processed this minute
+        turns = sorted({sim.order for sim in awake} | {sim.order for sim in join if sim not in processed})
+        queued = set(turns)
         seen, pos = len(awake), -1
         while turns:
             pos = heapq.heappop(turns)
-            step(self._by_order[pos])
+            sim = self._by_order[pos]
+            if sim not in processed:  # a pool of `join`
+                if not self._may_act(sim):
+                    continue
+                self.wake(sim)
+            step(sim)
             if len(awake) > seen:
-                for sim in awake[seen:]:
-                    if sim.order > pos:
-                        heapq.heappush(turns, sim.order)
+                for other in awake[seen:]:
+                    processed.add(other)
+                    if other.order > pos and other.order not in queued:
+                        heapq.heappush(turns, other.order)
+                        queued.add(other.order)
                 seen = len(awake)
 
     def _fair_sharing_round(self, queues: list, now: int) -> None:

@@ -232,3 +232,50 @@ def test_a_series_lender_with_lend_ahead_on_reads_its_queue_as_kueue_publishes_i
     res = simulate_environment(resolved_prices(), cfg, demands, CONTROLLERS["gpuloan"], LEAST, 2 * 1440)
     assert res.pools["lender"]["floor_lent_gpu_hours"] > 0
     assert res.environment["production_interruptions"] == 0
+
+
+def _room_freed_during_kube_schedulers_pass(skip: bool):
+    """Lender (production) floor of 7 nodes x 4 GPUs; pools in config order lender, learner (learning tier),
+    borrower (experiment). See the test below."""
+    cfg = env_config(
+        [
+            pool("lender", tier="production", floor=7, instance_type=BIG, capacity="on_demand"),
+            pool("learner", tier="learning", floor=0, instance_type=BIG),
+            pool("borrower", floor=0, instance_type=BIG),
+        ]
+    )
+    demands = {
+        "lender": jobs("lender", [(0, 1000, 2)] * 5 + [(20, 1000, 3)]),
+        "learner": jobs("learner", [(10, 1000, 3)]),
+        "borrower": jobs("borrower", [(1, 1000, 8), (15, 1000, 3)]),
+    }
+    settings = replace(LEAST, skip_quiet_ticks=skip)
+    return simulate_environment(resolved_prices(), cfg, demands, CONTROLLERS["karpenter"], settings, 200)
+
+
+def test_a_pod_waiting_for_a_floor_binds_at_its_turn_to_room_freed_earlier_in_the_same_pass():
+    """Issue 41 item 3, the 16-pool month's split at minute 5026 in miniature. The lender's five 2-GPU pods
+    (minute 0) spread over nodes 1-5 (least allocated), the borrower's 8-GPU gang (minute 1) takes nodes 6 and 7:
+    every node is full or has 2 GPUs free. The learner's 3-GPU job (minute 10) and the borrower's 3-GPU job
+    (minute 15) fit the floor's quota (10 + 8 + 3 + 3 = 24 of 28: Kueue admits them there) but no node: their
+    pods wait pinned to the floor, with no lower-priority pod to preempt. Minute 20, the lender's 3-GPU production
+    job: quota 27 of 28, admitted without a Kueue preemption; no node has 3 GPUs free, so kube-scheduler preempts:
+    only the gang is of lower priority, one pod per node, tied, node 6 by serial (`pickOneNodeForPreemption`).
+    The gang is one job: both its pods stop, node 7 is empty. kube-scheduler's pass goes through the pools in
+    config order: the learner's pod binds to node 7 (3 of 4 GPUs) at its turn; at the borrower's turn its 3-GPU
+    pod finds no room (1 GPU left there and on node 6; the gang needs two whole nodes) and preempts the learner's
+    pod (learning is below experiment), nominated to node 7: it runs from minute 21. Skipping quiet minutes, the
+    learner had not been processed at minute 20 (nothing of its own happened) and was asked whether it could act
+    only between passes, before the room existed: until 2026-12-06 the borrower, woken by its gang's preemption,
+    took node 7 at minute 20 and the learner's pod never ran."""
+    every, skipping = _room_freed_during_kube_schedulers_pass(False), _room_freed_during_kube_schedulers_pass(True)
+    for res in (every, skipping):
+        assert res.sims["lender"].workload.first_start[5] == 21  # nominated at 20, runs after the grace period
+        assert res.pools["borrower"]["scheduler_preemptions"] == 1
+        assert res.sims["learner"].workload.first_start == [20]
+        assert first_placement(res, "learner", 0) == ("lender", GUARANTEED)
+        assert res.sims["borrower"].workload.first_start[1] == 21
+        assert res.pools["learner"]["scheduler_preemptions"] == 1
+    from test_environment_scale import _result_json
+
+    assert _result_json(skipping) == _result_json(every)
