@@ -35,11 +35,17 @@ from policy.model import (
     Timers,
 )
 from policy.terms import Reason
-from policy.rhythm import SLOT_MINUTES
+from policy.rhythm import SLOT_MINUTES, DailyArrivals
 
 
 def lend_ahead_on(ps: PoolSettings) -> bool:
     return bool(ps.lend_ahead_queue and ps.lend_ahead_flavor)
+
+
+def owner_forecast_gpus(history: DailyArrivals, now: datetime, lookahead_minutes: int) -> float | None:
+    """The GPUs kept unlent for the owner's arrivals over the lookahead: what the same slots of the day brought on
+    earlier days (policy/rhythm.py); None while the rhythm is unknown."""
+    return history.expected_gpus(now, lookahead_minutes)
 
 
 def wanted_limit_gpus(ps: PoolSettings, lending: Lending) -> int | None:
