@@ -38,14 +38,22 @@ from policy.terms import Reason
 from policy.rhythm import SLOT_MINUTES, DailyArrivals
 
 
+FORECAST_QUANTILE = 0.8
+
+
 def lend_ahead_on(ps: PoolSettings) -> bool:
     return bool(ps.lend_ahead_queue and ps.lend_ahead_flavor)
 
 
 def owner_forecast_gpus(history: DailyArrivals, now: datetime, lookahead_minutes: int) -> float | None:
     """The GPUs kept unlent for the owner's arrivals over the lookahead: what the same slots of the day brought on
-    earlier days (policy/rhythm.py); None while the rhythm is unknown."""
-    return history.expected_gpus(now, lookahead_minutes)
+    the earlier days (policy/rhythm.py), the FORECAST_QUANTILE of those days (nearest rank); None while the rhythm
+    is unknown."""
+    by_day = history.window_gpus_by_day(now, lookahead_minutes)
+    if by_day is None:
+        return None
+    ranked = sorted(by_day)
+    return ranked[max(0, math.ceil(FORECAST_QUANTILE * len(ranked)) - 1)]
 
 
 def wanted_limit_gpus(ps: PoolSettings, lending: Lending) -> int | None:
