@@ -106,20 +106,31 @@ class DailyArrivals:
         `minutes` long together (rounded up to whole slots), brought on average over the earlier recorded days
         (not today: today's window is still to come). The figure changes only when a slot begins. None until
         MIN_DAYS days are on record."""
+        by_day = self.window_gpus_by_day(now, minutes)
+        if by_day is None:
+            return None
+        n_slots = -(-minutes // SLOT_MINUTES)  # from the start of the current slot: fixed, whatever the minute
+        gpus_per_minute = sum(by_day) / len(by_day) / (n_slots * SLOT_MINUTES)  # whole GPUs: the sum is exact
+        return gpus_per_minute / max(gpus_per_node, 1)
+
+    def window_gpus_by_day(self, now: datetime, minutes: int) -> list[float] | None:
+        """GPUs the same slots of the day (from the current one, `minutes` rounded up to whole slots) brought on
+        each earlier recorded day, oldest first. None until MIN_DAYS days are on record."""
         today, slot = day_and_slot(now)
         days = sorted(d for d in self.rows if d < today)
         if len(days) < MIN_DAYS or minutes <= 0:
             return None
-        n_slots = -(-minutes // SLOT_MINUTES)  # from the start of the current slot: fixed, whatever the minute
-        total = 0.0
+        n_slots = -(-minutes // SLOT_MINUTES)
+        out = []
         for d in days:
+            total = 0.0
             for k in range(n_slots):
                 day, s = divmod(d * SLOTS_PER_DAY + slot + k, SLOTS_PER_DAY)
                 row = self.rows.get(day)
                 if row is not None:
                     total += row[s]
-        gpus_per_minute = total / len(days) / (n_slots * SLOT_MINUTES)
-        return gpus_per_minute / max(gpus_per_node, 1)
+            out.append(total)
+        return out
 
     def expected_gpus(self, now: datetime, minutes: int) -> float | None:
         """GPUs the same slots of the day (from the current one, `minutes` rounded up to whole slots) brought on

@@ -23,7 +23,7 @@ from policy import capacity_blocks, closing, emf, fanout, loan_usage, notificati
 from policy.deadline import MESSAGE as DEADLINE_MESSAGE
 from policy.deadline import Deadline
 from policy.decide import decide
-from policy.decide.lend_ahead import lend_ahead_on
+from policy.decide.lend_ahead import lend_ahead_on, owner_forecast_gpus
 from policy.lease import take as take_lease
 from policy.errors import DeadlineExceeded, MalformedState, PolicyError
 from policy.io.kube import lending_of
@@ -464,8 +464,8 @@ def _lend_forecasts(settings: Settings, state: dict, now: datetime) -> dict[str,
     """For each lend-ahead pool: the GPUs its arrivals brought over the next reclaim_lookahead_minutes at this time
     of day on earlier days (the history _rhythm_rates keeps); None while unknown."""
     return {
-        ps.name: DailyArrivals.from_state((state.get("rhythm") or {}).get(ps.name)).expected_gpus(
-            now, ps.reclaim_lookahead_minutes
+        ps.name: owner_forecast_gpus(
+            DailyArrivals.from_state((state.get("rhythm") or {}).get(ps.name)), now, ps.reclaim_lookahead_minutes
         )
         for ps in settings.pools
         if lend_ahead_on(ps)

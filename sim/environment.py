@@ -297,6 +297,8 @@ class EnvJobsWorkload(JobsWorkload):
         self.reclaim_preemptions = 0
         self.reclaim_lost_gpu_minutes = 0.0
         self.fair_share_preemptions = 0  # of the reclaims: evicted for another borrower under fair sharing
+        self.fair_share_reclaims = 0  # of those, the ones whose pods were running (counted in reclaim_preemptions)
+        self.fair_share_reclaim_lost_gpu_minutes = 0.0  # and the work they lost (in reclaim_lost_gpu_minutes)
         self.priority_preemptions = 0  # interruptible jobs evicted by Kueue for this pool's own production jobs
         self.priority_lost_gpu_minutes = 0.0
         self.scheduler_preemptions = 0  # jobs whose pods kube-scheduler preempted for a higher-priority pod
@@ -590,9 +592,16 @@ class EnvJobsWorkload(JobsWorkload):
     def admit_choice(self, i: int, choice, now: int) -> None:
         flavor, targets, borrows = choice
         for w, j, why in targets:
-            if borrows:  # a borrower preempting another borrower (fair sharing), counted apart within the reclaims
-                w.fair_share_preemptions += 1
+            if not borrows:
+                w.kueue_evict(j, now, why)
+                continue
+            # a borrower preempting another borrower (fair sharing), counted apart within the reclaims: every
+            # eviction, and of them those that stopped running pods, with the work they lost
+            w.fair_share_preemptions += 1
+            stopped, lost = w.reclaim_preemptions, w.reclaim_lost_gpu_minutes
             w.kueue_evict(j, now, why)
+            w.fair_share_reclaims += w.reclaim_preemptions - stopped
+            w.fair_share_reclaim_lost_gpu_minutes += w.reclaim_lost_gpu_minutes - lost
         self._admit(i, flavor, now)
 
     def _try_admit(self, i: int, now: int, borrowing: bool):

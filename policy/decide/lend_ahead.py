@@ -8,8 +8,10 @@ lending Kueue admits: a borrower's room is `min(limit - borrowed, nominal - own 
 unlent what the owner is about to use, and nothing else:
 
     kept   = own GPUs in use + GPUs the owner's arrivals brought over the next reclaim_lookahead_minutes at this
-             time of day on earlier days (policy/rhythm.py), rounded up; the whole floor while the owner's queue
-             has workloads waiting (status.pendingWorkloads: they take every GPU of the floor that frees)
+             time of day on earlier days (policy/rhythm.py; of those days the FORECAST_QUANTILE, not the mean: a
+             return on two days of seven is kept for, one on a single day is not), rounded up; the whole floor
+             while the owner's queue has workloads waiting (status.pendingWorkloads: they take every GPU of the
+             floor that frees)
     limit  = nominal - kept, clamped to [0, the configured lendingLimit]
 
 and sets it when it differs from the queue's. `nominalQuota` (the guarantee) is never touched. The forecast changes
@@ -35,11 +37,28 @@ from policy.model import (
     Timers,
 )
 from policy.terms import Reason
-from policy.rhythm import SLOT_MINUTES
+from policy.rhythm import SLOT_MINUTES, DailyArrivals
+
+
+# Of the earlier days' arrivals over the lookahead, the one kept for (nearest rank): of 3-4 days the highest, of 5-7
+# the second highest. Measured against the mean and the highest day (docs/scheduling.md, "Lending ahead of the
+# owner"): the mean lends on exactly the days the owner comes back; the highest day passes the cost bound.
+FORECAST_QUANTILE = 0.8
 
 
 def lend_ahead_on(ps: PoolSettings) -> bool:
     return bool(ps.lend_ahead_queue and ps.lend_ahead_flavor)
+
+
+def owner_forecast_gpus(history: DailyArrivals, now: datetime, lookahead_minutes: int) -> float | None:
+    """The GPUs kept unlent for the owner's arrivals over the lookahead: what the same slots of the day brought on
+    the earlier days (policy/rhythm.py), the FORECAST_QUANTILE of those days (nearest rank); None while the rhythm
+    is unknown."""
+    by_day = history.window_gpus_by_day(now, lookahead_minutes)
+    if by_day is None:
+        return None
+    ranked = sorted(by_day)
+    return ranked[max(0, math.ceil(FORECAST_QUANTILE * len(ranked)) - 1)]
 
 
 def wanted_limit_gpus(ps: PoolSettings, lending: Lending) -> int | None:

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings as hyp_settings, strategies as st
 
 from policy.decide import decide
-from policy.decide.lend_ahead import lending_limit_actions, next_slot_start, wanted_limit_gpus
+from policy.decide.lend_ahead import lending_limit_actions, next_slot_start, owner_forecast_gpus, wanted_limit_gpus
 from policy.model import ACTION_HOLD, ACTION_SET_LENDING_LIMIT, Lending, PoolObservation, Timers
 from policy.terms import Reason
 from policy.rhythm import MIN_DAYS, DailyArrivals
@@ -211,6 +211,37 @@ def test_the_tick_lowers_the_limit_ahead_of_the_owners_rhythm():
     result = _tick(queues, rhythm_state(NOW, 3))
     assert queues.writes == [(QUEUE, FLAVOR, 3)]  # 8 - (2 in use + 3 forecast)
     assert [(a.kind, a.reason) for a in result.applied] == [(ACTION_SET_LENDING_LIMIT, Reason.LEND_AHEAD)]
+
+
+def test_the_forecast_is_a_high_quantile_of_the_earlier_days_not_their_mean():
+    """Hand-derived: the owner brought 6 GPUs at this time of day on one of three earlier days and none on the
+    others. Their mean (2) would lend 8 - (0 + 2) = 6 GPUs, which the owner takes back if today is like that one
+    day; the rule keeps the FORECAST_QUANTILE of the days (nearest rank; of three days, the highest): lends 2."""
+    h = DailyArrivals()
+    for d, gpus in ((-3, 6), (-2, 0), (-1, 0)):
+        day = NOW + timedelta(days=d)
+        h.record(day + timedelta(minutes=21), [(day + timedelta(minutes=20), gpus)] if gpus else [])
+    assert owner_forecast_gpus(h, NOW, 60) == 6
+    assert owner_forecast_gpus(DailyArrivals(), NOW, 60) is None
+    queues = FakeFloorQueues(floor_queue(limit=8, own=0))
+    _tick(queues, {"rhythm": {"research": h.to_state()}})
+    assert queues.writes == [(QUEUE, FLAVOR, 2)]
+
+
+@pytest.mark.parametrize(
+    "by_day, kept",
+    [
+        ([0, 0, 0, 0, 0, 0, 6], 0),  # one day in seven: an exception, not the rhythm (p80 of seven: the 2nd highest)
+        ([0, 0, 0, 0, 0, 5, 6], 5),  # two days in seven: the rhythm
+        ([4, 4, 4, 4, 4], 4),
+    ],
+)
+def test_the_quantile_is_the_nearest_rank_of_the_recorded_days(by_day, kept):
+    h = DailyArrivals()
+    for d, gpus in enumerate(by_day):
+        day = NOW + timedelta(days=d - len(by_day))
+        h.record(day + timedelta(minutes=21), [(day + timedelta(minutes=20), gpus)] if gpus else [])
+    assert owner_forecast_gpus(h, NOW, 60) == kept
 
 
 def test_the_tick_keeps_the_configured_limit_without_a_rhythm_and_touches_nothing_unread():

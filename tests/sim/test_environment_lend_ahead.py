@@ -65,3 +65,27 @@ def test_skipping_quiet_minutes_gives_the_tick_by_tick_result_with_lend_ahead():
         assert fast.sims[name].c == slow.sims[name].c, name
         for key in ("reclaim_preemptions", "reclaim_lost_gpu_hours", "floor_lent_gpu_hours", "borrowed_gpu_hours"):
             assert fast.pools[name].get(key) == slow.pools[name].get(key), (name, key)
+
+
+def test_a_return_the_owner_makes_only_on_some_days_is_kept_unlent_all_the_same():
+    """Hand-derived (policy/decide/lend_ahead.py owner_forecast_gpus). The lender's floor is 4 GPUs; its owner
+    brings three 1-GPU jobs at 09:00 on days 0 and 3 only; at 08:20 every day the borrower (no floor of its own)
+    brings three 1-GPU jobs of two hours. Days 0-2: no rhythm yet, the floor lends all 4; the borrower takes 3,
+    and on day 0 the owner's three jobs find 1 GPU free: 2 reclaims. Day 3: the three earlier days brought 3, 0
+    and 0 GPUs in 08:20-09:20. Their mean (1 GPU) would keep 1 GPU and lend 3: 2 reclaims again at 09:00. The
+    rule keeps the FORECAST_QUANTILE of the days (here the 3): it lends 1, the borrower's other two jobs take
+    spot, and the owner's three fit the 3 free GPUs: no reclaim."""
+    cfg = env_config(
+        [pool("lender", floor=4), pool("borrower", tier="learning", floor=0)],
+        lend_ahead=True,
+        reclaim_lookahead_minutes=60,
+    )
+    owner_days = (0, 3)
+    demands = {
+        "lender": jobs("lender", [(d * 1440 + 9 * 60, 60, 1) for d in owner_days for _ in range(3)]),
+        "borrower": jobs("borrower", [(d * 1440 + 8 * 60 + 20, 120, 1) for d in range(4) for _ in range(3)]),
+    }
+    res = simulate_environment(resolved_prices(), cfg, demands, CONTROLLERS["gpuloan"], CALM, 4 * 1440)
+    assert res.pools["borrower"]["reclaim_preemptions"] == 2  # day 0's two; none on day 3
+    # the guarantee: every one of the owner's jobs starts on its floor the minute it arrives
+    assert res.sims["lender"].workload.first_start == [d * 1440 + 9 * 60 for d in owner_days for _ in range(3)]
