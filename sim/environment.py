@@ -185,6 +185,9 @@ class PoolSim(Simulation):
         # the workloads holding borrowed quota of this floor now (as a set, in no particular order): fair sharing's
         # candidate queues, read without going through every admission or every pool (issue 41)
         self.borrowers: dict[EnvJobsWorkload, None] = {}
+        # their two highest weighted shares, kept while no queue's borrowed quota and the cohort's lendable quota
+        # moved (sim/kueue.py `holds_more_than`): ((Environment.share_epoch, lendable), top workload, top, second)
+        self.borrower_shares: tuple | None = None
         self.lent_gpu_minutes = 0
         self._lent_since = 0
         self.priority = priority
@@ -503,6 +506,7 @@ class EnvJobsWorkload(JobsWorkload):
                 self.quota_borrowed[name] = self.quota_borrowed.get(name, 0) + g
                 self.quota_borrowed_total += g
                 flavor.borrowers[self] = None
+                self.sim.env.share_epoch += 1  # this queue's fair share moved
             else:
                 flavor.quota_own += g
         self._enqueue(i)
@@ -526,6 +530,7 @@ class EnvJobsWorkload(JobsWorkload):
             flavor.quota_lent -= g
             self.quota_borrowed[flavor.spec.name] -= g
             self.quota_borrowed_total -= g
+            self.sim.env.share_epoch += 1  # this queue's fair share moved
             if not self.quota_borrowed[flavor.spec.name]:
                 del flavor.borrowers[self]
         else:
@@ -1029,6 +1034,7 @@ class Environment:
         self.cohort_lendable_gpus = elastic_lendable_gpus(cfg) // self._kueue_units + sum(
             s.lending_limit_gpus for s in self.pools.values()
         )
+        self.share_epoch = 0  # bumped whenever a queue's borrowed quota changes (sim/kueue.py `holds_more_than`)
         # Lending links: a borrower's queue lists a lender's floor, the lender lends something, both run jobs.
         for name, sim in self.pools.items():
             w = sim.workload
@@ -1332,10 +1338,8 @@ class Environment:
             # of either strategy (a queue holding that floor above this queue's share with the job)
             if self.fair_sharing:
                 mine = self.weighted_share(sim.spec.name, w.borrowed_quota() + small)
-                for lender in lenders:  # each floor's borrowers: not a scan of every pool per lender
-                    for ow in lender.borrowers:
-                        if ow.sim is not sim and self.weighted_share(ow.sim.spec.name, ow.borrowed_quota()) > mine:
-                            return True
+                if any(kueue.holds_more_than(lender, w, mine) for lender in lenders):  # not a scan of every pool
+                    return True
         if sizes and sim.floor_gpus and sim.floor_gpus - sim.quota_own - sim.quota_lent >= min(sizes):
             return True
         # a job Kueue evicted after the pool's own admission pass of its last minute (a lender reclaiming its
