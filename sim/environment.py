@@ -175,6 +175,8 @@ class PoolSim(Simulation):
         self.floor_nodes: list[SimNode] = []  # never removed (a floor is never terminated)
         self._floor_busy = 0  # GPUs busy on the floor nodes, own and lent
         self.floor_version = 0  # bumped whenever a pod binds to or leaves a floor node
+        self._floor_ready_at = 0  # the minute its last floor node is ready
+        self._floor_room: tuple = ((), (0, -1, 0, -1))  # floor_room's last (key, answer)
         self.borrowed_jobs: dict = {}  # (id(borrower workload), job) -> (borrower workload, job) on this floor
         # Kueue's usage of the floor flavor: GPUs of workloads admitted to it (running or with pods pending) that
         # count against the owner's nominal quota, and that are borrowed (other queues, or the pool's interruptible
@@ -211,6 +213,7 @@ class PoolSim(Simulation):
         if group == GUARANTEED:
             self.env.floor_owner[id(node)] = self
             self.floor_nodes.append(node)
+            self._floor_ready_at = max(self._floor_ready_at, node.ready_at)
         return node
 
     def _remove(self, node: SimNode, spot_reclaim: bool) -> None:
@@ -239,6 +242,23 @@ class PoolSim(Simulation):
 
     def floor_busy(self) -> int:
         return self._floor_busy
+
+    def floor_room(self, now: int) -> tuple[int, int, int, int]:
+        """(ready floor nodes, most free GPUs on one of them, how many of them are empty, most free GPUs on any floor
+        node) at minute `now`: kept until a pod binds to or leaves the floor (floor_version), a floor node is added
+        or becomes ready (issue 41: kube-scheduler's passes and the wake-up test ask it for every pod pinned to the
+        floor, and a floor has tens of nodes)."""
+        key = (self.floor_version, len(self.floor_nodes), -1 if now >= self._floor_ready_at else now)
+        if self._floor_room[0] != key:
+            ready = [n for n in self.floor_nodes if n.ready_at <= now]
+            answer = (
+                len(ready),
+                max((n.gpus - n.busy for n in ready), default=-1),
+                sum(1 for n in ready if n.busy == 0),
+                max((n.gpus - n.busy for n in self.floor_nodes), default=-1),
+            )
+            self._floor_room = (key, answer)
+        return self._floor_room[1]
 
     def set_busy(self, node: SimNode, busy: int) -> None:
         if node.group == GUARANTEED:
@@ -670,6 +690,11 @@ class EnvJobsWorkload(JobsWorkload):
     def _place_on_floor(self, i: int, now: int) -> bool:
         owner, g = self.admitted_to[i], self.gpus[i]
         gpn = owner.spec.gpus_per_node
+        # still no room (no node with g free, or fewer than a gang's empty nodes) and no victims: as below, without
+        # going through the floor's nodes (a pod waits through many passes)
+        _, most_free, empty, _ = owner.floor_room(now)
+        if (most_free < g if g <= gpn else empty < -(-g // gpn)) and self.no_victims_on(owner, i):
+            return False
         nodes = [n for n in owner.floor_nodes if n.ready_at <= now]
         sign = 1 if self.sim.placement == MOST_ALLOCATED else -1
         if g <= gpn:
@@ -716,8 +741,7 @@ class EnvJobsWorkload(JobsWorkload):
     def no_victims_on(self, owner: "PoolSim", i: int) -> bool:
         """Whether kube-scheduler's last victim search for job i's pods on `owner`'s floor found none and the
         floor's pods have not changed since."""
-        nodes = sum(1 for n in owner.floor_nodes if n.ready_at <= self.sim.now)
-        key = (owner.spec.name, self.gpus[i], self.job_priority(i), nodes)
+        key = (owner.spec.name, self.gpus[i], self.job_priority(i), owner.floor_room(self.sim.now)[0])
         return self._no_victims.get(key) == owner.floor_version
 
     def finish(self, horizon: int) -> None:
@@ -1352,7 +1376,7 @@ class Environment:
         for i in w.floor_pending:
             owner = w.admitted_to[i]
             need = min(w.gpus[i], owner.spec.gpus_per_node)
-            if any(n.gpus - n.busy >= need for n in owner.floor_nodes):
+            if owner.floor_room(owner.now)[3] >= need:  # any floor node with room for it
                 return True
             # no room, but kube-scheduler may preempt lower-priority pods there now: unless its last search on
             # this floor, unchanged since, found no victims (a pod another pool's job left makes room for it

@@ -172,3 +172,22 @@ def test_a_floors_cached_borrower_shares_follow_a_release_before_the_next_questi
     assert ann.workload.borrowed_quota() == 1
     assert not kueue.holds_more_than(lender, bob.workload, 250.0)
     assert kueue.holds_more_than(lender, ann.workload, 250.0)  # bob's 500 is above ann's 250
+
+
+def test_a_floors_kept_room_follows_a_pod_leaving_it():
+    """PoolSim.floor_room keeps (ready nodes, most free GPUs on one, empty ones, most free on any) until a pod binds
+    to or leaves the floor (issue 41: kube-scheduler's passes ask it for every pod pinned to the floor instead of
+    going through the nodes). The scenario above at minute 100: the lender's 4 one-GPU nodes all busy (ann 2, bob
+    2). A pod leaving one node frees it: the answer must say one empty node with 1 free GPU, as the nodes do."""
+    res = _fair_preemption_run([(0, 300, 1)] * 4, [(10, 300, 1)] * 2, horizon=100)
+    lender = res.sims["lender"]
+    now = lender.now
+
+    def counted():
+        ready = [n for n in lender.floor_nodes if n.ready_at <= now]
+        free = [n.gpus - n.busy for n in ready]
+        return (len(ready), max(free, default=-1), free.count(max(n.gpus for n in ready)), max(free, default=-1))
+
+    assert lender.floor_room(now) == counted() == (4, 0, 0, 0)
+    lender.set_busy(lender.floor_nodes[1], 0)
+    assert lender.floor_room(now) == counted() == (4, 1, 1, 1)
