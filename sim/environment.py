@@ -175,6 +175,8 @@ class PoolSim(Simulation):
         self.floor_nodes: list[SimNode] = []  # never removed (a floor is never terminated)
         self._floor_busy = 0  # GPUs busy on the floor nodes, own and lent
         self.floor_version = 0  # bumped whenever a pod binds to or leaves a floor node
+        self._floor_ready_at = 0  # the minute its last floor node is ready
+        self._floor_room: tuple = ((), (0, -1, 0, -1))  # floor_room's last (key, answer)
         self.borrowed_jobs: dict = {}  # (id(borrower workload), job) -> (borrower workload, job) on this floor
         # Kueue's usage of the floor flavor: GPUs of workloads admitted to it (running or with pods pending) that
         # count against the owner's nominal quota, and that are borrowed (other queues, or the pool's interruptible
@@ -185,6 +187,9 @@ class PoolSim(Simulation):
         # the workloads holding borrowed quota of this floor now (as a set, in no particular order): fair sharing's
         # candidate queues, read without going through every admission or every pool (issue 41)
         self.borrowers: dict[EnvJobsWorkload, None] = {}
+        # their two highest weighted shares, kept while no queue's borrowed quota and the cohort's lendable quota
+        # moved (sim/kueue.py `holds_more_than`): ((Environment.share_epoch, lendable), top workload, top, second)
+        self.borrower_shares: tuple | None = None
         self.lent_gpu_minutes = 0
         self._lent_since = 0
         self.priority = priority
@@ -208,6 +213,7 @@ class PoolSim(Simulation):
         if group == GUARANTEED:
             self.env.floor_owner[id(node)] = self
             self.floor_nodes.append(node)
+            self._floor_ready_at = max(self._floor_ready_at, node.ready_at)
         return node
 
     def _remove(self, node: SimNode, spot_reclaim: bool) -> None:
@@ -236,6 +242,23 @@ class PoolSim(Simulation):
 
     def floor_busy(self) -> int:
         return self._floor_busy
+
+    def floor_room(self, now: int) -> tuple[int, int, int, int]:
+        """(ready floor nodes, most free GPUs on one of them, how many of them are empty, most free GPUs on any floor
+        node) at minute `now`: kept until a pod binds to or leaves the floor (floor_version), a floor node is added
+        or becomes ready (issue 41: kube-scheduler's passes and the wake-up test ask it for every pod pinned to the
+        floor, and a floor has tens of nodes)."""
+        key = (self.floor_version, len(self.floor_nodes), -1 if now >= self._floor_ready_at else now)
+        if self._floor_room[0] != key:
+            ready = [n for n in self.floor_nodes if n.ready_at <= now]
+            answer = (
+                len(ready),
+                max((n.gpus - n.busy for n in ready), default=-1),
+                sum(1 for n in ready if n.busy == 0),
+                max((n.gpus - n.busy for n in self.floor_nodes), default=-1),
+            )
+            self._floor_room = (key, answer)
+        return self._floor_room[1]
 
     def set_busy(self, node: SimNode, busy: int) -> None:
         if node.group == GUARANTEED:
@@ -505,6 +528,7 @@ class EnvJobsWorkload(JobsWorkload):
                 self.quota_borrowed[name] = self.quota_borrowed.get(name, 0) + g
                 self.quota_borrowed_total += g
                 flavor.borrowers[self] = None
+                self.sim.env.share_epoch += 1  # this queue's fair share moved
             else:
                 flavor.quota_own += g
         self._enqueue(i)
@@ -528,6 +552,7 @@ class EnvJobsWorkload(JobsWorkload):
             flavor.quota_lent -= g
             self.quota_borrowed[flavor.spec.name] -= g
             self.quota_borrowed_total -= g
+            self.sim.env.share_epoch += 1  # this queue's fair share moved
             if not self.quota_borrowed[flavor.spec.name]:
                 del flavor.borrowers[self]
         else:
@@ -674,6 +699,11 @@ class EnvJobsWorkload(JobsWorkload):
     def _place_on_floor(self, i: int, now: int) -> bool:
         owner, g = self.admitted_to[i], self.gpus[i]
         gpn = owner.spec.gpus_per_node
+        # still no room (no node with g free, or fewer than a gang's empty nodes) and no victims: as below, without
+        # going through the floor's nodes (a pod waits through many passes)
+        _, most_free, empty, _ = owner.floor_room(now)
+        if (most_free < g if g <= gpn else empty < -(-g // gpn)) and self.no_victims_on(owner, i):
+            return False
         nodes = [n for n in owner.floor_nodes if n.ready_at <= now]
         sign = 1 if self.sim.placement == MOST_ALLOCATED else -1
         if g <= gpn:
@@ -720,8 +750,7 @@ class EnvJobsWorkload(JobsWorkload):
     def no_victims_on(self, owner: "PoolSim", i: int) -> bool:
         """Whether kube-scheduler's last victim search for job i's pods on `owner`'s floor found none and the
         floor's pods have not changed since."""
-        nodes = sum(1 for n in owner.floor_nodes if n.ready_at <= self.sim.now)
-        key = (owner.spec.name, self.gpus[i], self.job_priority(i), nodes)
+        key = (owner.spec.name, self.gpus[i], self.job_priority(i), owner.floor_room(self.sim.now)[0])
         return self._no_victims.get(key) == owner.floor_version
 
     def finish(self, horizon: int) -> None:
@@ -1038,6 +1067,7 @@ class Environment:
         self.cohort_lendable_gpus = elastic_lendable_gpus(cfg) // self._kueue_units + sum(
             s.lending_limit_gpus for s in self.pools.values()
         )
+        self.share_epoch = 0  # bumped whenever a queue's borrowed quota changes (sim/kueue.py `holds_more_than`)
         # Lending links: a borrower's queue lists a lender's floor, the lender lends something, both run jobs.
         for name, sim in self.pools.items():
             w = sim.workload
@@ -1360,10 +1390,8 @@ class Environment:
             # of either strategy (a queue holding that floor above this queue's share with the job)
             if self.fair_sharing:
                 mine = self.weighted_share(sim.spec.name, w.borrowed_quota() + small)
-                for lender in lenders:  # each floor's borrowers: not a scan of every pool per lender
-                    for ow in lender.borrowers:
-                        if ow.sim is not sim and self.weighted_share(ow.sim.spec.name, ow.borrowed_quota()) > mine:
-                            return True
+                if any(kueue.holds_more_than(lender, w, mine) for lender in lenders):  # not a scan of every pool
+                    return True
         if sizes and sim.floor_gpus and sim.floor_gpus - sim.quota_own - sim.quota_lent >= min(sizes):
             return True
         # a job Kueue evicted after the pool's own admission pass of its last minute (a lender reclaiming its
@@ -1376,7 +1404,7 @@ class Environment:
         for i in w.floor_pending:
             owner = w.admitted_to[i]
             need = min(w.gpus[i], owner.spec.gpus_per_node)
-            if any(n.gpus - n.busy >= need for n in owner.floor_nodes):
+            if owner.floor_room(owner.now)[3] >= need:  # any floor node with room for it
                 return True
             # no room, but kube-scheduler may preempt lower-priority pods there now: unless its last search on
             # this floor, unchanged since, found no victims (a pod another pool's job left makes room for it

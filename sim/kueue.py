@@ -13,6 +13,7 @@ floor's admitted workloads, the environment's shares).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -160,12 +161,15 @@ def choose(workload, i: int, borrowing: bool):
             if targets:
                 return (sim, targets, True) if borrowing else False
     if not prod:
+        # fair_borrow_targets' early exit, asked here first: the preemptor's share is the same on every floor, and
+        # most floors have no borrower above it (a call per floor per head grew with pools x floors; issue 41)
+        share = sim.env.weighted_share(sim.spec.name, workload.borrowed_quota() + g) if sim.env.fair_sharing else 0.0
         for lender, _ in workload.lenders:
             if borrow_room(workload, lender) >= g:
                 return (lender, [], True) if borrowing else False
             # Under fair sharing a borrower may preempt other borrowers of this floor (canPreemptWhileBorrowing);
             # whenCanPreempt MayStopSearch stops here when victims are found, else the next flavor is tried.
-            if sim.env.fair_sharing:
+            if sim.env.fair_sharing and holds_more_than(lender, workload, share):
                 targets = fair_borrow_targets(workload, i, lender)
                 if targets:
                     return (lender, targets, True) if borrowing else False
@@ -186,6 +190,28 @@ def borrow_room(workload, lender) -> int:
         if limit is not None:
             room = min(room, limit - workload.quota_borrowed.get(lender.spec.name, 0))
     return room
+
+
+def holds_more_than(lender, workload, share: float) -> bool:
+    """Whether a queue other than `workload`'s borrows `lender`'s floor at a weighted share above `share`
+    (Environment.weighted_share): the necessary condition of either fair-sharing strategy on that floor. Read from
+    the floor's two highest borrower shares, recomputed only when some queue's borrowed quota or the cohort's
+    lendable quota changed since (Environment.share_epoch): a tournament asks it for every head and every floor
+    in between admissions (issue 41)."""
+    env = lender.env
+    key = (env.share_epoch, env.cohort_lendable_gpus)
+    cached = lender.borrower_shares
+    if cached is None or cached[0] != key:
+        top_w, top, second = None, -math.inf, -math.inf
+        for w in lender.borrowers:
+            s = env.weighted_share(w.sim.spec.name, w.borrowed_quota())
+            if s > top:
+                top_w, top, second = w, s, top
+            elif s > second:
+                second = s
+        cached = lender.borrower_shares = (key, top_w, top, second)
+    _, top_w, top, second = cached
+    return (second if top_w is workload else top) > share
 
 
 def reclaim_targets(workload, i: int) -> list:
@@ -256,10 +282,7 @@ def fair_borrow_targets(workload, i: int, lender) -> list:
     preemptor_share = env.weighted_share(sim.spec.name, workload.borrowed_quota() + g)
     # neither strategy can pass without a target queue above the preemptor's share: checked on the floor's
     # borrowers before its admissions are gone through (the candidates' queues are exactly those borrowers)
-    if not any(
-        w is not workload and env.weighted_share(w.sim.spec.name, w.borrowed_quota()) > preemptor_share
-        for w in lender.borrowers
-    ):
+    if not holds_more_than(lender, workload, preemptor_share):
         return []
     queues: dict[int, list] = {}
     for w, j, borrowed in lender.floor_admitted.values():

@@ -150,3 +150,44 @@ def test_with_the_first_rule_alone_a_borrower_never_evicts_a_larger_workload_to_
         assert first_placement(res, "ann", 0) == ("lender", GUARANTEED)
         # the lender's floor stays lent to ann's one job for its whole 300 minutes
         assert res.pools["lender"]["floor_lent_gpu_hours"] == round(4 * 300 / 60, 3)
+
+
+def test_a_floors_cached_borrower_shares_follow_a_release_before_the_next_question():
+    """sim/kueue.py `holds_more_than` keeps each floor's two highest borrower shares between admissions (issue 41:
+    a tournament asks it for every head and every floor). The scenario above stopped at minute 100: ann and bob
+    hold 2 GPUs each of the lender's 4 (shares 2 x 1000 / 4 = 500 each). Asked for bob's preemptor at share 250:
+    ann's 500 is above it. One of ann's workloads leaves the floor (Kueue releases its quota): ann's share is 250,
+    not above 250, so the same question must now be answered no; a cached answer not invalidated by the release
+    would still say yes. The early exit of `fair_borrow_targets` reads this answer, so a stale one changes which
+    borrower Kueue preempts."""
+    from sim import kueue
+
+    res = _fair_preemption_run([(0, 300, 1)] * 4, [(10, 300, 1)] * 2, horizon=100)
+    lender, ann, bob = (res.sims[n] for n in ("lender", "ann", "bob"))
+    assert (ann.workload.borrowed_quota(), bob.workload.borrowed_quota()) == (2, 2)
+    assert kueue.holds_more_than(lender, bob.workload, 250.0)
+    assert not kueue.holds_more_than(lender, ann.workload, 500.0)  # bob's 500 is not above 500
+    on_floor = [j for j, f in enumerate(ann.workload.admitted_to) if f is lender]
+    ann.workload._release(on_floor[0])
+    assert ann.workload.borrowed_quota() == 1
+    assert not kueue.holds_more_than(lender, bob.workload, 250.0)
+    assert kueue.holds_more_than(lender, ann.workload, 250.0)  # bob's 500 is above ann's 250
+
+
+def test_a_floors_kept_room_follows_a_pod_leaving_it():
+    """PoolSim.floor_room keeps (ready nodes, most free GPUs on one, empty ones, most free on any) until a pod binds
+    to or leaves the floor (issue 41: kube-scheduler's passes ask it for every pod pinned to the floor instead of
+    going through the nodes). The scenario above at minute 100: the lender's 4 one-GPU nodes all busy (ann 2, bob
+    2). A pod leaving one node frees it: the answer must say one empty node with 1 free GPU, as the nodes do."""
+    res = _fair_preemption_run([(0, 300, 1)] * 4, [(10, 300, 1)] * 2, horizon=100)
+    lender = res.sims["lender"]
+    now = lender.now
+
+    def counted():
+        ready = [n for n in lender.floor_nodes if n.ready_at <= now]
+        free = [n.gpus - n.busy for n in ready]
+        return (len(ready), max(free, default=-1), free.count(max(n.gpus for n in ready)), max(free, default=-1))
+
+    assert lender.floor_room(now) == counted() == (4, 0, 0, 0)
+    lender.set_busy(lender.floor_nodes[1], 0)
+    assert lender.floor_room(now) == counted() == (4, 1, 1, 1)
