@@ -94,6 +94,7 @@ quota does count in the cohort's lendable quota, the shares' denominator).
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 import time
 from dataclasses import dataclass
@@ -263,7 +264,7 @@ class PoolSim(Simulation):
     def set_busy(self, node: SimNode, busy: int) -> None:
         if node.group == GUARANTEED:
             self._floor_busy += busy - node.busy
-            self.floor_version += 1  # the pods on its floor changed (EnvJobsWorkload._place_on_floor reads it)
+            self.floor_version += 1  # the pods on its floor changed (EnvJobsWorkload.place_on_floor reads it)
         super().set_busy(node, busy)
 
 
@@ -429,7 +430,7 @@ class EnvJobsWorkload(JobsWorkload):
 
     def _stop(self, i: int, now: int, finished: bool) -> None:
         start = self.run_start[i]
-        if start is not None and start > now:  # stopped while its victims terminate (`_place_on_floor`): never ran
+        if start is not None and start > now:  # stopped while its victims terminate (`place_on_floor`): never ran
             self.pending_minutes_so_far[i] -= start - now
             if self.first_start[i] == start:
                 self.first_start[i] = None
@@ -651,7 +652,20 @@ class EnvJobsWorkload(JobsWorkload):
     def place(self, now: int) -> None:
         """Bind the pending pods of admitted jobs to nodes of their flavor: the pool's elastic nodes (production
         kept off spot: its on-demand nodes), or the floor it was admitted to; a floor pod that finds no room
-        preempts lower-priority pods (sim/cluster.py `scheduler_victims`)."""
+        preempts lower-priority pods (sim/cluster.py `scheduler_victims`). A pool alone; in a group of pools
+        that lend to each other the environment places the floor pods of all of them in one priority order
+        (Environment._floor_pass)."""
+        self.place_elastic(now)
+        if self.floor_pending:
+            for i in sorted(self.floor_pending, key=lambda j: (-self.job_priority(j), j)):
+                if self.place_on_floor(i, now):
+                    self.floor_pending.remove(i)
+            heapq.heapify(self.floor_pending)
+
+    def place_elastic(self, now: int) -> None:
+        """Bind the pending pods of jobs admitted to the pool's elastic flavor to its elastic nodes (production
+        kept off spot: its on-demand nodes). No other pool's pod may use these nodes (the flavor's node
+        selector), so the pools' order does not matter here."""
         sim = self.sim
         sim.changed = False
         if not self.pending_gpus:
@@ -690,13 +704,8 @@ class EnvJobsWorkload(JobsWorkload):
                     if q:
                         heapq.heappush(heads, (q[0], size))
                     nodes = [n for n in nodes if n.busy < n.gpus]
-        if self.floor_pending:
-            for i in sorted(self.floor_pending, key=lambda j: (-self.job_priority(j), j)):
-                if self._place_on_floor(i, now):
-                    self.floor_pending.remove(i)
-            heapq.heapify(self.floor_pending)
 
-    def _place_on_floor(self, i: int, now: int) -> bool:
+    def place_on_floor(self, i: int, now: int) -> bool:
         owner, g = self.admitted_to[i], self.gpus[i]
         gpn = owner.spec.gpus_per_node
         # still no room (no node with g free, or fewer than a gang's empty nodes) and no victims: as below, without
@@ -746,6 +755,18 @@ class EnvJobsWorkload(JobsWorkload):
                 i, [(n, gpn) for n in chosen_nodes[: k - 1]] + [(chosen_nodes[k - 1], g - gpn * (k - 1))], runs_from
             )
         return True
+
+    def may_place_on_floor(self, i: int) -> bool:
+        """Whether kube-scheduler could bind job i's pending pods to the floor it was admitted to, or preempt for
+        them there, now: a necessary condition of `place_on_floor` (false: it would find nothing)."""
+        owner = self.admitted_to[i]
+        need = min(self.gpus[i], owner.spec.gpus_per_node)
+        if owner.floor_room(owner.now)[3] >= need:  # any floor node with room for it
+            return True
+        # no room, but kube-scheduler may preempt lower-priority pods there now: unless its last search on this
+        # floor, unchanged since, found no victims (a pod another pool's job left makes room for it with victims
+        # that did not add up before)
+        return not self.no_victims_on(owner, i)
 
     def no_victims_on(self, owner: "PoolSim", i: int) -> bool:
         """Whether kube-scheduler's last victim search for job i's pods on `owner`'s floor found none and the
@@ -952,6 +973,12 @@ class EnvSeriesWorkload(SeriesWorkload):
     def place(self, now: int) -> None:
         self.schedule(now)
 
+    def place_elastic(self, now: int) -> None:
+        # The series' 1-GPU pods fill its own floor and elastic nodes in its own step, before the pods of other
+        # pools pinned to floors (Environment._floor_pass): they hold its floor's quota, and a borrower is admitted
+        # only to what they leave (sim/kueue.py borrow_room), so on the floor's nodes it needs only the pieces.
+        self.schedule(now)
+
 
 @dataclass(frozen=True)
 class UsageRecord:
@@ -1023,6 +1050,7 @@ class Environment:
         # the shipped fairSharing.preemptionStrategies (stacks/kubernetes/kueue.py manager_config)
         self.fair_sharing_strategies = tuple(cfg.scheduling.kueue.fair_sharing_preemption_strategies)
         self._pool_order = {p.name: n for n, p in enumerate(cfg.pools)}
+        self._placing_floors = False  # inside kube-scheduler's floor pass (`_floor_pass`)
         self.floor_owner: dict[int, PoolSim] = {}
         self.pools: dict[str, PoolSim] = {}
         for p in cfg.pools:
@@ -1236,6 +1264,11 @@ class Environment:
         sim.workload.tick(now)
         self._awake.append(sim)
         self._awake_in.setdefault(sim.group_index, []).append(sim)
+        if self._placing_floors:
+            # Woken during kube-scheduler's floor pass (its pods preempted, or one of them may bind now): deciding
+            # every minute it would have taken its elastic step before that pass, so it takes it now, before
+            # whatever woke it changes the pool (a preemption's victims stop after this)
+            self._kube_step(sim, now)
         if self._ticked:
             # Woken after the controllers' turn: its controller's tick this minute came before the change and,
             # the pool being quiet until then, repeated its last plan (Controller.repeat counts it so).
@@ -1277,36 +1310,80 @@ class Environment:
                     self.wake(sim)
         else:
             self._in_order(awake, lambda sim: sim.workload.plain or sim.workload.admit(now, borrowing=True))
-        # kube-scheduler's pass: a pod pinned to a floor that a pool before it freed during the pass (its pods
-        # preempted by kube-scheduler) binds at its pool's turn, as when every pool is processed every minute
-        self._in_order(
-            awake,
-            lambda sim: sim.workload.schedule(now) if sim.workload.plain else sim.workload.place(now),
-            self._hungry[group[0].group_index],
-        )
+        # kube-scheduler's pass: each pool's pods on its own elastic nodes (no other pool's pod may use them), then
+        # the pods pinned to floors, of every pool in one order (`_floor_pass`). The admission rounds above may
+        # have left room that a pool not processed could use: it is woken first, as every pool would be processed
+        # deciding every minute (quota does not move during placement, so no later test can find more).
+        hungry = self._hungry[group[0].group_index]
+        for sim in sorted(hungry, key=lambda s: s.order):
+            if sim.last != now and self._may_act(sim):
+                self.wake(sim)
+        self._in_order(awake, lambda sim: self._kube_step(sim, now))
+        self._floor_pass(awake, hungry, now)
 
-    def _in_order(self, awake: list[PoolSim], step: Callable[[PoolSim], object], join: Iterable[PoolSim] = ()) -> None:
+    def _floor_pass(self, awake: list[PoolSim], hungry: Iterable[PoolSim], now: int) -> None:
+        """kube-scheduler binds the pods pinned to floors of the group's pools in one order: higher priority first,
+        whatever the pool (kube-scheduler takes pending pods from one queue, kubernetes/kubernetes
+        pkg/scheduler/framework/plugins/queuesort/priority_sort.go `Less`: priority, then the time the pod was
+        queued; docs/aws-rules.md), equal priorities in the pools' config order then job index (the queue's
+        timestamps are not modelled). A pod that finds no room preempts lower-priority pods (`place_on_floor`).
+        Until 2026-12-07 each pool placed all its pods at its turn in config order, so an interruptible pod of an
+        earlier pool could take a floor node that a production pod of a later pool was waiting for, and the
+        production pod then preempted it.
+
+        A pool not processed this minute (of `hungry`: it has waiting work) takes part lazily: its pod is tried at
+        its turn when it could bind or preempt there (room on the floor, or victims not ruled out since the
+        floor last changed: the test `_may_act` makes), and its pool is woken then; deciding every minute it
+        would have been tried and found nothing otherwise. A pool woken during the pass (its pods preempted, or
+        lazily) takes its elastic step then. A pod that becomes pending during the pass (a preemption victim's
+        replacement, created after the victim's graceful termination) waits for the next pass."""
+        processed = set(awake)
+        turns: list[tuple[int, int, int]] = []
+        for sim in itertools.chain(awake, (s for s in hungry if s not in processed)):
+            w = sim.workload
+            if isinstance(w, EnvJobsWorkload) and not w.plain:
+                turns.extend((-w.job_priority(i), sim.order, i) for i in w.floor_pending)
+        if not turns:
+            return
+        turns.sort()
+        placed: set[PoolSim] = set()
+        self._placing_floors = True  # a pool woken from here takes its elastic step at once (`wake`)
+        try:
+            for _, order, i in turns:
+                sim = self._by_order[order]
+                w = sim.workload
+                if sim.last != now:
+                    if not w.may_place_on_floor(i):
+                        continue
+                    self.wake(sim)
+                if i in w.floor_pending and w.place_on_floor(i, now):
+                    w.floor_pending.remove(i)
+                    placed.add(sim)
+        finally:
+            self._placing_floors = False
+        for sim in placed:
+            heapq.heapify(sim.workload.floor_pending)
+
+    @staticmethod
+    def _kube_step(sim: PoolSim, now: int) -> None:
+        """kube-scheduler's pass over the pool's own nodes: a pool without Kueue's classes schedules all its pods
+        (`schedule`), the others their elastic flavor's pods (`place_elastic`; the floors' come in `_floor_pass`)."""
+        if sim.workload.plain:
+            sim.workload.schedule(now)
+        else:
+            sim.workload.place_elastic(now)
+
+    def _in_order(self, awake: list[PoolSim], step: Callable[[PoolSim], object]) -> None:
         """`step` for each pool of `awake` in config order; a pool appended to `awake` meanwhile (woken by a step)
-        gets its step too if its turn has not passed. A pool of `join` not processed this minute is woken at its
-        turn if it may act then (`_may_act`: what the pools before it did in this pass counts), and takes its step;
-        deciding every minute it would have had that turn. Until 2026-12-06 it was checked only between passes,
-        and the 16-pool month split at minute 5026: a borrowed pod waiting for a lender's floor missed the room
-        the lender's own preemptions freed during the pass, and a later pool's pod took that node."""
-        processed = set(awake)  # the group's pools processed this minute
-        turns = sorted({sim.order for sim in awake} | {sim.order for sim in join if sim not in processed})
+        gets its step too if its turn has not passed."""
+        turns = sorted(sim.order for sim in awake)
         queued = set(turns)
         seen, pos = len(awake), -1
         while turns:
             pos = heapq.heappop(turns)
-            sim = self._by_order[pos]
-            if sim not in processed:  # a pool of `join`
-                if not self._may_act(sim):
-                    continue
-                self.wake(sim)
-            step(sim)
+            step(self._by_order[pos])
             if len(awake) > seen:
                 for other in awake[seen:]:
-                    processed.add(other)
                     if other.order > pos and other.order not in queued:
                         heapq.heappush(turns, other.order)
                         queued.add(other.order)
@@ -1401,17 +1478,7 @@ class Environment:
             for f in (w.elastic_flavor(False), w.elastic_flavor(True))
         ):
             return True
-        for i in w.floor_pending:
-            owner = w.admitted_to[i]
-            need = min(w.gpus[i], owner.spec.gpus_per_node)
-            if owner.floor_room(owner.now)[3] >= need:  # any floor node with room for it
-                return True
-            # no room, but kube-scheduler may preempt lower-priority pods there now: unless its last search on
-            # this floor, unchanged since, found no victims (a pod another pool's job left makes room for it
-            # with victims that did not add up before)
-            if not w.no_victims_on(owner, i):
-                return True
-        return False
+        return any(w.may_place_on_floor(i) for i in w.floor_pending)
 
     # -- results --
 

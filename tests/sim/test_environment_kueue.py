@@ -234,14 +234,14 @@ def test_a_series_lender_with_lend_ahead_on_reads_its_queue_as_kueue_publishes_i
     assert res.environment["production_interruptions"] == 0
 
 
-def _room_freed_during_kube_schedulers_pass(skip: bool):
+def _room_freed_during_kube_schedulers_pass(skip: bool, borrower_tier: str = "experiment"):
     """Lender (production) floor of 7 nodes x 4 GPUs; pools in config order lender, learner (learning tier),
-    borrower (experiment). See the test below."""
+    borrower (experiment, or `borrower_tier`). See the tests below."""
     cfg = env_config(
         [
             pool("lender", tier="production", floor=7, instance_type=BIG, capacity="on_demand"),
             pool("learner", tier="learning", floor=0, instance_type=BIG),
-            pool("borrower", floor=0, instance_type=BIG),
+            pool("borrower", tier=borrower_tier, floor=0, instance_type=BIG),
         ]
     )
     demands = {
@@ -253,29 +253,52 @@ def _room_freed_during_kube_schedulers_pass(skip: bool):
     return simulate_environment(resolved_prices(), cfg, demands, CONTROLLERS["karpenter"], settings, 200)
 
 
-def test_a_pod_waiting_for_a_floor_binds_at_its_turn_to_room_freed_earlier_in_the_same_pass():
-    """Issue 41 item 3, the 16-pool month's split at minute 5026 in miniature. The lender's five 2-GPU pods
-    (minute 0) spread over nodes 1-5 (least allocated), the borrower's 8-GPU gang (minute 1) takes nodes 6 and 7:
-    every node is full or has 2 GPUs free. The learner's 3-GPU job (minute 10) and the borrower's 3-GPU job
-    (minute 15) fit the floor's quota (10 + 8 + 3 + 3 = 24 of 28: Kueue admits them there) but no node: their
-    pods wait pinned to the floor, with no lower-priority pod to preempt. Minute 20, the lender's 3-GPU production
-    job: quota 27 of 28, admitted without a Kueue preemption; no node has 3 GPUs free, so kube-scheduler preempts:
-    only the gang is of lower priority, one pod per node, tied, node 6 by serial (`pickOneNodeForPreemption`).
-    The gang is one job: both its pods stop, node 7 is empty. kube-scheduler's pass goes through the pools in
-    config order: the learner's pod binds to node 7 (3 of 4 GPUs) at its turn; at the borrower's turn its 3-GPU
-    pod finds no room (1 GPU left there and on node 6; the gang needs two whole nodes) and preempts the learner's
-    pod (learning is below experiment), nominated to node 7: it runs from minute 21. Skipping quiet minutes, the
-    learner had not been processed at minute 20 (nothing of its own happened) and was asked whether it could act
-    only between passes, before the room existed: until 2026-12-06 the borrower, woken by its gang's preemption,
-    took node 7 at minute 20 and the learner's pod never ran."""
+def test_kube_scheduler_binds_the_higher_priority_pod_first_whatever_its_pool():
+    """kube-scheduler takes pending pods from one queue ordered by priority (PrioritySort), whatever their
+    namespace. The lender's five 2-GPU pods (minute 0) spread over nodes 1-5 (least allocated), the borrower's
+    8-GPU gang (minute 1) takes nodes 6 and 7: every node is full or has 2 GPUs free. The learner's 3-GPU job
+    (minute 10) and the borrower's 3-GPU job (minute 15) fit the floor's quota (10 + 8 + 3 + 3 = 24 of 28: Kueue
+    admits them there) but no node: their pods wait pinned to the floor. Minute 20, the lender's 3-GPU production
+    job: quota 27 of 28, admitted without a Kueue preemption; no node has 3 GPUs free, so kube-scheduler preempts
+    the gang (the only lower-priority pods; one pod per node, tied, node 6 by serial), a job: both its pods stop
+    and node 7 is empty. The borrower's pod (experiment) comes before the learner's (learning) though the learner
+    is earlier in the config: it binds to node 7 and the learner's pod still finds no room, with nothing below
+    learning to preempt. Until 2026-12-07 the pass went pool by pool in config order: the learner's pod took node
+    7 and the borrower's preempted it at once (a kube-scheduler preemption a cluster does not make)."""
     every, skipping = _room_freed_during_kube_schedulers_pass(False), _room_freed_during_kube_schedulers_pass(True)
     for res in (every, skipping):
         assert res.sims["lender"].workload.first_start[5] == 21  # nominated at 20, runs after the grace period
-        assert res.pools["borrower"]["scheduler_preemptions"] == 1
+        assert res.pools["borrower"]["scheduler_preemptions"] == 1  # the gang
+        assert res.sims["borrower"].workload.first_start[1] == 20
+        assert first_placement(res, "borrower", 1) == ("lender", GUARANTEED)
+        assert res.sims["learner"].workload.first_start == [None]
+        assert res.pools["learner"]["scheduler_preemptions"] == 0
+    from test_environment_scale import _result_json
+
+    assert _result_json(skipping) == _result_json(every)
+
+
+def test_a_pod_waiting_for_a_floor_binds_at_its_turn_to_room_freed_earlier_in_the_same_pass():
+    """Issue 41 item 3, the 16-pool month's split at minute 5026 in miniature: the scenario above with the
+    borrower in the learning tier too, so that the two 3-GPU pods have one priority and kube-scheduler's order
+    between them is the config's (the simulator does not model the queue's timestamps). The lender's production
+    pod preempts the borrower's gang at minute 20 and needs one of its two nodes; node 7 is empty. The learner's
+    pod, first of the two, binds to it at minute 20; the borrower's finds 1 GPU and may not preempt a pod of its
+    own priority. Skipping quiet minutes, the learner has not been processed at minute 20 (nothing of its own
+    happened) and the room did not exist when the pass began, while the borrower was woken by its gang's
+    preemption: the learner's pod is tried at its turn all the same (`Environment._floor_pass`: a pool not
+    processed takes part where its pod could bind or preempt), as deciding every minute. Until 2026-12-06 it was
+    asked only between passes, and the borrower's pod took node 7."""
+    every = _room_freed_during_kube_schedulers_pass(False, borrower_tier="learning")
+    skipping = _room_freed_during_kube_schedulers_pass(True, borrower_tier="learning")
+    for res in (every, skipping):
+        assert res.sims["lender"].workload.first_start[5] == 21
+        assert res.pools["borrower"]["scheduler_preemptions"] == 1  # the gang
         assert res.sims["learner"].workload.first_start == [20]
         assert first_placement(res, "learner", 0) == ("lender", GUARANTEED)
-        assert res.sims["borrower"].workload.first_start[1] == 21
-        assert res.pools["learner"]["scheduler_preemptions"] == 1
+        assert res.sims["borrower"].workload.first_start[1] is None
+        assert res.pools["learner"]["scheduler_preemptions"] == 0
+    assert skipping.pools["learner"]["ticks_skipped"] > 0
     from test_environment_scale import _result_json
 
     assert _result_json(skipping) == _result_json(every)
