@@ -1327,13 +1327,13 @@ class Environment:
         pkg/scheduler/framework/plugins/queuesort/priority_sort.go `Less`: priority, then the time the pod was
         queued; docs/aws-rules.md), equal priorities in the pools' config order then job index (the queue's
         timestamps are not modelled). A pod that finds no room preempts lower-priority pods (`place_on_floor`).
-        Until 2026-12-07 each pool placed all its pods at its turn in config order, so an interruptible pod of an
-        earlier pool could take a floor node that a production pod of a later pool was waiting for, and the
-        production pod then preempted it.
+        Until the fourth session of 2026-12-06 each pool placed all its pods at its turn in config order, so an
+        interruptible pod of an earlier pool could take a floor node that a production pod of a later pool was
+        waiting for, and the production pod then preempted it.
 
         A pool not processed this minute (of `hungry`: it has waiting work) takes part lazily: its pod is tried at
         its turn when it could bind or preempt there (room on the floor, or victims not ruled out since the
-        floor last changed: the test `_may_act` makes), and its pool is woken then; deciding every minute it
+        floor last changed: `EnvJobsWorkload.may_place_on_floor`), and its pool is woken then; deciding every minute it
         would have been tried and found nothing otherwise. A pool woken during the pass (its pods preempted, or
         lazily) takes its elastic step then. A pod that becomes pending during the pass (a preemption victim's
         replacement, created after the victim's graceful termination) waits for the next pass."""
