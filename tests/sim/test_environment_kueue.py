@@ -263,8 +263,8 @@ def test_kube_scheduler_binds_the_higher_priority_pod_first_whatever_its_pool():
     the gang (the only lower-priority pods; one pod per node, tied, node 6 by serial), a job: both its pods stop
     and node 7 is empty. The borrower's pod (experiment) comes before the learner's (learning) though the learner
     is earlier in the config: it binds to node 7 and the learner's pod still finds no room, with nothing below
-    learning to preempt. Until the fourth session of 2026-12-06 the pass went pool by pool in config order: the learner's pod took node
-    7 and the borrower's preempted it at once (a kube-scheduler preemption a cluster does not make)."""
+    learning to preempt. Until the fourth session of 2026-12-06 the pass went pool by pool in config order: the
+    learner's pod took node 7 and the borrower's preempted it at once (a preemption a cluster does not make)."""
     every, skipping = _room_freed_during_kube_schedulers_pass(False), _room_freed_during_kube_schedulers_pass(True)
     for res in (every, skipping):
         assert res.sims["lender"].workload.first_start[5] == 21  # nominated at 20, runs after the grace period
