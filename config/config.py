@@ -817,8 +817,8 @@ class Kueue(Strict):
         "its daily rhythm, will bring within reclaim_lookahead_minutes, and raises it again "
         "after; the owner's guarantee (nominalQuota) is untouched (docs/scheduling.md, "
         '"Lending ahead of the owner"). Off by default: on the organization benchmark (seed 1), '
-        "with fair sharing as shipped, it cut reclaims 28-58 % and their lost GPU-hours 22-53 % "
-        "for -0.4 to +0.5 % cost, halving both on rotation 1 only (on rotations 2 and 3 about "
+        "with fair sharing as shipped, it cut reclaims 25-58 % and their lost GPU-hours 21-53 % "
+        "for -0.1 to +0.4 % cost, halving both on rotation 1 only (on rotations 2 and 3 about "
         "half of the reclaims are borrowers evicting borrowers).",
     )
     reclaim_lookahead_minutes: int = Field(
