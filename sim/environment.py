@@ -203,6 +203,7 @@ class PoolSim(Simulation):
         self.group_index = 0
         super().__init__(spec, trace, controller, settings, horizon, stream=pool_stream(settings.seed, spec.name))
         self.next_at = 0
+        self.last = -1  # the last minute the environment processed this pool (Environment.run)
         if isinstance(trace, JobsTrace):
             self.workload = EnvJobsWorkload(self, production, production_on_spot)
         else:
@@ -1339,39 +1340,41 @@ class Environment:
         replacement, created after the victim's graceful termination) waits for the next pass."""
         processed = set(awake)
         turns: list[tuple[int, int, int]] = []
+        jobs_of: dict[int, EnvJobsWorkload] = {}  # config order -> the pool's workload
         for sim in itertools.chain(awake, (s for s in hungry if s not in processed)):
             w = sim.workload
-            if isinstance(w, EnvJobsWorkload) and not w.plain:
+            if isinstance(w, EnvJobsWorkload) and not w.plain and w.floor_pending:
+                jobs_of[sim.order] = w
                 turns.extend((-w.job_priority(i), sim.order, i) for i in w.floor_pending)
         if not turns:
             return
         turns.sort()
-        placed: set[PoolSim] = set()
+        placed: set[EnvJobsWorkload] = set()
         self._placing_floors = True  # a pool woken from here takes its elastic step at once (`wake`)
         try:
             for _, order, i in turns:
-                sim = self._by_order[order]
-                w = sim.workload
+                sim, w = self._by_order[order], jobs_of[order]
                 if sim.last != now:
                     if not w.may_place_on_floor(i):
                         continue
                     self.wake(sim)
                 if i in w.floor_pending and w.place_on_floor(i, now):
                     w.floor_pending.remove(i)
-                    placed.add(sim)
+                    placed.add(w)
         finally:
             self._placing_floors = False
-        for sim in placed:
-            heapq.heapify(sim.workload.floor_pending)
+        for w in placed:
+            heapq.heapify(w.floor_pending)
 
     @staticmethod
     def _kube_step(sim: PoolSim, now: int) -> None:
         """kube-scheduler's pass over the pool's own nodes: a pool without Kueue's classes schedules all its pods
         (`schedule`), the others their elastic flavor's pods (`place_elastic`; the floors' come in `_floor_pass`)."""
-        if sim.workload.plain:
-            sim.workload.schedule(now)
+        w = sim.workload
+        if isinstance(w, (EnvJobsWorkload, EnvSeriesWorkload)) and not w.plain:
+            w.place_elastic(now)
         else:
-            sim.workload.place_elastic(now)
+            w.schedule(now)
 
     def _in_order(self, awake: list[PoolSim], step: Callable[[PoolSim], object]) -> None:
         """`step` for each pool of `awake` in config order; a pool appended to `awake` meanwhile (woken by a step)
