@@ -8,8 +8,10 @@ import dataclasses
 from datetime import datetime, timedelta
 from typing import Any
 
+from policy import capacity_blocks
 from policy import decide as rules
 from policy import tick
+from policy.decide.lend_ahead import lend_ahead_on
 from policy.decide import next_month_start
 from policy.model import (
     ACTION_SET_DESIRED,
@@ -176,6 +178,15 @@ class GpuLoan(Controller):
         self._quiet_plan = False
         self._version = -1
         self._decide_again = 0  # the minute of the last plan's next_decision_at (policy/decide/)
+        self._version_before = -1  # sim.version when the last tick began
+        self._seen = -1  # the last minute the tick ran or was proven to repeat (_repeats_now)
+        self._wake_proof = (-1, 0)  # (minute, the first minute after it the tick's reading changes): wake()'s last
+        # the pod and group views the last quiet tick read, and its arrivals (None: no quiet tick to repeat)
+        self._views_read: tuple | None = None
+        self._arrivals_read: tuple | None = None
+        # _repeats_now applies to a pool whose tick reads nothing else of the pods: no warm-up or lend-ahead (they
+        # record arrivals in the tick's state), no Capacity Block (its floor quota is read from Kueue)
+        self._may_repeat = not ps.warm_up and not lend_ahead_on(ps) and not capacity_blocks.is_block(ps)
         self._rates: dict[str, tuple[float, float]] = {}  # the last plan's spend rates (policy.tick.spend_rates)
 
     @property
@@ -197,6 +208,10 @@ class GpuLoan(Controller):
         return tick.observe(self.settings, self.ports, copy.deepcopy(self.state), now_dt, [], leaving=leaving)
 
     def tick(self, sim: Simulation) -> None:
+        if self._repeats_now(sim):
+            # the Lambda's tick would decide its last plan again (see _repeats_now): accounted as a repeat
+            self._repeat_minute(sim)
+            return
         now_dt = at_minute(sim.now)
         if sim.recommendations:
             # EventBridge's rebalance recommendation invokes the function at once (policy/rebalance.py): with
@@ -208,6 +223,7 @@ class GpuLoan(Controller):
             sim.recommendations.clear()
         guard = self.ports.nodes
         guard.changed = False  # type: ignore[union-attr]
+        self._version_before = sim.version
         result = self.run_tick(
             self.settings, self.ports, now_dt, log=tick.no_log, lease=_LEASE, leaving=self._new_warnings(sim)
         )
@@ -227,6 +243,88 @@ class GpuLoan(Controller):
         self._last_held = not _CAP_HELD.isdisjoint(reasons)
         if self._last_held:
             self._hold_minutes(sim.now, 1)
+        self._seen = sim.now
+        # what this quiet tick read, for _repeats_now (a plan that changed something is decided again anyway)
+        self._views_read = self._views(sim) if quiet and sim.version == self._version_before else None
+        self._arrivals_read = self._arrivals(sim) if self._views_read is not None else None
+        self._version = sim.version
+
+    def _repeats_now(self, sim: Simulation) -> bool:
+        """Whether the tick at this minute would decide the last quiet tick's plan again, so that it need not run:
+        the pool was processed for an event (a job arrived, finished or bound, another pool's pod came or went on
+        its floor) that changed nothing the engine reads. The rules (policy/decide/) read of the pods their
+        pending lists (all pods, off spot, gangs), whether a node holds a GPU pod (policy/decide/idle.py,
+        policy/gangs.py: never the count) and the recent arrivals (policy/decide/keep_warm.py, only for an
+        elastic node without a GPU pod); of the nodes, the groups and instances and the CloudWatch figures. So the
+        tick repeats when, since the last quiet tick:
+        - the pending lists, the groups and their instances, and the set of nodes holding a GPU pod are the same,
+          no node is under a spot notice and no rebalance recommendation waits;
+        - the arrivals are the same, or every elastic node holds a GPU pod (no node the release-on-cost rule
+          could keep warm: the rule reads no arrival);
+        - no rule's timer (the plan's next_decision_at) and no timed change of what the tick reads
+          (_observation_changes: CloudWatch figures, spend, an arrival leaving its window) fell since: an event
+          this minute is read in CloudWatch only metric_delay_minutes later (at least one).
+        The every-minute run (settings.skip_quiet_ticks off) never takes this path; scripts/compare_skip.py and
+        tests/sim/test_sim_speed.py compare the two."""
+        now = sim.now
+        if (
+            self._views_read is None
+            or not self._quiet_plan
+            or not self._may_repeat
+            or not sim.settings.skip_quiet_ticks
+            or sim.settings.metric_delay_minutes < 1
+            or sim.recommendations
+            or now >= self._decide_again
+            or self._seen >= now
+        ):
+            return False
+        read = self._views_read
+        if any(view() != was for view, was in zip(self._view_readers(sim), read)):
+            return False
+        busy = read[0]
+        for n in sim.nodes.values():
+            if n.warned:
+                return False
+        if any(n.group != GUARANTEED and n.id not in busy for n in sim.nodes.values()):
+            if self._arrivals(sim) != self._arrivals_read:
+                return False
+        if self._wake_proof[0] == self._seen:  # wake() looked for the changes after that minute already
+            return self._wake_proof[1] > now
+        return self._observation_changes(sim, now + 1, since=self._seen) > now
+
+    def _view_readers(self, sim: Simulation) -> tuple:
+        """What the tick reads of the pods (bar the arrivals) and of the groups now, each view a call (_repeats_now
+        compares them in this order, cheapest and likeliest to differ first): the nodes holding a GPU pod, the
+        pending lists (all pods, off spot, gangs), the groups with their instances."""
+        pods: Any = self.ports.pods
+        groups: Any = self.ports.groups
+        ps, name = self.ps, [self.ps.name]
+        names = list(ps.elastic_groups) + ([ps.guaranteed_group] if ps.guaranteed_group else [])
+        return (
+            lambda: pods.gpu_pods_by_node().keys(),
+            lambda: pods.pending_gpus(name),
+            lambda: pods.pending_on_demand_only(name),
+            lambda: pods.pending_gangs(name),
+            lambda: tuple(groups.read(names, at_minute(sim.now), set(ps.spot_groups), _never).items()),
+        )
+
+    def _views(self, sim: Simulation) -> tuple:
+        return tuple(frozenset(v) if i == 0 else v for i, v in enumerate(view() for view in self._view_readers(sim)))
+
+    def _arrivals(self, sim: Simulation) -> tuple:
+        if not self.keep_for_next_job:
+            return ()
+        return tuple(self.ports.pods.arrival_minutes(sim.now - self.ps.arrival_window_minutes))  # type: ignore[union-attr]
+
+    def _repeat_minute(self, sim: Simulation) -> None:
+        """This minute's tick repeated the last plan: its reasons counted, its spend accrued as the tick does
+        (policy.spend.accrue at the plan's rates up to this minute)."""
+        for r in self._last_reasons:
+            self.reasons[r] += 1
+        if self._last_held:
+            self._hold_minutes(sim.now, 1)
+        accrue(self.state, self._rates, at_minute(sim.now))
+        self._seen = sim.now
         self._version = sim.version
 
     def _hold_minutes(self, start: int, minutes: int) -> None:
@@ -273,9 +371,11 @@ class GpuLoan(Controller):
         nxt = sim.now + 1
         if not self._quiet_plan or sim.version != self._version:
             return nxt
-        return max(nxt, self._observation_changes(sim, min(sim.horizon, self._decide_again)))
+        wake = self._observation_changes(sim, min(sim.horizon, self._decide_again))
+        self._wake_proof = (sim.now, wake)  # for _repeats_now at the pool's next minute
+        return max(nxt, wake)
 
-    def _observation_changes(self, sim: Simulation, until: int) -> int:
+    def _observation_changes(self, sim: Simulation, until: int, since: int | None = None) -> int:
         """The first minute after now (at most `until`) at which the Observation of the tick changes in what the
         engine reads, with no event in between (an event bumps sim.version):
         - a node's CloudWatch figures: a change of its busy GPUs at minute t is read from t + delay on (its first
@@ -285,8 +385,11 @@ class GpuLoan(Controller):
           figure zero or not; a service pool's mean at all);
         - with a budget, the tick's next AWS Budgets read (the policy's state says when), the calendar month's
           start, and the month-to-date spend (the policy's own figure) reaching a capped budget;
-        - an arrival leaving the arrival window; the warm-up history's slot of the day."""
-        now, ps = sim.now, self.ps
+        - an arrival leaving the arrival window; the warm-up history's slot of the day.
+        `since` (default now): the minute the changes are looked for after, at most now (_repeats_now: the last
+        minute the tick was known to read what it read then; an event after it counts in CloudWatch only from
+        metric_delay_minutes on, so the figures read up to now are the same whatever happened at now)."""
+        now, ps = sim.now if since is None else since, self.ps
         nxt = now + 1
         wake = until
         delay = sim.settings.metric_delay_minutes
@@ -304,9 +407,9 @@ class GpuLoan(Controller):
                 continue  # its newest change has left every window: it reads the same until an event
             moving.append((n, t + longest - 1))  # read from t on (not yet when t > now), settled from t + w - 1
         if moving and wake > nxt:
-            wake = self._reading_changes(sim, moving, wake)
+            wake = self._reading_changes(sim, moving, wake, now)
         if ps.budget_monthly_usd is not None:
-            wake = min(wake, self._spend_changes(sim))
+            wake = min(wake, self._spend_changes(sim, now))
         pods: Any = self.ports.pods  # sim/controllers/ports.py SimPods
         first_arrival = pods.first_arrival_minute(now - ps.arrival_window_minutes) if self.keep_for_next_job else None
         if first_arrival is not None:
@@ -316,11 +419,11 @@ class GpuLoan(Controller):
             wake = min(wake, (now // SLOT_MINUTES + 1) * SLOT_MINUTES)
         return max(nxt, wake)
 
-    def _spend_changes(self, sim: Simulation) -> int:
+    def _spend_changes(self, sim: Simulation, now: int) -> int:
         """With a budget: the first minute at which the tick's spend reads differently to the rules: its next AWS
         Budgets read, the next calendar month, and (capped) the minute the policy's month-to-date reaches the
         budget at the plan's rate (one minute early at least)."""
-        now, ps = sim.now, self.ps
+        ps = self.ps
         nxt = now + 1
         wake = minute_at_or_after(next_month_start(at_minute(now)))
         spend = (self.state.get("spend") or {}).get(tick.pool_scope(ps.name)) or {}
@@ -341,10 +444,10 @@ class GpuLoan(Controller):
                 wake = min(wake, now + int(left / usd_per_minute))
         return max(nxt, wake)
 
-    def _reading_changes(self, sim: Simulation, moving: list, until: int) -> int:
-        """The first minute after now, before `until`, at which one of the `moving` nodes (each with the last
-        minute its windows move) reads differently to the engine than now; else `until`."""
-        now, ps = sim.now, self.ps
+    def _reading_changes(self, sim: Simulation, moving: list, until: int, now: int) -> int:
+        """The first minute after `now`, before `until`, at which one of the `moving` nodes (each with the last
+        minute its windows move) reads differently to the engine than at `now`; else `until`."""
+        ps = self.ps
         read = now - sim.settings.metric_delay_minutes
         longest = max(ps.idle_timeout_minutes, ps.empty_timeout_minutes, ps.scale_up_window_minutes)
         busiest = rules.node_reading(ps, 100.0, 100.0, 100.0, 100.0)
@@ -374,6 +477,10 @@ class GpuLoan(Controller):
                     until = t
                     break
         return until
+
+
+def _never(err: Exception) -> None:
+    raise err  # the simulated groups are always read
 
 
 _LEASE = ("simulator", 60.0)  # (holder, seconds): the tick takes the state's lease as the Lambda's does

@@ -16,6 +16,7 @@ from sim.engine import SPOT_SHORTAGE, SimSettings
 from sim.cloud import ElasticLatency
 from sim.cluster import new_nodes_needed
 from sim.controllers.gpuloan import GpuLoan
+from sim.controllers.ports import SIM_EPOCH
 from sim.controllers.lineup import all_policies, what_if_policies
 from pricing import checks
 from conftest import REPO, SHARED_TRACES, requires_shared_prices, requires_shared_traces, resolved_prices
@@ -259,3 +260,45 @@ def test_skipping_quiet_ticks_stays_exact_with_rebalance_recommendations_and_bac
         assert _strip(fast) == _strip(slow)
         assert fast_sim.samples == slow_sim.samples and fast["ticks_skipped"] > 0
         assert fast["interruptions"] > 0 and fast["on_demand_node_hours"] > 0 and fast["lost_gpu_hours"] > 0
+
+
+def _tick_minutes(ctl: GpuLoan, minutes: list[int]) -> GpuLoan:
+    """`ctl` with the Lambda's tick wrapped to note the simulated minute of each run."""
+    lambda_tick = ctl.run_tick
+
+    def noted(settings, ports, now, **kw):
+        minutes.append(int((now - SIM_EPOCH).total_seconds() // 60))
+        return lambda_tick(settings, ports, now, **kw)
+
+    ctl.run_tick = noted
+    return ctl
+
+
+@requires_shared_prices
+@pytest.mark.parametrize("lands_on_a_busy_node", [True, False])
+def test_a_pod_binding_to_a_node_that_already_holds_one_repeats_the_tick(tmp_path, lands_on_a_busy_node):
+    """The floor's two 8-GPU nodes: one full, the other holding 7 GPUs' pod or nothing; at minute 200 a 1-GPU job
+    arrives, at 230 it ends. Where it lands on the node that already holds a GPU pod (the only room), the engine
+    reads nothing new (which nodes hold a pod, the pending lists and the groups are the same; no elastic node for
+    the arrival rate to keep warm): the Lambda's tick does not run at 200 or 230. Where it lands on the empty node,
+    it runs at both. Either way the result is the tick-by-tick one."""
+    from sim.controllers.gpuloan import pool_settings
+
+    spec = _prod_training()  # floor 2 x p4d.24xlarge
+    assert spec.floor_nodes == 2 and spec.gpus_per_node == 8
+    path = tmp_path / "t.csv"
+    second = "0,36000,7\n" if lands_on_a_busy_node else ""
+    path.write_text(f"submit_s,duration_s,gpus\n0,36000,8\n{second}12000,1800,1\n")
+    trace = traces.read_trace(path)
+    ps = replace(pool_settings(spec), budget_monthly_usd=None)
+    calm = SimSettings(spot_interruptions_per_month=0.0)
+    fast_minutes: list[int] = []
+    slow_minutes: list[int] = []
+    _, fast = runner.run_one(spec, trace, _tick_minutes(GpuLoan(settings=ps), fast_minutes), calm, 600)
+    _, slow = runner.run_one(
+        spec, trace, _tick_minutes(GpuLoan(settings=ps), slow_minutes), replace(calm, skip_quiet_ticks=False), 600
+    )
+    assert _strip(fast) == _strip(slow)
+    assert fast["node_launches"] == 0  # the floor held every job
+    assert {200, 230} <= set(slow_minutes)
+    assert ({200, 230} & set(fast_minutes)) == (set() if lands_on_a_busy_node else {200, 230})
