@@ -281,27 +281,25 @@ class GpuLoan(Controller):
         read = self._views_read
         if any(view() != was for view, was in zip(self._view_readers(sim), read)):
             return False
-        busy = read[0]
         for n in sim.nodes.values():
             if n.warned:
                 return False
-        if any(n.group != GUARANTEED and n.id not in busy for n in sim.nodes.values()):
-            if self._arrivals(sim) != self._arrivals_read:
-                return False
+        if not self._every_elastic_node_busy(sim, read[0]) and self._arrivals(sim) != self._arrivals_read:
+            return False
         if self._wake_proof[0] == self._seen:  # wake() looked for the changes after that minute already
             return self._wake_proof[1] > now
         return self._observation_changes(sim, now + 1, since=self._seen) > now
 
     def _view_readers(self, sim: Simulation) -> tuple:
         """What the tick reads of the pods (bar the arrivals) and of the groups now, each view a call (_repeats_now
-        compares them in this order, cheapest and likeliest to differ first): the nodes holding a GPU pod, the
-        pending lists (all pods, off spot, gangs), the groups with their instances."""
+        compares them in this order, cheapest and likeliest to differ first): the elastic nodes holding a GPU pod,
+        the pending lists (all pods, off spot, gangs), the groups with their instances."""
         pods: Any = self.ports.pods
         groups: Any = self.ports.groups
         ps, name = self.ps, [self.ps.name]
         names = list(ps.elastic_groups) + ([ps.guaranteed_group] if ps.guaranteed_group else [])
         return (
-            lambda: pods.gpu_pods_by_node().keys(),
+            lambda: self._elastic_busy(sim),
             lambda: pods.pending_gpus(name),
             lambda: pods.pending_on_demand_only(name),
             lambda: pods.pending_gangs(name),
@@ -309,7 +307,18 @@ class GpuLoan(Controller):
         )
 
     def _views(self, sim: Simulation) -> tuple:
-        return tuple(frozenset(v) if i == 0 else v for i, v in enumerate(view() for view in self._view_readers(sim)))
+        return tuple(view() for view in self._view_readers(sim))
+
+    def _elastic_busy(self, sim: Simulation) -> frozenset[str]:
+        """The elastic nodes holding a GPU pod. The rules read a node's pods only for elastic nodes (whether one
+        holds any: policy/decide/idle.py, drain.py, policy/gangs.py); a floor node's pods are never read."""
+        nodes = sim.nodes
+        by_node = self.ports.pods.gpu_pods_by_node()  # type: ignore[union-attr]
+        return frozenset(i for i in by_node if nodes[i].group != GUARANTEED)
+
+    @staticmethod
+    def _every_elastic_node_busy(sim: Simulation, busy: frozenset[str]) -> bool:
+        return all(n.group == GUARANTEED or n.id in busy for n in sim.nodes.values())
 
     def _arrivals(self, sim: Simulation) -> tuple:
         if not self.keep_for_next_job:
@@ -411,7 +420,13 @@ class GpuLoan(Controller):
         if ps.budget_monthly_usd is not None:
             wake = min(wake, self._spend_changes(sim, now))
         pods: Any = self.ports.pods  # sim/controllers/ports.py SimPods
-        first_arrival = pods.first_arrival_minute(now - ps.arrival_window_minutes) if self.keep_for_next_job else None
+        # the arrivals are read only for an elastic node without a GPU pod (policy/decide/keep_warm.py, by the
+        # release-on-cost rule); until an event gives one, an arrival leaving the window changes no decision
+        first_arrival = (
+            pods.first_arrival_minute(now - ps.arrival_window_minutes)
+            if self.keep_for_next_job and not self._every_elastic_node_busy(sim, self._elastic_busy(sim))
+            else None
+        )
         if first_arrival is not None:
             wake = min(wake, first_arrival + ps.arrival_window_minutes)
         if ps.warm_up:

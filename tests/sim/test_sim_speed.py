@@ -274,21 +274,30 @@ def _tick_minutes(ctl: GpuLoan, minutes: list[int]) -> GpuLoan:
     return ctl
 
 
+# (the jobs before the 1-GPU job arriving at `minute` for 30 minutes, where it lands, whether the tick runs then)
+BINDINGS = [
+    ("0,36000,8\n0,36000,7\n", 200, "a floor node holding a pod", False),
+    ("0,36000,8\n", 200, "an empty floor node", False),
+    ("0,36000,8\n0,36000,8\n0,30000,1\n", 191, "an elastic node holding a pod", False),
+    ("0,36000,8\n0,36000,8\n0,11000,1\n", 191, "an empty elastic node", True),
+]
+
+
 @requires_shared_prices
-@pytest.mark.parametrize("lands_on_a_busy_node", [True, False])
-def test_a_pod_binding_to_a_node_that_already_holds_one_repeats_the_tick(tmp_path, lands_on_a_busy_node):
-    """The floor's two 8-GPU nodes: one full, the other holding 7 GPUs' pod or nothing; at minute 200 a 1-GPU job
-    arrives, at 230 it ends. Where it lands on the node that already holds a GPU pod (the only room), the engine
-    reads nothing new (which nodes hold a pod, the pending lists and the groups are the same; no elastic node for
-    the arrival rate to keep warm): the Lambda's tick does not run at 200 or 230. Where it lands on the empty node,
-    it runs at both. Either way the result is the tick-by-tick one."""
+@pytest.mark.parametrize("before,minute,lands_on,ticks", BINDINGS, ids=[b[2] for b in BINDINGS])
+def test_a_pod_binding_where_no_rule_reads_it_repeats_the_tick(tmp_path, before, minute, lands_on, ticks):
+    """The floor's two 8-GPU nodes, and for the last two cases a spot node launched for a 1-GPU job that runs long
+    or ends at minute 190; a 1-GPU job arrives at `minute` and lands on `lands_on` for 30 minutes. The rules read
+    whether an elastic node holds a GPU pod, never a floor node's pods, and the arrivals only for an elastic node
+    without one: where it lands on a floor node or on an elastic node that keeps another pod, the engine reads
+    nothing new and the Lambda's tick does not run when it arrives or ends; where an elastic node gets its first
+    pod and loses it again, the tick runs at both minutes. Either way the result is the tick-by-tick one."""
     from sim.controllers.gpuloan import pool_settings
 
     spec = _prod_training()  # floor 2 x p4d.24xlarge
     assert spec.floor_nodes == 2 and spec.gpus_per_node == 8
     path = tmp_path / "t.csv"
-    second = "0,36000,7\n" if lands_on_a_busy_node else ""
-    path.write_text(f"submit_s,duration_s,gpus\n0,36000,8\n{second}12000,1800,1\n")
+    path.write_text(f"submit_s,duration_s,gpus\n{before}{minute * 60},1800,1\n")
     trace = traces.read_trace(path)
     ps = replace(pool_settings(spec), budget_monthly_usd=None)
     calm = SimSettings(spot_interruptions_per_month=0.0)
@@ -299,6 +308,7 @@ def test_a_pod_binding_to_a_node_that_already_holds_one_repeats_the_tick(tmp_pat
         spec, trace, _tick_minutes(GpuLoan(settings=ps), slow_minutes), replace(calm, skip_quiet_ticks=False), 600
     )
     assert _strip(fast) == _strip(slow)
-    assert fast["node_launches"] == 0  # the floor held every job
-    assert {200, 230} <= set(slow_minutes)
-    assert ({200, 230} & set(fast_minutes)) == (set() if lands_on_a_busy_node else {200, 230})
+    assert fast["node_launches"] == (1 if "elastic" in lands_on else 0)
+    binds_and_ends = {minute, minute + 30}
+    assert binds_and_ends <= set(slow_minutes)
+    assert (binds_and_ends & set(fast_minutes)) == (binds_and_ends if ticks else set())
