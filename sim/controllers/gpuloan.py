@@ -22,7 +22,7 @@ from policy.model import (
     PoolSettings,
     Settings,
 )
-from policy.terms import Enforcement, Reason
+from policy.terms import Enforcement, Reason, Workload
 from policy.rhythm import SLOT_MINUTES
 from policy.spend import MAX_ACCRUAL_GAP, accrue
 from pricing import policy_settings
@@ -181,6 +181,13 @@ class GpuLoan(Controller):
         self._version_before = -1  # sim.version when the last tick began
         self._seen = -1  # the last minute the tick ran or was proven to repeat (_repeats_now)
         self._wake_proof = (-1, 0)  # (minute, the first minute after it the tick's reading changes): wake()'s last
+        self._nodes_proof = (-1, 0, 0)  # (minute, cap, the first node change after it): _node_changes_kept's last
+        self._busy_read: tuple[int, frozenset[str], bool] = (-1, frozenset(), True)  # _busy_now's, by sim.version
+        # Whether a rule reads a floor node's CloudWatch figures: a service pool's mean utilization (policy/decide/
+        # scale.py `_mean_utilization`) and a Capacity Block's own group do; otherwise the rules read elastic nodes
+        # only (idle, drain, reclaim, gangs, warm-up), and a floor node's figures are only reported (the pool's
+        # utilization by tier, PoolDecision.utilization_pct), so their changes wake no tick.
+        self._floor_figures_read = ps.workload == Workload.service or capacity_blocks.is_block(ps)
         # the pod and group views the last quiet tick read, and its arrivals (None: no quiet tick to repeat)
         self._views_read: tuple | None = None
         self._arrivals_read: tuple | None = None
@@ -284,7 +291,7 @@ class GpuLoan(Controller):
         for n in sim.nodes.values():
             if n.warned:
                 return False
-        if not self._every_elastic_node_busy(sim, read[0]) and self._arrivals(sim) != self._arrivals_read:
+        if not self._every_elastic_node_busy(sim) and self._arrivals(sim) != self._arrivals_read:
             return False
         if self._wake_proof[0] == self._seen:  # wake() looked for the changes after that minute already
             return self._wake_proof[1] > now
@@ -312,13 +319,23 @@ class GpuLoan(Controller):
     def _elastic_busy(self, sim: Simulation) -> frozenset[str]:
         """The elastic nodes holding a GPU pod. The rules read a node's pods only for elastic nodes (whether one
         holds any: policy/decide/idle.py, drain.py, policy/gangs.py); a floor node's pods are never read."""
-        nodes = sim.nodes
-        by_node = self.ports.pods.gpu_pods_by_node()  # type: ignore[union-attr]
-        return frozenset(i for i in by_node if nodes[i].group != GUARANTEED)
+        return self._busy_now(sim)[0]
 
-    @staticmethod
-    def _every_elastic_node_busy(sim: Simulation, busy: frozenset[str]) -> bool:
-        return all(n.group == GUARANTEED or n.id in busy for n in sim.nodes.values())
+    def _every_elastic_node_busy(self, sim: Simulation) -> bool:
+        """Whether every elastic node holds a GPU pod (then no rule reads the arrivals: _repeats_now)."""
+        return self._busy_now(sim)[1]
+
+    def _busy_now(self, sim: Simulation) -> tuple[frozenset[str], bool]:
+        """(_elastic_busy, _every_elastic_node_busy), built once per sim.version: a pod binding or leaving and a
+        node added or removed bump it (as SimPods.gpu_pods_by_node relies on too)."""
+        kept = self._busy_read
+        if kept[0] != sim.version:
+            pods_on = sim.workload.pods_on  # as SimPods.gpu_pods_by_node reads them, elastic nodes only
+            elastic = [n for n in sim.nodes.values() if n.group != GUARANTEED]
+            busy = frozenset(n.id for n in elastic if pods_on(n))
+            every = len(busy) == len(elastic)
+            kept = self._busy_read = (sim.version, busy, every)
+        return kept[1], kept[2]
 
     def _arrivals(self, sim: Simulation) -> tuple:
         if not self.keep_for_next_job:
@@ -387,7 +404,8 @@ class GpuLoan(Controller):
     def _observation_changes(self, sim: Simulation, until: int, since: int | None = None) -> int:
         """The first minute after now (at most `until`) at which the Observation of the tick changes in what the
         engine reads, with no event in between (an event bumps sim.version):
-        - a node's CloudWatch figures: a change of its busy GPUs at minute t is read from t + delay on (its first
+        - a node's CloudWatch figures (a floor node's only where a rule reads them: _floor_figures_read): a change
+          of its busy GPUs at minute t is read from t + delay on (its first
           datapoint a minute after launch, delayed) and has left a window of w minutes from t + delay + w - 1 on;
           in between, the first minute its figures read differently to the engine (policy.decide node_reading: a
           utilization figure on the other side of the idle threshold, or another value below it; the reserved
@@ -400,23 +418,10 @@ class GpuLoan(Controller):
         metric_delay_minutes on, so the figures read up to now are the same whatever happened at now)."""
         now, ps = sim.now if since is None else since, self.ps
         nxt = now + 1
-        wake = until
-        delay = sim.settings.metric_delay_minutes
-        longest = max(ps.idle_timeout_minutes, ps.empty_timeout_minutes, ps.scale_up_window_minutes)
-        moving: list = []  # (node, the last minute its windows move)
-        for n in sim.nodes.values():
-            if n.warned or n.ready_at > now:
-                continue  # leaving or booting: nothing read of it changes before an event
-            first = n.launched + 1 + delay
-            if first > now:
-                wake = min(wake, first)  # its first datapoint
-                continue
-            t = n.hist[-1][0] + delay if len(n.hist) > 1 else None
-            if t is None or t + longest - 1 <= now:
-                continue  # its newest change has left every window: it reads the same until an event
-            moving.append((n, t + longest - 1))  # read from t on (not yet when t > now), settled from t + w - 1
-        if moving and wake > nxt:
-            wake = self._reading_changes(sim, moving, wake, now)
+        if since is None:
+            wake = self._node_changes_kept(sim, until, now)
+        else:
+            wake = self._node_changes(sim, sim.nodes.values(), until, now)
         if ps.budget_monthly_usd is not None:
             wake = min(wake, self._spend_changes(sim, now))
         pods: Any = self.ports.pods  # sim/controllers/ports.py SimPods
@@ -424,7 +429,7 @@ class GpuLoan(Controller):
         # release-on-cost rule); until an event gives one, an arrival leaving the window changes no decision
         first_arrival = (
             pods.first_arrival_minute(now - ps.arrival_window_minutes)
-            if self.keep_for_next_job and not self._every_elastic_node_busy(sim, self._elastic_busy(sim))
+            if self.keep_for_next_job and not self._every_elastic_node_busy(sim)
             else None
         )
         if first_arrival is not None:
@@ -433,6 +438,50 @@ class GpuLoan(Controller):
             # the warm-up rate reads whole slots of the day (SIM_EPOCH is a midnight)
             wake = min(wake, (now // SLOT_MINUTES + 1) * SLOT_MINUTES)
         return max(nxt, wake)
+
+    def _node_changes(self, sim: Simulation, nodes, until: int, now: int) -> int:
+        """The first minute after `now` (at most `until`) at which one of `nodes` reads differently to the engine:
+        its first datapoint, or its CloudWatch figures (see _observation_changes)."""
+        ps = self.ps
+        wake = until
+        delay = sim.settings.metric_delay_minutes
+        longest = max(ps.idle_timeout_minutes, ps.empty_timeout_minutes, ps.scale_up_window_minutes)
+        moving: list = []  # (node, the last minute its windows move)
+        floors_read = self._floor_figures_read
+        for n in nodes:
+            if n.warned or n.ready_at > now:
+                continue  # leaving or booting: nothing read of it changes before an event
+            if n.group == GUARANTEED and not floors_read:
+                continue  # a floor node's figures are reported, never decided on (_floor_figures_read)
+            first = n.launched + 1 + delay
+            if first > now:
+                wake = min(wake, first)  # its first datapoint
+                continue
+            t = n.hist[-1][0] + delay if len(n.hist) > 1 else None
+            if t is None or t + longest - 1 <= now:
+                continue  # its newest change has left every window: it reads the same until an event
+            moving.append((n, t + longest - 1))  # read from t on (not yet when t > now), settled from t + w - 1
+        if moving and wake > now + 1:
+            wake = self._reading_changes(sim, moving, wake, now)
+        return wake
+
+    def _node_changes_kept(self, sim: Simulation, until: int, now: int) -> int:
+        """_node_changes over every node, from the last answer where it still holds. That answer (minute k, cap u,
+        first change w) says that no node of then reads differently in (k, w). A node that has not changed since
+        k (no pod came or went, not launched, not come into service: none of them since the start of minute k,
+        as events at k may have come after that answer) reads at `now` as it read at k, so its first change after
+        now is at w or later: only the others are looked at again, bounded by w. Kept while now < w and, when w
+        is the cap u (no change found before it), only up to u. A node gone since k may leave w earlier than
+        needed, never later: the pool is then processed at w and decides what it would have decided anyway (the
+        every-minute run is the reference: tests/sim/test_sim_speed.py, scripts/compare_skip.py)."""
+        k, cap, first = self._nodes_proof
+        if 0 <= k <= now < first and (first < cap or until <= cap):
+            changed = [n for n in sim.nodes.values() if max(n.hist[-1][0], n.launched, n.ready_at) >= k]
+            wake = self._node_changes(sim, changed, min(until, first), now) if changed else min(until, first)
+        else:
+            wake = self._node_changes(sim, sim.nodes.values(), until, now)
+        self._nodes_proof = (now, until, wake)
+        return wake
 
     def _spend_changes(self, sim: Simulation, now: int) -> int:
         """With a budget: the first minute at which the tick's spend reads differently to the rules: its next AWS

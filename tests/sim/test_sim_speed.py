@@ -312,3 +312,30 @@ def test_a_pod_binding_where_no_rule_reads_it_repeats_the_tick(tmp_path, before,
     binds_and_ends = {minute, minute + 30}
     assert binds_and_ends <= set(slow_minutes)
     assert (binds_and_ends & set(fast_minutes)) == (binds_and_ends if ticks else set())
+
+
+@requires_shared_prices
+@pytest.mark.parametrize("workload", ["batch", "service"])
+def test_a_floor_nodes_figures_wake_the_tick_only_where_a_rule_reads_them(tmp_path, workload):
+    """A 1-GPU job runs 30 minutes from minute 200 on an empty floor node (the floor's two 8-GPU nodes, nothing
+    else running). Its CloudWatch figures then move for the delay plus the longest window after it starts and
+    ends. A batch pool's rules read no floor node's figures (they are only reported), so the tick does not run
+    while they move; a service pool's scale-up reads the mean over every node, floor included, so it does. Either
+    way the result is the tick-by-tick one."""
+    from sim.controllers.gpuloan import pool_settings
+
+    spec = _prod_training()  # floor 2 x p4d.24xlarge
+    path = tmp_path / "t.csv"
+    path.write_text(f"submit_s,duration_s,gpus\n0,36000,8\n{200 * 60},1800,1\n")
+    trace = traces.read_trace(path)
+    ps = replace(pool_settings(spec), budget_monthly_usd=None, workload=workload)
+    calm = SimSettings(spot_interruptions_per_month=0.0)
+    fast_minutes: list[int] = []
+    _, fast = runner.run_one(spec, trace, _tick_minutes(GpuLoan(settings=ps), fast_minutes), calm, 600)
+    _, slow = runner.run_one(spec, trace, GpuLoan(settings=ps), replace(calm, skip_quiet_ticks=False), 600)
+    assert _strip(fast) == _strip(slow)
+    assert fast["node_launches"] == 0  # the job ran on the floor
+    longest = max(ps.idle_timeout_minutes, ps.empty_timeout_minutes, ps.scale_up_window_minutes)
+    moving = set(range(201, 230 + calm.metric_delay_minutes + longest + 1)) - {230}  # bar its end's own minute
+    woken = moving & set(fast_minutes)
+    assert (woken == set()) if workload == "batch" else woken
