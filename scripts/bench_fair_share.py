@@ -42,19 +42,49 @@ def _spread(rows) -> tuple[float, float]:
     return max(ratios) - min(ratios), statistics.pstdev(per_weight) / statistics.mean(per_weight)
 
 
+def _simulate(shared, run):
+    """One run of the environment (a worker of sim/parallel.py): per pool, its row of the tables."""
+    from advise import org_advisor as oa
+    from sim.engine import SimSettings
+    from sim.environment import simulate_environment
+
+    price_book, base, cut, demands, tiers, seed, hours = shared
+    name, fair, weights = run
+    cfg = _with_sharing(base, fair, weights)
+    t0 = time.perf_counter()
+    res = simulate_environment(
+        price_book, cfg, cut, oa._factory(oa.CONTROLLER_GPULOAN), SimSettings(seed=seed), hours * 60
+    )
+    rows = []
+    for n in demands:
+        rows.append(
+            {
+                "pool": n,
+                "tier": tiers[n],
+                "weight": cfg.scheduling.kueue.sharing(cfg.pool(n).team).fair_share_weight,
+                "demand": sum(demands[n].interruptible_gpus[:hours]),
+                "borrowed": res.pools[n]["borrowed_gpu_hours"],
+                "reclaims": res.pools[n]["reclaim_preemptions"],
+                # of them, evicted for another borrower (fair sharing's preemption among borrowers)
+                "by_borrowers": getattr(res.sims[n].workload, "fair_share_preemptions", 0),
+                "cost": res.pools[n]["total_cost_usd"],
+            }
+        )
+    return name, rows, time.perf_counter() - t0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--traces", default=str(bench_org.DEFAULT_TRACES), metavar="DIR")
     parser.add_argument("--rotation", type=int, default=1, help="tier rotation 1-3 (default 1)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--days", type=int, default=None, help="simulate only the first N days")
+    parser.add_argument("--workers", type=int, default=2, help="processes (default 2: the three runs at once)")
     args = parser.parse_args(argv)
 
     from advise import org_advisor as oa
     from pricing.sources import catalog
     from sim import demand as simdemand
-    from sim.engine import SimSettings
-    from sim.environment import simulate_environment
 
     days = simdemand.ITP_DAYS
     last = days[1] - days[0] + 1 if args.days is None else args.days
@@ -86,31 +116,20 @@ def main(argv=None) -> int:
     }
     print(f"Fair sharing among borrowers: rotation {args.rotation}, seed {args.seed}, days 1-{hours // 24}")
     print("p90 floors (nodes): " + ", ".join(f"{n[-2:]}: {k}" for n, k in floors.items() if k) + "\n")
+    from sim import parallel
+
+    shared = (price_book, base, cut, demands, tiers, args.seed, hours)
     table = {}
-    for name, (fair, weights) in runs.items():
-        cfg = _with_sharing(base, fair, weights)
-        t0 = time.perf_counter()
-        res = simulate_environment(
-            price_book, cfg, cut, oa._factory(oa.CONTROLLER_GPULOAN), SimSettings(seed=args.seed), hours * 60
-        )
-        rows = []
-        for n in demands:
-            team = cfg.pool(n).team
-            rows.append(
-                {
-                    "pool": n,
-                    "tier": tiers[n],
-                    "weight": cfg.scheduling.kueue.sharing(team).fair_share_weight,
-                    "demand": sum(demands[n].interruptible_gpus[:hours]),
-                    "borrowed": res.pools[n]["borrowed_gpu_hours"],
-                    "reclaims": res.pools[n]["reclaim_preemptions"],
-                    # of them, evicted for another borrower (fair sharing's preemption among borrowers)
-                    "by_borrowers": getattr(res.sims[n].workload, "fair_share_preemptions", 0),
-                    "cost": res.pools[n]["total_cost_usd"],
-                }
-            )
+    for name, rows, seconds in parallel.run_all(
+        [(name, fair, weights) for name, (fair, weights) in runs.items()],
+        _simulate,
+        shared=shared,
+        engine=parallel.engine_for(args.workers),
+        label="bench-fair-share",
+        describe=lambda run: f"fair sharing {run[0]}",
+    ):
         table[name] = rows
-        print(f"  {name}: {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+        print(f"  {name}: {seconds:.0f} s", file=sys.stderr)
     labels = {"off": "off", "on, equal weights": "on, equal"}
     labels.update({n: f"on, {heavy} x{HEAVY_WEIGHT:g}" for n in runs if n not in labels})
     print("Borrowed GPU-hours (% of the pool's interruptible demand):\n")

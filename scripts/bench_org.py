@@ -182,6 +182,9 @@ def _simulated(
         for (r, s, c), (demands, runner) in units.items()
         for setup in _sim_setups(demands, runner.prices, sizing_hours)
     ]
+    # The longest first, so that no worker is left alone with a long run at the end: a Karpenter setup takes about a
+    # tenth of a gpuloan one (the Lambda's tick runs in every gpuloan pool). The results are keyed, not ordered.
+    jobs.sort(key=lambda job: job[2][2] in oa.KARPENTER_CONTROLLERS)
     timings = []
     for unit, cache, runs, seconds, controller in parallel.run_all(
         jobs,
